@@ -1,0 +1,149 @@
+//! Loading a scenario from disk: the file (or the built-in default), `--set`
+//! overrides, the cards, the profile and the trace it names. Every error
+//! names the file and the field.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use sim::config::{self, Resources, Scenario, SimSpec};
+use sim::cost::CostCoefficients;
+use sim::workload::TraceRow;
+
+/// The built-in default scenario: the published RTX 5090 + Qwen2.5-7B +
+/// vLLM 0.28 setup, the "why does TTFT explode" example.
+pub const DEFAULT_SCENARIO_NAME: &str = "scenarios/rtx5090-qwen2.5-7b-vllm.json";
+pub const DEFAULT_SCENARIO: &str = include_str!("../scenarios/rtx5090-qwen2.5-7b-vllm.json");
+
+/// A scenario as read, before resolution.
+#[derive(Clone, Debug)]
+pub struct RawScenario {
+    /// Where it came from, for error messages.
+    pub origin: String,
+    /// The folder relative paths inside it are resolved against.
+    pub base_dir: PathBuf,
+    pub json: Value,
+}
+
+/// Reads a scenario file, or the built-in default when `path` is None.
+pub fn read_raw(path: Option<&Path>) -> Result<RawScenario, String> {
+    let (origin, text, base_dir) = match path {
+        None => (
+            format!("{DEFAULT_SCENARIO_NAME} (built in)"),
+            DEFAULT_SCENARIO.to_string(),
+            std::env::current_dir().unwrap_or_default(),
+        ),
+        Some(p) => {
+            let text = std::fs::read_to_string(p).map_err(|e| format!("{}: cannot read: {e}", p.display()))?;
+            let base = p.parent().map(Path::to_path_buf).unwrap_or_default();
+            (p.display().to_string(), text, base)
+        }
+    };
+    let json: Value = serde_json::from_str(&text).map_err(|e| format!("{origin}: not valid JSON: {e}"))?;
+    if !json.is_object() {
+        return Err(format!("{origin}: expected a JSON object (a scenario)"));
+    }
+    Ok(RawScenario { origin, base_dir, json })
+}
+
+/// Applies `--set` overrides and `--seed`.
+pub fn apply_overrides(raw: &mut RawScenario, sets: &[String], seed: Option<u64>) -> Result<(), String> {
+    for s in sets {
+        config::apply_set(&mut raw.json, s).map_err(|e| format!("--set {s}: {e}"))?;
+    }
+    if let Some(seed) = seed {
+        config::apply_set(&mut raw.json, &format!("workload.seed={seed}")).map_err(|e| format!("--seed: {e}"))?;
+    }
+    Ok(())
+}
+
+fn resolve_path(base: &Path, p: &str) -> PathBuf {
+    let pb = PathBuf::from(p);
+    if pb.is_absolute() {
+        return pb;
+    }
+    let rel = base.join(&pb);
+    if rel.exists() {
+        rel
+    } else {
+        pb
+    }
+}
+
+/// Parses and resolves a raw scenario into a runnable spec.
+pub fn resolve(raw: &RawScenario) -> Result<(Scenario, SimSpec), String> {
+    let origin = &raw.origin;
+    let scenario: Scenario = config::from_value(raw.json.clone(), "").map_err(|e| format!("{origin}: {e}"))?;
+    let mut res = Resources { models: crate::cards::models()?, gpus: crate::cards::gpus()?, ..Default::default() };
+    if let Some(p) = &scenario.cost.profile {
+        let path = resolve_path(&raw.base_dir, p);
+        res.profile = Some(load_profile(&path).map_err(|e| format!("{origin}: cost.profile: {e}"))?);
+    }
+    if let Some(t) = &scenario.workload.trace {
+        let path = resolve_path(&raw.base_dir, t);
+        res.trace = Some(load_trace(&path).map_err(|e| format!("{origin}: workload.trace: {e}"))?);
+    }
+    let spec = config::resolve(&scenario, &res).map_err(|e| format!("{origin}: {e}"))?;
+    Ok((scenario, spec))
+}
+
+/// Reads a fitted profile: a JSON object whose `coefficients` are cost coefficients (µs).
+pub fn load_profile(path: &Path) -> Result<CostCoefficients, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    let v: Value = serde_json::from_str(&text).map_err(|e| format!("{}: not valid JSON: {e}", path.display()))?;
+    let co = v.get("coefficients").cloned().ok_or_else(|| format!("{}: no \"coefficients\" object", path.display()))?;
+    config::from_value(co, "coefficients").map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Reads a trace in CSV (a header naming `arrival_time,input_len,output_len`
+/// and optionally `prefix_group,prefix_len,priority`) or JSONL (one object
+/// per line with the same keys).
+pub fn load_trace(path: &Path) -> Result<Vec<TraceRow>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    let name = path.display().to_string();
+    let is_jsonl = path.extension().is_some_and(|e| e == "jsonl" || e == "json") || text.trim_start().starts_with('{');
+    if is_jsonl {
+        let mut rows = Vec::new();
+        for (i, l) in text.lines().enumerate() {
+            if l.trim().is_empty() {
+                continue;
+            }
+            let v: Value = serde_json::from_str(l).map_err(|e| format!("{name}:{}: not valid JSON: {e}", i + 1))?;
+            rows.push(config::from_value::<TraceRow>(v, "").map_err(|e| format!("{name}:{}: {e}", i + 1))?);
+        }
+        return Ok(rows);
+    }
+    let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty() && !l.starts_with('#'));
+    let (_, head) = lines.next().ok_or_else(|| format!("{name}: empty file"))?;
+    let cols: Vec<String> = head.split(',').map(|c| c.trim().to_string()).collect();
+    let known = ["arrival_time", "input_len", "output_len", "prefix_group", "prefix_len", "priority"];
+    for c in &cols {
+        if !known.contains(&c.as_str()) {
+            return Err(format!("{name}:1: unknown column {c:?}; expected {}", known.join(", ")));
+        }
+    }
+    for req in &known[..3] {
+        if !cols.iter().any(|c| c == req) {
+            return Err(format!("{name}:1: missing column {req:?}"));
+        }
+    }
+    let mut rows = Vec::new();
+    for (i, l) in lines {
+        let cells: Vec<&str> = l.split(',').map(str::trim).collect();
+        if cells.len() != cols.len() {
+            return Err(format!("{name}:{}: {} cells, the header has {}", i + 1, cells.len(), cols.len()));
+        }
+        let mut obj = serde_json::Map::new();
+        for (c, cell) in cols.iter().zip(cells) {
+            if cell.is_empty() {
+                continue;
+            }
+            let v: Value = serde_json::from_str(cell)
+                .map_err(|_| format!("{name}:{}: column {c}: expected a number, got {cell:?}", i + 1))?;
+            obj.insert(c.clone(), v);
+        }
+        rows.push(
+            config::from_value::<TraceRow>(Value::Object(obj), "").map_err(|e| format!("{name}:{}: {e}", i + 1))?,
+        );
+    }
+    Ok(rows)
+}

@@ -1,0 +1,118 @@
+//! The `servesim` command line.
+//!
+//! Each subcommand parses its flags (clap), loads what it needs from disk
+//! (`load`), and hands plain data to the `sim` library, which does no IO.
+//! Errors are printed as `error: FILE: FIELD: what was expected` and exit
+//! with status 2; a run that did not complete exits with 1.
+
+mod cards;
+mod load;
+mod sweep;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use sim::report::TextOptions;
+use sim::simulation::{RunOptions, StopReason};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "servesim",
+    version,
+    about = "Predict how vLLM and SGLang behave under load, before touching the hardware."
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Simulate one benchmark run and print what `vllm bench serve` would.
+    Simulate(SimulateArgs),
+    /// Simulate a run per concurrency (in parallel) and find the throughput knee.
+    Sweep(sweep::SweepArgs),
+}
+
+/// Flags shared by the commands that read a scenario.
+#[derive(Args, Debug, Clone)]
+pub struct ScenarioArgs {
+    /// Override a scenario field by its path, e.g. `--set engine.max_num_seqs=64` (repeatable).
+    #[arg(long = "set", value_name = "PATH=VALUE")]
+    pub sets: Vec<String>,
+    /// The workload seed (`workload.seed`).
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
+#[derive(Args, Debug)]
+struct SimulateArgs {
+    /// Scenario file (JSON). Without one, the built-in default runs:
+    /// the published RTX 5090 + Qwen2.5-7B + vLLM 0.28 setup.
+    scenario: Option<PathBuf>,
+    #[command(flatten)]
+    common: ScenarioArgs,
+    /// Print the report as JSON (`vllm bench serve --save-result` keys plus the engine's).
+    #[arg(long)]
+    json: bool,
+    /// Percentiles shown in the text report, as in `vllm bench serve`.
+    #[arg(long, default_value = "99", value_name = "P,P,...")]
+    metric_percentiles: String,
+    /// Metrics whose percentiles the text report shows.
+    #[arg(long, default_value = "ttft,tpot,itl", value_name = "ttft,tpot,itl,e2el")]
+    percentile_metrics: String,
+}
+
+fn parse_list<T: std::str::FromStr>(flag: &str, s: &str) -> Result<Vec<T>, String> {
+    s.split(',')
+        .filter(|x| !x.trim().is_empty())
+        .map(|x| x.trim().parse::<T>().map_err(|_| format!("{flag}: cannot read {x:?} in {s:?}")))
+        .collect()
+}
+
+fn text_options(percentiles: &str, metrics: &str) -> Result<TextOptions, String> {
+    let percentiles: Vec<f64> = parse_list("--metric-percentiles", percentiles)?;
+    for p in &percentiles {
+        if !sim::metrics::PERCENTILES.contains(p) {
+            return Err(format!("--metric-percentiles: {p} is not one of the computed percentiles 50, 90, 95, 99"));
+        }
+    }
+    let metrics: Vec<String> = parse_list("--percentile-metrics", metrics)?;
+    for m in &metrics {
+        if !["ttft", "tpot", "itl", "e2el"].contains(&m.as_str()) {
+            return Err(format!("--percentile-metrics: unknown metric {m:?}; expected ttft, tpot, itl, e2el"));
+        }
+    }
+    Ok(TextOptions { percentiles, metrics })
+}
+
+fn simulate(a: SimulateArgs) -> Result<ExitCode, String> {
+    let text_opts = text_options(&a.metric_percentiles, &a.percentile_metrics)?;
+    let mut raw = load::read_raw(a.scenario.as_deref())?;
+    load::apply_overrides(&mut raw, &a.common.sets, a.common.seed)?;
+    let (_scenario, spec) = load::resolve(&raw)?;
+    let out = sim::simulate(&spec, RunOptions::default());
+    if a.json {
+        let j = sim::report::point_json(&spec, &out);
+        println!("{}", serde_json::to_string_pretty(&j).expect("serializable"));
+    } else {
+        print!("{}", sim::report::text(&spec, &out, &text_opts));
+    }
+    Ok(if out.run.stop == StopReason::Completed { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::Simulate(a) => simulate(a),
+        Cmd::Sweep(a) => sweep::run(a),
+    };
+    match r {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,394 @@
+//! The step cost model: how long one engine step takes, given its shape, and
+//! the costs outside the GPU step (request ingress, output streaming).
+//!
+//! A step's duration is linear in its shape:
+//!
+//! ```text
+//! step = step_us                                  constant per step (weights read, launch, scheduler CPU)
+//!      + per_seq_us          × sequences scheduled
+//!      + prefill_token_us    × prefill tokens        (linear layers, compute bound)
+//!      + decode_token_us     × decode tokens
+//!      + prefill_attention_us× Σ prefill token × context it attends to
+//!      + decode_kv_us        × Σ decode token × context it reads (KV reads)
+//! ```
+//!
+//! and, outside the step:
+//!
+//! * `request_ingress_us` per request: HTTP, tokenisation and hand-off to the
+//!   engine core, between the client's dispatch and the request reaching the
+//!   scheduler's waiting queue;
+//! * `output_token_us` per output token: detokenisation and streaming. The
+//!   front end handles a step's outputs one after the other, so this is a
+//!   single-server queue; it adds latency, and becomes a bottleneck if a step's
+//!   outputs take longer to stream than the next step takes to run.
+//!
+//! Published simulators that left out non-GPU time under-predicted TTFT by
+//! 17–56% (BLIS #482); these terms are why they are here.
+//!
+//! The default coefficients are a **roofline prior** computed from the model
+//! and GPU cards with efficiency factors ([`PriorEfficiencies`]); a fitted
+//! profile (from `servesim calibrate`) replaces any of them. The linear form
+//! adds compute and memory time where a roofline would take their maximum; at
+//! the batch sizes serving runs at one term dominates, and a fit absorbs the
+//! rest. This shortcut is listed in ARCHITECTURE.md.
+
+use serde::{Deserialize, Serialize};
+
+use crate::cards::{GpuCard, ModelCard};
+
+/// The coefficients, every one optional: a scenario's inline values and a
+/// fitted profile are both partial overlays on the prior.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CostCoefficients {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_us: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_seq_us: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefill_token_us: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_token_us: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefill_attention_us: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_kv_us: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_ingress_us: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_token_us: Option<f64>,
+}
+
+/// Names of the coefficients, in the order they are reported.
+pub const COEFFICIENT_NAMES: [&str; 8] = [
+    "step_us",
+    "per_seq_us",
+    "prefill_token_us",
+    "decode_token_us",
+    "prefill_attention_us",
+    "decode_kv_us",
+    "request_ingress_us",
+    "output_token_us",
+];
+
+impl CostCoefficients {
+    pub fn get(&self, name: &str) -> Option<f64> {
+        match name {
+            "step_us" => self.step_us,
+            "per_seq_us" => self.per_seq_us,
+            "prefill_token_us" => self.prefill_token_us,
+            "decode_token_us" => self.decode_token_us,
+            "prefill_attention_us" => self.prefill_attention_us,
+            "decode_kv_us" => self.decode_kv_us,
+            "request_ingress_us" => self.request_ingress_us,
+            "output_token_us" => self.output_token_us,
+            _ => None,
+        }
+    }
+
+    pub fn set(&mut self, name: &str, value: f64) {
+        let slot = match name {
+            "step_us" => &mut self.step_us,
+            "per_seq_us" => &mut self.per_seq_us,
+            "prefill_token_us" => &mut self.prefill_token_us,
+            "decode_token_us" => &mut self.decode_token_us,
+            "prefill_attention_us" => &mut self.prefill_attention_us,
+            "decode_kv_us" => &mut self.decode_kv_us,
+            "request_ingress_us" => &mut self.request_ingress_us,
+            "output_token_us" => &mut self.output_token_us,
+            _ => return,
+        };
+        *slot = Some(value);
+    }
+}
+
+/// Efficiency factors of the roofline prior. Each is a fraction of the card's
+/// peak that the engine is assumed to reach; none was tuned to a measurement.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PriorEfficiencies {
+    /// Fraction of dense BF16 FLOP/s reached by the linear layers in prefill.
+    #[serde(default = "d_prefill_mfu")]
+    pub prefill_mfu: f64,
+    /// The same for decode tokens' linear layers (small GEMMs run further from peak).
+    #[serde(default = "d_decode_mfu")]
+    pub decode_mfu: f64,
+    /// Fraction of peak FLOP/s reached by prefill attention.
+    #[serde(default = "d_attention_mfu")]
+    pub attention_mfu: f64,
+    /// Fraction of memory bandwidth reached when streaming the weights once per step.
+    #[serde(default = "d_weight_bw")]
+    pub weight_bandwidth_eff: f64,
+    /// Fraction of memory bandwidth reached by paged KV reads in decode.
+    #[serde(default = "d_kv_bw")]
+    pub kv_bandwidth_eff: f64,
+    /// CPU time per step outside the kernels (scheduler, input preparation, sampler).
+    #[serde(default = "d_step_overhead")]
+    pub step_overhead_us: f64,
+    #[serde(default = "d_per_seq")]
+    pub per_seq_us: f64,
+    #[serde(default = "d_ingress")]
+    pub request_ingress_us: f64,
+    #[serde(default = "d_output_token")]
+    pub output_token_us: f64,
+}
+
+// The prior's defaults. The efficiencies are round numbers typical of
+// published MFU/MBU figures for dense decoder models, not fits. The non-GPU
+// terms take their order of magnitude from BLIS's published fit on vLLM
+// 0.15 (`docs/guide/latency-models.md`: β7≈126 µs/step plus β5≈32 µs/layer,
+// β6≈4 µs/request, α2≈46 µs/output token), rounded.
+fn d_prefill_mfu() -> f64 {
+    0.6
+}
+fn d_decode_mfu() -> f64 {
+    0.5
+}
+fn d_attention_mfu() -> f64 {
+    0.4
+}
+fn d_weight_bw() -> f64 {
+    0.8
+}
+fn d_kv_bw() -> f64 {
+    0.6
+}
+fn d_step_overhead() -> f64 {
+    1000.0
+}
+fn d_per_seq() -> f64 {
+    4.0
+}
+fn d_ingress() -> f64 {
+    2000.0
+}
+fn d_output_token() -> f64 {
+    40.0
+}
+
+impl Default for PriorEfficiencies {
+    fn default() -> Self {
+        PriorEfficiencies {
+            prefill_mfu: d_prefill_mfu(),
+            decode_mfu: d_decode_mfu(),
+            attention_mfu: d_attention_mfu(),
+            weight_bandwidth_eff: d_weight_bw(),
+            kv_bandwidth_eff: d_kv_bw(),
+            step_overhead_us: d_step_overhead(),
+            per_seq_us: d_per_seq(),
+            request_ingress_us: d_ingress(),
+            output_token_us: d_output_token(),
+        }
+    }
+}
+
+/// Where a resolved coefficient came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CoefficientSource {
+    Prior,
+    Profile,
+    Scenario,
+}
+
+/// The resolved cost model: every coefficient has a value (µs).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CostModel {
+    pub step_us: f64,
+    pub per_seq_us: f64,
+    pub prefill_token_us: f64,
+    pub decode_token_us: f64,
+    pub prefill_attention_us: f64,
+    pub decode_kv_us: f64,
+    pub request_ingress_us: f64,
+    pub output_token_us: f64,
+    /// For each of [`COEFFICIENT_NAMES`], where its value came from.
+    pub sources: [CoefficientSource; 8],
+}
+
+/// The shape of one engine step, as the cost model sees it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StepShape {
+    pub num_seqs: u32,
+    pub prefill_tokens: u64,
+    pub decode_tokens: u64,
+    /// Σ over prefill tokens of the context each attends to (itself included).
+    pub prefill_attention_pairs: u64,
+    /// Σ over decode tokens of the context each reads.
+    pub decode_context_tokens: u64,
+}
+
+impl StepShape {
+    /// Adds a prefill chunk of `n` tokens whose first token sits after
+    /// `context` already computed tokens.
+    pub fn add_prefill(&mut self, context: u64, n: u64) {
+        self.num_seqs += 1;
+        self.prefill_tokens += n;
+        // Σ_{i=1..n} (context + i)
+        self.prefill_attention_pairs += n * context + n * (n + 1) / 2;
+    }
+
+    /// Adds one decode token reading `context` tokens (itself included).
+    pub fn add_decode(&mut self, context: u64) {
+        self.num_seqs += 1;
+        self.decode_tokens += 1;
+        self.decode_context_tokens += context;
+    }
+
+    pub fn total_tokens(&self) -> u64 {
+        self.prefill_tokens + self.decode_tokens
+    }
+}
+
+impl CostModel {
+    /// The roofline prior for `model` on `gpu`.
+    pub fn roofline(model: &ModelCard, gpu: &GpuCard, eff: &PriorEfficiencies) -> CostModel {
+        let dtype_bytes = f64::from(model.dtype_bytes().unwrap_or(2));
+        let flops = gpu.dense_bf16_flops;
+        let bw = gpu.memory_bandwidth_bytes_per_s;
+        let params = model.num_parameters as f64;
+        let us = 1e6;
+        // Streaming every weight once per step.
+        let weights_us = params * dtype_bytes / (bw * eff.weight_bandwidth_eff) * us;
+        // 2 FLOPs per parameter per token in the linear layers.
+        let prefill_token_us = 2.0 * params / (flops * eff.prefill_mfu) * us;
+        let decode_token_us = 2.0 * params / (flops * eff.decode_mfu) * us;
+        // QKᵀ and PV: 2 matmuls × 2 FLOPs per (query, key) pair per head dim, per head, per layer.
+        let attn_flops_per_pair =
+            4.0 * f64::from(model.num_layers) * f64::from(model.num_attention_heads) * f64::from(model.head_dim);
+        let prefill_attention_us = attn_flops_per_pair / (flops * eff.attention_mfu) * us;
+        let kv_bytes = model.kv_bytes_per_token(dtype_bytes as u32) as f64;
+        let decode_kv_us = kv_bytes / (bw * eff.kv_bandwidth_eff) * us;
+        CostModel {
+            step_us: weights_us + eff.step_overhead_us,
+            per_seq_us: eff.per_seq_us,
+            prefill_token_us,
+            decode_token_us,
+            prefill_attention_us,
+            decode_kv_us,
+            request_ingress_us: eff.request_ingress_us,
+            output_token_us: eff.output_token_us,
+            sources: [CoefficientSource::Prior; 8],
+        }
+    }
+
+    /// Replaces the coefficients `overlay` has, marking them `source`.
+    pub fn overlay(&mut self, overlay: &CostCoefficients, source: CoefficientSource) {
+        for (i, name) in COEFFICIENT_NAMES.iter().enumerate() {
+            if let Some(v) = overlay.get(name) {
+                *self.slot(name) = v;
+                self.sources[i] = source;
+            }
+        }
+    }
+
+    fn slot(&mut self, name: &str) -> &mut f64 {
+        match name {
+            "step_us" => &mut self.step_us,
+            "per_seq_us" => &mut self.per_seq_us,
+            "prefill_token_us" => &mut self.prefill_token_us,
+            "decode_token_us" => &mut self.decode_token_us,
+            "prefill_attention_us" => &mut self.prefill_attention_us,
+            "decode_kv_us" => &mut self.decode_kv_us,
+            "request_ingress_us" => &mut self.request_ingress_us,
+            "output_token_us" => &mut self.output_token_us,
+            _ => unreachable!("unknown coefficient {name}"),
+        }
+    }
+
+    /// All coefficients as an overlay (every one set).
+    pub fn coefficients(&self) -> CostCoefficients {
+        CostCoefficients {
+            step_us: Some(self.step_us),
+            per_seq_us: Some(self.per_seq_us),
+            prefill_token_us: Some(self.prefill_token_us),
+            decode_token_us: Some(self.decode_token_us),
+            prefill_attention_us: Some(self.prefill_attention_us),
+            decode_kv_us: Some(self.decode_kv_us),
+            request_ingress_us: Some(self.request_ingress_us),
+            output_token_us: Some(self.output_token_us),
+        }
+    }
+
+    /// Duration of a step of this shape, in nanoseconds (at least 1).
+    pub fn step_ns(&self, s: &StepShape) -> u64 {
+        let us = self.step_us
+            + self.per_seq_us * f64::from(s.num_seqs)
+            + self.prefill_token_us * s.prefill_tokens as f64
+            + self.decode_token_us * s.decode_tokens as f64
+            + self.prefill_attention_us * s.prefill_attention_pairs as f64
+            + self.decode_kv_us * s.decode_context_tokens as f64;
+        us_to_ns(us).max(1)
+    }
+
+    pub fn ingress_ns(&self) -> u64 {
+        us_to_ns(self.request_ingress_us)
+    }
+
+    pub fn output_token_ns(&self) -> u64 {
+        us_to_ns(self.output_token_us)
+    }
+}
+
+/// Microseconds (f64) to whole nanoseconds, rounding to nearest; negative
+/// values (which validation rejects) clamp to 0.
+pub fn us_to_ns(us: f64) -> u64 {
+    let ns = (us * 1000.0).round();
+    if ns.is_finite() && ns > 0.0 {
+        ns as u64
+    } else {
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefill_attention_pairs_count_the_causal_triangle() {
+        let mut s = StepShape::default();
+        s.add_prefill(0, 4);
+        assert_eq!(s.prefill_attention_pairs, 1 + 2 + 3 + 4);
+        let mut t = StepShape::default();
+        t.add_prefill(10, 2);
+        assert_eq!(t.prefill_attention_pairs, 11 + 12);
+    }
+
+    #[test]
+    fn overlay_marks_sources() {
+        let model = ModelCard {
+            id: "m".into(),
+            hf_repo: None,
+            num_parameters: 1_000_000_000,
+            num_layers: 16,
+            hidden_size: 2048,
+            intermediate_size: None,
+            num_attention_heads: 16,
+            num_kv_heads: 4,
+            head_dim: 128,
+            vocab_size: 32000,
+            tie_word_embeddings: None,
+            dtype: "bfloat16".into(),
+            max_position_embeddings: None,
+            sources: vec![],
+            notes: None,
+        };
+        let gpu = GpuCard {
+            id: "g".into(),
+            name: None,
+            memory_bytes: 80 << 30,
+            memory_bandwidth_bytes_per_s: 2e12,
+            dense_bf16_flops: 300e12,
+            sources: vec![],
+            notes: None,
+        };
+        let mut c = CostModel::roofline(&model, &gpu, &PriorEfficiencies::default());
+        // 2 GB of weights at 1.6 TB/s effective = 1250 µs, plus 1000 µs overhead.
+        assert!((c.step_us - 2250.0).abs() < 1e-6, "{}", c.step_us);
+        c.overlay(&CostCoefficients { decode_kv_us: Some(0.5), ..Default::default() }, CoefficientSource::Profile);
+        assert_eq!(c.decode_kv_us, 0.5);
+        assert_eq!(c.sources[5], CoefficientSource::Profile);
+        assert_eq!(c.sources[0], CoefficientSource::Prior);
+    }
+}

@@ -1,0 +1,156 @@
+//! The engines: each one's scheduling policy and KV cache in its own module,
+//! named as the engine names things, behind one small interface the
+//! simulation loop drives.
+//!
+//! **Architecture invariant:** an engine owns no clock. The loop asks it to
+//! [`Engine::schedule`] a step, times the step with the cost model, and calls
+//! [`Engine::finish_step`] when the step's time has passed. The same engine
+//! code therefore runs under simulated time and, in `servesim serve`, under
+//! the wall clock.
+
+pub mod vllm;
+
+use std::fmt;
+
+use crate::cost::StepShape;
+use crate::request::RequestSpec;
+
+/// A request's index in the run (dense, in the order the client creates them).
+pub type ReqId = u32;
+
+/// An engine release, `major.minor.patch`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Version {
+    pub major: u32,
+    pub minor: u32,
+    pub patch: u32,
+}
+
+impl Version {
+    pub const fn new(major: u32, minor: u32, patch: u32) -> Version {
+        Version { major, minor, patch }
+    }
+
+    /// Parses `0.28.0`, `0.28`, `v0.5.23` or `0.4.10.post2` (suffixes ignored).
+    pub fn parse(s: &str) -> Option<Version> {
+        let s = s.trim().trim_start_matches('v');
+        let mut parts = s.split('.');
+        let num = |p: Option<&str>| -> Option<u32> {
+            let p = p?;
+            let digits: String = p.chars().take_while(|c| c.is_ascii_digit()).collect();
+            digits.parse().ok()
+        };
+        let major = num(parts.next())?;
+        let minor = num(parts.next())?;
+        let patch = match parts.next() {
+            Some(p) => num(Some(p))?,
+            None => 0,
+        };
+        Some(Version { major, minor, patch })
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
+/// One request's share of a step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Scheduled {
+    pub id: ReqId,
+    pub num_tokens: u32,
+    /// True for prompt (or recompute) tokens, false for a decode token.
+    pub prefill: bool,
+}
+
+/// What one step runs: the engine's `SchedulerOutput`.
+#[derive(Clone, Debug, Default)]
+pub struct StepPlan {
+    pub scheduled: Vec<Scheduled>,
+    pub shape: StepShape,
+    /// Requests preempted (vLLM) or retracted (SGLang) while planning it.
+    pub num_preempted: u32,
+}
+
+impl StepPlan {
+    pub fn is_empty(&self) -> bool {
+        self.scheduled.is_empty()
+    }
+
+    pub fn clear(&mut self) {
+        self.scheduled.clear();
+        self.shape = StepShape::default();
+        self.num_preempted = 0;
+    }
+}
+
+/// A token produced by a step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TokenOutput {
+    pub id: ReqId,
+    /// This was the request's last token; the engine has freed it.
+    pub finished: bool,
+}
+
+/// The engine's counters, as its `/metrics` would show them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EngineCounters {
+    /// vLLM `vllm:num_preemptions_total`; SGLang retractions.
+    pub num_preemptions: u64,
+    /// Prompt tokens looked up in the prefix cache (vLLM `prefix_cache_queries`).
+    pub prefix_cache_queries: u64,
+    /// Of which found cached (`prefix_cache_hits`).
+    pub prefix_cache_hits: u64,
+    /// Steps run.
+    pub num_steps: u64,
+}
+
+impl std::ops::Sub for EngineCounters {
+    type Output = EngineCounters;
+    fn sub(self, o: EngineCounters) -> EngineCounters {
+        EngineCounters {
+            num_preemptions: self.num_preemptions - o.num_preemptions,
+            prefix_cache_queries: self.prefix_cache_queries - o.prefix_cache_queries,
+            prefix_cache_hits: self.prefix_cache_hits - o.prefix_cache_hits,
+            num_steps: self.num_steps - o.num_steps,
+        }
+    }
+}
+
+/// The interface the simulation loop drives.
+pub trait Engine {
+    /// A request reaches the scheduler's waiting queue.
+    fn add_request(&mut self, id: ReqId, spec: &RequestSpec);
+    /// Plans the next step. An empty plan means nothing can run now.
+    fn schedule(&mut self) -> &StepPlan;
+    /// The planned step has run: appends the tokens it produced to `out`.
+    fn finish_step(&mut self, out: &mut Vec<TokenOutput>);
+    /// Requests added and not yet finished.
+    fn num_unfinished(&self) -> usize;
+    fn num_running(&self) -> usize;
+    fn num_waiting(&self) -> usize;
+    /// KV pool usage, 0–1, as the engine's own gauge defines it.
+    fn kv_usage(&self) -> f64;
+    /// Usable KV capacity in tokens.
+    fn kv_capacity_tokens(&self) -> u64;
+    fn counters(&self) -> EngineCounters;
+    /// Checks every structural invariant; used after each step in tests.
+    fn check_invariants(&self) -> Result<(), String>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Version;
+
+    #[test]
+    fn versions_parse_and_order() {
+        assert_eq!(Version::parse("0.28.0"), Some(Version::new(0, 28, 0)));
+        assert_eq!(Version::parse("v0.5.23"), Some(Version::new(0, 5, 23)));
+        assert_eq!(Version::parse("0.4.10.post2"), Some(Version::new(0, 4, 10)));
+        assert_eq!(Version::parse("0.11"), Some(Version::new(0, 11, 0)));
+        assert_eq!(Version::parse("x"), None);
+        assert!(Version::new(0, 20, 0) > Version::new(0, 17, 1));
+    }
+}

@@ -1,0 +1,258 @@
+//! vLLM V1's KV block pool (`v1/core/block_pool.py`, `kv_cache_utils.py`).
+//!
+//! * Block 0 is the `null_block`: `num_gpu_blocks - 1` blocks are usable.
+//! * Free blocks sit in a doubly linked free queue
+//!   (`FreeKVCacheBlockQueue`). Allocation pops from the front; freeing
+//!   appends at the back. A *cached* block (one with a hash) whose ref count
+//!   drops to 0 stays in the queue and counts as free: it is evicted lazily,
+//!   when allocation pops it (`_maybe_evict_cached_block`). The front of the
+//!   queue is therefore the least recently freed block: LRU eviction.
+//! * A prefix hit on a block with ref 0 `touch`es it: removed from the free
+//!   queue, ref count 1.
+//! * `cached_block_hash_to_block` maps a full block's hash to the blocks
+//!   holding it. Two requests that miss on the same content at the same time
+//!   both compute it, so a hash may map to several blocks; a lookup takes the
+//!   first. The map is only ever looked up, never iterated, so its order
+//!   cannot leak into decisions.
+
+use std::collections::HashMap;
+
+const NIL: u32 = u32::MAX;
+
+#[derive(Clone, Debug)]
+struct Block {
+    ref_cnt: u32,
+    /// Hash of the full block this block holds, once registered.
+    hash: Option<u64>,
+    prev: u32,
+    next: u32,
+    in_free_queue: bool,
+}
+
+/// The pool of KV blocks.
+#[derive(Clone, Debug)]
+pub struct BlockPool {
+    blocks: Vec<Block>,
+    head: u32,
+    tail: u32,
+    num_free: u32,
+    cached: HashMap<u64, Vec<u32>>,
+    enable_caching: bool,
+}
+
+impl BlockPool {
+    /// A pool of `num_gpu_blocks` blocks, block 0 reserved as the null block.
+    pub fn new(num_gpu_blocks: u32, enable_caching: bool) -> BlockPool {
+        assert!(num_gpu_blocks >= 2, "a pool needs the null block and at least one usable block");
+        let n = num_gpu_blocks as usize;
+        let mut blocks = Vec::with_capacity(n);
+        blocks.resize(n, Block { ref_cnt: 0, hash: None, prev: NIL, next: NIL, in_free_queue: false });
+        let mut pool = BlockPool { blocks, head: NIL, tail: NIL, num_free: 0, cached: HashMap::new(), enable_caching };
+        // The null block is popped at construction and never freed.
+        pool.blocks[0].ref_cnt = 1;
+        for id in 1..num_gpu_blocks {
+            pool.push_back(id);
+        }
+        pool
+    }
+
+    /// Usable blocks (`num_gpu_blocks - 1`).
+    pub fn num_usable(&self) -> u32 {
+        self.blocks.len() as u32 - 1
+    }
+
+    /// Blocks in the free queue, cached ones included.
+    pub fn num_free(&self) -> u32 {
+        self.num_free
+    }
+
+    /// `BlockPool.get_usage()`: `1 - free / (num_gpu_blocks - 1)`.
+    pub fn usage(&self) -> f64 {
+        1.0 - f64::from(self.num_free) / f64::from(self.num_usable())
+    }
+
+    pub fn ref_cnt(&self, id: u32) -> u32 {
+        self.blocks[id as usize].ref_cnt
+    }
+
+    /// `get_cached_block`: the first block holding `hash`, if any.
+    pub fn get_cached_block(&self, hash: u64) -> Option<u32> {
+        if !self.enable_caching {
+            return None;
+        }
+        self.cached.get(&hash).and_then(|v| v.first().copied())
+    }
+
+    /// `touch`: takes a reference on hit blocks, pulling those with ref 0 out
+    /// of the free queue.
+    pub fn touch(&mut self, ids: &[u32]) {
+        for &id in ids {
+            if self.blocks[id as usize].ref_cnt == 0 {
+                self.unlink(id);
+            }
+            self.blocks[id as usize].ref_cnt += 1;
+        }
+    }
+
+    /// `get_new_blocks`: pops `n` blocks from the front of the free queue,
+    /// evicting their cached hashes. The caller has checked `n <= num_free`.
+    pub fn get_new_blocks(&mut self, n: u32, out: &mut Vec<u32>) {
+        assert!(n <= self.num_free, "allocation of {n} blocks with {} free", self.num_free);
+        for _ in 0..n {
+            let id = self.head;
+            self.unlink(id);
+            self.maybe_evict_cached_block(id);
+            self.blocks[id as usize].ref_cnt = 1;
+            out.push(id);
+        }
+    }
+
+    /// `cache_full_blocks`: registers `hash` as held by block `id`.
+    pub fn cache_block(&mut self, id: u32, hash: u64) {
+        if !self.enable_caching {
+            return;
+        }
+        let b = &mut self.blocks[id as usize];
+        if b.hash.is_some() {
+            return;
+        }
+        b.hash = Some(hash);
+        self.cached.entry(hash).or_default().push(id);
+    }
+
+    /// `free_blocks`: drops one reference on each block, in the order given
+    /// (the caller passes a request's blocks tail first); blocks reaching 0
+    /// are appended to the back of the free queue.
+    pub fn free_blocks(&mut self, ids: impl Iterator<Item = u32>) {
+        for id in ids {
+            let b = &mut self.blocks[id as usize];
+            assert!(b.ref_cnt > 0, "block {id} freed with ref 0");
+            b.ref_cnt -= 1;
+            if b.ref_cnt == 0 {
+                // A full block keeps its hash: it stays a prefix-cache hit
+                // until allocation evicts it.
+                self.push_back(id);
+            }
+        }
+    }
+
+    fn maybe_evict_cached_block(&mut self, id: u32) {
+        if let Some(h) = self.blocks[id as usize].hash.take() {
+            if let Some(v) = self.cached.get_mut(&h) {
+                v.retain(|&b| b != id);
+                if v.is_empty() {
+                    self.cached.remove(&h);
+                }
+            }
+        }
+    }
+
+    fn push_back(&mut self, id: u32) {
+        let b = &mut self.blocks[id as usize];
+        debug_assert!(!b.in_free_queue);
+        b.in_free_queue = true;
+        b.prev = self.tail;
+        b.next = NIL;
+        if self.tail == NIL {
+            self.head = id;
+        } else {
+            self.blocks[self.tail as usize].next = id;
+        }
+        self.tail = id;
+        self.num_free += 1;
+    }
+
+    fn unlink(&mut self, id: u32) {
+        let (prev, next) = {
+            let b = &mut self.blocks[id as usize];
+            assert!(b.in_free_queue, "block {id} is not in the free queue");
+            b.in_free_queue = false;
+            (b.prev, b.next)
+        };
+        if prev == NIL {
+            self.head = next;
+        } else {
+            self.blocks[prev as usize].next = next;
+        }
+        if next == NIL {
+            self.tail = prev;
+        } else {
+            self.blocks[next as usize].prev = prev;
+        }
+        self.num_free -= 1;
+    }
+
+    /// The free queue front to back (for tests and invariant checks).
+    pub fn free_queue(&self) -> Vec<u32> {
+        let mut v = Vec::with_capacity(self.num_free as usize);
+        let mut id = self.head;
+        while id != NIL {
+            v.push(id);
+            id = self.blocks[id as usize].next;
+        }
+        v
+    }
+
+    /// Checks the pool's own invariants: the free queue holds exactly the
+    /// usable blocks with ref 0, links are consistent, and every cached hash
+    /// points at blocks that hold it.
+    pub fn check(&self) -> Result<(), String> {
+        let q = self.free_queue();
+        if q.len() as u32 != self.num_free {
+            return Err(format!("free queue has {} blocks, counter says {}", q.len(), self.num_free));
+        }
+        for (id, b) in self.blocks.iter().enumerate().skip(1) {
+            if (b.ref_cnt == 0) != b.in_free_queue {
+                return Err(format!("block {id}: ref {} but in_free_queue={}", b.ref_cnt, b.in_free_queue));
+            }
+        }
+        if self.blocks[0].in_free_queue {
+            return Err("the null block is in the free queue".into());
+        }
+        for (h, ids) in &self.cached {
+            for &id in ids {
+                if self.blocks[id as usize].hash != Some(*h) {
+                    return Err(format!("hash map points at block {id} which does not hold that hash"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn null_block_is_reserved_and_usage_counts_usable_blocks() {
+        let p = BlockPool::new(11, true);
+        assert_eq!(p.num_usable(), 10);
+        assert_eq!(p.num_free(), 10);
+        assert_eq!(p.usage(), 0.0);
+        assert!(!p.free_queue().contains(&0));
+    }
+
+    #[test]
+    fn freed_blocks_go_to_the_back_tail_first_and_are_evicted_lru() {
+        let mut p = BlockPool::new(5, true); // usable 1..=4
+        let mut a = vec![];
+        p.get_new_blocks(2, &mut a); // 1, 2
+        assert_eq!(a, vec![1, 2]);
+        p.cache_block(1, 100);
+        p.cache_block(2, 200);
+        p.free_blocks(a.iter().rev().copied());
+        // queue: 3, 4, 2, 1 (request's tail block first)
+        assert_eq!(p.free_queue(), vec![3, 4, 2, 1]);
+        assert_eq!(p.get_cached_block(100), Some(1));
+        let mut b = vec![];
+        p.get_new_blocks(3, &mut b); // 3, 4, then 2 evicted
+        assert_eq!(b, vec![3, 4, 2]);
+        assert_eq!(p.get_cached_block(200), None);
+        assert_eq!(p.get_cached_block(100), Some(1));
+        p.touch(&[1]);
+        assert_eq!(p.num_free(), 0);
+        assert_eq!(p.ref_cnt(1), 1);
+        p.check().unwrap();
+    }
+}

@@ -1,0 +1,125 @@
+//! vLLM's `KVCacheManager` for one full-attention group
+//! (`v1/core/kv_cache_manager.py`, `single_type_kv_cache_manager.py`):
+//! prefix lookup, slot allocation with the admission gate, and freeing.
+
+use super::block_pool::BlockPool;
+use crate::request::{extend_block_hashes, RequestSpec};
+
+/// A request's KV state: the blocks it holds, in token order.
+#[derive(Clone, Debug, Default)]
+pub struct RequestKv {
+    pub blocks: Vec<u32>,
+    /// How many of `blocks` have been registered in the prefix cache.
+    pub num_cached_blocks: u32,
+    /// Hashes of the request's full blocks known so far (prompt and output).
+    pub block_hashes: Vec<u64>,
+}
+
+/// The KV cache manager.
+#[derive(Clone, Debug)]
+pub struct KvCacheManager {
+    pub pool: BlockPool,
+    pub block_size: u32,
+    pub enable_caching: bool,
+}
+
+/// A prefix-cache hit: blocks and the tokens they cover.
+#[derive(Clone, Debug, Default)]
+pub struct ComputedBlocks {
+    pub blocks: Vec<u32>,
+    pub num_tokens: u32,
+}
+
+#[inline]
+pub fn cdiv(a: u32, b: u32) -> u32 {
+    a.div_ceil(b)
+}
+
+impl KvCacheManager {
+    pub fn new(num_gpu_blocks: u32, block_size: u32, enable_caching: bool) -> KvCacheManager {
+        KvCacheManager { pool: BlockPool::new(num_gpu_blocks, enable_caching), block_size, enable_caching }
+    }
+
+    /// `get_computed_blocks` → `find_longest_cache_hit`: the longest chain of
+    /// cached full blocks, at most `num_tokens - 1` tokens (one token is always
+    /// recomputed to get logits).
+    pub fn get_computed_blocks(
+        &self,
+        spec: &RequestSpec,
+        num_tokens: u32,
+        kv: &mut RequestKv,
+        out: &mut ComputedBlocks,
+    ) {
+        out.blocks.clear();
+        out.num_tokens = 0;
+        if !self.enable_caching || num_tokens == 0 {
+            return;
+        }
+        extend_block_hashes(spec, self.block_size, num_tokens, &mut kv.block_hashes);
+        let max_blocks = ((num_tokens - 1) / self.block_size) as usize;
+        for &h in kv.block_hashes.iter().take(max_blocks) {
+            match self.pool.get_cached_block(h) {
+                Some(b) => out.blocks.push(b),
+                None => break,
+            }
+        }
+        out.num_tokens = out.blocks.len() as u32 * self.block_size;
+    }
+
+    /// `allocate_slots`: reserves blocks for `num_new_tokens` more tokens
+    /// after `num_computed` computed ones and the `hit` prefix. With
+    /// `full_sequence_must_fit` (vLLM ≥ 0.20 for waiting requests), the free
+    /// pool must also hold the request's whole current sequence. Returns false
+    /// (vLLM: `None`) if the pool cannot.
+    #[allow(clippy::too_many_arguments)]
+    pub fn allocate_slots(
+        &mut self,
+        spec: &RequestSpec,
+        num_tokens: u32,
+        num_computed: u32,
+        kv: &mut RequestKv,
+        num_new_tokens: u32,
+        hit: &ComputedBlocks,
+        full_sequence_must_fit: bool,
+    ) -> bool {
+        let bs = self.block_size;
+        let held = kv.blocks.len() as u32;
+        let hit_blocks = hit.blocks.len() as u32;
+        let total = num_computed + hit.num_tokens + num_new_tokens;
+        let num_required = cdiv(total, bs);
+        let num_new_blocks = num_required.saturating_sub(held + hit_blocks);
+        let num_evictable_hits = hit.blocks.iter().filter(|&&b| self.pool.ref_cnt(b) == 0).count() as u32;
+        let mut need = num_new_blocks + num_evictable_hits;
+        if full_sequence_must_fit {
+            let full = cdiv(num_tokens, bs).saturating_sub(held + hit_blocks) + num_evictable_hits;
+            need = need.max(full);
+        }
+        if need > self.pool.num_free() {
+            return false;
+        }
+        self.pool.touch(&hit.blocks);
+        kv.blocks.extend_from_slice(&hit.blocks);
+        self.pool.get_new_blocks(num_new_blocks, &mut kv.blocks);
+        // `cache_blocks`: register the full blocks among the tokens now
+        // scheduled (hashes are registered at scheduling time, not when the
+        // step has run: a later request in the same step can hit them).
+        if self.enable_caching {
+            let num_full = (total.min(num_tokens) / bs) as usize;
+            extend_block_hashes(spec, bs, num_tokens, &mut kv.block_hashes);
+            let num_full = num_full.min(kv.block_hashes.len()).min(kv.blocks.len());
+            for k in kv.num_cached_blocks as usize..num_full {
+                self.pool.cache_block(kv.blocks[k], kv.block_hashes[k]);
+            }
+            kv.num_cached_blocks = kv.num_cached_blocks.max(num_full as u32);
+        }
+        true
+    }
+
+    /// `free`: drops the request's blocks, tail block first, so that its
+    /// prefix blocks are evicted last.
+    pub fn free(&mut self, kv: &mut RequestKv) {
+        self.pool.free_blocks(kv.blocks.iter().rev().copied());
+        kv.blocks.clear();
+        kv.num_cached_blocks = 0;
+    }
+}

@@ -1,0 +1,537 @@
+//! vLLM V1's `Scheduler` (`v1/core/sched/scheduler.py`).
+//!
+//! One step, as `Scheduler.schedule()` builds it:
+//!
+//! 1. **RUNNING**, in admission order, while budget is left: each request asks
+//!    for what it has not computed (1 token for a decode, the rest of its
+//!    prompt for a chunked prefill), capped by `long_prefill_token_threshold`
+//!    and the budget. If `allocate_slots` fails, the scheduler **preempts**
+//!    (the last running request under FCFS; the lowest priority, latest
+//!    arrival under `priority`) until it succeeds or preempts the asking
+//!    request itself.
+//! 2. **WAITING**, only if nothing was preempted in this step: the head of the
+//!    queue gets a prefix-cache lookup, its first chunk is cut at the
+//!    remaining budget, and it is admitted if `allocate_slots` succeeds (from
+//!    0.20 with the whole prompt required to fit). The first failure stops
+//!    admission (head-of-line blocking), as do `max_num_seqs` and an empty
+//!    budget.
+//! 3. `num_computed_tokens` advances at once. When the step has run, every
+//!    request whose computed tokens reach its token count samples one token;
+//!    partial prefill chunks sample nothing.
+//!
+//! Preemption frees all the victim's blocks tail first, resets its progress,
+//! and puts it at the front of the waiting queue; on resume it recomputes
+//! prompt and output, reusing whatever of its blocks is still cached.
+//!
+//! Not modelled: async scheduling's output placeholders, speculative
+//! decoding, the 0.25+ watermark (default 0), 0.33's adaptive threshold and
+//! prefill interval (off by default), encoder budgets, LoRA.
+
+use std::collections::{BTreeSet, VecDeque};
+
+use super::kv_cache_manager::{ComputedBlocks, KvCacheManager, RequestKv};
+use crate::cost::StepShape;
+use crate::engine::{Engine, EngineCounters, ReqId, Scheduled, StepPlan, TokenOutput, Version};
+use crate::request::RequestSpec;
+
+/// `--scheduling-policy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Policy {
+    Fcfs,
+    Priority,
+}
+
+/// The resolved vLLM engine configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VllmConfig {
+    pub version: Version,
+    pub max_num_seqs: u32,
+    pub max_num_batched_tokens: u32,
+    /// 0 = off.
+    pub long_prefill_token_threshold: u32,
+    pub block_size: u32,
+    pub enable_prefix_caching: bool,
+    /// `num_gpu_blocks`, the null block included.
+    pub num_gpu_blocks: u32,
+    pub max_model_len: u32,
+    pub policy: Policy,
+}
+
+impl VllmConfig {
+    /// ≥ 0.20: a waiting request is admitted only if its whole prompt fits.
+    pub fn full_prompt_gate(&self) -> bool {
+        self.version >= Version::new(0, 20, 0)
+    }
+
+    /// Usable KV capacity in tokens.
+    pub fn kv_capacity_tokens(&self) -> u64 {
+        u64::from(self.num_gpu_blocks - 1) * u64::from(self.block_size)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Status {
+    Waiting,
+    Running,
+    Preempted,
+    Finished,
+}
+
+#[derive(Clone, Debug)]
+struct Request {
+    spec: RequestSpec,
+    /// Order of arrival at the engine (the priority queue's tie-break).
+    arrival_seq: u64,
+    num_computed_tokens: u32,
+    num_output_tokens: u32,
+    status: Status,
+    kv: RequestKv,
+    num_preemptions: u32,
+}
+
+impl Request {
+    fn num_tokens(&self) -> u32 {
+        self.spec.prompt_len + self.num_output_tokens
+    }
+}
+
+/// `RequestQueue`: a FCFS deque, or a heap ordered by (priority, arrival).
+#[derive(Clone, Debug)]
+enum WaitingQueue {
+    Fcfs(VecDeque<ReqId>),
+    Priority(BTreeSet<(i32, u64, ReqId)>),
+}
+
+/// The vLLM V1 scheduler and its KV cache.
+#[derive(Clone, Debug)]
+pub struct Scheduler {
+    config: VllmConfig,
+    kv: KvCacheManager,
+    requests: Vec<Option<Request>>,
+    running: Vec<ReqId>,
+    waiting: WaitingQueue,
+    next_arrival_seq: u64,
+    num_unfinished: usize,
+    plan: StepPlan,
+    counters: EngineCounters,
+    hit: ComputedBlocks,
+}
+
+impl Scheduler {
+    pub fn new(config: VllmConfig) -> Scheduler {
+        let kv = KvCacheManager::new(config.num_gpu_blocks, config.block_size, config.enable_prefix_caching);
+        let waiting = match config.policy {
+            Policy::Fcfs => WaitingQueue::Fcfs(VecDeque::new()),
+            Policy::Priority => WaitingQueue::Priority(BTreeSet::new()),
+        };
+        Scheduler {
+            config,
+            kv,
+            requests: Vec::new(),
+            running: Vec::new(),
+            waiting,
+            next_arrival_seq: 0,
+            num_unfinished: 0,
+            plan: StepPlan::default(),
+            counters: EngineCounters::default(),
+            hit: ComputedBlocks::default(),
+        }
+    }
+
+    pub fn config(&self) -> &VllmConfig {
+        &self.config
+    }
+
+    fn req(&self, id: ReqId) -> &Request {
+        self.requests[id as usize].as_ref().expect("live request")
+    }
+
+    fn req_mut(&mut self, id: ReqId) -> &mut Request {
+        self.requests[id as usize].as_mut().expect("live request")
+    }
+
+    fn waiting_len(&self) -> usize {
+        match &self.waiting {
+            WaitingQueue::Fcfs(q) => q.len(),
+            WaitingQueue::Priority(q) => q.len(),
+        }
+    }
+
+    fn waiting_peek(&self) -> Option<ReqId> {
+        match &self.waiting {
+            WaitingQueue::Fcfs(q) => q.front().copied(),
+            WaitingQueue::Priority(q) => q.first().map(|&(_, _, id)| id),
+        }
+    }
+
+    fn waiting_pop(&mut self) {
+        match &mut self.waiting {
+            WaitingQueue::Fcfs(q) => {
+                q.pop_front();
+            }
+            WaitingQueue::Priority(q) => {
+                q.pop_first();
+            }
+        }
+    }
+
+    /// `prepend_request` (FCFS: the front) / heap push (priority).
+    fn waiting_prepend(&mut self, id: ReqId) {
+        let (prio, seq) = {
+            let r = self.req(id);
+            (r.spec.priority, r.arrival_seq)
+        };
+        match &mut self.waiting {
+            WaitingQueue::Fcfs(q) => q.push_front(id),
+            WaitingQueue::Priority(q) => {
+                q.insert((prio, seq, id));
+            }
+        }
+    }
+
+    /// `_preempt_request`.
+    fn preempt(&mut self, id: ReqId) {
+        let Scheduler { kv, requests, .. } = self;
+        let r = requests[id as usize].as_mut().expect("live request");
+        kv.free(&mut r.kv);
+        r.status = Status::Preempted;
+        r.num_computed_tokens = 0;
+        r.num_preemptions += 1;
+        self.counters.num_preemptions += 1;
+        self.waiting_prepend(id);
+    }
+
+    /// Picks and removes the preemption victim from `running`; returns it and
+    /// its former index.
+    fn pop_victim(&mut self) -> (ReqId, usize) {
+        match self.config.policy {
+            Policy::Fcfs => {
+                let idx = self.running.len() - 1;
+                (self.running.pop().expect("running is not empty"), idx)
+            }
+            Policy::Priority => {
+                // max(running, key=(priority, arrival_time))
+                let mut best = 0;
+                for i in 1..self.running.len() {
+                    let (a, b) = (self.req(self.running[i]), self.req(self.running[best]));
+                    if (a.spec.priority, a.arrival_seq) > (b.spec.priority, b.arrival_seq) {
+                        best = i;
+                    }
+                }
+                (self.running.remove(best), best)
+            }
+        }
+    }
+
+    fn threshold_cap(&self, n: u32) -> u32 {
+        let t = self.config.long_prefill_token_threshold;
+        // 0.33 ignores the threshold when only one request is running or waiting.
+        let alone = self.config.version >= Version::new(0, 33, 0) && self.running.len() + self.waiting_len() == 1;
+        if t > 0 && n > t && !alone {
+            t
+        } else {
+            n
+        }
+    }
+
+    fn record_prefix_lookup(&mut self, num_tokens: u32, hit_tokens: u32, preempted: bool) {
+        // 0.11 counts every lookup, resumed preempted requests included;
+        // 0.12+ excludes the preempted ones.
+        if preempted && self.config.version >= Version::new(0, 12, 0) {
+            return;
+        }
+        self.counters.prefix_cache_queries += u64::from(num_tokens);
+        self.counters.prefix_cache_hits += u64::from(hit_tokens);
+    }
+
+    fn do_schedule(&mut self) {
+        self.plan.clear();
+        let mut budget = self.config.max_num_batched_tokens;
+        let mut preempted_any = false;
+        // (request, tokens) scheduled this step, in order.
+        let mut scheduled: Vec<(ReqId, u32)> = Vec::with_capacity(self.running.len() + 4);
+
+        // ---- Phase A: RUNNING ----
+        let mut i = 0;
+        while i < self.running.len() && budget > 0 {
+            let id = self.running[i];
+            let (num_tokens, computed) = {
+                let r = self.req(id);
+                (r.num_tokens(), r.num_computed_tokens)
+            };
+            let mut n = self.threshold_cap(num_tokens - computed);
+            n = n.min(budget);
+            if n == 0 {
+                i += 1;
+                continue;
+            }
+            let mut can_schedule = true;
+            loop {
+                let ok = {
+                    let Scheduler { kv, requests, hit, .. } = self;
+                    hit.blocks.clear();
+                    hit.num_tokens = 0;
+                    let r = requests[id as usize].as_mut().expect("live request");
+                    kv.allocate_slots(&r.spec, num_tokens, computed, &mut r.kv, n, hit, false)
+                };
+                if ok {
+                    break;
+                }
+                let (victim, idx) = self.pop_victim();
+                if let Some(pos) = scheduled.iter().position(|&(v, _)| v == victim) {
+                    // Only under `priority` can the victim have been scheduled already.
+                    let (_, tokens) = scheduled.remove(pos);
+                    budget += tokens;
+                    let r = self.req_mut(victim);
+                    r.num_computed_tokens -= tokens;
+                }
+                if idx < i {
+                    i -= 1;
+                }
+                self.preempt(victim);
+                self.plan.num_preempted += 1;
+                preempted_any = true;
+                if victim == id {
+                    can_schedule = false;
+                    break;
+                }
+            }
+            if !can_schedule {
+                if self.config.policy == Policy::Priority && self.config.version >= Version::new(0, 33, 0) {
+                    continue;
+                }
+                break;
+            }
+            self.req_mut(id).num_computed_tokens += n;
+            scheduled.push((id, n));
+            budget -= n;
+            i += 1;
+        }
+
+        // ---- Phase B: WAITING (not in a step that preempted) ----
+        if !preempted_any {
+            let gate = self.config.full_prompt_gate();
+            let record_at_admission = self.config.version >= Version::new(0, 29, 0);
+            while budget > 0 {
+                let Some(id) = self.waiting_peek() else { break };
+                if self.running.len() >= self.config.max_num_seqs as usize {
+                    break;
+                }
+                let (num_tokens, preempted_before) = {
+                    let r = self.req(id);
+                    (r.num_tokens(), r.num_preemptions > 0)
+                };
+                {
+                    let Scheduler { kv, requests, hit, .. } = self;
+                    let r = requests[id as usize].as_mut().expect("live request");
+                    debug_assert_eq!(r.num_computed_tokens, 0);
+                    kv.get_computed_blocks(&r.spec, num_tokens, &mut r.kv, hit);
+                }
+                let hit_tokens = self.hit.num_tokens;
+                if !record_at_admission {
+                    self.record_prefix_lookup(num_tokens, hit_tokens, preempted_before);
+                }
+                let n = self.threshold_cap(num_tokens - hit_tokens).min(budget);
+                let ok = {
+                    let Scheduler { kv, requests, hit, .. } = self;
+                    let r = requests[id as usize].as_mut().expect("live request");
+                    kv.allocate_slots(&r.spec, num_tokens, 0, &mut r.kv, n, hit, gate)
+                };
+                if !ok {
+                    break;
+                }
+                if record_at_admission {
+                    self.record_prefix_lookup(num_tokens, hit_tokens, preempted_before);
+                }
+                self.waiting_pop();
+                self.running.push(id);
+                let r = self.req_mut(id);
+                r.status = Status::Running;
+                r.num_computed_tokens = hit_tokens + n;
+                scheduled.push((id, n));
+                budget -= n;
+            }
+        }
+
+        // ---- the step's shape ----
+        let mut shape = StepShape::default();
+        for &(id, n) in &scheduled {
+            let r = self.req(id);
+            let before = r.num_computed_tokens - n;
+            let decode = n == 1 && r.num_output_tokens > 0 && before + 1 == r.num_tokens();
+            if decode {
+                shape.add_decode(u64::from(r.num_tokens()));
+            } else {
+                shape.add_prefill(u64::from(before), u64::from(n));
+            }
+            self.plan.scheduled.push(Scheduled { id, num_tokens: n, prefill: !decode });
+        }
+        self.plan.shape = shape;
+        if !self.plan.is_empty() {
+            self.counters.num_steps += 1;
+        }
+    }
+
+    fn do_finish_step(&mut self, out: &mut Vec<TokenOutput>) {
+        let mut any_finished = false;
+        for k in 0..self.plan.scheduled.len() {
+            let id = self.plan.scheduled[k].id;
+            let r = self.req_mut(id);
+            if r.status != Status::Running || r.num_computed_tokens < r.num_tokens() {
+                continue; // a partial prefill chunk samples nothing
+            }
+            r.num_output_tokens += 1;
+            let finished = r.num_output_tokens >= r.spec.output_len;
+            if finished {
+                r.status = Status::Finished;
+                let Scheduler { kv, requests, .. } = self;
+                let r = requests[id as usize].as_mut().expect("live request");
+                kv.free(&mut r.kv);
+                any_finished = true;
+                self.num_unfinished -= 1;
+            }
+            out.push(TokenOutput { id, finished });
+        }
+        if any_finished {
+            let Scheduler { running, requests, .. } = self;
+            running.retain(|&id| requests[id as usize].as_ref().is_some_and(|r| r.status != Status::Finished));
+            // Finished requests leave the arena: nothing reads them again.
+            for s in &self.plan.scheduled {
+                if self.requests[s.id as usize].as_ref().is_some_and(|r| r.status == Status::Finished) {
+                    self.requests[s.id as usize] = None;
+                }
+            }
+        }
+    }
+}
+
+impl Engine for Scheduler {
+    fn add_request(&mut self, id: ReqId, spec: &RequestSpec) {
+        let idx = id as usize;
+        if self.requests.len() <= idx {
+            self.requests.resize(idx + 1, None);
+        }
+        assert!(self.requests[idx].is_none(), "request {id} added twice");
+        let seq = self.next_arrival_seq;
+        self.next_arrival_seq += 1;
+        self.requests[idx] = Some(Request {
+            spec: spec.clone(),
+            arrival_seq: seq,
+            num_computed_tokens: 0,
+            num_output_tokens: 0,
+            status: Status::Waiting,
+            kv: RequestKv::default(),
+            num_preemptions: 0,
+        });
+        self.num_unfinished += 1;
+        match &mut self.waiting {
+            WaitingQueue::Fcfs(q) => q.push_back(id),
+            WaitingQueue::Priority(q) => {
+                q.insert((spec.priority, seq, id));
+            }
+        }
+    }
+
+    fn schedule(&mut self) -> &StepPlan {
+        self.do_schedule();
+        &self.plan
+    }
+
+    fn finish_step(&mut self, out: &mut Vec<TokenOutput>) {
+        self.do_finish_step(out);
+        self.plan.clear();
+    }
+
+    fn num_unfinished(&self) -> usize {
+        self.num_unfinished
+    }
+
+    fn num_running(&self) -> usize {
+        self.running.len()
+    }
+
+    fn num_waiting(&self) -> usize {
+        self.waiting_len()
+    }
+
+    fn kv_usage(&self) -> f64 {
+        self.kv.pool.usage()
+    }
+
+    fn kv_capacity_tokens(&self) -> u64 {
+        self.config.kv_capacity_tokens()
+    }
+
+    fn counters(&self) -> EngineCounters {
+        self.counters
+    }
+
+    fn check_invariants(&self) -> Result<(), String> {
+        self.kv.pool.check()?;
+        if self.running.len() > self.config.max_num_seqs as usize {
+            return Err(format!("{} running > max_num_seqs {}", self.running.len(), self.config.max_num_seqs));
+        }
+        let tokens = self.plan.shape.total_tokens();
+        if tokens > u64::from(self.config.max_num_batched_tokens) {
+            return Err(format!("step of {tokens} tokens > max_num_batched_tokens"));
+        }
+        // Every live request is in exactly one place, and block references
+        // add up to the pool's ref counts.
+        let n = self.kv.pool.num_usable() as usize + 1;
+        let mut refs = vec![0u32; n];
+        let mut seen = vec![0u8; self.requests.len()];
+        for &id in &self.running {
+            seen[id as usize] += 1;
+            let r = self.req(id);
+            if r.status != Status::Running {
+                return Err(format!("request {id} in running with status {:?}", r.status));
+            }
+            let need = r.num_computed_tokens.div_ceil(self.config.block_size) as usize;
+            if r.kv.blocks.len() < need {
+                return Err(format!(
+                    "request {id} computed {} tokens with {} blocks",
+                    r.num_computed_tokens,
+                    r.kv.blocks.len()
+                ));
+            }
+            for &b in &r.kv.blocks {
+                refs[b as usize] += 1;
+            }
+        }
+        let waiting: Vec<ReqId> = match &self.waiting {
+            WaitingQueue::Fcfs(q) => q.iter().copied().collect(),
+            WaitingQueue::Priority(q) => q.iter().map(|&(_, _, id)| id).collect(),
+        };
+        for id in waiting {
+            seen[id as usize] += 1;
+            let r = self.req(id);
+            if !matches!(r.status, Status::Waiting | Status::Preempted) || !r.kv.blocks.is_empty() {
+                return Err(format!("waiting request {id} has status {:?} and {} blocks", r.status, r.kv.blocks.len()));
+            }
+        }
+        let mut live = 0;
+        for (id, r) in self.requests.iter().enumerate() {
+            if let Some(r) = r {
+                if r.status == Status::Finished {
+                    continue;
+                }
+                live += 1;
+                if seen[id] != 1 {
+                    return Err(format!("request {id} appears {} times in running+waiting", seen[id]));
+                }
+            } else if seen[id] != 0 {
+                return Err(format!("finished request {id} still queued"));
+            }
+        }
+        if live != self.num_unfinished {
+            return Err(format!("{live} live requests, counter says {}", self.num_unfinished));
+        }
+        for (b, &count) in refs.iter().enumerate().skip(1) {
+            if count != self.kv.pool.ref_cnt(b as u32) {
+                return Err(format!("block {b}: {count} holders, ref_cnt {}", self.kv.pool.ref_cnt(b as u32)));
+            }
+        }
+        Ok(())
+    }
+}

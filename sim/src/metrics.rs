@@ -1,0 +1,227 @@
+//! Metrics exactly as `vllm bench serve` computes them
+//! (`benchmarks/serve.py:calculate_metrics`), plus what the engine's
+//! `/metrics` would show.
+//!
+//! * TTFT: first token received − request sent (after the concurrency slot).
+//! * TPOT: `(E2EL − TTFT) / (output − 1)`, only for outputs longer than 1.
+//! * ITL: every gap between consecutive tokens of a request, all requests
+//!   concatenated (one chunk per token: `stream_interval` 1).
+//! * E2EL: last token received − request sent.
+//! * Mean, median, std (population, `np.std`) and percentiles with numpy's
+//!   default linear interpolation; an empty list gives 0 (`np.mean(x or 0)`).
+//! * Throughputs over the duration from the first dispatch of the timed phase
+//!   to its last completion.
+
+use serde_json::{Map, Value};
+
+use crate::simulation::{RequestRecord, RunResult};
+
+/// The percentiles every report carries.
+pub const PERCENTILES: [f64; 4] = [50.0, 90.0, 95.0, 99.0];
+
+/// Summary statistics of one metric, in milliseconds.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Stats {
+    pub mean: f64,
+    pub median: f64,
+    pub std: f64,
+    /// Values at [`PERCENTILES`].
+    pub percentiles: [f64; 4],
+}
+
+/// numpy's `_lerp`, including its switch for `t ≥ 0.5`, so results match to the bit.
+fn lerp(a: f64, b: f64, t: f64) -> f64 {
+    let d = b - a;
+    if t >= 0.5 {
+        b - d * (1.0 - t)
+    } else {
+        a + d * t
+    }
+}
+
+/// `np.percentile(sorted, p)` with linear interpolation.
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let pos = p / 100.0 * (sorted.len() - 1) as f64;
+    let lo = pos.floor() as usize;
+    let hi = (lo + 1).min(sorted.len() - 1);
+    lerp(sorted[lo], sorted[hi], pos - lo as f64)
+}
+
+impl Stats {
+    /// Statistics of `values` (sorted in place).
+    pub fn of(values: &mut [f64]) -> Stats {
+        if values.is_empty() {
+            return Stats::default();
+        }
+        values.sort_by(|a, b| a.total_cmp(b));
+        let n = values.len() as f64;
+        let mean = values.iter().sum::<f64>() / n;
+        let var = values.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
+        let m = values.len() / 2;
+        let median = if values.len() % 2 == 1 { values[m] } else { (values[m - 1] + values[m]) / 2.0 };
+        let mut percentiles = [0.0; 4];
+        for (i, p) in PERCENTILES.iter().enumerate() {
+            percentiles[i] = percentile(values, *p);
+        }
+        Stats { mean, median, std: var.sqrt(), percentiles }
+    }
+}
+
+fn ns_to_ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+/// Means of the TTFT breakdown, in ms. They add up to the mean TTFT.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TtftBreakdown {
+    /// Engine arrival → first scheduled.
+    pub queue_wait_ms: f64,
+    /// Steps that ran the request's prompt.
+    pub prefill_ms: f64,
+    /// First scheduled → first token, minus the prefill steps: waiting
+    /// between chunks, and for recompute after preemption.
+    pub interleave_ms: f64,
+    /// Outside the engine: ingress (HTTP, tokenisation) and streaming of the first token.
+    pub overhead_ms: f64,
+}
+
+/// The benchmark-level metrics of a run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BenchMetrics {
+    pub completed: u64,
+    pub failed: u64,
+    pub duration_s: f64,
+    pub total_input_tokens: u64,
+    pub total_output_tokens: u64,
+    pub request_throughput: f64,
+    pub output_throughput: f64,
+    pub total_token_throughput: f64,
+    pub max_output_tokens_per_s: f64,
+    pub max_concurrent_requests: u64,
+    pub ttft: Stats,
+    pub tpot: Stats,
+    pub itl: Stats,
+    pub e2el: Stats,
+    pub ttft_breakdown: TtftBreakdown,
+}
+
+/// Computes the `vllm bench serve` metrics of a run's timed requests.
+pub fn bench_metrics(run: &RunResult) -> BenchMetrics {
+    let recs: Vec<&RequestRecord> = run.records.iter().filter(|r| r.completed).collect();
+    let completed = recs.len() as u64;
+    let failed = run.records.len() as u64 - completed;
+    let duration_ns = run.bench_end_ns.saturating_sub(run.bench_start_ns);
+    let duration_s = duration_ns as f64 / 1e9;
+    let total_input_tokens: u64 = recs.iter().map(|r| u64::from(r.prompt_len)).sum();
+    let total_output_tokens: u64 = recs.iter().map(|r| r.token_times_ns.len() as u64).sum();
+    let per_s = |x: f64| if duration_s > 0.0 { x / duration_s } else { 0.0 };
+
+    let mut ttft = Vec::with_capacity(recs.len());
+    let mut tpot = Vec::with_capacity(recs.len());
+    let mut e2el = Vec::with_capacity(recs.len());
+    let mut itl = Vec::with_capacity(total_output_tokens as usize);
+    let mut bd = TtftBreakdown::default();
+    for r in &recs {
+        let first = r.token_times_ns[0];
+        let last = *r.token_times_ns.last().expect("completed requests have tokens");
+        let t = ns_to_ms(first - r.dispatch_ns);
+        let e = ns_to_ms(last - r.dispatch_ns);
+        ttft.push(t);
+        e2el.push(e);
+        let n = r.token_times_ns.len();
+        if n > 1 {
+            tpot.push((e - t) / (n - 1) as f64);
+        }
+        for w in r.token_times_ns.windows(2) {
+            itl.push(ns_to_ms(w[1] - w[0]));
+        }
+        let sched = r.first_scheduled_ns.unwrap_or(r.engine_arrival_ns);
+        let step_end = r.first_token_step_end_ns.unwrap_or(first);
+        bd.queue_wait_ms += ns_to_ms(sched - r.engine_arrival_ns);
+        bd.prefill_ms += ns_to_ms(r.prefill_compute_ns);
+        bd.interleave_ms += ns_to_ms((step_end - sched).saturating_sub(r.prefill_compute_ns));
+        bd.overhead_ms += ns_to_ms((r.engine_arrival_ns - r.dispatch_ns) + (first - step_end));
+    }
+    if completed > 0 {
+        let n = completed as f64;
+        bd.queue_wait_ms /= n;
+        bd.prefill_ms /= n;
+        bd.interleave_ms /= n;
+        bd.overhead_ms /= n;
+    }
+
+    // Peak output tokens per second and peak concurrency, over 1-second buckets.
+    let start = run.bench_start_ns;
+    let buckets = (duration_ns / 1_000_000_000 + 1) as usize;
+    let mut tokens = vec![0u64; buckets];
+    let mut conc = vec![0u64; buckets];
+    for r in &recs {
+        for &t in &r.token_times_ns {
+            let b = ((t.saturating_sub(start)) / 1_000_000_000) as usize;
+            tokens[b.min(buckets - 1)] += 1;
+        }
+        let b0 = (r.dispatch_ns.saturating_sub(start) / 1_000_000_000) as usize;
+        let b1 =
+            (r.token_times_ns.last().copied().unwrap_or(r.dispatch_ns).saturating_sub(start) / 1_000_000_000) as usize;
+        for c in conc.iter_mut().take(b1.min(buckets - 1) + 1).skip(b0.min(buckets - 1)) {
+            *c += 1;
+        }
+    }
+
+    BenchMetrics {
+        completed,
+        failed,
+        duration_s,
+        total_input_tokens,
+        total_output_tokens,
+        request_throughput: per_s(completed as f64),
+        output_throughput: per_s(total_output_tokens as f64),
+        total_token_throughput: per_s((total_input_tokens + total_output_tokens) as f64),
+        max_output_tokens_per_s: tokens.iter().copied().max().unwrap_or(0) as f64,
+        max_concurrent_requests: conc.iter().copied().max().unwrap_or(0),
+        ttft: Stats::of(&mut ttft),
+        tpot: Stats::of(&mut tpot),
+        itl: Stats::of(&mut itl),
+        e2el: Stats::of(&mut e2el),
+        ttft_breakdown: bd,
+    }
+}
+
+/// Writes `mean_{m}_ms`, `median_{m}_ms`, `std_{m}_ms`, `p{P}_{m}_ms` into `map`.
+pub fn put_stats(map: &mut Map<String, Value>, metric: &str, s: &Stats) {
+    map.insert(format!("mean_{metric}_ms"), s.mean.into());
+    map.insert(format!("median_{metric}_ms"), s.median.into());
+    map.insert(format!("std_{metric}_ms"), s.std.into());
+    for (i, p) in PERCENTILES.iter().enumerate() {
+        map.insert(format!("p{}_{metric}_ms", *p as u32), s.percentiles[i].into());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_match_numpy_linear_interpolation() {
+        // np.percentile([1, 2, 3, 4], [50, 90, 95, 99]) = [2.5, 3.7, 3.85, 3.97]
+        let v = [1.0, 2.0, 3.0, 4.0];
+        assert_eq!(percentile(&v, 50.0), 2.5);
+        assert!((percentile(&v, 90.0) - 3.7).abs() < 1e-12);
+        assert!((percentile(&v, 95.0) - 3.85).abs() < 1e-12);
+        assert!((percentile(&v, 99.0) - 3.97).abs() < 1e-12);
+        assert_eq!(percentile(&[5.0], 99.0), 5.0);
+    }
+
+    #[test]
+    fn stats_use_population_std_and_numpy_median() {
+        let mut v = vec![4.0, 1.0, 3.0, 2.0];
+        let s = Stats::of(&mut v);
+        assert_eq!(s.mean, 2.5);
+        assert_eq!(s.median, 2.5);
+        assert!((s.std - 1.118_033_988_749_895).abs() < 1e-12);
+        assert_eq!(Stats::of(&mut []), Stats::default());
+    }
+}

@@ -1,0 +1,196 @@
+//! Reports: the `--save-result` JSON keys of `vllm bench serve` plus the
+//! engine's view, and the text layout of its "Serving Benchmark Result".
+//!
+//! **API boundary:** the key names here are a contract that scripts and
+//! notebooks depend on. Add keys; never rename or remove one.
+
+use serde_json::{Map, Value};
+use std::fmt::Write as _;
+
+use crate::config::SimSpec;
+use crate::metrics::{put_stats, Stats, PERCENTILES};
+use crate::sweep::{kv_limited_concurrency, KvLimit};
+use crate::SimOutput;
+
+/// The report of one simulated run, as a JSON object with ordered keys.
+pub fn point_json(spec: &SimSpec, out: &SimOutput) -> Map<String, Value> {
+    let m = &out.metrics;
+    let run = &out.run;
+    let w = &out.workload;
+    let limit = kv_limited_concurrency(spec, w);
+    let mut j = Map::new();
+    j.insert("engine".into(), spec.engine.kind().into());
+    j.insert("engine_version".into(), spec.engine.version().to_string().into());
+    j.insert("model_id".into(), spec.model.id.clone().into());
+    j.insert("hardware".into(), spec.gpu.id.clone().into());
+    j.insert("num_prompts".into(), (w.requests.len() as u64).into());
+    j.insert(
+        "request_rate".into(),
+        match w.request_rate {
+            Some(r) => r.into(),
+            None => "inf".into(),
+        },
+    );
+    j.insert("burstiness".into(), w.burstiness.into());
+    j.insert("max_concurrency".into(), w.max_concurrency.map(Value::from).unwrap_or(Value::Null));
+    j.insert("duration".into(), m.duration_s.into());
+    j.insert("completed".into(), m.completed.into());
+    j.insert("failed".into(), m.failed.into());
+    j.insert("total_input_tokens".into(), m.total_input_tokens.into());
+    j.insert("total_output_tokens".into(), m.total_output_tokens.into());
+    j.insert("request_throughput".into(), m.request_throughput.into());
+    j.insert("output_throughput".into(), m.output_throughput.into());
+    j.insert("total_token_throughput".into(), m.total_token_throughput.into());
+    j.insert("max_output_tokens_per_s".into(), m.max_output_tokens_per_s.into());
+    j.insert("max_concurrent_requests".into(), m.max_concurrent_requests.into());
+    put_stats(&mut j, "ttft", &m.ttft);
+    put_stats(&mut j, "tpot", &m.tpot);
+    put_stats(&mut j, "itl", &m.itl);
+    put_stats(&mut j, "e2el", &m.e2el);
+    // The engine's view.
+    let c = &run.counters;
+    j.insert("num_preemptions".into(), c.num_preemptions.into());
+    j.insert("prefix_cache_queries".into(), c.prefix_cache_queries.into());
+    j.insert("prefix_cache_hits".into(), c.prefix_cache_hits.into());
+    let hit_rate =
+        if c.prefix_cache_queries > 0 { c.prefix_cache_hits as f64 / c.prefix_cache_queries as f64 } else { 0.0 };
+    j.insert("prefix_cache_hit_rate".into(), hit_rate.into());
+    j.insert("kv_cache_tokens".into(), run.kv_capacity_tokens.into());
+    j.insert("kv_cache_usage_peak".into(), run.gauges.kv_usage_peak.into());
+    j.insert("kv_cache_usage_mean".into(), run.gauges.kv_usage_mean.into());
+    j.insert("mean_running".into(), run.gauges.running_mean.into());
+    j.insert("peak_running".into(), run.gauges.running_peak.into());
+    j.insert("mean_waiting".into(), run.gauges.waiting_mean.into());
+    j.insert("peak_waiting".into(), run.gauges.waiting_peak.into());
+    j.insert("kv_limited_concurrency".into(), limit.concurrency.into());
+    j.insert("kv_request_footprint_tokens".into(), limit.footprint_tokens.into());
+    let b = &m.ttft_breakdown;
+    let mut bd = Map::new();
+    bd.insert("mean_queue_wait_ms".into(), b.queue_wait_ms.into());
+    bd.insert("mean_prefill_ms".into(), b.prefill_ms.into());
+    bd.insert("mean_interleave_ms".into(), b.interleave_ms.into());
+    bd.insert("mean_overhead_ms".into(), b.overhead_ms.into());
+    j.insert("ttft_breakdown".into(), Value::Object(bd));
+    j.insert("num_steps".into(), run.num_steps.into());
+    j.insert("stop_reason".into(), run.stop.as_str().into());
+    j.insert("seed".into(), w.seed.into());
+    j
+}
+
+fn header(out: &mut String, title: &str, fill: char) {
+    let width: usize = 50;
+    let t = format!("{title}");
+    let pad = width.saturating_sub(t.chars().count());
+    let left = pad / 2;
+    let right = pad - left;
+    let _ = writeln!(out, "{}{}{}", fill.to_string().repeat(left), t, fill.to_string().repeat(right));
+}
+
+fn line(out: &mut String, label: &str, value: impl std::fmt::Display) {
+    let _ = writeln!(out, "{:<40} {:<10}", label, value);
+}
+
+fn linef(out: &mut String, label: &str, v: f64) {
+    let _ = writeln!(out, "{:<40} {:<10.2}", label, v);
+}
+
+/// Which percentiles and metrics the text report shows (`--metric-percentiles`,
+/// `--percentile-metrics`).
+#[derive(Clone, Debug)]
+pub struct TextOptions {
+    pub percentiles: Vec<f64>,
+    pub metrics: Vec<String>,
+}
+
+impl Default for TextOptions {
+    fn default() -> Self {
+        TextOptions { percentiles: vec![99.0], metrics: vec!["ttft".into(), "tpot".into(), "itl".into()] }
+    }
+}
+
+fn pct_value(s: &Stats, sorted_fallback: f64, p: f64) -> f64 {
+    PERCENTILES.iter().position(|&q| q == p).map(|i| s.percentiles[i]).unwrap_or(sorted_fallback)
+}
+
+/// The text report: `vllm bench serve`'s block, then the engine block.
+pub fn text(spec: &SimSpec, out: &SimOutput, opts: &TextOptions) -> String {
+    let m = &out.metrics;
+    let run = &out.run;
+    let w = &out.workload;
+    let mut s = String::new();
+    header(&mut s, " Serving Benchmark Result ", '=');
+    line(&mut s, "Successful requests:", m.completed);
+    line(&mut s, "Failed requests:", m.failed);
+    if let Some(c) = w.max_concurrency {
+        line(&mut s, "Maximum request concurrency:", c);
+    }
+    match w.request_rate {
+        Some(r) => line(&mut s, "Request rate configured (RPS):", format!("{r:.2}")),
+        None => line(&mut s, "Request rate configured (RPS):", "inf"),
+    }
+    linef(&mut s, "Benchmark duration (s):", m.duration_s);
+    line(&mut s, "Total input tokens:", m.total_input_tokens);
+    line(&mut s, "Total generated tokens:", m.total_output_tokens);
+    linef(&mut s, "Request throughput (req/s):", m.request_throughput);
+    linef(&mut s, "Output token throughput (tok/s):", m.output_throughput);
+    linef(&mut s, "Peak output token throughput (tok/s):", m.max_output_tokens_per_s);
+    linef(&mut s, "Peak concurrent requests:", m.max_concurrent_requests as f64);
+    linef(&mut s, "Total Token throughput (tok/s):", m.total_token_throughput);
+    for metric in &opts.metrics {
+        let (title, name, st) = match metric.as_str() {
+            "ttft" => ("Time to First Token", "TTFT", &m.ttft),
+            "tpot" => ("Time per Output Token (excl. 1st token)", "TPOT", &m.tpot),
+            "itl" => ("Inter-token Latency", "ITL", &m.itl),
+            "e2el" => ("End-to-end Latency", "E2EL", &m.e2el),
+            _ => continue,
+        };
+        header(&mut s, title, '-');
+        linef(&mut s, &format!("Mean {name} (ms):"), st.mean);
+        linef(&mut s, &format!("Median {name} (ms):"), st.median);
+        for &p in &opts.percentiles {
+            let label = if p.fract() == 0.0 { format!("{}", p as u32) } else { format!("{p}") };
+            linef(&mut s, &format!("P{label} {name} (ms):"), pct_value(st, f64::NAN, p));
+        }
+    }
+    header(&mut s, "", '=');
+    // The engine block.
+    let limit: KvLimit = kv_limited_concurrency(spec, w);
+    let c = &run.counters;
+    header(&mut s, &format!(" Engine ({} {}, simulated) ", spec.engine.kind(), spec.engine.version()), '=');
+    line(&mut s, "Preemptions:", c.num_preemptions);
+    let hr = if c.prefix_cache_queries > 0 {
+        100.0 * c.prefix_cache_hits as f64 / c.prefix_cache_queries as f64
+    } else {
+        0.0
+    };
+    linef(&mut s, "Prefix cache hit rate (%):", hr);
+    line(&mut s, "KV cache size (tokens):", run.kv_capacity_tokens);
+    linef(&mut s, "KV cache usage peak (%):", 100.0 * run.gauges.kv_usage_peak);
+    linef(&mut s, "KV cache usage mean (%):", 100.0 * run.gauges.kv_usage_mean);
+    line(
+        &mut s,
+        "KV-limited concurrency:",
+        format!("{} (requests of {} tokens)", limit.concurrency, limit.footprint_tokens),
+    );
+    line(
+        &mut s,
+        "Running requests (mean / peak):",
+        format!("{:.1} / {}", run.gauges.running_mean, run.gauges.running_peak),
+    );
+    line(
+        &mut s,
+        "Waiting requests (mean / peak):",
+        format!("{:.1} / {}", run.gauges.waiting_mean, run.gauges.waiting_peak),
+    );
+    header(&mut s, "TTFT split (means)", '-');
+    let b = &m.ttft_breakdown;
+    linef(&mut s, "Queue wait (ms):", b.queue_wait_ms);
+    linef(&mut s, "Prefill (ms):", b.prefill_ms);
+    linef(&mut s, "Interleaving delay (ms):", b.interleave_ms);
+    linef(&mut s, "Outside the engine (ms):", b.overhead_ms);
+    header(&mut s, "", '=');
+    if run.stop != crate::simulation::StopReason::Completed {
+        let _ = writeln!(s, "WARNING: the run did not complete: {}", run.stop.as_str());
+    }
+    s
+}

@@ -1,0 +1,135 @@
+//! Requests as the workload generator makes them, and their token contents.
+//!
+//! A prompt is a list of [`Segment`]s: runs of pseudo-random tokens named by
+//! a key. Two prompts that share a segment key share those tokens, which is
+//! how shared prefixes (prefix_repetition, trace prefix groups, the initial
+//! test request of `vllm bench serve`) become prefix-cache hits, and why a
+//! random prompt never hits by accident. Token contents are computed on
+//! demand from (key, offset), so a 10,000-request workload holds a few
+//! segments per request, not millions of tokens.
+
+use crate::rng::mix64;
+
+/// A run of `len` tokens whose contents are determined by `key`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Segment {
+    pub key: u64,
+    pub len: u32,
+}
+
+/// One request as the client sends it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestSpec {
+    /// Segments whose lengths sum to `prompt_len`.
+    pub prompt: Vec<Segment>,
+    pub prompt_len: u32,
+    /// `max_tokens` as sent in the request.
+    pub max_tokens: u32,
+    /// Tokens the engine will actually generate (= `max_tokens` under
+    /// `ignore_eos`, otherwise where EOS falls, at most `max_tokens`).
+    pub output_len: u32,
+    /// Key of the output tokens' contents.
+    pub output_key: u64,
+    /// Offset of the client's send time from the start of its phase (open
+    /// loop); 0 for all requests when the rate is infinite.
+    pub arrival_ns: u64,
+    /// vLLM `priority` (lower value = served first under `policy = "priority"`).
+    pub priority: i32,
+}
+
+impl RequestSpec {
+    /// Total tokens the request holds once finished.
+    pub fn total_len(&self) -> u32 {
+        self.prompt_len + self.output_len
+    }
+
+    /// Contents of the token at position `pos` (prompt, then output).
+    pub fn token(&self, pos: u32) -> u64 {
+        if pos >= self.prompt_len {
+            return token_of(self.output_key, pos - self.prompt_len);
+        }
+        let mut start = 0u32;
+        for seg in &self.prompt {
+            if pos < start + seg.len {
+                return token_of(seg.key, pos - start);
+            }
+            start += seg.len;
+        }
+        unreachable!("prompt segments sum to prompt_len")
+    }
+
+    /// Token id in a vocabulary of `vocab` ids, avoiding the first `reserved`
+    /// (special tokens): what a live client sends for this position.
+    pub fn token_id(&self, pos: u32, vocab: u32, reserved: u32) -> u32 {
+        let span = u64::from(vocab.saturating_sub(reserved).max(1));
+        (self.token(pos) % span) as u32 + reserved
+    }
+}
+
+#[inline]
+fn token_of(key: u64, offset: u32) -> u64 {
+    mix64(key ^ mix64(u64::from(offset).wrapping_add(0x5bd1_e995)))
+}
+
+/// Hash of a full block, chained on its parent's hash, as vLLM chains
+/// `hash(parent_hash, block_token_ids)`.
+pub fn chain_block_hash(parent: u64, tokens: impl Iterator<Item = u64>) -> u64 {
+    let mut acc = mix64(parent ^ 0x243f_6a88_85a3_08d3);
+    for t in tokens {
+        acc = mix64(acc ^ t);
+    }
+    acc
+}
+
+/// Extends `hashes` with the hashes of every full block of `block_size`
+/// tokens among the first `num_tokens` tokens of `spec`.
+pub fn extend_block_hashes(spec: &RequestSpec, block_size: u32, num_tokens: u32, hashes: &mut Vec<u64>) {
+    let full = (num_tokens / block_size) as usize;
+    while hashes.len() < full {
+        let k = hashes.len() as u32;
+        let parent = hashes.last().copied().unwrap_or(0);
+        let start = k * block_size;
+        let h = chain_block_hash(parent, (start..start + block_size).map(|p| spec.token(p)));
+        hashes.push(h);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(prompt: Vec<Segment>, out_key: u64) -> RequestSpec {
+        let prompt_len = prompt.iter().map(|s| s.len).sum();
+        RequestSpec {
+            prompt,
+            prompt_len,
+            max_tokens: 8,
+            output_len: 8,
+            output_key: out_key,
+            arrival_ns: 0,
+            priority: 0,
+        }
+    }
+
+    #[test]
+    fn shared_prefix_segments_share_block_hashes_until_they_diverge() {
+        let a = spec(vec![Segment { key: 1, len: 40 }, Segment { key: 2, len: 24 }], 10);
+        let b = spec(vec![Segment { key: 1, len: 40 }, Segment { key: 3, len: 24 }], 11);
+        let (mut ha, mut hb) = (vec![], vec![]);
+        extend_block_hashes(&a, 16, 64, &mut ha);
+        extend_block_hashes(&b, 16, 64, &mut hb);
+        assert_eq!(ha.len(), 4);
+        // blocks 0 and 1 lie inside the shared 40-token prefix; block 2 spans the divergence.
+        assert_eq!(ha[..2], hb[..2]);
+        assert_ne!(ha[2], hb[2]);
+        assert_ne!(ha[3], hb[3]);
+    }
+
+    #[test]
+    fn output_tokens_are_distinct_from_prompt_tokens() {
+        let a = spec(vec![Segment { key: 1, len: 4 }], 1);
+        assert_ne!(a.token(0), a.token(4));
+        assert_eq!(a.token(5), a.token(5));
+        assert!(a.token_id(3, 1000, 3) >= 3 && a.token_id(3, 1000, 3) < 1000);
+    }
+}

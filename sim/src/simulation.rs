@@ -1,0 +1,444 @@
+//! The discrete-event loop: a client (open or closed loop, as `vllm bench
+//! serve` drives a server), a front end (ingress, output streaming) and one
+//! engine, in integer nanoseconds.
+//!
+//! # Event order
+//!
+//! Events are ordered by `(time, sequence number)`: two events at the same
+//! instant run in the order they were scheduled (FIFO). There is one heap and
+//! one sequence counter, so the order is total and the run deterministic.
+//!
+//! # Phases
+//!
+//! The initial test request, the warm-ups and the timed requests run one
+//! phase after the other; the next starts when the last request of the
+//! previous one has been received by the client. Only the timed phase is
+//! measured; the engine's caches carry over, as they do on a real server.
+//!
+//! # Bounds
+//!
+//! A run ends when every request has completed, when no event is left while
+//! requests are unfinished (the engine cannot schedule them: `stalled`), or
+//! after `max_steps` engine steps. It always says which.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+use crate::cost::CostModel;
+use crate::engine::{Engine, EngineCounters, ReqId, TokenOutput};
+use crate::request::RequestSpec;
+use crate::workload::Workload;
+
+/// Options of one run.
+#[derive(Clone, Copy, Debug)]
+pub struct RunOptions {
+    /// Check every engine invariant after each step (tests).
+    pub check_invariants: bool,
+    /// Stop after this many engine steps.
+    pub max_steps: u64,
+    /// Keep a per-step time series of running, waiting and KV usage.
+    pub record_timeseries: bool,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions { check_invariants: false, max_steps: 200_000_000, record_timeseries: false }
+    }
+}
+
+/// Which phase a request belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    InitialTest,
+    Warmup,
+    Timed,
+}
+
+/// What happened to one request, in simulated nanoseconds.
+#[derive(Clone, Debug, Default)]
+pub struct RequestRecord {
+    pub prompt_len: u32,
+    pub output_len: u32,
+    /// The client sent it (after its concurrency slot was free).
+    pub dispatch_ns: u64,
+    /// It reached the scheduler's waiting queue.
+    pub engine_arrival_ns: u64,
+    pub first_scheduled_ns: Option<u64>,
+    /// Σ durations of the steps that ran its prompt, until its first token.
+    pub prefill_compute_ns: u64,
+    /// End of the step that produced its first token.
+    pub first_token_step_end_ns: Option<u64>,
+    /// When the client received each output token.
+    pub token_times_ns: Vec<u64>,
+    pub completed: bool,
+}
+
+/// One sample of the engine's gauges, taken when a step starts.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GaugeSample {
+    pub t_ns: u64,
+    pub running: u32,
+    pub waiting: u32,
+    pub kv_usage: f64,
+}
+
+/// Time-weighted gauges over the timed phase.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GaugeStats {
+    pub kv_usage_peak: f64,
+    pub kv_usage_mean: f64,
+    pub running_peak: u32,
+    pub running_mean: f64,
+    pub waiting_peak: u32,
+    pub waiting_mean: f64,
+}
+
+/// Why the run stopped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    Completed,
+    Stalled { unfinished: usize },
+    StepLimit { steps: u64 },
+    InvariantViolated(String),
+}
+
+impl StopReason {
+    pub fn as_str(&self) -> String {
+        match self {
+            StopReason::Completed => "completed".into(),
+            StopReason::Stalled { unfinished } => {
+                format!("stalled: {unfinished} requests could not be scheduled and nothing else could happen")
+            }
+            StopReason::StepLimit { steps } => format!("step limit: stopped after {steps} engine steps"),
+            StopReason::InvariantViolated(m) => format!("invariant violated: {m}"),
+        }
+    }
+}
+
+/// The outcome of a run.
+#[derive(Clone, Debug)]
+pub struct RunResult {
+    /// Records of the timed requests, in workload order.
+    pub records: Vec<RequestRecord>,
+    pub bench_start_ns: u64,
+    pub bench_end_ns: u64,
+    /// Engine counters accumulated during the timed phase.
+    pub counters: EngineCounters,
+    pub gauges: GaugeStats,
+    pub timeseries: Vec<GaugeSample>,
+    pub kv_capacity_tokens: u64,
+    pub stop: StopReason,
+    /// Engine steps in the whole run.
+    pub num_steps: u64,
+    /// Simulated time of the whole run (all phases).
+    pub end_ns: u64,
+    /// Ingress cost per request, for the TTFT breakdown.
+    pub ingress_ns: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    /// The client's send time for a request has come.
+    ClientSend(ReqId),
+    /// The request reaches the engine's waiting queue.
+    EngineArrival(ReqId),
+    /// The running step is over.
+    StepEnd,
+    /// The client has received the request's last token.
+    ClientDone(ReqId),
+}
+
+struct Loop<'a, E: Engine> {
+    engine: E,
+    cost: &'a CostModel,
+    specs: Vec<&'a RequestSpec>,
+    phase_of: Vec<Phase>,
+    records: Vec<RequestRecord>,
+    heap: BinaryHeap<Reverse<(u64, u64, Event)>>,
+    seq: u64,
+    max_concurrency: Option<u32>,
+    in_flight: u32,
+    pending: VecDeque<ReqId>,
+    remaining_in_phase: usize,
+    step_running: bool,
+    frontend_busy_until: u64,
+    outputs: Vec<TokenOutput>,
+    ingress_ns: u64,
+    out_token_ns: u64,
+    opts: RunOptions,
+    steps: u64,
+    // timed-phase bookkeeping
+    timed: bool,
+    bench_start: u64,
+    counters_at_start: EngineCounters,
+    last_sample: Option<GaugeSample>,
+    integ: [f64; 3],
+    gauges: GaugeStats,
+    timeseries: Vec<GaugeSample>,
+    stop: Option<StopReason>,
+}
+
+impl<'a, E: Engine> Loop<'a, E> {
+    fn push(&mut self, t: u64, ev: Event) {
+        self.seq += 1;
+        self.heap.push(Reverse((t, self.seq, ev)));
+    }
+
+    fn start_phase(&mut self, now: u64, ids: std::ops::Range<usize>) {
+        self.remaining_in_phase = ids.len();
+        for id in ids {
+            let t = now + self.specs[id].arrival_ns;
+            self.push(t, Event::ClientSend(id as ReqId));
+        }
+    }
+
+    fn dispatch(&mut self, id: ReqId, now: u64) {
+        self.in_flight += 1;
+        let rec = &mut self.records[id as usize];
+        rec.dispatch_ns = now;
+        rec.engine_arrival_ns = now + self.ingress_ns;
+        self.push(now + self.ingress_ns, Event::EngineArrival(id));
+    }
+
+    fn sample_gauges(&mut self, now: u64) {
+        let s = GaugeSample {
+            t_ns: now,
+            running: self.engine.num_running() as u32,
+            waiting: self.engine.num_waiting() as u32,
+            kv_usage: self.engine.kv_usage(),
+        };
+        if self.timed {
+            if let Some(prev) = self.last_sample {
+                let dt = (now - prev.t_ns.max(self.bench_start)) as f64;
+                self.integ[0] += prev.kv_usage * dt;
+                self.integ[1] += f64::from(prev.running) * dt;
+                self.integ[2] += f64::from(prev.waiting) * dt;
+            }
+            let g = &mut self.gauges;
+            g.kv_usage_peak = g.kv_usage_peak.max(s.kv_usage);
+            g.running_peak = g.running_peak.max(s.running);
+            g.waiting_peak = g.waiting_peak.max(s.waiting);
+            if self.opts.record_timeseries {
+                self.timeseries.push(GaugeSample { t_ns: now - self.bench_start, ..s });
+            }
+        }
+        self.last_sample = Some(s);
+    }
+
+    fn start_step(&mut self, now: u64) {
+        let plan = self.engine.schedule();
+        if plan.is_empty() {
+            self.step_running = false;
+            self.sample_gauges(now);
+            return;
+        }
+        let dur = self.cost.step_ns(&plan.shape);
+        for s in &plan.scheduled {
+            let rec = &mut self.records[s.id as usize];
+            if rec.first_scheduled_ns.is_none() {
+                rec.first_scheduled_ns = Some(now);
+            }
+            if s.prefill && rec.first_token_step_end_ns.is_none() {
+                rec.prefill_compute_ns += dur;
+            }
+        }
+        self.steps += 1;
+        self.step_running = true;
+        self.sample_gauges(now);
+        self.push(now + dur, Event::StepEnd);
+    }
+
+    fn on_step_end(&mut self, now: u64) {
+        self.outputs.clear();
+        let mut outs = std::mem::take(&mut self.outputs);
+        self.engine.finish_step(&mut outs);
+        if self.opts.check_invariants {
+            if let Err(e) = self.engine.check_invariants() {
+                self.stop = Some(StopReason::InvariantViolated(e));
+            }
+        }
+        if !outs.is_empty() {
+            // The front end streams the step's outputs one after the other.
+            let start = now.max(self.frontend_busy_until);
+            let deliver = start + self.out_token_ns * outs.len() as u64;
+            self.frontend_busy_until = deliver;
+            for o in &outs {
+                let rec = &mut self.records[o.id as usize];
+                if rec.first_token_step_end_ns.is_none() {
+                    rec.first_token_step_end_ns = Some(now);
+                }
+                rec.token_times_ns.push(deliver);
+                if o.finished {
+                    self.push(deliver, Event::ClientDone(o.id));
+                }
+            }
+        }
+        self.outputs = outs;
+        if self.steps >= self.opts.max_steps {
+            self.stop = Some(StopReason::StepLimit { steps: self.steps });
+            return;
+        }
+        self.start_step(now);
+    }
+}
+
+/// Runs `workload` against `engine` with `cost`.
+pub fn run<E: Engine>(engine: E, cost: &CostModel, workload: &Workload, opts: RunOptions) -> RunResult {
+    // All phases' requests in one id space: test, warm-ups, timed.
+    let mut specs: Vec<&RequestSpec> = Vec::new();
+    let mut phase_of = Vec::new();
+    let mut phases: Vec<(Phase, std::ops::Range<usize>)> = Vec::new();
+    if let Some(t) = &workload.initial_test {
+        phases.push((Phase::InitialTest, specs.len()..specs.len() + 1));
+        specs.push(t);
+        phase_of.push(Phase::InitialTest);
+    }
+    if !workload.warmups.is_empty() {
+        let start = specs.len();
+        for w in &workload.warmups {
+            specs.push(w);
+            phase_of.push(Phase::Warmup);
+        }
+        phases.push((Phase::Warmup, start..specs.len()));
+    }
+    let timed_start = specs.len();
+    for r in &workload.requests {
+        specs.push(r);
+        phase_of.push(Phase::Timed);
+    }
+    phases.push((Phase::Timed, timed_start..specs.len()));
+
+    let records = specs
+        .iter()
+        .map(|s| RequestRecord {
+            prompt_len: s.prompt_len,
+            output_len: s.output_len,
+            token_times_ns: Vec::with_capacity(s.output_len as usize),
+            ..Default::default()
+        })
+        .collect();
+    let kv_capacity_tokens = engine.kv_capacity_tokens();
+    let mut lp = Loop {
+        engine,
+        cost,
+        specs,
+        phase_of,
+        records,
+        heap: BinaryHeap::new(),
+        seq: 0,
+        max_concurrency: workload.max_concurrency,
+        in_flight: 0,
+        pending: VecDeque::new(),
+        remaining_in_phase: 0,
+        step_running: false,
+        frontend_busy_until: 0,
+        outputs: Vec::new(),
+        ingress_ns: cost.ingress_ns(),
+        out_token_ns: cost.output_token_ns(),
+        opts,
+        steps: 0,
+        timed: false,
+        bench_start: 0,
+        counters_at_start: EngineCounters::default(),
+        last_sample: None,
+        integ: [0.0; 3],
+        gauges: GaugeStats::default(),
+        timeseries: Vec::new(),
+        stop: None,
+    };
+
+    let mut phase_idx = 0;
+    let mut now = 0u64;
+    let mut bench_end = 0u64;
+    let begin = |lp: &mut Loop<E>, idx: usize, now: u64| {
+        let (phase, range) = phases[idx].clone();
+        if phase == Phase::Timed {
+            lp.timed = true;
+            lp.bench_start = now;
+            lp.counters_at_start = lp.engine.counters();
+        }
+        lp.start_phase(now, range);
+    };
+    begin(&mut lp, phase_idx, now);
+    if lp.remaining_in_phase == 0 {
+        lp.stop = Some(StopReason::Completed);
+    }
+
+    while lp.stop.is_none() {
+        let Some(Reverse((t, _, ev))) = lp.heap.pop() else {
+            lp.stop = Some(StopReason::Stalled { unfinished: lp.engine.num_unfinished() });
+            break;
+        };
+        debug_assert!(t >= now, "time went backwards");
+        now = t;
+        match ev {
+            Event::ClientSend(id) => match lp.max_concurrency {
+                Some(max) if lp.in_flight >= max => lp.pending.push_back(id),
+                _ => lp.dispatch(id, now),
+            },
+            Event::EngineArrival(id) => {
+                let spec = lp.specs[id as usize];
+                lp.engine.add_request(id, spec);
+                if !lp.step_running {
+                    lp.start_step(now);
+                }
+            }
+            Event::StepEnd => lp.on_step_end(now),
+            Event::ClientDone(id) => {
+                lp.in_flight -= 1;
+                lp.records[id as usize].completed = true;
+                lp.remaining_in_phase -= 1;
+                if let Some(next) = lp.pending.pop_front() {
+                    lp.dispatch(next, now);
+                }
+                if lp.remaining_in_phase == 0 {
+                    phase_idx += 1;
+                    if phase_idx < phases.len() {
+                        begin(&mut lp, phase_idx, now);
+                    } else {
+                        bench_end = now;
+                        lp.stop = Some(StopReason::Completed);
+                    }
+                }
+            }
+        }
+    }
+
+    let stop = lp.stop.take().unwrap_or(StopReason::Completed);
+    if stop != StopReason::Completed {
+        bench_end = now;
+    }
+    let bench_start = lp.bench_start;
+    // Close the gauge integral at the end of the timed phase.
+    if lp.timed {
+        if let Some(prev) = lp.last_sample {
+            let dt = bench_end.saturating_sub(prev.t_ns.max(bench_start)) as f64;
+            lp.integ[0] += prev.kv_usage * dt;
+            lp.integ[1] += f64::from(prev.running) * dt;
+            lp.integ[2] += f64::from(prev.waiting) * dt;
+        }
+    }
+    let span = bench_end.saturating_sub(bench_start) as f64;
+    let mut gauges = lp.gauges;
+    if span > 0.0 {
+        gauges.kv_usage_mean = lp.integ[0] / span;
+        gauges.running_mean = lp.integ[1] / span;
+        gauges.waiting_mean = lp.integ[2] / span;
+    }
+    let counters = lp.engine.counters() - lp.counters_at_start;
+    let records: Vec<RequestRecord> =
+        lp.records.into_iter().zip(lp.phase_of.iter()).filter(|(_, p)| **p == Phase::Timed).map(|(r, _)| r).collect();
+    RunResult {
+        records,
+        bench_start_ns: bench_start,
+        bench_end_ns: bench_end,
+        counters,
+        gauges,
+        timeseries: lp.timeseries,
+        kv_capacity_tokens,
+        stop,
+        num_steps: lp.steps,
+        end_ns: now,
+        ingress_ns: lp.ingress_ns,
+    }
+}

@@ -1,0 +1,341 @@
+//! Workloads as `vllm bench serve` makes them (`benchmarks/datasets.py`,
+//! `benchmarks/serve.py:get_request`), from named random streams.
+//!
+//! * `random`: input lengths uniform in `[⌊L(1−r)⌋, ⌈L(1+r)⌉]`, outputs in
+//!   `[max(1, ⌊O(1−r)⌋), ⌈O(1+r)⌉]`, every prompt distinct, optionally after
+//!   one shared random prefix of `random_prefix_len` tokens.
+//! * `prefix_repetition`: `num_prefixes` random prefixes, each followed by
+//!   `num_prompts / num_prefixes` distinct suffixes, the list shuffled.
+//! * `trace`: rows of (arrival time, input length, output length, optional
+//!   prefix group and length) replayed as given.
+//!
+//! Arrivals: an infinite rate sends everything at t = 0; a finite rate draws
+//! gamma intervals (shape `burstiness`, scale `1/(rate·burstiness)`; 1 is
+//! Poisson), sums them, and rescales so the last request goes at exactly
+//! `N/rate`, as vLLM does. `max_concurrency` is applied by the client loop.
+//!
+//! Before the benchmark, `vllm bench serve` sends one initial test request
+//! built from the first prompt, and `num_warmups` warm-up requests (the same
+//! prompt again). With prefix caching on they leave that prompt cached, which
+//! is why a first timed request at concurrency 1 can be a cache hit.
+//!
+//! Not modelled: the special tokens a tokenizer adds (`num_special_tokens`),
+//! the decode/re-encode round trip that changes prompt lengths by a token or
+//! two, ShareGPT and other text datasets (replay them as traces), ramp-up.
+
+use rand::seq::SliceRandom;
+use rand::Rng as _;
+use rand_distr::{Distribution, Gamma, Geometric};
+
+use crate::request::{RequestSpec, Segment};
+use crate::rng::{mix64, stream, Rng};
+
+/// One row of a replayed trace.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TraceRow {
+    /// Seconds from the start of the trace.
+    pub arrival_time: f64,
+    pub input_len: u32,
+    pub output_len: u32,
+    /// Requests of one group share their first `prefix_len` prompt tokens.
+    #[serde(default)]
+    pub prefix_group: Option<u64>,
+    #[serde(default)]
+    pub prefix_len: Option<u32>,
+    #[serde(default)]
+    pub priority: Option<i32>,
+}
+
+/// The dataset, resolved.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Dataset {
+    Random { input_len: u32, output_len: u32, range_ratio: f64, prefix_len: u32 },
+    PrefixRepetition { prefix_len: u32, suffix_len: u32, num_prefixes: u32, output_len: u32 },
+    Trace { rows: Vec<TraceRow> },
+}
+
+/// Where output lengths end when `ignore_eos` is false.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum OutputLenDist {
+    /// EOS after a geometric number of tokens with this mean (≥ 1).
+    Geometric { mean: f64 },
+    /// EOS after a uniform number of tokens in `[min, max]`.
+    Uniform { min: u32, max: u32 },
+}
+
+/// Everything the generator needs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkloadParams {
+    pub dataset: Dataset,
+    pub num_prompts: u32,
+    pub num_warmups: u32,
+    /// None = infinite.
+    pub request_rate: Option<f64>,
+    pub burstiness: f64,
+    pub max_concurrency: Option<u32>,
+    pub ignore_eos: bool,
+    pub output_len_dist: Option<OutputLenDist>,
+    pub initial_test_request: bool,
+    pub seed: u64,
+}
+
+/// The generated workload: three phases, run one after the other.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Workload {
+    pub initial_test: Option<RequestSpec>,
+    pub warmups: Vec<RequestSpec>,
+    pub requests: Vec<RequestSpec>,
+    pub max_concurrency: Option<u32>,
+    pub request_rate: Option<f64>,
+    pub burstiness: f64,
+    pub seed: u64,
+}
+
+impl Workload {
+    /// Mean prompt and output lengths of the timed requests.
+    pub fn mean_lengths(&self) -> (f64, f64) {
+        let n = self.requests.len().max(1) as f64;
+        let i: u64 = self.requests.iter().map(|r| u64::from(r.prompt_len)).sum();
+        let o: u64 = self.requests.iter().map(|r| u64::from(r.output_len)).sum();
+        (i as f64 / n, o as f64 / n)
+    }
+}
+
+fn key(rng: &mut Rng) -> u64 {
+    rng.random::<u64>()
+}
+
+/// Generates the workload. Deterministic in `params` (seed included).
+pub fn generate(params: &WorkloadParams) -> Workload {
+    let seed = params.seed;
+    let mut len_rng = stream(seed, "dataset.lengths");
+    let mut key_rng = stream(seed, "dataset.contents");
+    let mut shuffle_rng = stream(seed, "dataset.shuffle");
+    let n = params.num_prompts as usize;
+
+    // (prompt segments, max_tokens, trace arrival, priority)
+    let mut items: Vec<(Vec<Segment>, u32, Option<f64>, i32)> = Vec::with_capacity(n);
+    match &params.dataset {
+        Dataset::Random { input_len, output_len, range_ratio, prefix_len } => {
+            let r = *range_ratio;
+            let in_lo = ((f64::from(*input_len) * (1.0 - r)).floor() as u32).max(1);
+            let in_hi = ((f64::from(*input_len) * (1.0 + r)).ceil() as u32).max(in_lo);
+            let out_lo = ((f64::from(*output_len) * (1.0 - r)).floor() as u32).max(1);
+            let out_hi = ((f64::from(*output_len) * (1.0 + r)).ceil() as u32).max(out_lo);
+            let ins: Vec<u32> = (0..n).map(|_| len_rng.random_range(in_lo..=in_hi)).collect();
+            let outs: Vec<u32> = (0..n).map(|_| len_rng.random_range(out_lo..=out_hi)).collect();
+            let prefix_key = key(&mut key_rng);
+            for i in 0..n {
+                let mut segs = Vec::with_capacity(2);
+                if *prefix_len > 0 {
+                    segs.push(Segment { key: prefix_key, len: *prefix_len });
+                }
+                segs.push(Segment { key: key(&mut key_rng), len: ins[i] });
+                items.push((segs, outs[i], None, 0));
+            }
+        }
+        Dataset::PrefixRepetition { prefix_len, suffix_len, num_prefixes, output_len } => {
+            let per = params.num_prompts / num_prefixes;
+            for _ in 0..*num_prefixes {
+                let pk = key(&mut key_rng);
+                for _ in 0..per {
+                    let segs = vec![
+                        Segment { key: pk, len: *prefix_len },
+                        Segment { key: key(&mut key_rng), len: *suffix_len },
+                    ];
+                    items.push((segs, *output_len, None, 0));
+                }
+            }
+            items.shuffle(&mut shuffle_rng);
+        }
+        Dataset::Trace { rows } => {
+            let group_salt = key(&mut key_rng);
+            for row in rows.iter().take(n) {
+                let mut segs = Vec::with_capacity(2);
+                let plen = match (row.prefix_group, row.prefix_len) {
+                    (Some(_), Some(p)) => p.min(row.input_len),
+                    _ => 0,
+                };
+                if let (Some(g), true) = (row.prefix_group, plen > 0) {
+                    segs.push(Segment { key: mix64(group_salt ^ mix64(g)), len: plen });
+                }
+                if row.input_len > plen {
+                    segs.push(Segment { key: key(&mut key_rng), len: row.input_len - plen });
+                }
+                items.push((segs, row.output_len, Some(row.arrival_time), row.priority.unwrap_or(0)));
+            }
+        }
+    }
+
+    // Arrivals.
+    let arrivals: Vec<u64> = if let Some(Dataset::Trace { .. }) = Some(&params.dataset) {
+        let t0 = items.iter().filter_map(|it| it.2).fold(f64::INFINITY, f64::min);
+        items.iter().map(|it| secs_to_ns(it.2.unwrap_or(0.0) - if t0.is_finite() { t0 } else { 0.0 })).collect()
+    } else {
+        arrival_offsets(items.len(), params.request_rate, params.burstiness, seed)
+    };
+
+    // Output lengths: exact under ignore_eos, else cut where EOS falls.
+    let mut eos_rng = stream(seed, "eos");
+    let build = |segs: &[Segment], max_tokens: u32, arrival_ns: u64, priority: i32, out_key: u64, eos_rng: &mut Rng| {
+        let output_len =
+            if params.ignore_eos { max_tokens } else { eos_len(params.output_len_dist, max_tokens, eos_rng) };
+        RequestSpec {
+            prompt: segs.to_vec(),
+            prompt_len: segs.iter().map(|s| s.len).sum(),
+            max_tokens,
+            output_len,
+            output_key: out_key,
+            arrival_ns,
+            priority,
+        }
+    };
+    let mut out_rng = stream(seed, "dataset.outputs");
+    let requests: Vec<RequestSpec> = items
+        .iter()
+        .zip(&arrivals)
+        .map(|(it, &a)| {
+            let k = key(&mut out_rng);
+            build(&it.0, it.1, a, it.3, k, &mut eos_rng)
+        })
+        .collect();
+
+    let mut warm_rng = stream(seed, "warmup");
+    let mut warm_eos = stream(seed, "warmup.eos");
+    let first = requests.first().cloned();
+    let initial_test = match (&first, params.initial_test_request) {
+        (Some(f), true) => {
+            let k = key(&mut warm_rng);
+            Some(build(&f.prompt, f.max_tokens, 0, 0, k, &mut warm_eos))
+        }
+        _ => None,
+    };
+    let warmups = match &first {
+        Some(f) => (0..params.num_warmups)
+            .map(|_| {
+                let k = key(&mut warm_rng);
+                build(&f.prompt, f.max_tokens, 0, 0, k, &mut warm_eos)
+            })
+            .collect(),
+        None => Vec::new(),
+    };
+
+    Workload {
+        initial_test,
+        warmups,
+        requests,
+        max_concurrency: params.max_concurrency,
+        request_rate: params.request_rate,
+        burstiness: params.burstiness,
+        seed,
+    }
+}
+
+fn eos_len(dist: Option<OutputLenDist>, max_tokens: u32, rng: &mut Rng) -> u32 {
+    let drawn = match dist {
+        None => max_tokens,
+        Some(OutputLenDist::Geometric { mean }) => {
+            let p = (1.0 / mean.max(1.0)).clamp(1e-9, 1.0);
+            let g = Geometric::new(p).expect("p in (0, 1]");
+            1 + g.sample(rng).min(u64::from(u32::MAX - 1)) as u32
+        }
+        Some(OutputLenDist::Uniform { min, max }) => rng.random_range(min.max(1)..=max.max(min.max(1))),
+    };
+    drawn.clamp(1, max_tokens.max(1))
+}
+
+fn secs_to_ns(s: f64) -> u64 {
+    let ns = (s * 1e9).round();
+    if ns.is_finite() && ns > 0.0 {
+        ns as u64
+    } else {
+        0
+    }
+}
+
+/// Send-time offsets of `n` requests, as `get_request` computes them.
+pub fn arrival_offsets(n: usize, rate: Option<f64>, burstiness: f64, seed: u64) -> Vec<u64> {
+    let Some(rate) = rate else { return vec![0; n] };
+    let mut rng = stream(seed, "arrivals");
+    let gamma = Gamma::new(burstiness, 1.0 / (rate * burstiness)).expect("validated rate and burstiness");
+    let mut t = 0.0f64;
+    let mut delays: Vec<f64> = Vec::with_capacity(n);
+    for _ in 0..n {
+        t += gamma.sample(&mut rng);
+        delays.push(t);
+    }
+    if let Some(&last) = delays.last() {
+        if last > 0.0 {
+            let factor = (n as f64 / rate) / last;
+            for d in &mut delays {
+                *d *= factor;
+            }
+        }
+    }
+    delays.into_iter().map(secs_to_ns).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(dataset: Dataset) -> WorkloadParams {
+        WorkloadParams {
+            dataset,
+            num_prompts: 100,
+            num_warmups: 0,
+            request_rate: None,
+            burstiness: 1.0,
+            max_concurrency: None,
+            ignore_eos: true,
+            output_len_dist: None,
+            initial_test_request: false,
+            seed: 0,
+        }
+    }
+
+    #[test]
+    fn random_lengths_lie_in_the_symmetric_range() {
+        let w = generate(&params(Dataset::Random { input_len: 100, output_len: 10, range_ratio: 0.5, prefix_len: 0 }));
+        assert_eq!(w.requests.len(), 100);
+        assert!(w.requests.iter().all(|r| (50..=150).contains(&r.prompt_len) && (5..=15).contains(&r.output_len)));
+        let distinct: std::collections::BTreeSet<u32> = w.requests.iter().map(|r| r.prompt_len).collect();
+        assert!(distinct.len() > 20, "lengths should vary: {distinct:?}");
+    }
+
+    #[test]
+    fn prefix_repetition_shares_prefixes_evenly() {
+        let mut p =
+            params(Dataset::PrefixRepetition { prefix_len: 64, suffix_len: 32, num_prefixes: 7, output_len: 8 });
+        p.num_prompts = 100;
+        let w = generate(&p);
+        assert_eq!(w.requests.len(), 7 * 14);
+        let mut keys: std::collections::BTreeMap<u64, u32> = Default::default();
+        for r in &w.requests {
+            *keys.entry(r.prompt[0].key).or_default() += 1;
+        }
+        assert_eq!(keys.len(), 7);
+        assert!(keys.values().all(|&c| c == 14));
+    }
+
+    #[test]
+    fn finite_rate_arrivals_are_rescaled_to_n_over_rate() {
+        let a = arrival_offsets(50, Some(10.0), 1.0, 3);
+        assert_eq!(*a.last().unwrap(), 5_000_000_000);
+        assert!(a.windows(2).all(|w| w[0] <= w[1]));
+        assert!(a[0] > 0, "the first request is delayed too");
+    }
+
+    #[test]
+    fn eos_lengths_never_exceed_max_tokens() {
+        let mut p = params(Dataset::Random { input_len: 10, output_len: 100, range_ratio: 0.0, prefix_len: 0 });
+        p.ignore_eos = false;
+        p.output_len_dist = Some(OutputLenDist::Geometric { mean: 40.0 });
+        let w = generate(&p);
+        assert!(w.requests.iter().all(|r| r.output_len >= 1 && r.output_len <= 100 && r.max_tokens == 100));
+        let mean = w.requests.iter().map(|r| f64::from(r.output_len)).sum::<f64>() / 100.0;
+        assert!(mean > 20.0 && mean < 45.0, "mean {mean}");
+    }
+}
