@@ -1,1 +1,14 @@
-//! End-to-end tests.
+//! End-to-end tests: one integration-test binary, one module per behaviour.
+//!
+//! Tests are scenario-in, report-out where they can be, so that a rewrite of
+//! the engine internals keeps the suite.
+
+mod common;
+
+mod analytic;
+mod bad_input;
+mod block_pool_props;
+mod cli;
+mod determinism;
+mod invariants;
+mod vllm_semantics;

@@ -267,10 +267,14 @@ pub fn apply_set(root: &mut Value, assignment: &str) -> Result<()> {
     let mut cur = root;
     let parts: Vec<&str> = path.split('.').collect();
     for (i, part) in parts.iter().enumerate() {
-        let here = parts[..=i].join(".");
         let obj = match cur {
             Value::Object(m) => m,
-            _ => return Err(ConfigError::new(&here, "cannot set a field inside a value that is not an object")),
+            _ => {
+                return Err(ConfigError::new(
+                    parts[..i].join("."),
+                    format!("is not an object, so it has no field {part:?}"),
+                ))
+            }
         };
         if i + 1 == parts.len() {
             obj.insert((*part).to_string(), value);
@@ -806,7 +810,7 @@ mod tests {
     #[test]
     fn unknown_fields_are_errors_naming_their_path() {
         let e = parse_scenario(r#"{"version":1,"engine":{"kind":"vllm","max_num_seq":4},"model":"m","hardware":"g","workload":{"dataset_name":"random"}}"#).unwrap_err();
-        assert_eq!(e.path, "engine");
+        assert_eq!(e.path, "engine.max_num_seq");
         assert!(e.message.contains("unknown field `max_num_seq`"), "{e}");
         let e = parse_scenario(r#"{"version":1,"engine":{"kind":"vllm","max_num_seqs":-4},"model":"m","hardware":"g","workload":{"dataset_name":"random"}}"#).unwrap_err();
         assert_eq!(e.path, "engine.max_num_seqs");

@@ -72,11 +72,14 @@ fn token_of(key: u64, offset: u32) -> u64 {
 }
 
 /// Hash of a full block, chained on its parent's hash, as vLLM chains
-/// `hash(parent_hash, block_token_ids)`.
-pub fn chain_block_hash(parent: u64, tokens: impl Iterator<Item = u64>) -> u64 {
+/// `hash(parent_hash, block_token_ids)`. A block's tokens are named by the
+/// segment pieces they come from, `(key, first offset, length)`, so the hash
+/// covers exactly the block's contents at one mix per piece instead of one
+/// per token: two blocks hash alike iff they hold the same tokens.
+pub fn chain_block_hash(parent: u64, pieces: impl Iterator<Item = (u64, u32, u32)>) -> u64 {
     let mut acc = mix64(parent ^ 0x243f_6a88_85a3_08d3);
-    for t in tokens {
-        acc = mix64(acc ^ t);
+    for (key, start, len) in pieces {
+        acc = mix64(acc ^ mix64(key ^ (u64::from(start) << 24) ^ u64::from(len)));
     }
     acc
 }
@@ -89,8 +92,49 @@ pub fn extend_block_hashes(spec: &RequestSpec, block_size: u32, num_tokens: u32,
         let k = hashes.len() as u32;
         let parent = hashes.last().copied().unwrap_or(0);
         let start = k * block_size;
-        let h = chain_block_hash(parent, (start..start + block_size).map(|p| spec.token(p)));
-        hashes.push(h);
+        hashes.push(chain_block_hash(parent, Pieces::new(spec, start, start + block_size)));
+    }
+}
+
+/// The segment pieces covering positions `[pos, end)` of a request: prompt
+/// segments, then the output as one segment.
+struct Pieces<'a> {
+    spec: &'a RequestSpec,
+    pos: u32,
+    end: u32,
+    seg: usize,
+    seg_start: u32,
+}
+
+impl<'a> Pieces<'a> {
+    fn new(spec: &'a RequestSpec, pos: u32, end: u32) -> Pieces<'a> {
+        Pieces { spec, pos, end, seg: 0, seg_start: 0 }
+    }
+}
+
+impl Iterator for Pieces<'_> {
+    type Item = (u64, u32, u32);
+    fn next(&mut self) -> Option<(u64, u32, u32)> {
+        if self.pos >= self.end {
+            return None;
+        }
+        if self.pos >= self.spec.prompt_len {
+            let off = self.pos - self.spec.prompt_len;
+            let len = self.end - self.pos;
+            self.pos = self.end;
+            return Some((self.spec.output_key, off, len));
+        }
+        loop {
+            let seg = self.spec.prompt[self.seg];
+            if self.pos < self.seg_start + seg.len {
+                let off = self.pos - self.seg_start;
+                let len = (seg.len - off).min(self.end - self.pos);
+                self.pos += len;
+                return Some((seg.key, off, len));
+            }
+            self.seg_start += seg.len;
+            self.seg += 1;
+        }
     }
 }
 
@@ -127,7 +171,7 @@ mod tests {
 
     #[test]
     fn output_tokens_are_distinct_from_prompt_tokens() {
-        let a = spec(vec![Segment { key: 1, len: 4 }], 1);
+        let a = spec(vec![Segment { key: 1, len: 4 }], 2);
         assert_ne!(a.token(0), a.token(4));
         assert_eq!(a.token(5), a.token(5));
         assert!(a.token_id(3, 1000, 3) >= 3 && a.token_id(3, 1000, 3) < 1000);

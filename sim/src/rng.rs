@@ -48,7 +48,7 @@ mod tests {
     use super::*;
     use rand::RngCore;
 
-    const STREAM_0_ARRIVALS_FIRST: u64 = 0;
+    const STREAM_0_ARRIVALS_FIRST: u64 = 0x3170_6fbd_5f8e_8aa9;
 
     #[test]
     fn streams_are_independent_of_each_other_and_reproducible() {

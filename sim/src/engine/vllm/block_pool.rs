@@ -16,6 +16,27 @@
 //!   cannot leak into decisions.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// Block hashes are already well mixed: hash them by identity.
+#[derive(Default)]
+struct IdentityHasher(u64);
+
+impl Hasher for IdentityHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
+type BlockHashMap<V> = HashMap<u64, V, BuildHasherDefault<IdentityHasher>>;
 
 const NIL: u32 = u32::MAX;
 
@@ -36,7 +57,11 @@ pub struct BlockPool {
     head: u32,
     tail: u32,
     num_free: u32,
-    cached: HashMap<u64, Vec<u32>>,
+    /// Hash → the first block holding it (what a lookup returns).
+    cached: BlockHashMap<u32>,
+    /// Hash → further blocks holding it, in the order they were cached
+    /// (rare: two requests computed the same block at the same time).
+    duplicates: BlockHashMap<Vec<u32>>,
     enable_caching: bool,
 }
 
@@ -47,7 +72,15 @@ impl BlockPool {
         let n = num_gpu_blocks as usize;
         let mut blocks = Vec::with_capacity(n);
         blocks.resize(n, Block { ref_cnt: 0, hash: None, prev: NIL, next: NIL, in_free_queue: false });
-        let mut pool = BlockPool { blocks, head: NIL, tail: NIL, num_free: 0, cached: HashMap::new(), enable_caching };
+        let mut pool = BlockPool {
+            blocks,
+            head: NIL,
+            tail: NIL,
+            num_free: 0,
+            cached: BlockHashMap::default(),
+            duplicates: BlockHashMap::default(),
+            enable_caching,
+        };
         // The null block is popped at construction and never freed.
         pool.blocks[0].ref_cnt = 1;
         for id in 1..num_gpu_blocks {
@@ -80,7 +113,7 @@ impl BlockPool {
         if !self.enable_caching {
             return None;
         }
-        self.cached.get(&hash).and_then(|v| v.first().copied())
+        self.cached.get(&hash).copied()
     }
 
     /// `touch`: takes a reference on hit blocks, pulling those with ref 0 out
@@ -117,7 +150,12 @@ impl BlockPool {
             return;
         }
         b.hash = Some(hash);
-        self.cached.entry(hash).or_default().push(id);
+        match self.cached.entry(hash) {
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(id);
+            }
+            std::collections::hash_map::Entry::Occupied(_) => self.duplicates.entry(hash).or_default().push(id),
+        }
     }
 
     /// `free_blocks`: drops one reference on each block, in the order given
@@ -137,12 +175,25 @@ impl BlockPool {
     }
 
     fn maybe_evict_cached_block(&mut self, id: u32) {
-        if let Some(h) = self.blocks[id as usize].hash.take() {
-            if let Some(v) = self.cached.get_mut(&h) {
-                v.retain(|&b| b != id);
-                if v.is_empty() {
+        let Some(h) = self.blocks[id as usize].hash.take() else { return };
+        if self.cached.get(&h) == Some(&id) {
+            // The next duplicate, if any, becomes the one lookups find.
+            match self.duplicates.get_mut(&h) {
+                Some(d) => {
+                    let next = d.remove(0);
+                    if d.is_empty() {
+                        self.duplicates.remove(&h);
+                    }
+                    self.cached.insert(h, next);
+                }
+                None => {
                     self.cached.remove(&h);
                 }
+            }
+        } else if let Some(d) = self.duplicates.get_mut(&h) {
+            d.retain(|&b| b != id);
+            if d.is_empty() {
+                self.duplicates.remove(&h);
             }
         }
     }
@@ -209,12 +260,18 @@ impl BlockPool {
         if self.blocks[0].in_free_queue {
             return Err("the null block is in the free queue".into());
         }
-        for (h, ids) in &self.cached {
-            for &id in ids {
-                if self.blocks[id as usize].hash != Some(*h) {
-                    return Err(format!("hash map points at block {id} which does not hold that hash"));
-                }
+        let held = self.cached.iter().map(|(h, &id)| (h, id));
+        let dups = self.duplicates.iter().flat_map(|(h, ids)| ids.iter().map(move |&id| (h, id)));
+        let mut n = 0usize;
+        for (h, id) in held.chain(dups) {
+            n += 1;
+            if self.blocks[id as usize].hash != Some(*h) {
+                return Err(format!("hash map points at block {id} which does not hold that hash"));
             }
+        }
+        let hashed = self.blocks.iter().filter(|b| b.hash.is_some()).count();
+        if n != hashed {
+            return Err(format!("{hashed} blocks hold a hash but the maps list {n}"));
         }
         Ok(())
     }

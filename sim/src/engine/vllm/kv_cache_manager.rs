@@ -84,6 +84,14 @@ impl KvCacheManager {
     ) -> bool {
         let bs = self.block_size;
         let held = kv.blocks.len() as u32;
+        // Fast path (most decode steps): the held blocks have room and no
+        // block becomes full, so nothing is allocated or cached.
+        if hit.blocks.is_empty() && !full_sequence_must_fit {
+            let total = num_computed + num_new_tokens;
+            if total <= held * bs && (!self.enable_caching || total / bs <= kv.num_cached_blocks) {
+                return true;
+            }
+        }
         let hit_blocks = hit.blocks.len() as u32;
         let total = num_computed + hit.num_tokens + num_new_tokens;
         let num_required = cdiv(total, bs);

@@ -116,6 +116,8 @@ pub struct Scheduler {
     plan: StepPlan,
     counters: EngineCounters,
     hit: ComputedBlocks,
+    /// Reused between steps: (request, tokens) scheduled.
+    scheduled_buf: Vec<(ReqId, u32)>,
 }
 
 impl Scheduler {
@@ -136,6 +138,7 @@ impl Scheduler {
             plan: StepPlan::default(),
             counters: EngineCounters::default(),
             hit: ComputedBlocks::default(),
+            scheduled_buf: Vec::new(),
         }
     }
 
@@ -250,7 +253,8 @@ impl Scheduler {
         let mut budget = self.config.max_num_batched_tokens;
         let mut preempted_any = false;
         // (request, tokens) scheduled this step, in order.
-        let mut scheduled: Vec<(ReqId, u32)> = Vec::with_capacity(self.running.len() + 4);
+        let mut scheduled = std::mem::take(&mut self.scheduled_buf);
+        scheduled.clear();
 
         // ---- Phase A: RUNNING ----
         let mut i = 0;
@@ -368,6 +372,7 @@ impl Scheduler {
             self.plan.scheduled.push(Scheduled { id, num_tokens: n, prefill: !decode });
         }
         self.plan.shape = shape;
+        self.scheduled_buf = scheduled;
         if !self.plan.is_empty() {
             self.counters.num_steps += 1;
         }

@@ -1,0 +1,108 @@
+//! Checks against results that can be worked out by hand.
+
+use sim::cost::StepShape;
+use sim::simulation::RunOptions;
+
+use crate::common::*;
+
+/// At concurrency 1 with nothing cached, TTFT is exactly: ingress + the
+/// prefill steps the cost model gives for the prompt's chunks + streaming of
+/// the first token. No queue.
+#[test]
+fn ttft_at_concurrency_1_equals_the_prefill_steps_of_the_cost_model() {
+    let mut v = small_vllm(5000, 4, 5, 1);
+    set(&mut v, "engine.enable_prefix_caching=false");
+    let spec = spec(v);
+    let out = sim::simulate(&spec, RunOptions::default());
+    let c = &spec.cost;
+    // 5000 tokens under a 2048 budget: chunks 2048, 2048, 904.
+    let mut expected_ns = c.ingress_ns() + c.output_token_ns();
+    let mut done = 0u64;
+    for n in [2048u64, 2048, 904] {
+        let mut s = StepShape::default();
+        s.add_prefill(done, n);
+        expected_ns += c.step_ns(&s);
+        done += n;
+    }
+    for r in &out.run.records {
+        assert_eq!(r.token_times_ns[0] - r.dispatch_ns, expected_ns);
+        assert_eq!(r.first_scheduled_ns.unwrap(), r.engine_arrival_ns, "no queue at concurrency 1");
+    }
+    assert_eq!(out.metrics.ttft_breakdown.queue_wait_ms, 0.0);
+    assert!((out.metrics.ttft.mean - expected_ns as f64 / 1e6).abs() < 1e-9);
+}
+
+/// Little's law on a long closed-loop run: requests in flight = throughput × latency.
+#[test]
+fn littles_law_holds_on_a_long_closed_loop_run() {
+    let mut v = small_vllm(600, 150, 3000, 48);
+    set(&mut v, "workload.random_range_ratio=0.5");
+    let spec = spec(v);
+    let out = sim::simulate(&spec, RunOptions::default());
+    let m = &out.metrics;
+    let in_flight = m.request_throughput * m.e2el.mean / 1000.0;
+    assert!((in_flight - 48.0).abs() / 48.0 < 0.01, "L = λW gives {in_flight}, concurrency is 48");
+    // The engine side: mean requests in the engine = throughput × mean time in the engine.
+    let engine_time_s: f64 = out
+        .run
+        .records
+        .iter()
+        .map(|r| (*r.token_times_ns.last().unwrap() - r.engine_arrival_ns) as f64 / 1e9)
+        .sum::<f64>()
+        / out.run.records.len() as f64;
+    let l_engine = m.request_throughput * engine_time_s;
+    let gauges = out.run.gauges.running_mean + out.run.gauges.waiting_mean;
+    assert!((l_engine - gauges).abs() / gauges < 0.02, "engine: λW = {l_engine}, gauges = {gauges}");
+}
+
+/// With a pool that holds K requests and concurrency C > K, running never
+/// exceeds K, and mean TTFT grows roughly linearly in C − K.
+#[test]
+fn past_the_kv_limit_running_is_capped_and_ttft_grows_linearly() {
+    const K: u32 = 8;
+    // 1008 + 16 = 1024 tokens = 64 blocks of 16 per request at its end.
+    let run = |c: u32| {
+        let mut v = small_vllm(1008, 16, 40 * c, c);
+        set(&mut v, &format!("engine.num_gpu_blocks_override={}", K * 64 + 1));
+        let spec = spec(v);
+        let out = sim::simulate(&spec, RunOptions { check_invariants: true, ..Default::default() });
+        assert_eq!(out.run.counters.num_preemptions, 0);
+        assert!(out.run.gauges.running_peak <= K, "C={c}: running peaked at {}", out.run.gauges.running_peak);
+        out.metrics.ttft.mean
+    };
+    assert_eq!(run(K) < 1000.0, true);
+    let xs = [4.0, 8.0, 16.0, 32.0];
+    let ys: Vec<f64> = xs.iter().map(|&d| run(K + d as u32)).collect();
+    // Least-squares line through (C − K, TTFT).
+    let n = xs.len() as f64;
+    let (mx, my) = (xs.iter().sum::<f64>() / n, ys.iter().sum::<f64>() / n);
+    let sxy: f64 = xs.iter().zip(&ys).map(|(x, y)| (x - mx) * (y - my)).sum();
+    let sxx: f64 = xs.iter().map(|x| (x - mx) * (x - mx)).sum();
+    let syy: f64 = ys.iter().map(|y| (y - my) * (y - my)).sum();
+    let slope = sxy / sxx;
+    let r2 = sxy * sxy / (sxx * syy);
+    assert!(slope > 0.0 && r2 > 0.98, "TTFT vs C−K: {ys:?}, slope {slope}, R² {r2}");
+}
+
+/// prefix_repetition at concurrency 1 with a pool that never evicts: every
+/// prompt after the first of its prefix hits the whole prefix, so the hit
+/// rate is (N − P)·prefix / (N·(prefix + suffix)) exactly.
+#[test]
+fn prefix_repetition_hit_rate_matches_its_analytic_expectation() {
+    for (prefix, suffix, p, n) in [(512u32, 64u32, 4u32, 40u32), (256, 256, 10, 100), (1024, 16, 3, 30)] {
+        let v = serde_json::json!({
+            "version": 1,
+            "engine": {"kind": "vllm", "version": "0.33.0", "max_num_seqs": 64, "max_num_batched_tokens": 4096,
+                       "kv_cache_tokens": 400000, "max_model_len": 8192},
+            "model": "llama-3.1-8b-instruct", "hardware": "h100-80gb",
+            "workload": {"dataset_name": "prefix_repetition", "prefix_repetition_prefix_len": prefix,
+                         "prefix_repetition_suffix_len": suffix, "prefix_repetition_num_prefixes": p,
+                         "prefix_repetition_output_len": 8, "num_prompts": n, "max_concurrency": 1,
+                         "ignore_eos": true, "initial_test_request": false}
+        });
+        let out = sim::simulate(&spec(v), RunOptions::default());
+        let c = out.run.counters;
+        assert_eq!(c.prefix_cache_queries, u64::from(n * (prefix + suffix)));
+        assert_eq!(c.prefix_cache_hits, u64::from((n - p) * prefix), "prefix {prefix} suffix {suffix}");
+    }
+}

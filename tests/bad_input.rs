@@ -1,0 +1,136 @@
+//! Bad scenarios get clear errors naming the file and the field: exit status
+//! 2, never a panic, never a hang.
+
+use crate::common::*;
+
+/// Runs `simulate` on a scenario and returns its stderr, checking the error contract.
+fn rejects(name: &str, scenario: &str, expect: &[&str]) {
+    let p = write_temp(name, scenario);
+    let o = run_cli(&["simulate", p.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{name}: expected exit 2, got {:?}; stderr: {err}", o.status);
+    assert!(!err.contains("panicked"), "{name}: panicked: {err}");
+    assert!(err.contains(name), "{name}: the error does not name the file: {err}");
+    for e in expect {
+        assert!(err.contains(e), "{name}: expected {e:?} in: {err}");
+    }
+}
+
+fn base(engine: &str, workload: &str) -> String {
+    format!(
+        r#"{{"version": 1, "engine": {{"kind": "vllm", {engine}}}, "model": "qwen2.5-7b-instruct", "hardware": "a100-80gb",
+            "workload": {{"dataset_name": "random", "ignore_eos": true, {workload}}}}}"#
+    )
+}
+
+#[test]
+fn unknown_fields_are_named_by_their_path() {
+    rejects(
+        "unknown.json",
+        &base(r#""max_num_seq": 4"#, r#""num_prompts": 3"#),
+        &["engine", "unknown field `max_num_seq`"],
+    );
+    rejects(
+        "unknown_wl.json",
+        &base(r#""max_num_seqs": 4"#, r#""random_input_length": 3"#),
+        &["workload", "random_input_length"],
+    );
+}
+
+#[test]
+fn negative_and_zero_lengths_are_rejected() {
+    rejects(
+        "negative.json",
+        &base(r#""max_num_seqs": 4"#, r#""random_input_len": -5"#),
+        &["workload.random_input_len"],
+    );
+    rejects(
+        "zero.json",
+        &base(r#""max_num_seqs": 4"#, r#""random_output_len": 0"#),
+        &["workload.random_output_len", "at least 1"],
+    );
+    rejects("zero_seqs.json", &base(r#""max_num_seqs": 0"#, r#""num_prompts": 3"#), &["engine.max_num_seqs"]);
+}
+
+#[test]
+fn a_prompt_longer_than_max_model_len_or_the_pool_is_rejected() {
+    rejects(
+        "too_long.json",
+        &base(r#""max_model_len": 2048"#, r#""random_input_len": 4000, "random_output_len": 10"#),
+        &["workload.random_input_len", "max_model_len 2048"],
+    );
+    rejects(
+        "too_big_for_pool.json",
+        &base(
+            r#""max_model_len": 32768, "kv_cache_tokens": 1600"#,
+            r#""random_input_len": 4000, "random_output_len": 10"#,
+        ),
+        &["workload.random_input_len", "could never finish"],
+    );
+}
+
+#[test]
+fn an_empty_workload_is_rejected() {
+    rejects("empty.json", &base(r#""max_num_seqs": 4"#, r#""num_prompts": 0"#), &["workload.num_prompts"]);
+    let trace = write_temp("empty_trace.csv", "arrival_time,input_len,output_len\n");
+    let s = format!(
+        r#"{{"version": 1, "engine": {{"kind": "vllm"}}, "model": "qwen2.5-7b-instruct", "hardware": "a100-80gb",
+            "workload": {{"dataset_name": "trace", "trace": "{}", "ignore_eos": true}}}}"#,
+        trace.display()
+    );
+    rejects("empty_trace.json", &s, &["workload.trace", "no rows"]);
+}
+
+#[test]
+fn other_mistakes_get_clear_errors() {
+    rejects("not_json.json", "{ this is not json", &["not valid JSON"]);
+    rejects(
+        "bad_version.json",
+        &base(r#""version": "0.9.0""#, r#""num_prompts": 3"#),
+        &["engine.version", "0.11.0 to 0.33.0"],
+    );
+    rejects(
+        "bad_card.json",
+        &base(r#""max_num_seqs": 4"#, r#""num_prompts": 3"#).replace("a100-80gb", "a100-90gb"),
+        &["hardware", "no card named"],
+    );
+    rejects(
+        "eos.json",
+        &base(r#""max_num_seqs": 4"#, r#""num_prompts": 3"#).replace(r#""ignore_eos": true"#, r#""ignore_eos": false"#),
+        &["workload.ignore_eos", "output_len_dist"],
+    );
+    rejects("rate.json", &base(r#""max_num_seqs": 4"#, r#""request_rate": -1"#), &["workload.request_rate"]);
+    rejects(
+        "util.json",
+        &base(r#""gpu_memory_utilization": 1.5"#, r#""num_prompts": 3"#),
+        &["engine.gpu_memory_utilization"],
+    );
+    rejects(
+        "batched.json",
+        &base(r#""max_num_seqs": 512, "max_num_batched_tokens": 256"#, r#""num_prompts": 3"#),
+        &["engine.max_num_batched_tokens"],
+    );
+    rejects(
+        "format.json",
+        &base(r#""max_num_seqs": 4"#, r#""num_prompts": 3"#).replace(r#""version": 1"#, r#""version": 7"#),
+        &["version", "format 1"],
+    );
+}
+
+#[test]
+fn bad_flags_and_missing_files_are_errors_not_panics() {
+    for args in [
+        vec!["simulate", "no/such/file.json"],
+        vec!["simulate", "--set", "engine.max_num_seqs"],
+        vec!["simulate", "--set", "engine.kind.x=1"],
+        vec!["sweep", "--concurrency", "16,4"],
+        vec!["sweep", "--concurrency", "0,4"],
+        vec!["simulate", "--metric-percentiles", "42"],
+        vec!["simulate", "--set", "cost.profile=no/such/profile.json"],
+    ] {
+        let o = run_cli(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.starts_with("error: ") && !err.contains("panicked"), "{args:?}: {err}");
+    }
+}

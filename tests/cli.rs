@@ -1,0 +1,150 @@
+//! The command line as users and notebooks call it.
+
+use crate::common::*;
+
+const SAVE_RESULT_KEYS: &[&str] = &[
+    "max_concurrency",
+    "request_rate",
+    "num_prompts",
+    "completed",
+    "duration",
+    "total_input_tokens",
+    "total_output_tokens",
+    "request_throughput",
+    "output_throughput",
+    "total_token_throughput",
+    "num_preemptions",
+    "prefix_cache_hit_rate",
+    "kv_cache_tokens",
+    "kv_cache_usage_peak",
+    "seed",
+];
+
+#[test]
+fn simulate_without_a_scenario_runs_the_built_in_default() {
+    let o = run_cli(&["simulate"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    for line in [
+        "============ Serving Benchmark Result ============",
+        "Successful requests:                     20",
+        "Maximum request concurrency:             1",
+        "Total input tokens:                      81920",
+        "Total generated tokens:                  10240",
+        "Mean TTFT (ms):",
+        "P99 ITL (ms):",
+        "KV cache size (tokens):                  194880",
+        "KV-limited concurrency:                  42",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in:\n{text}");
+    }
+}
+
+#[test]
+fn simulate_json_carries_the_save_result_keys() {
+    let j = stdout_json(&run_cli(&["simulate", "--json"]));
+    for k in SAVE_RESULT_KEYS {
+        assert!(j.get(*k).is_some(), "missing key {k}");
+    }
+    for m in ["ttft", "tpot", "itl", "e2el"] {
+        for s in ["mean", "median", "std", "p50", "p90", "p95", "p99"] {
+            let k = format!("{s}_{m}_ms");
+            assert!(j[&k].as_f64().is_some_and(|v| v > 0.0), "{k} = {}", j[&k]);
+        }
+    }
+    assert_eq!(j["request_rate"], "inf");
+    assert_eq!(j["completed"], 20);
+    assert_eq!(j["kv_limited_concurrency"], 42);
+}
+
+#[test]
+fn set_overrides_any_field_by_its_path() {
+    let j = stdout_json(&run_cli(&[
+        "simulate",
+        "--json",
+        "--set",
+        "engine.max_num_seqs=64",
+        "--set",
+        "workload.num_prompts=5",
+    ]));
+    assert_eq!(j["completed"], 5);
+    let j = stdout_json(&run_cli(&[
+        "simulate",
+        "--json",
+        "--set",
+        "workload.max_concurrency=4",
+        "--set",
+        "workload.num_prompts=8",
+    ]));
+    assert_eq!(j["max_concurrency"], 4);
+}
+
+#[test]
+fn sweep_finds_the_knee_past_the_kv_limited_concurrency() {
+    let o = run_cli(&["sweep", "--concurrency", "1,8,16,32,64,128", "--num-prompts", "24,48,96,192,384,768", "--json"]);
+    let j = stdout_json(&o);
+    assert_eq!(j["kv_limited_concurrency"], 42);
+    let points = j["points"].as_array().unwrap();
+    assert_eq!(points.len(), 6);
+    for (p, c) in points.iter().zip([1, 8, 16, 32, 64, 128]) {
+        assert_eq!(p["max_concurrency"], c, "points are in input order");
+    }
+    let knee = j["knee"]["max_concurrency"].as_u64().expect("a knee within the sweep");
+    assert!((16..=64).contains(&knee), "knee at {knee}");
+    // Past the KV-limited concurrency, TTFT explodes while throughput is flat.
+    let ttft = |i: usize| points[i]["mean_ttft_ms"].as_f64().unwrap();
+    let thr = |i: usize| points[i]["output_throughput"].as_f64().unwrap();
+    assert!(ttft(5) > 5.0 * ttft(3), "TTFT at 128 {} vs at 32 {}", ttft(5), ttft(3));
+    assert!(thr(5) < 1.1 * thr(4));
+    assert!(points[5]["peak_running"].as_u64().unwrap() <= 128);
+}
+
+#[test]
+fn sweep_text_reports_the_knee_and_the_kv_limit() {
+    let o = run_cli(&["sweep", "scenarios/kv-starved-qwen2.5-7b-a100-vllm.json", "--concurrency", "1,8,16,64"]);
+    assert!(o.status.success());
+    let t = String::from_utf8_lossy(&o.stdout);
+    assert!(t.contains("concurrency") && t.contains("out tok/s"));
+    assert!(t.contains("KV-limited concurrency: 10."), "{t}");
+    assert!(t.contains("<- knee"), "{t}");
+}
+
+#[test]
+fn traces_replay_from_csv_and_jsonl() {
+    let csv = write_temp(
+        "trace.csv",
+        "arrival_time,input_len,output_len,prefix_group,prefix_len\n0.0,512,32,1,256\n0.1,400,16,1,256\n0.25,300,8,,\n",
+    );
+    let jsonl = write_temp(
+        "trace.jsonl",
+        "{\"arrival_time\": 0.0, \"input_len\": 512, \"output_len\": 32, \"prefix_group\": 1, \"prefix_len\": 256}\n{\"arrival_time\": 0.1, \"input_len\": 400, \"output_len\": 16, \"prefix_group\": 1, \"prefix_len\": 256}\n{\"arrival_time\": 0.25, \"input_len\": 300, \"output_len\": 8}\n",
+    );
+    let mut outs = vec![];
+    for t in [csv, jsonl] {
+        let s = format!(
+            r#"{{"version": 1, "engine": {{"kind": "vllm", "max_model_len": 4096}}, "model": "qwen2.5-7b-instruct", "hardware": "h100-80gb",
+                "workload": {{"dataset_name": "trace", "trace": "{}", "ignore_eos": true, "initial_test_request": false}}}}"#,
+            t.display()
+        );
+        let p = write_temp("trace_scenario.json", &s);
+        let j = stdout_json(&run_cli(&["simulate", p.to_str().unwrap(), "--json"]));
+        assert_eq!(j["completed"], 3);
+        assert_eq!(j["total_input_tokens"], 1212);
+        assert_eq!(j["total_output_tokens"], 56);
+        // The second request shares a 256-token prefix with the first: 16 blocks hit.
+        assert_eq!(j["prefix_cache_hits"], 256);
+        outs.push(j);
+    }
+    assert_eq!(outs[0], outs[1], "CSV and JSONL of the same trace give the same run");
+    let bad = write_temp("bad_trace.csv", "arrival_time,input_len,output_len\n0.0,abc,3\n");
+    let s = format!(
+        r#"{{"version": 1, "engine": {{"kind": "vllm"}}, "model": "qwen2.5-7b-instruct", "hardware": "h100-80gb",
+            "workload": {{"dataset_name": "trace", "trace": "{}", "ignore_eos": true}}}}"#,
+        bad.display()
+    );
+    let p = write_temp("bad_trace_scenario.json", &s);
+    let o = run_cli(&["simulate", p.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(err.contains("bad_trace.csv:2") && err.contains("input_len"), "{err}");
+}

@@ -1,0 +1,103 @@
+//! Helpers shared by the tests.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use sim::cards::{GpuCard, ModelCard};
+use sim::config::{self, Resources, SimSpec};
+
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn cards<T: serde::de::DeserializeOwned>(dir: &str) -> Vec<T> {
+    let mut v: Vec<(String, T)> = std::fs::read_dir(root().join("models").join(dir))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .map(|p| (p.display().to_string(), serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()))
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v.into_iter().map(|(_, c)| c).collect()
+}
+
+pub fn resources() -> Resources {
+    Resources { models: cards::<ModelCard>("model"), gpus: cards::<GpuCard>("gpu"), ..Default::default() }
+}
+
+/// Resolves scenario JSON against the repository's cards.
+pub fn spec(v: Value) -> SimSpec {
+    let s = config::from_value(v, "").unwrap_or_else(|e| panic!("scenario does not parse: {e}"));
+    config::resolve(&s, &resources()).unwrap_or_else(|e| panic!("scenario does not resolve: {e}"))
+}
+
+/// A small vLLM scenario: Qwen2.5-7B on an A100, fixed lengths.
+pub fn small_vllm(input: u32, output: u32, prompts: u32, concurrency: u32) -> Value {
+    serde_json::json!({
+        "version": 1,
+        "engine": {"kind": "vllm", "version": "0.33.0", "max_num_seqs": 256, "max_num_batched_tokens": 2048,
+                   "kv_cache_tokens": 200000, "max_model_len": 8192},
+        "model": "qwen2.5-7b-instruct",
+        "hardware": "a100-80gb",
+        "workload": {"dataset_name": "random", "random_input_len": input, "random_output_len": output,
+                     "num_prompts": prompts, "max_concurrency": concurrency, "ignore_eos": true,
+                     "initial_test_request": false, "seed": 1}
+    })
+}
+
+pub fn set(v: &mut Value, assignment: &str) {
+    config::apply_set(v, assignment).unwrap();
+}
+
+pub fn servesim() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_servesim"));
+    c.current_dir(root());
+    c
+}
+
+/// Runs a command with a time limit: a hang is a failure, not a stuck CI.
+pub fn run_bounded(mut cmd: Command, limit: Duration) -> Output {
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn servesim");
+    let start = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            panic!("command did not finish within {limit:?}: {cmd:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn run_cli(args: &[&str]) -> Output {
+    let mut c = servesim();
+    c.args(args);
+    run_bounded(c, Duration::from_secs(120))
+}
+
+pub fn write_temp(name: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("servesim-tests-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+pub fn stdout_json(o: &Output) -> Value {
+    assert!(
+        o.status.success(),
+        "failed: {}\n{}",
+        String::from_utf8_lossy(&o.stderr),
+        String::from_utf8_lossy(&o.stdout)
+    );
+    serde_json::from_slice(&o.stdout).expect("stdout is JSON")
+}
+
+#[allow(dead_code)]
+pub fn exists(p: &Path) -> bool {
+    p.exists()
+}
