@@ -84,3 +84,36 @@ proptest! {
         checked(v);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, .. ProptestConfig::default() })]
+
+    /// Random small SGLang engines and workloads: every run completes, with
+    /// every invariant (pool accounting, radix tree, chunk cap, no mixing
+    /// without enable_mixed_chunk) after each step.
+    #[test]
+    fn random_sglang_engines_and_workloads_complete_with_every_invariant(
+        input in 1u32..600, output in 1u32..200, ratio in 0.0f64..0.9, prompts in 1u32..40, conc in 1u32..24,
+        pool in 1500u64..6000, page in prop::sample::select(vec![1u32, 4, 16]), chunk in prop::sample::select(vec![-1i64, 64, 512, 2048]),
+        running in 1u32..64, radix: bool, mixed: bool, prefix in 0u32..200, seed in 0u64..1000, ignore_eos: bool,
+        policy in prop::sample::select(vec!["fcfs", "lpm", "lof", "random"]),
+        version in prop::sample::select(vec!["0.4.10", "0.5.3", "0.5.23"]),
+    ) {
+        let chunk = if chunk > 0 && (chunk as u32) < page { i64::from(page) } else { chunk };
+        let v = serde_json::json!({
+            "version": 1,
+            "engine": {"kind": "sglang", "version": version, "max_running_requests": running, "max_total_tokens": pool,
+                       "page_size": page, "chunked_prefill_size": chunk, "schedule_policy": policy,
+                       "disable_radix_cache": !radix, "enable_mixed_chunk": mixed, "context_length": 8192},
+            "model": "qwen2.5-7b-instruct", "hardware": "a100-80gb",
+            "workload": {"dataset_name": "random", "random_input_len": input, "random_output_len": output,
+                         "random_range_ratio": ratio, "random_prefix_len": prefix, "num_prompts": prompts,
+                         "max_concurrency": conc, "ignore_eos": ignore_eos,
+                         "output_len_dist": {"kind": "geometric", "mean": 50.0}, "seed": seed}
+        });
+        let parsed = sim::config::from_value::<sim::config::Scenario>(v.clone(), "").unwrap();
+        // Skip workloads the validator rightly rejects (a request that could never be admitted).
+        prop_assume!(sim::config::resolve(&parsed, &resources()).is_ok());
+        checked(v);
+    }
+}

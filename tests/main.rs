@@ -11,4 +11,6 @@ mod block_pool_props;
 mod cli;
 mod determinism;
 mod invariants;
+mod radix_props;
+mod sglang_semantics;
 mod vllm_semantics;

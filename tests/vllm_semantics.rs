@@ -28,6 +28,7 @@ fn req(key: u64, prompt: u32, output: u32) -> RequestSpec {
         output_key: key ^ 0xabcd,
         arrival_ns: 0,
         priority: 0,
+        ignore_eos: true,
     }
 }
 

@@ -16,6 +16,7 @@ use std::fmt;
 
 use crate::cards::{GpuCard, ModelCard};
 use crate::cost::{CoefficientSource, CostCoefficients, CostModel, PriorEfficiencies, COEFFICIENT_NAMES};
+use crate::engine::sglang::{SchedulePolicy, SglangConfig};
 use crate::engine::vllm::{Policy, VllmConfig};
 use crate::engine::Version;
 use crate::workload::{Dataset, OutputLenDist, TraceRow, WorkloadParams};
@@ -27,6 +28,10 @@ pub const VLLM_MIN: Version = Version::new(0, 11, 0);
 pub const VLLM_MAX: Version = Version::new(0, 33, 0);
 /// The default vLLM version: current behaviour.
 pub const VLLM_DEFAULT: &str = "0.33.0";
+/// The SGLang releases whose scheduling is modelled.
+pub const SGLANG_MIN: Version = Version::new(0, 4, 10);
+pub const SGLANG_MAX: Version = Version::new(0, 5, 23);
+pub const SGLANG_DEFAULT: &str = "0.5.23";
 
 /// An error in a scenario, naming the field.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -61,6 +66,7 @@ type Result<T> = std::result::Result<T, ConfigError>;
 #[serde(rename_all = "snake_case")]
 pub enum EngineKind {
     Vllm,
+    Sglang,
 }
 
 /// The `engine` section: the engine's flags in snake case.
@@ -92,6 +98,107 @@ pub struct EngineSection {
     pub max_model_len: Option<u32>,
     #[serde(default)]
     pub policy: Option<Policy>,
+    // ---- SGLang flags ----
+    #[serde(default)]
+    pub max_running_requests: Option<u32>,
+    /// -1 disables chunked prefill.
+    #[serde(default)]
+    pub chunked_prefill_size: Option<i64>,
+    #[serde(default)]
+    pub max_prefill_tokens: Option<u32>,
+    #[serde(default)]
+    pub page_size: Option<u32>,
+    #[serde(default)]
+    pub schedule_policy: Option<String>,
+    #[serde(default)]
+    pub mem_fraction_static: Option<f64>,
+    #[serde(default)]
+    pub max_total_tokens: Option<u64>,
+    #[serde(default)]
+    pub schedule_conservativeness: Option<f64>,
+    #[serde(default)]
+    pub disable_radix_cache: Option<bool>,
+    #[serde(default)]
+    pub enable_mixed_chunk: Option<bool>,
+    #[serde(default)]
+    pub context_length: Option<u32>,
+}
+
+/// The vLLM flags of the `engine` section, with their SGLang counterparts.
+const VLLM_ONLY: &[(&str, &str)] = &[
+    ("max_num_seqs", "max_running_requests"),
+    ("max_num_batched_tokens", "chunked_prefill_size (and max_prefill_tokens)"),
+    ("long_prefill_token_threshold", "chunked_prefill_size"),
+    ("block_size", "page_size"),
+    ("enable_prefix_caching", "disable_radix_cache"),
+    ("gpu_memory_utilization", "mem_fraction_static"),
+    ("num_gpu_blocks_override", "max_total_tokens"),
+    ("kv_cache_tokens", "max_total_tokens"),
+    ("max_model_len", "context_length"),
+    ("policy", "schedule_policy"),
+];
+
+/// The SGLang flags, with their vLLM counterparts.
+const SGLANG_ONLY: &[(&str, &str)] = &[
+    ("max_running_requests", "max_num_seqs"),
+    ("chunked_prefill_size", "max_num_batched_tokens"),
+    ("max_prefill_tokens", "max_num_batched_tokens"),
+    ("page_size", "block_size"),
+    ("schedule_policy", "policy"),
+    ("mem_fraction_static", "gpu_memory_utilization"),
+    ("max_total_tokens", "kv_cache_tokens or num_gpu_blocks_override"),
+    ("schedule_conservativeness", "(none)"),
+    ("disable_radix_cache", "enable_prefix_caching"),
+    ("enable_mixed_chunk", "(always mixed)"),
+    ("context_length", "max_model_len"),
+];
+
+impl EngineSection {
+    fn is_set(&self, field: &str) -> bool {
+        match field {
+            "max_num_seqs" => self.max_num_seqs.is_some(),
+            "max_num_batched_tokens" => self.max_num_batched_tokens.is_some(),
+            "long_prefill_token_threshold" => self.long_prefill_token_threshold.is_some(),
+            "block_size" => self.block_size.is_some(),
+            "enable_prefix_caching" => self.enable_prefix_caching.is_some(),
+            "gpu_memory_utilization" => self.gpu_memory_utilization.is_some(),
+            "num_gpu_blocks_override" => self.num_gpu_blocks_override.is_some(),
+            "kv_cache_tokens" => self.kv_cache_tokens.is_some(),
+            "max_model_len" => self.max_model_len.is_some(),
+            "policy" => self.policy.is_some(),
+            "max_running_requests" => self.max_running_requests.is_some(),
+            "chunked_prefill_size" => self.chunked_prefill_size.is_some(),
+            "max_prefill_tokens" => self.max_prefill_tokens.is_some(),
+            "page_size" => self.page_size.is_some(),
+            "schedule_policy" => self.schedule_policy.is_some(),
+            "mem_fraction_static" => self.mem_fraction_static.is_some(),
+            "max_total_tokens" => self.max_total_tokens.is_some(),
+            "schedule_conservativeness" => self.schedule_conservativeness.is_some(),
+            "disable_radix_cache" => self.disable_radix_cache.is_some(),
+            "enable_mixed_chunk" => self.enable_mixed_chunk.is_some(),
+            "context_length" => self.context_length.is_some(),
+            _ => false,
+        }
+    }
+
+    /// A flag of the other engine is an error that names the right one.
+    fn check_flags_of(&self, kind: EngineKind) -> Result<()> {
+        let (foreign, this, other) = match kind {
+            EngineKind::Vllm => (SGLANG_ONLY, "vllm", "SGLang"),
+            EngineKind::Sglang => (VLLM_ONLY, "sglang", "vLLM"),
+        };
+        for (flag, counterpart) in foreign {
+            if self.is_set(flag) {
+                return Err(ConfigError::new(
+                    format!("engine.{flag}"),
+                    format!(
+                        "is an {other} flag but engine.kind is \"{this}\"; the {this} counterpart is {counterpart}"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// `request_rate`: a number of requests per second, or `"inf"`.
@@ -324,18 +431,21 @@ pub struct MemoryAccount {
 #[derive(Clone, Debug, PartialEq)]
 pub enum EngineSpec {
     Vllm(VllmConfig),
+    Sglang(SglangConfig),
 }
 
 impl EngineSpec {
     pub fn kind(&self) -> &'static str {
         match self {
             EngineSpec::Vllm(_) => "vllm",
+            EngineSpec::Sglang(_) => "sglang",
         }
     }
 
     pub fn version(&self) -> Version {
         match self {
             EngineSpec::Vllm(c) => c.version,
+            EngineSpec::Sglang(c) => c.version,
         }
     }
 
@@ -343,12 +453,14 @@ impl EngineSpec {
     pub fn kv_granularity(&self) -> u32 {
         match self {
             EngineSpec::Vllm(c) => c.block_size,
+            EngineSpec::Sglang(c) => c.page_size,
         }
     }
 
     pub fn kv_capacity_tokens(&self) -> u64 {
         match self {
             EngineSpec::Vllm(c) => c.kv_capacity_tokens(),
+            EngineSpec::Sglang(c) => c.max_total_tokens,
         }
     }
 
@@ -356,6 +468,7 @@ impl EngineSpec {
     pub fn max_running(&self) -> u32 {
         match self {
             EngineSpec::Vllm(c) => c.max_num_seqs,
+            EngineSpec::Sglang(c) => c.max_running_requests,
         }
     }
 }
@@ -431,12 +544,15 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
         ));
     }
 
-    let kind = s.engine.kind.ok_or_else(|| ConfigError::new("engine.kind", "missing; expected \"vllm\""))?;
+    let kind =
+        s.engine.kind.ok_or_else(|| ConfigError::new("engine.kind", "missing; expected \"vllm\" or \"sglang\""))?;
+    s.engine.check_flags_of(kind)?;
+    let workload = resolve_workload(&s.workload, res)?;
     let (engine, kv_sizing) = match kind {
         EngineKind::Vllm => resolve_vllm(&s.engine, &model, &gpu)?,
+        EngineKind::Sglang => resolve_sglang(&s.engine, &model, &gpu, workload.seed)?,
     };
 
-    let workload = resolve_workload(&s.workload, res)?;
     let cost = resolve_cost(&s.cost, &model, &gpu, res)?;
     let spec = SimSpec { name: s.name.clone(), engine, model, gpu, cost, workload, kv_sizing };
     check_requests_fit(&spec)?;
@@ -547,6 +663,173 @@ fn resolve_vllm(e: &EngineSection, model: &ModelCard, gpu: &GpuCard) -> Result<(
         policy: e.policy.unwrap_or(Policy::Fcfs),
     };
     Ok((EngineSpec::Vllm(cfg), sizing))
+}
+
+fn resolve_sglang(e: &EngineSection, model: &ModelCard, gpu: &GpuCard, seed: u64) -> Result<(EngineSpec, KvSizing)> {
+    let vs = e.version.as_deref().unwrap_or(SGLANG_DEFAULT);
+    let version = Version::parse(vs)
+        .ok_or_else(|| ConfigError::new("engine.version", format!("expected a version like \"0.5.23\", got {vs:?}")))?;
+    if version < SGLANG_MIN || version > SGLANG_MAX {
+        return Err(ConfigError::new(
+            "engine.version",
+            format!(
+                "servesim models SGLang {SGLANG_MIN} to {SGLANG_MAX}; got {version}. Use the nearest modelled release."
+            ),
+        ));
+    }
+    let mem_gib = gpu.memory_gib();
+    let new_defaults = version >= Version::new(0, 5, 0);
+    // `chunked_prefill_size` by GPU memory (server_args).
+    let default_chunk: u32 = if mem_gib < 20.0 {
+        2048
+    } else if mem_gib < 35.0 {
+        if version >= Version::new(0, 5, 23) {
+            4096
+        } else {
+            2048
+        }
+    } else if mem_gib < 60.0 {
+        if new_defaults {
+            4096
+        } else {
+            8192
+        }
+    } else if mem_gib < 160.0 {
+        8192
+    } else {
+        16384
+    };
+    let chunked_prefill_size = match e.chunked_prefill_size {
+        None => Some(default_chunk),
+        Some(-1) => None,
+        Some(c) if c >= 1 && c <= i64::from(u32::MAX) => Some(c as u32),
+        Some(c) => {
+            return Err(ConfigError::new(
+                "engine.chunked_prefill_size",
+                format!("expected a positive number of tokens, or -1 to disable chunked prefill; got {c}"),
+            ))
+        }
+    };
+    let page_size = positive("engine.page_size", e.page_size.unwrap_or(1))?;
+    if let Some(c) = chunked_prefill_size {
+        if c < page_size {
+            return Err(ConfigError::new(
+                "engine.chunked_prefill_size",
+                format!("{c} is smaller than one page ({page_size} tokens)"),
+            ));
+        }
+    }
+    let max_prefill_tokens = positive("engine.max_prefill_tokens", e.max_prefill_tokens.unwrap_or(16384))?;
+    let context_length = match (e.context_length, model.max_position_embeddings) {
+        (Some(m), _) => positive("engine.context_length", m)?,
+        (None, Some(m)) => m,
+        (None, None) => {
+            return Err(ConfigError::new(
+                "engine.context_length",
+                "missing, and the model card has no max_position_embeddings",
+            ))
+        }
+    };
+    let schedule_policy = match e.schedule_policy.as_deref().unwrap_or("fcfs") {
+        "fcfs" => SchedulePolicy::Fcfs,
+        "lpm" => SchedulePolicy::Lpm,
+        "lof" => SchedulePolicy::Lof,
+        "random" => SchedulePolicy::Random,
+        other => {
+            return Err(ConfigError::new(
+                "engine.schedule_policy",
+                format!("{other:?} is not modelled; expected fcfs, lpm, lof or random (dfs-weight and the 0.5.23-only policies are not modelled)"),
+            ))
+        }
+    };
+    let conservativeness = e.schedule_conservativeness.unwrap_or(1.0);
+    if !(conservativeness > 0.0 && conservativeness.is_finite()) {
+        return Err(ConfigError::new(
+            "engine.schedule_conservativeness",
+            format!("must be > 0, got {conservativeness}"),
+        ));
+    }
+    let kv_dtype = model.dtype_bytes().unwrap_or(2);
+    let cell = model.kv_bytes_per_token(kv_dtype);
+    let (max_total_tokens, sizing) = if let Some(t) = e.max_total_tokens {
+        if t < u64::from(page_size) * 2 {
+            return Err(ConfigError::new("engine.max_total_tokens", format!("{t} tokens is too small a pool")));
+        }
+        (
+            t / u64::from(page_size) * u64::from(page_size),
+            KvSizing { source: "max_total_tokens", kv_bytes_per_token: cell, memory: None },
+        )
+    } else {
+        let mfs = e.mem_fraction_static.unwrap_or_else(|| sglang_default_mem_fraction_static(gpu));
+        if !(mfs > 0.0 && mfs < 1.0) {
+            return Err(ConfigError::new("engine.mem_fraction_static", format!("must be in (0, 1), got {mfs}")));
+        }
+        let acct = sglang_memory_account(model, gpu, mfs);
+        let tokens = acct.kv / cell / u64::from(page_size) * u64::from(page_size);
+        if tokens < u64::from(page_size) * 2 {
+            return Err(ConfigError::new(
+                "engine.mem_fraction_static",
+                format!(
+                    "{mfs} of {:.1} GiB leaves no room for KV after {:.1} GiB of weights",
+                    gib(acct.total),
+                    gib(acct.weights)
+                ),
+            ));
+        }
+        (tokens, KvSizing { source: "mem_fraction_static", kv_bytes_per_token: cell, memory: Some(acct) })
+    };
+    // `max_running_requests = min(max_total // 2, clamp(max_total / context_len * 512, 2048, 4096))`.
+    let pool_reqs = ((max_total_tokens as f64 / f64::from(context_length) * 512.0) as u64).clamp(2048, 4096);
+    let default_running = (max_total_tokens / 2).min(pool_reqs).max(1) as u32;
+    let max_running_requests =
+        positive("engine.max_running_requests", e.max_running_requests.unwrap_or(default_running))?;
+    let cfg = SglangConfig {
+        version,
+        max_running_requests,
+        chunked_prefill_size,
+        max_prefill_tokens,
+        page_size,
+        schedule_policy,
+        max_total_tokens,
+        schedule_conservativeness: conservativeness,
+        disable_radix_cache: e.disable_radix_cache.unwrap_or(false),
+        enable_mixed_chunk: e.enable_mixed_chunk.unwrap_or(false),
+        context_length,
+        seed,
+    };
+    Ok((EngineSpec::Sglang(cfg), sizing))
+}
+
+/// SGLang's default `mem_fraction_static`: `(gpu_mem − reserved) / gpu_mem`
+/// with the reserved memory of 0.4.10's table for one GPU (TP 1): 2.9 GiB
+/// below 35 GB, 10 GiB below 90 GB, 12.5 GiB below 160 GB, 32 GiB above;
+/// rounded to 3 decimals. (0.5.x computes it from the chunk size and CUDA
+/// graphs; for an 80 GB GPU both give about 0.875.)
+pub fn sglang_default_mem_fraction_static(gpu: &GpuCard) -> f64 {
+    let mem = gpu.memory_gib();
+    let reserved = if mem < 35.0 {
+        2.9
+    } else if mem < 90.0 {
+        10.0
+    } else if mem < 160.0 {
+        12.5
+    } else {
+        32.0
+    };
+    (((mem - reserved) / mem) * 1000.0).round() / 1000.0
+}
+
+/// `profile_max_num_token`: `rest = free after weights − total·(1 − mfs)`,
+/// with "free after weights" = total − weights − 0.5 GiB outside torch (the
+/// same estimate as for vLLM).
+pub fn sglang_memory_account(model: &ModelCard, gpu: &GpuCard, mfs: f64) -> MemoryAccount {
+    let dt = u64::from(model.dtype_bytes().unwrap_or(2));
+    let total = gpu.memory_bytes;
+    let weights = model.num_parameters * dt;
+    let non_torch = 512u64 << 20;
+    let requested = (total as f64 * mfs) as u64;
+    let kv = requested.saturating_sub(weights + non_torch);
+    MemoryAccount { total, requested, weights, activation_peak: 0, non_torch, kv }
 }
 
 fn gib(b: u64) -> f64 {
@@ -763,6 +1046,27 @@ fn check_requests_fit(spec: &SimSpec) -> Result<()> {
                     format!(
                         "a request of {max_total} tokens needs {need} KV blocks but the whole pool has {usable} usable blocks ({} tokens): it could never finish",
                         c.kv_capacity_tokens()
+                    ),
+                ));
+            }
+        }
+        EngineSpec::Sglang(c) => {
+            if max_total > c.context_length {
+                return Err(ConfigError::new(
+                    field,
+                    format!("a request of up to {max_prompt} prompt tokens and {max_total} total exceeds engine.context_length {}", c.context_length),
+                ));
+            }
+            // PrefillAdder admits iff prompt + min(max_new, 4096) (+ a page) < what is left.
+            let max_new = max_total - max_prompt;
+            let need = u64::from(max_prompt) + u64::from(max_new.min(4096)) + u64::from(c.page_size);
+            if need >= c.max_total_tokens {
+                return Err(ConfigError::new(
+                    field,
+                    format!(
+                        "a request of {max_prompt} prompt tokens reserving {} output tokens needs {need} KV tokens; the pool (max_total_tokens) has {}: it could never be admitted",
+                        max_new.min(4096),
+                        c.max_total_tokens
                     ),
                 ));
             }

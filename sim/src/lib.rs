@@ -1,7 +1,8 @@
 //! # servesim's simulator core
 //!
 //! A seeded discrete-event simulator of LLM serving engines. It reproduces
-//! how an engine schedules, caches and preempts (vLLM's V1 scheduler today),
+//! how an engine schedules, caches and preempts (vLLM's V1 scheduler and
+//! SGLang's scheduler with its radix cache),
 //! times each engine step with a cost model, drives the engine with a client
 //! that behaves like `vllm bench serve`, and reports what that client would
 //! print, plus what the engine's `/metrics` would show.
@@ -14,7 +15,7 @@
 //! 2. [`workload::generate`] turns the workload section into requests, from
 //!    named random streams ([`rng`]).
 //! 3. [`simulation::run`] runs the event loop: client → front end → engine
-//!    ([`engine::vllm`]) → front end → client, timing steps with
+//!    ([`engine::vllm`] or [`engine::sglang`]) → front end → client, timing steps with
 //!    [`cost::CostModel`].
 //! 4. [`metrics::bench_metrics`] computes `vllm bench serve`'s metrics;
 //!    [`report`] lays them out as `--save-result` keys.
@@ -62,6 +63,9 @@ pub fn simulate(spec: &SimSpec, opts: RunOptions) -> SimOutput {
     let run = match &spec.engine {
         EngineSpec::Vllm(cfg) => {
             simulation::run(engine::vllm::Scheduler::new(cfg.clone()), &spec.cost, &workload, opts)
+        }
+        EngineSpec::Sglang(cfg) => {
+            simulation::run(engine::sglang::Scheduler::new(cfg.clone()), &spec.cost, &workload, opts)
         }
     };
     let metrics = metrics::bench_metrics(&run);

@@ -27,6 +27,8 @@ pub struct Stats {
     pub std: f64,
     /// Values at [`PERCENTILES`].
     pub percentiles: [f64; 4],
+    /// The largest value (`sglang.bench_serving` reports `max_itl_ms`).
+    pub max: f64,
 }
 
 /// numpy's `_lerp`, including its switch for `t ≥ 0.5`, so results match to the bit.
@@ -72,6 +74,7 @@ impl Stats {
         }
         let n = values.len();
         let mean = values.iter().sum::<f64>() / n as f64;
+        let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let var = values.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n as f64;
         // Every rank the median and the percentiles read.
         let mut ranks = vec![(n - 1) / 2, n / 2];
@@ -89,7 +92,7 @@ impl Stats {
         for (i, p) in PERCENTILES.iter().enumerate() {
             percentiles[i] = percentile(values, *p);
         }
-        Stats { mean, median, std: var.sqrt(), percentiles }
+        Stats { mean, median, std: var.sqrt(), percentiles, max }
     }
 }
 
@@ -221,6 +224,7 @@ pub fn put_stats(map: &mut Map<String, Value>, metric: &str, s: &Stats) {
     for (i, p) in PERCENTILES.iter().enumerate() {
         map.insert(format!("p{}_{metric}_ms", *p as u32), s.percentiles[i].into());
     }
+    map.insert(format!("max_{metric}_ms"), s.max.into());
 }
 
 #[cfg(test)]

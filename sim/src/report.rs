@@ -50,6 +50,9 @@ pub fn point_json(spec: &SimSpec, out: &SimOutput) -> Map<String, Value> {
     // The engine's view.
     let c = &run.counters;
     j.insert("num_preemptions".into(), c.num_preemptions.into());
+    if spec.engine.kind() == "sglang" {
+        j.insert("num_retractions".into(), c.num_preemptions.into());
+    }
     j.insert("prefix_cache_queries".into(), c.prefix_cache_queries.into());
     j.insert("prefix_cache_hits".into(), c.prefix_cache_hits.into());
     let hit_rate =
@@ -157,7 +160,11 @@ pub fn text(spec: &SimSpec, out: &SimOutput, opts: &TextOptions) -> String {
     let limit: KvLimit = kv_limited_concurrency(spec, w);
     let c = &run.counters;
     header(&mut s, &format!(" Engine ({} {}, simulated) ", spec.engine.kind(), spec.engine.version()), '=');
-    line(&mut s, "Preemptions:", c.num_preemptions);
+    if spec.engine.kind() == "sglang" {
+        line(&mut s, "Retractions:", c.num_preemptions);
+    } else {
+        line(&mut s, "Preemptions:", c.num_preemptions);
+    }
     let hr = if c.prefix_cache_queries > 0 {
         100.0 * c.prefix_cache_hits as f64 / c.prefix_cache_queries as f64
     } else {

@@ -35,6 +35,9 @@ pub struct RequestSpec {
     pub arrival_ns: u64,
     /// vLLM `priority` (lower value = served first under `policy = "priority"`).
     pub priority: i32,
+    /// The request was sent with `ignore_eos` (SGLang ≥ 0.5.23 reserves its
+    /// whole remaining output for it).
+    pub ignore_eos: bool,
 }
 
 impl RequestSpec {
@@ -152,6 +155,7 @@ mod tests {
             output_key: out_key,
             arrival_ns: 0,
             priority: 0,
+            ignore_eos: true,
         }
     }
 

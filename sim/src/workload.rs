@@ -190,6 +190,7 @@ pub fn generate(params: &WorkloadParams) -> Workload {
             output_key: out_key,
             arrival_ns,
             priority,
+            ignore_eos: params.ignore_eos,
         }
     };
     let mut out_rng = stream(seed, "dataset.outputs");

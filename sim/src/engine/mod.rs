@@ -8,6 +8,7 @@
 //! code therefore runs under simulated time and, in `servesim serve`, under
 //! the wall clock.
 
+pub mod sglang;
 pub mod vllm;
 
 use std::fmt;

@@ -118,6 +118,8 @@ pub struct Scheduler {
     hit: ComputedBlocks,
     /// Reused between steps: (request, tokens) scheduled.
     scheduled_buf: Vec<(ReqId, u32)>,
+    /// Shape of the last step run (for the invariant checks).
+    last_shape: StepShape,
 }
 
 impl Scheduler {
@@ -139,6 +141,7 @@ impl Scheduler {
             counters: EngineCounters::default(),
             hit: ComputedBlocks::default(),
             scheduled_buf: Vec::new(),
+            last_shape: StepShape::default(),
         }
     }
 
@@ -445,6 +448,7 @@ impl Engine for Scheduler {
 
     fn finish_step(&mut self, out: &mut Vec<TokenOutput>) {
         self.do_finish_step(out);
+        self.last_shape = self.plan.shape;
         self.plan.clear();
     }
 
@@ -477,7 +481,7 @@ impl Engine for Scheduler {
         if self.running.len() > self.config.max_num_seqs as usize {
             return Err(format!("{} running > max_num_seqs {}", self.running.len(), self.config.max_num_seqs));
         }
-        let tokens = self.plan.shape.total_tokens();
+        let tokens = self.last_shape.total_tokens();
         if tokens > u64::from(self.config.max_num_batched_tokens) {
             return Err(format!("step of {tokens} tokens > max_num_batched_tokens"));
         }

@@ -1,0 +1,863 @@
+//! SGLang's `Scheduler` (`srt/managers/scheduler.py`, `schedule_batch.py`).
+//!
+//! One iteration of `event_loop_normal`:
+//!
+//! 1. New requests are appended to `waiting_queue`.
+//! 2. `get_new_batch_prefill`: unless `batch_is_full`, sort the queue by the
+//!    policy, continue the chunked request (at most one exists), then admit
+//!    waiting requests through the `PrefillAdder` while KV, prefill-token,
+//!    chunk and `max_running_requests` budgets allow. Admission reserves KV:
+//!    every running request's remaining output × `new_token_ratio` (1.0 for
+//!    `ignore_eos` from 0.5.23), and each admitted request's prompt plus its
+//!    whole `max_new_tokens` (clipped at 4096). A `NO_TOKEN` answer sets
+//!    `batch_is_full`: no new admission is tried until the running batch
+//!    shrinks.
+//! 3. **Prefill first**: if a prefill batch formed, it runs alone (mixed
+//!    with the decodes only under `enable_mixed_chunk`). Otherwise every
+//!    running request decodes one token, after `check_decode_mem`; if the
+//!    step does not fit even after evicting the cache, requests are
+//!    **retracted** (fewest outputs first, ties: longest prompt): their
+//!    decoded KV is freed, their prompt stays in the radix tree as
+//!    evictable, and they go to the **tail** of the waiting queue.
+//!    `new_token_ratio` decays each decode step without retraction, is set
+//!    to an estimate after one, and resets when the scheduler is idle.
+//!
+//! KV accounting: the pool holds `max_total_num_tokens`; tokens in the radix
+//! tree (evictable or locked) plus tokens owned privately by requests
+//! (decoded tokens, the tail of a page) are in use; the rest is available.
+//! After each prefill chunk the computed prompt is inserted in the tree
+//! (`cache_unfinished_req`), at finish prompt + output (`cache_finished_req`).
+//!
+//! Not modelled: the overlap scheduler's one-iteration lag, `dfs-weight` and
+//! the 0.5.23-only policies, lpm's in-batch prefix deprioritisation, the
+//! `ignore_eos` admission path without the radix cache, hierarchical cache,
+//! speculative decoding, data parallelism.
+
+use std::collections::VecDeque;
+
+use rand::seq::SliceRandom;
+
+use super::radix_cache::{NodeId, RadixCache, ROOT};
+use super::schedule_policy::{AddReqResult, PrefillAdder, SchedulePolicy, CLIP_MAX_NEW_TOKENS, LPM_MAX_WAITING};
+use crate::cost::StepShape;
+use crate::engine::{Engine, EngineCounters, ReqId, Scheduled, StepPlan, TokenOutput, Version};
+use crate::request::RequestSpec;
+use crate::rng::{stream, Rng};
+
+/// The resolved SGLang configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SglangConfig {
+    pub version: Version,
+    pub max_running_requests: u32,
+    /// None: chunked prefill disabled (`--chunked-prefill-size -1`).
+    pub chunked_prefill_size: Option<u32>,
+    pub max_prefill_tokens: u32,
+    pub page_size: u32,
+    pub schedule_policy: SchedulePolicy,
+    /// `max_total_num_tokens`: the KV pool.
+    pub max_total_tokens: u64,
+    pub schedule_conservativeness: f64,
+    pub disable_radix_cache: bool,
+    pub enable_mixed_chunk: bool,
+    pub context_length: u32,
+    /// Seed of the `random` policy's stream.
+    pub seed: u64,
+}
+
+impl SglangConfig {
+    /// `SGLANG_INIT_NEW_TOKEN_RATIO` × conservativeness, capped at 1.
+    pub fn init_new_token_ratio(&self) -> f64 {
+        (0.7 * self.schedule_conservativeness).min(1.0)
+    }
+    /// `init × SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR (0.14)`.
+    pub fn min_new_token_ratio(&self) -> f64 {
+        self.init_new_token_ratio() * 0.14
+    }
+    /// Decay per decode step: `(init − min) / SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS (600)`.
+    pub fn new_token_ratio_decay(&self) -> f64 {
+        (self.init_new_token_ratio() - self.min_new_token_ratio()) / 600.0
+    }
+    fn at_least(&self, v: Version) -> bool {
+        self.version >= v
+    }
+}
+
+/// `retract_decode_steps`.
+const RETRACT_DECODE_STEPS: u64 = 20;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Status {
+    Waiting,
+    /// In the prefill batch being planned or run.
+    Prefilling,
+    Running,
+    Finished,
+}
+
+#[derive(Clone, Debug)]
+struct Req {
+    spec: RequestSpec,
+    /// Token contents of prompt + outputs so far (`origin_input_ids + output_ids`).
+    tokens: Vec<u64>,
+    num_output: u32,
+    /// `len(prefix_indices)`: tokens covered by the radix tree, locked at `last_node`.
+    prefix_len: u32,
+    last_node: Option<NodeId>,
+    /// Tokens whose KV has been computed (prefix included).
+    kv_len: u32,
+    /// Tokens allocated outside the tree (page multiples).
+    private: u64,
+    /// Tokens to compute in the current prefill round.
+    extend: u32,
+    status: Status,
+    /// The current prefill round ends the prompt (the request will sample).
+    completes_prefill: bool,
+}
+
+impl Req {
+    fn fill_len(&self) -> u32 {
+        self.spec.prompt_len + self.num_output
+    }
+    fn max_new(&self) -> u32 {
+        self.spec.max_tokens
+    }
+}
+
+/// What the planned step runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StepKind {
+    Prefill { mixed: bool },
+    Decode,
+}
+
+/// The SGLang scheduler and its KV pool.
+#[derive(Clone, Debug)]
+pub struct Scheduler {
+    config: SglangConfig,
+    tree: RadixCache,
+    requests: Vec<Option<Req>>,
+    waiting: VecDeque<ReqId>,
+    running: Vec<ReqId>,
+    chunked: Option<ReqId>,
+    /// The prefill batch of the planned step.
+    batch: Vec<ReqId>,
+    kind: Option<StepKind>,
+    batch_is_full: bool,
+    new_token_ratio: f64,
+    /// Σ private tokens of all requests.
+    private_total: u64,
+    num_unfinished: usize,
+    plan: StepPlan,
+    counters: EngineCounters,
+    rng: Rng,
+    /// The last prefill batch's hit rate (`sglang:cache_hit_rate`).
+    last_cache_hit_rate: f64,
+    /// Shape of the last step run (for the invariant checks).
+    last_shape: StepShape,
+}
+
+impl Scheduler {
+    pub fn new(config: SglangConfig) -> Scheduler {
+        let tree = RadixCache::new(config.page_size);
+        let ratio = config.init_new_token_ratio();
+        let rng = stream(config.seed, "sglang.schedule_policy");
+        Scheduler {
+            config,
+            tree,
+            requests: Vec::new(),
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            chunked: None,
+            batch: Vec::new(),
+            kind: None,
+            batch_is_full: false,
+            new_token_ratio: ratio,
+            private_total: 0,
+            num_unfinished: 0,
+            plan: StepPlan::default(),
+            counters: EngineCounters::default(),
+            rng,
+            last_cache_hit_rate: 0.0,
+            last_shape: StepShape::default(),
+        }
+    }
+
+    pub fn config(&self) -> &SglangConfig {
+        &self.config
+    }
+
+    /// `new_token_ratio` now.
+    pub fn new_token_ratio(&self) -> f64 {
+        self.new_token_ratio
+    }
+
+    pub fn last_cache_hit_rate(&self) -> f64 {
+        self.last_cache_hit_rate
+    }
+
+    fn req(&self, id: ReqId) -> &Req {
+        self.requests[id as usize].as_ref().expect("live request")
+    }
+
+    fn req_mut(&mut self, id: ReqId) -> &mut Req {
+        self.requests[id as usize].as_mut().expect("live request")
+    }
+
+    fn page(&self) -> u64 {
+        u64::from(self.config.page_size)
+    }
+
+    fn ceil_page(&self, n: u64) -> u64 {
+        n.div_ceil(self.page()) * self.page()
+    }
+
+    fn floor_page(&self, n: u32) -> u32 {
+        n / self.config.page_size * self.config.page_size
+    }
+
+    /// `token_to_kv_pool.available_size()`.
+    pub fn available_size(&self) -> u64 {
+        self.config.max_total_tokens.saturating_sub(self.tree.total_size() + self.private_total)
+    }
+
+    fn evictable_size(&self) -> u64 {
+        if self.config.disable_radix_cache {
+            0
+        } else {
+            self.tree.evictable_size()
+        }
+    }
+
+    /// `alloc_token_slots`: evicts the cache on shortage.
+    fn alloc(&mut self, id: ReqId, tokens: u64) -> bool {
+        let avail = self.available_size();
+        if avail < tokens {
+            self.tree.evict(tokens - avail);
+        }
+        if self.available_size() < tokens {
+            return false;
+        }
+        self.req_mut(id).private += tokens;
+        self.private_total += tokens;
+        true
+    }
+
+    fn free_private(&mut self, id: ReqId) {
+        let p = std::mem::take(&mut self.req_mut(id).private);
+        self.private_total -= p;
+    }
+
+    fn materialize(&mut self, id: ReqId) {
+        let r = self.req_mut(id);
+        let want = r.fill_len() as usize;
+        while r.tokens.len() < want {
+            let t = r.spec.token(r.tokens.len() as u32);
+            r.tokens.push(t);
+        }
+    }
+
+    /// `init_next_round_input`: matches `fill_ids[:len-1]` in the tree.
+    fn init_next_round_input(&mut self, id: ReqId) {
+        self.materialize(id);
+        let disabled = self.config.disable_radix_cache;
+        let Scheduler { tree, requests, .. } = self;
+        let r = requests[id as usize].as_mut().expect("live request");
+        let fill = r.fill_len();
+        let (len, node) = if disabled {
+            (0, ROOT)
+        } else {
+            let m = tree.match_prefix(&r.tokens[..(fill - 1) as usize]);
+            (m.len, m.last_node)
+        };
+        r.prefix_len = len;
+        r.last_node = Some(node);
+        r.kv_len = len;
+        r.extend = fill - len;
+    }
+
+    /// Reservation of a running request: its remaining output × ratio.
+    fn running_reservation(&self, r: &Req) -> f64 {
+        let left = r.max_new().saturating_sub(r.num_output).min(CLIP_MAX_NEW_TOKENS);
+        let ratio =
+            if r.spec.ignore_eos && self.config.at_least(Version::new(0, 5, 23)) { 1.0 } else { self.new_token_ratio };
+        f64::from(left) * ratio
+    }
+
+    fn avail_plus_evictable(&self) -> f64 {
+        (self.available_size() + self.evictable_size()) as f64
+    }
+
+    /// `calc_priority`: sorts the waiting queue by the policy.
+    fn calc_priority(&mut self) {
+        let policy = match self.config.schedule_policy {
+            SchedulePolicy::Lpm if self.config.disable_radix_cache || self.waiting.len() > LPM_MAX_WAITING => {
+                SchedulePolicy::Fcfs
+            }
+            p => p,
+        };
+        match policy {
+            SchedulePolicy::Fcfs => {}
+            SchedulePolicy::Lof => {
+                let mut v: Vec<ReqId> = self.waiting.drain(..).collect();
+                v.sort_by_key(|&id| std::cmp::Reverse(self.req(id).max_new()));
+                self.waiting = v.into();
+            }
+            SchedulePolicy::Random => {
+                let mut v: Vec<ReqId> = self.waiting.drain(..).collect();
+                v.shuffle(&mut self.rng);
+                self.waiting = v.into();
+            }
+            SchedulePolicy::Lpm => {
+                let ids: Vec<ReqId> = self.waiting.iter().copied().collect();
+                let mut keyed: Vec<(u32, ReqId)> = Vec::with_capacity(ids.len());
+                for id in ids {
+                    self.init_next_round_input(id);
+                    keyed.push((self.req(id).prefix_len, id));
+                }
+                keyed.sort_by_key(|&(len, _)| std::cmp::Reverse(len));
+                self.waiting = keyed.into_iter().map(|(_, id)| id).collect();
+            }
+        }
+    }
+
+    /// `add_one_req` on the radix-cache path.
+    fn add_one_req(&mut self, adder: &mut PrefillAdder, id: ReqId, can_run: &mut Vec<ReqId>) -> (AddReqResult, bool) {
+        let (extend, max_new, prefix_len, last_node) = {
+            let r = self.req(id);
+            (r.extend, r.max_new(), r.prefix_len, r.last_node.expect("matched"))
+        };
+        let clip = max_new.min(CLIP_MAX_NEW_TOKENS);
+        let page_overhead = if self.config.at_least(Version::new(0, 5, 23)) { self.config.page_size } else { 0 };
+        let total = f64::from(extend) + f64::from(clip) + f64::from(page_overhead);
+        let input_tokens = self.ceil_page(u64::from(extend)) as i64;
+        if total >= adder.rem_total_tokens(self.avail_plus_evictable()) {
+            return (AddReqResult::NoToken, false);
+        }
+        if input_tokens >= adder.rem_input_tokens && !can_run.is_empty() {
+            return (AddReqResult::Other, false);
+        }
+        // Locking the prefix takes it out of "evictable": check again.
+        self.tree.inc_lock_ref(last_node);
+        if total > adder.rem_total_tokens(self.avail_plus_evictable()) {
+            self.tree.dec_lock_ref(last_node);
+            return (AddReqResult::NoToken, false);
+        }
+        let chunked = match adder.rem_chunk_tokens {
+            Some(rem) if input_tokens > rem => {
+                let trunc = if self.config.at_least(Version::new(0, 5, 0)) {
+                    rem / i64::from(self.config.page_size) * i64::from(self.config.page_size)
+                } else {
+                    rem - i64::from(self.config.page_size) + 1
+                };
+                if trunc <= 0 {
+                    self.tree.dec_lock_ref(last_node);
+                    return (AddReqResult::Other, false);
+                }
+                let trunc = trunc as u32;
+                let r = self.req_mut(id);
+                r.extend = trunc;
+                r.completes_prefill = false;
+                adder.update_prefill_budget(prefix_len, trunc, 0);
+                true
+            }
+            _ => {
+                self.req_mut(id).completes_prefill = true;
+                adder.update_prefill_budget(prefix_len, input_tokens as u32, clip);
+                false
+            }
+        };
+        can_run.push(id);
+        (adder.budget_state(self.avail_plus_evictable()), chunked)
+    }
+
+    /// `get_new_batch_prefill`. Fills `self.batch`; returns whether a batch formed.
+    fn get_new_batch_prefill(&mut self) -> bool {
+        self.batch.clear();
+        if (self.batch_is_full || self.waiting.is_empty()) && self.chunked.is_none() {
+            return false;
+        }
+        let running_bs = self.running.len() as u32;
+        if running_bs >= self.config.max_running_requests {
+            self.batch_is_full = true;
+            return false;
+        }
+        self.calc_priority();
+        let mixed_decode = if self.config.enable_mixed_chunk { running_bs } else { 0 };
+        let offset: f64 = self.running.iter().map(|&id| self.running_reservation(self.req(id))).sum();
+        let mut adder = PrefillAdder {
+            base_available: self.avail_plus_evictable(),
+            rem_total_token_offset: offset + f64::from(mixed_decode),
+            cur_rem_token_offset: f64::from(mixed_decode),
+            rem_input_tokens: i64::from(self.config.max_prefill_tokens) - i64::from(mixed_decode),
+            rem_chunk_tokens: self.config.chunked_prefill_size.map(|c| i64::from(c) - i64::from(mixed_decode)),
+            log_hit_tokens: 0,
+            log_input_tokens: 0,
+        };
+        let mut can_run: Vec<ReqId> = Vec::new();
+        let mut new_chunked: Option<ReqId> = None;
+
+        // The chunked request continues first (`add_chunked_req`).
+        if let Some(id) = self.chunked {
+            let rem_total = adder.rem_total_tokens(self.avail_plus_evictable()).floor() as i64;
+            let rem = match adder.rem_chunk_tokens {
+                Some(c) => c.min(rem_total),
+                None => rem_total,
+            };
+            if rem > 0 {
+                let (extend, max_new) = {
+                    let r = self.req(id);
+                    (r.fill_len() - r.kv_len, r.max_new())
+                };
+                let truncated = i64::from(extend) > rem;
+                let n = if truncated { self.floor_page(rem as u32).max(1) } else { extend };
+                let r = self.req_mut(id);
+                r.extend = n;
+                r.completes_prefill = !truncated;
+                adder.update_prefill_budget(0, n, if truncated { 0 } else { max_new.min(CLIP_MAX_NEW_TOKENS) });
+                can_run.push(id);
+                if truncated {
+                    new_chunked = Some(id);
+                }
+            } else {
+                new_chunked = Some(id);
+            }
+        }
+
+        let mut taken: Vec<ReqId> = Vec::new();
+        let waiting: Vec<ReqId> = self.waiting.iter().copied().collect();
+        let budget_ok = adder.budget_state(self.avail_plus_evictable()) == AddReqResult::Continue;
+        if budget_ok {
+            for id in waiting {
+                if running_bs as usize + can_run.len() >= self.config.max_running_requests as usize {
+                    self.batch_is_full = true;
+                    break;
+                }
+                // A new chunked request may only start if none is in progress.
+                if new_chunked.is_some() {
+                    break;
+                }
+                self.init_next_round_input(id);
+                let (res, chunked) = self.add_one_req(&mut adder, id, &mut can_run);
+                if can_run.last() == Some(&id) {
+                    taken.push(id);
+                    if chunked {
+                        new_chunked = Some(id);
+                    }
+                }
+                match res {
+                    AddReqResult::Continue => {}
+                    AddReqResult::NoToken => {
+                        self.batch_is_full = true;
+                        break;
+                    }
+                    AddReqResult::Other => break,
+                }
+            }
+        }
+        if !taken.is_empty() {
+            self.waiting.retain(|id| !taken.contains(id));
+        }
+        self.chunked = new_chunked;
+        if can_run.is_empty() {
+            return false;
+        }
+        // `prepare_for_extend`: allocate the extend tokens.
+        for &id in &can_run {
+            let (kv_len, extend) = {
+                let r = self.req(id);
+                (u64::from(r.kv_len), u64::from(r.extend))
+            };
+            let need = self.ceil_page(kv_len + extend) - self.ceil_page(kv_len);
+            let ok = self.alloc(id, need);
+            debug_assert!(ok, "admission reserved this KV");
+            self.req_mut(id).status = Status::Prefilling;
+        }
+        self.counters.prefix_cache_hits += adder.log_hit_tokens;
+        self.counters.prefix_cache_queries += adder.log_hit_tokens + adder.log_input_tokens;
+        let denom = adder.log_hit_tokens + adder.log_input_tokens;
+        self.last_cache_hit_rate = if denom > 0 { adder.log_hit_tokens as f64 / denom as f64 } else { 0.0 };
+        self.batch = can_run;
+        true
+    }
+
+    /// `check_decode_mem` for the requests `ids`: evicts the cache as needed.
+    fn check_decode_mem(&mut self, ids: &[ReqId]) -> bool {
+        let page = self.page();
+        let need: u64 = ids.iter().filter(|&&id| u64::from(self.req(id).kv_len) % page == 0).count() as u64 * page;
+        let avail = self.available_size();
+        if avail < need {
+            self.tree.evict(need - avail);
+        }
+        self.available_size() >= need
+    }
+
+    /// `release_req` for a retraction: frees the decoded KV, unlocks the
+    /// prefix (it stays cached, evictable), clears `prefix_indices`.
+    fn retract(&mut self, id: ReqId) {
+        self.free_private(id);
+        let node = self.req_mut(id).last_node.take();
+        if let Some(n) = node {
+            self.tree.dec_lock_ref(n);
+        }
+        let r = self.req_mut(id);
+        r.prefix_len = 0;
+        r.kv_len = 0;
+        r.status = Status::Waiting;
+    }
+
+    /// `update_running_batch`: retraction if the next decode step does not fit.
+    fn update_running_batch(&mut self) {
+        let ids = self.running.clone();
+        if self.check_decode_mem(&ids) {
+            self.new_token_ratio =
+                (self.new_token_ratio - self.config.new_token_ratio_decay()).max(self.config.min_new_token_ratio());
+            return;
+        }
+        // `retract_decode`: sort by (len(output_ids), -len(origin_input_ids)) descending, pop from the end.
+        let mut sorted = ids;
+        sorted.sort_by(|&a, &b| {
+            let (ra, rb) = (self.req(a), self.req(b));
+            (rb.num_output, std::cmp::Reverse(rb.spec.prompt_len))
+                .cmp(&(ra.num_output, std::cmp::Reverse(ra.spec.prompt_len)))
+        });
+        let old_style = !self.config.at_least(Version::new(0, 5, 3));
+        let mut retracted = Vec::new();
+        let mut first = true;
+        loop {
+            let fits = if old_style {
+                self.available_size() >= sorted.len() as u64 * RETRACT_DECODE_STEPS
+            } else {
+                self.check_decode_mem(&sorted)
+            };
+            if !first && fits {
+                break;
+            }
+            if sorted.len() <= 1 {
+                break;
+            }
+            first = false;
+            let id = sorted.pop().expect("non-empty");
+            self.retract(id);
+            retracted.push(id);
+            if old_style {
+                continue;
+            }
+            let want = sorted.len() as u64 * RETRACT_DECODE_STEPS;
+            let avail = self.available_size();
+            if avail < want {
+                self.tree.evict(want - avail);
+            }
+        }
+        self.running.retain(|id| !retracted.contains(id));
+        for &id in &retracted {
+            self.waiting.push_back(id);
+        }
+        self.counters.num_preemptions += retracted.len() as u64;
+        self.plan.num_preempted += retracted.len() as u32;
+        // New estimate from the remaining requests.
+        let (out, max_new, n) = self.running.iter().fold((0u64, 0u64, 0u64), |(o, m, n), &id| {
+            let r = self.req(id);
+            (o + u64::from(r.num_output), m + u64::from(r.max_new()), n + 1)
+        });
+        let denom = max_new + u64::from(self.config.at_least(Version::new(0, 5, 23)));
+        if denom > 0 {
+            self.new_token_ratio = ((out + RETRACT_DECODE_STEPS * n) as f64 / denom as f64).min(1.0);
+        }
+        self.batch_is_full = false;
+    }
+
+    /// `cache_unfinished_req`: inserts the computed tokens, re-locks the new prefix.
+    fn cache_unfinished_req(&mut self, id: ReqId) {
+        if self.config.disable_radix_cache {
+            return;
+        }
+        let kv_len = self.req(id).kv_len;
+        let insert_len = self.floor_page(kv_len);
+        let node = {
+            let Scheduler { tree, requests, .. } = self;
+            let r = requests[id as usize].as_mut().expect("live request");
+            tree.insert(&r.tokens[..insert_len as usize]).1
+        };
+        // The request's KV for those tokens is now the tree's (or a freed duplicate).
+        let old = self.req_mut(id).last_node.replace(node);
+        self.tree.inc_lock_ref(node);
+        if let Some(o) = old {
+            self.tree.dec_lock_ref(o);
+        }
+        let private_now = self.ceil_page(u64::from(kv_len)) - u64::from(insert_len);
+        let r = self.req_mut(id);
+        let freed = r.private - private_now.min(r.private);
+        r.private -= freed;
+        r.prefix_len = insert_len;
+        self.private_total -= freed;
+    }
+
+    /// `cache_finished_req`: inserts prompt + output[:-1], unlocks, frees the rest.
+    fn cache_finished_req(&mut self, id: ReqId) {
+        if !self.config.disable_radix_cache {
+            let kv_len = self.req(id).kv_len;
+            let insert_len = self.floor_page(kv_len);
+            {
+                let Scheduler { tree, requests, .. } = self;
+                let r = requests[id as usize].as_mut().expect("live request");
+                tree.insert(&r.tokens[..insert_len as usize]);
+            }
+        }
+        self.free_private(id);
+        if let Some(n) = self.req_mut(id).last_node.take() {
+            if !self.config.disable_radix_cache {
+                self.tree.dec_lock_ref(n);
+            }
+        }
+    }
+
+    fn do_schedule(&mut self) {
+        self.plan.clear();
+        self.kind = None;
+        // An empty running batch is never full (SGLang starts a new one).
+        if self.running.is_empty() {
+            self.batch_is_full = false;
+        }
+        if self.get_new_batch_prefill() {
+            let mut mixed = false;
+            let mut shape = StepShape::default();
+            for k in 0..self.batch.len() {
+                let id = self.batch[k];
+                let r = self.req(id);
+                shape.add_prefill(u64::from(r.kv_len), u64::from(r.extend));
+                self.plan.scheduled.push(Scheduled { id, num_tokens: r.extend, prefill: true });
+            }
+            if self.config.enable_mixed_chunk && !self.running.is_empty() {
+                // `mix_with_running`: the running requests decode in the same forward.
+                let ids = self.running.clone();
+                if self.check_decode_mem(&ids) {
+                    mixed = true;
+                    self.decode_into_plan(&ids, &mut shape);
+                }
+            }
+            self.plan.shape = shape;
+            self.kind = Some(StepKind::Prefill { mixed });
+        } else if !self.running.is_empty() {
+            self.update_running_batch();
+            let ids = self.running.clone();
+            let mut shape = StepShape::default();
+            self.decode_into_plan(&ids, &mut shape);
+            self.plan.shape = shape;
+            self.kind = Some(StepKind::Decode);
+        } else {
+            // Idle: `self_check_during_idle` resets the ratio.
+            self.new_token_ratio = self.config.init_new_token_ratio();
+        }
+        if !self.plan.is_empty() {
+            self.counters.num_steps += 1;
+        }
+    }
+
+    /// Allocates one decode slot per request and adds them to the plan.
+    fn decode_into_plan(&mut self, ids: &[ReqId], shape: &mut StepShape) {
+        for &id in ids {
+            let kv_len = u64::from(self.req(id).kv_len);
+            if kv_len % self.page() == 0 {
+                let ok = self.alloc(id, self.page());
+                debug_assert!(ok, "check_decode_mem passed");
+            }
+            shape.add_decode(kv_len + 1);
+            self.plan.scheduled.push(Scheduled { id, num_tokens: 1, prefill: false });
+        }
+    }
+
+    fn finish(&mut self, id: ReqId, out: &mut Vec<TokenOutput>) -> bool {
+        let r = self.req_mut(id);
+        r.num_output += 1;
+        let finished = r.num_output >= r.spec.output_len;
+        if finished {
+            self.cache_finished_req(id);
+            self.req_mut(id).status = Status::Finished;
+            self.num_unfinished -= 1;
+            self.batch_is_full = false;
+        }
+        out.push(TokenOutput { id, finished });
+        finished
+    }
+
+    fn do_finish_step(&mut self, out: &mut Vec<TokenOutput>) {
+        let Some(kind) = self.kind.take() else { return };
+        let mut finished_any = false;
+        // Decode tokens (a decode step, or the decodes mixed into a prefill).
+        if matches!(kind, StepKind::Decode | StepKind::Prefill { mixed: true }) {
+            let decodes: Vec<ReqId> = self.plan.scheduled.iter().filter(|s| !s.prefill).map(|s| s.id).collect();
+            for id in decodes {
+                self.req_mut(id).kv_len += 1;
+                if let Some(r) = self.requests[id as usize].as_mut() {
+                    r.materialize_next();
+                }
+                finished_any |= self.finish(id, out);
+            }
+        }
+        if matches!(kind, StepKind::Prefill { .. }) {
+            let batch = std::mem::take(&mut self.batch);
+            for &id in &batch {
+                let (extend, completes) = {
+                    let r = self.req(id);
+                    (r.extend, r.completes_prefill)
+                };
+                self.req_mut(id).kv_len += extend;
+                if !completes {
+                    // The chunked request: its computed part goes into the tree.
+                    self.cache_unfinished_req(id);
+                    self.req_mut(id).status = Status::Waiting;
+                    continue;
+                }
+                self.req_mut(id).materialize_next();
+                let fin = self.finish(id, out);
+                if !fin {
+                    self.cache_unfinished_req(id);
+                    self.req_mut(id).status = Status::Running;
+                    self.running.push(id);
+                }
+                finished_any |= fin;
+            }
+            self.batch = batch;
+        }
+        if finished_any {
+            let Scheduler { running, requests, .. } = self;
+            running.retain(|&id| requests[id as usize].as_ref().is_some_and(|r| r.status != Status::Finished));
+            for s in &self.plan.scheduled {
+                if self.requests[s.id as usize].as_ref().is_some_and(|r| r.status == Status::Finished) {
+                    self.requests[s.id as usize] = None;
+                }
+            }
+        }
+    }
+}
+
+impl Req {
+    /// Appends the contents of the token just sampled (it becomes part of `fill_ids`).
+    fn materialize_next(&mut self) {
+        let pos = self.tokens.len() as u32;
+        if pos < self.spec.prompt_len + self.num_output + 1 {
+            self.tokens.push(self.spec.token(pos));
+        }
+    }
+}
+
+impl Engine for Scheduler {
+    fn add_request(&mut self, id: ReqId, spec: &RequestSpec) {
+        let idx = id as usize;
+        if self.requests.len() <= idx {
+            self.requests.resize(idx + 1, None);
+        }
+        assert!(self.requests[idx].is_none(), "request {id} added twice");
+        self.requests[idx] = Some(Req {
+            spec: spec.clone(),
+            tokens: Vec::new(),
+            num_output: 0,
+            prefix_len: 0,
+            last_node: None,
+            kv_len: 0,
+            private: 0,
+            extend: 0,
+            status: Status::Waiting,
+            completes_prefill: false,
+        });
+        self.num_unfinished += 1;
+        self.waiting.push_back(id);
+    }
+
+    fn schedule(&mut self) -> &StepPlan {
+        self.do_schedule();
+        &self.plan
+    }
+
+    fn finish_step(&mut self, out: &mut Vec<TokenOutput>) {
+        self.do_finish_step(out);
+        self.last_shape = self.plan.shape;
+        self.plan.clear();
+    }
+
+    fn num_unfinished(&self) -> usize {
+        self.num_unfinished
+    }
+
+    fn num_running(&self) -> usize {
+        self.running.len()
+    }
+
+    /// `sglang:num_queue_reqs` (`len(waiting_queue)`; the chunked request is not in it).
+    fn num_waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// `sglang:token_usage`: evictable cache counts as free.
+    fn kv_usage(&self) -> f64 {
+        let used = self.config.max_total_tokens - self.available_size() - self.evictable_size();
+        used as f64 / self.config.max_total_tokens as f64
+    }
+
+    fn kv_capacity_tokens(&self) -> u64 {
+        self.config.max_total_tokens
+    }
+
+    fn counters(&self) -> EngineCounters {
+        self.counters
+    }
+
+    fn check_invariants(&self) -> Result<(), String> {
+        self.tree.check()?;
+        let used = self.tree.total_size() + self.private_total;
+        if used > self.config.max_total_tokens {
+            return Err(format!("{used} KV tokens in use > pool {}", self.config.max_total_tokens));
+        }
+        if self.running.len() > self.config.max_running_requests as usize {
+            return Err(format!("{} running > max_running_requests", self.running.len()));
+        }
+        if let Some(c) = self.config.chunked_prefill_size {
+            if self.last_shape.prefill_tokens > u64::from(c) {
+                return Err(format!(
+                    "a prefill batch of {} new tokens > chunked_prefill_size {c}",
+                    self.last_shape.prefill_tokens
+                ));
+            }
+        }
+        if !self.config.enable_mixed_chunk && self.last_shape.prefill_tokens > 0 && self.last_shape.decode_tokens > 0 {
+            return Err("a step mixed prefill and decode without enable_mixed_chunk".into());
+        }
+        let private: u64 = self.requests.iter().flatten().map(|r| r.private).sum();
+        if private != self.private_total {
+            return Err(format!("private tokens {private} != counter {}", self.private_total));
+        }
+        let mut seen = vec![0u8; self.requests.len()];
+        for &id in self.running.iter().chain(self.waiting.iter()) {
+            seen[id as usize] += 1;
+        }
+        if let Some(c) = self.chunked {
+            seen[c as usize] += 1;
+        }
+        let mut live = 0;
+        for (id, r) in self.requests.iter().enumerate() {
+            match r {
+                Some(r) if r.status != Status::Finished => {
+                    live += 1;
+                    if seen[id] != 1 {
+                        return Err(format!(
+                            "request {id} ({:?}) appears {} times in running+waiting+chunked",
+                            r.status, seen[id]
+                        ));
+                    }
+                    if r.status == Status::Waiting && self.chunked != Some(id as ReqId) && r.private != 0 {
+                        return Err(format!("waiting request {id} holds {} private tokens", r.private));
+                    }
+                }
+                _ => {
+                    if seen[id] != 0 {
+                        return Err(format!("finished request {id} still queued"));
+                    }
+                }
+            }
+        }
+        if live != self.num_unfinished {
+            return Err(format!("{live} live requests, counter says {}", self.num_unfinished));
+        }
+        Ok(())
+    }
+}

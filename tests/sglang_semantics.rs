@@ -1,0 +1,261 @@
+//! SGLang's scheduling, as the engine behaves and as users see it
+//! (`../shared/reference/engine-semantics.md` §7–11).
+
+use serde_json::Value;
+use sim::engine::sglang::{SchedulePolicy, Scheduler, SglangConfig};
+use sim::engine::{Engine, TokenOutput, Version};
+use sim::request::{RequestSpec, Segment};
+use sim::simulation::{RunOptions, StopReason};
+
+use crate::common::*;
+
+fn scenario(name: &str) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(root().join("scenarios").join(name)).unwrap()).unwrap()
+}
+
+fn run_checked(v: Value) -> sim::SimOutput {
+    let out = sim::simulate(&spec(v), RunOptions { check_invariants: true, ..Default::default() });
+    assert_eq!(out.run.stop, StopReason::Completed, "{}", out.run.stop.as_str());
+    for (r, s) in out.run.records.iter().zip(&out.workload.requests) {
+        assert!(r.completed && r.token_times_ns.len() as u32 == s.output_len, "request lost or cut short");
+    }
+    out
+}
+
+/// SGLang runs a prefill batch or a decode step, never both: back-to-back
+/// prefills of long prompts stall every running decode, an ITL spike that
+/// vLLM's mixed batches (each step decodes every running request) do not
+/// have. Same workload, same chunk size (8192, both engines' H100 default).
+#[test]
+fn long_prefills_stall_sglang_decodes_but_not_vllm_mixed_batches() {
+    let v = run_checked(scenario("long-prefill-itl-llama3.1-8b-h100-vllm.json"));
+    let s = run_checked(scenario("long-prefill-itl-llama3.1-8b-h100-sglang.json"));
+    let (vmax, smax) = (v.metrics.itl.max, s.metrics.itl.max);
+    // vLLM's worst gap is one step: at most a full 8192-token budget plus its decodes.
+    let spec_v = spec(scenario("long-prefill-itl-llama3.1-8b-h100-vllm.json"));
+    let mut full = sim::cost::StepShape::default();
+    full.add_prefill(0, 8192);
+    let one_step_ms = spec_v.cost.step_ns(&full) as f64 / 1e6;
+    assert!(vmax < 1.3 * one_step_ms, "vLLM max ITL {vmax} ms vs one full step {one_step_ms} ms");
+    assert!(smax > 3.0 * vmax, "SGLang max ITL {smax} ms should dwarf vLLM's {vmax} ms");
+    // The medians agree: between prefills both engines just decode.
+    assert!((v.metrics.itl.median - s.metrics.itl.median).abs() / v.metrics.itl.median < 0.1);
+    // With enable_mixed_chunk SGLang decodes during prefills too, and the spikes go.
+    let mut mixed = scenario("long-prefill-itl-llama3.1-8b-h100-sglang.json");
+    set(&mut mixed, "engine.enable_mixed_chunk=true");
+    let m = run_checked(mixed);
+    assert!(m.metrics.itl.max < 0.5 * smax, "mixed chunk max ITL {} vs {smax}", m.metrics.itl.max);
+}
+
+/// Under KV pressure SGLang retracts running requests and loses none.
+#[test]
+fn retraction_under_kv_pressure_loses_no_request() {
+    let out = run_checked(scenario("kv-starved-qwen2.5-7b-a100-sglang.json"));
+    assert!(out.run.counters.num_preemptions > 0, "expected retractions");
+    assert_eq!(out.metrics.completed, 200);
+    // Old (0.4.10) retraction rule too.
+    let mut v = scenario("kv-starved-qwen2.5-7b-a100-sglang.json");
+    set(&mut v, "engine.version=0.4.10");
+    let old = run_checked(v);
+    assert!(old.run.counters.num_preemptions > 0);
+}
+
+/// With many prefixes and a cache too small for all of them, longest prefix
+/// match first beats first come, first served on hit rate.
+#[test]
+fn lpm_beats_fcfs_on_hit_rate_with_shared_prefixes() {
+    let fcfs = run_checked(scenario("shared-prefix-lpm-llama3.1-8b-h100-sglang.json"));
+    let mut v = scenario("shared-prefix-lpm-llama3.1-8b-h100-sglang.json");
+    set(&mut v, "engine.schedule_policy=lpm");
+    let lpm = run_checked(v);
+    let rate =
+        |o: &sim::SimOutput| o.run.counters.prefix_cache_hits as f64 / o.run.counters.prefix_cache_queries as f64;
+    assert!(rate(&lpm) > rate(&fcfs) + 0.1, "lpm {} vs fcfs {}", rate(&lpm), rate(&fcfs));
+    // Without the radix cache there are no hits at all, and lpm is fcfs.
+    let mut off = scenario("shared-prefix-lpm-llama3.1-8b-h100-sglang.json");
+    set(&mut off, "engine.disable_radix_cache=true");
+    set(&mut off, "workload.num_prompts=200");
+    assert_eq!(run_checked(off).run.counters.prefix_cache_hits, 0);
+}
+
+/// The published RTX 5090 setup with SGLang 0.5.21 runs beside the vLLM one.
+#[test]
+fn published_rtx5090_sglang_setup_runs_beside_vllm() {
+    let j = stdout_json(&run_cli(&["simulate", "scenarios/rtx5090-qwen2.5-7b-sglang.json", "--json"]));
+    assert_eq!(j["engine"], "sglang");
+    assert_eq!(j["kv_cache_tokens"], 210714);
+    assert_eq!(j["kv_limited_concurrency"], 45);
+    assert_eq!(j["completed"], 20);
+    assert!(j.get("num_retractions").is_some());
+    let v = stdout_json(&run_cli(&["simulate", "--json"]));
+    // Same report keys on both engines (SGLang adds num_retractions).
+    for k in v.as_object().unwrap().keys() {
+        assert!(j.get(k).is_some(), "SGLang report lacks {k}");
+    }
+}
+
+/// Same scenario and seed give byte-identical output on SGLang too.
+#[test]
+fn sglang_runs_are_deterministic() {
+    for s in
+        ["scenarios/kv-starved-qwen2.5-7b-a100-sglang.json", "scenarios/shared-prefix-lpm-llama3.1-8b-h100-sglang.json"]
+    {
+        let a = run_cli(&[
+            "simulate",
+            s,
+            "--json",
+            "--set",
+            "engine.schedule_policy=random",
+            "--set",
+            "workload.num_prompts=150",
+        ]);
+        let b = run_cli(&[
+            "simulate",
+            s,
+            "--json",
+            "--set",
+            "engine.schedule_policy=random",
+            "--set",
+            "workload.num_prompts=150",
+        ]);
+        assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
+        assert_eq!(a.stdout, b.stdout);
+    }
+}
+
+/// SGLang's memory defaults against the published RTX 5090 start-up log:
+/// mem_fraction_static 0.85 gave max_total_num_tokens = 210,714.
+#[test]
+fn derived_sglang_pool_is_within_ten_percent_of_the_published_one() {
+    let mut v = scenario("rtx5090-qwen2.5-7b-sglang.json");
+    v["engine"].as_object_mut().unwrap().remove("max_total_tokens");
+    let s = spec(v);
+    let pool = s.engine.kv_capacity_tokens() as f64;
+    let err = (pool - 210714.0) / 210714.0;
+    assert!(err.abs() < 0.10, "derived pool {pool} is {:.1}% off the published 210,714", 100.0 * err);
+    // The default max_running_requests formula: min(pool // 2, clamp(pool / ctx * 512, 2048, 4096)).
+    let mut v = scenario("rtx5090-qwen2.5-7b-sglang.json");
+    v["engine"].as_object_mut().unwrap().remove("max_running_requests");
+    assert_eq!(spec(v).engine.max_running(), 3292); // 210714 / 32768 * 512 = 3292.4
+}
+
+fn cfg() -> SglangConfig {
+    SglangConfig {
+        version: Version::new(0, 5, 23),
+        max_running_requests: 16,
+        chunked_prefill_size: Some(256),
+        max_prefill_tokens: 16384,
+        page_size: 1,
+        schedule_policy: SchedulePolicy::Fcfs,
+        max_total_tokens: 4000,
+        schedule_conservativeness: 1.0,
+        disable_radix_cache: false,
+        enable_mixed_chunk: false,
+        context_length: 100_000,
+        seed: 0,
+    }
+}
+
+fn req(key: u64, prompt: u32, output: u32, ignore_eos: bool) -> RequestSpec {
+    RequestSpec {
+        prompt: vec![Segment { key, len: prompt }],
+        prompt_len: prompt,
+        max_tokens: output,
+        output_len: output,
+        output_key: key ^ 0xfeed,
+        arrival_ns: 0,
+        priority: 0,
+        ignore_eos,
+    }
+}
+
+fn step(s: &mut Scheduler) -> (Vec<(u32, u32, bool)>, Vec<TokenOutput>, u32) {
+    let plan = s.schedule();
+    let sched = plan.scheduled.iter().map(|x| (x.id, x.num_tokens, x.prefill)).collect();
+    let pre = plan.num_preempted;
+    let mut out = Vec::new();
+    s.finish_step(&mut out);
+    s.check_invariants().unwrap();
+    (sched, out, pre)
+}
+
+#[test]
+fn prefill_first_alternation_and_one_chunked_request_at_a_time() {
+    let mut s = Scheduler::new(cfg());
+    s.add_request(0, &req(1, 100, 50, true));
+    let (a, out, _) = step(&mut s);
+    assert_eq!(a, vec![(0, 100, true)]);
+    assert_eq!(out.len(), 1);
+    assert_eq!(step(&mut s).0, vec![(0, 1, false)]);
+    // A long prompt arrives: its chunks (256 new tokens per prefill batch) run
+    // alone, stalling the decode, until its last chunk.
+    s.add_request(1, &req(2, 600, 5, true));
+    s.add_request(2, &req(3, 50, 5, true));
+    assert_eq!(step(&mut s).0, vec![(1, 256, true)]);
+    // Request 2 is not admitted while request 1 is chunked: the chunk took the budget.
+    assert_eq!(step(&mut s).0, vec![(1, 256, true)]);
+    let (last, _, _) = step(&mut s);
+    assert_eq!(last[0], (1, 88, true));
+    assert_eq!(last[1], (2, 50, true), "the rest of the budget admits the next request");
+    let (d, _, _) = step(&mut s);
+    assert!(d.iter().all(|x| !x.2) && d.len() == 3, "{d:?}");
+}
+
+#[test]
+fn new_token_ratio_starts_at_0_7_decays_per_decode_step_and_resets_when_idle() {
+    let mut s = Scheduler::new(cfg());
+    assert!((s.new_token_ratio() - 0.7).abs() < 1e-12);
+    s.add_request(0, &req(1, 10, 20, false));
+    step(&mut s); // prefill
+    for _ in 0..10 {
+        step(&mut s);
+    }
+    let decay = (0.7 - 0.098) / 600.0;
+    assert!((s.new_token_ratio() - (0.7 - 10.0 * decay)).abs() < 1e-9, "{}", s.new_token_ratio());
+    while s.num_unfinished() > 0 {
+        step(&mut s);
+    }
+    step(&mut s); // idle
+    assert!((s.new_token_ratio() - 0.7).abs() < 1e-12);
+}
+
+#[test]
+fn retraction_takes_fewest_outputs_first_to_the_tail_and_keeps_the_prompt_cached() {
+    // schedule_conservativeness 0.2: new_token_ratio starts at 0.14, so the
+    // running requests' outputs are badly under-reserved.
+    let mut c = cfg();
+    c.max_total_tokens = 1000;
+    c.schedule_conservativeness = 0.2;
+    let mut s = Scheduler::new(c);
+    s.add_request(0, &req(1, 20, 20, false)); // short: finishes first
+    s.add_request(1, &req(2, 20, 400, false));
+    s.add_request(2, &req(3, 20, 400, false));
+    s.add_request(3, &req(4, 20, 400, false)); // admitted once request 0 is gone
+    let (first, _, _) = step(&mut s);
+    assert_eq!(first.iter().map(|x| x.0).collect::<Vec<_>>(), vec![0, 1, 2], "the fourth does not fit the reservation");
+    let mut retracted_step = None;
+    for i in 0..2000 {
+        let (sched, _, pre) = step(&mut s);
+        if pre > 0 {
+            // Request 3 has the fewest outputs: it is retracted, to the tail of the queue.
+            assert!(sched.iter().all(|x| x.0 != 3), "{sched:?}");
+            retracted_step = Some(i);
+            break;
+        }
+    }
+    assert!(retracted_step.is_some(), "no retraction happened");
+    assert_eq!(s.counters().num_preemptions, 1);
+    assert_eq!(s.num_waiting(), 1);
+    // The ratio is re-estimated from the remaining requests: (Σ out + 20·n) / (Σ max_new + 1).
+    assert!(s.new_token_ratio() > 0.14, "ratio after retraction {}", s.new_token_ratio());
+    let hits_before = s.counters().prefix_cache_hits;
+    // When it is admitted again, its prompt (inserted after its prefill) is still cached.
+    for _ in 0..4000 {
+        let (sched, _, _) = step(&mut s);
+        if sched.iter().any(|x| x.0 == 3 && x.2) {
+            assert!(s.counters().prefix_cache_hits >= hits_before + 20, "the retracted prompt was not reused");
+            return;
+        }
+    }
+    panic!("request 3 never came back");
+}
