@@ -5,6 +5,7 @@
 //! Errors are printed as `error: FILE: FIELD: what was expected` and exit
 //! with status 2; a run that did not complete exits with 1.
 
+mod align;
 mod cards;
 mod load;
 mod sweep;

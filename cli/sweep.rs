@@ -1,5 +1,7 @@
 //! `servesim sweep`: one simulated run per concurrency, in parallel, results
-//! in input order; the knee and the KV-limited concurrency.
+//! in input order; the knee and the KV-limited concurrency. With several
+//! scenarios (or `--set engine.kind=vllm,sglang`), the engines side by side
+//! with the flag alignment table.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -8,16 +10,18 @@ use std::process::ExitCode;
 use clap::Args;
 use rayon::prelude::*;
 use serde_json::{Map, Value};
+use sim::config::SimSpec;
 use sim::simulation::{RunOptions, StopReason};
 use sim::sweep::{find_knee, kv_limit_sentence, kv_limited_concurrency, KneePoint};
+use sim::SimOutput;
 
-use crate::load;
-use crate::ScenarioArgs;
+use crate::load::{self, RawScenario};
+use crate::{align, ScenarioArgs};
 
 #[derive(Args, Debug)]
 pub struct SweepArgs {
-    /// Scenario file (JSON); the built-in default if omitted.
-    pub scenario: Option<PathBuf>,
+    /// Scenario files (JSON); the built-in default if none. Several run side by side.
+    pub scenarios: Vec<PathBuf>,
     /// Concurrencies to run (`workload.max_concurrency` per point), increasing.
     #[arg(long, value_name = "N,N,...", default_value = "1,16,64,128")]
     pub concurrency: String,
@@ -26,12 +30,63 @@ pub struct SweepArgs {
     pub num_prompts: Option<String>,
     #[command(flatten)]
     pub common: ScenarioArgs,
-    /// Print `{"points": [...], "knee": {...}, "kv_limited_concurrency": N}`.
+    /// Print `{"points": [...], "knee": {...}, "kv_limited_concurrency": N}` (one scenario),
+    /// or `{"scenarios": [...], "alignment": [...]}` (several).
     #[arg(long)]
     pub json: bool,
     /// Worker threads (default: one per core). Results do not depend on it.
     #[arg(long)]
     pub jobs: Option<usize>,
+}
+
+/// One scenario of a sweep, resolved at every point.
+struct Series {
+    label: String,
+    raw: RawScenario,
+    specs: Vec<SimSpec>,
+    notes: Vec<String>,
+}
+
+fn expand_scenarios(a: &SweepArgs) -> Result<Vec<(String, RawScenario, Vec<String>)>, String> {
+    let paths: Vec<Option<&std::path::Path>> =
+        if a.scenarios.is_empty() { vec![None] } else { a.scenarios.iter().map(|p| Some(p.as_path())).collect() };
+    // `--set engine.kind=vllm,sglang` runs each scenario once per engine.
+    let mut kinds: Option<Vec<String>> = None;
+    let mut sets = Vec::new();
+    for s in &a.common.sets {
+        match s.strip_prefix("engine.kind=") {
+            Some(k) if k.contains(',') => kinds = Some(k.split(',').map(|x| x.trim().to_string()).collect()),
+            _ => sets.push(s.clone()),
+        }
+    }
+    let mut out = Vec::new();
+    for p in paths {
+        let mut raw = load::read_raw(p)?;
+        match &kinds {
+            None => {
+                load::apply_overrides(&mut raw, &sets, a.common.seed)?;
+                let label = raw.origin.clone();
+                out.push((label, raw, vec![]));
+            }
+            Some(ks) => {
+                for k in ks {
+                    if k != "vllm" && k != "sglang" {
+                        return Err(format!("--set engine.kind: unknown engine {k:?}; expected vllm or sglang"));
+                    }
+                    let mut r = raw.clone();
+                    let engine = r.json.get("engine").and_then(Value::as_object).cloned().unwrap_or_default();
+                    let (translated, notes) =
+                        align::translate_engine(&engine, k).map_err(|e| format!("{}: {e}", r.origin))?;
+                    r.json["engine"] = Value::Object(translated);
+                    load::apply_overrides(&mut r, &sets, a.common.seed)?;
+                    let label = format!("{} [{k}]", raw.origin);
+                    r.origin = label.clone();
+                    out.push((label, r, notes));
+                }
+            }
+        }
+    }
+    Ok(out)
 }
 
 pub fn run(a: SweepArgs) -> Result<ExitCode, String> {
@@ -56,21 +111,24 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, String> {
             ));
         }
     }
-    let mut base = load::read_raw(a.scenario.as_deref())?;
-    load::apply_overrides(&mut base, &a.common.sets, a.common.seed)?;
 
-    // Resolve every point first: an error in any point stops the sweep before it runs.
-    let mut specs = Vec::with_capacity(conc.len());
-    for (i, &c) in conc.iter().enumerate() {
-        let mut raw = base.clone();
-        let mut sets = vec![format!("workload.max_concurrency={c}")];
-        if let Some(p) = &prompts {
-            sets.push(format!("workload.num_prompts={}", if p.len() == 1 { p[0] } else { p[i] }));
+    // Resolve every point first: an error anywhere stops the sweep before it runs.
+    let mut series = Vec::new();
+    for (label, raw, notes) in expand_scenarios(&a)? {
+        let mut specs = Vec::with_capacity(conc.len());
+        for (i, &c) in conc.iter().enumerate() {
+            let mut r = raw.clone();
+            let mut sets = vec![format!("workload.max_concurrency={c}")];
+            if let Some(p) = &prompts {
+                sets.push(format!("workload.num_prompts={}", if p.len() == 1 { p[0] } else { p[i] }));
+            }
+            load::apply_overrides(&mut r, &sets, None)?;
+            specs.push(load::resolve(&r)?.1);
         }
-        load::apply_overrides(&mut raw, &sets, None)?;
-        specs.push(load::resolve(&raw)?.1);
+        series.push(Series { label, raw, specs, notes });
     }
-    let work = || specs.par_iter().map(|s| sim::simulate(s, RunOptions::default())).collect::<Vec<_>>();
+    let all: Vec<&SimSpec> = series.iter().flat_map(|s| s.specs.iter()).collect();
+    let work = || all.par_iter().map(|s| sim::simulate(s, RunOptions::default())).collect::<Vec<_>>();
     let outs = match a.jobs {
         Some(n) => rayon::ThreadPoolBuilder::new()
             .num_threads(n.max(1))
@@ -79,115 +137,279 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, String> {
             .install(work),
         None => work(),
     };
+    let mut outs = outs.into_iter();
+    let results: Vec<(Series, Vec<SimOutput>)> = series
+        .into_iter()
+        .map(|s| {
+            let o: Vec<SimOutput> = outs.by_ref().take(s.specs.len()).collect();
+            (s, o)
+        })
+        .collect();
+    let all_done = results.iter().all(|(_, o)| o.iter().all(|x| x.run.stop == StopReason::Completed));
 
-    let knee_pts: Vec<KneePoint> = conc
+    if results.len() == 1 {
+        let (s, o) = &results[0];
+        if a.json {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&Value::Object(series_json(s, o, &conc))).expect("serializable")
+            );
+        } else {
+            print!("{}", series_text(s, o, &conc));
+        }
+    } else {
+        let raws: Vec<Map<String, Value>> = results
+            .iter()
+            .map(|(s, _)| s.raw.json.get("engine").and_then(Value::as_object).cloned().unwrap_or_default())
+            .collect();
+        let pairs: Vec<(&SimSpec, &Map<String, Value>)> =
+            results.iter().zip(&raws).map(|((s, _), r)| (&s.specs[0], r)).collect();
+        let rows = align::table(&pairs);
+        let workloads: Vec<&Value> =
+            results.iter().map(|(s, _)| s.raw.json.get("workload").unwrap_or(&Value::Null)).collect();
+        let workloads_differ = workloads.windows(2).any(|w| w[0] != w[1]);
+        let moved: Vec<&str> = rows.iter().filter(|r| r.differs).map(|r| r.knob.name).collect();
+        if a.json {
+            let mut j = Map::new();
+            j.insert(
+                "scenarios".into(),
+                Value::Array(results.iter().map(|(s, o)| Value::Object(series_json(s, o, &conc))).collect()),
+            );
+            j.insert(
+                "alignment".into(),
+                Value::Array(
+                    rows.iter()
+                        .map(|r| {
+                            let mut m = Map::new();
+                            m.insert("knob".into(), r.knob.name.into());
+                            m.insert("vllm_flag".into(), r.knob.vllm.into());
+                            m.insert("sglang_flag".into(), r.knob.sglang.into());
+                            m.insert(
+                                "values".into(),
+                                Value::Array(r.values.iter().map(|(v, _)| Value::from(v.clone())).collect()),
+                            );
+                            m.insert("differs".into(), r.differs.into());
+                            if !r.knob.note.is_empty() {
+                                m.insert("note".into(), r.knob.note.into());
+                            }
+                            Value::Object(m)
+                        })
+                        .collect(),
+                ),
+            );
+            j.insert("knobs_moved".into(), Value::Array(moved.iter().map(|m| Value::from(*m)).collect()));
+            j.insert("workloads_differ".into(), workloads_differ.into());
+            println!("{}", serde_json::to_string_pretty(&Value::Object(j)).expect("serializable"));
+        } else {
+            let mut s = String::new();
+            for (se, o) in &results {
+                let sp = &se.specs[0];
+                let _ = writeln!(s, "== {} ({} {}) ==", se.label, sp.engine.kind(), sp.engine.version());
+                s.push_str(&series_text(se, o, &conc));
+                for n in &se.notes {
+                    let _ = writeln!(s, "note: {n}");
+                }
+                let _ = writeln!(s);
+            }
+            s.push_str(&side_by_side(&results, &conc));
+            let _ = writeln!(s);
+            s.push_str(&alignment_text(&results, &rows));
+            if workloads_differ {
+                let _ =
+                    writeln!(s, "WARNING: the scenarios' workloads differ: the comparison is not of engines alone.");
+            }
+            if moved.len() > 1 {
+                let _ = writeln!(
+                    s,
+                    "WARNING: this comparison moves {} knobs at once ({}): a difference in the results cannot be put down to any one of them. Align them with --set to compare one dimension at a time.",
+                    moved.len(),
+                    moved.join(", ")
+                );
+            }
+            print!("{s}");
+        }
+    }
+    Ok(if all_done { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+fn knee_of(outs: &[SimOutput], conc: &[u32]) -> (Option<usize>, Vec<KneePoint>) {
+    let pts: Vec<KneePoint> = conc
         .iter()
-        .zip(&outs)
+        .zip(outs)
         .map(|(&c, o)| KneePoint {
             concurrency: f64::from(c),
             output_throughput: o.metrics.output_throughput,
             mean_ttft_ms: o.metrics.ttft.mean,
         })
         .collect();
-    let knee = find_knee(&knee_pts);
-    let limit = kv_limited_concurrency(&specs[0], &outs[0].workload);
-    let sentence = kv_limit_sentence(&limit, specs[0].engine.max_running(), specs[0].engine.kind());
-    let all_done = outs.iter().all(|o| o.run.stop == StopReason::Completed);
+    (find_knee(&pts), pts)
+}
 
-    if a.json {
-        let points: Vec<Value> =
-            specs.iter().zip(&outs).map(|(s, o)| Value::Object(sim::report::point_json(s, o))).collect();
-        let mut j = Map::new();
-        j.insert("points".into(), Value::Array(points));
-        j.insert(
-            "knee".into(),
-            match knee {
-                Some(i) => {
-                    let mut k = Map::new();
-                    k.insert("max_concurrency".into(), conc[i].into());
-                    k.insert("index".into(), i.into());
-                    k.insert("output_throughput".into(), knee_pts[i].output_throughput.into());
-                    k.insert("mean_ttft_ms".into(), knee_pts[i].mean_ttft_ms.into());
-                    Value::Object(k)
-                }
-                None => Value::Null,
-            },
-        );
-        j.insert("kv_limited_concurrency".into(), limit.concurrency.into());
-        j.insert("kv_request_footprint_tokens".into(), limit.footprint_tokens.into());
-        j.insert("kv_cache_tokens".into(), limit.kv_capacity_tokens.into());
-        j.insert("kv_limit_explanation".into(), sentence.clone().into());
-        println!("{}", serde_json::to_string_pretty(&j).expect("serializable"));
-    } else {
-        let mut s = String::new();
-        let _ = writeln!(
-            s,
-            "{:>11} {:>8} {:>10} {:>11} {:>11} {:>11} {:>10} {:>11} {:>8} {:>8} {:>8}",
-            "concurrency",
-            "req/s",
-            "out tok/s",
-            "mean TTFT",
-            "p99 TTFT",
-            "mean TPOT",
-            "mean ITL",
-            "mean E2EL",
-            "preempt",
-            "hit %",
-            "KV pk %"
-        );
-        let _ = writeln!(
-            s,
-            "{:>11} {:>8} {:>10} {:>11} {:>11} {:>11} {:>10} {:>11}",
-            "", "", "", "(ms)", "(ms)", "(ms)", "(ms)", "(ms)"
-        );
-        for (i, o) in outs.iter().enumerate() {
-            let m = &o.metrics;
-            let c = &o.run.counters;
-            let hr = if c.prefix_cache_queries > 0 {
-                100.0 * c.prefix_cache_hits as f64 / c.prefix_cache_queries as f64
-            } else {
-                0.0
-            };
-            let mark = if knee == Some(i) { " <- knee" } else { "" };
-            let _ = writeln!(
-                s,
-                "{:>11} {:>8.2} {:>10.1} {:>11.1} {:>11.1} {:>11.2} {:>10.2} {:>11.1} {:>8} {:>8.1} {:>8.1}{mark}",
-                conc[i],
-                m.request_throughput,
-                m.output_throughput,
-                m.ttft.mean,
-                m.ttft.percentiles[3],
-                m.tpot.mean,
-                m.itl.mean,
-                m.e2el.mean,
-                c.num_preemptions,
-                hr,
-                100.0 * o.run.gauges.kv_usage_peak
-            );
-        }
-        let _ = writeln!(s);
+fn series_json(s: &Series, outs: &[SimOutput], conc: &[u32]) -> Map<String, Value> {
+    let (knee, pts) = knee_of(outs, conc);
+    let limit = kv_limited_concurrency(&s.specs[0], &outs[0].workload);
+    let sentence = kv_limit_sentence(&limit, s.specs[0].engine.max_running(), s.specs[0].engine.kind());
+    let mut j = Map::new();
+    j.insert("scenario".into(), s.label.clone().into());
+    j.insert("engine".into(), s.specs[0].engine.kind().into());
+    j.insert(
+        "points".into(),
+        Value::Array(s.specs.iter().zip(outs).map(|(sp, o)| Value::Object(sim::report::point_json(sp, o))).collect()),
+    );
+    j.insert(
+        "knee".into(),
         match knee {
             Some(i) => {
-                let _ = writeln!(
-                    s,
-                    "Knee: concurrency {} (past it output throughput grows < 5% while TTFT keeps rising).",
-                    conc[i]
-                );
+                let mut k = Map::new();
+                k.insert("max_concurrency".into(), conc[i].into());
+                k.insert("index".into(), i.into());
+                k.insert("output_throughput".into(), pts[i].output_throughput.into());
+                k.insert("mean_ttft_ms".into(), pts[i].mean_ttft_ms.into());
+                Value::Object(k)
             }
-            None => {
-                let _ = writeln!(
-                    s,
-                    "Knee: not reached in this sweep (throughput still grows >= 5%, or TTFT does not rise)."
-                );
-            }
-        }
-        let _ = writeln!(s, "KV-limited concurrency: {}. {}", limit.concurrency, sentence);
-        for (i, o) in outs.iter().enumerate() {
-            if o.run.stop != StopReason::Completed {
-                let _ = writeln!(s, "WARNING: concurrency {}: {}", conc[i], o.run.stop.as_str());
-            }
-        }
-        print!("{s}");
+            None => Value::Null,
+        },
+    );
+    j.insert("kv_limited_concurrency".into(), limit.concurrency.into());
+    j.insert("kv_request_footprint_tokens".into(), limit.footprint_tokens.into());
+    j.insert("kv_cache_tokens".into(), limit.kv_capacity_tokens.into());
+    j.insert("kv_limit_explanation".into(), sentence.into());
+    if !s.notes.is_empty() {
+        j.insert("translation_notes".into(), Value::Array(s.notes.iter().map(|n| Value::from(n.clone())).collect()));
     }
-    Ok(if all_done { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    j
+}
+
+fn series_text(s: &Series, outs: &[SimOutput], conc: &[u32]) -> String {
+    let (knee, _) = knee_of(outs, conc);
+    let limit = kv_limited_concurrency(&s.specs[0], &outs[0].workload);
+    let sentence = kv_limit_sentence(&limit, s.specs[0].engine.max_running(), s.specs[0].engine.kind());
+    let preempt = if s.specs[0].engine.kind() == "sglang" { "retract" } else { "preempt" };
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "{:>11} {:>8} {:>10} {:>11} {:>11} {:>11} {:>10} {:>11} {:>8} {:>8} {:>8}",
+        "concurrency",
+        "req/s",
+        "out tok/s",
+        "mean TTFT",
+        "p99 TTFT",
+        "mean TPOT",
+        "mean ITL",
+        "mean E2EL",
+        preempt,
+        "hit %",
+        "KV pk %"
+    );
+    let _ = writeln!(
+        t,
+        "{:>11} {:>8} {:>10} {:>11} {:>11} {:>11} {:>10} {:>11}",
+        "", "", "", "(ms)", "(ms)", "(ms)", "(ms)", "(ms)"
+    );
+    for (i, o) in outs.iter().enumerate() {
+        let m = &o.metrics;
+        let c = &o.run.counters;
+        let hr = if c.prefix_cache_queries > 0 {
+            100.0 * c.prefix_cache_hits as f64 / c.prefix_cache_queries as f64
+        } else {
+            0.0
+        };
+        let mark = if knee == Some(i) { " <- knee" } else { "" };
+        let _ = writeln!(
+            t,
+            "{:>11} {:>8.2} {:>10.1} {:>11.1} {:>11.1} {:>11.2} {:>10.2} {:>11.1} {:>8} {:>8.1} {:>8.1}{mark}",
+            conc[i],
+            m.request_throughput,
+            m.output_throughput,
+            m.ttft.mean,
+            m.ttft.percentiles[3],
+            m.tpot.mean,
+            m.itl.mean,
+            m.e2el.mean,
+            c.num_preemptions,
+            hr,
+            100.0 * o.run.gauges.kv_usage_peak
+        );
+    }
+    let _ = writeln!(t);
+    match knee {
+        Some(i) => {
+            let _ = writeln!(
+                t,
+                "Knee: concurrency {} (past it output throughput grows < 5% while TTFT keeps rising).",
+                conc[i]
+            );
+        }
+        None => {
+            let _ =
+                writeln!(t, "Knee: not reached in this sweep (throughput still grows >= 5%, or TTFT does not rise).");
+        }
+    }
+    let _ = writeln!(t, "KV-limited concurrency: {}. {}", limit.concurrency, sentence);
+    for (i, o) in outs.iter().enumerate() {
+        if o.run.stop != StopReason::Completed {
+            let _ = writeln!(t, "WARNING: concurrency {}: {}", conc[i], o.run.stop.as_str());
+        }
+    }
+    t
+}
+
+fn side_by_side(results: &[(Series, Vec<SimOutput>)], conc: &[u32]) -> String {
+    let mut t = String::new();
+    let names: Vec<String> = results
+        .iter()
+        .enumerate()
+        .map(|(i, (s, _))| format!("[{}] {} {}", i + 1, s.specs[0].engine.kind(), s.specs[0].engine.version()))
+        .collect();
+    let _ = writeln!(t, "Side by side: {}", names.join("  "));
+    let metrics: [(&str, fn(&SimOutput) -> f64); 6] = [
+        ("out tok/s", |o| o.metrics.output_throughput),
+        ("mean TTFT ms", |o| o.metrics.ttft.mean),
+        ("p99 TTFT ms", |o| o.metrics.ttft.percentiles[3]),
+        ("mean TPOT ms", |o| o.metrics.tpot.mean),
+        ("p99 ITL ms", |o| o.metrics.itl.percentiles[3]),
+        ("max ITL ms", |o| o.metrics.itl.max),
+    ];
+    let mut head = format!("{:>11}", "concurrency");
+    for (m, _) in &metrics {
+        for i in 0..results.len() {
+            head.push_str(&format!(" {:>14}", format!("{m} [{}]", i + 1)));
+        }
+    }
+    let _ = writeln!(t, "{head}");
+    for (k, c) in conc.iter().enumerate() {
+        let mut line = format!("{c:>11}");
+        for (_, f) in &metrics {
+            for (_, outs) in results {
+                line.push_str(&format!(" {:>14.1}", f(&outs[k])));
+            }
+        }
+        let _ = writeln!(t, "{line}");
+    }
+    t
+}
+
+fn alignment_text(results: &[(Series, Vec<SimOutput>)], rows: &[align::Row]) -> String {
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "Flag alignment (values as each side runs them; * = set in the scenario, otherwise the engine's default):"
+    );
+    let mut head = format!("{:<26}", "knob");
+    for i in 0..results.len() {
+        head.push_str(&format!(" {:<38}", format!("[{}] {}", i + 1, results[i].0.specs[0].engine.kind())));
+    }
+    let _ = writeln!(t, "{head} differs");
+    for r in rows {
+        let mut line = format!("{:<26}", r.knob.name);
+        for (v, set) in &r.values {
+            line.push_str(&format!(" {:<38}", format!("{v}{}", if *set { " *" } else { "" })));
+        }
+        line.push_str(if r.differs { " YES" } else { "" });
+        let _ = writeln!(t, "{line}");
+    }
+    for r in rows.iter().filter(|r| r.differs && !r.knob.note.is_empty()) {
+        let _ = writeln!(t, "note ({}): {}", r.knob.name, r.knob.note);
+    }
+    t
 }

@@ -148,3 +148,66 @@ fn traces_replay_from_csv_and_jsonl() {
     assert_eq!(o.status.code(), Some(2));
     assert!(err.contains("bad_trace.csv:2") && err.contains("input_len"), "{err}");
 }
+
+#[test]
+fn sweep_puts_engines_side_by_side_with_the_alignment_table() {
+    let o = run_cli(&[
+        "sweep",
+        "scenarios/rtx5090-qwen2.5-7b-vllm.json",
+        "scenarios/rtx5090-qwen2.5-7b-sglang.json",
+        "--concurrency",
+        "1,16,64",
+        "--num-prompts",
+        "8,32,128",
+        "--json",
+    ]);
+    let j = stdout_json(&o);
+    let sc = j["scenarios"].as_array().unwrap();
+    assert_eq!(sc.len(), 2);
+    assert_eq!(sc[0]["engine"], "vllm");
+    assert_eq!(sc[1]["engine"], "sglang");
+    assert_eq!(sc[1]["points"].as_array().unwrap().len(), 3);
+    let rows = j["alignment"].as_array().unwrap();
+    let row = |k: &str| rows.iter().find(|r| r["knob"] == k).unwrap_or_else(|| panic!("no row {k}"));
+    assert_eq!(row("running cap")["vllm_flag"], "max_num_seqs");
+    assert_eq!(row("running cap")["sglang_flag"], "max_running_requests");
+    assert_eq!(row("running cap")["differs"], false);
+    assert_eq!(row("KV pool (tokens)")["differs"], true, "194,880 vs 210,714");
+    assert_eq!(row("KV granularity (tokens)")["differs"], true, "block 16 vs page 1");
+    let moved = j["knobs_moved"].as_array().unwrap();
+    assert_eq!(moved.len(), 2, "{moved:?}");
+    // The text form warns that two knobs moved at once.
+    let t = run_cli(&[
+        "sweep",
+        "scenarios/rtx5090-qwen2.5-7b-vllm.json",
+        "scenarios/rtx5090-qwen2.5-7b-sglang.json",
+        "--concurrency",
+        "1,16",
+        "--num-prompts",
+        "4,16",
+    ]);
+    let text = String::from_utf8_lossy(&t.stdout);
+    assert!(text.contains("Flag alignment") && text.contains("moves 2 knobs at once"), "{text}");
+}
+
+#[test]
+fn set_engine_kind_runs_one_scenario_on_both_engines_with_translated_flags() {
+    let j = stdout_json(&run_cli(&[
+        "sweep",
+        "scenarios/kv-starved-qwen2.5-7b-a100-vllm.json",
+        "--set",
+        "engine.kind=vllm,sglang",
+        "--concurrency",
+        "1,16",
+        "--json",
+    ]));
+    let sc = j["scenarios"].as_array().unwrap();
+    assert_eq!(sc.len(), 2);
+    assert_eq!(sc[1]["engine"], "sglang");
+    // num_gpu_blocks_override 641 (block 16) became max_total_tokens 10,240; max_num_seqs became max_running_requests.
+    assert_eq!(sc[1]["points"][0]["kv_cache_tokens"], 10240);
+    assert_eq!(sc[0]["points"][0]["kv_cache_tokens"], 10240);
+    let moved: Vec<&str> = j["knobs_moved"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert_eq!(moved, vec!["KV granularity (tokens)"]);
+    assert_eq!(j["workloads_differ"], false);
+}
