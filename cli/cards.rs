@@ -20,7 +20,8 @@ const MODELS: &[(&str, &str)] = cards!("model":
     "qwen2.5-32b",
 );
 
-const GPUS: &[(&str, &str)] = cards!("gpu": "rtx-5090", "a100-80gb", "a100-40gb", "h100-80gb", "h200", "l40s");
+const GPUS: &[(&str, &str)] =
+    cards!("gpu": "rtx-5090", "a100-80gb", "a100-40gb", "h100-80gb", "h200", "l40s", "cpu-host");
 
 /// Every built-in model card. A malformed card is a build defect, caught by the tests.
 pub fn models() -> Result<Vec<ModelCard>, String> {

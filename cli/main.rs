@@ -6,7 +6,9 @@
 //! with status 2; a run that did not complete exits with 1.
 
 mod align;
+mod calib;
 mod cards;
+mod live;
 mod load;
 mod sweep;
 
@@ -34,6 +36,14 @@ enum Cmd {
     Simulate(SimulateArgs),
     /// Simulate a run per concurrency (in parallel) and find the throughput knee.
     Sweep(sweep::SweepArgs),
+    /// Load-test a live server as `vllm bench serve` does, with the simulator's request list.
+    Bench(live::BenchArgs),
+    /// Say what differs between the setups of two run records.
+    Diff(live::DiffArgs),
+    /// Fit the cost model: live probes against a server, or existing results.
+    Calibrate(calib::CalibrateArgs),
+    /// Run a sweep live and simulated with the same requests; error per metric.
+    Check(calib::CheckArgs),
 }
 
 /// Flags shared by the commands that read a scenario.
@@ -108,6 +118,10 @@ fn main() -> ExitCode {
     let r = match cli.cmd {
         Cmd::Simulate(a) => simulate(a),
         Cmd::Sweep(a) => sweep::run(a),
+        Cmd::Bench(a) => live::bench(a),
+        Cmd::Diff(a) => live::diff(a),
+        Cmd::Calibrate(a) => calib::calibrate(a),
+        Cmd::Check(a) => calib::check(a),
     };
     match r {
         Ok(code) => code,

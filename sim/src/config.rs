@@ -863,7 +863,9 @@ pub fn vllm_memory_account(
     MemoryAccount { total, requested, weights, activation_peak, non_torch, kv }
 }
 
-fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<WorkloadParams> {
+/// Checks a `workload` section and turns it into generator parameters
+/// (`res.trace` must hold the trace's rows for `dataset_name = "trace"`).
+pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<WorkloadParams> {
     let dataset = match w.dataset_name {
         DatasetName::Random => {
             let r = w.random_range_ratio.unwrap_or(0.0);

@@ -142,7 +142,8 @@ pub fn bench_metrics(run: &RunResult) -> BenchMetrics {
     let duration_ns = run.bench_end_ns.saturating_sub(run.bench_start_ns);
     let duration_s = duration_ns as f64 / 1e9;
     let total_input_tokens: u64 = recs.iter().map(|r| u64::from(r.prompt_len)).sum();
-    let total_output_tokens: u64 = recs.iter().map(|r| r.token_times_ns.len() as u64).sum();
+    // `usage.completion_tokens` live; the generated count in simulation.
+    let total_output_tokens: u64 = recs.iter().map(|r| u64::from(r.output_len)).sum();
     let per_s = |x: f64| if duration_s > 0.0 { x / duration_s } else { 0.0 };
 
     let mut ttft = Vec::with_capacity(recs.len());
@@ -157,7 +158,7 @@ pub fn bench_metrics(run: &RunResult) -> BenchMetrics {
         let e = ns_to_ms(last - r.dispatch_ns);
         ttft.push(t);
         e2el.push(e);
-        let n = r.token_times_ns.len();
+        let n = r.output_len as usize;
         if n > 1 {
             tpot.push((e - t) / (n - 1) as f64);
         }

@@ -9,20 +9,45 @@ use std::fmt::Write as _;
 
 use crate::config::SimSpec;
 use crate::metrics::{put_stats, Stats, PERCENTILES};
-use crate::sweep::{kv_limited_concurrency, KvLimit};
+use crate::sweep::KvLimit;
 use crate::SimOutput;
+
+/// Who produced a report: the engine and setup it describes.
+#[derive(Clone, Debug)]
+pub struct PointMeta {
+    pub engine: String,
+    pub engine_version: String,
+    pub model_id: String,
+    pub hardware: String,
+    /// Block or page size, for the KV-limited concurrency.
+    pub kv_granularity: u32,
+}
 
 /// The report of one simulated run, as a JSON object with ordered keys.
 pub fn point_json(spec: &SimSpec, out: &SimOutput) -> Map<String, Value> {
-    let m = &out.metrics;
-    let run = &out.run;
-    let w = &out.workload;
-    let limit = kv_limited_concurrency(spec, w);
+    let meta = PointMeta {
+        engine: spec.engine.kind().into(),
+        engine_version: spec.engine.version().to_string(),
+        model_id: spec.model.id.clone(),
+        hardware: spec.gpu.id.clone(),
+        kv_granularity: spec.engine.kv_granularity(),
+    };
+    bench_json(&meta, &out.workload, &out.metrics, &out.run)
+}
+
+/// The report of a run, simulated or measured: the same keys either way.
+pub fn bench_json(
+    meta: &PointMeta,
+    w: &crate::workload::Workload,
+    m: &crate::metrics::BenchMetrics,
+    run: &crate::simulation::RunResult,
+) -> Map<String, Value> {
+    let limit = crate::sweep::kv_limit(run.kv_capacity_tokens, meta.kv_granularity, w);
     let mut j = Map::new();
-    j.insert("engine".into(), spec.engine.kind().into());
-    j.insert("engine_version".into(), spec.engine.version().to_string().into());
-    j.insert("model_id".into(), spec.model.id.clone().into());
-    j.insert("hardware".into(), spec.gpu.id.clone().into());
+    j.insert("engine".into(), meta.engine.clone().into());
+    j.insert("engine_version".into(), meta.engine_version.clone().into());
+    j.insert("model_id".into(), meta.model_id.clone().into());
+    j.insert("hardware".into(), meta.hardware.clone().into());
     j.insert("num_prompts".into(), (w.requests.len() as u64).into());
     j.insert(
         "request_rate".into(),
@@ -50,7 +75,7 @@ pub fn point_json(spec: &SimSpec, out: &SimOutput) -> Map<String, Value> {
     // The engine's view.
     let c = &run.counters;
     j.insert("num_preemptions".into(), c.num_preemptions.into());
-    if spec.engine.kind() == "sglang" {
+    if meta.engine == "sglang" {
         j.insert("num_retractions".into(), c.num_preemptions.into());
     }
     j.insert("prefix_cache_queries".into(), c.prefix_cache_queries.into());
@@ -115,11 +140,28 @@ fn pct_value(s: &Stats, sorted_fallback: f64, p: f64) -> f64 {
     PERCENTILES.iter().position(|&q| q == p).map(|i| s.percentiles[i]).unwrap_or(sorted_fallback)
 }
 
-/// The text report: `vllm bench serve`'s block, then the engine block.
+/// The text report of a simulated run.
 pub fn text(spec: &SimSpec, out: &SimOutput, opts: &TextOptions) -> String {
-    let m = &out.metrics;
-    let run = &out.run;
-    let w = &out.workload;
+    let meta = PointMeta {
+        engine: spec.engine.kind().into(),
+        engine_version: spec.engine.version().to_string(),
+        model_id: spec.model.id.clone(),
+        hardware: spec.gpu.id.clone(),
+        kv_granularity: spec.engine.kv_granularity(),
+    };
+    text_report(&meta, &out.workload, &out.metrics, &out.run, opts, "simulated")
+}
+
+/// The text report: `vllm bench serve`'s block, then the engine block
+/// (`what` says whose: "simulated" or "measured").
+pub fn text_report(
+    meta: &PointMeta,
+    w: &crate::workload::Workload,
+    m: &crate::metrics::BenchMetrics,
+    run: &crate::simulation::RunResult,
+    opts: &TextOptions,
+    what: &str,
+) -> String {
     let mut s = String::new();
     header(&mut s, " Serving Benchmark Result ", '=');
     line(&mut s, "Successful requests:", m.completed);
@@ -157,10 +199,10 @@ pub fn text(spec: &SimSpec, out: &SimOutput, opts: &TextOptions) -> String {
     }
     header(&mut s, "", '=');
     // The engine block.
-    let limit: KvLimit = kv_limited_concurrency(spec, w);
+    let limit: KvLimit = crate::sweep::kv_limit(run.kv_capacity_tokens, meta.kv_granularity, w);
     let c = &run.counters;
-    header(&mut s, &format!(" Engine ({} {}, simulated) ", spec.engine.kind(), spec.engine.version()), '=');
-    if spec.engine.kind() == "sglang" {
+    header(&mut s, &format!(" Engine ({} {}, {what}) ", meta.engine, meta.engine_version), '=');
+    if meta.engine == "sglang" {
         line(&mut s, "Retractions:", c.num_preemptions);
     } else {
         line(&mut s, "Preemptions:", c.num_preemptions);
@@ -189,12 +231,14 @@ pub fn text(spec: &SimSpec, out: &SimOutput, opts: &TextOptions) -> String {
         "Waiting requests (mean / peak):",
         format!("{:.1} / {}", run.gauges.waiting_mean, run.gauges.waiting_peak),
     );
-    header(&mut s, "TTFT split (means)", '-');
-    let b = &m.ttft_breakdown;
-    linef(&mut s, "Queue wait (ms):", b.queue_wait_ms);
-    linef(&mut s, "Prefill (ms):", b.prefill_ms);
-    linef(&mut s, "Interleaving delay (ms):", b.interleave_ms);
-    linef(&mut s, "Outside the engine (ms):", b.overhead_ms);
+    if what == "simulated" {
+        header(&mut s, "TTFT split (means)", '-');
+        let b = &m.ttft_breakdown;
+        linef(&mut s, "Queue wait (ms):", b.queue_wait_ms);
+        linef(&mut s, "Prefill (ms):", b.prefill_ms);
+        linef(&mut s, "Interleaving delay (ms):", b.interleave_ms);
+        linef(&mut s, "Outside the engine (ms):", b.overhead_ms);
+    }
     header(&mut s, "", '=');
     if run.stop != crate::simulation::StopReason::Completed {
         let _ = writeln!(s, "WARNING: the run did not complete: {}", run.stop.as_str());

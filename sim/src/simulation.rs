@@ -97,9 +97,17 @@ pub struct GaugeStats {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StopReason {
     Completed,
-    Stalled { unfinished: usize },
-    StepLimit { steps: u64 },
+    Stalled {
+        unfinished: usize,
+    },
+    StepLimit {
+        steps: u64,
+    },
     InvariantViolated(String),
+    /// A live run stopped by the user (Ctrl-C) after `completed` requests.
+    Interrupted {
+        completed: usize,
+    },
 }
 
 impl StopReason {
@@ -111,6 +119,7 @@ impl StopReason {
             }
             StopReason::StepLimit { steps } => format!("step limit: stopped after {steps} engine steps"),
             StopReason::InvariantViolated(m) => format!("invariant violated: {m}"),
+            StopReason::Interrupted { completed } => format!("interrupted: {completed} requests had completed"),
         }
     }
 }

@@ -17,16 +17,20 @@ pub struct KvLimit {
 
 /// KV tokens ÷ per-request footprint in whole blocks, for the workload's mean request.
 pub fn kv_limited_concurrency(spec: &SimSpec, workload: &Workload) -> KvLimit {
+    kv_limit(spec.engine.kv_capacity_tokens(), spec.engine.kv_granularity(), workload)
+}
+
+/// The same from a capacity and a block (page) size.
+pub fn kv_limit(capacity_tokens: u64, granularity: u32, workload: &Workload) -> KvLimit {
     let (i, o) = workload.mean_lengths();
     let mean = i + o;
-    let g = u64::from(spec.engine.kv_granularity().max(1));
+    let g = u64::from(granularity.max(1));
     let footprint = ((mean.ceil() as u64).div_ceil(g) * g).max(g);
-    let cap = spec.engine.kv_capacity_tokens();
     KvLimit {
         mean_request_tokens: mean,
         footprint_tokens: footprint,
-        kv_capacity_tokens: cap,
-        concurrency: cap / footprint,
+        kv_capacity_tokens: capacity_tokens,
+        concurrency: capacity_tokens / footprint,
     }
 }
 

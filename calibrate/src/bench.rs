@@ -1,0 +1,349 @@
+//! The load generator: runs a workload (the very request list the simulator
+//! generates for that workload and seed) against a live server the way
+//! `vllm bench serve` does: the initial test request, warm-ups, then the
+//! timed requests at their send times under a `max_concurrency` semaphore,
+//! timing starting once the semaphore is acquired.
+//!
+//! Each request's result is appended to a JSONL file as it completes, so an
+//! interrupted run loses nothing measured. Ctrl-C stops sending, abandons
+//! the requests in flight and reports what completed. `/metrics` is
+//! snapshotted before and after, and polled during the run for the
+//! running/waiting/KV-usage gauges.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use sim::engine::EngineCounters;
+use sim::request::RequestSpec;
+use sim::simulation::{GaugeStats, RequestRecord, RunResult, StopReason};
+use sim::workload::Workload;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+use crate::client::{self, Outcome, Request, Target};
+use crate::prom::Snapshot;
+use crate::server::{self, Kind};
+
+/// How to run.
+#[derive(Clone, Debug)]
+pub struct BenchOptions {
+    pub base_url: String,
+    pub target: Target,
+    pub api_key: Option<String>,
+    /// Token ids are drawn in `[reserved_ids, vocab_size)`.
+    pub vocab_size: u32,
+    pub reserved_ids: u32,
+    /// Per-request results, appended as they complete.
+    pub jsonl: Option<PathBuf>,
+    /// Poll `/metrics` this often during the timed phase (None: never).
+    pub poll_interval: Option<Duration>,
+    pub kind: Kind,
+    pub kv_capacity_tokens: u64,
+    /// Print a line per phase on stderr.
+    pub verbose: bool,
+}
+
+/// What a run measured.
+#[derive(Clone, Debug)]
+pub struct BenchRun {
+    /// Timed requests, in workload order.
+    pub outcomes: Vec<Outcome>,
+    /// The measurements in the simulator's shapes, so that the same metric
+    /// code computes both sides.
+    pub result: RunResult,
+    pub metrics_before: Option<Snapshot>,
+    pub metrics_after: Option<Snapshot>,
+    pub interrupted: bool,
+    /// CPU time this process used, and the wall time of the timed phase.
+    pub client_cpu_s: f64,
+    pub wall_s: f64,
+}
+
+/// Token ids of a request's prompt.
+pub fn prompt_ids(spec: &RequestSpec, vocab: u32, reserved: u32) -> Vec<u32> {
+    (0..spec.prompt_len).map(|p| spec.token_id(p, vocab, reserved)).collect()
+}
+
+/// CPU seconds used by this process so far (user + system, all threads).
+pub fn process_cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return 0.0 };
+    // Fields after the command name (which is in parentheses and may hold spaces).
+    let Some(rest) = stat.rsplit_once(')').map(|x| x.1) else { return 0.0 };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line: 12 and 13 here.
+    let ticks = |i: usize| f.get(i).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
+    // USER_HZ is 100 on Linux.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+struct Writer {
+    file: Option<std::fs::File>,
+}
+
+impl Writer {
+    fn write(&mut self, phase: &str, index: usize, spec: &RequestSpec, o: &Outcome) {
+        let Some(f) = &mut self.file else { return };
+        let line = json!({
+            "phase": phase,
+            "index": index,
+            "prompt_len": spec.prompt_len,
+            "max_tokens": spec.max_tokens,
+            "success": o.success,
+            "error": o.error,
+            "start_s": o.start_s,
+            "ttft_ms": o.ttft_s * 1e3,
+            "itl_ms": o.itl_s.iter().map(|x| x * 1e3).collect::<Vec<f64>>(),
+            "e2el_ms": o.latency_s * 1e3,
+            "output_tokens": o.output_tokens,
+            "prompt_tokens": o.prompt_tokens,
+        });
+        // A failed write must not end the run: the results are also in memory.
+        let _ = writeln!(f, "{line}");
+        let _ = f.flush();
+    }
+}
+
+#[derive(Default)]
+struct Poll {
+    samples: Vec<(f64, f64, f64, f64)>, // (t, running, waiting, kv usage)
+}
+
+async fn run_phase(
+    client: &reqwest::Client,
+    opts: &BenchOptions,
+    phase: &'static str,
+    reqs: &[RequestSpec],
+    max_conc: Option<u32>,
+    t0: Instant,
+    writer: &Arc<Mutex<Writer>>,
+    interrupted: &mut bool,
+) -> Vec<Option<Outcome>> {
+    let sem = Arc::new(Semaphore::new(max_conc.map(|c| c as usize).unwrap_or(Semaphore::MAX_PERMITS)));
+    let start = Instant::now();
+    let mut set = JoinSet::new();
+    for (i, spec) in reqs.iter().enumerate() {
+        let sem = sem.clone();
+        let client = client.clone();
+        let target = opts.target.clone();
+        let req = Request {
+            prompt_token_ids: prompt_ids(spec, opts.vocab_size, opts.reserved_ids),
+            max_tokens: spec.max_tokens,
+            ignore_eos: spec.ignore_eos,
+        };
+        let send_at = start + Duration::from_nanos(spec.arrival_ns);
+        let writer = writer.clone();
+        let spec = spec.clone();
+        set.spawn(async move {
+            tokio::time::sleep_until(send_at.into()).await;
+            let _permit = sem.acquire_owned().await.expect("semaphore open");
+            let o = client::send(&client, &target, &req, t0).await;
+            writer.lock().expect("writer").write(phase, i, &spec, &o);
+            (i, o)
+        });
+    }
+    let mut out: Vec<Option<Outcome>> = vec![None; reqs.len()];
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    loop {
+        tokio::select! {
+            next = set.join_next() => match next {
+                Some(Ok((i, o))) => out[i] = Some(o),
+                Some(Err(_)) => {}
+                None => break,
+            },
+            _ = &mut ctrl_c => {
+                *interrupted = true;
+                set.abort_all();
+                break;
+            }
+        }
+    }
+    if opts.verbose {
+        let ok = out.iter().flatten().filter(|o| o.success).count();
+        eprintln!("{phase}: {ok}/{} requests succeeded in {:.1} s", reqs.len(), start.elapsed().as_secs_f64());
+    }
+    out
+}
+
+/// Runs the workload's phases against the server.
+pub async fn run(opts: &BenchOptions, workload: &Workload) -> BenchRun {
+    let client = reqwest::Client::builder().pool_max_idle_per_host(1024).build().expect("an HTTP client");
+    let t0 = Instant::now();
+    let cpu0 = process_cpu_seconds();
+    let writer = Arc::new(Mutex::new(Writer {
+        file: opts.jsonl.as_ref().and_then(|p| std::fs::OpenOptions::new().create(true).append(true).open(p).ok()),
+    }));
+    let mut interrupted = false;
+    if let Some(t) = &workload.initial_test {
+        let o =
+            run_phase(&client, opts, "initial_test", std::slice::from_ref(t), Some(1), t0, &writer, &mut interrupted)
+                .await;
+        if let Some(Some(o)) = o.first() {
+            if !o.success && opts.verbose {
+                eprintln!("warning: the initial test request failed: {}", o.error.as_deref().unwrap_or("?"));
+            }
+        }
+    }
+    if !interrupted && !workload.warmups.is_empty() {
+        run_phase(&client, opts, "warmup", &workload.warmups, workload.max_concurrency, t0, &writer, &mut interrupted)
+            .await;
+    }
+    let metrics_before = server::metrics(&client, &opts.base_url, opts.api_key.as_deref()).await.ok();
+    let poll = Arc::new(Mutex::new(Poll::default()));
+    let poller = opts.poll_interval.map(|every| {
+        let client = client.clone();
+        let base = opts.base_url.clone();
+        let key = opts.api_key.clone();
+        let poll = poll.clone();
+        let kind = opts.kind;
+        tokio::spawn(async move {
+            let start = Instant::now();
+            loop {
+                if let Ok(s) = server::metrics(&client, &base, key.as_deref()).await {
+                    let (r, w, u) = match kind {
+                        Kind::Sglang => (
+                            s.sum("sglang:num_running_reqs"),
+                            s.sum("sglang:num_queue_reqs"),
+                            s.sum("sglang:token_usage"),
+                        ),
+                        _ => (
+                            s.sum("vllm:num_requests_running"),
+                            s.sum("vllm:num_requests_waiting"),
+                            s.first_sum(&["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"]),
+                        ),
+                    };
+                    poll.lock().expect("poll").samples.push((
+                        start.elapsed().as_secs_f64(),
+                        r.unwrap_or(0.0),
+                        w.unwrap_or(0.0),
+                        u.unwrap_or(0.0),
+                    ));
+                }
+                tokio::time::sleep(every).await;
+            }
+        })
+    });
+    let bench_start = Instant::now();
+    let cpu_start = process_cpu_seconds();
+    let timed = if interrupted {
+        vec![None; workload.requests.len()]
+    } else {
+        run_phase(
+            &client,
+            opts,
+            "timed",
+            &workload.requests,
+            workload.max_concurrency,
+            bench_start,
+            &writer,
+            &mut interrupted,
+        )
+        .await
+    };
+    let wall_s = bench_start.elapsed().as_secs_f64();
+    let client_cpu_s = process_cpu_seconds() - cpu_start;
+    if let Some(p) = poller {
+        p.abort();
+    }
+    let metrics_after = server::metrics(&client, &opts.base_url, opts.api_key.as_deref()).await.ok();
+    let _ = cpu0;
+
+    // The measurements in the simulator's shapes.
+    let mut records = Vec::with_capacity(timed.len());
+    let mut outcomes = Vec::with_capacity(timed.len());
+    let mut end_s: f64 = 0.0;
+    for (spec, o) in workload.requests.iter().zip(timed) {
+        let o = o.unwrap_or_else(|| Outcome {
+            error: Some("not completed: the run was interrupted".into()),
+            ..Default::default()
+        });
+        let mut rec = RequestRecord { prompt_len: spec.prompt_len, output_len: o.output_tokens, ..Default::default() };
+        let ns = |s: f64| (s.max(0.0) * 1e9).round() as u64;
+        rec.dispatch_ns = ns(o.start_s);
+        rec.engine_arrival_ns = rec.dispatch_ns;
+        if o.success {
+            let mut t = o.start_s + o.ttft_s;
+            rec.token_times_ns.push(ns(t));
+            for d in &o.itl_s {
+                t += d;
+                rec.token_times_ns.push(ns(t));
+            }
+            rec.completed = true;
+            end_s = end_s.max(o.start_s + o.latency_s);
+        }
+        records.push(rec);
+        outcomes.push(o);
+    }
+    let counters = match (&metrics_before, &metrics_after) {
+        (Some(a), Some(b)) => counter_diff(opts.kind, a, b),
+        _ => EngineCounters::default(),
+    };
+    let gauges = {
+        let p = poll.lock().expect("poll");
+        gauge_stats(&p.samples)
+    };
+    let bench_end_ns = (wall_s.max(end_s) * 1e9).round() as u64;
+    let completed = records.iter().filter(|r| r.completed).count();
+    let result = RunResult {
+        records,
+        bench_start_ns: 0,
+        bench_end_ns,
+        counters,
+        gauges,
+        timeseries: Vec::new(),
+        kv_capacity_tokens: opts.kv_capacity_tokens,
+        stop: if interrupted { StopReason::Interrupted { completed } } else { StopReason::Completed },
+        num_steps: 0,
+        end_ns: bench_end_ns,
+        ingress_ns: 0,
+    };
+    BenchRun { outcomes, result, metrics_before, metrics_after, interrupted, client_cpu_s, wall_s }
+}
+
+/// The engine counters accumulated between two `/metrics` snapshots.
+pub fn counter_diff(kind: Kind, a: &Snapshot, b: &Snapshot) -> EngineCounters {
+    let d = |names: &[&str]| -> u64 {
+        match (b.first_sum(names), a.first_sum(names)) {
+            (Some(x), Some(y)) if x >= y => (x - y).round() as u64,
+            _ => 0,
+        }
+    };
+    match kind {
+        Kind::Sglang => {
+            let hits = d(&["sglang:cached_tokens_total"]);
+            let prompt = d(&["sglang:prompt_tokens_total"]);
+            EngineCounters {
+                num_preemptions: d(&["sglang:num_retracted_requests_total", "sglang:total_retracted_reqs"]),
+                prefix_cache_queries: prompt,
+                prefix_cache_hits: hits,
+                num_steps: 0,
+            }
+        }
+        _ => EngineCounters {
+            num_preemptions: d(&["vllm:num_preemptions_total"]),
+            prefix_cache_queries: d(&["vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"]),
+            prefix_cache_hits: d(&["vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"]),
+            num_steps: 0,
+        },
+    }
+}
+
+fn gauge_stats(samples: &[(f64, f64, f64, f64)]) -> GaugeStats {
+    let mut g = GaugeStats::default();
+    if samples.is_empty() {
+        return g;
+    }
+    let n = samples.len() as f64;
+    for &(_, r, w, u) in samples {
+        g.running_peak = g.running_peak.max(r as u32);
+        g.waiting_peak = g.waiting_peak.max(w as u32);
+        g.kv_usage_peak = g.kv_usage_peak.max(u);
+        g.running_mean += r / n;
+        g.waiting_mean += w / n;
+        g.kv_usage_mean += u / n;
+    }
+    g
+}

@@ -1,0 +1,158 @@
+//! One streaming request against an OpenAI-compatible server, timed as
+//! `vllm bench serve`'s `async_request_openai_completions` times it.
+//!
+//! * TTFT: first SSE chunk that carries `choices` (even with empty text).
+//! * ITL: one entry per later chunk with `choices`.
+//! * Latency: up to the last chunk with `choices` (not `[DONE]`).
+//! * Output tokens: `usage.completion_tokens` (`stream_options.include_usage`).
+//!
+//! Every failure is an outcome with a reason, never a panic: HTTP errors,
+//! refused connections, timeouts, streams cut before `[DONE]`, malformed
+//! chunks.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+/// What happened to one request.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Outcome {
+    pub success: bool,
+    pub error: Option<String>,
+    /// Seconds from the run's start when the request was sent.
+    pub start_s: f64,
+    pub ttft_s: f64,
+    pub itl_s: Vec<f64>,
+    pub latency_s: f64,
+    /// `usage.completion_tokens`, or the number of chunks if usage is missing.
+    pub output_tokens: u32,
+    pub prompt_tokens: Option<u32>,
+}
+
+/// Request parameters.
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub prompt_token_ids: Vec<u32>,
+    pub max_tokens: u32,
+    pub ignore_eos: bool,
+}
+
+/// Where and how to send.
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub url: String,
+    pub model: String,
+    pub api_key: Option<String>,
+    pub timeout: Duration,
+}
+
+/// Sends one streaming completion; `t0` is the run's start.
+pub async fn send(client: &reqwest::Client, target: &Target, req: &Request, t0: Instant) -> Outcome {
+    let st = Instant::now();
+    let mut out = Outcome { start_s: (st - t0).as_secs_f64(), ..Default::default() };
+    let body = json!({
+        "model": target.model,
+        "prompt": req.prompt_token_ids,
+        "max_tokens": req.max_tokens,
+        "temperature": 0.0,
+        "stream": true,
+        "stream_options": {"include_usage": true},
+        "ignore_eos": req.ignore_eos,
+    });
+    let mut rb = client.post(&target.url).header("Content-Type", "application/json").body(body.to_string());
+    if let Some(k) = &target.api_key {
+        rb = rb.header("Authorization", format!("Bearer {k}"));
+    }
+    let fut = async {
+        let resp = rb.send().await.map_err(|e| describe(&e))?;
+        let status = resp.status();
+        if !status.is_success() {
+            let text = resp.text().await.unwrap_or_default();
+            return Err(format!("HTTP {}: {}", status.as_u16(), text.chars().take(300).collect::<String>()));
+        }
+        read_stream(resp, st, &mut out).await
+    };
+    match tokio::time::timeout(target.timeout, fut).await {
+        Ok(Ok(())) => {
+            out.success = true;
+        }
+        Ok(Err(e)) => {
+            out.error = Some(e);
+        }
+        Err(_) => {
+            out.error = Some(format!("timeout after {:.1} s", target.timeout.as_secs_f64()));
+        }
+    }
+    out
+}
+
+fn describe(e: &reqwest::Error) -> String {
+    if e.is_connect() {
+        format!("connection failed: {e}")
+    } else if e.is_timeout() {
+        format!("timeout: {e}")
+    } else {
+        format!("request failed: {e}")
+    }
+}
+
+async fn read_stream(mut resp: reqwest::Response, st: Instant, out: &mut Outcome) -> Result<(), String> {
+    let mut buf: Vec<u8> = Vec::new();
+    let mut first = true;
+    let mut last = st;
+    let mut chunks = 0u32;
+    let mut usage_tokens: Option<u32> = None;
+    let mut done = false;
+    loop {
+        let chunk = match resp.chunk().await {
+            Ok(Some(c)) => c,
+            Ok(None) => break,
+            Err(e) => return Err(format!("stream cut: {e}")),
+        };
+        buf.extend_from_slice(&chunk);
+        // Process complete lines.
+        while let Some(pos) = buf.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = buf.drain(..=pos).collect();
+            let line = String::from_utf8_lossy(&line);
+            let line = line.trim();
+            let Some(data) = line.strip_prefix("data:") else { continue };
+            let data = data.trim();
+            if data == "[DONE]" {
+                done = true;
+                continue;
+            }
+            let v: Value = serde_json::from_str(data)
+                .map_err(|e| format!("malformed SSE chunk ({e}): {}", data.chars().take(120).collect::<String>()))?;
+            if let Some(err) = v.get("error") {
+                return Err(format!("server error in stream: {err}"));
+            }
+            let now = Instant::now();
+            match v.get("choices").and_then(Value::as_array) {
+                Some(choices) if !choices.is_empty() => {
+                    if first {
+                        first = false;
+                        out.ttft_s = (now - st).as_secs_f64();
+                    } else {
+                        out.itl_s.push((now - last).as_secs_f64());
+                    }
+                    last = now;
+                    chunks += 1;
+                }
+                _ => {}
+            }
+            if let Some(u) = v.get("usage").filter(|u| !u.is_null()) {
+                usage_tokens = u.get("completion_tokens").and_then(Value::as_u64).map(|x| x as u32);
+                out.prompt_tokens = u.get("prompt_tokens").and_then(Value::as_u64).map(|x| x as u32);
+            }
+        }
+    }
+    if !done {
+        return Err(format!("stream ended before [DONE] after {chunks} chunks"));
+    }
+    if chunks == 0 {
+        return Err("the stream carried no token".into());
+    }
+    out.latency_s = (last - st).as_secs_f64();
+    out.output_tokens = usage_tokens.unwrap_or(chunks);
+    Ok(())
+}

@@ -1,0 +1,209 @@
+//! Run records: what a live run ran against, so that a number can be
+//! explained months later, and `servesim diff` of two records' setups.
+//!
+//! A record's `setup` holds everything that defines the experiment (engine,
+//! version, flags the server exposes, model, KV capacity, workload and its
+//! hash, seed, client version, host); `observed` holds what was measured
+//! around it (`/metrics` before and after). API keys never appear.
+
+use std::collections::BTreeMap;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Map, Value};
+use sim::request::RequestSpec;
+use sim::workload::Workload;
+
+use crate::prom::Snapshot;
+use crate::server::ServerInfo;
+
+/// FNV-1a 64 over the bytes.
+fn fnv(bytes: &[u8], mut h: u64) -> u64 {
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// A hash of the exact request list (lengths, contents, send times) of all phases.
+pub fn workload_hash(w: &Workload) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut add = |r: &RequestSpec| {
+        h = fnv(&r.prompt_len.to_le_bytes(), h);
+        h = fnv(&r.max_tokens.to_le_bytes(), h);
+        h = fnv(&r.output_len.to_le_bytes(), h);
+        h = fnv(&r.arrival_ns.to_le_bytes(), h);
+        h = fnv(&[u8::from(r.ignore_eos)], h);
+        for s in &r.prompt {
+            h = fnv(&s.key.to_le_bytes(), h);
+            h = fnv(&s.len.to_le_bytes(), h);
+        }
+    };
+    w.initial_test.iter().chain(&w.warmups).chain(&w.requests).for_each(&mut add);
+    h = fnv(&w.max_concurrency.unwrap_or(0).to_le_bytes(), h);
+    h = fnv(&w.request_rate.unwrap_or(f64::INFINITY).to_le_bytes(), h);
+    format!("{h:016x}")
+}
+
+/// Seconds since the epoch, now.
+pub fn now_unix_s() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+}
+
+/// `YYYYmmdd-HHMMSS` (UTC) of a unix time, as `vllm bench serve` names files.
+pub fn stamp(unix_s: f64) -> String {
+    let secs = unix_s.max(0.0) as i64;
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!("{y:04}{m:02}{d:02}-{:02}{:02}{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+fn host() -> String {
+    std::fs::read_to_string("/etc/hostname").map(|s| s.trim().to_string()).unwrap_or_else(|_| "unknown".into())
+}
+
+/// The counters and gauges a record keeps from a `/metrics` snapshot.
+pub fn relevant_metrics(s: &Snapshot) -> BTreeMap<String, f64> {
+    let keep = [
+        "vllm:num_preemptions_total",
+        "vllm:prefix_cache_queries_total",
+        "vllm:prefix_cache_hits_total",
+        "vllm:prompt_tokens_total",
+        "vllm:generation_tokens_total",
+        "vllm:iteration_tokens_total_sum",
+        "vllm:iteration_tokens_total_count",
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "sglang:num_retracted_requests_total",
+        "sglang:total_retracted_reqs",
+        "sglang:num_retracted_reqs",
+        "sglang:cached_tokens_total",
+        "sglang:prompt_tokens_total",
+        "sglang:generation_tokens_total",
+        "sglang:num_requests_total",
+        "sglang:num_running_reqs",
+        "sglang:num_queue_reqs",
+        "sglang:token_usage",
+        "sglang:max_total_num_tokens",
+        "sglang:new_token_ratio",
+    ];
+    keep.iter().filter_map(|k| s.sum(k).map(|v| ((*k).to_string(), v))).collect()
+}
+
+/// Builds a run record.
+#[allow(clippy::too_many_arguments)]
+pub fn record(
+    info: &ServerInfo,
+    endpoint: &str,
+    workload_spec: &Value,
+    workload: &Workload,
+    before: Option<&Snapshot>,
+    after: Option<&Snapshot>,
+    files: &Map<String, Value>,
+    summary: &Map<String, Value>,
+) -> Value {
+    let setup = json!({
+        "engine": {
+            "kind": info.kind,
+            "version": info.version,
+            "info_gauges": info.info_gauges,
+            "server_args": info.server_args,
+        },
+        "base_url": info.base_url,
+        "endpoint": endpoint,
+        "model": info.model,
+        "model_root": info.model_root,
+        "max_model_len": info.max_model_len,
+        "kv_capacity_tokens": info.kv_capacity_tokens,
+        "num_gpu_blocks": info.num_gpu_blocks,
+        "kv_granularity": info.kv_granularity,
+        "max_running": info.max_running,
+        "token_budget": info.token_budget,
+        "prefix_caching": info.prefix_caching,
+        "workload": workload_spec,
+        "workload_hash": workload_hash(workload),
+        "seed": workload.seed,
+        "client": {"name": "servesim", "version": env!("CARGO_PKG_VERSION")},
+        "host": host(),
+    });
+    json!({
+        "format": "servesim-run",
+        "version": 1,
+        "created_unix_s": now_unix_s(),
+        "setup": setup,
+        "observed": {
+            "metrics_before": before.map(relevant_metrics),
+            "metrics_after": after.map(relevant_metrics),
+        },
+        "files": files,
+        "summary": summary,
+    })
+}
+
+fn flatten(prefix: &str, v: &Value, out: &mut BTreeMap<String, String>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                let p = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                flatten(&p, x, out);
+            }
+        }
+        other => {
+            out.insert(prefix.to_string(), other.to_string());
+        }
+    }
+}
+
+/// The setup fields that differ between two records: `(field, a, b)`.
+pub fn diff(a: &Value, b: &Value) -> Result<Vec<(String, String, String)>, String> {
+    let (Some(sa), Some(sb)) = (a.get("setup"), b.get("setup")) else {
+        return Err("not a servesim run record (no \"setup\")".into());
+    };
+    let (mut fa, mut fb) = (BTreeMap::new(), BTreeMap::new());
+    flatten("", sa, &mut fa);
+    flatten("", sb, &mut fb);
+    let keys: std::collections::BTreeSet<&String> = fa.keys().chain(fb.keys()).collect();
+    let missing = "(absent)".to_string();
+    Ok(keys
+        .into_iter()
+        .filter_map(|k| {
+            let (x, y) = (fa.get(k).unwrap_or(&missing), fb.get(k).unwrap_or(&missing));
+            (x != y).then(|| (k.clone(), x.clone(), y.clone()))
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stamps_are_utc_calendar_dates() {
+        assert_eq!(stamp(0.0), "19700101-000000");
+        assert_eq!(stamp(1_796_014_244.0), "20261130-045044"); // `date -u -d @1796014244`
+        assert_eq!(stamp(951_782_400.0), "20000229-000000");
+    }
+
+    #[test]
+    fn diff_lists_setup_fields_only() {
+        let a = json!({"setup": {"engine": {"kind": "vllm", "version": "0.32.0"}, "seed": 0}, "summary": {"x": 1}});
+        let b = json!({"setup": {"engine": {"kind": "vllm", "version": "0.33.0"}, "seed": 0, "host": "h"}, "summary": {"x": 2}});
+        let d = diff(&a, &b).unwrap();
+        assert_eq!(d.len(), 2);
+        assert_eq!(d[0].0, "engine.version");
+        assert_eq!(d[1], ("host".into(), "(absent)".into(), "\"h\"".into()));
+        assert!(diff(&json!({}), &b).is_err());
+    }
+}

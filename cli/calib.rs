@@ -1,0 +1,842 @@
+//! `servesim calibrate` (live probes or existing results → a fitted profile)
+//! and `servesim check` (the same sweep measured and predicted, side by side).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use calibrate::bench;
+use calibrate::fit::{self, FitPoint, Free, TARGETS};
+use calibrate::server::{Kind, ServerInfo};
+use clap::Args;
+use serde_json::{json, Map, Value};
+use sim::cards::ModelCard;
+use sim::config::SimSpec;
+use sim::sweep::{find_knee, KneePoint};
+
+use crate::live::{self, ServerArgs, WorkloadArgs};
+use crate::load::{self, RawScenario};
+
+/// A model card from a Hugging Face `config.json` in `dir` (the server's model folder).
+pub fn model_card_from_dir(dir: &Path, id: &str) -> Result<ModelCard, String> {
+    let p = dir.join("config.json");
+    let text = std::fs::read_to_string(&p).map_err(|e| format!("{}: cannot read: {e}", p.display()))?;
+    let c: Value = serde_json::from_str(&text).map_err(|e| format!("{}: not JSON: {e}", p.display()))?;
+    let u = |k: &str| c.get(k).and_then(Value::as_u64).map(|v| v as u32);
+    let field = |k: &str| u(k).ok_or_else(|| format!("{}: no {k}", p.display()));
+    let hidden = field("hidden_size")?;
+    let layers = field("num_hidden_layers")?;
+    let heads = field("num_attention_heads")?;
+    let kv = u("num_key_value_heads").unwrap_or(heads);
+    let head_dim = u("head_dim").unwrap_or(hidden / heads.max(1));
+    let inter = u("intermediate_size").unwrap_or(4 * hidden);
+    let vocab = field("vocab_size")?;
+    let tied = c.get("tie_word_embeddings").and_then(Value::as_bool).unwrap_or(false);
+    let dtype = c.get("torch_dtype").or(c.get("dtype")).and_then(Value::as_str).unwrap_or("bfloat16").to_string();
+    let (h, l, hd, kvh, hh, i, v) =
+        (hidden as u64, layers as u64, head_dim as u64, kv as u64, heads as u64, inter as u64, vocab as u64);
+    // Llama-style: embeddings (+ untied head) + per layer q, k, v, o, gated MLP, 2 norms; final norm.
+    let per_layer = h * hh * hd + 2 * h * kvh * hd + hh * hd * h + 3 * h * i + 2 * h;
+    let params = v * h * if tied { 1 } else { 2 } + l * per_layer + h;
+    Ok(ModelCard {
+        id: id.to_string(),
+        hf_repo: None,
+        num_parameters: params,
+        num_layers: layers,
+        hidden_size: hidden,
+        intermediate_size: Some(inter),
+        num_attention_heads: heads,
+        num_kv_heads: kv,
+        head_dim,
+        vocab_size: vocab,
+        tie_word_embeddings: Some(tied),
+        dtype,
+        max_position_embeddings: u("max_position_embeddings"),
+        sources: vec![p.display().to_string()],
+        notes: Some("read from the served model's config.json; parameters counted with the Llama formula".into()),
+    })
+}
+
+/// vLLM prints its non-default arguments at start-up; pull the scheduler's from a log.
+pub fn vllm_args_from_log(path: &Path) -> Result<Map<String, Value>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("--server-log {}: {e}", path.display()))?;
+    let mut out = Map::new();
+    let line = text.lines().find(|l| l.contains("non-default args:")).unwrap_or("");
+    for key in ["max_num_seqs", "max_num_batched_tokens", "long_prefill_token_threshold", "block_size", "max_model_len"]
+    {
+        let pat = format!("'{key}': ");
+        if let Some(i) = line.find(&pat) {
+            let num: String = line[i + pat.len()..].chars().take_while(|c| c.is_ascii_digit()).collect();
+            if let Ok(n) = num.parse::<u64>() {
+                out.insert(key.into(), n.into());
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// How to describe the live server as a scenario.
+#[derive(Args, Debug, Clone)]
+pub struct DeriveArgs {
+    /// Hardware card id (models/gpu/); default `cpu-host` (the development machines).
+    #[arg(long)]
+    pub hardware: Option<String>,
+    /// A model card id (models/model/) instead of the served model's config.json.
+    #[arg(long)]
+    pub model_card: Option<String>,
+    /// The server's start-up log: vLLM's non-default arguments (max_num_seqs, ...) are read from it.
+    #[arg(long)]
+    pub server_log: Option<PathBuf>,
+    /// Override a field of the derived scenario (repeatable), e.g. `--set engine.max_num_seqs=32`.
+    #[arg(long = "set", value_name = "PATH=VALUE")]
+    pub sets: Vec<String>,
+}
+
+/// The scenario that describes the live server, with the given workload.
+pub fn derive_scenario(info: &ServerInfo, d: &DeriveArgs, workload: &Value) -> Result<RawScenario, String> {
+    let mut engine = Map::new();
+    match info.kind {
+        Kind::Vllm => {
+            engine.insert("kind".into(), "vllm".into());
+            if let Some(v) = &info.version {
+                engine.insert("version".into(), v.split('+').next().unwrap_or(v).into());
+            }
+            if let Some(n) = info.num_gpu_blocks {
+                engine.insert("num_gpu_blocks_override".into(), n.into());
+            }
+            if let Some(b) = info.kv_granularity {
+                engine.insert("block_size".into(), b.into());
+            }
+            if let Some(p) = info.prefix_caching {
+                engine.insert("enable_prefix_caching".into(), p.into());
+            }
+            if let Some(m) = info.max_model_len {
+                engine.insert("max_model_len".into(), m.into());
+            }
+            if let Some(log) = &d.server_log {
+                for (k, v) in vllm_args_from_log(log)? {
+                    engine.insert(k, v);
+                }
+            }
+        }
+        Kind::Sglang => {
+            engine.insert("kind".into(), "sglang".into());
+            if let Some(v) = &info.version {
+                engine.insert("version".into(), v.clone().into());
+            }
+            if let Some(t) = info.kv_capacity_tokens {
+                engine.insert("max_total_tokens".into(), t.into());
+            }
+            if let Some(args) = &info.server_args {
+                for k in [
+                    "max_running_requests",
+                    "chunked_prefill_size",
+                    "max_prefill_tokens",
+                    "page_size",
+                    "schedule_policy",
+                    "disable_radix_cache",
+                    "enable_mixed_chunk",
+                    "context_length",
+                    "schedule_conservativeness",
+                ] {
+                    if let Some(v) = args.get(k).filter(|v| !v.is_null()) {
+                        engine.insert(k.into(), v.clone());
+                    }
+                }
+            }
+            if !engine.contains_key("context_length") {
+                if let Some(m) = info.max_model_len {
+                    engine.insert("context_length".into(), m.into());
+                }
+            }
+        }
+        Kind::Unknown => {
+            return Err("--base-url: the server is neither vLLM nor SGLang (no vllm:* or sglang:* metrics)".into())
+        }
+    }
+    let model = match (&d.model_card, &info.model_root) {
+        (Some(id), _) => Value::from(id.clone()),
+        (None, Some(root)) if Path::new(root).join("config.json").exists() => {
+            serde_json::to_value(model_card_from_dir(Path::new(root), info.model.as_deref().unwrap_or("served-model"))?)
+                .expect("card")
+        }
+        _ => {
+            return Err(
+                "--model-card: the server's model folder is not readable here; name a card from models/model/".into()
+            )
+        }
+    };
+    let mut json = json!({
+        "version": 1,
+        "name": format!("live {}", info.base_url),
+        "engine": engine,
+        "model": model,
+        "hardware": d.hardware.clone().unwrap_or_else(|| "cpu-host".into()),
+        "workload": workload,
+    });
+    for s in &d.sets {
+        sim::config::apply_set(&mut json, s).map_err(|e| format!("--set {s}: {e}"))?;
+    }
+    Ok(RawScenario {
+        origin: format!("the scenario derived from {}", info.base_url),
+        base_dir: std::env::current_dir().unwrap_or_default(),
+        json,
+    })
+}
+
+fn measured_targets(point: &Map<String, Value>) -> Vec<Option<f64>> {
+    TARGETS.iter().map(|t| point.get(*t).and_then(Value::as_f64).filter(|v| v.is_finite() && *v > 0.0)).collect()
+}
+
+#[derive(Args, Debug)]
+pub struct CalibrateArgs {
+    #[command(flatten)]
+    pub server: ServerArgs,
+    /// The engine you expect (`vllm` or `sglang`); checked against what the server says.
+    #[arg(long)]
+    pub engine: Option<String>,
+    #[command(flatten)]
+    pub derive: DeriveArgs,
+    /// Fit from existing `vllm bench serve --save-result` JSON or `sglang.bench_serving` JSONL files instead of probing.
+    #[arg(long, num_args = 1..)]
+    pub from_results: Vec<PathBuf>,
+    /// The scenario those results were measured with (offline).
+    #[arg(long)]
+    pub scenario: Option<PathBuf>,
+    /// Where to write the profile (JSON).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Where the probes' per-request results go.
+    #[arg(long)]
+    pub result_dir: Option<PathBuf>,
+    /// Largest concurrency of the decode probes.
+    #[arg(long, default_value_t = 16)]
+    pub max_probe_concurrency: u32,
+    /// Simulator evaluations the fit may use.
+    #[arg(long, default_value_t = 1500)]
+    pub max_evals: usize,
+    /// vLLM's per-step log (`--enable-logging-iteration-details`): step costs are then fitted by
+    /// linear least squares on each real step's composition. Default: the --server-log, if it has such lines.
+    #[arg(long)]
+    pub step_log: Option<PathBuf>,
+}
+
+/// The probe plan: (name, workload section) pairs sized to the server.
+fn probe_plan(max_len: u32, kv_tokens: u64, max_running: u32, cap: u32) -> Vec<(String, Value)> {
+    let mut plan = Vec::new();
+    let out = 4u32;
+    for l in [16u32, 256, 768, 1536] {
+        if u64::from(l + out) * 2 > kv_tokens || l + out > max_len {
+            continue;
+        }
+        plan.push((
+            format!("prefill-{l}"),
+            json!({"dataset_name": "random", "random_input_len": l, "random_output_len": out, "num_prompts": 4, "max_concurrency": 1, "ignore_eos": true, "initial_test_request": false}),
+        ));
+    }
+    let (inp, o) = (64u32, 48u32);
+    let per = u64::from(inp + o);
+    for c in [1u32, 2, 4, 8, 16, 32] {
+        if c > cap || c > max_running || u64::from(c) * per.div_ceil(128) * 128 > kv_tokens {
+            continue;
+        }
+        plan.push((
+            format!("decode-{c}"),
+            json!({"dataset_name": "random", "random_input_len": inp, "random_output_len": o, "num_prompts": 2 * c, "max_concurrency": c, "ignore_eos": true, "initial_test_request": false}),
+        ));
+    }
+    let mixed_c = (cap / 2).clamp(2, 8).min(max_running);
+    plan.push((
+        format!("mixed-{mixed_c}"),
+        json!({"dataset_name": "random", "random_input_len": 384, "random_output_len": 24, "random_range_ratio": 0.5, "num_prompts": 4 * mixed_c, "max_concurrency": mixed_c, "ignore_eos": true, "initial_test_request": false}),
+    ));
+    plan
+}
+
+fn live_free() -> Vec<Free> {
+    ["step_us", "prefill_token_us", "decode_token_us", "prefill_attention_us", "decode_kv_us", "request_ingress_us"]
+        .into_iter()
+        .map(Free::one)
+        .collect()
+}
+
+fn group_free(n_points: usize) -> Vec<Free> {
+    let prefill = Free { name: "prefill scale".into(), coefficients: vec!["prefill_token_us", "prefill_attention_us"] };
+    let decode = Free {
+        name: "decode scale".into(),
+        coefficients: vec!["step_us", "per_seq_us", "decode_token_us", "decode_kv_us"],
+    };
+    match n_points {
+        0 | 1 => vec![prefill, decode],
+        2 => vec![prefill, decode, Free::one("request_ingress_us")],
+        _ => ["step_us", "prefill_token_us", "decode_token_us", "decode_kv_us", "request_ingress_us"]
+            .into_iter()
+            .map(Free::one)
+            .collect(),
+    }
+}
+
+/// Measures a workload against the server after a short warm-up of the same shape.
+async fn measure(
+    opts: &bench::BenchOptions,
+    info: &ServerInfo,
+    w: &sim::workload::Workload,
+    warm: bool,
+) -> (Map<String, Value>, bench::BenchRun) {
+    if warm {
+        // Warm up at this shape: SGLang (and, less, vLLM) is slow on the first batches of a new shape.
+        let mut wu = w.clone();
+        let n = wu.max_concurrency.unwrap_or(1).max(1) as usize;
+        wu.requests.truncate(n.min(wu.requests.len()));
+        for (i, r) in wu.requests.iter_mut().enumerate() {
+            r.output_key ^= 0x5eed;
+            r.prompt[0].key ^= 0xa11ce + i as u64;
+            r.arrival_ns = 0;
+        }
+        wu.initial_test = None;
+        wu.warmups.clear();
+        let mut o = opts.clone();
+        o.jsonl = None;
+        o.poll_interval = None;
+        let _ = bench::run(&o, &wu).await;
+    }
+    let run = bench::run(opts, w).await;
+    (live::measured_json(info, w, &run), run)
+}
+
+pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode, String> {
+    if !a.from_results.is_empty() {
+        return calibrate_offline(&a);
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        let (info, mut opts) = live::connect(&a.server).await?;
+        check_engine(&a.engine, &info)?;
+        let kv = info.kv_capacity_tokens.ok_or("--base-url: the server does not expose its KV capacity")?;
+        let max_len = info.max_model_len.unwrap_or(2048);
+        let probe_scenario = derive_scenario(&info, &a.derive, &json!({"dataset_name": "random", "ignore_eos": true}))?;
+        let base_spec = load::resolve(&probe_scenario)?.1;
+        let plan = probe_plan(max_len, kv, base_spec.engine.max_running(), a.max_probe_concurrency);
+        let dir = a.result_dir.clone().unwrap_or_else(|| std::env::temp_dir().join("servesim-calibrate"));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("--result-dir {}: {e}", dir.display()))?;
+        let mut points = Vec::new();
+        for (name, wl) in &plan {
+            let raw = derive_scenario(&info, &a.derive, wl)?;
+            let spec = load::resolve(&raw)?.1;
+            let w = sim::workload::generate(&spec.workload);
+            opts.jsonl = Some(dir.join(format!("{name}.requests.jsonl")));
+            let (point, run) = measure(&opts, &info, &w, true).await;
+            let failed = run.outcomes.iter().filter(|o| !o.success).count();
+            eprintln!(
+                "probe {name}: mean TTFT {:.1} ms, mean ITL {:.2} ms, {} failed",
+                point.get("mean_ttft_ms").and_then(Value::as_f64).unwrap_or(f64::NAN),
+                point.get("mean_itl_ms").and_then(Value::as_f64).unwrap_or(f64::NAN),
+                failed
+            );
+            if failed > 0 {
+                return Err(format!("probe {name}: {failed} requests failed (see {})", dir.join(format!("{name}.requests.jsonl")).display()));
+            }
+            points.push(FitPoint { name: name.clone(), spec, measured: measured_targets(&point) });
+        }
+        let prior = points[0].spec.cost.clone();
+        // Teacher forcing on the engine's own step log, when there is one.
+        let step_log = a.step_log.clone().or(a.derive.server_log.clone());
+        let step_fit = match &step_log {
+            Some(p) => {
+                let text = std::fs::read_to_string(p).map_err(|e| format!("--step-log {}: {e}", p.display()))?;
+                fit::fit_step_log(&fit::parse_step_log(&text))
+            }
+            None => None,
+        };
+        let (start, free) = match &step_fit {
+            Some(sf) => {
+                let mut c = prior.clone();
+                let mut o = sim::cost::CostCoefficients::default();
+                for (k, v) in ["step_us", "per_seq_us", "prefill_token_us", "decode_token_us"].iter().zip(sf.coefficients) {
+                    o.set(k, v);
+                }
+                c.overlay(&o, sim::cost::CoefficientSource::Profile);
+                eprintln!("step log: {} steps, R² {:.4}, residual std {:.2} ms", sf.rows, sf.r2, sf.residual_std_ms);
+                // The log times the model only: the step constant (scheduler, output handling) and ingress come from requests.
+                (c, vec![Free::one("step_us"), Free::one("request_ingress_us")])
+            }
+            None => (prior.clone(), live_free()),
+        };
+        let mut r = fit::fit(&points, &start, &free, a.max_evals);
+        if step_fit.is_some() {
+            // The step log determined these too.
+            for c in ["per_seq_us", "prefill_token_us", "decode_token_us"] {
+                r.free.push(Free { name: format!("{c} (step log)"), coefficients: vec![c] });
+            }
+            r.factors.extend([1.0, 1.0, 1.0]);
+        }
+        let engine = json!({"kind": live::meta_of(&info).engine, "version": info.version, "model": info.model, "kv_capacity_tokens": kv});
+        let mut extra = Map::new();
+        if let Some(sf) = &step_fit {
+            extra.insert(
+                "step_log_fit".into(),
+                json!({"file": step_log.as_ref().map(|p| p.display().to_string()), "rows": sf.rows, "r2": sf.r2, "residual_std_ms": sf.residual_std_ms,
+                       "step_us": sf.coefficients[0], "per_seq_us": sf.coefficients[1], "prefill_token_us": sf.coefficients[2], "decode_token_us": sf.coefficients[3]}),
+            );
+        }
+        extra.insert("fit_workloads".into(), Value::Array(plan.iter().map(|(n, w)| json!({"name": n, "workload": w})).collect()));
+        let profile = fit::profile_json(&r, &points, "live", &engine, &prior, extra);
+        write_profile(&a.out, &profile)?;
+        print!("{}", profile_summary(&profile));
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+fn check_engine(expected: &Option<String>, info: &ServerInfo) -> Result<(), String> {
+    if let Some(e) = expected {
+        let got = live::meta_of(info).engine;
+        if *e != got {
+            return Err(format!("--engine {e}: the server at {} is {got}", info.base_url));
+        }
+    }
+    Ok(())
+}
+
+fn write_profile(path: &Path, profile: &Value) -> Result<(), String> {
+    if let Some(d) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(d).map_err(|e| format!("--out {}: {e}", path.display()))?;
+    }
+    std::fs::write(path, serde_json::to_string_pretty(profile).expect("json"))
+        .map_err(|e| format!("--out {}: {e}", path.display()))
+}
+
+/// A readable summary of a profile.
+pub fn profile_summary(p: &Value) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "Fitted cost profile ({}):", p["source"].as_str().unwrap_or("?"));
+    if let Some(c) = p["coefficients"].as_object() {
+        for (k, v) in c {
+            let src = p["coefficient_sources"][k].as_str().unwrap_or("?");
+            let prior = p["prior"][k].as_f64().unwrap_or(f64::NAN);
+            let _ = writeln!(s, "  {k:<22} {:>12.4} µs   ({src}; prior {prior:.4})", v.as_f64().unwrap_or(f64::NAN));
+        }
+    }
+    let _ = writeln!(s, "R² per metric: {}", p["fit"]["r2"]);
+    if let Some(pts) = p["fit"]["points"].as_array() {
+        for pt in pts {
+            let _ = writeln!(s, "  {:<14} residuals {}", pt["name"].as_str().unwrap_or("?"), pt["relative_residual"]);
+        }
+    }
+    if let Some(rc) = p["roofline_check"].as_array() {
+        for r in rc.iter().filter(|r| r["beats_physics"] == true) {
+            let _ = writeln!(
+                s,
+                "WARNING: {} = {} µs beats the hardware card's roofline floor of {} µs: the fit implies more than the card's peak. Check the hardware card or the data.",
+                r["coefficient"], r["fitted_us"], r["roofline_floor_us"]
+            );
+        }
+    }
+    s
+}
+
+/// Reads a `--save-result` JSON (vLLM or ours) or `sglang.bench_serving` JSONL: one or more load points.
+fn read_results(path: &Path) -> Result<Vec<Map<String, Value>>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    let mut out = Vec::new();
+    let values: Vec<Value> = match serde_json::from_str::<Value>(&text) {
+        Ok(v) => vec![v],
+        Err(_) => text
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .enumerate()
+            .map(|(i, l)| serde_json::from_str(l).map_err(|e| format!("{}:{}: not JSON: {e}", path.display(), i + 1)))
+            .collect::<Result<_, _>>()?,
+    };
+    for v in values {
+        let mut m = v.as_object().cloned().ok_or(format!("{}: expected a JSON object", path.display()))?;
+        // sglang.bench_serving names E2E latency differently.
+        if let Some(e) = m.get("mean_e2e_latency_ms").cloned() {
+            m.entry("mean_e2el_ms").or_insert(e);
+        }
+        if !m.contains_key("mean_ttft_ms") {
+            return Err(format!(
+                "{}: no mean_ttft_ms: not a vllm bench serve --save-result or sglang.bench_serving result",
+                path.display()
+            ));
+        }
+        out.push(m);
+    }
+    Ok(out)
+}
+
+fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
+    let scenario =
+        a.scenario.as_ref().ok_or("--from-results needs --scenario: the setup the results were measured on")?;
+    let base = load::read_raw(Some(scenario))?;
+    let mut points = Vec::new();
+    for f in &a.from_results {
+        for (k, r) in read_results(f)?.into_iter().enumerate() {
+            let mut raw = base.clone();
+            let mut sets = Vec::new();
+            match r.get("max_concurrency") {
+                Some(Value::Number(n)) => sets.push(format!("workload.max_concurrency={n}")),
+                Some(Value::Null) => {
+                    if let Some(o) = raw.json["workload"].as_object_mut() {
+                        o.remove("max_concurrency");
+                    }
+                }
+                _ => {}
+            }
+            match r.get("request_rate") {
+                Some(Value::Number(n)) => sets.push(format!("workload.request_rate={n}")),
+                Some(Value::String(s)) => sets.push(format!("workload.request_rate={s}")),
+                _ => {}
+            }
+            if let Some(n) = r.get("num_prompts").or(r.get("completed")).and_then(Value::as_u64) {
+                sets.push(format!("workload.num_prompts={n}"));
+            }
+            load::apply_overrides(&mut raw, &sets, None)?;
+            let spec = load::resolve(&raw)?.1;
+            points.push(FitPoint { name: format!("{}#{k}", f.display()), spec, measured: measured_targets(&r) });
+        }
+    }
+    if points.is_empty() {
+        return Err("--from-results: no load point found".into());
+    }
+    let prior = points[0].spec.cost.clone();
+    let distinct: std::collections::BTreeSet<String> = points
+        .iter()
+        .map(|p| format!("{:?}/{:?}", p.spec.workload.max_concurrency, p.spec.workload.request_rate))
+        .collect();
+    let free = group_free(distinct.len());
+    let r = fit::fit(&points, &prior, &free, a.max_evals);
+    let engine = json!({"kind": points[0].spec.engine.kind(), "version": points[0].spec.engine.version().to_string(), "model": points[0].spec.model.id});
+    let mut extra = Map::new();
+    extra.insert(
+        "from_results".into(),
+        Value::Array(a.from_results.iter().map(|p| Value::from(p.display().to_string())).collect()),
+    );
+    extra.insert("scenario".into(), scenario.display().to_string().into());
+    if distinct.len() < 3 {
+        extra.insert(
+            "note".into(),
+            format!(
+                "{} distinct load point(s): the prior's shape is kept and only {} fitted",
+                distinct.len(),
+                free.iter().map(|f| f.name.clone()).collect::<Vec<_>>().join(", ")
+            )
+            .into(),
+        );
+    }
+    let profile = fit::profile_json(&r, &points, "results", &engine, &prior, extra);
+    write_profile(&a.out, &profile)?;
+    print!("{}", profile_summary(&profile));
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub server: ServerArgs,
+    #[arg(long)]
+    pub engine: Option<String>,
+    /// A fitted profile (from `servesim calibrate`).
+    #[arg(long)]
+    pub profile: Option<PathBuf>,
+    /// Fit on the measured points at these concurrencies instead (the verdict is on the others).
+    #[arg(long, value_name = "N,N,...")]
+    pub fit_on: Option<String>,
+    #[command(flatten)]
+    pub derive: DeriveArgs,
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+    #[arg(long, value_name = "N,N,...", default_value = "1,4,16,64")]
+    pub concurrency: String,
+    /// Prompts per point (one value, or one per concurrency).
+    #[arg(long, value_name = "N[,N,...]")]
+    pub num_prompts_per_point: Option<String>,
+    #[arg(long)]
+    pub result_dir: Option<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
+    #[arg(long, default_value_t = 800)]
+    pub max_evals: usize,
+}
+
+/// The metrics `check` compares, with their targets (median relative error on points not used for fitting).
+pub const CHECK_METRICS: [(&str, f64); 10] = [
+    ("output_throughput", 0.05),
+    ("mean_ttft_ms", 0.10),
+    ("median_ttft_ms", 0.10),
+    ("p99_ttft_ms", 0.10),
+    ("mean_tpot_ms", 0.05),
+    ("mean_itl_ms", 0.05),
+    ("mean_e2el_ms", 0.05),
+    ("num_preemptions", f64::NAN),
+    ("prefix_cache_hit_rate", f64::NAN),
+    ("kv_cache_usage_peak", f64::NAN),
+];
+
+pub fn check(a: CheckArgs) -> Result<ExitCode, String> {
+    let conc: Vec<u32> = crate::parse_list("--concurrency", &a.concurrency)?;
+    if conc.is_empty() || conc.contains(&0) || conc.windows(2).any(|w| w[0] >= w[1]) {
+        return Err(format!("--concurrency: give increasing values >= 1, got {}", a.concurrency));
+    }
+    let per_point: Option<Vec<u32>> =
+        a.num_prompts_per_point.as_deref().map(|s| crate::parse_list("--num-prompts-per-point", s)).transpose()?;
+    let fit_on: Vec<u32> =
+        a.fit_on.as_deref().map(|s| crate::parse_list("--fit-on", s)).transpose()?.unwrap_or_default();
+    if a.profile.is_none() && fit_on.is_empty() {
+        return Err("check needs --profile FILE (from servesim calibrate) or --fit-on N,...".into());
+    }
+    let profile: Option<Value> = match &a.profile {
+        Some(p) => {
+            let t = std::fs::read_to_string(p).map_err(|e| format!("--profile {}: {e}", p.display()))?;
+            Some(serde_json::from_str(&t).map_err(|e| format!("--profile {}: not JSON: {e}", p.display()))?)
+        }
+        None => None,
+    };
+    let (wl_json, _) = a.workload.section_json()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        let (info, mut opts) = live::connect(&a.server).await?;
+        check_engine(&a.engine, &info)?;
+        let dir = a.result_dir.clone().unwrap_or_else(|| std::env::temp_dir().join("servesim-check"));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("--result-dir {}: {e}", dir.display()))?;
+        // The scenario of each point.
+        let mut specs: Vec<SimSpec> = Vec::new();
+        let mut raws = Vec::new();
+        for (i, &c) in conc.iter().enumerate() {
+            let mut w = wl_json.clone();
+            w["max_concurrency"] = c.into();
+            if let Some(p) = &per_point {
+                w["num_prompts"] = (if p.len() == 1 {
+                    p[0]
+                } else {
+                    *p.get(i).ok_or("--num-prompts-per-point: one value per concurrency")?
+                })
+                .into();
+            }
+            // `--scenario` gives the whole setup; without it the engine side comes from the server.
+            let mut raw = match &a.workload.scenario {
+                Some(f) => {
+                    let mut r = load::read_raw(Some(f))?;
+                    r.json["workload"] = w;
+                    r
+                }
+                None => derive_scenario(&info, &a.derive, &w)?,
+            };
+            if let Some(p) = &a.profile {
+                raw.json["cost"] =
+                    json!({"profile": std::fs::canonicalize(p).unwrap_or(p.clone()).display().to_string()});
+            }
+            specs.push(load::resolve(&raw)?.1);
+            raws.push(raw);
+        }
+        // Measure every point (after a warm-up at its concurrency).
+        let mut measured = Vec::new();
+        for (i, s) in specs.iter().enumerate() {
+            let w = sim::workload::generate(&s.workload);
+            let files = live::run_files(Some(&dir), None, "check", &w, &opts.target.model)?;
+            opts.jsonl = Some(files.requests.clone());
+            let (point, run) = measure(&opts, &info, &w, true).await;
+            let mut f = Map::new();
+            f.insert("requests".into(), files.requests.display().to_string().into());
+            let rec = calibrate::manifest::record(
+                &info,
+                &a.server.endpoint,
+                &raws[i].json["workload"],
+                &w,
+                run.metrics_before.as_ref(),
+                run.metrics_after.as_ref(),
+                &f,
+                &point,
+            );
+            std::fs::write(&files.record, serde_json::to_string_pretty(&rec).expect("json"))
+                .map_err(|e| format!("{}: {e}", files.record.display()))?;
+            eprintln!(
+                "measured concurrency {}: {:.1} tok/s, mean TTFT {:.1} ms",
+                conc[i],
+                point["output_throughput"].as_f64().unwrap_or(0.0),
+                point["mean_ttft_ms"].as_f64().unwrap_or(0.0)
+            );
+            measured.push(point);
+            if run.interrupted {
+                return Err("interrupted".into());
+            }
+        }
+        // Fit on the chosen points, if asked.
+        let used: Vec<bool> = conc.iter().map(|c| fit_on.contains(c)).collect();
+        if !fit_on.is_empty() {
+            let points: Vec<FitPoint> = specs
+                .iter()
+                .zip(&measured)
+                .zip(&used)
+                .filter(|(_, u)| **u)
+                .map(|((s, m), _)| FitPoint {
+                    name: format!("c{}", s.workload.max_concurrency.unwrap_or(0)),
+                    spec: s.clone(),
+                    measured: measured_targets(m),
+                })
+                .collect();
+            let free = if points.len() >= 3 { live_free() } else { group_free(points.len()) };
+            let r = fit::fit(&points, &specs[0].cost, &free, a.max_evals);
+            for s in &mut specs {
+                s.cost = r.cost.clone();
+            }
+        }
+        // Predict every point with the same requests.
+        let predicted: Vec<Map<String, Value>> = specs
+            .iter()
+            .map(|s| sim::report::point_json(s, &sim::simulate(s, sim::simulation::RunOptions::default())))
+            .collect();
+        let report = check_report(&conc, &measured, &predicted, &used, &info, profile.as_ref());
+        if a.json {
+            println!("{}", serde_json::to_string_pretty(&report).expect("json"));
+        } else {
+            print!("{}", check_text(&report));
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+fn rel_err(m: Option<f64>, p: Option<f64>) -> Option<f64> {
+    match (m, p) {
+        (Some(m), Some(p)) if m.abs() > 1e-12 => Some((p - m) / m),
+        (Some(m), Some(p)) if m.abs() <= 1e-12 && p.abs() <= 1e-12 => Some(0.0),
+        _ => None,
+    }
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    Some(if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 })
+}
+
+fn knee_at(conc: &[u32], pts: &[Map<String, Value>]) -> Option<u32> {
+    let kp: Vec<KneePoint> = conc
+        .iter()
+        .zip(pts)
+        .map(|(&c, p)| KneePoint {
+            concurrency: f64::from(c),
+            output_throughput: p["output_throughput"].as_f64().unwrap_or(0.0),
+            mean_ttft_ms: p["mean_ttft_ms"].as_f64().unwrap_or(0.0),
+        })
+        .collect();
+    find_knee(&kp).map(|i| conc[i])
+}
+
+/// The check report: per point, measured, predicted and relative error; the verdict on the points not used for fitting.
+pub fn check_report(
+    conc: &[u32],
+    measured: &[Map<String, Value>],
+    predicted: &[Map<String, Value>],
+    used: &[bool],
+    info: &ServerInfo,
+    profile: Option<&Value>,
+) -> Value {
+    let mut points = Vec::new();
+    for i in 0..conc.len() {
+        let mut err = Map::new();
+        for (k, _) in CHECK_METRICS {
+            if let Some(e) =
+                rel_err(measured[i].get(k).and_then(Value::as_f64), predicted[i].get(k).and_then(Value::as_f64))
+            {
+                err.insert(k.into(), e.into());
+            }
+        }
+        points.push(json!({
+            "max_concurrency": conc[i],
+            "used_for_fit": used[i],
+            "measured": measured[i],
+            "predicted": predicted[i],
+            "error": err,
+        }));
+    }
+    let mut verdict = Map::new();
+    let mut pass = true;
+    for (k, target) in CHECK_METRICS {
+        let errs: Vec<f64> = (0..conc.len())
+            .filter(|&i| !used[i])
+            .filter_map(|i| {
+                rel_err(measured[i].get(k).and_then(Value::as_f64), predicted[i].get(k).and_then(Value::as_f64))
+            })
+            .map(f64::abs)
+            .collect();
+        let med = median(errs);
+        let ok = if target.is_nan() { Value::Null } else { Value::from(med.is_none_or(|m| m <= target)) };
+        if ok == Value::Bool(false) {
+            pass = false;
+        }
+        verdict.insert(k.into(), json!({"median_abs_error": med, "target": if target.is_nan() { Value::Null } else { target.into() }, "ok": ok}));
+    }
+    let km = knee_at(conc, measured);
+    let kp = knee_at(conc, predicted);
+    let knee_ok = km == kp;
+    json!({
+        "engine": live::meta_of(info).engine,
+        "engine_version": info.version,
+        "model": info.model,
+        "kv_capacity_tokens": info.kv_capacity_tokens,
+        "profile": profile.map(|p| p["coefficients"].clone()),
+        "points": points,
+        "knee": {"measured": km, "predicted": kp, "same": knee_ok},
+        "verdict": {"per_metric": verdict, "knee_same_point": knee_ok, "pass": pass && knee_ok, "points_judged": used.iter().filter(|u| !**u).count()},
+    })
+}
+
+fn check_text(r: &Value) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "Live check: {} {} ({}), KV {} tokens",
+        r["engine"].as_str().unwrap_or("?"),
+        r["engine_version"],
+        r["model"],
+        r["kv_capacity_tokens"]
+    );
+    let _ = writeln!(
+        s,
+        "{:>11} {:>4} {:<22} {:>12} {:>12} {:>9}",
+        "concurrency", "fit", "metric", "measured", "predicted", "error"
+    );
+    for p in r["points"].as_array().into_iter().flatten() {
+        for (k, _) in CHECK_METRICS {
+            let m = p["measured"][k].as_f64();
+            let q = p["predicted"][k].as_f64();
+            let e = p["error"][k].as_f64();
+            let _ = writeln!(
+                s,
+                "{:>11} {:>4} {:<22} {:>12} {:>12} {:>9}",
+                p["max_concurrency"],
+                if p["used_for_fit"] == true { "*" } else { "" },
+                k,
+                m.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into()),
+                q.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into()),
+                e.map(|v| format!("{:+.1}%", 100.0 * v)).unwrap_or_else(|| "-".into()),
+            );
+        }
+    }
+    let _ = writeln!(s, "Knee: measured at {}, predicted at {}.", r["knee"]["measured"], r["knee"]["predicted"]);
+    let _ = writeln!(s, "Verdict on the {} points not used for fitting (* = used):", r["verdict"]["points_judged"]);
+    if let Some(v) = r["verdict"]["per_metric"].as_object() {
+        for (k, x) in v {
+            if let Some(m) = x["median_abs_error"].as_f64() {
+                let t = x["target"]
+                    .as_f64()
+                    .map(|t| format!(" (target {:.0}%: {})", 100.0 * t, if x["ok"] == true { "ok" } else { "MISSED" }))
+                    .unwrap_or_default();
+                let _ = writeln!(s, "  {k:<22} median |error| {:.1}%{t}", 100.0 * m);
+            }
+        }
+    }
+    let _ = writeln!(s, "Overall: {}", if r["verdict"]["pass"] == true { "PASS" } else { "FAIL" });
+    s
+}

@@ -1,0 +1,408 @@
+//! The live commands: `servesim bench` (the load generator) and
+//! `servesim diff` (two run records' setups).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use calibrate::bench::{self, BenchOptions, BenchRun};
+use calibrate::client::Target;
+use calibrate::server::{self, Kind, ServerInfo};
+use clap::Args;
+use serde_json::{json, Map, Value};
+use sim::config::{self, Resources, WorkloadSection};
+use sim::report::PointMeta;
+use sim::workload::{self, Workload};
+
+use crate::load;
+
+/// The workload flags, named as `vllm bench serve` names them.
+#[derive(Args, Debug, Clone, Default)]
+pub struct WorkloadArgs {
+    /// Take the workload from this scenario file (flags below override its fields).
+    #[arg(long)]
+    pub scenario: Option<PathBuf>,
+    #[arg(long)]
+    pub dataset_name: Option<String>,
+    #[arg(long)]
+    pub random_input_len: Option<u32>,
+    #[arg(long)]
+    pub random_output_len: Option<u32>,
+    #[arg(long)]
+    pub random_range_ratio: Option<f64>,
+    #[arg(long)]
+    pub random_prefix_len: Option<u32>,
+    #[arg(long)]
+    pub prefix_repetition_prefix_len: Option<u32>,
+    #[arg(long)]
+    pub prefix_repetition_suffix_len: Option<u32>,
+    #[arg(long)]
+    pub prefix_repetition_num_prefixes: Option<u32>,
+    #[arg(long)]
+    pub prefix_repetition_output_len: Option<u32>,
+    /// A trace (CSV or JSONL) for `--dataset-name trace`.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    #[arg(long)]
+    pub num_prompts: Option<u32>,
+    #[arg(long)]
+    pub max_concurrency: Option<u32>,
+    /// Requests per second, or `inf`.
+    #[arg(long)]
+    pub request_rate: Option<String>,
+    #[arg(long)]
+    pub burstiness: Option<f64>,
+    #[arg(long)]
+    pub ignore_eos: bool,
+    #[arg(long)]
+    pub num_warmups: Option<u32>,
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Do not send `vllm bench serve`'s initial test request first.
+    #[arg(long)]
+    pub no_initial_test: bool,
+}
+
+impl WorkloadArgs {
+    /// The `workload` section these flags describe (over the scenario's, if any).
+    pub fn section_json(&self) -> Result<(Value, PathBuf), String> {
+        let (mut w, base) = match &self.scenario {
+            Some(p) => {
+                let raw = load::read_raw(Some(p))?;
+                (raw.json.get("workload").cloned().unwrap_or_else(|| json!({})), raw.base_dir)
+            }
+            None => (json!({"dataset_name": "random"}), std::env::current_dir().unwrap_or_default()),
+        };
+        let o = w.as_object_mut().ok_or("the scenario's workload is not an object")?;
+        let mut put = |k: &str, v: Option<Value>| {
+            if let Some(v) = v {
+                o.insert(k.into(), v);
+            }
+        };
+        put("dataset_name", self.dataset_name.clone().map(Value::from));
+        put("random_input_len", self.random_input_len.map(Value::from));
+        put("random_output_len", self.random_output_len.map(Value::from));
+        put("random_range_ratio", self.random_range_ratio.map(Value::from));
+        put("random_prefix_len", self.random_prefix_len.map(Value::from));
+        put("prefix_repetition_prefix_len", self.prefix_repetition_prefix_len.map(Value::from));
+        put("prefix_repetition_suffix_len", self.prefix_repetition_suffix_len.map(Value::from));
+        put("prefix_repetition_num_prefixes", self.prefix_repetition_num_prefixes.map(Value::from));
+        put("prefix_repetition_output_len", self.prefix_repetition_output_len.map(Value::from));
+        put("trace", self.trace.as_ref().map(|p| Value::from(p.display().to_string())));
+        put("num_prompts", self.num_prompts.map(Value::from));
+        put("max_concurrency", self.max_concurrency.map(Value::from));
+        put(
+            "request_rate",
+            self.request_rate.clone().map(|r| r.parse::<f64>().map(Value::from).unwrap_or(Value::from(r))),
+        );
+        put("burstiness", self.burstiness.map(Value::from));
+        put("num_warmups", self.num_warmups.map(Value::from));
+        put("seed", self.seed.map(Value::from));
+        if self.ignore_eos {
+            o.insert("ignore_eos".into(), true.into());
+        }
+        if self.no_initial_test {
+            o.insert("initial_test_request".into(), false.into());
+        }
+        // Live, the server decides where EOS falls; the generator still wants a
+        // distribution for the simulator's side.
+        if o.get("ignore_eos") != Some(&Value::Bool(true)) && !o.contains_key("output_len_dist") {
+            o.insert("ignore_eos".into(), false.into());
+            o.insert("output_len_dist".into(), json!({"kind": "uniform", "min": 1, "max": 1}));
+        }
+        Ok((w, base))
+    }
+
+    /// The workload: the same request list the simulator generates for it.
+    pub fn workload(&self) -> Result<(Value, Workload), String> {
+        let (json, base) = self.section_json()?;
+        let section: WorkloadSection = config::from_value(json.clone(), "workload").map_err(|e| e.to_string())?;
+        let mut res = Resources::default();
+        if let Some(t) = &section.trace {
+            let p = if Path::new(t).is_absolute() { PathBuf::from(t) } else { base.join(t) };
+            let p = if p.exists() { p } else { PathBuf::from(t) };
+            res.trace = Some(load::load_trace(&p).map_err(|e| format!("--trace: {e}"))?);
+        }
+        let params = config::resolve_workload(&section, &res).map_err(|e| e.to_string())?;
+        Ok((json, workload::generate(&params)))
+    }
+}
+
+/// How to reach the server.
+#[derive(Args, Debug, Clone)]
+pub struct ServerArgs {
+    #[arg(long, default_value = "http://127.0.0.1:8000")]
+    pub base_url: String,
+    #[arg(long, default_value = "/v1/completions")]
+    pub endpoint: String,
+    /// The served model name (default: the first of `/v1/models`).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// tokenizer.json (or a folder holding one): the vocabulary prompts are drawn from.
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
+    /// Vocabulary size when no tokenizer is found.
+    #[arg(long)]
+    pub vocab_size: Option<u32>,
+    /// Bearer token; also read from OPENAI_API_KEY. Never written anywhere.
+    #[arg(long, env = "OPENAI_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// Per-request time limit, seconds.
+    #[arg(long, default_value_t = 600.0)]
+    pub request_timeout: f64,
+}
+
+/// The vocabulary of a tokenizer.json: (ids to draw from, first id to use).
+pub fn vocab_of(path: &Path) -> Result<(u32, u32), String> {
+    let p = if path.is_dir() { path.join("tokenizer.json") } else { path.to_path_buf() };
+    let text = std::fs::read_to_string(&p).map_err(|e| format!("{}: cannot read: {e}", p.display()))?;
+    let v: Value = serde_json::from_str(&text).map_err(|e| format!("{}: not JSON: {e}", p.display()))?;
+    let base = v
+        .pointer("/model/vocab")
+        .and_then(Value::as_object)
+        .map(|m| m.len() as u32)
+        .ok_or(format!("{}: no model.vocab", p.display()))?;
+    let specials: Vec<u32> = v
+        .get("added_tokens")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(|t| t.get("id").and_then(Value::as_u64)).map(|x| x as u32).collect())
+        .unwrap_or_default();
+    // Special tokens at the start of the vocabulary are skipped; those after the base vocabulary are outside it.
+    let reserved = specials.iter().copied().filter(|&i| i < 1024).max().map(|m| m + 1).unwrap_or(0);
+    Ok((base, reserved))
+}
+
+/// Probes the server and prepares the options of a run.
+pub async fn connect(s: &ServerArgs) -> Result<(ServerInfo, BenchOptions), String> {
+    let client = reqwest::Client::new();
+    let info =
+        server::probe(&client, &s.base_url, s.api_key.as_deref()).await.map_err(|e| format!("--base-url: {e}"))?;
+    let model = s.model.clone().or(info.model.clone()).ok_or("--model: the server lists no model; name one")?;
+    let (vocab, reserved) = match (&s.tokenizer, &info.model_root) {
+        (Some(t), _) => vocab_of(t).map_err(|e| format!("--tokenizer: {e}"))?,
+        (None, Some(root)) if Path::new(root).join("tokenizer.json").exists() => vocab_of(Path::new(root))?,
+        _ => (s.vocab_size.unwrap_or(32000), 256),
+    };
+    if s.endpoint.contains("chat") {
+        return Err(
+            "--endpoint: /v1/chat/completions is not supported yet: token-exact prompts need /v1/completions".into()
+        );
+    }
+    let opts = BenchOptions {
+        base_url: s.base_url.clone(),
+        target: Target {
+            url: format!("{}{}", s.base_url.trim_end_matches('/'), s.endpoint),
+            model,
+            api_key: s.api_key.clone(),
+            timeout: Duration::from_secs_f64(s.request_timeout.max(0.001)),
+        },
+        api_key: s.api_key.clone(),
+        vocab_size: vocab,
+        reserved_ids: reserved,
+        jsonl: None,
+        poll_interval: Some(Duration::from_millis(500)),
+        kind: info.kind,
+        kv_capacity_tokens: info.kv_capacity_tokens.unwrap_or(0),
+        verbose: false,
+    };
+    Ok((info, opts))
+}
+
+/// The report keys of a measured run, with the same names as a simulated one.
+pub fn measured_json(info: &ServerInfo, w: &Workload, run: &BenchRun) -> Map<String, Value> {
+    let meta = meta_of(info);
+    let metrics = sim::metrics::bench_metrics(&run.result);
+    let mut j = sim::report::bench_json(&meta, w, &metrics, &run.result);
+    j.insert("client_cpu_s".into(), run.client_cpu_s.into());
+    j.insert("client_cpu_fraction".into(), (run.client_cpu_s / run.wall_s.max(1e-9)).into());
+    j
+}
+
+pub fn meta_of(info: &ServerInfo) -> PointMeta {
+    PointMeta {
+        engine: match info.kind {
+            Kind::Vllm => "vllm".into(),
+            Kind::Sglang => "sglang".into(),
+            Kind::Unknown => "unknown".into(),
+        },
+        engine_version: info.version.clone().unwrap_or_else(|| "unknown".into()),
+        model_id: info.model.clone().unwrap_or_default(),
+        hardware: "live".into(),
+        kv_granularity: info.kv_granularity.unwrap_or(1),
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub server: ServerArgs,
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+    #[arg(long, default_value = "ttft,tpot,itl")]
+    pub percentile_metrics: String,
+    #[arg(long, default_value = "99")]
+    pub metric_percentiles: String,
+    /// Write the `--save-result` JSON (and the run record beside it).
+    #[arg(long)]
+    pub save_result: bool,
+    #[arg(long)]
+    pub result_dir: Option<PathBuf>,
+    #[arg(long)]
+    pub result_filename: Option<String>,
+    #[arg(long)]
+    pub label: Option<String>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn rt() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))
+}
+
+/// Where a run's files go.
+pub struct RunFiles {
+    pub result: PathBuf,
+    pub requests: PathBuf,
+    pub record: PathBuf,
+}
+
+pub fn run_files(
+    dir: Option<&Path>,
+    filename: Option<&str>,
+    label: &str,
+    w: &Workload,
+    model: &str,
+) -> Result<RunFiles, String> {
+    let dir = dir.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("--result-dir {}: {e}", dir.display()))?;
+    let base = match filename {
+        Some(f) => f.trim_end_matches(".json").to_string(),
+        None => {
+            let rate = w.request_rate.map(|r| format!("{r}")).unwrap_or_else(|| "inf".into());
+            let conc = w.max_concurrency.map(|c| format!("-concurrency{c}")).unwrap_or_default();
+            let model = model.rsplit('/').next().unwrap_or(model);
+            format!("{label}-{rate}qps{conc}-{model}-{}", calibrate::manifest::stamp(calibrate::manifest::now_unix_s()))
+        }
+    };
+    Ok(RunFiles {
+        result: dir.join(format!("{base}.json")),
+        requests: dir.join(format!("{base}.requests.jsonl")),
+        record: dir.join(format!("{base}.record.json")),
+    })
+}
+
+/// `vllm bench serve --save-result` keys (and detail lists) of a measured run.
+pub fn save_result_json(
+    info: &ServerInfo,
+    opts: &BenchOptions,
+    label: &str,
+    w: &Workload,
+    run: &BenchRun,
+    point: &Map<String, Value>,
+) -> Value {
+    let mut j = Map::new();
+    j.insert("date".into(), calibrate::manifest::stamp(calibrate::manifest::now_unix_s()).into());
+    j.insert("endpoint_type".into(), "openai".into());
+    j.insert("backend".into(), meta_of(info).engine.into());
+    j.insert("label".into(), label.into());
+    j.insert("model_id".into(), opts.target.model.clone().into());
+    j.insert("tokenizer_id".into(), opts.target.model.clone().into());
+    for (k, v) in point {
+        j.entry(k.clone()).or_insert(v.clone());
+    }
+    j.insert("input_lens".into(), w.requests.iter().map(|r| r.prompt_len).collect::<Vec<_>>().into());
+    j.insert("output_lens".into(), run.outcomes.iter().map(|o| o.output_tokens).collect::<Vec<_>>().into());
+    j.insert("ttfts".into(), run.outcomes.iter().map(|o| o.ttft_s).collect::<Vec<_>>().into());
+    j.insert("itls".into(), run.outcomes.iter().map(|o| Value::from(o.itl_s.clone())).collect::<Vec<_>>().into());
+    j.insert("start_times".into(), run.outcomes.iter().map(|o| o.start_s).collect::<Vec<_>>().into());
+    j.insert(
+        "errors".into(),
+        run.outcomes.iter().map(|o| o.error.clone().unwrap_or_default()).collect::<Vec<_>>().into(),
+    );
+    Value::Object(j)
+}
+
+pub fn bench(a: BenchArgs) -> Result<ExitCode, String> {
+    let text_opts = crate::text_options(&a.metric_percentiles, &a.percentile_metrics)?;
+    let (wl_json, w) = a.workload.workload()?;
+    let rt = rt()?;
+    rt.block_on(async {
+        let (info, mut opts) = connect(&a.server).await?;
+        opts.verbose = !a.json;
+        let label = a.label.clone().unwrap_or_else(|| meta_of(&info).engine);
+        let files = run_files(a.result_dir.as_deref(), a.result_filename.as_deref(), &label, &w, &opts.target.model)?;
+        // Per-request results are always kept, as they complete.
+        opts.jsonl = Some(files.requests.clone());
+        let run = bench::run(&opts, &w).await;
+        let point = measured_json(&info, &w, &run);
+        if a.save_result {
+            let result = save_result_json(&info, &opts, &label, &w, &run, &point);
+            std::fs::write(&files.result, serde_json::to_string_pretty(&result).expect("json"))
+                .map_err(|e| format!("{}: {e}", files.result.display()))?;
+            let mut f = Map::new();
+            f.insert("result".into(), files.result.display().to_string().into());
+            f.insert("requests".into(), files.requests.display().to_string().into());
+            let rec = calibrate::manifest::record(
+                &info,
+                &a.server.endpoint,
+                &wl_json,
+                &w,
+                run.metrics_before.as_ref(),
+                run.metrics_after.as_ref(),
+                &f,
+                &point,
+            );
+            std::fs::write(&files.record, serde_json::to_string_pretty(&rec).expect("json"))
+                .map_err(|e| format!("{}: {e}", files.record.display()))?;
+        }
+        if a.json {
+            println!("{}", serde_json::to_string_pretty(&Value::Object(point)).expect("json"));
+        } else {
+            let metrics = sim::metrics::bench_metrics(&run.result);
+            print!("{}", sim::report::text_report(&meta_of(&info), &w, &metrics, &run.result, &text_opts, "measured"));
+            println!("{:<40} {:<10.2}", "Client CPU time (s):", run.client_cpu_s);
+            if run.client_cpu_s > 0.5 * run.wall_s {
+                println!(
+                    "WARNING: the client used {:.0}% of a core: it may be the bottleneck.",
+                    100.0 * run.client_cpu_s / run.wall_s
+                );
+            }
+            println!("Per-request results: {}", files.requests.display());
+            if a.save_result {
+                println!("Result: {}  Run record: {}", files.result.display(), files.record.display());
+            }
+        }
+        Ok(if run.interrupted { ExitCode::from(130) } else { ExitCode::SUCCESS })
+    })
+}
+
+#[derive(Args, Debug)]
+pub struct DiffArgs {
+    /// Two run records (`*.record.json`, written by `bench --save-result` and `check`).
+    pub run_a: PathBuf,
+    pub run_b: PathBuf,
+}
+
+pub fn diff(a: DiffArgs) -> Result<ExitCode, String> {
+    let read = |p: &Path| -> Result<Value, String> {
+        let t = std::fs::read_to_string(p).map_err(|e| format!("{}: cannot read: {e}", p.display()))?;
+        serde_json::from_str(&t).map_err(|e| format!("{}: not JSON: {e}", p.display()))
+    };
+    let (x, y) = (read(&a.run_a)?, read(&a.run_b)?);
+    let d =
+        calibrate::manifest::diff(&x, &y).map_err(|e| format!("{} / {}: {e}", a.run_a.display(), a.run_b.display()))?;
+    if d.is_empty() {
+        println!("The two runs have the same setup.");
+    } else {
+        println!("{} setup fields differ between {} (A) and {} (B):", d.len(), a.run_a.display(), a.run_b.display());
+        for (k, va, vb) in &d {
+            println!("  {k}: A = {va}, B = {vb}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
