@@ -234,16 +234,19 @@ fn probe_plan(max_len: u32, kv_tokens: u64, max_running: u32, cap: u32) -> Vec<(
             json!({"dataset_name": "random", "random_input_len": l, "random_output_len": out, "num_prompts": 4, "max_concurrency": 1, "ignore_eos": true, "initial_test_request": false}),
         ));
     }
-    let (inp, o) = (64u32, 48u32);
-    let per = u64::from(inp + o);
-    for c in [1u32, 2, 4, 8, 16, 32] {
-        if c > cap || c > max_running || u64::from(c) * per.div_ceil(128) * 128 > kv_tokens {
-            continue;
+    // Decode probes at two context lengths, so that per-token and per-context costs separate.
+    for inp in [64u32, 512] {
+        let o = 32u32;
+        let per = u64::from(inp + o);
+        for c in [1u32, 4, 16] {
+            if c > cap || c > max_running || u64::from(c) * per.div_ceil(128) * 128 > kv_tokens || inp + o > max_len {
+                continue;
+            }
+            plan.push((
+                format!("decode-{c}x{inp}"),
+                json!({"dataset_name": "random", "random_input_len": inp, "random_output_len": o, "num_prompts": 2 * c, "max_concurrency": c, "ignore_eos": true, "initial_test_request": false}),
+            ));
         }
-        plan.push((
-            format!("decode-{c}"),
-            json!({"dataset_name": "random", "random_input_len": inp, "random_output_len": o, "num_prompts": 2 * c, "max_concurrency": c, "ignore_eos": true, "initial_test_request": false}),
-        ));
     }
     let mixed_c = (cap / 2).clamp(2, 8).min(max_running);
     plan.push((

@@ -11,6 +11,7 @@ mod block_pool_props;
 mod cli;
 mod determinism;
 mod invariants;
+mod live_faults;
 mod radix_props;
 mod sglang_semantics;
 mod vllm_semantics;

@@ -161,6 +161,12 @@ pub async fn probe(client: &reqwest::Client, base: &str, api_key: Option<&str>) 
                 if info.version.is_none() {
                     info.version = v.get("version").and_then(Value::as_str).map(str::to_string);
                 }
+                // SGLang's `/v1/models` root is the served name, not a folder.
+                if let Some(p) = v.get("model_path").and_then(Value::as_str) {
+                    if !info.model_root.as_deref().is_some_and(|r| std::path::Path::new(r).is_dir()) {
+                        info.model_root = Some(p.to_string());
+                    }
+                }
                 info.server_args = Some(v);
             }
         }

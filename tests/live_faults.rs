@@ -1,0 +1,239 @@
+//! The load generator against a local fault-injecting server: server errors,
+//! timeouts, refused connections, streams cut mid-way and malformed SSE
+//! chunks are recorded per request as failures with their reason; the run
+//! completes and counts them. Ctrl-C ends a run cleanly with what was
+//! measured saved.
+
+use std::io::BufRead;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::common::*;
+
+/// What the fake server does with a completion request.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Mode {
+    Ok,
+    ServerError,
+    Malformed,
+    Cut,
+    Hang,
+}
+
+fn mode_for(max_tokens: u64) -> Mode {
+    match max_tokens % 6 {
+        1 => Mode::ServerError,
+        2 => Mode::Malformed,
+        3 => Mode::Cut,
+        4 => Mode::Hang,
+        _ => Mode::Ok,
+    }
+}
+
+const METRICS: &str = "# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"1001\",enable_prefix_caching=\"True\"} 1.0\nvllm:num_preemptions_total{engine=\"0\"} 0.0\nvllm:num_requests_running{engine=\"0\"} 0.0\n";
+
+async fn handle(mut sock: TcpStream, faults: bool, slow_ms: u64) {
+    let mut buf = Vec::new();
+    let mut tmp = [0u8; 4096];
+    let (head_end, content_len) = loop {
+        let n = match sock.read(&mut tmp).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        buf.extend_from_slice(&tmp[..n]);
+        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..p]).to_lowercase();
+            let cl = head.lines().find_map(|l| l.strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap_or(0))).unwrap_or(0);
+            break (p + 4, cl);
+        }
+    };
+    while buf.len() < head_end + content_len {
+        let n = match sock.read(&mut tmp).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        buf.extend_from_slice(&tmp[..n]);
+    }
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
+    let path = head.split_whitespace().nth(1).unwrap_or("/").to_string();
+    let body: serde_json::Value = serde_json::from_slice(&buf[head_end..head_end + content_len]).unwrap_or_default();
+    let send = |status: &str, ctype: &str, body: &str| {
+        format!("HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len())
+    };
+    let reply = match path.as_str() {
+        "/v1/models" => send("200 OK", "application/json", r#"{"object":"list","data":[{"id":"fake","max_model_len":8192}]}"#),
+        "/version" => send("200 OK", "application/json", r#"{"version":"0.33.0"}"#),
+        "/metrics" => send("200 OK", "text/plain", METRICS),
+        "/v1/completions" => {
+            let max_tokens = body["max_tokens"].as_u64().unwrap_or(1);
+            let mode = if faults { mode_for(max_tokens) } else { Mode::Ok };
+            match mode {
+                Mode::ServerError => send("500 Internal Server Error", "application/json", r#"{"error":"injected"}"#),
+                Mode::Hang => {
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                    return;
+                }
+                _ => {
+                    let _ = sock.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n").await;
+                    for i in 0..max_tokens {
+                        if mode == Mode::Cut && i == 1 {
+                            return; // the connection drops mid-stream
+                        }
+                        if mode == Mode::Malformed && i == 1 {
+                            let _ = sock.write_all(b"data: {\"choices\": [{\"text\": \"x\"\n\n").await;
+                            continue;
+                        }
+                        let chunk = format!("data: {{\"choices\":[{{\"index\":0,\"text\":\" t{i}\"}}]}}\n\n");
+                        if sock.write_all(chunk.as_bytes()).await.is_err() {
+                            return;
+                        }
+                        tokio::time::sleep(Duration::from_millis(slow_ms)).await;
+                    }
+                    let usage = format!("data: {{\"choices\":[],\"usage\":{{\"prompt_tokens\":1,\"completion_tokens\":{max_tokens}}}}}\n\ndata: [DONE]\n\n");
+                    let _ = sock.write_all(usage.as_bytes()).await;
+                    let _ = sock.shutdown().await;
+                    return;
+                }
+            }
+        }
+        _ => send("404 Not Found", "text/plain", "no"),
+    };
+    let _ = sock.write_all(reply.as_bytes()).await;
+    let _ = sock.shutdown().await;
+}
+
+/// Starts the fake server on a thread; it stops accepting completions after `max_completions`
+/// (later connections are refused).
+fn start(faults: bool, slow_ms: u64, max_completions: Option<usize>) -> SocketAddr {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async move {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(listener.local_addr().unwrap()).unwrap();
+            let served = Arc::new(AtomicUsize::new(0));
+            // Bounded: the server stops by itself after a minute.
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+            while let Ok(Ok((sock, _))) = tokio::time::timeout_at(deadline, listener.accept()).await {
+                let n = served.fetch_add(1, Ordering::SeqCst);
+                if max_completions.is_some_and(|m| n >= m) {
+                    drop(sock);
+                    break; // the listener closes: new connections are refused
+                }
+                tokio::spawn(handle(sock, faults, slow_ms));
+            }
+            drop(listener);
+            tokio::time::sleep(Duration::from_secs(40)).await;
+        });
+    });
+    rx.recv().unwrap()
+}
+
+fn jsonl_lines(dir: &std::path::Path) -> Vec<serde_json::Value> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.to_string_lossy().ends_with(".requests.jsonl") {
+            for l in std::io::BufReader::new(std::fs::File::open(&p).unwrap()).lines() {
+                out.push(serde_json::from_str(&l.unwrap()).unwrap());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn server_faults_are_recorded_per_request_and_the_run_completes() {
+    let addr = start(true, 1, None);
+    let dir = std::env::temp_dir().join(format!("servesim-faults-{}", std::process::id()));
+    let url = format!("http://{addr}");
+    let o = run_cli(&[
+        "bench", "--base-url", &url, "--random-input-len", "8", "--random-output-len", "8", "--random-range-ratio", "0.9",
+        "--num-prompts", "30", "--max-concurrency", "6", "--ignore-eos", "--request-timeout", "1.5", "--no-initial-test",
+        "--vocab-size", "1000", "--save-result", "--result-dir", dir.to_str().unwrap(), "--json",
+    ]);
+    let j = stdout_json(&o);
+    let (done, failed) = (j["completed"].as_u64().unwrap(), j["failed"].as_u64().unwrap());
+    assert_eq!(done + failed, 30);
+    assert!(done > 0 && failed > 0, "completed {done}, failed {failed}");
+    let lines = jsonl_lines(&dir);
+    assert_eq!(lines.iter().filter(|l| l["phase"] == "timed").count(), 30, "one line per request");
+    let reasons: Vec<String> = lines.iter().filter_map(|l| l["error"].as_str().map(str::to_string)).collect();
+    for want in ["HTTP 500", "malformed SSE chunk", "stream", "timeout"] {
+        assert!(reasons.iter().any(|r| r.contains(want)), "no failure with {want:?} in {reasons:?}");
+    }
+    // Every failure matches its injected mode, and every success is complete.
+    for l in lines.iter().filter(|l| l["phase"] == "timed") {
+        let mode = mode_for(l["max_tokens"].as_u64().unwrap());
+        assert_eq!(l["success"] == true, mode == Mode::Ok, "{l}");
+        if mode == Mode::Ok {
+            assert_eq!(l["output_tokens"], l["max_tokens"]);
+        }
+    }
+    // The saved result and the run record exist.
+    let names: Vec<String> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().to_string()).collect();
+    assert!(names.iter().any(|n| n.ends_with(".record.json")), "{names:?}");
+    let result = names.iter().find(|n| n.ends_with(".json") && !n.ends_with(".record.json")).expect("a --save-result file");
+    let saved: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join(result)).unwrap()).unwrap();
+    for k in ["date", "backend", "model_id", "num_prompts", "request_rate", "max_concurrency", "duration", "completed", "failed", "mean_ttft_ms", "p99_itl_ms", "errors"] {
+        assert!(saved.get(k).is_some(), "the saved result lacks {k}");
+    }
+}
+
+#[test]
+fn refused_connections_are_failures_and_a_dead_server_is_a_clear_error() {
+    // The server accepts 8 connections (the probe's 3, then 5 requests) and then refuses the rest.
+    let addr = start(false, 1, Some(8));
+    let url = format!("http://{addr}");
+    let o = run_cli(&[
+        "bench", "--base-url", &url, "--random-input-len", "8", "--random-output-len", "4", "--num-prompts", "12",
+        "--max-concurrency", "1", "--ignore-eos", "--no-initial-test", "--vocab-size", "1000", "--request-timeout", "5", "--json",
+    ]);
+    let j = stdout_json(&o);
+    assert!(j["failed"].as_u64().unwrap() > 0, "{j}");
+    assert_eq!(j["completed"].as_u64().unwrap() + j["failed"].as_u64().unwrap(), 12);
+    // Nothing listening at all: an error that names the flag, exit 2, no panic.
+    let dead = run_cli(&["bench", "--base-url", "http://127.0.0.1:9", "--num-prompts", "2", "--ignore-eos"]);
+    let err = String::from_utf8_lossy(&dead.stderr);
+    assert_eq!(dead.status.code(), Some(2), "{err}");
+    assert!(err.contains("--base-url") && !err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn ctrl_c_ends_a_run_cleanly_with_what_was_measured_saved() {
+    let addr = start(false, 40, None);
+    let dir = std::env::temp_dir().join(format!("servesim-sigint-{}", std::process::id()));
+    let url = format!("http://{addr}");
+    let mut c = servesim();
+    c.args([
+        "bench", "--base-url", &url, "--random-input-len", "8", "--random-output-len", "10", "--num-prompts", "200",
+        "--max-concurrency", "2", "--ignore-eos", "--no-initial-test", "--vocab-size", "1000", "--result-dir",
+        dir.to_str().unwrap(),
+    ]);
+    let child = c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    let status = std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let out = {
+        let start = std::time::Instant::now();
+        let mut child = child;
+        loop {
+            if child.try_wait().unwrap().is_some() {
+                break child.wait_with_output().unwrap();
+            }
+            assert!(start.elapsed() < Duration::from_secs(30), "bench did not stop after Ctrl-C");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("interrupted"), "{text}");
+    let lines = jsonl_lines(&dir);
+    assert!(!lines.is_empty() && lines.len() < 200, "{} lines saved", lines.len());
+    assert!(lines.iter().all(|l| l["success"] == true), "completed requests were saved as they completed");
+}
