@@ -7,6 +7,7 @@ mod common;
 
 mod analytic;
 mod bad_input;
+mod calibration;
 mod block_pool_props;
 mod cli;
 mod determinism;

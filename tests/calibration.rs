@@ -1,0 +1,100 @@
+//! The fitter against data whose truth is known: measurements made by the
+//! simulator itself with known coefficients. The fit must find them again,
+//! and predict points it did not see.
+
+use calibrate::fit::{self, Free, FitPoint};
+use serde_json::json;
+use sim::cost::{CostCoefficients, CoefficientSource};
+use sim::simulation::RunOptions;
+
+use crate::common::*;
+
+fn point(input: u32, output: u32, conc: u32, prompts: u32, truth: &sim::cost::CostModel) -> FitPoint {
+    let v = json!({
+        "version": 1,
+        "engine": {"kind": "vllm", "version": "0.32.0", "max_num_seqs": 32, "max_num_batched_tokens": 2048,
+                   "num_gpu_blocks_override": 20, "block_size": 128, "max_model_len": 2048},
+        "model": "qwen2.5-7b-instruct", "hardware": "cpu-host",
+        "workload": {"dataset_name": "random", "random_input_len": input, "random_output_len": output,
+                     "num_prompts": prompts, "max_concurrency": conc, "ignore_eos": true, "initial_test_request": false}
+    });
+    let s = spec(v);
+    let mut truth_spec = s.clone();
+    truth_spec.cost = truth.clone();
+    let m = sim::simulate(&truth_spec, RunOptions::default()).metrics;
+    let measured = vec![Some(m.ttft.mean), Some(m.tpot.mean), Some(m.itl.mean), Some(m.e2el.mean), Some(m.output_throughput)];
+    FitPoint { name: format!("{input}x{output}@{conc}"), spec: s, measured }
+}
+
+#[test]
+fn the_fit_recovers_known_coefficients_and_predicts_unseen_points() {
+    let base = spec(json!({
+        "version": 1, "engine": {"kind": "vllm", "max_model_len": 2048, "num_gpu_blocks_override": 20, "block_size": 128},
+        "model": "qwen2.5-7b-instruct", "hardware": "cpu-host",
+        "workload": {"dataset_name": "random", "ignore_eos": true}
+    }));
+    let prior = base.cost.clone();
+    // The truth: far from the prior (the prior is only a starting point).
+    let mut truth = prior.clone();
+    truth.overlay(
+        &CostCoefficients {
+            step_us: Some(9000.0),
+            prefill_token_us: Some(300.0),
+            decode_token_us: Some(450.0),
+            decode_kv_us: Some(2.0),
+            request_ingress_us: Some(5000.0),
+            ..Default::default()
+        },
+        CoefficientSource::Scenario,
+    );
+    let mut fit_points = Vec::new();
+    for l in [16, 256, 768, 1536] {
+        fit_points.push(point(l, 4, 1, 3, &truth));
+    }
+    for (c, l) in [(1, 64), (4, 64), (16, 64), (1, 512), (4, 512)] {
+        fit_points.push(point(l, 32, c, 2 * c, &truth));
+    }
+    let free: Vec<Free> = ["step_us", "prefill_token_us", "decode_token_us", "decode_kv_us", "request_ingress_us"].into_iter().map(Free::one).collect();
+    let r = fit::fit(&fit_points, &prior, &free, 3000);
+    let got = r.cost.coefficients();
+    for (name, want) in [("step_us", 9000.0), ("prefill_token_us", 300.0), ("decode_token_us", 450.0), ("request_ingress_us", 5000.0)] {
+        let v = got.get(name).unwrap();
+        assert!((v - want).abs() / want < 0.05, "{name}: fitted {v}, truth {want}");
+    }
+    // A sweep the fit never saw, past the KV-limited concurrency (preemption included).
+    for c in [2, 8, 24] {
+        let p = point(256, 64, c, 3 * c, &truth);
+        let pred = fit::predict(&p.spec, &r.cost);
+        for (i, (m, q)) in p.measured.iter().zip(&pred).enumerate() {
+            let (m, q) = (m.unwrap(), q.unwrap());
+            assert!((q - m).abs() / m < 0.03, "concurrency {c}, target {}: predicted {q}, measured {m}", fit::TARGETS[i]);
+        }
+    }
+}
+
+#[test]
+fn offline_calibration_from_saved_results_keeps_the_prior_shape_with_one_point() {
+    // A `--save-result` file "measured" by the simulator at concurrency 1, with a known slowdown.
+    let dir = std::env::temp_dir().join(format!("servesim-offline-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let scen = root().join("scenarios/rtx5090-qwen2.5-7b-vllm.json");
+    let slow = stdout_json(&run_cli(&[
+        "simulate", scen.to_str().unwrap(), "--json", "--set", "cost.prior.prefill_mfu=0.9", "--set", "cost.prior.weight_bandwidth_eff=0.6",
+    ]));
+    let f = dir.join("result.json");
+    std::fs::write(&f, serde_json::to_string(&slow).unwrap()).unwrap();
+    let out = dir.join("profile.json");
+    let o = run_cli(&["calibrate", "--from-results", f.to_str().unwrap(), "--scenario", scen.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let p: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(p["format"], "servesim-profile");
+    assert_eq!(p["coefficient_sources"]["prefill_token_us"], "data");
+    assert_eq!(p["coefficient_sources"]["request_ingress_us"], "prior");
+    assert!(p["note"].as_str().unwrap().contains("1 distinct load point"));
+    // With the profile, the simulator reproduces the point it was fitted on.
+    let fitted = stdout_json(&run_cli(&["simulate", scen.to_str().unwrap(), "--json", "--set", &format!("cost.profile={}", out.display())]));
+    for k in ["mean_ttft_ms", "mean_tpot_ms"] {
+        let (m, q) = (slow[k].as_f64().unwrap(), fitted[k].as_f64().unwrap());
+        assert!((q - m).abs() / m < 0.02, "{k}: {q} vs {m}");
+    }
+}
