@@ -702,7 +702,8 @@ pub fn check(a: CheckArgs) -> Result<ExitCode, String> {
         } else {
             print!("{}", check_text(&report));
         }
-        Ok(ExitCode::SUCCESS)
+        // Exit 1 when the verdict misses a target, so scripts can tell.
+        Ok(if report["verdict"]["pass"] == true { ExitCode::SUCCESS } else { ExitCode::from(1) })
     })
 }
 

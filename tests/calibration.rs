@@ -2,9 +2,9 @@
 //! simulator itself with known coefficients. The fit must find them again,
 //! and predict points it did not see.
 
-use calibrate::fit::{self, Free, FitPoint};
+use calibrate::fit::{self, FitPoint, Free};
 use serde_json::json;
-use sim::cost::{CostCoefficients, CoefficientSource};
+use sim::cost::{CoefficientSource, CostCoefficients};
 use sim::simulation::RunOptions;
 
 use crate::common::*;
@@ -22,7 +22,8 @@ fn point(input: u32, output: u32, conc: u32, prompts: u32, truth: &sim::cost::Co
     let mut truth_spec = s.clone();
     truth_spec.cost = truth.clone();
     let m = sim::simulate(&truth_spec, RunOptions::default()).metrics;
-    let measured = vec![Some(m.ttft.mean), Some(m.tpot.mean), Some(m.itl.mean), Some(m.e2el.mean), Some(m.output_throughput)];
+    let measured =
+        vec![Some(m.ttft.mean), Some(m.tpot.mean), Some(m.itl.mean), Some(m.e2el.mean), Some(m.output_throughput)];
     FitPoint { name: format!("{input}x{output}@{conc}"), spec: s, measured }
 }
 
@@ -54,10 +55,15 @@ fn the_fit_recovers_known_coefficients_and_predicts_unseen_points() {
     for (c, l) in [(1, 64), (4, 64), (16, 64), (1, 512), (4, 512)] {
         fit_points.push(point(l, 32, c, 2 * c, &truth));
     }
-    let free: Vec<Free> = ["step_us", "prefill_token_us", "decode_token_us", "decode_kv_us", "request_ingress_us"].into_iter().map(Free::one).collect();
+    let free: Vec<Free> = ["step_us", "prefill_token_us", "decode_token_us", "decode_kv_us", "request_ingress_us"]
+        .into_iter()
+        .map(Free::one)
+        .collect();
     let r = fit::fit(&fit_points, &prior, &free, 3000);
     let got = r.cost.coefficients();
-    for (name, want) in [("step_us", 9000.0), ("prefill_token_us", 300.0), ("decode_token_us", 450.0), ("request_ingress_us", 5000.0)] {
+    for (name, want) in
+        [("step_us", 9000.0), ("prefill_token_us", 300.0), ("decode_token_us", 450.0), ("request_ingress_us", 5000.0)]
+    {
         let v = got.get(name).unwrap();
         assert!((v - want).abs() / want < 0.05, "{name}: fitted {v}, truth {want}");
     }
@@ -67,7 +73,11 @@ fn the_fit_recovers_known_coefficients_and_predicts_unseen_points() {
         let pred = fit::predict(&p.spec, &r.cost);
         for (i, (m, q)) in p.measured.iter().zip(&pred).enumerate() {
             let (m, q) = (m.unwrap(), q.unwrap());
-            assert!((q - m).abs() / m < 0.03, "concurrency {c}, target {}: predicted {q}, measured {m}", fit::TARGETS[i]);
+            assert!(
+                (q - m).abs() / m < 0.03,
+                "concurrency {c}, target {}: predicted {q}, measured {m}",
+                fit::TARGETS[i]
+            );
         }
     }
 }
@@ -79,12 +89,26 @@ fn offline_calibration_from_saved_results_keeps_the_prior_shape_with_one_point()
     std::fs::create_dir_all(&dir).unwrap();
     let scen = root().join("scenarios/rtx5090-qwen2.5-7b-vllm.json");
     let slow = stdout_json(&run_cli(&[
-        "simulate", scen.to_str().unwrap(), "--json", "--set", "cost.prior.prefill_mfu=0.9", "--set", "cost.prior.weight_bandwidth_eff=0.6",
+        "simulate",
+        scen.to_str().unwrap(),
+        "--json",
+        "--set",
+        "cost.prior.prefill_mfu=0.9",
+        "--set",
+        "cost.prior.weight_bandwidth_eff=0.6",
     ]));
     let f = dir.join("result.json");
     std::fs::write(&f, serde_json::to_string(&slow).unwrap()).unwrap();
     let out = dir.join("profile.json");
-    let o = run_cli(&["calibrate", "--from-results", f.to_str().unwrap(), "--scenario", scen.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    let o = run_cli(&[
+        "calibrate",
+        "--from-results",
+        f.to_str().unwrap(),
+        "--scenario",
+        scen.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let p: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     assert_eq!(p["format"], "servesim-profile");
@@ -92,7 +116,13 @@ fn offline_calibration_from_saved_results_keeps_the_prior_shape_with_one_point()
     assert_eq!(p["coefficient_sources"]["request_ingress_us"], "prior");
     assert!(p["note"].as_str().unwrap().contains("1 distinct load point"));
     // With the profile, the simulator reproduces the point it was fitted on.
-    let fitted = stdout_json(&run_cli(&["simulate", scen.to_str().unwrap(), "--json", "--set", &format!("cost.profile={}", out.display())]));
+    let fitted = stdout_json(&run_cli(&[
+        "simulate",
+        scen.to_str().unwrap(),
+        "--json",
+        "--set",
+        &format!("cost.profile={}", out.display()),
+    ]));
     for k in ["mean_ttft_ms", "mean_tpot_ms"] {
         let (m, q) = (slow[k].as_f64().unwrap(), fitted[k].as_f64().unwrap());
         assert!((q - m).abs() / m < 0.02, "{k}: {q} vs {m}");

@@ -48,7 +48,10 @@ async fn handle(mut sock: TcpStream, faults: bool, slow_ms: u64) {
         buf.extend_from_slice(&tmp[..n]);
         if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             let head = String::from_utf8_lossy(&buf[..p]).to_lowercase();
-            let cl = head.lines().find_map(|l| l.strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap_or(0))).unwrap_or(0);
+            let cl = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap_or(0)))
+                .unwrap_or(0);
             break (p + 4, cl);
         }
     };
@@ -63,10 +66,15 @@ async fn handle(mut sock: TcpStream, faults: bool, slow_ms: u64) {
     let path = head.split_whitespace().nth(1).unwrap_or("/").to_string();
     let body: serde_json::Value = serde_json::from_slice(&buf[head_end..head_end + content_len]).unwrap_or_default();
     let send = |status: &str, ctype: &str, body: &str| {
-        format!("HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len())
+        format!(
+            "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
     };
     let reply = match path.as_str() {
-        "/v1/models" => send("200 OK", "application/json", r#"{"object":"list","data":[{"id":"fake","max_model_len":8192}]}"#),
+        "/v1/models" => {
+            send("200 OK", "application/json", r#"{"object":"list","data":[{"id":"fake","max_model_len":8192}]}"#)
+        }
         "/version" => send("200 OK", "application/json", r#"{"version":"0.33.0"}"#),
         "/metrics" => send("200 OK", "text/plain", METRICS),
         "/v1/completions" => {
@@ -79,7 +87,9 @@ async fn handle(mut sock: TcpStream, faults: bool, slow_ms: u64) {
                     return;
                 }
                 _ => {
-                    let _ = sock.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n").await;
+                    let _ = sock
+                        .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
+                        .await;
                     for i in 0..max_tokens {
                         if mode == Mode::Cut && i == 1 {
                             return; // the connection drops mid-stream
@@ -153,9 +163,29 @@ fn server_faults_are_recorded_per_request_and_the_run_completes() {
     let dir = std::env::temp_dir().join(format!("servesim-faults-{}", std::process::id()));
     let url = format!("http://{addr}");
     let o = run_cli(&[
-        "bench", "--base-url", &url, "--random-input-len", "8", "--random-output-len", "8", "--random-range-ratio", "0.9",
-        "--num-prompts", "30", "--max-concurrency", "6", "--ignore-eos", "--request-timeout", "1.5", "--no-initial-test",
-        "--vocab-size", "1000", "--save-result", "--result-dir", dir.to_str().unwrap(), "--json",
+        "bench",
+        "--base-url",
+        &url,
+        "--random-input-len",
+        "8",
+        "--random-output-len",
+        "8",
+        "--random-range-ratio",
+        "0.9",
+        "--num-prompts",
+        "30",
+        "--max-concurrency",
+        "6",
+        "--ignore-eos",
+        "--request-timeout",
+        "1.5",
+        "--no-initial-test",
+        "--vocab-size",
+        "1000",
+        "--save-result",
+        "--result-dir",
+        dir.to_str().unwrap(),
+        "--json",
     ]);
     let j = stdout_json(&o);
     let (done, failed) = (j["completed"].as_u64().unwrap(), j["failed"].as_u64().unwrap());
@@ -176,11 +206,26 @@ fn server_faults_are_recorded_per_request_and_the_run_completes() {
         }
     }
     // The saved result and the run record exist.
-    let names: Vec<String> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().to_string()).collect();
+    let names: Vec<String> =
+        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().to_string()).collect();
     assert!(names.iter().any(|n| n.ends_with(".record.json")), "{names:?}");
-    let result = names.iter().find(|n| n.ends_with(".json") && !n.ends_with(".record.json")).expect("a --save-result file");
+    let result =
+        names.iter().find(|n| n.ends_with(".json") && !n.ends_with(".record.json")).expect("a --save-result file");
     let saved: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join(result)).unwrap()).unwrap();
-    for k in ["date", "backend", "model_id", "num_prompts", "request_rate", "max_concurrency", "duration", "completed", "failed", "mean_ttft_ms", "p99_itl_ms", "errors"] {
+    for k in [
+        "date",
+        "backend",
+        "model_id",
+        "num_prompts",
+        "request_rate",
+        "max_concurrency",
+        "duration",
+        "completed",
+        "failed",
+        "mean_ttft_ms",
+        "p99_itl_ms",
+        "errors",
+    ] {
         assert!(saved.get(k).is_some(), "the saved result lacks {k}");
     }
 }
@@ -191,8 +236,24 @@ fn refused_connections_are_failures_and_a_dead_server_is_a_clear_error() {
     let addr = start(false, 1, Some(8));
     let url = format!("http://{addr}");
     let o = run_cli(&[
-        "bench", "--base-url", &url, "--random-input-len", "8", "--random-output-len", "4", "--num-prompts", "12",
-        "--max-concurrency", "1", "--ignore-eos", "--no-initial-test", "--vocab-size", "1000", "--request-timeout", "5", "--json",
+        "bench",
+        "--base-url",
+        &url,
+        "--random-input-len",
+        "8",
+        "--random-output-len",
+        "4",
+        "--num-prompts",
+        "12",
+        "--max-concurrency",
+        "1",
+        "--ignore-eos",
+        "--no-initial-test",
+        "--vocab-size",
+        "1000",
+        "--request-timeout",
+        "5",
+        "--json",
     ]);
     let j = stdout_json(&o);
     assert!(j["failed"].as_u64().unwrap() > 0, "{j}");
@@ -211,8 +272,22 @@ fn ctrl_c_ends_a_run_cleanly_with_what_was_measured_saved() {
     let url = format!("http://{addr}");
     let mut c = servesim();
     c.args([
-        "bench", "--base-url", &url, "--random-input-len", "8", "--random-output-len", "10", "--num-prompts", "200",
-        "--max-concurrency", "2", "--ignore-eos", "--no-initial-test", "--vocab-size", "1000", "--result-dir",
+        "bench",
+        "--base-url",
+        &url,
+        "--random-input-len",
+        "8",
+        "--random-output-len",
+        "10",
+        "--num-prompts",
+        "200",
+        "--max-concurrency",
+        "2",
+        "--ignore-eos",
+        "--no-initial-test",
+        "--vocab-size",
+        "1000",
+        "--result-dir",
         dir.to_str().unwrap(),
     ]);
     let child = c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();

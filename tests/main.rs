@@ -7,8 +7,8 @@ mod common;
 
 mod analytic;
 mod bad_input;
-mod calibration;
 mod block_pool_props;
+mod calibration;
 mod cli;
 mod determinism;
 mod invariants;

@@ -38,6 +38,10 @@ fn main() {
     let cases: Vec<(&str, Value)> = vec![
         ("default (RTX 5090, 4096/512, c=1, 20 requests)", scenario("rtx5090-qwen2.5-7b-vllm.json", &[])),
         (
+            "default at its own concurrency (c=1), 10,000 requests",
+            scenario("rtx5090-qwen2.5-7b-vllm.json", &["workload.num_prompts=10000"]),
+        ),
+        (
             "RTX 5090, 4096/512, c=128, 10,000 requests",
             scenario("rtx5090-qwen2.5-7b-vllm.json", &["workload.max_concurrency=128", "workload.num_prompts=10000"]),
         ),

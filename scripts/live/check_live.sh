@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The live end-to-end check, against the real engines on this machine's CPUs
+# (see README "Live check"): installs vLLM and SGLang (cached in $LIVE_DIR),
+# makes a tiny random model, starts each engine with a small KV pool so that
+# a sweep passes the KV-limited concurrency, calibrates servesim on probes,
+# and checks a sweep measured against predicted. Results land in $OUT.
+#
+#   bash scripts/live/check_live.sh            # both engines
+#   ENGINES=vllm bash scripts/live/check_live.sh
+#
+# Bounded: every wait has a limit; the servers are stopped on exit.
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+export LIVE_DIR=${LIVE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/servesim-live}
+OUT=${OUT:-$ROOT/validation/live-$(date -u +%Y%m%d-%H%M%S)}
+ENGINES=${ENGINES:-"vllm sglang"}
+mkdir -p "$LIVE_DIR/logs" "$OUT"
+
+for e in $ENGINES; do
+  [ -x "$LIVE_DIR/venv-$e/bin/python" ] || bash "$HERE/setup_$e.sh"
+done
+[ -f "$LIVE_DIR/models/tiny-llama/config.json" ] || "$LIVE_DIR/venv-$(echo $ENGINES | cut -d' ' -f1)/bin/python" "$HERE/make_model.py"
+(cd "$ROOT" && cargo build --release --locked)
+SERVESIM="$ROOT/target/release/servesim"
+
+PID=""
+stop() { if [ -n "$PID" ]; then kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; PID=""; fi; }
+trap stop EXIT
+
+wait_health() {
+  local url=$1
+  for _ in $(seq 1 240); do
+    if curl -sf "$url/health" >/dev/null 2>&1; then return 0; fi
+    if ! kill -0 "$PID" 2>/dev/null; then echo "the server exited; see its log" >&2; return 1; fi
+    sleep 1
+  done
+  echo "the server did not become healthy in 240 s" >&2
+  return 1
+}
+
+# The check's workload: 256-token prompts, 64 output tokens, past the KV-limited concurrency.
+WORKLOAD=(--random-input-len 256 --random-output-len 64 --ignore-eos --concurrency 1,2,4,8,16 --num-prompts-per-point 8,12,16,32,48)
+
+for e in $ENGINES; do
+  case $e in
+    vllm)
+      PORT=8011
+      # 20 blocks of 128 tokens: 2,432 usable KV tokens, 6 requests of 320 tokens.
+      PORT=$PORT KV_GIB=1 bash "$HERE/serve_vllm.sh" --num-gpu-blocks-override 20 --enable-logging-iteration-details > "$OUT/vllm_server.log" 2>&1 &
+      PID=$!
+      LOGARGS=(--server-log "$OUT/vllm_server.log")
+      ;;
+    sglang)
+      PORT=30011
+      # 4,096 KV tokens, 16 running requests at most.
+      PORT=$PORT MAX_RUNNING=16 MAX_TOTAL_TOKENS=4096 bash "$HERE/serve_sglang.sh" > "$OUT/sglang_server.log" 2>&1 &
+      PID=$!
+      LOGARGS=()
+      ;;
+  esac
+  wait_health "http://127.0.0.1:$PORT"
+  "$SERVESIM" calibrate --base-url "http://127.0.0.1:$PORT" --engine "$e" "${LOGARGS[@]}" \
+    --out "$OUT/$e-profile.json" --result-dir "$OUT/$e-calibrate" | tee "$OUT/$e-calibrate.txt"
+  set +e
+  "$SERVESIM" check --base-url "http://127.0.0.1:$PORT" --engine "$e" "${LOGARGS[@]}" --profile "$OUT/$e-profile.json" \
+    "${WORKLOAD[@]}" --result-dir "$OUT/$e-check" --json > "$OUT/$e-check.json"
+  echo "$e check exit status: $?" | tee -a "$OUT/summary.txt"
+  set -e
+  python3 - "$OUT/$e-check.json" <<'PY' | tee -a "$OUT/summary.txt"
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(f"{r['engine']} {r['engine_version']}: knee measured {r['knee']['measured']}, predicted {r['knee']['predicted']}")
+for k, v in r["verdict"]["per_metric"].items():
+    if v["median_abs_error"] is not None:
+        t = v["target"]
+        print(f"  {k:<22} median |error| {100*v['median_abs_error']:5.1f}%" + (f"  (target {100*t:.0f}%: {'ok' if v['ok'] else 'missed'})" if t else ""))
+print("  overall:", "PASS" if r["verdict"]["pass"] else "FAIL")
+PY
+  stop
+done
+echo "Results in $OUT"
