@@ -364,8 +364,9 @@ pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode, String> {
                 }
                 c.overlay(&o, sim::cost::CoefficientSource::Profile);
                 eprintln!("step log: {} steps, R² {:.4}, residual std {:.2} ms", sf.rows, sf.r2, sf.residual_std_ms);
-                // The log times the model only: the step constant (scheduler, output handling) and ingress come from requests.
-                (c, vec![Free::one("step_us"), Free::one("request_ingress_us")])
+                // The log times the model only and does not give context lengths: the step constant
+                // (scheduler, output handling), the context terms and ingress come from the requests.
+                (c, vec![Free::one("step_us"), Free::one("decode_kv_us"), Free::one("prefill_attention_us"), Free::one("request_ingress_us")])
             }
             None => (prior.clone(), live_free()),
         };

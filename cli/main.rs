@@ -8,6 +8,7 @@
 mod align;
 mod calib;
 mod cards;
+mod explain;
 mod live;
 mod load;
 mod sweep;
@@ -44,6 +45,8 @@ enum Cmd {
     Calibrate(calib::CalibrateArgs),
     /// Run a sweep live and simulated with the same requests; error per metric.
     Check(calib::CheckArgs),
+    /// Explain why the metrics are what they are: KV limit, TTFT split, preemptions, the knee.
+    Explain(explain::ExplainArgs),
 }
 
 /// Flags shared by the commands that read a scenario.
@@ -122,6 +125,7 @@ fn main() -> ExitCode {
         Cmd::Diff(a) => live::diff(a),
         Cmd::Calibrate(a) => calib::calibrate(a),
         Cmd::Check(a) => calib::check(a),
+        Cmd::Explain(a) => explain::run(a),
     };
     match r {
         Ok(code) => code,

@@ -211,3 +211,32 @@ fn set_engine_kind_runs_one_scenario_on_both_engines_with_translated_flags() {
     assert_eq!(moved, vec!["KV granularity (tokens)"]);
     assert_eq!(j["workloads_differ"], false);
 }
+
+#[test]
+fn explain_says_why_ttft_explodes_past_the_kv_limited_concurrency() {
+    let j = stdout_json(&run_cli(&["explain", "--concurrency", "64", "--json"]));
+    assert_eq!(j["kv_limited_concurrency"], 42);
+    assert_eq!(j["binding_limit"], "kv_pool");
+    let b = &j["ttft_breakdown"];
+    let (ttft, queue) = (b["mean_ttft_ms"].as_f64().unwrap(), b["mean_queue_wait_ms"].as_f64().unwrap());
+    assert!(queue > 0.5 * ttft, "past the limit TTFT is mostly queue wait: {queue} of {ttft}");
+    let sum = queue
+        + b["mean_prefill_ms"].as_f64().unwrap()
+        + b["mean_interleave_ms"].as_f64().unwrap()
+        + b["mean_overhead_ms"].as_f64().unwrap();
+    assert!((sum - ttft).abs() < 1e-6 * ttft.max(1.0), "the split adds up: {sum} vs {ttft}");
+    let knee = j["knee"]["max_concurrency"].as_u64().expect("a knee");
+    assert!((21..=63).contains(&knee), "knee at {knee}");
+    assert!(j["explanation"].as_array().unwrap().iter().any(|s| s.as_str().unwrap().contains("42 requests at once")));
+    // At concurrency 1 there is no queue.
+    let j1 = stdout_json(&run_cli(&["explain", "--concurrency", "1", "--json"]));
+    assert_eq!(j1["ttft_breakdown"]["mean_queue_wait_ms"], 0.0);
+    // With a low running cap, the cap binds first.
+    let j2 = stdout_json(&run_cli(&["explain", "--json", "--set", "engine.max_num_seqs=16"]));
+    assert_eq!(j2["binding_limit"], "max_num_seqs");
+    assert!(j2["metric_kinds"]["outside_the_engine"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .any(|k| k.contains("GPU utilisation")));
+}

@@ -319,14 +319,14 @@ pub fn counter_diff(kind: Kind, a: &Snapshot, b: &Snapshot) -> EngineCounters {
                 num_preemptions: d(&["sglang:num_retracted_requests_total", "sglang:total_retracted_reqs"]),
                 prefix_cache_queries: prompt,
                 prefix_cache_hits: hits,
-                num_steps: 0,
+                ..Default::default()
             }
         }
         _ => EngineCounters {
             num_preemptions: d(&["vllm:num_preemptions_total"]),
             prefix_cache_queries: d(&["vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"]),
             prefix_cache_hits: d(&["vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"]),
-            num_steps: 0,
+            ..Default::default()
         },
     }
 }

@@ -106,6 +106,8 @@ pub struct EngineCounters {
     pub prefix_cache_hits: u64,
     /// Steps run.
     pub num_steps: u64,
+    /// Prompt (and recomputed) tokens computed by prefill, summed over steps.
+    pub prefill_tokens_computed: u64,
 }
 
 impl std::ops::Sub for EngineCounters {
@@ -116,6 +118,7 @@ impl std::ops::Sub for EngineCounters {
             prefix_cache_queries: self.prefix_cache_queries - o.prefix_cache_queries,
             prefix_cache_hits: self.prefix_cache_hits - o.prefix_cache_hits,
             num_steps: self.num_steps - o.num_steps,
+            prefill_tokens_computed: self.prefill_tokens_computed - o.prefill_tokens_computed,
         }
     }
 }

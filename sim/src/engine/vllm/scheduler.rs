@@ -378,6 +378,7 @@ impl Scheduler {
         self.scheduled_buf = scheduled;
         if !self.plan.is_empty() {
             self.counters.num_steps += 1;
+            self.counters.prefill_tokens_computed += self.plan.shape.prefill_tokens;
         }
     }
 
