@@ -12,6 +12,7 @@ mod explain;
 mod live;
 mod load;
 mod sweep;
+mod tune;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -47,6 +48,8 @@ enum Cmd {
     Check(calib::CheckArgs),
     /// Explain why the metrics are what they are: KV limit, TTFT split, preemptions, the knee.
     Explain(explain::ExplainArgs),
+    /// What-if tuning: the best configuration under SLOs, the Pareto front, what broke which SLO.
+    Tune(tune::TuneArgs),
 }
 
 /// Flags shared by the commands that read a scenario.
@@ -126,6 +129,7 @@ fn main() -> ExitCode {
         Cmd::Calibrate(a) => calib::calibrate(a),
         Cmd::Check(a) => calib::check(a),
         Cmd::Explain(a) => explain::run(a),
+        Cmd::Tune(a) => tune::run(a),
     };
     match r {
         Ok(code) => code,

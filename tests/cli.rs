@@ -240,3 +240,77 @@ fn explain_says_why_ttft_explodes_past_the_kv_limited_concurrency() {
         .keys()
         .any(|k| k.contains("GPU utilisation")));
 }
+
+#[test]
+fn tune_finds_the_best_configuration_under_slos_with_its_pareto_front() {
+    let args = [
+        "tune",
+        "scenarios/kv-starved-qwen2.5-7b-a100-vllm.json",
+        "--vary",
+        "engine.max_num_seqs=4,8,16,32",
+        "--vary",
+        "engine.num_gpu_blocks_override=321,641,1281",
+        "--set",
+        "workload.num_prompts=64",
+        "--set",
+        "workload.max_concurrency=12",
+        "--slo",
+        "p99_ttft_ms<=5000",
+        "--slo",
+        "mean_tpot_ms<=30",
+        "--json",
+    ];
+    let j = stdout_json(&run_cli(&args));
+    let best = &j["best"];
+    assert!(
+        best.is_object(),
+        "no configuration met the SLOs; rejected: {}",
+        j["rejected"].as_array().map(|r| r.len()).unwrap_or(0)
+    );
+    assert!(best["metrics"]["p99_ttft_ms"].as_f64().unwrap() <= 5000.0);
+    assert!(best["metrics"]["mean_tpot_ms"].as_f64().unwrap() <= 30.0);
+    // The best is the highest throughput among the configurations that meet the SLOs.
+    let rejected = j["rejected"].as_array().unwrap();
+    assert!(!rejected.is_empty());
+    for r in rejected {
+        let v = r["violations"].as_array().unwrap();
+        assert!(!v.is_empty());
+        for x in v {
+            assert!(x["slo"].is_string() && x["value"].is_number() && x["by"].as_f64().unwrap() != 0.0);
+        }
+    }
+    let pareto = j["pareto"].as_array().unwrap();
+    assert!(!pareto.is_empty());
+    // Along the front, throughput rises and so does latency.
+    for w in pareto.windows(2) {
+        let (a, b) = (&w[0]["metrics"], &w[1]["metrics"]);
+        assert!(b["output_throughput"].as_f64() >= a["output_throughput"].as_f64());
+        assert!(b["p99_ttft_ms"].as_f64() >= a["p99_ttft_ms"].as_f64());
+    }
+    // Same arguments, same answer.
+    assert_eq!(run_cli(&args).stdout, run_cli(&args).stdout);
+    // A grid larger than --max-configs is sampled, deterministically.
+    let big = stdout_json(&run_cli(&[
+        "tune",
+        "scenarios/kv-starved-qwen2.5-7b-a100-vllm.json",
+        "--vary",
+        "engine.max_num_seqs=4,8,16,32,64",
+        "--vary",
+        "engine.num_gpu_blocks_override=321,641,961,1281",
+        "--vary",
+        "engine.max_num_batched_tokens=512,1024,2048",
+        "--set",
+        "workload.num_prompts=32",
+        "--slo",
+        "mean_tpot_ms<=40",
+        "--max-configs",
+        "20",
+        "--json",
+    ]));
+    assert!(big["searched"].as_str().unwrap().contains("of the grid's 60"), "{}", big["searched"]);
+    // Bad SLOs and metrics are errors.
+    let o = run_cli(&["tune", "--vary", "engine.max_num_seqs=8", "--slo", "p99_ttft_ms<2000"]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = run_cli(&["tune", "--vary", "engine.max_num_seqs=8", "--slo", "no_such_metric<=1"]);
+    assert_eq!(o.status.code(), Some(2));
+}

@@ -133,6 +133,12 @@ fn derived_sglang_pool_is_within_ten_percent_of_the_published_one() {
     let pool = s.engine.kv_capacity_tokens() as f64;
     let err = (pool - 210714.0) / 210714.0;
     assert!(err.abs() < 0.10, "derived pool {pool} is {:.1}% off the published 210,714", 100.0 * err);
+    // vLLM's derivation on the same card: 194,880 usable tokens in the published log.
+    let mut v = scenario("rtx5090-qwen2.5-7b-vllm.json");
+    v["engine"].as_object_mut().unwrap().remove("kv_cache_tokens");
+    let vllm_pool = spec(v).engine.kv_capacity_tokens() as f64;
+    let err = (vllm_pool - 194880.0) / 194880.0;
+    assert!(err.abs() < 0.15, "vLLM derived pool {vllm_pool} is {:.1}% off the published 194,880", 100.0 * err);
     // The default max_running_requests formula: min(pool // 2, clamp(pool / ctx * 512, 2048, 4096)).
     let mut v = scenario("rtx5090-qwen2.5-7b-sglang.json");
     v["engine"].as_object_mut().unwrap().remove("max_running_requests");
