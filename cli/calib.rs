@@ -564,6 +564,9 @@ pub struct CheckArgs {
     pub json: bool,
     #[arg(long, default_value_t = 800)]
     pub max_evals: usize,
+    /// Write measured against predicted throughput and TTFT as SVG.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<String>,
 }
 
 /// The metrics `check` compares, with their targets (median relative error on points not used for fitting).
@@ -698,6 +701,30 @@ pub fn check(a: CheckArgs) -> Result<ExitCode, String> {
             .map(|s| sim::report::point_json(s, &sim::simulate(s, sim::simulation::RunOptions::default())))
             .collect();
         let report = check_report(&conc, &measured, &predicted, &used, &info, profile.as_ref());
+        if let Some(path) = &a.plot {
+            let line = |pts: &[Map<String, Value>], label: &str, dashed: bool| crate::plot::Series {
+                label: label.into(),
+                points: conc
+                    .iter()
+                    .zip(pts)
+                    .map(|(&c, p)| {
+                        let f = |k: &str| p.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+                        (f64::from(c), f("output_throughput"), f("mean_ttft_ms"), f("p99_ttft_ms"))
+                    })
+                    .collect(),
+                dashed,
+            };
+            let mut marks = Vec::new();
+            if let Some(k) = report["knee"]["measured"].as_u64() {
+                marks.push((k as f64, format!("measured knee {k}")));
+            }
+            crate::plot::sweep(
+                path,
+                "measured against predicted",
+                &[line(&measured, "measured", false), line(&predicted, "predicted", true)],
+                &marks,
+            )?;
+        }
         if a.json {
             println!("{}", serde_json::to_string_pretty(&report).expect("json"));
         } else {

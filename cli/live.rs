@@ -204,6 +204,7 @@ pub async fn connect(s: &ServerArgs) -> Result<(ServerInfo, BenchOptions), Strin
         kind: info.kind,
         kv_capacity_tokens: info.kv_capacity_tokens.unwrap_or(0),
         verbose: false,
+        on_done: None,
     };
     Ok((info, opts))
 }
@@ -338,7 +339,11 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode, String> {
         let files = run_files(a.result_dir.as_deref(), a.result_filename.as_deref(), &label, &w, &opts.target.model)?;
         // Per-request results are always kept, as they complete.
         opts.jsonl = Some(files.requests.clone());
+        let pb = crate::plot::progress(w.requests.len() as u64, "requests");
+        let pb2 = pb.clone();
+        opts.on_done = Some(bench::OnDone(std::sync::Arc::new(move || pb2.inc(1))));
         let run = bench::run(&opts, &w).await;
+        pb.finish_and_clear();
         let point = measured_json(&info, &w, &run);
         if a.save_result {
             let result = save_result_json(&info, &opts, &label, &w, &run, &point);

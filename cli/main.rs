@@ -11,6 +11,7 @@ mod cards;
 mod explain;
 mod live;
 mod load;
+mod plot;
 mod sweep;
 mod tune;
 
@@ -79,6 +80,9 @@ struct SimulateArgs {
     /// Metrics whose percentiles the text report shows.
     #[arg(long, default_value = "ttft,tpot,itl", value_name = "ttft,tpot,itl,e2el")]
     percentile_metrics: String,
+    /// Write KV usage and running/waiting requests over time as SVG.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<String>,
 }
 
 fn parse_list<T: std::str::FromStr>(flag: &str, s: &str) -> Result<Vec<T>, String> {
@@ -109,7 +113,10 @@ fn simulate(a: SimulateArgs) -> Result<ExitCode, String> {
     let mut raw = load::read_raw(a.scenario.as_deref())?;
     load::apply_overrides(&mut raw, &a.common.sets, a.common.seed)?;
     let (_scenario, spec) = load::resolve(&raw)?;
-    let out = sim::simulate(&spec, RunOptions::default());
+    let out = sim::simulate(&spec, RunOptions { record_timeseries: a.plot.is_some(), ..Default::default() });
+    if let Some(path) = &a.plot {
+        plot::timeseries(path, spec.name.as_deref().unwrap_or("simulation"), &out.run.timeseries)?;
+    }
     if a.json {
         let j = sim::report::point_json(&spec, &out);
         println!("{}", serde_json::to_string_pretty(&j).expect("serializable"));

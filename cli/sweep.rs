@@ -37,6 +37,9 @@ pub struct SweepArgs {
     /// Worker threads (default: one per core). Results do not depend on it.
     #[arg(long)]
     pub jobs: Option<usize>,
+    /// Write throughput and TTFT against concurrency, knee and KV limit marked, as SVG.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<String>,
 }
 
 /// One scenario of a sweep, resolved at every point.
@@ -128,7 +131,16 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, String> {
         series.push(Series { label, raw, specs, notes });
     }
     let all: Vec<&SimSpec> = series.iter().flat_map(|s| s.specs.iter()).collect();
-    let work = || all.par_iter().map(|s| sim::simulate(s, RunOptions::default())).collect::<Vec<_>>();
+    let pb = crate::plot::progress(all.len() as u64, "simulating");
+    let work = || {
+        all.par_iter()
+            .map(|s| {
+                let o = sim::simulate(s, RunOptions::default());
+                pb.inc(1);
+                o
+            })
+            .collect::<Vec<_>>()
+    };
     let outs = match a.jobs {
         Some(n) => rayon::ThreadPoolBuilder::new()
             .num_threads(n.max(1))
@@ -145,7 +157,31 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, String> {
             (s, o)
         })
         .collect();
+    pb.finish_and_clear();
     let all_done = results.iter().all(|(_, o)| o.iter().all(|x| x.run.stop == StopReason::Completed));
+    if let Some(path) = &a.plot {
+        let lines: Vec<crate::plot::Series> = results
+            .iter()
+            .map(|(s, o)| crate::plot::Series {
+                label: format!("{} {}", s.specs[0].engine.kind(), s.specs[0].engine.version()),
+                points: conc
+                    .iter()
+                    .zip(o)
+                    .map(|(&c, x)| {
+                        (f64::from(c), x.metrics.output_throughput, x.metrics.ttft.mean, x.metrics.ttft.percentiles[3])
+                    })
+                    .collect(),
+                dashed: false,
+            })
+            .collect();
+        let (s0, o0) = &results[0];
+        let limit = kv_limited_concurrency(&s0.specs[0], &o0[0].workload);
+        let mut marks = vec![(limit.concurrency as f64, format!("KV-limited concurrency {}", limit.concurrency))];
+        if let (Some(i), _) = knee_of(o0, &conc) {
+            marks.push((f64::from(conc[i]), format!("knee {}", conc[i])));
+        }
+        crate::plot::sweep(path, &s0.label, &lines, &marks)?;
+    }
 
     if results.len() == 1 {
         let (s, o) = &results[0];

@@ -40,6 +40,9 @@ pub struct TuneArgs {
     pub common: ScenarioArgs,
     #[arg(long)]
     pub json: bool,
+    /// Write throughput against latency, the Pareto front joined, as SVG.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -135,9 +138,11 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
         }
         c
     };
+    let pb = crate::plot::progress(total.min(a.max_configs) as u64, "simulating configurations");
     let evaluate = |configs: &[Config]| -> Vec<Evaluated> {
         configs
             .par_iter()
+            .inspect(|_| pb.inc(1))
             .map(|c| {
                 let mut raw: RawScenario = base.clone();
                 let sets: Vec<String> = c.iter().zip(&knobs).map(|(&i, (p, v))| format!("{p}={}", v[i])).collect();
@@ -204,6 +209,7 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
         );
     }
 
+    pb.finish_and_clear();
     let cfg_json = |c: &Config| -> Value {
         let mut m = Map::new();
         for (&i, (p, v)) in c.iter().zip(&knobs) {
@@ -252,6 +258,12 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
     pareto.sort_by(|x, y| x.1.total_cmp(&y.1));
     let pareto_json: Vec<Value> =
         pareto.iter().map(|(e, _, _)| json!({"config": cfg_json(&e.config), "metrics": Value::Object(e.result.as_ref().expect("valid").clone())})).collect();
+    if let Some(path) = &a.plot {
+        let pts: Vec<(f64, f64, bool)> =
+            valid.iter().map(|(e, t, l)| (*t, *l, e.result.as_ref().is_ok_and(|m| meets(m)))).collect();
+        let front: Vec<(f64, f64)> = pareto.iter().map(|(_, t, l)| (*t, *l)).collect();
+        crate::plot::pareto(path, &a.pareto_latency, &pts, &front)?;
+    }
     let best_json = best.map(|(_, e)| json!({"config": cfg_json(&e.config), "metrics": Value::Object(e.result.as_ref().expect("valid").clone())})).unwrap_or(Value::Null);
 
     if a.json {

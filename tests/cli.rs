@@ -314,3 +314,45 @@ fn tune_finds_the_best_configuration_under_slos_with_its_pareto_front() {
     let o = run_cli(&["tune", "--vary", "engine.max_num_seqs=8", "--slo", "no_such_metric<=1"]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+#[test]
+fn plots_are_written_as_svg_with_the_knee_and_the_kv_limit_marked() {
+    let dir = std::env::temp_dir().join(format!("servesim-plots-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sweep = dir.join("sweep.svg");
+    let o = run_cli(&[
+        "sweep",
+        "--concurrency",
+        "1,16,42,64",
+        "--num-prompts",
+        "8,32,84,128",
+        "--plot",
+        sweep.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let svg = std::fs::read_to_string(&sweep).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("KV-limited concurrency 42") && svg.contains("output tok/s"));
+    let ts = dir.join("ts.svg");
+    assert!(run_cli(&["simulate", "scenarios/kv-starved-qwen2.5-7b-a100-vllm.json", "--plot", ts.to_str().unwrap()])
+        .status
+        .success());
+    let svg = std::fs::read_to_string(&ts).unwrap();
+    assert!(svg.contains("KV cache usage") && svg.contains("waiting"));
+    let tune = dir.join("tune.svg");
+    let o = run_cli(&[
+        "tune",
+        "scenarios/kv-starved-qwen2.5-7b-a100-vllm.json",
+        "--vary",
+        "engine.max_num_seqs=4,16",
+        "--set",
+        "workload.num_prompts=16",
+        "--plot",
+        tune.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(std::fs::read_to_string(&tune).unwrap().contains("Pareto front"));
+    // An unwritable path is an error naming the flag.
+    let o = run_cli(&["simulate", "--plot", "/nonexistent-dir/x.svg"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--plot"));
+}

@@ -44,6 +44,18 @@ pub struct BenchOptions {
     pub kv_capacity_tokens: u64,
     /// Print a line per phase on stderr.
     pub verbose: bool,
+    /// Called as each timed request completes (progress display).
+    pub on_done: Option<OnDone>,
+}
+
+/// A callback run as each timed request completes.
+#[derive(Clone)]
+pub struct OnDone(pub Arc<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for OnDone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnDone")
+    }
 }
 
 /// What a run measured.
@@ -136,11 +148,15 @@ async fn run_phase(
         let send_at = start + Duration::from_nanos(spec.arrival_ns);
         let writer = writer.clone();
         let spec = spec.clone();
+        let on_done = if phase == "timed" { opts.on_done.clone() } else { None };
         set.spawn(async move {
             tokio::time::sleep_until(send_at.into()).await;
             let _permit = sem.acquire_owned().await.expect("semaphore open");
             let o = client::send(&client, &target, &req, t0).await;
             writer.lock().expect("writer").write(phase, i, &spec, &o);
+            if let Some(f) = on_done {
+                (f.0)();
+            }
             (i, o)
         });
     }

@@ -1,0 +1,206 @@
+//! `--plot FILE.svg`: sweeps (throughput and TTFT against concurrency, the
+//! knee and the KV-limited concurrency marked), checks (measured against
+//! predicted), tunes (the Pareto front) and single runs (KV usage and
+//! running/waiting requests over time). SVG, with no system libraries.
+
+use plotters::coord::types::RangedCoordf64;
+use plotters::prelude::*;
+
+/// One line of a sweep plot.
+pub struct Series {
+    pub label: String,
+    /// (concurrency, output tok/s, mean TTFT ms, p99 TTFT ms)
+    pub points: Vec<(f64, f64, f64, f64)>,
+    pub dashed: bool,
+}
+
+const COLORS: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+];
+
+fn err(e: impl std::fmt::Display, path: &str) -> String {
+    format!("--plot {path}: {e}")
+}
+
+fn vmark(
+    chart: &mut ChartContext<SVGBackend, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+    x: f64,
+    y0: f64,
+    y1: f64,
+    color: RGBColor,
+    label: &str,
+) -> Result<(), String> {
+    chart
+        .draw_series(std::iter::once(PathElement::new(vec![(x, y0), (x, y1)], color.stroke_width(1))))
+        .map_err(|e| e.to_string())?
+        .label(label.to_string())
+        .legend(move |(a, b)| PathElement::new(vec![(a, b), (a + 20, b)], color));
+    Ok(())
+}
+
+/// Throughput and TTFT against concurrency; `marks` are vertical lines (x, label).
+pub fn sweep(path: &str, title: &str, series: &[Series], marks: &[(f64, String)]) -> Result<(), String> {
+    let root = SVGBackend::new(path, (900, 700)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(e, path))?;
+    let (top, bottom) = root.split_vertically(350);
+    let xmax = series.iter().flat_map(|s| s.points.iter().map(|p| p.0)).fold(1.0, f64::max) * 1.05;
+    let tmax = series.iter().flat_map(|s| s.points.iter().map(|p| p.1)).fold(1.0, f64::max) * 1.1;
+    let lmax = series.iter().flat_map(|s| s.points.iter().map(|p| p.3.max(p.2))).fold(1.0, f64::max) * 1.1;
+    {
+        let mut c = ChartBuilder::on(&top)
+            .caption(format!("{title}: output throughput"), ("sans-serif", 18))
+            .margin(10)
+            .x_label_area_size(35)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0f64..xmax, 0f64..tmax)
+            .map_err(|e| err(e, path))?;
+        c.configure_mesh().x_desc("concurrency").y_desc("output tok/s").draw().map_err(|e| err(e, path))?;
+        for (i, s) in series.iter().enumerate() {
+            let col = COLORS[i % COLORS.len()];
+            let style = if s.dashed { col.stroke_width(1) } else { col.stroke_width(2) };
+            c.draw_series(LineSeries::new(s.points.iter().map(|p| (p.0, p.1)), style))
+                .map_err(|e| err(e, path))?
+                .label(s.label.clone())
+                .legend(move |(a, b)| PathElement::new(vec![(a, b), (a + 20, b)], col));
+            c.draw_series(s.points.iter().map(|p| Circle::new((p.0, p.1), 3, col.filled())))
+                .map_err(|e| err(e, path))?;
+        }
+        for (k, (x, label)) in marks.iter().enumerate() {
+            vmark(&mut c, *x, 0.0, tmax, if k == 0 { RGBColor(120, 120, 120) } else { RGBColor(200, 0, 0) }, label)?;
+        }
+        c.configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| err(e, path))?;
+    }
+    {
+        let mut c = ChartBuilder::on(&bottom)
+            .caption("TTFT (solid: mean, thin: p99)", ("sans-serif", 18))
+            .margin(10)
+            .x_label_area_size(35)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0f64..xmax, 0f64..lmax)
+            .map_err(|e| err(e, path))?;
+        c.configure_mesh().x_desc("concurrency").y_desc("ms").draw().map_err(|e| err(e, path))?;
+        for (i, s) in series.iter().enumerate() {
+            let col = COLORS[i % COLORS.len()];
+            c.draw_series(LineSeries::new(s.points.iter().map(|p| (p.0, p.2)), col.stroke_width(2)))
+                .map_err(|e| err(e, path))?;
+            c.draw_series(LineSeries::new(s.points.iter().map(|p| (p.0, p.3)), col.stroke_width(1)))
+                .map_err(|e| err(e, path))?;
+        }
+        for (k, (x, _)) in marks.iter().enumerate() {
+            c.draw_series(std::iter::once(PathElement::new(
+                vec![(*x, 0.0), (*x, lmax)],
+                if k == 0 { RGBColor(120, 120, 120) } else { RGBColor(200, 0, 0) },
+            )))
+            .map_err(|e| err(e, path))?;
+        }
+    }
+    root.present().map_err(|e| err(e, path))
+}
+
+/// Throughput against latency for every configuration, the Pareto front joined.
+pub fn pareto(path: &str, latency: &str, all: &[(f64, f64, bool)], front: &[(f64, f64)]) -> Result<(), String> {
+    let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(e, path))?;
+    let xmax = all.iter().map(|p| p.1).fold(1.0, f64::max) * 1.1;
+    let ymax = all.iter().map(|p| p.0).fold(1.0, f64::max) * 1.1;
+    let mut c = ChartBuilder::on(&root)
+        .caption(format!("output throughput against {latency}"), ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..xmax, 0f64..ymax)
+        .map_err(|e| err(e, path))?;
+    c.configure_mesh().x_desc(latency).y_desc("output tok/s").draw().map_err(|e| err(e, path))?;
+    c.draw_series(
+        all.iter().map(|&(t, l, ok)| {
+            Circle::new((l, t), 4, if ok { COLORS[2].filled() } else { COLORS[3].mix(0.6).filled() })
+        }),
+    )
+    .map_err(|e| err(e, path))?
+    .label("configurations (green: meet every SLO)")
+    .legend(|(a, b)| Circle::new((a + 10, b), 4, COLORS[2].filled()));
+    c.draw_series(LineSeries::new(front.iter().map(|&(t, l)| (l, t)), COLORS[0].stroke_width(2)))
+        .map_err(|e| err(e, path))?
+        .label("Pareto front")
+        .legend(|(a, b)| PathElement::new(vec![(a, b), (a + 20, b)], COLORS[0]));
+    c.configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| err(e, path))?;
+    root.present().map_err(|e| err(e, path))
+}
+
+/// KV usage and running/waiting requests over a run.
+pub fn timeseries(path: &str, title: &str, samples: &[sim::simulation::GaugeSample]) -> Result<(), String> {
+    let root = SVGBackend::new(path, (900, 600)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(e, path))?;
+    let (top, bottom) = root.split_vertically(300);
+    let tmax = samples.iter().map(|s| s.t_ns as f64 / 1e9).fold(1.0, f64::max);
+    {
+        let mut c = ChartBuilder::on(&top)
+            .caption(format!("{title}: KV cache usage"), ("sans-serif", 18))
+            .margin(10)
+            .x_label_area_size(35)
+            .y_label_area_size(50)
+            .build_cartesian_2d(0f64..tmax, 0f64..100f64)
+            .map_err(|e| err(e, path))?;
+        c.configure_mesh().x_desc("seconds").y_desc("%").draw().map_err(|e| err(e, path))?;
+        c.draw_series(LineSeries::new(
+            samples.iter().map(|s| (s.t_ns as f64 / 1e9, 100.0 * s.kv_usage)),
+            COLORS[0].stroke_width(1),
+        ))
+        .map_err(|e| err(e, path))?;
+    }
+    {
+        let ymax = samples.iter().map(|s| f64::from(s.running.max(s.waiting))).fold(1.0, f64::max) * 1.1;
+        let mut c = ChartBuilder::on(&bottom)
+            .caption("requests", ("sans-serif", 18))
+            .margin(10)
+            .x_label_area_size(35)
+            .y_label_area_size(50)
+            .build_cartesian_2d(0f64..tmax, 0f64..ymax)
+            .map_err(|e| err(e, path))?;
+        c.configure_mesh().x_desc("seconds").draw().map_err(|e| err(e, path))?;
+        c.draw_series(LineSeries::new(
+            samples.iter().map(|s| (s.t_ns as f64 / 1e9, f64::from(s.running))),
+            COLORS[2].stroke_width(1),
+        ))
+        .map_err(|e| err(e, path))?
+        .label("running")
+        .legend(|(a, b)| PathElement::new(vec![(a, b), (a + 20, b)], COLORS[2]));
+        c.draw_series(LineSeries::new(
+            samples.iter().map(|s| (s.t_ns as f64 / 1e9, f64::from(s.waiting))),
+            COLORS[3].stroke_width(1),
+        ))
+        .map_err(|e| err(e, path))?
+        .label("waiting")
+        .legend(|(a, b)| PathElement::new(vec![(a, b), (a + 20, b)], COLORS[3]));
+        c.configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| err(e, path))?;
+    }
+    root.present().map_err(|e| err(e, path))
+}
+
+/// A progress bar on stderr, drawn only when stderr is a terminal.
+pub fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
+    let pb = indicatif::ProgressBar::with_draw_target(Some(len), indicatif::ProgressDrawTarget::stderr());
+    pb.set_style(
+        indicatif::ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} ({elapsed})")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    pb.set_message(what.to_string());
+    pb
+}
