@@ -145,7 +145,11 @@ pub fn translate_engine(engine: &Map<String, Value>, to: &str) -> Result<(Map<St
                 Some(("disable_radix_cache", Value::Bool(!v.as_bool().unwrap_or(true))))
             }
             ("vllm", "gpu_memory_utilization") => Some(("mem_fraction_static", v.clone())),
-            ("vllm", "kv_cache_tokens") => Some(("max_total_tokens", v.clone())),
+            // The same usable pool: vLLM loses one block (the null block) of what its log prints.
+            ("vllm", "kv_cache_tokens") => {
+                let t = v.as_u64().unwrap_or(0);
+                Some(("max_total_tokens", Value::from((t / block).saturating_sub(1) * block)))
+            }
             ("vllm", "num_gpu_blocks_override") => {
                 let n = v.as_u64().unwrap_or(2);
                 Some(("max_total_tokens", Value::from(n.saturating_sub(1) * block)))
@@ -171,7 +175,12 @@ pub fn translate_engine(engine: &Map<String, Value>, to: &str) -> Result<(Map<St
                 Some(("enable_prefix_caching", Value::Bool(!v.as_bool().unwrap_or(false))))
             }
             ("sglang", "mem_fraction_static") => Some(("gpu_memory_utilization", v.clone())),
-            ("sglang", "max_total_tokens") => Some(("kv_cache_tokens", v.clone())),
+            ("sglang", "max_total_tokens") => {
+                // kv_cache_tokens counts the null block too; usable = whole blocks of the pool.
+                let m = v.as_u64().unwrap_or(0);
+                let b = engine.get("page_size").and_then(Value::as_u64).filter(|&p| p > 1).unwrap_or(16);
+                Some(("kv_cache_tokens", Value::from((m / b + 1) * b)))
+            }
             ("sglang", "context_length") => Some(("max_model_len", v.clone())),
             ("sglang", "schedule_policy") => match v.as_str() {
                 Some("fcfs") => Some(("policy", v.clone())),

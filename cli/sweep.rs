@@ -72,6 +72,8 @@ fn expand_scenarios(a: &SweepArgs) -> Result<Vec<(String, RawScenario, Vec<Strin
                 out.push((label, raw, vec![]));
             }
             Some(ks) => {
+                // The overrides speak the scenario's own engine's flags: apply them, then translate.
+                load::apply_overrides(&mut raw, &sets, a.common.seed)?;
                 for k in ks {
                     if k != "vllm" && k != "sglang" {
                         return Err(format!("--set engine.kind: unknown engine {k:?}; expected vllm or sglang"));
@@ -81,7 +83,6 @@ fn expand_scenarios(a: &SweepArgs) -> Result<Vec<(String, RawScenario, Vec<Strin
                     let (translated, notes) =
                         align::translate_engine(&engine, k).map_err(|e| format!("{}: {e}", r.origin))?;
                     r.json["engine"] = Value::Object(translated);
-                    load::apply_overrides(&mut r, &sets, a.common.seed)?;
                     let label = format!("{} [{k}]", raw.origin);
                     r.origin = label.clone();
                     out.push((label, r, notes));

@@ -13,6 +13,7 @@ mod cli;
 mod determinism;
 mod invariants;
 mod live_faults;
+mod notebooks;
 mod radix_props;
 mod sglang_semantics;
 mod vllm_semantics;
