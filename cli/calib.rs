@@ -253,6 +253,11 @@ fn probe_plan(max_len: u32, kv_tokens: u64, max_running: u32, cap: u32) -> Vec<(
         format!("mixed-{mixed_c}"),
         json!({"dataset_name": "random", "random_input_len": 384, "random_output_len": 24, "random_range_ratio": 0.5, "num_prompts": 4 * mixed_c, "max_concurrency": mixed_c, "ignore_eos": true, "initial_test_request": false}),
     ));
+    // Fresh prompts for every probe: a probe must not hit the prefix cache
+    // that an earlier probe filled (the simulator runs each probe cold).
+    for (i, (_, w)) in plan.iter_mut().enumerate() {
+        w["seed"] = (1000 + i as u64).into();
+    }
     plan
 }
 
@@ -303,7 +308,12 @@ async fn measure(
         o.poll_interval = None;
         let _ = bench::run(&o, &wu).await;
     }
-    let run = bench::run(opts, w).await;
+    let pb = crate::plot::progress(w.requests.len() as u64, "requests");
+    let pb2 = pb.clone();
+    let mut o = opts.clone();
+    o.on_done = Some(bench::OnDone(std::sync::Arc::new(move || pb2.inc(1))));
+    let run = bench::run(&o, w).await;
+    pb.finish_and_clear();
     (live::measured_json(info, w, &run), run)
 }
 
@@ -619,6 +629,10 @@ pub fn check(a: CheckArgs) -> Result<ExitCode, String> {
         for (i, &c) in conc.iter().enumerate() {
             let mut w = wl_json.clone();
             w["max_concurrency"] = c.into();
+            // Fresh prompts at every point: the live server's cache still holds the
+            // previous points' prompts, the simulator starts each point cold.
+            let seed = w.get("seed").and_then(Value::as_u64).unwrap_or(0);
+            w["seed"] = (seed + i as u64).into();
             if let Some(p) = &per_point {
                 w["num_prompts"] = (if p.len() == 1 {
                     p[0]

@@ -12,6 +12,7 @@ mod explain;
 mod live;
 mod load;
 mod plot;
+mod serve;
 mod sweep;
 mod tune;
 
@@ -51,6 +52,8 @@ enum Cmd {
     Explain(explain::ExplainArgs),
     /// What-if tuning: the best configuration under SLOs, the Pareto front, what broke which SLO.
     Tune(tune::TuneArgs),
+    /// Serve a simulated engine over the OpenAI-compatible API (and /metrics), in real time.
+    Serve(serve::ServeArgs),
 }
 
 /// Flags shared by the commands that read a scenario.
@@ -137,6 +140,7 @@ fn main() -> ExitCode {
         Cmd::Check(a) => calib::check(a),
         Cmd::Explain(a) => explain::run(a),
         Cmd::Tune(a) => tune::run(a),
+        Cmd::Serve(a) => serve::run(a),
     };
     match r {
         Ok(code) => code,

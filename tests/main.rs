@@ -15,5 +15,6 @@ mod invariants;
 mod live_faults;
 mod notebooks;
 mod radix_props;
+mod serve;
 mod sglang_semantics;
 mod vllm_semantics;

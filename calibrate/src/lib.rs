@@ -20,4 +20,5 @@ pub mod client;
 pub mod fit;
 pub mod manifest;
 pub mod prom;
+pub mod serve;
 pub mod server;

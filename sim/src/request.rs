@@ -51,6 +51,10 @@ impl RequestSpec {
         if pos >= self.prompt_len {
             return token_of(self.output_key, pos - self.prompt_len);
         }
+        // Prompts given token by token (a live server's) index directly.
+        if self.prompt.len() == self.prompt_len as usize {
+            return token_of(self.prompt[pos as usize].key, 0);
+        }
         let mut start = 0u32;
         for seg in &self.prompt {
             if pos < start + seg.len {
@@ -111,6 +115,10 @@ struct Pieces<'a> {
 
 impl<'a> Pieces<'a> {
     fn new(spec: &'a RequestSpec, pos: u32, end: u32) -> Pieces<'a> {
+        // Prompts given token by token: start at the right segment at once.
+        if spec.prompt.len() == spec.prompt_len as usize && pos < spec.prompt_len {
+            return Pieces { spec, pos, end, seg: pos as usize, seg_start: pos };
+        }
         Pieces { spec, pos, end, seg: 0, seg_start: 0 }
     }
 }

@@ -1,0 +1,305 @@
+//! `servesim serve`: real clients against a simulated engine. Its numbers
+//! match `servesim simulate`; calibration against it finds the scenario's
+//! own coefficients again; it holds 256 streams; bad requests get 4xx and
+//! leave it up.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use crate::common::*;
+
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(scenario: &str, extra: &[&str]) -> Server {
+    let mut c = servesim();
+    c.args(["serve", scenario, "--port", "0", "--max-lifetime", "300"])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().expect("start servesim serve");
+    let mut line = String::new();
+    BufReader::new(child.stderr.take().unwrap()).read_line(&mut line).unwrap();
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_string();
+    Server { child, url }
+}
+
+fn num(j: &serde_json::Value, k: &str) -> f64 {
+    j[k].as_f64().unwrap_or_else(|| panic!("no {k}"))
+}
+
+/// The timing tests run one at a time: two servers sleeping on the same two
+/// cores wake each other late.
+static TIMING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+#[test]
+fn a_client_against_serve_measures_what_simulate_predicts() {
+    let _serial = TIMING.lock().unwrap_or_else(|e| e.into_inner());
+    let s = start("scenarios/serve-small-vllm.json", &[]);
+    let measured = stdout_json(&run_cli(&[
+        "bench",
+        "--base-url",
+        &s.url,
+        "--scenario",
+        "scenarios/serve-small-vllm.json",
+        "--vocab-size",
+        "32000",
+        "--no-initial-test",
+        "--json",
+    ]));
+    let predicted = stdout_json(&run_cli(&[
+        "simulate",
+        "scenarios/serve-small-vllm.json",
+        "--set",
+        "workload.initial_test_request=false",
+        "--json",
+    ]));
+    assert_eq!(measured["completed"], 40);
+    for k in ["output_throughput", "mean_ttft_ms", "mean_tpot_ms", "mean_e2el_ms"] {
+        let (m, p) = (num(&measured, k), num(&predicted, k));
+        assert!((m - p).abs() / p < 0.05, "{k}: measured {m}, simulated {p}");
+    }
+    // The engine's own metrics, under vLLM's names.
+    let metrics = measured["num_preemptions"].as_u64();
+    assert!(metrics.is_some());
+}
+
+#[test]
+fn calibrating_against_serve_recovers_the_scenarios_coefficients_and_check_passes() {
+    let _serial = TIMING.lock().unwrap_or_else(|e| e.into_inner());
+    let s = start("scenarios/serve-small-vllm.json", &[]);
+    let dir = std::env::temp_dir().join(format!("servesim-serve-cal-{}", std::process::id()));
+    let profile = dir.join("profile.json");
+    let derive = [
+        "--model-card",
+        "qwen2.5-7b-instruct",
+        "--hardware",
+        "a100-80gb",
+        "--set",
+        "engine.max_num_seqs=32",
+        "--set",
+        "engine.max_num_batched_tokens=2048",
+    ];
+    let mut args = vec![
+        "calibrate",
+        "--base-url",
+        &s.url,
+        "--engine",
+        "vllm",
+        "--out",
+        profile.to_str().unwrap(),
+        "--result-dir",
+        dir.to_str().unwrap(),
+    ];
+    args.extend(derive);
+    let o = run_cli(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let p: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&profile).unwrap()).unwrap();
+    let scen: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root().join("scenarios/serve-small-vllm.json")).unwrap())
+            .unwrap();
+    // The engine's coefficients come back within 5%.
+    for k in ["step_us", "prefill_token_us", "decode_token_us"] {
+        let (fitted, truth) =
+            (p["coefficients"][k].as_f64().unwrap(), scen["cost"]["coefficients"][k].as_f64().unwrap());
+        assert!((fitted - truth).abs() / truth < 0.05, "{k}: fitted {fitted}, the scenario's {truth}");
+    }
+    // Ingress as measured includes the real HTTP path on loopback (connection, JSON, both
+    // processes' scheduling) on top of the modelled 1.5 ms: it can only come out larger.
+    let ingress = p["coefficients"]["request_ingress_us"].as_f64().unwrap();
+    assert!(ingress >= 0.95 * 1500.0 && ingress < 20_000.0, "request_ingress_us fitted {ingress}");
+    let mut args = vec![
+        "check",
+        "--base-url",
+        &s.url,
+        "--engine",
+        "vllm",
+        "--profile",
+        profile.to_str().unwrap(),
+        "--random-input-len",
+        "256",
+        "--random-output-len",
+        "32",
+        "--ignore-eos",
+        "--concurrency",
+        "1,4,16,48",
+        "--num-prompts-per-point",
+        "6,12,32,96",
+        "--result-dir",
+        dir.to_str().unwrap(),
+        "--json",
+    ];
+    args.extend(derive);
+    let o = run_cli(&args);
+    let r: serde_json::Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&o.stderr)));
+    assert_eq!(r["verdict"]["pass"], true, "{}", serde_json::to_string_pretty(&r["verdict"]).unwrap());
+    assert_eq!(o.status.code(), Some(0));
+}
+
+#[test]
+fn serve_holds_256_concurrent_streams() {
+    let s = start("scenarios/serve-small-vllm.json", &["--time-scale", "4"]);
+    let j = stdout_json(&run_cli(&[
+        "bench",
+        "--base-url",
+        &s.url,
+        "--random-input-len",
+        "32",
+        "--random-output-len",
+        "8",
+        "--num-prompts",
+        "256",
+        "--max-concurrency",
+        "256",
+        "--ignore-eos",
+        "--vocab-size",
+        "32000",
+        "--json",
+    ]));
+    assert_eq!(j["completed"], 256);
+    assert_eq!(j["failed"], 0);
+    assert!(j["max_concurrent_requests"].as_u64().unwrap() >= 200, "{}", j["max_concurrent_requests"]);
+}
+
+fn raw(url: &str, request: &[u8]) -> String {
+    let addr = url.trim_start_matches("http://");
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let _ = s.write_all(request);
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+fn post(url: &str, path: &str, body: &str) -> String {
+    raw(
+        url,
+        format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    )
+}
+
+#[test]
+fn malformed_requests_get_4xx_and_leave_the_server_up() {
+    let s = start("scenarios/serve-small-vllm.json", &[]);
+    let m = "qwen2.5-7b-instruct";
+    let cases: Vec<(String, &str)> = vec![
+        (post(&s.url, "/v1/completions", "{not json"), "400"),
+        (post(&s.url, "/v1/completions", "[1,2,3]"), "400"),
+        (post(&s.url, "/v1/completions", &format!(r#"{{"prompt": "hi", "max_tokens": 4}}"#)), "400"),
+        (post(&s.url, "/v1/completions", &format!(r#"{{"model": "other", "prompt": "hi"}}"#)), "404"),
+        (post(&s.url, "/v1/completions", &format!(r#"{{"model": "{m}", "prompt": "hi", "max_tokens": "x"}}"#)), "400"),
+        (post(&s.url, "/v1/completions", &format!(r#"{{"model": "{m}", "prompt": "hi", "max_tokens": 0}}"#)), "400"),
+        (
+            post(&s.url, "/v1/completions", &format!(r#"{{"model": "{m}", "prompt": "hi", "max_tokens": 99999}}"#)),
+            "400",
+        ),
+        (
+            post(
+                &s.url,
+                "/v1/completions",
+                &format!(
+                    r#"{{"model": "{m}", "prompt": {}, "max_tokens": 8}}"#,
+                    serde_json::to_string(&vec![7u32; 5000]).unwrap()
+                ),
+            ),
+            "400",
+        ),
+        (post(&s.url, "/v1/completions", &format!(r#"{{"model": "{m}", "prompt": [-1, 2]}}"#)), "400"),
+        (post(&s.url, "/v1/completions", &format!(r#"{{"model": "{m}", "prompt": "hi", "stream": "yes"}}"#)), "400"),
+        (post(&s.url, "/v1/chat/completions", &format!(r#"{{"model": "{m}", "messages": "hi"}}"#)), "400"),
+        (raw(&s.url, b"POST /v1/completions HTTP/1.1\r\nContent-Length: 99999999\r\n\r\n"), "413"),
+        (
+            raw(&s.url, b"POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"),
+            "400",
+        ),
+        (raw(&s.url, b"GET /nowhere HTTP/1.1\r\n\r\n"), "404"),
+        (raw(&s.url, b"DELETE /v1/models HTTP/1.1\r\n\r\n"), "405"),
+    ];
+    for (i, (resp, code)) in cases.iter().enumerate() {
+        assert!(
+            resp.starts_with(&format!("HTTP/1.1 {code}")),
+            "case {i}: expected {code}, got {:?}",
+            resp.lines().next()
+        );
+    }
+    // A connection cut in the middle of its body, and one that sends garbage.
+    {
+        let mut t = TcpStream::connect(s.url.trim_start_matches("http://")).unwrap();
+        t.write_all(b"POST /v1/completions HTTP/1.1\r\nContent-Length: 500\r\n\r\n{\"model\":").unwrap();
+    }
+    raw(&s.url, b"\x00\x01\x02 garbage\r\n\r\n");
+    // Still up, and still serving.
+    assert!(raw(&s.url, b"GET /health HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 200"));
+    let ok = post(
+        &s.url,
+        "/v1/chat/completions",
+        &format!(r#"{{"model": "{m}", "messages": [{{"role": "user", "content": "hello"}}], "max_tokens": 3}}"#),
+    );
+    assert!(ok.starts_with("HTTP/1.1 200") && ok.contains("\"completion_tokens\":3"), "{ok}");
+    let metrics = raw(&s.url, b"GET /metrics HTTP/1.1\r\n\r\n");
+    for name in [
+        "vllm:cache_config_info",
+        "vllm:num_requests_running",
+        "vllm:kv_cache_usage_perc",
+        "vllm:time_to_first_token_seconds_bucket",
+        "vllm:num_preemptions_total",
+    ] {
+        assert!(metrics.contains(name), "/metrics lacks {name}");
+    }
+}
+
+#[test]
+fn an_sglang_scenario_is_served_under_sglangs_names() {
+    let s = start("scenarios/kv-starved-qwen2.5-7b-a100-sglang.json", &["--time-scale", "20"]);
+    let info = raw(&s.url, b"GET /get_server_info HTTP/1.1\r\n\r\n");
+    assert!(info.contains("\"max_total_tokens\":10240"), "{info}");
+    let j = stdout_json(&run_cli(&[
+        "bench",
+        "--base-url",
+        &s.url,
+        "--random-input-len",
+        "64",
+        "--random-output-len",
+        "8",
+        "--num-prompts",
+        "8",
+        "--max-concurrency",
+        "4",
+        "--ignore-eos",
+        "--vocab-size",
+        "32000",
+        "--json",
+    ]));
+    assert_eq!(j["engine"], "sglang");
+    assert_eq!(j["kv_cache_tokens"], 10240);
+    assert_eq!(j["completed"], 8);
+    let metrics = raw(&s.url, b"GET /metrics HTTP/1.1\r\n\r\n");
+    for name in [
+        "sglang:num_running_reqs",
+        "sglang:max_total_num_tokens",
+        "sglang:token_usage",
+        "sglang:inter_token_latency_seconds_bucket",
+    ] {
+        assert!(metrics.contains(name), "/metrics lacks {name}");
+    }
+}
