@@ -23,7 +23,7 @@ pub struct ServeArgs {
     /// The served model name (default: the scenario's model card id).
     #[arg(long)]
     pub model: Option<String>,
-    /// A tokenizer.json to count text prompts exactly (not supported yet: text counts one token per 4 bytes).
+    /// A tokenizer.json (or a folder holding one) to count text prompts exactly; without it, text counts one token per 4 bytes.
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
     /// Simulated seconds per wall second (2: twice as fast as the modelled engine).
@@ -40,11 +40,10 @@ pub struct ServeArgs {
 }
 
 pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
-    if a.tokenizer.is_some() {
-        return Err(
-            "--tokenizer: exact text token counts are not supported yet; send token-id prompts for exact counts".into(),
-        );
-    }
+    let tokenizer = match &a.tokenizer {
+        Some(p) => Some(std::sync::Arc::new(serve::load_tokenizer(p).map_err(|e| format!("--tokenizer {e}"))?)),
+        None => None,
+    };
     if !(a.time_scale > 0.0 && a.time_scale.is_finite()) {
         return Err(format!("--time-scale: must be > 0, got {}", a.time_scale));
     }
@@ -62,6 +61,7 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
         time_scale: a.time_scale,
         max_connections: a.max_connections,
         max_lifetime: a.max_lifetime.map(Duration::from_secs_f64),
+        tokenizer,
     };
     let kind = spec.engine.kind();
     let version = spec.engine.version();

@@ -7,9 +7,10 @@
 //! step's modelled duration (divided by `time_scale`), and delivers the
 //! tokens the step produced. Only the driver differs from `sim::simulation`.
 //!
-//! Token counts: token-id prompts are exact; a text prompt counts one token
-//! per 4 bytes (rounded up), and its contents are the hashes of those 4-byte
-//! pieces, so identical text prefixes share KV. (A tokenizer is not used.)
+//! Token counts: token-id prompts are exact; text is encoded with the
+//! tokenizer.json given (exact, special tokens included), or else counts one
+//! token per 4 bytes (rounded up), its contents the hashes of those 4-byte
+//! pieces, so that identical text prefixes still share KV.
 //!
 //! Bounded and safe: loopback by default, a cap on request bodies (8 MiB)
 //! and on concurrent connections (503 past it), 4xx answers for bad requests,
@@ -41,6 +42,14 @@ pub struct ServeOptions {
     pub max_connections: usize,
     /// Stop after this long (tests), or never.
     pub max_lifetime: Option<Duration>,
+    /// Counts text prompts exactly (special tokens included, as the engines do).
+    pub tokenizer: Option<Arc<tokenizers::Tokenizer>>,
+}
+
+/// Loads a tokenizer.json (or the one in a folder).
+pub fn load_tokenizer(path: &std::path::Path) -> Result<tokenizers::Tokenizer, String> {
+    let p = if path.is_dir() { path.join("tokenizer.json") } else { path.to_path_buf() };
+    tokenizers::Tokenizer::from_file(&p).map_err(|e| format!("{}: not a tokenizer.json: {e}", p.display()))
 }
 
 /// A token delivered to a request's stream.
@@ -412,6 +421,16 @@ fn text_segments(text: &str) -> Vec<Segment> {
         .collect()
 }
 
+fn encode(text: &str, sh: &Shared) -> Result<Vec<Segment>, (u16, String)> {
+    match &sh.opts.tokenizer {
+        Some(t) => {
+            let e = t.encode(text, true).map_err(|e| (400, format!("the prompt could not be tokenized: {e}")))?;
+            Ok(e.get_ids().iter().map(|&id| Segment { key: u64::from(id) ^ 0x7f4a_7c15, len: 1 }).collect())
+        }
+        None => Ok(text_segments(text)),
+    }
+}
+
 fn parse_completion(body: &[u8], chat: bool, sh: &Shared) -> Result<Completion, (u16, String)> {
     let v: Value = serde_json::from_slice(body).map_err(|e| (400, format!("the body is not valid JSON: {e}")))?;
     let obj = v.as_object().ok_or((400, "the body must be a JSON object".to_string()))?;
@@ -439,10 +458,10 @@ fn parse_completion(body: &[u8], chat: bool, sh: &Shared) -> Result<Completion, 
             text.push_str(c);
             text.push('\n');
         }
-        text_segments(&text)
+        encode(&text, sh)?
     } else {
         match obj.get("prompt") {
-            Some(Value::String(s)) => text_segments(s),
+            Some(Value::String(s)) => encode(s, sh)?,
             Some(Value::Array(a)) if a.iter().all(Value::is_u64) => {
                 a.iter().map(|t| Segment { key: t.as_u64().unwrap_or(0) ^ 0x7f4a_7c15, len: 1 }).collect()
             }

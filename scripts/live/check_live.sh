@@ -14,13 +14,16 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 export LIVE_DIR=${LIVE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/servesim-live}
 OUT=${OUT:-$ROOT/validation/live-$(date -u +%Y%m%d-%H%M%S)}
-ENGINES=${ENGINES:-"vllm sglang"}
+ENGINES=${ENGINES:-"vllm sglang serve"}
 mkdir -p "$LIVE_DIR/logs" "$OUT"
 
 for e in $ENGINES; do
-  [ -x "$LIVE_DIR/venv-$e/bin/python" ] || bash "$HERE/setup_$e.sh"
+  case $e in
+    vllm|sglang) [ -x "$LIVE_DIR/venv-$e/bin/python" ] || bash "$HERE/setup_$e.sh" ;;
+    serve) [ -x "$LIVE_DIR/venv-vllm/bin/python" ] || bash "$HERE/setup_vllm.sh" ;;
+  esac
 done
-[ -f "$LIVE_DIR/models/tiny-llama/config.json" ] || "$LIVE_DIR/venv-$(echo $ENGINES | cut -d' ' -f1)/bin/python" "$HERE/make_model.py"
+[ -f "$LIVE_DIR/models/tiny-llama/config.json" ] || "$LIVE_DIR/venv-vllm/bin/python" "$HERE/make_model.py" 2>/dev/null || "$LIVE_DIR/venv-sglang/bin/python" "$HERE/make_model.py"
 (cd "$ROOT" && cargo build --release --locked)
 SERVESIM="$ROOT/target/release/servesim"
 
@@ -43,6 +46,29 @@ wait_health() {
 WORKLOAD=(--random-input-len 256 --random-output-len 64 --ignore-eos --concurrency 1,2,4,8,16 --num-prompts-per-point 8,12,16,32,48)
 
 for e in $ENGINES; do
+  if [ "$e" = serve ]; then
+    # A real third-party client, vLLM's own `vllm bench serve`, against `servesim serve`,
+    # compared with `servesim simulate` of the same scenario and workload.
+    PORT=8012
+    "$SERVESIM" serve "$ROOT/scenarios/serve-small-vllm.json" --port $PORT --model tiny-llama \
+      --tokenizer "$LIVE_DIR/models/tiny-llama" --max-lifetime 600 2> "$OUT/serve.log" &
+    PID=$!
+    wait_health "http://127.0.0.1:$PORT"
+    VLLM_TARGET_DEVICE=cpu "$LIVE_DIR/venv-vllm/bin/vllm" bench serve --backend openai --base-url "http://127.0.0.1:$PORT" \
+      --endpoint /v1/completions --model tiny-llama --tokenizer "$LIVE_DIR/models/tiny-llama" --dataset-name random \
+      --random-input-len 256 --random-output-len 32 --num-prompts 40 --max-concurrency 8 --ignore-eos \
+      --percentile-metrics ttft,tpot,itl,e2el --save-result --result-dir "$OUT/serve" --result-filename vllm-bench-serve.json > "$OUT/serve-vllm-bench.txt" 2>&1
+    "$SERVESIM" simulate "$ROOT/scenarios/serve-small-vllm.json" --json > "$OUT/serve-simulate.json"
+    python3 - "$OUT/serve/vllm-bench-serve.json" "$OUT/serve-simulate.json" <<'PY' | tee -a "$OUT/summary.txt"
+import json, sys
+m, p = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+print("vllm bench serve against servesim serve, measured / simulated:")
+for k in ["output_throughput", "mean_ttft_ms", "mean_tpot_ms", "mean_e2el_ms"]:
+    print(f"  {k:<20} {m[k]:10.2f} {p[k]:10.2f}  {100*(p[k]-m[k])/m[k]:+5.1f}%")
+PY
+    stop
+    continue
+  fi
   case $e in
     vllm)
       PORT=8011
