@@ -303,3 +303,27 @@ fn an_sglang_scenario_is_served_under_sglangs_names() {
         assert!(metrics.contains(name), "/metrics lacks {name}");
     }
 }
+
+#[test]
+fn serve_counts_text_prompts_with_the_tokenizer_given() {
+    let tok = root().join("tests/fixtures/tokenizer.json");
+    let s = start("scenarios/serve-small-vllm.json", &["--tokenizer", tok.to_str().unwrap(), "--time-scale", "10"]);
+    let r = post(
+        &s.url,
+        "/v1/completions",
+        r#"{"model": "qwen2.5-7b-instruct", "prompt": "a b c d a b", "max_tokens": 2}"#,
+    );
+    assert!(r.contains("\"prompt_tokens\":6"), "{r}");
+    // Without one, text counts one token per 4 bytes: 11 bytes, 3 tokens.
+    let s2 = start("scenarios/serve-small-vllm.json", &["--time-scale", "10"]);
+    let r = post(
+        &s2.url,
+        "/v1/completions",
+        r#"{"model": "qwen2.5-7b-instruct", "prompt": "a b c d a b", "max_tokens": 2}"#,
+    );
+    assert!(r.contains("\"prompt_tokens\":3"), "{r}");
+    // A bad tokenizer file is an error naming the flag.
+    let o = run_cli(&["serve", "--tokenizer", "Cargo.toml", "--port", "0", "--max-lifetime", "1"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--tokenizer"));
+}
