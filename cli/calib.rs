@@ -321,12 +321,7 @@ pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode, String> {
     if !a.from_results.is_empty() {
         return calibrate_offline(&a);
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
-    rt.block_on(async {
+    live::rt()?.block_on(async {
         let (info, mut opts) = live::connect(&a.server).await?;
         check_engine(&a.engine, &info)?;
         let kv = info.kv_capacity_tokens.ok_or("--base-url: the server does not expose its KV capacity")?;
@@ -613,12 +608,7 @@ pub fn check(a: CheckArgs) -> Result<ExitCode, String> {
         None => None,
     };
     let (wl_json, _) = a.workload.section_json()?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
-    rt.block_on(async {
+    live::rt()?.block_on(async {
         let (info, mut opts) = live::connect(&a.server).await?;
         check_engine(&a.engine, &info)?;
         let dir = a.result_dir.clone().unwrap_or_else(|| std::env::temp_dir().join("servesim-check"));

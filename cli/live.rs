@@ -257,7 +257,8 @@ pub struct BenchArgs {
     pub json: bool,
 }
 
-fn rt() -> Result<tokio::runtime::Runtime, String> {
+/// The async runtime of the live commands: one worker, so the client stays light.
+pub fn rt() -> Result<tokio::runtime::Runtime, String> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
