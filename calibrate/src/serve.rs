@@ -535,13 +535,7 @@ async fn generate(mut sock: TcpStream, sh: &Shared, c: Completion, chat: bool) {
     let output_len = if c.ignore_eos {
         c.max_tokens
     } else {
-        match sh.spec.workload.output_len_dist {
-            Some(sim::workload::OutputLenDist::Uniform { min, max }) => {
-                (min + (sim::rng::stream(n, "serve.eos").next_u32_mod(max - min + 1))).min(c.max_tokens)
-            }
-            _ => c.max_tokens,
-        }
-        .max(1)
+        sim::workload::eos_len(sh.spec.workload.output_len_dist, c.max_tokens, &mut sim::rng::stream(n, "serve.eos"))
     };
     let spec = RequestSpec {
         prompt: c.prompt,
@@ -611,17 +605,6 @@ async fn generate(mut sock: TcpStream, sh: &Shared, c: Completion, chat: bool) {
         let body = json!({"id": id, "object": if chat { "chat.completion" } else { "text_completion" }, "created": created, "model": model,
             "choices": [choice], "usage": {"prompt_tokens": c.prompt_len, "completion_tokens": i, "total_tokens": c.prompt_len + i}});
         let _ = sock.write_all(&response(200, "application/json", &body.to_string())).await;
-    }
-}
-
-trait NextMod {
-    fn next_u32_mod(&mut self, m: u32) -> u32;
-}
-
-impl NextMod for sim::rng::Rng {
-    fn next_u32_mod(&mut self, m: u32) -> u32 {
-        use rand::RngCore;
-        self.next_u32() % m.max(1)
     }
 }
 

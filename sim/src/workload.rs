@@ -234,7 +234,8 @@ pub fn generate(params: &WorkloadParams) -> Workload {
     }
 }
 
-fn eos_len(dist: Option<OutputLenDist>, max_tokens: u32, rng: &mut Rng) -> u32 {
+/// Where EOS ends an output of at most `max_tokens` tokens, drawn from `dist`.
+pub fn eos_len(dist: Option<OutputLenDist>, max_tokens: u32, rng: &mut Rng) -> u32 {
     let drawn = match dist {
         None => max_tokens,
         Some(OutputLenDist::Geometric { mean }) => {
