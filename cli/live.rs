@@ -183,11 +183,21 @@ pub async fn connect(s: &ServerArgs) -> Result<(ServerInfo, BenchOptions), Strin
         (None, Some(root)) if Path::new(root).join("tokenizer.json").exists() => vocab_of(Path::new(root))?,
         _ => (s.vocab_size.unwrap_or(32000), 256),
     };
-    if s.endpoint.contains("chat") {
-        return Err(
-            "--endpoint: /v1/chat/completions is not supported yet: token-exact prompts need /v1/completions".into()
-        );
-    }
+    // The chat endpoint takes text: prompts are built with the server's tokenizer.
+    let chat_tokenizer = if s.endpoint.contains("chat") {
+        let path = match (&s.tokenizer, &info.model_root) {
+            (Some(t), _) => t.clone(),
+            (None, Some(root)) if Path::new(root).join("tokenizer.json").exists() => PathBuf::from(root),
+            _ => {
+                return Err(
+                    "--endpoint /v1/chat/completions sends text: give the server's tokenizer with --tokenizer".into()
+                )
+            }
+        };
+        Some(std::sync::Arc::new(calibrate::serve::load_tokenizer(&path).map_err(|e| format!("--tokenizer {e}"))?))
+    } else {
+        None
+    };
     let opts = BenchOptions {
         base_url: s.base_url.clone(),
         target: Target {
@@ -205,6 +215,7 @@ pub async fn connect(s: &ServerArgs) -> Result<(ServerInfo, BenchOptions), Strin
         kv_capacity_tokens: info.kv_capacity_tokens.unwrap_or(0),
         verbose: false,
         on_done: None,
+        chat_tokenizer,
     };
     Ok((info, opts))
 }

@@ -327,3 +327,60 @@ fn serve_counts_text_prompts_with_the_tokenizer_given() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--tokenizer"));
 }
+
+#[test]
+fn bench_speaks_the_chat_endpoint_with_text_built_from_the_tokenizer() {
+    let tok = root().join("tests/fixtures/tokenizer.json");
+    let s = start("scenarios/serve-small-vllm.json", &["--tokenizer", tok.to_str().unwrap(), "--time-scale", "10"]);
+    let dir = std::env::temp_dir().join(format!("servesim-chat-{}", std::process::id()));
+    let j = stdout_json(&run_cli(&[
+        "bench",
+        "--base-url",
+        &s.url,
+        "--endpoint",
+        "/v1/chat/completions",
+        "--tokenizer",
+        tok.to_str().unwrap(),
+        "--random-input-len",
+        "20",
+        "--random-output-len",
+        "4",
+        "--num-prompts",
+        "6",
+        "--max-concurrency",
+        "3",
+        "--ignore-eos",
+        "--result-dir",
+        dir.to_str().unwrap(),
+        "--json",
+    ]));
+    assert_eq!(j["completed"], 6);
+    assert_eq!(j["total_output_tokens"], 24);
+    // Each request's prompt, as the server counted it, is recorded beside the intended length.
+    let f = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with(".requests.jsonl"))
+        .unwrap();
+    for l in std::fs::read_to_string(f).unwrap().lines() {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        let counted = v["prompt_tokens"].as_u64().unwrap();
+        assert!(
+            counted >= 20 && counted <= 24,
+            "the server counted {counted} tokens for a 20-token prompt (plus the chat role)"
+        );
+    }
+    // Without a tokenizer the chat endpoint is refused with a clear error.
+    let o = run_cli(&[
+        "bench",
+        "--base-url",
+        &s.url,
+        "--endpoint",
+        "/v1/chat/completions",
+        "--num-prompts",
+        "1",
+        "--ignore-eos",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--tokenizer"));
+}

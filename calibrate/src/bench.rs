@@ -46,6 +46,29 @@ pub struct BenchOptions {
     pub verbose: bool,
     /// Called as each timed request completes (progress display).
     pub on_done: Option<OnDone>,
+    /// With the chat endpoint: prompts become text through this tokenizer.
+    pub chat_tokenizer: Option<Arc<tokenizers::Tokenizer>>,
+}
+
+/// Text of exactly `ids.len()` tokens when re-encoded, as `vllm bench serve`
+/// builds its random prompts: decode, re-encode, cut or pad, decode again.
+pub fn text_prompt(tok: &tokenizers::Tokenizer, ids: &[u32]) -> String {
+    let target = ids.len();
+    let mut cur: Vec<u32> = ids.to_vec();
+    let mut text = tok.decode(&cur, true).unwrap_or_default();
+    for _ in 0..4 {
+        let got: Vec<u32> = tok.encode(text.as_str(), false).map(|e| e.get_ids().to_vec()).unwrap_or_default();
+        if got.len() == target {
+            break;
+        }
+        cur = if got.len() > target {
+            got[..target].to_vec()
+        } else {
+            got.iter().chain(ids.iter().cycle()).take(target).copied().collect()
+        };
+        text = tok.decode(&cur, true).unwrap_or_default();
+    }
+    text
 }
 
 /// A callback run as each timed request completes.
@@ -140,11 +163,9 @@ async fn run_phase(
         let sem = sem.clone();
         let client = client.clone();
         let target = opts.target.clone();
-        let req = Request {
-            prompt_token_ids: prompt_ids(spec, opts.vocab_size, opts.reserved_ids),
-            max_tokens: spec.max_tokens,
-            ignore_eos: spec.ignore_eos,
-        };
+        let ids = prompt_ids(spec, opts.vocab_size, opts.reserved_ids);
+        let text = opts.chat_tokenizer.as_ref().map(|t| text_prompt(t, &ids));
+        let req = Request { prompt_token_ids: ids, text, max_tokens: spec.max_tokens, ignore_eos: spec.ignore_eos };
         let send_at = start + Duration::from_nanos(spec.arrival_ns);
         let writer = writer.clone();
         let spec = spec.clone();

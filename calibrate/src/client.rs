@@ -33,6 +33,8 @@ pub struct Outcome {
 #[derive(Clone, Debug)]
 pub struct Request {
     pub prompt_token_ids: Vec<u32>,
+    /// The prompt as text, for the chat endpoint (`messages`); None sends token ids to `/v1/completions`.
+    pub text: Option<String>,
     pub max_tokens: u32,
     pub ignore_eos: bool,
 }
@@ -50,15 +52,27 @@ pub struct Target {
 pub async fn send(client: &reqwest::Client, target: &Target, req: &Request, t0: Instant) -> Outcome {
     let st = Instant::now();
     let mut out = Outcome { start_s: (st - t0).as_secs_f64(), ..Default::default() };
-    let body = json!({
-        "model": target.model,
-        "prompt": req.prompt_token_ids,
-        "max_tokens": req.max_tokens,
-        "temperature": 0.0,
-        "stream": true,
-        "stream_options": {"include_usage": true},
-        "ignore_eos": req.ignore_eos,
-    });
+    let body = match &req.text {
+        Some(text) => json!({
+            "model": target.model,
+            "messages": [{"role": "user", "content": text}],
+            "max_completion_tokens": req.max_tokens,
+            "max_tokens": req.max_tokens,
+            "temperature": 0.0,
+            "stream": true,
+            "stream_options": {"include_usage": true},
+            "ignore_eos": req.ignore_eos,
+        }),
+        None => json!({
+            "model": target.model,
+            "prompt": req.prompt_token_ids,
+            "max_tokens": req.max_tokens,
+            "temperature": 0.0,
+            "stream": true,
+            "stream_options": {"include_usage": true},
+            "ignore_eos": req.ignore_eos,
+        }),
+    };
     let mut rb = client.post(&target.url).header("Content-Type", "application/json").body(body.to_string());
     if let Some(k) = &target.api_key {
         rb = rb.header("Authorization", format!("Bearer {k}"));
