@@ -572,6 +572,33 @@ pub struct CheckArgs {
     /// Write measured against predicted throughput and TTFT as SVG.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<String>,
+    /// Measure each point this many times (fresh prompts each time); judge on the mean, report the spread.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: u32,
+}
+
+/// The mean of repeated measurements of a point, and each metric's relative
+/// spread ((max − min) / mean) across them.
+fn mean_of_runs(runs: &[Map<String, Value>]) -> (Map<String, Value>, Map<String, Value>) {
+    let mut mean = runs[0].clone();
+    let mut spread = Map::new();
+    if runs.len() < 2 {
+        return (mean, spread);
+    }
+    for (k, v) in &runs[0] {
+        if !v.is_number() {
+            continue;
+        }
+        let xs: Vec<f64> = runs.iter().filter_map(|r| r.get(k).and_then(Value::as_f64)).collect();
+        let m = xs.iter().sum::<f64>() / xs.len() as f64;
+        mean.insert(k.clone(), m.into());
+        if CHECK_METRICS.iter().any(|(c, _)| c == k) && m.abs() > 1e-12 {
+            let (lo, hi) = xs.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)));
+            spread.insert(k.clone(), ((hi - lo) / m).into());
+        }
+    }
+    mean.insert("repeats".into(), runs.len().into());
+    (mean, spread)
 }
 
 /// The metrics `check` compares, with their targets (median relative error on points not used for fitting).
@@ -647,37 +674,49 @@ pub fn check(a: CheckArgs) -> Result<ExitCode, String> {
             specs.push(load::resolve(&raw)?.1);
             raws.push(raw);
         }
-        // Measure every point (after a warm-up at its concurrency).
+        // Measure every point (after a warm-up at its concurrency), `--repeat` times
+        // with fresh prompts each time; the point's value is the mean of the repeats.
         let mut measured = Vec::new();
+        let mut spreads: Vec<Map<String, Value>> = Vec::new();
+        let repeats = a.repeat.max(1);
         for (i, s) in specs.iter().enumerate() {
-            let w = sim::workload::generate(&s.workload);
-            let files = live::run_files(Some(&dir), None, "check", &w, &opts.target.model)?;
-            opts.jsonl = Some(files.requests.clone());
-            let (point, run) = measure(&opts, &info, &w, true).await;
-            let mut f = Map::new();
-            f.insert("requests".into(), files.requests.display().to_string().into());
-            let rec = calibrate::manifest::record(
-                &info,
-                &a.server.endpoint,
-                &raws[i].json["workload"],
-                &w,
-                run.metrics_before.as_ref(),
-                run.metrics_after.as_ref(),
-                &f,
-                &point,
-            );
-            std::fs::write(&files.record, serde_json::to_string_pretty(&rec).expect("json"))
-                .map_err(|e| format!("{}: {e}", files.record.display()))?;
-            eprintln!(
-                "measured concurrency {}: {:.1} tok/s, mean TTFT {:.1} ms",
-                conc[i],
-                point["output_throughput"].as_f64().unwrap_or(0.0),
-                point["mean_ttft_ms"].as_f64().unwrap_or(0.0)
-            );
-            measured.push(point);
-            if run.interrupted {
-                return Err("interrupted".into());
+            let mut runs: Vec<Map<String, Value>> = Vec::new();
+            for k in 0..repeats {
+                let mut sk = s.clone();
+                sk.workload.seed = s.workload.seed + 1000 * u64::from(k);
+                let w = sim::workload::generate(&sk.workload);
+                let files = live::run_files(Some(&dir), None, "check", &w, &opts.target.model)?;
+                opts.jsonl = Some(files.requests.clone());
+                let (point, run) = measure(&opts, &info, &w, true).await;
+                let mut f = Map::new();
+                f.insert("requests".into(), files.requests.display().to_string().into());
+                let rec = calibrate::manifest::record(
+                    &info,
+                    &a.server.endpoint,
+                    &raws[i].json["workload"],
+                    &w,
+                    run.metrics_before.as_ref(),
+                    run.metrics_after.as_ref(),
+                    &f,
+                    &point,
+                );
+                std::fs::write(&files.record, serde_json::to_string_pretty(&rec).expect("json"))
+                    .map_err(|e| format!("{}: {e}", files.record.display()))?;
+                eprintln!(
+                    "measured concurrency {} (run {}/{repeats}): {:.1} tok/s, mean TTFT {:.1} ms",
+                    conc[i],
+                    k + 1,
+                    point["output_throughput"].as_f64().unwrap_or(0.0),
+                    point["mean_ttft_ms"].as_f64().unwrap_or(0.0)
+                );
+                if run.interrupted {
+                    return Err("interrupted".into());
+                }
+                runs.push(point);
             }
+            let (point, spread) = mean_of_runs(&runs);
+            measured.push(point);
+            spreads.push(spread);
         }
         // Fit on the chosen points, if asked.
         let used: Vec<bool> = conc.iter().map(|c| fit_on.contains(c)).collect();
@@ -704,7 +743,15 @@ pub fn check(a: CheckArgs) -> Result<ExitCode, String> {
             .iter()
             .map(|s| sim::report::point_json(s, &sim::simulate(s, sim::simulation::RunOptions::default())))
             .collect();
-        let report = check_report(&conc, &measured, &predicted, &used, &info, profile.as_ref());
+        let mut report = check_report(&conc, &measured, &predicted, &used, &info, profile.as_ref());
+        if repeats > 1 {
+            if let Some(pts) = report["points"].as_array_mut() {
+                for (p, sp) in pts.iter_mut().zip(&spreads) {
+                    p["measured_spread"] = Value::Object(sp.clone());
+                }
+            }
+            report["repeats"] = repeats.into();
+        }
         if let Some(path) = &a.plot {
             let line = |pts: &[Map<String, Value>], label: &str, dashed: bool| crate::plot::Series {
                 label: label.into(),
@@ -848,15 +895,17 @@ fn check_text(r: &Value) -> String {
             let m = p["measured"][k].as_f64();
             let q = p["predicted"][k].as_f64();
             let e = p["error"][k].as_f64();
+            let spread = p["measured_spread"][k].as_f64().map(|v| format!("{:.1}%", 100.0 * v)).unwrap_or_default();
             let _ = writeln!(
                 s,
-                "{:>11} {:>4} {:<22} {:>12} {:>12} {:>9}",
+                "{:>11} {:>4} {:<22} {:>12} {:>12} {:>9} {:>9}",
                 p["max_concurrency"],
                 if p["used_for_fit"] == true { "*" } else { "" },
                 k,
                 m.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into()),
                 q.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into()),
                 e.map(|v| format!("{:+.1}%", 100.0 * v)).unwrap_or_else(|| "-".into()),
+                spread,
             );
         }
     }

@@ -7,6 +7,7 @@
 #
 #   bash scripts/live/check_live.sh            # both engines
 #   ENGINES=vllm bash scripts/live/check_live.sh
+#   REPEAT=3 bash scripts/live/check_live.sh   # measure each check point 3 times (default 2)
 #
 # Bounded: every wait has a limit; the servers are stopped on exit.
 set -euo pipefail
@@ -90,7 +91,7 @@ PY
     --out "$OUT/$e-profile.json" --result-dir "$OUT/$e-calibrate" | tee "$OUT/$e-calibrate.txt"
   set +e
   "$SERVESIM" check --base-url "http://127.0.0.1:$PORT" --engine "$e" "${LOGARGS[@]}" --profile "$OUT/$e-profile.json" \
-    "${WORKLOAD[@]}" --result-dir "$OUT/$e-check" --json > "$OUT/$e-check.json"
+    "${WORKLOAD[@]}" --repeat "${REPEAT:-2}" --result-dir "$OUT/$e-check" --json > "$OUT/$e-check.json"
   echo "$e check exit status: $?" | tee -a "$OUT/summary.txt"
   set -e
   python3 - "$OUT/$e-check.json" <<'PY' | tee -a "$OUT/summary.txt"
