@@ -25,14 +25,20 @@ pub struct PointMeta {
 
 /// The report of one simulated run, as a JSON object with ordered keys.
 pub fn point_json(spec: &SimSpec, out: &SimOutput) -> Map<String, Value> {
-    let meta = PointMeta {
-        engine: spec.engine.kind().into(),
-        engine_version: spec.engine.version().to_string(),
-        model_id: spec.model.id.clone(),
-        hardware: spec.gpu.id.clone(),
-        kv_granularity: spec.engine.kv_granularity(),
-    };
-    bench_json(&meta, &out.workload, &out.metrics, &out.run)
+    bench_json(&PointMeta::of(spec), &out.workload, &out.metrics, &out.run)
+}
+
+impl PointMeta {
+    /// The setup a simulated run describes.
+    pub fn of(spec: &SimSpec) -> PointMeta {
+        PointMeta {
+            engine: spec.engine.kind().into(),
+            engine_version: spec.engine.version().to_string(),
+            model_id: spec.model.id.clone(),
+            hardware: spec.gpu.id.clone(),
+            kv_granularity: spec.engine.kv_granularity(),
+        }
+    }
 }
 
 /// The report of a run, simulated or measured: the same keys either way.
@@ -142,14 +148,7 @@ fn pct_value(s: &Stats, sorted_fallback: f64, p: f64) -> f64 {
 
 /// The text report of a simulated run.
 pub fn text(spec: &SimSpec, out: &SimOutput, opts: &TextOptions) -> String {
-    let meta = PointMeta {
-        engine: spec.engine.kind().into(),
-        engine_version: spec.engine.version().to_string(),
-        model_id: spec.model.id.clone(),
-        hardware: spec.gpu.id.clone(),
-        kv_granularity: spec.engine.kv_granularity(),
-    };
-    text_report(&meta, &out.workload, &out.metrics, &out.run, opts, "simulated")
+    text_report(&PointMeta::of(spec), &out.workload, &out.metrics, &out.run, opts, "simulated")
 }
 
 /// The text report: `vllm bench serve`'s block, then the engine block
