@@ -59,6 +59,23 @@ pub struct CostCoefficients {
     pub output_token_us: Option<f64>,
 }
 
+/// Calls `$m!` with every coefficient's field name, in report order: the one
+/// list the name-based accessors below are generated from.
+macro_rules! for_each_coefficient {
+    ($m:ident) => {
+        $m!(
+            step_us,
+            per_seq_us,
+            prefill_token_us,
+            decode_token_us,
+            prefill_attention_us,
+            decode_kv_us,
+            request_ingress_us,
+            output_token_us
+        )
+    };
+}
+
 /// Names of the coefficients, in the order they are reported.
 pub const COEFFICIENT_NAMES: [&str; 8] = [
     "step_us",
@@ -73,32 +90,27 @@ pub const COEFFICIENT_NAMES: [&str; 8] = [
 
 impl CostCoefficients {
     pub fn get(&self, name: &str) -> Option<f64> {
-        match name {
-            "step_us" => self.step_us,
-            "per_seq_us" => self.per_seq_us,
-            "prefill_token_us" => self.prefill_token_us,
-            "decode_token_us" => self.decode_token_us,
-            "prefill_attention_us" => self.prefill_attention_us,
-            "decode_kv_us" => self.decode_kv_us,
-            "request_ingress_us" => self.request_ingress_us,
-            "output_token_us" => self.output_token_us,
-            _ => None,
+        macro_rules! get {
+            ($($f:ident),*) => {
+                match name {
+                    $(stringify!($f) => self.$f,)*
+                    _ => None,
+                }
+            };
         }
+        for_each_coefficient!(get)
     }
 
     pub fn set(&mut self, name: &str, value: f64) {
-        let slot = match name {
-            "step_us" => &mut self.step_us,
-            "per_seq_us" => &mut self.per_seq_us,
-            "prefill_token_us" => &mut self.prefill_token_us,
-            "decode_token_us" => &mut self.decode_token_us,
-            "prefill_attention_us" => &mut self.prefill_attention_us,
-            "decode_kv_us" => &mut self.decode_kv_us,
-            "request_ingress_us" => &mut self.request_ingress_us,
-            "output_token_us" => &mut self.output_token_us,
-            _ => return,
-        };
-        *slot = Some(value);
+        macro_rules! set {
+            ($($f:ident),*) => {
+                match name {
+                    $(stringify!($f) => self.$f = Some(value),)*
+                    _ => {}
+                }
+            };
+        }
+        for_each_coefficient!(set)
     }
 }
 
@@ -283,17 +295,15 @@ impl CostModel {
     }
 
     fn slot(&mut self, name: &str) -> &mut f64 {
-        match name {
-            "step_us" => &mut self.step_us,
-            "per_seq_us" => &mut self.per_seq_us,
-            "prefill_token_us" => &mut self.prefill_token_us,
-            "decode_token_us" => &mut self.decode_token_us,
-            "prefill_attention_us" => &mut self.prefill_attention_us,
-            "decode_kv_us" => &mut self.decode_kv_us,
-            "request_ingress_us" => &mut self.request_ingress_us,
-            "output_token_us" => &mut self.output_token_us,
-            _ => unreachable!("unknown coefficient {name}"),
+        macro_rules! slot {
+            ($($f:ident),*) => {
+                match name {
+                    $(stringify!($f) => &mut self.$f,)*
+                    _ => unreachable!("unknown coefficient {name}"),
+                }
+            };
         }
+        for_each_coefficient!(slot)
     }
 
     /// All coefficients as an overlay (every one set).
