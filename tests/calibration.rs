@@ -128,3 +128,67 @@ fn offline_calibration_from_saved_results_keeps_the_prior_shape_with_one_point()
         assert!((q - m).abs() / m < 0.02, "{k}: {q} vs {m}");
     }
 }
+
+#[test]
+fn offline_calibration_reads_sglang_bench_serving_jsonl() {
+    // sglang.bench_serving appends one JSON object per run, with its own key names.
+    let dir = std::env::temp_dir().join(format!("servesim-sgl-jsonl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let scen = root().join("scenarios/rtx5090-qwen2.5-7b-sglang.json");
+    let mut lines = String::new();
+    for c in [1, 4] {
+        let j = stdout_json(&run_cli(&[
+            "simulate",
+            scen.to_str().unwrap(),
+            "--json",
+            "--set",
+            &format!("workload.max_concurrency={c}"),
+            "--set",
+            "workload.num_prompts=8",
+            "--set",
+            "cost.prior.prefill_mfu=0.8",
+        ]));
+        let line = serde_json::json!({
+            "backend": "sglang", "max_concurrency": c, "request_rate": "inf", "completed": 8,
+            "mean_ttft_ms": j["mean_ttft_ms"], "mean_tpot_ms": j["mean_tpot_ms"], "mean_itl_ms": j["mean_itl_ms"],
+            "mean_e2e_latency_ms": j["mean_e2el_ms"], "output_throughput": j["output_throughput"],
+        });
+        lines.push_str(&format!("{line}\n"));
+    }
+    let f = dir.join("sglang.jsonl");
+    std::fs::write(&f, lines).unwrap();
+    let out = dir.join("profile.json");
+    let o = run_cli(&[
+        "calibrate",
+        "--from-results",
+        f.to_str().unwrap(),
+        "--scenario",
+        scen.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let p: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let pts = p["fit"]["points"].as_array().unwrap();
+    assert_eq!(pts.len(), 2);
+    assert!(pts[0]["measured"]["mean_e2el_ms"].as_f64().is_some(), "mean_e2e_latency_ms is read as E2EL");
+    for pt in pts {
+        for (k, r) in pt["relative_residual"].as_object().unwrap() {
+            assert!(r.as_f64().unwrap().abs() < 0.05, "{k}: residual {r}");
+        }
+    }
+    // A file that is not a result is a clear error.
+    let bad = dir.join("bad.json");
+    std::fs::write(&bad, "{\"hello\": 1}").unwrap();
+    let o = run_cli(&[
+        "calibrate",
+        "--from-results",
+        bad.to_str().unwrap(),
+        "--scenario",
+        scen.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("mean_ttft_ms"));
+}

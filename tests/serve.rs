@@ -271,3 +271,46 @@ fn bench_speaks_the_chat_endpoint_with_text_built_from_the_tokenizer() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--tokenizer"));
 }
+
+#[test]
+fn diff_says_what_differs_between_two_runs_setups() {
+    let s = start("scenarios/serve-small-vllm.json", &["--time-scale", "20"]);
+    let dir = std::env::temp_dir().join(format!("servesim-diff-{}", std::process::id()));
+    let run = |seed: &str, name: &str| {
+        let o = run_cli(&[
+            "bench",
+            "--base-url",
+            &s.url,
+            "--random-input-len",
+            "32",
+            "--random-output-len",
+            "4",
+            "--num-prompts",
+            "4",
+            "--ignore-eos",
+            "--vocab-size",
+            "32000",
+            "--seed",
+            seed,
+            "--save-result",
+            "--result-dir",
+            dir.to_str().unwrap(),
+            "--result-filename",
+            name,
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        dir.join(format!("{name}.record.json"))
+    };
+    let (a, b, c) = (run("1", "a"), run("2", "b"), run("1", "c"));
+    let rec: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&a).unwrap()).unwrap();
+    assert_eq!(rec["setup"]["kv_capacity_tokens"], 10240);
+    assert_eq!(rec["setup"]["engine"]["kind"], "vllm");
+    assert!(rec["observed"]["metrics_after"]["vllm:generation_tokens_total"].as_f64().unwrap() > 0.0);
+    let d = run_cli(&["diff", a.to_str().unwrap(), b.to_str().unwrap()]);
+    let t = String::from_utf8_lossy(&d.stdout);
+    assert!(t.contains("workload.seed") && t.contains("workload_hash"), "{t}");
+    let same = run_cli(&["diff", a.to_str().unwrap(), c.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&same.stdout).contains("the same setup"));
+    let bad = run_cli(&["diff", a.to_str().unwrap(), "Cargo.toml"]);
+    assert_eq!(bad.status.code(), Some(2));
+}
