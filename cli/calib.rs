@@ -200,9 +200,10 @@ pub struct CalibrateArgs {
     /// Fit from existing `vllm bench serve --save-result` JSON or `sglang.bench_serving` JSONL files instead of probing.
     #[arg(long, num_args = 1..)]
     pub from_results: Vec<PathBuf>,
-    /// The scenario those results were measured with (offline).
-    #[arg(long)]
-    pub scenario: Option<PathBuf>,
+    /// The scenario those results were measured with (offline): one for all files, or one per
+    /// file (paired in order; for traces, whose arrivals differ per run).
+    #[arg(long, num_args = 1..)]
+    pub scenario: Vec<PathBuf>,
     /// Where to write the profile (JSON).
     #[arg(long)]
     pub out: PathBuf,
@@ -478,11 +479,20 @@ fn read_results(path: &Path) -> Result<Vec<Map<String, Value>>, String> {
 }
 
 fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
-    let scenario =
-        a.scenario.as_ref().ok_or("--from-results needs --scenario: the setup the results were measured on")?;
-    let base = load::read_raw(Some(scenario))?;
+    if a.scenario.is_empty() {
+        return Err("--from-results needs --scenario: the setup the results were measured on".into());
+    }
+    if a.scenario.len() != 1 && a.scenario.len() != a.from_results.len() {
+        return Err(format!(
+            "--scenario: give one scenario, or one per results file ({}), got {}",
+            a.from_results.len(),
+            a.scenario.len()
+        ));
+    }
+    let scenario = &a.scenario[0];
     let mut points = Vec::new();
-    for f in &a.from_results {
+    for (fi, f) in a.from_results.iter().enumerate() {
+        let base = load::read_raw(Some(&a.scenario[if a.scenario.len() == 1 { 0 } else { fi }]))?;
         for (k, r) in read_results(f)?.into_iter().enumerate() {
             let mut raw = base.clone();
             let mut sets = Vec::new();
