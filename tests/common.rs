@@ -76,6 +76,12 @@ pub fn run_bounded(mut cmd: Command, limit: Duration) -> Output {
 pub fn run_cli(args: &[&str]) -> Output {
     let mut c = servesim();
     c.args(args);
+    // A live run writes its per-request results where it is told, "." by default: keep the
+    // tests' out of the repository.
+    if args.first() == Some(&"bench") && !args.contains(&"--result-dir") {
+        let dir = std::env::temp_dir().join(format!("servesim-tests-{}", std::process::id()));
+        c.arg("--result-dir").arg(dir);
+    }
     run_bounded(c, Duration::from_secs(120))
 }
 
