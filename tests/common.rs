@@ -1,7 +1,8 @@
 //! Helpers shared by the tests.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -103,7 +104,33 @@ pub fn stdout_json(o: &Output) -> Value {
     serde_json::from_slice(&o.stdout).expect("stdout is JSON")
 }
 
-#[allow(dead_code)]
-pub fn exists(p: &Path) -> bool {
-    p.exists()
+/// A `servesim serve` child process, killed when dropped.
+pub struct Server {
+    child: Child,
+    pub url: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `servesim serve` on a free port and reads its address from the first line it logs.
+pub fn start_server(scenario: &str, extra: &[&str]) -> Server {
+    let mut c = servesim();
+    c.args(["serve", scenario, "--port", "0", "--max-lifetime", "300"])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().expect("start servesim serve");
+    let mut line = String::new();
+    BufReader::new(child.stderr.take().unwrap()).read_line(&mut line).unwrap();
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_string();
+    Server { child, url }
 }

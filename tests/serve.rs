@@ -3,45 +3,15 @@
 //! own coefficients again; it holds 256 streams; bad requests get 4xx and
 //! leave it up.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use crate::common::*;
 
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start(scenario: &str, extra: &[&str]) -> Server {
-    let mut c = servesim();
-    c.args(["serve", scenario, "--port", "0", "--max-lifetime", "300"])
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let mut child = c.spawn().expect("start servesim serve");
-    let mut line = String::new();
-    BufReader::new(child.stderr.take().unwrap()).read_line(&mut line).unwrap();
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
-        .to_string();
-    Server { child, url }
-}
-
 #[test]
 fn serve_holds_256_concurrent_streams() {
-    let s = start("scenarios/serve-small-vllm.json", &["--time-scale", "4"]);
+    let s = start_server("scenarios/serve-small-vllm.json", &["--time-scale", "4"]);
     let j = stdout_json(&run_cli(&[
         "bench",
         "--base-url",
@@ -87,7 +57,7 @@ fn post(url: &str, path: &str, body: &str) -> String {
 
 #[test]
 fn malformed_requests_get_4xx_and_leave_the_server_up() {
-    let s = start("scenarios/serve-small-vllm.json", &[]);
+    let s = start_server("scenarios/serve-small-vllm.json", &[]);
     let m = "qwen2.5-7b-instruct";
     let cases: Vec<(String, &str)> = vec![
         (post(&s.url, "/v1/completions", "{not json"), "400"),
@@ -157,7 +127,7 @@ fn malformed_requests_get_4xx_and_leave_the_server_up() {
 
 #[test]
 fn an_sglang_scenario_is_served_under_sglangs_names() {
-    let s = start("scenarios/kv-starved-qwen2.5-7b-a100-sglang.json", &["--time-scale", "20"]);
+    let s = start_server("scenarios/kv-starved-qwen2.5-7b-a100-sglang.json", &["--time-scale", "20"]);
     let info = raw(&s.url, b"GET /get_server_info HTTP/1.1\r\n\r\n");
     assert!(info.contains("\"max_total_tokens\":10240"), "{info}");
     let j = stdout_json(&run_cli(&[
@@ -194,7 +164,8 @@ fn an_sglang_scenario_is_served_under_sglangs_names() {
 #[test]
 fn serve_counts_text_prompts_with_the_tokenizer_given() {
     let tok = root().join("tests/fixtures/tokenizer.json");
-    let s = start("scenarios/serve-small-vllm.json", &["--tokenizer", tok.to_str().unwrap(), "--time-scale", "10"]);
+    let s =
+        start_server("scenarios/serve-small-vllm.json", &["--tokenizer", tok.to_str().unwrap(), "--time-scale", "10"]);
     let r = post(
         &s.url,
         "/v1/completions",
@@ -202,7 +173,7 @@ fn serve_counts_text_prompts_with_the_tokenizer_given() {
     );
     assert!(r.contains("\"prompt_tokens\":6"), "{r}");
     // Without one, text counts one token per 4 bytes: 11 bytes, 3 tokens.
-    let s2 = start("scenarios/serve-small-vllm.json", &["--time-scale", "10"]);
+    let s2 = start_server("scenarios/serve-small-vllm.json", &["--time-scale", "10"]);
     let r = post(
         &s2.url,
         "/v1/completions",
@@ -218,7 +189,8 @@ fn serve_counts_text_prompts_with_the_tokenizer_given() {
 #[test]
 fn bench_speaks_the_chat_endpoint_with_text_built_from_the_tokenizer() {
     let tok = root().join("tests/fixtures/tokenizer.json");
-    let s = start("scenarios/serve-small-vllm.json", &["--tokenizer", tok.to_str().unwrap(), "--time-scale", "10"]);
+    let s =
+        start_server("scenarios/serve-small-vllm.json", &["--tokenizer", tok.to_str().unwrap(), "--time-scale", "10"]);
     let dir = std::env::temp_dir().join(format!("servesim-chat-{}", std::process::id()));
     let j = stdout_json(&run_cli(&[
         "bench",
@@ -274,7 +246,7 @@ fn bench_speaks_the_chat_endpoint_with_text_built_from_the_tokenizer() {
 
 #[test]
 fn diff_says_what_differs_between_two_runs_setups() {
-    let s = start("scenarios/serve-small-vllm.json", &["--time-scale", "20"]);
+    let s = start_server("scenarios/serve-small-vllm.json", &["--time-scale", "20"]);
     let dir = std::env::temp_dir().join(format!("servesim-diff-{}", std::process::id()));
     let run = |seed: &str, name: &str| {
         let o = run_cli(&[

@@ -6,39 +6,8 @@
 #[path = "common.rs"]
 #[allow(dead_code)]
 mod common;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Stdio};
 
 use common::*;
-
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start(scenario: &str, extra: &[&str]) -> Server {
-    let mut c = servesim();
-    c.args(["serve", scenario, "--port", "0", "--max-lifetime", "300"])
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let mut child = c.spawn().expect("start servesim serve");
-    let mut line = String::new();
-    BufReader::new(child.stderr.take().unwrap()).read_line(&mut line).unwrap();
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
-        .to_string();
-    Server { child, url }
-}
 
 fn num(j: &serde_json::Value, k: &str) -> f64 {
     j[k].as_f64().unwrap_or_else(|| panic!("no {k}"))
@@ -49,7 +18,7 @@ static TIMING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 #[test]
 fn a_client_against_serve_measures_what_simulate_predicts() {
     let _serial = TIMING.lock().unwrap_or_else(|e| e.into_inner());
-    let s = start("scenarios/serve-small-vllm.json", &[]);
+    let s = start_server("scenarios/serve-small-vllm.json", &[]);
     // Open-loop Poisson arrivals, the same send times on both sides. (In a closed loop the
     // client's own HTTP delay puts every arrival at the same phase of the engine's steps,
     // which moves TTFT by a fraction of a step; random arrivals average that out.)
@@ -80,7 +49,7 @@ fn a_client_against_serve_measures_what_simulate_predicts() {
 #[test]
 fn calibrating_against_serve_recovers_the_scenarios_coefficients_and_check_passes() {
     let _serial = TIMING.lock().unwrap_or_else(|e| e.into_inner());
-    let s = start("scenarios/serve-small-vllm.json", &[]);
+    let s = start_server("scenarios/serve-small-vllm.json", &[]);
     let dir = std::env::temp_dir().join(format!("servesim-serve-cal-{}", std::process::id()));
     let profile = dir.join("profile.json");
     let derive = [

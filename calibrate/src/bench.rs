@@ -209,9 +209,14 @@ async fn run_phase(
 pub async fn run(opts: &BenchOptions, workload: &Workload) -> BenchRun {
     let client = reqwest::Client::builder().pool_max_idle_per_host(1024).build().expect("an HTTP client");
     let t0 = Instant::now();
-    let cpu0 = process_cpu_seconds();
     let writer = Arc::new(Mutex::new(Writer {
-        file: opts.jsonl.as_ref().and_then(|p| std::fs::OpenOptions::new().create(true).append(true).open(p).ok()),
+        file: opts.jsonl.as_ref().and_then(|p| match std::fs::OpenOptions::new().create(true).append(true).open(p) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                eprintln!("warning: per-request results will not be written to {}: {e}", p.display());
+                None
+            }
+        }),
     }));
     let mut interrupted = false;
     if let Some(t) = &workload.initial_test {
@@ -286,7 +291,6 @@ pub async fn run(opts: &BenchOptions, workload: &Workload) -> BenchRun {
         p.abort();
     }
     let metrics_after = server::metrics(&client, &opts.base_url, opts.api_key.as_deref()).await.ok();
-    let _ = cpu0;
 
     // The measurements in the simulator's shapes.
     let mut records = Vec::with_capacity(timed.len());

@@ -209,6 +209,17 @@ impl<'a, E: Engine> Loop<'a, E> {
         self.push(now + self.ingress_ns, Event::EngineArrival(id));
     }
 
+    /// Adds the last sample's gauges, held from it (or from the start of the timed phase)
+    /// until `t`, to the time integrals behind the means.
+    fn integrate_gauges_until(&mut self, t: u64) {
+        if let Some(prev) = self.last_sample {
+            let dt = t.saturating_sub(prev.t_ns.max(self.bench_start)) as f64;
+            self.integ[0] += prev.kv_usage * dt;
+            self.integ[1] += f64::from(prev.running) * dt;
+            self.integ[2] += f64::from(prev.waiting) * dt;
+        }
+    }
+
     fn sample_gauges(&mut self, now: u64) {
         let s = GaugeSample {
             t_ns: now,
@@ -217,12 +228,7 @@ impl<'a, E: Engine> Loop<'a, E> {
             kv_usage: self.engine.kv_usage(),
         };
         if self.timed {
-            if let Some(prev) = self.last_sample {
-                let dt = (now - prev.t_ns.max(self.bench_start)) as f64;
-                self.integ[0] += prev.kv_usage * dt;
-                self.integ[1] += f64::from(prev.running) * dt;
-                self.integ[2] += f64::from(prev.waiting) * dt;
-            }
+            self.integrate_gauges_until(now);
             let g = &mut self.gauges;
             g.kv_usage_peak = g.kv_usage_peak.max(s.kv_usage);
             g.running_peak = g.running_peak.max(s.running);
@@ -420,12 +426,7 @@ pub fn run<E: Engine>(engine: E, cost: &CostModel, workload: &Workload, opts: Ru
     let bench_start = lp.bench_start;
     // Close the gauge integral at the end of the timed phase.
     if lp.timed {
-        if let Some(prev) = lp.last_sample {
-            let dt = bench_end.saturating_sub(prev.t_ns.max(bench_start)) as f64;
-            lp.integ[0] += prev.kv_usage * dt;
-            lp.integ[1] += f64::from(prev.running) * dt;
-            lp.integ[2] += f64::from(prev.waiting) * dt;
-        }
+        lp.integrate_gauges_until(bench_end);
     }
     let span = bench_end.saturating_sub(bench_start) as f64;
     let mut gauges = lp.gauges;
