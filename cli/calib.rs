@@ -239,7 +239,12 @@ fn probe_plan(max_len: u32, kv_tokens: u64, max_running: u32, cap: u32) -> Vec<(
     for inp in [64u32, 512] {
         let o = 32u32;
         let per = u64::from(inp + o);
-        for c in [1u32, 4, 16] {
+        // The per-sequence cost shows in the slope over batch sizes: the largest batch the cap allows too.
+        let mut sizes = vec![1u32, 4, 16];
+        if cap > 16 {
+            sizes.push(cap);
+        }
+        for c in sizes {
             if c > cap || c > max_running || u64::from(c) * per.div_ceil(128) * 128 > kv_tokens || inp + o > max_len {
                 continue;
             }
@@ -349,7 +354,18 @@ pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode, String> {
             if failed > 0 {
                 return Err(format!("probe {name}: {failed} requests failed (see {})", dir.join(format!("{name}.requests.jsonl")).display()));
             }
-            points.push(FitPoint { name: name.clone(), spec, measured: measured_targets(&point) });
+            let mut measured = measured_targets(&point);
+            if wl["max_concurrency"].as_u64().is_some_and(|c| c > 1) {
+                // A decode probe's TTFT is the phase at which the client's closed-loop arrivals
+                // meet the engine's steps (when a wave of requests reaches the server decides
+                // how many share the first prefill step), which the simulator replays only on
+                // average; its TPOT, ITL and E2EL are what it measures. The c=1 probes fit TTFT.
+                measured[0] = None;
+            }
+            let send: Vec<f64> = run.outcomes.iter().map(|o| o.start_s).collect();
+            // At c=1 the closed loop is exact; replaying would only add the client's gaps.
+            let replay = if wl["max_concurrency"].as_u64().is_some_and(|c| c > 1) { fit::replay_workload(&w, &send) } else { None };
+            points.push(FitPoint { name: name.clone(), spec, measured, replay });
         }
         let prior = points[0].spec.cost.clone();
         // Teacher forcing on the engine's own step log, when there is one.
@@ -376,6 +392,41 @@ pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode, String> {
             }
             None => (prior.clone(), live_free()),
         };
+        // Without a step log, the prefill terms come from the concurrency-1 prefill probes alone.
+        let prefill_fit = if step_fit.is_none() {
+            let probes: Vec<&FitPoint> = points.iter().filter(|p| p.name.starts_with("prefill-")).collect();
+            fit::fit_prefill_probes(&probes, &prior)
+        } else {
+            None
+        };
+        let (start, free) = match &prefill_fit {
+            Some(pf) => {
+                let mut c = start;
+                let mut o = sim::cost::CostCoefficients::default();
+                o.set("prefill_token_us", pf.prefill_token_us);
+                o.set("prefill_attention_us", pf.prefill_attention_us);
+                c.overlay(&o, sim::cost::CoefficientSource::Profile);
+                eprintln!(
+                    "prefill probes: {} lengths, R² {:.4}: prefill_token_us {:.3}, prefill_attention_us {:.5}",
+                    pf.points, pf.r2, pf.prefill_token_us, pf.prefill_attention_us
+                );
+                let free = free.into_iter().filter(|f| !f.coefficients.iter().any(|c| c.starts_with("prefill_"))).collect();
+                (c, free)
+            }
+            None => (start, free),
+        };
+        // First the decode terms as one scale (with ingress), so that the coefficient-by-coefficient
+        // fit starts near the engine rather than at the prior, which can be off several-fold
+        // per term (a rugged objective lets Nelder–Mead wander off in a far start).
+        let start = if step_fit.is_none() {
+            let coarse = vec![
+                Free { name: "decode scale".into(), coefficients: vec!["step_us", "decode_token_us", "decode_kv_us"] },
+                Free::one("request_ingress_us"),
+            ];
+            fit::fit(&points, &start, &coarse, a.max_evals / 3).cost
+        } else {
+            start
+        };
         let mut r = fit::fit(&points, &start, &free, a.max_evals);
         if step_fit.is_some() {
             // The step log determined these too.
@@ -384,6 +435,12 @@ pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode, String> {
             }
             r.factors.extend([1.0, 1.0, 1.0]);
         }
+        if prefill_fit.is_some() {
+            for c in ["prefill_token_us", "prefill_attention_us"] {
+                r.free.push(Free { name: format!("{c} (prefill probes)"), coefficients: vec![c] });
+            }
+            r.factors.extend([1.0, 1.0]);
+        }
         let engine = json!({"kind": live::meta_of(&info).engine, "version": info.version, "model": info.model, "kv_capacity_tokens": kv});
         let mut extra = Map::new();
         if let Some(sf) = &step_fit {
@@ -391,6 +448,13 @@ pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode, String> {
                 "step_log_fit".into(),
                 json!({"file": step_log.as_ref().map(|p| p.display().to_string()), "rows": sf.rows, "r2": sf.r2, "residual_std_ms": sf.residual_std_ms,
                        "step_us": sf.coefficients[0], "per_seq_us": sf.coefficients[1], "prefill_token_us": sf.coefficients[2], "decode_token_us": sf.coefficients[3]}),
+            );
+        }
+        if let Some(pf) = &prefill_fit {
+            extra.insert(
+                "prefill_probe_fit".into(),
+                json!({"method": "linear least squares of the concurrency-1 prefill probes' mean TTFT", "points": pf.points, "r2": pf.r2,
+                       "prefill_token_us": pf.prefill_token_us, "prefill_attention_us": pf.prefill_attention_us, "intercept_ms": pf.intercept_ms}),
             );
         }
         extra.insert("fit_workloads".into(), Value::Array(plan.iter().map(|(n, w)| json!({"name": n, "workload": w})).collect()));
@@ -515,7 +579,12 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
             }
             load::apply_overrides(&mut raw, &sets, None)?;
             let spec = load::resolve(&raw)?.1;
-            points.push(FitPoint { name: format!("{}#{k}", f.display()), spec, measured: measured_targets(&r) });
+            points.push(FitPoint {
+                name: format!("{}#{k}", f.display()),
+                spec,
+                measured: measured_targets(&r),
+                replay: None,
+            });
         }
     }
     if points.is_empty() {
@@ -611,11 +680,15 @@ fn mean_of_runs(runs: &[Map<String, Value>]) -> (Map<String, Value>, Map<String,
     (mean, spread)
 }
 
-/// The metrics `check` compares, with their targets (median relative error on points not used for fitting).
+/// The metrics `check` compares, with their targets (median relative error on points not used
+/// for fitting), as the calibration issue sets them: mean and p99 TTFT are judged, median TTFT
+/// is shown only. In a closed loop a wave of requests splits across the engine's first steps
+/// (some get the first prefill step, the rest the next), so TTFT is bimodal and its median
+/// jumps between the modes on a shift of the split; the mean moves with the split smoothly.
 pub const CHECK_METRICS: [(&str, f64); 10] = [
     ("output_throughput", 0.05),
     ("mean_ttft_ms", 0.10),
-    ("median_ttft_ms", 0.10),
+    ("median_ttft_ms", f64::NAN),
     ("p99_ttft_ms", 0.10),
     ("mean_tpot_ms", 0.05),
     ("mean_itl_ms", 0.05),
@@ -740,6 +813,7 @@ pub fn check(a: CheckArgs) -> Result<ExitCode, String> {
                     name: format!("c{}", s.workload.max_concurrency.unwrap_or(0)),
                     spec: s.clone(),
                     measured: measured_targets(m),
+                    replay: None,
                 })
                 .collect();
             let free = if points.len() >= 3 { live_free() } else { group_free(points.len()) };

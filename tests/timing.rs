@@ -49,7 +49,11 @@ fn a_client_against_serve_measures_what_simulate_predicts() {
 #[test]
 fn calibrating_against_serve_recovers_the_scenarios_coefficients_and_check_passes() {
     let _serial = TIMING.lock().unwrap_or_else(|e| e.into_inner());
-    let s = start_server("scenarios/serve-small-vllm.json", &[]);
+    // At half speed the engine's true coefficients are twice the scenario's; the real HTTP
+    // path of a test (debug) build, part of which grows with the prompt's JSON, is then half
+    // as large next to them.
+    let time_scale = 0.5;
+    let s = start_server("scenarios/serve-small-vllm.json", &["--time-scale", "0.5"]);
     let dir = std::env::temp_dir().join(format!("servesim-serve-cal-{}", std::process::id()));
     let profile = dir.join("profile.json");
     let derive = [
@@ -72,6 +76,8 @@ fn calibrating_against_serve_recovers_the_scenarios_coefficients_and_check_passe
         profile.to_str().unwrap(),
         "--result-dir",
         dir.to_str().unwrap(),
+        "--max-probe-concurrency",
+        "32",
     ];
     args.extend(derive);
     let o = run_cli(&args);
@@ -80,16 +86,22 @@ fn calibrating_against_serve_recovers_the_scenarios_coefficients_and_check_passe
     let scen: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(root().join("scenarios/serve-small-vllm.json")).unwrap())
             .unwrap();
-    // The engine's coefficients come back within 5%.
+    let fitted = |k: &str| p["coefficients"][k].as_f64().unwrap();
+    let truth = |k: &str| scen["cost"]["coefficients"][k].as_f64().unwrap() / time_scale;
+    // The engine's coefficients come back within 5%. Probes cannot tell per_seq_us from
+    // decode_token_us (every decoding sequence has one token): calibration keeps per_seq_us
+    // at the prior and fits their sum through decode_token_us, so that sum is what is judged.
     for k in ["step_us", "prefill_token_us", "decode_token_us"] {
-        let (fitted, truth) =
-            (p["coefficients"][k].as_f64().unwrap(), scen["cost"]["coefficients"][k].as_f64().unwrap());
-        assert!((fitted - truth).abs() / truth < 0.05, "{k}: fitted {fitted}, the scenario's {truth}");
+        let (f, t) = match k {
+            "decode_token_us" => (fitted(k) + fitted("per_seq_us"), truth(k) + truth("per_seq_us")),
+            _ => (fitted(k), truth(k)),
+        };
+        assert!((f - t).abs() / t < 0.05, "{k}: fitted {f}, the engine's {t}");
     }
     // Ingress as measured includes the real HTTP path on loopback (connection, JSON, both
-    // processes' scheduling) on top of the modelled 1.5 ms: it can only come out larger.
-    let ingress = p["coefficients"]["request_ingress_us"].as_f64().unwrap();
-    assert!(ingress >= 0.95 * 1500.0 && ingress < 20_000.0, "request_ingress_us fitted {ingress}");
+    // processes' scheduling) on top of the modelled one: it can only come out larger.
+    let ingress = fitted("request_ingress_us");
+    assert!(ingress >= 0.95 * truth("request_ingress_us") && ingress < 20_000.0, "request_ingress_us fitted {ingress}");
     let mut args = vec![
         "check",
         "--base-url",

@@ -27,6 +27,14 @@ use statrs::statistics::Statistics;
 /// The metrics a fit matches, by their report keys.
 pub const TARGETS: [&str; 5] = ["mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "mean_e2el_ms", "output_throughput"];
 
+/// How far a measured mean of each target can be off the engine's true value for reasons
+/// the simulator does not model (relative; the fit divides each log error by it). TTFT is
+/// the loosest: it is a few steps long, so the HTTP path and, in a closed loop, the phase
+/// at which the client's arrivals meet the engine's steps move it by several per cent;
+/// TPOT and ITL average hundreds of steps. Equal weights let the fit buy a few per cent of
+/// TTFT at high concurrency with the per-token decode cost.
+pub const TARGET_NOISE: [f64; 5] = [0.05, 0.01, 0.01, 0.02, 0.02];
+
 /// One measured load point.
 #[derive(Clone, Debug)]
 pub struct FitPoint {
@@ -35,6 +43,59 @@ pub struct FitPoint {
     pub spec: SimSpec,
     /// Measured values of [`TARGETS`] (missing ones are None).
     pub measured: Vec<Option<f64>>,
+    /// The measured run's own requests at the times the client sent them, replayed open
+    /// loop instead of `spec`'s workload (teacher forcing of arrivals): a real client's
+    /// closed loop sends a wave of requests over a millisecond or two, not at one instant,
+    /// and how a wave splits across the engine's first steps shapes the whole run.
+    pub replay: Option<sim::workload::Workload>,
+}
+
+impl FitPoint {
+    /// Predicted target values under `cost`, replaying the measured arrivals when known.
+    pub fn predict(&self, cost: &CostModel) -> Vec<Option<f64>> {
+        match &self.replay {
+            None => predict(&self.spec, cost),
+            Some(w) => {
+                let run = match &self.spec.engine {
+                    sim::config::EngineSpec::Vllm(c) => sim::simulation::run(
+                        sim::engine::vllm::Scheduler::new(c.clone()),
+                        cost,
+                        w,
+                        RunOptions::default(),
+                    ),
+                    sim::config::EngineSpec::Sglang(c) => sim::simulation::run(
+                        sim::engine::sglang::Scheduler::new(c.clone()),
+                        cost,
+                        w,
+                        RunOptions::default(),
+                    ),
+                };
+                let m = sim::metrics::bench_metrics(&run);
+                vec![
+                    Some(m.ttft.mean),
+                    Some(m.tpot.mean),
+                    Some(m.itl.mean),
+                    Some(m.e2el.mean),
+                    Some(m.output_throughput),
+                ]
+            }
+        }
+    }
+}
+
+/// `w` with its timed requests sent at `send_s` (seconds from the run's start, in request
+/// order) and no concurrency limit: the measured arrivals, replayed.
+pub fn replay_workload(w: &sim::workload::Workload, send_s: &[f64]) -> Option<sim::workload::Workload> {
+    if send_s.len() != w.requests.len() || send_s.iter().any(|s| !s.is_finite() || *s < 0.0) {
+        return None;
+    }
+    let mut r = w.clone();
+    for (q, s) in r.requests.iter_mut().zip(send_s) {
+        q.arrival_ns = (s * 1e9).round() as u64;
+    }
+    r.max_concurrency = None;
+    r.request_rate = None;
+    Some(r)
 }
 
 /// A free parameter: a factor on one coefficient or on a group.
@@ -90,11 +151,11 @@ fn objective(points: &[FitPoint], cost: &CostModel) -> (f64, Vec<Vec<Option<f64>
     let mut total = 0.0;
     let mut preds = Vec::with_capacity(points.len());
     for p in points {
-        let pred = predict(&p.spec, cost);
-        for (m, q) in p.measured.iter().zip(&pred) {
+        let pred = p.predict(cost);
+        for ((m, q), scale) in p.measured.iter().zip(&pred).zip(TARGET_NOISE) {
             if let (Some(m), Some(q)) = (m, q) {
                 if *m > 0.0 && *q > 0.0 {
-                    total += (q / m).ln().powi(2);
+                    total += ((q / m).ln() / scale).powi(2);
                 }
             }
         }
@@ -112,6 +173,7 @@ pub fn fit(points: &[FitPoint], start: &CostModel, free: &[Free], max_evals: usi
         objective(points, &apply(start, free, x)).0
     };
     let x = nelder_mead(&mut f, d, max_evals);
+    let x = pattern_search(&mut f, x, 0.1, 1e-3, max_evals / 2);
     let cost = apply(start, free, &x);
     let (obj, predicted) = objective(points, &cost);
     let r2 = (0..TARGETS.len())
@@ -141,6 +203,46 @@ pub fn fit(points: &[FitPoint], start: &CostModel, free: &[Free], max_evals: usi
         evaluations: evals,
         r2,
     }
+}
+
+/// Compass search from `x`: tries ±`step` on each coordinate, moves on any improvement,
+/// halves the step when none helps, until it is below `min_step` or `max_evals` are spent.
+/// It polishes Nelder–Mead's answer: on a simulator's piecewise-smooth objective a simplex
+/// can collapse along a valley short of its floor (seen on `serve` probes: a fit at 8× the
+/// reachable objective, every TPOT residual of one sign), which a search along the axes,
+/// needing no simplex shape, walks out of.
+pub fn pattern_search(
+    f: &mut impl FnMut(&[f64]) -> f64,
+    mut x: Vec<f64>,
+    mut step: f64,
+    min_step: f64,
+    max_evals: usize,
+) -> Vec<f64> {
+    if x.is_empty() {
+        return x;
+    }
+    let mut fx = f(&x);
+    let mut used = 1;
+    while step >= min_step && used < max_evals {
+        let mut improved = false;
+        for i in 0..x.len() {
+            for dir in [1.0, -1.0] {
+                let mut y = x.clone();
+                y[i] += dir * step;
+                let fy = f(&y);
+                used += 1;
+                if fy < fx {
+                    (x, fx) = (y, fy);
+                    improved = true;
+                    break;
+                }
+            }
+        }
+        if !improved {
+            step /= 2.0;
+        }
+    }
+    x
 }
 
 /// Nelder–Mead minimisation from 0 in `d` dimensions (log factors).
@@ -315,7 +417,8 @@ pub fn profile_json(
     j.insert(
         "fit".into(),
         json!({
-            "method": "Nelder-Mead on squared log errors of simulated vs measured metrics",
+            "method": "Nelder-Mead on squared log errors of simulated vs measured metrics, each divided by its target_noise",
+            "target_noise": TARGETS.iter().zip(TARGET_NOISE).map(|(t, n)| (t.to_string(), json!(n))).collect::<Map<String, Value>>(),
             "targets": TARGETS,
             "free": r.free.iter().map(|f| json!({"name": f.name, "coefficients": f.coefficients})).collect::<Vec<_>>(),
             "factors": r.factors,
@@ -452,6 +555,75 @@ pub fn fit_step_log(rows: &[StepRow]) -> Option<StepFit> {
         r2: if ss_tot > 0.0 { 1.0 - ss_res / ss_tot } else { 0.0 },
         residual_std_ms: resid.iter().std_dev(),
         rows: rows.len(),
+    })
+}
+
+/// The prefill terms fitted from the concurrency-1 prefill probes alone.
+#[derive(Clone, Debug)]
+pub struct PrefillFit {
+    pub prefill_token_us: f64,
+    pub prefill_attention_us: f64,
+    /// Everything else in a lone request's TTFT (ingress, the step constant, output handling), ms.
+    pub intercept_ms: f64,
+    pub r2: f64,
+    pub points: usize,
+}
+
+/// Fits `prefill_token_us` and `prefill_attention_us` by linear least squares on the mean
+/// TTFT of concurrency-1 probes of several prompt lengths, with an intercept for all the
+/// rest. With one request in flight the schedule does not depend on timing, so a probe's
+/// mean TTFT is exactly linear in the coefficients: each column is the simulator's TTFT
+/// with that coefficient 1 and every other 0 (chunking included). Doing this apart from the
+/// global fit matters: the global fit weighs every probe's TTFT alike, and at higher
+/// concurrency a closed loop's TTFT carries the client's phase against the engine's steps,
+/// which it then pays for by trading the linear prefill term for the quadratic one, which
+/// the prompt lengths of a probe plan barely separate. Attention is dropped (0) when it
+/// comes out negative. None with fewer than 3 probes or a non-positive per-token cost.
+pub fn fit_prefill_probes(points: &[&FitPoint], base: &CostModel) -> Option<PrefillFit> {
+    if points.len() < 3 {
+        return None;
+    }
+    let unit = |name: &str| {
+        let mut c = base.clone();
+        let mut o = CostCoefficients::default();
+        for n in COEFFICIENT_NAMES {
+            o.set(n, if n == name { 1.0 } else { 0.0 });
+        }
+        c.overlay(&o, sim::cost::CoefficientSource::Profile);
+        c
+    };
+    let (tok, att) = (unit("prefill_token_us"), unit("prefill_attention_us"));
+    let mut x = Vec::new();
+    let mut y = Vec::new();
+    for p in points {
+        let m = p.measured[0]?;
+        let a = predict(&p.spec, &tok)[0]?;
+        let b = predict(&p.spec, &att)[0]?;
+        x.push([1.0, a, b, 0.0]);
+        y.push(m);
+    }
+    let mut active = [true, true, true, false];
+    let beta = loop {
+        let b = least_squares(&x, &y, &active)?;
+        if active[2] && b[2] < 0.0 {
+            active[2] = false;
+            continue;
+        }
+        break b;
+    };
+    if beta[1] <= 0.0 {
+        return None;
+    }
+    let pred: Vec<f64> = x.iter().map(|r| (0..4).map(|i| r[i] * beta[i]).sum()).collect();
+    let mean = y.iter().mean();
+    let ss_tot: f64 = y.iter().map(|v| (v - mean).powi(2)).sum();
+    let ss_res: f64 = y.iter().zip(&pred).map(|(a, b)| (a - b).powi(2)).sum();
+    Some(PrefillFit {
+        prefill_token_us: beta[1],
+        prefill_attention_us: beta[2],
+        intercept_ms: beta[0],
+        r2: if ss_tot > 0.0 { 1.0 - ss_res / ss_tot } else { 0.0 },
+        points: points.len(),
     })
 }
 

@@ -3,9 +3,13 @@
 //! routers, `servesim bench`) can load-test a simulated engine.
 //!
 //! **The same engine code as the offline simulator**, driven by the wall
-//! clock: the driver task asks the engine to schedule a step, sleeps for the
+//! clock: the driver thread asks the engine to schedule a step, sleeps for the
 //! step's modelled duration (divided by `time_scale`), and delivers the
 //! tokens the step produced. Only the driver differs from `sim::simulation`.
+//! The driver is an OS thread, not a tokio task: tokio's timer rounds every
+//! sleep up to the next millisecond, which on 10 ms steps is a bias of 5–10%
+//! (and made calibration against `serve` find a different engine than the
+//! scenario's); a thread's sleep is good to tens of microseconds.
 //!
 //! Token counts: token-id prompts are exact; text is encoded with the
 //! tokenizer.json given (exact, special tokens included), or else counts one
@@ -61,7 +65,10 @@ struct TokenEvent {
 struct NewRequest {
     spec: RequestSpec,
     tokens: mpsc::UnboundedSender<TokenEvent>,
+    /// When the HTTP request was read (server-side TTFT and E2E count from here).
     arrived: Instant,
+    /// When it reaches the engine: `arrived` + the modelled ingress (HTTP, tokenisation).
+    ready: Instant,
 }
 
 /// Counters and histograms for `/metrics`.
@@ -141,7 +148,7 @@ struct Shared {
     spec: SimSpec,
     opts: ServeOptions,
     stats: Mutex<Stats>,
-    new_requests: mpsc::UnboundedSender<NewRequest>,
+    new_requests: std::sync::mpsc::Sender<NewRequest>,
     conns: Semaphore,
     next_id: std::sync::atomic::AtomicU64,
 }
@@ -161,7 +168,7 @@ fn max_model_len(spec: &SimSpec) -> u32 {
 pub async fn serve(spec: SimSpec, opts: ServeOptions, ready: impl FnOnce(SocketAddr)) -> Result<(), String> {
     let listener = TcpListener::bind(opts.addr).await.map_err(|e| format!("--host/--port {}: {e}", opts.addr))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let (tx, rx) = mpsc::unbounded_channel();
+    let (tx, rx) = std::sync::mpsc::channel();
     let sg = is_sglang(&spec);
     let stats = Stats {
         iteration_tokens: Histogram::new(VLLM_ITER),
@@ -182,7 +189,11 @@ pub async fn serve(spec: SimSpec, opts: ServeOptions, ready: impl FnOnce(SocketA
         EngineSpec::Vllm(c) => Box::new(sim::engine::vllm::Scheduler::new(c.clone())),
         EngineSpec::Sglang(c) => Box::new(sim::engine::sglang::Scheduler::new(c.clone())),
     };
-    tokio::spawn(drive(engine, shared.clone(), rx));
+    let sh = shared.clone();
+    std::thread::Builder::new()
+        .name("servesim-engine".into())
+        .spawn(move || drive(engine, sh, rx))
+        .map_err(|e| format!("cannot start the engine thread: {e}"))?;
     ready(addr);
     let deadline = opts.max_lifetime.map(|d| tokio::time::Instant::now() + d);
     let mut term =
@@ -216,46 +227,90 @@ pub async fn serve(spec: SimSpec, opts: ServeOptions, ready: impl FnOnce(SocketA
     Ok(())
 }
 
-/// The engine driver: the wall-clock twin of `sim::simulation::run`.
-async fn drive(mut engine: Box<dyn Engine + Send>, shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<NewRequest>) {
+/// The engine driver: the wall-clock twin of `sim::simulation::run`, on a
+/// thread of its own. It ends when every sender is gone (the server stopped).
+fn drive(mut engine: Box<dyn Engine + Send>, shared: Arc<Shared>, rx: std::sync::mpsc::Receiver<NewRequest>) {
+    use std::sync::mpsc::RecvTimeoutError;
     let mut streams: BTreeMap<ReqId, (mpsc::UnboundedSender<TokenEvent>, Instant, Option<Instant>, u32)> =
         BTreeMap::new();
     let mut next: ReqId = 0;
     let mut outs: Vec<TokenOutput> = Vec::new();
+    // Requests still in ingress, in the order they were read.
+    let mut ingress: std::collections::VecDeque<NewRequest> = std::collections::VecDeque::new();
     let scale = shared.opts.time_scale.max(1e-6);
-    let mut add = |engine: &mut Box<dyn Engine + Send>, r: NewRequest, streams: &mut BTreeMap<_, _>| {
-        let id = next;
-        next += 1;
-        engine.add_request(id, &r.spec);
-        streams.insert(id, (r.tokens, r.arrived, None, r.spec.prompt_len));
-    };
-    // Steps are laid on an absolute timeline, so that timer rounding and the
+    // The front end (detokenise and stream, `output_token_us` per token) works on its own
+    // thread, one step's outputs after the other, as `sim::simulation` models it: it delays
+    // the tokens, not the engine's next step.
+    let out_token = Duration::from_secs_f64(shared.spec.cost.output_token_us.max(0.0) / 1e6 / scale);
+    let (front_tx, front_rx) =
+        std::sync::mpsc::channel::<(Instant, Vec<(mpsc::UnboundedSender<TokenEvent>, TokenEvent)>)>();
+    let front = std::thread::Builder::new().name("servesim-frontend".into()).spawn(move || {
+        while let Ok((at, events)) = front_rx.recv() {
+            sleep_until(at);
+            for (tx, ev) in events {
+                // A client that went away is not an error for the engine.
+                let _ = tx.send(ev);
+            }
+        }
+    });
+    if front.is_err() {
+        return;
+    }
+    let mut frontend_busy_until = Instant::now();
+    // Steps are laid on an absolute timeline, so that sleep overshoot and the
     // driver's own work do not accumulate: each step ends `duration` after
     // the previous one ended (or after the engine woke up from idle).
-    let mut timeline = tokio::time::Instant::now();
+    let mut timeline = Instant::now();
     loop {
-        while let Ok(r) = rx.try_recv() {
-            add(&mut engine, r, &mut streams);
+        loop {
+            match rx.try_recv() {
+                Ok(r) => ingress.push_back(r),
+                Err(std::sync::mpsc::TryRecvError::Empty) => break,
+                Err(std::sync::mpsc::TryRecvError::Disconnected) if ingress.is_empty() && streams.is_empty() => return,
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => break,
+            }
+        }
+        let now = Instant::now();
+        while ingress.front().is_some_and(|r| r.ready <= now) {
+            let r = ingress.pop_front().expect("front");
+            let id = next;
+            next += 1;
+            engine.add_request(id, &r.spec);
+            streams.insert(id, (r.tokens, r.arrived, None, r.spec.prompt_len));
         }
         let plan = engine.schedule();
         if plan.is_empty() {
             publish(&shared, engine.as_ref());
-            match rx.recv().await {
-                Some(r) => add(&mut engine, r, &mut streams),
-                None => return,
+            // Idle: wait for the next request to clear ingress, or for a new one.
+            let got = match ingress.front() {
+                Some(r) => rx.recv_timeout(r.ready.saturating_duration_since(Instant::now())),
+                None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            };
+            match got {
+                Ok(r) => ingress.push_back(r),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) if ingress.is_empty() => return,
+                Err(RecvTimeoutError::Disconnected) => {
+                    if let Some(r) = ingress.front() {
+                        sleep_until(r.ready);
+                    }
+                }
             }
-            timeline = tokio::time::Instant::now();
+            timeline = Instant::now();
             continue;
         }
         let shape = plan.shape;
         let dur_ns = shared.spec.cost.step_ns(&shape);
         publish(&shared, engine.as_ref());
-        timeline = timeline.max(tokio::time::Instant::now() - Duration::from_millis(50))
+        timeline = timeline.max(Instant::now() - Duration::from_millis(50))
             + Duration::from_secs_f64(dur_ns as f64 / 1e9 / scale);
-        tokio::time::sleep_until(timeline).await;
+        sleep_until(timeline);
         outs.clear();
         engine.finish_step(&mut outs);
         let now = Instant::now();
+        let deliver = now.max(frontend_busy_until) + out_token * outs.len() as u32;
+        frontend_busy_until = deliver;
+        let mut events = Vec::with_capacity(outs.len());
         let mut st = shared.stats.lock().expect("stats");
         st.iteration_tokens.observe(shape.total_tokens() as f64);
         for o in &outs {
@@ -269,14 +324,25 @@ async fn drive(mut engine: Box<dyn Engine + Send>, shared: Arc<Shared>, mut rx: 
             }
             entry.2 = Some(now);
             st.generation_tokens += 1;
-            // A client that went away is not an error for the engine.
-            let _ = entry.0.send(TokenEvent { finished: o.finished });
+            events.push((entry.0.clone(), TokenEvent { finished: o.finished }));
             if o.finished {
                 st.e2e.observe((now - entry.1).as_secs_f64() * scale);
                 st.requests_finished += 1;
                 streams.remove(&o.id);
             }
         }
+        drop(st);
+        if !events.is_empty() && front_tx.send((deliver, events)).is_err() {
+            return;
+        }
+    }
+}
+
+/// Sleeps the thread until `t` (the kernel's timer slack, tens of microseconds, late).
+fn sleep_until(t: Instant) {
+    let now = Instant::now();
+    if t > now {
+        std::thread::sleep(t - now);
     }
 }
 
@@ -548,10 +614,11 @@ async fn generate(mut sock: TcpStream, sh: &Shared, c: Completion, chat: bool) {
         ignore_eos: c.ignore_eos,
     };
     let (tx, mut rx) = mpsc::unbounded_channel();
-    // Ingress (HTTP, tokenisation) as the cost model has it.
-    tokio::time::sleep(Duration::from_secs_f64(sh.spec.cost.request_ingress_us / 1e6 / sh.opts.time_scale.max(1e-6)))
-        .await;
-    if sh.new_requests.send(NewRequest { spec, tokens: tx, arrived: Instant::now() }).is_err() {
+    // Ingress (HTTP, tokenisation) as the cost model has it: the driver adds the request to
+    // the engine once it has passed.
+    let arrived = Instant::now();
+    let ready = arrived + Duration::from_secs_f64(sh.spec.cost.request_ingress_us / 1e6 / sh.opts.time_scale.max(1e-6));
+    if sh.new_requests.send(NewRequest { spec, tokens: tx, arrived, ready }).is_err() {
         let _ = sock.write_all(&response(503, "application/json", &error_json("the engine stopped"))).await;
         return;
     }
