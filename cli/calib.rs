@@ -136,6 +136,7 @@ pub fn derive_scenario(info: &ServerInfo, d: &DeriveArgs, workload: &Value) -> R
                     "schedule_policy",
                     "disable_radix_cache",
                     "enable_mixed_chunk",
+                    "disable_overlap_schedule",
                     "context_length",
                     "schedule_conservativeness",
                 ] {
@@ -213,6 +214,17 @@ pub struct CalibrateArgs {
     /// Largest concurrency of the decode probes.
     #[arg(long, default_value_t = 16)]
     pub max_probe_concurrency: u32,
+    /// Seconds of load (short requests at concurrency 4, not measured) before the probes: an
+    /// engine that just started runs its first tens of seconds slower (vLLM CPU: one-request
+    /// decode steps 10–50% slower in its first 20 s in all four live runs of VALIDATION.md),
+    /// and probes taken then fit a slower engine than the one a later check meets. 0: none.
+    #[arg(long, default_value_t = 30.0)]
+    pub warmup_s: f64,
+    /// Run the probe plan this many times, round the plan (every probe, then every probe
+    /// again, with fresh prompts), and fit on all the runs: a host whose speed drifts then
+    /// weighs on every probe alike.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: u32,
     /// Simulator evaluations the fit may use.
     #[arg(long, default_value_t = 1500)]
     pub max_evals: usize,
@@ -337,8 +349,49 @@ pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode, String> {
         let plan = probe_plan(max_len, kv, base_spec.engine.max_running(), a.max_probe_concurrency);
         let dir = a.result_dir.clone().unwrap_or_else(|| std::env::temp_dir().join("servesim-calibrate"));
         std::fs::create_dir_all(&dir).map_err(|e| format!("--result-dir {}: {e}", dir.display()))?;
+        if a.warmup_s > 0.0 {
+            let raw = derive_scenario(
+                &info,
+                &a.derive,
+                &json!({"dataset_name": "random", "random_input_len": 64, "random_output_len": 16, "num_prompts": 8,
+                        "max_concurrency": 4, "ignore_eos": true, "initial_test_request": false}),
+            )?;
+            let spec = load::resolve(&raw)?.1;
+            let mut o = opts.clone();
+            o.jsonl = None;
+            o.poll_interval = None;
+            let t0 = std::time::Instant::now();
+            let mut k = 0u64;
+            eprintln!("warming the engine up for {:.0} s", a.warmup_s);
+            while t0.elapsed().as_secs_f64() < a.warmup_s {
+                let mut ws = spec.workload.clone();
+                // Seeds far from the probes' (1000 + i): the same seed draws the same leading
+                // tokens, which the prefix cache would then serve to a probe.
+                ws.seed = 7_000_000 + k;
+                k += 1;
+                let run = bench::run(&o, &sim::workload::generate(&ws)).await;
+                if run.outcomes.iter().all(|r| !r.success) {
+                    return Err("warm-up: every request failed; is the server answering?".into());
+                }
+                if run.interrupted {
+                    return Err("interrupted".into());
+                }
+            }
+        }
         let mut points = Vec::new();
-        for (name, wl) in &plan {
+        let runs: Vec<(String, Value)> = (0..a.repeat.max(1))
+            .flat_map(|k| {
+                plan.iter().map(move |(name, wl)| {
+                    let mut wl = wl.clone();
+                    if k == 0 {
+                        return (name.clone(), wl);
+                    }
+                    wl["seed"] = (wl["seed"].as_u64().unwrap_or(0) + 100 * u64::from(k)).into();
+                    (format!("{name}#{}", k + 1), wl)
+                })
+            })
+            .collect();
+        for (name, wl) in &runs {
             let raw = derive_scenario(&info, &a.derive, wl)?;
             let spec = load::resolve(&raw)?.1;
             let w = sim::workload::generate(&spec.workload);
@@ -759,14 +812,17 @@ pub fn check(a: CheckArgs) -> Result<ExitCode, String> {
         }
         // Measure every point (after a warm-up at its concurrency), `--repeat` times
         // with fresh prompts each time; the point's value is the mean of the repeats.
-        let mut measured = Vec::new();
-        let mut spreads: Vec<Map<String, Value>> = Vec::new();
+        // Repeats go round the sweep (all points, then all points again), not point by
+        // point: a host whose speed drifts over tens of seconds (scripts/live/host_speed.py)
+        // then spreads its slow spells over every point instead of loading them onto one.
         let repeats = a.repeat.max(1);
-        for (i, s) in specs.iter().enumerate() {
-            let mut runs: Vec<Map<String, Value>> = Vec::new();
-            for k in 0..repeats {
+        let mut runs_of: Vec<Vec<Map<String, Value>>> = vec![Vec::new(); specs.len()];
+        for k in 0..repeats {
+            for (i, s) in specs.iter().enumerate() {
                 let mut sk = s.clone();
-                sk.workload.seed = s.workload.seed + 1000 * u64::from(k);
+                // Repeats' seeds far from any probe's (1000 + i, 1100 + i, ...): the same seed draws
+                // the same leading tokens, which the prefix cache would serve to the other run.
+                sk.workload.seed = s.workload.seed.wrapping_add(1_000_003 * u64::from(k));
                 let w = sim::workload::generate(&sk.workload);
                 let files = live::run_files(Some(&dir), None, "check", &w, &opts.target.model)?;
                 opts.jsonl = Some(files.requests.clone());
@@ -795,9 +851,13 @@ pub fn check(a: CheckArgs) -> Result<ExitCode, String> {
                 if run.interrupted {
                     return Err("interrupted".into());
                 }
-                runs.push(point);
+                runs_of[i].push(point);
             }
-            let (point, spread) = mean_of_runs(&runs);
+        }
+        let mut measured = Vec::new();
+        let mut spreads: Vec<Map<String, Value>> = Vec::new();
+        for runs in &runs_of {
+            let (point, spread) = mean_of_runs(runs);
             measured.push(point);
             spreads.push(spread);
         }

@@ -78,6 +78,9 @@ fn calibrating_against_serve_recovers_the_scenarios_coefficients_and_check_passe
         dir.to_str().unwrap(),
         "--max-probe-concurrency",
         "32",
+        // The emulator has no start-up slowness; a short warm-up still exercises the path.
+        "--warmup-s",
+        "2",
     ];
     args.extend(derive);
     let o = run_cli(&args);

@@ -257,6 +257,8 @@ fn drive(mut engine: Box<dyn Engine + Send>, shared: Arc<Shared>, rx: std::sync:
         return;
     }
     let mut frontend_busy_until = Instant::now();
+    // Tokens of the last step held for the next one (engines with `output_lag`).
+    let mut held: Vec<(mpsc::UnboundedSender<TokenEvent>, TokenEvent)> = Vec::new();
     // Steps are laid on an absolute timeline, so that sleep overshoot and the
     // driver's own work do not accumulate: each step ends `duration` after
     // the previous one ended (or after the engine woke up from idle).
@@ -278,8 +280,20 @@ fn drive(mut engine: Box<dyn Engine + Send>, shared: Arc<Shared>, rx: std::sync:
             engine.add_request(id, &r.spec);
             streams.insert(id, (r.tokens, r.arrived, None, r.spec.prompt_len));
         }
-        let plan = engine.schedule();
-        if plan.is_empty() {
+        let (idle, shape) = {
+            let plan = engine.schedule();
+            (plan.is_empty(), plan.shape)
+        };
+        if idle && !held.is_empty() {
+            // The engine goes idle: the last step's held tokens go out now (see `output_lag`).
+            let n = held.len() as u32;
+            let deliver = Instant::now().max(frontend_busy_until) + out_token * n;
+            frontend_busy_until = deliver;
+            if front_tx.send((deliver, std::mem::take(&mut held))).is_err() {
+                return;
+            }
+        }
+        if idle {
             publish(&shared, engine.as_ref());
             // Idle: wait for the next request to clear ingress, or for a new one.
             let got = match ingress.front() {
@@ -299,7 +313,6 @@ fn drive(mut engine: Box<dyn Engine + Send>, shared: Arc<Shared>, rx: std::sync:
             timeline = Instant::now();
             continue;
         }
-        let shape = plan.shape;
         let dur_ns = shared.spec.cost.step_ns(&shape);
         publish(&shared, engine.as_ref());
         timeline = timeline.max(Instant::now() - Duration::from_millis(50))
@@ -308,9 +321,8 @@ fn drive(mut engine: Box<dyn Engine + Send>, shared: Arc<Shared>, rx: std::sync:
         outs.clear();
         engine.finish_step(&mut outs);
         let now = Instant::now();
-        let deliver = now.max(frontend_busy_until) + out_token * outs.len() as u32;
-        frontend_busy_until = deliver;
-        let mut events = Vec::with_capacity(outs.len());
+        let mut events = std::mem::take(&mut held);
+        let lag = engine.output_lag();
         let mut st = shared.stats.lock().expect("stats");
         st.iteration_tokens.observe(shape.total_tokens() as f64);
         for o in &outs {
@@ -324,7 +336,12 @@ fn drive(mut engine: Box<dyn Engine + Send>, shared: Arc<Shared>, rx: std::sync:
             }
             entry.2 = Some(now);
             st.generation_tokens += 1;
-            events.push((entry.0.clone(), TokenEvent { finished: o.finished }));
+            let ev = (entry.0.clone(), TokenEvent { finished: o.finished });
+            if lag && !o.finished {
+                held.push(ev);
+            } else {
+                events.push(ev);
+            }
             if o.finished {
                 st.e2e.observe((now - entry.1).as_secs_f64() * scale);
                 st.requests_finished += 1;
@@ -332,6 +349,8 @@ fn drive(mut engine: Box<dyn Engine + Send>, shared: Arc<Shared>, rx: std::sync:
             }
         }
         drop(st);
+        let deliver = now.max(frontend_busy_until) + out_token * events.len() as u32;
+        frontend_busy_until = deliver;
         if !events.is_empty() && front_tx.send((deliver, events)).is_err() {
             return;
         }
@@ -691,6 +710,7 @@ fn server_info(sh: &Shared) -> Value {
             "schedule_conservativeness": c.schedule_conservativeness,
             "disable_radix_cache": c.disable_radix_cache,
             "enable_mixed_chunk": c.enable_mixed_chunk,
+            "disable_overlap_schedule": c.disable_overlap_schedule,
             "context_length": c.context_length,
         }),
         EngineSpec::Vllm(_) => Value::Null,

@@ -7,7 +7,7 @@
 #
 #   bash scripts/live/check_live.sh            # both engines
 #   ENGINES=vllm bash scripts/live/check_live.sh
-#   REPEAT=3 bash scripts/live/check_live.sh   # measure each check point 3 times (default 2)
+#   REPEAT=3 bash scripts/live/check_live.sh   # run the probe plan and each check point 3 times (default 2)
 #
 # Bounded: every wait has a limit; the servers are stopped on exit.
 set -euo pipefail
@@ -27,6 +27,9 @@ done
 [ -f "$LIVE_DIR/models/tiny-llama/config.json" ] || "$LIVE_DIR/venv-vllm/bin/python" "$HERE/make_model.py" 2>/dev/null || "$LIVE_DIR/venv-sglang/bin/python" "$HERE/make_model.py"
 (cd "$ROOT" && cargo build --release --locked)
 SERVESIM="$ROOT/target/release/servesim"
+# How steady the host itself is, first (see host_speed.py).
+PY_ANY="$LIVE_DIR/venv-vllm/bin/python"; [ -x "$PY_ANY" ] || PY_ANY="$LIVE_DIR/venv-sglang/bin/python"
+"$PY_ANY" "$HERE/host_speed.py" "${HOST_SPEED_S:-30}" | tee -a "$OUT/summary.txt" || true
 
 PID=""
 stop() { if [ -n "$PID" ]; then kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; PID=""; fi; }
@@ -88,7 +91,7 @@ PY
   esac
   wait_health "http://127.0.0.1:$PORT"
   "$SERVESIM" calibrate --base-url "http://127.0.0.1:$PORT" --engine "$e" "${LOGARGS[@]}" \
-    --out "$OUT/$e-profile.json" --result-dir "$OUT/$e-calibrate" | tee "$OUT/$e-calibrate.txt"
+    --repeat "${REPEAT:-2}" --out "$OUT/$e-profile.json" --result-dir "$OUT/$e-calibrate" | tee "$OUT/$e-calibrate.txt"
   set +e
   "$SERVESIM" check --base-url "http://127.0.0.1:$PORT" --engine "$e" "${LOGARGS[@]}" --profile "$OUT/$e-profile.json" \
     "${WORKLOAD[@]}" --repeat "${REPEAT:-2}" --result-dir "$OUT/$e-check" --json > "$OUT/$e-check.json"

@@ -121,6 +121,8 @@ pub struct EngineSection {
     #[serde(default)]
     pub enable_mixed_chunk: Option<bool>,
     #[serde(default)]
+    pub disable_overlap_schedule: Option<bool>,
+    #[serde(default)]
     pub context_length: Option<u32>,
 }
 
@@ -150,6 +152,7 @@ const SGLANG_ONLY: &[(&str, &str)] = &[
     ("schedule_conservativeness", "(none)"),
     ("disable_radix_cache", "enable_prefix_caching"),
     ("enable_mixed_chunk", "(always mixed)"),
+    ("disable_overlap_schedule", "(not modelled for vLLM)"),
     ("context_length", "max_model_len"),
 ];
 
@@ -176,6 +179,7 @@ impl EngineSection {
             "schedule_conservativeness" => self.schedule_conservativeness.is_some(),
             "disable_radix_cache" => self.disable_radix_cache.is_some(),
             "enable_mixed_chunk" => self.enable_mixed_chunk.is_some(),
+            "disable_overlap_schedule" => self.disable_overlap_schedule.is_some(),
             "context_length" => self.context_length.is_some(),
             _ => false,
         }
@@ -794,6 +798,7 @@ fn resolve_sglang(e: &EngineSection, model: &ModelCard, gpu: &GpuCard, seed: u64
         schedule_conservativeness: conservativeness,
         disable_radix_cache: e.disable_radix_cache.unwrap_or(false),
         enable_mixed_chunk: e.enable_mixed_chunk.unwrap_or(false),
+        disable_overlap_schedule: e.disable_overlap_schedule.unwrap_or(false),
         context_length,
         seed,
     };

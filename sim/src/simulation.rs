@@ -172,6 +172,8 @@ struct Loop<'a, E: Engine> {
     step_running: bool,
     frontend_busy_until: u64,
     outputs: Vec<TokenOutput>,
+    /// Tokens of the last step waiting for the next one (engines with `output_lag`).
+    held: Vec<TokenOutput>,
     ingress_ns: u64,
     out_token_ns: u64,
     opts: RunOptions,
@@ -272,15 +274,60 @@ impl<'a, E: Engine> Loop<'a, E> {
                 self.stop = Some(StopReason::InvariantViolated(e));
             }
         }
+        if self.engine.output_lag() {
+            // The previous step's held tokens go out now, with this step's last tokens; this
+            // step's other tokens wait for the next step (or go out now if there is none).
+            let mut now_out = std::mem::take(&mut self.held);
+            let mut later = Vec::new();
+            for o in outs.drain(..) {
+                if o.finished {
+                    now_out.push(o);
+                } else {
+                    later.push(o);
+                }
+            }
+            self.deliver(now, &now_out, now);
+            self.outputs = outs;
+            if self.steps >= self.opts.max_steps {
+                self.stop = Some(StopReason::StepLimit { steps: self.steps });
+                return;
+            }
+            self.start_step(now);
+            if self.step_running {
+                // Produced now, delivered at the next step's end: the engine-side time stays.
+                for o in &later {
+                    let rec = &mut self.records[o.id as usize];
+                    if rec.first_token_step_end_ns.is_none() {
+                        rec.first_token_step_end_ns = Some(now);
+                    }
+                }
+                self.held = later;
+            } else {
+                self.deliver(now, &later, now);
+            }
+            return;
+        }
+        self.deliver(now, &outs, now);
+        self.outputs = outs;
+        if self.steps >= self.opts.max_steps {
+            self.stop = Some(StopReason::StepLimit { steps: self.steps });
+            return;
+        }
+        self.start_step(now);
+    }
+
+    /// Streams `outs` through the front end, one after the other, from `now`; `produced` is
+    /// the end of the step that computed them.
+    fn deliver(&mut self, now: u64, outs: &[TokenOutput], produced: u64) {
         if !outs.is_empty() {
             // The front end streams the step's outputs one after the other.
             let start = now.max(self.frontend_busy_until);
             let deliver = start + self.out_token_ns * outs.len() as u64;
             self.frontend_busy_until = deliver;
-            for o in &outs {
+            for o in outs {
                 let rec = &mut self.records[o.id as usize];
                 if rec.first_token_step_end_ns.is_none() {
-                    rec.first_token_step_end_ns = Some(now);
+                    rec.first_token_step_end_ns = Some(produced);
                 }
                 rec.token_times_ns.push(deliver);
                 if o.finished {
@@ -288,12 +335,6 @@ impl<'a, E: Engine> Loop<'a, E> {
                 }
             }
         }
-        self.outputs = outs;
-        if self.steps >= self.opts.max_steps {
-            self.stop = Some(StopReason::StepLimit { steps: self.steps });
-            return;
-        }
-        self.start_step(now);
     }
 }
 
@@ -348,6 +389,7 @@ pub fn run<E: Engine>(engine: E, cost: &CostModel, workload: &Workload, opts: Ru
         step_running: false,
         frontend_busy_until: 0,
         outputs: Vec::new(),
+        held: Vec::new(),
         ingress_ns: cost.ingress_ns(),
         out_token_ns: cost.output_token_ns(),
         opts,

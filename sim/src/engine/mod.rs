@@ -142,6 +142,13 @@ pub trait Engine {
     fn counters(&self) -> EngineCounters;
     /// Checks every structural invariant; used after each step in tests.
     fn check_invariants(&self) -> Result<(), String>;
+    /// Whether a step's tokens reach the front end only when the next step has run, except
+    /// a request's last token and the tokens of a step after which the engine goes idle
+    /// (SGLang's overlap scheduler: the result of batch N is processed after batch N+1 is
+    /// launched, and a finished request is flushed at once).
+    fn output_lag(&self) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]

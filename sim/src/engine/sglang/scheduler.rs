@@ -28,7 +28,11 @@
 //! After each prefill chunk the computed prompt is inserted in the tree
 //! (`cache_unfinished_req`), at finish prompt + output (`cache_finished_req`).
 //!
-//! Not modelled: the overlap scheduler's one-iteration lag, `dfs-weight` and
+//! The overlap scheduler (default; `disable_overlap_schedule` turns it off) is
+//! modelled in what a client sees: `output_lag` makes the simulation loop
+//! deliver each step's tokens at the next step's end, a request's last token at
+//! once. Not modelled: its scheduling lag (finishes and the KV frees they
+//! trigger seen one iteration late), `dfs-weight` and
 //! the 0.5.23-only policies, lpm's in-batch prefix deprioritisation, the
 //! `ignore_eos` admission path without the radix cache, hierarchical cache,
 //! speculative decoding, data parallelism.
@@ -59,6 +63,9 @@ pub struct SglangConfig {
     pub schedule_conservativeness: f64,
     pub disable_radix_cache: bool,
     pub enable_mixed_chunk: bool,
+    /// `--disable-overlap-schedule` (default false: the overlap scheduler, whose one-iteration
+    /// lag in processing results delays every streamed token but a request's last).
+    pub disable_overlap_schedule: bool,
     pub context_length: u32,
     /// Seed of the `random` policy's stream.
     pub seed: u64,
@@ -743,6 +750,10 @@ impl Req {
 }
 
 impl Engine for Scheduler {
+    fn output_lag(&self) -> bool {
+        !self.config.disable_overlap_schedule
+    }
+
     fn add_request(&mut self, id: ReqId, spec: &RequestSpec) {
         let idx = id as usize;
         if self.requests.len() <= idx {
