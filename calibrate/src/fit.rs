@@ -70,14 +70,7 @@ impl FitPoint {
                         RunOptions::default(),
                     ),
                 };
-                let m = sim::metrics::bench_metrics(&run);
-                vec![
-                    Some(m.ttft.mean),
-                    Some(m.tpot.mean),
-                    Some(m.itl.mean),
-                    Some(m.e2el.mean),
-                    Some(m.output_throughput),
-                ]
+                targets_of(&sim::metrics::bench_metrics(&run))
             }
         }
     }
@@ -129,8 +122,11 @@ pub struct FitResult {
 pub fn predict(spec: &SimSpec, cost: &CostModel) -> Vec<Option<f64>> {
     let mut s = spec.clone();
     s.cost = cost.clone();
-    let out = sim::simulate(&s, RunOptions::default());
-    let m = &out.metrics;
+    targets_of(&sim::simulate(&s, RunOptions::default()).metrics)
+}
+
+/// The values of [`TARGETS`] in a run's metrics.
+fn targets_of(m: &sim::metrics::BenchMetrics) -> Vec<Option<f64>> {
     vec![Some(m.ttft.mean), Some(m.tpot.mean), Some(m.itl.mean), Some(m.e2el.mean), Some(m.output_throughput)]
 }
 
