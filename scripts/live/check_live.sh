@@ -8,6 +8,7 @@
 #   bash scripts/live/check_live.sh            # both engines
 #   ENGINES=vllm bash scripts/live/check_live.sh
 #   REPEAT=3 bash scripts/live/check_live.sh   # run the probe plan and each check point 3 times (default 2)
+#   WARMUP_S=60 bash scripts/live/check_live.sh  # seconds of load before calibrating (default 180)
 #
 # Bounded: every wait has a limit; the servers are stopped on exit.
 set -euo pipefail
@@ -91,7 +92,7 @@ PY
   esac
   wait_health "http://127.0.0.1:$PORT"
   "$SERVESIM" calibrate --base-url "http://127.0.0.1:$PORT" --engine "$e" "${LOGARGS[@]}" \
-    --repeat "${REPEAT:-2}" --out "$OUT/$e-profile.json" --result-dir "$OUT/$e-calibrate" | tee "$OUT/$e-calibrate.txt"
+    --repeat "${REPEAT:-2}" --warmup-s "${WARMUP_S:-180}" --out "$OUT/$e-profile.json" --result-dir "$OUT/$e-calibrate" | tee "$OUT/$e-calibrate.txt"
   set +e
   "$SERVESIM" check --base-url "http://127.0.0.1:$PORT" --engine "$e" "${LOGARGS[@]}" --profile "$OUT/$e-profile.json" \
     "${WORKLOAD[@]}" --repeat "${REPEAT:-2}" --result-dir "$OUT/$e-check" --json > "$OUT/$e-check.json"
