@@ -337,6 +337,9 @@ async fn measure(
 }
 
 pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode, String> {
+    if !a.warmup_s.is_finite() || a.warmup_s < 0.0 {
+        return Err(format!("--warmup-s: expected seconds, 0 or more, got {}", a.warmup_s));
+    }
     if !a.from_results.is_empty() {
         return calibrate_offline(&a);
     }
@@ -409,16 +412,21 @@ pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode, String> {
                 return Err(format!("probe {name}: {failed} requests failed (see {})", dir.join(format!("{name}.requests.jsonl")).display()));
             }
             let mut measured = measured_targets(&point);
-            if wl["max_concurrency"].as_u64().is_some_and(|c| c > 1) {
+            let concurrent = wl["max_concurrency"].as_u64().is_some_and(|c| c > 1);
+            if concurrent {
                 // A decode probe's TTFT is the phase at which the client's closed-loop arrivals
                 // meet the engine's steps (when a wave of requests reaches the server decides
                 // how many share the first prefill step), which the simulator replays only on
                 // average; its TPOT, ITL and E2EL are what it measures. The c=1 probes fit TTFT.
                 measured[0] = None;
             }
-            let send: Vec<f64> = run.outcomes.iter().map(|o| o.start_s).collect();
             // At c=1 the closed loop is exact; replaying would only add the client's gaps.
-            let replay = if wl["max_concurrency"].as_u64().is_some_and(|c| c > 1) { fit::replay_workload(&w, &send) } else { None };
+            let replay = if concurrent {
+                let send: Vec<f64> = run.outcomes.iter().map(|o| o.start_s).collect();
+                fit::replay_workload(&w, &send)
+            } else {
+                None
+            };
             points.push(FitPoint { name: name.clone(), spec, measured, replay });
         }
         let prior = points[0].spec.cost.clone();

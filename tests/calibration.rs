@@ -19,22 +19,23 @@ fn point(input: u32, output: u32, conc: u32, prompts: u32, truth: &sim::cost::Co
                      "num_prompts": prompts, "max_concurrency": conc, "ignore_eos": true, "initial_test_request": false}
     });
     let s = spec(v);
-    let mut truth_spec = s.clone();
-    truth_spec.cost = truth.clone();
-    let m = sim::simulate(&truth_spec, RunOptions::default()).metrics;
-    let measured =
-        vec![Some(m.ttft.mean), Some(m.tpot.mean), Some(m.itl.mean), Some(m.e2el.mean), Some(m.output_throughput)];
+    let measured = fit::predict(&s, truth);
     FitPoint { name: format!("{input}x{output}@{conc}"), spec: s, measured, replay: None }
+}
+
+/// The prior cost model of a small vLLM engine on the CPU host card.
+fn cpu_prior() -> sim::cost::CostModel {
+    spec(json!({
+        "version": 1, "engine": {"kind": "vllm", "max_model_len": 2048, "num_gpu_blocks_override": 20, "block_size": 128},
+        "model": "qwen2.5-7b-instruct", "hardware": "cpu-host",
+        "workload": {"dataset_name": "random", "ignore_eos": true}
+    }))
+    .cost
 }
 
 #[test]
 fn the_fit_recovers_known_coefficients_and_predicts_unseen_points() {
-    let base = spec(json!({
-        "version": 1, "engine": {"kind": "vllm", "max_model_len": 2048, "num_gpu_blocks_override": 20, "block_size": 128},
-        "model": "qwen2.5-7b-instruct", "hardware": "cpu-host",
-        "workload": {"dataset_name": "random", "ignore_eos": true}
-    }));
-    let prior = base.cost.clone();
+    let prior = cpu_prior();
     // The truth: far from the prior (the prior is only a starting point).
     let mut truth = prior.clone();
     truth.overlay(
@@ -84,12 +85,7 @@ fn the_fit_recovers_known_coefficients_and_predicts_unseen_points() {
 
 #[test]
 fn the_prefill_probes_alone_give_the_prefill_terms_exactly() {
-    let base = spec(json!({
-        "version": 1, "engine": {"kind": "vllm", "max_model_len": 2048, "num_gpu_blocks_override": 20, "block_size": 128},
-        "model": "qwen2.5-7b-instruct", "hardware": "cpu-host",
-        "workload": {"dataset_name": "random", "ignore_eos": true}
-    }));
-    let prior = base.cost.clone();
+    let prior = cpu_prior();
     let mut truth = prior.clone();
     truth.overlay(
         &CostCoefficients {

@@ -55,23 +55,12 @@ impl FitPoint {
     pub fn predict(&self, cost: &CostModel) -> Vec<Option<f64>> {
         match &self.replay {
             None => predict(&self.spec, cost),
-            Some(w) => {
-                let run = match &self.spec.engine {
-                    sim::config::EngineSpec::Vllm(c) => sim::simulation::run(
-                        sim::engine::vllm::Scheduler::new(c.clone()),
-                        cost,
-                        w,
-                        RunOptions::default(),
-                    ),
-                    sim::config::EngineSpec::Sglang(c) => sim::simulation::run(
-                        sim::engine::sglang::Scheduler::new(c.clone()),
-                        cost,
-                        w,
-                        RunOptions::default(),
-                    ),
-                };
-                targets_of(&sim::metrics::bench_metrics(&run))
-            }
+            Some(w) => targets_of(&sim::metrics::bench_metrics(&sim::run_workload(
+                &self.spec.engine,
+                cost,
+                w,
+                RunOptions::default(),
+            ))),
         }
     }
 }

@@ -238,27 +238,13 @@ fn drive(mut engine: Box<dyn Engine + Send>, shared: Arc<Shared>, rx: std::sync:
     // Requests still in ingress, in the order they were read.
     let mut ingress: std::collections::VecDeque<NewRequest> = std::collections::VecDeque::new();
     let scale = shared.opts.time_scale.max(1e-6);
-    // The front end (detokenise and stream, `output_token_us` per token) works on its own
-    // thread, one step's outputs after the other, as `sim::simulation` models it: it delays
-    // the tokens, not the engine's next step.
-    let out_token = Duration::from_secs_f64(shared.spec.cost.output_token_us.max(0.0) / 1e6 / scale);
-    let (front_tx, front_rx) =
-        std::sync::mpsc::channel::<(Instant, Vec<(mpsc::UnboundedSender<TokenEvent>, TokenEvent)>)>();
-    let front = std::thread::Builder::new().name("servesim-frontend".into()).spawn(move || {
-        while let Ok((at, events)) = front_rx.recv() {
-            sleep_until(at);
-            for (tx, ev) in events {
-                // A client that went away is not an error for the engine.
-                let _ = tx.send(ev);
-            }
-        }
-    });
-    if front.is_err() {
+    let Some(mut front) =
+        FrontEnd::start(Duration::from_secs_f64(shared.spec.cost.output_token_us.max(0.0) / 1e6 / scale))
+    else {
         return;
-    }
-    let mut frontend_busy_until = Instant::now();
+    };
     // Tokens of the last step held for the next one (engines with `output_lag`).
-    let mut held: Vec<(mpsc::UnboundedSender<TokenEvent>, TokenEvent)> = Vec::new();
+    let mut held: Vec<Delivery> = Vec::new();
     // Steps are laid on an absolute timeline, so that sleep overshoot and the
     // driver's own work do not accumulate: each step ends `duration` after
     // the previous one ended (or after the engine woke up from idle).
@@ -284,16 +270,11 @@ fn drive(mut engine: Box<dyn Engine + Send>, shared: Arc<Shared>, rx: std::sync:
             let plan = engine.schedule();
             (plan.is_empty(), plan.shape)
         };
-        if idle && !held.is_empty() {
-            // The engine goes idle: the last step's held tokens go out now (see `output_lag`).
-            let n = held.len() as u32;
-            let deliver = Instant::now().max(frontend_busy_until) + out_token * n;
-            frontend_busy_until = deliver;
-            if front_tx.send((deliver, std::mem::take(&mut held))).is_err() {
+        if idle {
+            // The last step's held tokens go out now (see `output_lag`).
+            if !front.send(Instant::now(), std::mem::take(&mut held)) {
                 return;
             }
-        }
-        if idle {
             publish(&shared, engine.as_ref());
             // Idle: wait for the next request to clear ingress, or for a new one.
             let got = match ingress.front() {
@@ -349,11 +330,50 @@ fn drive(mut engine: Box<dyn Engine + Send>, shared: Arc<Shared>, rx: std::sync:
             }
         }
         drop(st);
-        let deliver = now.max(frontend_busy_until) + out_token * events.len() as u32;
-        frontend_busy_until = deliver;
-        if !events.is_empty() && front_tx.send((deliver, events)).is_err() {
+        if !front.send(now, events) {
             return;
         }
+    }
+}
+
+/// A token for a request's stream.
+type Delivery = (mpsc::UnboundedSender<TokenEvent>, TokenEvent);
+
+/// The front end (detokenise and stream) on a thread of its own: one step's tokens after the
+/// other at `per_token` apiece, as `sim::simulation` models it. It delays the tokens, not the
+/// engine's next step.
+struct FrontEnd {
+    tx: std::sync::mpsc::Sender<(Instant, Vec<Delivery>)>,
+    busy_until: Instant,
+    per_token: Duration,
+}
+
+impl FrontEnd {
+    fn start(per_token: Duration) -> Option<FrontEnd> {
+        let (tx, rx) = std::sync::mpsc::channel::<(Instant, Vec<Delivery>)>();
+        std::thread::Builder::new()
+            .name("servesim-frontend".into())
+            .spawn(move || {
+                while let Ok((at, events)) = rx.recv() {
+                    sleep_until(at);
+                    for (tx, ev) in events {
+                        // A client that went away is not an error for the engine.
+                        let _ = tx.send(ev);
+                    }
+                }
+            })
+            .ok()?;
+        Some(FrontEnd { tx, busy_until: Instant::now(), per_token })
+    }
+
+    /// Streams `events`, produced at `now`, after those already queued. False if the front
+    /// end is gone.
+    fn send(&mut self, now: Instant, events: Vec<Delivery>) -> bool {
+        if events.is_empty() {
+            return true;
+        }
+        self.busy_until = now.max(self.busy_until) + self.per_token * events.len() as u32;
+        self.tx.send((self.busy_until, events)).is_ok()
     }
 }
 

@@ -60,14 +60,15 @@ pub struct SimOutput {
 /// Generates the workload and runs it.
 pub fn simulate(spec: &SimSpec, opts: RunOptions) -> SimOutput {
     let workload = workload::generate(&spec.workload);
-    let run = match &spec.engine {
-        EngineSpec::Vllm(cfg) => {
-            simulation::run(engine::vllm::Scheduler::new(cfg.clone()), &spec.cost, &workload, opts)
-        }
-        EngineSpec::Sglang(cfg) => {
-            simulation::run(engine::sglang::Scheduler::new(cfg.clone()), &spec.cost, &workload, opts)
-        }
-    };
+    let run = run_workload(&spec.engine, &spec.cost, &workload, opts);
     let metrics = metrics::bench_metrics(&run);
     SimOutput { workload, run, metrics }
+}
+
+/// Runs a given workload (one generated elsewhere, or replayed) on the engine `spec` describes.
+pub fn run_workload(spec: &EngineSpec, cost: &cost::CostModel, workload: &Workload, opts: RunOptions) -> RunResult {
+    match spec {
+        EngineSpec::Vllm(cfg) => simulation::run(engine::vllm::Scheduler::new(cfg.clone()), cost, workload, opts),
+        EngineSpec::Sglang(cfg) => simulation::run(engine::sglang::Scheduler::new(cfg.clone()), cost, workload, opts),
+    }
 }

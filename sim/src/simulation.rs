@@ -274,11 +274,11 @@ impl<'a, E: Engine> Loop<'a, E> {
                 self.stop = Some(StopReason::InvariantViolated(e));
             }
         }
+        // With `output_lag`, the previous step's held tokens go out now with this step's
+        // last tokens, and this step's other tokens wait for the next step.
+        let mut later = Vec::new();
         if self.engine.output_lag() {
-            // The previous step's held tokens go out now, with this step's last tokens; this
-            // step's other tokens wait for the next step (or go out now if there is none).
             let mut now_out = std::mem::take(&mut self.held);
-            let mut later = Vec::new();
             for o in outs.drain(..) {
                 if o.finished {
                     now_out.push(o);
@@ -286,13 +286,16 @@ impl<'a, E: Engine> Loop<'a, E> {
                     later.push(o);
                 }
             }
-            self.deliver(now, &now_out, now);
-            self.outputs = outs;
-            if self.steps >= self.opts.max_steps {
-                self.stop = Some(StopReason::StepLimit { steps: self.steps });
-                return;
-            }
-            self.start_step(now);
+            std::mem::swap(&mut outs, &mut now_out);
+        }
+        self.deliver(now, &outs);
+        self.outputs = outs;
+        if self.steps >= self.opts.max_steps {
+            self.stop = Some(StopReason::StepLimit { steps: self.steps });
+            return;
+        }
+        self.start_step(now);
+        if !later.is_empty() {
             if self.step_running {
                 // Produced now, delivered at the next step's end: the engine-side time stays.
                 for o in &later {
@@ -303,22 +306,15 @@ impl<'a, E: Engine> Loop<'a, E> {
                 }
                 self.held = later;
             } else {
-                self.deliver(now, &later, now);
+                // Nothing runs next: they go out now.
+                self.deliver(now, &later);
             }
-            return;
         }
-        self.deliver(now, &outs, now);
-        self.outputs = outs;
-        if self.steps >= self.opts.max_steps {
-            self.stop = Some(StopReason::StepLimit { steps: self.steps });
-            return;
-        }
-        self.start_step(now);
     }
 
-    /// Streams `outs` through the front end, one after the other, from `now`; `produced` is
-    /// the end of the step that computed them.
-    fn deliver(&mut self, now: u64, outs: &[TokenOutput], produced: u64) {
+    /// Streams `outs`, produced by the step that ended at `now` (or held from the one before),
+    /// through the front end, one after the other.
+    fn deliver(&mut self, now: u64, outs: &[TokenOutput]) {
         if !outs.is_empty() {
             // The front end streams the step's outputs one after the other.
             let start = now.max(self.frontend_busy_until);
@@ -327,7 +323,7 @@ impl<'a, E: Engine> Loop<'a, E> {
             for o in outs {
                 let rec = &mut self.records[o.id as usize];
                 if rec.first_token_step_end_ns.is_none() {
-                    rec.first_token_step_end_ns = Some(produced);
+                    rec.first_token_step_end_ns = Some(now);
                 }
                 rec.token_times_ns.push(deliver);
                 if o.finished {
