@@ -439,7 +439,7 @@ pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode, String> {
             }
             None => None,
         };
-        let (start, free) = match &step_fit {
+        let (start, free, projected): (_, Vec<Free>, &[&'static str]) = match &step_fit {
             Some(sf) => {
                 let mut c = prior.clone();
                 let mut o = sim::cost::CostCoefficients::default();
@@ -450,46 +450,35 @@ pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode, String> {
                 eprintln!("step log: {} steps, R² {:.4}, residual std {:.2} ms", sf.rows, sf.r2, sf.residual_std_ms);
                 // The log times the model only and does not give context lengths: the step constant
                 // (scheduler, output handling), the context terms and ingress come from the requests.
-                (c, vec![Free::one("step_us"), Free::one("decode_kv_us"), Free::one("prefill_attention_us"), Free::one("request_ingress_us")])
+                (c, vec![Free::one("step_us"), Free::one("decode_kv_us")], &["request_ingress_us", "prefill_attention_us"])
             }
-            None => (prior.clone(), live_free()),
+            // Without a step log, the prefill terms and the ingress come from the lone requests' TTFT.
+            None => (
+                prior.clone(),
+                vec![Free::one("step_us"), Free::one("decode_token_us"), Free::one("decode_kv_us")],
+                &["prefill_token_us", "request_ingress_us", "prefill_attention_us"],
+            ),
         };
-        // Without a step log, the prefill terms come from the concurrency-1 prefill probes alone.
-        let prefill_fit = if step_fit.is_none() {
-            let probes: Vec<&FitPoint> = points.iter().filter(|p| p.name.starts_with("prefill-")).collect();
-            fit::fit_prefill_probes(&probes, &prior)
-        } else {
-            None
-        };
-        let (start, free) = match &prefill_fit {
-            Some(pf) => {
-                let mut c = start;
-                let mut o = sim::cost::CostCoefficients::default();
-                o.set("prefill_token_us", pf.prefill_token_us);
-                o.set("prefill_attention_us", pf.prefill_attention_us);
-                c.overlay(&o, sim::cost::CoefficientSource::Profile);
-                eprintln!(
-                    "prefill probes: {} lengths, R² {:.4}: prefill_token_us {:.3}, prefill_attention_us {:.5}",
-                    pf.points, pf.r2, pf.prefill_token_us, pf.prefill_attention_us
-                );
-                let free = free.into_iter().filter(|f| !f.coefficients.iter().any(|c| c.starts_with("prefill_"))).collect();
-                (c, free)
+        let projection = fit::Projection::new(&points, projected, &prior);
+        // Too few lone requests to solve them: searched with the rest.
+        let free = match &projection {
+            Some(_) => free,
+            None => {
+                let mut f = free;
+                f.extend(projected.iter().map(|c| Free::one(c)));
+                f
             }
-            None => (start, free),
         };
-        // First the decode terms as one scale (with ingress), so that the coefficient-by-coefficient
-        // fit starts near the engine rather than at the prior, which can be off several-fold
-        // per term (a rugged objective lets Nelder–Mead wander off in a far start).
+        // First the decode terms as one scale, so that the coefficient-by-coefficient fit starts
+        // near the engine rather than at the prior, which can be off several-fold per term (a
+        // rugged objective lets Nelder–Mead wander off in a far start).
         let start = if step_fit.is_none() {
-            let coarse = vec![
-                Free { name: "decode scale".into(), coefficients: vec!["step_us", "decode_token_us", "decode_kv_us"] },
-                Free::one("request_ingress_us"),
-            ];
-            fit::fit(&points, &start, &coarse, a.max_evals / 3).cost
+            let coarse = vec![Free { name: "decode scale".into(), coefficients: vec!["step_us", "decode_token_us", "decode_kv_us"] }];
+            fit::fit(&points, &start, &coarse, projection.as_ref(), a.max_evals / 3).cost
         } else {
             start
         };
-        let mut r = fit::fit(&points, &start, &free, a.max_evals);
+        let mut r = fit::fit(&points, &start, &free, projection.as_ref(), a.max_evals);
         if step_fit.is_some() {
             // The step log determined these too.
             for c in ["per_seq_us", "prefill_token_us", "decode_token_us"] {
@@ -497,11 +486,18 @@ pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode, String> {
             }
             r.factors.extend([1.0, 1.0, 1.0]);
         }
-        if prefill_fit.is_some() {
-            for c in ["prefill_token_us", "prefill_attention_us"] {
-                r.free.push(Free { name: format!("{c} (prefill probes)"), coefficients: vec![c] });
+        let linear = projection.as_ref().and_then(|p| p.solve(&points, &r.cost));
+        if let (Some(p), Some(l)) = (&projection, &linear) {
+            for c in &p.names {
+                r.free.push(Free { name: format!("{c} (solved on the lone requests' TTFT)"), coefficients: vec![*c] });
+                r.factors.push(1.0);
             }
-            r.factors.extend([1.0, 1.0]);
+            eprintln!(
+                "lone requests' TTFT: {} probes, R² {:.4}: {}",
+                l.points,
+                l.r2,
+                p.names.iter().zip(&l.values).map(|(n, v)| format!("{n} {v:.3}")).collect::<Vec<_>>().join(", ")
+            );
         }
         let engine = json!({"kind": live::meta_of(&info).engine, "version": info.version, "model": info.model, "kv_capacity_tokens": kv});
         let mut extra = Map::new();
@@ -512,11 +508,15 @@ pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode, String> {
                        "step_us": sf.coefficients[0], "per_seq_us": sf.coefficients[1], "prefill_token_us": sf.coefficients[2], "decode_token_us": sf.coefficients[3]}),
             );
         }
-        if let Some(pf) = &prefill_fit {
+        if let (Some(p), Some(l)) = (&projection, &linear) {
+            let mut solved = Map::new();
+            for (n, v) in p.names.iter().zip(&l.values) {
+                solved.insert((*n).into(), (*v).into());
+            }
             extra.insert(
-                "prefill_probe_fit".into(),
-                json!({"method": "linear least squares of the concurrency-1 prefill probes' mean TTFT", "points": pf.points, "r2": pf.r2,
-                       "prefill_token_us": pf.prefill_token_us, "prefill_attention_us": pf.prefill_attention_us, "intercept_ms": pf.intercept_ms}),
+                "lone_request_fit".into(),
+                json!({"method": "solved at each step of the search by least squares on the relative errors of the concurrency-1 probes' mean TTFT (variable projection)",
+                       "points": l.points, "r2": l.r2, "coefficients": solved}),
             );
         }
         extra.insert("fit_workloads".into(), Value::Array(plan.iter().map(|(n, w)| json!({"name": n, "workload": w})).collect()));
@@ -658,7 +658,7 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
         .map(|p| format!("{:?}/{:?}", p.spec.workload.max_concurrency, p.spec.workload.request_rate))
         .collect();
     let free = group_free(distinct.len());
-    let r = fit::fit(&points, &prior, &free, a.max_evals);
+    let r = fit::fit(&points, &prior, &free, None, a.max_evals);
     let engine = json!({"kind": points[0].spec.engine.kind(), "version": points[0].spec.engine.version().to_string(), "model": points[0].spec.model.id});
     let mut extra = Map::new();
     extra.insert(
@@ -886,7 +886,7 @@ pub fn check(a: CheckArgs) -> Result<ExitCode, String> {
                 })
                 .collect();
             let free = if points.len() >= 3 { live_free() } else { group_free(points.len()) };
-            let r = fit::fit(&points, &specs[0].cost, &free, a.max_evals);
+            let r = fit::fit(&points, &specs[0].cost, &free, None, a.max_evals);
             for s in &mut specs {
                 s.cost = r.cost.clone();
             }

@@ -60,7 +60,7 @@ fn the_fit_recovers_known_coefficients_and_predicts_unseen_points() {
         .into_iter()
         .map(Free::one)
         .collect();
-    let r = fit::fit(&fit_points, &prior, &free, 3000);
+    let r = fit::fit(&fit_points, &prior, &free, None, 3000);
     let got = r.cost.coefficients();
     for (name, want) in
         [("step_us", 9000.0), ("prefill_token_us", 300.0), ("decode_token_us", 450.0), ("request_ingress_us", 5000.0)]
@@ -84,7 +84,7 @@ fn the_fit_recovers_known_coefficients_and_predicts_unseen_points() {
 }
 
 #[test]
-fn the_prefill_probes_alone_give_the_prefill_terms_exactly() {
+fn the_lone_requests_ttft_gives_the_prefill_terms_and_the_ingress_exactly() {
     let prior = cpu_prior();
     let mut truth = prior.clone();
     truth.overlay(
@@ -99,14 +99,63 @@ fn the_prefill_probes_alone_give_the_prefill_terms_exactly() {
     );
     // 1900 tokens pass the 2048 budget only with the decode of nothing else: one chunk; the
     // design columns come from the simulator, so chunking would be counted all the same.
-    let points: Vec<FitPoint> = [16, 256, 768, 1900].into_iter().map(|l| point(l, 4, 1, 3, &truth)).collect();
-    let refs: Vec<&FitPoint> = points.iter().collect();
-    let pf = fit::fit_prefill_probes(&refs, &prior).expect("a prefill fit");
-    assert!((pf.prefill_token_us - 120.0).abs() < 0.01, "prefill_token_us {}", pf.prefill_token_us);
-    assert!((pf.prefill_attention_us - 0.02).abs() < 1e-5, "prefill_attention_us {}", pf.prefill_attention_us);
-    assert!(pf.r2 > 0.999_999);
-    // Two lengths cannot give three unknowns.
-    assert!(fit::fit_prefill_probes(&refs[..2], &prior).is_none());
+    let mut points: Vec<FitPoint> = [16, 256, 768, 1900].into_iter().map(|l| point(l, 4, 1, 3, &truth)).collect();
+    // A concurrency-4 point is not a row: its TTFT is not linear in these.
+    points.push(point(64, 16, 4, 8, &truth));
+    let names = ["prefill_token_us", "request_ingress_us", "prefill_attention_us"];
+    let proj = fit::Projection::new(&points, &names, &prior).expect("a projection");
+    // The other coefficients at their true values: the solution is exact, whatever the
+    // projected ones were before.
+    let mut others = truth.clone();
+    others.overlay(
+        &CostCoefficients { prefill_token_us: Some(1.0), prefill_attention_us: Some(5.0), request_ingress_us: Some(0.0), ..Default::default() },
+        CoefficientSource::Scenario,
+    );
+    let l = proj.solve(&points, &others).expect("a solution");
+    assert_eq!(l.points, 4);
+    for (got, want) in l.values.iter().zip([120.0, 3000.0, 0.02]) {
+        assert!((got - want).abs() / want < 1e-4, "solved {:?}", l.values);
+    }
+    assert!(l.r2 > 0.999_999);
+    // Three unknowns need more than three lone requests.
+    assert!(fit::Projection::new(&points[1..], &names, &prior).is_none());
+    // Only these coefficients are linear in a lone request's TTFT.
+    assert!(fit::Projection::new(&points, &["step_us"], &prior).is_none());
+}
+
+#[test]
+fn a_fit_with_the_projection_finds_an_ingress_far_above_its_prior() {
+    // Seen live on SGLang: with the ingress as a searched log-factor, the search took it
+    // to 0.0005 µs while every lone request's TTFT was 10 ms short, and could not come back.
+    let prior = cpu_prior();
+    let mut truth = prior.clone();
+    truth.overlay(
+        &CostCoefficients {
+            step_us: Some(10_500.0),
+            prefill_token_us: Some(186.0),
+            decode_token_us: Some(900.0),
+            decode_kv_us: Some(2.3),
+            request_ingress_us: Some(11_000.0),
+            ..Default::default()
+        },
+        CoefficientSource::Scenario,
+    );
+    let mut pts = Vec::new();
+    for l in [16, 256, 768, 1536] {
+        pts.push(point(l, 4, 1, 3, &truth));
+    }
+    for (c, l) in [(1, 64), (4, 64), (16, 64), (1, 512), (4, 512)] {
+        pts.push(point(l, 32, c, 2 * c, &truth));
+    }
+    let names = ["prefill_token_us", "request_ingress_us", "prefill_attention_us"];
+    let proj = fit::Projection::new(&pts, &names, &prior).expect("a projection");
+    let free: Vec<Free> = ["step_us", "decode_token_us", "decode_kv_us"].into_iter().map(Free::one).collect();
+    let r = fit::fit(&pts, &prior, &free, Some(&proj), 1500);
+    let got = r.cost.coefficients();
+    for (name, want) in [("step_us", 10_500.0), ("prefill_token_us", 186.0), ("decode_token_us", 900.0), ("request_ingress_us", 11_000.0)] {
+        let v = got.get(name).unwrap();
+        assert!((v - want).abs() / want < 0.05, "{name}: fitted {v}, truth {want}");
+    }
 }
 
 #[test]

@@ -99,6 +99,7 @@ fn calibrating_against_serve_recovers_the_scenarios_coefficients_and_check_passe
             "decode_token_us" => (fitted(k) + fitted("per_seq_us"), truth(k) + truth("per_seq_us")),
             _ => (fitted(k), truth(k)),
         };
+        eprintln!("{k}: fitted/true {:.4}", f / t);
         assert!((f - t).abs() / t < 0.05, "{k}: fitted {f}, the engine's {t}");
     }
     // Ingress as measured includes the real HTTP path on loopback (connection, JSON, both

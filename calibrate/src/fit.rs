@@ -150,16 +150,32 @@ fn objective(points: &[FitPoint], cost: &CostModel) -> (f64, Vec<Vec<Option<f64>
 }
 
 /// Fits the `free` factors, starting from `start`.
-pub fn fit(points: &[FitPoint], start: &CostModel, free: &[Free], max_evals: usize) -> FitResult {
+///
+/// With a `projection`, its coefficients are not searched but solved at every step of the
+/// search (see [`Projection`]); they must not be among `free`.
+pub fn fit(
+    points: &[FitPoint],
+    start: &CostModel,
+    free: &[Free],
+    projection: Option<&Projection>,
+    max_evals: usize,
+) -> FitResult {
     let d = free.len();
     let mut evals = 0usize;
+    let cost_at = |x: &[f64]| {
+        let c = apply(start, free, x);
+        match projection {
+            Some(p) => p.apply(points, &c),
+            None => c,
+        }
+    };
     let mut f = |x: &[f64]| {
         evals += 1;
-        objective(points, &apply(start, free, x)).0
+        objective(points, &cost_at(x)).0
     };
     let x = nelder_mead(&mut f, d, max_evals);
     let x = pattern_search(&mut f, x, 0.1, 1e-3, max_evals / 2);
-    let cost = apply(start, free, &x);
+    let cost = cost_at(&x);
     let (obj, predicted) = objective(points, &cost);
     let r2 = (0..TARGETS.len())
         .map(|t| {
@@ -543,73 +559,156 @@ pub fn fit_step_log(rows: &[StepRow]) -> Option<StepFit> {
     })
 }
 
-/// The prefill terms fitted from the concurrency-1 prefill probes alone.
+/// The coefficients a lone request's TTFT is exactly linear in, solved inside the fit.
+///
+/// With one request in flight (a concurrency-1 probe, not replayed) the schedule does not
+/// depend on timing, so its mean TTFT is `rest + Σ c_k · u_k`: `u_k` is what coefficient
+/// `k` at 1 µs (every other at 0) adds to the simulator's TTFT (chunking included), `rest` the
+/// TTFT with these coefficients at 0 and the others as they are. The fit is then separable
+/// (variable projection): for each value of the other coefficients that the minimiser
+/// tries, these are solved by least squares on relative errors. Doing so matters twice:
+/// (1) the global fit weighs every probe's TTFT alike, and at higher concurrency a closed
+/// loop's TTFT carries the client's phase against the engine's steps, which it pays for by
+/// trading the linear prefill term for the quadratic one, which a probe plan's prompt
+/// lengths barely separate; (2) a log-factor on an additive term such as the ingress can
+/// wander towards 0, where the objective is flat in it, and never come back (seen on a live
+/// SGLang fit: ingress 0.0005 µs while every probe's TTFT was 10 ms short).
 #[derive(Clone, Debug)]
-pub struct PrefillFit {
-    pub prefill_token_us: f64,
-    pub prefill_attention_us: f64,
-    /// Everything else in a lone request's TTFT (ingress, the step constant, output handling), ms.
-    pub intercept_ms: f64,
+pub struct Projection {
+    /// The coefficients solved, among [`PROJECTABLE`].
+    pub names: Vec<&'static str>,
+    /// (point index, measured mean TTFT, the unit columns in `names` order).
+    rows: Vec<(usize, f64, Vec<f64>)>,
+}
+
+/// The coefficients a [`Projection`] may solve: a lone request's TTFT is linear in them.
+pub const PROJECTABLE: [&str; 3] = ["request_ingress_us", "prefill_token_us", "prefill_attention_us"];
+
+/// A [`Projection`]'s solution at one value of the other coefficients.
+#[derive(Clone, Debug)]
+pub struct LinearFit {
+    /// The solved coefficients (µs), in the projection's `names` order; a coefficient that
+    /// came out negative is set to 0 and the rest solved again.
+    pub values: Vec<f64>,
+    /// R² of the predicted against the measured TTFTs of the rows.
     pub r2: f64,
     pub points: usize,
 }
 
-/// Fits `prefill_token_us` and `prefill_attention_us` by linear least squares on the mean
-/// TTFT of concurrency-1 probes of several prompt lengths, with an intercept for all the
-/// rest. With one request in flight the schedule does not depend on timing, so a probe's
-/// mean TTFT is exactly linear in the coefficients: each column is the simulator's TTFT
-/// with that coefficient 1 and every other 0 (chunking included). Doing this apart from the
-/// global fit matters: the global fit weighs every probe's TTFT alike, and at higher
-/// concurrency a closed loop's TTFT carries the client's phase against the engine's steps,
-/// which it then pays for by trading the linear prefill term for the quadratic one, which
-/// the prompt lengths of a probe plan barely separate. Attention is dropped (0) when it
-/// comes out negative. None with fewer than 3 probes or a non-positive per-token cost.
-pub fn fit_prefill_probes(points: &[&FitPoint], base: &CostModel) -> Option<PrefillFit> {
-    if points.len() < 3 {
-        return None;
+fn unit_cost(base: &CostModel, name: &str) -> CostModel {
+    let mut c = base.clone();
+    let mut o = CostCoefficients::default();
+    for n in COEFFICIENT_NAMES {
+        o.set(n, if n == name { 1.0 } else { 0.0 });
     }
-    let unit = |name: &str| {
-        let mut c = base.clone();
+    c.overlay(&o, sim::cost::CoefficientSource::Profile);
+    c
+}
+
+impl Projection {
+    /// The projection of `names` on the concurrency-1, not replayed points of `points` that
+    /// measured TTFT. None with no more rows than unknowns, or a name outside [`PROJECTABLE`].
+    pub fn new(points: &[FitPoint], names: &[&'static str], base: &CostModel) -> Option<Projection> {
+        if names.is_empty() || names.iter().any(|n| !PROJECTABLE.contains(n)) {
+            return None;
+        }
+        let units: Vec<CostModel> = names.iter().map(|n| unit_cost(base, n)).collect();
+        // What an all-zero cost still takes (steps last at least a nanosecond), taken off each column.
+        let zero = unit_cost(base, "");
+        let rows: Vec<(usize, f64, Vec<f64>)> = points
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.replay.is_none() && p.spec.workload.max_concurrency.unwrap_or(0) == 1)
+            .filter_map(|(i, p)| {
+                let m = p.measured[0].filter(|m| *m > 0.0)?;
+                let z = predict(&p.spec, &zero)[0]?;
+                let cols = units.iter().map(|u| predict(&p.spec, u)[0].map(|v| v - z)).collect::<Option<Vec<f64>>>()?;
+                Some((i, m, cols))
+            })
+            .collect();
+        (rows.len() > names.len()).then(|| Projection { names: names.to_vec(), rows })
+    }
+
+    /// Solves the projected coefficients given the others in `cost`. None when the system is
+    /// singular.
+    pub fn solve(&self, points: &[FitPoint], cost: &CostModel) -> Option<LinearFit> {
+        let k = self.names.len();
+        let mut zeroed = cost.clone();
         let mut o = CostCoefficients::default();
-        for n in COEFFICIENT_NAMES {
-            o.set(n, if n == name { 1.0 } else { 0.0 });
+        for n in &self.names {
+            o.set(n, 0.0);
+        }
+        zeroed.overlay(&o, sim::cost::CoefficientSource::Profile);
+        // Relative errors: each row divided by its measured TTFT, as the objective weighs them.
+        let mut x = Vec::with_capacity(self.rows.len());
+        let mut y = Vec::with_capacity(self.rows.len());
+        let mut rest = Vec::with_capacity(self.rows.len());
+        for (i, m, cols) in &self.rows {
+            let r = predict(&points[*i].spec, &zeroed)[0]?;
+            let mut row = [0.0; 4];
+            for (j, c) in cols.iter().enumerate() {
+                row[j] = c / m;
+            }
+            x.push(row);
+            y.push((m - r) / m);
+            rest.push(r);
+        }
+        // Columns scaled to unit norm, so the solver's pivots do not depend on units.
+        let norm: Vec<f64> = (0..k).map(|j| x.iter().map(|r| r[j] * r[j]).sum::<f64>().sqrt()).collect();
+        if norm.iter().any(|n| *n <= 0.0 || !n.is_finite()) {
+            return None;
+        }
+        for r in &mut x {
+            for j in 0..k {
+                r[j] /= norm[j];
+            }
+        }
+        let mut active = [false; 4];
+        active[..k].iter_mut().for_each(|a| *a = true);
+        // A coefficient that comes out negative is held at 0 and the rest solved again, the
+        // last named first (attention before the per-token term).
+        let beta = loop {
+            let b = least_squares(&x, &y, &active)?;
+            match (0..k).rev().find(|&j| active[j] && b[j] < 0.0) {
+                Some(j) => active[j] = false,
+                None => break b,
+            }
+            if !active.iter().any(|a| *a) {
+                break [0.0; 4];
+            }
+        };
+        let values: Vec<f64> = (0..k).map(|j| if active[j] { beta[j] / norm[j] } else { 0.0 }).collect();
+        let meas: Vec<f64> = self.rows.iter().map(|r| r.1).collect();
+        let pred: Vec<f64> = self
+            .rows
+            .iter()
+            .zip(&rest)
+            .map(|((_, _, cols), r)| r + cols.iter().zip(&values).map(|(c, v)| c * v).sum::<f64>())
+            .collect();
+        let mean = meas.iter().mean();
+        let ss_tot: f64 = meas.iter().map(|v| (v - mean).powi(2)).sum();
+        let ss_res: f64 = meas.iter().zip(&pred).map(|(a, b)| (a - b).powi(2)).sum();
+        Some(LinearFit { values, r2: if ss_tot > 0.0 { 1.0 - ss_res / ss_tot } else { 0.0 }, points: self.rows.len() })
+    }
+
+    /// `cost` with the projected coefficients solved (unchanged when they cannot be).
+    pub fn apply(&self, points: &[FitPoint], cost: &CostModel) -> CostModel {
+        match self.solve(points, cost) {
+            Some(l) => self.with(cost, &l),
+            None => cost.clone(),
+        }
+    }
+
+    /// `cost` with the values of `l`.
+    pub fn with(&self, cost: &CostModel, l: &LinearFit) -> CostModel {
+        let mut c = cost.clone();
+        let mut o = CostCoefficients::default();
+        for (n, v) in self.names.iter().zip(&l.values) {
+            o.set(n, *v);
         }
         c.overlay(&o, sim::cost::CoefficientSource::Profile);
         c
-    };
-    let (tok, att) = (unit("prefill_token_us"), unit("prefill_attention_us"));
-    let mut x = Vec::new();
-    let mut y = Vec::new();
-    for p in points {
-        let m = p.measured[0]?;
-        let a = predict(&p.spec, &tok)[0]?;
-        let b = predict(&p.spec, &att)[0]?;
-        x.push([1.0, a, b, 0.0]);
-        y.push(m);
     }
-    let mut active = [true, true, true, false];
-    let beta = loop {
-        let b = least_squares(&x, &y, &active)?;
-        if active[2] && b[2] < 0.0 {
-            active[2] = false;
-            continue;
-        }
-        break b;
-    };
-    if beta[1] <= 0.0 {
-        return None;
-    }
-    let pred: Vec<f64> = x.iter().map(|r| (0..4).map(|i| r[i] * beta[i]).sum()).collect();
-    let mean = y.iter().mean();
-    let ss_tot: f64 = y.iter().map(|v| (v - mean).powi(2)).sum();
-    let ss_res: f64 = y.iter().zip(&pred).map(|(a, b)| (a - b).powi(2)).sum();
-    Some(PrefillFit {
-        prefill_token_us: beta[1],
-        prefill_attention_us: beta[2],
-        intercept_ms: beta[0],
-        r2: if ss_tot > 0.0 { 1.0 - ss_res / ss_tot } else { 0.0 },
-        points: points.len(),
-    })
 }
 
 #[cfg(test)]
