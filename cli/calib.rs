@@ -336,6 +336,52 @@ async fn measure(
     (live::measured_json(info, w, &run), run)
 }
 
+/// The speed reference: one fixed shape (one request at a time, 64-token prompts, 32 output
+/// tokens, 2 requests), measured between the probes of a calibration and before every point
+/// of a check. Its mean ITL is the engine's own decode step at that shape, so comparing the
+/// check's values with the calibration's says how far the engine itself (or the host under
+/// it) moved between the two, apart from anything the simulator predicts: on the 2-core
+/// development machines it moved 10–50% minute to minute (VALIDATION.md).
+pub const SPEED_REFERENCE: (u32, u32, u32) = (64, 32, 2);
+
+/// The largest move of the speed reference between calibration and check that still lets a
+/// check's verdict be told from the machine: the tightest of the issue's targets.
+pub const SPEED_REFERENCE_TOLERANCE: f64 = 0.05;
+
+fn speed_reference_workload() -> Value {
+    let (input, output, n) = SPEED_REFERENCE;
+    json!({"dataset_name": "random", "random_input_len": input, "random_output_len": output, "num_prompts": n,
+           "max_concurrency": 1, "ignore_eos": true, "initial_test_request": false})
+}
+
+/// Measures the speed reference (the `k`-th of a run: fresh prompts each time); its mean ITL
+/// in ms, or None when a request failed.
+async fn speed_reference(
+    opts: &bench::BenchOptions,
+    info: &ServerInfo,
+    derive: &DeriveArgs,
+    k: u64,
+) -> Result<Option<f64>, String> {
+    let mut wl = speed_reference_workload();
+    // Seeds apart from every other run's (probes 1000 + i, warm-up 7,000,000 + k, check repeats
+    // seed + 1,000,003·k): the same seed draws the same leading tokens, which a prefix cache serves.
+    wl["seed"] = (500_000_000 + k).into();
+    let spec = load::resolve(&derive_scenario(info, derive, &wl)?)?.1;
+    let w = sim::workload::generate(&spec.workload);
+    let mut o = opts.clone();
+    o.jsonl = None;
+    o.poll_interval = None;
+    o.on_done = None;
+    let run = bench::run(&o, &w).await;
+    if run.interrupted {
+        return Err("interrupted".into());
+    }
+    if run.outcomes.iter().any(|r| !r.success) {
+        return Ok(None);
+    }
+    Ok(live::measured_json(info, &w, &run).get("mean_itl_ms").and_then(Value::as_f64).filter(|v| v.is_finite() && *v > 0.0))
+}
+
 pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode, String> {
     if !a.warmup_s.is_finite() || a.warmup_s < 0.0 {
         return Err(format!("--warmup-s: expected seconds, 0 or more, got {}", a.warmup_s));
@@ -395,10 +441,14 @@ pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode, String> {
                 })
             })
             .collect();
+        let mut reference: Vec<f64> = Vec::new();
         for (name, wl) in &runs {
             let raw = derive_scenario(&info, &a.derive, wl)?;
             let spec = load::resolve(&raw)?.1;
             let w = sim::workload::generate(&spec.workload);
+            if let Some(v) = speed_reference(&opts, &info, &a.derive, reference.len() as u64).await? {
+                reference.push(v);
+            }
             opts.jsonl = Some(dir.join(format!("{name}.requests.jsonl")));
             let (point, run) = measure(&opts, &info, &w, true).await;
             let failed = run.outcomes.iter().filter(|o| !o.success).count();
@@ -517,6 +567,17 @@ pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode, String> {
                 "lone_request_fit".into(),
                 json!({"method": "solved at each step of the search by least squares on the relative errors of the concurrency-1 probes' mean TTFT (variable projection)",
                        "points": l.points, "r2": l.r2, "coefficients": solved}),
+            );
+        }
+        if let Some(med) = median(reference.clone()) {
+            let (lo, hi) = reference.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)));
+            eprintln!(
+                "speed reference (mean ITL at one request, {} runs between the probes): median {med:.2} ms, {lo:.2} to {hi:.2}",
+                reference.len()
+            );
+            extra.insert(
+                "speed_reference".into(),
+                json!({"workload": speed_reference_workload(), "mean_itl_ms": reference, "median_mean_itl_ms": med}),
             );
         }
         extra.insert("fit_workloads".into(), Value::Array(plan.iter().map(|(n, w)| json!({"name": n, "workload": w})).collect()));
@@ -826,6 +887,9 @@ pub fn check(a: CheckArgs) -> Result<ExitCode, String> {
         // then spreads its slow spells over every point instead of loading them onto one.
         let repeats = a.repeat.max(1);
         let mut runs_of: Vec<Vec<Map<String, Value>>> = vec![Vec::new(); specs.len()];
+        // The calibration's speed reference, if the profile has one: measured again before each point.
+        let reference_calib = profile.as_ref().and_then(|p| p["speed_reference"]["median_mean_itl_ms"].as_f64());
+        let mut reference_of: Vec<Vec<f64>> = vec![Vec::new(); specs.len()];
         for k in 0..repeats {
             for (i, s) in specs.iter().enumerate() {
                 let mut sk = s.clone();
@@ -833,6 +897,12 @@ pub fn check(a: CheckArgs) -> Result<ExitCode, String> {
                 // the same leading tokens, which the prefix cache would serve to the other run.
                 sk.workload.seed = s.workload.seed.wrapping_add(1_000_003 * u64::from(k));
                 let w = sim::workload::generate(&sk.workload);
+                if reference_calib.is_some() {
+                    let n = reference_of.iter().map(Vec::len).sum::<usize>() as u64;
+                    if let Some(v) = speed_reference(&opts, &info, &a.derive, 1_000 + n).await? {
+                        reference_of[i].push(v);
+                    }
+                }
                 let files = live::run_files(Some(&dir), None, "check", &w, &opts.target.model)?;
                 opts.jsonl = Some(files.requests.clone());
                 let (point, run) = measure(&opts, &info, &w, true).await;
@@ -897,6 +967,9 @@ pub fn check(a: CheckArgs) -> Result<ExitCode, String> {
             .map(|s| sim::report::point_json(s, &sim::simulate(s, sim::simulation::RunOptions::default())))
             .collect();
         let mut report = check_report(&conc, &measured, &predicted, &used, &info, profile.as_ref());
+        if let Some(calib) = reference_calib {
+            add_speed_reference(&mut report, calib, &reference_of);
+        }
         if repeats > 1 {
             if let Some(pts) = report["points"].as_array_mut() {
                 for (p, sp) in pts.iter_mut().zip(&spreads) {
@@ -1028,6 +1101,32 @@ pub fn check_report(
     })
 }
 
+/// Adds the speed reference to a check report: per point, the reference measured before it
+/// and how far that is from the calibration's (positive: the engine was slower); in the
+/// verdict, whether the engine held still enough for the errors to be the model's.
+fn add_speed_reference(report: &mut Value, calib: f64, reference_of: &[Vec<f64>]) {
+    let mut moves = Vec::new();
+    if let Some(pts) = report["points"].as_array_mut() {
+        for (p, r) in pts.iter_mut().zip(reference_of) {
+            if r.is_empty() {
+                continue;
+            }
+            let m = r.iter().sum::<f64>() / r.len() as f64;
+            let d = m / calib - 1.0;
+            moves.push(d);
+            p["speed_reference"] = json!({"mean_itl_ms": m, "vs_calibration": d});
+        }
+    }
+    let largest = moves.iter().map(|d| d.abs()).fold(None, |a: Option<f64>, d| Some(a.map_or(d, |a| a.max(d))));
+    report["verdict"]["speed_reference"] = json!({
+        "calibration_mean_itl_ms": calib,
+        "median_vs_calibration": median(moves.clone()),
+        "largest_abs_vs_calibration": largest,
+        "tolerance": SPEED_REFERENCE_TOLERANCE,
+        "engine_held_still": largest.map(|l| l <= SPEED_REFERENCE_TOLERANCE),
+    });
+}
+
 fn check_text(r: &Value) -> String {
     let mut s = String::new();
     let _ = writeln!(
@@ -1073,6 +1172,28 @@ fn check_text(r: &Value) -> String {
                     .unwrap_or_default();
                 let _ = writeln!(s, "  {k:<22} median |error| {:.1}%{t}", 100.0 * m);
             }
+        }
+    }
+    let sr = &r["verdict"]["speed_reference"];
+    if let Some(calib) = sr["calibration_mean_itl_ms"].as_f64() {
+        let per: Vec<String> = r["points"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| Some(format!("{} {:+.1}%", p["max_concurrency"], 100.0 * p["speed_reference"]["vs_calibration"].as_f64()?)))
+            .collect();
+        let _ = writeln!(
+            s,
+            "Speed reference (one request's mean ITL, {calib:.2} ms while calibrating), before each point: {}",
+            per.join(", ")
+        );
+        if sr["engine_held_still"] == false {
+            let _ = writeln!(
+                s,
+                "  The engine's own speed at that fixed shape moved more than {:.0}% between calibration and check:\n  \
+                 the errors above mix the model's with the machine's.",
+                100.0 * SPEED_REFERENCE_TOLERANCE
+            );
         }
     }
     let _ = writeln!(s, "Overall: {}", if r["verdict"]["pass"] == true { "PASS" } else { "FAIL" });

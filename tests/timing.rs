@@ -132,5 +132,14 @@ fn calibrating_against_serve_recovers_the_scenarios_coefficients_and_check_passe
     let r: serde_json::Value =
         serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&o.stderr)));
     assert_eq!(r["verdict"]["pass"], true, "{}", serde_json::to_string_pretty(&r["verdict"]).unwrap());
+    // The speed reference: measured between the probes and before every point; the emulator
+    // runs at one speed, so it must not have moved.
+    let refs = p["speed_reference"]["mean_itl_ms"].as_array().expect("the profile's speed reference");
+    assert_eq!(refs.len(), p["fit"]["points"].as_array().unwrap().len());
+    for pt in r["points"].as_array().unwrap() {
+        let d = pt["speed_reference"]["vs_calibration"].as_f64().expect("a speed reference before each point");
+        assert!(d.abs() < 0.05, "the speed reference moved {d} at {}", pt["max_concurrency"]);
+    }
+    assert_eq!(r["verdict"]["speed_reference"]["engine_held_still"], true);
     assert_eq!(o.status.code(), Some(0));
 }
