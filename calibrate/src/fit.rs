@@ -566,7 +566,7 @@ pub fn fit_step_log(rows: &[StepRow]) -> Option<StepFit> {
 /// `k` at 1 µs (every other at 0) adds to the simulator's TTFT (chunking included), `rest` the
 /// TTFT with these coefficients at 0 and the others as they are. The fit is then separable
 /// (variable projection): for each value of the other coefficients that the minimiser
-/// tries, these are solved by least squares on relative errors. Doing so matters twice:
+/// tries, these are solved by least squares on the TTFTs. Doing so matters twice:
 /// (1) the global fit weighs every probe's TTFT alike, and at higher concurrency a closed
 /// loop's TTFT carries the client's phase against the engine's steps, which it pays for by
 /// trading the linear prefill term for the quadratic one, which a probe plan's prompt
@@ -639,7 +639,10 @@ impl Projection {
             o.set(n, 0.0);
         }
         zeroed.overlay(&o, sim::cost::CoefficientSource::Profile);
-        // Relative errors: each row divided by its measured TTFT, as the objective weighs them.
+        // Absolute errors (ms), not relative: a lone request's TTFT carries the HTTP path's
+        // jitter, a few ms whatever the prompt, and weighing the short prompts up by 1/TTFT
+        // let that jitter trade the per-token term against the ingress (against `serve`, the
+        // fitted prefill_token_us spread 0.96–1.04 of the truth relative, 1.00–1.03 absolute).
         let mut x = Vec::with_capacity(self.rows.len());
         let mut y = Vec::with_capacity(self.rows.len());
         let mut rest = Vec::with_capacity(self.rows.len());
@@ -647,10 +650,10 @@ impl Projection {
             let r = predict(&points[*i].spec, &zeroed)[0]?;
             let mut row = [0.0; 4];
             for (j, c) in cols.iter().enumerate() {
-                row[j] = c / m;
+                row[j] = *c;
             }
             x.push(row);
-            y.push((m - r) / m);
+            y.push(m - r);
             rest.push(r);
         }
         // Columns scaled to unit norm, so the solver's pivots do not depend on units.

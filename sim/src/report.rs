@@ -113,11 +113,10 @@ pub fn bench_json(
 
 fn header(out: &mut String, title: &str, fill: char) {
     let width: usize = 50;
-    let t = format!("{title}");
-    let pad = width.saturating_sub(t.chars().count());
+    let pad = width.saturating_sub(title.chars().count());
     let left = pad / 2;
     let right = pad - left;
-    let _ = writeln!(out, "{}{}{}", fill.to_string().repeat(left), t, fill.to_string().repeat(right));
+    let _ = writeln!(out, "{}{}{}", fill.to_string().repeat(left), title, fill.to_string().repeat(right));
 }
 
 fn line(out: &mut String, label: &str, value: impl std::fmt::Display) {
