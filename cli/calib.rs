@@ -229,8 +229,8 @@ pub struct CalibrateArgs {
     /// Simulator evaluations the fit may use.
     #[arg(long, default_value_t = 1500)]
     pub max_evals: usize,
-    /// Skip the speed reference (one request at a fixed shape, about a second on a GPU)
-    /// before each probe, and the probes' normalisation to its median.
+    /// Skip the speed reference (one request at a fixed shape, well under a second on a GPU)
+    /// before each probe.
     #[arg(long)]
     pub no_speed_reference: bool,
     /// vLLM's per-step log (`--enable-logging-iteration-details`): step costs are then fitted by
@@ -341,11 +341,12 @@ async fn measure(
 }
 
 /// The speed reference: one fixed shape (one request at a time, 64-token prompts, 32 output
-/// tokens, 2 requests), measured between the probes of a calibration and before every point
-/// of a check. Its mean ITL is the engine's own decode step at that shape, so comparing the
-/// check's values with the calibration's says how far the engine itself (or the host under
-/// it) moved between the two, apart from anything the simulator predicts: on the 2-core
-/// development machines it moved 10–50% minute to minute (VALIDATION.md).
+/// tokens, 2 requests), measured before every probe of a calibration and before every run of
+/// a check point. Its mean ITL is the engine's own decode step at that shape: its spread while
+/// calibrating, and its move between calibration and check, say whether the engine (or the
+/// host under it) held one speed. A short run, it is an indicator, not a correction: on the
+/// 2-core development machines it ranged over ±30% within one calibration, and scaling runs
+/// by it made their errors worse (VALIDATION.md, third round).
 pub const SPEED_REFERENCE: (u32, u32, u32) = (64, 32, 2);
 
 /// The largest move of the speed reference between calibration and check that still lets a
@@ -447,7 +448,6 @@ pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode, String> {
             .collect();
         // The speed reference measured before each probe (None where it failed or is off).
         let mut reference: Vec<Option<f64>> = Vec::new();
-        let mut sends: Vec<(sim::workload::Workload, Vec<f64>)> = Vec::new();
         for (name, wl) in &runs {
             let raw = derive_scenario(&info, &a.derive, wl)?;
             let spec = load::resolve(&raw)?.1;
@@ -481,37 +481,14 @@ pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode, String> {
             // At c=1 the closed loop is exact; replaying would only add the client's gaps.
             let replay = if concurrent {
                 let send: Vec<f64> = run.outcomes.iter().map(|o| o.start_s).collect();
-                let r = fit::replay_workload(&w, &send);
-                sends.push((w, send));
-                r
+                fit::replay_workload(&w, &send)
             } else {
-                sends.push((w, Vec::new()));
                 None
             };
             points.push(FitPoint { name: name.clone(), spec, measured, replay });
         }
-        // Each probe brought to the engine's median speed: its times divided by how much slower
-        // than the median the speed reference ran just before it (throughput multiplied), and
-        // its replayed arrivals with them. On the development machines the reference ranged
-        // over ±30% between the probes of one calibration, and the decode probes' errors
-        // followed it (VALIDATION.md).
         let ref_values: Vec<f64> = reference.iter().flatten().copied().collect();
         let ref_median = median(ref_values.clone());
-        if let Some(med) = ref_median {
-            for ((p, r), (w, send)) in points.iter_mut().zip(&reference).zip(&sends) {
-                let Some(r) = r else { continue };
-                let k = r / med;
-                for (i, m) in p.measured.iter_mut().enumerate() {
-                    if let Some(v) = m {
-                        *v = if fit::TARGETS[i] == "output_throughput" { *v * k } else { *v / k };
-                    }
-                }
-                if p.replay.is_some() {
-                    let scaled: Vec<f64> = send.iter().map(|t| t / k).collect();
-                    p.replay = fit::replay_workload(w, &scaled);
-                }
-            }
-        }
         let prior = points[0].spec.cost.clone();
         // Teacher forcing on the engine's own step log, when there is one.
         let step_log = a.step_log.clone().or(a.derive.server_log.clone());
@@ -605,13 +582,12 @@ pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode, String> {
         if let Some(med) = ref_median {
             let (lo, hi) = ref_values.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)));
             eprintln!(
-                "speed reference (mean ITL at one request, {} runs, one before each probe): median {med:.2} ms, {lo:.2} to {hi:.2}; probes brought to the median",
+                "speed reference (mean ITL at one request, {} runs, one before each probe): median {med:.2} ms, {lo:.2} to {hi:.2}",
                 ref_values.len()
             );
             extra.insert(
                 "speed_reference".into(),
-                json!({"workload": speed_reference_workload(), "mean_itl_ms": reference, "median_mean_itl_ms": med,
-                       "probes_normalised": "each probe's times divided by (the reference before it / the median), throughput multiplied; the fit points' measured values are the normalised ones"}),
+                json!({"workload": speed_reference_workload(), "mean_itl_ms": reference, "median_mean_itl_ms": med}),
             );
         }
         extra.insert("fit_workloads".into(), Value::Array(plan.iter().map(|(n, w)| json!({"name": n, "workload": w})).collect()));
@@ -1004,7 +980,7 @@ pub fn check(a: CheckArgs) -> Result<ExitCode, String> {
             .collect();
         let mut report = check_report(&conc, &measured, &predicted, &used, &info, profile.as_ref());
         if let Some(calib) = reference_calib.filter(|_| !a.no_speed_reference) {
-            add_speed_reference(&mut report, calib, &reference_of, &runs_of, &predicted, &used);
+            add_speed_reference(&mut report, calib, &reference_of);
         }
         if repeats > 1 {
             if let Some(pts) = report["points"].as_array_mut() {
@@ -1144,24 +1120,16 @@ pub fn check_report(
     })
 }
 
-/// Adds the speed reference to a check report: per point, the reference measured before it
-/// and how far that is from the calibration's (positive: the engine was slower); in the
-/// verdict, whether the engine held still enough for the errors to be the model's. Also, as a
-/// diagnosis beside the verdict (which stays on the measurements as they are), the errors
-/// with the engine's drift taken out: each run's times divided by (the reference before it /
-/// the calibration's), throughput multiplied, as the calibration did to its probes.
-fn add_speed_reference(
-    report: &mut Value,
-    calib: f64,
-    reference_of: &[Vec<Option<f64>>],
-    runs_of: &[Vec<Map<String, Value>>],
-    predicted: &[Map<String, Value>],
-    used: &[bool],
-) {
+/// Adds the speed reference to a check report: per point, the mean of the references
+/// measured before its runs and how far that is from the calibration's median (positive: the
+/// engine was slower); in the verdict, whether every point's stayed within
+/// [`SPEED_REFERENCE_TOLERANCE`]. It is reported, not used: scaling each run by its reference
+/// made the live errors worse, not better (a one-second run at one request does not track
+/// the engine's speed over a point's run closely enough; VALIDATION.md, third round).
+fn add_speed_reference(report: &mut Value, calib: f64, reference_of: &[Vec<Option<f64>>]) {
     let mut moves = Vec::new();
-    let mut adjusted_errs: Vec<Vec<f64>> = vec![Vec::new(); CHECK_METRICS.len()];
     if let Some(pts) = report["points"].as_array_mut() {
-        for (i, (p, r)) in pts.iter_mut().zip(reference_of).enumerate() {
+        for (p, r) in pts.iter_mut().zip(reference_of) {
             let got: Vec<f64> = r.iter().flatten().copied().collect();
             if got.is_empty() {
                 continue;
@@ -1169,57 +1137,16 @@ fn add_speed_reference(
             let m = got.iter().sum::<f64>() / got.len() as f64;
             let d = m / calib - 1.0;
             moves.push(d);
-            // Runs with a reference, each scaled by its own; their mean.
-            let scaled: Vec<Map<String, Value>> = runs_of[i]
-                .iter()
-                .zip(r)
-                .filter_map(|(run, r)| {
-                    let k = (*r)? / calib;
-                    let mut out = run.clone();
-                    for (key, _) in CHECK_METRICS {
-                        let Some(v) = run.get(key).and_then(Value::as_f64) else { continue };
-                        let v = match key {
-                            "output_throughput" => v * k,
-                            _ if key.ends_with("_ms") => v / k,
-                            _ => v,
-                        };
-                        out.insert(key.into(), v.into());
-                    }
-                    Some(out)
-                })
-                .collect();
-            let mut err = Map::new();
-            if !scaled.is_empty() {
-                let (mean, _) = mean_of_runs(&scaled);
-                for (j, (key, _)) in CHECK_METRICS.iter().enumerate() {
-                    if let Some(e) = rel_err(mean.get(*key).and_then(Value::as_f64), predicted[i].get(*key).and_then(Value::as_f64)) {
-                        err.insert((*key).into(), e.into());
-                        if !used[i] {
-                            adjusted_errs[j].push(e.abs());
-                        }
-                    }
-                }
-            }
-            p["speed_reference"] = json!({"mean_itl_ms": m, "vs_calibration": d, "error_with_drift_taken_out": err});
+            p["speed_reference"] = json!({"mean_itl_ms": m, "vs_calibration": d});
         }
     }
     let largest = moves.iter().map(|d| d.abs()).fold(None, |a: Option<f64>, d| Some(a.map_or(d, |a| a.max(d))));
-    let mut adjusted = Map::new();
-    for ((key, target), errs) in CHECK_METRICS.iter().zip(adjusted_errs) {
-        if let Some(m) = median(errs) {
-            adjusted.insert(
-                (*key).into(),
-                json!({"median_abs_error": m, "within_target": if target.is_nan() { Value::Null } else { (m <= *target).into() }}),
-            );
-        }
-    }
     report["verdict"]["speed_reference"] = json!({
         "calibration_mean_itl_ms": calib,
         "median_vs_calibration": median(moves.clone()),
         "largest_abs_vs_calibration": largest,
         "tolerance": SPEED_REFERENCE_TOLERANCE,
         "engine_held_still": largest.map(|l| l <= SPEED_REFERENCE_TOLERANCE),
-        "with_drift_taken_out": adjusted,
     });
 }
 
@@ -1290,22 +1217,11 @@ fn check_text(r: &Value) -> String {
             "Speed reference (one request's mean ITL, {calib:.2} ms while calibrating), before each point: {}",
             per.join(", ")
         );
-        if let Some(adj) = sr["with_drift_taken_out"].as_object().filter(|o| !o.is_empty()) {
-            let _ = writeln!(s, "  With the drift taken out (each run scaled by the reference before it; a diagnosis, not the verdict):");
-            for (k, x) in adj {
-                let t = match x["within_target"].as_bool() {
-                    Some(true) => " (within target)",
-                    Some(false) => " (outside target)",
-                    None => "",
-                };
-                let _ = writeln!(s, "    {k:<22} median |error| {:.1}%{t}", 100.0 * x["median_abs_error"].as_f64().unwrap_or(f64::NAN));
-            }
-        }
         if sr["engine_held_still"] == false {
             let _ = writeln!(
                 s,
-                "  The engine's own speed at that fixed shape moved more than {:.0}% between calibration and check:\n  \
-                 the errors above mix the model's with the machine's.",
+                "  The speed reference moved more than {:.0}% between calibration and check: the engine or the host\n  \
+                 was not at one speed, and errors of that size may be the machine's as much as the model's.",
                 100.0 * SPEED_REFERENCE_TOLERANCE
             );
         }

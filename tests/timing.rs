@@ -142,9 +142,5 @@ fn calibrating_against_serve_recovers_the_scenarios_coefficients_and_check_passe
         assert!(d.abs() < 0.05, "the speed reference moved {d} at {}", pt["max_concurrency"]);
     }
     assert_eq!(r["verdict"]["speed_reference"]["engine_held_still"], true);
-    // With no drift to take out, the diagnosis agrees with the verdict.
-    for k in ["output_throughput", "mean_tpot_ms", "mean_e2el_ms"] {
-        assert_eq!(r["verdict"]["speed_reference"]["with_drift_taken_out"][k]["within_target"], true, "{k}");
-    }
     assert_eq!(o.status.code(), Some(0));
 }
