@@ -990,9 +990,7 @@ pub fn check(a: CheckArgs) -> Result<ExitCode, String> {
             }
             // The knee of each repeat on its own: where they differ, the 5%-gain rule is within
             // the measurement's noise at this sweep, and so is any comparison with a prediction.
-            let per: Vec<Option<u32>> = (0..repeats as usize)
-                .map(|k| knee_at(&conc, &runs_of.iter().map(|r| r[k].clone()).collect::<Vec<_>>()))
-                .collect();
+            let per = knee_per_repeat(&conc, &runs_of);
             report["knee"]["measured_per_repeat"] = json!(per);
             report["knee"]["measured_stable"] = per.windows(2).all(|w| w[0] == w[1]).into();
             report["repeats"] = repeats.into();
@@ -1059,6 +1057,12 @@ fn knee_at(conc: &[u32], pts: &[Map<String, Value>]) -> Option<u32> {
         })
         .collect();
     find_knee(&kp).map(|i| conc[i])
+}
+
+/// The knee of each repeat on its own (`runs_of[i][k]`: the k-th run of point i).
+fn knee_per_repeat(conc: &[u32], runs_of: &[Vec<Map<String, Value>>]) -> Vec<Option<u32>> {
+    let n = runs_of.iter().map(Vec::len).min().unwrap_or(0);
+    (0..n).map(|k| knee_at(conc, &runs_of.iter().map(|r| r[k].clone()).collect::<Vec<_>>())).collect()
 }
 
 /// The check report: per point, measured, predicted and relative error; the verdict on the points not used for fitting.
@@ -1228,4 +1232,40 @@ fn check_text(r: &Value) -> String {
     }
     let _ = writeln!(s, "Overall: {}", if r["verdict"]["pass"] == true { "PASS" } else { "FAIL" });
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(thr: f64, ttft: f64) -> Map<String, Value> {
+        json!({"output_throughput": thr, "mean_ttft_ms": ttft}).as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn each_repeat_has_its_own_knee() {
+        let conc = [1, 2, 4, 8];
+        // Repeat 1 flattens after 4 (205 < 1.05 × 200); repeat 2 still gains 6% from 4 to 8.
+        let thr = [[100.0, 100.0], [180.0, 180.0], [200.0, 188.0], [205.0, 200.0]];
+        let runs_of: Vec<Vec<Map<String, Value>>> =
+            thr.iter().enumerate().map(|(i, t)| t.iter().map(|&x| run(x, 100.0 * (i + 1) as f64)).collect()).collect();
+        assert_eq!(knee_per_repeat(&conc, &runs_of), vec![Some(4), None]);
+    }
+
+    #[test]
+    fn the_speed_reference_says_how_far_the_engine_moved() {
+        let mut report = json!({"points": [{}, {}, {}], "verdict": {}});
+        let refs = vec![vec![Some(10.2), Some(10.4)], vec![None], vec![Some(12.0)]];
+        add_speed_reference(&mut report, 10.0, &refs);
+        let d0 = report["points"][0]["speed_reference"]["vs_calibration"].as_f64().unwrap();
+        assert!((d0 - 0.03).abs() < 1e-9, "{d0}");
+        // A point whose reference failed has none, and does not count.
+        assert!(report["points"][1].get("speed_reference").is_none());
+        let v = &report["verdict"]["speed_reference"];
+        assert!((v["largest_abs_vs_calibration"].as_f64().unwrap() - 0.2).abs() < 1e-9);
+        assert_eq!(v["engine_held_still"], false);
+        let mut steady = json!({"points": [{}], "verdict": {}});
+        add_speed_reference(&mut steady, 10.0, &[vec![Some(10.3)]]);
+        assert_eq!(steady["verdict"]["speed_reference"]["engine_held_still"], true);
+    }
 }

@@ -460,7 +460,7 @@ pub struct StepRow {
 
 fn number_before(line: &str, label: &str) -> Option<f64> {
     let i = line.find(label)?;
-    line[..i].trim_end().rsplit(|c: char| c == ' ' || c == ',' || c == ':').next()?.parse().ok()
+    line[..i].trim_end().rsplit([' ', ',', ':']).next()?.parse().ok()
 }
 
 /// Parses the `Iteration(N): ... iteration elapsed time: X ms` lines of a vLLM log.
@@ -468,7 +468,7 @@ pub fn parse_step_log(text: &str) -> Vec<StepRow> {
     text.lines()
         .filter(|l| l.contains("Iteration(") && l.contains("iteration elapsed time:"))
         .filter_map(|l| {
-            let el = l.split("iteration elapsed time:").nth(1)?.trim().split_whitespace().next()?.parse().ok()?;
+            let el = l.split("iteration elapsed time:").nth(1)?.split_whitespace().next()?.parse().ok()?;
             Some(StepRow {
                 context_requests: number_before(l, "context requests")?,
                 context_tokens: number_before(l, "context tokens")?,
