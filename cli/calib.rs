@@ -307,6 +307,15 @@ fn group_free(n_points: usize) -> Vec<Free> {
     }
 }
 
+/// `opts` for a run whose requests are not recorded: a warm-up or a speed reference.
+fn unrecorded(opts: &bench::BenchOptions) -> bench::BenchOptions {
+    let mut o = opts.clone();
+    o.jsonl = None;
+    o.poll_interval = None;
+    o.on_done = None;
+    o
+}
+
 /// Measures a workload against the server after a short warm-up of the same shape.
 async fn measure(
     opts: &bench::BenchOptions,
@@ -326,10 +335,7 @@ async fn measure(
         }
         wu.initial_test = None;
         wu.warmups.clear();
-        let mut o = opts.clone();
-        o.jsonl = None;
-        o.poll_interval = None;
-        let _ = bench::run(&o, &wu).await;
+        let _ = bench::run(&unrecorded(opts), &wu).await;
     }
     let pb = crate::plot::progress(w.requests.len() as u64, "requests");
     let pb2 = pb.clone();
@@ -373,18 +379,17 @@ async fn speed_reference(
     wl["seed"] = (500_000_000 + k).into();
     let spec = load::resolve(&derive_scenario(info, derive, &wl)?)?.1;
     let w = sim::workload::generate(&spec.workload);
-    let mut o = opts.clone();
-    o.jsonl = None;
-    o.poll_interval = None;
-    o.on_done = None;
-    let run = bench::run(&o, &w).await;
+    let run = bench::run(&unrecorded(opts), &w).await;
     if run.interrupted {
         return Err("interrupted".into());
     }
     if run.outcomes.iter().any(|r| !r.success) {
         return Ok(None);
     }
-    Ok(live::measured_json(info, &w, &run).get("mean_itl_ms").and_then(Value::as_f64).filter(|v| v.is_finite() && *v > 0.0))
+    Ok(live::measured_json(info, &w, &run)
+        .get("mean_itl_ms")
+        .and_then(Value::as_f64)
+        .filter(|v| v.is_finite() && *v > 0.0))
 }
 
 pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode, String> {
@@ -412,9 +417,7 @@ pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode, String> {
                         "max_concurrency": 4, "ignore_eos": true, "initial_test_request": false}),
             )?;
             let spec = load::resolve(&raw)?.1;
-            let mut o = opts.clone();
-            o.jsonl = None;
-            o.poll_interval = None;
+            let o = unrecorded(&opts);
             let t0 = std::time::Instant::now();
             let mut k = 0u64;
             eprintln!("warming the engine up for {:.0} s", a.warmup_s);
@@ -901,7 +904,10 @@ pub fn check(a: CheckArgs) -> Result<ExitCode, String> {
         let repeats = a.repeat.max(1);
         let mut runs_of: Vec<Vec<Map<String, Value>>> = vec![Vec::new(); specs.len()];
         // The calibration's speed reference, if the profile has one: measured again before each point.
-        let reference_calib = profile.as_ref().and_then(|p| p["speed_reference"]["median_mean_itl_ms"].as_f64());
+        let reference_calib = profile
+            .as_ref()
+            .and_then(|p| p["speed_reference"]["median_mean_itl_ms"].as_f64())
+            .filter(|_| !a.no_speed_reference);
         let mut reference_of: Vec<Vec<Option<f64>>> = vec![Vec::new(); specs.len()];
         for k in 0..repeats {
             for (i, s) in specs.iter().enumerate() {
@@ -910,7 +916,7 @@ pub fn check(a: CheckArgs) -> Result<ExitCode, String> {
                 // the same leading tokens, which the prefix cache would serve to the other run.
                 sk.workload.seed = s.workload.seed.wrapping_add(1_000_003 * u64::from(k));
                 let w = sim::workload::generate(&sk.workload);
-                if reference_calib.is_some() && !a.no_speed_reference {
+                if reference_calib.is_some() {
                     let n = reference_of.iter().map(Vec::len).sum::<usize>() as u64;
                     let v = speed_reference(&opts, &info, &a.derive, 1_000 + n).await?;
                     reference_of[i].push(v);
@@ -979,7 +985,7 @@ pub fn check(a: CheckArgs) -> Result<ExitCode, String> {
             .map(|s| sim::report::point_json(s, &sim::simulate(s, sim::simulation::RunOptions::default())))
             .collect();
         let mut report = check_report(&conc, &measured, &predicted, &used, &info, profile.as_ref());
-        if let Some(calib) = reference_calib.filter(|_| !a.no_speed_reference) {
+        if let Some(calib) = reference_calib {
             add_speed_reference(&mut report, calib, &reference_of);
         }
         if repeats > 1 {
@@ -1214,7 +1220,13 @@ fn check_text(r: &Value) -> String {
             .as_array()
             .into_iter()
             .flatten()
-            .filter_map(|p| Some(format!("{} {:+.1}%", p["max_concurrency"], 100.0 * p["speed_reference"]["vs_calibration"].as_f64()?)))
+            .filter_map(|p| {
+                Some(format!(
+                    "{} {:+.1}%",
+                    p["max_concurrency"],
+                    100.0 * p["speed_reference"]["vs_calibration"].as_f64()?
+                ))
+            })
             .collect();
         let _ = writeln!(
             s,

@@ -33,6 +33,15 @@ fn cpu_prior() -> sim::cost::CostModel {
     .cost
 }
 
+/// A calibration's probes measured on `truth`: prefill at four lengths (concurrency 1),
+/// decode at three batch sizes and two context lengths.
+fn probe_plan_points(truth: &sim::cost::CostModel) -> Vec<FitPoint> {
+    let prefill = [16, 256, 768, 1536].into_iter().map(|l| point(l, 4, 1, 3, truth));
+    let decode =
+        [(1, 64), (4, 64), (16, 64), (1, 512), (4, 512)].into_iter().map(|(c, l)| point(l, 32, c, 2 * c, truth));
+    prefill.chain(decode).collect()
+}
+
 #[test]
 fn the_fit_recovers_known_coefficients_and_predicts_unseen_points() {
     let prior = cpu_prior();
@@ -49,13 +58,7 @@ fn the_fit_recovers_known_coefficients_and_predicts_unseen_points() {
         },
         CoefficientSource::Scenario,
     );
-    let mut fit_points = Vec::new();
-    for l in [16, 256, 768, 1536] {
-        fit_points.push(point(l, 4, 1, 3, &truth));
-    }
-    for (c, l) in [(1, 64), (4, 64), (16, 64), (1, 512), (4, 512)] {
-        fit_points.push(point(l, 32, c, 2 * c, &truth));
-    }
+    let fit_points = probe_plan_points(&truth);
     let free: Vec<Free> = ["step_us", "prefill_token_us", "decode_token_us", "decode_kv_us", "request_ingress_us"]
         .into_iter()
         .map(Free::one)
@@ -108,7 +111,12 @@ fn the_lone_requests_ttft_gives_the_prefill_terms_and_the_ingress_exactly() {
     // projected ones were before.
     let mut others = truth.clone();
     others.overlay(
-        &CostCoefficients { prefill_token_us: Some(1.0), prefill_attention_us: Some(5.0), request_ingress_us: Some(0.0), ..Default::default() },
+        &CostCoefficients {
+            prefill_token_us: Some(1.0),
+            prefill_attention_us: Some(5.0),
+            request_ingress_us: Some(0.0),
+            ..Default::default()
+        },
         CoefficientSource::Scenario,
     );
     let l = proj.solve(&points, &others).expect("a solution");
@@ -140,19 +148,18 @@ fn a_fit_with_the_projection_finds_an_ingress_far_above_its_prior() {
         },
         CoefficientSource::Scenario,
     );
-    let mut pts = Vec::new();
-    for l in [16, 256, 768, 1536] {
-        pts.push(point(l, 4, 1, 3, &truth));
-    }
-    for (c, l) in [(1, 64), (4, 64), (16, 64), (1, 512), (4, 512)] {
-        pts.push(point(l, 32, c, 2 * c, &truth));
-    }
+    let pts = probe_plan_points(&truth);
     let names = ["prefill_token_us", "request_ingress_us", "prefill_attention_us"];
     let proj = fit::Projection::new(&pts, &names, &prior).expect("a projection");
     let free: Vec<Free> = ["step_us", "decode_token_us", "decode_kv_us"].into_iter().map(Free::one).collect();
     let r = fit::fit(&pts, &prior, &free, Some(&proj), 1500);
     let got = r.cost.coefficients();
-    for (name, want) in [("step_us", 10_500.0), ("prefill_token_us", 186.0), ("decode_token_us", 900.0), ("request_ingress_us", 11_000.0)] {
+    for (name, want) in [
+        ("step_us", 10_500.0),
+        ("prefill_token_us", 186.0),
+        ("decode_token_us", 900.0),
+        ("request_ingress_us", 11_000.0),
+    ] {
         let v = got.get(name).unwrap();
         assert!((v - want).abs() / want < 0.05, "{name}: fitted {v}, truth {want}");
     }

@@ -120,16 +120,12 @@ fn targets_of(m: &sim::metrics::BenchMetrics) -> Vec<Option<f64>> {
 }
 
 fn apply(start: &CostModel, free: &[Free], x: &[f64]) -> CostModel {
-    let mut c = start.clone();
-    let mut overlay = CostCoefficients::default();
-    for (f, &xi) in free.iter().zip(x) {
-        for name in &f.coefficients {
-            let base = start.coefficients().get(name).unwrap_or(0.0);
-            overlay.set(name, base * xi.exp());
-        }
-    }
-    c.overlay(&overlay, sim::cost::CoefficientSource::Profile);
-    c
+    let base = start.coefficients();
+    let scaled = free.iter().zip(x).flat_map(|(f, &xi)| {
+        let base = &base;
+        f.coefficients.iter().map(move |&n| (n, base.get(n).unwrap_or(0.0) * xi.exp()))
+    });
+    overlaid(start, scaled.collect::<Vec<_>>())
 }
 
 fn objective(points: &[FitPoint], cost: &CostModel) -> (f64, Vec<Vec<Option<f64>>>) {
@@ -595,14 +591,20 @@ pub struct LinearFit {
     pub points: usize,
 }
 
-fn unit_cost(base: &CostModel, name: &str) -> CostModel {
+/// `base` with the coefficients of `values` set.
+fn overlaid<'a>(base: &CostModel, values: impl IntoIterator<Item = (&'a str, f64)>) -> CostModel {
     let mut c = base.clone();
     let mut o = CostCoefficients::default();
-    for n in COEFFICIENT_NAMES {
-        o.set(n, if n == name { 1.0 } else { 0.0 });
+    for (n, v) in values {
+        o.set(n, v);
     }
     c.overlay(&o, sim::cost::CoefficientSource::Profile);
     c
+}
+
+/// `base` with coefficient `name` at 1 µs and every other at 0.
+fn unit_cost(base: &CostModel, name: &str) -> CostModel {
+    overlaid(base, COEFFICIENT_NAMES.iter().map(|&n| (n, if n == name { 1.0 } else { 0.0 })))
 }
 
 impl Projection {
@@ -633,16 +635,11 @@ impl Projection {
     /// singular.
     pub fn solve(&self, points: &[FitPoint], cost: &CostModel) -> Option<LinearFit> {
         let k = self.names.len();
-        let mut zeroed = cost.clone();
-        let mut o = CostCoefficients::default();
-        for n in &self.names {
-            o.set(n, 0.0);
-        }
-        zeroed.overlay(&o, sim::cost::CoefficientSource::Profile);
+        let zeroed = overlaid(cost, self.names.iter().map(|&n| (n, 0.0)));
         // Absolute errors (ms), not relative: a lone request's TTFT carries the HTTP path's
         // jitter, a few ms whatever the prompt, and weighing the short prompts up by 1/TTFT
         // let that jitter trade the per-token term against the ingress (against `serve`, the
-        // fitted prefill_token_us spread 0.96–1.04 of the truth relative, 1.00–1.03 absolute).
+        // fitted prefill_token_us came out 0.96–1.04 of the truth relative, 1.00–1.04 in ms).
         let mut x = Vec::with_capacity(self.rows.len());
         let mut y = Vec::with_capacity(self.rows.len());
         let mut rest = Vec::with_capacity(self.rows.len());
@@ -697,20 +694,9 @@ impl Projection {
     /// `cost` with the projected coefficients solved (unchanged when they cannot be).
     pub fn apply(&self, points: &[FitPoint], cost: &CostModel) -> CostModel {
         match self.solve(points, cost) {
-            Some(l) => self.with(cost, &l),
+            Some(l) => overlaid(cost, self.names.iter().copied().zip(l.values)),
             None => cost.clone(),
         }
-    }
-
-    /// `cost` with the values of `l`.
-    pub fn with(&self, cost: &CostModel, l: &LinearFit) -> CostModel {
-        let mut c = cost.clone();
-        let mut o = CostCoefficients::default();
-        for (n, v) in self.names.iter().zip(&l.values) {
-            o.set(n, *v);
-        }
-        c.overlay(&o, sim::cost::CoefficientSource::Profile);
-        c
     }
 }
 

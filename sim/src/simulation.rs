@@ -174,6 +174,8 @@ struct Loop<'a, E: Engine> {
     outputs: Vec<TokenOutput>,
     /// Tokens of the last step waiting for the next one (engines with `output_lag`).
     held: Vec<TokenOutput>,
+    /// An empty buffer for the next step's held tokens.
+    later: Vec<TokenOutput>,
     ingress_ns: u64,
     out_token_ns: u64,
     opts: RunOptions,
@@ -275,8 +277,9 @@ impl<'a, E: Engine> Loop<'a, E> {
             }
         }
         // With `output_lag`, the previous step's held tokens go out now with this step's
-        // last tokens, and this step's other tokens wait for the next step.
-        let mut later = Vec::new();
+        // last tokens, and this step's other tokens wait for the next step. The buffers go
+        // round (`outputs`, `held`, `later`), so that a step allocates nothing.
+        let mut later = std::mem::take(&mut self.later);
         if self.engine.output_lag() {
             let mut now_out = std::mem::take(&mut self.held);
             for o in outs.drain(..) {
@@ -287,6 +290,7 @@ impl<'a, E: Engine> Loop<'a, E> {
                 }
             }
             std::mem::swap(&mut outs, &mut now_out);
+            self.later = now_out;
         }
         self.deliver(now, &outs);
         self.outputs = outs;
@@ -304,12 +308,13 @@ impl<'a, E: Engine> Loop<'a, E> {
                         rec.first_token_step_end_ns = Some(now);
                     }
                 }
-                self.held = later;
             } else {
                 // Nothing runs next: they go out now.
                 self.deliver(now, &later);
+                later.clear();
             }
         }
+        self.held = later;
     }
 
     /// Streams `outs`, produced by the step that ended at `now` (or held from the one before),
@@ -386,6 +391,7 @@ pub fn run<E: Engine>(engine: E, cost: &CostModel, workload: &Workload, opts: Ru
         frontend_busy_until: 0,
         outputs: Vec::new(),
         held: Vec::new(),
+        later: Vec::new(),
         ingress_ns: cost.ingress_ns(),
         out_token_ns: cost.output_token_ns(),
         opts,
