@@ -1,7 +1,7 @@
 //! The vLLM ↔ SGLang flag alignment: translating one engine's scenario into
 //! the other's, and the table that shows, knob by knob, what each side of a
-//! comparison runs with (`../shared/reference/engine-semantics.md`, the
-//! parameter mapping at its end).
+//! comparison runs with (`docs/parameter-mapping.md`, the vLLM ↔ SGLang
+//! parameter mapping).
 
 use serde_json::{Map, Value};
 use sim::config::{EngineSpec, SimSpec};

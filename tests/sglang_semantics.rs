@@ -1,5 +1,5 @@
 //! SGLang's scheduling, as the engine behaves and as users see it
-//! (`../shared/reference/engine-semantics.md` §7–11).
+//! (`docs/sglang.md` §1–8).
 
 use serde_json::Value;
 use sim::engine::sglang::{SchedulePolicy, Scheduler, SglangConfig};

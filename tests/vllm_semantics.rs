@@ -1,5 +1,5 @@
 //! vLLM V1 scheduling semantics, step by step, on hand-built requests
-//! (`../shared/reference/engine-semantics.md` §1–3).
+//! (`docs/vllm.md` §1–3).
 
 use sim::engine::vllm::{Policy, Scheduler, VllmConfig};
 use sim::engine::{Engine, TokenOutput, Version};

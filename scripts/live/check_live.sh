@@ -3,21 +3,40 @@
 # (see README "Live check"): installs vLLM and SGLang (cached in $LIVE_DIR),
 # makes a tiny random model, starts each engine with a small KV pool so that
 # a sweep passes the KV-limited concurrency, calibrates servesim on probes,
-# and checks a sweep measured against predicted. Results land in $OUT.
+# and checks a sweep measured against predicted.
+#
+# Outputs go OUTSIDE the repository: $OUT, by default
+# ${SERVESIM_RUNS:-$HOME/servesim-runs}/live-<UTC stamp> (profiles, check reports, per-request
+# results, server logs: tens of MB a run). The venvs and the model go to $LIVE_DIR
+# (default ~/.cache/servesim-live). The source tree keeps what judges a run, not the run: to add one
+# to validation/, copy its *-check.json, *-profile.json, *-calibrate.txt and summary.txt, and list the
+# rest in a SHA256SUMS file (see validation/README.md).
+# CPU: vLLM needs AVX2 (uses AVX-512 / AVX-512 BF16 / AMX when present); SGLang nothing beyond
+# x86-64. Checked against /proc/cpuinfo first (cpu_features.sh); LIVE_SKIP_CPU_CHECK=1 to go on anyway.
 #
 #   bash scripts/live/check_live.sh            # both engines
 #   ENGINES=vllm bash scripts/live/check_live.sh
 #   REPEAT=3 bash scripts/live/check_live.sh   # run the probe plan and each check point 3 times (default 2)
 #   WARMUP_S=60 bash scripts/live/check_live.sh  # seconds of load before calibrating (default 180)
+#   OUT=/tmp/run1 bash scripts/live/check_live.sh  # results somewhere else
 #
 # Bounded: every wait has a limit; the servers are stopped on exit.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 export LIVE_DIR=${LIVE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/servesim-live}
-OUT=${OUT:-$ROOT/validation/live-$(date -u +%Y%m%d-%H%M%S)}
+OUT=${OUT:-${SERVESIM_RUNS:-$HOME/servesim-runs}/live-$(date -u +%Y%m%d-%H%M%S)}
 ENGINES=${ENGINES:-"vllm sglang serve"}
+. "$HERE/cpu_features.sh"
+for e in $ENGINES; do
+  case $e in
+    vllm|serve) live_cpu_check vllm ;;   # serve: `vllm bench serve` is the client
+    sglang) live_cpu_check sglang ;;
+    *) echo "unknown engine '$e' in ENGINES (vllm, sglang, serve)" >&2; exit 2 ;;
+  esac
+done
 mkdir -p "$LIVE_DIR/logs" "$OUT"
+echo "Results go to $OUT"
 
 for e in $ENGINES; do
   case $e in

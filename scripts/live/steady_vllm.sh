@@ -7,13 +7,21 @@
 #
 #   bash scripts/live/steady_vllm.sh            # 200 requests, about 2.5 minutes
 #   NUM_PROMPTS=400 OUT=/tmp/steady bash scripts/live/steady_vllm.sh
+#
+# Outputs go OUTSIDE the repository: $OUT, by default
+# ${SERVESIM_RUNS:-$HOME/servesim-runs}/steady-<UTC stamp> (server log, per-request results,
+# bench.txt, steady.txt). The venv and the model go to $LIVE_DIR (default ~/.cache/servesim-live).
+# CPU: vLLM needs AVX2; uses AVX-512 / AVX-512 BF16 / AMX when present (checked first, cpu_features.sh).
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 export LIVE_DIR=${LIVE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/servesim-live}
-OUT=${OUT:-$ROOT/validation/steady-$(date -u +%Y%m%d-%H%M%S)}
+OUT=${OUT:-${SERVESIM_RUNS:-$HOME/servesim-runs}/steady-$(date -u +%Y%m%d-%H%M%S)}
 PORT=${PORT:-8019}
+. "$HERE/cpu_features.sh"
+live_cpu_check vllm
 mkdir -p "$OUT"
+echo "Results go to $OUT"
 [ -x "$LIVE_DIR/venv-vllm/bin/python" ] || bash "$HERE/setup_vllm.sh"
 [ -f "$LIVE_DIR/models/tiny-llama/config.json" ] || "$LIVE_DIR/venv-vllm/bin/python" "$HERE/make_model.py"
 (cd "$ROOT" && cargo build --release --locked)

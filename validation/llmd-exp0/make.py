@@ -1,18 +1,20 @@
-"""Turns the llm-d exp-0 per-request rows (../shared/data/raw/llmd_exp0_vllm70b/) into servesim
-traces, scenarios and save-result-like summaries, one per rate.
+"""Turns the llm-d exp-0 per-request rows (data/published/raw/llmd_exp0_vllm70b/) into servesim
+traces, scenarios and save-result-like summaries, one per rate, written beside this file.
 
-    python3 validation/llmd-exp0/make.py ../shared/data
+    python3 validation/llmd-exp0/make.py                  # reads data/published/ of this repository
+    python3 validation/llmd-exp0/make.py path/to/published
 
-The summaries use the aggregates of ../shared/data/llmd_exp0_llama31-70b_2xa100_vllm_lmbench-sharegpt.csv
-(computed by the dataset's authors from the same rows).
+The summaries use the aggregates of data/published/llmd_exp0_llama31-70b_2xa100_vllm_lmbench-sharegpt.csv
+(computed from the same per-request rows; see data/published/README.md).
 """
 import csv
 import json
 import os
 import sys
 
-data = sys.argv[1] if len(sys.argv) > 1 else "../shared/data"
 here = os.path.dirname(os.path.abspath(__file__))
+root = os.path.dirname(os.path.dirname(here))
+data = sys.argv[1] if len(sys.argv) > 1 else os.path.join(root, "data", "published")
 rates = ["0.5", "0.67", "0.84", "1", "1.17", "1.34"]
 
 agg = {}

@@ -1,6 +1,6 @@
 //! SGLang's scheduler: prefill-first alternation, `PrefillAdder` admission
 //! by reserved KV, `new_token_ratio`, retraction, and the radix cache. Read
-//! `../shared/reference/engine-semantics.md` §7–11 beside this code; names
+//! `docs/sglang.md` §1–8 beside this code; names
 //! follow `python/sglang/srt/managers/` and `srt/mem_cache/`.
 
 pub mod radix_cache;
