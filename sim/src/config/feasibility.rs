@@ -1,0 +1,78 @@
+//! Feasibility: every request must fit the context and the KV pool.
+
+use super::*;
+
+/// Every request must fit `max_model_len` and the whole KV pool, or it could
+/// never finish (vLLM would reject it, or preempt it forever).
+pub(super) fn check_requests_fit(spec: &SimSpec) -> Result<()> {
+    let (max_prompt, max_total) = max_request_lengths(&spec.workload);
+    let field = match spec.workload.dataset {
+        Dataset::Random { .. } => "workload.random_input_len",
+        Dataset::PrefixRepetition { .. } => "workload.prefix_repetition_prefix_len",
+        Dataset::Trace { .. } => "workload.trace",
+    };
+    match &spec.engine {
+        EngineSpec::Vllm(c) => {
+            if max_total > c.max_model_len {
+                return Err(ConfigError::new(
+                    field,
+                    format!(
+                        "a request of up to {max_prompt} prompt tokens and {} total exceeds engine.max_model_len {}",
+                        max_total, c.max_model_len
+                    ),
+                ));
+            }
+            let usable = u64::from(c.num_gpu_blocks - 1);
+            let need = u64::from(max_total.div_ceil(c.block_size));
+            if need > usable {
+                return Err(ConfigError::new(
+                    field,
+                    format!(
+                        "a request of {max_total} tokens needs {need} KV blocks but the whole pool has {usable} usable blocks ({} tokens): it could never finish",
+                        c.kv_capacity_tokens()
+                    ),
+                ));
+            }
+        }
+        EngineSpec::Sglang(c) => {
+            if max_total > c.context_length {
+                return Err(ConfigError::new(
+                    field,
+                    format!("a request of up to {max_prompt} prompt tokens and {max_total} total exceeds engine.context_length {}", c.context_length),
+                ));
+            }
+            // PrefillAdder admits iff prompt + min(max_new, 4096) (+ a page) < what is left.
+            let max_new = max_total - max_prompt;
+            let need = u64::from(max_prompt) + u64::from(max_new.min(4096)) + u64::from(c.page_size);
+            if need >= c.max_total_tokens {
+                return Err(ConfigError::new(
+                    field,
+                    format!(
+                        "a request of {max_prompt} prompt tokens reserving {} output tokens needs {need} KV tokens; the pool (max_total_tokens) has {}: it could never be admitted",
+                        max_new.min(4096),
+                        c.max_total_tokens
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Largest prompt and largest prompt + max_tokens the workload can produce.
+pub fn max_request_lengths(w: &WorkloadParams) -> (u32, u32) {
+    match &w.dataset {
+        Dataset::Random { input_len, output_len, range_ratio, prefix_len } => {
+            let i = (f64::from(*input_len) * (1.0 + range_ratio)).ceil() as u32 + prefix_len;
+            let o = (f64::from(*output_len) * (1.0 + range_ratio)).ceil() as u32;
+            (i, i + o)
+        }
+        Dataset::PrefixRepetition { prefix_len, suffix_len, output_len, .. } => {
+            (prefix_len + suffix_len, prefix_len + suffix_len + output_len)
+        }
+        Dataset::Trace { rows } => rows
+            .iter()
+            .take(w.num_prompts as usize)
+            .fold((0, 0), |(p, t), r| (p.max(r.input_len), t.max(r.input_len + r.output_len))),
+    }
+}

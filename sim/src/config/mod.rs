@@ -1,0 +1,277 @@
+//! Scenario files: the user-facing, versioned boundary of the simulator.
+//!
+//! A scenario is JSON, strict (an unknown field is an error naming its
+//! path), with a `version`. [`parse_scenario`] reads one, [`apply_set`]
+//! applies a `--set PATH=VALUE` override to the raw JSON first, and
+//! [`resolve`] checks every field and turns the scenario into a [`SimSpec`]:
+//! engine configuration with the engine's own defaults filled in, cards,
+//! cost model and workload parameters.
+//!
+//! Engine defaults follow `docs/vllm.md` §4 and `docs/sglang.md` §6 for
+//! the modelled version and GPU.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::fmt;
+
+use crate::cards::{GpuCard, ModelCard};
+use crate::cost::{CoefficientSource, CostCoefficients, CostModel, PriorEfficiencies, COEFFICIENT_NAMES};
+use crate::engine::sglang::{SchedulePolicy, SglangConfig};
+use crate::engine::vllm::{Policy, VllmConfig};
+use crate::engine::Version;
+use crate::workload::{Dataset, OutputLenDist, TraceRow, WorkloadParams};
+
+/// The scenario format this build reads.
+pub const SCENARIO_FORMAT_VERSION: u32 = 1;
+/// The vLLM releases whose scheduling is modelled.
+pub const VLLM_MIN: Version = Version::new(0, 11, 0);
+pub const VLLM_MAX: Version = Version::new(0, 33, 0);
+/// The default vLLM version: current behaviour.
+pub const VLLM_DEFAULT: &str = "0.33.0";
+/// The SGLang releases whose scheduling is modelled.
+pub const SGLANG_MIN: Version = Version::new(0, 4, 10);
+pub const SGLANG_MAX: Version = Version::new(0, 5, 23);
+pub const SGLANG_DEFAULT: &str = "0.5.23";
+
+/// An error in a scenario, naming the field.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    /// Dotted path of the field (`engine.max_num_seqs`), or `""` for the whole file.
+    pub path: String,
+    pub message: String,
+}
+
+impl ConfigError {
+    pub fn new(path: impl Into<String>, message: impl Into<String>) -> ConfigError {
+        ConfigError { path: path.into(), message: message.into() }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+type Result<T> = std::result::Result<T, ConfigError>;
+
+mod cost;
+mod feasibility;
+mod flags;
+mod memory;
+mod overrides;
+mod schema;
+mod sglang;
+mod vllm;
+mod workload;
+
+pub use feasibility::max_request_lengths;
+pub use memory::*;
+pub use overrides::apply_set;
+pub use schema::*;
+pub use sglang::sglang_default_mem_fraction_static;
+pub use workload::resolve_workload;
+
+use cost::resolve_cost;
+use feasibility::check_requests_fit;
+use memory::gib;
+use sglang::resolve_sglang;
+use vllm::resolve_vllm;
+
+/// What the command line loads from disk for a scenario.
+#[derive(Clone, Debug, Default)]
+pub struct Resources {
+    pub models: Vec<ModelCard>,
+    pub gpus: Vec<GpuCard>,
+    /// The profile named by `cost.profile`, loaded.
+    pub profile: Option<CostCoefficients>,
+    /// The rows of `workload.trace`, loaded.
+    pub trace: Option<Vec<TraceRow>>,
+}
+
+/// How the KV pool's size was found.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KvSizing {
+    /// `num_gpu_blocks_override`, `kv_cache_tokens`, or `gpu_memory_utilization`.
+    pub source: &'static str,
+    pub kv_bytes_per_token: u64,
+    /// Only when derived from memory: the accounting.
+    pub memory: Option<MemoryAccount>,
+}
+
+/// The memory accounting behind a derived KV pool (bytes).
+#[derive(Clone, Debug, PartialEq)]
+pub struct MemoryAccount {
+    pub total: u64,
+    pub requested: u64,
+    pub weights: u64,
+    pub activation_peak: u64,
+    pub non_torch: u64,
+    pub kv: u64,
+}
+
+/// The resolved engine.
+#[derive(Clone, Debug, PartialEq)]
+pub enum EngineSpec {
+    Vllm(VllmConfig),
+    Sglang(SglangConfig),
+}
+
+impl EngineSpec {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            EngineSpec::Vllm(_) => "vllm",
+            EngineSpec::Sglang(_) => "sglang",
+        }
+    }
+
+    pub fn version(&self) -> Version {
+        match self {
+            EngineSpec::Vllm(c) => c.version,
+            EngineSpec::Sglang(c) => c.version,
+        }
+    }
+
+    /// KV allocation granularity in tokens (block or page size).
+    pub fn kv_granularity(&self) -> u32 {
+        match self {
+            EngineSpec::Vllm(c) => c.block_size,
+            EngineSpec::Sglang(c) => c.page_size,
+        }
+    }
+
+    pub fn kv_capacity_tokens(&self) -> u64 {
+        match self {
+            EngineSpec::Vllm(c) => c.kv_capacity_tokens(),
+            EngineSpec::Sglang(c) => c.max_total_tokens,
+        }
+    }
+
+    /// `max_num_seqs` / `max_running_requests`.
+    pub fn max_running(&self) -> u32 {
+        match self {
+            EngineSpec::Vllm(c) => c.max_num_seqs,
+            EngineSpec::Sglang(c) => c.max_running_requests,
+        }
+    }
+}
+
+/// A scenario, checked and resolved: everything a run needs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SimSpec {
+    pub name: Option<String>,
+    pub engine: EngineSpec,
+    pub model: ModelCard,
+    pub gpu: GpuCard,
+    pub cost: CostModel,
+    pub workload: WorkloadParams,
+    pub kv_sizing: KvSizing,
+}
+
+fn resolve_card<T: serde::de::DeserializeOwned + Clone>(
+    v: &Value,
+    field: &str,
+    known: &[T],
+    id_of: impl Fn(&T) -> &str,
+    folder: &str,
+) -> Result<T> {
+    match v {
+        Value::String(name) => known.iter().find(|c| id_of(c) == name).cloned().ok_or_else(|| {
+            let ids: Vec<&str> = known.iter().map(&id_of).collect();
+            ConfigError::new(field, format!("no card named {name:?} in {folder}; known: {}", ids.join(", ")))
+        }),
+        Value::Object(_) => from_value(v.clone(), field),
+        _ => Err(ConfigError::new(
+            field,
+            format!("expected a card id (string) from {folder} or an inline card (object)"),
+        )),
+    }
+}
+
+fn positive(path: &str, v: u32) -> Result<u32> {
+    if v == 0 {
+        Err(ConfigError::new(path, "must be at least 1 (got 0)"))
+    } else {
+        Ok(v)
+    }
+}
+
+/// Checks a scenario and resolves it against the loaded resources.
+pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
+    if s.version != SCENARIO_FORMAT_VERSION {
+        return Err(ConfigError::new(
+            "version",
+            format!("this servesim reads scenario format {SCENARIO_FORMAT_VERSION}; the file says {}", s.version),
+        ));
+    }
+    let model: ModelCard = resolve_card(&s.model, "model", &res.models, |c: &ModelCard| &c.id, "models/model/")?;
+    let gpu: GpuCard = resolve_card(&s.hardware, "hardware", &res.gpus, |c: &GpuCard| &c.id, "models/gpu/")?;
+    if model.dtype_bytes().is_none() {
+        return Err(ConfigError::new(
+            "model.dtype",
+            format!("unknown dtype {:?}; expected bfloat16, float16, float32 or fp8", model.dtype),
+        ));
+    }
+    for (f, v) in [
+        ("model.num_layers", model.num_layers),
+        ("model.num_kv_heads", model.num_kv_heads),
+        ("model.head_dim", model.head_dim),
+        ("model.num_attention_heads", model.num_attention_heads),
+    ] {
+        positive(f, v)?;
+    }
+    if !(gpu.memory_bandwidth_bytes_per_s > 0.0 && gpu.dense_bf16_flops > 0.0 && gpu.memory_bytes > 0) {
+        return Err(ConfigError::new(
+            "hardware",
+            "memory_bytes, memory_bandwidth_bytes_per_s and dense_bf16_flops must be > 0",
+        ));
+    }
+
+    let kind =
+        s.engine.kind.ok_or_else(|| ConfigError::new("engine.kind", "missing; expected \"vllm\" or \"sglang\""))?;
+    s.engine.check_flags_of(kind)?;
+    let workload = resolve_workload(&s.workload, res)?;
+    let (engine, kv_sizing) = match kind {
+        EngineKind::Vllm => resolve_vllm(&s.engine, &model, &gpu)?,
+        EngineKind::Sglang => resolve_sglang(&s.engine, &model, &gpu, workload.seed)?,
+    };
+
+    let cost = resolve_cost(&s.cost, &model, &gpu, res)?;
+    let spec = SimSpec { name: s.name.clone(), engine, model, gpu, cost, workload, kv_sizing };
+    check_requests_fit(&spec)?;
+    Ok(spec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_creates_and_overrides_nested_fields() {
+        let mut v: Value = serde_json::json!({"engine": {"kind": "vllm"}});
+        apply_set(&mut v, "engine.max_num_seqs=64").unwrap();
+        apply_set(&mut v, "cost.profile=fit.json").unwrap();
+        apply_set(&mut v, "workload.request_rate=inf").unwrap();
+        assert_eq!(v["engine"]["max_num_seqs"], 64);
+        assert_eq!(v["cost"]["profile"], "fit.json");
+        assert_eq!(v["workload"]["request_rate"], "inf");
+        let e = apply_set(&mut v, "engine.kind.x=1").unwrap_err();
+        assert_eq!(e.path, "engine.kind");
+        assert!(apply_set(&mut v, "novalue").is_err());
+    }
+
+    #[test]
+    fn unknown_fields_are_errors_naming_their_path() {
+        let e = parse_scenario(r#"{"version":1,"engine":{"kind":"vllm","max_num_seq":4},"model":"m","hardware":"g","workload":{"dataset_name":"random"}}"#).unwrap_err();
+        assert_eq!(e.path, "engine.max_num_seq");
+        assert!(e.message.contains("unknown field `max_num_seq`"), "{e}");
+        let e = parse_scenario(r#"{"version":1,"engine":{"kind":"vllm","max_num_seqs":-4},"model":"m","hardware":"g","workload":{"dataset_name":"random"}}"#).unwrap_err();
+        assert_eq!(e.path, "engine.max_num_seqs");
+    }
+}

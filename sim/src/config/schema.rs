@@ -1,0 +1,229 @@
+//! The scenario format: the JSON schema of a scenario file, strict and versioned.
+//! Field names are a contract (they follow the engines' flags in snake case).
+
+use super::*;
+
+/// Which engine a scenario models.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EngineKind {
+    Vllm,
+    Sglang,
+}
+
+/// The `engine` section: the engine's flags in snake case.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineSection {
+    pub kind: Option<EngineKind>,
+    /// Engine release whose behaviour is modelled (`0.28.0`).
+    #[serde(default)]
+    pub version: Option<String>,
+    #[serde(default)]
+    pub max_num_seqs: Option<u32>,
+    #[serde(default)]
+    pub max_num_batched_tokens: Option<u32>,
+    #[serde(default)]
+    pub long_prefill_token_threshold: Option<u32>,
+    #[serde(default)]
+    pub block_size: Option<u32>,
+    #[serde(default)]
+    pub enable_prefix_caching: Option<bool>,
+    #[serde(default)]
+    pub gpu_memory_utilization: Option<f64>,
+    #[serde(default)]
+    pub num_gpu_blocks_override: Option<u32>,
+    /// KV capacity in tokens as the start-up log prints it (`GPU KV cache size: N tokens`).
+    #[serde(default)]
+    pub kv_cache_tokens: Option<u64>,
+    #[serde(default)]
+    pub max_model_len: Option<u32>,
+    #[serde(default)]
+    pub policy: Option<Policy>,
+    // ---- SGLang flags ----
+    #[serde(default)]
+    pub max_running_requests: Option<u32>,
+    /// -1 disables chunked prefill.
+    #[serde(default)]
+    pub chunked_prefill_size: Option<i64>,
+    #[serde(default)]
+    pub max_prefill_tokens: Option<u32>,
+    #[serde(default)]
+    pub page_size: Option<u32>,
+    #[serde(default)]
+    pub schedule_policy: Option<String>,
+    #[serde(default)]
+    pub mem_fraction_static: Option<f64>,
+    #[serde(default)]
+    pub max_total_tokens: Option<u64>,
+    #[serde(default)]
+    pub schedule_conservativeness: Option<f64>,
+    #[serde(default)]
+    pub disable_radix_cache: Option<bool>,
+    #[serde(default)]
+    pub enable_mixed_chunk: Option<bool>,
+    #[serde(default)]
+    pub disable_overlap_schedule: Option<bool>,
+    #[serde(default)]
+    pub context_length: Option<u32>,
+}
+
+/// `request_rate`: a number of requests per second, or `"inf"`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RequestRate(pub Option<f64>);
+
+impl Serialize for RequestRate {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match self.0 {
+            Some(r) => s.serialize_f64(r),
+            None => s.serialize_str("inf"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for RequestRate {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = RequestRate;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a positive number of requests per second, or \"inf\"")
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> std::result::Result<RequestRate, E> {
+                if v.is_infinite() && v > 0.0 {
+                    Ok(RequestRate(None))
+                } else if v > 0.0 && v.is_finite() {
+                    Ok(RequestRate(Some(v)))
+                } else {
+                    Err(E::custom(format!("must be > 0 requests per second or \"inf\" (got {v})")))
+                }
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> std::result::Result<RequestRate, E> {
+                self.visit_f64(v as f64)
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> std::result::Result<RequestRate, E> {
+                self.visit_f64(v as f64)
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> std::result::Result<RequestRate, E> {
+                match v {
+                    "inf" | "Infinity" | "infinity" => Ok(RequestRate(None)),
+                    _ => v
+                        .parse::<f64>()
+                        .map_err(|_| E::custom(format!("expected a number or \"inf\", got {v:?}")))
+                        .and_then(|x| self.visit_f64(x)),
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The dataset generator (`--dataset-name`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DatasetName {
+    Random,
+    PrefixRepetition,
+    Trace,
+}
+
+/// The `workload` section: `vllm bench serve`'s flags in snake case.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadSection {
+    pub dataset_name: DatasetName,
+    #[serde(default)]
+    pub random_input_len: Option<u32>,
+    #[serde(default)]
+    pub random_output_len: Option<u32>,
+    #[serde(default)]
+    pub random_range_ratio: Option<f64>,
+    #[serde(default)]
+    pub random_prefix_len: Option<u32>,
+    #[serde(default)]
+    pub prefix_repetition_prefix_len: Option<u32>,
+    #[serde(default)]
+    pub prefix_repetition_suffix_len: Option<u32>,
+    #[serde(default)]
+    pub prefix_repetition_num_prefixes: Option<u32>,
+    #[serde(default)]
+    pub prefix_repetition_output_len: Option<u32>,
+    #[serde(default)]
+    pub num_prompts: Option<u32>,
+    #[serde(default)]
+    pub num_warmups: Option<u32>,
+    #[serde(default)]
+    pub max_concurrency: Option<u32>,
+    #[serde(default)]
+    pub request_rate: Option<RequestRate>,
+    #[serde(default)]
+    pub burstiness: Option<f64>,
+    #[serde(default)]
+    pub ignore_eos: Option<bool>,
+    /// Where EOS ends outputs when `ignore_eos` is false.
+    #[serde(default)]
+    pub output_len_dist: Option<OutputLenDist>,
+    /// Send `vllm bench serve`'s initial test request (the first prompt) before the run.
+    #[serde(default)]
+    pub initial_test_request: Option<bool>,
+    #[serde(default)]
+    pub seed: Option<u64>,
+    /// Path of a CSV or JSONL trace (read by the command line, relative to the scenario file).
+    #[serde(default)]
+    pub trace: Option<String>,
+}
+
+/// The `cost` section.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CostSection {
+    /// A fitted profile (JSON, from `servesim calibrate`), relative to the scenario file.
+    #[serde(default)]
+    pub profile: Option<String>,
+    /// Coefficients set by hand; they override the profile and the prior.
+    #[serde(default)]
+    pub coefficients: Option<CostCoefficients>,
+    /// Efficiency factors of the roofline prior.
+    #[serde(default)]
+    pub prior: Option<PriorEfficiencies>,
+}
+
+/// A scenario file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    pub version: u32,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub description: Option<String>,
+    pub engine: EngineSection,
+    /// A card id from `models/model/`, or an inline card.
+    pub model: Value,
+    /// A card id from `models/gpu/`, or an inline card.
+    pub hardware: Value,
+    pub workload: WorkloadSection,
+    #[serde(default)]
+    pub cost: CostSection,
+}
+
+/// Deserializes strictly, reporting the path of the first bad field.
+pub fn from_value<T: serde::de::DeserializeOwned>(v: Value, prefix: &str) -> Result<T> {
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let inner = e.path().to_string();
+        let path = match (prefix.is_empty(), inner.as_str()) {
+            (true, _) => inner.clone(),
+            (false, ".") => prefix.to_string(),
+            (false, _) => format!("{prefix}.{inner}"),
+        };
+        let path = if path == "." { String::new() } else { path };
+        ConfigError::new(path, e.into_inner().to_string())
+    })
+}
+
+/// Parses scenario JSON text.
+pub fn parse_scenario(text: &str) -> Result<Scenario> {
+    let v: Value = serde_json::from_str(text).map_err(|e| ConfigError::new("", format!("not valid JSON: {e}")))?;
+    from_value(v, "")
+}
+

@@ -1,0 +1,109 @@
+//! vLLM: the engine section resolved with vLLM's defaults per release and GPU.
+
+use super::*;
+
+pub(super) fn resolve_vllm(e: &EngineSection, model: &ModelCard, gpu: &GpuCard) -> Result<(EngineSpec, KvSizing)> {
+    let vs = e.version.as_deref().unwrap_or(VLLM_DEFAULT);
+    let version = Version::parse(vs)
+        .ok_or_else(|| ConfigError::new("engine.version", format!("expected a version like \"0.28.0\", got {vs:?}")))?;
+    if version < VLLM_MIN || version > VLLM_MAX {
+        return Err(ConfigError::new(
+            "engine.version",
+            format!("servesim models vLLM {VLLM_MIN} to {VLLM_MAX} (V1 scheduler); got {version}. Use the nearest modelled release."),
+        ));
+    }
+    let mem_gib = gpu.memory_gib();
+    let big = mem_gib >= 70.0 && !gpu.is_a100();
+    // `_set_default_args` / `get_batch_defaults` (API server).
+    let default_batched = if mem_gib >= 160.0 && version >= Version::new(0, 29, 0) {
+        16384
+    } else if big {
+        8192
+    } else {
+        2048
+    };
+    let default_seqs = if big { 1024 } else { 256 };
+    let max_num_seqs = positive("engine.max_num_seqs", e.max_num_seqs.unwrap_or(default_seqs))?;
+    let max_num_batched_tokens =
+        positive("engine.max_num_batched_tokens", e.max_num_batched_tokens.unwrap_or(default_batched))?;
+    if max_num_batched_tokens < max_num_seqs {
+        return Err(ConfigError::new(
+            "engine.max_num_batched_tokens",
+            format!("vLLM requires max_num_batched_tokens ({max_num_batched_tokens}) >= max_num_seqs ({max_num_seqs})"),
+        ));
+    }
+    let block_size = positive("engine.block_size", e.block_size.unwrap_or(16))?;
+    if block_size > 4096 {
+        return Err(ConfigError::new(
+            "engine.block_size",
+            format!("expected a block size of at most 4096 tokens, got {block_size}"),
+        ));
+    }
+    let max_model_len = match (e.max_model_len, model.max_position_embeddings) {
+        (Some(m), _) => positive("engine.max_model_len", m)?,
+        (None, Some(m)) => m,
+        (None, None) => {
+            return Err(ConfigError::new(
+                "engine.max_model_len",
+                "missing, and the model card has no max_position_embeddings",
+            ))
+        }
+    };
+    let kv_dtype = model.dtype_bytes().unwrap_or(2);
+    let kv_bytes_per_token = model.kv_bytes_per_token(kv_dtype);
+    let (num_gpu_blocks, sizing) = if let Some(n) = e.num_gpu_blocks_override {
+        if n < 2 {
+            return Err(ConfigError::new(
+                "engine.num_gpu_blocks_override",
+                format!("must be at least 2 (block 0 is the null block), got {n}"),
+            ));
+        }
+        (n, KvSizing { source: "num_gpu_blocks_override", kv_bytes_per_token, memory: None })
+    } else if let Some(t) = e.kv_cache_tokens {
+        let blocks = t / u64::from(block_size);
+        if blocks < 1 {
+            return Err(ConfigError::new(
+                "engine.kv_cache_tokens",
+                format!("{t} tokens is less than one block of {block_size}"),
+            ));
+        }
+        // The log prints num_blocks × block_size; block 0 is then the null block.
+        let blocks = u32::try_from(blocks).map_err(|_| ConfigError::new("engine.kv_cache_tokens", "too large"))?;
+        (blocks.max(2), KvSizing { source: "kv_cache_tokens", kv_bytes_per_token, memory: None })
+    } else {
+        let util = e.gpu_memory_utilization.unwrap_or(if version >= Version::new(0, 20, 0) { 0.92 } else { 0.9 });
+        if !(util > 0.0 && util <= 1.0) {
+            return Err(ConfigError::new("engine.gpu_memory_utilization", format!("must be in (0, 1], got {util}")));
+        }
+        let acct = vllm_memory_account(model, gpu, util, max_num_batched_tokens, max_num_seqs);
+        let page = kv_bytes_per_token * u64::from(block_size);
+        let blocks = acct.kv / page;
+        if blocks < 2 {
+            return Err(ConfigError::new(
+                "engine.gpu_memory_utilization",
+                format!(
+                    "{util} of {:.1} GiB leaves {:.2} GiB after {:.1} GiB of weights and {:.2} GiB of activations: no room for KV blocks",
+                    gib(acct.total),
+                    gib(acct.requested.saturating_sub(acct.weights + acct.activation_peak + acct.non_torch)),
+                    gib(acct.weights),
+                    gib(acct.activation_peak)
+                ),
+            ));
+        }
+        let blocks = u32::try_from(blocks).unwrap_or(u32::MAX);
+        (blocks, KvSizing { source: "gpu_memory_utilization", kv_bytes_per_token, memory: Some(acct) })
+    };
+    let enable_prefix_caching = e.enable_prefix_caching.unwrap_or(true);
+    let cfg = VllmConfig {
+        version,
+        max_num_seqs,
+        max_num_batched_tokens,
+        long_prefill_token_threshold: e.long_prefill_token_threshold.unwrap_or(0),
+        block_size,
+        enable_prefix_caching,
+        num_gpu_blocks,
+        max_model_len,
+        policy: e.policy.unwrap_or(Policy::Fcfs),
+    };
+    Ok((EngineSpec::Vllm(cfg), sizing))
+}
