@@ -11,6 +11,7 @@ mod block_pool_props;
 mod calibration;
 mod cli;
 mod determinism;
+mod fast_forward;
 mod golden;
 mod invariants;
 mod live_faults;

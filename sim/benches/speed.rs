@@ -1,9 +1,12 @@
 //! Simulation speed: simulated seconds per wall second and requests per wall
-//! second, on the default scenario and on 10,000-request ones.
+//! second, on the default scenario and on 10,000-request ones; then wall time
+//! and peak memory of 1,000,000 requests of a cheap scenario.
 //!
 //! `cargo bench -p sim --bench speed` prints a Markdown table; the figures
 //! in BENCHMARKS.md come from it. (A bench, not a timed test: the numbers
-//! depend on the machine.)
+//! depend on the machine.) The million-request run happens in a child process
+//! of this bench (`SPEED_MILLION=1`), so that its peak RSS (`VmHWM` from
+//! `/proc/self/status`) is its own. `SPEED_NO_FF=1` turns the fast-forward off.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -33,8 +36,52 @@ fn scenario(name: &str, sets: &[&str]) -> Value {
     v
 }
 
+fn opts() -> RunOptions {
+    let mut o = RunOptions::default();
+    if std::env::var_os("SPEED_NO_FF").is_some() {
+        o.fast_forward = false;
+    }
+    o
+}
+
+/// Peak resident set of this process, from `/proc/self/status` (`VmHWM`), in MiB.
+fn peak_rss_mib() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+/// The cheap scenario of the million-request run: the small vLLM engine of
+/// `serve-small-vllm.json` (256 in, 32 out, concurrency 8).
+fn million() -> Value {
+    scenario("serve-small-vllm.json", &["workload.num_prompts=1000000"])
+}
+
+fn run_million(res: &Resources) {
+    let t = Instant::now();
+    let s = config::from_value(million(), "").unwrap();
+    let spec = config::resolve(&s, res).unwrap();
+    let o = sim::simulate(&spec, opts());
+    let wall = t.elapsed().as_secs_f64();
+    let simulated = o.run.end_ns as f64 / 1e9;
+    let n = o.workload.requests.len();
+    assert_eq!(o.metrics.completed as usize, n);
+    println!(
+        "| serve-small (A100, 256/32, c=8), 1,000,000 requests | {n} | {} | {simulated:.1} | {wall:.3} | {:.0} | {:.0} | {:.0} |",
+        o.run.num_steps,
+        simulated / wall,
+        n as f64 / wall,
+        peak_rss_mib().unwrap_or(f64::NAN)
+    );
+}
+
 fn main() {
     let res = Resources { models: cards::<ModelCard>("model"), gpus: cards::<GpuCard>("gpu"), ..Default::default() };
+    if std::env::var_os("SPEED_MILLION").is_some() {
+        run_million(&res);
+        return;
+    }
     let cases: Vec<(&str, Value)> = vec![
         ("default (RTX 5090, 4096/512, c=1, 20 requests)", scenario("rtx5090-qwen2.5-7b-vllm.json", &[])),
         (
@@ -44,6 +91,20 @@ fn main() {
         (
             "RTX 5090, 4096/512, c=128, 10,000 requests",
             scenario("rtx5090-qwen2.5-7b-vllm.json", &["workload.max_concurrency=128", "workload.num_prompts=10000"]),
+        ),
+        (
+            "Llama-3.1-8B on H100, random 1024 (range 0.5)/256, c=256, 10,000 requests",
+            scenario(
+                "long-prefill-itl-llama3.1-8b-h100-vllm.json",
+                &[
+                    "workload.random_input_len=1024",
+                    "workload.random_range_ratio=0.5",
+                    "workload.random_output_len=256",
+                    "workload.request_rate=inf",
+                    "workload.max_concurrency=256",
+                    "workload.num_prompts=10000",
+                ],
+            ),
         ),
         (
             "H100 shared prefix, c=64, 10,000 requests",
@@ -61,7 +122,12 @@ fn main() {
         "| scenario | requests | engine steps | simulated s | wall s | simulated s / wall s | requests / wall s |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|");
+    // `SPEED_ONLY=text`: only the cases whose name contains it (for profiling).
+    let only = std::env::var("SPEED_ONLY").ok();
     for (name, v) in cases {
+        if only.as_ref().is_some_and(|o| !name.contains(o.as_str())) {
+            continue;
+        }
         let s = config::from_value(v, "").unwrap();
         let spec = config::resolve(&s, &res).unwrap();
         // Best wall time of at least 3 runs and at least 0.5 s of running.
@@ -72,7 +138,7 @@ fn main() {
         while runs < 3 || started.elapsed().as_secs_f64() < 0.5 {
             runs += 1;
             let t = Instant::now();
-            let o = sim::simulate(&spec, RunOptions::default());
+            let o = sim::simulate(&spec, opts());
             best = best.min(t.elapsed().as_secs_f64());
             out = Some(o);
         }
@@ -86,4 +152,15 @@ fn main() {
             n as f64 / best
         );
     }
+    if only.is_some() {
+        return;
+    }
+    // The million-request run, in a child process of its own (its own peak RSS).
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .env("SPEED_MILLION", "1")
+        .output()
+        .expect("run the million-request child");
+    print!("{}", String::from_utf8_lossy(&child.stdout));
+    eprint!("{}", String::from_utf8_lossy(&child.stderr));
+    println!("\n(the last row's last column: peak RSS in MiB, VmHWM)");
 }

@@ -15,6 +15,53 @@
 //! previous one has been received by the client. Only the timed phase is
 //! measured; the engine's caches carry over, as they do on a real server.
 //!
+//! # Fast-forward (`RunOptions::fast_forward`, on by default)
+//!
+//! At a step's end, before planning the next step, the loop asks the engine
+//! ([`Engine::ff_begin`]) whether the coming steps are *plain decode steps*, and if so
+//! runs as many as end strictly before the next event in the heap without planning
+//! them one by one. Each condition is there because it makes those steps identical
+//! but for each request's context (one more token per step):
+//!
+//! * **Every running request decodes one token** (it has sampled before and has one
+//!   token left to compute): the plan is the running list, in order, one token each,
+//!   so the shape is `n` decodes whose context sum grows by `n` a step, and the cost
+//!   model is still called on each step's shape (`CostModel::step_ns`, rounded per
+//!   step), so durations are the same integers.
+//! * **No request finishes within the run** (at most `output_len − outputs − 1`
+//!   steps): nothing is freed, the running list and its order stay, no `ClientDone`
+//!   or next-phase event is made, and with `output_lag` no last token jumps the queue.
+//! * **No waiting request can be admitted and no prefill is in progress.** vLLM:
+//!   nothing waits, or phase B stops before touching the queue (`max_num_seqs`
+//!   reached, no token budget left), and every running request fits the budget.
+//!   SGLang: no chunked request, and nothing waits or `batch_is_full` (only a finish
+//!   or a retraction clears it), so `get_new_batch_prefill` returns at its first test
+//!   and the queue is neither sorted nor shuffled (the `random` stream is not drawn).
+//! * **No preemption or retraction, no eviction.** vLLM: a step's new blocks (a
+//!   request crossing a block boundary) are counted against the free queue before
+//!   the step is taken; if they do not fit the run ends and the step is planned
+//!   normally. The requests that leave `allocate_slots`' fast path at a step (a
+//!   block needed, or with prefix caching a block filled and hashed) are found from
+//!   their block counts and call the real `allocate_slots`, in running order, so the
+//!   free queue, the hash map and each request's block hashes change exactly as
+//!   when stepping; the others would change nothing. SGLang: the pages a step needs
+//!   (requests at a page boundary) must be available without evicting, so
+//!   `check_decode_mem` passes, nothing is retracted and the tree is untouched;
+//!   `new_token_ratio` decays by the same f64 operation once per step.
+//! * **No event falls inside.** Every fast-forwarded step ends strictly before the
+//!   heap's next event (an event at the same instant was scheduled first and runs
+//!   first), so no arrival, client send or completion could have changed a plan.
+//!   `max_steps` is honoured: the step that reaches it is left to the normal path.
+//!
+//! The loop does per step what `start_step` and `on_step_end` do for such a step:
+//! the step count, the gauge sample (and its integral and time series), and the
+//! delivery of the step's tokens through the output streaming queue, at the same
+//! instants and in the same order (with `output_lag`, each step delivers the one
+//! before's tokens). The engine then applies the `k` tokens to each request at once
+//! ([`Engine::ff_end`]). The output is byte-identical to stepping
+//! (`tests/fast_forward.rs`: random scenarios of both engines and every scenario
+//! file, both ways).
+//!
 //! # Bounds
 //!
 //! A run ends when every request has completed, when no event is left while
@@ -38,11 +85,14 @@ pub struct RunOptions {
     pub max_steps: u64,
     /// Keep a per-step time series of running, waiting and KV usage.
     pub record_timeseries: bool,
+    /// Advance runs of provably identical decode steps in one move (see the module docs).
+    /// The output is byte-identical either way; off, every step is planned and run.
+    pub fast_forward: bool,
 }
 
 impl Default for RunOptions {
     fn default() -> Self {
-        RunOptions { check_invariants: false, max_steps: 200_000_000, record_timeseries: false }
+        RunOptions { check_invariants: false, max_steps: 200_000_000, record_timeseries: false, fast_forward: true }
     }
 }
 
@@ -189,6 +239,9 @@ struct Loop<'a, E: Engine> {
     gauges: GaugeStats,
     timeseries: Vec<GaugeSample>,
     stop: Option<StopReason>,
+    /// Fast-forward buffers: the run's requests in step order, and their tokens.
+    ff_ids: Vec<ReqId>,
+    ff_outs: Vec<TokenOutput>,
 }
 
 impl<'a, E: Engine> Loop<'a, E> {
@@ -298,6 +351,10 @@ impl<'a, E: Engine> Loop<'a, E> {
             self.stop = Some(StopReason::StepLimit { steps: self.steps });
             return;
         }
+        let now = if self.opts.fast_forward { self.fast_forward(now, &mut later) } else { now };
+        if self.stop.is_some() {
+            return;
+        }
         self.start_step(now);
         if !later.is_empty() {
             if self.step_running {
@@ -315,6 +372,65 @@ impl<'a, E: Engine> Loop<'a, E> {
             }
         }
         self.held = later;
+    }
+
+    /// Runs, at once, the plain decode steps that would start at `now` and end before the
+    /// next event (see the module docs), exactly as stepping would; returns the end of the
+    /// last one (`now` if none ran). `later`: with `output_lag`, the tokens of the step that
+    /// ended at `now`, still to be delivered; on return, those of the last step run.
+    fn fast_forward(&mut self, mut now: u64, later: &mut Vec<TokenOutput>) -> u64 {
+        let mut ids = std::mem::take(&mut self.ff_ids);
+        let k_max = self.engine.ff_begin(&mut ids);
+        if k_max == 0 {
+            self.ff_ids = ids;
+            return now;
+        }
+        // Every step must end strictly before the next event: an event at the same instant
+        // was scheduled earlier and runs before the step's end.
+        let t_next = self.heap.peek().map_or(u64::MAX, |Reverse((t, _, _))| *t);
+        let lag = self.engine.output_lag();
+        let mut outs = std::mem::take(&mut self.ff_outs);
+        outs.clear();
+        outs.extend(ids.iter().map(|&id| TokenOutput { id, finished: false }));
+        let mut k = 0;
+        // A step that reaches `max_steps` is left to `on_step_end`, which stops there.
+        while k < k_max && self.steps + 1 < self.opts.max_steps {
+            let dur = self.cost.step_ns(&self.engine.ff_shape(k));
+            if now.saturating_add(dur) >= t_next || !self.engine.ff_step(k) {
+                break;
+            }
+            // `start_step`: every request was scheduled before and decodes, so its
+            // record's first-schedule and prefill times do not move.
+            self.steps += 1;
+            self.sample_gauges(now);
+            if lag && k == 0 {
+                for o in later.iter() {
+                    let rec = &mut self.records[o.id as usize];
+                    if rec.first_token_step_end_ns.is_none() {
+                        rec.first_token_step_end_ns = Some(now);
+                    }
+                }
+            }
+            now += dur;
+            // `on_step_end`: no request finishes.
+            if lag {
+                self.deliver(now, later);
+                later.clear();
+                later.extend_from_slice(&outs);
+            } else {
+                self.deliver(now, &outs);
+            }
+            k += 1;
+        }
+        self.engine.ff_end(k);
+        if k > 0 && self.opts.check_invariants {
+            if let Err(e) = self.engine.check_invariants() {
+                self.stop = Some(StopReason::InvariantViolated(format!("after a fast-forward: {e}")));
+            }
+        }
+        self.ff_ids = ids;
+        self.ff_outs = outs;
+        now
     }
 
     /// Streams `outs`, produced by the step that ended at `now` (or held from the one before),
@@ -404,6 +520,8 @@ pub fn run<E: Engine>(engine: E, cost: &CostModel, workload: &Workload, opts: Ru
         gauges: GaugeStats::default(),
         timeseries: Vec::new(),
         stop: None,
+        ff_ids: Vec::new(),
+        ff_outs: Vec::new(),
     };
 
     let mut phase_idx = 0;

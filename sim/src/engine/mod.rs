@@ -149,6 +149,31 @@ pub trait Engine {
     fn output_lag(&self) -> bool {
         false
     }
+
+    // ---- Fast-forward (see `simulation`'s module docs for why each condition is enough) ----
+
+    /// If the next steps are plain decode steps whose plans are provably identical in
+    /// everything but each request's context (every running request decodes one token, no
+    /// waiting request can be admitted, no chunked prefill is in progress, nothing is
+    /// preempted or retracted), fills `ids` with the running requests in the order a step
+    /// schedules them and returns how many such steps can run before one of them finishes
+    /// (at most; KV may end the run earlier, see [`Engine::ff_step`]). 0: no fast-forward;
+    /// nothing was changed.
+    fn ff_begin(&mut self, _ids: &mut Vec<ReqId>) -> u64 {
+        0
+    }
+    /// The shape of the `j`-th step (from 0) of the run [`Engine::ff_begin`] opened; changes nothing.
+    fn ff_shape(&self, _j: u64) -> StepShape {
+        unreachable!("ff_begin returned 0")
+    }
+    /// Takes the `j`-th step's scheduling decisions (its KV allocations, counters): what
+    /// `schedule` would have done. Returns false, having changed nothing, if the step would
+    /// not be a plain one (its KV would not fit without evicting or preempting).
+    fn ff_step(&mut self, _j: u64) -> bool {
+        unreachable!("ff_begin returned 0")
+    }
+    /// Closes the run after `k` steps: each running request has decoded `k` more tokens.
+    fn ff_end(&mut self, _k: u64) {}
 }
 
 #[cfg(test)]

@@ -142,7 +142,8 @@ enum StepKind {
 pub struct Scheduler {
     config: SglangConfig,
     tree: RadixCache,
-    requests: Vec<Option<Req>>,
+    /// Live requests by id, boxed: a finished one leaves an empty slot of one word.
+    requests: Vec<Option<Box<Req>>>,
     waiting: VecDeque<ReqId>,
     running: Vec<ReqId>,
     chunked: Option<ReqId>,
@@ -161,6 +162,11 @@ pub struct Scheduler {
     last_cache_hit_rate: f64,
     /// Shape of the last step run (for the invariant checks).
     last_shape: StepShape,
+    /// Fast-forward: running requests by `kv_len % page_size` at the run's first step.
+    ff_hist: Vec<u32>,
+    /// Fast-forward: Σ decode contexts of the run's first step.
+    ff_ctx0: u64,
+    ff_n: u64,
 }
 
 impl Scheduler {
@@ -186,6 +192,9 @@ impl Scheduler {
             rng,
             last_cache_hit_rate: 0.0,
             last_shape: StepShape::default(),
+            ff_hist: Vec::new(),
+            ff_ctx0: 0,
+            ff_n: 0,
         }
     }
 
@@ -750,6 +759,84 @@ impl Req {
 }
 
 impl Engine for Scheduler {
+    fn ff_begin(&mut self, ids: &mut Vec<ReqId>) -> u64 {
+        ids.clear();
+        // `get_new_batch_prefill` returns at its first test: no chunked request, and
+        // nothing waits or the batch is full (only a finish or a retraction clears that).
+        if self.running.is_empty() || self.chunked.is_some() || !(self.batch_is_full || self.waiting.is_empty()) {
+            return 0;
+        }
+        let page = self.config.page_size as usize;
+        self.ff_hist.clear();
+        self.ff_hist.resize(page, 0);
+        let mut k_max = u64::MAX;
+        let mut ctx = 0u64;
+        for i in 0..self.running.len() {
+            let r = self.req(self.running[i]);
+            if r.status != Status::Running || r.num_output == 0 || r.kv_len + 1 != r.fill_len() {
+                return 0;
+            }
+            k_max = k_max.min(u64::from(r.spec.output_len.saturating_sub(r.num_output + 1)));
+            let kv_len = r.kv_len;
+            ctx += u64::from(kv_len) + 1;
+            self.ff_hist[kv_len as usize % page] += 1;
+        }
+        if k_max == 0 {
+            return 0;
+        }
+        self.ff_ctx0 = ctx;
+        self.ff_n = self.running.len() as u64;
+        ids.extend_from_slice(&self.running);
+        k_max
+    }
+
+    fn ff_shape(&self, j: u64) -> StepShape {
+        let n = self.ff_n;
+        StepShape {
+            num_seqs: n as u32,
+            prefill_tokens: 0,
+            decode_tokens: n,
+            prefill_attention_pairs: 0,
+            decode_context_tokens: self.ff_ctx0 + j * n,
+        }
+    }
+
+    fn ff_step(&mut self, j: u64) -> bool {
+        // Requests at a page boundary (`kv_len % page == 0`) need a page this step.
+        let page = self.page();
+        let at_boundary = self.ff_hist[((page - j % page) % page) as usize];
+        let need = u64::from(at_boundary) * page;
+        // `check_decode_mem` passes without evicting, `alloc` never evicts: no retraction.
+        if self.available_size() < need {
+            return false;
+        }
+        self.private_total += need;
+        self.new_token_ratio =
+            (self.new_token_ratio - self.config.new_token_ratio_decay()).max(self.config.min_new_token_ratio());
+        self.counters.num_steps += 1;
+        true
+    }
+
+    fn ff_end(&mut self, k: u64) {
+        if k == 0 {
+            return;
+        }
+        let page = self.page();
+        let k32 = k as u32;
+        for i in 0..self.running.len() {
+            let id = self.running[i];
+            let r = self.req_mut(id);
+            // Pages taken at steps j in 0..k where (kv_len + j) % page == 0.
+            let lo = u64::from(r.kv_len);
+            let pages = (lo + k).div_ceil(page) - lo.div_ceil(page);
+            r.private += pages * page;
+            r.kv_len += k32;
+            r.num_output += k32;
+            self.materialize(id);
+        }
+        self.last_shape = self.ff_shape(k - 1);
+    }
+
     fn output_lag(&self) -> bool {
         !self.config.disable_overlap_schedule
     }
@@ -760,7 +847,7 @@ impl Engine for Scheduler {
             self.requests.resize(idx + 1, None);
         }
         assert!(self.requests[idx].is_none(), "request {id} added twice");
-        self.requests[idx] = Some(Req {
+        self.requests[idx] = Some(Box::new(Req {
             spec: spec.clone(),
             tokens: Vec::new(),
             num_output: 0,
@@ -771,7 +858,7 @@ impl Engine for Scheduler {
             extend: 0,
             status: Status::Waiting,
             completes_prefill: false,
-        });
+        }));
         self.num_unfinished += 1;
         self.waiting.push_back(id);
     }

@@ -27,7 +27,8 @@
 //! decoding, the 0.25+ watermark (default 0), 0.33's adaptive threshold and
 //! prefill interval (off by default), encoder budgets, LoRA.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap, VecDeque};
 
 use super::kv_cache_manager::{ComputedBlocks, KvCacheManager, RequestKv};
 use crate::cost::StepShape;
@@ -108,7 +109,8 @@ enum WaitingQueue {
 pub struct Scheduler {
     config: VllmConfig,
     kv: KvCacheManager,
-    requests: Vec<Option<Request>>,
+    /// Live requests by id, boxed: a finished one leaves an empty slot of one word.
+    requests: Vec<Option<Box<Request>>>,
     running: Vec<ReqId>,
     waiting: WaitingQueue,
     next_arrival_seq: u64,
@@ -120,6 +122,15 @@ pub struct Scheduler {
     scheduled_buf: Vec<(ReqId, u32)>,
     /// Shape of the last step run (for the invariant checks).
     last_shape: StepShape,
+    /// Fast-forward: the run's requests that leave `allocate_slots`' fast path, as
+    /// (step, position in `running`), soonest first and in running order within a step.
+    ff_heap: BinaryHeap<Reverse<(u64, u32)>>,
+    /// Fast-forward: each running request's token count at the run's first step.
+    ff_base: Vec<u32>,
+    ff_tmp: Vec<u32>,
+    /// Fast-forward: Σ decode contexts of the run's first step.
+    ff_ctx0: u64,
+    ff_heap_ready: bool,
 }
 
 impl Scheduler {
@@ -142,6 +153,11 @@ impl Scheduler {
             hit: ComputedBlocks::default(),
             scheduled_buf: Vec::new(),
             last_shape: StepShape::default(),
+            ff_heap: BinaryHeap::new(),
+            ff_base: Vec::new(),
+            ff_tmp: Vec::new(),
+            ff_ctx0: 0,
+            ff_heap_ready: false,
         }
     }
 
@@ -415,7 +431,138 @@ impl Scheduler {
     }
 }
 
+impl Scheduler {
+    /// The first token count (the `total` of a decode's `allocate_slots`) at which `kv`
+    /// leaves the fast path: a block is needed, or (with caching) a block becomes full.
+    /// Below it, `allocate_slots` changes nothing.
+    fn ff_next_slow(&self, kv: &RequestKv) -> u32 {
+        let bs = self.config.block_size;
+        let grow = kv.blocks.len() as u32 * bs + 1;
+        if self.kv.enable_caching {
+            grow.min((kv.num_cached_blocks + 1) * bs)
+        } else {
+            grow
+        }
+    }
+}
+
 impl Engine for Scheduler {
+    fn ff_begin(&mut self, ids: &mut Vec<ReqId>) -> u64 {
+        ids.clear();
+        let n = self.running.len();
+        let budget = self.config.max_num_batched_tokens as usize;
+        // Phase A schedules every running request (one token each); phase B is a no-op:
+        // nothing waits, or it stops before touching the queue (`max_num_seqs`, no budget).
+        if n == 0 || n > budget {
+            return 0;
+        }
+        if self.waiting_len() > 0 && n < self.config.max_num_seqs as usize && n < budget {
+            return 0;
+        }
+        self.ff_heap.clear();
+        self.ff_base.clear();
+        let mut k_max = u64::MAX;
+        let mut ctx = 0u64;
+        for pos in 0..n {
+            let r = self.req(self.running[pos]);
+            // A decode: one token left to compute, the request has sampled before.
+            if r.status != Status::Running || r.num_output_tokens == 0 || r.num_computed_tokens + 1 != r.num_tokens() {
+                return 0;
+            }
+            // It must not finish within the run: at most output_len − outputs − 1 steps.
+            k_max = k_max.min(u64::from(r.spec.output_len.saturating_sub(r.num_output_tokens + 1)));
+            let t0 = r.num_tokens();
+            ctx += u64::from(t0);
+            self.ff_base.push(t0);
+        }
+        if k_max == 0 {
+            return 0;
+        }
+        // The heap is built by the first `ff_step`: often the next event comes first.
+        self.ff_heap_ready = false;
+        self.ff_ctx0 = ctx;
+        ids.extend_from_slice(&self.running);
+        k_max
+    }
+
+    fn ff_shape(&self, j: u64) -> StepShape {
+        let n = self.ff_base.len() as u64;
+        StepShape {
+            num_seqs: n as u32,
+            prefill_tokens: 0,
+            decode_tokens: n,
+            prefill_attention_pairs: 0,
+            decode_context_tokens: self.ff_ctx0 + j * n,
+        }
+    }
+
+    fn ff_step(&mut self, j: u64) -> bool {
+        // The requests whose `allocate_slots` leaves the fast path at this step, in running order.
+        if !self.ff_heap_ready {
+            self.ff_heap_ready = true;
+            for pos in 0..self.ff_base.len() {
+                let slow = self.ff_next_slow(&self.req(self.running[pos]).kv);
+                self.ff_heap.push(Reverse((u64::from(slow.saturating_sub(self.ff_base[pos])), pos as u32)));
+            }
+        }
+        let mut tmp = std::mem::take(&mut self.ff_tmp);
+        tmp.clear();
+        while let Some(&Reverse((s, pos))) = self.ff_heap.peek() {
+            debug_assert!(s >= j);
+            if s != j {
+                break;
+            }
+            self.ff_heap.pop();
+            tmp.push(pos);
+        }
+        let bs = self.config.block_size;
+        let mut need = 0u32;
+        for &pos in &tmp {
+            let t = self.ff_base[pos as usize] + j as u32;
+            let held = self.req(self.running[pos as usize]).kv.blocks.len() as u32;
+            need += t.div_ceil(bs).saturating_sub(held);
+        }
+        if need > self.kv.pool.num_free() {
+            // A preemption: not a plain step.
+            for &pos in &tmp {
+                self.ff_heap.push(Reverse((j, pos)));
+            }
+            self.ff_tmp = tmp;
+            return false;
+        }
+        for &pos in &tmp {
+            let t = self.ff_base[pos as usize] + j as u32;
+            let id = self.running[pos as usize];
+            let ok = {
+                let Scheduler { kv, requests, hit, .. } = self;
+                hit.blocks.clear();
+                hit.num_tokens = 0;
+                let r = requests[id as usize].as_mut().expect("live request");
+                kv.allocate_slots(&r.spec, t, t - 1, &mut r.kv, 1, hit, false)
+            };
+            debug_assert!(ok, "the step's blocks were counted free");
+            let slow = self.ff_next_slow(&self.req(id).kv);
+            self.ff_heap.push(Reverse((j + u64::from(slow.saturating_sub(t)).max(1), pos)));
+        }
+        self.ff_tmp = tmp;
+        self.counters.num_steps += 1;
+        true
+    }
+
+    fn ff_end(&mut self, k: u64) {
+        if k == 0 {
+            return;
+        }
+        let k32 = k as u32;
+        for i in 0..self.running.len() {
+            let id = self.running[i];
+            let r = self.req_mut(id);
+            r.num_computed_tokens += k32;
+            r.num_output_tokens += k32;
+        }
+        self.last_shape = self.ff_shape(k - 1);
+    }
+
     fn add_request(&mut self, id: ReqId, spec: &RequestSpec) {
         let idx = id as usize;
         if self.requests.len() <= idx {
@@ -424,7 +571,7 @@ impl Engine for Scheduler {
         assert!(self.requests[idx].is_none(), "request {id} added twice");
         let seq = self.next_arrival_seq;
         self.next_arrival_seq += 1;
-        self.requests[idx] = Some(Request {
+        self.requests[idx] = Some(Box::new(Request {
             spec: spec.clone(),
             arrival_seq: seq,
             num_computed_tokens: 0,
@@ -432,7 +579,7 @@ impl Engine for Scheduler {
             status: Status::Waiting,
             kv: RequestKv::default(),
             num_preemptions: 0,
-        });
+        }));
         self.num_unfinished += 1;
         match &mut self.waiting {
             WaitingQueue::Fcfs(q) => q.push_back(id),

@@ -1,0 +1,142 @@
+//! The fast-forward (`RunOptions::fast_forward`) is exact: a run with it and the same run
+//! stepped one step at a time give byte-identical reports, records, counters, gauges and
+//! time series, on random scenarios of both engines and on every scenario in `scenarios/`.
+
+use proptest::prelude::*;
+use serde_json::{json, Value};
+use sim::simulation::RunOptions;
+
+use crate::common::*;
+
+/// Everything a run produced, as bytes: the JSON report and the run's full debug form
+/// (every record's token times, counters, gauges, time series, stop reason).
+fn run_bytes(v: &Value, fast_forward: bool, check_invariants: bool) -> (String, String) {
+    let spec = spec(v.clone());
+    let opts = RunOptions { fast_forward, check_invariants, record_timeseries: true, ..Default::default() };
+    let out = sim::simulate(&spec, opts);
+    let report = serde_json::to_string(&sim::report::point_json(&spec, &out)).unwrap();
+    (report, format!("{:?}", out.run))
+}
+
+fn assert_same_both_ways(v: &Value) {
+    let (ra, da) = run_bytes(v, true, true);
+    let (rb, db) = run_bytes(v, false, false);
+    assert_eq!(ra, rb, "reports differ with and without fast-forward for {v}");
+    assert!(da == db, "runs differ with and without fast-forward for {v}");
+}
+
+#[test]
+fn every_scenario_file_gives_the_same_bytes_with_and_without_fast_forward() {
+    let mut names: Vec<String> = std::fs::read_dir(root().join("scenarios"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".json"))
+        .collect();
+    names.sort();
+    assert!(!names.is_empty());
+    for name in names {
+        let mut v: Value =
+            serde_json::from_str(&std::fs::read_to_string(root().join("scenarios").join(&name)).unwrap()).unwrap();
+        // Keep the long ones short enough for a test, with the same engine settings.
+        if v["workload"]["num_prompts"].as_u64().is_some_and(|n| n > 120) {
+            set(&mut v, "workload.num_prompts=120");
+        }
+        assert_same_both_ways(&v);
+    }
+}
+
+#[test]
+fn the_default_scenario_is_fast_forwarded_and_identical() {
+    let v: Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("scenarios").join("rtx5090-qwen2.5-7b-vllm.json")).unwrap(),
+    )
+    .unwrap();
+    assert_same_both_ways(&v);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn random_scenario(
+    sglang: bool,
+    caching: bool,
+    kv_tokens: u64,
+    granularity: u32,
+    chunk: u32,
+    input: u32,
+    output: u32,
+    range: f64,
+    prompts: u32,
+    closed: bool,
+    load: u32,
+    warmups: u32,
+    initial: bool,
+    knob: u32,
+    seed: u64,
+) -> Value {
+    let engine = if sglang {
+        let version = ["0.5.23", "0.5.10", "0.4.10"][knob as usize % 3];
+        let policy = ["fcfs", "lpm", "lof", "random"][knob as usize / 3 % 4];
+        json!({"kind": "sglang", "version": version, "max_running_requests": 4 + knob % 29,
+               "chunked_prefill_size": chunk, "max_total_tokens": kv_tokens, "context_length": 4096,
+               "page_size": granularity, "disable_radix_cache": !caching, "schedule_policy": policy,
+               "enable_mixed_chunk": knob % 5 == 0, "disable_overlap_schedule": knob % 7 == 0})
+    } else {
+        let version = ["0.33.0", "0.28.0", "0.11.0", "0.17.0"][knob as usize % 4];
+        let policy = ["fcfs", "priority"][knob as usize / 4 % 2];
+        json!({"kind": "vllm", "version": version, "max_num_seqs": 4 + knob % 29,
+               "max_num_batched_tokens": chunk.max(64), "kv_cache_tokens": kv_tokens, "max_model_len": 4096,
+               "block_size": granularity, "enable_prefix_caching": caching, "policy": policy,
+               "long_prefill_token_threshold": if knob % 3 == 0 { 128 } else { 0 }})
+    };
+    let mut w = json!({"dataset_name": "random", "random_input_len": input, "random_output_len": output,
+                       "random_range_ratio": range, "num_prompts": prompts, "ignore_eos": true,
+                       "num_warmups": warmups, "initial_test_request": initial, "seed": seed});
+    if closed {
+        w["max_concurrency"] = json!(load);
+    } else {
+        w["request_rate"] = json!(f64::from(load) / 4.0);
+    }
+    if knob % 4 == 1 {
+        // Shared prefixes: cache hits, and the ignore_eos-free path of SGLang's reservation.
+        w = json!({"dataset_name": "prefix_repetition", "prefix_repetition_prefix_len": input,
+                   "prefix_repetition_suffix_len": 16 + input / 8, "prefix_repetition_num_prefixes": 1 + knob % 3,
+                   "prefix_repetition_output_len": output, "num_prompts": prompts, "ignore_eos": true,
+                   "num_warmups": warmups, "initial_test_request": initial, "seed": seed,
+                   "max_concurrency": load});
+    }
+    json!({"version": 1, "engine": engine, "model": "qwen2.5-7b-instruct", "hardware": "a100-80gb", "workload": w})
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    /// Random scenarios, both engines, prefix caching on and off, small KV pools
+    /// (preemption, retraction), chunked prefill, open and closed loop, warm-ups and the
+    /// initial test request: the same bytes with and without the fast-forward.
+    #[test]
+    fn random_scenarios_give_the_same_bytes_with_and_without_fast_forward(
+        sglang in any::<bool>(),
+        caching in any::<bool>(),
+        kv_tokens in prop_oneof![1_500u64..6_000, 6_000u64..60_000],
+        granularity in prop_oneof![Just(1u32), Just(16u32), Just(4u32), Just(32u32)],
+        chunk in prop_oneof![Just(256u32), Just(512u32), Just(2048u32), Just(8192u32)],
+        input in 8u32..700,
+        output in 1u32..300,
+        range in prop_oneof![Just(0.0f64), Just(0.5f64), Just(0.9f64)],
+        prompts in 1u32..40,
+        closed in any::<bool>(),
+        load in 1u32..48,
+        warmups in 0u32..3,
+        initial in any::<bool>(),
+        knob in 0u32..1000,
+        seed in 0u64..1000,
+    ) {
+        let v = random_scenario(sglang, caching, kv_tokens, granularity, chunk, input, output, range, prompts,
+                                closed, load, warmups, initial, knob, seed);
+        // Scenarios the resolver rejects (a prompt longer than the pool, say) say nothing here.
+        let Ok(s) = sim::config::from_value(v.clone(), "") else { return Ok(()) };
+        if sim::config::resolve(&s, &resources()).is_err() {
+            return Ok(());
+        }
+        assert_same_both_ways(&v);
+    }
+}
