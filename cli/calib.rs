@@ -51,6 +51,7 @@ pub fn model_card_from_dir(dir: &Path, id: &str) -> Result<ModelCard, String> {
         vocab_size: vocab,
         tie_word_embeddings: Some(tied),
         dtype,
+        quantization: None,
         max_position_embeddings: u("max_position_embeddings"),
         sources: vec![p.display().to_string()],
         notes: Some("read from the served model's config.json; parameters counted with the Llama formula".into()),

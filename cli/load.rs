@@ -12,7 +12,7 @@ use sim::workload::TraceRow;
 /// The built-in default scenario: the published RTX 5090 + Qwen2.5-7B +
 /// vLLM 0.28 setup, the "why does TTFT explode" example.
 pub const DEFAULT_SCENARIO_NAME: &str = "scenarios/rtx5090-qwen2.5-7b-vllm.json";
-pub const DEFAULT_SCENARIO: &str = include_str!("../scenarios/rtx5090-qwen2.5-7b-vllm.json");
+pub const DEFAULT_SCENARIO: &str = sim::builtin::DEFAULT_SCENARIO;
 
 /// A scenario as read, before resolution.
 #[derive(Clone, Debug)]
@@ -73,7 +73,7 @@ fn resolve_path(base: &Path, p: &str) -> PathBuf {
 pub fn resolve(raw: &RawScenario) -> Result<(Scenario, SimSpec), String> {
     let origin = &raw.origin;
     let scenario: Scenario = config::from_value(raw.json.clone(), "").map_err(|e| format!("{origin}: {e}"))?;
-    let mut res = Resources { models: crate::cards::models()?, gpus: crate::cards::gpus()?, ..Default::default() };
+    let mut res = Resources { models: sim::builtin::models()?, gpus: sim::builtin::gpus()?, ..Default::default() };
     if let Some(p) = &scenario.cost.profile {
         let path = resolve_path(&raw.base_dir, p);
         res.profile = Some(load_profile(&path).map_err(|e| format!("{origin}: cost.profile: {e}"))?);

@@ -7,7 +7,6 @@
 
 mod align;
 mod calib;
-mod cards;
 mod explain;
 mod live;
 mod load;

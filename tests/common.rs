@@ -6,26 +6,15 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use sim::cards::{GpuCard, ModelCard};
 use sim::config::{self, Resources, SimSpec};
 
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn cards<T: serde::de::DeserializeOwned>(dir: &str) -> Vec<T> {
-    let mut v: Vec<(String, T)> = std::fs::read_dir(root().join("models").join(dir))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "json"))
-        .map(|p| (p.display().to_string(), serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()))
-        .collect();
-    v.sort_by(|a, b| a.0.cmp(&b.0));
-    v.into_iter().map(|(_, c)| c).collect()
-}
-
+/// The built-in cards (`sim::builtin`, the binary's own).
 pub fn resources() -> Resources {
-    Resources { models: cards::<ModelCard>("model"), gpus: cards::<GpuCard>("gpu"), ..Default::default() }
+    sim::builtin::resources().expect("built-in cards parse")
 }
 
 /// Resolves scenario JSON against the repository's cards.

@@ -320,24 +320,40 @@ pub fn nelder_mead(f: &mut impl FnMut(&[f64]) -> f64, d: usize, max_evals: usize
     best
 }
 
-/// Roofline floors (µs) of the GPU-side coefficients: the fastest the card
-/// could possibly be (100% of peak FLOP/s or bandwidth).
+/// Roofline floors (µs) of the GPU-side coefficients: the fastest one GPU of
+/// the deployment could possibly be (100% of peak FLOP/s or bandwidth, its
+/// share of the work at the scenario's TP size). The per-token floors count
+/// the linear layers only: the embedding is a lookup and the LM head runs on
+/// sampled positions, so counting them would raise the floor past what is
+/// physical.
 pub fn roofline_floors(spec: &SimSpec) -> Vec<(&'static str, f64)> {
     let m = &spec.model;
     let g = &spec.gpu;
-    let dt = f64::from(m.dtype_bytes().unwrap_or(2));
-    let p = m.num_parameters as f64;
+    let d = &spec.deployment;
+    let tp = f64::from(d.tensor_parallel_size.max(1));
+    let flops = match (&d.quantization, g.dense_fp8_flops) {
+        (Some(_), Some(f8)) => f8,
+        _ => g.dense_bf16_flops,
+    };
+    let linear = (m.num_parameters - m.embedding_parameters().min(m.num_parameters)) as f64 / tp;
+    let weights = m.weight_bytes_per_gpu(d.tensor_parallel_size, d.linear_weight_bytes) as f64;
     vec![
-        ("prefill_token_us", 2.0 * p / g.dense_bf16_flops * 1e6),
-        ("decode_token_us", 2.0 * p / g.dense_bf16_flops * 1e6),
-        ("step_us", p * dt / g.memory_bandwidth_bytes_per_s * 1e6),
+        ("prefill_token_us", 2.0 * linear / flops * 1e6),
+        ("decode_token_us", 2.0 * linear / flops * 1e6),
+        ("step_us", weights / g.memory_bandwidth_bytes_per_s * 1e6),
         (
             "prefill_attention_us",
             4.0 * f64::from(m.num_layers) * f64::from(m.num_attention_heads) * f64::from(m.head_dim)
+                / tp
                 / g.dense_bf16_flops
                 * 1e6,
         ),
-        ("decode_kv_us", m.kv_bytes_per_token(dt as u32) as f64 / g.memory_bandwidth_bytes_per_s * 1e6),
+        (
+            "decode_kv_us",
+            m.kv_bytes_per_token_per_gpu(d.tensor_parallel_size, d.kv_dtype_bytes) as f64
+                / g.memory_bandwidth_bytes_per_s
+                * 1e6,
+        ),
     ]
 }
 

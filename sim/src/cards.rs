@@ -23,8 +23,15 @@ pub struct ModelCard {
     pub vocab_size: u32,
     #[serde(default)]
     pub tie_word_embeddings: Option<bool>,
-    /// `bfloat16`, `float16`, `float32` or `fp8`.
+    /// The checkpoint's `torch_dtype`: `bfloat16`, `float16` or `float32`
+    /// (activations, embeddings and the LM head; `fp8` is read as an fp8
+    /// checkpoint for old cards).
     pub dtype: String,
+    /// Quantized linear-layer weights of the checkpoint (`fp8`: one byte per
+    /// weight in the attention and MLP projections; embeddings and the LM head
+    /// stay in `dtype`, as in vLLM's and SGLang's fp8 checkpoints).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quantization: Option<String>,
     #[serde(default)]
     pub max_position_embeddings: Option<u32>,
     #[serde(default)]
@@ -39,12 +46,67 @@ impl ModelCard {
         dtype_bytes(&self.dtype)
     }
 
+    /// The activations' (and by default the KV cache's) dtype: the card's
+    /// `dtype`, or bfloat16 for an old-style card whose `dtype` says `fp8`.
+    pub fn activation_dtype_name(&self) -> &str {
+        match self.dtype_bytes() {
+            Some(1) => "bfloat16",
+            _ => &self.dtype,
+        }
+    }
+
+    /// Bytes per activation (and default KV) element.
+    pub fn activation_dtype_bytes(&self) -> u32 {
+        match self.dtype_bytes() {
+            Some(1) | None => 2,
+            Some(b) => b,
+        }
+    }
+
     /// Bytes of KV cache one token occupies across all layers (K and V).
     pub fn kv_bytes_per_token(&self, kv_dtype_bytes: u32) -> u64 {
         2 * u64::from(self.num_layers)
             * u64::from(self.num_kv_heads)
             * u64::from(self.head_dim)
             * u64::from(kv_dtype_bytes)
+    }
+
+    /// KV heads each GPU holds at tensor-parallel size `tp`: the heads are
+    /// split across GPUs, and replicated when `tp` exceeds them (vLLM's and
+    /// SGLang's `max(1, num_kv_heads // tp)`).
+    pub fn kv_heads_per_gpu(&self, tp: u32) -> u32 {
+        (self.num_kv_heads / tp.max(1)).max(1)
+    }
+
+    /// Bytes of KV cache one token occupies on one GPU at tensor-parallel size `tp`.
+    pub fn kv_bytes_per_token_per_gpu(&self, tp: u32, kv_dtype_bytes: u32) -> u64 {
+        2 * u64::from(self.num_layers)
+            * u64::from(self.kv_heads_per_gpu(tp))
+            * u64::from(self.head_dim)
+            * u64::from(kv_dtype_bytes)
+    }
+
+    /// Parameters of the token embedding and the LM head (one matrix when tied).
+    pub fn embedding_parameters(&self) -> u64 {
+        let one = u64::from(self.vocab_size) * u64::from(self.hidden_size);
+        if self.tie_word_embeddings.unwrap_or(false) {
+            one
+        } else {
+            2 * one
+        }
+    }
+
+    /// Bytes of weights on one GPU at tensor-parallel size `tp`, with the
+    /// linear layers' weights at `linear_bytes` each (1 for fp8) and the
+    /// embeddings and LM head at the checkpoint dtype. Every weight matrix is
+    /// sharded by `tp` (vocabulary-parallel embeddings included); norms and
+    /// biases are counted with the linear layers and sharded too (they are a
+    /// few MB).
+    pub fn weight_bytes_per_gpu(&self, tp: u32, linear_bytes: u32) -> u64 {
+        let dt = u64::from(self.dtype_bytes().unwrap_or(2));
+        let emb = self.embedding_parameters().min(self.num_parameters);
+        let linear = self.num_parameters - emb;
+        (linear * u64::from(linear_bytes) + emb * dt).div_ceil(u64::from(tp.max(1)))
     }
 }
 
@@ -70,6 +132,23 @@ pub struct GpuCard {
     pub memory_bandwidth_bytes_per_s: f64,
     /// Dense (no sparsity) BF16 tensor throughput.
     pub dense_bf16_flops: f64,
+    /// Dense FP8 tensor throughput, where the GPU has FP8 tensor cores
+    /// (Ada, Hopper, Blackwell); absent on Ampere, where fp8 weights run as
+    /// weight-only quantization at the BF16 rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dense_fp8_flops: Option<f64>,
+    /// The GPU-to-GPU link tensor parallelism all-reduces over: `nvlink` or `pcie`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interconnect: Option<String>,
+    /// Bandwidth of that link per GPU and direction, in bytes/s (NVLink 4:
+    /// 450e9 of its 900 GB/s; PCIe 4.0 x16: 32e9).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interconnect_bandwidth_bytes_per_s: Option<f64>,
+    /// Device memory as `nvidia-smi` reports it (MiB), which SGLang's defaults
+    /// compare against; it counts memory the driver reserves, so it exceeds
+    /// `memory_bytes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvidia_smi_memory_mib: Option<u32>,
     #[serde(default)]
     pub sources: Vec<String>,
     #[serde(default)]

@@ -35,6 +35,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::cards::{GpuCard, ModelCard};
+use crate::config::Deployment;
 
 /// The coefficients, every one optional: a scenario's inline values and a
 /// fitted profile are both partial overlays on the prior.
@@ -143,6 +144,12 @@ pub struct PriorEfficiencies {
     pub request_ingress_us: f64,
     #[serde(default = "d_output_token")]
     pub output_token_us: f64,
+    /// Latency of one tensor-parallel all-reduce (launch and synchronisation), µs.
+    #[serde(default = "d_allreduce_latency")]
+    pub allreduce_latency_us: f64,
+    /// Fraction of the interconnect's bandwidth an all-reduce reaches.
+    #[serde(default = "d_interconnect_eff")]
+    pub interconnect_bandwidth_eff: f64,
 }
 
 // The prior's defaults. The efficiencies are round numbers typical of
@@ -177,6 +184,15 @@ fn d_ingress() -> f64 {
 fn d_output_token() -> f64 {
     40.0
 }
+// All-reduce: a small NCCL or custom all-reduce takes a few µs on NVLink
+// (NCCL's documented small-message latency); ring all-reduce bus bandwidth is
+// typically 70–80% of the link's. Round numbers, not fits.
+fn d_allreduce_latency() -> f64 {
+    5.0
+}
+fn d_interconnect_eff() -> f64 {
+    0.7
+}
 
 impl Default for PriorEfficiencies {
     fn default() -> Self {
@@ -190,6 +206,8 @@ impl Default for PriorEfficiencies {
             per_seq_us: d_per_seq(),
             request_ingress_us: d_ingress(),
             output_token_us: d_output_token(),
+            allreduce_latency_us: d_allreduce_latency(),
+            interconnect_bandwidth_eff: d_interconnect_eff(),
         }
     }
 }
@@ -253,26 +271,55 @@ impl StepShape {
 }
 
 impl CostModel {
-    /// The roofline prior for `model` on `gpu`.
-    pub fn roofline(model: &ModelCard, gpu: &GpuCard, eff: &PriorEfficiencies) -> CostModel {
-        let dtype_bytes = f64::from(model.dtype_bytes().unwrap_or(2));
-        let flops = gpu.dense_bf16_flops;
+    /// The roofline prior for `model` on `gpu`, deployed as `dep` (per GPU:
+    /// weights, FLOPs, attention heads and KV heads divided by the TP size;
+    /// with TP, two all-reduces of the hidden state per layer per token, a
+    /// ring over the card's interconnect, plus their latency per step; fp8
+    /// weights stream one byte each and run at the GPU's FP8 rate where it
+    /// has one).
+    pub fn roofline(model: &ModelCard, gpu: &GpuCard, dep: &Deployment, eff: &PriorEfficiencies) -> CostModel {
+        let tp = f64::from(dep.tensor_parallel_size.max(1));
+        let flops = match (&dep.quantization, gpu.dense_fp8_flops) {
+            (Some(_), Some(f8)) => f8,
+            _ => gpu.dense_bf16_flops,
+        };
         let bw = gpu.memory_bandwidth_bytes_per_s;
-        let params = model.num_parameters as f64;
+        let params = model.num_parameters as f64 / tp;
         let us = 1e6;
         // Streaming every weight once per step.
-        let weights_us = params * dtype_bytes / (bw * eff.weight_bandwidth_eff) * us;
+        let weight_bytes = model.weight_bytes_per_gpu(dep.tensor_parallel_size, dep.linear_weight_bytes) as f64;
+        let weights_us = weight_bytes / (bw * eff.weight_bandwidth_eff) * us;
         // 2 FLOPs per parameter per token in the linear layers.
-        let prefill_token_us = 2.0 * params / (flops * eff.prefill_mfu) * us;
-        let decode_token_us = 2.0 * params / (flops * eff.decode_mfu) * us;
+        let mut prefill_token_us = 2.0 * params / (flops * eff.prefill_mfu) * us;
+        let mut decode_token_us = 2.0 * params / (flops * eff.decode_mfu) * us;
         // QKᵀ and PV: 2 matmuls × 2 FLOPs per (query, key) pair per head dim, per head, per layer.
-        let attn_flops_per_pair =
-            4.0 * f64::from(model.num_layers) * f64::from(model.num_attention_heads) * f64::from(model.head_dim);
-        let prefill_attention_us = attn_flops_per_pair / (flops * eff.attention_mfu) * us;
-        let kv_bytes = model.kv_bytes_per_token(dtype_bytes as u32) as f64;
+        let attn_flops_per_pair = 4.0
+            * f64::from(model.num_layers)
+            * f64::from(model.num_attention_heads)
+            * f64::from(model.head_dim)
+            / tp;
+        let prefill_attention_us = attn_flops_per_pair / (gpu.dense_bf16_flops * eff.attention_mfu) * us;
+        let kv_bytes = model.kv_bytes_per_token_per_gpu(dep.tensor_parallel_size, dep.kv_dtype_bytes) as f64;
         let decode_kv_us = kv_bytes / (bw * eff.kv_bandwidth_eff) * us;
+        let mut step_us = weights_us + eff.step_overhead_us;
+        if dep.tensor_parallel_size > 1 {
+            // Two all-reduces per layer (after attention, after the MLP), each of
+            // the hidden state: a ring moves 2(tp − 1)/tp of it per GPU.
+            let link = gpu.interconnect_bandwidth_bytes_per_s.unwrap_or(32e9) * eff.interconnect_bandwidth_eff;
+            let per_token_bytes = 2.0
+                * f64::from(model.num_layers)
+                * f64::from(model.hidden_size)
+                * f64::from(model.activation_dtype_bytes())
+                * 2.0
+                * (tp - 1.0)
+                / tp;
+            let allreduce_token_us = per_token_bytes / link * us;
+            prefill_token_us += allreduce_token_us;
+            decode_token_us += allreduce_token_us;
+            step_us += 2.0 * f64::from(model.num_layers) * eff.allreduce_latency_us;
+        }
         CostModel {
-            step_us: weights_us + eff.step_overhead_us,
+            step_us,
             per_seq_us: eff.per_seq_us,
             prefill_token_us,
             decode_token_us,
@@ -380,6 +427,7 @@ mod tests {
             vocab_size: 32000,
             tie_word_embeddings: None,
             dtype: "bfloat16".into(),
+            quantization: None,
             max_position_embeddings: None,
             sources: vec![],
             notes: None,
@@ -390,10 +438,14 @@ mod tests {
             memory_bytes: 80 << 30,
             memory_bandwidth_bytes_per_s: 2e12,
             dense_bf16_flops: 300e12,
+            dense_fp8_flops: None,
+            interconnect: None,
+            interconnect_bandwidth_bytes_per_s: None,
+            nvidia_smi_memory_mib: None,
             sources: vec![],
             notes: None,
         };
-        let mut c = CostModel::roofline(&model, &gpu, &PriorEfficiencies::default());
+        let mut c = CostModel::roofline(&model, &gpu, &Deployment::single(&model), &PriorEfficiencies::default());
         // 2 GB of weights at 1.6 TB/s effective = 1250 µs, plus 1000 µs overhead.
         assert!((c.step_us - 2250.0).abs() < 1e-6, "{}", c.step_us);
         c.overlay(&CostCoefficients { decode_kv_us: Some(0.5), ..Default::default() }, CoefficientSource::Profile);

@@ -34,6 +34,7 @@
 //! * Same scenario and seed → byte-identical report.
 
 pub mod cards;
+pub mod builtin;
 pub mod config;
 pub mod cost;
 pub mod engine;

@@ -36,17 +36,10 @@ for rate in rates:
     scenario = {
         "version": 1,
         "name": f"llmd-exp0-llama3.1-70b-2xa100-{rate}qps",
-        "description": "llm-d exp-0: Llama-3.1-70B-Instruct, TP2 on 2xA100-80GB modelled as one device (no communication cost), vLLM ~0.8.5 V1 modelled as 0.11.0 (the nearest modelled release), --max-model-len 20000 --gpu-memory-utilization 0.95, defaults otherwise (A100: 2048 batched tokens, 256 seqs). KV size not reported: derived from the memory fraction.",
-        "engine": {"kind": "vllm", "version": "0.11.0", "max_model_len": 20000, "gpu_memory_utilization": 0.95},
+        "description": "llm-d exp-0: Llama-3.1-70B-Instruct, tensor parallel 2 on 2xA100-SXM4-80GB (NVLink), vLLM ~0.8.5 V1 modelled as 0.11.0 (the nearest modelled release), --max-model-len 20000 --gpu-memory-utilization 0.95, defaults otherwise (A100: 2048 batched tokens, 256 seqs). KV size not reported: derived from the memory fraction, per GPU.",
+        "engine": {"kind": "vllm", "version": "0.11.0", "max_model_len": 20000, "gpu_memory_utilization": 0.95, "tensor_parallel_size": 2},
         "model": "llama-3.1-70b-instruct",
-        "hardware": {
-            "id": "2x-a100-80gb",
-            "name": "2x NVIDIA A100-SXM4-80GB, tensor parallel 2, as one device",
-            "memory_bytes": 2 * 85100068864,
-            "memory_bandwidth_bytes_per_s": 2 * 2.039e12,
-            "dense_bf16_flops": 2 * 3.12e14,
-            "sources": ["models/gpu/a100-80gb.json, doubled"],
-        },
+        "hardware": {"gpu": "a100-80gb", "count": 2},
         "workload": {"dataset_name": "trace", "trace": f"trace-{rate}.csv", "ignore_eos": True, "initial_test_request": False, "seed": 0},
     }
     with open(os.path.join(here, f"scenario-{rate}.json"), "w") as out:

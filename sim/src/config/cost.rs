@@ -2,7 +2,13 @@
 
 use super::*;
 
-pub(super) fn resolve_cost(c: &CostSection, model: &ModelCard, gpu: &GpuCard, res: &Resources) -> Result<CostModel> {
+pub(super) fn resolve_cost(
+    c: &CostSection,
+    model: &ModelCard,
+    gpu: &GpuCard,
+    dep: &Deployment,
+    res: &Resources,
+) -> Result<CostModel> {
     let prior = c.prior.clone().unwrap_or_default();
     for (name, v) in [
         ("prefill_mfu", prior.prefill_mfu),
@@ -10,6 +16,7 @@ pub(super) fn resolve_cost(c: &CostSection, model: &ModelCard, gpu: &GpuCard, re
         ("attention_mfu", prior.attention_mfu),
         ("weight_bandwidth_eff", prior.weight_bandwidth_eff),
         ("kv_bandwidth_eff", prior.kv_bandwidth_eff),
+        ("interconnect_bandwidth_eff", prior.interconnect_bandwidth_eff),
     ] {
         if !(v > 0.0 && v <= 1.0) {
             return Err(ConfigError::new(
@@ -18,7 +25,13 @@ pub(super) fn resolve_cost(c: &CostSection, model: &ModelCard, gpu: &GpuCard, re
             ));
         }
     }
-    let mut cost = CostModel::roofline(model, gpu, &prior);
+    if !(prior.allreduce_latency_us.is_finite() && prior.allreduce_latency_us >= 0.0) {
+        return Err(ConfigError::new(
+            "cost.prior.allreduce_latency_us",
+            format!("must be a finite number >= 0 (µs), got {}", prior.allreduce_latency_us),
+        ));
+    }
+    let mut cost = CostModel::roofline(model, gpu, dep, &prior);
     if c.profile.is_some() {
         let p = res.profile.as_ref().ok_or_else(|| ConfigError::new("cost.profile", "the profile was not loaded"))?;
         check_coefficients(p, "cost.profile")?;

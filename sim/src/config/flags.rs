@@ -15,6 +15,9 @@ const VLLM_ONLY: &[(&str, &str)] = &[
     ("kv_cache_tokens", "max_total_tokens"),
     ("max_model_len", "context_length"),
     ("policy", "schedule_policy"),
+    ("tensor_parallel_size", "tp_size"),
+    ("pipeline_parallel_size", "pp_size"),
+    ("enforce_eager", "disable_cuda_graph"),
 ];
 
 /// The SGLang flags, with their vLLM counterparts.
@@ -31,6 +34,10 @@ const SGLANG_ONLY: &[(&str, &str)] = &[
     ("enable_mixed_chunk", "(always mixed)"),
     ("disable_overlap_schedule", "(not modelled for vLLM)"),
     ("context_length", "max_model_len"),
+    ("tp_size", "tensor_parallel_size"),
+    ("pp_size", "pipeline_parallel_size"),
+    ("disable_cuda_graph", "enforce_eager"),
+    ("cuda_graph_max_bs", "(vLLM derives its capture sizes from max_num_seqs)"),
 ];
 
 impl EngineSection {
@@ -58,6 +65,13 @@ impl EngineSection {
             "enable_mixed_chunk" => self.enable_mixed_chunk.is_some(),
             "disable_overlap_schedule" => self.disable_overlap_schedule.is_some(),
             "context_length" => self.context_length.is_some(),
+            "tensor_parallel_size" => self.tensor_parallel_size.is_some(),
+            "pipeline_parallel_size" => self.pipeline_parallel_size.is_some(),
+            "enforce_eager" => self.enforce_eager.is_some(),
+            "tp_size" => self.tp_size.is_some(),
+            "pp_size" => self.pp_size.is_some(),
+            "disable_cuda_graph" => self.disable_cuda_graph.is_some(),
+            "cuda_graph_max_bs" => self.cuda_graph_max_bs.is_some(),
             _ => false,
         }
     }

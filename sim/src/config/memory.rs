@@ -1,47 +1,403 @@
-//! Memory accounting: how each engine sizes its KV pool from the GPU's memory.
+//! Memory accounting: how each engine sizes its KV pool from the GPU's
+//! memory, per GPU, per release (`docs/vllm.md` "Memory sizing",
+//! `docs/sglang.md` "Memory sizing").
+//!
+//! **vLLM** (`v1/worker/gpu_worker.py:Worker.determine_available_memory`):
+//! the KV pool gets the requested fraction of the device's memory
+//! (`gpu_memory_utilization × total`) minus what the profiling run consumed
+//! after the start-up snapshot: the weights, the torch activation peak of a
+//! dummy forward at `max_num_batched_tokens` and of the sampler at
+//! `max_num_seqs`, and memory allocated outside torch (workspaces, NCCL and
+//! custom all-reduce buffers); from 0.21 it also subtracts its CUDA-graph
+//! memory estimate (none with `enforce_eager`). The CUDA context is created
+//! before the snapshot, so it lives in the `1 − gpu_memory_utilization`
+//! headroom and is not charged. The pool is then cut into blocks
+//! (`kv_cache_utils.py:get_num_blocks`): `available // (block_size × bytes
+//! per token per GPU)`.
+//!
+//! **SGLang** (`model_runner.py:profile_max_num_token`; 0.5.x
+//! `kv_cache_configurator.py`): `rest = free memory after the weights −
+//! memory before them × (1 − mem_fraction_static)`. In 0.4.x "memory before"
+//! is the device total, so the CUDA context is charged in full; in 0.5.x it
+//! is the free memory before the weights, so the context is charged at
+//! `mem_fraction_static`. `max_total_num_tokens = rest / cell_size`, floored
+//! to the page size and capped by `max_total_tokens`. The default
+//! `mem_fraction_static` is [`sglang_default_mem_fraction_static`].
+//!
+//! Terms derived from first principles: the weights (parameters × bytes,
+//! sharded by TP), the activation peak (the tensors named below), the KV cell
+//! size. Terms that cannot be derived (allocator slack, workspaces, NCCL
+//! buffers, the CUDA context, CUDA-graph pools) are the constants marked
+//! FITTED below: each was fitted once on the start-up log corpus
+//! (`data/published/kv-logs.csv`, by least squares over the rows that can be
+//! derived), never on a single log; `tests/kv_corpus.rs` re-derives every row
+//! and reports the error, leave-one-out for the fitted constants.
+
+use serde::Serialize;
 
 use super::*;
 
-/// `profile_max_num_token`: `rest = free after weights − total·(1 − mfs)`,
-/// with "free after weights" = total − weights − 0.5 GiB outside torch (the
-/// same estimate as for vLLM).
-pub fn sglang_memory_account(model: &ModelCard, gpu: &GpuCard, mfs: f64) -> MemoryAccount {
-    let dt = u64::from(model.dtype_bytes().unwrap_or(2));
-    let total = gpu.memory_bytes;
-    let weights = model.num_parameters * dt;
-    let non_torch = 512u64 << 20;
-    let requested = (total as f64 * mfs) as u64;
-    let kv = requested.saturating_sub(weights + non_torch);
-    MemoryAccount { total, requested, weights, activation_peak: 0, non_torch, kv }
+const MIB: u64 = 1 << 20;
+
+/// FITTED (kv-logs corpus, vLLM rows): memory vLLM allocates outside torch
+/// on each GPU during start-up and profiling at TP 1 (cuBLAS/attention
+/// workspaces, allocator slack), MiB.
+pub const VLLM_NON_TORCH_MIB: f64 = 1010.0;
+/// FITTED (kv-logs corpus, vLLM rows at TP > 1): extra memory outside torch
+/// with tensor parallelism (NCCL communicators and the custom all-reduce's
+/// buffers), MiB per GPU.
+pub const VLLM_NON_TORCH_TP_MIB: f64 = 1870.0;
+/// FITTED (the captured-graph memory vLLM 0.19 logs, "Graph capturing
+/// finished ... took X GiB", corpus rows): CUDA-graph memory per layer per
+/// captured batch size, MiB. vLLM ≥ 0.21 subtracts its estimate of this
+/// from the KV budget.
+pub const VLLM_GRAPH_MIB_PER_LAYER_SIZE: f64 = 0.35;
+/// FITTED (kv-logs corpus, SGLang rows): the CUDA context and torch's
+/// start-up allocations on each GPU before SGLang measures free memory, MiB.
+pub const SGLANG_CONTEXT_MIB: f64 = 1455.0;
+
+/// The parallel layout and numeric formats of a deployment, resolved.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Deployment {
+    /// `tensor_parallel_size` / `tp_size`.
+    pub tensor_parallel_size: u32,
+    /// GPUs the engine runs on (= the TP size: pipeline and data parallelism are not modelled).
+    pub num_gpus: u32,
+    /// The KV cache's element type, resolved (`auto` becomes the model's dtype).
+    pub kv_cache_dtype: String,
+    pub kv_dtype_bytes: u32,
+    /// `fp8` when the linear layers' weights are fp8 (checkpoint or `quantization`).
+    pub quantization: Option<String>,
+    /// Bytes per weight in the linear layers.
+    pub linear_weight_bytes: u32,
+    /// CUDA graphs captured (`enforce_eager` / `disable_cuda_graph` off).
+    pub cuda_graphs: bool,
 }
 
-pub(super) fn gib(b: u64) -> f64 {
-    b as f64 / (1u64 << 30) as f64
+impl Deployment {
+    /// One GPU, the model's own dtypes, CUDA graphs on.
+    pub fn single(model: &ModelCard) -> Deployment {
+        Deployment {
+            tensor_parallel_size: 1,
+            num_gpus: 1,
+            kv_cache_dtype: model.activation_dtype_name().to_string(),
+            kv_dtype_bytes: model.activation_dtype_bytes(),
+            quantization: model.quantization.clone(),
+            linear_weight_bytes: if model.quantization.is_some() { 1 } else { model.dtype_bytes().unwrap_or(2) },
+            cuda_graphs: true,
+        }
+    }
 }
 
-/// vLLM's `determine_available_memory`, estimated: the requested fraction of
-/// device memory, minus the weights, the activation peak of `profile_run` at
-/// `max_num_batched_tokens` (hidden states, the MLP's intermediate, and the
-/// sampler's fp32 logits over `max_num_seqs`), and memory outside torch
-/// (CUDA context, allocator slack; 0.5 GiB). CUDA-graph memory is not
-/// modelled. An estimate: a start-up log's KV size, given as
-/// `kv_cache_tokens`, is always better.
+/// The memory account behind a derived KV pool, for one GPU (bytes).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MemoryAccount {
+    /// The device's memory as CUDA reports it.
+    pub total: u64,
+    /// `total × gpu_memory_utilization` (vLLM) or `total × mem_fraction_static`
+    /// (SGLang): weights + activation peak + non-torch + CUDA graphs + context + kv.
+    pub requested: u64,
+    /// This GPU's share of the weights.
+    pub weights: u64,
+    /// Torch's activation peak in the profiling run (vLLM; 0 for SGLang, whose
+    /// activations live outside the static fraction).
+    pub activation_peak: u64,
+    /// Allocations outside torch charged to the pool (vLLM).
+    pub non_torch: u64,
+    /// CUDA-graph memory subtracted from the pool (vLLM ≥ 0.21).
+    pub cuda_graphs: u64,
+    /// The CUDA context and start-up allocations charged to the pool (SGLang).
+    pub context: u64,
+    /// What is left for the KV pool (the pool itself is this, floored to whole blocks or pages).
+    pub kv: u64,
+    /// `total − requested`: memory outside the fraction (the CUDA context for
+    /// vLLM, activations and CUDA graphs for SGLang, the runtime's slack).
+    pub reserve: u64,
+    /// Which terms are derived and which fitted, in words.
+    pub derivation: &'static str,
+}
+
+/// Bytes per KV element of `kv_cache_dtype` (`auto`: the model's activation dtype).
+pub fn kv_cache_dtype(name: Option<&str>, model: &ModelCard) -> Result<(String, u32)> {
+    match name.unwrap_or("auto") {
+        "auto" => Ok((model.activation_dtype_name().to_string(), model.activation_dtype_bytes())),
+        "bfloat16" | "bf16" => Ok(("bfloat16".into(), 2)),
+        "float16" | "fp16" | "half" => Ok(("float16".into(), 2)),
+        n @ ("fp8" | "fp8_e4m3" | "fp8_e5m2") => Ok((n.to_string(), 1)),
+        other => Err(ConfigError::new(
+            "engine.kv_cache_dtype",
+            format!("unknown KV cache dtype {other:?}; expected auto, bfloat16, float16, fp8, fp8_e4m3 or fp8_e5m2"),
+        )),
+    }
+}
+
+/// Resolves tensor parallelism, dtypes and CUDA graphs, checking that the
+/// model can be sharded as the engines shard it.
+pub fn resolve_deployment(
+    e: &EngineSection,
+    kind: EngineKind,
+    model: &ModelCard,
+    hardware_count: Option<u32>,
+) -> Result<Deployment> {
+    let (tp_field, pp_field, tp, pp) = match kind {
+        EngineKind::Vllm => ("tensor_parallel_size", "pipeline_parallel_size", e.tensor_parallel_size, e.pipeline_parallel_size),
+        EngineKind::Sglang => ("tp_size", "pp_size", e.tp_size, e.pp_size),
+    };
+    let tp = positive(&format!("engine.{tp_field}"), tp.unwrap_or(1))?;
+    if let Some(pp) = pp {
+        if pp != 1 {
+            return Err(ConfigError::new(
+                format!("engine.{pp_field}"),
+                format!("pipeline parallelism ({pp}) is not modelled; servesim models tensor parallelism only (use {tp_field})"),
+            ));
+        }
+    }
+    if model.num_attention_heads % tp != 0 {
+        return Err(ConfigError::new(
+            format!("engine.{tp_field}"),
+            format!(
+                "{tp} does not divide the model's {} attention heads (the engines require it)",
+                model.num_attention_heads
+            ),
+        ));
+    }
+    if model.num_kv_heads % tp != 0 && tp % model.num_kv_heads != 0 {
+        return Err(ConfigError::new(
+            format!("engine.{tp_field}"),
+            format!(
+                "{tp} and the model's {} KV heads: one must divide the other (heads are split, or replicated past TP = heads)",
+                model.num_kv_heads
+            ),
+        ));
+    }
+    if let Some(n) = hardware_count {
+        if n != tp {
+            return Err(ConfigError::new(
+                "hardware.count",
+                format!(
+                    "{n} GPUs for {tp_field} = {tp}: an engine uses exactly its TP size in GPUs here \
+                     (data parallelism and replicas are not modelled; set {tp_field} to {n}, or count to {tp})"
+                ),
+            ));
+        }
+    }
+    let (kv_name, kv_bytes) = kv_cache_dtype(e.kv_cache_dtype.as_deref(), model)?;
+    let quantization = match e.quantization.as_deref() {
+        None => model.quantization.clone(),
+        Some("fp8") => Some("fp8".to_string()),
+        Some(other) => {
+            return Err(ConfigError::new(
+                "engine.quantization",
+                format!("{other:?} is not modelled; expected \"fp8\" (or leave it out for the checkpoint's own weights)"),
+            ))
+        }
+    };
+    if let Some(q) = &quantization {
+        if q != "fp8" {
+            return Err(ConfigError::new(
+                "model.quantization",
+                format!("{q:?} is not modelled; expected \"fp8\""),
+            ));
+        }
+    }
+    let linear_weight_bytes = if quantization.is_some() { 1 } else { model.dtype_bytes().unwrap_or(2) };
+    let eager = match kind {
+        EngineKind::Vllm => e.enforce_eager.unwrap_or(false),
+        EngineKind::Sglang => e.disable_cuda_graph.unwrap_or(false),
+    };
+    Ok(Deployment {
+        tensor_parallel_size: tp,
+        num_gpus: tp,
+        kv_cache_dtype: kv_name,
+        kv_dtype_bytes: kv_bytes,
+        quantization,
+        linear_weight_bytes,
+        cuda_graphs: !eager,
+    })
+}
+
+/// vLLM's CUDA-graph capture sizes: `[1, 2, 4] + 8..` up to
+/// `min(2 × max_num_seqs, 512)`, in steps of 8 (0.11–0.20) or of 8 to 255
+/// then 16 (later releases), clipped to `max_num_batched_tokens`.
+pub fn vllm_capture_sizes(version: Version, max_num_seqs: u32, max_batched: u32) -> u32 {
+    let max = (2 * max_num_seqs).min(512).min(max_batched);
+    let mut n = [1u32, 2, 4].iter().filter(|&&s| s <= max).count() as u32;
+    let mut s = 8;
+    while s <= max {
+        n += 1;
+        s += if version >= Version::new(0, 21, 0) && s >= 256 { 16 } else { 8 };
+    }
+    n
+}
+
+/// vLLM's torch activation peak in `profile_run`: the larger of the dummy
+/// forward at `max_batched` tokens (residual and hidden states, then the
+/// MLP's gate/up output and its activation, TP-sharded) and the sampler run
+/// over `min(max_seqs, max_batched)` rows (the kept hidden states, and per
+/// vocabulary entry the bf16 logits, their fp32 copy and fp32 probabilities:
+/// 10 bytes; logits are gathered to the full vocabulary).
+pub fn vllm_activation_peak(model: &ModelCard, tp: u32, max_batched: u32, max_seqs: u32) -> u64 {
+    let a = u64::from(model.activation_dtype_bytes());
+    let h = u64::from(model.hidden_size);
+    let i = u64::from(model.intermediate_size.unwrap_or(model.hidden_size * 4)) / u64::from(tp.max(1));
+    let t = u64::from(max_batched);
+    let forward = t * (2 * h + 3 * i) * a;
+    let sampler = t * h * a + u64::from(max_seqs.min(max_batched)) * u64::from(model.vocab_size) * 10;
+    forward.max(sampler)
+}
+
+/// vLLM's `determine_available_memory` for one GPU (see the module docs).
 pub fn vllm_memory_account(
     model: &ModelCard,
     gpu: &GpuCard,
+    dep: &Deployment,
+    version: Version,
     util: f64,
     max_batched: u32,
     max_seqs: u32,
 ) -> MemoryAccount {
-    let dt = u64::from(model.dtype_bytes().unwrap_or(2));
     let total = gpu.memory_bytes;
     let requested = (total as f64 * util) as u64;
-    let weights = model.num_parameters * dt;
-    let inter = u64::from(model.intermediate_size.unwrap_or(model.hidden_size * 4));
-    let act_tokens = u64::from(max_batched) * (4 * u64::from(model.hidden_size) + 2 * inter) * dt;
-    let logits = u64::from(max_seqs.min(max_batched)) * u64::from(model.vocab_size) * 4 * 2;
-    let activation_peak = act_tokens + logits;
-    let non_torch = 512 << 20;
-    let kv = requested.saturating_sub(weights + activation_peak + non_torch);
-    MemoryAccount { total, requested, weights, activation_peak, non_torch, kv }
+    let tp = dep.tensor_parallel_size;
+    let weights = model.weight_bytes_per_gpu(tp, dep.linear_weight_bytes);
+    let activation_peak = vllm_activation_peak(model, tp, max_batched, max_seqs);
+    let non_torch_mib = VLLM_NON_TORCH_MIB + if tp > 1 { VLLM_NON_TORCH_TP_MIB } else { 0.0 };
+    let non_torch = (non_torch_mib * MIB as f64) as u64;
+    let cuda_graphs = if dep.cuda_graphs && version >= Version::new(0, 21, 0) {
+        let sizes = vllm_capture_sizes(version, max_seqs, max_batched);
+        (VLLM_GRAPH_MIB_PER_LAYER_SIZE * f64::from(model.num_layers) * f64::from(sizes) * MIB as f64) as u64
+    } else {
+        0
+    };
+    let kv = requested.saturating_sub(weights + activation_peak + non_torch + cuda_graphs);
+    MemoryAccount {
+        total,
+        requested,
+        weights,
+        activation_peak,
+        non_torch,
+        cuda_graphs,
+        context: 0,
+        kv,
+        reserve: total - requested,
+        derivation: "derived: requested, weights, activation peak, KV cell; fitted on the start-up log corpus: \
+                     non-torch memory (TP 1 and TP > 1) and CUDA-graph memory per layer per capture size",
+    }
+}
+
+/// SGLang's `profile_max_num_token` for one GPU (see the module docs).
+pub fn sglang_memory_account(
+    model: &ModelCard,
+    gpu: &GpuCard,
+    dep: &Deployment,
+    version: Version,
+    mfs: f64,
+) -> MemoryAccount {
+    let total = gpu.memory_bytes;
+    let ctx = (SGLANG_CONTEXT_MIB * MIB as f64) as u64;
+    let weights = model.weight_bytes_per_gpu(dep.tensor_parallel_size, dep.linear_weight_bytes);
+    let requested = (total as f64 * mfs) as u64;
+    // 0.5.x: rest = (total − ctx) × mfs − weights, i.e. the context charged at mfs;
+    // 0.4.x: rest = total × mfs − ctx − weights, the context charged in full.
+    let context = if version >= Version::new(0, 5, 0) { (ctx as f64 * mfs) as u64 } else { ctx };
+    let kv = requested.saturating_sub(weights + context);
+    MemoryAccount {
+        total,
+        requested,
+        weights,
+        activation_peak: 0,
+        non_torch: 0,
+        cuda_graphs: 0,
+        context,
+        kv,
+        reserve: total - requested,
+        derivation: "derived: mem_fraction_static, weights, KV cell; fitted on the start-up log corpus: \
+                     the CUDA context and start-up allocations",
+    }
+}
+
+/// The device memory SGLang's defaults compare against: `nvidia-smi`'s
+/// total in MiB (`get_device_memory_capacity`), which counts memory the
+/// driver reserves; the card's `nvidia_smi_memory_mib`, else CUDA's total.
+fn sglang_gpu_mem_mib(gpu: &GpuCard) -> f64 {
+    gpu.nvidia_smi_memory_mib.map(f64::from).unwrap_or(gpu.memory_bytes as f64 / MIB as f64)
+}
+
+/// SGLang's default `cuda_graph_max_bs` (0.5.x `handle_gpu_memory_settings`):
+/// by device memory and TP size, capped by `max_running_requests`.
+pub fn sglang_default_cuda_graph_max_bs(gpu: &GpuCard, version: Version, tp: u32) -> u32 {
+    let mem = sglang_gpu_mem_mib(gpu) / 1024.0;
+    let small_tp = tp < 4;
+    if mem < 20.0 {
+        8
+    } else if mem < 35.0 {
+        match (version >= Version::new(0, 5, 23), small_tp) {
+            (true, true) => 48,
+            (true, false) => 160,
+            (false, true) => 16,
+            (false, false) => 80,
+        }
+    } else if mem < 60.0 {
+        if small_tp {
+            32
+        } else {
+            160
+        }
+    } else if mem < 160.0 {
+        if small_tp {
+            256
+        } else {
+            512
+        }
+    } else {
+        512
+    }
+}
+
+/// SGLang's default `mem_fraction_static`, per release (`docs/sglang.md`):
+///
+/// * 0.4.x: `(gpu_mem − reserved) / gpu_mem` with a reserve table by device
+///   memory (GiB): 2.8 + p/10 below 35 GB, 9.5 + p/2 below 90 GB, 12 + p/2
+///   below 160 GB, else 32; `p = tp × pp`.
+/// * 0.5.x (`handle_gpu_memory_settings`): a reserve in MiB of 512 +
+///   1.5 × max(chunked_prefill_size, 2048) + 1024 × tp·pp/8 + 2 × the
+///   largest captured decode batch (no graphs: 0), at least 10 GiB above
+///   60 GB of device memory.
+///
+/// Both rounded to 3 decimals; `gpu_mem` is nvidia-smi's total.
+pub fn sglang_default_mem_fraction_static(
+    gpu: &GpuCard,
+    version: Version,
+    tp: u32,
+    chunked_prefill_size: Option<u32>,
+    max_prefill_tokens: u32,
+    cuda_graph_max_bs: Option<u32>,
+) -> f64 {
+    let mem_mib = sglang_gpu_mem_mib(gpu);
+    let p = f64::from(tp);
+    let reserved_mib = if version >= Version::new(0, 5, 0) {
+        let act_tokens = f64::from(chunked_prefill_size.unwrap_or(max_prefill_tokens).max(2048));
+        let mut r = 512.0 + act_tokens * 1.5 + p / 8.0 * 1024.0 + f64::from(cuda_graph_max_bs.unwrap_or(0)) * 2.0;
+        if mem_mib > 60.0 * 1024.0 {
+            r = r.max(10.0 * 1024.0);
+        }
+        r
+    } else {
+        let mem_gb = mem_mib / 1024.0;
+        let gib = if mem_gb < 35.0 {
+            2.8 + p / 10.0
+        } else if mem_gb < 90.0 {
+            9.5 + p / 2.0
+        } else if mem_gb < 160.0 {
+            12.0 + p / 2.0
+        } else {
+            32.0
+        };
+        gib * 1024.0
+    };
+    (((mem_mib - reserved_mib) / mem_mib) * 1000.0).round() / 1000.0
+}
+
+pub(super) fn gib(b: u64) -> f64 {
+    b as f64 / (1u64 << 30) as f64
 }

@@ -73,9 +73,14 @@ mod workload;
 
 pub use feasibility::max_request_lengths;
 pub use memory::*;
+/// The fitted memory constants, by name.
+pub mod memory_constants {
+    pub use super::memory::{
+        SGLANG_CONTEXT_MIB, VLLM_GRAPH_MIB_PER_LAYER_SIZE, VLLM_NON_TORCH_MIB, VLLM_NON_TORCH_TP_MIB,
+    };
+}
 pub use overrides::apply_set;
 pub use schema::*;
-pub use sglang::sglang_default_mem_fraction_static;
 pub use workload::resolve_workload;
 
 use cost::resolve_cost;
@@ -98,22 +103,13 @@ pub struct Resources {
 /// How the KV pool's size was found.
 #[derive(Clone, Debug, PartialEq)]
 pub struct KvSizing {
-    /// `num_gpu_blocks_override`, `kv_cache_tokens`, or `gpu_memory_utilization`.
+    /// `num_gpu_blocks_override`, `kv_cache_tokens`, `gpu_memory_utilization`,
+    /// `max_total_tokens` or `mem_fraction_static`.
     pub source: &'static str,
+    /// KV bytes one token occupies on one GPU (all layers, K and V).
     pub kv_bytes_per_token: u64,
-    /// Only when derived from memory: the accounting.
+    /// Only when derived from memory: the accounting, per GPU.
     pub memory: Option<MemoryAccount>,
-}
-
-/// The memory accounting behind a derived KV pool (bytes).
-#[derive(Clone, Debug, PartialEq)]
-pub struct MemoryAccount {
-    pub total: u64,
-    pub requested: u64,
-    pub weights: u64,
-    pub activation_peak: u64,
-    pub non_torch: u64,
-    pub kv: u64,
 }
 
 /// The resolved engine.
@@ -169,6 +165,8 @@ pub struct SimSpec {
     pub engine: EngineSpec,
     pub model: ModelCard,
     pub gpu: GpuCard,
+    /// Tensor parallelism, dtypes, CUDA graphs.
+    pub deployment: Deployment,
     pub cost: CostModel,
     pub workload: WorkloadParams,
     pub kv_sizing: KvSizing,
@@ -194,6 +192,34 @@ fn resolve_card<T: serde::de::DeserializeOwned + Clone>(
     }
 }
 
+/// `hardware` is a GPU card (an id or an inline card), or `{"gpu": CARD,
+/// "count": N}` for an engine on N GPUs.
+fn hardware_parts(v: &Value) -> Result<(&Value, &'static str, Option<u32>)> {
+    match v {
+        Value::Object(m) if m.contains_key("gpu") => {
+            for k in m.keys() {
+                if k != "gpu" && k != "count" {
+                    return Err(ConfigError::new(
+                        format!("hardware.{k}"),
+                        "unknown field; `hardware` as an object with `gpu` takes `gpu` (a card id or inline card) and `count`",
+                    ));
+                }
+            }
+            let count = match m.get("count") {
+                None => None,
+                Some(c) => Some(
+                    c.as_u64()
+                        .filter(|&n| (1..=1024).contains(&n))
+                        .ok_or_else(|| ConfigError::new("hardware.count", format!("expected a number of GPUs from 1 to 1024, got {c}")))?
+                        as u32,
+                ),
+            };
+            Ok((&m["gpu"], "hardware.gpu", count))
+        }
+        _ => Ok((v, "hardware", None)),
+    }
+}
+
 fn positive(path: &str, v: u32) -> Result<u32> {
     if v == 0 {
         Err(ConfigError::new(path, "must be at least 1 (got 0)"))
@@ -211,7 +237,8 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
         ));
     }
     let model: ModelCard = resolve_card(&s.model, "model", &res.models, |c: &ModelCard| &c.id, "models/model/")?;
-    let gpu: GpuCard = resolve_card(&s.hardware, "hardware", &res.gpus, |c: &GpuCard| &c.id, "models/gpu/")?;
+    let (gpu_value, gpu_field, hardware_count) = hardware_parts(&s.hardware)?;
+    let gpu: GpuCard = resolve_card(gpu_value, gpu_field, &res.gpus, |c: &GpuCard| &c.id, "models/gpu/")?;
     if model.dtype_bytes().is_none() {
         return Err(ConfigError::new(
             "model.dtype",
@@ -236,14 +263,15 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
     let kind =
         s.engine.kind.ok_or_else(|| ConfigError::new("engine.kind", "missing; expected \"vllm\" or \"sglang\""))?;
     s.engine.check_flags_of(kind)?;
+    let deployment = resolve_deployment(&s.engine, kind, &model, hardware_count)?;
     let workload = resolve_workload(&s.workload, res)?;
     let (engine, kv_sizing) = match kind {
-        EngineKind::Vllm => resolve_vllm(&s.engine, &model, &gpu)?,
-        EngineKind::Sglang => resolve_sglang(&s.engine, &model, &gpu, workload.seed)?,
+        EngineKind::Vllm => resolve_vllm(&s.engine, &model, &gpu, &deployment)?,
+        EngineKind::Sglang => resolve_sglang(&s.engine, &model, &gpu, &deployment, workload.seed)?,
     };
 
-    let cost = resolve_cost(&s.cost, &model, &gpu, res)?;
-    let spec = SimSpec { name: s.name.clone(), engine, model, gpu, cost, workload, kv_sizing };
+    let cost = resolve_cost(&s.cost, &model, &gpu, &deployment, res)?;
+    let spec = SimSpec { name: s.name.clone(), engine, model, gpu, deployment, cost, workload, kv_sizing };
     check_requests_fit(&spec)?;
     Ok(spec)
 }

@@ -40,6 +40,23 @@ pub struct EngineSection {
     pub max_model_len: Option<u32>,
     #[serde(default)]
     pub policy: Option<Policy>,
+    /// vLLM `--tensor-parallel-size`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tensor_parallel_size: Option<u32>,
+    /// vLLM `--pipeline-parallel-size` (only 1 is modelled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline_parallel_size: Option<u32>,
+    /// vLLM `--enforce-eager`: no CUDA graphs (none captured, none subtracted from the KV budget).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enforce_eager: Option<bool>,
+    // ---- both engines ----
+    /// `--kv-cache-dtype`: `auto` (the model's dtype), `bfloat16`, `float16`, `fp8`, `fp8_e4m3`, `fp8_e5m2`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_cache_dtype: Option<String>,
+    /// `--quantization`: `fp8` (weights quantized to fp8 at load); the model card's own
+    /// `quantization` applies when this is absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quantization: Option<String>,
     // ---- SGLang flags ----
     #[serde(default)]
     pub max_running_requests: Option<u32>,
@@ -66,6 +83,19 @@ pub struct EngineSection {
     pub disable_overlap_schedule: Option<bool>,
     #[serde(default)]
     pub context_length: Option<u32>,
+    /// SGLang `--tp-size`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tp_size: Option<u32>,
+    /// SGLang `--pp-size` (only 1 is modelled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pp_size: Option<u32>,
+    /// SGLang `--disable-cuda-graph`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disable_cuda_graph: Option<bool>,
+    /// SGLang `--cuda-graph-max-bs` (the largest decode batch captured; it sets the reserve
+    /// of the default `mem_fraction_static` in 0.5.x).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cuda_graph_max_bs: Option<u32>,
 }
 
 /// `request_rate`: a number of requests per second, or `"inf"`.

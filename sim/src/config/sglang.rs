@@ -2,7 +2,13 @@
 
 use super::*;
 
-pub(super) fn resolve_sglang(e: &EngineSection, model: &ModelCard, gpu: &GpuCard, seed: u64) -> Result<(EngineSpec, KvSizing)> {
+pub(super) fn resolve_sglang(
+    e: &EngineSection,
+    model: &ModelCard,
+    gpu: &GpuCard,
+    dep: &Deployment,
+    seed: u64,
+) -> Result<(EngineSpec, KvSizing)> {
     let vs = e.version.as_deref().unwrap_or(SGLANG_DEFAULT);
     let version = Version::parse(vs)
         .ok_or_else(|| ConfigError::new("engine.version", format!("expected a version like \"0.5.23\", got {vs:?}")))?;
@@ -86,8 +92,7 @@ pub(super) fn resolve_sglang(e: &EngineSection, model: &ModelCard, gpu: &GpuCard
             format!("must be > 0, got {conservativeness}"),
         ));
     }
-    let kv_dtype = model.dtype_bytes().unwrap_or(2);
-    let cell = model.kv_bytes_per_token(kv_dtype);
+    let cell = model.kv_bytes_per_token_per_gpu(dep.tensor_parallel_size, dep.kv_dtype_bytes);
     let (max_total_tokens, sizing) = if let Some(t) = e.max_total_tokens {
         if t < u64::from(page_size) * 2 {
             return Err(ConfigError::new("engine.max_total_tokens", format!("{t} tokens is too small a pool")));
@@ -97,19 +102,47 @@ pub(super) fn resolve_sglang(e: &EngineSection, model: &ModelCard, gpu: &GpuCard
             KvSizing { source: "max_total_tokens", kv_bytes_per_token: cell, memory: None },
         )
     } else {
-        let mfs = e.mem_fraction_static.unwrap_or_else(|| sglang_default_mem_fraction_static(gpu));
+        let graph_bs = if dep.cuda_graphs {
+            let d = e.cuda_graph_max_bs.unwrap_or_else(|| {
+                sglang_default_cuda_graph_max_bs(gpu, version, dep.tensor_parallel_size)
+            });
+            Some(e.max_running_requests.map_or(d, |m| d.min(m)))
+        } else {
+            None
+        };
+        let mfs = match e.mem_fraction_static {
+            Some(m) => m,
+            None => sglang_default_mem_fraction_static(
+                gpu,
+                version,
+                dep.tensor_parallel_size,
+                chunked_prefill_size,
+                max_prefill_tokens,
+                graph_bs,
+            ),
+        };
         if !(mfs > 0.0 && mfs < 1.0) {
-            return Err(ConfigError::new("engine.mem_fraction_static", format!("must be in (0, 1), got {mfs}")));
+            return Err(ConfigError::new(
+                "engine.mem_fraction_static",
+                format!(
+                    "must be in (0, 1), got {mfs}{}",
+                    if e.mem_fraction_static.is_none() { " (SGLang's default formula for this GPU)" } else { "" }
+                ),
+            ));
         }
-        let acct = sglang_memory_account(model, gpu, mfs);
+        let acct = sglang_memory_account(model, gpu, dep, version, mfs);
         let tokens = acct.kv / cell / u64::from(page_size) * u64::from(page_size);
         if tokens < u64::from(page_size) * 2 {
             return Err(ConfigError::new(
                 "engine.mem_fraction_static",
                 format!(
-                    "{mfs} of {:.1} GiB leaves no room for KV after {:.1} GiB of weights",
+                    "{mfs} of {:.2} GiB per GPU is {:.2} GiB; the weights take {:.2} GiB per GPU (TP {}) and the CUDA context {:.2}: \
+                     no room for a KV pool. Raise mem_fraction_static or tp_size, or quantize.",
                     gib(acct.total),
-                    gib(acct.weights)
+                    gib(acct.requested),
+                    gib(acct.weights),
+                    dep.tensor_parallel_size,
+                    gib(acct.context)
                 ),
             ));
         }
@@ -136,23 +169,4 @@ pub(super) fn resolve_sglang(e: &EngineSection, model: &ModelCard, gpu: &GpuCard
         seed,
     };
     Ok((EngineSpec::Sglang(cfg), sizing))
-}
-
-/// SGLang's default `mem_fraction_static`: `(gpu_mem − reserved) / gpu_mem`
-/// with the reserved memory of 0.4.10's table for one GPU (TP 1): 2.9 GiB
-/// below 35 GB, 10 GiB below 90 GB, 12.5 GiB below 160 GB, 32 GiB above;
-/// rounded to 3 decimals. (0.5.x computes it from the chunk size and CUDA
-/// graphs; for an 80 GB GPU both give about 0.875.)
-pub fn sglang_default_mem_fraction_static(gpu: &GpuCard) -> f64 {
-    let mem = gpu.memory_gib();
-    let reserved = if mem < 35.0 {
-        2.9
-    } else if mem < 90.0 {
-        10.0
-    } else if mem < 160.0 {
-        12.5
-    } else {
-        32.0
-    };
-    (((mem - reserved) / mem) * 1000.0).round() / 1000.0
 }

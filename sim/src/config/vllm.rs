@@ -2,7 +2,12 @@
 
 use super::*;
 
-pub(super) fn resolve_vllm(e: &EngineSection, model: &ModelCard, gpu: &GpuCard) -> Result<(EngineSpec, KvSizing)> {
+pub(super) fn resolve_vllm(
+    e: &EngineSection,
+    model: &ModelCard,
+    gpu: &GpuCard,
+    dep: &Deployment,
+) -> Result<(EngineSpec, KvSizing)> {
     let vs = e.version.as_deref().unwrap_or(VLLM_DEFAULT);
     let version = Version::parse(vs)
         .ok_or_else(|| ConfigError::new("engine.version", format!("expected a version like \"0.28.0\", got {vs:?}")))?;
@@ -49,8 +54,7 @@ pub(super) fn resolve_vllm(e: &EngineSection, model: &ModelCard, gpu: &GpuCard) 
             ))
         }
     };
-    let kv_dtype = model.dtype_bytes().unwrap_or(2);
-    let kv_bytes_per_token = model.kv_bytes_per_token(kv_dtype);
+    let kv_bytes_per_token = model.kv_bytes_per_token_per_gpu(dep.tensor_parallel_size, dep.kv_dtype_bytes);
     let (num_gpu_blocks, sizing) = if let Some(n) = e.num_gpu_blocks_override {
         if n < 2 {
             return Err(ConfigError::new(
@@ -75,18 +79,27 @@ pub(super) fn resolve_vllm(e: &EngineSection, model: &ModelCard, gpu: &GpuCard) 
         if !(util > 0.0 && util <= 1.0) {
             return Err(ConfigError::new("engine.gpu_memory_utilization", format!("must be in (0, 1], got {util}")));
         }
-        let acct = vllm_memory_account(model, gpu, util, max_num_batched_tokens, max_num_seqs);
+        let acct = vllm_memory_account(model, gpu, dep, version, util, max_num_batched_tokens, max_num_seqs);
         let page = kv_bytes_per_token * u64::from(block_size);
         let blocks = acct.kv / page;
         if blocks < 2 {
+            let used = acct.weights + acct.activation_peak + acct.non_torch + acct.cuda_graphs;
             return Err(ConfigError::new(
                 "engine.gpu_memory_utilization",
                 format!(
-                    "{util} of {:.1} GiB leaves {:.2} GiB after {:.1} GiB of weights and {:.2} GiB of activations: no room for KV blocks",
+                    "{util} of {:.2} GiB per GPU is {:.2} GiB; the weights take {:.2} GiB per GPU (TP {}), the activation peak {:.2}, \
+                     memory outside torch {:.2} and CUDA graphs {:.2}: {:.2} GiB {} for the KV pool, less than two blocks \
+                     ({:.3} GiB). Raise gpu_memory_utilization or tensor_parallel_size, or quantize.",
                     gib(acct.total),
-                    gib(acct.requested.saturating_sub(acct.weights + acct.activation_peak + acct.non_torch)),
+                    gib(acct.requested),
                     gib(acct.weights),
-                    gib(acct.activation_peak)
+                    dep.tensor_parallel_size,
+                    gib(acct.activation_peak),
+                    gib(acct.non_torch),
+                    gib(acct.cuda_graphs),
+                    (acct.requested as f64 - used as f64).abs() / (1u64 << 30) as f64,
+                    if acct.requested >= used { "left" } else { "short" },
+                    gib(2 * page)
                 ),
             ));
         }

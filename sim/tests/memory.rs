@@ -1,0 +1,134 @@
+//! Memory accounting, tensor parallelism and dtypes, through `resolve` as a
+//! user's scenario would go.
+
+use serde_json::{json, Value};
+use sim::config::{self, EngineSpec, SimSpec};
+
+fn scenario(engine: Value, model: &str, gpu: &str, count: u32) -> Value {
+    json!({
+        "version": 1,
+        "engine": engine,
+        "model": model,
+        "hardware": {"gpu": gpu, "count": count},
+        "workload": {"dataset_name": "random", "random_input_len": 512, "random_output_len": 64,
+                     "num_prompts": 4, "ignore_eos": true}
+    })
+}
+
+fn resolve(v: Value) -> Result<SimSpec, config::ConfigError> {
+    let s = config::from_value(v, "")?;
+    config::resolve(&s, &sim::builtin::resources().unwrap())
+}
+
+fn pool(spec: &SimSpec) -> u64 {
+    match &spec.engine {
+        EngineSpec::Vllm(c) => u64::from(c.num_gpu_blocks) * u64::from(c.block_size),
+        EngineSpec::Sglang(c) => c.max_total_tokens,
+    }
+}
+
+#[test]
+fn qwen3_32b_on_h100_at_tp_1_2_4_8_has_per_gpu_accounts_that_add_up() {
+    for kind in ["vllm", "sglang"] {
+        let mut last_pool = 0;
+        for tp in [1u32, 2, 4, 8] {
+            let tp_key = if kind == "vllm" { "tensor_parallel_size" } else { "tp_size" };
+            let spec = resolve(scenario(json!({"kind": kind, tp_key: tp}), "qwen3-32b", "h100-80gb", tp))
+                .unwrap_or_else(|e| panic!("{kind} tp {tp}: {e}"));
+            assert_eq!(spec.deployment.tensor_parallel_size, tp);
+            let a = spec.kv_sizing.memory.as_ref().unwrap();
+            // Everything the fraction hands the engine is accounted for, on one GPU.
+            assert_eq!(
+                a.requested,
+                a.weights + a.activation_peak + a.non_torch + a.cuda_graphs + a.context + a.kv,
+                "{kind} tp {tp}: {a:?}"
+            );
+            assert_eq!(a.requested + a.reserve, a.total);
+            // Weights are sharded: about a TP-th of the bf16 checkpoint each.
+            let full = 32_762_123_264u64 * 2;
+            assert!(a.weights.abs_diff(full / u64::from(tp)) <= u64::from(tp), "{kind} tp {tp}: {}", a.weights);
+            // The pool in tokens is what the KV bytes hold at this GPU's share of the KV heads.
+            let cell = spec.kv_sizing.kv_bytes_per_token;
+            assert_eq!(cell, 2 * 64 * u64::from(8 / tp) * 128 * 2);
+            assert!(pool(&spec) * cell <= a.kv && a.kv - pool(&spec) * cell < cell * 16, "{kind} tp {tp}");
+            // More GPUs: more memory left for KV, and fewer KV heads per GPU.
+            assert!(pool(&spec) > last_pool, "{kind} tp {tp}: {} after {last_pool}", pool(&spec));
+            last_pool = pool(&spec);
+        }
+    }
+}
+
+#[test]
+fn an_fp8_kv_cache_doubles_the_pool() {
+    for (kind, frac) in [("vllm", "gpu_memory_utilization"), ("sglang", "mem_fraction_static")] {
+        let base = resolve(scenario(json!({"kind": kind, frac: 0.9}), "llama-3.1-8b-instruct", "h100-80gb", 1)).unwrap();
+        let fp8 = resolve(scenario(json!({"kind": kind, frac: 0.9, "kv_cache_dtype": "fp8"}), "llama-3.1-8b-instruct", "h100-80gb", 1))
+            .unwrap();
+        assert_eq!(fp8.deployment.kv_dtype_bytes, 1);
+        let (b, f) = (pool(&base), pool(&fp8));
+        // Twice the tokens in the same bytes, up to a block's rounding.
+        assert!(f.abs_diff(2 * b) <= 32, "{kind}: {b} → {f}");
+    }
+}
+
+#[test]
+fn fp8_weights_leave_more_room_for_kv() {
+    let bf16 = resolve(scenario(json!({"kind": "vllm", "tensor_parallel_size": 2}), "llama-3.3-70b-instruct", "h100-80gb", 2)).unwrap();
+    let fp8 = resolve(scenario(json!({"kind": "vllm", "tensor_parallel_size": 2}), "llama-3.3-70b-instruct-fp8", "h100-80gb", 2)).unwrap();
+    let online = resolve(scenario(json!({"kind": "vllm", "tensor_parallel_size": 2, "quantization": "fp8"}), "llama-3.3-70b-instruct", "h100-80gb", 2))
+        .unwrap();
+    let (wb, wf) = (bf16.kv_sizing.memory.as_ref().unwrap().weights, fp8.kv_sizing.memory.as_ref().unwrap().weights);
+    assert!(wf < wb * 55 / 100 && wf > wb * 45 / 100, "{wb} {wf}");
+    assert_eq!(online.kv_sizing.memory.as_ref().unwrap().weights, wf);
+    assert!(pool(&fp8) > 4 * pool(&bf16));
+}
+
+#[test]
+fn eager_mode_frees_the_cuda_graph_memory_from_vllm_0_21() {
+    let graphs = resolve(scenario(json!({"kind": "vllm", "version": "0.28.0"}), "qwen2.5-7b-instruct", "rtx-5090", 1)).unwrap();
+    let eager = resolve(scenario(json!({"kind": "vllm", "version": "0.28.0", "enforce_eager": true}), "qwen2.5-7b-instruct", "rtx-5090", 1))
+        .unwrap();
+    assert!(graphs.kv_sizing.memory.as_ref().unwrap().cuda_graphs > 0);
+    assert_eq!(eager.kv_sizing.memory.as_ref().unwrap().cuda_graphs, 0);
+    assert!(pool(&eager) > pool(&graphs));
+    // Before 0.21 graphs were captured after the KV allocation: nothing subtracted.
+    let old = resolve(scenario(json!({"kind": "vllm", "version": "0.19.0"}), "qwen2.5-7b-instruct", "rtx-5090", 1)).unwrap();
+    assert_eq!(old.kv_sizing.memory.as_ref().unwrap().cuda_graphs, 0);
+}
+
+#[test]
+fn sglang_0_5_default_fraction_follows_its_reserve_formula() {
+    // RTX 5090 (nvidia-smi 32,607 MiB), chunk 4096, decode graphs to 48:
+    // reserve 512 + 6144 + 128 + 96 = 6880 MiB → 0.789.
+    let s = resolve(scenario(json!({"kind": "sglang", "version": "0.5.23"}), "qwen2.5-7b-instruct", "rtx-5090", 1)).unwrap();
+    let a = s.kv_sizing.memory.as_ref().unwrap();
+    let mfs = a.requested as f64 / a.total as f64;
+    assert!((mfs - 0.789).abs() < 0.001, "{mfs}");
+    // 80 GB cards hit the 10 GiB floor... or the formula, whichever is larger: 512 + 12288 + 128 + 512 MiB.
+    let h = resolve(scenario(json!({"kind": "sglang", "version": "0.5.23"}), "llama-3.1-8b-instruct", "h100-80gb", 1)).unwrap();
+    let a = h.kv_sizing.memory.as_ref().unwrap();
+    let mfs = a.requested as f64 / a.total as f64;
+    let want = ((81559.0 - 13440.0) / 81559.0 * 1000.0_f64).round() / 1000.0;
+    assert!((mfs - want).abs() < 0.001, "{mfs} vs {want}");
+}
+
+#[test]
+fn bad_parallelism_and_dtypes_are_errors_naming_the_field_and_the_numbers() {
+    let e = resolve(scenario(json!({"kind": "vllm", "tensor_parallel_size": 3}), "qwen3-32b", "h100-80gb", 3)).unwrap_err();
+    assert_eq!(e.path, "engine.tensor_parallel_size");
+    assert!(e.message.contains("64 attention heads"), "{e}");
+    let e = resolve(scenario(json!({"kind": "sglang", "pp_size": 2}), "qwen3-32b", "h100-80gb", 1)).unwrap_err();
+    assert_eq!(e.path, "engine.pp_size");
+    let e = resolve(scenario(json!({"kind": "vllm", "kv_cache_dtype": "int4"}), "qwen3-32b", "h100-80gb", 1)).unwrap_err();
+    assert_eq!(e.path, "engine.kv_cache_dtype");
+    let e = resolve(scenario(json!({"kind": "vllm", "tensor_parallel_size": 2}), "qwen3-32b", "h100-80gb", 4)).unwrap_err();
+    assert_eq!(e.path, "hardware.count");
+    // 70B in bf16 does not fit one 80 GB GPU: an error with the numbers, never a zero pool.
+    let e = resolve(scenario(json!({"kind": "vllm"}), "llama-3.1-70b-instruct", "h100-80gb", 1)).unwrap_err();
+    assert_eq!(e.path, "engine.gpu_memory_utilization");
+    assert!(e.message.contains("131.") && e.message.contains("GiB"), "{e}");
+    let e = resolve(scenario(json!({"kind": "sglang"}), "llama-3.1-70b-instruct", "h100-80gb", 1)).unwrap_err();
+    assert_eq!(e.path, "engine.mem_fraction_static");
+    let e = resolve(scenario(json!({"kind": "vllm", "quantization": "awq"}), "qwen3-32b", "h100-80gb", 1)).unwrap_err();
+    assert_eq!(e.path, "engine.quantization");
+}
