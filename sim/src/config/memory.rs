@@ -331,7 +331,7 @@ pub fn sglang_default_cuda_graph_max_bs(gpu: &GpuCard, version: Version, tp: u32
     if mem < 20.0 {
         8
     } else if mem < 35.0 {
-        match (version >= Version::new(0, 5, 23), small_tp) {
+        match (version >= Version::new(0, 5, 21), small_tp) {
             (true, true) => 48,
             (true, false) => 160,
             (false, true) => 16,

@@ -26,7 +26,7 @@ pub(super) fn resolve_sglang(
     let default_chunk: u32 = if mem_gib < 20.0 {
         2048
     } else if mem_gib < 35.0 {
-        if version >= Version::new(0, 5, 23) {
+        if version >= Version::new(0, 5, 21) {
             4096
         } else {
             2048
