@@ -38,12 +38,14 @@ pub mod builtin;
 pub mod config;
 pub mod cost;
 pub mod engine;
+pub mod fleet;
 pub mod metrics;
 pub mod report;
 pub mod request;
 pub mod rng;
 pub mod simulation;
 pub mod sweep;
+pub mod traces;
 pub mod workload;
 
 use config::{EngineSpec, SimSpec};

@@ -1,0 +1,581 @@
+//! Production trace formats: text in, rows out, and rows as the simulator's requests.
+//!
+//! * **Mooncake** (`FAST25-release/traces/*.jsonl`, kvcache-ai/Mooncake): one
+//!   JSON object per line, `timestamp` (ms from the trace start),
+//!   `input_length`, `output_length`, `hash_ids`: each id names a block of
+//!   [`MOONCAKE_BLOCK_TOKENS`] (512) prompt tokens; rows whose `hash_ids`
+//!   start alike share that prefix.
+//! * **Azure LLM inference traces** 2023 and 2024 (Azure/AzurePublicDataset):
+//!   CSV with `TIMESTAMP` (a datetime such as `2023-11-16 18:15:46.6805900`),
+//!   `ContextTokens`, `GeneratedTokens`.
+//! * **BurstGPT** (HPMLL/BurstGPT): CSV with `Timestamp` (seconds from the
+//!   trace start), `Model`, `Request tokens`, `Response tokens`,
+//!   `Total tokens`, `Log Type`.
+//!
+//! Parsers are pure: `&str` in, rows or a [`TraceError`] naming the line and
+//! column out. Columns are found by their header name, in any order; other
+//! columns are ignored (CSV) and so are other keys (JSONL).
+//!
+//! [`TraceRequest`]s are the rows in the simulator's terms: arrival offset
+//! from the first row, lengths, and the prompt as keyed [`Segment`]s. A
+//! Mooncake row's prompt is one 512-token segment per hash id, keyed by the
+//! id (so shared leading ids share block hashes in the engines' caches,
+//! whatever their block size), then a unique tail if `input_length` runs past
+//! the ids; the last id's segment is cut short when `input_length` ends
+//! inside it (a cut segment's tokens are the first tokens of the full one, so
+//! a row ending inside a block still shares what it holds of it). Azure and
+//! BurstGPT rows carry no prefix information: one unique segment each.
+//!
+//! [`time_scale`] multiplies inter-arrival times by a factor;
+//! [`rate_scale`] rescales them to a target mean request rate.
+
+use std::fmt;
+
+use crate::request::{RequestSpec, Segment};
+use crate::rng::mix64;
+
+/// Tokens per Mooncake hash id.
+pub const MOONCAKE_BLOCK_TOKENS: u32 = 512;
+
+/// A parse error: the 1-based line and column, and what is wrong there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceError {
+    pub line: usize,
+    pub column: usize,
+    pub message: String,
+}
+
+impl fmt::Display for TraceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "line {}, column {}: {}", self.line, self.column, self.message)
+    }
+}
+
+impl std::error::Error for TraceError {}
+
+fn err(line: usize, column: usize, message: impl Into<String>) -> TraceError {
+    TraceError { line, column, message: message.into() }
+}
+
+/// The trace formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TraceFormat {
+    Mooncake,
+    Azure,
+    Burstgpt,
+}
+
+/// One row of a Mooncake trace.
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+pub struct MooncakeRow {
+    /// Milliseconds from the start of the trace.
+    pub timestamp: f64,
+    pub input_length: u32,
+    pub output_length: u32,
+    pub hash_ids: Vec<u64>,
+}
+
+/// One row of an Azure LLM inference trace.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AzureRow {
+    /// `TIMESTAMP` as nanoseconds since the Unix epoch (UTC).
+    pub timestamp_ns: i128,
+    pub context_tokens: u32,
+    pub generated_tokens: u32,
+}
+
+/// One row of BurstGPT.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BurstGptRow {
+    /// Seconds from the start of the trace.
+    pub timestamp: f64,
+    pub model: String,
+    pub request_tokens: u32,
+    pub response_tokens: u32,
+    pub total_tokens: u32,
+    pub log_type: String,
+}
+
+impl BurstGptRow {
+    /// BurstGPT marks a failed request by zero response tokens.
+    pub fn is_failure(&self) -> bool {
+        self.response_tokens == 0
+    }
+}
+
+/// A trace row in the simulator's terms.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceRequest {
+    /// Offset from the earliest row of the trace.
+    pub arrival_ns: u64,
+    pub input_len: u32,
+    pub output_len: u32,
+    /// Segments whose lengths sum to `input_len`.
+    pub prompt: Vec<Segment>,
+}
+
+impl TraceRequest {
+    /// The request as the client sends it (`max_tokens` = the trace's output
+    /// length, generated in full), its output contents named by `output_key`.
+    pub fn to_spec(&self, output_key: u64) -> RequestSpec {
+        RequestSpec {
+            prompt: self.prompt.clone(),
+            prompt_len: self.input_len,
+            max_tokens: self.output_len,
+            output_len: self.output_len,
+            output_key,
+            arrival_ns: self.arrival_ns,
+            priority: 0,
+            ignore_eos: true,
+        }
+    }
+}
+
+// ---------------------------------------------------------------- Mooncake
+
+/// Parses a Mooncake JSONL trace. Blank lines are skipped.
+pub fn parse_mooncake(text: &str) -> Result<Vec<MooncakeRow>, TraceError> {
+    let mut rows = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let row: MooncakeRow = serde_json::from_str(line).map_err(|e| err(i + 1, e.column().max(1), e.to_string()))?;
+        if !row.timestamp.is_finite() || row.timestamp < 0.0 {
+            let col = line.find("\"timestamp\"").map_or(1, |c| c + 1);
+            return Err(err(i + 1, col, format!("timestamp must be a finite number ≥ 0, got {}", row.timestamp)));
+        }
+        rows.push(row);
+    }
+    Ok(rows)
+}
+
+/// Key of the Mooncake block `id` under `salt`.
+pub fn mooncake_block_key(salt: u64, id: u64) -> u64 {
+    mix64(salt ^ mix64(id ^ 0x6d6f_6f6e_6361_6b65))
+}
+
+/// The prompt of a Mooncake row: one [`MOONCAKE_BLOCK_TOKENS`]-token segment
+/// per hash id keyed by [`mooncake_block_key`], the last cut to
+/// `input_length`, then a tail keyed by `tail_key` for tokens past the ids.
+pub fn mooncake_segments(row: &MooncakeRow, salt: u64, tail_key: u64) -> Vec<Segment> {
+    let mut segs = Vec::with_capacity(row.hash_ids.len() + 1);
+    let mut left = row.input_length;
+    for &id in &row.hash_ids {
+        if left == 0 {
+            break;
+        }
+        let len = left.min(MOONCAKE_BLOCK_TOKENS);
+        segs.push(Segment { key: mooncake_block_key(salt, id), len });
+        left -= len;
+    }
+    if left > 0 {
+        segs.push(Segment { key: tail_key, len: left });
+    }
+    segs
+}
+
+/// Mooncake rows as requests; `salt` keys the blocks and the tails (a run's
+/// seed-derived key, so that two traces replayed together share nothing by accident).
+pub fn mooncake_requests(rows: &[MooncakeRow], salt: u64) -> Vec<TraceRequest> {
+    let t0 = rows.iter().map(|r| r.timestamp).fold(f64::INFINITY, f64::min);
+    rows.iter()
+        .enumerate()
+        .map(|(i, r)| TraceRequest {
+            arrival_ns: ms_to_ns(r.timestamp - t0),
+            input_len: r.input_length,
+            output_len: r.output_length,
+            prompt: mooncake_segments(r, salt, unique_key(salt, i)),
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------- CSV
+
+/// Splits one CSV record into fields with their 1-based start columns
+/// (RFC 4180 quoting: `"a,b"` and `""` inside quotes).
+fn csv_fields(line: &str, line_no: usize) -> Result<Vec<(String, usize)>, TraceError> {
+    let mut out = Vec::new();
+    let chars: Vec<char> = line.trim_end_matches('\r').chars().collect();
+    let mut i = 0;
+    loop {
+        let start = i + 1;
+        let mut field = String::new();
+        if i < chars.len() && chars[i] == '"' {
+            i += 1;
+            loop {
+                match chars.get(i) {
+                    None => return Err(err(line_no, start, "unterminated quoted field")),
+                    Some('"') if chars.get(i + 1) == Some(&'"') => {
+                        field.push('"');
+                        i += 2;
+                    }
+                    Some('"') => {
+                        i += 1;
+                        break;
+                    }
+                    Some(&c) => {
+                        field.push(c);
+                        i += 1;
+                    }
+                }
+            }
+            if i < chars.len() && chars[i] != ',' {
+                return Err(err(line_no, i + 1, "unexpected character after a quoted field"));
+            }
+        } else {
+            while i < chars.len() && chars[i] != ',' {
+                field.push(chars[i]);
+                i += 1;
+            }
+        }
+        out.push((field, start));
+        if i >= chars.len() {
+            break;
+        }
+        i += 1; // the comma
+    }
+    Ok(out)
+}
+
+/// A CSV with a header: for each data line, the fields of the named columns.
+struct Csv<'a> {
+    text: &'a str,
+}
+
+impl<'a> Csv<'a> {
+    /// Rows of `(line number, [(field, column)])` for the `wanted` columns, in that order.
+    fn rows(&self, wanted: &[&str]) -> Result<Vec<(usize, Vec<(String, usize)>)>, TraceError> {
+        let mut lines = self.text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
+        let Some((hline, header)) = lines.next() else { return Ok(Vec::new()) };
+        let header = csv_fields(header.trim_start_matches('\u{feff}'), hline + 1)?;
+        let mut idx = Vec::with_capacity(wanted.len());
+        for w in wanted {
+            match header.iter().position(|(h, _)| h.trim() == *w) {
+                Some(p) => idx.push(p),
+                None => {
+                    let names: Vec<&str> = header.iter().map(|(h, _)| h.as_str()).collect();
+                    return Err(err(hline + 1, 1, format!("missing column `{w}` (header has {names:?})")));
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for (i, line) in lines {
+            let fields = csv_fields(line, i + 1)?;
+            if fields.len() != header.len() {
+                let col = fields.last().map_or(1, |f| f.1);
+                return Err(err(i + 1, col, format!("{} fields, the header has {}", fields.len(), header.len())));
+            }
+            out.push((i + 1, idx.iter().map(|&p| fields[p].clone()).collect()));
+        }
+        Ok(out)
+    }
+}
+
+fn parse_u32(field: &(String, usize), line: usize, name: &str) -> Result<u32, TraceError> {
+    let s = field.0.trim();
+    // Some exports write counts as floats ("123.0").
+    if let Ok(v) = s.parse::<u32>() {
+        return Ok(v);
+    }
+    match s.parse::<f64>() {
+        Ok(v) if v >= 0.0 && v.fract() == 0.0 && v <= f64::from(u32::MAX) => Ok(v as u32),
+        _ => Err(err(line, field.1, format!("`{name}` must be a whole number ≥ 0, got {s:?}"))),
+    }
+}
+
+fn parse_secs(field: &(String, usize), line: usize, name: &str) -> Result<f64, TraceError> {
+    let s = field.0.trim();
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(err(line, field.1, format!("`{name}` must be a number of seconds ≥ 0, got {s:?}"))),
+    }
+}
+
+// ---------------------------------------------------------------- Azure
+
+/// Parses an Azure LLM inference trace (2023 or 2024).
+pub fn parse_azure(text: &str) -> Result<Vec<AzureRow>, TraceError> {
+    let csv = Csv { text };
+    csv.rows(&["TIMESTAMP", "ContextTokens", "GeneratedTokens"])?
+        .into_iter()
+        .map(|(line, f)| {
+            let timestamp_ns = parse_datetime(f[0].0.trim())
+                .map_err(|m| err(line, f[0].1, format!("`TIMESTAMP` {:?}: {m}", f[0].0)))?;
+            Ok(AzureRow {
+                timestamp_ns,
+                context_tokens: parse_u32(&f[1], line, "ContextTokens")?,
+                generated_tokens: parse_u32(&f[2], line, "GeneratedTokens")?,
+            })
+        })
+        .collect()
+}
+
+/// `YYYY-MM-DD[ T]HH:MM:SS[.fraction][Z|±HH:MM]` as nanoseconds since the Unix epoch.
+pub fn parse_datetime(s: &str) -> Result<i128, String> {
+    let b = s.as_bytes();
+    let num = |from: usize, len: usize| -> Result<i64, String> {
+        let part = s.get(from..from + len).ok_or("too short")?;
+        if !part.bytes().all(|c| c.is_ascii_digit()) {
+            return Err(format!("expected digits at {}", from + 1));
+        }
+        part.parse::<i64>().map_err(|e| e.to_string())
+    };
+    if b.len() < 19
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || !(b[10] == b' ' || b[10] == b'T')
+        || b[13] != b':'
+        || b[16] != b':'
+    {
+        return Err("expected YYYY-MM-DD HH:MM:SS".into());
+    }
+    let (y, mo, d, h, mi, se) = (num(0, 4)?, num(5, 2)?, num(8, 2)?, num(11, 2)?, num(14, 2)?, num(17, 2)?);
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || se > 60 {
+        return Err("date or time out of range".into());
+    }
+    let mut pos = 19;
+    let mut frac_ns: i128 = 0;
+    if b.get(pos) == Some(&b'.') {
+        pos += 1;
+        let start = pos;
+        while pos < b.len() && b[pos].is_ascii_digit() {
+            pos += 1;
+        }
+        if pos == start {
+            return Err("empty fraction of a second".into());
+        }
+        let digits = &s[start..pos.min(start + 9)];
+        frac_ns = digits.parse::<i128>().map_err(|e| e.to_string())? * 10i128.pow(9 - digits.len() as u32);
+    }
+    let offset_s: i128 = match &s[pos..] {
+        "" | "Z" => 0,
+        tz if (tz.starts_with('+') || tz.starts_with('-')) && tz.len() == 6 && tz.as_bytes()[3] == b':' => {
+            let hh = num(pos + 1, 2)?;
+            let mm = num(pos + 4, 2)?;
+            let sign = if tz.starts_with('-') { -1 } else { 1 };
+            i128::from(sign * (hh * 3600 + mm * 60))
+        }
+        other => return Err(format!("unexpected {other:?} after the time")),
+    };
+    let days = days_from_civil(y, mo, d);
+    let secs = i128::from(days) * 86_400 + i128::from(h * 3600 + mi * 60 + se) - offset_s;
+    Ok(secs * 1_000_000_000 + frac_ns)
+}
+
+/// Days from 1970-01-01 to the proleptic Gregorian date (H. Hinnant's algorithm).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// Azure rows as requests, one unique segment each.
+pub fn azure_requests(rows: &[AzureRow], salt: u64) -> Vec<TraceRequest> {
+    let t0 = rows.iter().map(|r| r.timestamp_ns).min().unwrap_or(0);
+    rows.iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let off = (r.timestamp_ns - t0).clamp(0, i128::from(u64::MAX)) as u64;
+            unique_request(off, r.context_tokens, r.generated_tokens, unique_key(salt, i))
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------- BurstGPT
+
+/// Parses a BurstGPT CSV.
+pub fn parse_burstgpt(text: &str) -> Result<Vec<BurstGptRow>, TraceError> {
+    let csv = Csv { text };
+    csv.rows(&["Timestamp", "Model", "Request tokens", "Response tokens", "Total tokens", "Log Type"])?
+        .into_iter()
+        .map(|(line, f)| {
+            let row = BurstGptRow {
+                timestamp: parse_secs(&f[0], line, "Timestamp")?,
+                model: f[1].0.trim().to_string(),
+                request_tokens: parse_u32(&f[2], line, "Request tokens")?,
+                response_tokens: parse_u32(&f[3], line, "Response tokens")?,
+                total_tokens: parse_u32(&f[4], line, "Total tokens")?,
+                log_type: f[5].0.trim().to_string(),
+            };
+            if u64::from(row.request_tokens) + u64::from(row.response_tokens) != u64::from(row.total_tokens) {
+                return Err(err(
+                    line,
+                    f[4].1,
+                    format!(
+                        "`Total tokens` {} is not `Request tokens` {} + `Response tokens` {}",
+                        row.total_tokens, row.request_tokens, row.response_tokens
+                    ),
+                ));
+            }
+            Ok(row)
+        })
+        .collect()
+}
+
+/// BurstGPT rows as requests, one unique segment each; failed requests
+/// (zero response tokens) are left out, as they generated nothing.
+pub fn burstgpt_requests(rows: &[BurstGptRow], salt: u64) -> Vec<TraceRequest> {
+    let kept: Vec<(usize, &BurstGptRow)> = rows.iter().enumerate().filter(|(_, r)| !r.is_failure()).collect();
+    let t0 = kept.iter().map(|(_, r)| r.timestamp).fold(f64::INFINITY, f64::min);
+    kept.into_iter()
+        .map(|(i, r)| {
+            unique_request(secs_to_ns(r.timestamp - t0), r.request_tokens, r.response_tokens, unique_key(salt, i))
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------- common
+
+/// Parses `text` in `format` and returns its requests.
+pub fn parse_requests(format: TraceFormat, text: &str, salt: u64) -> Result<Vec<TraceRequest>, TraceError> {
+    Ok(match format {
+        TraceFormat::Mooncake => mooncake_requests(&parse_mooncake(text)?, salt),
+        TraceFormat::Azure => azure_requests(&parse_azure(text)?, salt),
+        TraceFormat::Burstgpt => burstgpt_requests(&parse_burstgpt(text)?, salt),
+    })
+}
+
+fn unique_key(salt: u64, row: usize) -> u64 {
+    mix64(salt ^ mix64(row as u64 ^ 0x7472_6163_655f_726f))
+}
+
+fn unique_request(arrival_ns: u64, input_len: u32, output_len: u32, key: u64) -> TraceRequest {
+    let prompt = if input_len > 0 { vec![Segment { key, len: input_len }] } else { Vec::new() };
+    TraceRequest { arrival_ns, input_len, output_len, prompt }
+}
+
+fn secs_to_ns(s: f64) -> u64 {
+    let ns = (s * 1e9).round();
+    if ns.is_finite() && ns > 0.0 {
+        ns as u64
+    } else {
+        0
+    }
+}
+
+fn ms_to_ns(ms: f64) -> u64 {
+    secs_to_ns(ms / 1e3)
+}
+
+/// Multiplies every inter-arrival time by `factor` (> 0): 2 stretches the
+/// trace to twice its duration (half the rate), 0.5 compresses it. Arrivals
+/// are offsets from the earliest, so each offset is multiplied.
+pub fn time_scale(reqs: &mut [TraceRequest], factor: f64) -> Result<(), String> {
+    if !factor.is_finite() || factor <= 0.0 {
+        return Err(format!("time scale factor must be a finite number > 0, got {factor}"));
+    }
+    for r in reqs.iter_mut() {
+        r.arrival_ns = secs_to_ns(r.arrival_ns as f64 * 1e-9 * factor);
+    }
+    Ok(())
+}
+
+/// Mean request rate of the trace: `(n − 1) / (last − first arrival)`, per
+/// second; `None` with fewer than two requests or no spread.
+pub fn mean_rate(reqs: &[TraceRequest]) -> Option<f64> {
+    let first = reqs.iter().map(|r| r.arrival_ns).min()?;
+    let last = reqs.iter().map(|r| r.arrival_ns).max()?;
+    if reqs.len() < 2 || last == first {
+        return None;
+    }
+    Some((reqs.len() - 1) as f64 / ((last - first) as f64 * 1e-9))
+}
+
+/// Time-scales the trace so that its mean rate ([`mean_rate`]) becomes
+/// `rate` requests per second, keeping its burst shape; returns the factor applied.
+pub fn rate_scale(reqs: &mut [TraceRequest], rate: f64) -> Result<f64, String> {
+    if !rate.is_finite() || rate <= 0.0 {
+        return Err(format!("target rate must be a finite number > 0, got {rate}"));
+    }
+    let current = mean_rate(reqs).ok_or("rate scaling needs at least two requests at different times")?;
+    let factor = current / rate;
+    time_scale(reqs, factor)?;
+    Ok(factor)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mooncake_rows_parse_and_share_block_keys() {
+        let text = "{\"timestamp\": 0, \"input_length\": 1100, \"output_length\": 5, \"hash_ids\": [0, 1, 2]}\n\
+                    \n\
+                    {\"timestamp\": 250, \"input_length\": 600, \"output_length\": 7, \"hash_ids\": [0, 3], \"extra\": 1}\n";
+        let rows = parse_mooncake(text).unwrap();
+        assert_eq!(rows.len(), 2);
+        let reqs = mooncake_requests(&rows, 9);
+        assert_eq!(reqs[1].arrival_ns, 250_000_000);
+        assert_eq!(reqs[0].prompt.iter().map(|s| s.len).collect::<Vec<_>>(), [512, 512, 76]);
+        assert_eq!(reqs[0].prompt[0].key, reqs[1].prompt[0].key);
+        assert_ne!(reqs[0].prompt[1].key, reqs[1].prompt[1].key);
+        assert_eq!(reqs[1].prompt.iter().map(|s| s.len).sum::<u32>(), 600);
+        // Longer than the ids: a unique tail.
+        let long = MooncakeRow { timestamp: 0.0, input_length: 600, output_length: 1, hash_ids: vec![4] };
+        let segs = mooncake_segments(&long, 9, 77);
+        assert_eq!(segs, [Segment { key: mooncake_block_key(9, 4), len: 512 }, Segment { key: 77, len: 88 }]);
+    }
+
+    #[test]
+    fn errors_name_line_and_column() {
+        let e = parse_mooncake("{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": []}\n{\"timestamp\": 1, \"input_length\": \"x\"}")
+            .unwrap_err();
+        assert_eq!(e.line, 2);
+        assert!(e.column > 1, "{e}");
+        let e = parse_azure(
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,12,3\n2023-11-16 18:15:47,1x,3\n",
+        )
+        .unwrap_err();
+        assert_eq!((e.line, e.column), (3, 21), "{e}");
+        let e = parse_azure("TIMESTAMP,Context\n").unwrap_err();
+        assert_eq!(e.line, 1);
+        assert!(e.message.contains("ContextTokens"), "{e}");
+        let e = parse_burstgpt(
+            "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n5,ChatGPT,10,20,31,Conversation log\n",
+        )
+        .unwrap_err();
+        assert_eq!((e.line, e.column), (2, 17), "{e}");
+        assert!(format!("{e}").starts_with("line 2, column 17: "));
+    }
+
+    #[test]
+    fn datetimes_parse_to_epoch_nanoseconds() {
+        assert_eq!(parse_datetime("1970-01-01 00:00:00").unwrap(), 0);
+        assert_eq!(parse_datetime("1970-01-02T00:00:01.5Z").unwrap(), 86_401_500_000_000);
+        assert_eq!(
+            parse_datetime("2023-11-16 18:15:46.6805900").unwrap(),
+            1_700_158_546_680_590_000,
+            "7 fractional digits as Azure writes them"
+        );
+        assert_eq!(
+            parse_datetime("2024-05-10 02:00:00+02:00").unwrap(),
+            parse_datetime("2024-05-10 00:00:00").unwrap()
+        );
+        assert!(parse_datetime("2024-13-10 00:00:00").is_err());
+        assert!(parse_datetime("yesterday").is_err());
+    }
+
+    #[test]
+    fn csv_quotes_and_scaling() {
+        let f = csv_fields("a,\"b,c\",\"d\"\"e\",", 1).unwrap();
+        let v: Vec<&str> = f.iter().map(|x| x.0.as_str()).collect();
+        assert_eq!(v, ["a", "b,c", "d\"e", ""]);
+        assert_eq!(f[1].1, 3);
+        let mut reqs: Vec<TraceRequest> =
+            [0u64, 1_000_000_000, 3_000_000_000].iter().map(|&a| unique_request(a, 1, 1, 0)).collect();
+        assert_eq!(mean_rate(&reqs), Some(2.0 / 3.0));
+        time_scale(&mut reqs, 0.5).unwrap();
+        assert_eq!(reqs.iter().map(|r| r.arrival_ns).collect::<Vec<_>>(), [0, 500_000_000, 1_500_000_000]);
+        let f = rate_scale(&mut reqs, 4.0).unwrap();
+        assert!((f - 1.0 / 3.0).abs() < 1e-12);
+        assert_eq!(reqs[2].arrival_ns, 500_000_000);
+        assert!(time_scale(&mut reqs, 0.0).is_err());
+        assert!(rate_scale(&mut reqs[..1], 1.0).is_err());
+    }
+}
