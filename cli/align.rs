@@ -6,45 +6,7 @@
 use serde_json::{Map, Value};
 use sim::config::{EngineSpec, SimSpec};
 
-/// A knob both engines have, under their own names.
-pub struct Knob {
-    pub name: &'static str,
-    pub vllm: &'static str,
-    pub sglang: &'static str,
-    /// How the two differ in meaning, when they do.
-    pub note: &'static str,
-}
-
-pub const KNOBS: &[Knob] = &[
-    Knob { name: "running cap", vllm: "max_num_seqs", sglang: "max_running_requests", note: "" },
-    Knob {
-        name: "per-step token cap",
-        vllm: "max_num_batched_tokens",
-        sglang: "chunked_prefill_size",
-        note: "vLLM counts decode tokens in it; SGLang counts new prompt tokens of a prefill batch only (plus max_prefill_tokens)",
-    },
-    Knob { name: "KV granularity (tokens)", vllm: "block_size", sglang: "page_size", note: "" },
-    Knob {
-        name: "prefix reuse",
-        vllm: "enable_prefix_caching",
-        sglang: "radix cache (not disable_radix_cache)",
-        note: "hashed full blocks vs a token-level radix tree",
-    },
-    Knob {
-        name: "memory fraction",
-        vllm: "gpu_memory_utilization",
-        sglang: "mem_fraction_static",
-        note: "vLLM's covers weights, activations and KV; SGLang's weights and KV (activations come out of the rest)",
-    },
-    Knob {
-        name: "KV pool (tokens)",
-        vllm: "usable KV",
-        sglang: "max_total_tokens",
-        note: "vLLM's from num_gpu_blocks_override, kv_cache_tokens or gpu_memory_utilization, less the null block",
-    },
-    Knob { name: "context length", vllm: "max_model_len", sglang: "context_length", note: "" },
-    Knob { name: "scheduling policy", vllm: "policy", sglang: "schedule_policy", note: "" },
-];
+pub use sim::config::{Knob, KNOBS};
 
 /// A knob's value in a resolved scenario, as text, and whether the scenario set it.
 fn value(knob: &str, spec: &SimSpec, raw_engine: &Map<String, Value>) -> (String, bool) {
@@ -108,7 +70,7 @@ pub fn table(specs: &[(&SimSpec, &Map<String, Value>)]) -> Vec<Row> {
             let values: Vec<(String, bool)> = specs
                 .iter()
                 .map(|(s, raw)| {
-                    let flag = if s.engine.kind() == "sglang" { k.sglang } else { k.vllm };
+                    let flag = k.flag(s.engine.engine_kind());
                     let (v, set) = value(k.name, s, raw);
                     (format!("{flag} = {v}"), set)
                 })
@@ -120,83 +82,10 @@ pub fn table(specs: &[(&SimSpec, &Map<String, Value>)]) -> Vec<Row> {
         .collect()
 }
 
-/// Translates a scenario's engine section to the other engine's flags.
-/// Returns the new section and a note per flag that has no counterpart.
+/// Translates a scenario's engine section to the other engine's flags (the table is
+/// `sim::config::translate_engine`). Returns the new section and a note per flag that has
+/// no counterpart.
 pub fn translate_engine(engine: &Map<String, Value>, to: &str) -> Result<(Map<String, Value>, Vec<String>), String> {
-    let from = engine.get("kind").and_then(Value::as_str).unwrap_or("vllm");
-    let mut out = Map::new();
-    out.insert("kind".into(), to.into());
-    let mut notes = Vec::new();
-    if from == to {
-        return Ok((engine.clone(), notes));
-    }
-    let block = engine.get("block_size").and_then(Value::as_u64).unwrap_or(16);
-    for (k, v) in engine {
-        let mapped: Option<(&str, Value)> = match (from, k.as_str()) {
-            (_, "kind") => None,
-            (_, "version") => {
-                notes.push(format!("engine.version {v} is a {from} release: the {to} side uses its default release"));
-                None
-            }
-            ("vllm", "max_num_seqs") => Some(("max_running_requests", v.clone())),
-            ("vllm", "max_num_batched_tokens") => Some(("chunked_prefill_size", v.clone())),
-            ("vllm", "block_size") => Some(("page_size", v.clone())),
-            ("vllm", "enable_prefix_caching") => {
-                Some(("disable_radix_cache", Value::Bool(!v.as_bool().unwrap_or(true))))
-            }
-            ("vllm", "gpu_memory_utilization") => Some(("mem_fraction_static", v.clone())),
-            // The same usable pool: vLLM loses one block (the null block) of what its log prints.
-            ("vllm", "kv_cache_tokens") => {
-                let t = v.as_u64().unwrap_or(0);
-                Some(("max_total_tokens", Value::from((t / block).saturating_sub(1) * block)))
-            }
-            ("vllm", "num_gpu_blocks_override") => {
-                let n = v.as_u64().unwrap_or(2);
-                Some(("max_total_tokens", Value::from(n.saturating_sub(1) * block)))
-            }
-            ("vllm", "max_model_len") => Some(("context_length", v.clone())),
-            ("vllm", "policy") => match v.as_str() {
-                Some("fcfs") => Some(("schedule_policy", v.clone())),
-                _ => return Err(format!("engine.policy {v} has no modelled SGLang counterpart")),
-            },
-            ("sglang", "max_running_requests") => Some(("max_num_seqs", v.clone())),
-            ("sglang", "chunked_prefill_size") => match v.as_i64() {
-                Some(-1) => {
-                    notes.push(
-                        "chunked_prefill_size -1 (off) has no vLLM V1 counterpart: vLLM keeps its default budget"
-                            .into(),
-                    );
-                    None
-                }
-                _ => Some(("max_num_batched_tokens", v.clone())),
-            },
-            ("sglang", "page_size") => Some(("block_size", v.clone())),
-            ("sglang", "disable_radix_cache") => {
-                Some(("enable_prefix_caching", Value::Bool(!v.as_bool().unwrap_or(false))))
-            }
-            ("sglang", "mem_fraction_static") => Some(("gpu_memory_utilization", v.clone())),
-            ("sglang", "max_total_tokens") => {
-                // kv_cache_tokens counts the null block too; usable = whole blocks of the pool.
-                let m = v.as_u64().unwrap_or(0);
-                let b = engine.get("page_size").and_then(Value::as_u64).filter(|&p| p > 1).unwrap_or(16);
-                Some(("kv_cache_tokens", Value::from((m / b + 1) * b)))
-            }
-            ("sglang", "context_length") => Some(("max_model_len", v.clone())),
-            ("sglang", "schedule_policy") => match v.as_str() {
-                Some("fcfs") => Some(("policy", v.clone())),
-                _ => {
-                    notes.push(format!("schedule_policy {v} has no vLLM counterpart: vLLM uses fcfs"));
-                    None
-                }
-            },
-            (_, other) => {
-                notes.push(format!("engine.{other} has no {to} counterpart and is dropped"));
-                None
-            }
-        };
-        if let Some((name, value)) = mapped {
-            out.insert(name.into(), value);
-        }
-    }
-    Ok((out, notes))
+    let to = sim::config::EngineKind::parse(to).ok_or_else(|| format!("engine.kind {to:?}: expected vllm or sglang"))?;
+    sim::config::translate_engine(engine, to)
 }

@@ -5,13 +5,14 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use calibrate::bench::{self, BenchOptions, BenchRun};
-use calibrate::client::Target;
-use calibrate::server::{self, Kind, ServerInfo};
+use calib::ServerInfo;
 use clap::Args;
+use live::bench::{self, BenchOptions, BenchRun};
+use live::client::Target;
+use live::measure::{meta_of, run_files};
+use live::server;
 use serde_json::{json, Map, Value};
 use sim::config::{self, Resources, WorkloadSection};
-use sim::report::PointMeta;
 use sim::workload::{self, Workload};
 
 use crate::load;
@@ -152,26 +153,6 @@ pub struct ServerArgs {
     pub request_timeout: f64,
 }
 
-/// The vocabulary of a tokenizer.json: (ids to draw from, first id to use).
-pub fn vocab_of(path: &Path) -> Result<(u32, u32), String> {
-    let p = if path.is_dir() { path.join("tokenizer.json") } else { path.to_path_buf() };
-    let text = std::fs::read_to_string(&p).map_err(|e| format!("{}: cannot read: {e}", p.display()))?;
-    let v: Value = serde_json::from_str(&text).map_err(|e| format!("{}: not JSON: {e}", p.display()))?;
-    let base = v
-        .pointer("/model/vocab")
-        .and_then(Value::as_object)
-        .map(|m| m.len() as u32)
-        .ok_or(format!("{}: no model.vocab", p.display()))?;
-    let specials: Vec<u32> = v
-        .get("added_tokens")
-        .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|t| t.get("id").and_then(Value::as_u64)).map(|x| x as u32).collect())
-        .unwrap_or_default();
-    // Special tokens at the start of the vocabulary are skipped; those after the base vocabulary are outside it.
-    let reserved = specials.iter().copied().filter(|&i| i < 1024).max().map(|m| m + 1).unwrap_or(0);
-    Ok((base, reserved))
-}
-
 /// Probes the server and prepares the options of a run.
 pub async fn connect(s: &ServerArgs) -> Result<(ServerInfo, BenchOptions), String> {
     let client = reqwest::Client::new();
@@ -179,8 +160,8 @@ pub async fn connect(s: &ServerArgs) -> Result<(ServerInfo, BenchOptions), Strin
         server::probe(&client, &s.base_url, s.api_key.as_deref()).await.map_err(|e| format!("--base-url: {e}"))?;
     let model = s.model.clone().or(info.model.clone()).ok_or("--model: the server lists no model; name one")?;
     let (vocab, reserved) = match (&s.tokenizer, &info.model_root) {
-        (Some(t), _) => vocab_of(t).map_err(|e| format!("--tokenizer: {e}"))?,
-        (None, Some(root)) if Path::new(root).join("tokenizer.json").exists() => vocab_of(Path::new(root))?,
+        (Some(t), _) => live::tokenizer::vocab_of(t).map_err(|e| format!("--tokenizer: {e}"))?,
+        (None, Some(root)) if Path::new(root).join("tokenizer.json").exists() => live::tokenizer::vocab_of(Path::new(root))?,
         _ => (s.vocab_size.unwrap_or(32000), 256),
     };
     // The chat endpoint takes text: prompts are built with the server's tokenizer.
@@ -194,7 +175,7 @@ pub async fn connect(s: &ServerArgs) -> Result<(ServerInfo, BenchOptions), Strin
                 )
             }
         };
-        Some(std::sync::Arc::new(calibrate::serve::load_tokenizer(&path).map_err(|e| format!("--tokenizer {e}"))?))
+        Some(std::sync::Arc::new(live::tokenizer::load(&path).map_err(|e| format!("--tokenizer {e}"))?))
     } else {
         None
     };
@@ -222,26 +203,7 @@ pub async fn connect(s: &ServerArgs) -> Result<(ServerInfo, BenchOptions), Strin
 
 /// The report keys of a measured run, with the same names as a simulated one.
 pub fn measured_json(info: &ServerInfo, w: &Workload, run: &BenchRun) -> Map<String, Value> {
-    let meta = meta_of(info);
-    let metrics = sim::metrics::bench_metrics(&run.result);
-    let mut j = sim::report::bench_json(&meta, w, &metrics, &run.result);
-    j.insert("client_cpu_s".into(), run.client_cpu_s.into());
-    j.insert("client_cpu_fraction".into(), (run.client_cpu_s / run.wall_s.max(1e-9)).into());
-    j
-}
-
-pub fn meta_of(info: &ServerInfo) -> PointMeta {
-    PointMeta {
-        engine: match info.kind {
-            Kind::Vllm => "vllm".into(),
-            Kind::Sglang => "sglang".into(),
-            Kind::Unknown => "unknown".into(),
-        },
-        engine_version: info.version.clone().unwrap_or_else(|| "unknown".into()),
-        model_id: info.model.clone().unwrap_or_default(),
-        hardware: "live".into(),
-        kv_granularity: info.kv_granularity.unwrap_or(1),
-    }
+    live::measure::measured_point(info, w, run)
 }
 
 #[derive(Args, Debug)]
@@ -277,38 +239,6 @@ pub fn rt() -> Result<tokio::runtime::Runtime, String> {
         .map_err(|e| format!("cannot start the async runtime: {e}"))
 }
 
-/// Where a run's files go.
-pub struct RunFiles {
-    pub result: PathBuf,
-    pub requests: PathBuf,
-    pub record: PathBuf,
-}
-
-pub fn run_files(
-    dir: Option<&Path>,
-    filename: Option<&str>,
-    label: &str,
-    w: &Workload,
-    model: &str,
-) -> Result<RunFiles, String> {
-    let dir = dir.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("--result-dir {}: {e}", dir.display()))?;
-    let base = match filename {
-        Some(f) => f.trim_end_matches(".json").to_string(),
-        None => {
-            let rate = w.request_rate.map(|r| format!("{r}")).unwrap_or_else(|| "inf".into());
-            let conc = w.max_concurrency.map(|c| format!("-concurrency{c}")).unwrap_or_default();
-            let model = model.rsplit('/').next().unwrap_or(model);
-            format!("{label}-{rate}qps{conc}-{model}-{}", calibrate::manifest::stamp(calibrate::manifest::now_unix_s()))
-        }
-    };
-    Ok(RunFiles {
-        result: dir.join(format!("{base}.json")),
-        requests: dir.join(format!("{base}.requests.jsonl")),
-        record: dir.join(format!("{base}.record.json")),
-    })
-}
-
 /// `vllm bench serve --save-result` keys (and detail lists) of a measured run.
 pub fn save_result_json(
     info: &ServerInfo,
@@ -319,7 +249,7 @@ pub fn save_result_json(
     point: &Map<String, Value>,
 ) -> Value {
     let mut j = Map::new();
-    j.insert("date".into(), calibrate::manifest::stamp(calibrate::manifest::now_unix_s()).into());
+    j.insert("date".into(), live::manifest::stamp(live::manifest::now_unix_s()).into());
     j.insert("endpoint_type".into(), "openai".into());
     j.insert("backend".into(), meta_of(info).engine.into());
     j.insert("label".into(), label.into());
@@ -335,7 +265,7 @@ pub fn save_result_json(
     j.insert("start_times".into(), run.outcomes.iter().map(|o| o.start_s).collect::<Vec<_>>().into());
     j.insert(
         "errors".into(),
-        run.outcomes.iter().map(|o| o.error.clone().unwrap_or_default()).collect::<Vec<_>>().into(),
+        run.outcomes.iter().map(|o| o.error.as_ref().map(ToString::to_string).unwrap_or_default()).collect::<Vec<_>>().into(),
     );
     Value::Object(j)
 }
@@ -356,7 +286,12 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode, String> {
         opts.on_done = Some(bench::OnDone(std::sync::Arc::new(move || pb2.inc(1))));
         let run = bench::run(&opts, &w).await;
         pb.finish_and_clear();
-        let point = measured_json(&info, &w, &run);
+        let mut point = measured_json(&info, &w, &run);
+        // Nothing succeeded: say why (the most common failure), in the JSON too, and exit 1.
+        let nothing = nothing_succeeded(&run);
+        if let Some(why) = &nothing {
+            point.insert("stop_reason".into(), format!("failed: {why}").into());
+        }
         if a.save_result {
             let result = save_result_json(&info, &opts, &label, &w, &run, &point);
             std::fs::write(&files.result, serde_json::to_string_pretty(&result).expect("json"))
@@ -364,7 +299,7 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode, String> {
             let mut f = Map::new();
             f.insert("result".into(), files.result.display().to_string().into());
             f.insert("requests".into(), files.requests.display().to_string().into());
-            let rec = calibrate::manifest::record(
+            let rec = live::manifest::record(
                 &info,
                 &a.server.endpoint,
                 &wl_json,
@@ -394,8 +329,35 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode, String> {
                 println!("Result: {}  Run record: {}", files.result.display(), files.record.display());
             }
         }
-        Ok(if run.interrupted { ExitCode::from(130) } else { ExitCode::SUCCESS })
+        if let Some(why) = &nothing {
+            eprintln!("error: {why}");
+        }
+        Ok(if run.interrupted {
+            ExitCode::from(130)
+        } else if nothing.is_some() {
+            ExitCode::from(1)
+        } else {
+            ExitCode::SUCCESS
+        })
     })
+}
+
+/// When no sent request succeeded, why: how many failed and the most common reason.
+pub fn nothing_succeeded(run: &BenchRun) -> Option<String> {
+    let sent: Vec<&live::client::Outcome> = run.outcomes.iter().filter(|o| o.sent).collect();
+    if sent.iter().any(|o| o.success) || (sent.is_empty() && run.interrupted) {
+        return None;
+    }
+    if sent.is_empty() {
+        return Some("no request was sent".into());
+    }
+    let mut counts: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
+    for o in &sent {
+        *counts.entry(o.error.as_ref().map_or_else(|| "unknown".into(), ToString::to_string)).or_default() += 1;
+    }
+    let (reason, n) = counts.iter().max_by_key(|(_, n)| **n).expect("a failure");
+    let others = if counts.len() > 1 { format!(" ({} other reasons)", counts.len() - 1) } else { String::new() };
+    Some(format!("no request succeeded: all {} sent failed; the most common reason ({n}×): {reason}{others}", sent.len()))
 }
 
 #[derive(Args, Debug)]
@@ -412,7 +374,7 @@ pub fn diff(a: DiffArgs) -> Result<ExitCode, String> {
     };
     let (x, y) = (read(&a.run_a)?, read(&a.run_b)?);
     let d =
-        calibrate::manifest::diff(&x, &y).map_err(|e| format!("{} / {}: {e}", a.run_a.display(), a.run_b.display()))?;
+        live::manifest::diff(&x, &y).map_err(|e| format!("{} / {}: {e}", a.run_a.display(), a.run_b.display()))?;
     if d.is_empty() {
         println!("The two runs have the same setup.");
     } else {

@@ -83,7 +83,22 @@ pub fn resolve(raw: &RawScenario) -> Result<(Scenario, SimSpec), String> {
         res.trace = Some(load_trace(&path).map_err(|e| format!("{origin}: workload.trace: {e}"))?);
     }
     let spec = config::resolve(&scenario, &res).map_err(|e| format!("{origin}: {e}"))?;
+    if scenario.workload.trace.is_some() && scenario.workload.request_rate.is_some_and(|r| r.0.is_some()) {
+        warn_once(format!(
+            "{origin}: workload.request_rate is ignored: the trace's arrival times say when requests are sent"
+        ));
+    }
     Ok((scenario, spec))
+}
+
+/// Prints a warning on stderr once per process (a sweep resolves a scenario per point).
+pub fn warn_once(msg: String) {
+    static SEEN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    if !seen.contains(&msg) {
+        eprintln!("warning: {msg}");
+        seen.push(msg);
+    }
 }
 
 /// Reads a fitted profile: a JSON object whose `coefficients` are cost coefficients (µs).

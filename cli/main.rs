@@ -14,6 +14,7 @@ mod plot;
 mod serve;
 mod sweep;
 mod tune;
+mod validate;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -53,6 +54,8 @@ enum Cmd {
     Tune(tune::TuneArgs),
     /// Serve a simulated engine over the OpenAI-compatible API (and /metrics), in real time.
     Serve(serve::ServeArgs),
+    /// Run every published measurement in the repository, uncalibrated; error per row and group.
+    Validate(validate::ValidateArgs),
 }
 
 /// Flags shared by the commands that read a scenario.
@@ -87,10 +90,15 @@ struct SimulateArgs {
     plot: Option<String>,
 }
 
+/// A comma-separated list; an empty item (`1,,2`, a trailing comma) is an error.
 fn parse_list<T: std::str::FromStr>(flag: &str, s: &str) -> Result<Vec<T>, String> {
     s.split(',')
-        .filter(|x| !x.trim().is_empty())
-        .map(|x| x.trim().parse::<T>().map_err(|_| format!("{flag}: cannot read {x:?} in {s:?}")))
+        .map(|x| {
+            if x.trim().is_empty() {
+                return Err(format!("{flag}: an empty item in {s:?}"));
+            }
+            x.trim().parse::<T>().map_err(|_| format!("{flag}: cannot read {x:?} in {s:?}"))
+        })
         .collect()
 }
 
@@ -112,10 +120,19 @@ fn text_options(percentiles: &str, metrics: &str) -> Result<TextOptions, String>
 
 fn simulate(a: SimulateArgs) -> Result<ExitCode, String> {
     let text_opts = text_options(&a.metric_percentiles, &a.percentile_metrics)?;
+    if let Some(p) = &a.plot {
+        plot::check_path(p)?;
+    }
     let mut raw = load::read_raw(a.scenario.as_deref())?;
     load::apply_overrides(&mut raw, &a.common.sets, a.common.seed)?;
     let (_scenario, spec) = load::resolve(&raw)?;
-    let out = sim::simulate(&spec, RunOptions { record_timeseries: a.plot.is_some(), ..Default::default() });
+    let pb = plot::progress(u64::from(spec.workload.num_prompts), "simulating requests");
+    let out = sim::simulation::simulate_observed(
+        &spec,
+        RunOptions { record_timeseries: a.plot.is_some(), ..Default::default() },
+        &mut |p| pb.set_position(p.completed as u64),
+    );
+    pb.finish_and_clear();
     if let Some(path) = &a.plot {
         plot::timeseries(path, spec.name.as_deref().unwrap_or("simulation"), &out.run.timeseries)?;
     }
@@ -140,6 +157,7 @@ fn main() -> ExitCode {
         Cmd::Explain(a) => explain::run(a),
         Cmd::Tune(a) => tune::run(a),
         Cmd::Serve(a) => serve::run(a),
+        Cmd::Validate(a) => validate::run(a),
     };
     match r {
         Ok(code) => code,

@@ -23,6 +23,50 @@ const COLORS: [RGBColor; 6] = [
     RGBColor(140, 86, 75),
 ];
 
+/// Plots are SVG: a path that does not end in `.svg` is an error (before any run).
+pub fn check_path(path: &str) -> Result<(), String> {
+    if path.to_ascii_lowercase().ends_with(".svg") && path.len() > 4 {
+        Ok(())
+    } else {
+        Err(format!("--plot {path}: plots are written as SVG; give a file name ending in .svg"))
+    }
+}
+
+/// The KV-limited concurrency's line: a colour of its own (not the grid's grey).
+const KV_LIMIT: RGBColor = RGBColor(148, 0, 211);
+/// The knee's line.
+const KNEE: RGBColor = RGBColor(200, 0, 0);
+
+/// A tick label without a spurious `.0` and without six-digit numbers: 100000 → `100k`.
+fn tick(v: f64) -> String {
+    let a = v.abs();
+    if a >= 1e6 {
+        format!("{}M", trim(v / 1e6))
+    } else if a >= 1e4 {
+        format!("{}k", trim(v / 1e3))
+    } else {
+        trim(v)
+    }
+}
+
+fn trim(v: f64) -> String {
+    let s = if v.fract() == 0.0 { format!("{v:.0}") } else if v.abs() >= 10.0 { format!("{v:.0}") } else { format!("{v:.2}") };
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
+/// Milliseconds shown in a sensible unit: (divisor, unit) — seconds past 10 s.
+fn ms_unit(max_ms: f64) -> (f64, &'static str) {
+    if max_ms >= 10_000.0 {
+        (1000.0, "s")
+    } else {
+        (1.0, "ms")
+    }
+}
+
 fn err(e: impl std::fmt::Display, path: &str) -> String {
     format!("--plot {path}: {e}")
 }
@@ -36,7 +80,7 @@ fn vmark(
     label: &str,
 ) -> Result<(), String> {
     chart
-        .draw_series(std::iter::once(PathElement::new(vec![(x, y0), (x, y1)], color.stroke_width(1))))
+        .draw_series(std::iter::once(PathElement::new(vec![(x, y0), (x, y1)], color.stroke_width(2))))
         .map_err(|e| e.to_string())?
         .label(label.to_string())
         .legend(move |(a, b)| PathElement::new(vec![(a, b), (a + 20, b)], color));
@@ -45,12 +89,15 @@ fn vmark(
 
 /// Throughput and TTFT against concurrency; `marks` are vertical lines (x, label).
 pub fn sweep(path: &str, title: &str, series: &[Series], marks: &[(f64, String)]) -> Result<(), String> {
+    check_path(path)?;
     let root = SVGBackend::new(path, (900, 700)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(e, path))?;
     let (top, bottom) = root.split_vertically(350);
     let xmax = series.iter().flat_map(|s| s.points.iter().map(|p| p.0)).fold(1.0, f64::max) * 1.05;
     let tmax = series.iter().flat_map(|s| s.points.iter().map(|p| p.1)).fold(1.0, f64::max) * 1.1;
-    let lmax = series.iter().flat_map(|s| s.points.iter().map(|p| p.3.max(p.2))).fold(1.0, f64::max) * 1.1;
+    let lmax_ms = series.iter().flat_map(|s| s.points.iter().map(|p| p.3.max(p.2))).fold(1.0, f64::max) * 1.1;
+    let (div, unit) = ms_unit(lmax_ms);
+    let lmax = lmax_ms / div;
     {
         let mut c = ChartBuilder::on(&top)
             .caption(format!("{title}: output throughput"), ("sans-serif", 18))
@@ -59,7 +106,13 @@ pub fn sweep(path: &str, title: &str, series: &[Series], marks: &[(f64, String)]
             .y_label_area_size(60)
             .build_cartesian_2d(0f64..xmax, 0f64..tmax)
             .map_err(|e| err(e, path))?;
-        c.configure_mesh().x_desc("concurrency").y_desc("output tok/s").draw().map_err(|e| err(e, path))?;
+        c.configure_mesh()
+            .x_desc("concurrency")
+            .y_desc("output tok/s")
+            .x_label_formatter(&|v| tick(*v))
+            .y_label_formatter(&|v| tick(*v))
+            .draw()
+            .map_err(|e| err(e, path))?;
         for (i, s) in series.iter().enumerate() {
             let col = COLORS[i % COLORS.len()];
             let style = if s.dashed { col.stroke_width(1) } else { col.stroke_width(2) };
@@ -71,7 +124,7 @@ pub fn sweep(path: &str, title: &str, series: &[Series], marks: &[(f64, String)]
                 .map_err(|e| err(e, path))?;
         }
         for (k, (x, label)) in marks.iter().enumerate() {
-            vmark(&mut c, *x, 0.0, tmax, if k == 0 { RGBColor(120, 120, 120) } else { RGBColor(200, 0, 0) }, label)?;
+            vmark(&mut c, *x, 0.0, tmax, if k == 0 { KV_LIMIT } else { KNEE }, label)?;
         }
         c.configure_series_labels()
             .background_style(WHITE.mix(0.8))
@@ -81,24 +134,30 @@ pub fn sweep(path: &str, title: &str, series: &[Series], marks: &[(f64, String)]
     }
     {
         let mut c = ChartBuilder::on(&bottom)
-            .caption("TTFT (solid: mean, thin: p99)", ("sans-serif", 18))
+            .caption(format!("TTFT in {unit} (thick: mean, thin: p99)"), ("sans-serif", 18))
             .margin(10)
             .x_label_area_size(35)
             .y_label_area_size(60)
             .build_cartesian_2d(0f64..xmax, 0f64..lmax)
             .map_err(|e| err(e, path))?;
-        c.configure_mesh().x_desc("concurrency").y_desc("ms").draw().map_err(|e| err(e, path))?;
+        c.configure_mesh()
+            .x_desc("concurrency")
+            .y_desc(unit)
+            .x_label_formatter(&|v| tick(*v))
+            .y_label_formatter(&|v| tick(*v))
+            .draw()
+            .map_err(|e| err(e, path))?;
         for (i, s) in series.iter().enumerate() {
             let col = COLORS[i % COLORS.len()];
-            c.draw_series(LineSeries::new(s.points.iter().map(|p| (p.0, p.2)), col.stroke_width(2)))
+            c.draw_series(LineSeries::new(s.points.iter().map(|p| (p.0, p.2 / div)), col.stroke_width(2)))
                 .map_err(|e| err(e, path))?;
-            c.draw_series(LineSeries::new(s.points.iter().map(|p| (p.0, p.3)), col.stroke_width(1)))
+            c.draw_series(LineSeries::new(s.points.iter().map(|p| (p.0, p.3 / div)), col.stroke_width(1)))
                 .map_err(|e| err(e, path))?;
         }
         for (k, (x, _)) in marks.iter().enumerate() {
             c.draw_series(std::iter::once(PathElement::new(
                 vec![(*x, 0.0), (*x, lmax)],
-                if k == 0 { RGBColor(120, 120, 120) } else { RGBColor(200, 0, 0) },
+                if k == 0 { KV_LIMIT.stroke_width(2) } else { KNEE.stroke_width(2) },
             )))
             .map_err(|e| err(e, path))?;
         }
@@ -106,32 +165,66 @@ pub fn sweep(path: &str, title: &str, series: &[Series], marks: &[(f64, String)]
     root.present().map_err(|e| err(e, path))
 }
 
-/// Throughput against latency for every configuration, the Pareto front joined.
-pub fn pareto(path: &str, latency: &str, all: &[(f64, f64, bool)], front: &[(f64, f64)]) -> Result<(), String> {
-    let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
+/// Throughput against latency for every configuration (each labelled with its
+/// knob values), the Pareto front joined, and the SLO bounds on either axis drawn
+/// (`slos`: label, bound, true when on the latency axis).
+pub fn pareto(
+    path: &str,
+    latency: &str,
+    all: &[(f64, f64, bool, String)],
+    front: &[(f64, f64)],
+    slos: &[(String, f64, bool)],
+) -> Result<(), String> {
+    check_path(path)?;
+    let root = SVGBackend::new(path, (900, 600)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(e, path))?;
-    let xmax = all.iter().map(|p| p.1).fold(1.0, f64::max) * 1.1;
-    let ymax = all.iter().map(|p| p.0).fold(1.0, f64::max) * 1.1;
+    let lat_max = all.iter().map(|p| p.1).chain(slos.iter().filter(|s| s.2).map(|s| s.1)).fold(1.0, f64::max) * 1.15;
+    let thr_max = all.iter().map(|p| p.0).chain(slos.iter().filter(|s| !s.2).map(|s| s.1)).fold(1.0, f64::max) * 1.15;
+    let is_ms = latency.ends_with("_ms");
+    let (div, unit) = if is_ms { ms_unit(lat_max) } else { (1.0, "") };
+    let xmax = lat_max / div;
     let mut c = ChartBuilder::on(&root)
         .caption(format!("output throughput against {latency}"), ("sans-serif", 18))
         .margin(10)
         .x_label_area_size(35)
         .y_label_area_size(60)
-        .build_cartesian_2d(0f64..xmax, 0f64..ymax)
+        .build_cartesian_2d(0f64..xmax, 0f64..thr_max)
         .map_err(|e| err(e, path))?;
-    c.configure_mesh().x_desc(latency).y_desc("output tok/s").draw().map_err(|e| err(e, path))?;
-    c.draw_series(
-        all.iter().map(|&(t, l, ok)| {
-            Circle::new((l, t), 4, if ok { COLORS[2].filled() } else { COLORS[3].mix(0.6).filled() })
-        }),
-    )
+    c.configure_mesh()
+        .x_desc(if unit.is_empty() { latency.to_string() } else { format!("{latency} (in {unit})") })
+        .y_desc("output tok/s")
+        .x_label_formatter(&|v| tick(*v))
+        .y_label_formatter(&|v| tick(*v))
+        .draw()
+        .map_err(|e| err(e, path))?;
+    c.draw_series(all.iter().map(|(t, l, ok, _)| {
+        Circle::new((l / div, *t), 4, if *ok { COLORS[2].filled() } else { COLORS[3].mix(0.6).filled() })
+    }))
     .map_err(|e| err(e, path))?
     .label("configurations (green: meet every SLO)")
     .legend(|(a, b)| Circle::new((a + 10, b), 4, COLORS[2].filled()));
-    c.draw_series(LineSeries::new(front.iter().map(|&(t, l)| (l, t)), COLORS[0].stroke_width(2)))
+    // Each configuration named by its knob values (at most 40 labels: past that they are unreadable).
+    if all.len() <= 40 {
+        c.draw_series(all.iter().map(|(t, l, _, label)| {
+            Text::new(label.clone(), (l / div, *t), ("sans-serif", 10).into_font().color(&BLACK.mix(0.8)))
+        }))
+        .map_err(|e| err(e, path))?;
+    }
+    c.draw_series(LineSeries::new(front.iter().map(|&(t, l)| (l / div, t)), COLORS[0].stroke_width(2)))
         .map_err(|e| err(e, path))?
         .label("Pareto front")
         .legend(|(a, b)| PathElement::new(vec![(a, b), (a + 20, b)], COLORS[0]));
+    for (label, bound, on_latency) in slos {
+        let pts = if *on_latency {
+            vec![(bound / div, 0.0), (bound / div, thr_max)]
+        } else {
+            vec![(0.0, *bound), (xmax, *bound)]
+        };
+        c.draw_series(std::iter::once(PathElement::new(pts, KNEE.stroke_width(2))))
+            .map_err(|e| err(e, path))?
+            .label(format!("SLO {label}"))
+            .legend(|(a, b)| PathElement::new(vec![(a, b), (a + 20, b)], KNEE));
+    }
     c.configure_series_labels()
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
@@ -142,6 +235,7 @@ pub fn pareto(path: &str, latency: &str, all: &[(f64, f64, bool)], front: &[(f64
 
 /// KV usage and running/waiting requests over a run.
 pub fn timeseries(path: &str, title: &str, samples: &[sim::simulation::GaugeSample]) -> Result<(), String> {
+    check_path(path)?;
     let root = SVGBackend::new(path, (900, 600)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(e, path))?;
     let (top, bottom) = root.split_vertically(300);
@@ -154,7 +248,12 @@ pub fn timeseries(path: &str, title: &str, samples: &[sim::simulation::GaugeSamp
             .y_label_area_size(50)
             .build_cartesian_2d(0f64..tmax, 0f64..100f64)
             .map_err(|e| err(e, path))?;
-        c.configure_mesh().x_desc("seconds").y_desc("%").draw().map_err(|e| err(e, path))?;
+        c.configure_mesh()
+            .x_desc("seconds")
+            .y_desc("%")
+            .x_label_formatter(&|v| tick(*v))
+            .draw()
+            .map_err(|e| err(e, path))?;
         c.draw_series(LineSeries::new(
             samples.iter().map(|s| (s.t_ns as f64 / 1e9, 100.0 * s.kv_usage)),
             COLORS[0].stroke_width(1),
@@ -170,7 +269,12 @@ pub fn timeseries(path: &str, title: &str, samples: &[sim::simulation::GaugeSamp
             .y_label_area_size(50)
             .build_cartesian_2d(0f64..tmax, 0f64..ymax)
             .map_err(|e| err(e, path))?;
-        c.configure_mesh().x_desc("seconds").draw().map_err(|e| err(e, path))?;
+        c.configure_mesh()
+            .x_desc("seconds")
+            .x_label_formatter(&|v| tick(*v))
+            .y_label_formatter(&|v| tick(*v))
+            .draw()
+            .map_err(|e| err(e, path))?;
         c.draw_series(LineSeries::new(
             samples.iter().map(|s| (s.t_ns as f64 / 1e9, f64::from(s.running))),
             COLORS[2].stroke_width(1),

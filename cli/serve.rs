@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use calibrate::serve::{self, ServeOptions};
+use emulator::{self as serve, ServeOptions};
 use clap::Args;
 
 use crate::load;
@@ -41,7 +41,7 @@ pub struct ServeArgs {
 
 pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
     let tokenizer = match &a.tokenizer {
-        Some(p) => Some(std::sync::Arc::new(serve::load_tokenizer(p).map_err(|e| format!("--tokenizer {e}"))?)),
+        Some(p) => Some(std::sync::Arc::new(live::tokenizer::load(p).map_err(|e| format!("--tokenizer {e}"))?)),
         None => None,
     };
     if !(a.time_scale > 0.0 && a.time_scale.is_finite()) {

@@ -12,7 +12,7 @@ use rayon::prelude::*;
 use serde_json::{Map, Value};
 use sim::config::SimSpec;
 use sim::simulation::{RunOptions, StopReason};
-use sim::sweep::{find_knee, kv_limit_sentence, kv_limited_concurrency, KneePoint};
+use sim::sweep::{kv_limited_concurrency, sweep_series, SweepSeries};
 use sim::SimOutput;
 
 use crate::load::{self, RawScenario};
@@ -94,6 +94,12 @@ fn expand_scenarios(a: &SweepArgs) -> Result<Vec<(String, RawScenario, Vec<Strin
 }
 
 pub fn run(a: SweepArgs) -> Result<ExitCode, String> {
+    if a.jobs == Some(0) {
+        return Err("--jobs: must be at least 1 (or leave it out: one thread per core)".into());
+    }
+    if let Some(p) = &a.plot {
+        crate::plot::check_path(p)?;
+    }
     let conc: Vec<u32> = crate::parse_list("--concurrency", &a.concurrency)?;
     if conc.is_empty() {
         return Err("--concurrency: give at least one value".into());
@@ -103,6 +109,9 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, String> {
     }
     if conc.windows(2).any(|w| w[0] >= w[1]) {
         return Err(format!("--concurrency: values must increase, got {}", a.concurrency));
+    }
+    if let Some(&c) = conc.iter().find(|&&c| c > sim::config::MAX_CONCURRENCY) {
+        return Err(format!("--concurrency: {c} is above the limit of {}", sim::config::MAX_CONCURRENCY));
     }
     let prompts: Option<Vec<u32>> =
         a.num_prompts.as_deref().map(|s| crate::parse_list("--num-prompts", s)).transpose()?;
@@ -144,7 +153,7 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, String> {
     };
     let outs = match a.jobs {
         Some(n) => rayon::ThreadPoolBuilder::new()
-            .num_threads(n.max(1))
+            .num_threads(n)
             .build()
             .map_err(|e| format!("--jobs: {e}"))?
             .install(work),
@@ -160,6 +169,14 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, String> {
         .collect();
     pb.finish_and_clear();
     let all_done = results.iter().all(|(_, o)| o.iter().all(|x| x.run.stop == StopReason::Completed));
+    if a.json {
+        // The text report prints them; with --json they are in the output and on stderr.
+        for (s, o) in &results {
+            for w in sim::sweep::sweep_warnings(&conc, o) {
+                eprintln!("warning: {}: {w}", s.label);
+            }
+        }
+    }
     if let Some(path) = &a.plot {
         let lines: Vec<crate::plot::Series> = results
             .iter()
@@ -178,8 +195,8 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, String> {
         let (s0, o0) = &results[0];
         let limit = kv_limited_concurrency(&s0.specs[0], &o0[0].workload);
         let mut marks = vec![(limit.concurrency as f64, format!("KV-limited concurrency {}", limit.concurrency))];
-        if let (Some(i), _) = knee_of(o0, &conc) {
-            marks.push((f64::from(conc[i]), format!("knee {}", conc[i])));
+        if let Some(k) = sim::sweep::knee(&sim::sweep::knee_points(&conc, o0)) {
+            marks.push((k.max_concurrency as f64, format!("knee {}", k.max_concurrency)));
         }
         crate::plot::sweep(path, &s0.label, &lines, &marks)?;
     }
@@ -269,58 +286,21 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, String> {
     Ok(if all_done { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
-fn knee_of(outs: &[SimOutput], conc: &[u32]) -> (Option<usize>, Vec<KneePoint>) {
-    let pts: Vec<KneePoint> = conc
-        .iter()
-        .zip(outs)
-        .map(|(&c, o)| KneePoint {
-            concurrency: f64::from(c),
-            output_throughput: o.metrics.output_throughput,
-            mean_ttft_ms: o.metrics.ttft.mean,
-        })
-        .collect();
-    (find_knee(&pts), pts)
+/// The typed result of one series (`sim::sweep::SweepSeries`).
+fn series_result(s: &Series, outs: &[SimOutput], conc: &[u32]) -> SweepSeries {
+    sweep_series(&s.label, conc, &s.specs, outs, s.notes.clone())
 }
 
 fn series_json(s: &Series, outs: &[SimOutput], conc: &[u32]) -> Map<String, Value> {
-    let (knee, pts) = knee_of(outs, conc);
-    let limit = kv_limited_concurrency(&s.specs[0], &outs[0].workload);
-    let sentence = kv_limit_sentence(&limit, s.specs[0].engine.max_running(), s.specs[0].engine.kind());
-    let mut j = Map::new();
-    j.insert("scenario".into(), s.label.clone().into());
-    j.insert("engine".into(), s.specs[0].engine.kind().into());
-    j.insert(
-        "points".into(),
-        Value::Array(s.specs.iter().zip(outs).map(|(sp, o)| Value::Object(sim::report::point_json(sp, o))).collect()),
-    );
-    j.insert(
-        "knee".into(),
-        match knee {
-            Some(i) => {
-                let mut k = Map::new();
-                k.insert("max_concurrency".into(), conc[i].into());
-                k.insert("index".into(), i.into());
-                k.insert("output_throughput".into(), pts[i].output_throughput.into());
-                k.insert("mean_ttft_ms".into(), pts[i].mean_ttft_ms.into());
-                Value::Object(k)
-            }
-            None => Value::Null,
-        },
-    );
-    j.insert("kv_limited_concurrency".into(), limit.concurrency.into());
-    j.insert("kv_request_footprint_tokens".into(), limit.footprint_tokens.into());
-    j.insert("kv_cache_tokens".into(), limit.kv_capacity_tokens.into());
-    j.insert("kv_limit_explanation".into(), sentence.into());
-    if !s.notes.is_empty() {
-        j.insert("translation_notes".into(), Value::Array(s.notes.iter().map(|n| Value::from(n.clone())).collect()));
+    match serde_json::to_value(series_result(s, outs, conc)).expect("serializable") {
+        Value::Object(m) => m,
+        _ => unreachable!("a struct serializes to an object"),
     }
-    j
 }
 
 fn series_text(s: &Series, outs: &[SimOutput], conc: &[u32]) -> String {
-    let (knee, _) = knee_of(outs, conc);
-    let limit = kv_limited_concurrency(&s.specs[0], &outs[0].workload);
-    let sentence = kv_limit_sentence(&limit, s.specs[0].engine.max_running(), s.specs[0].engine.kind());
+    let r = series_result(s, outs, conc);
+    let knee = r.knee.as_ref().map(|k| k.index);
     let preempt = if s.specs[0].engine.kind() == "sglang" { "retract" } else { "preempt" };
     let mut t = String::new();
     let _ = writeln!(
@@ -373,16 +353,21 @@ fn series_text(s: &Series, outs: &[SimOutput], conc: &[u32]) -> String {
         Some(i) => {
             let _ = writeln!(
                 t,
-                "Knee: concurrency {} (past it output throughput grows < 5% while TTFT keeps rising).",
+                "Knee: concurrency {} (past it, added concurrency no longer comes back as throughput while TTFT keeps rising).",
                 conc[i]
             );
         }
         None => {
-            let _ =
-                writeln!(t, "Knee: not reached in this sweep (throughput still grows >= 5%, or TTFT does not rise).");
+            let _ = writeln!(
+                t,
+                "Knee: not reached in this sweep (throughput still grows with concurrency, or TTFT does not rise)."
+            );
         }
     }
-    let _ = writeln!(t, "KV-limited concurrency: {}. {}", limit.concurrency, sentence);
+    let _ = writeln!(t, "KV-limited concurrency: {}. {}", r.kv_limited_concurrency, r.kv_limit_explanation);
+    for w in &r.warnings {
+        let _ = writeln!(t, "WARNING: {w}");
+    }
     for (i, o) in outs.iter().enumerate() {
         if o.run.stop != StopReason::Completed {
             let _ = writeln!(t, "WARNING: concurrency {}: {}", conc[i], o.run.stop.as_str());

@@ -2,7 +2,7 @@
 //! simulator itself with known coefficients. The fit must find them again,
 //! and predict points it did not see.
 
-use calibrate::fit::{self, FitPoint, Free};
+use calib::fit::{self, FitPoint, Free};
 use serde_json::json;
 use sim::cost::{CoefficientSource, CostCoefficients};
 use sim::simulation::RunOptions;

@@ -18,7 +18,6 @@
 //! is checked against the roofline floor of the hardware card: a fit that
 //! implies more than the card's peak FLOP/s or bandwidth is reported.
 
-use serde_json::{json, Map, Value};
 use sim::config::SimSpec;
 use sim::cost::{CostCoefficients, CostModel, COEFFICIENT_NAMES};
 use sim::simulation::RunOptions;
@@ -355,97 +354,6 @@ pub fn roofline_floors(spec: &SimSpec) -> Vec<(&'static str, f64)> {
                 * 1e6,
         ),
     ]
-}
-
-/// The profile file (`servesim-profile`, version 1) of a fit.
-pub fn profile_json(
-    r: &FitResult,
-    points: &[FitPoint],
-    source: &str,
-    engine: &Value,
-    prior: &CostModel,
-    extra: Map<String, Value>,
-) -> Value {
-    let fitted: std::collections::BTreeSet<&str> = r.free.iter().flat_map(|f| f.coefficients.iter().copied()).collect();
-    let coeffs = r.cost.coefficients();
-    let mut c = Map::new();
-    let mut sources = Map::new();
-    for name in COEFFICIENT_NAMES {
-        c.insert(name.into(), coeffs.get(name).unwrap_or(0.0).into());
-        sources.insert(name.into(), if fitted.contains(name) { "data" } else { "prior" }.into());
-    }
-    let floors: Vec<Value> = points
-        .first()
-        .map(|p| {
-            roofline_floors(&p.spec)
-                .into_iter()
-                .filter(|(n, _)| fitted.contains(n))
-                .map(|(n, floor)| {
-                    let v = coeffs.get(n).unwrap_or(0.0);
-                    json!({"coefficient": n, "fitted_us": v, "roofline_floor_us": floor, "beats_physics": v < floor})
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let pts: Vec<Value> = points
-        .iter()
-        .zip(&r.predicted)
-        .map(|(p, q)| {
-            let mut meas = Map::new();
-            let mut pred = Map::new();
-            let mut res = Map::new();
-            for (i, t) in TARGETS.iter().enumerate() {
-                if let Some(m) = p.measured[i] {
-                    meas.insert((*t).into(), m.into());
-                    if let Some(v) = q[i] {
-                        pred.insert((*t).into(), v.into());
-                        if m > 0.0 {
-                            res.insert((*t).into(), ((v - m) / m).into());
-                        }
-                    }
-                }
-            }
-            json!({
-                "name": p.name,
-                "max_concurrency": p.spec.workload.max_concurrency,
-                "measured": meas,
-                "predicted": pred,
-                "relative_residual": res,
-            })
-        })
-        .collect();
-    let mut r2 = Map::new();
-    for (i, t) in TARGETS.iter().enumerate() {
-        r2.insert((*t).into(), r.r2[i].map(Value::from).unwrap_or(Value::Null));
-    }
-    let mut j = Map::new();
-    j.insert("format".into(), "servesim-profile".into());
-    j.insert("version".into(), 1.into());
-    j.insert("created_by".into(), format!("servesim {}", env!("CARGO_PKG_VERSION")).into());
-    j.insert("source".into(), source.into());
-    j.insert("engine".into(), engine.clone());
-    j.insert("coefficients".into(), Value::Object(c));
-    j.insert("coefficient_sources".into(), Value::Object(sources));
-    j.insert("prior".into(), serde_json::to_value(prior.coefficients()).unwrap_or(Value::Null));
-    j.insert(
-        "fit".into(),
-        json!({
-            "method": "Nelder-Mead on squared log errors of simulated vs measured metrics, each divided by its target_noise",
-            "target_noise": TARGETS.iter().zip(TARGET_NOISE).map(|(t, n)| (t.to_string(), json!(n))).collect::<Map<String, Value>>(),
-            "targets": TARGETS,
-            "free": r.free.iter().map(|f| json!({"name": f.name, "coefficients": f.coefficients})).collect::<Vec<_>>(),
-            "factors": r.factors,
-            "objective": r.objective,
-            "evaluations": r.evaluations,
-            "r2": r2,
-            "points": pts,
-        }),
-    );
-    j.insert("roofline_check".into(), Value::Array(floors));
-    for (k, v) in extra {
-        j.insert(k, v);
-    }
-    Value::Object(j)
 }
 
 #[cfg(test)]

@@ -151,6 +151,28 @@ struct Shared {
     new_requests: std::sync::mpsc::Sender<NewRequest>,
     conns: Semaphore,
     next_id: std::sync::atomic::AtomicU64,
+    /// Engine time against the wall clock.
+    clock: WallClock,
+    /// The delivery model's constants (ingress); the driver owns the streaming queue's state.
+    front_model: sim::delivery::FrontEnd,
+}
+
+/// Engine time (integer ns, what `sim::delivery` computes in) on the wall clock:
+/// `time_scale` engine seconds per wall second from `base`.
+#[derive(Clone, Copy, Debug)]
+struct WallClock {
+    base: Instant,
+    scale: f64,
+}
+
+impl WallClock {
+    fn ns(&self, t: Instant) -> u64 {
+        (t.saturating_duration_since(self.base).as_secs_f64() * self.scale * 1e9).round() as u64
+    }
+    fn instant(&self, ns: u64) -> Instant {
+        let d = ns as f64 / 1e9 / self.scale;
+        self.base + Duration::from_secs_f64(d.min(1e9))
+    }
 }
 
 fn is_sglang(spec: &SimSpec) -> bool {
@@ -184,11 +206,10 @@ pub async fn serve(spec: SimSpec, opts: ServeOptions, ready: impl FnOnce(SocketA
         conns: Semaphore::new(opts.max_connections),
         next_id: std::sync::atomic::AtomicU64::new(0),
         opts: opts.clone(),
+        clock: WallClock { base: Instant::now(), scale: opts.time_scale.max(1e-6) },
+        front_model: sim::delivery::FrontEnd::new(spec.cost.ingress_ns(), spec.cost.output_token_ns()),
     });
-    let engine: Box<dyn Engine + Send> = match &spec.engine {
-        EngineSpec::Vllm(c) => Box::new(sim::engine::vllm::Scheduler::new(c.clone())),
-        EngineSpec::Sglang(c) => Box::new(sim::engine::sglang::Scheduler::new(c.clone())),
-    };
+    let engine = sim::engine::build(&spec.engine);
     let sh = shared.clone();
     std::thread::Builder::new()
         .name("servesim-engine".into())
@@ -231,20 +252,17 @@ pub async fn serve(spec: SimSpec, opts: ServeOptions, ready: impl FnOnce(SocketA
 /// thread of its own. It ends when every sender is gone (the server stopped).
 fn drive(mut engine: Box<dyn Engine + Send>, shared: Arc<Shared>, rx: std::sync::mpsc::Receiver<NewRequest>) {
     use std::sync::mpsc::RecvTimeoutError;
-    let mut streams: BTreeMap<ReqId, (mpsc::UnboundedSender<TokenEvent>, Instant, Option<Instant>, u32)> =
-        BTreeMap::new();
+    let mut streams: Streams = BTreeMap::new();
     let mut next: ReqId = 0;
     let mut outs: Vec<TokenOutput> = Vec::new();
     // Requests still in ingress, in the order they were read.
     let mut ingress: std::collections::VecDeque<NewRequest> = std::collections::VecDeque::new();
     let scale = shared.opts.time_scale.max(1e-6);
-    let Some(mut front) =
-        FrontEnd::start(Duration::from_secs_f64(shared.spec.cost.output_token_us.max(0.0) / 1e6 / scale))
-    else {
+    let Some(mut front) = FrontEnd::start(shared.front_model.clone(), shared.clock) else {
         return;
     };
     // Tokens of the last step held for the next one (engines with `output_lag`).
-    let mut held: Vec<Delivery> = Vec::new();
+    let mut held: Vec<TokenOutput> = Vec::new();
     // Steps are laid on an absolute timeline, so that sleep overshoot and the
     // driver's own work do not accumulate: each step ends `duration` after
     // the previous one ended (or after the engine woke up from idle).
@@ -272,7 +290,7 @@ fn drive(mut engine: Box<dyn Engine + Send>, shared: Arc<Shared>, rx: std::sync:
         };
         if idle {
             // The last step's held tokens go out now (see `output_lag`).
-            if !front.send(Instant::now(), std::mem::take(&mut held)) {
+            if !front.send(Instant::now(), deliveries(&streams, &std::mem::take(&mut held))) {
                 return;
             }
             publish(&shared, engine.as_ref());
@@ -302,8 +320,6 @@ fn drive(mut engine: Box<dyn Engine + Send>, shared: Arc<Shared>, rx: std::sync:
         outs.clear();
         engine.finish_step(&mut outs);
         let now = Instant::now();
-        let mut events = std::mem::take(&mut held);
-        let lag = engine.output_lag();
         let mut st = shared.stats.lock().expect("stats");
         st.iteration_tokens.observe(shape.total_tokens() as f64);
         for o in &outs {
@@ -317,17 +333,18 @@ fn drive(mut engine: Box<dyn Engine + Send>, shared: Arc<Shared>, rx: std::sync:
             }
             entry.2 = Some(now);
             st.generation_tokens += 1;
-            let ev = (entry.0.clone(), TokenEvent { finished: o.finished });
-            if lag && !o.finished {
-                held.push(ev);
-            } else {
-                events.push(ev);
-            }
-            if o.finished {
-                st.e2e.observe((now - entry.1).as_secs_f64() * scale);
-                st.requests_finished += 1;
-                streams.remove(&o.id);
-            }
+        }
+        // Which tokens go out now and which wait for the next step: `sim::delivery`.
+        if engine.output_lag() {
+            let mut later = Vec::new();
+            let _ = sim::delivery::split_lagged(&mut held, &mut outs, &mut later);
+            held = later;
+        }
+        let events = deliveries(&streams, &outs);
+        for o in outs.iter().filter(|o| o.finished) {
+            let Some(entry) = streams.remove(&o.id) else { continue };
+            st.e2e.observe((now - entry.1).as_secs_f64() * scale);
+            st.requests_finished += 1;
         }
         drop(st);
         if !front.send(now, events) {
@@ -339,17 +356,26 @@ fn drive(mut engine: Box<dyn Engine + Send>, shared: Arc<Shared>, rx: std::sync:
 /// A token for a request's stream.
 type Delivery = (mpsc::UnboundedSender<TokenEvent>, TokenEvent);
 
-/// The front end (detokenise and stream) on a thread of its own: one step's tokens after the
-/// other at `per_token` apiece, as `sim::simulation` models it. It delays the tokens, not the
-/// engine's next step.
+type Streams = BTreeMap<ReqId, (mpsc::UnboundedSender<TokenEvent>, Instant, Option<Instant>, u32)>;
+
+/// The streams' tokens for `outs`.
+fn deliveries(streams: &Streams, outs: &[TokenOutput]) -> Vec<Delivery> {
+    outs.iter()
+        .filter_map(|o| streams.get(&o.id).map(|e| (e.0.clone(), TokenEvent { finished: o.finished })))
+        .collect()
+}
+
+/// The front end (detokenise and stream) on a thread of its own: each step's tokens reach
+/// their streams when `sim::delivery::FrontEnd` (the simulation's streaming queue) says, on
+/// the wall clock. It delays the tokens, not the engine's next step.
 struct FrontEnd {
     tx: std::sync::mpsc::Sender<(Instant, Vec<Delivery>)>,
-    busy_until: Instant,
-    per_token: Duration,
+    model: sim::delivery::FrontEnd,
+    clock: WallClock,
 }
 
 impl FrontEnd {
-    fn start(per_token: Duration) -> Option<FrontEnd> {
+    fn start(model: sim::delivery::FrontEnd, clock: WallClock) -> Option<FrontEnd> {
         let (tx, rx) = std::sync::mpsc::channel::<(Instant, Vec<Delivery>)>();
         std::thread::Builder::new()
             .name("servesim-frontend".into())
@@ -363,7 +389,7 @@ impl FrontEnd {
                 }
             })
             .ok()?;
-        Some(FrontEnd { tx, busy_until: Instant::now(), per_token })
+        Some(FrontEnd { tx, model, clock })
     }
 
     /// Streams `events`, produced at `now`, after those already queued. False if the front
@@ -372,8 +398,8 @@ impl FrontEnd {
         if events.is_empty() {
             return true;
         }
-        self.busy_until = now.max(self.busy_until) + self.per_token * events.len() as u32;
-        self.tx.send((self.busy_until, events)).is_ok()
+        let at = self.model.stream(self.clock.ns(now), events.len()).unwrap_or(u64::MAX);
+        self.tx.send((self.clock.instant(at), events)).is_ok()
     }
 }
 
@@ -485,7 +511,7 @@ async fn handle(mut sock: TcpStream, sh: &Shared) {
         ("GET", "/v1/models") => response(
             200,
             "application/json",
-            &json!({"object": "list", "data": [{"id": sh.opts.model, "object": "model", "root": sh.opts.model, "owned_by": "servesim", "max_model_len": max_model_len(spec)}]}).to_string(),
+            &json!({"object": "list", "data": [{"id": sh.opts.model, "object": "model", "root": sh.opts.model, "owned_by": "servesim", "max_model_len": max_model_len(spec), "servesim_model_card": spec.model}]}).to_string(),
         ),
         ("GET", "/metrics") => response(200, "text/plain; version=0.0.4", &metrics_text(sh)),
         ("GET", "/get_server_info") if is_sglang(spec) => response(200, "application/json", &server_info(sh).to_string()),
@@ -656,7 +682,7 @@ async fn generate(mut sock: TcpStream, sh: &Shared, c: Completion, chat: bool) {
     // Ingress (HTTP, tokenisation) as the cost model has it: the driver adds the request to
     // the engine once it has passed.
     let arrived = Instant::now();
-    let ready = arrived + Duration::from_secs_f64(sh.spec.cost.request_ingress_us / 1e6 / sh.opts.time_scale.max(1e-6));
+    let ready = sh.clock.instant(sh.front_model.arrival(sh.clock.ns(arrived)).unwrap_or(u64::MAX));
     if sh.new_requests.send(NewRequest { spec, tokens: tx, arrived, ready }).is_err() {
         let _ = sock.write_all(&response(503, "application/json", &error_json("the engine stopped"))).await;
         return;

@@ -25,7 +25,8 @@ use tokio::task::JoinSet;
 
 use crate::client::{self, Outcome, Request, Target};
 use crate::prom::Snapshot;
-use crate::server::{self, Kind};
+use crate::server;
+use sim::config::EngineKind;
 
 /// How to run.
 #[derive(Clone, Debug)]
@@ -40,7 +41,7 @@ pub struct BenchOptions {
     pub jsonl: Option<PathBuf>,
     /// Poll `/metrics` this often during the timed phase (None: never).
     pub poll_interval: Option<Duration>,
-    pub kind: Kind,
+    pub kind: Option<EngineKind>,
     pub kv_capacity_tokens: u64,
     /// Print a line per phase on stderr.
     pub verbose: bool,
@@ -48,27 +49,6 @@ pub struct BenchOptions {
     pub on_done: Option<OnDone>,
     /// With the chat endpoint: prompts become text through this tokenizer.
     pub chat_tokenizer: Option<Arc<tokenizers::Tokenizer>>,
-}
-
-/// Text of exactly `ids.len()` tokens when re-encoded, as `vllm bench serve`
-/// builds its random prompts: decode, re-encode, cut or pad, decode again.
-pub fn text_prompt(tok: &tokenizers::Tokenizer, ids: &[u32]) -> String {
-    let target = ids.len();
-    let mut cur: Vec<u32> = ids.to_vec();
-    let mut text = tok.decode(&cur, true).unwrap_or_default();
-    for _ in 0..4 {
-        let got: Vec<u32> = tok.encode(text.as_str(), false).map(|e| e.get_ids().to_vec()).unwrap_or_default();
-        if got.len() == target {
-            break;
-        }
-        cur = if got.len() > target {
-            got[..target].to_vec()
-        } else {
-            got.iter().chain(ids.iter().cycle()).take(target).copied().collect()
-        };
-        text = tok.decode(&cur, true).unwrap_or_default();
-    }
-    text
 }
 
 /// A callback run as each timed request completes.
@@ -155,7 +135,9 @@ async fn run_phase(
     t0: Instant,
     writer: &Arc<Mutex<Writer>>,
     interrupted: &mut bool,
-) -> Vec<Option<Outcome>> {
+) -> Vec<Outcome> {
+    let sent: Arc<Vec<std::sync::atomic::AtomicBool>> =
+        Arc::new((0..reqs.len()).map(|_| std::sync::atomic::AtomicBool::new(false)).collect());
     let sem = Arc::new(Semaphore::new(max_conc.map(|c| c as usize).unwrap_or(Semaphore::MAX_PERMITS)));
     let start = Instant::now();
     let mut set = JoinSet::new();
@@ -164,15 +146,17 @@ async fn run_phase(
         let client = client.clone();
         let target = opts.target.clone();
         let ids = prompt_ids(spec, opts.vocab_size, opts.reserved_ids);
-        let text = opts.chat_tokenizer.as_ref().map(|t| text_prompt(t, &ids));
+        let text = opts.chat_tokenizer.as_ref().map(|t| crate::tokenizer::text_prompt(t, &ids));
         let req = Request { prompt_token_ids: ids, text, max_tokens: spec.max_tokens, ignore_eos: spec.ignore_eos };
         let send_at = start + Duration::from_nanos(spec.arrival_ns);
         let writer = writer.clone();
         let spec = spec.clone();
         let on_done = if phase == "timed" { opts.on_done.clone() } else { None };
+        let sent = sent.clone();
         set.spawn(async move {
             tokio::time::sleep_until(send_at.into()).await;
             let _permit = sem.acquire_owned().await.expect("semaphore open");
+            sent[i].store(true, std::sync::atomic::Ordering::SeqCst);
             let o = client::send(&client, &target, &req, t0).await;
             writer.lock().expect("writer").write(phase, i, &spec, &o);
             if let Some(f) = on_done {
@@ -198,9 +182,25 @@ async fn run_phase(
             }
         }
     }
+    // Requests the interruption caught in flight failed; those never sent are not failures.
+    let out: Vec<Outcome> = out
+        .into_iter()
+        .enumerate()
+        .map(|(i, o)| {
+            o.unwrap_or_else(|| {
+                if sent[i].load(std::sync::atomic::Ordering::SeqCst) {
+                    Outcome { sent: true, error: Some(client::Failure::Aborted), ..Default::default() }
+                } else {
+                    Outcome::default()
+                }
+            })
+        })
+        .collect();
     if opts.verbose {
-        let ok = out.iter().flatten().filter(|o| o.success).count();
-        eprintln!("{phase}: {ok}/{} requests succeeded in {:.1} s", reqs.len(), start.elapsed().as_secs_f64());
+        let ok = out.iter().filter(|o| o.success).count();
+        let unsent = out.iter().filter(|o| !o.sent).count();
+        let tail = if unsent > 0 { format!(" ({unsent} never sent)") } else { String::new() };
+        eprintln!("{phase}: {ok}/{} requests succeeded in {:.1} s{tail}", reqs.len(), start.elapsed().as_secs_f64());
     }
     out
 }
@@ -223,9 +223,12 @@ pub async fn run(opts: &BenchOptions, workload: &Workload) -> BenchRun {
         let o =
             run_phase(&client, opts, "initial_test", std::slice::from_ref(t), Some(1), t0, &writer, &mut interrupted)
                 .await;
-        if let Some(Some(o)) = o.first() {
-            if !o.success && opts.verbose {
-                eprintln!("warning: the initial test request failed: {}", o.error.as_deref().unwrap_or("?"));
+        if let Some(o) = o.first() {
+            if !o.success && o.sent && opts.verbose {
+                eprintln!(
+                    "warning: the initial test request failed: {}",
+                    o.error.as_ref().map_or_else(|| "?".to_string(), ToString::to_string)
+                );
             }
         }
     }
@@ -246,7 +249,7 @@ pub async fn run(opts: &BenchOptions, workload: &Workload) -> BenchRun {
             loop {
                 if let Ok(s) = server::metrics(&client, &base, key.as_deref()).await {
                     let (r, w, u) = match kind {
-                        Kind::Sglang => (
+                        Some(EngineKind::Sglang) => (
                             s.sum("sglang:num_running_reqs"),
                             s.sum("sglang:num_queue_reqs"),
                             s.sum("sglang:token_usage"),
@@ -271,7 +274,7 @@ pub async fn run(opts: &BenchOptions, workload: &Workload) -> BenchRun {
     let bench_start = Instant::now();
     let cpu_start = process_cpu_seconds();
     let timed = if interrupted {
-        vec![None; workload.requests.len()]
+        vec![Outcome::default(); workload.requests.len()]
     } else {
         run_phase(
             &client,
@@ -297,10 +300,11 @@ pub async fn run(opts: &BenchOptions, workload: &Workload) -> BenchRun {
     let mut outcomes = Vec::with_capacity(timed.len());
     let mut end_s: f64 = 0.0;
     for (spec, o) in workload.requests.iter().zip(timed) {
-        let o = o.unwrap_or_else(|| Outcome {
-            error: Some("not completed: the run was interrupted".into()),
-            ..Default::default()
-        });
+        if !o.sent {
+            // Never sent (the run was interrupted first): neither completed nor failed.
+            outcomes.push(o);
+            continue;
+        }
         let mut rec = RequestRecord { prompt_len: spec.prompt_len, output_len: o.output_tokens, ..Default::default() };
         let ns = |s: f64| (s.max(0.0) * 1e9).round() as u64;
         rec.dispatch_ns = ns(o.start_s);
@@ -345,7 +349,7 @@ pub async fn run(opts: &BenchOptions, workload: &Workload) -> BenchRun {
 }
 
 /// The engine counters accumulated between two `/metrics` snapshots.
-pub fn counter_diff(kind: Kind, a: &Snapshot, b: &Snapshot) -> EngineCounters {
+pub fn counter_diff(kind: Option<EngineKind>, a: &Snapshot, b: &Snapshot) -> EngineCounters {
     let d = |names: &[&str]| -> u64 {
         match (b.first_sum(names), a.first_sum(names)) {
             (Some(x), Some(y)) if x >= y => (x - y).round() as u64,
@@ -353,7 +357,7 @@ pub fn counter_diff(kind: Kind, a: &Snapshot, b: &Snapshot) -> EngineCounters {
         }
     };
     match kind {
-        Kind::Sglang => {
+        Some(EngineKind::Sglang) => {
             let hits = d(&["sglang:cached_tokens_total"]);
             let prompt = d(&["sglang:prompt_tokens_total"]);
             EngineCounters {

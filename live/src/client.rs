@@ -6,19 +6,65 @@
 //! * Latency: up to the last chunk with `choices` (not `[DONE]`).
 //! * Output tokens: `usage.completion_tokens` (`stream_options.include_usage`).
 //!
-//! Every failure is an outcome with a reason, never a panic: HTTP errors,
-//! refused connections, timeouts, streams cut before `[DONE]`, malformed
-//! chunks.
+//! Every failure is an outcome with a reason ([`Failure`]), never a panic:
+//! HTTP errors, refused connections, timeouts, streams cut before `[DONE]`,
+//! malformed chunks.
 
 use std::time::{Duration, Instant};
 
+use serde::{Serialize, Serializer};
 use serde_json::{json, Value};
+use thiserror::Error;
+
+/// Why a request failed.
+#[derive(Clone, Debug, Error, PartialEq)]
+pub enum Failure {
+    /// The connection could not be made (refused, reset, DNS).
+    #[error("connection failed: {0}")]
+    Connect(String),
+    /// The request's time limit passed.
+    #[error("timeout after {0:.1} s")]
+    Timeout(f64),
+    /// The transport failed otherwise.
+    #[error("request failed: {0}")]
+    Request(String),
+    /// The server answered with an error status (the body's first 300 characters).
+    #[error("HTTP {status}: {body}")]
+    Http { status: u16, body: String },
+    /// The stream broke off.
+    #[error("stream cut: {0}")]
+    StreamCut(String),
+    /// A chunk was not JSON.
+    #[error("malformed SSE chunk ({error}): {chunk}")]
+    Malformed { error: String, chunk: String },
+    /// The server sent an error event in the stream.
+    #[error("server error in stream: {0}")]
+    ServerError(String),
+    /// The stream ended without `[DONE]`.
+    #[error("stream ended before [DONE] after {0} chunks")]
+    NoDone(u32),
+    /// The stream ended without a token.
+    #[error("the stream carried no token")]
+    NoToken,
+    /// The run was interrupted (Ctrl-C) while the request was in flight.
+    #[error("not completed: the run was interrupted")]
+    Aborted,
+}
+
+impl Serialize for Failure {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
 
 /// What happened to one request.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Outcome {
     pub success: bool,
-    pub error: Option<String>,
+    /// Why it failed; None when it succeeded or was never sent.
+    pub error: Option<Failure>,
+    /// False for a request that was never sent (the run was interrupted first): not a failure.
+    pub sent: bool,
     /// Seconds from the run's start when the request was sent.
     pub start_s: f64,
     pub ttft_s: f64,
@@ -51,7 +97,7 @@ pub struct Target {
 /// Sends one streaming completion; `t0` is the run's start.
 pub async fn send(client: &reqwest::Client, target: &Target, req: &Request, t0: Instant) -> Outcome {
     let st = Instant::now();
-    let mut out = Outcome { start_s: (st - t0).as_secs_f64(), ..Default::default() };
+    let mut out = Outcome { start_s: (st - t0).as_secs_f64(), sent: true, ..Default::default() };
     let body = match &req.text {
         Some(text) => json!({
             "model": target.model,
@@ -82,7 +128,7 @@ pub async fn send(client: &reqwest::Client, target: &Target, req: &Request, t0: 
         let status = resp.status();
         if !status.is_success() {
             let text = resp.text().await.unwrap_or_default();
-            return Err(format!("HTTP {}: {}", status.as_u16(), text.chars().take(300).collect::<String>()));
+            return Err(Failure::Http { status: status.as_u16(), body: text.chars().take(300).collect::<String>() });
         }
         read_stream(resp, st, &mut out).await
     };
@@ -94,23 +140,21 @@ pub async fn send(client: &reqwest::Client, target: &Target, req: &Request, t0: 
             out.error = Some(e);
         }
         Err(_) => {
-            out.error = Some(format!("timeout after {:.1} s", target.timeout.as_secs_f64()));
+            out.error = Some(Failure::Timeout(target.timeout.as_secs_f64()));
         }
     }
     out
 }
 
-fn describe(e: &reqwest::Error) -> String {
+fn describe(e: &reqwest::Error) -> Failure {
     if e.is_connect() {
-        format!("connection failed: {e}")
-    } else if e.is_timeout() {
-        format!("timeout: {e}")
+        Failure::Connect(e.to_string())
     } else {
-        format!("request failed: {e}")
+        Failure::Request(e.to_string())
     }
 }
 
-async fn read_stream(mut resp: reqwest::Response, st: Instant, out: &mut Outcome) -> Result<(), String> {
+async fn read_stream(mut resp: reqwest::Response, st: Instant, out: &mut Outcome) -> Result<(), Failure> {
     let mut buf: Vec<u8> = Vec::new();
     let mut first = true;
     let mut last = st;
@@ -121,7 +165,7 @@ async fn read_stream(mut resp: reqwest::Response, st: Instant, out: &mut Outcome
         let chunk = match resp.chunk().await {
             Ok(Some(c)) => c,
             Ok(None) => break,
-            Err(e) => return Err(format!("stream cut: {e}")),
+            Err(e) => return Err(Failure::StreamCut(e.to_string())),
         };
         buf.extend_from_slice(&chunk);
         // Process complete lines.
@@ -135,10 +179,12 @@ async fn read_stream(mut resp: reqwest::Response, st: Instant, out: &mut Outcome
                 done = true;
                 continue;
             }
-            let v: Value = serde_json::from_str(data)
-                .map_err(|e| format!("malformed SSE chunk ({e}): {}", data.chars().take(120).collect::<String>()))?;
+            let v: Value = serde_json::from_str(data).map_err(|e| Failure::Malformed {
+                error: e.to_string(),
+                chunk: data.chars().take(120).collect::<String>(),
+            })?;
             if let Some(err) = v.get("error") {
-                return Err(format!("server error in stream: {err}"));
+                return Err(Failure::ServerError(err.to_string()));
             }
             let now = Instant::now();
             match v.get("choices").and_then(Value::as_array) {
@@ -161,10 +207,10 @@ async fn read_stream(mut resp: reqwest::Response, st: Instant, out: &mut Outcome
         }
     }
     if !done {
-        return Err(format!("stream ended before [DONE] after {chunks} chunks"));
+        return Err(Failure::NoDone(chunks));
     }
     if chunks == 0 {
-        return Err("the stream carried no token".into());
+        return Err(Failure::NoToken);
     }
     out.latency_s = (last - st).as_secs_f64();
     out.output_tokens = usage_tokens.unwrap_or(chunks);

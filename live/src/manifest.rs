@@ -102,6 +102,11 @@ pub fn relevant_metrics(s: &Snapshot) -> BTreeMap<String, f64> {
     keep.iter().filter_map(|k| s.sum(k).map(|v| ((*k).to_string(), v))).collect()
 }
 
+/// The `files` section of a record: (role, path) pairs.
+pub fn files(list: &[(&str, &std::path::Path)]) -> Map<String, Value> {
+    list.iter().map(|(k, p)| ((*k).to_string(), Value::from(p.display().to_string()))).collect()
+}
+
 /// Builds a run record.
 #[allow(clippy::too_many_arguments)]
 pub fn record(
@@ -116,7 +121,7 @@ pub fn record(
 ) -> Value {
     let setup = json!({
         "engine": {
-            "kind": info.kind,
+            "kind": info.kind_name(),
             "version": info.version,
             "info_gauges": info.info_gauges,
             "server_args": info.server_args,

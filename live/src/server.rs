@@ -2,47 +2,14 @@
 //! scheduler limits, from `/version`, `/v1/models`, `/metrics` (info gauges)
 //! and SGLang's `/get_server_info`.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde::Serialize;
 use serde_json::Value;
 
+pub use calib::ServerInfo;
+use sim::config::EngineKind;
+
 use crate::prom::Snapshot;
-
-/// Which engine answered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Kind {
-    Vllm,
-    Sglang,
-    Unknown,
-}
-
-/// Everything the server exposes about its setup.
-#[derive(Clone, Debug, Serialize)]
-pub struct ServerInfo {
-    pub base_url: String,
-    pub kind: Kind,
-    pub version: Option<String>,
-    pub model: Option<String>,
-    pub model_root: Option<String>,
-    pub max_model_len: Option<u32>,
-    /// Usable KV tokens: (num_gpu_blocks − 1) × block_size, or `max_total_num_tokens`.
-    pub kv_capacity_tokens: Option<u64>,
-    pub num_gpu_blocks: Option<u64>,
-    /// vLLM `block_size` / SGLang `page_size`.
-    pub kv_granularity: Option<u32>,
-    /// vLLM `max_num_seqs` / SGLang `max_running_requests`, when exposed.
-    pub max_running: Option<u32>,
-    /// vLLM `max_num_batched_tokens` / SGLang `chunked_prefill_size`, when exposed.
-    pub token_budget: Option<i64>,
-    pub prefix_caching: Option<bool>,
-    /// Info gauges from `/metrics` (`vllm:cache_config_info`, ...).
-    pub info_gauges: BTreeMap<String, BTreeMap<String, String>>,
-    /// SGLang's server arguments (`/get_server_info`), API keys removed.
-    pub server_args: Option<Value>,
-}
 
 /// GET `base/path` as text.
 pub async fn get_text(
@@ -110,7 +77,7 @@ pub async fn probe(client: &reqwest::Client, base: &str, api_key: Option<&str>) 
     let snap = metrics(client, base, api_key).await.unwrap_or_default();
     let mut info = ServerInfo {
         base_url: base.to_string(),
-        kind: Kind::Unknown,
+        kind: None,
         version,
         model,
         model_root,
@@ -123,9 +90,11 @@ pub async fn probe(client: &reqwest::Client, base: &str, api_key: Option<&str>) 
         prefix_caching: None,
         info_gauges: snap.info(),
         server_args: None,
+        // `servesim serve` reports the card of the model it emulates.
+        model_card: first.get("servesim_model_card").filter(|v| v.is_object()).cloned(),
     };
     if let Some(cc) = snap.labels("vllm:cache_config_info") {
-        info.kind = Kind::Vllm;
+        info.kind = Some(EngineKind::Vllm);
         let blocks = parse_u64(cc.get("num_gpu_blocks"));
         let bs = parse_u64(cc.get("block_size")).map(|v| v as u32);
         info.num_gpu_blocks = blocks;
@@ -135,13 +104,13 @@ pub async fn probe(client: &reqwest::Client, base: &str, api_key: Option<&str>) 
         }
         info.prefix_caching = cc.get("enable_prefix_caching").map(|v| v == "True" || v == "true");
     } else if snap.samples.iter().any(|s| s.name.starts_with("vllm:")) {
-        info.kind = Kind::Vllm;
+        info.kind = Some(EngineKind::Vllm);
     }
-    if info.kind == Kind::Unknown {
+    if info.kind.is_none() {
         if let Ok(t) = get_text(client, base, "/get_server_info", api_key).await {
             if let Ok(mut v) = serde_json::from_str::<Value>(&t) {
                 scrub(&mut v);
-                info.kind = Kind::Sglang;
+                info.kind = Some(EngineKind::Sglang);
                 let num = |k: &str| v.get(k).and_then(Value::as_i64);
                 info.kv_granularity = num("page_size").map(|x| x as u32);
                 info.max_running = num("max_running_requests").map(|x| x as u32);
@@ -173,8 +142,8 @@ pub async fn probe(client: &reqwest::Client, base: &str, api_key: Option<&str>) 
         if info.kv_capacity_tokens.is_none() {
             info.kv_capacity_tokens = snap.sum("sglang:max_total_num_tokens").map(|v| v as u64);
         }
-        if info.kind == Kind::Unknown && snap.samples.iter().any(|s| s.name.starts_with("sglang:")) {
-            info.kind = Kind::Sglang;
+        if info.kind.is_none() && snap.samples.iter().any(|s| s.name.starts_with("sglang:")) {
+            info.kind = Some(EngineKind::Sglang);
         }
     }
     Ok(info)

@@ -149,6 +149,13 @@ pub struct GpuCard {
     /// `memory_bytes`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nvidia_smi_memory_mib: Option<u32>,
+    /// Which measured kernel tables time this card (`data/kernels/`): an
+    /// aiconfigurator system name (`h100_sxm`, ...) to use that system's
+    /// tables as they are, or `"none"` for the linear roofline prior (a CPU
+    /// host). Absent: the system `data/kernels/index.json` maps the card to,
+    /// else the fallback for GPUs without tables (`sim::cost`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_tables: Option<String>,
     #[serde(default)]
     pub sources: Vec<String>,
     #[serde(default)]

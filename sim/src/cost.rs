@@ -37,6 +37,9 @@ use serde::{Deserialize, Serialize};
 use crate::cards::{GpuCard, ModelCard};
 use crate::config::Deployment;
 
+mod composed;
+pub use composed::*;
+
 /// The coefficients, every one optional: a scenario's inline values and a
 /// fitted profile are both partial overlays on the prior.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -234,9 +237,27 @@ pub struct CostModel {
     pub output_token_us: f64,
     /// For each of [`COEFFICIENT_NAMES`], where its value came from.
     pub sources: [CoefficientSource; 8],
+    /// The kernel-composed step cost, when it times the steps (the default
+    /// where no profile or inline step coefficient overrides the prior); the
+    /// six step coefficients above are then the linear roofline prior, kept
+    /// as the calibration's starting point, and do not time anything.
+    pub composed: Option<std::sync::Arc<ComposedCost>>,
 }
 
-/// The shape of one engine step, as the cost model sees it.
+/// At most this many prefill chunks of a step are kept one by one
+/// ([`StepShape::chunks`]); more are merged into [`StepShape::rest`].
+pub const MAX_CHUNKS: usize = 8;
+
+/// One prefill chunk: `n` new tokens after `context` already computed ones.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Chunk {
+    pub context: u64,
+    pub n: u64,
+}
+
+/// The shape of one engine step, as the cost model sees it: totals for the
+/// linear model, and each prefill chunk for the kernel-composed one (the
+/// decodes are costed at their mean context, so their sum is enough).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StepShape {
     pub num_seqs: u32,
@@ -246,6 +267,13 @@ pub struct StepShape {
     pub prefill_attention_pairs: u64,
     /// Σ over decode tokens of the context each reads.
     pub decode_context_tokens: u64,
+    /// The first [`MAX_CHUNKS`] prefill chunks, in scheduling order.
+    pub chunks: [Chunk; MAX_CHUNKS],
+    /// Prefill chunks in the step (`chunks` holds the first of them).
+    pub num_chunks: u32,
+    /// Chunks past the first [`MAX_CHUNKS`]: their count, tokens and
+    /// attention pairs (costed as that many chunks of their mean shape).
+    pub rest: (u64, u64, u64),
 }
 
 impl StepShape {
@@ -255,7 +283,17 @@ impl StepShape {
         self.num_seqs += 1;
         self.prefill_tokens += n;
         // Σ_{i=1..n} (context + i)
-        self.prefill_attention_pairs += n * context + n * (n + 1) / 2;
+        let pairs = n * context + n * (n + 1) / 2;
+        self.prefill_attention_pairs += pairs;
+        let i = self.num_chunks as usize;
+        if i < MAX_CHUNKS {
+            self.chunks[i] = Chunk { context, n };
+        } else {
+            self.rest.0 += 1;
+            self.rest.1 += n;
+            self.rest.2 += pairs;
+        }
+        self.num_chunks += 1;
     }
 
     /// Adds one decode token reading `context` tokens (itself included).
@@ -263,6 +301,16 @@ impl StepShape {
         self.num_seqs += 1;
         self.decode_tokens += 1;
         self.decode_context_tokens += context;
+    }
+
+    /// A step of `n` decodes reading `context_tokens` in all (the fast-forward's shape).
+    pub fn decodes(n: u64, context_tokens: u64) -> StepShape {
+        StepShape {
+            num_seqs: n as u32,
+            decode_tokens: n,
+            decode_context_tokens: context_tokens,
+            ..Default::default()
+        }
     }
 
     pub fn total_tokens(&self) -> u64 {
@@ -328,16 +376,41 @@ impl CostModel {
             request_ingress_us: eff.request_ingress_us,
             output_token_us: eff.output_token_us,
             sources: [CoefficientSource::Prior; 8],
+            composed: None,
         }
     }
 
     /// Replaces the coefficients `overlay` has, marking them `source`.
+    ///
+    /// Setting any of the six step coefficients (`step_us` .. `decode_kv_us`)
+    /// switches the step clock to the linear model: a fitted profile or
+    /// inline coefficients replace the kernel-composed prior as a whole, and
+    /// the coefficients they leave unset keep the linear roofline prior's
+    /// values (which is what `servesim calibrate` starts its fit from).
     pub fn overlay(&mut self, overlay: &CostCoefficients, source: CoefficientSource) {
         for (i, name) in COEFFICIENT_NAMES.iter().enumerate() {
             if let Some(v) = overlay.get(name) {
                 *self.slot(name) = v;
                 self.sources[i] = source;
+                if i < 6 {
+                    self.composed = None;
+                }
             }
+        }
+    }
+
+    /// Which model times the steps, in words (the `cost_source` report key).
+    pub fn source(&self) -> String {
+        if let Some(c) = &self.composed {
+            return c.source.clone();
+        }
+        let step = &self.sources[..6];
+        if step.iter().all(|s| *s == CoefficientSource::Prior) {
+            "linear roofline prior".into()
+        } else if step.iter().any(|s| *s == CoefficientSource::Scenario) {
+            "linear (scenario coefficients)".into()
+        } else {
+            "linear (fitted profile)".into()
         }
     }
 
@@ -369,6 +442,9 @@ impl CostModel {
 
     /// Duration of a step of this shape, in nanoseconds (at least 1).
     pub fn step_ns(&self, s: &StepShape) -> u64 {
+        if let Some(c) = &self.composed {
+            return us_to_ns(c.step_us(s)).max(1);
+        }
         let us = self.step_us
             + self.per_seq_us * f64::from(s.num_seqs)
             + self.prefill_token_us * s.prefill_tokens as f64
@@ -442,6 +518,7 @@ mod tests {
             interconnect: None,
             interconnect_bandwidth_bytes_per_s: None,
             nvidia_smi_memory_mib: None,
+            kernel_tables: None,
             sources: vec![],
             notes: None,
         };

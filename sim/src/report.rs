@@ -25,7 +25,10 @@ pub struct PointMeta {
 
 /// The report of one simulated run, as a JSON object with ordered keys.
 pub fn point_json(spec: &SimSpec, out: &SimOutput) -> Map<String, Value> {
-    bench_json(&PointMeta::of(spec), &out.workload, &out.metrics, &out.run)
+    let mut j = bench_json(&PointMeta::of(spec), &out.workload, &out.metrics, &out.run);
+    // Which model timed the steps: measured kernel tables, a fallback, or the linear model.
+    j.insert("cost_source".into(), spec.cost.source().into());
+    j
 }
 
 impl PointMeta {
@@ -145,9 +148,60 @@ fn pct_value(s: &Stats, sorted_fallback: f64, p: f64) -> f64 {
     PERCENTILES.iter().position(|&q| q == p).map(|i| s.percentiles[i]).unwrap_or(sorted_fallback)
 }
 
-/// The text report of a simulated run.
+/// The text report of a simulated run: what ran, `vllm bench serve`'s block, the
+/// engine block, and notes on the numbers that puzzle a first reader.
 pub fn text(spec: &SimSpec, out: &SimOutput, opts: &TextOptions) -> String {
-    text_report(&PointMeta::of(spec), &out.workload, &out.metrics, &out.run, opts, "simulated")
+    let trace = matches!(spec.workload.dataset, crate::workload::Dataset::Trace { .. });
+    let d = &spec.deployment;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "Scenario: {} | model {} | {}{} | {} {} | KV pool from {}",
+        spec.name.as_deref().unwrap_or("(unnamed)"),
+        spec.model.id,
+        if d.num_gpus > 1 { format!("{} x ", d.num_gpus) } else { String::new() },
+        spec.gpu.id,
+        spec.engine.kind(),
+        spec.engine.version(),
+        spec.kv_sizing.source
+    );
+    s.push_str(&text_report_with(
+        &PointMeta::of(spec),
+        &out.workload,
+        &out.metrics,
+        &out.run,
+        opts,
+        "simulated",
+        if trace { Some("trace") } else { None },
+    ));
+    // Notes on the numbers a first reader asks about.
+    let c = &out.run.counters;
+    if let crate::config::EngineSpec::Vllm(v) = &spec.engine {
+        let _ = writeln!(
+            s,
+            "Note: the KV cache size is the usable pool: vLLM's start-up log prints it with the null block ({} tokens); block 0 is reserved.",
+            out.run.kv_capacity_tokens + u64::from(v.block_size)
+        );
+    }
+    if out.metrics.max_concurrent_requests > out.workload.max_concurrency.map_or(u64::MAX, u64::from) {
+        let _ = writeln!(
+            s,
+            "Note: peak concurrent requests counts, as vllm bench serve does, the requests in flight at any time within one 1-second bucket: a request that ends and the next, sent in the same second, both count."
+        );
+    }
+    if out.workload.initial_test.is_some() && c.prefix_cache_hits > 0 {
+        let _ = writeln!(
+            s,
+            "Note: prefix cache hits include the first timed prompt, which the initial test request (the same prompt, sent first as vllm bench serve before 0.14 does) left cached."
+        );
+    }
+    // The step clock's source, as the engine block's first line.
+    if let Some(at) = s.find(" Engine (").and_then(|i| s[i..].find('\n').map(|j| i + j + 1)) {
+        let mut l = String::new();
+        line(&mut l, "Step cost source:", spec.cost.source());
+        s.insert_str(at, &l);
+    }
+    s
 }
 
 /// The text report: `vllm bench serve`'s block, then the engine block
@@ -160,6 +214,19 @@ pub fn text_report(
     opts: &TextOptions,
     what: &str,
 ) -> String {
+    text_report_with(meta, w, m, run, opts, what, None)
+}
+
+/// [`text_report`], with the request-rate line's value given (`trace`: arrivals from a trace).
+fn text_report_with(
+    meta: &PointMeta,
+    w: &crate::workload::Workload,
+    m: &crate::metrics::BenchMetrics,
+    run: &crate::simulation::RunResult,
+    opts: &TextOptions,
+    what: &str,
+    rate_label: Option<&str>,
+) -> String {
     let mut s = String::new();
     header(&mut s, " Serving Benchmark Result ", '=');
     line(&mut s, "Successful requests:", m.completed);
@@ -167,9 +234,10 @@ pub fn text_report(
     if let Some(c) = w.max_concurrency {
         line(&mut s, "Maximum request concurrency:", c);
     }
-    match w.request_rate {
-        Some(r) => line(&mut s, "Request rate configured (RPS):", format!("{r:.2}")),
-        None => line(&mut s, "Request rate configured (RPS):", "inf"),
+    match (rate_label, w.request_rate) {
+        (Some(l), _) => line(&mut s, "Request rate configured (RPS):", l),
+        (None, Some(r)) => line(&mut s, "Request rate configured (RPS):", format!("{r:.2}")),
+        (None, None) => line(&mut s, "Request rate configured (RPS):", "inf"),
     }
     linef(&mut s, "Benchmark duration (s):", m.duration_s);
     line(&mut s, "Total input tokens:", m.total_input_tokens);

@@ -65,8 +65,14 @@
 //! # Bounds
 //!
 //! A run ends when every request has completed, when no event is left while
-//! requests are unfinished (the engine cannot schedule them: `stalled`), or
-//! after `max_steps` engine steps. It always says which.
+//! requests are unfinished (the engine cannot schedule them: `stalled`), after
+//! `max_steps` engine steps (default 200,000,000: `step limit`), or when
+//! simulated time would pass `u64::MAX` nanoseconds (584 years: `time
+//! overflow`, naming what was too large: a step's cost, a send time, the
+//! ingress or the streaming cost). Every addition to simulated time is
+//! checked; none wraps. It always says which. The scenario's limits
+//! (`sim::config::MAX_NUM_PROMPTS` and the others) bound the memory a run
+//! takes; [`run_observed`] reports progress for a caller that shows it.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -158,6 +164,10 @@ pub enum StopReason {
     Interrupted {
         completed: usize,
     },
+    /// Simulated time would have passed `u64::MAX` nanoseconds; `cause` says what was too large.
+    TimeOverflow {
+        cause: &'static str,
+    },
 }
 
 impl StopReason {
@@ -170,6 +180,9 @@ impl StopReason {
             StopReason::StepLimit { steps } => format!("step limit: stopped after {steps} engine steps"),
             StopReason::InvariantViolated(m) => format!("invariant violated: {m}"),
             StopReason::Interrupted { completed } => format!("interrupted: {completed} requests had completed"),
+            StopReason::TimeOverflow { cause } => {
+                format!("time overflow: simulated time passed 584 years (u64 nanoseconds): {cause}")
+            }
         }
     }
 }
@@ -220,14 +233,14 @@ struct Loop<'a, E: Engine> {
     pending: VecDeque<ReqId>,
     remaining_in_phase: usize,
     step_running: bool,
-    frontend_busy_until: u64,
+    /// Ingress and the output streaming queue (`crate::delivery`).
+    front: crate::delivery::FrontEnd,
     outputs: Vec<TokenOutput>,
     /// Tokens of the last step waiting for the next one (engines with `output_lag`).
     held: Vec<TokenOutput>,
     /// An empty buffer for the next step's held tokens.
     later: Vec<TokenOutput>,
     ingress_ns: u64,
-    out_token_ns: u64,
     opts: RunOptions,
     steps: u64,
     // timed-phase bookkeeping
@@ -244,26 +257,41 @@ struct Loop<'a, E: Engine> {
     ff_outs: Vec<TokenOutput>,
 }
 
+const STEP_TOO_LONG: &str = "an engine step's cost is too large (cost coefficients, or a prior efficiency close to 0)";
+const SEND_TOO_LATE: &str = "a request's send time is too late (trace arrival_time or request_rate)";
+const INGRESS_TOO_LONG: &str = "request_ingress_us is too large";
+const STREAMING_TOO_LONG: &str = "output_token_us is too large";
+
 impl<'a, E: Engine> Loop<'a, E> {
     fn push(&mut self, t: u64, ev: Event) {
         self.seq += 1;
         self.heap.push(Reverse((t, self.seq, ev)));
     }
 
+    /// `now + d`, or `None` with the run stopped naming `cause` if it overflows.
+    fn later_by(&mut self, now: u64, d: u64, cause: &'static str) -> Option<u64> {
+        let t = now.checked_add(d);
+        if t.is_none() && self.stop.is_none() {
+            self.stop = Some(StopReason::TimeOverflow { cause });
+        }
+        t
+    }
+
     fn start_phase(&mut self, now: u64, ids: std::ops::Range<usize>) {
         self.remaining_in_phase = ids.len();
         for id in ids {
-            let t = now + self.specs[id].arrival_ns;
+            let Some(t) = self.later_by(now, self.specs[id].arrival_ns, SEND_TOO_LATE) else { return };
             self.push(t, Event::ClientSend(id as ReqId));
         }
     }
 
     fn dispatch(&mut self, id: ReqId, now: u64) {
+        let Some(arrival) = self.later_by(now, self.front.ingress_ns, INGRESS_TOO_LONG) else { return };
         self.in_flight += 1;
         let rec = &mut self.records[id as usize];
         rec.dispatch_ns = now;
-        rec.engine_arrival_ns = now + self.ingress_ns;
-        self.push(now + self.ingress_ns, Event::EngineArrival(id));
+        rec.engine_arrival_ns = arrival;
+        self.push(arrival, Event::EngineArrival(id));
     }
 
     /// Adds the last sample's gauges, held from it (or from the start of the timed phase)
@@ -305,6 +333,11 @@ impl<'a, E: Engine> Loop<'a, E> {
             return;
         }
         let dur = self.cost.step_ns(&plan.shape);
+        let Some(end) = now.checked_add(dur) else {
+            self.stop.get_or_insert(StopReason::TimeOverflow { cause: STEP_TOO_LONG });
+            self.step_running = false;
+            return;
+        };
         for s in &plan.scheduled {
             let rec = &mut self.records[s.id as usize];
             if rec.first_scheduled_ns.is_none() {
@@ -317,7 +350,7 @@ impl<'a, E: Engine> Loop<'a, E> {
         self.steps += 1;
         self.step_running = true;
         self.sample_gauges(now);
-        self.push(now + dur, Event::StepEnd);
+        self.push(end, Event::StepEnd);
     }
 
     fn on_step_end(&mut self, now: u64) {
@@ -334,16 +367,7 @@ impl<'a, E: Engine> Loop<'a, E> {
         // round (`outputs`, `held`, `later`), so that a step allocates nothing.
         let mut later = std::mem::take(&mut self.later);
         if self.engine.output_lag() {
-            let mut now_out = std::mem::take(&mut self.held);
-            for o in outs.drain(..) {
-                if o.finished {
-                    now_out.push(o);
-                } else {
-                    later.push(o);
-                }
-            }
-            std::mem::swap(&mut outs, &mut now_out);
-            self.later = now_out;
+            self.later = crate::delivery::split_lagged(&mut self.held, &mut outs, &mut later);
         }
         self.deliver(now, &outs);
         self.outputs = outs;
@@ -438,9 +462,10 @@ impl<'a, E: Engine> Loop<'a, E> {
     fn deliver(&mut self, now: u64, outs: &[TokenOutput]) {
         if !outs.is_empty() {
             // The front end streams the step's outputs one after the other.
-            let start = now.max(self.frontend_busy_until);
-            let deliver = start + self.out_token_ns * outs.len() as u64;
-            self.frontend_busy_until = deliver;
+            let Some(deliver) = self.front.stream(now, outs.len()) else {
+                self.stop.get_or_insert(StopReason::TimeOverflow { cause: STREAMING_TOO_LONG });
+                return;
+            };
             for o in outs {
                 let rec = &mut self.records[o.id as usize];
                 if rec.first_token_step_end_ns.is_none() {
@@ -455,8 +480,51 @@ impl<'a, E: Engine> Loop<'a, E> {
     }
 }
 
+/// How far a run has got, for a caller that shows progress ([`run_observed`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Progress {
+    /// Timed requests completed.
+    pub completed: usize,
+    /// Timed requests in the run.
+    pub total: usize,
+    /// Simulated time now.
+    pub now_ns: u64,
+}
+
 /// Runs `workload` against `engine` with `cost`.
 pub fn run<E: Engine>(engine: E, cost: &CostModel, workload: &Workload, opts: RunOptions) -> RunResult {
+    run_observed(engine, cost, workload, opts, &mut |_| {})
+}
+
+/// Generates the workload of `spec` and runs it as [`crate::simulate`] does,
+/// calling `observe` each time a timed request completes.
+pub fn simulate_observed(
+    spec: &crate::config::SimSpec,
+    opts: RunOptions,
+    observe: &mut dyn FnMut(Progress),
+) -> crate::SimOutput {
+    use crate::config::EngineSpec;
+    let workload = crate::workload::generate(&spec.workload);
+    let run = match &spec.engine {
+        EngineSpec::Vllm(cfg) => {
+            run_observed(crate::engine::vllm::Scheduler::new(cfg.clone()), &spec.cost, &workload, opts, observe)
+        }
+        EngineSpec::Sglang(cfg) => {
+            run_observed(crate::engine::sglang::Scheduler::new(cfg.clone()), &spec.cost, &workload, opts, observe)
+        }
+    };
+    let metrics = crate::metrics::bench_metrics(&run);
+    crate::SimOutput { workload, run, metrics }
+}
+
+/// [`run`], calling `observe` each time a timed request completes.
+pub fn run_observed<E: Engine>(
+    engine: E,
+    cost: &CostModel,
+    workload: &Workload,
+    opts: RunOptions,
+    observe: &mut dyn FnMut(Progress),
+) -> RunResult {
     // All phases' requests in one id space: test, warm-ups, timed.
     let mut specs: Vec<&RequestSpec> = Vec::new();
     let mut phase_of = Vec::new();
@@ -504,12 +572,11 @@ pub fn run<E: Engine>(engine: E, cost: &CostModel, workload: &Workload, opts: Ru
         pending: VecDeque::new(),
         remaining_in_phase: 0,
         step_running: false,
-        frontend_busy_until: 0,
+        front: crate::delivery::FrontEnd::new(cost.ingress_ns(), cost.output_token_ns()),
         outputs: Vec::new(),
         held: Vec::new(),
         later: Vec::new(),
         ingress_ns: cost.ingress_ns(),
-        out_token_ns: cost.output_token_ns(),
         opts,
         steps: 0,
         timed: false,
@@ -565,6 +632,10 @@ pub fn run<E: Engine>(engine: E, cost: &CostModel, workload: &Workload, opts: Ru
                 lp.in_flight -= 1;
                 lp.records[id as usize].completed = true;
                 lp.remaining_in_phase -= 1;
+                if lp.timed {
+                    let total = workload.requests.len();
+                    observe(Progress { completed: total - lp.remaining_in_phase, total, now_ns: now });
+                }
                 if let Some(next) = lp.pending.pop_front() {
                     lp.dispatch(next, now);
                 }

@@ -1,13 +1,23 @@
 //! The `cost` section: the roofline prior, a profile and inline coefficients.
 
 use super::*;
+use crate::cost::{provider_for, ComposedCost, GraphRule, FALLBACK};
 
+/// Resolves the `cost` section. The step clock is, in order: inline step
+/// coefficients or a profile (the linear model: they replace the prior as a
+/// whole, see [`CostModel::overlay`]); `prior` given (the linear roofline
+/// prior with those efficiencies); else the kernel-composed cost
+/// ([`crate::cost::ComposedCost`]) from the GPU's measured kernel tables, or
+/// the fallback for a GPU without them; a card with `kernel_tables: "none"`
+/// keeps the linear roofline prior.
 pub(super) fn resolve_cost(
     c: &CostSection,
     model: &ModelCard,
     gpu: &GpuCard,
     dep: &Deployment,
     res: &Resources,
+    engine: &str,
+    graphs: GraphRule,
 ) -> Result<CostModel> {
     let prior = c.prior.clone().unwrap_or_default();
     for (name, v) in [
@@ -32,6 +42,20 @@ pub(super) fn resolve_cost(
         ));
     }
     let mut cost = CostModel::roofline(model, gpu, dep, &prior);
+    if c.prior.is_none() {
+        if let Some((provider, source)) = provider_for(gpu, engine, FALLBACK, None) {
+            cost.composed = Some(std::sync::Arc::new(ComposedCost::build(
+                model,
+                gpu,
+                dep,
+                graphs,
+                &provider,
+                source,
+                prior.allreduce_latency_us,
+                prior.interconnect_bandwidth_eff,
+            )));
+        }
+    }
     if c.profile.is_some() {
         let p = res.profile.as_ref().ok_or_else(|| ConfigError::new("cost.profile", "the profile was not loaded"))?;
         check_coefficients(p, "cost.profile")?;
@@ -44,13 +68,17 @@ pub(super) fn resolve_cost(
     Ok(cost)
 }
 
+/// The largest coefficient accepted, µs (one second per step, sequence, token or
+/// pair: no GPU step term is near it; a larger one would overflow simulated time).
+pub const MAX_COEFFICIENT_US: f64 = 1e6;
+
 fn check_coefficients(c: &CostCoefficients, path: &str) -> Result<()> {
     for name in COEFFICIENT_NAMES {
         if let Some(v) = c.get(name) {
-            if !(v.is_finite() && v >= 0.0) {
+            if !(v.is_finite() && (0.0..=MAX_COEFFICIENT_US).contains(&v)) {
                 return Err(ConfigError::new(
                     format!("{path}.{name}"),
-                    format!("must be a finite number >= 0 (µs), got {v}"),
+                    format!("must be a finite number from 0 to {MAX_COEFFICIENT_US} (µs), got {v}"),
                 ));
             }
         }

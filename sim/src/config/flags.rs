@@ -1,7 +1,328 @@
-//! The vLLM ↔ SGLang flag correspondence: which `engine` fields belong to
-//! which engine, and the other engine's counterpart of each.
+//! The vLLM ↔ SGLang flag correspondence, in one place: which `engine` fields
+//! belong to which engine and the other engine's counterpart of each (scenario
+//! validation), the knobs both engines have under their own names (the
+//! alignment table of `sweep`, `explain`'s knob names), the translation of one
+//! engine's flags into the other's (`--set engine.kind=vllm,sglang`), and the
+//! scheduler flags read from what a live server reports (`calibrate`, `check`).
+//!
+//! **To add an engine flag**, add it to the schema (`schema.rs`), to
+//! [`EngineSection::is_set`] and the `*_ONLY` list here, and, if the other
+//! engine has a counterpart, to [`KNOBS`] and [`translate_engine`].
+
+use serde_json::Map;
 
 use super::*;
+
+impl EngineKind {
+    /// Both engines, in a fixed order.
+    pub const ALL: [EngineKind; 2] = [EngineKind::Vllm, EngineKind::Sglang];
+
+    /// The name in scenarios and on the command line: `vllm`, `sglang`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EngineKind::Vllm => "vllm",
+            EngineKind::Sglang => "sglang",
+        }
+    }
+
+    /// The engine's own spelling, for prose: `vLLM`, `SGLang`.
+    pub fn display_name(self) -> &'static str {
+        match self {
+            EngineKind::Vllm => "vLLM",
+            EngineKind::Sglang => "SGLang",
+        }
+    }
+
+    /// Reads `vllm` or `sglang`.
+    pub fn parse(s: &str) -> Option<EngineKind> {
+        EngineKind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+
+    pub fn other(self) -> EngineKind {
+        match self {
+            EngineKind::Vllm => EngineKind::Sglang,
+            EngineKind::Sglang => EngineKind::Vllm,
+        }
+    }
+
+    /// The engine's flag for `knob` (a [`Knob::name`]), e.g. `running cap` → `max_num_seqs`.
+    pub fn flag(self, knob: &str) -> Option<&'static str> {
+        KNOBS.iter().find(|k| k.name == knob).map(|k| match self {
+            EngineKind::Vllm => k.vllm,
+            EngineKind::Sglang => k.sglang,
+        })
+    }
+
+    /// The cap on running requests: `max_num_seqs` / `max_running_requests`.
+    pub fn running_cap_flag(self) -> &'static str {
+        match self {
+            EngineKind::Vllm => "max_num_seqs",
+            EngineKind::Sglang => "max_running_requests",
+        }
+    }
+
+    /// The per-step token cap: `max_num_batched_tokens` / `chunked_prefill_size`.
+    pub fn token_budget_flag(self) -> &'static str {
+        match self {
+            EngineKind::Vllm => "max_num_batched_tokens",
+            EngineKind::Sglang => "chunked_prefill_size",
+        }
+    }
+
+    /// The KV allocation unit's flag: `block_size` / `page_size`.
+    pub fn kv_granularity_flag(self) -> &'static str {
+        match self {
+            EngineKind::Vllm => "block_size",
+            EngineKind::Sglang => "page_size",
+        }
+    }
+
+    /// The KV allocation unit: `block` / `page`.
+    pub fn kv_unit(self) -> &'static str {
+        match self {
+            EngineKind::Vllm => "block",
+            EngineKind::Sglang => "page",
+        }
+    }
+
+    /// The memory fraction flag: `gpu_memory_utilization` / `mem_fraction_static`.
+    pub fn memory_fraction_flag(self) -> &'static str {
+        match self {
+            EngineKind::Vllm => "gpu_memory_utilization",
+            EngineKind::Sglang => "mem_fraction_static",
+        }
+    }
+
+    /// The prefix cache's switch: `enable_prefix_caching` / `disable_radix_cache`.
+    pub fn prefix_cache_flag(self) -> &'static str {
+        match self {
+            EngineKind::Vllm => "enable_prefix_caching",
+            EngineKind::Sglang => "disable_radix_cache",
+        }
+    }
+
+    /// The scheduling policy flag: `policy` / `schedule_policy`.
+    pub fn policy_flag(self) -> &'static str {
+        match self {
+            EngineKind::Vllm => "policy",
+            EngineKind::Sglang => "schedule_policy",
+        }
+    }
+
+    /// The context length flag: `max_model_len` / `context_length`.
+    pub fn context_length_flag(self) -> &'static str {
+        match self {
+            EngineKind::Vllm => "max_model_len",
+            EngineKind::Sglang => "context_length",
+        }
+    }
+
+    /// What the engine does to a running request when KV runs out: `preempt` / `retract`.
+    pub fn preempt_verb(self) -> &'static str {
+        match self {
+            EngineKind::Vllm => "preempt",
+            EngineKind::Sglang => "retract",
+        }
+    }
+
+    /// `preempted` / `retracted`.
+    pub fn preempted(self) -> &'static str {
+        match self {
+            EngineKind::Vllm => "preempted",
+            EngineKind::Sglang => "retracted",
+        }
+    }
+
+    /// `preemptions` / `retractions`.
+    pub fn preemptions(self) -> &'static str {
+        match self {
+            EngineKind::Vllm => "preemptions",
+            EngineKind::Sglang => "retractions",
+        }
+    }
+
+    /// The scheduler flags a live server of this engine reports about itself (vLLM: its
+    /// start-up log's non-default arguments; SGLang: `/get_server_info`) that a derived
+    /// scenario takes over as they are.
+    pub fn reported_scheduler_flags(self) -> &'static [&'static str] {
+        match self {
+            EngineKind::Vllm => {
+                &["max_num_seqs", "max_num_batched_tokens", "long_prefill_token_threshold", "block_size", "max_model_len"]
+            }
+            EngineKind::Sglang => &[
+                "max_running_requests",
+                "chunked_prefill_size",
+                "max_prefill_tokens",
+                "page_size",
+                "schedule_policy",
+                "disable_radix_cache",
+                "enable_mixed_chunk",
+                "disable_overlap_schedule",
+                "context_length",
+                "schedule_conservativeness",
+            ],
+        }
+    }
+}
+
+impl fmt::Display for EngineKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl EngineSpec {
+    /// Which engine this is.
+    pub fn engine_kind(&self) -> EngineKind {
+        match self {
+            EngineSpec::Vllm(_) => EngineKind::Vllm,
+            EngineSpec::Sglang(_) => EngineKind::Sglang,
+        }
+    }
+
+    /// `max_model_len` / `context_length`.
+    pub fn context_length(&self) -> u32 {
+        match self {
+            EngineSpec::Vllm(c) => c.max_model_len,
+            EngineSpec::Sglang(c) => c.context_length,
+        }
+    }
+}
+
+/// A knob both engines have, under their own names.
+pub struct Knob {
+    pub name: &'static str,
+    pub vllm: &'static str,
+    pub sglang: &'static str,
+    /// How the two differ in meaning, when they do.
+    pub note: &'static str,
+}
+
+impl Knob {
+    /// The flag of `kind`.
+    pub fn flag(&self, kind: EngineKind) -> &'static str {
+        match kind {
+            EngineKind::Vllm => self.vllm,
+            EngineKind::Sglang => self.sglang,
+        }
+    }
+}
+
+/// The knobs both engines have (`docs/parameter-mapping.md`).
+pub const KNOBS: &[Knob] = &[
+    Knob { name: "running cap", vllm: "max_num_seqs", sglang: "max_running_requests", note: "" },
+    Knob {
+        name: "per-step token cap",
+        vllm: "max_num_batched_tokens",
+        sglang: "chunked_prefill_size",
+        note: "vLLM counts decode tokens in it; SGLang counts new prompt tokens of a prefill batch only (plus max_prefill_tokens)",
+    },
+    Knob { name: "KV granularity (tokens)", vllm: "block_size", sglang: "page_size", note: "" },
+    Knob {
+        name: "prefix reuse",
+        vllm: "enable_prefix_caching",
+        sglang: "radix cache (not disable_radix_cache)",
+        note: "hashed full blocks vs a token-level radix tree",
+    },
+    Knob {
+        name: "memory fraction",
+        vllm: "gpu_memory_utilization",
+        sglang: "mem_fraction_static",
+        note: "vLLM's covers weights, activations and KV; SGLang's weights and KV (activations come out of the rest)",
+    },
+    Knob {
+        name: "KV pool (tokens)",
+        vllm: "usable KV",
+        sglang: "max_total_tokens",
+        note: "vLLM's from num_gpu_blocks_override, kv_cache_tokens or gpu_memory_utilization, less the null block",
+    },
+    Knob { name: "context length", vllm: "max_model_len", sglang: "context_length", note: "" },
+    Knob { name: "scheduling policy", vllm: "policy", sglang: "schedule_policy", note: "" },
+];
+
+/// Translates a scenario's raw `engine` section to the other engine's flags (`to`).
+/// Returns the new section and a note per flag that has no counterpart.
+pub fn translate_engine(
+    engine: &Map<String, Value>,
+    to: EngineKind,
+) -> std::result::Result<(Map<String, Value>, Vec<String>), String> {
+    let from = engine.get("kind").and_then(Value::as_str).and_then(EngineKind::parse).unwrap_or(EngineKind::Vllm);
+    let mut out = Map::new();
+    out.insert("kind".into(), to.as_str().into());
+    let mut notes = Vec::new();
+    if from == to {
+        return Ok((engine.clone(), notes));
+    }
+    let block = engine.get("block_size").and_then(Value::as_u64).unwrap_or(16);
+    for (k, v) in engine {
+        let mapped: Option<(&str, Value)> = match (from, k.as_str()) {
+            (_, "kind") => None,
+            (_, "version") => {
+                notes.push(format!("engine.version {v} is a {from} release: the {to} side uses its default release"));
+                None
+            }
+            (EngineKind::Vllm, "max_num_seqs") => Some(("max_running_requests", v.clone())),
+            (EngineKind::Vllm, "max_num_batched_tokens") => Some(("chunked_prefill_size", v.clone())),
+            (EngineKind::Vllm, "block_size") => Some(("page_size", v.clone())),
+            (EngineKind::Vllm, "enable_prefix_caching") => {
+                Some(("disable_radix_cache", Value::Bool(!v.as_bool().unwrap_or(true))))
+            }
+            (EngineKind::Vllm, "gpu_memory_utilization") => Some(("mem_fraction_static", v.clone())),
+            // The same usable pool: vLLM loses one block (the null block) of what its log prints.
+            (EngineKind::Vllm, "kv_cache_tokens") => {
+                let t = v.as_u64().unwrap_or(0);
+                Some(("max_total_tokens", Value::from((t / block).saturating_sub(1) * block)))
+            }
+            (EngineKind::Vllm, "num_gpu_blocks_override") => {
+                let n = v.as_u64().unwrap_or(2);
+                Some(("max_total_tokens", Value::from(n.saturating_sub(1) * block)))
+            }
+            (EngineKind::Vllm, "max_model_len") => Some(("context_length", v.clone())),
+            (EngineKind::Vllm, "policy") => match v.as_str() {
+                Some("fcfs") => Some(("schedule_policy", v.clone())),
+                _ => return Err(format!("engine.policy {v} has no modelled SGLang counterpart")),
+            },
+            (EngineKind::Sglang, "max_running_requests") => Some(("max_num_seqs", v.clone())),
+            (EngineKind::Sglang, "chunked_prefill_size") => match v.as_i64() {
+                Some(-1) => {
+                    notes.push(
+                        "chunked_prefill_size -1 (off) has no vLLM V1 counterpart: vLLM keeps its default budget"
+                            .into(),
+                    );
+                    None
+                }
+                _ => Some(("max_num_batched_tokens", v.clone())),
+            },
+            (EngineKind::Sglang, "page_size") => Some(("block_size", v.clone())),
+            (EngineKind::Sglang, "disable_radix_cache") => {
+                Some(("enable_prefix_caching", Value::Bool(!v.as_bool().unwrap_or(false))))
+            }
+            (EngineKind::Sglang, "mem_fraction_static") => Some(("gpu_memory_utilization", v.clone())),
+            (EngineKind::Sglang, "max_total_tokens") => {
+                // kv_cache_tokens counts the null block too; usable = whole blocks of the pool.
+                let m = v.as_u64().unwrap_or(0);
+                let b = engine.get("page_size").and_then(Value::as_u64).filter(|&p| p > 1).unwrap_or(16);
+                Some(("kv_cache_tokens", Value::from((m / b + 1) * b)))
+            }
+            (EngineKind::Sglang, "context_length") => Some(("max_model_len", v.clone())),
+            (EngineKind::Sglang, "schedule_policy") => match v.as_str() {
+                Some("fcfs") => Some(("policy", v.clone())),
+                _ => {
+                    notes.push(format!("schedule_policy {v} has no vLLM counterpart: vLLM uses fcfs"));
+                    None
+                }
+            },
+            (_, other) => {
+                notes.push(format!("engine.{other} has no {to} counterpart and is dropped"));
+                None
+            }
+        };
+        if let Some((name, value)) = mapped {
+            out.insert(name.into(), value);
+        }
+    }
+    Ok((out, notes))
+}
 
 /// The vLLM flags of the `engine` section, with their SGLang counterparts.
 const VLLM_ONLY: &[(&str, &str)] = &[
@@ -78,10 +399,11 @@ impl EngineSection {
 
     /// A flag of the other engine is an error that names the right one.
     pub(super) fn check_flags_of(&self, kind: EngineKind) -> Result<()> {
-        let (foreign, this, other) = match kind {
-            EngineKind::Vllm => (SGLANG_ONLY, "vllm", "SGLang"),
-            EngineKind::Sglang => (VLLM_ONLY, "sglang", "vLLM"),
+        let foreign = match kind {
+            EngineKind::Vllm => SGLANG_ONLY,
+            EngineKind::Sglang => VLLM_ONLY,
         };
+        let (this, other) = (kind.as_str(), kind.other().display_name());
         for (flag, counterpart) in foreign {
             if self.is_set(flag) {
                 return Err(ConfigError::new(

@@ -79,6 +79,7 @@ pub mod memory_constants {
         SGLANG_CONTEXT_MIB, VLLM_GRAPH_MIB_PER_LAYER_SIZE, VLLM_NON_TORCH_MIB, VLLM_NON_TORCH_TP_MIB,
     };
 }
+pub use flags::{translate_engine, Knob, KNOBS};
 pub use overrides::apply_set;
 pub use schema::*;
 pub use workload::resolve_workload;
@@ -228,6 +229,26 @@ fn positive(path: &str, v: u32) -> Result<u32> {
     }
 }
 
+/// The first vLLM release whose `vllm bench serve` skips the initial test
+/// request by default: vllm-project/vllm#30975 ("Disable default
+/// `--ready-check-timeout-sec` extra call in vllm bench", merged 2025-12-18)
+/// set `--ready-check-timeout-sec` to 0, after v0.13.0 was cut, so 0.14.0 is
+/// the first release with it (inferred from the merge date, not read from
+/// the tag). A later proposal to restore a default (#36118) was closed.
+pub const VLLM_SKIPS_INITIAL_TEST: Version = Version::new(0, 14, 0);
+
+/// `workload.initial_test_request` when the scenario leaves it unset: the
+/// modelled benchmark is the engine's own release of `vllm bench serve`
+/// (before 0.14.0: the test request is sent; from 0.14.0: skipped). For
+/// SGLang, no vLLM release is modelled and the test request is sent
+/// (`sglang.bench_serving` sends a warm-up request by default too).
+pub fn default_initial_test_request(engine: &EngineSpec) -> bool {
+    match engine {
+        EngineSpec::Vllm(c) => c.version < VLLM_SKIPS_INITIAL_TEST,
+        EngineSpec::Sglang(_) => true,
+    }
+}
+
 /// Checks a scenario and resolves it against the loaded resources.
 pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
     if s.version != SCENARIO_FORMAT_VERSION {
@@ -264,13 +285,22 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
         s.engine.kind.ok_or_else(|| ConfigError::new("engine.kind", "missing; expected \"vllm\" or \"sglang\""))?;
     s.engine.check_flags_of(kind)?;
     let deployment = resolve_deployment(&s.engine, kind, &model, hardware_count)?;
-    let workload = resolve_workload(&s.workload, res)?;
+    let mut workload = resolve_workload(&s.workload, res)?;
     let (engine, kv_sizing) = match kind {
         EngineKind::Vllm => resolve_vllm(&s.engine, &model, &gpu, &deployment)?,
         EngineKind::Sglang => resolve_sglang(&s.engine, &model, &gpu, &deployment, workload.seed)?,
     };
+    if s.workload.initial_test_request.is_none() {
+        workload.initial_test_request = default_initial_test_request(&engine);
+    }
 
-    let cost = resolve_cost(&s.cost, &model, &gpu, &deployment, res)?;
+    let graphs = match kind {
+        EngineKind::Vllm => crate::cost::GraphRule::VllmTokens(crate::cost::VLLM_GRAPH_MAX_TOKENS),
+        EngineKind::Sglang => crate::cost::GraphRule::SglangDecodeBatch(u64::from(s.engine.cuda_graph_max_bs.unwrap_or_else(
+            || sglang_default_cuda_graph_max_bs(&gpu, engine.version(), deployment.tensor_parallel_size),
+        ))),
+    };
+    let cost = resolve_cost(&s.cost, &model, &gpu, &deployment, res, engine.kind(), graphs)?;
     let spec = SimSpec { name: s.name.clone(), engine, model, gpu, deployment, cost, workload, kv_sizing };
     check_requests_fit(&spec)?;
     Ok(spec)

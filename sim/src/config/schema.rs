@@ -157,6 +157,25 @@ pub enum DatasetName {
     Trace,
 }
 
+/// Limits on the `workload` section, stated in every error that enforces them.
+/// They bound a run's time and memory by its work: a run stores each timed
+/// request's token times (8 bytes a token), so the output tokens of a run are
+/// capped, and simulated time (`u64` nanoseconds, 584 years) must not overflow.
+pub const MAX_NUM_PROMPTS: u32 = 10_000_000;
+/// Warm-up requests (each resends the first prompt).
+pub const MAX_NUM_WARMUPS: u32 = 100_000;
+/// `max_concurrency`.
+pub const MAX_CONCURRENCY: u32 = 1_000_000;
+/// Requests per second: a finite rate above this is indistinguishable from `inf`.
+pub const MAX_REQUEST_RATE: f64 = 1e9;
+/// The smallest finite rate: the last request is sent at `num_prompts / rate`
+/// seconds, which must stay within [`MAX_ARRIVAL_TIME_S`].
+pub const MIN_REQUEST_RATE: f64 = 1e-6;
+/// A send time (a trace's `arrival_time`, or `num_prompts / request_rate`): one year.
+pub const MAX_ARRIVAL_TIME_S: f64 = 365.0 * 86_400.0;
+/// Output tokens of a run (`num_prompts` × the largest output length): 4 GB of token times.
+pub const MAX_TOTAL_OUTPUT_TOKENS: u64 = 500_000_000;
+
 /// The `workload` section: `vllm bench serve`'s flags in snake case.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -5,17 +5,27 @@ use super::*;
 /// Checks a `workload` section and turns it into generator parameters
 /// (`res.trace` must hold the trace's rows for `dataset_name = "trace"`).
 pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<WorkloadParams> {
+    check_fields_of_dataset(w)?;
     let dataset = match w.dataset_name {
         DatasetName::Random => {
             let r = w.random_range_ratio.unwrap_or(0.0);
             if !(0.0..1.0).contains(&r) {
                 return Err(ConfigError::new("workload.random_range_ratio", format!("must be in [0, 1), got {r}")));
             }
+            let input_len = positive("workload.random_input_len", w.random_input_len.unwrap_or(1024))?;
+            let prefix_len = w.random_prefix_len.unwrap_or(0);
+            let in_hi = (f64::from(input_len) * (1.0 + r)).ceil();
+            if f64::from(prefix_len) + in_hi > f64::from(u32::MAX) {
+                return Err(ConfigError::new(
+                    "workload.random_prefix_len",
+                    format!("prefix {prefix_len} + input up to {in_hi} tokens does not fit a prompt length (at most {})", u32::MAX),
+                ));
+            }
             Dataset::Random {
-                input_len: positive("workload.random_input_len", w.random_input_len.unwrap_or(1024))?,
+                input_len,
                 output_len: positive("workload.random_output_len", w.random_output_len.unwrap_or(128))?,
                 range_ratio: r,
-                prefix_len: w.random_prefix_len.unwrap_or(0),
+                prefix_len,
             }
         }
         DatasetName::PrefixRepetition => {
@@ -53,6 +63,12 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
             if rows.is_empty() {
                 return Err(ConfigError::new("workload.trace", "the trace has no rows: an empty workload"));
             }
+            if rows.len() > MAX_NUM_PROMPTS as usize {
+                return Err(ConfigError::new(
+                    "workload.trace",
+                    format!("{} rows: at most {MAX_NUM_PROMPTS} requests a run", rows.len()),
+                ));
+            }
             for (i, r) in rows.iter().enumerate() {
                 if r.input_len == 0 || r.output_len == 0 {
                     return Err(ConfigError::new(
@@ -60,10 +76,29 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
                         "input_len and output_len must be at least 1",
                     ));
                 }
-                if !(r.arrival_time.is_finite() && r.arrival_time >= 0.0) {
+                if !(r.arrival_time.is_finite() && r.arrival_time >= 0.0 && r.arrival_time <= MAX_ARRIVAL_TIME_S) {
                     return Err(ConfigError::new(
                         format!("workload.trace[{i}].arrival_time"),
-                        format!("must be a time in seconds >= 0, got {}", r.arrival_time),
+                        format!(
+                            "must be a time in seconds from 0 to {MAX_ARRIVAL_TIME_S} (one year), got {}",
+                            r.arrival_time
+                        ),
+                    ));
+                }
+                if let (Some(p), true) = (r.prefix_len, r.prefix_group.is_some()) {
+                    if p > r.input_len {
+                        return Err(ConfigError::new(
+                            format!("workload.trace[{i}].prefix_len"),
+                            format!("{p} is longer than the prompt (input_len {})", r.input_len),
+                        ));
+                    }
+                }
+            }
+            if let Some(n) = w.num_prompts {
+                if n as usize > rows.len() {
+                    return Err(ConfigError::new(
+                        "workload.num_prompts",
+                        format!("{n}, but the trace has {} rows (a trace replays at most its rows; leave num_prompts out to replay them all)", rows.len()),
                     ));
                 }
             }
@@ -74,12 +109,70 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
         (Dataset::Trace { rows }, None) => rows.len() as u32,
         (_, n) => positive("workload.num_prompts", n.unwrap_or(1000))?,
     };
+    if num_prompts > MAX_NUM_PROMPTS {
+        return Err(ConfigError::new(
+            "workload.num_prompts",
+            format!("{num_prompts} is above the limit of {MAX_NUM_PROMPTS} requests a run"),
+        ));
+    }
+    let max_output: u64 = match &dataset {
+        Dataset::Random { output_len, range_ratio, .. } => (f64::from(*output_len) * (1.0 + range_ratio)).ceil() as u64,
+        Dataset::PrefixRepetition { output_len, .. } => u64::from(*output_len),
+        Dataset::Trace { rows } => rows.iter().map(|r| u64::from(r.output_len)).max().unwrap_or(0),
+    };
+    let total_output = match &dataset {
+        Dataset::Trace { rows } => rows.iter().take(num_prompts as usize).map(|r| u64::from(r.output_len)).sum(),
+        _ => u64::from(num_prompts) * max_output,
+    };
+    if total_output > MAX_TOTAL_OUTPUT_TOKENS {
+        return Err(ConfigError::new(
+            if matches!(dataset, Dataset::Trace { .. }) { "workload.trace" } else { "workload.num_prompts" },
+            format!(
+                "{num_prompts} requests of up to {max_output} output tokens ({total_output} in all) is above the limit of {MAX_TOTAL_OUTPUT_TOKENS} output tokens a run (each token's time is kept)"
+            ),
+        ));
+    }
+    let num_warmups = w.num_warmups.unwrap_or(0);
+    if num_warmups > MAX_NUM_WARMUPS {
+        return Err(ConfigError::new(
+            "workload.num_warmups",
+            format!("{num_warmups} is above the limit of {MAX_NUM_WARMUPS}"),
+        ));
+    }
+    let is_trace = matches!(dataset, Dataset::Trace { .. });
+    let request_rate = match w.request_rate.unwrap_or(RequestRate(None)).0 {
+        // A trace's arrival times say when requests are sent: a rate is ignored (the
+        // command line warns), never reported as used.
+        _ if is_trace => None,
+        Some(r) if !(MIN_REQUEST_RATE..=MAX_REQUEST_RATE).contains(&r) => {
+            return Err(ConfigError::new(
+                "workload.request_rate",
+                format!("must be from {MIN_REQUEST_RATE} to {MAX_REQUEST_RATE} requests per second, or \"inf\"; got {r}"),
+            ));
+        }
+        Some(r) if f64::from(num_prompts) / r > MAX_ARRIVAL_TIME_S => {
+            return Err(ConfigError::new(
+                "workload.request_rate",
+                format!(
+                    "{num_prompts} prompts at {r} requests per second are sent over {:.3e} s, above the limit of {MAX_ARRIVAL_TIME_S} s (one year)",
+                    f64::from(num_prompts) / r
+                ),
+            ));
+        }
+        r => r,
+    };
     let burstiness = w.burstiness.unwrap_or(1.0);
     if !(burstiness > 0.0 && burstiness.is_finite()) {
         return Err(ConfigError::new("workload.burstiness", format!("must be > 0, got {burstiness}")));
     }
     if let Some(c) = w.max_concurrency {
         positive("workload.max_concurrency", c)?;
+        if c > MAX_CONCURRENCY {
+            return Err(ConfigError::new(
+                "workload.max_concurrency",
+                format!("{c} is above the limit of {MAX_CONCURRENCY}"),
+            ));
+        }
     }
     let ignore_eos = w.ignore_eos.unwrap_or(false);
     if !ignore_eos && w.output_len_dist.is_none() {
@@ -105,13 +198,53 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
     Ok(WorkloadParams {
         dataset,
         num_prompts,
-        num_warmups: w.num_warmups.unwrap_or(0),
-        request_rate: w.request_rate.unwrap_or(RequestRate(None)).0,
+        num_warmups,
+        request_rate,
         burstiness,
         max_concurrency: w.max_concurrency,
         ignore_eos,
         output_len_dist: w.output_len_dist,
+        // Unset: `resolve` replaces this by the modelled release's default (`default_initial_test_request`).
         initial_test_request: w.initial_test_request.unwrap_or(true),
         seed: w.seed.unwrap_or(0),
     })
+}
+
+/// Fields of another dataset are errors: a field the run ignores must not look used.
+/// (`request_rate` with a trace is ignored, not rejected: calibration from a trace's
+/// results files passes the rate the results were measured at; the command line warns.)
+fn check_fields_of_dataset(w: &WorkloadSection) -> Result<()> {
+    let random = [
+        ("random_input_len", w.random_input_len.is_some()),
+        ("random_output_len", w.random_output_len.is_some()),
+        ("random_range_ratio", w.random_range_ratio.is_some()),
+        ("random_prefix_len", w.random_prefix_len.is_some()),
+    ];
+    let prefix_rep = [
+        ("prefix_repetition_prefix_len", w.prefix_repetition_prefix_len.is_some()),
+        ("prefix_repetition_suffix_len", w.prefix_repetition_suffix_len.is_some()),
+        ("prefix_repetition_num_prefixes", w.prefix_repetition_num_prefixes.is_some()),
+        ("prefix_repetition_output_len", w.prefix_repetition_output_len.is_some()),
+    ];
+    let trace = [("trace", w.trace.is_some())];
+    let (name, foreign): (&str, Vec<(&str, bool)>) = match w.dataset_name {
+        DatasetName::Random => ("random", prefix_rep.iter().chain(&trace).copied().collect()),
+        DatasetName::PrefixRepetition => ("prefix_repetition", random.iter().chain(&trace).copied().collect()),
+        DatasetName::Trace => (
+            "trace",
+            random
+                .iter()
+                .chain(&prefix_rep)
+                .copied()
+                .chain([("burstiness", w.burstiness.is_some_and(|b| b != 1.0))])
+                .collect(),
+        ),
+    };
+    if let Some((f, _)) = foreign.iter().find(|(_, set)| *set) {
+        return Err(ConfigError::new(
+            format!("workload.{f}"),
+            format!("is not used by dataset_name \"{name}\": remove it (or change dataset_name)"),
+        ));
+    }
+    Ok(())
 }

@@ -190,3 +190,12 @@ mod tests {
         assert!(Version::new(0, 20, 0) > Version::new(0, 17, 1));
     }
 }
+
+/// The engine a resolved scenario describes, behind the trait (`servesim serve`'s driver;
+/// the simulation loop dispatches statically on the same match in `sim::run_workload`).
+pub fn build(spec: &crate::config::EngineSpec) -> Box<dyn Engine + Send> {
+    match spec {
+        crate::config::EngineSpec::Vllm(c) => Box::new(vllm::Scheduler::new(c.clone())),
+        crate::config::EngineSpec::Sglang(c) => Box::new(sglang::Scheduler::new(c.clone())),
+    }
+}

@@ -487,13 +487,7 @@ impl Engine for Scheduler {
 
     fn ff_shape(&self, j: u64) -> StepShape {
         let n = self.ff_base.len() as u64;
-        StepShape {
-            num_seqs: n as u32,
-            prefill_tokens: 0,
-            decode_tokens: n,
-            prefill_attention_pairs: 0,
-            decode_context_tokens: self.ff_ctx0 + j * n,
-        }
+        StepShape::decodes(n, self.ff_ctx0 + j * n)
     }
 
     fn ff_step(&mut self, j: u64) -> bool {

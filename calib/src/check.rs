@@ -1,0 +1,351 @@
+//! How `check` judges: per point the relative error of each metric, per metric
+//! the median absolute error over the points not used for fitting against its
+//! target, the knee measured against predicted, and the speed reference's move.
+//! **To change how a check judges a point, change this file.** The report's
+//! JSON keys are a contract (`tests::check_report_keys` pins them).
+
+use serde::Serialize;
+use serde_json::Value;
+use sim::sweep::{find_knee, KneePoint};
+
+use crate::measure::{metric, Point};
+use crate::named::Named;
+use crate::plan::SPEED_REFERENCE_TOLERANCE;
+use crate::server_info::ServerInfo;
+
+/// The metrics `check` compares, with their targets (median relative error on points not used
+/// for fitting); None: shown, not judged. Mean and p99 TTFT are judged, median TTFT is shown
+/// only: in a closed loop a wave of requests splits across the engine's first steps (some get
+/// the first prefill step, the rest the next), so TTFT is bimodal and its median jumps between
+/// the modes on a shift of the split; the mean moves with the split smoothly.
+pub const CHECK_METRICS: [(&str, Option<f64>); 10] = [
+    ("output_throughput", Some(0.05)),
+    ("mean_ttft_ms", Some(0.10)),
+    ("median_ttft_ms", None),
+    ("p99_ttft_ms", Some(0.10)),
+    ("mean_tpot_ms", Some(0.05)),
+    ("mean_itl_ms", Some(0.05)),
+    ("mean_e2el_ms", Some(0.05)),
+    ("num_preemptions", None),
+    ("prefix_cache_hit_rate", None),
+    ("kv_cache_usage_peak", None),
+];
+
+/// A check report.
+#[derive(Clone, Debug, Serialize)]
+pub struct CheckReport {
+    pub engine: &'static str,
+    pub engine_version: Option<String>,
+    pub model: Option<String>,
+    pub kv_capacity_tokens: Option<u64>,
+    /// The profile's coefficients (null without a profile).
+    pub profile: Option<Value>,
+    pub points: Vec<CheckPoint>,
+    pub knee: Knee,
+    pub verdict: Verdict,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repeats: Option<u32>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct CheckPoint {
+    pub max_concurrency: u32,
+    pub used_for_fit: bool,
+    pub measured: Point,
+    pub predicted: Point,
+    /// (predicted − measured) / measured, per metric of [`CHECK_METRICS`].
+    pub error: Named<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub speed_reference: Option<PointSpeedReference>,
+    /// (max − min) / mean over the repeats, per metric.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measured_spread: Option<Named<f64>>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PointSpeedReference {
+    pub mean_itl_ms: f64,
+    /// Relative to the calibration's median (positive: slower).
+    pub vs_calibration: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Knee {
+    pub measured: Option<u32>,
+    pub predicted: Option<u32>,
+    pub same: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measured_per_repeat: Option<Vec<Option<u32>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measured_stable: Option<bool>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Verdict {
+    pub per_metric: Named<MetricVerdict>,
+    pub knee_same_point: bool,
+    pub pass: bool,
+    pub points_judged: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub speed_reference: Option<SpeedReferenceVerdict>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct MetricVerdict {
+    pub median_abs_error: Option<f64>,
+    pub target: Option<f64>,
+    /// Null for metrics that are shown, not judged.
+    pub ok: Option<bool>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct SpeedReferenceVerdict {
+    pub calibration_mean_itl_ms: f64,
+    pub median_vs_calibration: Option<f64>,
+    pub largest_abs_vs_calibration: Option<f64>,
+    pub tolerance: f64,
+    pub engine_held_still: Option<bool>,
+}
+
+pub fn rel_err(m: Option<f64>, p: Option<f64>) -> Option<f64> {
+    match (m, p) {
+        (Some(m), Some(p)) if m.abs() > 1e-12 => Some((p - m) / m),
+        (Some(m), Some(p)) if m.abs() <= 1e-12 && p.abs() <= 1e-12 => Some(0.0),
+        _ => None,
+    }
+}
+
+pub fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    Some(if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 })
+}
+
+/// The knee of a sweep's points.
+pub fn knee_at(conc: &[u32], pts: &[Point]) -> Option<u32> {
+    let kp: Vec<KneePoint> = conc
+        .iter()
+        .zip(pts)
+        .map(|(&c, p)| KneePoint {
+            concurrency: f64::from(c),
+            output_throughput: metric(p, "output_throughput").unwrap_or(0.0),
+            mean_ttft_ms: metric(p, "mean_ttft_ms").unwrap_or(0.0),
+        })
+        .collect();
+    find_knee(&kp).map(|i| conc[i])
+}
+
+/// The knee of each repeat on its own (`runs_of[i][k]`: the k-th run of point i).
+pub fn knee_per_repeat(conc: &[u32], runs_of: &[Vec<Point>]) -> Vec<Option<u32>> {
+    let n = runs_of.iter().map(Vec::len).min().unwrap_or(0);
+    (0..n).map(|k| knee_at(conc, &runs_of.iter().map(|r| r[k].clone()).collect::<Vec<_>>())).collect()
+}
+
+/// The mean of repeated measurements of a point (with `repeats` added), and each judged
+/// metric's relative spread ((max − min) / mean) across them.
+pub fn mean_of_runs(runs: &[Point]) -> (Point, Named<f64>) {
+    let mut mean = runs[0].clone();
+    let mut spread = Named::new();
+    if runs.len() < 2 {
+        return (mean, spread);
+    }
+    for (k, v) in &runs[0] {
+        if !v.is_number() {
+            continue;
+        }
+        let xs: Vec<f64> = runs.iter().filter_map(|r| metric(r, k)).collect();
+        let m = xs.iter().sum::<f64>() / xs.len() as f64;
+        mean.insert(k.clone(), m.into());
+        if CHECK_METRICS.iter().any(|(c, _)| c == k) && m.abs() > 1e-12 {
+            let (lo, hi) = xs.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)));
+            spread.push(k.clone(), (hi - lo) / m);
+        }
+    }
+    mean.insert("repeats".into(), runs.len().into());
+    (mean, spread)
+}
+
+/// The check report: per point, measured, predicted and relative error; the verdict on the
+/// points not used for fitting.
+pub fn judge(
+    conc: &[u32],
+    measured: &[Point],
+    predicted: &[Point],
+    used: &[bool],
+    info: &ServerInfo,
+    profile_coefficients: Option<Value>,
+) -> CheckReport {
+    let mut points = Vec::new();
+    for i in 0..conc.len() {
+        let mut error = Named::new();
+        for (k, _) in CHECK_METRICS {
+            if let Some(e) = rel_err(metric(&measured[i], k), metric(&predicted[i], k)) {
+                error.push(k, e);
+            }
+        }
+        points.push(CheckPoint {
+            max_concurrency: conc[i],
+            used_for_fit: used[i],
+            measured: measured[i].clone(),
+            predicted: predicted[i].clone(),
+            error,
+            speed_reference: None,
+            measured_spread: None,
+        });
+    }
+    let mut per_metric = Named::new();
+    let mut pass = true;
+    for (k, target) in CHECK_METRICS {
+        let errs: Vec<f64> = (0..conc.len())
+            .filter(|&i| !used[i])
+            .filter_map(|i| rel_err(metric(&measured[i], k), metric(&predicted[i], k)))
+            .map(f64::abs)
+            .collect();
+        let med = median(errs);
+        let ok = target.map(|t| med.is_none_or(|m| m <= t));
+        if ok == Some(false) {
+            pass = false;
+        }
+        per_metric.push(k, MetricVerdict { median_abs_error: med, target, ok });
+    }
+    let km = knee_at(conc, measured);
+    let kp = knee_at(conc, predicted);
+    let same = km == kp;
+    CheckReport {
+        engine: info.kind_name(),
+        engine_version: info.version.clone(),
+        model: info.model.clone(),
+        kv_capacity_tokens: info.kv_capacity_tokens,
+        profile: profile_coefficients,
+        points,
+        knee: Knee { measured: km, predicted: kp, same, measured_per_repeat: None, measured_stable: None },
+        verdict: Verdict {
+            per_metric,
+            knee_same_point: same,
+            pass: pass && same,
+            points_judged: used.iter().filter(|u| !**u).count(),
+            speed_reference: None,
+        },
+        repeats: None,
+    }
+}
+
+impl CheckReport {
+    /// Adds the speed reference: per point, the mean of the references measured before its
+    /// runs and how far that is from the calibration's median (positive: the engine was
+    /// slower); in the verdict, whether every point's stayed within
+    /// [`SPEED_REFERENCE_TOLERANCE`]. It is reported, not used: scaling each run by its
+    /// reference made the live errors worse, not better (VALIDATION.md, third round).
+    pub fn add_speed_reference(&mut self, calib: f64, reference_of: &[Vec<Option<f64>>]) {
+        let mut moves = Vec::new();
+        for (p, r) in self.points.iter_mut().zip(reference_of) {
+            let got: Vec<f64> = r.iter().flatten().copied().collect();
+            if got.is_empty() {
+                continue;
+            }
+            let m = got.iter().sum::<f64>() / got.len() as f64;
+            let d = m / calib - 1.0;
+            moves.push(d);
+            p.speed_reference = Some(PointSpeedReference { mean_itl_ms: m, vs_calibration: d });
+        }
+        let largest = moves.iter().map(|d| d.abs()).fold(None, |a: Option<f64>, d| Some(a.map_or(d, |a| a.max(d))));
+        self.verdict.speed_reference = Some(SpeedReferenceVerdict {
+            calibration_mean_itl_ms: calib,
+            median_vs_calibration: median(moves),
+            largest_abs_vs_calibration: largest,
+            tolerance: SPEED_REFERENCE_TOLERANCE,
+            engine_held_still: largest.map(|l| l <= SPEED_REFERENCE_TOLERANCE),
+        });
+    }
+
+    /// Adds the repeats: each point's spread, and the knee of each repeat on its own (where
+    /// they differ, the knee rule is within the measurement's noise at this sweep).
+    pub fn add_repeats(&mut self, conc: &[u32], runs_of: &[Vec<Point>], spreads: Vec<Named<f64>>) {
+        for (p, sp) in self.points.iter_mut().zip(spreads) {
+            p.measured_spread = Some(sp);
+        }
+        let per = knee_per_repeat(conc, runs_of);
+        self.knee.measured_stable = Some(per.windows(2).all(|w| w[0] == w[1]));
+        self.knee.measured_per_repeat = Some(per);
+        self.repeats = Some(runs_of.iter().map(Vec::len).min().unwrap_or(0) as u32);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn run(thr: f64, ttft: f64) -> Point {
+        json!({"output_throughput": thr, "mean_ttft_ms": ttft}).as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn each_repeat_has_its_own_knee() {
+        let conc = [1, 2, 4, 8];
+        // Repeat 1 flattens after 4; repeat 2 still gains 6% from 4 to 8. Each repeat's knee
+        // is the knee rule (`sim::sweep::find_knee`) on that repeat's points alone.
+        let thr = [[100.0, 100.0], [180.0, 180.0], [200.0, 188.0], [205.0, 200.0]];
+        let runs_of: Vec<Vec<Point>> =
+            thr.iter().enumerate().map(|(i, t)| t.iter().map(|&x| run(x, 100.0 * (i + 1) as f64)).collect()).collect();
+        let alone = |k: usize| knee_at(&conc, &runs_of.iter().map(|r| r[k].clone()).collect::<Vec<_>>());
+        assert_eq!(knee_per_repeat(&conc, &runs_of), vec![alone(0), alone(1)]);
+        assert_eq!(alone(0), Some(4));
+    }
+
+    fn report(n: usize) -> CheckReport {
+        let pts: Vec<Point> = (0..n).map(|i| run(100.0 + i as f64, 10.0)).collect();
+        judge(&vec![1; n].iter().enumerate().map(|(i, _)| i as u32 + 1).collect::<Vec<_>>(), &pts, &pts, &vec![false; n], &ServerInfo::default(), None)
+    }
+
+    #[test]
+    fn the_speed_reference_says_how_far_the_engine_moved() {
+        let mut r = report(3);
+        let refs = vec![vec![Some(10.2), Some(10.4)], vec![None], vec![Some(12.0)]];
+        r.add_speed_reference(10.0, &refs);
+        let d0 = r.points[0].speed_reference.as_ref().unwrap().vs_calibration;
+        assert!((d0 - 0.03).abs() < 1e-9, "{d0}");
+        // A point whose reference failed has none, and does not count.
+        assert!(r.points[1].speed_reference.is_none());
+        let v = r.verdict.speed_reference.as_ref().unwrap();
+        assert!((v.largest_abs_vs_calibration.unwrap() - 0.2).abs() < 1e-9);
+        assert_eq!(v.engine_held_still, Some(false));
+        let mut steady = report(1);
+        steady.add_speed_reference(10.0, &[vec![Some(10.3)]]);
+        assert_eq!(steady.verdict.speed_reference.unwrap().engine_held_still, Some(true));
+    }
+
+    /// The report's keys are a contract: scripts and VALIDATION.md read them.
+    #[test]
+    fn check_report_keys() {
+        let mut r = report(2);
+        r.add_speed_reference(10.0, &[vec![Some(10.0)], vec![Some(10.0)]]);
+        r.add_repeats(&[1, 2], &[vec![run(1.0, 1.0), run(1.0, 1.0)], vec![run(2.0, 2.0), run(2.0, 2.0)]], vec![Named::new(), Named::new()]);
+        let v = serde_json::to_value(&r).unwrap();
+        let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>().join(",");
+        assert_eq!(keys(&v), "engine,engine_version,model,kv_capacity_tokens,profile,points,knee,verdict,repeats");
+        assert_eq!(keys(&v["points"][0]), "max_concurrency,used_for_fit,measured,predicted,error,speed_reference,measured_spread");
+        assert_eq!(keys(&v["points"][0]["speed_reference"]), "mean_itl_ms,vs_calibration");
+        assert_eq!(keys(&v["knee"]), "measured,predicted,same,measured_per_repeat,measured_stable");
+        assert_eq!(keys(&v["verdict"]), "per_metric,knee_same_point,pass,points_judged,speed_reference");
+        assert_eq!(keys(&v["verdict"]["per_metric"]["mean_ttft_ms"]), "median_abs_error,target,ok");
+        assert_eq!(
+            keys(&v["verdict"]["per_metric"]),
+            "output_throughput,mean_ttft_ms,median_ttft_ms,p99_ttft_ms,mean_tpot_ms,mean_itl_ms,mean_e2el_ms,num_preemptions,prefix_cache_hit_rate,kv_cache_usage_peak"
+        );
+        assert_eq!(
+            keys(&v["verdict"]["speed_reference"]),
+            "calibration_mean_itl_ms,median_vs_calibration,largest_abs_vs_calibration,tolerance,engine_held_still"
+        );
+        // Without repeats or a speed reference those keys are absent, as before.
+        let plain = serde_json::to_value(report(1)).unwrap();
+        assert_eq!(keys(&plain), "engine,engine_version,model,kv_capacity_tokens,profile,points,knee,verdict");
+        assert_eq!(keys(&plain["knee"]), "measured,predicted,same");
+        assert_eq!(keys(&plain["verdict"]), "per_metric,knee_same_point,pass,points_judged");
+        assert_eq!(plain["verdict"]["per_metric"]["median_ttft_ms"]["target"], Value::Null);
+        assert_eq!(plain["verdict"]["per_metric"]["median_ttft_ms"]["ok"], Value::Null);
+    }
+}

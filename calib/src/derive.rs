@@ -1,0 +1,163 @@
+//! Describing a live server as a scenario: the engine section from what the
+//! server reports (the flags named by `EngineKind::reported_scheduler_flags`),
+//! the model card from the served model's `config.json` (or the one `servesim
+//! serve` reports), the hardware card the user names.
+
+use serde_json::{json, Map, Value};
+use sim::cards::ModelCard;
+use sim::config::EngineKind;
+
+use crate::error::{CalibError, Result};
+use crate::server_info::ServerInfo;
+
+/// A model card from a Hugging Face `config.json` (`source` names it in errors and in the card).
+pub fn model_card_from_config(c: &Value, source: &str, id: &str) -> std::result::Result<ModelCard, String> {
+    let u = |k: &str| c.get(k).and_then(Value::as_u64).map(|v| v as u32);
+    let field = |k: &str| u(k).ok_or_else(|| format!("{source}: no {k}"));
+    let hidden = field("hidden_size")?;
+    let layers = field("num_hidden_layers")?;
+    let heads = field("num_attention_heads")?;
+    let kv = u("num_key_value_heads").unwrap_or(heads);
+    let head_dim = u("head_dim").unwrap_or(hidden / heads.max(1));
+    let inter = u("intermediate_size").unwrap_or(4 * hidden);
+    let vocab = field("vocab_size")?;
+    let tied = c.get("tie_word_embeddings").and_then(Value::as_bool).unwrap_or(false);
+    let dtype = c.get("torch_dtype").or(c.get("dtype")).and_then(Value::as_str).unwrap_or("bfloat16").to_string();
+    let (h, l, hd, kvh, hh, i, v) =
+        (hidden as u64, layers as u64, head_dim as u64, kv as u64, heads as u64, inter as u64, vocab as u64);
+    // Llama-style: embeddings (+ untied head) + per layer q, k, v, o, gated MLP, 2 norms; final norm.
+    let per_layer = h * hh * hd + 2 * h * kvh * hd + hh * hd * h + 3 * h * i + 2 * h;
+    let params = v * h * if tied { 1 } else { 2 } + l * per_layer + h;
+    Ok(ModelCard {
+        id: id.to_string(),
+        hf_repo: None,
+        num_parameters: params,
+        num_layers: layers,
+        hidden_size: hidden,
+        intermediate_size: Some(inter),
+        num_attention_heads: heads,
+        num_kv_heads: kv,
+        head_dim,
+        vocab_size: vocab,
+        tie_word_embeddings: Some(tied),
+        dtype,
+        quantization: None,
+        max_position_embeddings: u("max_position_embeddings"),
+        sources: vec![source.to_string()],
+        notes: Some("read from the served model's config.json; parameters counted with the Llama formula".into()),
+    })
+}
+
+/// vLLM prints its non-default arguments at start-up; the scheduler's, from a log's text.
+pub fn vllm_args_from_log(text: &str) -> Map<String, Value> {
+    let mut out = Map::new();
+    let line = text.lines().find(|l| l.contains("non-default args:")).unwrap_or("");
+    for key in EngineKind::Vllm.reported_scheduler_flags() {
+        let pat = format!("'{key}': ");
+        if let Some(i) = line.find(&pat) {
+            let num: String = line[i + pat.len()..].chars().take_while(|c| c.is_ascii_digit()).collect();
+            if let Ok(n) = num.parse::<u64>() {
+                out.insert((*key).into(), n.into());
+            }
+        }
+    }
+    out
+}
+
+/// Which model card a derived scenario uses.
+#[derive(Clone, Debug)]
+pub enum ModelChoice {
+    /// A card id of `models/model/` (`--model-card`).
+    Card(String),
+    /// A card read from the served model's folder.
+    Read(ModelCard),
+    /// Whatever the server reports: `servesim serve`'s own card, else an error.
+    FromServer,
+}
+
+/// How to describe the live server as a scenario, beyond what it reports.
+#[derive(Clone, Debug)]
+pub struct DeriveOptions {
+    /// Hardware card id; default `cpu-host`.
+    pub hardware: Option<String>,
+    pub model: ModelChoice,
+    /// vLLM's non-default arguments from its start-up log ([`vllm_args_from_log`]).
+    pub log_args: Map<String, Value>,
+    /// `--set PATH=VALUE` overrides of the derived scenario.
+    pub sets: Vec<String>,
+}
+
+/// The scenario (JSON) that describes the live server, with the given workload section.
+pub fn derive_scenario(info: &ServerInfo, d: &DeriveOptions, workload: &Value) -> Result<Value> {
+    let mut engine = Map::new();
+    let kind = info.kind.ok_or(CalibError::Server {
+        flag: "--base-url",
+        message: "the server is neither vLLM nor SGLang (no vllm:* or sglang:* metrics)".into(),
+    })?;
+    engine.insert("kind".into(), kind.as_str().into());
+    match kind {
+        EngineKind::Vllm => {
+            if let Some(v) = &info.version {
+                engine.insert("version".into(), v.split('+').next().unwrap_or(v).into());
+            }
+            if let Some(n) = info.num_gpu_blocks {
+                engine.insert("num_gpu_blocks_override".into(), n.into());
+            }
+            if let Some(b) = info.kv_granularity {
+                engine.insert(kind.kv_granularity_flag().into(), b.into());
+            }
+            if let Some(p) = info.prefix_caching {
+                engine.insert(kind.prefix_cache_flag().into(), p.into());
+            }
+            if let Some(m) = info.max_model_len {
+                engine.insert(kind.context_length_flag().into(), m.into());
+            }
+            for (k, v) in &d.log_args {
+                engine.insert(k.clone(), v.clone());
+            }
+        }
+        EngineKind::Sglang => {
+            if let Some(v) = &info.version {
+                engine.insert("version".into(), v.clone().into());
+            }
+            if let Some(t) = info.kv_capacity_tokens {
+                engine.insert("max_total_tokens".into(), t.into());
+            }
+            if let Some(args) = &info.server_args {
+                for k in kind.reported_scheduler_flags() {
+                    if let Some(v) = args.get(*k).filter(|v| !v.is_null()) {
+                        engine.insert((*k).into(), v.clone());
+                    }
+                }
+            }
+            if !engine.contains_key(kind.context_length_flag()) {
+                if let Some(m) = info.max_model_len {
+                    engine.insert(kind.context_length_flag().into(), m.into());
+                }
+            }
+        }
+    }
+    let model = match (&d.model, &info.model_card) {
+        (ModelChoice::Card(id), _) => Value::from(id.clone()),
+        (ModelChoice::Read(card), _) => serde_json::to_value(card).map_err(|e| CalibError::Scenario(e.to_string()))?,
+        (ModelChoice::FromServer, Some(card)) => card.clone(),
+        (ModelChoice::FromServer, None) => {
+            return Err(CalibError::Server {
+                flag: "--model-card",
+                message: "the server's model folder is not readable here; name a card from models/model/".into(),
+            })
+        }
+    };
+    let mut json = json!({
+        "version": 1,
+        "name": format!("live {}", info.base_url),
+        "engine": engine,
+        "model": model,
+        "hardware": d.hardware.clone().unwrap_or_else(|| "cpu-host".into()),
+        "workload": workload,
+    });
+    for s in &d.sets {
+        sim::config::apply_set(&mut json, s).map_err(|e| CalibError::Scenario(format!("--set {s}: {e}")))?;
+    }
+    Ok(json)
+}

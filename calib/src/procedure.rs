@@ -1,0 +1,387 @@
+//! The procedures: `calibrate` (probes → a fitted profile), `calibrate
+//! --from-results` (result files → a profile) and `check` (a sweep measured
+//! and predicted with the same requests → a verdict). Each measures through
+//! a [`Measure`] and builds scenarios through a caller's function (the binary
+//! resolves them against the cards on disk), so the procedure itself is pure.
+
+use serde_json::{json, Value};
+use sim::config::SimSpec;
+use sim::cost::{CoefficientSource, CostCoefficients, CostModel};
+
+use crate::check::{judge, mean_of_runs, median, CheckReport};
+use crate::error::{CalibError, Result};
+use crate::fit::{self, FitPoint, Free, TARGETS};
+use crate::measure::{metric, Measure, Point, Run};
+use crate::named::Named;
+use crate::plan::{self, speed_reference_workload};
+use crate::profile::{FitWorkload, LoneRequestFit, Profile, ProfileEngine, SpeedReference, StepLogFit};
+
+/// Builds and resolves the scenario that describes the measured engine with a given
+/// `workload` section.
+pub type Scenario<'a> = dyn Fn(&Value) -> std::result::Result<SimSpec, String> + 'a;
+
+fn resolve(scenario: &Scenario<'_>, w: &Value) -> Result<SimSpec> {
+    scenario(w).map_err(CalibError::Scenario)
+}
+
+/// The measured values of [`TARGETS`] of a point (missing or non-positive ones are None).
+pub fn measured_targets(point: &Point) -> Vec<Option<f64>> {
+    TARGETS.iter().map(|t| metric(point, t).filter(|v| v.is_finite() && *v > 0.0)).collect()
+}
+
+/// Options of a live calibration.
+#[derive(Clone, Debug)]
+pub struct CalibrateOptions {
+    /// Largest concurrency of the decode probes.
+    pub max_probe_concurrency: u32,
+    /// Seconds of load before the probes (0: none).
+    pub warmup_s: f64,
+    /// Rounds of the probe plan.
+    pub repeat: u32,
+    /// Simulator evaluations the fit may use.
+    pub max_evals: usize,
+    /// Measure the speed reference before each probe.
+    pub speed_reference: bool,
+    /// vLLM's per-step log: (its name, its text).
+    pub step_log: Option<(String, String)>,
+}
+
+/// Measures the speed reference (the `k`-th: fresh prompts each time); its mean ITL in ms,
+/// or None when a request failed.
+pub fn speed_reference<M: Measure + ?Sized>(m: &mut M, scenario: &Scenario<'_>, k: u64) -> Result<Option<f64>> {
+    let mut wl = speed_reference_workload();
+    wl["seed"] = plan::speed_reference_seed(k).into();
+    let spec = resolve(scenario, &wl)?;
+    let w = sim::workload::generate(&spec.workload);
+    let got = m.measure(&w, Run::SpeedReference)?;
+    if got.failed > 0 {
+        return Ok(None);
+    }
+    Ok(metric(&got.point, "mean_itl_ms").filter(|v| v.is_finite() && *v > 0.0))
+}
+
+/// A live calibration: warm-up, the probe plan (with a speed reference before each
+/// probe), then the fit. `scenario` describes the measured engine.
+pub fn calibrate<M: Measure + ?Sized>(m: &mut M, scenario: &Scenario<'_>, o: &CalibrateOptions) -> Result<Profile> {
+    if !o.warmup_s.is_finite() || o.warmup_s < 0.0 {
+        return Err(CalibError::Input {
+            flag: "--warmup-s",
+            message: format!("expected seconds, 0 or more, got {}", o.warmup_s),
+        });
+    }
+    let info = m.info().clone();
+    let kind = info.kind.ok_or(CalibError::Server {
+        flag: "--base-url",
+        message: "the server is neither vLLM nor SGLang (no vllm:* or sglang:* metrics)".into(),
+    })?;
+    let kv = info.kv_capacity_tokens.ok_or(CalibError::Server {
+        flag: "--base-url",
+        message: "the server does not expose its KV capacity".into(),
+    })?;
+    let max_len = info.max_model_len.unwrap_or(2048);
+    let base_spec = resolve(scenario, &json!({"dataset_name": "random", "ignore_eos": true}))?;
+    let probes = plan::probe_plan(max_len, kv, base_spec.engine.max_running(), o.max_probe_concurrency);
+    if o.warmup_s > 0.0 {
+        let spec = resolve(scenario, &plan::warmup_workload())?;
+        m.say(&format!("warming the engine up for {:.0} s", o.warmup_s));
+        m.warm_up(o.warmup_s, &mut |k| {
+            let mut ws = spec.workload.clone();
+            ws.seed = plan::warmup_seed(k);
+            sim::workload::generate(&ws)
+        })?;
+    }
+    let mut points = Vec::new();
+    // The speed reference measured before each probe (None where it failed or is off).
+    let mut reference: Vec<Option<f64>> = Vec::new();
+    for probe in plan::repeated(&probes, o.repeat) {
+        let spec = resolve(scenario, &probe.workload)?;
+        let w = sim::workload::generate(&spec.workload);
+        reference.push(if o.speed_reference { speed_reference(m, scenario, reference.len() as u64)? } else { None });
+        let got = m.measure(&w, Run::Probe { name: &probe.name })?;
+        m.say(&format!(
+            "probe {}: mean TTFT {:.1} ms, mean ITL {:.2} ms, {} failed",
+            probe.name,
+            metric(&got.point, "mean_ttft_ms").unwrap_or(f64::NAN),
+            metric(&got.point, "mean_itl_ms").unwrap_or(f64::NAN),
+            got.failed
+        ));
+        if got.failed > 0 {
+            return Err(CalibError::ProbeFailed {
+                name: probe.name.clone(),
+                failed: got.failed,
+                requests: got.requests_file.clone().unwrap_or_else(|| "the run's log".into()),
+            });
+        }
+        let mut measured = measured_targets(&got.point);
+        let concurrent = probe.workload["max_concurrency"].as_u64().is_some_and(|c| c > 1);
+        if concurrent {
+            // A decode probe's TTFT is the phase at which the client's closed-loop arrivals
+            // meet the engine's steps (when a wave of requests reaches the server decides
+            // how many share the first prefill step), which the simulator replays only on
+            // average; its TPOT, ITL and E2EL are what it measures. The c=1 probes fit TTFT.
+            measured[0] = None;
+        }
+        // At c=1 the closed loop is exact; replaying would only add the client's gaps.
+        let replay = if concurrent { fit::replay_workload(&w, &got.send_s) } else { None };
+        points.push(FitPoint { name: probe.name.clone(), spec, measured, replay });
+    }
+    let ref_values: Vec<f64> = reference.iter().flatten().copied().collect();
+    let ref_median = median(ref_values.clone());
+    let prior = points[0].spec.cost.clone();
+    // Teacher forcing on the engine's own step log, when there is one.
+    let step_fit = o.step_log.as_ref().and_then(|(_, text)| fit::fit_step_log(&fit::parse_step_log(text)));
+    let (start, free, projected): (CostModel, Vec<Free>, &[&'static str]) = match &step_fit {
+        Some(sf) => {
+            let mut c = prior.clone();
+            let mut ov = CostCoefficients::default();
+            for (k, v) in ["step_us", "per_seq_us", "prefill_token_us", "decode_token_us"].iter().zip(sf.coefficients) {
+                ov.set(k, v);
+            }
+            c.overlay(&ov, CoefficientSource::Profile);
+            m.say(&format!("step log: {} steps, R² {:.4}, residual std {:.2} ms", sf.rows, sf.r2, sf.residual_std_ms));
+            // The log times the model only and does not give context lengths: the step constant
+            // (scheduler, output handling), the context terms and ingress come from the requests.
+            (c, vec![Free::one("step_us"), Free::one("decode_kv_us")], &["request_ingress_us", "prefill_attention_us"])
+        }
+        // Without a step log, the prefill terms and the ingress come from the lone requests' TTFT.
+        None => (
+            prior.clone(),
+            vec![Free::one("step_us"), Free::one("decode_token_us"), Free::one("decode_kv_us")],
+            &["prefill_token_us", "request_ingress_us", "prefill_attention_us"],
+        ),
+    };
+    let projection = fit::Projection::new(&points, projected, &prior);
+    // Too few lone requests to solve them: searched with the rest.
+    let free = match &projection {
+        Some(_) => free,
+        None => {
+            let mut f = free;
+            f.extend(projected.iter().map(|c| Free::one(c)));
+            f
+        }
+    };
+    // First the decode terms as one scale, so that the coefficient-by-coefficient fit starts
+    // near the engine rather than at the prior, which can be off several-fold per term (a
+    // rugged objective lets Nelder–Mead wander off in a far start).
+    let start = if step_fit.is_none() {
+        let coarse =
+            vec![Free { name: "decode scale".into(), coefficients: vec!["step_us", "decode_token_us", "decode_kv_us"] }];
+        fit::fit(&points, &start, &coarse, projection.as_ref(), o.max_evals / 3).cost
+    } else {
+        start
+    };
+    let mut r = fit::fit(&points, &start, &free, projection.as_ref(), o.max_evals);
+    if step_fit.is_some() {
+        // The step log determined these too.
+        for c in ["per_seq_us", "prefill_token_us", "decode_token_us"] {
+            r.free.push(Free { name: format!("{c} (step log)"), coefficients: vec![c] });
+        }
+        r.factors.extend([1.0, 1.0, 1.0]);
+    }
+    let linear = projection.as_ref().and_then(|p| p.solve(&points, &r.cost));
+    if let (Some(p), Some(l)) = (&projection, &linear) {
+        for c in &p.names {
+            r.free.push(Free { name: format!("{c} (solved on the lone requests' TTFT)"), coefficients: vec![*c] });
+            r.factors.push(1.0);
+        }
+        m.say(&format!(
+            "lone requests' TTFT: {} probes, R² {:.4}: {}",
+            l.points,
+            l.r2,
+            p.names.iter().zip(&l.values).map(|(n, v)| format!("{n} {v:.3}")).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    let engine =
+        ProfileEngine { kind, version: info.version.clone(), model: info.model.clone(), kv_capacity_tokens: Some(kv) };
+    let mut profile = Profile::new(&r, &points, "live", engine, &prior);
+    if let Some(sf) = &step_fit {
+        profile.step_log_fit = Some(StepLogFit {
+            file: o.step_log.as_ref().map(|(n, _)| n.clone()),
+            rows: sf.rows,
+            r2: sf.r2,
+            residual_std_ms: sf.residual_std_ms,
+            step_us: sf.coefficients[0],
+            per_seq_us: sf.coefficients[1],
+            prefill_token_us: sf.coefficients[2],
+            decode_token_us: sf.coefficients[3],
+        });
+    }
+    if let (Some(p), Some(l)) = (&projection, &linear) {
+        profile.lone_request_fit = Some(LoneRequestFit {
+            method: "solved at each step of the search by least squares on the concurrency-1 probes' mean TTFT in ms (variable projection)",
+            points: l.points,
+            r2: l.r2,
+            coefficients: Named(p.names.iter().zip(&l.values).map(|(n, v)| (n.to_string(), *v)).collect()),
+        });
+    }
+    if let Some(med) = ref_median {
+        let (lo, hi) = ref_values.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)));
+        m.say(&format!(
+            "speed reference (mean ITL at one request, {} runs, one before each probe): median {med:.2} ms, {lo:.2} to {hi:.2}",
+            ref_values.len()
+        ));
+        profile.speed_reference =
+            Some(SpeedReference { workload: speed_reference_workload(), mean_itl_ms: reference, median_mean_itl_ms: med });
+    }
+    profile.fit_workloads =
+        Some(probes.iter().map(|p| FitWorkload { name: p.name.clone(), workload: p.workload.clone() }).collect());
+    Ok(profile)
+}
+
+/// A fit on existing results: `points` are the results' load points with the scenarios
+/// that reproduce them. `files` and `scenario` name the inputs in the profile.
+pub fn calibrate_from_results(points: &[FitPoint], max_evals: usize, files: Vec<String>, scenario: String) -> Result<Profile> {
+    let first = points.first().ok_or(CalibError::Input { flag: "--from-results", message: "no load point found".into() })?;
+    let prior = first.spec.cost.clone();
+    let distinct: std::collections::BTreeSet<String> = points
+        .iter()
+        .map(|p| format!("{:?}/{:?}", p.spec.workload.max_concurrency, p.spec.workload.request_rate))
+        .collect();
+    let free = plan::group_free(distinct.len());
+    let r = fit::fit(points, &prior, &free, None, max_evals);
+    let engine = ProfileEngine {
+        kind: first.spec.engine.engine_kind(),
+        version: Some(first.spec.engine.version().to_string()),
+        model: Some(first.spec.model.id.clone()),
+        kv_capacity_tokens: None,
+    };
+    let mut profile = Profile::new(&r, points, "results", engine, &prior);
+    profile.from_results = Some(files);
+    profile.scenario = Some(scenario);
+    if distinct.len() < 3 {
+        profile.note = Some(format!(
+            "{} distinct load point(s): the prior's shape is kept and only {} fitted",
+            distinct.len(),
+            free.iter().map(|f| f.name.clone()).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    Ok(profile)
+}
+
+/// Options of a check.
+#[derive(Clone, Debug)]
+pub struct CheckOptions {
+    /// The sweep, increasing.
+    pub concurrency: Vec<u32>,
+    /// Prompts per point: one value, or one per concurrency.
+    pub num_prompts_per_point: Option<Vec<u32>>,
+    /// Fit on the points at these concurrencies (the verdict is on the others).
+    pub fit_on: Vec<u32>,
+    /// The workload section of every point (concurrency, seed and prompt count are set per point).
+    pub workload: Value,
+    pub repeat: u32,
+    pub max_evals: usize,
+    /// The calibration's speed reference (median mean ITL, ms): measured again before each point.
+    pub speed_reference_ms: Option<f64>,
+    /// The profile's coefficients, echoed in the report.
+    pub profile_coefficients: Option<Value>,
+}
+
+/// A check: every point measured (`--repeat` times, round the sweep) after a speed
+/// reference, predicted with the same requests by `point_scenario`'s spec, judged.
+/// `derived` describes the server itself (for the speed reference).
+pub fn check<M: Measure + ?Sized>(
+    m: &mut M,
+    point_scenario: &Scenario<'_>,
+    derived: &Scenario<'_>,
+    o: &CheckOptions,
+) -> Result<(CheckReport, Vec<Point>, Vec<Point>)> {
+    let conc = &o.concurrency;
+    if conc.is_empty() || conc.contains(&0) || conc.windows(2).any(|w| w[0] >= w[1]) {
+        return Err(CalibError::Input { flag: "--concurrency", message: format!("give increasing values >= 1, got {conc:?}") });
+    }
+    // The scenario of each point.
+    let mut specs: Vec<SimSpec> = Vec::new();
+    let mut sections = Vec::new();
+    for (i, &c) in conc.iter().enumerate() {
+        let mut w = o.workload.clone();
+        w["max_concurrency"] = c.into();
+        // Fresh prompts at every point: the live server's cache still holds the
+        // previous points' prompts, the simulator starts each point cold.
+        let seed = w.get("seed").and_then(Value::as_u64).unwrap_or(0);
+        w["seed"] = plan::check_seed(seed, i, 0).into();
+        if let Some(p) = &o.num_prompts_per_point {
+            let n = if p.len() == 1 {
+                p[0]
+            } else {
+                *p.get(i).ok_or(CalibError::Input {
+                    flag: "--num-prompts-per-point",
+                    message: "one value per concurrency".into(),
+                })?
+            };
+            w["num_prompts"] = n.into();
+        }
+        specs.push(resolve(point_scenario, &w)?);
+        sections.push(w);
+    }
+    // Measure every point `repeat` times with fresh prompts each time; the point's value is
+    // the mean of the repeats. Repeats go round the sweep (all points, then all points
+    // again), not point by point: a host whose speed drifts over tens of seconds then spreads
+    // its slow spells over every point instead of loading them onto one.
+    let repeats = o.repeat.max(1);
+    let mut runs_of: Vec<Vec<Point>> = vec![Vec::new(); specs.len()];
+    let mut reference_of: Vec<Vec<Option<f64>>> = vec![Vec::new(); specs.len()];
+    let mut n_refs = 0u64;
+    for k in 0..repeats {
+        for (i, s) in specs.iter().enumerate() {
+            let mut sk = s.clone();
+            sk.workload.seed = plan::check_seed(s.workload.seed, 0, k);
+            let w = sim::workload::generate(&sk.workload);
+            if o.speed_reference_ms.is_some() {
+                let v = speed_reference(m, derived, plan::CHECK_SPEED_REFERENCE_OFFSET + n_refs)?;
+                n_refs += 1;
+                reference_of[i].push(v);
+            }
+            let got = m.measure(&w, Run::CheckPoint { concurrency: conc[i], repeat: k, workload: &sections[i] })?;
+            m.say(&format!(
+                "measured concurrency {} (run {}/{repeats}): {:.1} tok/s, mean TTFT {:.1} ms",
+                conc[i],
+                k + 1,
+                metric(&got.point, "output_throughput").unwrap_or(0.0),
+                metric(&got.point, "mean_ttft_ms").unwrap_or(0.0)
+            ));
+            runs_of[i].push(got.point);
+        }
+    }
+    let mut measured = Vec::new();
+    let mut spreads = Vec::new();
+    for runs in &runs_of {
+        let (point, spread) = mean_of_runs(runs);
+        measured.push(point);
+        spreads.push(spread);
+    }
+    // Fit on the chosen points, if asked.
+    let used: Vec<bool> = conc.iter().map(|c| o.fit_on.contains(c)).collect();
+    if !o.fit_on.is_empty() {
+        let points: Vec<FitPoint> = specs
+            .iter()
+            .zip(&measured)
+            .zip(&used)
+            .filter(|(_, u)| **u)
+            .map(|((s, mp), _)| FitPoint {
+                name: format!("c{}", s.workload.max_concurrency.unwrap_or(0)),
+                spec: s.clone(),
+                measured: measured_targets(mp),
+                replay: None,
+            })
+            .collect();
+        let free = if points.len() >= 3 { plan::live_free() } else { plan::group_free(points.len()) };
+        let r = fit::fit(&points, &specs[0].cost, &free, None, o.max_evals);
+        for s in &mut specs {
+            s.cost = r.cost.clone();
+        }
+    }
+    // Predict every point with the same requests.
+    let predicted: Vec<Point> = specs
+        .iter()
+        .map(|s| sim::report::point_json(s, &sim::simulate(s, sim::simulation::RunOptions::default())))
+        .collect();
+    let mut report = judge(conc, &measured, &predicted, &used, m.info(), o.profile_coefficients.clone());
+    if let Some(calib) = o.speed_reference_ms {
+        report.add_speed_reference(calib, &reference_of);
+    }
+    if repeats > 1 {
+        report.add_repeats(conc, &runs_of, spreads);
+    }
+    Ok((report, measured, predicted))
+}

@@ -1,0 +1,240 @@
+//! The fitted cost profile (`servesim calibrate --out`), typed. Its JSON keys
+//! are a contract (`cost.profile` reads `coefficients`; `check` reads
+//! `speed_reference.median_mean_itl_ms`): `tests::profile_keys` pins them.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sim::config::EngineKind;
+use sim::cost::{CostCoefficients, CostModel, COEFFICIENT_NAMES};
+
+use crate::fit::{roofline_floors, FitPoint, FitResult, TARGETS, TARGET_NOISE};
+use crate::named::Named;
+
+/// A profile file.
+#[derive(Clone, Debug, Serialize)]
+pub struct Profile {
+    /// `servesim-profile`.
+    pub format: &'static str,
+    pub version: u32,
+    pub created_by: String,
+    /// `live` (probes) or `results` (existing result files).
+    pub source: &'static str,
+    pub engine: ProfileEngine,
+    /// Every coefficient, fitted or prior, in µs.
+    pub coefficients: Named<f64>,
+    /// Per coefficient: `data` (fitted) or `prior`.
+    pub coefficient_sources: Named<&'static str>,
+    pub prior: CostCoefficients,
+    pub fit: FitSummary,
+    pub roofline_check: Vec<RooflineCheck>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step_log_fit: Option<StepLogFit>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lone_request_fit: Option<LoneRequestFit>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub speed_reference: Option<SpeedReference>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fit_workloads: Option<Vec<FitWorkload>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from_results: Option<Vec<String>>,
+    /// The scenario the results were measured with.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scenario: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ProfileEngine {
+    pub kind: EngineKind,
+    pub version: Option<String>,
+    pub model: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kv_capacity_tokens: Option<u64>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct FitSummary {
+    pub method: &'static str,
+    pub target_noise: Named<f64>,
+    pub targets: [&'static str; 5],
+    pub free: Vec<FreeParameter>,
+    pub factors: Vec<f64>,
+    pub objective: f64,
+    pub evaluations: usize,
+    /// R² of predicted against measured, per target (null with fewer than 2 points).
+    pub r2: Named<Option<f64>>,
+    pub points: Vec<FitPointSummary>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct FreeParameter {
+    pub name: String,
+    pub coefficients: Vec<&'static str>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct FitPointSummary {
+    pub name: String,
+    pub max_concurrency: Option<u32>,
+    pub measured: Named<f64>,
+    pub predicted: Named<f64>,
+    /// (predicted − measured) / measured, per target.
+    pub relative_residual: Named<f64>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RooflineCheck {
+    pub coefficient: &'static str,
+    pub fitted_us: f64,
+    pub roofline_floor_us: f64,
+    /// The fit implies more than the card's peak.
+    pub beats_physics: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct StepLogFit {
+    pub file: Option<String>,
+    pub rows: usize,
+    pub r2: f64,
+    pub residual_std_ms: f64,
+    pub step_us: f64,
+    pub per_seq_us: f64,
+    pub prefill_token_us: f64,
+    pub decode_token_us: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct LoneRequestFit {
+    pub method: &'static str,
+    pub points: usize,
+    pub r2: f64,
+    pub coefficients: Named<f64>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct SpeedReference {
+    /// Its workload section.
+    pub workload: Value,
+    /// Before each probe (null where it failed).
+    pub mean_itl_ms: Vec<Option<f64>>,
+    pub median_mean_itl_ms: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct FitWorkload {
+    pub name: String,
+    pub workload: Value,
+}
+
+impl Profile {
+    /// The profile of a fit: coefficients with their sources, fit statistics, the roofline check.
+    pub fn new(r: &FitResult, points: &[FitPoint], source: &'static str, engine: ProfileEngine, prior: &CostModel) -> Profile {
+        let fitted: std::collections::BTreeSet<&str> =
+            r.free.iter().flat_map(|f| f.coefficients.iter().copied()).collect();
+        let coeffs = r.cost.coefficients();
+        let mut coefficients = Named::new();
+        let mut coefficient_sources = Named::new();
+        for name in COEFFICIENT_NAMES {
+            coefficients.push(name, coeffs.get(name).unwrap_or(0.0));
+            coefficient_sources.push(name, if fitted.contains(name) { "data" } else { "prior" });
+        }
+        let roofline_check = points
+            .first()
+            .map(|p| {
+                roofline_floors(&p.spec)
+                    .into_iter()
+                    .filter(|(n, _)| fitted.contains(n))
+                    .map(|(n, floor)| {
+                        let v = coeffs.get(n).unwrap_or(0.0);
+                        RooflineCheck { coefficient: n, fitted_us: v, roofline_floor_us: floor, beats_physics: v < floor }
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let pts = points
+            .iter()
+            .zip(&r.predicted)
+            .map(|(p, q)| {
+                let (mut measured, mut predicted, mut relative_residual) = (Named::new(), Named::new(), Named::new());
+                for (i, t) in TARGETS.iter().enumerate() {
+                    if let Some(m) = p.measured[i] {
+                        measured.push(*t, m);
+                        if let Some(v) = q[i] {
+                            predicted.push(*t, v);
+                            if m > 0.0 {
+                                relative_residual.push(*t, (v - m) / m);
+                            }
+                        }
+                    }
+                }
+                FitPointSummary {
+                    name: p.name.clone(),
+                    max_concurrency: p.spec.workload.max_concurrency,
+                    measured,
+                    predicted,
+                    relative_residual,
+                }
+            })
+            .collect();
+        Profile {
+            format: "servesim-profile",
+            version: 1,
+            created_by: format!("servesim {}", env!("CARGO_PKG_VERSION")),
+            source,
+            engine,
+            coefficients,
+            coefficient_sources,
+            prior: prior.coefficients(),
+            fit: FitSummary {
+                method: "Nelder-Mead on squared log errors of simulated vs measured metrics, each divided by its target_noise",
+                target_noise: Named(TARGETS.iter().zip(TARGET_NOISE).map(|(t, n)| (t.to_string(), n)).collect()),
+                targets: TARGETS,
+                free: r.free.iter().map(|f| FreeParameter { name: f.name.clone(), coefficients: f.coefficients.clone() }).collect(),
+                factors: r.factors.clone(),
+                objective: r.objective,
+                evaluations: r.evaluations,
+                r2: Named(TARGETS.iter().zip(&r.r2).map(|(t, v)| (t.to_string(), *v)).collect()),
+                points: pts,
+            },
+            roofline_check,
+            step_log_fit: None,
+            lone_request_fit: None,
+            speed_reference: None,
+            fit_workloads: None,
+            from_results: None,
+            scenario: None,
+            note: None,
+        }
+    }
+
+    /// A fitted coefficient, µs.
+    pub fn coefficient(&self, name: &str) -> Option<f64> {
+        self.coefficients.get(name).copied()
+    }
+}
+
+/// What `check` reads back from a profile file.
+#[derive(Clone, Debug, Deserialize)]
+pub struct ProfileFile {
+    /// The coefficients, as the file lists them (echoed in the check report).
+    pub coefficients: Option<serde_json::Map<String, Value>>,
+    #[serde(default)]
+    pub speed_reference: Option<SpeedReferenceFile>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+pub struct SpeedReferenceFile {
+    pub median_mean_itl_ms: Option<f64>,
+}
+
+impl ProfileFile {
+    pub fn parse(text: &str) -> Result<ProfileFile, String> {
+        serde_json::from_str(text).map_err(|e| format!("not a profile: {e}"))
+    }
+
+    /// The calibration's speed reference (median mean ITL, ms), if it measured one.
+    pub fn speed_reference_ms(&self) -> Option<f64> {
+        self.speed_reference.as_ref().and_then(|s| s.median_mean_itl_ms)
+    }
+}

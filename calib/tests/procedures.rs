@@ -1,0 +1,159 @@
+//! The procedures against the simulator as the measured engine (`SimMeasure`):
+//! a calibration finds the engine's coefficients again, a check with the
+//! fitted profile passes, and the profile's keys are those of the contract.
+
+use calib::derive::{derive_scenario, DeriveOptions, ModelChoice};
+use calib::procedure::{self, CalibrateOptions, CheckOptions};
+use calib::{ServerInfo, SimMeasure};
+use serde_json::{json, Value};
+use sim::config::{self, EngineKind, SimSpec};
+use sim::cost::{CoefficientSource, CostCoefficients, CostModel};
+
+fn info() -> ServerInfo {
+    ServerInfo {
+        base_url: "sim://engine".into(),
+        kind: Some(EngineKind::Vllm),
+        version: Some("0.33.0".into()),
+        model: Some("qwen2.5-7b-instruct".into()),
+        max_model_len: Some(2048),
+        kv_capacity_tokens: Some(4000 * 16),
+        num_gpu_blocks: Some(4001),
+        kv_granularity: Some(16),
+        prefix_caching: Some(true),
+        ..Default::default()
+    }
+}
+
+fn derive() -> DeriveOptions {
+    DeriveOptions {
+        hardware: Some("a100-80gb".into()),
+        model: ModelChoice::Card("qwen2.5-7b-instruct".into()),
+        log_args: Default::default(),
+        sets: vec!["engine.max_num_seqs=32".into(), "engine.max_num_batched_tokens=2048".into()],
+    }
+}
+
+fn resolve(v: Value) -> Result<SimSpec, String> {
+    let s = config::from_value(v, "").map_err(|e| e.to_string())?;
+    config::resolve(&s, &sim::builtin::resources()?).map_err(|e| e.to_string())
+}
+
+fn scenario(w: &Value) -> Result<SimSpec, String> {
+    resolve(derive_scenario(&info(), &derive(), w).map_err(|e| e.to_string())?)
+}
+
+/// The engine measured: the derived scenario's engine with coefficients far from the prior.
+fn truth() -> (SimMeasure, CostModel) {
+    let base = scenario(&json!({"dataset_name": "random", "ignore_eos": true})).unwrap();
+    let mut cost = base.cost.clone();
+    cost.overlay(
+        &CostCoefficients {
+            step_us: Some(9000.0),
+            prefill_token_us: Some(60.0),
+            decode_token_us: Some(150.0),
+            request_ingress_us: Some(3000.0),
+            ..Default::default()
+        },
+        CoefficientSource::Scenario,
+    );
+    let m = SimMeasure {
+        info: info(),
+        engine: base.engine.clone(),
+        truth: cost.clone(),
+        meta: sim::report::PointMeta::of(&base),
+        log: Vec::new(),
+    };
+    (m, cost)
+}
+
+#[test]
+fn calibrating_the_simulator_recovers_its_coefficients_and_check_passes() {
+    let (mut m, truth) = truth();
+    let opts = CalibrateOptions {
+        max_probe_concurrency: 16,
+        warmup_s: 1.0,
+        repeat: 1,
+        max_evals: 300,
+        speed_reference: true,
+        step_log: None,
+    };
+    let profile = procedure::calibrate(&mut m, &scenario, &opts).unwrap();
+    let t = truth.coefficients();
+    for k in ["step_us", "prefill_token_us"] {
+        let (f, t) = (profile.coefficient(k).unwrap(), t.get(k).unwrap());
+        assert!((f - t).abs() / t < 0.02, "{k}: fitted {f}, true {t}");
+    }
+    // Probes cannot tell per_seq_us from decode_token_us: their sum is what is fitted.
+    let sum = |c: &dyn Fn(&str) -> f64| c("decode_token_us") + c("per_seq_us");
+    let (f, tr) = (sum(&|k| profile.coefficient(k).unwrap()), sum(&|k| t.get(k).unwrap()));
+    assert!((f - tr).abs() / tr < 0.02, "decode_token_us + per_seq_us: fitted {f}, true {tr}");
+    // The simulated engine holds one speed: every speed reference is the same.
+    let refs = &profile.speed_reference.as_ref().unwrap().mean_itl_ms;
+    assert!(refs.iter().all(|r| *r == refs[0] && r.is_some()), "{refs:?}");
+
+    // The check, with the fitted coefficients on every point.
+    let fitted: Value = serde_json::to_value(&profile.coefficients).unwrap();
+    let overlay: CostCoefficients = serde_json::from_value(fitted.clone()).unwrap();
+    let point = |w: &Value| -> Result<SimSpec, String> {
+        let mut s = scenario(w)?;
+        s.cost.overlay(&overlay, CoefficientSource::Profile);
+        Ok(s)
+    };
+    let o = CheckOptions {
+        concurrency: vec![1, 4, 16],
+        num_prompts_per_point: Some(vec![4, 12, 32]),
+        fit_on: vec![],
+        workload: json!({"dataset_name": "random", "random_input_len": 256, "random_output_len": 32, "ignore_eos": true, "initial_test_request": false}),
+        repeat: 2,
+        max_evals: 100,
+        speed_reference_ms: Some(profile.speed_reference.as_ref().unwrap().median_mean_itl_ms),
+        profile_coefficients: Some(fitted),
+    };
+    let (report, _, _) = procedure::check(&mut m, &point, &scenario, &o).unwrap();
+    assert!(report.verdict.pass, "{}", serde_json::to_string_pretty(&report.verdict).unwrap());
+    assert_eq!(report.verdict.speed_reference.as_ref().unwrap().engine_held_still, Some(true));
+    assert_eq!(report.repeats, Some(2));
+}
+
+/// The profile's keys are a contract (`cost.profile` reads `coefficients`, `check` reads
+/// `speed_reference`): pinned, with the order they are written in.
+#[test]
+fn profile_keys() {
+    let (mut m, _) = truth();
+    let opts = CalibrateOptions {
+        max_probe_concurrency: 4,
+        warmup_s: 0.0,
+        repeat: 1,
+        max_evals: 12,
+        speed_reference: true,
+        step_log: Some(("steps.log".into(), String::new())),
+    };
+    let p = serde_json::to_value(procedure::calibrate(&mut m, &scenario, &opts).unwrap()).unwrap();
+    let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>().join(",");
+    assert_eq!(
+        keys(&p),
+        "format,version,created_by,source,engine,coefficients,coefficient_sources,prior,fit,roofline_check,lone_request_fit,speed_reference,fit_workloads"
+    );
+    assert_eq!(keys(&p["engine"]), "kind,version,model,kv_capacity_tokens");
+    assert_eq!(p["engine"]["kind"], "vllm");
+    assert_eq!(keys(&p["fit"]), "method,target_noise,targets,free,factors,objective,evaluations,r2,points");
+    assert_eq!(keys(&p["fit"]["points"][0]), "name,max_concurrency,measured,predicted,relative_residual");
+    assert_eq!(keys(&p["fit"]["r2"]), "mean_ttft_ms,mean_tpot_ms,mean_itl_ms,mean_e2el_ms,output_throughput");
+    assert_eq!(keys(&p["lone_request_fit"]), "method,points,r2,coefficients");
+    assert_eq!(keys(&p["speed_reference"]), "workload,mean_itl_ms,median_mean_itl_ms");
+    assert_eq!(keys(&p["fit_workloads"][0]), "name,workload");
+    assert_eq!(keys(&p["coefficients"]), sim::cost::COEFFICIENT_NAMES.join(","));
+    assert_eq!(keys(&p["coefficient_sources"]), sim::cost::COEFFICIENT_NAMES.join(","));
+    if let Some(r) = p["roofline_check"].as_array().and_then(|a| a.first()) {
+        assert_eq!(keys(r), "coefficient,fitted_us,roofline_floor_us,beats_physics");
+    }
+    // From results: the inputs are named instead.
+    let spec = scenario(&json!({"dataset_name": "random", "random_input_len": 64, "random_output_len": 8, "num_prompts": 4, "max_concurrency": 1, "ignore_eos": true})).unwrap();
+    let pt = calib::fit::FitPoint { name: "r#0".into(), measured: calib::fit::predict(&spec, &spec.cost), spec, replay: None };
+    let r = serde_json::to_value(procedure::calibrate_from_results(&[pt], 10, vec!["r.json".into()], "s.json".into()).unwrap()).unwrap();
+    assert_eq!(
+        keys(&r),
+        "format,version,created_by,source,engine,coefficients,coefficient_sources,prior,fit,roofline_check,from_results,scenario,note"
+    );
+    assert_eq!(keys(&r["engine"]), "kind,version,model");
+}

@@ -1,0 +1,204 @@
+//! `calib::Measure` against a live server: each run through the load
+//! generator, after a short warm-up at the run's shape; probes' and check
+//! points' per-request results and run records written to a folder.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use calib::measure::{Measure, Measurement, Point, Run};
+use calib::{MeasureError, ServerInfo};
+use sim::report::PointMeta;
+use sim::workload::Workload;
+
+use crate::bench::{self, BenchOptions, BenchRun, OnDone};
+
+/// A progress display for a run of `n` requests: a tick per completed request, and a
+/// function that clears it.
+pub type Progress = Arc<dyn Fn(u64) -> (OnDone, Box<dyn FnOnce()>) + Send + Sync>;
+
+/// A live server, measured.
+pub struct LiveMeasure {
+    pub rt: tokio::runtime::Runtime,
+    pub opts: BenchOptions,
+    pub info: ServerInfo,
+    /// Where per-request results and run records go.
+    pub dir: PathBuf,
+    /// The endpoint path (for run records).
+    pub endpoint: String,
+    pub progress: Option<Progress>,
+}
+
+/// `opts` for a run whose requests are not recorded: a warm-up or a speed reference.
+pub fn unrecorded(opts: &BenchOptions) -> BenchOptions {
+    let mut o = opts.clone();
+    o.jsonl = None;
+    o.poll_interval = None;
+    o.on_done = None;
+    o
+}
+
+/// What identifies the measured engine in report keys.
+pub fn meta_of(info: &ServerInfo) -> PointMeta {
+    PointMeta {
+        engine: info.kind_name().into(),
+        engine_version: info.version.clone().unwrap_or_else(|| "unknown".into()),
+        model_id: info.model.clone().unwrap_or_default(),
+        hardware: "live".into(),
+        kv_granularity: info.kv_granularity.unwrap_or(1),
+    }
+}
+
+/// The report keys of a measured run, with the same names as a simulated one.
+pub fn measured_point(info: &ServerInfo, w: &Workload, run: &BenchRun) -> Point {
+    let metrics = sim::metrics::bench_metrics(&run.result);
+    let mut j = sim::report::bench_json(&meta_of(info), w, &metrics, &run.result);
+    j.insert("client_cpu_s".into(), run.client_cpu_s.into());
+    j.insert("client_cpu_fraction".into(), (run.client_cpu_s / run.wall_s.max(1e-9)).into());
+    j
+}
+
+/// Where a run's files go.
+pub struct RunFiles {
+    pub result: PathBuf,
+    pub requests: PathBuf,
+    pub record: PathBuf,
+}
+
+/// The files of a run named as `vllm bench serve` names them (or `filename`).
+pub fn run_files(dir: Option<&Path>, filename: Option<&str>, label: &str, w: &Workload, model: &str) -> Result<RunFiles, String> {
+    let dir = dir.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("--result-dir {}: {e}", dir.display()))?;
+    let base = match filename {
+        Some(f) => f.trim_end_matches(".json").to_string(),
+        None => {
+            let rate = w.request_rate.map(|r| format!("{r}")).unwrap_or_else(|| "inf".into());
+            let conc = w.max_concurrency.map(|c| format!("-concurrency{c}")).unwrap_or_default();
+            let model = model.rsplit('/').next().unwrap_or(model);
+            format!("{label}-{rate}qps{conc}-{model}-{}", crate::manifest::stamp(crate::manifest::now_unix_s()))
+        }
+    };
+    Ok(RunFiles {
+        result: dir.join(format!("{base}.json")),
+        requests: dir.join(format!("{base}.requests.jsonl")),
+        record: dir.join(format!("{base}.record.json")),
+    })
+}
+
+impl LiveMeasure {
+    /// Warms the engine up at `w`'s shape: SGLang (and, less, vLLM) is slow on the first
+    /// batches of a new shape. Fresh prompts, sent at once, not recorded.
+    async fn warm_at_shape(&self, w: &Workload) {
+        let mut wu = w.clone();
+        let n = wu.max_concurrency.unwrap_or(1).max(1) as usize;
+        wu.requests.truncate(n.min(wu.requests.len()));
+        for (i, r) in wu.requests.iter_mut().enumerate() {
+            r.output_key ^= 0x5eed;
+            r.prompt[0].key ^= 0xa11ce + i as u64;
+            r.arrival_ns = 0;
+        }
+        wu.initial_test = None;
+        wu.warmups.clear();
+        let _ = bench::run(&unrecorded(&self.opts), &wu).await;
+    }
+
+    /// A recorded run with a progress display.
+    async fn recorded(&self, w: &Workload, jsonl: PathBuf) -> BenchRun {
+        let mut o = self.opts.clone();
+        o.jsonl = Some(jsonl);
+        let done = self.progress.as_ref().map(|p| {
+            let (tick, finish) = p(w.requests.len() as u64);
+            o.on_done = Some(tick);
+            finish
+        });
+        let run = bench::run(&o, w).await;
+        if let Some(f) = done {
+            f();
+        }
+        run
+    }
+}
+
+fn measurement(info: &ServerInfo, w: &Workload, run: &BenchRun, file: Option<&Path>) -> Measurement {
+    Measurement {
+        point: measured_point(info, w, run),
+        send_s: run.outcomes.iter().map(|o| o.start_s).collect(),
+        failed: run.outcomes.iter().filter(|o| o.sent && !o.success).count(),
+        requests_file: file.map(|p| p.display().to_string()),
+    }
+}
+
+impl Measure for LiveMeasure {
+    fn info(&self) -> &ServerInfo {
+        &self.info
+    }
+
+    fn measure(&mut self, w: &Workload, run: Run<'_>) -> Result<Measurement, MeasureError> {
+        let io = |p: &Path, e: String| MeasureError::Io { path: p.display().to_string(), message: e };
+        match run {
+            Run::SpeedReference => {
+                let r = self.rt.block_on(bench::run(&unrecorded(&self.opts), w));
+                if r.interrupted {
+                    return Err(MeasureError::Interrupted);
+                }
+                Ok(measurement(&self.info, w, &r, None))
+            }
+            Run::Probe { name } => {
+                let file = self.dir.join(format!("{name}.requests.jsonl"));
+                let r = self.rt.block_on(async {
+                    self.warm_at_shape(w).await;
+                    self.recorded(w, file.clone()).await
+                });
+                if r.interrupted {
+                    return Err(MeasureError::Interrupted);
+                }
+                Ok(measurement(&self.info, w, &r, Some(&file)))
+            }
+            Run::CheckPoint { workload, .. } => {
+                let files = run_files(Some(&self.dir), None, "check", w, &self.opts.target.model)
+                    .map_err(|e| io(&self.dir, e))?;
+                let r = self.rt.block_on(async {
+                    self.warm_at_shape(w).await;
+                    self.recorded(w, files.requests.clone()).await
+                });
+                let m = measurement(&self.info, w, &r, Some(&files.requests));
+                let rec = crate::manifest::record(
+                    &self.info,
+                    &self.endpoint,
+                    workload,
+                    w,
+                    r.metrics_before.as_ref(),
+                    r.metrics_after.as_ref(),
+                    &crate::manifest::files(&[("requests", &files.requests)]),
+                    &m.point,
+                );
+                std::fs::write(&files.record, serde_json::to_string_pretty(&rec).expect("json"))
+                    .map_err(|e| io(&files.record, e.to_string()))?;
+                if r.interrupted {
+                    return Err(MeasureError::Interrupted);
+                }
+                Ok(m)
+            }
+        }
+    }
+
+    fn warm_up(&mut self, seconds: f64, next: &mut dyn FnMut(u64) -> Workload) -> Result<(), MeasureError> {
+        let o = unrecorded(&self.opts);
+        let t0 = std::time::Instant::now();
+        let mut k = 0u64;
+        while t0.elapsed().as_secs_f64() < seconds {
+            let run = self.rt.block_on(bench::run(&o, &next(k)));
+            k += 1;
+            if run.outcomes.iter().all(|r| !r.success) {
+                return Err(MeasureError::ServerNotAnswering);
+            }
+            if run.interrupted {
+                return Err(MeasureError::Interrupted);
+            }
+        }
+        Ok(())
+    }
+
+    fn say(&mut self, line: &str) {
+        eprintln!("{line}");
+    }
+}

@@ -1,0 +1,454 @@
+//! The step cost composed from measured kernels (issue #12).
+//!
+//! ```text
+//! step = GPU + CPU
+//! GPU  = Σ_layers [ GEMM_qkv(m) + GEMM_o(m) + GEMM_gate_up(m) + GEMM_down(m)
+//!                   + decode attention(decodes, their mean context)
+//!                   + Σ_chunks prefill attention(chunk over its cached prefix)
+//!                   + 2 × all-reduce(m × hidden)            (TP > 1)
+//!                   + element-wise kernels' memory time (norms, RoPE, SiLU·mul, KV write) ]
+//!      + GEMM_lm_head(sampled positions = scheduled sequences)
+//! CPU  = STEP_CPU_US + PER_SEQ_CPU_US × sequences
+//! ```
+//!
+//! `m` is the step's token count. Without a CUDA graph for the step (vLLM:
+//! more tokens than `max_cudagraph_capture_size`; SGLang: a prefill step or a
+//! decode batch above `cuda_graph_max_bs`; either with eager mode), the
+//! kernels are launched one by one from the CPU, `LAUNCH_PER_LAYER_US` a
+//! layer, and the GPU part is at least that (launches overlap the kernels
+//! they queue); a CUDA graph launches the whole step at once.
+//!
+//! The embedding is a lookup (no GEMM), the LM head runs on one position per
+//! scheduled sequence (vLLM V1 and SGLang compute the logits of every
+//! scheduled request's last position, partial prefills included).
+//!
+//! The CPU terms are a **prior**, not fitted here: their values are BLIS's
+//! published fit on vLLM 0.15 on H100 (`docs/guide/latency-models.md` of
+//! BLIS: β7 ≈ 126 µs a step, β5 ≈ 32 µs a layer, β6 ≈ 4 µs a request), read
+//! as step CPU time, per-layer launch time and per-request CPU time. BLIS's
+//! roofline has no non-GEMM kernels and no CUDA-graph distinction, so its
+//! per-layer term also stood for work that is modelled here on its own
+//! (element-wise kernels, attention's latency floor from the tables); here it
+//! is only the eager launch floor. The same values for both engines and every
+//! release (a stated simplification; the overlap of CPU and GPU time under
+//! vLLM's async scheduling and SGLang's overlap scheduler is not modelled).
+//!
+//! Everything is memoised per token count (`m` up to [`MEMO_TOKENS`], LM
+//! head up to [`MEMO_SEQS`]) in lock-free slots, so a step costs a few loads
+//! and one bilinear lookup of the decode-attention grid.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::cards::{GpuCard, ModelCard};
+use crate::config::Deployment;
+use crate::kernels::{self, Curve, GemmShape, Grid, Heads, Peaks, Provider};
+
+use super::StepShape;
+
+/// CPU time per step (scheduler, input preparation, sampler), µs. BLIS β7.
+pub const STEP_CPU_US: f64 = 126.0;
+/// CPU time per scheduled sequence, µs. BLIS β6.
+pub const PER_SEQ_CPU_US: f64 = 4.0;
+/// Kernel-launch CPU time per decoder layer when the step runs eagerly, µs. BLIS β5.
+pub const LAUNCH_PER_LAYER_US: f64 = 32.0;
+/// Fraction of memory bandwidth the element-wise kernels reach (a round prior).
+pub const ELEMENTWISE_BW_EFF: f64 = 0.8;
+/// vLLM's default `max_cudagraph_capture_size` (V1, 0.11+): steps of more tokens run
+/// the piecewise graphs' eager fallback.
+pub const VLLM_GRAPH_MAX_TOKENS: u64 = 512;
+/// Token counts memoised.
+pub const MEMO_TOKENS: usize = 16384;
+/// Sequence counts memoised for the LM head.
+pub const MEMO_SEQS: usize = 4096;
+
+/// What the all-reduce costs.
+#[derive(Debug)]
+enum AllReduce {
+    None,
+    Table(Curve),
+    /// `latency + bytes / bandwidth` (µs, µs per element).
+    Roofline { latency_us: f64, us_per_elem: f64 },
+}
+
+/// The engine side of the step cost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GraphRule {
+    /// vLLM: graphs for steps up to this many tokens.
+    VllmTokens(u64),
+    /// SGLang: graphs for decode-only steps up to this batch.
+    SglangDecodeBatch(u64),
+    /// Eager mode.
+    Eager,
+}
+
+/// The kernel-composed step cost of one deployment.
+#[derive(Debug)]
+pub struct ComposedCost {
+    /// Which tables (or fallback) timed it: the `cost_source` report key.
+    pub source: String,
+    layers: f64,
+    hidden: f64,
+    /// QKV, O, gate/up, down: per layer.
+    gemms: [Curve; 4],
+    lm_head: Curve,
+    ctx: Grid,
+    gen: Grid,
+    allreduce: AllReduce,
+    /// Element-wise kernels, all layers, µs per token.
+    elementwise_us_per_token: f64,
+    graphs: GraphRule,
+    memo_tokens: Box<[AtomicU64]>,
+    memo_seqs: Box<[AtomicU64]>,
+}
+
+impl PartialEq for ComposedCost {
+    fn eq(&self, o: &Self) -> bool {
+        self.source == o.source
+            && self.layers == o.layers
+            && self.gemms == o.gemms
+            && self.lm_head == o.lm_head
+            && self.ctx == o.ctx
+            && self.gen == o.gen
+            && self.graphs == o.graphs
+            && self.elementwise_us_per_token == o.elementwise_us_per_token
+    }
+}
+
+/// The intermediate size: the card's, else solved from the parameter count
+/// (Llama-style: QKV, O and three MLP matrices a layer).
+fn intermediate(model: &ModelCard) -> f64 {
+    if let Some(i) = model.intermediate_size {
+        return f64::from(i);
+    }
+    let h = f64::from(model.hidden_size);
+    let d = f64::from(model.head_dim);
+    let per_layer = (model.num_parameters - model.embedding_parameters().min(model.num_parameters)) as f64
+        / f64::from(model.num_layers);
+    let attn = h * d * (2.0 * f64::from(model.num_attention_heads) + 2.0 * f64::from(model.num_kv_heads));
+    ((per_layer - attn) / (3.0 * h)).max(h)
+}
+
+/// The per-GPU shapes of `model` at TP `tp`: the four per-layer GEMMs, the LM head, the heads.
+pub fn model_shapes(model: &ModelCard, tp: u32, fp8: bool, kv_bytes: u32) -> ([GemmShape; 4], GemmShape, Heads) {
+    let tp = tp.max(1);
+    let h = u64::from(model.hidden_size);
+    let d = u64::from(model.head_dim);
+    let q = u64::from((model.num_attention_heads / tp).max(1));
+    let kv = u64::from(model.kv_heads_per_gpu(tp));
+    let i = (intermediate(model) / f64::from(tp)).round() as u64;
+    let g = |n, k| GemmShape { n, k, fp8 };
+    let gemms = [g((q + 2 * kv) * d, h), g(h, q * d), g(2 * i, h), g(h, i)];
+    let lm = GemmShape { n: u64::from(model.vocab_size).div_ceil(u64::from(tp)), k: h, fp8: false };
+    let heads = Heads { heads: q as u32, kv_heads: kv as u32, head_dim: d as u32, kv_bytes };
+    (gemms, lm, heads)
+}
+
+fn peaks_of_card(gpu: &GpuCard) -> Peaks {
+    Peaks { bf16_flops: gpu.dense_bf16_flops, fp8_flops: gpu.dense_fp8_flops, mem_bw: gpu.memory_bandwidth_bytes_per_s }
+}
+
+/// How a GPU without tables is timed (chosen by leave-one-GPU-out error; see
+/// `VALIDATION.md`, "Step costs from measured kernels").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fallback {
+    /// The nearest tabled GPU, moved by the roofline ratio point by point.
+    NearestScaled,
+    /// A roofline with efficiencies fitted on every tabled GPU.
+    FittedRoofline,
+}
+
+/// The fallback servesim uses.
+pub const FALLBACK: Fallback = Fallback::NearestScaled;
+
+/// Where `gpu`'s kernel times come from for `engine`, and the words that say so.
+/// `None`: the card opts out (`kernel_tables: "none"`).
+pub fn provider_for(gpu: &GpuCard, engine: &str, fallback: Fallback, exclude: Option<&str>) -> Option<(Provider, String)> {
+    let named = match gpu.kernel_tables.as_deref() {
+        Some("none") => return None,
+        Some(s) => Some(s),
+        None => kernels::system_for_gpu(&gpu.id),
+    };
+    if let Some(sys) = named.filter(|s| Some(*s) != exclude) {
+        if let Some(t) = kernels::tables(sys, engine) {
+            return Some((Provider::Table(t), t.label()));
+        }
+    }
+    let target = peaks_of_card(gpu);
+    let near = kernels::nearest_system(&target, exclude);
+    let from = kernels::tables(near, engine)?;
+    match fallback {
+        Fallback::NearestScaled => Some((
+            Provider::Scaled { from, target },
+            format!("{} scaled by peak FLOP/s and bandwidth to {}", from.label(), gpu.id),
+        )),
+        Fallback::FittedRoofline => {
+            let fit = fitted_roofline(engine, exclude);
+            Some((Provider::Roofline { fit, target, like: from }, "roofline (fitted efficiencies)".into()))
+        }
+    }
+}
+
+/// The roofline efficiencies fitted on every tabled GPU but `exclude`, on
+/// every model card's shapes at TP 1.
+pub fn fitted_roofline(engine: &str, exclude: Option<&str>) -> kernels::RooflineFit {
+    let shapes = fit_shapes();
+    let systems: Vec<&str> = kernels::tabled_systems().into_iter().filter(|s| Some(*s) != exclude).collect();
+    kernels::fit_roofline(&systems, engine, &shapes)
+}
+
+/// The built-in model cards' TP-1 shapes, in bf16 and fp8.
+pub fn fit_shapes() -> kernels::FitShapes {
+    let models = crate::builtin::resources().map(|r| r.models).unwrap_or_default();
+    let mut gemms = Vec::new();
+    let mut heads = Vec::new();
+    for m in &models {
+        if m.quantization.is_some() {
+            continue;
+        }
+        let (g, lm, h) = model_shapes(m, 1, false, 2);
+        for s in g.iter().chain(std::iter::once(&lm)) {
+            if !gemms.contains(s) {
+                gemms.push(*s);
+            }
+        }
+        if !heads.contains(&h) {
+            heads.push(h);
+        }
+    }
+    kernels::FitShapes { gemms, heads }
+}
+
+impl ComposedCost {
+    /// The composed cost of `model` on `gpu` deployed as `dep` under
+    /// `engine`, from `provider`; `source` says where the times come from.
+    pub fn build(
+        model: &ModelCard,
+        gpu: &GpuCard,
+        dep: &Deployment,
+        graphs: GraphRule,
+        provider: &Provider,
+        source: String,
+        allreduce_latency_us: f64,
+        interconnect_eff: f64,
+    ) -> ComposedCost {
+        let tp = dep.tensor_parallel_size.max(1);
+        let fp8 = dep.quantization.as_deref() == Some("fp8");
+        let (g, lm, heads) = model_shapes(model, tp, fp8, dep.kv_dtype_bytes);
+        let gemms = [provider.gemm(g[0]), provider.gemm(g[1]), provider.gemm(g[2]), provider.gemm(g[3])];
+        let lm_head = provider.gemm(lm);
+        let allreduce = if tp == 1 {
+            AllReduce::None
+        } else {
+            match provider.allreduce(tp) {
+                Some(c) => AllReduce::Table(c),
+                None => {
+                    let link = gpu.interconnect_bandwidth_bytes_per_s.unwrap_or(32e9) * interconnect_eff;
+                    let t = f64::from(tp);
+                    let bytes_per_elem = f64::from(model.activation_dtype_bytes()) * 2.0 * (t - 1.0) / t;
+                    AllReduce::Roofline { latency_us: allreduce_latency_us, us_per_elem: bytes_per_elem / link * 1e6 }
+                }
+            }
+        };
+        let hidden = f64::from(model.hidden_size);
+        let (q, kv, d) = (f64::from(heads.heads), f64::from(heads.kv_heads), f64::from(heads.head_dim));
+        let i = g[3].k as f64;
+        // Per token per layer, elements moved: two fused add+RMSNorms (read x and
+        // the residual, write both), RoPE on q and k (read, write), SiLU·mul (read
+        // 2I, write I), the KV-cache write (K and V).
+        let elems = 2.0 * 4.0 * hidden + 2.0 * (q + kv) * d + 3.0 * i;
+        let bytes = elems * f64::from(model.activation_dtype_bytes()) + 2.0 * kv * d * f64::from(dep.kv_dtype_bytes);
+        let elementwise_us_per_token =
+            f64::from(model.num_layers) * bytes / (gpu.memory_bandwidth_bytes_per_s * ELEMENTWISE_BW_EFF) * 1e6;
+        let graphs = if dep.cuda_graphs { graphs } else { GraphRule::Eager };
+        ComposedCost {
+            source,
+            layers: f64::from(model.num_layers),
+            hidden,
+            gemms,
+            lm_head,
+            ctx: provider.ctx_grid(heads),
+            gen: provider.gen_grid(heads),
+            allreduce,
+            elementwise_us_per_token,
+            graphs,
+            memo_tokens: (0..MEMO_TOKENS).map(|_| AtomicU64::new(0)).collect(),
+            memo_seqs: (0..MEMO_SEQS).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// Linear layers, all-reduces and element-wise kernels of a step of `m` tokens, µs.
+    fn per_token_count_us(&self, m: u64) -> f64 {
+        let x = m as f64;
+        let gemm_ms: f64 = self.gemms.iter().map(|c| c.at(x)).sum();
+        let ar_us = match &self.allreduce {
+            AllReduce::None => 0.0,
+            AllReduce::Table(c) => c.at(x * self.hidden) * 1e3,
+            AllReduce::Roofline { latency_us, us_per_elem } => latency_us + us_per_elem * x * self.hidden,
+        };
+        self.layers * (gemm_ms * 1e3 + 2.0 * ar_us) + self.elementwise_us_per_token * x
+    }
+
+    fn memo(slots: &[AtomicU64], i: u64, f: impl FnOnce() -> f64) -> f64 {
+        match slots.get(i as usize) {
+            Some(slot) => {
+                let bits = slot.load(Ordering::Relaxed);
+                if bits != 0 {
+                    return f64::from_bits(bits);
+                }
+                let v = f();
+                // 0.0's bits are 0: such a value is recomputed, never wrong.
+                slot.store(v.to_bits(), Ordering::Relaxed);
+                v
+            }
+            None => f(),
+        }
+    }
+
+    /// The GPU time of a step, µs (kernels only: no CPU time, no launch floor).
+    pub fn gpu_us(&self, s: &StepShape) -> f64 {
+        let m = s.total_tokens();
+        if m == 0 {
+            return 0.0;
+        }
+        let linear = Self::memo(&self.memo_tokens, m, || self.per_token_count_us(m));
+        let seqs = u64::from(s.num_seqs.max(1));
+        let lm = Self::memo(&self.memo_seqs, seqs, || self.lm_head.at(seqs as f64) * 1e3);
+        let mut attn_ms = 0.0;
+        if s.decode_tokens > 0 {
+            let b = s.decode_tokens as f64;
+            attn_ms += self.gen.at(b, s.decode_context_tokens as f64 / b);
+        }
+        if s.num_chunks > 0 {
+            let b = f64::from(s.num_chunks);
+            let kept = (s.num_chunks as usize).min(super::MAX_CHUNKS);
+            for c in &s.chunks[..kept] {
+                attn_ms += self.chunk_ms(c.context as f64, c.n as f64, b);
+            }
+            let (k, n, pairs) = s.rest;
+            if k > 0 {
+                // `k` chunks of the mean length, at the prefix that gives their pairs.
+                let (k, n, pairs) = (k as f64, n as f64, pairs as f64);
+                let nbar = n / k;
+                let ctx = ((pairs / k - nbar * (nbar + 1.0) / 2.0) / nbar).max(0.0);
+                attn_ms += k * self.chunk_ms(ctx, nbar, b);
+            }
+        }
+        linear + lm + self.layers * attn_ms * 1e3
+    }
+
+    /// One prefill chunk of `n` tokens after `ctx` cached ones, in a batch of `b` chunks, ms a layer.
+    fn chunk_ms(&self, ctx: f64, n: f64, b: f64) -> f64 {
+        if n <= 0.0 {
+            return 0.0;
+        }
+        let full = ctx + n;
+        self.ctx.at(full, b) / b * (1.0 - (ctx / full) * (ctx / full))
+    }
+
+    /// Whether the step runs as a CUDA graph.
+    fn in_graph(&self, s: &StepShape) -> bool {
+        match self.graphs {
+            GraphRule::VllmTokens(max) => s.total_tokens() <= max,
+            GraphRule::SglangDecodeBatch(max) => s.prefill_tokens == 0 && s.decode_tokens <= max,
+            GraphRule::Eager => false,
+        }
+    }
+
+    /// The step's duration, µs.
+    pub fn step_us(&self, s: &StepShape) -> f64 {
+        let mut gpu = self.gpu_us(s);
+        if !self.in_graph(s) {
+            gpu = gpu.max(LAUNCH_PER_LAYER_US * self.layers);
+        }
+        gpu + STEP_CPU_US + PER_SEQ_CPU_US * f64::from(s.num_seqs)
+    }
+}
+
+/// One held-out GPU of [`leave_one_gpu_out`].
+#[derive(Clone, Debug)]
+pub struct LogoRow {
+    pub system: &'static str,
+    pub engine: &'static str,
+    /// The tabled system the nearest-scaled fallback read.
+    pub nearest: &'static str,
+    /// |predicted / own tables − 1| of every (model, step shape), per fallback.
+    pub scaled_errors: Vec<f64>,
+    pub roofline_errors: Vec<f64>,
+}
+
+/// The step shapes the leave-one-out compares: lone prefills, decode batches at
+/// two contexts, and a mixed step.
+pub fn logo_shapes() -> Vec<StepShape> {
+    let mut v = Vec::new();
+    for n in [128, 512, 2048, 8192] {
+        let mut s = StepShape::default();
+        s.add_prefill(0, n);
+        v.push(s);
+    }
+    for b in [1u64, 8, 32, 128] {
+        for ctx in [512u64, 4096] {
+            v.push(StepShape::decodes(b, b * ctx));
+        }
+    }
+    let mut s = StepShape::default();
+    s.add_prefill(1024, 1024);
+    for _ in 0..32 {
+        s.add_decode(1024);
+    }
+    v.push(s);
+    v
+}
+
+/// Leave-one-GPU-out: for each tabled GPU and engine, the GPU time of
+/// [`logo_shapes`] for every built-in bf16 model card at TP 1 from the GPU's own
+/// tables, against each fallback built without them. Kernel times only: the
+/// CPU terms are the same either way.
+pub fn leave_one_gpu_out() -> Vec<LogoRow> {
+    let models: Vec<ModelCard> = crate::builtin::resources()
+        .map(|r| r.models)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|m| m.quantization.is_none())
+        .collect();
+    let shapes = logo_shapes();
+    let mut rows = Vec::new();
+    for system in kernels::tabled_systems() {
+        for engine in ["vllm", "sglang"] {
+            let Some(own) = kernels::tables(system, engine) else { continue };
+            let p = own.peaks;
+            let gpu = GpuCard {
+                id: system.to_string(),
+                name: None,
+                memory_bytes: 80 << 30,
+                memory_bandwidth_bytes_per_s: p.mem_bw,
+                dense_bf16_flops: p.bf16_flops,
+                dense_fp8_flops: p.fp8_flops,
+                interconnect: None,
+                interconnect_bandwidth_bytes_per_s: None,
+                nvidia_smi_memory_mib: None,
+                kernel_tables: None,
+                sources: vec![],
+                notes: None,
+            };
+            let (scaled, _) = provider_for(&gpu, engine, Fallback::NearestScaled, Some(system)).expect("fallback");
+            let (roof, _) = provider_for(&gpu, engine, Fallback::FittedRoofline, Some(system)).expect("fallback");
+            let nearest = kernels::nearest_system(&p, Some(system));
+            let mut row =
+                LogoRow { system, engine, nearest, scaled_errors: Vec::new(), roofline_errors: Vec::new() };
+            for m in &models {
+                let dep = Deployment::single(m);
+                let build = |pr: &Provider| {
+                    ComposedCost::build(m, &gpu, &dep, GraphRule::Eager, pr, String::new(), 5.0, 0.7)
+                };
+                let (truth, a, b) = (build(&Provider::Table(own)), build(&scaled), build(&roof));
+                for s in &shapes {
+                    let t = truth.gpu_us(s);
+                    row.scaled_errors.push((a.gpu_us(s) / t - 1.0).abs());
+                    row.roofline_errors.push((b.gpu_us(s) / t - 1.0).abs());
+                }
+            }
+            rows.push(row);
+        }
+    }
+    rows
+}

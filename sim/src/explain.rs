@@ -1,0 +1,387 @@
+//! `explain`'s computation: why the metrics are what they are, in numbers and
+//! sentences, as a typed, serializable [`Explanation`]. The command line
+//! renders it as text or JSON; a browser build can call [`explain`] directly.
+//!
+//! It runs the scenario at the concurrency to explain, and a small sweep
+//! around the limit that binds first (the KV pool, or `max_num_seqs` /
+//! `max_running_requests`) to find the knee with [`crate::sweep::find_knee`],
+//! the same definition `sweep` uses. [`plan`] says which runs to make,
+//! [`assemble`] reads their outputs (so a caller may run them in parallel);
+//! [`explain`] does both, one run after the other.
+
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+
+use crate::config::{Deployment, MemoryAccount, SimSpec};
+use crate::simulation::RunOptions;
+use crate::sweep::{find_knee, kv_limited_concurrency, KneePoint, KvLimit};
+use crate::workload::Dataset;
+use crate::SimOutput;
+
+/// The explained run gets `4 × concurrency` prompts (enough waves to reach its
+/// steady state), at most this many (and at least the scenario's own count).
+pub const MAX_EXPLAIN_PROMPTS: u32 = 50_000;
+/// The largest concurrency `explain` accepts.
+pub const MAX_EXPLAIN_CONCURRENCY: u32 = 1_000_000;
+
+/// The runs an explanation needs.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// The concurrency explained.
+    pub concurrency: u32,
+    /// The run at that concurrency.
+    pub point: SimSpec,
+    /// Concurrencies of the sweep around the limit, increasing.
+    pub grid: Vec<u32>,
+    /// The run at each of them.
+    pub grid_specs: Vec<SimSpec>,
+    /// Notes on how the runs were sized (a capped prompt count).
+    pub notes: Vec<String>,
+    /// The KV-limited concurrency of the scenario's workload.
+    pub limit: KvLimit,
+}
+
+fn with_load(base: &SimSpec, concurrency: u32, prompts: Option<u32>) -> SimSpec {
+    let mut s = base.clone();
+    s.workload.max_concurrency = Some(concurrency);
+    if let Some(mut p) = prompts {
+        if let Dataset::PrefixRepetition { num_prefixes, .. } = &s.workload.dataset {
+            p = p.max(*num_prefixes);
+        }
+        s.workload.num_prompts = p;
+    }
+    s
+}
+
+/// Which limit binds first: (`"kv_pool"` or the running-requests knob, the concurrency it binds at).
+fn binding(base: &SimSpec, kv_concurrency: u64) -> (&'static str, u64) {
+    let max_running = u64::from(base.engine.max_running());
+    if max_running < kv_concurrency {
+        (running_knob(base), max_running)
+    } else {
+        ("kv_pool", kv_concurrency)
+    }
+}
+
+fn running_knob(s: &SimSpec) -> &'static str {
+    if s.engine.kind() == "sglang" {
+        "max_running_requests"
+    } else {
+        "max_num_seqs"
+    }
+}
+
+/// The runs to explain `base` at `concurrency` (default: the scenario's, or
+/// twice the concurrency at which the first limit binds).
+pub fn plan(base: &SimSpec, concurrency: Option<u32>) -> Result<Plan, String> {
+    // The workload's mean request (from at most its first 10,000 prompts: bounded work).
+    let w0 = crate::workload::generate(&crate::workload::WorkloadParams {
+        num_prompts: base.workload.num_prompts.min(10_000),
+        num_warmups: 0,
+        ..base.workload.clone()
+    });
+    let limit = kv_limited_concurrency(base, &w0);
+    let (_, binding_at) = binding(base, limit.concurrency);
+    let limit_c = binding_at.clamp(1, u64::from(MAX_EXPLAIN_CONCURRENCY));
+    let conc = concurrency.or(base.workload.max_concurrency).unwrap_or((2 * limit_c).max(2) as u32);
+    if conc == 0 || conc > MAX_EXPLAIN_CONCURRENCY {
+        return Err(format!("--concurrency: must be from 1 to {MAX_EXPLAIN_CONCURRENCY}, got {conc}"));
+    }
+    let mut notes = Vec::new();
+    // Enough requests that the explained run reaches its steady state.
+    let prompts = if Some(conc) == base.workload.max_concurrency {
+        None
+    } else {
+        let want = 4u64 * u64::from(conc);
+        let capped = want.min(u64::from(MAX_EXPLAIN_PROMPTS)) as u32;
+        if want > u64::from(capped.max(base.workload.num_prompts)) {
+            notes.push(format!(
+                "the run at concurrency {conc} has {} prompts, not 4 × {conc} (explain runs at most {MAX_EXPLAIN_PROMPTS}): it shows the first waves, not a steady state",
+                capped.max(base.workload.num_prompts)
+            ));
+        }
+        Some(base.workload.num_prompts.max(capped))
+    };
+    let point = with_load(base, conc, prompts);
+    let mut grid: Vec<u32> = [
+        1,
+        limit_c / 4,
+        limit_c / 2,
+        limit_c * 3 / 4,
+        limit_c,
+        limit_c * 5 / 4,
+        limit_c * 3 / 2,
+        limit_c * 2,
+        limit_c * 3,
+    ]
+    .into_iter()
+    .map(|c| c.clamp(1, u64::from(MAX_EXPLAIN_CONCURRENCY)) as u32)
+    .collect();
+    grid.sort_unstable();
+    grid.dedup();
+    let per = (base.workload.num_prompts / base.workload.max_concurrency.unwrap_or(1).max(1)).clamp(2, 8);
+    let grid_specs = grid
+        .iter()
+        .map(|&c| with_load(base, c, Some(c.saturating_mul(per).min(MAX_EXPLAIN_PROMPTS.max(c)))))
+        .collect();
+    Ok(Plan { concurrency: conc, point, grid, grid_specs, notes, limit })
+}
+
+/// The TTFT split of the explained run (means, ms).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TtftSplit {
+    pub mean_ttft_ms: f64,
+    pub mean_queue_wait_ms: f64,
+    pub mean_prefill_ms: f64,
+    pub mean_interleave_ms: f64,
+    pub mean_overhead_ms: f64,
+}
+
+/// One point of the sweep around the limit.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GridPoint {
+    pub max_concurrency: u32,
+    pub output_throughput: f64,
+    pub mean_ttft_ms: f64,
+    pub num_preemptions: u64,
+}
+
+/// The knee of the sweep around the limit.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct KneeFinding {
+    /// `None`: not reached within the sweep.
+    pub max_concurrency: Option<u32>,
+    pub sweep: Vec<GridPoint>,
+}
+
+/// Which numbers are knobs, which are results, which lie outside the engine.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MetricKinds {
+    pub knobs: Vec<String>,
+    pub results: Vec<String>,
+    pub outside_the_engine: Map<String, Value>,
+}
+
+/// Why the metrics are what they are. JSON keys are a contract (`explain --json`).
+#[derive(Clone, Debug, Serialize)]
+pub struct Explanation {
+    pub scenario: String,
+    pub engine: String,
+    pub max_concurrency: u32,
+    pub kv_cache_tokens: u64,
+    pub kv_request_footprint_tokens: u64,
+    pub kv_limited_concurrency: u64,
+    pub max_running: u64,
+    pub binding_limit: String,
+    pub ttft_breakdown: TtftSplit,
+    pub num_preemptions: u64,
+    pub recomputed_tokens: u64,
+    pub recompute_seconds: f64,
+    pub knee: KneeFinding,
+    pub knob: String,
+    pub metric_kinds: MetricKinds,
+    /// The explanation, sentence by sentence.
+    pub explanation: Vec<String>,
+    /// The explained run's report ([`crate::report::point_json`]).
+    pub point: Map<String, Value>,
+    pub engine_version: String,
+    pub model_id: String,
+    pub hardware: String,
+    /// Tensor parallelism, GPUs, KV dtype, quantization, CUDA graphs.
+    pub deployment: Deployment,
+    /// How the KV pool was sized (`kv_cache_tokens`, `gpu_memory_utilization`, ...).
+    pub kv_sizing_source: String,
+    pub kv_bytes_per_token: u64,
+    /// The per-GPU memory account, when the pool was derived from memory.
+    pub memory: Option<MemoryAccount>,
+    pub notes: Vec<String>,
+}
+
+fn pct(part: f64, whole: f64) -> f64 {
+    if whole > 0.0 {
+        100.0 * part / whole
+    } else {
+        0.0
+    }
+}
+
+/// Reads the runs of `plan` (`point`: the explained run; `grid[i]`: the run at `plan.grid[i]`).
+pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, grid: &[SimOutput]) -> Explanation {
+    let spec = &plan.point;
+    let limit = &plan.limit;
+    let engine = base.engine.kind();
+    let sglang = engine == "sglang";
+    let running_knob = running_knob(base);
+    let memory_knob = if sglang {
+        "mem_fraction_static (or max_total_tokens)"
+    } else {
+        "gpu_memory_utilization (or kv_cache_tokens / num_gpu_blocks_override)"
+    };
+    let max_running = u64::from(base.engine.max_running());
+    let (binding_limit, binding_at) = binding(base, limit.concurrency);
+    let conc = plan.concurrency;
+
+    let knee_pts: Vec<KneePoint> = plan
+        .grid
+        .iter()
+        .zip(grid)
+        .map(|(&c, o)| KneePoint {
+            concurrency: f64::from(c),
+            output_throughput: o.metrics.output_throughput,
+            mean_ttft_ms: o.metrics.ttft.mean,
+        })
+        .collect();
+    let knee = find_knee(&knee_pts).map(|i| plan.grid[i]);
+    let sweep: Vec<GridPoint> = plan
+        .grid
+        .iter()
+        .zip(grid)
+        .map(|(&c, o)| GridPoint {
+            max_concurrency: c,
+            output_throughput: o.metrics.output_throughput,
+            mean_ttft_ms: o.metrics.ttft.mean,
+            num_preemptions: o.run.counters.num_preemptions,
+        })
+        .collect();
+
+    let m = &point.metrics;
+    let b = &m.ttft_breakdown;
+    let c = &point.run.counters;
+    let prompt_tokens: u64 = point.workload.requests.iter().map(|r| u64::from(r.prompt_len)).sum();
+    let recomputed = c.prefill_tokens_computed.saturating_sub(prompt_tokens.saturating_sub(c.prefix_cache_hits));
+    let recompute_s = recomputed as f64 * spec.cost.prefill_token_us / 1e6;
+
+    let mut why = Vec::new();
+    why.push(format!(
+        "The KV pool holds {} tokens; a request of this workload needs {} (mean prompt + output, {:.0} tokens, in whole {}s of {}), so the pool holds {} requests at once: the KV-limited concurrency.",
+        limit.kv_capacity_tokens, limit.footprint_tokens, limit.mean_request_tokens, if sglang { "page" } else { "block" }, base.engine.kv_granularity(), limit.concurrency
+    ));
+    if binding_limit == "kv_pool" {
+        why.push(format!(
+            "{running_knob} = {max_running} is above that, so the KV pool binds first: past {} concurrent requests, new ones wait for KV{}.",
+            limit.concurrency,
+            if sglang {
+                " (SGLang reserves KV for their whole output at admission)"
+            } else {
+                ", and running ones are preempted when they outgrow it"
+            }
+        ));
+    } else {
+        why.push(format!(
+            "{running_knob} = {max_running} binds before the KV pool does: past {max_running} concurrent requests, new ones queue in the engine."
+        ));
+    }
+    why.push(format!(
+        "At concurrency {conc}, mean TTFT is {:.1} ms: {:.1} ms ({:.0}%) queue wait before the first step, {:.1} ms ({:.0}%) of prefill steps, {:.1} ms ({:.0}%) of interleaving (waiting between chunks, and recompute after preemption), {:.1} ms ({:.0}%) outside the engine (HTTP, tokenisation, streaming).",
+        m.ttft.mean,
+        b.queue_wait_ms, pct(b.queue_wait_ms, m.ttft.mean),
+        b.prefill_ms, pct(b.prefill_ms, m.ttft.mean),
+        b.interleave_ms, pct(b.interleave_ms, m.ttft.mean),
+        b.overhead_ms, pct(b.overhead_ms, m.ttft.mean)
+    ));
+    if c.num_preemptions > 0 {
+        why.push(format!(
+            "{} {} recomputed {} prompt and output tokens, about {:.1} s of prefill compute.",
+            c.num_preemptions,
+            if sglang { "retractions" } else { "preemptions" },
+            recomputed,
+            recompute_s
+        ));
+    } else {
+        why.push(format!("No request was {} at this concurrency.", if sglang { "retracted" } else { "preempted" }));
+    }
+    match knee {
+        Some(k) => why.push(format!(
+            "The throughput knee is at concurrency {k}: past it, added concurrency no longer comes back as throughput (under a tenth of it does, or less than 2% more) and TTFT keeps rising{}.",
+            if u64::from(k) <= binding_at * 2 && u64::from(k) * 2 >= binding_at { ", close to the limit above" } else { "" }
+        )),
+        None => why.push(format!(
+            "No knee up to concurrency {}: throughput still grows.",
+            plan.grid.last().copied().unwrap_or(1)
+        )),
+    }
+    let knob = if binding_limit == "kv_pool" {
+        format!("The knee moves with the KV pool: raise {memory_knob}, serve a smaller or quantized model, or shorten requests; raising {running_knob} does not help while the pool binds.")
+    } else {
+        format!(
+            "The knee moves with {running_knob}: raise it (the pool has room for {} requests); past that, the KV pool binds.",
+            limit.concurrency
+        )
+    };
+    why.push(knob.clone());
+
+    let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let mut outside = Map::new();
+    outside.insert(
+        "GPU utilisation, SM occupancy, power".into(),
+        json!("measure with nvidia-smi dmon, DCGM (dcgm-exporter) or Nsight Systems; servesim models time, not hardware counters"),
+    );
+    outside.insert(
+        "network and client time".into(),
+        json!("measured by the client (servesim bench reports its own CPU time)"),
+    );
+    let metric_kinds = MetricKinds {
+        knobs: strings(&[
+            running_knob,
+            if sglang { "chunked_prefill_size" } else { "max_num_batched_tokens" },
+            memory_knob,
+            if sglang { "page_size" } else { "block_size" },
+            if sglang { "disable_radix_cache" } else { "enable_prefix_caching" },
+            if sglang { "schedule_policy" } else { "policy" },
+            "max_concurrency / request_rate (the load)",
+        ]),
+        results: strings(&[
+            "TTFT",
+            "TPOT",
+            "ITL",
+            "E2EL",
+            "throughput",
+            "preemptions / retractions",
+            "prefix cache hit rate",
+            "KV cache usage",
+            "running / waiting requests",
+        ]),
+        outside_the_engine: outside,
+    };
+    Explanation {
+        scenario: scenario.to_string(),
+        engine: engine.to_string(),
+        max_concurrency: conc,
+        kv_cache_tokens: limit.kv_capacity_tokens,
+        kv_request_footprint_tokens: limit.footprint_tokens,
+        kv_limited_concurrency: limit.concurrency,
+        max_running,
+        binding_limit: binding_limit.to_string(),
+        ttft_breakdown: TtftSplit {
+            mean_ttft_ms: m.ttft.mean,
+            mean_queue_wait_ms: b.queue_wait_ms,
+            mean_prefill_ms: b.prefill_ms,
+            mean_interleave_ms: b.interleave_ms,
+            mean_overhead_ms: b.overhead_ms,
+        },
+        num_preemptions: c.num_preemptions,
+        recomputed_tokens: recomputed,
+        recompute_seconds: recompute_s,
+        knee: KneeFinding { max_concurrency: knee, sweep },
+        knob,
+        metric_kinds,
+        explanation: why,
+        point: crate::report::point_json(spec, point),
+        engine_version: base.engine.version().to_string(),
+        model_id: base.model.id.clone(),
+        hardware: base.gpu.id.clone(),
+        deployment: base.deployment.clone(),
+        kv_sizing_source: base.kv_sizing.source.to_string(),
+        kv_bytes_per_token: base.kv_sizing.kv_bytes_per_token,
+        memory: base.kv_sizing.memory.clone(),
+        notes: plan.notes.clone(),
+    }
+}
+
+/// Plans, runs (one after the other) and reads an explanation.
+pub fn explain(scenario: &str, base: &SimSpec, concurrency: Option<u32>) -> Result<Explanation, String> {
+    let p = plan(base, concurrency)?;
+    let grid: Vec<SimOutput> = p.grid_specs.iter().map(|s| crate::simulate(s, RunOptions::default())).collect();
+    let point = crate::simulate(&p.point, RunOptions::default());
+    Ok(assemble(scenario, base, &p, &point, &grid))
+}

@@ -1,0 +1,815 @@
+//! Measured kernel tables (aiconfigurator-core 0.12.0, `data/kernels/`) and
+//! the interpolation servesim reads them with.
+//!
+//! The tables are embedded (`include_str!`, about 3 MB of JSON) and parsed
+//! lazily, once per GPU system and engine, on first use. Everything here is
+//! pure: no IO, no clock.
+//!
+//! # Interpolation and extrapolation
+//!
+//! * **GEMM** `t(m)` for one `(n, k)` curve: linear in log–log between the two
+//!   grid points around `m`; beyond the last grid point the utilisation of
+//!   the last point is held (`t = SOL(m) × t_last / SOL(m_last)`, SOL the
+//!   roofline `max(FLOPs / peak, bytes / bandwidth)`); below the first, the
+//!   first point (a kernel's latency floor). A shape the table does not have
+//!   takes the nearest curve in `(log2 n, log2 k)` and holds its utilisation
+//!   point by point (aiconfigurator's site transfer, simplified).
+//! * **Prefill attention** `t(seq_len, batch)`: bilinear, linear in `√t`
+//!   along `seq_len` (the causal work grows as `seq²`), linear in `batch`.
+//!   Cells above the measured staircase (`null`) are filled at load from the
+//!   largest measured batch at that `seq_len`, in proportion to the batch.
+//!   Beyond the last `seq_len`, `t ∝ seq²`; beyond the last batch, `t ∝
+//!   batch`. A chunk of `n` new tokens after `c` cached ones is costed as
+//!   aiconfigurator does: `t(c + n) × ((c+n)² − c²) / (c+n)²`. The chunks of
+//!   one step are one batch: each costs `t(its length, chunks) / chunks`.
+//! * **Decode attention** `t(batch, kv_len)`: bilinear in the raw axes
+//!   (both grids are powers of two), staircase cells filled from the largest
+//!   measured batch at that `kv_len` in proportion to the batch; beyond the
+//!   last `kv_len` or batch, linear in it. A step's decodes are one batch at
+//!   their mean context (aiconfigurator's reading).
+//! * **All-reduce** `t(elements)`: log–log between points; beyond the
+//!   largest message, linear in size; below the smallest, the first point.
+//!
+//! # GPUs without tables
+//!
+//! [`Provider::Scaled`] reads the nearest tabled GPU (by peak BF16 FLOP/s and
+//! memory bandwidth, in log space) and moves every kernel point to the target
+//! card by the ratio of the two cards' rooflines at that point (the point's
+//! utilisation is held). [`Provider::Roofline`] synthesises the same grids
+//! from a roofline with per-kernel-class efficiencies fitted on the tabled
+//! GPUs ([`fit_roofline`]). Which one servesim uses is chosen by the
+//! leave-one-GPU-out error of [`leave_one_gpu_out`] (see `VALIDATION.md`).
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use serde::Deserialize;
+
+/// The package the tables come from.
+pub const SOURCE_PACKAGE: &str = "aiconfigurator-core 0.12.0";
+
+struct RawFiles {
+    system: &'static str,
+    engine: &'static str,
+    gemm: &'static str,
+    ctx: &'static str,
+    gen: &'static str,
+    ar: &'static str,
+}
+
+macro_rules! raw {
+    ($s:literal, $e:literal) => {
+        RawFiles {
+            system: $s,
+            engine: $e,
+            gemm: include_str!(concat!("../../data/kernels/", $s, "/", $e, "/gemm.json")),
+            ctx: include_str!(concat!("../../data/kernels/", $s, "/", $e, "/context_attention.json")),
+            gen: include_str!(concat!("../../data/kernels/", $s, "/", $e, "/generation_attention.json")),
+            ar: include_str!(concat!("../../data/kernels/", $s, "/", $e, "/custom_allreduce.json")),
+        }
+    };
+}
+
+const FILES: [RawFiles; 12] = [
+    raw!("a100_sxm", "vllm"),
+    raw!("a100_sxm", "sglang"),
+    raw!("h100_sxm", "vllm"),
+    raw!("h100_sxm", "sglang"),
+    raw!("h200_sxm", "vllm"),
+    raw!("h200_sxm", "sglang"),
+    raw!("l40s", "vllm"),
+    raw!("l40s", "sglang"),
+    raw!("rtx_pro_6000_server", "vllm"),
+    raw!("rtx_pro_6000_server", "sglang"),
+    raw!("b200_sxm", "vllm"),
+    raw!("b200_sxm", "sglang"),
+];
+
+const INDEX: &str = include_str!("../../data/kernels/index.json");
+
+// ---------------------------------------------------------------- raw JSON
+
+#[derive(Deserialize)]
+struct GemmFile {
+    release: String,
+    dtypes: BTreeMap<String, GemmDtype>,
+}
+
+#[derive(Deserialize)]
+struct GemmDtype {
+    m: Vec<f64>,
+    curves: Vec<GemmCurveRaw>,
+}
+
+#[derive(Deserialize)]
+struct GemmCurveRaw {
+    n: u64,
+    k: u64,
+    latency_ms: Vec<f64>,
+}
+
+#[derive(Deserialize)]
+struct AttnFile {
+    release: String,
+    entries: Vec<AttnEntry>,
+}
+
+#[derive(Deserialize)]
+struct AttnEntry {
+    kv_cache_dtype: String,
+    kernel_source: String,
+    heads: u32,
+    kv_heads: u32,
+    head_dim: u32,
+    batch: Vec<f64>,
+    #[serde(default)]
+    seq_len: Vec<f64>,
+    #[serde(default)]
+    kv_len: Vec<f64>,
+    latency_ms: Vec<Vec<Option<f64>>>,
+}
+
+#[derive(Deserialize)]
+struct ArFile {
+    release: String,
+    curves: Vec<ArCurve>,
+}
+
+#[derive(Deserialize)]
+struct ArCurve {
+    mode: String,
+    num_gpus: u32,
+    message_elems: Vec<f64>,
+    latency_ms: Vec<f64>,
+}
+
+#[derive(Deserialize)]
+struct IndexFile {
+    servesim_gpu_to_system: BTreeMap<String, Option<String>>,
+    systems: BTreeMap<String, IndexSystem>,
+}
+
+#[derive(Deserialize)]
+struct IndexSystem {
+    spec: IndexSpec,
+}
+
+#[derive(Deserialize)]
+struct IndexSpec {
+    bfloat16_tc_flops: f64,
+    fp8_tc_flops: Option<f64>,
+    mem_bw: f64,
+}
+
+// ---------------------------------------------------------------- tables
+
+/// A GPU's peak numbers, as a roofline reads them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Peaks {
+    pub bf16_flops: f64,
+    pub fp8_flops: Option<f64>,
+    pub mem_bw: f64,
+}
+
+impl Peaks {
+    fn flops(&self, fp8: bool) -> f64 {
+        if fp8 {
+            self.fp8_flops.unwrap_or(self.bf16_flops)
+        } else {
+            self.bf16_flops
+        }
+    }
+}
+
+/// One GPU system's tables for one engine.
+pub struct Tables {
+    pub system: &'static str,
+    pub engine: &'static str,
+    /// The engine release the GEMM table was measured with.
+    pub release: String,
+    pub peaks: Peaks,
+    gemm: GemmFile,
+    ctx: AttnFile,
+    gen: AttnFile,
+    ar: ArFile,
+}
+
+struct Index {
+    gpu_to_system: BTreeMap<String, Option<String>>,
+    peaks: BTreeMap<String, Peaks>,
+}
+
+fn index() -> &'static Index {
+    static I: OnceLock<Index> = OnceLock::new();
+    I.get_or_init(|| {
+        let f: IndexFile = serde_json::from_str(INDEX).expect("data/kernels/index.json parses");
+        Index {
+            gpu_to_system: f.servesim_gpu_to_system,
+            peaks: f
+                .systems
+                .into_iter()
+                .map(|(k, s)| {
+                    (k, Peaks { bf16_flops: s.spec.bfloat16_tc_flops, fp8_flops: s.spec.fp8_tc_flops, mem_bw: s.spec.mem_bw })
+                })
+                .collect(),
+        }
+    })
+}
+
+/// The tabled systems, in table order.
+pub fn tabled_systems() -> Vec<&'static str> {
+    let mut v: Vec<&'static str> = FILES.iter().map(|f| f.system).collect();
+    v.dedup();
+    v
+}
+
+/// The aiconfigurator system that measured `gpu_id` (a servesim card id), if any.
+pub fn system_for_gpu(gpu_id: &str) -> Option<&'static str> {
+    let s = index().gpu_to_system.get(gpu_id)?.as_deref()?;
+    FILES.iter().find(|f| f.system == s).map(|f| f.system)
+}
+
+/// The tables of `system` for `engine` (`vllm` or `sglang`), parsed on first use.
+pub fn tables(system: &str, engine: &str) -> Option<&'static Tables> {
+    static PARSED: [OnceLock<Tables>; 12] = [const { OnceLock::new() }; 12];
+    let i = FILES.iter().position(|f| f.system == system && f.engine == engine)?;
+    let f = &FILES[i];
+    Some(PARSED[i].get_or_init(|| {
+        let what = |t: &str| format!("data/kernels/{}/{}/{t}.json", f.system, f.engine);
+        let gemm: GemmFile = serde_json::from_str(f.gemm).unwrap_or_else(|e| panic!("{}: {e}", what("gemm")));
+        let ctx: AttnFile =
+            serde_json::from_str(f.ctx).unwrap_or_else(|e| panic!("{}: {e}", what("context_attention")));
+        let gen: AttnFile =
+            serde_json::from_str(f.gen).unwrap_or_else(|e| panic!("{}: {e}", what("generation_attention")));
+        let ar: ArFile = serde_json::from_str(f.ar).unwrap_or_else(|e| panic!("{}: {e}", what("custom_allreduce")));
+        let peaks = index().peaks[f.system];
+        Tables { system: f.system, engine: f.engine, release: gemm.release.clone(), peaks, gemm, ctx, gen, ar }
+    }))
+}
+
+impl Tables {
+    /// `"aiconfigurator-core 0.12.0 h100_sxm vllm 0.24.0"`.
+    pub fn label(&self) -> String {
+        let mut s = format!("{SOURCE_PACKAGE} {} {} {}", self.system, self.engine, self.release);
+        if self.ctx.release != self.release || self.ar.release != self.release || self.gen.release != self.release {
+            s.push_str(&format!(
+                " (attention {}/{}, all-reduce {})",
+                self.ctx.release, self.gen.release, self.ar.release
+            ));
+        }
+        s
+    }
+}
+
+// ---------------------------------------------------------------- rooflines
+
+/// Shape of a GEMM `y[m,n] = x[m,k] W[k,n]`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GemmShape {
+    pub n: u64,
+    pub k: u64,
+    /// fp8 weights (W8A8 where the GPU has FP8 tensor cores).
+    pub fp8: bool,
+}
+
+fn gemm_work(m: f64, s: GemmShape) -> (f64, f64) {
+    let (n, k) = (s.n as f64, s.k as f64);
+    let wbytes = if s.fp8 { 1.0 } else { 2.0 };
+    (2.0 * m * n * k, 2.0 * m * (n + k) + wbytes * n * k)
+}
+
+/// The GEMM's roofline time in ms on `p`.
+pub fn gemm_sol_ms(m: f64, s: GemmShape, p: &Peaks) -> f64 {
+    let (f, b) = gemm_work(m, s);
+    (f / p.flops(s.fp8)).max(b / p.mem_bw) * 1e3
+}
+
+/// Per-GPU attention heads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Heads {
+    pub heads: u32,
+    pub kv_heads: u32,
+    pub head_dim: u32,
+    pub kv_bytes: u32,
+}
+
+fn ctx_work(seq: f64, batch: f64, h: Heads) -> (f64, f64) {
+    let (q, kv, d) = (f64::from(h.heads), f64::from(h.kv_heads), f64::from(h.head_dim));
+    // Causal: QKᵀ and PV over the lower triangle.
+    let flops = 4.0 * batch * q * d * seq * seq / 2.0;
+    let bytes = batch * seq * d * (2.0 * q * 2.0 + 2.0 * kv * f64::from(h.kv_bytes));
+    (flops, bytes)
+}
+
+/// Prefill attention's roofline time in ms (BF16 compute).
+pub fn ctx_sol_ms(seq: f64, batch: f64, h: Heads, p: &Peaks) -> f64 {
+    let (f, b) = ctx_work(seq, batch, h);
+    (f / p.bf16_flops).max(b / p.mem_bw) * 1e3
+}
+
+fn gen_work(batch: f64, kv_len: f64, h: Heads) -> (f64, f64) {
+    let (q, kv, d) = (f64::from(h.heads), f64::from(h.kv_heads), f64::from(h.head_dim));
+    let flops = 4.0 * batch * q * d * kv_len;
+    let bytes = batch * kv_len * 2.0 * kv * d * f64::from(h.kv_bytes) + batch * q * d * 4.0;
+    (flops, bytes)
+}
+
+/// Decode attention's roofline time in ms.
+pub fn gen_sol_ms(batch: f64, kv_len: f64, h: Heads, p: &Peaks) -> f64 {
+    let (f, b) = gen_work(batch, kv_len, h);
+    (f / p.bf16_flops).max(b / p.mem_bw) * 1e3
+}
+
+// ---------------------------------------------------------------- curves and grids
+
+/// A latency curve over one axis (`xs` ascending), interpolated log–log.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Curve {
+    pub xs: Vec<f64>,
+    pub ys: Vec<f64>,
+    /// Per point, the roofline time the utilisation hold divides by (GEMM),
+    /// or empty: hold linear in `x` beyond the end.
+    sol_last: Option<(GemmShape, Peaks)>,
+}
+
+impl Curve {
+    pub fn at(&self, x: f64) -> f64 {
+        let n = self.xs.len();
+        if x <= self.xs[0] {
+            return self.ys[0];
+        }
+        if x >= self.xs[n - 1] {
+            let (xl, yl) = (self.xs[n - 1], self.ys[n - 1]);
+            return match &self.sol_last {
+                Some((s, p)) => yl * gemm_sol_ms(x, *s, p) / gemm_sol_ms(xl, *s, p),
+                None => yl * x / xl,
+            };
+        }
+        let i = self.xs.partition_point(|&v| v <= x); // xs[i-1] <= x < xs[i]
+        let (x0, x1, y0, y1) = (self.xs[i - 1], self.xs[i], self.ys[i - 1], self.ys[i]);
+        if x == x0 {
+            return y0;
+        }
+        let t = (x / x0).ln() / (x1 / x0).ln();
+        (y0.ln() + t * (y1.ln() - y0.ln())).exp()
+    }
+}
+
+/// A latency grid over two axes, every cell filled (ms).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Grid {
+    /// First axis: `seq_len` (prefill) or `batch` (decode).
+    pub a: Vec<f64>,
+    /// Second axis: `batch` (prefill) or `kv_len` (decode).
+    pub b: Vec<f64>,
+    /// `v[i][j]` at `(a[i], b[j])`.
+    pub v: Vec<Vec<f64>>,
+    /// Prefill: interpolate `√t` along `a`, and `t ∝ a²` beyond it.
+    sqrt_a: bool,
+}
+
+fn bracket(xs: &[f64], x: f64) -> (usize, usize, f64) {
+    let n = xs.len();
+    if x <= xs[0] {
+        return (0, 0, 0.0);
+    }
+    if x >= xs[n - 1] {
+        return (n - 1, n - 1, 0.0);
+    }
+    let i = xs.partition_point(|&v| v <= x);
+    (i - 1, i, (x - xs[i - 1]) / (xs[i] - xs[i - 1]))
+}
+
+impl Grid {
+    fn at_row(&self, i: usize, b: f64) -> f64 {
+        let row = &self.v[i];
+        let (j0, j1, t) = bracket(&self.b, b);
+        let mut y = row[j0] + t * (row[j1] - row[j0]);
+        let bl = self.b[self.b.len() - 1];
+        if b > bl {
+            y *= b / bl;
+        } else if b < self.b[0] {
+            // Below the first grid point: the first point (a latency floor).
+        }
+        y
+    }
+
+    pub fn at(&self, a: f64, b: f64) -> f64 {
+        let (i0, i1, t) = bracket(&self.a, a);
+        let (y0, y1) = (self.at_row(i0, b), self.at_row(i1, b));
+        let al = self.a[self.a.len() - 1];
+        if self.sqrt_a {
+            let s = y0.sqrt() + t * (y1.sqrt() - y0.sqrt());
+            let mut y = s * s;
+            if a > al {
+                y *= (a / al) * (a / al);
+            }
+            y
+        } else {
+            let mut y = y0 + t * (y1 - y0);
+            if a > al {
+                y *= a / al;
+            }
+            y
+        }
+    }
+}
+
+/// Fills the `null` cells above a staircase from the largest measured cell
+/// of the same first-axis row, in proportion to the second axis (`batch`
+/// for prefill) or, for decode grids (`batch` first), from the largest
+/// measured batch of the same column in proportion to the batch.
+fn fill_grid(a: &[f64], b: &[f64], raw: &[Vec<Option<f64>>], batch_first: bool) -> Vec<Vec<f64>> {
+    let mut v: Vec<Vec<f64>> = raw.iter().map(|r| r.iter().map(|c| c.unwrap_or(f64::NAN)).collect()).collect();
+    if batch_first {
+        // v[batch][kv_len]
+        for j in 0..b.len() {
+            let mut last: Option<usize> = None;
+            for i in 0..a.len() {
+                if v[i][j].is_finite() {
+                    last = Some(i);
+                } else if let Some(l) = last {
+                    v[i][j] = v[l][j] * a[i] / a[l];
+                }
+            }
+        }
+        // A kv_len no batch measured: from the longest measured kv_len of the row.
+        for row in v.iter_mut() {
+            let mut last: Option<usize> = None;
+            for j in 0..b.len() {
+                if row[j].is_finite() {
+                    last = Some(j);
+                } else if let Some(l) = last {
+                    row[j] = row[l] * b[j] / b[l];
+                }
+            }
+        }
+    } else {
+        // v[seq_len][batch]
+        for row in v.iter_mut() {
+            let mut last: Option<usize> = None;
+            for j in 0..b.len() {
+                if row[j].is_finite() {
+                    last = Some(j);
+                } else if let Some(l) = last {
+                    row[j] = row[l] * b[j] / b[l];
+                }
+            }
+        }
+        for j in 0..b.len() {
+            let mut last: Option<usize> = None;
+            for i in 0..a.len() {
+                if v[i][j].is_finite() {
+                    last = Some(i);
+                } else if let Some(l) = last {
+                    v[i][j] = v[l][j] * (a[i] / a[l]).powi(2);
+                }
+            }
+        }
+    }
+    // Anything still empty (a row with no measurement at all) takes the grid's minimum.
+    let min = v.iter().flatten().copied().filter(|x| x.is_finite()).fold(f64::INFINITY, f64::min);
+    for x in v.iter_mut().flatten() {
+        if !x.is_finite() {
+            *x = min;
+        }
+    }
+    v
+}
+
+// ---------------------------------------------------------------- what a table holds
+
+fn dtype_name(kv_bytes: u32) -> &'static str {
+    if kv_bytes == 1 {
+        "fp8"
+    } else {
+        "bfloat16"
+    }
+}
+
+impl Tables {
+    /// The `(m, latency)` curve of one GEMM shape, on this table's GPU.
+    pub fn gemm(&self, s: GemmShape) -> Curve {
+        let dt = if s.fp8 && self.gemm.dtypes.contains_key("fp8") { "fp8" } else { "bfloat16" };
+        let d = &self.gemm.dtypes[dt];
+        let table_shape = GemmShape { fp8: dt == "fp8", ..s };
+        let ms = d.m.clone();
+        let exact = d.curves.iter().find(|c| c.n == s.n && c.k == s.k);
+        let (src, src_shape) = match exact {
+            Some(c) => (c, table_shape),
+            None => {
+                let dist = |c: &GemmCurveRaw| {
+                    let dn = (c.n as f64).log2() - (s.n as f64).log2();
+                    let dk = (c.k as f64).log2() - (s.k as f64).log2();
+                    dn * dn + dk * dk
+                };
+                let c = d
+                    .curves
+                    .iter()
+                    .min_by(|a, b| dist(a).partial_cmp(&dist(b)).unwrap())
+                    .expect("a GEMM table has curves");
+                (c, GemmShape { n: c.n, k: c.k, fp8: table_shape.fp8 })
+            }
+        };
+        // Hold the source point's utilisation, moved to the requested shape and dtype.
+        let ys = ms
+            .iter()
+            .zip(&src.latency_ms)
+            .map(|(&m, &y)| {
+                if src_shape == s {
+                    y
+                } else {
+                    y * gemm_sol_ms(m, s, &self.peaks) / gemm_sol_ms(m, src_shape, &self.peaks)
+                }
+            })
+            .collect();
+        Curve { xs: ms, ys, sol_last: Some((s, self.peaks)) }
+    }
+
+    fn attn_entry<'a>(entries: &'a [AttnEntry], h: Heads, prefer: &[&str]) -> (&'a AttnEntry, f64) {
+        let kvd = dtype_name(h.kv_bytes);
+        let rank = |e: &AttnEntry| {
+            let lane = prefer.iter().position(|p| e.kernel_source.contains(p)).unwrap_or(prefer.len());
+            let dt = usize::from(e.kv_cache_dtype != kvd);
+            let kvh = usize::from(e.kv_heads != h.kv_heads && !(e.kv_heads == 0 && h.kv_heads == h.heads));
+            let dh = ((f64::from(e.heads)).ln() - f64::from(h.heads).ln()).abs();
+            let hd = usize::from(e.head_dim != h.head_dim);
+            (dt, hd, kvh, (dh * 1e6) as u64, lane)
+        };
+        let e = entries.iter().min_by_key(|e| rank(e)).expect("an attention table has entries");
+        // A different head count: in proportion to the query heads.
+        (e, f64::from(h.heads) / f64::from(e.heads))
+    }
+
+    /// Prefill attention: `t(seq_len, batch)` per layer.
+    pub fn ctx_grid(&self, h: Heads) -> Grid {
+        let (e, scale) = Self::attn_entry(&self.ctx.entries, h, &["prefill", "flashinfer", "fa3", "flash"]);
+        let mut v = fill_grid(&e.seq_len, &e.batch, &e.latency_ms, false);
+        v.iter_mut().flatten().for_each(|x| *x *= scale);
+        Grid { a: e.seq_len.clone(), b: e.batch.clone(), v, sqrt_a: true }
+    }
+
+    /// Decode attention: `t(batch, kv_len)` per layer.
+    pub fn gen_grid(&self, h: Heads) -> Grid {
+        let (e, scale) = Self::attn_entry(&self.gen.entries, h, &["decode", "flashinfer", "fa3", "flash"]);
+        let mut v = fill_grid(&e.batch, &e.kv_len, &e.latency_ms, true);
+        v.iter_mut().flatten().for_each(|x| *x *= scale);
+        Grid { a: e.batch.clone(), b: e.kv_len.clone(), v, sqrt_a: false }
+    }
+
+    /// The engine's all-reduce (CUDA-graph mode) over `tp` GPUs: `t(elements)`.
+    pub fn allreduce(&self, tp: u32) -> Option<Curve> {
+        let c = self
+            .ar
+            .curves
+            .iter()
+            .find(|c| c.num_gpus == tp && c.mode == "graph")
+            .or_else(|| self.ar.curves.iter().find(|c| c.num_gpus == tp))?;
+        Some(Curve { xs: c.message_elems.clone(), ys: c.latency_ms.clone(), sol_last: None })
+    }
+}
+
+// ---------------------------------------------------------------- providers
+
+/// Roofline efficiencies per kernel class, and each class's latency floor.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RooflineFit {
+    pub gemm_compute: f64,
+    pub gemm_memory: f64,
+    pub gemm_floor_ms: f64,
+    pub ctx_compute: f64,
+    pub ctx_floor_ms: f64,
+    pub gen_memory: f64,
+    pub gen_floor_ms: f64,
+}
+
+/// Where kernel times come from.
+#[derive(Clone, Copy)]
+pub enum Provider {
+    /// The GPU's own tables.
+    Table(&'static Tables),
+    /// Another GPU's tables moved to `target` by the roofline ratio at each point.
+    Scaled { from: &'static Tables, target: Peaks },
+    /// A roofline with fitted efficiencies on `target`, grids as `like`'s.
+    Roofline { fit: RooflineFit, target: Peaks, like: &'static Tables },
+}
+
+impl Provider {
+    pub fn gemm(&self, s: GemmShape) -> Curve {
+        match self {
+            Provider::Table(t) => t.gemm(s),
+            Provider::Scaled { from, target } => {
+                let mut c = from.gemm(s);
+                for (y, &m) in c.ys.iter_mut().zip(&c.xs) {
+                    *y *= gemm_sol_ms(m, s, target) / gemm_sol_ms(m, s, &from.peaks);
+                }
+                c.sol_last = Some((s, *target));
+                c
+            }
+            Provider::Roofline { fit, target, like } => {
+                let xs = like.gemm.dtypes["bfloat16"].m.clone();
+                let ys = xs
+                    .iter()
+                    .map(|&m| {
+                        let (f, b) = gemm_work(m, s);
+                        fit.gemm_floor_ms
+                            + (f / (target.flops(s.fp8) * fit.gemm_compute)).max(b / (target.mem_bw * fit.gemm_memory))
+                                * 1e3
+                    })
+                    .collect();
+                Curve { xs, ys, sol_last: Some((s, *target)) }
+            }
+        }
+    }
+
+    pub fn ctx_grid(&self, h: Heads) -> Grid {
+        match self {
+            Provider::Table(t) => t.ctx_grid(h),
+            Provider::Scaled { from, target } => {
+                let mut g = from.ctx_grid(h);
+                for (i, row) in g.v.iter_mut().enumerate() {
+                    for (j, y) in row.iter_mut().enumerate() {
+                        let (s, b) = (g.a[i], g.b[j]);
+                        *y *= ctx_sol_ms(s, b, h, target) / ctx_sol_ms(s, b, h, &from.peaks);
+                    }
+                }
+                g
+            }
+            Provider::Roofline { fit, target, like } => {
+                let mut g = like.ctx_grid(h);
+                for (i, row) in g.v.iter_mut().enumerate() {
+                    for (j, y) in row.iter_mut().enumerate() {
+                        let (f, b) = ctx_work(g.a[i], g.b[j], h);
+                        *y = fit.ctx_floor_ms
+                            + (f / (target.bf16_flops * fit.ctx_compute)).max(b / (target.mem_bw * fit.gen_memory))
+                                * 1e3;
+                    }
+                }
+                g
+            }
+        }
+    }
+
+    pub fn gen_grid(&self, h: Heads) -> Grid {
+        match self {
+            Provider::Table(t) => t.gen_grid(h),
+            Provider::Scaled { from, target } => {
+                let mut g = from.gen_grid(h);
+                for (i, row) in g.v.iter_mut().enumerate() {
+                    for (j, y) in row.iter_mut().enumerate() {
+                        let (b, l) = (g.a[i], g.b[j]);
+                        *y *= gen_sol_ms(b, l, h, target) / gen_sol_ms(b, l, h, &from.peaks);
+                    }
+                }
+                g
+            }
+            Provider::Roofline { fit, target, like } => {
+                let mut g = like.gen_grid(h);
+                for (i, row) in g.v.iter_mut().enumerate() {
+                    for (j, y) in row.iter_mut().enumerate() {
+                        let (f, b) = gen_work(g.a[i], g.b[j], h);
+                        *y = fit.gen_floor_ms
+                            + (f / (target.bf16_flops * fit.ctx_compute)).max(b / (target.mem_bw * fit.gen_memory))
+                                * 1e3;
+                    }
+                }
+                g
+            }
+        }
+    }
+
+    /// The table the all-reduce comes from, where the GPU has its own.
+    pub fn allreduce(&self, tp: u32) -> Option<Curve> {
+        match self {
+            Provider::Table(t) => t.allreduce(tp),
+            _ => None,
+        }
+    }
+}
+
+/// Peak numbers of the tabled system `s`.
+pub fn peaks_of(system: &str) -> Option<Peaks> {
+    index().peaks.get(system).copied()
+}
+
+/// The tabled system nearest to `p` in `(ln bf16 FLOP/s, ln bandwidth)`,
+/// leaving out `exclude`.
+pub fn nearest_system(p: &Peaks, exclude: Option<&str>) -> &'static str {
+    let d = |s: &str| {
+        let q = peaks_of(s).expect("tabled system has peaks");
+        let a = (q.bf16_flops / p.bf16_flops).ln();
+        let b = (q.mem_bw / p.mem_bw).ln();
+        a * a + b * b
+    };
+    tabled_systems()
+        .into_iter()
+        .filter(|s| Some(*s) != exclude)
+        .min_by(|a, b| d(a).partial_cmp(&d(b)).unwrap())
+        .expect("more than one tabled system")
+}
+
+// ---------------------------------------------------------------- the roofline fit
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let n = v.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        0.5 * (v[n / 2 - 1] + v[n / 2])
+    }
+}
+
+/// The shapes the fit and the leave-one-out read: every model card's GEMMs
+/// and heads at TP 1 (what `data/kernels/shapes.json` lists first).
+pub struct FitShapes {
+    pub gemms: Vec<GemmShape>,
+    pub heads: Vec<Heads>,
+}
+
+/// Fits [`RooflineFit`] on the tables of `systems` for `engine`: per kernel
+/// class, the median over systems of the median utilisation of the points
+/// well above the latency floor (roofline time ≥ 50 µs), compute-bound and
+/// memory-bound apart, and the median of the smallest points' latency above their roofline as
+/// the floor (GEMMs: the tenth of points with the least roofline time;
+/// attention: under 2 µs). Fitted on kernel times only, never on end-to-end measurements.
+pub fn fit_roofline(systems: &[&str], engine: &str, shapes: &FitShapes) -> RooflineFit {
+    let mut per: Vec<[f64; 7]> = Vec::new();
+    for &s in systems {
+        let Some(t) = tables(s, engine) else { continue };
+        let p = t.peaks;
+        let (mut gc, mut gm, mut gf, mut cc, mut cf, mut dm, mut df) =
+            (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
+        let mut gsmall: Vec<(f64, f64)> = Vec::new();
+        for &g in &shapes.gemms {
+            let c = t.gemm(g);
+            for (&m, &y) in c.xs.iter().zip(&c.ys) {
+                let (f, b) = gemm_work(m, g);
+                let (tc, tm) = (f / p.flops(g.fp8) * 1e3, b / p.mem_bw * 1e3);
+                let sol = tc.max(tm);
+                gsmall.push((sol, y - sol));
+                if sol >= 0.05 {
+                    if tc > tm {
+                        gc.push(tc / y);
+                    } else {
+                        gm.push(tm / y);
+                    }
+                }
+            }
+        }
+        // The floor: the latency above the roofline of the tenth of points with the least work.
+        gsmall.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap());
+        gf.extend(gsmall.iter().take(gsmall.len().div_ceil(10)).map(|p| p.1));
+        for &h in &shapes.heads {
+            let g = t.ctx_grid(h);
+            for (i, row) in g.v.iter().enumerate() {
+                for (j, &y) in row.iter().enumerate() {
+                    let (f, _) = ctx_work(g.a[i], g.b[j], h);
+                    let tc = f / p.bf16_flops * 1e3;
+                    if tc < 0.002 {
+                        cf.push(y - tc);
+                    } else if tc >= 0.05 {
+                        cc.push(tc / y);
+                    }
+                }
+            }
+            let g = t.gen_grid(h);
+            for (i, row) in g.v.iter().enumerate() {
+                for (j, &y) in row.iter().enumerate() {
+                    let (_, b) = gen_work(g.a[i], g.b[j], h);
+                    let tm = b / p.mem_bw * 1e3;
+                    if tm < 0.002 {
+                        df.push(y - tm);
+                    } else if tm >= 0.05 {
+                        dm.push(tm / y);
+                    }
+                }
+            }
+        }
+        per.push([
+            median(&mut gc),
+            median(&mut gm),
+            median(&mut gf),
+            median(&mut cc),
+            median(&mut cf),
+            median(&mut dm),
+            median(&mut df),
+        ]);
+    }
+    let col = |i: usize| {
+        let mut v: Vec<f64> = per.iter().map(|r| r[i]).filter(|x| x.is_finite()).collect();
+        median(&mut v)
+    };
+    RooflineFit {
+        gemm_compute: col(0).min(1.0),
+        gemm_memory: col(1).min(1.0),
+        gemm_floor_ms: col(2),
+        ctx_compute: col(3).min(1.0),
+        ctx_floor_ms: col(4),
+        gen_memory: col(5).min(1.0),
+        gen_floor_ms: col(6),
+    }
+}

@@ -1,0 +1,311 @@
+//! Issue #15, "no silent wrong answer": every case the issue lists, one row
+//! each (a clear error with exit 2 naming the field, or a correct result
+//! within bounded time), the knee where the README says it is, the README's
+//! examples run as written, and random result files for
+//! `calibrate --from-results`.
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+use serde_json::Value;
+
+use crate::common::*;
+
+/// Runs `servesim ARGS` (bounded in time); returns (exit code, stdout, stderr).
+fn run(args: &[&str]) -> (i32, String, String) {
+    let mut c = servesim();
+    c.args(args);
+    let o = run_bounded(c, Duration::from_secs(60));
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// The issue's cases that must be refused: (arguments, exit code, text the error must contain).
+#[test]
+fn bad_inputs_are_refused_naming_the_cause() {
+    let trace = "validation/llmd-exp0/scenario-1.json";
+    let cases: &[(&[&str], i32, &str)] = &[
+        // Time that cannot overflow: ranges checked at the boundary, limits stated.
+        (&["simulate", "--set", "cost.coefficients.step_us=1e14"], 2, "cost.coefficients.step_us"),
+        (&["simulate", "--set", "cost.coefficients.step_us=1e12"], 2, "from 0 to 1000000"),
+        (&["simulate", "--set", "workload.num_prompts=1000000000"], 2, "limit of 10000000"),
+        (&["simulate", "--set", "workload.request_rate=1e-9"], 2, "workload.request_rate"),
+        (&["simulate", "--set", "workload.num_warmups=1000000"], 2, "workload.num_warmups"),
+        (&["simulate", "--set", "workload.max_concurrency=100000000"], 2, "workload.max_concurrency"),
+        (&["explain", "--concurrency", "0"], 2, "--concurrency"),
+        // Exit codes and messages that tell the truth.
+        (&["tune", "--vary", "engine.nope=1,2"], 2, "engine.nope"),
+        (&["tune", "--vary", "engine.max_num_seqs=16,32", "--vary", "engine.max_num_seqs=64"], 2, "given twice"),
+        (&["tune", "--vary", "engine.max_num_seqs=16,32", "--max-configs", "0"], 2, "--max-configs"),
+        (&["tune", "--vary", "engine.max_num_seqs=16,32", "--slo", "p99_ttft_ms<=nan"], 2, "finite"),
+        (&["tune", "--vary", "engine.max_num_seqs=16,32", "--slo", "p99_ttft_ms<=inf"], 2, "finite"),
+        (&["tune", "--vary", "engine.max_num_seqs=16,,32"], 2, "empty"),
+        (&["sweep", "--concurrency", "1,,2"], 2, "empty item"),
+        (&["sweep", "--concurrency", "1,2,"], 2, "empty item"),
+        (&["sweep", "--concurrency", "1,2", "--jobs", "0"], 2, "--jobs"),
+        (&["sweep", "--concurrency", "1,2", "--plot", "x.png"], 2, ".svg"),
+        (&["simulate", "--plot", "x.png"], 2, ".svg"),
+        // Fields a trace does not use.
+        (&["simulate", trace, "--set", "workload.random_input_len=100"], 2, "workload.random_input_len"),
+        (&["simulate", trace, "--set", "workload.num_prompts=100000"], 2, "workload.num_prompts"),
+        (&["simulate", trace, "--set", "workload.burstiness=0.5"], 2, "workload.burstiness"),
+        (&["simulate", "--set", "workload.trace=x.csv"], 2, "workload.trace"),
+    ];
+    let mut failures = Vec::new();
+    for (args, code, needle) in cases {
+        let (c, _, err) = run(args);
+        if c != *code || !err.contains(needle) {
+            failures.push(format!("servesim {}: exit {c}, stderr {err:?} (want exit {code} naming {needle:?})", args.join(" ")));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A trace whose row has prefix_len > input_len, and a trace arrival too far away.
+#[test]
+fn bad_trace_rows_are_refused() {
+    let dir = std::env::temp_dir().join(format!("servesim-issue15-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, body, needle) in [
+        ("prefix.csv", "arrival_time,input_len,output_len,prefix_group,prefix_len\n0,10,5,1,20\n", "prefix_len"),
+        ("far.csv", "arrival_time,input_len,output_len\n0,10,5\n1e9,10,5\n", "arrival_time"),
+        ("far15.csv", "arrival_time,input_len,output_len\n1e15,10,5\n", "arrival_time"),
+    ] {
+        let t = dir.join(name);
+        std::fs::write(&t, body).unwrap();
+        let (c, _, err) = run(&[
+            "simulate",
+            "--set",
+            "workload={\"dataset_name\":\"trace\",\"ignore_eos\":true}",
+            "--set",
+            &format!("workload.trace={}", t.display()),
+        ]);
+        assert_eq!(c, 2, "{name}: {err}");
+        assert!(err.contains(needle), "{name}: {err}");
+    }
+}
+
+/// Cases that run: overflow stops with its reason (exit 1), an ignored rate is said and
+/// not reported as used, long inputs finish in bounded time and memory.
+#[test]
+fn overflows_stop_with_a_reason_and_ignored_fields_are_not_reported_as_used() {
+    let (c, out, _) = run(&["simulate", "--set", "cost.prior.decode_mfu=1e-300", "--json"]);
+    assert_eq!(c, 1, "{out}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    let stop = j["stop_reason"].as_str().unwrap();
+    assert!(stop.contains("584 years") && stop.contains("step's cost"), "{stop}");
+
+    let (c, out, err) =
+        run(&["simulate", "validation/llmd-exp0/scenario-1.json", "--set", "workload.request_rate=1000"]);
+    assert_eq!(c, 0, "{err}");
+    assert!(err.contains("request_rate is ignored"), "{err}");
+    assert!(!out.contains("1000.00"), "{out}");
+    assert!(out.contains("Request rate configured (RPS):           trace"), "{out}");
+
+    // explain at a huge concurrency is bounded (at most 50,000 prompts), and says so.
+    let (c, out, err) = run(&["explain", "--concurrency", "100000", "--json", "--set", "workload.random_input_len=64", "--set", "workload.random_output_len=8"]);
+    assert_eq!(c, 0, "{err}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(j["max_concurrency"], 100000);
+    assert!(j["notes"][0].as_str().unwrap().contains("50000"), "{}", j["notes"]);
+}
+
+/// A sweep past its prompt count warns (text and JSON).
+#[test]
+fn sweeps_past_the_prompt_count_warn() {
+    let (c, out, _) = run(&["sweep", "--concurrency", "1,64", "--num-prompts", "20"]);
+    assert_eq!(c, 0);
+    assert!(out.contains("WARNING: concurrency 64 exceeds the 20 prompts"), "{out}");
+    let (c, out, err) = run(&["sweep", "--concurrency", "1,64", "--num-prompts", "20", "--json"]);
+    assert_eq!(c, 0);
+    let j: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(j["warnings"].as_array().unwrap().len(), 1);
+    assert!(err.contains("exceeds the 20 prompts"), "{err}");
+}
+
+/// One knee: the default scenario's knee is 42, the KV-limited concurrency, in `sweep`
+/// (the README's command) and in `explain`.
+#[test]
+fn the_default_knee_is_42_in_sweep_and_explain() {
+    let (c, out, err) = run(&[
+        "sweep",
+        "--concurrency",
+        "1,16,32,42,64,128",
+        "--num-prompts",
+        "20,64,128,168,256,512",
+        "--json",
+    ]);
+    assert_eq!(c, 0, "{err}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(j["knee"]["max_concurrency"], 42, "{}", j["knee"]);
+    assert_eq!(j["kv_limited_concurrency"], 42);
+    let (c, out, err) = run(&["explain", "--concurrency", "64", "--json"]);
+    assert_eq!(c, 0, "{err}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(j["knee"]["max_concurrency"], 42, "{}", j["knee"]);
+    // explain carries the deployment and the KV sizing; the memory account when derived.
+    assert_eq!(j["deployment"]["tensor_parallel_size"], 1);
+    assert_eq!(j["kv_sizing_source"], "kv_cache_tokens");
+    assert!(j["memory"].is_null());
+    let (c, out, err) = run(&["explain", "validation/llmd-exp0/scenario-1.json", "--json"]);
+    assert_eq!(c, 0, "{err}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    assert!(j["memory"]["kv"].as_u64().unwrap() > 0, "{}", j["memory"]);
+    assert!(j["memory"]["derivation"].as_str().unwrap().contains("fitted"));
+    let (c, out, _) = run(&["explain", "validation/llmd-exp0/scenario-1.json"]);
+    assert_eq!(c, 0);
+    assert!(out.contains("KV pool derived from gpu_memory_utilization") && out.contains("CUDA graphs"), "{out}");
+    // A sweep that never saturates says so.
+    let (c, out, _) = run(&["sweep", "--concurrency", "1,2,4", "--num-prompts", "8"]);
+    assert_eq!(c, 0);
+    assert!(out.contains("Knee: not reached"), "{out}");
+}
+
+/// The first command's report says what ran and explains its puzzling numbers.
+#[test]
+fn the_first_report_says_what_ran() {
+    let (c, out, _) = run(&["simulate"]);
+    assert_eq!(c, 0);
+    let first = out.lines().next().unwrap();
+    for w in ["rtx5090-qwen2.5-7b-vllm", "qwen2.5-7b-instruct", "rtx-5090", "vllm 0.28.0"] {
+        assert!(first.contains(w), "{first}");
+    }
+    assert!(out.contains("null block (194896 tokens)"), "{out}");
+    assert!(out.contains("1-second bucket"), "{out}");
+    let (c, out, _) = run(&["simulate", "--set", "workload.initial_test_request=true"]);
+    assert_eq!(c, 0);
+    assert!(out.contains("the initial test request"), "{out}");
+}
+
+/// Splits a shell command line into words (single and double quotes, no expansions).
+fn shell_words(line: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut cur = String::new();
+    let mut quote: Option<char> = None;
+    let mut any = false;
+    for ch in line.chars() {
+        match (quote, ch) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => cur.push(c),
+            (None, '\'' | '"') => {
+                quote = Some(ch);
+                any = true;
+            }
+            (None, c) if c.is_whitespace() => {
+                if any || !cur.is_empty() {
+                    words.push(std::mem::take(&mut cur));
+                    any = false;
+                }
+            }
+            (None, c) => cur.push(c),
+        }
+    }
+    if any || !cur.is_empty() {
+        words.push(cur);
+    }
+    words
+}
+
+/// The `servesim ...` and `cargo run --release -- ...` lines of README.md's fenced
+/// blocks, as argument lists (without the program).
+fn readme_examples() -> Vec<Vec<String>> {
+    let text = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let mut in_block = false;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            in_block = !in_block;
+            continue;
+        }
+        if !in_block {
+            continue;
+        }
+        let cmd = line.split(" #").next().unwrap().trim();
+        let rest = cmd.strip_prefix("servesim ").or_else(|| cmd.strip_prefix("cargo run --release -- "));
+        if let Some(r) = rest {
+            out.push(shell_words(r));
+        }
+    }
+    out
+}
+
+/// The README's examples run as written (against live engines excepted: they need a server).
+#[test]
+fn readme_examples_run() {
+    let examples = readme_examples();
+    assert!(examples.len() >= 5, "expected the README's examples, found {examples:?}");
+    let dir = std::env::temp_dir().join(format!("servesim-readme-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut failures = Vec::new();
+    for args in &examples {
+        if ["bench", "calibrate", "check", "serve", "diff"].contains(&args[0].as_str()) {
+            continue;
+        }
+        // Plots go to a temporary folder.
+        let args: Vec<String> = args
+            .iter()
+            .map(|a| if a.ends_with(".svg") { dir.join(a).display().to_string() } else { a.clone() })
+            .collect();
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (c, _, err) = run(&refs);
+        if c != 0 {
+            failures.push(format!("servesim {}: exit {c}: {err}", args.join(" ")));
+        }
+    }
+    assert!(failures.is_empty(), "README examples fail:\n{}", failures.join("\n"));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Random result files for `calibrate --from-results`: a clear error (exit 2) or a fit
+    /// (exit 0), never a panic, within a time bound.
+    #[test]
+    fn random_result_files_error_clearly(
+        keys in prop::collection::vec(
+            (
+                prop::sample::select(vec![
+                    "mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "mean_e2el_ms", "output_throughput",
+                    "completed", "num_prompts", "max_concurrency", "request_rate", "duration", "backend",
+                ]),
+                prop_oneof![
+                    Just(Value::Null),
+                    Just(serde_json::json!(-1)),
+                    Just(serde_json::json!(0)),
+                    Just(serde_json::json!(1e300)),
+                    Just(serde_json::json!("inf")),
+                    Just(serde_json::json!("x")),
+                    (0.5f64..5000.0).prop_map(|x| serde_json::json!(x)),
+                    (1u32..64).prop_map(|x| serde_json::json!(x)),
+                ],
+            ),
+            0..10,
+        ),
+    ) {
+        let dir = std::env::temp_dir().join(format!("servesim-results-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut m = serde_json::Map::new();
+        for (k, v) in keys {
+            m.insert(k.to_string(), v);
+        }
+        let f = dir.join("result.json");
+        std::fs::write(&f, Value::Object(m).to_string()).unwrap();
+        let out = dir.join("profile.json");
+        let mut c = servesim();
+        c.args([
+            "calibrate", "--from-results", f.to_str().unwrap(),
+            "--scenario", "scenarios/serve-small-vllm.json", "--out", out.to_str().unwrap(),
+        ]);
+        let o = run_bounded(c, Duration::from_secs(120));
+        let code = o.status.code().unwrap_or(-1);
+        let err = String::from_utf8_lossy(&o.stderr);
+        prop_assert!(code == 0 || code == 2 || code == 1, "exit {code}: {err}");
+        prop_assert!(!err.contains("panicked"), "{err}");
+        if code == 2 {
+            prop_assert!(err.contains("error:"), "{err}");
+        }
+    }
+}

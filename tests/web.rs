@@ -1,0 +1,332 @@
+//! The page (web/) in a real browser: headless Chromium opens the built page
+//! with `?selftest=1&report=URL`, the page moves its knobs as a user would and
+//! posts what it shows to this test's loopback server (URL), which checks it
+//! against the native binary: the default scenario's sweep byte for
+//! byte, the numbers in the table, TTFT exploding past concurrency 42, the
+//! field-naming error of an invalid scenario, and a sweep redraw under 200 ms.
+//! Once from file:// (the embedded module) and once over HTTP (fetch).
+//!
+//! Needs the wasm32-unknown-unknown target and Chromium; `scripts/test.sh`
+//! installs both and sets `SERVESIM_WEB_TEST=require`, under which a missing
+//! piece fails the test instead of skipping it.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::common::*;
+
+const SCENARIO: &str = "scenarios/rtx5090-qwen2.5-7b-vllm.json";
+
+fn required() -> bool {
+    std::env::var("SERVESIM_WEB_TEST").is_ok_and(|v| v == "require")
+}
+
+/// Skips (says why) or, when the browser test is required, fails.
+fn skip(why: &str) {
+    if required() {
+        panic!("the browser test is required (SERVESIM_WEB_TEST=require) but cannot run: {why}");
+    }
+    eprintln!("SKIPPED the browser test: {why}. `bash scripts/test.sh` installs what it needs.");
+}
+
+fn chromium() -> Option<PathBuf> {
+    if let Ok(p) = std::env::var("SERVESIM_CHROMIUM") {
+        return Some(PathBuf::from(p)).filter(|p| p.is_file());
+    }
+    let path = std::env::var_os("PATH")?;
+    for name in ["chromium", "chromium-browser", "google-chrome", "google-chrome-stable"] {
+        for dir in std::env::split_paths(&path) {
+            let p = dir.join(name);
+            if p.is_file() {
+                return Some(p);
+            }
+        }
+    }
+    None
+}
+
+/// Builds the page with the README's command; None (and why) if it cannot be built here.
+fn build_page() -> Result<PathBuf, String> {
+    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"));
+    let out = target.join("web");
+    let mut c = Command::new("bash");
+    c.arg(root().join("scripts/build_web.sh")).arg(&out).current_dir(root());
+    let o = run_bounded(c, Duration::from_secs(900));
+    if !o.status.success() {
+        let err = String::from_utf8_lossy(&o.stderr);
+        let tail: Vec<&str> = err.lines().rev().take(15).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        return Err(format!(
+            "scripts/build_web.sh failed (is the wasm32-unknown-unknown target installed?):\n{}",
+            tail.join("\n")
+        ));
+    }
+    Ok(out)
+}
+
+/// Opens `url` in headless Chromium (real time: no virtual-time budget, so the
+/// page's performance.now() is the wall clock) and waits for the page's
+/// self-test result, which it posts to `server`.
+fn selftest(browser: &Path, server: &Server, url: &str) -> Value {
+    let profile = std::env::temp_dir().join(format!("servesim-chromium-{}-{}", std::process::id(), url.len()));
+    let report = format!("http://127.0.0.1:{}/result", server.port);
+    let full = format!("{url}?selftest=1&report={}", report.replace(':', "%3A").replace('/', "%2F"));
+    let mut child = Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--disable-dev-shm-usage",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(&full)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", browser.display()));
+    let got = server.results.recv_timeout(Duration::from_secs(180));
+    let _ = child.kill();
+    let o = child.wait_with_output();
+    let _ = std::fs::remove_dir_all(&profile);
+    let body = got.unwrap_or_else(|_| {
+        let err = o.map(|o| String::from_utf8_lossy(&o.stderr).to_string()).unwrap_or_default();
+        panic!("the page's self-test did not report within 180 s ({full}); Chromium said:\n{err}")
+    });
+    let v: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("self-test output: {e}: {body}"));
+    assert!(v.get("exception").is_none(), "the self-test threw ({url}): {}", v["exception"]);
+    v
+}
+
+/// `x` as the page formats it: `toLocaleString('en-US')` with `d` decimals.
+fn shown(x: f64, d: usize) -> String {
+    let s = format!("{:.*}", d, x.abs());
+    let (int, frac) = s.split_once('.').map(|(a, b)| (a.to_string(), Some(b.to_string()))).unwrap_or((s.clone(), None));
+    let mut g = String::new();
+    for (i, ch) in int.chars().enumerate() {
+        if i > 0 && (int.len() - i) % 3 == 0 {
+            g.push(',');
+        }
+        g.push(ch);
+    }
+    let sign = if x < 0.0 && s.chars().any(|c| c != '0' && c != '.') { "-" } else { "" };
+    match frac {
+        Some(f) => format!("{sign}{g}.{f}"),
+        None => format!("{sign}{g}"),
+    }
+}
+
+/// Equal up to the last bits: the JSON texts are compared byte for byte above;
+/// here numbers parsed by serde_json (whose default float parsing is not
+/// correctly rounded: it can be one unit in the last place off) and by the page.
+fn same(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-14 * a.abs().max(b.abs())
+}
+
+fn check(v: &Value, how: &str) {
+    // 1. The sweep the page shows is the binary's, byte for byte.
+    let req = &v["sweep_request"];
+    let list = |k: &str| req[k].as_array().unwrap().iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",");
+    assert_eq!(req["origin"], SCENARIO);
+    assert_eq!(req["sets"], serde_json::json!([]));
+    let o = run_cli(&[
+        "sweep",
+        SCENARIO,
+        "--concurrency",
+        &list("concurrencies"),
+        "--num-prompts",
+        &list("num_prompts"),
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let native = String::from_utf8(o.stdout).unwrap();
+    let page = v["sweep_json"].as_str().unwrap();
+    assert!(
+        page == native,
+        "{how}: the page's sweep differs from `servesim sweep --json`:\npage:\n{page}\nnative:\n{native}"
+    );
+    let native: Value = serde_json::from_str(&native).unwrap();
+
+    // 2. The table shows the binary's numbers.
+    let rows = v["table"].as_array().unwrap();
+    let points = native["points"].as_array().unwrap();
+    assert_eq!(rows.len(), points.len());
+    for (row, p) in rows.iter().zip(points) {
+        for (key, d) in [("output_throughput", 1), ("mean_ttft_ms", 1), ("p99_ttft_ms", 1), ("request_throughput", 2)] {
+            let cell = &row[key];
+            let want = p[key].as_f64().unwrap();
+            let got: f64 = cell["value"].as_str().unwrap().parse().unwrap();
+            assert!(
+                same(got, want),
+                "{how}: {key} at concurrency {}: {got} shown, {want} native",
+                p["max_concurrency"]
+            );
+            assert_eq!(cell["shown"].as_str().unwrap(), shown(want, d), "{how}: {key} shown");
+        }
+    }
+
+    // 3. Past concurrency 42 (the KV-limited concurrency) TTFT explodes, and the page says why.
+    assert_eq!(native["kv_limited_concurrency"], 42);
+    let ttft = |c: &str| v["run_ttft"][c]["report"].as_f64().unwrap();
+    assert!(ttft("64") > 3.0 * ttft("42"), "{how}: TTFT at 64 ({}) vs 42 ({})", ttft("64"), ttft("42"));
+    let o = run_cli(&[
+        "simulate",
+        SCENARIO,
+        "--set",
+        "workload.max_concurrency=64",
+        "--set",
+        "workload.num_prompts=256",
+        "--json",
+    ]);
+    let at64: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(same(ttft("64"), at64["mean_ttft_ms"].as_f64().unwrap()), "{how}: the run at 64: {at64}");
+    assert_eq!(v["run_ttft"]["64"]["shown"].as_str().unwrap(), format!("{} ms", shown(ttft("64"), 1)));
+    assert!(v["url"].as_str().unwrap().contains("c=64"), "{how}: the state is in the URL: {}", v["url"]);
+    let why = v["explain"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect::<Vec<_>>().join(" ");
+    assert!(why.contains("holds 42 requests") && why.contains("queue wait"), "{how}: explain: {why}");
+
+    // 4. simulate, explain and a side-by-side sweep, byte for byte.
+    for (key, args) in [
+        (
+            "simulate_json",
+            &[
+                "simulate",
+                SCENARIO,
+                "--set",
+                "workload.max_concurrency=64",
+                "--set",
+                "workload.num_prompts=256",
+                "--json",
+            ][..],
+        ),
+        ("explain_json", &["explain", SCENARIO, "--concurrency", "64", "--json"][..]),
+        (
+            "side_by_side_json",
+            &[
+                "sweep",
+                SCENARIO,
+                "--set",
+                "engine.kind=vllm,sglang",
+                "--concurrency",
+                "1,16,64",
+                "--num-prompts",
+                "20,64,256",
+                "--json",
+            ][..],
+        ),
+    ] {
+        let o = run_cli(args);
+        let native = String::from_utf8(o.stdout).unwrap();
+        let page = v[key].as_str().unwrap_or_default();
+        assert!(
+            page == native,
+            "{how}: {key} differs from `servesim {}`:\npage:\n{page}\nnative:\n{native}",
+            args.join(" ")
+        );
+    }
+
+    // 5. An invalid scenario: the error names the field, as the binary's does.
+    let err = v["error"].as_str().unwrap_or_default();
+    assert!(err.contains("engine.max_num_seq: unknown field `max_num_seq`"), "{how}: {err}");
+
+    // 6. Redrawing the default scenario's sweep (simulated afresh and drawn) takes under 200 ms.
+    let median = v["redraw_ms"]["median"].as_f64().unwrap();
+    eprintln!(
+        "browser test ({how}): sweep redraw {median:.1} ms median, {:.1} ms max",
+        v["redraw_ms"]["max"].as_f64().unwrap()
+    );
+    assert!(median < 200.0, "{how}: redraw took {median} ms: {}", v["redraw_ms"]);
+}
+
+/// A loopback server: the built page's files (GET), and the self-test's result (POST /result).
+struct Server {
+    port: u16,
+    results: Receiver<String>,
+}
+
+fn serve(dir: PathBuf) -> Server {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let (tx, rx) = channel();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            let mut r = BufReader::new(s.try_clone().unwrap());
+            let mut line = String::new();
+            if r.read_line(&mut line).is_err() {
+                continue;
+            }
+            let mut len = 0usize;
+            loop {
+                let mut h = String::new();
+                if r.read_line(&mut h).is_err() || h.trim().is_empty() {
+                    break;
+                }
+                if let Some((k, v)) = h.split_once(':') {
+                    if k.eq_ignore_ascii_case("content-length") {
+                        len = v.trim().parse().unwrap_or(0);
+                    }
+                }
+            }
+            let mut parts = line.split_whitespace();
+            let method = parts.next().unwrap_or("");
+            let path = parts.next().unwrap_or("/").split('?').next().unwrap_or("/").to_string();
+            if method == "POST" {
+                let mut body = vec![0; len];
+                let _ = r.read_exact(&mut body);
+                let _ =
+                    write!(s, "HTTP/1.1 204 No Content\r\nAccess-Control-Allow-Origin: *\r\nConnection: close\r\n\r\n");
+                let _ = tx.send(String::from_utf8_lossy(&body).to_string());
+                continue;
+            }
+            let name = path.trim_start_matches('/');
+            let name = if name.is_empty() { "index.html" } else { name };
+            let file = dir.join(name);
+            let (status, body) = match (name.contains(".."), std::fs::read(&file)) {
+                (false, Ok(b)) => ("200 OK", b),
+                _ => ("404 Not Found", b"not found".to_vec()),
+            };
+            let ty = match file.extension().and_then(|e| e.to_str()) {
+                Some("html") => "text/html; charset=utf-8",
+                Some("js") => "text/javascript",
+                Some("css") => "text/css",
+                Some("wasm") => "application/wasm",
+                _ => "application/octet-stream",
+            };
+            let _ = write!(
+                s,
+                "HTTP/1.1 {status}\r\nContent-Type: {ty}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = s.write_all(&body);
+        }
+    });
+    Server { port, results: rx }
+}
+
+#[test]
+fn the_page_reproduces_the_binary_in_a_real_browser() {
+    let Some(browser) = chromium() else {
+        return skip("no Chromium found (apt-get install -y chromium, or set SERVESIM_CHROMIUM)");
+    };
+    let dir = match build_page() {
+        Ok(d) => d,
+        Err(e) => return skip(&e),
+    };
+    let server = serve(dir.clone());
+    let v = selftest(&browser, &server, &format!("file://{}/index.html", dir.display()));
+    assert_eq!(v["loaded_via"], "embedded", "file:// loads the embedded module");
+    check(&v, "file://");
+    let v = selftest(&browser, &server, &format!("http://127.0.0.1:{}/index.html", server.port));
+    assert_eq!(v["loaded_via"], "fetch", "http loads servesim.wasm");
+    check(&v, "http");
+}

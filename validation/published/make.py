@@ -1,0 +1,199 @@
+#!/usr/bin/env python3
+"""Writes the validation sets `servesim validate` runs (one JSON file per
+published set in data/published/). Run from the repository root:
+
+    python3 validation/published/make.py
+
+Each file names its CSV, the scenario each row runs (the setup as the CSV's
+`#` header gives it; what the header leaves out is stated in `about`), the
+per-row overrides, and why a row or a column is not compared."""
+import json, os
+
+OUT = "validation/published"
+SHAREGPT = {"dataset_name": "random", "random_input_len": 207, "random_output_len": 198, "random_range_ratio": 0.9}
+SHAREGPT_NOTE = ("ShareGPT is approximated by random lengths uniform in [0.1, 1.9] x the means phase0 measured on "
+                 "ShareGPT V3 (207 in, 198 out): servesim has no text datasets; the real length tails are heavier.")
+
+
+def w(name, obj):
+    with open(os.path.join(OUT, name + ".json"), "w") as f:
+        json.dump(obj, f, indent=1)
+        f.write("\n")
+
+
+def vllm(version, model, gpu, count=1, **engine):
+    e = {"kind": "vllm", "version": version}
+    if count > 1:
+        e["tensor_parallel_size"] = count
+    e.update(engine)
+    return {"version": 1, "engine": e, "model": model,
+            "hardware": {"gpu": gpu, "count": count} if count > 1 else gpu, "workload": {}}
+
+
+def sglang(version, model, gpu, count=1, **engine):
+    s = vllm(version, model, gpu, count, **engine)
+    s["engine"]["kind"] = "sglang"
+    if count > 1:
+        del s["engine"]["tensor_parallel_size"]
+        s["engine"]["tp_size"] = count
+    return s
+
+
+def wl(s, **w):
+    s = json.loads(json.dumps(s))
+    s["workload"] = w
+    return s
+
+
+# 1. RTX 5090, the default scenario's published point.
+w("rtx5090_qwen25-7b_vllm028_c1", {
+    "csv": "data/published/rtx5090_qwen25-7b_vllm028_c1.csv", "gpu": "1x rtx-5090",
+    "about": "The built-in default scenario, as shipped. No kernel table exists for the RTX 5090: the fallback times it.",
+    "scenarios": {"vllm-0.28.0": "scenarios/rtx5090-qwen2.5-7b-vllm.json"},
+    "rows": [{"engine": "vllm-0.28.0", "load": "1"}]})
+
+# 2. llm-d exp-0: the existing trace scenarios (real TP 2).
+w("llmd_exp0_llama31-70b_2xa100_vllm", {
+    "csv": "data/published/llmd_exp0_llama31-70b_2xa100_vllm_lmbench-sharegpt.csv", "gpu": "2x a100-80gb",
+    "about": "validation/llmd-exp0/scenario-<rate>.json: the exact per-request trace, TP 2, vLLM ~0.8.5 modelled as 0.11.0, KV pool derived from the memory fraction (not reported).",
+    "rows": [{"engine": "vllm/vllm-openai:latest(~2025-05-02)", "load": r,
+              "scenario": f"validation/llmd-exp0/scenario-{r}.json"} for r in ["0.5", "0.67", "0.84", "1", "1.17", "1.34"]]})
+
+# 3. phase0: 1x H200, Llama-3.1-70B FP8, fp8 KV, vLLM 0.14.1.
+ph = wl(vllm("0.14.1", "llama-3.1-70b-instruct-fp8", "h200", kv_cache_tokens=348304, kv_cache_dtype="fp8",
+             max_model_len=131072, max_num_batched_tokens=8192, enable_prefix_caching=True),
+        num_prompts=300, ignore_eos=True, seed=0, **SHAREGPT)
+w("phase0_llama31-70b-fp8_h200_vllm0141", {
+    "csv": "data/published/phase0_llama31-70b-fp8_h200_vllm0141_sharegpt.csv", "gpu": "1x h200",
+    "about": "KV pool 348,304 tokens from the report; max_num_seqs unstated (default). " + SHAREGPT_NOTE +
+             " The 10 warm-up prompts are not simulated (num_warmups resends one prompt).",
+    "scenario": ph,
+    "rows": [{"engine": "vllm-0.14.1", "load": r, "set": [f"workload.request_rate={float(r)}"]}
+             for r in ["0.50", "0.75", "1.00", "1.25", "1.50", "2.00", "2.50", "3.00"]]})
+
+# 4-5. SGLang 0.3.0 vs vLLM 0.6.0 (SGLang's benchmark_vllm_060 README).
+def vs060(name, model, gpu, count, sgl_frac):
+    v = wl(vllm("0.11.0", model, gpu, count, max_model_len=4096), num_prompts=1200, ignore_eos=True, seed=0, **SHAREGPT)
+    s = wl(sglang("0.4.10", model, gpu, count, disable_radix_cache=True, mem_fraction_static=sgl_frac),
+           num_prompts=1200, ignore_eos=True, initial_test_request=False, seed=0, **SHAREGPT)
+    multi = {"p50_itl_ms": "vLLM 0.6.0 ran --num-scheduler-steps 10 (tokens streamed in bursts of 10); servesim models V1 (0.11+), which has no multi-step"}
+    rows = []
+    for eng in ["sglang-0.3.0", "vllm-0.6.0"]:
+        for load, n in [("4", 1200), ("8", 2400), ("inf", 5000)]:
+            sets = [f"workload.num_prompts={n}"] + ([f"workload.request_rate={load}"] if load != "inf" else [])
+            r = {"engine": eng, "load": load, "set": sets}
+            if eng.startswith("vllm"):
+                r["skip_metrics"] = multi
+            rows.append(r)
+    w(name, {"csv": f"data/published/{name}.csv", "gpu": f"{count}x {gpu}",
+             "about": "vLLM 0.6.0 modelled as 0.11.0 (V1; the oldest modelled), SGLang 0.3.0 as 0.4.10 (the oldest modelled); "
+                      "KV pools derived from the default memory fractions. " + SHAREGPT_NOTE,
+             "scenarios": {"vllm-0.6.0": v, "sglang-0.3.0": s}, "rows": rows})
+
+vs060("sglang_vs_vllm060_llama31-8b_a100", "llama-3.1-8b-instruct", "a100-80gb", 1, 0.88)
+vs060("sglang_vs_vllm060_llama31-70b_4xh100", "llama-3.1-70b-instruct", "h100-80gb", 4, 0.85)
+
+# 6. DataCrunch: 4x H200 SGLang (Dec 2024), TP 4.
+dc_eng = "sglang(lmsysorg/sglang:latest, Dec 2024)"
+dc = wl(sglang("0.4.10", "llama-3.3-70b-instruct", "h200", 4, disable_radix_cache=True),
+        dataset_name="random", random_input_len=512, random_output_len=512, random_range_ratio=0.998,
+        ignore_eos=True, initial_test_request=False, seed=0)
+rows = []
+for rate, n in [("1", 300), ("2", 600), ("4", 1200), ("8", 2400), ("16", 3200)]:
+    rows.append({"engine": dc_eng, "load": rate, "match": {"input_len": "random U[1,1024]"},
+                 "set": [f"workload.request_rate={rate}", f"workload.num_prompts={n}"]})
+for rate, n in [("4", 1200), ("8", 2400)]:
+    rows.append({"engine": dc_eng, "load": rate, "match": {"input_len": "sharegpt"}, "knee": False,
+                 "set": [f"workload.request_rate={rate}", f"workload.num_prompts={n}", "workload.random_input_len=207",
+                         "workload.random_output_len=198", "workload.random_range_ratio=0.9"]})
+rows.append({"engine": dc_eng, "load": "inf", "match": {"num_prompts": "3000"}, "knee": False,
+             "set": ["workload.num_prompts=3000"]})
+w("datacrunch_llama33-70b_4xh200_sglang", {
+    "csv": "data/published/datacrunch_llama33-70b_4xh200_sglang.csv", "gpu": "4x h200",
+    "about": "SGLang of December 2024 modelled as 0.4.10 (the oldest modelled), TP 4, radix cache off; torch.compile not modelled; "
+             "KV pool from the default memory fraction. sglang.bench_serving's random_range_ratio 0 draws lengths uniform in [1, L]: "
+             "modelled as random 512 with range ratio 0.998. " + SHAREGPT_NOTE + " Only the first random 1024/1024 burst is run (the other burst shapes are the same kind of check).",
+    "rows": rows, "scenario": dc})
+
+# 7. evalscope: 1x H100, Llama-3.1-8B; vLLM 0.9.0 V1 and SGLang 0.4.9; N <= 30 only.
+ev_v = wl(vllm("0.11.0", "llama-3.1-8b-instruct", "h100-80gb"), dataset_name="random", random_input_len=7500,
+          random_output_len=2000, random_range_ratio=0.33, ignore_eos=True, initial_test_request=False, seed=0)
+ev_s = wl(sglang("0.4.10", "llama-3.1-8b-instruct", "h100-80gb"), **ev_v["workload"])
+rows = []
+for eng in ["vllm-0.9.0(V1)", "sglang-0.4.9", "vllm-0.9.0(V0)"]:
+    for n in ["5", "10", "20", "30", "40", "60", "100"]:
+        r = {"engine": eng, "load": n, "set": [f"workload.max_concurrency={n}", f"workload.num_prompts={n}"]}
+        if eng.endswith("(V0)"):
+            r["skip"] = "vLLM's V0 engine is not modelled"
+        elif int(n) > 30:
+            r["skip"] = "only about 36 prompts passed the length filter: from N = 40 the run had about 36 requests, not N (see data/published/README.md)"
+        rows.append(r)
+w("evalscope_llama31-8b_h100", {
+    "csv": "data/published/evalscope_llama31-8b_h100_vllm090_sglang049.csv", "gpu": "1x h100-80gb",
+    "about": "vLLM 0.9.0 V1 modelled as 0.11.0, SGLang 0.4.9 as 0.4.10; LongAlpaca prompts filtered to 5000-10000 modelled as random 7500 +-33%; outputs 2000; defaults otherwise; KV from the default memory fraction.",
+    "scenarios": {"vllm-0.9.0(V1)": ev_v, "sglang-0.4.9": ev_s}, "rows": rows})
+
+# 8. dennislee22: 1x A100, Qwen2.5-32B, KV 9.70 GiB.
+dl_eng = "vllm(0.10.x per campaign; not printed for this test)"
+dl = wl(vllm("0.11.0", "qwen2.5-32b", "a100-80gb", kv_cache_tokens=39731, max_model_len=32768),
+        dataset_name="random", random_input_len=1024, random_output_len=1024, ignore_eos=True,
+        initial_test_request=True, seed=0)
+w("dennislee22_qwen25-32b_a100", {
+    "csv": "data/published/dennislee22_qwen25-32b_a100_kv9.7gib.csv", "gpu": "1x a100-80gb",
+    "about": "KV 9.70 GiB = 39,731 tokens of 256 KiB; vLLM ~0.10 modelled as 0.11.0; max_model_len unknown (32768 assumed); old benchmark_serving.py: initial test request sent.",
+    "scenario": dl,
+    "rows": [{"engine": dl_eng, "load": n, "set": [f"workload.num_prompts={n}"]} for n in ["10", "50", "75", "100"]]})
+
+# 9. AccelMark: 1x A100-40GB SGLang 0.5.6, Llama-3-8B.
+am = wl(sglang("0.5.6", "llama-3-8b-instruct", "a100-40gb"), initial_test_request=False, ignore_eos=True, seed=0, **SHAREGPT)
+w("accelmark_llama3-8b_a100-40gb_sglang056", {
+    "csv": "data/published/accelmark_llama3-8b_a100-40gb_sglang056.csv", "gpu": "1x a100-40gb",
+    "about": "Server flags unstated (defaults); arrivals modelled as Poisson at the target QPS; requests = QPS x the median elapsed time; " + SHAREGPT_NOTE + " No kernel table exists for the A100-40GB: the fallback times it.",
+    "scenario": am,
+    "rows": [{"engine": "sglang-0.5.6", "load": q, "set": [f"workload.request_rate={q}", f"workload.num_prompts={n}"]}
+             for q, n in [("5", 330), ("25", 428), ("100", 1080)]]})
+
+# 10. NIM: 2x H100 TP2 FP8 70B (backend unstated).
+nim = wl(vllm("0.11.0", "llama-3.3-70b-instruct-fp8", "h100-80gb", 2), dataset_name="random", random_input_len=5000,
+         random_output_len=500, ignore_eos=True, initial_test_request=False, seed=0)
+eng = "NVIDIA NIM llama-3.3-70b-instruct 1.8.0 (backend not stated)"
+w("nim_llama33-70b-fp8_2xh100", {
+    "csv": "data/published/nim_llama33-70b-fp8_2xh100_5000in500out.csv", "gpu": "2x h100-80gb",
+    "about": "Rating D: NIM's backend is unstated (TensorRT-LLM or vLLM); modelled as vLLM 0.11.0 with defaults, TP 2, fp8 weights; 4 x concurrency requests per level (unstated); TTFT/ITL taken as means (unstated).",
+    "scenario": nim,
+    "rows": [{"engine": eng, "load": c, "set": [f"workload.max_concurrency={c}", f"workload.num_prompts={max(4 * int(c), 16)}"]}
+             for c in ["1", "5", "25", "50", "100", "150", "200", "250"]]})
+
+# 11. The aiconfigurator silicon sample, by filter.
+SIL = "data/published/aiconfigurator-silicon.csv"
+SIL_NOTE = ("Rows of aiconfigurator-core 0.12.0's silicon_sample.csv (see data/published/aiconfigurator-silicon.md): closed loop at the row's "
+            "concurrency (assumed), fixed ISL/OSL, ignore_eos (assumed), 4 x concurrency requests (unstated), no initial test request (Dynamo's client); "
+            "TTFT and TPOT compared with servesim's means (the statistic is unstated); KV pool from the default memory fraction (unstated).")
+
+def sil(name, filt, scen, note=""):
+    w(name, {"csv": SIL, "gpu": scen["hardware"] if isinstance(scen["hardware"], str) else scen["hardware"]["gpu"],
+             "about": SIL_NOTE + " " + note, "silicon": {"filter": filt, "prompts_per_client": 4},
+             "scenario": wl(scen, dataset_name="random", random_input_len=1024, random_output_len=128, ignore_eos=True,
+                            initial_test_request=False, seed=0)})
+
+sil("silicon_qwen3-32b_h100_vllm-0.12.0",
+    {"model_path": "Qwen/Qwen3-32B", "backend": "vllm", "backend_version": "0.12.0", "system": "h100_sxm", "precision": "", "mode": "agg"},
+    vllm("0.12.0", "qwen3-32b", "h100-80gb", max_model_len=16384))
+sil("silicon_qwen3-32b_h100_vllm-0.12.0-fp8",
+    {"model_path": "Qwen/Qwen3-32B", "backend": "vllm", "backend_version": "0.12.0", "system": "h100_sxm", "precision": "fp8", "mode": "agg"},
+    vllm("0.12.0", "qwen3-32b", "h100-80gb", max_model_len=16384, quantization="fp8"), "Per-tensor fp8 (quantization=fp8).")
+sil("silicon_qwen3-32b_h100_sglang-0.5.1",
+    {"model_path": "Qwen/Qwen3-32B", "backend": "sglang", "backend_version": "0.5.1.post1", "system": "h100_sxm", "precision": "", "mode": "agg"},
+    sglang("0.5.1", "qwen3-32b", "h100-80gb", context_length=16384))
+sil("silicon_qwen3-32b_h100_sglang-0.5.8",
+    {"model_path": "Qwen/Qwen3-32B", "backend": "sglang", "backend_version": "0.5.8.post1", "system": "h100_sxm", "precision": "", "mode": "agg"},
+    sglang("0.5.8", "qwen3-32b", "h100-80gb", context_length=16384))
+sil("silicon_llama-3.1-8b-fp8_h200_vllm-0.12.0",
+    {"model_path": "nvidia/Llama-3.1-8B-Instruct-FP8", "backend": "vllm", "backend_version": "0.12.0", "system": "h200_sxm", "mode": "agg"},
+    vllm("0.12.0", "llama-3.1-8b-instruct", "h200", max_model_len=16384, quantization="fp8"), "Per-tensor fp8 (quantization=fp8).")
+for gpu, sysname in [("h100-80gb", "h100_sxm"), ("h200", "h200_sxm")]:
+    sil(f"silicon_llama-3.1-70b-fp8_{gpu}_vllm",
+        {"model_path": "meta-llama/Llama-3.1-70B", "backend": "vllm", "backend_version": "", "system": sysname, "mode": "agg"},
+        vllm("0.11.0", "llama-3.1-70b-instruct-fp8", gpu, max_model_len=16384),
+        "The vLLM release is not given (source file 2026-04-06.csv): modelled as 0.11.0.")
+print("written")

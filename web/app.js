@@ -1,0 +1,623 @@
+// The page: controls → `--set` overrides → the simulator (servesim.js) →
+// hand-drawn SVG plots, tables and explain's sentences. The state lives in
+// the query string, so a link reproduces the page.
+'use strict';
+
+const $ = (id) => document.getElementById(id);
+const SVGNS = 'http://www.w3.org/2000/svg';
+const COLORS = { vllm: '#0b57d0', sglang: '#a04000' };
+const MARKS = { knee: '#b3261e', kv: '#6a1b9a', you: '#1f1f1f' };
+const DEFAULT_GRID = '1,16,32,42,64,128';
+
+// Engine-neutral knobs and each engine's flag for them.
+const KNOBS = [
+  { key: 'mrun', label: 'Running cap', flags: { vllm: 'max_num_seqs', sglang: 'max_running_requests' }, min: 1, max: 512, step: 1, from: (r) => r.max_running },
+  { key: 'budget', label: 'Token budget per step', flags: { vllm: 'max_num_batched_tokens', sglang: 'chunked_prefill_size' }, min: 256, max: 16384, step: 256, from: (r) => r.chunk, hint: 'SGLang: -1 turns chunking off' },
+  { key: 'mem', label: 'Memory fraction', flags: { vllm: 'gpu_memory_utilization', sglang: 'mem_fraction_static' }, min: 0.5, max: 0.98, step: 0.01, from: (r) => (r.memory_fraction == null ? null : r.memory_fraction) },
+  { key: 'dtype', label: 'KV cache dtype', flags: { vllm: 'kv_cache_dtype', sglang: 'kv_cache_dtype' }, choices: ['auto', 'fp8'], from: (r) => r.kv_cache_dtype_raw || 'auto' },
+  { key: 'tp', label: 'Tensor parallel size', flags: { vllm: 'tensor_parallel_size', sglang: 'tp_size' }, choices: ['1', '2', '4', '8'], from: (r) => String(r.tensor_parallel_size) },
+];
+const LOAD = [
+  { key: 'c', label: 'Concurrency', min: 1, max: 256, step: 1, mode: 'c' },
+  { key: 'rate', label: 'Request rate (req/s)', min: 0.1, max: 50, step: 0.1, mode: 'rate' },
+  { key: 'in', label: 'Input length (tokens)', min: 16, max: 32768, step: 16 },
+  { key: 'out', label: 'Output length (tokens)', min: 1, max: 8192, step: 1 },
+  { key: 'prefix', label: 'Shared prefix (tokens)', min: 0, max: 32768, step: 16 },
+  { key: 'prompts', label: 'Prompts per run (blank: 4 per slot)', min: 1, max: 5000, step: 1 },
+  { key: 'seed', label: 'Seed', min: 0, max: 1000000, step: 1 },
+];
+
+const state = {
+  scenario: null, // shipped scenario name, or null when pasted
+  pasted: null, // pasted scenario text
+  engine: null, // 'vllm' | 'sglang' | 'both' (null: the scenario's)
+  kvpool: 'scenario',
+  mode: 'c',
+  values: {}, // knob key -> string value set by the user (absent: the scenario's)
+  grid: DEFAULT_GRID,
+};
+
+let sim = null;
+let shipped = [];
+let base = null; // resolve() of the scenario as chosen, no knobs
+const cache = new Map();
+
+// ---------- formatting ----------
+const fmt = (x, d) => (x == null || !isFinite(x) ? '–' : Number(x).toLocaleString('en-US', { minimumFractionDigits: d, maximumFractionDigits: d }));
+const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;' }[c]));
+
+// ---------- the URL ----------
+function readUrl() {
+  const q = new URLSearchParams(location.search);
+  if (q.has('paste')) state.pasted = q.get('paste');
+  else if (q.has('s')) state.scenario = q.get('s');
+  if (q.has('engine')) state.engine = q.get('engine');
+  if (q.has('kvpool')) state.kvpool = q.get('kvpool');
+  if (q.has('mode')) state.mode = q.get('mode');
+  if (q.has('grid')) state.grid = q.get('grid');
+  for (const k of [...KNOBS, ...LOAD]) if (q.has(k.key)) state.values[k.key] = q.get(k.key);
+}
+
+function writeUrl() {
+  const q = new URLSearchParams();
+  if (state.pasted != null) q.set('paste', state.pasted);
+  else if (state.scenario && state.scenario !== shipped[0].name) q.set('s', state.scenario);
+  if (state.engine && base && state.engine !== base.engine) q.set('engine', state.engine);
+  if (state.kvpool !== 'scenario') q.set('kvpool', state.kvpool);
+  if (state.mode !== 'c') q.set('mode', state.mode);
+  if (state.grid !== DEFAULT_GRID) q.set('grid', state.grid);
+  for (const k of [...KNOBS, ...LOAD]) if (state.values[k.key] != null && state.values[k.key] !== '') q.set(k.key, state.values[k.key]);
+  for (const k of ['selftest', 'report']) {
+    const keep = new URLSearchParams(location.search).get(k);
+    if (keep) q.set(k, keep);
+  }
+  const s = q.toString();
+  history.replaceState(null, '', s ? '?' + s : location.pathname);
+}
+
+// ---------- the scenario and its requests ----------
+function scenarioRequest() {
+  if (state.pasted != null) return { scenario: state.pasted, origin: 'pasted scenario' };
+  const s = shipped.find((x) => x.name === state.scenario) || shipped[0];
+  return { scenario: s.text, origin: s.origin };
+}
+
+// The engines to run: [{kind, req}] where req is a scenario request on that engine.
+function engines() {
+  const req = scenarioRequest();
+  const own = base.engine;
+  const want = state.engine || own;
+  const kinds = want === 'both' ? [own, own === 'vllm' ? 'sglang' : 'vllm'] : [want];
+  return kinds.map((kind) => {
+    if (kind === own) return { kind, req, notes: [] };
+    const key = 'translate:' + req.origin + ':' + kind + ':' + req.scenario;
+    let t = cache.get(key);
+    if (!t) {
+      t = sim.translate({ ...req, to: kind });
+      cache.set(key, t);
+    }
+    return { kind, req: { scenario: JSON.stringify(t.scenario, null, 2), origin: t.origin }, notes: t.notes };
+  });
+}
+
+function datasetFields(r) {
+  const d = r.dataset.name;
+  if (d === 'random') return { in: 'random_input_len', out: 'random_output_len', prefix: 'random_prefix_len' };
+  if (d === 'prefix_repetition') return { in: 'prefix_repetition_suffix_len', out: 'prefix_repetition_output_len', prefix: 'prefix_repetition_prefix_len' };
+  return {};
+}
+
+// The knobs as `--set`s in the engine's own flags (the load is added per run).
+function knobSets(kind) {
+  const sets = [];
+  const v = state.values;
+  if (state.kvpool === 'memory') {
+    if (kind === 'vllm') sets.push('engine.kv_cache_tokens=null', 'engine.num_gpu_blocks_override=null');
+    else sets.push('engine.max_total_tokens=null');
+  }
+  for (const k of KNOBS) if (v[k.key] != null && v[k.key] !== '') sets.push(`engine.${k.flags[kind]}=${v[k.key]}`);
+  const f = datasetFields(base);
+  for (const k of ['in', 'out', 'prefix']) if (f[k] && v[k] != null && v[k] !== '') sets.push(`workload.${f[k]}=${v[k]}`);
+  return sets;
+}
+
+function seed() {
+  const s = state.values.seed;
+  return s != null && s !== '' ? Number(s) : undefined;
+}
+
+function concurrency() {
+  const c = Number(state.values.c || (base.max_concurrency || 1));
+  return Math.max(1, Math.round(c));
+}
+
+function prompts(c, basePrompts) {
+  const p = state.values.prompts;
+  if (p != null && p !== '') return Number(p);
+  return Math.max(basePrompts, 4 * c);
+}
+
+function loadSets(basePrompts) {
+  if (state.mode === 'rate') {
+    const r = Number(state.values.rate || 1);
+    const p = state.values.prompts ? Number(state.values.prompts) : Math.max(basePrompts, 200);
+    return [`workload.request_rate=${r}`, 'workload.max_concurrency=null', `workload.num_prompts=${p}`];
+  }
+  const c = concurrency();
+  return [`workload.max_concurrency=${c}`, `workload.num_prompts=${prompts(c, basePrompts)}`];
+}
+
+function gridValues() {
+  const g = state.grid.split(',').map((x) => x.trim()).filter((x) => x !== '').map(Number);
+  if (!g.length || g.some((x) => !Number.isInteger(x) || x < 1)) throw new ServesimError(`--concurrency: cannot read ${JSON.stringify(state.grid)}: give increasing whole numbers, e.g. ${DEFAULT_GRID}`);
+  return g;
+}
+
+function cached(key, f) {
+  if (cache.has(key)) return cache.get(key);
+  const v = f();
+  cache.set(key, v);
+  if (cache.size > 200) cache.delete(cache.keys().next().value);
+  return v;
+}
+
+// ---------- SVG ----------
+function el(name, attrs, parent) {
+  const e = document.createElementNS(SVGNS, name);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  if (parent) parent.appendChild(e);
+  return e;
+}
+
+function niceTicks(lo, hi, n) {
+  const span = hi - lo || 1;
+  const step0 = span / n;
+  const mag = Math.pow(10, Math.floor(Math.log10(step0)));
+  const step = [1, 2, 2.5, 5, 10].map((m) => m * mag).find((s) => span / s <= n) || 10 * mag;
+  const out = [];
+  for (let t = Math.ceil(lo / step) * step; t <= hi + 1e-9; t += step) out.push(+t.toFixed(10));
+  return out;
+}
+
+// A line chart: series [{name, color, dash, points: [[x, y]]}], marks [{x, label, color}].
+function lineChart(target, opts) {
+  const W = 760, H = 380, L = 96, R = 24, T = 48, B = 64;
+  const svg = el('svg', { viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': opts.aria, class: 'plot' });
+  el('title', {}, svg).textContent = opts.aria;
+  const xs = opts.series.flatMap((s) => s.points.map((p) => p[0])).concat(opts.marks.map((m) => m.x));
+  const ys = opts.series.flatMap((s) => s.points.map((p) => p[1]));
+  const xmax = Math.max(1, ...xs) * 1.04;
+  const xmin = opts.xmin != null ? opts.xmin : 0;
+  const ymax = (opts.ymax != null ? opts.ymax : Math.max(1e-9, ...ys) * 1.1);
+  const X = (x) => L + ((x - xmin) / (xmax - xmin)) * (W - L - R);
+  const Y = (y) => H - B - (y / ymax) * (H - T - B);
+  const t = el('text', { x: L, y: 30, class: 'plot-title' }, svg);
+  t.textContent = opts.title;
+  for (const v of niceTicks(0, ymax, 5)) {
+    el('line', { x1: L, x2: W - R, y1: Y(v), y2: Y(v), class: 'grid' }, svg);
+    const tx = el('text', { x: L - 10, y: Y(v) + 6, class: 'tick', 'text-anchor': 'end' }, svg);
+    tx.textContent = v >= 10000 ? (v / 1000).toLocaleString('en-US') + 'k' : v.toLocaleString('en-US');
+  }
+  for (const v of niceTicks(xmin, xmax, 8)) {
+    const tx = el('text', { x: X(v), y: H - B + 26, class: 'tick', 'text-anchor': 'middle' }, svg);
+    tx.textContent = v.toLocaleString('en-US');
+  }
+  el('line', { x1: L, x2: W - R, y1: H - B, y2: H - B, class: 'axis' }, svg);
+  el('line', { x1: L, x2: L, y1: T, y2: H - B, class: 'axis' }, svg);
+  const xl = el('text', { x: (L + W - R) / 2, y: H - 12, class: 'axis-label', 'text-anchor': 'middle' }, svg);
+  xl.textContent = opts.xLabel;
+  const yl = el('text', { x: 20, y: (T + H - B) / 2, class: 'axis-label', 'text-anchor': 'middle', transform: `rotate(-90 20 ${(T + H - B) / 2})` }, svg);
+  yl.textContent = opts.yLabel;
+  opts.marks.forEach((m, i) => {
+    if (m.x == null || m.x > xmax) return;
+    el('line', { x1: X(m.x), x2: X(m.x), y1: T, y2: H - B, stroke: m.color, class: 'mark', 'stroke-dasharray': m.dash || '8 5' }, svg);
+    const lx = el('text', { x: X(m.x) + 6, y: T + 18 + 22 * i, class: 'mark-label', fill: m.color }, svg);
+    lx.textContent = m.label;
+  });
+  for (const s of opts.series) {
+    if (!s.points.length) continue;
+    const d = s.points.map((p, i) => `${i ? 'L' : 'M'}${X(p[0]).toFixed(1)},${Y(p[1]).toFixed(1)}`).join('');
+    el('path', { d, fill: 'none', stroke: s.color, 'stroke-width': s.width || 4, 'stroke-dasharray': s.dash || '', class: 'series' }, svg);
+    if (s.dots) for (const p of s.points) el(s.shape === 'square' ? 'rect' : 'circle', s.shape === 'square' ? { x: X(p[0]) - 6, y: Y(p[1]) - 6, width: 12, height: 12, fill: s.color } : { cx: X(p[0]), cy: Y(p[1]), r: 6, fill: s.color }, svg);
+  }
+  if (opts.series.length > 1) {
+    opts.series.forEach((s, i) => {
+      const y = T + 4 + 24 * i;
+      el('line', { x1: W - R - 200, x2: W - R - 168, y1: y, y2: y, stroke: s.color, 'stroke-width': 4, 'stroke-dasharray': s.dash || '' }, svg);
+      const lt = el('text', { x: W - R - 160, y: y + 6, class: 'legend' }, svg);
+      lt.textContent = s.name;
+    });
+  }
+  target.replaceChildren(svg);
+}
+
+function ttftBar(target, split, aria) {
+  const parts = [
+    ['Queue wait', split.mean_queue_wait_ms, '#6a1b9a'],
+    ['Prefill', split.mean_prefill_ms, '#0b57d0'],
+    ['Interleaving', split.mean_interleave_ms, '#a04000'],
+    ['Outside the engine', split.mean_overhead_ms, '#3c4043'],
+  ];
+  const total = parts.reduce((a, p) => a + p[1], 0) || 1;
+  const W = 760, H = 70;
+  const svg = el('svg', { viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': aria, class: 'bar' });
+  el('title', {}, svg).textContent = aria;
+  let x = 0;
+  for (const [, v, c] of parts) {
+    const w = (v / total) * W;
+    el('rect', { x, y: 8, width: Math.max(0, w), height: 54, fill: c }, svg);
+    x += w;
+  }
+  const list = document.createElement('ul');
+  list.className = 'split-legend';
+  for (const [name, v, c] of parts) {
+    const li = document.createElement('li');
+    li.innerHTML = `<span class="swatch" style="background:${c}"></span>${esc(name)}: <b>${fmt(v, 1)} ms</b> (${fmt((100 * v) / total, 0)}%)`;
+    list.appendChild(li);
+  }
+  target.replaceChildren(svg, list);
+}
+
+// ---------- controls ----------
+function knobRow(k, parent) {
+  const row = document.createElement('div');
+  row.className = 'knob';
+  const id = 'k-' + k.key;
+  if (k.choices) {
+    row.innerHTML = `<label for="${id}">${esc(k.label)}</label><select id="${id}">${k.choices.map((c) => `<option value="${c}">${c}</option>`).join('')}</select>`;
+  } else {
+    row.innerHTML = `<label for="${id}">${esc(k.label)}</label>
+      <div class="pair"><input type="range" id="${id}-range" min="${k.min}" max="${k.max}" step="${k.step}" aria-label="${esc(k.label)} (slider)">
+      <input type="number" id="${id}" min="${k.key === 'budget' ? -1 : k.min}" step="${k.step}" inputmode="decimal"></div>`;
+  }
+  if (k.hint) row.insertAdjacentHTML('beforeend', `<p class="hint">${esc(k.hint)}</p>`);
+  parent.appendChild(row);
+  const input = $(id);
+  const range = $(id + '-range');
+  const onChange = (v) => {
+    state.values[k.key] = v;
+    if (range && input !== document.activeElement) input.value = v;
+    if (range && v !== '' && range !== document.activeElement) range.value = v;
+    schedule();
+  };
+  input.addEventListener(k.choices ? 'change' : 'input', () => onChange(input.value));
+  if (range) range.addEventListener('input', () => { input.value = range.value; onChange(range.value); });
+}
+
+function showKnobValues() {
+  const firstKind = engines()[0].kind;
+  for (const k of [...KNOBS, ...LOAD]) {
+    const input = $('k-' + k.key);
+    const range = $('k-' + k.key + '-range');
+    let v = state.values[k.key];
+    if (v == null || v === '') v = defaultOf(k, firstKind);
+    if (input !== document.activeElement) input.value = v == null ? '' : v;
+    if (range && v != null && v !== '' && range !== document.activeElement) range.value = v;
+    if (k.flags) $('k-' + k.key).closest('.knob').querySelector('label').textContent = `${k.label} (${k.flags[firstKind]})`;
+  }
+  const f = datasetFields(base);
+  for (const k of ['in', 'out', 'prefix']) {
+    const off = !f[k];
+    $('k-' + k).disabled = off;
+    $('k-' + k + '-range').disabled = off;
+  }
+  $('k-c').closest('.knob').hidden = state.mode !== 'c';
+  $('k-rate').closest('.knob').hidden = state.mode !== 'rate';
+  document.querySelectorAll('input[name=engine]').forEach((r) => (r.checked = r.value === (state.engine || base.engine)));
+  document.querySelectorAll('input[name=kvpool]').forEach((r) => (r.checked = r.value === state.kvpool));
+  document.querySelectorAll('input[name=mode]').forEach((r) => (r.checked = r.value === state.mode));
+  if ($('grid') !== document.activeElement) $('grid').value = state.grid;
+}
+
+function defaultOf(k, kind) {
+  if (!base) return '';
+  const r = base;
+  switch (k.key) {
+    case 'mrun': return r.max_running;
+    case 'budget': return r.chunk;
+    case 'mem': return r.memory_fraction == null ? '' : r.memory_fraction;
+    case 'dtype': return r.scenario.engine && r.scenario.engine.kv_cache_dtype ? r.scenario.engine.kv_cache_dtype : 'auto';
+    case 'tp': return String(r.tensor_parallel_size);
+    case 'c': return r.max_concurrency || 1;
+    case 'rate': return r.request_rate || 1;
+    case 'in': return r.dataset.input_len != null ? r.dataset.input_len : r.dataset.suffix_len;
+    case 'out': return r.dataset.output_len;
+    case 'prefix': return r.dataset.prefix_len;
+    case 'prompts': return '';
+    case 'seed': return r.seed;
+  }
+  return '';
+}
+
+// ---------- the redraw ----------
+let pending = null;
+function schedule() {
+  writeUrl();
+  if (pending) return;
+  pending = setTimeout(() => {
+    pending = null;
+    redraw();
+  }, 0);
+}
+
+function showError(msg) {
+  const box = $('error');
+  if (!msg) {
+    box.hidden = true;
+    box.textContent = '';
+    return;
+  }
+  box.hidden = false;
+  box.textContent = 'error: ' + msg;
+}
+
+let lastTiming = null;
+let explainTimer = null;
+
+// Runs what changed and draws it; returns the timings (ms).
+function redraw(opts) {
+  opts = opts || {};
+  const t0 = performance.now();
+  let result;
+  try {
+    result = compute(opts);
+  } catch (e) {
+    showError(e.message);
+    $('status').textContent = 'Not run: the scenario has an error (below).';
+    return null;
+  }
+  showError(null);
+  const tSweep = performance.now();
+  draw(result);
+  const t1 = performance.now();
+  lastTiming = { compute_ms: tSweep - t0, total_ms: t1 - t0 };
+  $('status').textContent = `Redrawn in ${Math.round(t1 - t0)} ms.`;
+  clearTimeout(explainTimer);
+  if (opts.sync) explainAll(result);
+  else explainTimer = setTimeout(() => explainAll(result), 30);
+  return lastTiming;
+}
+
+function compute(opts) {
+  const req0 = scenarioRequest();
+  base = cached('resolve:' + req0.origin + req0.scenario, () => sim.resolve(req0));
+  showKnobValues();
+  const grid = gridValues();
+  return engines().map(({ kind, req, notes }) => {
+    const sets = knobSets(kind);
+    const s = seed();
+    const resolved = sim.resolve({ ...req, sets, seed: s });
+    const np = grid.map((c) => Math.max(resolved.num_prompts, 4 * c));
+    const sweepReq = { ...req, sets, seed: s, concurrencies: grid, num_prompts: np };
+    const sweepKey = 'sweep:' + JSON.stringify(sweepReq);
+    const sweep = opts.nocache ? sim.sweep(sweepReq) : cached(sweepKey, () => sim.sweep(sweepReq));
+    if (opts.nocache) cache.set(sweepKey, sweep);
+    const runSets = sets.concat(loadSets(resolved.num_prompts));
+    const runReq = { ...req, sets: runSets, seed: s, timeseries: true };
+    const run = cached('run:' + JSON.stringify(runReq), () => sim.simulate(runReq));
+    return { kind, req, sets, seed: s, notes, resolved, sweep, sweepReq, run, runReq };
+  });
+}
+
+function explainAll(result) {
+  for (const r of result) {
+    const target = $('explain-' + r.kind);
+    if (!target) continue;
+    try {
+      const exReq = { ...r.req, sets: r.sets.concat(state.mode === 'rate' ? [] : []), seed: r.seed, concurrency: concurrency() };
+      const ex = cached('explain:' + JSON.stringify(exReq), () => sim.explain(exReq));
+      r.explain = ex;
+      target.innerHTML = `<h4>Why (servesim explain, concurrency ${ex.value.max_concurrency})</h4><ol>${ex.value.explanation.map((s) => `<li>${esc(s)}</li>`).join('')}</ol>`;
+    } catch (e) {
+      target.textContent = 'explain: ' + e.message;
+    }
+  }
+  document.body.dataset.explained = String(Date.now());
+}
+
+function draw(result) {
+  const first = result[0];
+  const conc = first.sweepReq.concurrencies;
+  const names = { vllm: 'vLLM', sglang: 'SGLang' };
+  const series = (metric) => result.map((r, i) => ({
+    name: `${names[r.kind]} ${r.sweep.value.points[0].engine_version}`,
+    color: COLORS[r.kind],
+    dash: i ? '10 6' : '',
+    dots: true,
+    shape: i ? 'square' : 'circle',
+    points: r.sweep.value.points.map((p, j) => [conc[j], p[metric]]),
+  }));
+  const marks = [];
+  result.forEach((r) => {
+    const v = r.sweep.value;
+    const tag = result.length > 1 ? ` (${names[r.kind]})` : '';
+    if (v.knee) marks.push({ x: v.knee.max_concurrency, label: `knee ${v.knee.max_concurrency}${tag}`, color: MARKS.knee });
+    marks.push({ x: v.kv_limited_concurrency, label: `KV limit ${v.kv_limited_concurrency}${tag}`, color: MARKS.kv, dash: '3 4' });
+  });
+  if (state.mode === 'c') marks.push({ x: concurrency(), label: `your load ${concurrency()}`, color: MARKS.you, dash: '1 0' });
+  const v0 = first.sweep.value;
+  const ariaT = `Output throughput against concurrency. ${result.map((r) => `${names[r.kind]}: ` + r.sweep.value.points.map((p, j) => `${conc[j]}: ${fmt(p.output_throughput, 0)} tok/s`).join(', ')).join('. ')}. Knee ${v0.knee ? v0.knee.max_concurrency : 'not reached'}; KV-limited concurrency ${v0.kv_limited_concurrency}.`;
+  lineChart($('chart-throughput'), { title: 'Output throughput (tok/s)', xLabel: 'concurrency', yLabel: 'tok/s', series: series('output_throughput'), marks, aria: ariaT });
+  const ariaF = `Mean TTFT against concurrency. ${result.map((r) => `${names[r.kind]}: ` + r.sweep.value.points.map((p, j) => `${conc[j]}: ${fmt(p.mean_ttft_ms, 0)} ms`).join(', ')).join('. ')}.`;
+  lineChart($('chart-ttft'), { title: 'Mean TTFT (ms)', xLabel: 'concurrency', yLabel: 'ms', series: series('mean_ttft_ms'), marks, aria: ariaF });
+
+  // The summary sentence.
+  const p = first.run.value;
+  const load = state.mode === 'c' ? `concurrency ${concurrency()}` : `${p.request_rate} req/s`;
+  $('summary').innerHTML = result.map((r) => {
+    const v = r.sweep.value;
+    const q = r.run.value;
+    return `<b>${names[r.kind]}</b>: KV pool ${fmt(v.kv_cache_tokens, 0)} tokens holds <b>${fmt(v.kv_limited_concurrency, 0)}</b> requests of ${fmt(v.kv_request_footprint_tokens, 0)} tokens. At ${load}: mean TTFT <b data-testid="run-mean-ttft-${r.kind}">${fmt(q.mean_ttft_ms, 1)} ms</b>, output <b>${fmt(q.output_throughput, 1)} tok/s</b>, ${fmt(q.num_preemptions, 0)} ${r.kind === 'sglang' ? 'retractions' : 'preemptions'}.`;
+  }).join('<br>');
+
+  // One panel per engine: time series, TTFT split, explain.
+  const panels = $('panels');
+  panels.replaceChildren();
+  panels.className = 'panels n' + result.length;
+  for (const r of result) {
+    const q = r.run.value;
+    const ts = r.run.timeseries;
+    const div = document.createElement('section');
+    div.className = 'panel';
+    div.setAttribute('aria-label', `${names[r.kind]} at ${load}`);
+    div.innerHTML = `<h3 style="color:${COLORS[r.kind]}">${names[r.kind]} ${esc(q.engine_version)} at ${esc(load)}</h3>
+      ${r.notes.length ? `<p class="hint">Translated from the scenario's engine: ${r.notes.map(esc).join('; ')}</p>` : ''}
+      <div class="chart" id="ts-kv-${r.kind}"></div><div class="chart" id="ts-q-${r.kind}"></div>
+      <h4>TTFT split (mean ${fmt(q.mean_ttft_ms, 1)} ms)</h4><div id="split-${r.kind}"></div>
+      <div class="explain" id="explain-${r.kind}" aria-live="polite"><p class="hint">explain runs next…</p></div>`;
+    panels.appendChild(div);
+    const pts = (key, scale) => ts.t_s.map((t, i) => [t, ts[key][i] * (scale || 1)]);
+    lineChart($('ts-kv-' + r.kind), { title: 'KV cache usage (%)', xLabel: 'seconds', yLabel: '%', ymax: 100, series: [{ name: 'KV usage', color: COLORS[r.kind], points: pts('kv_usage', 100), width: 3 }], marks: [], aria: `KV cache usage over the run: peak ${fmt(100 * q.kv_cache_usage_peak, 1)}%, mean ${fmt(100 * q.kv_cache_usage_mean, 1)}%.` });
+    lineChart($('ts-q-' + r.kind), { title: 'Requests running and waiting', xLabel: 'seconds', yLabel: 'requests', series: [{ name: 'running', color: COLORS[r.kind], points: pts('running'), width: 3 }, { name: 'waiting', color: MARKS.kv, dash: '8 5', points: pts('waiting'), width: 3 }], marks: [], aria: `Running requests: mean ${fmt(q.mean_running, 1)}, peak ${q.peak_running}; waiting: mean ${fmt(q.mean_waiting, 1)}, peak ${q.peak_waiting}.` });
+    const b = q.ttft_breakdown;
+    ttftBar($('split-' + r.kind), { mean_queue_wait_ms: b.mean_queue_wait_ms, mean_prefill_ms: b.mean_prefill_ms, mean_interleave_ms: b.mean_interleave_ms, mean_overhead_ms: b.mean_overhead_ms }, `TTFT split: queue wait ${fmt(b.mean_queue_wait_ms, 1)} ms, prefill ${fmt(b.mean_prefill_ms, 1)} ms, interleaving ${fmt(b.mean_interleave_ms, 1)} ms, outside the engine ${fmt(b.mean_overhead_ms, 1)} ms.`);
+  }
+
+  // The sweep tables.
+  const cols = [
+    ['max_concurrency', 'concurrency', 0], ['num_prompts', 'prompts', 0], ['request_throughput', 'req/s', 2], ['output_throughput', 'out tok/s', 1],
+    ['mean_ttft_ms', 'mean TTFT (ms)', 1], ['p99_ttft_ms', 'p99 TTFT (ms)', 1], ['mean_tpot_ms', 'mean TPOT (ms)', 2],
+    ['num_preemptions', 'preempt', 0], ['prefix_cache_hit_rate', 'hit rate', 3], ['kv_cache_usage_peak', 'KV peak', 3],
+  ];
+  $('tables').innerHTML = result.map((r) => {
+    const v = r.sweep.value;
+    const rows = v.points.map((p, j) => `<tr${v.knee && v.knee.index === j ? ' class="knee"' : ''}>${cols.map(([k, , d]) => `<td data-key="${k}" data-value="${p[k]}">${fmt(p[k], d)}</td>`).join('')}</tr>`).join('');
+    return `<table class="sweep" data-engine="${r.kind}"><caption>${names[r.kind]} sweep: ${esc(v.scenario)}. Knee: ${v.knee ? 'concurrency ' + v.knee.max_concurrency : 'not reached'} (row marked). ${esc(v.kv_limit_explanation)}</caption>
+      <thead><tr>${cols.map(([, h]) => `<th scope="col">${esc(h)}</th>`).join('')}</tr></thead><tbody>${rows}</tbody></table>`;
+  }).join('');
+
+  // Reproduce.
+  $('commands').innerHTML = result.map((r) => {
+    const file = state.pasted == null && r.notes.length === 0 ? r.req.origin.replace(' (built in)', '') : 'scenario.json';
+    const setArgs = r.sets.map((s) => ` --set '${s}'`).join('') + (r.seed != null ? ` --seed ${r.seed}` : '');
+    const cmd = `servesim sweep ${file} --concurrency ${r.sweepReq.concurrencies.join(',')} --num-prompts ${r.sweepReq.num_prompts.join(',')}${setArgs} --json`;
+    const scen = file === 'scenario.json' ? `<p>with <code>scenario.json</code>:</p><pre>${esc(r.req.scenario)}</pre>` : '';
+    return `<h4>${names[r.kind]}</h4><pre>${esc(cmd)}</pre>${scen}<details><summary>Its output (<code>servesim sweep --json</code>)</summary><pre class="json" data-engine="${r.kind}">${esc(r.sweep.text)}</pre></details>`;
+  }).join('');
+}
+
+// ---------- start ----------
+function bind() {
+  const sel = $('scenario');
+  sel.innerHTML = shipped.map((s) => `<option value="${esc(s.name)}">${esc(s.name)}</option>`).join('') + '<option value="__pasted">(pasted scenario)</option>';
+  sel.value = state.pasted != null ? '__pasted' : state.scenario || shipped[0].name;
+  sel.addEventListener('change', () => {
+    if (sel.value === '__pasted') {
+      $('paste-box').open = true;
+      $('paste').focus();
+      return;
+    }
+    state.scenario = sel.value;
+    state.pasted = null;
+    state.engine = null;
+    state.values = {};
+    schedule();
+  });
+  $('use-paste').addEventListener('click', () => {
+    state.pasted = $('paste').value;
+    state.engine = null;
+    state.values = {};
+    sel.value = '__pasted';
+    schedule();
+  });
+  for (const k of KNOBS) knobRow(k, $('knobs'));
+  for (const k of LOAD) knobRow(k, $('load-knobs'));
+  document.querySelectorAll('input[name=engine]').forEach((r) => r.addEventListener('change', () => { state.engine = r.value; schedule(); }));
+  document.querySelectorAll('input[name=kvpool]').forEach((r) => r.addEventListener('change', () => { state.kvpool = r.value; schedule(); }));
+  document.querySelectorAll('input[name=mode]').forEach((r) => r.addEventListener('change', () => { state.mode = r.value; schedule(); }));
+  $('grid').addEventListener('change', () => { state.grid = $('grid').value; schedule(); });
+  $('reset-knobs').addEventListener('click', () => {
+    for (const k of KNOBS) delete state.values[k.key];
+    state.kvpool = 'scenario';
+    schedule();
+  });
+}
+
+function describe() {
+  const s = state.pasted == null ? shipped.find((x) => x.name === (state.scenario || shipped[0].name)) : null;
+  let d = '';
+  try {
+    d = s ? JSON.parse(s.text).description || '' : 'A pasted scenario.';
+  } catch (e) { /* shown by the redraw */ }
+  $('scenario-desc').textContent = d;
+  if (state.pasted != null) $('paste').value = state.pasted;
+}
+
+async function main() {
+  readUrl();
+  try {
+    sim = await Servesim.load();
+  } catch (e) {
+    $('status').textContent = 'The simulator did not load: ' + e.message + '. Build the page with `bash scripts/build_web.sh` and open target/web/index.html.';
+    return;
+  }
+  shipped = sim.scenarios();
+  if (state.scenario && !shipped.some((s) => s.name === state.scenario)) state.scenario = null;
+  bind();
+  describe();
+  redraw({ sync: true });
+  $('scenario').addEventListener('change', describe);
+  $('use-paste').addEventListener('click', describe);
+  const t = new URLSearchParams(location.search).get('selftest');
+  if (t) selftest();
+}
+
+// ---------- the page's self-test (tests/web.rs drives it in headless Chromium) ----------
+// `?selftest=1`: it moves knobs as a user would (input events), writes what
+// the page shows into <pre id="selftest"> as JSON and, with `&report=URL`,
+// posts it there (the test's loopback server).
+function selftest() {
+  const out = {};
+  const fire = (input, value, type) => {
+    input.value = value;
+    input.dispatchEvent(new Event(type || 'input', { bubbles: true }));
+  };
+  try {
+    // 1. The default scenario's sweep, as the page shows it.
+    out.sweep_json = document.querySelector('pre.json[data-engine=vllm]').textContent;
+    out.sweep_request = compute({})[0].sweepReq;
+    out.table = [...document.querySelectorAll('table.sweep[data-engine=vllm] tbody tr')].map((tr) =>
+      Object.fromEntries([...tr.querySelectorAll('td')].map((td) => [td.dataset.key, { value: td.dataset.value, shown: td.textContent }])));
+    // 2. The redraw time of the default scenario's sweep (simulated again, not cached, and drawn).
+    const times = [];
+    for (let i = 0; i < 7; i++) times.push(redraw({ nocache: true, sync: false }).total_ms);
+    clearTimeout(explainTimer);
+    times.sort((a, b) => a - b);
+    out.redraw_ms = { median: times[3], max: times[6], all: times };
+    // 3. Move the concurrency knob past 42, as a user drags the slider.
+    const ttft = {};
+    for (const c of [32, 42, 64]) {
+      fire($('k-c-range'), String(c));
+      redraw({ sync: true });
+      ttft[c] = { shown: document.querySelector('[data-testid=run-mean-ttft-vllm]').textContent, report: compute({})[0].run.value.mean_ttft_ms };
+    }
+    out.run_ttft = ttft;
+    out.url = location.search;
+    out.explain = [...document.querySelectorAll('#explain-vllm li')].map((li) => li.textContent);
+    out.summary = $('summary').textContent;
+    // 4. Every function, byte for byte with the binary (tests/web.rs runs the same commands).
+    const d = { scenario: shipped[0].text, origin: shipped[0].origin };
+    out.simulate_json = sim.simulate({ ...d, sets: ['workload.max_concurrency=64', 'workload.num_prompts=256'] }).text;
+    out.explain_json = sim.explain({ ...d, concurrency: 64 }).text;
+    out.side_by_side_json = sim.sweep({ ...d, sets: ['engine.kind=vllm,sglang'], concurrencies: [1, 16, 64], num_prompts: [20, 64, 256] }).text;
+    // 5. An invalid scenario: the error names the field.
+    const bad = JSON.parse(shipped[0].text);
+    bad.engine.max_num_seq = 64;
+    $('paste').value = JSON.stringify(bad, null, 2);
+    $('use-paste').click();
+    redraw({ sync: true });
+    out.error = $('error').hidden ? null : $('error').textContent;
+    out.loaded_via = Servesim.loadedVia;
+  } catch (e) {
+    out.exception = String(e && e.stack ? e.stack : e);
+  }
+  const pre = $('selftest');
+  pre.textContent = JSON.stringify(out);
+  pre.dataset.done = '1';
+  document.title = 'selftest done';
+  // The test's own loopback server, when it gave one, receives the result too.
+  const report = new URLSearchParams(location.search).get('report');
+  if (report) fetch(report, { method: 'POST', mode: 'no-cors', headers: { 'Content-Type': 'text/plain' }, body: pre.textContent });
+}
+
+main();

@@ -1,0 +1,354 @@
+//! # servesim in the browser
+//!
+//! The simulator core (`sim`) compiled to `wasm32-unknown-unknown` behind a
+//! small C ABI of JSON-in / text-out functions (no wasm-bindgen: the page's
+//! hand-written glue, `web/servesim.js`, copies a request into the module's
+//! memory, calls an export, and reads the answer back).
+//!
+//! Each function takes one request object (JSON text):
+//!
+//! ```json
+//! {"scenario": "<scenario JSON text, or absent for the built-in default>",
+//!  "origin": "scenarios/rtx5090-qwen2.5-7b-vllm.json",
+//!  "sets": ["engine.max_num_seqs=64"], "seed": null,
+//!  "concurrencies": [1, 16, 64], "num_prompts": [20, 64, 256],
+//!  "concurrency": 64, "timeseries": true}
+//! ```
+//!
+//! and answers what the native binary prints on stdout for the same input,
+//! byte for byte: [`simulate`] is `servesim simulate --json`, [`sweep`] is
+//! `servesim sweep --json` (with `engine.kind=vllm,sglang` among the sets, the
+//! engines side by side), [`explain`] is `servesim explain --json`; errors are
+//! what the binary prints after `error: `. They reuse the library functions
+//! the binary uses (`sim::config`, `sim::simulate`, `sim::report`,
+//! `sim::sweep`, and the binary's own flag alignment, `cli/align.rs`).
+//!
+//! The sweep's side-by-side assembly still lives in the binary
+//! (`cli/sweep.rs`); `sweep_json` follows it, held byte-identical by the
+//! browser test (`tests/web.rs`).
+//!
+//! Nothing here reads a file: a scenario naming a fitted profile
+//! (`cost.profile`) or a trace file (`workload.trace`) is an error naming the
+//! field.
+
+use std::sync::OnceLock;
+
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+use sim::config::{self, Resources, Scenario, SimSpec};
+use sim::simulation::{GaugeSample, RunOptions};
+use sim::workload::Dataset;
+
+#[path = "../../cli/align.rs"]
+#[allow(dead_code)]
+mod align;
+mod sweep_json;
+
+#[cfg(target_arch = "wasm32")]
+mod abi;
+
+/// The label the binary gives its built-in default scenario.
+pub const DEFAULT_ORIGIN: &str = "scenarios/rtx5090-qwen2.5-7b-vllm.json (built in)";
+
+/// One call's input.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Request {
+    /// The scenario's JSON text; the built-in default when absent.
+    #[serde(default)]
+    pub scenario: Option<String>,
+    /// Where it came from, for messages and the `scenario` key of a sweep.
+    #[serde(default)]
+    pub origin: Option<String>,
+    /// `--set PATH=VALUE` overrides, in order.
+    #[serde(default)]
+    pub sets: Vec<String>,
+    /// `--seed`.
+    #[serde(default)]
+    pub seed: Option<u64>,
+    /// `sweep --concurrency`.
+    #[serde(default)]
+    pub concurrencies: Vec<u32>,
+    /// `sweep --num-prompts`: one value, or one per concurrency; empty: the scenario's.
+    #[serde(default)]
+    pub num_prompts: Vec<u32>,
+    /// `explain --concurrency`.
+    #[serde(default)]
+    pub concurrency: Option<u32>,
+    /// `simulate`: also keep the run's gauges over time (see [`simulate_with_timeseries`]).
+    #[serde(default)]
+    pub timeseries: bool,
+    /// How many intervals the time series is reduced to (default 400).
+    #[serde(default)]
+    pub timeseries_points: Option<usize>,
+    /// `translate`: the engine to translate to.
+    #[serde(default)]
+    pub to: Option<String>,
+}
+
+/// A scenario as read, before resolution (the binary's `load::RawScenario`, without a folder).
+#[derive(Clone, Debug)]
+pub(crate) struct RawScenario {
+    pub origin: String,
+    pub json: Value,
+}
+
+fn parse_request(text: &str) -> Result<Request, String> {
+    serde_json::from_str(text).map_err(|e| format!("request: {e}"))
+}
+
+/// The binary's `load::read_raw`.
+pub(crate) fn read_raw(req: &Request) -> Result<RawScenario, String> {
+    let (origin, text) = match &req.scenario {
+        None => (req.origin.clone().unwrap_or_else(|| DEFAULT_ORIGIN.to_string()), sim::builtin::DEFAULT_SCENARIO),
+        Some(t) => (req.origin.clone().unwrap_or_else(|| "pasted scenario".to_string()), t.as_str()),
+    };
+    let json: Value = serde_json::from_str(text).map_err(|e| format!("{origin}: not valid JSON: {e}"))?;
+    if !json.is_object() {
+        return Err(format!("{origin}: expected a JSON object (a scenario)"));
+    }
+    Ok(RawScenario { origin, json })
+}
+
+/// The binary's `load::apply_overrides`.
+pub(crate) fn apply_overrides(raw: &mut RawScenario, sets: &[String], seed: Option<u64>) -> Result<(), String> {
+    for s in sets {
+        config::apply_set(&mut raw.json, s).map_err(|e| format!("--set {s}: {e}"))?;
+    }
+    if let Some(seed) = seed {
+        config::apply_set(&mut raw.json, &format!("workload.seed={seed}")).map_err(|e| format!("--seed: {e}"))?;
+    }
+    Ok(())
+}
+
+fn resources() -> Result<&'static Resources, String> {
+    static RES: OnceLock<Result<Resources, String>> = OnceLock::new();
+    RES.get_or_init(sim::builtin::resources).as_ref().map_err(Clone::clone)
+}
+
+/// The binary's `load::resolve`, with the built-in cards and no files.
+pub(crate) fn resolve_raw(raw: &RawScenario) -> Result<SimSpec, String> {
+    let origin = &raw.origin;
+    let scenario: Scenario = config::from_value(raw.json.clone(), "").map_err(|e| format!("{origin}: {e}"))?;
+    if scenario.cost.profile.is_some() {
+        return Err(format!(
+            "{origin}: cost.profile: a fitted profile is a file, and the page reads no files; give its coefficients inline as cost.coefficients"
+        ));
+    }
+    if scenario.workload.trace.is_some() {
+        return Err(format!("{origin}: workload.trace: a trace is a file, and the page reads no files; run traces with the servesim binary"));
+    }
+    config::resolve(&scenario, resources()?).map_err(|e| format!("{origin}: {e}"))
+}
+
+fn pretty<T: serde::Serialize + ?Sized>(v: &T) -> String {
+    // `println!` of the pretty JSON: the binary's stdout.
+    format!("{}\n", serde_json::to_string_pretty(v).expect("serializable"))
+}
+
+/// The shipped scenarios, `[{"name", "origin", "text"}]`, the built-in default first.
+pub fn scenarios() -> String {
+    let list: Vec<Value> = sim::builtin::SCENARIOS
+        .iter()
+        .map(|(name, text)| json!({"name": name, "origin": format!("scenarios/{name}.json"), "text": text}))
+        .collect();
+    serde_json::to_string(&list).expect("serializable")
+}
+
+/// Checks and resolves a scenario (with the sets applied) and says what the
+/// page's controls show: the engine's knobs as it runs them, the workload,
+/// the KV pool and the KV-limited concurrency. Errors name the field.
+pub fn resolve(request: &str) -> Result<String, String> {
+    let req = parse_request(request)?;
+    let mut raw = read_raw(&req)?;
+    apply_overrides(&mut raw, &req.sets, req.seed)?;
+    let spec = resolve_raw(&raw)?;
+    let workload = sim::workload::generate(&spec.workload);
+    let limit = sim::sweep::kv_limited_concurrency(&spec, &workload);
+    let raw_engine = raw.json.get("engine").and_then(Value::as_object).cloned().unwrap_or_default();
+    let (chunk, memory_fraction) = match &spec.engine {
+        config::EngineSpec::Vllm(c) => {
+            (Value::from(c.max_num_batched_tokens), raw_engine.get("gpu_memory_utilization").cloned())
+        }
+        config::EngineSpec::Sglang(c) => (
+            c.chunked_prefill_size.map(Value::from).unwrap_or(Value::from(-1)),
+            raw_engine.get("mem_fraction_static").cloned(),
+        ),
+    };
+    let dataset = match &spec.workload.dataset {
+        Dataset::Random { input_len, output_len, range_ratio, prefix_len } => json!({
+            "name": "random", "input_len": input_len, "output_len": output_len,
+            "range_ratio": range_ratio, "prefix_len": prefix_len}),
+        Dataset::PrefixRepetition { prefix_len, suffix_len, num_prefixes, output_len } => json!({
+            "name": "prefix_repetition", "prefix_len": prefix_len, "suffix_len": suffix_len,
+            "num_prefixes": num_prefixes, "output_len": output_len}),
+        Dataset::Trace { rows } => json!({"name": "trace", "rows": rows.len()}),
+    };
+    let (mean_in, mean_out) = workload.mean_lengths();
+    let j = json!({
+        "origin": raw.origin,
+        "name": spec.name,
+        "description": raw.json.get("description"),
+        "engine": spec.engine.kind(),
+        "engine_version": spec.engine.version().to_string(),
+        "model_id": spec.model.id,
+        "hardware": spec.gpu.id,
+        "max_running": spec.engine.max_running(),
+        "chunk": chunk,
+        "memory_fraction": memory_fraction,
+        "kv_cache_tokens": spec.engine.kv_capacity_tokens(),
+        "kv_granularity": spec.engine.kv_granularity(),
+        "kv_sizing_source": spec.kv_sizing.source,
+        "kv_cache_dtype": spec.deployment.kv_cache_dtype,
+        "tensor_parallel_size": spec.deployment.tensor_parallel_size,
+        "dataset": dataset,
+        "mean_input_len": mean_in,
+        "mean_output_len": mean_out,
+        "num_prompts": spec.workload.num_prompts,
+        "max_concurrency": spec.workload.max_concurrency,
+        "request_rate": spec.workload.request_rate,
+        "seed": spec.workload.seed,
+        "kv_limited_concurrency": limit.concurrency,
+        "kv_request_footprint_tokens": limit.footprint_tokens,
+        "kv_limit_explanation": sim::sweep::kv_limit_sentence(&limit, spec.engine.max_running(), spec.engine.kind()),
+        "scenario": raw.json,
+    });
+    Ok(serde_json::to_string(&j).expect("serializable"))
+}
+
+/// `servesim simulate --json`'s stdout.
+pub fn simulate(request: &str) -> Result<String, String> {
+    simulate_with_timeseries(request).map(|(report, _)| report)
+}
+
+/// `servesim simulate --json`'s stdout, and (when the request asks for it)
+/// the run's gauges over the timed phase as
+/// `{"t_s": [...], "kv_usage": [...], "running": [...], "waiting": [...]}`:
+/// per interval (at most `timeseries_points`), the peak of each gauge over
+/// the interval, `t_s` its end.
+pub fn simulate_with_timeseries(request: &str) -> Result<(String, String), String> {
+    let req = parse_request(request)?;
+    let mut raw = read_raw(&req)?;
+    apply_overrides(&mut raw, &req.sets, req.seed)?;
+    let spec = resolve_raw(&raw)?;
+    let out = sim::simulate(&spec, RunOptions { record_timeseries: req.timeseries, ..Default::default() });
+    let report = pretty(&Value::Object(sim::report::point_json(&spec, &out)));
+    let series = if req.timeseries {
+        serde_json::to_string(&reduce_timeseries(&out.run.timeseries, req.timeseries_points.unwrap_or(400)))
+            .expect("serializable")
+    } else {
+        String::new()
+    };
+    Ok((report, series))
+}
+
+fn reduce_timeseries(samples: &[GaugeSample], points: usize) -> Value {
+    let points = points.max(2);
+    let tmax = samples.iter().map(|s| s.t_ns).max().unwrap_or(0).max(1);
+    let width = tmax.div_ceil(points as u64).max(1);
+    let (mut t, mut kv, mut run, mut wait) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut i = 0;
+    // A gauge holds its value until the next sample: each interval starts from the last value before it.
+    let mut last: Option<GaugeSample> = None;
+    for b in 0..points as u64 {
+        let end = (b + 1) * width;
+        let mut peak = last.map(|s| (s.kv_usage, s.running, s.waiting));
+        while i < samples.len() && samples[i].t_ns < end {
+            let s = samples[i];
+            peak = Some(match peak {
+                None => (s.kv_usage, s.running, s.waiting),
+                Some((k, r, w)) => (k.max(s.kv_usage), r.max(s.running), w.max(s.waiting)),
+            });
+            last = Some(s);
+            i += 1;
+        }
+        if let Some((k, r, w)) = peak {
+            t.push(Value::from(end.min(tmax) as f64 / 1e9));
+            kv.push(Value::from(k));
+            run.push(Value::from(r));
+            wait.push(Value::from(w));
+        }
+        if end >= tmax {
+            break;
+        }
+    }
+    json!({"t_s": t, "kv_usage": kv, "running": run, "waiting": wait})
+}
+
+/// `servesim sweep --json`'s stdout: one scenario, or (with
+/// `engine.kind=vllm,sglang` among the sets) the engines side by side.
+pub fn sweep(request: &str) -> Result<String, String> {
+    let req = parse_request(request)?;
+    sweep_json::sweep(&req).map(|v| pretty(&v))
+}
+
+/// `servesim explain --json`'s stdout.
+pub fn explain(request: &str) -> Result<String, String> {
+    let req = parse_request(request)?;
+    let mut raw = read_raw(&req)?;
+    apply_overrides(&mut raw, &req.sets, req.seed)?;
+    let spec = resolve_raw(&raw)?;
+    let e = sim::explain::explain(&raw.origin, &spec, req.concurrency)?;
+    Ok(pretty(&e))
+}
+
+/// The scenario (sets applied) with its engine section translated to the
+/// engine `to` (`"vllm"` or `"sglang"`), as `sweep --set engine.kind=vllm,sglang`
+/// translates it: `{"scenario": {...}, "origin": "ORIGIN [to]", "notes": [...]}`.
+pub fn translate(request: &str) -> Result<String, String> {
+    let req = parse_request(request)?;
+    let to = req.to.as_deref().unwrap_or("sglang");
+    if to != "vllm" && to != "sglang" {
+        return Err(format!("--set engine.kind: unknown engine {to:?}; expected vllm or sglang"));
+    }
+    let mut raw = read_raw(&req)?;
+    apply_overrides(&mut raw, &req.sets, req.seed)?;
+    let engine: Map<String, Value> = raw.json.get("engine").and_then(Value::as_object).cloned().unwrap_or_default();
+    let (translated, notes) = align::translate_engine(&engine, to).map_err(|e| format!("{}: {e}", raw.origin))?;
+    raw.json["engine"] = Value::Object(translated);
+    let j = json!({"scenario": raw.json, "origin": format!("{} [{to}]", raw.origin), "notes": notes});
+    Ok(serde_json::to_string(&j).expect("serializable"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_name_the_field() {
+        let e = resolve(r#"{"sets": ["engine.max_num_seq=4"]}"#).unwrap_err();
+        assert!(e.contains("engine.max_num_seq"), "{e}");
+        assert!(e.starts_with(DEFAULT_ORIGIN), "{e}");
+        let e = resolve(r#"{"scenario": "{", "origin": "x.json"}"#).unwrap_err();
+        assert!(e.starts_with("x.json: not valid JSON"), "{e}");
+    }
+
+    #[test]
+    fn translation_names_the_other_engines_flags() {
+        let v: Value = serde_json::from_str(&translate(r#"{"to": "sglang"}"#).unwrap()).unwrap();
+        assert_eq!(v["scenario"]["engine"]["kind"], "sglang");
+        assert_eq!(v["scenario"]["engine"]["max_running_requests"], 128);
+        let r = json!({"scenario": v["scenario"].to_string(), "origin": v["origin"]}).to_string();
+        let v: Value = serde_json::from_str(&resolve(&r).unwrap()).unwrap();
+        assert_eq!(v["engine"], "sglang");
+    }
+
+    #[test]
+    fn the_default_resolves_with_its_kv_limit() {
+        let v: Value = serde_json::from_str(&resolve("{}").unwrap()).unwrap();
+        assert_eq!(v["kv_limited_concurrency"], 42);
+        assert_eq!(v["engine"], "vllm");
+    }
+
+    #[test]
+    fn timeseries_is_reduced_and_the_report_unchanged() {
+        let r = r#"{"sets": ["workload.max_concurrency=64", "workload.num_prompts=128"], "timeseries": true, "timeseries_points": 50}"#;
+        let (a, ts) = simulate_with_timeseries(r).unwrap();
+        let b = simulate(r#"{"sets": ["workload.max_concurrency=64", "workload.num_prompts=128"]}"#).unwrap();
+        assert_eq!(a, b);
+        let ts: Value = serde_json::from_str(&ts).unwrap();
+        let n = ts["t_s"].as_array().unwrap().len();
+        assert!(n > 10 && n <= 50, "{n}");
+        assert!(ts["waiting"].as_array().unwrap().iter().any(|w| w.as_u64().unwrap() > 0));
+    }
+}

@@ -1,0 +1,147 @@
+//! `servesim sweep --json`: each scenario's series is `sim::sweep::sweep_series`,
+//! as the binary's; the expansion of `engine.kind=vllm,sglang` and the
+//! side-by-side object follow `cli/sweep.rs` (one thread, no files). The
+//! browser test holds the output byte-identical to the binary's.
+
+use serde_json::{Map, Value};
+use sim::config::SimSpec;
+use sim::simulation::RunOptions;
+use sim::sweep::{sweep_series, SweepSeries};
+use sim::SimOutput;
+
+use crate::{align, apply_overrides, read_raw, resolve_raw, RawScenario, Request};
+
+struct Series {
+    label: String,
+    raw: RawScenario,
+    specs: Vec<SimSpec>,
+    notes: Vec<String>,
+}
+
+fn expand(req: &Request) -> Result<Vec<(String, RawScenario, Vec<String>)>, String> {
+    let mut kinds: Option<Vec<String>> = None;
+    let mut sets = Vec::new();
+    for s in &req.sets {
+        match s.strip_prefix("engine.kind=") {
+            Some(k) if k.contains(',') => kinds = Some(k.split(',').map(|x| x.trim().to_string()).collect()),
+            _ => sets.push(s.clone()),
+        }
+    }
+    let mut out = Vec::new();
+    let mut raw = read_raw(req)?;
+    apply_overrides(&mut raw, &sets, req.seed)?;
+    match &kinds {
+        None => {
+            let label = raw.origin.clone();
+            out.push((label, raw, vec![]));
+        }
+        Some(ks) => {
+            for k in ks {
+                if k != "vllm" && k != "sglang" {
+                    return Err(format!("--set engine.kind: unknown engine {k:?}; expected vllm or sglang"));
+                }
+                let mut r = raw.clone();
+                let engine = r.json.get("engine").and_then(Value::as_object).cloned().unwrap_or_default();
+                let (translated, notes) =
+                    align::translate_engine(&engine, k).map_err(|e| format!("{}: {e}", r.origin))?;
+                r.json["engine"] = Value::Object(translated);
+                let label = format!("{} [{k}]", raw.origin);
+                r.origin = label.clone();
+                out.push((label, r, notes));
+            }
+        }
+    }
+    Ok(out)
+}
+
+pub fn sweep(req: &Request) -> Result<Value, String> {
+    let conc = &req.concurrencies;
+    let shown = || conc.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+    if conc.is_empty() {
+        return Err("--concurrency: give at least one value".into());
+    }
+    if conc.contains(&0) {
+        return Err("--concurrency: values must be at least 1".into());
+    }
+    if conc.windows(2).any(|w| w[0] >= w[1]) {
+        return Err(format!("--concurrency: values must increase, got {}", shown()));
+    }
+    let prompts = (!req.num_prompts.is_empty()).then_some(&req.num_prompts);
+    if let Some(p) = prompts {
+        if p.len() != 1 && p.len() != conc.len() {
+            return Err(format!(
+                "--num-prompts: give one value or {} (one per concurrency), got {}",
+                conc.len(),
+                p.len()
+            ));
+        }
+    }
+    let mut series = Vec::new();
+    for (label, raw, notes) in expand(req)? {
+        let mut specs = Vec::with_capacity(conc.len());
+        for (i, &c) in conc.iter().enumerate() {
+            let mut r = raw.clone();
+            let mut sets = vec![format!("workload.max_concurrency={c}")];
+            if let Some(p) = prompts {
+                sets.push(format!("workload.num_prompts={}", if p.len() == 1 { p[0] } else { p[i] }));
+            }
+            apply_overrides(&mut r, &sets, None)?;
+            specs.push(resolve_raw(&r)?);
+        }
+        series.push(Series { label, raw, specs, notes });
+    }
+    let results: Vec<(Series, Vec<SimOutput>)> = series
+        .into_iter()
+        .map(|s| {
+            let o = s.specs.iter().map(|sp| sim::simulate(sp, RunOptions::default())).collect();
+            (s, o)
+        })
+        .collect();
+    if results.len() == 1 {
+        let (s, o) = &results[0];
+        return Ok(series_json(s, o, conc));
+    }
+    let raws: Vec<Map<String, Value>> = results
+        .iter()
+        .map(|(s, _)| s.raw.json.get("engine").and_then(Value::as_object).cloned().unwrap_or_default())
+        .collect();
+    let pairs: Vec<(&SimSpec, &Map<String, Value>)> =
+        results.iter().zip(&raws).map(|((s, _), r)| (&s.specs[0], r)).collect();
+    let rows = align::table(&pairs);
+    let workloads: Vec<&Value> =
+        results.iter().map(|(s, _)| s.raw.json.get("workload").unwrap_or(&Value::Null)).collect();
+    let workloads_differ = workloads.windows(2).any(|w| w[0] != w[1]);
+    let moved: Vec<&str> = rows.iter().filter(|r| r.differs).map(|r| r.knob.name).collect();
+    let mut j = Map::new();
+    j.insert("scenarios".into(), Value::Array(results.iter().map(|(s, o)| series_json(s, o, conc)).collect()));
+    j.insert(
+        "alignment".into(),
+        Value::Array(
+            rows.iter()
+                .map(|r| {
+                    let mut m = Map::new();
+                    m.insert("knob".into(), r.knob.name.into());
+                    m.insert("vllm_flag".into(), r.knob.vllm.into());
+                    m.insert("sglang_flag".into(), r.knob.sglang.into());
+                    m.insert(
+                        "values".into(),
+                        Value::Array(r.values.iter().map(|(v, _)| Value::from(v.clone())).collect()),
+                    );
+                    m.insert("differs".into(), r.differs.into());
+                    if !r.knob.note.is_empty() {
+                        m.insert("note".into(), r.knob.note.into());
+                    }
+                    Value::Object(m)
+                })
+                .collect(),
+        ),
+    );
+    j.insert("knobs_moved".into(), Value::Array(moved.iter().map(|m| Value::from(*m)).collect()));
+    j.insert("workloads_differ".into(), workloads_differ.into());
+    Ok(Value::Object(j))
+}
+
+fn series_json(s: &Series, outs: &[SimOutput], conc: &[u32]) -> Value {
+    let series: SweepSeries = sweep_series(&s.label, conc, &s.specs, outs, s.notes.clone());
+    serde_json::to_value(series).expect("serializable")
+}
