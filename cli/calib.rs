@@ -202,6 +202,35 @@ pub fn profile_summary(p: &Profile) -> String {
         let prior = prior[k].as_f64().unwrap_or(f64::NAN);
         let _ = writeln!(s, "  {k:<22} {v:>12.4} µs   ({src}; prior {prior:.4})");
     }
+    if let Some(u) = &p.uncertainty {
+        let how = if u.ensemble.is_empty() { "Laplace covariance" } else { "randomised-maximum-likelihood ensemble" };
+        let _ = writeln!(s, "90% intervals of the coefficients ({how}; the method in the profile's uncertainty block):");
+        for (k, i) in &u.intervals {
+            let _ = writeln!(s, "  {k:<22} {:>12.4} – {:<12.4} µs", i.p05, i.p95);
+        }
+    }
+    if let Some(ids) = &p.identifiability {
+        let _ = writeln!(s, "Which coefficients the data determine:");
+        for i in ids {
+            let _ = writeln!(
+                s,
+                "  {:<22} {:<5} ({:.0}% of its prior variance removed; prior σ {:.2} in ln): {}",
+                i.coefficient,
+                if i.determined { "data" } else { "prior" },
+                100.0 * i.data_share,
+                i.prior_sigma_log,
+                i.why
+            );
+        }
+    }
+    if let Some(traps) = &p.traps {
+        for t in traps {
+            let _ = writeln!(s, "FLAGGED {} ({}, {}): {}", t.point, t.kind, t.action, t.why);
+        }
+    }
+    if let Some(n) = &p.note {
+        let _ = writeln!(s, "Note: {n}");
+    }
     let _ = writeln!(s, "R² per metric: {}", named_json(&p.fit.r2));
     for pt in &p.fit.points {
         let _ = writeln!(s, "  {:<14} residuals {}", pt.name, named_json(&pt.relative_residual));
@@ -348,6 +377,7 @@ pub fn check(a: CheckArgs) -> Result<ExitCode, String> {
         max_evals: a.max_evals,
         speed_reference_ms: profile.as_ref().and_then(ProfileFile::speed_reference_ms).filter(|_| !a.no_speed_reference),
         profile_coefficients: profile.as_ref().and_then(|p| p.coefficients.clone()).map(Value::Object),
+        uncertainty: profile.as_ref().and_then(|p| p.uncertainty.clone()),
     };
     let (report, measured, predicted) = procedure::check(&mut m, &point, &derived, &opts).map_err(|e| e.to_string())?;
     if let Some(path) = &a.plot {
@@ -412,9 +442,14 @@ pub fn check_text(r: &CheckReport) -> String {
                 .and_then(|sp| sp.get(k))
                 .map(|v| format!("{:.1}%", 100.0 * v))
                 .unwrap_or_default();
+            let inside = match p.inside_interval.as_ref().and_then(|i| i.get(k)) {
+                Some(true) => " in 90%",
+                Some(false) => " OUTSIDE 90%",
+                None => "",
+            };
             let _ = writeln!(
                 s,
-                "{:>11} {:>4} {:<22} {:>12} {:>12} {:>9} {:>9}",
+                "{:>11} {:>4} {:<22} {:>12} {:>12} {:>9} {:>9}{inside}",
                 p.max_concurrency,
                 if p.used_for_fit { "*" } else { "" },
                 k,
@@ -466,4 +501,56 @@ pub fn check_text(r: &CheckReport) -> String {
     }
     let _ = writeln!(s, "Overall: {}", if r.verdict.pass { "PASS" } else { "FAIL" });
     s
+}
+
+/// The profile file a raw scenario names (`cost.profile`), resolved against its folder.
+fn profile_path(raw: &RawScenario) -> Option<PathBuf> {
+    let p = raw.json.get("cost")?.get("profile")?.as_str()?;
+    let p = Path::new(p);
+    Some(if p.is_absolute() { p.to_path_buf() } else { raw.base_dir.join(p) })
+}
+
+/// The 90% intervals of a prediction `center` of `spec`, and where they came from: the
+/// ensemble (or covariance) of the scenario's profile when it has one, simulated in
+/// parallel (results in input order); else, when `uncalibrated` is asked, the uncalibrated
+/// model's error on the validation corpus for the spec's GPU and engine. None otherwise.
+pub fn intervals(
+    raw: &RawScenario,
+    spec: &SimSpec,
+    center: &Point,
+    uncalibrated: bool,
+) -> Result<Option<(calib::named::Named<calib::uncertainty::Interval>, String)>, String> {
+    use rayon::prelude::*;
+    if let Some(path) = profile_path(raw) {
+        let text = std::fs::read_to_string(&path).map_err(|e| format!("cost.profile {}: {e}", path.display()))?;
+        let v: Value = serde_json::from_str(&text).map_err(|e| format!("cost.profile {}: {e}", path.display()))?;
+        if let Some(u) = calib::uncertainty::ProfileUncertainty::from_profile_json(&v) {
+            // Only the coefficients the profile set vary (inline scenario values stay).
+            let mut c = sim::cost::CostCoefficients::default();
+            let all = spec.cost.coefficients();
+            for (i, n) in sim::cost::COEFFICIENT_NAMES.iter().enumerate() {
+                if spec.cost.sources[i] == sim::cost::CoefficientSource::Profile {
+                    c.set(n, all.get(n).unwrap_or(0.0));
+                }
+            }
+            let specs = calib::uncertainty::sampled_specs(spec, &u, &c);
+            let samples: Vec<Point> = specs.par_iter().map(calib::uncertainty::predict_point).collect();
+            let how = if u.ensemble.is_empty() { "covariance" } else { "ensemble" };
+            let source = format!("the profile's coefficient {how}: {} sets simulated ({})", samples.len(), path.display());
+            let source = match &u.model_error_source {
+                Some(m) => format!("{source}; model error {m}"),
+                None => source,
+            };
+            return Ok(Some((u.intervals(center, &samples), source)));
+        }
+    }
+    if !uncalibrated {
+        return Ok(None);
+    }
+    let kind = match spec.engine.engine_kind() {
+        EngineKind::Vllm => "vllm",
+        EngineKind::Sglang => "sglang",
+    };
+    let src = calib::uncertainty::uncalibrated_errors(&spec.gpu.id, kind);
+    Ok(Some((calib::uncertainty::uncalibrated_intervals(center, &src), src.source)))
 }

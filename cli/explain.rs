@@ -50,7 +50,10 @@ pub fn text(e: &Explanation) -> String {
         if d.num_gpus == 1 { "" } else { "s" },
         d.kv_cache_dtype,
         d.kv_dtype_bytes,
-        d.quantization.as_deref().map(|q| format!("quantized ({q})")).unwrap_or_else(|| format!("{} B each", d.linear_weight_bytes)),
+        d.quantization
+            .as_deref()
+            .map(|q| format!("quantized ({q})"))
+            .unwrap_or_else(|| format!("{} B each", d.linear_weight_bytes)),
         if d.cuda_graphs { "on" } else { "off" }
     );
     match &e.memory {

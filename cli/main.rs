@@ -88,6 +88,11 @@ struct SimulateArgs {
     /// Write KV usage and running/waiting requests over time as SVG.
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<String>,
+    /// Put a 90% interval on every metric even without a profile (from the uncalibrated
+    /// model's error on the validation corpus). With a profile that carries an uncertainty
+    /// block (`servesim calibrate`), the intervals are always given.
+    #[arg(long)]
+    uncertainty: bool,
 }
 
 /// A comma-separated list; an empty item (`1,,2`, a trailing comma) is an error.
@@ -136,11 +141,18 @@ fn simulate(a: SimulateArgs) -> Result<ExitCode, String> {
     if let Some(path) = &a.plot {
         plot::timeseries(path, spec.name.as_deref().unwrap_or("simulation"), &out.run.timeseries)?;
     }
+    let mut j = sim::report::point_json(&spec, &out);
+    let intervals = calib::intervals(&raw, &spec, &j, a.uncertainty)?;
     if a.json {
-        let j = sim::report::point_json(&spec, &out);
+        if let Some((i, src)) = &intervals {
+            j.insert("uncertainty".into(), ::calib::uncertainty::report_json(i, src));
+        }
         println!("{}", serde_json::to_string_pretty(&j).expect("serializable"));
     } else {
         print!("{}", sim::report::text(&spec, &out, &text_opts));
+        if let Some((i, src)) = &intervals {
+            println!("{}", ::calib::uncertainty::report_line(i, src));
+        }
     }
     Ok(if out.run.stop == StopReason::Completed { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

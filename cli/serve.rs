@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use emulator::{self as serve, ServeOptions};
 use clap::Args;
+use emulator::{self as serve, ServeOptions};
 
 use crate::load;
 use crate::ScenarioArgs;
@@ -15,6 +15,7 @@ use crate::ScenarioArgs;
 pub struct ServeArgs {
     /// Scenario file (JSON): engine, model, hardware and cost. The built-in default if omitted.
     pub scenario: Option<PathBuf>,
+    /// Address to listen on: an IPv4 or IPv6 address (`::1` or `[::1]`) or a name such as `localhost`.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
     /// Port (0: any free port; the one taken is printed).
@@ -26,13 +27,13 @@ pub struct ServeArgs {
     /// A tokenizer.json (or a folder holding one) to count text prompts exactly; without it, text counts one token per 4 bytes.
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
-    /// Simulated seconds per wall second (2: twice as fast as the modelled engine).
+    /// Simulated seconds per wall second (2: twice as fast as the modelled engine); 0.001 to 100.
     #[arg(long, default_value_t = 1.0)]
     pub time_scale: f64,
     /// Concurrent connections accepted; more are answered 503.
     #[arg(long, default_value_t = 4096)]
     pub max_connections: usize,
-    /// Stop by itself after this many seconds (default: run until SIGINT/SIGTERM).
+    /// Stop by itself after this many seconds, at most a year (default: run until SIGINT/SIGTERM).
     #[arg(long)]
     pub max_lifetime: Option<f64>,
     #[command(flatten)]
@@ -44,24 +45,39 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
         Some(p) => Some(std::sync::Arc::new(live::tokenizer::load(p).map_err(|e| format!("--tokenizer {e}"))?)),
         None => None,
     };
-    if !(a.time_scale > 0.0 && a.time_scale.is_finite()) {
-        return Err(format!("--time-scale: must be > 0, got {}", a.time_scale));
+    let (lo, hi) = serve::TIME_SCALE_RANGE;
+    if !(a.time_scale >= lo && a.time_scale <= hi) {
+        return Err(format!(
+            "--time-scale: must be between {lo} and {hi}, got {} (beyond {hi} the host's scheduling jitter, tens of microseconds a sleep, becomes milliseconds of engine time)",
+            a.time_scale
+        ));
     }
+    let max_lifetime = match a.max_lifetime {
+        None => None,
+        Some(s) if s > 0.0 && s <= serve::MAX_LIFETIME_S => Some(Duration::from_secs_f64(s)),
+        Some(s) => {
+            return Err(format!(
+                "--max-lifetime: must be a number of seconds above 0 and at most {} (a year), got {s}",
+                serve::MAX_LIFETIME_S
+            ))
+        }
+    };
     if a.max_connections == 0 {
         return Err("--max-connections: must be at least 1".into());
     }
     let mut raw = load::read_raw(a.scenario.as_deref())?;
     load::apply_overrides(&mut raw, &a.common.sets, a.common.seed)?;
     let (_, spec) = load::resolve(&raw)?;
-    let addr: SocketAddr = format!("{}:{}", a.host, a.port).parse().map_err(|e| format!("--host {}: {e}", a.host))?;
+    let addr = socket_addr(&a.host, a.port)?;
     let model = a.model.clone().unwrap_or_else(|| spec.model.id.clone());
     let opts = ServeOptions {
         addr,
         model: model.clone(),
         time_scale: a.time_scale,
         max_connections: a.max_connections,
-        max_lifetime: a.max_lifetime.map(Duration::from_secs_f64),
+        max_lifetime,
         tokenizer,
+        handle_signals: true,
     };
     let kind = spec.engine.kind();
     let version = spec.engine.version();
@@ -74,4 +90,21 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
         eprintln!("servesim serve: listening on http://{bound} (model {model}, {kind} {version} simulated)");
     }))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--host` and `--port` as an address: an IP address (IPv6 with or without brackets) or
+/// a name, resolved (`localhost`).
+fn socket_addr(host: &str, port: u16) -> Result<SocketAddr, String> {
+    let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    if let Ok(ip) = bare.parse::<std::net::IpAddr>() {
+        return Ok(SocketAddr::new(ip, port));
+    }
+    use std::net::ToSocketAddrs;
+    let mut addrs: Vec<SocketAddr> = (bare, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("--host {host}: not an IP address or a name that resolves: {e}"))?
+        .collect();
+    // IPv4 first, as `localhost` usually means to a client.
+    addrs.sort_by_key(|a| !a.is_ipv4());
+    addrs.into_iter().next().ok_or_else(|| format!("--host {host}: the name resolves to no address"))
 }

@@ -152,11 +152,9 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, String> {
             .collect::<Vec<_>>()
     };
     let outs = match a.jobs {
-        Some(n) => rayon::ThreadPoolBuilder::new()
-            .num_threads(n)
-            .build()
-            .map_err(|e| format!("--jobs: {e}"))?
-            .install(work),
+        Some(n) => {
+            rayon::ThreadPoolBuilder::new().num_threads(n).build().map_err(|e| format!("--jobs: {e}"))?.install(work)
+        }
         None => work(),
     };
     let mut outs = outs.into_iter();

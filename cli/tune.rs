@@ -284,7 +284,8 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
             }
         }
     }
-    let entry = |e: &Evaluated| TuneEntry { config: cfg_json(&e.config), metrics: e.result.as_ref().expect("valid").clone() };
+    let entry =
+        |e: &Evaluated| TuneEntry { config: cfg_json(&e.config), metrics: e.result.as_ref().expect("valid").clone() };
     // Pareto front: higher throughput, lower latency, among every valid configuration.
     let valid: Vec<(&Evaluated, f64, f64)> = evaluated
         .iter()
@@ -352,10 +353,7 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
 
 /// `path=value, ...` of a configuration, for plots and text.
 fn config_label(c: &Map<String, Value>) -> String {
-    c.iter()
-        .map(|(k, v)| format!("{}={v}", k.rsplit('.').next().unwrap_or(k)))
-        .collect::<Vec<_>>()
-        .join(", ")
+    c.iter().map(|(k, v)| format!("{}={v}", k.rsplit('.').next().unwrap_or(k))).collect::<Vec<_>>().join(", ")
 }
 
 /// The text rendering of a tune result.
@@ -409,11 +407,8 @@ fn text(r: &TuneResult, pareto_latency: &str, slo_args: &[String]) -> String {
     if !r.rejected.is_empty() {
         let _ = writeln!(s, "\nRejected ({}):", r.rejected.len());
         for x in &r.rejected {
-            let v: Vec<String> = x
-                .violations
-                .iter()
-                .map(|v| format!("{} (got {:.1}, {:+.0}%)", v.slo, v.value, 100.0 * v.by))
-                .collect();
+            let v: Vec<String> =
+                x.violations.iter().map(|v| format!("{} (got {:.1}, {:+.0}%)", v.slo, v.value, 100.0 * v.by)).collect();
             let _ = writeln!(s, "  {}: breaks {}", Value::Object(x.config.clone()), v.join("; "));
         }
     }

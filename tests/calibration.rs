@@ -231,7 +231,12 @@ fn offline_calibration_from_saved_results_keeps_the_prior_shape_with_one_point()
     assert_eq!(p["format"], "servesim-profile");
     assert_eq!(p["coefficient_sources"]["prefill_token_us"], "data");
     assert_eq!(p["coefficient_sources"]["request_ingress_us"], "prior");
-    assert!(p["note"].as_str().unwrap().contains("1 distinct load point"));
+    assert!(p["note"].as_str().unwrap().contains("fitted direction"), "{}", p["note"]);
+    // Each coefficient says whether the data determined it, and why; each has an interval.
+    let ids = p["identifiability"].as_array().unwrap();
+    assert_eq!(ids.len(), 8);
+    assert!(ids.iter().all(|i| i["why"].as_str().is_some_and(|w| !w.is_empty())));
+    assert!(p["uncertainty"]["intervals"]["prefill_token_us"]["p05"].as_f64().unwrap() > 0.0);
     // With the profile, the simulator reproduces the point it was fitted on.
     let fitted = stdout_json(&run_cli(&[
         "simulate",
@@ -243,7 +248,25 @@ fn offline_calibration_from_saved_results_keeps_the_prior_shape_with_one_point()
     for k in ["mean_ttft_ms", "mean_tpot_ms"] {
         let (m, q) = (slow[k].as_f64().unwrap(), fitted[k].as_f64().unwrap());
         assert!((q - m).abs() / m < 0.02, "{k}: {q} vs {m}");
+        // A profile with an uncertainty block puts a 90% interval on every prediction.
+        let i = &fitted["uncertainty"][k];
+        assert!(i["p05"].as_f64().unwrap() <= q && q <= i["p95"].as_f64().unwrap(), "{k}: {i}");
     }
+    assert!(fitted["uncertainty"]["source"].as_str().unwrap().contains("ensemble"));
+    // Without a profile, no interval unless asked; asked, it comes from the validation corpus.
+    let plain = stdout_json(&run_cli(&["simulate", scen.to_str().unwrap(), "--json"]));
+    assert!(plain.get("uncertainty").is_none());
+    let asked = stdout_json(&run_cli(&["simulate", scen.to_str().unwrap(), "--json", "--uncertainty"]));
+    assert!(asked["uncertainty"]["source"].as_str().unwrap().starts_with("uncalibrated"), "{}", asked["uncertainty"]);
+    // A source that publishes throughput and p99s only is read and fitted on what it has.
+    let p99_only = serde_json::json!({
+        "output_throughput": slow["output_throughput"], "p99_ttft_ms": slow["p99_ttft_ms"], "p99_tpot_ms": slow["p99_tpot_ms"],
+    });
+    let f2 = dir.join("p99-only.json");
+    std::fs::write(&f2, p99_only.to_string()).unwrap();
+    let o = run_cli(&["calibrate", "--from-results", f2.to_str().unwrap(), "--scenario", scen.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("percentile_for_mean"), "{}", String::from_utf8_lossy(&o.stdout));
 }
 
 #[test]

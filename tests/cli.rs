@@ -174,9 +174,12 @@ fn sweep_puts_engines_side_by_side_with_the_alignment_table() {
     assert_eq!(row("running cap")["differs"], false);
     assert_eq!(row("KV pool (tokens)")["differs"], true, "194,880 vs 210,714");
     assert_eq!(row("KV granularity (tokens)")["differs"], true, "block 16 vs page 1");
+    // Each engine's default per-step token cap on a 32 GB card: vLLM 0.28 2048 batched
+    // tokens, SGLang 0.5.21 a 4096-token chunk.
+    assert_eq!(row("per-step token cap")["differs"], true);
     let moved = j["knobs_moved"].as_array().unwrap();
-    assert_eq!(moved.len(), 2, "{moved:?}");
-    // The text form warns that two knobs moved at once.
+    assert_eq!(moved.len(), 3, "{moved:?}");
+    // The text form warns that three knobs moved at once.
     let t = run_cli(&[
         "sweep",
         "scenarios/rtx5090-qwen2.5-7b-vllm.json",
@@ -187,7 +190,7 @@ fn sweep_puts_engines_side_by_side_with_the_alignment_table() {
         "4,16",
     ]);
     let text = String::from_utf8_lossy(&t.stdout);
-    assert!(text.contains("Flag alignment") && text.contains("moves 2 knobs at once"), "{text}");
+    assert!(text.contains("Flag alignment") && text.contains("moves 3 knobs at once"), "{text}");
 }
 
 #[test]

@@ -58,7 +58,10 @@ fn bad_inputs_are_refused_naming_the_cause() {
     for (args, code, needle) in cases {
         let (c, _, err) = run(args);
         if c != *code || !err.contains(needle) {
-            failures.push(format!("servesim {}: exit {c}, stderr {err:?} (want exit {code} naming {needle:?})", args.join(" ")));
+            failures.push(format!(
+                "servesim {}: exit {c}, stderr {err:?} (want exit {code} naming {needle:?})",
+                args.join(" ")
+            ));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -106,7 +109,16 @@ fn overflows_stop_with_a_reason_and_ignored_fields_are_not_reported_as_used() {
     assert!(out.contains("Request rate configured (RPS):           trace"), "{out}");
 
     // explain at a huge concurrency is bounded (at most 50,000 prompts), and says so.
-    let (c, out, err) = run(&["explain", "--concurrency", "100000", "--json", "--set", "workload.random_input_len=64", "--set", "workload.random_output_len=8"]);
+    let (c, out, err) = run(&[
+        "explain",
+        "--concurrency",
+        "100000",
+        "--json",
+        "--set",
+        "workload.random_input_len=64",
+        "--set",
+        "workload.random_output_len=8",
+    ]);
     assert_eq!(c, 0, "{err}");
     let j: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(j["max_concurrency"], 100000);
@@ -130,14 +142,8 @@ fn sweeps_past_the_prompt_count_warn() {
 /// (the README's command) and in `explain`.
 #[test]
 fn the_default_knee_is_42_in_sweep_and_explain() {
-    let (c, out, err) = run(&[
-        "sweep",
-        "--concurrency",
-        "1,16,32,42,64,128",
-        "--num-prompts",
-        "20,64,128,168,256,512",
-        "--json",
-    ]);
+    let (c, out, err) =
+        run(&["sweep", "--concurrency", "1,16,32,42,64,128", "--num-prompts", "20,64,128,168,256,512", "--json"]);
     assert_eq!(c, 0, "{err}");
     let j: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(j["knee"]["max_concurrency"], 42, "{}", j["knee"]);

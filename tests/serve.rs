@@ -34,14 +34,46 @@ fn serve_holds_256_concurrent_streams() {
     assert!(j["max_concurrent_requests"].as_u64().unwrap() >= 200, "{}", j["max_concurrent_requests"]);
 }
 
-fn raw(url: &str, request: &[u8]) -> String {
-    let addr = url.trim_start_matches("http://");
-    let mut s = TcpStream::connect(addr).unwrap();
+/// Reads one HTTP/1.1 response: its head, then a body by Content-Length, chunked to the
+/// last chunk, or to the end of the connection.
+fn read_response(s: &mut TcpStream) -> String {
+    let mut buf: Vec<u8> = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        match s.read(&mut byte) {
+            Ok(1) => buf.push(byte[0]),
+            _ => return String::from_utf8_lossy(&buf).into_owned(),
+        }
+    }
+    let head = String::from_utf8_lossy(&buf).to_ascii_lowercase();
+    let len = head.lines().find_map(|l| l.strip_prefix("content-length:").and_then(|v| v.trim().parse::<usize>().ok()));
+    if let Some(n) = len {
+        let mut body = vec![0u8; n];
+        let _ = s.read_exact(&mut body);
+        buf.extend_from_slice(&body);
+    } else if head.contains("transfer-encoding: chunked") {
+        while !buf.ends_with(b"\r\n0\r\n\r\n") {
+            match s.read(&mut byte) {
+                Ok(1) => buf.push(byte[0]),
+                _ => break,
+            }
+        }
+    } else {
+        let _ = s.read_to_end(&mut buf);
+    }
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+fn connect(url: &str) -> TcpStream {
+    let s = TcpStream::connect(url.trim_start_matches("http://")).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s
+}
+
+fn raw(url: &str, request: &[u8]) -> String {
+    let mut s = connect(url);
     let _ = s.write_all(request);
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out
+    read_response(&mut s)
 }
 
 fn post(url: &str, path: &str, body: &str) -> String {
@@ -98,13 +130,22 @@ fn malformed_requests_get_4xx_and_leave_the_server_up() {
             "case {i}: expected {code}, got {:?}",
             resp.lines().next()
         );
+        // vLLM's error body: {"error": {"message", "type", "param", "code"}}, code = the status.
+        let body = &resp[resp.find("\r\n\r\n").unwrap() + 4..];
+        let v: serde_json::Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("case {i}: {e}: {body}"));
+        assert_eq!(v["error"]["code"], code.parse::<u64>().unwrap(), "case {i}: {body}");
+        assert!(v["error"]["message"].is_string() && v["error"]["type"].is_string(), "case {i}: {body}");
+    }
+    // A request line that is not HTTP, and one with no path: 400, not 404.
+    for garbage in [&b"\x00\x01\x02 garbage\r\n\r\n"[..], b"GET\r\n\r\n", b"GET / HTTP/9.9\r\n\r\n"] {
+        let r = raw(&s.url, garbage);
+        assert!(r.starts_with("HTTP/1.1 400") || r.starts_with("HTTP/1.1 505"), "{garbage:?}: {r:?}");
     }
     // A connection cut in the middle of its body, and one that sends garbage.
     {
         let mut t = TcpStream::connect(s.url.trim_start_matches("http://")).unwrap();
         t.write_all(b"POST /v1/completions HTTP/1.1\r\nContent-Length: 500\r\n\r\n{\"model\":").unwrap();
     }
-    raw(&s.url, b"\x00\x01\x02 garbage\r\n\r\n");
     // Still up, and still serving.
     assert!(raw(&s.url, b"GET /health HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 200"));
     let ok = post(
@@ -285,4 +326,229 @@ fn diff_says_what_differs_between_two_runs_setups() {
     assert!(String::from_utf8_lossy(&same.stdout).contains("the same setup"));
     let bad = run_cli(&["diff", a.to_str().unwrap(), "Cargo.toml"]);
     assert_eq!(bad.status.code(), Some(2));
+}
+
+const MODEL: &str = "qwen2.5-7b-instruct";
+
+fn completion(body: &str) -> Vec<u8> {
+    format!(
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+#[test]
+fn serve_keeps_connections_alive_across_requests() {
+    let s = start_server("scenarios/serve-small-vllm.json", &["--time-scale", "20"]);
+    let mut c = connect(&s.url);
+    // Three requests, one after the other, on one connection: a health check, a
+    // completion, and the metrics.
+    c.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    assert!(read_response(&mut c).starts_with("HTTP/1.1 200"));
+    c.write_all(&completion(&format!(
+        r#"{{"model": "{MODEL}", "prompt": [1, 2, 3], "max_tokens": 3, "ignore_eos": true}}"#
+    )))
+    .unwrap();
+    let r = read_response(&mut c);
+    assert!(r.starts_with("HTTP/1.1 200") && r.contains("\"completion_tokens\":3"), "{r}");
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let m = read_response(&mut c);
+    assert!(m.contains("finished_reason=\"length\"} 1.0"), "{m}");
+    // A streamed one on the same connection (chunked SSE), then another request still.
+    c.write_all(&completion(&format!(
+        r#"{{"model": "{MODEL}", "prompt": [1, 2, 3], "max_tokens": 2, "ignore_eos": true, "stream": true}}"#
+    )))
+    .unwrap();
+    let r = read_response(&mut c);
+    assert!(r.contains("text/event-stream") && r.contains("data: [DONE]"), "{r}");
+    c.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    assert!(read_response(&mut c).starts_with("HTTP/1.1 200"));
+}
+
+#[test]
+fn serve_rejects_flags_out_of_range_with_a_message_not_a_panic() {
+    for (flag, value, says) in [
+        ("--max-lifetime", "nan", "--max-lifetime"),
+        ("--max-lifetime", "inf", "--max-lifetime"),
+        ("--max-lifetime", "1e300", "--max-lifetime"),
+        ("--max-lifetime=-1", "", "--max-lifetime"),
+        ("--max-lifetime", "0", "--max-lifetime"),
+        ("--time-scale", "1e6", "between 0.001 and 100"),
+        ("--time-scale", "0", "--time-scale"),
+        ("--time-scale", "nan", "--time-scale"),
+        ("--host", "no such host.invalid", "--host"),
+    ] {
+        let mut args = vec!["serve", "--port", "0", flag];
+        if !value.is_empty() {
+            args.push(value);
+        }
+        let o = run_cli(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{flag} {value}: {err}");
+        assert!(err.contains(says) && !err.contains("panicked"), "{flag} {value}: {err}");
+    }
+}
+
+#[test]
+fn serve_listens_on_localhost_and_ipv6() {
+    let mut hosts = vec!["localhost"];
+    // IPv6 loopback where the host has one.
+    if std::net::TcpListener::bind("[::1]:0").is_ok() {
+        hosts.extend(["::1", "[::1]"]);
+    } else {
+        eprintln!("no IPv6 loopback on this host: --host ::1 not tried");
+    }
+    for host in hosts {
+        let s = start_server("scenarios/serve-small-vllm.json", &["--host", host]);
+        let url = s.url.clone();
+        let addr = url.trim_start_matches("http://");
+        let sock: std::net::SocketAddr = addr.parse().unwrap_or_else(|e| panic!("{host}: {addr}: {e}"));
+        assert!(sock.ip().is_loopback(), "{host}: {sock}");
+        let mut c = TcpStream::connect(sock).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        c.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        assert!(read_response(&mut c).starts_with("HTTP/1.1 200"), "{host}");
+    }
+}
+
+#[test]
+fn serve_honours_n_1_and_refuses_n_above_1() {
+    let s = start_server("scenarios/serve-small-vllm.json", &["--time-scale", "20"]);
+    let r = raw(&s.url, &completion(&format!(r#"{{"model": "{MODEL}", "prompt": "hi", "max_tokens": 2, "n": 1}}"#)));
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+    for n in ["3", "0", "-1", "\"2\""] {
+        let r =
+            raw(&s.url, &completion(&format!(r#"{{"model": "{MODEL}", "prompt": "hi", "max_tokens": 2, "n": {n}}}"#)));
+        assert!(r.starts_with("HTTP/1.1 400") && r.contains("\"code\":400") && r.contains("n:"), "n={n}: {r}");
+    }
+}
+
+fn metric(text: &str, prefix: &str) -> Option<f64> {
+    text.lines().find(|l| l.starts_with(prefix)).and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+#[test]
+fn a_client_that_goes_away_has_its_request_aborted_and_counted() {
+    // 2000 tokens at ~10 ms a step: 20 s if it ran to the end.
+    let s = start_server("scenarios/serve-small-vllm.json", &[]);
+    let started = std::time::Instant::now();
+    {
+        let mut c = connect(&s.url);
+        c.write_all(&completion(&format!(
+            r#"{{"model": "{MODEL}", "prompt": [5, 6, 7, 8], "max_tokens": 2000, "ignore_eos": true, "stream": true}}"#
+        )))
+        .unwrap();
+        // Wait for the first token, then hang up.
+        let mut buf = [0u8; 4096];
+        let mut got = Vec::new();
+        while !String::from_utf8_lossy(&got).contains("data: {") {
+            let n = c.read(&mut buf).unwrap();
+            assert!(n > 0);
+            got.extend_from_slice(&buf[..n]);
+        }
+    }
+    // A second request that stays: not aborted, finishes.
+    let mut aborted = false;
+    let mut m = String::new();
+    while started.elapsed() < Duration::from_secs(15) {
+        m = raw(&s.url, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        if metric(
+            &m,
+            "vllm:request_success_total{engine=\"0\",model_name=\"qwen2.5-7b-instruct\",finished_reason=\"abort\"}",
+        ) == Some(1.0)
+        {
+            aborted = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(aborted, "no abort counted within 15 s:\n{m}");
+    // Freed from the engine: nothing running or waiting, well before the 20 s it would take.
+    assert_eq!(metric(&m, "vllm:num_requests_running{"), Some(0.0), "{m}");
+    assert_eq!(metric(&m, "vllm:num_requests_waiting{"), Some(0.0), "{m}");
+    assert_eq!(metric(&m, "vllm:kv_cache_usage_perc{"), Some(0.0), "{m}");
+    assert!(started.elapsed() < Duration::from_secs(15));
+    // The server still serves.
+    let r = raw(&s.url, &completion(&format!(r#"{{"model": "{MODEL}", "prompt": [1], "max_tokens": 2}}"#)));
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+}
+
+#[test]
+fn metrics_have_help_and_type_lines_and_the_finished_reason() {
+    let s = start_server("scenarios/serve-small-vllm.json", &["--time-scale", "20"]);
+    let r = raw(
+        &s.url,
+        &completion(&format!(r#"{{"model": "{MODEL}", "prompt": [1, 2], "max_tokens": 2, "ignore_eos": true}}"#)),
+    );
+    assert!(r.contains("\"finish_reason\":\"length\""), "{r}");
+    let m = raw(&s.url, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    // Every family has HELP then TYPE, and every sample belongs to a declared family.
+    let mut declared = std::collections::HashSet::new();
+    let lines: Vec<&str> = m.lines().skip_while(|l| !l.starts_with('#')).collect();
+    for (i, l) in lines.iter().enumerate() {
+        if let Some(rest) = l.strip_prefix("# HELP ") {
+            let name = rest.split(' ').next().unwrap();
+            assert!(lines[i + 1].starts_with(&format!("# TYPE {name} ")), "{l} / {}", lines[i + 1]);
+            declared.insert(name.to_string());
+        } else if !l.starts_with('#') && !l.is_empty() {
+            let name = l.split(['{', ' ']).next().unwrap();
+            let family = ["_bucket", "_sum", "_count"].iter().fold(name, |n, s| n.strip_suffix(s).unwrap_or(n));
+            assert!(declared.contains(name) || declared.contains(family), "{name} has no HELP/TYPE");
+        }
+    }
+    for reason in ["stop", "length", "abort"] {
+        assert!(
+            m.contains(&format!(
+                "vllm:request_success_total{{engine=\"0\",model_name=\"{MODEL}\",finished_reason=\"{reason}\"}}"
+            )),
+            "{m}"
+        );
+    }
+    assert_eq!(
+        metric(
+            &m,
+            &format!("vllm:request_success_total{{engine=\"0\",model_name=\"{MODEL}\",finished_reason=\"length\"}}")
+        ),
+        Some(1.0)
+    );
+    assert!(m.contains("# TYPE vllm:num_preemptions_total counter"), "{m}");
+}
+
+#[test]
+fn on_sigterm_active_streams_end_with_an_error_event() {
+    let mut c = servesim();
+    c.args(["serve", "scenarios/serve-small-vllm.json", "--port", "0", "--max-lifetime", "120"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stderr.take().unwrap()), &mut line).unwrap();
+    let url = line.split_whitespace().find(|w| w.starts_with("http://")).unwrap().to_string();
+    let mut conn = connect(&url);
+    conn.write_all(&completion(&format!(
+        r#"{{"model": "{MODEL}", "prompt": [5, 6, 7], "max_tokens": 2000, "ignore_eos": true, "stream": true}}"#
+    )))
+    .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains("data: {") {
+        let n = conn.read(&mut buf).unwrap();
+        assert!(n > 0);
+        got.extend_from_slice(&buf[..n]);
+    }
+    let kill = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(kill.success());
+    // The rest of the stream: tokens, then the error event and [DONE] (as vLLM's stream
+    // generator ends on an error), then the end of the chunked body.
+    let _ = conn.read_to_end(&mut got);
+    let text = String::from_utf8_lossy(&got);
+    let err =
+        text.lines().find(|l| l.starts_with("data: {\"error\"")).unwrap_or_else(|| panic!("no error event: {text}"));
+    let v: serde_json::Value = serde_json::from_str(err.trim_start_matches("data: ")).unwrap();
+    assert_eq!(v["error"]["code"], 503, "{err}");
+    assert!(text.contains("data: [DONE]"), "{text}");
+    assert!(!text.contains("\"finish_reason\":\"length\""), "the request cannot have finished: {text}");
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
 }

@@ -60,6 +60,17 @@ pub struct CheckPoint {
     /// (max − min) / mean over the repeats, per metric.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub measured_spread: Option<Named<f64>>,
+    /// The prediction's 90% interval per metric (with a profile that carries an uncertainty
+    /// block), and where it came from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uncertainty: Option<Value>,
+    /// Per metric: the measured value lies inside the predicted 90% interval.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inside_interval: Option<Named<bool>>,
+    /// Per metric: |error| is no larger than the measurement's own spread across repeats (the
+    /// model is as close as the engine is to itself).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub within_spread: Option<Named<bool>>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -194,6 +205,9 @@ pub fn judge(
             error,
             speed_reference: None,
             measured_spread: None,
+            uncertainty: None,
+            inside_interval: None,
+            within_spread: None,
         });
     }
     let mut per_metric = Named::new();
@@ -234,6 +248,20 @@ pub fn judge(
 }
 
 impl CheckReport {
+    /// Adds each point's predicted 90% intervals and whether the measured value lies inside.
+    pub fn add_intervals(&mut self, intervals: &[Named<crate::uncertainty::Interval>], source: &str) {
+        for (p, iv) in self.points.iter_mut().zip(intervals) {
+            let mut inside = Named::new();
+            for (k, i) in iv.iter() {
+                if let Some(m) = metric(&p.measured, k) {
+                    inside.push(k, i.contains(m));
+                }
+            }
+            p.inside_interval = Some(inside);
+            p.uncertainty = Some(crate::uncertainty::report_json(iv, source));
+        }
+    }
+
     /// Adds the speed reference: per point, the mean of the references measured before its
     /// runs and how far that is from the calibration's median (positive: the engine was
     /// slower); in the verdict, whether every point's stayed within
@@ -265,6 +293,13 @@ impl CheckReport {
     /// they differ, the knee rule is within the measurement's noise at this sweep).
     pub fn add_repeats(&mut self, conc: &[u32], runs_of: &[Vec<Point>], spreads: Vec<Named<f64>>) {
         for (p, sp) in self.points.iter_mut().zip(spreads) {
+            let mut within = Named::new();
+            for (k, e) in p.error.iter() {
+                if let Some(s) = sp.get(k) {
+                    within.push(k, e.abs() <= *s);
+                }
+            }
+            p.within_spread = Some(within);
             p.measured_spread = Some(sp);
         }
         let per = knee_per_repeat(conc, runs_of);
@@ -327,7 +362,7 @@ mod tests {
         let v = serde_json::to_value(&r).unwrap();
         let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>().join(",");
         assert_eq!(keys(&v), "engine,engine_version,model,kv_capacity_tokens,profile,points,knee,verdict,repeats");
-        assert_eq!(keys(&v["points"][0]), "max_concurrency,used_for_fit,measured,predicted,error,speed_reference,measured_spread");
+        assert_eq!(keys(&v["points"][0]), "max_concurrency,used_for_fit,measured,predicted,error,speed_reference,measured_spread,within_spread");
         assert_eq!(keys(&v["points"][0]["speed_reference"]), "mean_itl_ms,vs_calibration");
         assert_eq!(keys(&v["knee"]), "measured,predicted,same,measured_per_repeat,measured_stable");
         assert_eq!(keys(&v["verdict"]), "per_metric,knee_same_point,pass,points_judged,speed_reference");

@@ -23,8 +23,43 @@ use sim::cost::{CostCoefficients, CostModel, COEFFICIENT_NAMES};
 use sim::simulation::RunOptions;
 use statrs::statistics::Statistics;
 
-/// The metrics a fit matches, by their report keys.
-pub const TARGETS: [&str; 5] = ["mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "mean_e2el_ms", "output_throughput"];
+/// The metrics a fit matches, by their report keys: the five means first (a live probe
+/// measures all of them), then the medians and p99s, which a fit uses only where a source
+/// publishes no mean of that family (`procedure::measured_targets`), each against the
+/// simulated statistic of the same name, never as a mean.
+pub const TARGETS: [&str; 13] = [
+    "mean_ttft_ms",
+    "mean_tpot_ms",
+    "mean_itl_ms",
+    "mean_e2el_ms",
+    "output_throughput",
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "median_tpot_ms",
+    "p99_tpot_ms",
+    "median_itl_ms",
+    "p99_itl_ms",
+    "median_e2el_ms",
+    "p99_e2el_ms",
+];
+
+/// The number of means at the head of [`TARGETS`].
+pub const MEAN_TARGETS: usize = 5;
+
+/// The metric family of each of [`TARGETS`] (`ttft`, `tpot`, `itl`, `e2el`, `throughput`).
+pub fn family(target: &str) -> &'static str {
+    if target.contains("ttft") {
+        "ttft"
+    } else if target.contains("tpot") {
+        "tpot"
+    } else if target.contains("itl") {
+        "itl"
+    } else if target.contains("e2el") {
+        "e2el"
+    } else {
+        "throughput"
+    }
+}
 
 /// How far a measured mean of each target can be off the engine's true value for reasons
 /// the simulator does not model (relative; the fit divides each log error by it). TTFT is
@@ -32,7 +67,9 @@ pub const TARGETS: [&str; 5] = ["mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "
 /// at which the client's arrivals meet the engine's steps move it by several per cent;
 /// TPOT and ITL average hundreds of steps. Equal weights let the fit buy a few per cent of
 /// TTFT at high concurrency with the per-token decode cost.
-pub const TARGET_NOISE: [f64; 5] = [0.05, 0.01, 0.01, 0.02, 0.02];
+/// A median is as steady as the mean of its family; a p99 rests on the tail's few requests
+/// and is given twice the noise of its mean.
+pub const TARGET_NOISE: [f64; 13] = [0.05, 0.01, 0.01, 0.02, 0.02, 0.05, 0.10, 0.01, 0.02, 0.01, 0.02, 0.02, 0.04];
 
 /// One measured load point.
 #[derive(Clone, Debug)]
@@ -114,11 +151,39 @@ pub fn predict(spec: &SimSpec, cost: &CostModel) -> Vec<Option<f64>> {
 }
 
 /// The values of [`TARGETS`] in a run's metrics.
-fn targets_of(m: &sim::metrics::BenchMetrics) -> Vec<Option<f64>> {
-    vec![Some(m.ttft.mean), Some(m.tpot.mean), Some(m.itl.mean), Some(m.e2el.mean), Some(m.output_throughput)]
+pub fn targets_of(m: &sim::metrics::BenchMetrics) -> Vec<Option<f64>> {
+    // `sim::metrics::PERCENTILES` is [50, 90, 95, 99]: the p99 is the last.
+    let p99 = |s: &sim::metrics::Stats| Some(s.percentiles[3]);
+    vec![
+        Some(m.ttft.mean),
+        Some(m.tpot.mean),
+        Some(m.itl.mean),
+        Some(m.e2el.mean),
+        Some(m.output_throughput),
+        Some(m.ttft.median),
+        p99(&m.ttft),
+        Some(m.tpot.median),
+        p99(&m.tpot),
+        Some(m.itl.median),
+        p99(&m.itl),
+        Some(m.e2el.median),
+        p99(&m.e2el),
+    ]
 }
 
-fn apply(start: &CostModel, free: &[Free], x: &[f64]) -> CostModel {
+/// R² of `predicted` against `measured` (pairs (measured, predicted)): 1 − SS_res / SS_tot
+/// around the measured mean (statrs). None with fewer than two pairs or no spread.
+pub fn r_squared(pairs: &[(f64, f64)]) -> Option<f64> {
+    if pairs.len() < 2 {
+        return None;
+    }
+    let mean = pairs.iter().map(|p| p.0).mean();
+    let ss_tot: f64 = pairs.iter().map(|(m, _)| (m - mean).powi(2)).sum();
+    let ss_res: f64 = pairs.iter().map(|(m, q)| (m - q).powi(2)).sum();
+    (ss_tot > 0.0).then(|| 1.0 - ss_res / ss_tot)
+}
+
+pub fn apply(start: &CostModel, free: &[Free], x: &[f64]) -> CostModel {
     let base = start.coefficients();
     let scaled = free.iter().zip(x).flat_map(|(f, &xi)| {
         let base = &base;
@@ -180,14 +245,7 @@ pub fn fit(
                 .filter_map(|(p, q)| Some((p.measured[t]?, q[t]?)))
                 .filter(|(m, _)| *m > 0.0)
                 .collect();
-            if pairs.len() < 2 {
-                return None;
-            }
-            let meas: Vec<f64> = pairs.iter().map(|p| p.0).collect();
-            let mean = meas.iter().mean();
-            let ss_tot: f64 = meas.iter().map(|m| (m - mean).powi(2)).sum();
-            let ss_res: f64 = pairs.iter().map(|(m, q)| (m - q).powi(2)).sum();
-            (ss_tot > 0.0).then(|| 1.0 - ss_res / ss_tot)
+            r_squared(&pairs)
         })
         .collect();
     FitResult {
@@ -467,13 +525,11 @@ pub fn fit_step_log(rows: &[StepRow]) -> Option<StepFit> {
         }
     };
     let pred: Vec<f64> = x.iter().map(|r| (0..4).map(|i| r[i] * beta[i]).sum()).collect();
-    let mean = y.iter().mean();
-    let ss_tot: f64 = y.iter().map(|v| (v - mean).powi(2)).sum();
     let resid: Vec<f64> = y.iter().zip(&pred).map(|(a, b)| a - b).collect();
-    let ss_res: f64 = resid.iter().map(|r| r * r).sum();
+    let pairs: Vec<(f64, f64)> = y.iter().copied().zip(pred).collect();
     Some(StepFit {
         coefficients: [beta[0] * 1e3, beta[1] * 1e3, beta[2] * 1e3, beta[3] * 1e3],
-        r2: if ss_tot > 0.0 { 1.0 - ss_res / ss_tot } else { 0.0 },
+        r2: r_squared(&pairs).unwrap_or(0.0),
         residual_std_ms: resid.iter().std_dev(),
         rows: rows.len(),
     })
@@ -516,7 +572,7 @@ pub struct LinearFit {
 }
 
 /// `base` with the coefficients of `values` set.
-fn overlaid<'a>(base: &CostModel, values: impl IntoIterator<Item = (&'a str, f64)>) -> CostModel {
+pub fn overlaid<'a>(base: &CostModel, values: impl IntoIterator<Item = (&'a str, f64)>) -> CostModel {
     let mut c = base.clone();
     let mut o = CostCoefficients::default();
     for (n, v) in values {
@@ -609,10 +665,8 @@ impl Projection {
             .zip(&rest)
             .map(|((_, _, cols), r)| r + cols.iter().zip(&values).map(|(c, v)| c * v).sum::<f64>())
             .collect();
-        let mean = meas.iter().mean();
-        let ss_tot: f64 = meas.iter().map(|v| (v - mean).powi(2)).sum();
-        let ss_res: f64 = meas.iter().zip(&pred).map(|(a, b)| (a - b).powi(2)).sum();
-        Some(LinearFit { values, r2: if ss_tot > 0.0 { 1.0 - ss_res / ss_tot } else { 0.0 }, points: self.rows.len() })
+        let pairs: Vec<(f64, f64)> = meas.into_iter().zip(pred).collect();
+        Some(LinearFit { values, r2: r_squared(&pairs).unwrap_or(0.0), points: self.rows.len() })
     }
 
     /// `cost` with the projected coefficients solved (unchanged when they cannot be).

@@ -25,8 +25,15 @@ fn resolve(scenario: &Scenario<'_>, w: &Value) -> Result<SimSpec> {
 }
 
 /// The measured values of [`TARGETS`] of a point (missing or non-positive ones are None).
+/// A median or p99 is kept only where the point has no mean of its family: it then stands
+/// for that family, fitted against the simulated statistic of the same name.
 pub fn measured_targets(point: &Point) -> Vec<Option<f64>> {
-    TARGETS.iter().map(|t| metric(point, t).filter(|v| v.is_finite() && *v > 0.0)).collect()
+    let got: Vec<Option<f64>> = TARGETS.iter().map(|t| metric(point, t).filter(|v| v.is_finite() && *v > 0.0)).collect();
+    let has_mean = |fam: &str| (0..fit::MEAN_TARGETS).any(|i| fit::family(TARGETS[i]) == fam && got[i].is_some());
+    got.iter()
+        .enumerate()
+        .map(|(i, v)| if i >= fit::MEAN_TARGETS && has_mean(fit::family(TARGETS[i])) { None } else { *v })
+        .collect()
 }
 
 /// Options of a live calibration.
@@ -194,6 +201,10 @@ pub fn calibrate<M: Measure + ?Sized>(m: &mut M, scenario: &Scenario<'_>, o: &Ca
     let engine =
         ProfileEngine { kind, version: info.version.clone(), model: info.model.clone(), kv_capacity_tokens: Some(kv) };
     let mut profile = Profile::new(&r, &points, "live", engine, &prior);
+    // The coefficients' covariance at the fit (Laplace, with the prior's σ as a floor of information).
+    let (_, cov, s2) = crate::identify::covariance_at(&points, &crate::identify::linear_prior(&prior), &r.cost);
+    profile.uncertainty =
+        Some(crate::uncertainty::ProfileUncertainty::new(crate::identify::INTERVAL_METHOD, &profile.values(), cov, s2));
     if let Some(sf) = &step_fit {
         profile.step_log_fit = Some(StepLogFit {
             file: o.step_log.as_ref().map(|(n, _)| n.clone()),
@@ -230,33 +241,83 @@ pub fn calibrate<M: Measure + ?Sized>(m: &mut M, scenario: &Scenario<'_>, o: &Ca
 
 /// A fit on existing results: `points` are the results' load points with the scenarios
 /// that reproduce them. `files` and `scenario` name the inputs in the profile.
+///
+/// Before the fit, the traps in the data are flagged and the values they concern excluded
+/// (`crate::traps`); the fit moves only what the remaining data determine, shrunk toward the
+/// prior (`crate::identify`), and the profile says which coefficient came from where and
+/// carries their covariance (`crate::uncertainty`).
 pub fn calibrate_from_results(points: &[FitPoint], max_evals: usize, files: Vec<String>, scenario: String) -> Result<Profile> {
     let first = points.first().ok_or(CalibError::Input { flag: "--from-results", message: "no load point found".into() })?;
-    let prior = first.spec.cost.clone();
-    let distinct: std::collections::BTreeSet<String> = points
-        .iter()
-        .map(|p| format!("{:?}/{:?}", p.spec.workload.max_concurrency, p.spec.workload.request_rate))
-        .collect();
-    let free = plan::group_free(distinct.len());
-    let r = fit::fit(points, &prior, &free, None, max_evals);
+    let mut points = points.to_vec();
+    let mut traps = crate::traps::flag(&mut points);
+    traps.extend(crate::traps::flag_tails(&mut points, &crate::identify::linear_prior(&first.spec.cost)));
+    if crate::identify::rows(&points).is_empty() {
+        return Err(CalibError::Input {
+            flag: "--from-results",
+            message: format!(
+                "no value left to fit: {}",
+                traps.iter().map(|t| format!("{}: {}", t.point, t.why)).collect::<Vec<_>>().join("; ")
+            ),
+        });
+    }
+    let prior = crate::identify::linear_prior(&first.spec.cost);
+    // Each LM iteration costs about two simulations per point per fitted direction.
+    let iters = (max_evals / (16 * points.len()).max(1)).clamp(4, 30);
+    let pf = crate::identify::fit_with_prior(&points, &prior, iters);
+    let r = pf.as_fit_result();
     let engine = ProfileEngine {
         kind: first.spec.engine.engine_kind(),
         version: Some(first.spec.engine.version().to_string()),
         model: Some(first.spec.model.id.clone()),
         kv_capacity_tokens: None,
     };
-    let mut profile = Profile::new(&r, points, "results", engine, &prior);
+    let mut profile = Profile::new(&r, &points, "results", engine, &prior);
+    profile.fit.method = FIT_METHOD_WITH_PRIOR;
+    for id in &pf.identifiability {
+        if let Some(s) = profile.coefficient_sources.0.iter_mut().find(|(n, _)| n == id.coefficient) {
+            s.1 = if id.determined { "data" } else { "prior" };
+        }
+    }
+    let values = profile.values();
+    profile.uncertainty = Some(crate::uncertainty::ProfileUncertainty::new(
+        crate::identify::INTERVAL_METHOD,
+        &values,
+        pf.log_covariance.clone(),
+        pf.s2,
+    )
+    .with_ensemble(
+        pf.ensemble.iter().map(|x| crate::identify::cost_at(&prior, x).coefficients()).map(|c| sim::cost::COEFFICIENT_NAMES.iter().map(|n| c.get(n).unwrap_or(0.0)).collect()).collect(),
+        crate::identify::ENSEMBLE_METHOD,
+    ));
+    // Published results' setups are partly unstated: the model's own error at other points
+    // is that of the uncalibrated model on the published corpus for this GPU and engine.
+    if let Some(u) = profile.uncertainty.as_mut() {
+        let kind = match first.spec.engine.engine_kind() {
+            sim::config::EngineKind::Vllm => "vllm",
+            sim::config::EngineKind::Sglang => "sglang",
+        };
+        let src = crate::uncertainty::uncalibrated_errors(&first.spec.gpu.id, kind);
+        u.model_error_p90 = Some(src.p90_abs_error.iter().map(|(k, v)| (k.to_string(), *v)).collect());
+        u.model_error_source = Some(format!("added in quadrature to the ensemble's spread: {}", src.source));
+    }
+    let (data, from_prior): (Vec<_>, Vec<_>) = pf.identifiability.iter().partition(|i| i.determined);
+    profile.note = Some(format!(
+        "{} fitted direction(s) of {} (whitened singular values {}); from the data: {}; from the prior: {}",
+        pf.directions,
+        sim::cost::COEFFICIENT_NAMES.len(),
+        pf.singular_values.iter().map(|s| format!("{s:.2}")).collect::<Vec<_>>().join(", "),
+        if data.is_empty() { "none".to_string() } else { data.iter().map(|i| i.coefficient).collect::<Vec<_>>().join(", ") },
+        if from_prior.is_empty() { "none".to_string() } else { from_prior.iter().map(|i| i.coefficient).collect::<Vec<_>>().join(", ") },
+    ));
+    profile.identifiability = Some(pf.identifiability);
+    profile.traps = Some(traps);
     profile.from_results = Some(files);
     profile.scenario = Some(scenario);
-    if distinct.len() < 3 {
-        profile.note = Some(format!(
-            "{} distinct load point(s): the prior's shape is kept and only {} fitted",
-            distinct.len(),
-            free.iter().map(|f| f.name.clone()).collect::<Vec<_>>().join(", ")
-        ));
-    }
     Ok(profile)
 }
+
+/// The method of a fit on existing results.
+pub const FIT_METHOD_WITH_PRIOR: &str = "Levenberg-Marquardt on squared log errors of simulated vs measured metrics, each divided by its target_noise, plus the prior term Σ(ln(c/prior)/σ_prior)², over the directions the data determine (SVD of the prior-whitened Jacobian); the prior is the composed kernel cost linearised";
 
 /// Options of a check.
 #[derive(Clone, Debug)]
@@ -275,6 +336,8 @@ pub struct CheckOptions {
     pub speed_reference_ms: Option<f64>,
     /// The profile's coefficients, echoed in the report.
     pub profile_coefficients: Option<Value>,
+    /// The profile's uncertainty: every prediction then gets a 90% interval.
+    pub uncertainty: Option<crate::uncertainty::ProfileUncertainty>,
 }
 
 /// A check: every point measured (`--repeat` times, round the sweep) after a speed
@@ -377,6 +440,26 @@ pub fn check<M: Measure + ?Sized>(
         .map(|s| sim::report::point_json(s, &sim::simulate(s, sim::simulation::RunOptions::default())))
         .collect();
     let mut report = judge(conc, &measured, &predicted, &used, m.info(), o.profile_coefficients.clone());
+    if let Some(u) = &o.uncertainty {
+        // Only the coefficients the profile set vary.
+        let intervals: Vec<_> = specs
+            .iter()
+            .zip(&predicted)
+            .map(|(s, c)| {
+                let mut center = CostCoefficients::default();
+                let all = s.cost.coefficients();
+                for (i, n) in sim::cost::COEFFICIENT_NAMES.iter().enumerate() {
+                    if s.cost.sources[i] == CoefficientSource::Profile {
+                        center.set(n, all.get(n).unwrap_or(0.0));
+                    }
+                }
+                let samples: Vec<Point> =
+                    crate::uncertainty::sampled_specs(s, u, &center).iter().map(crate::uncertainty::predict_point).collect();
+                u.intervals(c, &samples)
+            })
+            .collect();
+        report.add_intervals(&intervals, "the profile's coefficient ensemble, simulated with each point's requests");
+    }
     if let Some(calib) = o.speed_reference_ms {
         report.add_speed_reference(calib, &reference_of);
     }

@@ -27,6 +27,16 @@ pub struct Profile {
     pub prior: CostCoefficients,
     pub fit: FitSummary,
     pub roofline_check: Vec<RooflineCheck>,
+    /// Per coefficient: whether the data determined it, and why (`crate::identify`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub identifiability: Option<Vec<crate::identify::Identifiability>>,
+    /// What was flagged in the data before the fit, and what was done with it (`crate::traps`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traps: Option<Vec<crate::traps::Trap>>,
+    /// The coefficients' covariance and intervals (`crate::uncertainty`): `simulate`, `sweep`
+    /// and `check` with this profile put an interval on every prediction from it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uncertainty: Option<crate::uncertainty::ProfileUncertainty>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub step_log_fit: Option<StepLogFit>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -57,7 +67,7 @@ pub struct ProfileEngine {
 pub struct FitSummary {
     pub method: &'static str,
     pub target_noise: Named<f64>,
-    pub targets: [&'static str; 5],
+    pub targets: [&'static str; 13],
     pub free: Vec<FreeParameter>,
     pub factors: Vec<f64>,
     pub objective: f64,
@@ -198,6 +208,9 @@ impl Profile {
                 points: pts,
             },
             roofline_check,
+            identifiability: None,
+            traps: None,
+            uncertainty: None,
             step_log_fit: None,
             lone_request_fit: None,
             speed_reference: None,
@@ -212,6 +225,11 @@ impl Profile {
     pub fn coefficient(&self, name: &str) -> Option<f64> {
         self.coefficients.get(name).copied()
     }
+
+    /// The coefficients in [`COEFFICIENT_NAMES`] order.
+    pub fn values(&self) -> Vec<f64> {
+        COEFFICIENT_NAMES.iter().map(|n| self.coefficient(n).unwrap_or(0.0)).collect()
+    }
 }
 
 /// What `check` reads back from a profile file.
@@ -221,6 +239,9 @@ pub struct ProfileFile {
     pub coefficients: Option<serde_json::Map<String, Value>>,
     #[serde(default)]
     pub speed_reference: Option<SpeedReferenceFile>,
+    /// The coefficients' covariance (profiles written since issue #13).
+    #[serde(default)]
+    pub uncertainty: Option<crate::uncertainty::ProfileUncertainty>,
 }
 
 #[derive(Clone, Debug, Deserialize)]

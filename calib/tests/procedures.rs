@@ -108,11 +108,17 @@ fn calibrating_the_simulator_recovers_its_coefficients_and_check_passes() {
         max_evals: 100,
         speed_reference_ms: Some(profile.speed_reference.as_ref().unwrap().median_mean_itl_ms),
         profile_coefficients: Some(fitted),
+        uncertainty: profile.uncertainty.clone(),
     };
     let (report, _, _) = procedure::check(&mut m, &point, &scenario, &o).unwrap();
     assert!(report.verdict.pass, "{}", serde_json::to_string_pretty(&report.verdict).unwrap());
     assert_eq!(report.verdict.speed_reference.as_ref().unwrap().engine_held_still, Some(true));
     assert_eq!(report.repeats, Some(2));
+    // Every point carries its interval, and the simulated engine lies inside it.
+    for p in &report.points {
+        let inside = p.inside_interval.as_ref().unwrap();
+        assert!(inside.iter().all(|(_, v)| *v), "{inside:?}");
+    }
 }
 
 /// The profile's keys are a contract (`cost.profile` reads `coefficients`, `check` reads
@@ -132,13 +138,14 @@ fn profile_keys() {
     let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>().join(",");
     assert_eq!(
         keys(&p),
-        "format,version,created_by,source,engine,coefficients,coefficient_sources,prior,fit,roofline_check,lone_request_fit,speed_reference,fit_workloads"
+        "format,version,created_by,source,engine,coefficients,coefficient_sources,prior,fit,roofline_check,uncertainty,lone_request_fit,speed_reference,fit_workloads"
     );
     assert_eq!(keys(&p["engine"]), "kind,version,model,kv_capacity_tokens");
     assert_eq!(p["engine"]["kind"], "vllm");
     assert_eq!(keys(&p["fit"]), "method,target_noise,targets,free,factors,objective,evaluations,r2,points");
     assert_eq!(keys(&p["fit"]["points"][0]), "name,max_concurrency,measured,predicted,relative_residual");
-    assert_eq!(keys(&p["fit"]["r2"]), "mean_ttft_ms,mean_tpot_ms,mean_itl_ms,mean_e2el_ms,output_throughput");
+    assert_eq!(keys(&p["fit"]["r2"]), calib::fit::TARGETS.join(","));
+    assert_eq!(keys(&p["uncertainty"]), "method,coefficients,log_covariance,chi2_per_dof,intervals");
     assert_eq!(keys(&p["lone_request_fit"]), "method,points,r2,coefficients");
     assert_eq!(keys(&p["speed_reference"]), "workload,mean_itl_ms,median_mean_itl_ms");
     assert_eq!(keys(&p["fit_workloads"][0]), "name,workload");
@@ -153,7 +160,9 @@ fn profile_keys() {
     let r = serde_json::to_value(procedure::calibrate_from_results(&[pt], 10, vec!["r.json".into()], "s.json".into()).unwrap()).unwrap();
     assert_eq!(
         keys(&r),
-        "format,version,created_by,source,engine,coefficients,coefficient_sources,prior,fit,roofline_check,from_results,scenario,note"
+        "format,version,created_by,source,engine,coefficients,coefficient_sources,prior,fit,roofline_check,identifiability,traps,uncertainty,from_results,scenario,note"
     );
     assert_eq!(keys(&r["engine"]), "kind,version,model");
+    assert_eq!(keys(&r["identifiability"][0]), "coefficient,determined,data_share,prior_sigma_log,prior_sigma_source,why");
+    assert_eq!(keys(&r["uncertainty"]), "method,coefficients,log_covariance,chi2_per_dof,intervals,ensemble,ensemble_method,model_error_p90,model_error_source");
 }

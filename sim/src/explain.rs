@@ -120,10 +120,8 @@ pub fn plan(base: &SimSpec, concurrency: Option<u32>) -> Result<Plan, String> {
     grid.sort_unstable();
     grid.dedup();
     let per = (base.workload.num_prompts / base.workload.max_concurrency.unwrap_or(1).max(1)).clamp(2, 8);
-    let grid_specs = grid
-        .iter()
-        .map(|&c| with_load(base, c, Some(c.saturating_mul(per).min(MAX_EXPLAIN_PROMPTS.max(c)))))
-        .collect();
+    let grid_specs =
+        grid.iter().map(|&c| with_load(base, c, Some(c.saturating_mul(per).min(MAX_EXPLAIN_PROMPTS.max(c))))).collect();
     Ok(Plan { concurrency: conc, point, grid, grid_specs, notes, limit })
 }
 

@@ -40,10 +40,11 @@
 //! threshold sits far from both the batching regime (`e` ≈ 0.2–1) and the
 //! saturated one (`e` ≤ 0). The rule it replaces ("the first point past which
 //! throughput grows less than 5%") compared gains with a threshold as large
-//! as real ones: on the default scenario, 556.6 → 584.2 tok/s from concurrency
-//! 32 to 42 (+4.96%, `e` = 0.18) put the knee at 32 although the pool holds 42
-//! requests and TTFT explodes only past 42; here 32 → 42 pays, nothing past 42
-//! does, and the knee is 42, the KV-limited concurrency.
+//! as real ones: on the default scenario with the linear cost model, 556.6 →
+//! 584.2 tok/s from concurrency 32 to 42 (+4.96%, `e` = 0.18) put the knee at
+//! 32 although the pool holds 42 requests and TTFT explodes only past 42; here
+//! 32 → 42 pays, nothing past 42 does, and the knee is 42, the KV-limited
+//! concurrency (with the measured-kernel costs too: 820.8 → 871.4, +6.2%).
 
 use serde::Serialize;
 use serde_json::{Map, Value};

@@ -28,10 +28,12 @@ pub(super) fn resolve_cost(
         ("kv_bandwidth_eff", prior.kv_bandwidth_eff),
         ("interconnect_bandwidth_eff", prior.interconnect_bandwidth_eff),
     ] {
-        if !(v > 0.0 && v <= 1.0) {
+        // Below 1e-4 a step would take ten thousand times its roofline: not an efficiency
+        // any GPU has, and the way to overflow simulated time.
+        if !(1e-4..=1.0).contains(&v) {
             return Err(ConfigError::new(
                 format!("cost.prior.{name}"),
-                format!("an efficiency must be in (0, 1], got {v}"),
+                format!("an efficiency must be in [0.0001, 1], got {v}"),
             ));
         }
     }

@@ -15,6 +15,9 @@ pub fn apply_set(root: &mut Value, assignment: &str) -> Result<()> {
     let value: Value = serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_string()));
     let mut cur = root;
     let parts: Vec<&str> = path.split('.').collect();
+    if parts.iter().any(|p| p.trim().is_empty()) {
+        return Err(ConfigError::new("--set", format!("empty field name in path {path:?} (expected e.g. engine.max_num_seqs)")));
+    }
     for (i, part) in parts.iter().enumerate() {
         let obj = match cur {
             Value::Object(m) => m,

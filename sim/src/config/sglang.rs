@@ -92,6 +92,12 @@ pub(super) fn resolve_sglang(
             format!("must be > 0, got {conservativeness}"),
         ));
     }
+    // A fraction is checked even when max_total_tokens sizes the pool.
+    if let Some(m) = e.mem_fraction_static {
+        if !(m > 0.0 && m < 1.0) {
+            return Err(ConfigError::new("engine.mem_fraction_static", format!("must be in (0, 1), got {m}")));
+        }
+    }
     let cell = model.kv_bytes_per_token_per_gpu(dep.tensor_parallel_size, dep.kv_dtype_bytes);
     let (max_total_tokens, sizing) = if let Some(t) = e.max_total_tokens {
         if t < u64::from(page_size) * 2 {

@@ -54,6 +54,12 @@ pub(super) fn resolve_vllm(
             ))
         }
     };
+    // A fraction is checked even when another field sizes the pool: an invalid value is never silently ignored.
+    if let Some(u) = e.gpu_memory_utilization {
+        if !(u > 0.0 && u <= 1.0) {
+            return Err(ConfigError::new("engine.gpu_memory_utilization", format!("must be in (0, 1], got {u}")));
+        }
+    }
     let kv_bytes_per_token = model.kv_bytes_per_token_per_gpu(dep.tensor_parallel_size, dep.kv_dtype_bytes);
     let (num_gpu_blocks, sizing) = if let Some(n) = e.num_gpu_blocks_override {
         if n < 2 {

@@ -18,7 +18,10 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
             if f64::from(prefix_len) + in_hi > f64::from(u32::MAX) {
                 return Err(ConfigError::new(
                     "workload.random_prefix_len",
-                    format!("prefix {prefix_len} + input up to {in_hi} tokens does not fit a prompt length (at most {})", u32::MAX),
+                    format!(
+                        "prefix {prefix_len} + input up to {in_hi} tokens does not fit a prompt length (at most {})",
+                        u32::MAX
+                    ),
                 ));
             }
             Dataset::Random {
@@ -147,7 +150,9 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
         Some(r) if !(MIN_REQUEST_RATE..=MAX_REQUEST_RATE).contains(&r) => {
             return Err(ConfigError::new(
                 "workload.request_rate",
-                format!("must be from {MIN_REQUEST_RATE} to {MAX_REQUEST_RATE} requests per second, or \"inf\"; got {r}"),
+                format!(
+                    "must be from {MIN_REQUEST_RATE} to {MAX_REQUEST_RATE} requests per second, or \"inf\"; got {r}"
+                ),
             ));
         }
         Some(r) if f64::from(num_prompts) / r > MAX_ARRIVAL_TIME_S => {

@@ -131,6 +131,12 @@ pub trait Engine {
     fn schedule(&mut self) -> &StepPlan;
     /// The planned step has run: appends the tokens it produced to `out`.
     fn finish_step(&mut self, out: &mut Vec<TokenOutput>);
+    /// The client went away: the request leaves the engine now and its KV is freed, as
+    /// vLLM's `finish_requests(.., FINISHED_ABORTED)` and SGLang's abort do (SGLang caches
+    /// its computed prefix, as for a finished request). Called between steps only (after
+    /// [`Engine::finish_step`], before the next [`Engine::schedule`]). False if the request
+    /// is not live (unknown or already finished). The simulation loop never aborts.
+    fn abort_request(&mut self, id: ReqId) -> bool;
     /// Requests added and not yet finished.
     fn num_unfinished(&self) -> usize;
     fn num_running(&self) -> usize;

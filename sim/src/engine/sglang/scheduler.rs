@@ -868,6 +868,29 @@ impl Engine for Scheduler {
         self.plan.clear();
     }
 
+    fn abort_request(&mut self, id: ReqId) -> bool {
+        let Some(Some(r)) = self.requests.get(id as usize) else { return false };
+        if r.status == Status::Finished {
+            return false;
+        }
+        if self.running.contains(&id) || self.chunked == Some(id) {
+            // Admitted: its prefix is locked and it owns private tokens; released as a
+            // finished request is (`cache_finished_req`).
+            self.cache_finished_req(id);
+            self.running.retain(|&x| x != id);
+            if self.chunked == Some(id) {
+                self.chunked = None;
+            }
+        } else {
+            // Waiting: no lock held (a match that was not admitted is not locked) and no KV.
+            self.waiting.retain(|&x| x != id);
+            self.free_private(id);
+        }
+        self.requests[id as usize] = None;
+        self.num_unfinished -= 1;
+        true
+    }
+
     fn num_unfinished(&self) -> usize {
         self.num_unfinished
     }

@@ -594,6 +594,31 @@ impl Engine for Scheduler {
         self.plan.clear();
     }
 
+    fn abort_request(&mut self, id: ReqId) -> bool {
+        let Some(Some(r)) = self.requests.get_mut(id as usize) else { return false };
+        match r.status {
+            Status::Finished => return false,
+            Status::Running => {
+                let Scheduler { kv, requests, .. } = self;
+                let r = requests[id as usize].as_mut().expect("live request");
+                kv.free(&mut r.kv);
+                self.running.retain(|&x| x != id);
+            }
+            _ => {
+                let key = (r.spec.priority, r.arrival_seq, id);
+                match &mut self.waiting {
+                    WaitingQueue::Fcfs(q) => q.retain(|&x| x != id),
+                    WaitingQueue::Priority(q) => {
+                        q.remove(&key);
+                    }
+                }
+            }
+        }
+        self.requests[id as usize] = None;
+        self.num_unfinished -= 1;
+        true
+    }
+
     fn num_unfinished(&self) -> usize {
         self.num_unfinished
     }

@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""Calibrate on the lowest load point of each published set, predict the others.
+
+For every group (set x engine x input length) of validation/published/*.json with rows
+(the silicon sample, read by filter, is left out: its groups are one concurrency per TP
+size), the row at the lowest load is written as a result file and fitted with
+`servesim calibrate --from-results`; every other row is simulated uncalibrated and with
+the profile (whose ensemble gives each metric a 90% interval). Printed per group: the
+median |error| over the held-out rows' published metrics, uncalibrated and calibrated,
+and how often the published value lies inside the calibrated 90% interval (and inside the
+uncalibrated interval of `simulate --uncertainty`).
+
+    python3 calib/held_out.py [target/release/servesim]    # from the repository root
+"""
+import csv, io, json, os, statistics, subprocess, sys, tempfile
+
+BIN = sys.argv[1] if len(sys.argv) > 1 else "target/release/servesim"
+METRICS = [("mean_ttft_ms", "mean_ttft_ms"), ("p50_ttft_ms", "median_ttft_ms"), ("p99_ttft_ms", "p99_ttft_ms"),
+           ("mean_tpot_ms", "mean_tpot_ms"), ("p50_tpot_ms", "median_tpot_ms"), ("p99_tpot_ms", "p99_tpot_ms"),
+           ("mean_itl_ms", "mean_itl_ms"), ("p50_itl_ms", "median_itl_ms"), ("p99_itl_ms", "p99_itl_ms"),
+           ("mean_e2el_ms", "mean_e2el_ms"), ("p50_e2el_ms", "median_e2el_ms"), ("p99_e2el_ms", "p99_e2el_ms"),
+           ("output_tok_s", "output_throughput"), ("req_s", "request_throughput"), ("total_tok_s", "total_token_throughput")]
+
+
+def read_csv(path):
+    text = "".join(l for l in open(path) if not l.startswith("#"))
+    return list(csv.DictReader(io.StringIO(text)))
+
+
+def set_path(obj, path, raw):
+    try:
+        val = json.loads(raw)
+    except ValueError:
+        val = raw
+    keys = path.split(".")
+    for k in keys[:-1]:
+        obj = obj.setdefault(k, {})
+    obj[keys[-1]] = val
+
+
+def scenario_of(spec, v, root):
+    s = spec.get("scenario") or (v.get("scenarios") or {}).get(spec["engine"]) or v.get("scenario")
+    if s is None:
+        return None
+    if isinstance(s, str):
+        path = os.path.join(root, s)
+        sc = json.load(open(path))
+        tr = sc.get("workload", {}).get("trace")
+        if tr and not os.path.isabs(tr):
+            sc["workload"]["trace"] = os.path.join(os.path.dirname(path), tr)
+    else:
+        sc = json.loads(json.dumps(s))
+    for a in spec.get("set", []):
+        p, raw = a.split("=", 1)
+        set_path(sc, p.strip(), raw)
+    return sc
+
+
+def sim(scen_file, *extra):
+    out = subprocess.run([BIN, "simulate", scen_file, "--json", *extra], capture_output=True, text=True)
+    if not out.stdout.strip():
+        return None
+    return json.loads(out.stdout)
+
+
+def main():
+    root = os.getcwd()
+    tmp = tempfile.mkdtemp(prefix="held-out-")
+    d = os.path.join(root, "validation/published")
+    totals = {"in": 0, "n": 0, "in_uncal": 0}
+    rows_out = []
+    for f in sorted(os.listdir(d)):
+        if not f.endswith(".json"):
+            continue
+        v = json.load(open(os.path.join(d, f)))
+        if "silicon" in v:
+            continue
+        csv_rows = read_csv(os.path.join(root, v["csv"]))
+        groups = {}
+        for i, spec in enumerate(v["rows"]):
+            if spec.get("skip"):
+                continue
+            extra = spec.get("match", {})
+            row = next((r for r in csv_rows if r.get("engine") == spec["engine"]
+                        and r.get("concurrency_or_rate", "").strip() == spec["load"]
+                        and all(r.get(k) == w for k, w in extra.items())), None)
+            sc = scenario_of(spec, v, root)
+            if row is None or sc is None:
+                continue
+            try:
+                load = float(spec["load"])
+            except ValueError:
+                continue
+            pub = {}
+            for col, key in METRICS:
+                if col in spec.get("skip_metrics", {}):
+                    continue
+                try:
+                    x = float(row.get(col, "") or "nan")
+                except ValueError:
+                    continue
+                if x > 0:
+                    pub[key] = x
+            if not pub:
+                continue
+            g = (f[:-5], spec["engine"], json.dumps(extra, sort_keys=True))
+            groups.setdefault(g, []).append((load, i, sc, pub))
+        for g, pts in groups.items():
+            if len(pts) < 2:
+                continue
+            pts.sort(key=lambda p: p[0])
+            files = []
+            for load, i, sc, pub in pts:
+                sf = os.path.join(tmp, f"{g[0]}-{i}-scenario.json")
+                json.dump(sc, open(sf, "w"))
+                files.append(sf)
+            rf = os.path.join(tmp, f"{g[0]}-{pts[0][1]}-result.json")
+            json.dump(pts[0][3], open(rf, "w"))
+            prof = os.path.join(tmp, f"{g[0]}-{pts[0][1]}-profile.json")
+            c = subprocess.run([BIN, "calibrate", "--from-results", rf, "--scenario", files[0], "--out", prof],
+                               capture_output=True, text=True)
+            if c.returncode != 0:
+                print(f"{g}: calibrate failed: {c.stderr.strip()[:300]}")
+                continue
+            e_unc, e_cal, inside, inside_u, n = [], [], 0, 0, 0
+            for (load, i, sc, pub), sf in zip(pts[1:], files[1:]):
+                u = sim(sf, "--uncertainty")
+                k = sim(sf, "--set", f"cost.profile={prof}")
+                if u is None or k is None:
+                    continue
+                for key, x in pub.items():
+                    if key not in u or key not in k:
+                        continue
+                    e_unc.append(abs(u[key] / x - 1))
+                    e_cal.append(abs(k[key] / x - 1))
+                    iv = k.get("uncertainty", {}).get(key)
+                    ivu = u.get("uncertainty", {}).get(key)
+                    n += 1
+                    if iv and iv["p05"] <= x <= iv["p95"]:
+                        inside += 1
+                    if ivu and ivu["p05"] <= x <= ivu["p95"]:
+                        inside_u += 1
+            if n == 0:
+                continue
+            mu, mc = statistics.median(e_unc), statistics.median(e_cal)
+            totals["in"] += inside
+            totals["in_uncal"] += inside_u
+            totals["n"] += n
+            label = f"{g[0]} | {g[1]}" + (f" | {g[2]}" if g[2] != "{}" else "")
+            rows_out.append((label, pts[0][0], len(pts) - 1, n, mu, mc, inside / n, inside_u / n))
+            print(f"| {label} | {pts[0][0]:g} | {len(pts) - 1} | {n} | {100 * mu:.1f} | {100 * mc:.1f} | "
+                  f"{'better' if mc < mu - 0.005 else ('worse' if mc > mu + 0.005 else 'same')} | "
+                  f"{100 * inside / n:.0f}% | {100 * inside_u / n:.0f}% |", flush=True)
+    if totals["n"]:
+        print(f"coverage: calibrated 90% intervals hold {totals['in']}/{totals['n']} = "
+              f"{100 * totals['in'] / totals['n']:.0f}% of held-out published values; "
+              f"uncalibrated intervals {totals['in_uncal']}/{totals['n']} = {100 * totals['in_uncal'] / totals['n']:.0f}%")
+
+
+if __name__ == "__main__":
+    main()

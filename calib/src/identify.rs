@@ -1,0 +1,487 @@
+//! What the data determine, a fit that moves only that, and the fit's uncertainty.
+//!
+//! The fit works on log-factors `x_k = ln(c_k / prior_k)` of the eight cost coefficients,
+//! with a Gaussian prior `x_k ~ N(0, σ_k²)` ([`PRIOR_SIGMA`], with where each σ comes from).
+//!
+//! 1. **Sensitivity** ([`jacobian`]): how each coefficient moves each measured target at each
+//!    point: central finite differences of `ln(simulated target)` in `x_k` (±[`STEP`]) through
+//!    the simulator, divided by the target's noise. Whitened by the prior
+//!    (`J_w = J · diag(σ)`), a unit move along a column is one prior σ.
+//! 2. **Identifiability**: the SVD `J_w = U S Vᵀ`. A right-singular direction whose singular
+//!    value is at least [`DETERMINED`] is one the data constrain more tightly than the prior
+//!    does; the others are undetermined. Per coefficient, the share of its prior variance the
+//!    data remove (`1 − posterior var / prior var`, posterior `(J_wᵀJ_w + I)⁻¹`) says whether
+//!    it came from the data (a share of at least one half) or from the prior; a coefficient
+//!    determined only in combination with another (posterior correlation beyond ±0.7) is
+//!    named with it.
+//! 3. **Fit** ([`fit_with_prior`]): Levenberg–Marquardt on the squared residuals plus the
+//!    prior term `Σ (x_k/σ_k)²`, searching only the determined directions (the rest stay at
+//!    the prior). A single TTFT moved by both the per-token prefill and the per-request
+//!    ingress is then split as the prior weighs them: each coefficient moves in proportion
+//!    to its prior variance times its effect on the target.
+//! 4. **Uncertainty** (Laplace / Gauss–Newton): at the fit, the covariance of `x` is
+//!    `diag(σ) (J_wᵀJ_w / s² + I)⁻¹ diag(σ)`, with `J` recomputed there and `s²` the
+//!    residuals' χ² per degree of freedom when above 1 (the data disagree with the model by
+//!    more than the target noise says). Intervals on predictions come from sampling this
+//!    covariance through the simulator ([`crate::uncertainty`]).
+
+use nalgebra::{DMatrix, DVector};
+use sim::cost::{CostModel, COEFFICIENT_NAMES};
+
+use crate::fit::{apply, FitPoint, Free, TARGETS, TARGET_NOISE};
+
+/// The prior's uncertainty per coefficient: σ of `ln(true / prior)`, and where it comes from.
+/// The fit's prior is the linear roofline prior of `sim::cost` (a profile replaces the
+/// composed cost with the linear model); `servesim validate --set 'cost.prior={}'` measures
+/// that prior on the published corpus (VALIDATION.md §5, "before"): TPOT p90 |error| 50%,
+/// TTFT p90 306%.
+pub const PRIOR_SIGMA: [(&str, f64, &str); 8] = [
+    ("step_us", 0.5, "the linear prior's decode step: TPOT p90 |error| 50% on the validate corpus (σ 0.25 of the whole step), doubled for one term of it"),
+    ("per_seq_us", 1.4, "an order of magnitude (90% within ×10): BLIS's per-request CPU time on vLLM 0.15, another engine release and host"),
+    ("prefill_token_us", 0.85, "the linear prior's TTFT: p90 |error| 306% on the validate corpus (ln 4.06 / 1.645)"),
+    ("decode_token_us", 0.5, "the linear prior's decode step: TPOT p90 |error| 50% on the validate corpus (σ 0.25 of the whole step), doubled for one term of it"),
+    ("prefill_attention_us", 0.85, "the linear prior's TTFT: p90 |error| 306% on the validate corpus (ln 4.06 / 1.645)"),
+    ("decode_kv_us", 0.5, "the linear prior's decode step: TPOT p90 |error| 50% on the validate corpus (σ 0.25 of the whole step), doubled for one term of it"),
+    ("request_ingress_us", 2.8, "two orders of magnitude (90% within ×100): published per-request overheads range from BLIS's 4 µs (vLLM 0.15) to the 100 ms and more a single-request TTFT on A100-40GB implied (issue #13)"),
+    ("output_token_us", 1.4, "an order of magnitude (90% within ×10): BLIS's per-output-token front-end time on vLLM 0.15"),
+];
+
+/// The finite-difference step in log-coefficient (±10%).
+pub const STEP: f64 = 0.1;
+
+/// A whitened singular value at least this large: the data constrain the direction at least as
+/// tightly as the prior does.
+pub const DETERMINED: f64 = 1.0;
+
+/// The share of a coefficient's prior variance the data must remove for it to count as fitted.
+pub const DATA_SHARE: f64 = 0.5;
+
+/// The method behind every interval of a fit.
+pub const INTERVAL_METHOD: &str = "Laplace (Gauss-Newton) covariance of the log-coefficients at the fit: diag(σ_prior) (J_wᵀJ_w/s² + I)⁻¹ diag(σ_prior), J by central finite differences (±10%) of ln(simulated target)/target_noise through the simulator, s² = max(1, χ²/dof) of the residuals; intervals on predictions by sampling it (seeded) through the simulator";
+
+/// The prior σ of each of [`COEFFICIENT_NAMES`].
+pub fn prior_sigma() -> Vec<f64> {
+    COEFFICIENT_NAMES.iter().map(|n| PRIOR_SIGMA.iter().find(|p| p.0 == *n).map_or(1.0, |p| p.1)).collect()
+}
+
+/// The measured (point, target) pairs a fit uses.
+pub fn rows(points: &[FitPoint]) -> Vec<(usize, usize, f64)> {
+    let mut r = Vec::new();
+    for (i, p) in points.iter().enumerate() {
+        for (t, m) in p.measured.iter().enumerate() {
+            if let Some(m) = m.filter(|m| *m > 0.0 && m.is_finite()) {
+                r.push((i, t, m));
+            }
+        }
+    }
+    r
+}
+
+/// `prior` with the coefficients at log-factors `x` (in [`COEFFICIENT_NAMES`] order).
+pub fn cost_at(prior: &CostModel, x: &[f64]) -> CostModel {
+    let free: Vec<Free> = COEFFICIENT_NAMES.iter().map(|c| Free::one(c)).collect();
+    apply(prior, &free, x)
+}
+
+/// `ln(pred / measured) / noise` per row (None where the simulation gave no positive value).
+fn residuals(points: &[FitPoint], rows: &[(usize, usize, f64)], cost: &CostModel, evals: &mut usize) -> Option<DVector<f64>> {
+    let mut preds: Vec<Option<Vec<Option<f64>>>> = vec![None; points.len()];
+    let mut out = Vec::with_capacity(rows.len());
+    for &(i, t, m) in rows {
+        if preds[i].is_none() {
+            *evals += 1;
+            preds[i] = Some(points[i].predict(cost));
+        }
+        let q = preds[i].as_ref().unwrap()[t].filter(|q| *q > 0.0 && q.is_finite())?;
+        out.push((q / m).ln() / TARGET_NOISE[t]);
+    }
+    Some(DVector::from_vec(out))
+}
+
+/// The whitened Jacobian (rows × directions) of the residuals at `x` along `dirs` (each a
+/// move of the log-factors per unit).
+fn jacobian_along(
+    points: &[FitPoint],
+    rows: &[(usize, usize, f64)],
+    prior: &CostModel,
+    x: &[f64],
+    dirs: &[Vec<f64>],
+    evals: &mut usize,
+) -> DMatrix<f64> {
+    let mut j = DMatrix::zeros(rows.len(), dirs.len());
+    for (k, d) in dirs.iter().enumerate() {
+        let at = |s: f64| -> Vec<f64> { x.iter().zip(d).map(|(a, b)| a + s * b).collect() };
+        let plus = residuals(points, rows, &cost_at(prior, &at(STEP)), evals);
+        let minus = residuals(points, rows, &cost_at(prior, &at(-STEP)), evals);
+        if let (Some(p), Some(m)) = (plus, minus) {
+            j.set_column(k, &((p - m) / (2.0 * STEP)));
+        }
+    }
+    j
+}
+
+/// The whitened Jacobian at `x`: one column per coefficient, a unit move being one prior σ.
+pub fn jacobian(points: &[FitPoint], rows: &[(usize, usize, f64)], prior: &CostModel, x: &[f64], evals: &mut usize) -> DMatrix<f64> {
+    let sigma = prior_sigma();
+    let dirs: Vec<Vec<f64>> =
+        (0..sigma.len()).map(|k| (0..sigma.len()).map(|i| if i == k { sigma[k] } else { 0.0 }).collect()).collect();
+    jacobian_along(points, rows, prior, x, &dirs, evals)
+}
+
+/// Whether one coefficient came from the data, and why.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Identifiability {
+    pub coefficient: &'static str,
+    /// The data determine it (they remove at least half its prior variance).
+    pub determined: bool,
+    /// The share of its prior variance the data remove (0: prior only, 1: data only).
+    pub data_share: f64,
+    /// σ of ln(true / prior) before the data, and where it comes from.
+    pub prior_sigma_log: f64,
+    pub prior_sigma_source: &'static str,
+    pub why: String,
+}
+
+/// The posterior (whitened) covariance `(J_wᵀJ_w / s² + I)⁻¹`.
+fn posterior_whitened(jw: &DMatrix<f64>, s2: f64) -> DMatrix<f64> {
+    let n = jw.ncols();
+    let info = jw.transpose() * jw / s2 + DMatrix::identity(n, n);
+    info.try_inverse().unwrap_or_else(|| DMatrix::identity(n, n))
+}
+
+/// What the data determine, coefficient by coefficient, from the whitened Jacobian.
+pub fn identifiability(points: &[FitPoint], rows: &[(usize, usize, f64)], jw: &DMatrix<f64>) -> Vec<Identifiability> {
+    let post = posterior_whitened(jw, 1.0);
+    let n = COEFFICIENT_NAMES.len();
+    let label = |r: usize| {
+        let (i, t, _) = rows[r];
+        format!("{} at {}", TARGETS[t], points[i].name)
+    };
+    (0..n)
+        .map(|k| {
+            let share = (1.0 - post[(k, k)]).clamp(0.0, 1.0);
+            let determined = share >= DATA_SHARE;
+            // What moves it: the rows it moves most.
+            let mut moved: Vec<(usize, f64)> = (0..rows.len()).map(|r| (r, jw[(r, k)].abs())).filter(|(_, v)| *v > 0.05).collect();
+            moved.sort_by(|a, b| b.1.total_cmp(&a.1));
+            let partners: Vec<&str> = (0..n)
+                .filter(|&l| l != k)
+                .filter(|&l| {
+                    let rho = post[(k, l)] / (post[(k, k)] * post[(l, l)]).sqrt();
+                    rho.abs() > 0.7 && (1.0 - post[(l, l)]) > 0.05
+                })
+                .map(|l| COEFFICIENT_NAMES[l])
+                .collect();
+            let why = if moved.is_empty() {
+                "no measured target moves it: kept at the prior".to_string()
+            } else {
+                let what = moved.iter().take(3).map(|(r, _)| label(*r)).collect::<Vec<_>>().join(", ");
+                let mut w = if determined {
+                    format!("determined by {what}")
+                } else {
+                    format!("moves {what}, but too little against the prior's σ to be fitted: stays near the prior")
+                };
+                if !partners.is_empty() {
+                    w.push_str(&format!(
+                        "; the data determine it only together with {} (one combination of them): split between them as the prior weighs them (prior variance × effect)",
+                        partners.join(", ")
+                    ));
+                }
+                w
+            };
+            Identifiability {
+                coefficient: COEFFICIENT_NAMES[k],
+                determined,
+                data_share: share,
+                prior_sigma_log: PRIOR_SIGMA[k].1,
+                prior_sigma_source: PRIOR_SIGMA[k].2,
+                why,
+            }
+        })
+        .collect()
+}
+
+/// A fit with the prior.
+#[derive(Clone, Debug)]
+pub struct PriorFit {
+    pub cost: CostModel,
+    /// Log-factors on the prior, per coefficient.
+    pub x: Vec<f64>,
+    /// Singular values of the whitened Jacobian at the prior, and how many directions were fitted.
+    pub singular_values: Vec<f64>,
+    pub directions: usize,
+    pub identifiability: Vec<Identifiability>,
+    /// Covariance of the log-factors at the fit ([`INTERVAL_METHOD`]).
+    pub log_covariance: Vec<Vec<f64>>,
+    /// Residuals' χ² per degree of freedom (the inflation s², at least 1).
+    pub s2: f64,
+    /// The objective: residuals² + prior term.
+    pub objective: f64,
+    pub evaluations: usize,
+    pub predicted: Vec<Vec<Option<f64>>>,
+    /// R² per target (None with < 2 points).
+    pub r2: Vec<Option<f64>>,
+    /// The ensemble ([`ENSEMBLE`] members): log-factors per member ([`ENSEMBLE_METHOD`]).
+    pub ensemble: Vec<Vec<f64>>,
+}
+
+/// Members of the ensemble a fit leaves for intervals.
+pub const ENSEMBLE: usize = 32;
+
+/// How the ensemble is made.
+pub const ENSEMBLE_METHOD: &str = "randomised maximum likelihood (Kitanidis 1995, Oliver 1996): each of 32 members (seeded) draws its prior centre from N(0, σ_prior²) in log-coefficient and each measured target from its noise (× s), then refits the determined directions by Gauss-Newton with the Jacobian at the fit; the members are the coefficient sets sampled through the simulator. A linear covariance alone misses the ridge of a nonlinear model (one TTFT explained by a large per-request overhead with a smaller prefill, or the reverse); the members follow it";
+
+impl PriorFit {
+    /// As a [`crate::fit::FitResult`] for the profile: one free parameter per determined direction's coefficients.
+    pub fn as_fit_result(&self) -> crate::fit::FitResult {
+        let free: Vec<Free> = self.identifiability.iter().filter(|i| i.determined).map(|i| Free::one(i.coefficient)).collect();
+        let factors = free
+            .iter()
+            .map(|f| COEFFICIENT_NAMES.iter().position(|n| *n == f.coefficients[0]).map_or(1.0, |k| self.x[k].exp()))
+            .collect();
+        crate::fit::FitResult {
+            cost: self.cost.clone(),
+            factors,
+            free,
+            predicted: self.predicted.clone(),
+            objective: self.objective,
+            evaluations: self.evaluations,
+            r2: self.r2.clone(),
+        }
+    }
+}
+
+/// Fits the determined directions with the prior term (Levenberg–Marquardt), then the
+/// covariance at the fit. `max_iters` bounds the LM iterations.
+pub fn fit_with_prior(points: &[FitPoint], prior: &CostModel, max_iters: usize) -> PriorFit {
+    let n = COEFFICIENT_NAMES.len();
+    let sigma = prior_sigma();
+    let rows = rows(points);
+    let mut evals = 0usize;
+    let x0 = vec![0.0; n];
+    let jw0 = jacobian(points, &rows, prior, &x0, &mut evals);
+    let identifiability = identifiability(points, &rows, &jw0);
+    // The determined directions (whitened), as moves of the log-factors.
+    let (svals, dirs) = if rows.is_empty() {
+        (Vec::new(), Vec::new())
+    } else {
+        let svd = jw0.clone().svd(false, true);
+        let vt = svd.v_t.expect("v_t");
+        let mut order: Vec<usize> = (0..svd.singular_values.len()).collect();
+        order.sort_by(|&a, &b| svd.singular_values[b].total_cmp(&svd.singular_values[a]));
+        let sv: Vec<f64> = order.iter().map(|&i| svd.singular_values[i]).collect();
+        let dirs: Vec<Vec<f64>> = order
+            .iter()
+            .filter(|&&i| svd.singular_values[i] >= DETERMINED)
+            .map(|&i| (0..n).map(|k| vt[(i, k)] * sigma[k]).collect())
+            .collect();
+        (sv, dirs)
+    };
+    let d = dirs.len();
+    let x_of = |a: &[f64]| -> Vec<f64> { (0..n).map(|k| dirs.iter().zip(a).map(|(v, ai)| v[k] * ai).sum()).collect() };
+    // Objective: residuals² + ‖a‖² (the directions are orthonormal in whitened space, so ‖a‖² is the prior term).
+    let mut a = vec![0.0; d];
+    let obj_at = |a: &[f64], evals: &mut usize| -> Option<(f64, DVector<f64>)> {
+        let r = residuals(points, &rows, &cost_at(prior, &x_of(a)), evals)?;
+        Some((r.norm_squared() + a.iter().map(|v| v * v).sum::<f64>(), r))
+    };
+    let (mut f, mut r) = obj_at(&a, &mut evals).unwrap_or((f64::INFINITY, DVector::zeros(rows.len())));
+    let mut lambda = 1e-2;
+    for _ in 0..max_iters {
+        if d == 0 || !f.is_finite() {
+            break;
+        }
+        // Jacobian along the directions at the current point, and the prior rows (identity).
+        let jr = jacobian_along(points, &rows, prior, &x_of(&a), &dirs, &mut evals);
+        let av = DVector::from_vec(a.clone());
+        let g = jr.transpose() * &r + &av;
+        let h = jr.transpose() * &jr + DMatrix::identity(d, d);
+        let mut improved = false;
+        for _ in 0..6 {
+            let damped = &h + DMatrix::from_diagonal(&h.diagonal()) * lambda;
+            let Some(step) = damped.lu().solve(&(-&g)) else { break };
+            let trial: Vec<f64> = a.iter().zip(step.iter()).map(|(x, s)| x + s).collect();
+            if let Some((ft, rt)) = obj_at(&trial, &mut evals) {
+                if ft < f {
+                    let small = step.norm() < 1e-3;
+                    (a, f, r) = (trial, ft, rt);
+                    lambda = (lambda / 3.0).max(1e-6);
+                    improved = !small;
+                    break;
+                }
+            }
+            lambda *= 4.0;
+        }
+        if !improved {
+            break;
+        }
+    }
+    let x = x_of(&a);
+    let cost = cost_at(prior, &x);
+    // Covariance at the fit.
+    let jw = if rows.is_empty() { DMatrix::zeros(0, n) } else { jacobian(points, &rows, prior, &x, &mut evals) };
+    let chi2 = r.norm_squared();
+    let dof = rows.len().saturating_sub(d);
+    let s2 = if dof > 0 { (chi2 / dof as f64).max(1.0) } else { 1.0 };
+    let post = posterior_whitened(&jw, s2);
+    let log_covariance: Vec<Vec<f64>> = (0..n).map(|i| (0..n).map(|j| post[(i, j)] * sigma[i] * sigma[j]).collect()).collect();
+    let predicted: Vec<Vec<Option<f64>>> = points.iter().map(|p| p.predict(&cost)).collect();
+    evals += points.len();
+    // The ensemble: randomised maximum likelihood about the fit.
+    let jr = if d > 0 { jacobian_along(points, &rows, prior, &x, &dirs, &mut evals) } else { DMatrix::zeros(rows.len(), 0) };
+    let mut rng = sim::rng::stream(crate::uncertainty::SEED, "calibration ensemble");
+    let s = s2.sqrt();
+    let mut ensemble = Vec::with_capacity(ENSEMBLE);
+    for _ in 0..ENSEMBLE {
+        let delta: Vec<f64> = (0..n).map(|k| x[k] + sigma[k] * crate::uncertainty::normal(&mut rng)).collect();
+        let eps = DVector::from_fn(rows.len(), |_, _| s * crate::uncertainty::normal(&mut rng));
+        let member = |b: &[f64]| -> Vec<f64> { (0..n).map(|k| delta[k] + dirs.iter().zip(b).map(|(v, bi)| v[k] * bi).sum::<f64>()).collect() };
+        // The member's prior term is ‖b + a_fit‖² ... measured from its own centre: with x = δ + D b,
+        // (x − δ)/σ = V b, so the term is ‖b‖².
+        let mut b = vec![0.0; d];
+        let obj = |b: &[f64], evals: &mut usize| -> Option<(f64, DVector<f64>)> {
+            let r = residuals(points, &rows, &cost_at(prior, &member(b)), evals)? - &eps;
+            Some((r.norm_squared() + b.iter().map(|v| v * v).sum::<f64>(), r))
+        };
+        if d > 0 {
+            if let Some((mut fb, mut rb)) = obj(&b, &mut evals) {
+                let h = jr.transpose() * &jr + DMatrix::identity(d, d);
+                for _ in 0..4 {
+                    let g = jr.transpose() * &rb + DVector::from_vec(b.clone());
+                    let Some(step) = h.clone().lu().solve(&(-g)) else { break };
+                    let mut t = 1.0;
+                    let mut moved = false;
+                    for _ in 0..3 {
+                        let trial: Vec<f64> = b.iter().zip(step.iter()).map(|(v, s)| v + t * s).collect();
+                        if let Some((ft, rt)) = obj(&trial, &mut evals) {
+                            if ft < fb {
+                                (b, fb, rb) = (trial, ft, rt);
+                                moved = true;
+                                break;
+                            }
+                        }
+                        t /= 2.0;
+                    }
+                    if !moved {
+                        break;
+                    }
+                }
+            }
+        }
+        ensemble.push(member(&b));
+    }
+    let r2 = (0..TARGETS.len())
+        .map(|t| {
+            let pairs: Vec<(f64, f64)> =
+                points.iter().zip(&predicted).filter_map(|(p, q)| Some((p.measured[t]?, q[t]?))).collect();
+            crate::fit::r_squared(&pairs)
+        })
+        .collect();
+    PriorFit {
+        cost,
+        x,
+        singular_values: svals,
+        directions: d,
+        identifiability,
+        log_covariance,
+        s2,
+        objective: f,
+        evaluations: evals,
+        predicted,
+        r2,
+        ensemble,
+    }
+}
+
+/// The covariance of the log-factors about a fit made elsewhere (the live fit): the same
+/// Laplace form, at `cost`, with `prior` the prior the log-factors are measured from.
+pub fn covariance_at(points: &[FitPoint], prior: &CostModel, cost: &CostModel) -> (Vec<f64>, Vec<Vec<f64>>, f64) {
+    let n = COEFFICIENT_NAMES.len();
+    let sigma = prior_sigma();
+    let (pc, fc) = (prior.coefficients(), cost.coefficients());
+    let x: Vec<f64> = COEFFICIENT_NAMES
+        .iter()
+        .map(|c| {
+            let (p, f) = (pc.get(c).unwrap_or(0.0), fc.get(c).unwrap_or(0.0));
+            if p > 0.0 && f > 0.0 {
+                (f / p).ln()
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    let rows = rows(points);
+    let mut evals = 0;
+    let jw = jacobian(points, &rows, prior, &x, &mut evals);
+    let chi2 = residuals(points, &rows, cost, &mut evals).map_or(0.0, |r| r.norm_squared());
+    let dof = rows.len().saturating_sub(n);
+    let s2 = if dof > 0 { (chi2 / dof as f64).max(1.0) } else { 1.0 };
+    let post = posterior_whitened(&jw, s2);
+    (x, (0..n).map(|i| (0..n).map(|j| post[(i, j)] * sigma[i] * sigma[j]).collect()).collect(), s2)
+}
+
+/// The prior a fit starts from and shrinks toward: the scenario's cost as the linear model.
+///
+/// Uncalibrated, servesim times steps with the cost composed from measured kernels
+/// (`sim::cost::ComposedCost`); a profile times them with the linear model. So that a fit
+/// which leaves a coefficient at its prior predicts what the uncalibrated model does, the
+/// prior is the composed cost **linearised**: the five step coefficients by non-negative
+/// least squares, in relative error, on the composed step times of a grid of step shapes
+/// (lone prefills of 64–8192 tokens after 0–4096 cached ones, decode batches of 1–256 at
+/// contexts of 256–8192 tokens, mixed steps); `per_seq_us` is the composed cost's CPU time
+/// per sequence. Without a composed cost, the scenario's linear coefficients as they are.
+pub fn linear_prior(base: &CostModel) -> CostModel {
+    let Some(c) = base.composed.clone() else { return base.clone() };
+    use sim::cost::StepShape;
+    let mut shapes = Vec::new();
+    for n in [64u64, 256, 1024, 2048, 4096, 8192] {
+        for ctx in [0u64, 1024, 4096] {
+            let mut s = StepShape::default();
+            s.add_prefill(ctx, n);
+            shapes.push(s);
+        }
+    }
+    for b in [1u64, 2, 4, 8, 16, 32, 64, 128, 256] {
+        for ctx in [256u64, 1024, 2048, 4096, 8192] {
+            shapes.push(StepShape::decodes(b, b * ctx));
+            let mut m = StepShape::decodes(b, b * ctx);
+            m.add_prefill(0, 512);
+            shapes.push(m);
+        }
+    }
+    let per_seq = sim::cost::PER_SEQ_CPU_US;
+    // Columns: step, prefill token, decode token, prefill attention pair, decode KV token.
+    let cols = |s: &StepShape| {
+        [1.0, s.prefill_tokens as f64, s.decode_tokens as f64, s.prefill_attention_pairs as f64, s.decode_context_tokens as f64]
+    };
+    let y: Vec<f64> = shapes.iter().map(|s| c.step_us(s) - per_seq * f64::from(s.num_seqs)).collect();
+    let mut active = [true; 5];
+    let beta = loop {
+        let idx: Vec<usize> = (0..5).filter(|&i| active[i]).collect();
+        if idx.is_empty() {
+            break [0.0; 5];
+        }
+        // Relative error: each row divided by its target; columns scaled to unit norm.
+        let a = DMatrix::from_fn(shapes.len(), idx.len(), |r, j| cols(&shapes[r])[idx[j]] / y[r].max(1e-9));
+        let norms: Vec<f64> = (0..idx.len()).map(|j| a.column(j).norm().max(1e-300)).collect();
+        let an = DMatrix::from_fn(a.nrows(), a.ncols(), |r, j| a[(r, j)] / norms[j]);
+        let b = DVector::from_element(shapes.len(), 1.0);
+        let Ok(sol) = an.clone().svd(true, true).solve(&b, 1e-12) else { break [0.0; 5] };
+        let mut full = [0.0; 5];
+        for (j, &i) in idx.iter().enumerate() {
+            full[i] = sol[j] / norms[j];
+        }
+        match idx.iter().copied().filter(|&i| full[i] < 0.0).min_by(|&p, &q| full[p].total_cmp(&full[q])) {
+            Some(i) => active[i] = false,
+            None => break full,
+        }
+    };
+    let mut out = base.clone();
+    let mut o = sim::cost::CostCoefficients::default();
+    for (n, v) in ["step_us", "prefill_token_us", "decode_token_us", "prefill_attention_us", "decode_kv_us"].iter().zip(beta) {
+        o.set(n, v);
+    }
+    o.set("per_seq_us", per_seq);
+    out.overlay(&o, sim::cost::CoefficientSource::Prior);
+    out
+}

@@ -1,0 +1,253 @@
+//! Traps in measured data, flagged before a fit (docs/calibration-lessons.md).
+//!
+//! * **Below the physical floor**: a TTFT shorter than the prompt's linear layers and
+//!   attention take at the GPU's peak FLOP/s, at the deployment's TP size (the shortest
+//!   prompt of the point, so the floor is a lower bound for every statistic). It cannot
+//!   have been computed: the prompt was in the prefix cache (the benchmark's initial test
+//!   request, an earlier run with the same seed) or the setup is not the one described.
+//!   The point's TTFTs below the floor are excluded from the fit, and its E2EL and
+//!   throughput, which contain them; its TPOT and ITL stay.
+//! * **Orderings that cannot be physical**: among points of one workload at increasing
+//!   load, a TPOT that falls, or an output throughput that falls, by more than
+//!   [`ORDER_TOLERANCE`]: the higher-load point's value of that family is excluded.
+//! * **Percentiles offered for means**: where a point has no mean of a family, its median
+//!   or p99 is fitted against the simulated median or p99 (`procedure::measured_targets`);
+//!   reported, not excluded.
+//! * **Missing metrics**: the fit uses what is there; reported.
+
+use serde::Serialize;
+use sim::config::SimSpec;
+
+use crate::fit::{family, FitPoint, MEAN_TARGETS, TARGETS};
+
+/// How far a TPOT or throughput may move the wrong way with load before it is flagged.
+pub const ORDER_TOLERANCE: f64 = 0.15;
+
+/// A measured TTFT below this fraction of the floor is flagged (the floor is at 100% of peak;
+/// the margin covers a card's peak being quoted low).
+pub const FLOOR_MARGIN: f64 = 0.95;
+
+/// One flagged value or point.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Trap {
+    pub point: String,
+    /// The report keys concerned.
+    pub metrics: Vec<String>,
+    /// `below_physical_floor`, `ordering`, `percentile_for_mean`, `missing`.
+    pub kind: &'static str,
+    /// `excluded` (not fitted), `used` (fitted as stated).
+    pub action: &'static str,
+    pub why: String,
+}
+
+/// The fastest a cold prefill of `prompt_len` tokens can be on the deployment, ms: the
+/// linear layers (2 FLOPs per parameter per token, embedding excluded) and causal attention
+/// (4 · layers · heads · head_dim FLOPs per (query, key) pair) at 100% of the GPU's peak,
+/// each GPU doing 1/TP of it.
+pub fn ttft_floor_ms(spec: &SimSpec, prompt_len: u32) -> f64 {
+    let m = &spec.model;
+    let g = &spec.gpu;
+    let d = &spec.deployment;
+    let tp = f64::from(d.tensor_parallel_size.max(1));
+    let flops = match (&d.quantization, g.dense_fp8_flops) {
+        (Some(_), Some(f8)) => f8,
+        _ => g.dense_bf16_flops,
+    };
+    let l = f64::from(prompt_len);
+    let linear = (m.num_parameters - m.embedding_parameters().min(m.num_parameters)) as f64 / tp;
+    let linear_s = 2.0 * linear * l / flops;
+    let pairs = l * (l + 1.0) / 2.0;
+    let attn_s = 4.0 * f64::from(m.num_layers) * f64::from(m.num_attention_heads) * f64::from(m.head_dim) / tp * pairs
+        / g.dense_bf16_flops;
+    (linear_s + attn_s) * 1e3
+}
+
+/// The load of a point, for ordering: concurrency, else request rate, else unlimited.
+fn load_of(p: &FitPoint) -> f64 {
+    match (p.spec.workload.max_concurrency, p.spec.workload.request_rate) {
+        (Some(c), Some(r)) => f64::from(c).min(r * 1e3),
+        (Some(c), None) => f64::from(c),
+        (None, Some(r)) => r,
+        (None, None) => f64::INFINITY,
+    }
+}
+
+/// Flags the traps of `points` and excludes the flagged values from `points[i].measured`.
+pub fn flag(points: &mut [FitPoint]) -> Vec<Trap> {
+    let mut traps = Vec::new();
+    // Missing metrics and percentiles standing for means.
+    for p in points.iter() {
+        let mut missing = Vec::new();
+        let mut pct = Vec::new();
+        for fam in ["ttft", "tpot", "itl", "e2el", "throughput"] {
+            let mean_i = (0..MEAN_TARGETS).find(|&t| family(TARGETS[t]) == fam).unwrap();
+            if p.measured[mean_i].is_some() {
+                continue;
+            }
+            let used: Vec<&str> =
+                (MEAN_TARGETS..TARGETS.len()).filter(|&t| family(TARGETS[t]) == fam && p.measured[t].is_some()).map(|t| TARGETS[t]).collect();
+            if used.is_empty() {
+                missing.push(TARGETS[mean_i].to_string());
+            } else {
+                pct.extend(used.iter().map(|s| s.to_string()));
+            }
+        }
+        if !pct.is_empty() {
+            traps.push(Trap {
+                point: p.name.clone(),
+                metrics: pct.clone(),
+                kind: "percentile_for_mean",
+                action: "used",
+                why: format!("no mean of these families: {} fitted against the simulated statistics of the same names, not as means", pct.join(", ")),
+            });
+        }
+        if !missing.is_empty() {
+            traps.push(Trap {
+                point: p.name.clone(),
+                metrics: missing.clone(),
+                kind: "missing",
+                action: "used",
+                why: format!("not published: fitted on the other metrics ({} absent)", missing.join(", ")),
+            });
+        }
+    }
+    // TTFT below the physical floor.
+    for p in points.iter_mut() {
+        let w = sim::workload::generate(&p.spec.workload);
+        let Some(shortest) = w.requests.iter().map(|r| r.prompt_len).min() else { continue };
+        let floor = ttft_floor_ms(&p.spec, shortest);
+        let mut below = Vec::new();
+        for t in 0..TARGETS.len() {
+            if family(TARGETS[t]) != "ttft" {
+                continue;
+            }
+            if let Some(v) = p.measured[t].filter(|v| *v < FLOOR_MARGIN * floor) {
+                below.push(format!("{} {v:.1} ms", TARGETS[t]));
+                p.measured[t] = None;
+            }
+        }
+        if !below.is_empty() {
+            // The same cache hit shortened the requests' E2EL and so raised the throughput:
+            // only the decode metrics (TPOT, ITL) of the point are clean.
+            let mut also = Vec::new();
+            for t in 0..TARGETS.len() {
+                if matches!(family(TARGETS[t]), "ttft" | "e2el" | "throughput") && p.measured[t].is_some() {
+                    also.push(TARGETS[t]);
+                    p.measured[t] = None;
+                }
+            }
+            if !also.is_empty() {
+                below.push(format!("and with them {} (they contain the same TTFTs)", also.join(", ")));
+            }
+            let tp = p.spec.deployment.tensor_parallel_size.max(1);
+            traps.push(Trap {
+                point: p.name.clone(),
+                metrics: below.iter().filter(|s| !s.starts_with("and ")).map(|s| s.split(' ').next().unwrap_or("").to_string()).collect(),
+                kind: "below_physical_floor",
+                action: "excluded",
+                why: format!(
+                    "{} below the physical floor of a cold {shortest}-token prefill: {floor:.1} ms on {} at TP {tp} at 100% of peak FLOP/s. It cannot have been computed: the prompt was in the prefix cache (the benchmark's initial test request, or an earlier run with the same seed), or the setup is not the one described. Excluded from the fit; the point's TPOT and ITL are kept.",
+                    below.join(", "),
+                    p.spec.gpu.id
+                ),
+            });
+        }
+    }
+    // Orderings across load points of one workload.
+    let key = |p: &FitPoint| {
+        let mut w = p.spec.workload.clone();
+        w.max_concurrency = None;
+        w.request_rate = None;
+        w.num_prompts = 0;
+        format!("{}|{}|{:?}|{:?}", p.spec.model.id, p.spec.gpu.id, w.dataset, w.seed)
+    };
+    let mut order: Vec<usize> = (0..points.len()).collect();
+    order.sort_by(|&a, &b| key(&points[a]).cmp(&key(&points[b])).then(load_of(&points[a]).total_cmp(&load_of(&points[b]))));
+    for pair in order.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        if key(&points[a]) != key(&points[b]) || load_of(&points[a]) >= load_of(&points[b]) {
+            continue;
+        }
+        for (fam, wrong_way) in [("tpot", -1.0), ("throughput", -1.0)] {
+            // The first target of the family both points measured.
+            let Some(t) = (0..TARGETS.len()).find(|&t| family(TARGETS[t]) == fam && points[a].measured[t].is_some() && points[b].measured[t].is_some())
+            else {
+                continue;
+            };
+            let (va, vb) = (points[a].measured[t].unwrap(), points[b].measured[t].unwrap());
+            if wrong_way * (vb / va - 1.0) > ORDER_TOLERANCE {
+                let excluded: Vec<String> =
+                    (0..TARGETS.len()).filter(|&u| family(TARGETS[u]) == fam && points[b].measured[u].is_some()).map(|u| TARGETS[u].to_string()).collect();
+                for u in 0..TARGETS.len() {
+                    if family(TARGETS[u]) == fam {
+                        points[b].measured[u] = None;
+                    }
+                }
+                traps.push(Trap {
+                    point: points[b].name.clone(),
+                    metrics: excluded,
+                    kind: "ordering",
+                    action: "excluded",
+                    why: format!(
+                        "{} falls from {va:.2} at {} to {vb:.2} at the higher load of {} ({:+.0}%): more load cannot make it {}. Excluded at the higher load.",
+                        TARGETS[t],
+                        points[a].name,
+                        points[b].name,
+                        100.0 * (vb / va - 1.0),
+                        if fam == "tpot" { "faster per token" } else { "lower" }
+                    ),
+                });
+            }
+        }
+    }
+    traps
+}
+
+/// A tail much longer than the simulator's, at the prior: a p99 (TTFT, TPOT, ITL or E2EL)
+/// whose ratio to the point's median (or mean) is more than [`TAIL_RATIO`] times the
+/// simulated ratio. Queueing as the simulator models it does not make it; a cold engine's
+/// first requests, or one outlier run, do (docs/calibration-lessons.md §4). The p99 is
+/// excluded; the median and mean stay.
+pub fn flag_tails(points: &mut [FitPoint], prior: &sim::cost::CostModel) -> Vec<Trap> {
+    let mut traps = Vec::new();
+    for p in points.iter_mut() {
+        let p99s: Vec<usize> = (0..TARGETS.len()).filter(|&t| TARGETS[t].starts_with("p99_") && p.measured[t].is_some()).collect();
+        if p99s.is_empty() {
+            continue;
+        }
+        let sim = p.predict(prior);
+        for t in p99s {
+            let fam = family(TARGETS[t]);
+            // The point's central value of the family: its median, else its mean.
+            let Some(c) = (0..TARGETS.len())
+                .filter(|&u| family(TARGETS[u]) == fam && !TARGETS[u].starts_with("p99_"))
+                .find(|&u| p.measured[u].is_some() && sim[u].is_some())
+            else {
+                continue;
+            };
+            let (m99, mc) = (p.measured[t].unwrap(), p.measured[c].unwrap());
+            let (s99, sc) = (sim[t].unwrap_or(0.0), sim[c].unwrap_or(0.0));
+            if mc <= 0.0 || sc <= 0.0 || s99 <= 0.0 {
+                continue;
+            }
+            let (rm, rs) = (m99 / mc, s99 / sc);
+            if rm > TAIL_RATIO * rs {
+                p.measured[t] = None;
+                traps.push(Trap {
+                    point: p.name.clone(),
+                    metrics: vec![TARGETS[t].to_string()],
+                    kind: "tail",
+                    action: "excluded",
+                    why: format!(
+                        "{} is {rm:.1}× the {} while the simulated engine's is {rs:.1}× at the prior: a tail queueing does not make (a cold engine's first requests, an outlier run). Excluded; the {} is kept.",
+                        TARGETS[t], TARGETS[c], TARGETS[c]
+                    ),
+                });
+            }
+        }
+    }
+    traps
+}
+
+/// How much longer than the simulated tail a measured p99 may be before it is flagged.
+pub const TAIL_RATIO: f64 = 4.0;

@@ -1,0 +1,403 @@
+//! Intervals on predictions.
+//!
+//! **With a profile** that carries an `uncertainty` block ([`ProfileUncertainty`]): the
+//! coefficients are sampled ([`SAMPLES`] sets, seeded, from the log-normal whose covariance
+//! the fit left, `crate::identify`), each set is simulated (the caller runs them, in parallel
+//! if it likes, results in input order), and each metric's interval is the 5th and 95th
+//! percentile of the samples ([`intervals_from_samples`]).
+//!
+//! **Without a profile**: the uncalibrated model's measured error on the validation corpus
+//! ([`uncalibrated_intervals`]): `validation/baseline.json` (embedded at compile time) gives
+//! each published group's median |error|; the groups of the scenario's GPU and engine give
+//! theirs, scaled to a 90% band per metric family by the corpus' p90 / median of that family
+//! ([`CORPUS_P90`]); with no group of that GPU and engine, the corpus-wide p90 of the family.
+
+use rand::Rng as _;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sim::cost::{CostCoefficients, COEFFICIENT_NAMES};
+
+use crate::measure::{metric, Point};
+use crate::named::Named;
+
+/// Coefficient sets sampled per prediction.
+pub const SAMPLES: usize = 32;
+
+/// The seed of the samples (one stream, so a prediction's interval is the same every run).
+pub const SEED: u64 = 0x5eed_0013;
+
+/// The metrics that get an interval, by report key.
+pub const METRICS: [&str; 16] = [
+    "request_throughput",
+    "output_throughput",
+    "total_token_throughput",
+    "mean_ttft_ms",
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "mean_tpot_ms",
+    "median_tpot_ms",
+    "p99_tpot_ms",
+    "mean_itl_ms",
+    "median_itl_ms",
+    "p99_itl_ms",
+    "mean_e2el_ms",
+    "median_e2el_ms",
+    "p99_e2el_ms",
+    "num_preemptions",
+];
+
+/// A 90% interval.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Interval {
+    pub p05: f64,
+    pub p95: f64,
+}
+
+impl Interval {
+    pub fn contains(&self, v: f64) -> bool {
+        v >= self.p05 && v <= self.p95
+    }
+}
+
+/// What a profile stores about its coefficients' uncertainty.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ProfileUncertainty {
+    pub method: String,
+    /// The coefficients of the covariance, in order.
+    pub coefficients: Vec<String>,
+    /// Covariance of ln(coefficient) about the profile's values.
+    pub log_covariance: Vec<Vec<f64>>,
+    /// The residuals' χ² per degree of freedom that inflated it (at least 1).
+    pub chi2_per_dof: f64,
+    /// Per coefficient, its 90% interval (µs).
+    pub intervals: std::collections::BTreeMap<String, Interval>,
+    /// The coefficient sets (µs, in `coefficients` order) a prediction is sampled over; when
+    /// absent, sets are drawn from `log_covariance`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ensemble: Vec<Vec<f64>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ensemble_method: Option<String>,
+    /// The model's own error a fit does not remove, per metric family (90% |error|), added to
+    /// the ensemble's spread in quadrature (in log): set for fits on published results, whose
+    /// setups are partly unstated (`calibrate --from-results`), and where it comes from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_error_p90: Option<std::collections::BTreeMap<String, f64>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_error_source: Option<String>,
+}
+
+impl ProfileUncertainty {
+    /// The block for coefficients `values` (µs, [`COEFFICIENT_NAMES`] order) and a log covariance.
+    pub fn new(method: &str, values: &[f64], log_covariance: Vec<Vec<f64>>, chi2_per_dof: f64) -> ProfileUncertainty {
+        let intervals = COEFFICIENT_NAMES
+            .iter()
+            .enumerate()
+            .map(|(k, n)| {
+                let sd = log_covariance[k][k].max(0.0).sqrt();
+                (n.to_string(), Interval { p05: values[k] * (-1.645 * sd).exp(), p95: values[k] * (1.645 * sd).exp() })
+            })
+            .collect();
+        ProfileUncertainty {
+            method: method.to_string(),
+            coefficients: COEFFICIENT_NAMES.iter().map(|s| s.to_string()).collect(),
+            log_covariance,
+            chi2_per_dof,
+            intervals,
+            ensemble: Vec::new(),
+            ensemble_method: None,
+            model_error_p90: None,
+            model_error_source: None,
+        }
+    }
+
+    /// With an ensemble (µs per member): the coefficient intervals become the members' 5th–95th percentiles.
+    pub fn with_ensemble(mut self, members: Vec<Vec<f64>>, method: &str) -> ProfileUncertainty {
+        for (k, n) in self.coefficients.iter().enumerate() {
+            let xs: Vec<f64> = members.iter().map(|m| m[k]).collect();
+            self.intervals.insert(n.clone(), Interval { p05: quantile(&xs, 0.05), p95: quantile(&xs, 0.95) });
+        }
+        self.ensemble = members;
+        self.ensemble_method = Some(method.to_string());
+        self
+    }
+
+    /// Reads the block from a profile file's JSON (None when it has none).
+    pub fn from_profile_json(v: &Value) -> Option<ProfileUncertainty> {
+        serde_json::from_value(v.get("uncertainty")?.clone()).ok()
+    }
+
+    /// [`SAMPLES`] coefficient sets about `center` (µs): ln c ~ N(ln center, Σ), by the
+    /// Cholesky factor of Σ (eigen-clipped when Σ is not positive definite), from one
+    /// seeded ChaCha stream.
+    pub fn sample(&self, center: &CostCoefficients, n: usize) -> Vec<CostCoefficients> {
+        let k = self.coefficients.len();
+        if !self.ensemble.is_empty() {
+            return self
+                .ensemble
+                .iter()
+                .take(n)
+                .map(|m| {
+                    let mut c = CostCoefficients::default();
+                    for (i, name) in self.coefficients.iter().enumerate() {
+                        if center.get(name).is_some() {
+                            c.set(name, m[i]);
+                        }
+                    }
+                    c
+                })
+                .collect();
+        }
+        let cov = nalgebra::DMatrix::from_fn(k, k, |i, j| self.log_covariance[i][j]);
+        let l = match cov.clone().cholesky() {
+            Some(c) => c.l(),
+            None => {
+                let e = cov.symmetric_eigen();
+                let d = e.eigenvalues.map(|v| v.max(0.0).sqrt());
+                &e.eigenvectors * nalgebra::DMatrix::from_diagonal(&d)
+            }
+        };
+        let mut rng = sim::rng::stream(SEED, "calibration uncertainty");
+        (0..n)
+            .map(|_| {
+                let z = nalgebra::DVector::from_fn(k, |_, _| normal(&mut rng));
+                let x = &l * z;
+                let mut c = CostCoefficients::default();
+                for (i, name) in self.coefficients.iter().enumerate() {
+                    if let Some(v) = center.get(name) {
+                        c.set(name, v * x[i].exp());
+                    }
+                }
+                c
+            })
+            .collect()
+    }
+}
+
+/// A standard normal draw (Box–Muller).
+pub fn normal(rng: &mut sim::rng::Rng) -> f64 {
+    let u1: f64 = rng.random::<f64>().max(1e-300);
+    let u2: f64 = rng.random::<f64>();
+    (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+}
+
+/// numpy's linear-interpolation quantile of `v` (sorted here).
+pub fn quantile(v: &[f64], q: f64) -> f64 {
+    let mut s: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+    if s.is_empty() {
+        return f64::NAN;
+    }
+    s.sort_by(|a, b| a.total_cmp(b));
+    let x = (s.len() - 1) as f64 * q;
+    let (lo, hi) = (x.floor() as usize, x.ceil() as usize);
+    s[lo] + (x - lo as f64) * (s[hi] - s[lo])
+}
+
+/// Each metric's 5th–95th percentile over the sampled predictions, widened to hold the
+/// central prediction (with 32 samples the band's edges are themselves noisy).
+pub fn intervals_from_samples(center: &Point, samples: &[Point]) -> Named<Interval> {
+    let mut out = Named::new();
+    for k in METRICS {
+        let Some(c) = metric(center, k) else { continue };
+        let xs: Vec<f64> = samples.iter().filter_map(|p| metric(p, k)).collect();
+        if xs.is_empty() {
+            continue;
+        }
+        out.push(k, Interval { p05: quantile(&xs, 0.05).min(c), p95: quantile(&xs, 0.95).max(c) });
+    }
+    out
+}
+
+impl ProfileUncertainty {
+    /// The intervals of a prediction `center` from its sampled predictions, with the model's
+    /// own error added where the profile carries one: each side's log-width and the family's
+    /// `ln(1 + e90)` combined in quadrature.
+    pub fn intervals(&self, center: &Point, samples: &[Point]) -> Named<Interval> {
+        let base = intervals_from_samples(center, samples);
+        let Some(me) = &self.model_error_p90 else { return base };
+        let mut out = Named::new();
+        for (k, i) in base.iter() {
+            let c = metric(center, k).unwrap_or(0.0);
+            let e = me.get(metric_family(k)).copied().unwrap_or(0.0);
+            if c <= 0.0 || i.p05 <= 0.0 {
+                out.push(k, *i);
+                continue;
+            }
+            let m = (1.0 + e).ln();
+            let lo = ((c / i.p05).ln().powi(2) + m * m).sqrt();
+            let hi = ((i.p95 / c).ln().powi(2) + m * m).sqrt();
+            out.push(k, Interval { p05: c * (-lo).exp(), p95: c * hi.exp() });
+        }
+        out
+    }
+}
+
+/// The uncalibrated model's error on the published corpus, per metric family: (median, p90)
+/// of |simulated / published − 1| over every compared value (VALIDATION.md §5, "Corpus",
+/// the composed cost: `servesim validate`).
+pub const CORPUS_P90: [(&str, f64, f64); 5] =
+    [("ttft", 0.803, 3.102), ("tpot", 0.153, 0.343), ("itl", 0.122, 1.202), ("e2el", 0.235, 0.787), ("throughput", 0.086, 0.479)];
+
+/// `validation/baseline.json`: each published group's median |error| (the uncalibrated model).
+pub const BASELINE: &str = include_str!("../../validation/baseline.json");
+
+/// The metric family of a report key.
+pub fn metric_family(key: &str) -> &'static str {
+    if key.contains("ttft") {
+        "ttft"
+    } else if key.contains("tpot") {
+        "tpot"
+    } else if key.contains("itl") {
+        "itl"
+    } else if key.contains("e2el") {
+        "e2el"
+    } else {
+        "throughput"
+    }
+}
+
+/// Where an uncalibrated interval came from, and the 90% |error| per family it used.
+#[derive(Clone, Debug, Serialize)]
+pub struct UncalibratedSource {
+    pub source: String,
+    pub p90_abs_error: Named<f64>,
+}
+
+/// The uncalibrated 90% |error| per family for a GPU card id and an engine kind (`vllm`, `sglang`).
+pub fn uncalibrated_errors(gpu: &str, engine: &str) -> UncalibratedSource {
+    let v: Value = serde_json::from_str(BASELINE).unwrap_or(Value::Null);
+    let groups = v["groups"].as_object().cloned().unwrap_or_default();
+    let mut all: Vec<(f64, u64)> = Vec::new();
+    let mut mine: Vec<(f64, u64)> = Vec::new();
+    let mut names = Vec::new();
+    for (k, g) in &groups {
+        let (Some(m), Some(n)) = (g["median_abs_error_pct"].as_f64(), g["n"].as_u64()) else { continue };
+        all.push((m / 100.0, n));
+        let parts: Vec<&str> = k.split(" | ").collect();
+        let (g_gpu, g_engine) = (parts.get(1).copied().unwrap_or(""), parts.get(2).copied().unwrap_or(""));
+        let gpu_ok = g_gpu.split_whitespace().last() == Some(gpu);
+        let engine_ok = g_engine.to_ascii_lowercase().contains(engine);
+        if gpu_ok && engine_ok {
+            mine.push((m / 100.0, n));
+            names.push(parts[0].to_string());
+        }
+    }
+    let weighted_median = |v: &[(f64, u64)]| -> Option<f64> {
+        let mut s = v.to_vec();
+        s.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let total: u64 = s.iter().map(|x| x.1).sum();
+        let mut acc = 0;
+        s.iter().find(|x| {
+            acc += x.1;
+            2 * acc >= total
+        }).map(|x| x.0)
+    };
+    let mut p90 = Named::new();
+    match (weighted_median(&mine), weighted_median(&all)) {
+        (Some(m), Some(a)) if a > 0.0 => {
+            for (f, _, p) in CORPUS_P90 {
+                p90.push(f, p * m / a);
+            }
+            UncalibratedSource {
+                source: format!(
+                    "uncalibrated: servesim validate's error on {} published group(s) of {gpu} with {engine} (validation/baseline.json: median |error| {:.1}% against the corpus' {:.1}%), each family's corpus p90 scaled by that ratio",
+                    mine.len(), 100.0 * m, 100.0 * a
+                ),
+                p90_abs_error: p90,
+            }
+        }
+        _ => {
+            for (f, _, p) in CORPUS_P90 {
+                p90.push(f, p);
+            }
+            UncalibratedSource {
+                source: format!("uncalibrated: no published group of {gpu} with {engine}; servesim validate's corpus-wide p90 |error| per metric (VALIDATION.md §5)"),
+                p90_abs_error: p90,
+            }
+        }
+    }
+}
+
+/// Intervals for an uncalibrated prediction: the measured value lies within
+/// `[pred / (1 + e), pred · (1 + e)]` for the family's 90% |error| `e`.
+pub fn uncalibrated_intervals(center: &Point, src: &UncalibratedSource) -> Named<Interval> {
+    let mut out = Named::new();
+    for k in METRICS {
+        let Some(c) = metric(center, k) else { continue };
+        let e = src.p90_abs_error.get(metric_family(k)).copied().unwrap_or(1.0);
+        out.push(k, Interval { p05: c / (1.0 + e), p95: c * (1.0 + e) });
+    }
+    out
+}
+
+/// The `uncertainty` object of a report: each metric's interval, and where it came from.
+pub fn report_json(intervals: &Named<Interval>, source: &str) -> Value {
+    let mut m = serde_json::Map::new();
+    for (k, i) in intervals.iter() {
+        m.insert(k.to_string(), serde_json::json!({"p05": i.p05, "p95": i.p95}));
+    }
+    m.insert("source".into(), source.into());
+    Value::Object(m)
+}
+
+/// One line of text: the headline metrics' intervals.
+pub fn report_line(intervals: &Named<Interval>, source: &str) -> String {
+    let parts: Vec<String> = ["output_throughput", "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "mean_e2el_ms"]
+        .iter()
+        .filter_map(|k| intervals.get(k).map(|i| format!("{k} {:.2}–{:.2}", i.p05, i.p95)))
+        .collect();
+    format!("90% interval: {} ({source})", parts.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_baseline_table_is_embedded_and_falls_back() {
+        let a = uncalibrated_errors("a100-80gb", "vllm");
+        assert!(a.source.contains("published group"), "{}", a.source);
+        let none = uncalibrated_errors("l40s", "sglang");
+        assert!(none.source.contains("corpus-wide"), "{}", none.source);
+        assert_eq!(none.p90_abs_error.get("tpot"), Some(&0.343));
+    }
+
+    #[test]
+    fn samples_are_seeded_and_follow_the_covariance() {
+        let mut cov = vec![vec![0.0; 8]; 8];
+        cov[2][2] = 0.04;
+        let u = ProfileUncertainty::new("test", &[1.0; 8], cov, 1.0);
+        let c = CostCoefficients { prefill_token_us: Some(100.0), step_us: Some(5.0), ..Default::default() };
+        let a = u.sample(&c, 400);
+        assert_eq!(a, u.sample(&c, 400));
+        assert!(a.iter().all(|s| s.step_us == Some(5.0)));
+        let logs: Vec<f64> = a.iter().map(|s| (s.prefill_token_us.unwrap() / 100.0).ln()).collect();
+        let sd = (logs.iter().map(|x| x * x).sum::<f64>() / logs.len() as f64).sqrt();
+        assert!((sd - 0.2).abs() < 0.03, "{sd}");
+    }
+}
+
+/// The specs to simulate for an interval: `spec` with each of [`SAMPLES`] coefficient sets
+/// drawn about `center` (the caller simulates them, in parallel if it likes, in this order).
+pub fn sampled_specs(spec: &sim::config::SimSpec, u: &ProfileUncertainty, center: &CostCoefficients) -> Vec<sim::config::SimSpec> {
+    u.sample(center, SAMPLES)
+        .into_iter()
+        .map(|c| {
+            let mut s = spec.clone();
+            s.cost.overlay(&c, sim::cost::CoefficientSource::Profile);
+            s
+        })
+        .collect()
+}
+
+/// A spec's predicted report point.
+pub fn predict_point(spec: &sim::config::SimSpec) -> Point {
+    sim::report::point_json(spec, &sim::simulate(spec, sim::simulation::RunOptions::default()))
+}
+
+/// The prediction and its intervals, sequentially (the binary runs the samples in parallel).
+pub fn predict_with_intervals(spec: &sim::config::SimSpec, u: &ProfileUncertainty, center: &CostCoefficients) -> (Point, Named<Interval>) {
+    let c = predict_point(spec);
+    let samples: Vec<Point> = sampled_specs(spec, u, center).iter().map(predict_point).collect();
+    let i = u.intervals(&c, &samples);
+    (c, i)
+}
