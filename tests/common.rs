@@ -49,18 +49,30 @@ pub fn servesim() -> Command {
 
 /// Runs a command with a time limit: a hang is a failure, not a stuck CI.
 pub fn run_bounded(mut cmd: Command, limit: Duration) -> Output {
+    use std::io::Read;
     let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn servesim");
+    // Drain both pipes while waiting: a child whose output fills a pipe would block forever.
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = r.read_to_end(&mut buf);
+            buf
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().unwrap()));
+    let err = drain(Box::new(child.stderr.take().unwrap()));
     let start = Instant::now();
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
         }
         if start.elapsed() > limit {
             let _ = child.kill();
             panic!("command did not finish within {limit:?}: {cmd:?}");
         }
         std::thread::sleep(Duration::from_millis(20));
-    }
+    };
+    Output { status, stdout: out.join().unwrap(), stderr: err.join().unwrap() }
 }
 
 pub fn run_cli(args: &[&str]) -> Output {

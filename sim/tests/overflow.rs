@@ -1,0 +1,34 @@
+//! Simulated time that would pass u64 nanoseconds stops the run with a
+//! reason naming the cause, instead of wrapping into a fast-looking run. The
+//! scenario boundary keeps valid inputs far from it (costs ≤ 1e6 µs, send
+//! times within a year), so this drives the loop with a cost model set past
+//! that boundary, as only library users can.
+
+use serde_json::json;
+use sim::config;
+use sim::cost::{CoefficientSource, CostCoefficients};
+use sim::simulation::{RunOptions, StopReason};
+
+#[test]
+fn an_overflowing_step_stops_the_run_naming_the_step_cost() {
+    let v = json!({
+        "version": 1,
+        "engine": {"kind": "vllm", "kv_cache_tokens": 100000, "max_model_len": 4096},
+        "model": "qwen2.5-7b-instruct",
+        "hardware": "a100-80gb",
+        "workload": {"dataset_name": "random", "random_input_len": 64, "random_output_len": 8,
+                     "num_prompts": 4, "ignore_eos": true}
+    });
+    let s = config::from_value(v, "").unwrap();
+    let mut spec = config::resolve(&s, &sim::builtin::resources().unwrap()).unwrap();
+    spec.cost.overlay(&CostCoefficients { step_us: Some(1e16), ..Default::default() }, CoefficientSource::Scenario);
+    spec.cost.composed = None; // the linear model, whose step_us was just set past the boundary
+    let out = sim::simulate(&spec, RunOptions::default());
+    match &out.run.stop {
+        StopReason::Completed => panic!("a 1e16 µs step must not complete (it would have wrapped)"),
+        other => {
+            let text = format!("{other:?}");
+            assert!(text.to_lowercase().contains("overflow"), "{text}");
+        }
+    }
+}
