@@ -80,7 +80,21 @@ pub fn resolve(raw: &RawScenario) -> Result<(Scenario, SimSpec), String> {
     }
     if let Some(t) = &scenario.workload.trace {
         let path = resolve_path(&raw.base_dir, t);
-        res.trace = Some(load_trace(&path).map_err(|e| format!("{origin}: workload.trace: {e}"))?);
+        let w = &scenario.workload;
+        use sim::config::TraceFileFormat as F;
+        match w.trace_format {
+            Some(f @ (F::Mooncake | F::Azure | F::Burstgpt)) => {
+                let reqs = load_production_trace(&path, f, w.seed.unwrap_or(0), w.trace_time_scale, w.trace_rate)
+                    .map_err(|e| format!("{origin}: workload.trace: {e}"))?;
+                res.trace_requests = Some(std::sync::Arc::new(reqs));
+            }
+            _ => {
+                let mut rows = load_trace(&path).map_err(|e| format!("{origin}: workload.trace: {e}"))?;
+                scale_rows(&mut rows, w.trace_time_scale, w.trace_rate)
+                    .map_err(|e| format!("{origin}: workload.trace: {e}"))?;
+                res.trace = Some(rows);
+            }
+        }
     }
     let spec = config::resolve(&scenario, &res).map_err(|e| format!("{origin}: {e}"))?;
     if scenario.workload.trace.is_some() && scenario.workload.request_rate.is_some_and(|r| r.0.is_some()) {
@@ -161,4 +175,62 @@ pub fn load_trace(path: &Path) -> Result<Vec<TraceRow>, String> {
         );
     }
     Ok(rows)
+}
+
+/// Reads a production trace (Mooncake JSONL, Azure or BurstGPT CSV) as requests, keyed by
+/// `seed` (so that two seeds share no prompt by accident), time- or rate-scaled.
+pub fn load_production_trace(
+    path: &Path,
+    format: sim::config::TraceFileFormat,
+    seed: u64,
+    time_scale: Option<f64>,
+    rate: Option<f64>,
+) -> Result<Vec<sim::traces::TraceRequest>, String> {
+    use sim::config::TraceFileFormat as F;
+    use sim::traces::TraceFormat;
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    let f = match format {
+        F::Mooncake => TraceFormat::Mooncake,
+        F::Azure => TraceFormat::Azure,
+        F::Burstgpt => TraceFormat::Burstgpt,
+        F::Csv | F::Jsonl => unreachable!("servesim's own rows are read by load_trace"),
+    };
+    let salt = splitmix64(seed ^ 0x7472_6163_6573_616c);
+    let mut reqs = sim::traces::parse_requests(f, &text, salt).map_err(|e| format!("{}: {e}", path.display()))?;
+    if let Some(k) = time_scale {
+        sim::traces::time_scale(&mut reqs, k).map_err(|e| format!("trace_time_scale: {e}"))?;
+    }
+    if let Some(r) = rate {
+        sim::traces::rate_scale(&mut reqs, r).map_err(|e| format!("trace_rate: {e}"))?;
+    }
+    Ok(reqs)
+}
+
+/// `trace_time_scale` / `trace_rate` on servesim's own rows (arrival times in seconds).
+fn scale_rows(rows: &mut [TraceRow], time_scale: Option<f64>, rate: Option<f64>) -> Result<(), String> {
+    let factor = match (time_scale, rate) {
+        (Some(k), _) => k,
+        (None, Some(r)) => {
+            let first = rows.iter().map(|x| x.arrival_time).fold(f64::INFINITY, f64::min);
+            let last = rows.iter().map(|x| x.arrival_time).fold(f64::NEG_INFINITY, f64::max);
+            if rows.len() < 2 || last <= first {
+                return Err("trace_rate: rate scaling needs at least two rows at different times".into());
+            }
+            ((rows.len() - 1) as f64 / (last - first)) / r
+        }
+        (None, None) => return Ok(()),
+    };
+    let t0 = rows.iter().map(|x| x.arrival_time).fold(f64::INFINITY, f64::min);
+    for x in rows.iter_mut() {
+        x.arrival_time = t0 + (x.arrival_time - t0) * factor;
+    }
+    Ok(())
+}
+
+/// SplitMix64's finaliser: the trace's key salt from the seed.
+fn splitmix64(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }

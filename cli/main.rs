@@ -10,6 +10,7 @@ mod calib;
 mod explain;
 mod live;
 mod load;
+mod plan;
 mod plot;
 mod serve;
 mod sweep;
@@ -52,6 +53,8 @@ enum Cmd {
     Explain(explain::ExplainArgs),
     /// What-if tuning: the best configuration under SLOs, the Pareto front, what broke which SLO.
     Tune(tune::TuneArgs),
+    /// The cheapest fleet (replicas × GPU × TP × prefill:decode split) that meets the SLOs.
+    Plan(plan::PlanArgs),
     /// Serve a simulated engine over the OpenAI-compatible API (and /metrics), in real time.
     Serve(serve::ServeArgs),
     /// Run every published measurement in the repository, uncalibrated; error per row and group.
@@ -168,6 +171,7 @@ fn main() -> ExitCode {
         Cmd::Check(a) => calib::check(a),
         Cmd::Explain(a) => explain::run(a),
         Cmd::Tune(a) => tune::run(a),
+        Cmd::Plan(a) => plan::run(a),
         Cmd::Serve(a) => serve::run(a),
         Cmd::Validate(a) => validate::run(a),
     };

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use clap::Args;
 use rayon::prelude::*;
 use serde_json::{Map, Value};
-use sim::config::SimSpec;
+use sim::config::{EngineKind, SimSpec};
 use sim::simulation::{RunOptions, StopReason};
 use sim::sweep::{kv_limited_concurrency, sweep_series, SweepSeries};
 use sim::SimOutput;
@@ -75,7 +75,7 @@ fn expand_scenarios(a: &SweepArgs) -> Result<Vec<(String, RawScenario, Vec<Strin
                 // The overrides speak the scenario's own engine's flags: apply them, then translate.
                 load::apply_overrides(&mut raw, &sets, a.common.seed)?;
                 for k in ks {
-                    if k != "vllm" && k != "sglang" {
+                    if EngineKind::parse(k).is_none() {
                         return Err(format!("--set engine.kind: unknown engine {k:?}; expected vllm or sglang"));
                     }
                     let mut r = raw.clone();
@@ -299,7 +299,7 @@ fn series_json(s: &Series, outs: &[SimOutput], conc: &[u32]) -> Map<String, Valu
 fn series_text(s: &Series, outs: &[SimOutput], conc: &[u32]) -> String {
     let r = series_result(s, outs, conc);
     let knee = r.knee.as_ref().map(|k| k.index);
-    let preempt = if s.specs[0].engine.kind() == "sglang" { "retract" } else { "preempt" };
+    let preempt = s.specs[0].engine.engine_kind().preempt_verb();
     let mut t = String::new();
     let _ = writeln!(
         t,

@@ -4,16 +4,20 @@
 //! that meets every SLO, the Pareto front of throughput against latency, and
 //! for each rejected configuration which SLO it broke and by how much.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
 
 use clap::Args;
 use rand::seq::SliceRandom;
 use rayon::prelude::*;
 use serde_json::{Map, Value};
-use sim::simulation::RunOptions;
-use sim::sweep::{SloViolation, TuneEntry, TuneInvalid, TuneRejected, TuneResult};
+use sim::config::SimSpec;
+use sim::simulation::{RunOptions, StopReason};
+use sim::sweep::{SloViolation, TuneEntry, TuneInvalid, TuneRejected, TuneResult, TuneShared, TuneStoppedEarly};
+use sim::workload::{Workload, WorkloadParams};
 
 use crate::load::{self, RawScenario};
 use crate::ScenarioArgs;
@@ -44,6 +48,10 @@ pub struct TuneArgs {
     /// Write throughput against latency, the Pareto front joined, as SVG.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<String>,
+    /// Run every configuration to the end, even one already certain to break a TTFT
+    /// percentile SLO (such configurations then appear on the Pareto front too).
+    #[arg(long)]
+    pub no_early_stop: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -100,6 +108,178 @@ type Config = Vec<usize>;
 struct Evaluated {
     config: Config,
     result: Result<Map<String, Value>, String>,
+    /// Stopped early: the SLO certain to break, the reason in words, requests completed.
+    stopped: Option<(String, String, usize)>,
+}
+
+/// The early stop of one SLO `p<P>_ttft_ms<=X` (or `median_ttft_ms<=X`).
+///
+/// Why it is certain: the report's percentile is numpy's linear interpolation over
+/// the completed requests' TTFTs (`sim::metrics::percentile`): with `n` values sorted,
+/// it lies between the values at ranks `lo = ⌊P/100·(n−1)⌋` and `lo + 1`, so it is
+/// above `X` once the `n − lo` largest values are. A request's TTFT is final when it
+/// completes, and a completed request stays completed, so once [`EarlyStop::need`]
+/// requests (the largest `n − lo` over every `n` up to the run's request count: a
+/// run that would stall completes fewer) have completed with a TTFT above `X`, the
+/// final percentile is above `X` whatever the rest of the run does. "Above" keeps a
+/// relative margin of 1e-9 over the bound, far above the interpolation's rounding.
+/// Only TTFT percentiles with an upper bound stop early: a mean, a lower bound, or a
+/// per-token metric (TPOT, ITL) is not settled by a subset of the requests like this.
+#[derive(Clone, Debug)]
+struct EarlyStop {
+    slo: String,
+    metric: String,
+    p: f64,
+    bound_ms: f64,
+    /// The least TTFT in ns counted as above the bound.
+    above_ns: u64,
+}
+
+impl EarlyStop {
+    fn of(s: &Slo) -> Option<EarlyStop> {
+        if !s.le {
+            return None;
+        }
+        let p: f64 = match s.metric.as_str() {
+            "median_ttft_ms" => 50.0,
+            m => m.strip_prefix('p')?.strip_suffix("_ttft_ms")?.parse().ok()?,
+        };
+        if !(0.0..=100.0).contains(&p) || s.bound < 0.0 {
+            return None;
+        }
+        let over = s.bound + s.bound.abs() * 1e-9 + 1e-12;
+        // The least ns whose milliseconds (as the report computes them) exceed `over`.
+        let ms = |ns: u64| ns as f64 / 1e6;
+        let (mut lo, mut hi) = (0u64, 1u64 << 62);
+        if ms(hi) <= over {
+            return None;
+        }
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if ms(mid) > over {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        Some(EarlyStop { slo: s.text.clone(), metric: s.metric.clone(), p, bound_ms: s.bound, above_ns: lo })
+    }
+
+    /// Requests above the bound that settle the percentile for any count up to `total`.
+    fn need(&self, total: usize) -> usize {
+        (1..=total)
+            .map(|n| {
+                let pos = self.p / 100.0 * (n - 1) as f64;
+                n - (pos.floor() as usize).min(n - 1)
+            })
+            .max()
+            .unwrap_or(1)
+    }
+}
+
+/// Work shared between configurations: equal step costs (and their memos), the
+/// reports of configurations that resolve identically.
+#[derive(Default)]
+struct SharedWork {
+    costs: Mutex<Vec<Arc<sim::cost::ComposedCost>>>,
+    /// By a fingerprint of the resolved scenario; equal specs are confirmed with `==`.
+    done: Mutex<HashMap<String, Vec<(SimSpec, Result<Map<String, Value>, String>, Option<(String, String, usize)>)>>>,
+    simulated: std::sync::atomic::AtomicUsize,
+    identical: std::sync::atomic::AtomicUsize,
+    workloads: std::sync::atomic::AtomicUsize,
+}
+
+/// A thread's generated workloads, by their parameters less `max_concurrency`.
+type WorkloadCache = Vec<(WorkloadParams, Workload)>;
+
+/// The workload of `p`, from the cache or generated. `generate` reads
+/// `max_concurrency` only to copy it into the result (the client applies it), so
+/// workloads that differ only there are the same requests.
+fn take_workload(cache: &mut WorkloadCache, p: &WorkloadParams, generated: &std::sync::atomic::AtomicUsize) -> Workload {
+    let mut key = p.clone();
+    key.max_concurrency = None;
+    let mut w = match cache.iter().position(|(k, _)| *k == key) {
+        Some(i) => cache.swap_remove(i).1,
+        None => {
+            generated.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            sim::workload::generate(&key)
+        }
+    };
+    w.max_concurrency = p.max_concurrency;
+    w
+}
+
+fn put_workload(cache: &mut WorkloadCache, p: &WorkloadParams, w: Workload) {
+    let mut key = p.clone();
+    key.max_concurrency = None;
+    cache.push((key, w));
+    if cache.len() > 8 {
+        cache.remove(0);
+    }
+}
+
+/// Simulates one resolved configuration, sharing what can be shared; `early`: the
+/// early-stop rules (the first that applies is used).
+fn simulate_config(
+    mut spec: SimSpec,
+    early: Option<&EarlyStop>,
+    shared: &SharedWork,
+    cache: &mut WorkloadCache,
+) -> (Result<Map<String, Value>, String>, Option<(String, String, usize)>) {
+    if let Some(c) = &spec.cost.composed {
+        let mut costs = shared.costs.lock().expect("not poisoned");
+        match costs.iter().find(|x| ***x == **c) {
+            Some(x) => spec.cost.composed = Some(x.clone()),
+            None => costs.push(c.clone()),
+        }
+    }
+    let fingerprint = format!(
+        "{:?}|{:?}|{:?}|{:?}|{}|{}|{:?}",
+        spec.engine,
+        spec.workload,
+        spec.deployment,
+        spec.kv_sizing,
+        spec.model.id,
+        spec.gpu.id,
+        spec.cost.coefficients()
+    );
+    if let Some(v) = shared.done.lock().expect("not poisoned").get(&fingerprint) {
+        if let Some((_, r, st)) = v.iter().find(|(s, _, _)| *s == spec) {
+            shared.identical.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return (r.clone(), st.clone());
+        }
+    }
+    shared.simulated.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let (result, stopped) = if spec.fleet.is_some() {
+        // A fleet runs its own loop: no shared workload, no early stop.
+        (Ok(sim::report::point_json(&spec, &sim::simulate(&spec, RunOptions::default()))), None)
+    } else {
+        let workload = take_workload(cache, &spec.workload, &shared.workloads);
+        let rule = early.map(|e| (e, e.need(workload.requests.len())));
+        let opts = RunOptions { stop_after_slow_ttft: rule.map(|(e, n)| (e.above_ns, n)), ..Default::default() };
+        // `sim::simulate` for one engine: the workload, the run, the metrics.
+        let run = sim::run_workload(&spec.engine, &spec.cost, &workload, opts);
+        if let (StopReason::StoppedEarly { completed }, Some((e, n))) = (&run.stop, rule) {
+            let reason = format!(
+                "stopped early: {} > {} already certain ({n} of {} requests had a TTFT above {} ms after {completed} completed)",
+                e.metric,
+                e.bound_ms,
+                workload.requests.len(),
+                e.bound_ms
+            );
+            let completed = *completed;
+            put_workload(cache, &spec.workload, workload);
+            (Err(reason.clone()), Some((e.slo.clone(), reason, completed)))
+        } else {
+            let metrics = sim::metrics::bench_metrics(&run);
+            let out = sim::SimOutput { workload, run, metrics, fleet: None };
+            let j = sim::report::point_json(&spec, &out);
+            put_workload(cache, &spec.workload, out.workload);
+            (Ok(j), None)
+        }
+    };
+    shared.done.lock().expect("not poisoned").entry(fingerprint).or_default().push((spec, result.clone(), stopped.clone()));
+    (result, stopped)
 }
 
 fn minimise(metric: &str) -> bool {
@@ -175,19 +355,26 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
         c
     };
     let pb = crate::plot::progress(total.min(a.max_configs) as u64, "simulating configurations");
+    pb.set_style(
+        indicatif::ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} ({elapsed}, ETA {eta})")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    // The early stop: the first TTFT-percentile SLO with an upper bound.
+    let early: Option<EarlyStop> =
+        if a.no_early_stop { None } else { slos.iter().find_map(EarlyStop::of) };
+    let shared = SharedWork::default();
     let evaluate = |configs: &[Config]| -> Vec<Evaluated> {
         configs
             .par_iter()
-            .inspect(|_| pb.inc(1))
-            .map(|c| {
+            .map_init(WorkloadCache::new, |cache, c| {
                 let mut raw: RawScenario = base.clone();
                 let sets: Vec<String> = c.iter().zip(&knobs).map(|(&i, (p, v))| format!("{p}={}", v[i])).collect();
-                let result =
-                    load::apply_overrides(&mut raw, &sets, None).and_then(|_| load::resolve(&raw)).map(|(_, spec)| {
-                        let out = sim::simulate(&spec, RunOptions::default());
-                        sim::report::point_json(&spec, &out)
-                    });
-                Evaluated { config: c.clone(), result }
+                let (result, stopped) = match load::apply_overrides(&mut raw, &sets, None).and_then(|_| load::resolve(&raw)) {
+                    Ok((_, spec)) => simulate_config(spec, early.as_ref(), &shared, cache),
+                    Err(e) => (Err(e), None),
+                };
+                pb.inc(1);
+                Evaluated { config: c.clone(), result, stopped }
             })
             .collect()
     };
@@ -256,7 +443,17 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
     let mut best: Option<(f64, &Evaluated)> = None;
     let mut rejected = Vec::new();
     let mut invalid = Vec::new();
+    let mut stopped_early = Vec::new();
     for e in &evaluated {
+        if let Some((slo, reason, completed)) = &e.stopped {
+            stopped_early.push(TuneStoppedEarly {
+                config: cfg_json(&e.config),
+                slo: slo.clone(),
+                reason: reason.clone(),
+                completed: *completed,
+            });
+            continue;
+        }
         match &e.result {
             Err(err) => invalid.push(TuneInvalid { config: cfg_json(&e.config), error: err.clone() }),
             Ok(m) => {
@@ -342,6 +539,13 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
         slos: slos.iter().map(|s| s.text.clone()).collect(),
         notes,
         knee,
+        stopped_early,
+        shared: Some(TuneShared {
+            simulated: shared.simulated.load(std::sync::atomic::Ordering::Relaxed),
+            identical: shared.identical.load(std::sync::atomic::Ordering::Relaxed),
+            workloads_generated: shared.workloads.load(std::sync::atomic::Ordering::Relaxed),
+            distinct_costs: shared.costs.lock().expect("not poisoned").len(),
+        }),
     };
     if a.json {
         println!("{}", serde_json::to_string_pretty(&result).expect("json"));
@@ -412,11 +616,28 @@ fn text(r: &TuneResult, pareto_latency: &str, slo_args: &[String]) -> String {
             let _ = writeln!(s, "  {}: breaks {}", Value::Object(x.config.clone()), v.join("; "));
         }
     }
+    if !r.stopped_early.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nStopped early ({}: each certain to break an SLO; not on the Pareto front; --no-early-stop runs them out):",
+            r.stopped_early.len()
+        );
+        for x in &r.stopped_early {
+            let _ = writeln!(s, "  {}: {}", Value::Object(x.config.clone()), x.reason);
+        }
+    }
     if !r.invalid.is_empty() {
         let _ = writeln!(s, "\nInvalid ({}: the scenario's validation rejects them):", r.invalid.len());
         for i in &r.invalid {
             let _ = writeln!(s, "  {}: {}", Value::Object(i.config.clone()), i.error);
         }
+    }
+    if let Some(sh) = &r.shared {
+        let _ = writeln!(
+            s,
+            "\n({} simulated, {} answered by an identical configuration; {} workloads generated; {} distinct step costs)",
+            sh.simulated, sh.identical, sh.workloads_generated, sh.distinct_costs
+        );
     }
     s
 }

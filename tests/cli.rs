@@ -359,3 +359,19 @@ fn plots_are_written_as_svg_with_the_knee_and_the_kv_limit_marked() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--plot"));
 }
+
+/// The published RTX 5090 setup with SGLang 0.5.21 runs beside the vLLM one.
+#[test]
+fn published_rtx5090_sglang_setup_runs_beside_vllm() {
+    let j = stdout_json(&run_cli(&["simulate", "scenarios/rtx5090-qwen2.5-7b-sglang.json", "--json"]));
+    assert_eq!(j["engine"], "sglang");
+    assert_eq!(j["kv_cache_tokens"], 210714);
+    assert_eq!(j["kv_limited_concurrency"], 45);
+    assert_eq!(j["completed"], 20);
+    assert!(j.get("num_retractions").is_some());
+    let v = stdout_json(&run_cli(&["simulate", "--json"]));
+    // Same report keys on both engines (SGLang adds num_retractions).
+    for k in v.as_object().unwrap().keys() {
+        assert!(j.get(k).is_some(), "SGLang report lacks {k}");
+    }
+}

@@ -1,4 +1,5 @@
-//! Helpers shared by the tests.
+//! Helpers shared by the tests that need the `servesim` binary (the simulator's own
+//! suites have theirs in `sim/tests/common/mod.rs`).
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -21,24 +22,6 @@ pub fn resources() -> Resources {
 pub fn spec(v: Value) -> SimSpec {
     let s = config::from_value(v, "").unwrap_or_else(|e| panic!("scenario does not parse: {e}"));
     config::resolve(&s, &resources()).unwrap_or_else(|e| panic!("scenario does not resolve: {e}"))
-}
-
-/// A small vLLM scenario: Qwen2.5-7B on an A100, fixed lengths.
-pub fn small_vllm(input: u32, output: u32, prompts: u32, concurrency: u32) -> Value {
-    serde_json::json!({
-        "version": 1,
-        "engine": {"kind": "vllm", "version": "0.33.0", "max_num_seqs": 256, "max_num_batched_tokens": 2048,
-                   "kv_cache_tokens": 200000, "max_model_len": 8192},
-        "model": "qwen2.5-7b-instruct",
-        "hardware": "a100-80gb",
-        "workload": {"dataset_name": "random", "random_input_len": input, "random_output_len": output,
-                     "num_prompts": prompts, "max_concurrency": concurrency, "ignore_eos": true,
-                     "initial_test_request": false, "seed": 1}
-    })
-}
-
-pub fn set(v: &mut Value, assignment: &str) {
-    config::apply_set(v, assignment).unwrap();
 }
 
 pub fn servesim() -> Command {

@@ -43,3 +43,32 @@ fn a_sweep_on_one_thread_equals_the_same_sweep_on_two() {
     let lone = stdout_json(&run_cli(&["simulate", s, "--json", "--set", "workload.max_concurrency=16"]));
     assert_eq!(sweep["points"][2], lone);
 }
+
+/// Same scenario and seed give byte-identical output on SGLang too.
+#[test]
+fn sglang_runs_are_deterministic() {
+    for s in
+        ["scenarios/kv-starved-qwen2.5-7b-a100-sglang.json", "scenarios/shared-prefix-lpm-llama3.1-8b-h100-sglang.json"]
+    {
+        let a = run_cli(&[
+            "simulate",
+            s,
+            "--json",
+            "--set",
+            "engine.schedule_policy=random",
+            "--set",
+            "workload.num_prompts=150",
+        ]);
+        let b = run_cli(&[
+            "simulate",
+            s,
+            "--json",
+            "--set",
+            "engine.schedule_policy=random",
+            "--set",
+            "workload.num_prompts=150",
+        ]);
+        assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
+        assert_eq!(a.stdout, b.stdout);
+    }
+}

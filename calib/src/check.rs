@@ -63,7 +63,7 @@ pub struct CheckPoint {
     /// The prediction's 90% interval per metric (with a profile that carries an uncertainty
     /// block), and where it came from.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub uncertainty: Option<Value>,
+    pub uncertainty: Option<crate::uncertainty::ReportIntervals>,
     /// Per metric: the measured value lies inside the predicted 90% interval.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub inside_interval: Option<Named<bool>>,
@@ -258,7 +258,7 @@ impl CheckReport {
                 }
             }
             p.inside_interval = Some(inside);
-            p.uncertainty = Some(crate::uncertainty::report_json(iv, source));
+            p.uncertainty = Some(crate::uncertainty::ReportIntervals::new(iv, source));
         }
     }
 

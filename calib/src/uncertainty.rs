@@ -329,14 +329,24 @@ pub fn uncalibrated_intervals(center: &Point, src: &UncalibratedSource) -> Named
     out
 }
 
-/// The `uncertainty` object of a report: each metric's interval, and where it came from.
-pub fn report_json(intervals: &Named<Interval>, source: &str) -> Value {
-    let mut m = serde_json::Map::new();
-    for (k, i) in intervals.iter() {
-        m.insert(k.to_string(), serde_json::json!({"p05": i.p05, "p95": i.p95}));
+/// The `uncertainty` object of a report (`simulate --json`, each point of a check report):
+/// each metric's interval, then where they came from.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ReportIntervals {
+    #[serde(flatten)]
+    pub intervals: Named<Interval>,
+    pub source: String,
+}
+
+impl ReportIntervals {
+    pub fn new(intervals: &Named<Interval>, source: &str) -> ReportIntervals {
+        ReportIntervals { intervals: intervals.clone(), source: source.to_string() }
     }
-    m.insert("source".into(), source.into());
-    Value::Object(m)
+}
+
+/// [`ReportIntervals`] as JSON, for a report that is still an object of keys.
+pub fn report_json(intervals: &Named<Interval>, source: &str) -> Value {
+    serde_json::to_value(ReportIntervals::new(intervals, source)).expect("intervals serialise")
 }
 
 /// One line of text: the headline metrics' intervals.

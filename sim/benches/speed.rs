@@ -76,10 +76,74 @@ fn run_million(res: &Resources) {
     );
 }
 
+/// A million Mooncake-format requests: the 40-row sample (`data/traces/mooncake_sample.jsonl`)
+/// tiled 25,000 times (each tile's hash ids shifted by `(tile mod 100) × 10,000`, so prompts
+/// share prefixes within and across tiles as the real trace's do), outputs capped at 128
+/// tokens, rescaled to 640 requests/s, on 64 vLLM replicas of Qwen2.5-7B on H100 behind
+/// `router` (`SPEED_FLEET_ROUTER`, default `cache_aware`).
+fn run_fleet_trace(res: &Resources) {
+    let sample = std::fs::read_to_string(root().join("data/traces/mooncake_sample.jsonl")).unwrap();
+    let rows = sim::traces::parse_mooncake(&sample).unwrap();
+    let span = rows.iter().map(|r| r.timestamp).fold(0.0, f64::max) + 500.0;
+    let mut text = String::new();
+    for tile in 0..25_000u64 {
+        for r in &rows {
+            let ids: Vec<String> = r.hash_ids.iter().map(|h| (h + (tile % 100) * 10_000).to_string()).collect();
+            text.push_str(&format!(
+                "{{\"timestamp\": {}, \"input_length\": {}, \"output_length\": {}, \"hash_ids\": [{}]}}\n",
+                r.timestamp + tile as f64 * span,
+                r.input_length,
+                r.output_length.min(128),
+                ids.join(",")
+            ));
+        }
+    }
+    let t = Instant::now();
+    let mut reqs = sim::traces::parse_requests(sim::traces::TraceFormat::Mooncake, &text, 7).unwrap();
+    sim::traces::rate_scale(&mut reqs, 640.0).unwrap();
+    let parse = t.elapsed().as_secs_f64();
+    let router = std::env::var("SPEED_FLEET_ROUTER").unwrap_or_else(|_| "cache_aware".into());
+    let v = serde_json::json!({
+        "version": 1,
+        "engine": {"kind": "vllm", "version": "0.33.0", "max_model_len": 16384, "kv_cache_tokens": 400000},
+        "model": "qwen2.5-7b-instruct",
+        "hardware": "h100-80gb",
+        "workload": {"dataset_name": "trace", "trace": "mooncake-tiled.jsonl", "trace_format": "mooncake",
+                     "ignore_eos": true, "initial_test_request": false},
+        "fleet": {"count": 64, "router": {"policy": router}}
+    });
+    let mut res = res.clone();
+    res.trace_requests = Some(std::sync::Arc::new(reqs));
+    let s = config::from_value(v, "").unwrap();
+    let spec = config::resolve(&s, &res).unwrap();
+    let t = Instant::now();
+    let o = sim::simulate(&spec, opts());
+    let wall = t.elapsed().as_secs_f64();
+    let simulated = o.run.end_ns as f64 / 1e9;
+    let n = o.workload.requests.len();
+    assert_eq!(o.metrics.completed as usize, n);
+    println!(
+        "| 64 replicas ({router}), Mooncake-format trace (sample tiled), 1,000,000 requests | {n} | {} | {simulated:.1} | {wall:.3} | {:.0} | {:.0} | {:.0} |",
+        o.run.num_steps,
+        simulated / wall,
+        n as f64 / wall,
+        peak_rss_mib().unwrap_or(f64::NAN)
+    );
+    eprintln!(
+        "(trace generation and parsing {parse:.1} s, not counted; prefix hit rate {:.3}, mean TTFT {:.1} ms)",
+        o.run.counters.prefix_cache_hits as f64 / o.run.counters.prefix_cache_queries.max(1) as f64,
+        o.metrics.ttft.mean
+    );
+}
+
 fn main() {
     let res = Resources { models: cards::<ModelCard>("model"), gpus: cards::<GpuCard>("gpu"), ..Default::default() };
     if std::env::var_os("SPEED_MILLION").is_some() {
         run_million(&res);
+        return;
+    }
+    if std::env::var_os("SPEED_FLEET").is_some() {
+        run_fleet_trace(&res);
         return;
     }
     let cases: Vec<(&str, Value)> = vec![
@@ -162,5 +226,12 @@ fn main() {
         .expect("run the million-request child");
     print!("{}", String::from_utf8_lossy(&child.stdout));
     eprint!("{}", String::from_utf8_lossy(&child.stderr));
-    println!("\n(the last row's last column: peak RSS in MiB, VmHWM)");
+    // The fleet row: 64 replicas and a million trace requests, in a child of its own too.
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .env("SPEED_FLEET", "1")
+        .output()
+        .expect("run the fleet child");
+    print!("{}", String::from_utf8_lossy(&child.stdout));
+    eprint!("{}", String::from_utf8_lossy(&child.stderr));
+    println!("\n(the last rows' last column: peak RSS in MiB, VmHWM)");
 }

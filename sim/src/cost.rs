@@ -274,6 +274,11 @@ pub struct StepShape {
     /// Chunks past the first [`MAX_CHUNKS`]: their count, tokens and
     /// attention pairs (costed as that many chunks of their mean shape).
     pub rest: (u64, u64, u64),
+    /// The engine schedules this step while the previous one runs on the GPU (vLLM's
+    /// async scheduling, SGLang's overlap scheduler on a GPU), so the step's CPU time
+    /// overlaps the GPU's: the kernel-composed cost takes their maximum instead of their
+    /// sum. The linear model ignores it (a fitted per-step constant absorbs the overlap).
+    pub cpu_overlapped: bool,
 }
 
 impl StepShape {
@@ -443,7 +448,7 @@ impl CostModel {
     /// Duration of a step of this shape, in nanoseconds (at least 1).
     pub fn step_ns(&self, s: &StepShape) -> u64 {
         if let Some(c) = &self.composed {
-            return us_to_ns(c.step_us(s)).max(1);
+            return c.step_ns(s);
         }
         let us = self.step_us
             + self.per_seq_us * f64::from(s.num_seqs)
@@ -465,8 +470,21 @@ impl CostModel {
 
 /// Microseconds (f64) to whole nanoseconds, rounding to nearest; negative
 /// values (which validation rejects) clamp to 0.
+#[inline]
 pub fn us_to_ns(us: f64) -> u64 {
-    let ns = (us * 1000.0).round();
+    let x = us * 1000.0;
+    // `x.round()` (half away from zero) without its library call, in the range
+    // every step takes: `x as u64` truncates, and `x - trunc(x)` is exact (for
+    // x ≥ 1, trunc(x) ≥ x / 2: Sterbenz), so this is `round` bit for bit.
+    if x > 0.0 && x < 9_007_199_254_740_992.0 {
+        let i = x as u64;
+        return i + u64::from(x - i as f64 >= 0.5);
+    }
+    us_to_ns_slow(x)
+}
+
+fn us_to_ns_slow(x: f64) -> u64 {
+    let ns = x.round();
     if ns.is_finite() && ns > 0.0 {
         ns as u64
     } else {
@@ -477,6 +495,28 @@ pub fn us_to_ns(us: f64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn us_to_ns_is_round_bit_for_bit() {
+        let reference = |us: f64| us_to_ns_slow(us * 1000.0);
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut vals = vec![0.0, -0.0, 1e-4, 4.999e-4, 5e-4, 0.0005000000000000001, 1.0, 0.4995, 2.5e-3, 1e15, 9.007e12, 9.1e12, 1e300, f64::INFINITY, f64::NAN, -1.0];
+        for k in 0..2000u64 {
+            // Halves and their neighbours.
+            let h = (k as f64 + 0.5) / 1000.0;
+            vals.extend([h, f64::from_bits(h.to_bits() - 1), f64::from_bits(h.to_bits() + 1)]);
+        }
+        for _ in 0..200_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            vals.push(f64::from_bits(x >> 2) % 1e7);
+            vals.push((x % 100_000_000) as f64 / 997.0);
+        }
+        for v in vals {
+            assert_eq!(us_to_ns(v), reference(v), "{v:e}");
+        }
+    }
 
     #[test]
     fn prefill_attention_pairs_count_the_causal_triangle() {

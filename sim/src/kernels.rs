@@ -415,6 +415,151 @@ impl Grid {
     }
 }
 
+/// One axis of a [`FlatGrid`]: its points, and [`bracket`] precomputed at every
+/// whole number up to the last point (the batch axes), so that a lookup at a
+/// whole number is one load.
+#[derive(Clone, Debug, PartialEq)]
+struct Axis {
+    xs: Box<[f64]>,
+    first: f64,
+    last: f64,
+    /// `bracket(xs, k)` for `k` in `0..=last` (empty when the last point is past [`Axis::MAX_WHOLE`]).
+    whole: Box<[Bracket]>,
+}
+
+/// Where `x` falls on an axis: the two points around it and the fraction between them
+/// (exactly [`bracket`]'s result).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Bracket {
+    lo: u32,
+    hi: u32,
+    t: f64,
+}
+
+impl Axis {
+    /// Axes ending past this are not tabulated at whole numbers.
+    const MAX_WHOLE: f64 = 4096.0;
+
+    fn new(xs: &[f64]) -> Axis {
+        let last = xs[xs.len() - 1];
+        let whole = if last <= Self::MAX_WHOLE {
+            (0..=last as u64).map(|k| Self::search(xs, k as f64)).collect()
+        } else {
+            Box::default()
+        };
+        Axis { xs: xs.into(), first: xs[0], last, whole }
+    }
+
+    /// [`bracket`], as a [`Bracket`] (the same comparisons and the same arithmetic).
+    #[inline]
+    fn search(xs: &[f64], x: f64) -> Bracket {
+        let (lo, hi, t) = bracket(xs, x);
+        Bracket { lo: lo as u32, hi: hi as u32, t }
+    }
+
+    #[inline]
+    fn at(&self, x: f64) -> Bracket {
+        let n = self.xs.len();
+        if x <= self.first {
+            return Bracket { lo: 0, hi: 0, t: 0.0 };
+        }
+        if x >= self.last {
+            return Bracket { lo: (n - 1) as u32, hi: (n - 1) as u32, t: 0.0 };
+        }
+        let i = self.xs.partition_point(|&v| v <= x);
+        Bracket { lo: (i - 1) as u32, hi: i as u32, t: (x - self.xs[i - 1]) / (self.xs[i] - self.xs[i - 1]) }
+    }
+
+    /// [`Axis::at`] of the whole number `k`.
+    #[inline]
+    fn at_whole(&self, k: u64) -> Bracket {
+        match self.whole.get(k as usize) {
+            Some(b) => *b,
+            None => self.at(k as f64),
+        }
+    }
+}
+
+/// A [`Grid`] laid out for evaluation in the step loop: one flat row-major
+/// array, both axes' brackets found once (the row interpolation is shared by
+/// the two rows), whole-number lookups tabulated. [`FlatGrid::at`] returns
+/// exactly [`Grid::at`]'s value: the same operations on the same operands in
+/// the same order (tested bit for bit).
+#[derive(Clone, Debug, PartialEq)]
+pub struct FlatGrid {
+    a: Axis,
+    b: Axis,
+    /// `v[i * b.len() + j]` at `(a[i], b[j])`.
+    v: Box<[f64]>,
+    sqrt_a: bool,
+}
+
+impl Grid {
+    /// This grid, laid out for fast evaluation.
+    pub fn flat(&self) -> FlatGrid {
+        assert!(self.v.len() == self.a.len() && self.v.iter().all(|r| r.len() == self.b.len()), "a full grid");
+        FlatGrid {
+            a: Axis::new(&self.a),
+            b: Axis::new(&self.b),
+            v: self.v.iter().flatten().copied().collect(),
+            sqrt_a: self.sqrt_a,
+        }
+    }
+}
+
+impl FlatGrid {
+    /// [`Grid::at`]`(a, b)`.
+    #[inline]
+    pub fn at(&self, a: f64, b: f64) -> f64 {
+        self.eval(self.a.at(a), a, self.b.at(b), b)
+    }
+
+    /// [`Grid::at`]`(a as f64, b)` for a whole-number `a` (decode batches).
+    #[inline]
+    pub fn at_whole_a(&self, a: u64, b: f64) -> f64 {
+        self.eval(self.a.at_whole(a), a as f64, self.b.at(b), b)
+    }
+
+    /// [`Grid::at`]`(a, b as f64)` for a whole-number `b` (prefill batches).
+    #[inline]
+    pub fn at_whole_b(&self, a: f64, b: u64) -> f64 {
+        self.eval(self.a.at(a), a, self.b.at_whole(b), b as f64)
+    }
+
+    #[inline]
+    fn eval(&self, ba: Bracket, a: f64, bb: Bracket, b: f64) -> f64 {
+        let nb = self.b.xs.len();
+        let bl = self.b.last;
+        // `Grid::at_row`, for the rows `ba.lo` and `ba.hi`.
+        let row = |i: u32| {
+            let r = &self.v[i as usize * nb..(i as usize + 1) * nb];
+            let (y0, y1) = (r[bb.lo as usize], r[bb.hi as usize]);
+            let mut y = y0 + bb.t * (y1 - y0);
+            if b > bl {
+                y *= b / bl;
+            }
+            y
+        };
+        let (y0, y1) = (row(ba.lo), row(ba.hi));
+        let t = ba.t;
+        let al = self.a.last;
+        if self.sqrt_a {
+            let s = y0.sqrt() + t * (y1.sqrt() - y0.sqrt());
+            let mut y = s * s;
+            if a > al {
+                y *= (a / al) * (a / al);
+            }
+            y
+        } else {
+            let mut y = y0 + t * (y1 - y0);
+            if a > al {
+                y *= a / al;
+            }
+            y
+        }
+    }
+}
+
 /// Fills the `null` cells above a staircase from the largest measured cell
 /// of the same first-axis row, in proportion to the second axis (`batch`
 /// for prefill) or, for decode grids (`batch` first), from the largest
@@ -811,5 +956,58 @@ pub fn fit_roofline(systems: &[&str], engine: &str, shapes: &FitShapes) -> Roofl
         ctx_floor_ms: col(4),
         gen_memory: col(5).min(1.0),
         gen_floor_ms: col(6),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The flat grids the step loop reads give exactly the grids' values, on the
+    /// points, between them, at whole numbers and beyond both ends.
+    #[test]
+    fn flat_grids_are_the_grids_bit_for_bit() {
+        let shapes = crate::cost::fit_shapes();
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for system in tabled_systems() {
+            for engine in ["vllm", "sglang"] {
+                let Some(t) = tables(system, engine) else { continue };
+                for &h in &shapes.heads {
+                    for g in [t.ctx_grid(h), t.gen_grid(h)] {
+                        let f = g.flat();
+                        let (amax, bmax) = (g.a[g.a.len() - 1] * 1.5, g.b[g.b.len() - 1] * 1.5);
+                        let mut pts: Vec<(f64, f64)> = Vec::new();
+                        for &a in &g.a {
+                            for &b in &g.b {
+                                pts.push((a, b));
+                            }
+                        }
+                        for _ in 0..3000 {
+                            let a = (rnd() % 1_000_000) as f64 / 1e6 * amax;
+                            let b = (rnd() % 1_000_000) as f64 / 1e6 * bmax;
+                            pts.push((a, b));
+                            pts.push((a.round().max(1.0), b));
+                            pts.push((a, b.round().max(1.0)));
+                        }
+                        for (a, b) in pts {
+                            let want = g.at(a, b).to_bits();
+                            assert_eq!(f.at(a, b).to_bits(), want, "{system} {engine} at ({a}, {b})");
+                            if a.fract() == 0.0 {
+                                assert_eq!(f.at_whole_a(a as u64, b).to_bits(), want, "{system} {engine} ({a}, {b})");
+                            }
+                            if b.fract() == 0.0 {
+                                assert_eq!(f.at_whole_b(a, b as u64).to_bits(), want, "{system} {engine} ({a}, {b})");
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 }

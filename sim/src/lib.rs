@@ -61,14 +61,19 @@ pub struct SimOutput {
     pub workload: Workload,
     pub run: RunResult,
     pub metrics: metrics::BenchMetrics,
+    /// With a fleet: each replica's engine block and the fleet's own figures.
+    pub fleet: Option<fleet::FleetRun>,
 }
 
 /// Generates the workload and runs it.
 pub fn simulate(spec: &SimSpec, opts: RunOptions) -> SimOutput {
+    if spec.fleet.is_some() {
+        return simulation::simulate_observed(spec, opts, &mut |_| {});
+    }
     let workload = workload::generate(&spec.workload);
     let run = run_workload(&spec.engine, &spec.cost, &workload, opts);
     let metrics = metrics::bench_metrics(&run);
-    SimOutput { workload, run, metrics }
+    SimOutput { workload, run, metrics, fleet: None }
 }
 
 /// Runs a given workload (one generated elsewhere, or replayed) on the engine `spec` describes.

@@ -7,7 +7,7 @@
 use serde_json::{Map, Value};
 use std::fmt::Write as _;
 
-use crate::config::SimSpec;
+use crate::config::{EngineKind, SimSpec};
 use crate::metrics::{put_stats, Stats, PERCENTILES};
 use crate::sweep::KvLimit;
 use crate::SimOutput;
@@ -28,7 +28,110 @@ pub fn point_json(spec: &SimSpec, out: &SimOutput) -> Map<String, Value> {
     let mut j = bench_json(&PointMeta::of(spec), &out.workload, &out.metrics, &out.run);
     // Which model timed the steps: measured kernel tables, a fallback, or the linear model.
     j.insert("cost_source".into(), spec.cost.source().into());
+    if let Some(f) = &out.fleet {
+        j.insert("fleet".into(), fleet_json(f));
+        j.insert("replicas".into(), Value::Array(f.replicas.iter().map(replica_json).collect()));
+    }
     j
+}
+
+/// The fleet's own figures (`fleet` key of a fleet's report).
+pub fn fleet_json(f: &crate::fleet::FleetRun) -> Value {
+    let mut j = Map::new();
+    j.insert(
+        "kind".into(),
+        match f.kind {
+            crate::config::FleetKind::Fleet => "fleet",
+            crate::config::FleetKind::DataParallel => "data_parallel",
+        }
+        .into(),
+    );
+    j.insert("num_replicas".into(), (f.replicas.len() as u64).into());
+    j.insert("num_gpus".into(), f.num_gpus.into());
+    j.insert("router".into(), f.router.clone().into());
+    if let Some(d) = &f.decode_router {
+        j.insert("decode_router".into(), d.clone().into());
+        j.insert("kv_transfers".into(), f.kv_transfers.into());
+        j.insert("mean_kv_transfer_ms".into(), f.mean_kv_transfer_ms.into());
+        j.insert("mean_kv_transfer_wait_ms".into(), f.mean_kv_transfer_wait_ms.into());
+    }
+    Value::Object(j)
+}
+
+/// One replica's engine block (`replicas` key of a fleet's report).
+pub fn replica_json(r: &crate::fleet::ReplicaRun) -> Value {
+    let mut j = Map::new();
+    let c = &r.counters;
+    j.insert("name".into(), r.name.clone().into());
+    j.insert("group".into(), (r.group as u64).into());
+    j.insert("role".into(), r.role.as_str().into());
+    j.insert("engine".into(), r.engine.into());
+    j.insert("engine_version".into(), r.engine_version.clone().into());
+    j.insert("hardware".into(), r.hardware.clone().into());
+    j.insert("tensor_parallel_size".into(), r.tensor_parallel_size.into());
+    j.insert("requests".into(), r.requests.into());
+    j.insert("num_preemptions".into(), c.num_preemptions.into());
+    j.insert("prefix_cache_queries".into(), c.prefix_cache_queries.into());
+    j.insert("prefix_cache_hits".into(), c.prefix_cache_hits.into());
+    let hit_rate =
+        if c.prefix_cache_queries > 0 { c.prefix_cache_hits as f64 / c.prefix_cache_queries as f64 } else { 0.0 };
+    j.insert("prefix_cache_hit_rate".into(), hit_rate.into());
+    j.insert("prefill_tokens_computed".into(), c.prefill_tokens_computed.into());
+    j.insert("kv_cache_tokens".into(), r.kv_capacity_tokens.into());
+    j.insert("kv_cache_usage_peak".into(), r.gauges.kv_usage_peak.into());
+    j.insert("kv_cache_usage_mean".into(), r.gauges.kv_usage_mean.into());
+    j.insert("mean_running".into(), r.gauges.running_mean.into());
+    j.insert("peak_running".into(), r.gauges.running_peak.into());
+    j.insert("mean_waiting".into(), r.gauges.waiting_mean.into());
+    j.insert("peak_waiting".into(), r.gauges.waiting_peak.into());
+    j.insert("num_steps".into(), r.num_steps.into());
+    Value::Object(j)
+}
+
+/// The text block of a fleet: one line per replica.
+pub fn fleet_text(f: &crate::fleet::FleetRun) -> String {
+    let mut s = String::new();
+    header(&mut s, &format!(" Fleet ({} replicas, {} GPUs) ", f.replicas.len(), f.num_gpus), '=');
+    line(&mut s, "Router:", &f.router);
+    if let Some(d) = &f.decode_router {
+        line(&mut s, "Decode router:", d);
+        line(&mut s, "KV transfers:", f.kv_transfers);
+        linef(&mut s, "Mean KV transfer (ms):", f.mean_kv_transfer_ms);
+        linef(&mut s, "Mean wait for decode KV (ms):", f.mean_kv_transfer_wait_ms);
+    }
+    let _ = writeln!(
+        s,
+        "{:<12} {:<8} {:<14} {:>8} {:>7} {:>7} {:>7} {:>8} {:>8}",
+        "replica", "role", "hardware", "requests", "preempt", "hit %", "KV pk %", "run mean", "wait mean"
+    );
+    for r in &f.replicas {
+        let c = &r.counters;
+        let hr = if c.prefix_cache_queries > 0 {
+            100.0 * c.prefix_cache_hits as f64 / c.prefix_cache_queries as f64
+        } else {
+            0.0
+        };
+        let hw = if r.tensor_parallel_size > 1 {
+            format!("{}x{}", r.tensor_parallel_size, r.hardware)
+        } else {
+            r.hardware.clone()
+        };
+        let _ = writeln!(
+            s,
+            "{:<12} {:<8} {:<14} {:>8} {:>7} {:>7.1} {:>7.1} {:>8.1} {:>8.1}",
+            r.name,
+            r.role.as_str(),
+            hw,
+            r.requests,
+            c.num_preemptions,
+            hr,
+            100.0 * r.gauges.kv_usage_peak,
+            r.gauges.running_mean,
+            r.gauges.waiting_mean
+        );
+    }
+    header(&mut s, "", '=');
+    s
 }
 
 impl PointMeta {
@@ -41,6 +144,12 @@ impl PointMeta {
             hardware: spec.gpu.id.clone(),
             kv_granularity: spec.engine.kv_granularity(),
         }
+    }
+
+    /// The engine, typed; `None` for a live server that did not say which it is
+    /// (`engine` is then `unknown`).
+    pub fn kind(&self) -> Option<EngineKind> {
+        EngineKind::parse(&self.engine)
     }
 }
 
@@ -84,7 +193,7 @@ pub fn bench_json(
     // The engine's view.
     let c = &run.counters;
     j.insert("num_preemptions".into(), c.num_preemptions.into());
-    if meta.engine == "sglang" {
+    if meta.kind() == Some(EngineKind::Sglang) {
         j.insert("num_retractions".into(), c.num_preemptions.into());
     }
     j.insert("prefix_cache_queries".into(), c.prefix_cache_queries.into());
@@ -195,6 +304,9 @@ pub fn text(spec: &SimSpec, out: &SimOutput, opts: &TextOptions) -> String {
             "Note: prefix cache hits include the first timed prompt, which the initial test request (the same prompt, sent first as vllm bench serve before 0.14 does) left cached."
         );
     }
+    if let Some(f) = &out.fleet {
+        s.push_str(&fleet_text(f));
+    }
     // The step clock's source, as the engine block's first line.
     if let Some(at) = s.find(" Engine (").and_then(|i| s[i..].find('\n').map(|j| i + j + 1)) {
         let mut l = String::new();
@@ -268,7 +380,7 @@ fn text_report_with(
     let limit: KvLimit = crate::sweep::kv_limit(run.kv_capacity_tokens, meta.kv_granularity, w);
     let c = &run.counters;
     header(&mut s, &format!(" Engine ({} {}, {what}) ", meta.engine, meta.engine_version), '=');
-    if meta.engine == "sglang" {
+    if meta.kind() == Some(EngineKind::Sglang) {
         line(&mut s, "Retractions:", c.num_preemptions);
     } else {
         line(&mut s, "Preemptions:", c.num_preemptions);

@@ -59,7 +59,7 @@
 //! instants and in the same order (with `output_lag`, each step delivers the one
 //! before's tokens). The engine then applies the `k` tokens to each request at once
 //! ([`Engine::ff_end`]). The output is byte-identical to stepping
-//! (`tests/fast_forward.rs`: random scenarios of both engines and every scenario
+//! (`sim/tests/fast_forward.rs`: random scenarios of both engines and every scenario
 //! file, both ways).
 //!
 //! # Bounds
@@ -94,11 +94,21 @@ pub struct RunOptions {
     /// Advance runs of provably identical decode steps in one move (see the module docs).
     /// The output is byte-identical either way; off, every step is planned and run.
     pub fast_forward: bool,
+    /// `Some((ns, count))`: stop (`StopReason::StoppedEarly`) once `count` timed requests
+    /// have completed with a TTFT (first token received − sent) of at least `ns` (`tune`'s
+    /// early stop of a configuration whose TTFT percentile is already certain to break an SLO).
+    pub stop_after_slow_ttft: Option<(u64, usize)>,
 }
 
 impl Default for RunOptions {
     fn default() -> Self {
-        RunOptions { check_invariants: false, max_steps: 200_000_000, record_timeseries: false, fast_forward: true }
+        RunOptions {
+            check_invariants: false,
+            max_steps: 200_000_000,
+            record_timeseries: false,
+            fast_forward: true,
+            stop_after_slow_ttft: None,
+        }
     }
 }
 
@@ -168,6 +178,10 @@ pub enum StopReason {
     TimeOverflow {
         cause: &'static str,
     },
+    /// [`RunOptions::stop_after_slow_ttft`]'s count was reached after `completed` timed requests.
+    StoppedEarly {
+        completed: usize,
+    },
 }
 
 impl StopReason {
@@ -182,6 +196,9 @@ impl StopReason {
             StopReason::Interrupted { completed } => format!("interrupted: {completed} requests had completed"),
             StopReason::TimeOverflow { cause } => {
                 format!("time overflow: simulated time passed 584 years (u64 nanoseconds): {cause}")
+            }
+            StopReason::StoppedEarly { completed } => {
+                format!("stopped early: enough slow first tokens after {completed} requests")
             }
         }
     }
@@ -257,10 +274,10 @@ struct Loop<'a, E: Engine> {
     ff_outs: Vec<TokenOutput>,
 }
 
-const STEP_TOO_LONG: &str = "an engine step's cost is too large (cost coefficients, or a prior efficiency close to 0)";
-const SEND_TOO_LATE: &str = "a request's send time is too late (trace arrival_time or request_rate)";
-const INGRESS_TOO_LONG: &str = "request_ingress_us is too large";
-const STREAMING_TOO_LONG: &str = "output_token_us is too large";
+pub(crate) const STEP_TOO_LONG: &str = "an engine step's cost is too large (cost coefficients, or a prior efficiency close to 0)";
+pub(crate) const SEND_TOO_LATE: &str = "a request's send time is too late (trace arrival_time or request_rate)";
+pub(crate) const INGRESS_TOO_LONG: &str = "request_ingress_us is too large";
+pub(crate) const STREAMING_TOO_LONG: &str = "output_token_us is too large";
 
 impl<'a, E: Engine> Loop<'a, E> {
     fn push(&mut self, t: u64, ev: Event) {
@@ -505,6 +522,11 @@ pub fn simulate_observed(
 ) -> crate::SimOutput {
     use crate::config::EngineSpec;
     let workload = crate::workload::generate(&spec.workload);
+    if let Some(f) = &spec.fleet {
+        let (run, fleet) = crate::fleet::run_fleet(f, &workload, spec.workload.seed, opts, observe);
+        let metrics = crate::metrics::bench_metrics(&run);
+        return crate::SimOutput { workload, run, metrics, fleet: Some(fleet) };
+    }
     let run = match &spec.engine {
         EngineSpec::Vllm(cfg) => {
             run_observed(crate::engine::vllm::Scheduler::new(cfg.clone()), &spec.cost, &workload, opts, observe)
@@ -514,18 +536,15 @@ pub fn simulate_observed(
         }
     };
     let metrics = crate::metrics::bench_metrics(&run);
-    crate::SimOutput { workload, run, metrics }
+    crate::SimOutput { workload, run, metrics, fleet: None }
 }
 
-/// [`run`], calling `observe` each time a timed request completes.
-pub fn run_observed<E: Engine>(
-    engine: E,
-    cost: &CostModel,
+/// All phases' requests in one id space (test, warm-ups, timed), each one's phase, the
+/// phases' id ranges, and an empty record per request. Shared by the fleet loop.
+#[allow(clippy::type_complexity)]
+pub(crate) fn phase_layout(
     workload: &Workload,
-    opts: RunOptions,
-    observe: &mut dyn FnMut(Progress),
-) -> RunResult {
-    // All phases' requests in one id space: test, warm-ups, timed.
+) -> (Vec<&RequestSpec>, Vec<Phase>, Vec<(Phase, std::ops::Range<usize>)>, Vec<RequestRecord>) {
     let mut specs: Vec<&RequestSpec> = Vec::new();
     let mut phase_of = Vec::new();
     let mut phases: Vec<(Phase, std::ops::Range<usize>)> = Vec::new();
@@ -548,7 +567,6 @@ pub fn run_observed<E: Engine>(
         phase_of.push(Phase::Timed);
     }
     phases.push((Phase::Timed, timed_start..specs.len()));
-
     let records = specs
         .iter()
         .map(|s| RequestRecord {
@@ -558,6 +576,18 @@ pub fn run_observed<E: Engine>(
             ..Default::default()
         })
         .collect();
+    (specs, phase_of, phases, records)
+}
+
+/// [`run`], calling `observe` each time a timed request completes.
+pub fn run_observed<E: Engine>(
+    engine: E,
+    cost: &CostModel,
+    workload: &Workload,
+    opts: RunOptions,
+    observe: &mut dyn FnMut(Progress),
+) -> RunResult {
+    let (specs, phase_of, phases, records) = phase_layout(workload);
     let kv_capacity_tokens = engine.kv_capacity_tokens();
     let mut lp = Loop {
         engine,
@@ -608,6 +638,7 @@ pub fn run_observed<E: Engine>(
         lp.stop = Some(StopReason::Completed);
     }
 
+    let mut slow_ttfts = 0usize;
     while lp.stop.is_none() {
         let Some(Reverse((t, _, ev))) = lp.heap.pop() else {
             lp.stop = Some(StopReason::Stalled { unfinished: lp.engine.num_unfinished() });
@@ -635,6 +666,16 @@ pub fn run_observed<E: Engine>(
                 if lp.timed {
                     let total = workload.requests.len();
                     observe(Progress { completed: total - lp.remaining_in_phase, total, now_ns: now });
+                    if let Some((ns, count)) = lp.opts.stop_after_slow_ttft {
+                        let r = &lp.records[id as usize];
+                        if r.token_times_ns.first().is_some_and(|&t| t - r.dispatch_ns >= ns) {
+                            slow_ttfts += 1;
+                            if slow_ttfts >= count {
+                                let completed = total - lp.remaining_in_phase;
+                                lp.stop = Some(StopReason::StoppedEarly { completed });
+                            }
+                        }
+                    }
                 }
                 if let Some(next) = lp.pending.pop_front() {
                     lp.dispatch(next, now);

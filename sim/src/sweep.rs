@@ -49,7 +49,7 @@
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::config::SimSpec;
+use crate::config::{EngineKind, SimSpec};
 use crate::workload::Workload;
 use crate::SimOutput;
 
@@ -198,7 +198,7 @@ pub fn sweep_series(
     translation_notes: Vec<String>,
 ) -> SweepSeries {
     let limit = kv_limited_concurrency(&specs[0], &outs[0].workload);
-    let sentence = kv_limit_sentence(&limit, specs[0].engine.max_running(), specs[0].engine.kind());
+    let sentence = kv_limit_sentence(&limit, specs[0].engine.max_running(), specs[0].engine.engine_kind());
     SweepSeries {
         scenario: label.to_string(),
         engine: specs[0].engine.kind().to_string(),
@@ -245,6 +245,19 @@ pub struct TuneInvalid {
     pub error: String,
 }
 
+/// A configuration `tune` stopped before its run ended, because an SLO was already
+/// certain to break (`RunOptions::stop_after_slow_ttft`); it has no metrics.
+#[derive(Clone, Debug, Serialize)]
+pub struct TuneStoppedEarly {
+    pub config: Map<String, Value>,
+    /// The SLO certain to break.
+    pub slo: String,
+    /// Why, in words: `"stopped early: p99_ttft_ms > 2000 already certain (7 of 512 requests ...)"`.
+    pub reason: String,
+    /// Timed requests completed when it stopped.
+    pub completed: usize,
+}
+
 /// What `servesim tune --json` prints.
 #[derive(Clone, Debug, Serialize)]
 pub struct TuneResult {
@@ -261,11 +274,31 @@ pub struct TuneResult {
     /// With `workload.max_concurrency` varied: the knee ([`find_knee`]) along it, the
     /// other knobs as in the best configuration (or the first valid one).
     pub knee: Option<Knee>,
+    /// Configurations stopped early, each certain to break an SLO (absent when none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stopped_early: Vec<TuneStoppedEarly>,
+    /// Work shared between configurations (the text output's last line; not in the JSON).
+    #[serde(skip)]
+    pub shared: Option<TuneShared>,
+}
+
+/// What `tune` shared between configurations.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TuneShared {
+    /// Configurations simulated (to the end or stopped early).
+    pub simulated: usize,
+    /// Configurations that resolved to a scenario already simulated: its report reused.
+    pub identical: usize,
+    /// Distinct workloads generated (configurations differing only in engine knobs or
+    /// `max_concurrency` share one).
+    pub workloads_generated: usize,
+    /// Distinct kernel-composed step costs (equal ones share their memos).
+    pub distinct_costs: usize,
 }
 
 /// One sentence on what the KV-limited concurrency means for this scenario.
-pub fn kv_limit_sentence(limit: &KvLimit, max_running: u32, engine: &str) -> String {
-    let knob = if engine == "sglang" { "max_running_requests" } else { "max_num_seqs" };
+pub fn kv_limit_sentence(limit: &KvLimit, max_running: u32, engine: EngineKind) -> String {
+    let knob = engine.running_cap_flag();
     if u64::from(max_running) < limit.concurrency {
         format!(
             "{knob} = {max_running} binds before the KV pool does (the pool holds {} requests of {} tokens): past {max_running} concurrent requests, new ones queue in the engine and TTFT grows with the queue.",

@@ -53,6 +53,11 @@ pub enum Dataset {
     Random { input_len: u32, output_len: u32, range_ratio: f64, prefix_len: u32 },
     PrefixRepetition { prefix_len: u32, suffix_len: u32, num_prefixes: u32, output_len: u32 },
     Trace { rows: Vec<TraceRow> },
+    /// A production trace (Mooncake, Azure, BurstGPT; [`crate::traces`]) as requests:
+    /// arrivals in ns from the first row, prompts as keyed segments (Mooncake's hash ids
+    /// are shared 512-token segments, so prefix caches and prefix-aware routers see the
+    /// trace's real sharing).
+    Requests { requests: std::sync::Arc<Vec<crate::traces::TraceRequest>> },
 }
 
 /// Where output lengths end when `ignore_eos` is false.
@@ -167,10 +172,17 @@ pub fn generate(params: &WorkloadParams) -> Workload {
                 items.push((segs, row.output_len, Some(row.arrival_time), row.priority.unwrap_or(0)));
             }
         }
+        Dataset::Requests { requests } => {
+            for r in requests.iter().take(n) {
+                items.push((r.prompt.clone(), r.output_len, None, 0));
+            }
+        }
     }
 
     // Arrivals.
-    let arrivals: Vec<u64> = if let Some(Dataset::Trace { .. }) = Some(&params.dataset) {
+    let arrivals: Vec<u64> = if let Dataset::Requests { requests } = &params.dataset {
+        requests.iter().take(n).map(|r| r.arrival_ns).collect()
+    } else if let Some(Dataset::Trace { .. }) = Some(&params.dataset) {
         let t0 = items.iter().filter_map(|it| it.2).fold(f64::INFINITY, f64::min);
         items.iter().map(|it| secs_to_ns(it.2.unwrap_or(0.0) - if t0.is_finite() { t0 } else { 0.0 })).collect()
     } else {

@@ -183,6 +183,7 @@ pub fn resolve(request: &str) -> Result<String, String> {
             "name": "prefix_repetition", "prefix_len": prefix_len, "suffix_len": suffix_len,
             "num_prefixes": num_prefixes, "output_len": output_len}),
         Dataset::Trace { rows } => json!({"name": "trace", "rows": rows.len()}),
+        Dataset::Requests { requests } => json!({"name": "trace", "rows": requests.len()}),
     };
     let (mean_in, mean_out) = workload.mean_lengths();
     let j = json!({
@@ -210,7 +211,7 @@ pub fn resolve(request: &str) -> Result<String, String> {
         "seed": spec.workload.seed,
         "kv_limited_concurrency": limit.concurrency,
         "kv_request_footprint_tokens": limit.footprint_tokens,
-        "kv_limit_explanation": sim::sweep::kv_limit_sentence(&limit, spec.engine.max_running(), spec.engine.kind()),
+        "kv_limit_explanation": sim::sweep::kv_limit_sentence(&limit, spec.engine.max_running(), spec.engine.engine_kind()),
         "scenario": raw.json,
     });
     Ok(serde_json::to_string(&j).expect("serializable"))
@@ -298,7 +299,7 @@ pub fn explain(request: &str) -> Result<String, String> {
 pub fn translate(request: &str) -> Result<String, String> {
     let req = parse_request(request)?;
     let to = req.to.as_deref().unwrap_or("sglang");
-    if to != "vllm" && to != "sglang" {
+    if config::EngineKind::parse(to).is_none() {
         return Err(format!("--set engine.kind: unknown engine {to:?}; expected vllm or sglang"));
     }
     let mut raw = read_raw(&req)?;

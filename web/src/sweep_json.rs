@@ -4,7 +4,7 @@
 //! browser test holds the output byte-identical to the binary's.
 
 use serde_json::{Map, Value};
-use sim::config::SimSpec;
+use sim::config::{EngineKind, SimSpec};
 use sim::simulation::RunOptions;
 use sim::sweep::{sweep_series, SweepSeries};
 use sim::SimOutput;
@@ -37,7 +37,7 @@ fn expand(req: &Request) -> Result<Vec<(String, RawScenario, Vec<String>)>, Stri
         }
         Some(ks) => {
             for k in ks {
-                if k != "vllm" && k != "sglang" {
+                if EngineKind::parse(k).is_none() {
                     return Err(format!("--set engine.kind: unknown engine {k:?}; expected vllm or sglang"));
                 }
                 let mut r = raw.clone();

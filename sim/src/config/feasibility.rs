@@ -9,7 +9,7 @@ pub(super) fn check_requests_fit(spec: &SimSpec) -> Result<()> {
     let field = match spec.workload.dataset {
         Dataset::Random { .. } => "workload.random_input_len",
         Dataset::PrefixRepetition { .. } => "workload.prefix_repetition_prefix_len",
-        Dataset::Trace { .. } => "workload.trace",
+        Dataset::Trace { .. } | Dataset::Requests { .. } => "workload.trace",
     };
     match &spec.engine {
         EngineSpec::Vllm(c) => {
@@ -71,6 +71,10 @@ pub fn max_request_lengths(w: &WorkloadParams) -> (u32, u32) {
             (prefix_len + suffix_len, prefix_len + suffix_len + output_len)
         }
         Dataset::Trace { rows } => rows
+            .iter()
+            .take(w.num_prompts as usize)
+            .fold((0, 0), |(p, t), r| (p.max(r.input_len), t.max(r.input_len + r.output_len))),
+        Dataset::Requests { requests } => requests
             .iter()
             .take(w.num_prompts as usize)
             .fold((0, 0), |(p, t), r| (p.max(r.input_len), t.max(r.input_len + r.output_len))),

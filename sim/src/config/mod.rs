@@ -63,6 +63,7 @@ type Result<T> = std::result::Result<T, ConfigError>;
 
 mod cost;
 mod feasibility;
+mod fleet;
 mod flags;
 mod memory;
 mod overrides;
@@ -72,6 +73,9 @@ mod vllm;
 mod workload;
 
 pub use feasibility::max_request_lengths;
+pub use fleet::{
+    FleetKind, FleetSection, FleetSpec, ReplicaGroup, ReplicaRole, ReplicaSpec, DEFAULT_KV_TRANSFER_BANDWIDTH,
+};
 pub use memory::*;
 /// The fitted memory constants, by name.
 pub mod memory_constants {
@@ -99,6 +103,9 @@ pub struct Resources {
     pub profile: Option<CostCoefficients>,
     /// The rows of `workload.trace`, loaded.
     pub trace: Option<Vec<TraceRow>>,
+    /// A production trace (`workload.trace_format` mooncake, azure, burstgpt), parsed
+    /// and scaled by the command line ([`crate::traces`]).
+    pub trace_requests: Option<std::sync::Arc<Vec<crate::traces::TraceRequest>>>,
 }
 
 /// How the KV pool's size was found.
@@ -171,6 +178,9 @@ pub struct SimSpec {
     pub cost: CostModel,
     pub workload: WorkloadParams,
     pub kv_sizing: KvSizing,
+    /// Several replicas behind a router, or data parallelism (`config::fleet`); `None`: one
+    /// engine (the fields above). With a fleet, the fields above are its first replica's.
+    pub fleet: Option<Box<FleetSpec>>,
 }
 
 fn resolve_card<T: serde::de::DeserializeOwned + Clone>(
@@ -251,6 +261,9 @@ pub fn default_initial_test_request(engine: &EngineSpec) -> bool {
 
 /// Checks a scenario and resolves it against the loaded resources.
 pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
+    if s.version == SCENARIO_FORMAT_VERSION && fleet::is_fleet(s) {
+        return fleet::resolve_fleet(s, res);
+    }
     if s.version != SCENARIO_FORMAT_VERSION {
         return Err(ConfigError::new(
             "version",
@@ -284,6 +297,7 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
     let kind =
         s.engine.kind.ok_or_else(|| ConfigError::new("engine.kind", "missing; expected \"vllm\" or \"sglang\""))?;
     s.engine.check_flags_of(kind)?;
+    fleet::check_dp_flags(&s.engine, kind, "engine")?;
     let deployment = resolve_deployment(&s.engine, kind, &model, hardware_count)?;
     let mut workload = resolve_workload(&s.workload, res)?;
     let (engine, kv_sizing) = match kind {
@@ -301,7 +315,7 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
         ))),
     };
     let cost = resolve_cost(&s.cost, &model, &gpu, &deployment, res, engine.kind(), graphs)?;
-    let spec = SimSpec { name: s.name.clone(), engine, model, gpu, deployment, cost, workload, kv_sizing };
+    let spec = SimSpec { name: s.name.clone(), engine, model, gpu, deployment, cost, workload, kv_sizing, fleet: None };
     check_requests_fit(&spec)?;
     Ok(spec)
 }

@@ -40,6 +40,10 @@ pub struct EngineSection {
     pub max_model_len: Option<u32>,
     #[serde(default)]
     pub policy: Option<Policy>,
+    /// vLLM `--async-scheduling` / `--no-async-scheduling` (default: on from 0.14 on a
+    /// GPU, as vLLM resolves it; off on the `cpu-host` card, as calibrated).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub async_scheduling: Option<bool>,
     /// vLLM `--tensor-parallel-size`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tensor_parallel_size: Option<u32>,
@@ -96,6 +100,18 @@ pub struct EngineSection {
     /// of the default `mem_fraction_static` in 0.5.x).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cuda_graph_max_bs: Option<u32>,
+    // ---- data parallelism inside one engine (`docs/fleets.md`) ----
+    /// vLLM `--data-parallel-size`: that many engine cores behind one API server, balanced
+    /// by the engine-core client (least `4 × waiting + running`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_parallel_size: Option<u32>,
+    /// SGLang `--dp-size`: that many schedulers behind one tokenizer manager, dispatched by
+    /// the `DataParallelController`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dp_size: Option<u32>,
+    /// SGLang `--load-balance-method`: `round_robin` (default) or `shortest_queue`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_balance_method: Option<String>,
 }
 
 /// `request_rate`: a number of requests per second, or `"inf"`.
@@ -220,6 +236,27 @@ pub struct WorkloadSection {
     /// Path of a CSV or JSONL trace (read by the command line, relative to the scenario file).
     #[serde(default)]
     pub trace: Option<String>,
+    /// The trace's format: `csv` or `jsonl` (servesim's rows; the default, told by the
+    /// file's extension), or a production trace: `mooncake`, `azure`, `burstgpt`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_format: Option<TraceFileFormat>,
+    /// Multiplies every inter-arrival time of the trace (2: half the rate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_time_scale: Option<f64>,
+    /// Rescales the trace's arrivals to this mean rate (requests per second), keeping its shape.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_rate: Option<f64>,
+}
+
+/// `workload.trace_format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TraceFileFormat {
+    Csv,
+    Jsonl,
+    Mooncake,
+    Azure,
+    Burstgpt,
 }
 
 /// The `cost` section.
@@ -254,6 +291,9 @@ pub struct Scenario {
     pub workload: WorkloadSection,
     #[serde(default)]
     pub cost: CostSection,
+    /// Several engine replicas behind a router (`docs/fleets.md`); absent: one engine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<super::fleet::FleetSection>,
 }
 
 /// Deserializes strictly, reporting the path of the first bad field.

@@ -1,6 +1,8 @@
 //! SGLang: the engine section resolved with SGLang's defaults per release and GPU.
 
+use super::vllm::is_cpu_host;
 use super::*;
+use crate::engine::sglang::{Overlap, SglangBehaviour};
 
 pub(super) fn resolve_sglang(
     e: &EngineSection,
@@ -109,9 +111,9 @@ pub(super) fn resolve_sglang(
         )
     } else {
         let graph_bs = if dep.cuda_graphs {
-            let d = e.cuda_graph_max_bs.unwrap_or_else(|| {
-                sglang_default_cuda_graph_max_bs(gpu, version, dep.tensor_parallel_size)
-            });
+            let d = e
+                .cuda_graph_max_bs
+                .unwrap_or_else(|| sglang_default_cuda_graph_max_bs(gpu, version, dep.tensor_parallel_size));
             Some(e.max_running_requests.map_or(d, |m| d.min(m)))
         } else {
             None
@@ -159,8 +161,20 @@ pub(super) fn resolve_sglang(
     let default_running = (max_total_tokens / 2).min(pool_reqs).max(1) as u32;
     let max_running_requests =
         positive("engine.max_running_requests", e.max_running_requests.unwrap_or(default_running))?;
+    let disable_overlap_schedule = e.disable_overlap_schedule.unwrap_or(false);
+    let mut behaviour = SglangBehaviour::of_release(version);
+    behaviour.overlap = if disable_overlap_schedule {
+        Overlap::Off
+    } else if is_cpu_host(gpu) {
+        Overlap::CpuBackend
+    } else {
+        // The GPU overlap scheduler's scheduling lag is not modelled yet: the GPU takes
+        // the CPU backend's form for now (docs/sglang.md §7).
+        Overlap::CpuBackend
+    };
     let cfg = SglangConfig {
         version,
+        behaviour,
         max_running_requests,
         chunked_prefill_size,
         max_prefill_tokens,
@@ -170,9 +184,25 @@ pub(super) fn resolve_sglang(
         schedule_conservativeness: conservativeness,
         disable_radix_cache: e.disable_radix_cache.unwrap_or(false),
         enable_mixed_chunk: e.enable_mixed_chunk.unwrap_or(false),
-        disable_overlap_schedule: e.disable_overlap_schedule.unwrap_or(false),
+        disable_overlap_schedule,
         context_length,
         seed,
     };
     Ok((EngineSpec::Sglang(cfg), sizing))
+}
+
+impl SglangBehaviour {
+    /// The behaviours of an SGLang release (`docs/sglang.md`; each from the first release
+    /// it was read in), with the overlap scheduler on as the CPU backend shows it.
+    pub fn of_release(v: Version) -> SglangBehaviour {
+        SglangBehaviour {
+            page_floored_chunks: v >= Version::new(0, 5, 0),
+            retract_until_decode_fits: v >= Version::new(0, 5, 3),
+            chunked_req_always_progresses: v >= Version::new(0, 5, 21),
+            ignore_eos_full_reservation: v >= Version::new(0, 5, 23),
+            page_reserve_per_request: v >= Version::new(0, 5, 23),
+            retract_ratio_plus_one: v >= Version::new(0, 5, 23),
+            overlap: Overlap::CpuBackend,
+        }
+    }
 }

@@ -1,6 +1,13 @@
 //! vLLM: the engine section resolved with vLLM's defaults per release and GPU.
 
 use super::*;
+use crate::engine::vllm::VllmBehaviour;
+
+/// The CPU test bed's card (`models/gpu/cpu-host.json`): the live calibrations ran
+/// there, with the engines' CPU backends (no CUDA streams, a synchronous forward).
+pub(super) fn is_cpu_host(gpu: &GpuCard) -> bool {
+    gpu.id == "cpu-host"
+}
 
 pub(super) fn resolve_vllm(
     e: &EngineSection,
@@ -113,8 +120,14 @@ pub(super) fn resolve_vllm(
         (blocks, KvSizing { source: "gpu_memory_utilization", kv_bytes_per_token, memory: Some(acct) })
     };
     let enable_prefix_caching = e.enable_prefix_caching.unwrap_or(true);
+    let mut behaviour = VllmBehaviour::of_release(version);
+    // `async_scheduling` left unset: vLLM's resolution (`config/vllm.py`) turns it on
+    // unless the model pools, speculative decoding is on or the executor cannot; the
+    // `cpu-host` card keeps the synchronous loop its live calibration was fitted with.
+    behaviour.async_scheduling = e.async_scheduling.unwrap_or(behaviour.async_scheduling && !is_cpu_host(gpu));
     let cfg = VllmConfig {
         version,
+        behaviour,
         max_num_seqs,
         max_num_batched_tokens,
         long_prefill_token_threshold: e.long_prefill_token_threshold.unwrap_or(0),
@@ -125,4 +138,19 @@ pub(super) fn resolve_vllm(
         policy: e.policy.unwrap_or(Policy::Fcfs),
     };
     Ok((EngineSpec::Vllm(cfg), sizing))
+}
+
+impl VllmBehaviour {
+    /// The behaviours of a vLLM release (`docs/vllm.md`; each from the first release it
+    /// was read in), with async scheduling at the release's default.
+    pub fn of_release(v: Version) -> VllmBehaviour {
+        VllmBehaviour {
+            skip_preempted_prefix_stats: v >= Version::new(0, 12, 0),
+            prefix_stats_at_admission: v >= Version::new(0, 28, 0),
+            full_prompt_admission: v >= Version::new(0, 20, 0),
+            long_prefill_alone_rule: v >= Version::new(0, 32, 0),
+            priority_walk_continues: v >= Version::new(0, 33, 0),
+            async_scheduling: v >= Version::new(0, 14, 0),
+        }
+    }
 }

@@ -57,6 +57,51 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
                 )?,
             }
         }
+        DatasetName::Trace if matches!(
+            w.trace_format,
+            Some(TraceFileFormat::Mooncake | TraceFileFormat::Azure | TraceFileFormat::Burstgpt)
+        ) =>
+        {
+            if w.trace.is_none() {
+                return Err(ConfigError::new("workload.trace", "dataset_name is \"trace\" but no trace file is given"));
+            }
+            let requests = res
+                .trace_requests
+                .clone()
+                .ok_or_else(|| ConfigError::new("workload.trace", "the trace was not loaded"))?;
+            if requests.is_empty() {
+                return Err(ConfigError::new("workload.trace", "the trace has no requests: an empty workload"));
+            }
+            if requests.len() > MAX_NUM_PROMPTS as usize {
+                return Err(ConfigError::new(
+                    "workload.trace",
+                    format!("{} requests: at most {MAX_NUM_PROMPTS} a run", requests.len()),
+                ));
+            }
+            for (i, r) in requests.iter().enumerate() {
+                if r.input_len == 0 || r.output_len == 0 {
+                    return Err(ConfigError::new(
+                        format!("workload.trace[{i}]"),
+                        "input and output lengths must be at least 1",
+                    ));
+                }
+                if r.arrival_ns as f64 > MAX_ARRIVAL_TIME_S * 1e9 {
+                    return Err(ConfigError::new(
+                        format!("workload.trace[{i}]"),
+                        format!("arrives after the limit of {MAX_ARRIVAL_TIME_S} s (one year)"),
+                    ));
+                }
+            }
+            if let Some(n) = w.num_prompts {
+                if n as usize > requests.len() {
+                    return Err(ConfigError::new(
+                        "workload.num_prompts",
+                        format!("{n}, but the trace has {} requests", requests.len()),
+                    ));
+                }
+            }
+            Dataset::Requests { requests }
+        }
         DatasetName::Trace => {
             if w.trace.is_none() {
                 return Err(ConfigError::new("workload.trace", "dataset_name is \"trace\" but no trace file is given"));
@@ -110,6 +155,7 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
     };
     let num_prompts = match (&dataset, w.num_prompts) {
         (Dataset::Trace { rows }, None) => rows.len() as u32,
+        (Dataset::Requests { requests }, None) => requests.len() as u32,
         (_, n) => positive("workload.num_prompts", n.unwrap_or(1000))?,
     };
     if num_prompts > MAX_NUM_PROMPTS {
@@ -122,14 +168,22 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
         Dataset::Random { output_len, range_ratio, .. } => (f64::from(*output_len) * (1.0 + range_ratio)).ceil() as u64,
         Dataset::PrefixRepetition { output_len, .. } => u64::from(*output_len),
         Dataset::Trace { rows } => rows.iter().map(|r| u64::from(r.output_len)).max().unwrap_or(0),
+        Dataset::Requests { requests } => requests.iter().map(|r| u64::from(r.output_len)).max().unwrap_or(0),
     };
     let total_output = match &dataset {
         Dataset::Trace { rows } => rows.iter().take(num_prompts as usize).map(|r| u64::from(r.output_len)).sum(),
+        Dataset::Requests { requests } => {
+            requests.iter().take(num_prompts as usize).map(|r| u64::from(r.output_len)).sum()
+        }
         _ => u64::from(num_prompts) * max_output,
     };
     if total_output > MAX_TOTAL_OUTPUT_TOKENS {
         return Err(ConfigError::new(
-            if matches!(dataset, Dataset::Trace { .. }) { "workload.trace" } else { "workload.num_prompts" },
+            if matches!(dataset, Dataset::Trace { .. } | Dataset::Requests { .. }) {
+                "workload.trace"
+            } else {
+                "workload.num_prompts"
+            },
             format!(
                 "{num_prompts} requests of up to {max_output} output tokens ({total_output} in all) is above the limit of {MAX_TOTAL_OUTPUT_TOKENS} output tokens a run (each token's time is kept)"
             ),
@@ -142,7 +196,7 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
             format!("{num_warmups} is above the limit of {MAX_NUM_WARMUPS}"),
         ));
     }
-    let is_trace = matches!(dataset, Dataset::Trace { .. });
+    let is_trace = matches!(dataset, Dataset::Trace { .. } | Dataset::Requests { .. });
     let request_rate = match w.request_rate.unwrap_or(RequestRate(None)).0 {
         // A trace's arrival times say when requests are sent: a rate is ignored (the
         // command line warns), never reported as used.
@@ -231,7 +285,12 @@ fn check_fields_of_dataset(w: &WorkloadSection) -> Result<()> {
         ("prefix_repetition_num_prefixes", w.prefix_repetition_num_prefixes.is_some()),
         ("prefix_repetition_output_len", w.prefix_repetition_output_len.is_some()),
     ];
-    let trace = [("trace", w.trace.is_some())];
+    let trace = [
+        ("trace", w.trace.is_some()),
+        ("trace_format", w.trace_format.is_some()),
+        ("trace_time_scale", w.trace_time_scale.is_some()),
+        ("trace_rate", w.trace_rate.is_some()),
+    ];
     let (name, foreign): (&str, Vec<(&str, bool)>) = match w.dataset_name {
         DatasetName::Random => ("random", prefix_rep.iter().chain(&trace).copied().collect()),
         DatasetName::PrefixRepetition => ("prefix_repetition", random.iter().chain(&trace).copied().collect()),
@@ -245,6 +304,19 @@ fn check_fields_of_dataset(w: &WorkloadSection) -> Result<()> {
                 .collect(),
         ),
     };
+    if w.trace_time_scale.is_some() && w.trace_rate.is_some() {
+        return Err(ConfigError::new(
+            "workload.trace_rate",
+            "give trace_time_scale or trace_rate, not both (trace_rate sets the scale)",
+        ));
+    }
+    for (f, v) in [("trace_time_scale", w.trace_time_scale), ("trace_rate", w.trace_rate)] {
+        if let Some(x) = v {
+            if !(x.is_finite() && x > 0.0) {
+                return Err(ConfigError::new(format!("workload.{f}"), format!("must be a number > 0, got {x}")));
+            }
+        }
+    }
     if let Some((f, _)) = foreign.iter().find(|(_, set)| *set) {
         return Err(ConfigError::new(
             format!("workload.{f}"),

@@ -41,7 +41,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::cards::{GpuCard, ModelCard};
 use crate::config::Deployment;
-use crate::kernels::{self, Curve, GemmShape, Grid, Heads, Peaks, Provider};
+use crate::kernels::{self, Curve, FlatGrid, GemmShape, Grid, Heads, Peaks, Provider};
 
 use super::StepShape;
 
@@ -60,6 +60,54 @@ pub const VLLM_GRAPH_MAX_TOKENS: u64 = 512;
 pub const MEMO_TOKENS: usize = 16384;
 /// Sequence counts memoised for the LM head.
 pub const MEMO_SEQS: usize = 4096;
+/// Entries of the decode-step memo ([`ComposedCost::step_ns`]), a power of two.
+pub const MEMO_DECODE_STEPS: usize = 4096;
+
+/// A direct-mapped memo of whole decode-only steps' durations, shared by the
+/// threads of a sweep: each entry a seqlock (`version` odd while written) over a
+/// `(key, ns)` pair, all atomics. A reader that sees the same even version before
+/// and after reading, and its key, has the pair one writer wrote; a writer that
+/// cannot take the entry skips it (the value is recomputed, never wrong).
+#[derive(Debug)]
+struct StepMemo {
+    entries: Box<[[AtomicU64; 3]]>,
+}
+
+impl StepMemo {
+    fn new() -> StepMemo {
+        StepMemo { entries: (0..MEMO_DECODE_STEPS).map(|_| [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]).collect() }
+    }
+
+    #[inline]
+    fn slot(&self, key: u64) -> &[AtomicU64; 3] {
+        let h = key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - MEMO_DECODE_STEPS.trailing_zeros());
+        &self.entries[h as usize]
+    }
+
+    #[inline]
+    fn get(&self, key: u64) -> Option<u64> {
+        let [version, k, v] = self.slot(key);
+        let v1 = version.load(Ordering::Acquire);
+        let (k, v) = (k.load(Ordering::Relaxed), v.load(Ordering::Relaxed));
+        std::sync::atomic::fence(Ordering::Acquire);
+        let v2 = version.load(Ordering::Relaxed);
+        (v1 & 1 == 0 && v1 == v2 && k == key).then_some(v)
+    }
+
+    fn put(&self, key: u64, ns: u64) {
+        let [version, k, v] = self.slot(key);
+        let v1 = version.load(Ordering::Relaxed);
+        if v1 & 1 == 1
+            || version.compare_exchange(v1, v1 + 1, Ordering::Acquire, Ordering::Relaxed).is_err()
+        {
+            return;
+        }
+        std::sync::atomic::fence(Ordering::Release);
+        k.store(key, Ordering::Relaxed);
+        v.store(ns, Ordering::Relaxed);
+        version.store(v1 + 2, Ordering::Release);
+    }
+}
 
 /// What the all-reduce costs.
 #[derive(Debug)]
@@ -93,12 +141,16 @@ pub struct ComposedCost {
     lm_head: Curve,
     ctx: Grid,
     gen: Grid,
+    /// `ctx` and `gen` laid out for the step loop (the same values, bit for bit).
+    ctx_flat: FlatGrid,
+    gen_flat: FlatGrid,
     allreduce: AllReduce,
     /// Element-wise kernels, all layers, µs per token.
     elementwise_us_per_token: f64,
     graphs: GraphRule,
     memo_tokens: Box<[AtomicU64]>,
     memo_seqs: Box<[AtomicU64]>,
+    memo_decode: StepMemo,
 }
 
 impl PartialEq for ComposedCost {
@@ -260,19 +312,23 @@ impl ComposedCost {
         let elementwise_us_per_token =
             f64::from(model.num_layers) * bytes / (gpu.memory_bandwidth_bytes_per_s * ELEMENTWISE_BW_EFF) * 1e6;
         let graphs = if dep.cuda_graphs { graphs } else { GraphRule::Eager };
+        let (ctx, gen) = (provider.ctx_grid(heads), provider.gen_grid(heads));
         ComposedCost {
             source,
             layers: f64::from(model.num_layers),
             hidden,
             gemms,
             lm_head,
-            ctx: provider.ctx_grid(heads),
-            gen: provider.gen_grid(heads),
+            ctx_flat: ctx.flat(),
+            gen_flat: gen.flat(),
+            ctx,
+            gen,
             allreduce,
             elementwise_us_per_token,
             graphs,
             memo_tokens: (0..MEMO_TOKENS).map(|_| AtomicU64::new(0)).collect(),
             memo_seqs: (0..MEMO_SEQS).map(|_| AtomicU64::new(0)).collect(),
+            memo_decode: StepMemo::new(),
         }
     }
 
@@ -316,13 +372,13 @@ impl ComposedCost {
         let mut attn_ms = 0.0;
         if s.decode_tokens > 0 {
             let b = s.decode_tokens as f64;
-            attn_ms += self.gen.at(b, s.decode_context_tokens as f64 / b);
+            attn_ms += self.gen_flat.at_whole_a(s.decode_tokens, s.decode_context_tokens as f64 / b);
         }
         if s.num_chunks > 0 {
             let b = f64::from(s.num_chunks);
             let kept = (s.num_chunks as usize).min(super::MAX_CHUNKS);
             for c in &s.chunks[..kept] {
-                attn_ms += self.chunk_ms(c.context as f64, c.n as f64, b);
+                attn_ms += self.chunk_ms(c.context as f64, c.n as f64, b, s.num_chunks);
             }
             let (k, n, pairs) = s.rest;
             if k > 0 {
@@ -330,19 +386,19 @@ impl ComposedCost {
                 let (k, n, pairs) = (k as f64, n as f64, pairs as f64);
                 let nbar = n / k;
                 let ctx = ((pairs / k - nbar * (nbar + 1.0) / 2.0) / nbar).max(0.0);
-                attn_ms += k * self.chunk_ms(ctx, nbar, b);
+                attn_ms += k * self.chunk_ms(ctx, nbar, b, s.num_chunks);
             }
         }
         linear + lm + self.layers * attn_ms * 1e3
     }
 
-    /// One prefill chunk of `n` tokens after `ctx` cached ones, in a batch of `b` chunks, ms a layer.
-    fn chunk_ms(&self, ctx: f64, n: f64, b: f64) -> f64 {
+    /// One prefill chunk of `n` tokens after `ctx` cached ones, in a batch of `b` (= `chunks`) chunks, ms a layer.
+    fn chunk_ms(&self, ctx: f64, n: f64, b: f64, chunks: u32) -> f64 {
         if n <= 0.0 {
             return 0.0;
         }
         let full = ctx + n;
-        self.ctx.at(full, b) / b * (1.0 - (ctx / full) * (ctx / full))
+        self.ctx_flat.at_whole_b(full, u64::from(chunks)) / b * (1.0 - (ctx / full) * (ctx / full))
     }
 
     /// Whether the step runs as a CUDA graph.
@@ -354,13 +410,39 @@ impl ComposedCost {
         }
     }
 
+    /// The step's duration in whole nanoseconds (at least 1): [`super::us_to_ns`] of
+    /// [`ComposedCost::step_us`]. A decode-only step's duration depends only on its
+    /// class `(decodes, Σ context, CPU overlap)`; those are memoised (most steps of a
+    /// run are of a class seen before), so such a step costs a hash and four loads.
+    #[inline]
+    pub fn step_ns(&self, s: &StepShape) -> u64 {
+        let decode_only = s.prefill_tokens == 0 && s.num_chunks == 0 && u64::from(s.num_seqs) == s.decode_tokens;
+        // The class in one word: 16 bits of decodes, 46 of context, the overlap bit, and
+        // a set top bit (an empty entry's key is 0).
+        if decode_only && s.decode_tokens < 1 << 16 && s.decode_context_tokens < 1 << 46 {
+            let key = 1 << 63 | s.decode_context_tokens << 17 | s.decode_tokens << 1 | u64::from(s.cpu_overlapped);
+            if let Some(ns) = self.memo_decode.get(key) {
+                return ns;
+            }
+            let ns = super::us_to_ns(self.step_us(s)).max(1);
+            self.memo_decode.put(key, ns);
+            return ns;
+        }
+        super::us_to_ns(self.step_us(s)).max(1)
+    }
+
     /// The step's duration, µs.
     pub fn step_us(&self, s: &StepShape) -> f64 {
         let mut gpu = self.gpu_us(s);
         if !self.in_graph(s) {
             gpu = gpu.max(LAUNCH_PER_LAYER_US * self.layers);
         }
-        gpu + STEP_CPU_US + PER_SEQ_CPU_US * f64::from(s.num_seqs)
+        let cpu = STEP_CPU_US + PER_SEQ_CPU_US * f64::from(s.num_seqs);
+        if s.cpu_overlapped {
+            gpu.max(cpu)
+        } else {
+            gpu + cpu
+        }
     }
 }
 
@@ -451,4 +533,43 @@ pub fn leave_one_gpu_out() -> Vec<LogoRow> {
         }
     }
     rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cost::{us_to_ns, StepShape};
+
+    /// The memoised step duration is the computed one, for decode steps seen once or
+    /// many times (colliding in the memo's slots), with and without the CPU overlap,
+    /// and for steps the memo does not hold.
+    #[test]
+    fn memoised_steps_equal_computed_steps() {
+        let res = crate::builtin::resources().unwrap();
+        let model = res.models.iter().find(|m| m.id == "llama-3.1-8b-instruct").unwrap();
+        let gpu = res.gpus.iter().find(|g| g.id == "h100-80gb").unwrap();
+        let (p, src) = provider_for(gpu, "vllm", FALLBACK, None).unwrap();
+        let c = ComposedCost::build(model, gpu, &Deployment::single(model), GraphRule::VllmTokens(512), &p, src, 5.0, 0.7);
+        let mut x: u64 = 7;
+        let mut rnd = move |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        for round in 0..3 {
+            for _ in 0..20_000 {
+                let b = 1 + rnd(if round == 0 { 8 } else { 700 });
+                let mut s = StepShape::decodes(b, b * (1 + rnd(40_000)));
+                s.cpu_overlapped = rnd(2) == 1;
+                let want = us_to_ns(c.step_us(&s)).max(1);
+                assert_eq!(c.step_ns(&s), want, "{s:?}");
+                assert_eq!(c.step_ns(&s), want, "{s:?} (memoised)");
+            }
+        }
+        let mut s = StepShape::default();
+        s.add_prefill(100, 300);
+        s.add_decode(2000);
+        assert_eq!(c.step_ns(&s), us_to_ns(c.step_us(&s)).max(1));
+    }
 }

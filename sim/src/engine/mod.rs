@@ -64,6 +64,9 @@ pub struct Scheduled {
     pub num_tokens: u32,
     /// True for prompt (or recompute) tokens, false for a decode token.
     pub prefill: bool,
+    /// The step samples a token for it (its last prompt chunk, or a decode); a partial
+    /// prefill chunk samples nothing.
+    pub samples: bool,
 }
 
 /// What one step runs: the engine's `SchedulerOutput`.

@@ -14,10 +14,13 @@
 //! written up in `docs/routers.md`.
 
 pub mod blocks;
+pub mod dp;
 pub mod dynamo;
 pub mod llmd;
 pub mod production_stack;
 pub mod router;
+pub mod run;
 pub mod sglang;
 
+pub use run::{run_fleet, FleetRun, ReplicaRun};
 pub use router::{KvUsage, LeastOutstanding, PowerOfTwo, ReplicaView, RoundRobin, RouteRequest, Router, RouterSpec};

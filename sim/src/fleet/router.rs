@@ -235,6 +235,13 @@ pub enum RouterSpec {
     DynamoKv(KvRouterConfig),
     /// vLLM production-stack's router, `--routing-logic`.
     ProductionStack(RoutingLogic),
+    /// vLLM's data-parallel balancer inside one engine (`data_parallel_size`).
+    VllmDataParallel,
+    /// SGLang's `DataParallelController` inside one engine (`dp_size`).
+    SglangDataParallel {
+        #[serde(default)]
+        load_balance_method: super::dp::LoadBalanceMethod,
+    },
 }
 
 impl RouterSpec {
@@ -249,6 +256,10 @@ impl RouterSpec {
             RouterSpec::LlmdInferenceScheduler(c) => Box::new(InferenceScheduler::new(c.clone(), seed)),
             RouterSpec::DynamoKv(c) => Box::new(KvRouter::new(c.clone(), seed)),
             RouterSpec::ProductionStack(l) => Box::new(ProductionStack::new(l.clone(), seed)),
+            RouterSpec::VllmDataParallel => Box::new(super::dp::VllmDpBalancer::default()),
+            RouterSpec::SglangDataParallel { load_balance_method } => {
+                Box::new(super::dp::SglangDpController::new(*load_balance_method))
+            }
         }
     }
 }

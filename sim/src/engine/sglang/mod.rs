@@ -8,4 +8,4 @@ pub mod schedule_policy;
 pub mod scheduler;
 
 pub use schedule_policy::SchedulePolicy;
-pub use scheduler::{Scheduler, SglangConfig};
+pub use scheduler::{Overlap, Scheduler, SglangBehaviour, SglangConfig};

@@ -185,9 +185,43 @@ impl RadixCache {
     pub fn insert(&mut self, key: &[u64]) -> (u32, NodeId) {
         self.clock += 1;
         let now = self.clock;
+        self.insert_at(ROOT, 0, key, now)
+    }
+
+    /// [`RadixCache::insert`] of `key` when its first `depth` tokens are the path from the
+    /// root to `node` (a request's locked `last_node`, whose depth is its prefix length):
+    /// the walk from the root would pass through `node` without splitting anything above
+    /// it, touching every node on the way, so this touches them (by parent pointers, no
+    /// lookups) and carries on from `node`. Exactly `insert(key)`, without re-walking the
+    /// prefix. A locked node stays the deeper node of any split (`split` gives the new
+    /// node the upper half), so `node` still ends at `depth`.
+    pub fn insert_from(&mut self, node: NodeId, depth: u32, key: &[u64]) -> (u32, NodeId) {
+        debug_assert!(depth as usize <= key.len() && depth as usize % self.page_size as usize == 0);
+        debug_assert_eq!(self.depth(node), depth, "the node ends at the given depth");
+        self.clock += 1;
+        let now = self.clock;
+        let mut n = node;
+        while n != ROOT {
+            self.touch(n, now);
+            n = self.nodes[n as usize].parent;
+        }
+        self.insert_at(node, depth as usize, key, now)
+    }
+
+    /// Tokens from the root to the end of `node` (debug checks).
+    fn depth(&self, mut node: NodeId) -> u32 {
+        let mut d = 0;
+        while node != ROOT {
+            d += self.nodes[node as usize].key.len() as u32;
+            node = self.nodes[node as usize].parent;
+        }
+        d
+    }
+
+    fn insert_at(&mut self, start: NodeId, start_i: usize, key: &[u64], now: u64) -> (u32, NodeId) {
         let key = &key[..self.floor_page(key.len())];
-        let mut node = ROOT;
-        let mut i = 0usize;
+        let mut node = start;
+        let mut i = start_i;
         let page = self.page_size as usize;
         while i + page <= key.len() {
             let ck = self.child_key(&key[i..]);
@@ -234,6 +268,29 @@ impl RadixCache {
     /// `inc_lock_ref`: protects the path from `node` to the root.
     pub fn inc_lock_ref(&mut self, mut node: NodeId) {
         while node != ROOT {
+            let n = &mut self.nodes[node as usize];
+            if n.lock_ref == 0 {
+                let len = n.key.len() as u64;
+                self.evictable -= len;
+                self.protected += len;
+                if n.num_children == 0 {
+                    let la = n.last_access;
+                    self.leaves.remove(&(la, node));
+                }
+            }
+            let n = &mut self.nodes[node as usize];
+            n.lock_ref += 1;
+            node = n.parent;
+        }
+    }
+
+    /// `inc_lock_ref(node)` followed by `dec_lock_ref(ancestor)`, for an `ancestor` of
+    /// `node` (or `node` itself) that is locked: the path above `ancestor` goes up and down
+    /// again with no 0↔1 transition, so only the nodes below it change.
+    pub fn move_lock_down(&mut self, ancestor: NodeId, mut node: NodeId) {
+        debug_assert!(ancestor == ROOT || self.nodes[ancestor as usize].lock_ref > 0);
+        while node != ancestor {
+            debug_assert!(node != ROOT, "not an ancestor");
             let n = &mut self.nodes[node as usize];
             if n.lock_ref == 0 {
                 let len = n.key.len() as u64;

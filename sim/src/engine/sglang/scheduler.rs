@@ -45,6 +45,44 @@ use super::radix_cache::{NodeId, RadixCache, ROOT};
 use super::schedule_policy::{AddReqResult, PrefillAdder, SchedulePolicy, CLIP_MAX_NEW_TOKENS, LPM_MAX_WAITING};
 use crate::cost::StepShape;
 use crate::engine::{Engine, EngineCounters, ReqId, Scheduled, StepPlan, TokenOutput, Version};
+
+/// How the overlap scheduler (`event_loop_overlap`) is modelled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Overlap {
+    /// `--disable-overlap-schedule`: `event_loop_normal`.
+    Off,
+    /// The CPU backend, as measured on the live test bed: `event_loop_normal`'s scheduling,
+    /// with each step's tokens delivered at the next step's end (the forward runs
+    /// synchronously, so a batch's results are processed only after the next batch has
+    /// run; `Engine::output_lag`).
+    CpuBackend,
+}
+
+/// What differs between SGLang releases, named: resolved from the release in
+/// `config/sglang.rs` ([`SglangBehaviour::of_release`]), read by the scheduler. No
+/// release comparison is made inside the engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SglangBehaviour {
+    /// ≥ 0.5.0: a request chunked at admission takes `⌊rem_chunk ÷ page⌋ × page` tokens
+    /// (0.4.10: `rem_chunk − page + 1`).
+    pub page_floored_chunks: bool,
+    /// ≥ 0.5.3: retraction stops as soon as the next decode step fits, evicting the cache
+    /// towards 20 tokens a remaining request after each one (0.4.10: at least one, then
+    /// while free tokens < 20 × remaining requests).
+    pub retract_until_decode_fits: bool,
+    /// ≥ 0.5.21: the chunked request takes a full chunk even when the remaining token
+    /// budget is ≤ 0 (`add_chunked_req`: "must make progress").
+    pub chunked_req_always_progresses: bool,
+    /// ≥ 0.5.23: a running `ignore_eos` request's remaining output is reserved in full
+    /// (ratio 1.0), not discounted by `new_token_ratio`.
+    pub ignore_eos_full_reservation: bool,
+    /// ≥ 0.5.23: admission reserves one page on top of a request's prompt and output.
+    pub page_reserve_per_request: bool,
+    /// ≥ 0.5.23: the ratio after a retraction divides by Σ max_new_tokens + 1.
+    pub retract_ratio_plus_one: bool,
+    /// The overlap scheduler, as modelled for the hardware.
+    pub overlap: Overlap,
+}
 use crate::request::RequestSpec;
 use crate::rng::{stream, Rng};
 
@@ -52,6 +90,8 @@ use crate::rng::{stream, Rng};
 #[derive(Clone, Debug, PartialEq)]
 pub struct SglangConfig {
     pub version: Version,
+    /// The release's behaviours (and how the overlap scheduler is modelled).
+    pub behaviour: SglangBehaviour,
     pub max_running_requests: u32,
     /// None: chunked prefill disabled (`--chunked-prefill-size -1`).
     pub chunked_prefill_size: Option<u32>,
@@ -63,8 +103,8 @@ pub struct SglangConfig {
     pub schedule_conservativeness: f64,
     pub disable_radix_cache: bool,
     pub enable_mixed_chunk: bool,
-    /// `--disable-overlap-schedule` (default false: the overlap scheduler, whose one-iteration
-    /// lag in processing results delays every streamed token but a request's last).
+    /// `--disable-overlap-schedule` as given (reported by `servesim serve`); how the overlap
+    /// scheduler is modelled is [`SglangBehaviour::overlap`].
     pub disable_overlap_schedule: bool,
     pub context_length: u32,
     /// Seed of the `random` policy's stream.
@@ -83,9 +123,6 @@ impl SglangConfig {
     /// Decay per decode step: `(init − min) / SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS (600)`.
     pub fn new_token_ratio_decay(&self) -> f64 {
         (self.init_new_token_ratio() - self.min_new_token_ratio()) / 600.0
-    }
-    fn at_least(&self, v: Version) -> bool {
-        self.version >= v
     }
 }
 
@@ -151,6 +188,12 @@ pub struct Scheduler {
     batch: Vec<ReqId>,
     kind: Option<StepKind>,
     batch_is_full: bool,
+    /// A running request finished since the last `update_running_batch` (its
+    /// `filter_batch` will shrink the decode batch and clear `batch_is_full`).
+    finished_since_filter: bool,
+    /// The last prefill batch shrinks when it is merged (a request finished in it, or it
+    /// holds the chunked request, which is excluded): `batch_is_full` is cleared then.
+    last_prefill_shrinks: bool,
     new_token_ratio: f64,
     /// Σ private tokens of all requests.
     private_total: u64,
@@ -184,6 +227,8 @@ impl Scheduler {
             batch: Vec::new(),
             kind: None,
             batch_is_full: false,
+            finished_since_filter: false,
+            last_prefill_shrinks: false,
             new_token_ratio: ratio,
             private_total: 0,
             num_unfinished: 0,
@@ -294,8 +339,11 @@ impl Scheduler {
     /// Reservation of a running request: its remaining output × ratio.
     fn running_reservation(&self, r: &Req) -> f64 {
         let left = r.max_new().saturating_sub(r.num_output).min(CLIP_MAX_NEW_TOKENS);
-        let ratio =
-            if r.spec.ignore_eos && self.config.at_least(Version::new(0, 5, 23)) { 1.0 } else { self.new_token_ratio };
+        let ratio = if r.spec.ignore_eos && self.config.behaviour.ignore_eos_full_reservation {
+            1.0
+        } else {
+            self.new_token_ratio
+        };
         f64::from(left) * ratio
     }
 
@@ -343,7 +391,7 @@ impl Scheduler {
             (r.extend, r.max_new(), r.prefix_len, r.last_node.expect("matched"))
         };
         let clip = max_new.min(CLIP_MAX_NEW_TOKENS);
-        let page_overhead = if self.config.at_least(Version::new(0, 5, 23)) { self.config.page_size } else { 0 };
+        let page_overhead = if self.config.behaviour.page_reserve_per_request { self.config.page_size } else { 0 };
         let total = f64::from(extend) + f64::from(clip) + f64::from(page_overhead);
         let input_tokens = self.ceil_page(u64::from(extend)) as i64;
         if total >= adder.rem_total_tokens(self.avail_plus_evictable()) {
@@ -360,7 +408,7 @@ impl Scheduler {
         }
         let chunked = match adder.rem_chunk_tokens {
             Some(rem) if input_tokens > rem => {
-                let trunc = if self.config.at_least(Version::new(0, 5, 0)) {
+                let trunc = if self.config.behaviour.page_floored_chunks {
                     rem / i64::from(self.config.page_size) * i64::from(self.config.page_size)
                 } else {
                     rem - i64::from(self.config.page_size) + 1
@@ -415,10 +463,18 @@ impl Scheduler {
         // The chunked request continues first (`add_chunked_req`).
         if let Some(id) = self.chunked {
             let rem_total = adder.rem_total_tokens(self.avail_plus_evictable()).floor() as i64;
-            let rem = match adder.rem_chunk_tokens {
+            let mut rem = match adder.rem_chunk_tokens {
                 Some(c) => c.min(rem_total),
                 None => rem_total,
             };
+            if rem <= 0 && self.config.behaviour.chunked_req_always_progresses {
+                // "The chunked_req must be added to the list": a full chunk, whatever the
+                // budget. The pool must still hold it (SGLang would fail the allocation):
+                // it takes what is free or evictable, and waits if nothing is.
+                let physical =
+                    self.floor_page((self.available_size() + self.evictable_size()).min(u64::from(u32::MAX)) as u32);
+                rem = adder.rem_chunk_tokens.unwrap_or(0).min(i64::from(physical));
+            }
             if rem > 0 {
                 let (extend, max_new) = {
                     let r = self.req(id);
@@ -523,6 +579,10 @@ impl Scheduler {
 
     /// `update_running_batch`: retraction if the next decode step does not fit.
     fn update_running_batch(&mut self) {
+        // `filter_batch` drops the requests that finished since: the batch shrank.
+        if std::mem::take(&mut self.finished_since_filter) {
+            self.batch_is_full = false;
+        }
         let ids = self.running.clone();
         if self.check_decode_mem(&ids) {
             self.new_token_ratio =
@@ -536,7 +596,7 @@ impl Scheduler {
             (rb.num_output, std::cmp::Reverse(rb.spec.prompt_len))
                 .cmp(&(ra.num_output, std::cmp::Reverse(ra.spec.prompt_len)))
         });
-        let old_style = !self.config.at_least(Version::new(0, 5, 3));
+        let old_style = !self.config.behaviour.retract_until_decode_fits;
         let mut retracted = Vec::new();
         let mut first = true;
         loop {
@@ -575,7 +635,7 @@ impl Scheduler {
             let r = self.req(id);
             (o + u64::from(r.num_output), m + u64::from(r.max_new()), n + 1)
         });
-        let denom = max_new + u64::from(self.config.at_least(Version::new(0, 5, 23)));
+        let denom = max_new + u64::from(self.config.behaviour.retract_ratio_plus_one);
         if denom > 0 {
             self.new_token_ratio = ((out + RETRACT_DECODE_STEPS * n) as f64 / denom as f64).min(1.0);
         }
@@ -589,16 +649,24 @@ impl Scheduler {
         }
         let kv_len = self.req(id).kv_len;
         let insert_len = self.floor_page(kv_len);
+        // The request holds a lock on `last_node`, at the end of its prefix: the insert
+        // resumes there instead of re-walking the prefix from the root (exactly the same
+        // tree, access times and locks; linear instead of quadratic in a prompt prefilled
+        // in small chunks).
         let node = {
             let Scheduler { tree, requests, .. } = self;
             let r = requests[id as usize].as_mut().expect("live request");
-            tree.insert(&r.tokens[..insert_len as usize]).1
+            let key = &r.tokens[..insert_len as usize];
+            match r.last_node {
+                Some(start) => tree.insert_from(start, r.prefix_len, key).1,
+                None => tree.insert(key).1,
+            }
         };
         // The request's KV for those tokens is now the tree's (or a freed duplicate).
-        let old = self.req_mut(id).last_node.replace(node);
-        self.tree.inc_lock_ref(node);
-        if let Some(o) = old {
-            self.tree.dec_lock_ref(o);
+        match self.req_mut(id).last_node.replace(node) {
+            // `node` is at or below the old one: `inc_lock_ref(node); dec_lock_ref(old)`.
+            Some(o) => self.tree.move_lock_down(o, node),
+            None => self.tree.inc_lock_ref(node),
         }
         let private_now = self.ceil_page(u64::from(kv_len)) - u64::from(insert_len);
         let r = self.req_mut(id);
@@ -630,8 +698,10 @@ impl Scheduler {
     fn do_schedule(&mut self) {
         self.plan.clear();
         self.kind = None;
-        // An empty running batch is never full (SGLang starts a new one).
-        if self.running.is_empty() {
+        // `get_next_batch_to_run`: the last prefill batch is filtered and merged; if it
+        // shrank, `batch_is_full` is cleared. An empty running batch is never full (SGLang
+        // takes the prefill batch as the new one).
+        if std::mem::take(&mut self.last_prefill_shrinks) || self.running.is_empty() {
             self.batch_is_full = false;
         }
         if self.get_new_batch_prefill() {
@@ -641,7 +711,12 @@ impl Scheduler {
                 let id = self.batch[k];
                 let r = self.req(id);
                 shape.add_prefill(u64::from(r.kv_len), u64::from(r.extend));
-                self.plan.scheduled.push(Scheduled { id, num_tokens: r.extend, prefill: true });
+                self.plan.scheduled.push(Scheduled {
+                    id,
+                    num_tokens: r.extend,
+                    prefill: true,
+                    samples: r.completes_prefill,
+                });
             }
             if self.config.enable_mixed_chunk && !self.running.is_empty() {
                 // `mix_with_running`: the running requests decode in the same forward.
@@ -679,7 +754,7 @@ impl Scheduler {
                 debug_assert!(ok, "check_decode_mem passed");
             }
             shape.add_decode(kv_len + 1);
-            self.plan.scheduled.push(Scheduled { id, num_tokens: 1, prefill: false });
+            self.plan.scheduled.push(Scheduled { id, num_tokens: 1, prefill: false, samples: true });
         }
     }
 
@@ -691,7 +766,6 @@ impl Scheduler {
             self.cache_finished_req(id);
             self.req_mut(id).status = Status::Finished;
             self.num_unfinished -= 1;
-            self.batch_is_full = false;
         }
         out.push(TokenOutput { id, finished });
         finished
@@ -708,7 +782,17 @@ impl Scheduler {
                 if let Some(r) = self.requests[id as usize].as_mut() {
                     r.materialize_next();
                 }
-                finished_any |= self.finish(id, out);
+                let fin = self.finish(id, out);
+                if fin {
+                    // A decode step's finishes shrink the running batch at its next
+                    // `filter_batch`; a mixed step's are filtered with its prefill batch.
+                    if kind == StepKind::Decode {
+                        self.finished_since_filter = true;
+                    } else {
+                        self.last_prefill_shrinks = true;
+                    }
+                }
+                finished_any |= fin;
             }
         }
         if matches!(kind, StepKind::Prefill { .. }) {
@@ -720,13 +804,16 @@ impl Scheduler {
                 };
                 self.req_mut(id).kv_len += extend;
                 if !completes {
-                    // The chunked request: its computed part goes into the tree.
+                    // The chunked request: its computed part goes into the tree, and it
+                    // is excluded when the batch is merged (the batch shrinks).
                     self.cache_unfinished_req(id);
                     self.req_mut(id).status = Status::Waiting;
+                    self.last_prefill_shrinks = true;
                     continue;
                 }
                 self.req_mut(id).materialize_next();
                 let fin = self.finish(id, out);
+                self.last_prefill_shrinks |= fin;
                 if !fin {
                     self.cache_unfinished_req(id);
                     self.req_mut(id).status = Status::Running;
@@ -764,6 +851,10 @@ impl Engine for Scheduler {
         // `get_new_batch_prefill` returns at its first test: no chunked request, and
         // nothing waits or the batch is full (only a finish or a retraction clears that).
         if self.running.is_empty() || self.chunked.is_some() || !(self.batch_is_full || self.waiting.is_empty()) {
+            return 0;
+        }
+        // Nor may the flag be about to be cleared (a finish or a shrunk prefill batch).
+        if self.finished_since_filter || self.last_prefill_shrinks {
             return 0;
         }
         let page = self.config.page_size as usize;
@@ -832,7 +923,7 @@ impl Engine for Scheduler {
     }
 
     fn output_lag(&self) -> bool {
-        !self.config.disable_overlap_schedule
+        self.config.behaviour.overlap == Overlap::CpuBackend
     }
 
     fn add_request(&mut self, id: ReqId, spec: &RequestSpec) {

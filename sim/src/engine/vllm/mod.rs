@@ -7,4 +7,4 @@ pub mod block_pool;
 pub mod kv_cache_manager;
 pub mod scheduler;
 
-pub use scheduler::{Policy, Scheduler, VllmConfig};
+pub use scheduler::{Policy, Scheduler, VllmBehaviour, VllmConfig};

@@ -23,9 +23,24 @@
 //! and puts it at the front of the waiting queue; on resume it recomputes
 //! prompt and output, reusing whatever of its blocks is still cached.
 //!
-//! Not modelled: async scheduling's output placeholders, speculative
-//! decoding, the 0.25+ watermark (default 0), 0.33's adaptive threshold and
-//! prefill interval (off by default), encoder budgets, LoRA.
+//! **Async scheduling** ([`VllmBehaviour::async_scheduling`], the default from
+//! 0.14): the engine core keeps two steps in flight. Step N+1 is planned while
+//! step N runs on the GPU, before N's output is processed: every request N
+//! samples for gets an output placeholder (so it decodes again in N+1 without
+//! waiting), a request whose last token is in flight is not scheduled again,
+//! and what N's output changes (a finish freeing its blocks, a first token) is
+//! seen only by the plan after N+1. The engine does this itself: `schedule`
+//! hands out the plan it formed one step earlier and forms the next one, so
+//! the loop that drives it is the same for both modes. The step's CPU time
+//! overlaps the GPU's ([`StepShape::cpu_overlapped`]).
+//!
+//! Version differences are named behaviours ([`VllmBehaviour`]), resolved
+//! from the release when the scenario is resolved (`config/vllm.rs`).
+//!
+//! Not modelled: speculative decoding, the 0.25+ watermark (default 0),
+//! 0.33's adaptive threshold and prefill interval (off by default), encoder
+//! budgets, LoRA; under async scheduling, blocks whose last token is still a
+//! placeholder are hashed when scheduled, one step before vLLM caches them.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, VecDeque};
@@ -33,6 +48,30 @@ use std::collections::{BTreeSet, BinaryHeap, VecDeque};
 use super::kv_cache_manager::{ComputedBlocks, KvCacheManager, RequestKv};
 use crate::cost::StepShape;
 use crate::engine::{Engine, EngineCounters, ReqId, Scheduled, StepPlan, TokenOutput, Version};
+
+/// What differs between vLLM releases, named: resolved from the release (and the
+/// scenario's flags) in `config/vllm.rs` ([`VllmBehaviour::of_release`]), read by the
+/// scheduler. No release comparison is made inside the engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VllmBehaviour {
+    /// ≥ 0.12: lookups by resumed preempted requests are left out of the prefix-cache
+    /// query and hit counters (0.11 counts them).
+    pub skip_preempted_prefix_stats: bool,
+    /// ≥ 0.28: the prefix-cache counters are recorded once, when a request is admitted
+    /// (failed lookups of a blocked head of queue are not counted); before, every lookup.
+    pub prefix_stats_at_admission: bool,
+    /// ≥ 0.20 (`scheduler_reserve_full_isl`): a waiting request is admitted only if its
+    /// whole current length fits, not just its first chunk.
+    pub full_prompt_admission: bool,
+    /// ≥ 0.32: `long_prefill_token_threshold` is ignored when running + waiting holds
+    /// a single request.
+    pub long_prefill_alone_rule: bool,
+    /// ≥ 0.33: under the `priority` policy, a running request that preempted itself
+    /// lets the walk continue with the next one (before, the walk stops).
+    pub priority_walk_continues: bool,
+    /// Async scheduling (`--async-scheduling`; on by default from 0.14).
+    pub async_scheduling: bool,
+}
 use crate::request::RequestSpec;
 
 /// `--scheduling-policy`.
@@ -47,6 +86,8 @@ pub enum Policy {
 #[derive(Clone, Debug, PartialEq)]
 pub struct VllmConfig {
     pub version: Version,
+    /// The release's behaviours (and `async_scheduling`).
+    pub behaviour: VllmBehaviour,
     pub max_num_seqs: u32,
     pub max_num_batched_tokens: u32,
     /// 0 = off.
@@ -60,11 +101,6 @@ pub struct VllmConfig {
 }
 
 impl VllmConfig {
-    /// ≥ 0.20: a waiting request is admitted only if its whole prompt fits.
-    pub fn full_prompt_gate(&self) -> bool {
-        self.version >= Version::new(0, 20, 0)
-    }
-
     /// Usable KV capacity in tokens.
     pub fn kv_capacity_tokens(&self) -> u64 {
         u64::from(self.num_gpu_blocks - 1) * u64::from(self.block_size)
@@ -86,6 +122,8 @@ struct Request {
     arrival_seq: u64,
     num_computed_tokens: u32,
     num_output_tokens: u32,
+    /// `num_output_placeholders`: tokens sampled by steps in flight, not yet processed.
+    placeholders: u32,
     status: Status,
     kv: RequestKv,
     num_preemptions: u32,
@@ -94,6 +132,11 @@ struct Request {
 impl Request {
     fn num_tokens(&self) -> u32 {
         self.spec.prompt_len + self.num_output_tokens
+    }
+    /// The length the scheduler brings `num_computed_tokens` up to: processed tokens
+    /// plus output placeholders (`num_tokens_with_spec + num_output_placeholders`).
+    fn total(&self) -> u32 {
+        self.num_tokens() + self.placeholders
     }
 }
 
@@ -116,6 +159,8 @@ pub struct Scheduler {
     next_arrival_seq: u64,
     num_unfinished: usize,
     plan: StepPlan,
+    /// Async scheduling: the plan formed for the step after the one running.
+    next_plan: StepPlan,
     counters: EngineCounters,
     hit: ComputedBlocks,
     /// Reused between steps: (request, tokens) scheduled.
@@ -149,6 +194,7 @@ impl Scheduler {
             next_arrival_seq: 0,
             num_unfinished: 0,
             plan: StepPlan::default(),
+            next_plan: StepPlan::default(),
             counters: EngineCounters::default(),
             hit: ComputedBlocks::default(),
             scheduled_buf: Vec::new(),
@@ -212,6 +258,21 @@ impl Scheduler {
         }
     }
 
+    /// Removes `id` from the waiting queue (an abort, or a preempted request finished by
+    /// its in-flight token).
+    fn waiting_remove(&mut self, id: ReqId) {
+        let key = {
+            let r = self.req(id);
+            (r.spec.priority, r.arrival_seq, id)
+        };
+        match &mut self.waiting {
+            WaitingQueue::Fcfs(q) => q.retain(|&x| x != id),
+            WaitingQueue::Priority(q) => {
+                q.remove(&key);
+            }
+        }
+    }
+
     /// `_preempt_request`.
     fn preempt(&mut self, id: ReqId) {
         let Scheduler { kv, requests, .. } = self;
@@ -248,8 +309,8 @@ impl Scheduler {
 
     fn threshold_cap(&self, n: u32) -> u32 {
         let t = self.config.long_prefill_token_threshold;
-        // 0.33 ignores the threshold when only one request is running or waiting.
-        let alone = self.config.version >= Version::new(0, 33, 0) && self.running.len() + self.waiting_len() == 1;
+        // ≥ 0.32 ignores the threshold when only one request is running or waiting.
+        let alone = self.config.behaviour.long_prefill_alone_rule && self.running.len() + self.waiting_len() == 1;
         if t > 0 && n > t && !alone {
             t
         } else {
@@ -260,7 +321,7 @@ impl Scheduler {
     fn record_prefix_lookup(&mut self, num_tokens: u32, hit_tokens: u32, preempted: bool) {
         // 0.11 counts every lookup, resumed preempted requests included;
         // 0.12+ excludes the preempted ones.
-        if preempted && self.config.version >= Version::new(0, 12, 0) {
+        if preempted && self.config.behaviour.skip_preempted_prefix_stats {
             return;
         }
         self.counters.prefix_cache_queries += u64::from(num_tokens);
@@ -281,7 +342,16 @@ impl Scheduler {
             let id = self.running[i];
             let (num_tokens, computed) = {
                 let r = self.req(id);
-                (r.num_tokens(), r.num_computed_tokens)
+                // Async scheduling: a request whose last token is in flight is not
+                // scheduled again (`num_computed_tokens + 2 − placeholders ≥ prompt +
+                // max_tokens`); it finishes when that step's output is processed.
+                if r.placeholders > 0
+                    && r.num_computed_tokens + 2 - r.placeholders >= r.spec.prompt_len + r.spec.output_len
+                {
+                    i += 1;
+                    continue;
+                }
+                (r.total(), r.num_computed_tokens)
             };
             let mut n = self.threshold_cap(num_tokens - computed);
             n = n.min(budget);
@@ -321,7 +391,7 @@ impl Scheduler {
                 }
             }
             if !can_schedule {
-                if self.config.policy == Policy::Priority && self.config.version >= Version::new(0, 33, 0) {
+                if self.config.policy == Policy::Priority && self.config.behaviour.priority_walk_continues {
                     continue;
                 }
                 break;
@@ -334,8 +404,8 @@ impl Scheduler {
 
         // ---- Phase B: WAITING (not in a step that preempted) ----
         if !preempted_any {
-            let gate = self.config.full_prompt_gate();
-            let record_at_admission = self.config.version >= Version::new(0, 29, 0);
+            let gate = self.config.behaviour.full_prompt_admission;
+            let record_at_admission = self.config.behaviour.prefix_stats_at_admission;
             while budget > 0 {
                 let Some(id) = self.waiting_peek() else { break };
                 if self.running.len() >= self.config.max_num_seqs as usize {
@@ -343,6 +413,7 @@ impl Scheduler {
                 }
                 let (num_tokens, preempted_before) = {
                     let r = self.req(id);
+                    debug_assert_eq!(r.placeholders, 0, "a preempted request's in-flight token is processed first");
                     (r.num_tokens(), r.num_preemptions > 0)
                 };
                 {
@@ -378,17 +449,24 @@ impl Scheduler {
         }
 
         // ---- the step's shape ----
-        let mut shape = StepShape::default();
+        let mut shape = StepShape { cpu_overlapped: self.config.behaviour.async_scheduling, ..Default::default() };
         for &(id, n) in &scheduled {
-            let r = self.req(id);
+            let r = self.req_mut(id);
             let before = r.num_computed_tokens - n;
-            let decode = n == 1 && r.num_output_tokens > 0 && before + 1 == r.num_tokens();
+            let total = r.total();
+            let decode = n == 1 && r.num_output_tokens + r.placeholders > 0 && before + 1 == total;
+            // The step samples for a request it brings up to its length; a partial chunk
+            // samples nothing. What it samples is a placeholder until processed.
+            let samples = r.num_computed_tokens == total;
+            if samples {
+                r.placeholders += 1;
+            }
             if decode {
-                shape.add_decode(u64::from(r.num_tokens()));
+                shape.add_decode(u64::from(total));
             } else {
                 shape.add_prefill(u64::from(before), u64::from(n));
             }
-            self.plan.scheduled.push(Scheduled { id, num_tokens: n, prefill: !decode });
+            self.plan.scheduled.push(Scheduled { id, num_tokens: n, prefill: !decode, samples });
         }
         self.plan.shape = shape;
         self.scheduled_buf = scheduled;
@@ -401,20 +479,27 @@ impl Scheduler {
     fn do_finish_step(&mut self, out: &mut Vec<TokenOutput>) {
         let mut any_finished = false;
         for k in 0..self.plan.scheduled.len() {
-            let id = self.plan.scheduled[k].id;
-            let r = self.req_mut(id);
-            if r.status != Status::Running || r.num_computed_tokens < r.num_tokens() {
+            let Scheduled { id, samples, .. } = self.plan.scheduled[k];
+            if !samples {
                 continue; // a partial prefill chunk samples nothing
             }
+            let r = self.req_mut(id);
+            r.placeholders -= 1;
             r.num_output_tokens += 1;
             let finished = r.num_output_tokens >= r.spec.output_len;
             if finished {
+                // Async scheduling: a request preempted while its last token was in
+                // flight finishes from the waiting queue (`stopped_preempted_reqs`).
+                let was_waiting = r.status != Status::Running;
                 r.status = Status::Finished;
                 let Scheduler { kv, requests, .. } = self;
                 let r = requests[id as usize].as_mut().expect("live request");
                 kv.free(&mut r.kv);
                 any_finished = true;
                 self.num_unfinished -= 1;
+                if was_waiting {
+                    self.waiting_remove(id);
+                }
             }
             out.push(TokenOutput { id, finished });
         }
@@ -459,21 +544,44 @@ impl Engine for Scheduler {
         if self.waiting_len() > 0 && n < self.config.max_num_seqs as usize && n < budget {
             return 0;
         }
+        let async_ = self.config.behaviour.async_scheduling;
+        if async_ {
+            // The plan formed for the next step is the running list, one decode each: the
+            // run's steps are that plan and the ones `ff_step` forms after it.
+            let p = &self.next_plan.scheduled;
+            if p.len() != n
+                || p.iter()
+                    .zip(&self.running)
+                    .any(|(s, &id)| s.id != id || s.prefill || !s.samples || s.num_tokens != 1)
+            {
+                return 0;
+            }
+        }
         self.ff_heap.clear();
         self.ff_base.clear();
         let mut k_max = u64::MAX;
         let mut ctx = 0u64;
         for pos in 0..n {
             let r = self.req(self.running[pos]);
-            // A decode: one token left to compute, the request has sampled before.
-            if r.status != Status::Running || r.num_output_tokens == 0 || r.num_computed_tokens + 1 != r.num_tokens() {
+            // A decode: one token left to compute, the request has sampled before. Under
+            // async scheduling its decode for the next step is already planned (one
+            // placeholder; `num_computed_tokens` counts it).
+            let ready = if async_ {
+                r.placeholders == 1 && r.num_computed_tokens == r.total()
+            } else {
+                r.placeholders == 0 && r.num_computed_tokens + 1 == r.num_tokens()
+            };
+            if r.status != Status::Running || r.num_output_tokens == 0 || !ready {
                 return 0;
             }
-            // It must not finish within the run: at most output_len − outputs − 1 steps.
+            // It must not finish within the run: at most output_len − outputs − 1 steps
+            // (under async scheduling, nor be left out of a plan the run forms).
             k_max = k_max.min(u64::from(r.spec.output_len.saturating_sub(r.num_output_tokens + 1)));
-            let t0 = r.num_tokens();
+            // The context of its decode in the run's first step; `ff_step(j)` allocates
+            // for a step whose decode reaches `base + j` tokens.
+            let t0 = if async_ { r.num_computed_tokens } else { r.num_tokens() };
             ctx += u64::from(t0);
-            self.ff_base.push(t0);
+            self.ff_base.push(r.num_computed_tokens + 1);
         }
         if k_max == 0 {
             return 0;
@@ -487,7 +595,10 @@ impl Engine for Scheduler {
 
     fn ff_shape(&self, j: u64) -> StepShape {
         let n = self.ff_base.len() as u64;
-        StepShape::decodes(n, self.ff_ctx0 + j * n)
+        StepShape {
+            cpu_overlapped: self.config.behaviour.async_scheduling,
+            ..StepShape::decodes(n, self.ff_ctx0 + j * n)
+        }
     }
 
     fn ff_step(&mut self, j: u64) -> bool {
@@ -555,6 +666,10 @@ impl Engine for Scheduler {
             r.num_output_tokens += k32;
         }
         self.last_shape = self.ff_shape(k - 1);
+        if self.config.behaviour.async_scheduling {
+            // The plan formed during the run's last step: the same decodes, k tokens on.
+            self.next_plan.shape = self.ff_shape(k);
+        }
     }
 
     fn add_request(&mut self, id: ReqId, spec: &RequestSpec) {
@@ -570,6 +685,7 @@ impl Engine for Scheduler {
             arrival_seq: seq,
             num_computed_tokens: 0,
             num_output_tokens: 0,
+            placeholders: 0,
             status: Status::Waiting,
             kv: RequestKv::default(),
             num_preemptions: 0,
@@ -584,7 +700,25 @@ impl Engine for Scheduler {
     }
 
     fn schedule(&mut self) -> &StepPlan {
-        self.do_schedule();
+        if !self.config.behaviour.async_scheduling {
+            self.do_schedule();
+            return &self.plan;
+        }
+        // Async scheduling (`step_with_batch_queue`, two batches in flight): the step
+        // that starts now is the plan formed one step ago, if it scheduled anything (an
+        // empty one is formed again now, with what has been processed since); the plan
+        // for the step after it is formed now, before this step's output is processed.
+        if self.next_plan.is_empty() {
+            self.do_schedule();
+        } else {
+            std::mem::swap(&mut self.plan, &mut self.next_plan);
+        }
+        self.next_plan.clear();
+        if !self.plan.is_empty() {
+            std::mem::swap(&mut self.plan, &mut self.next_plan);
+            self.do_schedule();
+            std::mem::swap(&mut self.plan, &mut self.next_plan);
+        }
         &self.plan
     }
 
@@ -596,6 +730,24 @@ impl Engine for Scheduler {
 
     fn abort_request(&mut self, id: ReqId) -> bool {
         let Some(Some(r)) = self.requests.get_mut(id as usize) else { return false };
+        if r.status == Status::Finished {
+            return false;
+        }
+        if self.next_plan.scheduled.iter().any(|s| s.id == id) {
+            // Async scheduling: it leaves the plan formed for the next step too.
+            self.next_plan.scheduled.retain(|s| s.id != id);
+            let mut shape = StepShape { cpu_overlapped: self.next_plan.shape.cpu_overlapped, ..Default::default() };
+            for s in &self.next_plan.scheduled {
+                let c = self.req(s.id).num_computed_tokens;
+                if s.prefill {
+                    shape.add_prefill(u64::from(c - s.num_tokens), u64::from(s.num_tokens));
+                } else {
+                    shape.add_decode(u64::from(c));
+                }
+            }
+            self.next_plan.shape = shape;
+        }
+        let r = self.requests[id as usize].as_mut().expect("live request");
         match r.status {
             Status::Finished => return false,
             Status::Running => {

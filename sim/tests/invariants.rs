@@ -7,6 +7,7 @@ use proptest::prelude::*;
 use serde_json::Value;
 use sim::simulation::{RunOptions, StopReason};
 
+mod common;
 use crate::common::*;
 
 fn checked(v: Value) -> sim::SimOutput {

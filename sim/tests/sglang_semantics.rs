@@ -2,11 +2,12 @@
 //! (`docs/sglang.md` §1–8).
 
 use serde_json::Value;
-use sim::engine::sglang::{SchedulePolicy, Scheduler, SglangConfig};
+use sim::engine::sglang::{Overlap, SchedulePolicy, Scheduler, SglangBehaviour, SglangConfig};
 use sim::engine::{Engine, TokenOutput, Version};
 use sim::request::{RequestSpec, Segment};
 use sim::simulation::{RunOptions, StopReason};
 
+mod common;
 use crate::common::*;
 
 fn scenario(name: &str) -> Value {
@@ -78,51 +79,6 @@ fn lpm_beats_fcfs_on_hit_rate_with_shared_prefixes() {
     assert_eq!(run_checked(off).run.counters.prefix_cache_hits, 0);
 }
 
-/// The published RTX 5090 setup with SGLang 0.5.21 runs beside the vLLM one.
-#[test]
-fn published_rtx5090_sglang_setup_runs_beside_vllm() {
-    let j = stdout_json(&run_cli(&["simulate", "scenarios/rtx5090-qwen2.5-7b-sglang.json", "--json"]));
-    assert_eq!(j["engine"], "sglang");
-    assert_eq!(j["kv_cache_tokens"], 210714);
-    assert_eq!(j["kv_limited_concurrency"], 45);
-    assert_eq!(j["completed"], 20);
-    assert!(j.get("num_retractions").is_some());
-    let v = stdout_json(&run_cli(&["simulate", "--json"]));
-    // Same report keys on both engines (SGLang adds num_retractions).
-    for k in v.as_object().unwrap().keys() {
-        assert!(j.get(k).is_some(), "SGLang report lacks {k}");
-    }
-}
-
-/// Same scenario and seed give byte-identical output on SGLang too.
-#[test]
-fn sglang_runs_are_deterministic() {
-    for s in
-        ["scenarios/kv-starved-qwen2.5-7b-a100-sglang.json", "scenarios/shared-prefix-lpm-llama3.1-8b-h100-sglang.json"]
-    {
-        let a = run_cli(&[
-            "simulate",
-            s,
-            "--json",
-            "--set",
-            "engine.schedule_policy=random",
-            "--set",
-            "workload.num_prompts=150",
-        ]);
-        let b = run_cli(&[
-            "simulate",
-            s,
-            "--json",
-            "--set",
-            "engine.schedule_policy=random",
-            "--set",
-            "workload.num_prompts=150",
-        ]);
-        assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
-        assert_eq!(a.stdout, b.stdout);
-    }
-}
-
 /// SGLang's memory defaults against the published RTX 5090 start-up log:
 /// mem_fraction_static 0.85 gave max_total_num_tokens = 210,714.
 #[test]
@@ -148,6 +104,7 @@ fn derived_sglang_pool_is_within_ten_percent_of_the_published_one() {
 fn cfg() -> SglangConfig {
     SglangConfig {
         version: Version::new(0, 5, 23),
+        behaviour: SglangBehaviour { overlap: Overlap::CpuBackend, ..SglangBehaviour::of_release(Version::new(0, 5, 23)) },
         max_running_requests: 16,
         chunked_prefill_size: Some(256),
         max_prefill_tokens: 16384,

@@ -3,6 +3,7 @@
 use sim::cost::StepShape;
 use sim::simulation::RunOptions;
 
+mod common;
 use crate::common::*;
 
 /// At concurrency 1 with nothing cached, TTFT is exactly: ingress + the

@@ -6,6 +6,7 @@ use proptest::prelude::*;
 use serde_json::{json, Value};
 use sim::simulation::RunOptions;
 
+mod common;
 use crate::common::*;
 
 /// Everything a run produced, as bytes: the JSON report and the run's full debug form

@@ -1,13 +1,18 @@
 //! vLLM V1 scheduling semantics, step by step, on hand-built requests
 //! (`docs/vllm.md` §1–3).
 
-use sim::engine::vllm::{Policy, Scheduler, VllmConfig};
+use sim::engine::vllm::{Policy, Scheduler, VllmBehaviour, VllmConfig};
 use sim::engine::{Engine, TokenOutput, Version};
 use sim::request::{RequestSpec, Segment};
 
+mod common;
+
+/// The release's behaviours, synchronous scheduling (the step-by-step tests below read
+/// each step's output before the next is planned; `async_scheduling_*` turn it on).
 fn cfg(version: Version, blocks: u32, budget: u32) -> VllmConfig {
     VllmConfig {
         version,
+        behaviour: VllmBehaviour { async_scheduling: false, ..VllmBehaviour::of_release(version) },
         max_num_seqs: 16,
         max_num_batched_tokens: budget,
         long_prefill_token_threshold: 0,
@@ -173,5 +178,69 @@ fn priority_policy_preempts_the_lowest_priority_request() {
             assert!(sched.iter().all(|&(id, _)| id != 0), "the priority-5 request is the victim: {sched:?}");
             break;
         }
+    }
+}
+
+/// Async scheduling (`docs/vllm.md` §6): step N+1 is planned before step N's output is
+/// processed, so the blocks a finishing request frees admit the next request one step
+/// later than with synchronous scheduling; a request whose last token is in flight is
+/// not scheduled again (no extra decode), and each step samples every running request.
+#[test]
+fn async_scheduling_frees_a_finished_requests_blocks_one_step_later() {
+    let first_step_of_b = |async_scheduling: bool| {
+        let mut c = cfg(Version::new(0, 33, 0), 7, 2048); // 6 usable blocks of 16
+        c.behaviour.async_scheduling = async_scheduling;
+        let mut s = Scheduler::new(c);
+        s.add_request(0, &req(1, 32, 3)); // A: 2 blocks, a 3rd at its first decode
+        s.add_request(1, &req(2, 16, 10)); // C: keeps the engine busy
+        s.add_request(2, &req(3, 64, 1)); // B: 4 blocks, only once A has freed its 3
+        let mut outputs_of_a = Vec::new();
+        for k in 1..=12 {
+            let (sched, out, _) = step(&mut s);
+            // A is never scheduled past its last token.
+            let a_tokens: u32 = sched.iter().filter(|x| x.0 == 0).map(|x| x.1).sum();
+            assert!(a_tokens == 0 || k <= 3, "A scheduled in step {k}");
+            outputs_of_a.extend(out.iter().filter(|o| o.id == 0).map(|o| (k, o.finished)));
+            if sched.iter().any(|x| x.0 == 2) {
+                assert_eq!(outputs_of_a, vec![(1, false), (2, false), (3, true)], "A emits in steps 1–3");
+                return k;
+            }
+        }
+        panic!("B never admitted");
+    };
+    assert_eq!(first_step_of_b(false), 4);
+    assert_eq!(first_step_of_b(true), 5);
+}
+
+/// Under async scheduling the step's CPU time overlaps the GPU's: the kernel-composed
+/// cost of a step is max(CPU, GPU) instead of their sum, and the scenario flag turns it off.
+#[test]
+fn async_scheduling_is_the_default_from_0_14_and_overlaps_cpu_time() {
+    use sim::config::EngineSpec;
+    let base = serde_json::json!({
+        "version": 1,
+        "engine": {"kind": "vllm", "version": "0.33.0"},
+        "model": "qwen2.5-7b-instruct", "hardware": "rtx-5090",
+        "workload": {"dataset_name": "random", "random_input_len": 512, "random_output_len": 64, "num_prompts": 8, "max_concurrency": 4, "ignore_eos": true}
+    });
+    let resolve = crate::common::spec;
+    let on = resolve(base.clone());
+    let EngineSpec::Vllm(c) = &on.engine else { panic!() };
+    assert!(c.behaviour.async_scheduling);
+    let mut old = base.clone();
+    old["engine"]["version"] = "0.12.0".into();
+    let EngineSpec::Vllm(c) = &resolve(old).engine else { panic!() };
+    assert!(!c.behaviour.async_scheduling);
+    let mut off = base.clone();
+    off["engine"]["async_scheduling"] = false.into();
+    let off = resolve(off);
+    let mut shape = sim::cost::StepShape::decodes(4, 4 * 600);
+    let sum = off.cost.step_ns(&shape);
+    shape.cpu_overlapped = true;
+    let max = off.cost.step_ns(&shape);
+    assert!(max < sum, "overlapped {max} ns vs {sum} ns");
+    for spec in [&on, &off] {
+        let out = sim::simulate(spec, sim::simulation::RunOptions { check_invariants: true, ..Default::default() });
+        assert_eq!(out.run.stop, sim::simulation::StopReason::Completed);
     }
 }

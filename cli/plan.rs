@@ -1,0 +1,350 @@
+//! `servesim plan`: the cheapest fleet that meets a set of SLOs. Candidates
+//! (GPU × TP × replicas, or GPU × TP × prefill:decode split) and per-GPU-hour
+//! prices come from a JSON file; every candidate is simulated in parallel on
+//! the scenario's workload (at `--request-rate`, or its trace); the answer is
+//! the cheapest plan meeting every SLO, the Pareto front of cost against a
+//! latency metric, and for each rejected plan which SLO it broke.
+//!
+//! The candidates file:
+//!
+//! ```json
+//! {"prices_per_gpu_hour": {"h100-80gb": 2.99, "a100-80gb": 1.79},
+//!  "gpus": ["h100-80gb", "a100-80gb"], "tensor_parallel_size": [1, 2],
+//!  "replicas": [1, 2, 4, 8], "pd_splits": [[1, 1], [1, 2]]}
+//! ```
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use sim::simulation::RunOptions;
+
+use crate::load::{self, RawScenario};
+use crate::ScenarioArgs;
+
+#[derive(Args, Debug)]
+pub struct PlanArgs {
+    /// Scenario file (JSON): the model, engine flags and workload; the built-in default if omitted.
+    pub scenario: Option<PathBuf>,
+    /// The candidates and prices (JSON; see `servesim plan --help` and docs/fleets.md).
+    #[arg(long, value_name = "FILE.json")]
+    pub candidates: PathBuf,
+    /// An SLO on a report key, as `tune` spells them: `--slo 'p99_ttft_ms<=2000'` (repeatable).
+    #[arg(long, value_name = "METRIC<=X")]
+    pub slo: Vec<String>,
+    /// The request rate to plan for (requests per second; `workload.request_rate`). A trace's
+    /// arrivals are used when the scenario replays one.
+    #[arg(long)]
+    pub request_rate: Option<f64>,
+    /// Prompts per simulated plan (`workload.num_prompts`).
+    #[arg(long)]
+    pub num_prompts: Option<u32>,
+    /// The latency axis of the Pareto front.
+    #[arg(long, default_value = "p99_ttft_ms")]
+    pub pareto_latency: String,
+    #[command(flatten)]
+    pub common: ScenarioArgs,
+    #[arg(long)]
+    pub json: bool,
+    /// Write cost against latency, the Pareto front joined, as SVG.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Candidates {
+    prices_per_gpu_hour: std::collections::BTreeMap<String, f64>,
+    gpus: Vec<String>,
+    #[serde(default = "one")]
+    tensor_parallel_size: Vec<u32>,
+    #[serde(default)]
+    replicas: Vec<u32>,
+    #[serde(default)]
+    pd_splits: Vec<(u32, u32)>,
+    /// Extra `--set` assignments applied to every candidate.
+    #[serde(default)]
+    sets: Vec<String>,
+}
+
+fn one() -> Vec<u32> {
+    vec![1]
+}
+
+#[derive(Clone, Debug)]
+struct Slo {
+    metric: String,
+    le: bool,
+    bound: f64,
+    text: String,
+}
+
+fn parse_slo(s: &str) -> Result<Slo, String> {
+    let (metric, le, rest) = if let Some((m, r)) = s.split_once("<=") {
+        (m, true, r)
+    } else if let Some((m, r)) = s.split_once(">=") {
+        (m, false, r)
+    } else {
+        return Err(format!("--slo {s:?}: expected METRIC<=X or METRIC>=X"));
+    };
+    let bound: f64 = rest.trim().parse().map_err(|_| format!("--slo {s:?}: {rest:?} is not a number"))?;
+    if !bound.is_finite() || metric.trim().is_empty() {
+        return Err(format!("--slo {s:?}: expected METRIC<=X with a finite X"));
+    }
+    Ok(Slo { metric: metric.trim().to_string(), le, bound, text: s.to_string() })
+}
+
+/// One candidate fleet.
+#[derive(Clone, Debug, Serialize)]
+pub struct PlanCandidate {
+    pub gpu: String,
+    pub tensor_parallel_size: u32,
+    /// Mixed replicas, or `None` for a prefill:decode split.
+    pub replicas: Option<u32>,
+    pub prefill: Option<u32>,
+    pub decode: Option<u32>,
+    pub num_gpus: u32,
+    pub cost_per_hour: f64,
+}
+
+impl PlanCandidate {
+    fn label(&self) -> String {
+        let shape = match (self.replicas, self.prefill, self.decode) {
+            (Some(n), _, _) => format!("{n} x"),
+            (_, Some(p), Some(d)) => format!("{p}P+{d}D x"),
+            _ => String::new(),
+        };
+        format!("{shape} TP{} {}", self.tensor_parallel_size, self.gpu)
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PlanViolation {
+    pub slo: String,
+    pub value: f64,
+    pub bound: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PlanEntry {
+    pub plan: PlanCandidate,
+    pub metrics: Map<String, Value>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub violations: Vec<PlanViolation>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// What `servesim plan --json` prints.
+#[derive(Clone, Debug, Serialize)]
+pub struct PlanResult {
+    pub best: Option<PlanEntry>,
+    /// Cost against the latency metric, by increasing cost.
+    pub pareto: Vec<PlanEntry>,
+    pub rejected: Vec<PlanEntry>,
+    pub invalid: Vec<PlanEntry>,
+    pub slos: Vec<String>,
+    pub pareto_latency: String,
+}
+
+fn candidate_sets(c: &PlanCandidate) -> Vec<String> {
+    let tp_field = "tensor_parallel_size";
+    let mut sets = vec![format!("hardware={}", c.gpu)];
+    let fleet = match (c.replicas, c.prefill, c.decode) {
+        (Some(n), _, _) => json!({"count": n}),
+        (_, Some(p), Some(d)) => json!({"prefill_count": p, "decode_count": d}),
+        _ => json!({"count": 1}),
+    };
+    sets.push(format!("fleet={fleet}"));
+    sets.push(format!("engine.{tp_field}={}", c.tensor_parallel_size));
+    sets
+}
+
+pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
+    if let Some(p) = &a.plot {
+        crate::plot::check_path(p)?;
+    }
+    let slos: Vec<Slo> = a.slo.iter().map(|s| parse_slo(s)).collect::<Result<_, _>>()?;
+    let cands_text = std::fs::read_to_string(&a.candidates)
+        .map_err(|e| format!("{}: cannot read: {e}", a.candidates.display()))?;
+    let cands: Candidates =
+        serde_json::from_str(&cands_text).map_err(|e| format!("{}: {e}", a.candidates.display()))?;
+    if cands.replicas.is_empty() && cands.pd_splits.is_empty() {
+        return Err(format!("{}: give replicas and/or pd_splits", a.candidates.display()));
+    }
+    let mut base = load::read_raw(a.scenario.as_deref())?;
+    load::apply_overrides(&mut base, &a.common.sets, a.common.seed)?;
+    let mut sets = cands.sets.clone();
+    if let Some(r) = a.request_rate {
+        sets.push(format!("workload.request_rate={r}"));
+        if let Some(w) = base.json.get_mut("workload").and_then(Value::as_object_mut) {
+            w.remove("max_concurrency");
+        }
+    }
+    if let Some(n) = a.num_prompts {
+        sets.push(format!("workload.num_prompts={n}"));
+    }
+    load::apply_overrides(&mut base, &sets, None)?;
+    // SGLang names TP `tp_size`.
+    let sglang = base.json.pointer("/engine/kind").and_then(Value::as_str) == Some("sglang");
+    let mut plans = Vec::new();
+    for g in &cands.gpus {
+        let price = *cands
+            .prices_per_gpu_hour
+            .get(g)
+            .ok_or_else(|| format!("{}: no price for GPU {g:?} in prices_per_gpu_hour", a.candidates.display()))?;
+        for &tp in &cands.tensor_parallel_size {
+            for &n in &cands.replicas {
+                plans.push(PlanCandidate {
+                    gpu: g.clone(),
+                    tensor_parallel_size: tp,
+                    replicas: Some(n),
+                    prefill: None,
+                    decode: None,
+                    num_gpus: n * tp,
+                    cost_per_hour: price * f64::from(n * tp),
+                });
+            }
+            for &(p, d) in &cands.pd_splits {
+                plans.push(PlanCandidate {
+                    gpu: g.clone(),
+                    tensor_parallel_size: tp,
+                    replicas: None,
+                    prefill: Some(p),
+                    decode: Some(d),
+                    num_gpus: (p + d) * tp,
+                    cost_per_hour: price * f64::from((p + d) * tp),
+                });
+            }
+        }
+    }
+    plans.sort_by(|x, y| x.cost_per_hour.total_cmp(&y.cost_per_hour).then_with(|| x.label().cmp(&y.label())));
+    let pb = crate::plot::progress(plans.len() as u64, "simulating plans");
+    let evaluated: Vec<PlanEntry> = plans
+        .par_iter()
+        .inspect(|_| pb.inc(1))
+        .map(|c| {
+            let mut raw: RawScenario = base.clone();
+            let mut s = candidate_sets(c);
+            if sglang {
+                s = s.into_iter().map(|x| x.replace("engine.tensor_parallel_size", "engine.tp_size")).collect();
+            }
+            // The KV pool follows from each GPU's memory: drop a pool size given for another setup.
+            if let Some(e) = raw.json.get_mut("engine").and_then(Value::as_object_mut) {
+                for k in ["kv_cache_tokens", "num_gpu_blocks_override", "max_total_tokens"] {
+                    e.remove(k);
+                }
+            }
+            let r = load::apply_overrides(&mut raw, &s, None).and_then(|_| load::resolve(&raw)).map(|(_, spec)| {
+                let out = sim::simulate(&spec, RunOptions::default());
+                sim::report::point_json(&spec, &out)
+            });
+            match r {
+                Err(e) => PlanEntry { plan: c.clone(), metrics: Map::new(), violations: vec![], error: Some(e) },
+                Ok(m) => {
+                    let violations = slos
+                        .iter()
+                        .filter_map(|s| {
+                            let v = m.get(&s.metric).and_then(Value::as_f64).unwrap_or(f64::NAN);
+                            let ok = if s.le { v <= s.bound } else { v >= s.bound };
+                            (!ok).then(|| PlanViolation { slo: s.text.clone(), value: v, bound: s.bound })
+                        })
+                        .collect();
+                    PlanEntry { plan: c.clone(), metrics: m, violations, error: None }
+                }
+            }
+        })
+        .collect();
+    pb.finish_and_clear();
+    if let Some(s) = slos.iter().find(|s| evaluated.iter().any(|e| e.error.is_none() && !e.metrics.contains_key(&s.metric))) {
+        return Err(format!("--slo {}: {:?} is not a report key; see `servesim simulate --json`", s.text, s.metric));
+    }
+    let lat = |e: &PlanEntry| e.metrics.get(&a.pareto_latency).and_then(Value::as_f64).unwrap_or(f64::INFINITY);
+    let valid: Vec<&PlanEntry> = evaluated.iter().filter(|e| e.error.is_none()).collect();
+    let mut pareto: Vec<PlanEntry> = valid
+        .iter()
+        .filter(|e| {
+            !valid.iter().any(|o| {
+                o.plan.cost_per_hour <= e.plan.cost_per_hour
+                    && lat(o) <= lat(e)
+                    && (o.plan.cost_per_hour < e.plan.cost_per_hour || lat(o) < lat(e))
+            })
+        })
+        .map(|e| (*e).clone())
+        .collect();
+    pareto.sort_by(|x, y| x.plan.cost_per_hour.total_cmp(&y.plan.cost_per_hour));
+    let best = evaluated.iter().find(|e| e.error.is_none() && e.violations.is_empty()).cloned();
+    let result = PlanResult {
+        best,
+        pareto,
+        rejected: evaluated.iter().filter(|e| e.error.is_none() && !e.violations.is_empty()).cloned().collect(),
+        invalid: evaluated.iter().filter(|e| e.error.is_some()).cloned().collect(),
+        slos: slos.iter().map(|s| s.text.clone()).collect(),
+        pareto_latency: a.pareto_latency.clone(),
+    };
+    if let Some(path) = &a.plot {
+        let pts: Vec<(f64, f64, bool, String)> = valid
+            .iter()
+            .map(|e| (e.plan.cost_per_hour, lat(e), e.violations.is_empty(), e.plan.label()))
+            .collect();
+        let front: Vec<(f64, f64)> = result.pareto.iter().map(|e| (e.plan.cost_per_hour, lat(e))).collect();
+        let lines: Vec<(String, f64, bool)> =
+            slos.iter().filter(|s| s.metric == a.pareto_latency).map(|s| (s.text.clone(), s.bound, true)).collect();
+        crate::plot::pareto(path, &a.pareto_latency, &pts, &front, &lines)?;
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&result).expect("json"));
+    } else {
+        print!("{}", text(&result));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn text(r: &PlanResult) -> String {
+    let mut s = String::new();
+    let f = |m: &Map<String, Value>, k: &str| m.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
+    match &r.best {
+        None => {
+            let _ = writeln!(s, "No candidate meets every SLO ({}).", r.slos.join(", "));
+        }
+        Some(b) => {
+            let _ = writeln!(
+                s,
+                "Cheapest plan meeting every SLO: {} ({} GPUs, {:.2}/hour)",
+                b.plan.label(),
+                b.plan.num_gpus,
+                b.plan.cost_per_hour
+            );
+            let _ = writeln!(
+                s,
+                "  output {:.1} tok/s, p99 TTFT {:.1} ms, mean TPOT {:.2} ms, p99 ITL {:.2} ms",
+                f(&b.metrics, "output_throughput"),
+                f(&b.metrics, "p99_ttft_ms"),
+                f(&b.metrics, "mean_tpot_ms"),
+                f(&b.metrics, "p99_itl_ms")
+            );
+        }
+    }
+    let _ = writeln!(s, "\nPareto front (cost per hour against {}):", r.pareto_latency);
+    for e in &r.pareto {
+        let _ = writeln!(s, "  {:>9.2}/h  {:>12.1}  {}", e.plan.cost_per_hour, f(&e.metrics, &r.pareto_latency), e.plan.label());
+    }
+    if !r.rejected.is_empty() {
+        let _ = writeln!(s, "\nRejected ({}):", r.rejected.len());
+        for e in &r.rejected {
+            let v: Vec<String> = e.violations.iter().map(|v| format!("{} (got {:.1})", v.slo, v.value)).collect();
+            let _ = writeln!(s, "  {:>9.2}/h  {}: breaks {}", e.plan.cost_per_hour, e.plan.label(), v.join("; "));
+        }
+    }
+    if !r.invalid.is_empty() {
+        let _ = writeln!(s, "\nInvalid ({}):", r.invalid.len());
+        for e in &r.invalid {
+            let _ = writeln!(s, "  {}: {}", e.plan.label(), e.error.as_deref().unwrap_or(""));
+        }
+    }
+    s
+}

@@ -1,0 +1,389 @@
+//! The `fleet` section: several engine replicas behind a router, optionally
+//! split into prefill and decode pools, and data parallelism inside one
+//! engine (`data_parallel_size`, `dp_size`) as replicas sharing a front end.
+//! What is modelled and the shortcuts: `docs/fleets.md`.
+//!
+//! Each replica group is resolved as a scenario of its own (the top-level
+//! scenario with the group's `engine` fields laid over the top-level
+//! `engine`, and its `hardware`), so every check, default and KV sizing of a
+//! single engine applies to each replica, and every request must fit every
+//! replica.
+
+use super::*;
+use crate::fleet::RouterSpec;
+
+/// What a replica does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplicaRole {
+    /// Prefill and decode (an ordinary engine).
+    #[default]
+    Mixed,
+    /// Prefill only: runs the prompt, hands its KV cache to a decode replica.
+    Prefill,
+    /// Decode only: receives the prompt's KV cache, generates the output.
+    Decode,
+}
+
+impl ReplicaRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReplicaRole::Mixed => "mixed",
+            ReplicaRole::Prefill => "prefill",
+            ReplicaRole::Decode => "decode",
+        }
+    }
+}
+
+/// A group of identical replicas.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplicaGroup {
+    /// Replicas in the group (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<ReplicaRole>,
+    /// Engine fields laid over the top-level `engine` (a different `kind` replaces it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<Value>,
+    /// The group's GPU (a card id, an inline card, or `{gpu, count}`); default: the top-level `hardware`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hardware: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// Default KV-transfer bandwidth per GPU: one 400 Gb/s RDMA NIC per GPU
+/// (ConnectX-7 NDR, as in DGX H100/H200 nodes), i.e. 50 GB/s nominal.
+pub const DEFAULT_KV_TRANSFER_BANDWIDTH: f64 = 50e9;
+
+/// The `fleet` section.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FleetSection {
+    /// Replica groups. Or, shorthand, `count` (mixed replicas of the top-level engine) or
+    /// `prefill_count` and `decode_count`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replicas: Vec<ReplicaGroup>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefill_count: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_count: Option<u32>,
+    /// The router (`docs/routers.md`); default round-robin. With prefill and decode pools,
+    /// it picks the prefill replica.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub router: Option<RouterSpec>,
+    /// The decode pool's router (default: the same policy as `router`, its own instance).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_router: Option<RouterSpec>,
+    /// Bytes per second per GPU of the prefill → decode KV link (default 50e9, 400 Gb/s RDMA;
+    /// NVLink within a node: 450e9 on H100/H200, the GPU card's `interconnect_bandwidth_bytes_per_s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_transfer_bandwidth_bytes_per_s: Option<f64>,
+    /// Fixed time per KV transfer (handshake, notification), µs (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_transfer_latency_us: Option<f64>,
+}
+
+/// How the replicas came about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FleetKind {
+    /// A `fleet` section: replicas behind a router, each with its own front end.
+    Fleet,
+    /// `data_parallel_size` / `dp_size`: engines behind one front end.
+    DataParallel,
+}
+
+/// One replica, resolved.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReplicaSpec {
+    pub group: usize,
+    pub name: String,
+    pub role: ReplicaRole,
+    pub engine: EngineSpec,
+    pub cost: CostModel,
+    pub gpu: String,
+    pub deployment: Deployment,
+    /// KV bytes one prompt token occupies on one GPU of this replica.
+    pub kv_bytes_per_token_per_gpu: u64,
+    /// Index of its front end (API server): its own, or the one its DP group shares.
+    pub front: usize,
+}
+
+/// A fleet, resolved.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FleetSpec {
+    pub kind: FleetKind,
+    pub replicas: Vec<ReplicaSpec>,
+    pub router: RouterSpec,
+    pub decode_router: RouterSpec,
+    pub kv_transfer_bandwidth_bytes_per_s: f64,
+    pub kv_transfer_latency_ns: u64,
+    pub num_fronts: usize,
+}
+
+impl FleetSpec {
+    /// Whether prefill and decode are disaggregated.
+    pub fn disaggregated(&self) -> bool {
+        self.replicas.iter().any(|r| r.role != ReplicaRole::Mixed)
+    }
+
+    /// GPUs of the whole fleet.
+    pub fn num_gpus(&self) -> u32 {
+        self.replicas.iter().map(|r| r.deployment.num_gpus).sum()
+    }
+}
+
+/// Whether the scenario is a fleet (a `fleet` section, or data parallelism > 1).
+pub(super) fn is_fleet(s: &Scenario) -> bool {
+    s.fleet.is_some() || dp_of(&s.engine) > 1
+}
+
+fn dp_of(e: &EngineSection) -> u32 {
+    e.data_parallel_size.or(e.dp_size).unwrap_or(1)
+}
+
+/// The top-level scenario as a single engine's: no fleet, no data parallelism.
+fn single(s: &Scenario) -> Scenario {
+    let mut b = s.clone();
+    b.fleet = None;
+    b.engine.data_parallel_size = None;
+    b.engine.dp_size = None;
+    b.engine.load_balance_method = None;
+    b
+}
+
+pub(super) fn check_dp_flags(e: &EngineSection, kind: EngineKind, path: &str) -> Result<()> {
+    match kind {
+        EngineKind::Vllm => {
+            if e.dp_size.is_some() {
+                return Err(ConfigError::new(
+                    format!("{path}.dp_size"),
+                    "is an SGLang flag but engine.kind is \"vllm\"; the vllm counterpart is data_parallel_size",
+                ));
+            }
+            if e.load_balance_method.is_some() {
+                return Err(ConfigError::new(
+                    format!("{path}.load_balance_method"),
+                    "is an SGLang flag (the DataParallelController's); vLLM's DP balancing has no such flag",
+                ));
+            }
+        }
+        EngineKind::Sglang => {
+            if e.data_parallel_size.is_some() {
+                return Err(ConfigError::new(
+                    format!("{path}.data_parallel_size"),
+                    "is a vLLM flag but engine.kind is \"sglang\"; the sglang counterpart is dp_size",
+                ));
+            }
+        }
+    }
+    if let Some(0) = e.data_parallel_size.or(e.dp_size) {
+        return Err(ConfigError::new(format!("{path}.data_parallel_size"), "must be at least 1 (got 0)"));
+    }
+    Ok(())
+}
+
+fn prefix_err(prefix: &str, e: ConfigError) -> ConfigError {
+    if e.path.is_empty() {
+        ConfigError::new(prefix, e.message)
+    } else {
+        ConfigError::new(format!("{prefix}.{}", e.path), e.message)
+    }
+}
+
+/// A replica group's scenario: the top-level one with the group's engine and hardware.
+fn group_scenario(base: &Scenario, g: &ReplicaGroup, path: &str) -> Result<Scenario> {
+    let mut b = single(base);
+    if let Some(e) = &g.engine {
+        let Value::Object(over) = e else {
+            return Err(ConfigError::new(format!("{path}.engine"), "expected an object of engine fields"));
+        };
+        let top = serde_json::to_value(&b.engine).expect("serializable");
+        let Value::Object(mut merged) = top else { unreachable!() };
+        let other_kind = over.get("kind").is_some_and(|k| Some(k) != merged.get("kind"));
+        if other_kind {
+            merged = over.clone();
+        } else {
+            for (k, v) in over {
+                merged.insert(k.clone(), v.clone());
+            }
+        }
+        b.engine = from_value(Value::Object(merged), &format!("{path}.engine"))?;
+        if dp_of(&b.engine) > 1 {
+            return Err(ConfigError::new(
+                format!("{path}.engine"),
+                "data parallelism inside a fleet's replica is not modelled: give the group a count instead",
+            ));
+        }
+        b.engine.data_parallel_size = None;
+        b.engine.dp_size = None;
+        b.engine.load_balance_method = None;
+    }
+    if let Some(h) = &g.hardware {
+        b.hardware = h.clone();
+    }
+    Ok(b)
+}
+
+fn replica_of(spec: &SimSpec, group: usize, name: String, role: ReplicaRole, front: usize) -> ReplicaSpec {
+    ReplicaSpec {
+        group,
+        name,
+        role,
+        engine: spec.engine.clone(),
+        cost: spec.cost.clone(),
+        gpu: spec.gpu.id.clone(),
+        deployment: spec.deployment.clone(),
+        kv_bytes_per_token_per_gpu: spec.kv_sizing.kv_bytes_per_token,
+        front,
+    }
+}
+
+/// Resolves a fleet scenario: the first replica's spec (the report's engine, model and GPU),
+/// with the fleet attached.
+pub(super) fn resolve_fleet(s: &Scenario, res: &Resources) -> Result<SimSpec> {
+    let kind = s.engine.kind.ok_or_else(|| ConfigError::new("engine.kind", "missing; expected \"vllm\" or \"sglang\""))?;
+    check_dp_flags(&s.engine, kind, "engine")?;
+    let dp = dp_of(&s.engine);
+    if dp > 1 && s.fleet.is_some() {
+        return Err(ConfigError::new(
+            "engine.data_parallel_size",
+            "data parallelism with a fleet section is not modelled: give the fleet's replica groups counts instead",
+        ));
+    }
+    if dp > 1 {
+        // Data parallelism: `dp` engines of TP size each, one front end, the engine's own balancer.
+        let mut b = single(s);
+        if let Value::Object(m) = &mut b.hardware {
+            if let Some(c) = m.get("count").and_then(Value::as_u64) {
+                if c % u64::from(dp) != 0 {
+                    return Err(ConfigError::new(
+                        "hardware.count",
+                        format!("{c} GPUs do not split into {dp} data-parallel engines"),
+                    ));
+                }
+                m.insert("count".into(), (c / u64::from(dp)).into());
+            }
+        }
+        let base = resolve(&b, res)?;
+        let router = match kind {
+            EngineKind::Vllm => RouterSpec::VllmDataParallel,
+            EngineKind::Sglang => {
+                let m = match s.engine.load_balance_method.as_deref().unwrap_or("round_robin") {
+                    "round_robin" => crate::fleet::dp::LoadBalanceMethod::RoundRobin,
+                    "shortest_queue" => crate::fleet::dp::LoadBalanceMethod::ShortestQueue,
+                    other => {
+                        return Err(ConfigError::new(
+                            "engine.load_balance_method",
+                            format!("unknown method {other:?}; expected round_robin or shortest_queue"),
+                        ))
+                    }
+                };
+                RouterSpec::SglangDataParallel { load_balance_method: m }
+            }
+        };
+        let replicas =
+            (0..dp as usize).map(|i| replica_of(&base, 0, format!("dp{i}"), ReplicaRole::Mixed, 0)).collect();
+        let fleet = FleetSpec {
+            kind: FleetKind::DataParallel,
+            replicas,
+            router: router.clone(),
+            decode_router: router,
+            kv_transfer_bandwidth_bytes_per_s: DEFAULT_KV_TRANSFER_BANDWIDTH,
+            kv_transfer_latency_ns: 0,
+            num_fronts: 1,
+        };
+        return Ok(SimSpec { fleet: Some(Box::new(fleet)), ..base });
+    }
+    let f = s.fleet.as_ref().expect("is_fleet");
+    let mut groups = f.replicas.clone();
+    let shorthand = f.count.is_some() || f.prefill_count.is_some() || f.decode_count.is_some();
+    if shorthand && !groups.is_empty() {
+        return Err(ConfigError::new(
+            "fleet.replicas",
+            "give either replica groups (replicas) or counts (count, or prefill_count and decode_count), not both",
+        ));
+    }
+    if let Some(c) = f.count {
+        if f.prefill_count.is_some() || f.decode_count.is_some() {
+            return Err(ConfigError::new("fleet.count", "give count (mixed replicas) or prefill_count and decode_count"));
+        }
+        groups.push(ReplicaGroup { count: Some(c), ..Default::default() });
+    } else if shorthand {
+        let (Some(p), Some(d)) = (f.prefill_count, f.decode_count) else {
+            return Err(ConfigError::new("fleet.prefill_count", "prefill_count and decode_count go together"));
+        };
+        groups.push(ReplicaGroup { count: Some(p), role: Some(ReplicaRole::Prefill), ..Default::default() });
+        groups.push(ReplicaGroup { count: Some(d), role: Some(ReplicaRole::Decode), ..Default::default() });
+    }
+    if groups.is_empty() {
+        return Err(ConfigError::new("fleet.replicas", "no replicas: give at least one group (or fleet.count)"));
+    }
+    let mut replicas = Vec::new();
+    let mut first: Option<SimSpec> = None;
+    for (gi, g) in groups.iter().enumerate() {
+        let path = if shorthand { "fleet".to_string() } else { format!("fleet.replicas[{gi}]") };
+        let count = g.count.unwrap_or(1);
+        if count == 0 || count > 4096 {
+            return Err(ConfigError::new(format!("{path}.count"), format!("must be from 1 to 4096, got {count}")));
+        }
+        let sc = group_scenario(s, g, &path)?;
+        let spec = resolve(&sc, res).map_err(|e| prefix_err(&path, e))?;
+        if let Some(f0) = &first {
+            if f0.model.id != spec.model.id {
+                return Err(ConfigError::new(format!("{path}.engine"), "every replica serves the same model"));
+            }
+        }
+        let role = g.role.unwrap_or_default();
+        for k in 0..count {
+            let name = match &g.name {
+                Some(n) if count == 1 => n.clone(),
+                Some(n) => format!("{n}-{k}"),
+                None => format!("{}{}", role.as_str(), replicas.len()),
+            };
+            let front = replicas.len();
+            replicas.push(replica_of(&spec, gi, name, role, front));
+        }
+        if first.is_none() {
+            first = Some(spec);
+        }
+    }
+    let n_pre = replicas.iter().filter(|r| r.role == ReplicaRole::Prefill).count();
+    let n_dec = replicas.iter().filter(|r| r.role == ReplicaRole::Decode).count();
+    let n_mix = replicas.len() - n_pre - n_dec;
+    if (n_pre > 0 || n_dec > 0) && (n_pre == 0 || n_dec == 0 || n_mix > 0) {
+        return Err(ConfigError::new(
+            "fleet.replicas",
+            format!(
+                "disaggregated serving needs prefill and decode replicas only (got {n_pre} prefill, {n_dec} decode, {n_mix} mixed)"
+            ),
+        ));
+    }
+    let bw = f.kv_transfer_bandwidth_bytes_per_s.unwrap_or(DEFAULT_KV_TRANSFER_BANDWIDTH);
+    if !(bw.is_finite() && bw > 0.0) {
+        return Err(ConfigError::new("fleet.kv_transfer_bandwidth_bytes_per_s", format!("must be > 0, got {bw}")));
+    }
+    let lat = f.kv_transfer_latency_us.unwrap_or(0.0);
+    if !(lat.is_finite() && (0.0..=1e9).contains(&lat)) {
+        return Err(ConfigError::new("fleet.kv_transfer_latency_us", format!("must be from 0 to 1e9, got {lat}")));
+    }
+    let router = f.router.clone().unwrap_or(RouterSpec::RoundRobin);
+    let decode_router = f.decode_router.clone().unwrap_or_else(|| router.clone());
+    let num_fronts = replicas.len();
+    let fleet = FleetSpec {
+        kind: FleetKind::Fleet,
+        replicas,
+        router,
+        decode_router,
+        kv_transfer_bandwidth_bytes_per_s: bw,
+        kv_transfer_latency_ns: (lat * 1e3).round() as u64,
+        num_fronts,
+    };
+    let base = first.expect("at least one group");
+    Ok(SimSpec { fleet: Some(Box::new(fleet)), ..base })
+}

@@ -1,0 +1,823 @@
+//! The fleet's event loop: one client, a router, several engine replicas
+//! (each with its front end, or data-parallel engines sharing one), and, when
+//! prefill and decode are disaggregated, the KV transfers between them.
+//!
+//! # Why a loop beside `simulation::run`
+//!
+//! The single-engine loop is left as it is, so a scenario without a fleet runs
+//! the code it ran before, byte for byte (and its fast-forward keeps the proofs
+//! written in `simulation`'s module docs). This loop shares its pieces: the
+//! phase layout, the records, [`crate::delivery`] (ingress and the streaming
+//! queue), the gauge integrals, the stop reasons and the result type. Its
+//! event order, for a fleet of one, is the single loop's (a test runs both and
+//! compares every metric): the same events at the same instants, scheduled in
+//! the same order.
+//!
+//! # Event order and determinism
+//!
+//! One heap ordered by `(time, sequence)`, one sequence counter. The router is
+//! called when the client sends a request (before its ingress), with views of
+//! the replicas in replica order; routers draw from named random streams. No
+//! decision iterates a hash map.
+//!
+//! # Fast-forward
+//!
+//! A replica whose step ends may advance its plain decode steps in one move, as
+//! the single loop does, but only those ending strictly before the heap's next
+//! event (any replica's): nothing another replica or the router does can fall
+//! inside, so the output is the same as stepping. A replica whose last step
+//! would already cross the next event does not try.
+//!
+//! # Disaggregated prefill and decode
+//!
+//! A request is routed to a prefill replica and a decode replica when it is
+//! sent (both pools' routers). The prefill replica runs it with
+//! `max_tokens = 1`; its token is not streamed. The transfer then waits in the
+//! decode replica's queue until the replica can reserve KV for the prompt (its
+//! free KV, less what in-flight transfers reserved, holds the prompt; a
+//! transfer always starts when none is in flight), then takes `latency +
+//! prompt tokens × KV bytes per token per GPU ÷ bandwidth` on the decode
+//! replica's link, transfers one after the other. When it lands the request
+//! joins the decode engine's queue; the decode replica's steps cost its prefill
+//! tokens as one token per prompt chunk (the KV is there; vLLM recomputes the
+//! last prompt token to sample). `docs/fleets.md` lists the shortcuts.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+use crate::config::{FleetSpec, ReplicaRole};
+use crate::cost::{CostModel, StepShape};
+use crate::delivery::FrontEnd;
+use crate::engine::{Engine, EngineCounters, ReqId, TokenOutput};
+use crate::fleet::{ReplicaView, RouteRequest, Router};
+use crate::request::RequestSpec;
+use crate::simulation::{
+    phase_layout, GaugeSample, GaugeStats, Phase, Progress, RequestRecord, RunOptions, RunResult, StopReason,
+    INGRESS_TOO_LONG, SEND_TOO_LATE, STEP_TOO_LONG, STREAMING_TOO_LONG,
+};
+use crate::workload::Workload;
+
+/// One replica's engine block over the timed phase.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReplicaRun {
+    pub name: String,
+    pub group: usize,
+    pub role: ReplicaRole,
+    pub engine: &'static str,
+    pub engine_version: String,
+    pub hardware: String,
+    pub tensor_parallel_size: u32,
+    /// Timed requests routed to it.
+    pub requests: u64,
+    pub counters: EngineCounters,
+    pub gauges: GaugeStats,
+    pub kv_capacity_tokens: u64,
+    /// Its steps in the whole run.
+    pub num_steps: u64,
+}
+
+/// What a fleet run adds to the fleet-wide [`RunResult`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct FleetRun {
+    pub kind: crate::config::FleetKind,
+    pub router: String,
+    pub decode_router: Option<String>,
+    pub replicas: Vec<ReplicaRun>,
+    pub num_gpus: u32,
+    /// KV transfers of timed requests (disaggregated fleets).
+    pub kv_transfers: u64,
+    /// Their mean time on the link, and mean wait for a decode reservation, ms.
+    pub mean_kv_transfer_ms: f64,
+    pub mean_kv_transfer_wait_ms: f64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    ClientSend(ReqId),
+    EngineArrival(ReqId, u32),
+    StepEnd(u32),
+    ClientDone(ReqId),
+    TransferDone(ReqId, u32),
+}
+
+/// Time-weighted gauges, as the single loop keeps them.
+#[derive(Clone, Debug, Default)]
+struct GaugeAcc {
+    last: Option<GaugeSample>,
+    integ: [f64; 3],
+    stats: GaugeStats,
+}
+
+impl GaugeAcc {
+    fn integrate_until(&mut self, t: u64, bench_start: u64) {
+        if let Some(prev) = self.last {
+            let dt = t.saturating_sub(prev.t_ns.max(bench_start)) as f64;
+            self.integ[0] += prev.kv_usage * dt;
+            self.integ[1] += f64::from(prev.running) * dt;
+            self.integ[2] += f64::from(prev.waiting) * dt;
+        }
+    }
+
+    fn sample(&mut self, s: GaugeSample, timed: bool, bench_start: u64) {
+        if timed {
+            self.integrate_until(s.t_ns, bench_start);
+            let g = &mut self.stats;
+            g.kv_usage_peak = g.kv_usage_peak.max(s.kv_usage);
+            g.running_peak = g.running_peak.max(s.running);
+            g.waiting_peak = g.waiting_peak.max(s.waiting);
+        }
+        self.last = Some(s);
+    }
+
+    fn finish(&mut self, timed: bool, bench_start: u64, bench_end: u64) -> GaugeStats {
+        if timed {
+            self.integrate_until(bench_end, bench_start);
+        }
+        let span = bench_end.saturating_sub(bench_start) as f64;
+        let mut g = self.stats;
+        if span > 0.0 {
+            g.kv_usage_mean = self.integ[0] / span;
+            g.running_mean = self.integ[1] / span;
+            g.waiting_mean = self.integ[2] / span;
+        }
+        g
+    }
+}
+
+struct Rep<'a> {
+    engine: Box<dyn Engine + Send>,
+    cost: &'a CostModel,
+    role: ReplicaRole,
+    /// Index in its router's pool.
+    pool_idx: usize,
+    front: usize,
+    step_running: bool,
+    outputs: Vec<TokenOutput>,
+    held: Vec<TokenOutput>,
+    later: Vec<TokenOutput>,
+    steps: u64,
+    last_dur: u64,
+    counters_at_start: EngineCounters,
+    acc: GaugeAcc,
+    cur: GaugeSample,
+    outstanding: u32,
+    routed_timed: u64,
+    capacity: u64,
+    granularity: u32,
+    kv_bytes_per_token_per_gpu: u64,
+    // The decode side of a disaggregated fleet.
+    reserved: u64,
+    link_free_at: u64,
+    xfer_queue: VecDeque<ReqId>,
+}
+
+struct FleetLoop<'a> {
+    reps: Vec<Rep<'a>>,
+    fronts: Vec<FrontEnd>,
+    router: Box<dyn Router>,
+    decode_router: Box<dyn Router>,
+    pool: Vec<usize>,
+    decode_pool: Vec<usize>,
+    disagg: bool,
+    specs: Vec<&'a RequestSpec>,
+    /// Disaggregated: each request as its prefill replica runs it (`max_tokens = 1`).
+    prefill_specs: Vec<RequestSpec>,
+    phase_of: Vec<Phase>,
+    records: Vec<RequestRecord>,
+    /// (prefill or only replica, decode replica) of each request.
+    placed: Vec<(u32, u32)>,
+    /// KV reserved on the decode side for each request's transfer; when it was queued.
+    xfer_need: Vec<u64>,
+    xfer_queued_at: Vec<u64>,
+    heap: BinaryHeap<Reverse<(u64, u64, Event)>>,
+    seq: u64,
+    max_concurrency: Option<u32>,
+    in_flight: u32,
+    pending: VecDeque<ReqId>,
+    remaining_in_phase: usize,
+    opts: RunOptions,
+    steps: u64,
+    timed: bool,
+    bench_start: u64,
+    fleet_acc: GaugeAcc,
+    tot_running: u64,
+    tot_waiting: u64,
+    tot_kv_used: f64,
+    tot_capacity: f64,
+    timeseries: Vec<GaugeSample>,
+    stop: Option<StopReason>,
+    ff_ids: Vec<ReqId>,
+    ff_outs: Vec<TokenOutput>,
+    views: Vec<ReplicaView>,
+    bw: f64,
+    xfer_latency_ns: u64,
+    xfers: u64,
+    xfer_ns_sum: u64,
+    xfer_wait_sum: u64,
+}
+
+/// The decode replica's step: the prompt's KV arrived by transfer, so each prefill chunk
+/// costs one token at the end of its context (the token vLLM recomputes to sample).
+fn decode_side_shape(s: &StepShape) -> StepShape {
+    if s.prefill_tokens == 0 {
+        return *s;
+    }
+    let mut d = StepShape {
+        num_seqs: s.num_seqs - s.num_chunks,
+        decode_tokens: s.decode_tokens,
+        decode_context_tokens: s.decode_context_tokens,
+        ..Default::default()
+    };
+    let shown = (s.num_chunks as usize).min(crate::cost::MAX_CHUNKS);
+    for c in &s.chunks[..shown] {
+        d.add_prefill(c.context + c.n.saturating_sub(1), 1);
+    }
+    let (rest_n, rest_tokens, _) = s.rest;
+    if rest_n > 0 {
+        let mean_ctx = rest_tokens / rest_n;
+        for _ in 0..rest_n {
+            d.add_prefill(mean_ctx, 1);
+        }
+    }
+    d
+}
+
+impl<'a> FleetLoop<'a> {
+    fn push(&mut self, t: u64, ev: Event) {
+        self.seq += 1;
+        self.heap.push(Reverse((t, self.seq, ev)));
+    }
+
+    fn later_by(&mut self, now: u64, d: u64, cause: &'static str) -> Option<u64> {
+        let t = now.checked_add(d);
+        if t.is_none() && self.stop.is_none() {
+            self.stop = Some(StopReason::TimeOverflow { cause });
+        }
+        t
+    }
+
+    fn start_phase(&mut self, now: u64, ids: std::ops::Range<usize>) {
+        self.remaining_in_phase = ids.len();
+        for id in ids {
+            let Some(t) = self.later_by(now, self.specs[id].arrival_ns, SEND_TOO_LATE) else { return };
+            self.push(t, Event::ClientSend(id as ReqId));
+        }
+    }
+
+    fn fill_views(&mut self, decode: bool) {
+        let pool = if decode { &self.decode_pool } else { &self.pool };
+        self.views.clear();
+        for &r in pool {
+            let rep = &self.reps[r];
+            self.views.push(ReplicaView {
+                outstanding: rep.outstanding,
+                running: rep.engine.num_running() as u32,
+                waiting: rep.engine.num_waiting() as u32,
+                kv_usage: rep.engine.kv_usage(),
+                kv_block_size: rep.granularity,
+                kv_num_blocks: rep.capacity / u64::from(rep.granularity.max(1)),
+                cached_prefix_tokens: None,
+            });
+        }
+    }
+
+    fn dispatch(&mut self, id: ReqId, now: u64) {
+        let spec = self.specs[id as usize];
+        let req = RouteRequest { id: u64::from(id), spec, now_ns: now, session: None };
+        self.fill_views(false);
+        let r = self.pool[self.router.route(&req, &self.views)];
+        let d = if self.disagg {
+            self.fill_views(true);
+            self.decode_pool[self.decode_router.route(&req, &self.views)]
+        } else {
+            r
+        };
+        let ingress = self.fronts[self.reps[r].front].ingress_ns;
+        let Some(arrival) = self.later_by(now, ingress, INGRESS_TOO_LONG) else { return };
+        self.in_flight += 1;
+        self.placed[id as usize] = (r as u32, d as u32);
+        let timed = self.phase_of[id as usize] == Phase::Timed;
+        self.reps[r].outstanding += 1;
+        if timed {
+            self.reps[r].routed_timed += 1;
+        }
+        if d != r {
+            self.reps[d].outstanding += 1;
+            if timed {
+                self.reps[d].routed_timed += 1;
+            }
+        }
+        let rec = &mut self.records[id as usize];
+        rec.dispatch_ns = now;
+        rec.engine_arrival_ns = arrival;
+        self.push(arrival, Event::EngineArrival(id, r as u32));
+    }
+
+    fn sample_gauges(&mut self, r: usize, now: u64) {
+        let single = self.reps.len() == 1;
+        let rep = &mut self.reps[r];
+        let s = GaugeSample {
+            t_ns: now,
+            running: rep.engine.num_running() as u32,
+            waiting: rep.engine.num_waiting() as u32,
+            kv_usage: rep.engine.kv_usage(),
+        };
+        rep.acc.sample(s, self.timed, self.bench_start);
+        let old = std::mem::replace(&mut rep.cur, s);
+        let fleet = if single {
+            s
+        } else {
+            let cap = rep.capacity as f64;
+            self.tot_running = self.tot_running + u64::from(s.running) - u64::from(old.running);
+            self.tot_waiting = self.tot_waiting + u64::from(s.waiting) - u64::from(old.waiting);
+            self.tot_kv_used += (s.kv_usage - old.kv_usage) * cap;
+            GaugeSample {
+                t_ns: now,
+                running: self.tot_running.min(u64::from(u32::MAX)) as u32,
+                waiting: self.tot_waiting.min(u64::from(u32::MAX)) as u32,
+                kv_usage: (self.tot_kv_used / self.tot_capacity.max(1.0)).clamp(0.0, 1.0),
+            }
+        };
+        self.fleet_acc.sample(fleet, self.timed, self.bench_start);
+        if self.timed && self.opts.record_timeseries {
+            self.timeseries.push(GaugeSample { t_ns: now - self.bench_start, ..fleet });
+        }
+    }
+
+    fn start_step(&mut self, r: usize, now: u64) {
+        let rep = &mut self.reps[r];
+        let plan = rep.engine.schedule();
+        if plan.is_empty() {
+            rep.step_running = false;
+            self.sample_gauges(r, now);
+            return;
+        }
+        let decode_side = rep.role == ReplicaRole::Decode;
+        let dur = if decode_side { rep.cost.step_ns(&decode_side_shape(&plan.shape)) } else { rep.cost.step_ns(&plan.shape) };
+        let Some(end) = now.checked_add(dur) else {
+            self.stop.get_or_insert(StopReason::TimeOverflow { cause: STEP_TOO_LONG });
+            rep.step_running = false;
+            return;
+        };
+        for s in &plan.scheduled {
+            let rec = &mut self.records[s.id as usize];
+            if rec.first_scheduled_ns.is_none() {
+                rec.first_scheduled_ns = Some(now);
+            }
+            if s.prefill && rec.first_token_step_end_ns.is_none() && !decode_side {
+                rec.prefill_compute_ns += dur;
+            }
+        }
+        rep.steps += 1;
+        rep.last_dur = dur;
+        rep.step_running = true;
+        self.steps += 1;
+        self.sample_gauges(r, now);
+        self.push(end, Event::StepEnd(r as u32));
+    }
+
+    fn on_step_end(&mut self, r: usize, now: u64) {
+        let mut outs = std::mem::take(&mut self.reps[r].outputs);
+        outs.clear();
+        self.reps[r].engine.finish_step(&mut outs);
+        if self.opts.check_invariants {
+            if let Err(e) = self.reps[r].engine.check_invariants() {
+                self.stop = Some(StopReason::InvariantViolated(format!("replica {r}: {e}")));
+            }
+        }
+        if self.reps[r].role == ReplicaRole::Prefill {
+            // The prefill's token is not streamed: the decode side produces the client's first.
+            for o in &outs {
+                if o.finished {
+                    self.on_prefill_done(o.id, r, now);
+                }
+            }
+            self.reps[r].outputs = outs;
+            if self.steps >= self.opts.max_steps {
+                self.stop = Some(StopReason::StepLimit { steps: self.steps });
+                return;
+            }
+            if self.stop.is_none() {
+                self.start_step(r, now);
+            }
+            return;
+        }
+        let mut later = std::mem::take(&mut self.reps[r].later);
+        if self.reps[r].engine.output_lag() {
+            let rep = &mut self.reps[r];
+            rep.later = crate::delivery::split_lagged(&mut rep.held, &mut outs, &mut later);
+        }
+        self.deliver(r, now, &outs);
+        self.reps[r].outputs = outs;
+        if self.steps >= self.opts.max_steps {
+            self.stop = Some(StopReason::StepLimit { steps: self.steps });
+            return;
+        }
+        let now = if self.opts.fast_forward { self.fast_forward(r, now, &mut later) } else { now };
+        if self.stop.is_some() {
+            return;
+        }
+        self.start_step(r, now);
+        if !later.is_empty() {
+            if self.reps[r].step_running {
+                for o in &later {
+                    let rec = &mut self.records[o.id as usize];
+                    if rec.first_token_step_end_ns.is_none() {
+                        rec.first_token_step_end_ns = Some(now);
+                    }
+                }
+            } else {
+                self.deliver(r, now, &later);
+                later.clear();
+            }
+        }
+        self.reps[r].held = later;
+        if self.reps[r].role == ReplicaRole::Decode {
+            self.try_transfers(r, now);
+        }
+    }
+
+    fn on_prefill_done(&mut self, id: ReqId, p: usize, now: u64) {
+        let rep = &mut self.reps[p];
+        rep.outstanding -= 1;
+        let pidx = rep.pool_idx;
+        self.router.on_first_token(u64::from(id), pidx, now);
+        self.router.on_finish(u64::from(id), pidx, now);
+        let d = self.placed[id as usize].1 as usize;
+        self.xfer_queued_at[id as usize] = now;
+        self.reps[d].xfer_queue.push_back(id);
+        self.try_transfers(d, now);
+    }
+
+    /// Starts the decode replica's queued transfers that its free KV can reserve.
+    fn try_transfers(&mut self, d: usize, now: u64) {
+        while let Some(&id) = self.reps[d].xfer_queue.front() {
+            let spec = self.specs[id as usize];
+            let (p, _) = self.placed[id as usize];
+            let rep = &self.reps[d];
+            let g = u64::from(rep.granularity.max(1));
+            let need = (u64::from(spec.prompt_len) + 1).div_ceil(g) * g;
+            let free = ((rep.capacity as f64) * (1.0 - rep.engine.kv_usage())).max(0.0) as u64;
+            if rep.reserved > 0 && need > free.saturating_sub(rep.reserved) {
+                break;
+            }
+            let bytes_per_token = rep.kv_bytes_per_token_per_gpu.max(self.reps[p as usize].kv_bytes_per_token_per_gpu);
+            let bytes = bytes_per_token as f64 * f64::from(spec.prompt_len);
+            let xfer_ns = self.xfer_latency_ns.saturating_add((bytes / self.bw * 1e9).ceil() as u64);
+            let rep = &mut self.reps[d];
+            rep.xfer_queue.pop_front();
+            rep.reserved += need;
+            let start = now.max(rep.link_free_at);
+            let Some(end) = start.checked_add(xfer_ns) else {
+                self.stop.get_or_insert(StopReason::TimeOverflow { cause: "a KV transfer's time is too large" });
+                return;
+            };
+            rep.link_free_at = end;
+            self.xfer_need[id as usize] = need;
+            if self.phase_of[id as usize] == Phase::Timed {
+                self.xfers += 1;
+                self.xfer_ns_sum += end - start;
+                self.xfer_wait_sum += start - self.xfer_queued_at[id as usize];
+            }
+            self.push(end, Event::TransferDone(id, d as u32));
+        }
+    }
+
+    fn fast_forward(&mut self, r: usize, mut now: u64, later: &mut Vec<TokenOutput>) -> u64 {
+        let t_next = self.heap.peek().map_or(u64::MAX, |Reverse((t, _, _))| *t);
+        if self.reps.len() > 1 && now.saturating_add(self.reps[r].last_dur) >= t_next {
+            return now;
+        }
+        let mut ids = std::mem::take(&mut self.ff_ids);
+        let k_max = self.reps[r].engine.ff_begin(&mut ids);
+        if k_max == 0 {
+            self.ff_ids = ids;
+            return now;
+        }
+        let lag = self.reps[r].engine.output_lag();
+        let mut outs = std::mem::take(&mut self.ff_outs);
+        outs.clear();
+        outs.extend(ids.iter().map(|&id| TokenOutput { id, finished: false }));
+        let mut k = 0;
+        while k < k_max && self.steps + 1 < self.opts.max_steps {
+            let dur = self.reps[r].cost.step_ns(&self.reps[r].engine.ff_shape(k));
+            if now.saturating_add(dur) >= t_next || !self.reps[r].engine.ff_step(k) {
+                break;
+            }
+            self.steps += 1;
+            self.reps[r].steps += 1;
+            self.reps[r].last_dur = dur;
+            self.sample_gauges(r, now);
+            if lag && k == 0 {
+                for o in later.iter() {
+                    let rec = &mut self.records[o.id as usize];
+                    if rec.first_token_step_end_ns.is_none() {
+                        rec.first_token_step_end_ns = Some(now);
+                    }
+                }
+            }
+            now += dur;
+            if lag {
+                self.deliver(r, now, later);
+                later.clear();
+                later.extend_from_slice(&outs);
+            } else {
+                self.deliver(r, now, &outs);
+            }
+            k += 1;
+        }
+        self.reps[r].engine.ff_end(k);
+        if k > 0 && self.opts.check_invariants {
+            if let Err(e) = self.reps[r].engine.check_invariants() {
+                self.stop = Some(StopReason::InvariantViolated(format!("replica {r} after a fast-forward: {e}")));
+            }
+        }
+        self.ff_ids = ids;
+        self.ff_outs = outs;
+        now
+    }
+
+    fn deliver(&mut self, r: usize, now: u64, outs: &[TokenOutput]) {
+        if outs.is_empty() {
+            return;
+        }
+        let front = self.reps[r].front;
+        let Some(deliver) = self.fronts[front].stream(now, outs.len()) else {
+            self.stop.get_or_insert(StopReason::TimeOverflow { cause: STREAMING_TOO_LONG });
+            return;
+        };
+        let pidx = self.reps[r].pool_idx;
+        for o in outs {
+            let rec = &mut self.records[o.id as usize];
+            if rec.first_token_step_end_ns.is_none() {
+                rec.first_token_step_end_ns = Some(now);
+            }
+            let first = rec.token_times_ns.is_empty();
+            rec.token_times_ns.push(deliver);
+            if first {
+                if self.disagg {
+                    self.decode_router.on_first_token(u64::from(o.id), pidx, now);
+                } else {
+                    self.router.on_first_token(u64::from(o.id), pidx, now);
+                }
+            }
+            if o.finished {
+                self.push(deliver, Event::ClientDone(o.id));
+            }
+        }
+    }
+}
+
+/// Runs `workload` on the fleet `f`; routers draw from streams of `seed`.
+pub fn run_fleet(
+    f: &FleetSpec,
+    workload: &Workload,
+    seed: u64,
+    opts: RunOptions,
+    observe: &mut dyn FnMut(Progress),
+) -> (RunResult, FleetRun) {
+    let (specs, phase_of, phases, records) = phase_layout(workload);
+    let disagg = f.disaggregated();
+    let mut pool = Vec::new();
+    let mut decode_pool = Vec::new();
+    let mut reps = Vec::with_capacity(f.replicas.len());
+    for (i, rs) in f.replicas.iter().enumerate() {
+        let pool_idx = if rs.role == ReplicaRole::Decode {
+            decode_pool.push(i);
+            decode_pool.len() - 1
+        } else {
+            pool.push(i);
+            pool.len() - 1
+        };
+        let engine = crate::engine::build(&rs.engine);
+        let capacity = engine.kv_capacity_tokens();
+        reps.push(Rep {
+            engine,
+            cost: &rs.cost,
+            role: rs.role,
+            pool_idx,
+            front: rs.front,
+            step_running: false,
+            outputs: Vec::new(),
+            held: Vec::new(),
+            later: Vec::new(),
+            steps: 0,
+            last_dur: 0,
+            counters_at_start: EngineCounters::default(),
+            acc: GaugeAcc::default(),
+            cur: GaugeSample { t_ns: 0, running: 0, waiting: 0, kv_usage: 0.0 },
+            outstanding: 0,
+            routed_timed: 0,
+            capacity,
+            granularity: rs.engine.kv_granularity(),
+            kv_bytes_per_token_per_gpu: rs.kv_bytes_per_token_per_gpu,
+            reserved: 0,
+            link_free_at: 0,
+            xfer_queue: VecDeque::new(),
+        });
+    }
+    let mut fronts = vec![FrontEnd::new(0, 0); f.num_fronts];
+    for rs in &f.replicas {
+        fronts[rs.front] = FrontEnd::new(rs.cost.ingress_ns(), rs.cost.output_token_ns());
+    }
+    let prefill_specs: Vec<RequestSpec> = if disagg {
+        specs
+            .iter()
+            .map(|s| RequestSpec { max_tokens: 1, output_len: 1, ..(*s).clone() })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let n = specs.len();
+    let tot_capacity = reps.iter().map(|r| r.capacity as f64).sum();
+    let ingress_ns = f.replicas[0].cost.ingress_ns();
+    let mut lp = FleetLoop {
+        reps,
+        fronts,
+        router: f.router.build(seed),
+        decode_router: f.decode_router.build(crate::rng::mix64(seed ^ 0x6465_636f_6465)),
+        pool,
+        decode_pool,
+        disagg,
+        specs,
+        prefill_specs,
+        phase_of,
+        records,
+        placed: vec![(0, 0); n],
+        xfer_need: if disagg { vec![0; n] } else { Vec::new() },
+        xfer_queued_at: if disagg { vec![0; n] } else { Vec::new() },
+        heap: BinaryHeap::new(),
+        seq: 0,
+        max_concurrency: workload.max_concurrency,
+        in_flight: 0,
+        pending: VecDeque::new(),
+        remaining_in_phase: 0,
+        opts,
+        steps: 0,
+        timed: false,
+        bench_start: 0,
+        fleet_acc: GaugeAcc::default(),
+        tot_running: 0,
+        tot_waiting: 0,
+        tot_kv_used: 0.0,
+        tot_capacity,
+        timeseries: Vec::new(),
+        stop: None,
+        ff_ids: Vec::new(),
+        ff_outs: Vec::new(),
+        views: Vec::new(),
+        bw: f.kv_transfer_bandwidth_bytes_per_s,
+        xfer_latency_ns: f.kv_transfer_latency_ns,
+        xfers: 0,
+        xfer_ns_sum: 0,
+        xfer_wait_sum: 0,
+    };
+
+    let mut phase_idx = 0;
+    let mut now = 0u64;
+    let mut bench_end = 0u64;
+    let begin = |lp: &mut FleetLoop, idx: usize, now: u64| {
+        let (phase, range) = phases[idx].clone();
+        if phase == Phase::Timed {
+            lp.timed = true;
+            lp.bench_start = now;
+            for rep in &mut lp.reps {
+                rep.counters_at_start = rep.engine.counters();
+            }
+        }
+        lp.start_phase(now, range);
+    };
+    begin(&mut lp, phase_idx, now);
+    if lp.remaining_in_phase == 0 {
+        lp.stop = Some(StopReason::Completed);
+    }
+
+    while lp.stop.is_none() {
+        let Some(Reverse((t, _, ev))) = lp.heap.pop() else {
+            let unfinished = lp.reps.iter().map(|r| r.engine.num_unfinished() + r.xfer_queue.len()).sum();
+            lp.stop = Some(StopReason::Stalled { unfinished });
+            break;
+        };
+        debug_assert!(t >= now, "time went backwards");
+        now = t;
+        match ev {
+            Event::ClientSend(id) => match lp.max_concurrency {
+                Some(max) if lp.in_flight >= max => lp.pending.push_back(id),
+                _ => lp.dispatch(id, now),
+            },
+            Event::EngineArrival(id, r) => {
+                let r = r as usize;
+                let spec: &RequestSpec =
+                    if lp.disagg { &lp.prefill_specs[id as usize] } else { lp.specs[id as usize] };
+                lp.reps[r].engine.add_request(id, spec);
+                if !lp.reps[r].step_running {
+                    lp.start_step(r, now);
+                }
+            }
+            Event::TransferDone(id, d) => {
+                let d = d as usize;
+                let need = lp.xfer_need[id as usize];
+                lp.reps[d].reserved -= need;
+                let spec = lp.specs[id as usize];
+                lp.reps[d].engine.add_request(id, spec);
+                if !lp.reps[d].step_running {
+                    lp.start_step(d, now);
+                }
+                lp.try_transfers(d, now);
+            }
+            Event::StepEnd(r) => lp.on_step_end(r as usize, now),
+            Event::ClientDone(id) => {
+                lp.in_flight -= 1;
+                lp.records[id as usize].completed = true;
+                lp.remaining_in_phase -= 1;
+                let (_, d) = lp.placed[id as usize];
+                let d = d as usize;
+                lp.reps[d].outstanding -= 1;
+                let didx = lp.reps[d].pool_idx;
+                if lp.disagg {
+                    lp.decode_router.on_finish(u64::from(id), didx, now);
+                } else {
+                    lp.router.on_finish(u64::from(id), didx, now);
+                }
+                if lp.timed {
+                    let total = workload.requests.len();
+                    observe(Progress { completed: total - lp.remaining_in_phase, total, now_ns: now });
+                }
+                if let Some(next) = lp.pending.pop_front() {
+                    lp.dispatch(next, now);
+                }
+                if lp.remaining_in_phase == 0 {
+                    phase_idx += 1;
+                    if phase_idx < phases.len() {
+                        begin(&mut lp, phase_idx, now);
+                    } else {
+                        bench_end = now;
+                        lp.stop = Some(StopReason::Completed);
+                    }
+                }
+            }
+        }
+    }
+
+    let stop = lp.stop.take().unwrap_or(StopReason::Completed);
+    if stop != StopReason::Completed {
+        bench_end = now;
+    }
+    let bench_start = lp.bench_start;
+    let timed = lp.timed;
+    let gauges = lp.fleet_acc.finish(timed, bench_start, bench_end);
+    let mut counters = EngineCounters::default();
+    let mut replicas = Vec::with_capacity(lp.reps.len());
+    for (rep, rs) in lp.reps.iter_mut().zip(&f.replicas) {
+        let c = rep.engine.counters() - rep.counters_at_start;
+        counters = EngineCounters {
+            num_preemptions: counters.num_preemptions + c.num_preemptions,
+            prefix_cache_queries: counters.prefix_cache_queries + c.prefix_cache_queries,
+            prefix_cache_hits: counters.prefix_cache_hits + c.prefix_cache_hits,
+            num_steps: counters.num_steps + c.num_steps,
+            prefill_tokens_computed: counters.prefill_tokens_computed + c.prefill_tokens_computed,
+        };
+        replicas.push(ReplicaRun {
+            name: rs.name.clone(),
+            group: rs.group,
+            role: rs.role,
+            engine: rs.engine.kind(),
+            engine_version: rs.engine.version().to_string(),
+            hardware: rs.gpu.clone(),
+            tensor_parallel_size: rs.deployment.tensor_parallel_size,
+            requests: rep.routed_timed,
+            counters: c,
+            gauges: rep.acc.finish(timed, bench_start, bench_end),
+            kv_capacity_tokens: rep.capacity,
+            num_steps: rep.steps,
+        });
+    }
+    let kv_capacity_tokens = lp.reps.iter().map(|r| r.capacity).sum();
+    let records: Vec<RequestRecord> =
+        lp.records.into_iter().zip(lp.phase_of.iter()).filter(|(_, p)| **p == Phase::Timed).map(|(r, _)| r).collect();
+    let run = RunResult {
+        records,
+        bench_start_ns: bench_start,
+        bench_end_ns: bench_end,
+        counters,
+        gauges,
+        timeseries: lp.timeseries,
+        kv_capacity_tokens,
+        stop,
+        num_steps: lp.steps,
+        end_ns: now,
+        ingress_ns,
+    };
+    let per = |x: u64| if lp.xfers > 0 { x as f64 / lp.xfers as f64 / 1e6 } else { 0.0 };
+    let fleet = FleetRun {
+        kind: f.kind,
+        router: lp.router.name().to_string(),
+        decode_router: disagg.then(|| lp.decode_router.name().to_string()),
+        replicas,
+        num_gpus: f.num_gpus(),
+        kv_transfers: lp.xfers,
+        mean_kv_transfer_ms: per(lp.xfer_ns_sum),
+        mean_kv_transfer_wait_ms: per(lp.xfer_wait_sum),
+    };
+    (run, fleet)
+}

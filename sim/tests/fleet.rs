@@ -1,0 +1,183 @@
+//! Fleets (issue #14): a fleet of one is the engine; N replicas under N× the load
+//! behave as one; a prefix-aware router beats round-robin on a shared-prefix
+//! workload; data parallelism and disaggregated prefill/decode run and say so.
+
+mod common;
+
+use common::{small_vllm, spec};
+use serde_json::{json, Value};
+use sim::simulation::{RunOptions, StopReason};
+
+fn rel(a: f64, b: f64) -> f64 {
+    (a - b).abs() / b.abs().max(1e-12)
+}
+
+fn with_fleet(mut v: Value, fleet: Value) -> Value {
+    v["fleet"] = fleet;
+    v
+}
+
+#[test]
+fn a_fleet_of_one_is_the_engine() {
+    for kind in ["vllm", "sglang"] {
+        let mut v = small_vllm(512, 64, 60, 8);
+        if kind == "sglang" {
+            v["engine"] = json!({"kind": "sglang", "version": "0.5.23", "max_running_requests": 256,
+                                  "max_total_tokens": 200000, "context_length": 8192});
+        }
+        v["workload"]["random_range_ratio"] = json!(0.5);
+        let one = sim::simulate(&spec(v.clone()), RunOptions::default());
+        let fleet = sim::simulate(&spec(with_fleet(v, json!({"count": 1}))), RunOptions::default());
+        assert_eq!(fleet.run.stop, StopReason::Completed);
+        let (a, b) = (&one.metrics, &fleet.metrics);
+        assert_eq!(a.ttft.mean, b.ttft.mean, "{kind}");
+        assert_eq!(a.itl.percentiles, b.itl.percentiles, "{kind}");
+        assert_eq!(a.e2el.mean, b.e2el.mean, "{kind}");
+        assert_eq!(one.run.num_steps, fleet.run.num_steps, "{kind}");
+        assert_eq!(one.run.counters, fleet.run.counters, "{kind}");
+        assert_eq!(one.run.gauges, fleet.run.gauges, "{kind}");
+        let f = fleet.fleet.as_ref().unwrap();
+        assert_eq!(f.replicas.len(), 1);
+        assert_eq!(f.replicas[0].requests, 60);
+    }
+}
+
+/// N identical replicas behind round-robin, sent N× the load (near-constant arrivals, so
+/// round-robin hands each replica the single engine's arrival stream), match one
+/// replica's metrics within 2%.
+#[test]
+fn n_replicas_under_n_times_the_load_match_one() {
+    let base = |prompts: u32, rate: f64| {
+        let mut v = small_vllm(1024, 128, prompts, 1);
+        let w = v["workload"].as_object_mut().unwrap();
+        w.remove("max_concurrency");
+        w.insert("request_rate".into(), json!(rate));
+        w.insert("burstiness".into(), json!(1000.0));
+        w.insert("random_range_ratio".into(), json!(0.2));
+        v
+    };
+    let rate = 6.0;
+    let one = sim::simulate(&spec(base(400, rate)), RunOptions::default());
+    for n in [2u32, 4, 8] {
+        let v = with_fleet(base(400 * n, rate * f64::from(n)), json!({"count": n, "router": {"policy": "round_robin"}}));
+        let fl = sim::simulate(&spec(v), RunOptions::default());
+        assert_eq!(fl.run.stop, StopReason::Completed);
+        let (a, b) = (&one.metrics, &fl.metrics);
+        let checks = [
+            ("output_throughput / N", b.output_throughput / f64::from(n), a.output_throughput),
+            ("mean TTFT", b.ttft.mean, a.ttft.mean),
+            ("median TTFT", b.ttft.median, a.ttft.median),
+            ("mean TPOT", b.tpot.mean, a.tpot.mean),
+            ("mean ITL", b.itl.mean, a.itl.mean),
+            ("mean E2EL", b.e2el.mean, a.e2el.mean),
+        ];
+        for (name, got, want) in checks {
+            assert!(rel(got, want) < 0.02, "N={n}: {name}: fleet {got:.3} vs one replica {want:.3} ({:.2}%)", 100.0 * rel(got, want));
+        }
+        let reqs: Vec<u64> = fl.fleet.as_ref().unwrap().replicas.iter().map(|r| r.requests).collect();
+        assert!(reqs.iter().all(|&r| r == 400), "round-robin spreads evenly: {reqs:?}");
+    }
+}
+
+/// Many system prompts, each replica's KV pool too small to hold them all: round-robin
+/// sends every prefix to every replica (each computes and caches it, evicting others),
+/// SGLang's cache-aware router sends a prefix where its tree says it went before
+/// (`sgl-router/src/policies/cache_aware.rs`), so each prefix is computed about once.
+#[test]
+fn a_prefix_aware_router_beats_round_robin_on_shared_prefixes() {
+    let v = |router: Value| {
+        let mut v = small_vllm(0, 64, 1600, 1);
+        v["engine"]["kv_cache_tokens"] = json!(60000);
+        v["workload"] = json!({"dataset_name": "prefix_repetition", "prefix_repetition_prefix_len": 2048,
+            "prefix_repetition_suffix_len": 64, "prefix_repetition_num_prefixes": 64,
+            "prefix_repetition_output_len": 64, "num_prompts": 1600, "request_rate": 40,
+            "ignore_eos": true, "initial_test_request": false, "seed": 3});
+        with_fleet(v, json!({"count": 4, "router": router}))
+    };
+    let rr = sim::simulate(&spec(v(json!({"policy": "round_robin"}))), RunOptions::default());
+    let ca = sim::simulate(&spec(v(json!({"policy": "cache_aware"}))), RunOptions::default());
+    let hits = |o: &sim::SimOutput| o.run.counters.prefix_cache_hits as f64 / o.run.counters.prefix_cache_queries as f64;
+    let (h_rr, h_ca) = (hits(&rr), hits(&ca));
+    assert!(h_ca > h_rr + 0.1, "cache-aware hit rate {h_ca:.3} vs round-robin {h_rr:.3}");
+    assert!(
+        ca.metrics.ttft.mean < 0.8 * rr.metrics.ttft.mean,
+        "cache-aware mean TTFT {:.1} ms vs round-robin {:.1} ms",
+        ca.metrics.ttft.mean,
+        rr.metrics.ttft.mean
+    );
+    // Fewer prompt tokens computed: the mechanism, not only the outcome.
+    let computed = |o: &sim::SimOutput| o.run.counters.prefill_tokens_computed;
+    assert!(computed(&ca) < computed(&rr));
+}
+
+#[test]
+fn fleets_are_deterministic_and_report_each_replica() {
+    let mut v = small_vllm(512, 64, 300, 32);
+    v = with_fleet(v, json!({"count": 3, "router": {"policy": "power_of_two"}}));
+    let a = sim::simulate(&spec(v.clone()), RunOptions::default());
+    let b = sim::simulate(&spec(v.clone()), RunOptions { fast_forward: false, ..Default::default() });
+    let s = spec(v);
+    let ja = sim::report::point_json(&s, &a);
+    let jb = sim::report::point_json(&s, &b);
+    assert_eq!(serde_json::to_string(&ja).unwrap(), serde_json::to_string(&jb).unwrap(), "fast-forward is exact in a fleet");
+    let reps = ja["replicas"].as_array().unwrap();
+    assert_eq!(reps.len(), 3);
+    assert_eq!(reps.iter().map(|r| r["requests"].as_u64().unwrap()).sum::<u64>(), 300);
+    assert_eq!(ja["fleet"]["router"], "power_of_two");
+    // Invariants after every step of every replica.
+    let c = sim::simulate(&s, RunOptions { check_invariants: true, ..Default::default() });
+    assert_eq!(c.run.stop, StopReason::Completed);
+}
+
+#[test]
+fn data_parallel_engines_share_a_front_end_and_balance() {
+    let mut v = small_vllm(512, 64, 400, 64);
+    v["engine"]["data_parallel_size"] = json!(4);
+    let o = sim::simulate(&spec(v.clone()), RunOptions::default());
+    assert_eq!(o.run.stop, StopReason::Completed);
+    let f = o.fleet.as_ref().unwrap();
+    assert_eq!(f.router, "vllm_data_parallel");
+    assert_eq!(f.replicas.len(), 4);
+    assert!(f.replicas.iter().all(|r| r.requests > 50), "{:?}", f.replicas.iter().map(|r| r.requests).collect::<Vec<_>>());
+    // SGLang's flag on vLLM is an error naming the counterpart.
+    v["engine"]["dp_size"] = json!(2);
+    let s: sim::config::Scenario = sim::config::from_value(v, "").unwrap();
+    let e = sim::config::resolve(&s, &common::resources()).unwrap_err();
+    assert!(e.message.contains("data_parallel_size"), "{e}");
+    // SGLang dp_size with shortest_queue.
+    let mut g = small_vllm(512, 64, 200, 32);
+    g["engine"] = json!({"kind": "sglang", "version": "0.5.23", "max_total_tokens": 200000, "context_length": 8192,
+                         "dp_size": 2, "load_balance_method": "shortest_queue"});
+    let o = sim::simulate(&spec(g), RunOptions::default());
+    assert_eq!(o.fleet.as_ref().unwrap().router, "sglang_data_parallel");
+    assert_eq!(o.run.stop, StopReason::Completed);
+}
+
+#[test]
+fn disaggregated_prefill_and_decode_transfer_the_kv_cache() {
+    let v = |bw: f64| {
+        let mut v = small_vllm(4096, 128, 200, 16);
+        v["workload"].as_object_mut().unwrap().remove("max_concurrency");
+        v["workload"]["request_rate"] = json!(2.0);
+        with_fleet(v, json!({"prefill_count": 1, "decode_count": 1, "kv_transfer_bandwidth_bytes_per_s": bw}))
+    };
+    let fast = sim::simulate(&spec(v(50e9)), RunOptions { check_invariants: true, ..Default::default() });
+    assert_eq!(fast.run.stop, StopReason::Completed);
+    let f = fast.fleet.as_ref().unwrap();
+    assert_eq!(f.kv_transfers, 200);
+    // Qwen2.5-7B: 28 layers × 4 KV heads × 128 × 2 (K, V) × 2 B = 57,344 B a token; 4096 tokens at 50 GB/s.
+    let want_ms = 57_344.0 * 4096.0 / 50e9 * 1e3;
+    assert!(rel(f.mean_kv_transfer_ms, want_ms) < 0.01, "{} vs {want_ms}", f.mean_kv_transfer_ms);
+    let slow = sim::simulate(&spec(v(1e9)), RunOptions::default());
+    assert!(
+        slow.metrics.ttft.mean > fast.metrics.ttft.mean + 200.0,
+        "a slow link shows in TTFT: {} vs {}",
+        slow.metrics.ttft.mean,
+        fast.metrics.ttft.mean
+    );
+    // Decode replicas compute no prompts: their prefill tokens are loaded, and no step is charged for them.
+    let d = &f.replicas[1];
+    assert_eq!(d.role, sim::config::ReplicaRole::Decode);
+    // Every output token came from the decode side.
+    assert_eq!(fast.metrics.total_output_tokens, 200 * 128);
+}
