@@ -49,7 +49,10 @@ fn simulate_json_carries_the_save_result_keys() {
     for m in ["ttft", "tpot", "itl", "e2el"] {
         for s in ["mean", "median", "std", "p50", "p90", "p95", "p99"] {
             let k = format!("{s}_{m}_ms");
-            assert!(j[&k].as_f64().is_some_and(|v| v > 0.0), "{k} = {}", j[&k]);
+            // At concurrency 1 with no initial test request (vLLM >= 0.14 skips it) every TTFT is the
+            // same, so its standard deviation is exactly 0; every other statistic is positive.
+            let ok = if s == "std" { j[&k].as_f64().is_some_and(|v| v >= 0.0) } else { j[&k].as_f64().is_some_and(|v| v > 0.0) };
+            assert!(ok, "{k} = {}", j[&k]);
         }
     }
     assert_eq!(j["request_rate"], "inf");
@@ -262,6 +265,8 @@ fn tune_finds_the_best_configuration_under_slos_with_its_pareto_front() {
         "--slo",
         "mean_tpot_ms<=30",
         "--json",
+        // Every configuration runs to the end, so each rejected one carries all its metrics.
+        "--no-early-stop",
     ];
     let j = stdout_json(&run_cli(&args));
     let best = &j["best"];

@@ -163,23 +163,31 @@ fn output_keys_match_the_snapshot() {
             ])],
         ),
         (
-            "tune --json (best, Pareto front, rejected, invalid, knee)",
-            vec![cli_json(&[
-                "tune",
-                "--vary",
-                "engine.max_num_seqs=16,32",
-                "--vary",
-                "workload.max_concurrency=16,64",
-                "--vary",
-                "workload.random_input_len=4096,300000",
-                "--set",
-                "workload.num_prompts=64",
-                "--slo",
-                "p99_ttft_ms<=20000",
-                "--slo",
-                "mean_tpot_ms<=30",
-                "--json",
-            ])],
+            "tune --json (best, Pareto front, rejected, stopped early, invalid, knee)",
+            // Run out (every rejected configuration with its metrics), then with the early stop.
+            [&["--no-early-stop"][..], &[][..]]
+                .iter()
+                .map(|extra| {
+                    let mut args = vec![
+                        "tune",
+                        "--vary",
+                        "engine.max_num_seqs=16,32",
+                        "--vary",
+                        "workload.max_concurrency=16,64",
+                        "--vary",
+                        "workload.random_input_len=4096,300000",
+                        "--set",
+                        "workload.num_prompts=64",
+                        "--slo",
+                        "p99_ttft_ms<=20000",
+                        "--slo",
+                        "mean_tpot_ms<=30",
+                        "--json",
+                    ];
+                    args.extend_from_slice(extra);
+                    cli_json(&args)
+                })
+                .collect(),
         ),
         (
             "explain --json (KV pool from the start-up log, and derived from memory)",

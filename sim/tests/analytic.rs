@@ -13,6 +13,9 @@ use crate::common::*;
 fn ttft_at_concurrency_1_equals_the_prefill_steps_of_the_cost_model() {
     let mut v = small_vllm(5000, 4, 5, 1);
     set(&mut v, "engine.enable_prefix_caching=false");
+    // Synchronous scheduling: each step's CPU time adds to its GPU time, as the shapes below
+    // are costed (async scheduling overlaps them; `sim/tests/vllm_semantics.rs` tests that).
+    set(&mut v, "engine.async_scheduling=false");
     let spec = spec(v);
     let out = sim::simulate(&spec, RunOptions::default());
     let c = &spec.cost;
