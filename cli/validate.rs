@@ -176,7 +176,12 @@ fn jobs_of(path: &Path, root: &Path) -> Result<Vec<Job>, String> {
             };
             let c = conc.unwrap_or(1);
             let gpu = base["hardware"].as_str().map(str::to_string).unwrap_or_else(|| base["hardware"]["gpu"].to_string());
-            let tp_flag = if base["engine"]["kind"] == "sglang" { "tp_size" } else { "tensor_parallel_size" };
+            // The scenario's engine kind, read at the boundary (raw JSON) into the one vocabulary.
+            let kind = base["engine"]["kind"].as_str().and_then(sim::config::EngineKind::parse).unwrap_or(sim::config::EngineKind::Vllm);
+            let tp_flag = match kind {
+                sim::config::EngineKind::Sglang => "tp_size",
+                sim::config::EngineKind::Vllm => "tensor_parallel_size",
+            };
             let sets = vec![
                 format!("engine.{tp_flag}={tp}"),
                 format!("hardware={{\"gpu\": {gpu:?}, \"count\": {tp}}}"),

@@ -218,7 +218,7 @@ async fn run_workload(spec: &SimSpec, w: &Workload) -> Result<RunResult, String>
         bench_end_ns: end,
         counters: live::bench::counter_diff(
             Some(sim::config::EngineKind::Vllm)
-                .filter(|_| spec.engine.kind() == "vllm")
+                .filter(|_| spec.engine.engine_kind() == sim::config::EngineKind::Vllm)
                 .or(Some(sim::config::EngineKind::Sglang)),
             &before,
             &after,

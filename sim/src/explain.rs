@@ -64,11 +64,7 @@ fn binding(base: &SimSpec, kv_concurrency: u64) -> (&'static str, u64) {
 }
 
 fn running_knob(s: &SimSpec) -> &'static str {
-    if s.engine.kind() == "sglang" {
-        "max_running_requests"
-    } else {
-        "max_num_seqs"
-    }
+    s.engine.engine_kind().running_cap_flag()
 }
 
 /// The runs to explain `base` at `concurrency` (default: the scenario's, or
@@ -208,7 +204,7 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
     let spec = &plan.point;
     let limit = &plan.limit;
     let engine = base.engine.kind();
-    let sglang = engine == "sglang";
+    let sglang = base.engine.engine_kind() == crate::config::EngineKind::Sglang;
     let running_knob = running_knob(base);
     let memory_knob = if sglang {
         "mem_fraction_static (or max_total_tokens)"

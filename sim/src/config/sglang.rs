@@ -168,9 +168,7 @@ pub(super) fn resolve_sglang(
     } else if is_cpu_host(gpu) {
         Overlap::CpuBackend
     } else {
-        // The GPU overlap scheduler's scheduling lag is not modelled yet: the GPU takes
-        // the CPU backend's form for now (docs/sglang.md §7).
-        Overlap::CpuBackend
+        Overlap::Gpu
     };
     let cfg = SglangConfig {
         version,

@@ -28,11 +28,14 @@
 //! After each prefill chunk the computed prompt is inserted in the tree
 //! (`cache_unfinished_req`), at finish prompt + output (`cache_finished_req`).
 //!
-//! The overlap scheduler (default; `disable_overlap_schedule` turns it off) is
-//! modelled in what a client sees: `output_lag` makes the simulation loop
-//! deliver each step's tokens at the next step's end, a request's last token at
-//! once. Not modelled: its scheduling lag (finishes and the KV frees they
-//! trigger seen one iteration late), `dfs-weight` and
+//! The overlap scheduler (default; `disable_overlap_schedule` turns it off), by
+//! [`Overlap`]: on a GPU, `schedule` hands out the batch formed one step
+//! earlier and forms the next before the running step's results are processed
+//! (a batch's launch effects in `launch`, its results in `do_finish_step`), so
+//! finishes and KV frees are seen one iteration late and a finishing request
+//! decodes once more (its token discarded); on the CPU backend, `output_lag`
+//! makes the simulation loop deliver each step's tokens at the next step's end,
+//! a request's last token at once. Not modelled: `dfs-weight` and
 //! the 0.5.23-only policies, lpm's in-batch prefix deprioritisation, the
 //! `ignore_eos` admission path without the radix cache, hierarchical cache,
 //! speculative decoding, data parallelism.
@@ -56,6 +59,12 @@ pub enum Overlap {
     /// synchronously, so a batch's results are processed only after the next batch has
     /// run; `Engine::output_lag`).
     CpuBackend,
+    /// A GPU (`event_loop_overlap`): batch N+1 is formed and launched before batch N's
+    /// results are processed, so finishes and the KV they free are seen one iteration late
+    /// and a finishing request runs one extra decode (its token is discarded). Each
+    /// batch's tokens are delivered at that batch's own end (no output lag). `schedule`
+    /// hands out the batch formed one step earlier and forms the next.
+    Gpu,
 }
 
 /// What differs between SGLang releases, named: resolved from the release in
@@ -187,6 +196,12 @@ pub struct Scheduler {
     /// The prefill batch of the planned step.
     batch: Vec<ReqId>,
     kind: Option<StepKind>,
+    /// [`Overlap::Gpu`]: the batch formed (and launched) for the step after the one running.
+    next_plan: StepPlan,
+    next_batch: Vec<ReqId>,
+    next_kind: Option<StepKind>,
+    /// `do_schedule` is forming the next batch while one is in flight.
+    forming_next: bool,
     batch_is_full: bool,
     /// A running request finished since the last `update_running_batch` (its
     /// `filter_batch` will shrink the decode batch and clear `batch_is_full`).
@@ -226,6 +241,10 @@ impl Scheduler {
             chunked: None,
             batch: Vec::new(),
             kind: None,
+            next_plan: StepPlan::default(),
+            next_batch: Vec::new(),
+            next_kind: None,
+            forming_next: false,
             batch_is_full: false,
             finished_since_filter: false,
             last_prefill_shrinks: false,
@@ -735,14 +754,60 @@ impl Scheduler {
             self.decode_into_plan(&ids, &mut shape);
             self.plan.shape = shape;
             self.kind = Some(StepKind::Decode);
-        } else {
-            // Idle: `self_check_during_idle` resets the ratio.
+        } else if !self.forming_next {
+            // Idle (with the overlap scheduler, only when no batch is in flight either):
+            // `self_check_during_idle` resets the ratio.
             self.new_token_ratio = self.config.init_new_token_ratio();
         }
         if !self.plan.is_empty() {
             self.counters.num_steps += 1;
             self.counters.prefill_tokens_computed += self.plan.shape.prefill_tokens;
+            self.launch();
         }
+    }
+
+    /// What launching the planned batch does before its results are processed
+    /// (`prepare_for_extend`, `prepare_for_decode`, and the merge of a prefill batch into
+    /// the running batch in `get_next_batch_to_run`): each request's KV length advances,
+    /// a request whose prompt completes joins the running batch, the chunked request
+    /// goes back to waiting for its next chunk. Its results (`process_batch_result`) are
+    /// `do_finish_step`'s. Without [`Overlap::Gpu`] nothing is planned in between, so
+    /// this is the same as doing it all when the step ends.
+    fn launch(&mut self) {
+        for k in 0..self.plan.scheduled.len() {
+            let s = self.plan.scheduled[k];
+            if !s.prefill {
+                self.req_mut(s.id).kv_len += 1;
+            }
+        }
+        if matches!(self.kind, Some(StepKind::Prefill { .. })) {
+            for k in 0..self.batch.len() {
+                let id = self.batch[k];
+                let r = self.req_mut(id);
+                r.kv_len += r.extend;
+                if r.completes_prefill {
+                    r.status = Status::Running;
+                    self.running.push(id);
+                } else {
+                    // The chunked request is excluded when the batch is merged (it shrinks).
+                    r.status = Status::Waiting;
+                    self.last_prefill_shrinks = true;
+                }
+            }
+        }
+    }
+
+    fn swap_next(&mut self) {
+        std::mem::swap(&mut self.plan, &mut self.next_plan);
+        std::mem::swap(&mut self.batch, &mut self.next_batch);
+        std::mem::swap(&mut self.kind, &mut self.next_kind);
+    }
+
+    /// Whether request `id` is live and running (its in-flight result is processed; a
+    /// request finished, aborted or retracted since its batch was launched is not: the
+    /// token is discarded).
+    fn is_running(&self, id: ReqId) -> bool {
+        self.requests[id as usize].as_ref().is_some_and(|r| r.status == Status::Running)
     }
 
     /// Allocates one decode slot per request and adds them to the plan.
@@ -778,10 +843,10 @@ impl Scheduler {
         if matches!(kind, StepKind::Decode | StepKind::Prefill { mixed: true }) {
             let decodes: Vec<ReqId> = self.plan.scheduled.iter().filter(|s| !s.prefill).map(|s| s.id).collect();
             for id in decodes {
-                self.req_mut(id).kv_len += 1;
-                if let Some(r) = self.requests[id as usize].as_mut() {
-                    r.materialize_next();
+                if !self.is_running(id) {
+                    continue;
                 }
+                self.req_mut(id).materialize_next();
                 let fin = self.finish(id, out);
                 if fin {
                     // A decode step's finishes shrink the running batch at its next
@@ -798,17 +863,13 @@ impl Scheduler {
         if matches!(kind, StepKind::Prefill { .. }) {
             let batch = std::mem::take(&mut self.batch);
             for &id in &batch {
-                let (extend, completes) = {
-                    let r = self.req(id);
-                    (r.extend, r.completes_prefill)
-                };
-                self.req_mut(id).kv_len += extend;
-                if !completes {
-                    // The chunked request: its computed part goes into the tree, and it
-                    // is excluded when the batch is merged (the batch shrinks).
+                let Some(r) = self.requests[id as usize].as_ref() else { continue };
+                if !r.completes_prefill {
+                    // The chunked request: its computed part goes into the tree.
                     self.cache_unfinished_req(id);
-                    self.req_mut(id).status = Status::Waiting;
-                    self.last_prefill_shrinks = true;
+                    continue;
+                }
+                if r.status != Status::Running {
                     continue;
                 }
                 self.req_mut(id).materialize_next();
@@ -816,8 +877,6 @@ impl Scheduler {
                 self.last_prefill_shrinks |= fin;
                 if !fin {
                     self.cache_unfinished_req(id);
-                    self.req_mut(id).status = Status::Running;
-                    self.running.push(id);
                 }
                 finished_any |= fin;
             }
@@ -857,6 +916,19 @@ impl Engine for Scheduler {
         if self.finished_since_filter || self.last_prefill_shrinks {
             return 0;
         }
+        let gpu = self.config.behaviour.overlap == Overlap::Gpu;
+        if gpu {
+            // The batch launched for the run's first step is a decode of the running batch,
+            // one token each: the run's steps are it and the ones `ff_step` forms after it.
+            let p = &self.next_plan;
+            if self.next_kind != Some(StepKind::Decode)
+                || p.num_preempted != 0
+                || p.scheduled.len() != self.running.len()
+                || p.scheduled.iter().zip(&self.running).any(|(s, &id)| s.id != id)
+            {
+                return 0;
+            }
+        }
         let page = self.config.page_size as usize;
         self.ff_hist.clear();
         self.ff_hist.resize(page, 0);
@@ -864,12 +936,16 @@ impl Engine for Scheduler {
         let mut ctx = 0u64;
         for i in 0..self.running.len() {
             let r = self.req(self.running[i]);
-            if r.status != Status::Running || r.num_output == 0 || r.kv_len + 1 != r.fill_len() {
+            // With the overlap scheduler the first step's decode is launched: its KV length
+            // already counts the token it computes.
+            let ahead = if gpu { 0 } else { 1 };
+            if r.status != Status::Running || r.num_output == 0 || r.kv_len + ahead != r.fill_len() {
                 return 0;
             }
             k_max = k_max.min(u64::from(r.spec.output_len.saturating_sub(r.num_output + 1)));
+            // `ff_step(j)` allocates for a decode launched at KV length `kv_len + j`.
             let kv_len = r.kv_len;
-            ctx += u64::from(kv_len) + 1;
+            ctx += u64::from(kv_len) + u64::from(ahead);
             self.ff_hist[kv_len as usize % page] += 1;
         }
         if k_max == 0 {
@@ -920,6 +996,10 @@ impl Engine for Scheduler {
             self.materialize(id);
         }
         self.last_shape = self.ff_shape(k - 1);
+        if self.config.behaviour.overlap == Overlap::Gpu {
+            // The batch formed during the run's last step: the same decodes, k tokens on.
+            self.next_plan.shape = self.ff_shape(k);
+        }
     }
 
     fn output_lag(&self) -> bool {
@@ -949,7 +1029,29 @@ impl Engine for Scheduler {
     }
 
     fn schedule(&mut self) -> &StepPlan {
-        self.do_schedule();
+        if self.config.behaviour.overlap != Overlap::Gpu {
+            self.do_schedule();
+            return &self.plan;
+        }
+        // `event_loop_overlap`: the step that starts now is the batch formed and launched
+        // one step ago, if there was one (else one is formed now, with what has been
+        // processed); the batch after it is formed now, before this step's results are
+        // processed (they are, in `finish_step`).
+        if self.next_plan.is_empty() {
+            self.do_schedule();
+        } else {
+            self.swap_next();
+        }
+        self.next_plan.clear();
+        self.next_kind = None;
+        self.next_batch.clear();
+        if !self.plan.is_empty() {
+            self.swap_next();
+            self.forming_next = true;
+            self.do_schedule();
+            self.forming_next = false;
+            self.swap_next();
+        }
         &self.plan
     }
 
