@@ -399,7 +399,8 @@ pub fn run(a: ValidateArgs) -> Result<ExitCode, String> {
         };
         let published = kp(|p| (p.1, p.2));
         let simulated = kp(|p| (p.3, p.4));
-        let _ = writeln!(text, "knee {g}: published {:?}, servesim {:?}", published, simulated);
+        let show = |k: Option<f64>| k.map_or_else(|| "not reached".to_string(), |c| format!("{c}"));
+        let _ = writeln!(text, "knee {g}: published {}, servesim {}", show(published), show(simulated));
         knees.push(json!({"group": g, "published": published, "simulated": simulated}));
     }
 
