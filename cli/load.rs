@@ -85,13 +85,20 @@ pub fn resolve(raw: &RawScenario) -> Result<(Scenario, SimSpec), String> {
         match w.trace_format {
             Some(f @ (F::Mooncake | F::Azure | F::Burstgpt)) => {
                 let reqs = load_production_trace(&path, f, w.seed.unwrap_or(0), w.trace_time_scale, w.trace_rate)
-                    .map_err(|e| format!("{origin}: workload.trace: {e}"))?;
+                    .map_err(|e| {
+                        // A scaling error names its own field; a parse error the trace's line.
+                        if e.starts_with("workload.") {
+                            format!("{origin}: {e}")
+                        } else {
+                            format!("{origin}: workload.trace: {e}")
+                        }
+                    })?;
                 res.trace_requests = Some(std::sync::Arc::new(reqs));
             }
             _ => {
                 let mut rows = load_trace(&path).map_err(|e| format!("{origin}: workload.trace: {e}"))?;
                 scale_rows(&mut rows, w.trace_time_scale, w.trace_rate)
-                    .map_err(|e| format!("{origin}: workload.trace: {e}"))?;
+                    .map_err(|e| format!("{origin}: workload.trace_rate: {e}"))?;
                 res.trace = Some(rows);
             }
         }
@@ -198,10 +205,10 @@ pub fn load_production_trace(
     let salt = splitmix64(seed ^ 0x7472_6163_6573_616c);
     let mut reqs = sim::traces::parse_requests(f, &text, salt).map_err(|e| format!("{}: {e}", path.display()))?;
     if let Some(k) = time_scale {
-        sim::traces::time_scale(&mut reqs, k).map_err(|e| format!("trace_time_scale: {e}"))?;
+        sim::traces::time_scale(&mut reqs, k).map_err(|e| format!("workload.trace_time_scale: {e}"))?;
     }
     if let Some(r) = rate {
-        sim::traces::rate_scale(&mut reqs, r).map_err(|e| format!("trace_rate: {e}"))?;
+        sim::traces::rate_scale(&mut reqs, r).map_err(|e| format!("workload.trace_rate: {e}"))?;
     }
     Ok(reqs)
 }
@@ -214,7 +221,7 @@ fn scale_rows(rows: &mut [TraceRow], time_scale: Option<f64>, rate: Option<f64>)
             let first = rows.iter().map(|x| x.arrival_time).fold(f64::INFINITY, f64::min);
             let last = rows.iter().map(|x| x.arrival_time).fold(f64::NEG_INFINITY, f64::max);
             if rows.len() < 2 || last <= first {
-                return Err("trace_rate: rate scaling needs at least two rows at different times".into());
+                return Err("rate scaling needs at least two rows at different times".into());
             }
             ((rows.len() - 1) as f64 / (last - first)) / r
         }

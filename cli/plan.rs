@@ -20,7 +20,7 @@ use std::process::ExitCode;
 use clap::Args;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use sim::simulation::RunOptions;
 
 use crate::load::{self, RawScenario};
@@ -154,14 +154,75 @@ pub struct PlanResult {
 fn candidate_sets(c: &PlanCandidate) -> Vec<String> {
     let tp_field = "tensor_parallel_size";
     let mut sets = vec![format!("hardware={}", c.gpu)];
-    let fleet = match (c.replicas, c.prefill, c.decode) {
-        (Some(n), _, _) => json!({"count": n}),
-        (_, Some(p), Some(d)) => json!({"prefill_count": p, "decode_count": d}),
-        _ => json!({"count": 1}),
-    };
-    sets.push(format!("fleet={fleet}"));
+    match (c.replicas, c.prefill, c.decode) {
+        (_, Some(p), Some(d)) => {
+            sets.push(format!("fleet.prefill_count={p}"));
+            sets.push(format!("fleet.decode_count={d}"));
+        }
+        (n, _, _) => sets.push(format!("fleet.count={}", n.unwrap_or(1))),
+    }
     sets.push(format!("engine.{tp_field}={}", c.tensor_parallel_size));
     sets
+}
+
+/// The candidate decides the fleet's shape: drop the scenario's replica groups and counts,
+/// keep the rest of its `fleet` section (the router, the KV link).
+fn clear_fleet_shape(json: &mut Value) {
+    match json.get_mut("fleet") {
+        Some(Value::Object(f)) => {
+            for k in ["replicas", "count", "prefill_count", "decode_count"] {
+                f.remove(k);
+            }
+        }
+        Some(_) => {
+            if let Some(o) = json.as_object_mut() {
+                o.remove("fleet");
+            }
+        }
+        None => {}
+    }
+}
+
+/// Checks the candidates file; every error names the file and the field.
+fn check_candidates(c: &Candidates, file: &str) -> Result<(), String> {
+    if c.gpus.is_empty() {
+        return Err(format!("{file}: gpus: empty; give at least one GPU id"));
+    }
+    let known: Vec<String> = sim::builtin::gpus()?.into_iter().map(|g| g.id).collect();
+    for (i, g) in c.gpus.iter().enumerate() {
+        if !known.contains(g) {
+            return Err(format!("{file}: gpus[{i}]: no GPU card named {g:?}; known: {}", known.join(", ")));
+        }
+        match c.prices_per_gpu_hour.get(g) {
+            None => return Err(format!("{file}: prices_per_gpu_hour: no price for GPU {g:?} (gpus[{i}])")),
+            Some(p) if !(p.is_finite() && *p >= 0.0) => {
+                return Err(format!("{file}: prices_per_gpu_hour.{g}: must be a price ≥ 0, got {p}"))
+            }
+            Some(_) => {}
+        }
+    }
+    if c.tensor_parallel_size.is_empty() {
+        return Err(format!("{file}: tensor_parallel_size: empty; give at least one size (default [1])"));
+    }
+    if let Some(i) = c.tensor_parallel_size.iter().position(|&t| t == 0) {
+        return Err(format!("{file}: tensor_parallel_size[{i}]: must be at least 1, got 0"));
+    }
+    if c.replicas.is_empty() && c.pd_splits.is_empty() {
+        return Err(format!("{file}: give replicas and/or pd_splits"));
+    }
+    for (i, &n) in c.replicas.iter().enumerate() {
+        if !(1..=4096).contains(&n) {
+            return Err(format!("{file}: replicas[{i}]: must be from 1 to 4096, got {n}"));
+        }
+    }
+    for (i, &(p, d)) in c.pd_splits.iter().enumerate() {
+        if !(1..=4096).contains(&p) || !(1..=4096).contains(&d) {
+            return Err(format!(
+                "{file}: pd_splits[{i}]: prefill and decode counts must be from 1 to 4096, got [{p}, {d}]"
+            ));
+        }
+    }
+    Ok(())
 }
 
 pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
@@ -169,16 +230,17 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
         crate::plot::check_path(p)?;
     }
     let slos: Vec<Slo> = a.slo.iter().map(|s| parse_slo(s)).collect::<Result<_, _>>()?;
-    let cands_text = std::fs::read_to_string(&a.candidates)
-        .map_err(|e| format!("{}: cannot read: {e}", a.candidates.display()))?;
-    let cands: Candidates =
-        serde_json::from_str(&cands_text).map_err(|e| format!("{}: {e}", a.candidates.display()))?;
-    if cands.replicas.is_empty() && cands.pd_splits.is_empty() {
-        return Err(format!("{}: give replicas and/or pd_splits", a.candidates.display()));
-    }
+    let cands_text =
+        std::fs::read_to_string(&a.candidates).map_err(|e| format!("{}: cannot read: {e}", a.candidates.display()))?;
+    let file = a.candidates.display().to_string();
+    let cands: Candidates = serde_json::from_str(&cands_text).map_err(|e| format!("{file}: {e}"))?;
+    check_candidates(&cands, &file)?;
     let mut base = load::read_raw(a.scenario.as_deref())?;
     load::apply_overrides(&mut base, &a.common.sets, a.common.seed)?;
-    let mut sets = cands.sets.clone();
+    for (i, x) in cands.sets.iter().enumerate() {
+        sim::config::apply_set(&mut base.json, x).map_err(|e| format!("{file}: sets[{i}] {x:?}: {e}"))?;
+    }
+    let mut sets = Vec::new();
     if let Some(r) = a.request_rate {
         sets.push(format!("workload.request_rate={r}"));
         if let Some(w) = base.json.get_mut("workload").and_then(Value::as_object_mut) {
@@ -193,10 +255,7 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
     let sglang = base.json.pointer("/engine/kind").and_then(Value::as_str) == Some("sglang");
     let mut plans = Vec::new();
     for g in &cands.gpus {
-        let price = *cands
-            .prices_per_gpu_hour
-            .get(g)
-            .ok_or_else(|| format!("{}: no price for GPU {g:?} in prices_per_gpu_hour", a.candidates.display()))?;
+        let price = cands.prices_per_gpu_hour[g];
         for &tp in &cands.tensor_parallel_size {
             for &n in &cands.replicas {
                 plans.push(PlanCandidate {
@@ -223,12 +282,15 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
         }
     }
     plans.sort_by(|x, y| x.cost_per_hour.total_cmp(&y.cost_per_hour).then_with(|| x.label().cmp(&y.label())));
+    // A size listed twice is one plan.
+    plans.dedup_by(|x, y| x.label() == y.label());
     let pb = crate::plot::progress(plans.len() as u64, "simulating plans");
     let evaluated: Vec<PlanEntry> = plans
         .par_iter()
         .inspect(|_| pb.inc(1))
         .map(|c| {
             let mut raw: RawScenario = base.clone();
+            clear_fleet_shape(&mut raw.json);
             let mut s = candidate_sets(c);
             if sglang {
                 s = s.into_iter().map(|x| x.replace("engine.tensor_parallel_size", "engine.tp_size")).collect();
@@ -260,8 +322,29 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
         })
         .collect();
     pb.finish_and_clear();
-    if let Some(s) = slos.iter().find(|s| evaluated.iter().any(|e| e.error.is_none() && !e.metrics.contains_key(&s.metric))) {
-        return Err(format!("--slo {}: {:?} is not a report key; see `servesim simulate --json`", s.text, s.metric));
+    if let Some(s) = slos.iter().find(|s| {
+        evaluated.iter().any(|e| e.error.is_none() && !e.metrics.get(&s.metric).is_some_and(Value::is_number))
+    }) {
+        return Err(format!(
+            "--slo {}: {:?} is not a numeric report key; see `servesim simulate --json`",
+            s.text, s.metric
+        ));
+    }
+    if let Some(first) =
+        evaluated.iter().find(|e| e.error.is_some()).filter(|_| evaluated.iter().all(|e| e.error.is_some()))
+    {
+        return Err(format!(
+            "{file}: none of the {} candidate plans is a valid scenario; {}: {}",
+            evaluated.len(),
+            first.plan.label(),
+            first.error.as_deref().unwrap_or("")
+        ));
+    }
+    if evaluated.iter().any(|e| e.error.is_none() && !e.metrics.get(&a.pareto_latency).is_some_and(Value::is_number)) {
+        return Err(format!(
+            "--pareto-latency {:?}: not a numeric report key; see `servesim simulate --json`",
+            a.pareto_latency
+        ));
     }
     let lat = |e: &PlanEntry| e.metrics.get(&a.pareto_latency).and_then(Value::as_f64).unwrap_or(f64::INFINITY);
     let valid: Vec<&PlanEntry> = evaluated.iter().filter(|e| e.error.is_none()).collect();
@@ -287,14 +370,12 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
         pareto_latency: a.pareto_latency.clone(),
     };
     if let Some(path) = &a.plot {
-        let pts: Vec<(f64, f64, bool, String)> = valid
-            .iter()
-            .map(|e| (e.plan.cost_per_hour, lat(e), e.violations.is_empty(), e.plan.label()))
-            .collect();
+        let pts: Vec<(f64, f64, bool, String)> =
+            valid.iter().map(|e| (e.plan.cost_per_hour, lat(e), e.violations.is_empty(), e.plan.label())).collect();
         let front: Vec<(f64, f64)> = result.pareto.iter().map(|e| (e.plan.cost_per_hour, lat(e))).collect();
         let lines: Vec<(String, f64, bool)> =
             slos.iter().filter(|s| s.metric == a.pareto_latency).map(|s| (s.text.clone(), s.bound, true)).collect();
-        crate::plot::pareto(path, &a.pareto_latency, &pts, &front, &lines)?;
+        plot(path, &a.pareto_latency, &pts, &front, &lines)?;
     }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&result).expect("json"));
@@ -314,9 +395,10 @@ fn text(r: &PlanResult) -> String {
         Some(b) => {
             let _ = writeln!(
                 s,
-                "Cheapest plan meeting every SLO: {} ({} GPUs, {:.2}/hour)",
+                "Cheapest plan meeting every SLO: {} ({} GPU{}, {:.2}/hour)",
                 b.plan.label(),
                 b.plan.num_gpus,
+                if b.plan.num_gpus == 1 { "" } else { "s" },
                 b.plan.cost_per_hour
             );
             let _ = writeln!(
@@ -331,7 +413,13 @@ fn text(r: &PlanResult) -> String {
     }
     let _ = writeln!(s, "\nPareto front (cost per hour against {}):", r.pareto_latency);
     for e in &r.pareto {
-        let _ = writeln!(s, "  {:>9.2}/h  {:>12.1}  {}", e.plan.cost_per_hour, f(&e.metrics, &r.pareto_latency), e.plan.label());
+        let _ = writeln!(
+            s,
+            "  {:>9.2}/h  {:>12.1}  {}",
+            e.plan.cost_per_hour,
+            f(&e.metrics, &r.pareto_latency),
+            e.plan.label()
+        );
     }
     if !r.rejected.is_empty() {
         let _ = writeln!(s, "\nRejected ({}):", r.rejected.len());
@@ -347,4 +435,78 @@ fn text(r: &PlanResult) -> String {
         }
     }
     s
+}
+
+/// Cost per hour (x) against the latency metric (y): every valid plan (green when it meets
+/// every SLO), the Pareto front joined, and the SLOs on that metric as horizontal lines.
+fn plot(
+    path: &str,
+    latency: &str,
+    all: &[(f64, f64, bool, String)],
+    front: &[(f64, f64)],
+    slos: &[(String, f64, bool)],
+) -> Result<(), String> {
+    use plotters::prelude::*;
+    let err = |e: &dyn std::fmt::Display| format!("{path}: cannot draw: {e}");
+    crate::plot::check_path(path)?;
+    let root = SVGBackend::new(path, (900, 600)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let finite = |v: f64| v.is_finite().then_some(v);
+    let y_max = all.iter().filter_map(|p| finite(p.1)).chain(slos.iter().map(|s| s.1)).fold(1e-9, f64::max) * 1.15;
+    let x_max = all.iter().map(|p| p.0).fold(1e-9, f64::max) * 1.15;
+    let (div, unit) = if latency.ends_with("_ms") && y_max >= 2000.0 {
+        (1000.0, " (s)")
+    } else if latency.ends_with("_ms") {
+        (1.0, " (ms)")
+    } else {
+        (1.0, "")
+    };
+    let mut c = ChartBuilder::on(&root)
+        .caption(format!("{latency} against cost per hour"), ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..x_max, 0f64..y_max / div)
+        .map_err(|e| err(&e))?;
+    c.configure_mesh()
+        .x_desc("cost per hour (price per GPU-hour × GPUs)")
+        .y_desc(format!("{latency}{unit}"))
+        .draw()
+        .map_err(|e| err(&e))?;
+    let green = RGBColor(44, 160, 44);
+    let red = RGBColor(214, 39, 40);
+    let blue = RGBColor(31, 119, 180);
+    let pts: Vec<&(f64, f64, bool, String)> = all.iter().filter(|p| p.1.is_finite()).collect();
+    c.draw_series(
+        pts.iter().map(|(x, y, ok, _)| {
+            Circle::new((*x, y / div), 4, if *ok { green.filled() } else { red.mix(0.6).filled() })
+        }),
+    )
+    .map_err(|e| err(&e))?
+    .label("plans (green: meet every SLO)")
+    .legend(move |(a, b)| Circle::new((a + 10, b), 4, green.filled()));
+    if pts.len() <= 40 {
+        c.draw_series(pts.iter().map(|(x, y, _, label)| {
+            Text::new(label.clone(), (*x, y / div), ("sans-serif", 10).into_font().color(&BLACK.mix(0.8)))
+        }))
+        .map_err(|e| err(&e))?;
+    }
+    c.draw_series(LineSeries::new(
+        front.iter().filter(|p| p.1.is_finite()).map(|&(x, y)| (x, y / div)),
+        blue.stroke_width(2),
+    ))
+    .map_err(|e| err(&e))?
+    .label("Pareto front")
+    .legend(move |(a, b)| PathElement::new(vec![(a, b), (a + 20, b)], blue));
+    for (label, bound, _) in slos {
+        c.draw_series(std::iter::once(PathElement::new(
+            vec![(0.0, bound / div), (x_max, bound / div)],
+            red.stroke_width(2),
+        )))
+        .map_err(|e| err(&e))?
+        .label(format!("SLO {label}"))
+        .legend(move |(a, b)| PathElement::new(vec![(a, b), (a + 20, b)], red));
+    }
+    c.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(|e| err(&e))?;
+    root.present().map_err(|e| err(&e))
 }

@@ -9,6 +9,7 @@ mod bad_input;
 mod calibration;
 mod cli;
 mod determinism;
+mod fleet_cli;
 mod golden;
 mod live_faults;
 mod no_silent_wrong_answer;

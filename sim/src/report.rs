@@ -260,7 +260,10 @@ fn pct_value(s: &Stats, sorted_fallback: f64, p: f64) -> f64 {
 /// The text report of a simulated run: what ran, `vllm bench serve`'s block, the
 /// engine block, and notes on the numbers that puzzle a first reader.
 pub fn text(spec: &SimSpec, out: &SimOutput, opts: &TextOptions) -> String {
-    let trace = matches!(spec.workload.dataset, crate::workload::Dataset::Trace { .. });
+    let trace = matches!(
+        spec.workload.dataset,
+        crate::workload::Dataset::Trace { .. } | crate::workload::Dataset::Requests { .. }
+    );
     let d = &spec.deployment;
     let mut s = String::new();
     let _ = writeln!(

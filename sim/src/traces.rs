@@ -141,7 +141,7 @@ pub fn parse_mooncake(text: &str) -> Result<Vec<MooncakeRow>, TraceError> {
         if line.trim().is_empty() {
             continue;
         }
-        let row: MooncakeRow = serde_json::from_str(line).map_err(|e| err(i + 1, e.column().max(1), e.to_string()))?;
+        let row = mooncake_row(line).map_err(|(col, m)| err(i + 1, col, m))?;
         if !row.timestamp.is_finite() || row.timestamp < 0.0 {
             let col = line.find("\"timestamp\"").map_or(1, |c| c + 1);
             return Err(err(i + 1, col, format!("timestamp must be a finite number ≥ 0, got {}", row.timestamp)));
@@ -149,6 +149,35 @@ pub fn parse_mooncake(text: &str) -> Result<Vec<MooncakeRow>, TraceError> {
         rows.push(row);
     }
     Ok(rows)
+}
+
+/// One Mooncake line, or the 1-based column and what is wrong there (naming the key).
+fn mooncake_row(line: &str) -> Result<MooncakeRow, (usize, String)> {
+    let v: serde_json::Value = serde_json::from_str(line).map_err(|e| {
+        // serde_json's message ends with its own "at line 1 column N" (of this one line): drop it.
+        let msg = e.to_string();
+        let msg = msg.strip_suffix(&format!(" at line {} column {}", e.line(), e.column())).unwrap_or(&msg).to_string();
+        (e.column().max(1), format!("not valid JSON (Mooncake traces are JSONL, one object per line): {msg}"))
+    })?;
+    let Some(obj) = v.as_object() else {
+        return Err((1, "expected a JSON object".into()));
+    };
+    let col = |key: &str| line.find(&format!("\"{key}\"")).map_or(1, |c| c + 1);
+    fn field<T: serde::de::DeserializeOwned>(
+        obj: &serde_json::Map<String, serde_json::Value>,
+        key: &str,
+        want: &str,
+        col: &dyn Fn(&str) -> usize,
+    ) -> Result<T, (usize, String)> {
+        let v = obj.get(key).ok_or_else(|| (1, format!("missing key `{key}`")))?;
+        T::deserialize(v).map_err(|_| (col(key), format!("`{key}` must be {want}, got {v}")))
+    }
+    Ok(MooncakeRow {
+        timestamp: field(obj, "timestamp", "a number of milliseconds", &col)?,
+        input_length: field(obj, "input_length", "a whole number ≥ 0", &col)?,
+        output_length: field(obj, "output_length", "a whole number ≥ 0", &col)?,
+        hash_ids: field(obj, "hash_ids", "a list of whole numbers ≥ 0", &col)?,
+    })
 }
 
 /// Key of the Mooncake block `id` under `salt`.

@@ -1,0 +1,298 @@
+//! `servesim plan` and the production trace formats (`workload.trace_format`) from the
+//! command line, as a user runs them: the shipped samples in `data/traces/`, small
+//! candidate files, exit 2 naming the file and the field or line on bad input.
+
+use serde_json::Value;
+
+use crate::common::*;
+
+/// A scenario replaying `trace` (a path from the repository root) in `format`.
+fn trace_scenario(name: &str, trace: &str, format: &str, extra_workload: &str) -> String {
+    let trace = root().join(trace);
+    let text = format!(
+        r#"{{"version": 1,
+  "engine": {{"kind": "vllm", "version": "0.33.0", "max_model_len": 16384}},
+  "model": "llama-3.1-8b-instruct", "hardware": "h100-80gb",
+  "workload": {{"dataset_name": "trace", "trace": {trace:?}, "trace_format": "{format}",
+               "ignore_eos": true, "seed": 0{extra_workload}}}}}"#,
+        trace = trace.display().to_string()
+    );
+    write_temp(name, &text).display().to_string()
+}
+
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn cost(e: &Value) -> f64 {
+    e["plan"]["cost_per_hour"].as_f64().unwrap()
+}
+
+fn label(e: &Value) -> String {
+    let p = &e["plan"];
+    format!("{} {} {} {} {}", p["gpu"], p["tensor_parallel_size"], p["replicas"], p["prefill"], p["decode"])
+}
+
+#[test]
+fn plan_picks_the_cheapest_plan_meeting_the_slo_and_says_why_the_others_failed() {
+    let cands = write_temp(
+        "fleet-cli-cands.json",
+        r#"{"prices_per_gpu_hour": {"h100-80gb": 2.99, "a100-80gb": 1.79, "l40s": 0.99},
+            "gpus": ["h100-80gb", "a100-80gb", "l40s"], "replicas": [1, 2], "pd_splits": [[1, 1]]}"#,
+    );
+    let cands = cands.to_str().unwrap();
+    let scenario = "data/plan/mooncake-fleet-llama3.1-8b-h100-vllm.json";
+    let slo = "p99_ttft_ms<=300";
+    let o = run_cli(&["plan", scenario, "--candidates", cands, "--slo", slo, "--slo", "mean_tpot_ms<=30", "--json"]);
+    let r = stdout_json(&o);
+    assert_eq!(r["slos"], serde_json::json!([slo, "mean_tpot_ms<=30"]));
+    assert!(r["invalid"].as_array().unwrap().is_empty(), "{r:#}");
+    let best = &r["best"];
+    assert!(best.is_object(), "some plan meets the SLOs: {r:#}");
+    assert!(best.get("violations").is_none(), "{best:#}");
+    assert!(best["metrics"]["p99_ttft_ms"].as_f64().unwrap() <= 300.0);
+    assert!(best["metrics"]["mean_tpot_ms"].as_f64().unwrap() <= 30.0);
+    // The scenario's router is kept: the candidate sets the fleet's shape, not its router.
+    assert_eq!(best["metrics"]["fleet"]["router"], "cache_aware", "{:#}", best["metrics"]["fleet"]);
+    // 3 GPUs × (2 replica counts + 1 split) = 9 plans: every one either passes or is rejected,
+    // and every plan cheaper than the best one is rejected, with each broken SLO and its value.
+    let rejected = r["rejected"].as_array().unwrap();
+    assert!(!rejected.is_empty(), "the SLO binds for the cheap GPUs: {r:#}");
+    let per_gpu_cost = [("h100-80gb", 2.99), ("a100-80gb", 1.79), ("l40s", 0.99)];
+    let cheaper: usize = per_gpu_cost
+        .iter()
+        .map(|(_, p)| [p * 1.0, p * 2.0, p * 2.0].iter().filter(|c| **c < cost(best) - 1e-9).count())
+        .sum();
+    assert_eq!(rejected.iter().filter(|e| cost(e) < cost(best) - 1e-9).count(), cheaper, "{r:#}");
+    for e in rejected {
+        let v = e["violations"].as_array().unwrap();
+        assert!(!v.is_empty(), "{e:#}");
+        for x in v {
+            let (key, bound) = match x["slo"].as_str().unwrap() {
+                "p99_ttft_ms<=300" => ("p99_ttft_ms", 300.0),
+                "mean_tpot_ms<=30" => ("mean_tpot_ms", 30.0),
+                other => panic!("unexpected SLO {other}"),
+            };
+            assert_eq!(x["bound"], bound);
+            assert_eq!(x["value"], e["metrics"][key], "the violation quotes the report's value: {e:#}");
+            assert!(x["value"].as_f64().unwrap() > bound, "{e:#}");
+        }
+    }
+    // The Pareto front runs by increasing cost and decreasing latency.
+    let front = r["pareto"].as_array().unwrap();
+    for w in front.windows(2) {
+        assert!(cost(&w[0]) < cost(&w[1]), "{r:#}");
+        assert!(w[0]["metrics"]["p99_ttft_ms"].as_f64() > w[1]["metrics"]["p99_ttft_ms"].as_f64(), "{r:#}");
+    }
+    assert!(front.iter().any(|e| label(e) == label(best)) || front.iter().any(|e| cost(e) < cost(best)));
+
+    // The text report says the same, one line per rejected plan naming the SLOs it broke.
+    let svg = std::env::temp_dir().join(format!("servesim-tests-{}", std::process::id())).join("plan.svg");
+    let o = run_cli(&[
+        "plan",
+        scenario,
+        "--candidates",
+        cands,
+        "--slo",
+        slo,
+        "--slo",
+        "mean_tpot_ms<=30",
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.starts_with("Cheapest plan meeting every SLO: "), "{text}");
+    assert!(text.contains(&format!("Rejected ({}):", rejected.len())), "{text}");
+    assert_eq!(text.matches(": breaks ").count(), rejected.len(), "{text}");
+    let plot = std::fs::read_to_string(&svg).unwrap();
+    assert!(plot.contains("cost per hour") && plot.contains("p99_ttft_ms"), "axes named");
+}
+
+#[test]
+fn plan_with_a_request_rate_plans_for_that_rate() {
+    let cands = write_temp(
+        "fleet-cli-cands-rate.json",
+        r#"{"prices_per_gpu_hour": {"h100-80gb": 2.99}, "gpus": ["h100-80gb"], "replicas": [1, 2, 2]}"#,
+    );
+    let o = run_cli(&[
+        "plan",
+        "scenarios/long-prefill-itl-llama3.1-8b-h100-vllm.json",
+        "--candidates",
+        cands.to_str().unwrap(),
+        "--request-rate",
+        "4",
+        "--num-prompts",
+        "24",
+        "--slo",
+        "p99_ttft_ms<=1e9",
+        "--json",
+    ]);
+    let r = stdout_json(&o);
+    let best = &r["best"];
+    assert_eq!(best["plan"]["replicas"], 1, "{r:#}");
+    assert_eq!(best["metrics"]["request_rate"], 4.0);
+    assert_eq!(best["metrics"]["num_prompts"], 24);
+    assert_eq!(best["metrics"]["max_concurrency"], Value::Null, "the scenario's concurrency cap is lifted");
+    // A replica count listed twice is one plan.
+    assert_eq!(r["pareto"].as_array().unwrap().len() + r["rejected"].as_array().unwrap().len(), 2, "{r:#}");
+}
+
+#[test]
+fn each_trace_format_simulates_every_request_of_the_sample() {
+    // (format, sample, requests): BurstGPT's two failed rows (zero response tokens) are left out.
+    for (format, sample, n, input, output) in [
+        ("mooncake", "data/traces/mooncake_sample.jsonl", 40, 100_300, 10_992),
+        ("azure", "data/traces/azure_conv_2023_sample.csv", 30, 66_971, 11_575),
+        ("burstgpt", "data/traces/burstgpt_sample.csv", 38, 52_832, 15_718),
+    ] {
+        let s = trace_scenario(&format!("fleet-cli-{format}.json"), sample, format, "");
+        let r = stdout_json(&run_cli(&["simulate", &s, "--json"]));
+        assert_eq!((r["num_prompts"].as_u64(), r["completed"].as_u64()), (Some(n), Some(n)), "{format}");
+        assert_eq!(r["failed"], 0, "{format}");
+        assert_eq!(r["total_input_tokens"], input, "{format}");
+        assert_eq!(r["total_output_tokens"], output, "{format}");
+        let text = String::from_utf8_lossy(&run_cli(&["simulate", &s]).stdout).into_owned();
+        assert!(text.contains(&format!("Successful requests:                     {n} ")), "{format}: {text}");
+        assert!(text.contains("Request rate configured (RPS):           trace"), "{format}: {text}");
+    }
+    // Only Mooncake carries prefixes (shared hash ids): its replay hits the prefix cache.
+    let s = trace_scenario("fleet-cli-mooncake.json", "data/traces/mooncake_sample.jsonl", "mooncake", "");
+    let r = stdout_json(&run_cli(&["simulate", &s, "--json"]));
+    assert!(r["prefix_cache_hit_rate"].as_f64().unwrap() > 0.2, "{}", r["prefix_cache_hit_rate"]);
+    // num_prompts replays the first rows.
+    let r = stdout_json(&run_cli(&["simulate", &s, "--json", "--set", "workload.num_prompts=10"]));
+    assert_eq!((r["num_prompts"].as_u64(), r["completed"].as_u64()), (Some(10), Some(10)));
+}
+
+#[test]
+fn trace_scaling_stretches_and_rescales_the_arrivals() {
+    let s = trace_scenario("fleet-cli-scale.json", "data/traces/azure_conv_2023_sample.csv", "azure", "");
+    let duration = |extra: &[&str]| {
+        let mut args = vec!["simulate", s.as_str(), "--json"];
+        args.extend_from_slice(extra);
+        let r = stdout_json(&run_cli(&args));
+        assert_eq!(r["completed"], 30);
+        r["duration"].as_f64().unwrap()
+    };
+    let base = duration(&[]);
+    // The sample's 30 arrivals span about 20.4 s: 2× stretches them, a rate of 0.5/s spans 58 s.
+    let stretched = duration(&["--set", "workload.trace_time_scale=2"]);
+    assert!(stretched > base + 15.0, "{base} → {stretched}");
+    let slow = duration(&["--set", "workload.trace_rate=0.5"]);
+    assert!((58.0..70.0).contains(&slow), "29 gaps at 0.5/s: {slow}");
+    let o = run_cli(&["simulate", &s, "--set", "workload.trace_time_scale=0"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("workload.trace_time_scale"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_fleet_with_a_prefix_aware_router_replays_the_mooncake_sample() {
+    let s = "data/plan/mooncake-fleet-llama3.1-8b-h100-vllm.json";
+    let r = stdout_json(&run_cli(&["simulate", s, "--json"]));
+    assert_eq!(r["completed"], 40);
+    assert_eq!(r["fleet"]["router"], "cache_aware");
+    let replicas = r["replicas"].as_array().unwrap();
+    assert_eq!(replicas.len(), 2);
+    assert_eq!(replicas.iter().map(|x| x["requests"].as_u64().unwrap()).sum::<u64>(), 40);
+    let rr = stdout_json(&run_cli(&["simulate", s, "--json", "--set", "fleet.router.policy=round_robin"]));
+    assert!(
+        r["prefix_cache_hit_rate"].as_f64() >= rr["prefix_cache_hit_rate"].as_f64(),
+        "cache-aware {} < round-robin {}",
+        r["prefix_cache_hit_rate"],
+        rr["prefix_cache_hit_rate"]
+    );
+}
+
+#[test]
+fn a_bad_candidates_file_is_exit_2_naming_the_file_and_field() {
+    let scenario = "data/plan/mooncake-fleet-llama3.1-8b-h100-vllm.json";
+    for (i, (text, field)) in [
+        (r#"{"prices_per_gpu_hour": {"h100-80gb": -1}, "gpus": ["h100-80gb"], "replicas": [1]}"#, "prices_per_gpu_hour.h100-80gb"),
+        (r#"{"prices_per_gpu_hour": {"h100-80gb": 2}, "gpus": ["h100-80gb", "a100-80gb"], "replicas": [1]}"#, "prices_per_gpu_hour"),
+        (r#"{"prices_per_gpu_hour": {"h100-80gb": 2}, "gpus": ["h100-80gb"], "replicas": [1, 0]}"#, "replicas[1]"),
+        (r#"{"prices_per_gpu_hour": {"h100-80gb": 2}, "gpus": ["h100-80gb"], "pd_splits": [[1, 0]]}"#, "pd_splits[0]"),
+        (r#"{"prices_per_gpu_hour": {"h100-80gb": 2}, "gpus": ["h100-80gb"], "replicas": [1], "tensor_parallel_size": [0]}"#, "tensor_parallel_size[0]"),
+        (r#"{"prices_per_gpu_hour": {"h9000": 2}, "gpus": ["h9000"], "replicas": [1]}"#, "gpus[0]"),
+        (r#"{"prices_per_gpu_hour": {"h100-80gb": 2}, "gpus": [], "replicas": [1]}"#, "gpus"),
+        (r#"{"prices_per_gpu_hour": {"h100-80gb": 2}, "gpus": ["h100-80gb"], "replica": [1]}"#, "replica"),
+        (r#"{"prices_per_gpu_hour": {"h100-80gb": 2}, "gpus": ["h100-80gb"], "replicas": [1], "sets": ["engine"]}"#, "sets[0]"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let f = write_temp(&format!("fleet-cli-bad-cands-{i}.json"), text);
+        let o = run_cli(&["plan", scenario, "--candidates", f.to_str().unwrap(), "--slo", "p99_ttft_ms<=2000"]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{text}: {err}");
+        assert!(err.contains(&format!("{}: ", f.display())), "{text}: names the file: {err}");
+        assert!(err.contains(field), "{text}: names {field}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    // Every candidate invalid (TP 3 does not divide Llama's 32 heads): exit 2, not an empty plan.
+    let f = write_temp(
+        "fleet-cli-bad-cands-tp.json",
+        r#"{"prices_per_gpu_hour": {"h100-80gb": 2}, "gpus": ["h100-80gb"], "replicas": [1], "tensor_parallel_size": [3]}"#,
+    );
+    let o = run_cli(&["plan", scenario, "--candidates", f.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("tensor_parallel_size"), "{}", stderr(&o));
+    // An SLO on a key the report does not have, or a non-numeric one.
+    let ok = write_temp(
+        "fleet-cli-ok-cands.json",
+        r#"{"prices_per_gpu_hour": {"h100-80gb": 2}, "gpus": ["h100-80gb"], "replicas": [1]}"#,
+    );
+    for slo in ["p99_ttft<=2000", "engine<=1"] {
+        let o = run_cli(&["plan", scenario, "--candidates", ok.to_str().unwrap(), "--slo", slo]);
+        assert_eq!(o.status.code(), Some(2), "{slo}: {}", stderr(&o));
+        assert!(stderr(&o).contains("--slo"), "{}", stderr(&o));
+    }
+}
+
+#[test]
+fn a_bad_trace_is_exit_2_naming_the_file_and_line() {
+    let mut mooncake = std::fs::read_to_string(root().join("data/traces/mooncake_sample.jsonl")).unwrap();
+    let mut lines: Vec<String> = mooncake.lines().take(4).map(str::to_string).collect();
+    lines[2] = r#"{"timestamp": 1166, "input_length": "many", "output_length": 567, "hash_ids": [6]}"#.into();
+    mooncake = lines.join("\n");
+    let azure = "TIMESTAMP,ContextTokens,GeneratedTokens\n\
+                 2023-11-16 18:15:47.1372243,2440,274\n\
+                 2023-11-16 18:15:47.4294871,8x17,234\n";
+    let burstgpt = "Timestamp,Model,Request tokens,Response tokens\n33,ChatGPT,517,737\n";
+    for (format, name, text, expect) in [
+        ("mooncake", "fleet-cli-bad.jsonl", mooncake.as_str(), vec!["line 3, column", "input_length"]),
+        ("azure", "fleet-cli-bad-azure.csv", azure, vec!["line 3, column 29", "ContextTokens"]),
+        ("burstgpt", "fleet-cli-bad-burst.csv", burstgpt, vec!["line 1", "Total tokens"]),
+    ] {
+        let trace = write_temp(name, text);
+        let s = write_temp(
+            &format!("fleet-cli-bad-{format}.json"),
+            &std::fs::read_to_string(trace_scenario(
+                "fleet-cli-tmp.json",
+                "data/traces/azure_conv_2023_sample.csv",
+                format,
+                "",
+            ))
+            .unwrap()
+            .replace(
+                &root().join("data/traces/azure_conv_2023_sample.csv").display().to_string(),
+                &trace.display().to_string(),
+            ),
+        );
+        let o = run_cli(&["simulate", s.to_str().unwrap()]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{format}: {err}");
+        assert!(err.contains("workload.trace"), "{format}: {err}");
+        assert!(err.contains(&trace.display().to_string()), "{format}: names the trace file: {err}");
+        for e in expect {
+            assert!(err.contains(e), "{format}: {e:?} in {err}");
+        }
+        // serde's own position (always line 1 of the one line it parsed) is not repeated.
+        assert!(!err.contains("at line 1 column"), "{err}");
+    }
+    // A trace in the wrong format says so at line 1.
+    let s = trace_scenario("fleet-cli-wrong.json", "data/traces/azure_conv_2023_sample.csv", "mooncake", "");
+    let o = run_cli(&["simulate", &s]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("azure_conv_2023_sample.csv: line 1, column 1"), "{}", stderr(&o));
+}
