@@ -36,56 +36,110 @@ pub fn point_json(spec: &SimSpec, out: &SimOutput) -> Map<String, Value> {
 }
 
 /// The fleet's own figures (`fleet` key of a fleet's report).
-pub fn fleet_json(f: &crate::fleet::FleetRun) -> Value {
-    let mut j = Map::new();
-    j.insert(
-        "kind".into(),
-        match f.kind {
-            crate::config::FleetKind::Fleet => "fleet",
-            crate::config::FleetKind::DataParallel => "data_parallel",
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct FleetReport {
+    /// `fleet` or `data_parallel`.
+    pub kind: &'static str,
+    pub num_replicas: u64,
+    pub num_gpus: u32,
+    pub router: String,
+    /// Disaggregated prefill/decode only: the decode router and the KV transfers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decode_router: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kv_transfers: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mean_kv_transfer_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mean_kv_transfer_wait_ms: Option<f64>,
+}
+
+impl FleetReport {
+    pub fn of(f: &crate::fleet::FleetRun) -> FleetReport {
+        let pd = f.decode_router.is_some();
+        FleetReport {
+            kind: match f.kind {
+                crate::config::FleetKind::Fleet => "fleet",
+                crate::config::FleetKind::DataParallel => "data_parallel",
+            },
+            num_replicas: f.replicas.len() as u64,
+            num_gpus: f.num_gpus,
+            router: f.router.clone(),
+            decode_router: f.decode_router.clone(),
+            kv_transfers: pd.then_some(f.kv_transfers),
+            mean_kv_transfer_ms: pd.then_some(f.mean_kv_transfer_ms),
+            mean_kv_transfer_wait_ms: pd.then_some(f.mean_kv_transfer_wait_ms),
         }
-        .into(),
-    );
-    j.insert("num_replicas".into(), (f.replicas.len() as u64).into());
-    j.insert("num_gpus".into(), f.num_gpus.into());
-    j.insert("router".into(), f.router.clone().into());
-    if let Some(d) = &f.decode_router {
-        j.insert("decode_router".into(), d.clone().into());
-        j.insert("kv_transfers".into(), f.kv_transfers.into());
-        j.insert("mean_kv_transfer_ms".into(), f.mean_kv_transfer_ms.into());
-        j.insert("mean_kv_transfer_wait_ms".into(), f.mean_kv_transfer_wait_ms.into());
     }
-    Value::Object(j)
+}
+
+/// The fleet's own figures as JSON (`fleet` key of a fleet's report).
+pub fn fleet_json(f: &crate::fleet::FleetRun) -> Value {
+    serde_json::to_value(FleetReport::of(f)).expect("a fleet report serializes")
 }
 
 /// One replica's engine block (`replicas` key of a fleet's report).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ReplicaReport {
+    pub name: String,
+    pub group: u64,
+    pub role: &'static str,
+    pub engine: &'static str,
+    pub engine_version: String,
+    pub hardware: String,
+    pub tensor_parallel_size: u32,
+    pub requests: u64,
+    pub num_preemptions: u64,
+    pub prefix_cache_queries: u64,
+    pub prefix_cache_hits: u64,
+    pub prefix_cache_hit_rate: f64,
+    pub prefill_tokens_computed: u64,
+    pub kv_cache_tokens: u64,
+    pub kv_cache_usage_peak: f64,
+    pub kv_cache_usage_mean: f64,
+    pub mean_running: f64,
+    pub peak_running: u32,
+    pub mean_waiting: f64,
+    pub peak_waiting: u32,
+    pub num_steps: u64,
+}
+
+impl ReplicaReport {
+    pub fn of(r: &crate::fleet::ReplicaRun) -> ReplicaReport {
+        let c = &r.counters;
+        ReplicaReport {
+            name: r.name.clone(),
+            group: r.group as u64,
+            role: r.role.as_str(),
+            engine: r.engine,
+            engine_version: r.engine_version.clone(),
+            hardware: r.hardware.clone(),
+            tensor_parallel_size: r.tensor_parallel_size,
+            requests: r.requests,
+            num_preemptions: c.num_preemptions,
+            prefix_cache_queries: c.prefix_cache_queries,
+            prefix_cache_hits: c.prefix_cache_hits,
+            prefix_cache_hit_rate: if c.prefix_cache_queries > 0 {
+                c.prefix_cache_hits as f64 / c.prefix_cache_queries as f64
+            } else {
+                0.0
+            },
+            prefill_tokens_computed: c.prefill_tokens_computed,
+            kv_cache_tokens: r.kv_capacity_tokens,
+            kv_cache_usage_peak: r.gauges.kv_usage_peak,
+            kv_cache_usage_mean: r.gauges.kv_usage_mean,
+            mean_running: r.gauges.running_mean,
+            peak_running: r.gauges.running_peak,
+            mean_waiting: r.gauges.waiting_mean,
+            peak_waiting: r.gauges.waiting_peak,
+            num_steps: r.num_steps,
+        }
+    }
+}
+
+/// One replica's engine block as JSON.
 pub fn replica_json(r: &crate::fleet::ReplicaRun) -> Value {
-    let mut j = Map::new();
-    let c = &r.counters;
-    j.insert("name".into(), r.name.clone().into());
-    j.insert("group".into(), (r.group as u64).into());
-    j.insert("role".into(), r.role.as_str().into());
-    j.insert("engine".into(), r.engine.into());
-    j.insert("engine_version".into(), r.engine_version.clone().into());
-    j.insert("hardware".into(), r.hardware.clone().into());
-    j.insert("tensor_parallel_size".into(), r.tensor_parallel_size.into());
-    j.insert("requests".into(), r.requests.into());
-    j.insert("num_preemptions".into(), c.num_preemptions.into());
-    j.insert("prefix_cache_queries".into(), c.prefix_cache_queries.into());
-    j.insert("prefix_cache_hits".into(), c.prefix_cache_hits.into());
-    let hit_rate =
-        if c.prefix_cache_queries > 0 { c.prefix_cache_hits as f64 / c.prefix_cache_queries as f64 } else { 0.0 };
-    j.insert("prefix_cache_hit_rate".into(), hit_rate.into());
-    j.insert("prefill_tokens_computed".into(), c.prefill_tokens_computed.into());
-    j.insert("kv_cache_tokens".into(), r.kv_capacity_tokens.into());
-    j.insert("kv_cache_usage_peak".into(), r.gauges.kv_usage_peak.into());
-    j.insert("kv_cache_usage_mean".into(), r.gauges.kv_usage_mean.into());
-    j.insert("mean_running".into(), r.gauges.running_mean.into());
-    j.insert("peak_running".into(), r.gauges.running_peak.into());
-    j.insert("mean_waiting".into(), r.gauges.waiting_mean.into());
-    j.insert("peak_waiting".into(), r.gauges.waiting_peak.into());
-    j.insert("num_steps".into(), r.num_steps.into());
-    Value::Object(j)
+    serde_json::to_value(ReplicaReport::of(r)).expect("a replica report serializes")
 }
 
 /// The text block of a fleet: one line per replica.
