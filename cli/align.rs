@@ -86,6 +86,7 @@ pub fn table(specs: &[(&SimSpec, &Map<String, Value>)]) -> Vec<Row> {
 /// `sim::config::translate_engine`). Returns the new section and a note per flag that has
 /// no counterpart.
 pub fn translate_engine(engine: &Map<String, Value>, to: &str) -> Result<(Map<String, Value>, Vec<String>), String> {
-    let to = sim::config::EngineKind::parse(to).ok_or_else(|| format!("engine.kind {to:?}: expected vllm or sglang"))?;
+    let to =
+        sim::config::EngineKind::parse(to).ok_or_else(|| format!("engine.kind {to:?}: expected vllm or sglang"))?;
     sim::config::translate_engine(engine, to)
 }

@@ -46,7 +46,10 @@ impl DeriveArgs {
         let model = match (&self.model_card, &info.model_root) {
             (Some(id), _) => ModelChoice::Card(id.clone()),
             (None, Some(root)) => {
-                match live::tokenizer::model_card_from_dir(Path::new(root), info.model.as_deref().unwrap_or("served-model"))? {
+                match live::tokenizer::model_card_from_dir(
+                    Path::new(root),
+                    info.model.as_deref().unwrap_or("served-model"),
+                )? {
                     Some(card) => ModelChoice::Read(card),
                     None => ModelChoice::FromServer,
                 }
@@ -154,7 +157,8 @@ pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode, String> {
     let mut m = connect(&a.server, &a.engine, dir)?;
     let derive = a.derive.options(&m.info)?;
     let info = m.info.clone();
-    let scenario = |w: &Value| -> Result<SimSpec, String> { Ok(load::resolve(&derive_scenario(&info, &derive, w)?)?.1) };
+    let scenario =
+        |w: &Value| -> Result<SimSpec, String> { Ok(load::resolve(&derive_scenario(&info, &derive, w)?)?.1) };
     let step_log = match a.step_log.clone().or(a.derive.server_log.clone()) {
         Some(p) => Some((
             p.display().to_string(),
@@ -204,7 +208,8 @@ pub fn profile_summary(p: &Profile) -> String {
     }
     if let Some(u) = &p.uncertainty {
         let how = if u.ensemble.is_empty() { "Laplace covariance" } else { "randomised-maximum-likelihood ensemble" };
-        let _ = writeln!(s, "90% intervals of the coefficients ({how}; the method in the profile's uncertainty block):");
+        let _ =
+            writeln!(s, "90% intervals of the coefficients ({how}; the method in the profile's uncertainty block):");
         for (k, i) in &u.intervals {
             let _ = writeln!(s, "  {k:<22} {:>12.4} – {:<12.4} µs", i.p05, i.p95);
         }
@@ -375,7 +380,10 @@ pub fn check(a: CheckArgs) -> Result<ExitCode, String> {
         workload: wl_json,
         repeat: a.repeat,
         max_evals: a.max_evals,
-        speed_reference_ms: profile.as_ref().and_then(ProfileFile::speed_reference_ms).filter(|_| !a.no_speed_reference),
+        speed_reference_ms: profile
+            .as_ref()
+            .and_then(ProfileFile::speed_reference_ms)
+            .filter(|_| !a.no_speed_reference),
         profile_coefficients: profile.as_ref().and_then(|p| p.coefficients.clone()).map(Value::Object),
         uncertainty: profile.as_ref().and_then(|p| p.uncertainty.clone()),
     };
@@ -460,7 +468,8 @@ pub fn check_text(r: &CheckReport) -> String {
             );
         }
     }
-    let _ = writeln!(s, "Knee: measured at {}, predicted at {}.", opt_json(&r.knee.measured), opt_json(&r.knee.predicted));
+    let _ =
+        writeln!(s, "Knee: measured at {}, predicted at {}.", opt_json(&r.knee.measured), opt_json(&r.knee.predicted));
     if r.knee.measured_stable == Some(false) {
         let _ = writeln!(
             s,
@@ -482,7 +491,9 @@ pub fn check_text(r: &CheckReport) -> String {
         let per: Vec<String> = r
             .points
             .iter()
-            .filter_map(|p| Some(format!("{} {:+.1}%", p.max_concurrency, 100.0 * p.speed_reference.as_ref()?.vs_calibration)))
+            .filter_map(|p| {
+                Some(format!("{} {:+.1}%", p.max_concurrency, 100.0 * p.speed_reference.as_ref()?.vs_calibration))
+            })
             .collect();
         let _ = writeln!(
             s,
@@ -536,7 +547,8 @@ pub fn intervals(
             let specs = calib::uncertainty::sampled_specs(spec, &u, &c);
             let samples: Vec<Point> = specs.par_iter().map(calib::uncertainty::predict_point).collect();
             let how = if u.ensemble.is_empty() { "covariance" } else { "ensemble" };
-            let source = format!("the profile's coefficient {how}: {} sets simulated ({})", samples.len(), path.display());
+            let source =
+                format!("the profile's coefficient {how}: {} sets simulated ({})", samples.len(), path.display());
             let source = match &u.model_error_source {
                 Some(m) => format!("{source}; model error {m}"),
                 None => source,

@@ -161,7 +161,9 @@ pub async fn connect(s: &ServerArgs) -> Result<(ServerInfo, BenchOptions), Strin
     let model = s.model.clone().or(info.model.clone()).ok_or("--model: the server lists no model; name one")?;
     let (vocab, reserved) = match (&s.tokenizer, &info.model_root) {
         (Some(t), _) => live::tokenizer::vocab_of(t).map_err(|e| format!("--tokenizer: {e}"))?,
-        (None, Some(root)) if Path::new(root).join("tokenizer.json").exists() => live::tokenizer::vocab_of(Path::new(root))?,
+        (None, Some(root)) if Path::new(root).join("tokenizer.json").exists() => {
+            live::tokenizer::vocab_of(Path::new(root))?
+        }
         _ => (s.vocab_size.unwrap_or(32000), 256),
     };
     // The chat endpoint takes text: prompts are built with the server's tokenizer.
@@ -265,7 +267,11 @@ pub fn save_result_json(
     j.insert("start_times".into(), run.outcomes.iter().map(|o| o.start_s).collect::<Vec<_>>().into());
     j.insert(
         "errors".into(),
-        run.outcomes.iter().map(|o| o.error.as_ref().map(ToString::to_string).unwrap_or_default()).collect::<Vec<_>>().into(),
+        run.outcomes
+            .iter()
+            .map(|o| o.error.as_ref().map(ToString::to_string).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .into(),
     );
     Value::Object(j)
 }
@@ -357,7 +363,10 @@ pub fn nothing_succeeded(run: &BenchRun) -> Option<String> {
     }
     let (reason, n) = counts.iter().max_by_key(|(_, n)| **n).expect("a failure");
     let others = if counts.len() > 1 { format!(" ({} other reasons)", counts.len() - 1) } else { String::new() };
-    Some(format!("no request succeeded: all {} sent failed; the most common reason ({n}×): {reason}{others}", sent.len()))
+    Some(format!(
+        "no request succeeded: all {} sent failed; the most common reason ({n}×): {reason}{others}",
+        sent.len()
+    ))
 }
 
 #[derive(Args, Debug)]
@@ -373,8 +382,7 @@ pub fn diff(a: DiffArgs) -> Result<ExitCode, String> {
         serde_json::from_str(&t).map_err(|e| format!("{}: not JSON: {e}", p.display()))
     };
     let (x, y) = (read(&a.run_a)?, read(&a.run_b)?);
-    let d =
-        live::manifest::diff(&x, &y).map_err(|e| format!("{} / {}: {e}", a.run_a.display(), a.run_b.display()))?;
+    let d = live::manifest::diff(&x, &y).map_err(|e| format!("{} / {}: {e}", a.run_a.display(), a.run_b.display()))?;
     if d.is_empty() {
         println!("The two runs have the same setup.");
     } else {

@@ -195,7 +195,11 @@ type WorkloadCache = Vec<(WorkloadParams, Workload)>;
 /// The workload of `p`, from the cache or generated. `generate` reads
 /// `max_concurrency` only to copy it into the result (the client applies it), so
 /// workloads that differ only there are the same requests.
-fn take_workload(cache: &mut WorkloadCache, p: &WorkloadParams, generated: &std::sync::atomic::AtomicUsize) -> Workload {
+fn take_workload(
+    cache: &mut WorkloadCache,
+    p: &WorkloadParams,
+    generated: &std::sync::atomic::AtomicUsize,
+) -> Workload {
     let mut key = p.clone();
     key.max_concurrency = None;
     let mut w = match cache.iter().position(|(k, _)| *k == key) {
@@ -278,7 +282,11 @@ fn simulate_config(
             (Ok(j), None)
         }
     };
-    shared.done.lock().expect("not poisoned").entry(fingerprint).or_default().push((spec, result.clone(), stopped.clone()));
+    shared.done.lock().expect("not poisoned").entry(fingerprint).or_default().push((
+        spec,
+        result.clone(),
+        stopped.clone(),
+    ));
     (result, stopped)
 }
 
@@ -360,8 +368,7 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     // The early stop: the first TTFT-percentile SLO with an upper bound.
-    let early: Option<EarlyStop> =
-        if a.no_early_stop { None } else { slos.iter().find_map(EarlyStop::of) };
+    let early: Option<EarlyStop> = if a.no_early_stop { None } else { slos.iter().find_map(EarlyStop::of) };
     let shared = SharedWork::default();
     let evaluate = |configs: &[Config]| -> Vec<Evaluated> {
         configs
@@ -369,10 +376,11 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
             .map_init(WorkloadCache::new, |cache, c| {
                 let mut raw: RawScenario = base.clone();
                 let sets: Vec<String> = c.iter().zip(&knobs).map(|(&i, (p, v))| format!("{p}={}", v[i])).collect();
-                let (result, stopped) = match load::apply_overrides(&mut raw, &sets, None).and_then(|_| load::resolve(&raw)) {
-                    Ok((_, spec)) => simulate_config(spec, early.as_ref(), &shared, cache),
-                    Err(e) => (Err(e), None),
-                };
+                let (result, stopped) =
+                    match load::apply_overrides(&mut raw, &sets, None).and_then(|_| load::resolve(&raw)) {
+                        Ok((_, spec)) => simulate_config(spec, early.as_ref(), &shared, cache),
+                        Err(e) => (Err(e), None),
+                    };
                 pb.inc(1);
                 Evaluated { config: c.clone(), result, stopped }
             })

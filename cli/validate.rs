@@ -148,8 +148,8 @@ fn jobs_of(path: &Path, root: &Path) -> Result<Vec<Job>, String> {
     let v: Value = serde_json::from_str(&text).map_err(|e| format!("{}: not valid JSON: {e}", path.display()))?;
     let set = path.file_stem().unwrap().to_string_lossy().to_string();
     let csv_path = str_of(&v, "csv").ok_or_else(|| format!("{}: csv: missing", path.display()))?;
-    let csv_text =
-        std::fs::read_to_string(root.join(&csv_path)).map_err(|e| format!("{}: csv: {csv_path}: {e}", path.display()))?;
+    let csv_text = std::fs::read_to_string(root.join(&csv_path))
+        .map_err(|e| format!("{}: csv: {csv_path}: {e}", path.display()))?;
     let rows = read_csv(&csv_text);
     let gpu_label = str_of(&v, "gpu").unwrap_or_default();
     let mut jobs = Vec::new();
@@ -169,15 +169,19 @@ fn jobs_of(path: &Path, root: &Path) -> Result<Vec<Job>, String> {
             let load = format!("tp{tp} {}x{} c{}", row["isl"], row["osl"], conc.map_or("?".into(), |c| c.to_string()));
             let skip = match (conc, bs) {
                 (None, _) => Some("the row gives no client concurrency".to_string()),
-                (Some(c), Some(b)) if b < c => {
-                    Some(format!("batch_size {b} < concurrency {c}: the load was spread over replicas the row does not count"))
-                }
+                (Some(c), Some(b)) if b < c => Some(format!(
+                    "batch_size {b} < concurrency {c}: the load was spread over replicas the row does not count"
+                )),
                 _ => None,
             };
             let c = conc.unwrap_or(1);
-            let gpu = base["hardware"].as_str().map(str::to_string).unwrap_or_else(|| base["hardware"]["gpu"].to_string());
+            let gpu =
+                base["hardware"].as_str().map(str::to_string).unwrap_or_else(|| base["hardware"]["gpu"].to_string());
             // The scenario's engine kind, read at the boundary (raw JSON) into the one vocabulary.
-            let kind = base["engine"]["kind"].as_str().and_then(sim::config::EngineKind::parse).unwrap_or(sim::config::EngineKind::Vllm);
+            let kind = base["engine"]["kind"]
+                .as_str()
+                .and_then(sim::config::EngineKind::parse)
+                .unwrap_or(sim::config::EngineKind::Vllm);
             let tp_flag = match kind {
                 sim::config::EngineKind::Sglang => "tp_size",
                 sim::config::EngineKind::Vllm => "tensor_parallel_size",
@@ -217,8 +221,14 @@ fn jobs_of(path: &Path, root: &Path) -> Result<Vec<Job>, String> {
                     && r.get("concurrency_or_rate").map(|s| s.trim()) == Some(load.as_str())
                     && extra.iter().all(|(k, want)| r.get(k).map(String::as_str) == want.as_str())
             })
-            .ok_or_else(|| format!("{}: rows[{i}]: no CSV row with engine {engine:?} and load {load:?}", path.display()))?;
-        let scenario = match spec.get("scenario").or_else(|| v.get("scenarios").and_then(|s| s.get(&engine))).or_else(|| v.get("scenario")) {
+            .ok_or_else(|| {
+                format!("{}: rows[{i}]: no CSV row with engine {engine:?} and load {load:?}", path.display())
+            })?;
+        let scenario = match spec
+            .get("scenario")
+            .or_else(|| v.get("scenarios").and_then(|s| s.get(&engine)))
+            .or_else(|| v.get("scenario"))
+        {
             Some(s) => Some(scenario_from(s, path, root)?),
             None => None,
         };
@@ -309,26 +319,49 @@ pub fn run(a: ValidateArgs) -> Result<ExitCode, String> {
     let mut knee_series: BTreeMap<String, Vec<(f64, f64, f64, f64, f64)>> = BTreeMap::new();
     let mut text = String::new();
     use std::fmt::Write as _;
-    let _ = writeln!(text, "{:<64} {:<16} {:<14} {:>10} {:>10} {:>8}", "group", "load", "metric", "published", "servesim", "error");
+    let _ = writeln!(
+        text,
+        "{:<64} {:<16} {:<14} {:>10} {:>10} {:>8}",
+        "group", "load", "metric", "published", "servesim", "error"
+    );
     for (j, r) in jobs.iter().zip(&results) {
         let mut metrics = Vec::new();
         match r {
             Err(why) => {
                 let _ = writeln!(text, "{:<64} {:<16} cannot run: {why}", j.group, j.load);
-                rows_json.push(json!({"set": j.set, "group": j.group, "engine": j.engine, "load": j.load, "skipped": why}));
+                rows_json
+                    .push(json!({"set": j.set, "group": j.group, "engine": j.engine, "load": j.load, "skipped": why}));
                 continue;
             }
             Ok(p) => {
                 sources.entry(j.group.clone()).or_insert_with(|| p["cost_source"].as_str().unwrap_or("").to_string());
                 for &(col, key, fam, published) in &j.published {
                     if let Some(why) = j.skip_metrics.get(col) {
-                        let _ = writeln!(text, "{:<64} {:<16} {:<14} {:>10.2} {:>10} not compared: {}", j.group, j.load, col, published, "", why.as_str().unwrap_or(""));
+                        let _ = writeln!(
+                            text,
+                            "{:<64} {:<16} {:<14} {:>10.2} {:>10} not compared: {}",
+                            j.group,
+                            j.load,
+                            col,
+                            published,
+                            "",
+                            why.as_str().unwrap_or("")
+                        );
                         metrics.push(json!({"column": col, "published": published, "not_compared": why}));
                         continue;
                     }
                     let sim_v = p.get(key).and_then(Value::as_f64).unwrap_or(f64::NAN);
                     let err = sim_v / published - 1.0;
-                    let _ = writeln!(text, "{:<64} {:<16} {:<14} {:>10.2} {:>10.2} {:>+7.1}%", j.group, j.load, col, published, sim_v, 100.0 * err);
+                    let _ = writeln!(
+                        text,
+                        "{:<64} {:<16} {:<14} {:>10.2} {:>10.2} {:>+7.1}%",
+                        j.group,
+                        j.load,
+                        col,
+                        published,
+                        sim_v,
+                        100.0 * err
+                    );
                     if err.is_finite() {
                         group_errs.entry(j.group.clone()).or_default().entry(fam).or_default().push(err.abs());
                         all.entry(fam).or_default().push(err.abs());
@@ -365,7 +398,12 @@ pub fn run(a: ValidateArgs) -> Result<ExitCode, String> {
         for f in FAMILIES {
             if let Some(v) = fams.get(f) {
                 gj.insert(f.into(), json!({"median_abs_error_pct": pct(quantile(v, 0.5)), "p90_abs_error_pct": pct(quantile(v, 0.9)), "n": v.len()}));
-                line.push_str(&format!(" | {f} {:.1}/{:.1}% ({})", 100.0 * quantile(v, 0.5), 100.0 * quantile(v, 0.9), v.len()));
+                line.push_str(&format!(
+                    " | {f} {:.1}/{:.1}% ({})",
+                    100.0 * quantile(v, 0.5),
+                    100.0 * quantile(v, 0.9),
+                    v.len()
+                ));
             }
         }
         let _ = writeln!(text, "{line}");
@@ -376,7 +414,13 @@ pub fn run(a: ValidateArgs) -> Result<ExitCode, String> {
     for f in FAMILIES {
         if let Some(v) = all.get(f) {
             summary.insert(f.into(), json!({"median_abs_error_pct": pct(quantile(v, 0.5)), "p90_abs_error_pct": pct(quantile(v, 0.9)), "n": v.len()}));
-            let _ = writeln!(text, "{f:<12} {:>6.1}% {:>6.1}%  ({} values)", 100.0 * quantile(v, 0.5), 100.0 * quantile(v, 0.9), v.len());
+            let _ = writeln!(
+                text,
+                "{f:<12} {:>6.1}% {:>6.1}%  ({} values)",
+                100.0 * quantile(v, 0.5),
+                100.0 * quantile(v, 0.9),
+                v.len()
+            );
         }
     }
     // Knees.
@@ -434,7 +478,8 @@ pub fn run(a: ValidateArgs) -> Result<ExitCode, String> {
             })
             .collect();
         let b = json!({"about": "servesim validate: per group (published set | GPU | engine), the median |error| over every compared metric, in %. CI fails when a group gets worse by more than a point (tests/validate.rs).", "groups": groups});
-        std::fs::write(w, serde_json::to_string_pretty(&b).unwrap() + "\n").map_err(|e| format!("{}: {e}", w.display()))?;
+        std::fs::write(w, serde_json::to_string_pretty(&b).unwrap() + "\n")
+            .map_err(|e| format!("{}: {e}", w.display()))?;
     }
     if a.json {
         let out = json!({"rows": rows_json, "groups": groups_json, "summary": summary, "knees": knees, "baseline_failures": failed});

@@ -264,9 +264,21 @@ fn offline_calibration_from_saved_results_keeps_the_prior_shape_with_one_point()
     });
     let f2 = dir.join("p99-only.json");
     std::fs::write(&f2, p99_only.to_string()).unwrap();
-    let o = run_cli(&["calibrate", "--from-results", f2.to_str().unwrap(), "--scenario", scen.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    let o = run_cli(&[
+        "calibrate",
+        "--from-results",
+        f2.to_str().unwrap(),
+        "--scenario",
+        scen.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert!(String::from_utf8_lossy(&o.stdout).contains("percentile_for_mean"), "{}", String::from_utf8_lossy(&o.stdout));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("percentile_for_mean"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
 }
 
 #[test]

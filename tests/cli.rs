@@ -51,7 +51,11 @@ fn simulate_json_carries_the_save_result_keys() {
             let k = format!("{s}_{m}_ms");
             // At concurrency 1 with no initial test request (vLLM >= 0.14 skips it) every TTFT is the
             // same, so its standard deviation is exactly 0; every other statistic is positive.
-            let ok = if s == "std" { j[&k].as_f64().is_some_and(|v| v >= 0.0) } else { j[&k].as_f64().is_some_and(|v| v > 0.0) };
+            let ok = if s == "std" {
+                j[&k].as_f64().is_some_and(|v| v >= 0.0)
+            } else {
+                j[&k].as_f64().is_some_and(|v| v > 0.0)
+            };
             assert!(ok, "{k} = {}", j[&k]);
         }
     }

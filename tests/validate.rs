@@ -25,6 +25,7 @@ fn no_group_is_worse_than_the_baseline() {
         assert!(r.get("metrics").is_some() || r["skipped"].as_str().is_some_and(|s| !s.is_empty()), "{r}");
     }
     // The default scenario's published point is in the corpus and timed by the kernel fallback.
-    let g = v["groups"].as_array().unwrap().iter().find(|g| g["group"].as_str().unwrap().starts_with("rtx5090_")).unwrap();
+    let g =
+        v["groups"].as_array().unwrap().iter().find(|g| g["group"].as_str().unwrap().starts_with("rtx5090_")).unwrap();
     assert!(g["cost_source"].as_str().unwrap().contains("scaled"), "{g}");
 }

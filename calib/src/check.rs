@@ -333,7 +333,14 @@ mod tests {
 
     fn report(n: usize) -> CheckReport {
         let pts: Vec<Point> = (0..n).map(|i| run(100.0 + i as f64, 10.0)).collect();
-        judge(&vec![1; n].iter().enumerate().map(|(i, _)| i as u32 + 1).collect::<Vec<_>>(), &pts, &pts, &vec![false; n], &ServerInfo::default(), None)
+        judge(
+            &vec![1; n].iter().enumerate().map(|(i, _)| i as u32 + 1).collect::<Vec<_>>(),
+            &pts,
+            &pts,
+            &vec![false; n],
+            &ServerInfo::default(),
+            None,
+        )
     }
 
     #[test]
@@ -358,11 +365,18 @@ mod tests {
     fn check_report_keys() {
         let mut r = report(2);
         r.add_speed_reference(10.0, &[vec![Some(10.0)], vec![Some(10.0)]]);
-        r.add_repeats(&[1, 2], &[vec![run(1.0, 1.0), run(1.0, 1.0)], vec![run(2.0, 2.0), run(2.0, 2.0)]], vec![Named::new(), Named::new()]);
+        r.add_repeats(
+            &[1, 2],
+            &[vec![run(1.0, 1.0), run(1.0, 1.0)], vec![run(2.0, 2.0), run(2.0, 2.0)]],
+            vec![Named::new(), Named::new()],
+        );
         let v = serde_json::to_value(&r).unwrap();
         let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>().join(",");
         assert_eq!(keys(&v), "engine,engine_version,model,kv_capacity_tokens,profile,points,knee,verdict,repeats");
-        assert_eq!(keys(&v["points"][0]), "max_concurrency,used_for_fit,measured,predicted,error,speed_reference,measured_spread,within_spread");
+        assert_eq!(
+            keys(&v["points"][0]),
+            "max_concurrency,used_for_fit,measured,predicted,error,speed_reference,measured_spread,within_spread"
+        );
         assert_eq!(keys(&v["points"][0]["speed_reference"]), "mean_itl_ms,vs_calibration");
         assert_eq!(keys(&v["knee"]), "measured,predicted,same,measured_per_repeat,measured_stable");
         assert_eq!(keys(&v["verdict"]), "per_metric,knee_same_point,pass,points_judged,speed_reference");

@@ -84,7 +84,12 @@ pub fn cost_at(prior: &CostModel, x: &[f64]) -> CostModel {
 }
 
 /// `ln(pred / measured) / noise` per row (None where the simulation gave no positive value).
-fn residuals(points: &[FitPoint], rows: &[(usize, usize, f64)], cost: &CostModel, evals: &mut usize) -> Option<DVector<f64>> {
+fn residuals(
+    points: &[FitPoint],
+    rows: &[(usize, usize, f64)],
+    cost: &CostModel,
+    evals: &mut usize,
+) -> Option<DVector<f64>> {
     let mut preds: Vec<Option<Vec<Option<f64>>>> = vec![None; points.len()];
     let mut out = Vec::with_capacity(rows.len());
     for &(i, t, m) in rows {
@@ -121,7 +126,13 @@ fn jacobian_along(
 }
 
 /// The whitened Jacobian at `x`: one column per coefficient, a unit move being one prior σ.
-pub fn jacobian(points: &[FitPoint], rows: &[(usize, usize, f64)], prior: &CostModel, x: &[f64], evals: &mut usize) -> DMatrix<f64> {
+pub fn jacobian(
+    points: &[FitPoint],
+    rows: &[(usize, usize, f64)],
+    prior: &CostModel,
+    x: &[f64],
+    evals: &mut usize,
+) -> DMatrix<f64> {
     let sigma = prior_sigma();
     let dirs: Vec<Vec<f64>> =
         (0..sigma.len()).map(|k| (0..sigma.len()).map(|i| if i == k { sigma[k] } else { 0.0 }).collect()).collect();
@@ -234,7 +245,8 @@ pub const ENSEMBLE_METHOD: &str = "randomised maximum likelihood (Kitanidis 1995
 impl PriorFit {
     /// As a [`crate::fit::FitResult`] for the profile: one free parameter per determined direction's coefficients.
     pub fn as_fit_result(&self) -> crate::fit::FitResult {
-        let free: Vec<Free> = self.identifiability.iter().filter(|i| i.determined).map(|i| Free::one(i.coefficient)).collect();
+        let free: Vec<Free> =
+            self.identifiability.iter().filter(|i| i.determined).map(|i| Free::one(i.coefficient)).collect();
         let factors = free
             .iter()
             .map(|f| COEFFICIENT_NAMES.iter().position(|n| *n == f.coefficients[0]).map_or(1.0, |k| self.x[k].exp()))
@@ -324,18 +336,22 @@ pub fn fit_with_prior(points: &[FitPoint], prior: &CostModel, max_iters: usize) 
     let dof = rows.len().saturating_sub(d);
     let s2 = if dof > 0 { (chi2 / dof as f64).max(1.0) } else { 1.0 };
     let post = posterior_whitened(&jw, s2);
-    let log_covariance: Vec<Vec<f64>> = (0..n).map(|i| (0..n).map(|j| post[(i, j)] * sigma[i] * sigma[j]).collect()).collect();
+    let log_covariance: Vec<Vec<f64>> =
+        (0..n).map(|i| (0..n).map(|j| post[(i, j)] * sigma[i] * sigma[j]).collect()).collect();
     let predicted: Vec<Vec<Option<f64>>> = points.iter().map(|p| p.predict(&cost)).collect();
     evals += points.len();
     // The ensemble: randomised maximum likelihood about the fit.
-    let jr = if d > 0 { jacobian_along(points, &rows, prior, &x, &dirs, &mut evals) } else { DMatrix::zeros(rows.len(), 0) };
+    let jr =
+        if d > 0 { jacobian_along(points, &rows, prior, &x, &dirs, &mut evals) } else { DMatrix::zeros(rows.len(), 0) };
     let mut rng = sim::rng::stream(crate::uncertainty::SEED, "calibration ensemble");
     let s = s2.sqrt();
     let mut ensemble = Vec::with_capacity(ENSEMBLE);
     for _ in 0..ENSEMBLE {
         let delta: Vec<f64> = (0..n).map(|k| x[k] + sigma[k] * crate::uncertainty::normal(&mut rng)).collect();
         let eps = DVector::from_fn(rows.len(), |_, _| s * crate::uncertainty::normal(&mut rng));
-        let member = |b: &[f64]| -> Vec<f64> { (0..n).map(|k| delta[k] + dirs.iter().zip(b).map(|(v, bi)| v[k] * bi).sum::<f64>()).collect() };
+        let member = |b: &[f64]| -> Vec<f64> {
+            (0..n).map(|k| delta[k] + dirs.iter().zip(b).map(|(v, bi)| v[k] * bi).sum::<f64>()).collect()
+        };
         // The member's prior term is ‖b + a_fit‖² ... measured from its own centre: with x = δ + D b,
         // (x − δ)/σ = V b, so the term is ‖b‖².
         let mut b = vec![0.0; d];
@@ -452,7 +468,13 @@ pub fn linear_prior(base: &CostModel) -> CostModel {
     let per_seq = sim::cost::PER_SEQ_CPU_US;
     // Columns: step, prefill token, decode token, prefill attention pair, decode KV token.
     let cols = |s: &StepShape| {
-        [1.0, s.prefill_tokens as f64, s.decode_tokens as f64, s.prefill_attention_pairs as f64, s.decode_context_tokens as f64]
+        [
+            1.0,
+            s.prefill_tokens as f64,
+            s.decode_tokens as f64,
+            s.prefill_attention_pairs as f64,
+            s.decode_context_tokens as f64,
+        ]
     };
     let y: Vec<f64> = shapes.iter().map(|s| c.step_us(s) - per_seq * f64::from(s.num_seqs)).collect();
     let mut active = [true; 5];
@@ -478,7 +500,9 @@ pub fn linear_prior(base: &CostModel) -> CostModel {
     };
     let mut out = base.clone();
     let mut o = sim::cost::CostCoefficients::default();
-    for (n, v) in ["step_us", "prefill_token_us", "decode_token_us", "prefill_attention_us", "decode_kv_us"].iter().zip(beta) {
+    for (n, v) in
+        ["step_us", "prefill_token_us", "decode_token_us", "prefill_attention_us", "decode_kv_us"].iter().zip(beta)
+    {
         o.set(n, v);
     }
     o.set("per_seq_us", per_seq);

@@ -19,8 +19,6 @@ pub mod derive;
 pub mod error;
 pub mod fit;
 pub mod identify;
-pub mod traps;
-pub mod uncertainty;
 pub mod measure;
 pub mod named;
 pub mod plan;
@@ -28,6 +26,8 @@ pub mod procedure;
 pub mod profile;
 pub mod results;
 pub mod server_info;
+pub mod traps;
+pub mod uncertainty;
 
 pub use check::CheckReport;
 pub use error::{CalibError, MeasureError};

@@ -78,9 +78,15 @@ impl Measure for SimMeasure {
     fn measure(&mut self, w: &Workload, _run: Run<'_>) -> Result<Measurement, MeasureError> {
         let run = sim::run_workload(&self.engine, &self.truth, w, RunOptions::default());
         let metrics = sim::metrics::bench_metrics(&run);
-        let send_s = run.records.iter().map(|r| r.dispatch_ns.saturating_sub(run.bench_start_ns) as f64 / 1e9).collect();
+        let send_s =
+            run.records.iter().map(|r| r.dispatch_ns.saturating_sub(run.bench_start_ns) as f64 / 1e9).collect();
         let failed = run.records.iter().filter(|r| !r.completed).count();
-        Ok(Measurement { point: sim::report::bench_json(&self.meta, w, &metrics, &run), send_s, failed, requests_file: None })
+        Ok(Measurement {
+            point: sim::report::bench_json(&self.meta, w, &metrics, &run),
+            send_s,
+            failed,
+            requests_file: None,
+        })
     }
 
     fn warm_up(&mut self, _seconds: f64, next: &mut dyn FnMut(u64) -> Workload) -> Result<(), MeasureError> {

@@ -28,7 +28,8 @@ fn resolve(scenario: &Scenario<'_>, w: &Value) -> Result<SimSpec> {
 /// A median or p99 is kept only where the point has no mean of its family: it then stands
 /// for that family, fitted against the simulated statistic of the same name.
 pub fn measured_targets(point: &Point) -> Vec<Option<f64>> {
-    let got: Vec<Option<f64>> = TARGETS.iter().map(|t| metric(point, t).filter(|v| v.is_finite() && *v > 0.0)).collect();
+    let got: Vec<Option<f64>> =
+        TARGETS.iter().map(|t| metric(point, t).filter(|v| v.is_finite() && *v > 0.0)).collect();
     let has_mean = |fam: &str| (0..fit::MEAN_TARGETS).any(|i| fit::family(TARGETS[i]) == fam && got[i].is_some());
     got.iter()
         .enumerate()
@@ -171,8 +172,10 @@ pub fn calibrate<M: Measure + ?Sized>(m: &mut M, scenario: &Scenario<'_>, o: &Ca
     // near the engine rather than at the prior, which can be off several-fold per term (a
     // rugged objective lets Nelder–Mead wander off in a far start).
     let start = if step_fit.is_none() {
-        let coarse =
-            vec![Free { name: "decode scale".into(), coefficients: vec!["step_us", "decode_token_us", "decode_kv_us"] }];
+        let coarse = vec![Free {
+            name: "decode scale".into(),
+            coefficients: vec!["step_us", "decode_token_us", "decode_kv_us"],
+        }];
         fit::fit(&points, &start, &coarse, projection.as_ref(), o.max_evals / 3).cost
     } else {
         start
@@ -231,8 +234,11 @@ pub fn calibrate<M: Measure + ?Sized>(m: &mut M, scenario: &Scenario<'_>, o: &Ca
             "speed reference (mean ITL at one request, {} runs, one before each probe): median {med:.2} ms, {lo:.2} to {hi:.2}",
             ref_values.len()
         ));
-        profile.speed_reference =
-            Some(SpeedReference { workload: speed_reference_workload(), mean_itl_ms: reference, median_mean_itl_ms: med });
+        profile.speed_reference = Some(SpeedReference {
+            workload: speed_reference_workload(),
+            mean_itl_ms: reference,
+            median_mean_itl_ms: med,
+        });
     }
     profile.fit_workloads =
         Some(probes.iter().map(|p| FitWorkload { name: p.name.clone(), workload: p.workload.clone() }).collect());
@@ -246,8 +252,14 @@ pub fn calibrate<M: Measure + ?Sized>(m: &mut M, scenario: &Scenario<'_>, o: &Ca
 /// (`crate::traps`); the fit moves only what the remaining data determine, shrunk toward the
 /// prior (`crate::identify`), and the profile says which coefficient came from where and
 /// carries their covariance (`crate::uncertainty`).
-pub fn calibrate_from_results(points: &[FitPoint], max_evals: usize, files: Vec<String>, scenario: String) -> Result<Profile> {
-    let first = points.first().ok_or(CalibError::Input { flag: "--from-results", message: "no load point found".into() })?;
+pub fn calibrate_from_results(
+    points: &[FitPoint],
+    max_evals: usize,
+    files: Vec<String>,
+    scenario: String,
+) -> Result<Profile> {
+    let first =
+        points.first().ok_or(CalibError::Input { flag: "--from-results", message: "no load point found".into() })?;
     let mut points = points.to_vec();
     let mut traps = crate::traps::flag(&mut points);
     traps.extend(crate::traps::flag_tails(&mut points, &crate::identify::linear_prior(&first.spec.cost)));
@@ -279,16 +291,22 @@ pub fn calibrate_from_results(points: &[FitPoint], max_evals: usize, files: Vec<
         }
     }
     let values = profile.values();
-    profile.uncertainty = Some(crate::uncertainty::ProfileUncertainty::new(
-        crate::identify::INTERVAL_METHOD,
-        &values,
-        pf.log_covariance.clone(),
-        pf.s2,
-    )
-    .with_ensemble(
-        pf.ensemble.iter().map(|x| crate::identify::cost_at(&prior, x).coefficients()).map(|c| sim::cost::COEFFICIENT_NAMES.iter().map(|n| c.get(n).unwrap_or(0.0)).collect()).collect(),
-        crate::identify::ENSEMBLE_METHOD,
-    ));
+    profile.uncertainty = Some(
+        crate::uncertainty::ProfileUncertainty::new(
+            crate::identify::INTERVAL_METHOD,
+            &values,
+            pf.log_covariance.clone(),
+            pf.s2,
+        )
+        .with_ensemble(
+            pf.ensemble
+                .iter()
+                .map(|x| crate::identify::cost_at(&prior, x).coefficients())
+                .map(|c| sim::cost::COEFFICIENT_NAMES.iter().map(|n| c.get(n).unwrap_or(0.0)).collect())
+                .collect(),
+            crate::identify::ENSEMBLE_METHOD,
+        ),
+    );
     // Published results' setups are partly unstated: the model's own error at other points
     // is that of the uncalibrated model on the published corpus for this GPU and engine.
     if let Some(u) = profile.uncertainty.as_mut() {
@@ -306,8 +324,16 @@ pub fn calibrate_from_results(points: &[FitPoint], max_evals: usize, files: Vec<
         pf.directions,
         sim::cost::COEFFICIENT_NAMES.len(),
         pf.singular_values.iter().map(|s| format!("{s:.2}")).collect::<Vec<_>>().join(", "),
-        if data.is_empty() { "none".to_string() } else { data.iter().map(|i| i.coefficient).collect::<Vec<_>>().join(", ") },
-        if from_prior.is_empty() { "none".to_string() } else { from_prior.iter().map(|i| i.coefficient).collect::<Vec<_>>().join(", ") },
+        if data.is_empty() {
+            "none".to_string()
+        } else {
+            data.iter().map(|i| i.coefficient).collect::<Vec<_>>().join(", ")
+        },
+        if from_prior.is_empty() {
+            "none".to_string()
+        } else {
+            from_prior.iter().map(|i| i.coefficient).collect::<Vec<_>>().join(", ")
+        },
     ));
     profile.identifiability = Some(pf.identifiability);
     profile.traps = Some(traps);
@@ -351,7 +377,10 @@ pub fn check<M: Measure + ?Sized>(
 ) -> Result<(CheckReport, Vec<Point>, Vec<Point>)> {
     let conc = &o.concurrency;
     if conc.is_empty() || conc.contains(&0) || conc.windows(2).any(|w| w[0] >= w[1]) {
-        return Err(CalibError::Input { flag: "--concurrency", message: format!("give increasing values >= 1, got {conc:?}") });
+        return Err(CalibError::Input {
+            flag: "--concurrency",
+            message: format!("give increasing values >= 1, got {conc:?}"),
+        });
     }
     // The scenario of each point.
     let mut specs: Vec<SimSpec> = Vec::new();
@@ -453,8 +482,10 @@ pub fn check<M: Measure + ?Sized>(
                         center.set(n, all.get(n).unwrap_or(0.0));
                     }
                 }
-                let samples: Vec<Point> =
-                    crate::uncertainty::sampled_specs(s, u, &center).iter().map(crate::uncertainty::predict_point).collect();
+                let samples: Vec<Point> = crate::uncertainty::sampled_specs(s, u, &center)
+                    .iter()
+                    .map(crate::uncertainty::predict_point)
+                    .collect();
                 u.intervals(c, &samples)
             })
             .collect();

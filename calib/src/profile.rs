@@ -139,7 +139,13 @@ pub struct FitWorkload {
 
 impl Profile {
     /// The profile of a fit: coefficients with their sources, fit statistics, the roofline check.
-    pub fn new(r: &FitResult, points: &[FitPoint], source: &'static str, engine: ProfileEngine, prior: &CostModel) -> Profile {
+    pub fn new(
+        r: &FitResult,
+        points: &[FitPoint],
+        source: &'static str,
+        engine: ProfileEngine,
+        prior: &CostModel,
+    ) -> Profile {
         let fitted: std::collections::BTreeSet<&str> =
             r.free.iter().flat_map(|f| f.coefficients.iter().copied()).collect();
         let coeffs = r.cost.coefficients();
@@ -157,7 +163,12 @@ impl Profile {
                     .filter(|(n, _)| fitted.contains(n))
                     .map(|(n, floor)| {
                         let v = coeffs.get(n).unwrap_or(0.0);
-                        RooflineCheck { coefficient: n, fitted_us: v, roofline_floor_us: floor, beats_physics: v < floor }
+                        RooflineCheck {
+                            coefficient: n,
+                            fitted_us: v,
+                            roofline_floor_us: floor,
+                            beats_physics: v < floor,
+                        }
                     })
                     .collect()
             })

@@ -20,16 +20,21 @@ pub fn parse_results(text: &str, name: &str) -> Result<Vec<Point>, String> {
     for v in values {
         let mut m = v.as_object().cloned().ok_or(format!("{name}: expected a JSON object"))?;
         // sglang.bench_serving names E2E latency differently.
-        for (theirs, ours) in
-            [("mean_e2e_latency_ms", "mean_e2el_ms"), ("median_e2e_latency_ms", "median_e2el_ms"), ("p99_e2e_latency_ms", "p99_e2el_ms")]
-        {
+        for (theirs, ours) in [
+            ("mean_e2e_latency_ms", "mean_e2el_ms"),
+            ("median_e2e_latency_ms", "median_e2el_ms"),
+            ("p99_e2e_latency_ms", "p99_e2el_ms"),
+        ] {
             if let Some(e) = m.get(theirs).cloned() {
                 m.entry(ours).or_insert(e);
             }
         }
         // A source may publish any subset of the fitted metrics (percentiles only, throughput
         // only): the fit uses what is there. A point with none of them cannot be fitted.
-        if !crate::fit::TARGETS.iter().any(|t| m.get(*t).and_then(Value::as_f64).is_some_and(|v| v.is_finite() && v > 0.0)) {
+        if !crate::fit::TARGETS
+            .iter()
+            .any(|t| m.get(*t).and_then(Value::as_f64).is_some_and(|v| v.is_finite() && v > 0.0))
+        {
             return Err(format!(
                 "{name}: none of {}: not a vllm bench serve --save-result or sglang.bench_serving result",
                 crate::fit::TARGETS.join(", ")
@@ -46,7 +51,11 @@ mod tests {
 
     #[test]
     fn a_result_without_a_mean_ttft_is_read() {
-        let p = parse_results(r#"{"output_throughput": 812.5, "p99_ttft_ms": 420.0, "p99_tpot_ms": 31.0, "max_concurrency": 8}"#, "r.json").unwrap();
+        let p = parse_results(
+            r#"{"output_throughput": 812.5, "p99_ttft_ms": 420.0, "p99_tpot_ms": 31.0, "max_concurrency": 8}"#,
+            "r.json",
+        )
+        .unwrap();
         assert_eq!(p.len(), 1);
         assert!(parse_results(r#"{"max_concurrency": 8}"#, "r.json").unwrap_err().contains("none of mean_ttft_ms"));
         let sg = parse_results("{\"median_e2e_latency_ms\": 900.0}\n", "s.jsonl").unwrap();

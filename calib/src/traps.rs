@@ -84,8 +84,10 @@ pub fn flag(points: &mut [FitPoint]) -> Vec<Trap> {
             if p.measured[mean_i].is_some() {
                 continue;
             }
-            let used: Vec<&str> =
-                (MEAN_TARGETS..TARGETS.len()).filter(|&t| family(TARGETS[t]) == fam && p.measured[t].is_some()).map(|t| TARGETS[t]).collect();
+            let used: Vec<&str> = (MEAN_TARGETS..TARGETS.len())
+                .filter(|&t| family(TARGETS[t]) == fam && p.measured[t].is_some())
+                .map(|t| TARGETS[t])
+                .collect();
             if used.is_empty() {
                 missing.push(TARGETS[mean_i].to_string());
             } else {
@@ -162,7 +164,9 @@ pub fn flag(points: &mut [FitPoint]) -> Vec<Trap> {
         format!("{}|{}|{:?}|{:?}", p.spec.model.id, p.spec.gpu.id, w.dataset, w.seed)
     };
     let mut order: Vec<usize> = (0..points.len()).collect();
-    order.sort_by(|&a, &b| key(&points[a]).cmp(&key(&points[b])).then(load_of(&points[a]).total_cmp(&load_of(&points[b]))));
+    order.sort_by(|&a, &b| {
+        key(&points[a]).cmp(&key(&points[b])).then(load_of(&points[a]).total_cmp(&load_of(&points[b])))
+    });
     for pair in order.windows(2) {
         let (a, b) = (pair[0], pair[1]);
         if key(&points[a]) != key(&points[b]) || load_of(&points[a]) >= load_of(&points[b]) {
@@ -170,14 +174,17 @@ pub fn flag(points: &mut [FitPoint]) -> Vec<Trap> {
         }
         for (fam, wrong_way) in [("tpot", -1.0), ("throughput", -1.0)] {
             // The first target of the family both points measured.
-            let Some(t) = (0..TARGETS.len()).find(|&t| family(TARGETS[t]) == fam && points[a].measured[t].is_some() && points[b].measured[t].is_some())
-            else {
+            let Some(t) = (0..TARGETS.len()).find(|&t| {
+                family(TARGETS[t]) == fam && points[a].measured[t].is_some() && points[b].measured[t].is_some()
+            }) else {
                 continue;
             };
             let (va, vb) = (points[a].measured[t].unwrap(), points[b].measured[t].unwrap());
             if wrong_way * (vb / va - 1.0) > ORDER_TOLERANCE {
-                let excluded: Vec<String> =
-                    (0..TARGETS.len()).filter(|&u| family(TARGETS[u]) == fam && points[b].measured[u].is_some()).map(|u| TARGETS[u].to_string()).collect();
+                let excluded: Vec<String> = (0..TARGETS.len())
+                    .filter(|&u| family(TARGETS[u]) == fam && points[b].measured[u].is_some())
+                    .map(|u| TARGETS[u].to_string())
+                    .collect();
                 for u in 0..TARGETS.len() {
                     if family(TARGETS[u]) == fam {
                         points[b].measured[u] = None;
@@ -211,7 +218,8 @@ pub fn flag(points: &mut [FitPoint]) -> Vec<Trap> {
 pub fn flag_tails(points: &mut [FitPoint], prior: &sim::cost::CostModel) -> Vec<Trap> {
     let mut traps = Vec::new();
     for p in points.iter_mut() {
-        let p99s: Vec<usize> = (0..TARGETS.len()).filter(|&t| TARGETS[t].starts_with("p99_") && p.measured[t].is_some()).collect();
+        let p99s: Vec<usize> =
+            (0..TARGETS.len()).filter(|&t| TARGETS[t].starts_with("p99_") && p.measured[t].is_some()).collect();
         if p99s.is_empty() {
             continue;
         }

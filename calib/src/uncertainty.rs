@@ -234,8 +234,13 @@ impl ProfileUncertainty {
 /// The uncalibrated model's error on the published corpus, per metric family: (median, p90)
 /// of |simulated / published − 1| over every compared value (VALIDATION.md §5, "Corpus",
 /// the composed cost: `servesim validate`).
-pub const CORPUS_P90: [(&str, f64, f64); 5] =
-    [("ttft", 0.803, 3.102), ("tpot", 0.153, 0.343), ("itl", 0.122, 1.202), ("e2el", 0.235, 0.787), ("throughput", 0.086, 0.479)];
+pub const CORPUS_P90: [(&str, f64, f64); 5] = [
+    ("ttft", 0.803, 3.102),
+    ("tpot", 0.153, 0.343),
+    ("itl", 0.122, 1.202),
+    ("e2el", 0.235, 0.787),
+    ("throughput", 0.086, 0.479),
+];
 
 /// `validation/baseline.json`: each published group's median |error| (the uncalibrated model).
 pub const BASELINE: &str = include_str!("../../validation/baseline.json");
@@ -286,10 +291,12 @@ pub fn uncalibrated_errors(gpu: &str, engine: &str) -> UncalibratedSource {
         s.sort_by(|a, b| a.0.total_cmp(&b.0));
         let total: u64 = s.iter().map(|x| x.1).sum();
         let mut acc = 0;
-        s.iter().find(|x| {
-            acc += x.1;
-            2 * acc >= total
-        }).map(|x| x.0)
+        s.iter()
+            .find(|x| {
+                acc += x.1;
+                2 * acc >= total
+            })
+            .map(|x| x.0)
     };
     let mut p90 = Named::new();
     match (weighted_median(&mine), weighted_median(&all)) {
@@ -388,7 +395,11 @@ mod tests {
 
 /// The specs to simulate for an interval: `spec` with each of [`SAMPLES`] coefficient sets
 /// drawn about `center` (the caller simulates them, in parallel if it likes, in this order).
-pub fn sampled_specs(spec: &sim::config::SimSpec, u: &ProfileUncertainty, center: &CostCoefficients) -> Vec<sim::config::SimSpec> {
+pub fn sampled_specs(
+    spec: &sim::config::SimSpec,
+    u: &ProfileUncertainty,
+    center: &CostCoefficients,
+) -> Vec<sim::config::SimSpec> {
     u.sample(center, SAMPLES)
         .into_iter()
         .map(|c| {
@@ -405,7 +416,11 @@ pub fn predict_point(spec: &sim::config::SimSpec) -> Point {
 }
 
 /// The prediction and its intervals, sequentially (the binary runs the samples in parallel).
-pub fn predict_with_intervals(spec: &sim::config::SimSpec, u: &ProfileUncertainty, center: &CostCoefficients) -> (Point, Named<Interval>) {
+pub fn predict_with_intervals(
+    spec: &sim::config::SimSpec,
+    u: &ProfileUncertainty,
+    center: &CostCoefficients,
+) -> (Point, Named<Interval>) {
     let c = predict_point(spec);
     let samples: Vec<Point> = sampled_specs(spec, u, center).iter().map(predict_point).collect();
     let i = u.intervals(&c, &samples);

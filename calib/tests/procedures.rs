@@ -156,13 +156,24 @@ fn profile_keys() {
     }
     // From results: the inputs are named instead.
     let spec = scenario(&json!({"dataset_name": "random", "random_input_len": 64, "random_output_len": 8, "num_prompts": 4, "max_concurrency": 1, "ignore_eos": true})).unwrap();
-    let pt = calib::fit::FitPoint { name: "r#0".into(), measured: calib::fit::predict(&spec, &spec.cost), spec, replay: None };
-    let r = serde_json::to_value(procedure::calibrate_from_results(&[pt], 10, vec!["r.json".into()], "s.json".into()).unwrap()).unwrap();
+    let pt = calib::fit::FitPoint {
+        name: "r#0".into(),
+        measured: calib::fit::predict(&spec, &spec.cost),
+        spec,
+        replay: None,
+    };
+    let r = serde_json::to_value(
+        procedure::calibrate_from_results(&[pt], 10, vec!["r.json".into()], "s.json".into()).unwrap(),
+    )
+    .unwrap();
     assert_eq!(
         keys(&r),
         "format,version,created_by,source,engine,coefficients,coefficient_sources,prior,fit,roofline_check,identifiability,traps,uncertainty,from_results,scenario,note"
     );
     assert_eq!(keys(&r["engine"]), "kind,version,model");
-    assert_eq!(keys(&r["identifiability"][0]), "coefficient,determined,data_share,prior_sigma_log,prior_sigma_source,why");
+    assert_eq!(
+        keys(&r["identifiability"][0]),
+        "coefficient,determined,data_share,prior_sigma_log,prior_sigma_source,why"
+    );
     assert_eq!(keys(&r["uncertainty"]), "method,coefficients,log_covariance,chi2_per_dof,intervals,ensemble,ensemble_method,model_error_p90,model_error_source");
 }

@@ -45,7 +45,8 @@ fn idx(t: &str) -> usize {
 fn judge(fit: Vec<FitPoint>, held_out: &[SimSpec], truth: &CostModel, keys: &[&str]) -> calib::Profile {
     let profile = calibrate_from_results(&fit, 400, vec!["story.json".into()], "story-scenario.json".into()).unwrap();
     let u = profile.uncertainty.clone().expect("an uncertainty block");
-    let center: CostCoefficients = serde_json::from_value(serde_json::to_value(&profile.coefficients).unwrap()).unwrap();
+    let center: CostCoefficients =
+        serde_json::from_value(serde_json::to_value(&profile.coefficients).unwrap()).unwrap();
     for s in held_out {
         let measured = predict(s, truth);
         let uncal = predict(s, &s.cost);
@@ -67,7 +68,11 @@ fn judge(fit: Vec<FitPoint>, held_out: &[SimSpec], truth: &CostModel, keys: &[&s
                 100.0 * (q / m - 1.0),
                 100.0 * (uncal[idx(k)].unwrap() / m - 1.0)
             );
-            assert!(e_cal <= e_uncal + 1e-9 || inside, "{k} at {:?}: calibrated error {e_cal:.3} > uncalibrated {e_uncal:.3}, and {m} outside {p05}–{p95}", s.workload.max_concurrency);
+            assert!(
+                e_cal <= e_uncal + 1e-9 || inside,
+                "{k} at {:?}: calibrated error {e_cal:.3} > uncalibrated {e_uncal:.3}, and {m} outside {p05}–{p95}",
+                s.workload.max_concurrency
+            );
         }
     }
     profile
@@ -96,7 +101,8 @@ fn a_cache_hit_ttft_is_flagged_and_not_fitted() {
         measured[idx(k)] = None;
     }
     let fit = vec![FitPoint { name: "c1".into(), spec: one, measured, replay: None }];
-    let held: Vec<SimSpec> = [16, 48].iter().map(|&c| spec("qwen2-7b-instruct", "a100-80gb", 1024, 64, 2 * c, c)).collect();
+    let held: Vec<SimSpec> =
+        [16, 48].iter().map(|&c| spec("qwen2-7b-instruct", "a100-80gb", 1024, 64, 2 * c, c)).collect();
     let p = judge(fit, &held, &t, &["output_throughput", "mean_ttft_ms", "mean_tpot_ms"]);
     let traps = p.traps.as_ref().unwrap();
     assert!(traps.iter().any(|t| t.kind == "below_physical_floor" && t.action == "excluded"), "{traps:?}");
@@ -142,7 +148,11 @@ fn one_ttft_cannot_split_prefill_from_overhead() {
     let p = judge(fit, &held, &t, &["mean_ttft_ms", "output_throughput"]);
     let ids = p.identifiability.as_ref().unwrap();
     let why = |c: &str| ids.iter().find(|i| i.coefficient == c).unwrap().why.clone();
-    assert!(why("prefill_token_us").contains("request_ingress_us") || why("request_ingress_us").contains("prefill_token_us"), "{ids:#?}");
+    assert!(
+        why("prefill_token_us").contains("request_ingress_us")
+            || why("request_ingress_us").contains("prefill_token_us"),
+        "{ids:#?}"
+    );
     let v: Value = serde_json::to_value(&p).unwrap();
     assert!(v["uncertainty"]["intervals"]["request_ingress_us"]["p95"].as_f64().unwrap() > 0.0);
 }

@@ -65,7 +65,13 @@ pub struct RunFiles {
 }
 
 /// The files of a run named as `vllm bench serve` names them (or `filename`).
-pub fn run_files(dir: Option<&Path>, filename: Option<&str>, label: &str, w: &Workload, model: &str) -> Result<RunFiles, String> {
+pub fn run_files(
+    dir: Option<&Path>,
+    filename: Option<&str>,
+    label: &str,
+    w: &Workload,
+    model: &str,
+) -> Result<RunFiles, String> {
     let dir = dir.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
     std::fs::create_dir_all(&dir).map_err(|e| format!("--result-dir {}: {e}", dir.display()))?;
     let base = match filename {

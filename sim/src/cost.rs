@@ -310,12 +310,7 @@ impl StepShape {
 
     /// A step of `n` decodes reading `context_tokens` in all (the fast-forward's shape).
     pub fn decodes(n: u64, context_tokens: u64) -> StepShape {
-        StepShape {
-            num_seqs: n as u32,
-            decode_tokens: n,
-            decode_context_tokens: context_tokens,
-            ..Default::default()
-        }
+        StepShape { num_seqs: n as u32, decode_tokens: n, decode_context_tokens: context_tokens, ..Default::default() }
     }
 
     pub fn total_tokens(&self) -> u64 {
@@ -346,11 +341,8 @@ impl CostModel {
         let mut prefill_token_us = 2.0 * params / (flops * eff.prefill_mfu) * us;
         let mut decode_token_us = 2.0 * params / (flops * eff.decode_mfu) * us;
         // QKᵀ and PV: 2 matmuls × 2 FLOPs per (query, key) pair per head dim, per head, per layer.
-        let attn_flops_per_pair = 4.0
-            * f64::from(model.num_layers)
-            * f64::from(model.num_attention_heads)
-            * f64::from(model.head_dim)
-            / tp;
+        let attn_flops_per_pair =
+            4.0 * f64::from(model.num_layers) * f64::from(model.num_attention_heads) * f64::from(model.head_dim) / tp;
         let prefill_attention_us = attn_flops_per_pair / (gpu.dense_bf16_flops * eff.attention_mfu) * us;
         let kv_bytes = model.kv_bytes_per_token_per_gpu(dep.tensor_parallel_size, dep.kv_dtype_bytes) as f64;
         let decode_kv_us = kv_bytes / (bw * eff.kv_bandwidth_eff) * us;
@@ -500,7 +492,24 @@ mod tests {
     fn us_to_ns_is_round_bit_for_bit() {
         let reference = |us: f64| us_to_ns_slow(us * 1000.0);
         let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-        let mut vals = vec![0.0, -0.0, 1e-4, 4.999e-4, 5e-4, 0.0005000000000000001, 1.0, 0.4995, 2.5e-3, 1e15, 9.007e12, 9.1e12, 1e300, f64::INFINITY, f64::NAN, -1.0];
+        let mut vals = vec![
+            0.0,
+            -0.0,
+            1e-4,
+            4.999e-4,
+            5e-4,
+            0.0005000000000000001,
+            1.0,
+            0.4995,
+            2.5e-3,
+            1e15,
+            9.007e12,
+            9.1e12,
+            1e300,
+            f64::INFINITY,
+            f64::NAN,
+            -1.0,
+        ];
         for k in 0..2000u64 {
             // Halves and their neighbours.
             let h = (k as f64 + 0.5) / 1000.0;

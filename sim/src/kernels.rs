@@ -209,7 +209,14 @@ fn index() -> &'static Index {
                 .systems
                 .into_iter()
                 .map(|(k, s)| {
-                    (k, Peaks { bf16_flops: s.spec.bfloat16_tc_flops, fp8_flops: s.spec.fp8_tc_flops, mem_bw: s.spec.mem_bw })
+                    (
+                        k,
+                        Peaks {
+                            bf16_flops: s.spec.bfloat16_tc_flops,
+                            fp8_flops: s.spec.fp8_tc_flops,
+                            mem_bw: s.spec.mem_bw,
+                        },
+                    )
                 })
                 .collect(),
         }

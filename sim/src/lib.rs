@@ -33,15 +33,15 @@
 //! * **No hash-map iteration in decisions.** Hash maps are only looked up.
 //! * Same scenario and seed → byte-identical report.
 
-pub mod cards;
 pub mod builtin;
+pub mod cards;
 pub mod config;
 pub mod cost;
 pub mod delivery;
 pub mod engine;
+pub mod explain;
 pub mod fleet;
 pub mod kernels;
-pub mod explain;
 pub mod metrics;
 pub mod report;
 pub mod request;

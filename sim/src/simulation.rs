@@ -274,7 +274,8 @@ struct Loop<'a, E: Engine> {
     ff_outs: Vec<TokenOutput>,
 }
 
-pub(crate) const STEP_TOO_LONG: &str = "an engine step's cost is too large (cost coefficients, or a prior efficiency close to 0)";
+pub(crate) const STEP_TOO_LONG: &str =
+    "an engine step's cost is too large (cost coefficients, or a prior efficiency close to 0)";
 pub(crate) const SEND_TOO_LATE: &str = "a request's send time is too late (trace arrival_time or request_rate)";
 pub(crate) const INGRESS_TOO_LONG: &str = "request_ingress_us is too large";
 pub(crate) const STREAMING_TOO_LONG: &str = "output_token_us is too large";

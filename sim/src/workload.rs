@@ -50,14 +50,28 @@ pub struct TraceRow {
 /// The dataset, resolved.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Dataset {
-    Random { input_len: u32, output_len: u32, range_ratio: f64, prefix_len: u32 },
-    PrefixRepetition { prefix_len: u32, suffix_len: u32, num_prefixes: u32, output_len: u32 },
-    Trace { rows: Vec<TraceRow> },
+    Random {
+        input_len: u32,
+        output_len: u32,
+        range_ratio: f64,
+        prefix_len: u32,
+    },
+    PrefixRepetition {
+        prefix_len: u32,
+        suffix_len: u32,
+        num_prefixes: u32,
+        output_len: u32,
+    },
+    Trace {
+        rows: Vec<TraceRow>,
+    },
     /// A production trace (Mooncake, Azure, BurstGPT; [`crate::traces`]) as requests:
     /// arrivals in ns from the first row, prompts as keyed segments (Mooncake's hash ids
     /// are shared 512-token segments, so prefix caches and prefix-aware routers see the
     /// trace's real sharing).
-    Requests { requests: std::sync::Arc<Vec<crate::traces::TraceRequest>> },
+    Requests {
+        requests: std::sync::Arc<Vec<crate::traces::TraceRequest>>,
+    },
 }
 
 /// Where output lengths end when `ignore_eos` is false.

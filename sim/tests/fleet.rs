@@ -59,7 +59,8 @@ fn n_replicas_under_n_times_the_load_match_one() {
     let rate = 6.0;
     let one = sim::simulate(&spec(base(400, rate)), RunOptions::default());
     for n in [2u32, 4, 8] {
-        let v = with_fleet(base(400 * n, rate * f64::from(n)), json!({"count": n, "router": {"policy": "round_robin"}}));
+        let v =
+            with_fleet(base(400 * n, rate * f64::from(n)), json!({"count": n, "router": {"policy": "round_robin"}}));
         let fl = sim::simulate(&spec(v), RunOptions::default());
         assert_eq!(fl.run.stop, StopReason::Completed);
         let (a, b) = (&one.metrics, &fl.metrics);
@@ -72,7 +73,11 @@ fn n_replicas_under_n_times_the_load_match_one() {
             ("mean E2EL", b.e2el.mean, a.e2el.mean),
         ];
         for (name, got, want) in checks {
-            assert!(rel(got, want) < 0.02, "N={n}: {name}: fleet {got:.3} vs one replica {want:.3} ({:.2}%)", 100.0 * rel(got, want));
+            assert!(
+                rel(got, want) < 0.02,
+                "N={n}: {name}: fleet {got:.3} vs one replica {want:.3} ({:.2}%)",
+                100.0 * rel(got, want)
+            );
         }
         let reqs: Vec<u64> = fl.fleet.as_ref().unwrap().replicas.iter().map(|r| r.requests).collect();
         assert!(reqs.iter().all(|&r| r == 400), "round-robin spreads evenly: {reqs:?}");
@@ -96,7 +101,8 @@ fn a_prefix_aware_router_beats_round_robin_on_shared_prefixes() {
     };
     let rr = sim::simulate(&spec(v(json!({"policy": "round_robin"}))), RunOptions::default());
     let ca = sim::simulate(&spec(v(json!({"policy": "cache_aware"}))), RunOptions::default());
-    let hits = |o: &sim::SimOutput| o.run.counters.prefix_cache_hits as f64 / o.run.counters.prefix_cache_queries as f64;
+    let hits =
+        |o: &sim::SimOutput| o.run.counters.prefix_cache_hits as f64 / o.run.counters.prefix_cache_queries as f64;
     let (h_rr, h_ca) = (hits(&rr), hits(&ca));
     assert!(h_ca > h_rr + 0.1, "cache-aware hit rate {h_ca:.3} vs round-robin {h_rr:.3}");
     assert!(
@@ -119,7 +125,11 @@ fn fleets_are_deterministic_and_report_each_replica() {
     let s = spec(v);
     let ja = sim::report::point_json(&s, &a);
     let jb = sim::report::point_json(&s, &b);
-    assert_eq!(serde_json::to_string(&ja).unwrap(), serde_json::to_string(&jb).unwrap(), "fast-forward is exact in a fleet");
+    assert_eq!(
+        serde_json::to_string(&ja).unwrap(),
+        serde_json::to_string(&jb).unwrap(),
+        "fast-forward is exact in a fleet"
+    );
     let reps = ja["replicas"].as_array().unwrap();
     assert_eq!(reps.len(), 3);
     assert_eq!(reps.iter().map(|r| r["requests"].as_u64().unwrap()).sum::<u64>(), 300);
@@ -138,7 +148,11 @@ fn data_parallel_engines_share_a_front_end_and_balance() {
     let f = o.fleet.as_ref().unwrap();
     assert_eq!(f.router, "vllm_data_parallel");
     assert_eq!(f.replicas.len(), 4);
-    assert!(f.replicas.iter().all(|r| r.requests > 50), "{:?}", f.replicas.iter().map(|r| r.requests).collect::<Vec<_>>());
+    assert!(
+        f.replicas.iter().all(|r| r.requests > 50),
+        "{:?}",
+        f.replicas.iter().map(|r| r.requests).collect::<Vec<_>>()
+    );
     // SGLang's flag on vLLM is an error naming the counterpart.
     v["engine"]["dp_size"] = json!(2);
     let s: sim::config::Scenario = sim::config::from_value(v, "").unwrap();

@@ -85,10 +85,16 @@ struct Row {
 
 fn gpu_card(s: &str) -> Option<&'static str> {
     let s = s.to_ascii_uppercase();
-    [("H100", "h100-80gb"), ("H200", "h200"), ("A100 80GB", "a100-80gb"), ("A100 40GB", "a100-40gb"), ("RTX 5090", "rtx-5090")]
-        .iter()
-        .find(|(k, _)| s.contains(k))
-        .map(|(_, v)| *v)
+    [
+        ("H100", "h100-80gb"),
+        ("H200", "h200"),
+        ("A100 80GB", "a100-80gb"),
+        ("A100 40GB", "a100-40gb"),
+        ("RTX 5090", "rtx-5090"),
+    ]
+    .iter()
+    .find(|(k, _)| s.contains(k))
+    .map(|(_, v)| *v)
 }
 
 fn model_card(hf: &str) -> Option<(&'static str, bool)> {
@@ -120,14 +126,25 @@ fn corpus() -> Vec<Result<Row, (usize, String, String)>> {
         }
         let get = |name: &str| r[col(name)].as_str();
         let line = i + 1;
-        let label = format!("{} {} {} tp{} {}", get("engine"), get("engine_version").split(' ').next().unwrap_or(""), get("model"), get("tensor_parallel_size"), get("gpu").split('(').next().unwrap_or("").trim());
+        let label = format!(
+            "{} {} {} tp{} {}",
+            get("engine"),
+            get("engine_version").split(' ').next().unwrap_or(""),
+            get("model"),
+            get("tensor_parallel_size"),
+            get("gpu").split('(').next().unwrap_or("").trim()
+        );
         let skip = |why: &str| Err((line, label.clone(), why.to_string()));
         let engine = get("engine").to_string();
         let Some(version) = lead_version(get("engine_version")) else {
             out.push(skip("engine release not printed"));
             continue;
         };
-        let (lo, hi) = if engine == "vllm" { (config::VLLM_MIN, config::VLLM_MAX) } else { (config::SGLANG_MIN, config::SGLANG_MAX) };
+        let (lo, hi) = if engine == "vllm" {
+            (config::VLLM_MIN, config::VLLM_MAX)
+        } else {
+            (config::SGLANG_MIN, config::SGLANG_MAX)
+        };
         if version < lo || version > hi {
             out.push(skip(&format!("release {version} is outside the modelled range {lo}–{hi}")));
             continue;
@@ -191,8 +208,20 @@ fn corpus() -> Vec<Result<Row, (usize, String, String)>> {
         let fraction = get("gpu_memory_utilization_or_mem_fraction_static");
         let quote = get("source_quote");
         let complete = lead_num(fraction).is_some()
-            && ["GPU KV cache size", "#tokens", "max_total_num_tokens", "# GPU blocks"].iter().any(|k| quote.contains(k));
-        out.push(Ok(Row { line, label, engine, version, tp, scenario, logged_tokens: logged, logged_graph_gib, complete }));
+            && ["GPU KV cache size", "#tokens", "max_total_num_tokens", "# GPU blocks"]
+                .iter()
+                .any(|k| quote.contains(k));
+        out.push(Ok(Row {
+            line,
+            label,
+            engine,
+            version,
+            tp,
+            scenario,
+            logged_tokens: logged,
+            logged_graph_gib,
+            complete,
+        }));
     }
     out
 }
@@ -239,7 +268,11 @@ fn derive(row: &Row) -> Derived {
         }
         EngineSpec::Sglang(_) => {
             let constant = acct.context as f64;
-            let mfs_slope = if acct.context == (mc::SGLANG_CONTEXT_MIB * MIB) as u64 { 1.0 } else { acct.requested as f64 / acct.total as f64 };
+            let mfs_slope = if acct.context == (mc::SGLANG_CONTEXT_MIB * MIB) as u64 {
+                1.0
+            } else {
+                acct.requested as f64 / acct.total as f64
+            };
             // kv = requested − weights − context·slope  ⇒  constant = (requested − weights − logged)/slope
             ((acct.kv as f64 + constant - logged_bytes) / mfs_slope, mfs_slope)
         }
@@ -301,7 +334,11 @@ fn kv_pools_derived_from_memory_match_the_start_up_log_corpus() {
     let mut den = 0.0;
     for r in &rows {
         if let (Some(g), true) = (r.logged_graph_gib, r.engine == "vllm") {
-            let spec = config::resolve(&config::from_value(r.scenario.clone(), "").unwrap(), &sim::builtin::resources().unwrap()).unwrap();
+            let spec = config::resolve(
+                &config::from_value(r.scenario.clone(), "").unwrap(),
+                &sim::builtin::resources().unwrap(),
+            )
+            .unwrap();
             let (seqs, batched) = match &spec.engine {
                 EngineSpec::Vllm(c) => (c.max_num_seqs, c.max_num_batched_tokens),
                 _ => unreachable!(),
@@ -312,13 +349,25 @@ fn kv_pools_derived_from_memory_match_the_start_up_log_corpus() {
         }
     }
     if den > 0.0 {
-        println!("fit CUDA graphs: {:.3} MiB per layer per capture size (code: {})", num / den, mc::VLLM_GRAPH_MIB_PER_LAYER_SIZE);
+        println!(
+            "fit CUDA graphs: {:.3} MiB per layer per capture size (code: {})",
+            num / den,
+            mc::VLLM_GRAPH_MIB_PER_LAYER_SIZE
+        );
         if (num / den - mc::VLLM_GRAPH_MIB_PER_LAYER_SIZE).abs() >= 0.05 {
             refit.push("the CUDA-graph constant is not the corpus fit".into());
         }
     }
 
-    println!("{:>4}  {:<70} {:>10} {:>10} {:>8} {:>8}", "line", "row (* = fraction not stated or no verbatim log line: reported)", "logged", "derived", "err %", "LOO %");
+    println!(
+        "{:>4}  {:<70} {:>10} {:>10} {:>8} {:>8}",
+        "line",
+        "row (* = fraction not stated or no verbatim log line: reported)",
+        "logged",
+        "derived",
+        "err %",
+        "LOO %"
+    );
     let mut loo_errs = Vec::new();
     for (i, (r, d)) in rows.iter().zip(&derived).enumerate() {
         let err = (d.tokens - r.logged_tokens) / r.logged_tokens * 100.0;

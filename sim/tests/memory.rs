@@ -61,9 +61,15 @@ fn qwen3_32b_on_h100_at_tp_1_2_4_8_has_per_gpu_accounts_that_add_up() {
 #[test]
 fn an_fp8_kv_cache_doubles_the_pool() {
     for (kind, frac) in [("vllm", "gpu_memory_utilization"), ("sglang", "mem_fraction_static")] {
-        let base = resolve(scenario(json!({"kind": kind, frac: 0.9}), "llama-3.1-8b-instruct", "h100-80gb", 1)).unwrap();
-        let fp8 = resolve(scenario(json!({"kind": kind, frac: 0.9, "kv_cache_dtype": "fp8"}), "llama-3.1-8b-instruct", "h100-80gb", 1))
-            .unwrap();
+        let base =
+            resolve(scenario(json!({"kind": kind, frac: 0.9}), "llama-3.1-8b-instruct", "h100-80gb", 1)).unwrap();
+        let fp8 = resolve(scenario(
+            json!({"kind": kind, frac: 0.9, "kv_cache_dtype": "fp8"}),
+            "llama-3.1-8b-instruct",
+            "h100-80gb",
+            1,
+        ))
+        .unwrap();
         assert_eq!(fp8.deployment.kv_dtype_bytes, 1);
         let (b, f) = (pool(&base), pool(&fp8));
         // Twice the tokens in the same bytes, up to a block's rounding.
@@ -73,10 +79,23 @@ fn an_fp8_kv_cache_doubles_the_pool() {
 
 #[test]
 fn fp8_weights_leave_more_room_for_kv() {
-    let bf16 = resolve(scenario(json!({"kind": "vllm", "tensor_parallel_size": 2}), "llama-3.3-70b-instruct", "h100-80gb", 2)).unwrap();
-    let fp8 = resolve(scenario(json!({"kind": "vllm", "tensor_parallel_size": 2}), "llama-3.3-70b-instruct-fp8", "h100-80gb", 2)).unwrap();
-    let online = resolve(scenario(json!({"kind": "vllm", "tensor_parallel_size": 2, "quantization": "fp8"}), "llama-3.3-70b-instruct", "h100-80gb", 2))
-        .unwrap();
+    let bf16 =
+        resolve(scenario(json!({"kind": "vllm", "tensor_parallel_size": 2}), "llama-3.3-70b-instruct", "h100-80gb", 2))
+            .unwrap();
+    let fp8 = resolve(scenario(
+        json!({"kind": "vllm", "tensor_parallel_size": 2}),
+        "llama-3.3-70b-instruct-fp8",
+        "h100-80gb",
+        2,
+    ))
+    .unwrap();
+    let online = resolve(scenario(
+        json!({"kind": "vllm", "tensor_parallel_size": 2, "quantization": "fp8"}),
+        "llama-3.3-70b-instruct",
+        "h100-80gb",
+        2,
+    ))
+    .unwrap();
     let (wb, wf) = (bf16.kv_sizing.memory.as_ref().unwrap().weights, fp8.kv_sizing.memory.as_ref().unwrap().weights);
     assert!(wf < wb * 55 / 100 && wf > wb * 45 / 100, "{wb} {wf}");
     assert_eq!(online.kv_sizing.memory.as_ref().unwrap().weights, wf);
@@ -85,14 +104,21 @@ fn fp8_weights_leave_more_room_for_kv() {
 
 #[test]
 fn eager_mode_frees_the_cuda_graph_memory_from_vllm_0_21() {
-    let graphs = resolve(scenario(json!({"kind": "vllm", "version": "0.28.0"}), "qwen2.5-7b-instruct", "rtx-5090", 1)).unwrap();
-    let eager = resolve(scenario(json!({"kind": "vllm", "version": "0.28.0", "enforce_eager": true}), "qwen2.5-7b-instruct", "rtx-5090", 1))
-        .unwrap();
+    let graphs =
+        resolve(scenario(json!({"kind": "vllm", "version": "0.28.0"}), "qwen2.5-7b-instruct", "rtx-5090", 1)).unwrap();
+    let eager = resolve(scenario(
+        json!({"kind": "vllm", "version": "0.28.0", "enforce_eager": true}),
+        "qwen2.5-7b-instruct",
+        "rtx-5090",
+        1,
+    ))
+    .unwrap();
     assert!(graphs.kv_sizing.memory.as_ref().unwrap().cuda_graphs > 0);
     assert_eq!(eager.kv_sizing.memory.as_ref().unwrap().cuda_graphs, 0);
     assert!(pool(&eager) > pool(&graphs));
     // Before 0.21 graphs were captured after the KV allocation: nothing subtracted.
-    let old = resolve(scenario(json!({"kind": "vllm", "version": "0.19.0"}), "qwen2.5-7b-instruct", "rtx-5090", 1)).unwrap();
+    let old =
+        resolve(scenario(json!({"kind": "vllm", "version": "0.19.0"}), "qwen2.5-7b-instruct", "rtx-5090", 1)).unwrap();
     assert_eq!(old.kv_sizing.memory.as_ref().unwrap().cuda_graphs, 0);
 }
 
@@ -100,12 +126,14 @@ fn eager_mode_frees_the_cuda_graph_memory_from_vllm_0_21() {
 fn sglang_0_5_default_fraction_follows_its_reserve_formula() {
     // RTX 5090 (nvidia-smi 32,607 MiB), chunk 4096, decode graphs to 48:
     // reserve 512 + 6144 + 128 + 96 = 6880 MiB → 0.789.
-    let s = resolve(scenario(json!({"kind": "sglang", "version": "0.5.23"}), "qwen2.5-7b-instruct", "rtx-5090", 1)).unwrap();
+    let s = resolve(scenario(json!({"kind": "sglang", "version": "0.5.23"}), "qwen2.5-7b-instruct", "rtx-5090", 1))
+        .unwrap();
     let a = s.kv_sizing.memory.as_ref().unwrap();
     let mfs = a.requested as f64 / a.total as f64;
     assert!((mfs - 0.789).abs() < 0.001, "{mfs}");
     // 80 GB cards hit the 10 GiB floor... or the formula, whichever is larger: 512 + 12288 + 128 + 512 MiB.
-    let h = resolve(scenario(json!({"kind": "sglang", "version": "0.5.23"}), "llama-3.1-8b-instruct", "h100-80gb", 1)).unwrap();
+    let h = resolve(scenario(json!({"kind": "sglang", "version": "0.5.23"}), "llama-3.1-8b-instruct", "h100-80gb", 1))
+        .unwrap();
     let a = h.kv_sizing.memory.as_ref().unwrap();
     let mfs = a.requested as f64 / a.total as f64;
     let want = ((81559.0 - 13440.0) / 81559.0 * 1000.0_f64).round() / 1000.0;
@@ -114,14 +142,17 @@ fn sglang_0_5_default_fraction_follows_its_reserve_formula() {
 
 #[test]
 fn bad_parallelism_and_dtypes_are_errors_naming_the_field_and_the_numbers() {
-    let e = resolve(scenario(json!({"kind": "vllm", "tensor_parallel_size": 3}), "qwen3-32b", "h100-80gb", 3)).unwrap_err();
+    let e =
+        resolve(scenario(json!({"kind": "vllm", "tensor_parallel_size": 3}), "qwen3-32b", "h100-80gb", 3)).unwrap_err();
     assert_eq!(e.path, "engine.tensor_parallel_size");
     assert!(e.message.contains("64 attention heads"), "{e}");
     let e = resolve(scenario(json!({"kind": "sglang", "pp_size": 2}), "qwen3-32b", "h100-80gb", 1)).unwrap_err();
     assert_eq!(e.path, "engine.pp_size");
-    let e = resolve(scenario(json!({"kind": "vllm", "kv_cache_dtype": "int4"}), "qwen3-32b", "h100-80gb", 1)).unwrap_err();
+    let e =
+        resolve(scenario(json!({"kind": "vllm", "kv_cache_dtype": "int4"}), "qwen3-32b", "h100-80gb", 1)).unwrap_err();
     assert_eq!(e.path, "engine.kv_cache_dtype");
-    let e = resolve(scenario(json!({"kind": "vllm", "tensor_parallel_size": 2}), "qwen3-32b", "h100-80gb", 4)).unwrap_err();
+    let e =
+        resolve(scenario(json!({"kind": "vllm", "tensor_parallel_size": 2}), "qwen3-32b", "h100-80gb", 4)).unwrap_err();
     assert_eq!(e.path, "hardware.count");
     // 70B in bf16 does not fit one 80 GB GPU: an error with the numbers, never a zero pool.
     let e = resolve(scenario(json!({"kind": "vllm"}), "llama-3.1-70b-instruct", "h100-80gb", 1)).unwrap_err();

@@ -104,7 +104,10 @@ fn derived_sglang_pool_is_within_ten_percent_of_the_published_one() {
 fn cfg() -> SglangConfig {
     SglangConfig {
         version: Version::new(0, 5, 23),
-        behaviour: SglangBehaviour { overlap: Overlap::CpuBackend, ..SglangBehaviour::of_release(Version::new(0, 5, 23)) },
+        behaviour: SglangBehaviour {
+            overlap: Overlap::CpuBackend,
+            ..SglangBehaviour::of_release(Version::new(0, 5, 23))
+        },
         max_running_requests: 16,
         chunked_prefill_size: Some(256),
         max_prefill_tokens: 16384,

@@ -146,9 +146,13 @@ impl EngineKind {
     /// scenario takes over as they are.
     pub fn reported_scheduler_flags(self) -> &'static [&'static str] {
         match self {
-            EngineKind::Vllm => {
-                &["max_num_seqs", "max_num_batched_tokens", "long_prefill_token_threshold", "block_size", "max_model_len"]
-            }
+            EngineKind::Vllm => &[
+                "max_num_seqs",
+                "max_num_batched_tokens",
+                "long_prefill_token_threshold",
+                "block_size",
+                "max_model_len",
+            ],
             EngineKind::Sglang => &[
                 "max_running_requests",
                 "chunked_prefill_size",

@@ -247,7 +247,8 @@ fn replica_of(spec: &SimSpec, group: usize, name: String, role: ReplicaRole, fro
 /// Resolves a fleet scenario: the first replica's spec (the report's engine, model and GPU),
 /// with the fleet attached.
 pub(super) fn resolve_fleet(s: &Scenario, res: &Resources) -> Result<SimSpec> {
-    let kind = s.engine.kind.ok_or_else(|| ConfigError::new("engine.kind", "missing; expected \"vllm\" or \"sglang\""))?;
+    let kind =
+        s.engine.kind.ok_or_else(|| ConfigError::new("engine.kind", "missing; expected \"vllm\" or \"sglang\""))?;
     check_dp_flags(&s.engine, kind, "engine")?;
     let dp = dp_of(&s.engine);
     if dp > 1 && s.fleet.is_some() {
@@ -311,7 +312,10 @@ pub(super) fn resolve_fleet(s: &Scenario, res: &Resources) -> Result<SimSpec> {
     }
     if let Some(c) = f.count {
         if f.prefill_count.is_some() || f.decode_count.is_some() {
-            return Err(ConfigError::new("fleet.count", "give count (mixed replicas) or prefill_count and decode_count"));
+            return Err(ConfigError::new(
+                "fleet.count",
+                "give count (mixed replicas) or prefill_count and decode_count",
+            ));
         }
         groups.push(ReplicaGroup { count: Some(c), ..Default::default() });
     } else if shorthand {

@@ -140,7 +140,9 @@ pub fn resolve_deployment(
     hardware_count: Option<u32>,
 ) -> Result<Deployment> {
     let (tp_field, pp_field, tp, pp) = match kind {
-        EngineKind::Vllm => ("tensor_parallel_size", "pipeline_parallel_size", e.tensor_parallel_size, e.pipeline_parallel_size),
+        EngineKind::Vllm => {
+            ("tensor_parallel_size", "pipeline_parallel_size", e.tensor_parallel_size, e.pipeline_parallel_size)
+        }
         EngineKind::Sglang => ("tp_size", "pp_size", e.tp_size, e.pp_size),
     };
     let tp = positive(&format!("engine.{tp_field}"), tp.unwrap_or(1))?;
@@ -182,22 +184,20 @@ pub fn resolve_deployment(
         }
     }
     let (kv_name, kv_bytes) = kv_cache_dtype(e.kv_cache_dtype.as_deref(), model)?;
-    let quantization = match e.quantization.as_deref() {
-        None => model.quantization.clone(),
-        Some("fp8") => Some("fp8".to_string()),
-        Some(other) => {
-            return Err(ConfigError::new(
+    let quantization =
+        match e.quantization.as_deref() {
+            None => model.quantization.clone(),
+            Some("fp8") => Some("fp8".to_string()),
+            Some(other) => return Err(ConfigError::new(
                 "engine.quantization",
-                format!("{other:?} is not modelled; expected \"fp8\" (or leave it out for the checkpoint's own weights)"),
-            ))
-        }
-    };
+                format!(
+                    "{other:?} is not modelled; expected \"fp8\" (or leave it out for the checkpoint's own weights)"
+                ),
+            )),
+        };
     if let Some(q) = &quantization {
         if q != "fp8" {
-            return Err(ConfigError::new(
-                "model.quantization",
-                format!("{q:?} is not modelled; expected \"fp8\""),
-            ));
+            return Err(ConfigError::new("model.quantization", format!("{q:?} is not modelled; expected \"fp8\"")));
         }
     }
     let linear_weight_bytes = if quantization.is_some() { 1 } else { model.dtype_bytes().unwrap_or(2) };

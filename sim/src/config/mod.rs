@@ -63,8 +63,8 @@ type Result<T> = std::result::Result<T, ConfigError>;
 
 mod cost;
 mod feasibility;
-mod fleet;
 mod flags;
+mod fleet;
 mod memory;
 mod overrides;
 mod schema;
@@ -218,12 +218,9 @@ fn hardware_parts(v: &Value) -> Result<(&Value, &'static str, Option<u32>)> {
             }
             let count = match m.get("count") {
                 None => None,
-                Some(c) => Some(
-                    c.as_u64()
-                        .filter(|&n| (1..=1024).contains(&n))
-                        .ok_or_else(|| ConfigError::new("hardware.count", format!("expected a number of GPUs from 1 to 1024, got {c}")))?
-                        as u32,
-                ),
+                Some(c) => Some(c.as_u64().filter(|&n| (1..=1024).contains(&n)).ok_or_else(|| {
+                    ConfigError::new("hardware.count", format!("expected a number of GPUs from 1 to 1024, got {c}"))
+                })? as u32),
             };
             Ok((&m["gpu"], "hardware.gpu", count))
         }
@@ -310,9 +307,11 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
 
     let graphs = match kind {
         EngineKind::Vllm => crate::cost::GraphRule::VllmTokens(crate::cost::VLLM_GRAPH_MAX_TOKENS),
-        EngineKind::Sglang => crate::cost::GraphRule::SglangDecodeBatch(u64::from(s.engine.cuda_graph_max_bs.unwrap_or_else(
-            || sglang_default_cuda_graph_max_bs(&gpu, engine.version(), deployment.tensor_parallel_size),
-        ))),
+        EngineKind::Sglang => {
+            crate::cost::GraphRule::SglangDecodeBatch(u64::from(s.engine.cuda_graph_max_bs.unwrap_or_else(|| {
+                sglang_default_cuda_graph_max_bs(&gpu, engine.version(), deployment.tensor_parallel_size)
+            })))
+        }
     };
     let cost = resolve_cost(&s.cost, &model, &gpu, &deployment, res, engine.kind(), graphs)?;
     let spec = SimSpec { name: s.name.clone(), engine, model, gpu, deployment, cost, workload, kv_sizing, fleet: None };

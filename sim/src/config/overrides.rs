@@ -16,7 +16,10 @@ pub fn apply_set(root: &mut Value, assignment: &str) -> Result<()> {
     let mut cur = root;
     let parts: Vec<&str> = path.split('.').collect();
     if parts.iter().any(|p| p.trim().is_empty()) {
-        return Err(ConfigError::new("--set", format!("empty field name in path {path:?} (expected e.g. engine.max_num_seqs)")));
+        return Err(ConfigError::new(
+            "--set",
+            format!("empty field name in path {path:?} (expected e.g. engine.max_num_seqs)"),
+        ));
     }
     for (i, part) in parts.iter().enumerate() {
         let obj = match cur {

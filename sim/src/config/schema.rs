@@ -315,4 +315,3 @@ pub fn parse_scenario(text: &str) -> Result<Scenario> {
     let v: Value = serde_json::from_str(text).map_err(|e| ConfigError::new("", format!("not valid JSON: {e}")))?;
     from_value(v, "")
 }
-

@@ -57,10 +57,11 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
                 )?,
             }
         }
-        DatasetName::Trace if matches!(
-            w.trace_format,
-            Some(TraceFileFormat::Mooncake | TraceFileFormat::Azure | TraceFileFormat::Burstgpt)
-        ) =>
+        DatasetName::Trace
+            if matches!(
+                w.trace_format,
+                Some(TraceFileFormat::Mooncake | TraceFileFormat::Azure | TraceFileFormat::Burstgpt)
+            ) =>
         {
             if w.trace.is_none() {
                 return Err(ConfigError::new("workload.trace", "dataset_name is \"trace\" but no trace file is given"));

@@ -75,7 +75,11 @@ struct StepMemo {
 
 impl StepMemo {
     fn new() -> StepMemo {
-        StepMemo { entries: (0..MEMO_DECODE_STEPS).map(|_| [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]).collect() }
+        StepMemo {
+            entries: (0..MEMO_DECODE_STEPS)
+                .map(|_| [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)])
+                .collect(),
+        }
     }
 
     #[inline]
@@ -97,9 +101,7 @@ impl StepMemo {
     fn put(&self, key: u64, ns: u64) {
         let [version, k, v] = self.slot(key);
         let v1 = version.load(Ordering::Relaxed);
-        if v1 & 1 == 1
-            || version.compare_exchange(v1, v1 + 1, Ordering::Acquire, Ordering::Relaxed).is_err()
-        {
+        if v1 & 1 == 1 || version.compare_exchange(v1, v1 + 1, Ordering::Acquire, Ordering::Relaxed).is_err() {
             return;
         }
         std::sync::atomic::fence(Ordering::Release);
@@ -115,7 +117,10 @@ enum AllReduce {
     None,
     Table(Curve),
     /// `latency + bytes / bandwidth` (µs, µs per element).
-    Roofline { latency_us: f64, us_per_elem: f64 },
+    Roofline {
+        latency_us: f64,
+        us_per_elem: f64,
+    },
 }
 
 /// The engine side of the step cost.
@@ -214,7 +219,12 @@ pub const FALLBACK: Fallback = Fallback::NearestScaled;
 
 /// Where `gpu`'s kernel times come from for `engine`, and the words that say so.
 /// `None`: the card opts out (`kernel_tables: "none"`).
-pub fn provider_for(gpu: &GpuCard, engine: &str, fallback: Fallback, exclude: Option<&str>) -> Option<(Provider, String)> {
+pub fn provider_for(
+    gpu: &GpuCard,
+    engine: &str,
+    fallback: Fallback,
+    exclude: Option<&str>,
+) -> Option<(Provider, String)> {
     let named = match gpu.kernel_tables.as_deref() {
         Some("none") => return None,
         Some(s) => Some(s),
@@ -515,13 +525,11 @@ pub fn leave_one_gpu_out() -> Vec<LogoRow> {
             let (scaled, _) = provider_for(&gpu, engine, Fallback::NearestScaled, Some(system)).expect("fallback");
             let (roof, _) = provider_for(&gpu, engine, Fallback::FittedRoofline, Some(system)).expect("fallback");
             let nearest = kernels::nearest_system(&p, Some(system));
-            let mut row =
-                LogoRow { system, engine, nearest, scaled_errors: Vec::new(), roofline_errors: Vec::new() };
+            let mut row = LogoRow { system, engine, nearest, scaled_errors: Vec::new(), roofline_errors: Vec::new() };
             for m in &models {
                 let dep = Deployment::single(m);
-                let build = |pr: &Provider| {
-                    ComposedCost::build(m, &gpu, &dep, GraphRule::Eager, pr, String::new(), 5.0, 0.7)
-                };
+                let build =
+                    |pr: &Provider| ComposedCost::build(m, &gpu, &dep, GraphRule::Eager, pr, String::new(), 5.0, 0.7);
                 let (truth, a, b) = (build(&Provider::Table(own)), build(&scaled), build(&roof));
                 for s in &shapes {
                     let t = truth.gpu_us(s);
@@ -549,7 +557,8 @@ mod tests {
         let model = res.models.iter().find(|m| m.id == "llama-3.1-8b-instruct").unwrap();
         let gpu = res.gpus.iter().find(|g| g.id == "h100-80gb").unwrap();
         let (p, src) = provider_for(gpu, "vllm", FALLBACK, None).unwrap();
-        let c = ComposedCost::build(model, gpu, &Deployment::single(model), GraphRule::VllmTokens(512), &p, src, 5.0, 0.7);
+        let c =
+            ComposedCost::build(model, gpu, &Deployment::single(model), GraphRule::VllmTokens(512), &p, src, 5.0, 0.7);
         let mut x: u64 = 7;
         let mut rnd = move |m: u64| {
             x ^= x << 13;

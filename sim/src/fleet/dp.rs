@@ -92,7 +92,7 @@ mod tests {
         let mut v = vec![ReplicaView::default(); 2];
         v[0].running = 2; // score 2
         v[1].waiting = 0; // score 0
-        // Two sends in the same period: the second sees the first's +4 on replica 1.
+                          // Two sends in the same period: the second sees the first's +4 on replica 1.
         assert_eq!(b.route(&req(0, &s, 0), &v), 1);
         assert_eq!(b.route(&req(1, &s, 1), &v), 0);
         // 4·1 + 0 = 4 vs 4·1 + 2 = 6: replica 1 again.

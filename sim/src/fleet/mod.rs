@@ -22,5 +22,5 @@ pub mod router;
 pub mod run;
 pub mod sglang;
 
-pub use run::{run_fleet, FleetRun, ReplicaRun};
 pub use router::{KvUsage, LeastOutstanding, PowerOfTwo, ReplicaView, RoundRobin, RouteRequest, Router, RouterSpec};
+pub use run::{run_fleet, FleetRun, ReplicaRun};

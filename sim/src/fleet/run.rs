@@ -353,7 +353,8 @@ impl<'a> FleetLoop<'a> {
             return;
         }
         let decode_side = rep.role == ReplicaRole::Decode;
-        let dur = if decode_side { rep.cost.step_ns(&decode_side_shape(&plan.shape)) } else { rep.cost.step_ns(&plan.shape) };
+        let dur =
+            if decode_side { rep.cost.step_ns(&decode_side_shape(&plan.shape)) } else { rep.cost.step_ns(&plan.shape) };
         let Some(end) = now.checked_add(dur) else {
             self.stop.get_or_insert(StopReason::TimeOverflow { cause: STEP_TOO_LONG });
             rep.step_running = false;
@@ -621,10 +622,7 @@ pub fn run_fleet(
         fronts[rs.front] = FrontEnd::new(rs.cost.ingress_ns(), rs.cost.output_token_ns());
     }
     let prefill_specs: Vec<RequestSpec> = if disagg {
-        specs
-            .iter()
-            .map(|s| RequestSpec { max_tokens: 1, output_len: 1, ..(*s).clone() })
-            .collect()
+        specs.iter().map(|s| RequestSpec { max_tokens: 1, output_len: 1, ..(*s).clone() }).collect()
     } else {
         Vec::new()
     };
@@ -707,8 +705,7 @@ pub fn run_fleet(
             },
             Event::EngineArrival(id, r) => {
                 let r = r as usize;
-                let spec: &RequestSpec =
-                    if lp.disagg { &lp.prefill_specs[id as usize] } else { lp.specs[id as usize] };
+                let spec: &RequestSpec = if lp.disagg { &lp.prefill_specs[id as usize] } else { lp.specs[id as usize] };
                 lp.reps[r].engine.add_request(id, spec);
                 if !lp.reps[r].step_running {
                     lp.start_step(r, now);
