@@ -184,17 +184,18 @@ pub fn resolve_deployment(
         }
     }
     let (kv_name, kv_bytes) = kv_cache_dtype(e.kv_cache_dtype.as_deref(), model)?;
-    let quantization =
-        match e.quantization.as_deref() {
-            None => model.quantization.clone(),
-            Some("fp8") => Some("fp8".to_string()),
-            Some(other) => return Err(ConfigError::new(
+    let quantization = match e.quantization.as_deref() {
+        None => model.quantization.clone(),
+        Some("fp8") => Some("fp8".to_string()),
+        Some(other) => {
+            return Err(ConfigError::new(
                 "engine.quantization",
                 format!(
                     "{other:?} is not modelled; expected \"fp8\" (or leave it out for the checkpoint's own weights)"
                 ),
-            )),
-        };
+            ))
+        }
+    };
     if let Some(q) = &quantization {
         if q != "fp8" {
             return Err(ConfigError::new("model.quantization", format!("{q:?} is not modelled; expected \"fp8\"")));
