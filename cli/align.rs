@@ -90,3 +90,34 @@ pub fn translate_engine(engine: &Map<String, Value>, to: &str) -> Result<(Map<St
         sim::config::EngineKind::parse(to).ok_or_else(|| format!("engine.kind {to:?}: expected vllm or sglang"))?;
     sim::config::translate_engine(engine, to)
 }
+
+/// The JSON of a side-by-side sweep: each scenario's series, the alignment
+/// table, the knobs that moved and whether the workloads differ. One
+/// function for the binary and the browser build, so both print the same keys.
+pub fn side_by_side_json(scenarios: Vec<Value>, rows: &[Row], workloads_differ: bool) -> Value {
+    let mut j = Map::new();
+    j.insert("scenarios".into(), Value::Array(scenarios));
+    j.insert(
+        "alignment".into(),
+        Value::Array(
+            rows.iter()
+                .map(|r| {
+                    let mut m = Map::new();
+                    m.insert("knob".into(), r.knob.name.into());
+                    m.insert("vllm_flag".into(), r.knob.vllm.into());
+                    m.insert("sglang_flag".into(), r.knob.sglang.into());
+                    m.insert("values".into(), Value::Array(r.values.iter().map(|(v, _)| Value::from(v.clone())).collect()));
+                    m.insert("differs".into(), r.differs.into());
+                    if !r.knob.note.is_empty() {
+                        m.insert("note".into(), r.knob.note.into());
+                    }
+                    Value::Object(m)
+                })
+                .collect(),
+        ),
+    );
+    let moved: Vec<Value> = rows.iter().filter(|r| r.differs).map(|r| Value::from(r.knob.name)).collect();
+    j.insert("knobs_moved".into(), Value::Array(moved));
+    j.insert("workloads_differ".into(), workloads_differ.into());
+    Value::Object(j)
+}

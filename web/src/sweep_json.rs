@@ -111,34 +111,8 @@ pub fn sweep(req: &Request) -> Result<Value, String> {
     let workloads: Vec<&Value> =
         results.iter().map(|(s, _)| s.raw.json.get("workload").unwrap_or(&Value::Null)).collect();
     let workloads_differ = workloads.windows(2).any(|w| w[0] != w[1]);
-    let moved: Vec<&str> = rows.iter().filter(|r| r.differs).map(|r| r.knob.name).collect();
-    let mut j = Map::new();
-    j.insert("scenarios".into(), Value::Array(results.iter().map(|(s, o)| series_json(s, o, conc)).collect()));
-    j.insert(
-        "alignment".into(),
-        Value::Array(
-            rows.iter()
-                .map(|r| {
-                    let mut m = Map::new();
-                    m.insert("knob".into(), r.knob.name.into());
-                    m.insert("vllm_flag".into(), r.knob.vllm.into());
-                    m.insert("sglang_flag".into(), r.knob.sglang.into());
-                    m.insert(
-                        "values".into(),
-                        Value::Array(r.values.iter().map(|(v, _)| Value::from(v.clone())).collect()),
-                    );
-                    m.insert("differs".into(), r.differs.into());
-                    if !r.knob.note.is_empty() {
-                        m.insert("note".into(), r.knob.note.into());
-                    }
-                    Value::Object(m)
-                })
-                .collect(),
-        ),
-    );
-    j.insert("knobs_moved".into(), Value::Array(moved.iter().map(|m| Value::from(*m)).collect()));
-    j.insert("workloads_differ".into(), workloads_differ.into());
-    Ok(Value::Object(j))
+    let scenarios = results.iter().map(|(s, o)| series_json(s, o, conc)).collect();
+    Ok(align::side_by_side_json(scenarios, &rows, workloads_differ))
 }
 
 fn series_json(s: &Series, outs: &[SimOutput], conc: &[u32]) -> Value {
