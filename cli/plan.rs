@@ -75,28 +75,8 @@ fn one() -> Vec<u32> {
     vec![1]
 }
 
-#[derive(Clone, Debug)]
-struct Slo {
-    metric: String,
-    le: bool,
-    bound: f64,
-    text: String,
-}
-
-fn parse_slo(s: &str) -> Result<Slo, String> {
-    let (metric, le, rest) = if let Some((m, r)) = s.split_once("<=") {
-        (m, true, r)
-    } else if let Some((m, r)) = s.split_once(">=") {
-        (m, false, r)
-    } else {
-        return Err(format!("--slo {s:?}: expected METRIC<=X or METRIC>=X"));
-    };
-    let bound: f64 = rest.trim().parse().map_err(|_| format!("--slo {s:?}: {rest:?} is not a number"))?;
-    if !bound.is_finite() || metric.trim().is_empty() {
-        return Err(format!("--slo {s:?}: expected METRIC<=X with a finite X"));
-    }
-    Ok(Slo { metric: metric.trim().to_string(), le, bound, text: s.to_string() })
-}
+// `--slo` is spelled and parsed as `tune` spells it.
+use crate::tune::{parse_slo, Slo};
 
 /// One candidate fleet.
 #[derive(Clone, Debug, Serialize)]

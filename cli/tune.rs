@@ -54,15 +54,16 @@ pub struct TuneArgs {
     pub no_early_stop: bool,
 }
 
+/// One `--slo METRIC<=X` (or `>=`), as `tune` and `plan` read it.
 #[derive(Clone, Debug)]
-struct Slo {
-    metric: String,
-    le: bool,
-    bound: f64,
-    text: String,
+pub(crate) struct Slo {
+    pub(crate) metric: String,
+    pub(crate) le: bool,
+    pub(crate) bound: f64,
+    pub(crate) text: String,
 }
 
-fn parse_slo(s: &str) -> Result<Slo, String> {
+pub(crate) fn parse_slo(s: &str) -> Result<Slo, String> {
     let (metric, le, rest) = if let Some((m, r)) = s.split_once("<=") {
         (m, true, r)
     } else if let Some((m, r)) = s.split_once(">=") {
