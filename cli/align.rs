@@ -106,7 +106,10 @@ pub fn side_by_side_json(scenarios: Vec<Value>, rows: &[Row], workloads_differ: 
                     m.insert("knob".into(), r.knob.name.into());
                     m.insert("vllm_flag".into(), r.knob.vllm.into());
                     m.insert("sglang_flag".into(), r.knob.sglang.into());
-                    m.insert("values".into(), Value::Array(r.values.iter().map(|(v, _)| Value::from(v.clone())).collect()));
+                    m.insert(
+                        "values".into(),
+                        Value::Array(r.values.iter().map(|(v, _)| Value::from(v.clone())).collect()),
+                    );
                     m.insert("differs".into(), r.differs.into());
                     if !r.knob.note.is_empty() {
                         m.insert("note".into(), r.knob.note.into());

@@ -388,6 +388,16 @@ fn bracket(xs: &[f64], x: f64) -> (usize, usize, f64) {
 }
 
 impl Grid {
+    /// The same grid with every cell replaced by `f(a, b, value)`.
+    fn map_cells(mut self, f: impl Fn(f64, f64, f64) -> f64) -> Grid {
+        for (i, row) in self.v.iter_mut().enumerate() {
+            for (j, y) in row.iter_mut().enumerate() {
+                *y = f(self.a[i], self.b[j], *y);
+            }
+        }
+        self
+    }
+
     fn at_row(&self, i: usize, b: f64) -> f64 {
         let row = &self.v[i];
         let (j0, j1, t) = bracket(&self.b, b);
@@ -777,56 +787,28 @@ impl Provider {
     pub fn ctx_grid(&self, h: Heads) -> Grid {
         match self {
             Provider::Table(t) => t.ctx_grid(h),
-            Provider::Scaled { from, target } => {
-                let mut g = from.ctx_grid(h);
-                for (i, row) in g.v.iter_mut().enumerate() {
-                    for (j, y) in row.iter_mut().enumerate() {
-                        let (s, b) = (g.a[i], g.b[j]);
-                        *y *= ctx_sol_ms(s, b, h, target) / ctx_sol_ms(s, b, h, &from.peaks);
-                    }
-                }
-                g
-            }
-            Provider::Roofline { fit, target, like } => {
-                let mut g = like.ctx_grid(h);
-                for (i, row) in g.v.iter_mut().enumerate() {
-                    for (j, y) in row.iter_mut().enumerate() {
-                        let (f, b) = ctx_work(g.a[i], g.b[j], h);
-                        *y = fit.ctx_floor_ms
-                            + (f / (target.bf16_flops * fit.ctx_compute)).max(b / (target.mem_bw * fit.gen_memory))
-                                * 1e3;
-                    }
-                }
-                g
-            }
+            Provider::Scaled { from, target } => from
+                .ctx_grid(h)
+                .map_cells(|s, b, y| y * (ctx_sol_ms(s, b, h, target) / ctx_sol_ms(s, b, h, &from.peaks))),
+            Provider::Roofline { fit, target, like } => like.ctx_grid(h).map_cells(|a, b, _| {
+                let (f, b) = ctx_work(a, b, h);
+                fit.ctx_floor_ms
+                    + (f / (target.bf16_flops * fit.ctx_compute)).max(b / (target.mem_bw * fit.gen_memory)) * 1e3
+            }),
         }
     }
 
     pub fn gen_grid(&self, h: Heads) -> Grid {
         match self {
             Provider::Table(t) => t.gen_grid(h),
-            Provider::Scaled { from, target } => {
-                let mut g = from.gen_grid(h);
-                for (i, row) in g.v.iter_mut().enumerate() {
-                    for (j, y) in row.iter_mut().enumerate() {
-                        let (b, l) = (g.a[i], g.b[j]);
-                        *y *= gen_sol_ms(b, l, h, target) / gen_sol_ms(b, l, h, &from.peaks);
-                    }
-                }
-                g
-            }
-            Provider::Roofline { fit, target, like } => {
-                let mut g = like.gen_grid(h);
-                for (i, row) in g.v.iter_mut().enumerate() {
-                    for (j, y) in row.iter_mut().enumerate() {
-                        let (f, b) = gen_work(g.a[i], g.b[j], h);
-                        *y = fit.gen_floor_ms
-                            + (f / (target.bf16_flops * fit.ctx_compute)).max(b / (target.mem_bw * fit.gen_memory))
-                                * 1e3;
-                    }
-                }
-                g
-            }
+            Provider::Scaled { from, target } => from
+                .gen_grid(h)
+                .map_cells(|b, l, y| y * (gen_sol_ms(b, l, h, target) / gen_sol_ms(b, l, h, &from.peaks))),
+            Provider::Roofline { fit, target, like } => like.gen_grid(h).map_cells(|a, b, _| {
+                let (f, b) = gen_work(a, b, h);
+                fit.gen_floor_ms
+                    + (f / (target.bf16_flops * fit.ctx_compute)).max(b / (target.mem_bw * fit.gen_memory)) * 1e3
+            }),
         }
     }
 
