@@ -73,31 +73,10 @@ const METRICS: &[(&str, &str, &str)] = &[
 
 const FAMILIES: [&str; 5] = ["ttft", "tpot", "itl", "e2el", "throughput"];
 
-/// A minimal RFC 4180 reader (quoted fields, doubled quotes), `#` lines skipped.
+/// The rows of a published CSV as header → value maps, `#` lines skipped.
 fn read_csv(text: &str) -> Vec<BTreeMap<String, String>> {
     let body: String = text.lines().filter(|l| !l.starts_with('#')).map(|l| format!("{l}\n")).collect();
-    let mut rows: Vec<Vec<String>> = Vec::new();
-    let (mut row, mut field, mut quoted) = (Vec::new(), String::new(), false);
-    let mut chars = body.chars().peekable();
-    while let Some(c) = chars.next() {
-        match (quoted, c) {
-            (true, '"') if chars.peek() == Some(&'"') => {
-                field.push('"');
-                chars.next();
-            }
-            (true, '"') => quoted = false,
-            (true, c) => field.push(c),
-            (false, '"') => quoted = true,
-            (false, ',') => row.push(std::mem::take(&mut field)),
-            (false, '\n') => {
-                row.push(std::mem::take(&mut field));
-                rows.push(std::mem::take(&mut row));
-            }
-            (false, '\r') => {}
-            (false, c) => field.push(c),
-        }
-    }
-    let mut it = rows.into_iter();
+    let mut it = sim::traces::csv_records(&body).into_iter();
     let Some(header) = it.next() else { return Vec::new() };
     it.filter(|r| r.len() > 1).map(|r| header.iter().cloned().zip(r).collect()).collect()
 }

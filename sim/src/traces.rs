@@ -222,6 +222,42 @@ pub fn mooncake_requests(rows: &[MooncakeRow], salt: u64) -> Vec<TraceRequest> {
 
 // ---------------------------------------------------------------- CSV
 
+/// Every record of a CSV text (RFC 4180: quoted fields, doubled quotes,
+/// commas and newlines inside quotes), header included; `\r` dropped. A
+/// lenient whole-file reader for the repository's own data tables
+/// (`data/published/`); traces go through the line-numbered reader below,
+/// which names the line and column of a bad field.
+pub fn csv_records(text: &str) -> Vec<Vec<String>> {
+    let mut rows = Vec::new();
+    let mut row = Vec::new();
+    let mut field = String::new();
+    let mut quoted = false;
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (quoted, c) {
+            (true, '"') if chars.peek() == Some(&'"') => {
+                field.push('"');
+                chars.next();
+            }
+            (true, '"') => quoted = false,
+            (true, c) => field.push(c),
+            (false, '"') => quoted = true,
+            (false, ',') => row.push(std::mem::take(&mut field)),
+            (false, '\n') => {
+                row.push(std::mem::take(&mut field));
+                rows.push(std::mem::take(&mut row));
+            }
+            (false, '\r') => {}
+            (false, c) => field.push(c),
+        }
+    }
+    if !field.is_empty() || !row.is_empty() {
+        row.push(field);
+        rows.push(row);
+    }
+    rows
+}
+
 /// Splits one CSV record into fields with their 1-based start columns
 /// (RFC 4180 quoting: `"a,b"` and `""` inside quotes).
 fn csv_fields(line: &str, line_no: usize) -> Result<Vec<(String, usize)>, TraceError> {

@@ -21,37 +21,7 @@ use sim::engine::Version;
 const GIB: f64 = (1u64 << 30) as f64;
 const MIB: f64 = (1u64 << 20) as f64;
 
-/// A minimal RFC 4180 reader (quoted fields, doubled quotes, commas inside quotes).
-fn read_csv(text: &str) -> Vec<Vec<String>> {
-    let mut rows = Vec::new();
-    let mut row = Vec::new();
-    let mut field = String::new();
-    let mut quoted = false;
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
-        match (quoted, c) {
-            (true, '"') if chars.peek() == Some(&'"') => {
-                field.push('"');
-                chars.next();
-            }
-            (true, '"') => quoted = false,
-            (true, c) => field.push(c),
-            (false, '"') => quoted = true,
-            (false, ',') => row.push(std::mem::take(&mut field)),
-            (false, '\n') => {
-                row.push(std::mem::take(&mut field));
-                rows.push(std::mem::take(&mut row));
-            }
-            (false, '\r') => {}
-            (false, c) => field.push(c),
-        }
-    }
-    if !field.is_empty() || !row.is_empty() {
-        row.push(field);
-        rows.push(row);
-    }
-    rows
-}
+use sim::traces::csv_records as read_csv;
 
 /// The leading number of a cell ("0.9 (default)" → 0.9), if any.
 fn lead_num(s: &str) -> Option<f64> {
