@@ -71,6 +71,20 @@ const METRICS: &[(&str, &str, &str)] = &[
     ("silicon_tpot_ms", "mean_tpot_ms", "tpot"),
 ];
 
+/// Profiled requests per client of a silicon-sample row. The rows are aiperf runs in
+/// concurrency mode (aiconfigurator's gap analysis compares its estimates "with AIPerf or other
+/// silicon measurements", `docs/universe/index.html`), and every aiperf harness in
+/// aiconfigurator gives `--request-count` as a multiple of the concurrency after
+/// `--warmup-request-count 2×C`: 10×C in `src/aiconfigurator/eval/benchmarks/genai_perf_runner.py`
+/// (2025-08 to 2026-03, when the rows were measured), 20×C in
+/// `generator/.../benchmark/bench_run.sh.j2` (from 2026-02), 50×C in `k8s_bench.yaml.j2`. aiperf
+/// (`aiperf/timing/credit_issuing_strategy.py`, `request_rate_strategy.py`) waits for every
+/// warm-up response before the profiling phase, whose first C requests then go out at once
+/// (a semaphore of C, no delay between credits): so the measured phase is a closed loop of
+/// 10×C requests from an idle engine, which is what the run replays (the drained warm-up
+/// leaves nothing behind that the simulator keeps: random prompts share no prefix).
+const AIPERF_REQUESTS_PER_CLIENT: u64 = 10;
+
 const FAMILIES: [&str; 5] = ["ttft", "tpot", "itl", "e2el", "throughput"];
 
 /// The rows of a published CSV as header → value maps, `#` lines skipped.
@@ -136,7 +150,10 @@ fn jobs_of(path: &Path, root: &Path) -> Result<Vec<Job>, String> {
         // Rows by filter; each row's TP, lengths and concurrency become overrides.
         let filter = sil.get("filter").and_then(Value::as_object).cloned().unwrap_or_default();
         let base = v.get("scenario").ok_or_else(|| format!("{}: scenario: missing", path.display()))?;
-        let prompts_per_client = sil.get("prompts_per_client").and_then(Value::as_u64).unwrap_or(4);
+        // The load is aiperf's concurrency mode as aiconfigurator's own harnesses run it (see
+        // `AIPERF_REQUESTS_PER_CLIENT`); a set may give another count per client.
+        let requests_per_client =
+            sil.get("aiperf_requests_per_client").and_then(Value::as_u64).unwrap_or(AIPERF_REQUESTS_PER_CLIENT);
         for row in &rows {
             if !filter.iter().all(|(k, want)| row.get(k).map(String::as_str) == want.as_str()) {
                 continue;
@@ -171,7 +188,7 @@ fn jobs_of(path: &Path, root: &Path) -> Result<Vec<Job>, String> {
                 format!("workload.random_input_len={}", row["isl"]),
                 format!("workload.random_output_len={}", row["osl"]),
                 format!("workload.max_concurrency={c}"),
-                format!("workload.num_prompts={}", (u64::from(c) * prompts_per_client).max(16)),
+                format!("workload.num_prompts={}", u64::from(c) * requests_per_client),
             ];
             jobs.push(Job {
                 set: set.clone(),

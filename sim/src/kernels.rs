@@ -639,6 +639,32 @@ fn fill_grid(a: &[f64], b: &[f64], raw: &[Vec<Option<f64>>], batch_first: bool) 
     v
 }
 
+/// Makes a GEMM latency curve non-decreasing in `m` (ascending `xs`): each point
+/// becomes the least latency measured at that many rows or more,
+/// `t(m) = min over m' ≥ m of t(m')`.
+///
+/// The fp8 tables (aiconfigurator-core 0.12.0, vLLM 0.24 and SGLang 0.5.14
+/// collectors, H100 and H200 alike) are not monotone: the first point past each
+/// step of the `m` grid (129, 257, 513, 769, 1025, …) is 1.5–3× the next grid
+/// point (`n = 57344, k = 8192` on H200: 0.176 ms at 256, 0.562 ms at 257,
+/// 0.303 ms at 512), and latency then *falls* as `m` grows until the next step.
+/// Interpolated as measured, a 300-token step cost more than a 512-token one,
+/// and every prefill of 129–511 tokens about twice what its work needs. The same
+/// GEMM on more rows is never faster with the same kernel (vLLM's SM90 fp8
+/// CUTLASS dispatch keeps one configuration, tile 128×128×128, for every
+/// `m` > 128: `csrc/quantization/cutlass_w8a8/c3x/scaled_mm_sm90_fp8_dispatch.cuh`),
+/// so the envelope is
+/// what an `m`-row GEMM can cost at most. Applied to the fp8 tables only: the
+/// bf16 tables' departures from monotone are a few per cent of noise, which a
+/// running minimum would turn into a bias.
+fn monotone_in_m(ys: &mut [f64]) {
+    for i in (0..ys.len().saturating_sub(1)).rev() {
+        if ys[i + 1] < ys[i] {
+            ys[i] = ys[i + 1];
+        }
+    }
+}
+
 // ---------------------------------------------------------------- what a table holds
 
 fn dtype_name(kv_bytes: u32) -> &'static str {
@@ -674,7 +700,7 @@ impl Tables {
             }
         };
         // Hold the source point's utilisation, moved to the requested shape and dtype.
-        let ys = ms
+        let mut ys: Vec<f64> = ms
             .iter()
             .zip(&src.latency_ms)
             .map(|(&m, &y)| {
@@ -685,6 +711,9 @@ impl Tables {
                 }
             })
             .collect();
+        if dt == "fp8" {
+            monotone_in_m(&mut ys);
+        }
         Curve { xs: ms, ys, sol_last: Some((s, self.peaks)) }
     }
 
@@ -951,6 +980,30 @@ pub fn fit_roofline(systems: &[&str], engine: &str, shapes: &FitShapes) -> Roofl
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every fp8 GEMM curve read from a table is non-decreasing in `m` (the raw
+    /// tables are not: see [`monotone_in_m`]), and a monotone curve is left as it is.
+    #[test]
+    fn fp8_gemm_curves_are_monotone_in_m() {
+        let shapes = crate::cost::fit_shapes();
+        for system in tabled_systems() {
+            for engine in ["vllm", "sglang"] {
+                let Some(t) = tables(system, engine) else { continue };
+                if !t.gemm.dtypes.contains_key("fp8") {
+                    continue;
+                }
+                for &g in &shapes.gemms {
+                    let c = t.gemm(GemmShape { fp8: true, ..g });
+                    for w in c.ys.windows(2) {
+                        assert!(w[0] <= w[1], "{system} {engine} {g:?}: {} > {}", w[0], w[1]);
+                    }
+                    let mut ys = c.ys.clone();
+                    monotone_in_m(&mut ys);
+                    assert_eq!(ys, c.ys);
+                }
+            }
+        }
+    }
 
     /// The flat grids the step loop reads give exactly the grids' values, on the
     /// points, between them, at whole numbers and beyond both ends.

@@ -116,8 +116,8 @@ w("datacrunch_llama33-70b_4xh200_sglang", {
     "rows": rows, "scenario": dc})
 
 # 7. evalscope: 1x H100, Llama-3.1-8B; vLLM 0.9.0 V1 and SGLang 0.4.9; N <= 30 only.
-ev_v = wl(vllm("0.11.0", "llama-3.1-8b-instruct", "h100-80gb"), dataset_name="random", random_input_len=7500,
-          random_output_len=2000, random_range_ratio=0.33, ignore_eos=True, initial_test_request=False, seed=0)
+ev_v = wl(vllm("0.11.0", "llama-3.1-8b-instruct", "h100-80gb"), dataset_name="random", random_input_len=1904,
+          random_output_len=2000, random_range_ratio=0.333, ignore_eos=True, initial_test_request=False, seed=0)
 ev_s = wl(sglang("0.4.10", "llama-3.1-8b-instruct", "h100-80gb"), **ev_v["workload"])
 rows = []
 for eng in ["vllm-0.9.0(V1)", "sglang-0.4.9", "vllm-0.9.0(V0)"]:
@@ -130,7 +130,7 @@ for eng in ["vllm-0.9.0(V1)", "sglang-0.4.9", "vllm-0.9.0(V0)"]:
         rows.append(r)
 w("evalscope_llama31-8b_h100", {
     "csv": "data/published/evalscope_llama31-8b_h100_vllm090_sglang049.csv", "gpu": "1x h100-80gb",
-    "about": "vLLM 0.9.0 V1 modelled as 0.11.0, SGLang 0.4.9 as 0.4.10; LongAlpaca prompts filtered to 5000-10000 modelled as random 7500 +-33%; outputs 2000; defaults otherwise; KV from the default memory fraction.",
+    "about": "vLLM 0.9.0 V1 modelled as 0.11.0, SGLang 0.4.9 as 0.4.10; LongAlpaca prompts filtered to 5000-10000 characters (evalscope compared len(prompt) until 2025-10-15; data/published/README.md), about 1270-2540 tokens at 3.94 characters per token, modelled as random 1904 +-33%; outputs 2000; defaults otherwise; KV from the default memory fraction.",
     "scenarios": {"vllm-0.9.0(V1)": ev_v, "sglang-0.4.9": ev_s}, "rows": rows})
 
 # 8. dennislee22: 1x A100, Qwen2.5-32B, KV 9.70 GiB.
@@ -148,10 +148,10 @@ w("dennislee22_qwen25-32b_a100", {
 am = wl(sglang("0.5.6", "llama-3-8b-instruct", "a100-40gb"), initial_test_request=False, ignore_eos=True, seed=0, **SHAREGPT)
 w("accelmark_llama3-8b_a100-40gb_sglang056", {
     "csv": "data/published/accelmark_llama3-8b_a100-40gb_sglang056.csv", "gpu": "1x a100-40gb",
-    "about": "Server flags unstated (defaults); arrivals modelled as Poisson at the target QPS; requests = QPS x the median elapsed time; " + SHAREGPT_NOTE + " No kernel table exists for the A100-40GB: the fallback times it.",
+    "about": "Server flags unstated (defaults); arrivals modelled as Poisson at the target QPS; the same ~330 prompts at every QPS level (AccelMark loadgen: the suite's request list, not QPS x elapsed; docs/benchmark.md section 5); " + SHAREGPT_NOTE + " No kernel table exists for the A100-40GB: the fallback times it.",
     "scenario": am,
     "rows": [{"engine": "sglang-0.5.6", "load": q, "set": [f"workload.request_rate={q}", f"workload.num_prompts={n}"]}
-             for q, n in [("5", 330), ("25", 428), ("100", 1080)]]})
+             for q, n in [("5", 330), ("25", 330), ("100", 330)]]})
 
 # 10. NIM: 2x H100 TP2 FP8 70B (backend unstated).
 nim = wl(vllm("0.11.0", "llama-3.3-70b-instruct-fp8", "h100-80gb", 2), dataset_name="random", random_input_len=5000,
@@ -166,13 +166,14 @@ w("nim_llama33-70b-fp8_2xh100", {
 
 # 11. The aiconfigurator silicon sample, by filter.
 SIL = "data/published/aiconfigurator-silicon.csv"
-SIL_NOTE = ("Rows of aiconfigurator-core 0.12.0's silicon_sample.csv (see data/published/aiconfigurator-silicon.md): closed loop at the row's "
-            "concurrency (assumed), fixed ISL/OSL, ignore_eos (assumed), 4 x concurrency requests (unstated), no initial test request (Dynamo's client); "
+SIL_NOTE = ("Rows of aiconfigurator-core 0.12.0's silicon_sample.csv (see data/published/aiconfigurator-silicon.md): aiperf's concurrency mode at the row's "
+            "concurrency (at most that many in flight, the first wave sent at once), fixed ISL/OSL, ignore_eos, 10 x concurrency requests after a drained "
+            "2 x concurrency warm-up (aiconfigurator's aiperf harness, docs/benchmark.md section 3), no initial test request; "
             "TTFT and TPOT compared with servesim's means (the statistic is unstated); KV pool from the default memory fraction (unstated).")
 
 def sil(name, filt, scen, note=""):
     w(name, {"csv": SIL, "gpu": scen["hardware"] if isinstance(scen["hardware"], str) else scen["hardware"]["gpu"],
-             "about": SIL_NOTE + " " + note, "silicon": {"filter": filt, "prompts_per_client": 4},
+             "about": SIL_NOTE + " " + note, "silicon": {"filter": filt},
              "scenario": wl(scen, dataset_name="random", random_input_len=1024, random_output_len=128, ignore_eos=True,
                             initial_test_request=False, seed=0)})
 
