@@ -102,24 +102,73 @@ fn fp8_weights_leave_more_room_for_kv() {
     assert!(pool(&fp8) > 4 * pool(&bf16));
 }
 
+fn graphs(spec: &SimSpec) -> u64 {
+    spec.kv_sizing.memory.as_ref().unwrap().cuda_graphs
+}
+
 #[test]
-fn eager_mode_frees_the_cuda_graph_memory_from_vllm_0_21() {
-    let graphs =
-        resolve(scenario(json!({"kind": "vllm", "version": "0.28.0"}), "qwen2.5-7b-instruct", "rtx-5090", 1)).unwrap();
-    let eager = resolve(scenario(
-        json!({"kind": "vllm", "version": "0.28.0", "enforce_eager": true}),
-        "qwen2.5-7b-instruct",
-        "rtx-5090",
-        1,
-    ))
-    .unwrap();
-    assert!(graphs.kv_sizing.memory.as_ref().unwrap().cuda_graphs > 0);
-    assert_eq!(eager.kv_sizing.memory.as_ref().unwrap().cuda_graphs, 0);
-    assert!(pool(&eager) > pool(&graphs));
+fn the_cuda_graph_estimate_is_charged_from_vllm_0_21_on_the_v1_model_runner_only() {
+    let vllm = |extra: Value, model: &str| {
+        let mut e = json!({"kind": "vllm"});
+        e.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        resolve(scenario(e, model, "rtx-5090", 1)).unwrap()
+    };
+    // 0.21–0.24 run Qwen2 on the V1 runner: its estimate is subtracted, and eager mode has none.
+    for v in ["0.21.0", "0.24.0"] {
+        let with = vllm(json!({"version": v}), "qwen2.5-7b-instruct");
+        let eager = vllm(json!({"version": v, "enforce_eager": true}), "qwen2.5-7b-instruct");
+        assert!(graphs(&with) > 0, "{v}");
+        assert_eq!(graphs(&eager), 0, "{v}");
+        assert!(pool(&eager) > pool(&with), "{v}");
+    }
     // Before 0.21 graphs were captured after the KV allocation: nothing subtracted.
-    let old =
-        resolve(scenario(json!({"kind": "vllm", "version": "0.19.0"}), "qwen2.5-7b-instruct", "rtx-5090", 1)).unwrap();
-    assert_eq!(old.kv_sizing.memory.as_ref().unwrap().cuda_graphs, 0);
+    assert_eq!(graphs(&vllm(json!({"version": "0.19.0"}), "qwen2.5-7b-instruct")), 0);
+    // The V2 runner's estimate is 0: Llama from 0.23 (unquantized; quantized from 0.24),
+    // every dense model from 0.25.
+    assert_eq!(graphs(&vllm(json!({"version": "0.23.0"}), "llama-3.1-8b-instruct")), 0);
+    assert!(graphs(&vllm(json!({"version": "0.23.0", "quantization": "fp8"}), "llama-3.1-8b-instruct")) > 0);
+    assert_eq!(graphs(&vllm(json!({"version": "0.24.0", "quantization": "fp8"}), "llama-3.1-8b-instruct")), 0);
+    assert_eq!(graphs(&vllm(json!({"version": "0.25.0"}), "qwen2.5-7b-instruct")), 0);
+    assert_eq!(graphs(&vllm(json!({"version": "0.28.0"}), "qwen2.5-7b-instruct")), 0);
+}
+
+#[test]
+fn vllm_releases_resolve_the_model_runner_and_the_accounting_read_in_their_source() {
+    let res = sim::builtin::resources().unwrap();
+    let card = |id: &str| res.models.iter().find(|m| m.id == id).unwrap().clone();
+    let b = |v: &str, id: &str, q: bool| {
+        config::VllmMemoryBehaviour::of_release(sim::engine::Version::parse(v).unwrap(), &card(id), q, true)
+    };
+    // `DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES` in config/vllm.py, per release.
+    assert!(!b("0.21.0", "qwen3-8b", false).model_runner_v2);
+    assert!(b("0.22.0", "qwen3-8b", false).model_runner_v2);
+    assert!(!b("0.22.0", "llama-3.1-8b-instruct", false).model_runner_v2);
+    assert!(!b("0.22.0", "qwen3-8b", true).model_runner_v2);
+    assert!(b("0.23.0", "llama-3.1-8b-instruct", false).model_runner_v2);
+    assert!(!b("0.24.0", "qwen2.5-7b-instruct", false).model_runner_v2);
+    assert!(b("0.24.0", "llama-3.1-8b-instruct", true).model_runner_v2);
+    assert!(b("0.25.0", "qwen2.5-7b-instruct", true).model_runner_v2);
+    // The estimate goes with the V1 runner; 0.27 measures consumed memory by free memory.
+    assert!(b("0.24.0", "qwen2.5-7b-instruct", false).cudagraph_estimate);
+    assert!(!b("0.26.0", "qwen2.5-7b-instruct", false).consumed_from_free_memory);
+    assert!(b("0.27.0", "qwen2.5-7b-instruct", false).consumed_from_free_memory);
+    // 0.27's free-memory accounting adds nothing measurable on a Linux host,
+    // and a share of the weights on a Windows/WSL2 (WDDM) one.
+    let acct = |v: &str, hw: Value| {
+        let mut sc = scenario(json!({"kind": "vllm", "version": v}), "qwen2.5-7b-instruct", "rtx-5090", 1);
+        sc["hardware"] = hw;
+        resolve(sc).unwrap().kv_sizing.memory.unwrap()
+    };
+    let linux = json!("rtx-5090");
+    let (a26, a27) = (acct("0.26.0", linux.clone()), acct("0.27.0", linux));
+    assert_eq!(a26, a27);
+    let mut wsl2 = serde_json::to_value(res.gpus.iter().find(|g| g.id == "rtx-5090").unwrap()).unwrap();
+    wsl2["memory_bytes"] = json!(32_607u64 << 20);
+    let (w26, w27) = (acct("0.26.0", wsl2.clone()), acct("0.27.0", wsl2));
+    assert_eq!(w26.non_torch, a26.non_torch);
+    let extra = (config::VLLM_WDDM_CONSUMED_PER_WEIGHT_BYTE * w27.weights as f64) as u64;
+    assert!(w27.non_torch.abs_diff(w26.non_torch + extra) <= 1, "{w26:?} {w27:?}");
+    assert_eq!(a26.cuda_graphs + a27.cuda_graphs, 0);
 }
 
 #[test]
@@ -162,4 +211,38 @@ fn bad_parallelism_and_dtypes_are_errors_naming_the_field_and_the_numbers() {
     assert_eq!(e.path, "engine.mem_fraction_static");
     let e = resolve(scenario(json!({"kind": "vllm", "quantization": "awq"}), "qwen3-32b", "h100-80gb", 1)).unwrap_err();
     assert_eq!(e.path, "engine.quantization");
+}
+
+/// The default scenario's published log (RTX 5090 under Windows + WSL2, vLLM
+/// 0.28.0, 0.85: `GPU KV cache size: 194,896 tokens`), derived without its
+/// logged pool: the shipped scenario says `hardware.host: wsl2`, so the
+/// device total is the `nvidia-smi` total as WSL2 shows it; within 2%. On a
+/// Linux host the same card is another device total, without the WSL2 term.
+#[test]
+fn the_default_scenarios_pool_derived_on_its_wsl2_host_is_within_2_percent_of_its_log() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios/rtx5090-qwen2.5-7b-vllm.json");
+    let mut sc: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert_eq!(sc["hardware"], json!({"gpu": "rtx-5090", "host": "wsl2"}));
+    sc["engine"].as_object_mut().unwrap().remove("kv_cache_tokens");
+    let spec = resolve(sc.clone()).unwrap();
+    assert!(config::wddm_host(&spec.gpu));
+    // The log prints num_blocks × block_size.
+    let logged = 194_896.0;
+    let err = (pool(&spec) as f64 - logged) / logged;
+    assert!(err.abs() <= 0.02, "{} tokens: {:+.2}%", pool(&spec), err * 100.0);
+    // The same setup on a Linux host: CUDA's total, no WSL2 term.
+    sc["hardware"] = json!({"gpu": "rtx-5090", "host": "linux"});
+    let linux = resolve(sc.clone()).unwrap();
+    assert!(!config::wddm_host(&linux.gpu));
+    assert!(pool(&linux) > pool(&spec));
+    // A host servesim does not know, and a card without an nvidia-smi total under WSL2: errors.
+    sc["hardware"] = json!({"gpu": "rtx-5090", "host": "windows"});
+    assert_eq!(resolve(sc.clone()).unwrap_err().path, "hardware.host");
+    let res = sim::builtin::resources().unwrap();
+    let mut card = serde_json::to_value(res.gpus.iter().find(|g| g.id == "rtx-5090").unwrap()).unwrap();
+    card.as_object_mut().unwrap().remove("nvidia_smi_memory_mib");
+    sc["hardware"] = json!({"gpu": card, "host": "wsl2"});
+    let e = resolve(sc).unwrap_err();
+    assert_eq!(e.path, "hardware.host");
+    assert!(e.message.contains("nvidia_smi_memory_mib"), "{}", e.message);
 }

@@ -9,11 +9,13 @@
 //! dummy forward at `max_num_batched_tokens` and of the sampler at
 //! `max_num_seqs`, and memory allocated outside torch (workspaces, NCCL and
 //! custom all-reduce buffers); from 0.21 it also subtracts its CUDA-graph
-//! memory estimate (none with `enforce_eager`). The CUDA context is created
-//! before the snapshot, so it lives in the `1 − gpu_memory_utilization`
-//! headroom and is not charged. The pool is then cut into blocks
-//! (`kv_cache_utils.py:get_num_blocks`): `available // (block_size × bytes
-//! per token per GPU)`.
+//! memory estimate when the V1 model runner runs (none with `enforce_eager`;
+//! the V2 runner's estimate is 0). Which runner runs, and how 0.27 measures
+//! the non-KV memory, is the release's [`VllmMemoryBehaviour`]. The CUDA
+//! context is created before the snapshot, so it lives in the `1 −
+//! gpu_memory_utilization` headroom and is not charged. The pool is then
+//! cut into blocks (`kv_cache_utils.py:get_num_blocks`): `available //
+//! (block_size × bytes per token per GPU)`.
 //!
 //! **SGLang** (`model_runner.py:profile_max_num_token`; 0.5.x
 //! `kv_cache_configurator.py`): `rest = free memory after the weights −
@@ -25,13 +27,17 @@
 //! `mem_fraction_static` is [`sglang_default_mem_fraction_static`].
 //!
 //! Terms derived from first principles: the weights (parameters × bytes,
-//! sharded by TP), the activation peak (the tensors named below), the KV cell
-//! size. Terms that cannot be derived (allocator slack, workspaces, NCCL
-//! buffers, the CUDA context, CUDA-graph pools) are the constants marked
-//! FITTED below: each was fitted once on the start-up log corpus
-//! (`data/published/kv-logs.csv`, by least squares over the rows that can be
-//! derived), never on a single log; `tests/kv_corpus.rs` re-derives every row
-//! and reports the error, leave-one-out for the fitted constants.
+//! sharded by TP), the activation peak (the tensors named below, per model
+//! runner), the KV cell size, which runner runs and whether the graph
+//! estimate is charged (read in each release's source). Terms that cannot be
+//! derived (allocator slack, workspaces, NCCL buffers, the CUDA context,
+//! CUDA-graph pools, what 0.27's free-memory measure adds) are the constants
+//! marked FITTED below, each fitted on the start-up log corpus
+//! (`data/published/kv-logs.csv`: the median over its group's judged rows;
+//! the graph constant by least squares); `tests/kv_corpus.rs` refits them,
+//! checks the code holds the fit, and reports every row's error, leave-one-out.
+//! One of them, [`VLLM_WDDM_CONSUMED_PER_WEIGHT_BYTE`], is a host's, not
+//! vLLM's: what 0.27's free-memory measure picks up on Windows/WSL2.
 
 use serde::Serialize;
 
@@ -39,19 +45,37 @@ use super::*;
 
 const MIB: u64 = 1 << 20;
 
-/// FITTED (kv-logs corpus, vLLM rows): memory vLLM allocates outside torch
-/// on each GPU during start-up and profiling at TP 1 (cuBLAS/attention
-/// workspaces, allocator slack), MiB.
-pub const VLLM_NON_TORCH_MIB: f64 = 1010.0;
-/// FITTED (kv-logs corpus, vLLM rows at TP > 1): extra memory outside torch
-/// with tensor parallelism (NCCL communicators and the custom all-reduce's
-/// buffers), MiB per GPU.
-pub const VLLM_NON_TORCH_TP_MIB: f64 = 1870.0;
+/// FITTED (kv-logs corpus, vLLM rows on the V1 model runner): memory vLLM
+/// allocates outside torch on each GPU during start-up and profiling at TP 1
+/// (cuBLAS/attention workspaces, allocator slack), and what the V1 profile's
+/// torch peak holds beyond the derived activation peak, MiB.
+pub const VLLM_NON_TORCH_MIB: f64 = 960.0;
+/// FITTED (kv-logs corpus, vLLM rows at TP > 1, all on the V1 runner so far):
+/// extra memory outside torch with tensor parallelism (NCCL communicators
+/// and the custom all-reduce's buffers), MiB per GPU; applied to both runners.
+pub const VLLM_NON_TORCH_TP_MIB: f64 = 1919.0;
+/// FITTED (kv-logs corpus, vLLM rows on the V2 model runner, releases
+/// 0.25–0.26): memory outside the derived terms at TP 1 when the V2 model
+/// runner profiles (its non-torch memory, the part of its torch peak above
+/// the forward's activations, and the weights' allocator rounding), MiB.
+/// Replaces [`VLLM_NON_TORCH_MIB`] for that runner; the TP term is shared.
+pub const VLLM_V2_NON_TORCH_MIB: f64 = 514.0;
+/// FITTED (kv-logs corpus, vLLM ≥ 0.27 rows on Windows/WSL2 hosts): what
+/// 0.27's free-memory accounting (`mem_utils.py:memory_profiling`,
+/// `total_consumed` = free memory at the init snapshot − free memory after
+/// profiling) charges beyond the ≤ 0.26 terms on a WDDM host, per byte of
+/// weights: free memory there drops by about this much more than the
+/// weights torch allocated. On bare-metal Linux 0.27/0.28 logs the consumed
+/// memory is the weights plus the ≤ 0.26 non-torch terms (`docs/vllm.md`),
+/// so nothing is added there. Applied when the GPU card reports the WDDM
+/// view of the device ([`wddm_host`]).
+pub const VLLM_WDDM_CONSUMED_PER_WEIGHT_BYTE: f64 = 0.119;
 /// FITTED (the captured-graph memory vLLM 0.19 logs, "Graph capturing
 /// finished ... took X GiB", corpus rows): CUDA-graph memory per layer per
 /// captured batch size, MiB. vLLM ≥ 0.21 subtracts its estimate of this
-/// from the KV budget.
-pub const VLLM_GRAPH_MIB_PER_LAYER_SIZE: f64 = 0.35;
+/// from the KV budget when the V1 model runner runs (the V2 runner's
+/// estimate is 0).
+pub const VLLM_GRAPH_MIB_PER_LAYER_SIZE: f64 = 0.45;
 /// FITTED (kv-logs corpus, SGLang rows): the CUDA context and torch's
 /// start-up allocations on each GPU before SGLang measures free memory, MiB.
 pub const SGLANG_CONTEXT_MIB: f64 = 1455.0;
@@ -154,7 +178,7 @@ pub fn resolve_deployment(
             ));
         }
     }
-    if model.num_attention_heads % tp != 0 {
+    if !model.num_attention_heads.is_multiple_of(tp) {
         return Err(ConfigError::new(
             format!("engine.{tp_field}"),
             format!(
@@ -163,7 +187,7 @@ pub fn resolve_deployment(
             ),
         ));
     }
-    if model.num_kv_heads % tp != 0 && tp % model.num_kv_heads != 0 {
+    if !model.num_kv_heads.is_multiple_of(tp) && !tp.is_multiple_of(model.num_kv_heads) {
         return Err(ConfigError::new(
             format!("engine.{tp_field}"),
             format!(
@@ -218,17 +242,91 @@ pub fn resolve_deployment(
 }
 
 /// vLLM's CUDA-graph capture sizes: `[1, 2, 4] + 8..` up to
-/// `min(2 × max_num_seqs, 512)`, in steps of 8 (0.11–0.20) or of 8 to 255
-/// then 16 (later releases), clipped to `max_num_batched_tokens`.
+/// `min(2 × max_num_seqs, 512)`, in steps of 8 (0.11) or of 8 to 255 then
+/// 16 (from 0.19 at the latest: the 0.19 corpus logs capture 51 sizes up to
+/// 512, `PIECEWISE=51, FULL=51`), clipped to `max_num_batched_tokens`.
 pub fn vllm_capture_sizes(version: Version, max_num_seqs: u32, max_batched: u32) -> u32 {
     let max = (2 * max_num_seqs).min(512).min(max_batched);
     let mut n = [1u32, 2, 4].iter().filter(|&&s| s <= max).count() as u32;
     let mut s = 8;
     while s <= max {
         n += 1;
-        s += if version >= Version::new(0, 21, 0) && s >= 256 { 16 } else { 8 };
+        s += if version >= Version::new(0, 19, 0) && s >= 256 { 16 } else { 8 };
     }
     n
+}
+
+/// How a vLLM release sizes its KV budget (`docs/vllm.md` "Memory sizing"),
+/// read from the source of each release.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct VllmMemoryBehaviour {
+    /// The V2 model runner (`v1/worker/gpu/model_runner.py`) runs instead of
+    /// V1 (`v1/worker/gpu_model_runner.py`): `VllmConfig.use_v2_model_runner`
+    /// (`config/vllm.py`) with `VLLM_USE_V2_MODEL_RUNNER` unset. Default for
+    /// dense `Qwen3ForCausalLM` from 0.22, plus `LlamaForCausalLM` and
+    /// `MistralForCausalLM` from 0.23 (both unquantized only until 0.24),
+    /// and for every dense (non-MoE, non-hybrid) generative model from 0.25.
+    pub model_runner_v2: bool,
+    /// The CUDA-graph memory estimate (`profile_cudagraph_memory`) is
+    /// subtracted from the budget: from 0.21
+    /// (`VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1`), V1 runner only (the V2
+    /// runner's `profile_cudagraph_memory` returns 0 in 0.21–0.28), graphs on.
+    pub cudagraph_estimate: bool,
+    /// Non-KV memory is the free-memory drop since the init snapshot plus the
+    /// transient torch peak (0.27: `total_consumed + transient_peak_headroom`)
+    /// instead of weights + torch peak increase + non-torch increase (≤ 0.26).
+    pub consumed_from_free_memory: bool,
+}
+
+/// Whether the card describes the device as a Windows (WDDM) driver shows it,
+/// as under WSL2: CUDA's total is then the whole memory `nvidia-smi` reports
+/// (an RTX 4090 under WSL2 logs `Free memory on device (22.45/23.99 GiB)`,
+/// 24,564 MiB, its `nvidia-smi` total), where a Linux driver's total is a few
+/// hundred MiB less. A card whose `memory_bytes` equals its
+/// `nvidia_smi_memory_mib` is such a view.
+pub fn wddm_host(gpu: &GpuCard) -> bool {
+    gpu.nvidia_smi_memory_mib.is_some_and(|m| u64::from(m) * MIB == gpu.memory_bytes)
+}
+
+/// The architecture family vLLM selects by (`architectures` in the
+/// checkpoint's config), from the card's Hugging Face repository or id.
+fn vllm_architecture(model: &ModelCard) -> &'static str {
+    let name = model.hf_repo.as_deref().unwrap_or(&model.id).to_ascii_lowercase();
+    if name.contains("llama") {
+        "LlamaForCausalLM"
+    } else if name.contains("mistral") {
+        "MistralForCausalLM"
+    } else if name.contains("qwen3") {
+        "Qwen3ForCausalLM"
+    } else if name.contains("qwen2") {
+        "Qwen2ForCausalLM"
+    } else {
+        "other"
+    }
+}
+
+impl VllmMemoryBehaviour {
+    /// The release's behaviour for this (dense: servesim's cards are all
+    /// dense) model, quantized or not, CUDA graphs on or off.
+    pub fn of_release(v: Version, model: &ModelCard, quantized: bool, cuda_graphs: bool) -> VllmMemoryBehaviour {
+        let arch = vllm_architecture(model);
+        let model_runner_v2 = if v >= Version::new(0, 25, 0) {
+            true
+        } else if v >= Version::new(0, 24, 0) {
+            matches!(arch, "Qwen3ForCausalLM" | "LlamaForCausalLM" | "MistralForCausalLM")
+        } else if v >= Version::new(0, 23, 0) {
+            !quantized && matches!(arch, "Qwen3ForCausalLM" | "LlamaForCausalLM" | "MistralForCausalLM")
+        } else if v >= Version::new(0, 22, 0) {
+            !quantized && arch == "Qwen3ForCausalLM"
+        } else {
+            false
+        };
+        VllmMemoryBehaviour {
+            model_runner_v2,
+            cudagraph_estimate: cuda_graphs && !model_runner_v2 && v >= Version::new(0, 21, 0),
+            consumed_from_free_memory: v >= Version::new(0, 27, 0),
+        }
+    }
 }
 
 /// vLLM's torch activation peak in `profile_run`: the larger of the dummy
@@ -247,6 +345,23 @@ pub fn vllm_activation_peak(model: &ModelCard, tp: u32, max_batched: u32, max_se
     forward.max(sampler)
 }
 
+/// The V2 model runner's torch activation peak in `profile_run`
+/// (`v1/worker/gpu/model_runner.py`): the same dummy forward at
+/// `max_batched` tokens, then `_dummy_sampler_run` over `min(max_seqs,
+/// max_batched)` rows, whose dummy batch needs no logits processing
+/// (`Sampler.apply_sampling_params` returns the logits as they are: no fp32
+/// copy, no top-k/top-p) and samples with the Gumbel kernel: the kept hidden
+/// states and the bf16 logits, 2 bytes per vocabulary entry.
+pub fn vllm_v2_activation_peak(model: &ModelCard, tp: u32, max_batched: u32, max_seqs: u32) -> u64 {
+    let a = u64::from(model.activation_dtype_bytes());
+    let h = u64::from(model.hidden_size);
+    let i = u64::from(model.intermediate_size.unwrap_or(model.hidden_size * 4)) / u64::from(tp.max(1));
+    let t = u64::from(max_batched);
+    let forward = t * (2 * h + 3 * i) * a;
+    let sampler = t * h * a + u64::from(max_seqs.min(max_batched)) * u64::from(model.vocab_size) * a;
+    forward.max(sampler)
+}
+
 /// vLLM's `determine_available_memory` for one GPU (see the module docs).
 pub fn vllm_memory_account(
     model: &ModelCard,
@@ -261,10 +376,18 @@ pub fn vllm_memory_account(
     let requested = (total as f64 * util) as u64;
     let tp = dep.tensor_parallel_size;
     let weights = model.weight_bytes_per_gpu(tp, dep.linear_weight_bytes);
-    let activation_peak = vllm_activation_peak(model, tp, max_batched, max_seqs);
-    let non_torch_mib = VLLM_NON_TORCH_MIB + if tp > 1 { VLLM_NON_TORCH_TP_MIB } else { 0.0 };
-    let non_torch = (non_torch_mib * MIB as f64) as u64;
-    let cuda_graphs = if dep.cuda_graphs && version >= Version::new(0, 21, 0) {
+    let mb = VllmMemoryBehaviour::of_release(version, model, dep.quantization.is_some(), dep.cuda_graphs);
+    let activation_peak = if mb.model_runner_v2 {
+        vllm_v2_activation_peak(model, tp, max_batched, max_seqs)
+    } else {
+        vllm_activation_peak(model, tp, max_batched, max_seqs)
+    };
+    let non_torch_mib = if mb.model_runner_v2 { VLLM_V2_NON_TORCH_MIB } else { VLLM_NON_TORCH_MIB }
+        + if tp > 1 { VLLM_NON_TORCH_TP_MIB } else { 0.0 };
+    let host = mb.consumed_from_free_memory && wddm_host(gpu);
+    let wddm = if host { VLLM_WDDM_CONSUMED_PER_WEIGHT_BYTE * weights as f64 } else { 0.0 };
+    let non_torch = (non_torch_mib * MIB as f64 + wddm) as u64;
+    let cuda_graphs = if mb.cudagraph_estimate {
         let sizes = vllm_capture_sizes(version, max_seqs, max_batched);
         (VLLM_GRAPH_MIB_PER_LAYER_SIZE * f64::from(model.num_layers) * f64::from(sizes) * MIB as f64) as u64
     } else {
@@ -281,8 +404,28 @@ pub fn vllm_memory_account(
         context: 0,
         kv,
         reserve: total - requested,
-        derivation: "derived: requested, weights, activation peak, KV cell; fitted on the start-up log corpus: \
-                     non-torch memory (TP 1 and TP > 1) and CUDA-graph memory per layer per capture size",
+        derivation: match (mb.model_runner_v2, host) {
+            (false, false) => {
+                "derived: requested, weights, activation peak (V1 model runner), KV cell; fitted on the start-up log \
+                 corpus: non-torch memory (TP 1 and TP > 1) and CUDA-graph memory per layer per capture size \
+                 (subtracted from 0.21)"
+            }
+            (true, false) => {
+                "derived: requested, weights, activation peak (V2 model runner: no CUDA-graph estimate), KV cell; \
+                 fitted on the start-up log corpus: V2 non-torch memory (and its extra at TP > 1)"
+            }
+            (true, true) => {
+                "derived: requested, weights, activation peak (V2 model runner: no CUDA-graph estimate), KV cell; \
+                 fitted on the start-up log corpus: V2 non-torch memory (and its extra at TP > 1), and what \
+                 0.27's free-memory accounting adds per byte of weights on a Windows/WSL2 (WDDM) host"
+            }
+            (false, true) => {
+                "derived: requested, weights, activation peak (V1 model runner), KV cell; fitted on the start-up \
+                 log corpus: non-torch memory (TP 1 and TP > 1), CUDA-graph memory per layer per capture size \
+                 (subtracted from 0.21), and what 0.27's free-memory accounting adds per byte of weights on a \
+                 Windows/WSL2 (WDDM) host"
+            }
+        },
     }
 }
 

@@ -204,15 +204,20 @@ fn resolve_card<T: serde::de::DeserializeOwned + Clone>(
 }
 
 /// `hardware` is a GPU card (an id or an inline card), or `{"gpu": CARD,
-/// "count": N}` for an engine on N GPUs.
-fn hardware_parts(v: &Value) -> Result<(&Value, &'static str, Option<u32>)> {
+/// "count": N, "host": HOST}` for an engine on N GPUs of a host. `host` is
+/// `linux` (the default) or `wsl2`: under Windows/WSL2 the WDDM driver shows CUDA
+/// the whole memory `nvidia-smi` reports (the card's `nvidia_smi_memory_mib`) as
+/// the device total, which moves every memory fraction's budget, and vLLM ≥ 0.27's
+/// free-memory accounting picks up what the driver holds there
+/// (`config::memory::wddm_host`; `docs/vllm.md` §5).
+fn hardware_parts(v: &Value) -> Result<(&Value, &'static str, Option<u32>, Host)> {
     match v {
         Value::Object(m) if m.contains_key("gpu") => {
             for k in m.keys() {
-                if k != "gpu" && k != "count" {
+                if k != "gpu" && k != "count" && k != "host" {
                     return Err(ConfigError::new(
                         format!("hardware.{k}"),
-                        "unknown field; `hardware` as an object with `gpu` takes `gpu` (a card id or inline card) and `count`",
+                        "unknown field; `hardware` as an object with `gpu` takes `gpu` (a card id or inline card), `count` and `host`",
                     ));
                 }
             }
@@ -222,10 +227,40 @@ fn hardware_parts(v: &Value) -> Result<(&Value, &'static str, Option<u32>)> {
                     ConfigError::new("hardware.count", format!("expected a number of GPUs from 1 to 1024, got {c}"))
                 })? as u32),
             };
-            Ok((&m["gpu"], "hardware.gpu", count))
+            let host = match m.get("host") {
+                None => Host::Linux,
+                Some(h) => match h.as_str() {
+                    Some("linux") => Host::Linux,
+                    Some("wsl2") => Host::Wsl2,
+                    _ => return Err(ConfigError::new("hardware.host", format!("expected \"linux\" or \"wsl2\", got {h}"))),
+                },
+            };
+            Ok((&m["gpu"], "hardware.gpu", count, host))
         }
-        _ => Ok((v, "hardware", None)),
+        _ => Ok((v, "hardware", None, Host::Linux)),
     }
+}
+
+/// The operating system a GPU is driven from, where it changes what CUDA reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Host {
+    Linux,
+    /// Windows with WSL2 (WDDM driver): CUDA's device total is `nvidia-smi`'s.
+    Wsl2,
+}
+
+/// The card as the host shows it: under WSL2 its device total is `nvidia-smi`'s.
+fn card_on_host(mut gpu: GpuCard, host: Host, field: &str) -> Result<GpuCard> {
+    if host == Host::Wsl2 {
+        let mib = gpu.nvidia_smi_memory_mib.ok_or_else(|| {
+            ConfigError::new(
+                field,
+                format!("card {:?} has no nvidia_smi_memory_mib: its device total under WSL2 is unknown", gpu.id),
+            )
+        })?;
+        gpu.memory_bytes = u64::from(mib) * 1024 * 1024;
+    }
+    Ok(gpu)
 }
 
 fn positive(path: &str, v: u32) -> Result<u32> {
@@ -268,8 +303,9 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
         ));
     }
     let model: ModelCard = resolve_card(&s.model, "model", &res.models, |c: &ModelCard| &c.id, "models/model/")?;
-    let (gpu_value, gpu_field, hardware_count) = hardware_parts(&s.hardware)?;
+    let (gpu_value, gpu_field, hardware_count, host) = hardware_parts(&s.hardware)?;
     let gpu: GpuCard = resolve_card(gpu_value, gpu_field, &res.gpus, |c: &GpuCard| &c.id, "models/gpu/")?;
+    let gpu = card_on_host(gpu, host, "hardware.host")?;
     if model.dtype_bytes().is_none() {
         return Err(ConfigError::new(
             "model.dtype",
