@@ -183,9 +183,7 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, String> {
                 points: conc
                     .iter()
                     .zip(o)
-                    .map(|(&c, x)| {
-                        (f64::from(c), x.metrics.output_throughput, x.metrics.ttft.mean, x.metrics.ttft.percentiles[3])
-                    })
+                    .map(|(&c, x)| (f64::from(c), x.metrics.output_throughput, x.metrics.ttft.mean, x.metrics.ttft.p99))
                     .collect(),
                 dashed: false,
             })
@@ -202,10 +200,7 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, String> {
     if results.len() == 1 {
         let (s, o) = &results[0];
         if a.json {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&Value::Object(series_json(s, o, &conc))).expect("serializable")
-            );
+            println!("{}", serde_json::to_string_pretty(&series_result(s, o, &conc)).expect("serializable"));
         } else {
             print!("{}", series_text(s, o, &conc));
         }
@@ -222,8 +217,8 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, String> {
         let workloads_differ = workloads.windows(2).any(|w| w[0] != w[1]);
         let moved: Vec<&str> = rows.iter().filter(|r| r.differs).map(|r| r.knob.name).collect();
         if a.json {
-            let scenarios = results.iter().map(|(s, o)| Value::Object(series_json(s, o, &conc))).collect();
-            let j = align::side_by_side_json(scenarios, &rows, workloads_differ);
+            let scenarios = results.iter().map(|(s, o)| series_result(s, o, &conc)).collect();
+            let j = align::SideBySide::new(scenarios, &rows, workloads_differ);
             println!("{}", serde_json::to_string_pretty(&j).expect("serializable"));
         } else {
             let mut s = String::new();
@@ -260,13 +255,6 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, String> {
 /// The typed result of one series (`sim::sweep::SweepSeries`).
 fn series_result(s: &Series, outs: &[SimOutput], conc: &[u32]) -> SweepSeries {
     sweep_series(&s.label, conc, &s.specs, outs, s.notes.clone())
-}
-
-fn series_json(s: &Series, outs: &[SimOutput], conc: &[u32]) -> Map<String, Value> {
-    match serde_json::to_value(series_result(s, outs, conc)).expect("serializable") {
-        Value::Object(m) => m,
-        _ => unreachable!("a struct serializes to an object"),
-    }
 }
 
 fn series_text(s: &Series, outs: &[SimOutput], conc: &[u32]) -> String {
@@ -310,7 +298,7 @@ fn series_text(s: &Series, outs: &[SimOutput], conc: &[u32]) -> String {
             m.request_throughput,
             m.output_throughput,
             m.ttft.mean,
-            m.ttft.percentiles[3],
+            m.ttft.p99,
             m.tpot.mean,
             m.itl.mean,
             m.e2el.mean,
@@ -358,9 +346,9 @@ fn side_by_side(results: &[(Series, Vec<SimOutput>)], conc: &[u32]) -> String {
     let metrics: [(&str, fn(&SimOutput) -> f64); 6] = [
         ("out tok/s", |o| o.metrics.output_throughput),
         ("mean TTFT ms", |o| o.metrics.ttft.mean),
-        ("p99 TTFT ms", |o| o.metrics.ttft.percentiles[3]),
+        ("p99 TTFT ms", |o| o.metrics.ttft.p99),
         ("mean TPOT ms", |o| o.metrics.tpot.mean),
-        ("p99 ITL ms", |o| o.metrics.itl.percentiles[3]),
+        ("p99 ITL ms", |o| o.metrics.itl.p99),
         ("max ITL ms", |o| o.metrics.itl.max),
     ];
     let mut head = format!("{:>11}", "concurrency");

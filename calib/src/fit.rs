@@ -20,6 +20,7 @@
 
 use sim::config::SimSpec;
 use sim::cost::{CostCoefficients, CostModel, COEFFICIENT_NAMES};
+use sim::report::Metric;
 use sim::simulation::RunOptions;
 use statrs::statistics::Statistics;
 
@@ -27,27 +28,28 @@ use statrs::statistics::Statistics;
 /// measures all of them), then the medians and p99s, which a fit uses only where a source
 /// publishes no mean of that family (`procedure::measured_targets`), each against the
 /// simulated statistic of the same name, never as a mean.
-pub const TARGETS: [&str; 13] = [
-    "mean_ttft_ms",
-    "mean_tpot_ms",
-    "mean_itl_ms",
-    "mean_e2el_ms",
-    "output_throughput",
-    "median_ttft_ms",
-    "p99_ttft_ms",
-    "median_tpot_ms",
-    "p99_tpot_ms",
-    "median_itl_ms",
-    "p99_itl_ms",
-    "median_e2el_ms",
-    "p99_e2el_ms",
+pub const TARGETS: [Metric; 13] = [
+    Metric::MeanTtftMs,
+    Metric::MeanTpotMs,
+    Metric::MeanItlMs,
+    Metric::MeanE2elMs,
+    Metric::OutputThroughput,
+    Metric::MedianTtftMs,
+    Metric::P99TtftMs,
+    Metric::MedianTpotMs,
+    Metric::P99TpotMs,
+    Metric::MedianItlMs,
+    Metric::P99ItlMs,
+    Metric::MedianE2elMs,
+    Metric::P99E2elMs,
 ];
 
 /// The number of means at the head of [`TARGETS`].
 pub const MEAN_TARGETS: usize = 5;
 
 /// The metric family of each of [`TARGETS`] (`ttft`, `tpot`, `itl`, `e2el`, `throughput`).
-pub fn family(target: &str) -> &'static str {
+pub fn family(target: Metric) -> &'static str {
+    let target = target.key();
     if target.contains("ttft") {
         "ttft"
     } else if target.contains("tpot") {
@@ -150,10 +152,9 @@ pub fn predict(spec: &SimSpec, cost: &CostModel) -> Vec<Option<f64>> {
     targets_of(&sim::simulate(&s, RunOptions::default()).metrics)
 }
 
-/// The values of [`TARGETS`] in a run's metrics.
+/// The values of [`TARGETS`] in a run's metrics, in that order.
 pub fn targets_of(m: &sim::metrics::BenchMetrics) -> Vec<Option<f64>> {
-    // `sim::metrics::PERCENTILES` is [50, 90, 95, 99]: the p99 is the last.
-    let p99 = |s: &sim::metrics::Stats| Some(s.percentiles[3]);
+    let p99 = |s: &sim::metrics::Stats| Some(s.p99);
     vec![
         Some(m.ttft.mean),
         Some(m.tpot.mean),
