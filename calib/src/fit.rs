@@ -462,11 +462,31 @@ pub fn parse_step_log(text: &str) -> Vec<StepRow> {
 /// A linear least-squares fit of step time on step composition.
 #[derive(Clone, Debug)]
 pub struct StepFit {
-    /// step_us, per_seq_us, prefill_token_us, decode_token_us.
-    pub coefficients: [f64; 4],
+    pub coefficients: StepCoefficients,
     pub r2: f64,
     pub residual_std_ms: f64,
     pub rows: usize,
+}
+
+/// The cost coefficients a step log determines (µs).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepCoefficients {
+    pub step_us: f64,
+    pub per_seq_us: f64,
+    pub prefill_token_us: f64,
+    pub decode_token_us: f64,
+}
+
+impl StepCoefficients {
+    /// Each coefficient with its name (`sim::cost::COEFFICIENT_NAMES`).
+    pub fn named(&self) -> [(&'static str, f64); 4] {
+        [
+            ("step_us", self.step_us),
+            ("per_seq_us", self.per_seq_us),
+            ("prefill_token_us", self.prefill_token_us),
+            ("decode_token_us", self.decode_token_us),
+        ]
+    }
 }
 
 /// Solves the normal equations of `x β = y` over the columns in `active`.
@@ -529,7 +549,13 @@ pub fn fit_step_log(rows: &[StepRow]) -> Option<StepFit> {
     let resid: Vec<f64> = y.iter().zip(&pred).map(|(a, b)| a - b).collect();
     let pairs: Vec<(f64, f64)> = y.iter().copied().zip(pred).collect();
     Some(StepFit {
-        coefficients: [beta[0] * 1e3, beta[1] * 1e3, beta[2] * 1e3, beta[3] * 1e3],
+        // The columns: steps, sequences, context tokens, generation tokens (ms → µs).
+        coefficients: StepCoefficients {
+            step_us: beta[0] * 1e3,
+            per_seq_us: beta[1] * 1e3,
+            prefill_token_us: beta[2] * 1e3,
+            decode_token_us: beta[3] * 1e3,
+        },
         r2: r_squared(&pairs).unwrap_or(0.0),
         residual_std_ms: resid.iter().std_dev(),
         rows: rows.len(),
@@ -696,8 +722,8 @@ mod step_tests {
         assert_eq!(rows.len(), 40);
         let f = fit_step_log(&rows).unwrap();
         // per_seq and decode_token are collinear here except through context requests; the sum is identified.
-        assert!((f.coefficients[0] - 9000.0).abs() < 50.0, "{:?}", f.coefficients);
-        assert!((f.coefficients[2] - 200.0).abs() < 1.0, "{:?}", f.coefficients);
+        assert!((f.coefficients.step_us - 9000.0).abs() < 50.0, "{:?}", f.coefficients);
+        assert!((f.coefficients.prefill_token_us - 200.0).abs() < 1.0, "{:?}", f.coefficients);
         assert!(f.r2 > 0.999);
     }
 }

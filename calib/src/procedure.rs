@@ -143,7 +143,7 @@ pub fn calibrate<M: Measure + ?Sized>(m: &mut M, scenario: &Scenario<'_>, o: &Ca
         Some(sf) => {
             let mut c = prior.clone();
             let mut ov = CostCoefficients::default();
-            for (k, v) in ["step_us", "per_seq_us", "prefill_token_us", "decode_token_us"].iter().zip(sf.coefficients) {
+            for (k, v) in sf.coefficients.named() {
                 ov.set(k, v);
             }
             c.overlay(&ov, CoefficientSource::Profile);
@@ -215,10 +215,10 @@ pub fn calibrate<M: Measure + ?Sized>(m: &mut M, scenario: &Scenario<'_>, o: &Ca
             rows: sf.rows,
             r2: sf.r2,
             residual_std_ms: sf.residual_std_ms,
-            step_us: sf.coefficients[0],
-            per_seq_us: sf.coefficients[1],
-            prefill_token_us: sf.coefficients[2],
-            decode_token_us: sf.coefficients[3],
+            step_us: sf.coefficients.step_us,
+            per_seq_us: sf.coefficients.per_seq_us,
+            prefill_token_us: sf.coefficients.prefill_token_us,
+            decode_token_us: sf.coefficients.decode_token_us,
         });
     }
     if let (Some(p), Some(l)) = (&projection, &linear) {
