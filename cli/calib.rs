@@ -200,10 +200,9 @@ fn named_json<T: serde::Serialize>(v: &T) -> String {
 pub fn profile_summary(p: &Profile) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "Fitted cost profile ({}):", p.source);
-    let prior = serde_json::to_value(&p.prior).unwrap_or_default();
     for (k, v) in p.coefficients.iter() {
         let src = p.coefficient_sources.get(k).copied().unwrap_or("?");
-        let prior = prior[k].as_f64().unwrap_or(f64::NAN);
+        let prior = p.prior.get(k).unwrap_or(f64::NAN);
         let _ = writeln!(s, "  {k:<22} {v:>12.4} µs   ({src}; prior {prior:.4})");
     }
     if let Some(u) = &p.uncertainty {

@@ -534,7 +534,7 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
     if let Some(path) = &a.plot {
         let pts: Vec<(f64, f64, bool, String)> = valid
             .iter()
-            .map(|(e, t, l)| (*t, *l, e.result.as_ref().is_ok_and(|m| meets(m)), config_label(&cfg_json(&e.config))))
+            .map(|(e, t, l)| (*t, *l, e.result.as_ref().is_ok_and(&meets), config_label(&cfg_json(&e.config))))
             .collect();
         let front: Vec<(f64, f64)> = pareto.iter().map(|(_, t, l)| (*t, *l)).collect();
         let lines: Vec<(String, f64, bool)> = slos

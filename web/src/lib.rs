@@ -34,7 +34,7 @@
 use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use sim::config::{self, Resources, Scenario, SimSpec};
 use sim::simulation::{GaugeSample, RunOptions};
 use sim::workload::Dataset;
@@ -398,6 +398,7 @@ pub fn translate(request: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn errors_name_the_field() {
