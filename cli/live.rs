@@ -308,6 +308,8 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode, String> {
         let run = bench::run(&opts, &w).await;
         pb.finish_and_clear();
         let mut point = measured_point(&info, &w, &run);
+        // The text shows the run as the client measured it (before a failure's reason below).
+        let text = sim::report::text_report(&point.report, &text_opts, "measured");
         // Nothing succeeded: say why (the most common failure), in the JSON too, and exit 1.
         let nothing = nothing_succeeded(&run);
         if let Some(why) = &nothing {
@@ -342,8 +344,7 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode, String> {
         if a.json {
             println!("{}", serde_json::to_string_pretty(&point).expect("json"));
         } else {
-            let metrics = sim::metrics::bench_metrics(&run.result);
-            print!("{}", sim::report::text_report(&meta_of(&info), &w, &metrics, &run.result, &text_opts, "measured"));
+            print!("{text}");
             println!("{:<40} {:<10.2}", "Client CPU time (s):", run.client_cpu_s);
             if run.client_cpu_s > 0.5 * run.wall_s {
                 println!(

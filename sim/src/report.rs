@@ -16,7 +16,6 @@ use std::fmt::Write as _;
 
 use crate::config::{EngineKind, SimSpec};
 use crate::metrics::Stats;
-use crate::sweep::KvLimit;
 use crate::SimOutput;
 
 /// Who produced a report: the engine and setup it describes.
@@ -600,25 +599,24 @@ impl ReplicaReport {
 }
 
 /// The text block of a fleet: one line per replica.
-pub fn fleet_text(f: &crate::fleet::FleetRun) -> String {
+pub fn fleet_text(f: &FleetReport, replicas: &[ReplicaReport]) -> String {
     let mut s = String::new();
-    header(&mut s, &format!(" Fleet ({} replicas, {} GPUs) ", f.replicas.len(), f.num_gpus), '=');
+    header(&mut s, &format!(" Fleet ({} replicas, {} GPUs) ", f.num_replicas, f.num_gpus), '=');
     line(&mut s, "Router:", &f.router);
     if let Some(d) = &f.decode_router {
         line(&mut s, "Decode router:", d);
-        line(&mut s, "KV transfers:", f.kv_transfers);
-        linef(&mut s, "Mean KV transfer (ms):", f.mean_kv_transfer_ms);
-        linef(&mut s, "Mean wait for decode KV (ms):", f.mean_kv_transfer_wait_ms);
+        line(&mut s, "KV transfers:", f.kv_transfers.unwrap_or_default());
+        linef(&mut s, "Mean KV transfer (ms):", f.mean_kv_transfer_ms.unwrap_or_default());
+        linef(&mut s, "Mean wait for decode KV (ms):", f.mean_kv_transfer_wait_ms.unwrap_or_default());
     }
     let _ = writeln!(
         s,
         "{:<12} {:<8} {:<14} {:>8} {:>7} {:>7} {:>7} {:>8} {:>8}",
         "replica", "role", "hardware", "requests", "preempt", "hit %", "KV pk %", "run mean", "wait mean"
     );
-    for r in &f.replicas {
-        let c = &r.counters;
-        let hr = if c.prefix_cache_queries > 0 {
-            100.0 * c.prefix_cache_hits as f64 / c.prefix_cache_queries as f64
+    for r in replicas {
+        let hr = if r.prefix_cache_queries > 0 {
+            100.0 * r.prefix_cache_hits as f64 / r.prefix_cache_queries as f64
         } else {
             0.0
         };
@@ -631,14 +629,14 @@ pub fn fleet_text(f: &crate::fleet::FleetRun) -> String {
             s,
             "{:<12} {:<8} {:<14} {:>8} {:>7} {:>7.1} {:>7.1} {:>8.1} {:>8.1}",
             r.name,
-            r.role.as_str(),
+            r.role,
             hw,
             r.requests,
-            c.num_preemptions,
+            r.num_preemptions,
             hr,
-            100.0 * r.gauges.kv_usage_peak,
-            r.gauges.running_mean,
-            r.gauges.waiting_mean
+            100.0 * r.kv_cache_usage_peak,
+            r.mean_running,
+            r.mean_waiting
         );
     }
     header(&mut s, "", '=');
@@ -694,9 +692,12 @@ impl Default for TextOptions {
     }
 }
 
-/// The text report of a simulated run: what ran, `vllm bench serve`'s block, the
-/// engine block, and notes on the numbers that puzzle a first reader.
+/// The text report of a simulated run: what ran (from the spec), its report
+/// ([`PointReport`]: `vllm bench serve`'s block, the engine block, a fleet's block), and
+/// notes on the numbers that puzzle a first reader.
 pub fn text(spec: &SimSpec, out: &SimOutput, opts: &TextOptions) -> String {
+    let report = PointReport::of(spec, out);
+    let r = &report.bench;
     let trace = matches!(
         spec.workload.dataset,
         crate::workload::Dataset::Trace { .. } | crate::workload::Dataset::Requests { .. }
@@ -714,97 +715,73 @@ pub fn text(spec: &SimSpec, out: &SimOutput, opts: &TextOptions) -> String {
         spec.engine.version(),
         spec.kv_sizing.source
     );
-    s.push_str(&text_report_with(
-        &PointMeta::of(spec),
-        &out.workload,
-        &out.metrics,
-        &out.run,
-        opts,
-        "simulated",
-        if trace { Some("trace") } else { None },
-    ));
+    s.push_str(&report_text(r, opts, "simulated", if trace { Some("trace") } else { None }));
     // Notes on the numbers a first reader asks about.
-    let c = &out.run.counters;
     if let crate::config::EngineSpec::Vllm(v) = &spec.engine {
         let _ = writeln!(
             s,
             "Note: the KV cache size is the usable pool: vLLM's start-up log prints it with the null block ({} tokens); block 0 is reserved.",
-            out.run.kv_capacity_tokens + u64::from(v.block_size)
+            r.kv_cache_tokens + u64::from(v.block_size)
         );
     }
-    if out.metrics.max_concurrent_requests > out.workload.max_concurrency.map_or(u64::MAX, u64::from) {
+    if r.max_concurrent_requests > r.max_concurrency.map_or(u64::MAX, u64::from) {
         let _ = writeln!(
             s,
             "Note: peak concurrent requests counts, as vllm bench serve does, the requests in flight at any time within one 1-second bucket: a request that ends and the next, sent in the same second, both count."
         );
     }
-    if out.workload.initial_test.is_some() && c.prefix_cache_hits > 0 {
+    if out.workload.initial_test.is_some() && r.prefix_cache_hits > 0 {
         let _ = writeln!(
             s,
             "Note: prefix cache hits include the first timed prompt, which the initial test request (the same prompt, sent first as vllm bench serve before 0.14 does) left cached."
         );
     }
-    if let Some(f) = &out.fleet {
-        s.push_str(&fleet_text(f));
+    if let (Some(f), Some(replicas)) = (&report.fleet, &report.replicas) {
+        s.push_str(&fleet_text(f, replicas));
     }
     // The step clock's source, as the engine block's first line.
     if let Some(at) = s.find(" Engine (").and_then(|i| s[i..].find('\n').map(|j| i + j + 1)) {
         let mut l = String::new();
-        line(&mut l, "Step cost source:", spec.cost.source());
+        line(&mut l, "Step cost source:", &report.cost_source);
         s.insert_str(at, &l);
     }
     s
 }
 
-/// The text report: `vllm bench serve`'s block, then the engine block
+/// The text report of a run's report: `vllm bench serve`'s block, then the engine block
 /// (`what` says whose: "simulated" or "measured").
-pub fn text_report(
-    meta: &PointMeta,
-    w: &crate::workload::Workload,
-    m: &crate::metrics::BenchMetrics,
-    run: &crate::simulation::RunResult,
-    opts: &TextOptions,
-    what: &str,
-) -> String {
-    text_report_with(meta, w, m, run, opts, what, None)
+pub fn text_report(r: &BenchReport, opts: &TextOptions, what: &str) -> String {
+    report_text(r, opts, what, None)
 }
 
 /// [`text_report`], with the request-rate line's value given (`trace`: arrivals from a trace).
-fn text_report_with(
-    meta: &PointMeta,
-    w: &crate::workload::Workload,
-    m: &crate::metrics::BenchMetrics,
-    run: &crate::simulation::RunResult,
-    opts: &TextOptions,
-    what: &str,
-    rate_label: Option<&str>,
-) -> String {
+fn report_text(r: &BenchReport, opts: &TextOptions, what: &str, rate_label: Option<&str>) -> String {
     let mut s = String::new();
     header(&mut s, " Serving Benchmark Result ", '=');
-    line(&mut s, "Successful requests:", m.completed);
-    line(&mut s, "Failed requests:", m.failed);
-    if let Some(c) = w.max_concurrency {
+    line(&mut s, "Successful requests:", r.completed);
+    line(&mut s, "Failed requests:", r.failed);
+    if let Some(c) = r.max_concurrency {
         line(&mut s, "Maximum request concurrency:", c);
     }
-    match (rate_label, w.request_rate) {
+    match (rate_label, r.request_rate) {
         (Some(l), _) => line(&mut s, "Request rate configured (RPS):", l),
-        (None, Some(r)) => line(&mut s, "Request rate configured (RPS):", format!("{r:.2}")),
+        (None, Some(rate)) => line(&mut s, "Request rate configured (RPS):", format!("{rate:.2}")),
         (None, None) => line(&mut s, "Request rate configured (RPS):", "inf"),
     }
-    linef(&mut s, "Benchmark duration (s):", m.duration_s);
-    line(&mut s, "Total input tokens:", m.total_input_tokens);
-    line(&mut s, "Total generated tokens:", m.total_output_tokens);
-    linef(&mut s, "Request throughput (req/s):", m.request_throughput);
-    linef(&mut s, "Output token throughput (tok/s):", m.output_throughput);
-    linef(&mut s, "Peak output token throughput (tok/s):", m.max_output_tokens_per_s);
-    linef(&mut s, "Peak concurrent requests:", m.max_concurrent_requests as f64);
-    linef(&mut s, "Total Token throughput (tok/s):", m.total_token_throughput);
+    linef(&mut s, "Benchmark duration (s):", r.duration);
+    line(&mut s, "Total input tokens:", r.total_input_tokens);
+    line(&mut s, "Total generated tokens:", r.total_output_tokens);
+    linef(&mut s, "Request throughput (req/s):", r.request_throughput);
+    linef(&mut s, "Output token throughput (tok/s):", r.output_throughput);
+    linef(&mut s, "Peak output token throughput (tok/s):", r.max_output_tokens_per_s);
+    linef(&mut s, "Peak concurrent requests:", r.max_concurrent_requests as f64);
+    linef(&mut s, "Total Token throughput (tok/s):", r.total_token_throughput);
     for metric in &opts.metrics {
         let (title, name, st) = match metric.as_str() {
-            "ttft" => ("Time to First Token", "TTFT", &m.ttft),
-            "tpot" => ("Time per Output Token (excl. 1st token)", "TPOT", &m.tpot),
-            "itl" => ("Inter-token Latency", "ITL", &m.itl),
-            "e2el" => ("End-to-end Latency", "E2EL", &m.e2el),
+            "ttft" => ("Time to First Token", "TTFT", &r.ttft),
+            "tpot" => ("Time per Output Token (excl. 1st token)", "TPOT", &r.tpot),
+            "itl" => ("Inter-token Latency", "ITL", &r.itl),
+            "e2el" => ("End-to-end Latency", "E2EL", &r.e2el),
             _ => continue,
         };
         header(&mut s, title, '-');
@@ -817,49 +794,39 @@ fn text_report_with(
     }
     header(&mut s, "", '=');
     // The engine block.
-    let limit: KvLimit = crate::sweep::kv_limit(run.kv_capacity_tokens, meta.kv_granularity, w);
-    let c = &run.counters;
-    header(&mut s, &format!(" Engine ({} {}, {what}) ", meta.engine, meta.engine_version), '=');
-    if meta.kind() == Some(EngineKind::Sglang) {
-        line(&mut s, "Retractions:", c.num_preemptions);
+    header(&mut s, &format!(" Engine ({} {}, {what}) ", r.engine, r.engine_version), '=');
+    if EngineKind::parse(&r.engine) == Some(EngineKind::Sglang) {
+        line(&mut s, "Retractions:", r.num_preemptions);
     } else {
-        line(&mut s, "Preemptions:", c.num_preemptions);
+        line(&mut s, "Preemptions:", r.num_preemptions);
     }
-    let hr = if c.prefix_cache_queries > 0 {
-        100.0 * c.prefix_cache_hits as f64 / c.prefix_cache_queries as f64
+    let hr = if r.prefix_cache_queries > 0 {
+        100.0 * r.prefix_cache_hits as f64 / r.prefix_cache_queries as f64
     } else {
         0.0
     };
     linef(&mut s, "Prefix cache hit rate (%):", hr);
-    line(&mut s, "KV cache size (tokens):", run.kv_capacity_tokens);
-    linef(&mut s, "KV cache usage peak (%):", 100.0 * run.gauges.kv_usage_peak);
-    linef(&mut s, "KV cache usage mean (%):", 100.0 * run.gauges.kv_usage_mean);
+    line(&mut s, "KV cache size (tokens):", r.kv_cache_tokens);
+    linef(&mut s, "KV cache usage peak (%):", 100.0 * r.kv_cache_usage_peak);
+    linef(&mut s, "KV cache usage mean (%):", 100.0 * r.kv_cache_usage_mean);
     line(
         &mut s,
         "KV-limited concurrency:",
-        format!("{} (requests of {} tokens)", limit.concurrency, limit.footprint_tokens),
+        format!("{} (requests of {} tokens)", r.kv_limited_concurrency, r.kv_request_footprint_tokens),
     );
-    line(
-        &mut s,
-        "Running requests (mean / peak):",
-        format!("{:.1} / {}", run.gauges.running_mean, run.gauges.running_peak),
-    );
-    line(
-        &mut s,
-        "Waiting requests (mean / peak):",
-        format!("{:.1} / {}", run.gauges.waiting_mean, run.gauges.waiting_peak),
-    );
+    line(&mut s, "Running requests (mean / peak):", format!("{:.1} / {}", r.mean_running, r.peak_running));
+    line(&mut s, "Waiting requests (mean / peak):", format!("{:.1} / {}", r.mean_waiting, r.peak_waiting));
     if what == "simulated" {
         header(&mut s, "TTFT split (means)", '-');
-        let b = &m.ttft_breakdown;
-        linef(&mut s, "Queue wait (ms):", b.queue_wait_ms);
-        linef(&mut s, "Prefill (ms):", b.prefill_ms);
-        linef(&mut s, "Interleaving delay (ms):", b.interleave_ms);
-        linef(&mut s, "Outside the engine (ms):", b.overhead_ms);
+        let b = &r.ttft_breakdown;
+        linef(&mut s, "Queue wait (ms):", b.mean_queue_wait_ms);
+        linef(&mut s, "Prefill (ms):", b.mean_prefill_ms);
+        linef(&mut s, "Interleaving delay (ms):", b.mean_interleave_ms);
+        linef(&mut s, "Outside the engine (ms):", b.mean_overhead_ms);
     }
     header(&mut s, "", '=');
-    if run.stop != crate::simulation::StopReason::Completed {
-        let _ = writeln!(s, "WARNING: the run did not complete: {}", run.stop.as_str());
+    if r.stop_reason != crate::simulation::StopReason::Completed.as_str() {
+        let _ = writeln!(s, "WARNING: the run did not complete: {}", r.stop_reason);
     }
     s
 }
