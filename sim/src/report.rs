@@ -5,7 +5,8 @@
 //! run share), [`PointReport`] (a simulated run: the step cost's source, and a
 //! fleet's own blocks). Their numbers are named by [`Metric`], whose
 //! [`Metric::key`] is the JSON key; callers read a number with
-//! [`Metrics::metric`], never by string.
+//! [`Metrics::metric`], never by string. The text report renders the same
+//! structs ([`text_report`], [`fleet_text`]).
 //!
 //! **API boundary:** the key names here are a contract that scripts and
 //! notebooks depend on. Add keys; never rename or remove one.
