@@ -91,36 +91,47 @@ pub fn translate_engine(engine: &Map<String, Value>, to: &str) -> Result<(Map<St
     sim::config::translate_engine(engine, to)
 }
 
-/// The JSON of a side-by-side sweep: each scenario's series, the alignment
-/// table, the knobs that moved and whether the workloads differ. One
-/// function for the binary and the browser build, so both print the same keys.
-pub fn side_by_side_json(scenarios: Vec<Value>, rows: &[Row], workloads_differ: bool) -> Value {
-    let mut j = Map::new();
-    j.insert("scenarios".into(), Value::Array(scenarios));
-    j.insert(
-        "alignment".into(),
-        Value::Array(
-            rows.iter()
-                .map(|r| {
-                    let mut m = Map::new();
-                    m.insert("knob".into(), r.knob.name.into());
-                    m.insert("vllm_flag".into(), r.knob.vllm.into());
-                    m.insert("sglang_flag".into(), r.knob.sglang.into());
-                    m.insert(
-                        "values".into(),
-                        Value::Array(r.values.iter().map(|(v, _)| Value::from(v.clone())).collect()),
-                    );
-                    m.insert("differs".into(), r.differs.into());
-                    if !r.knob.note.is_empty() {
-                        m.insert("note".into(), r.knob.note.into());
-                    }
-                    Value::Object(m)
+/// A side-by-side sweep (`sweep --json` of two or more scenarios): each scenario's
+/// series, the alignment table, the knobs that moved and whether the workloads differ.
+/// One type for the binary and the browser build, so both print the same keys.
+#[derive(Debug, serde::Serialize)]
+pub struct SideBySide {
+    pub scenarios: Vec<sim::sweep::SweepSeries>,
+    pub alignment: Vec<AlignmentRow>,
+    pub knobs_moved: Vec<&'static str>,
+    pub workloads_differ: bool,
+}
+
+/// One knob of the alignment table, with each scenario's `flag = value`.
+#[derive(Debug, serde::Serialize)]
+pub struct AlignmentRow {
+    pub knob: &'static str,
+    pub vllm_flag: &'static str,
+    pub sglang_flag: &'static str,
+    pub values: Vec<String>,
+    pub differs: bool,
+    /// How the two flags differ in meaning, when they do.
+    #[serde(skip_serializing_if = "str::is_empty")]
+    pub note: &'static str,
+}
+
+impl SideBySide {
+    pub fn new(scenarios: Vec<sim::sweep::SweepSeries>, rows: &[Row], workloads_differ: bool) -> SideBySide {
+        SideBySide {
+            scenarios,
+            alignment: rows
+                .iter()
+                .map(|r| AlignmentRow {
+                    knob: r.knob.name,
+                    vllm_flag: r.knob.vllm,
+                    sglang_flag: r.knob.sglang,
+                    values: r.values.iter().map(|(v, _)| v.clone()).collect(),
+                    differs: r.differs,
+                    note: r.knob.note,
                 })
                 .collect(),
-        ),
-    );
-    let moved: Vec<Value> = rows.iter().filter(|r| r.differs).map(|r| Value::from(r.knob.name)).collect();
-    j.insert("knobs_moved".into(), Value::Array(moved));
-    j.insert("workloads_differ".into(), workloads_differ.into());
-    Value::Object(j)
+            knobs_moved: rows.iter().filter(|r| r.differs).map(|r| r.knob.name).collect(),
+            workloads_differ,
+        }
+    }
 }

@@ -10,7 +10,6 @@ use std::sync::Arc;
 use calib::check::CHECK_METRICS;
 use calib::derive::{DeriveOptions, ModelChoice};
 use calib::fit::FitPoint;
-use calib::measure::{metric, Point};
 use calib::procedure::{self, CalibrateOptions, CheckOptions};
 use calib::profile::ProfileFile;
 use calib::{CheckReport, Profile, ServerInfo};
@@ -18,6 +17,7 @@ use clap::Args;
 use live::measure::{LiveMeasure, Progress};
 use serde_json::{json, Value};
 use sim::config::{EngineKind, SimSpec};
+use sim::report::{Metric, Metrics, PointReport};
 
 use crate::live::{self as livecli, ServerArgs, WorkloadArgs};
 use crate::load::{self, RawScenario};
@@ -200,10 +200,9 @@ fn named_json<T: serde::Serialize>(v: &T) -> String {
 pub fn profile_summary(p: &Profile) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "Fitted cost profile ({}):", p.source);
-    let prior = serde_json::to_value(&p.prior).unwrap_or_default();
     for (k, v) in p.coefficients.iter() {
         let src = p.coefficient_sources.get(k).copied().unwrap_or("?");
-        let prior = prior[k].as_f64().unwrap_or(f64::NAN);
+        let prior = p.prior.get(k).unwrap_or(f64::NAN);
         let _ = writeln!(s, "  {k:<22} {v:>12.4} µs   ({src}; prior {prior:.4})");
     }
     if let Some(u) = &p.uncertainty {
@@ -267,7 +266,7 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
         let text = std::fs::read_to_string(f).map_err(|e| format!("{}: cannot read: {e}", f.display()))?;
         for (k, r) in calib::results::parse_results(&text, &f.display().to_string())?.into_iter().enumerate() {
             let mut raw = base.clone();
-            let o = calib::results::load_overrides(&r);
+            let o = &r.load;
             if o.unlimited_concurrency {
                 if let Some(w) = raw.json["workload"].as_object_mut() {
                     w.remove("max_concurrency");
@@ -389,24 +388,26 @@ pub fn check(a: CheckArgs) -> Result<ExitCode, String> {
     };
     let (report, measured, predicted) = procedure::check(&mut m, &point, &derived, &opts).map_err(|e| e.to_string())?;
     if let Some(path) = &a.plot {
-        let line = |pts: &[Point], label: &str, dashed: bool| crate::plot::Series {
-            label: label.into(),
-            points: conc
-                .iter()
-                .zip(pts)
-                .map(|(&c, p)| {
-                    let f = |k: &str| metric(p, k).unwrap_or(0.0);
-                    (f64::from(c), f("output_throughput"), f("mean_ttft_ms"), f("p99_ttft_ms"))
-                })
-                .collect(),
-            dashed,
-        };
+        fn line<P: Metrics>(conc: &[u32], pts: &[P], label: &str, dashed: bool) -> crate::plot::Series {
+            crate::plot::Series {
+                label: label.into(),
+                points: conc
+                    .iter()
+                    .zip(pts)
+                    .map(|(&c, p)| {
+                        let f = |k: Metric| p.metric(k).unwrap_or(0.0);
+                        (f64::from(c), f(Metric::OutputThroughput), f(Metric::MeanTtftMs), f(Metric::P99TtftMs))
+                    })
+                    .collect(),
+                dashed,
+            }
+        }
         let marks: Vec<(f64, String)> =
             report.knee.measured.map(|k| (f64::from(k), format!("measured knee {k}"))).into_iter().collect();
         crate::plot::sweep(
             path,
             "measured against predicted",
-            &[line(&measured, "measured", false), line(&predicted, "predicted", true)],
+            &[line(&conc, &measured, "measured", false), line(&conc, &predicted, "predicted", true)],
             &marks,
         )?;
     }
@@ -441,16 +442,16 @@ pub fn check_text(r: &CheckReport) -> String {
     );
     for p in &r.points {
         for (k, _) in CHECK_METRICS {
-            let m = metric(&p.measured, k);
-            let q = metric(&p.predicted, k);
-            let e = p.error.get(k).copied();
+            let m = p.measured.metric(k);
+            let q = p.predicted.metric(k);
+            let e = p.error.get(k.key()).copied();
             let spread = p
                 .measured_spread
                 .as_ref()
-                .and_then(|sp| sp.get(k))
+                .and_then(|sp| sp.get(k.key()))
                 .map(|v| format!("{:.1}%", 100.0 * v))
                 .unwrap_or_default();
-            let inside = match p.inside_interval.as_ref().and_then(|i| i.get(k)) {
+            let inside = match p.inside_interval.as_ref().and_then(|i| i.get(k.key())) {
                 Some(true) => " in 90%",
                 Some(false) => " OUTSIDE 90%",
                 None => "",
@@ -528,7 +529,7 @@ fn profile_path(raw: &RawScenario) -> Option<PathBuf> {
 pub fn intervals(
     raw: &RawScenario,
     spec: &SimSpec,
-    center: &Point,
+    center: &PointReport,
     uncalibrated: bool,
 ) -> Result<Option<(calib::named::Named<calib::uncertainty::Interval>, String)>, String> {
     use rayon::prelude::*;
@@ -545,7 +546,7 @@ pub fn intervals(
                 }
             }
             let specs = calib::uncertainty::sampled_specs(spec, &u, &c);
-            let samples: Vec<Point> = specs.par_iter().map(calib::uncertainty::predict_point).collect();
+            let samples: Vec<PointReport> = specs.par_iter().map(calib::uncertainty::predict_point).collect();
             let how = if u.ensemble.is_empty() { "covariance" } else { "ensemble" };
             let source =
                 format!("the profile's coefficient {how}: {} sets simulated ({})", samples.len(), path.display());

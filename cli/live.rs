@@ -5,13 +5,15 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
+use calib::measure::Point;
 use calib::ServerInfo;
 use clap::Args;
 use live::bench::{self, BenchOptions, BenchRun};
 use live::client::Target;
 use live::measure::{meta_of, run_files};
 use live::server;
-use serde_json::{json, Map, Value};
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::{json, Value};
 use sim::config::{self, Resources, WorkloadSection};
 use sim::workload::{self, Workload};
 
@@ -203,8 +205,8 @@ pub async fn connect(s: &ServerArgs) -> Result<(ServerInfo, BenchOptions), Strin
     Ok((info, opts))
 }
 
-/// The report keys of a measured run, with the same names as a simulated one.
-pub fn measured_json(info: &ServerInfo, w: &Workload, run: &BenchRun) -> Map<String, Value> {
+/// The report of a measured run, with the same keys as a simulated one.
+pub fn measured_point(info: &ServerInfo, w: &Workload, run: &BenchRun) -> Point {
     live::measure::measured_point(info, w, run)
 }
 
@@ -241,39 +243,52 @@ pub fn rt() -> Result<tokio::runtime::Runtime, String> {
         .map_err(|e| format!("cannot start the async runtime: {e}"))
 }
 
-/// `vllm bench serve --save-result` keys (and detail lists) of a measured run.
-pub fn save_result_json(
-    info: &ServerInfo,
-    opts: &BenchOptions,
-    label: &str,
-    w: &Workload,
-    run: &BenchRun,
-    point: &Map<String, Value>,
-) -> Value {
-    let mut j = Map::new();
-    j.insert("date".into(), live::manifest::stamp(live::manifest::now_unix_s()).into());
-    j.insert("endpoint_type".into(), "openai".into());
-    j.insert("backend".into(), meta_of(info).engine.into());
-    j.insert("label".into(), label.into());
-    j.insert("model_id".into(), opts.target.model.clone().into());
-    j.insert("tokenizer_id".into(), opts.target.model.clone().into());
-    for (k, v) in point {
-        j.entry(k.clone()).or_insert(v.clone());
+/// The `vllm bench serve --save-result` file of a measured run: who ran what, the run's
+/// report, and the per-request detail lists.
+pub struct SaveResult<'a> {
+    pub date: String,
+    pub backend: String,
+    pub label: &'a str,
+    /// The served model's name (`model_id` and `tokenizer_id`); the report's own
+    /// `model_id` is not repeated.
+    pub model: &'a str,
+    pub point: &'a Point,
+    pub w: &'a Workload,
+    pub run: &'a BenchRun,
+}
+
+/// Keys as `vllm bench serve` writes them: `date` … `tokenizer_id`, the report's keys
+/// (less `model_id`, given above), then `input_lens` … `errors`.
+impl Serialize for SaveResult<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("date", &self.date)?;
+        m.serialize_entry("endpoint_type", "openai")?;
+        m.serialize_entry("backend", &self.backend)?;
+        m.serialize_entry("label", self.label)?;
+        m.serialize_entry("model_id", self.model)?;
+        m.serialize_entry("tokenizer_id", self.model)?;
+        let r = &self.point.report;
+        m.serialize_entry("engine", &r.engine)?;
+        m.serialize_entry("engine_version", &r.engine_version)?;
+        m.serialize_entry("hardware", &r.hardware)?;
+        r.write_run_entries(&mut m, &|k| r.num(k))?;
+        if let Some(c) = &self.point.client_cpu {
+            m.serialize_entry("client_cpu_s", &c.seconds)?;
+            m.serialize_entry("client_cpu_fraction", &c.fraction)?;
+        }
+        let o = &self.run.outcomes;
+        m.serialize_entry("input_lens", &self.w.requests.iter().map(|r| r.prompt_len).collect::<Vec<_>>())?;
+        m.serialize_entry("output_lens", &o.iter().map(|o| o.output_tokens).collect::<Vec<_>>())?;
+        m.serialize_entry("ttfts", &o.iter().map(|o| o.ttft_s).collect::<Vec<_>>())?;
+        m.serialize_entry("itls", &o.iter().map(|o| &o.itl_s).collect::<Vec<_>>())?;
+        m.serialize_entry("start_times", &o.iter().map(|o| o.start_s).collect::<Vec<_>>())?;
+        m.serialize_entry(
+            "errors",
+            &o.iter().map(|o| o.error.as_ref().map(ToString::to_string).unwrap_or_default()).collect::<Vec<_>>(),
+        )?;
+        m.end()
     }
-    j.insert("input_lens".into(), w.requests.iter().map(|r| r.prompt_len).collect::<Vec<_>>().into());
-    j.insert("output_lens".into(), run.outcomes.iter().map(|o| o.output_tokens).collect::<Vec<_>>().into());
-    j.insert("ttfts".into(), run.outcomes.iter().map(|o| o.ttft_s).collect::<Vec<_>>().into());
-    j.insert("itls".into(), run.outcomes.iter().map(|o| Value::from(o.itl_s.clone())).collect::<Vec<_>>().into());
-    j.insert("start_times".into(), run.outcomes.iter().map(|o| o.start_s).collect::<Vec<_>>().into());
-    j.insert(
-        "errors".into(),
-        run.outcomes
-            .iter()
-            .map(|o| o.error.as_ref().map(ToString::to_string).unwrap_or_default())
-            .collect::<Vec<_>>()
-            .into(),
-    );
-    Value::Object(j)
 }
 
 pub fn bench(a: BenchArgs) -> Result<ExitCode, String> {
@@ -292,19 +307,27 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode, String> {
         opts.on_done = Some(bench::OnDone(std::sync::Arc::new(move || pb2.inc(1))));
         let run = bench::run(&opts, &w).await;
         pb.finish_and_clear();
-        let mut point = measured_json(&info, &w, &run);
+        let mut point = measured_point(&info, &w, &run);
+        // The text shows the run as the client measured it (before a failure's reason below).
+        let text = sim::report::text_report(&point.report, &text_opts, "measured");
         // Nothing succeeded: say why (the most common failure), in the JSON too, and exit 1.
         let nothing = nothing_succeeded(&run);
         if let Some(why) = &nothing {
-            point.insert("stop_reason".into(), format!("failed: {why}").into());
+            point.report.stop_reason = format!("failed: {why}");
         }
         if a.save_result {
-            let result = save_result_json(&info, &opts, &label, &w, &run, &point);
+            let result = SaveResult {
+                date: live::manifest::stamp(live::manifest::now_unix_s()),
+                backend: meta_of(&info).engine,
+                label: &label,
+                model: &opts.target.model,
+                point: &point,
+                w: &w,
+                run: &run,
+            };
             std::fs::write(&files.result, serde_json::to_string_pretty(&result).expect("json"))
                 .map_err(|e| format!("{}: {e}", files.result.display()))?;
-            let mut f = Map::new();
-            f.insert("result".into(), files.result.display().to_string().into());
-            f.insert("requests".into(), files.requests.display().to_string().into());
+            let f = live::manifest::files(&[("result", &files.result), ("requests", &files.requests)]);
             let rec = live::manifest::record(
                 &info,
                 &a.server.endpoint,
@@ -319,10 +342,9 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode, String> {
                 .map_err(|e| format!("{}: {e}", files.record.display()))?;
         }
         if a.json {
-            println!("{}", serde_json::to_string_pretty(&Value::Object(point)).expect("json"));
+            println!("{}", serde_json::to_string_pretty(&point).expect("json"));
         } else {
-            let metrics = sim::metrics::bench_metrics(&run.result);
-            print!("{}", sim::report::text_report(&meta_of(&info), &w, &metrics, &run.result, &text_opts, "measured"));
+            print!("{text}");
             println!("{:<40} {:<10.2}", "Client CPU time (s):", run.client_cpu_s);
             if run.client_cpu_s > 0.5 * run.wall_s {
                 println!(

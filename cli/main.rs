@@ -126,6 +126,16 @@ fn text_options(percentiles: &str, metrics: &str) -> Result<TextOptions, String>
     Ok(TextOptions { percentiles, metrics })
 }
 
+/// What `servesim simulate --json` prints: the run's report, then its 90% intervals when
+/// asked for (`--uncertainty`) or given by the scenario's profile.
+#[derive(serde::Serialize)]
+struct SimulateReport {
+    #[serde(flatten)]
+    point: sim::report::PointReport,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    uncertainty: Option<::calib::uncertainty::ReportIntervals>,
+}
+
 fn simulate(a: SimulateArgs) -> Result<ExitCode, String> {
     let text_opts = text_options(&a.metric_percentiles, &a.percentile_metrics)?;
     if let Some(p) = &a.plot {
@@ -144,12 +154,13 @@ fn simulate(a: SimulateArgs) -> Result<ExitCode, String> {
     if let Some(path) = &a.plot {
         plot::timeseries(path, spec.name.as_deref().unwrap_or("simulation"), &out.run.timeseries)?;
     }
-    let mut j = sim::report::point_json(&spec, &out);
-    let intervals = calib::intervals(&raw, &spec, &j, a.uncertainty)?;
+    let point = sim::report::PointReport::of(&spec, &out);
+    let intervals = calib::intervals(&raw, &spec, &point, a.uncertainty)?;
     if a.json {
-        if let Some((i, src)) = &intervals {
-            j.insert("uncertainty".into(), ::calib::uncertainty::report_json(i, src));
-        }
+        let j = SimulateReport {
+            uncertainty: intervals.as_ref().map(|(i, src)| ::calib::uncertainty::ReportIntervals::new(i, src)),
+            point,
+        };
         println!("{}", serde_json::to_string_pretty(&j).expect("serializable"));
     } else {
         print!("{}", sim::report::text(&spec, &out, &text_opts));

@@ -20,7 +20,8 @@ use std::process::ExitCode;
 use clap::Args;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
+use sim::report::{Metric, Metrics, PointReport};
 use sim::simulation::RunOptions;
 
 use crate::load::{self, RawScenario};
@@ -112,11 +113,29 @@ pub struct PlanViolation {
 #[derive(Clone, Debug, Serialize)]
 pub struct PlanEntry {
     pub plan: PlanCandidate,
-    pub metrics: Map<String, Value>,
+    /// The candidate's report; None (written `{}`) when it is not a valid scenario.
+    #[serde(serialize_with = "report_or_empty")]
+    pub metrics: Option<PointReport>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub violations: Vec<PlanViolation>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+fn report_or_empty<S: serde::Serializer>(r: &Option<PointReport>, s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    match r {
+        Some(r) => r.serialize(s),
+        None => s.serialize_map(Some(0))?.end(),
+    }
+}
+
+impl PlanEntry {
+    /// A number of the report by its key (`--slo`, `--pareto-latency`); None when the key
+    /// is not a report number or the candidate has no report.
+    fn metric(&self, key: &str) -> Option<f64> {
+        self.metrics.as_ref()?.metric(Metric::parse(key)?)
+    }
 }
 
 /// What `servesim plan --json` prints.
@@ -283,28 +302,27 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
             }
             let r = load::apply_overrides(&mut raw, &s, None).and_then(|_| load::resolve(&raw)).map(|(_, spec)| {
                 let out = sim::simulate(&spec, RunOptions::default());
-                sim::report::point_json(&spec, &out)
+                PointReport::of(&spec, &out)
             });
             match r {
-                Err(e) => PlanEntry { plan: c.clone(), metrics: Map::new(), violations: vec![], error: Some(e) },
+                Err(e) => PlanEntry { plan: c.clone(), metrics: None, violations: vec![], error: Some(e) },
                 Ok(m) => {
                     let violations = slos
                         .iter()
                         .filter_map(|s| {
-                            let v = m.get(&s.metric).and_then(Value::as_f64).unwrap_or(f64::NAN);
+                            let v = Metric::parse(&s.metric).and_then(|k| m.metric(k)).unwrap_or(f64::NAN);
                             let ok = if s.le { v <= s.bound } else { v >= s.bound };
                             (!ok).then(|| PlanViolation { slo: s.text.clone(), value: v, bound: s.bound })
                         })
                         .collect();
-                    PlanEntry { plan: c.clone(), metrics: m, violations, error: None }
+                    PlanEntry { plan: c.clone(), metrics: Some(m), violations, error: None }
                 }
             }
         })
         .collect();
     pb.finish_and_clear();
-    if let Some(s) = slos.iter().find(|s| {
-        evaluated.iter().any(|e| e.error.is_none() && !e.metrics.get(&s.metric).is_some_and(Value::is_number))
-    }) {
+    if let Some(s) = slos.iter().find(|s| evaluated.iter().any(|e| e.error.is_none() && e.metric(&s.metric).is_none()))
+    {
         return Err(format!(
             "--slo {}: {:?} is not a numeric report key; see `servesim simulate --json`",
             s.text, s.metric
@@ -320,13 +338,13 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
             first.error.as_deref().unwrap_or("")
         ));
     }
-    if evaluated.iter().any(|e| e.error.is_none() && !e.metrics.get(&a.pareto_latency).is_some_and(Value::is_number)) {
+    if evaluated.iter().any(|e| e.error.is_none() && e.metric(&a.pareto_latency).is_none()) {
         return Err(format!(
             "--pareto-latency {:?}: not a numeric report key; see `servesim simulate --json`",
             a.pareto_latency
         ));
     }
-    let lat = |e: &PlanEntry| e.metrics.get(&a.pareto_latency).and_then(Value::as_f64).unwrap_or(f64::INFINITY);
+    let lat = |e: &PlanEntry| e.metric(&a.pareto_latency).unwrap_or(f64::INFINITY);
     let valid: Vec<&PlanEntry> = evaluated.iter().filter(|e| e.error.is_none()).collect();
     let mut pareto: Vec<PlanEntry> = valid
         .iter()
@@ -367,7 +385,7 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
 
 fn text(r: &PlanResult) -> String {
     let mut s = String::new();
-    let f = |m: &Map<String, Value>, k: &str| m.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
+    let f = |e: &PlanEntry, k: &str| e.metric(k).unwrap_or(f64::NAN);
     match &r.best {
         None => {
             let _ = writeln!(s, "No candidate meets every SLO ({}).", r.slos.join(", "));
@@ -384,22 +402,16 @@ fn text(r: &PlanResult) -> String {
             let _ = writeln!(
                 s,
                 "  output {:.1} tok/s, p99 TTFT {:.1} ms, mean TPOT {:.2} ms, p99 ITL {:.2} ms",
-                f(&b.metrics, "output_throughput"),
-                f(&b.metrics, "p99_ttft_ms"),
-                f(&b.metrics, "mean_tpot_ms"),
-                f(&b.metrics, "p99_itl_ms")
+                f(b, "output_throughput"),
+                f(b, "p99_ttft_ms"),
+                f(b, "mean_tpot_ms"),
+                f(b, "p99_itl_ms")
             );
         }
     }
     let _ = writeln!(s, "\nPareto front (cost per hour against {}):", r.pareto_latency);
     for e in &r.pareto {
-        let _ = writeln!(
-            s,
-            "  {:>9.2}/h  {:>12.1}  {}",
-            e.plan.cost_per_hour,
-            f(&e.metrics, &r.pareto_latency),
-            e.plan.label()
-        );
+        let _ = writeln!(s, "  {:>9.2}/h  {:>12.1}  {}", e.plan.cost_per_hour, f(e, &r.pareto_latency), e.plan.label());
     }
     if !r.rejected.is_empty() {
         let _ = writeln!(s, "\nRejected ({}):", r.rejected.len());

@@ -11,6 +11,7 @@ use clap::Args;
 use rayon::prelude::*;
 use serde_json::{Map, Value};
 use sim::config::{EngineKind, SimSpec};
+use sim::report::BenchReport;
 use sim::simulation::{RunOptions, StopReason};
 use sim::sweep::{kv_limited_concurrency, sweep_series, SweepSeries};
 use sim::SimOutput;
@@ -183,9 +184,7 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, String> {
                 points: conc
                     .iter()
                     .zip(o)
-                    .map(|(&c, x)| {
-                        (f64::from(c), x.metrics.output_throughput, x.metrics.ttft.mean, x.metrics.ttft.percentiles[3])
-                    })
+                    .map(|(&c, x)| (f64::from(c), x.metrics.output_throughput, x.metrics.ttft.mean, x.metrics.ttft.p99))
                     .collect(),
                 dashed: false,
             })
@@ -199,15 +198,13 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, String> {
         crate::plot::sweep(path, &s0.label, &lines, &marks)?;
     }
 
+    // Each series' typed result: the JSON, and what the text renders.
+    let mut series: Vec<SweepSeries> = results.iter().map(|(s, o)| series_result(s, o, &conc)).collect();
     if results.len() == 1 {
-        let (s, o) = &results[0];
         if a.json {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&Value::Object(series_json(s, o, &conc))).expect("serializable")
-            );
+            println!("{}", serde_json::to_string_pretty(&series[0]).expect("serializable"));
         } else {
-            print!("{}", series_text(s, o, &conc));
+            print!("{}", series_text(&series[0], &conc));
         }
     } else {
         let raws: Vec<Map<String, Value>> = results
@@ -222,21 +219,20 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, String> {
         let workloads_differ = workloads.windows(2).any(|w| w[0] != w[1]);
         let moved: Vec<&str> = rows.iter().filter(|r| r.differs).map(|r| r.knob.name).collect();
         if a.json {
-            let scenarios = results.iter().map(|(s, o)| Value::Object(series_json(s, o, &conc))).collect();
-            let j = align::side_by_side_json(scenarios, &rows, workloads_differ);
+            let j = align::SideBySide::new(std::mem::take(&mut series), &rows, workloads_differ);
             println!("{}", serde_json::to_string_pretty(&j).expect("serializable"));
         } else {
             let mut s = String::new();
-            for (se, o) in &results {
+            for ((se, _), r) in results.iter().zip(&series) {
                 let sp = &se.specs[0];
                 let _ = writeln!(s, "== {} ({} {}) ==", se.label, sp.engine.kind(), sp.engine.version());
-                s.push_str(&series_text(se, o, &conc));
+                s.push_str(&series_text(r, &conc));
                 for n in &se.notes {
                     let _ = writeln!(s, "note: {n}");
                 }
                 let _ = writeln!(s);
             }
-            s.push_str(&side_by_side(&results, &conc));
+            s.push_str(&side_by_side(&series, &conc));
             let _ = writeln!(s);
             s.push_str(&alignment_text(&results, &rows));
             if workloads_differ {
@@ -262,17 +258,10 @@ fn series_result(s: &Series, outs: &[SimOutput], conc: &[u32]) -> SweepSeries {
     sweep_series(&s.label, conc, &s.specs, outs, s.notes.clone())
 }
 
-fn series_json(s: &Series, outs: &[SimOutput], conc: &[u32]) -> Map<String, Value> {
-    match serde_json::to_value(series_result(s, outs, conc)).expect("serializable") {
-        Value::Object(m) => m,
-        _ => unreachable!("a struct serializes to an object"),
-    }
-}
-
-fn series_text(s: &Series, outs: &[SimOutput], conc: &[u32]) -> String {
-    let r = series_result(s, outs, conc);
+/// The text of one series: a line per point of its report, the knee, the KV limit.
+fn series_text(r: &SweepSeries, conc: &[u32]) -> String {
     let knee = r.knee.as_ref().map(|k| k.index);
-    let preempt = s.specs[0].engine.engine_kind().preempt_verb();
+    let preempt = EngineKind::parse(&r.engine).map_or("preempt", EngineKind::preempt_verb);
     let mut t = String::new();
     let _ = writeln!(
         t,
@@ -294,11 +283,10 @@ fn series_text(s: &Series, outs: &[SimOutput], conc: &[u32]) -> String {
         "{:>11} {:>8} {:>10} {:>11} {:>11} {:>11} {:>10} {:>11}",
         "", "", "", "(ms)", "(ms)", "(ms)", "(ms)", "(ms)"
     );
-    for (i, o) in outs.iter().enumerate() {
-        let m = &o.metrics;
-        let c = &o.run.counters;
-        let hr = if c.prefix_cache_queries > 0 {
-            100.0 * c.prefix_cache_hits as f64 / c.prefix_cache_queries as f64
+    for (i, p) in r.points.iter().enumerate() {
+        let m = &p.bench;
+        let hr = if m.prefix_cache_queries > 0 {
+            100.0 * m.prefix_cache_hits as f64 / m.prefix_cache_queries as f64
         } else {
             0.0
         };
@@ -310,13 +298,13 @@ fn series_text(s: &Series, outs: &[SimOutput], conc: &[u32]) -> String {
             m.request_throughput,
             m.output_throughput,
             m.ttft.mean,
-            m.ttft.percentiles[3],
+            m.ttft.p99,
             m.tpot.mean,
             m.itl.mean,
             m.e2el.mean,
-            c.num_preemptions,
+            m.num_preemptions,
             hr,
-            100.0 * o.run.gauges.kv_usage_peak
+            100.0 * m.kv_cache_usage_peak
         );
     }
     let _ = writeln!(t);
@@ -339,29 +327,30 @@ fn series_text(s: &Series, outs: &[SimOutput], conc: &[u32]) -> String {
     for w in &r.warnings {
         let _ = writeln!(t, "WARNING: {w}");
     }
-    for (i, o) in outs.iter().enumerate() {
-        if o.run.stop != StopReason::Completed {
-            let _ = writeln!(t, "WARNING: concurrency {}: {}", conc[i], o.run.stop.as_str());
+    for (i, p) in r.points.iter().enumerate() {
+        if p.bench.stop_reason != StopReason::Completed.as_str() {
+            let _ = writeln!(t, "WARNING: concurrency {}: {}", conc[i], p.bench.stop_reason);
         }
     }
     t
 }
 
-fn side_by_side(results: &[(Series, Vec<SimOutput>)], conc: &[u32]) -> String {
+/// The series' headline metrics, point by point, side by side.
+fn side_by_side(results: &[SweepSeries], conc: &[u32]) -> String {
     let mut t = String::new();
     let names: Vec<String> = results
         .iter()
         .enumerate()
-        .map(|(i, (s, _))| format!("[{}] {} {}", i + 1, s.specs[0].engine.kind(), s.specs[0].engine.version()))
+        .map(|(i, s)| format!("[{}] {} {}", i + 1, s.engine, s.points[0].bench.engine_version))
         .collect();
     let _ = writeln!(t, "Side by side: {}", names.join("  "));
-    let metrics: [(&str, fn(&SimOutput) -> f64); 6] = [
-        ("out tok/s", |o| o.metrics.output_throughput),
-        ("mean TTFT ms", |o| o.metrics.ttft.mean),
-        ("p99 TTFT ms", |o| o.metrics.ttft.percentiles[3]),
-        ("mean TPOT ms", |o| o.metrics.tpot.mean),
-        ("p99 ITL ms", |o| o.metrics.itl.percentiles[3]),
-        ("max ITL ms", |o| o.metrics.itl.max),
+    let metrics: [(&str, fn(&BenchReport) -> f64); 6] = [
+        ("out tok/s", |r| r.output_throughput),
+        ("mean TTFT ms", |r| r.ttft.mean),
+        ("p99 TTFT ms", |r| r.ttft.p99),
+        ("mean TPOT ms", |r| r.tpot.mean),
+        ("p99 ITL ms", |r| r.itl.p99),
+        ("max ITL ms", |r| r.itl.max),
     ];
     let mut head = format!("{:>11}", "concurrency");
     for (m, _) in &metrics {
@@ -373,8 +362,8 @@ fn side_by_side(results: &[(Series, Vec<SimOutput>)], conc: &[u32]) -> String {
     for (k, c) in conc.iter().enumerate() {
         let mut line = format!("{c:>11}");
         for (_, f) in &metrics {
-            for (_, outs) in results {
-                line.push_str(&format!(" {:>14.1}", f(&outs[k])));
+            for s in results {
+                line.push_str(&format!(" {:>14.1}", f(&s.points[k].bench)));
             }
         }
         let _ = writeln!(t, "{line}");

@@ -13,10 +13,13 @@ use std::sync::{Arc, Mutex};
 use clap::Args;
 use rand::seq::SliceRandom;
 use rayon::prelude::*;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use sim::config::SimSpec;
+use sim::report::{Metric, Metrics, PointReport};
 use sim::simulation::{RunOptions, StopReason};
-use sim::sweep::{SloViolation, TuneEntry, TuneInvalid, TuneRejected, TuneResult, TuneShared, TuneStoppedEarly};
+use sim::sweep::{
+    SloViolation, TuneConfig, TuneEntry, TuneInvalid, TuneRejected, TuneResult, TuneShared, TuneStoppedEarly,
+};
 use sim::workload::{Workload, WorkloadParams};
 
 use crate::load::{self, RawScenario};
@@ -108,7 +111,7 @@ type Config = Vec<usize>;
 
 struct Evaluated {
     config: Config,
-    result: Result<Map<String, Value>, String>,
+    result: Result<PointReport, String>,
     /// Stopped early: the SLO certain to break, the reason in words, requests completed.
     stopped: Option<(String, String, usize)>,
 }
@@ -184,7 +187,7 @@ impl EarlyStop {
 struct SharedWork {
     costs: Mutex<Vec<Arc<sim::cost::ComposedCost>>>,
     /// By a fingerprint of the resolved scenario; equal specs are confirmed with `==`.
-    done: Mutex<HashMap<String, Vec<(SimSpec, Result<Map<String, Value>, String>, Option<(String, String, usize)>)>>>,
+    done: Mutex<HashMap<String, Vec<(SimSpec, Result<PointReport, String>, Option<(String, String, usize)>)>>>,
     simulated: std::sync::atomic::AtomicUsize,
     identical: std::sync::atomic::AtomicUsize,
     workloads: std::sync::atomic::AtomicUsize,
@@ -230,7 +233,7 @@ fn simulate_config(
     early: Option<&EarlyStop>,
     shared: &SharedWork,
     cache: &mut WorkloadCache,
-) -> (Result<Map<String, Value>, String>, Option<(String, String, usize)>) {
+) -> (Result<PointReport, String>, Option<(String, String, usize)>) {
     if let Some(c) = &spec.cost.composed {
         let mut costs = shared.costs.lock().expect("not poisoned");
         match costs.iter().find(|x| ***x == **c) {
@@ -257,7 +260,7 @@ fn simulate_config(
     shared.simulated.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let (result, stopped) = if spec.fleet.is_some() {
         // A fleet runs its own loop: no shared workload, no early stop.
-        (Ok(sim::report::point_json(&spec, &sim::simulate(&spec, RunOptions::default()))), None)
+        (Ok(PointReport::of(&spec, &sim::simulate(&spec, RunOptions::default()))), None)
     } else {
         let workload = take_workload(cache, &spec.workload, &shared.workloads);
         let rule = early.map(|e| (e, e.need(workload.requests.len())));
@@ -278,7 +281,7 @@ fn simulate_config(
         } else {
             let metrics = sim::metrics::bench_metrics(&run);
             let out = sim::SimOutput { workload, run, metrics, fleet: None };
-            let j = sim::report::point_json(&spec, &out);
+            let j = PointReport::of(&spec, &out);
             put_workload(cache, &spec.workload, out.workload);
             (Ok(j), None)
         }
@@ -335,7 +338,7 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
             .and_then(|_| load::resolve(&r))
             .map_err(|e| format!("--vary {p}: {e}"))?;
     }
-    let probe = sim::report::point_json(
+    let probe = PointReport::of(
         &base_spec,
         &sim::simulate(
             &{
@@ -346,11 +349,15 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
             RunOptions::default(),
         ),
     );
-    for m in slos.iter().map(|s| &s.metric).chain([&a.objective, &a.pareto_latency]) {
-        if !probe.get(m).is_some_and(Value::is_number) {
-            return Err(format!("{m:?} is not a numeric report key; see `servesim simulate --json` for the keys"));
-        }
-    }
+    // Each metric named, typed: a report key whose value is a number.
+    let numeric = |m: &String| -> Result<Metric, String> {
+        Metric::parse(m)
+            .filter(|k| probe.metric(*k).is_some())
+            .ok_or_else(|| format!("{m:?} is not a numeric report key; see `servesim simulate --json` for the keys"))
+    };
+    let slo_metrics: Vec<Metric> = slos.iter().map(|s| numeric(&s.metric)).collect::<Result<_, _>>()?;
+    let objective = numeric(&a.objective)?;
+    let pareto_latency = numeric(&a.pareto_latency)?;
 
     let sizes: Vec<usize> = knobs.iter().map(|(_, v)| v.len()).collect();
     let total: usize = sizes.iter().product();
@@ -387,16 +394,18 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
             })
             .collect()
     };
-    let score = |m: &Map<String, Value>| -> f64 {
-        let v = m[&a.objective].as_f64().unwrap_or(f64::NAN);
+    let score = |m: &PointReport| -> f64 {
+        let v = m.metric(objective).unwrap_or(f64::NAN);
         if minimise(&a.objective) {
             -v
         } else {
             v
         }
     };
-    let meets = |m: &Map<String, Value>| {
-        slos.iter().all(|s| m[&s.metric].as_f64().is_some_and(|v| if s.le { v <= s.bound } else { v >= s.bound }))
+    let meets = |m: &PointReport| {
+        slos.iter()
+            .zip(&slo_metrics)
+            .all(|(s, k)| m.metric(*k).is_some_and(|v| if s.le { v <= s.bound } else { v >= s.bound }))
     };
 
     let mut evaluated: Vec<Evaluated>;
@@ -442,12 +451,8 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
     }
 
     pb.finish_and_clear();
-    let cfg_json = |c: &Config| -> Map<String, Value> {
-        let mut m = Map::new();
-        for (&i, (p, v)) in c.iter().zip(&knobs) {
-            m.insert(p.clone(), v[i].clone());
-        }
-        m
+    let cfg_json = |c: &Config| -> TuneConfig {
+        TuneConfig(c.iter().zip(&knobs).map(|(&i, (p, v))| (p.clone(), v[i].clone())).collect())
     };
     let mut best: Option<(f64, &Evaluated)> = None;
     let mut rejected = Vec::new();
@@ -468,8 +473,9 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
             Ok(m) => {
                 let violations: Vec<SloViolation> = slos
                     .iter()
-                    .filter_map(|s| {
-                        let v = m[&s.metric].as_f64()?;
+                    .zip(&slo_metrics)
+                    .filter_map(|(s, k)| {
+                        let v = m.metric(*k)?;
                         let ok = if s.le { v <= s.bound } else { v >= s.bound };
                         (!ok).then(|| SloViolation {
                             slo: s.text.clone(),
@@ -497,7 +503,7 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
         .iter()
         .filter_map(|e| {
             let m = e.result.as_ref().ok()?;
-            Some((e, m["output_throughput"].as_f64()?, m[&a.pareto_latency].as_f64()?))
+            Some((e, m.metric(Metric::OutputThroughput)?, m.metric(pareto_latency)?))
         })
         .collect();
     let mut pareto: Vec<&(&Evaluated, f64, f64)> = valid
@@ -509,7 +515,7 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
     // the best configuration (or the first valid one). One definition: sim::sweep::find_knee.
     let knee = knobs.iter().position(|(p, _)| p == "workload.max_concurrency").and_then(|k| {
         let anchor = best.map(|(_, e)| e).or_else(|| valid.first().map(|v| v.0))?;
-        let mut line: Vec<(f64, &Map<String, Value>)> = valid
+        let mut line: Vec<(f64, &PointReport)> = valid
             .iter()
             .filter(|(e, _, _)| e.config.iter().enumerate().all(|(j, &v)| j == k || v == anchor.config[j]))
             .filter_map(|(e, _, _)| Some((knobs[k].1[e.config[k]].as_f64()?, e.result.as_ref().ok()?)))
@@ -519,8 +525,8 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
             .iter()
             .map(|(c, m)| sim::sweep::KneePoint {
                 concurrency: *c,
-                output_throughput: m["output_throughput"].as_f64().unwrap_or(0.0),
-                mean_ttft_ms: m["mean_ttft_ms"].as_f64().unwrap_or(0.0),
+                output_throughput: m.metric(Metric::OutputThroughput).unwrap_or(0.0),
+                mean_ttft_ms: m.metric(Metric::MeanTtftMs).unwrap_or(0.0),
             })
             .collect();
         sim::sweep::knee(&pts)
@@ -528,7 +534,7 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
     if let Some(path) = &a.plot {
         let pts: Vec<(f64, f64, bool, String)> = valid
             .iter()
-            .map(|(e, t, l)| (*t, *l, e.result.as_ref().is_ok_and(|m| meets(m)), config_label(&cfg_json(&e.config))))
+            .map(|(e, t, l)| (*t, *l, e.result.as_ref().is_ok_and(&meets), config_label(&cfg_json(&e.config))))
             .collect();
         let front: Vec<(f64, f64)> = pareto.iter().map(|(_, t, l)| (*t, *l)).collect();
         let lines: Vec<(String, f64, bool)> = slos
@@ -559,44 +565,39 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&result).expect("json"));
     } else {
-        print!("{}", text(&result, &a.pareto_latency, &a.slo));
+        print!("{}", text(&result, pareto_latency, &a.slo));
     }
     Ok(ExitCode::SUCCESS)
 }
 
 /// `path=value, ...` of a configuration, for plots and text.
-fn config_label(c: &Map<String, Value>) -> String {
-    c.iter().map(|(k, v)| format!("{}={v}", k.rsplit('.').next().unwrap_or(k))).collect::<Vec<_>>().join(", ")
+fn config_label(c: &TuneConfig) -> String {
+    c.0.iter().map(|(k, v)| format!("{}={v}", k.rsplit('.').next().unwrap_or(k))).collect::<Vec<_>>().join(", ")
 }
 
 /// The text rendering of a tune result.
-fn text(r: &TuneResult, pareto_latency: &str, slo_args: &[String]) -> String {
+fn text(r: &TuneResult, pareto_latency: Metric, slo_args: &[String]) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "Searched {}.", r.searched);
     for n in &r.notes {
         let _ = writeln!(s, "note: {n}");
     }
-    let f = |m: &Map<String, Value>, k: &str| m.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+    let f = |m: &PointReport, k: Metric| m.metric(k).unwrap_or(0.0);
     match &r.best {
         None => {
             let _ = writeln!(s, "No configuration meets every SLO ({}).", slo_args.join(", "));
         }
         Some(b) => {
             let m = &b.metrics;
-            let _ = writeln!(
-                s,
-                "Best configuration meeting every SLO (by {}): {}",
-                r.objective,
-                Value::Object(b.config.clone())
-            );
+            let _ = writeln!(s, "Best configuration meeting every SLO (by {}): {}", r.objective, b.config);
             let _ = writeln!(
                 s,
                 "  output {:.1} tok/s, mean TTFT {:.1} ms, p99 TTFT {:.1} ms, mean TPOT {:.2} ms, p99 ITL {:.2} ms",
-                f(m, "output_throughput"),
-                f(m, "mean_ttft_ms"),
-                f(m, "p99_ttft_ms"),
-                f(m, "mean_tpot_ms"),
-                f(m, "p99_itl_ms")
+                f(m, Metric::OutputThroughput),
+                f(m, Metric::MeanTtftMs),
+                f(m, Metric::P99TtftMs),
+                f(m, Metric::MeanTpotMs),
+                f(m, Metric::P99ItlMs)
             );
         }
     }
@@ -612,9 +613,9 @@ fn text(r: &TuneResult, pareto_latency: &str, slo_args: &[String]) -> String {
         let _ = writeln!(
             s,
             "  {:>10.1} tok/s  {:>12.1}  {}",
-            f(&p.metrics, "output_throughput"),
+            f(&p.metrics, Metric::OutputThroughput),
             f(&p.metrics, pareto_latency),
-            Value::Object(p.config.clone())
+            p.config
         );
     }
     if !r.rejected.is_empty() {
@@ -622,7 +623,7 @@ fn text(r: &TuneResult, pareto_latency: &str, slo_args: &[String]) -> String {
         for x in &r.rejected {
             let v: Vec<String> =
                 x.violations.iter().map(|v| format!("{} (got {:.1}, {:+.0}%)", v.slo, v.value, 100.0 * v.by)).collect();
-            let _ = writeln!(s, "  {}: breaks {}", Value::Object(x.config.clone()), v.join("; "));
+            let _ = writeln!(s, "  {}: breaks {}", x.config, v.join("; "));
         }
     }
     if !r.stopped_early.is_empty() {
@@ -632,13 +633,13 @@ fn text(r: &TuneResult, pareto_latency: &str, slo_args: &[String]) -> String {
             r.stopped_early.len()
         );
         for x in &r.stopped_early {
-            let _ = writeln!(s, "  {}: {}", Value::Object(x.config.clone()), x.reason);
+            let _ = writeln!(s, "  {}: {}", x.config, x.reason);
         }
     }
     if !r.invalid.is_empty() {
         let _ = writeln!(s, "\nInvalid ({}: the scenario's validation rejects them):", r.invalid.len());
         for i in &r.invalid {
-            let _ = writeln!(s, "  {}: {}", Value::Object(i.config.clone()), i.error);
+            let _ = writeln!(s, "  {}: {}", i.config, i.error);
         }
     }
     if let Some(sh) = &r.shared {

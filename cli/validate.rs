@@ -304,7 +304,10 @@ pub fn run(a: ValidateArgs) -> Result<ExitCode, String> {
             if out.run.stop != sim::simulation::StopReason::Completed {
                 return Err(format!("the run did not complete: {}", out.run.stop.as_str()));
             }
-            Ok(sim::report::point_json(&spec, &out))
+            match serde_json::to_value(sim::report::PointReport::of(&spec, &out)) {
+                Ok(Value::Object(m)) => Ok(m),
+                _ => unreachable!("a report serializes to an object"),
+            }
         })
         .collect();
 

@@ -6,9 +6,10 @@
 
 use serde::Serialize;
 use serde_json::Value;
+use sim::report::{Metric, Metrics, PointReport};
 use sim::sweep::{find_knee, KneePoint};
 
-use crate::measure::{metric, Point};
+use crate::measure::{Point, RepeatedPoint};
 use crate::named::Named;
 use crate::plan::SPEED_REFERENCE_TOLERANCE;
 use crate::server_info::ServerInfo;
@@ -18,17 +19,17 @@ use crate::server_info::ServerInfo;
 /// only: in a closed loop a wave of requests splits across the engine's first steps (some get
 /// the first prefill step, the rest the next), so TTFT is bimodal and its median jumps between
 /// the modes on a shift of the split; the mean moves with the split smoothly.
-pub const CHECK_METRICS: [(&str, Option<f64>); 10] = [
-    ("output_throughput", Some(0.05)),
-    ("mean_ttft_ms", Some(0.10)),
-    ("median_ttft_ms", None),
-    ("p99_ttft_ms", Some(0.10)),
-    ("mean_tpot_ms", Some(0.05)),
-    ("mean_itl_ms", Some(0.05)),
-    ("mean_e2el_ms", Some(0.05)),
-    ("num_preemptions", None),
-    ("prefix_cache_hit_rate", None),
-    ("kv_cache_usage_peak", None),
+pub const CHECK_METRICS: [(Metric, Option<f64>); 10] = [
+    (Metric::OutputThroughput, Some(0.05)),
+    (Metric::MeanTtftMs, Some(0.10)),
+    (Metric::MedianTtftMs, None),
+    (Metric::P99TtftMs, Some(0.10)),
+    (Metric::MeanTpotMs, Some(0.05)),
+    (Metric::MeanItlMs, Some(0.05)),
+    (Metric::MeanE2elMs, Some(0.05)),
+    (Metric::NumPreemptions, None),
+    (Metric::PrefixCacheHitRate, None),
+    (Metric::KvCacheUsagePeak, None),
 ];
 
 /// A check report.
@@ -51,8 +52,10 @@ pub struct CheckReport {
 pub struct CheckPoint {
     pub max_concurrency: u32,
     pub used_for_fit: bool,
-    pub measured: Point,
-    pub predicted: Point,
+    /// The measured run (the mean of the repeats, with `--repeat`).
+    pub measured: RepeatedPoint,
+    /// The simulated run with the same requests.
+    pub predicted: PointReport,
     /// (predicted − measured) / measured, per metric of [`CHECK_METRICS`].
     pub error: Named<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -136,14 +139,14 @@ pub fn median(mut v: Vec<f64>) -> Option<f64> {
 }
 
 /// The knee of a sweep's points.
-pub fn knee_at(conc: &[u32], pts: &[Point]) -> Option<u32> {
+pub fn knee_at<P: Metrics>(conc: &[u32], pts: &[P]) -> Option<u32> {
     let kp: Vec<KneePoint> = conc
         .iter()
         .zip(pts)
         .map(|(&c, p)| KneePoint {
             concurrency: f64::from(c),
-            output_throughput: metric(p, "output_throughput").unwrap_or(0.0),
-            mean_ttft_ms: metric(p, "mean_ttft_ms").unwrap_or(0.0),
+            output_throughput: p.metric(Metric::OutputThroughput).unwrap_or(0.0),
+            mean_ttft_ms: p.metric(Metric::MeanTtftMs).unwrap_or(0.0),
         })
         .collect();
     find_knee(&kp).map(|i| conc[i])
@@ -152,30 +155,28 @@ pub fn knee_at(conc: &[u32], pts: &[Point]) -> Option<u32> {
 /// The knee of each repeat on its own (`runs_of[i][k]`: the k-th run of point i).
 pub fn knee_per_repeat(conc: &[u32], runs_of: &[Vec<Point>]) -> Vec<Option<u32>> {
     let n = runs_of.iter().map(Vec::len).min().unwrap_or(0);
-    (0..n).map(|k| knee_at(conc, &runs_of.iter().map(|r| r[k].clone()).collect::<Vec<_>>())).collect()
+    (0..n).map(|k| knee_at(conc, &runs_of.iter().map(|r| &r[k]).collect::<Vec<_>>())).collect()
 }
 
-/// The mean of repeated measurements of a point (with `repeats` added), and each judged
-/// metric's relative spread ((max − min) / mean) across them.
-pub fn mean_of_runs(runs: &[Point]) -> (Point, Named<f64>) {
-    let mut mean = runs[0].clone();
+/// The mean of repeated measurements of a point ([`RepeatedPoint`]), and each judged
+/// metric's relative spread ((max − min) / mean) across them, in report order.
+pub fn mean_of_runs(runs: &[Point]) -> (RepeatedPoint, Named<f64>) {
+    let mean = RepeatedPoint { runs: runs.to_vec() };
     let mut spread = Named::new();
     if runs.len() < 2 {
         return (mean, spread);
     }
-    for (k, v) in &runs[0] {
-        if !v.is_number() {
+    for &k in Metric::ALL {
+        if runs[0].metric(k).is_none() || !CHECK_METRICS.iter().any(|(c, _)| *c == k) {
             continue;
         }
-        let xs: Vec<f64> = runs.iter().filter_map(|r| metric(r, k)).collect();
+        let xs: Vec<f64> = runs.iter().filter_map(|r| r.metric(k)).collect();
         let m = xs.iter().sum::<f64>() / xs.len() as f64;
-        mean.insert(k.clone(), m.into());
-        if CHECK_METRICS.iter().any(|(c, _)| c == k) && m.abs() > 1e-12 {
+        if m.abs() > 1e-12 {
             let (lo, hi) = xs.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)));
-            spread.push(k.clone(), (hi - lo) / m);
+            spread.push(k.key(), (hi - lo) / m);
         }
     }
-    mean.insert("repeats".into(), runs.len().into());
     (mean, spread)
 }
 
@@ -183,8 +184,8 @@ pub fn mean_of_runs(runs: &[Point]) -> (Point, Named<f64>) {
 /// points not used for fitting.
 pub fn judge(
     conc: &[u32],
-    measured: &[Point],
-    predicted: &[Point],
+    measured: &[RepeatedPoint],
+    predicted: &[PointReport],
     used: &[bool],
     info: &ServerInfo,
     profile_coefficients: Option<Value>,
@@ -193,8 +194,8 @@ pub fn judge(
     for i in 0..conc.len() {
         let mut error = Named::new();
         for (k, _) in CHECK_METRICS {
-            if let Some(e) = rel_err(metric(&measured[i], k), metric(&predicted[i], k)) {
-                error.push(k, e);
+            if let Some(e) = rel_err(measured[i].metric(k), predicted[i].metric(k)) {
+                error.push(k.key(), e);
             }
         }
         points.push(CheckPoint {
@@ -215,7 +216,7 @@ pub fn judge(
     for (k, target) in CHECK_METRICS {
         let errs: Vec<f64> = (0..conc.len())
             .filter(|&i| !used[i])
-            .filter_map(|i| rel_err(metric(&measured[i], k), metric(&predicted[i], k)))
+            .filter_map(|i| rel_err(measured[i].metric(k), predicted[i].metric(k)))
             .map(f64::abs)
             .collect();
         let med = median(errs);
@@ -223,7 +224,7 @@ pub fn judge(
         if ok == Some(false) {
             pass = false;
         }
-        per_metric.push(k, MetricVerdict { median_abs_error: med, target, ok });
+        per_metric.push(k.key(), MetricVerdict { median_abs_error: med, target, ok });
     }
     let km = knee_at(conc, measured);
     let kp = knee_at(conc, predicted);
@@ -253,7 +254,7 @@ impl CheckReport {
         for (p, iv) in self.points.iter_mut().zip(intervals) {
             let mut inside = Named::new();
             for (k, i) in iv.iter() {
-                if let Some(m) = metric(&p.measured, k) {
+                if let Some(m) = Metric::parse(k).and_then(|k| p.measured.metric(k)) {
                     inside.push(k, i.contains(m));
                 }
             }
@@ -312,10 +313,17 @@ impl CheckReport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+
+    fn bench(thr: f64, ttft: f64) -> sim::report::BenchReport {
+        sim::report::BenchReport {
+            output_throughput: thr,
+            ttft: sim::metrics::Stats { mean: ttft, ..Default::default() },
+            ..Default::default()
+        }
+    }
 
     fn run(thr: f64, ttft: f64) -> Point {
-        json!({"output_throughput": thr, "mean_ttft_ms": ttft}).as_object().unwrap().clone()
+        Point::of(bench(thr, ttft))
     }
 
     #[test]
@@ -332,11 +340,20 @@ mod tests {
     }
 
     fn report(n: usize) -> CheckReport {
-        let pts: Vec<Point> = (0..n).map(|i| run(100.0 + i as f64, 10.0)).collect();
+        let measured: Vec<RepeatedPoint> =
+            (0..n).map(|i| RepeatedPoint { runs: vec![run(100.0 + i as f64, 10.0)] }).collect();
+        let predicted: Vec<PointReport> = (0..n)
+            .map(|i| PointReport {
+                bench: bench(100.0 + i as f64, 10.0),
+                cost_source: String::new(),
+                fleet: None,
+                replicas: None,
+            })
+            .collect();
         judge(
             &vec![1; n].iter().enumerate().map(|(i, _)| i as u32 + 1).collect::<Vec<_>>(),
-            &pts,
-            &pts,
+            &measured,
+            &predicted,
             &vec![false; n],
             &ServerInfo::default(),
             None,

@@ -20,6 +20,7 @@
 
 use sim::config::SimSpec;
 use sim::cost::{CostCoefficients, CostModel, COEFFICIENT_NAMES};
+use sim::report::Metric;
 use sim::simulation::RunOptions;
 use statrs::statistics::Statistics;
 
@@ -27,27 +28,28 @@ use statrs::statistics::Statistics;
 /// measures all of them), then the medians and p99s, which a fit uses only where a source
 /// publishes no mean of that family (`procedure::measured_targets`), each against the
 /// simulated statistic of the same name, never as a mean.
-pub const TARGETS: [&str; 13] = [
-    "mean_ttft_ms",
-    "mean_tpot_ms",
-    "mean_itl_ms",
-    "mean_e2el_ms",
-    "output_throughput",
-    "median_ttft_ms",
-    "p99_ttft_ms",
-    "median_tpot_ms",
-    "p99_tpot_ms",
-    "median_itl_ms",
-    "p99_itl_ms",
-    "median_e2el_ms",
-    "p99_e2el_ms",
+pub const TARGETS: [Metric; 13] = [
+    Metric::MeanTtftMs,
+    Metric::MeanTpotMs,
+    Metric::MeanItlMs,
+    Metric::MeanE2elMs,
+    Metric::OutputThroughput,
+    Metric::MedianTtftMs,
+    Metric::P99TtftMs,
+    Metric::MedianTpotMs,
+    Metric::P99TpotMs,
+    Metric::MedianItlMs,
+    Metric::P99ItlMs,
+    Metric::MedianE2elMs,
+    Metric::P99E2elMs,
 ];
 
 /// The number of means at the head of [`TARGETS`].
 pub const MEAN_TARGETS: usize = 5;
 
 /// The metric family of each of [`TARGETS`] (`ttft`, `tpot`, `itl`, `e2el`, `throughput`).
-pub fn family(target: &str) -> &'static str {
+pub fn family(target: Metric) -> &'static str {
+    let target = target.key();
     if target.contains("ttft") {
         "ttft"
     } else if target.contains("tpot") {
@@ -150,10 +152,9 @@ pub fn predict(spec: &SimSpec, cost: &CostModel) -> Vec<Option<f64>> {
     targets_of(&sim::simulate(&s, RunOptions::default()).metrics)
 }
 
-/// The values of [`TARGETS`] in a run's metrics.
+/// The values of [`TARGETS`] in a run's metrics, in that order.
 pub fn targets_of(m: &sim::metrics::BenchMetrics) -> Vec<Option<f64>> {
-    // `sim::metrics::PERCENTILES` is [50, 90, 95, 99]: the p99 is the last.
-    let p99 = |s: &sim::metrics::Stats| Some(s.percentiles[3]);
+    let p99 = |s: &sim::metrics::Stats| Some(s.p99);
     vec![
         Some(m.ttft.mean),
         Some(m.tpot.mean),
@@ -461,11 +462,31 @@ pub fn parse_step_log(text: &str) -> Vec<StepRow> {
 /// A linear least-squares fit of step time on step composition.
 #[derive(Clone, Debug)]
 pub struct StepFit {
-    /// step_us, per_seq_us, prefill_token_us, decode_token_us.
-    pub coefficients: [f64; 4],
+    pub coefficients: StepCoefficients,
     pub r2: f64,
     pub residual_std_ms: f64,
     pub rows: usize,
+}
+
+/// The cost coefficients a step log determines (µs).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepCoefficients {
+    pub step_us: f64,
+    pub per_seq_us: f64,
+    pub prefill_token_us: f64,
+    pub decode_token_us: f64,
+}
+
+impl StepCoefficients {
+    /// Each coefficient with its name (`sim::cost::COEFFICIENT_NAMES`).
+    pub fn named(&self) -> [(&'static str, f64); 4] {
+        [
+            ("step_us", self.step_us),
+            ("per_seq_us", self.per_seq_us),
+            ("prefill_token_us", self.prefill_token_us),
+            ("decode_token_us", self.decode_token_us),
+        ]
+    }
 }
 
 /// Solves the normal equations of `x β = y` over the columns in `active`.
@@ -528,7 +549,13 @@ pub fn fit_step_log(rows: &[StepRow]) -> Option<StepFit> {
     let resid: Vec<f64> = y.iter().zip(&pred).map(|(a, b)| a - b).collect();
     let pairs: Vec<(f64, f64)> = y.iter().copied().zip(pred).collect();
     Some(StepFit {
-        coefficients: [beta[0] * 1e3, beta[1] * 1e3, beta[2] * 1e3, beta[3] * 1e3],
+        // The columns: steps, sequences, context tokens, generation tokens (ms → µs).
+        coefficients: StepCoefficients {
+            step_us: beta[0] * 1e3,
+            per_seq_us: beta[1] * 1e3,
+            prefill_token_us: beta[2] * 1e3,
+            decode_token_us: beta[3] * 1e3,
+        },
         r2: r_squared(&pairs).unwrap_or(0.0),
         residual_std_ms: resid.iter().std_dev(),
         rows: rows.len(),
@@ -695,8 +722,8 @@ mod step_tests {
         assert_eq!(rows.len(), 40);
         let f = fit_step_log(&rows).unwrap();
         // per_seq and decode_token are collinear here except through context requests; the sum is identified.
-        assert!((f.coefficients[0] - 9000.0).abs() < 50.0, "{:?}", f.coefficients);
-        assert!((f.coefficients[2] - 200.0).abs() < 1.0, "{:?}", f.coefficients);
+        assert!((f.coefficients.step_us - 9000.0).abs() < 50.0, "{:?}", f.coefficients);
+        assert!((f.coefficients.prefill_token_us - 200.0).abs() < 1.0, "{:?}", f.coefficients);
         assert!(f.r2 > 0.999);
     }
 }

@@ -31,6 +31,6 @@ pub mod uncertainty;
 
 pub use check::CheckReport;
 pub use error::{CalibError, MeasureError};
-pub use measure::{Measure, Measurement, Point, Run, SimMeasure};
+pub use measure::{Measure, Measurement, Point, RepeatedPoint, Run, SimMeasure};
 pub use profile::Profile;
 pub use server_info::ServerInfo;

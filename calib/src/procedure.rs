@@ -7,11 +7,12 @@
 use serde_json::{json, Value};
 use sim::config::SimSpec;
 use sim::cost::{CoefficientSource, CostCoefficients, CostModel};
+use sim::report::{Metric, Metrics, PointReport};
 
 use crate::check::{judge, mean_of_runs, median, CheckReport};
 use crate::error::{CalibError, Result};
 use crate::fit::{self, FitPoint, Free, TARGETS};
-use crate::measure::{metric, Measure, Point, Run};
+use crate::measure::{Measure, RepeatedPoint, Run};
 use crate::named::Named;
 use crate::plan::{self, speed_reference_workload};
 use crate::profile::{FitWorkload, LoneRequestFit, Profile, ProfileEngine, SpeedReference, StepLogFit};
@@ -27,9 +28,9 @@ fn resolve(scenario: &Scenario<'_>, w: &Value) -> Result<SimSpec> {
 /// The measured values of [`TARGETS`] of a point (missing or non-positive ones are None).
 /// A median or p99 is kept only where the point has no mean of its family: it then stands
 /// for that family, fitted against the simulated statistic of the same name.
-pub fn measured_targets(point: &Point) -> Vec<Option<f64>> {
+pub fn measured_targets(point: &impl Metrics) -> Vec<Option<f64>> {
     let got: Vec<Option<f64>> =
-        TARGETS.iter().map(|t| metric(point, t).filter(|v| v.is_finite() && *v > 0.0)).collect();
+        TARGETS.iter().map(|&t| point.metric(t).filter(|v| v.is_finite() && *v > 0.0)).collect();
     let has_mean = |fam: &str| (0..fit::MEAN_TARGETS).any(|i| fit::family(TARGETS[i]) == fam && got[i].is_some());
     got.iter()
         .enumerate()
@@ -65,7 +66,7 @@ pub fn speed_reference<M: Measure + ?Sized>(m: &mut M, scenario: &Scenario<'_>, 
     if got.failed > 0 {
         return Ok(None);
     }
-    Ok(metric(&got.point, "mean_itl_ms").filter(|v| v.is_finite() && *v > 0.0))
+    Ok(got.point.metric(Metric::MeanItlMs).filter(|v| v.is_finite() && *v > 0.0))
 }
 
 /// A live calibration: warm-up, the probe plan (with a speed reference before each
@@ -109,8 +110,8 @@ pub fn calibrate<M: Measure + ?Sized>(m: &mut M, scenario: &Scenario<'_>, o: &Ca
         m.say(&format!(
             "probe {}: mean TTFT {:.1} ms, mean ITL {:.2} ms, {} failed",
             probe.name,
-            metric(&got.point, "mean_ttft_ms").unwrap_or(f64::NAN),
-            metric(&got.point, "mean_itl_ms").unwrap_or(f64::NAN),
+            got.point.metric(Metric::MeanTtftMs).unwrap_or(f64::NAN),
+            got.point.metric(Metric::MeanItlMs).unwrap_or(f64::NAN),
             got.failed
         ));
         if got.failed > 0 {
@@ -142,7 +143,7 @@ pub fn calibrate<M: Measure + ?Sized>(m: &mut M, scenario: &Scenario<'_>, o: &Ca
         Some(sf) => {
             let mut c = prior.clone();
             let mut ov = CostCoefficients::default();
-            for (k, v) in ["step_us", "per_seq_us", "prefill_token_us", "decode_token_us"].iter().zip(sf.coefficients) {
+            for (k, v) in sf.coefficients.named() {
                 ov.set(k, v);
             }
             c.overlay(&ov, CoefficientSource::Profile);
@@ -214,10 +215,10 @@ pub fn calibrate<M: Measure + ?Sized>(m: &mut M, scenario: &Scenario<'_>, o: &Ca
             rows: sf.rows,
             r2: sf.r2,
             residual_std_ms: sf.residual_std_ms,
-            step_us: sf.coefficients[0],
-            per_seq_us: sf.coefficients[1],
-            prefill_token_us: sf.coefficients[2],
-            decode_token_us: sf.coefficients[3],
+            step_us: sf.coefficients.step_us,
+            per_seq_us: sf.coefficients.per_seq_us,
+            prefill_token_us: sf.coefficients.prefill_token_us,
+            decode_token_us: sf.coefficients.decode_token_us,
         });
     }
     if let (Some(p), Some(l)) = (&projection, &linear) {
@@ -374,7 +375,7 @@ pub fn check<M: Measure + ?Sized>(
     point_scenario: &Scenario<'_>,
     derived: &Scenario<'_>,
     o: &CheckOptions,
-) -> Result<(CheckReport, Vec<Point>, Vec<Point>)> {
+) -> Result<(CheckReport, Vec<RepeatedPoint>, Vec<PointReport>)> {
     let conc = &o.concurrency;
     if conc.is_empty() || conc.contains(&0) || conc.windows(2).any(|w| w[0] >= w[1]) {
         return Err(CalibError::Input {
@@ -411,7 +412,7 @@ pub fn check<M: Measure + ?Sized>(
     // again), not point by point: a host whose speed drifts over tens of seconds then spreads
     // its slow spells over every point instead of loading them onto one.
     let repeats = o.repeat.max(1);
-    let mut runs_of: Vec<Vec<Point>> = vec![Vec::new(); specs.len()];
+    let mut runs_of: Vec<Vec<crate::measure::Point>> = vec![Vec::new(); specs.len()];
     let mut reference_of: Vec<Vec<Option<f64>>> = vec![Vec::new(); specs.len()];
     let mut n_refs = 0u64;
     for k in 0..repeats {
@@ -429,8 +430,8 @@ pub fn check<M: Measure + ?Sized>(
                 "measured concurrency {} (run {}/{repeats}): {:.1} tok/s, mean TTFT {:.1} ms",
                 conc[i],
                 k + 1,
-                metric(&got.point, "output_throughput").unwrap_or(0.0),
-                metric(&got.point, "mean_ttft_ms").unwrap_or(0.0)
+                got.point.metric(Metric::OutputThroughput).unwrap_or(0.0),
+                got.point.metric(Metric::MeanTtftMs).unwrap_or(0.0)
             ));
             runs_of[i].push(got.point);
         }
@@ -464,10 +465,7 @@ pub fn check<M: Measure + ?Sized>(
         }
     }
     // Predict every point with the same requests.
-    let predicted: Vec<Point> = specs
-        .iter()
-        .map(|s| sim::report::point_json(s, &sim::simulate(s, sim::simulation::RunOptions::default())))
-        .collect();
+    let predicted: Vec<PointReport> = specs.iter().map(crate::uncertainty::predict_point).collect();
     let mut report = judge(conc, &measured, &predicted, &used, m.info(), o.profile_coefficients.clone());
     if let Some(u) = &o.uncertainty {
         // Only the coefficients the profile set vary.
@@ -482,7 +480,7 @@ pub fn check<M: Measure + ?Sized>(
                         center.set(n, all.get(n).unwrap_or(0.0));
                     }
                 }
-                let samples: Vec<Point> = crate::uncertainty::sampled_specs(s, u, &center)
+                let samples: Vec<PointReport> = crate::uncertainty::sampled_specs(s, u, &center)
                     .iter()
                     .map(crate::uncertainty::predict_point)
                     .collect();

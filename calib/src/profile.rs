@@ -67,7 +67,7 @@ pub struct ProfileEngine {
 pub struct FitSummary {
     pub method: &'static str,
     pub target_noise: Named<f64>,
-    pub targets: [&'static str; 13],
+    pub targets: [sim::report::Metric; 13],
     pub free: Vec<FreeParameter>,
     pub factors: Vec<f64>,
     pub objective: f64,
@@ -180,11 +180,11 @@ impl Profile {
                 let (mut measured, mut predicted, mut relative_residual) = (Named::new(), Named::new(), Named::new());
                 for (i, t) in TARGETS.iter().enumerate() {
                     if let Some(m) = p.measured[i] {
-                        measured.push(*t, m);
+                        measured.push(t.key(), m);
                         if let Some(v) = q[i] {
-                            predicted.push(*t, v);
+                            predicted.push(t.key(), v);
                             if m > 0.0 {
-                                relative_residual.push(*t, (v - m) / m);
+                                relative_residual.push(t.key(), (v - m) / m);
                             }
                         }
                     }

@@ -1,12 +1,26 @@
 //! Reading existing benchmark results for `calibrate --from-results`:
 //! `vllm bench serve --save-result` JSON (or ours), `sglang.bench_serving` JSONL.
 
-use serde_json::Value;
+use serde_json::{Map, Value};
+use sim::report::{Metric, Metrics};
 
-use crate::measure::Point;
+/// One load point of a results file: how to reproduce its load, and the report metrics it
+/// publishes (a source may publish any subset: percentiles only, throughput only).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ResultPoint {
+    pub load: LoadOverrides,
+    /// Each report metric the result gives as a number, in report order.
+    pub metrics: Vec<(Metric, f64)>,
+}
+
+impl Metrics for ResultPoint {
+    fn metric(&self, m: Metric) -> Option<f64> {
+        self.metrics.iter().find(|(k, _)| *k == m).map(|(_, v)| *v)
+    }
+}
 
 /// The load points of a results file's text (`name` names it in errors).
-pub fn parse_results(text: &str, name: &str) -> Result<Vec<Point>, String> {
+pub fn parse_results(text: &str, name: &str) -> Result<Vec<ResultPoint>, String> {
     let mut out = Vec::new();
     let values: Vec<Value> = match serde_json::from_str::<Value>(text) {
         Ok(v) => vec![v],
@@ -31,16 +45,17 @@ pub fn parse_results(text: &str, name: &str) -> Result<Vec<Point>, String> {
         }
         // A source may publish any subset of the fitted metrics (percentiles only, throughput
         // only): the fit uses what is there. A point with none of them cannot be fitted.
-        if !crate::fit::TARGETS
-            .iter()
-            .any(|t| m.get(*t).and_then(Value::as_f64).is_some_and(|v| v.is_finite() && v > 0.0))
-        {
+        let point = ResultPoint {
+            load: load_overrides(&m),
+            metrics: Metric::ALL.iter().filter_map(|&k| Some((k, m.get(k.key())?.as_f64()?))).collect(),
+        };
+        if !crate::fit::TARGETS.iter().any(|&t| point.metric(t).is_some_and(|v| v.is_finite() && v > 0.0)) {
             return Err(format!(
                 "{name}: none of {}: not a vllm bench serve --save-result or sglang.bench_serving result",
-                crate::fit::TARGETS.join(", ")
+                crate::fit::TARGETS.map(Metric::key).join(", ")
             ));
         }
-        out.push(m);
+        out.push(point);
     }
     Ok(out)
 }
@@ -59,7 +74,7 @@ mod tests {
         assert_eq!(p.len(), 1);
         assert!(parse_results(r#"{"max_concurrency": 8}"#, "r.json").unwrap_err().contains("none of mean_ttft_ms"));
         let sg = parse_results("{\"median_e2e_latency_ms\": 900.0}\n", "s.jsonl").unwrap();
-        assert_eq!(sg[0]["median_e2el_ms"], 900.0);
+        assert_eq!(sg[0].metric(Metric::MedianE2elMs), Some(900.0));
     }
 }
 
@@ -72,8 +87,8 @@ pub struct LoadOverrides {
     pub unlimited_concurrency: bool,
 }
 
-/// The overrides of one result point.
-pub fn load_overrides(r: &Point) -> LoadOverrides {
+/// The overrides of one result point (the result's JSON object).
+fn load_overrides(r: &Map<String, Value>) -> LoadOverrides {
     let mut o = LoadOverrides::default();
     match r.get("max_concurrency") {
         Some(Value::Number(n)) => o.sets.push(format!("workload.max_concurrency={n}")),

@@ -86,7 +86,7 @@ pub fn flag(points: &mut [FitPoint]) -> Vec<Trap> {
             }
             let used: Vec<&str> = (MEAN_TARGETS..TARGETS.len())
                 .filter(|&t| family(TARGETS[t]) == fam && p.measured[t].is_some())
-                .map(|t| TARGETS[t])
+                .map(|t| TARGETS[t].key())
                 .collect();
             if used.is_empty() {
                 missing.push(TARGETS[mean_i].to_string());
@@ -134,7 +134,7 @@ pub fn flag(points: &mut [FitPoint]) -> Vec<Trap> {
             let mut also = Vec::new();
             for t in 0..TARGETS.len() {
                 if matches!(family(TARGETS[t]), "ttft" | "e2el" | "throughput") && p.measured[t].is_some() {
-                    also.push(TARGETS[t]);
+                    also.push(TARGETS[t].key());
                     p.measured[t] = None;
                 }
             }
@@ -219,7 +219,7 @@ pub fn flag_tails(points: &mut [FitPoint], prior: &sim::cost::CostModel) -> Vec<
     let mut traps = Vec::new();
     for p in points.iter_mut() {
         let p99s: Vec<usize> =
-            (0..TARGETS.len()).filter(|&t| TARGETS[t].starts_with("p99_") && p.measured[t].is_some()).collect();
+            (0..TARGETS.len()).filter(|&t| TARGETS[t].key().starts_with("p99_") && p.measured[t].is_some()).collect();
         if p99s.is_empty() {
             continue;
         }
@@ -228,7 +228,7 @@ pub fn flag_tails(points: &mut [FitPoint], prior: &sim::cost::CostModel) -> Vec<
             let fam = family(TARGETS[t]);
             // The point's central value of the family: its median, else its mean.
             let Some(c) = (0..TARGETS.len())
-                .filter(|&u| family(TARGETS[u]) == fam && !TARGETS[u].starts_with("p99_"))
+                .filter(|&u| family(TARGETS[u]) == fam && !TARGETS[u].key().starts_with("p99_"))
                 .find(|&u| p.measured[u].is_some() && sim[u].is_some())
             else {
                 continue;

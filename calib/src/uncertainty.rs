@@ -17,7 +17,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sim::cost::{CostCoefficients, COEFFICIENT_NAMES};
 
-use crate::measure::{metric, Point};
+use sim::report::{Metric, Metrics, PointReport};
+
 use crate::named::Named;
 
 /// Coefficient sets sampled per prediction.
@@ -27,23 +28,23 @@ pub const SAMPLES: usize = 32;
 pub const SEED: u64 = 0x5eed_0013;
 
 /// The metrics that get an interval, by report key.
-pub const METRICS: [&str; 16] = [
-    "request_throughput",
-    "output_throughput",
-    "total_token_throughput",
-    "mean_ttft_ms",
-    "median_ttft_ms",
-    "p99_ttft_ms",
-    "mean_tpot_ms",
-    "median_tpot_ms",
-    "p99_tpot_ms",
-    "mean_itl_ms",
-    "median_itl_ms",
-    "p99_itl_ms",
-    "mean_e2el_ms",
-    "median_e2el_ms",
-    "p99_e2el_ms",
-    "num_preemptions",
+pub const METRICS: [Metric; 16] = [
+    Metric::RequestThroughput,
+    Metric::OutputThroughput,
+    Metric::TotalTokenThroughput,
+    Metric::MeanTtftMs,
+    Metric::MedianTtftMs,
+    Metric::P99TtftMs,
+    Metric::MeanTpotMs,
+    Metric::MedianTpotMs,
+    Metric::P99TpotMs,
+    Metric::MeanItlMs,
+    Metric::MedianItlMs,
+    Metric::P99ItlMs,
+    Metric::MeanE2elMs,
+    Metric::MedianE2elMs,
+    Metric::P99E2elMs,
+    Metric::NumPreemptions,
 ];
 
 /// A 90% interval.
@@ -194,15 +195,15 @@ pub fn quantile(v: &[f64], q: f64) -> f64 {
 
 /// Each metric's 5th–95th percentile over the sampled predictions, widened to hold the
 /// central prediction (with 32 samples the band's edges are themselves noisy).
-pub fn intervals_from_samples(center: &Point, samples: &[Point]) -> Named<Interval> {
+pub fn intervals_from_samples<P: Metrics>(center: &P, samples: &[P]) -> Named<Interval> {
     let mut out = Named::new();
     for k in METRICS {
-        let Some(c) = metric(center, k) else { continue };
-        let xs: Vec<f64> = samples.iter().filter_map(|p| metric(p, k)).collect();
+        let Some(c) = center.metric(k) else { continue };
+        let xs: Vec<f64> = samples.iter().filter_map(|p| p.metric(k)).collect();
         if xs.is_empty() {
             continue;
         }
-        out.push(k, Interval { p05: quantile(&xs, 0.05).min(c), p95: quantile(&xs, 0.95).max(c) });
+        out.push(k.key(), Interval { p05: quantile(&xs, 0.05).min(c), p95: quantile(&xs, 0.95).max(c) });
     }
     out
 }
@@ -211,12 +212,12 @@ impl ProfileUncertainty {
     /// The intervals of a prediction `center` from its sampled predictions, with the model's
     /// own error added where the profile carries one: each side's log-width and the family's
     /// `ln(1 + e90)` combined in quadrature.
-    pub fn intervals(&self, center: &Point, samples: &[Point]) -> Named<Interval> {
+    pub fn intervals<P: Metrics>(&self, center: &P, samples: &[P]) -> Named<Interval> {
         let base = intervals_from_samples(center, samples);
         let Some(me) = &self.model_error_p90 else { return base };
         let mut out = Named::new();
         for (k, i) in base.iter() {
-            let c = metric(center, k).unwrap_or(0.0);
+            let c = Metric::parse(k).and_then(|k| center.metric(k)).unwrap_or(0.0);
             let e = me.get(metric_family(k)).copied().unwrap_or(0.0);
             if c <= 0.0 || i.p05 <= 0.0 {
                 out.push(k, *i);
@@ -326,12 +327,12 @@ pub fn uncalibrated_errors(gpu: &str, engine: &str) -> UncalibratedSource {
 
 /// Intervals for an uncalibrated prediction: the measured value lies within
 /// `[pred / (1 + e), pred · (1 + e)]` for the family's 90% |error| `e`.
-pub fn uncalibrated_intervals(center: &Point, src: &UncalibratedSource) -> Named<Interval> {
+pub fn uncalibrated_intervals(center: &impl Metrics, src: &UncalibratedSource) -> Named<Interval> {
     let mut out = Named::new();
     for k in METRICS {
-        let Some(c) = metric(center, k) else { continue };
-        let e = src.p90_abs_error.get(metric_family(k)).copied().unwrap_or(1.0);
-        out.push(k, Interval { p05: c / (1.0 + e), p95: c * (1.0 + e) });
+        let Some(c) = center.metric(k) else { continue };
+        let e = src.p90_abs_error.get(metric_family(k.key())).copied().unwrap_or(1.0);
+        out.push(k.key(), Interval { p05: c / (1.0 + e), p95: c * (1.0 + e) });
     }
     out
 }
@@ -349,11 +350,6 @@ impl ReportIntervals {
     pub fn new(intervals: &Named<Interval>, source: &str) -> ReportIntervals {
         ReportIntervals { intervals: intervals.clone(), source: source.to_string() }
     }
-}
-
-/// [`ReportIntervals`] as JSON, for a report that is still an object of keys.
-pub fn report_json(intervals: &Named<Interval>, source: &str) -> Value {
-    serde_json::to_value(ReportIntervals::new(intervals, source)).expect("intervals serialise")
 }
 
 /// One line of text: the headline metrics' intervals.
@@ -411,8 +407,8 @@ pub fn sampled_specs(
 }
 
 /// A spec's predicted report point.
-pub fn predict_point(spec: &sim::config::SimSpec) -> Point {
-    sim::report::point_json(spec, &sim::simulate(spec, sim::simulation::RunOptions::default()))
+pub fn predict_point(spec: &sim::config::SimSpec) -> PointReport {
+    PointReport::of(spec, &sim::simulate(spec, sim::simulation::RunOptions::default()))
 }
 
 /// The prediction and its intervals, sequentially (the binary runs the samples in parallel).
@@ -420,9 +416,9 @@ pub fn predict_with_intervals(
     spec: &sim::config::SimSpec,
     u: &ProfileUncertainty,
     center: &CostCoefficients,
-) -> (Point, Named<Interval>) {
+) -> (PointReport, Named<Interval>) {
     let c = predict_point(spec);
-    let samples: Vec<Point> = sampled_specs(spec, u, center).iter().map(predict_point).collect();
+    let samples: Vec<PointReport> = sampled_specs(spec, u, center).iter().map(predict_point).collect();
     let i = u.intervals(&c, &samples);
     (c, i)
 }

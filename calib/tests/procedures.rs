@@ -144,7 +144,7 @@ fn profile_keys() {
     assert_eq!(p["engine"]["kind"], "vllm");
     assert_eq!(keys(&p["fit"]), "method,target_noise,targets,free,factors,objective,evaluations,r2,points");
     assert_eq!(keys(&p["fit"]["points"][0]), "name,max_concurrency,measured,predicted,relative_residual");
-    assert_eq!(keys(&p["fit"]["r2"]), calib::fit::TARGETS.join(","));
+    assert_eq!(keys(&p["fit"]["r2"]), calib::fit::TARGETS.map(sim::report::Metric::key).join(","));
     assert_eq!(keys(&p["uncertainty"]), "method,coefficients,log_covariance,chi2_per_dof,intervals");
     assert_eq!(keys(&p["lone_request_fit"]), "method,points,r2,coefficients");
     assert_eq!(keys(&p["speed_reference"]), "workload,mean_itl_ms,median_mean_itl_ms");

@@ -37,7 +37,7 @@ fn truth(s: &SimSpec, scale: &[(&str, f64)]) -> CostModel {
 }
 
 fn idx(t: &str) -> usize {
-    TARGETS.iter().position(|x| *x == t).unwrap()
+    TARGETS.iter().position(|x| x.key() == t).unwrap()
 }
 
 /// Calibrates on `fit`, then at each held-out spec, per metric of `keys`: the calibrated
@@ -55,7 +55,7 @@ fn judge(fit: Vec<FitPoint>, held_out: &[SimSpec], truth: &CostModel, keys: &[&s
         let (cal, intervals) = predict_with_intervals(&cal_spec, &u, &center);
         for k in keys {
             let m = measured[idx(k)].unwrap();
-            let q = cal[*k].as_f64().unwrap();
+            let q = sim::report::Metrics::metric(&cal, sim::report::Metric::parse(k).unwrap()).unwrap();
             let e_cal = (q / m - 1.0).abs();
             let e_uncal = (uncal[idx(k)].unwrap() / m - 1.0).abs();
             let Interval { p05, p95 } = *intervals.get(k).unwrap();

@@ -15,7 +15,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::json;
 use sim::engine::EngineCounters;
 use sim::request::RequestSpec;
 use sim::simulation::{GaugeStats, RequestRecord, RunResult, StopReason};
@@ -98,25 +97,42 @@ struct Writer {
     file: Option<std::fs::File>,
 }
 
+/// One line of the per-request results (`*.requests.jsonl`).
+#[derive(serde::Serialize)]
+struct RequestLine<'a> {
+    phase: &'a str,
+    index: usize,
+    prompt_len: u32,
+    max_tokens: u32,
+    success: bool,
+    error: &'a Option<client::Failure>,
+    start_s: f64,
+    ttft_ms: f64,
+    itl_ms: Vec<f64>,
+    e2el_ms: f64,
+    output_tokens: u32,
+    prompt_tokens: Option<u32>,
+}
+
 impl Writer {
     fn write(&mut self, phase: &str, index: usize, spec: &RequestSpec, o: &Outcome) {
         let Some(f) = &mut self.file else { return };
-        let line = json!({
-            "phase": phase,
-            "index": index,
-            "prompt_len": spec.prompt_len,
-            "max_tokens": spec.max_tokens,
-            "success": o.success,
-            "error": o.error,
-            "start_s": o.start_s,
-            "ttft_ms": o.ttft_s * 1e3,
-            "itl_ms": o.itl_s.iter().map(|x| x * 1e3).collect::<Vec<f64>>(),
-            "e2el_ms": o.latency_s * 1e3,
-            "output_tokens": o.output_tokens,
-            "prompt_tokens": o.prompt_tokens,
-        });
+        let line = RequestLine {
+            phase,
+            index,
+            prompt_len: spec.prompt_len,
+            max_tokens: spec.max_tokens,
+            success: o.success,
+            error: &o.error,
+            start_s: o.start_s,
+            ttft_ms: o.ttft_s * 1e3,
+            itl_ms: o.itl_s.iter().map(|x| x * 1e3).collect(),
+            e2el_ms: o.latency_s * 1e3,
+            output_tokens: o.output_tokens,
+            prompt_tokens: o.prompt_tokens,
+        };
         // A failed write must not end the run: the results are also in memory.
-        let _ = writeln!(f, "{line}");
+        let _ = writeln!(f, "{}", serde_json::to_string(&line).expect("a request line serializes"));
         let _ = f.flush();
     }
 }

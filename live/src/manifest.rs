@@ -9,7 +9,9 @@
 use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde_json::{json, Map, Value};
+use serde::ser::SerializeMap;
+use serde::{Serialize, Serializer};
+use serde_json::Value;
 use sim::request::RequestSpec;
 use sim::workload::Workload;
 
@@ -102,59 +104,130 @@ pub fn relevant_metrics(s: &Snapshot) -> BTreeMap<String, f64> {
     keep.iter().filter_map(|k| s.sum(k).map(|v| ((*k).to_string(), v))).collect()
 }
 
+/// The `files` section of a record: each file's role and path, in order; written as an
+/// object of role → path.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RecordFiles(pub Vec<(String, String)>);
+
+impl Serialize for RecordFiles {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
 /// The `files` section of a record: (role, path) pairs.
-pub fn files(list: &[(&str, &std::path::Path)]) -> Map<String, Value> {
-    list.iter().map(|(k, p)| ((*k).to_string(), Value::from(p.display().to_string()))).collect()
+pub fn files(list: &[(&str, &std::path::Path)]) -> RecordFiles {
+    RecordFiles(list.iter().map(|(k, p)| ((*k).to_string(), p.display().to_string())).collect())
+}
+
+/// A run record (`*.record.json`): the setup, what was observed around the run, its files,
+/// and its report (`summary`).
+#[derive(Clone, Debug, Serialize)]
+pub struct RunRecord<'a, S: Serialize> {
+    /// `servesim-run`.
+    pub format: &'static str,
+    pub version: u32,
+    pub created_unix_s: f64,
+    pub setup: RunSetup<'a>,
+    pub observed: Observed,
+    pub files: &'a RecordFiles,
+    pub summary: &'a S,
+}
+
+/// Everything that defines the experiment (`servesim diff` compares these).
+#[derive(Clone, Debug, Serialize)]
+pub struct RunSetup<'a> {
+    pub engine: EngineSetup<'a>,
+    pub base_url: &'a str,
+    pub endpoint: &'a str,
+    pub model: &'a Option<String>,
+    pub model_root: &'a Option<String>,
+    pub max_model_len: Option<u32>,
+    pub kv_capacity_tokens: Option<u64>,
+    pub num_gpu_blocks: Option<u64>,
+    pub kv_granularity: Option<u32>,
+    pub max_running: Option<u32>,
+    pub token_budget: Option<i64>,
+    pub prefix_caching: Option<bool>,
+    /// The workload section as the user gave it.
+    pub workload: &'a Value,
+    pub workload_hash: String,
+    pub seed: u64,
+    pub client: ClientSetup,
+    pub host: String,
+}
+
+/// The engine as the server describes itself.
+#[derive(Clone, Debug, Serialize)]
+pub struct EngineSetup<'a> {
+    pub kind: &'static str,
+    pub version: &'a Option<String>,
+    pub info_gauges: &'a BTreeMap<String, BTreeMap<String, String>>,
+    pub server_args: &'a Option<Value>,
+}
+
+/// The load generator.
+#[derive(Clone, Debug, Serialize)]
+pub struct ClientSetup {
+    pub name: &'static str,
+    pub version: &'static str,
+}
+
+/// The engine's `/metrics` around the run ([`relevant_metrics`]).
+#[derive(Clone, Debug, Serialize)]
+pub struct Observed {
+    pub metrics_before: Option<BTreeMap<String, f64>>,
+    pub metrics_after: Option<BTreeMap<String, f64>>,
 }
 
 /// Builds a run record.
 #[allow(clippy::too_many_arguments)]
-pub fn record(
-    info: &ServerInfo,
-    endpoint: &str,
-    workload_spec: &Value,
+pub fn record<'a, S: Serialize>(
+    info: &'a ServerInfo,
+    endpoint: &'a str,
+    workload_spec: &'a Value,
     workload: &Workload,
     before: Option<&Snapshot>,
     after: Option<&Snapshot>,
-    files: &Map<String, Value>,
-    summary: &Map<String, Value>,
-) -> Value {
-    let setup = json!({
-        "engine": {
-            "kind": info.kind_name(),
-            "version": info.version,
-            "info_gauges": info.info_gauges,
-            "server_args": info.server_args,
+    files: &'a RecordFiles,
+    summary: &'a S,
+) -> RunRecord<'a, S> {
+    RunRecord {
+        format: "servesim-run",
+        version: 1,
+        created_unix_s: now_unix_s(),
+        setup: RunSetup {
+            engine: EngineSetup {
+                kind: info.kind_name(),
+                version: &info.version,
+                info_gauges: &info.info_gauges,
+                server_args: &info.server_args,
+            },
+            base_url: &info.base_url,
+            endpoint,
+            model: &info.model,
+            model_root: &info.model_root,
+            max_model_len: info.max_model_len,
+            kv_capacity_tokens: info.kv_capacity_tokens,
+            num_gpu_blocks: info.num_gpu_blocks,
+            kv_granularity: info.kv_granularity,
+            max_running: info.max_running,
+            token_budget: info.token_budget,
+            prefix_caching: info.prefix_caching,
+            workload: workload_spec,
+            workload_hash: workload_hash(workload),
+            seed: workload.seed,
+            client: ClientSetup { name: "servesim", version: env!("CARGO_PKG_VERSION") },
+            host: host(),
         },
-        "base_url": info.base_url,
-        "endpoint": endpoint,
-        "model": info.model,
-        "model_root": info.model_root,
-        "max_model_len": info.max_model_len,
-        "kv_capacity_tokens": info.kv_capacity_tokens,
-        "num_gpu_blocks": info.num_gpu_blocks,
-        "kv_granularity": info.kv_granularity,
-        "max_running": info.max_running,
-        "token_budget": info.token_budget,
-        "prefix_caching": info.prefix_caching,
-        "workload": workload_spec,
-        "workload_hash": workload_hash(workload),
-        "seed": workload.seed,
-        "client": {"name": "servesim", "version": env!("CARGO_PKG_VERSION")},
-        "host": host(),
-    });
-    json!({
-        "format": "servesim-run",
-        "version": 1,
-        "created_unix_s": now_unix_s(),
-        "setup": setup,
-        "observed": {
-            "metrics_before": before.map(relevant_metrics),
-            "metrics_after": after.map(relevant_metrics),
-        },
-        "files": files,
-        "summary": summary,
-    })
+        observed: Observed { metrics_before: before.map(relevant_metrics), metrics_after: after.map(relevant_metrics) },
+        files,
+        summary,
+    }
 }
 
 fn flatten(prefix: &str, v: &Value, out: &mut BTreeMap<String, String>) {
@@ -193,6 +266,7 @@ pub fn diff(a: &Value, b: &Value) -> Result<Vec<(String, String, String)>, Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn stamps_are_utc_calendar_dates() {

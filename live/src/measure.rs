@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use calib::measure::{Measure, Measurement, Point, Run};
+use calib::measure::{ClientCpu, Measure, Measurement, Point, Run};
 use calib::{MeasureError, ServerInfo};
 use sim::report::PointMeta;
 use sim::workload::Workload;
@@ -51,10 +51,10 @@ pub fn meta_of(info: &ServerInfo) -> PointMeta {
 /// The report keys of a measured run, with the same names as a simulated one.
 pub fn measured_point(info: &ServerInfo, w: &Workload, run: &BenchRun) -> Point {
     let metrics = sim::metrics::bench_metrics(&run.result);
-    let mut j = sim::report::bench_json(&meta_of(info), w, &metrics, &run.result);
-    j.insert("client_cpu_s".into(), run.client_cpu_s.into());
-    j.insert("client_cpu_fraction".into(), (run.client_cpu_s / run.wall_s.max(1e-9)).into());
-    j
+    Point {
+        report: sim::report::BenchReport::of(&meta_of(info), w, &metrics, &run.result),
+        client_cpu: Some(ClientCpu { seconds: run.client_cpu_s, fraction: run.client_cpu_s / run.wall_s.max(1e-9) }),
+    }
 }
 
 /// Where a run's files go.
@@ -167,6 +167,7 @@ impl Measure for LiveMeasure {
                     self.recorded(w, files.requests.clone()).await
                 });
                 let m = measurement(&self.info, w, &r, Some(&files.requests));
+                let record_files = crate::manifest::files(&[("requests", &files.requests)]);
                 let rec = crate::manifest::record(
                     &self.info,
                     &self.endpoint,
@@ -174,7 +175,7 @@ impl Measure for LiveMeasure {
                     w,
                     r.metrics_before.as_ref(),
                     r.metrics_after.as_ref(),
-                    &crate::manifest::files(&[("requests", &files.requests)]),
+                    &record_files,
                     &m.point,
                 );
                 std::fs::write(&files.record, serde_json::to_string_pretty(&rec).expect("json"))

@@ -10,7 +10,6 @@
 //! [`explain`] does both, one run after the other.
 
 use serde::Serialize;
-use serde_json::{json, Map, Value};
 
 use crate::config::{Deployment, MemoryAccount, SimSpec};
 use crate::simulation::RunOptions;
@@ -153,7 +152,16 @@ pub struct KneeFinding {
 pub struct MetricKinds {
     pub knobs: Vec<String>,
     pub results: Vec<String>,
-    pub outside_the_engine: Map<String, Value>,
+    pub outside_the_engine: OutsideTheEngine,
+}
+
+/// What servesim does not model, and where to measure it instead (keys are the quantities).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct OutsideTheEngine {
+    #[serde(rename = "GPU utilisation, SM occupancy, power")]
+    pub gpu_counters: &'static str,
+    #[serde(rename = "network and client time")]
+    pub network_and_client: &'static str,
 }
 
 /// Why the metrics are what they are. JSON keys are a contract (`explain --json`).
@@ -176,8 +184,8 @@ pub struct Explanation {
     pub metric_kinds: MetricKinds,
     /// The explanation, sentence by sentence.
     pub explanation: Vec<String>,
-    /// The explained run's report ([`crate::report::point_json`]).
-    pub point: Map<String, Value>,
+    /// The explained run's report.
+    pub point: crate::report::PointReport,
     pub engine_version: String,
     pub model_id: String,
     pub hardware: String,
@@ -305,15 +313,10 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
     why.push(knob.clone());
 
     let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    let mut outside = Map::new();
-    outside.insert(
-        "GPU utilisation, SM occupancy, power".into(),
-        json!("measure with nvidia-smi dmon, DCGM (dcgm-exporter) or Nsight Systems; servesim models time, not hardware counters"),
-    );
-    outside.insert(
-        "network and client time".into(),
-        json!("measured by the client (servesim bench reports its own CPU time)"),
-    );
+    let outside = OutsideTheEngine {
+        gpu_counters: "measure with nvidia-smi dmon, DCGM (dcgm-exporter) or Nsight Systems; servesim models time, not hardware counters",
+        network_and_client: "measured by the client (servesim bench reports its own CPU time)",
+    };
     let metric_kinds = MetricKinds {
         knobs: strings(&[
             running_knob,
@@ -360,7 +363,7 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
         knob,
         metric_kinds,
         explanation: why,
-        point: crate::report::point_json(spec, point),
+        point: crate::report::PointReport::of(spec, point),
         engine_version: base.engine.version().to_string(),
         model_id: base.model.id.clone(),
         hardware: base.gpu.id.clone(),

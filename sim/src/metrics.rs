@@ -12,21 +12,23 @@
 //! * Throughputs over the duration from the first dispatch of the timed phase
 //!   to its last completion.
 
-use serde_json::{Map, Value};
-
 use crate::simulation::{RequestRecord, RunResult};
 
-/// The percentiles every report carries.
+/// The percentiles every report carries ([`Stats::p50`] to [`Stats::p99`]).
 pub const PERCENTILES: [f64; 4] = [50.0, 90.0, 95.0, 99.0];
 
-/// Summary statistics of one metric, in milliseconds.
+/// Summary statistics of one metric, in milliseconds. A report writes them as
+/// `mean_{m}_ms`, `median_{m}_ms`, `std_{m}_ms`, `p50_{m}_ms` … `p99_{m}_ms`,
+/// `max_{m}_ms` (`crate::report::Metric`).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Stats {
     pub mean: f64,
     pub median: f64,
     pub std: f64,
-    /// Values at [`PERCENTILES`].
-    pub percentiles: [f64; 4],
+    pub p50: f64,
+    pub p90: f64,
+    pub p95: f64,
+    pub p99: f64,
     /// The largest value (`sglang.bench_serving` reports `max_itl_ms`).
     pub max: f64,
 }
@@ -88,11 +90,27 @@ impl Stats {
         select_ranks(values, &ranks);
         let m = n / 2;
         let median = if n % 2 == 1 { values[m] } else { (values[m - 1] + values[m]) / 2.0 };
-        let mut percentiles = [0.0; 4];
-        for (i, p) in PERCENTILES.iter().enumerate() {
-            percentiles[i] = percentile(values, *p);
+        Stats {
+            mean,
+            median,
+            std: var.sqrt(),
+            p50: percentile(values, 50.0),
+            p90: percentile(values, 90.0),
+            p95: percentile(values, 95.0),
+            p99: percentile(values, 99.0),
+            max,
         }
-        Stats { mean, median, std: var.sqrt(), percentiles, max }
+    }
+
+    /// The value at one of [`PERCENTILES`]; None for another.
+    pub fn at(&self, p: f64) -> Option<f64> {
+        match p {
+            50.0 => Some(self.p50),
+            90.0 => Some(self.p90),
+            95.0 => Some(self.p95),
+            99.0 => Some(self.p99),
+            _ => None,
+        }
     }
 }
 
@@ -261,17 +279,6 @@ fn peaks_per_second(recs: &[&RequestRecord], start: u64, duration_ns: u64) -> (u
     (max_tokens, max_conc as u64)
 }
 
-/// Writes `mean_{m}_ms`, `median_{m}_ms`, `std_{m}_ms`, `p{P}_{m}_ms` into `map`.
-pub fn put_stats(map: &mut Map<String, Value>, metric: &str, s: &Stats) {
-    map.insert(format!("mean_{metric}_ms"), s.mean.into());
-    map.insert(format!("median_{metric}_ms"), s.median.into());
-    map.insert(format!("std_{metric}_ms"), s.std.into());
-    for (i, p) in PERCENTILES.iter().enumerate() {
-        map.insert(format!("p{}_{metric}_ms", *p as u32), s.percentiles[i].into());
-    }
-    map.insert(format!("max_{metric}_ms"), s.max.into());
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -355,8 +362,8 @@ mod select_tests {
             let n = sorted.len();
             let median = if n % 2 == 1 { sorted[n / 2] } else { (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0 };
             prop_assert_eq!(s.median, median);
-            for (i, p) in PERCENTILES.iter().enumerate() {
-                prop_assert_eq!(s.percentiles[i], percentile(&sorted, *p));
+            for p in PERCENTILES {
+                prop_assert_eq!(s.at(p), Some(percentile(&sorted, p)));
             }
         }
     }

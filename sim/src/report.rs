@@ -1,15 +1,22 @@
 //! Reports: the `--save-result` JSON keys of `vllm bench serve` plus the
 //! engine's view, and the text layout of its "Serving Benchmark Result".
 //!
+//! A run's report is typed: [`BenchReport`] (the keys a simulated and a measured
+//! run share), [`PointReport`] (a simulated run: the step cost's source, and a
+//! fleet's own blocks). Their numbers are named by [`Metric`], whose
+//! [`Metric::key`] is the JSON key; callers read a number with
+//! [`Metrics::metric`], never by string. The text report renders the same
+//! structs ([`text_report`], [`fleet_text`]).
+//!
 //! **API boundary:** the key names here are a contract that scripts and
 //! notebooks depend on. Add keys; never rename or remove one.
 
-use serde_json::{Map, Value};
+use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::ser::{Serialize, SerializeMap, Serializer};
 use std::fmt::Write as _;
 
 use crate::config::{EngineKind, SimSpec};
-use crate::metrics::{put_stats, Stats, PERCENTILES};
-use crate::sweep::KvLimit;
+use crate::metrics::Stats;
 use crate::SimOutput;
 
 /// Who produced a report: the engine and setup it describes.
@@ -23,16 +30,476 @@ pub struct PointMeta {
     pub kv_granularity: u32,
 }
 
-/// The report of one simulated run, as a JSON object with ordered keys.
-pub fn point_json(spec: &SimSpec, out: &SimOutput) -> Map<String, Value> {
-    let mut j = bench_json(&PointMeta::of(spec), &out.workload, &out.metrics, &out.run);
-    // Which model timed the steps: measured kernel tables, a fallback, or the linear model.
-    j.insert("cost_source".into(), spec.cost.source().into());
-    if let Some(f) = &out.fleet {
-        j.insert("fleet".into(), fleet_json(f));
-        j.insert("replicas".into(), Value::Array(f.replicas.iter().map(replica_json).collect()));
+/// A report number as it is written: an integer, a float, or `null` (a float that is not
+/// finite is written `null` too, as JSON has no such number).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Num {
+    Int(u64),
+    Float(f64),
+    Null,
+}
+
+impl Num {
+    /// The number, when it is one (`null` and non-finite floats are not).
+    pub fn as_f64(self) -> Option<f64> {
+        match self {
+            Num::Int(n) => Some(n as f64),
+            Num::Float(x) if x.is_finite() => Some(x),
+            _ => None,
+        }
     }
-    j
+}
+
+impl Serialize for Num {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match *self {
+            Num::Int(n) => s.serialize_u64(n),
+            Num::Float(x) => s.serialize_f64(x),
+            Num::Null => s.serialize_unit(),
+        }
+    }
+}
+
+/// A typed report field that [`Metric`] names.
+trait Field {
+    fn num(&self) -> Num;
+    /// Sets it from a JSON number (`None`: `null`).
+    fn set(&mut self, v: Option<f64>);
+}
+
+impl Field for u64 {
+    fn num(&self) -> Num {
+        Num::Int(*self)
+    }
+    fn set(&mut self, v: Option<f64>) {
+        *self = v.unwrap_or(0.0) as u64;
+    }
+}
+
+impl Field for u32 {
+    fn num(&self) -> Num {
+        Num::Int(u64::from(*self))
+    }
+    fn set(&mut self, v: Option<f64>) {
+        *self = v.unwrap_or(0.0) as u32;
+    }
+}
+
+impl Field for f64 {
+    fn num(&self) -> Num {
+        Num::Float(*self)
+    }
+    fn set(&mut self, v: Option<f64>) {
+        *self = v.unwrap_or(f64::NAN);
+    }
+}
+
+impl Field for Option<u32> {
+    fn num(&self) -> Num {
+        self.map_or(Num::Null, |n| Num::Int(u64::from(n)))
+    }
+    fn set(&mut self, v: Option<f64>) {
+        *self = v.map(|x| x as u32);
+    }
+}
+
+impl Field for Option<u64> {
+    fn num(&self) -> Num {
+        self.map_or(Num::Null, Num::Int)
+    }
+    fn set(&mut self, v: Option<f64>) {
+        *self = v.map(|x| x as u64);
+    }
+}
+
+impl Field for Option<f64> {
+    fn num(&self) -> Num {
+        self.map_or(Num::Null, Num::Float)
+    }
+    fn set(&mut self, v: Option<f64>) {
+        *self = v;
+    }
+}
+
+/// The numbers of a report, each named once: the variant, its JSON key, and the
+/// [`BenchReport`] field it reads. In report order.
+macro_rules! metrics {
+    ($($variant:ident => $key:literal, $($field:ident).+;)+) => {
+        /// A number of a run's report, by name ([`Metric::key`]: its JSON key). In
+        /// report order ([`Metric::ALL`]).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Metric {
+            $($variant,)+
+        }
+
+        impl Metric {
+            /// Every metric, in the order a report writes them.
+            pub const ALL: &'static [Metric] = &[$(Metric::$variant,)+];
+
+            /// The JSON key.
+            pub fn key(self) -> &'static str {
+                match self {
+                    $(Metric::$variant => $key,)+
+                }
+            }
+        }
+
+        impl BenchReport {
+            /// A number of the report, as it is written.
+            pub fn num(&self, m: Metric) -> Num {
+                match m {
+                    $(Metric::$variant => Field::num(&self.$($field).+),)+
+                }
+            }
+
+            fn set(&mut self, m: Metric, v: Option<f64>) {
+                match m {
+                    $(Metric::$variant => Field::set(&mut self.$($field).+, v),)+
+                }
+            }
+        }
+    };
+}
+
+metrics! {
+    NumPrompts => "num_prompts", num_prompts;
+    RequestRate => "request_rate", request_rate;
+    Burstiness => "burstiness", burstiness;
+    MaxConcurrency => "max_concurrency", max_concurrency;
+    Duration => "duration", duration;
+    Completed => "completed", completed;
+    Failed => "failed", failed;
+    TotalInputTokens => "total_input_tokens", total_input_tokens;
+    TotalOutputTokens => "total_output_tokens", total_output_tokens;
+    RequestThroughput => "request_throughput", request_throughput;
+    OutputThroughput => "output_throughput", output_throughput;
+    TotalTokenThroughput => "total_token_throughput", total_token_throughput;
+    MaxOutputTokensPerS => "max_output_tokens_per_s", max_output_tokens_per_s;
+    MaxConcurrentRequests => "max_concurrent_requests", max_concurrent_requests;
+    MeanTtftMs => "mean_ttft_ms", ttft.mean;
+    MedianTtftMs => "median_ttft_ms", ttft.median;
+    StdTtftMs => "std_ttft_ms", ttft.std;
+    P50TtftMs => "p50_ttft_ms", ttft.p50;
+    P90TtftMs => "p90_ttft_ms", ttft.p90;
+    P95TtftMs => "p95_ttft_ms", ttft.p95;
+    P99TtftMs => "p99_ttft_ms", ttft.p99;
+    MaxTtftMs => "max_ttft_ms", ttft.max;
+    MeanTpotMs => "mean_tpot_ms", tpot.mean;
+    MedianTpotMs => "median_tpot_ms", tpot.median;
+    StdTpotMs => "std_tpot_ms", tpot.std;
+    P50TpotMs => "p50_tpot_ms", tpot.p50;
+    P90TpotMs => "p90_tpot_ms", tpot.p90;
+    P95TpotMs => "p95_tpot_ms", tpot.p95;
+    P99TpotMs => "p99_tpot_ms", tpot.p99;
+    MaxTpotMs => "max_tpot_ms", tpot.max;
+    MeanItlMs => "mean_itl_ms", itl.mean;
+    MedianItlMs => "median_itl_ms", itl.median;
+    StdItlMs => "std_itl_ms", itl.std;
+    P50ItlMs => "p50_itl_ms", itl.p50;
+    P90ItlMs => "p90_itl_ms", itl.p90;
+    P95ItlMs => "p95_itl_ms", itl.p95;
+    P99ItlMs => "p99_itl_ms", itl.p99;
+    MaxItlMs => "max_itl_ms", itl.max;
+    MeanE2elMs => "mean_e2el_ms", e2el.mean;
+    MedianE2elMs => "median_e2el_ms", e2el.median;
+    StdE2elMs => "std_e2el_ms", e2el.std;
+    P50E2elMs => "p50_e2el_ms", e2el.p50;
+    P90E2elMs => "p90_e2el_ms", e2el.p90;
+    P95E2elMs => "p95_e2el_ms", e2el.p95;
+    P99E2elMs => "p99_e2el_ms", e2el.p99;
+    MaxE2elMs => "max_e2el_ms", e2el.max;
+    NumPreemptions => "num_preemptions", num_preemptions;
+    NumRetractions => "num_retractions", num_retractions;
+    PrefixCacheQueries => "prefix_cache_queries", prefix_cache_queries;
+    PrefixCacheHits => "prefix_cache_hits", prefix_cache_hits;
+    PrefixCacheHitRate => "prefix_cache_hit_rate", prefix_cache_hit_rate;
+    KvCacheTokens => "kv_cache_tokens", kv_cache_tokens;
+    KvCacheUsagePeak => "kv_cache_usage_peak", kv_cache_usage_peak;
+    KvCacheUsageMean => "kv_cache_usage_mean", kv_cache_usage_mean;
+    MeanRunning => "mean_running", mean_running;
+    PeakRunning => "peak_running", peak_running;
+    MeanWaiting => "mean_waiting", mean_waiting;
+    PeakWaiting => "peak_waiting", peak_waiting;
+    KvLimitedConcurrency => "kv_limited_concurrency", kv_limited_concurrency;
+    KvRequestFootprintTokens => "kv_request_footprint_tokens", kv_request_footprint_tokens;
+    NumSteps => "num_steps", num_steps;
+    Seed => "seed", seed;
+}
+
+impl Metric {
+    /// The metric of a JSON key; None for a key that is not a report number.
+    pub fn parse(key: &str) -> Option<Metric> {
+        Metric::ALL.iter().copied().find(|m| m.key() == key)
+    }
+}
+
+/// The JSON key (width and alignment apply, as to a `str`).
+impl std::fmt::Display for Metric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.key())
+    }
+}
+
+/// A metric is written as its key (a list of metrics in a profile, say).
+impl Serialize for Metric {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.key())
+    }
+}
+
+/// A report whose numbers can be read by name.
+pub trait Metrics {
+    /// The metric's value, when the report has it as a (finite) number.
+    fn metric(&self, m: Metric) -> Option<f64>;
+}
+
+impl<T: Metrics + ?Sized> Metrics for &T {
+    fn metric(&self, m: Metric) -> Option<f64> {
+        (**self).metric(m)
+    }
+}
+
+/// The means of the TTFT split (`ttft_breakdown` key of a report).
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TtftBreakdownReport {
+    pub mean_queue_wait_ms: f64,
+    pub mean_prefill_ms: f64,
+    pub mean_interleave_ms: f64,
+    pub mean_overhead_ms: f64,
+}
+
+/// The report of a run, simulated or measured: the `vllm bench serve --save-result`
+/// keys, then the engine's view. The same keys either way; written in this order.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BenchReport {
+    pub engine: String,
+    pub engine_version: String,
+    pub model_id: String,
+    pub hardware: String,
+    pub num_prompts: u64,
+    /// Requests per second; None: `"inf"` (all at once).
+    pub request_rate: Option<f64>,
+    pub burstiness: f64,
+    pub max_concurrency: Option<u32>,
+    /// `duration`: seconds of the timed phase.
+    pub duration: f64,
+    pub completed: u64,
+    pub failed: u64,
+    pub total_input_tokens: u64,
+    pub total_output_tokens: u64,
+    pub request_throughput: f64,
+    pub output_throughput: f64,
+    pub total_token_throughput: f64,
+    pub max_output_tokens_per_s: f64,
+    pub max_concurrent_requests: u64,
+    pub ttft: Stats,
+    pub tpot: Stats,
+    pub itl: Stats,
+    pub e2el: Stats,
+    pub num_preemptions: u64,
+    /// SGLang only: its name for a preemption (the same count).
+    pub num_retractions: Option<u64>,
+    pub prefix_cache_queries: u64,
+    pub prefix_cache_hits: u64,
+    pub prefix_cache_hit_rate: f64,
+    pub kv_cache_tokens: u64,
+    pub kv_cache_usage_peak: f64,
+    pub kv_cache_usage_mean: f64,
+    pub mean_running: f64,
+    pub peak_running: u32,
+    pub mean_waiting: f64,
+    pub peak_waiting: u32,
+    pub kv_limited_concurrency: u64,
+    pub kv_request_footprint_tokens: u64,
+    pub ttft_breakdown: TtftBreakdownReport,
+    pub num_steps: u64,
+    pub stop_reason: String,
+    pub seed: u64,
+}
+
+impl BenchReport {
+    /// The report of a run, simulated or measured.
+    pub fn of(
+        meta: &PointMeta,
+        w: &crate::workload::Workload,
+        m: &crate::metrics::BenchMetrics,
+        run: &crate::simulation::RunResult,
+    ) -> BenchReport {
+        let limit = crate::sweep::kv_limit(run.kv_capacity_tokens, meta.kv_granularity, w);
+        let c = &run.counters;
+        let b = &m.ttft_breakdown;
+        BenchReport {
+            engine: meta.engine.clone(),
+            engine_version: meta.engine_version.clone(),
+            model_id: meta.model_id.clone(),
+            hardware: meta.hardware.clone(),
+            num_prompts: w.requests.len() as u64,
+            request_rate: w.request_rate,
+            burstiness: w.burstiness,
+            max_concurrency: w.max_concurrency,
+            duration: m.duration_s,
+            completed: m.completed,
+            failed: m.failed,
+            total_input_tokens: m.total_input_tokens,
+            total_output_tokens: m.total_output_tokens,
+            request_throughput: m.request_throughput,
+            output_throughput: m.output_throughput,
+            total_token_throughput: m.total_token_throughput,
+            max_output_tokens_per_s: m.max_output_tokens_per_s,
+            max_concurrent_requests: m.max_concurrent_requests,
+            ttft: m.ttft.clone(),
+            tpot: m.tpot.clone(),
+            itl: m.itl.clone(),
+            e2el: m.e2el.clone(),
+            num_preemptions: c.num_preemptions,
+            num_retractions: (meta.kind() == Some(EngineKind::Sglang)).then_some(c.num_preemptions),
+            prefix_cache_queries: c.prefix_cache_queries,
+            prefix_cache_hits: c.prefix_cache_hits,
+            prefix_cache_hit_rate: if c.prefix_cache_queries > 0 {
+                c.prefix_cache_hits as f64 / c.prefix_cache_queries as f64
+            } else {
+                0.0
+            },
+            kv_cache_tokens: run.kv_capacity_tokens,
+            kv_cache_usage_peak: run.gauges.kv_usage_peak,
+            kv_cache_usage_mean: run.gauges.kv_usage_mean,
+            mean_running: run.gauges.running_mean,
+            peak_running: run.gauges.running_peak,
+            mean_waiting: run.gauges.waiting_mean,
+            peak_waiting: run.gauges.waiting_peak,
+            kv_limited_concurrency: limit.concurrency,
+            kv_request_footprint_tokens: limit.footprint_tokens,
+            ttft_breakdown: TtftBreakdownReport {
+                mean_queue_wait_ms: b.queue_wait_ms,
+                mean_prefill_ms: b.prefill_ms,
+                mean_interleave_ms: b.interleave_ms,
+                mean_overhead_ms: b.overhead_ms,
+            },
+            num_steps: run.num_steps,
+            stop_reason: run.stop.as_str(),
+            seed: w.seed,
+        }
+    }
+
+    /// Writes the report's keys into `map`, in report order, each number as `num` gives
+    /// it: the report's own ([`BenchReport::num`]), or for repeated runs their mean.
+    /// `request_rate` without a rate is `"inf"`; `num_retractions` is there for SGLang only.
+    pub fn write_entries<M: SerializeMap>(&self, map: &mut M, num: &dyn Fn(Metric) -> Num) -> Result<(), M::Error> {
+        map.serialize_entry("engine", &self.engine)?;
+        map.serialize_entry("engine_version", &self.engine_version)?;
+        map.serialize_entry("model_id", &self.model_id)?;
+        map.serialize_entry("hardware", &self.hardware)?;
+        self.write_run_entries(map, num)
+    }
+
+    /// [`BenchReport::write_entries`] from `num_prompts` on: the run, less who ran it.
+    pub fn write_run_entries<M: SerializeMap>(&self, map: &mut M, num: &dyn Fn(Metric) -> Num) -> Result<(), M::Error> {
+        for &m in Metric::ALL {
+            match m {
+                Metric::RequestRate if self.request_rate.is_none() => map.serialize_entry(m.key(), "inf")?,
+                Metric::NumRetractions if self.num_retractions.is_none() => {}
+                _ => map.serialize_entry(m.key(), &num(m))?,
+            }
+            match m {
+                Metric::KvRequestFootprintTokens => map.serialize_entry("ttft_breakdown", &self.ttft_breakdown)?,
+                Metric::NumSteps => map.serialize_entry("stop_reason", &self.stop_reason)?,
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Metrics for BenchReport {
+    fn metric(&self, m: Metric) -> Option<f64> {
+        self.num(m).as_f64()
+    }
+}
+
+impl Serialize for BenchReport {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(None)?;
+        self.write_entries(&mut map, &|m| self.num(m))?;
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for BenchReport {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = BenchReport;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a servesim report object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<BenchReport, A::Error> {
+                /// `request_rate`: a number, or `"inf"`.
+                #[derive(serde::Deserialize)]
+                #[serde(untagged)]
+                enum Rate {
+                    Rate(f64),
+                    Text(#[allow(dead_code)] String),
+                }
+                let mut r = BenchReport::default();
+                while let Some(k) = a.next_key::<String>()? {
+                    match k.as_str() {
+                        "engine" => r.engine = a.next_value()?,
+                        "engine_version" => r.engine_version = a.next_value()?,
+                        "model_id" => r.model_id = a.next_value()?,
+                        "hardware" => r.hardware = a.next_value()?,
+                        "ttft_breakdown" => r.ttft_breakdown = a.next_value()?,
+                        "stop_reason" => r.stop_reason = a.next_value()?,
+                        "request_rate" => {
+                            r.request_rate = match a.next_value()? {
+                                Rate::Rate(x) => Some(x),
+                                Rate::Text(_) => None,
+                            }
+                        }
+                        _ => match Metric::parse(&k) {
+                            Some(m) => r.set(m, a.next_value::<Option<f64>>()?),
+                            None => {
+                                a.next_value::<IgnoredAny>()?;
+                            }
+                        },
+                    }
+                }
+                Ok(r)
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// The report of one simulated run (`servesim simulate --json`): the run's
+/// [`BenchReport`], the step clock's source, and a fleet's own blocks.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct PointReport {
+    #[serde(flatten)]
+    pub bench: BenchReport,
+    /// Which model timed the steps: measured kernel tables, a fallback, or the linear model.
+    pub cost_source: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<FleetReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<Vec<ReplicaReport>>,
+}
+
+impl PointReport {
+    /// The report of one simulated run.
+    pub fn of(spec: &SimSpec, out: &SimOutput) -> PointReport {
+        PointReport {
+            bench: BenchReport::of(&PointMeta::of(spec), &out.workload, &out.metrics, &out.run),
+            cost_source: spec.cost.source(),
+            fleet: out.fleet.as_ref().map(FleetReport::of),
+            replicas: out.fleet.as_ref().map(|f| f.replicas.iter().map(ReplicaReport::of).collect()),
+        }
+    }
+}
+
+impl Metrics for PointReport {
+    fn metric(&self, m: Metric) -> Option<f64> {
+        self.bench.metric(m)
+    }
 }
 
 /// The fleet's own figures (`fleet` key of a fleet's report).
@@ -71,11 +538,6 @@ impl FleetReport {
             mean_kv_transfer_wait_ms: pd.then_some(f.mean_kv_transfer_wait_ms),
         }
     }
-}
-
-/// The fleet's own figures as JSON (`fleet` key of a fleet's report).
-pub fn fleet_json(f: &crate::fleet::FleetRun) -> Value {
-    serde_json::to_value(FleetReport::of(f)).expect("a fleet report serializes")
 }
 
 /// One replica's engine block (`replicas` key of a fleet's report).
@@ -137,31 +599,25 @@ impl ReplicaReport {
     }
 }
 
-/// One replica's engine block as JSON.
-pub fn replica_json(r: &crate::fleet::ReplicaRun) -> Value {
-    serde_json::to_value(ReplicaReport::of(r)).expect("a replica report serializes")
-}
-
 /// The text block of a fleet: one line per replica.
-pub fn fleet_text(f: &crate::fleet::FleetRun) -> String {
+pub fn fleet_text(f: &FleetReport, replicas: &[ReplicaReport]) -> String {
     let mut s = String::new();
-    header(&mut s, &format!(" Fleet ({} replicas, {} GPUs) ", f.replicas.len(), f.num_gpus), '=');
+    header(&mut s, &format!(" Fleet ({} replicas, {} GPUs) ", f.num_replicas, f.num_gpus), '=');
     line(&mut s, "Router:", &f.router);
     if let Some(d) = &f.decode_router {
         line(&mut s, "Decode router:", d);
-        line(&mut s, "KV transfers:", f.kv_transfers);
-        linef(&mut s, "Mean KV transfer (ms):", f.mean_kv_transfer_ms);
-        linef(&mut s, "Mean wait for decode KV (ms):", f.mean_kv_transfer_wait_ms);
+        line(&mut s, "KV transfers:", f.kv_transfers.unwrap_or_default());
+        linef(&mut s, "Mean KV transfer (ms):", f.mean_kv_transfer_ms.unwrap_or_default());
+        linef(&mut s, "Mean wait for decode KV (ms):", f.mean_kv_transfer_wait_ms.unwrap_or_default());
     }
     let _ = writeln!(
         s,
         "{:<12} {:<8} {:<14} {:>8} {:>7} {:>7} {:>7} {:>8} {:>8}",
         "replica", "role", "hardware", "requests", "preempt", "hit %", "KV pk %", "run mean", "wait mean"
     );
-    for r in &f.replicas {
-        let c = &r.counters;
-        let hr = if c.prefix_cache_queries > 0 {
-            100.0 * c.prefix_cache_hits as f64 / c.prefix_cache_queries as f64
+    for r in replicas {
+        let hr = if r.prefix_cache_queries > 0 {
+            100.0 * r.prefix_cache_hits as f64 / r.prefix_cache_queries as f64
         } else {
             0.0
         };
@@ -174,14 +630,14 @@ pub fn fleet_text(f: &crate::fleet::FleetRun) -> String {
             s,
             "{:<12} {:<8} {:<14} {:>8} {:>7} {:>7.1} {:>7.1} {:>8.1} {:>8.1}",
             r.name,
-            r.role.as_str(),
+            r.role,
             hw,
             r.requests,
-            c.num_preemptions,
+            r.num_preemptions,
             hr,
-            100.0 * r.gauges.kv_usage_peak,
-            r.gauges.running_mean,
-            r.gauges.waiting_mean
+            100.0 * r.kv_cache_usage_peak,
+            r.mean_running,
+            r.mean_waiting
         );
     }
     header(&mut s, "", '=');
@@ -205,76 +661,6 @@ impl PointMeta {
     pub fn kind(&self) -> Option<EngineKind> {
         EngineKind::parse(&self.engine)
     }
-}
-
-/// The report of a run, simulated or measured: the same keys either way.
-pub fn bench_json(
-    meta: &PointMeta,
-    w: &crate::workload::Workload,
-    m: &crate::metrics::BenchMetrics,
-    run: &crate::simulation::RunResult,
-) -> Map<String, Value> {
-    let limit = crate::sweep::kv_limit(run.kv_capacity_tokens, meta.kv_granularity, w);
-    let mut j = Map::new();
-    j.insert("engine".into(), meta.engine.clone().into());
-    j.insert("engine_version".into(), meta.engine_version.clone().into());
-    j.insert("model_id".into(), meta.model_id.clone().into());
-    j.insert("hardware".into(), meta.hardware.clone().into());
-    j.insert("num_prompts".into(), (w.requests.len() as u64).into());
-    j.insert(
-        "request_rate".into(),
-        match w.request_rate {
-            Some(r) => r.into(),
-            None => "inf".into(),
-        },
-    );
-    j.insert("burstiness".into(), w.burstiness.into());
-    j.insert("max_concurrency".into(), w.max_concurrency.map(Value::from).unwrap_or(Value::Null));
-    j.insert("duration".into(), m.duration_s.into());
-    j.insert("completed".into(), m.completed.into());
-    j.insert("failed".into(), m.failed.into());
-    j.insert("total_input_tokens".into(), m.total_input_tokens.into());
-    j.insert("total_output_tokens".into(), m.total_output_tokens.into());
-    j.insert("request_throughput".into(), m.request_throughput.into());
-    j.insert("output_throughput".into(), m.output_throughput.into());
-    j.insert("total_token_throughput".into(), m.total_token_throughput.into());
-    j.insert("max_output_tokens_per_s".into(), m.max_output_tokens_per_s.into());
-    j.insert("max_concurrent_requests".into(), m.max_concurrent_requests.into());
-    put_stats(&mut j, "ttft", &m.ttft);
-    put_stats(&mut j, "tpot", &m.tpot);
-    put_stats(&mut j, "itl", &m.itl);
-    put_stats(&mut j, "e2el", &m.e2el);
-    // The engine's view.
-    let c = &run.counters;
-    j.insert("num_preemptions".into(), c.num_preemptions.into());
-    if meta.kind() == Some(EngineKind::Sglang) {
-        j.insert("num_retractions".into(), c.num_preemptions.into());
-    }
-    j.insert("prefix_cache_queries".into(), c.prefix_cache_queries.into());
-    j.insert("prefix_cache_hits".into(), c.prefix_cache_hits.into());
-    let hit_rate =
-        if c.prefix_cache_queries > 0 { c.prefix_cache_hits as f64 / c.prefix_cache_queries as f64 } else { 0.0 };
-    j.insert("prefix_cache_hit_rate".into(), hit_rate.into());
-    j.insert("kv_cache_tokens".into(), run.kv_capacity_tokens.into());
-    j.insert("kv_cache_usage_peak".into(), run.gauges.kv_usage_peak.into());
-    j.insert("kv_cache_usage_mean".into(), run.gauges.kv_usage_mean.into());
-    j.insert("mean_running".into(), run.gauges.running_mean.into());
-    j.insert("peak_running".into(), run.gauges.running_peak.into());
-    j.insert("mean_waiting".into(), run.gauges.waiting_mean.into());
-    j.insert("peak_waiting".into(), run.gauges.waiting_peak.into());
-    j.insert("kv_limited_concurrency".into(), limit.concurrency.into());
-    j.insert("kv_request_footprint_tokens".into(), limit.footprint_tokens.into());
-    let b = &m.ttft_breakdown;
-    let mut bd = Map::new();
-    bd.insert("mean_queue_wait_ms".into(), b.queue_wait_ms.into());
-    bd.insert("mean_prefill_ms".into(), b.prefill_ms.into());
-    bd.insert("mean_interleave_ms".into(), b.interleave_ms.into());
-    bd.insert("mean_overhead_ms".into(), b.overhead_ms.into());
-    j.insert("ttft_breakdown".into(), Value::Object(bd));
-    j.insert("num_steps".into(), run.num_steps.into());
-    j.insert("stop_reason".into(), run.stop.as_str().into());
-    j.insert("seed".into(), w.seed.into());
-    j
 }
 
 fn header(out: &mut String, title: &str, fill: char) {
@@ -307,13 +693,12 @@ impl Default for TextOptions {
     }
 }
 
-fn pct_value(s: &Stats, sorted_fallback: f64, p: f64) -> f64 {
-    PERCENTILES.iter().position(|&q| q == p).map(|i| s.percentiles[i]).unwrap_or(sorted_fallback)
-}
-
-/// The text report of a simulated run: what ran, `vllm bench serve`'s block, the
-/// engine block, and notes on the numbers that puzzle a first reader.
+/// The text report of a simulated run: what ran (from the spec), its report
+/// ([`PointReport`]: `vllm bench serve`'s block, the engine block, a fleet's block), and
+/// notes on the numbers that puzzle a first reader.
 pub fn text(spec: &SimSpec, out: &SimOutput, opts: &TextOptions) -> String {
+    let report = PointReport::of(spec, out);
+    let r = &report.bench;
     let trace = matches!(
         spec.workload.dataset,
         crate::workload::Dataset::Trace { .. } | crate::workload::Dataset::Requests { .. }
@@ -331,97 +716,73 @@ pub fn text(spec: &SimSpec, out: &SimOutput, opts: &TextOptions) -> String {
         spec.engine.version(),
         spec.kv_sizing.source
     );
-    s.push_str(&text_report_with(
-        &PointMeta::of(spec),
-        &out.workload,
-        &out.metrics,
-        &out.run,
-        opts,
-        "simulated",
-        if trace { Some("trace") } else { None },
-    ));
+    s.push_str(&report_text(r, opts, "simulated", if trace { Some("trace") } else { None }));
     // Notes on the numbers a first reader asks about.
-    let c = &out.run.counters;
     if let crate::config::EngineSpec::Vllm(v) = &spec.engine {
         let _ = writeln!(
             s,
             "Note: the KV cache size is the usable pool: vLLM's start-up log prints it with the null block ({} tokens); block 0 is reserved.",
-            out.run.kv_capacity_tokens + u64::from(v.block_size)
+            r.kv_cache_tokens + u64::from(v.block_size)
         );
     }
-    if out.metrics.max_concurrent_requests > out.workload.max_concurrency.map_or(u64::MAX, u64::from) {
+    if r.max_concurrent_requests > r.max_concurrency.map_or(u64::MAX, u64::from) {
         let _ = writeln!(
             s,
             "Note: peak concurrent requests counts, as vllm bench serve does, the requests in flight at any time within one 1-second bucket: a request that ends and the next, sent in the same second, both count."
         );
     }
-    if out.workload.initial_test.is_some() && c.prefix_cache_hits > 0 {
+    if out.workload.initial_test.is_some() && r.prefix_cache_hits > 0 {
         let _ = writeln!(
             s,
             "Note: prefix cache hits include the first timed prompt, which the initial test request (the same prompt, sent first as vllm bench serve before 0.14 does) left cached."
         );
     }
-    if let Some(f) = &out.fleet {
-        s.push_str(&fleet_text(f));
+    if let (Some(f), Some(replicas)) = (&report.fleet, &report.replicas) {
+        s.push_str(&fleet_text(f, replicas));
     }
     // The step clock's source, as the engine block's first line.
     if let Some(at) = s.find(" Engine (").and_then(|i| s[i..].find('\n').map(|j| i + j + 1)) {
         let mut l = String::new();
-        line(&mut l, "Step cost source:", spec.cost.source());
+        line(&mut l, "Step cost source:", &report.cost_source);
         s.insert_str(at, &l);
     }
     s
 }
 
-/// The text report: `vllm bench serve`'s block, then the engine block
+/// The text report of a run's report: `vllm bench serve`'s block, then the engine block
 /// (`what` says whose: "simulated" or "measured").
-pub fn text_report(
-    meta: &PointMeta,
-    w: &crate::workload::Workload,
-    m: &crate::metrics::BenchMetrics,
-    run: &crate::simulation::RunResult,
-    opts: &TextOptions,
-    what: &str,
-) -> String {
-    text_report_with(meta, w, m, run, opts, what, None)
+pub fn text_report(r: &BenchReport, opts: &TextOptions, what: &str) -> String {
+    report_text(r, opts, what, None)
 }
 
 /// [`text_report`], with the request-rate line's value given (`trace`: arrivals from a trace).
-fn text_report_with(
-    meta: &PointMeta,
-    w: &crate::workload::Workload,
-    m: &crate::metrics::BenchMetrics,
-    run: &crate::simulation::RunResult,
-    opts: &TextOptions,
-    what: &str,
-    rate_label: Option<&str>,
-) -> String {
+fn report_text(r: &BenchReport, opts: &TextOptions, what: &str, rate_label: Option<&str>) -> String {
     let mut s = String::new();
     header(&mut s, " Serving Benchmark Result ", '=');
-    line(&mut s, "Successful requests:", m.completed);
-    line(&mut s, "Failed requests:", m.failed);
-    if let Some(c) = w.max_concurrency {
+    line(&mut s, "Successful requests:", r.completed);
+    line(&mut s, "Failed requests:", r.failed);
+    if let Some(c) = r.max_concurrency {
         line(&mut s, "Maximum request concurrency:", c);
     }
-    match (rate_label, w.request_rate) {
+    match (rate_label, r.request_rate) {
         (Some(l), _) => line(&mut s, "Request rate configured (RPS):", l),
-        (None, Some(r)) => line(&mut s, "Request rate configured (RPS):", format!("{r:.2}")),
+        (None, Some(rate)) => line(&mut s, "Request rate configured (RPS):", format!("{rate:.2}")),
         (None, None) => line(&mut s, "Request rate configured (RPS):", "inf"),
     }
-    linef(&mut s, "Benchmark duration (s):", m.duration_s);
-    line(&mut s, "Total input tokens:", m.total_input_tokens);
-    line(&mut s, "Total generated tokens:", m.total_output_tokens);
-    linef(&mut s, "Request throughput (req/s):", m.request_throughput);
-    linef(&mut s, "Output token throughput (tok/s):", m.output_throughput);
-    linef(&mut s, "Peak output token throughput (tok/s):", m.max_output_tokens_per_s);
-    linef(&mut s, "Peak concurrent requests:", m.max_concurrent_requests as f64);
-    linef(&mut s, "Total Token throughput (tok/s):", m.total_token_throughput);
+    linef(&mut s, "Benchmark duration (s):", r.duration);
+    line(&mut s, "Total input tokens:", r.total_input_tokens);
+    line(&mut s, "Total generated tokens:", r.total_output_tokens);
+    linef(&mut s, "Request throughput (req/s):", r.request_throughput);
+    linef(&mut s, "Output token throughput (tok/s):", r.output_throughput);
+    linef(&mut s, "Peak output token throughput (tok/s):", r.max_output_tokens_per_s);
+    linef(&mut s, "Peak concurrent requests:", r.max_concurrent_requests as f64);
+    linef(&mut s, "Total Token throughput (tok/s):", r.total_token_throughput);
     for metric in &opts.metrics {
         let (title, name, st) = match metric.as_str() {
-            "ttft" => ("Time to First Token", "TTFT", &m.ttft),
-            "tpot" => ("Time per Output Token (excl. 1st token)", "TPOT", &m.tpot),
-            "itl" => ("Inter-token Latency", "ITL", &m.itl),
-            "e2el" => ("End-to-end Latency", "E2EL", &m.e2el),
+            "ttft" => ("Time to First Token", "TTFT", &r.ttft),
+            "tpot" => ("Time per Output Token (excl. 1st token)", "TPOT", &r.tpot),
+            "itl" => ("Inter-token Latency", "ITL", &r.itl),
+            "e2el" => ("End-to-end Latency", "E2EL", &r.e2el),
             _ => continue,
         };
         header(&mut s, title, '-');
@@ -429,54 +790,85 @@ fn text_report_with(
         linef(&mut s, &format!("Median {name} (ms):"), st.median);
         for &p in &opts.percentiles {
             let label = if p.fract() == 0.0 { format!("{}", p as u32) } else { format!("{p}") };
-            linef(&mut s, &format!("P{label} {name} (ms):"), pct_value(st, f64::NAN, p));
+            linef(&mut s, &format!("P{label} {name} (ms):"), st.at(p).unwrap_or(f64::NAN));
         }
     }
     header(&mut s, "", '=');
     // The engine block.
-    let limit: KvLimit = crate::sweep::kv_limit(run.kv_capacity_tokens, meta.kv_granularity, w);
-    let c = &run.counters;
-    header(&mut s, &format!(" Engine ({} {}, {what}) ", meta.engine, meta.engine_version), '=');
-    if meta.kind() == Some(EngineKind::Sglang) {
-        line(&mut s, "Retractions:", c.num_preemptions);
+    header(&mut s, &format!(" Engine ({} {}, {what}) ", r.engine, r.engine_version), '=');
+    if EngineKind::parse(&r.engine) == Some(EngineKind::Sglang) {
+        line(&mut s, "Retractions:", r.num_preemptions);
     } else {
-        line(&mut s, "Preemptions:", c.num_preemptions);
+        line(&mut s, "Preemptions:", r.num_preemptions);
     }
-    let hr = if c.prefix_cache_queries > 0 {
-        100.0 * c.prefix_cache_hits as f64 / c.prefix_cache_queries as f64
+    let hr = if r.prefix_cache_queries > 0 {
+        100.0 * r.prefix_cache_hits as f64 / r.prefix_cache_queries as f64
     } else {
         0.0
     };
     linef(&mut s, "Prefix cache hit rate (%):", hr);
-    line(&mut s, "KV cache size (tokens):", run.kv_capacity_tokens);
-    linef(&mut s, "KV cache usage peak (%):", 100.0 * run.gauges.kv_usage_peak);
-    linef(&mut s, "KV cache usage mean (%):", 100.0 * run.gauges.kv_usage_mean);
+    line(&mut s, "KV cache size (tokens):", r.kv_cache_tokens);
+    linef(&mut s, "KV cache usage peak (%):", 100.0 * r.kv_cache_usage_peak);
+    linef(&mut s, "KV cache usage mean (%):", 100.0 * r.kv_cache_usage_mean);
     line(
         &mut s,
         "KV-limited concurrency:",
-        format!("{} (requests of {} tokens)", limit.concurrency, limit.footprint_tokens),
+        format!("{} (requests of {} tokens)", r.kv_limited_concurrency, r.kv_request_footprint_tokens),
     );
-    line(
-        &mut s,
-        "Running requests (mean / peak):",
-        format!("{:.1} / {}", run.gauges.running_mean, run.gauges.running_peak),
-    );
-    line(
-        &mut s,
-        "Waiting requests (mean / peak):",
-        format!("{:.1} / {}", run.gauges.waiting_mean, run.gauges.waiting_peak),
-    );
+    line(&mut s, "Running requests (mean / peak):", format!("{:.1} / {}", r.mean_running, r.peak_running));
+    line(&mut s, "Waiting requests (mean / peak):", format!("{:.1} / {}", r.mean_waiting, r.peak_waiting));
     if what == "simulated" {
         header(&mut s, "TTFT split (means)", '-');
-        let b = &m.ttft_breakdown;
-        linef(&mut s, "Queue wait (ms):", b.queue_wait_ms);
-        linef(&mut s, "Prefill (ms):", b.prefill_ms);
-        linef(&mut s, "Interleaving delay (ms):", b.interleave_ms);
-        linef(&mut s, "Outside the engine (ms):", b.overhead_ms);
+        let b = &r.ttft_breakdown;
+        linef(&mut s, "Queue wait (ms):", b.mean_queue_wait_ms);
+        linef(&mut s, "Prefill (ms):", b.mean_prefill_ms);
+        linef(&mut s, "Interleaving delay (ms):", b.mean_interleave_ms);
+        linef(&mut s, "Outside the engine (ms):", b.mean_overhead_ms);
     }
     header(&mut s, "", '=');
-    if run.stop != crate::simulation::StopReason::Completed {
-        let _ = writeln!(s, "WARNING: the run did not complete: {}", run.stop.as_str());
+    if r.stop_reason != crate::simulation::StopReason::Completed.as_str() {
+        let _ = writeln!(s, "WARNING: the run did not complete: {}", r.stop_reason);
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A built-in scenario, at a few prompts, simulated.
+    fn run(id: &str) -> (SimSpec, SimOutput) {
+        let text = crate::builtin::SCENARIOS.iter().find(|(i, _)| *i == id).expect("a built-in scenario").1;
+        let mut v: serde_json::Value = serde_json::from_str(text).unwrap();
+        v["workload"]["num_prompts"] = 24.into();
+        let s = crate::config::from_value(v, "").unwrap();
+        let spec = crate::config::resolve(&s, &crate::builtin::resources().unwrap()).unwrap();
+        let out = crate::simulate(&spec, crate::simulation::RunOptions::default());
+        (spec, out)
+    }
+
+    /// Every metric is written under its key, in [`Metric::ALL`]'s order, with the value
+    /// [`Metrics::metric`] reads; and a report reads back as it was written.
+    #[test]
+    fn metrics_are_the_report_keys_and_a_report_round_trips() {
+        for id in ["rtx5090-qwen2.5-7b-vllm", "rtx5090-qwen2.5-7b-sglang"] {
+            let (spec, out) = run(id);
+            let r = BenchReport::of(&PointMeta::of(&spec), &out.workload, &out.metrics, &out.run);
+            let v = serde_json::to_value(&r).unwrap();
+            let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+            let numbers: Vec<&str> = keys.iter().copied().filter(|k| Metric::parse(k).is_some()).collect();
+            let expected: Vec<&str> = Metric::ALL
+                .iter()
+                .filter(|m| **m != Metric::NumRetractions || r.num_retractions.is_some())
+                .map(|m| m.key())
+                .collect();
+            assert_eq!(numbers, expected, "{id}");
+            for &m in Metric::ALL {
+                assert_eq!(v.get(m.key()).and_then(serde_json::Value::as_f64), r.metric(m), "{id}: {m}");
+            }
+            // (Through a `Value`: serde_json's text parser may round a float's last bit.)
+            let back: BenchReport = serde_json::from_value(v).unwrap();
+            assert_eq!(back, r, "{id}");
+        }
+    }
 }

@@ -47,7 +47,7 @@
 //! concurrency (with the measured-kernel costs too: 820.8 → 871.4, +6.2%).
 
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::config::{EngineKind, SimSpec};
 use crate::workload::Workload;
@@ -159,8 +159,8 @@ pub fn knee_points(concurrency: &[u32], outs: &[SimOutput]) -> Vec<KneePoint> {
 pub struct SweepSeries {
     pub scenario: String,
     pub engine: String,
-    /// Each point's report ([`crate::report::point_json`]).
-    pub points: Vec<Map<String, Value>>,
+    /// Each point's report.
+    pub points: Vec<crate::report::PointReport>,
     pub knee: Option<Knee>,
     pub kv_limited_concurrency: u64,
     pub kv_request_footprint_tokens: u64,
@@ -202,7 +202,7 @@ pub fn sweep_series(
     SweepSeries {
         scenario: label.to_string(),
         engine: specs[0].engine.kind().to_string(),
-        points: specs.iter().zip(outs).map(|(sp, o)| crate::report::point_json(sp, o)).collect(),
+        points: specs.iter().zip(outs).map(|(sp, o)| crate::report::PointReport::of(sp, o)).collect(),
         knee: knee(&knee_points(concurrency, outs)),
         kv_limited_concurrency: limit.concurrency,
         kv_request_footprint_tokens: limit.footprint_tokens,
@@ -213,12 +213,35 @@ pub fn sweep_series(
     }
 }
 
+/// A configuration of `tune`: each varied path (`--vary`) and its value, in the order
+/// the knobs were given; written as a JSON object of path → value.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TuneConfig(pub Vec<(String, Value)>);
+
+impl Serialize for TuneConfig {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
+/// The configuration as compact JSON (`{"engine.max_num_seqs":16}`), as the text output shows it.
+impl std::fmt::Display for TuneConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&serde_json::to_string(self).map_err(|_| std::fmt::Error)?)
+    }
+}
+
 /// One configuration of `tune` and its report.
 #[derive(Clone, Debug, Serialize)]
 pub struct TuneEntry {
     /// Each varied path and its value.
-    pub config: Map<String, Value>,
-    pub metrics: Map<String, Value>,
+    pub config: TuneConfig,
+    pub metrics: crate::report::PointReport,
 }
 
 /// An SLO a configuration broke: `by` is `(value − bound) / |bound|`.
@@ -233,15 +256,15 @@ pub struct SloViolation {
 /// A configuration that broke at least one SLO.
 #[derive(Clone, Debug, Serialize)]
 pub struct TuneRejected {
-    pub config: Map<String, Value>,
+    pub config: TuneConfig,
     pub violations: Vec<SloViolation>,
-    pub metrics: Map<String, Value>,
+    pub metrics: crate::report::PointReport,
 }
 
 /// A configuration that does not resolve (the scenario's validation rejects it).
 #[derive(Clone, Debug, Serialize)]
 pub struct TuneInvalid {
-    pub config: Map<String, Value>,
+    pub config: TuneConfig,
     pub error: String,
 }
 
@@ -249,7 +272,7 @@ pub struct TuneInvalid {
 /// certain to break (`RunOptions::stop_after_slow_ttft`); it has no metrics.
 #[derive(Clone, Debug, Serialize)]
 pub struct TuneStoppedEarly {
-    pub config: Map<String, Value>,
+    pub config: TuneConfig,
     /// The SLO certain to break.
     pub slo: String,
     /// Why, in words: `"stopped early: p99_ttft_ms > 2000 already certain (7 of 512 requests ...)"`.

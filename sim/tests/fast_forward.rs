@@ -15,7 +15,7 @@ fn run_bytes(v: &Value, fast_forward: bool, check_invariants: bool) -> (String, 
     let spec = spec(v.clone());
     let opts = RunOptions { fast_forward, check_invariants, record_timeseries: true, ..Default::default() };
     let out = sim::simulate(&spec, opts);
-    let report = serde_json::to_string(&sim::report::point_json(&spec, &out)).unwrap();
+    let report = serde_json::to_string(&sim::report::PointReport::of(&spec, &out)).unwrap();
     (report, format!("{:?}", out.run))
 }
 

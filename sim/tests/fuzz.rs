@@ -157,7 +157,7 @@ fn check_run(mut spec: SimSpec) -> Result<(), TestCaseError> {
     }
     prop_assert!(m.ttft.mean <= m.e2el.mean + 1e-6, "TTFT {} above E2EL {}", m.ttft.mean, m.e2el.mean);
     // The reports render.
-    let j = sim::report::point_json(&spec, &out);
+    let j = sim::report::PointReport::of(&spec, &out);
     prop_assert!(serde_json::to_string(&j).is_ok());
     let _ = sim::report::text(&spec, &out, &Default::default());
     Ok(())

@@ -33,8 +33,8 @@
 
 use std::sync::OnceLock;
 
-use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 use sim::config::{self, Resources, Scenario, SimSpec};
 use sim::simulation::{GaugeSample, RunOptions};
 use sim::workload::Dataset;
@@ -146,13 +146,77 @@ fn pretty<T: serde::Serialize + ?Sized>(v: &T) -> String {
     format!("{}\n", serde_json::to_string_pretty(v).expect("serializable"))
 }
 
+/// One shipped scenario, as [`scenarios`] lists it.
+#[derive(Serialize)]
+struct ShippedScenario {
+    name: &'static str,
+    origin: String,
+    text: &'static str,
+}
+
 /// The shipped scenarios, `[{"name", "origin", "text"}]`, the built-in default first.
 pub fn scenarios() -> String {
-    let list: Vec<Value> = sim::builtin::SCENARIOS
+    let list: Vec<ShippedScenario> = sim::builtin::SCENARIOS
         .iter()
-        .map(|(name, text)| json!({"name": name, "origin": format!("scenarios/{name}.json"), "text": text}))
+        .map(|&(name, text)| ShippedScenario { name, origin: format!("scenarios/{name}.json"), text })
         .collect();
     serde_json::to_string(&list).expect("serializable")
+}
+
+/// What [`resolve`] says of a scenario: what the page's controls show.
+#[derive(Serialize)]
+struct ResolvedScenario<'a> {
+    origin: &'a str,
+    name: &'a Option<String>,
+    description: Option<&'a Value>,
+    engine: &'static str,
+    engine_version: String,
+    model_id: &'a str,
+    hardware: &'a str,
+    max_running: u32,
+    /// The per-step token cap (`max_num_batched_tokens`, `chunked_prefill_size`; -1: off).
+    chunk: i64,
+    /// The memory fraction as the scenario gives it, if it does.
+    memory_fraction: Option<Value>,
+    kv_cache_tokens: u64,
+    kv_granularity: u32,
+    kv_sizing_source: &'static str,
+    kv_cache_dtype: &'a str,
+    tensor_parallel_size: u32,
+    dataset: DatasetSummary,
+    mean_input_len: f64,
+    mean_output_len: f64,
+    num_prompts: u32,
+    max_concurrency: Option<u32>,
+    request_rate: Option<f64>,
+    seed: u64,
+    kv_limited_concurrency: u64,
+    kv_request_footprint_tokens: u64,
+    kv_limit_explanation: String,
+    /// The scenario with the sets applied.
+    scenario: &'a Value,
+}
+
+/// The workload's dataset, by its `name`.
+#[derive(Serialize)]
+#[serde(tag = "name", rename_all = "snake_case")]
+enum DatasetSummary {
+    Random {
+        input_len: u32,
+        output_len: u32,
+        range_ratio: f64,
+        prefix_len: u32,
+    },
+    PrefixRepetition {
+        prefix_len: u32,
+        suffix_len: u32,
+        num_prefixes: u32,
+        output_len: u32,
+    },
+    /// A trace or a list of requests: its rows.
+    Trace {
+        rows: usize,
+    },
 }
 
 /// Checks and resolves a scenario (with the sets applied) and says what the
@@ -168,52 +232,55 @@ pub fn resolve(request: &str) -> Result<String, String> {
     let raw_engine = raw.json.get("engine").and_then(Value::as_object).cloned().unwrap_or_default();
     let (chunk, memory_fraction) = match &spec.engine {
         config::EngineSpec::Vllm(c) => {
-            (Value::from(c.max_num_batched_tokens), raw_engine.get("gpu_memory_utilization").cloned())
+            (i64::from(c.max_num_batched_tokens), raw_engine.get("gpu_memory_utilization").cloned())
         }
-        config::EngineSpec::Sglang(c) => (
-            c.chunked_prefill_size.map(Value::from).unwrap_or(Value::from(-1)),
-            raw_engine.get("mem_fraction_static").cloned(),
-        ),
+        config::EngineSpec::Sglang(c) => {
+            (c.chunked_prefill_size.map_or(-1, i64::from), raw_engine.get("mem_fraction_static").cloned())
+        }
     };
     let dataset = match &spec.workload.dataset {
-        Dataset::Random { input_len, output_len, range_ratio, prefix_len } => json!({
-            "name": "random", "input_len": input_len, "output_len": output_len,
-            "range_ratio": range_ratio, "prefix_len": prefix_len}),
-        Dataset::PrefixRepetition { prefix_len, suffix_len, num_prefixes, output_len } => json!({
-            "name": "prefix_repetition", "prefix_len": prefix_len, "suffix_len": suffix_len,
-            "num_prefixes": num_prefixes, "output_len": output_len}),
-        Dataset::Trace { rows } => json!({"name": "trace", "rows": rows.len()}),
-        Dataset::Requests { requests } => json!({"name": "trace", "rows": requests.len()}),
+        &Dataset::Random { input_len, output_len, range_ratio, prefix_len } => {
+            DatasetSummary::Random { input_len, output_len, range_ratio, prefix_len }
+        }
+        &Dataset::PrefixRepetition { prefix_len, suffix_len, num_prefixes, output_len } => {
+            DatasetSummary::PrefixRepetition { prefix_len, suffix_len, num_prefixes, output_len }
+        }
+        Dataset::Trace { rows } => DatasetSummary::Trace { rows: rows.len() },
+        Dataset::Requests { requests } => DatasetSummary::Trace { rows: requests.len() },
     };
     let (mean_in, mean_out) = workload.mean_lengths();
-    let j = json!({
-        "origin": raw.origin,
-        "name": spec.name,
-        "description": raw.json.get("description"),
-        "engine": spec.engine.kind(),
-        "engine_version": spec.engine.version().to_string(),
-        "model_id": spec.model.id,
-        "hardware": spec.gpu.id,
-        "max_running": spec.engine.max_running(),
-        "chunk": chunk,
-        "memory_fraction": memory_fraction,
-        "kv_cache_tokens": spec.engine.kv_capacity_tokens(),
-        "kv_granularity": spec.engine.kv_granularity(),
-        "kv_sizing_source": spec.kv_sizing.source,
-        "kv_cache_dtype": spec.deployment.kv_cache_dtype,
-        "tensor_parallel_size": spec.deployment.tensor_parallel_size,
-        "dataset": dataset,
-        "mean_input_len": mean_in,
-        "mean_output_len": mean_out,
-        "num_prompts": spec.workload.num_prompts,
-        "max_concurrency": spec.workload.max_concurrency,
-        "request_rate": spec.workload.request_rate,
-        "seed": spec.workload.seed,
-        "kv_limited_concurrency": limit.concurrency,
-        "kv_request_footprint_tokens": limit.footprint_tokens,
-        "kv_limit_explanation": sim::sweep::kv_limit_sentence(&limit, spec.engine.max_running(), spec.engine.engine_kind()),
-        "scenario": raw.json,
-    });
+    let j = ResolvedScenario {
+        origin: &raw.origin,
+        name: &spec.name,
+        description: raw.json.get("description"),
+        engine: spec.engine.kind(),
+        engine_version: spec.engine.version().to_string(),
+        model_id: &spec.model.id,
+        hardware: &spec.gpu.id,
+        max_running: spec.engine.max_running(),
+        chunk,
+        memory_fraction,
+        kv_cache_tokens: spec.engine.kv_capacity_tokens(),
+        kv_granularity: spec.engine.kv_granularity(),
+        kv_sizing_source: spec.kv_sizing.source,
+        kv_cache_dtype: &spec.deployment.kv_cache_dtype,
+        tensor_parallel_size: spec.deployment.tensor_parallel_size,
+        dataset,
+        mean_input_len: mean_in,
+        mean_output_len: mean_out,
+        num_prompts: spec.workload.num_prompts,
+        max_concurrency: spec.workload.max_concurrency,
+        request_rate: spec.workload.request_rate,
+        seed: spec.workload.seed,
+        kv_limited_concurrency: limit.concurrency,
+        kv_request_footprint_tokens: limit.footprint_tokens,
+        kv_limit_explanation: sim::sweep::kv_limit_sentence(
+            &limit,
+            spec.engine.max_running(),
+            spec.engine.engine_kind(),
+        ),
+        scenario: &raw.json,
+    };
     Ok(serde_json::to_string(&j).expect("serializable"))
 }
 
@@ -233,7 +300,7 @@ pub fn simulate_with_timeseries(request: &str) -> Result<(String, String), Strin
     apply_overrides(&mut raw, &req.sets, req.seed)?;
     let spec = resolve_raw(&raw)?;
     let out = sim::simulate(&spec, RunOptions { record_timeseries: req.timeseries, ..Default::default() });
-    let report = pretty(&Value::Object(sim::report::point_json(&spec, &out)));
+    let report = pretty(&sim::report::PointReport::of(&spec, &out));
     let series = if req.timeseries {
         serde_json::to_string(&reduce_timeseries(&out.run.timeseries, req.timeseries_points.unwrap_or(400)))
             .expect("serializable")
@@ -243,7 +310,16 @@ pub fn simulate_with_timeseries(request: &str) -> Result<(String, String), Strin
     Ok((report, series))
 }
 
-fn reduce_timeseries(samples: &[GaugeSample], points: usize) -> Value {
+/// The run's gauges over the timed phase, per interval: its end (`t_s`) and each gauge's peak.
+#[derive(Serialize)]
+struct Timeseries {
+    t_s: Vec<f64>,
+    kv_usage: Vec<f64>,
+    running: Vec<u32>,
+    waiting: Vec<u32>,
+}
+
+fn reduce_timeseries(samples: &[GaugeSample], points: usize) -> Timeseries {
     let points = points.max(2);
     let tmax = samples.iter().map(|s| s.t_ns).max().unwrap_or(0).max(1);
     let width = tmax.div_ceil(points as u64).max(1);
@@ -264,16 +340,16 @@ fn reduce_timeseries(samples: &[GaugeSample], points: usize) -> Value {
             i += 1;
         }
         if let Some((k, r, w)) = peak {
-            t.push(Value::from(end.min(tmax) as f64 / 1e9));
-            kv.push(Value::from(k));
-            run.push(Value::from(r));
-            wait.push(Value::from(w));
+            t.push(end.min(tmax) as f64 / 1e9);
+            kv.push(k);
+            run.push(r);
+            wait.push(w);
         }
         if end >= tmax {
             break;
         }
     }
-    json!({"t_s": t, "kv_usage": kv, "running": run, "waiting": wait})
+    Timeseries { t_s: t, kv_usage: kv, running: run, waiting: wait }
 }
 
 /// `servesim sweep --json`'s stdout: one scenario, or (with
@@ -293,6 +369,14 @@ pub fn explain(request: &str) -> Result<String, String> {
     Ok(pretty(&e))
 }
 
+/// What [`translate`] returns.
+#[derive(Serialize)]
+struct Translation<'a> {
+    scenario: &'a Value,
+    origin: String,
+    notes: Vec<String>,
+}
+
 /// The scenario (sets applied) with its engine section translated to the
 /// engine `to` (`"vllm"` or `"sglang"`), as `sweep --set engine.kind=vllm,sglang`
 /// translates it: `{"scenario": {...}, "origin": "ORIGIN [to]", "notes": [...]}`.
@@ -307,13 +391,14 @@ pub fn translate(request: &str) -> Result<String, String> {
     let engine: Map<String, Value> = raw.json.get("engine").and_then(Value::as_object).cloned().unwrap_or_default();
     let (translated, notes) = align::translate_engine(&engine, to).map_err(|e| format!("{}: {e}", raw.origin))?;
     raw.json["engine"] = Value::Object(translated);
-    let j = json!({"scenario": raw.json, "origin": format!("{} [{to}]", raw.origin), "notes": notes});
+    let j = Translation { scenario: &raw.json, origin: format!("{} [{to}]", raw.origin), notes };
     Ok(serde_json::to_string(&j).expect("serializable"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn errors_name_the_field() {

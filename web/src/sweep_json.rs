@@ -54,7 +54,15 @@ fn expand(req: &Request) -> Result<Vec<(String, RawScenario, Vec<String>)>, Stri
     Ok(out)
 }
 
-pub fn sweep(req: &Request) -> Result<Value, String> {
+/// What `servesim sweep --json` prints: one scenario's series, or scenarios side by side.
+#[derive(Debug, serde::Serialize)]
+#[serde(untagged)]
+pub enum SweepJson {
+    One(SweepSeries),
+    SideBySide(align::SideBySide),
+}
+
+pub fn sweep(req: &Request) -> Result<SweepJson, String> {
     let conc = &req.concurrencies;
     let shown = || conc.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
     if conc.is_empty() {
@@ -99,7 +107,7 @@ pub fn sweep(req: &Request) -> Result<Value, String> {
         .collect();
     if results.len() == 1 {
         let (s, o) = &results[0];
-        return Ok(series_json(s, o, conc));
+        return Ok(SweepJson::One(series_result(s, o, conc)));
     }
     let raws: Vec<Map<String, Value>> = results
         .iter()
@@ -111,11 +119,10 @@ pub fn sweep(req: &Request) -> Result<Value, String> {
     let workloads: Vec<&Value> =
         results.iter().map(|(s, _)| s.raw.json.get("workload").unwrap_or(&Value::Null)).collect();
     let workloads_differ = workloads.windows(2).any(|w| w[0] != w[1]);
-    let scenarios = results.iter().map(|(s, o)| series_json(s, o, conc)).collect();
-    Ok(align::side_by_side_json(scenarios, &rows, workloads_differ))
+    let scenarios = results.iter().map(|(s, o)| series_result(s, o, conc)).collect();
+    Ok(SweepJson::SideBySide(align::SideBySide::new(scenarios, &rows, workloads_differ)))
 }
 
-fn series_json(s: &Series, outs: &[SimOutput], conc: &[u32]) -> Value {
-    let series: SweepSeries = sweep_series(&s.label, conc, &s.specs, outs, s.notes.clone());
-    serde_json::to_value(series).expect("serializable")
+fn series_result(s: &Series, outs: &[SimOutput], conc: &[u32]) -> SweepSeries {
+    sweep_series(&s.label, conc, &s.specs, outs, s.notes.clone())
 }
