@@ -29,6 +29,8 @@
 //!   their mean context (aiconfigurator's reading).
 //! * **All-reduce** `t(elements)`: log–log between points; beyond the
 //!   largest message, linear in size; below the smallest, the first point.
+//!   The same for NCCL's **all-gather** (`nccl.json`, nccl-tests: `t(elements
+//!   of the gathered output)`), which times the logits' gather at TP > 1.
 //!
 //! # GPUs without tables
 //!
@@ -55,6 +57,8 @@ struct RawFiles {
     ctx: &'static str,
     gen: &'static str,
     ar: &'static str,
+    /// nccl-tests on the system (shared by both engines' entries).
+    nccl: &'static str,
 }
 
 macro_rules! raw {
@@ -66,6 +70,7 @@ macro_rules! raw {
             ctx: include_str!(concat!("../../data/kernels/", $s, "/", $e, "/context_attention.json")),
             gen: include_str!(concat!("../../data/kernels/", $s, "/", $e, "/generation_attention.json")),
             ar: include_str!(concat!("../../data/kernels/", $s, "/", $e, "/custom_allreduce.json")),
+            nccl: include_str!(concat!("../../data/kernels/", $s, "/nccl.json")),
         }
     };
 }
@@ -144,6 +149,19 @@ struct ArCurve {
 }
 
 #[derive(Deserialize)]
+struct NcclFile {
+    curves: Vec<NcclCurve>,
+}
+
+#[derive(Deserialize)]
+struct NcclCurve {
+    op_name: String,
+    num_gpus: u32,
+    message_elems: Vec<f64>,
+    latency_ms: Vec<f64>,
+}
+
+#[derive(Deserialize)]
 struct IndexFile {
     servesim_gpu_to_system: BTreeMap<String, Option<String>>,
     systems: BTreeMap<String, IndexSystem>,
@@ -192,6 +210,7 @@ pub struct Tables {
     ctx: AttnFile,
     gen: AttnFile,
     ar: ArFile,
+    nccl: NcclFile,
 }
 
 struct Index {
@@ -249,8 +268,10 @@ pub fn tables(system: &str, engine: &str) -> Option<&'static Tables> {
         let gen: AttnFile =
             serde_json::from_str(f.gen).unwrap_or_else(|e| panic!("{}: {e}", what("generation_attention")));
         let ar: ArFile = serde_json::from_str(f.ar).unwrap_or_else(|e| panic!("{}: {e}", what("custom_allreduce")));
+        let nccl: NcclFile =
+            serde_json::from_str(f.nccl).unwrap_or_else(|e| panic!("data/kernels/{}/nccl.json: {e}", f.system));
         let peaks = index().peaks[f.system];
-        Tables { system: f.system, engine: f.engine, release: gemm.release.clone(), peaks, gemm, ctx, gen, ar }
+        Tables { system: f.system, engine: f.engine, release: gemm.release.clone(), peaks, gemm, ctx, gen, ar, nccl }
     }))
 }
 
@@ -758,6 +779,13 @@ impl Tables {
             .or_else(|| self.ar.curves.iter().find(|c| c.num_gpus == tp))?;
         Some(Curve { xs: c.message_elems.clone(), ys: c.latency_ms.clone(), sol_last: None })
     }
+
+    /// NCCL's all-gather over `tp` GPUs (nccl-tests, half): `t(elements of the gathered
+    /// output)`, nccl-tests' buffer size for all-gather being the whole output.
+    pub fn all_gather(&self, tp: u32) -> Option<Curve> {
+        let c = self.nccl.curves.iter().find(|c| c.op_name == "all_gather" && c.num_gpus == tp)?;
+        Some(Curve { xs: c.message_elems.clone(), ys: c.latency_ms.clone(), sol_last: None })
+    }
 }
 
 // ---------------------------------------------------------------- providers
@@ -845,6 +873,14 @@ impl Provider {
     pub fn allreduce(&self, tp: u32) -> Option<Curve> {
         match self {
             Provider::Table(t) => t.allreduce(tp),
+            _ => None,
+        }
+    }
+
+    /// The table NCCL's all-gather comes from, where the GPU has its own.
+    pub fn all_gather(&self, tp: u32) -> Option<Curve> {
+        match self {
+            Provider::Table(t) => t.all_gather(tp),
             _ => None,
         }
     }

@@ -90,3 +90,46 @@ fn composed_step_grows_with_tokens_and_context() {
     // Memoised values are the computed ones.
     assert_eq!(step(&a), step(&a));
 }
+
+/// With tensor parallelism a step makes, besides the two all-reduces a layer, one
+/// all-reduce of the embedding's output and one NCCL all-gather of the logits
+/// (`VocabParallelEmbedding.forward`, `LogitsProcessor._gather_logits` in vLLM;
+/// the same calls in SGLang), timed from the system's tables: none at TP 1, the
+/// nccl-tests all-gather at the gathered size (sequences × padded vocabulary) at TP 8.
+#[test]
+fn tp_steps_pay_the_embedding_all_reduce_and_the_logits_all_gather() {
+    let spec_at = |tp: u32| {
+        sim::config::resolve(
+            &sim::config::from_value(
+                serde_json::json!({"version": 1,
+                    "engine": {"kind": "vllm", "version": "0.11.0", "kv_cache_tokens": 100000, "max_model_len": 8192,
+                               "tensor_parallel_size": tp},
+                    "model": "llama-3.1-70b-instruct", "hardware": {"gpu": "h200", "count": tp},
+                    "workload": {"dataset_name": "random", "random_input_len": 1024, "random_output_len": 128, "ignore_eos": true}}),
+                "",
+            )
+            .unwrap(),
+            &sim::builtin::resources().unwrap(),
+        )
+        .unwrap()
+    };
+    let one = spec_at(1);
+    let c1 = one.cost.composed.as_ref().expect("composed cost");
+    assert_eq!(c1.logits_gather_us(16), 0.0);
+    assert_eq!(c1.allreduce_us(16), 0.0);
+    let eight = spec_at(8);
+    let c8 = eight.cost.composed.as_ref().expect("composed cost");
+    let tables = sim::kernels::tables("h200_sxm", "vllm").unwrap();
+    let ag = tables.all_gather(8).expect("nccl all_gather at 8 GPUs");
+    // Llama-3.1: vocabulary 128,256, 16,032 a rank at TP 8.
+    let elems = 16.0 * 16_032.0 * 8.0;
+    assert!((c8.logits_gather_us(16) - ag.at(elems) * 1e3).abs() < 1e-9);
+    assert!(c8.logits_gather_us(16) > 10.0 && c8.logits_gather_us(16) < 100.0, "{}", c8.logits_gather_us(16));
+    // A decode step's GPU time holds 2 × layers + 1 all-reduces and the gather: removing
+    // them leaves the same kernels as at TP 8 without collectives.
+    let s = StepShape::decodes(16, 16 * 1024);
+    let ar = c8.allreduce_us(16);
+    assert!(ar > 0.0);
+    let collectives = (2.0 * 80.0 + 1.0) * ar + c8.logits_gather_us(16);
+    assert!(c8.gpu_us(&s) > collectives, "{} vs {collectives}", c8.gpu_us(&s));
+}

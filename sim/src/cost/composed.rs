@@ -7,9 +7,22 @@
 //!                   + Σ_chunks prefill attention(chunk over its cached prefix)
 //!                   + 2 × all-reduce(m × hidden)            (TP > 1)
 //!                   + element-wise kernels' memory time (norms, RoPE, SiLU·mul, KV write) ]
+//!      + all-reduce(m × hidden)                             (TP > 1: the embedding)
 //!      + GEMM_lm_head(sampled positions = scheduled sequences)
+//!      + all-gather(sequences × vocab)                      (TP > 1: the logits)
 //! CPU  = STEP_CPU_US + PER_SEQ_CPU_US × sequences
 //! ```
+//!
+//! With TP, besides the two all-reduces a layer, each step makes two collectives
+//! once: the vocabulary-parallel embedding sums its partial lookups with an
+//! all-reduce of the step's hidden states (vLLM and SGLang
+//! `VocabParallelEmbedding.forward`: `tensor_model_parallel_all_reduce`), timed
+//! from the engine's all-reduce table like the layers'; and the logits of the
+//! vocabulary-parallel LM head are gathered (vLLM `LogitsProcessor._gather_logits`:
+//! `tensor_model_parallel_gather`/`_all_gather`; SGLang 0.5.8
+//! `LogitsProcessor._get_logits`: `tensor_model_parallel_all_gather`), a NCCL
+//! collective of the whole `sequences × padded vocab` bf16 output, timed from
+//! the system's nccl-tests all-gather table (`data/kernels/<system>/nccl.json`).
 //!
 //! `m` is the step's token count. Without a CUDA graph for the step (vLLM:
 //! more tokens than `max_cudagraph_capture_size`; SGLang: a prefill step or a
@@ -123,6 +136,19 @@ enum AllReduce {
     },
 }
 
+/// What the logits' all-gather costs.
+#[derive(Debug)]
+enum AllGather {
+    None,
+    /// nccl-tests all-gather: `t(elements of the gathered output)`.
+    Table(Curve),
+    /// `latency + (tp − 1)/tp × bytes / bandwidth` (µs, µs per gathered element).
+    Roofline {
+        latency_us: f64,
+        us_per_elem: f64,
+    },
+}
+
 /// The engine side of the step cost.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GraphRule {
@@ -150,6 +176,9 @@ pub struct ComposedCost {
     ctx_flat: FlatGrid,
     gen_flat: FlatGrid,
     allreduce: AllReduce,
+    /// The logits' all-gather, and the elements it gathers per sequence (the padded vocabulary).
+    gather: AllGather,
+    gather_elems_per_seq: f64,
     /// Element-wise kernels, all layers, µs per token.
     elementwise_us_per_token: f64,
     graphs: GraphRule,
@@ -311,6 +340,20 @@ impl ComposedCost {
                 }
             }
         };
+        let gather = if tp == 1 {
+            AllGather::None
+        } else {
+            match provider.all_gather(tp) {
+                Some(c) => AllGather::Table(c),
+                None => {
+                    let link = gpu.interconnect_bandwidth_bytes_per_s.unwrap_or(32e9) * interconnect_eff;
+                    let t = f64::from(tp);
+                    let bytes_per_elem = f64::from(model.activation_dtype_bytes()) * (t - 1.0) / t;
+                    AllGather::Roofline { latency_us: allreduce_latency_us, us_per_elem: bytes_per_elem / link * 1e6 }
+                }
+            }
+        };
+        let gather_elems_per_seq = (lm.n * u64::from(tp)) as f64;
         let hidden = f64::from(model.hidden_size);
         let (q, kv, d) = (f64::from(heads.heads), f64::from(heads.kv_heads), f64::from(heads.head_dim));
         let i = g[3].k as f64;
@@ -334,6 +377,8 @@ impl ComposedCost {
             ctx,
             gen,
             allreduce,
+            gather,
+            gather_elems_per_seq,
             elementwise_us_per_token,
             graphs,
             memo_tokens: (0..MEMO_TOKENS).map(|_| AtomicU64::new(0)).collect(),
@@ -342,16 +387,33 @@ impl ComposedCost {
         }
     }
 
-    /// Linear layers, all-reduces and element-wise kernels of a step of `m` tokens, µs.
-    fn per_token_count_us(&self, m: u64) -> f64 {
+    /// One all-reduce of the hidden states of `m` tokens, µs (0 without TP).
+    pub fn allreduce_us(&self, m: u64) -> f64 {
         let x = m as f64;
-        let gemm_ms: f64 = self.gemms.iter().map(|c| c.at(x)).sum();
-        let ar_us = match &self.allreduce {
+        match &self.allreduce {
             AllReduce::None => 0.0,
             AllReduce::Table(c) => c.at(x * self.hidden) * 1e3,
             AllReduce::Roofline { latency_us, us_per_elem } => latency_us + us_per_elem * x * self.hidden,
-        };
-        self.layers * (gemm_ms * 1e3 + 2.0 * ar_us) + self.elementwise_us_per_token * x
+        }
+    }
+
+    /// The all-gather of the logits of `seqs` sequences, µs (0 without TP).
+    pub fn logits_gather_us(&self, seqs: u64) -> f64 {
+        let x = seqs as f64 * self.gather_elems_per_seq;
+        match &self.gather {
+            AllGather::None => 0.0,
+            AllGather::Table(c) => c.at(x) * 1e3,
+            AllGather::Roofline { latency_us, us_per_elem } => latency_us + us_per_elem * x,
+        }
+    }
+
+    /// Linear layers, all-reduces (two a layer, and the embedding's) and element-wise
+    /// kernels of a step of `m` tokens, µs.
+    fn per_token_count_us(&self, m: u64) -> f64 {
+        let x = m as f64;
+        let gemm_ms: f64 = self.gemms.iter().map(|c| c.at(x)).sum();
+        let ar_us = self.allreduce_us(m);
+        self.layers * (gemm_ms * 1e3 + 2.0 * ar_us) + ar_us + self.elementwise_us_per_token * x
     }
 
     fn memo(slots: &[AtomicU64], i: u64, f: impl FnOnce() -> f64) -> f64 {
@@ -378,7 +440,7 @@ impl ComposedCost {
         }
         let linear = Self::memo(&self.memo_tokens, m, || self.per_token_count_us(m));
         let seqs = u64::from(s.num_seqs.max(1));
-        let lm = Self::memo(&self.memo_seqs, seqs, || self.lm_head.at(seqs as f64) * 1e3);
+        let lm = Self::memo(&self.memo_seqs, seqs, || self.lm_head.at(seqs as f64) * 1e3 + self.logits_gather_us(seqs));
         let mut attn_ms = 0.0;
         if s.decode_tokens > 0 {
             let b = s.decode_tokens as f64;
