@@ -30,7 +30,7 @@ fn bad_inputs_are_refused_naming_the_cause() {
     let cases: &[(&[&str], i32, &str)] = &[
         // Time that cannot overflow: ranges checked at the boundary, limits stated.
         (&["simulate", "--set", "cost.coefficients.step_us=1e14"], 2, "cost.coefficients.step_us"),
-        (&["simulate", "--set", "cost.coefficients.step_us=1e12"], 2, "from 0 to 1000000"),
+        (&["simulate", "--set", "cost.coefficients.step_us=1e12"], 2, "from 0 to 10000000"),
         (&["simulate", "--set", "workload.num_prompts=1000000000"], 2, "limit of 10000000"),
         (&["simulate", "--set", "workload.request_rate=1e-9"], 2, "workload.request_rate"),
         (&["simulate", "--set", "workload.num_warmups=1000000"], 2, "workload.num_warmups"),

@@ -20,6 +20,11 @@
 # On aarch64 none of these flags exist: the check says so and goes on (vLLM's CPU wheel has an Arm
 # build; these scripts were only run on x86-64).
 # LIVE_SKIP_CPU_CHECK=1 turns a failed check into a warning.
+#
+# Trying another CPU on this one: LIVE_CPU_EMULATE=<qemu CPU model> (e.g. Haswell: AVX2, no AVX-512)
+# runs the engine's Python, and every Python process it spawns, under qemu-user's emulation of that
+# CPU (apt: qemu-user). That is how the AVX2 path was checked on a host with AVX-512 (VALIDATION.md,
+# "Live check on an AVX2-only CPU"). Emulation is 20-40x slower: timings under it judge nothing.
 
 live_cpu_flags() {
   # The flags of the first CPU (x86: "flags", Arm: "Features"), one line.
@@ -30,9 +35,31 @@ live_cpu_has() {
   case " $(live_cpu_flags) " in *" $1 "*) return 0 ;; *) return 1 ;; esac
 }
 
+# With LIVE_CPU_EMULATE set: writes a python wrapper under $LIVE_DIR/emulate-<cpu>/ and exports
+# LIVE_EMU_PYTHON (the wrapper) and PYTHONPATH (a sitecustomize that makes multiprocessing spawn
+# through the wrapper: vLLM's engine core and workers are spawned processes, which qemu-user would
+# otherwise run natively). Usage: live_emulation <venv python>; then run "$LIVE_EMU_PYTHON" instead.
+live_emulation() {
+  local py=$1 dir
+  [ -n "${LIVE_CPU_EMULATE:-}" ] || { LIVE_EMU_PYTHON=$py; export LIVE_EMU_PYTHON; return 0; }
+  command -v qemu-x86_64 >/dev/null || { echo "LIVE_CPU_EMULATE=$LIVE_CPU_EMULATE needs qemu-x86_64 (apt install qemu-user)" >&2; return 1; }
+  dir=${LIVE_DIR:?}/emulate-$LIVE_CPU_EMULATE
+  mkdir -p "$dir/site"
+  printf '#!/bin/sh\nexec qemu-x86_64 -cpu %s %s "$@"\n' "$LIVE_CPU_EMULATE" "$py" > "$dir/python"
+  chmod +x "$dir/python"
+  printf 'import multiprocessing, os\nmultiprocessing.set_executable(os.environ["LIVE_EMU_PYTHON"])\n' > "$dir/site/sitecustomize.py"
+  LIVE_EMU_PYTHON=$dir/python
+  export LIVE_EMU_PYTHON PYTHONPATH="$dir/site${PYTHONPATH:+:$PYTHONPATH}"
+  echo "Emulating CPU model $LIVE_CPU_EMULATE with qemu-user: the engine sees that CPU's flags, not the host's (slow; timings judge nothing)" >&2
+}
+
 live_cpu_check() {
   local what=${1:-host} arch have="" f
   arch=$(uname -m)
+  if [ -n "${LIVE_CPU_EMULATE:-}" ]; then
+    echo "CPU check ($what): skipped, LIVE_CPU_EMULATE=$LIVE_CPU_EMULATE (the engine runs on qemu-user's $LIVE_CPU_EMULATE; vLLM picks its kernels from that CPU's flags)" >&2
+    return 0
+  fi
   for f in avx2 avx512f avx512_bf16 avx512_vnni amx_tile amx_bf16; do
     if live_cpu_has "$f"; then have="$have $f"; fi
   done

@@ -1,6 +1,6 @@
 //! Simulated time that would pass u64 nanoseconds stops the run with a
 //! reason naming the cause, instead of wrapping into a fast-looking run. The
-//! scenario boundary keeps valid inputs far from it (costs ≤ 1e6 µs, send
+//! scenario boundary keeps valid inputs far from it (costs ≤ 1e7 µs, send
 //! times within a year), so this drives the loop with a cost model set past
 //! that boundary, as only library users can.
 

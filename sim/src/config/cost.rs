@@ -70,9 +70,13 @@ pub(super) fn resolve_cost(
     Ok(cost)
 }
 
-/// The largest coefficient accepted, µs (one second per step, sequence, token or
-/// pair: no GPU step term is near it; a larger one would overflow simulated time).
-pub const MAX_COEFFICIENT_US: f64 = 1e6;
+/// The largest coefficient accepted, µs: ten seconds per step, sequence, token or
+/// pair. No GPU term is near it; the slowest engine calibrated so far, vLLM on an
+/// AVX2 CPU emulated by qemu-user (VALIDATION.md, "Live check on an AVX2-only
+/// CPU"), fitted 2.7 s of request ingress and 0.35 s per decode token. A bound,
+/// not a model: it keeps a mistyped coefficient from passing as an answer, and
+/// simulated time far from overflow (which stops a run with its cause anyway).
+pub const MAX_COEFFICIENT_US: f64 = 1e7;
 
 fn check_coefficients(c: &CostCoefficients, path: &str) -> Result<()> {
     for name in COEFFICIENT_NAMES {
