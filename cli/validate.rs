@@ -20,7 +20,9 @@ use std::process::ExitCode;
 
 use clap::Args;
 use rayon::prelude::*;
-use serde_json::{json, Map, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sim::report::{Metric, Metrics, PointReport};
 
 use crate::load;
 
@@ -49,27 +51,62 @@ pub struct ValidateArgs {
     pub write_baseline: Option<PathBuf>,
 }
 
-/// CSV column → report key, and the metric family it belongs to.
-const METRICS: &[(&str, &str, &str)] = &[
-    ("mean_ttft_ms", "mean_ttft_ms", "ttft"),
-    ("p50_ttft_ms", "median_ttft_ms", "ttft"),
-    ("p99_ttft_ms", "p99_ttft_ms", "ttft"),
-    ("mean_tpot_ms", "mean_tpot_ms", "tpot"),
-    ("p50_tpot_ms", "median_tpot_ms", "tpot"),
-    ("p99_tpot_ms", "p99_tpot_ms", "tpot"),
-    ("mean_itl_ms", "mean_itl_ms", "itl"),
-    ("p50_itl_ms", "median_itl_ms", "itl"),
-    ("p99_itl_ms", "p99_itl_ms", "itl"),
-    ("mean_e2el_ms", "mean_e2el_ms", "e2el"),
-    ("p50_e2el_ms", "median_e2el_ms", "e2el"),
-    ("p99_e2el_ms", "p99_e2el_ms", "e2el"),
-    ("output_tok_s", "output_throughput", "throughput"),
-    ("req_s", "request_throughput", "throughput"),
-    ("total_tok_s", "total_token_throughput", "throughput"),
+/// A family of metrics: the errors of a group and of the corpus are summarised per family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Family {
+    Ttft,
+    Tpot,
+    Itl,
+    E2el,
+    Throughput,
+}
+
+impl Family {
+    /// In report order.
+    const ALL: [Family; 5] = [Family::Ttft, Family::Tpot, Family::Itl, Family::E2el, Family::Throughput];
+
+    fn key(self) -> &'static str {
+        match self {
+            Family::Ttft => "ttft",
+            Family::Tpot => "tpot",
+            Family::Itl => "itl",
+            Family::E2el => "e2el",
+            Family::Throughput => "throughput",
+        }
+    }
+}
+
+/// CSV column → the report's metric, and the metric family it belongs to.
+const METRICS: &[(&str, Metric, Family)] = &[
+    ("mean_ttft_ms", Metric::MeanTtftMs, Family::Ttft),
+    ("p50_ttft_ms", Metric::MedianTtftMs, Family::Ttft),
+    ("p99_ttft_ms", Metric::P99TtftMs, Family::Ttft),
+    ("mean_tpot_ms", Metric::MeanTpotMs, Family::Tpot),
+    ("p50_tpot_ms", Metric::MedianTpotMs, Family::Tpot),
+    ("p99_tpot_ms", Metric::P99TpotMs, Family::Tpot),
+    ("mean_itl_ms", Metric::MeanItlMs, Family::Itl),
+    ("p50_itl_ms", Metric::MedianItlMs, Family::Itl),
+    ("p99_itl_ms", Metric::P99ItlMs, Family::Itl),
+    ("mean_e2el_ms", Metric::MeanE2elMs, Family::E2el),
+    ("p50_e2el_ms", Metric::MedianE2elMs, Family::E2el),
+    ("p99_e2el_ms", Metric::P99E2elMs, Family::E2el),
+    ("output_tok_s", Metric::OutputThroughput, Family::Throughput),
+    ("req_s", Metric::RequestThroughput, Family::Throughput),
+    ("total_tok_s", Metric::TotalTokenThroughput, Family::Throughput),
     // The silicon sample (statistic unstated: compared with the mean).
-    ("silicon_ttft_ms", "mean_ttft_ms", "ttft"),
-    ("silicon_tpot_ms", "mean_tpot_ms", "tpot"),
+    ("silicon_ttft_ms", Metric::MeanTtftMs, Family::Ttft),
+    ("silicon_tpot_ms", Metric::MeanTpotMs, Family::Tpot),
 ];
+
+/// A published value of a row: its CSV column, the report's metric it is compared with,
+/// the metric's family.
+#[derive(Clone, Copy, Debug)]
+struct Published {
+    column: &'static str,
+    metric: Metric,
+    family: Family,
+    value: f64,
+}
 
 /// Profiled requests per client of a silicon-sample row. The rows are aiperf runs in
 /// concurrency mode (aiconfigurator's gap analysis compares its estimates "with AIPerf or other
@@ -84,8 +121,6 @@ const METRICS: &[(&str, &str, &str)] = &[
 /// 10×C requests from an idle engine, which is what the run replays (the drained warm-up
 /// leaves nothing behind that the simulator keeps: random prompts share no prefix).
 const AIPERF_REQUESTS_PER_CLIENT: u64 = 10;
-
-const FAMILIES: [&str; 5] = ["ttft", "tpot", "itl", "e2el", "throughput"];
 
 /// The rows of a published CSV as header → value maps, `#` lines skipped.
 fn read_csv(text: &str) -> Vec<BTreeMap<String, String>> {
@@ -105,9 +140,10 @@ struct Job {
     /// The scenario (raw) and its overrides.
     scenario: Option<load::RawScenario>,
     sets: Vec<String>,
-    published: Vec<(&'static str, &'static str, &'static str, f64)>,
+    published: Vec<Published>,
     skip: Option<String>,
-    skip_metrics: Map<String, Value>,
+    /// The row's `skip_metrics`: column → why it is not compared (anything but an object: none).
+    skip_metrics: Value,
     knee_axis: Option<f64>,
 }
 
@@ -127,11 +163,16 @@ fn scenario_from(v: &Value, set_path: &Path, root: &Path) -> Result<load::RawSce
     }
 }
 
-fn published_of(row: &BTreeMap<String, String>) -> Vec<(&'static str, &'static str, &'static str, f64)> {
+fn published_of(row: &BTreeMap<String, String>) -> Vec<Published> {
     METRICS
         .iter()
-        .filter_map(|&(col, key, fam)| {
-            row.get(col).and_then(|v| v.trim().parse::<f64>().ok()).filter(|v| *v > 0.0).map(|v| (col, key, fam, v))
+        .filter_map(|&(column, metric, family)| {
+            row.get(column).and_then(|v| v.trim().parse::<f64>().ok()).filter(|v| *v > 0.0).map(|value| Published {
+                column,
+                metric,
+                family,
+                value,
+            })
         })
         .collect()
 }
@@ -199,7 +240,7 @@ fn jobs_of(path: &Path, root: &Path) -> Result<Vec<Job>, String> {
                 sets,
                 published: published_of(row),
                 skip,
-                skip_metrics: Map::new(),
+                skip_metrics: Value::Null,
                 knee_axis: None,
             });
         }
@@ -250,7 +291,7 @@ fn jobs_of(path: &Path, root: &Path) -> Result<Vec<Job>, String> {
             sets,
             published: published_of(row),
             skip,
-            skip_metrics: spec.get("skip_metrics").and_then(Value::as_object).cloned().unwrap_or_default(),
+            skip_metrics: spec.get("skip_metrics").cloned().unwrap_or_default(),
         });
     }
     Ok(jobs)
@@ -267,11 +308,171 @@ fn quantile(v: &[f64], q: f64) -> f64 {
     s[lo] + (x - lo as f64) * (s[hi] - s[lo])
 }
 
-fn pct(x: f64) -> Value {
-    if x.is_finite() {
-        json!((x * 1000.0).round() / 10.0)
-    } else {
-        Value::Null
+/// A point of a group's knee series: the load, the published output throughput and TTFT,
+/// the simulated ones.
+type KneeRow = (f64, f64, f64, f64, f64);
+
+/// A fraction as a percentage with one decimal (`null` when not finite).
+fn pct(x: f64) -> Option<f64> {
+    x.is_finite().then(|| (x * 1000.0).round() / 10.0)
+}
+
+/// One row of `--json`: the run, or why it was not run.
+#[derive(Serialize)]
+struct RowOut<'a> {
+    set: &'a str,
+    group: &'a str,
+    engine: &'a str,
+    load: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    skipped: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cost_source: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    metrics: Option<Vec<MetricOut<'a>>>,
+}
+
+/// A published value of a row against the simulated one, or why it is not compared.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum MetricOut<'a> {
+    NotCompared {
+        column: &'a str,
+        published: f64,
+        not_compared: &'a Value,
+    },
+    Compared {
+        column: &'a str,
+        key: Metric,
+        published: f64,
+        /// `null` when the run has no such number.
+        simulated: f64,
+        error_pct: Option<f64>,
+    },
+}
+
+/// Median and p90 |error| of a family's values, in %.
+#[derive(Serialize)]
+struct FamilyOut {
+    median_abs_error_pct: Option<f64>,
+    p90_abs_error_pct: Option<f64>,
+    n: usize,
+}
+
+impl FamilyOut {
+    fn of(v: &[f64]) -> FamilyOut {
+        FamilyOut { median_abs_error_pct: pct(quantile(v, 0.5)), p90_abs_error_pct: pct(quantile(v, 0.9)), n: v.len() }
+    }
+}
+
+/// The families that have values, in [`Family::ALL`]'s order (a group's and the corpus').
+#[derive(Default, Serialize)]
+struct FamiliesOut {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ttft: Option<FamilyOut>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tpot: Option<FamilyOut>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    itl: Option<FamilyOut>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    e2el: Option<FamilyOut>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    throughput: Option<FamilyOut>,
+}
+
+impl FamiliesOut {
+    fn set(&mut self, f: Family, v: &[f64]) {
+        let slot = match f {
+            Family::Ttft => &mut self.ttft,
+            Family::Tpot => &mut self.tpot,
+            Family::Itl => &mut self.itl,
+            Family::E2el => &mut self.e2el,
+            Family::Throughput => &mut self.throughput,
+        };
+        *slot = Some(FamilyOut::of(v));
+    }
+}
+
+/// A group (set × GPU × engine): median |error| over every compared metric, and per family.
+#[derive(Serialize)]
+struct GroupOut {
+    group: String,
+    cost_source: String,
+    median_abs_error_pct: Option<f64>,
+    n: usize,
+    #[serde(flatten)]
+    families: FamiliesOut,
+}
+
+/// A group's knee, published and simulated (`null`: not reached).
+#[derive(Serialize)]
+struct KneeOut<'a> {
+    group: &'a str,
+    published: Option<f64>,
+    simulated: Option<f64>,
+}
+
+/// `servesim validate --json`.
+#[derive(Serialize)]
+struct ValidateOut<'a> {
+    rows: Vec<RowOut<'a>>,
+    groups: Vec<GroupOut>,
+    summary: FamiliesOut,
+    knees: Vec<KneeOut<'a>>,
+    baseline_failures: Vec<String>,
+}
+
+/// The baseline file (`validation/baseline.json`, `--write-baseline`).
+#[derive(Serialize, Deserialize)]
+struct Baseline {
+    #[serde(default)]
+    about: String,
+    /// Per group, in the file's order.
+    #[serde(default, with = "in_order")]
+    groups: Vec<(String, BaselineGroup)>,
+}
+
+/// A group of the baseline.
+#[derive(Serialize, Deserialize)]
+struct BaselineGroup {
+    median_abs_error_pct: Option<f64>,
+    #[serde(default)]
+    n: Option<usize>,
+    #[serde(default)]
+    cost_source: Option<String>,
+}
+
+const BASELINE_ABOUT: &str = "servesim validate: per group (published set | GPU | engine), the median |error| over every compared metric, in %. CI fails when a group gets worse by more than a point (tests/validate.rs).";
+
+/// A JSON object as its entries in order.
+mod in_order {
+    use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
+    use serde::ser::{SerializeMap, Serializer};
+
+    pub fn serialize<S: Serializer, V: serde::Serialize>(v: &[(String, V)], s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(v.len()))?;
+        for (k, x) in v {
+            m.serialize_entry(k, x)?;
+        }
+        m.end()
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>, V: Deserialize<'de>>(d: D) -> Result<Vec<(String, V)>, D::Error> {
+        struct Entries<V>(std::marker::PhantomData<V>);
+        impl<'de, V: Deserialize<'de>> Visitor<'de> for Entries<V> {
+            type Value = Vec<(String, V)>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Self::Value, A::Error> {
+                let mut out = Vec::new();
+                while let Some(e) = a.next_entry()? {
+                    out.push(e);
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_map(Entries(std::marker::PhantomData))
     }
 }
 
@@ -290,7 +491,7 @@ pub fn run(a: ValidateArgs) -> Result<ExitCode, String> {
         jobs.extend(jobs_of(f, &root)?);
     }
     // Run every row (in parallel; results in corpus order).
-    let results: Vec<Result<Map<String, Value>, String>> = jobs
+    let results: Vec<Result<PointReport, String>> = jobs
         .par_iter()
         .map(|j| {
             if let Some(why) = &j.skip {
@@ -304,18 +505,15 @@ pub fn run(a: ValidateArgs) -> Result<ExitCode, String> {
             if out.run.stop != sim::simulation::StopReason::Completed {
                 return Err(format!("the run did not complete: {}", out.run.stop.as_str()));
             }
-            match serde_json::to_value(sim::report::PointReport::of(&spec, &out)) {
-                Ok(Value::Object(m)) => Ok(m),
-                _ => unreachable!("a report serializes to an object"),
-            }
+            Ok(PointReport::of(&spec, &out))
         })
         .collect();
 
-    let mut rows_json = Vec::new();
-    let mut group_errs: BTreeMap<String, BTreeMap<&str, Vec<f64>>> = BTreeMap::new();
-    let mut all: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    let mut rows_out = Vec::new();
+    let mut group_errs: BTreeMap<String, BTreeMap<Family, Vec<f64>>> = BTreeMap::new();
+    let mut all: BTreeMap<Family, Vec<f64>> = BTreeMap::new();
     let mut sources: BTreeMap<String, String> = BTreeMap::new();
-    let mut knee_series: BTreeMap<String, Vec<(f64, f64, f64, f64, f64)>> = BTreeMap::new();
+    let mut knee_series: BTreeMap<String, Vec<KneeRow>> = BTreeMap::new();
     let mut text = String::new();
     use std::fmt::Write as _;
     let _ = writeln!(
@@ -328,77 +526,98 @@ pub fn run(a: ValidateArgs) -> Result<ExitCode, String> {
         match r {
             Err(why) => {
                 let _ = writeln!(text, "{:<64} {:<16} cannot run: {why}", j.group, j.load);
-                rows_json
-                    .push(json!({"set": j.set, "group": j.group, "engine": j.engine, "load": j.load, "skipped": why}));
+                rows_out.push(RowOut {
+                    set: &j.set,
+                    group: &j.group,
+                    engine: &j.engine,
+                    load: &j.load,
+                    skipped: Some(why),
+                    cost_source: None,
+                    metrics: None,
+                });
                 continue;
             }
             Ok(p) => {
-                sources.entry(j.group.clone()).or_insert_with(|| p["cost_source"].as_str().unwrap_or("").to_string());
-                for &(col, key, fam, published) in &j.published {
-                    if let Some(why) = j.skip_metrics.get(col) {
+                sources.entry(j.group.clone()).or_insert_with(|| p.cost_source.clone());
+                for m in &j.published {
+                    if let Some(why) = j.skip_metrics.get(m.column) {
                         let _ = writeln!(
                             text,
                             "{:<64} {:<16} {:<14} {:>10.2} {:>10} not compared: {}",
                             j.group,
                             j.load,
-                            col,
-                            published,
+                            m.column,
+                            m.value,
                             "",
                             why.as_str().unwrap_or("")
                         );
-                        metrics.push(json!({"column": col, "published": published, "not_compared": why}));
+                        metrics.push(MetricOut::NotCompared {
+                            column: m.column,
+                            published: m.value,
+                            not_compared: why,
+                        });
                         continue;
                     }
-                    let sim_v = p.get(key).and_then(Value::as_f64).unwrap_or(f64::NAN);
-                    let err = sim_v / published - 1.0;
+                    let sim_v = p.metric(m.metric).unwrap_or(f64::NAN);
+                    let err = sim_v / m.value - 1.0;
                     let _ = writeln!(
                         text,
                         "{:<64} {:<16} {:<14} {:>10.2} {:>10.2} {:>+7.1}%",
                         j.group,
                         j.load,
-                        col,
-                        published,
+                        m.column,
+                        m.value,
                         sim_v,
                         100.0 * err
                     );
                     if err.is_finite() {
-                        group_errs.entry(j.group.clone()).or_default().entry(fam).or_default().push(err.abs());
-                        all.entry(fam).or_default().push(err.abs());
+                        group_errs.entry(j.group.clone()).or_default().entry(m.family).or_default().push(err.abs());
+                        all.entry(m.family).or_default().push(err.abs());
                     }
-                    metrics.push(json!({"column": col, "key": key, "published": published, "simulated": sim_v, "error_pct": pct(err)}));
+                    metrics.push(MetricOut::Compared {
+                        column: m.column,
+                        key: m.metric,
+                        published: m.value,
+                        simulated: sim_v,
+                        error_pct: pct(err),
+                    });
                 }
                 // Knee series: load, published throughput and TTFT, simulated ones.
                 if let Some(x) = j.knee_axis {
-                    let thr = j.published.iter().find(|m| m.0 == "output_tok_s").map(|m| m.3);
-                    let ttft = j.published.iter().find(|m| m.2 == "ttft").map(|m| (m.1, m.3));
-                    if let (Some(t), Some((tk, tv))) = (thr, ttft) {
-                        let st = p.get("output_throughput").and_then(Value::as_f64).unwrap_or(0.0);
-                        let sv = p.get(tk).and_then(Value::as_f64).unwrap_or(0.0);
+                    let thr = j.published.iter().find(|m| m.column == "output_tok_s").map(|m| m.value);
+                    let ttft = j.published.iter().find(|m| m.family == Family::Ttft).map(|m| (m.metric, m.value));
+                    if let (Some(t), Some((tm, tv))) = (thr, ttft) {
+                        let st = p.metric(Metric::OutputThroughput).unwrap_or(0.0);
+                        let sv = p.metric(tm).unwrap_or(0.0);
                         knee_series.entry(j.group.clone()).or_default().push((x, t, tv, st, sv));
                     }
                 }
-                rows_json.push(json!({"set": j.set, "group": j.group, "engine": j.engine, "load": j.load,
-                    "cost_source": p["cost_source"], "metrics": metrics}));
+                rows_out.push(RowOut {
+                    set: &j.set,
+                    group: &j.group,
+                    engine: &j.engine,
+                    load: &j.load,
+                    skipped: None,
+                    cost_source: Some(&p.cost_source),
+                    metrics: Some(metrics),
+                });
             }
         }
     }
 
     // Groups.
-    let mut groups_json = Vec::new();
+    let mut groups_out = Vec::new();
     let _ = writeln!(text, "\nPer group: median / p90 |error| per metric (n)");
     for (g, fams) in &group_errs {
         let every: Vec<f64> = fams.values().flatten().copied().collect();
-        let mut gj = Map::new();
-        gj.insert("group".into(), g.clone().into());
-        gj.insert("cost_source".into(), sources.get(g).cloned().unwrap_or_default().into());
-        gj.insert("median_abs_error_pct".into(), pct(quantile(&every, 0.5)));
-        gj.insert("n".into(), every.len().into());
+        let mut families = FamiliesOut::default();
         let mut line = format!("{g:<64} all {:>5.1}% ({})", 100.0 * quantile(&every, 0.5), every.len());
-        for f in FAMILIES {
-            if let Some(v) = fams.get(f) {
-                gj.insert(f.into(), json!({"median_abs_error_pct": pct(quantile(v, 0.5)), "p90_abs_error_pct": pct(quantile(v, 0.9)), "n": v.len()}));
+        for f in Family::ALL {
+            if let Some(v) = fams.get(&f) {
+                families.set(f, v);
                 line.push_str(&format!(
-                    " | {f} {:.1}/{:.1}% ({})",
+                    " | {} {:.1}/{:.1}% ({})",
+                    f.key(),
                     100.0 * quantile(v, 0.5),
                     100.0 * quantile(v, 0.9),
                     v.len()
@@ -406,16 +625,23 @@ pub fn run(a: ValidateArgs) -> Result<ExitCode, String> {
             }
         }
         let _ = writeln!(text, "{line}");
-        groups_json.push(Value::Object(gj));
+        groups_out.push(GroupOut {
+            group: g.clone(),
+            cost_source: sources.get(g).cloned().unwrap_or_default(),
+            median_abs_error_pct: pct(quantile(&every, 0.5)),
+            n: every.len(),
+            families,
+        });
     }
-    let mut summary = Map::new();
+    let mut summary = FamiliesOut::default();
     let _ = writeln!(text, "\nCorpus: median / p90 |error| per metric");
-    for f in FAMILIES {
-        if let Some(v) = all.get(f) {
-            summary.insert(f.into(), json!({"median_abs_error_pct": pct(quantile(v, 0.5)), "p90_abs_error_pct": pct(quantile(v, 0.9)), "n": v.len()}));
+    for f in Family::ALL {
+        if let Some(v) = all.get(&f) {
+            summary.set(f, v);
             let _ = writeln!(
                 text,
-                "{f:<12} {:>6.1}% {:>6.1}%  ({} values)",
+                "{:<12} {:>6.1}% {:>6.1}%  ({} values)",
+                f.key(),
                 100.0 * quantile(v, 0.5),
                 100.0 * quantile(v, 0.9),
                 v.len()
@@ -430,7 +656,7 @@ pub fn run(a: ValidateArgs) -> Result<ExitCode, String> {
         }
         let mut pts = pts.clone();
         pts.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap());
-        let kp = |thr: fn(&(f64, f64, f64, f64, f64)) -> (f64, f64)| {
+        let kp = |thr: fn(&KneeRow) -> (f64, f64)| {
             let v: Vec<sim::sweep::KneePoint> = pts
                 .iter()
                 .map(|p| {
@@ -444,44 +670,53 @@ pub fn run(a: ValidateArgs) -> Result<ExitCode, String> {
         let simulated = kp(|p| (p.3, p.4));
         let show = |k: Option<f64>| k.map_or_else(|| "not reached".to_string(), |c| format!("{c}"));
         let _ = writeln!(text, "knee {g}: published {}, servesim {}", show(published), show(simulated));
-        knees.push(json!({"group": g, "published": published, "simulated": simulated}));
+        knees.push(KneeOut { group: g, published, simulated });
     }
 
     // Baseline.
     let mut failed = Vec::new();
     if let Some(b) = &a.baseline {
         let t = std::fs::read_to_string(b).map_err(|e| format!("{}: {e}", b.display()))?;
-        let base: Value = serde_json::from_str(&t).map_err(|e| format!("{}: not valid JSON: {e}", b.display()))?;
-        for g in &groups_json {
-            let name = g["group"].as_str().unwrap();
-            let now = g["median_abs_error_pct"].as_f64().unwrap_or(f64::INFINITY);
-            if let Some(was) = base["groups"][name]["median_abs_error_pct"].as_f64() {
+        let v: Value = serde_json::from_str(&t).map_err(|e| format!("{}: not valid JSON: {e}", b.display()))?;
+        let base: Baseline = serde_json::from_value(v).map_err(|e| format!("{}: {e}", b.display()))?;
+        for g in &groups_out {
+            let now = g.median_abs_error_pct.unwrap_or(f64::INFINITY);
+            let was = base.groups.iter().find(|(k, _)| *k == g.group).and_then(|(_, b)| b.median_abs_error_pct);
+            if let Some(was) = was {
                 if now > was + a.tolerance {
-                    failed.push(format!("{name}: median |error| {now:.1}% against the baseline's {was:.1}%"));
+                    failed.push(format!("{}: median |error| {now:.1}% against the baseline's {was:.1}%", g.group));
                 }
             }
         }
-        if let Some(m) = base["groups"].as_object() {
-            for k in m.keys() {
-                if !groups_json.iter().any(|g| g["group"] == k.as_str()) {
-                    failed.push(format!("{k}: in the baseline but no longer measured"));
-                }
+        for (k, _) in &base.groups {
+            if !groups_out.iter().any(|g| g.group == *k) {
+                failed.push(format!("{k}: in the baseline but no longer measured"));
             }
         }
     }
     if let Some(w) = &a.write_baseline {
-        let groups: Map<String, Value> = groups_json
-            .iter()
-            .map(|g| {
-                (g["group"].as_str().unwrap().to_string(), json!({"median_abs_error_pct": g["median_abs_error_pct"], "n": g["n"], "cost_source": g["cost_source"]}))
-            })
-            .collect();
-        let b = json!({"about": "servesim validate: per group (published set | GPU | engine), the median |error| over every compared metric, in %. CI fails when a group gets worse by more than a point (tests/validate.rs).", "groups": groups});
+        let b = Baseline {
+            about: BASELINE_ABOUT.to_string(),
+            groups: groups_out
+                .iter()
+                .map(|g| {
+                    (
+                        g.group.clone(),
+                        BaselineGroup {
+                            median_abs_error_pct: g.median_abs_error_pct,
+                            n: Some(g.n),
+                            cost_source: Some(g.cost_source.clone()),
+                        },
+                    )
+                })
+                .collect(),
+        };
         std::fs::write(w, serde_json::to_string_pretty(&b).unwrap() + "\n")
             .map_err(|e| format!("{}: {e}", w.display()))?;
     }
+    let passed = failed.is_empty();
     if a.json {
-        let out = json!({"rows": rows_json, "groups": groups_json, "summary": summary, "knees": knees, "baseline_failures": failed});
+        let out = ValidateOut { rows: rows_out, groups: groups_out, summary, knees, baseline_failures: failed };
         println!("{}", serde_json::to_string_pretty(&out).unwrap());
     } else {
         print!("{text}");
@@ -489,5 +724,5 @@ pub fn run(a: ValidateArgs) -> Result<ExitCode, String> {
             println!("WORSE THAN BASELINE: {f}");
         }
     }
-    Ok(if failed.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if passed { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

@@ -1,13 +1,15 @@
-//! The vLLM ↔ SGLang flag correspondence, in one place: which `engine` fields
-//! belong to which engine and the other engine's counterpart of each (scenario
-//! validation), the knobs both engines have under their own names (the
-//! alignment table of `sweep`, `explain`'s knob names), the translation of one
-//! engine's flags into the other's (`--set engine.kind=vllm,sglang`), and the
-//! scheduler flags read from what a live server reports (`calibrate`, `check`).
+//! The vLLM ↔ SGLang flag correspondence, in one place: the other engine's
+//! counterpart of a flag (the error for a flag of the other engine names it),
+//! the knobs both engines have under their own names (the alignment table of
+//! `sweep`, `explain`'s knob names), the translation of one engine's flags into
+//! the other's (`--set engine.kind=vllm,sglang`), and the scheduler flags read
+//! from what a live server reports (`calibrate`, `check`).
 //!
-//! **To add an engine flag**, add it to the schema (`schema.rs`), to
-//! [`EngineSection::is_set`] and the `*_ONLY` list here, and, if the other
-//! engine has a counterpart, to [`KNOBS`] and [`translate_engine`].
+//! Which flags belong to which engine is not here: each engine declares its own
+//! (`VllmFlags` in `vllm.rs`, `SglangFlags` in `sglang.rs`). Only a flag *with* a
+//! counterpart in the other engine needs a line here: in [`VLLM_COUNTERPARTS`] or
+//! [`SGLANG_COUNTERPARTS`], and, if it translates, in [`KNOBS`] and
+//! [`translate_engine`].
 
 use serde_json::Map;
 
@@ -328,8 +330,9 @@ pub fn translate_engine(
     Ok((out, notes))
 }
 
-/// The vLLM flags of the `engine` section, with their SGLang counterparts.
-const VLLM_ONLY: &[(&str, &str)] = &[
+/// vLLM flags and their SGLang counterparts, as the error for a vLLM flag in an SGLang
+/// scenario names them. A vLLM flag not listed has none (`(none)`).
+const VLLM_COUNTERPARTS: &[(&str, &str)] = &[
     ("max_num_seqs", "max_running_requests"),
     ("max_num_batched_tokens", "chunked_prefill_size (and max_prefill_tokens)"),
     ("long_prefill_token_threshold", "chunked_prefill_size"),
@@ -346,8 +349,9 @@ const VLLM_ONLY: &[(&str, &str)] = &[
     ("enforce_eager", "disable_cuda_graph"),
 ];
 
-/// The SGLang flags, with their vLLM counterparts.
-const SGLANG_ONLY: &[(&str, &str)] = &[
+/// SGLang flags and their vLLM counterparts (or what vLLM does instead). An SGLang flag
+/// not listed has none (`(none)`).
+const SGLANG_COUNTERPARTS: &[(&str, &str)] = &[
     ("max_running_requests", "max_num_seqs"),
     ("chunked_prefill_size", "max_num_batched_tokens"),
     ("max_prefill_tokens", "max_num_batched_tokens"),
@@ -355,7 +359,6 @@ const SGLANG_ONLY: &[(&str, &str)] = &[
     ("schedule_policy", "policy"),
     ("mem_fraction_static", "gpu_memory_utilization"),
     ("max_total_tokens", "kv_cache_tokens or num_gpu_blocks_override"),
-    ("schedule_conservativeness", "(none)"),
     ("disable_radix_cache", "enable_prefix_caching"),
     ("enable_mixed_chunk", "(always mixed)"),
     ("disable_overlap_schedule", "async_scheduling (false to turn it off)"),
@@ -366,52 +369,42 @@ const SGLANG_ONLY: &[(&str, &str)] = &[
     ("cuda_graph_max_bs", "(vLLM derives its capture sizes from max_num_seqs)"),
 ];
 
+impl EngineKind {
+    /// The engine's own flags of the `engine` section, in order ([`VllmFlags::NAMES`],
+    /// [`SglangFlags::NAMES`]).
+    pub fn own_flags(self) -> &'static [&'static str] {
+        match self {
+            EngineKind::Vllm => VllmFlags::NAMES,
+            EngineKind::Sglang => SglangFlags::NAMES,
+        }
+    }
+
+    /// The other engine's counterpart of this engine's `flag`, in words; `(none)` when it has none.
+    pub fn counterpart(self, flag: &str) -> &'static str {
+        let table = match self {
+            EngineKind::Vllm => VLLM_COUNTERPARTS,
+            EngineKind::Sglang => SGLANG_COUNTERPARTS,
+        };
+        table.iter().find(|(f, _)| *f == flag).map_or("(none)", |(_, c)| c)
+    }
+}
+
 impl EngineSection {
-    pub(super) fn is_set(&self, field: &str) -> bool {
-        match field {
-            "max_num_seqs" => self.max_num_seqs.is_some(),
-            "max_num_batched_tokens" => self.max_num_batched_tokens.is_some(),
-            "long_prefill_token_threshold" => self.long_prefill_token_threshold.is_some(),
-            "block_size" => self.block_size.is_some(),
-            "enable_prefix_caching" => self.enable_prefix_caching.is_some(),
-            "gpu_memory_utilization" => self.gpu_memory_utilization.is_some(),
-            "num_gpu_blocks_override" => self.num_gpu_blocks_override.is_some(),
-            "kv_cache_tokens" => self.kv_cache_tokens.is_some(),
-            "max_model_len" => self.max_model_len.is_some(),
-            "policy" => self.policy.is_some(),
-            "max_running_requests" => self.max_running_requests.is_some(),
-            "chunked_prefill_size" => self.chunked_prefill_size.is_some(),
-            "max_prefill_tokens" => self.max_prefill_tokens.is_some(),
-            "page_size" => self.page_size.is_some(),
-            "schedule_policy" => self.schedule_policy.is_some(),
-            "mem_fraction_static" => self.mem_fraction_static.is_some(),
-            "max_total_tokens" => self.max_total_tokens.is_some(),
-            "schedule_conservativeness" => self.schedule_conservativeness.is_some(),
-            "disable_radix_cache" => self.disable_radix_cache.is_some(),
-            "enable_mixed_chunk" => self.enable_mixed_chunk.is_some(),
-            "disable_overlap_schedule" => self.disable_overlap_schedule.is_some(),
-            "async_scheduling" => self.async_scheduling.is_some(),
-            "context_length" => self.context_length.is_some(),
-            "tensor_parallel_size" => self.tensor_parallel_size.is_some(),
-            "pipeline_parallel_size" => self.pipeline_parallel_size.is_some(),
-            "enforce_eager" => self.enforce_eager.is_some(),
-            "tp_size" => self.tp_size.is_some(),
-            "pp_size" => self.pp_size.is_some(),
-            "disable_cuda_graph" => self.disable_cuda_graph.is_some(),
-            "cuda_graph_max_bs" => self.cuda_graph_max_bs.is_some(),
-            _ => false,
+    /// Whether the scenario sets `kind`'s own flag `flag`.
+    fn is_set(&self, kind: EngineKind, flag: &str) -> bool {
+        match kind {
+            EngineKind::Vllm => self.vllm.is_set(flag),
+            EngineKind::Sglang => self.sglang.is_set(flag),
         }
     }
 
     /// A flag of the other engine is an error that names the right one.
     pub(super) fn check_flags_of(&self, kind: EngineKind) -> Result<()> {
-        let foreign = match kind {
-            EngineKind::Vllm => SGLANG_ONLY,
-            EngineKind::Sglang => VLLM_ONLY,
-        };
-        let (this, other) = (kind.as_str(), kind.other().display_name());
-        for (flag, counterpart) in foreign {
-            if self.is_set(flag) {
+        let foreign = kind.other();
+        let (this, other) = (kind.as_str(), foreign.display_name());
+        for flag in foreign.own_flags() {
+            if self.is_set(foreign, flag) {
+                let counterpart = foreign.counterpart(flag);
                 return Err(ConfigError::new(
                     format!("engine.{flag}"),
                     format!(
@@ -421,5 +414,40 @@ impl EngineSection {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counterparts_name_flags_of_their_engine() {
+        for kind in EngineKind::ALL {
+            let table = match kind {
+                EngineKind::Vllm => VLLM_COUNTERPARTS,
+                EngineKind::Sglang => SGLANG_COUNTERPARTS,
+            };
+            for (flag, _) in table {
+                assert!(kind.own_flags().contains(flag), "{flag} is not a {kind} flag");
+            }
+        }
+        for flag in VllmFlags::NAMES {
+            assert!(!SglangFlags::NAMES.contains(flag), "{flag} is declared by both engines");
+        }
+    }
+
+    #[test]
+    fn engine_fields_are_the_section_in_order() {
+        let mut all: Vec<&str> = vec!["kind", "version"];
+        all.extend(VllmFlags::NAMES);
+        all.extend(["kv_cache_dtype", "quantization"]);
+        all.extend(SglangFlags::NAMES);
+        all.extend(["data_parallel_size", "dp_size", "load_balance_method"]);
+        assert_eq!(ENGINE_FIELDS.as_slice(), all.as_slice());
+        let mut unique = all.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), all.len(), "a field name twice in the engine section");
     }
 }

@@ -164,10 +164,13 @@ pub fn resolve_deployment(
     hardware_count: Option<u32>,
 ) -> Result<Deployment> {
     let (tp_field, pp_field, tp, pp) = match kind {
-        EngineKind::Vllm => {
-            ("tensor_parallel_size", "pipeline_parallel_size", e.tensor_parallel_size, e.pipeline_parallel_size)
-        }
-        EngineKind::Sglang => ("tp_size", "pp_size", e.tp_size, e.pp_size),
+        EngineKind::Vllm => (
+            "tensor_parallel_size",
+            "pipeline_parallel_size",
+            e.vllm.tensor_parallel_size,
+            e.vllm.pipeline_parallel_size,
+        ),
+        EngineKind::Sglang => ("tp_size", "pp_size", e.sglang.tp_size, e.sglang.pp_size),
     };
     let tp = positive(&format!("engine.{tp_field}"), tp.unwrap_or(1))?;
     if let Some(pp) = pp {
@@ -227,8 +230,8 @@ pub fn resolve_deployment(
     }
     let linear_weight_bytes = if quantization.is_some() { 1 } else { model.dtype_bytes().unwrap_or(2) };
     let eager = match kind {
-        EngineKind::Vllm => e.enforce_eager.unwrap_or(false),
-        EngineKind::Sglang => e.disable_cuda_graph.unwrap_or(false),
+        EngineKind::Vllm => e.vllm.enforce_eager.unwrap_or(false),
+        EngineKind::Sglang => e.sglang.disable_cuda_graph.unwrap_or(false),
     };
     Ok(Deployment {
         tensor_parallel_size: tp,

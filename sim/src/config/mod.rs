@@ -93,7 +93,9 @@ use cost::resolve_cost;
 use feasibility::check_requests_fit;
 use memory::gib;
 use sglang::resolve_sglang;
+pub use sglang::SglangFlags;
 use vllm::resolve_vllm;
+pub use vllm::VllmFlags;
 
 /// What the command line loads from disk for a scenario.
 #[derive(Clone, Debug, Default)]
@@ -102,6 +104,10 @@ pub struct Resources {
     pub gpus: Vec<GpuCard>,
     /// The profile named by `cost.profile`, loaded.
     pub profile: Option<CostCoefficients>,
+    /// That profile's prior (the coefficients its fit started from and shrank toward):
+    /// where the steps are timed by measured kernels, the profile corrects them by its
+    /// change from this prior ([`crate::cost::CostModel::correct`]).
+    pub profile_prior: Option<CostCoefficients>,
     /// The rows of `workload.trace`, loaded.
     pub trace: Option<Vec<TraceRow>>,
     /// A production trace (`workload.trace_format` mooncake, azure, burstgpt), parsed
@@ -233,7 +239,12 @@ fn hardware_parts(v: &Value) -> Result<(&Value, &'static str, Option<u32>, Host)
                 Some(h) => match h.as_str() {
                     Some("linux") => Host::Linux,
                     Some("wsl2") => Host::Wsl2,
-                    _ => return Err(ConfigError::new("hardware.host", format!("expected \"linux\" or \"wsl2\", got {h}"))),
+                    _ => {
+                        return Err(ConfigError::new(
+                            "hardware.host",
+                            format!("expected \"linux\" or \"wsl2\", got {h}"),
+                        ))
+                    }
                 },
             };
             Ok((&m["gpu"], "hardware.gpu", count, host))
@@ -345,9 +356,9 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
     let graphs = match kind {
         EngineKind::Vllm => crate::cost::GraphRule::VllmTokens(crate::cost::VLLM_GRAPH_MAX_TOKENS),
         EngineKind::Sglang => {
-            crate::cost::GraphRule::SglangDecodeBatch(u64::from(s.engine.cuda_graph_max_bs.unwrap_or_else(|| {
-                sglang_default_cuda_graph_max_bs(&gpu, engine.version(), deployment.tensor_parallel_size)
-            })))
+            crate::cost::GraphRule::SglangDecodeBatch(u64::from(s.engine.sglang.cuda_graph_max_bs.unwrap_or_else(
+                || sglang_default_cuda_graph_max_bs(&gpu, engine.version(), deployment.tensor_parallel_size),
+            )))
         }
     };
     let cost = resolve_cost(&s.cost, &model, &gpu, &deployment, res, engine.kind(), graphs)?;

@@ -11,107 +11,231 @@ pub enum EngineKind {
     Sglang,
 }
 
-/// The `engine` section: the engine's flags in snake case.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// Declares one engine's own flags of the `engine` section, in the engine's file
+/// (`vllm.rs`: [`VllmFlags`], `sglang.rs`: [`SglangFlags`]): one line per flag, its
+/// snake-case name, its type and its doc (with serde attributes if any). Every flag is
+/// optional (unset: the engine's default, given where the engine resolves it, in the
+/// same file). The macro makes the struct, its names in order
+/// (`NAMES`: the strict section's field list, and the foreign-flag check of
+/// `flags.rs`), [`is_set`](VllmFlags::is_set) and the readers the strict
+/// [`EngineSection`] deserializer calls. A line's serde attributes apply when the section
+/// is written back to JSON (`fleet.rs` merges a replica group's `engine` over it).
+macro_rules! engine_flags {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $( $(#[$attr:meta])* $field:ident : $ty:ty, )+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Debug, Default, PartialEq, ::serde::Serialize)]
+        pub struct $name {
+            $( $(#[$attr])* pub $field: Option<$ty>, )+
+        }
+
+        impl $name {
+            /// The flags' names, in the order the section lists them.
+            pub const NAMES: &'static [&'static str] = &[$(stringify!($field)),+];
+
+            /// Whether the scenario sets `flag`.
+            pub fn is_set(&self, flag: &str) -> bool {
+                match flag {
+                    $(stringify!($field) => self.$field.is_some(),)+
+                    _ => false,
+                }
+            }
+
+            /// Reads the value of `flag` (one of [`Self::NAMES`]); false for another name.
+            pub(super) fn read_value<'de, A: ::serde::de::MapAccess<'de>>(
+                &mut self,
+                flag: &str,
+                map: &mut A,
+            ) -> std::result::Result<bool, A::Error> {
+                match flag {
+                    $(stringify!($field) => self.$field = map.next_value()?,)+
+                    _ => return Ok(false),
+                }
+                Ok(true)
+            }
+
+            /// Reads the flags in order from a sequence, as a derived struct does; false
+            /// when the sequence ended first (the rest stay unset).
+            pub(super) fn read_seq<'de, A: ::serde::de::SeqAccess<'de>>(
+                &mut self,
+                seq: &mut A,
+            ) -> std::result::Result<bool, A::Error> {
+                $(
+                    match seq.next_element()? {
+                        Some(v) => self.$field = v,
+                        None => return Ok(false),
+                    }
+                )+
+                Ok(true)
+            }
+        }
+    };
+}
+pub(super) use engine_flags;
+
+/// The `engine` section: the engine's flags in snake case. Strict: an unknown field is an
+/// error listing [`ENGINE_FIELDS`]. Each engine's own flags are declared in its file
+/// ([`VllmFlags`] in `vllm.rs`, [`SglangFlags`] in `sglang.rs`) and written flat in the
+/// section; the fields here are those of both engines and the data-parallel ones
+/// (resolved in `fleet.rs`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct EngineSection {
     pub kind: Option<EngineKind>,
     /// Engine release whose behaviour is modelled (`0.28.0`).
-    #[serde(default)]
     pub version: Option<String>,
-    #[serde(default)]
-    pub max_num_seqs: Option<u32>,
-    #[serde(default)]
-    pub max_num_batched_tokens: Option<u32>,
-    #[serde(default)]
-    pub long_prefill_token_threshold: Option<u32>,
-    #[serde(default)]
-    pub block_size: Option<u32>,
-    #[serde(default)]
-    pub enable_prefix_caching: Option<bool>,
-    #[serde(default)]
-    pub gpu_memory_utilization: Option<f64>,
-    #[serde(default)]
-    pub num_gpu_blocks_override: Option<u32>,
-    /// KV capacity in tokens as the start-up log prints it (`GPU KV cache size: N tokens`).
-    #[serde(default)]
-    pub kv_cache_tokens: Option<u64>,
-    #[serde(default)]
-    pub max_model_len: Option<u32>,
-    #[serde(default)]
-    pub policy: Option<Policy>,
-    /// vLLM `--async-scheduling` / `--no-async-scheduling` (default: on from 0.14 on a
-    /// GPU, as vLLM resolves it; off on the `cpu-host` card, as calibrated).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub async_scheduling: Option<bool>,
-    /// vLLM `--tensor-parallel-size`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tensor_parallel_size: Option<u32>,
-    /// vLLM `--pipeline-parallel-size` (only 1 is modelled).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pipeline_parallel_size: Option<u32>,
-    /// vLLM `--enforce-eager`: no CUDA graphs (none captured, none subtracted from the KV budget).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub enforce_eager: Option<bool>,
+    /// vLLM's flags (`config/vllm.rs`).
+    #[serde(flatten)]
+    pub vllm: VllmFlags,
     // ---- both engines ----
     /// `--kv-cache-dtype`: `auto` (the model's dtype), `bfloat16`, `float16`, `fp8`, `fp8_e4m3`, `fp8_e5m2`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub kv_cache_dtype: Option<String>,
     /// `--quantization`: `fp8` (weights quantized to fp8 at load); the model card's own
     /// `quantization` applies when this is absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub quantization: Option<String>,
-    // ---- SGLang flags ----
-    #[serde(default)]
-    pub max_running_requests: Option<u32>,
-    /// -1 disables chunked prefill.
-    #[serde(default)]
-    pub chunked_prefill_size: Option<i64>,
-    #[serde(default)]
-    pub max_prefill_tokens: Option<u32>,
-    #[serde(default)]
-    pub page_size: Option<u32>,
-    #[serde(default)]
-    pub schedule_policy: Option<String>,
-    #[serde(default)]
-    pub mem_fraction_static: Option<f64>,
-    #[serde(default)]
-    pub max_total_tokens: Option<u64>,
-    #[serde(default)]
-    pub schedule_conservativeness: Option<f64>,
-    #[serde(default)]
-    pub disable_radix_cache: Option<bool>,
-    #[serde(default)]
-    pub enable_mixed_chunk: Option<bool>,
-    #[serde(default)]
-    pub disable_overlap_schedule: Option<bool>,
-    #[serde(default)]
-    pub context_length: Option<u32>,
-    /// SGLang `--tp-size`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tp_size: Option<u32>,
-    /// SGLang `--pp-size` (only 1 is modelled).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pp_size: Option<u32>,
-    /// SGLang `--disable-cuda-graph`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub disable_cuda_graph: Option<bool>,
-    /// SGLang `--cuda-graph-max-bs` (the largest decode batch captured; it sets the reserve
-    /// of the default `mem_fraction_static` in 0.5.x).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cuda_graph_max_bs: Option<u32>,
-    // ---- data parallelism inside one engine (`docs/fleets.md`) ----
+    /// SGLang's flags (`config/sglang.rs`).
+    #[serde(flatten)]
+    pub sglang: SglangFlags,
+    // ---- data parallelism inside one engine (`docs/fleets.md`, `fleet.rs`) ----
     /// vLLM `--data-parallel-size`: that many engine cores behind one API server, balanced
     /// by the engine-core client (least `4 × waiting + running`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub data_parallel_size: Option<u32>,
     /// SGLang `--dp-size`: that many schedulers behind one tokenizer manager, dispatched by
     /// the `DataParallelController`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub dp_size: Option<u32>,
     /// SGLang `--load-balance-method`: `round_robin` (default) or `shortest_queue`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub load_balance_method: Option<String>,
+}
+
+/// The fields of the `engine` section before vLLM's flags, between vLLM's and SGLang's
+/// (both engines'), and after SGLang's (data parallelism).
+const ENGINE_HEAD: &[&str] = &["kind", "version"];
+const ENGINE_BOTH: &[&str] = &["kv_cache_dtype", "quantization"];
+const ENGINE_TAIL: &[&str] = &["data_parallel_size", "dp_size", "load_balance_method"];
+const ENGINE_PARTS: [&[&str]; 5] = [ENGINE_HEAD, VllmFlags::NAMES, ENGINE_BOTH, SglangFlags::NAMES, ENGINE_TAIL];
+
+/// Every field of the `engine` section, in order (an unknown field's error lists them).
+pub static ENGINE_FIELDS: [&str; engine_fields_len()] = engine_fields();
+
+const fn engine_fields_len() -> usize {
+    let mut n = 0;
+    let mut i = 0;
+    while i < ENGINE_PARTS.len() {
+        n += ENGINE_PARTS[i].len();
+        i += 1;
+    }
+    n
+}
+
+const fn engine_fields() -> [&'static str; engine_fields_len()] {
+    let mut out = [""; engine_fields_len()];
+    let (mut i, mut k) = (0, 0);
+    while i < ENGINE_PARTS.len() {
+        let mut j = 0;
+        while j < ENGINE_PARTS[i].len() {
+            out[k] = ENGINE_PARTS[i][j];
+            j += 1;
+            k += 1;
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The strict reading of the `engine` section, as `#[derive(Deserialize)]` with
+/// `deny_unknown_fields` reads a flat struct of [`ENGINE_FIELDS`] (the same errors, at
+/// the same paths): each engine's flags are read by its own table.
+impl<'de> Deserialize<'de> for EngineSection {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        use serde::de::{DeserializeSeed, Error, MapAccess, SeqAccess, Visitor};
+
+        /// A field name of the section; another name is the unknown-field error, raised
+        /// while the key is read so that its path names the key.
+        struct FieldName;
+        impl<'de> DeserializeSeed<'de> for FieldName {
+            type Value = &'static str;
+            fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> std::result::Result<&'static str, D::Error> {
+                d.deserialize_identifier(self)
+            }
+        }
+        impl Visitor<'_> for FieldName {
+            type Value = &'static str;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("field identifier")
+            }
+            fn visit_str<E: Error>(self, v: &str) -> std::result::Result<&'static str, E> {
+                ENGINE_FIELDS.iter().copied().find(|f| *f == v).ok_or_else(|| E::unknown_field(v, &ENGINE_FIELDS))
+            }
+        }
+
+        /// After `kind`: the rest in order, until the sequence ends.
+        fn read_rest<'de, A: SeqAccess<'de>>(e: &mut EngineSection, seq: &mut A) -> std::result::Result<(), A::Error> {
+            let Some(v) = seq.next_element()? else { return Ok(()) };
+            e.version = v;
+            if !e.vllm.read_seq(seq)? {
+                return Ok(());
+            }
+            let Some(v) = seq.next_element()? else { return Ok(()) };
+            e.kv_cache_dtype = v;
+            let Some(v) = seq.next_element()? else { return Ok(()) };
+            e.quantization = v;
+            if !e.sglang.read_seq(seq)? {
+                return Ok(());
+            }
+            let Some(v) = seq.next_element()? else { return Ok(()) };
+            e.data_parallel_size = v;
+            let Some(v) = seq.next_element()? else { return Ok(()) };
+            e.dp_size = v;
+            let Some(v) = seq.next_element()? else { return Ok(()) };
+            e.load_balance_method = v;
+            Ok(())
+        }
+
+        struct Section;
+        impl<'de> Visitor<'de> for Section {
+            type Value = EngineSection;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("struct EngineSection")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<EngineSection, A::Error> {
+                let mut e = EngineSection::default();
+                while let Some(key) = map.next_key_seed(FieldName)? {
+                    match key {
+                        "kind" => e.kind = map.next_value()?,
+                        "version" => e.version = map.next_value()?,
+                        "kv_cache_dtype" => e.kv_cache_dtype = map.next_value()?,
+                        "quantization" => e.quantization = map.next_value()?,
+                        "data_parallel_size" => e.data_parallel_size = map.next_value()?,
+                        "dp_size" => e.dp_size = map.next_value()?,
+                        "load_balance_method" => e.load_balance_method = map.next_value()?,
+                        flag => {
+                            let read = e.vllm.read_value(flag, &mut map)? || e.sglang.read_value(flag, &mut map)?;
+                            debug_assert!(read, "{flag} is in ENGINE_FIELDS");
+                        }
+                    }
+                }
+                Ok(e)
+            }
+            /// The fields in order, as a derived struct reads an array (`kind` is required there).
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<EngineSection, A::Error> {
+                let mut e = EngineSection::default();
+                let expected = format!("struct EngineSection with {} elements", ENGINE_FIELDS.len());
+                e.kind = seq.next_element()?.ok_or_else(|| A::Error::invalid_length(0, &expected.as_str()))?;
+                read_rest(&mut e, &mut seq)?;
+                Ok(e)
+            }
+        }
+
+        d.deserialize_struct("EngineSection", &ENGINE_FIELDS, Section)
+    }
 }
 
 /// `request_rate`: a number of requests per second, or `"inf"`.

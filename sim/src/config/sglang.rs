@@ -1,9 +1,63 @@
-//! SGLang: the engine section resolved with SGLang's defaults per release and GPU.
+//! SGLang: its flags in the `engine` section ([`SglangFlags`]), resolved with SGLang's
+//! defaults per release and GPU into the engine's [`SglangConfig`] ([`resolve_sglang`]).
+//!
+//! **To add an SGLang flag**, declare it in [`SglangFlags`] (its snake-case name, type
+//! and doc), give it its default and checks in [`resolve_sglang`], and put the result in
+//! the config the engine code reads. If vLLM has a counterpart, name it in `flags.rs`.
 
+use super::schema::engine_flags;
 use super::vllm::is_cpu_host;
 use super::*;
 use crate::engine::sglang::{Overlap, SglangBehaviour};
 
+engine_flags! {
+    /// SGLang's own flags of the `engine` section: `sglang.launch_server`'s, in snake case
+    /// (unset: SGLang's default for the release and GPU, as [`resolve_sglang`] gives it).
+    /// A flag of this list in a vLLM scenario is an error naming its vLLM counterpart
+    /// (`flags.rs`).
+    pub struct SglangFlags {
+        /// `--max-running-requests` (default: from the pool and the context length).
+        max_running_requests: u32,
+        /// `--chunked-prefill-size`; -1 disables chunked prefill.
+        chunked_prefill_size: i64,
+        /// `--max-prefill-tokens` (default 16384).
+        max_prefill_tokens: u32,
+        /// `--page-size`: tokens per KV page (default 1).
+        page_size: u32,
+        /// `--schedule-policy`: `fcfs`, `lpm`, `lof` or `random`.
+        schedule_policy: String,
+        /// `--mem-fraction-static`: the fraction of GPU memory for weights and the KV pool.
+        mem_fraction_static: f64,
+        /// `--max-total-tokens`: the KV pool in tokens.
+        max_total_tokens: u64,
+        /// `--schedule-conservativeness` (default 1.0).
+        schedule_conservativeness: f64,
+        /// `--disable-radix-cache`.
+        disable_radix_cache: bool,
+        /// `--enable-mixed-chunk`: prefill chunks and decodes in one batch.
+        enable_mixed_chunk: bool,
+        /// `--disable-overlap-schedule`.
+        disable_overlap_schedule: bool,
+        /// `--context-length` (default: the model card's `max_position_embeddings`).
+        context_length: u32,
+        /// SGLang `--tp-size` (resolved with the deployment, `memory.rs`).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        tp_size: u32,
+        /// SGLang `--pp-size` (only 1 is modelled).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pp_size: u32,
+        /// SGLang `--disable-cuda-graph`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        disable_cuda_graph: bool,
+        /// SGLang `--cuda-graph-max-bs` (the largest decode batch captured; it sets the reserve
+        /// of the default `mem_fraction_static` in 0.5.x).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cuda_graph_max_bs: u32,
+    }
+}
+
+/// The `engine` section of an SGLang scenario, resolved: SGLang's flags ([`SglangFlags`])
+/// with their defaults, checked, and the KV pool sized.
 pub(super) fn resolve_sglang(
     e: &EngineSection,
     model: &ModelCard,
@@ -11,6 +65,7 @@ pub(super) fn resolve_sglang(
     dep: &Deployment,
     seed: u64,
 ) -> Result<(EngineSpec, KvSizing)> {
+    let f = &e.sglang;
     let vs = e.version.as_deref().unwrap_or(SGLANG_DEFAULT);
     let version = Version::parse(vs)
         .ok_or_else(|| ConfigError::new("engine.version", format!("expected a version like \"0.5.23\", got {vs:?}")))?;
@@ -44,7 +99,7 @@ pub(super) fn resolve_sglang(
     } else {
         16384
     };
-    let chunked_prefill_size = match e.chunked_prefill_size {
+    let chunked_prefill_size = match f.chunked_prefill_size {
         None => Some(default_chunk),
         Some(-1) => None,
         Some(c) if c >= 1 && c <= i64::from(u32::MAX) => Some(c as u32),
@@ -55,7 +110,7 @@ pub(super) fn resolve_sglang(
             ))
         }
     };
-    let page_size = positive("engine.page_size", e.page_size.unwrap_or(1))?;
+    let page_size = positive("engine.page_size", f.page_size.unwrap_or(1))?;
     if let Some(c) = chunked_prefill_size {
         if c < page_size {
             return Err(ConfigError::new(
@@ -64,8 +119,8 @@ pub(super) fn resolve_sglang(
             ));
         }
     }
-    let max_prefill_tokens = positive("engine.max_prefill_tokens", e.max_prefill_tokens.unwrap_or(16384))?;
-    let context_length = match (e.context_length, model.max_position_embeddings) {
+    let max_prefill_tokens = positive("engine.max_prefill_tokens", f.max_prefill_tokens.unwrap_or(16384))?;
+    let context_length = match (f.context_length, model.max_position_embeddings) {
         (Some(m), _) => positive("engine.context_length", m)?,
         (None, Some(m)) => m,
         (None, None) => {
@@ -75,7 +130,7 @@ pub(super) fn resolve_sglang(
             ))
         }
     };
-    let schedule_policy = match e.schedule_policy.as_deref().unwrap_or("fcfs") {
+    let schedule_policy = match f.schedule_policy.as_deref().unwrap_or("fcfs") {
         "fcfs" => SchedulePolicy::Fcfs,
         "lpm" => SchedulePolicy::Lpm,
         "lof" => SchedulePolicy::Lof,
@@ -87,7 +142,7 @@ pub(super) fn resolve_sglang(
             ))
         }
     };
-    let conservativeness = e.schedule_conservativeness.unwrap_or(1.0);
+    let conservativeness = f.schedule_conservativeness.unwrap_or(1.0);
     if !(conservativeness > 0.0 && conservativeness.is_finite()) {
         return Err(ConfigError::new(
             "engine.schedule_conservativeness",
@@ -95,13 +150,13 @@ pub(super) fn resolve_sglang(
         ));
     }
     // A fraction is checked even when max_total_tokens sizes the pool.
-    if let Some(m) = e.mem_fraction_static {
+    if let Some(m) = f.mem_fraction_static {
         if !(m > 0.0 && m < 1.0) {
             return Err(ConfigError::new("engine.mem_fraction_static", format!("must be in (0, 1), got {m}")));
         }
     }
     let cell = model.kv_bytes_per_token_per_gpu(dep.tensor_parallel_size, dep.kv_dtype_bytes);
-    let (max_total_tokens, sizing) = if let Some(t) = e.max_total_tokens {
+    let (max_total_tokens, sizing) = if let Some(t) = f.max_total_tokens {
         if t < u64::from(page_size) * 2 {
             return Err(ConfigError::new("engine.max_total_tokens", format!("{t} tokens is too small a pool")));
         }
@@ -111,14 +166,14 @@ pub(super) fn resolve_sglang(
         )
     } else {
         let graph_bs = if dep.cuda_graphs {
-            let d = e
+            let d = f
                 .cuda_graph_max_bs
                 .unwrap_or_else(|| sglang_default_cuda_graph_max_bs(gpu, version, dep.tensor_parallel_size));
-            Some(e.max_running_requests.map_or(d, |m| d.min(m)))
+            Some(f.max_running_requests.map_or(d, |m| d.min(m)))
         } else {
             None
         };
-        let mfs = match e.mem_fraction_static {
+        let mfs = match f.mem_fraction_static {
             Some(m) => m,
             None => sglang_default_mem_fraction_static(
                 gpu,
@@ -134,7 +189,7 @@ pub(super) fn resolve_sglang(
                 "engine.mem_fraction_static",
                 format!(
                     "must be in (0, 1), got {mfs}{}",
-                    if e.mem_fraction_static.is_none() { " (SGLang's default formula for this GPU)" } else { "" }
+                    if f.mem_fraction_static.is_none() { " (SGLang's default formula for this GPU)" } else { "" }
                 ),
             ));
         }
@@ -160,8 +215,8 @@ pub(super) fn resolve_sglang(
     let pool_reqs = ((max_total_tokens as f64 / f64::from(context_length) * 512.0) as u64).clamp(2048, 4096);
     let default_running = (max_total_tokens / 2).min(pool_reqs).max(1) as u32;
     let max_running_requests =
-        positive("engine.max_running_requests", e.max_running_requests.unwrap_or(default_running))?;
-    let disable_overlap_schedule = e.disable_overlap_schedule.unwrap_or(false);
+        positive("engine.max_running_requests", f.max_running_requests.unwrap_or(default_running))?;
+    let disable_overlap_schedule = f.disable_overlap_schedule.unwrap_or(false);
     let mut behaviour = SglangBehaviour::of_release(version);
     behaviour.overlap = if disable_overlap_schedule {
         Overlap::Off
@@ -180,8 +235,8 @@ pub(super) fn resolve_sglang(
         schedule_policy,
         max_total_tokens,
         schedule_conservativeness: conservativeness,
-        disable_radix_cache: e.disable_radix_cache.unwrap_or(false),
-        enable_mixed_chunk: e.enable_mixed_chunk.unwrap_or(false),
+        disable_radix_cache: f.disable_radix_cache.unwrap_or(false),
+        enable_mixed_chunk: f.enable_mixed_chunk.unwrap_or(false),
         disable_overlap_schedule,
         context_length,
         seed,

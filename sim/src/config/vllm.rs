@@ -1,7 +1,55 @@
-//! vLLM: the engine section resolved with vLLM's defaults per release and GPU.
+//! vLLM: its flags in the `engine` section ([`VllmFlags`]), resolved with vLLM's
+//! defaults per release and GPU into the engine's [`VllmConfig`] ([`resolve_vllm`]).
+//!
+//! **To add a vLLM flag**, declare it in [`VllmFlags`] (its snake-case name, type and
+//! doc), give it its default and checks in [`resolve_vllm`], and put the result in the
+//! config the engine code reads. If SGLang has a counterpart, name it in `flags.rs`.
 
+use super::schema::engine_flags;
 use super::*;
 use crate::engine::vllm::VllmBehaviour;
+
+engine_flags! {
+    /// vLLM's own flags of the `engine` section: `vllm serve`'s, in snake case (unset:
+    /// vLLM's default for the release and GPU, as [`resolve_vllm`] gives it). A flag of
+    /// this list in an SGLang scenario is an error naming its SGLang counterpart
+    /// (`flags.rs`).
+    pub struct VllmFlags {
+        /// `--max-num-seqs`: the cap on running requests.
+        max_num_seqs: u32,
+        /// `--max-num-batched-tokens`: the per-step token budget.
+        max_num_batched_tokens: u32,
+        /// `--long-prefill-token-threshold` (0: off).
+        long_prefill_token_threshold: u32,
+        /// `--block-size`: tokens per KV block.
+        block_size: u32,
+        /// `--enable-prefix-caching` / `--no-enable-prefix-caching` (default on).
+        enable_prefix_caching: bool,
+        /// `--gpu-memory-utilization`: the fraction of GPU memory vLLM may use.
+        gpu_memory_utilization: f64,
+        /// `--num-gpu-blocks-override`: the KV pool in blocks, the null block included.
+        num_gpu_blocks_override: u32,
+        /// KV capacity in tokens as the start-up log prints it (`GPU KV cache size: N tokens`).
+        kv_cache_tokens: u64,
+        /// `--max-model-len` (default: the model card's `max_position_embeddings`).
+        max_model_len: u32,
+        /// `--scheduling-policy`: `fcfs` or `priority`.
+        policy: Policy,
+        /// vLLM `--async-scheduling` / `--no-async-scheduling` (default: on from 0.14 on a
+        /// GPU, as vLLM resolves it; off on the `cpu-host` card, as calibrated).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        async_scheduling: bool,
+        /// vLLM `--tensor-parallel-size` (resolved with the deployment, `memory.rs`).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        tensor_parallel_size: u32,
+        /// vLLM `--pipeline-parallel-size` (only 1 is modelled).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pipeline_parallel_size: u32,
+        /// vLLM `--enforce-eager`: no CUDA graphs (none captured, none subtracted from the KV budget).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        enforce_eager: bool,
+    }
+}
 
 /// The CPU test bed's card (`models/gpu/cpu-host.json`): the live calibrations ran
 /// there, with the engines' CPU backends (no CUDA streams, a synchronous forward).
@@ -9,12 +57,15 @@ pub(super) fn is_cpu_host(gpu: &GpuCard) -> bool {
     gpu.id == "cpu-host"
 }
 
+/// The `engine` section of a vLLM scenario, resolved: vLLM's flags ([`VllmFlags`]) with
+/// their defaults, checked, and the KV pool sized.
 pub(super) fn resolve_vllm(
     e: &EngineSection,
     model: &ModelCard,
     gpu: &GpuCard,
     dep: &Deployment,
 ) -> Result<(EngineSpec, KvSizing)> {
+    let f = &e.vllm;
     let vs = e.version.as_deref().unwrap_or(VLLM_DEFAULT);
     let version = Version::parse(vs)
         .ok_or_else(|| ConfigError::new("engine.version", format!("expected a version like \"0.28.0\", got {vs:?}")))?;
@@ -35,23 +86,23 @@ pub(super) fn resolve_vllm(
         2048
     };
     let default_seqs = if big { 1024 } else { 256 };
-    let max_num_seqs = positive("engine.max_num_seqs", e.max_num_seqs.unwrap_or(default_seqs))?;
+    let max_num_seqs = positive("engine.max_num_seqs", f.max_num_seqs.unwrap_or(default_seqs))?;
     let max_num_batched_tokens =
-        positive("engine.max_num_batched_tokens", e.max_num_batched_tokens.unwrap_or(default_batched))?;
+        positive("engine.max_num_batched_tokens", f.max_num_batched_tokens.unwrap_or(default_batched))?;
     if max_num_batched_tokens < max_num_seqs {
         return Err(ConfigError::new(
             "engine.max_num_batched_tokens",
             format!("vLLM requires max_num_batched_tokens ({max_num_batched_tokens}) >= max_num_seqs ({max_num_seqs})"),
         ));
     }
-    let block_size = positive("engine.block_size", e.block_size.unwrap_or(16))?;
+    let block_size = positive("engine.block_size", f.block_size.unwrap_or(16))?;
     if block_size > 4096 {
         return Err(ConfigError::new(
             "engine.block_size",
             format!("expected a block size of at most 4096 tokens, got {block_size}"),
         ));
     }
-    let max_model_len = match (e.max_model_len, model.max_position_embeddings) {
+    let max_model_len = match (f.max_model_len, model.max_position_embeddings) {
         (Some(m), _) => positive("engine.max_model_len", m)?,
         (None, Some(m)) => m,
         (None, None) => {
@@ -62,13 +113,13 @@ pub(super) fn resolve_vllm(
         }
     };
     // A fraction is checked even when another field sizes the pool: an invalid value is never silently ignored.
-    if let Some(u) = e.gpu_memory_utilization {
+    if let Some(u) = f.gpu_memory_utilization {
         if !(u > 0.0 && u <= 1.0) {
             return Err(ConfigError::new("engine.gpu_memory_utilization", format!("must be in (0, 1], got {u}")));
         }
     }
     let kv_bytes_per_token = model.kv_bytes_per_token_per_gpu(dep.tensor_parallel_size, dep.kv_dtype_bytes);
-    let (num_gpu_blocks, sizing) = if let Some(n) = e.num_gpu_blocks_override {
+    let (num_gpu_blocks, sizing) = if let Some(n) = f.num_gpu_blocks_override {
         if n < 2 {
             return Err(ConfigError::new(
                 "engine.num_gpu_blocks_override",
@@ -76,7 +127,7 @@ pub(super) fn resolve_vllm(
             ));
         }
         (n, KvSizing { source: "num_gpu_blocks_override", kv_bytes_per_token, memory: None })
-    } else if let Some(t) = e.kv_cache_tokens {
+    } else if let Some(t) = f.kv_cache_tokens {
         let blocks = t / u64::from(block_size);
         if blocks < 1 {
             return Err(ConfigError::new(
@@ -88,7 +139,7 @@ pub(super) fn resolve_vllm(
         let blocks = u32::try_from(blocks).map_err(|_| ConfigError::new("engine.kv_cache_tokens", "too large"))?;
         (blocks.max(2), KvSizing { source: "kv_cache_tokens", kv_bytes_per_token, memory: None })
     } else {
-        let util = e.gpu_memory_utilization.unwrap_or(if version >= Version::new(0, 20, 0) { 0.92 } else { 0.9 });
+        let util = f.gpu_memory_utilization.unwrap_or(if version >= Version::new(0, 20, 0) { 0.92 } else { 0.9 });
         if !(util > 0.0 && util <= 1.0) {
             return Err(ConfigError::new("engine.gpu_memory_utilization", format!("must be in (0, 1], got {util}")));
         }
@@ -119,23 +170,23 @@ pub(super) fn resolve_vllm(
         let blocks = u32::try_from(blocks).unwrap_or(u32::MAX);
         (blocks, KvSizing { source: "gpu_memory_utilization", kv_bytes_per_token, memory: Some(acct) })
     };
-    let enable_prefix_caching = e.enable_prefix_caching.unwrap_or(true);
+    let enable_prefix_caching = f.enable_prefix_caching.unwrap_or(true);
     let mut behaviour = VllmBehaviour::of_release(version);
     // `async_scheduling` left unset: vLLM's resolution (`config/vllm.py`) turns it on
     // unless the model pools, speculative decoding is on or the executor cannot; the
     // `cpu-host` card keeps the synchronous loop its live calibration was fitted with.
-    behaviour.async_scheduling = e.async_scheduling.unwrap_or(behaviour.async_scheduling && !is_cpu_host(gpu));
+    behaviour.async_scheduling = f.async_scheduling.unwrap_or(behaviour.async_scheduling && !is_cpu_host(gpu));
     let cfg = VllmConfig {
         version,
         behaviour,
         max_num_seqs,
         max_num_batched_tokens,
-        long_prefill_token_threshold: e.long_prefill_token_threshold.unwrap_or(0),
+        long_prefill_token_threshold: f.long_prefill_token_threshold.unwrap_or(0),
         block_size,
         enable_prefix_caching,
         num_gpu_blocks,
         max_model_len,
-        policy: e.policy.unwrap_or(Policy::Fcfs),
+        policy: f.policy.unwrap_or(Policy::Fcfs),
     };
     Ok((EngineSpec::Vllm(cfg), sizing))
 }
