@@ -439,9 +439,11 @@ pub fn covariance_at(points: &[FitPoint], prior: &CostModel, cost: &CostModel) -
 /// The prior a fit starts from and shrinks toward: the scenario's cost as the linear model.
 ///
 /// Uncalibrated, servesim times steps with the cost composed from measured kernels
-/// (`sim::cost::ComposedCost`); a profile times them with the linear model. So that a fit
-/// which leaves a coefficient at its prior predicts what the uncalibrated model does, the
-/// prior is the composed cost **linearised**: the five step coefficients by non-negative
+/// (`sim::cost::ComposedCost`). A fit corrects that cost rather than replacing it: each step
+/// costs the composed time × linear(fitted) ÷ linear(prior) (`CostModel::correct`), so a
+/// coefficient left at its prior changes nothing and the uncalibrated model is recovered
+/// exactly where the data determine nothing. The prior (the reference of that ratio) is the
+/// composed cost **linearised**: the five step coefficients by non-negative
 /// least squares, in relative error, on the composed step times of a grid of step shapes
 /// (lone prefills of 64–8192 tokens after 0–4096 cached ones, decode batches of 1–256 at
 /// contexts of 256–8192 tokens, mixed steps); `per_seq_us` is the composed cost's CPU time
@@ -506,6 +508,8 @@ pub fn linear_prior(base: &CostModel) -> CostModel {
         o.set(n, v);
     }
     o.set("per_seq_us", per_seq);
-    out.overlay(&o, sim::cost::CoefficientSource::Prior);
+    // Corrected mode with these values as the reference: at the prior the steps are the
+    // composed cost exactly, and a fit's moves scale it (`CostModel::correct`).
+    out.correct(&o, &o, sim::cost::CoefficientSource::Prior);
     out
 }

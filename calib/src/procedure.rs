@@ -136,6 +136,8 @@ pub fn calibrate<M: Measure + ?Sized>(m: &mut M, scenario: &Scenario<'_>, o: &Ca
     }
     let ref_values: Vec<f64> = reference.iter().flatten().copied().collect();
     let ref_median = median(ref_values.clone());
+    // Live probes fit the linear model (the lone-request solve and the step-log fit are linear
+    // in the step coefficients); offline fits correct the composed cost (`calibrate_from_results`).
     let prior = points[0].spec.cost.clone();
     // Teacher forcing on the engine's own step log, when there is one.
     let step_fit = o.step_log.as_ref().and_then(|(_, text)| fit::fit_step_log(&fit::parse_step_log(text)));

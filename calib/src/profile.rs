@@ -25,6 +25,11 @@ pub struct Profile {
     /// Per coefficient: `data` (fitted) or `prior`.
     pub coefficient_sources: Named<&'static str>,
     pub prior: CostCoefficients,
+    /// How the coefficients time steps: `linear` (they replace the step cost) or
+    /// `corrects_composed` (on a GPU with measured kernels: the composed cost ×
+    /// linear(coefficients) ÷ linear(prior), `sim::cost::CostModel::correct`; a coefficient
+    /// at its prior changes nothing).
+    pub cost_mode: &'static str,
     pub fit: FitSummary,
     pub roofline_check: Vec<RooflineCheck>,
     /// Per coefficient: whether the data determined it, and why (`crate::identify`).
@@ -207,6 +212,7 @@ impl Profile {
             coefficients,
             coefficient_sources,
             prior: prior.coefficients(),
+            cost_mode: if prior.reference.is_some() { "corrects_composed" } else { "linear" },
             fit: FitSummary {
                 method: "Nelder-Mead on squared log errors of simulated vs measured metrics, each divided by its target_noise",
                 target_noise: Named(TARGETS.iter().zip(TARGET_NOISE).map(|(t, n)| (t.to_string(), n)).collect()),

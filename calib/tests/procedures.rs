@@ -138,7 +138,7 @@ fn profile_keys() {
     let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>().join(",");
     assert_eq!(
         keys(&p),
-        "format,version,created_by,source,engine,coefficients,coefficient_sources,prior,fit,roofline_check,uncertainty,lone_request_fit,speed_reference,fit_workloads"
+        "format,version,created_by,source,engine,coefficients,coefficient_sources,prior,cost_mode,fit,roofline_check,uncertainty,lone_request_fit,speed_reference,fit_workloads"
     );
     assert_eq!(keys(&p["engine"]), "kind,version,model,kv_capacity_tokens");
     assert_eq!(p["engine"]["kind"], "vllm");
@@ -168,7 +168,7 @@ fn profile_keys() {
     .unwrap();
     assert_eq!(
         keys(&r),
-        "format,version,created_by,source,engine,coefficients,coefficient_sources,prior,fit,roofline_check,identifiability,traps,uncertainty,from_results,scenario,note"
+        "format,version,created_by,source,engine,coefficients,coefficient_sources,prior,cost_mode,fit,roofline_check,identifiability,traps,uncertainty,from_results,scenario,note"
     );
     assert_eq!(keys(&r["engine"]), "kind,version,model");
     assert_eq!(

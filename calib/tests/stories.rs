@@ -51,7 +51,8 @@ fn judge(fit: Vec<FitPoint>, held_out: &[SimSpec], truth: &CostModel, keys: &[&s
         let measured = predict(s, truth);
         let uncal = predict(s, &s.cost);
         let mut cal_spec = s.clone();
-        cal_spec.cost.overlay(&center, CoefficientSource::Profile);
+        // As `cost.profile` applies it: the composed cost corrected by the change from the prior.
+        cal_spec.cost.correct(&center, &profile.prior, CoefficientSource::Profile);
         let (cal, intervals) = predict_with_intervals(&cal_spec, &u, &center);
         for k in keys {
             let m = measured[idx(k)].unwrap();

@@ -242,6 +242,12 @@ pub struct CostModel {
     /// six step coefficients above are then the linear roofline prior, kept
     /// as the calibration's starting point, and do not time anything.
     pub composed: Option<std::sync::Arc<ComposedCost>>,
+    /// With `composed`: the six step coefficients at which the composed cost is
+    /// taken as it is. When set, a step costs the composed time × (the linear
+    /// model at the current coefficients ÷ the linear model at these), so a
+    /// calibration corrects the measured-kernel cost along the directions its
+    /// data determine and leaves it exact elsewhere ([`CostModel::correct`]).
+    pub reference: Option<[f64; 6]>,
 }
 
 /// At most this many prefill chunks of a step are kept one by one
@@ -374,6 +380,7 @@ impl CostModel {
             output_token_us: eff.output_token_us,
             sources: [CoefficientSource::Prior; 8],
             composed: None,
+            reference: None,
         }
     }
 
@@ -384,21 +391,57 @@ impl CostModel {
     /// inline coefficients replace the kernel-composed prior as a whole, and
     /// the coefficients they leave unset keep the linear roofline prior's
     /// values (which is what `servesim calibrate` starts its fit from).
+    ///
+    /// On a model already put in corrected mode ([`CostModel::correct`]) the
+    /// composed cost stays, and the new values correct it against the same
+    /// reference (how a fit moves its coefficients).
     pub fn overlay(&mut self, overlay: &CostCoefficients, source: CoefficientSource) {
         for (i, name) in COEFFICIENT_NAMES.iter().enumerate() {
             if let Some(v) = overlay.get(name) {
                 *self.slot(name) = v;
                 self.sources[i] = source;
-                if i < 6 {
+                if i < 6 && self.reference.is_none() {
                     self.composed = None;
                 }
             }
         }
     }
 
+    /// Puts the model in corrected mode, when measured kernels time its steps:
+    /// `reference` (a fit's prior: the composed cost linearised) is where the
+    /// composed cost is taken as it is, and `overlay` (the fitted values)
+    /// scales each step by how much the linear model moved there
+    /// (`composed × linear(fitted) ÷ linear(reference)`). Coefficients missing
+    /// from `reference` are taken as the overlay's (no change). Without a
+    /// composed cost this is [`CostModel::overlay`].
+    pub fn correct(&mut self, overlay: &CostCoefficients, reference: &CostCoefficients, source: CoefficientSource) {
+        if self.composed.is_none() {
+            return self.overlay(overlay, source);
+        }
+        let mut r = [0.0; 6];
+        for (i, name) in COEFFICIENT_NAMES[..6].iter().enumerate() {
+            r[i] = reference.get(name).or_else(|| overlay.get(name)).unwrap_or_else(|| *self.slot(name));
+        }
+        self.reference = Some(r);
+        self.overlay(overlay, source);
+    }
+
+    /// The linear model's step time, µs, at coefficients `c` (the six step ones).
+    #[inline]
+    fn linear_us(c: &[f64; 6], s: &StepShape) -> f64 {
+        c[0] + c[1] * f64::from(s.num_seqs)
+            + c[2] * s.prefill_tokens as f64
+            + c[3] * s.decode_tokens as f64
+            + c[4] * s.prefill_attention_pairs as f64
+            + c[5] * s.decode_context_tokens as f64
+    }
+
     /// Which model times the steps, in words (the `cost_source` report key).
     pub fn source(&self) -> String {
         if let Some(c) = &self.composed {
+            if self.reference.is_some() {
+                return format!("{} corrected by a fitted profile", c.source);
+            }
             return c.source.clone();
         }
         let step = &self.sources[..6];
@@ -440,6 +483,21 @@ impl CostModel {
     /// Duration of a step of this shape, in nanoseconds (at least 1).
     pub fn step_ns(&self, s: &StepShape) -> u64 {
         if let Some(c) = &self.composed {
+            if let Some(r) = &self.reference {
+                let now = [
+                    self.step_us,
+                    self.per_seq_us,
+                    self.prefill_token_us,
+                    self.decode_token_us,
+                    self.prefill_attention_us,
+                    self.decode_kv_us,
+                ];
+                let (lin_now, lin_ref) = (Self::linear_us(&now, s), Self::linear_us(r, s));
+                // A reference that prices this step at nothing cannot scale it: the fitted
+                // linear model's time, then.
+                let us = if lin_ref > 0.0 { c.step_us(s) * (lin_now / lin_ref) } else { lin_now };
+                return us_to_ns(us).max(1);
+            }
             return c.step_ns(s);
         }
         let us = self.step_us

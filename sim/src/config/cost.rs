@@ -4,8 +4,10 @@ use super::*;
 use crate::cost::{provider_for, ComposedCost, GraphRule, FALLBACK};
 
 /// Resolves the `cost` section. The step clock is, in order: inline step
-/// coefficients or a profile (the linear model: they replace the prior as a
-/// whole, see [`CostModel::overlay`]); `prior` given (the linear roofline
+/// coefficients (the linear model: they replace the prior as a whole, see
+/// [`CostModel::overlay`]); a profile (on a GPU with measured kernels, the
+/// composed cost corrected by the profile's change from its prior,
+/// [`CostModel::correct`]; else the linear model); `prior` given (the linear roofline
 /// prior with those efficiencies); else the kernel-composed cost
 /// ([`crate::cost::ComposedCost`]) from the GPU's measured kernel tables, or
 /// the fallback for a GPU without them; a card with `kernel_tables: "none"`
@@ -61,7 +63,12 @@ pub(super) fn resolve_cost(
     if c.profile.is_some() {
         let p = res.profile.as_ref().ok_or_else(|| ConfigError::new("cost.profile", "the profile was not loaded"))?;
         check_coefficients(p, "cost.profile")?;
-        cost.overlay(p, CoefficientSource::Profile);
+        match &res.profile_prior {
+            // Measured kernels time the steps: the profile corrects them by its change
+            // from the prior its fit started from (a coefficient at its prior changes nothing).
+            Some(prior) if cost.composed.is_some() => cost.correct(p, prior, CoefficientSource::Profile),
+            _ => cost.overlay(p, CoefficientSource::Profile),
+        }
     }
     if let Some(co) = &c.coefficients {
         check_coefficients(co, "cost.coefficients")?;
