@@ -7,6 +7,8 @@
 //! depend on the machine.) The million-request run happens in a child process
 //! of this bench (`SPEED_MILLION=1`), so that its peak RSS (`VmHWM` from
 //! `/proc/self/status`) is its own. `SPEED_NO_FF=1` turns the fast-forward off.
+//! `SPEED_FLEET=1` runs only the fleet row (64 replicas, a million trace requests);
+//! `SPEED_FLEET_DIGEST=DIR` writes the outputs of 52 small fleet runs to compare two builds.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -136,8 +138,98 @@ fn run_fleet_trace(res: &Resources) {
     );
 }
 
+/// `SPEED_FLEET_DIGEST=DIR`: writes, for fleet scenarios of every router, engine and shape,
+/// the report JSON and digests of every request record, the time series and the fleet
+/// block into `DIR/<case>.txt`. Two builds' directories compared file by file show whether
+/// a change to the fleet loop or the routers left every output byte-identical.
+fn fleet_digest(res: &Resources, dir: &str) {
+    use std::hash::{Hash, Hasher};
+    std::fs::create_dir_all(dir).unwrap();
+    let digest = |x: &str| {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        x.hash(&mut h);
+        format!("{:016x}", h.finish())
+    };
+    let prefix_workload = serde_json::json!({"dataset_name": "prefix_repetition", "prefix_repetition_prefix_len": 1024,
+        "prefix_repetition_suffix_len": 128, "prefix_repetition_num_prefixes": 24,
+        "prefix_repetition_output_len": 48, "num_prompts": 1200, "request_rate": 30, "burstiness": 0.7,
+        "ignore_eos": true, "seed": 5});
+    let vllm = serde_json::json!({"kind": "vllm", "version": "0.33.0", "max_num_seqs": 64, "max_num_batched_tokens": 2048,
+        "kv_cache_tokens": 30000, "max_model_len": 8192});
+    let sglang = serde_json::json!({"kind": "sglang", "version": "0.5.23", "max_running_requests": 64,
+        "max_total_tokens": 30000, "context_length": 8192});
+    let routers = [
+        serde_json::json!({"policy": "round_robin"}),
+        serde_json::json!({"policy": "least_outstanding"}),
+        serde_json::json!({"policy": "power_of_two"}),
+        serde_json::json!({"policy": "kv_usage"}),
+        serde_json::json!({"policy": "cache_aware"}),
+        serde_json::json!({"policy": "cache_aware", "max_tree_size": 20000, "eviction_interval_secs": 5,
+                           "balance_abs_threshold": 4}),
+        serde_json::json!({"policy": "llmd_inference_scheduler"}),
+        serde_json::json!({"policy": "dynamo_kv", "use_kv_events": false, "router_temperature": 0.5}),
+        serde_json::json!({"policy": "production_stack", "routing_logic": "prefixaware"}),
+        serde_json::json!({"policy": "production_stack", "routing_logic": "session"}),
+    ];
+    let mut cases: Vec<(String, Value)> = Vec::new();
+    for (ek, engine) in [("vllm", &vllm), ("sglang", &sglang)] {
+        for (ri, router) in routers.iter().enumerate() {
+            let v = serde_json::json!({"version": 1, "engine": engine, "model": "qwen2.5-7b-instruct",
+                "hardware": "a100-80gb", "workload": prefix_workload, "fleet": {"count": 5, "router": router}});
+            cases.push((format!("{ek}-router{ri}"), v));
+        }
+        let mut dp = engine.clone();
+        dp[if ek == "vllm" { "data_parallel_size" } else { "dp_size" }] = serde_json::json!(3);
+        cases.push((
+            format!("{ek}-dp"),
+            serde_json::json!({"version": 1, "engine": dp, "model": "qwen2.5-7b-instruct", "hardware": "a100-80gb",
+                "workload": prefix_workload}),
+        ));
+        cases.push((
+            format!("{ek}-pd"),
+            serde_json::json!({"version": 1, "engine": engine, "model": "qwen2.5-7b-instruct", "hardware": "a100-80gb",
+                "workload": prefix_workload, "fleet": {"prefill_count": 2, "decode_count": 3,
+                "router": {"policy": "cache_aware"}, "kv_transfer_bandwidth_bytes_per_s": 5e9}}),
+        ));
+        let mut closed = prefix_workload.clone();
+        closed["max_concurrency"] = serde_json::json!(40);
+        closed["request_rate"] = serde_json::json!("inf");
+        closed["initial_test_request"] = serde_json::json!(true);
+        closed["num_warmups"] = serde_json::json!(3);
+        cases.push((
+            format!("{ek}-closed"),
+            serde_json::json!({"version": 1, "engine": engine, "model": "qwen2.5-7b-instruct", "hardware": "a100-80gb",
+                "workload": closed, "fleet": {"count": 3, "router": {"policy": "cache_aware"}}}),
+        ));
+    }
+    for (name, v) in cases {
+        let s = config::from_value(v, "").unwrap_or_else(|e| panic!("{name}: {e}"));
+        let spec = config::resolve(&s, res).unwrap_or_else(|e| panic!("{name}: {e}"));
+        for ff in [true, false] {
+            let o =
+                sim::simulate(&spec, RunOptions { fast_forward: ff, record_timeseries: true, ..Default::default() });
+            let json = serde_json::to_string_pretty(&sim::report::PointReport::of(&spec, &o)).unwrap();
+            let text = format!(
+                "{json}\nrecords {}\ntimeseries {}\nfleet {}\nstop {:?} steps {} end {}\n",
+                digest(&format!("{:?}", o.run.records)),
+                digest(&format!("{:?}", o.run.timeseries)),
+                digest(&format!("{:?}", o.fleet)),
+                o.run.stop,
+                o.run.num_steps,
+                o.run.end_ns
+            );
+            std::fs::write(format!("{dir}/{name}-ff{}.txt", u8::from(ff)), text).unwrap();
+        }
+        eprintln!("{name}");
+    }
+}
+
 fn main() {
     let res = Resources { models: cards::<ModelCard>("model"), gpus: cards::<GpuCard>("gpu"), ..Default::default() };
+    if let Ok(dir) = std::env::var("SPEED_FLEET_DIGEST") {
+        fleet_digest(&res, &dir);
+        return;
+    }
     if std::env::var_os("SPEED_MILLION").is_some() {
         run_million(&res);
         return;

@@ -149,6 +149,12 @@ pub trait Engine {
     /// Usable KV capacity in tokens.
     fn kv_capacity_tokens(&self) -> u64;
     fn counters(&self) -> EngineCounters;
+    /// Leading prompt tokens of `spec` this engine holds in its prefix cache now, in whole
+    /// blocks (vLLM) or pages (SGLang): what a router fed by the engine's KV-cache events
+    /// knows (Dynamo's indexer). A pure lookup: no access time is refreshed, no node split,
+    /// nothing counted, so asking never changes what the engine does. Unlike the engine's
+    /// own lookup at admission it is not capped at `prompt_len - 1`. 0 with prefix caching off.
+    fn cached_prefix_tokens(&self, spec: &RequestSpec) -> u32;
     /// Checks every structural invariant; used after each step in tests.
     fn check_invariants(&self) -> Result<(), String>;
     /// Whether a step's tokens reach the front end only when the next step has run, except

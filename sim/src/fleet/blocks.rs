@@ -46,6 +46,29 @@ fn prompt_pieces(spec: &RequestSpec, start: u32, end: u32) -> Vec<(u64, u32, u32
     out
 }
 
+/// Block hashes are already well mixed ([`chain_block_hash`]): maps keyed by them hash by
+/// identity (as `engine::vllm::block_pool` does). Such maps are only looked up, never
+/// iterated, so the hasher cannot leak into a decision.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct IdentityHasher(u64);
+
+impl std::hash::Hasher for IdentityHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
+/// A hash map keyed by block hashes.
+pub type BlockHashMap<V> = std::collections::HashMap<u64, V, std::hash::BuildHasherDefault<IdentityHasher>>;
+
 /// Number of leading hashes of `hashes` for which `has` holds.
 pub fn leading_matches(hashes: &[u64], mut has: impl FnMut(u64) -> bool) -> usize {
     hashes.iter().take_while(|&&h| has(h)).count()

@@ -29,7 +29,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use rand::Rng as _;
 
-use super::blocks::{leading_matches, prompt_block_hashes};
+use super::blocks::{leading_matches, prompt_block_hashes, BlockHashMap};
 use super::router::{ReplicaView, RouteRequest, Router};
 use crate::rng::{stream, Rng};
 
@@ -80,11 +80,11 @@ struct Active {
 #[derive(Clone, Debug, Default)]
 struct Worker {
     /// Distinct blocks of the active requests, with their reference counts.
-    active_blocks: HashMap<u64, u32>,
+    active_blocks: BlockHashMap<u32>,
     /// Prompt tokens still to prefill of the active requests.
     prefill_tokens: u64,
     /// Approximate index (no KV events): block → expiry time.
-    approx: HashMap<u64, u64>,
+    approx: BlockHashMap<u64>,
 }
 
 /// Dynamo's KV router.

@@ -27,9 +27,9 @@
 //! one records it asynchronously just after scheduling). Ties are broken from
 //! the named stream `router.llmd`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
-use super::blocks::prompt_block_hashes;
+use super::blocks::{prompt_block_hashes, BlockHashMap};
 use super::router::{max_score_pick, ReplicaView, RouteRequest, Router};
 use crate::rng::{stream, Rng};
 
@@ -70,7 +70,7 @@ impl Default for LlmdConfig {
 /// One endpoint's LRU of block hashes.
 #[derive(Clone, Debug, Default)]
 struct Lru {
-    stamp_of: HashMap<u64, u64>,
+    stamp_of: BlockHashMap<u64>,
     by_stamp: BTreeMap<u64, u64>,
     capacity: u64,
 }

@@ -16,11 +16,13 @@
 pub mod blocks;
 pub mod dp;
 pub mod dynamo;
+pub mod limits;
 pub mod llmd;
 pub mod production_stack;
 pub mod router;
 pub mod run;
 pub mod sglang;
 
+pub use limits::{replica_limits, FleetLimits, ReplicaLimit};
 pub use router::{KvUsage, LeastOutstanding, PowerOfTwo, ReplicaView, RoundRobin, RouteRequest, Router, RouterSpec};
 pub use run::{run_fleet, FleetRun, ReplicaRun};

@@ -23,11 +23,11 @@
 //! does, but not to the same endpoints as a real deployment's. Random choices
 //! draw from the named stream `router.production_stack`.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 
 use rand::Rng as _;
 
-use super::blocks::prompt_block_hashes;
+use super::blocks::{prompt_block_hashes, BlockHashMap};
 use super::router::{ReplicaView, RouteRequest, Router};
 use crate::rng::{mix64, stream, Rng};
 
@@ -75,7 +75,7 @@ pub struct ProductionStack {
     /// Consistent-hash ring: (point, endpoint), sorted.
     ring: Vec<(u64, usize)>,
     /// Trie of chained chunk hashes → endpoints that were sent that prefix.
-    trie: HashMap<u64, BTreeSet<usize>>,
+    trie: BlockHashMap<BTreeSet<usize>>,
     rng: Rng,
 }
 
@@ -87,7 +87,7 @@ impl ProductionStack {
             arrivals: Vec::new(),
             ever: Vec::new(),
             ring: Vec::new(),
-            trie: HashMap::new(),
+            trie: BlockHashMap::default(),
             rng: stream(seed, "router.production_stack"),
         }
     }

@@ -15,7 +15,9 @@
 //!
 //! # Event order and determinism
 //!
-//! One heap ordered by `(time, sequence)`, one sequence counter. The router is
+//! One order, `(time, sequence)`, one sequence counter: a heap, and beside it the
+//! phase's client sends, sorted when the phase starts (they take their sequence numbers
+//! then, as they would entering the heap) and merged with it. The router is
 //! called when the client sends a request (before its ingress), with views of
 //! the replicas in replica order; routers draw from named random streams. No
 //! decision iterates a hash map.
@@ -23,8 +25,8 @@
 //! # Fast-forward
 //!
 //! A replica whose step ends may advance its plain decode steps in one move, as
-//! the single loop does, but only those ending strictly before the heap's next
-//! event (any replica's): nothing another replica or the router does can fall
+//! the single loop does, but only those ending strictly before the next event (any
+//! replica's, or a client send): nothing another replica or the router does can fall
 //! inside, so the output is the same as stepping. A replica whose last step
 //! would already cross the next event does not try.
 //!
@@ -190,6 +192,13 @@ struct FleetLoop<'a> {
     xfer_need: Vec<u64>,
     xfer_queued_at: Vec<u64>,
     heap: BinaryHeap<Reverse<(u64, u64, Event)>>,
+    /// The phase's client sends as `(time, sequence, request)`, in `(time, sequence)` order,
+    /// and the next one: the `ClientSend` events, kept beside the heap (a phase's sends are
+    /// known when it starts, so a million of them need not sit in the heap). Each takes its
+    /// sequence number when the phase starts, as it did in the heap, so the merged order of
+    /// sends and heap events is the heap's `(time, sequence)` order.
+    sends: Vec<(u64, u64, ReqId)>,
+    next_send: usize,
     seq: u64,
     max_concurrency: Option<u32>,
     in_flight: u32,
@@ -258,13 +267,44 @@ impl<'a> FleetLoop<'a> {
 
     fn start_phase(&mut self, now: u64, ids: std::ops::Range<usize>) {
         self.remaining_in_phase = ids.len();
+        debug_assert!(self.next_send == self.sends.len(), "the last phase sent everything");
+        self.sends.clear();
+        self.next_send = 0;
         for id in ids {
-            let Some(t) = self.later_by(now, self.specs[id].arrival_ns, SEND_TOO_LATE) else { return };
-            self.push(t, Event::ClientSend(id as ReqId));
+            let Some(t) = self.later_by(now, self.specs[id].arrival_ns, SEND_TOO_LATE) else { break };
+            self.seq += 1;
+            self.sends.push((t, self.seq, id as ReqId));
+        }
+        // Already in order when arrivals are (a linear pass then).
+        self.sends.sort_unstable();
+    }
+
+    /// The next event in `(time, sequence)` order: the next send or the heap's first.
+    fn pop_event(&mut self) -> Option<(u64, Event)> {
+        let send = self.sends.get(self.next_send).copied();
+        match (send, self.heap.peek()) {
+            (Some((t, s, id)), Some(Reverse((ht, hs, _)))) if (t, s) < (*ht, *hs) => {
+                self.next_send += 1;
+                Some((t, Event::ClientSend(id)))
+            }
+            (Some((t, _, id)), None) => {
+                self.next_send += 1;
+                Some((t, Event::ClientSend(id)))
+            }
+            _ => self.heap.pop().map(|Reverse((t, _, ev))| (t, ev)),
         }
     }
 
-    fn fill_views(&mut self, decode: bool) {
+    /// The time of the next event (`u64::MAX` if none).
+    fn next_event_time(&self) -> u64 {
+        let send = self.sends.get(self.next_send).map_or(u64::MAX, |&(t, _, _)| t);
+        send.min(self.heap.peek().map_or(u64::MAX, |Reverse((t, _, _))| *t))
+    }
+
+    /// The views of a pool's replicas; with `cached_of`, each engine's cached prefix of that
+    /// request (only for a router that asks: a lookup that changes nothing, see
+    /// [`Engine::cached_prefix_tokens`]).
+    fn fill_views(&mut self, decode: bool, cached_of: Option<&RequestSpec>) {
         let pool = if decode { &self.decode_pool } else { &self.pool };
         self.views.clear();
         for &r in pool {
@@ -276,7 +316,7 @@ impl<'a> FleetLoop<'a> {
                 kv_usage: rep.engine.kv_usage(),
                 kv_block_size: rep.granularity,
                 kv_num_blocks: rep.capacity / u64::from(rep.granularity.max(1)),
-                cached_prefix_tokens: None,
+                cached_prefix_tokens: cached_of.map(|s| rep.engine.cached_prefix_tokens(s)),
             });
         }
     }
@@ -284,10 +324,10 @@ impl<'a> FleetLoop<'a> {
     fn dispatch(&mut self, id: ReqId, now: u64) {
         let spec = self.specs[id as usize];
         let req = RouteRequest { id: u64::from(id), spec, now_ns: now, session: None };
-        self.fill_views(false);
+        self.fill_views(false, self.router.wants_cached_prefix().then_some(spec));
         let r = self.pool[self.router.route(&req, &self.views)];
         let d = if self.disagg {
-            self.fill_views(true);
+            self.fill_views(true, self.decode_router.wants_cached_prefix().then_some(spec));
             self.decode_pool[self.decode_router.route(&req, &self.views)]
         } else {
             r
@@ -485,7 +525,7 @@ impl<'a> FleetLoop<'a> {
     }
 
     fn fast_forward(&mut self, r: usize, mut now: u64, later: &mut Vec<TokenOutput>) -> u64 {
-        let t_next = self.heap.peek().map_or(u64::MAX, |Reverse((t, _, _))| *t);
+        let t_next = self.next_event_time();
         if self.reps.len() > 1 && now.saturating_add(self.reps[r].last_dur) >= t_next {
             return now;
         }
@@ -645,6 +685,8 @@ pub fn run_fleet(
         xfer_need: if disagg { vec![0; n] } else { Vec::new() },
         xfer_queued_at: if disagg { vec![0; n] } else { Vec::new() },
         heap: BinaryHeap::new(),
+        sends: Vec::new(),
+        next_send: 0,
         seq: 0,
         max_concurrency: workload.max_concurrency,
         in_flight: 0,
@@ -691,7 +733,7 @@ pub fn run_fleet(
     }
 
     while lp.stop.is_none() {
-        let Some(Reverse((t, _, ev))) = lp.heap.pop() else {
+        let Some((t, ev)) = lp.pop_event() else {
             let unfinished = lp.reps.iter().map(|r| r.engine.num_unfinished() + r.xfer_queue.len()).sum();
             lp.stop = Some(StopReason::Stalled { unfinished });
             break;

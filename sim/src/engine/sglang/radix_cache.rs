@@ -179,6 +179,26 @@ impl RadixCache {
         Match { len: i as u32, last_node: node }
     }
 
+    /// The length [`RadixCache::match_prefix`] would return for `key`, read only: no access
+    /// time refreshed, no node split, the clock untouched (what a router reading the cache
+    /// through KV events sees).
+    pub fn cached_prefix_len(&self, key: &[u64]) -> u32 {
+        let key = &key[..self.floor_page(key.len())];
+        let page = self.page_size as usize;
+        let mut node = ROOT;
+        let mut i = 0usize;
+        while i + page <= key.len() {
+            let Some(&child) = self.children.get(&(node, self.child_key(&key[i..]))) else { break };
+            let common = self.common_prefix(&self.nodes[child as usize].key, &key[i..]);
+            i += common;
+            if common < self.nodes[child as usize].key.len() {
+                break;
+            }
+            node = child;
+        }
+        i as u32
+    }
+
     /// `insert`: adds `key` (page-floored) to the tree. Returns how many of
     /// its leading tokens were already cached (the caller frees its duplicate
     /// KV for those) and the node where the key ends.

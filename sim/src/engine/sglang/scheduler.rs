@@ -1111,6 +1111,10 @@ impl Engine for Scheduler {
         self.counters
     }
 
+    fn cached_prefix_tokens(&self, spec: &RequestSpec) -> u32 {
+        super::cached_prefix_tokens(&self.tree, self.config.disable_radix_cache, spec)
+    }
+
     fn check_invariants(&self) -> Result<(), String> {
         self.tree.check()?;
         let used = self.tree.total_size() + self.private_total;

@@ -795,6 +795,10 @@ impl Engine for Scheduler {
         self.counters
     }
 
+    fn cached_prefix_tokens(&self, spec: &RequestSpec) -> u32 {
+        super::cached_prefix_tokens(&self.kv, spec)
+    }
+
     fn check_invariants(&self) -> Result<(), String> {
         self.kv.pool.check()?;
         if self.running.len() > self.config.max_num_seqs as usize {

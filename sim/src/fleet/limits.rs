@@ -1,0 +1,207 @@
+//! Each replica group's memory and KV limits, and the fleet's total: what `explain` and
+//! the reports say about the KV pool, for every group rather than the first replica only.
+//!
+//! A fleet's replica groups may differ in engine, release, GPU, tensor parallelism and
+//! pool size (`config::fleet`); every replica of a group is identical. For each group:
+//! the pool of one replica, the tokens one request holds there (the workload's mean
+//! request in whole blocks or pages, as [`crate::sweep::kv_limit`] counts it), and how
+//! many requests one replica, and the group, hold at once.
+//!
+//! What a request holds depends on the replica's role: a mixed or decode replica holds the
+//! prompt and the output until the request ends; a prefill replica runs the request with
+//! `max_tokens = 1` and holds the prompt and that token until it hands the KV over. The
+//! fleet's KV-limited concurrency is the sum over the groups that hold requests to their
+//! end (mixed and decode); the prefill groups' sum is given apart. The sum is of whole
+//! replicas' limits (each pool holds a whole number of requests), not the pooled tokens
+//! divided by the footprint.
+
+use serde::Serialize;
+
+use crate::config::{MemoryAccount, ReplicaRole, SimSpec};
+use crate::workload::Workload;
+
+/// One replica group's limits.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ReplicaLimit {
+    /// The group's index in the fleet section (0 for a single engine and for data parallelism).
+    pub group: usize,
+    /// Its replicas' names, in replica order (`"engine"` for a single engine).
+    pub replicas: Vec<String>,
+    pub role: ReplicaRole,
+    /// `"vllm"` or `"sglang"`.
+    pub engine: &'static str,
+    pub engine_version: String,
+    /// The GPU card's id.
+    pub hardware: String,
+    pub tensor_parallel_size: u32,
+    /// GPUs of one replica.
+    pub num_gpus: u32,
+    /// KV block (vLLM) or page (SGLang) size, tokens.
+    pub kv_block_size: u32,
+    /// KV bytes one token occupies on one GPU of a replica.
+    pub kv_bytes_per_token_per_gpu: u64,
+    /// One replica's KV pool, tokens.
+    pub kv_cache_tokens: u64,
+    /// Mean tokens a request holds on this replica: prompt + output (prefill: prompt + 1).
+    pub mean_request_tokens: f64,
+    /// That, rounded up to whole blocks (pages).
+    pub request_footprint_tokens: u64,
+    /// Requests one replica holds at once: pool ÷ footprint, rounded down.
+    pub kv_limited_concurrency: u64,
+    /// The group's: one replica's × the number of replicas.
+    pub group_kv_limited_concurrency: u64,
+    /// The per-GPU memory account, when the pool was derived from memory. Known for the first
+    /// group only (the fleet's `SimSpec` carries the first group's sizing); `None` for the
+    /// others until each `ReplicaSpec` carries its own `KvSizing`.
+    pub memory: Option<MemoryAccount>,
+}
+
+/// Every group's limits and the fleet's.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FleetLimits {
+    /// In group order.
+    pub groups: Vec<ReplicaLimit>,
+    pub num_replicas: usize,
+    pub num_gpus: u32,
+    /// Σ of every replica's pool.
+    pub kv_cache_tokens: u64,
+    /// Requests the fleet holds at once: Σ over the mixed and decode groups.
+    pub kv_limited_concurrency: u64,
+    /// Disaggregated fleets: prompts the prefill groups hold at once; `None` without them.
+    pub prefill_kv_limited_concurrency: Option<u64>,
+}
+
+/// Tokens a request of mean size `mean` holds in whole blocks of `granularity`, and how many
+/// fit in `capacity` (the rule of [`crate::sweep::kv_limit`]).
+fn fit(capacity: u64, granularity: u32, mean: f64) -> (u64, u64) {
+    let g = u64::from(granularity.max(1));
+    let footprint = ((mean.ceil() as u64).div_ceil(g) * g).max(g);
+    (footprint, capacity / footprint)
+}
+
+/// The limits of every replica group of `spec` (a single engine is one group of one) for the
+/// mean request of `workload`.
+pub fn replica_limits(spec: &SimSpec, workload: &Workload) -> FleetLimits {
+    let (mean_in, mean_out) = workload.mean_lengths();
+    let mut groups: Vec<ReplicaLimit> = Vec::new();
+    let mut add = |group: usize,
+                   name: &str,
+                   role,
+                   engine: &crate::config::EngineSpec,
+                   hardware: &str,
+                   dep: &crate::config::Deployment,
+                   kv_bytes: u64| {
+        if let Some(g) = groups.last_mut().filter(|g| g.group == group) {
+            g.replicas.push(name.to_string());
+            g.group_kv_limited_concurrency += g.kv_limited_concurrency;
+            return;
+        }
+        let mean = if role == ReplicaRole::Prefill { mean_in + 1.0 } else { mean_in + mean_out };
+        let capacity = engine.kv_capacity_tokens();
+        let (footprint, per) = fit(capacity, engine.kv_granularity(), mean);
+        groups.push(ReplicaLimit {
+            group,
+            replicas: vec![name.to_string()],
+            role,
+            engine: engine.kind(),
+            engine_version: engine.version().to_string(),
+            hardware: hardware.to_string(),
+            tensor_parallel_size: dep.tensor_parallel_size,
+            num_gpus: dep.num_gpus,
+            kv_block_size: engine.kv_granularity(),
+            kv_bytes_per_token_per_gpu: kv_bytes,
+            kv_cache_tokens: capacity,
+            mean_request_tokens: mean,
+            request_footprint_tokens: footprint,
+            kv_limited_concurrency: per,
+            group_kv_limited_concurrency: per,
+            memory: if group == 0 { spec.kv_sizing.memory.clone() } else { None },
+        });
+    };
+    match &spec.fleet {
+        None => add(
+            0,
+            "engine",
+            ReplicaRole::Mixed,
+            &spec.engine,
+            &spec.gpu.id,
+            &spec.deployment,
+            spec.kv_sizing.kv_bytes_per_token,
+        ),
+        Some(f) => {
+            for r in &f.replicas {
+                add(r.group, &r.name, r.role, &r.engine, &r.gpu, &r.deployment, r.kv_bytes_per_token_per_gpu);
+            }
+        }
+    }
+    let holding = |g: &&ReplicaLimit| g.role != ReplicaRole::Prefill;
+    let prefill: Vec<&ReplicaLimit> = groups.iter().filter(|g| g.role == ReplicaRole::Prefill).collect();
+    FleetLimits {
+        num_replicas: groups.iter().map(|g| g.replicas.len()).sum(),
+        num_gpus: groups.iter().map(|g| g.num_gpus * g.replicas.len() as u32).sum(),
+        kv_cache_tokens: groups.iter().map(|g| g.kv_cache_tokens * g.replicas.len() as u64).sum(),
+        kv_limited_concurrency: groups.iter().filter(holding).map(|g| g.group_kv_limited_concurrency).sum(),
+        prefill_kv_limited_concurrency: (!prefill.is_empty())
+            .then(|| prefill.iter().map(|g| g.group_kv_limited_concurrency).sum()),
+        groups,
+    }
+}
+
+impl ReplicaLimit {
+    /// `"mixed0"`, or `"mixed0–mixed63 (64 replicas)"`.
+    pub fn label(&self) -> String {
+        match self.replicas.as_slice() {
+            [one] => one.clone(),
+            [first, .., last] => format!("{first}–{last} ({} replicas)", self.replicas.len()),
+            [] => String::new(),
+        }
+    }
+}
+
+impl FleetLimits {
+    /// The limits in words: a sentence per group, then the fleet's (none for a single engine).
+    pub fn sentences(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.num_replicas <= 1 {
+            return out;
+        }
+        for g in &self.groups {
+            let unit = if g.engine == "sglang" { "page" } else { "block" };
+            let holds = if g.role == ReplicaRole::Prefill { "prompt + its one token" } else { "mean prompt + output" };
+            let n = g.replicas.len();
+            let (names, each) = match g.replicas.as_slice() {
+                [first, .., last] => (format!("{first}–{last}"), "each replica's"),
+                _ => (g.label(), "its"),
+            };
+            out.push(format!(
+                "Group {}, {names} ({n} {} replica{}, {} {}, {} × {} at TP {}): {each} KV pool holds {} tokens; a request holds {} ({holds}, {:.0} tokens, in whole {unit}s of {}), so a replica holds {} requests at once{}.",
+                g.group,
+                g.role.as_str(),
+                if n == 1 { "" } else { "s" },
+                g.engine,
+                g.engine_version,
+                g.num_gpus,
+                g.hardware,
+                g.tensor_parallel_size,
+                g.kv_cache_tokens,
+                g.request_footprint_tokens,
+                g.mean_request_tokens,
+                g.kv_block_size,
+                g.kv_limited_concurrency,
+                if n > 1 { format!(", the group {}", g.group_kv_limited_concurrency) } else { String::new() },
+            ));
+        }
+        let mut total = format!(
+            "The fleet ({} replicas, {} GPUs) holds {} KV tokens in all and {} requests at once",
+            self.num_replicas, self.num_gpus, self.kv_cache_tokens, self.kv_limited_concurrency
+        );
+        match self.prefill_kv_limited_concurrency {
+            Some(p) => {
+                total.push_str(&format!(" on its decode replicas; its prefill replicas hold {p} prompts at once."))
+            }
+            None => total.push_str(": the KV-limited concurrency, the sum of every replica's."),
+        }
+        out.push(total);
+        out
+    }
+}
