@@ -194,9 +194,14 @@ pub struct Explanation {
     /// How the KV pool was sized (`kv_cache_tokens`, `gpu_memory_utilization`, ...).
     pub kv_sizing_source: String,
     pub kv_bytes_per_token: u64,
-    /// The per-GPU memory account, when the pool was derived from memory.
+    /// The per-GPU memory account, when the pool was derived from memory (a fleet: its
+    /// first group's; every group's is in `replica_limits`).
     pub memory: Option<MemoryAccount>,
     pub notes: Vec<String>,
+    /// A fleet's replica groups: each group's pool, footprint, limit and memory account,
+    /// and the fleet's sum ([`crate::fleet::FleetLimits`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replica_limits: Option<crate::fleet::FleetLimits>,
 }
 
 fn pct(part: f64, whole: f64) -> f64 {
@@ -254,10 +259,15 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
     let recompute_s = recomputed as f64 * spec.cost.prefill_token_us / 1e6;
 
     let mut why = Vec::new();
-    why.push(format!(
-        "The KV pool holds {} tokens; a request of this workload needs {} (mean prompt + output, {:.0} tokens, in whole {}s of {}), so the pool holds {} requests at once: the KV-limited concurrency.",
-        limit.kv_capacity_tokens, limit.footprint_tokens, limit.mean_request_tokens, if sglang { "page" } else { "block" }, base.engine.kv_granularity(), limit.concurrency
-    ));
+    // A fleet: every replica group's pool and limit, then the fleet's sum.
+    let replica_limits = base.fleet.as_ref().map(|_| crate::fleet::replica_limits(base, &point.workload));
+    match &replica_limits {
+        Some(l) if l.num_replicas > 1 => why.extend(l.sentences()),
+        _ => why.push(format!(
+            "The KV pool holds {} tokens; a request of this workload needs {} (mean prompt + output, {:.0} tokens, in whole {}s of {}), so the pool holds {} requests at once: the KV-limited concurrency.",
+            limit.kv_capacity_tokens, limit.footprint_tokens, limit.mean_request_tokens, if sglang { "page" } else { "block" }, base.engine.kv_granularity(), limit.concurrency
+        )),
+    }
     if binding_limit == "kv_pool" {
         why.push(format!(
             "{running_knob} = {max_running} is above that, so the KV pool binds first: past {} concurrent requests, new ones wait for KV{}.",
@@ -372,6 +382,7 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
         kv_bytes_per_token: base.kv_sizing.kv_bytes_per_token,
         memory: base.kv_sizing.memory.clone(),
         notes: plan.notes.clone(),
+        replica_limits,
     }
 }
 

@@ -487,8 +487,15 @@ pub struct PointReport {
 impl PointReport {
     /// The report of one simulated run.
     pub fn of(spec: &SimSpec, out: &SimOutput) -> PointReport {
+        let mut bench = BenchReport::of(&PointMeta::of(spec), &out.workload, &out.metrics, &out.run);
+        if spec.fleet.is_some() {
+            // Every replica group's limit, summed (not the pooled tokens over one footprint).
+            let l = crate::sweep::kv_limited_concurrency(spec, &out.workload);
+            bench.kv_limited_concurrency = l.concurrency;
+            bench.kv_request_footprint_tokens = l.footprint_tokens;
+        }
         PointReport {
-            bench: BenchReport::of(&PointMeta::of(spec), &out.workload, &out.metrics, &out.run),
+            bench,
             cost_source: spec.cost.source(),
             fleet: out.fleet.as_ref().map(FleetReport::of),
             replicas: out.fleet.as_ref().map(|f| f.replicas.iter().map(ReplicaReport::of).collect()),

@@ -74,7 +74,23 @@ pub struct KvLimit {
 }
 
 /// KV tokens ÷ per-request footprint in whole blocks, for the workload's mean request.
+///
+/// A fleet's is the sum over its replica groups that hold requests to their end (mixed and
+/// decode) of each replica's whole-request limit ([`crate::fleet::replica_limits`]), with
+/// the fleet's total pool; the footprint is the first such group's.
 pub fn kv_limited_concurrency(spec: &SimSpec, workload: &Workload) -> KvLimit {
+    if spec.fleet.is_some() {
+        let l = crate::fleet::replica_limits(spec, workload);
+        let first = l.groups.iter().find(|g| g.role != crate::config::ReplicaRole::Prefill).or(l.groups.first());
+        if let Some(g) = first {
+            return KvLimit {
+                mean_request_tokens: g.mean_request_tokens,
+                footprint_tokens: g.request_footprint_tokens,
+                kv_capacity_tokens: l.kv_cache_tokens,
+                concurrency: l.kv_limited_concurrency,
+            };
+        }
+    }
     kv_limit(spec.engine.kv_capacity_tokens(), spec.engine.kv_granularity(), workload)
 }
 

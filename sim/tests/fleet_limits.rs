@@ -68,9 +68,11 @@ fn each_group_has_its_own_pool_and_limit_and_the_fleet_sums_them() {
     assert_eq!((l.num_replicas, l.num_gpus), (5, 3 + 4));
     // Not the first replica's figures times five.
     assert_ne!(l.kv_limited_concurrency, 5 * a.kv_limited_concurrency);
-    // The first group's memory account is the scenario's; the second's is not known here.
+    // Each group's memory account is its own: the first is the scenario's, the second (2 GPUs
+    // at TP 2, another engine) another account, also derived.
     assert_eq!(a.memory, s.kv_sizing.memory);
-    assert_eq!(b.memory, None);
+    assert!(b.memory.is_some());
+    assert_ne!(a.memory, b.memory);
     let words = l.sentences();
     assert_eq!(words.len(), 3);
     assert!(words[1].starts_with("Group 1, big-0–big-1 (2 mixed replicas, sglang 0.5.23"), "{}", words[1]);

@@ -110,6 +110,8 @@ pub struct ReplicaSpec {
     pub deployment: Deployment,
     /// KV bytes one prompt token occupies on one GPU of this replica.
     pub kv_bytes_per_token_per_gpu: u64,
+    /// How its KV pool was sized (with the per-GPU memory account when derived).
+    pub kv_sizing: KvSizing,
     /// Index of its front end (API server): its own, or the one its DP group shares.
     pub front: usize,
 }
@@ -240,6 +242,7 @@ fn replica_of(spec: &SimSpec, group: usize, name: String, role: ReplicaRole, fro
         gpu: spec.gpu.id.clone(),
         deployment: spec.deployment.clone(),
         kv_bytes_per_token_per_gpu: spec.kv_sizing.kv_bytes_per_token,
+        kv_sizing: spec.kv_sizing.clone(),
         front,
     }
 }

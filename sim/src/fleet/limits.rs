@@ -50,9 +50,7 @@ pub struct ReplicaLimit {
     pub kv_limited_concurrency: u64,
     /// The group's: one replica's × the number of replicas.
     pub group_kv_limited_concurrency: u64,
-    /// The per-GPU memory account, when the pool was derived from memory. Known for the first
-    /// group only (the fleet's `SimSpec` carries the first group's sizing); `None` for the
-    /// others until each `ReplicaSpec` carries its own `KvSizing`.
+    /// The per-GPU memory account of one of its replicas, when the pool was derived from memory.
     pub memory: Option<MemoryAccount>,
 }
 
@@ -90,7 +88,8 @@ pub fn replica_limits(spec: &SimSpec, workload: &Workload) -> FleetLimits {
                    engine: &crate::config::EngineSpec,
                    hardware: &str,
                    dep: &crate::config::Deployment,
-                   kv_bytes: u64| {
+                   kv_bytes: u64,
+                   memory: &Option<MemoryAccount>| {
         if let Some(g) = groups.last_mut().filter(|g| g.group == group) {
             g.replicas.push(name.to_string());
             g.group_kv_limited_concurrency += g.kv_limited_concurrency;
@@ -115,7 +114,7 @@ pub fn replica_limits(spec: &SimSpec, workload: &Workload) -> FleetLimits {
             request_footprint_tokens: footprint,
             kv_limited_concurrency: per,
             group_kv_limited_concurrency: per,
-            memory: if group == 0 { spec.kv_sizing.memory.clone() } else { None },
+            memory: memory.clone(),
         });
     };
     match &spec.fleet {
@@ -127,10 +126,20 @@ pub fn replica_limits(spec: &SimSpec, workload: &Workload) -> FleetLimits {
             &spec.gpu.id,
             &spec.deployment,
             spec.kv_sizing.kv_bytes_per_token,
+            &spec.kv_sizing.memory,
         ),
         Some(f) => {
             for r in &f.replicas {
-                add(r.group, &r.name, r.role, &r.engine, &r.gpu, &r.deployment, r.kv_bytes_per_token_per_gpu);
+                add(
+                    r.group,
+                    &r.name,
+                    r.role,
+                    &r.engine,
+                    &r.gpu,
+                    &r.deployment,
+                    r.kv_bytes_per_token_per_gpu,
+                    &r.kv_sizing.memory,
+                );
             }
         }
     }
