@@ -11,6 +11,7 @@ and how often the published value lies inside the calibrated 90% interval (and i
 uncalibrated interval of `simulate --uncertainty`).
 
     python3 calib/held_out.py [target/release/servesim]    # from the repository root
+    HELD_OUT_ONLY=phase0 python3 calib/held_out.py ...     # only the sets whose file name has it
 """
 import csv, io, json, os, statistics, subprocess, sys, tempfile
 
@@ -66,6 +67,7 @@ def sim(scen_file, *extra):
 def main():
     root = os.getcwd()
     tmp = tempfile.mkdtemp(prefix="held-out-")
+    print(f"(profiles and scenarios in {tmp})", file=sys.stderr)
     d = os.path.join(root, "validation/published")
     totals = {"in": 0, "n": 0, "in_uncal": 0}
     rows_out = []
@@ -73,7 +75,7 @@ def main():
         if not f.endswith(".json"):
             continue
         v = json.load(open(os.path.join(d, f)))
-        if "silicon" in v:
+        if "silicon" in v or os.environ.get("HELD_OUT_ONLY", "") not in f:
             continue
         csv_rows = read_csv(os.path.join(root, v["csv"]))
         groups = {}
