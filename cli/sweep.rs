@@ -2,16 +2,23 @@
 //! in input order; the knee and the KV-limited concurrency. With several
 //! scenarios (or `--set engine.kind=vllm,sglang`), the engines side by side
 //! with the flag alignment table.
+//!
+//! With a profile that carries an `uncertainty` block (or `--uncertainty`), each point
+//! gets `simulate`'s 90% intervals ([`Band`], shared with `tune`): the profile's
+//! coefficient sets are simulated at every point in one parallel batch, results in input
+//! order; member `k` of every point is the same set, so each member's own sweep gives a
+//! knee, and the knee's range is their min–max.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use ::calib::uncertainty::{self as unc, Interval, ProfileUncertainty, ReportIntervals};
 use clap::Args;
 use rayon::prelude::*;
 use serde_json::{Map, Value};
 use sim::config::{EngineKind, SimSpec};
-use sim::report::BenchReport;
+use sim::report::{BenchReport, PointReport};
 use sim::simulation::{RunOptions, StopReason};
 use sim::sweep::{kv_limited_concurrency, sweep_series, SweepSeries};
 use sim::SimOutput;
@@ -41,6 +48,12 @@ pub struct SweepArgs {
     /// Write throughput and TTFT against concurrency, knee and KV limit marked, as SVG.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<String>,
+    /// Put a 90% interval on every point even without a profile (the uncalibrated model's
+    /// error on the validation corpus). With a profile that carries an uncertainty block,
+    /// the intervals are always given: its coefficient sets are swept too, and the knee
+    /// gets its range over them.
+    #[arg(long)]
+    pub uncertainty: bool,
 }
 
 /// One scenario of a sweep, resolved at every point.
@@ -141,6 +154,13 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, String> {
         }
         series.push(Series { label, raw, specs, notes });
     }
+    // The intervals' source per series, decided before anything runs (a bad profile stops the sweep).
+    let bands: Vec<Option<Band>> =
+        series.iter().map(|s| Band::of(&s.raw, &s.specs[0], a.uncertainty)).collect::<Result<_, _>>()?;
+    let pool = match a.jobs {
+        Some(n) => Some(rayon::ThreadPoolBuilder::new().num_threads(n).build().map_err(|e| format!("--jobs: {e}"))?),
+        None => None,
+    };
     let all: Vec<&SimSpec> = series.iter().flat_map(|s| s.specs.iter()).collect();
     let pb = crate::plot::progress(all.len() as u64, "simulating");
     let work = || {
@@ -152,10 +172,8 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, String> {
             })
             .collect::<Vec<_>>()
     };
-    let outs = match a.jobs {
-        Some(n) => {
-            rayon::ThreadPoolBuilder::new().num_threads(n).build().map_err(|e| format!("--jobs: {e}"))?.install(work)
-        }
+    let outs = match &pool {
+        Some(p) => p.install(work),
         None => work(),
     };
     let mut outs = outs.into_iter();
@@ -200,11 +218,27 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, String> {
 
     // Each series' typed result: the JSON, and what the text renders.
     let mut series: Vec<SweepSeries> = results.iter().map(|(s, o)| series_result(s, o, &conc)).collect();
+    // With intervals (a profile's uncertainty block, or --uncertainty): each series' own.
+    let intervals: Option<Vec<Option<SeriesIntervals>>> = if bands.iter().any(Option::is_some) {
+        Some(series_intervals(&results, &series, &bands, &conc, pool.as_ref()))
+    } else {
+        None
+    };
     if results.len() == 1 {
-        if a.json {
-            println!("{}", serde_json::to_string_pretty(&series[0]).expect("serializable"));
-        } else {
-            print!("{}", series_text(&series[0], &conc));
+        match (a.json, intervals) {
+            (true, None) => println!("{}", serde_json::to_string_pretty(&series[0]).expect("serializable")),
+            (false, None) => print!("{}", series_text(&series[0], &conc)),
+            (true, Some(mut iv)) => {
+                let j = SeriesWithIntervals::new(series.remove(0), iv.remove(0));
+                println!("{}", serde_json::to_string_pretty(&j).expect("serializable"));
+            }
+            (false, Some(iv)) => {
+                print!("{}", series_text(&series[0], &conc));
+                if let Some(i) = &iv[0] {
+                    println!();
+                    print!("{}", intervals_text(&series[0], i, &conc));
+                }
+            }
         }
     } else {
         let raws: Vec<Map<String, Value>> = results
@@ -220,13 +254,30 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, String> {
         let moved: Vec<&str> = rows.iter().filter(|r| r.differs).map(|r| r.knob.name).collect();
         if a.json {
             let j = align::SideBySide::new(std::mem::take(&mut series), &rows, workloads_differ);
-            println!("{}", serde_json::to_string_pretty(&j).expect("serializable"));
+            match intervals {
+                None => println!("{}", serde_json::to_string_pretty(&j).expect("serializable")),
+                Some(iv) => {
+                    // Every field named: a field added to SideBySide fails to compile here until carried.
+                    let align::SideBySide { scenarios, alignment, knobs_moved, workloads_differ } = j;
+                    let j = SideBySideWithIntervals {
+                        scenarios: scenarios.into_iter().zip(iv).map(|(s, i)| SeriesWithIntervals::new(s, i)).collect(),
+                        alignment,
+                        knobs_moved,
+                        workloads_differ,
+                    };
+                    println!("{}", serde_json::to_string_pretty(&j).expect("serializable"));
+                }
+            }
         } else {
             let mut s = String::new();
-            for ((se, _), r) in results.iter().zip(&series) {
+            for (k, ((se, _), r)) in results.iter().zip(&series).enumerate() {
                 let sp = &se.specs[0];
                 let _ = writeln!(s, "== {} ({} {}) ==", se.label, sp.engine.kind(), sp.engine.version());
                 s.push_str(&series_text(r, &conc));
+                if let Some(i) = intervals.as_ref().and_then(|iv| iv[k].as_ref()) {
+                    let _ = writeln!(s);
+                    s.push_str(&intervals_text(r, i, &conc));
+                }
                 for n in &se.notes {
                     let _ = writeln!(s, "note: {n}");
                 }
@@ -394,4 +445,285 @@ fn alignment_text(results: &[(Series, Vec<SimOutput>)], rows: &[align::Row]) -> 
         let _ = writeln!(t, "note ({}): {}", r.knob.name, r.knob.note);
     }
     t
+}
+
+// ---------------------------------------------------------------------------
+// 90% intervals (`--uncertainty`, or a profile with an `uncertainty` block): the
+// same rule as `simulate` (cli/calib.rs `intervals`), shared with `tune`.
+
+/// Where a run's intervals come from.
+pub(crate) enum Band {
+    /// The profile's coefficient sets (ensemble, else drawn from its covariance): each
+    /// simulated; `center`: the coefficients the profile set; `source` in `simulate`'s words.
+    Members { u: Box<ProfileUncertainty>, center: sim::cost::CostCoefficients, source: String },
+    /// No profile (or one without an uncertainty block), `--uncertainty` given: the
+    /// uncalibrated model's error on the validation corpus for the GPU and engine.
+    Uncalibrated(unc::UncalibratedSource),
+}
+
+impl Band {
+    /// The band of a resolved scenario: its profile's when it has an uncertainty block;
+    /// else the uncalibrated one when `asked`; else None (no intervals, output as before).
+    pub(crate) fn of(raw: &RawScenario, spec: &SimSpec, asked: bool) -> Result<Option<Band>, String> {
+        if let Some(p) = raw.json.get("cost").and_then(|c| c.get("profile")).and_then(Value::as_str) {
+            let p = std::path::Path::new(p);
+            let path = if p.is_absolute() { p.to_path_buf() } else { raw.base_dir.join(p) };
+            let text = std::fs::read_to_string(&path).map_err(|e| format!("cost.profile {}: {e}", path.display()))?;
+            let v: Value = serde_json::from_str(&text).map_err(|e| format!("cost.profile {}: {e}", path.display()))?;
+            if let Some(u) = ProfileUncertainty::from_profile_json(&v) {
+                let center = unc::profile_center(spec);
+                let n = u.sample(&center, unc::SAMPLES).len();
+                let source = unc::profile_source(&u, n, &path.display().to_string());
+                return Ok(Some(Band::Members { u: Box::new(u), center, source }));
+            }
+        }
+        Ok(asked.then(|| Band::Uncalibrated(unc::uncalibrated_for(spec))))
+    }
+
+    /// The specs to simulate for `spec`'s interval (none for the uncalibrated band).
+    pub(crate) fn member_specs(&self, spec: &SimSpec) -> Vec<SimSpec> {
+        match self {
+            Band::Members { u, center, .. } => unc::sampled_specs(spec, u, center),
+            Band::Uncalibrated(_) => Vec::new(),
+        }
+    }
+
+    /// The intervals of a prediction `center` from its members' reports.
+    pub(crate) fn intervals(&self, center: &PointReport, members: &[PointReport]) -> ReportIntervals {
+        match self {
+            Band::Members { u, source, .. } => ReportIntervals::new(&u.intervals(center, members), source),
+            Band::Uncalibrated(src) => ReportIntervals::new(&unc::uncalibrated_intervals(center, src), &src.source),
+        }
+    }
+}
+
+/// Simulates `specs` in parallel (on `pool` when given), reports in input order.
+pub(crate) fn simulate_members(
+    specs: &[SimSpec],
+    pool: Option<&rayon::ThreadPool>,
+    pb: &indicatif::ProgressBar,
+) -> Vec<PointReport> {
+    let work = || {
+        specs
+            .par_iter()
+            .map(|s| {
+                let r = unc::predict_point(s);
+                pb.inc(1);
+                r
+            })
+            .collect::<Vec<_>>()
+    };
+    match pool {
+        Some(p) => p.install(work),
+        None => work(),
+    }
+}
+
+/// `412.0 [380.0–460.0]`: a value and its interval, at `prec` decimals.
+pub(crate) fn with_interval(v: f64, i: Option<&Interval>, prec: usize) -> String {
+    match i {
+        Some(i) => format!("{v:.prec$} [{:.prec$}–{:.prec$}]", i.p05, i.p95),
+        None => format!("{v:.prec$}"),
+    }
+}
+
+/// One series' intervals: per point, and the knee's range over the members.
+struct SeriesIntervals {
+    points: Vec<ReportIntervals>,
+    knee_range: Option<unc::KneeRange>,
+}
+
+/// A point of `sweep --json` with its intervals: the report's keys, then `uncertainty`
+/// (as `simulate --json` writes it).
+#[derive(serde::Serialize)]
+struct PointWithIntervals {
+    #[serde(flatten)]
+    point: PointReport,
+    /// Absent on a series with no intervals (side by side, beside one that has them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    uncertainty: Option<ReportIntervals>,
+}
+
+/// [`SweepSeries`] with each point's intervals and the knee's range: the same keys in the
+/// same order, `knee_range` after `knee` (only with an ensemble).
+#[derive(serde::Serialize)]
+struct SeriesWithIntervals {
+    scenario: String,
+    engine: String,
+    points: Vec<PointWithIntervals>,
+    knee: Option<sim::sweep::Knee>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    knee_range: Option<unc::KneeRange>,
+    kv_limited_concurrency: u64,
+    kv_request_footprint_tokens: u64,
+    kv_cache_tokens: u64,
+    kv_limit_explanation: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    translation_notes: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    warnings: Vec<String>,
+}
+
+impl SeriesWithIntervals {
+    fn new(s: SweepSeries, i: Option<SeriesIntervals>) -> SeriesWithIntervals {
+        // Every field named: a field added to SweepSeries fails to compile here until it is carried.
+        let SweepSeries {
+            scenario,
+            engine,
+            points,
+            knee,
+            kv_limited_concurrency,
+            kv_request_footprint_tokens,
+            kv_cache_tokens,
+            kv_limit_explanation,
+            translation_notes,
+            warnings,
+        } = s;
+        let (per_point, knee_range) = match i {
+            Some(i) => (i.points.into_iter().map(Some).collect(), i.knee_range),
+            None => (vec![None; points.len()], None),
+        };
+        SeriesWithIntervals {
+            scenario,
+            engine,
+            points: points
+                .into_iter()
+                .zip(per_point)
+                .map(|(point, uncertainty)| PointWithIntervals { point, uncertainty })
+                .collect(),
+            knee,
+            knee_range,
+            kv_limited_concurrency,
+            kv_request_footprint_tokens,
+            kv_cache_tokens,
+            kv_limit_explanation,
+            translation_notes,
+            warnings,
+        }
+    }
+}
+
+/// `align::SideBySide` with each series' intervals.
+#[derive(serde::Serialize)]
+struct SideBySideWithIntervals {
+    scenarios: Vec<SeriesWithIntervals>,
+    alignment: Vec<align::AlignmentRow>,
+    knobs_moved: Vec<&'static str>,
+    workloads_differ: bool,
+}
+
+/// The text of a series' intervals: a table of the headline metrics, each `value [p05–p95]`,
+/// then the knee's range over the members.
+fn intervals_text(r: &SweepSeries, i: &SeriesIntervals, conc: &[u32]) -> String {
+    let mut t = String::new();
+    let source = i.points.first().map(|p| p.source.as_str()).unwrap_or("");
+    let _ = writeln!(t, "90% intervals ({source}):");
+    let cols: [(&str, sim::report::Metric, usize); 5] = [
+        ("out tok/s", sim::report::Metric::OutputThroughput, 1),
+        ("mean TTFT (ms)", sim::report::Metric::MeanTtftMs, 1),
+        ("p99 TTFT (ms)", sim::report::Metric::P99TtftMs, 1),
+        ("mean TPOT (ms)", sim::report::Metric::MeanTpotMs, 2),
+        ("mean E2EL (ms)", sim::report::Metric::MeanE2elMs, 1),
+    ];
+    let cells: Vec<Vec<String>> = r
+        .points
+        .iter()
+        .zip(&i.points)
+        .map(|(p, iv)| {
+            cols.iter()
+                .map(|(_, k, prec)| {
+                    use sim::report::Metrics as _;
+                    let v = p.metric(*k).unwrap_or(f64::NAN);
+                    with_interval(v, iv.intervals.get(k.key()), *prec)
+                })
+                .collect()
+        })
+        .collect();
+    let widths: Vec<usize> = (0..cols.len())
+        .map(|c| cells.iter().map(|row| row[c].chars().count()).chain([cols[c].0.len()]).max().unwrap_or(0))
+        .collect();
+    let mut head = format!("{:>11}", "concurrency");
+    for (c, (name, _, _)) in cols.iter().enumerate() {
+        head.push_str(&format!("  {name:>w$}", w = widths[c]));
+    }
+    let _ = writeln!(t, "{head}");
+    for (k, row) in cells.iter().enumerate() {
+        let mut line = format!("{:>11}", conc[k]);
+        for (c, cell) in row.iter().enumerate() {
+            line.push_str(&format!("  {cell:>w$}", w = widths[c]));
+        }
+        let _ = writeln!(t, "{line}");
+    }
+    match &i.knee_range {
+        Some(kr) => match (kr.min, kr.max) {
+            (Some(lo), Some(hi)) => {
+                let _ = writeln!(
+                    t,
+                    "Knee over the {} coefficient sets: {} (each set's own sweep, the same rule; {} of {} reach a knee in this sweep).",
+                    kr.members,
+                    if lo == hi { format!("concurrency {lo}") } else { format!("concurrency {lo}–{hi}") },
+                    kr.reached,
+                    kr.members
+                );
+            }
+            _ => {
+                let _ =
+                    writeln!(t, "Knee over the {} coefficient sets: none reaches a knee in this sweep.", kr.members);
+            }
+        },
+        None => {
+            let _ = writeln!(
+                t,
+                "Knee range: not computed (the uncalibrated band scales each point; it has no coefficient sets to sweep)."
+            );
+        }
+    }
+    t
+}
+
+/// Each series' intervals (None for a series without a band): every member of every point
+/// of every series simulated in one parallel batch, results in input order; then per point
+/// the interval, and per series the knee of each member's own sweep.
+fn series_intervals(
+    results: &[(Series, Vec<SimOutput>)],
+    series: &[SweepSeries],
+    bands: &[Option<Band>],
+    conc: &[u32],
+    pool: Option<&rayon::ThreadPool>,
+) -> Vec<Option<SeriesIntervals>> {
+    // members[series][point] = that point's member specs.
+    let members: Vec<Vec<Vec<SimSpec>>> = results
+        .iter()
+        .zip(bands)
+        .map(|((s, _), b)| match b {
+            Some(b) => s.specs.iter().map(|sp| b.member_specs(sp)).collect(),
+            None => Vec::new(),
+        })
+        .collect();
+    let flat: Vec<SimSpec> = members.iter().flatten().flatten().cloned().collect();
+    let pb = crate::plot::progress(flat.len() as u64, "simulating coefficient sets");
+    let mut reports = simulate_members(&flat, pool, &pb).into_iter();
+    pb.finish_and_clear();
+    members
+        .iter()
+        .zip(bands)
+        .zip(series)
+        .map(|((per_point, band), r)| {
+            let band = band.as_ref()?;
+            let per_point: Vec<Vec<PointReport>> =
+                per_point.iter().map(|m| reports.by_ref().take(m.len()).collect()).collect();
+            let points = r.points.iter().zip(&per_point).map(|(c, m)| band.intervals(c, m)).collect();
+            let knee_range = match band {
+                Band::Members { .. } => {
+                    // Member k of every point is the same coefficient set: its own sweep.
+                    let n = per_point.iter().map(Vec::len).min().unwrap_or(0);
+                    let by_member: Vec<Vec<&PointReport>> =
+                        (0..n).map(|k| per_point.iter().map(|m| &m[k]).collect()).collect();
+                    Some(unc::knee_range(conc, &by_member))
+                }
+                Band::Uncalibrated(_) => None,
+            };
+            Some(SeriesIntervals { points, knee_range })
+        })
+        .collect()
 }

@@ -3,6 +3,12 @@
 //! grid is large), every configuration simulated in parallel; the best one
 //! that meets every SLO, the Pareto front of throughput against latency, and
 //! for each rejected configuration which SLO it broke and by how much.
+//!
+//! With a profile that carries an `uncertainty` block (or `--uncertainty`), the reported
+//! configurations (the best, the Pareto front) get `simulate`'s 90% intervals and each SLO
+//! a verdict against the interval's unfavourable edge ([`SloVerdict`]); when the best is
+//! not robust, the next feasible configurations by the objective (at most
+//! [`ROBUST_CANDIDATES`]) are checked for the best one that is. Nothing else gets an interval.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -10,6 +16,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
+use ::calib::uncertainty::{ReportIntervals, SloCheck, SloVerdict};
 use clap::Args;
 use rand::seq::SliceRandom;
 use rayon::prelude::*;
@@ -55,6 +62,12 @@ pub struct TuneArgs {
     /// percentile SLO (such configurations then appear on the Pareto front too).
     #[arg(long)]
     pub no_early_stop: bool,
+    /// Put 90% intervals on the reported configurations (the best, the Pareto front) even
+    /// without a profile (the uncalibrated model's error on the validation corpus), with a
+    /// verdict per SLO on whether it holds across the interval. With a profile that carries
+    /// an uncertainty block, they are always given.
+    #[arg(long)]
+    pub uncertainty: bool,
 }
 
 /// One `--slo METRIC<=X` (or `>=`), as `tune` and `plan` read it.
@@ -544,6 +557,39 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
             .collect();
         crate::plot::pareto(path, &a.pareto_latency, &pts, &front, &lines)?;
     }
+    // Intervals on what is reported (the best, the Pareto front; if the best is not robust,
+    // the next feasible configurations by the objective until one is): never the whole search.
+    let intervals = {
+        let make = |c: &Config| -> Result<(RawScenario, SimSpec), String> {
+            let mut raw: RawScenario = base.clone();
+            let sets: Vec<String> = c.iter().zip(&knobs).map(|(&i, (p, v))| format!("{p}={}", v[i])).collect();
+            load::apply_overrides(&mut raw, &sets, None)?;
+            let (_, spec) = load::resolve(&raw)?;
+            Ok((raw, spec))
+        };
+        let (braw, bspec) = match best.map(|(_, e)| e).or_else(|| pareto.first().map(|v| v.0)) {
+            Some(e) => make(&e.config)?,
+            None => (base.clone(), base_spec.clone()),
+        };
+        if crate::sweep::Band::of(&braw, &bspec, a.uncertainty)?.is_some() {
+            let mut feasible: Vec<(f64, &Evaluated)> = evaluated
+                .iter()
+                .filter(|e| e.stopped.is_none())
+                .filter_map(|e| e.result.as_ref().ok().filter(|m| meets(m)).map(|m| (score(m), e)))
+                .collect();
+            feasible.sort_by(|x, y| y.0.total_cmp(&x.0));
+            let ctx = IntervalCtx { cfg: &cfg_json, slos: &slos, slo_metrics: &slo_metrics, asked: a.uncertainty };
+            Some(tune_intervals(
+                best.map(|(_, e)| e),
+                &pareto.iter().map(|(e, _, _)| *e).collect::<Vec<_>>(),
+                &feasible.iter().map(|(_, e)| *e).collect::<Vec<_>>(),
+                &make,
+                &ctx,
+            )?)
+        } else {
+            None
+        }
+    };
     let result = TuneResult {
         best: best.map(|(_, e)| entry(e)),
         pareto: pareto.iter().map(|(e, _, _)| entry(e)).collect(),
@@ -562,10 +608,15 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
             distinct_costs: shared.costs.lock().expect("not poisoned").len(),
         }),
     };
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&result).expect("json"));
-    } else {
-        print!("{}", text(&result, pareto_latency, &a.slo));
+    match (a.json, intervals) {
+        (true, None) => println!("{}", serde_json::to_string_pretty(&result).expect("json")),
+        (false, None) => print!("{}", text(&result, pareto_latency, &a.slo, None)),
+        (true, Some(iv)) => {
+            let robust = iv.robust.as_ref().map(|(e, i)| EntryWithIntervals::new(entry(e), i.clone()));
+            let j = ResultWithIntervals::new(result, iv, robust);
+            println!("{}", serde_json::to_string_pretty(&j).expect("json"));
+        }
+        (false, Some(iv)) => print!("{}", text(&result, pareto_latency, &a.slo, Some(&iv))),
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -575,8 +626,8 @@ fn config_label(c: &TuneConfig) -> String {
     c.0.iter().map(|(k, v)| format!("{}={v}", k.rsplit('.').next().unwrap_or(k))).collect::<Vec<_>>().join(", ")
 }
 
-/// The text rendering of a tune result.
-fn text(r: &TuneResult, pareto_latency: Metric, slo_args: &[String]) -> String {
+/// The text rendering of a tune result (with `iv`, the reported configurations' intervals).
+fn text(r: &TuneResult, pareto_latency: Metric, slo_args: &[String], iv: Option<&TuneIntervals>) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "Searched {}.", r.searched);
     for n in &r.notes {
@@ -599,6 +650,30 @@ fn text(r: &TuneResult, pareto_latency: Metric, slo_args: &[String]) -> String {
                 f(m, Metric::MeanTpotMs),
                 f(m, Metric::P99ItlMs)
             );
+            if let Some(i) = iv.and_then(|iv| iv.best.as_ref()) {
+                s.push_str(&config_intervals_text(i));
+            }
+        }
+    }
+    if let Some(iv) = iv {
+        let _ = writeln!(s, "{}", iv.robust_note);
+        if let Some((e, i)) = &iv.robust {
+            let m = e.result.as_ref().expect("valid");
+            let _ = writeln!(
+                s,
+                "  output {}, p99 TTFT {} ms",
+                crate::sweep::with_interval(
+                    f(m, Metric::OutputThroughput),
+                    i.uncertainty.intervals.get(Metric::OutputThroughput.key()),
+                    1
+                ),
+                crate::sweep::with_interval(
+                    f(m, Metric::P99TtftMs),
+                    i.uncertainty.intervals.get(Metric::P99TtftMs.key()),
+                    1
+                ),
+            );
+            s.push_str(&config_intervals_text(i));
         }
     }
     if let Some(k) = &r.knee {
@@ -608,15 +683,49 @@ fn text(r: &TuneResult, pareto_latency: Metric, slo_args: &[String]) -> String {
             k.max_concurrency, k.output_throughput, k.mean_ttft_ms
         );
     }
-    let _ = writeln!(s, "\nPareto front (output throughput against {pareto_latency}):");
-    for p in &r.pareto {
-        let _ = writeln!(
-            s,
-            "  {:>10.1} tok/s  {:>12.1}  {}",
-            f(&p.metrics, Metric::OutputThroughput),
-            f(&p.metrics, pareto_latency),
-            p.config
-        );
+    match iv {
+        None => {
+            let _ = writeln!(s, "\nPareto front (output throughput against {pareto_latency}):");
+            for p in &r.pareto {
+                let _ = writeln!(
+                    s,
+                    "  {:>10.1} tok/s  {:>12.1}  {}",
+                    f(&p.metrics, Metric::OutputThroughput),
+                    f(&p.metrics, pareto_latency),
+                    p.config
+                );
+            }
+        }
+        Some(iv) => {
+            let _ = writeln!(
+                s,
+                "\nPareto front (output throughput against {pareto_latency}, each [5th–95th percentile]; the SLOs across the interval):"
+            );
+            let cells: Vec<(String, String)> = r
+                .pareto
+                .iter()
+                .zip(&iv.pareto)
+                .map(|(p, i)| {
+                    let g = |k: Metric| i.uncertainty.intervals.get(k.key());
+                    (
+                        crate::sweep::with_interval(
+                            f(&p.metrics, Metric::OutputThroughput),
+                            g(Metric::OutputThroughput),
+                            1,
+                        ),
+                        crate::sweep::with_interval(f(&p.metrics, pareto_latency), g(pareto_latency), 1),
+                    )
+                })
+                .collect();
+            let w0 = cells.iter().map(|c| c.0.chars().count()).max().unwrap_or(0);
+            let w1 = cells.iter().map(|c| c.1.chars().count()).max().unwrap_or(0);
+            for ((p, i), (t, l)) in r.pareto.iter().zip(&iv.pareto).zip(&cells) {
+                let _ = writeln!(s, "  {t:>w0$} tok/s  {l:>w1$}  {}  SLOs: {}", p.config, verdict_tag(i.slo_verdict));
+            }
+            if let Some(src) = iv.pareto.first().map(|i| &i.uncertainty.source) {
+                let _ = writeln!(s, "  (90% intervals: {src})");
+            }
+        }
     }
     if !r.rejected.is_empty() {
         let _ = writeln!(s, "\nRejected ({}):", r.rejected.len());
@@ -650,4 +759,263 @@ fn text(r: &TuneResult, pareto_latency: Metric, slo_args: &[String]) -> String {
         );
     }
     s
+}
+
+// ---------------------------------------------------------------------------
+// Intervals on the reported configurations (`--uncertainty`, or a profile with an
+// uncertainty block): `simulate`'s rule (crate::sweep::Band), per configuration.
+
+/// At most this many feasible configurations after the best are checked for one whose
+/// every SLO holds across its interval (each costs a simulation per coefficient set).
+const ROBUST_CANDIDATES: usize = 8;
+
+/// One configuration's intervals and its SLOs against them.
+#[derive(Clone, Debug, serde::Serialize)]
+struct ConfigIntervals {
+    uncertainty: ReportIntervals,
+    /// Each SLO: the value, its interval, the verdict ([`SloVerdict`]).
+    slo_checks: Vec<SloCheck>,
+    /// The weakest of the SLOs' verdicts.
+    slo_verdict: SloVerdict,
+}
+
+/// The intervals of what `tune` reports.
+struct TuneIntervals<'a> {
+    best: Option<ConfigIntervals>,
+    pareto: Vec<ConfigIntervals>,
+    /// The best configuration whose every SLO holds across its interval, when the best
+    /// one's do not (searched among the next [`ROBUST_CANDIDATES`] feasible ones).
+    robust: Option<(&'a Evaluated, ConfigIntervals)>,
+    robust_note: String,
+}
+
+/// Resolves a configuration: its raw scenario (the profile it names) and its spec.
+type MakeConfig<'a> = dyn Fn(&Config) -> Result<(RawScenario, SimSpec), String> + 'a;
+
+struct IntervalCtx<'a> {
+    /// A configuration as its knobs and values.
+    cfg: &'a dyn Fn(&Config) -> TuneConfig,
+    slos: &'a [Slo],
+    slo_metrics: &'a [Metric],
+    asked: bool,
+}
+
+/// The intervals of `configs` (each simulated with its band's coefficient sets, all in
+/// one parallel batch, results in input order).
+fn configs_intervals(
+    configs: &[&Evaluated],
+    make: &MakeConfig,
+    ctx: &IntervalCtx,
+) -> Result<Vec<ConfigIntervals>, String> {
+    let mut bands = Vec::new();
+    let mut specs: Vec<Vec<SimSpec>> = Vec::new();
+    // A configuration that resolves to the same scenario as an earlier one shares its members.
+    let mut resolved: Vec<SimSpec> = Vec::new();
+    let mut same_as: Vec<Option<usize>> = Vec::new();
+    for e in configs {
+        let (raw, spec) = make(&e.config)?;
+        let band = crate::sweep::Band::of(&raw, &spec, ctx.asked)?;
+        let earlier = resolved.iter().position(|s| *s == spec);
+        same_as.push(earlier);
+        specs.push(match (&band, earlier) {
+            (Some(b), None) => b.member_specs(&spec),
+            _ => Vec::new(),
+        });
+        bands.push(band);
+        resolved.push(spec);
+    }
+    let flat: Vec<SimSpec> = specs.iter().flatten().cloned().collect();
+    let pb = crate::plot::progress(flat.len() as u64, "simulating coefficient sets");
+    let mut reports = crate::sweep::simulate_members(&flat, None, &pb).into_iter();
+    pb.finish_and_clear();
+    let mut by_config: Vec<Vec<PointReport>> = Vec::new();
+    for (m, earlier) in specs.iter().zip(&same_as) {
+        let members = match earlier {
+            Some(i) => by_config[*i].clone(),
+            None => reports.by_ref().take(m.len()).collect(),
+        };
+        by_config.push(members);
+    }
+    let mut out = Vec::new();
+    for ((e, band), members) in configs.iter().zip(&bands).zip(&by_config) {
+        let members = members.as_slice();
+        let center = e.result.as_ref().expect("reported configurations ran");
+        let uncertainty = match band {
+            Some(b) => b.intervals(center, members),
+            // A configuration whose profile has no uncertainty block (a varied cost.profile), no flag.
+            None => ReportIntervals::new(
+                &::calib::named::Named::new(),
+                "no interval: no profile uncertainty block and no --uncertainty",
+            ),
+        };
+        let slo_checks: Vec<SloCheck> = ctx
+            .slos
+            .iter()
+            .zip(ctx.slo_metrics)
+            .filter_map(|(s, k)| {
+                let value = center.metric(*k)?;
+                let interval = uncertainty.intervals.get(k.key()).copied();
+                Some(SloCheck {
+                    slo: s.text.clone(),
+                    value,
+                    interval,
+                    verdict: SloVerdict::of(value, interval.as_ref(), s.le, s.bound),
+                })
+            })
+            .collect();
+        let slo_verdict = SloVerdict::overall(&slo_checks.iter().map(|c| c.verdict).collect::<Vec<_>>());
+        out.push(ConfigIntervals { uncertainty, slo_checks, slo_verdict });
+    }
+    Ok(out)
+}
+
+fn tune_intervals<'a>(
+    best: Option<&'a Evaluated>,
+    pareto: &[&'a Evaluated],
+    feasible: &[&'a Evaluated],
+    make: &MakeConfig,
+    ctx: &IntervalCtx,
+) -> Result<TuneIntervals<'a>, String> {
+    // The distinct configurations, best first, then the front in its order.
+    let mut todo: Vec<&Evaluated> = Vec::new();
+    for e in best.into_iter().chain(pareto.iter().copied()) {
+        if !todo.iter().any(|x| x.config == e.config) {
+            todo.push(e);
+        }
+    }
+    let done = configs_intervals(&todo, make, ctx)?;
+    let of = |e: &Evaluated| todo.iter().position(|x| x.config == e.config).map(|i| done[i].clone());
+    let best_iv = best.and_then(of);
+    let pareto_iv: Vec<ConfigIntervals> = pareto.iter().filter_map(|e| of(e)).collect();
+    let (robust, robust_note) = match (&best_iv, best) {
+        (None, _) | (_, None) => (None, "No configuration meets every SLO, so none meets them across its 90% interval.".to_string()),
+        (Some(i), Some(_)) if i.slo_verdict == SloVerdict::Meets => {
+            (None, "The best configuration meets every SLO across its 90% interval: the choice is robust to the model's uncertainty.".to_string())
+        }
+        (Some(_), Some(b)) => {
+            // The next feasible configurations by the objective, until one is robust.
+            let next: Vec<&Evaluated> =
+                feasible.iter().copied().filter(|e| e.config != b.config).take(ROBUST_CANDIDATES).collect();
+            let mut cached: Vec<Option<ConfigIntervals>> = next.iter().map(|e| of(e)).collect();
+            let missing: Vec<&Evaluated> =
+                next.iter().zip(&cached).filter(|(_, c)| c.is_none()).map(|(e, _)| *e).collect();
+            let mut fresh = configs_intervals(&missing, make, ctx)?.into_iter();
+            for c in cached.iter_mut().filter(|c| c.is_none()) {
+                *c = fresh.next();
+            }
+            let found = next
+                .iter()
+                .zip(cached)
+                .find_map(|(e, c)| c.filter(|c| c.slo_verdict == SloVerdict::Meets).map(|c| (*e, c)));
+            let note = match &found {
+                Some((e, _)) => format!(
+                    "The best configuration meets some SLO at its estimate only (its 90% interval breaks it). Best configuration meeting every SLO across its 90% interval (among the next {} by the objective): {}",
+                    next.len(),
+                    (ctx.cfg)(&e.config)
+                ),
+                None => format!(
+                    "The best configuration meets some SLO at its estimate only (its 90% interval breaks it), and so do the next {} feasible configurations by the objective: no configuration found whose SLOs hold across the interval.",
+                    next.len()
+                ),
+            };
+            (found, note)
+        }
+    };
+    Ok(TuneIntervals { best: best_iv, pareto: pareto_iv, robust, robust_note })
+}
+
+/// A short verdict for a row of the Pareto front.
+fn verdict_tag(v: SloVerdict) -> &'static str {
+    match v {
+        SloVerdict::Meets => "meets across the interval",
+        SloVerdict::MeetsAtEstimateOnly | SloVerdict::NoInterval => "meets at the estimate only",
+        SloVerdict::MissesAtEstimateOnly => "misses at the estimate, may meet",
+        SloVerdict::Misses => "misses across the interval",
+    }
+}
+
+/// A configuration's intervals in text: the headline line, then each SLO's verdict.
+fn config_intervals_text(i: &ConfigIntervals) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "  {}", ::calib::uncertainty::report_line(&i.uncertainty.intervals, &i.uncertainty.source));
+    for c in &i.slo_checks {
+        let _ = writeln!(
+            s,
+            "  SLO {}: {}: {}",
+            c.slo,
+            crate::sweep::with_interval(c.value, c.interval.as_ref(), 1),
+            c.verdict.words()
+        );
+    }
+    s
+}
+
+/// A reported configuration of `tune --json` with its intervals: `config`, `metrics`, then
+/// `uncertainty` (as `simulate --json` writes it), `slo_checks` and `slo_verdict`.
+#[derive(serde::Serialize)]
+struct EntryWithIntervals {
+    #[serde(flatten)]
+    entry: TuneEntry,
+    #[serde(flatten)]
+    intervals: ConfigIntervals,
+}
+
+impl EntryWithIntervals {
+    fn new(entry: TuneEntry, intervals: ConfigIntervals) -> EntryWithIntervals {
+        EntryWithIntervals { entry, intervals }
+    }
+}
+
+/// [`TuneResult`] with the reported configurations' intervals: the same keys in the same
+/// order, then `robust_best` and `robust_note`.
+#[derive(serde::Serialize)]
+struct ResultWithIntervals {
+    best: Option<EntryWithIntervals>,
+    pareto: Vec<EntryWithIntervals>,
+    rejected: Vec<TuneRejected>,
+    invalid: Vec<TuneInvalid>,
+    searched: String,
+    objective: String,
+    slos: Vec<String>,
+    notes: Vec<String>,
+    knee: Option<sim::sweep::Knee>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    stopped_early: Vec<TuneStoppedEarly>,
+    /// The best configuration whose every SLO holds across its 90% interval, when the best
+    /// one's do not (null when the best is robust, or none of the candidates is).
+    robust_best: Option<EntryWithIntervals>,
+    robust_note: String,
+}
+
+impl ResultWithIntervals {
+    fn new(r: TuneResult, iv: TuneIntervals, robust_best: Option<EntryWithIntervals>) -> ResultWithIntervals {
+        // Every field named: a field added to TuneResult fails to compile here until carried.
+        let TuneResult {
+            best,
+            pareto,
+            rejected,
+            invalid,
+            searched,
+            objective,
+            slos,
+            notes,
+            knee,
+            stopped_early,
+            shared: _,
+        } = r;
+        ResultWithIntervals {
+            best: best.zip(iv.best).map(|(e, i)| EntryWithIntervals::new(e, i)),
+            pareto: pareto.into_iter().zip(iv.pareto).map(|(e, i)| EntryWithIntervals::new(e, i)).collect(),
+            rejected,
+            invalid,
+            searched,
+            objective,
+            slos,
+            notes,
+            knee,
+            stopped_early,
+            robust_best,
+            robust_note: iv.robust_note,
+        }
+    }
 }

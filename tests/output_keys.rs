@@ -2,7 +2,8 @@
 //! the page and VALIDATION.md read them. This snapshot pins every nested key
 //! path of `simulate --json` (vLLM, SGLang, and with `--uncertainty`'s
 //! intervals), `sweep --json` (one scenario and side by side), `tune --json`,
-//! `explain --json`, the fitted profile and the check report, in the order
+//! `explain --json`, `sweep` and `tune` with intervals, the fitted profile and the
+//! check report, in the order
 //! they are written, against `tests/output_keys.txt`.
 //!
 //! A path is the keys from the top joined by `.`; `[]` stands for every
@@ -198,9 +199,38 @@ fn output_keys_match_the_snapshot() {
         ),
     ];
     let (profile, check) = profile_and_check();
+    // Intervals in sweep and tune: with the profile's uncertainty block (the knee's range over
+    // its coefficient sets), and with --uncertainty (the uncalibrated band, SLO verdicts).
+    let file = write_temp("output-keys-profile.json", &serde_json::to_string(&profile).unwrap());
+    let set = format!("cost.profile={}", file.display());
+    let intervals = [
+        (
+            "sweep --json with a profile's uncertainty block",
+            vec![cli_json(&["sweep", "--concurrency", "1,16,42,64", "--num-prompts", "20,64,168,256", "--set", &set, "--json"])],
+        ),
+        (
+            "tune --json --uncertainty",
+            vec![cli_json(&[
+                "tune",
+                "--vary",
+                "engine.max_num_seqs=16,32",
+                "--vary",
+                "workload.max_concurrency=16,64",
+                "--set",
+                "workload.num_prompts=64",
+                "--slo",
+                "p99_ttft_ms<=20000",
+                "--slo",
+                "mean_tpot_ms<=30",
+                "--uncertainty",
+                "--json",
+            ])],
+        ),
+    ];
     let mut text = String::new();
     let all = sections
         .into_iter()
+        .chain(intervals)
         .chain([("profile (calibrate --out)", vec![profile]), ("check report (check --json)", vec![check])]);
     for (title, values) in all {
         text.push_str(&format!("# {title}\n"));

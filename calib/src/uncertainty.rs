@@ -422,3 +422,174 @@ pub fn predict_with_intervals(
     let i = u.intervals(&c, &samples);
     (c, i)
 }
+
+/// The coefficients of `spec` that its profile set (`CoefficientSource::Profile`): the ones
+/// an interval varies; coefficients given inline in the scenario stay as they are.
+pub fn profile_center(spec: &sim::config::SimSpec) -> CostCoefficients {
+    let mut c = CostCoefficients::default();
+    let all = spec.cost.coefficients();
+    for (i, n) in COEFFICIENT_NAMES.iter().enumerate() {
+        if spec.cost.sources[i] == sim::cost::CoefficientSource::Profile {
+            c.set(n, all.get(n).unwrap_or(0.0));
+        }
+    }
+    c
+}
+
+/// Where a profile's intervals came from, in `simulate`'s words: `members` coefficient sets
+/// of the profile at `profile` (a path, as given), and its model-error term when it has one.
+pub fn profile_source(u: &ProfileUncertainty, members: usize, profile: &str) -> String {
+    let how = if u.ensemble.is_empty() { "covariance" } else { "ensemble" };
+    let source = format!("the profile's coefficient {how}: {members} sets simulated ({profile})");
+    match &u.model_error_source {
+        Some(m) => format!("{source}; model error {m}"),
+        None => source,
+    }
+}
+
+/// The uncalibrated band of a spec: [`uncalibrated_errors`] for its GPU and engine.
+pub fn uncalibrated_for(spec: &sim::config::SimSpec) -> UncalibratedSource {
+    let kind = match spec.engine.engine_kind() {
+        sim::config::EngineKind::Vllm => "vllm",
+        sim::config::EngineKind::Sglang => "sglang",
+    };
+    uncalibrated_errors(&spec.gpu.id, kind)
+}
+
+/// The knee of each member's own sweep (`sweep` with a profile's ensemble): the range of
+/// the knee over the coefficient sets.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct KneeRange {
+    /// The lowest and highest knee concurrency among the members that reach one.
+    pub min: Option<u64>,
+    pub max: Option<u64>,
+    /// Members simulated, and how many of them reach a knee within the sweep.
+    pub members: usize,
+    pub reached: usize,
+    pub method: String,
+}
+
+/// [`KneeRange`] of `members[m][i]`, member `m`'s report at `concurrency[i]`: the knee of
+/// each member's series by the one rule (`sim::sweep::find_knee`), then its min and max.
+pub fn knee_range<P: Metrics>(concurrency: &[u32], members: &[Vec<P>]) -> KneeRange {
+    let knees: Vec<u64> = members
+        .iter()
+        .filter_map(|series| {
+            let pts: Vec<sim::sweep::KneePoint> = concurrency
+                .iter()
+                .zip(series)
+                .map(|(&c, p)| sim::sweep::KneePoint {
+                    concurrency: f64::from(c),
+                    output_throughput: p.metric(Metric::OutputThroughput).unwrap_or(0.0),
+                    mean_ttft_ms: p.metric(Metric::MeanTtftMs).unwrap_or(0.0),
+                })
+                .collect();
+            sim::sweep::find_knee(&pts).map(|i| u64::from(concurrency[i]))
+        })
+        .collect();
+    KneeRange {
+        min: knees.iter().min().copied(),
+        max: knees.iter().max().copied(),
+        members: members.len(),
+        reached: knees.len(),
+        method: "the knee of each coefficient set's own sweep (the same points, sim::sweep::find_knee), then the lowest and highest".into(),
+    }
+}
+
+/// How an SLO fares against a prediction's 90% interval. For `metric <= X` the unfavourable
+/// edge is the interval's upper one (`p95`), for `metric >= X` its lower one (`p05`); each
+/// edge is a one-sided 95% bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SloVerdict {
+    /// Met at the estimate and at the unfavourable edge: met across the interval.
+    Meets,
+    /// Met at the estimate, broken at the unfavourable edge: not robust.
+    MeetsAtEstimateOnly,
+    /// Broken at the estimate, met at the favourable edge.
+    MissesAtEstimateOnly,
+    /// Broken across the interval.
+    Misses,
+    /// The metric has no interval (not one of [`METRICS`]): judged at the estimate only.
+    NoInterval,
+}
+
+impl SloVerdict {
+    /// The verdict of `value` (an interval `i`) against `metric <= bound` (`le`) or `>=`.
+    pub fn of(value: f64, i: Option<&Interval>, le: bool, bound: f64) -> SloVerdict {
+        let ok = |v: f64| if le { v <= bound } else { v >= bound };
+        let Some(i) = i else { return SloVerdict::NoInterval };
+        let (bad, good) = if le { (i.p95, i.p05) } else { (i.p05, i.p95) };
+        match (ok(value), ok(bad), ok(good)) {
+            (true, true, _) => SloVerdict::Meets,
+            (true, false, _) => SloVerdict::MeetsAtEstimateOnly,
+            (false, _, true) => SloVerdict::MissesAtEstimateOnly,
+            (false, _, false) => SloVerdict::Misses,
+        }
+    }
+
+    /// In words, for the text reports.
+    pub fn words(self) -> &'static str {
+        match self {
+            SloVerdict::Meets => "meets across the 90% interval",
+            SloVerdict::MeetsAtEstimateOnly => {
+                "meets at the estimate only (the interval's unfavourable edge breaks it)"
+            }
+            SloVerdict::MissesAtEstimateOnly => "misses at the estimate (the interval's favourable edge meets it)",
+            SloVerdict::Misses => "misses across the 90% interval",
+            SloVerdict::NoInterval => "no interval for this metric (judged at the estimate only)",
+        }
+    }
+
+    /// A configuration's verdict from its SLOs': the weakest (a missing interval counts
+    /// as "at the estimate only"; no SLOs: met).
+    pub fn overall(vs: &[SloVerdict]) -> SloVerdict {
+        let rank = |v: &SloVerdict| match v {
+            SloVerdict::Meets => 0,
+            SloVerdict::MeetsAtEstimateOnly | SloVerdict::NoInterval => 1,
+            SloVerdict::MissesAtEstimateOnly => 2,
+            SloVerdict::Misses => 3,
+        };
+        match vs.iter().map(rank).max().unwrap_or(0) {
+            0 => SloVerdict::Meets,
+            1 => SloVerdict::MeetsAtEstimateOnly,
+            2 => SloVerdict::MissesAtEstimateOnly,
+            _ => SloVerdict::Misses,
+        }
+    }
+}
+
+/// One SLO against a configuration's prediction and its interval (`tune`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SloCheck {
+    pub slo: String,
+    pub value: f64,
+    /// The metric's 90% interval (absent when the metric has none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interval: Option<Interval>,
+    pub verdict: SloVerdict,
+}
+
+#[cfg(test)]
+mod interval_tests {
+    use super::*;
+
+    #[test]
+    fn slo_verdicts_read_the_unfavourable_edge() {
+        let i = Interval { p05: 80.0, p95: 120.0 };
+        assert_eq!(SloVerdict::of(100.0, Some(&i), true, 130.0), SloVerdict::Meets);
+        assert_eq!(SloVerdict::of(100.0, Some(&i), true, 110.0), SloVerdict::MeetsAtEstimateOnly);
+        assert_eq!(SloVerdict::of(100.0, Some(&i), true, 90.0), SloVerdict::MissesAtEstimateOnly);
+        assert_eq!(SloVerdict::of(100.0, Some(&i), true, 70.0), SloVerdict::Misses);
+        assert_eq!(SloVerdict::of(100.0, Some(&i), false, 70.0), SloVerdict::Meets);
+        assert_eq!(SloVerdict::of(100.0, Some(&i), false, 90.0), SloVerdict::MeetsAtEstimateOnly);
+        assert_eq!(SloVerdict::of(100.0, Some(&i), false, 110.0), SloVerdict::MissesAtEstimateOnly);
+        assert_eq!(SloVerdict::of(100.0, Some(&i), false, 130.0), SloVerdict::Misses);
+        assert_eq!(SloVerdict::of(100.0, None, true, 130.0), SloVerdict::NoInterval);
+        use SloVerdict::*;
+        assert_eq!(SloVerdict::overall(&[Meets, Meets]), Meets);
+        assert_eq!(SloVerdict::overall(&[Meets, NoInterval]), MeetsAtEstimateOnly);
+        assert_eq!(SloVerdict::overall(&[MeetsAtEstimateOnly, Misses]), Misses);
+        assert_eq!(SloVerdict::overall(&[]), Meets);
+    }
+}
