@@ -172,14 +172,14 @@ fn fleet_digest(res: &Resources, dir: &str) {
         serde_json::json!({"policy": "production_stack", "routing_logic": "session"}),
     ];
     let mut cases: Vec<(String, Value)> = Vec::new();
-    for (ek, engine) in [("vllm", &vllm), ("sglang", &sglang)] {
+    for (ek, engine, dp_flag) in [("vllm", &vllm, "data_parallel_size"), ("sglang", &sglang, "dp_size")] {
         for (ri, router) in routers.iter().enumerate() {
             let v = serde_json::json!({"version": 1, "engine": engine, "model": "qwen2.5-7b-instruct",
                 "hardware": "a100-80gb", "workload": prefix_workload, "fleet": {"count": 5, "router": router}});
             cases.push((format!("{ek}-router{ri}"), v));
         }
         let mut dp = engine.clone();
-        dp[if ek == "vllm" { "data_parallel_size" } else { "dp_size" }] = serde_json::json!(3);
+        dp[dp_flag] = serde_json::json!(3);
         cases.push((
             format!("{ek}-dp"),
             serde_json::json!({"version": 1, "engine": dp, "model": "qwen2.5-7b-instruct", "hardware": "a100-80gb",

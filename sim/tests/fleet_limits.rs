@@ -45,8 +45,14 @@ fn each_group_has_its_own_pool_and_limit_and_the_fleet_sums_them() {
     let (a, b) = (&l.groups[0], &l.groups[1]);
     assert_eq!(a.replicas, ["mixed0", "mixed1", "mixed2"]);
     assert_eq!(b.replicas, ["big-0", "big-1"]);
-    assert_eq!((a.engine, a.hardware.as_str(), a.tensor_parallel_size), ("vllm", "h100-80gb", 1));
-    assert_eq!((b.engine, b.hardware.as_str(), b.tensor_parallel_size, b.num_gpus), ("sglang", "a100-80gb", 2, 2));
+    assert_eq!(
+        (a.engine, a.hardware.as_str(), a.tensor_parallel_size),
+        (sim::config::EngineKind::Vllm, "h100-80gb", 1)
+    );
+    assert_eq!(
+        (b.engine, b.hardware.as_str(), b.tensor_parallel_size, b.num_gpus),
+        (sim::config::EngineKind::Sglang, "a100-80gb", 2, 2)
+    );
     // vLLM: 6,250 blocks of 16, less the null block; SGLang's from memory, far larger at TP 2.
     assert_eq!(a.kv_cache_tokens, 6249 * 16);
     assert!(b.kv_cache_tokens > 3 * a.kv_cache_tokens, "{} vs {}", b.kv_cache_tokens, a.kv_cache_tokens);

@@ -29,7 +29,7 @@ pub struct ReplicaLimit {
     pub replicas: Vec<String>,
     pub role: ReplicaRole,
     /// `"vllm"` or `"sglang"`.
-    pub engine: &'static str,
+    pub engine: crate::config::EngineKind,
     pub engine_version: String,
     /// The GPU card's id.
     pub hardware: String,
@@ -102,7 +102,7 @@ pub fn replica_limits(spec: &SimSpec, workload: &Workload) -> FleetLimits {
             group,
             replicas: vec![name.to_string()],
             role,
-            engine: engine.kind(),
+            engine: engine.engine_kind(),
             engine_version: engine.version().to_string(),
             hardware: hardware.to_string(),
             tensor_parallel_size: dep.tensor_parallel_size,
@@ -175,7 +175,7 @@ impl FleetLimits {
             return out;
         }
         for g in &self.groups {
-            let unit = if g.engine == "sglang" { "page" } else { "block" };
+            let unit = g.engine.kv_unit();
             let holds = if g.role == ReplicaRole::Prefill { "prompt + its one token" } else { "mean prompt + output" };
             let n = g.replicas.len();
             let (names, each) = match g.replicas.as_slice() {
