@@ -206,7 +206,16 @@ fn output_keys_match_the_snapshot() {
     let intervals = [
         (
             "sweep --json with a profile's uncertainty block",
-            vec![cli_json(&["sweep", "--concurrency", "1,16,42,64", "--num-prompts", "20,64,168,256", "--set", &set, "--json"])],
+            vec![cli_json(&[
+                "sweep",
+                "--concurrency",
+                "1,16,42,64",
+                "--num-prompts",
+                "20,64,168,256",
+                "--set",
+                &set,
+                "--json",
+            ])],
         ),
         (
             "tune --json --uncertainty",
