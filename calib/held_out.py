@@ -51,6 +51,10 @@ def scenario_of(spec, v, root):
             sc["workload"]["trace"] = os.path.join(os.path.dirname(path), tr)
     else:
         sc = json.loads(json.dumps(s))
+        # An inline scenario's trace is relative to the repository root (as `servesim validate` reads it).
+        tr = sc.get("workload", {}).get("trace")
+        if tr and not os.path.isabs(tr):
+            sc["workload"]["trace"] = os.path.join(root, tr)
     for a in spec.get("set", []):
         p, raw = a.split("=", 1)
         set_path(sc, p.strip(), raw)

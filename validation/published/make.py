@@ -116,8 +116,21 @@ w("datacrunch_llama33-70b_4xh200_sglang", {
     "rows": rows, "scenario": dc})
 
 # 7. evalscope: 1x H100, Llama-3.1-8B; vLLM 0.9.0 V1 and SGLang 0.4.9; N <= 30 only.
-ev_v = wl(vllm("0.11.0", "llama-3.1-8b-instruct", "h100-80gb"), dataset_name="random", random_input_len=1904,
-          random_output_len=2000, random_range_ratio=0.333, ignore_eos=True, initial_test_request=False, seed=0)
+# Outputs forced to 2000 tokens, prompts of about 1,270-2,540 tokens: random_range_ratio would vary the
+# outputs too (vllm bench serve's ratio applies to both lengths), so the lengths are a trace: 100 prompts
+# uniform in [1270, 2538] (seeded), every output 2000, all sent at 0 (the closed loop's cap decides).
+import random as _random
+_rng = _random.Random(0)
+EV_TRACE = "validation/published/evalscope_llama31-8b_h100.lengths.csv"
+with open(EV_TRACE, "w") as f:
+    f.write("# evalscope H100 set: prompt lengths uniform in [1270, 2538] tokens (1904 +-33%; the source filtered\n"
+            "# LongAlpaca prompts by 5000-10000 characters, data/published/README.md), outputs forced to 2000 tokens.\n"
+            "# Written by validation/published/make.py (random.Random(0)).\n")
+    f.write("arrival_time,input_len,output_len\n")
+    for _ in range(100):
+        f.write(f"0,{_rng.randint(1270, 2538)},2000\n")
+ev_v = wl(vllm("0.11.0", "llama-3.1-8b-instruct", "h100-80gb"), dataset_name="trace", trace=EV_TRACE,
+          ignore_eos=True, initial_test_request=False, seed=0)
 ev_s = wl(sglang("0.4.10", "llama-3.1-8b-instruct", "h100-80gb"), **ev_v["workload"])
 rows = []
 for eng in ["vllm-0.9.0(V1)", "sglang-0.4.9", "vllm-0.9.0(V0)"]:
@@ -130,7 +143,7 @@ for eng in ["vllm-0.9.0(V1)", "sglang-0.4.9", "vllm-0.9.0(V0)"]:
         rows.append(r)
 w("evalscope_llama31-8b_h100", {
     "csv": "data/published/evalscope_llama31-8b_h100_vllm090_sglang049.csv", "gpu": "1x h100-80gb",
-    "about": "vLLM 0.9.0 V1 modelled as 0.11.0, SGLang 0.4.9 as 0.4.10; LongAlpaca prompts filtered to 5000-10000 characters (evalscope compared len(prompt) until 2025-10-15; data/published/README.md), about 1270-2540 tokens at 3.94 characters per token, modelled as random 1904 +-33%; outputs 2000; defaults otherwise; KV from the default memory fraction.",
+    "about": "vLLM 0.9.0 V1 modelled as 0.11.0, SGLang 0.4.9 as 0.4.10; LongAlpaca prompts filtered to 5000-10000 characters (evalscope compared len(prompt) until 2025-10-15; data/published/README.md), about 1270-2540 tokens at 3.94 characters per token, modelled as a trace of lengths uniform in [1270, 2538] with every output 2000 (evalscope_llama31-8b_h100.lengths.csv: random_range_ratio would vary the outputs too); defaults otherwise; KV from the default memory fraction.",
     "scenarios": {"vllm-0.9.0(V1)": ev_v, "sglang-0.4.9": ev_s}, "rows": rows})
 
 # 8. dennislee22: 1x A100, Qwen2.5-32B, KV 9.70 GiB.
