@@ -37,8 +37,9 @@ pub struct PlanArgs {
     /// An SLO on a report key, as `tune` spells them: `--slo 'p99_ttft_ms<=2000'` (repeatable).
     #[arg(long, value_name = "METRIC<=X")]
     pub slo: Vec<String>,
-    /// The request rate to plan for (requests per second; `workload.request_rate`). A trace's
-    /// arrivals are used when the scenario replays one.
+    /// The request rate to plan for (requests per second): `workload.request_rate`, or, when
+    /// the scenario replays a trace, `workload.trace_rate` (the trace's arrivals rescaled to
+    /// that mean rate, its pattern kept).
     #[arg(long)]
     pub request_rate: Option<f64>,
     /// Prompts per simulated plan (`workload.num_prompts`).
@@ -241,9 +242,15 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
     }
     let mut sets = Vec::new();
     if let Some(r) = a.request_rate {
-        sets.push(format!("workload.request_rate={r}"));
+        // A trace keeps its arrival pattern, rescaled to that mean rate (`workload.trace_rate`);
+        // otherwise Poisson arrivals at that rate.
+        let trace = base.json.pointer("/workload/trace").is_some_and(|t| !t.is_null());
+        sets.push(if trace { format!("workload.trace_rate={r}") } else { format!("workload.request_rate={r}") });
         if let Some(w) = base.json.get_mut("workload").and_then(Value::as_object_mut) {
             w.remove("max_concurrency");
+            if trace {
+                w.remove("trace_time_scale");
+            }
         }
     }
     if let Some(n) = a.num_prompts {
@@ -251,7 +258,8 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
     }
     load::apply_overrides(&mut base, &sets, None)?;
     // SGLang names TP `tp_size`.
-    let sglang = base.json.pointer("/engine/kind").and_then(Value::as_str) == Some("sglang");
+    let sglang = base.json.pointer("/engine/kind").and_then(Value::as_str).and_then(sim::config::EngineKind::parse)
+        == Some(sim::config::EngineKind::Sglang);
     let mut plans = Vec::new();
     for g in &cands.gpus {
         let price = cands.prices_per_gpu_hour[g];

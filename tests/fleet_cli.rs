@@ -109,6 +109,38 @@ fn plan_picks_the_cheapest_plan_meeting_the_slo_and_says_why_the_others_failed()
     assert!(plot.contains("cost per hour") && plot.contains("p99_ttft_ms"), "axes named");
 }
 
+/// On a trace scenario `--request-rate` rescales the trace's arrivals to that mean rate
+/// (`workload.trace_rate`) instead of being ignored: the sample's 40 requests at 2 per second
+/// take about 20 s to send, at 8 per second about 5 (plus each run's drain), and nothing is
+/// reported as ignored.
+#[test]
+fn plan_with_a_request_rate_on_a_trace_rescales_the_trace() {
+    let cands = write_temp(
+        "fleet-cli-cands-trace-rate.json",
+        r#"{"prices_per_gpu_hour": {"h100-80gb": 2.99}, "gpus": ["h100-80gb"], "replicas": [2]}"#,
+    );
+    let scenario = "data/plan/mooncake-fleet-llama3.1-8b-h100-vllm.json";
+    let at = |rate: &str| {
+        let o = run_cli(&[
+            "plan",
+            scenario,
+            "--candidates",
+            cands.to_str().unwrap(),
+            "--request-rate",
+            rate,
+            "--slo",
+            "p99_ttft_ms<=1e9",
+            "--json",
+        ]);
+        assert!(!stderr(&o).contains("ignored"), "{}", stderr(&o));
+        let r = stdout_json(&o);
+        r["best"]["metrics"]["duration"].as_f64().unwrap_or_else(|| panic!("{r:#}"))
+    };
+    let (slow, fast) = (at("2"), at("8"));
+    assert!(slow > 2.0 * fast, "duration at 2 req/s {slow} s, at 8 req/s {fast} s");
+    assert!((17.0..25.0).contains(&slow) && fast < 10.0, "duration at 2 req/s {slow} s, at 8 req/s {fast} s");
+}
+
 #[test]
 fn plan_with_a_request_rate_plans_for_that_rate() {
     let cands = write_temp(
