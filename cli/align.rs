@@ -91,6 +91,38 @@ pub fn translate_engine(engine: &Map<String, Value>, to: &str) -> Result<(Map<St
     sim::config::translate_engine(engine, to)
 }
 
+/// `--set engine.kind=vllm,sglang` (a comma list: run each scenario once per engine): the
+/// kinds it lists, and the other `--set`s in order.
+pub fn split_engine_kinds(sets: &[String]) -> (Option<Vec<String>>, Vec<String>) {
+    let mut kinds = None;
+    let mut rest = Vec::new();
+    for s in sets {
+        match s.strip_prefix("engine.kind=") {
+            Some(k) if k.contains(',') => kinds = Some(k.split(',').map(|x| x.trim().to_string()).collect()),
+            _ => rest.push(s.clone()),
+        }
+    }
+    (kinds, rest)
+}
+
+/// A scenario's engine section as each of `kinds`: per kind, the label (`origin [kind]`),
+/// the translated section and a note per flag without a counterpart.
+pub fn engine_variants(
+    engine: &Map<String, Value>,
+    origin: &str,
+    kinds: &[String],
+) -> Result<Vec<(String, Map<String, Value>, Vec<String>)>, String> {
+    let mut out = Vec::new();
+    for k in kinds {
+        if sim::config::EngineKind::parse(k).is_none() {
+            return Err(format!("--set engine.kind: unknown engine {k:?}; expected vllm or sglang"));
+        }
+        let (translated, notes) = translate_engine(engine, k).map_err(|e| format!("{origin}: {e}"))?;
+        out.push((format!("{origin} [{k}]"), translated, notes));
+    }
+    Ok(out)
+}
+
 /// A side-by-side sweep (`sweep --json` of two or more scenarios): each scenario's
 /// series, the alignment table, the knobs that moved and whether the workloads differ.
 /// One type for the binary and the browser build, so both print the same keys.

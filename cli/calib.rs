@@ -182,16 +182,17 @@ pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode, String> {
 
 fn write_profile(path: &Path, profile: &Profile) -> Result<(), String> {
     // A profile that a scenario would refuse is an error here, not at the next `check`.
+    let mut c = sim::cost::CostCoefficients::default();
     for (name, v) in profile.coefficients.iter() {
-        if !(v.is_finite() && (0.0..=sim::config::MAX_COEFFICIENT_US).contains(v)) {
-            return Err(format!(
-                "the fitted {name} is {v} µs, outside what a scenario accepts (0 to {} µs): the engine measured is \
-                 slower than anything servesim models; the profile was not written to {}",
-                sim::config::MAX_COEFFICIENT_US,
-                path.display()
-            ));
-        }
+        c.set(name, *v);
     }
+    sim::config::check_coefficients(&c, "coefficients").map_err(|e| {
+        format!(
+            "the fitted profile's {e}: the engine measured is slower than anything servesim models; \
+             the profile was not written to {}",
+            path.display()
+        )
+    })?;
     if let Some(d) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(d).map_err(|e| format!("--out {}: {e}", path.display()))?;
     }

@@ -76,8 +76,9 @@ pub fn resolve(raw: &RawScenario) -> Result<(Scenario, SimSpec), String> {
     let mut res = Resources { models: sim::builtin::models()?, gpus: sim::builtin::gpus()?, ..Default::default() };
     if let Some(p) = &scenario.cost.profile {
         let path = resolve_path(&raw.base_dir, p);
-        res.profile = Some(load_profile(&path).map_err(|e| format!("{origin}: cost.profile: {e}"))?);
-        res.profile_prior = load_profile_prior(&path).map_err(|e| format!("{origin}: cost.profile: {e}"))?;
+        let (coefficients, prior) = load_profile(&path).map_err(|e| format!("{origin}: cost.profile: {e}"))?;
+        res.profile = Some(coefficients);
+        res.profile_prior = prior;
     }
     if let Some(t) = &scenario.workload.trace {
         let path = resolve_path(&raw.base_dir, t);
@@ -123,27 +124,21 @@ pub fn warn_once(msg: String) {
     }
 }
 
-/// Reads a fitted profile: a JSON object whose `coefficients` are cost coefficients (µs).
-pub fn load_profile(path: &Path) -> Result<CostCoefficients, String> {
+/// A profile's coefficients, and its `prior` (the coefficients its fit started from) when it
+/// corrects the composed cost (`cost_mode: corrects_composed`).
+pub fn load_profile(path: &Path) -> Result<(CostCoefficients, Option<CostCoefficients>), String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
     let v: Value = serde_json::from_str(&text).map_err(|e| format!("{}: not valid JSON: {e}", path.display()))?;
     let co = v.get("coefficients").cloned().ok_or_else(|| format!("{}: no \"coefficients\" object", path.display()))?;
-    config::from_value(co, "coefficients").map_err(|e| format!("{}: {e}", path.display()))
-}
-
-/// A profile's `prior` (the coefficients its fit started from), when the profile corrects the
-/// composed cost (`cost_mode: corrects_composed`).
-pub fn load_profile_prior(path: &Path) -> Result<Option<CostCoefficients>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
-    let v: Value = serde_json::from_str(&text).map_err(|e| format!("{}: not valid JSON: {e}", path.display()))?;
+    let coefficients = config::from_value(co, "coefficients").map_err(|e| format!("{}: {e}", path.display()))?;
     // Only a profile that corrects the composed cost is applied relative to its prior.
-    if v.get("cost_mode").and_then(Value::as_str) != Some("corrects_composed") {
-        return Ok(None);
-    }
-    match v.get("prior") {
-        None | Some(Value::Null) => Ok(None),
-        Some(p) => config::from_value(p.clone(), "prior").map(Some).map_err(|e| format!("{}: {e}", path.display())),
-    }
+    let prior = match (v.get("cost_mode").and_then(Value::as_str), v.get("prior")) {
+        (Some("corrects_composed"), Some(p)) if !p.is_null() => {
+            Some(config::from_value(p.clone(), "prior").map_err(|e| format!("{}: {e}", path.display()))?)
+        }
+        _ => None,
+    };
+    Ok((coefficients, prior))
 }
 
 /// Reads a trace in CSV (a header naming `arrival_time,input_len,output_len`

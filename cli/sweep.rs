@@ -68,14 +68,7 @@ fn expand_scenarios(a: &SweepArgs) -> Result<Vec<(String, RawScenario, Vec<Strin
     let paths: Vec<Option<&std::path::Path>> =
         if a.scenarios.is_empty() { vec![None] } else { a.scenarios.iter().map(|p| Some(p.as_path())).collect() };
     // `--set engine.kind=vllm,sglang` runs each scenario once per engine.
-    let mut kinds: Option<Vec<String>> = None;
-    let mut sets = Vec::new();
-    for s in &a.common.sets {
-        match s.strip_prefix("engine.kind=") {
-            Some(k) if k.contains(',') => kinds = Some(k.split(',').map(|x| x.trim().to_string()).collect()),
-            _ => sets.push(s.clone()),
-        }
-    }
+    let (kinds, sets) = align::split_engine_kinds(&a.common.sets);
     let mut out = Vec::new();
     for p in paths {
         let mut raw = load::read_raw(p)?;
@@ -88,16 +81,10 @@ fn expand_scenarios(a: &SweepArgs) -> Result<Vec<(String, RawScenario, Vec<Strin
             Some(ks) => {
                 // The overrides speak the scenario's own engine's flags: apply them, then translate.
                 load::apply_overrides(&mut raw, &sets, a.common.seed)?;
-                for k in ks {
-                    if EngineKind::parse(k).is_none() {
-                        return Err(format!("--set engine.kind: unknown engine {k:?}; expected vllm or sglang"));
-                    }
+                let engine = raw.json.get("engine").and_then(Value::as_object).cloned().unwrap_or_default();
+                for (label, translated, notes) in align::engine_variants(&engine, &raw.origin, ks)? {
                     let mut r = raw.clone();
-                    let engine = r.json.get("engine").and_then(Value::as_object).cloned().unwrap_or_default();
-                    let (translated, notes) =
-                        align::translate_engine(&engine, k).map_err(|e| format!("{}: {e}", r.origin))?;
                     r.json["engine"] = Value::Object(translated);
-                    let label = format!("{} [{k}]", raw.origin);
                     r.origin = label.clone();
                     out.push((label, r, notes));
                 }

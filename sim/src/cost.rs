@@ -426,7 +426,8 @@ impl CostModel {
         self.overlay(overlay, source);
     }
 
-    /// The linear model's step time, µs, at coefficients `c` (the six step ones).
+    /// The linear model's step time, µs, at coefficients `c` (the six step ones): the step clock
+    /// of the linear model, and the ratio of the corrected mode.
     #[inline]
     fn linear_us(c: &[f64; 6], s: &StepShape) -> f64 {
         c[0] + c[1] * f64::from(s.num_seqs)
@@ -484,15 +485,7 @@ impl CostModel {
     pub fn step_ns(&self, s: &StepShape) -> u64 {
         if let Some(c) = &self.composed {
             if let Some(r) = &self.reference {
-                let now = [
-                    self.step_us,
-                    self.per_seq_us,
-                    self.prefill_token_us,
-                    self.decode_token_us,
-                    self.prefill_attention_us,
-                    self.decode_kv_us,
-                ];
-                let (lin_now, lin_ref) = (Self::linear_us(&now, s), Self::linear_us(r, s));
+                let (lin_now, lin_ref) = (Self::linear_us(&self.step_coefficients(), s), Self::linear_us(r, s));
                 // A reference that prices this step at nothing cannot scale it: the fitted
                 // linear model's time, then.
                 let us = if lin_ref > 0.0 { c.step_us(s) * (lin_now / lin_ref) } else { lin_now };
@@ -500,13 +493,20 @@ impl CostModel {
             }
             return c.step_ns(s);
         }
-        let us = self.step_us
-            + self.per_seq_us * f64::from(s.num_seqs)
-            + self.prefill_token_us * s.prefill_tokens as f64
-            + self.decode_token_us * s.decode_tokens as f64
-            + self.prefill_attention_us * s.prefill_attention_pairs as f64
-            + self.decode_kv_us * s.decode_context_tokens as f64;
-        us_to_ns(us).max(1)
+        us_to_ns(Self::linear_us(&self.step_coefficients(), s)).max(1)
+    }
+
+    /// The six step coefficients, in [`COEFFICIENT_NAMES`] order.
+    #[inline]
+    fn step_coefficients(&self) -> [f64; 6] {
+        [
+            self.step_us,
+            self.per_seq_us,
+            self.prefill_token_us,
+            self.decode_token_us,
+            self.prefill_attention_us,
+            self.decode_kv_us,
+        ]
     }
 
     pub fn ingress_ns(&self) -> u64 {

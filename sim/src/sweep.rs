@@ -97,7 +97,12 @@ pub fn kv_limited_concurrency(spec: &SimSpec, workload: &Workload) -> KvLimit {
 /// The same from a capacity and a block (page) size.
 pub fn kv_limit(capacity_tokens: u64, granularity: u32, workload: &Workload) -> KvLimit {
     let (i, o) = workload.mean_lengths();
-    let mean = i + o;
+    kv_limit_of_mean(capacity_tokens, granularity, i + o)
+}
+
+/// The same for a request of `mean` tokens: its footprint in whole blocks (pages) of
+/// `granularity`, and how many such requests `capacity_tokens` hold.
+pub fn kv_limit_of_mean(capacity_tokens: u64, granularity: u32, mean: f64) -> KvLimit {
     let g = u64::from(granularity.max(1));
     let footprint = ((mean.ceil() as u64).div_ceil(g) * g).max(g);
     KvLimit {

@@ -4,7 +4,7 @@
 //! browser test holds the output byte-identical to the binary's.
 
 use serde_json::{Map, Value};
-use sim::config::{EngineKind, SimSpec};
+use sim::config::SimSpec;
 use sim::simulation::RunOptions;
 use sim::sweep::{sweep_series, SweepSeries};
 use sim::SimOutput;
@@ -19,14 +19,7 @@ struct Series {
 }
 
 fn expand(req: &Request) -> Result<Vec<(String, RawScenario, Vec<String>)>, String> {
-    let mut kinds: Option<Vec<String>> = None;
-    let mut sets = Vec::new();
-    for s in &req.sets {
-        match s.strip_prefix("engine.kind=") {
-            Some(k) if k.contains(',') => kinds = Some(k.split(',').map(|x| x.trim().to_string()).collect()),
-            _ => sets.push(s.clone()),
-        }
-    }
+    let (kinds, sets) = align::split_engine_kinds(&req.sets);
     let mut out = Vec::new();
     let mut raw = read_raw(req)?;
     apply_overrides(&mut raw, &sets, req.seed)?;
@@ -36,16 +29,10 @@ fn expand(req: &Request) -> Result<Vec<(String, RawScenario, Vec<String>)>, Stri
             out.push((label, raw, vec![]));
         }
         Some(ks) => {
-            for k in ks {
-                if EngineKind::parse(k).is_none() {
-                    return Err(format!("--set engine.kind: unknown engine {k:?}; expected vllm or sglang"));
-                }
+            let engine = raw.json.get("engine").and_then(Value::as_object).cloned().unwrap_or_default();
+            for (label, translated, notes) in align::engine_variants(&engine, &raw.origin, ks)? {
                 let mut r = raw.clone();
-                let engine = r.json.get("engine").and_then(Value::as_object).cloned().unwrap_or_default();
-                let (translated, notes) =
-                    align::translate_engine(&engine, k).map_err(|e| format!("{}: {e}", r.origin))?;
                 r.json["engine"] = Value::Object(translated);
-                let label = format!("{} [{k}]", raw.origin);
                 r.origin = label.clone();
                 out.push((label, r, notes));
             }

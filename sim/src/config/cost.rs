@@ -85,7 +85,10 @@ pub(super) fn resolve_cost(
 /// simulated time far from overflow (which stops a run with its cause anyway).
 pub const MAX_COEFFICIENT_US: f64 = 1e7;
 
-fn check_coefficients(c: &CostCoefficients, path: &str) -> Result<()> {
+/// Every coefficient `c` sets is finite and within [0, [`MAX_COEFFICIENT_US`]]; an error names
+/// `path.<coefficient>`. What a scenario's profile or inline coefficients must pass, and what
+/// `calibrate` checks a profile against before it writes one.
+pub fn check_coefficients(c: &CostCoefficients, path: &str) -> Result<()> {
     for name in COEFFICIENT_NAMES {
         if let Some(v) = c.get(name) {
             if !(v.is_finite() && (0.0..=MAX_COEFFICIENT_US).contains(&v)) {

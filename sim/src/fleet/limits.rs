@@ -69,14 +69,6 @@ pub struct FleetLimits {
     pub prefill_kv_limited_concurrency: Option<u64>,
 }
 
-/// Tokens a request of mean size `mean` holds in whole blocks of `granularity`, and how many
-/// fit in `capacity` (the rule of [`crate::sweep::kv_limit`]).
-fn fit(capacity: u64, granularity: u32, mean: f64) -> (u64, u64) {
-    let g = u64::from(granularity.max(1));
-    let footprint = ((mean.ceil() as u64).div_ceil(g) * g).max(g);
-    (footprint, capacity / footprint)
-}
-
 /// The limits of every replica group of `spec` (a single engine is one group of one) for the
 /// mean request of `workload`.
 pub fn replica_limits(spec: &SimSpec, workload: &Workload) -> FleetLimits {
@@ -97,7 +89,8 @@ pub fn replica_limits(spec: &SimSpec, workload: &Workload) -> FleetLimits {
         }
         let mean = if role == ReplicaRole::Prefill { mean_in + 1.0 } else { mean_in + mean_out };
         let capacity = engine.kv_capacity_tokens();
-        let (footprint, per) = fit(capacity, engine.kv_granularity(), mean);
+        let l = crate::sweep::kv_limit_of_mean(capacity, engine.kv_granularity(), mean);
+        let (footprint, per) = (l.footprint_tokens, l.concurrency);
         groups.push(ReplicaLimit {
             group,
             replicas: vec![name.to_string()],
