@@ -316,3 +316,12 @@ proptest! {
         }
     }
 }
+
+/// A KV pool no GPU holds is an error naming the field that gave it, not an allocation that
+/// exhausts the host (the fuzzer's `num_gpu_blocks_override` of 2^32 − 1 asked for 137 GB).
+#[test]
+fn a_kv_pool_past_any_gpu_is_an_error_naming_its_field() {
+    let (c, _, err) = run(&["simulate", "--set", "engine.num_gpu_blocks_override=4294967295"]);
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("engine.num_gpu_blocks_override") && err.contains("268435456"), "{err}");
+}

@@ -32,3 +32,25 @@ fn an_overflowing_step_stops_the_run_naming_the_step_cost() {
         }
     }
 }
+
+/// The largest request a workload can make saturates at u32 rather than overflowing (the fuzzer
+/// found `input + output` past u32 panicking here before the limits check could name it).
+#[test]
+fn the_largest_request_saturates_instead_of_overflowing() {
+    use sim::workload::{Dataset, WorkloadParams};
+    let params = |dataset| WorkloadParams {
+        dataset,
+        num_prompts: 1,
+        num_warmups: 0,
+        request_rate: None,
+        burstiness: 1.0,
+        max_concurrency: None,
+        ignore_eos: true,
+        output_len_dist: None,
+        initial_test_request: false,
+        seed: 0,
+    };
+    let big = u32::MAX / 2 + 1;
+    let random = Dataset::Random { input_len: big, output_len: big, range_ratio: 0.0, prefix_len: big };
+    assert_eq!(config::max_request_lengths(&params(random)), (u32::MAX, u32::MAX));
+}

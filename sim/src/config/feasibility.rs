@@ -63,20 +63,22 @@ pub(super) fn check_requests_fit(spec: &SimSpec) -> Result<()> {
 pub fn max_request_lengths(w: &WorkloadParams) -> (u32, u32) {
     match &w.dataset {
         Dataset::Random { input_len, output_len, range_ratio, prefix_len } => {
-            let i = (f64::from(*input_len) * (1.0 + range_ratio)).ceil() as u32 + prefix_len;
+            // Saturating: a length past u32 is past any context, and the check then says so.
+            let i = ((f64::from(*input_len) * (1.0 + range_ratio)).ceil() as u32).saturating_add(*prefix_len);
             let o = (f64::from(*output_len) * (1.0 + range_ratio)).ceil() as u32;
-            (i, i + o)
+            (i, i.saturating_add(o))
         }
         Dataset::PrefixRepetition { prefix_len, suffix_len, output_len, .. } => {
-            (prefix_len + suffix_len, prefix_len + suffix_len + output_len)
+            let p = prefix_len.saturating_add(*suffix_len);
+            (p, p.saturating_add(*output_len))
         }
         Dataset::Trace { rows } => rows
             .iter()
             .take(w.num_prompts as usize)
-            .fold((0, 0), |(p, t), r| (p.max(r.input_len), t.max(r.input_len + r.output_len))),
+            .fold((0, 0), |(p, t), r| (p.max(r.input_len), t.max(r.input_len.saturating_add(r.output_len)))),
         Dataset::Requests { requests } => requests
             .iter()
             .take(w.num_prompts as usize)
-            .fold((0, 0), |(p, t), r| (p.max(r.input_len), t.max(r.input_len + r.output_len))),
+            .fold((0, 0), |(p, t), r| (p.max(r.input_len), t.max(r.input_len.saturating_add(r.output_len)))),
     }
 }

@@ -97,6 +97,11 @@ pub use sglang::SglangFlags;
 use vllm::resolve_vllm;
 pub use vllm::VllmFlags;
 
+/// The largest KV pool a scenario may give, tokens (2^28). A bound, not a model: the block
+/// pool and the radix tree hold state per block or token, and a pool no GPU has would only
+/// exhaust the host's memory (a `num_gpu_blocks_override` of 2^32 asked for 137 GB).
+pub const MAX_KV_POOL_TOKENS: u64 = 1 << 28;
+
 /// What the command line loads from disk for a scenario.
 #[derive(Clone, Debug, Default)]
 pub struct Resources {
@@ -349,6 +354,16 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
         EngineKind::Vllm => resolve_vllm(&s.engine, &model, &gpu, &deployment)?,
         EngineKind::Sglang => resolve_sglang(&s.engine, &model, &gpu, &deployment, workload.seed)?,
     };
+    let pool = engine.kv_capacity_tokens();
+    if pool > MAX_KV_POOL_TOKENS {
+        return Err(ConfigError::new(
+            format!("engine.{}", kv_sizing.source),
+            format!(
+                "gives a KV pool of {pool} tokens; servesim simulates at most {MAX_KV_POOL_TOKENS} \
+                 (more than any GPU holds: at 1 KiB per token that is 256 GiB)"
+            ),
+        ));
+    }
     if s.workload.initial_test_request.is_none() {
         workload.initial_test_request = default_initial_test_request(&engine);
     }
