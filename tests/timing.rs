@@ -230,6 +230,7 @@ async fn run_workload(spec: &SimSpec, w: &Workload) -> Result<RunResult, String>
         num_steps: 0,
         end_ns: end,
         ingress_ns: 0,
+        fast_forwarded_steps: 0,
     })
 }
 

@@ -360,6 +360,7 @@ pub async fn run(opts: &BenchOptions, workload: &Workload) -> BenchRun {
         num_steps: 0,
         end_ns: bench_end_ns,
         ingress_ns: 0,
+        fast_forwarded_steps: 0,
     };
     BenchRun { outcomes, result, metrics_before, metrics_after, interrupted, client_cpu_s, wall_s }
 }

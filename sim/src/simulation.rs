@@ -223,6 +223,9 @@ pub struct RunResult {
     pub end_ns: u64,
     /// Ingress cost per request, for the TTFT breakdown.
     pub ingress_ns: u64,
+    /// Of `num_steps`, the steps the fast-forward ran (0 with it off). Not reported: it
+    /// says how a run was computed, not what it computed.
+    pub fast_forwarded_steps: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -260,6 +263,8 @@ struct Loop<'a, E: Engine> {
     ingress_ns: u64,
     opts: RunOptions,
     steps: u64,
+    /// Of `steps`, those the fast-forward ran.
+    ff_steps: u64,
     // timed-phase bookkeeping
     timed: bool,
     bench_start: u64,
@@ -465,6 +470,7 @@ impl<'a, E: Engine> Loop<'a, E> {
             k += 1;
         }
         self.engine.ff_end(k);
+        self.ff_steps += k;
         if k > 0 && self.opts.check_invariants {
             if let Err(e) = self.engine.check_invariants() {
                 self.stop = Some(StopReason::InvariantViolated(format!("after a fast-forward: {e}")));
@@ -610,6 +616,7 @@ pub fn run_observed<E: Engine>(
         ingress_ns: cost.ingress_ns(),
         opts,
         steps: 0,
+        ff_steps: 0,
         timed: false,
         bench_start: 0,
         counters_at_start: EngineCounters::default(),
@@ -725,5 +732,6 @@ pub fn run_observed<E: Engine>(
         num_steps: lp.steps,
         end_ns: now,
         ingress_ns: lp.ingress_ns,
+        fast_forwarded_steps: lp.ff_steps,
     }
 }

@@ -14,9 +14,43 @@ use crate::common::*;
 fn run_bytes(v: &Value, fast_forward: bool, check_invariants: bool) -> (String, String) {
     let spec = spec(v.clone());
     let opts = RunOptions { fast_forward, check_invariants, record_timeseries: true, ..Default::default() };
-    let out = sim::simulate(&spec, opts);
+    let mut out = sim::simulate(&spec, opts);
     let report = serde_json::to_string(&sim::report::PointReport::of(&spec, &out)).unwrap();
+    // How the run was computed differs by construction; everything it computed must not.
+    out.run.fast_forwarded_steps = 0;
     (report, format!("{:?}", out.run))
+}
+
+/// Of a run's steps, the share the fast-forward ran.
+fn fast_forwarded_share(v: &Value) -> f64 {
+    let out = sim::simulate(&spec(v.clone()), RunOptions::default());
+    out.run.fast_forwarded_steps as f64 / out.run.num_steps.max(1) as f64
+}
+
+/// The fast-forward must actually apply where its conditions hold: closed-loop decode-heavy
+/// runs with a roomy KV pool, for every release's scheduling (vLLM synchronous before 0.14,
+/// async scheduling from 0.14; SGLang with and without its overlap scheduler). A condition
+/// written against the wrong bookkeeping makes the fast-forward silently never fire, which the
+/// byte-identity tests alone cannot see (vLLM's async path did so until 2026-12-01).
+#[test]
+fn plain_decode_runs_are_fast_forwarded_on_every_release() {
+    let engines = [
+        json!({"kind": "vllm", "version": "0.11.0", "kv_cache_tokens": 200_000}),
+        json!({"kind": "vllm", "version": "0.17.0", "kv_cache_tokens": 200_000}),
+        json!({"kind": "vllm", "version": "0.28.0", "kv_cache_tokens": 200_000}),
+        json!({"kind": "vllm", "version": "0.28.0", "kv_cache_tokens": 200_000, "async_scheduling": false}),
+        json!({"kind": "vllm", "version": "0.33.0", "kv_cache_tokens": 200_000, "enable_prefix_caching": false}),
+        json!({"kind": "sglang", "version": "0.4.10", "max_total_tokens": 200_000}),
+        json!({"kind": "sglang", "version": "0.5.23", "max_total_tokens": 200_000}),
+        json!({"kind": "sglang", "version": "0.5.23", "max_total_tokens": 200_000, "disable_overlap_schedule": true}),
+    ];
+    for engine in engines {
+        let v = json!({"version": 1, "engine": engine, "model": "qwen2.5-7b-instruct", "hardware": "a100-80gb",
+                       "workload": {"dataset_name": "random", "random_input_len": 512, "random_output_len": 256,
+                                    "num_prompts": 64, "max_concurrency": 4, "ignore_eos": true}});
+        let share = fast_forwarded_share(&v);
+        assert!(share > 0.8, "only {:.0}% of the steps were fast-forwarded for {engine}", share * 100.0);
+    }
 }
 
 fn assert_same_both_ways(v: &Value) {

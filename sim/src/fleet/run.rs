@@ -206,6 +206,8 @@ struct FleetLoop<'a> {
     remaining_in_phase: usize,
     opts: RunOptions,
     steps: u64,
+    /// Of `steps`, those the fast-forward ran.
+    ff_steps: u64,
     timed: bool,
     bench_start: u64,
     fleet_acc: GaugeAcc,
@@ -568,6 +570,7 @@ impl<'a> FleetLoop<'a> {
             k += 1;
         }
         self.reps[r].engine.ff_end(k);
+        self.ff_steps += k;
         if k > 0 && self.opts.check_invariants {
             if let Err(e) = self.reps[r].engine.check_invariants() {
                 self.stop = Some(StopReason::InvariantViolated(format!("replica {r} after a fast-forward: {e}")));
@@ -694,6 +697,7 @@ pub fn run_fleet(
         remaining_in_phase: 0,
         opts,
         steps: 0,
+        ff_steps: 0,
         timed: false,
         bench_start: 0,
         fleet_acc: GaugeAcc::default(),
@@ -846,6 +850,7 @@ pub fn run_fleet(
         num_steps: lp.steps,
         end_ns: now,
         ingress_ns,
+        fast_forwarded_steps: lp.ff_steps,
     };
     let per = |x: u64| if lp.xfers > 0 { x as f64 / lp.xfers as f64 / 1e6 } else { 0.0 };
     let fleet = FleetRun {

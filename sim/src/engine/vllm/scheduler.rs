@@ -564,10 +564,11 @@ impl Engine for Scheduler {
         for pos in 0..n {
             let r = self.req(self.running[pos]);
             // A decode: one token left to compute, the request has sampled before. Under
-            // async scheduling its decode for the next step is already planned (one
-            // placeholder; `num_computed_tokens` counts it).
+            // async scheduling its decode for the next step is already planned: one
+            // placeholder, and `num_computed_tokens` counts the token that decode computes
+            // (the last one sampled), so it equals `num_tokens`, one short of `total`.
             let ready = if async_ {
-                r.placeholders == 1 && r.num_computed_tokens == r.total()
+                r.placeholders == 1 && r.num_computed_tokens + 1 == r.total()
             } else {
                 r.placeholders == 0 && r.num_computed_tokens + 1 == r.num_tokens()
             };
