@@ -275,7 +275,13 @@ fn simulate_config(
         // A fleet runs its own loop: no shared workload, no early stop.
         (Ok(PointReport::of(&spec, &sim::simulate(&spec, RunOptions::default()))), None)
     } else {
-        let workload = take_workload(cache, &spec.workload, &shared.workloads);
+        let mut workload = take_workload(cache, &spec.workload, &shared.workloads);
+        if let sim::config::EngineSpec::Vllm(c) = &spec.engine {
+            if c.enable_prefix_caching {
+                // Every configuration hashes the same prompts: once per workload is enough.
+                workload.share_prompt_hashes(c.block_size);
+            }
+        }
         let rule = early.map(|e| (e, e.need(workload.requests.len())));
         let opts = RunOptions { stop_after_slow_ttft: rule.map(|(e, n)| (e.above_ns, n)), ..Default::default() };
         // `sim::simulate` for one engine: the workload, the run, the metrics.

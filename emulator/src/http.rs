@@ -421,6 +421,7 @@ async fn generate(sh: Arc<Shared>, c: Completion, chat: bool) -> Resp {
         arrival_ns: 0,
         priority: 0,
         ignore_eos: c.ignore_eos,
+        prompt_hashes: None,
     };
     let (tx, mut rx) = mpsc::unbounded_channel();
     let arrived_ns = sh.clock.now_ns();

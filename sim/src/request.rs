@@ -38,6 +38,28 @@ pub struct RequestSpec {
     /// The request was sent with `ignore_eos` (SGLang ≥ 0.5.23 reserves its
     /// whole remaining output for it).
     pub ignore_eos: bool,
+    /// A memo of the hashes of the prompt's full blocks at one block size
+    /// ([`PromptBlockHashes::of`]), shared between runs of the same workload
+    /// (`tune`: one workload, thousands of configurations). `None`: computed on
+    /// demand. The values are exactly those [`extend_block_hashes`] computes, so
+    /// the memo never changes a result, only how long it takes.
+    pub prompt_hashes: Option<std::sync::Arc<PromptBlockHashes>>,
+}
+
+/// The hashes of a prompt's full blocks of `block_size` tokens, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PromptBlockHashes {
+    pub block_size: u32,
+    pub hashes: Vec<u64>,
+}
+
+impl PromptBlockHashes {
+    /// The full prompt blocks' hashes of `spec` at `block_size`.
+    pub fn of(spec: &RequestSpec, block_size: u32) -> PromptBlockHashes {
+        let mut hashes = Vec::with_capacity((spec.prompt_len / block_size.max(1)) as usize);
+        extend_block_hashes(spec, block_size.max(1), spec.prompt_len, &mut hashes);
+        PromptBlockHashes { block_size: block_size.max(1), hashes }
+    }
 }
 
 impl RequestSpec {
@@ -95,6 +117,13 @@ pub fn chain_block_hash(parent: u64, pieces: impl Iterator<Item = (u64, u32, u32
 /// tokens among the first `num_tokens` tokens of `spec`.
 pub fn extend_block_hashes(spec: &RequestSpec, block_size: u32, num_tokens: u32, hashes: &mut Vec<u64>) {
     let full = (num_tokens / block_size) as usize;
+    if hashes.len() < full {
+        if let Some(p) = spec.prompt_hashes.as_deref().filter(|p| p.block_size == block_size) {
+            if hashes.len() < p.hashes.len() {
+                hashes.extend_from_slice(&p.hashes[hashes.len()..full.min(p.hashes.len())]);
+            }
+        }
+    }
     while hashes.len() < full {
         let k = hashes.len() as u32;
         let parent = hashes.last().copied().unwrap_or(0);
@@ -164,6 +193,7 @@ mod tests {
             arrival_ns: 0,
             priority: 0,
             ignore_eos: true,
+            prompt_hashes: None,
         }
     }
 
@@ -179,6 +209,27 @@ mod tests {
         assert_eq!(ha[..2], hb[..2]);
         assert_ne!(ha[2], hb[2]);
         assert_ne!(ha[3], hb[3]);
+    }
+
+    #[test]
+    fn memoised_prompt_hashes_are_the_computed_ones() {
+        let a = spec(vec![Segment { key: 1, len: 40 }, Segment { key: 2, len: 30 }], 10);
+        let mut b = a.clone();
+        b.prompt_hashes = Some(std::sync::Arc::new(PromptBlockHashes::of(&a, 16)));
+        assert_eq!(b.prompt_hashes.as_ref().unwrap().hashes.len(), 4);
+        // Prompt blocks and blocks reaching into the output, in pieces and at once.
+        for upto in [0, 15, 16, 40, 64, 70, 80, 200] {
+            let (mut ha, mut hb) = (vec![], vec![]);
+            extend_block_hashes(&a, 16, upto, &mut ha);
+            extend_block_hashes(&b, 16, upto.min(33), &mut hb);
+            extend_block_hashes(&b, 16, upto, &mut hb);
+            assert_eq!(ha, hb, "up to {upto}");
+        }
+        // Another block size ignores the memo.
+        let (mut ha, mut hb) = (vec![], vec![]);
+        extend_block_hashes(&a, 8, 64, &mut ha);
+        extend_block_hashes(&b, 8, 64, &mut hb);
+        assert_eq!(ha, hb);
     }
 
     #[test]

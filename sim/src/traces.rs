@@ -128,6 +128,7 @@ impl TraceRequest {
             arrival_ns: self.arrival_ns,
             priority: 0,
             ignore_eos: true,
+            prompt_hashes: None,
         }
     }
 }

@@ -112,7 +112,32 @@ pub struct Workload {
     pub seed: u64,
 }
 
+/// The most prompt-block hashes [`Workload::share_prompt_hashes`] keeps (64 MiB).
+pub const MAX_SHARED_PROMPT_HASHES: usize = 1 << 23;
+
 impl Workload {
+    /// Memoises every request's prompt-block hashes at `block_size`
+    /// ([`crate::request::PromptBlockHashes`]) so that runs sharing this workload hash each
+    /// prompt once, not once per run. Results are unchanged (the memo holds the values the
+    /// engine would compute). Does nothing if the memo would pass
+    /// [`MAX_SHARED_PROMPT_HASHES`], or if it is already there at that block size.
+    pub fn share_prompt_hashes(&mut self, block_size: u32) {
+        let block_size = block_size.max(1);
+        let all = || self.initial_test.iter().chain(&self.warmups).chain(&self.requests);
+        if all().all(|r| r.prompt_hashes.as_ref().is_some_and(|p| p.block_size == block_size)) {
+            return;
+        }
+        let n: usize = all().map(|r| (r.prompt_len / block_size) as usize).sum();
+        if n > MAX_SHARED_PROMPT_HASHES {
+            return;
+        }
+        let memo = |r: &mut RequestSpec| {
+            let h = crate::request::PromptBlockHashes::of(r, block_size);
+            r.prompt_hashes = Some(std::sync::Arc::new(h));
+        };
+        self.initial_test.iter_mut().chain(&mut self.warmups).chain(&mut self.requests).for_each(memo);
+    }
+
     /// Mean prompt and output lengths of the timed requests.
     pub fn mean_lengths(&self) -> (f64, f64) {
         let n = self.requests.len().max(1) as f64;
@@ -217,6 +242,7 @@ pub fn generate(params: &WorkloadParams) -> Workload {
             arrival_ns,
             priority,
             ignore_eos: params.ignore_eos,
+            prompt_hashes: None,
         }
     };
     let mut out_rng = stream(seed, "dataset.outputs");

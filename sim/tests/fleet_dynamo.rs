@@ -30,6 +30,7 @@ fn req(segs: &[(u64, u32)], output: u32, out_key: u64) -> RequestSpec {
         arrival_ns: 0,
         priority: 0,
         ignore_eos: true,
+        prompt_hashes: None,
     }
 }
 

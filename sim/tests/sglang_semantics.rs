@@ -133,6 +133,7 @@ fn req(key: u64, prompt: u32, output: u32, ignore_eos: bool) -> RequestSpec {
         arrival_ns: 0,
         priority: 0,
         ignore_eos,
+        prompt_hashes: None,
     }
 }
 

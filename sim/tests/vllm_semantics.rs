@@ -34,6 +34,7 @@ fn req(key: u64, prompt: u32, output: u32) -> RequestSpec {
         arrival_ns: 0,
         priority: 0,
         ignore_eos: true,
+        prompt_hashes: None,
     }
 }
 

@@ -92,6 +92,7 @@ pub(crate) mod tests {
             arrival_ns: 0,
             priority: 0,
             ignore_eos: true,
+            prompt_hashes: None,
         }
     }
 

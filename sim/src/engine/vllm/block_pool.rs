@@ -77,7 +77,9 @@ impl BlockPool {
             head: NIL,
             tail: NIL,
             num_free: 0,
-            cached: BlockHashMap::default(),
+            // Sized for the pool (each block holds at most one hash), up to 2^18 blocks, so
+            // that filling it does not rehash it a dozen times per run.
+            cached: BlockHashMap::with_capacity_and_hasher(n.min(1 << 18), Default::default()),
             duplicates: BlockHashMap::default(),
             enable_caching,
         };
