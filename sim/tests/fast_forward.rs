@@ -87,6 +87,9 @@ fn the_default_scenario_is_fast_forwarded_and_identical() {
     )
     .unwrap();
     assert_same_both_ways(&v);
+    // One 4,096-token prefill and 511 decodes per request at concurrency 1: nearly every step.
+    let share = fast_forwarded_share(&v);
+    assert!(share > 0.95, "only {:.1}% of the default scenario's steps were fast-forwarded", share * 100.0);
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -178,21 +178,31 @@ impl BlockPool {
 
     fn maybe_evict_cached_block(&mut self, id: u32) {
         let Some(h) = self.blocks[id as usize].hash.take() else { return };
-        if self.cached.get(&h) == Some(&id) {
-            // The next duplicate, if any, becomes the one lookups find.
-            match self.duplicates.get_mut(&h) {
-                Some(d) => {
-                    let next = d.remove(0);
-                    if d.is_empty() {
-                        self.duplicates.remove(&h);
+        // One probe of `cached` (this runs for most blocks a prompt allocates once the pool
+        // has wrapped), and none of `duplicates` while it is empty (nearly always).
+        if let std::collections::hash_map::Entry::Occupied(mut e) = self.cached.entry(h) {
+            if *e.get() == id {
+                // The next duplicate, if any, becomes the one lookups find.
+                let dups = if self.duplicates.is_empty() { None } else { self.duplicates.get_mut(&h) };
+                match dups {
+                    Some(d) => {
+                        let next = d.remove(0);
+                        if d.is_empty() {
+                            self.duplicates.remove(&h);
+                        }
+                        e.insert(next);
                     }
-                    self.cached.insert(h, next);
+                    None => {
+                        e.remove();
+                    }
                 }
-                None => {
-                    self.cached.remove(&h);
-                }
+                return;
             }
-        } else if let Some(d) = self.duplicates.get_mut(&h) {
+        }
+        if self.duplicates.is_empty() {
+            return;
+        }
+        if let Some(d) = self.duplicates.get_mut(&h) {
             d.retain(|&b| b != id);
             if d.is_empty() {
                 self.duplicates.remove(&h);
