@@ -5,6 +5,11 @@
 //!
 //! * **Ingress.** A request reaches the scheduler's waiting queue a fixed
 //!   `request_ingress_us` after the client sent it (HTTP, parsing, tokenisation).
+//!   Where the engine's front end tokenizes in one process, one request after the
+//!   other ([`crate::engine::Engine::tokenizer_ns_per_prompt_token`]: SGLang's
+//!   `TokenizerManager`), the prompt's tokenisation is also a single-server FIFO
+//!   queue ([`FrontEnd::arrival_tokenized`]): a request waits for those sent before
+//!   it, so a burst of N requests reaches the scheduler spread out, not at once.
 //! * **Output lag** ([`crate::engine::Engine::output_lag`], SGLang's overlap
 //!   scheduler): a step's tokens are streamed at the next step's end; a
 //!   request's last token, and the tokens of a step nothing follows, at once.
@@ -17,22 +22,50 @@
 
 use crate::engine::TokenOutput;
 
-/// The front end: ingress and the single-server output streaming queue.
+/// The front end: ingress, the serial tokenizer (where the engine has one) and the
+/// single-server output streaming queue.
 #[derive(Clone, Debug)]
 pub struct FrontEnd {
     pub ingress_ns: u64,
     pub per_token_ns: u64,
     busy_until: u64,
+    /// Tokenisation time per prompt token of a serial tokenizer (0: none).
+    pub tokenize_ns_per_token: u64,
+    /// When the serial tokenizer has finished the requests given to it so far.
+    tokenizer_busy_until: u64,
 }
 
 impl FrontEnd {
     pub fn new(ingress_ns: u64, per_token_ns: u64) -> FrontEnd {
-        FrontEnd { ingress_ns, per_token_ns, busy_until: 0 }
+        FrontEnd { ingress_ns, per_token_ns, busy_until: 0, tokenize_ns_per_token: 0, tokenizer_busy_until: 0 }
+    }
+
+    /// The same front end with a serial tokenizer taking `ns_per_token` a prompt token
+    /// ([`FrontEnd::arrival_tokenized`]); 0 leaves ingress a fixed delay.
+    pub fn with_serial_tokenizer(mut self, ns_per_token: u64) -> FrontEnd {
+        self.tokenize_ns_per_token = ns_per_token;
+        self
     }
 
     /// When a request sent at `sent_ns` reaches the scheduler.
     pub fn arrival(&self, sent_ns: u64) -> Option<u64> {
         sent_ns.checked_add(self.ingress_ns)
+    }
+
+    /// When a request of `prompt_tokens` sent at `sent_ns` reaches the scheduler, through the
+    /// serial tokenizer: it is tokenized after the fixed ingress (the HTTP request is read
+    /// first) and after every request handed to the tokenizer before it, taking
+    /// `tokenize_ns_per_token` a prompt token. Calls must come in send order (the loop's
+    /// event order). Without a serial tokenizer this is [`FrontEnd::arrival`].
+    pub fn arrival_tokenized(&mut self, sent_ns: u64, prompt_tokens: u32) -> Option<u64> {
+        let ready = self.arrival(sent_ns)?;
+        if self.tokenize_ns_per_token == 0 {
+            return Some(ready);
+        }
+        let start = ready.max(self.tokenizer_busy_until);
+        let done = start.checked_add(self.tokenize_ns_per_token.checked_mul(u64::from(prompt_tokens))?)?;
+        self.tokenizer_busy_until = done;
+        Some(done)
     }
 
     /// Streams `n` (≥ 1) tokens produced at `now_ns`, after those already queued: when the
@@ -80,6 +113,21 @@ mod tests {
         assert_eq!(f.stream(1_200, 2), Some(1_500));
         assert_eq!(f.stream(2_000, 1), Some(2_100));
         assert_eq!(f.stream(u64::MAX - 10, 1), None);
+    }
+
+    #[test]
+    fn the_serial_tokenizer_is_a_single_server_after_the_fixed_ingress() {
+        let mut f = FrontEnd::new(1_000, 0).with_serial_tokenizer(2);
+        // A burst of three: each waits for the ones before it.
+        assert_eq!(f.arrival_tokenized(0, 100), Some(1_200));
+        assert_eq!(f.arrival_tokenized(0, 50), Some(1_300));
+        assert_eq!(f.arrival_tokenized(0, 100), Some(1_500));
+        // Sent after the tokenizer is free: no wait.
+        assert_eq!(f.arrival_tokenized(10_000, 10), Some(11_020));
+        assert_eq!(f.arrival_tokenized(u64::MAX - 10, 1), None);
+        // Without a serial tokenizer: the fixed delay.
+        let mut g = FrontEnd::new(1_000, 0);
+        assert_eq!(g.arrival_tokenized(5, 1_000_000), Some(1_005));
     }
 
     #[test]

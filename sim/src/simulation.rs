@@ -309,7 +309,13 @@ impl<'a, E: Engine> Loop<'a, E> {
     }
 
     fn dispatch(&mut self, id: ReqId, now: u64) {
-        let Some(arrival) = self.later_by(now, self.front.ingress_ns, INGRESS_TOO_LONG) else { return };
+        // The fixed ingress, then (where the engine's front end tokenizes serially) the
+        // tokenizer's FIFO queue (`crate::delivery::FrontEnd::arrival_tokenized`).
+        let prompt_len = self.specs[id as usize].prompt_len;
+        let Some(arrival) = self.front.arrival_tokenized(now, prompt_len) else {
+            self.stop.get_or_insert(StopReason::TimeOverflow { cause: INGRESS_TOO_LONG });
+            return;
+        };
         self.in_flight += 1;
         let rec = &mut self.records[id as usize];
         rec.dispatch_ns = now;
@@ -596,6 +602,7 @@ pub fn run_observed<E: Engine>(
 ) -> RunResult {
     let (specs, phase_of, phases, records) = phase_layout(workload);
     let kv_capacity_tokens = engine.kv_capacity_tokens();
+    let tokenizer_ns_per_token = engine.tokenizer_ns_per_prompt_token();
     let mut lp = Loop {
         engine,
         cost,
@@ -609,7 +616,8 @@ pub fn run_observed<E: Engine>(
         pending: VecDeque::new(),
         remaining_in_phase: 0,
         step_running: false,
-        front: crate::delivery::FrontEnd::new(cost.ingress_ns(), cost.output_token_ns()),
+        front: crate::delivery::FrontEnd::new(cost.ingress_ns(), cost.output_token_ns())
+            .with_serial_tokenizer(tokenizer_ns_per_token),
         outputs: Vec::new(),
         held: Vec::new(),
         later: Vec::new(),

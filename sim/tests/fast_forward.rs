@@ -178,3 +178,38 @@ proptest! {
         assert_same_both_ways(&v);
     }
 }
+
+/// SGLang's CPU overlap (`SglangBehaviour::cpu_overlap`, off by default): every step of an
+/// overlap-scheduled run on a GPU, fast-forwarded or not, has the same shape, so the same
+/// bytes both ways; and its steps are no slower than without it.
+#[test]
+fn sglang_cpu_overlap_gives_the_same_bytes_with_and_without_fast_forward() {
+    for (version, load) in [("0.5.23", 8u32), ("0.4.10", 24), ("0.5.10", 3)] {
+        let v = json!({"version": 1, "model": "qwen2.5-7b-instruct", "hardware": "a100-80gb",
+            "engine": {"kind": "sglang", "version": version, "max_total_tokens": 20_000},
+            "workload": {"dataset_name": "random", "random_input_len": 300, "random_output_len": 120,
+                         "random_range_ratio": 0.5, "num_prompts": 40, "ignore_eos": true,
+                         "max_concurrency": load, "seed": 7}});
+        let runs: Vec<(String, String, f64)> = [false, true]
+            .iter()
+            .flat_map(|&ff| {
+                [false, true].map(|overlap| {
+                    let mut s = spec(v.clone());
+                    let sim::config::EngineSpec::Sglang(c) = &mut s.engine else { panic!("an SGLang scenario") };
+                    c.behaviour.cpu_overlap = overlap;
+                    let opts = RunOptions { fast_forward: ff, check_invariants: !ff, ..Default::default() };
+                    let out = sim::simulate(&s, opts);
+                    let report = serde_json::to_string(&sim::report::PointReport::of(&s, &out)).unwrap();
+                    let r = &out.run;
+                    let run = format!("{:?} {:?} {:?} {} {}", r.records, r.counters, r.gauges, r.num_steps, r.end_ns);
+                    (report, run, out.metrics.tpot.mean)
+                })
+            })
+            .collect();
+        // [stepped off, stepped on, ff off, ff on]
+        assert_eq!(runs[0].0, runs[2].0, "{version}: without the overlap, fast-forward changes the report");
+        assert_eq!(runs[1].0, runs[3].0, "{version}: with the overlap, fast-forward changes the report");
+        assert!(runs[1].1 == runs[3].1, "{version}: with the overlap, fast-forward changes the run");
+        assert!(runs[1].2 < runs[0].2, "{version}: the CPU overlap does not shorten the steps");
+    }
+}

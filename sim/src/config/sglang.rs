@@ -244,6 +244,13 @@ pub(super) fn resolve_sglang(
     Ok((EngineSpec::Sglang(cfg), sizing))
 }
 
+/// Whether an SGLang step on a GPU with the overlap scheduler costs max(CPU, GPU) instead of
+/// their sum ([`SglangBehaviour::cpu_overlap`], `StepShape::cpu_overlapped`). The source
+/// says it does (`docs/sglang.md` §7); off until `validation/baseline.json` is rewritten
+/// for it: with it on, four SGLang groups of `servesim validate` get worse by 1.1–2.0
+/// points (VALIDATION.md §5, "SGLang: the CPU overlap and the tokenizer", 2026-12).
+pub const SGLANG_CPU_OVERLAP: bool = false;
+
 impl SglangBehaviour {
     /// The behaviours of an SGLang release (`docs/sglang.md`; each from the first release
     /// it was read in), with the overlap scheduler on as the CPU backend shows it.
@@ -256,6 +263,7 @@ impl SglangBehaviour {
             page_reserve_per_request: v >= Version::new(0, 5, 23),
             retract_ratio_plus_one: v >= Version::new(0, 5, 23),
             overlap: Overlap::CpuBackend,
+            cpu_overlap: SGLANG_CPU_OVERLAP,
         }
     }
 }

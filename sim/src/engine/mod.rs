@@ -165,6 +165,14 @@ pub trait Engine {
         false
     }
 
+    /// Tokenisation time per prompt token, ns, of a front end that tokenizes the requests
+    /// one after the other in one process before they reach the scheduler (SGLang's
+    /// `TokenizerManager`; `crate::delivery::FrontEnd::arrival_tokenized`). 0 (the default):
+    /// ingress is the fixed `request_ingress_us` delay, requests in parallel.
+    fn tokenizer_ns_per_prompt_token(&self) -> u64 {
+        0
+    }
+
     // ---- Fast-forward (see `simulation`'s module docs for why each condition is enough) ----
 
     /// If the next steps are plain decode steps whose plans are provably identical in

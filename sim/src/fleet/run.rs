@@ -334,8 +334,12 @@ impl<'a> FleetLoop<'a> {
         } else {
             r
         };
-        let ingress = self.fronts[self.reps[r].front].ingress_ns;
-        let Some(arrival) = self.later_by(now, ingress, INGRESS_TOO_LONG) else { return };
+        // The fixed ingress, then the front end's serial tokenizer where the engine has one
+        // (SGLang's `TokenizerManager`, shared by data-parallel replicas behind one front).
+        let Some(arrival) = self.fronts[self.reps[r].front].arrival_tokenized(now, spec.prompt_len) else {
+            self.stop.get_or_insert(StopReason::TimeOverflow { cause: INGRESS_TOO_LONG });
+            return;
+        };
         self.in_flight += 1;
         self.placed[id as usize] = (r as u32, d as u32);
         let timed = self.phase_of[id as usize] == Phase::Timed;
@@ -661,8 +665,9 @@ pub fn run_fleet(
         });
     }
     let mut fronts = vec![FrontEnd::new(0, 0); f.num_fronts];
-    for rs in &f.replicas {
-        fronts[rs.front] = FrontEnd::new(rs.cost.ingress_ns(), rs.cost.output_token_ns());
+    for (rs, rep) in f.replicas.iter().zip(&reps) {
+        fronts[rs.front] = FrontEnd::new(rs.cost.ingress_ns(), rs.cost.output_token_ns())
+            .with_serial_tokenizer(rep.engine.tokenizer_ns_per_prompt_token());
     }
     let prefill_specs: Vec<RequestSpec> = if disagg {
         specs.iter().map(|s| RequestSpec { max_tokens: 1, output_len: 1, ..(*s).clone() }).collect()

@@ -91,6 +91,10 @@ pub struct SglangBehaviour {
     pub retract_ratio_plus_one: bool,
     /// The overlap scheduler, as modelled for the hardware.
     pub overlap: Overlap,
+    /// With [`Overlap::Gpu`], every step is [`StepShape::cpu_overlapped`]: its CPU time
+    /// overlaps the GPU's, as `event_loop_overlap` runs them. Off by default
+    /// (`config/sglang.rs`, `SGLANG_CPU_OVERLAP`).
+    pub cpu_overlap: bool,
 }
 use crate::request::RequestSpec;
 use crate::rng::{stream, Rng};
@@ -137,6 +141,19 @@ impl SglangConfig {
 
 /// `retract_decode_steps`.
 const RETRACT_DECODE_STEPS: u64 = 20;
+
+/// Tokenisation time per prompt token in the `TokenizerManager`, ns
+/// ([`Engine::tokenizer_ns_per_prompt_token`]). The `TokenizerManager` is one asyncio
+/// process (`tokenizer_worker_num` 1 and the dynamic batch tokenizer off by default) that
+/// calls the Hugging Face fast tokenizer synchronously on its event loop for each request
+/// (`_tokenize_one_request`, 0.5.x `_tokenize_texts`), so requests are tokenized one after
+/// the other. 1 µs a token: measured on the live test bed's CPU (`transformers`
+/// `PreTrainedTokenizerFast.__call__`, the test model's byte-level BPE, prompts made as
+/// `bench_serving`'s random dataset makes them: 0.78–0.97 µs a token from 128 to 4,096
+/// tokens, 1.24 at 8,192), the order of magnitude published for real models' tokenizers
+/// (LightLLM PR #1258: 41.7 ms for 22k tokens, Qwen3.5, 1.9 µs; agentcore-rl-toolkit PR
+/// #141: 1.2 s for eight 128k-token prompts, Qwen3-Coder, 1.2 µs). `docs/sglang.md` §7.
+pub const TOKENIZER_NS_PER_PROMPT_TOKEN: u64 = 1_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Status {
@@ -725,7 +742,7 @@ impl Scheduler {
         }
         if self.get_new_batch_prefill() {
             let mut mixed = false;
-            let mut shape = StepShape::default();
+            let mut shape = self.empty_shape();
             for k in 0..self.batch.len() {
                 let id = self.batch[k];
                 let r = self.req(id);
@@ -750,7 +767,7 @@ impl Scheduler {
         } else if !self.running.is_empty() {
             self.update_running_batch();
             let ids = self.running.clone();
-            let mut shape = StepShape::default();
+            let mut shape = self.empty_shape();
             self.decode_into_plan(&ids, &mut shape);
             self.plan.shape = shape;
             self.kind = Some(StepKind::Decode);
@@ -795,6 +812,21 @@ impl Scheduler {
                 }
             }
         }
+    }
+
+    /// Whether a step's CPU time overlaps the GPU's ([`StepShape::cpu_overlapped`]), with
+    /// [`SglangBehaviour::cpu_overlap`] on: with [`Overlap::Gpu`], `event_loop_overlap` receives requests, forms and launches batch
+    /// N+1 and processes batch N's results (`process_batch_result`: finishes, the radix
+    /// cache, `stream_output`) on the CPU while batch N runs on the GPU, so a step lasts
+    /// the longer of the two. `event_loop_normal` (off, and the CPU backend, whose forward
+    /// is synchronous) does them one after the other.
+    fn cpu_overlapped(&self) -> bool {
+        self.config.behaviour.cpu_overlap && self.config.behaviour.overlap == Overlap::Gpu
+    }
+
+    /// An empty step shape, its CPU overlap set ([`Scheduler::cpu_overlapped`]).
+    fn empty_shape(&self) -> StepShape {
+        StepShape { cpu_overlapped: self.cpu_overlapped(), ..Default::default() }
     }
 
     fn swap_next(&mut self) {
@@ -959,7 +991,7 @@ impl Engine for Scheduler {
 
     fn ff_shape(&self, j: u64) -> StepShape {
         let n = self.ff_n;
-        StepShape::decodes(n, self.ff_ctx0 + j * n)
+        StepShape { cpu_overlapped: self.cpu_overlapped(), ..StepShape::decodes(n, self.ff_ctx0 + j * n) }
     }
 
     fn ff_step(&mut self, j: u64) -> bool {
@@ -1004,6 +1036,10 @@ impl Engine for Scheduler {
 
     fn output_lag(&self) -> bool {
         self.config.behaviour.overlap == Overlap::CpuBackend
+    }
+
+    fn tokenizer_ns_per_prompt_token(&self) -> u64 {
+        TOKENIZER_NS_PER_PROMPT_TOKEN
     }
 
     fn add_request(&mut self, id: ReqId, spec: &RequestSpec) {
