@@ -1,7 +1,9 @@
 //! What the data determine, a fit that moves only that, and the fit's uncertainty.
 //!
 //! The fit works on log-factors `x_k = ln(c_k / prior_k)` of the eight cost coefficients,
-//! with a Gaussian prior `x_k ~ N(0, σ_k²)` ([`PRIOR_SIGMA`], with where each σ comes from).
+//! with a Gaussian prior `x_k ~ N(0, σ_k²)`: σ of the prior actually used ([`prior_sigmas`]:
+//! [`PRIOR_SIGMA`] for the linear roofline prior, the same rules on the composed cost's corpus
+//! errors for a fit that corrects the composed cost), each with where it comes from.
 //!
 //! 1. **Sensitivity** ([`jacobian`]): how each coefficient moves each measured target at each
 //!    point: central finite differences of `ln(simulated target)` in `x_k` (±[`STEP`]) through
@@ -30,11 +32,14 @@ use sim::cost::{CostModel, COEFFICIENT_NAMES};
 
 use crate::fit::{apply, FitPoint, Free, TARGETS, TARGET_NOISE};
 
-/// The prior's uncertainty per coefficient: σ of `ln(true / prior)`, and where it comes from.
-/// The fit's prior is the linear roofline prior of `sim::cost` (a profile replaces the
-/// composed cost with the linear model); `servesim validate --set 'cost.prior={}'` measures
-/// that prior on the published corpus (VALIDATION.md §5, "before"): TPOT p90 |error| 50%,
-/// TTFT p90 306%.
+/// The prior's uncertainty per coefficient, for a fit whose prior is the **linear roofline
+/// prior** of `sim::cost` ([`PriorKind::Linear`]: live fits, and fits on results without a
+/// composed cost, whose coefficients replace the step cost): σ of `ln(true / prior)`, and
+/// where it comes from. `servesim validate --set 'cost.prior={}'` measures that prior on the
+/// published corpus (VALIDATION.md §5, "before"): TPOT p90 |error| 50%, TTFT p90 306%
+/// ([`LINEAR_PRIOR_P90`]). A fit that corrects the composed kernel cost
+/// ([`PriorKind::Composed`]) takes the same rules ([`sigma_from_ttft_p90`],
+/// [`sigma_from_tpot_p90`]) from the composed cost's own corpus errors ([`prior_sigmas`]).
 pub const PRIOR_SIGMA: [(&str, f64, &str); 8] = [
     ("step_us", 0.5, "the linear prior's decode step: TPOT p90 |error| 50% on the validate corpus (σ 0.25 of the whole step), doubled for one term of it"),
     ("per_seq_us", 1.4, "an order of magnitude (90% within ×10): BLIS's per-request CPU time on vLLM 0.15, another engine release and host"),
@@ -45,6 +50,104 @@ pub const PRIOR_SIGMA: [(&str, f64, &str); 8] = [
     ("request_ingress_us", 2.8, "two orders of magnitude (90% within ×100): published per-request overheads range from BLIS's 4 µs (vLLM 0.15) to the 100 ms and more a single-request TTFT on A100-40GB implied (issue #13)"),
     ("output_token_us", 1.4, "an order of magnitude (90% within ×10): BLIS's per-output-token front-end time on vLLM 0.15"),
 ];
+
+/// The linear roofline prior's p90 |error| on the validate corpus, TTFT and TPOT (VALIDATION.md
+/// §5, "before"), which [`PRIOR_SIGMA`]'s decode-step and prefill σ were set from (rounded:
+/// the rule gives 0.49 and 0.85).
+pub const LINEAR_PRIOR_P90: (f64, f64) = (3.06, 0.50);
+
+/// The coefficients of the decode step, whose σ the prior's TPOT error states.
+pub const DECODE_STEP_TERMS: [&str; 3] = ["step_us", "decode_token_us", "decode_kv_us"];
+
+/// The coefficients of the prefill, whose σ the prior's TTFT error states.
+pub const PREFILL_TERMS: [&str; 2] = ["prefill_token_us", "prefill_attention_us"];
+
+/// z of a normal's 95th percentile: a p90 |error| is 1.645 σ.
+const Z90: f64 = 1.645;
+
+/// σ of a prefill term from the prior's TTFT p90 |error| `p90` (a fraction): `ln(1 + p90) / 1.645`.
+pub fn sigma_from_ttft_p90(p90: f64) -> f64 {
+    (1.0 + p90).ln() / Z90
+}
+
+/// σ of one decode-step term from the prior's TPOT p90 |error| `p90`: the whole step's
+/// `ln(1 + p90) / 1.645`, doubled for one term of it.
+pub fn sigma_from_tpot_p90(p90: f64) -> f64 {
+    2.0 * (1.0 + p90).ln() / Z90
+}
+
+/// Which prior a fit shrinks toward, and so whose corpus errors state its σ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PriorKind {
+    /// The linear roofline prior: [`PRIOR_SIGMA`] as written.
+    Linear,
+    /// The composed measured-kernel cost, linearised ([`linear_prior`]), which the fit corrects
+    /// (`cost_mode: corrects_composed`): the decode-step and prefill σ from the composed cost's
+    /// corpus p90s (`crate::uncertainty::CORPUS_P90`, `servesim validate`).
+    Composed,
+}
+
+impl PriorKind {
+    /// The kind of a fit's prior: composed when it corrects a composed cost (it has a reference,
+    /// as the profile's `cost_mode` says), else linear.
+    pub fn of(prior: &CostModel) -> PriorKind {
+        if prior.reference.is_some() {
+            PriorKind::Composed
+        } else {
+            PriorKind::Linear
+        }
+    }
+}
+
+/// One coefficient's prior σ (of `ln(true / prior)`) and its derivation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PriorSigma {
+    pub coefficient: &'static str,
+    pub sigma: f64,
+    pub source: String,
+}
+
+/// The composed cost's p90 |error| of a metric family on the validate corpus (`CORPUS_P90`).
+fn composed_p90(family: &str) -> f64 {
+    crate::uncertainty::CORPUS_P90.iter().find(|f| f.0 == family).map_or(f64::NAN, |f| f.2)
+}
+
+/// The prior σ of each of [`COEFFICIENT_NAMES`], with where it comes from, for a prior of `kind`.
+///
+/// Linear: [`PRIOR_SIGMA`]. Composed: the same rules on the composed cost's corpus errors: the
+/// decode-step terms ([`DECODE_STEP_TERMS`]) `2 ln(1 + TPOT p90) / 1.645`, the prefill terms
+/// ([`PREFILL_TERMS`]) `ln(1 + TTFT p90) / 1.645`; the per-request and per-output-token terms,
+/// whose σ come from other sources than the corpus, as in [`PRIOR_SIGMA`].
+pub fn prior_sigmas(kind: PriorKind) -> Vec<PriorSigma> {
+    let (ttft, tpot) = (composed_p90("ttft"), composed_p90("tpot"));
+    COEFFICIENT_NAMES
+        .iter()
+        .map(|n| {
+            let (_, s, src) = PRIOR_SIGMA.iter().find(|p| p.0 == *n).copied().unwrap_or((n, 1.0, "no stated prior: σ 1"));
+            let (sigma, source) = match kind {
+                PriorKind::Composed if DECODE_STEP_TERMS.contains(n) => (
+                    sigma_from_tpot_p90(tpot),
+                    format!(
+                        "the composed kernel cost's decode step (the prior this fit corrects): TPOT p90 |error| {:.1}% on the validate corpus (uncertainty::CORPUS_P90, servesim validate; σ ln {:.3} / 1.645 = {:.3} of the whole step), doubled for one term of it",
+                        100.0 * tpot,
+                        1.0 + tpot,
+                        sigma_from_tpot_p90(tpot) / 2.0
+                    ),
+                ),
+                PriorKind::Composed if PREFILL_TERMS.contains(n) => (
+                    sigma_from_ttft_p90(ttft),
+                    format!(
+                        "the composed kernel cost's TTFT (the prior this fit corrects): p90 |error| {:.1}% on the validate corpus (uncertainty::CORPUS_P90, servesim validate; ln {:.3} / 1.645)",
+                        100.0 * ttft,
+                        1.0 + ttft
+                    ),
+                ),
+                _ => (s, src.to_string()),
+            };
+            PriorSigma { coefficient: n, sigma, source }
+        })
+        .collect()
+}
 
 /// The finite-difference step in log-coefficient (±10%).
 pub const STEP: f64 = 0.1;
@@ -59,9 +162,9 @@ pub const DATA_SHARE: f64 = 0.5;
 /// The method behind every interval of a fit.
 pub const INTERVAL_METHOD: &str = "Laplace (Gauss-Newton) covariance of the log-coefficients at the fit: diag(σ_prior) (J_wᵀJ_w/s² + I)⁻¹ diag(σ_prior), J by central finite differences (±10%) of ln(simulated target)/target_noise through the simulator, s² = max(1, χ²/dof) of the residuals; intervals on predictions by sampling it (seeded) through the simulator";
 
-/// The prior σ of each of [`COEFFICIENT_NAMES`].
-pub fn prior_sigma() -> Vec<f64> {
-    COEFFICIENT_NAMES.iter().map(|n| PRIOR_SIGMA.iter().find(|p| p.0 == *n).map_or(1.0, |p| p.1)).collect()
+/// The prior σ of each of [`COEFFICIENT_NAMES`] for a prior of `kind` ([`prior_sigmas`]).
+pub fn prior_sigma(kind: PriorKind) -> Vec<f64> {
+    prior_sigmas(kind).into_iter().map(|p| p.sigma).collect()
 }
 
 /// The measured (point, target) pairs a fit uses.
@@ -125,15 +228,16 @@ fn jacobian_along(
     j
 }
 
-/// The whitened Jacobian at `x`: one column per coefficient, a unit move being one prior σ.
+/// The whitened Jacobian at `x`: one column per coefficient, a unit move being one prior σ
+/// (`sigma`, in [`COEFFICIENT_NAMES`] order).
 pub fn jacobian(
     points: &[FitPoint],
     rows: &[(usize, usize, f64)],
     prior: &CostModel,
+    sigma: &[f64],
     x: &[f64],
     evals: &mut usize,
 ) -> DMatrix<f64> {
-    let sigma = prior_sigma();
     let dirs: Vec<Vec<f64>> =
         (0..sigma.len()).map(|k| (0..sigma.len()).map(|i| if i == k { sigma[k] } else { 0.0 }).collect()).collect();
     jacobian_along(points, rows, prior, x, &dirs, evals)
@@ -147,9 +251,10 @@ pub struct Identifiability {
     pub determined: bool,
     /// The share of its prior variance the data remove (0: prior only, 1: data only).
     pub data_share: f64,
-    /// σ of ln(true / prior) before the data, and where it comes from.
+    /// σ of ln(true / prior) before the data, and where it comes from (for the prior the fit
+    /// uses: [`prior_sigmas`]).
     pub prior_sigma_log: f64,
-    pub prior_sigma_source: &'static str,
+    pub prior_sigma_source: String,
     pub why: String,
 }
 
@@ -160,8 +265,13 @@ fn posterior_whitened(jw: &DMatrix<f64>, s2: f64) -> DMatrix<f64> {
     info.try_inverse().unwrap_or_else(|| DMatrix::identity(n, n))
 }
 
-/// What the data determine, coefficient by coefficient, from the whitened Jacobian.
-pub fn identifiability(points: &[FitPoint], rows: &[(usize, usize, f64)], jw: &DMatrix<f64>) -> Vec<Identifiability> {
+/// What the data determine, coefficient by coefficient, from the Jacobian whitened by `sigma`.
+pub fn identifiability(
+    points: &[FitPoint],
+    rows: &[(usize, usize, f64)],
+    jw: &DMatrix<f64>,
+    sigma: &[PriorSigma],
+) -> Vec<Identifiability> {
     let post = posterior_whitened(jw, 1.0);
     let n = COEFFICIENT_NAMES.len();
     let label = |r: usize| {
@@ -204,8 +314,8 @@ pub fn identifiability(points: &[FitPoint], rows: &[(usize, usize, f64)], jw: &D
                 coefficient: COEFFICIENT_NAMES[k],
                 determined,
                 data_share: share,
-                prior_sigma_log: PRIOR_SIGMA[k].1,
-                prior_sigma_source: PRIOR_SIGMA[k].2,
+                prior_sigma_log: sigma[k].sigma,
+                prior_sigma_source: sigma[k].source.clone(),
                 why,
             }
         })
@@ -264,15 +374,17 @@ impl PriorFit {
 }
 
 /// Fits the determined directions with the prior term (Levenberg–Marquardt), then the
-/// covariance at the fit. `max_iters` bounds the LM iterations.
+/// covariance at the fit. `max_iters` bounds the LM iterations. The prior's σ are those of
+/// the prior's kind ([`PriorKind::of`], [`prior_sigmas`]).
 pub fn fit_with_prior(points: &[FitPoint], prior: &CostModel, max_iters: usize) -> PriorFit {
     let n = COEFFICIENT_NAMES.len();
-    let sigma = prior_sigma();
+    let sigmas = prior_sigmas(PriorKind::of(prior));
+    let sigma: Vec<f64> = sigmas.iter().map(|p| p.sigma).collect();
     let rows = rows(points);
     let mut evals = 0usize;
     let x0 = vec![0.0; n];
-    let jw0 = jacobian(points, &rows, prior, &x0, &mut evals);
-    let identifiability = identifiability(points, &rows, &jw0);
+    let jw0 = jacobian(points, &rows, prior, &sigma, &x0, &mut evals);
+    let identifiability = identifiability(points, &rows, &jw0, &sigmas);
     // The determined directions (whitened), as moves of the log-factors.
     let (svals, dirs) = if rows.is_empty() {
         (Vec::new(), Vec::new())
@@ -331,7 +443,8 @@ pub fn fit_with_prior(points: &[FitPoint], prior: &CostModel, max_iters: usize) 
     let x = x_of(&a);
     let cost = cost_at(prior, &x);
     // Covariance at the fit.
-    let jw = if rows.is_empty() { DMatrix::zeros(0, n) } else { jacobian(points, &rows, prior, &x, &mut evals) };
+    let jw =
+        if rows.is_empty() { DMatrix::zeros(0, n) } else { jacobian(points, &rows, prior, &sigma, &x, &mut evals) };
     let chi2 = r.norm_squared();
     let dof = rows.len().saturating_sub(d);
     let s2 = if dof > 0 { (chi2 / dof as f64).max(1.0) } else { 1.0 };
@@ -410,10 +523,16 @@ pub fn fit_with_prior(points: &[FitPoint], prior: &CostModel, max_iters: usize) 
 }
 
 /// The covariance of the log-factors about a fit made elsewhere (the live fit): the same
-/// Laplace form, at `cost`, with `prior` the prior the log-factors are measured from.
-pub fn covariance_at(points: &[FitPoint], prior: &CostModel, cost: &CostModel) -> (Vec<f64>, Vec<Vec<f64>>, f64) {
+/// Laplace form, at `cost`, with `prior` the prior the log-factors are measured from and `kind`
+/// the prior the fit shrank toward (a live fit's coefficients replace the step cost: linear).
+pub fn covariance_at(
+    points: &[FitPoint],
+    prior: &CostModel,
+    cost: &CostModel,
+    kind: PriorKind,
+) -> (Vec<f64>, Vec<Vec<f64>>, f64) {
     let n = COEFFICIENT_NAMES.len();
-    let sigma = prior_sigma();
+    let sigma = prior_sigma(kind);
     let (pc, fc) = (prior.coefficients(), cost.coefficients());
     let x: Vec<f64> = COEFFICIENT_NAMES
         .iter()
@@ -428,7 +547,7 @@ pub fn covariance_at(points: &[FitPoint], prior: &CostModel, cost: &CostModel) -
         .collect();
     let rows = rows(points);
     let mut evals = 0;
-    let jw = jacobian(points, &rows, prior, &x, &mut evals);
+    let jw = jacobian(points, &rows, prior, &sigma, &x, &mut evals);
     let chi2 = residuals(points, &rows, cost, &mut evals).map_or(0.0, |r| r.norm_squared());
     let dof = rows.len().saturating_sub(n);
     let s2 = if dof > 0 { (chi2 / dof as f64).max(1.0) } else { 1.0 };
@@ -512,4 +631,51 @@ pub fn linear_prior(base: &CostModel) -> CostModel {
     // composed cost exactly, and a fit's moves scale it (`CostModel::correct`).
     out.correct(&o, &o, sim::cost::CoefficientSource::Prior);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sigma(kind: PriorKind, c: &str) -> PriorSigma {
+        prior_sigmas(kind).into_iter().find(|p| p.coefficient == c).unwrap()
+    }
+
+    /// A corrects_composed fit's σ are PRIOR_SIGMA's rules applied to the composed cost's
+    /// corpus p90s (`CORPUS_P90`); the per-request terms keep theirs.
+    #[test]
+    fn the_composed_prior_sigma_is_the_rule_on_the_composed_corpus() {
+        let p90 = |f: &str| crate::uncertainty::CORPUS_P90.iter().find(|x| x.0 == f).unwrap().2;
+        for c in DECODE_STEP_TERMS {
+            let s = sigma(PriorKind::Composed, c);
+            assert!((s.sigma - 2.0 * (1.0 + p90("tpot")).ln() / 1.645).abs() < 1e-12, "{s:?}");
+            assert!(s.source.contains("composed") && s.source.contains("doubled"), "{s:?}");
+        }
+        for c in PREFILL_TERMS {
+            let s = sigma(PriorKind::Composed, c);
+            assert!((s.sigma - (1.0 + p90("ttft")).ln() / 1.645).abs() < 1e-12, "{s:?}");
+            assert!(s.source.contains(&format!("{:.1}%", 100.0 * p90("ttft"))), "{s:?}");
+        }
+        for c in ["per_seq_us", "request_ingress_us", "output_token_us"] {
+            let (l, k) = (sigma(PriorKind::Linear, c), sigma(PriorKind::Composed, c));
+            assert_eq!(l, k);
+        }
+        // Today's corpus (TTFT p90 239%, TPOT p90 30%): 0.742 and 0.319.
+        assert!((sigma(PriorKind::Composed, "prefill_token_us").sigma - 0.742).abs() < 5e-4);
+        assert!((sigma(PriorKind::Composed, "step_us").sigma - 0.319).abs() < 5e-4);
+    }
+
+    /// The linear prior's σ as written are the same rules on its own corpus p90s, rounded.
+    #[test]
+    fn the_linear_prior_sigma_is_the_rule_on_the_linear_corpus() {
+        let (ttft, tpot) = LINEAR_PRIOR_P90;
+        for c in DECODE_STEP_TERMS {
+            assert!((sigma(PriorKind::Linear, c).sigma - sigma_from_tpot_p90(tpot)).abs() < 0.01);
+        }
+        for c in PREFILL_TERMS {
+            assert!((sigma(PriorKind::Linear, c).sigma - sigma_from_ttft_p90(ttft)).abs() < 0.01);
+        }
+        let table: Vec<f64> = PRIOR_SIGMA.iter().map(|p| p.1).collect();
+        assert_eq!(prior_sigma(PriorKind::Linear), table);
+    }
 }

@@ -208,7 +208,12 @@ pub fn calibrate<M: Measure + ?Sized>(m: &mut M, scenario: &Scenario<'_>, o: &Ca
         ProfileEngine { kind, version: info.version.clone(), model: info.model.clone(), kv_capacity_tokens: Some(kv) };
     let mut profile = Profile::new(&r, &points, "live", engine, &prior);
     // The coefficients' covariance at the fit (Laplace, with the prior's σ as a floor of information).
-    let (_, cov, s2) = crate::identify::covariance_at(&points, &crate::identify::linear_prior(&prior), &r.cost);
+    let (_, cov, s2) = crate::identify::covariance_at(
+        &points,
+        &crate::identify::linear_prior(&prior),
+        &r.cost,
+        crate::identify::PriorKind::of(&prior),
+    );
     profile.uncertainty =
         Some(crate::uncertainty::ProfileUncertainty::new(crate::identify::INTERVAL_METHOD, &profile.values(), cov, s2));
     if let Some(sf) = &step_fit {
@@ -322,8 +327,16 @@ pub fn calibrate_from_results(
         u.model_error_source = Some(format!("added in quadrature to the ensemble's spread: {}", src.source));
     }
     let (data, from_prior): (Vec<_>, Vec<_>) = pf.identifiability.iter().partition(|i| i.determined);
+    let sigma_of =
+        |c: &str| pf.identifiability.iter().find(|i| i.coefficient == c).map_or(f64::NAN, |i| i.prior_sigma_log);
     profile.note = Some(format!(
-        "{} fitted direction(s) of {} (whitened singular values {}); from the data: {}; from the prior: {}",
+        "prior σ (ln) for the {} prior: prefill terms {:.3}, decode-step terms {:.3} (each coefficient's identifiability says where from); {} fitted direction(s) of {} (whitened singular values {}); from the data: {}; from the prior: {}",
+        match crate::identify::PriorKind::of(&prior) {
+            crate::identify::PriorKind::Composed => "composed kernel cost's linearised",
+            crate::identify::PriorKind::Linear => "linear roofline",
+        },
+        sigma_of("prefill_token_us"),
+        sigma_of("step_us"),
         pf.directions,
         sim::cost::COEFFICIENT_NAMES.len(),
         pf.singular_values.iter().map(|s| format!("{s:.2}")).collect::<Vec<_>>().join(", "),

@@ -156,4 +156,11 @@ fn one_ttft_cannot_split_prefill_from_overhead() {
     );
     let v: Value = serde_json::to_value(&p).unwrap();
     assert!(v["uncertainty"]["intervals"]["request_ingress_us"]["p95"].as_f64().unwrap() > 0.0);
+    // The fit corrects the composed cost, so its prior σ are the composed cost's.
+    assert_eq!(p.cost_mode, "corrects_composed");
+    let sigmas = calib::identify::prior_sigmas(calib::identify::PriorKind::Composed);
+    for i in ids {
+        let s = sigmas.iter().find(|s| s.coefficient == i.coefficient).unwrap();
+        assert_eq!((i.prior_sigma_log, &i.prior_sigma_source), (s.sigma, &s.source));
+    }
 }
