@@ -352,7 +352,7 @@ enum MetricOut<'a> {
 }
 
 /// Median and p90 |error| of a family's values, in %.
-#[derive(Serialize)]
+#[derive(Clone, Serialize, Deserialize)]
 struct FamilyOut {
     median_abs_error_pct: Option<f64>,
     p90_abs_error_pct: Option<f64>,
@@ -366,7 +366,7 @@ impl FamilyOut {
 }
 
 /// The families that have values, in [`Family::ALL`]'s order (a group's and the corpus').
-#[derive(Default, Serialize)]
+#[derive(Clone, Default, Serialize, Deserialize)]
 struct FamiliesOut {
     #[serde(skip_serializing_if = "Option::is_none")]
     ttft: Option<FamilyOut>,
@@ -427,6 +427,11 @@ struct ValidateOut<'a> {
 struct Baseline {
     #[serde(default)]
     about: String,
+    /// The corpus' median and p90 |error| per metric family (what `validate` prints as
+    /// "Corpus"): `calib` reads them, embedded, for the uncalibrated intervals and for the
+    /// prior σ of a fit that corrects the composed cost, so they move with the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    corpus: Option<FamiliesOut>,
     /// Per group, in the file's order.
     #[serde(default, with = "in_order")]
     groups: Vec<(String, BaselineGroup)>,
@@ -442,7 +447,7 @@ struct BaselineGroup {
     cost_source: Option<String>,
 }
 
-const BASELINE_ABOUT: &str = "servesim validate: per group (published set | GPU | engine), the median |error| over every compared metric, in %. CI fails when a group gets worse by more than a point (tests/validate.rs).";
+const BASELINE_ABOUT: &str = "servesim validate: per group (published set | GPU | engine), the median |error| over every compared metric, in %. CI fails when a group gets worse by more than a point (tests/validate.rs). `corpus`: the median and p90 |error| per metric family over the whole corpus, read by calib (uncalibrated intervals, the composed prior's sigma).";
 
 /// A JSON object as its entries in order.
 mod in_order {
@@ -697,6 +702,7 @@ pub fn run(a: ValidateArgs) -> Result<ExitCode, String> {
     if let Some(w) = &a.write_baseline {
         let b = Baseline {
             about: BASELINE_ABOUT.to_string(),
+            corpus: Some(summary.clone()),
             groups: groups_out
                 .iter()
                 .map(|g| {

@@ -10,7 +10,7 @@
 //! ([`uncalibrated_intervals`]): `validation/baseline.json` (embedded at compile time) gives
 //! each published group's median |error|; the groups of the scenario's GPU and engine give
 //! theirs, scaled to a 90% band per metric family by the corpus' p90 / median of that family
-//! ([`CORPUS_P90`]); with no group of that GPU and engine, the corpus-wide p90 of the family.
+//! ([`corpus_errors`]); with no group of that GPU and engine, the corpus-wide p90 of the family.
 
 use rand::Rng as _;
 use serde::{Deserialize, Serialize};
@@ -232,19 +232,31 @@ impl ProfileUncertainty {
     }
 }
 
-/// The uncalibrated model's error on the published corpus, per metric family: (median, p90)
-/// of |simulated / published − 1| over every compared value (`servesim validate`'s "Corpus"
-/// lines for the composed measured-kernel cost, 2026-12-01; the p90s are those of VALIDATION.md
-/// §5's last corpus table, after the TP > 1 collectives). Besides the uncalibrated intervals, the TTFT and TPOT p90s
-/// state the prior σ of a fit that corrects the composed cost (`crate::identify::prior_sigmas`).
-/// Rewrite it when `validation/baseline.json` is rewritten.
-pub const CORPUS_P90: [(&str, f64, f64); 5] = [
-    ("ttft", 0.522, 2.390),
-    ("tpot", 0.126, 0.300),
-    ("itl", 0.127, 0.792),
-    ("e2el", 0.101, 0.443),
-    ("throughput", 0.052, 0.300),
-];
+/// The metric families, in the order [`corpus_errors`] gives them.
+pub const FAMILIES: [&str; 5] = ["ttft", "tpot", "itl", "e2el", "throughput"];
+
+/// The uncalibrated model's error on the published corpus, per metric family: (family, median,
+/// p90) of |simulated / published − 1| over every compared value, as fractions. Read from the
+/// `corpus` block of `validation/baseline.json` (embedded at compile time), which
+/// `servesim validate --write-baseline` writes from the same run as the groups' medians, so
+/// these move with the model instead of being copied by hand. Besides the uncalibrated
+/// intervals, the TTFT and TPOT p90s state the prior σ of a fit that corrects the composed cost
+/// (`crate::identify::prior_sigmas`).
+pub fn corpus_errors() -> &'static [(&'static str, f64, f64); 5] {
+    static C: std::sync::OnceLock<[(&'static str, f64, f64); 5]> = std::sync::OnceLock::new();
+    C.get_or_init(|| {
+        let v: Value = serde_json::from_str(BASELINE).expect("validation/baseline.json (embedded) is JSON");
+        FAMILIES.map(|f| {
+            let c = &v["corpus"][f];
+            let get = |k: &str| {
+                c[k].as_f64().unwrap_or_else(|| {
+                    panic!("validation/baseline.json (embedded): corpus.{f}.{k} missing; rewrite it with `servesim validate --write-baseline validation/baseline.json`")
+                }) / 100.0
+            };
+            (f, get("median_abs_error_pct"), get("p90_abs_error_pct"))
+        })
+    })
+}
 
 /// `validation/baseline.json`: each published group's median |error| (the uncalibrated model).
 pub const BASELINE: &str = include_str!("../../validation/baseline.json");
@@ -305,7 +317,7 @@ pub fn uncalibrated_errors(gpu: &str, engine: &str) -> UncalibratedSource {
     let mut p90 = Named::new();
     match (weighted_median(&mine), weighted_median(&all)) {
         (Some(m), Some(a)) if a > 0.0 => {
-            for (f, _, p) in CORPUS_P90 {
+            for &(f, _, p) in corpus_errors() {
                 p90.push(f, p * m / a);
             }
             UncalibratedSource {
@@ -317,7 +329,7 @@ pub fn uncalibrated_errors(gpu: &str, engine: &str) -> UncalibratedSource {
             }
         }
         _ => {
-            for (f, _, p) in CORPUS_P90 {
+            for &(f, _, p) in corpus_errors() {
                 p90.push(f, p);
             }
             UncalibratedSource {
@@ -374,7 +386,21 @@ mod tests {
         assert!(a.source.contains("published group"), "{}", a.source);
         let none = uncalibrated_errors("l40s", "sglang");
         assert!(none.source.contains("corpus-wide"), "{}", none.source);
-        assert_eq!(none.p90_abs_error.get("tpot"), Some(&0.300));
+        let tpot = corpus_errors().iter().find(|f| f.0 == "tpot").unwrap().2;
+        assert_eq!(none.p90_abs_error.get("tpot"), Some(&tpot));
+    }
+
+    /// The corpus block of the embedded baseline is read whole: every family, medians below
+    /// p90s, as fractions.
+    #[test]
+    fn the_corpus_errors_come_from_the_embedded_baseline() {
+        let c = corpus_errors();
+        let v: Value = serde_json::from_str(BASELINE).unwrap();
+        for (i, f) in FAMILIES.iter().enumerate() {
+            assert_eq!(c[i].0, *f);
+            assert!(c[i].1 > 0.0 && c[i].1 <= c[i].2, "{f}: {:?}", c[i]);
+            assert_eq!(c[i].2, v["corpus"][f]["p90_abs_error_pct"].as_f64().unwrap() / 100.0);
+        }
     }
 
     #[test]
