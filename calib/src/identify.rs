@@ -167,13 +167,25 @@ pub fn prior_sigma(kind: PriorKind) -> Vec<f64> {
     prior_sigmas(kind).into_iter().map(|p| p.sigma).collect()
 }
 
-/// The measured (point, target) pairs a fit uses.
-pub fn rows(points: &[FitPoint]) -> Vec<(usize, usize, f64)> {
+/// One measured value a fit uses: (point index, target index in [`TARGETS`], measured value,
+/// its noise: the relative error the fit divides its log error by).
+pub type Row = (usize, usize, f64, f64);
+
+/// The measured (point, target) pairs a fit uses, each with [`TARGET_NOISE`] (live measurements).
+pub fn rows(points: &[FitPoint]) -> Vec<Row> {
+    let noise: Vec<Vec<f64>> = points.iter().map(|_| TARGET_NOISE.to_vec()).collect();
+    rows_with_noise(points, &noise)
+}
+
+/// The measured (point, target) pairs a fit uses, each with its noise `noise[point][target]`
+/// (for values read from result files, `crate::fit::published_noise`).
+pub fn rows_with_noise(points: &[FitPoint], noise: &[Vec<f64>]) -> Vec<Row> {
     let mut r = Vec::new();
     for (i, p) in points.iter().enumerate() {
         for (t, m) in p.measured.iter().enumerate() {
             if let Some(m) = m.filter(|m| *m > 0.0 && m.is_finite()) {
-                r.push((i, t, m));
+                let s = noise.get(i).and_then(|n| n.get(t)).copied().filter(|s| *s > 0.0 && s.is_finite());
+                r.push((i, t, m, s.unwrap_or(TARGET_NOISE[t])));
             }
         }
     }
@@ -187,21 +199,16 @@ pub fn cost_at(prior: &CostModel, x: &[f64]) -> CostModel {
 }
 
 /// `ln(pred / measured) / noise` per row (None where the simulation gave no positive value).
-fn residuals(
-    points: &[FitPoint],
-    rows: &[(usize, usize, f64)],
-    cost: &CostModel,
-    evals: &mut usize,
-) -> Option<DVector<f64>> {
+fn residuals(points: &[FitPoint], rows: &[Row], cost: &CostModel, evals: &mut usize) -> Option<DVector<f64>> {
     let mut preds: Vec<Option<Vec<Option<f64>>>> = vec![None; points.len()];
     let mut out = Vec::with_capacity(rows.len());
-    for &(i, t, m) in rows {
+    for &(i, t, m, noise) in rows {
         if preds[i].is_none() {
             *evals += 1;
             preds[i] = Some(points[i].predict(cost));
         }
         let q = preds[i].as_ref().unwrap()[t].filter(|q| *q > 0.0 && q.is_finite())?;
-        out.push((q / m).ln() / TARGET_NOISE[t]);
+        out.push((q / m).ln() / noise);
     }
     Some(DVector::from_vec(out))
 }
@@ -210,7 +217,7 @@ fn residuals(
 /// move of the log-factors per unit).
 fn jacobian_along(
     points: &[FitPoint],
-    rows: &[(usize, usize, f64)],
+    rows: &[Row],
     prior: &CostModel,
     x: &[f64],
     dirs: &[Vec<f64>],
@@ -232,7 +239,7 @@ fn jacobian_along(
 /// (`sigma`, in [`COEFFICIENT_NAMES`] order).
 pub fn jacobian(
     points: &[FitPoint],
-    rows: &[(usize, usize, f64)],
+    rows: &[Row],
     prior: &CostModel,
     sigma: &[f64],
     x: &[f64],
@@ -268,14 +275,14 @@ fn posterior_whitened(jw: &DMatrix<f64>, s2: f64) -> DMatrix<f64> {
 /// What the data determine, coefficient by coefficient, from the Jacobian whitened by `sigma`.
 pub fn identifiability(
     points: &[FitPoint],
-    rows: &[(usize, usize, f64)],
+    rows: &[Row],
     jw: &DMatrix<f64>,
     sigma: &[PriorSigma],
 ) -> Vec<Identifiability> {
     let post = posterior_whitened(jw, 1.0);
     let n = COEFFICIENT_NAMES.len();
     let label = |r: usize| {
-        let (i, t, _) = rows[r];
+        let (i, t, _, _) = rows[r];
         format!("{} at {}", TARGETS[t], points[i].name)
     };
     (0..n)
@@ -375,12 +382,22 @@ impl PriorFit {
 
 /// Fits the determined directions with the prior term (Levenberg–Marquardt), then the
 /// covariance at the fit. `max_iters` bounds the LM iterations. The prior's σ are those of
-/// the prior's kind ([`PriorKind::of`], [`prior_sigmas`]).
+/// the prior's kind ([`PriorKind::of`], [`prior_sigmas`]). Every value's noise is
+/// [`TARGET_NOISE`]'s; [`fit_with_prior_noise`] takes them per point.
 pub fn fit_with_prior(points: &[FitPoint], prior: &CostModel, max_iters: usize) -> PriorFit {
+    let noise: Vec<Vec<f64>> = points.iter().map(|_| TARGET_NOISE.to_vec()).collect();
+    fit_with_prior_noise(points, &noise, prior, max_iters)
+}
+
+/// [`fit_with_prior`] with each value's noise `noise[point][target]` (relative; [`TARGETS`]
+/// order): it divides the value's log error in the residuals, so it weighs the value in the
+/// whitened Jacobian (identifiability), the fit, the Laplace covariance and the ensemble's
+/// draws of the targets alike.
+pub fn fit_with_prior_noise(points: &[FitPoint], noise: &[Vec<f64>], prior: &CostModel, max_iters: usize) -> PriorFit {
     let n = COEFFICIENT_NAMES.len();
     let sigmas = prior_sigmas(PriorKind::of(prior));
     let sigma: Vec<f64> = sigmas.iter().map(|p| p.sigma).collect();
-    let rows = rows(points);
+    let rows = rows_with_noise(points, noise);
     let mut evals = 0usize;
     let x0 = vec![0.0; n];
     let jw0 = jacobian(points, &rows, prior, &sigma, &x0, &mut evals);

@@ -281,9 +281,12 @@ pub fn calibrate_from_results(
         });
     }
     let prior = crate::identify::linear_prior(&first.spec.cost);
+    // A published value is rounded to the digits it is printed with: each value's noise is at
+    // least half a unit of its last decimal, relative to it (`fit::published_noise`).
+    let noise: Vec<Vec<f64>> = points.iter().map(|p| fit::published_noise(&p.measured)).collect();
     // Each LM iteration costs about two simulations per point per fitted direction.
     let iters = (max_evals / (16 * points.len()).max(1)).clamp(4, 30);
-    let pf = crate::identify::fit_with_prior(&points, &prior, iters);
+    let pf = crate::identify::fit_with_prior_noise(&points, &noise, &prior, iters);
     let r = pf.as_fit_result();
     let engine = ProfileEngine {
         kind: first.spec.engine.engine_kind(),
@@ -293,6 +296,26 @@ pub fn calibrate_from_results(
     };
     let mut profile = Profile::new(&r, &points, "results", engine, &prior);
     profile.fit.method = FIT_METHOD_WITH_PRIOR;
+    // Per point, the noise each fitted value was given; which ones the rounding raised.
+    let mut raised = Vec::new();
+    for ((summary, p), n) in profile.fit.points.iter_mut().zip(&points).zip(&noise) {
+        let mut used = Named::new();
+        for (t, m) in p.measured.iter().enumerate() {
+            let Some(m) = m.filter(|m| *m > 0.0 && m.is_finite()) else { continue };
+            used.push(TARGETS[t].key(), n[t]);
+            if n[t] > fit::TARGET_NOISE[t] {
+                raised.push(format!(
+                    "{} {} at {} ({:.1}% for ±{})",
+                    TARGETS[t],
+                    m,
+                    p.name,
+                    100.0 * n[t],
+                    fit::rounding_half_unit(m)
+                ));
+            }
+        }
+        summary.target_noise = Some(used);
+    }
     for id in &pf.identifiability {
         if let Some(s) = profile.coefficient_sources.0.iter_mut().find(|(n, _)| n == id.coefficient) {
             s.1 = if id.determined { "data" } else { "prior" };
@@ -330,7 +353,7 @@ pub fn calibrate_from_results(
     let sigma_of =
         |c: &str| pf.identifiability.iter().find(|i| i.coefficient == c).map_or(f64::NAN, |i| i.prior_sigma_log);
     profile.note = Some(format!(
-        "prior σ (ln) for the {} prior: prefill terms {:.3}, decode-step terms {:.3} (each coefficient's identifiability says where from); {} fitted direction(s) of {} (whitened singular values {}); from the data: {}; from the prior: {}",
+        "prior σ (ln) for the {} prior: prefill terms {:.3}, decode-step terms {:.3} (each coefficient's identifiability says where from); {} fitted direction(s) of {} (whitened singular values {}); from the data: {}; from the prior: {}; noise raised to the printed rounding: {}",
         match crate::identify::PriorKind::of(&prior) {
             crate::identify::PriorKind::Composed => "composed kernel cost's linearised",
             crate::identify::PriorKind::Linear => "linear roofline",
@@ -350,6 +373,11 @@ pub fn calibrate_from_results(
         } else {
             from_prior.iter().map(|i| i.coefficient).collect::<Vec<_>>().join(", ")
         },
+        if raised.is_empty() {
+            "none".to_string()
+        } else {
+            raised.join(", ")
+        },
     ));
     profile.identifiability = Some(pf.identifiability);
     profile.traps = Some(traps);
@@ -359,7 +387,7 @@ pub fn calibrate_from_results(
 }
 
 /// The method of a fit on existing results.
-pub const FIT_METHOD_WITH_PRIOR: &str = "Levenberg-Marquardt on squared log errors of simulated vs measured metrics, each divided by its target_noise, plus the prior term Σ(ln(c/prior)/σ_prior)², over the directions the data determine (SVD of the prior-whitened Jacobian); the prior is the composed kernel cost linearised";
+pub const FIT_METHOD_WITH_PRIOR: &str = "Levenberg-Marquardt on squared log errors of simulated vs measured metrics, each divided by its noise (fit.points[].target_noise: target_noise, or the value's printed rounding, half a unit of its last decimal relative to it, where larger), plus the prior term Σ(ln(c/prior)/σ_prior)², over the directions the data determine (SVD of the prior-whitened Jacobian); the prior is the composed kernel cost linearised";
 
 /// Options of a check.
 #[derive(Clone, Debug)]

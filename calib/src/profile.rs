@@ -96,6 +96,12 @@ pub struct FitPointSummary {
     pub predicted: Named<f64>,
     /// (predicted − measured) / measured, per target.
     pub relative_residual: Named<f64>,
+    /// The noise each fitted value of this point was given (relative), for a fit on result
+    /// files: `fit.target_noise`, raised to the value's printed rounding where that is larger
+    /// (`crate::fit::published_noise`). Absent for live measurements, which take
+    /// `fit.target_noise` as it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_noise: Option<Named<f64>>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -200,6 +206,7 @@ impl Profile {
                     measured,
                     predicted,
                     relative_residual,
+                    target_noise: None,
                 }
             })
             .collect();
