@@ -246,7 +246,9 @@ pub(crate) fn run(setup: DriverSetup, inbox: Inbox) {
         match clock.wait(&inbox, until) {
             Ok(None) => {}
             Ok(Some(Input(Msg::Add(r)))) => {
-                let ready = front.arrival(r.arrived_ns).unwrap_or(u64::MAX);
+                // The fixed ingress, then the engine's serial tokenizer where it has one
+                // (SGLang's `TokenizerManager`), as `simulate` delivers it.
+                let ready = front.arrival_tokenized(r.arrived_ns, r.spec.prompt_len).unwrap_or(u64::MAX);
                 ingress.push_back((ready, r));
             }
             Ok(Some(Input(Msg::Abort(key)))) => {

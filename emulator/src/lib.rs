@@ -94,9 +94,11 @@ pub async fn serve_with_clock(
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let stats = Arc::new(Mutex::new(metrics::Stats::new(is_sglang(&spec))));
     let (tx, inbox) = driver::channel();
-    let front = sim::delivery::FrontEnd::new(spec.cost.ingress_ns(), spec.cost.output_token_ns());
+    let engine = sim::engine::build(&spec.engine);
+    let front = sim::delivery::FrontEnd::new(spec.cost.ingress_ns(), spec.cost.output_token_ns())
+        .with_serial_tokenizer(engine.tokenizer_ns_per_prompt_token());
     let setup = driver::DriverSetup {
-        engine: sim::engine::build(&spec.engine),
+        engine,
         cost: spec.cost.clone(),
         front,
         stats: stats.clone(),
