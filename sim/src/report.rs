@@ -355,11 +355,7 @@ impl BenchReport {
             num_retractions: (meta.kind() == Some(EngineKind::Sglang)).then_some(c.num_preemptions),
             prefix_cache_queries: c.prefix_cache_queries,
             prefix_cache_hits: c.prefix_cache_hits,
-            prefix_cache_hit_rate: if c.prefix_cache_queries > 0 {
-                c.prefix_cache_hits as f64 / c.prefix_cache_queries as f64
-            } else {
-                0.0
-            },
+            prefix_cache_hit_rate: c.prefix_cache_hit_rate(),
             kv_cache_tokens: run.kv_capacity_tokens,
             kv_cache_usage_peak: run.gauges.kv_usage_peak,
             kv_cache_usage_mean: run.gauges.kv_usage_mean,
@@ -588,11 +584,7 @@ impl ReplicaReport {
             num_preemptions: c.num_preemptions,
             prefix_cache_queries: c.prefix_cache_queries,
             prefix_cache_hits: c.prefix_cache_hits,
-            prefix_cache_hit_rate: if c.prefix_cache_queries > 0 {
-                c.prefix_cache_hits as f64 / c.prefix_cache_queries as f64
-            } else {
-                0.0
-            },
+            prefix_cache_hit_rate: c.prefix_cache_hit_rate(),
             prefill_tokens_computed: c.prefill_tokens_computed,
             kv_cache_tokens: r.kv_capacity_tokens,
             kv_cache_usage_peak: r.gauges.kv_usage_peak,

@@ -113,6 +113,17 @@ pub struct EngineCounters {
     pub prefill_tokens_computed: u64,
 }
 
+impl EngineCounters {
+    /// `prefix_cache_hits / prefix_cache_queries`, 0 with no query (the reports' `prefix_cache_hit_rate`).
+    pub fn prefix_cache_hit_rate(&self) -> f64 {
+        if self.prefix_cache_queries > 0 {
+            self.prefix_cache_hits as f64 / self.prefix_cache_queries as f64
+        } else {
+            0.0
+        }
+    }
+}
+
 impl std::ops::Sub for EngineCounters {
     type Output = EngineCounters;
     fn sub(self, o: EngineCounters) -> EngineCounters {
