@@ -203,30 +203,10 @@ fn pattern_search_walks_out_of_a_valley_along_the_axes() {
 fn offline_calibration_from_saved_results_keeps_the_prior_shape_with_one_point() {
     // A `--save-result` file "measured" by the simulator at concurrency 1, with a known slowdown.
     let dir = std::env::temp_dir().join(format!("servesim-offline-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
     let scen = root().join("scenarios/rtx5090-qwen2.5-7b-vllm.json");
-    let slow = stdout_json(&run_cli(&[
-        "simulate",
-        scen.to_str().unwrap(),
-        "--json",
-        "--set",
-        "cost.prior.prefill_mfu=0.9",
-        "--set",
-        "cost.prior.weight_bandwidth_eff=0.6",
-    ]));
-    let f = dir.join("result.json");
-    std::fs::write(&f, serde_json::to_string(&slow).unwrap()).unwrap();
-    let out = dir.join("profile.json");
-    let o = run_cli(&[
-        "calibrate",
-        "--from-results",
-        f.to_str().unwrap(),
-        "--scenario",
-        scen.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = profile_from_slowed_run(scen.to_str().unwrap(), &dir);
+    let slow: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("result.json")).unwrap()).unwrap();
     let p: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     assert_eq!(p["format"], "servesim-profile");
     assert_eq!(p["coefficient_sources"]["prefill_token_us"], "data");

@@ -101,6 +101,36 @@ impl Drop for Server {
     }
 }
 
+/// A profile fitted by `calibrate --from-results` on one run of `scenario` "measured" by the
+/// simulator with a known slowdown (a slower prior: prefill MFU 0.9, weight bandwidth 0.6),
+/// written under `dir` (with the result file); the calibration must succeed.
+pub fn profile_from_slowed_run(scenario: &str, dir: &std::path::Path) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let slow = stdout_json(&run_cli(&[
+        "simulate",
+        scenario,
+        "--json",
+        "--set",
+        "cost.prior.prefill_mfu=0.9",
+        "--set",
+        "cost.prior.weight_bandwidth_eff=0.6",
+    ]));
+    let f = dir.join("result.json");
+    std::fs::write(&f, serde_json::to_string(&slow).unwrap()).unwrap();
+    let out = dir.join("profile.json");
+    let o = run_cli(&[
+        "calibrate",
+        "--from-results",
+        f.to_str().unwrap(),
+        "--scenario",
+        scenario,
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    out
+}
+
 /// Starts `servesim serve` on a free port and reads its address from the first line it logs.
 pub fn start_server(scenario: &str, extra: &[&str]) -> Server {
     let mut c = servesim();

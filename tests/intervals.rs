@@ -16,29 +16,7 @@ const KEY_METRICS: [&str; 5] = ["output_throughput", "mean_ttft_ms", "p99_ttft_m
 /// "measured" by the simulator with a slower prior (as `tests/calibration.rs` does).
 fn profile(name: &str) -> String {
     let dir = std::env::temp_dir().join(format!("servesim-intervals-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let slow = stdout_json(&run_cli(&[
-        "simulate",
-        SCENARIO,
-        "--json",
-        "--set",
-        "cost.prior.prefill_mfu=0.9",
-        "--set",
-        "cost.prior.weight_bandwidth_eff=0.6",
-    ]));
-    let f = dir.join("result.json");
-    std::fs::write(&f, serde_json::to_string(&slow).unwrap()).unwrap();
-    let out = dir.join("profile.json");
-    let o = run_cli(&[
-        "calibrate",
-        "--from-results",
-        f.to_str().unwrap(),
-        "--scenario",
-        SCENARIO,
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = profile_from_slowed_run(SCENARIO, &dir);
     let p: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     assert_eq!(p["uncertainty"]["ensemble"].as_array().map(Vec::len), Some(32), "the profile has an ensemble");
     out.to_str().unwrap().to_string()
