@@ -173,12 +173,12 @@ pub type Row = (usize, usize, f64, f64);
 
 /// The measured (point, target) pairs a fit uses, each with [`TARGET_NOISE`] (live measurements).
 pub fn rows(points: &[FitPoint]) -> Vec<Row> {
-    let noise: Vec<Vec<f64>> = points.iter().map(|_| TARGET_NOISE.to_vec()).collect();
-    rows_with_noise(points, &noise)
+    rows_with_noise(points, &[])
 }
 
 /// The measured (point, target) pairs a fit uses, each with its noise `noise[point][target]`
-/// (for values read from result files, `crate::fit::published_noise`).
+/// (for values read from result files, `crate::fit::published_noise`); a point or target
+/// `noise` does not cover takes [`TARGET_NOISE`].
 pub fn rows_with_noise(points: &[FitPoint], noise: &[Vec<f64>]) -> Vec<Row> {
     let mut r = Vec::new();
     for (i, p) in points.iter().enumerate() {
@@ -385,8 +385,7 @@ impl PriorFit {
 /// the prior's kind ([`PriorKind::of`], [`prior_sigmas`]). Every value's noise is
 /// [`TARGET_NOISE`]'s; [`fit_with_prior_noise`] takes them per point.
 pub fn fit_with_prior(points: &[FitPoint], prior: &CostModel, max_iters: usize) -> PriorFit {
-    let noise: Vec<Vec<f64>> = points.iter().map(|_| TARGET_NOISE.to_vec()).collect();
-    fit_with_prior_noise(points, &noise, prior, max_iters)
+    fit_with_prior_noise(points, &[], prior, max_iters)
 }
 
 /// [`fit_with_prior`] with each value's noise `noise[point][target]` (relative; [`TARGETS`]
