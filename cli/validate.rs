@@ -351,18 +351,61 @@ enum MetricOut<'a> {
     },
 }
 
-/// Median and p90 |error| of a family's values, in %.
+/// Median and p90 |error| of a family's values, in %; for the corpus, also how its errors
+/// split into a part shared by a group's rows and a part that differs from row to row.
 #[derive(Clone, Serialize, Deserialize)]
 struct FamilyOut {
     median_abs_error_pct: Option<f64>,
     p90_abs_error_pct: Option<f64>,
     n: usize,
+    /// The pooled within-group standard deviation of ln(simulated / published) over the
+    /// family's means and medians (a group's rows about the group's own mean, over groups with
+    /// two values or more): the error that differs from one load point of a setup to the next,
+    /// which one calibrated point cannot remove. Corpus only (`calib` reads it as the model's
+    /// discrepancy at a fitted point).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    within_group_sd_ln: Option<f64>,
+    /// The standard deviation, over groups, of each group's mean ln(simulated / published) (the
+    /// same values): the error a setup's rows share. Corpus only; for the record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    between_group_sd_ln: Option<f64>,
 }
 
 impl FamilyOut {
     fn of(v: &[f64]) -> FamilyOut {
-        FamilyOut { median_abs_error_pct: pct(quantile(v, 0.5)), p90_abs_error_pct: pct(quantile(v, 0.9)), n: v.len() }
+        FamilyOut {
+            median_abs_error_pct: pct(quantile(v, 0.5)),
+            p90_abs_error_pct: pct(quantile(v, 0.9)),
+            n: v.len(),
+            within_group_sd_ln: None,
+            between_group_sd_ln: None,
+        }
     }
+}
+
+/// Per group, the signed ln(simulated / published) of its values: (pooled within-group sd, sd of
+/// the group means). Within: Σ over groups of Σ (x − group mean)², over Σ (n − 1), for groups of
+/// two or more; between: the population sd of the group means. None without such groups.
+fn split_sd(groups: &BTreeMap<String, Vec<f64>>) -> (Option<f64>, Option<f64>) {
+    let mean = |x: &[f64]| x.iter().sum::<f64>() / x.len() as f64;
+    let (mut ss, mut dof) = (0.0, 0usize);
+    for x in groups.values().filter(|x| x.len() >= 2) {
+        let m = mean(x);
+        ss += x.iter().map(|v| (v - m).powi(2)).sum::<f64>();
+        dof += x.len() - 1;
+    }
+    let within = (dof > 0).then(|| (ss / dof as f64).sqrt());
+    let means: Vec<f64> = groups.values().filter(|x| !x.is_empty()).map(|x| mean(x)).collect();
+    let between = (means.len() >= 2).then(|| {
+        let m = mean(&means);
+        (means.iter().map(|v| (v - m).powi(2)).sum::<f64>() / means.len() as f64).sqrt()
+    });
+    (within, between)
+}
+
+/// A metric key that is a tail percentile (p90, p95, p99), not a centre (mean, median).
+fn is_tail(m: Metric) -> bool {
+    m.key().starts_with("p9")
 }
 
 /// The families that have values, in [`Family::ALL`]'s order (a group's and the corpus').
@@ -381,15 +424,26 @@ struct FamiliesOut {
 }
 
 impl FamiliesOut {
-    fn set(&mut self, f: Family, v: &[f64]) {
-        let slot = match f {
+    fn slot(&mut self, f: Family) -> &mut Option<FamilyOut> {
+        match f {
             Family::Ttft => &mut self.ttft,
             Family::Tpot => &mut self.tpot,
             Family::Itl => &mut self.itl,
             Family::E2el => &mut self.e2el,
             Family::Throughput => &mut self.throughput,
-        };
-        *slot = Some(FamilyOut::of(v));
+        }
+    }
+
+    fn set(&mut self, f: Family, v: &[f64]) {
+        *self.slot(f) = Some(FamilyOut::of(v));
+    }
+
+    /// The corpus' within- and between-group sd of a family (rounded to 4 decimals, as written).
+    fn set_split(&mut self, f: Family, within: Option<f64>, between: Option<f64>) {
+        if let Some(s) = self.slot(f).as_mut() {
+            s.within_group_sd_ln = within.map(|x| (x * 1e4).round() / 1e4);
+            s.between_group_sd_ln = between.map(|x| (x * 1e4).round() / 1e4);
+        }
     }
 }
 
@@ -447,7 +501,7 @@ struct BaselineGroup {
     cost_source: Option<String>,
 }
 
-const BASELINE_ABOUT: &str = "servesim validate: per group (published set | GPU | engine), the median |error| over every compared metric, in %. CI fails when a group gets worse by more than a point (tests/validate.rs). `corpus`: the median and p90 |error| per metric family over the whole corpus, read by calib (uncalibrated intervals, the composed prior's sigma).";
+const BASELINE_ABOUT: &str = "servesim validate: per group (published set | GPU | engine), the median |error| over every compared metric, in %. CI fails when a group gets worse by more than a point (tests/validate.rs). `corpus`: the median and p90 |error| per metric family over the whole corpus, read by calib (uncalibrated intervals, the composed prior's sigma), and the sd of ln(simulated / published) of means and medians within a group and between groups (calib reads the within-group sd as the model's discrepancy at a point fitted from published results).";
 
 /// A JSON object as its entries in order.
 mod in_order {
@@ -517,6 +571,8 @@ pub fn run(a: ValidateArgs) -> Result<ExitCode, String> {
     let mut rows_out = Vec::new();
     let mut group_errs: BTreeMap<String, BTreeMap<Family, Vec<f64>>> = BTreeMap::new();
     let mut all: BTreeMap<Family, Vec<f64>> = BTreeMap::new();
+    // Signed ln(simulated / published) of the centre statistics, per family and group.
+    let mut centre_logs: BTreeMap<Family, BTreeMap<String, Vec<f64>>> = BTreeMap::new();
     let mut sources: BTreeMap<String, String> = BTreeMap::new();
     let mut knee_series: BTreeMap<String, Vec<KneeRow>> = BTreeMap::new();
     let mut text = String::new();
@@ -578,6 +634,14 @@ pub fn run(a: ValidateArgs) -> Result<ExitCode, String> {
                     if err.is_finite() {
                         group_errs.entry(j.group.clone()).or_default().entry(m.family).or_default().push(err.abs());
                         all.entry(m.family).or_default().push(err.abs());
+                        if !is_tail(m.metric) && sim_v > 0.0 {
+                            centre_logs
+                                .entry(m.family)
+                                .or_default()
+                                .entry(j.group.clone())
+                                .or_default()
+                                .push((sim_v / m.value).ln());
+                        }
                     }
                     metrics.push(MetricOut::Compared {
                         column: m.column,
@@ -639,17 +703,25 @@ pub fn run(a: ValidateArgs) -> Result<ExitCode, String> {
         });
     }
     let mut summary = FamiliesOut::default();
-    let _ = writeln!(text, "\nCorpus: median / p90 |error| per metric");
+    let _ = writeln!(
+        text,
+        "\nCorpus: median / p90 |error| per metric; sd of ln(servesim / published) of means and medians within a group and between groups"
+    );
     for f in Family::ALL {
         if let Some(v) = all.get(&f) {
             summary.set(f, v);
+            let (within, between) = centre_logs.get(&f).map_or((None, None), split_sd);
+            summary.set_split(f, within, between);
+            let sd = |x: Option<f64>| x.map_or_else(|| "—".to_string(), |x| format!("{x:.3}"));
             let _ = writeln!(
                 text,
-                "{:<12} {:>6.1}% {:>6.1}%  ({} values)",
+                "{:<12} {:>6.1}% {:>6.1}%  ({} values)  sd within {} between {}",
                 f.key(),
                 100.0 * quantile(v, 0.5),
                 100.0 * quantile(v, 0.9),
-                v.len()
+                v.len(),
+                sd(within),
+                sd(between)
             );
         }
     }
@@ -731,4 +803,34 @@ pub fn run(a: ValidateArgs) -> Result<ExitCode, String> {
         }
     }
     Ok(if passed { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Within: each group about its own mean, pooled over the groups' degrees of freedom (a
+    /// group of one adds nothing); between: the spread of the group means.
+    #[test]
+    fn split_sd_pools_within_groups_and_spreads_the_means_between() {
+        let mut g: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+        g.insert("a".into(), vec![0.0, 2.0]); // mean 1, squares 1 + 1
+        g.insert("b".into(), vec![3.0, 4.0, 5.0]); // mean 4, squares 1 + 0 + 1
+        g.insert("c".into(), vec![7.0]); // mean 7, no within-group term
+        let (w, b) = split_sd(&g);
+        assert!((w.unwrap() - (4.0f64 / 3.0).sqrt()).abs() < 1e-12, "{w:?}");
+        // Means 1, 4, 7: population sd sqrt(6).
+        assert!((b.unwrap() - 6.0f64.sqrt()).abs() < 1e-12, "{b:?}");
+        let mut one: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+        one.insert("a".into(), vec![1.0]);
+        assert_eq!(split_sd(&one), (None, None));
+    }
+
+    #[test]
+    fn tails_are_the_p9x_statistics() {
+        assert!(is_tail(Metric::P99TtftMs));
+        assert!(!is_tail(Metric::MedianTtftMs));
+        assert!(!is_tail(Metric::MeanTpotMs));
+        assert!(!is_tail(Metric::OutputThroughput));
+    }
 }

@@ -217,7 +217,10 @@ fn offline_calibration_from_saved_results_keeps_the_prior_shape_with_one_point()
     assert_eq!(ids.len(), 8);
     assert!(ids.iter().all(|i| i["why"].as_str().is_some_and(|w| !w.is_empty())));
     assert!(p["uncertainty"]["intervals"]["prefill_token_us"]["p05"].as_f64().unwrap() > 0.0);
-    // With the profile, the simulator reproduces the point it was fitted on.
+    // With the profile, the simulator moves most of the way to the point it was fitted on: a
+    // published point carries the model's discrepancy at a point (the corpus' within-group
+    // spread) as noise, so the fit is pooled toward the prior, not forced through the point;
+    // the point lies inside the 90% interval.
     let fitted = stdout_json(&run_cli(&[
         "simulate",
         scen.to_str().unwrap(),
@@ -225,16 +228,18 @@ fn offline_calibration_from_saved_results_keeps_the_prior_shape_with_one_point()
         "--set",
         &format!("cost.profile={}", out.display()),
     ]));
+    let plain = stdout_json(&run_cli(&["simulate", scen.to_str().unwrap(), "--json"]));
     for k in ["mean_ttft_ms", "mean_tpot_ms"] {
-        let (m, q) = (slow[k].as_f64().unwrap(), fitted[k].as_f64().unwrap());
-        assert!((q - m).abs() / m < 0.02, "{k}: {q} vs {m}");
+        let (m, q, u) = (slow[k].as_f64().unwrap(), fitted[k].as_f64().unwrap(), plain[k].as_f64().unwrap());
+        assert!((u - m).abs() / m > 0.1, "{k}: the slowdown moves it ({u} vs {m})");
+        assert!((q - m).abs() < 0.5 * (u - m).abs(), "{k}: calibrated {q}, uncalibrated {u}, measured {m}");
         // A profile with an uncertainty block puts a 90% interval on every prediction.
         let i = &fitted["uncertainty"][k];
         assert!(i["p05"].as_f64().unwrap() <= q && q <= i["p95"].as_f64().unwrap(), "{k}: {i}");
+        assert!(i["p05"].as_f64().unwrap() <= m && m <= i["p95"].as_f64().unwrap(), "{k}: {m} outside {i}");
     }
     assert!(fitted["uncertainty"]["source"].as_str().unwrap().contains("ensemble"));
     // Without a profile, no interval unless asked; asked, it comes from the validation corpus.
-    let plain = stdout_json(&run_cli(&["simulate", scen.to_str().unwrap(), "--json"]));
     assert!(plain.get("uncertainty").is_none());
     let asked = stdout_json(&run_cli(&["simulate", scen.to_str().unwrap(), "--json", "--uncertainty"]));
     assert!(asked["uncertainty"]["source"].as_str().unwrap().starts_with("uncalibrated"), "{}", asked["uncertainty"]);

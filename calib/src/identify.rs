@@ -292,11 +292,20 @@ pub fn identifiability(
             // What moves it: the rows it moves most.
             let mut moved: Vec<(usize, f64)> = (0..rows.len()).map(|r| (r, jw[(r, k)].abs())).filter(|(_, v)| *v > 0.05).collect();
             moved.sort_by(|a, b| b.1.total_cmp(&a.1));
+            // Partners: coefficients whose effects on the measured values are (nearly) parallel to
+            // this one's, so the data see only their combination (a property of the data alone:
+            // a cosine between Jacobian columns does not depend on the prior's σ, while the
+            // posterior correlation vanishes when a wide prior lets one of them absorb it all),
+            // or that the posterior ties to it while the data inform both.
+            let col = |l: usize| jw.column(l).clone_owned();
+            let moves = |l: usize| (0..rows.len()).any(|r| jw[(r, l)].abs() > 0.05);
             let partners: Vec<&str> = (0..n)
-                .filter(|&l| l != k)
+                .filter(|&l| l != k && moves(k) && moves(l))
                 .filter(|&l| {
+                    let (a, b) = (col(k), col(l));
+                    let cos = a.dot(&b) / (a.norm() * b.norm());
                     let rho = post[(k, l)] / (post[(k, k)] * post[(l, l)]).sqrt();
-                    rho.abs() > 0.7 && (1.0 - post[(l, l)]) > 0.05
+                    cos.abs() > 0.95 || (rho.abs() > 0.7 && (1.0 - post[(l, l)]) > 0.05)
                 })
                 .map(|l| COEFFICIENT_NAMES[l])
                 .collect();

@@ -283,7 +283,10 @@ pub fn calibrate_from_results(
     let prior = crate::identify::linear_prior(&first.spec.cost);
     // A published value is rounded to the digits it is printed with: each value's noise is at
     // least half a unit of its last decimal, relative to it (`fit::published_noise`).
-    let noise: Vec<Vec<f64>> = points.iter().map(|p| fit::published_noise(&p.measured)).collect();
+    let rounding: Vec<Vec<f64>> = points.iter().map(|p| fit::published_noise(&p.measured)).collect();
+    // And one point of a published setup differs from the model by more than any coefficient
+    // explains (the corpus' within-group spread): that discrepancy joins each value's noise.
+    let noise: Vec<Vec<f64>> = rounding.iter().map(|n| fit::with_discrepancy(n)).collect();
     // Each LM iteration costs about two simulations per point per fitted direction.
     let iters = (max_evals / (16 * points.len()).max(1)).clamp(4, 30);
     let pf = crate::identify::fit_with_prior_noise(&points, &noise, &prior, iters);
@@ -298,18 +301,18 @@ pub fn calibrate_from_results(
     profile.fit.method = FIT_METHOD_WITH_PRIOR;
     // Per point, the noise each fitted value was given; which ones the rounding raised.
     let mut raised = Vec::new();
-    for ((summary, p), n) in profile.fit.points.iter_mut().zip(&points).zip(&noise) {
+    for (((summary, p), n), r) in profile.fit.points.iter_mut().zip(&points).zip(&noise).zip(&rounding) {
         let mut used = Named::new();
         for (t, m) in p.measured.iter().enumerate() {
             let Some(m) = m.filter(|m| *m > 0.0 && m.is_finite()) else { continue };
             used.push(TARGETS[t].key(), n[t]);
-            if n[t] > fit::TARGET_NOISE[t] {
+            if r[t] > fit::TARGET_NOISE[t] {
                 raised.push(format!(
                     "{} {} at {} ({:.1}% for ±{})",
                     TARGETS[t],
                     m,
                     p.name,
-                    100.0 * n[t],
+                    100.0 * r[t],
                     fit::rounding_half_unit(m)
                 ));
             }
@@ -353,13 +356,18 @@ pub fn calibrate_from_results(
     let sigma_of =
         |c: &str| pf.identifiability.iter().find(|i| i.coefficient == c).map_or(f64::NAN, |i| i.prior_sigma_log);
     profile.note = Some(format!(
-        "prior σ (ln) for the {} prior: prefill terms {:.3}, decode-step terms {:.3} (each coefficient's identifiability says where from); {} fitted direction(s) of {} (whitened singular values {}); from the data: {}; from the prior: {}; noise raised to the printed rounding: {}",
+        "prior σ (ln) for the {} prior: prefill terms {:.3}, decode-step terms {:.3} (each coefficient's identifiability says where from); the model's discrepancy at a point (ln, the validate corpus' within-group sd, twice for a p99) added to each value's noise: {}; {} fitted direction(s) of {} (whitened singular values {}); from the data: {}; from the prior: {}; noise raised to the printed rounding: {}",
         match crate::identify::PriorKind::of(&prior) {
             crate::identify::PriorKind::Composed => "composed kernel cost's linearised",
             crate::identify::PriorKind::Linear => "linear roofline",
         },
         sigma_of("prefill_token_us"),
         sigma_of("step_us"),
+        crate::uncertainty::FAMILIES
+            .iter()
+            .map(|f| format!("{f} {:.3}", crate::uncertainty::corpus_discrepancy(f)))
+            .collect::<Vec<_>>()
+            .join(", "),
         pf.directions,
         sim::cost::COEFFICIENT_NAMES.len(),
         pf.singular_values.iter().map(|s| format!("{s:.2}")).collect::<Vec<_>>().join(", "),
@@ -387,7 +395,7 @@ pub fn calibrate_from_results(
 }
 
 /// The method of a fit on existing results.
-pub const FIT_METHOD_WITH_PRIOR: &str = "Levenberg-Marquardt on squared log errors of simulated vs measured metrics, each divided by its noise (fit.points[].target_noise: target_noise, or the value's printed rounding, half a unit of its last decimal relative to it, where larger), plus the prior term Σ(ln(c/prior)/σ_prior)², over the directions the data determine (SVD of the prior-whitened Jacobian); the prior is the composed kernel cost linearised";
+pub const FIT_METHOD_WITH_PRIOR: &str = "Levenberg-Marquardt on squared log errors of simulated vs measured metrics, each divided by its noise (fit.points[].target_noise: the measurement's, target_noise or the value's printed rounding, half a unit of its last decimal relative to it, where larger, and the model's discrepancy at one point of a setup, the validate corpus' within-group sd of ln(simulated / published) for the metric's family, twice for a p99, in quadrature), plus the prior term Σ(ln(c/prior)/σ_prior)², over the directions the data determine (SVD of the prior-whitened Jacobian); the prior is the composed kernel cost linearised";
 
 /// Options of a check.
 #[derive(Clone, Debug)]

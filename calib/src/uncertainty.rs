@@ -258,6 +258,26 @@ pub fn corpus_errors() -> &'static [(&'static str, f64, f64); 5] {
     })
 }
 
+/// The model's discrepancy at one load point of a published setup, per metric family: the
+/// validate corpus' pooled within-group standard deviation of ln(simulated / published) over the
+/// family's means and medians (`within_group_sd_ln` in the `corpus` block of
+/// `validation/baseline.json`, written by `servesim validate --write-baseline`). It is the part
+/// of the uncalibrated error that changes from one load point of a setup to the next (the part a
+/// setup's rows share is the between-group sd), so no coefficient can absorb it from one point:
+/// a fit on published results adds it to each value's noise (`crate::fit::with_discrepancy`).
+pub fn corpus_discrepancy(family: &str) -> f64 {
+    static C: std::sync::OnceLock<[f64; 5]> = std::sync::OnceLock::new();
+    let c = C.get_or_init(|| {
+        let v: Value = serde_json::from_str(BASELINE).expect("validation/baseline.json (embedded) is JSON");
+        FAMILIES.map(|f| {
+            v["corpus"][f]["within_group_sd_ln"].as_f64().unwrap_or_else(|| {
+                panic!("validation/baseline.json (embedded): corpus.{f}.within_group_sd_ln missing; rewrite it with `servesim validate --write-baseline validation/baseline.json`")
+            })
+        })
+    });
+    FAMILIES.iter().position(|f| *f == family).map_or(f64::NAN, |i| c[i])
+}
+
 /// `validation/baseline.json`: each published group's median |error| (the uncalibrated model).
 pub const BASELINE: &str = include_str!("../../validation/baseline.json");
 
@@ -400,7 +420,17 @@ mod tests {
             assert_eq!(c[i].0, *f);
             assert!(c[i].1 > 0.0 && c[i].1 <= c[i].2, "{f}: {:?}", c[i]);
             assert_eq!(c[i].2, v["corpus"][f]["p90_abs_error_pct"].as_f64().unwrap() / 100.0);
+            let d = corpus_discrepancy(f);
+            assert_eq!(d, v["corpus"][f]["within_group_sd_ln"].as_f64().unwrap());
+            assert!(d > 0.0 && d < 1.0, "{f}: {d}");
         }
+        assert!(corpus_discrepancy("no such family").is_nan());
+        // A p99 carries twice its family's discrepancy; a mean and a median once.
+        let at = |k: &str| crate::fit::discrepancy(crate::fit::TARGETS.iter().position(|t| t.key() == k).unwrap());
+        assert_eq!(at("p99_ttft_ms"), 2.0 * corpus_discrepancy("ttft"));
+        assert_eq!(at("median_ttft_ms"), corpus_discrepancy("ttft"));
+        assert_eq!(at("mean_tpot_ms"), corpus_discrepancy("tpot"));
+        assert_eq!(at("output_throughput"), corpus_discrepancy("throughput"));
     }
 
     #[test]
