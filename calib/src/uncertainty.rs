@@ -278,6 +278,18 @@ pub fn corpus_discrepancy(family: &str) -> f64 {
     FAMILIES.iter().position(|f| *f == family).map_or(f64::NAN, |i| c[i])
 }
 
+/// The sample standard deviation of ln(x) over a calibration's speed references (ms, one
+/// per probe): how much the engine's own speed moved while it was calibrated. None with fewer
+/// than three values or a value that is not positive and finite.
+pub fn speed_reference_sd_ln(values: &[f64]) -> Option<f64> {
+    if values.len() < 3 || values.iter().any(|x| !(x.is_finite() && *x > 0.0)) {
+        return None;
+    }
+    let l: Vec<f64> = values.iter().map(|x| x.ln()).collect();
+    let m = l.iter().sum::<f64>() / l.len() as f64;
+    Some((l.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (l.len() - 1) as f64).sqrt())
+}
+
 /// `validation/baseline.json`: each published group's median |error| (the uncalibrated model).
 pub const BASELINE: &str = include_str!("../../validation/baseline.json");
 
@@ -425,6 +437,12 @@ mod tests {
             assert!(d > 0.0 && d < 1.0, "{f}: {d}");
         }
         assert!(corpus_discrepancy("no such family").is_nan());
+        // The speed references' spread: ln 10, ln 10, ln(10 e^0.3) has mean 0.1 above ln 10 and
+        // sample sd sqrt((0.01 + 0.01 + 0.04) / 2) = sqrt(0.03).
+        let sd = speed_reference_sd_ln(&[10.0, 10.0, 10.0 * 0.3f64.exp()]).unwrap();
+        assert!((sd - 0.03f64.sqrt()).abs() < 1e-12, "{sd}");
+        assert_eq!(speed_reference_sd_ln(&[10.0, 11.0]), None);
+        assert_eq!(speed_reference_sd_ln(&[10.0, 11.0, 0.0]), None);
         // A p99 carries twice its family's discrepancy; a mean and a median once.
         let at = |k: &str| crate::fit::discrepancy(crate::fit::TARGETS.iter().position(|t| t.key() == k).unwrap());
         assert_eq!(at("p99_ttft_ms"), 2.0 * corpus_discrepancy("ttft"));

@@ -87,9 +87,12 @@ fn calibrating_the_simulator_recovers_its_coefficients_and_check_passes() {
     let sum = |c: &dyn Fn(&str) -> f64| c("decode_token_us") + c("per_seq_us");
     let (f, tr) = (sum(&|k| profile.coefficient(k).unwrap()), sum(&|k| t.get(k).unwrap()));
     assert!((f - tr).abs() / tr < 0.02, "decode_token_us + per_seq_us: fitted {f}, true {tr}");
-    // The simulated engine holds one speed: every speed reference is the same.
+    // The simulated engine holds one speed: every speed reference is the same, and the
+    // intervals carry no spread of the engine's own.
     let refs = &profile.speed_reference.as_ref().unwrap().mean_itl_ms;
     assert!(refs.iter().all(|r| *r == refs[0] && r.is_some()), "{refs:?}");
+    let me = profile.uncertainty.as_ref().unwrap().model_error_p90.as_ref().unwrap();
+    assert!(me.values().all(|e| e.abs() < 1e-12), "{me:?}");
 
     // The check, with the fitted coefficients on every point.
     let fitted: Value = serde_json::to_value(&profile.coefficients).unwrap();
@@ -121,6 +124,85 @@ fn calibrating_the_simulator_recovers_its_coefficients_and_check_passes() {
     }
 }
 
+/// An engine whose own speed moves while it is calibrated (every third run 15% slower, as a
+/// host that is busy a third of the time): the speed references show it, and the profile carries
+/// that spread as the error every prediction's interval adds to the coefficients' spread.
+struct Drifting {
+    steady: SimMeasure,
+    slow: SimMeasure,
+    runs: usize,
+}
+
+impl calib::Measure for Drifting {
+    fn info(&self) -> &ServerInfo {
+        self.steady.info()
+    }
+    fn measure(
+        &mut self,
+        w: &sim::workload::Workload,
+        run: calib::Run<'_>,
+    ) -> Result<calib::Measurement, calib::MeasureError> {
+        self.runs += 1;
+        if self.runs % 3 == 0 {
+            self.slow.measure(w, run)
+        } else {
+            self.steady.measure(w, run)
+        }
+    }
+    fn warm_up(
+        &mut self,
+        seconds: f64,
+        next: &mut dyn FnMut(u64) -> sim::workload::Workload,
+    ) -> Result<(), calib::MeasureError> {
+        self.steady.warm_up(seconds, next)
+    }
+}
+
+#[test]
+fn an_engine_whose_speed_moves_while_calibrated_widens_every_interval_by_that_spread() {
+    let (steady, base) = truth();
+    let (mut slow, _) = truth();
+    let mut slower = base.clone();
+    let t = base.coefficients();
+    slower.overlay(
+        &CostCoefficients {
+            step_us: t.get("step_us").map(|v| 1.15 * v),
+            per_seq_us: t.get("per_seq_us").map(|v| 1.15 * v),
+            prefill_token_us: t.get("prefill_token_us").map(|v| 1.15 * v),
+            decode_token_us: t.get("decode_token_us").map(|v| 1.15 * v),
+            ..Default::default()
+        },
+        CoefficientSource::Scenario,
+    );
+    slow.truth = slower;
+    let mut m = Drifting { steady, slow, runs: 0 };
+    let opts = CalibrateOptions {
+        max_probe_concurrency: 4,
+        warmup_s: 0.0,
+        repeat: 1,
+        max_evals: 40,
+        speed_reference: true,
+        step_log: None,
+    };
+    let profile = procedure::calibrate(&mut m, &scenario, &opts).unwrap();
+    let refs: Vec<f64> = profile.speed_reference.as_ref().unwrap().mean_itl_ms.iter().flatten().copied().collect();
+    let (lo, hi) = refs.iter().fold((f64::INFINITY, 0.0f64), |(a, b), &x| (a.min(x), b.max(x)));
+    assert!(hi / lo > 1.1, "the references see the drift: {refs:?}");
+    let sd = calib::uncertainty::speed_reference_sd_ln(&refs).unwrap();
+    let u = profile.uncertainty.as_ref().unwrap();
+    let me = u.model_error_p90.as_ref().unwrap();
+    for f in calib::uncertainty::FAMILIES {
+        assert!((me[f] - ((1.645 * sd).exp() - 1.0)).abs() < 1e-12, "{f}: {me:?}");
+    }
+    assert!(u.model_error_source.as_ref().unwrap().contains("speed reference"));
+    // A prediction's interval is at least ±1.645 σ of that spread wide.
+    let c = calib::uncertainty::predict_point(&scenario(&json!({"dataset_name": "random", "random_input_len": 128, "random_output_len": 16, "num_prompts": 4, "max_concurrency": 1, "ignore_eos": true})).unwrap());
+    let i = u.intervals(&c, std::slice::from_ref(&c));
+    let tpot = i.iter().find(|(k, _)| *k == "mean_tpot_ms").unwrap().1;
+    let center = sim::report::Metrics::metric(&c, sim::report::Metric::MeanTpotMs).unwrap();
+    assert!(((tpot.p95 / center).ln() - 1.645 * sd).abs() < 1e-9, "{tpot:?} about {center}");
+}
+
 /// The profile's keys are a contract (`cost.profile` reads `coefficients`, `check` reads
 /// `speed_reference`): pinned, with the order they are written in.
 #[test]
@@ -145,7 +227,10 @@ fn profile_keys() {
     assert_eq!(keys(&p["fit"]), "method,target_noise,targets,free,factors,objective,evaluations,r2,points");
     assert_eq!(keys(&p["fit"]["points"][0]), "name,max_concurrency,measured,predicted,relative_residual");
     assert_eq!(keys(&p["fit"]["r2"]), calib::fit::TARGETS.map(sim::report::Metric::key).join(","));
-    assert_eq!(keys(&p["uncertainty"]), "method,coefficients,log_covariance,chi2_per_dof,intervals");
+    assert_eq!(
+        keys(&p["uncertainty"]),
+        "method,coefficients,log_covariance,chi2_per_dof,intervals,model_error_p90,model_error_source"
+    );
     assert_eq!(keys(&p["lone_request_fit"]), "method,points,r2,coefficients");
     assert_eq!(keys(&p["speed_reference"]), "workload,mean_itl_ms,median_mean_itl_ms");
     assert_eq!(keys(&p["fit_workloads"][0]), "name,workload");
