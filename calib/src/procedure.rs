@@ -216,17 +216,17 @@ pub fn calibrate<M: Measure + ?Sized>(m: &mut M, scenario: &Scenario<'_>, o: &Ca
     );
     profile.uncertainty =
         Some(crate::uncertainty::ProfileUncertainty::new(crate::identify::INTERVAL_METHOD, &profile.values(), cov, s2));
-    // The engine's own speed moved while it was calibrated (the speed reference, one request at
-    // a fixed shape before each probe): another run of it moves as much, whatever the
-    // coefficients, so every prediction's interval carries that spread too.
-    if let (Some(u), Some(sd)) = (profile.uncertainty.as_mut(), crate::uncertainty::speed_reference_sd_ln(&ref_values))
-    {
-        let e = (1.645 * sd).exp() - 1.0;
-        u.model_error_p90 = Some(crate::uncertainty::FAMILIES.iter().map(|f| (f.to_string(), e)).collect());
-        u.model_error_source = Some(format!(
-            "the engine's own speed while calibrating, added in quadrature to the ensemble's spread: the speed reference (mean ITL of one request at a fixed shape, before each probe) varied by σ {sd:.3} in ln over {} runs; another run lies within ±1.645 σ 90% of the time",
-            ref_values.len()
-        ));
+    // A later run lies off the fitted model by what the fit could not explain (its residuals:
+    // the model's discrepancy at a probe and the engine's noise then) or by how far the engine's
+    // own speed moved while it was calibrated (the speed reference, one request at a fixed shape
+    // before each probe), whichever is larger: every prediction's interval carries that too.
+    if let Some(u) = profile.uncertainty.as_mut() {
+        let fitted = profile.coefficient_sources.0.iter().filter(|(_, s)| *s == "data").count();
+        let resid = crate::uncertainty::residual_sd_ln(&profile.fit.points, fitted);
+        let speed = crate::uncertainty::speed_reference_sd_ln(&ref_values);
+        let (errors, source) = crate::uncertainty::live_model_error(&resid, speed, ref_values.len());
+        u.model_error_p90 = Some(errors);
+        u.model_error_source = Some(source);
     }
     if let Some(sf) = &step_fit {
         profile.step_log_fit = Some(StepLogFit {

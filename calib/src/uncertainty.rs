@@ -78,9 +78,10 @@ pub struct ProfileUncertainty {
     pub ensemble: Vec<Vec<f64>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ensemble_method: Option<String>,
-    /// The model's own error a fit does not remove, per metric family (90% |error|), added to
-    /// the ensemble's spread in quadrature (in log): set for fits on published results, whose
-    /// setups are partly unstated (`calibrate --from-results`), and where it comes from.
+    /// The model's own error a fit does not remove, per metric family or per metric key (a key's
+    /// entry first; 90% |error|), added to the ensemble's spread in quadrature (in log): for fits
+    /// on published results, whose setups are partly unstated, the uncalibrated corpus error; for
+    /// live fits, a later run's own deviation (`live_model_error`); and where it comes from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_error_p90: Option<std::collections::BTreeMap<String, f64>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -218,7 +219,7 @@ impl ProfileUncertainty {
         let mut out = Named::new();
         for (k, i) in base.iter() {
             let c = Metric::parse(k).and_then(|k| center.metric(k)).unwrap_or(0.0);
-            let e = me.get(metric_family(k)).copied().unwrap_or(0.0);
+            let e = me.get(k).or_else(|| me.get(metric_family(k))).copied().unwrap_or(0.0);
             if c <= 0.0 || i.p05 <= 0.0 {
                 out.push(k, *i);
                 continue;
@@ -288,6 +289,75 @@ pub fn speed_reference_sd_ln(values: &[f64]) -> Option<f64> {
     let l: Vec<f64> = values.iter().map(|x| x.ln()).collect();
     let m = l.iter().sum::<f64>() / l.len() as f64;
     Some((l.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (l.len() - 1) as f64).sqrt())
+}
+
+/// Per metric family, the fit's residual standard deviation in ln: the root mean square of
+/// ln(1 + relative residual) over the family's fitted values, times √(N / (N − p)) for the
+/// `fitted` coefficients the N values of every family determined. Families without values are
+/// left out.
+pub fn residual_sd_ln(points: &[crate::profile::FitPointSummary], fitted: usize) -> Named<f64> {
+    let mut by: std::collections::BTreeMap<&'static str, Vec<f64>> = std::collections::BTreeMap::new();
+    for p in points {
+        for (k, r) in p.relative_residual.iter() {
+            if r.is_finite() && *r > -1.0 {
+                by.entry(metric_family(k)).or_default().push((1.0 + r).ln());
+            }
+        }
+    }
+    let n: usize = by.values().map(Vec::len).sum();
+    let dof = if n > fitted { (n as f64 / (n - fitted) as f64).sqrt() } else { 1.0 };
+    let mut out = Named::new();
+    for f in FAMILIES {
+        if let Some(v) = by.get(f) {
+            out.push(f, dof * (v.iter().map(|x| x * x).sum::<f64>() / v.len() as f64).sqrt());
+        }
+    }
+    out
+}
+
+/// The model error of a live profile's intervals (90% |error| per family, and per p99 key at
+/// twice the σ: a p99 rests on a point's few slowest requests, as `crate::fit::TARGET_NOISE`
+/// gives it twice its mean's noise), and where it comes from: per family the larger of the fit's
+/// residual σ (`resid`) and the speed references' σ (`speed`, over `n_ref` runs). The two are
+/// not independent (the residuals hold the engine's noise while it was probed), so the larger,
+/// not their sum.
+pub fn live_model_error(
+    resid: &Named<f64>,
+    speed: Option<f64>,
+    n_ref: usize,
+) -> (std::collections::BTreeMap<String, f64>, String) {
+    let mut out = std::collections::BTreeMap::new();
+    let mut parts = Vec::new();
+    for f in FAMILIES {
+        let r = resid.iter().find(|(k, _)| *k == f).map(|(_, v)| *v);
+        let sigma = match (r, speed) {
+            (Some(r), Some(s)) => r.max(s),
+            (Some(r), None) => r,
+            (None, Some(s)) => s,
+            (None, None) => continue,
+        };
+        out.insert(f.to_string(), (1.645 * sigma).exp() - 1.0);
+        if f != "throughput" {
+            out.insert(format!("p99_{f}_ms"), (1.645 * 2.0 * sigma).exp() - 1.0);
+        }
+        parts.push(format!("{f} {sigma:.3}"));
+    }
+    let speed_text = speed.map_or_else(
+        || "no speed reference".to_string(),
+        |s| format!("the speed reference (mean ITL of one request at a fixed shape, before each probe) varied by σ {s:.3} over {n_ref} runs"),
+    );
+    let resid_text = FAMILIES
+        .iter()
+        .filter_map(|f| resid.iter().find(|(k, _)| k == f).map(|(_, v)| format!("{f} {v:.3}")))
+        .collect::<Vec<_>>()
+        .join(", ");
+    (
+        out,
+        format!(
+            "a later run's own deviation, added in quadrature to the ensemble's spread: per family the larger of the fit's residual σ in ln ({resid_text}; root mean square over the probes, dof-corrected) and the engine's speed σ ({speed_text}), i.e. {}; ±1.645 σ, ±3.29 σ for a p99",
+            parts.join(", ")
+        ),
+    )
 }
 
 /// `validation/baseline.json`: each published group's median |error| (the uncalibrated model).
@@ -443,6 +513,37 @@ mod tests {
         assert!((sd - 0.03f64.sqrt()).abs() < 1e-12, "{sd}");
         assert_eq!(speed_reference_sd_ln(&[10.0, 11.0]), None);
         assert_eq!(speed_reference_sd_ln(&[10.0, 11.0, 0.0]), None);
+        // Residuals: TTFT e^0.1 − 1 and e^−0.1 − 1 (RMS 0.1), TPOT e^0.2 − 1 (0.2); four values,
+        // two coefficients fitted: √(4 / 2) times.
+        let pt = |ttft: f64, tpot: f64| crate::profile::FitPointSummary {
+            name: "p".into(),
+            max_concurrency: None,
+            measured: Named::new(),
+            predicted: Named::new(),
+            relative_residual: {
+                let mut n = Named::new();
+                n.push("mean_ttft_ms", ttft.exp() - 1.0);
+                n.push("mean_tpot_ms", tpot.exp() - 1.0);
+                n
+            },
+            target_noise: None,
+        };
+        let r = residual_sd_ln(&[pt(0.1, 0.2), pt(-0.1, 0.2)], 2);
+        let get = |f: &str| r.iter().find(|(k, _)| *k == f).unwrap().1;
+        assert!((get("ttft") - 0.1 * 2f64.sqrt()).abs() < 1e-12);
+        assert!((get("tpot") - 0.2 * 2f64.sqrt()).abs() < 1e-12);
+        assert!(r.iter().all(|(k, _)| k == "ttft" || k == "tpot"));
+        // The larger of residual and speed σ per family; a p99 at twice the σ; a family with
+        // neither is absent.
+        let (e, src) = live_model_error(&r, Some(0.2), 5);
+        assert!((e["ttft"] - ((1.645 * 0.2f64).exp() - 1.0)).abs() < 1e-12);
+        assert!((e["tpot"] - ((1.645 * 0.2 * 2f64.sqrt()).exp() - 1.0)).abs() < 1e-12);
+        assert!((e["p99_ttft_ms"] - ((3.29 * 0.2f64).exp() - 1.0)).abs() < 1e-12);
+        assert!((e["itl"] - ((1.645 * 0.2f64).exp() - 1.0)).abs() < 1e-12, "speed only: {e:?}");
+        assert!(!e.contains_key("p99_throughput_ms"));
+        assert!(src.contains("over 5 runs"), "{src}");
+        let (e, _) = live_model_error(&r, None, 0);
+        assert!(!e.contains_key("itl") && e.contains_key("ttft"), "{e:?}");
         // A p99 carries twice its family's discrepancy; a mean and a median once.
         let at = |k: &str| crate::fit::discrepancy(crate::fit::TARGETS.iter().position(|t| t.key() == k).unwrap());
         assert_eq!(at("p99_ttft_ms"), 2.0 * corpus_discrepancy("ttft"));
