@@ -523,6 +523,18 @@ pub fn check_text(r: &CheckReport) -> String {
             );
         }
     }
+    if let Some(c) = &r.verdict.interval_coverage {
+        if let Some(f) = c.fraction {
+            let _ = writeln!(
+                s,
+                "Inside the predicted 90% interval: {} of {} measured values ({:.0}%; at least {:.0}% expected)",
+                c.inside,
+                c.values,
+                100.0 * f,
+                100.0 * c.target
+            );
+        }
+    }
     let _ = writeln!(s, "Overall: {}", if r.verdict.pass { "PASS" } else { "FAIL" });
     s
 }

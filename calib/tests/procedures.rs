@@ -123,6 +123,20 @@ fn calibrating_the_simulator_recovers_its_coefficients_and_check_passes() {
         let inside = p.inside_interval.as_ref().unwrap();
         assert!(inside.iter().all(|(_, v)| *v), "{inside:?}");
     }
+    // The verdict counts them: every timed value of the three judged points (the preemption
+    // count, prefix hits and KV peak left out).
+    let c = report.verdict.interval_coverage.as_ref().unwrap();
+    let timed = |p: &calib::check::CheckPoint| {
+        p.inside_interval
+            .as_ref()
+            .unwrap()
+            .iter()
+            .filter(|(k, _)| !["num_preemptions", "prefix_cache_hit_rate", "kv_cache_usage_peak"].contains(k))
+            .count()
+    };
+    assert_eq!(c.values, report.points.iter().map(timed).sum::<usize>());
+    assert!(c.values > 3 * 10, "{c:?}");
+    assert_eq!((c.inside, c.fraction, c.target), (c.values, Some(1.0), 0.8));
 }
 
 /// An engine whose own speed moves while it is calibrated (every third run 15% slower, as a

@@ -125,6 +125,9 @@ for k, v in r["verdict"]["per_metric"].items():
     if v["median_abs_error"] is not None:
         t = v["target"]
         print(f"  {k:<22} median |error| {100*v['median_abs_error']:5.1f}%" + (f"  (target {100*t:.0f}%: {'ok' if v['ok'] else 'missed'})" if t else ""))
+c = r["verdict"].get("interval_coverage")
+if c and c.get("fraction") is not None:
+    print(f"  inside the 90% interval: {c['inside']}/{c['values']} ({100*c['fraction']:.0f}%; target {100*c['target']:.0f}%)")
 print("  overall:", "PASS" if r["verdict"]["pass"] else "FAIL")
 PY
   stop
