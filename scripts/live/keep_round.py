@@ -18,6 +18,8 @@ NOT_TIMED = {"num_preemptions", "prefix_cache_hit_rate", "kv_cache_usage_peak"}
 
 
 def coverage(check):
+    """(inside, values, missed). The same count as `check`'s `verdict.interval_coverage` (which
+    reports written since it exists carry; older ones are counted here, the same way)."""
     inside = total = 0
     missed = []
     for p in check["points"]:
@@ -59,7 +61,11 @@ def main():
             with open(records[0]) as f:
                 versions[engine] = json.load(f).get("setup")
         with open(check) as f:
-            inside, total, missed = coverage(json.load(f))
+            report = json.load(f)
+        inside, total, missed = coverage(report)
+        stated = report.get("verdict", {}).get("interval_coverage")
+        if stated and (stated["inside"], stated["values"]) != (inside, total):
+            sys.exit(f"{check}: verdict.interval_coverage {stated} differs from the count here ({inside}/{total})")
         if total:
             cov.append(f"{engine}: {inside}/{total} = {100 * inside / total:.0f}% of held-out measured values inside "
                        f"their 90% interval; outside: {', '.join(missed) or 'none'}")
