@@ -100,6 +100,8 @@ pub fn calibrate<M: Measure + ?Sized>(m: &mut M, scenario: &Scenario<'_>, o: &Ca
         })?;
     }
     let mut points = Vec::new();
+    // Each probe's measured p99s (not fitted: they judge the fitted model's tails afterwards).
+    let mut tails: Vec<Vec<Option<f64>>> = Vec::new();
     // The speed reference measured before each probe (None where it failed or is off).
     let mut reference: Vec<Option<f64>> = Vec::new();
     for probe in plan::repeated(&probes, o.repeat) {
@@ -123,6 +125,16 @@ pub fn calibrate<M: Measure + ?Sized>(m: &mut M, scenario: &Scenario<'_>, o: &Ca
         }
         let mut measured = measured_targets(&got.point);
         let concurrent = probe.workload["max_concurrency"].as_u64().is_some_and(|c| c > 1);
+        // The p99s, but a concurrent probe's TTFT (the phase of its waves, as below).
+        tails.push(
+            TARGETS
+                .iter()
+                .map(|&t| {
+                    let tail = t.key().starts_with("p99") && !(concurrent && t == Metric::P99TtftMs);
+                    got.point.metric(t).filter(|v| tail && v.is_finite() && *v > 0.0)
+                })
+                .collect(),
+        );
         if concurrent {
             // A decode probe's TTFT is the phase at which the client's closed-loop arrivals
             // meet the engine's steps (when a wave of requests reaches the server decides
@@ -224,7 +236,10 @@ pub fn calibrate<M: Measure + ?Sized>(m: &mut M, scenario: &Scenario<'_>, o: &Ca
         let fitted = profile.coefficient_sources.0.iter().filter(|(_, s)| *s == "data").count();
         let resid = crate::uncertainty::residual_sd_ln(&profile.fit.points, fitted);
         let speed = crate::uncertainty::speed_reference_sd_ln(&ref_values);
-        let (errors, source) = crate::uncertainty::live_model_error(&resid, speed, ref_values.len());
+        // The fitted model's p99s at the probes, against the measured ones.
+        let predicted: Vec<Vec<Option<f64>>> = points.iter().map(|p| p.predict(&r.cost)).collect();
+        let tail_sd = crate::uncertainty::tail_sd_ln(&tails, &predicted);
+        let (errors, source) = crate::uncertainty::live_model_error(&resid, &tail_sd, speed, ref_values.len());
         u.model_error_p90 = Some(errors);
         u.model_error_source = Some(source);
     }

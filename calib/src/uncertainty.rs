@@ -315,14 +315,41 @@ pub fn residual_sd_ln(points: &[crate::profile::FitPointSummary], fitted: usize)
     out
 }
 
-/// The model error of a live profile's intervals (90% |error| per family, and per p99 key at
-/// twice the σ: a p99 rests on a point's few slowest requests, as `crate::fit::TARGET_NOISE`
-/// gives it twice its mean's noise), and where it comes from: per family the larger of the fit's
-/// residual σ (`resid`) and the speed references' σ (`speed`, over `n_ref` runs). The two are
-/// not independent (the residuals hold the engine's noise while it was probed), so the larger,
-/// not their sum.
+/// Per p99 target (its key), the root mean square of ln(predicted / measured) over the probes
+/// that measured it: `measured` and `predicted` are per probe, in `crate::fit::TARGETS` order
+/// (None where not measured). The p99s are not fitted, so no degrees of freedom are taken off.
+pub fn tail_sd_ln(measured: &[Vec<Option<f64>>], predicted: &[Vec<Option<f64>>]) -> Named<f64> {
+    let mut out = Named::new();
+    for (t, target) in crate::fit::TARGETS.iter().enumerate() {
+        if !target.key().starts_with("p99") {
+            continue;
+        }
+        let l: Vec<f64> = measured
+            .iter()
+            .zip(predicted)
+            .filter_map(|(m, p)| match (m.get(t).copied().flatten(), p.get(t).copied().flatten()) {
+                (Some(m), Some(p)) if m > 0.0 && p > 0.0 => Some((p / m).ln()),
+                _ => None,
+            })
+            .collect();
+        if !l.is_empty() {
+            out.push(target.key(), (l.iter().map(|x| x * x).sum::<f64>() / l.len() as f64).sqrt());
+        }
+    }
+    out
+}
+
+/// The model error of a live profile's intervals (90% |error| per family and per p99 key), and
+/// where it comes from. Per family, the larger of the fit's residual σ (`resid`) and the speed
+/// references' σ (`speed`, over `n_ref` runs): the two are not independent (the residuals hold
+/// the engine's noise while it was probed), so the larger, not their sum. Per p99 key, the
+/// larger of the speed σ and that p99's own σ at the probes (`tail`, [`tail_sd_ln`]: the
+/// simulated tail against the engine's, which a mean's residuals do not see); where no probe
+/// measured it, twice its family's σ (as `crate::fit::TARGET_NOISE` gives a p99 twice its
+/// mean's noise).
 pub fn live_model_error(
     resid: &Named<f64>,
+    tail: &Named<f64>,
     speed: Option<f64>,
     n_ref: usize,
 ) -> (std::collections::BTreeMap<String, f64>, String) {
@@ -337,15 +364,26 @@ pub fn live_model_error(
             (None, None) => continue,
         };
         out.insert(f.to_string(), (1.645 * sigma).exp() - 1.0);
-        if f != "throughput" {
-            out.insert(format!("p99_{f}_ms"), (1.645 * 2.0 * sigma).exp() - 1.0);
-        }
         parts.push(format!("{f} {sigma:.3}"));
+        if f != "throughput" {
+            let key = format!("p99_{f}_ms");
+            let s99 = match tail.iter().find(|(k, _)| *k == key).map(|(_, v)| *v) {
+                Some(t) => t.max(speed.unwrap_or(0.0)),
+                None => 2.0 * sigma,
+            };
+            out.insert(key.clone(), (1.645 * s99).exp() - 1.0);
+            parts.push(format!("{key} {s99:.3}"));
+        }
     }
     let speed_text = speed.map_or_else(
         || "no speed reference".to_string(),
         |s| format!("the speed reference (mean ITL of one request at a fixed shape, before each probe) varied by σ {s:.3} over {n_ref} runs"),
     );
+    let tail_text = if tail.is_empty() {
+        "none measured".to_string()
+    } else {
+        tail.iter().map(|(k, v)| format!("{k} {v:.3}")).collect::<Vec<_>>().join(", ")
+    };
     let resid_text = FAMILIES
         .iter()
         .filter_map(|f| resid.iter().find(|(k, _)| k == f).map(|(_, v)| format!("{f} {v:.3}")))
@@ -354,7 +392,7 @@ pub fn live_model_error(
     (
         out,
         format!(
-            "a later run's own deviation, added in quadrature to the ensemble's spread: per family the larger of the fit's residual σ in ln ({resid_text}; root mean square over the probes, dof-corrected) and the engine's speed σ ({speed_text}), i.e. {}; ±1.645 σ, ±3.29 σ for a p99",
+            "a later run's own deviation, added in quadrature to the ensemble's spread: per family the larger of the fit's residual σ in ln ({resid_text}; root mean square over the probes, dof-corrected) and the engine's speed σ ({speed_text}); per p99 the larger of its own σ at the probes ({tail_text}) and the speed σ, or twice its family's where no probe measured it; i.e. {}; ±1.645 σ",
             parts.join(", ")
         ),
     )
@@ -535,15 +573,36 @@ mod tests {
         assert!(r.iter().all(|(k, _)| k == "ttft" || k == "tpot"));
         // The larger of residual and speed σ per family; a p99 at twice the σ; a family with
         // neither is absent.
-        let (e, src) = live_model_error(&r, Some(0.2), 5);
+        // A p99 measured at the probes: its own σ against the speed σ; not measured: twice its family's.
+        let mut tail = Named::new();
+        tail.push("p99_itl_ms", 0.5);
+        tail.push("p99_ttft_ms", 0.05);
+        let (e, src) = live_model_error(&r, &tail, Some(0.2), 5);
         assert!((e["ttft"] - ((1.645 * 0.2f64).exp() - 1.0)).abs() < 1e-12);
         assert!((e["tpot"] - ((1.645 * 0.2 * 2f64.sqrt()).exp() - 1.0)).abs() < 1e-12);
-        assert!((e["p99_ttft_ms"] - ((3.29 * 0.2f64).exp() - 1.0)).abs() < 1e-12);
+        assert!((e["p99_ttft_ms"] - ((1.645 * 0.2f64).exp() - 1.0)).abs() < 1e-12, "speed wins: {e:?}");
+        assert!((e["p99_itl_ms"] - ((1.645 * 0.5f64).exp() - 1.0)).abs() < 1e-12, "its own σ: {e:?}");
+        assert!((e["p99_tpot_ms"] - ((3.29 * 0.2 * 2f64.sqrt()).exp() - 1.0)).abs() < 1e-12, "twice: {e:?}");
         assert!((e["itl"] - ((1.645 * 0.2f64).exp() - 1.0)).abs() < 1e-12, "speed only: {e:?}");
         assert!(!e.contains_key("p99_throughput_ms"));
-        assert!(src.contains("over 5 runs"), "{src}");
-        let (e, _) = live_model_error(&r, None, 0);
+        assert!(src.contains("over 5 runs") && src.contains("p99_itl_ms 0.500"), "{src}");
+        let (e, _) = live_model_error(&r, &Named::new(), None, 0);
         assert!(!e.contains_key("itl") && e.contains_key("ttft"), "{e:?}");
+        // tail_sd_ln: the p99s only, over the probes that measured them.
+        let n = crate::fit::TARGETS.len();
+        let at = |k: &str| crate::fit::TARGETS.iter().position(|t| t.key() == k).unwrap();
+        let (mut m1, mut p1, mut m2, mut p2) = (vec![None; n], vec![None; n], vec![None; n], vec![None; n]);
+        m1[at("p99_itl_ms")] = Some(10.0);
+        p1[at("p99_itl_ms")] = Some(10.0 * 0.3f64.exp());
+        m2[at("p99_itl_ms")] = Some(20.0);
+        p2[at("p99_itl_ms")] = Some(20.0 * (-0.1f64).exp());
+        m1[at("mean_itl_ms")] = Some(5.0);
+        p1[at("mean_itl_ms")] = Some(50.0);
+        let t = tail_sd_ln(&[m1, m2], &[p1, p2]);
+        assert_eq!(t.iter().count(), 1, "only the measured p99: {t:?}");
+        let v = t.iter().next().unwrap();
+        assert_eq!(v.0, "p99_itl_ms");
+        assert!((v.1 - (0.05f64).sqrt()).abs() < 1e-12, "{t:?}");
         // A p99 carries twice its family's discrepancy; a mean and a median once.
         let at = |k: &str| crate::fit::discrepancy(crate::fit::TARGETS.iter().position(|t| t.key() == k).unwrap());
         assert_eq!(at("p99_ttft_ms"), 2.0 * corpus_discrepancy("ttft"));

@@ -206,7 +206,7 @@ fn an_engine_whose_speed_moves_while_calibrated_widens_every_interval_by_that_sp
     let sd = calib::uncertainty::speed_reference_sd_ln(&refs).unwrap();
     let u = profile.uncertainty.as_ref().unwrap();
     let me = u.model_error_p90.as_ref().unwrap();
-    // Per family the larger of the speed σ and the fit's residual σ; a p99 twice that σ.
+    // Per family the larger of the speed σ and the fit's residual σ.
     let resid = calib::uncertainty::residual_sd_ln(
         &profile.fit.points,
         profile.coefficient_sources.0.iter().filter(|(_, s)| *s == "data").count(),
@@ -217,21 +217,23 @@ fn an_engine_whose_speed_moves_while_calibrated_widens_every_interval_by_that_sp
         assert!((me[f] - ((1.645 * sigma).exp() - 1.0)).abs() < 1e-12, "{f}: {me:?}");
         assert!(me[f] >= (1.645 * sd).exp() - 1.0 - 1e-12);
         if f != "throughput" {
+            // A p99 the probes measured: its own σ there, at least the speed σ.
             let p99 = &format!("p99_{f}_ms");
-            assert!((me[p99] - ((3.29 * sigma).exp() - 1.0)).abs() < 1e-12, "{p99}: {me:?}");
+            assert!(me[p99] >= (1.645 * sd).exp() - 1.0 - 1e-12, "{p99}: {me:?}");
         }
     }
     assert!(u.model_error_source.as_ref().unwrap().contains("speed reference"));
-    // A prediction's interval is ±1.645 σ of that spread wide (the ensemble's spread is nil
-    // here: one sample, the centre), and a p99's twice as wide.
+    // A prediction's interval is that spread wide (the ensemble's spread is nil here: one
+    // sample, the centre): the family's for a mean, the key's own for a p99.
     let c = calib::uncertainty::predict_point(&scenario(&json!({"dataset_name": "random", "random_input_len": 128, "random_output_len": 16, "num_prompts": 4, "max_concurrency": 1, "ignore_eos": true})).unwrap());
     let i = u.intervals(&c, std::slice::from_ref(&c));
-    for (key, metric, k) in
-        [("mean_tpot_ms", sim::report::Metric::MeanTpotMs, 1.0), ("p99_tpot_ms", sim::report::Metric::P99TpotMs, 2.0)]
-    {
+    for (key, metric, entry) in [
+        ("mean_tpot_ms", sim::report::Metric::MeanTpotMs, "tpot"),
+        ("p99_tpot_ms", sim::report::Metric::P99TpotMs, "p99_tpot_ms"),
+    ] {
         let iv = i.iter().find(|(n, _)| *n == key).unwrap().1;
         let center = sim::report::Metrics::metric(&c, metric).unwrap();
-        assert!(((iv.p95 / center).ln() - k * (1.0 + me["tpot"]).ln()).abs() < 1e-9, "{key}: {iv:?} about {center}");
+        assert!(((iv.p95 / center).ln() - (1.0 + me[entry]).ln()).abs() < 1e-9, "{key}: {iv:?} about {center}");
     }
 }
 
