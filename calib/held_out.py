@@ -12,8 +12,15 @@ uncalibrated interval of `simulate --uncertainty`).
 
     python3 calib/held_out.py [target/release/servesim]    # from the repository root
     HELD_OUT_ONLY=phase0 python3 calib/held_out.py ...     # only the sets whose file name has it
+
+The model's discrepancy at a point that `calibrate --from-results` adds to each value's noise
+is, by default, the within-group sd of the whole validate corpus, which holds the judged set
+too. Here each set is fitted with the sd estimated on the corpus without that set (the same
+statistic `servesim validate --write-baseline` writes, recomputed from `validate --json`, and
+passed as `--discrepancy`), so nothing of the judged set reaches its own fit.
+HELD_OUT_CORPUS_DISCREPANCY=1 uses the corpus' as it is instead.
 """
-import csv, io, json, os, statistics, subprocess, sys, tempfile
+import csv, io, json, math, os, statistics, subprocess, sys, tempfile
 
 BIN = sys.argv[1] if len(sys.argv) > 1 else "target/release/servesim"
 METRICS = [("mean_ttft_ms", "mean_ttft_ms"), ("p50_ttft_ms", "median_ttft_ms"), ("p99_ttft_ms", "p99_ttft_ms"),
@@ -61,6 +68,47 @@ def scenario_of(spec, v, root):
     return sc
 
 
+FAMILIES = ["ttft", "tpot", "itl", "e2el", "throughput"]
+
+
+def family(key):
+    return next((f for f in FAMILIES[:4] if f in key), "throughput")
+
+
+def corpus_logs():
+    """(set, group, family, ln(simulated / published)) of every compared mean or median of the
+    validate corpus (the values `servesim validate` splits into within- and between-group sd)."""
+    out = subprocess.run([BIN, "validate", "--json"], capture_output=True, text=True)
+    v = json.loads(out.stdout)
+    logs = []
+    for r in v["rows"]:
+        for m in r.get("metrics") or []:
+            s, p = m.get("simulated"), m.get("published")
+            if s and p and s > 0 and p > 0 and not m["key"].startswith("p9"):
+                logs.append((r["set"], r["group"], family(m["key"]), math.log(s / p)))
+    return logs
+
+
+def within_sd_without(logs, left_out):
+    """The pooled within-group sd per family over the groups of every set but `left_out`, as
+    `--discrepancy` wants it (a family without two values in a group keeps the corpus')."""
+    parts = []
+    for f in FAMILIES:
+        groups = {}
+        for st, g, fam, x in logs:
+            if fam == f and st != left_out:
+                groups.setdefault(g, []).append(x)
+        ss = dof = 0
+        for xs in groups.values():
+            if len(xs) >= 2:
+                m = sum(xs) / len(xs)
+                ss += sum((x - m) ** 2 for x in xs)
+                dof += len(xs) - 1
+        if dof:
+            parts.append(f"{f}={math.sqrt(ss / dof):.4f}")
+    return ",".join(parts)
+
+
 def sim(scen_file, *extra):
     out = subprocess.run([BIN, "simulate", scen_file, "--json", *extra], capture_output=True, text=True)
     if not out.stdout.strip():
@@ -74,6 +122,7 @@ def main():
     print(f"(profiles and scenarios in {tmp})", file=sys.stderr)
     d = os.path.join(root, "validation/published")
     totals = {"in": 0, "n": 0, "in_uncal": 0}
+    logs = [] if os.environ.get("HELD_OUT_CORPUS_DISCREPANCY") else corpus_logs()
     rows_out = []
     for f in sorted(os.listdir(d)):
         if not f.endswith(".json"):
@@ -123,7 +172,8 @@ def main():
             rf = os.path.join(tmp, f"{g[0]}-{pts[0][1]}-result.json")
             json.dump(pts[0][3], open(rf, "w"))
             prof = os.path.join(tmp, f"{g[0]}-{pts[0][1]}-profile.json")
-            c = subprocess.run([BIN, "calibrate", "--from-results", rf, "--scenario", files[0], "--out", prof],
+            disc = ["--discrepancy", within_sd_without(logs, g[0])] if logs else []
+            c = subprocess.run([BIN, "calibrate", "--from-results", rf, "--scenario", files[0], "--out", prof, *disc],
                                capture_output=True, text=True)
             if c.returncode != 0:
                 print(f"{g}: calibrate failed: {c.stderr.strip()[:300]}")

@@ -91,6 +91,11 @@ pub struct CalibrateArgs {
     /// file (paired in order; for traces, whose arrivals differ per run).
     #[arg(long, num_args = 1..)]
     pub scenario: Vec<PathBuf>,
+    /// With `--from-results`: the model's discrepancy at a published point per metric family
+    /// (sd in ln, `ttft=0.4,e2el=0.08`), in place of the validate corpus' within-group sd for
+    /// the families named (your own corpus; or a validation that leaves the judged set out).
+    #[arg(long, value_name = "FAMILY=SD,...")]
+    pub discrepancy: Option<String>,
     /// Where to write the profile (JSON).
     #[arg(long)]
     pub out: PathBuf,
@@ -152,6 +157,11 @@ pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode, String> {
     }
     if !a.from_results.is_empty() {
         return calibrate_offline(&a);
+    }
+    if a.discrepancy.is_some() {
+        return Err(
+            "--discrepancy: only with --from-results (a live fit takes its residuals and the engine's speed)".into()
+        );
     }
     let dir = a.result_dir.clone().unwrap_or_else(|| std::env::temp_dir().join("servesim-calibrate"));
     let mut m = connect(&a.server, &a.engine, dir)?;
@@ -294,11 +304,16 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
             });
         }
     }
-    let profile = procedure::calibrate_from_results(
+    let discrepancy = match &a.discrepancy {
+        Some(spec) => calib::fit::Discrepancy::parse(spec).map_err(|e| format!("--discrepancy {e}"))?,
+        None => calib::fit::Discrepancy::corpus(),
+    };
+    let profile = procedure::calibrate_from_results_with(
         &points,
         a.max_evals,
         a.from_results.iter().map(|p| p.display().to_string()).collect(),
         a.scenario[0].display().to_string(),
+        &discrepancy,
     )
     .map_err(|e| e.to_string())?;
     write_profile(&a.out, &profile)?;

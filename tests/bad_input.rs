@@ -127,10 +127,39 @@ fn bad_flags_and_missing_files_are_errors_not_panics() {
         vec!["sweep", "--concurrency", "0,4"],
         vec!["simulate", "--metric-percentiles", "42"],
         vec!["simulate", "--set", "cost.profile=no/such/profile.json"],
+        // --discrepancy only with --from-results, and only family=sd pairs.
+        vec!["calibrate", "--base-url", "http://127.0.0.1:9", "--discrepancy", "ttft=0.4", "--out", "p.json"],
     ] {
         let o = run_cli(&args);
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.starts_with("error: ") && !err.contains("panicked"), "{args:?}: {err}");
     }
+}
+
+#[test]
+fn a_bad_discrepancy_names_the_flag_and_what_was_expected() {
+    let dir = std::env::temp_dir().join(format!("servesim-disc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let r = dir.join("r.json");
+    std::fs::write(&r, r#"{"mean_ttft_ms": 100.0, "mean_tpot_ms": 10.0, "output_throughput": 500.0}"#).unwrap();
+    let scen = root().join("scenarios/rtx5090-qwen2.5-7b-vllm.json");
+    let out = dir.join("p.json");
+    for (spec, expect) in [("ttfx=0.1", "not a metric family"), ("ttft=-1", "finite sd"), ("ttft", "family=value")] {
+        let o = run_cli(&[
+            "calibrate",
+            "--from-results",
+            r.to_str().unwrap(),
+            "--scenario",
+            scen.to_str().unwrap(),
+            "--discrepancy",
+            spec,
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{spec}: {err}");
+        assert!(err.contains("--discrepancy") && err.contains(expect) && !err.contains("panicked"), "{spec}: {err}");
+    }
+    assert!(!out.exists(), "no profile is written");
 }

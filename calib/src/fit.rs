@@ -106,23 +106,86 @@ pub fn published_noise(measured: &[Option<f64>]) -> Vec<f64> {
         .collect()
 }
 
-/// The model's own discrepancy at a point of a published setup, for each of [`TARGETS`] (ln):
-/// the validate corpus' within-group sd of the target's family
-/// ([`crate::uncertainty::corpus_discrepancy`]), twice for a p99, as [`TARGET_NOISE`] gives a
-/// p99 twice the noise of its mean (on the corpus the p99s' within-group sd is 1.9 times the
-/// centres' for TTFT and 1.4 times for TPOT).
-pub fn discrepancy(t: usize) -> f64 {
-    let tail = if TARGETS[t].key().starts_with("p99") { 2.0 } else { 1.0 };
-    tail * crate::uncertainty::corpus_discrepancy(family(TARGETS[t]))
+/// The model's discrepancy at a point of a published setup, per metric family (ln, in
+/// [`crate::uncertainty::FAMILIES`] order): by default the validate corpus' within-group sd
+/// ([`crate::uncertainty::corpus_discrepancy`]); `calibrate --discrepancy` replaces any of them
+/// (a user's own corpus, or a validation that leaves the judged set out of the estimate).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Discrepancy {
+    pub sd: [f64; 5],
+    /// Where the values come from, for the profile's note.
+    pub source: String,
 }
 
-/// A published point's noise per target: the measurement's (`noise`, e.g. [`published_noise`])
-/// and the model's discrepancy at that point ([`discrepancy`]) in quadrature. A value that the
-/// model cannot meet at one point for reasons no coefficient holds (the harness, the lengths, a
-/// cold first run) then moves the coefficients only as far as the corpus says such a value
-/// tells about them.
+impl Discrepancy {
+    /// The validate corpus' within-group sd (`validation/baseline.json`).
+    pub fn corpus() -> Discrepancy {
+        Discrepancy {
+            sd: crate::uncertainty::FAMILIES.map(crate::uncertainty::corpus_discrepancy),
+            source: "the validate corpus' within-group sd".into(),
+        }
+    }
+
+    /// The corpus' values with the families `spec` names replaced: `family=value` pairs
+    /// separated by commas (`ttft=0.40,e2el=0.08`), each value a finite, non-negative sd in ln.
+    pub fn parse(spec: &str) -> Result<Discrepancy, String> {
+        let mut d = Discrepancy::corpus();
+        let mut named = Vec::new();
+        for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (f, v) = part.split_once('=').ok_or_else(|| format!("`{part}`: expected family=value"))?;
+            let i = crate::uncertainty::FAMILIES.iter().position(|x| *x == f.trim()).ok_or_else(|| {
+                format!(
+                    "`{}`: not a metric family (expected one of {})",
+                    f.trim(),
+                    crate::uncertainty::FAMILIES.join(", ")
+                )
+            })?;
+            let x: f64 = v.trim().parse().map_err(|_| format!("`{part}`: `{}` is not a number", v.trim()))?;
+            if !(x.is_finite() && x >= 0.0) {
+                return Err(format!("`{part}`: expected a finite sd ≥ 0 in ln"));
+            }
+            d.sd[i] = x;
+            named.push(crate::uncertainty::FAMILIES[i]);
+        }
+        if named.is_empty() {
+            return Err(format!("`{spec}`: expected family=value pairs, e.g. ttft=0.4,tpot=0.08"));
+        }
+        d.source =
+            format!("given for {} (--discrepancy), the validate corpus' within-group sd otherwise", named.join(", "));
+        Ok(d)
+    }
+
+    /// The sd of a family (NaN for one that is not).
+    pub fn of(&self, family: &str) -> f64 {
+        crate::uncertainty::FAMILIES.iter().position(|f| *f == family).map_or(f64::NAN, |i| self.sd[i])
+    }
+
+    /// For each of [`TARGETS`]: its family's sd, twice for a p99, as [`TARGET_NOISE`] gives a
+    /// p99 twice the noise of its mean (on the corpus the p99s' within-group sd is 1.9 times the
+    /// centres' for TTFT and 1.4 times for TPOT).
+    pub fn at(&self, t: usize) -> f64 {
+        let tail = if TARGETS[t].key().starts_with("p99") { 2.0 } else { 1.0 };
+        tail * self.of(family(TARGETS[t]))
+    }
+
+    /// A published point's noise per target: the measurement's (`noise`, e.g. [`published_noise`])
+    /// and the model's discrepancy at that point in quadrature. A value that the model cannot
+    /// meet at one point for reasons no coefficient holds (the harness, the lengths, a cold first
+    /// run) then moves the coefficients only as far as the corpus says such a value tells about
+    /// them.
+    pub fn with(&self, noise: &[f64]) -> Vec<f64> {
+        noise.iter().enumerate().map(|(t, n)| n.hypot(self.at(t))).collect()
+    }
+}
+
+/// [`Discrepancy::corpus`]'s value for each of [`TARGETS`].
+pub fn discrepancy(t: usize) -> f64 {
+    Discrepancy::corpus().at(t)
+}
+
+/// [`Discrepancy::corpus`] applied to a point's noise.
 pub fn with_discrepancy(noise: &[f64]) -> Vec<f64> {
-    noise.iter().enumerate().map(|(t, n)| n.hypot(discrepancy(t))).collect()
+    Discrepancy::corpus().with(noise)
 }
 
 /// One measured load point.

@@ -293,6 +293,18 @@ pub fn calibrate_from_results(
     files: Vec<String>,
     scenario: String,
 ) -> Result<Profile> {
+    calibrate_from_results_with(points, max_evals, files, scenario, &fit::Discrepancy::corpus())
+}
+
+/// [`calibrate_from_results`] with the model's discrepancy at a point given (`calibrate
+/// --discrepancy`) instead of the corpus'.
+pub fn calibrate_from_results_with(
+    points: &[FitPoint],
+    max_evals: usize,
+    files: Vec<String>,
+    scenario: String,
+    discrepancy: &fit::Discrepancy,
+) -> Result<Profile> {
     let first =
         points.first().ok_or(CalibError::Input { flag: "--from-results", message: "no load point found".into() })?;
     let mut points = points.to_vec();
@@ -313,7 +325,7 @@ pub fn calibrate_from_results(
     let rounding: Vec<Vec<f64>> = points.iter().map(|p| fit::published_noise(&p.measured)).collect();
     // And one point of a published setup differs from the model by more than any coefficient
     // explains (the corpus' within-group spread): that discrepancy joins each value's noise.
-    let noise: Vec<Vec<f64>> = rounding.iter().map(|n| fit::with_discrepancy(n)).collect();
+    let noise: Vec<Vec<f64>> = rounding.iter().map(|n| discrepancy.with(n)).collect();
     // Each LM iteration costs about two simulations per point per fitted direction.
     let iters = (max_evals / (16 * points.len()).max(1)).clamp(4, 30);
     let pf = crate::identify::fit_with_prior_noise(&points, &noise, &prior, iters);
@@ -383,16 +395,17 @@ pub fn calibrate_from_results(
     let sigma_of =
         |c: &str| pf.identifiability.iter().find(|i| i.coefficient == c).map_or(f64::NAN, |i| i.prior_sigma_log);
     profile.note = Some(format!(
-        "prior σ (ln) for the {} prior: prefill terms {:.3}, decode-step terms {:.3} (each coefficient's identifiability says where from); the model's discrepancy at a point (ln, the validate corpus' within-group sd, twice for a p99) added to each value's noise: {}; {} fitted direction(s) of {} (whitened singular values {}); from the data: {}; from the prior: {}; noise raised to the printed rounding: {}",
+        "prior σ (ln) for the {} prior: prefill terms {:.3}, decode-step terms {:.3} (each coefficient's identifiability says where from); the model's discrepancy at a point (ln, {}, twice for a p99) added to each value's noise: {}; {} fitted direction(s) of {} (whitened singular values {}); from the data: {}; from the prior: {}; noise raised to the printed rounding: {}",
         match crate::identify::PriorKind::of(&prior) {
             crate::identify::PriorKind::Composed => "composed kernel cost's linearised",
             crate::identify::PriorKind::Linear => "linear roofline",
         },
         sigma_of("prefill_token_us"),
         sigma_of("step_us"),
+        discrepancy.source,
         crate::uncertainty::FAMILIES
             .iter()
-            .map(|f| format!("{f} {:.3}", crate::uncertainty::corpus_discrepancy(f)))
+            .map(|f| format!("{f} {:.3}", discrepancy.of(f)))
             .collect::<Vec<_>>()
             .join(", "),
         pf.directions,

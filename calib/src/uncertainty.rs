@@ -545,6 +545,16 @@ mod tests {
             assert!(d > 0.0 && d < 1.0, "{f}: {d}");
         }
         assert!(corpus_discrepancy("no such family").is_nan());
+        // --discrepancy: the families named replaced, the others the corpus'; bad input refused
+        // with what was expected.
+        let d = crate::fit::Discrepancy::parse("ttft=0.25, e2el=0").unwrap();
+        assert_eq!((d.of("ttft"), d.of("e2el"), d.of("tpot")), (0.25, 0.0, corpus_discrepancy("tpot")));
+        assert!(d.source.contains("ttft, e2el"), "{}", d.source);
+        for bad in ["", "ttft", "ttfx=0.1", "ttft=abc", "ttft=-0.1", "ttft=inf"] {
+            let e = crate::fit::Discrepancy::parse(bad).unwrap_err();
+            assert!(!e.is_empty(), "{bad}");
+        }
+        assert!(crate::fit::Discrepancy::parse("ttfx=0.1").unwrap_err().contains("ttft, tpot, itl, e2el, throughput"));
         // The speed references' spread: ln 10, ln 10, ln(10 e^0.3) has mean 0.1 above ln 10 and
         // sample sd sqrt((0.01 + 0.01 + 0.04) / 2) = sqrt(0.03).
         let sd = speed_reference_sd_ln(&[10.0, 10.0, 10.0 * 0.3f64.exp()]).unwrap();
