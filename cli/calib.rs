@@ -555,7 +555,7 @@ pub fn check_text(r: &CheckReport) -> String {
 }
 
 /// The profile file a raw scenario names (`cost.profile`), resolved against its folder.
-fn profile_path(raw: &RawScenario) -> Option<PathBuf> {
+pub(crate) fn profile_path(raw: &RawScenario) -> Option<PathBuf> {
     let p = raw.json.get("cost")?.get("profile")?.as_str()?;
     let p = Path::new(p);
     Some(if p.is_absolute() { p.to_path_buf() } else { raw.base_dir.join(p) })
@@ -572,37 +572,8 @@ pub fn intervals(
     uncalibrated: bool,
 ) -> Result<Option<(calib::named::Named<calib::uncertainty::Interval>, String)>, String> {
     use rayon::prelude::*;
-    if let Some(path) = profile_path(raw) {
-        let text = std::fs::read_to_string(&path).map_err(|e| format!("cost.profile {}: {e}", path.display()))?;
-        let v: Value = serde_json::from_str(&text).map_err(|e| format!("cost.profile {}: {e}", path.display()))?;
-        if let Some(u) = calib::uncertainty::ProfileUncertainty::from_profile_json(&v) {
-            // Only the coefficients the profile set vary (inline scenario values stay).
-            let mut c = sim::cost::CostCoefficients::default();
-            let all = spec.cost.coefficients();
-            for (i, n) in sim::cost::COEFFICIENT_NAMES.iter().enumerate() {
-                if spec.cost.sources[i] == sim::cost::CoefficientSource::Profile {
-                    c.set(n, all.get(n).unwrap_or(0.0));
-                }
-            }
-            let specs = calib::uncertainty::sampled_specs(spec, &u, &c);
-            let samples: Vec<PointReport> = specs.par_iter().map(calib::uncertainty::predict_point).collect();
-            let how = if u.ensemble.is_empty() { "covariance" } else { "ensemble" };
-            let source =
-                format!("the profile's coefficient {how}: {} sets simulated ({})", samples.len(), path.display());
-            let source = match &u.model_error_source {
-                Some(m) => format!("{source}; model error {m}"),
-                None => source,
-            };
-            return Ok(Some((u.intervals(center, &samples), source)));
-        }
-    }
-    if !uncalibrated {
-        return Ok(None);
-    }
-    let kind = match spec.engine.engine_kind() {
-        EngineKind::Vllm => "vllm",
-        EngineKind::Sglang => "sglang",
-    };
-    let src = calib::uncertainty::uncalibrated_errors(&spec.gpu.id, kind);
-    Ok(Some((calib::uncertainty::uncalibrated_intervals(center, &src), src.source)))
+    let Some(band) = crate::sweep::Band::of(raw, spec, uncalibrated)? else { return Ok(None) };
+    let members: Vec<PointReport> = band.member_specs(spec).par_iter().map(calib::uncertainty::predict_point).collect();
+    let (i, source) = band.named_intervals(center, &members);
+    Ok(Some((i, source.to_string())))
 }

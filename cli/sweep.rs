@@ -452,9 +452,7 @@ impl Band {
     /// The band of a resolved scenario: its profile's when it has an uncertainty block;
     /// else the uncalibrated one when `asked`; else None (no intervals, output as before).
     pub(crate) fn of(raw: &RawScenario, spec: &SimSpec, asked: bool) -> Result<Option<Band>, String> {
-        if let Some(p) = raw.json.get("cost").and_then(|c| c.get("profile")).and_then(Value::as_str) {
-            let p = std::path::Path::new(p);
-            let path = if p.is_absolute() { p.to_path_buf() } else { raw.base_dir.join(p) };
+        if let Some(path) = crate::calib::profile_path(raw) {
             let text = std::fs::read_to_string(&path).map_err(|e| format!("cost.profile {}: {e}", path.display()))?;
             let v: Value = serde_json::from_str(&text).map_err(|e| format!("cost.profile {}: {e}", path.display()))?;
             if let Some(u) = ProfileUncertainty::from_profile_json(&v) {
@@ -477,9 +475,19 @@ impl Band {
 
     /// The intervals of a prediction `center` from its members' reports.
     pub(crate) fn intervals(&self, center: &PointReport, members: &[PointReport]) -> ReportIntervals {
+        let (i, source) = self.named_intervals(center, members);
+        ReportIntervals::new(&i, source)
+    }
+
+    /// The same as named intervals, with where they came from.
+    pub(crate) fn named_intervals(
+        &self,
+        center: &PointReport,
+        members: &[PointReport],
+    ) -> (calib::named::Named<unc::Interval>, &str) {
         match self {
-            Band::Members { u, source, .. } => ReportIntervals::new(&u.intervals(center, members), source),
-            Band::Uncalibrated(src) => ReportIntervals::new(&unc::uncalibrated_intervals(center, src), &src.source),
+            Band::Members { u, source, .. } => (u.intervals(center, members), source),
+            Band::Uncalibrated(src) => (unc::uncalibrated_intervals(center, src), &src.source),
         }
     }
 }

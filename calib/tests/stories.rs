@@ -79,10 +79,6 @@ fn judge(fit: Vec<FitPoint>, held_out: &[SimSpec], truth: &CostModel, keys: &[&s
     profile
 }
 
-fn source(p: &calib::Profile, c: &str) -> &'static str {
-    p.coefficient_sources.get(c).copied().unwrap()
-}
-
 /// Story 1: A100 80GB, a 7B model, 1024 in: the single-request TTFT is a prefix-cache hit,
 /// below the physical floor of a cold prefill. It is flagged and excluded, not fitted as a
 /// 17× cheaper prefill.
