@@ -427,6 +427,7 @@ pub fn check(a: CheckArgs) -> Result<ExitCode, String> {
                     })
                     .collect(),
                 dashed,
+                band: None,
             }
         }
         let marks: Vec<(f64, String)> =

@@ -12,6 +12,17 @@ pub struct Series {
     /// (concurrency, output tok/s, mean TTFT ms, p99 TTFT ms)
     pub points: Vec<(f64, f64, f64, f64)>,
     pub dashed: bool,
+    /// The 90% intervals, shaded: (concurrency, output tok/s p05, p95, mean TTFT ms p05, p95).
+    pub band: Option<Vec<(f64, f64, f64, f64, f64)>>,
+}
+
+/// A band as one closed polygon: the lower edge left to right, the upper edge back.
+fn band_polygon(
+    band: &[(f64, f64, f64, f64, f64)],
+    lo: impl Fn(&(f64, f64, f64, f64, f64)) -> (f64, f64),
+    hi: impl Fn(&(f64, f64, f64, f64, f64)) -> (f64, f64),
+) -> Vec<(f64, f64)> {
+    band.iter().map(&lo).chain(band.iter().rev().map(&hi)).collect()
 }
 
 const COLORS: [RGBColor; 6] = [
@@ -100,13 +111,21 @@ pub fn sweep(path: &str, title: &str, series: &[Series], marks: &[(f64, String)]
     root.fill(&WHITE).map_err(|e| err(e, path))?;
     let (top, bottom) = root.split_vertically(350);
     let xmax = series.iter().flat_map(|s| s.points.iter().map(|p| p.0)).fold(1.0, f64::max) * 1.05;
-    let tmax = series.iter().flat_map(|s| s.points.iter().map(|p| p.1)).fold(1.0, f64::max) * 1.1;
-    let lmax_ms = series.iter().flat_map(|s| s.points.iter().map(|p| p.3.max(p.2))).fold(1.0, f64::max) * 1.1;
+    let bands = || series.iter().filter_map(|s| s.band.as_ref()).flatten();
+    let tmax =
+        series.iter().flat_map(|s| s.points.iter().map(|p| p.1)).chain(bands().map(|b| b.2)).fold(1.0, f64::max) * 1.1;
+    let lmax_ms = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.3.max(p.2)))
+        .chain(bands().map(|b| b.4))
+        .fold(1.0, f64::max)
+        * 1.1;
+    let shaded = if bands().next().is_some() { "; shaded: 90% interval" } else { "" };
     let (div, unit) = ms_unit(lmax_ms);
     let lmax = lmax_ms / div;
     {
         let mut c = ChartBuilder::on(&top)
-            .caption(format!("{title}: output throughput"), ("sans-serif", 18))
+            .caption(format!("{title}: output throughput{shaded}"), ("sans-serif", 18))
             .margin(10)
             .x_label_area_size(35)
             .y_label_area_size(60)
@@ -121,6 +140,10 @@ pub fn sweep(path: &str, title: &str, series: &[Series], marks: &[(f64, String)]
             .map_err(|e| err(e, path))?;
         for (i, s) in series.iter().enumerate() {
             let col = COLORS[i % COLORS.len()];
+            if let Some(b) = &s.band {
+                let poly = band_polygon(b, |p| (p.0, p.1), |p| (p.0, p.2));
+                c.draw_series(std::iter::once(Polygon::new(poly, col.mix(0.15).filled()))).map_err(|e| err(e, path))?;
+            }
             let style = if s.dashed { col.stroke_width(1) } else { col.stroke_width(2) };
             c.draw_series(LineSeries::new(s.points.iter().map(|p| (p.0, p.1)), style))
                 .map_err(|e| err(e, path))?
@@ -140,7 +163,7 @@ pub fn sweep(path: &str, title: &str, series: &[Series], marks: &[(f64, String)]
     }
     {
         let mut c = ChartBuilder::on(&bottom)
-            .caption(format!("TTFT in {unit} (thick: mean, thin: p99)"), ("sans-serif", 18))
+            .caption(format!("TTFT in {unit} (thick: mean, thin: p99{shaded} of the mean)"), ("sans-serif", 18))
             .margin(10)
             .x_label_area_size(35)
             .y_label_area_size(60)
@@ -155,6 +178,10 @@ pub fn sweep(path: &str, title: &str, series: &[Series], marks: &[(f64, String)]
             .map_err(|e| err(e, path))?;
         for (i, s) in series.iter().enumerate() {
             let col = COLORS[i % COLORS.len()];
+            if let Some(b) = &s.band {
+                let poly = band_polygon(b, |p| (p.0, p.3 / div), |p| (p.0, p.4 / div));
+                c.draw_series(std::iter::once(Polygon::new(poly, col.mix(0.15).filled()))).map_err(|e| err(e, path))?;
+            }
             c.draw_series(LineSeries::new(s.points.iter().map(|p| (p.0, p.2 / div)), col.stroke_width(2)))
                 .map_err(|e| err(e, path))?;
             c.draw_series(LineSeries::new(s.points.iter().map(|p| (p.0, p.3 / div)), col.stroke_width(1)))

@@ -181,10 +181,20 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, String> {
             }
         }
     }
+
+    // Each series' typed result: the JSON, and what the text renders.
+    let mut series: Vec<SweepSeries> = results.iter().map(|(s, o)| series_result(s, o, &conc)).collect();
+    // With intervals (a profile's uncertainty block, or --uncertainty): each series' own.
+    let intervals: Option<Vec<Option<SeriesIntervals>>> = if bands.iter().any(Option::is_some) {
+        Some(series_intervals(&results, &series, &bands, &conc, pool.as_ref()))
+    } else {
+        None
+    };
     if let Some(path) = &a.plot {
         let lines: Vec<crate::plot::Series> = results
             .iter()
-            .map(|(s, o)| crate::plot::Series {
+            .enumerate()
+            .map(|(k, (s, o))| crate::plot::Series {
                 label: format!("{} {}", s.specs[0].engine.kind(), s.specs[0].engine.version()),
                 points: conc
                     .iter()
@@ -192,6 +202,26 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, String> {
                     .map(|(&c, x)| (f64::from(c), x.metrics.output_throughput, x.metrics.ttft.mean, x.metrics.ttft.p99))
                     .collect(),
                 dashed: false,
+                band: intervals
+                    .as_ref()
+                    .and_then(|iv| iv[k].as_ref())
+                    .map(|si| {
+                        let get = |r: &ReportIntervals, key: &str| {
+                            r.intervals
+                                .iter()
+                                .find(|(n, _)| *n == key)
+                                .map_or((f64::NAN, f64::NAN), |(_, i)| (i.p05, i.p95))
+                        };
+                        conc.iter()
+                            .zip(&si.points)
+                            .map(|(&c, r)| {
+                                let (t0, t1) = get(r, "output_throughput");
+                                let (l0, l1) = get(r, "mean_ttft_ms");
+                                (f64::from(c), t0, t1, l0, l1)
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                    .filter(|b| b.iter().all(|p| [p.1, p.2, p.3, p.4].iter().all(|v| v.is_finite()))),
             })
             .collect();
         let (s0, o0) = &results[0];
@@ -202,15 +232,6 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, String> {
         }
         crate::plot::sweep(path, &s0.label, &lines, &marks)?;
     }
-
-    // Each series' typed result: the JSON, and what the text renders.
-    let mut series: Vec<SweepSeries> = results.iter().map(|(s, o)| series_result(s, o, &conc)).collect();
-    // With intervals (a profile's uncertainty block, or --uncertainty): each series' own.
-    let intervals: Option<Vec<Option<SeriesIntervals>>> = if bands.iter().any(Option::is_some) {
-        Some(series_intervals(&results, &series, &bands, &conc, pool.as_ref()))
-    } else {
-        None
-    };
     if results.len() == 1 {
         match (a.json, intervals) {
             (true, None) => println!("{}", serde_json::to_string_pretty(&series[0]).expect("serializable")),

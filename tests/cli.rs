@@ -344,6 +344,23 @@ fn plots_are_written_as_svg_with_the_knee_and_the_kv_limit_marked() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let svg = std::fs::read_to_string(&sweep).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("KV-limited concurrency 42") && svg.contains("output tok/s"));
+    assert!(!svg.contains("90% interval"), "no intervals asked, none drawn");
+    // With intervals, each series' 90% band is shaded (one polygon per panel).
+    let banded = dir.join("sweep-band.svg");
+    let o = run_cli(&[
+        "sweep",
+        "--concurrency",
+        "1,16,42,64",
+        "--num-prompts",
+        "8,32,84,128",
+        "--uncertainty",
+        "--plot",
+        banded.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let with = std::fs::read_to_string(&banded).unwrap();
+    assert!(with.contains("shaded: 90% interval"), "the caption says so");
+    assert_eq!(with.matches("<polygon").count(), svg.matches("<polygon").count() + 2, "one band per panel");
     let ts = dir.join("ts.svg");
     assert!(run_cli(&["simulate", "scenarios/kv-starved-qwen2.5-7b-a100-vllm.json", "--plot", ts.to_str().unwrap()])
         .status
