@@ -331,34 +331,21 @@ fn tune_finds_the_best_configuration_under_slos_with_its_pareto_front() {
 fn plots_are_written_as_svg_with_the_knee_and_the_kv_limit_marked() {
     let dir = std::env::temp_dir().join(format!("servesim-plots-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let sweep = dir.join("sweep.svg");
-    let o = run_cli(&[
-        "sweep",
-        "--concurrency",
-        "1,16,42,64",
-        "--num-prompts",
-        "8,32,84,128",
-        "--plot",
-        sweep.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let svg = std::fs::read_to_string(&sweep).unwrap();
+    // The same sweep plotted without and with intervals.
+    let plot = |name: &str, extra: &[&str]| {
+        let path = dir.join(name);
+        let mut args = vec!["sweep", "--concurrency", "1,16,42,64", "--num-prompts", "8,32,84,128"];
+        args.extend_from_slice(extra);
+        args.extend(["--plot", path.to_str().unwrap()]);
+        let o = run_cli(&args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        std::fs::read_to_string(&path).unwrap()
+    };
+    let svg = plot("sweep.svg", &[]);
     assert!(svg.starts_with("<svg") && svg.contains("KV-limited concurrency 42") && svg.contains("output tok/s"));
     assert!(!svg.contains("90% interval"), "no intervals asked, none drawn");
     // With intervals, each series' 90% band is shaded (one polygon per panel).
-    let banded = dir.join("sweep-band.svg");
-    let o = run_cli(&[
-        "sweep",
-        "--concurrency",
-        "1,16,42,64",
-        "--num-prompts",
-        "8,32,84,128",
-        "--uncertainty",
-        "--plot",
-        banded.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let with = std::fs::read_to_string(&banded).unwrap();
+    let with = plot("sweep-band.svg", &["--uncertainty"]);
     assert!(with.contains("shaded: 90% interval"), "the caption says so");
     assert_eq!(with.matches("<polygon").count(), svg.matches("<polygon").count() + 2, "one band per panel");
     let ts = dir.join("ts.svg");

@@ -178,16 +178,6 @@ impl Discrepancy {
     }
 }
 
-/// [`Discrepancy::corpus`]'s value for each of [`TARGETS`].
-pub fn discrepancy(t: usize) -> f64 {
-    Discrepancy::corpus().at(t)
-}
-
-/// [`Discrepancy::corpus`] applied to a point's noise.
-pub fn with_discrepancy(noise: &[f64]) -> Vec<f64> {
-    Discrepancy::corpus().with(noise)
-}
-
 /// One measured load point.
 #[derive(Clone, Debug)]
 pub struct FitPoint {

@@ -99,7 +99,7 @@ pub struct FitPointSummary {
     /// The noise each fitted value of this point was given (relative), for a fit on result
     /// files: `fit.target_noise`, raised to the value's printed rounding where that is larger
     /// (`crate::fit::published_noise`), and the model's discrepancy at a point in quadrature
-    /// (`crate::fit::with_discrepancy`). Absent for live measurements, which take
+    /// (`crate::fit::Discrepancy::with`). Absent for live measurements, which take
     /// `fit.target_noise` as it is.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub target_noise: Option<Named<f64>>,

@@ -244,19 +244,7 @@ pub const FAMILIES: [&str; 5] = ["ttft", "tpot", "itl", "e2el", "throughput"];
 /// intervals, the TTFT and TPOT p90s state the prior σ of a fit that corrects the composed cost
 /// (`crate::identify::prior_sigmas`).
 pub fn corpus_errors() -> &'static [(&'static str, f64, f64); 5] {
-    static C: std::sync::OnceLock<[(&'static str, f64, f64); 5]> = std::sync::OnceLock::new();
-    C.get_or_init(|| {
-        let v: Value = serde_json::from_str(BASELINE).expect("validation/baseline.json (embedded) is JSON");
-        FAMILIES.map(|f| {
-            let c = &v["corpus"][f];
-            let get = |k: &str| {
-                c[k].as_f64().unwrap_or_else(|| {
-                    panic!("validation/baseline.json (embedded): corpus.{f}.{k} missing; rewrite it with `servesim validate --write-baseline validation/baseline.json`")
-                }) / 100.0
-            };
-            (f, get("median_abs_error_pct"), get("p90_abs_error_pct"))
-        })
-    })
+    &corpus().errors
 }
 
 /// The model's discrepancy at one load point of a published setup, per metric family: the
@@ -265,18 +253,41 @@ pub fn corpus_errors() -> &'static [(&'static str, f64, f64); 5] {
 /// `validation/baseline.json`, written by `servesim validate --write-baseline`). It is the part
 /// of the uncalibrated error that changes from one load point of a setup to the next (the part a
 /// setup's rows share is the between-group sd), so no coefficient can absorb it from one point:
-/// a fit on published results adds it to each value's noise (`crate::fit::with_discrepancy`).
+/// a fit on published results adds it to each value's noise (`crate::fit::Discrepancy`).
 pub fn corpus_discrepancy(family: &str) -> f64 {
-    static C: std::sync::OnceLock<[f64; 5]> = std::sync::OnceLock::new();
-    let c = C.get_or_init(|| {
+    FAMILIES.iter().position(|f| *f == family).map_or(f64::NAN, |i| corpus().within_sd[i])
+}
+
+/// The baseline's `corpus` block, read once: [`corpus_errors`] and [`corpus_discrepancy`].
+struct Corpus {
+    errors: [(&'static str, f64, f64); 5],
+    within_sd: [f64; 5],
+}
+
+fn corpus() -> &'static Corpus {
+    static C: std::sync::OnceLock<Corpus> = std::sync::OnceLock::new();
+    C.get_or_init(|| {
         let v: Value = serde_json::from_str(BASELINE).expect("validation/baseline.json (embedded) is JSON");
-        FAMILIES.map(|f| {
-            v["corpus"][f]["within_group_sd_ln"].as_f64().unwrap_or_else(|| {
-                panic!("validation/baseline.json (embedded): corpus.{f}.within_group_sd_ln missing; rewrite it with `servesim validate --write-baseline validation/baseline.json`")
+        let get = |f: &str, k: &str| {
+            v["corpus"][f][k].as_f64().unwrap_or_else(|| {
+                panic!("validation/baseline.json (embedded): corpus.{f}.{k} missing; rewrite it with `servesim validate --write-baseline validation/baseline.json`")
             })
-        })
-    });
-    FAMILIES.iter().position(|f| *f == family).map_or(f64::NAN, |i| c[i])
+        };
+        Corpus {
+            errors: FAMILIES.map(|f| {
+                (f, get(f, "median_abs_error_pct") / 100.0, get(f, "p90_abs_error_pct") / 100.0)
+            }),
+            within_sd: FAMILIES.map(|f| get(f, "within_group_sd_ln")),
+        }
+    })
+}
+
+/// The root mean square of `v` (0 for none).
+fn rms(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    (v.iter().map(|x| x * x).sum::<f64>() / v.len() as f64).sqrt()
 }
 
 /// The sample standard deviation of ln(x) over a calibration's speed references (ms, one
@@ -309,7 +320,7 @@ pub fn residual_sd_ln(points: &[crate::profile::FitPointSummary], fitted: usize)
     let mut out = Named::new();
     for f in FAMILIES {
         if let Some(v) = by.get(f) {
-            out.push(f, dof * (v.iter().map(|x| x * x).sum::<f64>() / v.len() as f64).sqrt());
+            out.push(f, dof * rms(v));
         }
     }
     out
@@ -333,7 +344,7 @@ pub fn tail_sd_ln(measured: &[Vec<Option<f64>>], predicted: &[Vec<Option<f64>>])
             })
             .collect();
         if !l.is_empty() {
-            out.push(target.key(), (l.iter().map(|x| x * x).sum::<f64>() / l.len() as f64).sqrt());
+            out.push(target.key(), rms(&l));
         }
     }
     out
@@ -614,7 +625,9 @@ mod tests {
         assert_eq!(v.0, "p99_itl_ms");
         assert!((v.1 - (0.05f64).sqrt()).abs() < 1e-12, "{t:?}");
         // A p99 carries twice its family's discrepancy; a mean and a median once.
-        let at = |k: &str| crate::fit::discrepancy(crate::fit::TARGETS.iter().position(|t| t.key() == k).unwrap());
+        let at = |k: &str| {
+            crate::fit::Discrepancy::corpus().at(crate::fit::TARGETS.iter().position(|t| t.key() == k).unwrap())
+        };
         assert_eq!(at("p99_ttft_ms"), 2.0 * corpus_discrepancy("ttft"));
         assert_eq!(at("median_ttft_ms"), corpus_discrepancy("ttft"));
         assert_eq!(at("mean_tpot_ms"), corpus_discrepancy("tpot"));

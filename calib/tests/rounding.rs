@@ -56,7 +56,7 @@ fn an_integer_published_value_is_fitted_with_at_least_its_half_unit() {
     let n = noise["mean_tpot_ms"].as_f64().unwrap();
     assert!(n >= 0.5 / tpot && n >= TARGET_NOISE[idx("mean_tpot_ms")], "{noise}");
     // The rounding and the model's discrepancy at a point, in quadrature.
-    let d = |k: &str| calib::fit::discrepancy(idx(k));
+    let d = |k: &str| calib::fit::Discrepancy::corpus().at(idx(k));
     assert!(d("mean_tpot_ms") > 0.0 && d("output_throughput") > 0.0);
     assert!((n - (0.5 / tpot).max(0.01).hypot(d("mean_tpot_ms"))).abs() < 1e-12, "{noise}");
     let thr = noise["output_throughput"].as_f64().unwrap();
