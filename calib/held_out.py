@@ -18,7 +18,8 @@ is, by default, the within-group sd of the whole validate corpus, which holds th
 too. Here each set is fitted with the sd estimated on the corpus without that set (the same
 statistic `servesim validate --write-baseline` writes, recomputed from `validate --json`, and
 passed as `--discrepancy`), so nothing of the judged set reaches its own fit.
-HELD_OUT_CORPUS_DISCREPANCY=1 uses the corpus' as it is instead.
+HELD_OUT_CORPUS_DISCREPANCY=1 uses the corpus' as it is instead; HELD_OUT_DISCREPANCY_SCALE=k
+multiplies the estimated sd by k (how much the verdicts depend on the estimate).
 """
 import csv, io, json, math, os, statistics, subprocess, sys, tempfile
 
@@ -89,7 +90,18 @@ def corpus_logs():
     return logs
 
 
-def within_sd_without(logs, left_out):
+def discrepancy_scale():
+    raw = os.environ.get("HELD_OUT_DISCREPANCY_SCALE", "1")
+    try:
+        k = float(raw)
+    except ValueError:
+        k = float("nan")
+    if not (math.isfinite(k) and k >= 0):
+        sys.exit(f"HELD_OUT_DISCREPANCY_SCALE: expected a finite number >= 0, got {raw!r}")
+    return k
+
+
+def within_sd_without(logs, left_out, scale=1.0):
     """The pooled within-group sd per family over the groups of every set but `left_out`, as
     `--discrepancy` wants it (a family without two values in a group keeps the corpus')."""
     parts = []
@@ -105,7 +117,7 @@ def within_sd_without(logs, left_out):
                 ss += sum((x - m) ** 2 for x in xs)
                 dof += len(xs) - 1
         if dof:
-            parts.append(f"{f}={math.sqrt(ss / dof):.4f}")
+            parts.append(f"{f}={scale * math.sqrt(ss / dof):.4f}")
     return ",".join(parts)
 
 
@@ -122,6 +134,7 @@ def main():
     print(f"(profiles and scenarios in {tmp})", file=sys.stderr)
     d = os.path.join(root, "validation/published")
     totals = {"in": 0, "n": 0, "in_uncal": 0}
+    scale = discrepancy_scale()
     logs = [] if os.environ.get("HELD_OUT_CORPUS_DISCREPANCY") else corpus_logs()
     rows_out = []
     for f in sorted(os.listdir(d)):
@@ -172,7 +185,7 @@ def main():
             rf = os.path.join(tmp, f"{g[0]}-{pts[0][1]}-result.json")
             json.dump(pts[0][3], open(rf, "w"))
             prof = os.path.join(tmp, f"{g[0]}-{pts[0][1]}-profile.json")
-            disc = ["--discrepancy", within_sd_without(logs, g[0])] if logs else []
+            disc = ["--discrepancy", within_sd_without(logs, g[0], scale)] if logs else []
             c = subprocess.run([BIN, "calibrate", "--from-results", rf, "--scenario", files[0], "--out", prof, *disc],
                                capture_output=True, text=True)
             if c.returncode != 0:
