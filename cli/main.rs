@@ -162,6 +162,9 @@ fn simulate(a: SimulateArgs) -> Result<ExitCode, String> {
             point,
         };
         println!("{}", serde_json::to_string_pretty(&j).expect("serializable"));
+        if out.run.stop != StopReason::Completed {
+            eprintln!("warning: the run did not complete: {}", out.run.stop.as_str());
+        }
     } else {
         print!("{}", sim::report::text(&spec, &out, &text_opts));
         if let Some((i, src)) = &intervals {

@@ -170,6 +170,9 @@ pub enum StopReason {
         steps: u64,
     },
     InvariantViolated(String),
+    /// The modelled engine stops here ([`crate::engine::Engine::fatal_error`] says why):
+    /// the real one would raise and no request after this point would complete.
+    EngineError(String),
     /// A live run stopped by the user (Ctrl-C) after `completed` requests.
     Interrupted {
         completed: usize,
@@ -193,6 +196,7 @@ impl StopReason {
             }
             StopReason::StepLimit { steps } => format!("step limit: stopped after {steps} engine steps"),
             StopReason::InvariantViolated(m) => format!("invariant violated: {m}"),
+            StopReason::EngineError(m) => format!("engine error: {m}"),
             StopReason::Interrupted { completed } => format!("interrupted: {completed} requests had completed"),
             StopReason::TimeOverflow { cause } => {
                 format!("time overflow: simulated time passed 584 years (u64 nanoseconds): {cause}")
@@ -355,7 +359,14 @@ impl<'a, E: Engine> Loop<'a, E> {
     }
 
     fn start_step(&mut self, now: u64) {
-        let plan = self.engine.schedule();
+        self.engine.schedule();
+        if let Some(e) = self.engine.fatal_error() {
+            // The server stops now: nothing in flight reaches the client.
+            self.stop = Some(StopReason::EngineError(e.to_string()));
+            self.step_running = false;
+            return;
+        }
+        let plan = self.engine.plan();
         if plan.is_empty() {
             self.step_running = false;
             self.sample_gauges(now);

@@ -265,3 +265,42 @@ fn the_overlap_scheduler_delays_every_token_but_the_last_by_one_step() {
         assert!((a - b).abs() < 1e-6, "{lagged:?}");
     }
 }
+
+/// SGLang 0.4.10 retracts until 20 tokens per remaining request are free
+/// (`retract_decode_steps`), which covers the next decode step only while a page holds at
+/// most 20 tokens. With page_size 32 and the overlap scheduler (the batch after the running
+/// one is formed before the running one's finishes are seen), the decode step after a
+/// retraction can need more pages than are free: the engine raises "Decode out of memory"
+/// and the server stops. The simulation stops there with that error, and no request whose
+/// last token was still in flight counts as completed. (A random property-test seed found
+/// this as a failed allocation that release builds skipped silently.)
+#[test]
+fn sglang_0_4_10_decode_out_of_memory_with_pages_over_20_tokens_is_an_engine_error() {
+    let text = std::fs::read_to_string(root().join("sim/tests/data/sglang-0.4.10-decode-out-of-memory.json")).unwrap();
+    let v: Value = serde_json::from_str(&text).unwrap();
+    for fast_forward in [false, true] {
+        let opts = RunOptions { check_invariants: true, fast_forward, ..Default::default() };
+        let out = sim::simulate(&spec(v.clone()), opts);
+        let StopReason::EngineError(m) = &out.run.stop else {
+            panic!("expected an engine error, got {}", out.run.stop.as_str())
+        };
+        assert!(m.contains("Decode out of memory") && m.contains("page_size 32"), "{m}");
+        assert!(out.run.stop.as_str().starts_with("engine error: "));
+        assert_eq!(out.metrics.completed, 0, "every timed request was still running when the server stopped");
+        assert_eq!(out.metrics.failed, 18);
+    }
+    // Pages of at most 20 tokens: the retraction rule reserves enough, the run completes.
+    let mut small = v.clone();
+    set(&mut small, "engine.page_size=16");
+    let out = run_checked(small);
+    assert!(out.run.counters.num_preemptions > 0, "the pool is as tight: retractions still happen");
+    // Without the overlap scheduler the finishes are seen before the next batch is formed.
+    let mut sync = v.clone();
+    set(&mut sync, "engine.disable_overlap_schedule=true");
+    run_checked(sync);
+    // From 0.5.3 SGLang retracts until the next decode step fits: the same load completes.
+    let mut new = v;
+    set(&mut new, "engine.version=0.5.3");
+    let out = run_checked(new);
+    assert!(out.run.counters.num_preemptions > 0);
+}

@@ -143,6 +143,8 @@ pub trait Engine {
     fn add_request(&mut self, id: ReqId, spec: &RequestSpec);
     /// Plans the next step. An empty plan means nothing can run now.
     fn schedule(&mut self) -> &StepPlan;
+    /// The plan the last [`Engine::schedule`] returned.
+    fn plan(&self) -> &StepPlan;
     /// The planned step has run: appends the tokens it produced to `out`.
     fn finish_step(&mut self, out: &mut Vec<TokenOutput>);
     /// The client went away: the request leaves the engine now and its KV is freed, as
@@ -166,6 +168,13 @@ pub trait Engine {
     /// nothing counted, so asking never changes what the engine does. Unlike the engine's
     /// own lookup at admission it is not capped at `prompt_len - 1`. 0 with prefix caching off.
     fn cached_prefix_tokens(&self, spec: &RequestSpec) -> u32;
+    /// Why the modelled engine has stopped, when it has: the real engine raises here (SGLang's
+    /// "Decode out of memory" when the decode step after a retraction still does not fit),
+    /// so the run has no answer past this point. Checked after each [`Engine::schedule`];
+    /// the simulation stops with [`crate::simulation::StopReason::EngineError`].
+    fn fatal_error(&self) -> Option<&str> {
+        None
+    }
     /// Checks every structural invariant; used after each step in tests.
     fn check_invariants(&self) -> Result<(), String>;
     /// Whether a step's tokens reach the front end only when the next step has run, except

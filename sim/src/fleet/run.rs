@@ -392,7 +392,14 @@ impl<'a> FleetLoop<'a> {
 
     fn start_step(&mut self, r: usize, now: u64) {
         let rep = &mut self.reps[r];
-        let plan = rep.engine.schedule();
+        rep.engine.schedule();
+        if let Some(e) = rep.engine.fatal_error() {
+            // The replica's server stops now: nothing in flight reaches the client.
+            self.stop.get_or_insert(StopReason::EngineError(format!("replica {r}: {e}")));
+            rep.step_running = false;
+            return;
+        }
+        let plan = rep.engine.plan();
         if plan.is_empty() {
             rep.step_running = false;
             self.sample_gauges(r, now);

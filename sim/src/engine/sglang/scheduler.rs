@@ -226,6 +226,9 @@ pub struct Scheduler {
     /// The last prefill batch shrinks when it is merged (a request finished in it, or it
     /// holds the chunked request, which is excluded): `batch_is_full` is cleared then.
     last_prefill_shrinks: bool,
+    /// Why the modelled engine stops here ([`Engine::fatal_error`]): the next decode step
+    /// does not fit in the pool after retraction, where SGLang raises instead of running.
+    fatal: Option<String>,
     new_token_ratio: f64,
     /// Σ private tokens of all requests.
     private_total: u64,
@@ -265,6 +268,7 @@ impl Scheduler {
             batch_is_full: false,
             finished_since_filter: false,
             last_prefill_shrinks: false,
+            fatal: None,
             new_token_ratio: ratio,
             private_total: 0,
             num_unfinished: 0,
@@ -664,6 +668,10 @@ impl Scheduler {
         for &id in &retracted {
             self.waiting.push_back(id);
         }
+        let remaining = self.running.clone();
+        if !self.check_decode_mem(&remaining) {
+            self.fatal = Some(self.decode_oom_message(remaining.len(), old_style));
+        }
         self.counters.num_preemptions += retracted.len() as u64;
         self.plan.num_preempted += retracted.len() as u32;
         // New estimate from the remaining requests.
@@ -676,6 +684,30 @@ impl Scheduler {
             self.new_token_ratio = ((out + RETRACT_DECODE_STEPS * n) as f64 / denom as f64).min(1.0);
         }
         self.batch_is_full = false;
+    }
+
+    /// What the engine does when the decode step after a retraction still does not fit.
+    fn decode_oom_message(&self, running: usize, old_style: bool) -> String {
+        let (v, page, pool) = (self.config.version, self.page(), self.config.max_total_tokens);
+        let why = if old_style {
+            format!(
+                "retract_decode stops once {RETRACT_DECODE_STEPS} tokens per running request are free \
+                 (retract_decode_steps), but a request crossing a page boundary needs a whole page of \
+                 {page} tokens; the page allocation in prepare_for_decode then fails and SGLang {v} raises \
+                 RuntimeError(\"Decode out of memory. Try to lower your batch size.\"), which stops the server"
+            )
+        } else {
+            format!(
+                "the last running request does not fit even after every other one is retracted; SGLang {v} \
+                 either raises RuntimeError(\"Decode out of memory\") or (later releases) aborts that request, \
+                 and servesim models neither"
+            )
+        };
+        format!(
+            "SGLang's next decode step of {running} request(s) does not fit in the KV pool ({pool} tokens, \
+             page_size {page}): {why}. A larger pool (max_total_tokens / mem_fraction_static), a page_size of at \
+             most {RETRACT_DECODE_STEPS}, or a lower max_running_requests avoids it"
+        )
     }
 
     /// `cache_unfinished_req`: inserts the computed tokens, re-locks the new prefix.
@@ -766,6 +798,10 @@ impl Scheduler {
             self.kind = Some(StepKind::Prefill { mixed });
         } else if !self.running.is_empty() {
             self.update_running_batch();
+            if self.fatal.is_some() {
+                // The engine stops here: nothing is planned.
+                return;
+            }
             let ids = self.running.clone();
             let mut shape = self.empty_shape();
             self.decode_into_plan(&ids, &mut shape);
@@ -1064,6 +1100,10 @@ impl Engine for Scheduler {
         self.waiting.push_back(id);
     }
 
+    fn plan(&self) -> &StepPlan {
+        &self.plan
+    }
+
     fn schedule(&mut self) -> &StepPlan {
         if self.config.behaviour.overlap != Overlap::Gpu {
             self.do_schedule();
@@ -1149,6 +1189,10 @@ impl Engine for Scheduler {
 
     fn cached_prefix_tokens(&self, spec: &RequestSpec) -> u32 {
         super::cached_prefix_tokens(&self.tree, self.config.disable_radix_cache, spec)
+    }
+
+    fn fatal_error(&self) -> Option<&str> {
+        self.fatal.as_deref()
     }
 
     fn check_invariants(&self) -> Result<(), String> {

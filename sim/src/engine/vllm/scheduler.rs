@@ -700,6 +700,10 @@ impl Engine for Scheduler {
         }
     }
 
+    fn plan(&self) -> &StepPlan {
+        &self.plan
+    }
+
     fn schedule(&mut self) -> &StepPlan {
         if !self.config.behaviour.async_scheduling {
             self.do_schedule();
