@@ -278,6 +278,10 @@ struct Loop<'a, E: Engine> {
     gauges: GaugeStats,
     timeseries: Vec<GaugeSample>,
     stop: Option<StopReason>,
+    /// When a step could not start ([`StopReason::EngineError`], a step too long): a
+    /// fast-forward may have carried the clock past the event the loop last took, so the
+    /// run ends here.
+    stopped_at: Option<u64>,
     /// Fast-forward buffers: the run's requests in step order, and their tokens.
     ff_ids: Vec<ReqId>,
     ff_outs: Vec<TokenOutput>,
@@ -363,6 +367,7 @@ impl<'a, E: Engine> Loop<'a, E> {
         if let Some(e) = self.engine.fatal_error() {
             // The server stops now: nothing in flight reaches the client.
             self.stop = Some(StopReason::EngineError(e.to_string()));
+            self.stopped_at = Some(now);
             self.step_running = false;
             return;
         }
@@ -374,7 +379,10 @@ impl<'a, E: Engine> Loop<'a, E> {
         }
         let dur = self.cost.step_ns(&plan.shape);
         let Some(end) = now.checked_add(dur) else {
-            self.stop.get_or_insert(StopReason::TimeOverflow { cause: STEP_TOO_LONG });
+            if self.stop.is_none() {
+                self.stop = Some(StopReason::TimeOverflow { cause: STEP_TOO_LONG });
+                self.stopped_at = Some(now);
+            }
             self.step_running = false;
             return;
         };
@@ -644,6 +652,7 @@ pub fn run_observed<E: Engine>(
         gauges: GaugeStats::default(),
         timeseries: Vec::new(),
         stop: None,
+        stopped_at: None,
         ff_ids: Vec::new(),
         ff_outs: Vec::new(),
     };
@@ -722,6 +731,7 @@ pub fn run_observed<E: Engine>(
 
     let stop = lp.stop.take().unwrap_or(StopReason::Completed);
     if stop != StopReason::Completed {
+        now = lp.stopped_at.unwrap_or(now);
         bench_end = now;
     }
     let bench_start = lp.bench_start;

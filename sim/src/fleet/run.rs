@@ -217,6 +217,10 @@ struct FleetLoop<'a> {
     tot_capacity: f64,
     timeseries: Vec<GaugeSample>,
     stop: Option<StopReason>,
+    /// When a step could not start ([`StopReason::EngineError`], a step too long): a
+    /// fast-forward may have carried the clock past the event the loop last took, so the
+    /// run ends here.
+    stopped_at: Option<u64>,
     ff_ids: Vec<ReqId>,
     ff_outs: Vec<TokenOutput>,
     views: Vec<ReplicaView>,
@@ -395,7 +399,10 @@ impl<'a> FleetLoop<'a> {
         rep.engine.schedule();
         if let Some(e) = rep.engine.fatal_error() {
             // The replica's server stops now: nothing in flight reaches the client.
-            self.stop.get_or_insert(StopReason::EngineError(format!("replica {r}: {e}")));
+            if self.stop.is_none() {
+                self.stop = Some(StopReason::EngineError(format!("replica {r}: {e}")));
+                self.stopped_at = Some(now);
+            }
             rep.step_running = false;
             return;
         }
@@ -409,7 +416,10 @@ impl<'a> FleetLoop<'a> {
         let dur =
             if decode_side { rep.cost.step_ns(&decode_side_shape(&plan.shape)) } else { rep.cost.step_ns(&plan.shape) };
         let Some(end) = now.checked_add(dur) else {
-            self.stop.get_or_insert(StopReason::TimeOverflow { cause: STEP_TOO_LONG });
+            if self.stop.is_none() {
+                self.stop = Some(StopReason::TimeOverflow { cause: STEP_TOO_LONG });
+                self.stopped_at = Some(now);
+            }
             rep.step_running = false;
             return;
         };
@@ -719,6 +729,7 @@ pub fn run_fleet(
         tot_capacity,
         timeseries: Vec::new(),
         stop: None,
+        stopped_at: None,
         ff_ids: Vec::new(),
         ff_outs: Vec::new(),
         views: Vec::new(),
@@ -816,6 +827,7 @@ pub fn run_fleet(
 
     let stop = lp.stop.take().unwrap_or(StopReason::Completed);
     if stop != StopReason::Completed {
+        now = lp.stopped_at.unwrap_or(now);
         bench_end = now;
     }
     let bench_start = lp.bench_start;
