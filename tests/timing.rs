@@ -435,3 +435,49 @@ fn a_real_client_against_serve_on_the_wall_clock_completes_everything_and_is_nev
     );
     assert!(num(&measured, "output_throughput") / 4.0 <= 1.1 * num(&predicted, "output_throughput"));
 }
+
+/// Where the modelled engine raises (SGLang 0.4.10's "Decode out of memory" with pages of
+/// more than 20 tokens and the overlap scheduler, `docs/sglang.md` §8), `servesim serve`
+/// stops as the real server does: the streams in flight end before their last token and a
+/// later request is refused, on the virtual clock as `simulate` stops on the same setup.
+#[test]
+fn serve_stops_where_the_modelled_engine_raises() {
+    // Eight identical one-page prompts admitted together: their first decode step needs a
+    // page each, which 0.4.10's retraction (20 free tokens per request) does not leave.
+    let v = json!({"version": 1, "model": MODEL, "hardware": "a100-80gb",
+        "engine": {"kind": "sglang", "version": "0.4.10", "max_running_requests": 8, "chunked_prefill_size": 4096,
+                   "max_total_tokens": 640, "page_size": 32, "disable_radix_cache": true},
+        "workload": {"dataset_name": "random", "random_input_len": 32, "random_output_len": 40,
+                     "random_range_ratio": 0.0, "num_prompts": 8, "max_concurrency": 8, "ignore_eos": true,
+                     "initial_test_request": false}});
+    let s = spec(v);
+    let w = sim::workload::generate(&s.workload);
+    let simulated = sim::run_workload(&s.engine, &s.cost, &w, Default::default());
+    assert!(matches!(simulated.stop, StopReason::EngineError(_)), "{}", simulated.stop.as_str());
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async {
+        let server = VirtualServer::start(&s).await;
+        let client = reqwest::Client::builder().pool_max_idle_per_host(1024).build().unwrap();
+        let conc = w.max_concurrency.unwrap() as usize;
+        if let Some(t) = &w.initial_test {
+            run_phase(&client, &server, std::slice::from_ref(t), 1).await.expect("the initial test request");
+        }
+        // Bounded in wall time: a server that does not stop leaves the streams hanging.
+        let phase = run_phase(&client, &server, &w.requests, conc);
+        let err = tokio::time::timeout(std::time::Duration::from_secs(120), phase)
+            .await
+            .expect("the streams ended within two minutes")
+            .expect_err("the engine stopped");
+        assert!(err.contains("ended before its last token"), "{err}");
+        let body = json!({"model": MODEL, "prompt": [5, 6, 7], "max_tokens": 4, "stream": true});
+        let r = client
+            .post(format!("{}/v1/completions", server.url))
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 503, "a request after the engine stopped");
+        server.stop().await;
+    });
+}

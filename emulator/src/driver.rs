@@ -228,6 +228,13 @@ pub(crate) fn run(setup: DriverSetup, inbox: Inbox) {
                 let plan = engine.schedule();
                 (!plan.is_empty(), plan.shape)
             };
+            if let Some(e) = engine.fatal_error() {
+                // The modelled engine raises here (SGLang's decode out of memory) and the
+                // real server dies: the streams in flight end unfinished, later requests
+                // are refused ("the engine stopped").
+                eprintln!("servesim serve: engine error: {e}");
+                return;
+            }
             if busy {
                 let start = cursor.max(now.saturating_sub(slack_ns));
                 let end = start.saturating_add(cost.step_ns(&shape));
