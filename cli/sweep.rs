@@ -227,7 +227,7 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, String> {
         let (s0, o0) = &results[0];
         let limit = kv_limited_concurrency(&s0.specs[0], &o0[0].workload);
         let mut marks = vec![(limit.concurrency as f64, format!("KV-limited concurrency {}", limit.concurrency))];
-        if let Some(k) = sim::sweep::knee(&sim::sweep::knee_points(&conc, o0)) {
+        if let Some(k) = sim::sweep::sweep_knee(&conc, o0) {
             marks.push((k.max_concurrency as f64, format!("knee {}", k.max_concurrency)));
         }
         crate::plot::sweep(path, &s0.label, &lines, &marks)?;
@@ -349,7 +349,13 @@ fn series_text(r: &SweepSeries, conc: &[u32]) -> String {
         } else {
             0.0
         };
-        let mark = if knee == Some(i) { " <- knee" } else { "" };
+        let mark = if m.stop_reason != StopReason::Completed.as_str() {
+            " <- did not complete (WARNING below)"
+        } else if knee == Some(i) {
+            " <- knee"
+        } else {
+            ""
+        };
         let _ = writeln!(
             t,
             "{:>11} {:>8.2} {:>10.1} {:>11.1} {:>11.1} {:>11.2} {:>10.2} {:>11.1} {:>8} {:>8.1} {:>8.1}{mark}",
@@ -385,11 +391,6 @@ fn series_text(r: &SweepSeries, conc: &[u32]) -> String {
     let _ = writeln!(t, "KV-limited concurrency: {}. {}", r.kv_limited_concurrency, r.kv_limit_explanation);
     for w in &r.warnings {
         let _ = writeln!(t, "WARNING: {w}");
-    }
-    for (i, p) in r.points.iter().enumerate() {
-        if p.bench.stop_reason != StopReason::Completed.as_str() {
-            let _ = writeln!(t, "WARNING: concurrency {}: {}", conc[i], p.bench.stop_reason);
-        }
     }
     t
 }

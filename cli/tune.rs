@@ -273,7 +273,8 @@ fn simulate_config(
     shared.simulated.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let (result, stopped) = if spec.fleet.is_some() {
         // A fleet runs its own loop: no shared workload, no early stop.
-        (Ok(PointReport::of(&spec, &sim::simulate(&spec, RunOptions::default()))), None)
+        let out = sim::simulate(&spec, RunOptions::default());
+        (completed(&out.run.stop).map(|()| PointReport::of(&spec, &out)), None)
     } else {
         let mut workload = take_workload(cache, &spec.workload, &shared.workloads);
         if let sim::config::EngineSpec::Vllm(c) = &spec.engine {
@@ -297,6 +298,9 @@ fn simulate_config(
             let completed = *completed;
             put_workload(cache, &spec.workload, workload);
             (Err(reason.clone()), Some((e.slo.clone(), reason, completed)))
+        } else if let Err(e) = completed(&run.stop) {
+            put_workload(cache, &spec.workload, workload);
+            (Err(e), None)
         } else {
             let metrics = sim::metrics::bench_metrics(&run);
             let out = sim::SimOutput { workload, run, metrics, fleet: None };
@@ -311,6 +315,17 @@ fn simulate_config(
         stopped.clone(),
     ));
     (result, stopped)
+}
+
+/// A configuration whose run did not complete (the modelled engine raised, the run stalled
+/// or hit the step limit) has no metrics to rank: its partial ones cover only the requests
+/// that finished. It is listed as invalid, with the reason.
+fn completed(stop: &StopReason) -> Result<(), String> {
+    if *stop == StopReason::Completed {
+        Ok(())
+    } else {
+        Err(format!("the run did not complete: {}", stop.as_str()))
+    }
 }
 
 fn minimise(metric: &str) -> bool {
@@ -752,7 +767,11 @@ fn text(r: &TuneResult, pareto_latency: Metric, slo_args: &[String], iv: Option<
         }
     }
     if !r.invalid.is_empty() {
-        let _ = writeln!(s, "\nInvalid ({}: the scenario's validation rejects them):", r.invalid.len());
+        let _ = writeln!(
+            s,
+            "\nInvalid ({}: the scenario's validation rejects them, or their run did not complete):",
+            r.invalid.len()
+        );
         for i in &r.invalid {
             let _ = writeln!(s, "  {}: {}", i.config, i.error);
         }

@@ -325,3 +325,42 @@ fn a_kv_pool_past_any_gpu_is_an_error_naming_its_field() {
     assert_eq!(c, 2, "{err}");
     assert!(err.contains("engine.num_gpu_blocks_override") && err.contains("268435456"), "{err}");
 }
+
+/// Where the modelled engine itself stops (SGLang 0.4.10's "Decode out of memory": eight
+/// one-page prompts whose first decode step its retraction rule cannot cover, with pages of
+/// 32 tokens), no command passes the partial metrics off as an answer: `simulate` exits 1
+/// and says why, a sweep marks the point and searches no knee through it, and `tune` lists
+/// the configuration as invalid instead of ranking it.
+#[test]
+fn an_engine_error_is_an_error_in_simulate_sweep_and_tune() {
+    let f = "tests/fixtures/sglang-0.4.10-decode-oom.json";
+    let (c, out, err) = run(&["simulate", f, "--json"]);
+    assert_eq!(c, 1, "{err}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    let stop = j["stop_reason"].as_str().unwrap();
+    assert!(stop.starts_with("engine error: ") && stop.contains("Decode out of memory"), "{stop}");
+    assert!(err.contains("did not complete"), "{err}");
+    let (c, out, _) = run(&["simulate", f]);
+    assert_eq!(c, 1);
+    assert!(out.contains("WARNING: the run did not complete: engine error"), "{out}");
+
+    // Concurrency 8 stops; 1–4 complete.
+    let (c, out, _) = run(&["sweep", f, "--concurrency", "1,2,4,8"]);
+    assert_eq!(c, 1);
+    assert!(out.contains("<- did not complete"), "{out}");
+    assert!(out.contains("WARNING: concurrency 8 did not complete (engine error"), "{out}");
+    let (_, out, _) = run(&["sweep", f, "--concurrency", "1,2,4,8", "--json"]);
+    let j: Value = serde_json::from_str(&out).unwrap();
+    assert!(j["knee"].is_null(), "{}", j["knee"]);
+    assert!(j["warnings"][0].as_str().unwrap().contains("concurrency 8 did not complete"), "{}", j["warnings"]);
+
+    // A larger pool completes; the one that stops is invalid, not ranked.
+    let (c, out, err) = run(&["tune", f, "--vary", "engine.max_total_tokens=640,768", "--json"]);
+    assert_eq!(c, 0, "{err}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(j["best"]["config"]["engine.max_total_tokens"], 768, "{}", j["best"]);
+    let inv = j["invalid"].as_array().unwrap();
+    assert_eq!(inv.len(), 1, "{inv:?}");
+    assert_eq!(inv[0]["config"]["engine.max_total_tokens"], 640);
+    assert!(inv[0]["error"].as_str().unwrap().contains("the run did not complete: engine error"), "{inv:?}");
+}

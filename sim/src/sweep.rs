@@ -175,6 +175,16 @@ pub fn knee_points(concurrency: &[u32], outs: &[SimOutput]) -> Vec<KneePoint> {
         .collect()
 }
 
+/// The knee of simulated runs at the given concurrencies; `None` when a run did not
+/// complete (its metrics cover only the requests that finished before it stopped, so no
+/// knee drawn through it would mean anything; [`sweep_warnings`] says which).
+pub fn sweep_knee(concurrency: &[u32], outs: &[SimOutput]) -> Option<Knee> {
+    if outs.iter().any(|o| o.run.stop != crate::simulation::StopReason::Completed) {
+        return None;
+    }
+    knee(&knee_points(concurrency, outs))
+}
+
 /// One scenario's sweep, resolved and run: what `servesim sweep --json` prints for it.
 #[derive(Clone, Debug, Serialize)]
 pub struct SweepSeries {
@@ -194,11 +204,18 @@ pub struct SweepSeries {
     pub warnings: Vec<String>,
 }
 
-/// Warnings on a sweep's points: a concurrency above the number of prompts never
-/// has that many requests in flight, so the point repeats the one before.
+/// Warnings on a sweep's points: a run that did not complete; a concurrency above the
+/// number of prompts, which never has that many requests in flight, so the point repeats
+/// the one before.
 pub fn sweep_warnings(concurrency: &[u32], outs: &[SimOutput]) -> Vec<String> {
     let mut w = Vec::new();
     for (&c, o) in concurrency.iter().zip(outs) {
+        if o.run.stop != crate::simulation::StopReason::Completed {
+            w.push(format!(
+                "concurrency {c} did not complete ({}): its metrics cover only the requests that finished, and the knee is not searched",
+                o.run.stop.as_str()
+            ));
+        }
         let n = o.workload.requests.len() as u64;
         if u64::from(c) > n {
             w.push(format!(
@@ -224,7 +241,7 @@ pub fn sweep_series(
         scenario: label.to_string(),
         engine: specs[0].engine.kind().to_string(),
         points: specs.iter().zip(outs).map(|(sp, o)| crate::report::PointReport::of(sp, o)).collect(),
-        knee: knee(&knee_points(concurrency, outs)),
+        knee: sweep_knee(concurrency, outs),
         kv_limited_concurrency: limit.concurrency,
         kv_request_footprint_tokens: limit.footprint_tokens,
         kv_cache_tokens: limit.kv_capacity_tokens,
