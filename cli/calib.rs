@@ -576,5 +576,5 @@ pub fn intervals(
     let Some(band) = crate::sweep::Band::of(raw, spec, uncalibrated)? else { return Ok(None) };
     let members: Vec<PointReport> = band.member_specs(spec).par_iter().map(calib::uncertainty::predict_point).collect();
     let (i, source) = band.named_intervals(center, &members);
-    Ok(Some((i, source.to_string())))
+    Ok(Some((i, source)))
 }

@@ -118,5 +118,7 @@ pub fn run(a: ExplainArgs) -> Result<ExitCode, String> {
     } else {
         print!("{}", text(&e));
     }
-    Ok(ExitCode::SUCCESS)
+    // As `simulate`: a run that did not complete (the notes say why) exits 1.
+    let done = point.run.stop == sim::simulation::StopReason::Completed;
+    Ok(if done { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

@@ -312,6 +312,14 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
                 let out = sim::simulate(&spec, RunOptions::default());
                 PointReport::of(&spec, &out)
             });
+            // A run that did not complete has no metrics to judge: an error, with its reason.
+            let r = r.and_then(|m| {
+                if sim::report::Metrics::completed(&m) {
+                    Ok(m)
+                } else {
+                    Err(format!("the run did not complete: {}", m.bench.stop_reason))
+                }
+            });
             match r {
                 Err(e) => PlanEntry { plan: c.clone(), metrics: None, violations: vec![], error: Some(e) },
                 Ok(m) => {

@@ -498,7 +498,7 @@ impl Band {
     /// The intervals of a prediction `center` from its members' reports.
     pub(crate) fn intervals(&self, center: &PointReport, members: &[PointReport]) -> ReportIntervals {
         let (i, source) = self.named_intervals(center, members);
-        ReportIntervals::new(&i, source)
+        ReportIntervals::new(&i, &source)
     }
 
     /// The same as named intervals, with where they came from.
@@ -506,10 +506,24 @@ impl Band {
         &self,
         center: &PointReport,
         members: &[PointReport],
-    ) -> (calib::named::Named<unc::Interval>, &str) {
+    ) -> (calib::named::Named<unc::Interval>, String) {
         match self {
-            Band::Members { u, source, .. } => (u.intervals(center, members), source),
-            Band::Uncalibrated(src) => (unc::uncalibrated_intervals(center, src), &src.source),
+            Band::Members { u, source, .. } => {
+                // Members whose run did not complete are left out of the interval, and said.
+                let stopped: Vec<&PointReport> =
+                    members.iter().filter(|m| !sim::report::Metrics::completed(*m)).collect();
+                let source = match stopped.first() {
+                    None => source.clone(),
+                    Some(first) => format!(
+                        "{source}; {} of the {} sets did not complete ({}) and are left out",
+                        stopped.len(),
+                        members.len(),
+                        first.bench.stop_reason
+                    ),
+                };
+                (u.intervals(center, members), source)
+            }
+            Band::Uncalibrated(src) => (unc::uncalibrated_intervals(center, src), src.source.clone()),
         }
     }
 }

@@ -354,6 +354,13 @@ fn an_engine_error_is_an_error_in_simulate_sweep_and_tune() {
     assert!(j["knee"].is_null(), "{}", j["knee"]);
     assert!(j["warnings"][0].as_str().unwrap().contains("concurrency 8 did not complete"), "{}", j["warnings"]);
 
+    // explain at concurrency 8: exits 1, the notes say why; no knee through the stopped run.
+    let (c, out, err) = run(&["explain", f, "--json"]);
+    assert_eq!(c, 1, "{err}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    let notes = j["notes"].to_string();
+    assert!(notes.contains("the explained run did not complete (engine error"), "{notes}");
+
     // A larger pool completes; the one that stops is invalid, not ranked.
     let (c, out, err) = run(&["tune", f, "--vary", "engine.max_total_tokens=640,768", "--json"]);
     assert_eq!(c, 0, "{err}");

@@ -198,12 +198,10 @@ impl FitPoint {
     pub fn predict(&self, cost: &CostModel) -> Vec<Option<f64>> {
         match &self.replay {
             None => predict(&self.spec, cost),
-            Some(w) => targets_of(&sim::metrics::bench_metrics(&sim::run_workload(
-                &self.spec.engine,
-                cost,
-                w,
-                RunOptions::default(),
-            ))),
+            Some(w) => {
+                let run = sim::run_workload(&self.spec.engine, cost, w, RunOptions::default());
+                completed_targets(&run, &sim::metrics::bench_metrics(&run))
+            }
         }
     }
 }
@@ -254,7 +252,20 @@ pub struct FitResult {
 pub fn predict(spec: &SimSpec, cost: &CostModel) -> Vec<Option<f64>> {
     let mut s = spec.clone();
     s.cost = cost.clone();
-    targets_of(&sim::simulate(&s, RunOptions::default()).metrics)
+    let out = sim::simulate(&s, RunOptions::default());
+    completed_targets(&out.run, &out.metrics)
+}
+
+/// [`targets_of`] a run that completed; none of them for a run that did not (the modelled
+/// engine raised, or the run stalled): its metrics cover only the requests that finished,
+/// so a fit must not match them. [`objective`] and the identifiability's residuals treat the
+/// missing predictions as a failed evaluation, never as a perfect one.
+fn completed_targets(run: &sim::simulation::RunResult, m: &sim::metrics::BenchMetrics) -> Vec<Option<f64>> {
+    if run.stop == sim::simulation::StopReason::Completed {
+        targets_of(m)
+    } else {
+        vec![None; TARGETS.len()]
+    }
 }
 
 /// The values of [`TARGETS`] in a run's metrics, in that order.
@@ -304,10 +315,11 @@ fn objective(points: &[FitPoint], cost: &CostModel) -> (f64, Vec<Vec<Option<f64>
     for p in points {
         let pred = p.predict(cost);
         for ((m, q), scale) in p.measured.iter().zip(&pred).zip(TARGET_NOISE) {
-            if let (Some(m), Some(q)) = (m, q) {
-                if *m > 0.0 && *q > 0.0 {
-                    total += ((q / m).ln() / scale).powi(2);
-                }
+            match (m, q) {
+                (Some(m), Some(q)) if *m > 0.0 && *q > 0.0 => total += ((q / m).ln() / scale).powi(2),
+                // A measured value the simulation could not predict: its run did not complete.
+                (Some(m), None) if *m > 0.0 => total = f64::INFINITY,
+                _ => {}
             }
         }
         preds.push(pred);
@@ -523,6 +535,25 @@ pub fn roofline_floors(spec: &SimSpec) -> Vec<(&'static str, f64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A cost under which the modelled engine stops (SGLang 0.4.10's decode out of memory)
+    /// predicts nothing, and the objective calls it a failed evaluation, not a perfect fit.
+    #[test]
+    fn a_run_that_does_not_complete_predicts_nothing_and_costs_infinitely() {
+        let v = serde_json::json!({"version": 1, "model": "qwen2.5-7b-instruct", "hardware": "a100-80gb",
+            "engine": {"kind": "sglang", "version": "0.4.10", "max_running_requests": 8, "chunked_prefill_size": 4096,
+                       "max_total_tokens": 640, "page_size": 32, "disable_radix_cache": true},
+            "workload": {"dataset_name": "random", "random_input_len": 32, "random_output_len": 40,
+                         "random_range_ratio": 0.0, "num_prompts": 16, "ignore_eos": true,
+                         "initial_test_request": false, "max_concurrency": 8}});
+        let res = sim::builtin::resources().unwrap();
+        let spec = sim::config::resolve(&sim::config::from_value(v, "").unwrap(), &res).unwrap();
+        let pred = predict(&spec, &spec.cost);
+        assert!(pred.iter().all(Option::is_none), "{pred:?}");
+        let point =
+            FitPoint { name: "c8".into(), spec: spec.clone(), measured: vec![Some(50.0); TARGETS.len()], replay: None };
+        assert_eq!(objective(std::slice::from_ref(&point), &spec.cost).0, f64::INFINITY);
+    }
 
     #[test]
     fn the_rounding_half_unit_is_read_from_the_shortest_decimal_form() {

@@ -557,6 +557,14 @@ pub fn check<M: Measure + ?Sized>(
     }
     // Predict every point with the same requests.
     let predicted: Vec<PointReport> = specs.iter().map(crate::uncertainty::predict_point).collect();
+    // A prediction whose run did not complete (the modelled engine raised) is no prediction:
+    // its metrics cover only the requests that finished.
+    if let Some((c, p)) = conc.iter().zip(&predicted).find(|(_, p)| !sim::report::Metrics::completed(*p)) {
+        return Err(CalibError::Scenario(format!(
+            "the model predicts no result at concurrency {c}: its run did not complete ({})",
+            p.bench.stop_reason
+        )));
+    }
     let mut report = judge(conc, &measured, &predicted, &used, m.info(), o.profile_coefficients.clone());
     if let Some(u) = &o.uncertainty {
         // Only the coefficients the profile set vary.

@@ -200,7 +200,8 @@ pub fn intervals_from_samples<P: Metrics>(center: &P, samples: &[P]) -> Named<In
     let mut out = Named::new();
     for k in METRICS {
         let Some(c) = center.metric(k) else { continue };
-        let xs: Vec<f64> = samples.iter().filter_map(|p| p.metric(k)).collect();
+        // A sample whose run did not complete has no comparable metrics (its caller says so).
+        let xs: Vec<f64> = samples.iter().filter(|p| p.completed()).filter_map(|p| p.metric(k)).collect();
         if xs.is_empty() {
             continue;
         }
@@ -530,6 +531,28 @@ pub fn report_line(intervals: &Named<Interval>, source: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A report with one metric, complete or not.
+    struct R(f64, bool);
+    impl Metrics for R {
+        fn metric(&self, m: Metric) -> Option<f64> {
+            (m == Metric::MeanTtftMs).then_some(self.0)
+        }
+        fn completed(&self) -> bool {
+            self.1
+        }
+    }
+
+    #[test]
+    fn samples_whose_run_did_not_complete_are_left_out_of_the_interval() {
+        let samples = [R(90.0, true), R(110.0, true), R(1.0, false), R(5000.0, false)];
+        let i = intervals_from_samples(&R(100.0, true), &samples);
+        let t = i.get("mean_ttft_ms").unwrap();
+        assert!(t.p05 >= 90.0 && t.p95 <= 110.0, "{t:?}");
+        // None complete: no interval, rather than one from partial metrics.
+        let i = intervals_from_samples(&R(100.0, true), &[R(1.0, false)]);
+        assert!(i.get("mean_ttft_ms").is_none());
+    }
 
     #[test]
     fn the_baseline_table_is_embedded_and_falls_back() {

@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::config::{Deployment, MemoryAccount, SimSpec};
 use crate::simulation::RunOptions;
-use crate::sweep::{find_knee, kv_limited_concurrency, KneePoint, KvLimit};
+use crate::sweep::{kv_limited_concurrency, KvLimit};
 use crate::workload::Dataset;
 use crate::SimOutput;
 
@@ -228,17 +228,23 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
     let (binding_limit, binding_at) = binding(base, limit.concurrency);
     let conc = plan.concurrency;
 
-    let knee_pts: Vec<KneePoint> = plan
-        .grid
-        .iter()
-        .zip(grid)
-        .map(|(&c, o)| KneePoint {
-            concurrency: f64::from(c),
-            output_throughput: o.metrics.output_throughput,
-            mean_ttft_ms: o.metrics.ttft.mean,
-        })
-        .collect();
-    let knee = find_knee(&knee_pts).map(|i| plan.grid[i]);
+    // No knee through a run that did not complete (`crate::sweep::sweep_knee`); the notes say which.
+    let knee = crate::sweep::sweep_knee(&plan.grid, grid).map(|k| plan.grid[k.index]);
+    let mut notes = plan.notes.clone();
+    for (&c, o) in plan.grid.iter().zip(grid) {
+        if o.run.stop != crate::simulation::StopReason::Completed {
+            notes.push(format!(
+                "the sweep's run at concurrency {c} did not complete ({}): the knee is not searched",
+                o.run.stop.as_str()
+            ));
+        }
+    }
+    if point.run.stop != crate::simulation::StopReason::Completed {
+        notes.push(format!(
+            "the explained run did not complete ({}): its metrics cover only the requests that finished",
+            point.run.stop.as_str()
+        ));
+    }
     let sweep: Vec<GridPoint> = plan
         .grid
         .iter()
@@ -381,7 +387,7 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
         kv_sizing_source: base.kv_sizing.source.to_string(),
         kv_bytes_per_token: base.kv_sizing.kv_bytes_per_token,
         memory: base.kv_sizing.memory.clone(),
-        notes: plan.notes.clone(),
+        notes,
         replica_limits,
     }
 }

@@ -251,11 +251,20 @@ impl Serialize for Metric {
 pub trait Metrics {
     /// The metric's value, when the report has it as a (finite) number.
     fn metric(&self, m: Metric) -> Option<f64>;
+    /// Whether the run behind the report completed (a simulated run can stop early: an
+    /// engine error, a stall); the metrics of one that did not cover only the requests
+    /// that finished.
+    fn completed(&self) -> bool {
+        true
+    }
 }
 
 impl<T: Metrics + ?Sized> Metrics for &T {
     fn metric(&self, m: Metric) -> Option<f64> {
         (**self).metric(m)
+    }
+    fn completed(&self) -> bool {
+        (**self).completed()
     }
 }
 
@@ -410,6 +419,9 @@ impl Metrics for BenchReport {
     fn metric(&self, m: Metric) -> Option<f64> {
         self.num(m).as_f64()
     }
+    fn completed(&self) -> bool {
+        self.stop_reason == crate::simulation::StopReason::Completed.as_str()
+    }
 }
 
 impl Serialize for BenchReport {
@@ -502,6 +514,9 @@ impl PointReport {
 impl Metrics for PointReport {
     fn metric(&self, m: Metric) -> Option<f64> {
         self.bench.metric(m)
+    }
+    fn completed(&self) -> bool {
+        self.bench.completed()
     }
 }
 
