@@ -402,13 +402,15 @@ impl EngineSection {
     pub(super) fn check_flags_of(&self, kind: EngineKind) -> Result<()> {
         let foreign = kind.other();
         let (this, other) = (kind.as_str(), foreign.display_name());
+        // "a vLLM flag", "an SGLang flag": the article goes by how the name is said.
+        let article = if other.starts_with('v') { "a" } else { "an" };
         for flag in foreign.own_flags() {
             if self.is_set(foreign, flag) {
                 let counterpart = foreign.counterpart(flag);
                 return Err(ConfigError::new(
                     format!("engine.{flag}"),
                     format!(
-                        "is an {other} flag but engine.kind is \"{this}\"; the {this} counterpart is {counterpart}"
+                        "is {article} {other} flag but engine.kind is \"{this}\"; the {this} counterpart is {counterpart}"
                     ),
                 ));
             }
