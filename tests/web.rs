@@ -194,6 +194,13 @@ fn check(v: &Value, how: &str) {
     let why = v["explain"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect::<Vec<_>>().join(" ");
     assert!(why.contains("holds 42 requests") && why.contains("queue wait"), "{how}: explain: {why}");
 
+    // 3b. The page warns where the CLI warns, and only then: nothing on the default scenario;
+    // on one where the modelled engine stops, the run and the sweep points that did not complete.
+    assert_eq!(v["warnings_default"], serde_json::json!([]), "{how}");
+    let w = v["warnings_engine_error"].to_string();
+    assert!(w.contains("the run did not complete: engine error"), "{how}: {w}");
+    assert!(w.contains("did not complete (engine error") && w.contains("the knee is not searched"), "{how}: {w}");
+
     // 4. simulate, explain and a side-by-side sweep, byte for byte.
     for (key, args) in [
         (

@@ -449,6 +449,15 @@ function draw(result) {
     const q = r.run.value;
     return `<b>${names[r.kind]}</b>: KV pool ${fmt(v.kv_cache_tokens, 0)} tokens holds <b>${fmt(v.kv_limited_concurrency, 0)}</b> requests of ${fmt(v.kv_request_footprint_tokens, 0)} tokens. At ${load}: mean TTFT <b data-testid="run-mean-ttft-${r.kind}">${fmt(q.mean_ttft_ms, 1)} ms</b>, output <b>${fmt(q.output_throughput, 1)} tok/s</b>, ${fmt(q.num_preemptions, 0)} ${r.kind === 'sglang' ? 'retractions' : 'preemptions'}.`;
   }).join('<br>');
+  // What the numbers above cannot say: a run that did not complete (its metrics cover only
+  // the requests that finished), a sweep point past its prompt count; as the CLI warns.
+  const warnings = result.flatMap((r) => [
+    ...(r.run.value.stop_reason !== 'completed' ? [`${names[r.kind]} at ${load}: the run did not complete: ${r.run.value.stop_reason}`] : []),
+    ...(r.sweep.value.warnings || []).map((w) => `${names[r.kind]} sweep: ${w}`),
+  ]);
+  const wl = $('warnings');
+  wl.innerHTML = warnings.map((w) => `<li>warning: ${esc(w)}</li>`).join('');
+  wl.hidden = warnings.length === 0;
 
   // One panel per engine: time series, TTFT split, explain.
   const panels = $('panels');
@@ -595,11 +604,20 @@ function selftest() {
     out.url = location.search;
     out.explain = [...document.querySelectorAll('#explain-vllm li')].map((li) => li.textContent);
     out.summary = $('summary').textContent;
+    out.warnings_default = $('warnings').hidden ? [] : [...$('warnings').querySelectorAll('li')].map((li) => li.textContent);
     // 4. Every function, byte for byte with the binary (tests/web.rs runs the same commands).
     const d = { scenario: shipped[0].text, origin: shipped[0].origin };
     out.simulate_json = sim.simulate({ ...d, sets: ['workload.max_concurrency=64', 'workload.num_prompts=256'] }).text;
     out.explain_json = sim.explain({ ...d, concurrency: 64 }).text;
     out.side_by_side_json = sim.sweep({ ...d, sets: ['engine.kind=vllm,sglang'], concurrencies: [1, 16, 64], num_prompts: [20, 64, 256] }).text;
+    // 4b. A scenario on which the modelled engine stops (SGLang 0.4.10's decode out of
+    // memory): the page warns, as the CLI does, instead of showing the partial numbers bare.
+    $('paste').value = JSON.stringify({ version: 1, model: 'qwen2.5-7b-instruct', hardware: 'a100-80gb',
+      engine: { kind: 'sglang', version: '0.4.10', max_running_requests: 8, chunked_prefill_size: 4096, max_total_tokens: 640, page_size: 32, disable_radix_cache: true },
+      workload: { dataset_name: 'random', random_input_len: 32, random_output_len: 40, random_range_ratio: 0.0, num_prompts: 16, ignore_eos: true, initial_test_request: false, max_concurrency: 8 } }, null, 2);
+    $('use-paste').click();
+    redraw({ sync: true });
+    out.warnings_engine_error = $('warnings').hidden ? [] : [...$('warnings').querySelectorAll('li')].map((li) => li.textContent);
     // 5. An invalid scenario: the error names the field.
     const bad = JSON.parse(shipped[0].text);
     bad.engine.max_num_seq = 64;
