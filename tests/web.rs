@@ -245,15 +245,13 @@ fn check(v: &Value, how: &str) {
     let err = v["error"].as_str().unwrap_or_default();
     assert!(err.contains("engine.max_num_seq: unknown field `max_num_seq`"), "{how}: {err}");
 
-    // 6. The redraw of the default scenario's sweep (simulated afresh and drawn), 7 times:
-    // reported, not asserted (a test must not depend on how busy the host is; the figure and
-    // its target, under 200 ms, are in BENCHMARKS.md).
+    // 6. Redrawing the default scenario's sweep (simulated afresh and drawn) takes under 200 ms.
     let median = v["redraw_ms"]["median"].as_f64().unwrap();
-    assert!(median.is_finite() && median > 0.0, "{how}: no redraw time: {}", v["redraw_ms"]);
     eprintln!(
         "browser test ({how}): sweep redraw {median:.1} ms median, {:.1} ms max",
         v["redraw_ms"]["max"].as_f64().unwrap()
     );
+    assert!(median < 200.0, "{how}: redraw took {median} ms: {}", v["redraw_ms"]);
 }
 
 /// A loopback server: the built page's files (GET), and the self-test's result (POST /result).
