@@ -213,6 +213,12 @@ pub(crate) fn run(setup: DriverSetup, inbox: Inbox) {
                     stop,
                 },
             );
+            if step.is_none() {
+                // An idle engine starts a step with the first request that reaches it; those
+                // arriving at the same instant wait for the next step, as `simulate` orders
+                // them (an arrival at an idle engine starts a step at once).
+                break;
+            }
         }
         if step.is_none() {
             // Between steps: the clients that went away leave the engine.
