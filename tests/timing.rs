@@ -88,11 +88,19 @@ impl VirtualServer {
 /// releases each token once read, the last one only after its next request is sent (so
 /// the next request leaves at the time the last token came, as in `vllm bench serve`).
 /// Returns each request's send time and token times, ns of engine time.
+///
+/// Phases follow one another at the instant the last token of the one before is read, as
+/// `simulate` starts the next phase at that request's completion: with `hand_over`, the worker
+/// whose response ends the phase keeps its hold on the clock (the engine cannot step on in
+/// between), and the next phase, given `taken_over`, releases it once its own first requests
+/// hold the clock.
 async fn run_phase(
     client: &reqwest::Client,
     server: &VirtualServer,
     reqs: &[RequestSpec],
     conc: usize,
+    taken_over: bool,
+    hand_over: bool,
 ) -> Result<Vec<(u64, Vec<u64>)>, String> {
     if reqs.iter().any(|r| r.arrival_ns != 0) {
         return Err("the virtual-clock client runs closed-loop workloads only".into());
@@ -105,10 +113,14 @@ async fn run_phase(
     for _ in 0..n0 {
         server.clock.hold();
     }
+    if taken_over {
+        server.clock.release();
+    }
+    let active = Arc::new(std::sync::atomic::AtomicUsize::new(n0));
     let mut set = tokio::task::JoinSet::new();
     for _ in 0..n0 {
         let (client, url, clock) = (client.clone(), server.url.clone(), server.clock.clone());
-        let (next, out, reqs) = (next.clone(), out.clone(), reqs.clone());
+        let (next, out, reqs, active) = (next.clone(), out.clone(), reqs.clone(), active.clone());
         set.spawn(async move {
             let mut first = true;
             let mut pending_release = false;
@@ -120,10 +132,11 @@ async fn run_phase(
                     i
                 };
                 if i >= reqs.len() {
+                    let last = active.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) == 1;
                     if first {
                         clock.release();
                     }
-                    if pending_release {
+                    if pending_release && !(hand_over && last) {
                         clock.release();
                     }
                     return Ok::<(), String>(());
@@ -187,15 +200,19 @@ async fn run_workload(spec: &SimSpec, w: &Workload) -> Result<RunResult, String>
     let server = VirtualServer::start(spec).await;
     let client = reqwest::Client::builder().pool_max_idle_per_host(1024).build().unwrap();
     let conc = w.max_concurrency.map(|c| c as usize).unwrap_or(usize::MAX);
+    // Each phase hands the clock over to the next (see `run_phase`).
+    let mut held = false;
     if let Some(t) = &w.initial_test {
-        run_phase(&client, &server, std::slice::from_ref(t), 1).await?;
+        run_phase(&client, &server, std::slice::from_ref(t), 1, held, true).await?;
+        held = true;
     }
     if !w.warmups.is_empty() {
-        run_phase(&client, &server, &w.warmups, conc).await?;
+        run_phase(&client, &server, &w.warmups, conc, held, true).await?;
+        held = true;
     }
     let before = live::server::metrics(&client, &server.url, None).await?;
     let start = server.clock.now_ns();
-    let timed = run_phase(&client, &server, &w.requests, conc).await?;
+    let timed = run_phase(&client, &server, &w.requests, conc, held, false).await?;
     let after = live::server::metrics(&client, &server.url, None).await?;
     server.stop().await;
     let mut records = Vec::new();
@@ -283,15 +300,32 @@ fn derive() -> DeriveOptions {
     }
 }
 
-/// Served on a virtual clock, the scenario's run is the simulated one, metric for metric. (Until
+/// Served on a virtual clock, the scenario's run is the simulated one, metric for metric, for
+/// vLLM and SGLang (both schedulers), with the initial test request and warm-ups. (Until
 /// 2026-12-02 it was not: the emulator added every request that reached an idle engine at the
 /// same instant before planning, so the first wave ran as one batch, where `simulate` starts a
 /// step with the first arrival and the others wait for the next; every served request then had
-/// the same TTFT, 71.6 ms against the simulated mean of 79.9 ms.)
+/// the same TTFT, 71.6 ms against the simulated mean of 79.9 ms; and this file's client let the
+/// clock run on between phases, where `simulate` starts the next phase at the instant the last
+/// response of the one before is read.)
 #[test]
 fn on_a_virtual_clock_serve_measures_what_simulate_predicts() {
+    let mut sglang = scenario_json();
+    sglang["engine"] = json!({"kind": "sglang", "version": "0.5.23", "max_running_requests": 32,
+                              "chunked_prefill_size": 2048, "max_total_tokens": 10240});
+    let mut sglang_old = sglang.clone();
+    sglang_old["engine"]["version"] = json!("0.4.10");
+    // Every phase: the initial test request and warm-ups before the timed requests.
+    let mut phases = scenario_json();
+    phases["workload"]["initial_test_request"] = json!(true);
+    phases["workload"]["num_warmups"] = json!(3);
+    for v in [scenario_json(), sglang, sglang_old, phases] {
+        served_equals_simulated(v);
+    }
+}
+
+fn served_equals_simulated(v: Value) {
     let started = std::time::Instant::now();
-    let v = scenario_json();
     let s = spec(v.clone());
     let w = sim::workload::generate(&s.workload);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
@@ -311,7 +345,7 @@ fn on_a_virtual_clock_serve_measures_what_simulate_predicts() {
         Metric::OutputThroughput,
     ] {
         let (a, b) = (m.metric(k).unwrap_or(f64::NAN), p.metric(k).unwrap_or(f64::NAN));
-        eprintln!("{k}: served {a}, simulated {b}, ratio {:.5}", a / b);
+        eprintln!("{} {k}: served {a}, simulated {b}, ratio {:.5}", s.engine.kind(), a / b);
         // The same integer times, so the same metrics up to the last bits of their sums.
         assert!((a - b).abs() <= 1e-9 * b.abs().max(1.0), "{k}: served {a}, simulated {b}");
     }
@@ -463,10 +497,12 @@ fn serve_stops_where_the_modelled_engine_raises() {
         let client = reqwest::Client::builder().pool_max_idle_per_host(1024).build().unwrap();
         let conc = w.max_concurrency.unwrap() as usize;
         if let Some(t) = &w.initial_test {
-            run_phase(&client, &server, std::slice::from_ref(t), 1).await.expect("the initial test request");
+            run_phase(&client, &server, std::slice::from_ref(t), 1, false, false)
+                .await
+                .expect("the initial test request");
         }
         // Bounded in wall time: a server that does not stop leaves the streams hanging.
-        let phase = run_phase(&client, &server, &w.requests, conc);
+        let phase = run_phase(&client, &server, &w.requests, conc, false, false);
         let err = tokio::time::timeout(std::time::Duration::from_secs(120), phase)
             .await
             .expect("the streams ended within two minutes")
