@@ -319,7 +319,16 @@ fn on_a_virtual_clock_serve_measures_what_simulate_predicts() {
     let mut phases = scenario_json();
     phases["workload"]["initial_test_request"] = json!(true);
     phases["workload"]["num_warmups"] = json!(3);
-    for v in [scenario_json(), sglang, sglang_old, phases] {
+    // Under KV pressure: vLLM's preemption, SGLang's retraction.
+    let starved = |name: &str| {
+        let text = std::fs::read_to_string(root().join("scenarios").join(name)).unwrap();
+        let mut v: Value = serde_json::from_str(&text).unwrap();
+        v["workload"]["num_prompts"] = json!(48);
+        v
+    };
+    let (kv_vllm, kv_sglang) =
+        (starved("kv-starved-qwen2.5-7b-a100-vllm.json"), starved("kv-starved-qwen2.5-7b-a100-sglang.json"));
+    for v in [scenario_json(), sglang, sglang_old, phases, kv_vllm, kv_sglang] {
         served_equals_simulated(v);
     }
 }
