@@ -106,6 +106,17 @@ pub fn resolve(raw: &RawScenario) -> Result<(Scenario, SimSpec), String> {
         }
     }
     let spec = config::resolve(&scenario, &res).map_err(|e| format!("{origin}: {e}"))?;
+    if let config::EngineSpec::Sglang(c) = &spec.engine {
+        if !c.behaviour.retract_until_decode_fits && c.page_size > 20 {
+            warn_once(format!(
+                "{origin}: engine.page_size {}: SGLang {} retracts until 20 tokens per running request are free, \
+                 which does not cover a page each; under KV pressure its next decode step can fail to allocate and the \
+                 server stops (\"Decode out of memory\"; fixed in later releases, docs/sglang.md §8). A run that reaches \
+                 it stops with that engine error",
+                c.page_size, c.version
+            ));
+        }
+    }
     if scenario.workload.trace.is_some() && scenario.workload.request_rate.is_some_and(|r| r.0.is_some()) {
         warn_once(format!(
             "{origin}: workload.request_rate is ignored: the trace's arrival times say when requests are sent"

@@ -340,6 +340,8 @@ fn an_engine_error_is_an_error_in_simulate_sweep_and_tune() {
     let stop = j["stop_reason"].as_str().unwrap();
     assert!(stop.starts_with("engine error: ") && stop.contains("Decode out of memory"), "{stop}");
     assert!(err.contains("did not complete"), "{err}");
+    // The risk is named before the run, from the configuration alone.
+    assert!(err.contains("engine.page_size 32: SGLang 0.4.10 retracts until 20 tokens"), "{err}");
     let (c, out, _) = run(&["simulate", f]);
     assert_eq!(c, 1);
     assert!(out.contains("WARNING: the run did not complete: engine error"), "{out}");
