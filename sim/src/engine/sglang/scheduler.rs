@@ -592,10 +592,16 @@ impl Scheduler {
         true
     }
 
+    /// The KV tokens the next decode step of `ids` allocates: a page for each request whose
+    /// context fills its last page.
+    fn decode_need(&self, ids: &[ReqId]) -> u64 {
+        let page = self.page();
+        ids.iter().filter(|&&id| u64::from(self.req(id).kv_len) % page == 0).count() as u64 * page
+    }
+
     /// `check_decode_mem` for the requests `ids`: evicts the cache as needed.
     fn check_decode_mem(&mut self, ids: &[ReqId]) -> bool {
-        let page = self.page();
-        let need: u64 = ids.iter().filter(|&&id| u64::from(self.req(id).kv_len) % page == 0).count() as u64 * page;
+        let need = self.decode_need(ids);
         let avail = self.available_size();
         if avail < need {
             self.tree.evict(need - avail);
@@ -668,9 +674,11 @@ impl Scheduler {
         for &id in &retracted {
             self.waiting.push_back(id);
         }
-        let remaining = self.running.clone();
-        if !self.check_decode_mem(&remaining) {
-            self.fatal = Some(self.decode_oom_message(remaining.len(), old_style));
+        // The decode step's allocation evicts what it must and fails only if even the whole
+        // evictable cache would not do (checked without evicting: the step's own allocation
+        // evicts as it always has).
+        if self.available_size() + self.evictable_size() < self.decode_need(&self.running) {
+            self.fatal = Some(self.decode_oom_message(self.running.len(), old_style));
         }
         self.counters.num_preemptions += retracted.len() as u64;
         self.plan.num_preempted += retracted.len() as u32;
