@@ -9,8 +9,6 @@ use proptest::prelude::*;
 use serde_json::{json, Value};
 use sim::simulation::{RunOptions, StopReason};
 
-mod common;
-use crate::common::*;
 
 const ROUTERS: [&str; 8] = [
     "round_robin",
