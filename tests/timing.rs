@@ -526,6 +526,9 @@ fn serve_stops_where_the_modelled_engine_raises() {
             .await
             .unwrap();
         assert_eq!(r.status().as_u16(), 503, "a request after the engine stopped");
+        let h = client.get(format!("{}/health", server.url)).send().await.unwrap();
+        assert_eq!(h.status().as_u16(), 503, "/health after the engine stopped");
+        assert!(h.text().await.unwrap().contains("Decode out of memory"));
         server.stop().await;
     });
 }

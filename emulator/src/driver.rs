@@ -239,6 +239,7 @@ pub(crate) fn run(setup: DriverSetup, inbox: Inbox) {
                 // real server dies: the streams in flight end unfinished, later requests
                 // are refused ("the engine stopped").
                 eprintln!("servesim serve: engine error: {e}");
+                stats.lock().expect("stats").engine_error = Some(e.to_string());
                 return;
             }
             if busy {

@@ -170,7 +170,12 @@ async fn route(req: Request<Incoming>, sh: Arc<Shared>) -> Resp {
     let path = req.uri().path().to_string();
     let method = req.method().clone();
     match (&method, path.as_str()) {
-        (&Method::GET, "/health") => full(StatusCode::OK, "application/json", "{}".into()),
+        (&Method::GET, "/health") => match sh.stats.lock().expect("stats").engine_error.clone() {
+            None => full(StatusCode::OK, "application/json", "{}".into()),
+            // The modelled engine stopped: the server is not healthy (vLLM's and SGLang's
+            // /health fail once their engine has died).
+            Some(e) => full(StatusCode::SERVICE_UNAVAILABLE, "application/json", json!({"error": e}).to_string()),
+        },
         (&Method::GET, "/version") => {
             full(StatusCode::OK, "application/json", json!({"version": spec.engine.version().to_string()}).to_string())
         }

@@ -21,6 +21,9 @@ pub(crate) struct Stats {
     pub ttft: Histogram,
     pub itl: Histogram,
     pub e2e: Histogram,
+    /// Why the modelled engine stopped (`sim::engine::Engine::fatal_error`), once it has:
+    /// `/health` then answers 503, as a server whose engine died does.
+    pub engine_error: Option<String>,
 }
 
 impl Stats {
