@@ -9,7 +9,6 @@ use proptest::prelude::*;
 use serde_json::{json, Value};
 use sim::simulation::{RunOptions, StopReason};
 
-
 const ROUTERS: [&str; 8] = [
     "round_robin",
     "least_outstanding",
