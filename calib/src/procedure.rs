@@ -269,6 +269,10 @@ pub fn calibrate<M: Measure + ?Sized>(m: &mut M, scenario: &Scenario<'_>, o: &Ca
             "speed reference (mean ITL at one request, {} runs, one before each probe): median {med:.2} ms, {lo:.2} to {hi:.2}",
             ref_values.len()
         ));
+        if let Some(t) = unsteady_engine_trap(lo, hi, ref_values.len()) {
+            m.say(&format!("WARNING: {}", t.why));
+            profile.traps.get_or_insert_with(Vec::new).push(t);
+        }
         profile.speed_reference = Some(SpeedReference {
             workload: speed_reference_workload(),
             mean_itl_ms: reference,
@@ -278,6 +282,32 @@ pub fn calibrate<M: Measure + ?Sized>(m: &mut M, scenario: &Scenario<'_>, o: &Ca
     profile.fit_workloads =
         Some(probes.iter().map(|p| FitWorkload { name: p.name.clone(), workload: p.workload.clone() }).collect());
     Ok(profile)
+}
+
+/// The largest spread of the speed reference (its max / min while calibrating) at which a live
+/// calibration is taken to have measured the engine rather than the host. On this project's host
+/// the native rounds that judged the live intervals had 1.19–1.27 (validation/live-20261201-native*),
+/// the round on a host that had slowed and swung had 1.97 and 2.73 (live-20261202-native4), and
+/// its fits took the host's slow stretch in as cost. A warning threshold between the two, not a
+/// model parameter: nothing is fitted or predicted differently past it.
+pub const UNSTEADY_SPEED_RATIO: f64 = 1.5;
+
+/// The `unsteady_engine` trap of a live calibration: the engine's own speed (the speed reference,
+/// a fixed workload run before each probe) moved by more than [`UNSTEADY_SPEED_RATIO`] while it
+/// was calibrated, so the fitted coefficients carry the host's state as well as the engine's.
+fn unsteady_engine_trap(lo: f64, hi: f64, runs: usize) -> Option<crate::traps::Trap> {
+    (lo > 0.0 && hi / lo > UNSTEADY_SPEED_RATIO).then(|| crate::traps::Trap {
+        point: "speed reference".into(),
+        metrics: vec!["mean_itl_ms".into()],
+        kind: "unsteady_engine",
+        action: "used",
+        why: format!(
+            "the engine's own speed moved by a factor of {:.2} while it was calibrated (speed reference {lo:.2} to \
+             {hi:.2} ms over {runs} runs; above {UNSTEADY_SPEED_RATIO} the host, not the engine, is being measured): the \
+             fitted coefficients carry the host's state; calibrate again when it is steady",
+            hi / lo
+        ),
+    })
 }
 
 /// A fit on existing results: `points` are the results' load points with the scenarios

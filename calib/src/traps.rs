@@ -33,7 +33,8 @@ pub struct Trap {
     pub point: String,
     /// The report keys concerned.
     pub metrics: Vec<String>,
-    /// `below_physical_floor`, `ordering`, `percentile_for_mean`, `missing`.
+    /// `below_physical_floor`, `ordering`, `percentile_for_mean`, `missing`, `tail`; a live
+    /// calibration's `unsteady_engine` (`crate::procedure::UNSTEADY_SPEED_RATIO`).
     pub kind: &'static str,
     /// `excluded` (not fitted), `used` (fitted as stated).
     pub action: &'static str,
