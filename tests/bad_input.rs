@@ -146,17 +146,7 @@ fn a_bad_discrepancy_names_the_flag_and_what_was_expected() {
     let scen = root().join("scenarios/rtx5090-qwen2.5-7b-vllm.json");
     let out = dir.join("p.json");
     for (spec, expect) in [("ttfx=0.1", "not a metric family"), ("ttft=-1", "finite sd"), ("ttft", "family=value")] {
-        let o = run_cli(&[
-            "calibrate",
-            "--from-results",
-            r.to_str().unwrap(),
-            "--scenario",
-            scen.to_str().unwrap(),
-            "--discrepancy",
-            spec,
-            "--out",
-            out.to_str().unwrap(),
-        ]);
+        let o = calibrate_from_results(&r, scen.to_str().unwrap(), &out, &["--discrepancy", spec]);
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{spec}: {err}");
         assert!(err.contains("--discrepancy") && err.contains(expect) && !err.contains("panicked"), "{spec}: {err}");

@@ -249,15 +249,7 @@ fn offline_calibration_from_saved_results_keeps_the_prior_shape_with_one_point()
     });
     let f2 = dir.join("p99-only.json");
     std::fs::write(&f2, p99_only.to_string()).unwrap();
-    let o = run_cli(&[
-        "calibrate",
-        "--from-results",
-        f2.to_str().unwrap(),
-        "--scenario",
-        scen.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let o = calibrate_from_results(&f2, scen.to_str().unwrap(), &out, &[]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(
         String::from_utf8_lossy(&o.stdout).contains("percentile_for_mean"),
@@ -295,15 +287,7 @@ fn offline_calibration_reads_sglang_bench_serving_jsonl() {
     let f = dir.join("sglang.jsonl");
     std::fs::write(&f, lines).unwrap();
     let out = dir.join("profile.json");
-    let o = run_cli(&[
-        "calibrate",
-        "--from-results",
-        f.to_str().unwrap(),
-        "--scenario",
-        scen.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let o = calibrate_from_results(&f, scen.to_str().unwrap(), &out, &[]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let p: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     let pts = p["fit"]["points"].as_array().unwrap();
@@ -317,15 +301,7 @@ fn offline_calibration_reads_sglang_bench_serving_jsonl() {
     // A file that is not a result is a clear error.
     let bad = dir.join("bad.json");
     std::fs::write(&bad, "{\"hello\": 1}").unwrap();
-    let o = run_cli(&[
-        "calibrate",
-        "--from-results",
-        bad.to_str().unwrap(),
-        "--scenario",
-        scen.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let o = calibrate_from_results(&bad, scen.to_str().unwrap(), &out, &[]);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("mean_ttft_ms"));
 }

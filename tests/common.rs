@@ -118,17 +118,22 @@ pub fn profile_from_slowed_run(scenario: &str, dir: &std::path::Path) -> PathBuf
     let f = dir.join("result.json");
     std::fs::write(&f, serde_json::to_string(&slow).unwrap()).unwrap();
     let out = dir.join("profile.json");
-    let o = run_cli(&[
-        "calibrate",
-        "--from-results",
-        f.to_str().unwrap(),
-        "--scenario",
-        scenario,
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let o = calibrate_from_results(&f, scenario, &out, &[]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     out
+}
+
+/// `servesim calibrate --from-results RESULT --scenario SCENARIO --out OUT EXTRA...`.
+pub fn calibrate_from_results(
+    result: &std::path::Path,
+    scenario: &str,
+    out: &std::path::Path,
+    extra: &[&str],
+) -> Output {
+    let (r, o) = (result.to_str().unwrap(), out.to_str().unwrap());
+    let mut args = vec!["calibrate", "--from-results", r, "--scenario", scenario, "--out", o];
+    args.extend_from_slice(extra);
+    run_cli(&args)
 }
 
 /// Starts `servesim serve` on a free port and reads its address from the first line it logs.
