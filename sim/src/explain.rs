@@ -231,14 +231,7 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
     // No knee through a run that did not complete (`crate::sweep::sweep_knee`); the notes say which.
     let knee = crate::sweep::sweep_knee(&plan.grid, grid).map(|k| plan.grid[k.index]);
     let mut notes = plan.notes.clone();
-    for (&c, o) in plan.grid.iter().zip(grid) {
-        if o.run.stop != crate::simulation::StopReason::Completed {
-            notes.push(format!(
-                "the sweep's run at concurrency {c} did not complete ({}): the knee is not searched",
-                o.run.stop.as_str()
-            ));
-        }
-    }
+    notes.extend(crate::sweep::sweep_warnings(&plan.grid, grid).into_iter().map(|w| format!("the sweep's run at {w}")));
     if point.run.stop != crate::simulation::StopReason::Completed {
         notes.push(format!(
             "the explained run did not complete ({}): its metrics cover only the requests that finished",

@@ -363,16 +363,15 @@ impl<'a, E: Engine> Loop<'a, E> {
     }
 
     fn start_step(&mut self, now: u64) {
-        self.engine.schedule();
-        if let Some(e) = self.engine.fatal_error() {
-            // The server stops now: nothing in flight reaches the client.
-            self.stop = Some(StopReason::EngineError(e.to_string()));
-            self.stopped_at = Some(now);
-            self.step_running = false;
-            return;
-        }
-        let plan = self.engine.plan();
+        let plan = self.engine.schedule();
         if plan.is_empty() {
+            if let Some(e) = self.engine.fatal_error() {
+                // The server stops now: nothing in flight reaches the client.
+                self.stop = Some(StopReason::EngineError(e.to_string()));
+                self.stopped_at = Some(now);
+                self.step_running = false;
+                return;
+            }
             self.step_running = false;
             self.sample_gauges(now);
             return;

@@ -143,8 +143,6 @@ pub trait Engine {
     fn add_request(&mut self, id: ReqId, spec: &RequestSpec);
     /// Plans the next step. An empty plan means nothing can run now.
     fn schedule(&mut self) -> &StepPlan;
-    /// The plan the last [`Engine::schedule`] returned.
-    fn plan(&self) -> &StepPlan;
     /// The planned step has run: appends the tokens it produced to `out`.
     fn finish_step(&mut self, out: &mut Vec<TokenOutput>);
     /// The client went away: the request leaves the engine now and its KV is freed, as
@@ -170,8 +168,10 @@ pub trait Engine {
     fn cached_prefix_tokens(&self, spec: &RequestSpec) -> u32;
     /// Why the modelled engine has stopped, when it has: the real engine raises here (SGLang's
     /// "Decode out of memory" when the decode step after a retraction still does not fit),
-    /// so the run has no answer past this point. Checked after each [`Engine::schedule`];
-    /// the simulation stops with [`crate::simulation::StopReason::EngineError`].
+    /// so the run has no answer past this point. An engine that has stopped plans nothing
+    /// ([`Engine::schedule`] returns an empty plan, also for a step it had formed before),
+    /// so a loop asks only when a plan is empty; the simulation then stops with
+    /// [`crate::simulation::StopReason::EngineError`].
     fn fatal_error(&self) -> Option<&str> {
         None
     }

@@ -396,18 +396,17 @@ impl<'a> FleetLoop<'a> {
 
     fn start_step(&mut self, r: usize, now: u64) {
         let rep = &mut self.reps[r];
-        rep.engine.schedule();
-        if let Some(e) = rep.engine.fatal_error() {
-            // The replica's server stops now: nothing in flight reaches the client.
-            if self.stop.is_none() {
-                self.stop = Some(StopReason::EngineError(format!("replica {r}: {e}")));
-                self.stopped_at = Some(now);
-            }
-            rep.step_running = false;
-            return;
-        }
-        let plan = rep.engine.plan();
+        let plan = rep.engine.schedule();
         if plan.is_empty() {
+            if let Some(e) = rep.engine.fatal_error() {
+                // The replica's server stops now: nothing in flight reaches the client.
+                if self.stop.is_none() {
+                    self.stop = Some(StopReason::EngineError(format!("replica {r}: {e}")));
+                    self.stopped_at = Some(now);
+                }
+                rep.step_running = false;
+                return;
+            }
             rep.step_running = false;
             self.sample_gauges(r, now);
             return;

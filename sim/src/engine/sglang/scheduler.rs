@@ -1108,10 +1108,6 @@ impl Engine for Scheduler {
         self.waiting.push_back(id);
     }
 
-    fn plan(&self) -> &StepPlan {
-        &self.plan
-    }
-
     fn schedule(&mut self) -> &StepPlan {
         if self.config.behaviour.overlap != Overlap::Gpu {
             self.do_schedule();
@@ -1135,6 +1131,10 @@ impl Engine for Scheduler {
             self.do_schedule();
             self.forming_next = false;
             self.swap_next();
+            if self.fatal.is_some() {
+                // Forming the next batch raised: the server dies with this one in flight.
+                self.plan.clear();
+            }
         }
         &self.plan
     }

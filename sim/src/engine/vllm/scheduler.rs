@@ -700,10 +700,6 @@ impl Engine for Scheduler {
         }
     }
 
-    fn plan(&self) -> &StepPlan {
-        &self.plan
-    }
-
     fn schedule(&mut self) -> &StepPlan {
         if !self.config.behaviour.async_scheduling {
             self.do_schedule();
