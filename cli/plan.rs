@@ -308,18 +308,12 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
                     e.remove(k);
                 }
             }
-            let r = load::apply_overrides(&mut raw, &s, None).and_then(|_| load::resolve(&raw)).map(|(_, spec)| {
-                let out = sim::simulate(&spec, RunOptions::default());
-                PointReport::of(&spec, &out)
-            });
             // A run that did not complete has no metrics to judge: an error, with its reason.
-            let r = r.and_then(|m| {
-                if sim::report::Metrics::completed(&m) {
-                    Ok(m)
-                } else {
-                    Err(format!("the run did not complete: {}", m.bench.stop_reason))
-                }
-            });
+            let r =
+                load::apply_overrides(&mut raw, &s, None).and_then(|_| load::resolve(&raw)).and_then(|(_, spec)| {
+                    let out = sim::simulate(&spec, RunOptions::default());
+                    out.run.stop.completed().map(|()| PointReport::of(&spec, &out))
+                });
             match r {
                 Err(e) => PlanEntry { plan: c.clone(), metrics: None, violations: vec![], error: Some(e) },
                 Ok(m) => {

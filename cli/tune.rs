@@ -274,7 +274,7 @@ fn simulate_config(
     let (result, stopped) = if spec.fleet.is_some() {
         // A fleet runs its own loop: no shared workload, no early stop.
         let out = sim::simulate(&spec, RunOptions::default());
-        (completed(&out.run.stop).map(|()| PointReport::of(&spec, &out)), None)
+        (out.run.stop.completed().map(|()| PointReport::of(&spec, &out)), None)
     } else {
         let mut workload = take_workload(cache, &spec.workload, &shared.workloads);
         if let sim::config::EngineSpec::Vllm(c) = &spec.engine {
@@ -298,7 +298,8 @@ fn simulate_config(
             let completed = *completed;
             put_workload(cache, &spec.workload, workload);
             (Err(reason.clone()), Some((e.slo.clone(), reason, completed)))
-        } else if let Err(e) = completed(&run.stop) {
+        } else if let Err(e) = run.stop.completed() {
+            // Its metrics would rank a run that did not complete: it is invalid, with the reason.
             put_workload(cache, &spec.workload, workload);
             (Err(e), None)
         } else {
@@ -315,17 +316,6 @@ fn simulate_config(
         stopped.clone(),
     ));
     (result, stopped)
-}
-
-/// A configuration whose run did not complete (the modelled engine raised, the run stalled
-/// or hit the step limit) has no metrics to rank: its partial ones cover only the requests
-/// that finished. It is listed as invalid, with the reason.
-fn completed(stop: &StopReason) -> Result<(), String> {
-    if *stop == StopReason::Completed {
-        Ok(())
-    } else {
-        Err(format!("the run did not complete: {}", stop.as_str()))
-    }
 }
 
 fn minimise(metric: &str) -> bool {

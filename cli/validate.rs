@@ -561,9 +561,7 @@ pub fn run(a: ValidateArgs) -> Result<ExitCode, String> {
             load::apply_overrides(&mut raw, &a.sets, None)?;
             let (_, spec) = load::resolve(&raw)?;
             let out = sim::simulate(&spec, sim::simulation::RunOptions::default());
-            if out.run.stop != sim::simulation::StopReason::Completed {
-                return Err(format!("the run did not complete: {}", out.run.stop.as_str()));
-            }
+            out.run.stop.completed()?;
             Ok(PointReport::of(&spec, &out))
         })
         .collect();

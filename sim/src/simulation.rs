@@ -188,6 +188,15 @@ pub enum StopReason {
 }
 
 impl StopReason {
+    /// Ok for a run that completed; else the error a command reports instead of the run's
+    /// metrics, which cover only the requests that finished ("the run did not complete: …").
+    pub fn completed(&self) -> Result<(), String> {
+        match self {
+            StopReason::Completed => Ok(()),
+            other => Err(format!("the run did not complete: {}", other.as_str())),
+        }
+    }
+
     pub fn as_str(&self) -> String {
         match self {
             StopReason::Completed => "completed".into(),
