@@ -236,9 +236,9 @@ pub fn calibrate<M: Measure + ?Sized>(m: &mut M, scenario: &Scenario<'_>, o: &Ca
         let fitted = profile.coefficient_sources.0.iter().filter(|(_, s)| *s == "data").count();
         let resid = crate::uncertainty::residual_sd_ln(&profile.fit.points, fitted);
         let speed = crate::uncertainty::speed_reference_sd_ln(&ref_values);
-        // The fitted model's p99s at the probes, against the measured ones.
-        let predicted: Vec<Vec<Option<f64>>> = points.iter().map(|p| p.predict(&r.cost)).collect();
-        let tail_sd = crate::uncertainty::tail_sd_ln(&tails, &predicted);
+        // The fitted model's p99s at the probes (the fit's own last predictions), against the
+        // measured ones.
+        let tail_sd = crate::uncertainty::tail_sd_ln(&tails, &r.predicted);
         let (errors, source) = crate::uncertainty::live_model_error(&resid, &tail_sd, speed, ref_values.len());
         u.model_error_p90 = Some(errors);
         u.model_error_source = Some(source);
