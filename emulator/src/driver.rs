@@ -234,13 +234,15 @@ pub(crate) fn run(setup: DriverSetup, inbox: Inbox) {
                 let plan = engine.schedule();
                 (!plan.is_empty(), plan.shape)
             };
-            if let Some(e) = engine.fatal_error() {
-                // The modelled engine raises here (SGLang's decode out of memory) and the
-                // real server dies: the streams in flight end unfinished, later requests
-                // are refused ("the engine stopped").
-                eprintln!("servesim serve: engine error: {e}");
-                stats.lock().expect("stats").engine_error = Some(e.to_string());
-                return;
+            if !busy {
+                if let Some(e) = engine.fatal_error() {
+                    // The modelled engine raised (SGLang's decode out of memory; a stopped
+                    // engine plans nothing) and the real server dies: the streams in flight
+                    // end unfinished, later requests are refused ("the engine stopped").
+                    eprintln!("servesim serve: engine error: {e}");
+                    stats.lock().expect("stats").engine_error = Some(e.to_string());
+                    return;
+                }
             }
             if busy {
                 let start = cursor.max(now.saturating_sub(slack_ns));
