@@ -711,10 +711,12 @@ impl Scheduler {
                  and servesim models neither"
             )
         };
+        let page_hint =
+            if old_style { format!(", a page_size of at most {RETRACT_DECODE_STEPS}") } else { String::new() };
         format!(
             "SGLang's next decode step of {running} request(s) does not fit in the KV pool ({pool} tokens, \
-             page_size {page}): {why}. A larger pool (max_total_tokens / mem_fraction_static), a page_size of at \
-             most {RETRACT_DECODE_STEPS}, or a lower max_running_requests avoids it"
+             page_size {page}): {why}. A larger pool (max_total_tokens / mem_fraction_static){page_hint} or a \
+             lower max_running_requests avoids it"
         )
     }
 
