@@ -490,13 +490,8 @@ fn a_real_client_against_serve_on_the_wall_clock_completes_everything_and_is_nev
 fn serve_stops_where_the_modelled_engine_raises() {
     // Eight identical one-page prompts admitted together: their first decode step needs a
     // page each, which 0.4.10's retraction (20 free tokens per request) does not leave.
-    let v = json!({"version": 1, "model": MODEL, "hardware": "a100-80gb",
-        "engine": {"kind": "sglang", "version": "0.4.10", "max_running_requests": 8, "chunked_prefill_size": 4096,
-                   "max_total_tokens": 640, "page_size": 32, "disable_radix_cache": true},
-        "workload": {"dataset_name": "random", "random_input_len": 32, "random_output_len": 40,
-                     "random_range_ratio": 0.0, "num_prompts": 8, "max_concurrency": 8, "ignore_eos": true,
-                     "initial_test_request": false}});
-    let s = spec(v);
+    let text = std::fs::read_to_string(root().join("tests/fixtures/sglang-0.4.10-decode-oom.json")).unwrap();
+    let s = spec(serde_json::from_str(&text).unwrap());
     let w = sim::workload::generate(&s.workload);
     let simulated = sim::run_workload(&s.engine, &s.cost, &w, Default::default());
     assert!(matches!(simulated.stop, StopReason::EngineError(_)), "{}", simulated.stop.as_str());

@@ -540,12 +540,8 @@ mod tests {
     /// predicts nothing, and the objective calls it a failed evaluation, not a perfect fit.
     #[test]
     fn a_run_that_does_not_complete_predicts_nothing_and_costs_infinitely() {
-        let v = serde_json::json!({"version": 1, "model": "qwen2.5-7b-instruct", "hardware": "a100-80gb",
-            "engine": {"kind": "sglang", "version": "0.4.10", "max_running_requests": 8, "chunked_prefill_size": 4096,
-                       "max_total_tokens": 640, "page_size": 32, "disable_radix_cache": true},
-            "workload": {"dataset_name": "random", "random_input_len": 32, "random_output_len": 40,
-                         "random_range_ratio": 0.0, "num_prompts": 16, "ignore_eos": true,
-                         "initial_test_request": false, "max_concurrency": 8}});
+        let v: serde_json::Value =
+            serde_json::from_str(include_str!("../../tests/fixtures/sglang-0.4.10-decode-oom.json")).unwrap();
         let res = sim::builtin::resources().unwrap();
         let spec = sim::config::resolve(&sim::config::from_value(v, "").unwrap(), &res).unwrap();
         let pred = predict(&spec, &spec.cost);
