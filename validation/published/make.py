@@ -126,16 +126,24 @@ with open(EV_TRACE, "w") as f:
     f.write("# evalscope H100 set: prompt lengths uniform in [1270, 2538] tokens (1904 +-33%; the source filtered\n"
             "# LongAlpaca prompts by 5000-10000 characters, data/published/README.md), outputs forced to 2000 tokens.\n"
             "# Written by validation/published/make.py (random.Random(0)).\n")
-    f.write("arrival_time,input_len,output_len\n")
-    for _ in range(100):
-        f.write(f"0,{_rng.randint(1270, 2538)},2000\n")
+    f.write("# Each row is its own prefix group over the whole prompt (prefix_len = input_len), so that a warm-up of\n"
+            "# the first rows (workload.trace_warmup_rows) sends the same prompts again: evalscope ran the levels one\n"
+            "# after another on one server, each from the start of the same prompt list (docs/benchmark.md section 4).\n")
+    f.write("arrival_time,input_len,output_len,prefix_group,prefix_len\n")
+    for i in range(100):
+        n_in = _rng.randint(1270, 2538)
+        f.write(f"0,{n_in},2000,{i},{n_in}\n")
 ev_v = wl(vllm("0.11.0", "llama-3.1-8b-instruct", "h100-80gb"), dataset_name="trace", trace=EV_TRACE,
           ignore_eos=True, initial_test_request=False, seed=0)
 ev_s = wl(sglang("0.4.10", "llama-3.1-8b-instruct", "h100-80gb"), **ev_v["workload"])
 rows = []
+# The levels ran in one evalscope process against one server (run_multi_benchmark), each level taking
+# the dataset's prompts from its start: level N's first (previous level's N) prompts were sent before.
+EV_PREVIOUS = {"5": 0, "10": 5, "20": 10, "30": 20, "40": 30, "60": 36, "100": 36}
 for eng in ["vllm-0.9.0(V1)", "sglang-0.4.9", "vllm-0.9.0(V0)"]:
     for n in ["5", "10", "20", "30", "40", "60", "100"]:
-        r = {"engine": eng, "load": n, "set": [f"workload.max_concurrency={n}", f"workload.num_prompts={n}"]}
+        r = {"engine": eng, "load": n, "set": [f"workload.max_concurrency={n}", f"workload.num_prompts={n}",
+                                               f"workload.trace_warmup_rows={EV_PREVIOUS[n]}"]}
         if eng.endswith("(V0)"):
             r["skip"] = "vLLM's V0 engine is not modelled"
         elif int(n) > 30:
@@ -143,7 +151,7 @@ for eng in ["vllm-0.9.0(V1)", "sglang-0.4.9", "vllm-0.9.0(V0)"]:
         rows.append(r)
 w("evalscope_llama31-8b_h100", {
     "csv": "data/published/evalscope_llama31-8b_h100_vllm090_sglang049.csv", "gpu": "1x h100-80gb",
-    "about": "vLLM 0.9.0 V1 modelled as 0.11.0, SGLang 0.4.9 as 0.4.10; LongAlpaca prompts filtered to 5000-10000 characters (evalscope compared len(prompt) until 2025-10-15; data/published/README.md), about 1270-2540 tokens at 3.94 characters per token, modelled as a trace of lengths uniform in [1270, 2538] with every output 2000 (evalscope_llama31-8b_h100.lengths.csv: random_range_ratio would vary the outputs too); defaults otherwise; KV from the default memory fraction.",
+    "about": "vLLM 0.9.0 V1 modelled as 0.11.0, SGLang 0.4.9 as 0.4.10; LongAlpaca prompts filtered to 5000-10000 characters (evalscope compared len(prompt) until 2025-10-15; data/published/README.md), about 1270-2540 tokens at 3.94 characters per token, modelled as a trace of lengths uniform in [1270, 2538] with every output 2000 (evalscope_llama31-8b_h100.lengths.csv: random_range_ratio would vary the outputs too); the levels ran one after another on one server, each from the start of the same prompt list (evalscope perf run_multi_benchmark), so the previous level's prompts are replayed first as a warm-up (trace_warmup_rows) and are in the prefix cache (on by default in vLLM V1 and SGLang); defaults otherwise; KV from the default memory fraction.",
     "scenarios": {"vllm-0.9.0(V1)": ev_v, "sglang-0.4.9": ev_s}, "rows": rows})
 
 # 8. dennislee22: 1x A100, Qwen2.5-32B, KV 9.70 GiB.
