@@ -275,9 +275,9 @@ fn main() {
         ),
     ];
     println!(
-        "| scenario | requests | engine steps | simulated s | wall s | simulated s / wall s | requests / wall s |"
+        "| scenario | requests | engine steps | fast-forwarded | simulated s | wall s | simulated s / wall s | requests / wall s |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     // `SPEED_ONLY=text`: only the cases whose name contains it (for profiling).
     let only = std::env::var("SPEED_ONLY").ok();
     for (name, v) in cases {
@@ -302,8 +302,9 @@ fn main() {
         let simulated = o.run.end_ns as f64 / 1e9;
         let n = o.workload.requests.len();
         println!(
-            "| {name} | {n} | {} | {simulated:.1} | {best:.3} | {:.0} | {:.0} |",
+            "| {name} | {n} | {} | {:.1}% | {simulated:.1} | {best:.3} | {:.0} | {:.0} |",
             o.run.num_steps,
+            100.0 * o.run.fast_forwarded_steps as f64 / (o.run.num_steps as f64).max(1.0),
             simulated / best,
             n as f64 / best
         );
