@@ -53,9 +53,9 @@ fn bad_inputs_are_refused_naming_the_cause() {
         (&["simulate", trace, "--set", "workload.num_prompts=100000"], 2, "workload.num_prompts"),
         (&["simulate", trace, "--set", "workload.burstiness=0.5"], 2, "workload.burstiness"),
         (&["simulate", "--set", "workload.trace=x.csv"], 2, "workload.trace"),
-        // Warm-up rows: a trace's own rows, no more than it has.
-        (&["simulate", "--set", "workload.trace_warmup_rows=3"], 2, "workload.trace_warmup_rows"),
-        (&["simulate", trace, "--set", "workload.trace_warmup_rows=9999999"], 2, "workload.trace_warmup_rows"),
+        // An earlier run's prompts are the run's own first ones.
+        (&["simulate", "--set", "workload.prior_run_prompts=21"], 2, "workload.prior_run_prompts"),
+        (&["simulate", trace, "--set", "workload.prior_run_prompts=9999999"], 2, "workload.prior_run_prompts"),
     ];
     let mut failures = Vec::new();
     for (args, code, needle) in cases {

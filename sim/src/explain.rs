@@ -73,7 +73,7 @@ pub fn plan(base: &SimSpec, concurrency: Option<u32>) -> Result<Plan, String> {
     let w0 = crate::workload::generate(&crate::workload::WorkloadParams {
         num_prompts: base.workload.num_prompts.min(10_000),
         num_warmups: 0,
-        trace_warmup_rows: 0,
+        prior_run_prompts: 0,
         ..base.workload.clone()
     });
     let limit = kv_limited_concurrency(base, &w0);

@@ -19,17 +19,15 @@
 //! prompt again). With prefix caching on they leave that prompt cached, which
 //! is why a first timed request at concurrency 1 can be a cache hit.
 //!
-//! A trace can also open with `trace_warmup_rows` of its own rows as the
-//! warm-up phase (all sent at once, under `max_concurrency`, unmeasured),
-//! before its first `num_prompts` rows are replayed as the timed phase. Rows
-//! of one `prefix_group` share their first `prefix_len` tokens in both phases,
-//! so a trace whose rows each form their own group with `prefix_len =
-//! input_len` replays a client that ran earlier load levels on the same server
-//! from the start of the same prompt list (`evalscope perf --parallel 5 10 20
-//! …`): the earlier levels' prompts are in the prefix cache when the measured
-//! level starts. Rows without a group get fresh contents in the warm-up; the
-//! requests of a production trace (`trace_format`), whose every segment is
-//! keyed, are sent again exactly as they are.
+//! `prior_run_prompts` replays an earlier run on the same server: the run's
+//! own first N prompts (the same contents, fresh outputs) are sent in the
+//! warm-up phase (all at once, under `max_concurrency`, unmeasured), so they
+//! are in the prefix cache when the timed phase starts, as on a server that
+//! a sweep reused its prompts against: `evalscope perf --parallel 5 10 20 …`
+//! takes every level's prompts from the start of one list, and `vllm bench
+//! serve` with the same dataset, seed and prompt count sends the same prompts
+//! at every rate. What the earlier run left in the caches is modelled, not its
+//! timing.
 //!
 //! Not modelled: the special tokens a tokenizer adds (`num_special_tokens`),
 //! the decode/re-encode round trip that changes prompt lengths by a token or
@@ -102,9 +100,9 @@ pub struct WorkloadParams {
     pub dataset: Dataset,
     pub num_prompts: u32,
     pub num_warmups: u32,
-    /// `trace` only: the trace's first rows, sent as an unmeasured warm-up phase before the
-    /// timed rows (a benchmark that ran earlier levels on the same server; see the module docs).
-    pub trace_warmup_rows: u32,
+    /// The run's first N prompts, sent again in the warm-up phase before the timed one (an
+    /// earlier run on the same server that used the same prompts; see the module docs).
+    pub prior_run_prompts: u32,
     /// None = infinite.
     pub request_rate: Option<f64>,
     pub burstiness: f64,
@@ -174,8 +172,6 @@ pub fn generate(params: &WorkloadParams) -> Workload {
     let mut shuffle_rng = stream(seed, "dataset.shuffle");
     let n = params.num_prompts as usize;
 
-    // The trace's prefix-group salt, for the warm-up rows.
-    let mut trace_salt = None;
     // (prompt segments, max_tokens, trace arrival, priority)
     let mut items: Vec<(Vec<Segment>, u32, Option<f64>, i32)> = Vec::with_capacity(n);
     match &params.dataset {
@@ -213,7 +209,6 @@ pub fn generate(params: &WorkloadParams) -> Workload {
         }
         Dataset::Trace { rows } => {
             let group_salt = key(&mut key_rng);
-            trace_salt = Some(group_salt);
             for row in rows.iter().take(n) {
                 let segs = trace_segments(row, group_salt, &mut key_rng);
                 items.push((segs, row.output_len, Some(row.arrival_time), row.priority.unwrap_or(0)));
@@ -282,22 +277,11 @@ pub fn generate(params: &WorkloadParams) -> Workload {
             .collect(),
         None => Vec::new(),
     };
-    if let (Dataset::Trace { rows }, Some(salt)) = (&params.dataset, trace_salt) {
-        // The trace's first rows as warm-ups, sent at once; contents outside a prefix
-        // group, and outputs, come from the warm-up stream.
-        let mut warm_keys = stream(seed, "warmup.trace_rows");
-        for row in rows.iter().take(params.trace_warmup_rows as usize) {
-            let segs = trace_segments(row, salt, &mut warm_keys);
-            let k = key(&mut warm_rng);
-            warmups.push(build(&segs, row.output_len, 0, row.priority.unwrap_or(0), k, &mut warm_eos));
-        }
-    }
-    if let Dataset::Requests { requests } = &params.dataset {
-        // A production trace keys every prompt segment: its first requests again, as sent.
-        for r in requests.iter().take(params.trace_warmup_rows as usize) {
-            let k = key(&mut warm_rng);
-            warmups.push(build(&r.prompt, r.output_len, 0, 0, k, &mut warm_eos));
-        }
+    // An earlier run's prompts: the run's first requests again, the same contents, fresh
+    // outputs (where EOS falls is drawn again), all due at the start of the warm-up phase.
+    for r in requests.iter().take(params.prior_run_prompts as usize) {
+        let k = key(&mut warm_rng);
+        warmups.push(build(&r.prompt, r.max_tokens, 0, r.priority, k, &mut warm_eos));
     }
 
     Workload {
@@ -382,7 +366,7 @@ mod tests {
             dataset,
             num_prompts: 100,
             num_warmups: 0,
-            trace_warmup_rows: 0,
+            prior_run_prompts: 0,
             request_rate: None,
             burstiness: 1.0,
             max_concurrency: None,
@@ -418,32 +402,40 @@ mod tests {
     }
 
     #[test]
-    fn trace_warmup_rows_resend_the_grouped_prompts_and_leave_the_timed_phase_unchanged() {
-        let row = |g: Option<u64>, len: u32| TraceRow {
-            arrival_time: 0.0,
-            input_len: len,
-            output_len: 7,
-            prefix_group: g,
-            prefix_len: g.map(|_| len),
-            priority: None,
-        };
-        let rows = vec![row(Some(0), 40), row(None, 50), row(Some(2), 60), row(Some(3), 70)];
-        let mut p = params(Dataset::Trace { rows });
-        p.num_prompts = 4;
-        let plain = generate(&p);
-        p.trace_warmup_rows = 3;
-        let w = generate(&p);
-        // The timed phase is the same with or without the warm-up.
-        assert_eq!(w.requests, plain.requests);
-        assert!(plain.warmups.is_empty());
-        assert_eq!(w.warmups.len(), 3);
-        // A row that is its own whole-prompt group is the same prompt in both phases; a row
-        // without a group gets fresh contents of the same length.
-        assert_eq!(w.warmups[0].prompt, w.requests[0].prompt);
-        assert_eq!(w.warmups[2].prompt, w.requests[2].prompt);
-        assert_eq!(w.warmups[1].prompt_len, 50);
-        assert_ne!(w.warmups[1].prompt, w.requests[1].prompt);
-        assert!(w.warmups.iter().all(|r| r.arrival_ns == 0 && r.output_len == 7));
+    fn prior_run_prompts_resend_the_runs_first_prompts_and_leave_the_timed_phase_unchanged() {
+        for dataset in [
+            Dataset::Random { input_len: 100, output_len: 10, range_ratio: 0.5, prefix_len: 0 },
+            Dataset::Trace {
+                rows: (0..5)
+                    .map(|i| TraceRow {
+                        arrival_time: 0.0,
+                        input_len: 40 + i,
+                        output_len: 7,
+                        prefix_group: None,
+                        prefix_len: None,
+                        priority: None,
+                    })
+                    .collect(),
+            },
+        ] {
+            let mut p = params(dataset);
+            p.num_prompts = 5;
+            p.num_warmups = 1;
+            let plain = generate(&p);
+            p.prior_run_prompts = 3;
+            let w = generate(&p);
+            // The timed phase, and the warm-ups num_warmups makes, are the same with or without.
+            assert_eq!(w.requests, plain.requests);
+            assert_eq!(plain.warmups.len(), 1);
+            assert_eq!(w.warmups[0], plain.warmups[0]);
+            // Then the run's first three prompts, the same contents, sent at once.
+            assert_eq!(w.warmups.len(), 4);
+            for (warm, timed) in w.warmups[1..].iter().zip(&w.requests) {
+                assert_eq!(warm.prompt, timed.prompt);
+                assert_eq!((warm.max_tokens, warm.arrival_ns), (timed.max_tokens, 0));
+                assert_ne!(warm.output_key, timed.output_key);
+            }
+        }
     }
 
     #[test]

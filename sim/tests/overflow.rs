@@ -42,7 +42,7 @@ fn the_largest_request_saturates_instead_of_overflowing() {
         dataset,
         num_prompts: 1,
         num_warmups: 0,
-        trace_warmup_rows: 0,
+        prior_run_prompts: 0,
         request_rate: None,
         burstiness: 1.0,
         max_concurrency: None,

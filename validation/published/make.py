@@ -66,9 +66,12 @@ ph = wl(vllm("0.14.1", "llama-3.1-70b-instruct-fp8", "h200", kv_cache_tokens=348
 w("phase0_llama31-70b-fp8_h200_vllm0141", {
     "csv": "data/published/phase0_llama31-70b-fp8_h200_vllm0141_sharegpt.csv", "gpu": "1x h200",
     "about": "KV pool 348,304 tokens from the report; max_num_seqs unstated (default). " + SHAREGPT_NOTE +
-             " The 10 warm-up prompts are not simulated (num_warmups resends one prompt).",
+             " The 10 warm-up prompts are not simulated (num_warmups resends one prompt). The same 300 prompts ran at"
+             " every rate, one rate after another on one server with prefix caching on, so from the second rate (0.75)"
+             " on they were all sent before: prior_run_prompts = 300 (the first rate is the cold one, as the report says).",
     "scenario": ph,
-    "rows": [{"engine": "vllm-0.14.1", "load": r, "set": [f"workload.request_rate={float(r)}"]}
+    "rows": [{"engine": "vllm-0.14.1", "load": r, "set": [f"workload.request_rate={float(r)}"]
+              + ([] if r == "0.50" else ["workload.prior_run_prompts=300"])}
              for r in ["0.50", "0.75", "1.00", "1.25", "1.50", "2.00", "2.50", "3.00"]]})
 
 # 4-5. SGLang 0.3.0 vs vLLM 0.6.0 (SGLang's benchmark_vllm_060 README).
@@ -126,13 +129,9 @@ with open(EV_TRACE, "w") as f:
     f.write("# evalscope H100 set: prompt lengths uniform in [1270, 2538] tokens (1904 +-33%; the source filtered\n"
             "# LongAlpaca prompts by 5000-10000 characters, data/published/README.md), outputs forced to 2000 tokens.\n"
             "# Written by validation/published/make.py (random.Random(0)).\n")
-    f.write("# Each row is its own prefix group over the whole prompt (prefix_len = input_len), so that a warm-up of\n"
-            "# the first rows (workload.trace_warmup_rows) sends the same prompts again: evalscope ran the levels one\n"
-            "# after another on one server, each from the start of the same prompt list (docs/benchmark.md section 4).\n")
-    f.write("arrival_time,input_len,output_len,prefix_group,prefix_len\n")
-    for i in range(100):
-        n_in = _rng.randint(1270, 2538)
-        f.write(f"0,{n_in},2000,{i},{n_in}\n")
+    f.write("arrival_time,input_len,output_len\n")
+    for _ in range(100):
+        f.write(f"0,{_rng.randint(1270, 2538)},2000\n")
 ev_v = wl(vllm("0.11.0", "llama-3.1-8b-instruct", "h100-80gb"), dataset_name="trace", trace=EV_TRACE,
           ignore_eos=True, initial_test_request=False, seed=0)
 ev_s = wl(sglang("0.4.10", "llama-3.1-8b-instruct", "h100-80gb"), **ev_v["workload"])
@@ -143,7 +142,7 @@ EV_PREVIOUS = {"5": 0, "10": 5, "20": 10, "30": 20, "40": 30, "60": 36, "100": 3
 for eng in ["vllm-0.9.0(V1)", "sglang-0.4.9", "vllm-0.9.0(V0)"]:
     for n in ["5", "10", "20", "30", "40", "60", "100"]:
         r = {"engine": eng, "load": n, "set": [f"workload.max_concurrency={n}", f"workload.num_prompts={n}",
-                                               f"workload.trace_warmup_rows={EV_PREVIOUS[n]}"]}
+                                               f"workload.prior_run_prompts={EV_PREVIOUS[n]}"]}
         if eng.endswith("(V0)"):
             r["skip"] = "vLLM's V0 engine is not modelled"
         elif int(n) > 30:
@@ -151,7 +150,7 @@ for eng in ["vllm-0.9.0(V1)", "sglang-0.4.9", "vllm-0.9.0(V0)"]:
         rows.append(r)
 w("evalscope_llama31-8b_h100", {
     "csv": "data/published/evalscope_llama31-8b_h100_vllm090_sglang049.csv", "gpu": "1x h100-80gb",
-    "about": "vLLM 0.9.0 V1 modelled as 0.11.0, SGLang 0.4.9 as 0.4.10; LongAlpaca prompts filtered to 5000-10000 characters (evalscope compared len(prompt) until 2025-10-15; data/published/README.md), about 1270-2540 tokens at 3.94 characters per token, modelled as a trace of lengths uniform in [1270, 2538] with every output 2000 (evalscope_llama31-8b_h100.lengths.csv: random_range_ratio would vary the outputs too); the levels ran one after another on one server, each from the start of the same prompt list (evalscope perf run_multi_benchmark), so the previous level's prompts are replayed first as a warm-up (trace_warmup_rows) and are in the prefix cache (on by default in vLLM V1 and SGLang); defaults otherwise; KV from the default memory fraction.",
+    "about": "vLLM 0.9.0 V1 modelled as 0.11.0, SGLang 0.4.9 as 0.4.10; LongAlpaca prompts filtered to 5000-10000 characters (evalscope compared len(prompt) until 2025-10-15; data/published/README.md), about 1270-2540 tokens at 3.94 characters per token, modelled as a trace of lengths uniform in [1270, 2538] with every output 2000 (evalscope_llama31-8b_h100.lengths.csv: random_range_ratio would vary the outputs too); the levels ran one after another on one server, each from the start of the same prompt list (evalscope perf run_multi_benchmark), so the previous level's prompts are replayed first as a warm-up (prior_run_prompts) and are in the prefix cache (on by default in vLLM V1 and SGLang); defaults otherwise; KV from the default memory fraction.",
     "scenarios": {"vllm-0.9.0(V1)": ev_v, "sglang-0.4.9": ev_s}, "rows": rows})
 
 # 8. dennislee22: 1x A100, Qwen2.5-32B, KV 9.70 GiB.
@@ -169,9 +168,10 @@ w("dennislee22_qwen25-32b_a100", {
 am = wl(sglang("0.5.6", "llama-3-8b-instruct", "a100-40gb"), initial_test_request=False, ignore_eos=True, seed=0, **SHAREGPT)
 w("accelmark_llama3-8b_a100-40gb_sglang056", {
     "csv": "data/published/accelmark_llama3-8b_a100-40gb_sglang056.csv", "gpu": "1x a100-40gb",
-    "about": "Server flags unstated (defaults); arrivals modelled as Poisson at the target QPS; the same ~330 prompts at every QPS level (AccelMark loadgen: the suite's request list, not QPS x elapsed; docs/benchmark.md section 5); " + SHAREGPT_NOTE + " No kernel table exists for the A100-40GB: the fallback times it.",
+    "about": "Server flags unstated (defaults); arrivals modelled as Poisson at the target QPS; the same ~330 prompts at every QPS level (AccelMark loadgen: the suite's request list, not QPS x elapsed; docs/benchmark.md section 5), three runs a level, in order 5, 10, 25, 50, 100 QPS, on one engine with SGLang's radix cache on: every run but the very first (one of the three pooled at 5 QPS) found the prompts sent before, so every level is replayed after them (prior_run_prompts = 330); " + SHAREGPT_NOTE + " No kernel table exists for the A100-40GB: the fallback times it.",
     "scenario": am,
-    "rows": [{"engine": "sglang-0.5.6", "load": q, "set": [f"workload.request_rate={q}", f"workload.num_prompts={n}"]}
+    "rows": [{"engine": "sglang-0.5.6", "load": q, "set": [f"workload.request_rate={q}", f"workload.num_prompts={n}",
+                                                           f"workload.prior_run_prompts={n}"]}
              for q, n in [("5", 330), ("25", 330), ("100", 330)]]})
 
 # 10. NIM: 2x H100 TP2 FP8 70B (backend unstated).

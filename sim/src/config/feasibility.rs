@@ -74,11 +74,11 @@ pub fn max_request_lengths(w: &WorkloadParams) -> (u32, u32) {
         }
         Dataset::Trace { rows } => rows
             .iter()
-            .take(w.num_prompts.max(w.trace_warmup_rows) as usize)
+            .take(w.num_prompts as usize)
             .fold((0, 0), |(p, t), r| (p.max(r.input_len), t.max(r.input_len.saturating_add(r.output_len)))),
         Dataset::Requests { requests } => requests
             .iter()
-            .take(w.num_prompts.max(w.trace_warmup_rows) as usize)
+            .take(w.num_prompts as usize)
             .fold((0, 0), |(p, t), r| (p.max(r.input_len), t.max(r.input_len.saturating_add(r.output_len)))),
     }
 }

@@ -341,10 +341,10 @@ pub struct WorkloadSection {
     pub num_prompts: Option<u32>,
     #[serde(default)]
     pub num_warmups: Option<u32>,
-    /// `trace` only: send the trace's first N rows as an unmeasured warm-up phase before the
-    /// timed rows (earlier load levels on the same server; `sim::workload`).
+    /// Send the run's first N prompts in the warm-up phase first: an earlier run on the same
+    /// server that used the same prompts (`sim::workload`).
     #[serde(default)]
-    pub trace_warmup_rows: Option<u32>,
+    pub prior_run_prompts: Option<u32>,
     #[serde(default)]
     pub max_concurrency: Option<u32>,
     #[serde(default)]

@@ -171,31 +171,25 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
         Dataset::Trace { rows } => rows.iter().map(|r| u64::from(r.output_len)).max().unwrap_or(0),
         Dataset::Requests { requests } => requests.iter().map(|r| u64::from(r.output_len)).max().unwrap_or(0),
     };
-    let trace_warmup_rows = w.trace_warmup_rows.unwrap_or(0);
-    // (`check_fields_of_dataset` refuses it for a dataset other than a trace.)
-    let trace_rows = match &dataset {
-        Dataset::Trace { rows } => rows.len(),
-        Dataset::Requests { requests } => requests.len(),
-        _ => 0,
-    };
-    if trace_warmup_rows as usize > trace_rows {
+    let prior_run_prompts = w.prior_run_prompts.unwrap_or(0);
+    if prior_run_prompts > num_prompts {
         return Err(ConfigError::new(
-            "workload.trace_warmup_rows",
+            "workload.prior_run_prompts",
             format!(
-                "{trace_warmup_rows}, but the trace has {trace_rows} rows (the warm-up sends the trace's first rows)"
+                "{prior_run_prompts}, but the run has {num_prompts} prompts (the earlier run's prompts are the run's first ones)"
             ),
         ));
     }
     let total_output = match &dataset {
         Dataset::Trace { rows } => {
             rows.iter().take(num_prompts as usize).map(|r| u64::from(r.output_len)).sum::<u64>()
-                + rows.iter().take(trace_warmup_rows as usize).map(|r| u64::from(r.output_len)).sum::<u64>()
+                + rows.iter().take(prior_run_prompts as usize).map(|r| u64::from(r.output_len)).sum::<u64>()
         }
         Dataset::Requests { requests } => {
             requests.iter().take(num_prompts as usize).map(|r| u64::from(r.output_len)).sum::<u64>()
-                + requests.iter().take(trace_warmup_rows as usize).map(|r| u64::from(r.output_len)).sum::<u64>()
+                + requests.iter().take(prior_run_prompts as usize).map(|r| u64::from(r.output_len)).sum::<u64>()
         }
-        _ => u64::from(num_prompts) * max_output,
+        _ => u64::from(num_prompts + prior_run_prompts) * max_output,
     };
     if total_output > MAX_TOTAL_OUTPUT_TOKENS {
         return Err(ConfigError::new(
@@ -278,7 +272,7 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
         dataset,
         num_prompts,
         num_warmups,
-        trace_warmup_rows,
+        prior_run_prompts,
         request_rate,
         burstiness,
         max_concurrency: w.max_concurrency,
@@ -311,7 +305,6 @@ fn check_fields_of_dataset(w: &WorkloadSection) -> Result<()> {
         ("trace_format", w.trace_format.is_some()),
         ("trace_time_scale", w.trace_time_scale.is_some()),
         ("trace_rate", w.trace_rate.is_some()),
-        ("trace_warmup_rows", w.trace_warmup_rows.is_some()),
     ];
     let (name, foreign): (&str, Vec<(&str, bool)>) = match w.dataset_name {
         DatasetName::Random => ("random", prefix_rep.iter().chain(&trace).copied().collect()),
