@@ -133,13 +133,17 @@ fn random_scenario(
     } else {
         w["request_rate"] = json!(f64::from(load) / 4.0);
     }
+    // An earlier run's prompts (the warm-up phase resends the run's first ones): cache hits
+    // from the start of the timed phase, on both datasets.
+    let prior = if knob % 6 == 2 { prompts / 2 } else { 0 };
+    w["prior_run_prompts"] = json!(prior);
     if knob % 4 == 1 {
         // Shared prefixes: cache hits, and the ignore_eos-free path of SGLang's reservation.
         w = json!({"dataset_name": "prefix_repetition", "prefix_repetition_prefix_len": input,
                    "prefix_repetition_suffix_len": 16 + input / 8, "prefix_repetition_num_prefixes": 1 + knob % 3,
                    "prefix_repetition_output_len": output, "num_prompts": prompts, "ignore_eos": true,
                    "num_warmups": warmups, "initial_test_request": initial, "seed": seed,
-                   "max_concurrency": load});
+                   "max_concurrency": load, "prior_run_prompts": prior});
     }
     json!({"version": 1, "engine": engine, "model": "qwen2.5-7b-instruct", "hardware": "a100-80gb", "workload": w})
 }

@@ -52,6 +52,7 @@ const PATHS: &[&str] = &[
     "workload.random_prefix_len",
     "workload.num_prompts",
     "workload.num_warmups",
+    "workload.prior_run_prompts",
     "workload.max_concurrency",
     "workload.request_rate",
     "workload.burstiness",
@@ -133,6 +134,7 @@ fn check_error(e: &ConfigError) -> Result<(), TestCaseError> {
 fn check_run(mut spec: SimSpec) -> Result<(), TestCaseError> {
     spec.workload.num_prompts = spec.workload.num_prompts.min(MAX_PROMPTS);
     spec.workload.num_warmups = spec.workload.num_warmups.min(2);
+    spec.workload.prior_run_prompts = spec.workload.prior_run_prompts.min(spec.workload.num_prompts);
     let t = Instant::now();
     let out = sim::simulate(&spec, RunOptions { max_steps: MAX_STEPS, ..Default::default() });
     prop_assert!(t.elapsed() < Duration::from_secs(20), "a capped run took {:?}", t.elapsed());
