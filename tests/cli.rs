@@ -40,6 +40,27 @@ fn simulate_without_a_scenario_runs_the_built_in_default() {
     }
 }
 
+/// An earlier run's prompts (`prior_run_prompts`): the default scenario's 20 prompts sent
+/// before it leave them cached, so each timed request prefills one block's worth at most; the
+/// text report says why the TTFT is what it is.
+#[test]
+fn prior_run_prompts_leave_the_runs_prompts_cached() {
+    let cold = stdout_json(&run_cli(&["simulate", "--json"]));
+    let warm = stdout_json(&run_cli(&["simulate", "--json", "--set", "workload.prior_run_prompts=20"]));
+    assert_eq!(cold["prefix_cache_hit_rate"], 0.0);
+    let hit = warm["prefix_cache_hit_rate"].as_f64().unwrap();
+    // Every prompt but its last, partial block: 4096 tokens of 16-token blocks, one recomputed.
+    assert!(hit > 0.99 && hit < 1.0, "hit rate {hit}");
+    let (c, w) = (cold["mean_ttft_ms"].as_f64().unwrap(), warm["mean_ttft_ms"].as_f64().unwrap());
+    assert!(w < c / 10.0, "a cached prompt's TTFT {w} ms against {c} ms cold");
+    // The timed run is otherwise the same: the same outputs, the same decode.
+    assert_eq!(cold["total_output_tokens"], warm["total_output_tokens"]);
+    let (ct, wt) = (cold["mean_tpot_ms"].as_f64().unwrap(), warm["mean_tpot_ms"].as_f64().unwrap());
+    assert!((ct - wt).abs() < 0.01 * ct, "TPOT {wt} against {ct}");
+    let o = run_cli(&["simulate", "--set", "workload.prior_run_prompts=20"]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("Note: the run's first 20 prompts were sent before it"));
+}
+
 #[test]
 fn simulate_json_carries_the_save_result_keys() {
     let j = stdout_json(&run_cli(&["simulate", "--json"]));

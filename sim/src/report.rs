@@ -751,6 +751,13 @@ pub fn text(spec: &SimSpec, out: &SimOutput, opts: &TextOptions) -> String {
             "Note: prefix cache hits include the first timed prompt, which the initial test request (the same prompt, sent first as vllm bench serve before 0.14 does) left cached."
         );
     }
+    if spec.workload.prior_run_prompts > 0 {
+        let _ = writeln!(
+            s,
+            "Note: the run's first {} prompts were sent before it, unmeasured (prior_run_prompts: an earlier run on the same server with the same prompts); what they left in the prefix cache counts in TTFT and in the hits.",
+            spec.workload.prior_run_prompts
+        );
+    }
     if let (Some(f), Some(replicas)) = (&report.fleet, &report.replicas) {
         s.push_str(&fleet_text(f, replicas));
     }
