@@ -18,7 +18,10 @@ is, by default, the within-group sd of the whole validate corpus, which holds th
 too. Here each set is fitted with the sd estimated on the corpus without that set (the same
 statistic `servesim validate --write-baseline` writes, recomputed from `validate --json`, and
 passed as `--discrepancy`), so nothing of the judged set reaches its own fit.
-HELD_OUT_CORPUS_DISCREPANCY=1 uses the corpus' as it is instead; HELD_OUT_DISCREPANCY_SCALE=k
+The same for the model-error term of the calibrated intervals (the uncalibrated 90% |error|
+for the GPU and engine, which `calibrate` reads from validation/baseline.json): recomputed
+without the set and passed as `--model-error`.
+HELD_OUT_CORPUS_DISCREPANCY=1 uses the corpus' as it is instead (both terms); HELD_OUT_DISCREPANCY_SCALE=k
 multiplies the estimated sd by k (how much the verdicts depend on the estimate).
 """
 import csv, io, json, math, os, statistics, subprocess, sys, tempfile
@@ -76,11 +79,63 @@ def family(key):
     return next((f for f in FAMILIES[:4] if f in key), "throughput")
 
 
+_VALIDATE = None
+
+
+def validate_json():
+    """`servesim validate --json`, run once."""
+    global _VALIDATE
+    if _VALIDATE is None:
+        out = subprocess.run([BIN, "validate", "--json"], capture_output=True, text=True)
+        _VALIDATE = json.loads(out.stdout)
+    return _VALIDATE
+
+
+def quantile(v, q):
+    """`servesim validate`'s quantile: linear between the order statistics."""
+    s = sorted(v)
+    x = (len(s) - 1) * q
+    lo, hi = math.floor(x), math.ceil(x)
+    return s[lo] + (x - lo) * (s[hi] - s[lo])
+
+
+def model_error_without(left_out, gpu, kind):
+    """The uncalibrated 90% |error| per family that `calibrate --from-results` adds to a
+    profile's intervals (calib's `uncalibrated_errors`: the corpus p90 of each family, scaled
+    by the n-weighted median group error of this GPU and engine over the corpus'), recomputed
+    from `validate --json` without the set `left_out`; as `--model-error`'s argument."""
+    groups, fams = {}, {f: [] for f in FAMILIES}
+    for r in validate_json()["rows"]:
+        if r["set"] == left_out:
+            continue
+        for m in r.get("metrics") or []:
+            if m.get("error_pct") is None:
+                continue
+            e = abs(m["error_pct"]) / 100
+            groups.setdefault(r["group"], []).append(e)
+            fams[family(m["key"])].append(e)
+
+    def weighted_median(gs):
+        s = sorted((quantile(v, 0.5), len(v)) for v in gs)
+        total, acc = sum(n for _, n in s), 0
+        for m, n in s:
+            acc += n
+            if 2 * acc >= total:
+                return m
+        return None
+
+    mine = [v for g, v in groups.items()
+            if g.split(" | ")[1].split()[-1] == gpu and kind in g.split(" | ")[2].lower()]
+    every = list(groups.values())
+    m, a = (weighted_median(mine) if mine else None), weighted_median(every)
+    scale = m / a if (m is not None and a) else 1.0
+    return ",".join(f"{f}={quantile(v, 0.9) * scale:.4f}" for f, v in fams.items() if v)
+
+
 def corpus_logs():
     """(set, group, family, ln(simulated / published)) of every compared mean or median of the
     validate corpus (the values `servesim validate` splits into within- and between-group sd)."""
-    out = subprocess.run([BIN, "validate", "--json"], capture_output=True, text=True)
-    v = json.loads(out.stdout)
+    v = validate_json()
     logs = []
     for r in v["rows"]:
         for m in r.get("metrics") or []:
@@ -186,6 +241,9 @@ def main():
             json.dump(pts[0][3], open(rf, "w"))
             prof = os.path.join(tmp, f"{g[0]}-{pts[0][1]}-profile.json")
             disc = ["--discrepancy", within_sd_without(logs, g[0], scale)] if logs else []
+            if logs:
+                kind = pts[0][2].get("engine", {}).get("kind", "")
+                disc += ["--model-error", model_error_without(g[0], v["gpu"].split()[-1], kind)]
             c = subprocess.run([BIN, "calibrate", "--from-results", rf, "--scenario", files[0], "--out", prof, *disc],
                                capture_output=True, text=True)
             if c.returncode != 0:

@@ -129,6 +129,7 @@ fn bad_flags_and_missing_files_are_errors_not_panics() {
         vec!["simulate", "--set", "cost.profile=no/such/profile.json"],
         // --discrepancy only with --from-results, and only family=sd pairs.
         vec!["calibrate", "--base-url", "http://127.0.0.1:9", "--discrepancy", "ttft=0.4", "--out", "p.json"],
+        vec!["calibrate", "--base-url", "http://127.0.0.1:9", "--model-error", "ttft=0.4", "--out", "p.json"],
     ] {
         let o = run_cli(&args);
         let err = String::from_utf8_lossy(&o.stderr);
@@ -152,4 +153,37 @@ fn a_bad_discrepancy_names_the_flag_and_what_was_expected() {
         assert!(err.contains("--discrepancy") && err.contains(expect) && !err.contains("panicked"), "{spec}: {err}");
     }
     assert!(!out.exists(), "no profile is written");
+}
+
+/// `--model-error`: a bad spec is refused before the fit; a good one replaces the named
+/// families' model-error term in the profile's intervals and says so.
+#[test]
+fn model_error_replaces_the_named_families_of_the_intervals_model_error() {
+    let dir = std::env::temp_dir().join(format!("servesim-model-error-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let r = dir.join("r.json");
+    std::fs::write(&r, r#"{"mean_ttft_ms": 400.0, "mean_tpot_ms": 12.0, "output_throughput": 80.0}"#).unwrap();
+    let scen = root().join("scenarios/rtx5090-qwen2.5-7b-vllm.json");
+    let out = dir.join("p.json");
+    for (spec, expect) in [("ttfx=0.1", "not a metric family"), ("ttft=-1", "finite 90%"), ("ttft", "family=value")] {
+        let o = calibrate_from_results(&r, scen.to_str().unwrap(), &out, &["--model-error", spec]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{spec}: {err}");
+        assert!(err.contains("--model-error") && err.contains(expect) && !err.contains("panicked"), "{spec}: {err}");
+    }
+    assert!(!out.exists(), "no profile is written");
+    let plain = dir.join("plain.json");
+    let o = calibrate_from_results(&r, scen.to_str().unwrap(), &plain, &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = calibrate_from_results(&r, scen.to_str().unwrap(), &out, &["--model-error", "ttft=0.5,tpot=0.07"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let read = |p: &std::path::Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+    };
+    let (a, b) = (read(&plain)["uncertainty"].clone(), read(&out)["uncertainty"].clone());
+    assert_eq!(b["model_error_p90"]["ttft"], 0.5);
+    assert_eq!(b["model_error_p90"]["tpot"], 0.07);
+    assert_eq!(b["model_error_p90"]["e2el"], a["model_error_p90"]["e2el"], "the other families stay");
+    assert_ne!(a["model_error_p90"]["ttft"], 0.5);
+    assert!(b["model_error_source"].as_str().unwrap().contains("given for ttft, tpot (--model-error)"));
 }
