@@ -76,7 +76,11 @@ w("phase0_llama31-70b-fp8_h200_vllm0141", {
 
 # 4-5. SGLang 0.3.0 vs vLLM 0.6.0 (SGLang's benchmark_vllm_060 README).
 def vs060(name, model, gpu, count, sgl_frac):
-    v = wl(vllm("0.11.0", model, gpu, count, max_model_len=4096), num_prompts=1200, ignore_eos=True, seed=0, **SHAREGPT)
+    # vLLM 0.6.0's own scheduler defaults, not 0.11's usage-context ones (1024 sequences and 8192 tokens on
+    # an H100): EngineArgs.max_num_seqs 256, and with chunked prefill off (its default below a 32K context)
+    # max_num_batched_tokens = max(max_model_len, 2048) = 4096.
+    v = wl(vllm("0.11.0", model, gpu, count, max_model_len=4096, max_num_seqs=256, max_num_batched_tokens=4096),
+           num_prompts=1200, ignore_eos=True, seed=0, **SHAREGPT)
     s = wl(sglang("0.4.10", model, gpu, count, disable_radix_cache=True, mem_fraction_static=sgl_frac),
            num_prompts=1200, ignore_eos=True, initial_test_request=False, seed=0, **SHAREGPT)
     multi = {"p50_itl_ms": "vLLM 0.6.0 ran --num-scheduler-steps 10 (tokens streamed in bursts of 10); servesim models V1 (0.11+), which has no multi-step"}
@@ -89,7 +93,7 @@ def vs060(name, model, gpu, count, sgl_frac):
                 r["skip_metrics"] = multi
             rows.append(r)
     w(name, {"csv": f"data/published/{name}.csv", "gpu": f"{count}x {gpu}",
-             "about": "vLLM 0.6.0 modelled as 0.11.0 (V1; the oldest modelled), SGLang 0.3.0 as 0.4.10 (the oldest modelled); "
+             "about": "vLLM 0.6.0 modelled as 0.11.0 (V1; the oldest modelled) with 0.6.0's scheduler defaults (max_num_seqs 256, max_num_batched_tokens = max(max_model_len, 2048) = 4096 without chunked prefill), SGLang 0.3.0 as 0.4.10 (the oldest modelled); "
                       "KV pools derived from the default memory fractions. " + SHAREGPT_NOTE,
              "scenarios": {"vllm-0.6.0": v, "sglang-0.3.0": s}, "rows": rows})
 
