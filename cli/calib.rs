@@ -317,58 +317,23 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
         Some(spec) => calib::fit::Discrepancy::parse(spec).map_err(|e| format!("--discrepancy {e}"))?,
         None => calib::fit::Discrepancy::corpus(),
     };
-    let model_error =
-        a.model_error.as_deref().map(parse_model_error).transpose().map_err(|e| format!("--model-error {e}"))?;
+    let model_error = match &a.model_error {
+        Some(spec) => calib::fit::parse_family_values(spec, "90% |error| ≥ 0, as a fraction", "ttft=0.9,tpot=0.2")
+            .map_err(|e| format!("--model-error {e}"))?,
+        None => Vec::new(),
+    };
     let profile = procedure::calibrate_from_results_with(
         &points,
         a.max_evals,
         a.from_results.iter().map(|p| p.display().to_string()).collect(),
         a.scenario[0].display().to_string(),
         &discrepancy,
+        &model_error,
     )
     .map_err(|e| e.to_string())?;
-    let mut profile = profile;
-    if let Some(given) = &model_error {
-        if let Some(u) = profile.uncertainty.as_mut() {
-            let me = u.model_error_p90.get_or_insert_with(Default::default);
-            for (f, v) in given {
-                me.insert(f.to_string(), *v);
-            }
-            let names: Vec<&str> = given.iter().map(|(f, _)| *f).collect();
-            u.model_error_source = Some(format!(
-                "added in quadrature to the ensemble's spread: given for {} (--model-error), {} otherwise",
-                names.join(", "),
-                u.model_error_source
-                    .as_deref()
-                    .unwrap_or("validation/baseline.json's")
-                    .trim_start_matches("added in quadrature to the ensemble's spread: ")
-            ));
-        }
-    }
     write_profile(&a.out, &profile)?;
     print!("{}", profile_summary(&profile));
     Ok(ExitCode::SUCCESS)
-}
-
-/// `--model-error`: `family=p90` pairs, each a metric family and a finite 90% |error| ≥ 0 (a fraction).
-fn parse_model_error(spec: &str) -> Result<Vec<(&'static str, f64)>, String> {
-    let mut out: Vec<(&'static str, f64)> = Vec::new();
-    for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (f, v) = part.split_once('=').ok_or_else(|| format!("`{part}`: expected family=value"))?;
-        let family = calib::uncertainty::FAMILIES.iter().copied().find(|x| *x == f.trim()).ok_or_else(|| {
-            format!("`{}`: not a metric family (expected one of {})", f.trim(), calib::uncertainty::FAMILIES.join(", "))
-        })?;
-        let x: f64 = v.trim().parse().map_err(|_| format!("`{part}`: `{}` is not a number", v.trim()))?;
-        if !(x.is_finite() && x >= 0.0) {
-            return Err(format!("`{part}`: expected a finite 90% |error| ≥ 0, as a fraction"));
-        }
-        out.retain(|(g, _)| *g != family);
-        out.push((family, x));
-    }
-    if out.is_empty() {
-        return Err(format!("`{spec}`: expected family=value pairs, e.g. ttft=0.9,tpot=0.2"));
-    }
-    Ok(out)
 }
 
 #[derive(Args, Debug)]

@@ -106,6 +106,29 @@ pub fn published_noise(measured: &[Option<f64>]) -> Vec<f64> {
         .collect()
 }
 
+/// `family=value` pairs separated by commas (`ttft=0.40,e2el=0.08`), each family one of
+/// [`crate::uncertainty::FAMILIES`] (a later pair replaces an earlier one of the same family) and
+/// each value finite and ≥ 0; `what` names the value in the error, `example` shows a spec.
+pub fn parse_family_values(spec: &str, what: &str, example: &str) -> Result<Vec<(&'static str, f64)>, String> {
+    let mut out: Vec<(&'static str, f64)> = Vec::new();
+    for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (f, v) = part.split_once('=').ok_or_else(|| format!("`{part}`: expected family=value"))?;
+        let family = crate::uncertainty::FAMILIES.iter().copied().find(|x| *x == f.trim()).ok_or_else(|| {
+            format!("`{}`: not a metric family (expected one of {})", f.trim(), crate::uncertainty::FAMILIES.join(", "))
+        })?;
+        let x: f64 = v.trim().parse().map_err(|_| format!("`{part}`: `{}` is not a number", v.trim()))?;
+        if !(x.is_finite() && x >= 0.0) {
+            return Err(format!("`{part}`: expected a finite {what}"));
+        }
+        out.retain(|(g, _)| *g != family);
+        out.push((family, x));
+    }
+    if out.is_empty() {
+        return Err(format!("`{spec}`: expected family=value pairs, e.g. {example}"));
+    }
+    Ok(out)
+}
+
 /// The model's discrepancy at a point of a published setup, per metric family (ln, in
 /// [`crate::uncertainty::FAMILIES`] order): by default the validate corpus' within-group sd
 /// ([`crate::uncertainty::corpus_discrepancy`]); `calibrate --discrepancy` replaces any of them
@@ -130,26 +153,11 @@ impl Discrepancy {
     /// separated by commas (`ttft=0.40,e2el=0.08`), each value a finite, non-negative sd in ln.
     pub fn parse(spec: &str) -> Result<Discrepancy, String> {
         let mut d = Discrepancy::corpus();
-        let mut named = Vec::new();
-        for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (f, v) = part.split_once('=').ok_or_else(|| format!("`{part}`: expected family=value"))?;
-            let i = crate::uncertainty::FAMILIES.iter().position(|x| *x == f.trim()).ok_or_else(|| {
-                format!(
-                    "`{}`: not a metric family (expected one of {})",
-                    f.trim(),
-                    crate::uncertainty::FAMILIES.join(", ")
-                )
-            })?;
-            let x: f64 = v.trim().parse().map_err(|_| format!("`{part}`: `{}` is not a number", v.trim()))?;
-            if !(x.is_finite() && x >= 0.0) {
-                return Err(format!("`{part}`: expected a finite sd ≥ 0 in ln"));
-            }
-            d.sd[i] = x;
-            named.push(crate::uncertainty::FAMILIES[i]);
+        let given = parse_family_values(spec, "sd ≥ 0 in ln", "ttft=0.4,tpot=0.08")?;
+        for &(f, x) in &given {
+            d.sd[crate::uncertainty::FAMILIES.iter().position(|x| *x == f).expect("a family")] = x;
         }
-        if named.is_empty() {
-            return Err(format!("`{spec}`: expected family=value pairs, e.g. ttft=0.4,tpot=0.08"));
-        }
+        let named: Vec<&str> = given.iter().map(|(f, _)| *f).collect();
         d.source =
             format!("given for {} (--discrepancy), the validate corpus' within-group sd otherwise", named.join(", "));
         Ok(d)

@@ -323,17 +323,20 @@ pub fn calibrate_from_results(
     files: Vec<String>,
     scenario: String,
 ) -> Result<Profile> {
-    calibrate_from_results_with(points, max_evals, files, scenario, &fit::Discrepancy::corpus())
+    calibrate_from_results_with(points, max_evals, files, scenario, &fit::Discrepancy::corpus(), &[])
 }
 
 /// [`calibrate_from_results`] with the model's discrepancy at a point given (`calibrate
-/// --discrepancy`) instead of the corpus'.
+/// --discrepancy`) instead of the corpus', and the intervals' model-error term (the uncalibrated
+/// 90% |error|) given for the families in `model_error` (`calibrate --model-error`) instead of
+/// `validation/baseline.json`'s for the GPU and engine.
 pub fn calibrate_from_results_with(
     points: &[FitPoint],
     max_evals: usize,
     files: Vec<String>,
     scenario: String,
     discrepancy: &fit::Discrepancy,
+    model_error: &[(&str, f64)],
 ) -> Result<Profile> {
     let first =
         points.first().ok_or(CalibError::Input { flag: "--from-results", message: "no load point found".into() })?;
@@ -418,8 +421,20 @@ pub fn calibrate_from_results_with(
             sim::config::EngineKind::Sglang => "sglang",
         };
         let src = crate::uncertainty::uncalibrated_errors(&first.spec.gpu.id, kind);
-        u.model_error_p90 = Some(src.p90_abs_error.iter().map(|(k, v)| (k.to_string(), *v)).collect());
-        u.model_error_source = Some(format!("added in quadrature to the ensemble's spread: {}", src.source));
+        let mut errors: std::collections::BTreeMap<String, f64> =
+            src.p90_abs_error.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+        errors.extend(model_error.iter().map(|&(f, v)| (f.to_string(), v)));
+        u.model_error_p90 = Some(errors);
+        u.model_error_source = Some(if model_error.is_empty() {
+            format!("added in quadrature to the ensemble's spread: {}", src.source)
+        } else {
+            let named: Vec<&str> = model_error.iter().map(|(f, _)| *f).collect();
+            format!(
+                "added in quadrature to the ensemble's spread: given for {} (--model-error); otherwise {}",
+                named.join(", "),
+                src.source
+            )
+        });
     }
     let (data, from_prior): (Vec<_>, Vec<_>) = pf.identifiability.iter().partition(|i| i.determined);
     let sigma_of =
