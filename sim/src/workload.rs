@@ -210,7 +210,17 @@ pub fn generate(params: &WorkloadParams) -> Workload {
         Dataset::Trace { rows } => {
             let group_salt = key(&mut key_rng);
             for row in rows.iter().take(n) {
-                let segs = trace_segments(row, group_salt, &mut key_rng);
+                let mut segs = Vec::with_capacity(2);
+                let plen = match (row.prefix_group, row.prefix_len) {
+                    (Some(_), Some(p)) => p.min(row.input_len),
+                    _ => 0,
+                };
+                if let (Some(g), true) = (row.prefix_group, plen > 0) {
+                    segs.push(Segment { key: mix64(group_salt ^ mix64(g)), len: plen });
+                }
+                if row.input_len > plen {
+                    segs.push(Segment { key: key(&mut key_rng), len: row.input_len - plen });
+                }
                 items.push((segs, row.output_len, Some(row.arrival_time), row.priority.unwrap_or(0)));
             }
         }
@@ -293,23 +303,6 @@ pub fn generate(params: &WorkloadParams) -> Workload {
         burstiness: params.burstiness,
         seed,
     }
-}
-
-/// The prompt of a trace row: its group's shared prefix (keyed by the group), then its own
-/// tokens (a fresh key from `keys`).
-fn trace_segments(row: &TraceRow, group_salt: u64, keys: &mut Rng) -> Vec<Segment> {
-    let mut segs = Vec::with_capacity(2);
-    let plen = match (row.prefix_group, row.prefix_len) {
-        (Some(_), Some(p)) => p.min(row.input_len),
-        _ => 0,
-    };
-    if let (Some(g), true) = (row.prefix_group, plen > 0) {
-        segs.push(Segment { key: mix64(group_salt ^ mix64(g)), len: plen });
-    }
-    if row.input_len > plen {
-        segs.push(Segment { key: key(keys), len: row.input_len - plen });
-    }
-    segs
 }
 
 /// Where EOS ends an output of at most `max_tokens` tokens, drawn from `dist`.
