@@ -12,6 +12,7 @@ uncalibrated interval of `simulate --uncertainty`).
 
     python3 calib/held_out.py [target/release/servesim]    # from the repository root
     HELD_OUT_ONLY=phase0 python3 calib/held_out.py ...     # only the sets whose file name has it
+    HELD_OUT_VERBOSE=1 python3 calib/held_out.py ...       # and every held-out value on stderr
 
 The model's discrepancy at a point that `calibrate --from-results` adds to each value's noise
 is, by default, the within-group sd of the whole validate corpus, which holds the judged set
@@ -259,6 +260,10 @@ def main():
                     if key not in u or key not in k:
                         continue
                     e_unc.append(abs(u[key] / x - 1))
+                    if os.environ.get("HELD_OUT_VERBOSE"):
+                        print(f"    {g[0][:24]} {g[1][:14]} load {load:g} {key}: published {x:g}, "
+                              f"uncalibrated {u[key]:.4g} ({100 * (u[key] / x - 1):+.1f}%), "
+                              f"calibrated {k[key]:.4g} ({100 * (k[key] / x - 1):+.1f}%)", file=sys.stderr)
                     e_cal.append(abs(k[key] / x - 1))
                     iv = k.get("uncertainty", {}).get(key)
                     ivu = u.get("uncertainty", {}).get(key)
