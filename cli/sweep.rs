@@ -392,6 +392,26 @@ fn series_text(r: &SweepSeries, conc: &[u32]) -> String {
     for w in &r.warnings {
         let _ = writeln!(t, "WARNING: {w}");
     }
+    // A caveat once, with the concurrencies it applies to (`sim::report::Caveat`).
+    let mut ids: Vec<&str> = Vec::new();
+    for p in &r.points {
+        for c in &p.caveats {
+            if !ids.contains(&c.id) {
+                ids.push(c.id);
+            }
+        }
+    }
+    for id in ids {
+        let at: Vec<String> = r
+            .points
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.caveats.iter().any(|c| c.id == id))
+            .map(|(i, _)| conc[i].to_string())
+            .collect();
+        let first = r.points.iter().flat_map(|p| &p.caveats).find(|c| c.id == id).expect("an id seen above");
+        let _ = writeln!(t, "Caveat ({id}, at concurrency {}): {}", at.join(", "), first.message);
+    }
     t
 }
 

@@ -490,6 +490,57 @@ pub struct PointReport {
     pub fleet: Option<FleetReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replicas: Option<Vec<ReplicaReport>>,
+    /// Where this run's numbers rest on a modelling shortcut known to be far off for its
+    /// shape, with the evidence ([`caveats`]); absent when none applies.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub caveats: Vec<Caveat>,
+}
+
+/// A modelling shortcut that the measured data show to be far off for the run's shape.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Caveat {
+    /// A stable name (`lockstep_waves`).
+    pub id: &'static str,
+    /// What the simulation does, what was measured, and what to do about it.
+    pub message: String,
+}
+
+/// [`Caveat::id`] of [`lockstep_waves`].
+pub const LOCKSTEP_WAVES: &str = "lockstep_waves";
+
+/// vLLM under a closed loop of identical requests sent at once: in the simulation, the
+/// requests of a wave are admitted together, prefilled together and finish together, so every
+/// wave after the first is sent at one instant again and the waves never drift apart; each
+/// TTFT then holds its whole wave's prefill. Measured vLLM runs of that shape drift out of step
+/// (VALIDATION.md §5, the silicon rows; what spreads them is not known): servesim's mean TTFT on
+/// them is too high in all 119 values with 1,000–2,048-token prompts (+35% to 16×, median
+/// +184%) and in 44 of 45 with 8,000–8,192 (median +72%), and ranges −39% to +480% with
+/// 4,000–4,096 (median +7%) (`servesim validate --only silicon --json`, the vLLM rows). SGLang's measured waves stay in step
+/// (it prefills a wave together), so no caveat there.
+pub fn lockstep_waves(spec: &SimSpec, workload: &crate::workload::Workload) -> Option<Caveat> {
+    if !matches!(spec.engine, crate::config::EngineSpec::Vllm(_)) {
+        return None;
+    }
+    let c = workload.max_concurrency.filter(|c| *c >= 2)?; // one wave or more of two or more
+    let r = &workload.requests;
+    let at_once = workload.request_rate.is_none_or(|x| x.is_infinite()) && r.iter().all(|q| q.arrival_ns == 0);
+    let first = r.first()?;
+    let same = r.iter().all(|q| q.prompt_len == first.prompt_len && q.output_len == first.output_len && q.ignore_eos);
+    if !at_once || !same || (r.len() as u64) <= u64::from(c) {
+        return None;
+    }
+    Some(Caveat {
+        id: LOCKSTEP_WAVES,
+        message: format!(
+            "every request has the same lengths ({} in, {} out) and the client keeps a fixed number of them in flight: the simulated requests run in lock-step waves (admitted, prefilled and finished together), so each TTFT holds its whole wave's prefill. Measured vLLM runs of this shape drift out of step: on the published ones servesim's mean TTFT was too high in all 119 values with 1,000-2,048-token prompts (+35% to 16x, median +184%) and in 44 of 45 with 8,000-8,192 (median +72%), and ranged -39% to +480% with 4,000-4,096 (median +7%) (VALIDATION.md section 5). With prompts below 2,048 or from 8,000 tokens read this TTFT as an upper bound; lengths that vary (random_range_ratio > 0) do not stay in step.",
+            first.prompt_len, first.output_len
+        ),
+    })
+}
+
+/// The caveats of one run ([`Caveat`]).
+pub fn caveats(spec: &SimSpec, workload: &crate::workload::Workload) -> Vec<Caveat> {
+    lockstep_waves(spec, workload).into_iter().collect()
 }
 
 impl PointReport {
@@ -507,6 +558,7 @@ impl PointReport {
             cost_source: spec.cost.source(),
             fleet: out.fleet.as_ref().map(FleetReport::of),
             replicas: out.fleet.as_ref().map(|f| f.replicas.iter().map(ReplicaReport::of).collect()),
+            caveats: caveats(spec, &out.workload),
         }
     }
 }
@@ -758,6 +810,9 @@ pub fn text(spec: &SimSpec, out: &SimOutput, opts: &TextOptions) -> String {
             spec.workload.prior_run_prompts
         );
     }
+    for c in &report.caveats {
+        let _ = writeln!(s, "Caveat ({}): {}", c.id, c.message);
+    }
     if let (Some(f), Some(replicas)) = (&report.fleet, &report.replicas) {
         s.push_str(&fleet_text(f, replicas));
     }
@@ -866,6 +921,52 @@ mod tests {
         let spec = crate::config::resolve(&s, &crate::builtin::resources().unwrap()).unwrap();
         let out = crate::simulate(&spec, crate::simulation::RunOptions::default());
         (spec, out)
+    }
+
+    /// A built-in scenario at a few prompts with `sets` applied (path, JSON value).
+    fn spec_with(id: &str, sets: &[(&str, &str, serde_json::Value)]) -> SimSpec {
+        let text = crate::builtin::SCENARIOS.iter().find(|(i, _)| *i == id).expect("a built-in scenario").1;
+        let mut v: serde_json::Value = serde_json::from_str(text).unwrap();
+        v["workload"]["num_prompts"] = 24.into();
+        for (a, b, x) in sets {
+            v[*a][*b] = x.clone();
+        }
+        let s = crate::config::from_value(v, "").unwrap();
+        crate::config::resolve(&s, &crate::builtin::resources().unwrap()).unwrap()
+    }
+
+    /// The lock-step caveat: vLLM, a closed loop of two or more, every request of the same
+    /// lengths with `ignore_eos`, sent at once, more requests than one wave. Not for SGLang
+    /// (its measured waves stay in step), varying lengths, a finite rate or a single wave.
+    #[test]
+    fn the_lockstep_caveat_is_given_where_its_shape_holds_and_only_there() {
+        let has = |spec: &SimSpec| {
+            let w = crate::workload::generate(&spec.workload);
+            caveats(spec, &w).iter().any(|c| c.id == LOCKSTEP_WAVES)
+        };
+        let c8 = ("workload", "max_concurrency", 8.into());
+        let fixed = ("workload", "random_range_ratio", 0.0.into());
+        assert!(has(&spec_with("rtx5090-qwen2.5-7b-vllm", &[c8.clone(), fixed.clone()])));
+        assert!(!has(&spec_with("rtx5090-qwen2.5-7b-sglang", &[c8.clone(), fixed.clone()])));
+        assert!(!has(&spec_with(
+            "rtx5090-qwen2.5-7b-vllm",
+            &[c8.clone(), ("workload", "random_range_ratio", 0.5.into())]
+        )));
+        assert!(!has(&spec_with(
+            "rtx5090-qwen2.5-7b-vllm",
+            &[c8.clone(), fixed.clone(), ("workload", "request_rate", 4.0.into())]
+        )));
+        assert!(!has(&spec_with(
+            "rtx5090-qwen2.5-7b-vllm",
+            &[("workload", "max_concurrency", 1.into()), fixed.clone()]
+        )));
+        assert!(!has(&spec_with("rtx5090-qwen2.5-7b-vllm", &[("workload", "max_concurrency", 24.into()), fixed])));
+        // The report carries it (JSON key `caveats`) and the text prints it.
+        let spec = spec_with("rtx5090-qwen2.5-7b-vllm", &[c8, ("workload", "random_range_ratio", 0.0.into())]);
+        let out = crate::simulate(&spec, crate::simulation::RunOptions::default());
+        let v = serde_json::to_value(PointReport::of(&spec, &out)).unwrap();
+        assert_eq!(v["caveats"][0]["id"], LOCKSTEP_WAVES);
+        assert!(text(&spec, &out, &TextOptions::default()).contains("Caveat (lockstep_waves)"));
     }
 
     /// Every metric is written under its key, in [`Metric::ALL`]'s order, with the value
