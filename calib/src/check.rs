@@ -386,6 +386,7 @@ mod tests {
                 cost_source: String::new(),
                 fleet: None,
                 replicas: None,
+                caveats: Vec::new(),
             })
             .collect();
         judge(
