@@ -354,6 +354,10 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
     }
     // Check the metrics named exist, on the base scenario.
     let (_, base_spec) = load::resolve(&base)?;
+    // A caveat of the base scenario's shape (`sim::report::caveats`; each entry carries its own).
+    for c in sim::report::caveats(&base_spec, &sim::workload::generate(&base_spec.workload)) {
+        notes.push(format!("caveat ({}): {}", c.id, c.message));
+    }
     // Every path must name a scenario field: each knob at its first value must resolve
     // (a value the scenario rejects later in the grid is listed as invalid, not an error).
     for (p, v) in &knobs {
