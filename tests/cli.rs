@@ -259,9 +259,16 @@ fn explain_says_why_ttft_explodes_past_the_kv_limited_concurrency() {
     let knee = j["knee"]["max_concurrency"].as_u64().expect("a knee");
     assert!((21..=63).contains(&knee), "knee at {knee}");
     assert!(j["explanation"].as_array().unwrap().iter().any(|s| s.as_str().unwrap().contains("42 requests at once")));
+    // The default's requests all have the same lengths: at 64 in flight the run carries the
+    // lock-step caveat (`sim::report::lockstep_waves`) in its notes; one at a time, not.
+    let caveat = |j: &serde_json::Value| {
+        j["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().starts_with("caveat (lockstep_waves)"))
+    };
+    assert!(caveat(&j), "{}", j["notes"]);
     // At concurrency 1 there is no queue.
     let j1 = stdout_json(&run_cli(&["explain", "--concurrency", "1", "--json"]));
     assert_eq!(j1["ttft_breakdown"]["mean_queue_wait_ms"], 0.0);
+    assert!(!caveat(&j1), "{}", j1["notes"]);
     // With a low running cap, the cap binds first.
     let j2 = stdout_json(&run_cli(&["explain", "--json", "--set", "engine.max_num_seqs=16"]));
     assert_eq!(j2["binding_limit"], "max_num_seqs");

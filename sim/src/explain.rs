@@ -239,6 +239,10 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
             point.run.stop.as_str()
         ));
     }
+    // Where the explained run's shape is one the published data show the model far off on.
+    for c in crate::report::caveats(spec, &point.workload) {
+        notes.push(format!("caveat ({}): {}", c.id, c.message));
+    }
     let sweep: Vec<GridPoint> = plan
         .grid
         .iter()
