@@ -343,6 +343,7 @@ pub fn calibrate_from_results_with(
     let mut points = points.to_vec();
     let mut traps = crate::traps::flag(&mut points);
     traps.extend(crate::traps::flag_tails(&mut points, &crate::identify::linear_prior(&first.spec.cost)));
+    traps.extend(crate::traps::flag_lengths(&mut points, &crate::identify::linear_prior(&first.spec.cost)));
     if crate::identify::rows(&points).is_empty() {
         return Err(CalibError::Input {
             flag: "--from-results",
