@@ -21,7 +21,8 @@ statistic `servesim validate --write-baseline` writes, recomputed from `validate
 passed as `--discrepancy`), so nothing of the judged set reaches its own fit.
 The same for the model-error term of the calibrated intervals (the uncalibrated 90% |error|
 for the GPU and engine, which `calibrate` reads from validation/baseline.json): recomputed
-without the set and passed as `--model-error`.
+without the set and passed as `--model-error`, to `calibrate` and to the uncalibrated
+`simulate --uncertainty` whose intervals the last column judges.
 HELD_OUT_CORPUS_DISCREPANCY=1 uses the corpus' as it is instead (both terms); HELD_OUT_DISCREPANCY_SCALE=k
 multiplies the estimated sd by k (how much the verdicts depend on the estimate).
 """
@@ -245,6 +246,8 @@ def main():
             if logs:
                 kind = pts[0][2].get("engine", {}).get("kind", "")
                 disc += ["--model-error", model_error_without(g[0], v["gpu"].split()[-1], kind)]
+            # The uncalibrated intervals' 90% |error|, without the judged set too (simulate --model-error).
+            unc_me = disc[-2:] if logs else []
             c = subprocess.run([BIN, "calibrate", "--from-results", rf, "--scenario", files[0], "--out", prof, *disc],
                                capture_output=True, text=True)
             if c.returncode != 0:
@@ -252,7 +255,7 @@ def main():
                 continue
             e_unc, e_cal, inside, inside_u, n = [], [], 0, 0, 0
             for (load, i, sc, pub), sf in zip(pts[1:], files[1:]):
-                u = sim(sf, "--uncertainty")
+                u = sim(sf, "--uncertainty", *unc_me)
                 k = sim(sf, "--set", f"cost.profile={prof}")
                 if u is None or k is None:
                     continue

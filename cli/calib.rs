@@ -586,9 +586,20 @@ pub fn intervals(
     spec: &SimSpec,
     center: &PointReport,
     uncalibrated: bool,
+    model_error: &[(&str, f64)],
 ) -> Result<Option<(calib::named::Named<calib::uncertainty::Interval>, String)>, String> {
     use rayon::prelude::*;
-    let Some(band) = crate::sweep::Band::of(raw, spec, uncalibrated)? else { return Ok(None) };
+    let Some(band) = crate::sweep::Band::of(raw, spec, uncalibrated || !model_error.is_empty())? else {
+        return Ok(None);
+    };
+    let band = match band {
+        crate::sweep::Band::Uncalibrated(u) => crate::sweep::Band::Uncalibrated(u.with_given(model_error)),
+        b if !model_error.is_empty() => {
+            let _ = b;
+            return Err("--model-error: the scenario has a profile with an uncertainty block, whose intervals carry their own model-error term (set it with `calibrate --model-error`)".into());
+        }
+        b => b,
+    };
     let members: Vec<PointReport> = band.member_specs(spec).par_iter().map(calib::uncertainty::predict_point).collect();
     let (i, source) = band.named_intervals(center, &members);
     Ok(Some((i, source)))

@@ -96,6 +96,11 @@ struct SimulateArgs {
     /// block (`servesim calibrate`), the intervals are always given.
     #[arg(long)]
     uncertainty: bool,
+    /// With the uncalibrated interval: its 90% |error| per metric family (a fraction), for the
+    /// families named, instead of the committed corpus' (`ttft=0.9,tpot=0.2`); implies
+    /// `--uncertainty`. For a validation that leaves the judged set out (`calib/held_out.py`).
+    #[arg(long, value_name = "FAMILY=P90,...")]
+    model_error: Option<String>,
 }
 
 /// A comma-separated list; an empty item (`1,,2`, a trailing comma) is an error.
@@ -155,7 +160,12 @@ fn simulate(a: SimulateArgs) -> Result<ExitCode, String> {
         plot::timeseries(path, spec.name.as_deref().unwrap_or("simulation"), &out.run.timeseries)?;
     }
     let point = sim::report::PointReport::of(&spec, &out);
-    let intervals = calib::intervals(&raw, &spec, &point, a.uncertainty)?;
+    let model_error = match &a.model_error {
+        Some(m) => ::calib::fit::parse_family_values(m, "90% |error| ≥ 0 (a fraction)", "ttft=0.9,tpot=0.2")
+            .map_err(|e| format!("--model-error: {e}"))?,
+        None => Vec::new(),
+    };
+    let intervals = calib::intervals(&raw, &spec, &point, a.uncertainty, &model_error)?;
     if a.json {
         let j = SimulateReport {
             uncertainty: intervals.as_ref().map(|(i, src)| ::calib::uncertainty::ReportIntervals::new(i, src)),

@@ -228,3 +228,25 @@ fn without_a_profile_or_the_flag_sweep_and_tune_carry_no_intervals() {
     let text = String::from_utf8(run_cli(&tune).stdout).unwrap();
     assert!(!text.contains("90% interval"), "{text}");
 }
+
+/// `simulate --model-error` replaces the uncalibrated band's 90% |error| of the families it
+/// names (and implies `--uncertainty`): the TTFT interval is `[x / 1.5, x · 1.5]` for 0.5;
+/// the families not named keep the corpus'; a family that is not one is an error.
+#[test]
+fn simulate_model_error_sets_the_uncalibrated_band_of_the_families_named() {
+    let base = stdout_json(&run_cli(&["simulate", "--uncertainty", "--json"]));
+    let given = stdout_json(&run_cli(&["simulate", "--model-error", "ttft=0.5", "--json"]));
+    let x = given["mean_ttft_ms"].as_f64().unwrap();
+    let iv = &given["uncertainty"]["mean_ttft_ms"];
+    let close = |a: f64, b: f64| (a / b - 1.0).abs() < 1e-9;
+    assert!(close(iv["p05"].as_f64().unwrap(), x / 1.5) && close(iv["p95"].as_f64().unwrap(), x * 1.5), "{iv}");
+    assert_eq!(given["uncertainty"]["mean_tpot_ms"], base["uncertainty"]["mean_tpot_ms"]);
+    assert!(
+        given["uncertainty"]["source"].as_str().unwrap_or_default().contains("given (--model-error)"),
+        "{}",
+        given["uncertainty"]
+    );
+    let bad = run_cli(&["simulate", "--model-error", "speed=0.5"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--model-error: `speed`: not a metric family"));
+}

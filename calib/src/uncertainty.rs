@@ -435,6 +435,25 @@ pub struct UncalibratedSource {
     pub p90_abs_error: Named<f64>,
 }
 
+impl UncalibratedSource {
+    /// The same band with the 90% |error| of the families `given` names replaced (`simulate
+    /// --model-error`: a validation that leaves the judged set out of the estimate); the
+    /// source says which were given.
+    pub fn with_given(mut self, given: &[(&str, f64)]) -> UncalibratedSource {
+        if given.is_empty() {
+            return self;
+        }
+        for (name, v) in self.p90_abs_error.0.iter_mut() {
+            if let Some((_, x)) = given.iter().find(|(f, _)| *f == name.as_str()) {
+                *v = *x;
+            }
+        }
+        let named: Vec<&str> = given.iter().map(|(f, _)| *f).collect();
+        self.source = format!("{}; the 90% |error| of {} given (--model-error)", self.source, named.join(", "));
+        self
+    }
+}
+
 /// The uncalibrated 90% |error| per family for a GPU card id and an engine kind (`vllm`, `sglang`).
 pub fn uncalibrated_errors(gpu: &str, engine: &str) -> UncalibratedSource {
     let v: Value = serde_json::from_str(BASELINE).unwrap_or(Value::Null);
