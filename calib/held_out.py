@@ -242,12 +242,14 @@ def main():
             rf = os.path.join(tmp, f"{g[0]}-{pts[0][1]}-result.json")
             json.dump(pts[0][3], open(rf, "w"))
             prof = os.path.join(tmp, f"{g[0]}-{pts[0][1]}-profile.json")
-            disc = ["--discrepancy", within_sd_without(logs, g[0], scale)] if logs else []
+            # Both error terms without the judged set: the fit's discrepancy, and the 90% |error| of
+            # the calibrated intervals' model-error term and of the uncalibrated intervals
+            # (`calibrate --model-error`, `simulate --model-error`).
+            disc, unc_me = [], []
             if logs:
                 kind = pts[0][2].get("engine", {}).get("kind", "")
-                disc += ["--model-error", model_error_without(g[0], v["gpu"].split()[-1], kind)]
-            # The uncalibrated intervals' 90% |error|, without the judged set too (simulate --model-error).
-            unc_me = disc[-2:] if logs else []
+                unc_me = ["--model-error", model_error_without(g[0], v["gpu"].split()[-1], kind)]
+                disc = ["--discrepancy", within_sd_without(logs, g[0], scale), *unc_me]
             c = subprocess.run([BIN, "calibrate", "--from-results", rf, "--scenario", files[0], "--out", prof, *disc],
                                capture_output=True, text=True)
             if c.returncode != 0:

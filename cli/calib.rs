@@ -317,11 +317,7 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
         Some(spec) => calib::fit::Discrepancy::parse(spec).map_err(|e| format!("--discrepancy {e}"))?,
         None => calib::fit::Discrepancy::corpus(),
     };
-    let model_error = match &a.model_error {
-        Some(spec) => calib::fit::parse_family_values(spec, "90% |error| ≥ 0, as a fraction", "ttft=0.9,tpot=0.2")
-            .map_err(|e| format!("--model-error {e}"))?,
-        None => Vec::new(),
-    };
+    let model_error = parse_model_error(a.model_error.as_deref())?;
     let profile = procedure::calibrate_from_results_with(
         &points,
         a.max_evals,
@@ -581,6 +577,16 @@ pub(crate) fn profile_path(raw: &RawScenario) -> Option<PathBuf> {
 /// ensemble (or covariance) of the scenario's profile when it has one, simulated in
 /// parallel (results in input order); else, when `uncalibrated` is asked, the uncalibrated
 /// model's error on the validation corpus for the spec's GPU and engine. None otherwise.
+/// `--model-error FAMILY=P90,...` (`calibrate --from-results`, `simulate`): the uncalibrated
+/// model's 90% |error| per metric family, as fractions; empty when the flag is absent.
+pub fn parse_model_error(spec: Option<&str>) -> Result<Vec<(&'static str, f64)>, String> {
+    match spec {
+        Some(spec) => calib::fit::parse_family_values(spec, "90% |error| ≥ 0, as a fraction", "ttft=0.9,tpot=0.2")
+            .map_err(|e| format!("--model-error: {e}")),
+        None => Ok(Vec::new()),
+    }
+}
+
 pub fn intervals(
     raw: &RawScenario,
     spec: &SimSpec,
@@ -594,8 +600,7 @@ pub fn intervals(
     };
     let band = match band {
         crate::sweep::Band::Uncalibrated(u) => crate::sweep::Band::Uncalibrated(u.with_given(model_error)),
-        b if !model_error.is_empty() => {
-            let _ = b;
+        _ if !model_error.is_empty() => {
             return Err("--model-error: the scenario has a profile with an uncertainty block, whose intervals carry their own model-error term (set it with `calibrate --model-error`)".into());
         }
         b => b,

@@ -160,11 +160,7 @@ fn simulate(a: SimulateArgs) -> Result<ExitCode, String> {
         plot::timeseries(path, spec.name.as_deref().unwrap_or("simulation"), &out.run.timeseries)?;
     }
     let point = sim::report::PointReport::of(&spec, &out);
-    let model_error = match &a.model_error {
-        Some(m) => ::calib::fit::parse_family_values(m, "90% |error| ≥ 0 (a fraction)", "ttft=0.9,tpot=0.2")
-            .map_err(|e| format!("--model-error: {e}"))?,
-        None => Vec::new(),
-    };
+    let model_error = calib::parse_model_error(a.model_error.as_deref())?;
     let intervals = calib::intervals(&raw, &spec, &point, a.uncertainty, &model_error)?;
     if a.json {
         let j = SimulateReport {

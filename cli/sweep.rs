@@ -392,25 +392,19 @@ fn series_text(r: &SweepSeries, conc: &[u32]) -> String {
     for w in &r.warnings {
         let _ = writeln!(t, "WARNING: {w}");
     }
-    // A caveat once, with the concurrencies it applies to (`sim::report::Caveat`).
-    let mut ids: Vec<&str> = Vec::new();
-    for p in &r.points {
-        for c in &p.caveats {
-            if !ids.contains(&c.id) {
-                ids.push(c.id);
+    // A caveat once, with the concurrencies it applies to and its first point's message
+    // (`sim::report::Caveat`), in the order the points first give them.
+    let mut seen: Vec<(&sim::report::Caveat, Vec<String>)> = Vec::new();
+    for (p, c) in r.points.iter().zip(conc) {
+        for cv in &p.caveats {
+            match seen.iter_mut().find(|(s, _)| s.id == cv.id) {
+                Some((_, at)) => at.push(c.to_string()),
+                None => seen.push((cv, vec![c.to_string()])),
             }
         }
     }
-    for id in ids {
-        let at: Vec<String> = r
-            .points
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.caveats.iter().any(|c| c.id == id))
-            .map(|(i, _)| conc[i].to_string())
-            .collect();
-        let first = r.points.iter().flat_map(|p| &p.caveats).find(|c| c.id == id).expect("an id seen above");
-        let _ = writeln!(t, "Caveat ({id}, at concurrency {}): {}", at.join(", "), first.message);
+    for (cv, at) in seen {
+        let _ = writeln!(t, "Caveat ({}, at concurrency {}): {}", cv.id, at.join(", "), cv.message);
     }
     t
 }

@@ -138,6 +138,25 @@ fn bad_flags_and_missing_files_are_errors_not_panics() {
     }
 }
 
+/// `calibrate --from-results` with `flag` (a `family=value` list) refuses an unknown family,
+/// a negative value (its error says `finite`, as `negative` words it) and a missing value, with
+/// exit 2 and the flag named, and writes no profile.
+fn bad_family_specs_are_refused(
+    r: &std::path::Path,
+    scen: &std::path::Path,
+    out: &std::path::Path,
+    flag: &str,
+    negative: &str,
+) {
+    for (spec, expect) in [("ttfx=0.1", "not a metric family"), ("ttft=-1", negative), ("ttft", "family=value")] {
+        let o = calibrate_from_results(r, scen.to_str().unwrap(), out, &[flag, spec]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{spec}: {err}");
+        assert!(err.contains(flag) && err.contains(expect) && !err.contains("panicked"), "{spec}: {err}");
+    }
+    assert!(!out.exists(), "no profile is written");
+}
+
 #[test]
 fn a_bad_discrepancy_names_the_flag_and_what_was_expected() {
     let dir = std::env::temp_dir().join(format!("servesim-disc-{}", std::process::id()));
@@ -146,13 +165,7 @@ fn a_bad_discrepancy_names_the_flag_and_what_was_expected() {
     std::fs::write(&r, r#"{"mean_ttft_ms": 100.0, "mean_tpot_ms": 10.0, "output_throughput": 500.0}"#).unwrap();
     let scen = root().join("scenarios/rtx5090-qwen2.5-7b-vllm.json");
     let out = dir.join("p.json");
-    for (spec, expect) in [("ttfx=0.1", "not a metric family"), ("ttft=-1", "finite sd"), ("ttft", "family=value")] {
-        let o = calibrate_from_results(&r, scen.to_str().unwrap(), &out, &["--discrepancy", spec]);
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(2), "{spec}: {err}");
-        assert!(err.contains("--discrepancy") && err.contains(expect) && !err.contains("panicked"), "{spec}: {err}");
-    }
-    assert!(!out.exists(), "no profile is written");
+    bad_family_specs_are_refused(&r, &scen, &out, "--discrepancy", "finite sd");
 }
 
 /// `--model-error`: a bad spec is refused before the fit; a good one replaces the named
@@ -165,13 +178,7 @@ fn model_error_replaces_the_named_families_of_the_intervals_model_error() {
     std::fs::write(&r, r#"{"mean_ttft_ms": 400.0, "mean_tpot_ms": 12.0, "output_throughput": 80.0}"#).unwrap();
     let scen = root().join("scenarios/rtx5090-qwen2.5-7b-vllm.json");
     let out = dir.join("p.json");
-    for (spec, expect) in [("ttfx=0.1", "not a metric family"), ("ttft=-1", "finite 90%"), ("ttft", "family=value")] {
-        let o = calibrate_from_results(&r, scen.to_str().unwrap(), &out, &["--model-error", spec]);
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(2), "{spec}: {err}");
-        assert!(err.contains("--model-error") && err.contains(expect) && !err.contains("panicked"), "{spec}: {err}");
-    }
-    assert!(!out.exists(), "no profile is written");
+    bad_family_specs_are_refused(&r, &scen, &out, "--model-error", "finite 90%");
     let plain = dir.join("plain.json");
     let o = calibrate_from_results(&r, scen.to_str().unwrap(), &plain, &[]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

@@ -342,8 +342,9 @@ pub fn calibrate_from_results_with(
         points.first().ok_or(CalibError::Input { flag: "--from-results", message: "no load point found".into() })?;
     let mut points = points.to_vec();
     let mut traps = crate::traps::flag(&mut points);
-    traps.extend(crate::traps::flag_tails(&mut points, &crate::identify::linear_prior(&first.spec.cost)));
-    traps.extend(crate::traps::flag_lengths(&mut points, &crate::identify::linear_prior(&first.spec.cost)));
+    let prior = crate::identify::linear_prior(&first.spec.cost);
+    traps.extend(crate::traps::flag_tails(&mut points, &prior));
+    traps.extend(crate::traps::flag_lengths(&mut points, &prior));
     if crate::identify::rows(&points).is_empty() {
         return Err(CalibError::Input {
             flag: "--from-results",
@@ -353,7 +354,6 @@ pub fn calibrate_from_results_with(
             ),
         });
     }
-    let prior = crate::identify::linear_prior(&first.spec.cost);
     // A published value is rounded to the digits it is printed with: each value's noise is at
     // least half a unit of its last decimal, relative to it (`fit::published_noise`).
     let rounding: Vec<Vec<f64>> = points.iter().map(|p| fit::published_noise(&p.measured)).collect();

@@ -308,13 +308,11 @@ pub fn flag_lengths(points: &mut [FitPoint], prior: &sim::cost::CostModel) -> Ve
             if r.ln().abs() <= LENGTH_TOLERANCE.ln().max(LENGTH_Z * sigma) {
                 continue;
             }
-            let excluded: Vec<String> = (0..TARGETS.len())
-                .filter(|&u| matches!(family(TARGETS[u]), "e2el" | "throughput") && p.measured[u].is_some())
-                .map(|u| TARGETS[u].to_string())
-                .collect();
+            // E2EL and throughput, as measured (the E2EL above is among them, so never empty).
+            let mut excluded = Vec::new();
             for u in 0..TARGETS.len() {
-                if matches!(family(TARGETS[u]), "e2el" | "throughput") {
-                    p.measured[u] = None;
+                if matches!(family(TARGETS[u]), "e2el" | "throughput") && p.measured[u].take().is_some() {
+                    excluded.push(TARGETS[u].to_string());
                 }
             }
             traps.push(Trap {
@@ -325,7 +323,7 @@ pub fn flag_lengths(points: &mut [FitPoint], prior: &sim::cost::CostModel) -> Ve
                 why: format!(
                     "the {stat} E2EL, TTFT and TPOT imply {lm:.0} output tokens a request, the scenario's {ls:.0} ({:+.0}%): the scenario's output lengths are not the measured run's (a stand-in dataset, EOS, a max_tokens cap). {} scale with the lengths: excluded; the TTFT, TPOT and ITL are kept. Give the run's lengths (a trace) to fit them.",
                     100.0 * (r - 1.0),
-                    if excluded.is_empty() { "E2EL and throughput".to_string() } else { excluded.join(", ") }
+                    excluded.join(", ")
                 ),
             });
             break;

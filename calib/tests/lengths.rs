@@ -2,23 +2,15 @@
 //! (a stand-in dataset, EOS, a cap): its E2EL and throughput are not the step costs' to fit
 //! (`calib::traps::flag_lengths`). Issue #13, "traps in the data, flagged before the fit".
 
+mod common;
+
 use calib::fit::{predict, FitPoint, TARGETS};
 use calib::identify::linear_prior;
 use calib::traps::{flag_lengths, LENGTH_TOLERANCE};
-use serde_json::json;
-use sim::config::{self, SimSpec};
+use sim::config::SimSpec;
 
 fn spec() -> SimSpec {
-    let v = json!({
-        "version": 1,
-        "engine": {"kind": "vllm", "version": "0.11.0", "max_model_len": 8192},
-        "model": "qwen2.5-7b-instruct", "hardware": "a100-80gb",
-        "workload": {"dataset_name": "random", "random_input_len": 512, "random_output_len": 128,
-                     "num_prompts": 8, "max_concurrency": 4, "ignore_eos": true,
-                     "initial_test_request": false, "seed": 3}
-    });
-    let s = config::from_value(v, "").unwrap();
-    config::resolve(&s, &sim::builtin::resources().unwrap()).unwrap()
+    common::spec(128)
 }
 
 fn idx(t: &str) -> usize {

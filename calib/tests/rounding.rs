@@ -2,24 +2,16 @@
 //! gives each value at least that rounding as noise (`calib::fit::published_noise`), and the
 //! noise reaches the fit (issue #13: a TPOT published as `8` ms is 7.5–8.5 ms, not 8 ± 1%).
 
+mod common;
+
 use calib::fit::{predict, published_noise, rounding_half_unit, FitPoint, TARGETS, TARGET_NOISE};
 use calib::identify::{fit_with_prior_noise, linear_prior};
 use calib::procedure::calibrate_from_results;
-use serde_json::json;
-use sim::config::{self, SimSpec};
+use sim::config::SimSpec;
 use sim::cost::{CoefficientSource, CostCoefficients};
 
 fn spec() -> SimSpec {
-    let v = json!({
-        "version": 1,
-        "engine": {"kind": "vllm", "version": "0.11.0", "max_model_len": 8192},
-        "model": "qwen2.5-7b-instruct", "hardware": "a100-80gb",
-        "workload": {"dataset_name": "random", "random_input_len": 512, "random_output_len": 64,
-                     "num_prompts": 8, "max_concurrency": 4, "ignore_eos": true,
-                     "initial_test_request": false, "seed": 3}
-    });
-    let s = config::from_value(v, "").unwrap();
-    config::resolve(&s, &sim::builtin::resources().unwrap()).unwrap()
+    common::spec(64)
 }
 
 fn idx(t: &str) -> usize {

@@ -523,7 +523,7 @@ pub fn lockstep_waves(spec: &SimSpec, workload: &crate::workload::Workload) -> O
     }
     let c = workload.max_concurrency.filter(|c| *c >= 2)?; // one wave or more of two or more
     let r = &workload.requests;
-    let at_once = workload.request_rate.is_none_or(|x| x.is_infinite()) && r.iter().all(|q| q.arrival_ns == 0);
+    let at_once = r.iter().all(|q| q.arrival_ns == 0);
     let first = r.first()?;
     let same = r.iter().all(|q| q.prompt_len == first.prompt_len && q.output_len == first.output_len && q.ignore_eos);
     if !at_once || !same || (r.len() as u64) <= u64::from(c) {
@@ -914,11 +914,7 @@ mod tests {
 
     /// A built-in scenario, at a few prompts, simulated.
     fn run(id: &str) -> (SimSpec, SimOutput) {
-        let text = crate::builtin::SCENARIOS.iter().find(|(i, _)| *i == id).expect("a built-in scenario").1;
-        let mut v: serde_json::Value = serde_json::from_str(text).unwrap();
-        v["workload"]["num_prompts"] = 24.into();
-        let s = crate::config::from_value(v, "").unwrap();
-        let spec = crate::config::resolve(&s, &crate::builtin::resources().unwrap()).unwrap();
+        let spec = spec_with(id, &[]);
         let out = crate::simulate(&spec, crate::simulation::RunOptions::default());
         (spec, out)
     }
