@@ -14,6 +14,13 @@
 //!   or p99 is fitted against the simulated median or p99 (`procedure::measured_targets`);
 //!   reported, not excluded.
 //! * **Missing metrics**: the fit uses what is there; reported.
+//! * **A cold vLLM server** ([`flag_cold_server`]): vLLM does not warm itself up after start-up
+//!   (SGLang sends itself a request before it reports ready), and its first requests pay
+//!   one-off costs: lazy initialisation in the front end and the engine, first-use kernel
+//!   compilation. A point whose every request is in its first wave, with no warm-up before it
+//!   (no initial test request, no warm-ups, no earlier run's prompts), may be measuring them in
+//!   every TTFT: its TTFTs are excluded; E2EL, throughput, TPOT and ITL stay (the one-off cost
+//!   is a small part of an E2EL of any length).
 //! * **Output lengths that are not the run's** ([`flag_lengths`]): a point's E2EL, TTFT and
 //!   TPOT of one statistic imply how many tokens a request generated
 //!   (`(E2EL − TTFT) ÷ TPOT + 1`); the same identity on the simulated point gives the
@@ -39,7 +46,8 @@ pub struct Trap {
     pub point: String,
     /// The report keys concerned.
     pub metrics: Vec<String>,
-    /// `below_physical_floor`, `ordering`, `percentile_for_mean`, `missing`, `tail`; a live
+    /// `below_physical_floor`, `cold_server`, `ordering`, `percentile_for_mean`, `missing`, `tail`,
+    /// `output_lengths`; a live
     /// calibration's `unsteady_engine` (`crate::procedure::UNSTEADY_SPEED_RATIO`).
     pub kind: &'static str,
     /// `excluded` (not fitted), `used` (fitted as stated).
@@ -162,6 +170,7 @@ pub fn flag(points: &mut [FitPoint]) -> Vec<Trap> {
             });
         }
     }
+    traps.extend(flag_cold_server(points));
     // Orderings across load points of one workload.
     let key = |p: &FitPoint| {
         let mut w = p.spec.workload.clone();
@@ -213,6 +222,52 @@ pub fn flag(points: &mut [FitPoint]) -> Vec<Trap> {
                 });
             }
         }
+    }
+    traps
+}
+
+/// A point that may be a fresh vLLM server's first requests: the engine is vLLM, nothing
+/// warmed the server before the point (`initial_test_request` false, no `num_warmups`, no
+/// `prior_run_prompts`), and every request of the point is in its first wave (no request rate
+/// and a concurrency limit of at least `num_prompts`, so all were sent at once). Its TTFT
+/// values are excluded; the rest of the point stays. The server may have been warm (the
+/// results do not say); excluding costs only what the TTFT would have told the fit about
+/// prefill, which then stays at the prior.
+pub fn flag_cold_server(points: &mut [FitPoint]) -> Vec<Trap> {
+    let mut traps = Vec::new();
+    for p in points.iter_mut() {
+        let w = &p.spec.workload;
+        let warmed = w.initial_test_request || w.num_warmups > 0 || w.prior_run_prompts > 0;
+        let one_wave = w.request_rate.is_none() && w.max_concurrency.map_or(true, |c| c >= w.num_prompts);
+        if p.spec.engine.engine_kind() != sim::config::EngineKind::Vllm || warmed || !one_wave {
+            continue;
+        }
+        let excluded: Vec<String> = (0..TARGETS.len())
+            .filter(|&t| family(TARGETS[t]) == "ttft" && p.measured[t].is_some())
+            .map(|t| TARGETS[t].to_string())
+            .collect();
+        if excluded.is_empty() {
+            continue;
+        }
+        for t in 0..TARGETS.len() {
+            if family(TARGETS[t]) == "ttft" {
+                p.measured[t] = None;
+            }
+        }
+        traps.push(Trap {
+            point: p.name.clone(),
+            metrics: excluded,
+            kind: "cold_server",
+            action: "excluded",
+            why: format!(
+                "all {} requests were sent at once with nothing before them (no initial test request, no warm-ups, \
+                 no earlier run's prompts): on a freshly started vLLM server, which does not warm itself up, every \
+                 one of these TTFTs may carry the server's one-off first-request costs. Excluded; the prefill cost \
+                 stays at the prior. If the server had served requests before, say so in the scenario \
+                 (workload.initial_test_request, num_warmups or prior_run_prompts) and the TTFTs are fitted",
+                w.num_prompts
+            ),
+        });
     }
     traps
 }
