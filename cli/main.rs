@@ -165,7 +165,7 @@ fn simulate(a: SimulateArgs) -> Result<ExitCode, String> {
     if a.json {
         let j = SimulateReport {
             uncertainty: intervals.as_ref().map(|(i, src)| ::calib::uncertainty::ReportIntervals::new(i, src)),
-            point,
+            point: point.with_caveat_runs(&spec, &out),
         };
         println!("{}", serde_json::to_string_pretty(&j).expect("serializable"));
         if out.run.stop != StopReason::Completed {

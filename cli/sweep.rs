@@ -405,6 +405,22 @@ fn series_text(r: &SweepSeries, conc: &[u32]) -> String {
     }
     for (cv, at) in seen {
         let _ = writeln!(t, "Caveat ({}, at concurrency {}): {}", cv.id, at.join(", "), cv.message);
+        // Each point's own desynchronised figure (`sim::report::desynchronised_mean_ttft_ms`).
+        let figures: Vec<String> = r
+            .points
+            .iter()
+            .zip(conc)
+            .filter_map(|(p, c)| {
+                p.caveats
+                    .iter()
+                    .find(|x| x.id == cv.id)
+                    .and_then(|x| x.desynchronised_mean_ttft_ms)
+                    .map(|d| format!("{d:.2} ms at {c}"))
+            })
+            .collect();
+        if !figures.is_empty() {
+            let _ = writeln!(t, "  {}", sim::report::desynchronised_sentence(&figures));
+        }
     }
     t
 }

@@ -240,8 +240,12 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
         ));
     }
     // Where the explained run's shape is one the published data show the model far off on.
-    for c in crate::report::caveats(spec, &point.workload) {
+    let report = crate::report::PointReport::of(spec, point).with_caveat_runs(spec, point);
+    for c in &report.caveats {
         notes.push(format!("caveat ({}): {}", c.id, c.message));
+        if let Some(d) = c.desynchronised_mean_ttft_ms {
+            notes.push(crate::report::desynchronised_sentence(&[format!("{d:.2} ms")]));
+        }
     }
     let sweep: Vec<GridPoint> = plan
         .grid
@@ -377,7 +381,7 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
         knob,
         metric_kinds,
         explanation: why,
-        point: crate::report::PointReport::of(spec, point),
+        point: report,
         engine_version: base.engine.version().to_string(),
         model_id: base.model.id.clone(),
         hardware: base.gpu.id.clone(),

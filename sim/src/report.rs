@@ -497,12 +497,17 @@ pub struct PointReport {
 }
 
 /// A modelling shortcut that the measured data show to be far off for the run's shape.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Caveat {
     /// A stable name (`lockstep_waves`).
     pub id: &'static str,
     /// What the simulation does, what was measured, and what to do about it.
     pub message: String,
+    /// [`lockstep_waves`]: the mean TTFT of the same closed loop with its clients spread
+    /// evenly over one request's lifetime ([`desynchronised_mean_ttft_ms`]), the other end of
+    /// the range measured runs of this shape fall in; absent where it was not run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub desynchronised_mean_ttft_ms: Option<f64>,
 }
 
 /// [`Caveat::id`] of [`lockstep_waves`].
@@ -535,7 +540,48 @@ pub fn lockstep_waves(spec: &SimSpec, workload: &crate::workload::Workload) -> O
             "every request has the same lengths ({} in, {} out) and the client keeps a fixed number of them in flight: the simulated requests run in lock-step waves (admitted, prefilled and finished together), so each TTFT holds its whole wave's prefill. Measured vLLM runs of this shape drift out of step: on the published ones servesim's mean TTFT was too high in all 119 values with 1,000-2,048-token prompts (+35% to 16x, median +184%) and in 44 of 45 with 8,000-8,192 (median +72%), and ranged -39% to +480% with 4,000-4,096 (median +7%) (VALIDATION.md section 5). With prompts below 2,048 or from 8,000 tokens read this TTFT as an upper bound; lengths that vary (random_range_ratio > 0) do not stay in step.",
             first.prompt_len, first.output_len
         ),
+        desynchronised_mean_ttft_ms: None,
     })
+}
+
+/// What [`Caveat::desynchronised_mean_ttft_ms`] says, for the text reports: `figures` are the
+/// mean TTFTs (one, or one per concurrency of a sweep, already labelled).
+pub fn desynchronised_sentence(figures: &[String]) -> String {
+    format!(
+        "With the clients out of step (the same loop, its first wave sent one mean E2EL / concurrency apart) the mean TTFT is {}. Published vLLM runs of this shape measured between that and the lock-step figure in {LOCKSTEP_RANGE_INSIDE} (VALIDATION.md section 5, \"Between two replays\").",
+        figures.join(", ")
+    )
+}
+
+/// How many of the published vLLM silicon rows' mean TTFTs lie between the desynchronised and the
+/// lock-step replay (`python3 validation/lockstep_range.py`).
+pub const LOCKSTEP_RANGE_INSIDE: &str = "185 of 216 values (86%)";
+
+/// The mean TTFT of `out`'s closed loop run again with its clients out of step: the first
+/// wave's `C` requests sent `E2EL ÷ C` apart (`E2EL` the run's mean), every later one as soon as
+/// a client is free, so with fixed lengths the clients stay spread over a request's lifetime and
+/// a request mostly meets the others mid-decode instead of in its wave's prefill. `None` for a
+/// fleet, a run without a concurrency limit or a mean E2EL, or a rerun that does not complete.
+/// On the published vLLM runs of lock-step shape the measured mean TTFT lies between this and
+/// the lock-step figure (VALIDATION.md §5, "Between two replays").
+pub fn desynchronised_mean_ttft_ms(spec: &SimSpec, out: &crate::SimOutput) -> Option<f64> {
+    if spec.fleet.is_some() {
+        return None;
+    }
+    let c = out.workload.max_concurrency.filter(|c| *c >= 2)? as usize;
+    let e2el_ms = out.metrics.e2el.mean;
+    if !(e2el_ms.is_finite() && e2el_ms > 0.0) {
+        return None;
+    }
+    let gap_ns = (e2el_ms * 1e6 / c as f64).round() as u64;
+    let mut w = out.workload.clone();
+    for (i, r) in w.requests.iter_mut().enumerate() {
+        r.arrival_ns = gap_ns.checked_mul(i.min(c - 1) as u64)?;
+    }
+    let run = crate::run_workload(&spec.engine, &spec.cost, &w, crate::simulation::RunOptions::default());
+    run.stop.completed().ok()?;
+    let m = crate::metrics::bench_metrics(&run);
+    m.ttft.mean.is_finite().then_some(m.ttft.mean)
 }
 
 /// The caveats of one run ([`Caveat`]).
@@ -560,6 +606,19 @@ impl PointReport {
             replicas: out.fleet.as_ref().map(|f| f.replicas.iter().map(ReplicaReport::of).collect()),
             caveats: caveats(spec, &out.workload),
         }
+    }
+
+    /// The report with its caveats' figures that take another run of the workload
+    /// ([`Caveat::desynchronised_mean_ttft_ms`]): what `simulate`, `sweep` and `explain` print.
+    /// [`PointReport::of`] leaves them out, for the callers that run many points and print no
+    /// caveat per point (`tune`, `plan`, `validate`, an interval's ensemble).
+    pub fn with_caveat_runs(mut self, spec: &SimSpec, out: &SimOutput) -> PointReport {
+        for c in &mut self.caveats {
+            if c.id == LOCKSTEP_WAVES {
+                c.desynchronised_mean_ttft_ms = desynchronised_mean_ttft_ms(spec, out);
+            }
+        }
+        self
     }
 }
 
@@ -763,7 +822,7 @@ impl Default for TextOptions {
 /// ([`PointReport`]: `vllm bench serve`'s block, the engine block, a fleet's block), and
 /// notes on the numbers that puzzle a first reader.
 pub fn text(spec: &SimSpec, out: &SimOutput, opts: &TextOptions) -> String {
-    let report = PointReport::of(spec, out);
+    let report = PointReport::of(spec, out).with_caveat_runs(spec, out);
     let r = &report.bench;
     let trace = matches!(
         spec.workload.dataset,
@@ -812,6 +871,9 @@ pub fn text(spec: &SimSpec, out: &SimOutput, opts: &TextOptions) -> String {
     }
     for c in &report.caveats {
         let _ = writeln!(s, "Caveat ({}): {}", c.id, c.message);
+        if let Some(d) = c.desynchronised_mean_ttft_ms {
+            let _ = writeln!(s, "  {}", desynchronised_sentence(&[format!("{d:.2} ms")]));
+        }
     }
     if let (Some(f), Some(replicas)) = (&report.fleet, &report.replicas) {
         s.push_str(&fleet_text(f, replicas));
@@ -960,9 +1022,19 @@ mod tests {
         // The report carries it (JSON key `caveats`) and the text prints it.
         let spec = spec_with("rtx5090-qwen2.5-7b-vllm", &[c8, ("workload", "random_range_ratio", 0.0.into())]);
         let out = crate::simulate(&spec, crate::simulation::RunOptions::default());
-        let v = serde_json::to_value(PointReport::of(&spec, &out)).unwrap();
+        let v = serde_json::to_value(PointReport::of(&spec, &out).with_caveat_runs(&spec, &out)).unwrap();
         assert_eq!(v["caveats"][0]["id"], LOCKSTEP_WAVES);
         assert!(text(&spec, &out, &TextOptions::default()).contains("Caveat (lockstep_waves)"));
+        // The other end of the range: the same loop out of step. With 4,096-token prompts eight
+        // in lock-step share each wave's prefill; spread out, a request mostly meets the others
+        // mid-decode, so its TTFT is lower (and still at least one lone prefill).
+        let desync = v["caveats"][0]["desynchronised_mean_ttft_ms"].as_f64().expect("the desynchronised figure");
+        let lone = {
+            let one = spec_with("rtx5090-qwen2.5-7b-vllm", &[("workload", "max_concurrency", 1.into())]);
+            crate::simulate(&one, crate::simulation::RunOptions::default()).metrics.ttft.mean
+        };
+        assert!(desync < out.metrics.ttft.mean && desync >= lone, "{lone} <= {desync} < {}", out.metrics.ttft.mean);
+        assert!(text(&spec, &out, &TextOptions::default()).contains("With the clients out of step"));
     }
 
     /// Every metric is written under its key, in [`Metric::ALL`]'s order, with the value

@@ -240,7 +240,11 @@ pub fn sweep_series(
     SweepSeries {
         scenario: label.to_string(),
         engine: specs[0].engine.kind().to_string(),
-        points: specs.iter().zip(outs).map(|(sp, o)| crate::report::PointReport::of(sp, o)).collect(),
+        points: specs
+            .iter()
+            .zip(outs)
+            .map(|(sp, o)| crate::report::PointReport::of(sp, o).with_caveat_runs(sp, o))
+            .collect(),
         knee: sweep_knee(concurrency, outs),
         kv_limited_concurrency: limit.concurrency,
         kv_request_footprint_tokens: limit.footprint_tokens,
