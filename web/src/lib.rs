@@ -300,7 +300,7 @@ pub fn simulate_with_timeseries(request: &str) -> Result<(String, String), Strin
     apply_overrides(&mut raw, &req.sets, req.seed)?;
     let spec = resolve_raw(&raw)?;
     let out = sim::simulate(&spec, RunOptions { record_timeseries: req.timeseries, ..Default::default() });
-    let report = pretty(&sim::report::PointReport::of(&spec, &out));
+    let report = pretty(&sim::report::PointReport::of(&spec, &out).with_caveat_runs(&spec, &out));
     let series = if req.timeseries {
         serde_json::to_string(&reduce_timeseries(&out.run.timeseries, req.timeseries_points.unwrap_or(400)))
             .expect("serializable")
