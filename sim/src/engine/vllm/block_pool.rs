@@ -40,14 +40,24 @@ type BlockHashMap<V> = HashMap<u64, V, BuildHasherDefault<IdentityHasher>>;
 
 const NIL: u32 = u32::MAX;
 
+/// 32 bytes: the hash and its flag apart, so that the watch position fits.
 #[derive(Clone, Debug)]
 struct Block {
+    /// Hash of the full block this block holds, once registered (`has_hash`).
+    hash: u64,
     ref_cnt: u32,
-    /// Hash of the full block this block holds, once registered.
-    hash: Option<u64>,
     prev: u32,
     next: u32,
+    /// Position in the watched hit ([`BlockPool::watch`]), or `NIL`.
+    watch_pos: u32,
+    has_hash: bool,
     in_free_queue: bool,
+}
+
+impl Block {
+    fn hash(&self) -> Option<u64> {
+        self.has_hash.then_some(self.hash)
+    }
 }
 
 /// The pool of KV blocks.
@@ -63,6 +73,11 @@ pub struct BlockPool {
     /// (rare: two requests computed the same block at the same time).
     duplicates: BlockHashMap<Vec<u32>>,
     enable_caching: bool,
+    /// Watched blocks in the free queue (ref 0).
+    watched_free: u32,
+    /// The lowest watch position of a watched block evicted since
+    /// [`BlockPool::reset_watched_cut`], or `NIL`.
+    watched_cut: u32,
 }
 
 impl BlockPool {
@@ -71,7 +86,10 @@ impl BlockPool {
         assert!(num_gpu_blocks >= 2, "a pool needs the null block and at least one usable block");
         let n = num_gpu_blocks as usize;
         let mut blocks = Vec::with_capacity(n);
-        blocks.resize(n, Block { ref_cnt: 0, hash: None, prev: NIL, next: NIL, in_free_queue: false });
+        blocks.resize(
+            n,
+            Block { hash: 0, ref_cnt: 0, prev: NIL, next: NIL, watch_pos: NIL, has_hash: false, in_free_queue: false },
+        );
         let mut pool = BlockPool {
             blocks,
             head: NIL,
@@ -82,6 +100,8 @@ impl BlockPool {
             cached: BlockHashMap::with_capacity_and_hasher(n.min(1 << 18), Default::default()),
             duplicates: BlockHashMap::default(),
             enable_caching,
+            watched_free: 0,
+            watched_cut: NIL,
         };
         // The null block is popped at construction and never freed.
         pool.blocks[0].ref_cnt = 1;
@@ -129,6 +149,51 @@ impl BlockPool {
         }
     }
 
+    /// Watches `ids`, the blocks of a prefix hit from position `first_pos` on (distinct
+    /// blocks that hold hashes and are not watched yet): from now on the pool counts how
+    /// many watched blocks have ref 0 ([`BlockPool::watched_free`]) and notes the lowest
+    /// position of a watched block that allocation evicts ([`BlockPool::watched_cut`]).
+    /// Returns false, watching none of `ids`, if one of them is watched already. What the
+    /// scheduler memoises a blocked head of queue's prefix hit with: the blocks a lookup
+    /// finds change only where one is evicted, or where the hash after them gets cached.
+    pub fn watch(&mut self, ids: &[u32], first_pos: u32) -> bool {
+        for (k, &id) in ids.iter().enumerate() {
+            let b = &mut self.blocks[id as usize];
+            if b.watch_pos != NIL {
+                self.unwatch(&ids[..k]);
+                return false;
+            }
+            debug_assert!(b.has_hash);
+            b.watch_pos = first_pos + k as u32;
+            self.watched_free += u32::from(b.in_free_queue);
+        }
+        true
+    }
+
+    /// Stops watching `ids` (watched blocks).
+    pub fn unwatch(&mut self, ids: &[u32]) {
+        for &id in ids {
+            let b = &mut self.blocks[id as usize];
+            debug_assert!(b.watch_pos != NIL);
+            b.watch_pos = NIL;
+            self.watched_free -= u32::from(b.in_free_queue);
+        }
+    }
+
+    /// How many watched blocks have ref 0 (a hit on them takes them out of the free queue).
+    pub fn watched_free(&self) -> u32 {
+        self.watched_free
+    }
+
+    /// The lowest watch position of a block evicted since the last reset, `u32::MAX` if none.
+    pub fn watched_cut(&self) -> u32 {
+        self.watched_cut
+    }
+
+    pub fn reset_watched_cut(&mut self) {
+        self.watched_cut = NIL;
+    }
+
     /// `get_new_blocks`: pops `n` blocks from the front of the free queue,
     /// evicting their cached hashes. The caller has checked `n <= num_free`.
     pub fn get_new_blocks(&mut self, n: u32, out: &mut Vec<u32>) {
@@ -148,10 +213,11 @@ impl BlockPool {
             return;
         }
         let b = &mut self.blocks[id as usize];
-        if b.hash.is_some() {
+        if b.has_hash {
             return;
         }
-        b.hash = Some(hash);
+        b.hash = hash;
+        b.has_hash = true;
         match self.cached.entry(hash) {
             std::collections::hash_map::Entry::Vacant(e) => {
                 e.insert(id);
@@ -177,7 +243,13 @@ impl BlockPool {
     }
 
     fn maybe_evict_cached_block(&mut self, id: u32) {
-        let Some(h) = self.blocks[id as usize].hash.take() else { return };
+        let b = &mut self.blocks[id as usize];
+        if !b.has_hash {
+            return;
+        }
+        b.has_hash = false;
+        let h = b.hash;
+        self.watched_cut = self.watched_cut.min(b.watch_pos);
         // One probe of `cached` (this runs for most blocks a prompt allocates once the pool
         // has wrapped), and none of `duplicates` while it is empty (nearly always).
         if let std::collections::hash_map::Entry::Occupied(mut e) = self.cached.entry(h) {
@@ -214,6 +286,7 @@ impl BlockPool {
         let b = &mut self.blocks[id as usize];
         debug_assert!(!b.in_free_queue);
         b.in_free_queue = true;
+        self.watched_free += u32::from(b.watch_pos != NIL);
         b.prev = self.tail;
         b.next = NIL;
         if self.tail == NIL {
@@ -230,6 +303,7 @@ impl BlockPool {
             let b = &mut self.blocks[id as usize];
             assert!(b.in_free_queue, "block {id} is not in the free queue");
             b.in_free_queue = false;
+            self.watched_free -= u32::from(b.watch_pos != NIL);
             (b.prev, b.next)
         };
         if prev == NIL {
@@ -269,6 +343,10 @@ impl BlockPool {
                 return Err(format!("block {id}: ref {} but in_free_queue={}", b.ref_cnt, b.in_free_queue));
             }
         }
+        let watched_free = self.blocks.iter().filter(|b| b.watch_pos != NIL && b.in_free_queue).count();
+        if watched_free != self.watched_free as usize {
+            return Err(format!("{watched_free} watched blocks are free, counter says {}", self.watched_free));
+        }
         if self.blocks[0].in_free_queue {
             return Err("the null block is in the free queue".into());
         }
@@ -277,11 +355,11 @@ impl BlockPool {
         let mut n = 0usize;
         for (h, id) in held.chain(dups) {
             n += 1;
-            if self.blocks[id as usize].hash != Some(*h) {
+            if self.blocks[id as usize].hash() != Some(*h) {
                 return Err(format!("hash map points at block {id} which does not hold that hash"));
             }
         }
-        let hashed = self.blocks.iter().filter(|b| b.hash.is_some()).count();
+        let hashed = self.blocks.iter().filter(|b| b.has_hash).count();
         if n != hashed {
             return Err(format!("{hashed} blocks hold a hash but the maps list {n}"));
         }

@@ -82,6 +82,38 @@ impl KvCacheManager {
         hit: &ComputedBlocks,
         full_sequence_must_fit: bool,
     ) -> bool {
+        let num_evictable_hits = self.num_evictable(&hit.blocks);
+        self.allocate_slots_counted(
+            spec,
+            num_tokens,
+            num_computed,
+            kv,
+            num_new_tokens,
+            hit,
+            num_evictable_hits,
+            full_sequence_must_fit,
+        )
+    }
+
+    /// How many of `blocks` have ref 0: a hit on them takes them out of the free queue.
+    pub fn num_evictable(&self, blocks: &[u32]) -> u32 {
+        blocks.iter().filter(|&&b| self.pool.ref_cnt(b) == 0).count() as u32
+    }
+
+    /// [`KvCacheManager::allocate_slots`] given `num_evictable_hits`, the number of `hit`'s
+    /// blocks with ref 0 ([`KvCacheManager::num_evictable`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn allocate_slots_counted(
+        &mut self,
+        spec: &RequestSpec,
+        num_tokens: u32,
+        num_computed: u32,
+        kv: &mut RequestKv,
+        num_new_tokens: u32,
+        hit: &ComputedBlocks,
+        num_evictable_hits: u32,
+        full_sequence_must_fit: bool,
+    ) -> bool {
         let bs = self.block_size;
         let held = kv.blocks.len() as u32;
         // Fast path (most decode steps): the held blocks have room and no
@@ -96,7 +128,6 @@ impl KvCacheManager {
         let total = num_computed + hit.num_tokens + num_new_tokens;
         let num_required = cdiv(total, bs);
         let num_new_blocks = num_required.saturating_sub(held + hit_blocks);
-        let num_evictable_hits = hit.blocks.iter().filter(|&&b| self.pool.ref_cnt(b) == 0).count() as u32;
         let mut need = num_new_blocks + num_evictable_hits;
         if full_sequence_must_fit {
             let full = cdiv(num_tokens, bs).saturating_sub(held + hit_blocks) + num_evictable_hits;

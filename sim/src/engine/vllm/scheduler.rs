@@ -48,6 +48,7 @@ use std::collections::{BTreeSet, BinaryHeap, VecDeque};
 use super::kv_cache_manager::{ComputedBlocks, KvCacheManager, RequestKv};
 use crate::cost::StepShape;
 use crate::engine::{Engine, EngineCounters, ReqId, Scheduled, StepPlan, TokenOutput, Version};
+use crate::request::extend_block_hashes;
 
 /// What differs between vLLM releases, named: resolved from the release (and the
 /// scenario's flags) in `config/vllm.rs` ([`VllmBehaviour::of_release`]), read by the
@@ -163,6 +164,14 @@ pub struct Scheduler {
     next_plan: StepPlan,
     counters: EngineCounters,
     hit: ComputedBlocks,
+    /// The waiting queue head's last prefix lookup (phase B), its blocks watched by the
+    /// pool while `head_memo` names it.
+    head_hit: ComputedBlocks,
+    /// `(request, num_tokens)` whose lookup `head_hit` holds, while it stands: a head of
+    /// queue that cannot be admitted is looked up at every step, and its hit changes only
+    /// when one of its blocks is evicted or the block after it is cached (see
+    /// [`Scheduler::head_lookup`]).
+    head_memo: Option<(ReqId, u32)>,
     /// Reused between steps: (request, tokens) scheduled.
     scheduled_buf: Vec<(ReqId, u32)>,
     /// Shape of the last step run (for the invariant checks).
@@ -197,6 +206,8 @@ impl Scheduler {
             next_plan: StepPlan::default(),
             counters: EngineCounters::default(),
             hit: ComputedBlocks::default(),
+            head_hit: ComputedBlocks::default(),
+            head_memo: None,
             scheduled_buf: Vec::new(),
             last_shape: StepShape::default(),
             ff_heap: BinaryHeap::new(),
@@ -261,6 +272,9 @@ impl Scheduler {
     /// Removes `id` from the waiting queue (an abort, or a preempted request finished by
     /// its in-flight token).
     fn waiting_remove(&mut self, id: ReqId) {
+        if self.head_memo.is_some_and(|(m, _)| m == id) {
+            self.drop_head_memo();
+        }
         let key = {
             let r = self.req(id);
             (r.spec.priority, r.arrival_seq, id)
@@ -315,6 +329,79 @@ impl Scheduler {
             t
         } else {
             n
+        }
+    }
+
+    /// Forgets the memoised head-of-queue lookup and unwatches its blocks.
+    fn drop_head_memo(&mut self) {
+        if self.head_memo.take().is_some() {
+            self.kv.pool.unwatch(&self.head_hit.blocks);
+        }
+    }
+
+    /// `get_computed_blocks` for the waiting request `id` of `num_tokens` tokens into
+    /// `head_hit`; returns how many of the hit's blocks have ref 0.
+    ///
+    /// A head of queue that cannot be admitted is looked up at every step, so the last
+    /// lookup is kept (`head_memo`) with its blocks watched by the pool. The block a lookup
+    /// finds for a hash changes only when that block is evicted (caching a hash already
+    /// held adds a duplicate behind it), so the hit stands up to the first of its blocks
+    /// evicted since (the pool's `watched_cut`), and the lookup resumes from there, or from
+    /// the hash it missed last, which may be cached now. The pool counts the watched blocks
+    /// with ref 0 as they come and go.
+    fn head_lookup(&mut self, id: ReqId, num_tokens: u32) -> u32 {
+        let n = self.head_lookup_memoised(id, num_tokens);
+        if cfg!(debug_assertions) {
+            // The memo against a lookup from scratch.
+            let Scheduler { kv, requests, head_hit, .. } = self;
+            let r = requests[id as usize].as_mut().expect("live request");
+            let mut fresh = ComputedBlocks::default();
+            kv.get_computed_blocks(&r.spec, num_tokens, &mut r.kv, &mut fresh);
+            assert_eq!((&fresh.blocks, fresh.num_tokens), (&head_hit.blocks, head_hit.num_tokens));
+            assert_eq!(n, kv.num_evictable(&fresh.blocks));
+        }
+        n
+    }
+
+    fn head_lookup_memoised(&mut self, id: ReqId, num_tokens: u32) -> u32 {
+        let Scheduler { kv, requests, head_hit, head_memo, .. } = self;
+        let r = requests[id as usize].as_mut().expect("live request");
+        if !kv.enable_caching || num_tokens == 0 {
+            kv.get_computed_blocks(&r.spec, num_tokens, &mut r.kv, head_hit);
+            return 0;
+        }
+        if *head_memo == Some((id, num_tokens)) {
+            let cut = kv.pool.watched_cut() as usize;
+            if cut < head_hit.blocks.len() {
+                kv.pool.unwatch(&head_hit.blocks[cut..]);
+                head_hit.blocks.truncate(cut);
+            }
+        } else {
+            if head_memo.take().is_some() {
+                kv.pool.unwatch(&head_hit.blocks);
+            }
+            head_hit.blocks.clear();
+            extend_block_hashes(&r.spec, kv.block_size, num_tokens, &mut r.kv.block_hashes);
+            *head_memo = Some((id, num_tokens));
+        }
+        kv.pool.reset_watched_cut();
+        // `find_longest_cache_hit` from where the kept hit ends.
+        let start = head_hit.blocks.len();
+        let max_blocks = ((num_tokens - 1) / kv.block_size) as usize;
+        for &h in &r.kv.block_hashes[start..max_blocks] {
+            match kv.pool.get_cached_block(h) {
+                Some(b) => head_hit.blocks.push(b),
+                None => break,
+            }
+        }
+        head_hit.num_tokens = head_hit.blocks.len() as u32 * kv.block_size;
+        if kv.pool.watch(&head_hit.blocks[start..], start as u32) {
+            kv.pool.watched_free()
+        } else {
+            // A block found twice (equal hashes along one prompt): counted, not kept.
+            kv.pool.unwatch(&head_hit.blocks[..start]);
+            *head_memo = None;
+            kv.num_evictable(&head_hit.blocks)
         }
     }
 
@@ -416,25 +503,23 @@ impl Scheduler {
                     debug_assert_eq!(r.placeholders, 0, "a preempted request's in-flight token is processed first");
                     (r.num_tokens(), r.num_preemptions > 0)
                 };
-                {
-                    let Scheduler { kv, requests, hit, .. } = self;
-                    let r = requests[id as usize].as_mut().expect("live request");
-                    debug_assert_eq!(r.num_computed_tokens, 0);
-                    kv.get_computed_blocks(&r.spec, num_tokens, &mut r.kv, hit);
-                }
-                let hit_tokens = self.hit.num_tokens;
+                debug_assert_eq!(self.req(id).num_computed_tokens, 0);
+                let num_evictable = self.head_lookup(id, num_tokens);
+                let hit_tokens = self.head_hit.num_tokens;
                 if !record_at_admission {
                     self.record_prefix_lookup(num_tokens, hit_tokens, preempted_before);
                 }
                 let n = self.threshold_cap(num_tokens - hit_tokens).min(budget);
                 let ok = {
-                    let Scheduler { kv, requests, hit, .. } = self;
+                    let Scheduler { kv, requests, head_hit, .. } = self;
                     let r = requests[id as usize].as_mut().expect("live request");
-                    kv.allocate_slots(&r.spec, num_tokens, 0, &mut r.kv, n, hit, gate)
+                    kv.allocate_slots_counted(&r.spec, num_tokens, 0, &mut r.kv, n, head_hit, num_evictable, gate)
                 };
                 if !ok {
                     break;
                 }
+                // Admitted: its hit is spent.
+                self.drop_head_memo();
                 if record_at_admission {
                     self.record_prefix_lookup(num_tokens, hit_tokens, preempted_before);
                 }
@@ -733,6 +818,9 @@ impl Engine for Scheduler {
         let Some(Some(r)) = self.requests.get_mut(id as usize) else { return false };
         if r.status == Status::Finished {
             return false;
+        }
+        if self.head_memo.is_some_and(|(m, _)| m == id) {
+            self.drop_head_memo();
         }
         if self.next_plan.scheduled.iter().any(|s| s.id == id) {
             // Async scheduling: it leaves the plan formed for the next step too.
