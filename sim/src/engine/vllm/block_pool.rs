@@ -40,6 +40,114 @@ type BlockHashMap<V> = HashMap<u64, V, BuildHasherDefault<IdentityHasher>>;
 
 const NIL: u32 = u32::MAX;
 
+/// `cached_block_hash_to_block`'s first blocks: hash → the block a lookup finds. Open
+/// addressing with linear probing and backward-shift deletion, at most half full (each
+/// block holds at most one hash). A slot is `hash's low 32 bits << 32 | block`, 0 when
+/// empty (block 0, the null block, never holds a hash): one 8-byte probe finds a block's
+/// slot by its id, and a hash's by its low bits, checked against the block's full hash.
+/// Only looked up, never iterated in decisions.
+#[derive(Clone, Debug)]
+struct FirstBlockTable {
+    slots: Vec<u64>,
+    mask: usize,
+}
+
+impl FirstBlockTable {
+    fn new(num_blocks: usize) -> FirstBlockTable {
+        let n = (2 * num_blocks).next_power_of_two().max(16);
+        FirstBlockTable { slots: vec![0; n], mask: n - 1 }
+    }
+
+    #[inline]
+    fn home(&self, lo: u64) -> usize {
+        lo as usize & self.mask
+    }
+
+    /// The block registered for `hash`, `blocks` holding the hashes.
+    #[inline]
+    fn get(&self, hash: u64, blocks: &[Block]) -> Option<u32> {
+        let lo = hash & 0xffff_ffff;
+        let mut i = self.home(lo);
+        loop {
+            let s = self.slots[i];
+            if s == 0 {
+                return None;
+            }
+            if s >> 32 == lo && blocks[s as u32 as usize].hash == hash {
+                return Some(s as u32);
+            }
+            i = (i + 1) & self.mask;
+        }
+    }
+
+    /// Registers `id` for `hash` unless a block is registered for it already; returns
+    /// whether it did.
+    #[inline]
+    fn insert(&mut self, hash: u64, id: u32, blocks: &[Block]) -> bool {
+        let lo = hash & 0xffff_ffff;
+        let mut i = self.home(lo);
+        loop {
+            let s = self.slots[i];
+            if s == 0 {
+                self.slots[i] = lo << 32 | u64::from(id);
+                return true;
+            }
+            if s >> 32 == lo && blocks[s as u32 as usize].hash == hash {
+                return false;
+            }
+            i = (i + 1) & self.mask;
+        }
+    }
+
+    /// The slot registering `id` for `hash`, if `id` is the block registered for it.
+    #[inline]
+    fn slot_of(&self, hash: u64, id: u32) -> Option<usize> {
+        let lo = hash & 0xffff_ffff;
+        let want = lo << 32 | u64::from(id);
+        let mut i = self.home(lo);
+        loop {
+            let s = self.slots[i];
+            if s == want {
+                return Some(i);
+            }
+            if s == 0 {
+                return None;
+            }
+            i = (i + 1) & self.mask;
+        }
+    }
+
+    /// Registers `id` instead in slot `i` (a block holding the same hash).
+    fn replace(&mut self, i: usize, id: u32) {
+        self.slots[i] = self.slots[i] & !0xffff_ffff | u64::from(id);
+    }
+
+    /// Empties slot `i`, shifting back the entries after it that probed past it.
+    fn remove(&mut self, i: usize) {
+        let mut hole = i;
+        let mut j = (i + 1) & self.mask;
+        loop {
+            let s = self.slots[j];
+            if s == 0 {
+                break;
+            }
+            let home = self.home(s >> 32);
+            // The entry may move to the hole unless its home lies cyclically in (hole, j].
+            if j.wrapping_sub(home) & self.mask >= j.wrapping_sub(hole) & self.mask {
+                self.slots[hole] = s;
+                hole = j;
+            }
+            j = (j + 1) & self.mask;
+        }
+        self.slots[hole] = 0;
+    }
+
+    /// The registered blocks (for the invariant checks).
+    fn blocks(&self) -> impl Iterator<Item = u32> + '_ {
+        self.slots.iter().filter(|&&s| s != 0).map(|&s| s as u32)
+    }
+}
+
 /// 32 bytes: the hash and its flag apart, so that the watch position fits.
 #[derive(Clone, Debug)]
 struct Block {
@@ -68,7 +176,7 @@ pub struct BlockPool {
     tail: u32,
     num_free: u32,
     /// Hash → the first block holding it (what a lookup returns).
-    cached: BlockHashMap<u32>,
+    cached: FirstBlockTable,
     /// Hash → further blocks holding it, in the order they were cached
     /// (rare: two requests computed the same block at the same time).
     duplicates: BlockHashMap<Vec<u32>>,
@@ -95,9 +203,7 @@ impl BlockPool {
             head: NIL,
             tail: NIL,
             num_free: 0,
-            // Sized for the pool (each block holds at most one hash), up to 2^18 blocks, so
-            // that filling it does not rehash it a dozen times per run.
-            cached: BlockHashMap::with_capacity_and_hasher(n.min(1 << 18), Default::default()),
+            cached: FirstBlockTable::new(n),
             duplicates: BlockHashMap::default(),
             enable_caching,
             watched_free: 0,
@@ -135,7 +241,7 @@ impl BlockPool {
         if !self.enable_caching {
             return None;
         }
-        self.cached.get(&hash).copied()
+        self.cached.get(hash, &self.blocks)
     }
 
     /// `touch`: takes a reference on hit blocks, pulling those with ref 0 out
@@ -218,11 +324,8 @@ impl BlockPool {
         }
         b.hash = hash;
         b.has_hash = true;
-        match self.cached.entry(hash) {
-            std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(id);
-            }
-            std::collections::hash_map::Entry::Occupied(_) => self.duplicates.entry(hash).or_default().push(id),
+        if !self.cached.insert(hash, id, &self.blocks) {
+            self.duplicates.entry(hash).or_default().push(id);
         }
     }
 
@@ -252,24 +355,20 @@ impl BlockPool {
         self.watched_cut = self.watched_cut.min(b.watch_pos);
         // One probe of `cached` (this runs for most blocks a prompt allocates once the pool
         // has wrapped), and none of `duplicates` while it is empty (nearly always).
-        if let std::collections::hash_map::Entry::Occupied(mut e) = self.cached.entry(h) {
-            if *e.get() == id {
-                // The next duplicate, if any, becomes the one lookups find.
-                let dups = if self.duplicates.is_empty() { None } else { self.duplicates.get_mut(&h) };
-                match dups {
-                    Some(d) => {
-                        let next = d.remove(0);
-                        if d.is_empty() {
-                            self.duplicates.remove(&h);
-                        }
-                        e.insert(next);
+        if let Some(slot) = self.cached.slot_of(h, id) {
+            // The next duplicate, if any, becomes the one lookups find.
+            let dups = if self.duplicates.is_empty() { None } else { self.duplicates.get_mut(&h) };
+            match dups {
+                Some(d) => {
+                    let next = d.remove(0);
+                    if d.is_empty() {
+                        self.duplicates.remove(&h);
                     }
-                    None => {
-                        e.remove();
-                    }
+                    self.cached.replace(slot, next);
                 }
-                return;
+                None => self.cached.remove(slot),
             }
+            return;
         }
         if self.duplicates.is_empty() {
             return;
@@ -350,12 +449,19 @@ impl BlockPool {
         if self.blocks[0].in_free_queue {
             return Err("the null block is in the free queue".into());
         }
-        let held = self.cached.iter().map(|(h, &id)| (h, id));
-        let dups = self.duplicates.iter().flat_map(|(h, ids)| ids.iter().map(move |&id| (h, id)));
+        for id in self.cached.blocks() {
+            if self.cached.slot_of(self.blocks[id as usize].hash, id).is_none()
+                || self.cached.get(self.blocks[id as usize].hash, &self.blocks) != Some(id)
+            {
+                return Err(format!("the hash table cannot find block {id}"));
+            }
+        }
+        let held = self.cached.blocks().map(|id| (self.blocks[id as usize].hash, id));
+        let dups = self.duplicates.iter().flat_map(|(&h, ids)| ids.iter().map(move |&id| (h, id)));
         let mut n = 0usize;
         for (h, id) in held.chain(dups) {
             n += 1;
-            if self.blocks[id as usize].hash() != Some(*h) {
+            if self.blocks[id as usize].hash() != Some(h) {
                 return Err(format!("hash map points at block {id} which does not hold that hash"));
             }
         }
@@ -370,6 +476,82 @@ impl BlockPool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The hash table against a `BTreeMap` reference under random allocation, caching and
+    /// freeing, with hashes that share their low bits (long probe runs, wrap-around,
+    /// backward shifts) or their whole value (duplicates).
+    #[test]
+    fn first_block_table_agrees_with_a_map_under_colliding_hashes() {
+        use std::collections::BTreeMap;
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = move |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        for n in [3u32, 9, 17, 40] {
+            let mut pool = BlockPool::new(n, true);
+            let table_len = pool.cached.slots.len() as u64;
+            let mut reference: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
+            let mut holders: Vec<Vec<u32>> = Vec::new();
+            for _ in 0..4000 {
+                match rnd(3) {
+                    0 => {
+                        let k = 1 + rnd(4) as u32;
+                        if k > pool.num_free() {
+                            continue;
+                        }
+                        let mut got = Vec::new();
+                        pool.get_new_blocks(k, &mut got);
+                        for &b in &got {
+                            for ids in reference.values_mut() {
+                                ids.retain(|&x| x != b);
+                            }
+                        }
+                        reference.retain(|_, ids| !ids.is_empty());
+                        for &b in &got {
+                            if rnd(4) == 0 {
+                                continue;
+                            }
+                            // Low bits from a few homes near the table's end, high bits varied.
+                            let h = (rnd(3) << 32) | (table_len - 1 - rnd(3)) | (rnd(2) * table_len);
+                            pool.cache_block(b, h);
+                            reference.entry(h).or_default().push(b);
+                        }
+                        holders.push(got);
+                    }
+                    1 => {
+                        if holders.is_empty() {
+                            continue;
+                        }
+                        let i = rnd(holders.len() as u64) as usize;
+                        let blocks = holders.remove(i);
+                        pool.free_blocks(blocks.iter().rev().copied());
+                    }
+                    _ => {
+                        let h = (rnd(3) << 32) | (table_len - 1 - rnd(3)) | (rnd(2) * table_len);
+                        if let Some(b) = pool.get_cached_block(h) {
+                            pool.touch(&[b]);
+                            holders.push(vec![b]);
+                        }
+                    }
+                }
+                for (&h, ids) in &reference {
+                    assert_eq!(pool.get_cached_block(h), Some(ids[0]));
+                }
+                for hi in 0..3u64 {
+                    for lo in 0..3u64 {
+                        for w in 0..2u64 {
+                            let h = (hi << 32) | (table_len - 1 - lo) | (w * table_len);
+                            assert_eq!(pool.get_cached_block(h), reference.get(&h).map(|v| v[0]));
+                        }
+                    }
+                }
+                pool.check().unwrap();
+            }
+        }
+    }
 
     #[test]
     fn null_block_is_reserved_and_usage_counts_usable_blocks() {
