@@ -72,7 +72,43 @@ impl KvCacheManager {
     /// pool must also hold the request's whole current sequence. Returns false
     /// (vLLM: `None`) if the pool cannot.
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     pub fn allocate_slots(
+        &mut self,
+        spec: &RequestSpec,
+        num_tokens: u32,
+        num_computed: u32,
+        kv: &mut RequestKv,
+        num_new_tokens: u32,
+        hit: &ComputedBlocks,
+        full_sequence_must_fit: bool,
+    ) -> bool {
+        // The fast path (most decode steps), inlined into the caller's loop.
+        if hit.blocks.is_empty() && !full_sequence_must_fit && self.fits_held(num_computed + num_new_tokens, kv) {
+            return true;
+        }
+        self.allocate_slots_counted_slow(
+            spec,
+            num_tokens,
+            num_computed,
+            kv,
+            num_new_tokens,
+            hit,
+            full_sequence_must_fit,
+        )
+    }
+
+    /// Whether a request holding `kv` has room for `total` tokens without any block
+    /// becoming full: `allocate_slots` then changes nothing.
+    #[inline]
+    fn fits_held(&self, total: u32, kv: &RequestKv) -> bool {
+        let bs = self.block_size;
+        total <= kv.blocks.len() as u32 * bs && (!self.enable_caching || total / bs <= kv.num_cached_blocks)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn allocate_slots_counted_slow(
         &mut self,
         spec: &RequestSpec,
         num_tokens: u32,
@@ -118,11 +154,8 @@ impl KvCacheManager {
         let held = kv.blocks.len() as u32;
         // Fast path (most decode steps): the held blocks have room and no
         // block becomes full, so nothing is allocated or cached.
-        if hit.blocks.is_empty() && !full_sequence_must_fit {
-            let total = num_computed + num_new_tokens;
-            if total <= held * bs && (!self.enable_caching || total / bs <= kv.num_cached_blocks) {
-                return true;
-            }
+        if hit.blocks.is_empty() && !full_sequence_must_fit && self.fits_held(num_computed + num_new_tokens, kv) {
+            return true;
         }
         let hit_blocks = hit.blocks.len() as u32;
         let total = num_computed + hit.num_tokens + num_new_tokens;
