@@ -102,8 +102,9 @@ impl KvCacheManager {
     /// becoming full: `allocate_slots` then changes nothing.
     #[inline]
     fn fits_held(&self, total: u32, kv: &RequestKv) -> bool {
-        let bs = self.block_size;
-        total <= kv.blocks.len() as u32 * bs && (!self.enable_caching || total / bs <= kv.num_cached_blocks)
+        // `total / bs <= num_cached_blocks`, without a division per request per step.
+        let (t, bs) = (u64::from(total), u64::from(self.block_size));
+        t <= kv.blocks.len() as u64 * bs && (!self.enable_caching || t < (u64::from(kv.num_cached_blocks) + 1) * bs)
     }
 
     #[allow(clippy::too_many_arguments)]
