@@ -238,7 +238,7 @@ pub fn flag_cold_server(points: &mut [FitPoint]) -> Vec<Trap> {
     for p in points.iter_mut() {
         let w = &p.spec.workload;
         let warmed = w.initial_test_request || w.num_warmups > 0 || w.prior_run_prompts > 0;
-        let one_wave = w.request_rate.is_none() && w.max_concurrency.map_or(true, |c| c >= w.num_prompts);
+        let one_wave = w.request_rate.is_none() && w.max_concurrency.is_none_or(|c| c >= w.num_prompts);
         if p.spec.engine.engine_kind() != sim::config::EngineKind::Vllm || warmed || !one_wave {
             continue;
         }
