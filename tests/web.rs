@@ -198,6 +198,10 @@ fn check(v: &Value, how: &str) {
     // 3b. The page warns where the CLI warns, and only then: nothing on the default scenario;
     // on one where the modelled engine stops, the run and the sweep points that did not complete.
     assert_eq!(v["warnings_default"], serde_json::json!([]), "{how}");
+    // The default at concurrency 64 (the slider's last position above) is a closed loop of
+    // identical requests: the page shows the lock-step caveat with its out-of-step figure.
+    let cav = v["caveats_at_64"].to_string();
+    assert!(cav.contains("lock-step waves") && cav.contains("With the clients out of step the mean TTFT is"), "{how}: {cav}");
     let w = v["warnings_engine_error"].to_string();
     assert!(w.contains("the run did not complete: engine error"), "{how}: {w}");
     assert!(w.contains("did not complete (engine error") && w.contains("the knee is not searched"), "{how}: {w}");

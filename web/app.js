@@ -458,6 +458,13 @@ function draw(result) {
   const wl = $('warnings');
   wl.innerHTML = warnings.map((w) => `<li>warning: ${esc(w)}</li>`).join('');
   wl.hidden = warnings.length === 0;
+  // Where the run's shape is one the published data show the model far off on (the CLI's
+  // "Caveat" lines), with the lock-step caveat's other end of the range.
+  const caveats = result.flatMap((r) => (r.run.value.caveats || []).map((c) => `${names[r.kind]} at ${load}: ${c.message}` +
+    (c.desynchronised_mean_ttft_ms != null ? ` With the clients out of step the mean TTFT is ${fmt(c.desynchronised_mean_ttft_ms, 1)} ms; published vLLM runs of this shape measured between that and the lock-step figure.` : '')));
+  const cl = $('caveats');
+  cl.innerHTML = caveats.map((c) => `<li>caveat: ${esc(c)}</li>`).join('');
+  cl.hidden = caveats.length === 0;
 
   // One panel per engine: time series, TTFT split, explain.
   const panels = $('panels');
@@ -605,6 +612,7 @@ function selftest() {
     out.explain = [...document.querySelectorAll('#explain-vllm li')].map((li) => li.textContent);
     out.summary = $('summary').textContent;
     out.warnings_default = $('warnings').hidden ? [] : [...$('warnings').querySelectorAll('li')].map((li) => li.textContent);
+    out.caveats_at_64 = $('caveats').hidden ? [] : [...$('caveats').querySelectorAll('li')].map((li) => li.textContent);
     // 4. Every function, byte for byte with the binary (tests/web.rs runs the same commands).
     const d = { scenario: shipped[0].text, origin: shipped[0].origin };
     out.simulate_json = sim.simulate({ ...d, sets: ['workload.max_concurrency=64', 'workload.num_prompts=256'] }).text;
