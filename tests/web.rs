@@ -201,7 +201,10 @@ fn check(v: &Value, how: &str) {
     // The default at concurrency 64 (the slider's last position above) is a closed loop of
     // identical requests: the page shows the lock-step caveat with its out-of-step figure.
     let cav = v["caveats_at_64"].to_string();
-    assert!(cav.contains("lock-step waves") && cav.contains("With the clients out of step the mean TTFT is"), "{how}: {cav}");
+    assert!(
+        cav.contains("lock-step waves") && cav.contains("With the clients out of step the mean TTFT is"),
+        "{how}: {cav}"
+    );
     let w = v["warnings_engine_error"].to_string();
     assert!(w.contains("the run did not complete: engine error"), "{how}: {w}");
     assert!(w.contains("did not complete (engine error") && w.contains("the knee is not searched"), "{how}: {w}");
