@@ -83,42 +83,11 @@ impl KvCacheManager {
         hit: &ComputedBlocks,
         full_sequence_must_fit: bool,
     ) -> bool {
-        // The fast path (most decode steps), inlined into the caller's loop.
+        // The fast path (most decode steps), inlined into the caller's loop; the rest is
+        // `allocate_slots_counted`, kept out of line.
         if hit.blocks.is_empty() && !full_sequence_must_fit && self.fits_held(num_computed + num_new_tokens, kv) {
             return true;
         }
-        self.allocate_slots_counted_slow(
-            spec,
-            num_tokens,
-            num_computed,
-            kv,
-            num_new_tokens,
-            hit,
-            full_sequence_must_fit,
-        )
-    }
-
-    /// Whether a request holding `kv` has room for `total` tokens without any block
-    /// becoming full: `allocate_slots` then changes nothing.
-    #[inline]
-    fn fits_held(&self, total: u32, kv: &RequestKv) -> bool {
-        // `total / bs <= num_cached_blocks`, without a division per request per step.
-        let (t, bs) = (u64::from(total), u64::from(self.block_size));
-        t <= kv.blocks.len() as u64 * bs && (!self.enable_caching || t < (u64::from(kv.num_cached_blocks) + 1) * bs)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    #[inline(never)]
-    fn allocate_slots_counted_slow(
-        &mut self,
-        spec: &RequestSpec,
-        num_tokens: u32,
-        num_computed: u32,
-        kv: &mut RequestKv,
-        num_new_tokens: u32,
-        hit: &ComputedBlocks,
-        full_sequence_must_fit: bool,
-    ) -> bool {
         let num_evictable_hits = self.num_evictable(&hit.blocks);
         self.allocate_slots_counted(
             spec,
@@ -132,6 +101,15 @@ impl KvCacheManager {
         )
     }
 
+    /// Whether a request holding `kv` has room for `total` tokens without any block
+    /// becoming full: `allocate_slots` then changes nothing.
+    #[inline]
+    fn fits_held(&self, total: u32, kv: &RequestKv) -> bool {
+        // `total / bs <= num_cached_blocks`, without a division per request per step.
+        let (t, bs) = (u64::from(total), u64::from(self.block_size));
+        t <= kv.blocks.len() as u64 * bs && (!self.enable_caching || t < (u64::from(kv.num_cached_blocks) + 1) * bs)
+    }
+
     /// How many of `blocks` have ref 0: a hit on them takes them out of the free queue.
     pub fn num_evictable(&self, blocks: &[u32]) -> u32 {
         blocks.iter().filter(|&&b| self.pool.ref_cnt(b) == 0).count() as u32
@@ -140,6 +118,7 @@ impl KvCacheManager {
     /// [`KvCacheManager::allocate_slots`] given `num_evictable_hits`, the number of `hit`'s
     /// blocks with ref 0 ([`KvCacheManager::num_evictable`]).
     #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
     pub fn allocate_slots_counted(
         &mut self,
         spec: &RequestSpec,
