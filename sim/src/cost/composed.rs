@@ -32,6 +32,16 @@
 //! layer, and the GPU part is at least that (launches overlap the kernels
 //! they queue); a CUDA graph launches the whole step at once.
 //!
+//! A step that runs as a graph replays the graph captured for the next size up
+//! ([`GraphRule::padded`]: vLLM pads the step's tokens, SGLang the decode batch,
+//! to their capture lists): its linear layers, collectives and element-wise
+//! kernels run on the padded rows, so `m` above is the padded count there.
+//! Attention costs the real rows only (vLLM's piecewise graphs call it outside
+//! the graph on the real tokens, and a full decode graph's padding requests have
+//! no context; SGLang's padded decodes attend to a context of one), and vLLM's
+//! logits run on the real rows too (computed after the graph on the sampled
+//! positions); SGLang's decode graph includes its LM head, at the padded batch.
+//!
 //! The embedding is a lookup (no GEMM), the LM head runs on one position per
 //! scheduled sequence (vLLM V1 and SGLang compute the logits of every
 //! scheduled request's last position, partial prefills included).
@@ -216,10 +226,38 @@ enum AllGather {
 pub enum GraphRule {
     /// vLLM: graphs for steps up to this many tokens.
     VllmTokens(u64),
+    /// vLLM 0.12 and later: as [`GraphRule::VllmTokens`], but the capture sizes step by 16
+    /// from 256 tokens (vLLM PR #26016) where earlier releases step by 8 throughout.
+    VllmTokensStep16Above256(u64),
     /// SGLang: graphs for decode-only steps up to this batch.
     SglangDecodeBatch(u64),
     /// Eager mode.
     Eager,
+}
+
+impl GraphRule {
+    /// The size a CUDA graph replays a step of `m` tokens (vLLM) or `m` decodes (SGLang) at:
+    /// the smallest captured size at least `m`, capped at the largest one. The engines
+    /// capture graphs for a list of sizes and pad a step up to the next one; the padded
+    /// rows run through every kernel inside the graph. vLLM 0.9–0.11:
+    /// `[1, 2, 4] + range(8, max + 1, 8)`; vLLM 0.12+: `[1, 2, 4] + range(8, 256, 8) +
+    /// range(256, max + 1, 16)`; SGLang 0.4.10–0.5.x: `[1, 2, 4, 8] + range(16, …, 8)`, from
+    /// 256 on by 16 (the largest captured batch is always in the list).
+    pub fn padded(self, m: u64) -> u64 {
+        let (max, step16_from) = match self {
+            GraphRule::VllmTokens(max) => (max, u64::MAX),
+            GraphRule::VllmTokensStep16Above256(max) | GraphRule::SglangDecodeBatch(max) => (max, 256),
+            GraphRule::Eager => return m,
+        };
+        let up = if m <= 4 {
+            m.next_power_of_two()
+        } else if m < step16_from {
+            m.div_ceil(8) * 8
+        } else {
+            m.div_ceil(16) * 16
+        };
+        up.min(max).max(m)
+    }
 }
 
 /// The kernel-composed step cost of one deployment.
@@ -506,8 +544,17 @@ impl ComposedCost {
         if m == 0 {
             return 0.0;
         }
-        let linear = Self::memo(&self.memo_tokens, m, || self.per_token_count_us(m));
-        let seqs = u64::from(s.num_seqs.max(1));
+        // Inside a CUDA graph the linear layers, collectives and element-wise kernels run on
+        // the padded rows too; attention costs the real ones only (module docs). vLLM computes
+        // the logits after the graph, on the real sampled positions; SGLang's decode graph
+        // includes them.
+        let graph = self.in_graph(s);
+        let m_run = if graph { self.graphs.padded(m) } else { m };
+        let linear = Self::memo(&self.memo_tokens, m_run, || self.per_token_count_us(m_run));
+        let mut seqs = u64::from(s.num_seqs.max(1));
+        if graph && matches!(self.graphs, GraphRule::SglangDecodeBatch(_)) {
+            seqs = self.graphs.padded(seqs);
+        }
         let lm = Self::memo(&self.memo_seqs, seqs, || self.lm_head.at(seqs as f64) * 1e3 + self.logits_gather_us(seqs));
         let mut attn_ms = 0.0;
         if s.decode_tokens > 0 {
@@ -544,7 +591,7 @@ impl ComposedCost {
     /// Whether the step runs as a CUDA graph.
     fn in_graph(&self, s: &StepShape) -> bool {
         match self.graphs {
-            GraphRule::VllmTokens(max) => s.total_tokens() <= max,
+            GraphRule::VllmTokens(max) | GraphRule::VllmTokensStep16Above256(max) => s.total_tokens() <= max,
             GraphRule::SglangDecodeBatch(max) => s.prefill_tokens == 0 && s.decode_tokens <= max,
             GraphRule::Eager => false,
         }
@@ -693,6 +740,80 @@ mod tests {
 
     use super::*;
     use crate::cost::{us_to_ns, StepShape};
+
+    /// The padded sizes are the engines' capture lists: vLLM 0.9–0.11 `[1, 2, 4] +
+    /// range(8, 513, 8)`, vLLM 0.12+ `[1, 2, 4] + range(8, 256, 8) + range(256, 513, 16)`,
+    /// SGLang `[1, 2, 4, 8] + range(16, …, 8)` and by 16 from 256, each capped at its largest
+    /// captured size (which the list always holds).
+    #[test]
+    fn graphs_replay_at_the_next_captured_size() {
+        let capture = |rule: GraphRule, max: u64| -> Vec<u64> {
+            let mut v = vec![1, 2, 4];
+            let step16 = !matches!(rule, GraphRule::VllmTokens(_));
+            let mut x = 8;
+            while x <= max {
+                v.push(x);
+                x += if step16 && x >= 256 { 16 } else { 8 };
+            }
+            v.retain(|&c| c <= max);
+            if v.last() != Some(&max) {
+                v.push(max);
+            }
+            v
+        };
+        for rule in [
+            GraphRule::VllmTokens(512),
+            GraphRule::VllmTokensStep16Above256(512),
+            GraphRule::SglangDecodeBatch(256),
+            GraphRule::SglangDecodeBatch(100),
+            GraphRule::SglangDecodeBatch(3),
+        ] {
+            let max = match rule {
+                GraphRule::VllmTokens(m) | GraphRule::VllmTokensStep16Above256(m) | GraphRule::SglangDecodeBatch(m) => {
+                    m
+                }
+                GraphRule::Eager => unreachable!(),
+            };
+            let sizes = capture(rule, max);
+            for m in 1..=max {
+                let want = *sizes.iter().find(|&&c| c >= m).unwrap();
+                assert_eq!(rule.padded(m), want, "{rule:?} at {m}");
+            }
+        }
+        assert_eq!(GraphRule::VllmTokens(512).padded(300), 304);
+        assert_eq!(GraphRule::VllmTokensStep16Above256(512).padded(300), 304);
+        assert_eq!(GraphRule::VllmTokensStep16Above256(512).padded(257), 272);
+        assert_eq!(GraphRule::VllmTokens(512).padded(257), 264);
+        assert_eq!(GraphRule::Eager.padded(5), 5);
+    }
+
+    /// In a graph a step's linear layers run at the padded size (a decode batch of 5 costs
+    /// what one of 8 does but for attention); eager steps run at their own size.
+    #[test]
+    fn padded_rows_cost_their_linear_layers_not_their_attention() {
+        let res = crate::builtin::resources().unwrap();
+        let model = res.models.iter().find(|m| m.id == "llama-3.1-8b-instruct").unwrap();
+        let gpu = res.gpus.iter().find(|g| g.id == "h100-80gb").unwrap();
+        let (p, src) = provider_for(gpu, "vllm", FALLBACK, None).unwrap();
+        let dep = Deployment::single(model);
+        let graph = ComposedCost::build(model, gpu, &dep, GraphRule::VllmTokens(512), &p, src.clone(), 5.0, 0.7);
+        let eager = ComposedCost::build(model, gpu, &dep, GraphRule::Eager, &p, src, 5.0, 0.7);
+        // Context 1 a request: attention is a few µs; the rest is the linear layers and LM head.
+        let tiny = |b: u64| StepShape::decodes(b, b);
+        let lm = |c: &ComposedCost, b: u64| c.lm_head.at(b as f64) * 1e3;
+        let linear = |c: &ComposedCost, b: u64| c.gpu_us(&tiny(b)) - lm(c, b);
+        // vLLM: the LM head runs outside the graph on the real positions.
+        let (g5, e8) = (graph.gpu_us(&tiny(5)) - lm(&graph, 5), eager.gpu_us(&tiny(8)) - lm(&eager, 8));
+        assert!((g5 - e8).abs() < 0.02 * e8, "graph at 5 {g5} vs eager at 8 {e8}");
+        assert!((linear(&eager, 5) - linear(&eager, 8)).abs() > 1e-6, "the table distinguishes 5 from 8 rows");
+        // Attention is on the real rows: at a long context, 5 decodes attend less than 8.
+        let long = |b: u64| StepShape::decodes(b, b * 4096);
+        assert!(graph.gpu_us(&long(8)) > graph.gpu_us(&long(5)));
+        // Beyond the largest graph a step runs eagerly, unpadded.
+        let mut big = StepShape::default();
+        big.add_prefill(600, 0);
+        assert_eq!(graph.gpu_us(&big), eager.gpu_us(&big));
+    }
 
     /// The memoised step duration is the computed one, for decode steps seen once or
     /// many times (colliding in the memo's slots), with and without the CPU overlap,
