@@ -369,12 +369,10 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
     }
 
     let graphs = match kind {
-        // The capture sizes' step from 256 tokens changed from 8 to 16 in vLLM PR #26016
-        // (merged 2025-10-01, after 0.11.0's `[1, 2, 4] + range(8, N + 1, 8)`).
-        EngineKind::Vllm if engine.version() >= Version::new(0, 12, 0) => {
-            crate::cost::GraphRule::VllmTokensStep16Above256(crate::cost::VLLM_GRAPH_MAX_TOKENS)
-        }
-        EngineKind::Vllm => crate::cost::GraphRule::VllmTokens(crate::cost::VLLM_GRAPH_MAX_TOKENS),
+        EngineKind::Vllm => match &engine {
+            EngineSpec::Vllm(c) => crate::cost::GraphRule::vllm(c.version, c.max_num_seqs, c.max_num_batched_tokens),
+            EngineSpec::Sglang(_) => unreachable!("a vLLM kind resolves to a vLLM engine"),
+        },
         EngineKind::Sglang => {
             crate::cost::GraphRule::SglangDecodeBatch(u64::from(s.engine.sglang.cuda_graph_max_bs.unwrap_or_else(
                 || sglang_default_cuda_graph_max_bs(&gpu, engine.version(), deployment.tensor_parallel_size),

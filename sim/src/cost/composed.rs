@@ -236,6 +236,31 @@ pub enum GraphRule {
 }
 
 impl GraphRule {
+    /// vLLM's graphs for a release and its limits: the capture list runs up to
+    /// `min(2 × max_num_seqs, 512)`, filtered to `max_num_batched_tokens` (0.11 through 0.33,
+    /// `VllmConfig`'s capture-size setup); a cap that is not in the list is not captured (the
+    /// largest listed size below it is the last graph: vLLM PR #37865 describes the
+    /// truncation). The step of the list from 256 tokens is 16 from 0.12 (PR #26016, merged
+    /// 2025-10-01, after 0.11.0's `[1, 2, 4] + range(8, N + 1, 8)`), 8 before. The 1,024-token
+    /// cap later releases use on SM100 is not modelled.
+    pub fn vllm(version: crate::engine::Version, max_num_seqs: u32, max_num_batched_tokens: u32) -> GraphRule {
+        let cap = VLLM_GRAPH_MAX_TOKENS.min(2 * u64::from(max_num_seqs)).min(u64::from(max_num_batched_tokens)).max(1);
+        let step16 = version >= crate::engine::Version::new(0, 12, 0);
+        // The largest captured size not above the cap.
+        let largest = if cap < 8 {
+            [4, 2, 1].into_iter().find(|&c| c <= cap).unwrap_or(1)
+        } else if !step16 || cap < 256 {
+            cap / 8 * 8
+        } else {
+            256 + (cap - 256) / 16 * 16
+        };
+        if step16 {
+            GraphRule::VllmTokensStep16Above256(largest)
+        } else {
+            GraphRule::VllmTokens(largest)
+        }
+    }
+
     /// The size a CUDA graph replays a step of `m` tokens (vLLM) or `m` decodes (SGLang) at:
     /// the smallest captured size at least `m`, capped at the largest one. The engines
     /// capture graphs for a list of sizes and pad a step up to the next one; the padded
@@ -785,6 +810,25 @@ mod tests {
         assert_eq!(GraphRule::VllmTokensStep16Above256(512).padded(257), 272);
         assert_eq!(GraphRule::VllmTokens(512).padded(257), 264);
         assert_eq!(GraphRule::Eager.padded(5), 5);
+    }
+
+    /// vLLM's last graph: `min(2 × max_num_seqs, 512)` within `max_num_batched_tokens`, down to
+    /// the largest size in the capture list.
+    #[test]
+    fn vllm_graphs_end_at_the_largest_captured_size_under_its_cap() {
+        use crate::engine::Version;
+        let (v11, v12) = (Version::new(0, 11, 0), Version::new(0, 12, 0));
+        assert_eq!(GraphRule::vllm(v11, 256, 8192), GraphRule::VllmTokens(512));
+        assert_eq!(GraphRule::vllm(v12, 1024, 8192), GraphRule::VllmTokensStep16Above256(512));
+        assert_eq!(GraphRule::vllm(v11, 64, 8192), GraphRule::VllmTokens(128));
+        assert_eq!(GraphRule::vllm(v11, 5, 8192), GraphRule::VllmTokens(8));
+        assert_eq!(GraphRule::vllm(v11, 3, 8192), GraphRule::VllmTokens(4));
+        assert_eq!(GraphRule::vllm(v11, 1, 8192), GraphRule::VllmTokens(2));
+        assert_eq!(GraphRule::vllm(v11, 150, 8192), GraphRule::VllmTokens(296));
+        assert_eq!(GraphRule::vllm(v12, 150, 8192), GraphRule::VllmTokensStep16Above256(288));
+        assert_eq!(GraphRule::vllm(v12, 256, 300), GraphRule::VllmTokensStep16Above256(288));
+        // A step of 9 or 10 tokens under max_num_seqs 5 runs eagerly: the last graph is 8.
+        assert_eq!(GraphRule::vllm(v11, 5, 8192).padded(7), 8);
     }
 
     /// In a graph a step's linear layers run at the padded size (a decode batch of 5 costs
