@@ -180,8 +180,35 @@ fn simulate(a: SimulateArgs) -> Result<ExitCode, String> {
     Ok(if out.run.stop == StopReason::Completed { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
+/// Rust ignores SIGPIPE, so a `println!` to a closed pipe (`servesim sweep … | head`) panics.
+/// The commands that only print take the default back: the shell's reader went away, and
+/// the process ends as `cat` or `grep` would (status 141). The commands that talk to servers
+/// keep it ignored: a peer closing a socket must be an error they handle, not their end.
+fn default_sigpipe_for_printing(cmd: &Cmd) {
+    let prints_only = matches!(
+        cmd,
+        Cmd::Simulate(_)
+            | Cmd::Sweep(_)
+            | Cmd::Diff(_)
+            | Cmd::Explain(_)
+            | Cmd::Tune(_)
+            | Cmd::Plan(_)
+            | Cmd::Validate(_)
+    );
+    #[cfg(unix)]
+    if prints_only {
+        // SAFETY: `signal` with SIG_DFL for SIGPIPE, before any thread is started; no handler runs.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = prints_only;
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    default_sigpipe_for_printing(&cli.cmd);
     let r = match cli.cmd {
         Cmd::Simulate(a) => simulate(a),
         Cmd::Sweep(a) => sweep::run(a),

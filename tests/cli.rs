@@ -416,3 +416,31 @@ fn published_rtx5090_sglang_setup_runs_beside_vllm() {
         assert!(j.get(k).is_some(), "SGLang report lacks {k}");
     }
 }
+
+/// A reader that stops early (`servesim validate | head -1`) ends the run as it would end
+/// `cat`: by SIGPIPE, with nothing on stderr, not a panic about a failed print.
+#[cfg(unix)]
+#[test]
+fn a_closed_stdout_ends_a_printing_command_quietly() {
+    use std::io::Read;
+    use std::os::unix::process::ExitStatusExt;
+    let mut child = servesim()
+        .args(["validate"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("servesim starts");
+    let mut first = [0u8; 16];
+    child.stdout.as_mut().unwrap().read_exact(&mut first).expect("validate prints");
+    drop(child.stdout.take());
+    let o = child.wait_with_output().expect("servesim ends");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    // validate prints tens of kilobytes after its first line: more than a pipe buffers.
+    assert_eq!(o.status.signal(), Some(libc_sigpipe()), "{:?}: {stderr}", o.status);
+}
+
+#[cfg(unix)]
+fn libc_sigpipe() -> i32 {
+    13 // SIGPIPE on Linux and the BSDs
+}
