@@ -267,7 +267,10 @@ impl GraphRule {
     /// rows run through every kernel inside the graph. vLLM 0.9–0.11:
     /// `[1, 2, 4] + range(8, max + 1, 8)`; vLLM 0.12+: `[1, 2, 4] + range(8, 256, 8) +
     /// range(256, max + 1, 16)`; SGLang 0.4.10–0.5.x: `[1, 2, 4, 8] + range(16, …, 8)`, from
-    /// 256 on by 16 (the largest captured batch is always in the list).
+    /// 256 on by 16 (the largest captured batch is always in the list). Later SGLang lists
+    /// also hold 12 and step by 32 from 512 (`ServerArgs._generate_cuda_graph_batch_sizes`,
+    /// after PR #10372): a batch of 9–12 is padded to 16 here, not 12 (not modelled; the
+    /// release that added 12 is not pinned).
     pub fn padded(self, m: u64) -> u64 {
         let (max, step16_from) = match self {
             GraphRule::VllmTokens(max) => (max, u64::MAX),
