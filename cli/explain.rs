@@ -44,7 +44,7 @@ pub fn text(e: &Explanation) -> String {
     let d = &e.deployment;
     let _ = writeln!(
         s,
-        "Deployment: tensor parallel {} on {} GPU{}, KV cache {} ({} B/element), weights {}, CUDA graphs {}",
+        "Deployment: tensor parallel {} on {} GPU{}, KV cache {} ({} B/element), weights {}, CUDA graphs {}{}",
         d.tensor_parallel_size,
         d.num_gpus,
         if d.num_gpus == 1 { "" } else { "s" },
@@ -54,7 +54,13 @@ pub fn text(e: &Explanation) -> String {
             .as_deref()
             .map(|q| format!("quantized ({q})"))
             .unwrap_or_else(|| format!("{} B each", d.linear_weight_bytes)),
-        if d.cuda_graphs { "on" } else { "off" }
+        if d.cuda_graphs { "on" } else { "off" },
+        match e.cuda_graph_max {
+            Some(m) if e.engine == "sglang" =>
+                format!(" (decode batches up to {m}, each padded to the next captured batch size)"),
+            Some(m) => format!(" (steps up to {m} tokens, each padded to the next captured size)"),
+            None => String::new(),
+        }
     );
     match &e.memory {
         Some(m) => {

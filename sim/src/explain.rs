@@ -192,6 +192,10 @@ pub struct Explanation {
     pub hardware: String,
     /// Tensor parallelism, GPUs, KV dtype, quantization, CUDA graphs.
     pub deployment: Deployment,
+    /// The largest step a CUDA graph runs (vLLM: tokens; SGLang: a decode-only batch); steps
+    /// up to it are padded to the next captured size, larger ones run eagerly
+    /// (`sim::cost::GraphRule`). `None` without graphs or without the measured-kernel cost.
+    pub cuda_graph_max: Option<u64>,
     /// How the KV pool was sized (`kv_cache_tokens`, `gpu_memory_utilization`, ...).
     pub kv_sizing_source: String,
     pub kv_bytes_per_token: u64,
@@ -386,6 +390,7 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
         model_id: base.model.id.clone(),
         hardware: base.gpu.id.clone(),
         deployment: base.deployment.clone(),
+        cuda_graph_max: base.cost.composed.as_ref().and_then(|c| c.graphs().max()),
         kv_sizing_source: base.kv_sizing.source.to_string(),
         kv_bytes_per_token: base.kv_sizing.kv_bytes_per_token,
         memory: base.kv_sizing.memory.clone(),

@@ -236,6 +236,17 @@ pub enum GraphRule {
 }
 
 impl GraphRule {
+    /// The largest step that runs as a graph (tokens for vLLM, decodes for SGLang); `None`
+    /// in eager mode.
+    pub fn max(self) -> Option<u64> {
+        match self {
+            GraphRule::VllmTokens(m) | GraphRule::VllmTokensStep16Above256(m) | GraphRule::SglangDecodeBatch(m) => {
+                Some(m)
+            }
+            GraphRule::Eager => None,
+        }
+    }
+
     /// vLLM's graphs for a release and its limits: the capture list runs up to
     /// `min(2 × max_num_seqs, 512)`, filtered to `max_num_batched_tokens` (0.11 through 0.33,
     /// `VllmConfig`'s capture-size setup); a cap that is not in the list is not captured (the
@@ -517,6 +528,11 @@ impl ComposedCost {
             memo_seqs: (0..MEMO_SEQS).map(|_| AtomicU64::new(0)).collect(),
             memo_decode: StepMemo::new(),
         }
+    }
+
+    /// How steps run as CUDA graphs (eager when the deployment has none).
+    pub fn graphs(&self) -> GraphRule {
+        self.graphs
     }
 
     /// One all-reduce of the hidden states of `m` tokens, µs (0 without TP).
