@@ -7,6 +7,7 @@
 //! depend on the machine.) The million-request run happens in a child process
 //! of this bench (`SPEED_MILLION=1`), so that its peak RSS (`VmHWM` from
 //! `/proc/self/status`) is its own. `SPEED_NO_FF=1` turns the fast-forward off.
+//! `SPEED_RUNS=n` runs each case exactly n times (1: one run's instructions under a profiler).
 //! `SPEED_FLEET=1` runs only the fleet row (64 replicas, a million trace requests);
 //! `SPEED_FLEET_DIGEST=DIR` writes the outputs of 52 small fleet runs to compare two builds.
 
@@ -286,12 +287,17 @@ fn main() {
         }
         let s = config::from_value(v, "").unwrap();
         let spec = config::resolve(&s, &res).unwrap();
-        // Best wall time of at least 3 runs and at least 0.5 s of running.
+        // Best wall time of at least 3 runs and at least 0.5 s of running; `SPEED_RUNS=n`:
+        // exactly n runs (one, to count a run's instructions under a profiler).
+        let exact_runs: Option<u32> = std::env::var("SPEED_RUNS").ok().and_then(|s| s.parse().ok());
         let mut best = f64::INFINITY;
         let mut out = None;
         let started = Instant::now();
         let mut runs = 0;
-        while runs < 3 || started.elapsed().as_secs_f64() < 0.5 {
+        while match exact_runs {
+            Some(n) => runs < n,
+            None => runs < 3 || started.elapsed().as_secs_f64() < 0.5,
+        } {
             runs += 1;
             let t = Instant::now();
             let o = sim::simulate(&spec, opts());
