@@ -55,6 +55,19 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     lerp(sorted[lo], sorted[hi], pos - lo as f64)
 }
 
+/// Every rank the median and the percentiles of `n > 0` values read, sorted and distinct.
+fn stat_ranks(n: usize) -> Vec<usize> {
+    let mut ranks = vec![(n - 1) / 2, n / 2];
+    for p in PERCENTILES {
+        let pos = p / 100.0 * (n - 1) as f64;
+        ranks.push(pos.floor() as usize);
+        ranks.push((pos.floor() as usize + 1).min(n - 1));
+    }
+    ranks.sort_unstable();
+    ranks.dedup();
+    ranks
+}
+
 /// Puts the order statistics at the (sorted, distinct) `ranks` in place, as
 /// a full sort would, in O(n) per rank instead of sorting everything.
 fn select_ranks(values: &mut [f64], ranks: &[usize]) {
@@ -64,6 +77,18 @@ fn select_ranks(values: &mut [f64], ranks: &[usize]) {
             continue;
         }
         values[lo..].select_nth_unstable_by(r - lo, |a, b| a.total_cmp(b));
+        lo = r + 1;
+    }
+}
+
+/// [`select_ranks`] for integers.
+fn select_ranks_int<T: Ord>(values: &mut [T], ranks: &[usize]) {
+    let mut lo = 0;
+    for &r in ranks {
+        if r < lo || r >= values.len() {
+            continue;
+        }
+        values[lo..].select_nth_unstable(r - lo);
         lo = r + 1;
     }
 }
@@ -78,27 +103,71 @@ impl Stats {
         let mean = values.iter().sum::<f64>() / n as f64;
         let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let var = values.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n as f64;
-        // Every rank the median and the percentiles read.
-        let mut ranks = vec![(n - 1) / 2, n / 2];
-        for p in PERCENTILES {
-            let pos = p / 100.0 * (n - 1) as f64;
-            ranks.push(pos.floor() as usize);
-            ranks.push((pos.floor() as usize + 1).min(n - 1));
-        }
-        ranks.sort_unstable();
-        ranks.dedup();
+        let ranks = stat_ranks(n);
         select_ranks(values, &ranks);
+        Stats::from_selected(mean, var, max, n, |i| values[i])
+    }
+
+    /// The statistics of `n` values of mean `mean`, population variance `var` and maximum
+    /// `max`, whose order statistic of rank `i` (for the ranks of [`stat_ranks`]) is `at(i)`.
+    fn from_selected(mean: f64, var: f64, max: f64, n: usize, at: impl Fn(usize) -> f64) -> Stats {
         let m = n / 2;
-        let median = if n % 2 == 1 { values[m] } else { (values[m - 1] + values[m]) / 2.0 };
-        Stats {
-            mean,
-            median,
-            std: var.sqrt(),
-            p50: percentile(values, 50.0),
-            p90: percentile(values, 90.0),
-            p95: percentile(values, 95.0),
-            p99: percentile(values, 99.0),
-            max,
+        let median = if n % 2 == 1 { at(m) } else { (at(m - 1) + at(m)) / 2.0 };
+        let pct = |p: f64| {
+            // `percentile` on the sorted values.
+            let pos = p / 100.0 * (n - 1) as f64;
+            let lo = pos.floor() as usize;
+            let hi = (lo + 1).min(n - 1);
+            lerp(at(lo), at(hi), pos - lo as f64)
+        };
+        Stats { mean, median, std: var.sqrt(), p50: pct(50.0), p90: pct(90.0), p95: pct(95.0), p99: pct(99.0), max }
+    }
+
+    /// Statistics of the gaps between consecutive token times of every record, the records
+    /// in order and each one's gaps in order, in milliseconds: exactly [`Stats::of`] the
+    /// concatenated gaps (the same f64 sums in the same order), without materialising them
+    /// as f64. The order statistics are selected among the integer gaps, which `ns_to_ms`
+    /// maps monotonically, so they are the same values.
+    fn of_token_gaps(recs: &[&RequestRecord]) -> Stats {
+        let n: usize = recs.iter().map(|r| r.token_times_ns.len().saturating_sub(1)).sum();
+        if n == 0 {
+            return Stats::default();
+        }
+        // One sequential sum in the concatenated order, as `Stats::of` sums (its terms are
+        // never negative, so the sum's start, 0 or -0, gives the same bits).
+        let (mut sum, mut max_gap) = (0.0f64, 0u64);
+        for r in recs {
+            for w in r.token_times_ns.windows(2) {
+                let g = w[1] - w[0];
+                sum += ns_to_ms(g);
+                max_gap = max_gap.max(g);
+            }
+        }
+        let mean = sum / n as f64;
+        let mut sq = 0.0f64;
+        for r in recs {
+            for w in r.token_times_ns.windows(2) {
+                let v = ns_to_ms(w[1] - w[0]);
+                sq += (v - mean) * (v - mean);
+            }
+        }
+        let var = sq / n as f64;
+        let max = ns_to_ms(max_gap);
+        let ranks = stat_ranks(n);
+        let gaps = || recs.iter().flat_map(|r| r.token_times_ns.windows(2).map(|w| w[1] - w[0]));
+        // Gaps below 2^32 ns (4.3 s) are selected as u32: half the memory to walk.
+        if max_gap <= u64::from(u32::MAX) {
+            let mut v: Vec<u32> = Vec::with_capacity(n);
+            for r in recs {
+                v.extend(r.token_times_ns.windows(2).map(|w| (w[1] - w[0]) as u32));
+            }
+            select_ranks_int(&mut v, &ranks);
+            Stats::from_selected(mean, var, max, n, |i| ns_to_ms(u64::from(v[i])))
+        } else {
+            let mut v: Vec<u64> = Vec::with_capacity(n);
+            v.extend(gaps());
+            select_ranks_int(&mut v, &ranks);
+            Stats::from_selected(mean, var, max, n, |i| ns_to_ms(v[i]))
         }
     }
 
@@ -167,7 +236,6 @@ pub fn bench_metrics(run: &RunResult) -> BenchMetrics {
     let mut ttft = Vec::with_capacity(recs.len());
     let mut tpot = Vec::with_capacity(recs.len());
     let mut e2el = Vec::with_capacity(recs.len());
-    let mut itl = Vec::with_capacity(total_output_tokens as usize);
     let mut bd = TtftBreakdown::default();
     for r in &recs {
         let first = r.token_times_ns[0];
@@ -179,9 +247,6 @@ pub fn bench_metrics(run: &RunResult) -> BenchMetrics {
         let n = r.output_len as usize;
         if n > 1 {
             tpot.push((e - t) / (n - 1) as f64);
-        }
-        for w in r.token_times_ns.windows(2) {
-            itl.push(ns_to_ms(w[1] - w[0]));
         }
         let sched = r.first_scheduled_ns.unwrap_or(r.engine_arrival_ns);
         let step_end = r.first_token_step_end_ns.unwrap_or(first);
@@ -219,7 +284,7 @@ pub fn bench_metrics(run: &RunResult) -> BenchMetrics {
         max_concurrent_requests,
         ttft: Stats::of(&mut ttft),
         tpot: Stats::of(&mut tpot),
-        itl: Stats::of(&mut itl),
+        itl: Stats::of_token_gaps(&recs),
         e2el: Stats::of(&mut e2el),
         ttft_breakdown: bd,
     }
@@ -233,11 +298,26 @@ fn peaks_per_second(recs: &[&RequestRecord], start: u64, duration_ns: u64) -> (u
     let last = duration_ns / SEC; // the last bucket's index
     let bucket = |t: u64| (t.saturating_sub(start) / SEC).min(last);
     // Token times of a request increase, so each request's tokens come in runs of one bucket.
+    // The times `[lo, hi]` that fall in bucket `b`, so that a token in the current
+    // bucket's span is counted without a division.
+    let span = |b: u64| {
+        let lo = if b == 0 { 0 } else { start.saturating_add(b * SEC) };
+        let hi = if b == last { u64::MAX } else { start.saturating_add((b + 1) * SEC) - 1 };
+        (lo, hi)
+    };
     let mut per_bucket: Vec<(u64, u64)> = Vec::new();
     for r in recs {
         let mut cur: Option<(u64, u64)> = None;
+        let (mut lo, mut hi) = (1, 0);
         for &t in &r.token_times_ns {
+            if lo <= t && t <= hi {
+                if let Some((_, n)) = &mut cur {
+                    *n += 1;
+                }
+                continue;
+            }
             let b = bucket(t);
+            (lo, hi) = span(b);
             match &mut cur {
                 Some((cb, n)) if *cb == b => *n += 1,
                 _ => {
@@ -349,6 +429,37 @@ mod select_tests {
             let recs: Vec<&RequestRecord> = records.iter().collect();
             let end = records.iter().map(|r| r.token_times_ns.last().copied().unwrap_or(r.dispatch_ns)).max().unwrap();
             prop_assert_eq!(peaks_per_second(&recs, start, end - start), dense_peaks(&recs, start, end - start));
+        }
+    }
+
+    proptest! {
+        /// The token gaps' statistics, computed from the records, are bit for bit those of the
+        /// concatenated gaps in milliseconds (small gaps, and gaps past `u32::MAX` ns).
+        #[test]
+        fn token_gap_stats_equal_stats_of_the_concatenated_gaps(
+            reqs in prop::collection::vec(prop::collection::vec(prop_oneof![0u64..50_000_000, 0u64..9_000_000_000], 0..40), 0..20),
+        ) {
+            let records: Vec<RequestRecord> = reqs
+                .iter()
+                .map(|gaps| {
+                    let mut t = 1_000u64;
+                    let token_times_ns = gaps.iter().map(|g| { t += g; t }).collect();
+                    RequestRecord { token_times_ns, ..Default::default() }
+                })
+                .collect();
+            let recs: Vec<&RequestRecord> = records.iter().collect();
+            let mut itl: Vec<f64> = Vec::new();
+            for r in &recs {
+                for w in r.token_times_ns.windows(2) {
+                    itl.push(ns_to_ms(w[1] - w[0]));
+                }
+            }
+            let a = Stats::of(&mut itl);
+            let b = Stats::of_token_gaps(&recs);
+            prop_assert_eq!(format!("{a:?}"), format!("{b:?}"));
+            for (x, y) in [(a.mean, b.mean), (a.std, b.std), (a.median, b.median), (a.p99, b.p99), (a.max, b.max)] {
+                prop_assert_eq!(x.to_bits(), y.to_bits());
+            }
         }
     }
 
