@@ -33,7 +33,12 @@
 //!   or next-phase event is made, and with `output_lag` no last token jumps the queue.
 //! * **No waiting request can be admitted and no prefill is in progress.** vLLM:
 //!   nothing waits, or phase B stops before touching the queue (`max_num_seqs`
-//!   reached, no token budget left), and every running request fits the budget.
+//!   reached, no token budget left), or the queue's head is blocked and stays so:
+//!   its prefix lookup stands (no block of its hit is among those the step's
+//!   allocations evict, and no block the step caches holds the hash it missed), so it
+//!   asks for the same blocks at every step, more than are free after the step's
+//!   allocations (its lookups counted as the release counts them); and every running
+//!   request fits the budget.
 //!   SGLang: no chunked request, and nothing waits or `batch_is_full` (only a finish
 //!   or a retraction clears it), so `get_new_batch_prefill` returns at its first test
 //!   and the queue is neither sorted nor shuffled (the `random` stream is not drawn).

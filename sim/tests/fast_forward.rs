@@ -92,6 +92,46 @@ fn the_default_scenario_is_fast_forwarded_and_identical() {
     assert!(share > 0.95, "only {:.1}% of the default scenario's steps were fast-forwarded", share * 100.0);
 }
 
+/// A KV pool that holds fewer requests than the client keeps in flight: vLLM's phase B tries
+/// the waiting queue's head at every step and fails, and the steps between two admissions
+/// are fast-forwarded while that head provably stays blocked (its lookup followed through
+/// the step's evictions). On every release's counting of those lookups (0.11 counts each,
+/// 0.12 all but a preempted request's, 0.28 only at admission), with and without prefix
+/// caching, shared prefixes (hits on the head), FCFS and priority, async scheduling on
+/// and off: the same bytes both ways, and most steps fast-forwarded.
+#[test]
+fn steps_behind_a_blocked_head_of_queue_are_fast_forwarded_and_identical() {
+    let cases = [
+        ("0.11.0", true, "fcfs", false, false),
+        ("0.12.0", true, "priority", false, true),
+        ("0.20.0", true, "fcfs", true, false),
+        ("0.28.0", true, "fcfs", true, true),
+        ("0.28.0", false, "fcfs", false, false),
+        ("0.33.0", true, "priority", true, false),
+        ("0.33.0", true, "fcfs", false, true),
+    ];
+    for (version, caching, policy, async_scheduling, shared) in cases {
+        let engine = json!({"kind": "vllm", "version": version, "kv_cache_tokens": 12_000, "max_model_len": 4096,
+                            "enable_prefix_caching": caching, "policy": policy,
+                            "async_scheduling": async_scheduling});
+        let workload = if shared {
+            json!({"dataset_name": "prefix_repetition", "prefix_repetition_prefix_len": 384,
+                   "prefix_repetition_suffix_len": 128, "prefix_repetition_num_prefixes": 3,
+                   "prefix_repetition_output_len": 300, "num_prompts": 90, "max_concurrency": 40,
+                   "ignore_eos": true, "seed": 3})
+        } else {
+            json!({"dataset_name": "random", "random_input_len": 512, "random_output_len": 300,
+                   "random_range_ratio": 0.3, "num_prompts": 90, "max_concurrency": 40, "ignore_eos": true,
+                   "seed": 3})
+        };
+        let v = json!({"version": 1, "engine": engine, "model": "qwen2.5-7b-instruct", "hardware": "a100-80gb",
+                       "workload": workload});
+        assert_same_both_ways(&v);
+        let share = fast_forwarded_share(&v);
+        assert!(share > 0.5, "only {:.0}% of the steps were fast-forwarded for {v}", share * 100.0);
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn random_scenario(
     sglang: bool,

@@ -300,6 +300,29 @@ impl BlockPool {
         self.watched_cut = NIL;
     }
 
+    /// The lowest watch position among the first `n` blocks of the free queue (`n <=
+    /// num_free`), the blocks allocating `n` evicts: what [`BlockPool::watched_cut`] would
+    /// become. `u32::MAX` if none is watched.
+    pub fn front_watched_cut(&self, n: u32) -> u32 {
+        let mut cut = NIL;
+        if self.watched_free == 0 {
+            return cut;
+        }
+        let mut id = self.head;
+        for _ in 0..n {
+            let b = &self.blocks[id as usize];
+            cut = cut.min(b.watch_pos);
+            id = b.next;
+        }
+        cut
+    }
+
+    /// Whether some hash is held by more than one block (a lookup of it could move to another
+    /// block when the one it finds is evicted).
+    pub fn has_duplicates(&self) -> bool {
+        !self.duplicates.is_empty()
+    }
+
     /// `get_new_blocks`: pops `n` blocks from the front of the free queue,
     /// evicting their cached hashes. The caller has checked `n <= num_free`.
     pub fn get_new_blocks(&mut self, n: u32, out: &mut Vec<u32>) {

@@ -137,15 +137,15 @@ impl KvCacheManager {
         if hit.blocks.is_empty() && !full_sequence_must_fit && self.fits_held(num_computed + num_new_tokens, kv) {
             return true;
         }
-        let hit_blocks = hit.blocks.len() as u32;
         let total = num_computed + hit.num_tokens + num_new_tokens;
-        let num_required = cdiv(total, bs);
-        let num_new_blocks = num_required.saturating_sub(held + hit_blocks);
-        let mut need = num_new_blocks + num_evictable_hits;
-        if full_sequence_must_fit {
-            let full = cdiv(num_tokens, bs).saturating_sub(held + hit_blocks) + num_evictable_hits;
-            need = need.max(full);
-        }
+        let (num_new_blocks, need) = self.blocks_needed(
+            num_tokens,
+            total,
+            held,
+            hit.blocks.len() as u32,
+            num_evictable_hits,
+            full_sequence_must_fit,
+        );
         if need > self.pool.num_free() {
             return false;
         }
@@ -165,6 +165,32 @@ impl KvCacheManager {
             kv.num_cached_blocks = kv.num_cached_blocks.max(num_full as u32);
         }
         true
+    }
+
+    /// What `allocate_slots` for `total` tokens (computed, hit and new) of a request of
+    /// `num_tokens` tokens holding `held` blocks, with a prefix hit of `hit_blocks` blocks,
+    /// asks of the pool: the blocks it allocates, and the free blocks it requires (those plus
+    /// the hit's `num_evictable_hits` blocks with ref 0, or with `full_sequence_must_fit` the
+    /// whole sequence's, if more).
+    #[inline]
+    pub fn blocks_needed(
+        &self,
+        num_tokens: u32,
+        total: u32,
+        held: u32,
+        hit_blocks: u32,
+        num_evictable_hits: u32,
+        full_sequence_must_fit: bool,
+    ) -> (u32, u32) {
+        let bs = self.block_size;
+        let num_required = cdiv(total, bs);
+        let num_new_blocks = num_required.saturating_sub(held + hit_blocks);
+        let mut need = num_new_blocks + num_evictable_hits;
+        if full_sequence_must_fit {
+            let full = cdiv(num_tokens, bs).saturating_sub(held + hit_blocks) + num_evictable_hits;
+            need = need.max(full);
+        }
+        (num_new_blocks, need)
     }
 
     /// `free`: drops the request's blocks, tail block first, so that its

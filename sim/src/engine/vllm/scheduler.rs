@@ -185,6 +185,20 @@ pub struct Scheduler {
     /// Fast-forward: Σ decode contexts of the run's first step.
     ff_ctx0: u64,
     ff_heap_ready: bool,
+    /// Fast-forward past a blocked head of the waiting queue (see
+    /// [`Scheduler::ff_head_stays_blocked`]); `None` when phase B does not touch the queue.
+    ff_head: Option<FfHead>,
+    /// Fast-forward: the hashes a step caches.
+    ff_hashes: Vec<u64>,
+}
+
+/// The waiting queue's head during a fast-forward past it: phase B looks it up at every step
+/// (kept in `head_hit`, as when stepping) and must fail to admit it.
+#[derive(Clone, Copy, Debug)]
+struct FfHead {
+    id: ReqId,
+    num_tokens: u32,
+    preempted_before: bool,
 }
 
 impl Scheduler {
@@ -215,6 +229,8 @@ impl Scheduler {
             ff_tmp: Vec::new(),
             ff_ctx0: 0,
             ff_heap_ready: false,
+            ff_head: None,
+            ff_hashes: Vec::new(),
         }
     }
 
@@ -602,6 +618,93 @@ impl Scheduler {
 }
 
 impl Scheduler {
+    /// The waiting queue's head, for a fast-forward past it: looked up as phase B looks it
+    /// up (memoised: a lookup now changes nothing phase B then finds). `None` if the lookup
+    /// is not memoised (a block found twice), so that it could not be followed, or if the
+    /// head could be admitted now (the run would most likely end at its first step).
+    fn ff_blocked_head(&mut self) -> Option<FfHead> {
+        let id = self.waiting_peek()?;
+        let (num_tokens, preempted_before) = {
+            let r = self.req(id);
+            if r.placeholders > 0 || r.num_computed_tokens > 0 {
+                return None;
+            }
+            (r.num_tokens(), r.num_preemptions > 0)
+        };
+        let evictable = self.head_lookup(id, num_tokens);
+        if self.kv.enable_caching && self.head_memo != Some((id, num_tokens)) {
+            return None;
+        }
+        let h = FfHead { id, num_tokens, preempted_before };
+        (self.ff_head_need(h, self.head_hit.blocks.len() as u32, evictable) > self.kv.pool.num_free()).then_some(h)
+    }
+
+    /// The free blocks phase B requires to admit the head `h` with a hit of its first
+    /// `hit_len` looked-up blocks, `evictable` of them with ref 0, after a step of decodes
+    /// of every running request (`allocate_slots_counted`'s count).
+    fn ff_head_need(&self, h: FfHead, hit_len: u32, evictable: u32) -> u32 {
+        let hit_tokens = hit_len * self.config.block_size;
+        let budget = self.config.max_num_batched_tokens - self.running.len() as u32;
+        let tokens = self.threshold_cap(h.num_tokens - hit_tokens).min(budget);
+        let gate = self.config.behaviour.full_prompt_admission;
+        self.kv.blocks_needed(h.num_tokens, hit_tokens + tokens, 0, hit_len, evictable, gate).1
+    }
+
+    /// Whether, after the fast-forward's step `j` allocates `need` blocks for the requests
+    /// at `positions` in `running`, phase B still cannot admit the waiting queue's head.
+    ///
+    /// The step evicts the first `need` blocks of the free queue, so its lookup after the
+    /// step is known before it: the hit up to the first of its (watched) blocks evicted,
+    /// then a miss. That holds while no hash is held twice (no eviction hands a hash to
+    /// another block) and the step caches no hash that is cached already (a duplicate) or
+    /// is the one the lookup then misses; otherwise (rare) the run ends here. The evictable
+    /// hits are those of the kept part; the step takes no hit and frees nothing.
+    #[inline(never)]
+    fn ff_head_stays_blocked(&mut self, need: u32, positions: &[u32], j: u64) -> bool {
+        let Some(h) = self.ff_head else { return true };
+        let free_after = self.kv.pool.num_free() - need;
+        if !self.kv.enable_caching {
+            return self.ff_head_need(h, 0, 0) > free_after;
+        }
+        if self.kv.pool.has_duplicates() {
+            return false;
+        }
+        let hit_len = self.head_hit.blocks.len();
+        let kept = hit_len.min(self.kv.pool.front_watched_cut(need) as usize);
+        let max_blocks = ((h.num_tokens - 1) / self.config.block_size) as usize;
+        let miss = (kept < max_blocks).then(|| self.req(h.id).kv.block_hashes[kept]);
+        let bs = self.config.block_size;
+        let mut hashes = std::mem::take(&mut self.ff_hashes);
+        hashes.clear();
+        let mut ok = true;
+        'steps: for &pos in positions {
+            let t = self.ff_base[pos as usize] + j as u32;
+            let id = self.running[pos as usize];
+            let Scheduler { requests, kv, .. } = self;
+            let r = requests[id as usize].as_mut().expect("live request");
+            // The hashes `allocate_slots` computes for this step (the same values), and
+            // those of them it may cache.
+            extend_block_hashes(&r.spec, bs, t, &mut r.kv.block_hashes);
+            for &x in &r.kv.block_hashes[r.kv.num_cached_blocks as usize..] {
+                if Some(x) == miss || kv.pool.get_cached_block(x).is_some() || hashes.contains(&x) {
+                    ok = false;
+                    break 'steps;
+                }
+                hashes.push(x);
+            }
+        }
+        self.ff_hashes = hashes;
+        if !ok {
+            return false;
+        }
+        let evictable = if kept == hit_len {
+            self.kv.pool.watched_free()
+        } else {
+            self.kv.num_evictable(&self.head_hit.blocks[..kept])
+        };
+        self.ff_head_need(h, kept as u32, evictable) > free_after
+    }
+
     /// The first token count (the `total` of a decode's `allocate_slots`) at which `kv`
     /// leaves the fast path: a block is needed, or (with caching) a block becomes full.
     /// Below it, `allocate_slots` changes nothing.
@@ -621,13 +724,21 @@ impl Engine for Scheduler {
         ids.clear();
         let n = self.running.len();
         let budget = self.config.max_num_batched_tokens as usize;
-        // Phase A schedules every running request (one token each); phase B is a no-op:
-        // nothing waits, or it stops before touching the queue (`max_num_seqs`, no budget).
+        // Phase A schedules every running request (one token each); phase B admits nothing:
+        // nothing waits, it stops before touching the queue (`max_num_seqs`, no budget), or
+        // the queue's head stays blocked (below).
         if n == 0 || n > budget {
             return 0;
         }
-        if self.waiting_len() > 0 && n < self.config.max_num_seqs as usize && n < budget {
-            return 0;
+        // Phase B tries the waiting queue's head at every step: the run may go on only while
+        // that head stays blocked (checked at every step, `ff_head_stays_blocked`).
+        let phase_b = self.waiting_len() > 0 && n < self.config.max_num_seqs as usize && n < budget;
+        self.ff_head = None;
+        if phase_b {
+            match self.ff_blocked_head() {
+                Some(h) => self.ff_head = Some(h),
+                None => return 0,
+            }
         }
         let async_ = self.config.behaviour.async_scheduling;
         if async_ {
@@ -663,6 +774,11 @@ impl Engine for Scheduler {
             // It must not finish within the run: at most output_len − outputs − 1 steps
             // (under async scheduling, nor be left out of a plan the run forms).
             k_max = k_max.min(u64::from(r.spec.output_len.saturating_sub(r.num_output_tokens + 1)));
+            if k_max == 0 {
+                // A request finishes at the next step (most steps at a high concurrency):
+                // no run, and no need to look at the rest.
+                return 0;
+            }
             // The context of its decode in the run's first step; `ff_step(j)` allocates
             // for a step whose decode reaches `base + j` tokens.
             let t0 = if async_ { r.num_computed_tokens } else { r.num_tokens() };
@@ -688,6 +804,17 @@ impl Engine for Scheduler {
     }
 
     fn ff_step(&mut self, j: u64) -> bool {
+        if self.ff_heap_ready && self.ff_heap.peek().is_none_or(|&Reverse((s, _))| s != j) {
+            // No request needs a block or fills one at this step (most steps): the pool is
+            // untouched, so a blocked head of queue stays blocked, with the same lookup.
+            if let Some(h) = self.ff_head {
+                if !self.config.behaviour.prefix_stats_at_admission {
+                    self.record_prefix_lookup(h.num_tokens, self.head_hit.num_tokens, h.preempted_before);
+                }
+            }
+            self.counters.num_steps += 1;
+            return true;
+        }
         // The requests whose `allocate_slots` leaves the fast path at this step, in running order.
         if !self.ff_heap_ready {
             self.ff_heap_ready = true;
@@ -713,8 +840,8 @@ impl Engine for Scheduler {
             let held = self.req(self.running[pos as usize]).kv.blocks.len() as u32;
             need += t.div_ceil(bs).saturating_sub(held);
         }
-        if need > self.kv.pool.num_free() {
-            // A preemption: not a plain step.
+        // A preemption, or an admission: not a plain step.
+        if need > self.kv.pool.num_free() || (self.ff_head.is_some() && !self.ff_head_stays_blocked(need, &tmp, j)) {
             for &pos in &tmp {
                 self.ff_heap.push(Reverse((j, pos)));
             }
@@ -736,6 +863,15 @@ impl Engine for Scheduler {
             self.ff_heap.push(Reverse((j + u64::from(slow.saturating_sub(t)).max(1), pos)));
         }
         self.ff_tmp = tmp;
+        if let Some(h) = self.ff_head {
+            // Phase B: the head's lookup (as foreseen), counted where the release counts it,
+            // and its admission refused.
+            let evictable = self.head_lookup(h.id, h.num_tokens);
+            debug_assert!(self.ff_head_need(h, self.head_hit.blocks.len() as u32, evictable) > self.kv.pool.num_free());
+            if !self.config.behaviour.prefix_stats_at_admission {
+                self.record_prefix_lookup(h.num_tokens, self.head_hit.num_tokens, h.preempted_before);
+            }
+        }
         self.counters.num_steps += 1;
         true
     }
