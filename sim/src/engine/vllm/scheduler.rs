@@ -697,11 +697,9 @@ impl Scheduler {
         if !ok {
             return false;
         }
-        let evictable = if kept == hit_len {
-            self.kv.pool.watched_free()
-        } else {
-            self.kv.num_evictable(&self.head_hit.blocks[..kept])
-        };
+        // The hit's blocks are the watched ones, each once: those with ref 0 in the kept part
+        // are all of them but the cut part's (a few blocks: the step's evictions).
+        let evictable = self.kv.pool.watched_free() - self.kv.num_evictable(&self.head_hit.blocks[kept..]);
         self.ff_head_need(h, kept as u32, evictable) > free_after
     }
 
