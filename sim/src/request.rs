@@ -106,11 +106,21 @@ fn token_of(key: u64, offset: u32) -> u64 {
 /// covers exactly the block's contents at one mix per piece instead of one
 /// per token: two blocks hash alike iff they hold the same tokens.
 pub fn chain_block_hash(parent: u64, pieces: impl Iterator<Item = (u64, u32, u32)>) -> u64 {
-    let mut acc = mix64(parent ^ 0x243f_6a88_85a3_08d3);
+    let mut acc = chain_block_start(parent);
     for (key, start, len) in pieces {
-        acc = mix64(acc ^ mix64(key ^ (u64::from(start) << 24) ^ u64::from(len)));
+        acc = chain_block_piece(acc, key, start, len);
     }
     acc
+}
+
+#[inline]
+fn chain_block_start(parent: u64) -> u64 {
+    mix64(parent ^ 0x243f_6a88_85a3_08d3)
+}
+
+#[inline]
+fn chain_block_piece(acc: u64, key: u64, start: u32, len: u32) -> u64 {
+    mix64(acc ^ mix64(key ^ (u64::from(start) << 24) ^ u64::from(len)))
 }
 
 /// Extends `hashes` with the hashes of every full block of `block_size`
@@ -124,11 +134,40 @@ pub fn extend_block_hashes(spec: &RequestSpec, block_size: u32, num_tokens: u32,
             }
         }
     }
+    if spec.prompt.len() == spec.prompt_len as usize {
+        // Prompts given token by token (`Pieces::new` starts each block at its own token).
+        while hashes.len() < full {
+            let k = hashes.len() as u32;
+            let parent = hashes.last().copied().unwrap_or(0);
+            let start = k * block_size;
+            hashes.push(chain_block_hash(parent, Pieces::new(spec, start, start + block_size)));
+        }
+        return;
+    }
+    if hashes.len() >= full {
+        return;
+    }
+    // One walk over the pieces of all the new blocks, each piece cut at block boundaries:
+    // block by block the same pieces as `Pieces::new(spec, start, start + block_size)`, so
+    // the same `chain_block_hash` values, without finding each block's first piece anew.
+    hashes.reserve(full - hashes.len());
+    let mut parent = hashes.last().copied().unwrap_or(0);
+    let mut pieces = Pieces::new(spec, hashes.len() as u32 * block_size, full as u32 * block_size);
+    let mut rest: Option<(u64, u32, u32)> = None;
     while hashes.len() < full {
-        let k = hashes.len() as u32;
-        let parent = hashes.last().copied().unwrap_or(0);
-        let start = k * block_size;
-        hashes.push(chain_block_hash(parent, Pieces::new(spec, start, start + block_size)));
+        let mut acc = chain_block_start(parent);
+        let mut left = block_size;
+        while left > 0 {
+            let (key, start, len) = rest.take().or_else(|| pieces.next()).expect("the pieces cover the blocks");
+            let take = len.min(left);
+            acc = chain_block_piece(acc, key, start, take);
+            if take < len {
+                rest = Some((key, start + take, len - take));
+            }
+            left -= take;
+        }
+        hashes.push(acc);
+        parent = acc;
     }
 }
 
@@ -230,6 +269,57 @@ mod tests {
         extend_block_hashes(&a, 8, 64, &mut ha);
         extend_block_hashes(&b, 8, 64, &mut hb);
         assert_eq!(ha, hb);
+    }
+
+    /// The block hashes, extended in one go or in steps, are those of each block's own
+    /// pieces (`chain_block_hash` of `Pieces::new` per block), over segment layouts whose
+    /// boundaries fall inside, on and across block boundaries, token-by-token prompts, and
+    /// blocks reaching into the output.
+    #[test]
+    fn extended_block_hashes_are_each_blocks_chain_hash() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = move |m: u32| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % u64::from(m)) as u32
+        };
+        for case in 0..400 {
+            let nseg = 1 + rnd(6);
+            let prompt: Vec<Segment> = if case % 10 == 0 {
+                (0..1 + rnd(90)).map(|i| Segment { key: u64::from(i % 7), len: 1 }).collect()
+            } else {
+                // Lengths from 0: zero-length segments too.
+                (0..nseg)
+                    .map(|i| Segment { key: 100 + u64::from(i), len: if case % 3 == 0 { rnd(3) } else { rnd(70) } })
+                    .collect()
+            };
+            let mut a = spec(prompt, 7 + case);
+            a.output_len = rnd(100);
+            // A layout whose length equals its count is read as token by token (`Pieces::new`):
+            // only real token-by-token prompts are.
+            let token_by_token = a.prompt.len() == a.prompt_len as usize;
+            if a.prompt_len == 0 || (token_by_token && a.prompt.iter().any(|s| s.len != 1)) {
+                continue;
+            }
+            let bs = [1, 2, 3, 16, 32][rnd(5) as usize];
+            let total = a.prompt_len + a.output_len;
+            let mut reference = Vec::new();
+            for k in 0..total / bs {
+                let parent = reference.last().copied().unwrap_or(0);
+                reference.push(chain_block_hash(parent, Pieces::new(&a, k * bs, (k + 1) * bs)));
+            }
+            let mut at_once = Vec::new();
+            extend_block_hashes(&a, bs, total, &mut at_once);
+            assert_eq!(at_once, reference, "case {case}");
+            let mut stepwise = Vec::new();
+            let mut upto = 0;
+            while upto < total {
+                upto = (upto + 1 + rnd(3 * bs)).min(total);
+                extend_block_hashes(&a, bs, upto, &mut stepwise);
+            }
+            assert_eq!(stepwise, reference, "case {case} in steps");
+        }
     }
 
     #[test]
