@@ -448,7 +448,7 @@ impl CostModel {
         let step = &self.sources[..6];
         if step.iter().all(|s| *s == CoefficientSource::Prior) {
             "linear roofline prior".into()
-        } else if step.iter().any(|s| *s == CoefficientSource::Scenario) {
+        } else if step.contains(&CoefficientSource::Scenario) {
             "linear (scenario coefficients)".into()
         } else {
             "linear (fitted profile)".into()

@@ -72,7 +72,7 @@ impl FrontEnd {
     /// client receives them (all of the batch at once, as the loop has always modelled it).
     pub fn stream(&mut self, now_ns: u64, n: usize) -> Option<u64> {
         let start = now_ns.max(self.busy_until);
-        let cost = self.per_token_ns.checked_mul(n as u64).unwrap_or(u64::MAX);
+        let cost = self.per_token_ns.saturating_mul(n as u64);
         let deliver = start.checked_add(cost)?;
         self.busy_until = deliver;
         Some(deliver)

@@ -57,7 +57,7 @@ fn random_fleet(
     let w = v["workload"].as_object_mut().unwrap();
     w.insert("num_prompts".into(), json!(prompts));
     w.insert("ignore_eos".into(), json!(true));
-    w.insert("initial_test_request".into(), json!(seed % 2 == 0));
+    w.insert("initial_test_request".into(), json!(seed.is_multiple_of(2)));
     w.insert("seed".into(), json!(seed));
     if closed {
         w.insert("max_concurrency".into(), json!(load));

@@ -216,7 +216,7 @@ impl RadixCache {
     /// prefix. A locked node stays the deeper node of any split (`split` gives the new
     /// node the upper half), so `node` still ends at `depth`.
     pub fn insert_from(&mut self, node: NodeId, depth: u32, key: &[u64]) -> (u32, NodeId) {
-        debug_assert!(depth as usize <= key.len() && depth as usize % self.page_size as usize == 0);
+        debug_assert!(depth as usize <= key.len() && (depth as usize).is_multiple_of(self.page_size as usize));
         debug_assert_eq!(self.depth(node), depth, "the node ends at the given depth");
         self.clock += 1;
         let now = self.clock;
