@@ -584,6 +584,11 @@ impl ComposedCost {
 
     /// The GPU time of a step, µs (kernels only: no CPU time, no launch floor).
     pub fn gpu_us(&self, s: &StepShape) -> f64 {
+        self.gpu_us_as(s, self.in_graph(s))
+    }
+
+    /// [`ComposedCost::gpu_us`] of a step that runs as a CUDA graph (`graph`) or eagerly.
+    fn gpu_us_as(&self, s: &StepShape, graph: bool) -> f64 {
         let m = s.total_tokens();
         if m == 0 {
             return 0.0;
@@ -592,7 +597,6 @@ impl ComposedCost {
         // the padded rows too; attention costs the real ones only (module docs). vLLM computes
         // the logits after the graph, on the real sampled positions; SGLang's decode graph
         // includes them.
-        let graph = self.in_graph(s);
         let m_run = if graph { self.graphs.padded(m) } else { m };
         let linear = Self::memo(&self.memo_tokens, m_run, || self.per_token_count_us(m_run));
         let mut seqs = u64::from(s.num_seqs.max(1));
@@ -664,8 +668,9 @@ impl ComposedCost {
 
     /// The step's duration, µs.
     pub fn step_us(&self, s: &StepShape) -> f64 {
-        let mut gpu = self.gpu_us(s);
-        if !self.in_graph(s) {
+        let graph = self.in_graph(s);
+        let mut gpu = self.gpu_us_as(s, graph);
+        if !graph {
             gpu = gpu.max(LAUNCH_PER_LAYER_US * self.layers);
         }
         let cpu = STEP_CPU_US + PER_SEQ_CPU_US * f64::from(s.num_seqs);
@@ -812,12 +817,7 @@ mod tests {
             GraphRule::SglangDecodeBatch(100),
             GraphRule::SglangDecodeBatch(3),
         ] {
-            let max = match rule {
-                GraphRule::VllmTokens(m) | GraphRule::VllmTokensStep16Above256(m) | GraphRule::SglangDecodeBatch(m) => {
-                    m
-                }
-                GraphRule::Eager => unreachable!(),
-            };
+            let max = rule.max().unwrap();
             let sizes = capture(rule, max);
             for m in 1..=max {
                 let want = *sizes.iter().find(|&&c| c >= m).unwrap();

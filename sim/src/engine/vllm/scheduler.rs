@@ -639,6 +639,16 @@ impl Scheduler {
         (self.ff_head_need(h, self.head_hit.blocks.len() as u32, evictable) > self.kv.pool.num_free()).then_some(h)
     }
 
+    /// A fast-forwarded step's phase B lookup of the blocked head (`head_hit`), counted where
+    /// the release counts lookups (not only at admission).
+    fn ff_count_head_lookup(&mut self) {
+        if let Some(h) = self.ff_head {
+            if !self.config.behaviour.prefix_stats_at_admission {
+                self.record_prefix_lookup(h.num_tokens, self.head_hit.num_tokens, h.preempted_before);
+            }
+        }
+    }
+
     /// The free blocks phase B requires to admit the head `h` with a hit of its first
     /// `hit_len` looked-up blocks, `evictable` of them with ref 0, after a step of decodes
     /// of every running request (`allocate_slots_counted`'s count).
@@ -805,11 +815,7 @@ impl Engine for Scheduler {
         if self.ff_heap_ready && self.ff_heap.peek().is_none_or(|&Reverse((s, _))| s != j) {
             // No request needs a block or fills one at this step (most steps): the pool is
             // untouched, so a blocked head of queue stays blocked, with the same lookup.
-            if let Some(h) = self.ff_head {
-                if !self.config.behaviour.prefix_stats_at_admission {
-                    self.record_prefix_lookup(h.num_tokens, self.head_hit.num_tokens, h.preempted_before);
-                }
-            }
+            self.ff_count_head_lookup();
             self.counters.num_steps += 1;
             return true;
         }
@@ -866,9 +872,7 @@ impl Engine for Scheduler {
             // and its admission refused.
             let evictable = self.head_lookup(h.id, h.num_tokens);
             debug_assert!(self.ff_head_need(h, self.head_hit.blocks.len() as u32, evictable) > self.kv.pool.num_free());
-            if !self.config.behaviour.prefix_stats_at_admission {
-                self.record_prefix_lookup(h.num_tokens, self.head_hit.num_tokens, h.preempted_before);
-            }
+            self.ff_count_head_lookup();
         }
         self.counters.num_steps += 1;
         true
