@@ -368,16 +368,14 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
         workload.initial_test_request = default_initial_test_request(&engine);
     }
 
-    let graphs = match kind {
-        EngineKind::Vllm => match &engine {
-            EngineSpec::Vllm(c) => crate::cost::GraphRule::vllm(c.version, c.max_num_seqs, c.max_num_batched_tokens),
-            EngineSpec::Sglang(_) => unreachable!("a vLLM kind resolves to a vLLM engine"),
-        },
-        EngineKind::Sglang => {
-            crate::cost::GraphRule::SglangDecodeBatch(u64::from(s.engine.sglang.cuda_graph_max_bs.unwrap_or_else(
-                || sglang_default_cuda_graph_max_bs(&gpu, engine.version(), deployment.tensor_parallel_size),
-            )))
-        }
+    let graphs = match &engine {
+        EngineSpec::Vllm(c) => crate::cost::GraphRule::vllm(c.version, c.max_num_seqs, c.max_num_batched_tokens),
+        EngineSpec::Sglang(c) => crate::cost::GraphRule::SglangDecodeBatch(u64::from(
+            s.engine
+                .sglang
+                .cuda_graph_max_bs
+                .unwrap_or_else(|| sglang_default_cuda_graph_max_bs(&gpu, c.version, deployment.tensor_parallel_size)),
+        )),
     };
     let cost = resolve_cost(&s.cost, &model, &gpu, &deployment, res, engine.kind(), graphs)?;
     let spec = SimSpec { name: s.name.clone(), engine, model, gpu, deployment, cost, workload, kv_sizing, fleet: None };
