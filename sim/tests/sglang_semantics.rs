@@ -119,6 +119,7 @@ fn cfg() -> SglangConfig {
         enable_mixed_chunk: false,
         disable_overlap_schedule: false,
         context_length: 100_000,
+        cuda_graph_max_bs: None,
         seed: 0,
     }
 }
@@ -308,4 +309,33 @@ fn sglang_0_4_10_decode_out_of_memory_with_pages_over_20_tokens_is_an_engine_err
     set(&mut new, "engine.version=0.5.3");
     let out = run_checked(new);
     assert!(out.run.counters.num_preemptions > 0);
+}
+
+/// SGLang's largest captured decode batch: the release's default for the GPU, or
+/// `cuda_graph_max_bs`, capped at `max_running_requests` when that is given (the step cost
+/// pads a decode batch no further than it); none with `disable_cuda_graph`; 0 is an error
+/// naming the field.
+#[test]
+fn the_largest_captured_decode_batch_is_capped_by_max_running_requests() {
+    let graph_bs = |set: &[(&str, Value)]| {
+        let mut v = scenario("rtx5090-qwen2.5-7b-sglang.json");
+        for (k, x) in set {
+            v["engine"][*k] = x.clone();
+        }
+        match spec(v).engine {
+            sim::config::EngineSpec::Sglang(c) => c.cuda_graph_max_bs,
+            _ => unreachable!(),
+        }
+    };
+    // The shipped scenario: 0.5.21 on the 32 GB RTX 5090 captures up to 48; its 128 running
+    // requests do not cap that.
+    assert_eq!(graph_bs(&[]), Some(48));
+    assert_eq!(graph_bs(&[("max_running_requests", Value::from(10))]), Some(10));
+    assert_eq!(graph_bs(&[("cuda_graph_max_bs", Value::from(200))]), Some(128));
+    assert_eq!(graph_bs(&[("disable_cuda_graph", Value::from(true))]), None);
+    let mut v = scenario("rtx5090-qwen2.5-7b-sglang.json");
+    v["engine"]["cuda_graph_max_bs"] = Value::from(0);
+    let s = sim::config::from_value(v, "").unwrap();
+    let e = sim::config::resolve(&s, &resources()).unwrap_err();
+    assert_eq!(e.path, "engine.cuda_graph_max_bs");
 }

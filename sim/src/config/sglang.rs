@@ -120,6 +120,17 @@ pub(super) fn resolve_sglang(
         }
     }
     let max_prefill_tokens = positive("engine.max_prefill_tokens", f.max_prefill_tokens.unwrap_or(16384))?;
+    // The largest captured decode batch: SGLang caps its capture list at
+    // `--max-running-requests` when that is given.
+    let cuda_graph_max_bs = if dep.cuda_graphs {
+        let d = match f.cuda_graph_max_bs {
+            Some(b) => positive("engine.cuda_graph_max_bs", b)?,
+            None => sglang_default_cuda_graph_max_bs(gpu, version, dep.tensor_parallel_size),
+        };
+        Some(f.max_running_requests.map_or(d, |m| d.min(m)))
+    } else {
+        None
+    };
     let context_length = match (f.context_length, model.max_position_embeddings) {
         (Some(m), _) => positive("engine.context_length", m)?,
         (None, Some(m)) => m,
@@ -165,14 +176,6 @@ pub(super) fn resolve_sglang(
             KvSizing { source: "max_total_tokens", kv_bytes_per_token: cell, memory: None },
         )
     } else {
-        let graph_bs = if dep.cuda_graphs {
-            let d = f
-                .cuda_graph_max_bs
-                .unwrap_or_else(|| sglang_default_cuda_graph_max_bs(gpu, version, dep.tensor_parallel_size));
-            Some(f.max_running_requests.map_or(d, |m| d.min(m)))
-        } else {
-            None
-        };
         let mfs = match f.mem_fraction_static {
             Some(m) => m,
             None => sglang_default_mem_fraction_static(
@@ -181,7 +184,7 @@ pub(super) fn resolve_sglang(
                 dep.tensor_parallel_size,
                 chunked_prefill_size,
                 max_prefill_tokens,
-                graph_bs,
+                cuda_graph_max_bs,
             ),
         };
         if !(mfs > 0.0 && mfs < 1.0) {
@@ -239,6 +242,7 @@ pub(super) fn resolve_sglang(
         enable_mixed_chunk: f.enable_mixed_chunk.unwrap_or(false),
         disable_overlap_schedule,
         context_length,
+        cuda_graph_max_bs,
         seed,
     };
     Ok((EngineSpec::Sglang(cfg), sizing))
