@@ -339,3 +339,53 @@ fn the_largest_captured_decode_batch_is_capped_by_max_running_requests() {
     let e = sim::config::resolve(&s, &resources()).unwrap_err();
     assert_eq!(e.path, "engine.cuda_graph_max_bs");
 }
+
+/// Where SGLang's releases differ in their memory-derived defaults (read in the 0.4.10, 0.5.1,
+/// 0.5.2, 0.5.3, 0.5.10 and 0.5.15 wheels): before 0.5.3 `cuda_graph_max_bs` is unset on cards
+/// of 35 GB and more, so the capture list ends where the release's list does (160 up to 90 GiB,
+/// 256 above), the chunked-prefill size of a 35–60 GB card is 8,192 and the
+/// `mem_fraction_static` reserve is 0.4.x's table; from 0.5.3 the reserve counts the
+/// `--cuda-graph-max-bs` setting itself, which `--max-running-requests` caps in the capture
+/// list but not in the reserve.
+#[test]
+fn memory_derived_defaults_follow_the_release() {
+    let resolved = |hw: &str, version: &str, set: &[(&str, Value)]| {
+        let mut v = scenario("rtx5090-qwen2.5-7b-sglang.json");
+        v["hardware"] = Value::from(hw);
+        v["engine"]["version"] = Value::from(version);
+        // The shipped scenario's 128 running requests would cap the capture lists, and its
+        // fraction and pool would hide the defaults.
+        for k in ["max_running_requests", "mem_fraction_static", "max_total_tokens"] {
+            v["engine"].as_object_mut().unwrap().remove(k);
+        }
+        for (k, x) in set {
+            v["engine"][*k] = x.clone();
+        }
+        match spec(v).engine {
+            sim::config::EngineSpec::Sglang(c) => c,
+            _ => unreachable!(),
+        }
+    };
+    // The capture list's end.
+    assert_eq!(resolved("h100-80gb", "0.5.2", &[]).cuda_graph_max_bs, Some(160));
+    assert_eq!(resolved("h200", "0.4.10", &[]).cuda_graph_max_bs, Some(256));
+    assert_eq!(resolved("h100-80gb", "0.5.3", &[]).cuda_graph_max_bs, Some(256));
+    assert_eq!(resolved("h100-80gb", "0.5.3", &[("cuda_graph_max_bs", Value::from(100))]).cuda_graph_max_bs, Some(96));
+    assert_eq!(
+        resolved("h100-80gb", "0.5.10", &[("cuda_graph_max_bs", Value::from(100))]).cuda_graph_max_bs,
+        Some(100)
+    );
+    // The chunked-prefill size of a 40 GB card.
+    assert_eq!(resolved("a100-40gb", "0.5.2", &[]).chunked_prefill_size, Some(8192));
+    assert_eq!(resolved("a100-40gb", "0.5.3", &[]).chunked_prefill_size, Some(4096));
+    // The reserve: 0.5.2's table does not depend on the graphs; from 0.5.3 the setting counts,
+    // uncapped by max_running_requests, and from 0.5.15 only with graphs on.
+    let pool = |version: &str, set: &[(&str, Value)]| resolved("h100-80gb", version, set).max_total_tokens;
+    let few = [("max_running_requests", Value::from(10))];
+    assert_eq!(pool("0.5.8", &few), pool("0.5.8", &[]), "max_running_requests does not shrink the reserve");
+    assert_eq!(pool("0.5.2", &[("cuda_graph_max_bs", Value::from(512))]), pool("0.5.2", &[]));
+    assert!(pool("0.5.8", &[("cuda_graph_max_bs", Value::from(512))]) < pool("0.5.8", &[]));
+    let eager = [("disable_cuda_graph", Value::from(true))];
+    assert_eq!(pool("0.5.14", &eager), pool("0.5.14", &[]), "0.5.14 reserves for graphs it does not capture");
+    assert!(pool("0.5.15", &eager) > pool("0.5.15", &[]), "0.5.15 does not");
+}

@@ -466,16 +466,24 @@ pub fn sglang_memory_account(
 /// The device memory SGLang's defaults compare against: `nvidia-smi`'s
 /// total in MiB (`get_device_memory_capacity`), which counts memory the
 /// driver reserves; the card's `nvidia_smi_memory_mib`, else CUDA's total.
-fn sglang_gpu_mem_mib(gpu: &GpuCard) -> f64 {
+pub(super) fn sglang_gpu_mem_mib(gpu: &GpuCard) -> f64 {
     gpu.nvidia_smi_memory_mib.map(f64::from).unwrap_or(gpu.memory_bytes as f64 / MIB as f64)
 }
 
-/// SGLang's default `cuda_graph_max_bs` (0.5.x `handle_gpu_memory_settings`):
-/// by device memory and TP size, capped by `max_running_requests`.
-pub fn sglang_default_cuda_graph_max_bs(gpu: &GpuCard, version: Version, tp: u32) -> u32 {
+/// SGLang's default `--cuda-graph-max-bs` for a release, GPU and TP size, or `None` where the
+/// release leaves it unset.
+///
+/// * 0.4.10–0.5.2 (`ServerArgs.__post_init__`): set only below 35 GB of device memory (8, or
+///   80 at TP ≥ 4); above, unset, and the capture list ends where the release's list does
+///   ([`sglang_capture_list`]: 160 up to 90 GiB, 256 above, 512 above 160,000 MiB).
+/// * 0.5.3 and later (`_handle_gpu_memory_settings`): by device memory and TP size, below.
+pub fn sglang_default_cuda_graph_max_bs(gpu: &GpuCard, version: Version, tp: u32) -> Option<u32> {
     let mem = sglang_gpu_mem_mib(gpu) / 1024.0;
     let small_tp = tp < 4;
-    if mem < 20.0 {
+    if version < SGLANG_GPU_MEMORY_SETTINGS {
+        return (mem < 35.0).then_some(if small_tp { 8 } else { 80 });
+    }
+    Some(if mem < 20.0 {
         8
     } else if mem < 35.0 {
         match (version >= Version::new(0, 5, 21), small_tp) {
@@ -498,18 +506,82 @@ pub fn sglang_default_cuda_graph_max_bs(gpu: &GpuCard, version: Version, tp: u32
         }
     } else {
         512
+    })
+}
+
+/// The first SGLang release whose `_handle_gpu_memory_settings` sets the chunked-prefill size,
+/// `cuda_graph_max_bs` and the `mem_fraction_static` reserve from device memory (0.5.1 and
+/// 0.5.2 still use 0.4.x's tables; there is no 0.5.0 on PyPI).
+pub const SGLANG_GPU_MEMORY_SETTINGS: Version = Version::new(0, 5, 3);
+
+/// The decode batch sizes SGLang captures as CUDA graphs, ascending, for a release, the device
+/// memory SGLang sees (`gpu_mem_mib`, nvidia-smi's MiB), the `--cuda-graph-max-bs` setting
+/// (`None`: unset) and the request pool's size (`pool`: `--max-running-requests`, else the
+/// derived `max_num_reqs`).
+///
+/// * 0.4.10–0.5.2 (`cuda_graph_runner.get_batch_sizes_to_capture`): `[1, 2, 4, 8] +
+///   range(16, 161, 8)`, `+ range(160, 257, 8)` above 90 GiB, `+ range(256, 513, 16)` above
+///   160,000 MiB; the pool's size added if the list goes past it; a setting then filters the
+///   list and, if the list ends below it, extends it by 16 (`range(max, setting + 1, 16)`);
+///   nothing past the pool.
+/// * 0.5.3 and later (`ServerArgs._generate_cuda_graph_batch_sizes`): `[1, 2, 4, 8, 12] +
+///   range(16, 257, 8) + range(272, 512, 16) + range(512, setting + 1, 32)` up to the setting,
+///   the setting itself added from 0.5.10 when the list misses it; then the pool's size as
+///   above (`get_batch_sizes_to_capture`).
+pub fn sglang_capture_list(version: Version, gpu_mem_mib: f64, setting: Option<u32>, pool: u32) -> Vec<u32> {
+    let mut bs: Vec<u32>;
+    if version < SGLANG_GPU_MEMORY_SETTINGS {
+        bs = [1, 2, 4, 8].into_iter().chain((16..=160).step_by(8)).collect();
+        if gpu_mem_mib > 90.0 * 1024.0 {
+            bs.extend((160..=256).step_by(8));
+        }
+        if gpu_mem_mib > 160.0 * 1000.0 {
+            bs.extend((256..=512).step_by(16));
+        }
+        if bs.iter().max().is_some_and(|&m| m > pool) {
+            bs.push(pool);
+        }
+        if let Some(s) = setting {
+            bs.retain(|&b| b <= s);
+            let top = bs.iter().copied().max().unwrap_or(1);
+            if top < s {
+                bs.extend((top..=s).step_by(16));
+            }
+        }
+    } else {
+        let s = setting.unwrap_or(160);
+        bs = [1, 2, 4, 8, 12]
+            .into_iter()
+            .chain((16..=256).step_by(8))
+            .chain((272..512).step_by(16))
+            .chain((512..=s.max(512)).step_by(32))
+            .filter(|&b| b <= s)
+            .collect();
+        if version >= Version::new(0, 5, 10) && !bs.contains(&s) {
+            bs.push(s);
+        }
+        if bs.iter().max().is_some_and(|&m| m > pool) {
+            bs.push(pool);
+        }
     }
+    bs.retain(|&b| b <= pool);
+    bs.sort_unstable();
+    bs.dedup();
+    bs
 }
 
 /// SGLang's default `mem_fraction_static`, per release (`docs/sglang.md`):
 ///
-/// * 0.4.x: `(gpu_mem − reserved) / gpu_mem` with a reserve table by device
+/// * 0.4.10–0.5.2: `(gpu_mem − reserved) / gpu_mem` with a reserve table by device
 ///   memory (GiB): 2.8 + p/10 below 35 GB, 9.5 + p/2 below 90 GB, 12 + p/2
-///   below 160 GB, else 32; `p = tp × pp`.
-/// * 0.5.x (`handle_gpu_memory_settings`): a reserve in MiB of 512 +
-///   1.5 × max(chunked_prefill_size, 2048) + 1024 × tp·pp/8 + 2 × the
-///   largest captured decode batch (no graphs: 0), at least 10 GiB above
-///   60 GB of device memory.
+///   below 160 GB, else 32; `p = tp × pp` (read in the 0.4.10, 0.5.1 and 0.5.2 wheels).
+/// * 0.5.3 and later (`_handle_gpu_memory_settings`): a reserve in MiB of 512 +
+///   1.5 × max(chunked_prefill_size, 2048) + 1024 × tp·pp/8 + 2 × `graph_bs`, at
+///   least 10 GiB above 60 GB of device memory. `graph_bs` is the
+///   `--cuda-graph-max-bs` setting (not the capture list's last size, and not capped at
+///   `--max-running-requests`); the caller passes `None` where the release leaves graphs
+///   out of the reserve (from 0.5.15, with graphs disabled; 0.5.3–0.5.14 count it
+///   either way).
 ///
 /// Both rounded to 3 decimals; `gpu_mem` is nvidia-smi's total.
 pub fn sglang_default_mem_fraction_static(
@@ -518,13 +590,13 @@ pub fn sglang_default_mem_fraction_static(
     tp: u32,
     chunked_prefill_size: Option<u32>,
     max_prefill_tokens: u32,
-    cuda_graph_max_bs: Option<u32>,
+    graph_bs: Option<u32>,
 ) -> f64 {
     let mem_mib = sglang_gpu_mem_mib(gpu);
     let p = f64::from(tp);
-    let reserved_mib = if version >= Version::new(0, 5, 0) {
+    let reserved_mib = if version >= SGLANG_GPU_MEMORY_SETTINGS {
         let act_tokens = f64::from(chunked_prefill_size.unwrap_or(max_prefill_tokens).max(2048));
-        let mut r = 512.0 + act_tokens * 1.5 + p / 8.0 * 1024.0 + f64::from(cuda_graph_max_bs.unwrap_or(0)) * 2.0;
+        let mut r = 512.0 + act_tokens * 1.5 + p / 8.0 * 1024.0 + f64::from(graph_bs.unwrap_or(0)) * 2.0;
         if mem_mib > 60.0 * 1024.0 {
             r = r.max(10.0 * 1024.0);
         }

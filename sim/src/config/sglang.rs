@@ -78,7 +78,8 @@ pub(super) fn resolve_sglang(
         ));
     }
     let mem_gib = gpu.memory_gib();
-    let new_defaults = version >= Version::new(0, 5, 0);
+    // 0.5.3's `_handle_gpu_memory_settings` moved 35–60 GB cards to 4,096 (0.4.10–0.5.2: 8,192).
+    let new_defaults = version >= SGLANG_GPU_MEMORY_SETTINGS;
     // `chunked_prefill_size` by GPU memory (server_args).
     let default_chunk: u32 = if mem_gib < 20.0 {
         2048
@@ -120,17 +121,16 @@ pub(super) fn resolve_sglang(
         }
     }
     let max_prefill_tokens = positive("engine.max_prefill_tokens", f.max_prefill_tokens.unwrap_or(16384))?;
-    // The largest captured decode batch: SGLang caps its capture list at
-    // `--max-running-requests` when that is given.
-    let cuda_graph_max_bs = if dep.cuda_graphs {
-        let d = match f.cuda_graph_max_bs {
-            Some(b) => positive("engine.cuda_graph_max_bs", b)?,
-            None => sglang_default_cuda_graph_max_bs(gpu, version, dep.tensor_parallel_size),
-        };
-        Some(f.max_running_requests.map_or(d, |m| d.min(m)))
-    } else {
-        None
+    // `--cuda-graph-max-bs` as given, else the release's default for the GPU (unset before
+    // 0.5.3 on cards of 35 GB and more). The capture list it ends is built below, once the
+    // request pool is known.
+    let graph_setting = match f.cuda_graph_max_bs {
+        Some(b) => Some(positive("engine.cuda_graph_max_bs", b)?),
+        None => sglang_default_cuda_graph_max_bs(gpu, version, dep.tensor_parallel_size),
     };
+    // What the default `mem_fraction_static` reserves for graphs: the setting, from 0.5.15 only
+    // with graphs on.
+    let reserve_graph_bs = if dep.cuda_graphs || version < Version::new(0, 5, 15) { graph_setting } else { None };
     let context_length = match (f.context_length, model.max_position_embeddings) {
         (Some(m), _) => positive("engine.context_length", m)?,
         (None, Some(m)) => m,
@@ -184,7 +184,7 @@ pub(super) fn resolve_sglang(
                 dep.tensor_parallel_size,
                 chunked_prefill_size,
                 max_prefill_tokens,
-                cuda_graph_max_bs,
+                reserve_graph_bs,
             ),
         };
         if !(mfs > 0.0 && mfs < 1.0) {
@@ -219,6 +219,14 @@ pub(super) fn resolve_sglang(
     let default_running = (max_total_tokens / 2).min(pool_reqs).max(1) as u32;
     let max_running_requests =
         positive("engine.max_running_requests", f.max_running_requests.unwrap_or(default_running))?;
+    // The largest decode batch captured as a CUDA graph: the last of the release's capture list,
+    // which stops at the request pool (`--max-running-requests`, else `pool_reqs`).
+    let cuda_graph_max_bs = if dep.cuda_graphs {
+        let pool = f.max_running_requests.unwrap_or(pool_reqs as u32);
+        sglang_capture_list(version, sglang_gpu_mem_mib(gpu), graph_setting, pool).last().copied()
+    } else {
+        None
+    };
     let disable_overlap_schedule = f.disable_overlap_schedule.unwrap_or(false);
     let mut behaviour = SglangBehaviour::of_release(version);
     behaviour.overlap = if disable_overlap_schedule {

@@ -229,10 +229,23 @@ pub enum GraphRule {
     /// vLLM 0.12 and later: as [`GraphRule::VllmTokens`], but the capture sizes step by 16
     /// from 256 tokens (vLLM PR #26016) where earlier releases step by 8 throughout.
     VllmTokensStep16Above256(u64),
-    /// SGLang: graphs for decode-only steps up to this batch.
-    SglangDecodeBatch(u64),
+    /// SGLang: graphs for decode-only steps up to `max` sequences (the last size of the
+    /// release's capture list, `config::sglang_capture_list`), padded along `list`.
+    SglangDecodeBatch { max: u64, list: SglangList },
     /// Eager mode.
     Eager,
+}
+
+/// The shape of an SGLang release's decode capture list below its last size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SglangList {
+    /// 0.5.3 and later: `[1, 2, 4, 8, 12] + range(16, 257, 8) + range(272, 512, 16) +
+    /// range(512, …, 32)`.
+    Since053,
+    /// 0.4.10–0.5.2: `[1, 2, 4, 8] + range(16, step8_to + 1, 8)`, then by 16 (the list's
+    /// 16-steps above 256 on the largest cards and the extension to a larger
+    /// `--cuda-graph-max-bs` alike). `step8_to` is 160 up to 90 GiB of device memory, 256 above.
+    Before053 { step8_to: u64 },
 }
 
 impl GraphRule {
@@ -240,9 +253,9 @@ impl GraphRule {
     /// in eager mode.
     pub fn max(self) -> Option<u64> {
         match self {
-            GraphRule::VllmTokens(m) | GraphRule::VllmTokensStep16Above256(m) | GraphRule::SglangDecodeBatch(m) => {
-                Some(m)
-            }
+            GraphRule::VllmTokens(m)
+            | GraphRule::VllmTokensStep16Above256(m)
+            | GraphRule::SglangDecodeBatch { max: m, .. } => Some(m),
             GraphRule::Eager => None,
         }
     }
@@ -272,28 +285,46 @@ impl GraphRule {
         }
     }
 
+    /// SGLang's graphs for a release: decode batches up to `max` (the last size of its capture
+    /// list), padded along the list of the release and the device memory SGLang sees
+    /// (`gpu_mem_mib`, nvidia-smi's MiB).
+    pub fn sglang(version: crate::engine::Version, gpu_mem_mib: f64, max: u64) -> GraphRule {
+        let list = if version >= crate::engine::Version::new(0, 5, 3) {
+            SglangList::Since053
+        } else {
+            SglangList::Before053 { step8_to: if gpu_mem_mib > 90.0 * 1024.0 { 256 } else { 160 } }
+        };
+        GraphRule::SglangDecodeBatch { max, list }
+    }
+
     /// The size a CUDA graph replays a step of `m` tokens (vLLM) or `m` decodes (SGLang) at:
     /// the smallest captured size at least `m`, capped at the largest one. The engines
     /// capture graphs for a list of sizes and pad a step up to the next one; the padded
     /// rows run through every kernel inside the graph. vLLM 0.9–0.11:
     /// `[1, 2, 4] + range(8, max + 1, 8)`; vLLM 0.12+: `[1, 2, 4] + range(8, 256, 8) +
-    /// range(256, max + 1, 16)`; SGLang 0.4.10–0.5.x: `[1, 2, 4, 8] + range(16, …, 8)`, from
-    /// 256 on by 16 (the largest captured batch is always in the list). Later SGLang lists
-    /// also hold 12 and step by 32 from 512 (`ServerArgs._generate_cuda_graph_batch_sizes`,
-    /// after PR #10372): a batch of 9–12 is padded to 16 here, not 12 (not modelled; the
-    /// release that added 12 is not pinned).
+    /// range(256, max + 1, 16)`; SGLang: [`SglangList`]. Every list ends at its largest
+    /// captured size, which may lie off the list's steps (SGLang adds the request pool's size,
+    /// and from 0.5.10 the `--cuda-graph-max-bs` setting): the cap.
     pub fn padded(self, m: u64) -> u64 {
-        let (max, step16_from) = match self {
-            GraphRule::VllmTokens(max) => (max, u64::MAX),
-            GraphRule::VllmTokensStep16Above256(max) | GraphRule::SglangDecodeBatch(max) => (max, 256),
+        let ceil = |m: u64, k: u64| m.div_ceil(k) * k;
+        let (max, up) = match self {
             GraphRule::Eager => return m,
-        };
-        let up = if m <= 4 {
-            m.next_power_of_two()
-        } else if m < step16_from {
-            m.div_ceil(8) * 8
-        } else {
-            m.div_ceil(16) * 16
+            _ if m <= 4 => (self.max().unwrap_or(m), m.next_power_of_two()),
+            GraphRule::VllmTokens(max) => (max, ceil(m, 8)),
+            GraphRule::VllmTokensStep16Above256(max) => (max, if m < 256 { ceil(m, 8) } else { ceil(m, 16) }),
+            GraphRule::SglangDecodeBatch { max, list: SglangList::Since053 } => (
+                max,
+                match m {
+                    ..=8 => 8,
+                    ..=12 => 12,
+                    ..=256 => ceil(m, 8),
+                    ..=512 => ceil(m, 16),
+                    _ => 512 + ceil(m - 512, 32),
+                },
+            ),
+            GraphRule::SglangDecodeBatch { max, list: SglangList::Before053 { step8_to } } => {
+                (max, if m <= step8_to { ceil(m, 8) } else { step8_to + ceil(m - step8_to, 16) })
+            }
         };
         up.min(max).max(m)
     }
@@ -600,7 +631,7 @@ impl ComposedCost {
         let m_run = if graph { self.graphs.padded(m) } else { m };
         let linear = Self::memo(&self.memo_tokens, m_run, || self.per_token_count_us(m_run));
         let mut seqs = u64::from(s.num_seqs.max(1));
-        if graph && matches!(self.graphs, GraphRule::SglangDecodeBatch(_)) {
+        if graph && matches!(self.graphs, GraphRule::SglangDecodeBatch { .. }) {
             seqs = self.graphs.padded(seqs);
         }
         let lm = Self::memo(&self.memo_seqs, seqs, || self.lm_head.at(seqs as f64) * 1e3 + self.logits_gather_us(seqs));
@@ -640,7 +671,7 @@ impl ComposedCost {
     fn in_graph(&self, s: &StepShape) -> bool {
         match self.graphs {
             GraphRule::VllmTokens(max) | GraphRule::VllmTokensStep16Above256(max) => s.total_tokens() <= max,
-            GraphRule::SglangDecodeBatch(max) => s.prefill_tokens == 0 && s.decode_tokens <= max,
+            GraphRule::SglangDecodeBatch { max, .. } => s.prefill_tokens == 0 && s.decode_tokens <= max,
             GraphRule::Eager => false,
         }
     }
@@ -792,8 +823,8 @@ mod tests {
 
     /// The padded sizes are the engines' capture lists: vLLM 0.9–0.11 `[1, 2, 4] +
     /// range(8, 513, 8)`, vLLM 0.12+ `[1, 2, 4] + range(8, 256, 8) + range(256, 513, 16)`,
-    /// SGLang `[1, 2, 4, 8] + range(16, …, 8)` and by 16 from 256, each capped at its largest
-    /// captured size (which the list always holds).
+    /// SGLang's lists as each release builds them (`config::sglang_capture_list`), each capped
+    /// at its largest captured size (which the list always holds).
     #[test]
     fn graphs_replay_at_the_next_captured_size() {
         let capture = |rule: GraphRule, max: u64| -> Vec<u64> {
@@ -810,13 +841,7 @@ mod tests {
             }
             v
         };
-        for rule in [
-            GraphRule::VllmTokens(512),
-            GraphRule::VllmTokensStep16Above256(512),
-            GraphRule::SglangDecodeBatch(256),
-            GraphRule::SglangDecodeBatch(100),
-            GraphRule::SglangDecodeBatch(3),
-        ] {
+        for rule in [GraphRule::VllmTokens(512), GraphRule::VllmTokensStep16Above256(512)] {
             let max = rule.max().unwrap();
             let sizes = capture(rule, max);
             for m in 1..=max {
@@ -824,6 +849,52 @@ mod tests {
                 assert_eq!(rule.padded(m), want, "{rule:?} at {m}");
             }
         }
+        // SGLang: against the capture lists as the releases build them
+        // (`config::sglang_capture_list`), for both list shapes, the device memories whose lists
+        // differ, settings on and off the list, and pools below and above them.
+        use crate::engine::Version;
+        for v in [Version::new(0, 4, 10), Version::new(0, 5, 2), Version::new(0, 5, 3), Version::new(0, 5, 10)] {
+            for mem in [24_000.0, 81_559.0, 143_771.0, 183_359.0] {
+                for setting in [
+                    None,
+                    Some(3),
+                    Some(8),
+                    Some(80),
+                    Some(100),
+                    Some(160),
+                    Some(200),
+                    Some(256),
+                    Some(600),
+                    Some(1000),
+                ] {
+                    for pool in [2, 10, 150, 250, 4096] {
+                        let sizes = crate::config::sglang_capture_list(v, mem, setting, pool);
+                        let max = u64::from(*sizes.last().unwrap());
+                        let rule = GraphRule::sglang(v, mem, max);
+                        for m in 1..=max {
+                            let want = u64::from(*sizes.iter().find(|&&c| u64::from(c) >= m).unwrap());
+                            assert_eq!(rule.padded(m), want, "{v} {mem} MiB {setting:?} pool {pool} at {m}: {sizes:?}");
+                        }
+                    }
+                }
+            }
+        }
+        // The lists' known shapes.
+        let list = |v, mem, s, pool| crate::config::sglang_capture_list(v, mem, s, pool);
+        let (v0410, v053, v0510) = (Version::new(0, 4, 10), Version::new(0, 5, 3), Version::new(0, 5, 10));
+        assert_eq!(list(v0410, 81_559.0, None, 4096).last(), Some(&160), "H100, 0.4.10: ends at 160");
+        assert_eq!(list(v0410, 143_771.0, None, 4096).last(), Some(&256), "H200, 0.4.10: ends at 256");
+        assert_eq!(list(v0410, 183_359.0, None, 4096).last(), Some(&512), "B200, 0.4.10: ends at 512");
+        assert_eq!(list(v0410, 81_559.0, Some(200), 4096).last(), Some(&192), "0.4.10 extends by 16 from 160");
+        assert_eq!(list(v0410, 81_559.0, None, 100).last(), Some(&100), "the pool's size is captured");
+        assert!(list(v053, 81_559.0, Some(256), 4096).contains(&12));
+        assert_eq!(
+            list(v053, 81_559.0, Some(100), 4096).last(),
+            Some(&96),
+            "0.5.3: a setting off the list is not captured"
+        );
+        assert_eq!(list(v0510, 81_559.0, Some(100), 4096).last(), Some(&100), "0.5.10: it is");
+        assert_eq!(list(v053, 183_359.0, Some(1000), 4096).last(), Some(&992), "by 32 from 512");
         assert_eq!(GraphRule::VllmTokens(512).padded(300), 304);
         assert_eq!(GraphRule::VllmTokensStep16Above256(512).padded(300), 304);
         assert_eq!(GraphRule::VllmTokensStep16Above256(512).padded(257), 272);

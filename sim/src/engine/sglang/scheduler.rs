@@ -120,10 +120,11 @@ pub struct SglangConfig {
     /// scheduler is modelled is [`SglangBehaviour::overlap`].
     pub disable_overlap_schedule: bool,
     pub context_length: u32,
-    /// The largest decode batch captured as a CUDA graph (`--cuda-graph-max-bs`, or the
-    /// release's default for the GPU, capped at `--max-running-requests` when that is
-    /// given); `None` without graphs. The step cost's graph rule and the memory reserve
-    /// read it; the scheduler does not.
+    /// The largest decode batch captured as a CUDA graph: the last size of the release's
+    /// capture list (`config::sglang_capture_list`: from `--cuda-graph-max-bs` or the
+    /// release's default for the GPU, stopping at the request pool); `None` without graphs.
+    /// The step cost's graph rule reads it; the scheduler does not. (The default
+    /// `mem_fraction_static` reserves for the `--cuda-graph-max-bs` setting, not for this.)
     pub cuda_graph_max_bs: Option<u32>,
     /// Seed of the `random` policy's stream.
     pub seed: u64,
