@@ -74,11 +74,13 @@ pub fn resolve(raw: &RawScenario) -> Result<(Scenario, SimSpec), String> {
     let origin = &raw.origin;
     let scenario: Scenario = config::from_value(raw.json.clone(), "").map_err(|e| format!("{origin}: {e}"))?;
     let mut res = Resources { models: sim::builtin::models()?, gpus: sim::builtin::gpus()?, ..Default::default() };
+    let mut fitted_on = None;
     if let Some(p) = &scenario.cost.profile {
         let path = resolve_path(&raw.base_dir, p);
         let (coefficients, prior) = load_profile(&path).map_err(|e| format!("{origin}: cost.profile: {e}"))?;
         res.profile = Some(coefficients);
         res.profile_prior = prior;
+        fitted_on = Some((path.clone(), profile_deployment(&path)?));
     }
     if let Some(t) = &scenario.workload.trace {
         let path = resolve_path(&raw.base_dir, t);
@@ -106,6 +108,9 @@ pub fn resolve(raw: &RawScenario) -> Result<(Scenario, SimSpec), String> {
         }
     }
     let spec = config::resolve(&scenario, &res).map_err(|e| format!("{origin}: {e}"))?;
+    if let Some((path, d)) = &fitted_on {
+        check_profile_deployment(&spec, d).map_err(|e| format!("{origin}: cost.profile: {}: {e}", path.display()))?;
+    }
     if let config::EngineSpec::Sglang(c) = &spec.engine {
         if !c.behaviour.retract_until_decode_fits && c.page_size > 20 {
             warn_once(format!(
@@ -150,6 +155,78 @@ pub fn load_profile(path: &Path) -> Result<(CostCoefficients, Option<CostCoeffic
         _ => None,
     };
     Ok((coefficients, prior))
+}
+
+/// What a profile says it was fitted on (its `engine` object): the engine kind and release,
+/// the model as the engine named it, and (profiles from 2026-12-03 on) the model card, the GPU
+/// card and the TP size; with its `source` (`live` or `results`).
+#[derive(Debug, Default)]
+pub struct ProfileDeployment {
+    pub source: Option<String>,
+    pub kind: Option<String>,
+    pub version: Option<String>,
+    pub model: Option<String>,
+    pub model_card: Option<String>,
+    pub gpu: Option<String>,
+    pub tensor_parallel_size: Option<u32>,
+}
+
+/// A profile's [`ProfileDeployment`].
+pub fn profile_deployment(path: &Path) -> Result<ProfileDeployment, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    let v: Value = serde_json::from_str(&text).map_err(|e| format!("{}: not valid JSON: {e}", path.display()))?;
+    let e = &v["engine"];
+    let s = |x: &Value| x.as_str().map(str::to_string);
+    Ok(ProfileDeployment {
+        source: s(&v["source"]),
+        kind: s(&e["kind"]),
+        version: s(&e["version"]),
+        model: s(&e["model"]),
+        model_card: s(&e["model_card"]),
+        gpu: s(&e["gpu"]),
+        tensor_parallel_size: e["tensor_parallel_size"].as_u64().map(|t| t as u32),
+    })
+}
+
+/// A profile's coefficients hold for the deployment they were fitted on: the same engine, model
+/// card, GPU and TP size. Another deployment is an error (its step costs are another
+/// machine's); another release of the same engine is a warning (a what-if across releases keeps
+/// the hardware's costs but not the engine's own). A key the profile lacks is not checked (the
+/// model of a live profile is the served name, not a card; older profiles have no GPU).
+pub fn check_profile_deployment(spec: &SimSpec, d: &ProfileDeployment) -> Result<(), String> {
+    let kind = match spec.engine.engine_kind() {
+        config::EngineKind::Vllm => "vllm",
+        config::EngineKind::Sglang => "sglang",
+    };
+    let card = d.model_card.clone().or_else(|| d.model.clone().filter(|_| d.source.as_deref() == Some("results")));
+    let mut differ = Vec::new();
+    if d.kind.as_deref().is_some_and(|k| k != kind) {
+        differ.push(format!("engine {} (this scenario: {kind})", d.kind.as_deref().unwrap_or("")));
+    }
+    if let Some(c) = card.filter(|c| *c != spec.model.id) {
+        differ.push(format!("model {c} (this scenario: {})", spec.model.id));
+    }
+    if let Some(g) = d.gpu.as_ref().filter(|g| **g != spec.gpu.id) {
+        differ.push(format!("GPU {g} (this scenario: {})", spec.gpu.id));
+    }
+    if let Some(t) = d.tensor_parallel_size.filter(|t| *t != spec.deployment.tensor_parallel_size) {
+        differ.push(format!("tensor parallel size {t} (this scenario: {})", spec.deployment.tensor_parallel_size));
+    }
+    if !differ.is_empty() {
+        return Err(format!(
+            "fitted on {}: its coefficients are that deployment's step costs, not this one's. Calibrate this \
+             deployment, or run without the profile",
+            differ.join(", ")
+        ));
+    }
+    let version = spec.engine.version().to_string();
+    if let Some(v) = d.version.as_ref().filter(|v| **v != version) {
+        warn_once(format!(
+            "cost.profile was fitted on {kind} {v}; this scenario models {kind} {version}: the fitted per-step \
+             and per-request CPU costs may differ between releases"
+        ));
+    }
+    Ok(())
 }
 
 /// Reads a trace in CSV (a header naming `arrival_time,input_len,output_len`

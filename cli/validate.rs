@@ -540,11 +540,27 @@ pub fn run(a: ValidateArgs) -> Result<ExitCode, String> {
     let dir = if a.dir.is_absolute() { a.dir.clone() } else { root.join(&a.dir) };
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .map_err(|e| format!("{}: {e}", dir.display()))?
-        .map(|e| e.unwrap().path())
+        .map(|e| e.map(|e| e.path()).map_err(|e| format!("{}: {e}", dir.display())))
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
         .filter(|p| p.extension().is_some_and(|e| e == "json"))
         .filter(|p| a.only.as_ref().is_none_or(|o| p.file_name().unwrap().to_string_lossy().contains(o.as_str())))
         .collect();
     files.sort();
+    if files.is_empty() {
+        return Err(match &a.only {
+            Some(o) => format!("--only {o:?}: no validation set in {} has it in its file name", dir.display()),
+            None => format!("{}: no validation sets (*.json)", dir.display()),
+        });
+    }
+    if a.only.is_some() && a.write_baseline.is_some() {
+        return Err("--write-baseline with --only would write a baseline of those sets alone: write it from the \
+                    whole corpus"
+            .to_string());
+    }
+    // The sets run, by name: a baseline's groups of other sets are not judged under --only.
+    let run_sets: Vec<String> =
+        files.iter().filter_map(|f| f.file_stem().map(|s| s.to_string_lossy().into_owned())).collect();
     let mut jobs = Vec::new();
     for f in &files {
         jobs.extend(jobs_of(f, &root)?);
@@ -754,6 +770,12 @@ pub fn run(a: ValidateArgs) -> Result<ExitCode, String> {
         let t = std::fs::read_to_string(b).map_err(|e| format!("{}: {e}", b.display()))?;
         let v: Value = serde_json::from_str(&t).map_err(|e| format!("{}: not valid JSON: {e}", b.display()))?;
         let base: Baseline = serde_json::from_value(v).map_err(|e| format!("{}: {e}", b.display()))?;
+        if base.groups.is_empty() {
+            return Err(format!(
+                "{}: no \"groups\": not a baseline written by `servesim validate --write-baseline`",
+                b.display()
+            ));
+        }
         for g in &groups_out {
             let now = g.median_abs_error_pct.unwrap_or(f64::INFINITY);
             let was = base.groups.iter().find(|(k, _)| *k == g.group).and_then(|(_, b)| b.median_abs_error_pct);
@@ -764,7 +786,8 @@ pub fn run(a: ValidateArgs) -> Result<ExitCode, String> {
             }
         }
         for (k, _) in &base.groups {
-            if !groups_out.iter().any(|g| g.group == *k) {
+            let set = k.split(" | ").next().unwrap_or(k);
+            if run_sets.iter().any(|r| r == set) && !groups_out.iter().any(|g| g.group == *k) {
                 failed.push(format!("{k}: in the baseline but no longer measured"));
             }
         }

@@ -56,6 +56,17 @@ fn bad_inputs_are_refused_naming_the_cause() {
         // An earlier run's prompts are the run's own first ones.
         (&["simulate", "--set", "workload.prior_run_prompts=21"], 2, "workload.prior_run_prompts"),
         (&["simulate", trace, "--set", "workload.prior_run_prompts=9999999"], 2, "workload.prior_run_prompts"),
+        // A profile holds for the deployment it was fitted on.
+        (
+            &["simulate", "--set", "cost.profile=validation/llmd-exp0/profile-fit-0.5-0.67.json"],
+            2,
+            "fitted on model llama-3.1-70b-instruct (this scenario: qwen2.5-7b-instruct), GPU a100-80gb",
+        ),
+        // A validation gate that cannot pass by accident.
+        (&["validate", "--only", "no-such-set"], 2, "--only \"no-such-set\""),
+        (&["validate", "--only", "rtx5090", "--baseline", "scenarios/serve-small-vllm.json"], 2, "no \"groups\""),
+        (&["validate", "--only", "rtx5090", "--write-baseline", "target/never-written.json"], 2, "--write-baseline"),
+        (&["validate", "--only", "rtx5090", "--baseline", "validation/baseline.json"], 0, ""),
     ];
     let mut failures = Vec::new();
     for (args, code, needle) in cases {

@@ -214,6 +214,9 @@ fn output_keys_match_the_snapshot() {
                 "20,64,168,256",
                 "--set",
                 &set,
+                // The profile was fitted on an A100 (a profile holds for its own deployment).
+                "--set",
+                "hardware=a100-80gb",
                 "--json",
             ])],
         ),

@@ -216,8 +216,19 @@ pub fn calibrate<M: Measure + ?Sized>(m: &mut M, scenario: &Scenario<'_>, o: &Ca
             p.names.iter().zip(&l.values).map(|(n, v)| format!("{n} {v:.3}")).collect::<Vec<_>>().join(", ")
         ));
     }
-    let engine =
-        ProfileEngine { kind, version: info.version.clone(), model: info.model.clone(), kv_capacity_tokens: Some(kv) };
+    let engine = ProfileEngine {
+        kind,
+        version: info.version.clone(),
+        model: info.model.clone(),
+        kv_capacity_tokens: Some(kv),
+        model_card: None,
+        gpu: None,
+        tensor_parallel_size: None,
+    };
+    let engine = match points.first() {
+        Some(p) => engine.with_deployment(&p.spec),
+        None => engine,
+    };
     let mut profile = Profile::new(&r, &points, "live", engine, &prior);
     // The coefficients' covariance at the fit (Laplace, with the prior's σ as a floor of information).
     let (_, cov, s2) = crate::identify::covariance_at(
@@ -369,7 +380,11 @@ pub fn calibrate_from_results_with(
         version: Some(first.spec.engine.version().to_string()),
         model: Some(first.spec.model.id.clone()),
         kv_capacity_tokens: None,
-    };
+        model_card: None,
+        gpu: None,
+        tensor_parallel_size: None,
+    }
+    .with_deployment(&first.spec);
     let mut profile = Profile::new(&r, &points, "results", engine, &prior);
     profile.fit.method = FIT_METHOD_WITH_PRIOR;
     // Per point, the noise each fitted value was given; which ones the rounding raised.

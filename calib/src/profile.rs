@@ -63,9 +63,30 @@ pub struct Profile {
 pub struct ProfileEngine {
     pub kind: EngineKind,
     pub version: Option<String>,
+    /// The model as the engine named it (live: the served model; from results: the card).
     pub model: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kv_capacity_tokens: Option<u64>,
+    /// The deployment the coefficients were fitted on: servesim's model card and GPU card and
+    /// the TP size. A scenario that applies the profile (`cost.profile`) must run the same
+    /// (`cli/load.rs`); profiles written before these keys existed are checked on `kind` and,
+    /// from results, `model`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_card: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tensor_parallel_size: Option<u32>,
+}
+
+impl ProfileEngine {
+    /// The deployment keys from the spec the profile was fitted with.
+    pub fn with_deployment(mut self, spec: &sim::config::SimSpec) -> ProfileEngine {
+        self.model_card = Some(spec.model.id.clone());
+        self.gpu = Some(spec.gpu.id.clone());
+        self.tensor_parallel_size = Some(spec.deployment.tensor_parallel_size);
+        self
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]

@@ -22,17 +22,23 @@ impl Metrics for ResultPoint {
 /// The load points of a results file's text (`name` names it in errors).
 pub fn parse_results(text: &str, name: &str) -> Result<Vec<ResultPoint>, String> {
     let mut out = Vec::new();
-    let values: Vec<Value> = match serde_json::from_str::<Value>(text) {
-        Ok(v) => vec![v],
+    // Each point with where it is (the file, or the file and line of a JSONL point).
+    let values: Vec<(String, Value)> = match serde_json::from_str::<Value>(text) {
+        Ok(v) => vec![(name.to_string(), v)],
         Err(_) => text
             .lines()
-            .filter(|l| !l.trim().is_empty())
             .enumerate()
-            .map(|(i, l)| serde_json::from_str(l).map_err(|e| format!("{name}:{}: not JSON: {e}", i + 1)))
+            .filter(|(_, l)| !l.trim().is_empty())
+            .map(|(i, l)| {
+                serde_json::from_str(l)
+                    .map(|v| (format!("{name}:{}", i + 1), v))
+                    .map_err(|e| format!("{name}:{}: not JSON: {e}", i + 1))
+            })
             .collect::<Result<_, _>>()?,
     };
-    for v in values {
-        let mut m = v.as_object().cloned().ok_or(format!("{name}: expected a JSON object"))?;
+    for (at, v) in values {
+        let mut m = v.as_object().cloned().ok_or(format!("{at}: expected a JSON object"))?;
+        check_fields(&m, &at)?;
         // sglang.bench_serving names E2E latency differently.
         for (theirs, ours) in [
             ("mean_e2e_latency_ms", "mean_e2el_ms"),
@@ -51,13 +57,50 @@ pub fn parse_results(text: &str, name: &str) -> Result<Vec<ResultPoint>, String>
         };
         if !crate::fit::TARGETS.iter().any(|&t| point.metric(t).is_some_and(|v| v.is_finite() && v > 0.0)) {
             return Err(format!(
-                "{name}: none of {}: not a vllm bench serve --save-result or sglang.bench_serving result",
+                "{at}: none of {}: not a vllm bench serve --save-result or sglang.bench_serving result",
                 crate::fit::TARGETS.map(Metric::key).join(", ")
             ));
         }
         out.push(point);
     }
     Ok(out)
+}
+
+/// A published value that is there must be usable: a metric a finite number (or `null`: not
+/// published), at least 0, and above 0 for a TTFT or E2E latency (not their spread) and a
+/// throughput (a one-token output has a TPOT and ITL of 0, a single request a spread of 0);
+/// the load fields of the types `vllm bench serve` writes; `completed` (if given) at least 1.
+/// A wrong value is an error naming the point and the field, never silently dropped.
+fn check_fields(m: &Map<String, Value>, at: &str) -> Result<(), String> {
+    for k in Metric::ALL.iter().map(|k| k.key()) {
+        if matches!(k, "request_rate" | "max_concurrency" | "num_prompts" | "completed") {
+            continue; // below
+        }
+        let positive = (k.ends_with("_ttft_ms") || k.ends_with("_e2el_ms") || k.ends_with("throughput"))
+            && !k.starts_with("std_");
+        match m.get(k) {
+            None | Some(Value::Null) => {}
+            Some(Value::Number(n)) if n.as_f64().is_some_and(|v| v.is_finite() && (v > 0.0 || !positive && v == 0.0)) => {}
+            Some(v) => {
+                let want = if positive { "a positive number" } else { "a number of at least 0" };
+                return Err(format!("{at}: {k}: expected {want} (or null), got {v}"));
+            }
+        }
+    }
+    for k in ["max_concurrency", "num_prompts", "completed"] {
+        match m.get(k) {
+            None | Some(Value::Null) => {}
+            Some(Value::Number(n)) if n.as_u64().is_some_and(|v| v >= 1) => {}
+            Some(v) => return Err(format!("{at}: {k}: expected a whole number of at least 1, got {v}")),
+        }
+    }
+    match m.get("request_rate") {
+        None | Some(Value::Null) => {}
+        Some(Value::Number(n)) if n.as_f64().is_some_and(|v| v.is_finite() && v > 0.0) => {}
+        Some(Value::String(s)) if s == "inf" => {}
+        Some(v) => return Err(format!("{at}: request_rate: expected a positive number or \"inf\", got {v}")),
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -75,6 +118,27 @@ mod tests {
         assert!(parse_results(r#"{"max_concurrency": 8}"#, "r.json").unwrap_err().contains("none of mean_ttft_ms"));
         let sg = parse_results("{\"median_e2e_latency_ms\": 900.0}\n", "s.jsonl").unwrap();
         assert_eq!(sg[0].metric(Metric::MedianE2elMs), Some(900.0));
+    }
+
+    #[test]
+    fn a_wrong_value_is_an_error_naming_the_point_and_the_field() {
+        let err = |text: &str, name: &str| parse_results(text, name).unwrap_err();
+        let e = err(r#"{"output_throughput": 812.5, "mean_tpot_ms": "fast"}"#, "r.json");
+        assert!(e.starts_with("r.json: mean_tpot_ms: expected a number of at least 0"), "{e}");
+        assert!(err(r#"{"output_throughput": 0, "mean_ttft_ms": 5}"#, "r.json").contains("output_throughput"));
+        assert!(err(r#"{"output_throughput": 812.5, "mean_tpot_ms": -5}"#, "r.json").contains("mean_tpot_ms"));
+        assert!(err(r#"{"output_throughput": 812.5, "completed": 0}"#, "r.json").contains("completed"));
+        assert!(err(r#"{"output_throughput": 812.5, "max_concurrency": "8"}"#, "r.json").contains("max_concurrency"));
+        assert!(err(r#"{"output_throughput": 812.5, "request_rate": -1}"#, "r.json").contains("request_rate"));
+        let e = err("{\"output_throughput\": 1.0}\n\n{\"mean_ttft_ms\": \"x\"}\n", "s.jsonl");
+        assert!(e.starts_with("s.jsonl:3: mean_ttft_ms"), "{e}");
+        // Not published, or a one-token output's TPOT: accepted.
+        parse_results(
+            r#"{"output_throughput": 812.5, "mean_ttft_ms": null, "mean_tpot_ms": 0.0, "std_ttft_ms": 0, "failed": 0,
+                "request_rate": "inf", "burstiness": 1.0, "max_concurrency": null}"#,
+            "r.json",
+        )
+        .unwrap();
     }
 }
 

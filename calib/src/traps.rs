@@ -228,8 +228,9 @@ pub fn flag(points: &mut [FitPoint]) -> Vec<Trap> {
 
 /// A point that may be a fresh vLLM server's first requests: the engine is vLLM, nothing
 /// warmed the server before the point (`initial_test_request` false, no `num_warmups`, no
-/// `prior_run_prompts`), and every request of the point is in its first wave (no request rate
-/// and a concurrency limit of at least `num_prompts`, so all were sent at once). Its TTFT
+/// `prior_run_prompts`), and every request of the point is in its first wave (no request rate,
+/// no trace whose rows arrive at different times, and a concurrency limit of at least
+/// `num_prompts`, so all were sent at once). Its TTFT
 /// values are excluded; the rest of the point stays. The server may have been warm (the
 /// results do not say); excluding costs only what the TTFT would have told the fit about
 /// prefill, which then stays at the prior.
@@ -238,7 +239,13 @@ pub fn flag_cold_server(points: &mut [FitPoint]) -> Vec<Trap> {
     for p in points.iter_mut() {
         let w = &p.spec.workload;
         let warmed = w.initial_test_request || w.num_warmups > 0 || w.prior_run_prompts > 0;
-        let one_wave = w.request_rate.is_none() && w.max_concurrency.is_none_or(|c| c >= w.num_prompts);
+        // A trace times its own arrivals: one wave only if every row arrives at once.
+        let spread = match &w.dataset {
+            sim::workload::Dataset::Trace { rows } => rows.iter().any(|r| r.arrival_time != rows[0].arrival_time),
+            sim::workload::Dataset::Requests { requests } => requests.iter().any(|r| r.arrival_ns > 0),
+            _ => false,
+        };
+        let one_wave = !spread && w.request_rate.is_none() && w.max_concurrency.is_none_or(|c| c >= w.num_prompts);
         if p.spec.engine.engine_kind() != sim::config::EngineKind::Vllm || warmed || !one_wave {
             continue;
         }

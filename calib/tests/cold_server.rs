@@ -72,6 +72,37 @@ fn a_warmed_server_a_later_wave_an_open_loop_or_sglang_is_not_flagged() {
     }
 }
 
+/// A trace times its own arrivals: rows spread over time are not one wave (the llm-d exp-0
+/// replay was flagged as "all 252 requests were sent at once"), rows that all arrive at 0 are.
+#[test]
+fn a_trace_is_one_wave_only_when_its_rows_arrive_together() {
+    let flagged = |arrivals: [f64; 4]| {
+        let spec_json = json!({"version": 1, "engine": {"kind": "vllm", "version": "0.11.0"},
+                               "model": "qwen2.5-7b-instruct", "hardware": "a100-80gb",
+                               "workload": {"dataset_name": "trace", "trace": "t.csv",
+                                            "num_prompts": 4, "ignore_eos": true,
+                                            "initial_test_request": false, "seed": 3}});
+        let mut res = sim::builtin::resources().unwrap();
+        res.trace = Some(
+            arrivals
+                .iter()
+                .map(|&arrival_time| sim::workload::TraceRow {
+                    arrival_time,
+                    input_len: 512,
+                    output_len: 128,
+                    prefix_group: None,
+                    prefix_len: None,
+                    priority: None,
+                })
+                .collect(),
+        );
+        let s = config::resolve(&config::from_value(spec_json, "").unwrap(), &res).unwrap();
+        !flag_cold_server(&mut [point(s, 1.0)]).is_empty()
+    };
+    assert!(!flagged([0.0, 1.5, 3.0, 4.5]), "spread arrivals are not one wave");
+    assert!(flagged([0.0, 0.0, 0.0, 0.0]), "a trace that sends everything at once is");
+}
+
 /// Through `calibrate --from-results`: a TTFT 1.6x the engine's (the cold costs) moves the
 /// prefill cost when the scenario says the server was warmed, and leaves it at the prior when
 /// the point is one unwarmed wave, whose profile names the trap.

@@ -273,7 +273,7 @@ fn profile_keys() {
         keys(&p),
         "format,version,created_by,source,engine,coefficients,coefficient_sources,prior,cost_mode,fit,roofline_check,uncertainty,lone_request_fit,speed_reference,fit_workloads"
     );
-    assert_eq!(keys(&p["engine"]), "kind,version,model,kv_capacity_tokens");
+    assert_eq!(keys(&p["engine"]), "kind,version,model,kv_capacity_tokens,model_card,gpu,tensor_parallel_size");
     assert_eq!(p["engine"]["kind"], "vllm");
     assert_eq!(keys(&p["fit"]), "method,target_noise,targets,free,factors,objective,evaluations,r2,points");
     assert_eq!(keys(&p["fit"]["points"][0]), "name,max_concurrency,measured,predicted,relative_residual");
@@ -306,7 +306,7 @@ fn profile_keys() {
         keys(&r),
         "format,version,created_by,source,engine,coefficients,coefficient_sources,prior,cost_mode,fit,roofline_check,identifiability,traps,uncertainty,from_results,scenario,note"
     );
-    assert_eq!(keys(&r["engine"]), "kind,version,model");
+    assert_eq!(keys(&r["engine"]), "kind,version,model,model_card,gpu,tensor_parallel_size");
     assert_eq!(
         keys(&r["identifiability"][0]),
         "coefficient,determined,data_share,prior_sigma_log,prior_sigma_source,why"
