@@ -447,4 +447,50 @@ dennislee(464848, 0.5, {
     "10": (0, "first on server pid 118 (hit rate 8.9%)"), "75": (10, "after N = 10 on pid 118"),
     "100": (0, "first on server pid 2739 (hit rate 1.0%)"), "200": (100, "after N = 100 on pid 2739"),
     "500": (200, "after N = 200 on pid 2739"), "1000": (500, "after N = 500 on pid 2739")})
+# 15. gpustack Qwen3-8B H100 latency page: vLLM 0.11.0 at concurrency 1/2/4/8 and SGLang 0.5.3.post3 at 4, ShareGPT,
+# 100 prompts (the same 100 at every level: vllm bench's default seed). servesim has no text datasets: as the other
+# ShareGPT sets, lengths uniform in [0.1, 1.9] x the mean, here the means the blocks print (23,260 input and 22,061
+# generated tokens over 100 requests), laid out as a trace whose totals are exactly those (100 evenly spaced quantiles,
+# shuffled with random.Random(0), the rounding left on the last row), plus 8 tokens a prompt for Qwen3's chat template
+# (see 12). vllm bench's sharegpt caps each reply at its dataset length and every block generated exactly 22,061 tokens:
+# each request ran to its cap (ignore_eos in the replay).
+def even_lengths(total, n, rng):
+    mean = total / n
+    xs = [round(mean * (0.1 + 1.8 * (i + 0.5) / n)) for i in range(n)]
+    xs[-1] += total - sum(xs)
+    rng.shuffle(xs)
+    return xs
+
+
+G8_TRACE = "validation/published/gpustack_qwen3-8b_h100_sharegpt_c1-8.trace.csv"
+_g8 = _random.Random(0)
+_g8_in, _g8_out = even_lengths(23260, 100, _g8), even_lengths(22061, 100, _g8)
+with open(G8_TRACE, "w") as f:
+    f.write("# gpustack Qwen3-8B H100 ShareGPT set: 100 requests, lengths uniform in [0.1, 1.9] x the printed means (evenly spaced\n"
+            "# quantiles, shuffled with random.Random(0)); totals exactly 23,260 input (+ 8 a prompt for Qwen3's chat template, in\n"
+            "# the column) and 22,061 output tokens. Written by validation/published/make.py.\n")
+    f.write("arrival_time,input_len,output_len\n")
+    for a, b in zip(_g8_in, _g8_out):
+        f.write(f"0,{a + GP_TEMPLATE},{b}\n")
+g8v = wl(vllm("0.11.0", "qwen3-8b", "h100-80gb"), dataset_name="trace", trace=G8_TRACE, ignore_eos=True, seed=0)
+g8s = wl(sglang("0.5.3", "qwen3-8b", "h100-80gb"), dataset_name="trace", trace=G8_TRACE, ignore_eos=True, seed=0)
+g8s_cg = json.loads(json.dumps(g8s))
+g8s_cg["engine"]["cuda_graph_max_bs"] = 8
+G8_TOTAL = {"total_tok_s": "the client's input total excludes the 8 chat-template tokens a prompt (3.4% of the tokens)"}
+rows = [{"engine": "vllm-0.11.0", "load": c, "set": [f"workload.max_concurrency={c}", "workload.num_prompts=100"],
+         "skip_metrics": G8_TOTAL} for c in ["1", "2", "4", "8"]]
+rows += [{"engine": e, "load": "4", "knee": False, "set": ["workload.max_concurrency=4", "workload.num_prompts=100"],
+          "skip_metrics": G8_TOTAL} for e in ["sglang-0.5.3.post3", "sglang-0.5.3.post3 (--cuda-graph-max-bs 8)"]]
+w("gpustack_qwen3-8b_h100_sharegpt_c1-8", {
+    "csv": "data/published/gpustack_qwen3-8b_h100_sharegpt_c1-8.csv", "gpu": "1x h100-80gb",
+    "about": "vLLM 0.11.0 and SGLang 0.5.3.post3 (modelled as 0.5.3) with their defaults (the second SGLang row with "
+             "cuda_graph_max_bs 8), KV pools derived; vllm bench serve 0.11.0 on the chat endpoint for both engines (one initial "
+             "test request). ShareGPT is approximated (servesim has no text datasets): lengths uniform in [0.1, 1.9] x the printed "
+             "means, as a trace whose totals are the printed 23,260 input and 22,061 output tokens exactly, plus 8 tokens a prompt "
+             "for Qwen3's chat template (so total_tok_s is not compared); the real length tails are heavier. Every request ran to "
+             "its reply-length cap (22,061 tokens in every block). Whether the levels reused one server, whose prefix cache would "
+             "then hold the same 100 prompts from the second level on, is not stated: replayed cold (a ~240-token prefill is a "
+             "small part of these TTFTs).",
+    "scenarios": {"vllm-0.11.0": g8v, "sglang-0.5.3.post3": g8s, "sglang-0.5.3.post3 (--cuda-graph-max-bs 8)": g8s_cg},
+    "rows": rows})
 print("written")
