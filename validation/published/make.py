@@ -493,4 +493,38 @@ w("gpustack_qwen3-8b_h100_sharegpt_c1-8", {
              "small part of these TTFTs).",
     "scenarios": {"vllm-0.11.0": g8v, "sglang-0.5.3.post3": g8s, "sglang-0.5.3.post3 (--cuda-graph-max-bs 8)": g8s_cg},
     "rows": rows})
+# 16. gpustack Qwen3-14B/32B pages, section 1 (engine selection): vLLM 0.11.0 and SGLang 0.5.5.post1 with their defaults,
+# ShareGPT x 1000 at rate inf, the same vLLM client for both. Lengths as in 15: uniform in [0.1, 1.9] x the printed means,
+# a trace with the printed input total (217,393, + 8 a prompt for the chat template) and, for the outputs, the largest
+# generated total of the eight blocks (201,826: the replies' caps sum to at least that; the other blocks are up to 0.2%
+# lower, requests that ended at EOS), every request run to its cap.
+GS_TRACE = "validation/published/gpustack_qwen3_sharegpt_1000.trace.csv"
+_gs = _random.Random(0)
+_gs_in, _gs_out = even_lengths(217393, 1000, _gs), even_lengths(201826, 1000, _gs)
+with open(GS_TRACE, "w") as f:
+    f.write("# gpustack Qwen3-14B/32B ShareGPT blocks: 1000 requests, lengths uniform in [0.1, 1.9] x the printed means (evenly\n"
+            "# spaced quantiles, shuffled with random.Random(0)); totals 217,393 input (+ 8 a prompt for Qwen3's chat template, in\n"
+            "# the column) and 201,826 output tokens (the largest printed). Written by validation/published/make.py.\n")
+    f.write("arrival_time,input_len,output_len\n")
+    for a, b in zip(_gs_in, _gs_out):
+        f.write(f"0,{a + GP_TEMPLATE},{b}\n")
+GS_TOTAL = {"total_tok_s": "the client's input total excludes the 8 chat-template tokens a prompt (1.9% of the tokens)"}
+for key, model, gpu in [("qwen3-14b_h100", "qwen3-14b", "h100-80gb"), ("qwen3-14b_a100", "qwen3-14b", "a100-80gb"),
+                        ("qwen3-32b_h100", "qwen3-32b", "h100-80gb"), ("qwen3-32b_a100", "qwen3-32b", "a100-80gb")]:
+    extra = {"max_model_len": 32768} if key == "qwen3-32b_a100" else {}
+    gv = wl(vllm("0.11.0", model, gpu, **extra), dataset_name="trace", trace=GS_TRACE, ignore_eos=True, num_prompts=1000, seed=0)
+    gsg = wl(sglang("0.5.5", model, gpu), dataset_name="trace", trace=GS_TRACE, ignore_eos=True, num_prompts=1000, seed=0)
+    name = f"gpustack_{key}_sharegpt"
+    w(name, {"csv": f"data/published/{name}.csv", "gpu": f"1x {gpu}",
+             "about": "vLLM 0.11.0 and SGLang 0.5.5.post1 (modelled as 0.5.5) with their defaults"
+                      + (" (vLLM with max_model_len 32768, as the page's command)" if extra else "")
+                      + ", KV pools derived; vllm bench serve 0.11.0 on the chat endpoint for both (one initial test request), "
+                        "1000 ShareGPT prompts at once. ShareGPT is approximated: lengths uniform in [0.1, 1.9] x the printed means, as a "
+                        "trace with the printed totals (outputs: the largest of the eight blocks, 201,826), plus 8 tokens a prompt for "
+                        "Qwen3's chat template (total_tok_s not compared); the real tails are heavier (the published mean TPOT is about "
+                        "twice the median), so TPOT and ITL compare a uniform stand-in with a skewed mix. The H100 caveat of the random "
+                        "sets applies (data/published/README.md).",
+             "scenarios": {"vllm-0.11.0": gv, "sglang-0.5.5.post1": gsg},
+             "rows": [{"engine": e, "load": "inf", "knee": False, "skip_metrics": GS_TOTAL}
+                      for e in ["vllm-0.11.0", "sglang-0.5.5.post1"]]})
 print("written")
