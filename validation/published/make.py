@@ -259,4 +259,272 @@ for gpu, sysname in [("h100-80gb", "h100_sxm"), ("h200", "h200_sxm")]:
         {"model_path": "meta-llama/Llama-3.1-70B", "backend": "vllm", "backend_version": "", "system": sysname, "mode": "agg"},
         vllm("0.11.0", "llama-3.1-70b-instruct-fp8", gpu, max_model_len=16384),
         "The vLLM release is not given (source file 2026-04-06.csv): modelled as 0.11.0.")
+# 12. gpustack Performance Lab: vLLM 0.11.0, Qwen3-14B/32B bf16 on one H100 SXM / A100 SXM 80GB, the fixed-length
+# random shapes at rate inf (data/published/gpustack_*_vllm0110_random.csv). `vllm serve MODEL` with every flag at its
+# default; `vllm bench serve --backend openai-chat --endpoint /v1/chat/completions`: the server wraps each prompt in
+# Qwen3's chat template, "<|im_start|>user\n" + prompt + "<|im_end|>\n<|im_start|>assistant\n" for one user message with
+# the default enable_thinking (the template as the Hugging Face blog "The 4 Things Qwen-3's Chat Template Teaches Us"
+# and Qwen3-8B's tokenizer_config.json render it), 8 tokens the client does not count: replayed as 8 more input tokens.
+GP_TEMPLATE = 8
+GP_SHAPES = [("32000", 100, 100), ("4000", 200, 500), ("2000", 100, 500), ("128", 4, 1000)]
+GP_ABOUT = ("vLLM 0.11.0 with its defaults (gpu_memory_utilization 0.9, max_model_len 40960 from the model, prefix caching, the GPU's "
+            "usage-context max_num_seqs / max_num_batched_tokens; KV pool derived, not reported); vllm bench serve 0.11.0 on the chat "
+            "endpoint: fixed lengths (range ratio 0), seed 42, rate inf, one initial test request (the first prompt) before the run. "
+            "Qwen3's chat template around each prompt ('<|im_start|>user\\n' ... '<|im_end|>\\n<|im_start|>assistant\\n', 8 tokens, "
+            "thinking on by default adds none) is replayed as 8 more input tokens; the client's totals exclude them, so total_tok_s "
+            "is compared only where they are under 0.5% of a request (not at 128/4). No --ignore-eos: replayed with every output at "
+            "max_tokens, which the totals confirm at 2000/100 and 128/4 (4000/200: 0.1-0.2% short; 32000/100: 1.1-1.5% short for "
+            "14B, 23% for 32B, where output_tok_s is not compared).")
+
+
+def gpustack(key, model, gpu, extra_about="", skips=None):
+    sc = wl(vllm("0.11.0", model, gpu), dataset_name="random", random_input_len=4000 + GP_TEMPLATE, random_output_len=200,
+            ignore_eos=True, seed=42)
+    rows = []
+    for il, ol, n in GP_SHAPES:
+        r = {"engine": "vllm-0.11.0", "load": "inf", "match": {"input_len": il}, "knee": False,
+             "set": [f"workload.random_input_len={int(il) + GP_TEMPLATE}", f"workload.random_output_len={ol}",
+                     f"workload.num_prompts={n}"]}
+        sm = {}
+        if il == "128":
+            sm["total_tok_s"] = "the client's input total excludes the 8 chat-template tokens (6% of a 128-token prompt)"
+        if il == "32000" and model == "qwen3-32b":
+            sm["output_tok_s"] = "23% of the output tokens were not generated (requests stopped at EOS); the replay runs every output to 100"
+        if sm:
+            r["skip_metrics"] = sm
+        if skips and il in skips:
+            r["skip"] = skips[il]
+        rows.append(r)
+    name = f"gpustack_{key}_vllm0110_random"
+    w(name, {"csv": f"data/published/{name}.csv", "gpu": f"1x {gpu}", "about": GP_ABOUT + extra_about,
+             "scenario": sc, "rows": rows})
+
+
+gpustack("qwen3-14b_h100", "qwen3-14b", "h100-80gb")
+gpustack("qwen3-14b_a100", "qwen3-14b", "a100-80gb",
+         " The page says 'A single NVIDIA A100 SXM GPU' without the memory: 80GB, because the sibling Qwen3-32B A100 page of the same "
+         "lab and day states 80GB, and on a 40GB card the 0.9 fraction leaves about 6 GiB of KV beside 27.5 GiB of weights (~40k tokens), "
+         "one 32,000-token request at a time, so the 32K run's decode steps would carry no prefill chunks; its mean TPOT of 446 ms says they did.")
+gpustack("qwen3-32b_h100", "qwen3-32b", "h100-80gb",
+         " The 32000/100 row cannot run: servesim derives a 31,904-token pool for Qwen3-32B on one H100 at the default 0.9 "
+         "(61 GiB of weights), which cannot hold one 32,108-token request, yet the engine served them (and vLLM 0.11 starts only "
+         "when the pool holds one max_model_len request, 40,960 tokens by default): the derivation is low for this setup, or the page "
+         "omits a flag. The other rows run with the derived pool.",
+         skips={"32000": "servesim's derived KV pool (31,904 tokens) cannot hold one 32,108-token request (see about)"})
+gpustack("qwen3-32b_a100", "qwen3-32b", "a100-80gb")
+
+# 13. SGLang cookbook: SGLang 0.5.6, Llama-3.1-70B (base) TP 8 on 8x A100, sglang.bench_serving random with the default
+# range ratio 0 and seed 1. bench_serving draws the lengths with numpy's legacy generator: np.random.seed(1), then
+# input_lens = randint(1, L + 1, size=N), output_lens = randint(1, O + 1, size=N); replayed here bit for bit (MT19937
+# seeded as numpy's seed(1) does, numpy's masked rejection on 32-bit words), which reproduces all six rows' printed
+# input and output totals exactly (6,101 / 4,220 for 10 prompts at 1000/1000, ..., 1,273,893 / 170,000 for 320 at
+# 8000/1000). One trace per row, requests in order, all due at 0 under the row's concurrency cap; ignore_eos
+# (bench_serving's default) so every output is its drawn length.
+def np_legacy_randint(seed):
+    mt = [0] * 624
+    mt[0] = seed & 0xffffffff
+    for i in range(1, 624):
+        mt[i] = (1812433253 * (mt[i - 1] ^ (mt[i - 1] >> 30)) + i) & 0xffffffff
+    r = _random.Random()
+    r.setstate((3, tuple(mt + [624]), None))
+
+    def randint(low, high, n):  # numpy.random.randint(low, high, size=n) after numpy.random.seed(seed)
+        rng = high - 1 - low
+        mask = rng
+        for sh in (1, 2, 4, 8, 16):
+            mask |= mask >> sh
+        out = []
+        for _ in range(n):
+            v = 0
+            if rng:
+                while True:
+                    v = r.getrandbits(32) & mask
+                    if v <= rng:
+                        break
+            out.append(low + v)
+        return out
+    return randint
+
+
+CB = "sglang_cookbook_llama31-70b_8xa100_sglang056"
+# Prompts sent before: bench_serving's random prompt i is the same at every N for one L (ShareGPT conversations in
+# the order random.seed(1) shuffles them, cut or repeated to the i-th drawn length, and the first lengths do not depend
+# on N), the page ran every level against the one server it launches (radix cache on), and the published TTFTs need the
+# cache: a first wave of 64 requests at 8000/1000 holds 248,315 prompt tokens, at least 14 s of 70B prefill on 8 A100s
+# at their full bf16 peak, so a tenth of the requests would wait over 7 s, against a published p99 of 1.9 s (100 at
+# 1000/1000: 49,398 tokens, >= 2.8 s against 1.25 s; 16 at 8000/1000: 66,978 tokens, >= 3.8 s against 2.6 s). So each
+# level is replayed after the previous level of its scenario in the page's order (1, 16, then 100 or 64): prior_run_prompts
+# = that level's N. Not replayed: the shared starts across the two scenarios (prompt i at 8000 begins with prompt i at
+# 1000, cut at the shorter length), which would lower the 8000/1000 TTFTs a little more.
+CB_PRIOR = {"1": 0, "16": 10, "100": 80, "64": 80}
+rows = []
+for il, conc in [(1000, [("1", 10), ("16", 80), ("100", 500)]), (8000, [("1", 10), ("16", 80), ("64", 320)])]:
+    for c, n in conc:
+        ri = np_legacy_randint(1)
+        ins, outs = ri(1, il + 1, n), ri(1, 1000 + 1, n)
+        trace = f"validation/published/{CB}.{il}-{n}.trace.csv"
+        with open(trace, "w") as f:
+            f.write(f"# SGLang cookbook row random {il}/1000, {n} prompts: sglang.bench_serving's lengths for seed 1\n"
+                    f"# (numpy seed(1); randint(1, {il + 1}, {n}) then randint(1, 1001, {n})); sums {sum(ins)} in, {sum(outs)} out.\n"
+                    "# Written by validation/published/make.py.\n")
+            f.write("arrival_time,input_len,output_len\n")
+            for a, b in zip(ins, outs):
+                f.write(f"0,{a},{b}\n")
+        rows.append({"engine": "sglang-0.5.6", "load": c, "match": {"input_len": f"random U[1,{il}]"},
+                     "set": [f"workload.max_concurrency={c}", f"workload.num_prompts={n}", f"workload.trace={trace}",
+                             f"workload.prior_run_prompts={CB_PRIOR[c]}"], "knee": il == 1000})
+cb = wl(sglang("0.5.6", "llama-3.1-70b-instruct", "a100-80gb", 8), dataset_name="trace",
+        trace=f"validation/published/{CB}.1000-10.trace.csv", ignore_eos=True, seed=0)
+w(CB, {
+    "csv": f"data/published/{CB}.csv", "gpu": "8x a100-80gb",
+    "about": "SGLang 0.5.6 with its defaults at TP 8 (radix cache on; KV pool derived from the default memory fraction), "
+             "Llama-3.1-70B base as the Instruct card (same architecture). The lengths are sglang.bench_serving's own for its "
+             "default seed 1 and range ratio 0 (each uniform in [1, L], drawn with numpy's legacy generator), reproduced bit for bit "
+             "in one trace per row (the printed input and output totals of all six rows match exactly), in order, under the row's "
+             "concurrency cap; ignore_eos on (bench_serving's default); its one warm-up request is sent as the initial test request. "
+             "The page says 'NVIDIA A100 GPU (8x)' without the memory: 80GB SXM assumed (not derivable from the results: at TP 8 the "
+             "17.6 GB of weights per GPU leave a pool on either card that holds these loads, so the card size shows only through "
+             "bandwidth; a100-40gb is the alternative, reported as a sensitivity in VALIDATION.md, not chosen by it). The levels ran "
+             "on the one server the page launches, radix cache on, and bench_serving's random prompt i is the same at every N for one "
+             "length (ShareGPT conversations in seed 1's shuffled order, cut to the drawn length): each level is replayed after the "
+             "previous level of its scenario in the page's order (prior_run_prompts 10 at concurrency 16, 80 at 100 and 64), which the "
+             "published TTFTs require (make.py: a cold first wave of 64 at 8000/1000 is at least 14 s of prefill against a p99 of 1.9 s); "
+             "the shared starts across the two scenarios (prompt i at 8000 begins with prompt i at 1000) are not replayed.",
+    "scenario": cb, "rows": rows})
+
+# 14. dennislee22 Tests 4 and 5: vLLM 0.10.1.1, 1x A100-80GB, Qwen2-7B-Instruct, KV pools from the start-up logs,
+# random 1024/1024 bursts of N. The levels ran one after another on a few server instances (pid and time in the pasted
+# log lines) with the same seed, so a level finds what the earlier level on its server left in the prefix cache: the
+# cumulative hit rates in those lines match that block for block (Test 4, pid 113: 8.9% after N = 10, 22.7% after
+# N = 1, 40.6% after N = 20, 53.0% after N = 30). prior_run_prompts = the largest earlier N on the same server, capped at
+# the run's N (servesim's limit; with a pool that held all of them the cap changes nothing).
+DL_ABOUT = ("vLLM 0.10.1.1 modelled as 0.11.0 (the oldest modelled); flags from the start-up log: max_model_len 16384, "
+            "max_num_batched_tokens 2048 (chunked prefill), prefix caching on, KV pool as logged; benchmark_serving.py random 1024/1024, "
+            "all N at t = 0, seed 0, one initial test request; replayed with every output at 1024 (no --ignore-eos; up to 2.3% of "
+            "the tokens were not generated, per-row notes). Prompts sent before: the levels ran on a few server instances, and the "
+            "pasted log lines (server pid, time, cumulative prefix-cache hit rate) give each level's server and predecessors; "
+            "prior_run_prompts is the largest earlier N on the same server, capped at the run's N (servesim requires it), see make.py. "
+            "The N = 1000 rows are not run: 106 and 76 of 1,000 requests failed (cause not shown), and the printed aggregates cover only "
+            "the successful ones.")
+
+
+def dennislee(kv, gmu, prior):
+    sc = wl(vllm("0.11.0", "qwen2-7b-instruct", "a100-80gb", kv_cache_tokens=kv, max_model_len=16384,
+                 max_num_batched_tokens=2048, enable_prefix_caching=True),
+            dataset_name="random", random_input_len=1024, random_output_len=1024, ignore_eos=True,
+            initial_test_request=True, seed=0)
+    rows = []
+    for n in ["1", "10", "20", "30", "50", "75", "100", "200", "500", "1000"]:
+        p, why = prior[n]
+        r = {"engine": "vllm-0.10.1.1", "load": n, "set": [f"workload.num_prompts={n}", f"workload.prior_run_prompts={p}"]}
+        if why:
+            r["prior_note"] = why
+        if n == "1000":
+            r["skip"] = "requests failed (894 or 924 of 1,000 succeeded; cause not shown): the printed aggregates are over the successful ones only"
+        rows.append(r)
+    name = f"dennislee22_qwen2-7b_a100_vllm01011_kv{kv}"
+    w(name, {"csv": f"data/published/{name}.csv", "gpu": "1x a100-80gb",
+             "about": f"gpu_memory_utilization {gmu}, GPU KV cache size {kv:,} tokens (logged). " + DL_ABOUT,
+             "scenario": sc, "rows": rows})
+
+
+# Test 4 (93,872 tokens, ~45 requests of 2,048): server pid 113 ran N = 10 (cold: 8.9% = the test request's hits), 1, 20,
+# 30, 50, 75; pid 1671 ran 500, 200, 100 (in that order, by the log times); pid 2583 ran 1000.
+dennislee(93872, 0.25, {
+    "10": (0, "first on server pid 113 (hit rate 8.9% after it: only the initial test request hit)"),
+    "1": (1, "after N = 10 on pid 113"), "20": (10, "after N = 10 and 1 on pid 113"), "30": (20, "after N = 20 on pid 113"),
+    "50": (30, "after N = 30 on pid 113"), "75": (50, "after N = 50 on pid 113"),
+    "500": (0, "first logged run on server pid 1671 (what ran before it, if anything, is not shown)"),
+    "200": (0, "after N = 500 on pid 1671, whose last ~45 requests (prompts ~455-499) are what a 93,872-token pool can keep: none is among this run's 200"),
+    "100": (0, "after N = 200 on pid 1671, whose pool kept prompts ~155-199: none is among this run's 100"),
+    "1000": (0, "server pid 2583")})
+# Test 5 (464,848 tokens, ~226 requests): pid 136 ran 50 (cold: 1.9%), 30, 20, 1; pid 118 ran 10 (cold: 8.9%), 75;
+# pid 2739 ran 100 (cold: 1.0%), 200, 500, 1000.
+dennislee(464848, 0.5, {
+    "50": (0, "first on server pid 136 (hit rate 1.9%: only the test request hit)"),
+    "30": (30, "after N = 50 on pid 136 (all 30 prompts cached)"), "20": (20, "after N = 30 on pid 136"),
+    "1": (1, "after N = 20 on pid 136"),
+    "10": (0, "first on server pid 118 (hit rate 8.9%)"), "75": (10, "after N = 10 on pid 118"),
+    "100": (0, "first on server pid 2739 (hit rate 1.0%)"), "200": (100, "after N = 100 on pid 2739"),
+    "500": (200, "after N = 200 on pid 2739"), "1000": (500, "after N = 500 on pid 2739")})
+# 15. gpustack Qwen3-8B H100 latency page: vLLM 0.11.0 at concurrency 1/2/4/8 and SGLang 0.5.3.post3 at 4, ShareGPT,
+# 100 prompts (the same 100 at every level: vllm bench's default seed). servesim has no text datasets: as the other
+# ShareGPT sets, lengths uniform in [0.1, 1.9] x the mean, here the means the blocks print (23,260 input and 22,061
+# generated tokens over 100 requests), laid out as a trace whose totals are exactly those (100 evenly spaced quantiles,
+# shuffled with random.Random(0), the rounding left on the last row), plus 8 tokens a prompt for Qwen3's chat template
+# (see 12). vllm bench's sharegpt caps each reply at its dataset length and every block generated exactly 22,061 tokens:
+# each request ran to its cap (ignore_eos in the replay).
+def even_lengths(total, n, rng):
+    mean = total / n
+    xs = [round(mean * (0.1 + 1.8 * (i + 0.5) / n)) for i in range(n)]
+    xs[-1] += total - sum(xs)
+    rng.shuffle(xs)
+    return xs
+
+
+G8_TRACE = "validation/published/gpustack_qwen3-8b_h100_sharegpt_c1-8.trace.csv"
+_g8 = _random.Random(0)
+_g8_in, _g8_out = even_lengths(23260, 100, _g8), even_lengths(22061, 100, _g8)
+with open(G8_TRACE, "w") as f:
+    f.write("# gpustack Qwen3-8B H100 ShareGPT set: 100 requests, lengths uniform in [0.1, 1.9] x the printed means (evenly spaced\n"
+            "# quantiles, shuffled with random.Random(0)); totals exactly 23,260 input (+ 8 a prompt for Qwen3's chat template, in\n"
+            "# the column) and 22,061 output tokens. Written by validation/published/make.py.\n")
+    f.write("arrival_time,input_len,output_len\n")
+    for a, b in zip(_g8_in, _g8_out):
+        f.write(f"0,{a + GP_TEMPLATE},{b}\n")
+g8v = wl(vllm("0.11.0", "qwen3-8b", "h100-80gb"), dataset_name="trace", trace=G8_TRACE, ignore_eos=True, seed=0)
+g8s = wl(sglang("0.5.3", "qwen3-8b", "h100-80gb"), dataset_name="trace", trace=G8_TRACE, ignore_eos=True, seed=0)
+g8s_cg = json.loads(json.dumps(g8s))
+g8s_cg["engine"]["cuda_graph_max_bs"] = 8
+G8_TOTAL = {"total_tok_s": "the client's input total excludes the 8 chat-template tokens a prompt (3.4% of the tokens)"}
+rows = [{"engine": "vllm-0.11.0", "load": c, "set": [f"workload.max_concurrency={c}", "workload.num_prompts=100"],
+         "skip_metrics": G8_TOTAL} for c in ["1", "2", "4", "8"]]
+rows += [{"engine": e, "load": "4", "knee": False, "set": ["workload.max_concurrency=4", "workload.num_prompts=100"],
+          "skip_metrics": G8_TOTAL} for e in ["sglang-0.5.3.post3", "sglang-0.5.3.post3 (--cuda-graph-max-bs 8)"]]
+w("gpustack_qwen3-8b_h100_sharegpt_c1-8", {
+    "csv": "data/published/gpustack_qwen3-8b_h100_sharegpt_c1-8.csv", "gpu": "1x h100-80gb",
+    "about": "vLLM 0.11.0 and SGLang 0.5.3.post3 (modelled as 0.5.3) with their defaults (the second SGLang row with "
+             "cuda_graph_max_bs 8), KV pools derived; vllm bench serve 0.11.0 on the chat endpoint for both engines (one initial "
+             "test request). ShareGPT is approximated (servesim has no text datasets): lengths uniform in [0.1, 1.9] x the printed "
+             "means, as a trace whose totals are the printed 23,260 input and 22,061 output tokens exactly, plus 8 tokens a prompt "
+             "for Qwen3's chat template (so total_tok_s is not compared); the real length tails are heavier. Every request ran to "
+             "its reply-length cap (22,061 tokens in every block). Whether the levels reused one server, whose prefix cache would "
+             "then hold the same 100 prompts from the second level on, is not stated: replayed cold (a ~240-token prefill is a "
+             "small part of these TTFTs).",
+    "scenarios": {"vllm-0.11.0": g8v, "sglang-0.5.3.post3": g8s, "sglang-0.5.3.post3 (--cuda-graph-max-bs 8)": g8s_cg},
+    "rows": rows})
+# 16. gpustack Qwen3-14B/32B pages, section 1 (engine selection): vLLM 0.11.0 and SGLang 0.5.5.post1 with their defaults,
+# ShareGPT x 1000 at rate inf, the same vLLM client for both. Lengths as in 15: uniform in [0.1, 1.9] x the printed means,
+# a trace with the printed input total (217,393, + 8 a prompt for the chat template) and, for the outputs, the largest
+# generated total of the eight blocks (201,826: the replies' caps sum to at least that; the other blocks are up to 0.2%
+# lower, requests that ended at EOS), every request run to its cap.
+GS_TRACE = "validation/published/gpustack_qwen3_sharegpt_1000.trace.csv"
+_gs = _random.Random(0)
+_gs_in, _gs_out = even_lengths(217393, 1000, _gs), even_lengths(201826, 1000, _gs)
+with open(GS_TRACE, "w") as f:
+    f.write("# gpustack Qwen3-14B/32B ShareGPT blocks: 1000 requests, lengths uniform in [0.1, 1.9] x the printed means (evenly\n"
+            "# spaced quantiles, shuffled with random.Random(0)); totals 217,393 input (+ 8 a prompt for Qwen3's chat template, in\n"
+            "# the column) and 201,826 output tokens (the largest printed). Written by validation/published/make.py.\n")
+    f.write("arrival_time,input_len,output_len\n")
+    for a, b in zip(_gs_in, _gs_out):
+        f.write(f"0,{a + GP_TEMPLATE},{b}\n")
+GS_TOTAL = {"total_tok_s": "the client's input total excludes the 8 chat-template tokens a prompt (1.9% of the tokens)"}
+for key, model, gpu in [("qwen3-14b_h100", "qwen3-14b", "h100-80gb"), ("qwen3-14b_a100", "qwen3-14b", "a100-80gb"),
+                        ("qwen3-32b_h100", "qwen3-32b", "h100-80gb"), ("qwen3-32b_a100", "qwen3-32b", "a100-80gb")]:
+    extra = {"max_model_len": 32768} if key == "qwen3-32b_a100" else {}
+    gv = wl(vllm("0.11.0", model, gpu, **extra), dataset_name="trace", trace=GS_TRACE, ignore_eos=True, num_prompts=1000, seed=0)
+    gsg = wl(sglang("0.5.5", model, gpu), dataset_name="trace", trace=GS_TRACE, ignore_eos=True, num_prompts=1000, seed=0)
+    name = f"gpustack_{key}_sharegpt"
+    w(name, {"csv": f"data/published/{name}.csv", "gpu": f"1x {gpu}",
+             "about": "vLLM 0.11.0 and SGLang 0.5.5.post1 (modelled as 0.5.5) with their defaults"
+                      + (" (vLLM with max_model_len 32768, as the page's command)" if extra else "")
+                      + ", KV pools derived; vllm bench serve 0.11.0 on the chat endpoint for both (one initial test request), "
+                        "1000 ShareGPT prompts at once. ShareGPT is approximated: lengths uniform in [0.1, 1.9] x the printed means, as a "
+                        "trace with the printed totals (outputs: the largest of the eight blocks, 201,826), plus 8 tokens a prompt for "
+                        "Qwen3's chat template (total_tok_s not compared); the real tails are heavier (the published mean TPOT is about "
+                        "twice the median), so TPOT and ITL compare a uniform stand-in with a skewed mix. The H100 caveat of the random "
+                        "sets applies (data/published/README.md).",
+             "scenarios": {"vllm-0.11.0": gv, "sglang-0.5.5.post1": gsg},
+             "rows": [{"engine": e, "load": "inf", "knee": False, "skip_metrics": GS_TOTAL}
+                      for e in ["vllm-0.11.0", "sglang-0.5.5.post1"]]})
 print("written")
