@@ -72,7 +72,14 @@ impl WorkloadArgs {
         let (mut w, base) = match &self.scenario {
             Some(p) => {
                 let raw = load::read_raw(Some(p))?;
-                (raw.json.get("workload").cloned().unwrap_or_else(|| json!({})), raw.base_dir)
+                let mut w = raw.json.get("workload").cloned().unwrap_or_else(|| json!({}));
+                // Unset, the initial test request follows the scenario's modelled release, as
+                // `simulate` of the same scenario has it (`config::default_initial_test_request`).
+                if let Some(o) = w.as_object_mut().filter(|o| !o.contains_key("initial_test_request")) {
+                    let (_, spec) = load::resolve(&raw)?;
+                    o.insert("initial_test_request".into(), config::default_initial_test_request(&spec.engine).into());
+                }
+                (w, raw.base_dir)
             }
             None => (json!({"dataset_name": "random"}), std::env::current_dir().unwrap_or_default()),
         };

@@ -45,10 +45,36 @@ pub fn read_raw(path: Option<&Path>) -> Result<RawScenario, String> {
     Ok(RawScenario { origin, base_dir, json })
 }
 
+/// The engine fields that pin the KV pool, overriding a memory fraction.
+pub const PINNED_POOL: [&str; 3] = ["kv_cache_tokens", "num_gpu_blocks_override", "max_total_tokens"];
+
 /// Applies `--set` overrides and `--seed`.
 pub fn apply_overrides(raw: &mut RawScenario, sets: &[String], seed: Option<u64>) -> Result<(), String> {
+    let path_of = |s: &String| s.split('=').next().unwrap_or("").trim().to_string();
+    let fraction_set = sets.iter().any(|s| {
+        let p = path_of(s);
+        p == "engine.gpu_memory_utilization" || p == "engine.mem_fraction_static"
+    });
     for s in sets {
         config::apply_set(&mut raw.json, s).map_err(|e| format!("--set {s}: {e}"))?;
+    }
+    // A memory fraction set on the command line is a what-if on the pool: the scenario's pinned
+    // pool (a start-up log's figure) would otherwise override it silently. Unless the same
+    // command line pins the pool too, the scenario's pin is dropped, and the run says so.
+    if fraction_set {
+        let pinned_here = |k: &str| sets.iter().any(|s| path_of(s) == format!("engine.{k}"));
+        if let Some(e) = raw.json.get_mut("engine").and_then(Value::as_object_mut) {
+            for k in PINNED_POOL {
+                if !pinned_here(k) && e.get(k).is_some_and(|v| !v.is_null()) {
+                    e.remove(k);
+                    warn_once(format!(
+                        "{}: engine.{k} was dropped: the memory fraction given with --set sizes the KV pool, derived from \
+                         it and the model and GPU cards (an estimate; see README \"KV capacity from a memory fraction\")",
+                        raw.origin
+                    ));
+                }
+            }
+        }
     }
     if let Some(seed) = seed {
         config::apply_set(&mut raw.json, &format!("workload.seed={seed}")).map_err(|e| format!("--seed: {e}"))?;

@@ -387,3 +387,29 @@ fn an_engine_error_is_an_error_in_simulate_sweep_and_tune() {
     assert_eq!(inv[0]["config"]["engine.max_total_tokens"], 640);
     assert!(inv[0]["error"].as_str().unwrap().contains("the run did not complete: engine error"), "{inv:?}");
 }
+
+/// A memory fraction given on the command line sizes the KV pool: the scenario's pinned pool (a
+/// start-up log's figure) is dropped and the run says so, instead of the fraction being silently
+/// ignored; pinned on the same command line, the pin stays.
+#[test]
+fn a_memory_fraction_set_on_the_command_line_replaces_a_pinned_pool() {
+    let kv = |out: &str| serde_json::from_str::<Value>(out).unwrap()["kv_cache_tokens"].as_u64().unwrap();
+    let (c0, pinned, _) = run(&["simulate", "--json"]);
+    let (c1, derived, err) = run(&["simulate", "--set", "engine.gpu_memory_utilization=0.95", "--json"]);
+    assert_eq!((c0, c1), (0, 0), "{err}");
+    assert_ne!(kv(&pinned), kv(&derived), "the fraction moves the pool");
+    assert!(err.contains("engine.kv_cache_tokens was dropped"), "{err}");
+    let (c2, both, err2) = run(&[
+        "simulate",
+        "--set",
+        "engine.gpu_memory_utilization=0.95",
+        "--set",
+        "engine.kv_cache_tokens=100000",
+        "--json",
+    ]);
+    assert_eq!(c2, 0, "{err2}");
+    assert!(kv(&both) < 100_000 && !err2.contains("was dropped"), "{err2}");
+    let (c3, sg, err3) = run(&["simulate", "scenarios/rtx5090-qwen2.5-7b-sglang.json", "--set", "engine.mem_fraction_static=0.5", "--json"]);
+    assert_eq!(c3, 0, "{err3}");
+    assert!(kv(&sg) < 150_000 && err3.contains("engine.max_total_tokens was dropped"), "{err3}");
+}

@@ -276,11 +276,12 @@ pub async fn run(opts: &BenchOptions, workload: &Workload) -> BenchRun {
                             s.first_sum(&["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"]),
                         ),
                     };
+                    // A gauge the server does not export is NaN, not 0 (`gauge_stats`).
                     poll.lock().expect("poll").samples.push((
                         start.elapsed().as_secs_f64(),
-                        r.unwrap_or(0.0),
-                        w.unwrap_or(0.0),
-                        u.unwrap_or(0.0),
+                        r.unwrap_or(f64::NAN),
+                        w.unwrap_or(f64::NAN),
+                        u.unwrap_or(f64::NAN),
                     ));
                 }
                 tokio::time::sleep(every).await;
@@ -393,19 +394,52 @@ pub fn counter_diff(kind: Option<EngineKind>, a: &Snapshot, b: &Snapshot) -> Eng
     }
 }
 
+/// The gauges of a live run from the metrics polls (time, running, waiting, KV usage; NaN where
+/// the server does not export one). Unmeasured ([`GaugeStats::unmeasured`]) when no poll saw a
+/// request running: no metrics endpoint, or every poll fell outside the load (a run shorter than
+/// the poll interval); a KV usage the server does not export is NaN. Never zeros for "unknown".
 fn gauge_stats(samples: &[(f64, f64, f64, f64)]) -> GaugeStats {
     let mut g = GaugeStats::default();
-    if samples.is_empty() {
+    if !samples.iter().any(|&(_, r, _, _)| r > 0.0) {
+        g.unmeasured = true;
         return g;
     }
-    let n = samples.len() as f64;
-    for &(_, r, w, u) in samples {
-        g.running_peak = g.running_peak.max(r as u32);
-        g.waiting_peak = g.waiting_peak.max(w as u32);
-        g.kv_usage_peak = g.kv_usage_peak.max(u);
-        g.running_mean += r / n;
-        g.waiting_mean += w / n;
-        g.kv_usage_mean += u / n;
-    }
+    let mean_peak = |f: &dyn Fn(&(f64, f64, f64, f64)) -> f64| {
+        let v: Vec<f64> = samples.iter().map(f).filter(|x| x.is_finite()).collect();
+        if v.is_empty() {
+            (f64::NAN, f64::NAN)
+        } else {
+            (v.iter().sum::<f64>() / v.len() as f64, v.iter().copied().fold(f64::MIN, f64::max))
+        }
+    };
+    let (rm, rp) = mean_peak(&|s| s.1);
+    let (wm, wp) = mean_peak(&|s| s.2);
+    let (um, up) = mean_peak(&|s| s.3);
+    g.running_mean = rm;
+    g.running_peak = rp as u32;
+    g.waiting_mean = wm;
+    g.waiting_peak = if wp.is_finite() { wp as u32 } else { 0 };
+    g.kv_usage_mean = um;
+    g.kv_usage_peak = up;
     g
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gauge_stats;
+
+    /// Polls that never saw a request running (no metrics endpoint, or a run shorter than the poll
+    /// interval) are not a measurement of zero load; a KV usage the server does not export is
+    /// unknown, not 0.
+    #[test]
+    fn gauges_not_measured_are_not_zeros() {
+        assert!(gauge_stats(&[]).unmeasured);
+        assert!(gauge_stats(&[(0.0, 0.0, 0.0, 0.0)]).unmeasured, "one poll before any load");
+        let g = gauge_stats(&[(0.0, 0.0, 0.0, 0.0), (1.0, 8.0, 2.0, 0.22), (2.0, 6.0, 0.0, 0.18)]);
+        assert!(!g.unmeasured);
+        assert_eq!((g.running_peak, g.waiting_peak), (8, 2));
+        assert!((g.kv_usage_peak - 0.22).abs() < 1e-12 && (g.running_mean - 14.0 / 3.0).abs() < 1e-12);
+        let no_kv = gauge_stats(&[(1.0, 8.0, 2.0, f64::NAN), (2.0, 6.0, 0.0, f64::NAN)]);
+        assert!(!no_kv.unmeasured && no_kv.kv_usage_peak.is_nan() && no_kv.kv_usage_mean.is_nan());
+    }
 }

@@ -224,10 +224,16 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
     let engine = base.engine.kind();
     let sglang = base.engine.engine_kind() == crate::config::EngineKind::Sglang;
     let running_knob = running_knob(base);
-    let memory_knob = if sglang {
-        "mem_fraction_static (or max_total_tokens)"
-    } else {
-        "gpu_memory_utilization (or kv_cache_tokens / num_gpu_blocks_override)"
+    // A pool pinned to a figure (a start-up log's) moves only with that figure; a memory
+    // fraction given on the command line replaces the pin (the CLI drops it and says so).
+    let pinned = matches!(base.kv_sizing.source, "kv_cache_tokens" | "num_gpu_blocks_override" | "max_total_tokens");
+    let memory_knob = match (sglang, pinned) {
+        (true, false) => "mem_fraction_static (or max_total_tokens)",
+        (false, false) => "gpu_memory_utilization (or kv_cache_tokens / num_gpu_blocks_override)",
+        (true, true) => "max_total_tokens (pinned here; a mem_fraction_static given with --set replaces it with a derived pool)",
+        (false, true) => {
+            "kv_cache_tokens (pinned here; a gpu_memory_utilization given with --set replaces it with a derived pool)"
+        }
     };
     let max_running = u64::from(base.engine.max_running());
     let (binding_limit, binding_at) = binding(base, limit.concurrency);

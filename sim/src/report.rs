@@ -315,9 +315,10 @@ pub struct BenchReport {
     pub kv_cache_usage_peak: f64,
     pub kv_cache_usage_mean: f64,
     pub mean_running: f64,
-    pub peak_running: u32,
+    /// `None` (JSON `null`) where a live run could not measure it ([`GaugeStats::unmeasured`]).
+    pub peak_running: Option<u32>,
     pub mean_waiting: f64,
-    pub peak_waiting: u32,
+    pub peak_waiting: Option<u32>,
     pub kv_limited_concurrency: u64,
     pub kv_request_footprint_tokens: u64,
     pub ttft_breakdown: TtftBreakdownReport,
@@ -337,6 +338,8 @@ impl BenchReport {
         let limit = crate::sweep::kv_limit(run.kv_capacity_tokens, meta.kv_granularity, w);
         let c = &run.counters;
         let b = &m.ttft_breakdown;
+        // A gauge a live run could not measure is not a zero.
+        let gauge = |v: f64| if run.gauges.unmeasured { f64::NAN } else { v };
         BenchReport {
             engine: meta.engine.clone(),
             engine_version: meta.engine_version.clone(),
@@ -366,12 +369,12 @@ impl BenchReport {
             prefix_cache_hits: c.prefix_cache_hits,
             prefix_cache_hit_rate: c.prefix_cache_hit_rate(),
             kv_cache_tokens: run.kv_capacity_tokens,
-            kv_cache_usage_peak: run.gauges.kv_usage_peak,
-            kv_cache_usage_mean: run.gauges.kv_usage_mean,
-            mean_running: run.gauges.running_mean,
-            peak_running: run.gauges.running_peak,
-            mean_waiting: run.gauges.waiting_mean,
-            peak_waiting: run.gauges.waiting_peak,
+            kv_cache_usage_peak: gauge(run.gauges.kv_usage_peak),
+            kv_cache_usage_mean: gauge(run.gauges.kv_usage_mean),
+            mean_running: gauge(run.gauges.running_mean),
+            peak_running: (!run.gauges.unmeasured).then_some(run.gauges.running_peak),
+            mean_waiting: gauge(run.gauges.waiting_mean),
+            peak_waiting: (!run.gauges.unmeasured).then_some(run.gauges.waiting_peak),
             kv_limited_concurrency: limit.concurrency,
             kv_request_footprint_tokens: limit.footprint_tokens,
             ttft_breakdown: TtftBreakdownReport {
@@ -801,7 +804,12 @@ fn line(out: &mut String, label: &str, value: impl std::fmt::Display) {
 }
 
 fn linef(out: &mut String, label: &str, v: f64) {
-    let _ = writeln!(out, "{:<40} {:<10.2}", label, v);
+    if v.is_finite() {
+        let _ = writeln!(out, "{:<40} {:<10.2}", label, v);
+    } else {
+        // Not measured, or not defined for this run (a percentile of no values): never a number.
+        let _ = writeln!(out, "{:<40} {:<10}", label, "n/a");
+    }
 }
 
 /// Which percentiles and metrics the text report shows (`--metric-percentiles`,
@@ -953,8 +961,12 @@ fn report_text(r: &BenchReport, opts: &TextOptions, what: &str, rate_label: Opti
         "KV-limited concurrency:",
         format!("{} (requests of {} tokens)", r.kv_limited_concurrency, r.kv_request_footprint_tokens),
     );
-    line(&mut s, "Running requests (mean / peak):", format!("{:.1} / {}", r.mean_running, r.peak_running));
-    line(&mut s, "Waiting requests (mean / peak):", format!("{:.1} / {}", r.mean_waiting, r.peak_waiting));
+    let gauges = |mean: f64, peak: Option<u32>| match peak {
+        Some(p) if mean.is_finite() => format!("{mean:.1} / {p}"),
+        _ => "n/a (not measured)".to_string(),
+    };
+    line(&mut s, "Running requests (mean / peak):", gauges(r.mean_running, r.peak_running));
+    line(&mut s, "Waiting requests (mean / peak):", gauges(r.mean_waiting, r.peak_waiting));
     if what == "simulated" {
         header(&mut s, "TTFT split (means)", '-');
         let b = &r.ttft_breakdown;

@@ -162,6 +162,11 @@ pub struct GaugeStats {
     pub running_mean: f64,
     pub waiting_peak: u32,
     pub waiting_mean: f64,
+    /// A live run whose engine never reported a request in flight (no metrics endpoint, or
+    /// no poll fell while requests ran): the gauges above are not measurements, and the report
+    /// says so (`null` in JSON, "n/a" in text) instead of printing zeros. Never set by the
+    /// simulator.
+    pub unmeasured: bool,
 }
 
 /// Why the run stopped.
