@@ -409,7 +409,13 @@ fn a_memory_fraction_set_on_the_command_line_replaces_a_pinned_pool() {
     ]);
     assert_eq!(c2, 0, "{err2}");
     assert!(kv(&both) < 100_000 && !err2.contains("was dropped"), "{err2}");
-    let (c3, sg, err3) = run(&["simulate", "scenarios/rtx5090-qwen2.5-7b-sglang.json", "--set", "engine.mem_fraction_static=0.5", "--json"]);
+    let (c3, sg, err3) = run(&[
+        "simulate",
+        "scenarios/rtx5090-qwen2.5-7b-sglang.json",
+        "--set",
+        "engine.mem_fraction_static=0.5",
+        "--json",
+    ]);
     assert_eq!(c3, 0, "{err3}");
     assert!(kv(&sg) < 150_000 && err3.contains("engine.max_total_tokens was dropped"), "{err3}");
 }

@@ -76,11 +76,12 @@ fn check_fields(m: &Map<String, Value>, at: &str) -> Result<(), String> {
         if matches!(k, "request_rate" | "max_concurrency" | "num_prompts" | "completed") {
             continue; // below
         }
-        let positive = (k.ends_with("_ttft_ms") || k.ends_with("_e2el_ms") || k.ends_with("throughput"))
-            && !k.starts_with("std_");
+        let positive =
+            (k.ends_with("_ttft_ms") || k.ends_with("_e2el_ms") || k.ends_with("throughput")) && !k.starts_with("std_");
         match m.get(k) {
             None | Some(Value::Null) => {}
-            Some(Value::Number(n)) if n.as_f64().is_some_and(|v| v.is_finite() && (v > 0.0 || !positive && v == 0.0)) => {}
+            Some(Value::Number(n))
+                if n.as_f64().is_some_and(|v| v.is_finite() && (v > 0.0 || !positive && v == 0.0)) => {}
             Some(v) => {
                 let want = if positive { "a positive number" } else { "a number of at least 0" };
                 return Err(format!("{at}: {k}: expected {want} (or null), got {v}"));
@@ -97,8 +98,10 @@ fn check_fields(m: &Map<String, Value>, at: &str) -> Result<(), String> {
     match m.get("request_rate") {
         None | Some(Value::Null) => {}
         Some(Value::Number(n)) if n.as_f64().is_some_and(|v| v.is_finite() && v > 0.0) => {}
-        Some(Value::String(s)) if s == "inf" => {}
-        Some(v) => return Err(format!("{at}: request_rate: expected a positive number or \"inf\", got {v}")),
+        Some(Value::String(s)) if s == "inf" || s == "trace" => {}
+        Some(v) => {
+            return Err(format!("{at}: request_rate: expected a positive number, \"inf\" or \"trace\", got {v}"))
+        }
     }
     Ok(())
 }
@@ -132,6 +135,9 @@ mod tests {
         assert!(err(r#"{"output_throughput": 812.5, "request_rate": -1}"#, "r.json").contains("request_rate"));
         let e = err("{\"output_throughput\": 1.0}\n\n{\"mean_ttft_ms\": \"x\"}\n", "s.jsonl");
         assert!(e.starts_with("s.jsonl:3: mean_ttft_ms"), "{e}");
+        // servesim's own report of a trace replay: the arrivals are the scenario's trace.
+        let t = parse_results(r#"{"output_throughput": 812.5, "request_rate": "trace", "burstiness": null}"#, "r.json");
+        assert!(t.unwrap()[0].load.sets.is_empty());
         // Not published, or a one-token output's TPOT: accepted.
         parse_results(
             r#"{"output_throughput": 812.5, "mean_ttft_ms": null, "mean_tpot_ms": 0.0, "std_ttft_ms": 0, "failed": 0,
@@ -161,7 +167,8 @@ fn load_overrides(r: &Map<String, Value>) -> LoadOverrides {
     }
     match r.get("request_rate") {
         Some(Value::Number(n)) => o.sets.push(format!("workload.request_rate={n}")),
-        Some(Value::String(s)) => o.sets.push(format!("workload.request_rate={s}")),
+        // A trace's arrivals (servesim's own report of a trace replay) are the scenario's trace.
+        Some(Value::String(s)) if s != "trace" => o.sets.push(format!("workload.request_rate={s}")),
         _ => {}
     }
     if let Some(n) = r.get("num_prompts").or(r.get("completed")).and_then(Value::as_u64) {

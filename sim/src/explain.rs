@@ -230,7 +230,9 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
     let memory_knob = match (sglang, pinned) {
         (true, false) => "mem_fraction_static (or max_total_tokens)",
         (false, false) => "gpu_memory_utilization (or kv_cache_tokens / num_gpu_blocks_override)",
-        (true, true) => "max_total_tokens (pinned here; a mem_fraction_static given with --set replaces it with a derived pool)",
+        (true, true) => {
+            "max_total_tokens (pinned here; a mem_fraction_static given with --set replaces it with a derived pool)"
+        }
         (false, true) => {
             "kv_cache_tokens (pinned here; a gpu_memory_utilization given with --set replaces it with a derived pool)"
         }

@@ -289,6 +289,9 @@ pub struct BenchReport {
     /// Requests per second; None: `"inf"` (all at once).
     pub request_rate: Option<f64>,
     pub burstiness: f64,
+    /// The arrivals were a trace's timestamps: `request_rate` is written `"trace"` and
+    /// `burstiness` `null` (neither applies).
+    pub trace_arrivals: bool,
     pub max_concurrency: Option<u32>,
     /// `duration`: seconds of the timed phase.
     pub duration: f64,
@@ -348,6 +351,7 @@ impl BenchReport {
             num_prompts: w.requests.len() as u64,
             request_rate: w.request_rate,
             burstiness: w.burstiness,
+            trace_arrivals: w.trace_arrivals,
             max_concurrency: w.max_concurrency,
             duration: m.duration_s,
             completed: m.completed,
@@ -391,7 +395,8 @@ impl BenchReport {
 
     /// Writes the report's keys into `map`, in report order, each number as `num` gives
     /// it: the report's own ([`BenchReport::num`]), or for repeated runs their mean.
-    /// `request_rate` without a rate is `"inf"`; `num_retractions` is there for SGLang only.
+    /// `request_rate` without a rate is `"inf"` (a trace's arrivals: `"trace"`, with `burstiness`
+    /// `null`); `num_retractions` is there for SGLang only.
     pub fn write_entries<M: SerializeMap>(&self, map: &mut M, num: &dyn Fn(Metric) -> Num) -> Result<(), M::Error> {
         map.serialize_entry("engine", &self.engine)?;
         map.serialize_entry("engine_version", &self.engine_version)?;
@@ -404,6 +409,8 @@ impl BenchReport {
     pub fn write_run_entries<M: SerializeMap>(&self, map: &mut M, num: &dyn Fn(Metric) -> Num) -> Result<(), M::Error> {
         for &m in Metric::ALL {
             match m {
+                Metric::RequestRate if self.trace_arrivals => map.serialize_entry(m.key(), "trace")?,
+                Metric::Burstiness if self.trace_arrivals => map.serialize_entry(m.key(), &Num::Null)?,
                 Metric::RequestRate if self.request_rate.is_none() => map.serialize_entry(m.key(), "inf")?,
                 Metric::NumRetractions if self.num_retractions.is_none() => {}
                 _ => map.serialize_entry(m.key(), &num(m))?,
@@ -444,12 +451,12 @@ impl<'de> Deserialize<'de> for BenchReport {
                 f.write_str("a servesim report object")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<BenchReport, A::Error> {
-                /// `request_rate`: a number, or `"inf"`.
+                /// `request_rate`: a number, `"inf"` or `"trace"`.
                 #[derive(serde::Deserialize)]
                 #[serde(untagged)]
                 enum Rate {
                     Rate(f64),
-                    Text(#[allow(dead_code)] String),
+                    Text(String),
                 }
                 let mut r = BenchReport::default();
                 while let Some(k) = a.next_key::<String>()? {
@@ -463,7 +470,10 @@ impl<'de> Deserialize<'de> for BenchReport {
                         "request_rate" => {
                             r.request_rate = match a.next_value()? {
                                 Rate::Rate(x) => Some(x),
-                                Rate::Text(_) => None,
+                                Rate::Text(t) => {
+                                    r.trace_arrivals = t == "trace";
+                                    None
+                                }
                             }
                         }
                         _ => match Metric::parse(&k) {
@@ -910,7 +920,7 @@ fn report_text(r: &BenchReport, opts: &TextOptions, what: &str, rate_label: Opti
     if let Some(c) = r.max_concurrency {
         line(&mut s, "Maximum request concurrency:", c);
     }
-    match (rate_label, r.request_rate) {
+    match (rate_label.or(r.trace_arrivals.then_some("trace")), r.request_rate) {
         (Some(l), _) => line(&mut s, "Request rate configured (RPS):", l),
         (None, Some(rate)) => line(&mut s, "Request rate configured (RPS):", format!("{rate:.2}")),
         (None, None) => line(&mut s, "Request rate configured (RPS):", "inf"),

@@ -122,6 +122,8 @@ pub struct Workload {
     pub max_concurrency: Option<u32>,
     pub request_rate: Option<f64>,
     pub burstiness: f64,
+    /// The arrivals are a trace's timestamps (`request_rate` and `burstiness` do not apply).
+    pub trace_arrivals: bool,
     pub seed: u64,
 }
 
@@ -301,6 +303,7 @@ pub fn generate(params: &WorkloadParams) -> Workload {
         max_concurrency: params.max_concurrency,
         request_rate: params.request_rate,
         burstiness: params.burstiness,
+        trace_arrivals: matches!(params.dataset, Dataset::Trace { .. } | Dataset::Requests { .. }),
         seed,
     }
 }
