@@ -623,6 +623,11 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
             distinct_costs: shared.costs.lock().expect("not poisoned").len(),
         }),
     };
+    let nothing_completed = result.best.is_none()
+        && result.pareto.is_empty()
+        && result.rejected.is_empty()
+        && result.stopped_early.is_empty()
+        && !result.invalid.is_empty();
     match (a.json, intervals) {
         (true, None) => println!("{}", serde_json::to_string_pretty(&result).expect("json")),
         (false, None) => print!("{}", text(&result, pareto_latency, &a.slo, None)),
@@ -632,6 +637,11 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
             println!("{}", serde_json::to_string_pretty(&j).expect("json"));
         }
         (false, Some(iv)) => print!("{}", text(&result, pareto_latency, &a.slo, Some(&iv))),
+    }
+    if nothing_completed {
+        // The report lists why each one is invalid; the answer is not "none meets the SLOs".
+        eprintln!("error: none of the configurations searched ran to completion (each one's reason is listed as invalid)");
+        return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -650,6 +660,9 @@ fn text(r: &TuneResult, pareto_latency: Metric, slo_args: &[String], iv: Option<
     }
     let f = |m: &PointReport, k: Metric| m.metric(k).unwrap_or(0.0);
     match &r.best {
+        None if r.pareto.is_empty() && r.rejected.is_empty() && r.stopped_early.is_empty() => {
+            let _ = writeln!(s, "No configuration ran to completion.");
+        }
         None => {
             let _ = writeln!(s, "No configuration meets every SLO ({}).", slo_args.join(", "));
         }

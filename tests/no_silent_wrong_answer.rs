@@ -419,3 +419,34 @@ fn a_memory_fraction_set_on_the_command_line_replaces_a_pinned_pool() {
     assert_eq!(c3, 0, "{err3}");
     assert!(kv(&sg) < 150_000 && err3.contains("engine.max_total_tokens was dropped"), "{err3}");
 }
+
+/// Figures no model or accelerator has (a typo in units) are errors naming the field, not a
+/// report of nonsense: a zero-cost engine, a 1 B/s GPU, a model without weights or with more KV
+/// heads than query heads.
+#[test]
+fn impossible_cards_and_costs_are_refused() {
+    let card = |dir: &str, id: &str, field: &str, v: Value| {
+        let mut c: Value =
+            serde_json::from_str(&std::fs::read_to_string(root().join(format!("models/{dir}/{id}.json"))).unwrap())
+                .unwrap();
+        c[field] = v;
+        c.to_string()
+    };
+    let zero = r#"cost.coefficients={"step_us":0,"per_seq_us":0,"prefill_token_us":0,"decode_token_us":0,"prefill_attention_us":0,"decode_kv_us":0,"request_ingress_us":0,"output_token_us":0}"#;
+    let cases = [
+        (zero.to_string(), "cost.coefficients"),
+        (format!("hardware={}", card("gpu", "rtx-5090", "memory_bandwidth_bytes_per_s", 1.0.into())), "hardware.memory_bandwidth_bytes_per_s"),
+        (format!("hardware={}", card("gpu", "rtx-5090", "dense_bf16_flops", 5.0.into())), "hardware.dense_bf16_flops"),
+        (format!("model={}", card("model", "qwen2.5-7b-instruct", "num_parameters", 0.into())), "model.num_parameters"),
+        (format!("model={}", card("model", "qwen2.5-7b-instruct", "vocab_size", 0.into())), "model.vocab_size"),
+        (format!("model={}", card("model", "qwen2.5-7b-instruct", "num_kv_heads", 64.into())), "model.num_kv_heads"),
+    ];
+    let mut failures = Vec::new();
+    for (set, field) in &cases {
+        let (c, _, err) = run(&["simulate", "--set", set]);
+        if c != 2 || !err.contains(field) {
+            failures.push(format!("--set {set}: exit {c}, stderr {err:?} (want exit 2 naming {field})"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

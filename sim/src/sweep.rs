@@ -193,6 +193,8 @@ pub struct SweepSeries {
     /// Each point's report.
     pub points: Vec<crate::report::PointReport>,
     pub knee: Option<Knee>,
+    /// The KV-limited concurrency and request footprint of the point with the largest request
+    /// sample (each point's own are in its report).
     pub kv_limited_concurrency: u64,
     pub kv_request_footprint_tokens: u64,
     pub kv_cache_tokens: u64,
@@ -235,8 +237,11 @@ pub fn sweep_series(
     outs: &[SimOutput],
     translation_notes: Vec<String>,
 ) -> SweepSeries {
-    let limit = kv_limited_concurrency(&specs[0], &outs[0].workload);
-    let sentence = kv_limit_sentence(&limit, specs[0].engine.max_running(), specs[0].engine.engine_kind());
+    // The headline limit from the point with the largest request sample (the first such): the
+    // points' `--num-prompts` may differ, and each point's own limit is in its report.
+    let at = (0..outs.len()).rev().max_by_key(|&i| outs[i].workload.requests.len()).unwrap_or(0);
+    let limit = kv_limited_concurrency(&specs[at], &outs[at].workload);
+    let sentence = kv_limit_sentence(&limit, specs[at].engine.max_running(), specs[at].engine.engine_kind());
     SweepSeries {
         scenario: label.to_string(),
         engine: specs[0].engine.kind().to_string(),

@@ -74,6 +74,21 @@ pub(super) fn resolve_cost(
         check_coefficients(co, "cost.coefficients")?;
         cost.overlay(co, CoefficientSource::Scenario);
     }
+    // Where the linear coefficients time the steps (inline ones, a live profile), a decode step
+    // and a prefill must cost something: all-zero terms would run the engine in no time and
+    // report a throughput of a billion tokens a second as if it were an answer.
+    let k = cost.coefficients();
+    let at = |n: &str| k.get(n).unwrap_or(0.0);
+    let drives = cost.composed.is_none() || c.coefficients.is_some();
+    if drives && (at("step_us") + at("per_seq_us") + at("decode_token_us") <= 0.0 || at("step_us") + at("prefill_token_us") <= 0.0)
+    {
+        let path = if c.coefficients.is_some() { "cost.coefficients" } else { "cost.profile" };
+        return Err(ConfigError::new(
+            path,
+            "a decode step (step_us + per_seq_us + decode_token_us) and a prefill token (step_us + prefill_token_us) \
+             must cost more than 0 µs: with these coefficients the engine would run in no time",
+        ));
+    }
     Ok(cost)
 }
 

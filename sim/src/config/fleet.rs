@@ -372,8 +372,13 @@ pub(super) fn resolve_fleet(s: &Scenario, res: &Resources) -> Result<SimSpec> {
         ));
     }
     let bw = f.kv_transfer_bandwidth_bytes_per_s.unwrap_or(DEFAULT_KV_TRANSFER_BANDWIDTH);
-    if !(bw.is_finite() && bw > 0.0) {
-        return Err(ConfigError::new("fleet.kv_transfer_bandwidth_bytes_per_s", format!("must be > 0, got {bw}")));
+    // From a slow network (100 MB/s) to beyond any NVLink (100 TB/s): a value outside is a typo
+    // in units, and would give a run of years, or none at all.
+    if !(bw.is_finite() && (1e8..=1e14).contains(&bw)) {
+        return Err(ConfigError::new(
+            "fleet.kv_transfer_bandwidth_bytes_per_s",
+            format!("must be from 1e8 (100 MB/s) to 1e14 (100 TB/s) bytes per second, got {bw}"),
+        ));
     }
     let lat = f.kv_transfer_latency_us.unwrap_or(0.0);
     if !(lat.is_finite() && (0.0..=1e9).contains(&lat)) {

@@ -308,6 +308,45 @@ pub fn default_initial_test_request(engine: &EngineSpec) -> bool {
     }
 }
 
+/// An inline card's figures within what any model or accelerator has (a value outside is a typo
+/// in units, and would give a silent nonsense: a zero-weight model whose KV pool grows, a run of
+/// centuries); the shipped cards are well inside.
+fn check_cards(model: &ModelCard, gpu: &GpuCard) -> Result<()> {
+    let in_range = |field: &str, v: f64, lo: f64, hi: f64, what: &str| -> Result<()> {
+        if v.is_finite() && (lo..=hi).contains(&v) {
+            Ok(())
+        } else {
+            Err(ConfigError::new(field, format!("must be from {lo:e} to {hi:e} ({what}), got {v}")))
+        }
+    };
+    in_range("hardware.memory_bytes", gpu.memory_bytes as f64, 2f64.powi(28), 2f64.powi(42), "256 MiB to 4 TiB")?;
+    in_range("hardware.memory_bandwidth_bytes_per_s", gpu.memory_bandwidth_bytes_per_s, 1e9, 1e14, "1 GB/s to 100 TB/s")?;
+    in_range("hardware.dense_bf16_flops", gpu.dense_bf16_flops, 1e10, 1e17, "10 GFLOP/s to 100 PFLOP/s")?;
+    if let Some(f) = gpu.dense_fp8_flops {
+        in_range("hardware.dense_fp8_flops", f, 1e10, 1e17, "10 GFLOP/s to 100 PFLOP/s")?;
+    }
+    if let Some(b) = gpu.interconnect_bandwidth_bytes_per_s {
+        in_range("hardware.interconnect_bandwidth_bytes_per_s", b, 1e8, 1e14, "100 MB/s to 100 TB/s")?;
+    }
+    for (f, v) in [("model.num_parameters", model.num_parameters), ("model.vocab_size", u64::from(model.vocab_size))] {
+        if v == 0 {
+            return Err(ConfigError::new(f, "must be > 0"));
+        }
+    }
+    positive("model.hidden_size", model.hidden_size)?;
+    if model.num_kv_heads > model.num_attention_heads || model.num_attention_heads % model.num_kv_heads != 0 {
+        return Err(ConfigError::new(
+            "model.num_kv_heads",
+            format!(
+                "{} KV heads with {} attention heads: each KV head serves a whole group of query heads \
+                 (num_attention_heads must be a multiple of num_kv_heads)",
+                model.num_kv_heads, model.num_attention_heads
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Checks a scenario and resolves it against the loaded resources.
 pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
     if s.version == SCENARIO_FORMAT_VERSION && fleet::is_fleet(s) {
@@ -337,12 +376,7 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
     ] {
         positive(f, v)?;
     }
-    if !(gpu.memory_bandwidth_bytes_per_s > 0.0 && gpu.dense_bf16_flops > 0.0 && gpu.memory_bytes > 0) {
-        return Err(ConfigError::new(
-            "hardware",
-            "memory_bytes, memory_bandwidth_bytes_per_s and dense_bf16_flops must be > 0",
-        ));
-    }
+    check_cards(&model, &gpu)?;
 
     let kind =
         s.engine.kind.ok_or_else(|| ConfigError::new("engine.kind", "missing; expected \"vllm\" or \"sglang\""))?;
