@@ -104,7 +104,7 @@ impl KvCacheManager {
     /// Whether a request holding `kv` has room for `total` tokens without any block
     /// becoming full: `allocate_slots` then changes nothing.
     #[inline]
-    fn fits_held(&self, total: u32, kv: &RequestKv) -> bool {
+    pub(super) fn fits_held(&self, total: u32, kv: &RequestKv) -> bool {
         // `total / bs <= num_cached_blocks`, without a division per request per step.
         let (t, bs) = (u64::from(total), u64::from(self.block_size));
         t <= kv.blocks.len() as u64 * bs && (!self.enable_caching || t < (u64::from(kv.num_cached_blocks) + 1) * bs)
