@@ -400,6 +400,7 @@ impl Scheduler {
                 kv.pool.unwatch(&head_hit.blocks);
             }
             head_hit.blocks.clear();
+            r.kv.reserve_hashes(&r.spec, kv.block_size);
             extend_block_hashes(&r.spec, kv.block_size, num_tokens, &mut r.kv.block_hashes);
             *head_memo = Some((id, num_tokens));
         }
