@@ -453,6 +453,25 @@ impl Scheduler {
         let mut i = 0;
         while i < self.running.len() && budget > 0 {
             let id = self.running[i];
+            if direct {
+                // A decode on `allocate_slots`' fast path (no hit, held blocks with room, none
+                // filled: nothing to allocate or cache), most requests of most steps: one
+                // token, within any threshold and the budget left; or a request whose last
+                // token is in flight, skipped (below).
+                let Scheduler { kv, requests, plan, .. } = self;
+                let r = requests[id as usize].as_deref_mut().expect("live request");
+                let computed = r.num_computed_tokens;
+                let total = r.total();
+                if total == computed + 1
+                    && !(r.placeholders > 0 && computed + 2 - r.placeholders >= r.spec.prompt_len + r.spec.output_len)
+                    && kv.fits_held(total, &r.kv)
+                {
+                    Self::schedule_direct(r, plan, &mut shape, id, computed, total, 1);
+                    budget -= 1;
+                    i += 1;
+                    continue;
+                }
+            }
             let (num_tokens, computed) = {
                 let r = self.req(id);
                 // Async scheduling: a request whose last token is in flight is not
@@ -637,30 +656,36 @@ impl Scheduler {
         // The requests that finish in this step (a few, most steps).
         let mut finished_ids = std::mem::take(&mut self.finished_buf);
         finished_ids.clear();
-        for k in 0..self.plan.scheduled.len() {
-            let Scheduled { id, samples, .. } = self.plan.scheduled[k];
-            if !samples {
-                continue; // a partial prefill chunk samples nothing
-            }
-            let r = self.req_mut(id);
-            r.placeholders -= 1;
-            r.num_output_tokens += 1;
-            let finished = r.num_output_tokens >= r.spec.output_len;
-            if finished {
-                // Async scheduling: a request preempted while its last token was in
-                // flight finishes from the waiting queue (`stopped_preempted_reqs`).
-                let was_waiting = r.status != Status::Running;
-                r.status = Status::Finished;
-                let Scheduler { kv, requests, .. } = self;
-                let r = requests[id as usize].as_mut().expect("live request");
-                kv.free(&mut r.kv);
-                finished_ids.push(id);
-                self.num_unfinished -= 1;
-                if was_waiting {
-                    self.waiting_remove(id);
+        {
+            let Scheduler { plan, requests, .. } = self;
+            out.reserve(plan.scheduled.len());
+            for s in &plan.scheduled {
+                if !s.samples {
+                    continue; // a partial prefill chunk samples nothing
                 }
+                let r = requests[s.id as usize].as_deref_mut().expect("live request");
+                r.placeholders -= 1;
+                r.num_output_tokens += 1;
+                let finished = r.num_output_tokens >= r.spec.output_len;
+                if finished {
+                    finished_ids.push(s.id);
+                }
+                out.push(TokenOutput { id: s.id, finished });
             }
-            out.push(TokenOutput { id, finished });
+        }
+        // Their blocks freed in the plan's order (the free queue's order).
+        for &id in &finished_ids {
+            let Scheduler { kv, requests, .. } = self;
+            let r = requests[id as usize].as_deref_mut().expect("live request");
+            // Async scheduling: a request preempted while its last token was in
+            // flight finishes from the waiting queue (`stopped_preempted_reqs`).
+            let was_waiting = r.status != Status::Running;
+            r.status = Status::Finished;
+            kv.free(&mut r.kv);
+            self.num_unfinished -= 1;
+            if was_waiting {
+                self.waiting_remove(id);
+            }
         }
         if !finished_ids.is_empty() {
             // The running requests that finished are among those that finished in this step.
