@@ -462,8 +462,10 @@ impl Scheduler {
                 let r = requests[id as usize].as_deref_mut().expect("live request");
                 let computed = r.num_computed_tokens;
                 let total = r.total();
+                // With `total = computed + 1`, the in-flight test below reads
+                // `outputs + 1 ≥ output_len`.
                 if total == computed + 1
-                    && !(r.placeholders > 0 && computed + 2 - r.placeholders >= r.spec.prompt_len + r.spec.output_len)
+                    && !(r.placeholders > 0 && r.num_output_tokens + 1 >= r.spec.output_len)
                     && kv.fits_held(total, &r.kv)
                 {
                     Self::schedule_direct(r, plan, &mut shape, id, computed, total, 1);
@@ -838,6 +840,14 @@ impl Engine for Scheduler {
                 Some(h) => self.ff_head = Some(h),
                 None => return 0,
             }
+        }
+        // A request that finishes at the next step ends the run before it starts (most steps
+        // at a high concurrency): found before the longer checks below.
+        if self.running.iter().any(|&id| {
+            let r = self.req(id);
+            r.spec.output_len.saturating_sub(r.num_output_tokens + 1) == 0
+        }) {
+            return 0;
         }
         let async_ = self.config.behaviour.async_scheduling;
         if async_ {
