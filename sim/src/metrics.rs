@@ -117,7 +117,7 @@ fn order_statistics_u32(values: &[u32], high: &[u32], ranks: &[usize]) -> Vec<u3
         rank_in.push((groups.len() - 1, r - below));
     }
     // Gather each group's values (`slot`: high half → its group, 1-based).
-    let mut slot = vec![0u32; 1 << 16];
+    let mut slot: Box<[u32; 1 << 16]> = vec![0u32; 1 << 16].into_boxed_slice().try_into().expect("2^16 slots");
     for (k, &g) in groups.iter().enumerate() {
         slot[g] = k as u32 + 1;
     }
@@ -199,46 +199,68 @@ impl Stats {
         if n == 0 {
             return Stats::default();
         }
-        // One sequential sum in the concatenated order, as `Stats::of` sums (its terms are
-        // never negative, so the sum's start, 0 or -0, gives the same bits).
-        let (mut sum, mut max_gap) = (0.0f64, 0u64);
+        // One walk over the records, while every gap fits in u32 (below 2^32 ns, 4.3 s): the
+        // sequential sum in the concatenated order, as `Stats::of` sums (its terms are never
+        // negative, so the sum's start, 0 or -0, gives the same bits; `f64::from` of a u32 is
+        // `ns_to_ms`'s conversion of the same value), the largest gap, and the gaps as u32
+        // counted by their high 16 bits. It stops after the record holding a larger gap; the
+        // u64 walks below then make them again.
+        let (mut sum, mut max32, mut over) = (0.0f64, 0u32, false);
+        let mut v: Vec<u32> = Vec::with_capacity(n);
+        // A fixed-size array: indexed by a u32's high half, with no bounds check.
+        let mut high: Box<[u32; 1 << 16]> = vec![0u32; 1 << 16].into_boxed_slice().try_into().expect("2^16 counts");
         for r in recs {
-            for w in r.token_times_ns.windows(2) {
+            v.extend(r.token_times_ns.windows(2).map(|w| {
                 let g = w[1] - w[0];
-                sum += ns_to_ms(g);
-                max_gap = max_gap.max(g);
+                over |= g > u64::from(u32::MAX);
+                let g32 = g as u32;
+                max32 = max32.max(g32);
+                sum += f64::from(g32) / 1e6;
+                high[(g32 >> 16) as usize] += 1;
+                g32
+            }));
+            if over {
+                break;
+            }
+        }
+        let mut max_gap = u64::from(max32);
+        if over {
+            (sum, max_gap) = (0.0, 0);
+            for r in recs {
+                for w in r.token_times_ns.windows(2) {
+                    let g = w[1] - w[0];
+                    sum += ns_to_ms(g);
+                    max_gap = max_gap.max(g);
+                }
             }
         }
         let mean = sum / n as f64;
-        let mut sq = 0.0f64;
-        for r in recs {
-            for w in r.token_times_ns.windows(2) {
-                let v = ns_to_ms(w[1] - w[0]);
-                sq += (v - mean) * (v - mean);
-            }
-        }
-        let var = sq / n as f64;
         let max = ns_to_ms(max_gap);
         let ranks = stat_ranks(n);
-        let gaps = || recs.iter().flat_map(|r| r.token_times_ns.windows(2).map(|w| w[1] - w[0]));
-        // Gaps below 2^32 ns (4.3 s) are selected as u32: half the memory to walk.
         if max_gap <= u64::from(u32::MAX) {
-            // The gaps as u32, counted by their high 16 bits as they are copied.
-            let mut v: Vec<u32> = Vec::with_capacity(n);
-            let mut high = vec![0u32; 1 << 16];
-            for r in recs {
-                v.extend(r.token_times_ns.windows(2).map(|w| {
-                    let g = (w[1] - w[0]) as u32;
-                    high[(g >> 16) as usize] += 1;
-                    g
-                }));
+            // Gaps below 2^32 ns (4.3 s): the variance's pass and the order statistics over
+            // the u32 copy (`f64::from` of a u32 is `ns_to_ms`'s conversion of the same value).
+            let mut sq = 0.0f64;
+            for &g in &v {
+                let x = f64::from(g) / 1e6;
+                sq += (x - mean) * (x - mean);
             }
-            let at = order_statistics_u32(&v, &high, &ranks);
+            let var = sq / n as f64;
+            let at = order_statistics_u32(&v, &high[..], &ranks);
             let value = |i: usize| at[ranks.binary_search(&i).expect("a rank of stat_ranks")];
             Stats::from_selected(mean, var, max, n, |i| ns_to_ms(u64::from(value(i))))
         } else {
+            drop((v, high));
+            let mut sq = 0.0f64;
+            for r in recs {
+                for w in r.token_times_ns.windows(2) {
+                    let x = ns_to_ms(w[1] - w[0]);
+                    sq += (x - mean) * (x - mean);
+                }
+            }
+            let var = sq / n as f64;
             let mut v: Vec<u64> = Vec::with_capacity(n);
-            v.extend(gaps());
+            v.extend(recs.iter().flat_map(|r| r.token_times_ns.windows(2).map(|w| w[1] - w[0])));
             select_ranks_int(&mut v, &ranks);
             Stats::from_selected(mean, var, max, n, |i| ns_to_ms(v[i]))
         }
