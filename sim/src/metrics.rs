@@ -205,26 +205,26 @@ impl Stats {
         // `ns_to_ms`'s conversion of the same value), the largest gap, and the gaps as u32
         // counted by their high 16 bits. It stops after the record holding a larger gap; the
         // u64 walks below then make them again.
-        let (mut sum, mut max32, mut over) = (0.0f64, 0u32, false);
+        let (mut sum, mut max32, mut above) = (0.0f64, 0u32, 0u64);
         let mut v: Vec<u32> = Vec::with_capacity(n);
         // A fixed-size array: indexed by a u32's high half, with no bounds check.
         let mut high: Box<[u32; 1 << 16]> = vec![0u32; 1 << 16].into_boxed_slice().try_into().expect("2^16 counts");
         for r in recs {
             v.extend(r.token_times_ns.windows(2).map(|w| {
                 let g = w[1] - w[0];
-                over |= g > u64::from(u32::MAX);
+                above |= g >> 32;
                 let g32 = g as u32;
                 max32 = max32.max(g32);
                 sum += f64::from(g32) / 1e6;
                 high[(g32 >> 16) as usize] += 1;
                 g32
             }));
-            if over {
+            if above != 0 {
                 break;
             }
         }
         let mut max_gap = u64::from(max32);
-        if over {
+        if above != 0 {
             (sum, max_gap) = (0.0, 0);
             for r in recs {
                 for w in r.token_times_ns.windows(2) {
