@@ -93,6 +93,72 @@ fn select_ranks_int<T: Ord>(values: &mut [T], ranks: &[usize]) {
     }
 }
 
+/// The order statistics of `values` at `ranks` (sorted, distinct, each below `values.len()`),
+/// given `high`, the count of values by their high 16 bits: the values a full sort would
+/// put at those ranks, in the order of `ranks`. `high` names the high half of each rank's
+/// value and its rank among the values sharing it; the values of those few high halves are
+/// gathered, and each such group is resolved exactly, by selection if it is small, else by
+/// a count of its low halves. Linear in `values`, without moving them.
+fn order_statistics_u32(values: &[u32], high: &[u32], ranks: &[usize]) -> Vec<u32> {
+    debug_assert_eq!(high.len(), 1 << 16);
+    let mut out = vec![0u32; ranks.len()];
+    // Each rank's group (a high half holding it) and its rank within the group.
+    let mut groups: Vec<usize> = Vec::with_capacity(ranks.len());
+    let mut rank_in: Vec<(usize, usize)> = Vec::with_capacity(ranks.len()); // (group, rank within)
+    let (mut h, mut below) = (0usize, 0usize);
+    for &r in ranks {
+        while below + high[h] as usize <= r {
+            below += high[h] as usize;
+            h += 1;
+        }
+        if groups.last() != Some(&h) {
+            groups.push(h);
+        }
+        rank_in.push((groups.len() - 1, r - below));
+    }
+    // Gather each group's values (`slot`: high half → its group, 1-based).
+    let mut slot: Box<[u32; 1 << 16]> = vec![0u32; 1 << 16].into_boxed_slice().try_into().expect("2^16 slots");
+    for (k, &g) in groups.iter().enumerate() {
+        slot[g] = k as u32 + 1;
+    }
+    let mut gathered: Vec<Vec<u32>> = groups.iter().map(|&g| Vec::with_capacity(high[g] as usize)).collect();
+    for &v in values {
+        let k = slot[(v >> 16) as usize];
+        if k != 0 {
+            gathered[k as usize - 1].push(v);
+        }
+    }
+    let mut low: Vec<u32> = Vec::new();
+    for (k, vals) in gathered.iter_mut().enumerate() {
+        let base = (groups[k] as u32) << 16;
+        let mut want = rank_in.iter().enumerate().filter(|(_, &(g, _))| g == k).map(|(i, &(_, w))| (i, w));
+        if vals.len() < 1 << 13 {
+            let mut from = 0;
+            for (i, w) in want {
+                vals[from..].select_nth_unstable(w - from);
+                out[i] = vals[w];
+                from = w + 1;
+            }
+        } else {
+            // Crowded: count the low halves.
+            low.clear();
+            low.resize(1 << 16, 0);
+            for &v in vals.iter() {
+                low[(v & 0xffff) as usize] += 1;
+            }
+            let (mut x, mut below) = (0usize, 0usize);
+            for (i, w) in want.by_ref() {
+                while below + low[x] as usize <= w {
+                    below += low[x] as usize;
+                    x += 1;
+                }
+                out[i] = base + x as u32;
+            }
+        }
+    }
+    out
+}
+
 impl Stats {
     /// Statistics of `values` (reordered in place).
     pub fn of(values: &mut [f64]) -> Stats {
@@ -133,39 +199,68 @@ impl Stats {
         if n == 0 {
             return Stats::default();
         }
-        // One sequential sum in the concatenated order, as `Stats::of` sums (its terms are
-        // never negative, so the sum's start, 0 or -0, gives the same bits).
-        let (mut sum, mut max_gap) = (0.0f64, 0u64);
+        // One walk over the records, while every gap fits in u32 (below 2^32 ns, 4.3 s): the
+        // sequential sum in the concatenated order, as `Stats::of` sums (its terms are never
+        // negative, so the sum's start, 0 or -0, gives the same bits; `f64::from` of a u32 is
+        // `ns_to_ms`'s conversion of the same value), the largest gap, and the gaps as u32
+        // counted by their high 16 bits. It stops after the record holding a larger gap; the
+        // u64 walks below then make them again.
+        let (mut sum, mut max32, mut above) = (0.0f64, 0u32, 0u64);
+        let mut v: Vec<u32> = Vec::with_capacity(n);
+        // A fixed-size array: indexed by a u32's high half, with no bounds check.
+        let mut high: Box<[u32; 1 << 16]> = vec![0u32; 1 << 16].into_boxed_slice().try_into().expect("2^16 counts");
         for r in recs {
-            for w in r.token_times_ns.windows(2) {
+            v.extend(r.token_times_ns.windows(2).map(|w| {
                 let g = w[1] - w[0];
-                sum += ns_to_ms(g);
-                max_gap = max_gap.max(g);
+                above |= g >> 32;
+                let g32 = g as u32;
+                max32 = max32.max(g32);
+                sum += f64::from(g32) / 1e6;
+                high[(g32 >> 16) as usize] += 1;
+                g32
+            }));
+            if above != 0 {
+                break;
+            }
+        }
+        let mut max_gap = u64::from(max32);
+        if above != 0 {
+            (sum, max_gap) = (0.0, 0);
+            for r in recs {
+                for w in r.token_times_ns.windows(2) {
+                    let g = w[1] - w[0];
+                    sum += ns_to_ms(g);
+                    max_gap = max_gap.max(g);
+                }
             }
         }
         let mean = sum / n as f64;
-        let mut sq = 0.0f64;
-        for r in recs {
-            for w in r.token_times_ns.windows(2) {
-                let v = ns_to_ms(w[1] - w[0]);
-                sq += (v - mean) * (v - mean);
-            }
-        }
-        let var = sq / n as f64;
         let max = ns_to_ms(max_gap);
         let ranks = stat_ranks(n);
-        let gaps = || recs.iter().flat_map(|r| r.token_times_ns.windows(2).map(|w| w[1] - w[0]));
-        // Gaps below 2^32 ns (4.3 s) are selected as u32: half the memory to walk.
         if max_gap <= u64::from(u32::MAX) {
-            let mut v: Vec<u32> = Vec::with_capacity(n);
-            for r in recs {
-                v.extend(r.token_times_ns.windows(2).map(|w| (w[1] - w[0]) as u32));
+            // Gaps below 2^32 ns (4.3 s): the variance's pass and the order statistics over
+            // the u32 copy (`f64::from` of a u32 is `ns_to_ms`'s conversion of the same value).
+            let mut sq = 0.0f64;
+            for &g in &v {
+                let x = f64::from(g) / 1e6;
+                sq += (x - mean) * (x - mean);
             }
-            select_ranks_int(&mut v, &ranks);
-            Stats::from_selected(mean, var, max, n, |i| ns_to_ms(u64::from(v[i])))
+            let var = sq / n as f64;
+            let at = order_statistics_u32(&v, &high[..], &ranks);
+            let value = |i: usize| at[ranks.binary_search(&i).expect("a rank of stat_ranks")];
+            Stats::from_selected(mean, var, max, n, |i| ns_to_ms(u64::from(value(i))))
         } else {
+            drop((v, high));
+            let mut sq = 0.0f64;
+            for r in recs {
+                for w in r.token_times_ns.windows(2) {
+                    let x = ns_to_ms(w[1] - w[0]);
+                    sq += (x - mean) * (x - mean);
+                }
+            }
+            let var = sq / n as f64;
             let mut v: Vec<u64> = Vec::with_capacity(n);
-            v.extend(gaps());
+            v.extend(recs.iter().flat_map(|r| r.token_times_ns.windows(2).map(|w| w[1] - w[0])));
             select_ranks_int(&mut v, &ranks);
             Stats::from_selected(mean, var, max, n, |i| ns_to_ms(v[i]))
         }
@@ -294,6 +389,13 @@ pub fn bench_metrics(run: &RunResult) -> BenchMetrics {
 /// requests in flight during one bucket, over `duration_ns`; as a dense array of
 /// buckets would give, in O(tokens + requests · log requests) time and O(requests) memory.
 fn peaks_per_second(recs: &[&RequestRecord], start: u64, duration_ns: u64) -> (u64, u64) {
+    peaks_per_second_dense_below(recs, start, duration_ns, 1 << 16)
+}
+
+/// [`peaks_per_second`], the token counts summed in a dense array of buckets where there are
+/// fewer than `dense_below` buckets (or than runs), else by sorting the runs (always, with
+/// `dense_below` 0).
+fn peaks_per_second_dense_below(recs: &[&RequestRecord], start: u64, duration_ns: u64, dense_below: u64) -> (u64, u64) {
     const SEC: u64 = 1_000_000_000;
     let last = duration_ns / SEC; // the last bucket's index
     let bucket = |t: u64| (t.saturating_sub(start) / SEC).min(last);
@@ -330,8 +432,17 @@ fn peaks_per_second(recs: &[&RequestRecord], start: u64, duration_ns: u64) -> (u
         }
         per_bucket.extend(cur);
     }
-    per_bucket.sort_unstable_by_key(|&(b, _)| b);
     let mut max_tokens = 0u64;
+    if dense_below > 0 && last < dense_below.max(per_bucket.len() as u64) {
+        // Few buckets: summed in place, without sorting the runs.
+        let mut dense = vec![0u64; last as usize + 1];
+        for &(b, n) in &per_bucket {
+            dense[b as usize] += n;
+        }
+        max_tokens = dense.iter().copied().max().unwrap_or(0);
+        per_bucket.clear();
+    }
+    per_bucket.sort_unstable_by_key(|&(b, _)| b);
     let mut i = 0;
     while i < per_bucket.len() {
         let b = per_bucket[i].0;
@@ -429,6 +540,8 @@ mod select_tests {
             let recs: Vec<&RequestRecord> = records.iter().collect();
             let end = records.iter().map(|r| r.token_times_ns.last().copied().unwrap_or(r.dispatch_ns)).max().unwrap();
             prop_assert_eq!(peaks_per_second(&recs, start, end - start), dense_peaks(&recs, start, end - start));
+            // The sorted runs (where the buckets are many).
+            prop_assert_eq!(peaks_per_second_dense_below(&recs, start, end - start, 0), dense_peaks(&recs, start, end - start));
         }
     }
 
@@ -459,6 +572,38 @@ mod select_tests {
             prop_assert_eq!(format!("{a:?}"), format!("{b:?}"));
             for (x, y) in [(a.mean, b.mean), (a.std, b.std), (a.median, b.median), (a.p99, b.p99), (a.max, b.max)] {
                 prop_assert_eq!(x.to_bits(), y.to_bits());
+            }
+        }
+    }
+
+    proptest! {
+        /// The counted order statistics equal a full sort's, for spread, clustered (a crowded
+        /// high half) and constant values.
+        #[test]
+        fn counted_order_statistics_equal_a_sort(
+            spread in prop::collection::vec(any::<u32>(), 0..200),
+            cluster in prop::collection::vec(0u32..3_000, 0..12_000),
+            base in 0u32..4_000_000_000,
+            outlier in prop::option::of(any::<u32>()),
+            constant in prop::collection::vec(Just(7u32), 0..50),
+        ) {
+            let mut v: Vec<u32> = spread;
+            v.extend(cluster.iter().map(|c| base.saturating_add(*c)));
+            v.extend(outlier);
+            v.extend(constant);
+            if !v.is_empty() {
+                let mut high = vec![0u32; 1 << 16];
+                for &x in &v {
+                    high[(x >> 16) as usize] += 1;
+                }
+                let mut sorted = v.clone();
+                sorted.sort_unstable();
+                let ranks = stat_ranks(v.len());
+                let want: Vec<u32> = ranks.iter().map(|&r| sorted[r]).collect();
+                prop_assert_eq!(order_statistics_u32(&v, &high, &ranks), want);
+                let all: Vec<usize> = (0..v.len()).step_by(7).collect();
+                let want: Vec<u32> = all.iter().map(|&r| sorted[r]).collect();
+                prop_assert_eq!(order_statistics_u32(&v, &high, &all), want);
             }
         }
     }

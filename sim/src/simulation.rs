@@ -405,6 +405,12 @@ impl<'a, E: Engine> Loop<'a, E> {
             return;
         };
         for s in &plan.scheduled {
+            if !s.prefill {
+                // A decode: the request sampled in an earlier step, which was its first
+                // scheduling or came after it, and it is not prefilling.
+                debug_assert!(self.records[s.id as usize].first_scheduled_ns.is_some());
+                continue;
+            }
             let rec = &mut self.records[s.id as usize];
             if rec.first_scheduled_ns.is_none() {
                 rec.first_scheduled_ns = Some(now);

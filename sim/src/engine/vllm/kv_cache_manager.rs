@@ -13,6 +13,21 @@ pub struct RequestKv {
     pub num_cached_blocks: u32,
     /// Hashes of the request's full blocks known so far (prompt and output).
     pub block_hashes: Vec<u64>,
+    /// The most tokens the held blocks take with no block becoming full (with caching):
+    /// [`KvCacheManager::fits_held`]'s bound, kept where `blocks` and `num_cached_blocks`
+    /// change (`allocate_slots`, `free`), so that the check is one comparison.
+    fits_limit: u32,
+}
+
+impl RequestKv {
+    /// Reserves, once, room for the block hashes of the request's whole length (prompt and
+    /// output), so that they are not reallocated as they grow. Capacity only: no value changes.
+    #[inline]
+    pub fn reserve_hashes(&mut self, spec: &RequestSpec, block_size: u32) {
+        if self.block_hashes.capacity() == 0 {
+            self.block_hashes.reserve(((spec.prompt_len + spec.output_len) / block_size) as usize);
+        }
+    }
 }
 
 /// The KV cache manager.
@@ -55,6 +70,7 @@ impl KvCacheManager {
         if !self.enable_caching || num_tokens == 0 {
             return;
         }
+        kv.reserve_hashes(spec, self.block_size);
         extend_block_hashes(spec, self.block_size, num_tokens, &mut kv.block_hashes);
         let max_blocks = ((num_tokens - 1) / self.block_size) as usize;
         for &h in kv.block_hashes.iter().take(max_blocks) {
@@ -104,10 +120,20 @@ impl KvCacheManager {
     /// Whether a request holding `kv` has room for `total` tokens without any block
     /// becoming full: `allocate_slots` then changes nothing.
     #[inline]
-    fn fits_held(&self, total: u32, kv: &RequestKv) -> bool {
-        // `total / bs <= num_cached_blocks`, without a division per request per step.
-        let (t, bs) = (u64::from(total), u64::from(self.block_size));
-        t <= kv.blocks.len() as u64 * bs && (!self.enable_caching || t < (u64::from(kv.num_cached_blocks) + 1) * bs)
+    pub(super) fn fits_held(&self, total: u32, kv: &RequestKv) -> bool {
+        debug_assert_eq!(kv.fits_limit, self.fits_limit(kv));
+        total <= kv.fits_limit
+    }
+
+    /// The largest `total` for which the blocks `kv` holds have room and (with caching) no
+    /// block becomes full: `total ≤ held blocks × bs` and `total / bs ≤ num_cached_blocks`.
+    fn fits_limit(&self, kv: &RequestKv) -> u32 {
+        let bs = u64::from(self.block_size);
+        let mut limit = kv.blocks.len() as u64 * bs;
+        if self.enable_caching {
+            limit = limit.min((u64::from(kv.num_cached_blocks) + 1) * bs - 1);
+        }
+        u32::try_from(limit).unwrap_or(u32::MAX)
     }
 
     /// How many of `blocks` have ref 0: a hit on them takes them out of the free queue.
@@ -150,6 +176,10 @@ impl KvCacheManager {
             return false;
         }
         self.pool.touch(&hit.blocks);
+        if kv.blocks.capacity() == 0 {
+            // Room for the whole request's blocks at once (capacity only).
+            kv.blocks.reserve(cdiv(spec.prompt_len + spec.output_len, bs) as usize);
+        }
         kv.blocks.extend_from_slice(&hit.blocks);
         self.pool.get_new_blocks(num_new_blocks, &mut kv.blocks);
         // `cache_blocks`: register the full blocks among the tokens now
@@ -157,6 +187,7 @@ impl KvCacheManager {
         // step has run: a later request in the same step can hit them).
         if self.enable_caching {
             let num_full = (total.min(num_tokens) / bs) as usize;
+            kv.reserve_hashes(spec, bs);
             extend_block_hashes(spec, bs, num_tokens, &mut kv.block_hashes);
             let num_full = num_full.min(kv.block_hashes.len()).min(kv.blocks.len());
             for k in kv.num_cached_blocks as usize..num_full {
@@ -164,6 +195,7 @@ impl KvCacheManager {
             }
             kv.num_cached_blocks = kv.num_cached_blocks.max(num_full as u32);
         }
+        kv.fits_limit = self.fits_limit(kv);
         true
     }
 
@@ -199,5 +231,6 @@ impl KvCacheManager {
         self.pool.free_blocks(kv.blocks.iter().rev().copied());
         kv.blocks.clear();
         kv.num_cached_blocks = 0;
+        kv.fits_limit = 0;
     }
 }

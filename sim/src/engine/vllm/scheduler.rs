@@ -174,6 +174,8 @@ pub struct Scheduler {
     head_memo: Option<(ReqId, u32)>,
     /// Reused between steps: (request, tokens) scheduled.
     scheduled_buf: Vec<(ReqId, u32)>,
+    /// Reused between steps: the requests that finish in a step.
+    finished_buf: Vec<ReqId>,
     /// Shape of the last step run (for the invariant checks).
     last_shape: StepShape,
     /// Fast-forward: the run's requests that leave `allocate_slots`' fast path, as
@@ -223,6 +225,7 @@ impl Scheduler {
             head_hit: ComputedBlocks::default(),
             head_memo: None,
             scheduled_buf: Vec::new(),
+            finished_buf: Vec::new(),
             last_shape: StepShape::default(),
             ff_heap: BinaryHeap::new(),
             ff_base: Vec::new(),
@@ -397,6 +400,7 @@ impl Scheduler {
                 kv.pool.unwatch(&head_hit.blocks);
             }
             head_hit.blocks.clear();
+            r.kv.reserve_hashes(&r.spec, kv.block_size);
             extend_block_hashes(&r.spec, kv.block_size, num_tokens, &mut r.kv.block_hashes);
             *head_memo = Some((id, num_tokens));
         }
@@ -435,7 +439,13 @@ impl Scheduler {
         self.plan.clear();
         let mut budget = self.config.max_num_batched_tokens;
         let mut preempted_any = false;
-        // (request, tokens) scheduled this step, in order.
+        // (request, tokens) scheduled this step, in order, whose plan entries and shape are
+        // formed after phase B. Under FCFS a preemption victim is the last running request,
+        // never one scheduled before it, so the requests phase A schedules keep what they
+        // were scheduled with: their entries and shape are formed at once (`direct`), in the
+        // same order, and only phase B's admissions go through `scheduled`.
+        let direct = self.config.policy == Policy::Fcfs;
+        let mut shape = StepShape { cpu_overlapped: self.config.behaviour.async_scheduling, ..Default::default() };
         let mut scheduled = std::mem::take(&mut self.scheduled_buf);
         scheduled.clear();
 
@@ -443,6 +453,27 @@ impl Scheduler {
         let mut i = 0;
         while i < self.running.len() && budget > 0 {
             let id = self.running[i];
+            if direct {
+                // A decode on `allocate_slots`' fast path (no hit, held blocks with room, none
+                // filled: nothing to allocate or cache), most requests of most steps: one
+                // token, within any threshold and the budget left; or a request whose last
+                // token is in flight, skipped (below).
+                let Scheduler { kv, requests, plan, .. } = self;
+                let r = requests[id as usize].as_deref_mut().expect("live request");
+                let computed = r.num_computed_tokens;
+                let total = r.total();
+                // With `total = computed + 1`, the in-flight test below reads
+                // `outputs + 1 ≥ output_len`.
+                if total == computed + 1
+                    && !(r.placeholders > 0 && r.num_output_tokens + 1 >= r.spec.output_len)
+                    && kv.fits_held(total, &r.kv)
+                {
+                    Self::schedule_direct(r, plan, &mut shape, id, computed, total, 1);
+                    budget -= 1;
+                    i += 1;
+                    continue;
+                }
+            }
             let (num_tokens, computed) = {
                 let r = self.req(id);
                 // Async scheduling: a request whose last token is in flight is not
@@ -456,11 +487,25 @@ impl Scheduler {
                 }
                 (r.total(), r.num_computed_tokens)
             };
-            let mut n = self.threshold_cap(num_tokens - computed);
+            let want = num_tokens - computed;
+            // The threshold never caps a single token.
+            let mut n = if want <= 1 { want } else { self.threshold_cap(want) };
             n = n.min(budget);
             if n == 0 {
                 i += 1;
                 continue;
+            }
+            if direct {
+                // `allocate_slots`' fast path (no hit, held blocks with room, none filled):
+                // nothing to allocate or cache. Most decodes.
+                let Scheduler { kv, requests, plan, .. } = self;
+                let r = requests[id as usize].as_deref_mut().expect("live request");
+                if kv.fits_held(computed + n, &r.kv) {
+                    Self::schedule_direct(r, plan, &mut shape, id, computed, num_tokens, n);
+                    budget -= n;
+                    i += 1;
+                    continue;
+                }
             }
             let mut can_schedule = true;
             loop {
@@ -499,8 +544,14 @@ impl Scheduler {
                 }
                 break;
             }
-            self.req_mut(id).num_computed_tokens += n;
-            scheduled.push((id, n));
+            if direct {
+                let Scheduler { requests, plan, .. } = self;
+                let r = requests[id as usize].as_deref_mut().expect("live request");
+                Self::schedule_direct(r, plan, &mut shape, id, computed, num_tokens, n);
+            } else {
+                self.req_mut(id).num_computed_tokens += n;
+                scheduled.push((id, n));
+            }
             budget -= n;
             i += 1;
         }
@@ -549,8 +600,7 @@ impl Scheduler {
             }
         }
 
-        // ---- the step's shape ----
-        let mut shape = StepShape { cpu_overlapped: self.config.behaviour.async_scheduling, ..Default::default() };
+        // ---- the step's shape (of what is not in it yet) ----
         for &(id, n) in &scheduled {
             let r = self.req_mut(id);
             let before = r.num_computed_tokens - n;
@@ -577,43 +627,86 @@ impl Scheduler {
         }
     }
 
+    /// Schedules `n` tokens of the running request `r` (`id`), with `computed` tokens
+    /// computed of `total`, its blocks allocated: its plan entry and its part of the step's
+    /// shape, as the shape loop of [`Scheduler::do_schedule`] forms them.
+    #[inline(always)]
+    fn schedule_direct(
+        r: &mut Request,
+        plan: &mut StepPlan,
+        shape: &mut StepShape,
+        id: ReqId,
+        computed: u32,
+        total: u32,
+        n: u32,
+    ) {
+        r.num_computed_tokens = computed + n;
+        let decode = n == 1 && r.num_output_tokens + r.placeholders > 0 && computed + 1 == total;
+        let samples = computed + n == total;
+        if samples {
+            r.placeholders += 1;
+        }
+        if decode {
+            shape.add_decode(u64::from(total));
+        } else {
+            shape.add_prefill(u64::from(computed), u64::from(n));
+        }
+        plan.scheduled.push(Scheduled { id, num_tokens: n, prefill: !decode, samples });
+    }
+
     fn do_finish_step(&mut self, out: &mut Vec<TokenOutput>) {
-        let mut any_finished = false;
-        for k in 0..self.plan.scheduled.len() {
-            let Scheduled { id, samples, .. } = self.plan.scheduled[k];
-            if !samples {
-                continue; // a partial prefill chunk samples nothing
-            }
-            let r = self.req_mut(id);
-            r.placeholders -= 1;
-            r.num_output_tokens += 1;
-            let finished = r.num_output_tokens >= r.spec.output_len;
-            if finished {
-                // Async scheduling: a request preempted while its last token was in
-                // flight finishes from the waiting queue (`stopped_preempted_reqs`).
-                let was_waiting = r.status != Status::Running;
-                r.status = Status::Finished;
-                let Scheduler { kv, requests, .. } = self;
-                let r = requests[id as usize].as_mut().expect("live request");
-                kv.free(&mut r.kv);
-                any_finished = true;
-                self.num_unfinished -= 1;
-                if was_waiting {
-                    self.waiting_remove(id);
+        // The requests that finish in this step (a few, most steps).
+        let mut finished_ids = std::mem::take(&mut self.finished_buf);
+        finished_ids.clear();
+        {
+            let Scheduler { plan, requests, .. } = self;
+            out.reserve(plan.scheduled.len());
+            for s in &plan.scheduled {
+                if !s.samples {
+                    continue; // a partial prefill chunk samples nothing
                 }
+                let r = requests[s.id as usize].as_deref_mut().expect("live request");
+                r.placeholders -= 1;
+                r.num_output_tokens += 1;
+                let finished = r.num_output_tokens >= r.spec.output_len;
+                if finished {
+                    finished_ids.push(s.id);
+                }
+                out.push(TokenOutput { id: s.id, finished });
             }
-            out.push(TokenOutput { id, finished });
         }
-        if any_finished {
-            let Scheduler { running, requests, .. } = self;
-            running.retain(|&id| requests[id as usize].as_ref().is_some_and(|r| r.status != Status::Finished));
+        // Their blocks freed in the plan's order (the free queue's order).
+        for &id in &finished_ids {
+            let Scheduler { kv, requests, .. } = self;
+            let r = requests[id as usize].as_deref_mut().expect("live request");
+            // Async scheduling: a request preempted while its last token was in
+            // flight finishes from the waiting queue (`stopped_preempted_reqs`).
+            let was_waiting = r.status != Status::Running;
+            r.status = Status::Finished;
+            kv.free(&mut r.kv);
+            self.num_unfinished -= 1;
+            if was_waiting {
+                self.waiting_remove(id);
+            }
+        }
+        if !finished_ids.is_empty() {
+            // The running requests that finished are among those that finished in this step.
+            if finished_ids.len() <= 4 {
+                for &id in &finished_ids {
+                    if let Some(p) = self.running.iter().position(|&x| x == id) {
+                        self.running.remove(p);
+                    }
+                }
+            } else {
+                let Scheduler { running, requests, .. } = self;
+                running.retain(|&id| requests[id as usize].as_ref().is_some_and(|r| r.status != Status::Finished));
+            }
             // Finished requests leave the arena: nothing reads them again.
-            for s in &self.plan.scheduled {
-                if self.requests[s.id as usize].as_ref().is_some_and(|r| r.status == Status::Finished) {
-                    self.requests[s.id as usize] = None;
-                }
+            for &id in &finished_ids {
+                self.requests[id as usize] = None;
             }
         }
+        self.finished_buf = finished_ids;
     }
 }
 
@@ -747,6 +840,14 @@ impl Engine for Scheduler {
                 Some(h) => self.ff_head = Some(h),
                 None => return 0,
             }
+        }
+        // A request that finishes at the next step ends the run before it starts (most steps
+        // at a high concurrency): found before the longer checks below.
+        if self.running.iter().any(|&id| {
+            let r = self.req(id);
+            r.spec.output_len.saturating_sub(r.num_output_tokens + 1) == 0
+        }) {
+            return 0;
         }
         let async_ = self.config.behaviour.async_scheduling;
         if async_ {
