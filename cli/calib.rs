@@ -508,8 +508,8 @@ pub fn check_text(r: &CheckReport) -> String {
             );
         }
     }
-    let _ =
-        writeln!(s, "Knee: measured at {}, predicted at {}.", opt_json(&r.knee.measured), opt_json(&r.knee.predicted));
+    let knee = |k: &Option<u32>| k.map_or_else(|| "none within the sweep".to_string(), |c| format!("concurrency {c}"));
+    let _ = writeln!(s, "Knee: measured at {}, predicted at {}.", knee(&r.knee.measured), knee(&r.knee.predicted));
     if r.knee.measured_stable == Some(false) {
         let _ = writeln!(
             s,

@@ -240,6 +240,12 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
     for (i, x) in cands.sets.iter().enumerate() {
         sim::config::apply_set(&mut base.json, x).map_err(|e| format!("{file}: sets[{i}] {x:?}: {e}"))?;
     }
+    if a.num_prompts == Some(0) {
+        return Err("--num-prompts: must be at least 1".into());
+    }
+    if let Some(r) = a.request_rate.filter(|r| !(r.is_finite() && *r > 0.0)) {
+        return Err(format!("--request-rate: must be a positive number of requests per second, got {r}"));
+    }
     let mut sets = Vec::new();
     if let Some(r) = a.request_rate {
         // A trace keeps its arrival pattern, rescaled to that mean rate (`workload.trace_rate`);

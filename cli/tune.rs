@@ -640,7 +640,9 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
     }
     if nothing_completed {
         // The report lists why each one is invalid; the answer is not "none meets the SLOs".
-        eprintln!("error: none of the configurations searched ran to completion (each one's reason is listed as invalid)");
+        eprintln!(
+            "error: none of the configurations searched ran to completion (each one's reason is listed as invalid)"
+        );
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)

@@ -67,6 +67,43 @@ fn bad_inputs_are_refused_naming_the_cause() {
         (&["validate", "--only", "rtx5090", "--baseline", "scenarios/serve-small-vllm.json"], 2, "no \"groups\""),
         (&["validate", "--only", "rtx5090", "--write-baseline", "target/never-written.json"], 2, "--write-baseline"),
         (&["validate", "--only", "rtx5090", "--baseline", "validation/baseline.json"], 0, ""),
+        // Data parallelism: count is engines x TP.
+        (
+            &["simulate", "--set", "engine.data_parallel_size=2", "--set", r#"hardware={"gpu":"rtx-5090","count":4}"#],
+            2,
+            "count must be 2 (data_parallel_size × tensor_parallel_size)",
+        ),
+        // A fleet's error names the field the user wrote, not a path under `fleet`.
+        (
+            &["simulate", "data/plan/mooncake-fleet-llama3.1-8b-h100-vllm.json", "--set", "engine.max_num_seqs=0"],
+            2,
+            ": engine.max_num_seqs: must be at least 1",
+        ),
+        // plan's own flags.
+        (
+            &[
+                "plan",
+                "data/plan/mooncake-fleet-llama3.1-8b-h100-vllm.json",
+                "--candidates",
+                "data/plan/example-candidates.json",
+                "--num-prompts",
+                "0",
+            ],
+            2,
+            "--num-prompts",
+        ),
+        (
+            &[
+                "plan",
+                "data/plan/mooncake-fleet-llama3.1-8b-h100-vllm.json",
+                "--candidates",
+                "data/plan/example-candidates.json",
+                "--request-rate",
+                "0",
+            ],
+            2,
+            "--request-rate",
+        ),
     ];
     let mut failures = Vec::new();
     for (args, code, needle) in cases {
@@ -435,7 +472,10 @@ fn impossible_cards_and_costs_are_refused() {
     let zero = r#"cost.coefficients={"step_us":0,"per_seq_us":0,"prefill_token_us":0,"decode_token_us":0,"prefill_attention_us":0,"decode_kv_us":0,"request_ingress_us":0,"output_token_us":0}"#;
     let cases = [
         (zero.to_string(), "cost.coefficients"),
-        (format!("hardware={}", card("gpu", "rtx-5090", "memory_bandwidth_bytes_per_s", 1.0.into())), "hardware.memory_bandwidth_bytes_per_s"),
+        (
+            format!("hardware={}", card("gpu", "rtx-5090", "memory_bandwidth_bytes_per_s", 1.0.into())),
+            "hardware.memory_bandwidth_bytes_per_s",
+        ),
         (format!("hardware={}", card("gpu", "rtx-5090", "dense_bf16_flops", 5.0.into())), "hardware.dense_bf16_flops"),
         (format!("model={}", card("model", "qwen2.5-7b-instruct", "num_parameters", 0.into())), "model.num_parameters"),
         (format!("model={}", card("model", "qwen2.5-7b-instruct", "vocab_size", 0.into())), "model.vocab_size"),

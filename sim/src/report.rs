@@ -847,13 +847,15 @@ pub fn text(spec: &SimSpec, out: &SimOutput, opts: &TextOptions) -> String {
         crate::workload::Dataset::Trace { .. } | crate::workload::Dataset::Requests { .. }
     );
     let d = &spec.deployment;
+    // Every GPU the run uses: a fleet's (data parallelism included), else the engine's.
+    let gpus = spec.fleet.as_ref().map_or(d.num_gpus, |f| f.num_gpus());
     let mut s = String::new();
     let _ = writeln!(
         s,
         "Scenario: {} | model {} | {}{} | {} {} | KV pool from {}",
         spec.name.as_deref().unwrap_or("(unnamed)"),
         spec.model.id,
-        if d.num_gpus > 1 { format!("{} x ", d.num_gpus) } else { String::new() },
+        if gpus > 1 { format!("{gpus} x ") } else { String::new() },
         spec.gpu.id,
         spec.engine.kind(),
         spec.engine.version(),
@@ -862,11 +864,32 @@ pub fn text(spec: &SimSpec, out: &SimOutput, opts: &TextOptions) -> String {
     s.push_str(&report_text(r, opts, "simulated", if trace { Some("trace") } else { None }));
     // Notes on the numbers a first reader asks about.
     if let crate::config::EngineSpec::Vllm(v) = &spec.engine {
-        let _ = writeln!(
-            s,
-            "Note: the KV cache size is the usable pool: vLLM's start-up log prints it with the null block ({} tokens); block 0 is reserved.",
-            r.kv_cache_tokens + u64::from(v.block_size)
-        );
+        // Each engine of a fleet (data parallelism included) reserves its own null block and
+        // logs its own pool.
+        let per_engine = r.kv_cache_tokens + u64::from(v.block_size);
+        if let Some(f) = spec.fleet.as_ref().filter(|f| f.replicas.len() > 1) {
+            let logged: Vec<String> = f
+                .replicas
+                .iter()
+                .map(|rep| match &rep.engine {
+                    crate::config::EngineSpec::Vllm(c) => {
+                        format!("{} {}", rep.name, rep.engine.kv_capacity_tokens() + u64::from(c.block_size))
+                    }
+                    e => format!("{} {}", rep.name, e.kv_capacity_tokens()),
+                })
+                .collect();
+            let _ = writeln!(
+                s,
+                "Note: the KV cache size is the usable pool of all {} engines; each engine's start-up log prints its own pool with its null block (block 0, reserved): {} tokens.",
+                f.replicas.len(),
+                logged.join(", ")
+            );
+        } else {
+            let _ = writeln!(
+                s,
+                "Note: the KV cache size is the usable pool: vLLM's start-up log prints it with the null block ({per_engine} tokens); block 0 is reserved."
+            );
+        }
     }
     if r.max_concurrent_requests > r.max_concurrency.map_or(u64::MAX, u64::from) {
         let _ = writeln!(

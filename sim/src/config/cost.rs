@@ -80,7 +80,9 @@ pub(super) fn resolve_cost(
     let k = cost.coefficients();
     let at = |n: &str| k.get(n).unwrap_or(0.0);
     let drives = cost.composed.is_none() || c.coefficients.is_some();
-    if drives && (at("step_us") + at("per_seq_us") + at("decode_token_us") <= 0.0 || at("step_us") + at("prefill_token_us") <= 0.0)
+    if drives
+        && (at("step_us") + at("per_seq_us") + at("decode_token_us") <= 0.0
+            || at("step_us") + at("prefill_token_us") <= 0.0)
     {
         let path = if c.coefficients.is_some() { "cost.coefficients" } else { "cost.profile" };
         return Err(ConfigError::new(

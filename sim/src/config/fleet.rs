@@ -265,10 +265,20 @@ pub(super) fn resolve_fleet(s: &Scenario, res: &Resources) -> Result<SimSpec> {
         let mut b = single(s);
         if let Value::Object(m) = &mut b.hardware {
             if let Some(c) = m.get("count").and_then(Value::as_u64) {
-                if c % u64::from(dp) != 0 {
+                // `dp` engines of TP GPUs each.
+                let (tp_field, tp) = match kind {
+                    EngineKind::Vllm => ("tensor_parallel_size", s.engine.vllm.tensor_parallel_size),
+                    EngineKind::Sglang => ("tp_size", s.engine.sglang.tp_size),
+                };
+                let tp = u64::from(tp.unwrap_or(1).max(1));
+                if c != u64::from(dp) * tp {
                     return Err(ConfigError::new(
                         "hardware.count",
-                        format!("{c} GPUs do not split into {dp} data-parallel engines"),
+                        format!(
+                            "{c} GPUs for {dp} data-parallel engines of {tp_field} {tp}: count must be {} \
+                             (data_parallel_size × {tp_field}), or leave count out",
+                            u64::from(dp) * tp
+                        ),
                     ));
                 }
                 m.insert("count".into(), (c / u64::from(dp)).into());
@@ -340,7 +350,22 @@ pub(super) fn resolve_fleet(s: &Scenario, res: &Resources) -> Result<SimSpec> {
             return Err(ConfigError::new(format!("{path}.count"), format!("must be from 1 to 4096, got {count}")));
         }
         let sc = group_scenario(s, g, &path)?;
-        let spec = resolve(&sc, res).map_err(|e| prefix_err(&path, e))?;
+        // An error in what the group sets names the group's field; one in the scenario's own
+        // fields (its workload, its top-level engine) keeps the path the user wrote.
+        let spec = resolve(&sc, res).map_err(|e| {
+            let key = e.path.strip_prefix("engine.").map(|k| k.split('.').next().unwrap_or(k));
+            let set_by_group = match (&g.engine, key) {
+                (Some(Value::Object(over)), Some(k)) => over.contains_key(k) || over.contains_key("kind"),
+                _ => false,
+            } || (g.hardware.is_some() && e.path.starts_with("hardware"));
+            if set_by_group || e.path.is_empty() {
+                prefix_err(&path, e)
+            } else if e.path.starts_with("engine") && path != "fleet" {
+                ConfigError::new(e.path.clone(), format!("{} (in {path}'s engine)", e.message))
+            } else {
+                e
+            }
+        })?;
         if let Some(f0) = &first {
             if f0.model.id != spec.model.id {
                 return Err(ConfigError::new(format!("{path}.engine"), "every replica serves the same model"));

@@ -204,8 +204,9 @@ pub fn resolve_deployment(
             return Err(ConfigError::new(
                 "hardware.count",
                 format!(
-                    "{n} GPUs for {tp_field} = {tp}: an engine uses exactly its TP size in GPUs here \
-                     (data parallelism and replicas are not modelled; set {tp_field} to {n}, or count to {tp})"
+                    "{n} GPUs for {tp_field} = {tp}: an engine uses exactly its TP size in GPUs (set \
+                     {tp_field} to {n}, or count to {tp}; several engines are engine.data_parallel_size \
+                     / dp_size, with count = that × TP, or a fleet section's replicas)"
                 ),
             ));
         }

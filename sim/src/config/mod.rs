@@ -320,7 +320,13 @@ fn check_cards(model: &ModelCard, gpu: &GpuCard) -> Result<()> {
         }
     };
     in_range("hardware.memory_bytes", gpu.memory_bytes as f64, 2f64.powi(28), 2f64.powi(42), "256 MiB to 4 TiB")?;
-    in_range("hardware.memory_bandwidth_bytes_per_s", gpu.memory_bandwidth_bytes_per_s, 1e9, 1e14, "1 GB/s to 100 TB/s")?;
+    in_range(
+        "hardware.memory_bandwidth_bytes_per_s",
+        gpu.memory_bandwidth_bytes_per_s,
+        1e9,
+        1e14,
+        "1 GB/s to 100 TB/s",
+    )?;
     in_range("hardware.dense_bf16_flops", gpu.dense_bf16_flops, 1e10, 1e17, "10 GFLOP/s to 100 PFLOP/s")?;
     if let Some(f) = gpu.dense_fp8_flops {
         in_range("hardware.dense_fp8_flops", f, 1e10, 1e17, "10 GFLOP/s to 100 PFLOP/s")?;
