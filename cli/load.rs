@@ -55,6 +55,9 @@ pub fn apply_overrides(raw: &mut RawScenario, sets: &[String], seed: Option<u64>
         let p = path_of(s);
         p == "engine.gpu_memory_utilization" || p == "engine.mem_fraction_static"
     });
+    if seed.is_some() && sets.iter().any(|s| path_of(s) == "workload.seed") {
+        return Err("--seed and --set workload.seed both give the workload's seed: give one".into());
+    }
     for s in sets {
         config::apply_set(&mut raw.json, s).map_err(|e| format!("--set {s}: {e}"))?;
     }

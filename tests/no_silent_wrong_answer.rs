@@ -79,6 +79,7 @@ fn bad_inputs_are_refused_naming_the_cause() {
             2,
             ": engine.max_num_seqs: must be at least 1",
         ),
+        (&["simulate", "--seed", "5", "--set", "workload.seed=7"], 2, "--seed and --set workload.seed"),
         // plan's own flags.
         (
             &[
@@ -235,7 +236,7 @@ fn the_first_report_says_what_ran() {
     assert!(out.contains("1-second bucket"), "{out}");
     let (c, out, _) = run(&["simulate", "--set", "workload.initial_test_request=true"]);
     assert_eq!(c, 0);
-    assert!(out.contains("the initial test request"), "{out}");
+    assert!(out.contains("initial test request"), "{out}");
 }
 
 /// Splits a shell command line into words (single and double quotes, no expansions).

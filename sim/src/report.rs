@@ -900,7 +900,7 @@ pub fn text(spec: &SimSpec, out: &SimOutput, opts: &TextOptions) -> String {
     if out.workload.initial_test.is_some() && r.prefix_cache_hits > 0 {
         let _ = writeln!(
             s,
-            "Note: prefix cache hits include the first timed prompt, which the initial test request (the same prompt, sent first as vllm bench serve before 0.14 does) left cached."
+            "Note: prefix cache hits include the first timed prompt, which the benchmark client's initial test request (the same prompt, sent first: vllm bench serve before 0.14, sglang.bench_serving's warm-up) left cached."
         );
     }
     if spec.workload.prior_run_prompts > 0 {
