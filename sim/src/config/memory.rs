@@ -155,6 +155,9 @@ pub fn kv_cache_dtype(name: Option<&str>, model: &ModelCard) -> Result<(String, 
     }
 }
 
+/// The most GPUs one engine's tensor parallelism spans: one node of the cards modelled (8).
+pub const MAX_TP_ONE_NODE: u32 = 8;
+
 /// Resolves tensor parallelism, dtypes and CUDA graphs, checking that the
 /// model can be sharded as the engines shard it.
 pub fn resolve_deployment(
@@ -173,6 +176,17 @@ pub fn resolve_deployment(
         EngineKind::Sglang => ("tp_size", "pp_size", e.sglang.tp_size, e.sglang.pp_size),
     };
     let tp = positive(&format!("engine.{tp_field}"), tp.unwrap_or(1))?;
+    // The collectives are timed on one node's interconnect (NVLink or PCIe tables); TP across
+    // nodes would run over the network at a fraction of that, which nothing here models.
+    if tp > MAX_TP_ONE_NODE {
+        return Err(ConfigError::new(
+            format!("engine.{tp_field}"),
+            format!(
+                "{tp}: tensor parallelism past one node ({MAX_TP_ONE_NODE} GPUs) is not modelled (its all-reduces would \
+                 cross the network, not NVLink); use data_parallel_size / dp_size or a fleet for more GPUs"
+            ),
+        ));
+    }
     if let Some(pp) = pp {
         if pp != 1 {
             return Err(ConfigError::new(
