@@ -81,7 +81,11 @@ fn bad_inputs_are_refused_naming_the_cause() {
         ),
         (&["simulate", "--seed", "5", "--set", "workload.seed=7"], 2, "--seed and --set workload.seed"),
         // TP past one node would cross the network, which nothing models.
-        (&["simulate", "--set", "engine.tensor_parallel_size=16"], 2, "engine.tensor_parallel_size: 16: tensor parallelism past one node"),
+        (
+            &["simulate", "--set", "engine.tensor_parallel_size=16"],
+            2,
+            "engine.tensor_parallel_size: 16: tensor parallelism past one node",
+        ),
         // plan's own flags.
         (
             &[
