@@ -272,7 +272,9 @@ pub fn load_trace(path: &Path) -> Result<Vec<TraceRow>, String> {
                 continue;
             }
             let v: Value = serde_json::from_str(l).map_err(|e| format!("{name}:{}: not valid JSON: {e}", i + 1))?;
-            rows.push(config::from_value::<TraceRow>(v, "").map_err(|e| format!("{name}:{}: {e}", i + 1))?);
+            let row = config::from_value::<TraceRow>(v, "").map_err(|e| format!("{name}:{}: {e}", i + 1))?;
+            check_row(&row).map_err(|e| format!("{name}:{}: {e}", i + 1))?;
+            rows.push(row);
         }
         return Ok(rows);
     }
@@ -305,11 +307,29 @@ pub fn load_trace(path: &Path) -> Result<Vec<TraceRow>, String> {
                 .map_err(|_| format!("{name}:{}: column {c}: expected a number, got {cell:?}", i + 1))?;
             obj.insert(c.clone(), v);
         }
-        rows.push(
-            config::from_value::<TraceRow>(Value::Object(obj), "").map_err(|e| format!("{name}:{}: {e}", i + 1))?,
-        );
+        let row =
+            config::from_value::<TraceRow>(Value::Object(obj), "").map_err(|e| format!("{name}:{}: {e}", i + 1))?;
+        check_row(&row).map_err(|e| format!("{name}:{}: {e}", i + 1))?;
+        rows.push(row);
     }
     Ok(rows)
+}
+
+/// A trace row's own values, checked where its file and line are known (the scenario's checks,
+/// `sim::config`, name the row by index for rows that come from elsewhere).
+fn check_row(r: &TraceRow) -> Result<(), String> {
+    if r.input_len == 0 || r.output_len == 0 {
+        return Err("input_len and output_len must be at least 1".into());
+    }
+    if !(r.arrival_time.is_finite() && r.arrival_time >= 0.0) {
+        return Err(format!("arrival_time: must be a time in seconds from 0, got {}", r.arrival_time));
+    }
+    if let (Some(p), true) = (r.prefix_len, r.prefix_group.is_some()) {
+        if p > r.input_len {
+            return Err(format!("prefix_len: {p} is longer than the prompt (input_len {})", r.input_len));
+        }
+    }
+    Ok(())
 }
 
 /// Reads a production trace (Mooncake JSONL, Azure or BurstGPT CSV) as requests, keyed by

@@ -134,6 +134,14 @@ fn bad_trace_rows_are_refused() {
         ("prefix.csv", "arrival_time,input_len,output_len,prefix_group,prefix_len\n0,10,5,1,20\n", "prefix_len"),
         ("far.csv", "arrival_time,input_len,output_len\n0,10,5\n1e9,10,5\n", "arrival_time"),
         ("far15.csv", "arrival_time,input_len,output_len\n1e15,10,5\n", "arrival_time"),
+        // The row's own file and line, not an index.
+        ("zero.csv", "arrival_time,input_len,output_len\n0,10,5\n0.5,0,5\n", "zero.csv:3: input_len and output_len"),
+        ("neg.csv", "arrival_time,input_len,output_len\n-1,10,5\n", "neg.csv:2: arrival_time"),
+        (
+            "prefix2.csv",
+            "arrival_time,input_len,output_len,prefix_group,prefix_len\n0,10,5,1,20\n",
+            "prefix2.csv:2: prefix_len",
+        ),
     ] {
         let t = dir.join(name);
         std::fs::write(&t, body).unwrap();
