@@ -106,10 +106,11 @@ pub fn resolve(raw: &RawScenario) -> Result<(Scenario, SimSpec), String> {
     let mut fitted_on = None;
     if let Some(p) = &scenario.cost.profile {
         let path = resolve_path(&raw.base_dir, p);
-        let (coefficients, prior) = load_profile(&path).map_err(|e| format!("{origin}: cost.profile: {e}"))?;
+        let (coefficients, prior, deployment) =
+            load_profile(&path).map_err(|e| format!("{origin}: cost.profile: {e}"))?;
         res.profile = Some(coefficients);
         res.profile_prior = prior;
-        fitted_on = Some((path.clone(), profile_deployment(&path)?));
+        fitted_on = Some((path.clone(), deployment));
     }
     if let Some(t) = &scenario.workload.trace {
         let path = resolve_path(&raw.base_dir, t);
@@ -169,9 +170,10 @@ pub fn warn_once(msg: String) {
     }
 }
 
-/// A profile's coefficients, and its `prior` (the coefficients its fit started from) when it
-/// corrects the composed cost (`cost_mode: corrects_composed`).
-pub fn load_profile(path: &Path) -> Result<(CostCoefficients, Option<CostCoefficients>), String> {
+/// A profile's coefficients, its `prior` (the coefficients its fit started from) when it
+/// corrects the composed cost (`cost_mode: corrects_composed`), and what it was fitted on
+/// ([`ProfileDeployment`]).
+pub fn load_profile(path: &Path) -> Result<(CostCoefficients, Option<CostCoefficients>, ProfileDeployment), String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
     let v: Value = serde_json::from_str(&text).map_err(|e| format!("{}: not valid JSON: {e}", path.display()))?;
     let co = v.get("coefficients").cloned().ok_or_else(|| format!("{}: no \"coefficients\" object", path.display()))?;
@@ -183,7 +185,7 @@ pub fn load_profile(path: &Path) -> Result<(CostCoefficients, Option<CostCoeffic
         }
         _ => None,
     };
-    Ok((coefficients, prior))
+    Ok((coefficients, prior, ProfileDeployment::of(&v)))
 }
 
 /// What a profile says it was fitted on (its `engine` object): the engine kind and release,
@@ -200,21 +202,21 @@ pub struct ProfileDeployment {
     pub tensor_parallel_size: Option<u32>,
 }
 
-/// A profile's [`ProfileDeployment`].
-pub fn profile_deployment(path: &Path) -> Result<ProfileDeployment, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
-    let v: Value = serde_json::from_str(&text).map_err(|e| format!("{}: not valid JSON: {e}", path.display()))?;
-    let e = &v["engine"];
-    let s = |x: &Value| x.as_str().map(str::to_string);
-    Ok(ProfileDeployment {
-        source: s(&v["source"]),
-        kind: s(&e["kind"]),
-        version: s(&e["version"]),
-        model: s(&e["model"]),
-        model_card: s(&e["model_card"]),
-        gpu: s(&e["gpu"]),
-        tensor_parallel_size: e["tensor_parallel_size"].as_u64().map(|t| t as u32),
-    })
+impl ProfileDeployment {
+    /// From a profile's JSON.
+    fn of(v: &Value) -> ProfileDeployment {
+        let e = &v["engine"];
+        let s = |x: &Value| x.as_str().map(str::to_string);
+        ProfileDeployment {
+            source: s(&v["source"]),
+            kind: s(&e["kind"]),
+            version: s(&e["version"]),
+            model: s(&e["model"]),
+            model_card: s(&e["model_card"]),
+            gpu: s(&e["gpu"]),
+            tensor_parallel_size: e["tensor_parallel_size"].as_u64().map(|t| t as u32),
+        }
+    }
 }
 
 /// A profile's coefficients hold for the deployment they were fitted on: the same engine, model
@@ -223,10 +225,7 @@ pub fn profile_deployment(path: &Path) -> Result<ProfileDeployment, String> {
 /// the hardware's costs but not the engine's own). A key the profile lacks is not checked (the
 /// model of a live profile is the served name, not a card; older profiles have no GPU).
 pub fn check_profile_deployment(spec: &SimSpec, d: &ProfileDeployment) -> Result<(), String> {
-    let kind = match spec.engine.engine_kind() {
-        config::EngineKind::Vllm => "vllm",
-        config::EngineKind::Sglang => "sglang",
-    };
+    let kind = spec.engine.kind();
     let card = d.model_card.clone().or_else(|| d.model.clone().filter(|_| d.source.as_deref() == Some("results")));
     let mut differ = Vec::new();
     if d.kind.as_deref().is_some_and(|k| k != kind) {
@@ -273,7 +272,7 @@ pub fn load_trace(path: &Path) -> Result<Vec<TraceRow>, String> {
             }
             let v: Value = serde_json::from_str(l).map_err(|e| format!("{name}:{}: not valid JSON: {e}", i + 1))?;
             let row = config::from_value::<TraceRow>(v, "").map_err(|e| format!("{name}:{}: {e}", i + 1))?;
-            check_row(&row).map_err(|e| format!("{name}:{}: {e}", i + 1))?;
+            check_row(&row, &name, i)?;
             rows.push(row);
         }
         return Ok(rows);
@@ -309,27 +308,22 @@ pub fn load_trace(path: &Path) -> Result<Vec<TraceRow>, String> {
         }
         let row =
             config::from_value::<TraceRow>(Value::Object(obj), "").map_err(|e| format!("{name}:{}: {e}", i + 1))?;
-        check_row(&row).map_err(|e| format!("{name}:{}: {e}", i + 1))?;
+        check_row(&row, &name, i)?;
         rows.push(row);
     }
     Ok(rows)
 }
 
-/// A trace row's own values, checked where its file and line are known (the scenario's checks,
-/// `sim::config`, name the row by index for rows that come from elsewhere).
-fn check_row(r: &TraceRow) -> Result<(), String> {
-    if r.input_len == 0 || r.output_len == 0 {
-        return Err("input_len and output_len must be at least 1".into());
-    }
-    if !(r.arrival_time.is_finite() && r.arrival_time >= 0.0) {
-        return Err(format!("arrival_time: must be a time in seconds from 0, got {}", r.arrival_time));
-    }
-    if let (Some(p), true) = (r.prefix_len, r.prefix_group.is_some()) {
-        if p > r.input_len {
-            return Err(format!("prefix_len: {p} is longer than the prompt (input_len {})", r.input_len));
+/// A trace row's own values (`TraceRow::check`), named by the file and line (0-based `i`) they
+/// are on; the scenario's checks name a row by its index.
+fn check_row(r: &TraceRow, name: &str, i: usize) -> Result<(), String> {
+    r.check().map_err(|(f, m)| {
+        if f.is_empty() {
+            format!("{name}:{}: {m}", i + 1)
+        } else {
+            format!("{name}:{}: {f}: {m}", i + 1)
         }
-    }
-    Ok(())
+    })
 }
 
 /// Reads a production trace (Mooncake JSONL, Azure or BurstGPT CSV) as requests, keyed by

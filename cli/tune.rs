@@ -345,7 +345,7 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
     // Varying the memory fraction means deriving the pool from it.
     if knobs.iter().any(|(p, _)| p.ends_with("gpu_memory_utilization") || p.ends_with("mem_fraction_static")) {
         if let Some(e) = base.json.get_mut("engine").and_then(Value::as_object_mut) {
-            for k in ["kv_cache_tokens", "num_gpu_blocks_override", "max_total_tokens"] {
+            for k in load::PINNED_POOL {
                 if e.remove(k).is_some() {
                     notes.push(format!("engine.{k} was dropped: with the memory fraction varied, the KV pool is derived from it and the model and GPU cards (an estimate; see README)"));
                 }
@@ -623,11 +623,7 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
             distinct_costs: shared.costs.lock().expect("not poisoned").len(),
         }),
     };
-    let nothing_completed = result.best.is_none()
-        && result.pareto.is_empty()
-        && result.rejected.is_empty()
-        && result.stopped_early.is_empty()
-        && !result.invalid.is_empty();
+    let nothing_completed = result.nothing_completed() && !result.invalid.is_empty();
     match (a.json, intervals) {
         (true, None) => println!("{}", serde_json::to_string_pretty(&result).expect("json")),
         (false, None) => print!("{}", text(&result, pareto_latency, &a.slo, None)),
@@ -662,7 +658,7 @@ fn text(r: &TuneResult, pareto_latency: Metric, slo_args: &[String], iv: Option<
     }
     let f = |m: &PointReport, k: Metric| m.metric(k).unwrap_or(0.0);
     match &r.best {
-        None if r.pareto.is_empty() && r.rejected.is_empty() && r.stopped_early.is_empty() => {
+        None if r.nothing_completed() => {
             let _ = writeln!(s, "No configuration ran to completion.");
         }
         None => {

@@ -352,6 +352,14 @@ pub struct TuneResult {
     pub shared: Option<TuneShared>,
 }
 
+impl TuneResult {
+    /// No configuration ran to completion: none is best, on the front, rejected by an SLO or
+    /// stopped early by one (every one searched is invalid).
+    pub fn nothing_completed(&self) -> bool {
+        self.best.is_none() && self.pareto.is_empty() && self.rejected.is_empty() && self.stopped_early.is_empty()
+    }
+}
+
 /// What `tune` shared between configurations.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct TuneShared {

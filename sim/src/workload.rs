@@ -57,6 +57,26 @@ pub struct TraceRow {
     pub priority: Option<i32>,
 }
 
+impl TraceRow {
+    /// The row's own values: lengths of at least 1, a finite arrival from 0, a shared prefix
+    /// within the prompt. `Err((field, message))`, the field empty for the row as a whole; the
+    /// caller says where the row is (a file's line, or the trace's index).
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        if self.input_len == 0 || self.output_len == 0 {
+            return Err(("", "input_len and output_len must be at least 1".into()));
+        }
+        if !(self.arrival_time.is_finite() && self.arrival_time >= 0.0) {
+            return Err(("arrival_time", format!("must be a time in seconds from 0, got {}", self.arrival_time)));
+        }
+        if let (Some(p), true) = (self.prefix_len, self.prefix_group.is_some()) {
+            if p > self.input_len {
+                return Err(("prefix_len", format!("{p} is longer than the prompt (input_len {})", self.input_len)));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The dataset, resolved.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Dataset {

@@ -529,6 +529,10 @@ pub fn sglang_default_cuda_graph_max_bs(gpu: &GpuCard, version: Version, tp: u32
 /// 0.5.2 still use 0.4.x's tables; there is no 0.5.0 on PyPI).
 pub const SGLANG_GPU_MEMORY_SETTINGS: Version = Version::new(0, 5, 3);
 
+/// Before 0.5.3, SGLang's capture list goes on by 8 to 256 (not 160) above this device memory
+/// (nvidia-smi MiB: `gpu_mem > 90 * 1024`).
+pub const SGLANG_LIST_TO_256_MIB: f64 = 90.0 * 1024.0;
+
 /// The decode batch sizes SGLang captures as CUDA graphs, ascending, for a release, the device
 /// memory SGLang sees (`gpu_mem_mib`, nvidia-smi's MiB), the `--cuda-graph-max-bs` setting
 /// (`None`: unset) and the request pool's size (`pool`: `--max-running-requests`, else the
@@ -547,7 +551,7 @@ pub fn sglang_capture_list(version: Version, gpu_mem_mib: f64, setting: Option<u
     let mut bs: Vec<u32>;
     if version < SGLANG_GPU_MEMORY_SETTINGS {
         bs = [1, 2, 4, 8].into_iter().chain((16..=160).step_by(8)).collect();
-        if gpu_mem_mib > 90.0 * 1024.0 {
+        if gpu_mem_mib > SGLANG_LIST_TO_256_MIB {
             bs.extend((160..=256).step_by(8));
         }
         if gpu_mem_mib > 160.0 * 1000.0 {

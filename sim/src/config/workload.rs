@@ -119,13 +119,12 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
                 ));
             }
             for (i, r) in rows.iter().enumerate() {
-                if r.input_len == 0 || r.output_len == 0 {
-                    return Err(ConfigError::new(
-                        format!("workload.trace[{i}]"),
-                        "input_len and output_len must be at least 1",
-                    ));
-                }
-                if !(r.arrival_time.is_finite() && r.arrival_time >= 0.0 && r.arrival_time <= MAX_ARRIVAL_TIME_S) {
+                r.check().map_err(|(f, m)| {
+                    let at =
+                        if f.is_empty() { format!("workload.trace[{i}]") } else { format!("workload.trace[{i}].{f}") };
+                    ConfigError::new(at, m)
+                })?;
+                if r.arrival_time > MAX_ARRIVAL_TIME_S {
                     return Err(ConfigError::new(
                         format!("workload.trace[{i}].arrival_time"),
                         format!(
@@ -133,14 +132,6 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
                             r.arrival_time
                         ),
                     ));
-                }
-                if let (Some(p), true) = (r.prefix_len, r.prefix_group.is_some()) {
-                    if p > r.input_len {
-                        return Err(ConfigError::new(
-                            format!("workload.trace[{i}].prefix_len"),
-                            format!("{p} is longer than the prompt (input_len {})", r.input_len),
-                        ));
-                    }
                 }
             }
             if let Some(n) = w.num_prompts {

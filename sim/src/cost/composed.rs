@@ -289,10 +289,12 @@ impl GraphRule {
     /// list), padded along the list of the release and the device memory SGLang sees
     /// (`gpu_mem_mib`, nvidia-smi's MiB).
     pub fn sglang(version: crate::engine::Version, gpu_mem_mib: f64, max: u64) -> GraphRule {
-        let list = if version >= crate::engine::Version::new(0, 5, 3) {
+        let list = if version >= crate::config::SGLANG_GPU_MEMORY_SETTINGS {
             SglangList::Since053
         } else {
-            SglangList::Before053 { step8_to: if gpu_mem_mib > 90.0 * 1024.0 { 256 } else { 160 } }
+            SglangList::Before053 {
+                step8_to: if gpu_mem_mib > crate::config::SGLANG_LIST_TO_256_MIB { 256 } else { 160 },
+            }
         };
         GraphRule::SglangDecodeBatch { max, list }
     }
