@@ -478,16 +478,23 @@ def even_lengths(total, n, rng):
     return xs
 
 
+def chat_trace(path, n, total_in, total_out, header):
+    """A ShareGPT stand-in as a trace of n requests sent at once: lengths from even_lengths (one
+    random.Random(0) for inputs then outputs), each prompt plus Qwen3's chat-template tokens."""
+    rng = _random.Random(0)
+    ins, outs = even_lengths(total_in, n, rng), even_lengths(total_out, n, rng)
+    with open(path, "w") as f:
+        f.write(header)
+        f.write("arrival_time,input_len,output_len\n")
+        for a, b in zip(ins, outs):
+            f.write(f"0,{a + GP_TEMPLATE},{b}\n")
+
+
 G8_TRACE = "validation/published/gpustack_qwen3-8b_h100_sharegpt_c1-8.trace.csv"
-_g8 = _random.Random(0)
-_g8_in, _g8_out = even_lengths(23260, 100, _g8), even_lengths(22061, 100, _g8)
-with open(G8_TRACE, "w") as f:
-    f.write("# gpustack Qwen3-8B H100 ShareGPT set: 100 requests, lengths uniform in [0.1, 1.9] x the printed means (evenly spaced\n"
-            "# quantiles, shuffled with random.Random(0)); totals exactly 23,260 input (+ 8 a prompt for Qwen3's chat template, in\n"
-            "# the column) and 22,061 output tokens. Written by validation/published/make.py.\n")
-    f.write("arrival_time,input_len,output_len\n")
-    for a, b in zip(_g8_in, _g8_out):
-        f.write(f"0,{a + GP_TEMPLATE},{b}\n")
+chat_trace(G8_TRACE, 100, 23260, 22061,
+           "# gpustack Qwen3-8B H100 ShareGPT set: 100 requests, lengths uniform in [0.1, 1.9] x the printed means (evenly spaced\n"
+           "# quantiles, shuffled with random.Random(0)); totals exactly 23,260 input (+ 8 a prompt for Qwen3's chat template, in\n"
+           "# the column) and 22,061 output tokens. Written by validation/published/make.py.\n")
 g8v = wl(vllm("0.11.0", "qwen3-8b", "h100-80gb"), dataset_name="trace", trace=G8_TRACE, ignore_eos=True, seed=0)
 g8s = wl(sglang("0.5.3", "qwen3-8b", "h100-80gb"), dataset_name="trace", trace=G8_TRACE, ignore_eos=True, seed=0)
 g8s_cg = json.loads(json.dumps(g8s))
@@ -515,15 +522,10 @@ w("gpustack_qwen3-8b_h100_sharegpt_c1-8", {
 # generated total of the eight blocks (201,826: the replies' caps sum to at least that; the other blocks are up to 0.2%
 # lower, requests that ended at EOS), every request run to its cap.
 GS_TRACE = "validation/published/gpustack_qwen3_sharegpt_1000.trace.csv"
-_gs = _random.Random(0)
-_gs_in, _gs_out = even_lengths(217393, 1000, _gs), even_lengths(201826, 1000, _gs)
-with open(GS_TRACE, "w") as f:
-    f.write("# gpustack Qwen3-14B/32B ShareGPT blocks: 1000 requests, lengths uniform in [0.1, 1.9] x the printed means (evenly\n"
-            "# spaced quantiles, shuffled with random.Random(0)); totals 217,393 input (+ 8 a prompt for Qwen3's chat template, in\n"
-            "# the column) and 201,826 output tokens (the largest printed). Written by validation/published/make.py.\n")
-    f.write("arrival_time,input_len,output_len\n")
-    for a, b in zip(_gs_in, _gs_out):
-        f.write(f"0,{a + GP_TEMPLATE},{b}\n")
+chat_trace(GS_TRACE, 1000, 217393, 201826,
+           "# gpustack Qwen3-14B/32B ShareGPT blocks: 1000 requests, lengths uniform in [0.1, 1.9] x the printed means (evenly\n"
+           "# spaced quantiles, shuffled with random.Random(0)); totals 217,393 input (+ 8 a prompt for Qwen3's chat template, in\n"
+           "# the column) and 201,826 output tokens (the largest printed). Written by validation/published/make.py.\n")
 GS_DOUBT = {"qwen3-14b_h100": {"vllm-0.11.0": "median |error| 63.6%", "sglang-0.5.5.post1": "median |error| 45.1%"},
             "qwen3-32b_h100": {"vllm-0.11.0": "median |error| 47.2%", "sglang-0.5.5.post1": "median |error| 39.5%"}}
 GS_TOTAL = {"total_tok_s": "the client's input total excludes the 8 chat-template tokens a prompt (1.9% of the tokens)"}
