@@ -99,6 +99,11 @@ fn other_mistakes_get_clear_errors() {
         &base(r#""max_num_seqs": 4"#, r#""num_prompts": 3"#).replace(r#""ignore_eos": true"#, r#""ignore_eos": false"#),
         &["workload.ignore_eos", "output_len_dist"],
     );
+    rejects(
+        "eos_dist.json",
+        &base(r#""max_num_seqs": 4"#, r#""num_prompts": 3, "output_len_dist": {"kind": "geometric", "mean": 40}"#),
+        &["workload.output_len_dist", "ignore_eos true"],
+    );
     rejects("rate.json", &base(r#""max_num_seqs": 4"#, r#""request_rate": -1"#), &["workload.request_rate"]);
     rejects(
         "util.json",
@@ -193,4 +198,34 @@ fn model_error_replaces_the_named_families_of_the_intervals_model_error() {
     assert_eq!(b["model_error_p90"]["e2el"], a["model_error_p90"]["e2el"], "the other families stay");
     assert_ne!(a["model_error_p90"]["ttft"], 0.5);
     assert!(b["model_error_source"].as_str().unwrap().contains("given for ttft, tpot (--model-error)"));
+}
+
+/// A router parameter outside what the deployed router accepts is an error naming it, not a
+/// fleet routed by a rule no router has (a match share of 2, a zero tree granularity).
+#[test]
+fn router_parameters_out_of_range_are_named() {
+    let fleet = |router: &str| {
+        base(r#""max_num_seqs": 4"#, r#""num_prompts": 3"#).trim_end().strip_suffix('}').unwrap().to_string()
+            + &format!(r#", "fleet": {{"replicas": [{{"count": 2}}], "router": {router}}}}}"#)
+    };
+    rejects(
+        "router_share.json",
+        &fleet(r#"{"policy": "cache_aware", "cache_threshold": 2}"#),
+        &["fleet.router.cache_threshold", "from 0 to 1"],
+    );
+    rejects(
+        "router_block.json",
+        &fleet(r#"{"policy": "llmd_inference_scheduler", "block_size_tokens": 0}"#),
+        &["fleet.router.block_size_tokens", ">= 1"],
+    );
+    rejects(
+        "router_prune.json",
+        &fleet(r#"{"policy": "dynamo_kv", "router_prune_target_ratio": 5}"#),
+        &["fleet.router.router_prune_target_ratio"],
+    );
+    rejects(
+        "router_chunk.json",
+        &fleet(r#"{"policy": "production_stack", "routing_logic": "prefixaware", "chunk_size": 0}"#),
+        &["fleet.router.chunk_size"],
+    );
 }

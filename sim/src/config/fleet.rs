@@ -410,7 +410,9 @@ pub(super) fn resolve_fleet(s: &Scenario, res: &Resources) -> Result<SimSpec> {
         return Err(ConfigError::new("fleet.kv_transfer_latency_us", format!("must be from 0 to 1e9, got {lat}")));
     }
     let router = f.router.clone().unwrap_or(RouterSpec::RoundRobin);
+    router.check("fleet.router")?;
     let decode_router = f.decode_router.clone().unwrap_or_else(|| router.clone());
+    decode_router.check("fleet.decode_router")?;
     let num_fronts = replicas.len();
     let fleet = FleetSpec {
         kind: FleetKind::Fleet,

@@ -247,6 +247,13 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
              ({\"kind\": \"geometric\", \"mean\": N} or {\"kind\": \"uniform\", \"min\": A, \"max\": B})",
         ));
     }
+    if ignore_eos && w.output_len_dist.is_some() {
+        return Err(ConfigError::new(
+            "workload.output_len_dist",
+            "is set with ignore_eos true: every request then generates exactly its max_tokens and the \
+             distribution would be ignored; drop one of the two (ignore_eos false for lengths cut where EOS falls)",
+        ));
+    }
     match w.output_len_dist {
         Some(OutputLenDist::Geometric { mean }) if !(mean >= 1.0 && mean.is_finite()) => {
             return Err(ConfigError::new("workload.output_len_dist.mean", format!("must be >= 1, got {mean}")));

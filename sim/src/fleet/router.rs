@@ -264,6 +264,91 @@ impl RouterSpec {
     }
 }
 
+impl RouterSpec {
+    /// Each parameter in the range the deployed router accepts (or that has a meaning): a
+    /// ratio above one, a negative weight or a zero granularity would run and route by a rule
+    /// no router has. `path` names the section (`fleet.router`, `fleet.decode_router`).
+    pub fn check(&self, path: &str) -> Result<(), crate::config::ConfigError> {
+        use crate::config::ConfigError;
+        let err = |field: &str, msg: String| Err(ConfigError::new(format!("{path}.{field}"), msg));
+        let nonneg = |field: &str, v: f64| {
+            if v.is_finite() && v >= 0.0 {
+                Ok(())
+            } else {
+                err(field, format!("must be a finite number >= 0, got {v}"))
+            }
+        };
+        let positive = |field: &str, v: u64| if v >= 1 { Ok(()) } else { err(field, "must be >= 1, got 0".into()) };
+        match self {
+            RouterSpec::CacheAware(c) => {
+                if !(c.cache_threshold.is_finite() && (0.0..=1.0).contains(&c.cache_threshold)) {
+                    return err(
+                        "cache_threshold",
+                        format!(
+                            "is the share of a prompt matched in a worker's tree (sgl-router --cache-threshold): \
+                             must be from 0 to 1, got {}",
+                            c.cache_threshold
+                        ),
+                    );
+                }
+                if !(c.balance_rel_threshold.is_finite() && c.balance_rel_threshold > 0.0) {
+                    return err(
+                        "balance_rel_threshold",
+                        format!("must be a finite ratio > 0, got {}", c.balance_rel_threshold),
+                    );
+                }
+                positive("max_tree_size", c.max_tree_size)?;
+                positive("tree_block_size", u64::from(c.tree_block_size))
+            }
+            RouterSpec::LlmdInferenceScheduler(c) => {
+                nonneg("prefix_cache_scorer_weight", c.prefix_cache_scorer_weight)?;
+                nonneg("queue_scorer_weight", c.queue_scorer_weight)?;
+                nonneg("kv_cache_utilization_scorer_weight", c.kv_cache_utilization_scorer_weight)?;
+                positive("block_size_tokens", u64::from(c.block_size_tokens))?;
+                positive("max_prefix_blocks_to_match", u64::from(c.max_prefix_blocks_to_match))?;
+                positive("lru_capacity_per_server", c.lru_capacity_per_server)
+            }
+            RouterSpec::DynamoKv(c) => {
+                nonneg("kv_overlap_score_weight", c.kv_overlap_score_weight)?;
+                nonneg("router_temperature", c.router_temperature)?;
+                if !(c.router_ttl_secs.is_finite() && c.router_ttl_secs > 0.0) {
+                    return err(
+                        "router_ttl_secs",
+                        format!("must be a finite number of seconds > 0, got {}", c.router_ttl_secs),
+                    );
+                }
+                positive("router_max_tree_size", c.router_max_tree_size)?;
+                if !(c.router_prune_target_ratio > 0.0 && c.router_prune_target_ratio <= 1.0) {
+                    return err(
+                        "router_prune_target_ratio",
+                        format!(
+                            "is a share of router_max_tree_size: must be above 0 and at most 1, got {}",
+                            c.router_prune_target_ratio
+                        ),
+                    );
+                }
+                Ok(())
+            }
+            RouterSpec::ProductionStack(l) => match l {
+                super::production_stack::RoutingLogic::Roundrobin => Ok(()),
+                super::production_stack::RoutingLogic::Session { request_stats_window } => {
+                    positive("request_stats_window", *request_stats_window)
+                }
+                super::production_stack::RoutingLogic::PrefixAware { chunk_size, request_stats_window, .. } => {
+                    positive("chunk_size", u64::from(*chunk_size))?;
+                    positive("request_stats_window", *request_stats_window)
+                }
+            },
+            RouterSpec::RoundRobin
+            | RouterSpec::LeastOutstanding
+            | RouterSpec::PowerOfTwo
+            | RouterSpec::KvUsage
+            | RouterSpec::VllmDataParallel
+            | RouterSpec::SglangDataParallel { .. } => Ok(()),
+        }
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
