@@ -104,6 +104,7 @@ fn other_mistakes_get_clear_errors() {
         &base(r#""max_num_seqs": 4"#, r#""num_prompts": 3, "output_len_dist": {"kind": "geometric", "mean": 40}"#),
         &["workload.output_len_dist", "ignore_eos true"],
     );
+    rejects("block.json", &base(r#""block_size": 24"#, r#""num_prompts": 3"#), &["engine.block_size", "1, 8, 16"]);
     rejects("rate.json", &base(r#""max_num_seqs": 4"#, r#""request_rate": -1"#), &["workload.request_rate"]);
     rejects(
         "util.json",

@@ -162,7 +162,7 @@ fn random_scenario(
         let policy = ["fcfs", "priority"][knob as usize / 4 % 2];
         json!({"kind": "vllm", "version": version, "max_num_seqs": 4 + knob % 29,
                "max_num_batched_tokens": chunk.max(64), "kv_cache_tokens": kv_tokens, "max_model_len": 4096,
-               "block_size": granularity, "enable_prefix_caching": caching, "policy": policy,
+               "block_size": if granularity == 4 { 8 } else { granularity }, "enable_prefix_caching": caching, "policy": policy,
                "long_prefill_token_threshold": if knob % 3 == 0 { 128 } else { 0 }})
     };
     let mut w = json!({"dataset_name": "random", "random_input_len": input, "random_output_len": output,

@@ -51,6 +51,9 @@ engine_flags! {
     }
 }
 
+/// The block sizes vLLM accepts (`vllm/config/cache.py`: `BlockSize`).
+pub const VLLM_BLOCK_SIZES: [u32; 7] = [1, 8, 16, 32, 64, 128, 256];
+
 /// The CPU test bed's card (`models/gpu/cpu-host.json`): the live calibrations ran
 /// there, with the engines' CPU backends (no CUDA streams, a synchronous forward).
 pub(super) fn is_cpu_host(gpu: &GpuCard) -> bool {
@@ -95,11 +98,15 @@ pub(super) fn resolve_vllm(
             format!("vLLM requires max_num_batched_tokens ({max_num_batched_tokens}) >= max_num_seqs ({max_num_seqs})"),
         ));
     }
-    let block_size = positive("engine.block_size", f.block_size.unwrap_or(16))?;
-    if block_size > 4096 {
+    let block_size = f.block_size.unwrap_or(16);
+    // vLLM's `CacheConfig.block_size: BlockSize = Literal[1, 8, 16, 32, 64, 128, 256]`
+    // (`--block-size` takes its choices from it): any other size is refused at start-up.
+    if !VLLM_BLOCK_SIZES.contains(&block_size) {
         return Err(ConfigError::new(
             "engine.block_size",
-            format!("expected a block size of at most 4096 tokens, got {block_size}"),
+            format!(
+                "vLLM accepts a block size of 1, 8, 16, 32, 64, 128 or 256 tokens (--block-size), got {block_size}"
+            ),
         ));
     }
     let max_model_len = match (f.max_model_len, model.max_position_embeddings) {
