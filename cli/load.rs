@@ -48,32 +48,51 @@ pub fn read_raw(path: Option<&Path>) -> Result<RawScenario, String> {
 /// The engine fields that pin the KV pool, overriding a memory fraction.
 pub const PINNED_POOL: [&str; 3] = ["kv_cache_tokens", "num_gpu_blocks_override", "max_total_tokens"];
 
+/// Whether a `--set` (or `tune --vary`) path changes what the KV pool would be: the memory
+/// fraction, the model, the GPU (or its host), the TP size, the KV cache's or the weights'
+/// format, the engine. A pinned pool (a start-up log's figure) is then another setup's.
+pub fn resizes_pool(path: &str) -> bool {
+    let under = |root: &str| path == root || path.starts_with(&format!("{root}."));
+    under("model")
+        || under("hardware")
+        || [
+            "engine.gpu_memory_utilization",
+            "engine.mem_fraction_static",
+            "engine.tensor_parallel_size",
+            "engine.tp_size",
+            "engine.kv_cache_dtype",
+            "engine.quantization",
+            "engine.kind",
+        ]
+        .contains(&path)
+}
+
 /// Applies `--set` overrides and `--seed`.
 pub fn apply_overrides(raw: &mut RawScenario, sets: &[String], seed: Option<u64>) -> Result<(), String> {
     let path_of = |s: &String| s.split('=').next().unwrap_or("").trim().to_string();
-    let fraction_set = sets.iter().any(|s| {
-        let p = path_of(s);
-        p == "engine.gpu_memory_utilization" || p == "engine.mem_fraction_static"
-    });
+    let resized: Vec<String> = sets.iter().map(path_of).filter(|p| resizes_pool(p)).collect();
     if seed.is_some() && sets.iter().any(|s| path_of(s) == "workload.seed") {
         return Err("--seed and --set workload.seed both give the workload's seed: give one".into());
     }
     for s in sets {
         config::apply_set(&mut raw.json, s).map_err(|e| format!("--set {s}: {e}"))?;
     }
-    // A memory fraction set on the command line is a what-if on the pool: the scenario's pinned
-    // pool (a start-up log's figure) would otherwise override it silently. Unless the same
-    // command line pins the pool too, the scenario's pin is dropped, and the run says so.
-    if fraction_set {
+    // A memory fraction, model, GPU, TP size or KV format set on the command line is a what-if
+    // on the pool: the scenario's pinned pool (a start-up log's figure for its own setup) would
+    // otherwise override it silently. Unless the same command line pins the pool too, the
+    // scenario's pin is dropped, and the run says so.
+    if !resized.is_empty() {
         let pinned_here = |k: &str| sets.iter().any(|s| path_of(s) == format!("engine.{k}"));
         if let Some(e) = raw.json.get_mut("engine").and_then(Value::as_object_mut) {
             for k in PINNED_POOL {
                 if !pinned_here(k) && e.get(k).is_some_and(|v| !v.is_null()) {
                     e.remove(k);
                     warn_once(format!(
-                        "{}: engine.{k} was dropped: the memory fraction given with --set sizes the KV pool, derived from \
-                         it and the model and GPU cards (an estimate; see README \"KV capacity from a memory fraction\")",
-                        raw.origin
+                        "{}: engine.{k} was dropped: --set {} changes what the KV pool would be, so the pool is derived \
+                         from the memory fraction and the model and GPU cards (an estimate; see README \"KV capacity from \
+                         a memory fraction\"); pin it again with --set engine.{k}=N if you know it",
+                        raw.origin,
+                        resized.join(", --set ")
                     ));
                 }
             }

@@ -342,12 +342,18 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
     let mut base = load::read_raw(a.scenario.as_deref())?;
     load::apply_overrides(&mut base, &a.common.sets, a.common.seed)?;
     let mut notes = Vec::new();
-    // Varying the memory fraction means deriving the pool from it.
-    if knobs.iter().any(|(p, _)| p.ends_with("gpu_memory_utilization") || p.ends_with("mem_fraction_static")) {
+    // Varying the memory fraction, the model, the GPU, the TP size or the KV format means
+    // deriving the pool: a pinned pool is one setup's (`load::resizes_pool`).
+    let resized: Vec<&str> = knobs.iter().map(|(p, _)| p.as_str()).filter(|p| load::resizes_pool(p)).collect();
+    if !resized.is_empty() {
+        let pinned_by_knob = |k: &str| knobs.iter().any(|(p, _)| *p == format!("engine.{k}"));
         if let Some(e) = base.json.get_mut("engine").and_then(Value::as_object_mut) {
             for k in load::PINNED_POOL {
-                if e.remove(k).is_some() {
-                    notes.push(format!("engine.{k} was dropped: with the memory fraction varied, the KV pool is derived from it and the model and GPU cards (an estimate; see README)"));
+                if !pinned_by_knob(k) && e.remove(k).is_some() {
+                    notes.push(format!(
+                        "engine.{k} was dropped: with {} varied, the KV pool is derived from the memory fraction and the model and GPU cards (an estimate; see README)",
+                        resized.join(", ")
+                    ));
                 }
             }
         }

@@ -472,6 +472,45 @@ fn a_memory_fraction_set_on_the_command_line_replaces_a_pinned_pool() {
     assert!(kv(&sg) < 150_000 && err3.contains("engine.max_total_tokens was dropped"), "{err3}");
 }
 
+/// A model, GPU, TP size or KV format set on the command line (or varied by `tune`) makes the
+/// scenario's pinned pool another setup's: it is dropped and derived, with a warning; a pinned
+/// pool that cannot fit beside the weights is an error naming the field.
+#[test]
+fn a_pinned_pool_does_not_follow_the_setup_it_was_logged_for() {
+    let kv = |out: &str| serde_json::from_str::<Value>(out).unwrap()["kv_cache_tokens"].as_u64().unwrap();
+    let (_, pinned, _) = run(&["simulate", "--json"]);
+    for set in ["model=llama-3.1-8b-instruct", "hardware=h100-80gb", "engine.kv_cache_dtype=fp8"] {
+        let (c, out, err) = run(&["simulate", "--set", set, "--json"]);
+        assert_eq!(c, 0, "{set}: {err}");
+        assert_ne!(kv(&out), kv(&pinned), "{set}: the pool follows the setup");
+        assert!(
+            err.contains("engine.kv_cache_tokens was dropped") && err.contains(set.split('=').next().unwrap()),
+            "{err}"
+        );
+    }
+    // Other knobs keep the pin.
+    let (_, same, err) = run(&["simulate", "--set", "engine.max_num_seqs=8", "--json"]);
+    assert_eq!(kv(&same), kv(&pinned));
+    assert!(!err.contains("was dropped"), "{err}");
+    let (c, out, err) = run(&[
+        "tune",
+        "--vary",
+        "hardware=rtx-5090,h100-80gb",
+        "--set",
+        "workload.num_prompts=4",
+        "--slo",
+        "p99_ttft_ms<=1e9",
+        "--json",
+    ]);
+    assert_eq!(c, 0, "{err}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    assert!(j.to_string().contains("engine.kv_cache_tokens was dropped: with hardware varied"), "{j}");
+    // A pool no card can hold.
+    let (c, _, err) = run(&["simulate", "--set", "engine.kv_cache_tokens=2000000"]);
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("engine.kv_cache_tokens") && err.contains("cannot exist"), "{err}");
+}
+
 /// Figures no model or accelerator has (a typo in units) are errors naming the field, not a
 /// report of nonsense: a zero-cost engine, a 1 B/s GPU, a model without weights or with more KV
 /// heads than query heads.

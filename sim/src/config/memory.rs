@@ -141,6 +141,41 @@ pub struct MemoryAccount {
     pub derivation: &'static str,
 }
 
+/// A pool given in tokens (`kv_cache_tokens`, `num_gpu_blocks_override`, `max_total_tokens`:
+/// a start-up log's figure, or a user's) must fit on the GPU beside this GPU's share of the
+/// weights: a pool that cannot exist would run and look like an answer. Only this bound is
+/// checked (not the activations, graphs and runtime the engine also needs), so every pool an
+/// engine has logged passes.
+pub fn check_pinned_pool(
+    field: &str,
+    tokens: u64,
+    kv_bytes_per_token: u64,
+    model: &ModelCard,
+    gpu: &GpuCard,
+    dep: &Deployment,
+) -> Result<()> {
+    let kv = u128::from(tokens) * u128::from(kv_bytes_per_token);
+    let weights = model.weight_bytes_per_gpu(dep.tensor_parallel_size, dep.linear_weight_bytes);
+    if kv + u128::from(weights) > u128::from(gpu.memory_bytes) {
+        return Err(ConfigError::new(
+            field,
+            format!(
+                "{tokens} tokens of KV cache take {:.2} GiB per GPU ({kv_bytes_per_token} bytes a token, {} KV cache, TP {}); \
+                 with {} weights ({:.2} GiB per GPU) that is more than the {:.2} GiB of one {}: a pool that cannot exist \
+                 (a pool logged for another setup?). Give this setup's pool, or leave it unset to derive it from the memory fraction",
+                kv as f64 / (1u64 << 30) as f64,
+                dep.kv_cache_dtype,
+                dep.tensor_parallel_size,
+                model.id,
+                gib(weights),
+                gib(gpu.memory_bytes),
+                gpu.id
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Bytes per KV element of `kv_cache_dtype` (`auto`: the model's activation dtype).
 pub fn kv_cache_dtype(name: Option<&str>, model: &ModelCard) -> Result<(String, u32)> {
     match name.unwrap_or("auto") {

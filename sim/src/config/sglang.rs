@@ -171,6 +171,7 @@ pub(super) fn resolve_sglang(
         if t < u64::from(page_size) * 2 {
             return Err(ConfigError::new("engine.max_total_tokens", format!("{t} tokens is too small a pool")));
         }
+        check_pinned_pool("engine.max_total_tokens", t, cell, model, gpu, dep)?;
         (
             t / u64::from(page_size) * u64::from(page_size),
             KvSizing { source: "max_total_tokens", kv_bytes_per_token: cell, memory: None },

@@ -133,6 +133,14 @@ pub(super) fn resolve_vllm(
                 format!("must be at least 2 (block 0 is the null block), got {n}"),
             ));
         }
+        check_pinned_pool(
+            "engine.num_gpu_blocks_override",
+            u64::from(n) * u64::from(block_size),
+            kv_bytes_per_token,
+            model,
+            gpu,
+            dep,
+        )?;
         (n, KvSizing { source: "num_gpu_blocks_override", kv_bytes_per_token, memory: None })
     } else if let Some(t) = f.kv_cache_tokens {
         let blocks = t / u64::from(block_size);
@@ -144,6 +152,14 @@ pub(super) fn resolve_vllm(
         }
         // The log prints num_blocks × block_size; block 0 is then the null block.
         let blocks = u32::try_from(blocks).map_err(|_| ConfigError::new("engine.kv_cache_tokens", "too large"))?;
+        check_pinned_pool(
+            "engine.kv_cache_tokens",
+            u64::from(blocks) * u64::from(block_size),
+            kv_bytes_per_token,
+            model,
+            gpu,
+            dep,
+        )?;
         (blocks.max(2), KvSizing { source: "kv_cache_tokens", kv_bytes_per_token, memory: None })
     } else {
         let util = f.gpu_memory_utilization.unwrap_or(if version >= Version::new(0, 20, 0) { 0.92 } else { 0.9 });
