@@ -230,6 +230,16 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
         crate::plot::check_path(p)?;
     }
     let slos: Vec<Slo> = a.slo.iter().map(|s| parse_slo(s)).collect::<Result<_, _>>()?;
+    match sim::report::Metric::parse(&a.pareto_latency) {
+        Some(m) if m.lower_is_better() == Some(true) => {}
+        _ => {
+            return Err(format!(
+                "--pareto-latency: {:?} is not a latency key of the report (the front trades cost against a key where \
+                 lower is better: p99_ttft_ms, mean_tpot_ms, ...)",
+                a.pareto_latency
+            ))
+        }
+    }
     let cands_text =
         std::fs::read_to_string(&a.candidates).map_err(|e| format!("{}: cannot read: {e}", a.candidates.display()))?;
     let file = a.candidates.display().to_string();

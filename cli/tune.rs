@@ -42,7 +42,9 @@ pub struct TuneArgs {
     /// A service-level objective on a report key, e.g. `--slo 'p99_ttft_ms<=2000'` or `--slo 'output_throughput>=500'` (quote it: `<` and `>` are redirections in a shell).
     #[arg(long, value_name = "METRIC<=X")]
     pub slo: Vec<String>,
-    /// The report key to optimise (keys ending in `_ms` are minimised, others maximised).
+    /// The report key to optimise: latencies (`_ms`), `duration`, `failed`, `num_preemptions`
+    /// and waiting requests are minimised; throughputs, `completed`, prefix-cache hits and the
+    /// KV pool maximised; a setting or workload property is an error.
     #[arg(long, default_value = "output_throughput")]
     pub objective: String,
     /// The latency axis of the Pareto front.
@@ -318,10 +320,6 @@ fn simulate_config(
     (result, stopped)
 }
 
-fn minimise(metric: &str) -> bool {
-    metric.ends_with("_ms")
-}
-
 pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
     if a.vary.is_empty() {
         return Err("--vary: give at least one knob to vary, e.g. --vary engine.max_num_seqs=16,32,64".into());
@@ -389,9 +387,25 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
             .filter(|k| probe.metric(*k).is_some())
             .ok_or_else(|| format!("{m:?} is not a numeric report key; see `servesim simulate --json` for the keys"))
     };
-    let slo_metrics: Vec<Metric> = slos.iter().map(|s| numeric(&s.metric)).collect::<Result<_, _>>()?;
-    let objective = numeric(&a.objective)?;
-    let pareto_latency = numeric(&a.pareto_latency)?;
+    let slo_metrics: Vec<Metric> = slos
+        .iter()
+        .map(|s| numeric(&s.metric).map_err(|e| format!("--slo {:?}: {e}", s.text)))
+        .collect::<Result<_, _>>()?;
+    let objective = numeric(&a.objective).map_err(|e| format!("--objective: {e}"))?;
+    let Some(minimise) = objective.lower_is_better() else {
+        return Err(format!(
+            "--objective: {objective} has no better direction (a setting, a property of the workload or a gauge): \
+             optimise a throughput (output_throughput, request_throughput, ...), a latency (..._ms), duration, \
+             num_preemptions, prefix_cache_hit_rate or kv_limited_concurrency"
+        ));
+    };
+    let pareto_latency = numeric(&a.pareto_latency).map_err(|e| format!("--pareto-latency: {e}"))?;
+    if pareto_latency.lower_is_better() != Some(true) {
+        return Err(format!(
+            "--pareto-latency: {pareto_latency} is not a latency (the front trades throughput against a key where lower is \
+             better: p99_ttft_ms, mean_tpot_ms, ...)"
+        ));
+    }
 
     let sizes: Vec<usize> = knobs.iter().map(|(_, v)| v.len()).collect();
     let total: usize = sizes.iter().product();
@@ -430,7 +444,7 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
     };
     let score = |m: &PointReport| -> f64 {
         let v = m.metric(objective).unwrap_or(f64::NAN);
-        if minimise(&a.objective) {
+        if minimise {
             -v
         } else {
             v
@@ -448,35 +462,62 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
         evaluated = evaluate(&(0..total).map(all).collect::<Vec<_>>());
         searched = format!("the full grid of {total} configurations");
     } else {
-        // A seeded sample, then coordinate steps from the best feasible one until nothing improves.
+        // A seeded sample of half the budget (at least one), then coordinate steps from the best
+        // feasible configuration until nothing improves; whatever budget is left (nothing feasible
+        // found, or the steps converged) goes to more of the seeded sample, and the steps resume
+        // from its best. Every configuration of the budget is spent while the grid has more.
         let mut rng = sim::rng::stream(base_spec.workload.seed, "tune.sample");
         let mut idx: Vec<usize> = (0..total).collect();
         idx.shuffle(&mut rng);
-        let first: Vec<Config> = idx.iter().take(a.max_configs / 2).map(|&i| all(i)).collect();
-        evaluated = evaluate(&first);
+        let batch = (a.max_configs / 2).max(1);
+        let mut sampled = batch.min(total);
+        evaluated = evaluate(&idx[..sampled].iter().map(|&i| all(i)).collect::<Vec<_>>());
+        // Membership only (never iterated): which configurations have been evaluated.
+        let mut seen: std::collections::HashSet<Config> = evaluated.iter().map(|e| e.config.clone()).collect();
         loop {
+            let room = a.max_configs.saturating_sub(evaluated.len());
+            if room == 0 {
+                break;
+            }
             let best = evaluated
                 .iter()
                 .filter_map(|e| e.result.as_ref().ok().filter(|m| meets(m)).map(|m| (score(m), e.config.clone())))
                 .max_by(|x, y| x.0.total_cmp(&y.0));
-            let Some((_, b)) = best else { break };
             let mut neighbours = Vec::new();
-            for k in 0..sizes.len() {
-                for d in [-1i64, 1] {
-                    let v = b[k] as i64 + d;
-                    if v >= 0 && (v as usize) < sizes[k] {
-                        let mut c = b.clone();
-                        c[k] = v as usize;
-                        if !evaluated.iter().any(|e| e.config == c) {
-                            neighbours.push(c);
+            if let Some((_, b)) = best {
+                for k in 0..sizes.len() {
+                    for d in [-1i64, 1] {
+                        let v = b[k] as i64 + d;
+                        if v >= 0 && (v as usize) < sizes[k] {
+                            let mut c = b.clone();
+                            c[k] = v as usize;
+                            if !seen.contains(&c) && !neighbours.contains(&c) {
+                                neighbours.push(c);
+                            }
                         }
                     }
                 }
             }
-            if neighbours.is_empty() || evaluated.len() + neighbours.len() > a.max_configs {
-                break;
+            if neighbours.is_empty() {
+                // More of the sample, skipping what the steps already evaluated.
+                let mut more = Vec::new();
+                while sampled < total && more.len() < batch.min(room) {
+                    let c = all(idx[sampled]);
+                    sampled += 1;
+                    if !seen.contains(&c) {
+                        more.push(c);
+                    }
+                }
+                if more.is_empty() {
+                    break;
+                }
+                seen.extend(more.iter().cloned());
+                evaluated.extend(evaluate(&more));
+            } else {
+                neighbours.truncate(room);
+                seen.extend(neighbours.iter().cloned());
+                evaluated.extend(evaluate(&neighbours));
             }
-            evaluated.extend(evaluate(&neighbours));
         }
         searched = format!(
             "{} of the grid's {total} configurations (a seeded sample, refined around the best)",
@@ -667,8 +708,16 @@ fn text(r: &TuneResult, pareto_latency: Metric, slo_args: &[String], iv: Option<
         None if r.nothing_completed() => {
             let _ = writeln!(s, "No configuration ran to completion.");
         }
-        None => {
+        None if r.searched.starts_with("the full grid") => {
             let _ = writeln!(s, "No configuration meets every SLO ({}).", slo_args.join(", "));
+        }
+        None => {
+            let _ = writeln!(
+                s,
+                "None of the configurations searched meets every SLO ({}); the rest of the grid was not searched: \
+                 raise --max-configs to search more of it.",
+                slo_args.join(", ")
+            );
         }
         Some(b) => {
             let m = &b.metrics;

@@ -544,3 +544,47 @@ fn impossible_cards_and_costs_are_refused() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// `tune --objective` minimises what is better lower (the run's duration, preemptions) and
+/// refuses a key with no better direction; a sampled search spends its whole budget, and
+/// when it finds nothing feasible it does not claim the grid has nothing.
+#[test]
+fn tune_objectives_have_a_direction_and_a_sample_spends_its_budget() {
+    let tune = |extra: &[&str]| {
+        let mut args = vec!["tune", "--vary", "engine.max_num_seqs=8,64", "--set", "workload.max_concurrency=64"];
+        args.extend_from_slice(&["--set", "workload.num_prompts=64", "--slo", "p99_ttft_ms<=1e9", "--json"]);
+        args.extend_from_slice(extra);
+        let (c, out, err) = run(&args);
+        assert_eq!(c, 0, "{err}");
+        serde_json::from_str::<Value>(&out).unwrap()
+    };
+    let fast = tune(&[]);
+    let short = tune(&["--objective", "duration"]);
+    assert_eq!(fast["best"]["config"], short["best"]["config"], "the fastest run is the shortest");
+    let dur = |j: &Value| j["best"]["metrics"]["duration"].as_f64().unwrap();
+    let other = tune(&["--objective", "output_throughput", "--slo", "duration>=0"]);
+    assert!(dur(&short) <= dur(&other) + 1e-9);
+    let (c, _, err) = run(&["tune", "--vary", "engine.max_num_seqs=8,64", "--objective", "num_prompts"]);
+    assert!(c == 2 && err.contains("--objective") && err.contains("no better direction"), "{err}");
+    let (c, _, err) = run(&["tune", "--vary", "engine.max_num_seqs=8,64", "--pareto-latency", "output_throughput"]);
+    assert!(c == 2 && err.contains("--pareto-latency"), "{err}");
+    // A 25-configuration grid on a budget of 1, 3 and 24: exactly that many searched.
+    for m in ["1", "3", "24"] {
+        let (c, out, err) = run(&[
+            "tune",
+            "--vary",
+            "engine.max_num_seqs=8,16,32,64,128",
+            "--vary",
+            "workload.max_concurrency=1,8,16,32,64",
+            "--set",
+            "workload.num_prompts=16",
+            "--slo",
+            "p99_ttft_ms<=1",
+            "--max-configs",
+            m,
+        ]);
+        assert_eq!(c, 0, "{err}");
+        assert!(out.contains(&format!("Searched {m} of the grid's 25")), "{out}");
+        assert!(out.contains("the rest of the grid was not searched"), "{out}");
+    }
+}

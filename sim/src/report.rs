@@ -231,6 +231,37 @@ impl Metric {
     pub fn parse(key: &str) -> Option<Metric> {
         Metric::ALL.iter().copied().find(|m| m.key() == key)
     }
+
+    /// Which way is better, for an objective (`tune --objective`): `Some(true)` when lower is
+    /// better (latencies, the run's duration, failures, preemptions, waiting requests),
+    /// `Some(false)` when higher is (throughputs, completions, cache hits, the KV pool and the
+    /// concurrency it holds); `None` for a setting or a property of the workload (the prompt
+    /// count, the rate, token totals, the seed) or a gauge with no better direction (KV usage,
+    /// running requests, steps).
+    pub fn lower_is_better(self) -> Option<bool> {
+        use Metric::*;
+        match self {
+            Duration | Failed | NumPreemptions | NumRetractions | MeanWaiting | PeakWaiting => Some(true),
+            RequestThroughput | OutputThroughput | TotalTokenThroughput | MaxOutputTokensPerS | Completed
+            | PrefixCacheHits | PrefixCacheHitRate | KvCacheTokens | KvLimitedConcurrency => Some(false),
+            NumPrompts
+            | RequestRate
+            | Burstiness
+            | MaxConcurrency
+            | TotalInputTokens
+            | TotalOutputTokens
+            | MaxConcurrentRequests
+            | PrefixCacheQueries
+            | KvCacheUsagePeak
+            | KvCacheUsageMean
+            | MeanRunning
+            | PeakRunning
+            | KvRequestFootprintTokens
+            | NumSteps
+            | Seed => None,
+            m => m.key().ends_with("_ms").then_some(true),
+        }
+    }
 }
 
 /// The JSON key (width and alignment apply, as to a `str`).
