@@ -358,9 +358,47 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
     }
     // Check the metrics named exist, on the base scenario.
     let (_, base_spec) = load::resolve(&base)?;
-    // A caveat of the base scenario's shape (`sim::report::caveats`; each entry carries its own).
-    for c in sim::report::caveats(&base_spec, &sim::workload::generate(&base_spec.workload)) {
-        notes.push(format!("caveat ({}): {}", c.id, c.message));
+    // The caveats of the base scenario's shape and of each value of a varied workload knob
+    // (`sim::report::caveats`; each entry carries its own): varying the concurrency is where the
+    // lock-step caveat applies, which the base, often at concurrency 1, does not show.
+    let mut caveat_ids: Vec<String> = Vec::new();
+    let mut add_caveats = |spec: &SimSpec, notes: &mut Vec<String>| {
+        for c in sim::report::caveats(spec, &sim::workload::generate(&spec.workload)) {
+            if !caveat_ids.contains(&c.id.to_string()) {
+                caveat_ids.push(c.id.to_string());
+                notes.push(format!("caveat ({}): {}", c.id, c.message));
+            }
+        }
+    };
+    add_caveats(&base_spec, &mut notes);
+    for (p, values) in knobs.iter().filter(|(p, _)| p.starts_with("workload.")) {
+        for v in values {
+            let mut r = base.clone();
+            if let Ok((_, spec)) =
+                load::apply_overrides(&mut r, &[format!("{p}={v}")], None).and_then(|_| load::resolve(&r))
+            {
+                add_caveats(&spec, &mut notes);
+            }
+        }
+    }
+    // A concurrency above the prompt count never has that many requests in flight: such
+    // configurations repeat the one at the prompt count (as `sweep` warns).
+    let values_of = |path: &str, base_value: Option<u64>| -> Vec<u64> {
+        match knobs.iter().find(|(p, _)| p == path) {
+            Some((_, v)) => v.iter().filter_map(Value::as_u64).collect(),
+            None => base_value.into_iter().collect(),
+        }
+    };
+    let prompts = values_of("workload.num_prompts", Some(u64::from(base_spec.workload.num_prompts)));
+    let conc = values_of("workload.max_concurrency", base_spec.workload.max_concurrency.map(u64::from));
+    if let (Some(&c), Some(&n)) = (conc.iter().max(), prompts.iter().min()) {
+        if c > n {
+            notes.push(format!(
+                "workload.max_concurrency {c} exceeds workload.num_prompts {n} in some configurations: at most {n} requests \
+                 are ever in flight there, so they measure concurrency {n}; raise workload.num_prompts (several times the \
+                 concurrency)"
+            ));
+        }
     }
     // Every path must name a scenario field: each knob at its first value must resolve
     // (a value the scenario rejects later in the grid is listed as invalid, not an error).

@@ -588,3 +588,15 @@ fn tune_objectives_have_a_direction_and_a_sample_spends_its_budget() {
         assert!(out.contains("the rest of the grid was not searched"), "{out}");
     }
 }
+
+/// `tune` varying the concurrency carries the caveat of the varied shape (the base scenario at
+/// concurrency 1 has none) and says when a concurrency exceeds the prompts.
+#[test]
+fn tune_varying_the_concurrency_carries_its_caveats() {
+    let (c, out, err) =
+        run(&["tune", "--vary", "workload.max_concurrency=16,64", "--slo", "p99_ttft_ms<=1e9", "--json"]);
+    assert_eq!(c, 0, "{err}");
+    let notes = serde_json::from_str::<Value>(&out).unwrap()["notes"].to_string();
+    assert!(notes.contains("caveat (lockstep_waves)"), "{notes}");
+    assert!(notes.contains("workload.max_concurrency 64 exceeds workload.num_prompts 20"), "{notes}");
+}
