@@ -314,6 +314,14 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
         .map(|c| {
             let mut raw: RawScenario = base.clone();
             clear_fleet_shape(&mut raw.json);
+            if c.prefill.is_none() {
+                // Mixed replicas: the scenario's KV link and decode router have nothing to serve.
+                if let Some(f) = raw.json.get_mut("fleet").and_then(Value::as_object_mut) {
+                    for k in ["kv_transfer_bandwidth_bytes_per_s", "kv_transfer_latency_us", "decode_router"] {
+                        f.remove(k);
+                    }
+                }
+            }
             let mut s = candidate_sets(c);
             if sglang {
                 s = s.into_iter().map(|x| x.replace("engine.tensor_parallel_size", "engine.tp_size")).collect();

@@ -225,6 +225,11 @@ fn router_parameters_out_of_range_are_named() {
         &["fleet.router.router_prune_target_ratio"],
     );
     rejects(
+        "fleet_link.json",
+        &fleet(r#"{"policy": "round_robin"}, "kv_transfer_latency_us": 1000000"#),
+        &["fleet.kv_transfer_latency_us", "disaggregated serving only"],
+    );
+    rejects(
         "router_chunk.json",
         &fleet(r#"{"policy": "production_stack", "routing_logic": "prefixaware", "chunk_size": 0}"#),
         &["fleet.router.chunk_size"],

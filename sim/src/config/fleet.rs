@@ -396,6 +396,23 @@ pub(super) fn resolve_fleet(s: &Scenario, res: &Resources) -> Result<SimSpec> {
             ),
         ));
     }
+    // The KV transfer and the decode pool's router exist only with prefill and decode pools:
+    // set on a fleet of mixed replicas they would be read by nothing.
+    if n_pre == 0 {
+        for (field, set) in [
+            ("kv_transfer_bandwidth_bytes_per_s", f.kv_transfer_bandwidth_bytes_per_s.is_some()),
+            ("kv_transfer_latency_us", f.kv_transfer_latency_us.is_some()),
+            ("decode_router", f.decode_router.is_some()),
+        ] {
+            if set {
+                return Err(ConfigError::new(
+                    format!("fleet.{field}"),
+                    "applies to disaggregated serving only (replicas with role prefill and role decode); \
+                     these replicas are mixed, so nothing would read it: remove it",
+                ));
+            }
+        }
+    }
     let bw = f.kv_transfer_bandwidth_bytes_per_s.unwrap_or(DEFAULT_KV_TRANSFER_BANDWIDTH);
     // From a slow network (100 MB/s) to beyond any NVLink (100 TB/s): a value outside is a typo
     // in units, and would give a run of years, or none at all.
