@@ -114,8 +114,18 @@ impl WorkloadArgs {
         if self.no_initial_test {
             o.insert("initial_test_request".into(), false.into());
         }
-        // Live, the server decides where EOS falls; the generator still wants a
-        // distribution for the simulator's side.
+        // `vllm bench serve` sets ignore_eos for the random dataset on OpenAI-compatible backends
+        // ("when using random datasets, default to ignoring EOS so generation runs to the requested
+        // length", vllm/benchmarks/serve.py, vLLM PR #28227, merged November 2025, after 0.11.0):
+        // so does bench, unless the scenario says otherwise. (vLLM's client has no way to turn it
+        // off; a scenario's explicit `ignore_eos: false` is kept.)
+        let random = o.get("dataset_name").is_none_or(|d| d == "random");
+        if random && !o.contains_key("ignore_eos") {
+            o.insert("ignore_eos".into(), true.into());
+        }
+        // Live, the server decides where EOS falls; the generator still wants a distribution to
+        // build its request list. It never sizes anything: the report's KV footprint is the
+        // requested length (`live::measure::measured_point`).
         if o.get("ignore_eos") != Some(&Value::Bool(true)) && !o.contains_key("output_len_dist") {
             o.insert("ignore_eos".into(), false.into());
             o.insert("output_len_dist".into(), json!({"kind": "uniform", "min": 1, "max": 1}));
@@ -204,7 +214,7 @@ pub async fn connect(s: &ServerArgs) -> Result<(ServerInfo, BenchOptions), Strin
         jsonl: None,
         poll_interval: Some(Duration::from_millis(500)),
         kind: info.kind,
-        kv_capacity_tokens: info.kv_capacity_tokens.unwrap_or(0),
+        kv_capacity_tokens: info.kv_capacity_tokens,
         verbose: false,
         on_done: None,
         chat_tokenizer,

@@ -344,10 +344,10 @@ fn series_text(r: &SweepSeries, conc: &[u32]) -> String {
     );
     for (i, p) in r.points.iter().enumerate() {
         let m = &p.bench;
-        let hr = if m.prefix_cache_queries > 0 {
-            100.0 * m.prefix_cache_hits as f64 / m.prefix_cache_queries as f64
-        } else {
-            0.0
+        let hr = match (m.prefix_cache_queries, m.prefix_cache_hits) {
+            (Some(q), Some(h)) if q > 0 => 100.0 * h as f64 / q as f64,
+            (Some(_), Some(_)) => 0.0,
+            _ => f64::NAN,
         };
         let mark = if m.stop_reason != StopReason::Completed.as_str() {
             " <- did not complete (WARNING below)"
@@ -367,7 +367,7 @@ fn series_text(r: &SweepSeries, conc: &[u32]) -> String {
             m.tpot.mean,
             m.itl.mean,
             m.e2el.mean,
-            m.num_preemptions,
+            m.num_preemptions.map_or_else(|| "n/a".to_string(), |n| n.to_string()),
             hr,
             100.0 * m.kv_cache_usage_peak
         );

@@ -37,7 +37,7 @@ fn mode_for(max_tokens: u64) -> Mode {
 
 const METRICS: &str = "# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"1001\",enable_prefix_caching=\"True\"} 1.0\nvllm:num_preemptions_total{engine=\"0\"} 0.0\nvllm:num_requests_running{engine=\"0\"} 0.0\n";
 
-async fn handle(mut sock: TcpStream, faults: bool, slow_ms: u64) {
+async fn handle(mut sock: TcpStream, faults: bool, slow_ms: u64, metrics: bool) {
     let mut buf = Vec::new();
     let mut tmp = [0u8; 4096];
     let (head_end, content_len) = loop {
@@ -76,7 +76,7 @@ async fn handle(mut sock: TcpStream, faults: bool, slow_ms: u64) {
             send("200 OK", "application/json", r#"{"object":"list","data":[{"id":"fake","max_model_len":8192}]}"#)
         }
         "/version" => send("200 OK", "application/json", r#"{"version":"0.33.0"}"#),
-        "/metrics" => send("200 OK", "text/plain", METRICS),
+        "/metrics" if metrics => send("200 OK", "text/plain", METRICS),
         "/v1/completions" => {
             let max_tokens = body["max_tokens"].as_u64().unwrap_or(1);
             let mode = if faults { mode_for(max_tokens) } else { Mode::Ok };
@@ -120,6 +120,12 @@ async fn handle(mut sock: TcpStream, faults: bool, slow_ms: u64) {
 /// Starts the fake server on a thread; it stops accepting completions after `max_completions`
 /// (later connections are refused).
 fn start(faults: bool, slow_ms: u64, max_completions: Option<usize>) -> SocketAddr {
+    start_with(faults, slow_ms, max_completions, true)
+}
+
+/// [`start`]; without `metrics` the server has no `/metrics` (404), as a plain OpenAI-compatible
+/// server.
+fn start_with(faults: bool, slow_ms: u64, max_completions: Option<usize>, metrics: bool) -> SocketAddr {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -135,7 +141,7 @@ fn start(faults: bool, slow_ms: u64, max_completions: Option<usize>) -> SocketAd
                     drop(sock);
                     break; // the listener closes: new connections are refused
                 }
-                tokio::spawn(handle(sock, faults, slow_ms));
+                tokio::spawn(handle(sock, faults, slow_ms, metrics));
             }
             drop(listener);
             tokio::time::sleep(Duration::from_secs(40)).await;
@@ -311,4 +317,111 @@ fn ctrl_c_ends_a_run_cleanly_with_what_was_measured_saved() {
     let lines = jsonl_lines(&dir);
     assert!(!lines.is_empty() && lines.len() < 200, "{} lines saved", lines.len());
     assert!(lines.iter().all(|l| l["success"] == true), "completed requests were saved as they completed");
+}
+
+/// A figure the client did not measure is `null` in JSON and "n/a" in text, never a zero: the
+/// engine counters without a readable `/metrics` (or a counter the server does not export), the
+/// KV pool of a server that does not say it (and so the KV-limited concurrency), and the
+/// simulator's TTFT split and step count, which no client sees.
+#[test]
+fn engine_figures_not_measured_are_null_not_zeros() {
+    let bench = |addr: SocketAddr, json: bool| {
+        let url = format!("http://{addr}");
+        let mut args = vec![
+            "bench",
+            "--base-url",
+            &url,
+            "--random-input-len",
+            "8",
+            "--random-output-len",
+            "4",
+            "--num-prompts",
+            "4",
+            "--max-concurrency",
+            "2",
+            "--ignore-eos",
+            "--no-initial-test",
+            "--vocab-size",
+            "1000",
+        ];
+        if json {
+            args.push("--json");
+        }
+        run_cli(&args)
+    };
+    let bare = start_with(false, 1, None, false);
+    let j = stdout_json(&bench(bare, true));
+    assert_eq!(j["completed"], 4);
+    for k in [
+        "num_preemptions",
+        "prefix_cache_queries",
+        "prefix_cache_hits",
+        "prefix_cache_hit_rate",
+        "kv_cache_tokens",
+        "kv_limited_concurrency",
+        "ttft_breakdown",
+        "num_steps",
+    ] {
+        assert!(j[k].is_null(), "{k} was not measured: {}", j[k]);
+    }
+    assert_eq!(j["kv_request_footprint_tokens"], 12, "the requests' own size is known");
+    let o = bench(bare, false);
+    assert!(o.status.success());
+    let text = String::from_utf8_lossy(&o.stdout);
+    for label in ["Preemptions:", "Prefix cache hit rate (%):", "KV cache size (tokens):", "KV-limited concurrency:"] {
+        let l = text.lines().find(|l| l.starts_with(label)).unwrap_or_else(|| panic!("no {label} in {text}"));
+        assert!(l.contains("n/a"), "{l}");
+    }
+    // A server with /metrics: what it exports is measured (no preemption, a pool of 1000 blocks of
+    // 16 less the null block); the prefix counters it does not export are still unknown.
+    let j = stdout_json(&bench(start(false, 1, None), true));
+    assert_eq!((j["num_preemptions"].as_u64(), j["kv_cache_tokens"].as_u64()), (Some(0), Some(16000)));
+    assert!(j["kv_limited_concurrency"].as_u64().is_some());
+    assert!(j["prefix_cache_hit_rate"].is_null() && j["ttft_breakdown"].is_null() && j["num_steps"].is_null());
+}
+
+/// `vllm bench serve` ignores EOS on the random dataset (vLLM PR #28227): so does bench, and the
+/// run record says so. The KV a request needs is its prompt and its requested output, never a
+/// stand-in length: without ignore_eos (a trace, or a scenario's explicit false) the footprint is
+/// still prompt + max_tokens.
+#[test]
+fn bench_ignores_eos_on_random_and_sizes_requests_by_max_tokens() {
+    let url = format!("http://{}", start(false, 0, None));
+    let dir = std::env::temp_dir().join(format!("servesim-eos-{}", std::process::id()));
+    let common = [
+        "bench",
+        "--base-url",
+        &url,
+        "--num-prompts",
+        "3",
+        "--max-concurrency",
+        "3",
+        "--no-initial-test",
+        "--vocab-size",
+        "1000",
+        "--json",
+    ];
+    let mut args = common.to_vec();
+    args.extend(["--random-input-len", "64", "--random-output-len", "200", "--save-result", "--result-dir"]);
+    args.push(dir.to_str().unwrap());
+    let j = stdout_json(&run_cli(&args));
+    // 64 + 200 tokens in blocks of 16: 272; the pool of 16,000 tokens holds 58 of them.
+    assert_eq!(
+        (j["kv_request_footprint_tokens"].as_u64(), j["kv_limited_concurrency"].as_u64()),
+        (Some(272), Some(58))
+    );
+    let record = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with(".record.json"))
+        .expect("a run record");
+    let rec: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(record).unwrap()).unwrap();
+    assert_eq!(rec["setup"]["workload"]["ignore_eos"], true, "{}", rec["setup"]["workload"]);
+    // A trace without ignore_eos: the server decides where EOS falls; the footprint is still the
+    // requested 100 + 50 tokens (160 in blocks of 16), not a stand-in output length.
+    let trace = write_temp("eos-trace.csv", "arrival_time,input_len,output_len\n0,100,50\n0,100,50\n0,100,50\n");
+    let mut args = common.to_vec();
+    args.extend(["--dataset-name", "trace", "--trace", trace.to_str().unwrap()]);
+    let j = stdout_json(&run_cli(&args));
+    assert_eq!(j["kv_request_footprint_tokens"].as_u64(), Some(160), "{j}");
 }

@@ -41,7 +41,8 @@ pub struct BenchOptions {
     /// Poll `/metrics` this often during the timed phase (None: never).
     pub poll_interval: Option<Duration>,
     pub kind: Option<EngineKind>,
-    pub kv_capacity_tokens: u64,
+    /// The server's KV pool, where it says (`None`: the report's pool figures are `null`).
+    pub kv_capacity_tokens: Option<u64>,
     /// Print a line per phase on stderr.
     pub verbose: bool,
     /// Called as each timed request completes (progress display).
@@ -339,6 +340,7 @@ pub async fn run(opts: &BenchOptions, workload: &Workload) -> BenchRun {
         records.push(rec);
         outcomes.push(o);
     }
+    // What was not measured is `None` in the report ([`MeasuredCounters`]), not these zeros.
     let counters = match (&metrics_before, &metrics_after) {
         (Some(a), Some(b)) => counter_diff(opts.kind, a, b),
         _ => EngineCounters::default(),
@@ -356,7 +358,7 @@ pub async fn run(opts: &BenchOptions, workload: &Workload) -> BenchRun {
         counters,
         gauges,
         timeseries: Vec::new(),
-        kv_capacity_tokens: opts.kv_capacity_tokens,
+        kv_capacity_tokens: opts.kv_capacity_tokens.unwrap_or(0),
         stop: if interrupted { StopReason::Interrupted { completed } } else { StopReason::Completed },
         num_steps: 0,
         end_ns: bench_end_ns,
@@ -366,30 +368,49 @@ pub async fn run(opts: &BenchOptions, workload: &Workload) -> BenchRun {
     BenchRun { outcomes, result, metrics_before, metrics_after, interrupted, client_cpu_s, wall_s }
 }
 
-/// The engine counters accumulated between two `/metrics` snapshots.
+/// The engine counters accumulated between two `/metrics` snapshots (0 for a counter that is
+/// not in both; [`measured_counters`] says which were).
 pub fn counter_diff(kind: Option<EngineKind>, a: &Snapshot, b: &Snapshot) -> EngineCounters {
-    let d = |names: &[&str]| -> u64 {
+    let m = measured_counters(kind, Some(a), Some(b));
+    EngineCounters {
+        num_preemptions: m.num_preemptions.unwrap_or(0),
+        prefix_cache_queries: m.prefix_cache_queries.unwrap_or(0),
+        prefix_cache_hits: m.prefix_cache_hits.unwrap_or(0),
+        ..Default::default()
+    }
+}
+
+/// The engine counters of a live run, each `None` where it was not measured: no snapshot
+/// before or after the run (no readable `/metrics`), a counter the server does not export, or
+/// one that went backwards (a restart).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MeasuredCounters {
+    pub num_preemptions: Option<u64>,
+    pub prefix_cache_queries: Option<u64>,
+    pub prefix_cache_hits: Option<u64>,
+}
+
+/// [`MeasuredCounters`] between two `/metrics` snapshots.
+pub fn measured_counters(kind: Option<EngineKind>, a: Option<&Snapshot>, b: Option<&Snapshot>) -> MeasuredCounters {
+    let (Some(a), Some(b)) = (a, b) else {
+        return MeasuredCounters::default();
+    };
+    let d = |names: &[&str]| -> Option<u64> {
         match (b.first_sum(names), a.first_sum(names)) {
-            (Some(x), Some(y)) if x >= y => (x - y).round() as u64,
-            _ => 0,
+            (Some(x), Some(y)) if x >= y => Some((x - y).round() as u64),
+            _ => None,
         }
     };
     match kind {
-        Some(EngineKind::Sglang) => {
-            let hits = d(&["sglang:cached_tokens_total"]);
-            let prompt = d(&["sglang:prompt_tokens_total"]);
-            EngineCounters {
-                num_preemptions: d(&["sglang:num_retracted_requests_total", "sglang:total_retracted_reqs"]),
-                prefix_cache_queries: prompt,
-                prefix_cache_hits: hits,
-                ..Default::default()
-            }
-        }
-        _ => EngineCounters {
+        Some(EngineKind::Sglang) => MeasuredCounters {
+            num_preemptions: d(&["sglang:num_retracted_requests_total", "sglang:total_retracted_reqs"]),
+            prefix_cache_queries: d(&["sglang:prompt_tokens_total"]),
+            prefix_cache_hits: d(&["sglang:cached_tokens_total"]),
+        },
+        _ => MeasuredCounters {
             num_preemptions: d(&["vllm:num_preemptions_total"]),
             prefix_cache_queries: d(&["vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"]),
             prefix_cache_hits: d(&["vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"]),
-            ..Default::default()
         },
     }
 }

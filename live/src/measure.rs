@@ -48,11 +48,42 @@ pub fn meta_of(info: &ServerInfo) -> PointMeta {
     }
 }
 
-/// The report keys of a measured run, with the same names as a simulated one.
+/// The report keys of a measured run, with the same names as a simulated one. What the client
+/// could not measure is `None` (JSON `null`, "n/a" in text), never a zero: an engine counter not
+/// read from `/metrics` before and after the run, the KV pool (and so the KV-limited
+/// concurrency) of a server that does not say it, and the simulator's own figures (the TTFT
+/// split, the step count), which no client sees.
 pub fn measured_point(info: &ServerInfo, w: &Workload, run: &BenchRun) -> Point {
     let metrics = sim::metrics::bench_metrics(&run.result);
+    let mut report = sim::report::BenchReport::of(&meta_of(info), w, &metrics, &run.result);
+    let kind = info.kind;
+    let c = bench::measured_counters(kind, run.metrics_before.as_ref(), run.metrics_after.as_ref());
+    report.num_preemptions = c.num_preemptions;
+    if report.num_retractions.is_some() {
+        report.num_retractions = c.num_preemptions;
+    }
+    report.prefix_cache_queries = c.prefix_cache_queries;
+    report.prefix_cache_hits = c.prefix_cache_hits;
+    report.prefix_cache_hit_rate = match (c.prefix_cache_queries, c.prefix_cache_hits) {
+        (Some(q), Some(h)) if q > 0 => h as f64 / q as f64,
+        (Some(_), Some(_)) => 0.0,
+        _ => f64::NAN,
+    };
+    // The KV a request needs is its prompt and its requested output (`max_tokens`): without
+    // ignore_eos the server decides where EOS falls, and the generator's own output lengths are a
+    // stand-in that sizes nothing.
+    let n = w.requests.len().max(1) as f64;
+    let mean = w.requests.iter().map(|r| f64::from(r.prompt_len) + f64::from(r.max_tokens)).sum::<f64>() / n;
+    let limit = sim::sweep::kv_limit_of_mean(info.kv_capacity_tokens.unwrap_or(0), meta_of(info).kv_granularity, mean);
+    report.kv_request_footprint_tokens = limit.footprint_tokens;
+    report.kv_limited_concurrency = info.kv_capacity_tokens.map(|_| limit.concurrency);
+    if info.kv_capacity_tokens.is_none() {
+        report.kv_cache_tokens = None;
+    }
+    report.ttft_breakdown = None;
+    report.num_steps = None;
     Point {
-        report: sim::report::BenchReport::of(&meta_of(info), w, &metrics, &run.result),
+        report,
         client_cpu: Some(ClientCpu { seconds: run.client_cpu_s, fraction: run.client_cpu_s / run.wall_s.max(1e-9) }),
     }
 }

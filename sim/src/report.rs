@@ -339,13 +339,17 @@ pub struct BenchReport {
     pub tpot: Stats,
     pub itl: Stats,
     pub e2el: Stats,
-    pub num_preemptions: u64,
+    /// The engine's counters and pool. `None` (JSON `null`, "n/a" in text) where a live run could
+    /// not read them (no readable `/metrics`, a counter the server does not export, no KV
+    /// information): never a zero for "unknown". Always there in a simulated report.
+    pub num_preemptions: Option<u64>,
     /// SGLang only: its name for a preemption (the same count).
     pub num_retractions: Option<u64>,
-    pub prefix_cache_queries: u64,
-    pub prefix_cache_hits: u64,
+    pub prefix_cache_queries: Option<u64>,
+    pub prefix_cache_hits: Option<u64>,
+    /// NaN (JSON `null`) where the prefix counters were not measured.
     pub prefix_cache_hit_rate: f64,
-    pub kv_cache_tokens: u64,
+    pub kv_cache_tokens: Option<u64>,
     pub kv_cache_usage_peak: f64,
     pub kv_cache_usage_mean: f64,
     pub mean_running: f64,
@@ -353,10 +357,13 @@ pub struct BenchReport {
     pub peak_running: Option<u32>,
     pub mean_waiting: f64,
     pub peak_waiting: Option<u32>,
-    pub kv_limited_concurrency: u64,
+    /// `None` where the KV pool is not known (a live server that does not say).
+    pub kv_limited_concurrency: Option<u64>,
     pub kv_request_footprint_tokens: u64,
-    pub ttft_breakdown: TtftBreakdownReport,
-    pub num_steps: u64,
+    /// The simulator's split of TTFT and its step count; `None` (JSON `null`) in a measured
+    /// report: a client sees neither.
+    pub ttft_breakdown: Option<TtftBreakdownReport>,
+    pub num_steps: Option<u64>,
     pub stop_reason: String,
     pub seed: u64,
 }
@@ -398,27 +405,27 @@ impl BenchReport {
             tpot: m.tpot.clone(),
             itl: m.itl.clone(),
             e2el: m.e2el.clone(),
-            num_preemptions: c.num_preemptions,
+            num_preemptions: Some(c.num_preemptions),
             num_retractions: (meta.kind() == Some(EngineKind::Sglang)).then_some(c.num_preemptions),
-            prefix_cache_queries: c.prefix_cache_queries,
-            prefix_cache_hits: c.prefix_cache_hits,
+            prefix_cache_queries: Some(c.prefix_cache_queries),
+            prefix_cache_hits: Some(c.prefix_cache_hits),
             prefix_cache_hit_rate: c.prefix_cache_hit_rate(),
-            kv_cache_tokens: run.kv_capacity_tokens,
+            kv_cache_tokens: Some(run.kv_capacity_tokens),
             kv_cache_usage_peak: gauge(run.gauges.kv_usage_peak),
             kv_cache_usage_mean: gauge(run.gauges.kv_usage_mean),
             mean_running: gauge(run.gauges.running_mean),
             peak_running: (!run.gauges.unmeasured).then_some(run.gauges.running_peak),
             mean_waiting: gauge(run.gauges.waiting_mean),
             peak_waiting: (!run.gauges.unmeasured).then_some(run.gauges.waiting_peak),
-            kv_limited_concurrency: limit.concurrency,
+            kv_limited_concurrency: Some(limit.concurrency),
             kv_request_footprint_tokens: limit.footprint_tokens,
-            ttft_breakdown: TtftBreakdownReport {
+            ttft_breakdown: Some(TtftBreakdownReport {
                 mean_queue_wait_ms: b.queue_wait_ms,
                 mean_prefill_ms: b.prefill_ms,
                 mean_interleave_ms: b.interleave_ms,
                 mean_overhead_ms: b.overhead_ms,
-            },
-            num_steps: run.num_steps,
+            }),
+            num_steps: Some(run.num_steps),
             stop_reason: run.stop.as_str(),
             seed: w.seed,
         }
@@ -443,7 +450,8 @@ impl BenchReport {
                 Metric::RequestRate if self.trace_arrivals => map.serialize_entry(m.key(), "trace")?,
                 Metric::Burstiness if self.trace_arrivals => map.serialize_entry(m.key(), &Num::Null)?,
                 Metric::RequestRate if self.request_rate.is_none() => map.serialize_entry(m.key(), "inf")?,
-                Metric::NumRetractions if self.num_retractions.is_none() => {}
+                // SGLang's name for a preemption: an SGLang report's key (`null` where not measured).
+                Metric::NumRetractions if EngineKind::parse(&self.engine) != Some(EngineKind::Sglang) => {}
                 _ => map.serialize_entry(m.key(), &num(m))?,
             }
             match m {
@@ -640,7 +648,7 @@ impl PointReport {
         if spec.fleet.is_some() {
             // Every replica group's limit, summed (not the pooled tokens over one footprint).
             let l = crate::sweep::kv_limited_concurrency(spec, &out.workload);
-            bench.kv_limited_concurrency = l.concurrency;
+            bench.kv_limited_concurrency = Some(l.concurrency);
             bench.kv_request_footprint_tokens = l.footprint_tokens;
         }
         PointReport {
@@ -897,7 +905,7 @@ pub fn text(spec: &SimSpec, out: &SimOutput, opts: &TextOptions) -> String {
     if let crate::config::EngineSpec::Vllm(v) = &spec.engine {
         // Each engine of a fleet (data parallelism included) reserves its own null block and
         // logs its own pool.
-        let per_engine = r.kv_cache_tokens + u64::from(v.block_size);
+        let per_engine = r.kv_cache_tokens.unwrap_or_default() + u64::from(v.block_size);
         if let Some(f) = spec.fleet.as_ref().filter(|f| f.replicas.len() > 1) {
             let logged: Vec<String> = f
                 .replicas
@@ -928,7 +936,7 @@ pub fn text(spec: &SimSpec, out: &SimOutput, opts: &TextOptions) -> String {
             "Note: peak concurrent requests counts, as vllm bench serve does, the requests in flight at any time within one 1-second bucket: a request that ends and the next, sent in the same second, both count."
         );
     }
-    if out.workload.initial_test.is_some() && r.prefix_cache_hits > 0 {
+    if out.workload.initial_test.is_some() && r.prefix_cache_hits.is_some_and(|h| h > 0) {
         let _ = writeln!(
             s,
             "Note: prefix cache hits include the first timed prompt, which the benchmark client's initial test request (the same prompt, sent first: vllm bench serve before 0.14, sglang.bench_serving's warm-up) left cached."
@@ -1006,24 +1014,29 @@ fn report_text(r: &BenchReport, opts: &TextOptions, what: &str, rate_label: Opti
     header(&mut s, "", '=');
     // The engine block.
     header(&mut s, &format!(" Engine ({} {}, {what}) ", r.engine, r.engine_version), '=');
+    // A figure a live run could not measure is "n/a (not measured)", never a zero.
+    let count = |n: Option<u64>| n.map_or_else(|| "n/a (not measured)".to_string(), |n| n.to_string());
     if EngineKind::parse(&r.engine) == Some(EngineKind::Sglang) {
-        line(&mut s, "Retractions:", r.num_preemptions);
+        line(&mut s, "Retractions:", count(r.num_preemptions));
     } else {
-        line(&mut s, "Preemptions:", r.num_preemptions);
+        line(&mut s, "Preemptions:", count(r.num_preemptions));
     }
-    let hr = if r.prefix_cache_queries > 0 {
-        100.0 * r.prefix_cache_hits as f64 / r.prefix_cache_queries as f64
-    } else {
-        0.0
-    };
-    linef(&mut s, "Prefix cache hit rate (%):", hr);
-    line(&mut s, "KV cache size (tokens):", r.kv_cache_tokens);
+    match (r.prefix_cache_queries, r.prefix_cache_hits) {
+        (Some(q), Some(h)) => {
+            linef(&mut s, "Prefix cache hit rate (%):", if q > 0 { 100.0 * h as f64 / q as f64 } else { 0.0 })
+        }
+        _ => line(&mut s, "Prefix cache hit rate (%):", "n/a (not measured)"),
+    }
+    line(&mut s, "KV cache size (tokens):", count(r.kv_cache_tokens));
     linef(&mut s, "KV cache usage peak (%):", 100.0 * r.kv_cache_usage_peak);
     linef(&mut s, "KV cache usage mean (%):", 100.0 * r.kv_cache_usage_mean);
     line(
         &mut s,
         "KV-limited concurrency:",
-        format!("{} (requests of {} tokens)", r.kv_limited_concurrency, r.kv_request_footprint_tokens),
+        match r.kv_limited_concurrency {
+            Some(c) => format!("{c} (requests of {} tokens)", r.kv_request_footprint_tokens),
+            None => format!("n/a (KV cache size not known; requests of {} tokens)", r.kv_request_footprint_tokens),
+        },
     );
     let gauges = |mean: f64, peak: Option<u32>| match peak {
         Some(p) if mean.is_finite() => format!("{mean:.1} / {p}"),
@@ -1031,9 +1044,8 @@ fn report_text(r: &BenchReport, opts: &TextOptions, what: &str, rate_label: Opti
     };
     line(&mut s, "Running requests (mean / peak):", gauges(r.mean_running, r.peak_running));
     line(&mut s, "Waiting requests (mean / peak):", gauges(r.mean_waiting, r.peak_waiting));
-    if what == "simulated" {
+    if let Some(b) = r.ttft_breakdown.as_ref().filter(|_| what == "simulated") {
         header(&mut s, "TTFT split (means)", '-');
-        let b = &r.ttft_breakdown;
         linef(&mut s, "Queue wait (ms):", b.mean_queue_wait_ms);
         linef(&mut s, "Prefill (ms):", b.mean_prefill_ms);
         linef(&mut s, "Interleaving delay (ms):", b.mean_interleave_ms);
