@@ -68,6 +68,7 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
     let mut raw = load::read_raw(a.scenario.as_deref())?;
     load::apply_overrides(&mut raw, &a.common.sets, a.common.seed)?;
     let (_, spec) = load::resolve(&raw)?;
+    refuse_replicas(&spec).map_err(|e| format!("{}: {e}", raw.origin))?;
     let addr = socket_addr(&a.host, a.port)?;
     let model = a.model.clone().unwrap_or_else(|| spec.model.id.clone());
     let opts = ServeOptions {
@@ -90,6 +91,22 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
         eprintln!("servesim serve: listening on http://{bound} (model {model}, {kind} {version} simulated)");
     }))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `serve` emulates one engine behind one front end: a `fleet` (replicas behind a router) or a
+/// data-parallel engine (`data_parallel_size` / `dp_size` > 1) would be served as a single
+/// engine with a single pool, a server that does not exist. Refused, naming the field.
+fn refuse_replicas(spec: &sim::config::SimSpec) -> Result<(), String> {
+    let Some(f) = &spec.fleet else { return Ok(()) };
+    let n = f.replicas.len();
+    Err(match f.kind {
+        sim::config::FleetKind::Fleet => format!(
+            "fleet: serve emulates one engine, not a fleet of {n} replicas behind a router (serve one replica's scenario per port, or use `servesim simulate` for the fleet)"
+        ),
+        sim::config::FleetKind::DataParallel => format!(
+            "engine.data_parallel_size (dp_size) = {n}: serve emulates one engine, not {n} data-parallel engines behind one front end (serve with data_parallel_size 1, or use `servesim simulate`)"
+        ),
+    })
 }
 
 /// `--host` and `--port` as an address: an IP address (IPv6 with or without brackets) or

@@ -552,3 +552,54 @@ fn on_sigterm_active_streams_end_with_an_error_event() {
     let status = child.wait().unwrap();
     assert!(status.success(), "{status:?}");
 }
+
+/// `serve` emulates one engine: a fleet scenario or a data-parallel engine is refused with the
+/// field named, not served as one engine with one pool.
+#[test]
+fn serve_refuses_fleets_and_data_parallel_engines() {
+    let run = |args: &[&str]| {
+        let mut c = servesim();
+        c.args(["serve", "--port", "0", "--max-lifetime", "3"]).args(args);
+        run_bounded(c, std::time::Duration::from_secs(60))
+    };
+    let o = run(&["data/plan/mooncake-fleet-llama3.1-8b-h100-vllm.json"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("fleet") && err.contains("one engine"), "{err}");
+    let o = run(&["--set", "engine.data_parallel_size=2", "--set", "hardware.count=2"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("engine.data_parallel_size"), "{err}");
+}
+
+/// The chat payload `vllm bench serve --backend openai-chat` sends: `content` as a list of text
+/// parts. Served like the same text as a string (the texts joined as vLLM joins them); a part
+/// that is not text is a 400 naming the part.
+#[test]
+fn chat_content_as_text_parts_is_served_and_other_parts_are_refused() {
+    let s = start_server("scenarios/serve-small-vllm.json", &["--time-scale", "20"]);
+    let m = MODEL;
+    let chat = |content: &str| {
+        post(
+            &s.url,
+            "/v1/chat/completions",
+            &format!(
+                r#"{{"model":"{m}","messages":[{{"role":"user","content":{content}}}],"max_completion_tokens":4,"stream":true,"stream_options":{{"include_usage":true}},"ignore_eos":true}}"#
+            ),
+        )
+    };
+    let usage = |r: &str| -> serde_json::Value {
+        let line = r.lines().filter(|l| l.contains("\"usage\"") && !l.contains("\"usage\":null")).last();
+        let line = line.unwrap_or_else(|| panic!("no usage in {r}"));
+        let v: serde_json::Value = serde_json::from_str(line.trim_start_matches("data: ")).unwrap();
+        v["usage"].clone()
+    };
+    let parts = chat(r#"[{"type":"text","text":"hello"},{"type":"text","text":"world"}]"#);
+    assert!(parts.starts_with("HTTP/1.1 200"), "{parts}");
+    let joined = chat(r#""hello\nworld""#);
+    assert_eq!(usage(&parts), usage(&joined), "parts are the texts joined with newlines");
+    assert_eq!(usage(&parts)["completion_tokens"], 4);
+    let image = chat(r#"[{"type":"text","text":"hi"},{"type":"image_url","image_url":{"url":"x"}}]"#);
+    assert!(image.starts_with("HTTP/1.1 400"), "{image}");
+    assert!(image.contains("messages[0].content[1].type") && image.contains("image_url"), "{image}");
+}

@@ -300,12 +300,11 @@ fn parse_completion(body: &[u8], chat: bool, sh: &Shared) -> Result<Completion, 
             .and_then(Value::as_array)
             .ok_or_else(|| bad("messages: expected an array of {role, content}"))?;
         let mut text = String::new();
-        for m in msgs {
-            let c =
-                m.get("content").and_then(Value::as_str).ok_or_else(|| bad("messages[].content: expected a string"))?;
+        for (i, m) in msgs.iter().enumerate() {
+            let c = message_text(i, m.get("content")).map_err(bad)?;
             text.push_str(m.get("role").and_then(Value::as_str).unwrap_or("user"));
             text.push_str(": ");
-            text.push_str(c);
+            text.push_str(&c);
             text.push('\n');
         }
         encode(&text, sh)?
@@ -547,5 +546,36 @@ fn server_info(sh: &Shared) -> Value {
             "context_length": c.context_length,
         }),
         EngineSpec::Vllm(_) => Value::Null,
+    }
+}
+
+/// The text of message `i`'s `content`: a string, or a list of text parts
+/// (`[{"type": "text", "text": ...}]`, what `vllm bench serve --backend openai-chat` sends),
+/// whose texts are joined with newlines as vLLM joins them for a string chat template
+/// (`_parse_chat_message_content_parts`). Other parts (images, audio) are not modelled: an
+/// error naming the part and its type.
+fn message_text(i: usize, content: Option<&Value>) -> Result<String, String> {
+    match content {
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::Array(parts)) => {
+            let mut texts = Vec::with_capacity(parts.len());
+            for (j, p) in parts.iter().enumerate() {
+                let at = format!("messages[{i}].content[{j}]");
+                match p.get("type").and_then(Value::as_str) {
+                    Some("text") => match p.get("text") {
+                        Some(Value::String(t)) => texts.push(t.as_str()),
+                        _ => return Err(format!("{at}.text: expected a string")),
+                    },
+                    Some(t) => {
+                        return Err(format!(
+                            "{at}.type: only \"text\" parts are supported by servesim serve, got {t:?}"
+                        ))
+                    }
+                    None => return Err(format!("{at}: expected a {{\"type\": \"text\", \"text\": ...}} part")),
+                }
+            }
+            Ok(texts.join("\n"))
+        }
+        _ => Err(format!("messages[{i}].content: expected a string or a list of text parts")),
     }
 }
