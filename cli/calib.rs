@@ -423,6 +423,9 @@ pub fn check(a: CheckArgs) -> Result<ExitCode, String> {
             .filter(|_| !a.no_speed_reference),
         profile_coefficients: profile.as_ref().and_then(|p| p.coefficients.clone()).map(Value::Object),
         uncertainty: profile.as_ref().and_then(|p| p.uncertainty.clone()),
+        // Fresh prompt contents for every invocation (`procedure::salt_prompts`): a second check
+        // against the same server must not meet the first one's prompts in its prefix cache.
+        prompt_salt: invocation_salt(),
     };
     let (report, measured, predicted) = procedure::check(&mut m, &point, &derived, &opts).map_err(|e| e.to_string())?;
     if let Some(path) = &a.plot {
@@ -608,4 +611,14 @@ pub fn intervals(
     let members: Vec<PointReport> = band.member_specs(spec).par_iter().map(calib::uncertainty::predict_point).collect();
     let (i, source) = band.named_intervals(center, &members);
     Ok(Some((i, source)))
+}
+
+/// A salt for this invocation's prompts: the clock's nanoseconds and the process id, mixed, in
+/// 53 bits (a JSON number any reader holds exactly); never 0, which means "no salt".
+fn invocation_salt() -> u64 {
+    let ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let mut z = ns ^ (u64::from(std::process::id()) << 32) ^ 0x9e37_79b9_7f4a_7c15;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    ((z ^ (z >> 31)) >> 11).max(1)
 }

@@ -132,6 +132,7 @@ fn profile_and_check() -> (Value, Value) {
         speed_reference_ms: Some(profile.speed_reference.as_ref().unwrap().median_mean_itl_ms),
         profile_coefficients: Some(fitted),
         uncertainty: profile.uncertainty.clone(),
+        prompt_salt: 0,
     };
     let (report, _, _) = procedure::check(&mut m, &point, &derived, &o).unwrap();
     (serde_json::to_value(&profile).unwrap(), serde_json::to_value(&report).unwrap())

@@ -603,3 +603,59 @@ fn chat_content_as_text_parts_is_served_and_other_parts_are_refused() {
     assert!(image.starts_with("HTTP/1.1 400"), "{image}");
     assert!(image.contains("messages[0].content[1].type") && image.contains("image_url"), "{image}");
 }
+
+/// A second `check` against the same server sends fresh prompts (a per-invocation salt of their
+/// contents, recorded in each point's run record): it does not find the first check's prompts in
+/// the server's prefix cache while the prediction starts cold.
+#[test]
+fn a_second_check_against_the_same_server_meets_a_cold_prefix_cache() {
+    let s = start_server("scenarios/serve-small-vllm.json", &["--time-scale", "20"]);
+    let dir = std::env::temp_dir().join(format!("servesim-check-twice-{}", std::process::id()));
+    let run = |n: &str| {
+        let d = dir.join(n);
+        let o = run_cli(&[
+            "check",
+            "--base-url",
+            &s.url,
+            "--engine",
+            "vllm",
+            "--fit-on",
+            "1",
+            "--concurrency",
+            "1,2",
+            "--num-prompts",
+            "8",
+            "--random-input-len",
+            "64",
+            "--random-output-len",
+            "4",
+            "--max-evals",
+            "3",
+            "--scenario",
+            "scenarios/serve-small-vllm.json",
+            "--result-dir",
+            d.to_str().unwrap(),
+            "--json",
+        ]);
+        let j: serde_json::Value =
+            serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)));
+        let salts: Vec<u64> = std::fs::read_dir(&d)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.to_string_lossy().ends_with(".record.json"))
+            .map(|p| {
+                let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+                r["setup"]["prompt_salt"].as_u64().expect("the salt is recorded")
+            })
+            .collect();
+        (j, salts)
+    };
+    let (_, first) = run("a");
+    let (second, salts) = run("b");
+    assert!(!salts.is_empty() && salts.iter().all(|s| *s == salts[0]), "{salts:?}");
+    assert_ne!(first[0], salts[0], "each invocation has its own salt");
+    for p in second["points"].as_array().unwrap() {
+        assert_eq!(p["predicted"]["prefix_cache_hit_rate"], 0.0);
+        assert_eq!(p["measured"]["prefix_cache_hit_rate"], 0.0, "the first check's prompts were hit: {p}");
+    }
+}

@@ -437,6 +437,7 @@ fn calibrating_against_serve_on_a_virtual_clock_recovers_the_scenarios_coefficie
         speed_reference_ms: Some(profile.speed_reference.as_ref().unwrap().median_mean_itl_ms),
         profile_coefficients: Some(fitted),
         uncertainty: profile.uncertainty.clone(),
+        prompt_salt: 0,
     };
     let (report, _, _) = procedure::check(&mut m, &point, &scenario, &o).unwrap();
     assert!(report.verdict.pass, "{}", serde_json::to_string_pretty(&report.verdict).unwrap());

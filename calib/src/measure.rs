@@ -125,8 +125,9 @@ impl Serialize for RepeatedPoint {
 pub enum Run<'a> {
     /// A calibration probe.
     Probe { name: &'a str },
-    /// A check point (`workload`: the section as the user gave it, for the run record).
-    CheckPoint { concurrency: u32, repeat: u32, workload: &'a Value },
+    /// A check point (`workload`: the section as the user gave it, for the run record;
+    /// `prompt_salt`: the prompts' salt, [`crate::procedure::salt_prompts`], also recorded).
+    CheckPoint { concurrency: u32, repeat: u32, workload: &'a Value, prompt_salt: u64 },
     /// The speed reference (not recorded).
     SpeedReference,
 }

@@ -517,6 +517,28 @@ pub struct CheckOptions {
     pub profile_coefficients: Option<Value>,
     /// The profile's uncertainty: every prediction then gets a 90% interval.
     pub uncertainty: Option<crate::uncertainty::ProfileUncertainty>,
+    /// XORed into every prompt's content keys on the measured side (0: none): fresh prompts for
+    /// this invocation, so that a server's prefix cache warmed by an earlier check with the same
+    /// seed cannot hit, while the prediction starts cold. Lengths, arrivals and the sharing
+    /// between prompts stay as the seed makes them (see [`salt_prompts`]). `servesim check` draws
+    /// one per invocation and writes it in each point's run record (`setup.prompt_salt`).
+    pub prompt_salt: u64,
+}
+
+/// New prompt contents for `w`, the same shape: every segment key of every prompt (initial test,
+/// warm-ups, timed) XORed with `salt`. XOR with one value is a bijection, so prompts that shared
+/// a prefix still share it and distinct ones stay distinct: the prefix-cache behaviour within the
+/// run is the one the simulator predicts; only what an earlier run left cached no longer matches.
+pub fn salt_prompts(w: &mut sim::workload::Workload, salt: u64) {
+    if salt == 0 {
+        return;
+    }
+    for r in w.initial_test.iter_mut().chain(w.warmups.iter_mut()).chain(w.requests.iter_mut()) {
+        for s in &mut r.prompt {
+            s.key ^= salt;
+        }
+        r.prompt_hashes = None;
+    }
 }
 
 /// A check: every point measured (`--repeat` times, round the sweep) after a speed
@@ -571,13 +593,16 @@ pub fn check<M: Measure + ?Sized>(
         for (i, s) in specs.iter().enumerate() {
             let mut sk = s.clone();
             sk.workload.seed = plan::check_seed(s.workload.seed, 0, k);
-            let w = sim::workload::generate(&sk.workload);
+            let mut w = sim::workload::generate(&sk.workload);
+            salt_prompts(&mut w, o.prompt_salt);
             if o.speed_reference_ms.is_some() {
                 let v = speed_reference(m, derived, plan::CHECK_SPEED_REFERENCE_OFFSET + n_refs)?;
                 n_refs += 1;
                 reference_of[i].push(v);
             }
-            let got = m.measure(&w, Run::CheckPoint { concurrency: conc[i], repeat: k, workload: &sections[i] })?;
+            let run =
+                Run::CheckPoint { concurrency: conc[i], repeat: k, workload: &sections[i], prompt_salt: o.prompt_salt };
+            let got = m.measure(&w, run)?;
             m.say(&format!(
                 "measured concurrency {} (run {}/{repeats}): {:.1} tok/s, mean TTFT {:.1} ms",
                 conc[i],

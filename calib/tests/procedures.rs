@@ -113,6 +113,7 @@ fn calibrating_the_simulator_recovers_its_coefficients_and_check_passes() {
         speed_reference_ms: Some(profile.speed_reference.as_ref().unwrap().median_mean_itl_ms),
         profile_coefficients: Some(fitted),
         uncertainty: profile.uncertainty.clone(),
+        prompt_salt: 0,
     };
     let (report, _, _) = procedure::check(&mut m, &point, &scenario, &o).unwrap();
     assert!(report.verdict.pass, "{}", serde_json::to_string_pretty(&report.verdict).unwrap());

@@ -157,6 +157,10 @@ pub struct RunSetup<'a> {
     pub workload: &'a Value,
     pub workload_hash: String,
     pub seed: u64,
+    /// `check`'s salt of the prompts' contents (`calib::procedure::salt_prompts`); absent when
+    /// the prompts are the seed's own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_salt: Option<u64>,
     pub client: ClientSetup,
     pub host: String,
 }
@@ -221,6 +225,7 @@ pub fn record<'a, S: Serialize>(
             workload: workload_spec,
             workload_hash: workload_hash(workload),
             seed: workload.seed,
+            prompt_salt: None,
             client: ClientSetup { name: "servesim", version: env!("CARGO_PKG_VERSION") },
             host: host(),
         },

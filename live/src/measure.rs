@@ -190,7 +190,7 @@ impl Measure for LiveMeasure {
                 }
                 Ok(measurement(&self.info, w, &r, Some(&file)))
             }
-            Run::CheckPoint { workload, .. } => {
+            Run::CheckPoint { workload, prompt_salt, .. } => {
                 let files = run_files(Some(&self.dir), None, "check", w, &self.opts.target.model)
                     .map_err(|e| io(&self.dir, e))?;
                 let r = self.rt.block_on(async {
@@ -199,7 +199,7 @@ impl Measure for LiveMeasure {
                 });
                 let m = measurement(&self.info, w, &r, Some(&files.requests));
                 let record_files = crate::manifest::files(&[("requests", &files.requests)]);
-                let rec = crate::manifest::record(
+                let mut rec = crate::manifest::record(
                     &self.info,
                     &self.endpoint,
                     workload,
@@ -209,6 +209,7 @@ impl Measure for LiveMeasure {
                     &record_files,
                     &m.point,
                 );
+                rec.setup.prompt_salt = (prompt_salt != 0).then_some(prompt_salt);
                 std::fs::write(&files.record, serde_json::to_string_pretty(&rec).expect("json"))
                     .map_err(|e| io(&files.record, e.to_string()))?;
                 if r.interrupted {
