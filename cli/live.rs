@@ -141,7 +141,40 @@ impl WorkloadArgs {
         if let Some(t) = &section.trace {
             let p = if Path::new(t).is_absolute() { PathBuf::from(t) } else { base.join(t) };
             let p = if p.exists() { p } else { PathBuf::from(t) };
-            res.trace = Some(load::load_trace(&p).map_err(|e| format!("--trace: {e}"))?);
+            // The trace is read in its `trace_format`, as `simulate` reads it (`load::resolve`).
+            use sim::config::TraceFileFormat as F;
+            match section.trace_format {
+                Some(f @ (F::Mooncake | F::Azure | F::Burstgpt)) => {
+                    let reqs = load::load_production_trace(
+                        &p,
+                        f,
+                        section.seed.unwrap_or(0),
+                        section.trace_time_scale,
+                        section.trace_rate,
+                    )
+                    .map_err(|e| {
+                        if e.starts_with("workload.") {
+                            e
+                        } else {
+                            format!("workload.trace: {e}")
+                        }
+                    })?;
+                    res.trace_requests = Some(std::sync::Arc::new(reqs));
+                }
+                _ => {
+                    for (set, field) in [
+                        (section.trace_time_scale.is_some(), "trace_time_scale"),
+                        (section.trace_rate.is_some(), "trace_rate"),
+                    ] {
+                        if set {
+                            return Err(format!(
+                                "workload.{field}: bench does not rescale servesim's own trace rows; give the arrival times you want in the trace"
+                            ));
+                        }
+                    }
+                    res.trace = Some(load::load_trace(&p).map_err(|e| format!("--trace: {e}"))?);
+                }
+            }
         }
         let params = config::resolve_workload(&section, &res).map_err(|e| e.to_string())?;
         Ok((json, workload::generate(&params)))

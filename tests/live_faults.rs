@@ -425,3 +425,26 @@ fn bench_ignores_eos_on_random_and_sizes_requests_by_max_tokens() {
     let j = stdout_json(&run_cli(&args));
     assert_eq!(j["kv_request_footprint_tokens"].as_u64(), Some(160), "{j}");
 }
+
+/// `bench --scenario` reads the scenario's trace in its `trace_format` (a production trace), as
+/// `simulate` does, instead of blaming a valid trace for fields of another format.
+#[test]
+fn bench_replays_a_production_trace_in_its_format() {
+    let url = format!("http://{}", start(false, 0, None));
+    let o = run_cli(&[
+        "bench",
+        "--base-url",
+        &url,
+        "--scenario",
+        "data/plan/mooncake-fleet-llama3.1-8b-h100-vllm.json",
+        "--num-prompts",
+        "3",
+        "--no-initial-test",
+        "--vocab-size",
+        "1000",
+        "--json",
+    ]);
+    let j = stdout_json(&o);
+    assert_eq!(j["completed"].as_u64().unwrap() + j["failed"].as_u64().unwrap(), 3, "{j}");
+    assert_eq!(j["request_rate"], "trace");
+}
