@@ -154,7 +154,11 @@ fn bad_family_specs_are_refused(
     flag: &str,
     negative: &str,
 ) {
-    for (spec, expect) in [("ttfx=0.1", "not a metric family"), ("ttft=-1", negative), ("ttft", "family=value")] {
+    for (spec, expect) in [
+        ("ttfx=0.1", "not a metric family"),
+        ("ttft=-1", negative),
+        ("ttft", "family=value"),
+    ] {
         let o = calibrate_from_results(r, scen.to_str().unwrap(), out, &[flag, spec]);
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{spec}: {err}");
@@ -234,4 +238,36 @@ fn router_parameters_out_of_range_are_named() {
         &fleet(r#"{"policy": "production_stack", "routing_logic": "prefixaware", "chunk_size": 0}"#),
         &["fleet.router.chunk_size"],
     );
+}
+
+/// `diff` reads run records only: a file that is not one (no `format`, another version, a
+/// `setup` that is not an object) is an error naming that file and the field, never "the same
+/// setup".
+#[test]
+fn diff_refuses_files_that_are_not_run_records_and_names_the_file() {
+    let null_setup = write_temp("diff-null-setup.json", r#"{"setup":null}"#);
+    let null_copy = write_temp("diff-null-setup-2.json", r#"{"setup":null}"#);
+    let good = r#"{"format":"servesim-run","version":1,"setup":{"seed":0}}"#;
+    let ok = write_temp("diff-ok.json", good);
+    let ok2 = write_temp("diff-ok-2.json", good);
+    let o = run_cli(&["diff", ok.to_str().unwrap(), ok2.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let cases: [(&std::path::Path, &str); 4] = [
+        (&null_setup, "format"),
+        (&write_temp("diff-v7.json", &good.replace(r#""version":1"#, r#""version":7"#)), "version"),
+        (&write_temp("diff-setup-null.json", &good.replace(r#"{"seed":0}"#, "null")), "setup"),
+        (&write_temp("diff-empty.json", "{}"), "format"),
+    ];
+    for (bad, field) in cases {
+        // Either side: the error names the bad file (only) and the field.
+        for (a, b) in [(bad, ok.as_path()), (ok.as_path(), bad)] {
+            let o = run_cli(&["diff", a.to_str().unwrap(), b.to_str().unwrap()]);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{err}");
+            assert!(err.contains(bad.to_str().unwrap()) && !err.contains(ok.to_str().unwrap()), "{err}");
+            assert!(err.contains(field) && err.contains("not a servesim run record"), "{err}");
+        }
+    }
+    let o = run_cli(&["diff", null_setup.to_str().unwrap(), null_copy.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stdout));
 }

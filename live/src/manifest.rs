@@ -249,8 +249,32 @@ fn flatten(prefix: &str, v: &Value, out: &mut BTreeMap<String, String>) {
     }
 }
 
-/// The setup fields that differ between two records: `(field, a, b)`.
+/// Whether `v` is a run record this build reads: `format` `"servesim-run"`, `version` 1, and a
+/// `setup` object. The error says which field is wrong and what was expected.
+pub fn check_record(v: &Value) -> Result<(), String> {
+    let not = |why: String| Err(format!("not a servesim run record: {why}"));
+    match v.get("format") {
+        Some(Value::String(f)) if f == "servesim-run" => {}
+        Some(f) => return not(format!("\"format\" is {f}, expected \"servesim-run\"")),
+        None => return not("no \"format\" (expected \"servesim-run\")".into()),
+    }
+    match v.get("version") {
+        Some(n) if n.as_u64() == Some(1) => {}
+        Some(n) => return not(format!("\"version\" is {n}, expected 1 (the only version this build reads)")),
+        None => return not("no \"version\" (expected 1)".into()),
+    }
+    match v.get("setup") {
+        Some(Value::Object(_)) => Ok(()),
+        Some(s) => not(format!("\"setup\" is {s}, expected an object")),
+        None => not("no \"setup\" (expected an object)".into()),
+    }
+}
+
+/// The setup fields that differ between two records: `(field, a, b)`. Both must pass
+/// [`check_record`] (the caller names the file that does not).
 pub fn diff(a: &Value, b: &Value) -> Result<Vec<(String, String, String)>, String> {
+    check_record(a)?;
+    check_record(b)?;
     let (Some(sa), Some(sb)) = (a.get("setup"), b.get("setup")) else {
         return Err("not a servesim run record (no \"setup\")".into());
     };
