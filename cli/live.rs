@@ -207,6 +207,10 @@ pub struct ServerArgs {
 
 /// Probes the server and prepares the options of a run.
 pub async fn connect(s: &ServerArgs) -> Result<(ServerInfo, BenchOptions), String> {
+    // A limit of 0 (or less) would fail every request as a timeout: bad input, said so.
+    if !(s.request_timeout.is_finite() && s.request_timeout > 0.0) {
+        return Err(format!("--request-timeout: expected a number of seconds above 0, got {}", s.request_timeout));
+    }
     let client = reqwest::Client::new();
     let info =
         server::probe(&client, &s.base_url, s.api_key.as_deref()).await.map_err(|e| format!("--base-url: {e}"))?;
@@ -327,6 +331,8 @@ impl Serialize for SaveResult<'_> {
             m.serialize_entry("client_cpu_s", &c.seconds)?;
             m.serialize_entry("client_cpu_fraction", &c.fraction)?;
         }
+        // vLLM writes `request_goodput` always, `null` without `--goodput` (bench has no SLOs).
+        m.serialize_entry("request_goodput", &Option::<f64>::None)?;
         let o = &self.run.outcomes;
         m.serialize_entry("input_lens", &self.w.requests.iter().map(|r| r.prompt_len).collect::<Vec<_>>())?;
         m.serialize_entry("output_lens", &o.iter().map(|o| o.output_tokens).collect::<Vec<_>>())?;

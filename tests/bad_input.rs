@@ -158,6 +158,7 @@ fn bad_family_specs_are_refused(
         ("ttfx=0.1", "not a metric family"),
         ("ttft=-1", negative),
         ("ttft", "family=value"),
+        ("ttft=0.1,ttft=0.2", "given twice"),
     ] {
         let o = calibrate_from_results(r, scen.to_str().unwrap(), out, &[flag, spec]);
         let err = String::from_utf8_lossy(&o.stderr);
@@ -270,4 +271,17 @@ fn diff_refuses_files_that_are_not_run_records_and_names_the_file() {
     }
     let o = run_cli(&["diff", null_setup.to_str().unwrap(), null_copy.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stdout));
+}
+
+/// `bench --request-timeout 0` (or negative) is refused before any request, naming the flag,
+/// instead of failing every request as a timeout.
+#[test]
+fn a_request_timeout_of_zero_is_refused() {
+    for t in ["0", "-1"] {
+        let flag = format!("--request-timeout={t}");
+        let o = run_cli(&["bench", "--base-url", "http://127.0.0.1:9", &flag, "--num-prompts", "1"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains("--request-timeout") && err.contains("above 0"), "{err}");
+    }
 }

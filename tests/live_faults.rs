@@ -231,9 +231,11 @@ fn server_faults_are_recorded_per_request_and_the_run_completes() {
         "mean_ttft_ms",
         "p99_itl_ms",
         "errors",
+        "request_goodput",
     ] {
         assert!(saved.get(k).is_some(), "the saved result lacks {k}");
     }
+    assert!(saved["request_goodput"].is_null(), "no --goodput: null, as vLLM writes it");
 }
 
 #[test]

@@ -120,7 +120,10 @@ pub fn parse_family_values(spec: &str, what: &str, example: &str) -> Result<Vec<
         if !(x.is_finite() && x >= 0.0) {
             return Err(format!("`{part}`: expected a finite {what}"));
         }
-        out.retain(|(g, _)| *g != family);
+        // A family given twice is a mistake in the spec, not "the last one wins".
+        if out.iter().any(|(g, _)| *g == family) {
+            return Err(format!("`{family}` is given twice in `{spec}`: give each family once"));
+        }
         out.push((family, x));
     }
     if out.is_empty() {
