@@ -123,20 +123,30 @@ impl WorkloadArgs {
         if random && !o.contains_key("ignore_eos") {
             o.insert("ignore_eos".into(), true.into());
         }
-        // Live, the server decides where EOS falls; the generator still wants a distribution to
-        // build its request list. It never sizes anything: the report's KV footprint is the
-        // requested length (`live::measure::measured_point`).
-        if o.get("ignore_eos") != Some(&Value::Bool(true)) && !o.contains_key("output_len_dist") {
+        // Said, not left to a default: what the requests are sent with.
+        if !o.contains_key("ignore_eos") {
             o.insert("ignore_eos".into(), false.into());
-            o.insert("output_len_dist".into(), json!({"kind": "uniform", "min": 1, "max": 1}));
         }
         Ok((w, base))
     }
 
-    /// The workload: the same request list the simulator generates for it.
+    /// The workload: the same request list the simulator generates for it, and its section as
+    /// given (what the run record keeps).
     pub fn workload(&self) -> Result<(Value, Workload), String> {
-        let (json, base) = self.section_json()?;
-        let section: WorkloadSection = config::from_value(json.clone(), "workload").map_err(|e| e.to_string())?;
+        let (given, base) = self.section_json()?;
+        // Live, the server decides where EOS falls; the generator still wants a distribution to
+        // build its request list. It is a stand-in that sizes nothing (the report's KV footprint
+        // is the requested length, `live::measure::measured_point`) and stays out of the section
+        // returned for the run record: simulating that section without ignore_eos is then the
+        // config's clear error, not a run of 1-token outputs.
+        let mut json = given.clone();
+        if let Some(o) = json.as_object_mut() {
+            if o.get("ignore_eos") != Some(&Value::Bool(true)) && !o.contains_key("output_len_dist") {
+                o.insert("ignore_eos".into(), false.into());
+                o.insert("output_len_dist".into(), json!({"kind": "uniform", "min": 1, "max": 1}));
+            }
+        }
+        let section: WorkloadSection = config::from_value(json, "workload").map_err(|e| e.to_string())?;
         let mut res = Resources::default();
         if let Some(t) = &section.trace {
             let p = if Path::new(t).is_absolute() { PathBuf::from(t) } else { base.join(t) };
@@ -177,7 +187,7 @@ impl WorkloadArgs {
             }
         }
         let params = config::resolve_workload(&section, &res).map_err(|e| e.to_string())?;
-        Ok((json, workload::generate(&params)))
+        Ok((given, workload::generate(&params)))
     }
 }
 
@@ -339,6 +349,7 @@ impl Serialize for SaveResult<'_> {
         m.serialize_entry("ttfts", &o.iter().map(|o| o.ttft_s).collect::<Vec<_>>())?;
         m.serialize_entry("itls", &o.iter().map(|o| &o.itl_s).collect::<Vec<_>>())?;
         m.serialize_entry("start_times", &o.iter().map(|o| o.start_s).collect::<Vec<_>>())?;
+        m.serialize_entry("generated_texts", &o.iter().map(|o| o.generated_text.as_str()).collect::<Vec<_>>())?;
         m.serialize_entry(
             "errors",
             &o.iter().map(|o| o.error.as_ref().map(ToString::to_string).unwrap_or_default()).collect::<Vec<_>>(),

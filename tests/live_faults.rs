@@ -232,10 +232,16 @@ fn server_faults_are_recorded_per_request_and_the_run_completes() {
         "p99_itl_ms",
         "errors",
         "request_goodput",
+        "generated_texts",
     ] {
         assert!(saved.get(k).is_some(), "the saved result lacks {k}");
     }
     assert!(saved["request_goodput"].is_null(), "no --goodput: null, as vLLM writes it");
+    // The text streamed back, per request: the fake server sends " t0", " t1", ... per token.
+    let texts = saved["generated_texts"].as_array().unwrap();
+    assert_eq!(texts.len(), 30);
+    let ok = lines.iter().filter(|l| l["phase"] == "timed" && l["success"] == true).count();
+    assert_eq!(texts.iter().filter(|t| t.as_str().is_some_and(|t| t.starts_with(" t0 t1"))).count(), ok);
 }
 
 #[test]
@@ -422,10 +428,22 @@ fn bench_ignores_eos_on_random_and_sizes_requests_by_max_tokens() {
     // A trace without ignore_eos: the server decides where EOS falls; the footprint is still the
     // requested 100 + 50 tokens (160 in blocks of 16), not a stand-in output length.
     let trace = write_temp("eos-trace.csv", "arrival_time,input_len,output_len\n0,100,50\n0,100,50\n0,100,50\n");
+    let dir2 = dir.join("trace");
     let mut args = common.to_vec();
-    args.extend(["--dataset-name", "trace", "--trace", trace.to_str().unwrap()]);
+    args.extend(["--dataset-name", "trace", "--trace", trace.to_str().unwrap(), "--save-result", "--result-dir"]);
+    args.push(dir2.to_str().unwrap());
     let j = stdout_json(&run_cli(&args));
     assert_eq!(j["kv_request_footprint_tokens"].as_u64(), Some(160), "{j}");
+    // The run record keeps the workload as sent (ignore_eos false), not the generator's stand-in
+    // output lengths: simulating it is the config's clear error, not a run of 1-token outputs.
+    let record = std::fs::read_dir(&dir2)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with(".record.json"))
+        .expect("a run record");
+    let rec: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(record).unwrap()).unwrap();
+    let w = &rec["setup"]["workload"];
+    assert!(w["ignore_eos"] == false && w.get("output_len_dist").is_none(), "{w}");
 }
 
 /// `bench --scenario` reads the scenario's trace in its `trace_format` (a production trace), as

@@ -658,4 +658,26 @@ fn a_second_check_against_the_same_server_meets_a_cold_prefix_cache() {
         assert_eq!(p["predicted"]["prefix_cache_hit_rate"], 0.0);
         assert_eq!(p["measured"]["prefix_cache_hit_rate"], 0.0, "the first check's prompts were hit: {p}");
     }
+    // Without ignore_eos (a dataset other than random) the prediction would need where EOS falls:
+    // a clear error naming the field, never a prediction of 1-token outputs.
+    let o = run_cli(&[
+        "check",
+        "--base-url",
+        &s.url,
+        "--engine",
+        "vllm",
+        "--fit-on",
+        "1",
+        "--concurrency",
+        "1,2",
+        "--dataset-name",
+        "prefix_repetition",
+        "--num-prompts",
+        "8",
+        "--result-dir",
+        dir.join("c").to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("ignore_eos") && err.contains("output_len_dist"), "{err}");
 }

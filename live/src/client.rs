@@ -73,6 +73,9 @@ pub struct Outcome {
     /// `usage.completion_tokens`, or the number of chunks if usage is missing.
     pub output_tokens: u32,
     pub prompt_tokens: Option<u32>,
+    /// The text streamed back, as `vllm bench serve` collects it (`generated_text`): each chunk's
+    /// `choices[0].text` (completions) or `choices[0].delta.content` (chat), in order.
+    pub generated_text: String,
 }
 
 /// Request parameters.
@@ -197,6 +200,10 @@ async fn read_stream(mut resp: reqwest::Response, st: Instant, out: &mut Outcome
                     }
                     last = now;
                     chunks += 1;
+                    let c = &choices[0];
+                    if let Some(t) = c.get("text").or_else(|| c.get("delta").and_then(|d| d.get("content"))) {
+                        out.generated_text.push_str(t.as_str().unwrap_or_default());
+                    }
                 }
                 _ => {}
             }

@@ -306,12 +306,22 @@ mod tests {
 
     #[test]
     fn diff_lists_setup_fields_only() {
-        let a = json!({"setup": {"engine": {"kind": "vllm", "version": "0.32.0"}, "seed": 0}, "summary": {"x": 1}});
-        let b = json!({"setup": {"engine": {"kind": "vllm", "version": "0.33.0"}, "seed": 0, "host": "h"}, "summary": {"x": 2}});
+        let a = json!({"format": "servesim-run", "version": 1, "setup": {"engine": {"kind": "vllm", "version": "0.32.0"}, "seed": 0}, "summary": {"x": 1}});
+        let b = json!({"format": "servesim-run", "version": 1, "setup": {"engine": {"kind": "vllm", "version": "0.33.0"}, "seed": 0, "host": "h"}, "summary": {"x": 2}});
         let d = diff(&a, &b).unwrap();
         assert_eq!(d.len(), 2);
         assert_eq!(d[0].0, "engine.version");
         assert_eq!(d[1], ("host".into(), "(absent)".into(), "\"h\"".into()));
         assert!(diff(&json!({}), &b).is_err());
+        // Not a run record: another format, another version, a setup that is not an object.
+        for bad in [
+            json!({"setup": null}),
+            json!({"format": "x", "version": 1, "setup": {}}),
+            json!({"format": "servesim-run", "version": 2, "setup": {}}),
+            json!({"format": "servesim-run", "version": 1, "setup": null}),
+        ] {
+            let e = diff(&bad, &b).unwrap_err();
+            assert!(e.starts_with("not a servesim run record"), "{e}");
+        }
     }
 }
