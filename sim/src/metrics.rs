@@ -98,7 +98,9 @@ fn select_ranks_int<T: Ord>(values: &mut [T], ranks: &[usize]) {
 /// put at those ranks, in the order of `ranks`. `high` names the high half of each rank's
 /// value and its rank among the values sharing it; the values of those few high halves are
 /// gathered, and each such group is resolved exactly, by selection if it is small, else by
-/// a count of its low halves. Linear in `values`, without moving them.
+/// a count of its low halves. Linear in `values`, without moving them. `values` may also
+/// hold `u32::MAX` placeholders that `high` does not count (none of them a genuine value):
+/// they sort after every counted value, so no rank below the count reaches them.
 fn order_statistics_u32(values: &[u32], high: &[u32], ranks: &[usize]) -> Vec<u32> {
     debug_assert_eq!(high.len(), 1 << 16);
     let mut out = vec![0u32; ranks.len()];
@@ -199,71 +201,90 @@ impl Stats {
         if n == 0 {
             return Stats::default();
         }
-        // One walk over the records, while every gap fits in u32 (below 2^32 ns, 4.3 s): the
-        // sequential sum in the concatenated order, as `Stats::of` sums (its terms are never
-        // negative, so the sum's start, 0 or -0, gives the same bits; `f64::from` of a u32 is
-        // `ns_to_ms`'s conversion of the same value), the largest gap, and the gaps as u32
-        // counted by their high 16 bits. It stops after the record holding a larger gap; the
-        // u64 walks below then make them again.
+        // One walk over the records: the sequential sum in the concatenated order, as
+        // `Stats::of` sums (its terms are never negative, so the sum's start, 0 or -0, gives
+        // the same bits), the gaps as u32 counted by their high 16 bits, and the largest. A gap
+        // of `u32::MAX` ns (4.3 s) or more is "long": its copy is a `u32::MAX` placeholder,
+        // not counted in `high`, and its value is kept aside, in order, in `long` (c=128 and
+        // KV-starved runs have some among millions). Every long gap is at least every other,
+        // so the ranks past the others are the long ones' order statistics. (`f64::from` of a
+        // u32 is `ns_to_ms`'s conversion of the same value.)
         let (mut sum, mut max32, mut above) = (0.0f64, 0u32, 0u64);
         let mut v: Vec<u32> = Vec::with_capacity(n);
+        // The long gaps: (position in `v`, gap).
+        let mut long: Vec<(usize, u64)> = Vec::new();
         // A fixed-size array: indexed by a u32's high half, with no bounds check.
         let mut high: Box<[u32; 1 << 16]> = vec![0u32; 1 << 16].into_boxed_slice().try_into().expect("2^16 counts");
+        // Each record's gaps first as if none were long; the first record holding a long gap (a
+        // high word, or a gap of exactly `u32::MAX`) is taken back and walked again, and from
+        // it on every gap is tested (where one gap is long, others most likely are).
+        let mut tested = false;
         for r in recs {
-            v.extend(r.token_times_ns.windows(2).map(|w| {
-                let g = w[1] - w[0];
-                above |= g >> 32;
-                let g32 = g as u32;
-                max32 = max32.max(g32);
-                sum += f64::from(g32) / 1e6;
-                high[(g32 >> 16) as usize] += 1;
-                g32
-            }));
-            if above != 0 {
-                break;
-            }
-        }
-        let mut max_gap = u64::from(max32);
-        if above != 0 {
-            (sum, max_gap) = (0.0, 0);
-            for r in recs {
-                for w in r.token_times_ns.windows(2) {
+            if !tested {
+                let (from, sum0, max0) = (v.len(), sum, max32);
+                v.extend(r.token_times_ns.windows(2).map(|w| {
                     let g = w[1] - w[0];
-                    sum += ns_to_ms(g);
-                    max_gap = max_gap.max(g);
+                    above |= g >> 32;
+                    let g32 = g as u32;
+                    max32 = max32.max(g32);
+                    sum += f64::from(g32) / 1e6;
+                    high[(g32 >> 16) as usize] += 1;
+                    g32
+                }));
+                if above == 0 && max32 != u32::MAX {
+                    continue;
                 }
+                for &g in &v[from..] {
+                    high[(g >> 16) as usize] -= 1;
+                }
+                v.truncate(from);
+                (sum, max32, tested) = (sum0, max0, true);
             }
+            let base = v.len();
+            v.extend(r.token_times_ns.windows(2).enumerate().map(|(i, w)| {
+                let g = w[1] - w[0];
+                if g < u64::from(u32::MAX) {
+                    let g32 = g as u32;
+                    max32 = max32.max(g32);
+                    sum += f64::from(g32) / 1e6;
+                    high[(g32 >> 16) as usize] += 1;
+                    g32
+                } else {
+                    sum += ns_to_ms(g);
+                    long.push((base + i, g));
+                    u32::MAX
+                }
+            }));
         }
+        let max_gap = long.iter().map(|&(_, g)| g).max().unwrap_or(u64::from(max32));
         let mean = sum / n as f64;
         let max = ns_to_ms(max_gap);
-        let ranks = stat_ranks(n);
-        if max_gap <= u64::from(u32::MAX) {
-            // Gaps below 2^32 ns (4.3 s): the variance's pass and the order statistics over
-            // the u32 copy (`f64::from` of a u32 is `ns_to_ms`'s conversion of the same value).
-            let mut sq = 0.0f64;
-            for &g in &v {
-                let x = f64::from(g) / 1e6;
-                sq += (x - mean) * (x - mean);
-            }
-            let var = sq / n as f64;
-            let at = order_statistics_u32(&v, &high[..], &ranks);
-            let value = |i: usize| at[ranks.binary_search(&i).expect("a rank of stat_ranks")];
-            Stats::from_selected(mean, var, max, n, |i| ns_to_ms(u64::from(value(i))))
-        } else {
-            drop((v, high));
-            let mut sq = 0.0f64;
-            for r in recs {
-                for w in r.token_times_ns.windows(2) {
-                    let x = ns_to_ms(w[1] - w[0]);
-                    sq += (x - mean) * (x - mean);
-                }
-            }
-            let var = sq / n as f64;
-            let mut v: Vec<u64> = Vec::with_capacity(n);
-            v.extend(recs.iter().flat_map(|r| r.token_times_ns.windows(2).map(|w| w[1] - w[0])));
-            select_ranks_int(&mut v, &ranks);
-            Stats::from_selected(mean, var, max, n, |i| ns_to_ms(v[i]))
+        // The variance's pass over the copy, in the same order: the runs of other gaps between
+        // the long ones.
+        let (mut sq, mut from) = (0.0f64, 0);
+        for &(at, g) in &long {
+            sq = add_squared_deviations_ms(sq, &v[from..at], mean);
+            let x = ns_to_ms(g);
+            sq += (x - mean) * (x - mean);
+            from = at + 1;
         }
+        let sq = add_squared_deviations_ms(sq, &v[from..], mean);
+        let var = sq / n as f64;
+        let ranks = stat_ranks(n);
+        let short = n - long.len();
+        let split = ranks.partition_point(|&r| r < short);
+        let mut at: Vec<u64> = Vec::with_capacity(ranks.len());
+        if split > 0 {
+            at.extend(order_statistics_u32(&v, &high[..], &ranks[..split]).into_iter().map(u64::from));
+        }
+        if split < ranks.len() {
+            let long_ranks: Vec<usize> = ranks[split..].iter().map(|&r| r - short).collect();
+            let mut long: Vec<u64> = long.iter().map(|&(_, g)| g).collect();
+            select_ranks_int(&mut long, &long_ranks);
+            at.extend(long_ranks.iter().map(|&r| long[r]));
+        }
+        let value = |i: usize| at[ranks.binary_search(&i).expect("a rank of stat_ranks")];
+        Stats::from_selected(mean, var, max, n, |i| ns_to_ms(value(i)))
     }
 
     /// The value at one of [`PERCENTILES`]; None for another.
@@ -276,6 +297,25 @@ impl Stats {
             _ => None,
         }
     }
+}
+
+/// `sq` plus the squared deviations from `mean` of `gaps` (ns) in milliseconds, summed in order.
+#[inline(never)]
+fn add_squared_deviations_ms(mut sq: f64, gaps: &[u32], mean: f64) -> f64 {
+    let dev = |g: u32| {
+        let x = f64::from(g) / 1e6;
+        (x - mean) * (x - mean)
+    };
+    // Two at a time, added one after the other: the same sum.
+    let mut pairs = gaps.chunks_exact(2);
+    for p in &mut pairs {
+        sq += dev(p[0]);
+        sq += dev(p[1]);
+    }
+    for &g in pairs.remainder() {
+        sq += dev(g);
+    }
+    sq
 }
 
 fn ns_to_ms(ns: u64) -> f64 {
@@ -547,10 +587,11 @@ mod select_tests {
 
     proptest! {
         /// The token gaps' statistics, computed from the records, are bit for bit those of the
-        /// concatenated gaps in milliseconds (small gaps, and gaps past `u32::MAX` ns).
+        /// concatenated gaps in milliseconds (small gaps, gaps past `u32::MAX` ns, and gaps at
+        /// and around it).
         #[test]
         fn token_gap_stats_equal_stats_of_the_concatenated_gaps(
-            reqs in prop::collection::vec(prop::collection::vec(prop_oneof![0u64..50_000_000, 0u64..9_000_000_000], 0..40), 0..20),
+            reqs in prop::collection::vec(prop::collection::vec(prop_oneof![0u64..50_000_000, 0u64..9_000_000_000, 4_294_967_290u64..4_294_967_300], 0..40), 0..20),
         ) {
             let records: Vec<RequestRecord> = reqs
                 .iter()
