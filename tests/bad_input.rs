@@ -67,6 +67,28 @@ fn a_prompt_longer_than_max_model_len_or_the_pool_is_rejected() {
         ),
         &["workload.random_input_len", "could never finish"],
     );
+    // Longer than the model's positions (Qwen2.5-7B-Instruct: 32768): both engines refuse it.
+    rejects(
+        "beyond_positions.json",
+        &base(r#""max_model_len": 65536"#, r#""random_input_len": 100, "random_output_len": 10"#),
+        &["engine.max_model_len", "32768 positions"],
+    );
+    rejects(
+        "beyond_positions_sglang.json",
+        &base(r#""max_model_len": 1"#, r#""random_input_len": 100, "random_output_len": 10"#)
+            .replace(r#""kind": "vllm", "max_model_len": 1"#, r#""kind": "sglang", "context_length": 65536"#),
+        &["engine.context_length", "32768 positions"],
+    );
+    // A derived pool that cannot hold one request of max_model_len: vLLM does not start.
+    // Llama-3.1-8B at its 131072 positions needs 16 GiB of KV; an RTX 5090 at 0.92 has ~10 left.
+    rejects(
+        "pool_below_max_model_len.json",
+        &base("", r#""random_input_len": 100, "random_output_len": 10"#)
+            .replace(r#""kind": "vllm", "#, r#""kind": "vllm""#)
+            .replace("qwen2.5-7b-instruct", "llama-3.1-8b-instruct")
+            .replace("a100-80gb", "rtx-5090"),
+        &["engine.gpu_memory_utilization", "max_model_len 131072", "estimated maximum model length"],
+    );
 }
 
 #[test]
@@ -79,6 +101,28 @@ fn an_empty_workload_is_rejected() {
         trace.display()
     );
     rejects("empty_trace.json", &s, &["workload.trace", "no rows"]);
+}
+
+/// A trace row's shared prefix is a group and a length: either alone was dropped without a word.
+#[test]
+fn a_trace_prefix_group_without_its_length_is_rejected() {
+    for (name, body, field) in [
+        (
+            "group_only",
+            "arrival_time,input_len,output_len,prefix_group,prefix_len\n0,100,10,1,50\n0,100,10,1,\n",
+            "prefix_len",
+        ),
+        ("len_only", "arrival_time,input_len,output_len,prefix_len\n0,100,10,50\n", "prefix_group"),
+    ] {
+        let trace = write_temp(&format!("{name}.csv"), body);
+        let s = format!(
+            r#"{{"version": 1, "engine": {{"kind": "vllm"}}, "model": "qwen2.5-7b-instruct", "hardware": "a100-80gb",
+                "workload": {{"dataset_name": "trace", "trace": "{}", "ignore_eos": true}}}}"#,
+            trace.display()
+        );
+        let file = format!("{name}.json");
+        rejects(&file, &s, &[&format!("{name}.csv:"), field, "missing"]);
+    }
 }
 
 #[test]
@@ -103,6 +147,15 @@ fn other_mistakes_get_clear_errors() {
         "eos_dist.json",
         &base(r#""max_num_seqs": 4"#, r#""num_prompts": 3, "output_len_dist": {"kind": "geometric", "mean": 40}"#),
         &["workload.output_len_dist", "ignore_eos true"],
+    );
+    rejects(
+        "eos_past_max.json",
+        &base(
+            r#""max_num_seqs": 4"#,
+            r#""num_prompts": 3, "random_output_len": 512, "output_len_dist": {"kind": "uniform", "min": 600, "max": 900}"#,
+        )
+        .replace(r#""ignore_eos": true"#, r#""ignore_eos": false"#),
+        &["workload.output_len_dist.min", "largest max_tokens of the workload (512)"],
     );
     rejects("block.json", &base(r#""block_size": 24"#, r#""num_prompts": 3"#), &["engine.block_size", "1, 8, 16"]);
     rejects("rate.json", &base(r#""max_num_seqs": 4"#, r#""request_rate": -1"#), &["workload.request_rate"]);

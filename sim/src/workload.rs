@@ -68,6 +68,20 @@ impl TraceRow {
         if !(self.arrival_time.is_finite() && self.arrival_time >= 0.0) {
             return Err(("arrival_time", format!("must be a time in seconds from 0, got {}", self.arrival_time)));
         }
+        // A shared prefix is a group and a length together: one without the other would be
+        // dropped without a word (the row read as all unique prompt).
+        match (self.prefix_group, self.prefix_len) {
+            (Some(g), None) => {
+                return Err((
+                    "prefix_len",
+                    format!("missing: prefix_group {g} needs the length of the prefix it shares"),
+                ))
+            }
+            (None, Some(p)) if p > 0 => {
+                return Err(("prefix_group", format!("missing: prefix_len {p} needs the group whose prefix it shares")))
+            }
+            _ => {}
+        }
         if let (Some(p), true) = (self.prefix_len, self.prefix_group.is_some()) {
             if p > self.input_len {
                 return Err(("prefix_len", format!("{p} is longer than the prompt (input_len {})", self.input_len)));

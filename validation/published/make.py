@@ -290,8 +290,8 @@ GP_H100_DOUBT = ("hardware in doubt, listed and not judged: these H100 figures b
                  "publication; data/published/README.md). Run as H100 SXM anyway: {} (VALIDATION.md section 5, 2026-12-03)")
 
 
-def gpustack(key, model, gpu, extra_about="", skips=None, doubt=None):
-    sc = wl(vllm("0.11.0", model, gpu), dataset_name="random", random_input_len=4000 + GP_TEMPLATE, random_output_len=200,
+def gpustack(key, model, gpu, extra_about="", skips=None, doubt=None, engine_extra=None):
+    sc = wl(vllm("0.11.0", model, gpu, **(engine_extra or {})), dataset_name="random", random_input_len=4000 + GP_TEMPLATE, random_output_len=200,
             ignore_eos=True, seed=42)
     rows = []
     for il, ol, n in GP_SHAPES:
@@ -327,7 +327,13 @@ gpustack("qwen3-32b_h100", "qwen3-32b", "h100-80gb",
          "omits a flag. The other rows run with the derived pool.",
          skips={"32000": "servesim's derived KV pool (31,904 tokens) cannot hold one 32,108-token request (see about)"},
          doubt="median |error| 45.3% over every metric")
-gpustack("qwen3-32b_a100", "qwen3-32b", "a100-80gb")
+gpustack("qwen3-32b_a100", "qwen3-32b", "a100-80gb",
+         " Run with max_model_len 32768, which the page does not state: at the default 40,960 servesim's derived pool (36,800 "
+         "tokens) cannot hold one max_model_len request, and vLLM refuses to start then (check_enough_kv_cache_memory), yet the "
+         "engine ran; the same lab's ShareGPT page for this model and GPU gives its command with --max-model-len 32768. Nothing "
+         "else servesim computes depends on max_model_len here (the pool, batch limits and graphs do not), so the figures are the "
+         "same as at 40,960.",
+         engine_extra={"max_model_len": 32768})
 
 # 13. SGLang cookbook: SGLang 0.5.6, Llama-3.1-70B (base) TP 8 on 8x A100, sglang.bench_serving random with the default
 # range ratio 0 and seed 1. bench_serving draws the lengths with numpy's legacy generator: np.random.seed(1), then

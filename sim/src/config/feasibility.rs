@@ -59,6 +59,18 @@ pub(super) fn check_requests_fit(spec: &SimSpec) -> Result<()> {
     Ok(())
 }
 
+/// Largest max_tokens the workload can produce.
+pub fn max_output_len(w: &WorkloadParams) -> u32 {
+    match &w.dataset {
+        Dataset::Random { output_len, range_ratio, .. } => (f64::from(*output_len) * (1.0 + range_ratio)).ceil() as u32,
+        Dataset::PrefixRepetition { output_len, .. } => *output_len,
+        Dataset::Trace { rows } => rows.iter().take(w.num_prompts as usize).map(|r| r.output_len).max().unwrap_or(0),
+        Dataset::Requests { requests } => {
+            requests.iter().take(w.num_prompts as usize).map(|r| r.output_len).max().unwrap_or(0)
+        }
+    }
+}
+
 /// Largest prompt and largest prompt + max_tokens the workload can produce.
 pub fn max_request_lengths(w: &WorkloadParams) -> (u32, u32) {
     match &w.dataset {

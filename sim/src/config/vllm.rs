@@ -110,6 +110,18 @@ pub(super) fn resolve_vllm(
         ));
     }
     let max_model_len = match (f.max_model_len, model.max_position_embeddings) {
+        (Some(m), Some(p)) if m > p => {
+            // `ModelConfig.get_and_verify_max_len` (`_get_and_verify_max_len`): longer than the
+            // model's positions is refused unless rope scaling extends them.
+            return Err(ConfigError::new(
+                "engine.max_model_len",
+                format!(
+                    "{m} is longer than the model's {p} positions (max_position_embeddings of the card), which vLLM \
+                     refuses; a context extended by rope scaling (YaRN) needs a model card whose \
+                     max_position_embeddings is the extended length"
+                ),
+            ));
+        }
         (Some(m), _) => positive("engine.max_model_len", m)?,
         (None, Some(m)) => m,
         (None, None) => {
@@ -187,6 +199,27 @@ pub(super) fn resolve_vllm(
                     (acct.requested as f64 - used as f64).abs() / (1u64 << 30) as f64,
                     if acct.requested >= used { "left" } else { "short" },
                     gib(2 * page)
+                ),
+            ));
+        }
+        // `check_enough_kv_cache_memory` (v1/core/kv_cache_utils.py): the pool must hold one
+        // request of max_model_len, or vLLM refuses to start (a pinned pool was logged by an
+        // engine that started, or overrides the sizing after this check).
+        let needed = u64::from(max_model_len).div_ceil(u64::from(block_size));
+        if needed > blocks {
+            let field =
+                if f.max_model_len.is_some() { "engine.max_model_len" } else { "engine.gpu_memory_utilization" };
+            return Err(ConfigError::new(
+                field,
+                format!(
+                    "the pool of {} tokens ({:.2} GiB per GPU at gpu_memory_utilization {util}) cannot hold one request of \
+                     max_model_len {max_model_len} ({:.2} GiB), which vLLM refuses at start-up; the estimated maximum \
+                     model length is {}: set engine.max_model_len at most that, or raise gpu_memory_utilization or \
+                     tensor_parallel_size",
+                    blocks * u64::from(block_size),
+                    gib(acct.kv),
+                    gib(needed * page),
+                    blocks * u64::from(block_size)
                 ),
             ));
         }

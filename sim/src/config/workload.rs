@@ -266,7 +266,7 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
         }
         _ => {}
     }
-    Ok(WorkloadParams {
+    let params = WorkloadParams {
         dataset,
         num_prompts,
         num_warmups,
@@ -279,7 +279,22 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
         // Unset: `resolve` replaces this by the modelled release's default (`default_initial_test_request`).
         initial_test_request: w.initial_test_request.unwrap_or(true),
         seed: w.seed.unwrap_or(0),
-    })
+    };
+    // EOS drawn at or past every request's max_tokens never ends one: the distribution would be
+    // read and have no effect (every output its max_tokens, as with ignore_eos).
+    if let Some(OutputLenDist::Uniform { min, .. }) = params.output_len_dist {
+        let top = super::feasibility::max_output_len(&params);
+        if min >= top {
+            return Err(ConfigError::new(
+                "workload.output_len_dist.min",
+                format!(
+                    "{min} is at or above the largest max_tokens of the workload ({top}): EOS would never end an \
+                     output before its max_tokens, so the distribution has no effect; lower it, or set ignore_eos true"
+                ),
+            ));
+        }
+    }
+    Ok(params)
 }
 
 /// Fields of another dataset are errors: a field the run ignores must not look used.

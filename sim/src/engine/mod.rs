@@ -32,23 +32,48 @@ impl Version {
         Version { major, minor, patch }
     }
 
-    /// Parses `0.28.0`, `0.28`, `v0.5.23` or `0.4.10.post2` (suffixes ignored).
+    /// Parses `0.28.0`, `0.28`, `v0.5.23`, `0.4.10.post2`, `0.11.0rc1` or `0.8.5+cu121`: a
+    /// release of two to four numbers, then at most a PEP 440 pre-, post- or dev-release and a
+    /// local label (read and ignored). Anything else (`0.28x.7`, `0.28.`, `latest`) is None: a
+    /// version that only looks parsed would pick another release's rules.
     pub fn parse(s: &str) -> Option<Version> {
         let s = s.trim().trim_start_matches('v');
-        let mut parts = s.split('.');
-        let num = |p: Option<&str>| -> Option<u32> {
-            let p = p?;
-            let digits: String = p.chars().take_while(|c| c.is_ascii_digit()).collect();
-            digits.parse().ok()
-        };
-        let major = num(parts.next())?;
-        let minor = num(parts.next())?;
-        let patch = match parts.next() {
-            Some(p) => num(Some(p))?,
-            None => 0,
-        };
-        Some(Version { major, minor, patch })
+        let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+        let (release, suffix) = s.split_at(split);
+        // `0.4.10.post2`: the dot before the suffix belongs to it.
+        let release = if suffix.is_empty() { release } else { release.strip_suffix('.').unwrap_or(release) };
+        let nums: Vec<u32> = release.split('.').map(|p| p.parse().ok()).collect::<Option<_>>()?;
+        if !(2..=4).contains(&nums.len()) || !pep440_suffix(suffix) {
+            return None;
+        }
+        Some(Version { major: nums[0], minor: nums[1], patch: nums.get(2).copied().unwrap_or(0) })
     }
+}
+
+/// A PEP 440 suffix: `[{a|b|rc|c|alpha|beta|pre|preview}N][.postN][.devN][+local]`, each
+/// part optional, `.`, `-` or `_` allowed before each.
+fn pep440_suffix(s: &str) -> bool {
+    let (public, local) = match s.split_once('+') {
+        Some((p, l)) => (p, Some(l)),
+        None => (s, None),
+    };
+    if let Some(l) = local {
+        if l.is_empty() || !l.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_')) {
+            return false;
+        }
+    }
+    let lower = public.to_ascii_lowercase();
+    let mut rest = lower.as_str();
+    let groups: [&[&str]; 3] =
+        [&["alpha", "beta", "preview", "pre", "rc", "a", "b", "c"], &["post", "rev", "r"], &["dev"]];
+    for tags in groups {
+        let r = rest.trim_start_matches(['.', '-', '_']);
+        if let Some(t) = tags.iter().find(|t| r.starts_with(**t)) {
+            let after = &r[t.len()..];
+            rest = after.trim_start_matches(|c: char| c.is_ascii_digit());
+        }
+    }
+    rest.is_empty()
 }
 
 impl fmt::Display for Version {
@@ -230,6 +255,13 @@ mod tests {
         assert_eq!(Version::parse("0.4.10.post2"), Some(Version::new(0, 4, 10)));
         assert_eq!(Version::parse("0.11"), Some(Version::new(0, 11, 0)));
         assert_eq!(Version::parse("x"), None);
+        assert_eq!(Version::parse("0.11.0rc1"), Some(Version::new(0, 11, 0)));
+        assert_eq!(Version::parse("0.8.5+cu121"), Some(Version::new(0, 8, 5)));
+        assert_eq!(Version::parse("0.10.1.1"), Some(Version::new(0, 10, 1)));
+        assert_eq!(Version::parse("0.11.1.dev12+g1234abc"), Some(Version::new(0, 11, 1)));
+        for junk in ["0.28x.7", "0.28.", "0.28.0x", "0..28", "latest", "0", "0.28.0+", "1.2.3.4.5", "0.5.3-beta-7x"] {
+            assert_eq!(Version::parse(junk), None, "{junk}");
+        }
         assert!(Version::new(0, 20, 0) > Version::new(0, 17, 1));
     }
 }
