@@ -313,6 +313,9 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
         .inspect(|_| pb.inc(1))
         .map(|c| {
             let mut raw: RawScenario = base.clone();
+            // The host the GPUs are driven from (WSL2 moves every memory fraction's budget) is
+            // the scenario's, whichever GPU the candidate puts in it.
+            let host = raw.json.get("hardware").and_then(|h| h.get("host")).cloned();
             clear_fleet_shape(&mut raw.json);
             if c.prefill.is_none() {
                 // Mixed replicas: the scenario's KV link and decode router have nothing to serve.
@@ -333,8 +336,15 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
                 }
             }
             // A run that did not complete has no metrics to judge: an error, with its reason.
-            let r =
-                load::apply_overrides(&mut raw, &s, None).and_then(|_| load::resolve(&raw)).and_then(|(_, spec)| {
+            let r = load::apply_overrides(&mut raw, &s, None)
+                .map(|_| {
+                    if let Some(h) = &host {
+                        let gpu = raw.json["hardware"].clone();
+                        raw.json["hardware"] = serde_json::json!({"gpu": gpu, "host": h});
+                    }
+                })
+                .and_then(|_| load::resolve(&raw))
+                .and_then(|(_, spec)| {
                     let out = sim::simulate(&spec, RunOptions::default());
                     out.run.stop.completed().map(|()| PointReport::of(&spec, &out))
                 });

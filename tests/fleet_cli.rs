@@ -328,3 +328,34 @@ fn a_bad_trace_is_exit_2_naming_the_file_and_line() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("azure_conv_2023_sample.csv: line 1, column 1"), "{}", stderr(&o));
 }
+
+/// A candidate replaces the scenario's GPU, not the host it is driven from: the default
+/// scenario's RTX 5090 under WSL2 keeps the pool its start-up log printed (the Linux total would
+/// give 12% more).
+#[test]
+fn plan_keeps_the_scenarios_host() {
+    let cands = write_temp(
+        "fleet-cli-host-cands.json",
+        r#"{"prices_per_gpu_hour": {"rtx-5090": 0.5}, "gpus": ["rtx-5090"], "replicas": [1]}"#,
+    );
+    let pool = |scenario: &str| {
+        let o = run_cli(&[
+            "plan",
+            scenario,
+            "--candidates",
+            cands.to_str().unwrap(),
+            "--slo",
+            "mean_ttft_ms<=100000",
+            "--json",
+        ]);
+        stdout_json(&o)["best"]["metrics"]["kv_cache_tokens"].as_f64().expect("a plan")
+    };
+    let default = "scenarios/rtx5090-qwen2.5-7b-vllm.json";
+    let wsl2 = pool(default);
+    // The start-up log's pool (the scenario's kv_cache_tokens, which plan re-derives).
+    assert!((wsl2 / 194_896.0 - 1.0).abs() < 0.01, "{wsl2}");
+    let mut s: Value = serde_json::from_str(&std::fs::read_to_string(default).unwrap()).unwrap();
+    s["hardware"] = "rtx-5090".into();
+    let linux = write_temp("fleet-cli-linux-5090.json", &s.to_string());
+    assert!(pool(linux.to_str().unwrap()) > 1.05 * wsl2);
+}
