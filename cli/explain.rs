@@ -35,11 +35,7 @@ fn gib(b: u64) -> String {
 /// The text rendering of an explanation.
 pub fn text(e: &Explanation) -> String {
     let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "Why the metrics are what they are ({} {}, concurrency {}):",
-        e.engine, e.engine_version, e.max_concurrency
-    );
+    let _ = writeln!(s, "Why the metrics are what they are ({} {}, {}):", e.engine, e.engine_version, e.load);
     let _ = writeln!(s, "Scenario: {} ({} on {})", e.scenario, e.model_id, e.hardware);
     let d = &e.deployment;
     let _ = writeln!(

@@ -279,6 +279,28 @@ fn explain_says_why_ttft_explodes_past_the_kv_limited_concurrency() {
         .any(|k| k.contains("GPU utilisation")));
 }
 
+/// A scenario with its own arrivals is explained at that load, and its knee is the engine's (a
+/// closed loop over the same requests), not where the offered rate is met.
+#[test]
+fn explain_keeps_an_open_loop_load_and_finds_the_knee_in_a_closed_loop() {
+    let common = ["explain", "--json", "--set", "workload.num_prompts=100"];
+    let closed = stdout_json(&run_cli(&common));
+    let mut args = common.to_vec();
+    args.extend(["--set", "workload.max_concurrency=null", "--set", "workload.request_rate=2"]);
+    let open = stdout_json(&run_cli(&args));
+    assert!(open["max_concurrency"].is_null(), "{}", open["max_concurrency"]);
+    assert_eq!(open["load"], "a request rate of 2 requests/s");
+    assert_eq!(open["point"]["request_rate"], 2.0, "the explained run keeps the scenario's rate");
+    // 2 requests/s of 512 output tokens offer ~1,000 tokens/s: a sweep under that rate would put
+    // the knee where the rate is met. The closed-loop sweep is the scenario's without the rate.
+    assert_eq!(open["knee"], closed["knee"]);
+    assert!(open["knee"]["max_concurrency"].as_u64().is_some_and(|k| (21..=63).contains(&k)), "{}", open["knee"]);
+    let why = open["explanation"].as_array().unwrap();
+    assert!(why.iter().any(|s| s.as_str().unwrap().starts_with("At a request rate of 2 requests/s, mean TTFT")));
+    assert!(why.iter().any(|s| s.as_str().unwrap().starts_with("The throughput knee of a closed loop")));
+    assert_eq!(closed["load"], "concurrency 1");
+}
+
 #[test]
 fn tune_finds_the_best_configuration_under_slos_with_its_pareto_front() {
     let args = [

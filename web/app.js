@@ -407,7 +407,7 @@ function explainAll(result) {
       const exReq = { ...r.req, sets: r.sets.concat(state.mode === 'rate' ? [] : []), seed: r.seed, concurrency: concurrency() };
       const ex = cached('explain:' + JSON.stringify(exReq), () => sim.explain(exReq));
       r.explain = ex;
-      target.innerHTML = `<h4>Why (servesim explain, concurrency ${ex.value.max_concurrency})</h4><ol>${ex.value.explanation.map((s) => `<li>${esc(s)}</li>`).join('')}</ol>`;
+      target.innerHTML = `<h4>Why (servesim explain, ${esc(ex.value.load)})</h4><ol>${ex.value.explanation.map((s) => `<li>${esc(s)}</li>`).join('')}</ol>`;
     } catch (e) {
       target.textContent = 'explain: ' + e.message;
     }

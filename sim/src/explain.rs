@@ -26,8 +26,9 @@ pub const MAX_EXPLAIN_CONCURRENCY: u32 = 1_000_000;
 /// The runs an explanation needs.
 #[derive(Clone, Debug)]
 pub struct Plan {
-    /// The concurrency explained.
-    pub concurrency: u32,
+    /// The concurrency explained; `None`: the scenario's own open-loop load (a request rate
+    /// or a trace's arrivals) with no cap on requests in flight.
+    pub concurrency: Option<u32>,
     /// The run at that concurrency.
     pub point: SimSpec,
     /// Concurrencies of the sweep around the limit, increasing.
@@ -38,6 +39,42 @@ pub struct Plan {
     pub notes: Vec<String>,
     /// The KV-limited concurrency of the scenario's workload.
     pub limit: KvLimit,
+}
+
+/// The scenario's arrivals are its own (a request rate, or a trace's timestamps): an open loop,
+/// whose throughput is what it offers until the engine saturates.
+fn open_loop(base: &SimSpec) -> bool {
+    base.workload.request_rate.is_some()
+        || matches!(base.workload.dataset, Dataset::Trace { .. } | Dataset::Requests { .. })
+}
+
+/// The knee is a closed loop's (`vllm bench serve --max-concurrency N --request-rate inf`): the
+/// arrivals set aside, every request sent as soon as one of the N slots is free, the request
+/// mix kept. Under an offered rate, throughput stops growing where the rate is met, not where
+/// the engine saturates: a knee found there would be the load's, not the engine's.
+fn closed_loop(s: &mut SimSpec) {
+    s.workload.request_rate = None;
+    match &mut s.workload.dataset {
+        Dataset::Trace { rows } => rows.iter_mut().for_each(|r| r.arrival_time = 0.0),
+        Dataset::Requests { requests } => std::sync::Arc::make_mut(requests).iter_mut().for_each(|r| r.arrival_ns = 0),
+        _ => {}
+    }
+}
+
+/// The explained run's load in words: "concurrency N", or its rate or trace and any cap.
+fn load_phrase(s: &SimSpec, open: bool) -> String {
+    if !open {
+        return format!("concurrency {}", s.workload.max_concurrency.unwrap_or(1));
+    }
+    let arrivals = match (&s.workload.dataset, s.workload.request_rate) {
+        (Dataset::Trace { .. } | Dataset::Requests { .. }, _) => "the trace's arrivals".to_string(),
+        (_, Some(r)) => format!("a request rate of {r} requests/s"),
+        (_, None) => "requests sent at once".to_string(),
+    };
+    match s.workload.max_concurrency {
+        Some(c) => format!("{arrivals}, at most {c} in flight"),
+        None => arrivals,
+    }
 }
 
 fn with_load(base: &SimSpec, concurrency: u32, prompts: Option<u32>) -> SimSpec {
@@ -79,26 +116,47 @@ pub fn plan(base: &SimSpec, concurrency: Option<u32>) -> Result<Plan, String> {
     let limit = kv_limited_concurrency(base, &w0);
     let (_, binding_at) = binding(base, limit.concurrency);
     let limit_c = binding_at.clamp(1, u64::from(MAX_EXPLAIN_CONCURRENCY));
-    let conc = concurrency.or(base.workload.max_concurrency).unwrap_or((2 * limit_c).max(2) as u32);
-    if conc == 0 || conc > MAX_EXPLAIN_CONCURRENCY {
-        return Err(format!("--concurrency: must be from 1 to {MAX_EXPLAIN_CONCURRENCY}, got {conc}"));
+    let open = open_loop(base);
+    // An open-loop scenario is explained at its own load unless a concurrency is asked for.
+    let conc = match concurrency.or(base.workload.max_concurrency) {
+        Some(c) => Some(c),
+        None if open => None,
+        None => Some((2 * limit_c).max(2) as u32),
+    };
+    if let Some(conc) = conc {
+        if conc == 0 || conc > MAX_EXPLAIN_CONCURRENCY {
+            return Err(format!("--concurrency: must be from 1 to {MAX_EXPLAIN_CONCURRENCY}, got {conc}"));
+        }
     }
     let mut notes = Vec::new();
+    if open {
+        notes.push(
+            "the scenario's arrivals are its own (a request rate or a trace): the explained run keeps them; \
+             the sweep that finds the knee is a closed loop (each concurrency's requests sent back to back, \
+             the same request mix), as an offered rate would cap throughput before the engine does"
+                .to_string(),
+        );
+    }
     // Enough requests that the explained run reaches its steady state.
-    let prompts = if Some(conc) == base.workload.max_concurrency {
-        None
-    } else {
-        let want = 4u64 * u64::from(conc);
-        let capped = want.min(u64::from(MAX_EXPLAIN_PROMPTS)) as u32;
-        if want > u64::from(capped.max(base.workload.num_prompts)) {
-            notes.push(format!(
+    let prompts = match conc {
+        _ if conc == base.workload.max_concurrency => None,
+        None => None,
+        Some(conc) => {
+            let want = 4u64 * u64::from(conc);
+            let capped = want.min(u64::from(MAX_EXPLAIN_PROMPTS)) as u32;
+            if want > u64::from(capped.max(base.workload.num_prompts)) {
+                notes.push(format!(
                 "the run at concurrency {conc} has {} prompts, not 4 × {conc} (explain runs at most {MAX_EXPLAIN_PROMPTS}): it shows the first waves, not a steady state",
                 capped.max(base.workload.num_prompts)
             ));
+            }
+            Some(base.workload.num_prompts.max(capped))
         }
-        Some(base.workload.num_prompts.max(capped))
     };
-    let point = with_load(base, conc, prompts);
+    let point = match conc {
+        Some(c) => with_load(base, c, prompts),
+        None => base.clone(),
+    };
     let mut grid: Vec<u32> = [
         1,
         limit_c / 4,
@@ -116,8 +174,14 @@ pub fn plan(base: &SimSpec, concurrency: Option<u32>) -> Result<Plan, String> {
     grid.sort_unstable();
     grid.dedup();
     let per = (base.workload.num_prompts / base.workload.max_concurrency.unwrap_or(1).max(1)).clamp(2, 8);
-    let grid_specs =
-        grid.iter().map(|&c| with_load(base, c, Some(c.saturating_mul(per).min(MAX_EXPLAIN_PROMPTS.max(c))))).collect();
+    let grid_specs = grid
+        .iter()
+        .map(|&c| {
+            let mut s = with_load(base, c, Some(c.saturating_mul(per).min(MAX_EXPLAIN_PROMPTS.max(c))));
+            closed_loop(&mut s);
+            s
+        })
+        .collect();
     Ok(Plan { concurrency: conc, point, grid, grid_specs, notes, limit })
 }
 
@@ -170,7 +234,11 @@ pub struct OutsideTheEngine {
 pub struct Explanation {
     pub scenario: String,
     pub engine: String,
-    pub max_concurrency: u32,
+    /// The explained run's cap on requests in flight; `null`: the scenario's open-loop load
+    /// (`request_rate` or a trace's arrivals) with no cap.
+    pub max_concurrency: Option<u32>,
+    /// The explained run's load in words ("concurrency 8", "a request rate of 4 requests/s").
+    pub load: String,
     pub kv_cache_tokens: u64,
     pub kv_request_footprint_tokens: u64,
     pub kv_limited_concurrency: u64,
@@ -240,6 +308,9 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
     let max_running = u64::from(base.engine.max_running());
     let (binding_limit, binding_at) = binding(base, limit.concurrency);
     let conc = plan.concurrency;
+    let open = open_loop(base);
+    let load = load_phrase(spec, open);
+    let closed = if open { " of a closed loop (the sweep's requests sent back to back)" } else { "" };
 
     // No knee through a run that did not complete (`crate::sweep::sweep_knee`); the notes say which.
     let knee = crate::sweep::sweep_knee(&plan.grid, grid).map(|k| plan.grid[k.index]);
@@ -304,7 +375,7 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
         ));
     }
     why.push(format!(
-        "At concurrency {conc}, mean TTFT is {:.1} ms: {:.1} ms ({:.0}%) queue wait before the first step, {:.1} ms ({:.0}%) of prefill steps, {:.1} ms ({:.0}%) of interleaving (waiting between chunks, and recompute after preemption), {:.1} ms ({:.0}%) outside the engine (HTTP, tokenisation, streaming).",
+        "At {load}, mean TTFT is {:.1} ms: {:.1} ms ({:.0}%) queue wait before the first step, {:.1} ms ({:.0}%) of prefill steps, {:.1} ms ({:.0}%) of interleaving (waiting between chunks, and recompute after preemption), {:.1} ms ({:.0}%) outside the engine (HTTP, tokenisation, streaming).",
         m.ttft.mean,
         b.queue_wait_ms, pct(b.queue_wait_ms, m.ttft.mean),
         b.prefill_ms, pct(b.prefill_ms, m.ttft.mean),
@@ -320,15 +391,15 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
             recompute_s
         ));
     } else {
-        why.push(format!("No request was {} at this concurrency.", if sglang { "retracted" } else { "preempted" }));
+        why.push(format!("No request was {} at this load.", if sglang { "retracted" } else { "preempted" }));
     }
     match knee {
         Some(k) => why.push(format!(
-            "The throughput knee is at concurrency {k}: past it, added concurrency no longer comes back as throughput (under a tenth of it does, or less than 2% more) and TTFT keeps rising{}.",
+            "The throughput knee{closed} is at concurrency {k}: past it, added concurrency no longer comes back as throughput (under a tenth of it does, or less than 2% more) and TTFT keeps rising{}.",
             if u64::from(k) <= binding_at * 2 && u64::from(k) * 2 >= binding_at { ", close to the limit above" } else { "" }
         )),
         None => why.push(format!(
-            "No knee up to concurrency {}: throughput still grows.",
+            "No knee{closed} up to concurrency {}: throughput still grows.",
             plan.grid.last().copied().unwrap_or(1)
         )),
     }
@@ -374,6 +445,7 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
         scenario: scenario.to_string(),
         engine: engine.to_string(),
         max_concurrency: conc,
+        load,
         kv_cache_tokens: limit.kv_capacity_tokens,
         kv_request_footprint_tokens: limit.footprint_tokens,
         kv_limited_concurrency: limit.concurrency,
