@@ -553,7 +553,11 @@ impl Band {
                 };
                 (u.intervals(center, members), source)
             }
-            Band::Uncalibrated(src) => (unc::uncalibrated_intervals(center, src), src.source.clone()),
+            Band::Uncalibrated(src) => {
+                let b = &center.bench;
+                let ceiling = b.last_arrival_s.map(|t| b.duration / t);
+                (unc::uncalibrated_intervals(center, src, ceiling), src.source.clone())
+            }
         }
     }
 }

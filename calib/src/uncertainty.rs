@@ -512,13 +512,26 @@ pub fn uncalibrated_errors(gpu: &str, engine: &str) -> UncalibratedSource {
 }
 
 /// Intervals for an uncalibrated prediction: the measured value lies within
-/// `[pred / (1 + e), pred · (1 + e)]` for the family's 90% |error| `e`.
-pub fn uncalibrated_intervals(center: &impl Metrics, src: &UncalibratedSource) -> Named<Interval> {
+/// `[pred / (1 + e), pred · (1 + e)]` for the family's 90% |error| `e`. `throughput_ceiling`:
+/// the most a run's throughputs could grow by (an open loop: its duration over the span of its
+/// arrivals, since no engine finishes before the last request arrives); an interval never
+/// reaches above what the load offers. `None`: a closed loop, no such bound.
+pub fn uncalibrated_intervals(
+    center: &impl Metrics,
+    src: &UncalibratedSource,
+    throughput_ceiling: Option<f64>,
+) -> Named<Interval> {
     let mut out = Named::new();
     for k in METRICS {
         let Some(c) = center.metric(k) else { continue };
         let e = src.p90_abs_error.get(metric_family(k.key())).copied().unwrap_or(1.0);
-        out.push(k.key(), Interval { p05: c / (1.0 + e), p95: c * (1.0 + e) });
+        let mut p95 = c * (1.0 + e);
+        if let (Some(f), Metric::RequestThroughput | Metric::OutputThroughput | Metric::TotalTokenThroughput) =
+            (throughput_ceiling, k)
+        {
+            p95 = p95.min(c * f.max(1.0));
+        }
+        out.push(k.key(), Interval { p05: c / (1.0 + e), p95 });
     }
     out
 }
@@ -560,6 +573,32 @@ mod tests {
         fn completed(&self) -> bool {
             self.1
         }
+    }
+
+    /// An open loop's throughput band stops at what its arrivals offer; its latency bands and a
+    /// closed loop's throughput band are the error's.
+    #[test]
+    fn an_uncalibrated_throughput_band_stays_below_the_offered_load() {
+        struct T;
+        impl Metrics for T {
+            fn metric(&self, m: Metric) -> Option<f64> {
+                match m {
+                    Metric::OutputThroughput => Some(1000.0),
+                    Metric::MeanTtftMs => Some(50.0),
+                    _ => None,
+                }
+            }
+        }
+        let mut p90 = Named::new();
+        p90.push("throughput", 0.3);
+        p90.push("ttft", 0.5);
+        let src = UncalibratedSource { source: "test".into(), p90_abs_error: p90 };
+        let open = uncalibrated_intervals(&T, &src, Some(1.05));
+        let o = open.get("output_throughput").unwrap();
+        assert!((o.p95 - 1050.0).abs() < 1e-9 && (o.p05 - 1000.0 / 1.3).abs() < 1e-9, "{o:?}");
+        assert!((open.get("mean_ttft_ms").unwrap().p95 - 75.0).abs() < 1e-9);
+        let closed = uncalibrated_intervals(&T, &src, None);
+        assert!((closed.get("output_throughput").unwrap().p95 - 1300.0).abs() < 1e-9);
     }
 
     #[test]

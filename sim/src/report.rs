@@ -324,6 +324,10 @@ pub struct BenchReport {
     /// `burstiness` `null` (neither applies).
     pub trace_arrivals: bool,
     pub max_concurrency: Option<u32>,
+    /// Seconds from the first timed arrival to the last (not a report key): no engine can finish
+    /// the timed requests sooner, so an open loop's throughput is at most what the run's duration
+    /// gives over that span. `None`: every request arrived at once.
+    pub last_arrival_s: Option<f64>,
     /// `duration`: seconds of the timed phase.
     pub duration: f64,
     pub completed: u64,
@@ -391,6 +395,11 @@ impl BenchReport {
             burstiness: w.burstiness,
             trace_arrivals: w.trace_arrivals,
             max_concurrency: w.max_concurrency,
+            last_arrival_s: {
+                let (lo, hi) =
+                    w.requests.iter().fold((u64::MAX, 0), |(lo, hi), r| (lo.min(r.arrival_ns), hi.max(r.arrival_ns)));
+                (hi > lo).then(|| (hi - lo) as f64 / 1e9)
+            },
             duration: m.duration_s,
             completed: m.completed,
             failed: m.failed,
