@@ -672,6 +672,8 @@ fn a_second_check_against_the_same_server_meets_a_cold_prefix_cache() {
         "1,2",
         "--dataset-name",
         "prefix_repetition",
+        "--prefix-repetition-num-prefixes",
+        "2",
         "--num-prompts",
         "8",
         "--result-dir",
