@@ -328,11 +328,13 @@ gpustack("qwen3-32b_h100", "qwen3-32b", "h100-80gb",
          skips={"32000": "servesim's derived KV pool (31,904 tokens) cannot hold one 32,108-token request (see about)"},
          doubt="median |error| 45.3% over every metric")
 gpustack("qwen3-32b_a100", "qwen3-32b", "a100-80gb",
-         " Run with max_model_len 32768, which the page does not state: at the default 40,960 servesim's derived pool (36,800 "
-         "tokens) cannot hold one max_model_len request, and vLLM refuses to start then (check_enough_kv_cache_memory), yet the "
-         "engine ran; the same lab's ShareGPT page for this model and GPU gives its command with --max-model-len 32768. Nothing "
-         "else servesim computes depends on max_model_len here (the pool, batch limits and graphs do not), so the figures are the "
-         "same as at 40,960.",
+         " Run with max_model_len 32768, which the page does not state. At the default 40,960 the engine cannot have started: one "
+         "request of 40,960 tokens needs 10.0 GiB of KV (256 KiB a token), and 0.9 of the card (76.6 GB) less the 65.5 GB of "
+         "weights leaves 10.3 GiB before any activation, non-torch or CUDA-graph memory (servesim derives a 36,800-token pool), "
+         "and vLLM refuses to start when the pool cannot hold one max_model_len request (check_enough_kv_cache_memory). The same "
+         "lab's ShareGPT page for this model and GPU gives its command with --max-model-len 32768. Nothing else servesim computes "
+         "depends on max_model_len here (the pool, batch limits and graphs do not), so the figures are the ones it gave at 40,960 "
+         "before it checked this.",
          engine_extra={"max_model_len": 32768})
 
 # 13. SGLang cookbook: SGLang 0.5.6, Llama-3.1-70B (base) TP 8 on 8x A100, sglang.bench_serving random with the default
