@@ -103,7 +103,7 @@ fn tp_steps_pay_the_embedding_all_reduce_and_the_logits_all_gather() {
         sim::config::resolve(
             &sim::config::from_value(
                 serde_json::json!({"version": 1,
-                    "engine": {"kind": "vllm", "version": "0.11.0", "kv_cache_tokens": 100000, "max_model_len": 8192,
+                    "engine": {"kind": "vllm", "version": "0.11.0", "kv_cache_tokens": 16000, "max_model_len": 8192,
                                "tensor_parallel_size": tp},
                     "model": "llama-3.1-70b-instruct", "hardware": {"gpu": "h200", "count": tp},
                     "workload": {"dataset_name": "random", "random_input_len": 1024, "random_output_len": 128, "ignore_eos": true}}),

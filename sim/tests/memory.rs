@@ -80,17 +80,17 @@ fn an_fp8_kv_cache_doubles_the_pool() {
 #[test]
 fn fp8_weights_leave_more_room_for_kv() {
     let bf16 =
-        resolve(scenario(json!({"kind": "vllm", "tensor_parallel_size": 2}), "llama-3.3-70b-instruct", "h100-80gb", 2))
+        resolve(scenario(json!({"kind": "vllm", "tensor_parallel_size": 2, "max_model_len": 8192}), "llama-3.3-70b-instruct", "h100-80gb", 2))
             .unwrap();
     let fp8 = resolve(scenario(
-        json!({"kind": "vllm", "tensor_parallel_size": 2}),
+        json!({"kind": "vllm", "tensor_parallel_size": 2, "max_model_len": 8192}),
         "llama-3.3-70b-instruct-fp8",
         "h100-80gb",
         2,
     ))
     .unwrap();
     let online = resolve(scenario(
-        json!({"kind": "vllm", "tensor_parallel_size": 2, "quantization": "fp8"}),
+        json!({"kind": "vllm", "tensor_parallel_size": 2, "quantization": "fp8", "max_model_len": 8192}),
         "llama-3.3-70b-instruct",
         "h100-80gb",
         2,
@@ -109,7 +109,8 @@ fn graphs(spec: &SimSpec) -> u64 {
 #[test]
 fn the_cuda_graph_estimate_is_charged_from_vllm_0_21_on_the_v1_model_runner_only() {
     let vllm = |extra: Value, model: &str| {
-        let mut e = json!({"kind": "vllm"});
+        // At its 131,072 positions Llama-3.1-8B's one request would not fit an RTX 5090's pool.
+        let mut e = json!({"kind": "vllm", "max_model_len": 8192});
         e.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
         resolve(scenario(e, model, "rtx-5090", 1)).unwrap()
     };
@@ -201,7 +202,7 @@ fn bad_parallelism_and_dtypes_are_errors_naming_the_field_and_the_numbers() {
         resolve(scenario(json!({"kind": "vllm", "kv_cache_dtype": "int4"}), "qwen3-32b", "h100-80gb", 1)).unwrap_err();
     assert_eq!(e.path, "engine.kv_cache_dtype");
     let e =
-        resolve(scenario(json!({"kind": "vllm", "tensor_parallel_size": 2}), "qwen3-32b", "h100-80gb", 4)).unwrap_err();
+        resolve(scenario(json!({"kind": "vllm", "tensor_parallel_size": 2, "max_model_len": 8192}), "qwen3-32b", "h100-80gb", 4)).unwrap_err();
     assert_eq!(e.path, "hardware.count");
     // 70B in bf16 does not fit one 80 GB GPU: an error with the numbers, never a zero pool.
     let e = resolve(scenario(json!({"kind": "vllm"}), "llama-3.1-70b-instruct", "h100-80gb", 1)).unwrap_err();
