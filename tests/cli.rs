@@ -466,3 +466,13 @@ fn a_closed_stdout_ends_a_printing_command_quietly() {
 fn libc_sigpipe() -> i32 {
     13 // SIGPIPE on Linux and the BSDs
 }
+
+/// vLLM with prefix caching off looks nothing up (`get_computed_blocks` returns before it
+/// records): its prefix-cache counters stay at 0, as the server's `/metrics` shows them.
+#[test]
+fn vllm_without_prefix_caching_counts_no_prefix_queries() {
+    let off = stdout_json(&run_cli(&["simulate", "--set", "engine.enable_prefix_caching=false", "--json"]));
+    assert_eq!((off["prefix_cache_queries"].as_u64(), off["prefix_cache_hits"].as_u64()), (Some(0), Some(0)), "{off}");
+    let on = stdout_json(&run_cli(&["simulate", "--json"]));
+    assert!(on["prefix_cache_queries"].as_u64().unwrap() > 0, "{on}");
+}

@@ -79,9 +79,13 @@ fn an_fp8_kv_cache_doubles_the_pool() {
 
 #[test]
 fn fp8_weights_leave_more_room_for_kv() {
-    let bf16 =
-        resolve(scenario(json!({"kind": "vllm", "tensor_parallel_size": 2, "max_model_len": 8192}), "llama-3.3-70b-instruct", "h100-80gb", 2))
-            .unwrap();
+    let bf16 = resolve(scenario(
+        json!({"kind": "vllm", "tensor_parallel_size": 2, "max_model_len": 8192}),
+        "llama-3.3-70b-instruct",
+        "h100-80gb",
+        2,
+    ))
+    .unwrap();
     let fp8 = resolve(scenario(
         json!({"kind": "vllm", "tensor_parallel_size": 2, "max_model_len": 8192}),
         "llama-3.3-70b-instruct-fp8",
@@ -201,8 +205,13 @@ fn bad_parallelism_and_dtypes_are_errors_naming_the_field_and_the_numbers() {
     let e =
         resolve(scenario(json!({"kind": "vllm", "kv_cache_dtype": "int4"}), "qwen3-32b", "h100-80gb", 1)).unwrap_err();
     assert_eq!(e.path, "engine.kv_cache_dtype");
-    let e =
-        resolve(scenario(json!({"kind": "vllm", "tensor_parallel_size": 2, "max_model_len": 8192}), "qwen3-32b", "h100-80gb", 4)).unwrap_err();
+    let e = resolve(scenario(
+        json!({"kind": "vllm", "tensor_parallel_size": 2, "max_model_len": 8192}),
+        "qwen3-32b",
+        "h100-80gb",
+        4,
+    ))
+    .unwrap_err();
     assert_eq!(e.path, "hardware.count");
     // 70B in bf16 does not fit one 80 GB GPU: an error with the numbers, never a zero pool.
     let e = resolve(scenario(json!({"kind": "vllm"}), "llama-3.1-70b-instruct", "h100-80gb", 1)).unwrap_err();

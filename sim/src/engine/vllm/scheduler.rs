@@ -426,6 +426,11 @@ impl Scheduler {
     }
 
     fn record_prefix_lookup(&mut self, num_tokens: u32, hit_tokens: u32, preempted: bool) {
+        // With prefix caching off `KVCacheManager.get_computed_blocks` returns before it records
+        // anything: vLLM's prefix-cache counters stay at 0.
+        if !self.config.enable_prefix_caching {
+            return;
+        }
         // 0.11 counts every lookup, resumed preempted requests included;
         // 0.12+ excludes the preempted ones.
         if preempted && self.config.behaviour.skip_preempted_prefix_stats {
