@@ -602,6 +602,21 @@ fn chat_content_as_text_parts_is_served_and_other_parts_are_refused() {
     let image = chat(r#"[{"type":"text","text":"hi"},{"type":"image_url","image_url":{"url":"x"}}]"#);
     assert!(image.starts_with("HTTP/1.1 400"), "{image}");
     assert!(image.contains("messages[0].content[1].type") && image.contains("image_url"), "{image}");
+    // Without max_tokens a chat request may fill the rest of its context (vLLM's
+    // `get_max_tokens`: max_model_len − prompt; the scenario's max_model_len is 4096); a
+    // completion request gets 16, as in both engines.
+    let unbounded = post(
+        &s.url,
+        "/v1/chat/completions",
+        &format!(r#"{{"model":"{m}","messages":[{{"role":"user","content":"hello"}}],"ignore_eos":true}}"#),
+    );
+    let body: serde_json::Value = serde_json::from_str(unbounded.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    let u = &body["usage"];
+    assert_eq!(u["prompt_tokens"].as_u64().unwrap() + u["completion_tokens"].as_u64().unwrap(), 4096, "{body}");
+    let completion =
+        post(&s.url, "/v1/completions", &format!(r#"{{"model":"{m}","prompt":"hello","ignore_eos":true}}"#));
+    let body: serde_json::Value = serde_json::from_str(completion.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    assert_eq!(body["usage"]["completion_tokens"], 16, "{body}");
 }
 
 /// A second `check` against the same server sends fresh prompts (a per-invocation salt of their

@@ -335,11 +335,19 @@ fn parse_completion(body: &[u8], chat: bool, sh: &Shared) -> Result<Completion, 
         return Err(bad("the prompt is empty"));
     }
     let max_len = max_model_len(&sh.spec);
+    let kv = sh.spec.engine.kv_capacity_tokens();
+    let prompt_len = u32::try_from(prompt.len()).map_err(|_| bad("the prompt is too long"))?;
     let max_tokens = match obj.get("max_tokens").or(obj.get("max_completion_tokens")) {
         None | Some(Value::Null) => {
             if chat {
-                256
+                // A chat request without a limit may fill the rest of its context: vLLM's
+                // `get_max_tokens` (max_model_len − prompt), SGLang's room up to its
+                // `max_req_len` (the context and the pool, less one). At least one token; a
+                // prompt with no room left is the context error below.
+                let room = u64::from(max_len).min(kv.saturating_sub(1));
+                room.saturating_sub(u64::from(prompt_len)).max(1) as u32
             } else {
+                // `CompletionRequest.max_tokens` defaults to 16 in both engines.
                 16
             }
         }
@@ -351,11 +359,9 @@ fn parse_completion(body: &[u8], chat: bool, sh: &Shared) -> Result<Completion, 
             n as u32
         }
     };
-    let prompt_len = u32::try_from(prompt.len()).map_err(|_| bad("the prompt is too long"))?;
     if u64::from(prompt_len) + u64::from(max_tokens) > u64::from(max_len) {
         return Err(bad(format!("This model's maximum context length is {max_len} tokens. However, you requested {} tokens ({prompt_len} in the messages, {max_tokens} in the completion). Please reduce the length of the messages or completion.", u64::from(prompt_len) + u64::from(max_tokens))));
     }
-    let kv = sh.spec.engine.kv_capacity_tokens();
     if u64::from(prompt_len) + u64::from(max_tokens) >= kv {
         return Err(bad(format!("the request needs {} KV tokens but the pool holds {kv}", prompt_len + max_tokens)));
     }
