@@ -476,3 +476,44 @@ fn vllm_without_prefix_caching_counts_no_prefix_queries() {
     let on = stdout_json(&run_cli(&["simulate", "--json"]));
     assert!(on["prefix_cache_queries"].as_u64().unwrap() > 0, "{on}");
 }
+
+/// vLLM 0.11.0 alone parses the chat template on every chat request, on its one API loop
+/// (`docs/front-end.md`): a chat request reaches the engine that much later, one after the
+/// other; 0.11.1 caches the parse, and the completions endpoint has none. A burst that can
+/// outrun the loop carries the caveat that TPOT and ITL are then lower bounds.
+#[test]
+fn vllm_0110_chat_requests_queue_behind_the_template_parse() {
+    let ttft = |v: &str, ep: &str, extra: &[&str]| {
+        let mut a = vec!["simulate", "--json", "--set"];
+        let ver = format!("engine.version={v}");
+        let end = format!("workload.endpoint={ep}");
+        a.extend([ver.as_str(), "--set", end.as_str()]);
+        a.extend(extra);
+        stdout_json(&run_cli(&a))
+    };
+    let chat = "/v1/chat/completions";
+    let plain = ttft("0.11.0", "/v1/completions", &[]);
+    let parsed = ttft("0.11.0", chat, &[]);
+    let d = parsed["mean_ttft_ms"].as_f64().unwrap() - plain["mean_ttft_ms"].as_f64().unwrap();
+    assert!((d - 29.6).abs() < 1e-6, "one parse a request at concurrency 1: {d}");
+    assert_eq!(ttft("0.11.1", chat, &[])["mean_ttft_ms"], ttft("0.11.1", "/v1/completions", &[])["mean_ttft_ms"]);
+    assert!(parsed.get("caveats").is_none(), "{parsed}");
+    // 40 short requests at once (the engine is not what queues them): the k-th waits for the k
+    // parses up to its own, about 20.5 of them on average.
+    let burst = [
+        "--set",
+        "workload.max_concurrency=null",
+        "--set",
+        "workload.num_prompts=40",
+        "--set",
+        "workload.random_input_len=16",
+        "--set",
+        "workload.random_output_len=8",
+    ];
+    let b = ttft("0.11.0", chat, &burst);
+    let b0 = ttft("0.11.0", "/v1/completions", &burst);
+    // A request's TTFT holds at least the wait for its parse (the engine only adds to it).
+    let (m, m0) = (b["mean_ttft_ms"].as_f64().unwrap(), b0["mean_ttft_ms"].as_f64().unwrap());
+    assert!(m >= 20.5 * 29.6 && m > m0 + 10.0 * 29.6, "{m} against {m0} without the parse");
+    assert!(b["caveats"].as_array().unwrap().iter().any(|c| c["id"] == "chat_front_end"), "{b}");
+}

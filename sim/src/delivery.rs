@@ -10,6 +10,9 @@
 //!   `TokenizerManager`), the prompt's tokenisation is also a single-server FIFO
 //!   queue ([`FrontEnd::arrival_tokenized`]): a request waits for those sent before
 //!   it, so a burst of N requests reaches the scheduler spread out, not at once.
+//!   The same queue carries a fixed serial cost per request where the engine's API
+//!   loop has one ([`crate::engine::Engine::front_end_ns_per_request`]: vLLM 0.11.0's
+//!   chat-template parse on every chat request, `docs/front-end.md`).
 //! * **Output lag** ([`crate::engine::Engine::output_lag`], SGLang's overlap
 //!   scheduler): a step's tokens are streamed at the next step's end; a
 //!   request's last token, and the tokens of a step nothing follows, at once.
@@ -31,19 +34,35 @@ pub struct FrontEnd {
     busy_until: u64,
     /// Tokenisation time per prompt token of a serial tokenizer (0: none).
     pub tokenize_ns_per_token: u64,
+    /// A fixed time per request on the same serial queue (0: none).
+    pub serial_ns_per_request: u64,
     /// When the serial tokenizer has finished the requests given to it so far.
     tokenizer_busy_until: u64,
 }
 
 impl FrontEnd {
     pub fn new(ingress_ns: u64, per_token_ns: u64) -> FrontEnd {
-        FrontEnd { ingress_ns, per_token_ns, busy_until: 0, tokenize_ns_per_token: 0, tokenizer_busy_until: 0 }
+        FrontEnd {
+            ingress_ns,
+            per_token_ns,
+            busy_until: 0,
+            tokenize_ns_per_token: 0,
+            serial_ns_per_request: 0,
+            tokenizer_busy_until: 0,
+        }
     }
 
     /// The same front end with a serial tokenizer taking `ns_per_token` a prompt token
     /// ([`FrontEnd::arrival_tokenized`]); 0 leaves ingress a fixed delay.
     pub fn with_serial_tokenizer(mut self, ns_per_token: u64) -> FrontEnd {
         self.tokenize_ns_per_token = ns_per_token;
+        self
+    }
+
+    /// The same front end with `ns` of serial work per request on the tokenizer's queue
+    /// ([`FrontEnd::arrival_tokenized`]); 0: none.
+    pub fn with_serial_request_cost(mut self, ns: u64) -> FrontEnd {
+        self.serial_ns_per_request = ns;
         self
     }
 
@@ -59,11 +78,15 @@ impl FrontEnd {
     /// event order). Without a serial tokenizer this is [`FrontEnd::arrival`].
     pub fn arrival_tokenized(&mut self, sent_ns: u64, prompt_tokens: u32) -> Option<u64> {
         let ready = self.arrival(sent_ns)?;
-        if self.tokenize_ns_per_token == 0 {
+        if self.tokenize_ns_per_token == 0 && self.serial_ns_per_request == 0 {
             return Some(ready);
         }
         let start = ready.max(self.tokenizer_busy_until);
-        let done = start.checked_add(self.tokenize_ns_per_token.checked_mul(u64::from(prompt_tokens))?)?;
+        let work = self
+            .tokenize_ns_per_token
+            .checked_mul(u64::from(prompt_tokens))?
+            .checked_add(self.serial_ns_per_request)?;
+        let done = start.checked_add(work)?;
         self.tokenizer_busy_until = done;
         Some(done)
     }

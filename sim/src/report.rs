@@ -560,7 +560,7 @@ pub struct PointReport {
 /// A modelling shortcut that the measured data show to be far off for the run's shape.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Caveat {
-    /// A stable name (`lockstep_waves`).
+    /// A stable name (`lockstep_waves`, `chat_front_end`).
     pub id: &'static str,
     /// What the simulation does, what was measured, and what to do about it.
     pub message: String,
@@ -645,9 +645,36 @@ pub fn desynchronised_mean_ttft_ms(spec: &SimSpec, out: &crate::SimOutput) -> Op
     m.ttft.mean.is_finite().then_some(m.ttft.mean)
 }
 
+/// [`Caveat::id`] of [`chat_front_end`].
+pub const CHAT_FRONT_END: &str = "chat_front_end";
+
+/// vLLM 0.11.0 on the chat endpoint under a load that can outrun its API loop: servesim queues
+/// the per-request template parse before the engine
+/// ([`crate::engine::vllm::scheduler::VLLM_0110_CHAT_TEMPLATE_KWARGS_NS`]) but not the output delivery
+/// that shares the loop, so where the front end is the bottleneck the simulated engine runs
+/// lightly loaded and TPOT and ITL come out far too low (VALIDATION.md §5, the GPUStack burst).
+/// Applies without a concurrency limit or with one of 64 or more, and with requests sent at
+/// once, at 16 requests a second or faster (half of what one 29.6 ms parse each allows), or
+/// from a trace.
+pub fn chat_front_end(spec: &SimSpec, workload: &crate::workload::Workload) -> Option<Caveat> {
+    let crate::config::EngineSpec::Vllm(v) = &spec.engine else { return None };
+    let fast = workload.trace_arrivals || workload.request_rate.is_none_or(|r| r >= 16.0);
+    if !(workload.chat && v.version == crate::engine::Version::new(0, 11, 0))
+        || workload.max_concurrency.is_some_and(|c| c < 64)
+        || !fast
+    {
+        return None;
+    }
+    Some(Caveat {
+        id: CHAT_FRONT_END,
+        message: "vLLM 0.11.0 parses the chat template on every chat request on its one API event loop; servesim queues that parse (29.6 ms a request, measured on its build machine) before the engine, but not the delivery of output tokens, which shares the loop. Where requests arrive faster than the loop parses them, the front end is the bottleneck and the measured TPOT and ITL rise with it while the simulated engine runs lightly loaded: on GPUStack's burst of 1,000 Qwen3-14B chat requests (128 in, 4 out, one A100) the published mean TPOT is 233 ms against 27 simulated (VALIDATION.md section 5). Read TPOT and ITL here as lower bounds; 0.11.1 and later cache the parse.".to_string(),
+        desynchronised_mean_ttft_ms: None,
+    })
+}
+
 /// The caveats of one run ([`Caveat`]).
 pub fn caveats(spec: &SimSpec, workload: &crate::workload::Workload) -> Vec<Caveat> {
-    lockstep_waves(spec, workload).into_iter().collect()
+    lockstep_waves(spec, workload).into_iter().chain(chat_front_end(spec, workload)).collect()
 }
 
 impl PointReport {

@@ -646,6 +646,7 @@ pub fn run_observed<E: Engine>(
     let (specs, phase_of, phases, records) = phase_layout(workload);
     let kv_capacity_tokens = engine.kv_capacity_tokens();
     let tokenizer_ns_per_token = engine.tokenizer_ns_per_prompt_token();
+    let front_end_ns_per_request = engine.front_end_ns_per_request(workload.chat);
     let mut lp = Loop {
         engine,
         cost,
@@ -660,7 +661,8 @@ pub fn run_observed<E: Engine>(
         remaining_in_phase: 0,
         step_running: false,
         front: crate::delivery::FrontEnd::new(cost.ingress_ns(), cost.output_token_ns())
-            .with_serial_tokenizer(tokenizer_ns_per_token),
+            .with_serial_tokenizer(tokenizer_ns_per_token)
+            .with_serial_request_cost(front_end_ns_per_request),
         outputs: Vec::new(),
         held: Vec::new(),
         later: Vec::new(),

@@ -145,6 +145,8 @@ pub struct WorkloadParams {
     pub output_len_dist: Option<OutputLenDist>,
     pub initial_test_request: bool,
     pub seed: u64,
+    /// Sent to the chat endpoint (`/v1/chat/completions`), not `/v1/completions`.
+    pub chat: bool,
 }
 
 /// The generated workload: three phases, run one after the other.
@@ -159,6 +161,8 @@ pub struct Workload {
     /// The arrivals are a trace's timestamps (`request_rate` and `burstiness` do not apply).
     pub trace_arrivals: bool,
     pub seed: u64,
+    /// Sent to the chat endpoint ([`WorkloadParams::chat`]).
+    pub chat: bool,
 }
 
 /// The most prompt-block hashes [`Workload::share_prompt_hashes`] keeps (64 MiB).
@@ -339,6 +343,7 @@ pub fn generate(params: &WorkloadParams) -> Workload {
         burstiness: params.burstiness,
         trace_arrivals: matches!(params.dataset, Dataset::Trace { .. } | Dataset::Requests { .. }),
         seed,
+        chat: params.chat,
     }
 }
 
@@ -404,6 +409,7 @@ mod tests {
             output_len_dist: None,
             initial_test_request: false,
             seed: 0,
+            chat: false,
         }
     }
 

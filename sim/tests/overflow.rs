@@ -50,6 +50,7 @@ fn the_largest_request_saturates_instead_of_overflowing() {
         output_len_dist: None,
         initial_test_request: false,
         seed: 0,
+        chat: false,
     };
     let big = u32::MAX / 2 + 1;
     let random = Dataset::Random { input_len: big, output_len: big, range_ratio: 0.0, prefix_len: big };

@@ -39,6 +39,11 @@ def sglang(version, model, gpu, count=1, **engine):
     return s
 
 
+# `vllm bench serve --endpoint` (`--backend openai-chat`): recorded where the source ran on the chat endpoint; only vLLM
+# 0.11.0's front end prices it (a chat-template parse on every chat request, docs/front-end.md).
+CHAT = "/v1/chat/completions"
+
+
 def wl(s, **w):
     s = json.loads(json.dumps(s))
     s["workload"] = w
@@ -292,7 +297,7 @@ GP_H100_DOUBT = ("hardware in doubt, listed and not judged: these H100 figures b
 
 def gpustack(key, model, gpu, extra_about="", skips=None, doubt=None, engine_extra=None):
     sc = wl(vllm("0.11.0", model, gpu, **(engine_extra or {})), dataset_name="random", random_input_len=4000 + GP_TEMPLATE, random_output_len=200,
-            ignore_eos=True, seed=42)
+            ignore_eos=True, seed=42, endpoint=CHAT)
     rows = []
     for il, ol, n in GP_SHAPES:
         r = {"engine": "vllm-0.11.0", "load": "inf", "match": {"input_len": il}, "knee": False,
@@ -503,8 +508,8 @@ chat_trace(G8_TRACE, 100, 23260, 22061,
            "# gpustack Qwen3-8B H100 ShareGPT set: 100 requests, lengths uniform in [0.1, 1.9] x the printed means (evenly spaced\n"
            "# quantiles, shuffled with random.Random(0)); totals exactly 23,260 input (+ 8 a prompt for Qwen3's chat template, in\n"
            "# the column) and 22,061 output tokens. Written by validation/published/make.py.\n")
-g8v = wl(vllm("0.11.0", "qwen3-8b", "h100-80gb"), dataset_name="trace", trace=G8_TRACE, ignore_eos=True, seed=0)
-g8s = wl(sglang("0.5.3", "qwen3-8b", "h100-80gb"), dataset_name="trace", trace=G8_TRACE, ignore_eos=True, seed=0)
+g8v = wl(vllm("0.11.0", "qwen3-8b", "h100-80gb"), dataset_name="trace", trace=G8_TRACE, ignore_eos=True, seed=0, endpoint=CHAT)
+g8s = wl(sglang("0.5.3", "qwen3-8b", "h100-80gb"), dataset_name="trace", trace=G8_TRACE, ignore_eos=True, seed=0, endpoint=CHAT)
 g8s_cg = json.loads(json.dumps(g8s))
 g8s_cg["engine"]["cuda_graph_max_bs"] = 8
 G8_TOTAL = {"total_tok_s": "the client's input total excludes the 8 chat-template tokens a prompt (3.4% of the tokens)"}
@@ -540,8 +545,10 @@ GS_TOTAL = {"total_tok_s": "the client's input total excludes the 8 chat-templat
 for key, model, gpu in [("qwen3-14b_h100", "qwen3-14b", "h100-80gb"), ("qwen3-14b_a100", "qwen3-14b", "a100-80gb"),
                         ("qwen3-32b_h100", "qwen3-32b", "h100-80gb"), ("qwen3-32b_a100", "qwen3-32b", "a100-80gb")]:
     extra = {"max_model_len": 32768} if key == "qwen3-32b_a100" else {}
-    gv = wl(vllm("0.11.0", model, gpu, **extra), dataset_name="trace", trace=GS_TRACE, ignore_eos=True, num_prompts=1000, seed=0)
-    gsg = wl(sglang("0.5.5", model, gpu), dataset_name="trace", trace=GS_TRACE, ignore_eos=True, num_prompts=1000, seed=0)
+    gv = wl(vllm("0.11.0", model, gpu, **extra), dataset_name="trace", trace=GS_TRACE, ignore_eos=True, num_prompts=1000, seed=0,
+            endpoint=CHAT)
+    gsg = wl(sglang("0.5.5", model, gpu), dataset_name="trace", trace=GS_TRACE, ignore_eos=True, num_prompts=1000, seed=0,
+             endpoint=CHAT)
     name = f"gpustack_{key}_sharegpt"
     w(name, {"csv": f"data/published/{name}.csv", "gpu": f"1x {gpu}",
              "about": "vLLM 0.11.0 and SGLang 0.5.5.post1 (modelled as 0.5.5) with their defaults"

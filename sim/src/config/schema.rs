@@ -321,6 +321,11 @@ pub const MAX_TOTAL_OUTPUT_TOKENS: u64 = 500_000_000;
 #[serde(deny_unknown_fields)]
 pub struct WorkloadSection {
     pub dataset_name: DatasetName,
+    /// `vllm bench serve --endpoint`: `/v1/completions` (the default) or `/v1/chat/completions`
+    /// (`--backend openai-chat`). Only vLLM 0.11.0's front end prices them differently
+    /// (`docs/front-end.md`).
+    #[serde(default)]
+    pub endpoint: Option<String>,
     #[serde(default)]
     pub random_input_len: Option<u32>,
     #[serde(default)]

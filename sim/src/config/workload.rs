@@ -279,6 +279,16 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
         // Unset: `resolve` replaces this by the modelled release's default (`default_initial_test_request`).
         initial_test_request: w.initial_test_request.unwrap_or(true),
         seed: w.seed.unwrap_or(0),
+        chat: match w.endpoint.as_deref() {
+            None | Some("/v1/completions") => false,
+            Some("/v1/chat/completions") => true,
+            Some(other) => {
+                return Err(ConfigError::new(
+                    "workload.endpoint",
+                    format!("expected \"/v1/completions\" or \"/v1/chat/completions\", got {other:?}"),
+                ))
+            }
+        },
     };
     // EOS drawn at or past every request's max_tokens never ends one: the distribution would be
     // read and have no effect (every output its max_tokens, as with ignore_eos).

@@ -217,6 +217,12 @@ pub trait Engine {
     fn tokenizer_ns_per_prompt_token(&self) -> u64 {
         0
     }
+    /// Serial work per request on the front end's API loop before the engine sees it, by
+    /// endpoint (`chat`: `/v1/chat/completions`), on the same FIFO queue as the serial
+    /// tokenizer ([`crate::delivery::FrontEnd::arrival_tokenized`]); 0: none modelled.
+    fn front_end_ns_per_request(&self, _chat: bool) -> u64 {
+        0
+    }
 
     // ---- Fast-forward (see `simulation`'s module docs for why each condition is enough) ----
 

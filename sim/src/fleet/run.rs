@@ -683,7 +683,8 @@ pub fn run_fleet(
     let mut fronts = vec![FrontEnd::new(0, 0); f.num_fronts];
     for (rs, rep) in f.replicas.iter().zip(&reps) {
         fronts[rs.front] = FrontEnd::new(rs.cost.ingress_ns(), rs.cost.output_token_ns())
-            .with_serial_tokenizer(rep.engine.tokenizer_ns_per_prompt_token());
+            .with_serial_tokenizer(rep.engine.tokenizer_ns_per_prompt_token())
+            .with_serial_request_cost(rep.engine.front_end_ns_per_request(workload.chat));
     }
     let prefill_specs: Vec<RequestSpec> = if disagg {
         specs.iter().map(|s| RequestSpec { max_tokens: 1, output_len: 1, ..(*s).clone() }).collect()
