@@ -389,7 +389,7 @@ pub fn check(a: CheckArgs) -> Result<ExitCode, String> {
         }
         None => None,
     };
-    let (wl_json, _) = a.workload.section_json()?;
+    let (wl_json, _) = a.workload.section_json(&a.server.endpoint)?;
     let dir = a.result_dir.clone().unwrap_or_else(|| std::env::temp_dir().join("servesim-check"));
     let mut m = connect(&a.server, &a.engine, dir)?;
     let derive = a.derive.options(&m.info)?;

@@ -67,8 +67,10 @@ pub struct WorkloadArgs {
 }
 
 impl WorkloadArgs {
-    /// The `workload` section these flags describe (over the scenario's, if any).
-    pub fn section_json(&self) -> Result<(Value, PathBuf), String> {
+    /// The `workload` section these flags describe (over the scenario's, if any), sent to
+    /// `endpoint` (`--endpoint`): the section says the endpoint the requests go to, so that a
+    /// prediction of it (`check`) and the run record describe what was sent.
+    pub fn section_json(&self, endpoint: &str) -> Result<(Value, PathBuf), String> {
         let (mut w, base) = match &self.scenario {
             Some(p) => {
                 let raw = load::read_raw(Some(p))?;
@@ -127,13 +129,24 @@ impl WorkloadArgs {
         if !o.contains_key("ignore_eos") {
             o.insert("ignore_eos".into(), false.into());
         }
+        // The endpoint the requests go to is `--endpoint`'s, whatever the scenario says; a path
+        // servesim does not know (a proxy's) leaves the section's as it is.
+        if matches!(endpoint, "/v1/completions" | "/v1/chat/completions") {
+            if let Some(given) = o.get("endpoint").and_then(Value::as_str).filter(|g| *g != endpoint) {
+                eprintln!(
+                    "warning: the scenario's workload.endpoint is {given}, the requests go to --endpoint {endpoint}: \
+                     the run is recorded (and predicted) with {endpoint}"
+                );
+            }
+            o.insert("endpoint".into(), endpoint.into());
+        }
         Ok((w, base))
     }
 
     /// The workload: the same request list the simulator generates for it, and its section as
     /// given (what the run record keeps).
-    pub fn workload(&self) -> Result<(Value, Workload), String> {
-        let (given, base) = self.section_json()?;
+    pub fn workload(&self, endpoint: &str) -> Result<(Value, Workload), String> {
+        let (given, base) = self.section_json(endpoint)?;
         // Live, the server decides where EOS falls; the generator still wants a distribution to
         // build its request list. It is a stand-in that sizes nothing (the report's KV footprint
         // is the requested length, `live::measure::measured_point`) and stays out of the section
@@ -360,7 +373,7 @@ impl Serialize for SaveResult<'_> {
 
 pub fn bench(a: BenchArgs) -> Result<ExitCode, String> {
     let text_opts = crate::text_options(&a.metric_percentiles, &a.percentile_metrics)?;
-    let (wl_json, w) = a.workload.workload()?;
+    let (wl_json, w) = a.workload.workload(&a.server.endpoint)?;
     let rt = rt()?;
     rt.block_on(async {
         let (info, mut opts) = connect(&a.server).await?;
