@@ -34,6 +34,9 @@ pub(crate) struct NewRequest {
     pub tokens: UnboundedSender<TokenEvent>,
     /// Engine time the HTTP request was read (server-side TTFT and E2E count from here).
     pub arrived_ns: u64,
+    /// Came on the chat endpoint (vLLM 0.11.0 parses the template first:
+    /// `Engine::front_end_ns_per_request`).
+    pub chat: bool,
 }
 
 pub(crate) enum Msg {
@@ -263,7 +266,9 @@ pub(crate) fn run(setup: DriverSetup, inbox: Inbox) {
             Ok(None) => {}
             Ok(Some(Input(Msg::Add(r)))) => {
                 // The fixed ingress, then the engine's serial tokenizer where it has one
-                // (SGLang's `TokenizerManager`), as `simulate` delivers it.
+                // (SGLang's `TokenizerManager`) and its per-request work on the same loop (vLLM
+                // 0.11.0's chat-template parse), as `simulate` delivers it.
+                front.serial_ns_per_request = engine.front_end_ns_per_request(r.chat);
                 let ready = front.arrival_tokenized(r.arrived_ns, r.spec.prompt_len).unwrap_or(u64::MAX);
                 ingress.push_back((ready, r));
             }

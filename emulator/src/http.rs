@@ -435,7 +435,7 @@ async fn generate(sh: Arc<Shared>, c: Completion, chat: bool) -> Resp {
     };
     let (tx, mut rx) = mpsc::unbounded_channel();
     let arrived_ns = sh.clock.now_ns();
-    if !sh.send(Msg::Add(NewRequest { key: n, spec, tokens: tx, arrived_ns })) {
+    if !sh.send(Msg::Add(NewRequest { key: n, spec, tokens: tx, arrived_ns, chat })) {
         return error(&sh, StatusCode::SERVICE_UNAVAILABLE, "the engine stopped");
     }
     let mut guard = AbortGuard { sh: sh.clone(), key: n, armed: true };
