@@ -78,6 +78,16 @@ pub fn write_temp(name: &str, text: &str) -> PathBuf {
     p
 }
 
+/// The run record (`*.record.json`) a `--save-result` run wrote into `dir`, parsed.
+pub fn run_record(dir: &std::path::Path) -> Value {
+    let path = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with(".record.json"))
+        .unwrap_or_else(|| panic!("no run record in {}", dir.display()));
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
 pub fn stdout_json(o: &Output) -> Value {
     assert!(
         o.status.success(),

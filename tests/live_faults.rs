@@ -418,12 +418,7 @@ fn bench_ignores_eos_on_random_and_sizes_requests_by_max_tokens() {
         (j["kv_request_footprint_tokens"].as_u64(), j["kv_limited_concurrency"].as_u64()),
         (Some(272), Some(58))
     );
-    let record = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.to_string_lossy().ends_with(".record.json"))
-        .expect("a run record");
-    let rec: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(record).unwrap()).unwrap();
+    let rec = run_record(&dir);
     assert_eq!(rec["setup"]["workload"]["ignore_eos"], true, "{}", rec["setup"]["workload"]);
     // A trace without ignore_eos: the server decides where EOS falls; the footprint is still the
     // requested 100 + 50 tokens (160 in blocks of 16), not a stand-in output length.
@@ -436,12 +431,7 @@ fn bench_ignores_eos_on_random_and_sizes_requests_by_max_tokens() {
     assert_eq!(j["kv_request_footprint_tokens"].as_u64(), Some(160), "{j}");
     // The run record keeps the workload as sent (ignore_eos false), not the generator's stand-in
     // output lengths: simulating it is the config's clear error, not a run of 1-token outputs.
-    let record = std::fs::read_dir(&dir2)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.to_string_lossy().ends_with(".record.json"))
-        .expect("a run record");
-    let rec: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(record).unwrap()).unwrap();
+    let rec = run_record(&dir2);
     let w = &rec["setup"]["workload"];
     assert!(w["ignore_eos"] == false && w.get("output_len_dist").is_none(), "{w}");
 }

@@ -258,12 +258,7 @@ fn bench_speaks_the_chat_endpoint_with_text_built_from_the_tokenizer() {
     assert_eq!(j["completed"], 6);
     assert_eq!(j["total_output_tokens"], 24);
     // The run record's workload says where the requests went (what `simulate` of it prices).
-    let record = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.to_string_lossy().ends_with(".record.json"))
-        .expect("a run record");
-    let rec: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(record).unwrap()).unwrap();
+    let rec = run_record(&dir);
     assert_eq!(rec["setup"]["workload"]["endpoint"], "/v1/chat/completions", "{}", rec["setup"]["workload"]);
     // Each request's prompt, as the server counted it, is recorded beside the intended length.
     let f = std::fs::read_dir(&dir)

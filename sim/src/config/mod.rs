@@ -280,6 +280,25 @@ fn card_on_host(mut gpu: GpuCard, host: Host, field: &str) -> Result<GpuCard> {
     Ok(gpu)
 }
 
+/// The engine's context length: its flag (`field`), else the card's `max_position_embeddings`.
+/// Longer than the card's positions is refused, as both engines refuse it unless rope scaling
+/// extends them.
+fn context_len(field: &str, flag: Option<u32>, model: &ModelCard, engine: &str) -> Result<u32> {
+    match (flag, model.max_position_embeddings) {
+        (Some(m), Some(p)) if m > p => Err(ConfigError::new(
+            field,
+            format!(
+                "{m} is longer than the model's {p} positions (max_position_embeddings of the card), which {engine} \
+                 refuses; a context extended by rope scaling (YaRN) needs a model card whose \
+                 max_position_embeddings is the extended length"
+            ),
+        )),
+        (Some(m), _) => positive(field, m),
+        (None, Some(m)) => Ok(m),
+        (None, None) => Err(ConfigError::new(field, "missing, and the model card has no max_position_embeddings")),
+    }
+}
+
 fn positive(path: &str, v: u32) -> Result<u32> {
     if v == 0 {
         Err(ConfigError::new(path, "must be at least 1 (got 0)"))

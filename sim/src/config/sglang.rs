@@ -131,28 +131,9 @@ pub(super) fn resolve_sglang(
     // What the default `mem_fraction_static` reserves for graphs: the setting, from 0.5.15 only
     // with graphs on.
     let reserve_graph_bs = if dep.cuda_graphs || version < Version::new(0, 5, 15) { graph_setting } else { None };
-    let context_length = match (f.context_length, model.max_position_embeddings) {
-        (Some(m), Some(p)) if m > p => {
-            // `ModelConfig.__init__` (configs/model_config.py): longer than the derived context
-            // is refused unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN is set.
-            return Err(ConfigError::new(
-                "engine.context_length",
-                format!(
-                    "{m} is longer than the model's {p} positions (max_position_embeddings of the card), which SGLang \
-                     refuses; a context extended by rope scaling (YaRN) needs a model card whose \
-                     max_position_embeddings is the extended length"
-                ),
-            ));
-        }
-        (Some(m), _) => positive("engine.context_length", m)?,
-        (None, Some(m)) => m,
-        (None, None) => {
-            return Err(ConfigError::new(
-                "engine.context_length",
-                "missing, and the model card has no max_position_embeddings",
-            ))
-        }
-    };
+    // `ModelConfig.__init__` (configs/model_config.py; SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN
+    // lifts the refusal).
+    let context_length = context_len("engine.context_length", f.context_length, model, "SGLang")?;
     let schedule_policy = match f.schedule_policy.as_deref().unwrap_or("fcfs") {
         "fcfs" => SchedulePolicy::Fcfs,
         "lpm" => SchedulePolicy::Lpm,

@@ -109,28 +109,8 @@ pub(super) fn resolve_vllm(
             ),
         ));
     }
-    let max_model_len = match (f.max_model_len, model.max_position_embeddings) {
-        (Some(m), Some(p)) if m > p => {
-            // `ModelConfig.get_and_verify_max_len` (`_get_and_verify_max_len`): longer than the
-            // model's positions is refused unless rope scaling extends them.
-            return Err(ConfigError::new(
-                "engine.max_model_len",
-                format!(
-                    "{m} is longer than the model's {p} positions (max_position_embeddings of the card), which vLLM \
-                     refuses; a context extended by rope scaling (YaRN) needs a model card whose \
-                     max_position_embeddings is the extended length"
-                ),
-            ));
-        }
-        (Some(m), _) => positive("engine.max_model_len", m)?,
-        (None, Some(m)) => m,
-        (None, None) => {
-            return Err(ConfigError::new(
-                "engine.max_model_len",
-                "missing, and the model card has no max_position_embeddings",
-            ))
-        }
-    };
+    // `ModelConfig.get_and_verify_max_len` (`_get_and_verify_max_len`).
+    let max_model_len = context_len("engine.max_model_len", f.max_model_len, model, "vLLM")?;
     // A fraction is checked even when another field sizes the pool: an invalid value is never silently ignored.
     if let Some(u) = f.gpu_memory_utilization {
         if !(u > 0.0 && u <= 1.0) {
