@@ -492,10 +492,11 @@ fn vllm_0110_chat_requests_queue_behind_the_template_parse() {
         stdout_json(&run_cli(&a))
     };
     let chat = "/v1/chat/completions";
+    let parse_ms = sim::engine::vllm::scheduler::VLLM_0110_CHAT_TEMPLATE_KWARGS_NS as f64 / 1e6;
     let plain = ttft("0.11.0", "/v1/completions", &[]);
     let parsed = ttft("0.11.0", chat, &[]);
     let d = parsed["mean_ttft_ms"].as_f64().unwrap() - plain["mean_ttft_ms"].as_f64().unwrap();
-    assert!((d - 29.6).abs() < 1e-6, "one parse a request at concurrency 1: {d}");
+    assert!((d - parse_ms).abs() < 1e-6, "one parse a request at concurrency 1: {d}");
     assert_eq!(ttft("0.11.1", chat, &[])["mean_ttft_ms"], ttft("0.11.1", "/v1/completions", &[])["mean_ttft_ms"]);
     assert!(parsed.get("caveats").is_none(), "{parsed}");
     // 40 short requests at once (the engine is not what queues them): the k-th waits for the k
@@ -514,6 +515,6 @@ fn vllm_0110_chat_requests_queue_behind_the_template_parse() {
     let b0 = ttft("0.11.0", "/v1/completions", &burst);
     // A request's TTFT holds at least the wait for its parse (the engine only adds to it).
     let (m, m0) = (b["mean_ttft_ms"].as_f64().unwrap(), b0["mean_ttft_ms"].as_f64().unwrap());
-    assert!(m >= 20.5 * 29.6 && m > m0 + 10.0 * 29.6, "{m} against {m0} without the parse");
+    assert!(m >= 20.5 * parse_ms && m > m0 + 10.0 * parse_ms, "{m} against {m0} without the parse");
     assert!(b["caveats"].as_array().unwrap().iter().any(|c| c["id"] == "chat_front_end"), "{b}");
 }

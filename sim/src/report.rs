@@ -654,11 +654,11 @@ pub const CHAT_FRONT_END: &str = "chat_front_end";
 /// that shares the loop, so where the front end is the bottleneck the simulated engine runs
 /// lightly loaded and TPOT and ITL come out far too low (VALIDATION.md §5, the GPUStack burst).
 /// Applies without a concurrency limit or with one of 64 or more, and with requests sent at
-/// once, at 16 requests a second or faster (half of what one 29.6 ms parse each allows), or
-/// from a trace.
+/// once, at half the rate one parse each allows or faster, or from a trace.
 pub fn chat_front_end(spec: &SimSpec, workload: &crate::workload::Workload) -> Option<Caveat> {
     let crate::config::EngineSpec::Vllm(v) = &spec.engine else { return None };
-    let fast = workload.trace_arrivals || workload.request_rate.is_none_or(|r| r >= 16.0);
+    let parse_ns = crate::engine::vllm::scheduler::VLLM_0110_CHAT_TEMPLATE_KWARGS_NS;
+    let fast = workload.trace_arrivals || workload.request_rate.is_none_or(|r| r >= 0.5e9 / parse_ns as f64);
     if !(workload.chat && v.version == crate::engine::Version::new(0, 11, 0))
         || workload.max_concurrency.is_some_and(|c| c < 64)
         || !fast
@@ -667,7 +667,7 @@ pub fn chat_front_end(spec: &SimSpec, workload: &crate::workload::Workload) -> O
     }
     Some(Caveat {
         id: CHAT_FRONT_END,
-        message: "vLLM 0.11.0 parses the chat template on every chat request on its one API event loop; servesim queues that parse (29.6 ms a request, measured on its build machine) before the engine, but not the delivery of output tokens, which shares the loop. Where requests arrive faster than the loop parses them, the front end is the bottleneck and the measured TPOT and ITL rise with it while the simulated engine runs lightly loaded: on GPUStack's burst of 1,000 Qwen3-14B chat requests (128 in, 4 out, one A100) the published mean TPOT is 233 ms against 27 simulated (VALIDATION.md section 5). Read TPOT and ITL here as lower bounds; 0.11.1 and later cache the parse.".to_string(),
+        message: format!("vLLM 0.11.0 parses the chat template on every chat request on its one API event loop; servesim queues that parse ({:.1} ms a request, measured on its build machine) before the engine, but not the delivery of output tokens, which shares the loop. Where requests arrive faster than the loop parses them, the front end is the bottleneck and the measured TPOT and ITL rise with it while the simulated engine runs lightly loaded: on GPUStack's burst of 1,000 Qwen3-14B chat requests (128 in, 4 out, one A100) the published mean TPOT is 233 ms against 51 simulated (VALIDATION.md section 5). Read TPOT and ITL here as lower bounds; 0.11.1 and later cache the parse.", parse_ns as f64 / 1e6),
         desynchronised_mean_ttft_ms: None,
     })
 }

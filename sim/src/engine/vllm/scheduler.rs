@@ -54,14 +54,16 @@ use crate::request::extend_block_hashes;
 /// engine sees the request ([`Engine::front_end_ns_per_request`]): `resolve_chat_template_kwargs`
 /// (`entrypoints/chat_utils.py`, added by PR #25794) builds a jinja2 sandboxed environment,
 /// parses the chat template and walks it for its variables on every chat request; 0.10.x has
-/// no such step and 0.11.1 on memoise it (`_cached_resolve_chat_template_kwargs`). 29.6 ms:
-/// measured on this project's 2-core build machine, idle, for a 4,169-character Qwen3-style
-/// template (jinja2 3.1.6, Python 3.11: `env.parse` plus `find_undeclared_variables`); PR
-/// #20065 reports 6–8 ms for a similar uncached walk of a Llama template. A server's CPU is
-/// not this machine's and the real template's length varies by model: a fixed figure is the
-/// shortcut (`docs/front-end.md`). The rest of the front end (the 2 ms tokenizer microbatch
-/// window, detokenization on the same loop) is not modelled.
-pub const VLLM_0110_CHAT_TEMPLATE_KWARGS_NS: u64 = 29_600_000;
+/// no such step and 0.11.1 on memoise it (`_cached_resolve_chat_template_kwargs`). 17.1 ms:
+/// the median of five runs of `python3 validation/front_end/template_parse.py
+/// validation/front_end/qwen3_like.jinja` on this project's 2-core build machine (16.9–17.8 ms;
+/// a 4,169-character Qwen3-style template, jinja2 3.1.6, Python 3.11). The same machine gave
+/// 20–30 ms at other times of the day (a shared VM's speed varies), and PR #20065 reports
+/// 6–8 ms for a similar uncached walk of a Llama template. A server's CPU is not this machine's
+/// and the real template's length varies by model: a fixed figure is the shortcut
+/// (`docs/front-end.md`). The rest of the front end (the 2 ms tokenizer microbatch window,
+/// detokenization on the same loop) is not modelled.
+pub const VLLM_0110_CHAT_TEMPLATE_KWARGS_NS: u64 = 17_100_000;
 
 /// What differs between vLLM releases, named: resolved from the release (and the
 /// scenario's flags) in `config/vllm.rs` ([`VllmBehaviour::of_release`]), read by the
