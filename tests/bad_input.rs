@@ -157,6 +157,11 @@ fn other_mistakes_get_clear_errors() {
         .replace(r#""ignore_eos": true"#, r#""ignore_eos": false"#),
         &["workload.output_len_dist.min", "largest max_tokens of the workload (512)"],
     );
+    rejects(
+        "endpoint.json",
+        &base(r#""max_num_seqs": 4"#, r#""num_prompts": 3, "endpoint": "/v1/chat""#),
+        &["workload.endpoint", "/v1/chat/completions"],
+    );
     rejects("block.json", &base(r#""block_size": 24"#, r#""num_prompts": 3"#), &["engine.block_size", "1, 8, 16"]);
     rejects("rate.json", &base(r#""max_num_seqs": 4"#, r#""request_rate": -1"#), &["workload.request_rate"]);
     rejects(
