@@ -611,7 +611,7 @@ pub fn linear_prior(base: &CostModel) -> CostModel {
             shapes.push(m);
         }
     }
-    let per_seq = sim::cost::PER_SEQ_CPU_US;
+    let per_seq = c.sync_cpu().per_seq_us;
     // Columns: step, prefill token, decode token, prefill attention pair, decode KV token.
     let cols = |s: &StepShape| {
         [

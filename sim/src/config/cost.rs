@@ -57,6 +57,7 @@ pub(super) fn resolve_cost(
                 source,
                 prior.allreduce_latency_us,
                 prior.interconnect_bandwidth_eff,
+                crate::cost::sync_cpu(engine, dep.tensor_parallel_size),
             )));
         }
     }

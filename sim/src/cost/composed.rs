@@ -11,7 +11,9 @@
 //!      + all-reduce(m × hidden)                             (TP > 1: the embedding)
 //!      + GEMM_lm_head(sampled positions = scheduled sequences)
 //!      + all-gather(sequences × vocab)                      (TP > 1: the logits)
-//! CPU  = STEP_CPU_US + PER_SEQ_CPU_US × sequences
+//! CPU  = step + per sequence × sequences                 (sync_cpu: vLLM's synchronous
+//!                                                             steps 0.6 ms + 12 µs, BLIS's
+//!                                                             126 µs + 4 µs otherwise)
 //! ```
 //!
 //! With TP, besides the two all-reduces a layer, each step makes two collectives
@@ -53,9 +55,14 @@
 //! roofline has no non-GEMM kernels and no CUDA-graph distinction, so its
 //! per-layer term also stood for work that is modelled here on its own
 //! (element-wise kernels, attention's latency floor from the tables); here it
-//! is only the eager launch floor. The same values for both engines and every
-//! release (a stated simplification; the overlap of CPU and GPU time under
-//! vLLM's async scheduling and SGLang's overlap scheduler is not modelled).
+//! is only the eager launch floor. BLIS fitted them with vLLM's async scheduling
+//! on (0.15's default), so β7 + β6 is what a step leaves exposed *beyond* the
+//! overlap: here a step that overlaps its CPU time with the GPU's (vLLM's async
+//! scheduling, SGLang's overlap scheduler: `StepShape::cpu_overlapped`) costs
+//! max(GPU, β7 + β6 × sequences). A step that does not adds its CPU time: for
+//! vLLM's synchronous steps (async scheduling off, the default before 0.14) the
+//! larger [`VLLM_SYNC_CPU`] read from vLLM's own published measurements (not
+//! from the validation corpus), for SGLang's BLIS's figures ([`BLIS_SYNC_CPU`]).
 //!
 //! Everything is memoised per token count (`m` up to [`MEMO_TOKENS`], LM
 //! head up to [`MEMO_SEQS`]) in lock-free slots, so a step costs a few loads
@@ -73,6 +80,42 @@ use super::StepShape;
 pub const STEP_CPU_US: f64 = 126.0;
 /// CPU time per scheduled sequence, µs. BLIS β6.
 pub const PER_SEQ_CPU_US: f64 = 4.0;
+
+/// The CPU time a step adds to its GPU time where the engine does not overlap them
+/// (vLLM with async scheduling off: its default before 0.14; SGLang without its overlap
+/// scheduler), µs: a constant and a part per scheduled sequence.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SyncCpu {
+    pub step_us: f64,
+    pub per_seq_us: f64,
+}
+
+/// BLIS's figures ([`STEP_CPU_US`], [`PER_SEQ_CPU_US`]): SGLang's steps without the overlap
+/// scheduler keep them (no engine-specific source was found).
+pub const BLIS_SYNC_CPU: SyncCpu = SyncCpu { step_us: STEP_CPU_US, per_seq_us: PER_SEQ_CPU_US };
+
+/// vLLM V1 with async scheduling off, one GPU (the engine core runs the worker in its own
+/// process): the host time of a synchronous step that the GPU waits for (`schedule()`,
+/// `_update_states` / `_prepare_inputs`, the graph launch, the blocking copy of the sampled
+/// tokens, `update_from_output`), µs. A prior read from published vLLM measurements, none of
+/// them in the validation corpus (docs/engine-cpu.md): about 13 µs a running request removed
+/// by async scheduling at batches 32–256 (PR #23914, A100), about 1 ms a step exposed at batch
+/// 1 with a draft model (PR #25872, L20, Llama-3.1-8B), and BLIS's β7 + β6 as the floor left
+/// *under* async scheduling; 0.6 ms + 12 µs a sequence, uncertain by a factor of about two.
+pub const VLLM_SYNC_CPU: SyncCpu = SyncCpu { step_us: 600.0, per_seq_us: 12.0 };
+
+/// The same with TP > 1, where separate worker processes receive each step's scheduler
+/// output by a shared-memory broadcast and return their result: 0.2 ms more a step.
+pub const VLLM_SYNC_CPU_TP: SyncCpu = SyncCpu { step_us: 800.0, per_seq_us: 12.0 };
+
+/// The synchronous CPU term of `engine` (`"vllm"` or `"sglang"`) at TP `tp`.
+pub fn sync_cpu(engine: &str, tp: u32) -> SyncCpu {
+    match engine {
+        "vllm" if tp > 1 => VLLM_SYNC_CPU_TP,
+        "vllm" => VLLM_SYNC_CPU,
+        _ => BLIS_SYNC_CPU,
+    }
+}
 /// Kernel-launch CPU time per decoder layer when the step runs eagerly, µs. BLIS β5.
 pub const LAUNCH_PER_LAYER_US: f64 = 32.0;
 /// Fraction of memory bandwidth the element-wise kernels reach (a round prior).
@@ -87,6 +130,10 @@ pub const ELEMENTWISE_BW_EFF: f64 = 0.8;
 /// |TPOT error| of one validation group, the aiconfigurator silicon rows of Llama-3.1-70B fp8
 /// on H100 at TP 2/4/8 (45 TPOT values; a 1 µs grid from 0 to 12: 11.1% at 0, 2.3% at 9),
 /// and judged on every other TP > 1 group (VALIDATION.md §5, "Collectives inside a model").
+/// Fitted with BLIS's CPU figures for vLLM's synchronous steps and left at 9 when those
+/// became [`VLLM_SYNC_CPU_TP`]: refitted by the same rule it would be 4 (1.8% on its group),
+/// which makes the TP > 1 groups it was judged on worse (VALIDATION.md §5, "vLLM's
+/// synchronous step CPU time"), so the refit does not transfer and the fit is not redone.
 pub const COLLECTIVE_SKEW_SIGMA_US: f64 = 9.0;
 
 /// `E[max of n independent standard normals]` for n up to 16 (`[0]` unused), from
@@ -356,6 +403,8 @@ pub struct ComposedCost {
     /// The expected wait for the slowest rank at each collective, µs (0 without TP).
     skew_us: f64,
     graphs: GraphRule,
+    /// The CPU time a step without CPU/GPU overlap adds ([`sync_cpu`]).
+    sync_cpu: SyncCpu,
     memo_tokens: Box<[AtomicU64]>,
     memo_seqs: Box<[AtomicU64]>,
     memo_decode: StepMemo,
@@ -372,6 +421,7 @@ impl PartialEq for ComposedCost {
             && self.graphs == o.graphs
             && self.elementwise_us_per_token == o.elementwise_us_per_token
             && self.skew_us == o.skew_us
+            && self.sync_cpu == o.sync_cpu
     }
 }
 
@@ -496,6 +546,7 @@ impl ComposedCost {
         source: String,
         allreduce_latency_us: f64,
         interconnect_eff: f64,
+        sync_cpu: SyncCpu,
     ) -> ComposedCost {
         let tp = dep.tensor_parallel_size.max(1);
         let fp8 = dep.quantization.as_deref() == Some("fp8");
@@ -557,6 +608,7 @@ impl ComposedCost {
             elementwise_us_per_token,
             skew_us: collective_skew_us(tp),
             graphs,
+            sync_cpu,
             memo_tokens: (0..MEMO_TOKENS).map(|_| AtomicU64::new(0)).collect(),
             memo_seqs: (0..MEMO_SEQS).map(|_| AtomicU64::new(0)).collect(),
             memo_decode: StepMemo::new(),
@@ -566,6 +618,11 @@ impl ComposedCost {
     /// How steps run as CUDA graphs (eager when the deployment has none).
     pub fn graphs(&self) -> GraphRule {
         self.graphs
+    }
+
+    /// The CPU time a step without CPU/GPU overlap adds to its GPU time.
+    pub fn sync_cpu(&self) -> SyncCpu {
+        self.sync_cpu
     }
 
     /// One all-reduce of the hidden states of `m` tokens, µs (0 without TP).
@@ -706,11 +763,11 @@ impl ComposedCost {
         if !graph {
             gpu = gpu.max(LAUNCH_PER_LAYER_US * self.layers);
         }
-        let cpu = STEP_CPU_US + PER_SEQ_CPU_US * f64::from(s.num_seqs);
+        let n = f64::from(s.num_seqs);
         if s.cpu_overlapped {
-            gpu.max(cpu)
+            gpu.max(STEP_CPU_US + PER_SEQ_CPU_US * n)
         } else {
-            gpu + cpu
+            gpu + self.sync_cpu.step_us + self.sync_cpu.per_seq_us * n
         }
     }
 }
@@ -787,8 +844,9 @@ pub fn leave_one_gpu_out() -> Vec<LogoRow> {
             let mut row = LogoRow { system, engine, nearest, scaled_errors: Vec::new(), roofline_errors: Vec::new() };
             for m in &models {
                 let dep = Deployment::single(m);
-                let build =
-                    |pr: &Provider| ComposedCost::build(m, &gpu, &dep, GraphRule::Eager, pr, String::new(), 5.0, 0.7);
+                let build = |pr: &Provider| {
+                    ComposedCost::build(m, &gpu, &dep, GraphRule::Eager, pr, String::new(), 5.0, 0.7, BLIS_SYNC_CPU)
+                };
                 let (truth, a, b) = (build(&Provider::Table(own)), build(&scaled), build(&roof));
                 for s in &shapes {
                     let t = truth.gpu_us(s);
@@ -932,8 +990,9 @@ mod tests {
         let gpu = res.gpus.iter().find(|g| g.id == "h100-80gb").unwrap();
         let (p, src) = provider_for(gpu, "vllm", FALLBACK, None).unwrap();
         let dep = Deployment::single(model);
-        let graph = ComposedCost::build(model, gpu, &dep, GraphRule::VllmTokens(512), &p, src.clone(), 5.0, 0.7);
-        let eager = ComposedCost::build(model, gpu, &dep, GraphRule::Eager, &p, src, 5.0, 0.7);
+        let graph =
+            ComposedCost::build(model, gpu, &dep, GraphRule::VllmTokens(512), &p, src.clone(), 5.0, 0.7, VLLM_SYNC_CPU);
+        let eager = ComposedCost::build(model, gpu, &dep, GraphRule::Eager, &p, src, 5.0, 0.7, VLLM_SYNC_CPU);
         // Context 1 a request: attention is a few µs; the rest is the linear layers and LM head.
         let tiny = |b: u64| StepShape::decodes(b, b);
         let lm = |c: &ComposedCost, b: u64| c.lm_head.at(b as f64) * 1e3;
@@ -960,8 +1019,17 @@ mod tests {
         let model = res.models.iter().find(|m| m.id == "llama-3.1-8b-instruct").unwrap();
         let gpu = res.gpus.iter().find(|g| g.id == "h100-80gb").unwrap();
         let (p, src) = provider_for(gpu, "vllm", FALLBACK, None).unwrap();
-        let c =
-            ComposedCost::build(model, gpu, &Deployment::single(model), GraphRule::VllmTokens(512), &p, src, 5.0, 0.7);
+        let c = ComposedCost::build(
+            model,
+            gpu,
+            &Deployment::single(model),
+            GraphRule::VllmTokens(512),
+            &p,
+            src,
+            5.0,
+            0.7,
+            VLLM_SYNC_CPU,
+        );
         let mut x: u64 = 7;
         let mut rnd = move |m: u64| {
             x ^= x << 13;
