@@ -1010,6 +1010,35 @@ mod tests {
         assert_eq!(graph.gpu_us(&big), eager.gpu_us(&big));
     }
 
+    /// A step without CPU/GPU overlap adds its engine's synchronous CPU time to the GPU's
+    /// (vLLM: 0.6 ms + 12 µs a sequence at TP 1, 0.8 ms at TP > 1; SGLang: BLIS's figures);
+    /// an overlapped step costs the larger of its GPU time and BLIS's residual, whatever the
+    /// engine. Checked through the configuration path a scenario takes (`cost::sync_cpu`).
+    #[test]
+    fn a_synchronous_step_adds_its_engines_cpu_time_and_an_overlapped_one_hides_it() {
+        let res = crate::builtin::resources().unwrap();
+        let model = res.models.iter().find(|m| m.id == "llama-3.1-8b-instruct").unwrap();
+        let gpu = res.gpus.iter().find(|g| g.id == "h100-80gb").unwrap();
+        let dep = Deployment::single(model);
+        let build = |engine: &str, tp: u32| {
+            let (p, src) = provider_for(gpu, engine, FALLBACK, None).unwrap();
+            ComposedCost::build(model, gpu, &dep, GraphRule::VllmTokens(512), &p, src, 5.0, 0.7, sync_cpu(engine, tp))
+        };
+        let (vllm, vllm_tp, sglang) = (build("vllm", 1), build("vllm", 2), build("sglang", 1));
+        for b in [1u64, 8, 64] {
+            let sync = StepShape::decodes(b, b * 2048);
+            let overlapped = StepShape { cpu_overlapped: true, ..sync };
+            let n = b as f64;
+            let close = |a: f64, e: f64| (a - e).abs() < 1e-9 * e.max(1.0);
+            assert!(close(vllm.step_us(&sync), vllm.gpu_us(&sync) + 600.0 + 12.0 * n), "vLLM TP 1 at {b}");
+            assert!(close(vllm_tp.step_us(&sync), vllm_tp.gpu_us(&sync) + 800.0 + 12.0 * n), "vLLM TP 2 at {b}");
+            assert!(close(sglang.step_us(&sync), sglang.gpu_us(&sync) + 126.0 + 4.0 * n), "SGLang at {b}");
+            for c in [&vllm, &vllm_tp, &sglang] {
+                assert!(close(c.step_us(&overlapped), c.gpu_us(&overlapped).max(126.0 + 4.0 * n)), "overlap at {b}");
+            }
+        }
+    }
+
     /// The memoised step duration is the computed one, for decode steps seen once or
     /// many times (colliding in the memo's slots), with and without the CPU overlap,
     /// and for steps the memo does not hold.
