@@ -66,6 +66,20 @@ impl DeriveArgs {
     }
 }
 
+/// A probe's workload with the endpoint its requests went to (`--endpoint`), where it is one the
+/// simulator prices (`workload.endpoint`): a live fit must simulate its probes as they were sent
+/// (vLLM 0.11.0 parses the chat template on every chat request, a cost a completions probe does
+/// not have), or the fit would take that cost for the engine's.
+pub fn as_sent(workload: &Value, endpoint: &str) -> Value {
+    let mut w = workload.clone();
+    if matches!(endpoint, "/v1/completions" | "/v1/chat/completions") {
+        if let Some(o) = w.as_object_mut() {
+            o.insert("endpoint".into(), endpoint.into());
+        }
+    }
+    w
+}
+
 /// The scenario that describes the live server, with the given workload.
 pub fn derive_scenario(info: &ServerInfo, d: &DeriveOptions, workload: &Value) -> Result<RawScenario, String> {
     Ok(RawScenario {
@@ -176,8 +190,10 @@ pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode, String> {
     let mut m = connect(&a.server, &a.engine, dir)?;
     let derive = a.derive.options(&m.info)?;
     let info = m.info.clone();
-    let scenario =
-        |w: &Value| -> Result<SimSpec, String> { Ok(load::resolve(&derive_scenario(&info, &derive, w)?)?.1) };
+    let endpoint = a.server.endpoint.clone();
+    let scenario = |w: &Value| -> Result<SimSpec, String> {
+        Ok(load::resolve(&derive_scenario(&info, &derive, &as_sent(w, &endpoint))?)?.1)
+    };
     let step_log = match a.step_log.clone().or(a.derive.server_log.clone()) {
         Some(p) => Some((
             p.display().to_string(),
@@ -394,16 +410,19 @@ pub fn check(a: CheckArgs) -> Result<ExitCode, String> {
     let mut m = connect(&a.server, &a.engine, dir)?;
     let derive = a.derive.options(&m.info)?;
     let info = m.info.clone();
-    let derived = |w: &Value| -> Result<SimSpec, String> { Ok(load::resolve(&derive_scenario(&info, &derive, w)?)?.1) };
+    let endpoint = a.server.endpoint.clone();
+    let derived = |w: &Value| -> Result<SimSpec, String> {
+        Ok(load::resolve(&derive_scenario(&info, &derive, &as_sent(w, &endpoint))?)?.1)
+    };
     // `--scenario` gives the whole setup; without it the engine side comes from the server.
     let point = |w: &Value| -> Result<SimSpec, String> {
         let mut raw = match &a.workload.scenario {
             Some(f) => {
                 let mut r = load::read_raw(Some(f))?;
-                r.json["workload"] = w.clone();
+                r.json["workload"] = as_sent(w, &endpoint);
                 r
             }
-            None => derive_scenario(&info, &derive, w)?,
+            None => derive_scenario(&info, &derive, &as_sent(w, &endpoint))?,
         };
         if let Some(p) = &a.profile {
             raw.json["cost"] = json!({"profile": std::fs::canonicalize(p).unwrap_or(p.clone()).display().to_string()});
@@ -621,4 +640,22 @@ fn invocation_salt() -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     ((z ^ (z >> 31)) >> 11).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::as_sent;
+    use serde_json::json;
+
+    /// A live fit's probes are simulated with the endpoint they were sent to; an endpoint the
+    /// simulator does not price leaves the workload as it was (the scenario's default).
+    #[test]
+    fn a_probe_is_simulated_at_the_endpoint_it_was_sent_to() {
+        let w = json!({"dataset_name": "random", "random_input_len": 64});
+        assert_eq!(as_sent(&w, "/v1/chat/completions")["endpoint"], "/v1/chat/completions");
+        assert_eq!(as_sent(&w, "/v1/completions")["endpoint"], "/v1/completions");
+        assert_eq!(as_sent(&w, "/generate"), w);
+        // What was there is kept.
+        assert_eq!(as_sent(&w, "/v1/chat/completions")["random_input_len"], 64);
+    }
 }
