@@ -307,6 +307,19 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
     plans.sort_by(|x, y| x.cost_per_hour.total_cmp(&y.cost_per_hour).then_with(|| x.label().cmp(&y.label())));
     // A size listed twice is one plan.
     plans.dedup_by(|x, y| x.label() == y.label());
+    // Each plan's KV pool follows from its GPU's memory: a pool the scenario pins (a start-up
+    // log's figure for its own setup) is dropped, and the run says so, as `tune` does.
+    if let Some(e) = base.json.get("engine").and_then(Value::as_object) {
+        for k in load::PINNED_POOL {
+            if e.get(k).is_some_and(|v| !v.is_null()) {
+                load::warn_once(format!(
+                    "{}: engine.{k} was dropped: each plan's KV pool is derived from the memory fraction and its model \
+                     and GPU cards (an estimate; see README \"KV capacity from a memory fraction\")",
+                    base.origin
+                ));
+            }
+        }
+    }
     let pb = crate::plot::progress(plans.len() as u64, "simulating plans");
     let evaluated: Vec<PlanEntry> = plans
         .par_iter()
@@ -331,7 +344,7 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
             }
             // The KV pool follows from each GPU's memory: drop a pool size given for another setup.
             if let Some(e) = raw.json.get_mut("engine").and_then(Value::as_object_mut) {
-                for k in ["kv_cache_tokens", "num_gpu_blocks_override", "max_total_tokens"] {
+                for k in load::PINNED_POOL {
                     e.remove(k);
                 }
             }
@@ -453,9 +466,20 @@ fn text(r: &PlanResult) -> String {
             );
         }
     }
+    // The front trades cost against one latency over every valid plan; a plan on it that breaks
+    // an SLO is said so on its line (its violations are in `--json` too), not left to be picked.
     let _ = writeln!(s, "\nPareto front (cost per hour against {}):", r.pareto_latency);
     for e in &r.pareto {
-        let _ = writeln!(s, "  {:>9.2}/h  {:>12.1}  {}", e.plan.cost_per_hour, f(e, &r.pareto_latency), e.plan.label());
+        let broken: Vec<&str> = e.violations.iter().map(|v| v.slo.as_str()).collect();
+        let note =
+            if broken.is_empty() { String::new() } else { format!("  [rejected, breaks {}]", broken.join("; ")) };
+        let _ = writeln!(
+            s,
+            "  {:>9.2}/h  {:>12.1}  {}{note}",
+            e.plan.cost_per_hour,
+            f(e, &r.pareto_latency),
+            e.plan.label()
+        );
     }
     if !r.rejected.is_empty() {
         let _ = writeln!(s, "\nRejected ({}):", r.rejected.len());

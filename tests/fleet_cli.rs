@@ -33,6 +33,34 @@ fn label(e: &Value) -> String {
     format!("{} {} {} {} {}", p["gpu"], p["tensor_parallel_size"], p["replicas"], p["prefill"], p["decode"])
 }
 
+/// A pool the scenario pins (a start-up log's, or a test flag's) is one setup's: every plan
+/// derives its own from its GPU, and `plan` says it dropped the pin.
+#[test]
+fn plan_says_it_dropped_a_pinned_kv_pool() {
+    let cands = write_temp(
+        "fleet-cli-cands-pinned.json",
+        r#"{"prices_per_gpu_hour": {"a100-80gb": 1.79}, "gpus": ["a100-80gb"], "replicas": [1]}"#,
+    );
+    let o = run_cli(&[
+        "plan",
+        "scenarios/kv-starved-qwen2.5-7b-a100-vllm.json",
+        "--candidates",
+        cands.to_str().unwrap(),
+        "--request-rate",
+        "2",
+        "--slo",
+        "p99_ttft_ms<=3000",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("engine.num_gpu_blocks_override was dropped"), "{}", stderr(&o));
+    // The plan's pool is the derived one, far above the pinned 640 blocks.
+    let r = stdout_json(&o);
+    let e = r["best"].as_object().map(|_| &r["best"]).unwrap_or(&r["rejected"][0]);
+    assert!(e["metrics"]["kv_cache_tokens"].as_u64().unwrap() > 100_000, "{e:#}");
+    assert_eq!(e["metrics"]["num_preemptions"], 0, "the derived pool does not starve: {e:#}");
+}
+
 #[test]
 fn plan_picks_the_cheapest_plan_meeting_the_slo_and_says_why_the_others_failed() {
     let cands = write_temp(
@@ -105,6 +133,9 @@ fn plan_picks_the_cheapest_plan_meeting_the_slo_and_says_why_the_others_failed()
     assert!(text.starts_with("Cheapest plan meeting every SLO: "), "{text}");
     assert!(text.contains(&format!("Rejected ({}):", rejected.len())), "{text}");
     assert_eq!(text.matches(": breaks ").count(), rejected.len(), "{text}");
+    // A plan on the Pareto front that breaks an SLO says so on its line.
+    let front_rejected = front.iter().filter(|e| e.get("violations").is_some()).count();
+    assert_eq!(text.matches("[rejected, breaks ").count(), front_rejected, "{text}");
     let plot = std::fs::read_to_string(&svg).unwrap();
     assert!(plot.contains("cost per hour") && plot.contains("p99_ttft_ms"), "axes named");
 }
