@@ -388,6 +388,7 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode, String> {
         let run = bench::run(&opts, &w).await;
         pb.finish_and_clear();
         let mut point = measured_point(&info, &w, &run);
+        sim::report::with_percentiles(&mut point.report, &run.result, &text_opts.percentiles);
         // The text shows the run as the client measured it (before a failure's reason below).
         let text = sim::report::text_report(&point.report, &text_opts, "measured");
         // Nothing succeeded: say why (the most common failure), in the JSON too, and exit 1.

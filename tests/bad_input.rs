@@ -189,7 +189,9 @@ fn bad_flags_and_missing_files_are_errors_not_panics() {
         vec!["simulate", "--set", "engine.kind.x=1"],
         vec!["sweep", "--concurrency", "16,4"],
         vec!["sweep", "--concurrency", "0,4"],
-        vec!["simulate", "--metric-percentiles", "42"],
+        vec!["simulate", "--metric-percentiles", "101"],
+        vec!["simulate", "--metric-percentiles", "-1"],
+        vec!["simulate", "--metric-percentiles", "NaN"],
         vec!["simulate", "--set", "cost.profile=no/such/profile.json"],
         // --discrepancy only with --from-results, and only family=sd pairs.
         vec!["calibrate", "--base-url", "http://127.0.0.1:9", "--discrepancy", "ttft=0.4", "--out", "p.json"],

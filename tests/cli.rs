@@ -40,6 +40,33 @@ fn simulate_without_a_scenario_runs_the_built_in_default() {
     }
 }
 
+/// `--metric-percentiles` takes any list, as `vllm bench serve` does (numpy's percentiles): the
+/// text report has a line per percentile, in order, and the ones `--json` carries agree with it.
+#[test]
+fn any_metric_percentiles_are_reported_as_vllm_bench_serve_does() {
+    let s = "scenarios/kv-starved-qwen2.5-7b-a100-vllm.json";
+    let o = run_cli(&["simulate", s, "--metric-percentiles", "25,50,99.9", "--percentile-metrics", "ttft,e2el"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let value = |label: &str| -> f64 {
+        let line = text.lines().find(|l| l.starts_with(label)).unwrap_or_else(|| panic!("no {label:?} in:\n{text}"));
+        line[label.len()..].trim().parse().unwrap()
+    };
+    let j = stdout_json(&run_cli(&["simulate", s, "--json"]));
+    for (name, key) in [("TTFT", "ttft"), ("E2EL", "e2el")] {
+        let (p25, p50, p999) = (
+            value(&format!("P25 {name} (ms):")),
+            value(&format!("P50 {name} (ms):")),
+            value(&format!("P99.9 {name} (ms):")),
+        );
+        assert!(p25 <= p50 && p50 <= p999, "{name}: {p25} {p50} {p999}");
+        let max = j[format!("max_{key}_ms")].as_f64().unwrap();
+        assert!(p999 <= max && p999 >= j[format!("p99_{key}_ms")].as_f64().unwrap(), "{name}");
+        assert!((p50 - j[format!("p50_{key}_ms")].as_f64().unwrap()).abs() < 0.01, "{name}");
+    }
+    assert!(!text.contains("P25 TPOT"), "only the metrics asked for");
+}
+
 /// An earlier run's prompts (`prior_run_prompts`): the default scenario's 20 prompts sent
 /// before it leave them cached, so each timed request prefills one block's worth at most; the
 /// text report says why the TTFT is what it is.

@@ -31,6 +31,10 @@ pub struct Stats {
     pub p99: f64,
     /// The largest value (`sglang.bench_serving` reports `max_itl_ms`).
     pub max: f64,
+    /// Other percentiles asked for (`--metric-percentiles`, which `vllm bench serve` takes as
+    /// any list): `(p, value)`, computed as the fixed ones are ([`bench_metrics_at`]). Empty
+    /// unless asked; not a report key (the documented keys are the fixed ones).
+    pub extra: Vec<(f64, f64)>,
 }
 
 /// numpy's `_lerp`, including its switch for `t ≥ 0.5`, so results match to the bit.
@@ -56,9 +60,9 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 /// Every rank the median and the percentiles of `n > 0` values read, sorted and distinct.
-fn stat_ranks(n: usize) -> Vec<usize> {
+fn stat_ranks(n: usize, extra: &[f64]) -> Vec<usize> {
     let mut ranks = vec![(n - 1) / 2, n / 2];
-    for p in PERCENTILES {
+    for &p in PERCENTILES.iter().chain(extra) {
         let pos = p / 100.0 * (n - 1) as f64;
         ranks.push(pos.floor() as usize);
         ranks.push((pos.floor() as usize + 1).min(n - 1));
@@ -164,6 +168,11 @@ fn order_statistics_u32(values: &[u32], high: &[u32], ranks: &[usize]) -> Vec<u3
 impl Stats {
     /// Statistics of `values` (reordered in place).
     pub fn of(values: &mut [f64]) -> Stats {
+        Stats::of_at(values, &[])
+    }
+
+    /// [`Stats::of`] with the percentiles `extra` (each in [0, 100]) as well.
+    pub fn of_at(values: &mut [f64], extra: &[f64]) -> Stats {
         if values.is_empty() {
             return Stats::default();
         }
@@ -171,14 +180,14 @@ impl Stats {
         let mean = values.iter().sum::<f64>() / n as f64;
         let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let var = values.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n as f64;
-        let ranks = stat_ranks(n);
+        let ranks = stat_ranks(n, extra);
         select_ranks(values, &ranks);
-        Stats::from_selected(mean, var, max, n, |i| values[i])
+        Stats::from_selected(mean, var, max, n, |i| values[i], extra)
     }
 
     /// The statistics of `n` values of mean `mean`, population variance `var` and maximum
     /// `max`, whose order statistic of rank `i` (for the ranks of [`stat_ranks`]) is `at(i)`.
-    fn from_selected(mean: f64, var: f64, max: f64, n: usize, at: impl Fn(usize) -> f64) -> Stats {
+    fn from_selected(mean: f64, var: f64, max: f64, n: usize, at: impl Fn(usize) -> f64, extra: &[f64]) -> Stats {
         let m = n / 2;
         let median = if n % 2 == 1 { at(m) } else { (at(m - 1) + at(m)) / 2.0 };
         let pct = |p: f64| {
@@ -188,7 +197,17 @@ impl Stats {
             let hi = (lo + 1).min(n - 1);
             lerp(at(lo), at(hi), pos - lo as f64)
         };
-        Stats { mean, median, std: var.sqrt(), p50: pct(50.0), p90: pct(90.0), p95: pct(95.0), p99: pct(99.0), max }
+        Stats {
+            mean,
+            median,
+            std: var.sqrt(),
+            p50: pct(50.0),
+            p90: pct(90.0),
+            p95: pct(95.0),
+            p99: pct(99.0),
+            max,
+            extra: extra.iter().map(|&p| (p, pct(p))).collect(),
+        }
     }
 
     /// Statistics of the gaps between consecutive token times of every record, the records
@@ -196,7 +215,7 @@ impl Stats {
     /// concatenated gaps (the same f64 sums in the same order), without materialising them
     /// as f64. The order statistics are selected among the integer gaps, which `ns_to_ms`
     /// maps monotonically, so they are the same values.
-    fn of_token_gaps(recs: &[&RequestRecord]) -> Stats {
+    fn of_token_gaps(recs: &[&RequestRecord], extra: &[f64]) -> Stats {
         let n: usize = recs.iter().map(|r| r.token_times_ns.len().saturating_sub(1)).sum();
         if n == 0 {
             return Stats::default();
@@ -270,7 +289,7 @@ impl Stats {
         }
         let sq = add_squared_deviations_ms(sq, &v[from..], mean);
         let var = sq / n as f64;
-        let ranks = stat_ranks(n);
+        let ranks = stat_ranks(n, extra);
         let short = n - long.len();
         let split = ranks.partition_point(|&r| r < short);
         let mut at: Vec<u64> = Vec::with_capacity(ranks.len());
@@ -284,17 +303,17 @@ impl Stats {
             at.extend(long_ranks.iter().map(|&r| long[r]));
         }
         let value = |i: usize| at[ranks.binary_search(&i).expect("a rank of stat_ranks")];
-        Stats::from_selected(mean, var, max, n, |i| ns_to_ms(value(i)))
+        Stats::from_selected(mean, var, max, n, |i| ns_to_ms(value(i)), extra)
     }
 
-    /// The value at one of [`PERCENTILES`]; None for another.
+    /// The value at one of [`PERCENTILES`], or at one of [`Stats::extra`]; None for another.
     pub fn at(&self, p: f64) -> Option<f64> {
         match p {
             50.0 => Some(self.p50),
             90.0 => Some(self.p90),
             95.0 => Some(self.p95),
             99.0 => Some(self.p99),
-            _ => None,
+            _ => self.extra.iter().find(|(q, _)| *q == p).map(|&(_, v)| v),
         }
     }
 }
@@ -358,6 +377,12 @@ pub struct BenchMetrics {
 
 /// Computes the `vllm bench serve` metrics of a run's timed requests.
 pub fn bench_metrics(run: &RunResult) -> BenchMetrics {
+    bench_metrics_at(run, &[])
+}
+
+/// [`bench_metrics`] with the percentiles `extra` (each in [0, 100]) of TTFT, TPOT, ITL and
+/// E2EL as well ([`Stats::extra`]), as `--metric-percentiles` asks for them.
+pub fn bench_metrics_at(run: &RunResult, extra: &[f64]) -> BenchMetrics {
     let recs: Vec<&RequestRecord> = run.records.iter().filter(|r| r.completed).collect();
     let completed = recs.len() as u64;
     let failed = run.records.len() as u64 - completed;
@@ -417,10 +442,10 @@ pub fn bench_metrics(run: &RunResult) -> BenchMetrics {
         total_token_throughput: per_s((total_input_tokens + total_output_tokens) as f64),
         max_output_tokens_per_s: max_output_tokens_per_s as f64,
         max_concurrent_requests,
-        ttft: Stats::of(&mut ttft),
-        tpot: Stats::of(&mut tpot),
-        itl: Stats::of_token_gaps(&recs),
-        e2el: Stats::of(&mut e2el),
+        ttft: Stats::of_at(&mut ttft, extra),
+        tpot: Stats::of_at(&mut tpot, extra),
+        itl: Stats::of_token_gaps(&recs, extra),
+        e2el: Stats::of_at(&mut e2el, extra),
         ttft_breakdown: bd,
     }
 }
@@ -609,10 +634,51 @@ mod select_tests {
                 }
             }
             let a = Stats::of(&mut itl);
-            let b = Stats::of_token_gaps(&recs);
+            let b = Stats::of_token_gaps(&recs, &[]);
             prop_assert_eq!(format!("{a:?}"), format!("{b:?}"));
             for (x, y) in [(a.mean, b.mean), (a.std, b.std), (a.median, b.median), (a.p99, b.p99), (a.max, b.max)] {
                 prop_assert_eq!(x.to_bits(), y.to_bits());
+            }
+        }
+    }
+
+    proptest! {
+        /// Percentiles asked for beyond the fixed ones (`--metric-percentiles 25,99.9`) are
+        /// numpy's linear-interpolation percentiles of the sorted values, on both paths (any
+        /// values; the token gaps with long ones among them), and ask nothing of the others.
+        #[test]
+        fn extra_percentiles_are_numpys_of_the_sorted_values(
+            reqs in prop::collection::vec(prop::collection::vec(prop_oneof![0u64..50_000_000, 0u64..9_000_000_000], 0..30), 1..12),
+            extra in prop::collection::vec(0.0f64..=100.0, 0..4),
+        ) {
+            let records: Vec<RequestRecord> = reqs
+                .iter()
+                .map(|gaps| {
+                    let mut t = 1_000u64;
+                    let token_times_ns = gaps.iter().map(|g| { t += g; t }).collect();
+                    RequestRecord { token_times_ns, ..Default::default() }
+                })
+                .collect();
+            let recs: Vec<&RequestRecord> = records.iter().collect();
+            let mut itl: Vec<f64> = recs.iter().flat_map(|r| r.token_times_ns.windows(2).map(|w| ns_to_ms(w[1] - w[0]))).collect();
+            let mut sorted = itl.clone();
+            sorted.sort_by(f64::total_cmp);
+            let a = Stats::of_at(&mut itl, &extra);
+            let b = Stats::of_token_gaps(&recs, &extra);
+            for st in [&a, &b] {
+                if sorted.is_empty() {
+                    prop_assert!(st.extra.is_empty());
+                    continue;
+                }
+                prop_assert_eq!(st.extra.len(), extra.len());
+                for (&p, &(q, v)) in extra.iter().zip(&st.extra) {
+                    prop_assert_eq!(p, q);
+                    prop_assert_eq!(v.to_bits(), percentile(&sorted, p).to_bits(), "p{}", p);
+                    prop_assert_eq!(st.at(p), Some(v));
+                }
+                // The fixed ones are as without extras.
+                let plain = Stats::of_token_gaps(&recs, &[]);
+                prop_assert_eq!((st.p50, st.p90, st.p99, st.mean), (plain.p50, plain.p90, plain.p99, plain.mean));
             }
         }
     }
@@ -639,7 +705,7 @@ mod select_tests {
                 }
                 let mut sorted = v.clone();
                 sorted.sort_unstable();
-                let ranks = stat_ranks(v.len());
+                let ranks = stat_ranks(v.len(), &[]);
                 let want: Vec<u32> = ranks.iter().map(|&r| sorted[r]).collect();
                 prop_assert_eq!(order_statistics_u32(&v, &high, &ranks), want);
                 let all: Vec<usize> = (0..v.len()).step_by(7).collect();

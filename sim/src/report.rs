@@ -897,6 +897,22 @@ fn linef(out: &mut String, label: &str, v: f64) {
     }
 }
 
+/// Computes the percentiles of `ps` that a report does not carry ([`crate::metrics::PERCENTILES`])
+/// into `r`'s TTFT, TPOT, ITL and E2EL statistics ([`crate::metrics::Stats::extra`]), from the
+/// run the report is of, for the text report (`--metric-percentiles`); the report's keys do not
+/// change.
+pub fn with_percentiles(r: &mut BenchReport, run: &crate::simulation::RunResult, ps: &[f64]) {
+    let extra: Vec<f64> = ps.iter().copied().filter(|p| !crate::metrics::PERCENTILES.contains(p)).collect();
+    if extra.is_empty() {
+        return;
+    }
+    let m = crate::metrics::bench_metrics_at(run, &extra);
+    r.ttft.extra = m.ttft.extra;
+    r.tpot.extra = m.tpot.extra;
+    r.itl.extra = m.itl.extra;
+    r.e2el.extra = m.e2el.extra;
+}
+
 /// Which percentiles and metrics the text report shows (`--metric-percentiles`,
 /// `--percentile-metrics`).
 #[derive(Clone, Debug)]
@@ -915,7 +931,8 @@ impl Default for TextOptions {
 /// ([`PointReport`]: `vllm bench serve`'s block, the engine block, a fleet's block), and
 /// notes on the numbers that puzzle a first reader.
 pub fn text(spec: &SimSpec, out: &SimOutput, opts: &TextOptions) -> String {
-    let report = PointReport::of(spec, out).with_caveat_runs(spec, out);
+    let mut report = PointReport::of(spec, out).with_caveat_runs(spec, out);
+    with_percentiles(&mut report.bench, &out.run, &opts.percentiles);
     let r = &report.bench;
     let trace = matches!(
         spec.workload.dataset,
