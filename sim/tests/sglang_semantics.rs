@@ -120,6 +120,7 @@ fn cfg() -> SglangConfig {
         disable_overlap_schedule: false,
         context_length: 100_000,
         cuda_graph_max_bs: None,
+        forgone_cuda_graph_max_bs: None,
         seed: 0,
     }
 }

@@ -429,9 +429,13 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
 
     let graphs = match &engine {
         EngineSpec::Vllm(c) => crate::cost::GraphRule::vllm(c.version, c.max_num_seqs, c.max_num_batched_tokens),
-        EngineSpec::Sglang(c) => c.cuda_graph_max_bs.map_or(crate::cost::GraphRule::Eager, |b| {
-            crate::cost::GraphRule::sglang(c.version, memory::sglang_gpu_mem_mib(&gpu), u64::from(b))
-        }),
+        // With graphs turned off, the rule the release would have used: the step cost runs
+        // those steps eagerly (`ComposedCost`'s forgone graphs).
+        EngineSpec::Sglang(c) => {
+            c.cuda_graph_max_bs.or(c.forgone_cuda_graph_max_bs).map_or(crate::cost::GraphRule::Eager, |b| {
+                crate::cost::GraphRule::sglang(c.version, memory::sglang_gpu_mem_mib(&gpu), u64::from(b))
+            })
+        }
     };
     let cost = resolve_cost(&s.cost, &model, &gpu, &deployment, res, engine.kind(), graphs)?;
     let spec = SimSpec { name: s.name.clone(), engine, model, gpu, deployment, cost, workload, kv_sizing, fleet: None };

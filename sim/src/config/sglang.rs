@@ -215,12 +215,10 @@ pub(super) fn resolve_sglang(
         positive("engine.max_running_requests", f.max_running_requests.unwrap_or(default_running))?;
     // The largest decode batch captured as a CUDA graph: the last of the release's capture list,
     // which stops at the request pool (`--max-running-requests`, else `pool_reqs`).
-    let cuda_graph_max_bs = if dep.cuda_graphs {
-        let pool = f.max_running_requests.unwrap_or(pool_reqs as u32);
-        sglang_capture_list(version, sglang_gpu_mem_mib(gpu), graph_setting, pool).last().copied()
-    } else {
-        None
-    };
+    let pool = f.max_running_requests.unwrap_or(pool_reqs as u32);
+    let captured = sglang_capture_list(version, sglang_gpu_mem_mib(gpu), graph_setting, pool).last().copied();
+    let (cuda_graph_max_bs, forgone_cuda_graph_max_bs) =
+        if dep.cuda_graphs { (captured, None) } else { (None, captured) };
     let disable_overlap_schedule = f.disable_overlap_schedule.unwrap_or(false);
     let mut behaviour = SglangBehaviour::of_release(version);
     behaviour.overlap = if disable_overlap_schedule {
@@ -245,6 +243,7 @@ pub(super) fn resolve_sglang(
         disable_overlap_schedule,
         context_length,
         cuda_graph_max_bs,
+        forgone_cuda_graph_max_bs,
         seed,
     };
     Ok((EngineSpec::Sglang(cfg), sizing))

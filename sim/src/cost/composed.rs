@@ -118,6 +118,20 @@ pub fn sync_cpu(engine: &str, tp: u32) -> SyncCpu {
 }
 /// Kernel-launch CPU time per decoder layer when the step runs eagerly, µs. BLIS β5.
 pub const LAUNCH_PER_LAYER_US: f64 = 32.0;
+/// A step that a CUDA graph would have replayed, run eagerly because the deployment turned
+/// graphs off (vLLM `--enforce-eager`, SGLang `--disable-cuda-graph`): the CPU's cost of
+/// launching one decoder layer's kernels one by one, µs, which floors the step where the GPU
+/// work is smaller (the launch-bound regime). **[pub → inf]** vLLM PR #10058: OPT-125M at batch
+/// 8, whose GPU work is nearly nothing, runs 1.6–2.0 ms a step slower eager than with graphs
+/// over 12 layers, 130–170 µs a layer (docs/engine-cpu.md, "Eager mode").
+pub const EAGER_LAUNCH_FLOOR_US_PER_LAYER: f64 = 150.0;
+/// The part of that launching the GPU's work does not hide (the first kernels of each step,
+/// short kernels issued faster than the CPU launches them), added to such a step, µs a layer.
+/// **[pub → inf]** Llama-3.1-8B and Llama-3-8B at batch 1–8: 27–54 µs a layer (vLLM PR #10058,
+/// SGLang PR #1401), Qwen3-0.6B 53 → 26 µs from 1 to 30 requests (xLLM PR #713); 35, uncertain
+/// from 20 to 60 (90 for quantized layers); not fitted on, or judged by, the validation corpus,
+/// which has no eager run.
+pub const EAGER_EXPOSED_LAUNCH_US_PER_LAYER: f64 = 35.0;
 /// Fraction of memory bandwidth the element-wise kernels reach (a round prior).
 pub const ELEMENTWISE_BW_EFF: f64 = 0.8;
 /// The spread of the TP ranks' arrival at each collective, µs: σ of a normal jitter per
@@ -354,6 +368,15 @@ impl GraphRule {
     /// range(256, max + 1, 16)`; SGLang: [`SglangList`]. Every list ends at its largest
     /// captured size, which may lie off the list's steps (SGLang adds the request pool's size,
     /// and from 0.5.10 the `--cuda-graph-max-bs` setting): the cap.
+    /// Whether a step of this shape replays a captured graph under this rule.
+    pub fn covers(self, s: &StepShape) -> bool {
+        match self {
+            GraphRule::VllmTokens(max) | GraphRule::VllmTokensStep16Above256(max) => s.total_tokens() <= max,
+            GraphRule::SglangDecodeBatch { max, .. } => s.prefill_tokens == 0 && s.decode_tokens <= max,
+            GraphRule::Eager => false,
+        }
+    }
+
     pub fn padded(self, m: u64) -> u64 {
         let ceil = |m: u64, k: u64| m.div_ceil(k) * k;
         let (max, up) = match self {
@@ -403,6 +426,8 @@ pub struct ComposedCost {
     /// The expected wait for the slowest rank at each collective, µs (0 without TP).
     skew_us: f64,
     graphs: GraphRule,
+    /// The graph rule the engine would have used, where the deployment turned graphs off.
+    forgone: Option<GraphRule>,
     /// The CPU time a step without CPU/GPU overlap adds ([`sync_cpu`]).
     sync_cpu: SyncCpu,
     memo_tokens: Box<[AtomicU64]>,
@@ -422,6 +447,7 @@ impl PartialEq for ComposedCost {
             && self.elementwise_us_per_token == o.elementwise_us_per_token
             && self.skew_us == o.skew_us
             && self.sync_cpu == o.sync_cpu
+            && self.forgone == o.forgone
     }
 }
 
@@ -590,6 +616,9 @@ impl ComposedCost {
         let bytes = elems * f64::from(model.activation_dtype_bytes()) + 2.0 * kv * d * f64::from(dep.kv_dtype_bytes);
         let elementwise_us_per_token =
             f64::from(model.num_layers) * bytes / (gpu.memory_bandwidth_bytes_per_s * ELEMENTWISE_BW_EFF) * 1e6;
+        // Graphs turned off (`enforce_eager`, `disable_cuda_graph`): the steps the engine's rule
+        // would have replayed as graphs run eagerly, launched kernel by kernel.
+        let forgone = (!dep.cuda_graphs).then_some(graphs).filter(|g| *g != GraphRule::Eager);
         let graphs = if dep.cuda_graphs { graphs } else { GraphRule::Eager };
         let (ctx, gen) = (provider.ctx_grid(heads), provider.gen_grid(heads));
         ComposedCost {
@@ -608,6 +637,7 @@ impl ComposedCost {
             elementwise_us_per_token,
             skew_us: collective_skew_us(tp),
             graphs,
+            forgone,
             sync_cpu,
             memo_tokens: (0..MEMO_TOKENS).map(|_| AtomicU64::new(0)).collect(),
             memo_seqs: (0..MEMO_SEQS).map(|_| AtomicU64::new(0)).collect(),
@@ -728,11 +758,7 @@ impl ComposedCost {
 
     /// Whether the step runs as a CUDA graph.
     fn in_graph(&self, s: &StepShape) -> bool {
-        match self.graphs {
-            GraphRule::VllmTokens(max) | GraphRule::VllmTokensStep16Above256(max) => s.total_tokens() <= max,
-            GraphRule::SglangDecodeBatch { max, .. } => s.prefill_tokens == 0 && s.decode_tokens <= max,
-            GraphRule::Eager => false,
-        }
+        self.graphs.covers(s)
     }
 
     /// The step's duration in whole nanoseconds (at least 1): [`super::us_to_ns`] of
@@ -762,6 +788,13 @@ impl ComposedCost {
         let mut gpu = self.gpu_us_as(s, graph);
         if !graph {
             gpu = gpu.max(LAUNCH_PER_LAYER_US * self.layers);
+            // A step a graph would have covered, run eagerly because graphs were turned off:
+            // its small kernels are launched one by one (the launch-bound floor) and part of
+            // the launching is never hidden behind the GPU (docs/engine-cpu.md, "Eager mode").
+            if self.forgone.is_some_and(|g| g.covers(s)) {
+                gpu = gpu.max(EAGER_LAUNCH_FLOOR_US_PER_LAYER * self.layers)
+                    + EAGER_EXPOSED_LAUNCH_US_PER_LAYER * self.layers;
+            }
         }
         let n = f64::from(s.num_seqs);
         if s.cpu_overlapped {
@@ -1008,6 +1041,38 @@ mod tests {
         let mut big = StepShape::default();
         big.add_prefill(600, 0);
         assert_eq!(graph.gpu_us(&big), eager.gpu_us(&big));
+    }
+
+    /// Graphs turned off (`enforce_eager`): the steps the engine's rule would have replayed as
+    /// graphs pay the eager launch floor and the exposed launch time a layer; a step no graph
+    /// covers costs the same either way.
+    #[test]
+    fn graphs_turned_off_cost_the_steps_they_would_have_covered() {
+        let res = crate::builtin::resources().unwrap();
+        let model = res.models.iter().find(|m| m.id == "llama-3.1-8b-instruct").unwrap();
+        let gpu = res.gpus.iter().find(|g| g.id == "h100-80gb").unwrap();
+        let (p, src) = provider_for(gpu, "vllm", FALLBACK, None).unwrap();
+        let on = Deployment::single(model);
+        let off = Deployment { cuda_graphs: false, ..on.clone() };
+        let rule = GraphRule::VllmTokens(512);
+        let eager = ComposedCost::build(model, gpu, &off, rule, &p, src.clone(), 5.0, 0.7, VLLM_SYNC_CPU);
+        // The same eager kernels, where no graph was forgone (the reference).
+        let plain = ComposedCost::build(model, gpu, &on, GraphRule::Eager, &p, src, 5.0, 0.7, VLLM_SYNC_CPU);
+        let layers = f64::from(model.num_layers);
+        for b in [1u64, 8, 64] {
+            let d = StepShape::decodes(b, b * 1024);
+            let gpu_eager = plain.step_us(&d) - VLLM_SYNC_CPU.step_us - VLLM_SYNC_CPU.per_seq_us * b as f64;
+            let want = gpu_eager.max(EAGER_LAUNCH_FLOOR_US_PER_LAYER * layers)
+                + EAGER_EXPOSED_LAUNCH_US_PER_LAYER * layers
+                + VLLM_SYNC_CPU.step_us
+                + VLLM_SYNC_CPU.per_seq_us * b as f64;
+            assert!((eager.step_us(&d) - want).abs() < 1e-6, "batch {b}: {} vs {want}", eager.step_us(&d));
+            assert!(eager.step_us(&d) > plain.step_us(&d));
+        }
+        // A prefill of 2,048 tokens is past the largest graph: eager either way.
+        let mut big = StepShape::default();
+        big.add_prefill(0, 2048);
+        assert_eq!(eager.step_us(&big), plain.step_us(&big));
     }
 
     /// A step without CPU/GPU overlap adds its engine's synchronous CPU time to the GPU's
