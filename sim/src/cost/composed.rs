@@ -116,6 +116,7 @@ pub fn sync_cpu(engine: &str, tp: u32) -> SyncCpu {
         _ => BLIS_SYNC_CPU,
     }
 }
+
 /// Kernel-launch CPU time per decoder layer when the step runs eagerly, µs. BLIS β5.
 pub const LAUNCH_PER_LAYER_US: f64 = 32.0;
 /// A step that a CUDA graph would have replayed, run eagerly because the deployment turned
@@ -360,14 +361,6 @@ impl GraphRule {
         GraphRule::SglangDecodeBatch { max, list }
     }
 
-    /// The size a CUDA graph replays a step of `m` tokens (vLLM) or `m` decodes (SGLang) at:
-    /// the smallest captured size at least `m`, capped at the largest one. The engines
-    /// capture graphs for a list of sizes and pad a step up to the next one; the padded
-    /// rows run through every kernel inside the graph. vLLM 0.9–0.11:
-    /// `[1, 2, 4] + range(8, max + 1, 8)`; vLLM 0.12+: `[1, 2, 4] + range(8, 256, 8) +
-    /// range(256, max + 1, 16)`; SGLang: [`SglangList`]. Every list ends at its largest
-    /// captured size, which may lie off the list's steps (SGLang adds the request pool's size,
-    /// and from 0.5.10 the `--cuda-graph-max-bs` setting): the cap.
     /// Whether a step of this shape replays a captured graph under this rule.
     pub fn covers(self, s: &StepShape) -> bool {
         match self {
@@ -377,6 +370,14 @@ impl GraphRule {
         }
     }
 
+    /// The size a CUDA graph replays a step of `m` tokens (vLLM) or `m` decodes (SGLang) at:
+    /// the smallest captured size at least `m`, capped at the largest one. The engines
+    /// capture graphs for a list of sizes and pad a step up to the next one; the padded
+    /// rows run through every kernel inside the graph. vLLM 0.9–0.11:
+    /// `[1, 2, 4] + range(8, max + 1, 8)`; vLLM 0.12+: `[1, 2, 4] + range(8, 256, 8) +
+    /// range(256, max + 1, 16)`; SGLang: [`SglangList`]. Every list ends at its largest
+    /// captured size, which may lie off the list's steps (SGLang adds the request pool's size,
+    /// and from 0.5.10 the `--cuda-graph-max-bs` setting): the cap.
     pub fn padded(self, m: u64) -> u64 {
         let ceil = |m: u64, k: u64| m.div_ceil(k) * k;
         let (max, up) = match self {
