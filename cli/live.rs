@@ -350,6 +350,13 @@ impl Serialize for SaveResult<'_> {
         m.serialize_entry("engine_version", &r.engine_version)?;
         m.serialize_entry("hardware", &r.hardware)?;
         r.write_run_entries(&mut m, &|k| r.num(k))?;
+        // Percentiles asked for beyond the report's own (`--metric-percentiles`), under the keys
+        // `vllm bench serve` writes them with: `p{p}_{metric}_ms`, `p` without a trailing `.0`.
+        for (name, st) in [("ttft", &r.ttft), ("tpot", &r.tpot), ("itl", &r.itl), ("e2el", &r.e2el)] {
+            for &(p, v) in &st.extra {
+                m.serialize_entry(&format!("p{p}_{name}_ms"), &v)?;
+            }
+        }
         if let Some(c) = &self.point.client_cpu {
             m.serialize_entry("client_cpu_s", &c.seconds)?;
             m.serialize_entry("client_cpu_fraction", &c.fraction)?;

@@ -253,10 +253,23 @@ fn bench_speaks_the_chat_endpoint_with_text_built_from_the_tokenizer() {
         "--result-dir",
         dir.to_str().unwrap(),
         "--save-result",
+        "--metric-percentiles",
+        "25,99.9",
         "--json",
     ]));
     assert_eq!(j["completed"], 6);
     assert_eq!(j["total_output_tokens"], 24);
+    // The saved result carries the percentiles asked for under vLLM's keys, beside its own.
+    let saved = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "json") && !p.to_string_lossy().ends_with(".record.json"))
+        .unwrap();
+    let saved: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(saved).unwrap()).unwrap();
+    for k in ["p25_ttft_ms", "p99.9_ttft_ms", "p25_itl_ms", "p99.9_e2el_ms", "p99_ttft_ms"] {
+        assert!(saved[k].is_number(), "{k} in {saved}");
+    }
+    assert!(saved["p25_ttft_ms"].as_f64() <= saved["p99.9_ttft_ms"].as_f64());
     // The run record's workload says where the requests went (what `simulate` of it prices).
     let rec = run_record(&dir);
     assert_eq!(rec["setup"]["workload"]["endpoint"], "/v1/chat/completions", "{}", rec["setup"]["workload"]);
