@@ -58,6 +58,9 @@ pub fn text(e: &Explanation) -> String {
             None => String::new(),
         }
     );
+    if let Some(c) = &e.step_cpu {
+        let _ = writeln!(s, "Host CPU per step: {c}");
+    }
     match &e.memory {
         Some(m) => {
             let _ = writeln!(s, "KV pool derived from {} (per GPU):", e.kv_sizing_source);

@@ -264,6 +264,9 @@ pub struct Explanation {
     /// up to it are padded to the next captured size, larger ones run eagerly
     /// (`sim::cost::GraphRule`). `None` without graphs or without the measured-kernel cost.
     pub cuda_graph_max: Option<u64>,
+    /// The host CPU time of an engine step and whether the engine hides it under the GPU's
+    /// (`docs/engine-cpu.md`); `None` without the measured-kernel cost.
+    pub step_cpu: Option<String>,
     /// How the KV pool was sized (`kv_cache_tokens`, `gpu_memory_utilization`, ...).
     pub kv_sizing_source: String,
     pub kv_bytes_per_token: u64,
@@ -471,12 +474,46 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
         hardware: base.gpu.id.clone(),
         deployment: base.deployment.clone(),
         cuda_graph_max: base.cost.composed.as_ref().and_then(|c| c.graphs().max()),
+        step_cpu: step_cpu(base),
         kv_sizing_source: base.kv_sizing.source.to_string(),
         kv_bytes_per_token: base.kv_sizing.kv_bytes_per_token,
         memory: base.kv_sizing.memory.clone(),
         notes,
         replica_limits,
     }
+}
+
+/// The step's host CPU time as the composed cost prices it, in words.
+fn step_cpu(spec: &SimSpec) -> Option<String> {
+    let c = spec.cost.composed.as_ref()?;
+    let (overlapped, why) = match &spec.engine {
+        crate::config::EngineSpec::Vllm(v) => (
+            v.behaviour.async_scheduling,
+            if v.behaviour.async_scheduling {
+                "vLLM's async scheduling schedules the next step while this one runs"
+            } else {
+                "async scheduling is off (vLLM's default before 0.14), so the GPU waits for the scheduler, the input preparation and the output processing of every step"
+            },
+        ),
+        crate::config::EngineSpec::Sglang(g) => (
+            g.behaviour.cpu_overlap && g.behaviour.overlap == crate::engine::sglang::Overlap::Gpu,
+            "SGLang's overlap scheduler is modelled off (VALIDATION.md section 5)",
+        ),
+    };
+    let s = c.sync_cpu();
+    Some(if overlapped {
+        format!(
+            "hidden under the GPU's time, a step lasting the longer of the two (the CPU part {:.0} µs + {:.0} µs a running request): {why}",
+            crate::cost::STEP_CPU_US,
+            crate::cost::PER_SEQ_CPU_US
+        )
+    } else {
+        format!(
+            "{:.2} ms + {:.0} µs a running request, added to every step's GPU time: {why}",
+            s.step_us / 1000.0,
+            s.per_seq_us
+        )
+    })
 }
 
 /// Plans, runs (one after the other) and reads an explanation.
