@@ -72,7 +72,7 @@ impl DeriveArgs {
 /// not have), or the fit would take that cost for the engine's.
 pub fn as_sent(workload: &Value, endpoint: &str) -> Value {
     let mut w = workload.clone();
-    if matches!(endpoint, "/v1/completions" | "/v1/chat/completions") {
+    if sim::config::priced_endpoint(endpoint) {
         if let Some(o) = w.as_object_mut() {
             o.insert("endpoint".into(), endpoint.into());
         }

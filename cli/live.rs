@@ -131,7 +131,7 @@ impl WorkloadArgs {
         }
         // The endpoint the requests go to is `--endpoint`'s, whatever the scenario says; a path
         // servesim does not know (a proxy's) leaves the section's as it is.
-        if matches!(endpoint, "/v1/completions" | "/v1/chat/completions") {
+        if sim::config::priced_endpoint(endpoint) {
             if let Some(given) = o.get("endpoint").and_then(Value::as_str).filter(|g| *g != endpoint) {
                 eprintln!(
                     "warning: the scenario's workload.endpoint is {given}, the requests go to --endpoint {endpoint}: \

@@ -495,10 +495,9 @@ fn step_cpu(spec: &SimSpec) -> Option<String> {
                 "async scheduling is off (vLLM's default before 0.14), so the GPU waits for the scheduler, the input preparation and the output processing of every step"
             },
         ),
-        crate::config::EngineSpec::Sglang(g) => (
-            g.behaviour.cpu_overlap && g.behaviour.overlap == crate::engine::sglang::Overlap::Gpu,
-            "SGLang's overlap scheduler is modelled off (VALIDATION.md section 5)",
-        ),
+        crate::config::EngineSpec::Sglang(g) => {
+            (g.behaviour.cpu_overlapped(), "SGLang's overlap scheduler is modelled off (VALIDATION.md section 5)")
+        }
     };
     let s = c.sync_cpu();
     Some(if overlapped {

@@ -567,6 +567,20 @@ mod select_tests {
     use proptest::prelude::*;
 
     /// The dense 1-second buckets the sparse count replaces.
+    /// One record per list of token gaps (ns), its first token at 1 µs.
+    fn records_of_gaps(reqs: &[Vec<u64>]) -> Vec<RequestRecord> {
+        reqs.iter()
+            .map(|gaps| {
+                let mut t = 1_000u64;
+                let token_times_ns = gaps.iter().map(|g| {
+                    t += g;
+                    t
+                });
+                RequestRecord { token_times_ns: token_times_ns.collect(), ..Default::default() }
+            })
+            .collect()
+    }
+
     fn dense_peaks(recs: &[&RequestRecord], start: u64, duration_ns: u64) -> (u64, u64) {
         let buckets = (duration_ns / 1_000_000_000 + 1) as usize;
         let mut tokens = vec![0u64; buckets];
@@ -618,14 +632,7 @@ mod select_tests {
         fn token_gap_stats_equal_stats_of_the_concatenated_gaps(
             reqs in prop::collection::vec(prop::collection::vec(prop_oneof![0u64..50_000_000, 0u64..9_000_000_000, 4_294_967_290u64..4_294_967_300], 0..40), 0..20),
         ) {
-            let records: Vec<RequestRecord> = reqs
-                .iter()
-                .map(|gaps| {
-                    let mut t = 1_000u64;
-                    let token_times_ns = gaps.iter().map(|g| { t += g; t }).collect();
-                    RequestRecord { token_times_ns, ..Default::default() }
-                })
-                .collect();
+            let records = records_of_gaps(&reqs);
             let recs: Vec<&RequestRecord> = records.iter().collect();
             let mut itl: Vec<f64> = Vec::new();
             for r in &recs {
@@ -651,14 +658,7 @@ mod select_tests {
             reqs in prop::collection::vec(prop::collection::vec(prop_oneof![0u64..50_000_000, 0u64..9_000_000_000], 0..30), 1..12),
             extra in prop::collection::vec(0.0f64..=100.0, 0..4),
         ) {
-            let records: Vec<RequestRecord> = reqs
-                .iter()
-                .map(|gaps| {
-                    let mut t = 1_000u64;
-                    let token_times_ns = gaps.iter().map(|g| { t += g; t }).collect();
-                    RequestRecord { token_times_ns, ..Default::default() }
-                })
-                .collect();
+            let records = records_of_gaps(&reqs);
             let recs: Vec<&RequestRecord> = records.iter().collect();
             let mut itl: Vec<f64> = recs.iter().flat_map(|r| r.token_times_ns.windows(2).map(|w| ns_to_ms(w[1] - w[0]))).collect();
             let mut sorted = itl.clone();

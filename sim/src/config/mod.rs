@@ -87,7 +87,7 @@ pub mod memory_constants {
 pub use flags::{translate_engine, Knob, KNOBS};
 pub use overrides::apply_set;
 pub use schema::*;
-pub use workload::resolve_workload;
+pub use workload::{priced_endpoint, resolve_workload, CHAT_ENDPOINT, COMPLETIONS_ENDPOINT};
 
 use cost::resolve_cost;
 use feasibility::check_requests_fit;

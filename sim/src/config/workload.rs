@@ -2,6 +2,17 @@
 
 use super::*;
 
+/// The endpoints `workload.endpoint` names (`vllm bench serve --endpoint`): the simulator
+/// prices them apart (vLLM 0.11.0 parses the chat template on every chat request).
+pub const COMPLETIONS_ENDPOINT: &str = "/v1/completions";
+/// See [`COMPLETIONS_ENDPOINT`].
+pub const CHAT_ENDPOINT: &str = "/v1/chat/completions";
+
+/// Whether `endpoint` is one `workload.endpoint` names.
+pub fn priced_endpoint(endpoint: &str) -> bool {
+    endpoint == COMPLETIONS_ENDPOINT || endpoint == CHAT_ENDPOINT
+}
+
 /// Checks a `workload` section and turns it into generator parameters
 /// (`res.trace` must hold the trace's rows for `dataset_name = "trace"`).
 pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<WorkloadParams> {
@@ -280,12 +291,12 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
         initial_test_request: w.initial_test_request.unwrap_or(true),
         seed: w.seed.unwrap_or(0),
         chat: match w.endpoint.as_deref() {
-            None | Some("/v1/completions") => false,
-            Some("/v1/chat/completions") => true,
+            None | Some(COMPLETIONS_ENDPOINT) => false,
+            Some(CHAT_ENDPOINT) => true,
             Some(other) => {
                 return Err(ConfigError::new(
                     "workload.endpoint",
-                    format!("expected \"/v1/completions\" or \"/v1/chat/completions\", got {other:?}"),
+                    format!("expected {COMPLETIONS_ENDPOINT:?} or {CHAT_ENDPOINT:?}, got {other:?}"),
                 ))
             }
         },

@@ -896,6 +896,14 @@ pub fn leave_one_gpu_out() -> Vec<LogoRow> {
 
 #[cfg(test)]
 mod tests {
+    /// Llama-3.1-8B and the H100 of the built-in cards.
+    fn llama8b_h100() -> (crate::cards::ModelCard, crate::cards::GpuCard) {
+        let res = crate::builtin::resources().unwrap();
+        let model = res.models.iter().find(|m| m.id == "llama-3.1-8b-instruct").unwrap().clone();
+        let gpu = res.gpus.iter().find(|g| g.id == "h100-80gb").unwrap().clone();
+        (model, gpu)
+    }
+
     #[test]
     fn expected_max_of_normals_matches_closed_forms_and_its_integral() {
         use super::{expected_max_by_integral, expected_max_of_normals};
@@ -1019,9 +1027,7 @@ mod tests {
     /// what one of 8 does but for attention); eager steps run at their own size.
     #[test]
     fn padded_rows_cost_their_linear_layers_not_their_attention() {
-        let res = crate::builtin::resources().unwrap();
-        let model = res.models.iter().find(|m| m.id == "llama-3.1-8b-instruct").unwrap();
-        let gpu = res.gpus.iter().find(|g| g.id == "h100-80gb").unwrap();
+        let (model, gpu) = &llama8b_h100();
         let (p, src) = provider_for(gpu, "vllm", FALLBACK, None).unwrap();
         let dep = Deployment::single(model);
         let graph =
@@ -1049,9 +1055,7 @@ mod tests {
     /// covers costs the same either way.
     #[test]
     fn graphs_turned_off_cost_the_steps_they_would_have_covered() {
-        let res = crate::builtin::resources().unwrap();
-        let model = res.models.iter().find(|m| m.id == "llama-3.1-8b-instruct").unwrap();
-        let gpu = res.gpus.iter().find(|g| g.id == "h100-80gb").unwrap();
+        let (model, gpu) = &llama8b_h100();
         let (p, src) = provider_for(gpu, "vllm", FALLBACK, None).unwrap();
         let on = Deployment::single(model);
         let off = Deployment { cuda_graphs: false, ..on.clone() };
@@ -1082,9 +1086,7 @@ mod tests {
     /// engine. Checked through the configuration path a scenario takes (`cost::sync_cpu`).
     #[test]
     fn a_synchronous_step_adds_its_engines_cpu_time_and_an_overlapped_one_hides_it() {
-        let res = crate::builtin::resources().unwrap();
-        let model = res.models.iter().find(|m| m.id == "llama-3.1-8b-instruct").unwrap();
-        let gpu = res.gpus.iter().find(|g| g.id == "h100-80gb").unwrap();
+        let (model, gpu) = &llama8b_h100();
         let dep = Deployment::single(model);
         let build = |engine: &str, tp: u32| {
             let (p, src) = provider_for(gpu, engine, FALLBACK, None).unwrap();
@@ -1110,9 +1112,7 @@ mod tests {
     /// and for steps the memo does not hold.
     #[test]
     fn memoised_steps_equal_computed_steps() {
-        let res = crate::builtin::resources().unwrap();
-        let model = res.models.iter().find(|m| m.id == "llama-3.1-8b-instruct").unwrap();
-        let gpu = res.gpus.iter().find(|g| g.id == "h100-80gb").unwrap();
+        let (model, gpu) = &llama8b_h100();
         let (p, src) = provider_for(gpu, "vllm", FALLBACK, None).unwrap();
         let c = ComposedCost::build(
             model,

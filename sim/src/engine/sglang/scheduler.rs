@@ -96,6 +96,18 @@ pub struct SglangBehaviour {
     /// (`config/sglang.rs`, `SGLANG_CPU_OVERLAP`).
     pub cpu_overlap: bool,
 }
+
+impl SglangBehaviour {
+    /// Whether a step's CPU time overlaps the GPU's ([`StepShape::cpu_overlapped`]), with
+    /// [`SglangBehaviour::cpu_overlap`] on: with [`Overlap::Gpu`], `event_loop_overlap` receives
+    /// requests, forms and launches batch N+1 and processes batch N's results
+    /// (`process_batch_result`: finishes, the radix cache, `stream_output`) on the CPU while
+    /// batch N runs on the GPU, so a step lasts the longer of the two. `event_loop_normal` (off,
+    /// and the CPU backend, whose forward is synchronous) does them one after the other.
+    pub fn cpu_overlapped(&self) -> bool {
+        self.cpu_overlap && self.overlap == Overlap::Gpu
+    }
+}
 use crate::request::RequestSpec;
 use crate::rng::{stream, Rng};
 
@@ -869,14 +881,9 @@ impl Scheduler {
         }
     }
 
-    /// Whether a step's CPU time overlaps the GPU's ([`StepShape::cpu_overlapped`]), with
-    /// [`SglangBehaviour::cpu_overlap`] on: with [`Overlap::Gpu`], `event_loop_overlap` receives requests, forms and launches batch
-    /// N+1 and processes batch N's results (`process_batch_result`: finishes, the radix
-    /// cache, `stream_output`) on the CPU while batch N runs on the GPU, so a step lasts
-    /// the longer of the two. `event_loop_normal` (off, and the CPU backend, whose forward
-    /// is synchronous) does them one after the other.
+    /// Whether a step's CPU time overlaps the GPU's ([`SglangBehaviour::cpu_overlapped`]).
     fn cpu_overlapped(&self) -> bool {
-        self.config.behaviour.cpu_overlap && self.config.behaviour.overlap == Overlap::Gpu
+        self.config.behaviour.cpu_overlapped()
     }
 
     /// An empty step shape, its CPU overlap set ([`Scheduler::cpu_overlapped`]).
