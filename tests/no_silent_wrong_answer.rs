@@ -533,6 +533,10 @@ fn impossible_cards_and_costs_are_refused() {
             "hardware.memory_bandwidth_bytes_per_s",
         ),
         (format!("hardware={}", card("gpu", "rtx-5090", "dense_bf16_flops", 5.0.into())), "hardware.dense_bf16_flops"),
+        (
+            format!("hardware={}", card("gpu", "b200", "compute_capability", "sm100".into())),
+            "hardware.compute_capability",
+        ),
         (format!("model={}", card("model", "qwen2.5-7b-instruct", "num_parameters", 0.into())), "model.num_parameters"),
         (format!("model={}", card("model", "qwen2.5-7b-instruct", "vocab_size", 0.into())), "model.vocab_size"),
         (format!("model={}", card("model", "qwen2.5-7b-instruct", "num_kv_heads", 64.into())), "model.num_kv_heads"),

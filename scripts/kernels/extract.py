@@ -58,9 +58,11 @@ SYS_PREFIX = "aiconfigurator_core/systems/"
 # no table of their own (see README "Gaps").
 SERVESIM_GPU_TO_SYSTEM = {
     "a100-80gb": "a100_sxm",
+    "b200": "b200_sxm",
     "h100-80gb": "h100_sxm",
     "h200": "h200_sxm",
     "l40s": "l40s",
+    "rtx-pro-6000": "rtx_pro_6000_server",
 }
 
 # silicon_sample.csv model_path -> servesim model card ids with the same

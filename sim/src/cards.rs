@@ -156,6 +156,11 @@ pub struct GpuCard {
     /// else the fallback for GPUs without tables (`sim::cost`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_tables: Option<String>,
+    /// CUDA compute capability, `"major.minor"` (`"9.0"` Hopper, `"10.0"` B200): the engines
+    /// pick some defaults by it (vLLM's 1,024-token graph ceiling and SGLang's `trtllm_mha`
+    /// attention with 64-token pages on the SM100 family). Absent: no such rule applies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_capability: Option<String>,
     #[serde(default)]
     pub sources: Vec<String>,
     #[serde(default)]
@@ -166,6 +171,18 @@ impl GpuCard {
     /// Device memory in GiB, as the engines compare it against their thresholds.
     pub fn memory_gib(&self) -> f64 {
         self.memory_bytes as f64 / (1u64 << 30) as f64
+    }
+
+    /// The compute capability as (major, minor), if the card gives a well-formed one.
+    pub fn capability(&self) -> Option<(u32, u32)> {
+        let (a, b) = self.compute_capability.as_deref()?.split_once('.')?;
+        Some((a.parse().ok()?, b.parse().ok()?))
+    }
+
+    /// The SM100 family (B200, GB200, B300: compute capability 10.x), which vLLM's
+    /// `is_device_capability_family(100)` and SGLang's `is_sm100_supported` test.
+    pub fn is_sm100_family(&self) -> bool {
+        self.capability().is_some_and(|(major, _)| major == 10)
     }
 
     /// vLLM and SGLang special-case the A100 in their defaults.

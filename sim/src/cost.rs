@@ -625,6 +625,7 @@ mod tests {
             interconnect: None,
             interconnect_bandwidth_bytes_per_s: None,
             nvidia_smi_memory_mib: None,
+            compute_capability: None,
             kernel_tables: None,
             sources: vec![],
             notes: None,

@@ -449,7 +449,8 @@ fn kv_pools_derived_from_memory_match_the_start_up_log_corpus() {
                 EngineSpec::Vllm(c) => (c.max_num_seqs, c.max_num_batched_tokens),
                 _ => unreachable!(),
             };
-            let x = f64::from(spec.model.num_layers) * f64::from(config::vllm_capture_sizes(r.version, seqs, batched));
+            let x = f64::from(spec.model.num_layers)
+                * f64::from(config::vllm_capture_sizes(r.version, &spec.gpu, seqs, batched));
             num += g * 1024.0 * x;
             den += x * x;
         }

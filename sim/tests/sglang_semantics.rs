@@ -390,3 +390,47 @@ fn memory_derived_defaults_follow_the_release() {
     assert_eq!(pool("0.5.14", &eager), pool("0.5.14", &[]), "0.5.14 reserves for graphs it does not capture");
     assert!(pool("0.5.15", &eager) > pool("0.5.15", &[]), "0.5.15 does not");
 }
+
+/// On the SM100 family (the B200 card) SGLang's default attention backend for a dense model
+/// is `trtllm_mha` from 0.5.7 (`flashinfer` before), and a page size that backend does not
+/// take becomes 64, the default included; other GPUs keep SGLang's default of 1 page token.
+#[test]
+fn blackwell_datacenter_gpus_page_the_kv_cache_by_64_from_0_5_7() {
+    let page = |hw: &str, version: &str, given: Option<u32>| {
+        let mut v = scenario("rtx5090-qwen2.5-7b-sglang.json");
+        v["hardware"] = Value::from(hw);
+        v["engine"]["version"] = Value::from(version);
+        for k in ["max_running_requests", "mem_fraction_static", "max_total_tokens"] {
+            v["engine"].as_object_mut().unwrap().remove(k);
+        }
+        if let Some(p) = given {
+            v["engine"]["page_size"] = Value::from(p);
+        }
+        match spec(v).engine {
+            sim::config::EngineSpec::Sglang(c) => (c.page_size, c.max_total_tokens),
+            _ => unreachable!(),
+        }
+    };
+    assert_eq!(page("b200", "0.5.6", None).0, 1);
+    let (p, pool) = page("b200", "0.5.7", None);
+    assert_eq!(p, 64);
+    assert_eq!(pool % 64, 0, "the pool is whole pages");
+    assert_eq!(page("b200", "0.5.23", None).0, 64);
+    assert_eq!(page("b200", "0.5.10", Some(32)).0, 32, "a size trtllm_mha takes is kept");
+    assert_eq!(page("b200", "0.5.10", Some(1)).0, 64, "one it does not take becomes 64");
+    assert_eq!(page("b200", "0.5.10", Some(128)).0, 64);
+    assert_eq!(page("b200", "0.5.23", Some(128)).0, 128);
+    // SM120 (RTX PRO 6000, RTX 5090) and Hopper are not in the family.
+    assert_eq!(page("rtx-pro-6000", "0.5.23", None).0, 1);
+    assert_eq!(page("h200", "0.5.23", None).0, 1);
+    // The ≥ 160 GB tier of the memory-derived defaults.
+    let mut v = scenario("rtx5090-qwen2.5-7b-sglang.json");
+    v["hardware"] = Value::from("b200");
+    v["engine"]["version"] = Value::from("0.5.10");
+    for k in ["max_running_requests", "mem_fraction_static", "max_total_tokens"] {
+        v["engine"].as_object_mut().unwrap().remove(k);
+    }
+    let sim::config::EngineSpec::Sglang(c) = spec(v).engine else { unreachable!() };
+    assert_eq!(c.chunked_prefill_size, Some(16384));
+    assert_eq!(c.cuda_graph_max_bs, Some(512));
+}

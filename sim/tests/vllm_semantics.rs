@@ -245,3 +245,37 @@ fn async_scheduling_is_the_default_from_0_14_and_overlaps_cpu_time() {
         assert_eq!(out.run.stop, sim::simulation::StopReason::Completed);
     }
 }
+
+/// vLLM 0.28 added a tier for devices of 160 GiB and more (the B200 card): the API server's
+/// token budget is 16,384, and on the SM100 family CUDA graphs are captured up to 1,024 tokens
+/// (512 elsewhere, and on every GPU before 0.28).
+#[test]
+fn b200_defaults_from_0_28_budget_and_graph_ceiling() {
+    use sim::config::EngineSpec;
+    let resolve = |hw: &str, version: &str| {
+        let spec = crate::common::spec(serde_json::json!({
+            "version": 1,
+            "engine": {"kind": "vllm", "version": version},
+            "model": "llama-3.1-8b-instruct", "hardware": hw,
+            "workload": {"dataset_name": "random", "random_input_len": 512, "random_output_len": 64, "num_prompts": 8, "max_concurrency": 4, "ignore_eos": true}
+        }));
+        let EngineSpec::Vllm(c) = &spec.engine else { panic!() };
+        let graphs = spec.cost.composed.as_ref().expect("tabled GPUs are kernel-timed").graphs();
+        (c.max_num_batched_tokens, c.max_num_seqs, graphs, spec.cost.source())
+    };
+    use sim::cost::GraphRule;
+    let (budget, seqs, graphs, source) = resolve("b200", "0.28.0");
+    assert_eq!((budget, seqs), (16384, 1024));
+    assert_eq!(graphs, GraphRule::VllmTokensStep16Above256(1024));
+    assert!(source.contains("b200_sxm"), "{source}");
+    let (budget, _, graphs, _) = resolve("b200", "0.27.0");
+    assert_eq!(budget, 8192);
+    assert_eq!(graphs, GraphRule::VllmTokensStep16Above256(512));
+    let (budget, _, graphs, _) = resolve("h200", "0.33.0");
+    assert_eq!(budget, 8192);
+    assert_eq!(graphs, GraphRule::VllmTokensStep16Above256(512));
+    let (budget, _, graphs, source) = resolve("rtx-pro-6000", "0.33.0");
+    assert_eq!(budget, 8192, "95 GiB: the 70 GiB tier");
+    assert_eq!(graphs, GraphRule::VllmTokensStep16Above256(512), "SM120 is not the SM100 family");
+    assert!(source.contains("rtx_pro_6000_server"), "{source}");
+}

@@ -295,11 +295,12 @@ pub fn resolve_deployment(
 }
 
 /// vLLM's CUDA-graph capture sizes: `[1, 2, 4] + 8..` up to
-/// `min(2 × max_num_seqs, 512)`, in steps of 8 (0.11) or of 8 to 255 then
-/// 16 (from 0.19 at the latest: the 0.19 corpus logs capture 51 sizes up to
-/// 512, `PIECEWISE=51, FULL=51`), clipped to `max_num_batched_tokens`.
-pub fn vllm_capture_sizes(version: Version, max_num_seqs: u32, max_batched: u32) -> u32 {
-    let max = (2 * max_num_seqs).min(512).min(max_batched);
+/// `min(2 × max_num_seqs, ceiling)` ([`vllm_graph_ceiling`]: 512, or 1,024 on the SM100
+/// family from 0.28), in steps of 8 (0.11) or of 8 to 255 then 16 (from 0.19 at the
+/// latest: the 0.19 corpus logs capture 51 sizes up to 512, `PIECEWISE=51, FULL=51`),
+/// clipped to `max_num_batched_tokens`.
+pub fn vllm_capture_sizes(version: Version, gpu: &GpuCard, max_num_seqs: u32, max_batched: u32) -> u32 {
+    let max = (2 * max_num_seqs).min(vllm_graph_ceiling(version, gpu)).min(max_batched);
     let mut n = [1u32, 2, 4].iter().filter(|&&s| s <= max).count() as u32;
     let mut s = 8;
     while s <= max {
@@ -307,6 +308,21 @@ pub fn vllm_capture_sizes(version: Version, max_num_seqs: u32, max_batched: u32)
         s += if version >= Version::new(0, 19, 0) && s >= 256 { 16 } else { 8 };
     }
     n
+}
+
+/// The first vLLM release that captures CUDA graphs up to 1,024 tokens on the SM100 family.
+pub const VLLM_SM100_GRAPH_1024: Version = Version::new(0, 28, 0);
+
+/// The largest step vLLM captures a CUDA graph for before `max_num_seqs` and the token
+/// budget clip it (`VllmConfig._set_cudagraph_sizes`): `default_max_graph_size = 1024 if
+/// current_platform.is_device_capability_family(100) else 512` from 0.28.0 (0.27.0: 512 on
+/// every GPU).
+pub fn vllm_graph_ceiling(version: Version, gpu: &GpuCard) -> u32 {
+    if version >= VLLM_SM100_GRAPH_1024 && gpu.is_sm100_family() {
+        1024
+    } else {
+        512
+    }
 }
 
 /// How a vLLM release sizes its KV budget (`docs/vllm.md` "Memory sizing"),
@@ -441,7 +457,7 @@ pub fn vllm_memory_account(
     let wddm = if host { VLLM_WDDM_CONSUMED_PER_WEIGHT_BYTE * weights as f64 } else { 0.0 };
     let non_torch = (non_torch_mib * MIB as f64 + wddm) as u64;
     let cuda_graphs = if mb.cudagraph_estimate {
-        let sizes = vllm_capture_sizes(version, max_seqs, max_batched);
+        let sizes = vllm_capture_sizes(version, gpu, max_seqs, max_batched);
         (VLLM_GRAPH_MIB_PER_LAYER_SIZE * f64::from(model.num_layers) * f64::from(sizes) * MIB as f64) as u64
     } else {
         0

@@ -353,6 +353,14 @@ fn check_cards(model: &ModelCard, gpu: &GpuCard) -> Result<()> {
     if let Some(b) = gpu.interconnect_bandwidth_bytes_per_s {
         in_range("hardware.interconnect_bandwidth_bytes_per_s", b, 1e8, 1e14, "100 MB/s to 100 TB/s")?;
     }
+    if let Some(cc) = &gpu.compute_capability {
+        if gpu.capability().is_none() {
+            return Err(ConfigError::new(
+                "hardware.compute_capability",
+                format!("expected a CUDA compute capability like \"9.0\" or \"10.0\", got {cc:?}"),
+            ));
+        }
+    }
     for (f, v) in [("model.num_parameters", model.num_parameters), ("model.vocab_size", u64::from(model.vocab_size))] {
         if v == 0 {
             return Err(ConfigError::new(f, "must be > 0"));
@@ -428,7 +436,12 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
     }
 
     let graphs = match &engine {
-        EngineSpec::Vllm(c) => crate::cost::GraphRule::vllm(c.version, c.max_num_seqs, c.max_num_batched_tokens),
+        EngineSpec::Vllm(c) => crate::cost::GraphRule::vllm(
+            c.version,
+            memory::vllm_graph_ceiling(c.version, &gpu),
+            c.max_num_seqs,
+            c.max_num_batched_tokens,
+        ),
         // With graphs turned off, the rule the release would have used: the step cost runs
         // those steps eagerly (`ComposedCost`'s forgone graphs).
         EngineSpec::Sglang(c) => {

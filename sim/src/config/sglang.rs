@@ -111,7 +111,7 @@ pub(super) fn resolve_sglang(
             ))
         }
     };
-    let page_size = positive("engine.page_size", f.page_size.unwrap_or(1))?;
+    let page_size = sglang_page_size(version, gpu, f.page_size)?;
     if let Some(c) = chunked_prefill_size {
         if c < page_size {
             return Err(ConfigError::new(
@@ -247,6 +247,27 @@ pub(super) fn resolve_sglang(
         seed,
     };
     Ok((EngineSpec::Sglang(cfg), sizing))
+}
+
+/// The first SGLang release whose default attention backend on the SM100 family (B200,
+/// GB200, B300) for a dense MHA model is `trtllm_mha` (0.4.10–0.5.6: `flashinfer`).
+pub const SGLANG_SM100_TRTLLM_MHA: Version = Version::new(0, 5, 7);
+
+/// `--page-size` as SGLang resolves it: 1 by default; on the SM100 family from 0.5.7, where
+/// the default attention backend is `trtllm_mha`, a size that backend does not take becomes 64
+/// (`_handle_attention_backend_compatibility`: "TensorRT-LLM MHA only supports page_size of
+/// 16, 32 or 64, changing page_size from {page_size} to 64"; 0.5.23 also takes 128), the
+/// default included. servesim models the default backend only: another `--attention-backend`
+/// keeps the size given.
+pub fn sglang_page_size(version: Version, gpu: &GpuCard, given: Option<u32>) -> Result<u32> {
+    if let Some(p) = given {
+        positive("engine.page_size", p)?;
+    }
+    if version >= SGLANG_SM100_TRTLLM_MHA && gpu.is_sm100_family() {
+        let takes = |p: u32| matches!(p, 16 | 32 | 64) || (p == 128 && version >= Version::new(0, 5, 23));
+        return Ok(given.filter(|&p| takes(p)).unwrap_or(64));
+    }
+    Ok(given.unwrap_or(1))
 }
 
 /// Whether an SGLang step on a GPU with the overlap scheduler costs max(CPU, GPU) instead of

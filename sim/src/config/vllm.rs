@@ -81,7 +81,9 @@ pub(super) fn resolve_vllm(
     let mem_gib = gpu.memory_gib();
     let big = mem_gib >= 70.0 && !gpu.is_a100();
     // `_set_default_args` / `get_batch_defaults` (API server).
-    let default_batched = if mem_gib >= 160.0 && version >= Version::new(0, 29, 0) {
+    // `get_batch_defaults`' tier "for GPUs like B200/B300 with >= 160GB memory" from 0.28.0
+    // (absent in 0.27.0): 16,384 for the API server too.
+    let default_batched = if mem_gib >= 160.0 && version >= Version::new(0, 28, 0) {
         16384
     } else if big {
         8192

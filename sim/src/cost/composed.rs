@@ -200,8 +200,9 @@ pub fn collective_skew_us(tp: u32) -> f64 {
     COLLECTIVE_SKEW_SIGMA_US * expected_max_of_normals(tp)
 }
 
-/// vLLM's default `max_cudagraph_capture_size` (V1, 0.11+): steps of more tokens run
-/// the piecewise graphs' eager fallback.
+/// vLLM's default `max_cudagraph_capture_size` (V1, 0.11+) before the SM100 family's 1,024
+/// of 0.28 (`config::vllm_graph_ceiling`): steps of more tokens run the piecewise graphs'
+/// eager fallback.
 pub const VLLM_GRAPH_MAX_TOKENS: u64 = 512;
 /// Token counts memoised.
 pub const MEMO_TOKENS: usize = 16384;
@@ -329,8 +330,16 @@ impl GraphRule {
     /// truncation). The step of the list from 256 tokens is 16 from 0.12 (PR #26016, merged
     /// 2025-10-01, after 0.11.0's `[1, 2, 4] + range(8, N + 1, 8)`), 8 before. The 1,024-token
     /// cap later releases use on SM100 is not modelled.
-    pub fn vllm(version: crate::engine::Version, max_num_seqs: u32, max_num_batched_tokens: u32) -> GraphRule {
-        let cap = VLLM_GRAPH_MAX_TOKENS.min(2 * u64::from(max_num_seqs)).min(u64::from(max_num_batched_tokens)).max(1);
+    /// `ceiling`: the release's and GPU's largest capture size before the clips
+    /// (`config::vllm_graph_ceiling`: [`VLLM_GRAPH_MAX_TOKENS`], or 1,024 on the SM100 family
+    /// from 0.28).
+    pub fn vllm(
+        version: crate::engine::Version,
+        ceiling: u32,
+        max_num_seqs: u32,
+        max_num_batched_tokens: u32,
+    ) -> GraphRule {
+        let cap = u64::from(ceiling).min(2 * u64::from(max_num_seqs)).min(u64::from(max_num_batched_tokens)).max(1);
         let step16 = version >= crate::engine::Version::new(0, 12, 0);
         // The largest captured size not above the cap.
         let largest = if cap < 8 {
@@ -868,6 +877,7 @@ pub fn leave_one_gpu_out() -> Vec<LogoRow> {
                 interconnect: None,
                 interconnect_bandwidth_bytes_per_s: None,
                 nvidia_smi_memory_mib: None,
+                compute_capability: None,
                 kernel_tables: None,
                 sources: vec![],
                 notes: None,
@@ -1010,17 +1020,17 @@ mod tests {
     fn vllm_graphs_end_at_the_largest_captured_size_under_its_cap() {
         use crate::engine::Version;
         let (v11, v12) = (Version::new(0, 11, 0), Version::new(0, 12, 0));
-        assert_eq!(GraphRule::vllm(v11, 256, 8192), GraphRule::VllmTokens(512));
-        assert_eq!(GraphRule::vllm(v12, 1024, 8192), GraphRule::VllmTokensStep16Above256(512));
-        assert_eq!(GraphRule::vllm(v11, 64, 8192), GraphRule::VllmTokens(128));
-        assert_eq!(GraphRule::vllm(v11, 5, 8192), GraphRule::VllmTokens(8));
-        assert_eq!(GraphRule::vllm(v11, 3, 8192), GraphRule::VllmTokens(4));
-        assert_eq!(GraphRule::vllm(v11, 1, 8192), GraphRule::VllmTokens(2));
-        assert_eq!(GraphRule::vllm(v11, 150, 8192), GraphRule::VllmTokens(296));
-        assert_eq!(GraphRule::vllm(v12, 150, 8192), GraphRule::VllmTokensStep16Above256(288));
-        assert_eq!(GraphRule::vllm(v12, 256, 300), GraphRule::VllmTokensStep16Above256(288));
+        assert_eq!(GraphRule::vllm(v11, 512, 256, 8192), GraphRule::VllmTokens(512));
+        assert_eq!(GraphRule::vllm(v12, 512, 1024, 8192), GraphRule::VllmTokensStep16Above256(512));
+        assert_eq!(GraphRule::vllm(v11, 512, 64, 8192), GraphRule::VllmTokens(128));
+        assert_eq!(GraphRule::vllm(v11, 512, 5, 8192), GraphRule::VllmTokens(8));
+        assert_eq!(GraphRule::vllm(v11, 512, 3, 8192), GraphRule::VllmTokens(4));
+        assert_eq!(GraphRule::vllm(v11, 512, 1, 8192), GraphRule::VllmTokens(2));
+        assert_eq!(GraphRule::vllm(v11, 512, 150, 8192), GraphRule::VllmTokens(296));
+        assert_eq!(GraphRule::vllm(v12, 512, 150, 8192), GraphRule::VllmTokensStep16Above256(288));
+        assert_eq!(GraphRule::vllm(v12, 512, 256, 300), GraphRule::VllmTokensStep16Above256(288));
         // A step of 9 or 10 tokens under max_num_seqs 5 runs eagerly: the last graph is 8.
-        assert_eq!(GraphRule::vllm(v11, 5, 8192).padded(7), 8);
+        assert_eq!(GraphRule::vllm(v11, 512, 5, 8192).padded(7), 8);
     }
 
     /// In a graph a step's linear layers run at the padded size (a decode batch of 5 costs
