@@ -42,6 +42,7 @@ pub const SCENARIOS: &[(&str, &str)] = files!("scenarios":
     "shared-prefix-llama3.1-8b-h100-vllm",
     "shared-prefix-lpm-llama3.1-8b-h100-sglang",
     "serve-small-vllm",
+    "b200-llama3.1-70b-fp8-vllm",
 );
 
 /// The built-in default scenario (JSON text).
