@@ -347,7 +347,8 @@ fn the_largest_captured_decode_batch_is_capped_by_max_running_requests() {
 /// 256 above), the chunked-prefill size of a 35–60 GB card is 8,192 and the
 /// `mem_fraction_static` reserve is 0.4.x's table; from 0.5.3 the reserve counts the
 /// `--cuda-graph-max-bs` setting itself, which `--max-running-requests` caps in the capture
-/// list but not in the reserve.
+/// list but not in the reserve (and, from 0.5.10, the prefill graphs' term:
+/// [`the_default_fraction_reserves_the_piecewise_graphs_from_0_5_10`]).
 #[test]
 fn memory_derived_defaults_follow_the_release() {
     let resolved = |hw: &str, version: &str, set: &[(&str, Value)]| {
@@ -387,8 +388,11 @@ fn memory_derived_defaults_follow_the_release() {
     assert_eq!(pool("0.5.2", &[("cuda_graph_max_bs", Value::from(512))]), pool("0.5.2", &[]));
     assert!(pool("0.5.8", &[("cuda_graph_max_bs", Value::from(512))]) < pool("0.5.8", &[]));
     let eager = [("disable_cuda_graph", Value::from(true))];
-    assert_eq!(pool("0.5.14", &eager), pool("0.5.14", &[]), "0.5.14 reserves for graphs it does not capture");
-    assert!(pool("0.5.15", &eager) > pool("0.5.15", &[]), "0.5.15 does not");
+    assert_eq!(pool("0.5.13", &eager), pool("0.5.13", &[]), "0.5.13 reserves for graphs it does not capture");
+    // 0.5.14 drops the prefill (piecewise) graphs' term with graphs off but keeps the decode
+    // graphs' (2 MiB × 256); 0.5.15 drops both.
+    assert!(pool("0.5.14", &eager) > pool("0.5.14", &[]));
+    assert!(pool("0.5.15", &eager) > pool("0.5.14", &eager), "0.5.15 reserves for neither");
 }
 
 /// On the SM100 family (the B200 card) SGLang's default attention backend for a dense model
@@ -433,4 +437,39 @@ fn blackwell_datacenter_gpus_page_the_kv_cache_by_64_from_0_5_7() {
     let sim::config::EngineSpec::Sglang(c) = spec(v).engine else { unreachable!() };
     assert_eq!(c.chunked_prefill_size, Some(16384));
     assert_eq!(c.cuda_graph_max_bs, Some(512));
+}
+
+/// From 0.5.10 SGLang captures prefill (piecewise) CUDA graphs by default and its default
+/// `mem_fraction_static` reserves 8 MiB a captured token size for them (58 sizes up to an
+/// 8,192-token chunk, 74 up to 16,384), before the 10 GiB floor; `--disable-cuda-graph` drops
+/// the term from 0.5.14 only. Worked examples of the 0.5.8, 0.5.10, 0.5.14 and 0.5.23 sources.
+#[test]
+fn the_default_fraction_reserves_the_piecewise_graphs_from_0_5_10() {
+    use sim::config::{sglang_default_mem_fraction_static as mfs, sglang_piecewise_graph_reserve_mib as pw};
+    let res = sim::builtin::resources().unwrap();
+    let gpu = |id: &str| res.gpus.iter().find(|g| g.id == id).unwrap().clone();
+    let v = |s: &str| Version::parse(s).unwrap();
+    assert_eq!(pw(v("0.5.8"), Some(8192), None, true, true), 0.0, "opt-in before 0.5.10");
+    assert_eq!(pw(v("0.5.10"), Some(8192), None, true, true), 58.0 * 8.0);
+    assert_eq!(pw(v("0.5.23"), Some(16384), None, true, true), 74.0 * 8.0);
+    assert_eq!(pw(v("0.5.23"), Some(2048), None, true, true), 42.0 * 8.0);
+    assert_eq!(pw(v("0.5.23"), None, None, true, true), 0.0, "chunked prefill off: no sizes");
+    assert_eq!(pw(v("0.5.13"), Some(8192), None, false, true), 58.0 * 8.0, "counted with graphs off");
+    assert_eq!(pw(v("0.5.14"), Some(8192), None, false, true), 0.0);
+    assert_eq!(pw(v("0.5.14"), Some(8192), Some(1024), true, true), 38.0 * 8.0, "capped by --context-length");
+    assert_eq!(pw(v("0.5.17"), Some(8192), Some(1024), true, true), 58.0 * 8.0, "not from 0.5.17");
+    assert_eq!(pw(v("0.5.23"), Some(8192), None, true, false), 0.0, "no CUDA graphs on the CPU backend");
+    // H100 80 GB at TP 1: 13,440 MiB reserved, 13,904 with the graphs' 464.
+    let h100 = gpu("h100-80gb");
+    assert_eq!(mfs(&h100, v("0.5.8"), 1, Some(8192), 16384, Some(256), 0.0), 0.835);
+    assert_eq!(
+        mfs(&h100, v("0.5.10"), 1, Some(8192), 16384, Some(256), pw(v("0.5.10"), Some(8192), None, true, true)),
+        0.830
+    );
+    // B200: 26,240 + 592 MiB of 183,359: SGLang's reference B200 start-up log implies 0.854.
+    let b200 = gpu("b200");
+    assert_eq!(
+        mfs(&b200, v("0.5.10"), 1, Some(16384), 16384, Some(512), pw(v("0.5.10"), Some(16384), None, true, true)),
+        0.854
+    );
 }

@@ -640,6 +640,54 @@ pub fn sglang_capture_list(version: Version, gpu_mem_mib: f64, setting: Option<u
     bs
 }
 
+/// The first SGLang release whose default reserve counts the prefill (piecewise) CUDA graphs:
+/// `--disable-piecewise-cuda-graph` defaults to false from 0.5.10 (0.5.6–0.5.9 had an opt-in
+/// `--enable-piecewise-cuda-graph` and counted nothing by default).
+pub const SGLANG_PIECEWISE_GRAPH_RESERVE: Version = Version::new(0, 5, 10);
+
+/// What SGLang's default `mem_fraction_static` reserves for the prefill (piecewise) CUDA
+/// graphs of a dense text model, MiB: 8 × the number of token sizes it captures
+/// (`len(piecewise_cuda_graph_tokens) * 8` in `_handle_gpu_memory_settings`, 0.5.10–0.5.13;
+/// `len(prefill_cuda_graph_config.bs) * 8` from 0.5.14; `reserve_for_graph_mb` in
+/// `arg_groups/memory_hook.py` from 0.5.19), added before the 10 GiB floor. The sizes are
+/// `range(4, 33, 4) + range(48, 257, 16) + range(288, 513, 32) + range(576, 1025, 64) +
+/// range(1280, 4097, 256) + range(4608, max + 1, 512)` up to `max` = the chunked-prefill size
+/// (the same from 0.5.9 to 0.5.23), capped by `--context-length` when given in 0.5.13–0.5.16;
+/// none with chunked prefill off. Counted with `--disable-cuda-graph` through 0.5.13, not from
+/// 0.5.14 (its prefill graph backend is then disabled). 0 before 0.5.10 and where the engine
+/// has no CUDA graphs at all (`graphs_possible`: the CPU test bed). Read in every wheel from
+/// 0.5.3 to 0.5.23 (docs/sglang.md §6).
+pub fn sglang_piecewise_graph_reserve_mib(
+    version: Version,
+    chunked_prefill_size: Option<u32>,
+    context_length_given: Option<u32>,
+    cuda_graphs: bool,
+    graphs_possible: bool,
+) -> f64 {
+    if version < SGLANG_PIECEWISE_GRAPH_RESERVE || !graphs_possible {
+        return 0.0;
+    }
+    if !cuda_graphs && version >= Version::new(0, 5, 14) {
+        return 0.0;
+    }
+    let Some(mut max) = chunked_prefill_size else { return 0.0 };
+    if version >= Version::new(0, 5, 13) && version <= Version::new(0, 5, 16) {
+        if let Some(c) = context_length_given {
+            max = max.min(c);
+        }
+    }
+    let sizes = (4..=32)
+        .step_by(4)
+        .chain((48..=256).step_by(16))
+        .chain((288..=512).step_by(32))
+        .chain((576..=1024).step_by(64))
+        .chain((1280..=4096).step_by(256))
+        .chain((4608..=max.max(4608)).step_by(512))
+        .filter(|&t| t <= max)
+        .count();
+    8.0 * sizes as f64
+}
+
 /// SGLang's default `mem_fraction_static`, per release (`docs/sglang.md`):
 ///
 /// * 0.4.10–0.5.2: `(gpu_mem − reserved) / gpu_mem` with a reserve table by device
@@ -651,7 +699,8 @@ pub fn sglang_capture_list(version: Version, gpu_mem_mib: f64, setting: Option<u
 ///   `--cuda-graph-max-bs` setting (not the capture list's last size, and not capped at
 ///   `--max-running-requests`); the caller passes `None` where the release leaves graphs
 ///   out of the reserve (from 0.5.15, with graphs disabled; 0.5.3–0.5.14 count it
-///   either way).
+///   either way), plus `piecewise_mib` ([`sglang_piecewise_graph_reserve_mib`]) before the
+///   floor.
 ///
 /// Both rounded to 3 decimals; `gpu_mem` is nvidia-smi's total.
 pub fn sglang_default_mem_fraction_static(
@@ -661,12 +710,14 @@ pub fn sglang_default_mem_fraction_static(
     chunked_prefill_size: Option<u32>,
     max_prefill_tokens: u32,
     graph_bs: Option<u32>,
+    piecewise_mib: f64,
 ) -> f64 {
     let mem_mib = sglang_gpu_mem_mib(gpu);
     let p = f64::from(tp);
     let reserved_mib = if version >= SGLANG_GPU_MEMORY_SETTINGS {
         let act_tokens = f64::from(chunked_prefill_size.unwrap_or(max_prefill_tokens).max(2048));
-        let mut r = 512.0 + act_tokens * 1.5 + p / 8.0 * 1024.0 + f64::from(graph_bs.unwrap_or(0)) * 2.0;
+        let mut r =
+            512.0 + act_tokens * 1.5 + p / 8.0 * 1024.0 + f64::from(graph_bs.unwrap_or(0)) * 2.0 + piecewise_mib;
         if mem_mib > 60.0 * 1024.0 {
             r = r.max(10.0 * 1024.0);
         }

@@ -179,6 +179,13 @@ pub(super) fn resolve_sglang(
                 chunked_prefill_size,
                 max_prefill_tokens,
                 reserve_graph_bs,
+                sglang_piecewise_graph_reserve_mib(
+                    version,
+                    chunked_prefill_size,
+                    f.context_length,
+                    dep.cuda_graphs,
+                    !is_cpu_host(gpu),
+                ),
             ),
         };
         if !(mfs > 0.0 && mfs < 1.0) {
