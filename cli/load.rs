@@ -161,6 +161,16 @@ pub fn resolve(raw: &RawScenario) -> Result<(Scenario, SimSpec), String> {
         check_profile_deployment(&spec, d).map_err(|e| format!("{origin}: cost.profile: {}: {e}", path.display()))?;
     }
     if let config::EngineSpec::Sglang(c) = &spec.engine {
+        if let Some(given) = scenario.engine.sglang.page_size.filter(|&p| p != c.page_size) {
+            warn_once(format!(
+                "{origin}: engine.page_size {given} runs as {}: on this GPU (compute capability {}) SGLang {} defaults \
+                 to the trtllm_mha attention backend, which takes pages of 16, 32 or 64 tokens, and changes any other \
+                 size to 64 (\"changing page_size from {given} to 64\", docs/sglang.md section 5)",
+                c.page_size,
+                spec.gpu.compute_capability.as_deref().unwrap_or("?"),
+                c.version
+            ));
+        }
         if !c.behaviour.retract_until_decode_fits && c.page_size > 20 {
             warn_once(format!(
                 "{origin}: engine.page_size {}: SGLang {} retracts until 20 tokens per running request are free, \

@@ -606,3 +606,33 @@ fn tune_varying_the_concurrency_carries_its_caveats() {
     assert!(notes.contains("caveat (lockstep_waves)"), "{notes}");
     assert!(notes.contains("workload.max_concurrency 64 exceeds workload.num_prompts 20"), "{notes}");
 }
+
+/// SGLang changes a page size its default attention backend does not take (from 0.5.7 on the
+/// SM100 family: `trtllm_mha`, pages of 16, 32 or 64) and logs it; servesim runs the size the
+/// engine would and says so, instead of running another size than the one asked for silently.
+#[test]
+fn a_page_size_sglang_would_change_is_changed_with_a_warning() {
+    let args = [
+        "simulate",
+        "scenarios/rtx5090-qwen2.5-7b-sglang.json",
+        "--set",
+        "hardware=\"b200\"",
+        "--set",
+        "workload.num_prompts=4",
+        "--json",
+    ];
+    let with = |p: &str| {
+        let mut a: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        a.extend(["--set".to_string(), format!("engine.page_size={p}")]);
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        run(&a)
+    };
+    let (c, out, err) = with("1");
+    assert_eq!(c, 0, "{err}");
+    assert!(err.contains("engine.page_size 1 runs as 64") && err.contains("trtllm_mha"), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["completed"], 4, "{out}");
+    let (c, _, err) = with("32");
+    assert_eq!(c, 0, "{err}");
+    assert!(!err.contains("runs as"), "a size the backend takes is kept silently: {err}");
+}
