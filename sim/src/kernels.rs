@@ -753,17 +753,24 @@ impl Tables {
         (e, f64::from(h.heads) / f64::from(e.heads))
     }
 
-    /// Prefill attention: `t(seq_len, batch)` per layer.
-    pub fn ctx_grid(&self, h: Heads) -> Grid {
-        let (e, scale) = Self::attn_entry(&self.ctx.entries, h, &["prefill", "flashinfer", "fa3", "flash"]);
+    /// The lanes an attention table's entry is preferred from, best first: `first` (the
+    /// engine's default backend where the table holds several, e.g. SGLang's `trtllm_mha` on
+    /// the SM100 family), then the phase's own lane and the common kernels.
+    fn lanes<'a>(first: Option<&'a str>, phase: &'a str) -> Vec<&'a str> {
+        first.into_iter().chain([phase, "flashinfer", "fa3", "flash"]).collect()
+    }
+
+    /// Prefill attention: `t(seq_len, batch)` per layer; `first`: the lane preferred first.
+    pub fn ctx_grid(&self, h: Heads, first: Option<&str>) -> Grid {
+        let (e, scale) = Self::attn_entry(&self.ctx.entries, h, &Self::lanes(first, "prefill"));
         let mut v = fill_grid(&e.seq_len, &e.batch, &e.latency_ms, false);
         v.iter_mut().flatten().for_each(|x| *x *= scale);
         Grid { a: e.seq_len.clone(), b: e.batch.clone(), v, sqrt_a: true }
     }
 
-    /// Decode attention: `t(batch, kv_len)` per layer.
-    pub fn gen_grid(&self, h: Heads) -> Grid {
-        let (e, scale) = Self::attn_entry(&self.gen.entries, h, &["decode", "flashinfer", "fa3", "flash"]);
+    /// Decode attention: `t(batch, kv_len)` per layer; `first`: the lane preferred first.
+    pub fn gen_grid(&self, h: Heads, first: Option<&str>) -> Grid {
+        let (e, scale) = Self::attn_entry(&self.gen.entries, h, &Self::lanes(first, "decode"));
         let mut v = fill_grid(&e.batch, &e.kv_len, &e.latency_ms, true);
         v.iter_mut().flatten().for_each(|x| *x *= scale);
         Grid { a: e.batch.clone(), b: e.kv_len.clone(), v, sqrt_a: false }
@@ -841,13 +848,13 @@ impl Provider {
         }
     }
 
-    pub fn ctx_grid(&self, h: Heads) -> Grid {
+    pub fn ctx_grid(&self, h: Heads, first: Option<&str>) -> Grid {
         match self {
-            Provider::Table(t) => t.ctx_grid(h),
+            Provider::Table(t) => t.ctx_grid(h, first),
             Provider::Scaled { from, target } => from
-                .ctx_grid(h)
+                .ctx_grid(h, first)
                 .map_cells(|s, b, y| y * (ctx_sol_ms(s, b, h, target) / ctx_sol_ms(s, b, h, &from.peaks))),
-            Provider::Roofline { fit, target, like } => like.ctx_grid(h).map_cells(|a, b, _| {
+            Provider::Roofline { fit, target, like } => like.ctx_grid(h, first).map_cells(|a, b, _| {
                 let (f, b) = ctx_work(a, b, h);
                 fit.ctx_floor_ms
                     + (f / (target.bf16_flops * fit.ctx_compute)).max(b / (target.mem_bw * fit.gen_memory)) * 1e3
@@ -855,13 +862,13 @@ impl Provider {
         }
     }
 
-    pub fn gen_grid(&self, h: Heads) -> Grid {
+    pub fn gen_grid(&self, h: Heads, first: Option<&str>) -> Grid {
         match self {
-            Provider::Table(t) => t.gen_grid(h),
+            Provider::Table(t) => t.gen_grid(h, first),
             Provider::Scaled { from, target } => from
-                .gen_grid(h)
+                .gen_grid(h, first)
                 .map_cells(|b, l, y| y * (gen_sol_ms(b, l, h, target) / gen_sol_ms(b, l, h, &from.peaks))),
-            Provider::Roofline { fit, target, like } => like.gen_grid(h).map_cells(|a, b, _| {
+            Provider::Roofline { fit, target, like } => like.gen_grid(h, first).map_cells(|a, b, _| {
                 let (f, b) = gen_work(a, b, h);
                 fit.gen_floor_ms
                     + (f / (target.bf16_flops * fit.ctx_compute)).max(b / (target.mem_bw * fit.gen_memory)) * 1e3
@@ -963,7 +970,7 @@ pub fn fit_roofline(systems: &[&str], engine: &str, shapes: &FitShapes) -> Roofl
         gsmall.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap());
         gf.extend(gsmall.iter().take(gsmall.len().div_ceil(10)).map(|p| p.1));
         for &h in &shapes.heads {
-            let g = t.ctx_grid(h);
+            let g = t.ctx_grid(h, None);
             for (i, row) in g.v.iter().enumerate() {
                 for (j, &y) in row.iter().enumerate() {
                     let (f, _) = ctx_work(g.a[i], g.b[j], h);
@@ -975,7 +982,7 @@ pub fn fit_roofline(systems: &[&str], engine: &str, shapes: &FitShapes) -> Roofl
                     }
                 }
             }
-            let g = t.gen_grid(h);
+            let g = t.gen_grid(h, None);
             for (i, row) in g.v.iter().enumerate() {
                 for (j, &y) in row.iter().enumerate() {
                     let (_, b) = gen_work(g.a[i], g.b[j], h);
@@ -1057,7 +1064,7 @@ mod tests {
             for engine in ["vllm", "sglang"] {
                 let Some(t) = tables(system, engine) else { continue };
                 for &h in &shapes.heads {
-                    for g in [t.ctx_grid(h), t.gen_grid(h)] {
+                    for g in [t.ctx_grid(h, None), t.gen_grid(h, None)] {
                         let f = g.flat();
                         let (amax, bmax) = (g.a[g.a.len() - 1] * 1.5, g.b[g.b.len() - 1] * 1.5);
                         let mut pts: Vec<(f64, f64)> = Vec::new();

@@ -139,3 +139,36 @@ fn tp_steps_pay_the_embedding_all_reduce_and_the_logits_all_gather() {
     let collectives = (2.0 * 80.0 + 1.0) * ar + c8.logits_gather_us(16);
     assert!(c8.gpu_us(&s) > collectives, "{} vs {collectives}", c8.gpu_us(&s));
 }
+
+/// Where a table holds several attention lanes, the engine's default backend is read first:
+/// SGLang on the B200 from 0.5.7 takes `trtllm_mha` (its default on the SM100 family), earlier
+/// releases and other engines the `flashinfer` lane (docs/sglang.md §5).
+#[test]
+fn the_engines_default_attention_lane_is_read_first() {
+    let t = sim::kernels::tables("b200_sxm", "sglang").expect("B200 SGLang tables");
+    // Heads of a TP-sharded shape whose two lanes differ in the table.
+    let h = sim::kernels::Heads { heads: 16, kv_heads: 2, head_dim: 128, kv_bytes: 2 };
+    let (fi, trt) = (t.gen_grid(h, None), t.gen_grid(h, Some("trtllm_mha")));
+    assert_ne!(fi.v, trt.v, "the two lanes are different measurements");
+    let spec = |version: &str| {
+        sim::config::resolve(
+            &sim::config::from_value(
+                serde_json::json!({"version": 1, "engine": {"kind": "sglang", "version": version, "tp_size": 4},
+                    "model": "llama-3.1-70b-instruct-fp8", "hardware": {"gpu": "b200", "count": 4},
+                    "workload": {"dataset_name": "random", "random_input_len": 1024, "random_output_len": 128, "ignore_eos": true}}),
+                "",
+            )
+            .unwrap(),
+            &sim::builtin::resources().unwrap(),
+        )
+        .unwrap()
+    };
+    // Llama-3.1-70B at TP 4: the 16 query heads and 2 KV heads a GPU compared above.
+    let step = |version: &str| {
+        let s = spec(version);
+        let c = s.cost.composed.as_ref().unwrap().clone();
+        c.gpu_us(&StepShape::decodes(64, 64 * 4096))
+    };
+    assert_ne!(step("0.5.6"), step("0.5.7"), "0.5.7 reads the trtllm_mha lane");
+    assert_eq!(step("0.5.7"), step("0.5.23"));
+}

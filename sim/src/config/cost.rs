@@ -20,6 +20,7 @@ pub(super) fn resolve_cost(
     res: &Resources,
     engine: &str,
     graphs: GraphRule,
+    attention_lane: Option<&str>,
 ) -> Result<CostModel> {
     let prior = c.prior.clone().unwrap_or_default();
     for (name, v) in [
@@ -58,6 +59,7 @@ pub(super) fn resolve_cost(
                 prior.allreduce_latency_us,
                 prior.interconnect_bandwidth_eff,
                 crate::cost::sync_cpu(engine, dep.tensor_parallel_size),
+                attention_lane,
             )));
         }
     }

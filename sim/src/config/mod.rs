@@ -450,7 +450,15 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
             })
         }
     };
-    let cost = resolve_cost(&s.cost, &model, &gpu, &deployment, res, engine.kind(), graphs)?;
+    // SGLang's default attention backend on the SM100 family from 0.5.7 (`trtllm_mha`), whose
+    // lane the kernel tables hold next to `flashinfer` (docs/sglang.md §5).
+    let attention_lane = match &engine {
+        EngineSpec::Sglang(c) if c.version >= sglang::SGLANG_SM100_TRTLLM_MHA && gpu.is_sm100_family() => {
+            Some("trtllm_mha")
+        }
+        _ => None,
+    };
+    let cost = resolve_cost(&s.cost, &model, &gpu, &deployment, res, engine.kind(), graphs, attention_lane)?;
     let spec = SimSpec { name: s.name.clone(), engine, model, gpu, deployment, cost, workload, kv_sizing, fleet: None };
     check_requests_fit(&spec)?;
     Ok(spec)

@@ -583,6 +583,7 @@ impl ComposedCost {
         allreduce_latency_us: f64,
         interconnect_eff: f64,
         sync_cpu: SyncCpu,
+        attention_lane: Option<&str>,
     ) -> ComposedCost {
         let tp = dep.tensor_parallel_size.max(1);
         let fp8 = dep.quantization.as_deref() == Some("fp8");
@@ -630,7 +631,7 @@ impl ComposedCost {
         // would have replayed as graphs run eagerly, launched kernel by kernel.
         let forgone = (!dep.cuda_graphs).then_some(graphs).filter(|g| *g != GraphRule::Eager);
         let graphs = if dep.cuda_graphs { graphs } else { GraphRule::Eager };
-        let (ctx, gen) = (provider.ctx_grid(heads), provider.gen_grid(heads));
+        let (ctx, gen) = (provider.ctx_grid(heads, attention_lane), provider.gen_grid(heads, attention_lane));
         ComposedCost {
             source,
             layers: f64::from(model.num_layers),
@@ -889,7 +890,18 @@ pub fn leave_one_gpu_out() -> Vec<LogoRow> {
             for m in &models {
                 let dep = Deployment::single(m);
                 let build = |pr: &Provider| {
-                    ComposedCost::build(m, &gpu, &dep, GraphRule::Eager, pr, String::new(), 5.0, 0.7, BLIS_SYNC_CPU)
+                    ComposedCost::build(
+                        m,
+                        &gpu,
+                        &dep,
+                        GraphRule::Eager,
+                        pr,
+                        String::new(),
+                        5.0,
+                        0.7,
+                        BLIS_SYNC_CPU,
+                        None,
+                    )
                 };
                 let (truth, a, b) = (build(&Provider::Table(own)), build(&scaled), build(&roof));
                 for s in &shapes {
@@ -1040,9 +1052,19 @@ mod tests {
         let (model, gpu) = &llama8b_h100();
         let (p, src) = provider_for(gpu, "vllm", FALLBACK, None).unwrap();
         let dep = Deployment::single(model);
-        let graph =
-            ComposedCost::build(model, gpu, &dep, GraphRule::VllmTokens(512), &p, src.clone(), 5.0, 0.7, VLLM_SYNC_CPU);
-        let eager = ComposedCost::build(model, gpu, &dep, GraphRule::Eager, &p, src, 5.0, 0.7, VLLM_SYNC_CPU);
+        let graph = ComposedCost::build(
+            model,
+            gpu,
+            &dep,
+            GraphRule::VllmTokens(512),
+            &p,
+            src.clone(),
+            5.0,
+            0.7,
+            VLLM_SYNC_CPU,
+            None,
+        );
+        let eager = ComposedCost::build(model, gpu, &dep, GraphRule::Eager, &p, src, 5.0, 0.7, VLLM_SYNC_CPU, None);
         // Context 1 a request: attention is a few µs; the rest is the linear layers and LM head.
         let tiny = |b: u64| StepShape::decodes(b, b);
         let lm = |c: &ComposedCost, b: u64| c.lm_head.at(b as f64) * 1e3;
@@ -1070,9 +1092,9 @@ mod tests {
         let on = Deployment::single(model);
         let off = Deployment { cuda_graphs: false, ..on.clone() };
         let rule = GraphRule::VllmTokens(512);
-        let eager = ComposedCost::build(model, gpu, &off, rule, &p, src.clone(), 5.0, 0.7, VLLM_SYNC_CPU);
+        let eager = ComposedCost::build(model, gpu, &off, rule, &p, src.clone(), 5.0, 0.7, VLLM_SYNC_CPU, None);
         // The same eager kernels, where no graph was forgone (the reference).
-        let plain = ComposedCost::build(model, gpu, &on, GraphRule::Eager, &p, src, 5.0, 0.7, VLLM_SYNC_CPU);
+        let plain = ComposedCost::build(model, gpu, &on, GraphRule::Eager, &p, src, 5.0, 0.7, VLLM_SYNC_CPU, None);
         let layers = f64::from(model.num_layers);
         for b in [1u64, 8, 64] {
             let d = StepShape::decodes(b, b * 1024);
@@ -1100,7 +1122,18 @@ mod tests {
         let dep = Deployment::single(model);
         let build = |engine: &str, tp: u32| {
             let (p, src) = provider_for(gpu, engine, FALLBACK, None).unwrap();
-            ComposedCost::build(model, gpu, &dep, GraphRule::VllmTokens(512), &p, src, 5.0, 0.7, sync_cpu(engine, tp))
+            ComposedCost::build(
+                model,
+                gpu,
+                &dep,
+                GraphRule::VllmTokens(512),
+                &p,
+                src,
+                5.0,
+                0.7,
+                sync_cpu(engine, tp),
+                None,
+            )
         };
         let (vllm, vllm_tp, sglang) = (build("vllm", 1), build("vllm", 2), build("sglang", 1));
         for b in [1u64, 8, 64] {
@@ -1134,6 +1167,7 @@ mod tests {
             5.0,
             0.7,
             VLLM_SYNC_CPU,
+            None,
         );
         let mut x: u64 = 7;
         let mut rnd = move |m: u64| {
