@@ -453,9 +453,7 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
     // SGLang's default attention backend on the SM100 family from 0.5.7 (`trtllm_mha`), whose
     // lane the kernel tables hold next to `flashinfer` (docs/sglang.md §5).
     let attention_lane = match &engine {
-        EngineSpec::Sglang(c) if c.version >= sglang::SGLANG_SM100_TRTLLM_MHA && gpu.is_sm100_family() => {
-            Some("trtllm_mha")
-        }
+        EngineSpec::Sglang(c) if sglang::sglang_default_trtllm_mha(c.version, &gpu) => Some("trtllm_mha"),
         _ => None,
     };
     let cost = resolve_cost(&s.cost, &model, &gpu, &deployment, res, engine.kind(), graphs, attention_lane)?;

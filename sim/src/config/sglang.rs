@@ -260,6 +260,13 @@ pub(super) fn resolve_sglang(
 /// GB200, B300) for a dense MHA model is `trtllm_mha` (0.4.10–0.5.6: `flashinfer`).
 pub const SGLANG_SM100_TRTLLM_MHA: Version = Version::new(0, 5, 7);
 
+/// Whether SGLang's default attention backend for a dense MHA model on `gpu` is `trtllm_mha`
+/// (the SM100 family from 0.5.7): what pages its KV cache ([`sglang_page_size`]) and which lane
+/// of the kernel tables times its attention (`config::resolve`).
+pub fn sglang_default_trtllm_mha(version: Version, gpu: &GpuCard) -> bool {
+    version >= SGLANG_SM100_TRTLLM_MHA && gpu.is_sm100_family()
+}
+
 /// `--page-size` as SGLang resolves it: 1 by default; on the SM100 family from 0.5.7, where
 /// the default attention backend is `trtllm_mha`, a size that backend does not take becomes 64
 /// (`_handle_attention_backend_compatibility`: "TensorRT-LLM MHA only supports page_size of
@@ -270,7 +277,7 @@ pub fn sglang_page_size(version: Version, gpu: &GpuCard, given: Option<u32>) -> 
     if let Some(p) = given {
         positive("engine.page_size", p)?;
     }
-    if version >= SGLANG_SM100_TRTLLM_MHA && gpu.is_sm100_family() {
+    if sglang_default_trtllm_mha(version, gpu) {
         let takes = |p: u32| matches!(p, 16 | 32 | 64) || (p == 128 && version >= Version::new(0, 5, 23));
         return Ok(given.filter(|&p| takes(p)).unwrap_or(64));
     }
