@@ -104,7 +104,8 @@ def quantile(v, q):
 def model_error_without(left_out, gpu, kind):
     """The uncalibrated 90% |error| per family that `calibrate --from-results` adds to a
     profile's intervals (calib's `uncalibrated_errors`: the corpus p90 of each family, scaled
-    by the n-weighted median group error of this GPU and engine over the corpus'), recomputed
+    by the n-weighted median group error of this GPU and engine over the corpus', to the power
+    of the credibility of its groups), recomputed
     from `validate --json` without the set `left_out`; as `--model-error`'s argument."""
     groups, fams = {}, {f: [] for f in FAMILIES}
     for r in validate_json()["rows"]:
@@ -126,12 +127,41 @@ def model_error_without(left_out, gpu, kind):
                 return m
         return None
 
+    def engine_kind(label):
+        return next((k for k in ("vllm", "sglang") if k in label.lower()), None)
+
     mine = [v for g, v in groups.items()
-            if g.split(" | ")[1].split()[-1] == gpu and kind in g.split(" | ")[2].lower()]
+            if g.split(" | ")[1].split()[-1] == gpu and engine_kind(g.split(" | ")[2]) == kind]
     every = list(groups.values())
     m, a = (weighted_median(mine) if mine else None), weighted_median(every)
-    scale = m / a if (m is not None and a) else 1.0
+    keyed = [(g.split(" | ")[1].split()[-1] + " " + engine_kind(g.split(" | ")[2]), math.log(quantile(v, 0.5)))
+             for g, v in groups.items() if engine_kind(g.split(" | ")[2]) and quantile(v, 0.5) > 0]
+    k = credibility_k(keyed)
+    z = len(mine) / (len(mine) + k) if (mine and math.isfinite(k)) else 0.0
+    scale = (m / a) ** z if (m and a) else 1.0
     return ",".join(f"{f}={quantile(v, 0.9) * scale:.4f}" for f, v in fams.items() if v)
+
+
+def credibility_k(keyed):
+    """calib's `credibility_k`: sigma^2 within / sigma^2 between of ln(group median |error|),
+    the groups keyed by GPU and engine kind (one-way random effects, method of moments);
+    infinite where the between-key variance is not positive."""
+    by = {}
+    for key, x in keyed:
+        by.setdefault(key, []).append(x)
+    n, kk = len(keyed), len(by)
+    if kk < 2 or n <= kk:
+        return math.inf
+    grand = sum(x for _, x in keyed) / n
+    ssw = ssb = sq = 0.0
+    for v in by.values():
+        mean = sum(v) / len(v)
+        ssw += sum((x - mean) ** 2 for x in v)
+        ssb += len(v) * (mean - grand) ** 2
+        sq += len(v) ** 2
+    msw, msb = ssw / (n - kk), ssb / (kk - 1)
+    between = (msb - msw) / ((n - sq / n) / (kk - 1))
+    return msw / between if between > 0 else math.inf
 
 
 def corpus_logs():

@@ -454,23 +454,127 @@ impl UncalibratedSource {
     }
 }
 
-/// The uncalibrated 90% |error| per family for a GPU card id and an engine kind (`vllm`, `sglang`).
+/// The engine kind a baseline group's engine label names (`vllm`, `sglang`), if either.
+fn engine_kind_of(label: &str) -> Option<&'static str> {
+    let l = label.to_ascii_lowercase();
+    ["vllm", "sglang"].into_iter().find(|k| l.contains(k))
+}
+
+/// How far a GPU × engine's own published groups may move its uncalibrated band away from the
+/// corpus': the **credibility** `Z = n / (n + k)` of `n` groups (Bühlmann's), with
+/// `k = σ²_within / σ²_between` estimated on the corpus itself by one-way random-effects
+/// ANOVA (method of moments, unbalanced) over ln(group median |error|), the groups keyed by
+/// GPU and engine kind: `σ²_within` the pooled variance of the groups sharing a key,
+/// `σ²_between` the variance of the keys' own levels. One group of a setup says less about
+/// the next setup on that GPU than nine do; where the keys' levels do not differ beyond what
+/// their groups' scatter explains (`σ²_between ≤ 0`), `Z = 0` and every key takes the
+/// corpus' band. `keys`: one (key, ln median) per group. Returns `k` (infinite when the
+/// between-key variance is not positive).
+pub fn credibility_k(keys: &[(String, f64)]) -> f64 {
+    let mut by: std::collections::BTreeMap<&str, Vec<f64>> = std::collections::BTreeMap::new();
+    for (k, x) in keys {
+        by.entry(k.as_str()).or_default().push(*x);
+    }
+    let n_total = keys.len() as f64;
+    let n_keys = by.len() as f64;
+    if n_keys < 2.0 || n_total <= n_keys {
+        return f64::INFINITY;
+    }
+    let grand = keys.iter().map(|(_, x)| x).sum::<f64>() / n_total;
+    let (mut ssw, mut ssb, mut sum_sq_n) = (0.0, 0.0, 0.0);
+    for v in by.values() {
+        let n = v.len() as f64;
+        let mean = v.iter().sum::<f64>() / n;
+        ssw += v.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>();
+        ssb += n * (mean - grand) * (mean - grand);
+        sum_sq_n += n * n;
+    }
+    let msw = ssw / (n_total - n_keys);
+    let msb = ssb / (n_keys - 1.0);
+    let n0 = (n_total - sum_sq_n / n_total) / (n_keys - 1.0);
+    let between = (msb - msw) / n0;
+    if between > 0.0 && msw.is_finite() {
+        msw / between
+    } else {
+        f64::INFINITY
+    }
+}
+
+/// The uncalibrated 90% |error| per family for a GPU card id and an engine kind (`vllm`,
+/// `sglang`): the corpus' p90 of each family, scaled by `(m / a)^Z`, `m` the n-weighted median
+/// of this GPU and engine's group medians, `a` the corpus', `Z` their credibility
+/// ([`credibility_k`]): a GPU judged on one group (the RTX 5090 of the default scenario: one
+/// point at concurrency 1) keeps most of the corpus' band, one judged on nine moves most of the
+/// way to its own record.
 pub fn uncalibrated_errors(gpu: &str, engine: &str) -> UncalibratedSource {
+    let mut p90 = Named::new();
+    match band_parts(gpu, engine) {
+        Some(BandParts { own, corpus, groups, k }) => {
+            let z = credibility(groups, k);
+            let scale = (own / corpus).powf(z);
+            for &(f, _, p) in corpus_errors() {
+                p90.push(f, p * scale);
+            }
+            UncalibratedSource {
+                source: format!(
+                    "uncalibrated: servesim validate's error on {groups} published group(s) of {gpu} with {engine} (validation/baseline.json: median |error| {:.1}% against the corpus' {:.1}%), each family's corpus p90 scaled by that ratio to the power {z:.2}, the credibility of {groups} group(s) (k = {k:.2}, one-way random effects over the corpus' GPU and engine groups)",
+                    100.0 * own, 100.0 * corpus
+                ),
+                p90_abs_error: p90,
+            }
+        }
+        None => {
+            for &(f, _, p) in corpus_errors() {
+                p90.push(f, p);
+            }
+            UncalibratedSource {
+                source: format!("uncalibrated: no published group of {gpu} with {engine}; servesim validate's corpus-wide p90 |error| per metric (VALIDATION.md §5)"),
+                p90_abs_error: p90,
+            }
+        }
+    }
+}
+
+/// `n / (n + k)`: 0 where `k` is infinite.
+fn credibility(n: usize, k: f64) -> f64 {
+    if k.is_finite() {
+        n as f64 / (n as f64 + k)
+    } else {
+        0.0
+    }
+}
+
+/// What an uncalibrated band is made of ([`uncalibrated_errors`]).
+struct BandParts {
+    /// The n-weighted median of this GPU and engine's group medians |error| (a fraction).
+    own: f64,
+    /// The same over every group of the corpus.
+    corpus: f64,
+    /// This GPU and engine's groups.
+    groups: usize,
+    /// [`credibility_k`] of the corpus.
+    k: f64,
+}
+
+/// [`BandParts`] from the embedded baseline; `None` where the GPU and engine have no group.
+fn band_parts(gpu: &str, engine: &str) -> Option<BandParts> {
     let v: Value = serde_json::from_str(BASELINE).unwrap_or(Value::Null);
     let groups = v["groups"].as_object().cloned().unwrap_or_default();
     let mut all: Vec<(f64, u64)> = Vec::new();
     let mut mine: Vec<(f64, u64)> = Vec::new();
-    let mut names = Vec::new();
+    let mut keyed: Vec<(String, f64)> = Vec::new();
     for (k, g) in &groups {
         let (Some(m), Some(n)) = (g["median_abs_error_pct"].as_f64(), g["n"].as_u64()) else { continue };
         all.push((m / 100.0, n));
         let parts: Vec<&str> = k.split(" | ").collect();
         let (g_gpu, g_engine) = (parts.get(1).copied().unwrap_or(""), parts.get(2).copied().unwrap_or(""));
-        let gpu_ok = g_gpu.split_whitespace().last() == Some(gpu);
-        let engine_ok = g_engine.to_ascii_lowercase().contains(engine);
-        if gpu_ok && engine_ok {
+        let g_gpu = g_gpu.split_whitespace().last().unwrap_or("");
+        let kind = engine_kind_of(g_engine);
+        if let Some(kind) = kind.filter(|_| m > 0.0) {
+            keyed.push((format!("{g_gpu} {kind}"), (m / 100.0).ln()));
+        }
+        if g_gpu == gpu && kind == Some(engine) {
             mine.push((m / 100.0, n));
-            names.push(parts[0].to_string());
         }
     }
     let weighted_median = |v: &[(f64, u64)]| -> Option<f64> {
@@ -485,30 +589,8 @@ pub fn uncalibrated_errors(gpu: &str, engine: &str) -> UncalibratedSource {
             })
             .map(|x| x.0)
     };
-    let mut p90 = Named::new();
-    match (weighted_median(&mine), weighted_median(&all)) {
-        (Some(m), Some(a)) if a > 0.0 => {
-            for &(f, _, p) in corpus_errors() {
-                p90.push(f, p * m / a);
-            }
-            UncalibratedSource {
-                source: format!(
-                    "uncalibrated: servesim validate's error on {} published group(s) of {gpu} with {engine} (validation/baseline.json: median |error| {:.1}% against the corpus' {:.1}%), each family's corpus p90 scaled by that ratio",
-                    mine.len(), 100.0 * m, 100.0 * a
-                ),
-                p90_abs_error: p90,
-            }
-        }
-        _ => {
-            for &(f, _, p) in corpus_errors() {
-                p90.push(f, p);
-            }
-            UncalibratedSource {
-                source: format!("uncalibrated: no published group of {gpu} with {engine}; servesim validate's corpus-wide p90 |error| per metric (VALIDATION.md §5)"),
-                p90_abs_error: p90,
-            }
-        }
-    }
+    let (own, corpus) = (weighted_median(&mine)?, weighted_median(&all)?);
+    (own > 0.0 && corpus > 0.0).then(|| BandParts { own, corpus, groups: mine.len(), k: credibility_k(&keyed) })
 }
 
 /// Intervals for an uncalibrated prediction: the measured value lies within
@@ -620,6 +702,45 @@ mod tests {
         assert!(none.source.contains("corpus-wide"), "{}", none.source);
         let tpot = corpus_errors().iter().find(|f| f.0 == "tpot").unwrap().2;
         assert_eq!(none.p90_abs_error.get("tpot"), Some(&tpot));
+    }
+
+    /// The credibility of a GPU × engine's own groups: a key whose groups differ from the
+    /// others' beyond their own scatter gets a finite `k`; one group moves its band less
+    /// than nine; keys that do not differ (between-key variance not positive) get none.
+    #[test]
+    fn a_band_moves_with_the_evidence_of_its_groups() {
+        let key = |k: &str, xs: &[f64]| xs.iter().map(|&x| (k.to_string(), x)).collect::<Vec<_>>();
+        let mut keys = key("a", &[0.0, 0.2, -0.2, 0.1]);
+        keys.extend(key("b", &[2.0, 2.2, 1.8]));
+        keys.extend(key("c", &[-1.0, -1.2]));
+        let k = credibility_k(&keys);
+        assert!(k.is_finite() && k > 0.0, "{k}");
+        let z = |n: f64| n / (n + k);
+        assert!(z(1.0) < z(9.0) && z(9.0) < 1.0);
+        // Within-key scatter as large as the keys' spread: no key earns its own band.
+        let mut flat = key("a", &[0.0, 2.0]);
+        flat.extend(key("b", &[0.1, 1.9]));
+        assert!(credibility_k(&flat).is_infinite());
+        // One key, or one group per key: nothing to estimate σ² within from.
+        assert!(credibility_k(&key("a", &[0.0, 1.0])).is_infinite());
+        assert!(credibility_k(&[("a".into(), 0.0), ("b".into(), 1.0)]).is_infinite());
+        // On the committed corpus: the default scenario's GPU (one group) keeps part of the
+        // corpus' band, and a GPU judged on more groups moves further toward its record.
+        let corpus = corpus_errors().iter().find(|f| f.0 == "tpot").unwrap().2;
+        let scale = |gpu: &str| uncalibrated_errors(gpu, "vllm").p90_abs_error.get("tpot").unwrap() / corpus;
+        let (rtx, h200) = (band_parts("rtx-5090", "vllm").unwrap(), band_parts("h200", "vllm").unwrap());
+        assert_eq!((rtx.groups, rtx.k), (1, h200.k));
+        assert!(h200.groups >= 5 && rtx.k.is_finite());
+        assert!(uncalibrated_errors("rtx-5090", "vllm").source.contains("credibility of 1 group"));
+        for (parts, gpu) in [(&rtx, "rtx-5090"), (&h200, "h200")] {
+            let own = parts.own / parts.corpus;
+            let r = scale(gpu);
+            // Strictly between its own record and the corpus', nearer its own with more groups.
+            assert!((r - own) * (r - 1.0) < 0.0, "{gpu}: {r} against {own}");
+            let z = (r.ln() / own.ln()).abs();
+            assert!((z - credibility(parts.groups, parts.k)).abs() < 1e-9, "{gpu}: {z}");
+        }
+        assert!(credibility(1, rtx.k) < credibility(h200.groups, h200.k));
     }
 
     /// The corpus block of the embedded baseline is read whole: every family, medians below
