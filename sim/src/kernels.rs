@@ -898,20 +898,47 @@ pub fn peaks_of(system: &str) -> Option<Peaks> {
     index().peaks.get(system).copied()
 }
 
-/// The tabled system nearest to `p` in `(ln bf16 FLOP/s, ln bandwidth)`,
-/// leaving out `exclude`.
-pub fn nearest_system(p: &Peaks, exclude: Option<&str>) -> &'static str {
+/// The compute capability of each tabled system's GPU (`major`, `minor`), as its servesim card
+/// states it (a test checks the two agree): which kernels its tables measured (FA3 and the
+/// SM90 CUTLASS GEMMs on Hopper, the SM100 ones on B200, the SM120 ones on GB202).
+pub const SYSTEM_CAPABILITY: &[(&str, (u32, u32))] = &[
+    ("a100_sxm", (8, 0)),
+    ("l40s", (8, 9)),
+    ("h100_sxm", (9, 0)),
+    ("h200_sxm", (9, 0)),
+    ("b200_sxm", (10, 0)),
+    ("rtx_pro_6000_server", (12, 0)),
+];
+
+/// [`SYSTEM_CAPABILITY`] of `system`.
+pub fn system_capability(system: &str) -> Option<(u32, u32)> {
+    SYSTEM_CAPABILITY.iter().find(|(s, _)| *s == system).map(|(_, c)| *c)
+}
+
+/// The tabled system a GPU without tables borrows from, leaving out `exclude`: among the
+/// tabled systems of the GPU's compute capability (where the card states one and such a
+/// system is tabled), else among all, the nearest to `p` in `(ln bf16 FLOP/s, ln bandwidth)`.
+/// The compute capability first because the engines' kernels are built per SM architecture
+/// (`sm_80`, `sm_89`, `sm_90`, `sm_100`, `sm_120`), so a table of the same capability timed
+/// the same kernels: the RTX 5090 runs the RTX PRO 6000's GB202 kernels, the H100 PCIe the
+/// H100 SXM's, whatever their peaks are nearest to. The whole capability, not its major:
+/// the A100 (8.0) and the L40S (8.9) share a major, and either one's tables scaled time the
+/// other 15–22% off (median) where the RTX PRO 6000's time them 4–15% off (VALIDATION.md §5,
+/// the fallback).
+pub fn nearest_system(p: &Peaks, capability: Option<(u32, u32)>, exclude: Option<&str>) -> &'static str {
     let d = |s: &str| {
         let q = peaks_of(s).expect("tabled system has peaks");
         let a = (q.bf16_flops / p.bf16_flops).ln();
         let b = (q.mem_bw / p.mem_bw).ln();
         a * a + b * b
     };
-    tabled_systems()
-        .into_iter()
-        .filter(|s| Some(*s) != exclude)
-        .min_by(|a, b| d(a).partial_cmp(&d(b)).unwrap())
-        .expect("more than one tabled system")
+    let candidates: Vec<&'static str> = tabled_systems().into_iter().filter(|s| Some(*s) != exclude).collect();
+    let same_arch: Vec<&'static str> = match capability {
+        Some(cc) => candidates.iter().copied().filter(|s| system_capability(s) == Some(cc)).collect(),
+        None => Vec::new(),
+    };
+    let pool = if same_arch.is_empty() { candidates } else { same_arch };
+    pool.into_iter().min_by(|a, b| d(a).partial_cmp(&d(b)).unwrap()).expect("more than one tabled system")
 }
 
 // ---------------------------------------------------------------- the roofline fit

@@ -172,3 +172,38 @@ fn the_engines_default_attention_lane_is_read_first() {
     assert_ne!(step("0.5.6"), step("0.5.7"), "0.5.7 reads the trtllm_mha lane");
     assert_eq!(step("0.5.7"), step("0.5.23"));
 }
+
+/// A GPU without tables borrows the tables of its own compute capability where one is tabled
+/// (the same SM architecture runs the same kernels), else the nearest by peak numbers; the
+/// capabilities the fallback reads for the tabled systems are their cards'.
+#[test]
+fn the_fallback_reads_tables_of_the_same_compute_capability_first() {
+    let res = sim::builtin::resources().unwrap();
+    for (system, cc) in sim::kernels::SYSTEM_CAPABILITY {
+        let card = res
+            .gpus
+            .iter()
+            .find(|g| sim::kernels::system_for_gpu(&g.id) == Some(*system))
+            .unwrap_or_else(|| panic!("no card is timed by {system}"));
+        assert_eq!(card.capability(), Some(*cc), "{system} against card {}", card.id);
+    }
+    for s in sim::kernels::tabled_systems() {
+        assert!(sim::kernels::system_capability(s).is_some(), "{s} has no compute capability");
+    }
+    let borrowed = |id: &str| {
+        let gpu = res.gpus.iter().find(|g| g.id == id).unwrap();
+        let peaks = sim::kernels::Peaks {
+            bf16_flops: gpu.dense_bf16_flops,
+            fp8_flops: gpu.dense_fp8_flops,
+            mem_bw: gpu.memory_bandwidth_bytes_per_s,
+        };
+        (sim::kernels::nearest_system(&peaks, gpu.capability(), None), sim::kernels::nearest_system(&peaks, None, None))
+    };
+    // The RTX 5090 is the RTX PRO 6000's GB202, though the A100 is nearer by peaks.
+    assert_eq!(borrowed("rtx-5090"), ("rtx_pro_6000_server", "a100_sxm"));
+    // The H100 PCIe is an H100, though the RTX PRO 6000 is nearer by peaks.
+    assert_eq!(borrowed("h100-pcie"), ("h100_sxm", "rtx_pro_6000_server"));
+    assert_eq!(borrowed("h100-nvl").0, "h100_sxm");
+    // No table of the A100 40GB's 8.0 but the A100 80GB's.
+    assert_eq!(borrowed("a100-40gb").0, "a100_sxm");
+}

@@ -526,7 +526,7 @@ pub fn provider_for(
         }
     }
     let target = peaks_of_card(gpu);
-    let near = kernels::nearest_system(&target, exclude);
+    let near = kernels::nearest_system(&target, gpu.capability(), exclude);
     let from = kernels::tables(near, engine)?;
     match fallback {
         Fallback::NearestScaled => Some((
@@ -878,14 +878,14 @@ pub fn leave_one_gpu_out() -> Vec<LogoRow> {
                 interconnect: None,
                 interconnect_bandwidth_bytes_per_s: None,
                 nvidia_smi_memory_mib: None,
-                compute_capability: None,
+                compute_capability: kernels::system_capability(system).map(|(a, b)| format!("{a}.{b}")),
                 kernel_tables: None,
                 sources: vec![],
                 notes: None,
             };
             let (scaled, _) = provider_for(&gpu, engine, Fallback::NearestScaled, Some(system)).expect("fallback");
             let (roof, _) = provider_for(&gpu, engine, Fallback::FittedRoofline, Some(system)).expect("fallback");
-            let nearest = kernels::nearest_system(&p, Some(system));
+            let nearest = kernels::nearest_system(&p, gpu.capability(), Some(system));
             let mut row = LogoRow { system, engine, nearest, scaled_errors: Vec::new(), roofline_errors: Vec::new() };
             for m in &models {
                 let dep = Deployment::single(m);
