@@ -2,6 +2,7 @@
 //! rendering. The procedures themselves (probe plan, seed spaces, fit,
 //! verdict) are `calib::procedure`; the live measurements `live::measure`.
 
+use clap::builder::TypedValueParser as _;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -122,8 +123,8 @@ pub struct CalibrateArgs {
     /// Where the probes' per-request results go.
     #[arg(long)]
     pub result_dir: Option<PathBuf>,
-    /// Largest concurrency of the decode probes.
-    #[arg(long, default_value_t = 16)]
+    /// Largest concurrency of the decode probes (at least 1).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_probe_concurrency: u32,
     /// Seconds of load (short requests at concurrency 4, not measured) before the probes: an
     /// engine that just started runs its first minutes slower, and probes taken then fit a
@@ -132,11 +133,11 @@ pub struct CalibrateArgs {
     pub warmup_s: f64,
     /// Run the probe plan this many times, round the plan (every probe, then every probe
     /// again, with fresh prompts), and fit on all the runs: a host whose speed drifts then
-    /// weighs on every probe alike.
-    #[arg(long, default_value_t = 1)]
+    /// weighs on every probe alike (at least 1).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub repeat: u32,
-    /// Simulator evaluations the fit may use.
-    #[arg(long, default_value_t = 1500)]
+    /// Simulator evaluations the fit may use (at least 1).
+    #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u64).range(1..).map(|v| v as usize))]
     pub max_evals: usize,
     /// Skip the speed reference (one request at a fixed shape, well under a second on a GPU)
     /// before each probe.
@@ -300,6 +301,25 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
     if a.scenario.is_empty() {
         return Err("--from-results needs --scenario: the setup the results were measured on".into());
     }
+    // Flags of a live calibration have nothing to act on offline: the scenario is the setup.
+    let live_only: Vec<&str> = [
+        ("--hardware (offline: the scenario's hardware, or --set hardware=ID)", a.derive.hardware.is_some()),
+        ("--model-card (offline: the scenario's model, or --set model=ID)", a.derive.model_card.is_some()),
+        ("--server-log", a.derive.server_log.is_some()),
+        ("--engine (offline: the scenario's engine.kind)", a.engine.is_some()),
+        ("--step-log", a.step_log.is_some()),
+        ("--result-dir", a.result_dir.is_some()),
+        ("--no-speed-reference", a.no_speed_reference),
+    ]
+    .into_iter()
+    .filter_map(|(f, given)| given.then_some(f))
+    .collect();
+    if !live_only.is_empty() {
+        return Err(format!(
+            "{}: for a live calibration (against --base-url) only; --from-results fits on the scenario as given",
+            live_only.join(", ")
+        ));
+    }
     if a.scenario.len() != 1 && a.scenario.len() != a.from_results.len() {
         return Err(format!(
             "--scenario: give one scenario, or one per results file ({}), got {}",
@@ -309,9 +329,19 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
     }
     let mut points = Vec::new();
     for (fi, f) in a.from_results.iter().enumerate() {
-        let base = load::read_raw(Some(&a.scenario[if a.scenario.len() == 1 { 0 } else { fi }]))?;
+        let mut base = load::read_raw(Some(&a.scenario[if a.scenario.len() == 1 { 0 } else { fi }]))?;
+        // The user's --set first, then each point's load (its concurrency or rate, its count):
+        // what the results file measured.
+        load::apply_overrides(&mut base, &a.derive.sets, None)?;
         let text = std::fs::read_to_string(f).map_err(|e| format!("{}: cannot read: {e}", f.display()))?;
-        for (k, r) in calib::results::parse_results(&text, &f.display().to_string())?.into_iter().enumerate() {
+        let results = calib::results::parse_results(&text, &f.display().to_string())?;
+        if results.is_empty() {
+            return Err(format!(
+                "{}: no result in it (expected a `vllm bench serve --save-result` JSON object or `sglang.bench_serving` JSON lines)",
+                f.display()
+            ));
+        }
+        for (k, r) in results.into_iter().enumerate() {
             let mut raw = base.clone();
             let o = &r.load;
             if o.unlimited_concurrency {
@@ -373,13 +403,14 @@ pub struct CheckArgs {
     pub result_dir: Option<PathBuf>,
     #[arg(long)]
     pub json: bool,
-    #[arg(long, default_value_t = 800)]
+    /// Simulator evaluations the fit may use (at least 1).
+    #[arg(long, default_value_t = 800, value_parser = clap::value_parser!(u64).range(1..).map(|v| v as usize))]
     pub max_evals: usize,
     /// Write measured against predicted throughput and TTFT as SVG.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<String>,
-    /// Measure each point this many times (fresh prompts each time); judge on the mean, report the spread.
-    #[arg(long, default_value_t = 1)]
+    /// Measure each point this many times (fresh prompts each time); judge on the mean, report the spread (at least 1).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub repeat: u32,
     /// Skip the speed reference before each point (run when the profile has one).
     #[arg(long)]
@@ -395,6 +426,12 @@ pub fn check(a: CheckArgs) -> Result<ExitCode, String> {
         a.num_prompts_per_point.as_deref().map(|s| crate::parse_list("--num-prompts-per-point", s)).transpose()?;
     let fit_on: Vec<u32> =
         a.fit_on.as_deref().map(|s| crate::parse_list("--fit-on", s)).transpose()?.unwrap_or_default();
+    if let Some(c) = fit_on.iter().find(|c| !conc.contains(c)) {
+        return Err(format!(
+            "--fit-on {c}: not one of the --concurrency points ({}); the fit is on measured points",
+            conc.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",")
+        ));
+    }
     if a.profile.is_none() && fit_on.is_empty() {
         return Err("check needs --profile FILE (from servesim calibrate) or --fit-on N,...".into());
     }

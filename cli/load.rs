@@ -181,6 +181,18 @@ pub fn resolve(raw: &RawScenario) -> Result<(Scenario, SimSpec), String> {
             ));
         }
     }
+    let prioritised = res.trace.as_ref().is_some_and(|rows| rows.iter().any(|r| r.priority.is_some_and(|p| p != 0)));
+    let priority_policy = match &spec.engine {
+        config::EngineSpec::Vllm(c) => c.policy == sim::engine::vllm::Policy::Priority,
+        config::EngineSpec::Sglang(_) => false,
+    };
+    if prioritised && !priority_policy {
+        warn_once(format!(
+            "{origin}: workload.trace: its priority column has no effect under this engine's scheduling policy: \
+             vLLM orders by priority only under engine.policy \"priority\" (--scheduling-policy priority; vLLM's \
+             V0 engine refused such requests otherwise), and servesim's SGLang does not read it"
+        ));
+    }
     if scenario.workload.trace.is_some() && scenario.workload.request_rate.is_some_and(|r| r.0.is_some()) {
         warn_once(format!(
             "{origin}: workload.request_rate is ignored: the trace's arrival times say when requests are sent"

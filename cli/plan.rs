@@ -195,8 +195,12 @@ fn check_candidates(c: &Candidates, file: &str) -> Result<(), String> {
         }
         match c.prices_per_gpu_hour.get(g) {
             None => return Err(format!("{file}: prices_per_gpu_hour: no price for GPU {g:?} (gpus[{i}])")),
-            Some(p) if !(p.is_finite() && *p >= 0.0) => {
-                return Err(format!("{file}: prices_per_gpu_hour.{g}: must be a price ≥ 0, got {p}"))
+            // A GPU-hour costs dollars, not millions of them: past that the figure is a slip
+            // (cents for dollars, a monthly price), and fleets' costs would overflow to inf.
+            Some(p) if !(p.is_finite() && (0.0..=1e6).contains(p)) => {
+                return Err(format!(
+                    "{file}: prices_per_gpu_hour.{g}: must be a price from 0 to 1e6 a GPU-hour, got {p}"
+                ))
             }
             Some(_) => {}
         }

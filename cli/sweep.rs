@@ -42,7 +42,7 @@ pub struct SweepArgs {
     /// or `{"scenarios": [...], "alignment": [...]}` (several).
     #[arg(long)]
     pub json: bool,
-    /// Worker threads (default: one per core). Results do not depend on it.
+    /// Worker threads (default: one per core; at most one per run). Results do not depend on it.
     #[arg(long)]
     pub jobs: Option<usize>,
     /// Write throughput and TTFT against concurrency, knee and KV limit marked, as SVG.
@@ -144,11 +144,18 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, String> {
     // The intervals' source per series, decided before anything runs (a bad profile stops the sweep).
     let bands: Vec<Option<Band>> =
         series.iter().map(|s| Band::of(&s.raw, &s.specs[0], a.uncertainty)).collect::<Result<_, _>>()?;
+    let all: Vec<&SimSpec> = series.iter().flat_map(|s| s.specs.iter()).collect();
+    // More threads than runs would only be started and left idle (ten thousand of them take
+    // longer to start than the sweep takes): at most one a run.
     let pool = match a.jobs {
-        Some(n) => Some(rayon::ThreadPoolBuilder::new().num_threads(n).build().map_err(|e| format!("--jobs: {e}"))?),
+        Some(n) => Some(
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(n.min(all.len().max(1)))
+                .build()
+                .map_err(|e| format!("--jobs: {e}"))?,
+        ),
         None => None,
     };
-    let all: Vec<&SimSpec> = series.iter().flat_map(|s| s.specs.iter()).collect();
     let pb = crate::plot::progress(all.len() as u64, "simulating");
     let work = || {
         all.par_iter()

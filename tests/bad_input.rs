@@ -301,6 +301,65 @@ fn router_parameters_out_of_range_are_named() {
     );
 }
 
+/// The parameterless routers refuse other keys as the others do (serde let a unit variant of
+/// the tagged section take any key unseen: a misspelt `policy` ran round-robin).
+#[test]
+fn parameterless_routers_refuse_unknown_keys() {
+    let fleet = |router: &str| {
+        base(r#""max_num_seqs": 4"#, r#""num_prompts": 3"#).trim_end().strip_suffix('}').unwrap().to_string()
+            + &format!(r#", "fleet": {{"replicas": [{{"count": 2}}], "router": {router}}}}}"#)
+    };
+    rejects("router_rr_key.json", &fleet(r#"{"policy": "round_robin", "foo": 1}"#), &["fleet.router", "foo"]);
+    rejects("router_kv_typo.json", &fleet(r#"{"policy": "kv_usage", "polcy": "cache_aware"}"#), &["polcy"]);
+    rejects(
+        "router_ps_rr.json",
+        &fleet(r#"{"policy": "production_stack", "routing_logic": "roundrobin", "chunk_size": 5}"#),
+        &["chunk_size"],
+    );
+    // And they still run without one.
+    let p = write_temp("router_rr_ok.json", &fleet(r#"{"policy": "round_robin"}"#));
+    assert!(run_cli(&["simulate", p.to_str().unwrap()]).status.success());
+}
+
+/// A GPU card's fields that select behaviour are checked against what exists: a misspelt
+/// kernel-table system used to fall back to scaled tables without a word.
+#[test]
+fn gpu_card_names_and_totals_are_checked() {
+    let card = |extra: &str| {
+        format!(
+            r#"{{"version": 1, "engine": {{"kind": "vllm"}}, "model": "qwen2.5-7b-instruct",
+                "hardware": {{"id": "x", "memory_bytes": 85045477376, "memory_bandwidth_bytes_per_s": 3.35e12,
+                              "dense_bf16_flops": 9.894e14, {extra}}},
+                "workload": {{"dataset_name": "random", "ignore_eos": true, "num_prompts": 2}}}}"#
+        )
+    };
+    rejects("card_tables.json", &card(r#""kernel_tables": "h100_sxn""#), &["hardware.kernel_tables", "h100_sxm"]);
+    rejects("card_link.json", &card(r#""interconnect": "infiniband""#), &["hardware.interconnect", "nvlink"]);
+    rejects(
+        "card_smi.json",
+        &card(r#""nvidia_smi_memory_mib": 0"#),
+        &["hardware.nvidia_smi_memory_mib", "at least the CUDA total"],
+    );
+}
+
+/// Data-parallel and fleet counts of zero name the field the user wrote.
+#[test]
+fn zero_counts_name_their_own_field() {
+    let sg = |engine: &str, extra: &str| {
+        format!(
+            r#"{{"version": 1, "engine": {{"kind": "sglang", {engine}}}, "model": "qwen2.5-7b-instruct", "hardware": "a100-80gb",
+                "workload": {{"dataset_name": "random", "ignore_eos": true, "num_prompts": 2}}{extra}}}"#
+        )
+    };
+    rejects("dp_zero.json", &sg(r#""dp_size": 0"#, ""), &["engine.dp_size"]);
+    rejects("lbm.json", &sg(r#""load_balance_method": "nope""#, ""), &["engine.load_balance_method", "shortest_queue"]);
+    rejects(
+        "pd_zero.json",
+        &sg(r#""chunked_prefill_size": 2048"#, r#", "fleet": {"prefill_count": 1, "decode_count": 0}"#),
+        &["fleet.decode_count"],
+    );
+}
+
 /// `diff` reads run records only: a file that is not one (no `format`, another version, a
 /// `setup` that is not an object) is an error naming that file and the field, never "the same
 /// setup".

@@ -306,3 +306,55 @@ fn offline_calibration_reads_sglang_bench_serving_jsonl() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("mean_ttft_ms"));
 }
+
+/// `calibrate --from-results`: the live calibration's flags are refused (they used to be read by
+/// nothing), `--set` edits the scenario, an empty results file is named, a metric past a year
+/// is refused; and `check --fit-on` must name a measured point.
+#[test]
+fn offline_calibration_refuses_what_it_cannot_use() {
+    let dir = std::env::temp_dir().join(format!("servesim-offline-flags-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let scen = root().join("scenarios/rtx5090-qwen2.5-7b-vllm.json");
+    let scen = scen.to_str().unwrap();
+    let j = stdout_json(&run_cli(&["simulate", scen, "--json", "--set", "workload.num_prompts=8"]));
+    let good = dir.join("r.json");
+    std::fs::write(
+        &good,
+        serde_json::json!({"max_concurrency": 1, "num_prompts": 8, "completed": 8, "request_rate": "inf",
+            "mean_ttft_ms": j["mean_ttft_ms"], "mean_tpot_ms": j["mean_tpot_ms"], "output_throughput": j["output_throughput"]})
+        .to_string(),
+    )
+    .unwrap();
+    let out = dir.join("p.json");
+    let err = |o: &std::process::Output| String::from_utf8_lossy(&o.stderr).to_string();
+    let o = calibrate_from_results(&good, scen, &out, &["--hardware", "a100-80gb"]);
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    assert!(err(&o).contains("--hardware") && err(&o).contains("live calibration"), "{}", err(&o));
+    let o = calibrate_from_results(&good, scen, &out, &["--set", "engine.max_num_seqs=0"]);
+    assert_eq!(o.status.code(), Some(2), "--set is applied: {}", err(&o));
+    assert!(err(&o).contains("engine.max_num_seqs"), "{}", err(&o));
+    let o = calibrate_from_results(&good, scen, &out, &["--max-evals", "0"]);
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    let empty = dir.join("empty.json");
+    std::fs::write(&empty, "").unwrap();
+    let o = run_cli(&[
+        "calibrate",
+        "--from-results",
+        good.to_str().unwrap(),
+        empty.to_str().unwrap(),
+        "--scenario",
+        scen,
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    assert!(err(&o).contains("empty.json") && err(&o).contains("no result"), "{}", err(&o));
+    let huge = dir.join("huge.json");
+    std::fs::write(&huge, serde_json::json!({"max_concurrency": 1, "mean_ttft_ms": 1e300}).to_string()).unwrap();
+    let o = calibrate_from_results(&huge, scen, &out, &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    assert!(err(&o).contains("mean_ttft_ms") && err(&o).contains("a year"), "{}", err(&o));
+    let o = run_cli(&["check", "--fit-on", "7", "--concurrency", "1,2", "--hardware", "h100-80gb"]);
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    assert!(err(&o).contains("--fit-on 7"), "{}", err(&o));
+}

@@ -117,8 +117,11 @@ pub fn parse_family_values(spec: &str, what: &str, example: &str) -> Result<Vec<
             format!("`{}`: not a metric family (expected one of {})", f.trim(), crate::uncertainty::FAMILIES.join(", "))
         })?;
         let x: f64 = v.trim().parse().map_err(|_| format!("`{part}`: `{}` is not a number", v.trim()))?;
-        if !(x.is_finite() && x >= 0.0) {
-            return Err(format!("`{part}`: expected a finite {what}"));
+        // 100 (in ln, or 10,000% as a fraction) is beyond any error or spread a model has: past
+        // it the value is a slip (a percentage for a fraction), and the band would print as
+        // hundreds of digits.
+        if !(x.is_finite() && (0.0..=100.0).contains(&x)) {
+            return Err(format!("`{part}`: expected a finite {what}, at most 100"));
         }
         // A family given twice is a mistake in the spec, not "the last one wins".
         if out.iter().any(|(g, _)| *g == family) {

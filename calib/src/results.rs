@@ -78,13 +78,16 @@ fn check_fields(m: &Map<String, Value>, at: &str) -> Result<(), String> {
         }
         let positive =
             (k.ends_with("_ttft_ms") || k.ends_with("_e2el_ms") || k.ends_with("throughput")) && !k.starts_with("std_");
+        // No benchmark point lasts a year, nor serves a billion tokens a second: a value past
+        // those is a unit slip, and a fit would take it as a measurement.
+        let (ceiling, what) = if k.ends_with("_ms") { (3.156e10, "a year") } else { (1e9, "10^9 a second") };
         match m.get(k) {
             None | Some(Value::Null) => {}
             Some(Value::Number(n))
-                if n.as_f64().is_some_and(|v| v.is_finite() && (v > 0.0 || !positive && v == 0.0)) => {}
+                if n.as_f64().is_some_and(|v| v.is_finite() && v <= ceiling && (v > 0.0 || !positive && v == 0.0)) => {}
             Some(v) => {
                 let want = if positive { "a positive number" } else { "a number of at least 0" };
-                return Err(format!("{at}: {k}: expected {want} (or null), got {v}"));
+                return Err(format!("{at}: {k}: expected {want} of at most {what} (or null), got {v}"));
             }
         }
     }

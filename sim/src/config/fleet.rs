@@ -182,10 +182,20 @@ pub(super) fn check_dp_flags(e: &EngineSection, kind: EngineKind, path: &str) ->
                     "is a vLLM flag but engine.kind is \"sglang\"; the sglang counterpart is dp_size",
                 ));
             }
+            // SGLang's argparse takes only its choices, whatever dp_size is.
+            if let Some(m) = e.load_balance_method.as_deref().filter(|m| !["round_robin", "shortest_queue"].contains(m))
+            {
+                return Err(ConfigError::new(
+                    format!("{path}.load_balance_method"),
+                    format!("unknown method {m:?}; expected round_robin or shortest_queue"),
+                ));
+            }
         }
     }
-    if let Some(0) = e.data_parallel_size.or(e.dp_size) {
-        return Err(ConfigError::new(format!("{path}.data_parallel_size"), "must be at least 1 (got 0)"));
+    for (field, v) in [("data_parallel_size", e.data_parallel_size), ("dp_size", e.dp_size)] {
+        if v == Some(0) {
+            return Err(ConfigError::new(format!("{path}.{field}"), "must be at least 1 (got 0)"));
+        }
     }
     Ok(())
 }
@@ -286,7 +296,7 @@ pub(super) fn resolve_fleet(s: &Scenario, res: &Resources) -> Result<SimSpec> {
         }
         let base = resolve(&b, res)?;
         let router = match kind {
-            EngineKind::Vllm => RouterSpec::VllmDataParallel,
+            EngineKind::Vllm => RouterSpec::VllmDataParallel {},
             EngineKind::Sglang => {
                 let m = match s.engine.load_balance_method.as_deref().unwrap_or("round_robin") {
                     "round_robin" => crate::fleet::dp::LoadBalanceMethod::RoundRobin,
@@ -335,6 +345,14 @@ pub(super) fn resolve_fleet(s: &Scenario, res: &Resources) -> Result<SimSpec> {
         let (Some(p), Some(d)) = (f.prefill_count, f.decode_count) else {
             return Err(ConfigError::new("fleet.prefill_count", "prefill_count and decode_count go together"));
         };
+        for (field, v) in [("fleet.prefill_count", p), ("fleet.decode_count", d)] {
+            if v == 0 {
+                return Err(ConfigError::new(
+                    field,
+                    "must be at least 1 (got 0): a disaggregated fleet needs both roles",
+                ));
+            }
+        }
         groups.push(ReplicaGroup { count: Some(p), role: Some(ReplicaRole::Prefill), ..Default::default() });
         groups.push(ReplicaGroup { count: Some(d), role: Some(ReplicaRole::Decode), ..Default::default() });
     }
@@ -426,7 +444,7 @@ pub(super) fn resolve_fleet(s: &Scenario, res: &Resources) -> Result<SimSpec> {
     if !(lat.is_finite() && (0.0..=1e9).contains(&lat)) {
         return Err(ConfigError::new("fleet.kv_transfer_latency_us", format!("must be from 0 to 1e9, got {lat}")));
     }
-    let router = f.router.clone().unwrap_or(RouterSpec::RoundRobin);
+    let router = f.router.clone().unwrap_or(RouterSpec::RoundRobin {});
     router.check("fleet.router")?;
     let decode_router = f.decode_router.clone().unwrap_or_else(|| router.clone());
     decode_router.check("fleet.decode_router")?;

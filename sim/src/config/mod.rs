@@ -353,6 +353,33 @@ fn check_cards(model: &ModelCard, gpu: &GpuCard) -> Result<()> {
     if let Some(b) = gpu.interconnect_bandwidth_bytes_per_s {
         in_range("hardware.interconnect_bandwidth_bytes_per_s", b, 1e8, 1e14, "100 MB/s to 100 TB/s")?;
     }
+    if let Some(i) = gpu.interconnect.as_deref().filter(|i| !["nvlink", "pcie"].contains(i)) {
+        return Err(ConfigError::new("hardware.interconnect", format!("expected \"nvlink\" or \"pcie\", got {i:?}")));
+    }
+    if let Some(t) = gpu.kernel_tables.as_deref().filter(|t| *t != "none") {
+        let known = crate::kernels::tabled_systems();
+        if !known.contains(&t) {
+            return Err(ConfigError::new(
+                "hardware.kernel_tables",
+                format!(
+                    "no measured tables for {t:?}: expected one of {} (data/kernels/), \"none\" for the linear prior, or leave it out for the card's own tables or the fallback",
+                    known.join(", ")
+                ),
+            ));
+        }
+    }
+    if let Some(mib) = gpu.nvidia_smi_memory_mib {
+        // nvidia-smi counts what the driver reserves as well: never less than CUDA's total.
+        if (u64::from(mib) << 20) < gpu.memory_bytes {
+            return Err(ConfigError::new(
+                "hardware.nvidia_smi_memory_mib",
+                format!(
+                    "{mib} MiB is less than the card's memory_bytes ({} MiB): nvidia-smi reports at least the CUDA total",
+                    gpu.memory_bytes >> 20
+                ),
+            ));
+        }
+    }
     if let Some(cc) = &gpu.compute_capability {
         if gpu.capability().is_none() {
             return Err(ConfigError::new(

@@ -35,7 +35,8 @@ use crate::rng::{mix64, stream, Rng};
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "routing_logic", rename_all = "lowercase", deny_unknown_fields)]
 pub enum RoutingLogic {
-    Roundrobin,
+    /// Empty, not a unit variant: under `deny_unknown_fields` it then refuses other keys.
+    Roundrobin {},
     Session {
         /// `--request-stats-window`, seconds.
         #[serde(default = "default_window")]
@@ -97,7 +98,7 @@ impl ProductionStack {
             RoutingLogic::Session { request_stats_window } | RoutingLogic::PrefixAware { request_stats_window, .. } => {
                 request_stats_window.saturating_mul(1_000_000_000)
             }
-            RoutingLogic::Roundrobin => 60_000_000_000,
+            RoutingLogic::Roundrobin {} => 60_000_000_000,
         }
     }
 
@@ -152,7 +153,7 @@ impl ProductionStack {
 impl Router for ProductionStack {
     fn name(&self) -> &'static str {
         match self.logic {
-            RoutingLogic::Roundrobin => "roundrobin",
+            RoutingLogic::Roundrobin {} => "roundrobin",
             RoutingLogic::Session { .. } => "session",
             RoutingLogic::PrefixAware { .. } => "prefixaware",
         }
@@ -165,7 +166,7 @@ impl Router for ProductionStack {
             self.ever.resize(n, false);
         }
         let chosen = match self.logic.clone() {
-            RoutingLogic::Roundrobin => {
+            RoutingLogic::Roundrobin {} => {
                 let i = (self.next % n as u64) as usize;
                 self.next += 1;
                 i
@@ -256,7 +257,7 @@ mod tests {
 
     #[test]
     fn roundrobin_cycles() {
-        let mut r = ProductionStack::new(RoutingLogic::Roundrobin, 0);
+        let mut r = ProductionStack::new(RoutingLogic::Roundrobin {}, 0);
         let s = spec(&[(1, 16)]);
         let picks: Vec<usize> = (0..4).map(|i| r.route(&req(i, &s, 0), &views(&[0, 0]))).collect();
         assert_eq!(picks, [0, 1, 0, 1]);

@@ -223,10 +223,13 @@ pub(crate) fn max_score_pick(scores: &[f64], rng: &mut Rng) -> usize {
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "policy", rename_all = "snake_case", deny_unknown_fields)]
 pub enum RouterSpec {
-    RoundRobin,
-    LeastOutstanding,
-    PowerOfTwo,
-    KvUsage,
+    // The parameterless policies are empty struct variants, not unit ones: serde lets a unit
+    // variant of an internally tagged enum take any other key unseen (`"polcy": ...`), a
+    // struct variant refuses it under `deny_unknown_fields`.
+    RoundRobin {},
+    LeastOutstanding {},
+    PowerOfTwo {},
+    KvUsage {},
     /// SGLang's router, `--policy cache_aware`.
     CacheAware(CacheAwareConfig),
     /// llm-d's inference scheduler: prefix-cache, queue and KV-utilisation scorers.
@@ -236,7 +239,7 @@ pub enum RouterSpec {
     /// vLLM production-stack's router, `--routing-logic`.
     ProductionStack(RoutingLogic),
     /// vLLM's data-parallel balancer inside one engine (`data_parallel_size`).
-    VllmDataParallel,
+    VllmDataParallel {},
     /// SGLang's `DataParallelController` inside one engine (`dp_size`).
     SglangDataParallel {
         #[serde(default)]
@@ -248,15 +251,15 @@ impl RouterSpec {
     /// The router, its random streams derived from `seed`.
     pub fn build(&self, seed: u64) -> Box<dyn Router> {
         match self {
-            RouterSpec::RoundRobin => Box::new(RoundRobin::default()),
-            RouterSpec::LeastOutstanding => Box::new(LeastOutstanding),
-            RouterSpec::PowerOfTwo => Box::new(PowerOfTwo::new(seed)),
-            RouterSpec::KvUsage => Box::new(KvUsage::new(seed)),
+            RouterSpec::RoundRobin {} => Box::new(RoundRobin::default()),
+            RouterSpec::LeastOutstanding {} => Box::new(LeastOutstanding),
+            RouterSpec::PowerOfTwo {} => Box::new(PowerOfTwo::new(seed)),
+            RouterSpec::KvUsage {} => Box::new(KvUsage::new(seed)),
             RouterSpec::CacheAware(c) => Box::new(CacheAware::new(c.clone())),
             RouterSpec::LlmdInferenceScheduler(c) => Box::new(InferenceScheduler::new(c.clone(), seed)),
             RouterSpec::DynamoKv(c) => Box::new(KvRouter::new(c.clone(), seed)),
             RouterSpec::ProductionStack(l) => Box::new(ProductionStack::new(l.clone(), seed)),
-            RouterSpec::VllmDataParallel => Box::new(super::dp::VllmDpBalancer::default()),
+            RouterSpec::VllmDataParallel {} => Box::new(super::dp::VllmDpBalancer::default()),
             RouterSpec::SglangDataParallel { load_balance_method } => {
                 Box::new(super::dp::SglangDpController::new(*load_balance_method))
             }
@@ -330,7 +333,7 @@ impl RouterSpec {
                 Ok(())
             }
             RouterSpec::ProductionStack(l) => match l {
-                super::production_stack::RoutingLogic::Roundrobin => Ok(()),
+                super::production_stack::RoutingLogic::Roundrobin {} => Ok(()),
                 super::production_stack::RoutingLogic::Session { request_stats_window } => {
                     positive("request_stats_window", *request_stats_window)
                 }
@@ -339,11 +342,11 @@ impl RouterSpec {
                     positive("request_stats_window", *request_stats_window)
                 }
             },
-            RouterSpec::RoundRobin
-            | RouterSpec::LeastOutstanding
-            | RouterSpec::PowerOfTwo
-            | RouterSpec::KvUsage
-            | RouterSpec::VllmDataParallel
+            RouterSpec::RoundRobin {}
+            | RouterSpec::LeastOutstanding {}
+            | RouterSpec::PowerOfTwo {}
+            | RouterSpec::KvUsage {}
+            | RouterSpec::VllmDataParallel {}
             | RouterSpec::SglangDataParallel { .. } => Ok(()),
         }
     }
