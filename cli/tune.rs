@@ -96,6 +96,11 @@ pub(crate) fn parse_slo(s: &str) -> Result<Slo, String> {
     if metric.trim().is_empty() {
         return Err(format!("--slo {s:?}: no metric before the comparison"));
     }
+    // Every metric a run reports (latencies, throughputs, counts) is 0 or more: a negative bound
+    // would reject every configuration (<=) or none (>=), which is a typo, not an SLO.
+    if bound < 0.0 {
+        return Err(format!("--slo {s:?}: the bound must be 0 or more (every metric is), got {bound}"));
+    }
     Ok(Slo { metric: metric.trim().to_string(), le, bound, text: s.to_string() })
 }
 

@@ -360,6 +360,28 @@ fn zero_counts_name_their_own_field() {
     );
 }
 
+/// An error past a derived figure names the flag that drove it there: SGLang's default memory
+/// fraction pushed out of (0, 1) by the graphs' reserve, a trace scaled past a year, and a tune
+/// SLO with a negative bound.
+#[test]
+fn derived_figures_out_of_range_name_the_flag_behind_them() {
+    let sg = format!(
+        r#"{{"version": 1, "engine": {{"kind": "sglang", "cuda_graph_max_bs": 100000}}, "model": "qwen2.5-7b-instruct",
+            "hardware": "a100-80gb", "workload": {{"dataset_name": "random", "ignore_eos": true, "num_prompts": 2}}}}"#
+    );
+    rejects("graphs_reserve.json", &sg, &["engine.cuda_graph_max_bs", "mem_fraction_static"]);
+    let csv = write_temp("scaled_trace.csv", "arrival_time,input_len,output_len\n0,100,10\n1,100,10\n");
+    let scaled = base(
+        r#""max_num_seqs": 4"#,
+        &format!(r#""dataset_name": "trace", "trace": {:?}, "trace_time_scale": 1e12"#, csv.to_str().unwrap()),
+    )
+    .replacen(r#""dataset_name": "random", "#, "", 1);
+    rejects("scaled_trace.json", &scaled, &["workload.trace_time_scale", "one year"]);
+    let o = run_cli(&["tune", "--vary", "engine.max_num_seqs=8,16", "--slo", "p99_ttft_ms<=-1"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("0 or more"));
+}
+
 /// `diff` reads run records only: a file that is not one (no `format`, another version, a
 /// `setup` that is not an object) is an error naming that file and the field, never "the same
 /// setup".

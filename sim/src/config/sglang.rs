@@ -189,11 +189,24 @@ pub(super) fn resolve_sglang(
             ),
         };
         if !(mfs > 0.0 && mfs < 1.0) {
+            if f.mem_fraction_static.is_some() {
+                return Err(ConfigError::new("engine.mem_fraction_static", format!("must be in (0, 1), got {mfs}")));
+            }
+            // SGLang's own formula fell outside: it reserves memory for the CUDA graphs and the
+            // prefill chunk, so the flag that grew the reserve is the one to name.
+            let field = if f.cuda_graph_max_bs.is_some() {
+                "engine.cuda_graph_max_bs"
+            } else if f.chunked_prefill_size.is_some() {
+                "engine.chunked_prefill_size"
+            } else {
+                "engine.mem_fraction_static"
+            };
             return Err(ConfigError::new(
-                "engine.mem_fraction_static",
+                field,
                 format!(
-                    "must be in (0, 1), got {mfs}{}",
-                    if f.mem_fraction_static.is_none() { " (SGLang's default formula for this GPU)" } else { "" }
+                    "SGLang's default mem_fraction_static for this GPU comes out at {mfs:.3}, outside (0, 1): the memory it \
+                     reserves for CUDA graphs and the prefill chunk is more than the card has; lower cuda_graph_max_bs or \
+                     chunked_prefill_size, or give mem_fraction_static"
                 ),
             ));
         }

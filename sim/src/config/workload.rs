@@ -136,13 +136,27 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
                     ConfigError::new(at, m)
                 })?;
                 if r.arrival_time > MAX_ARRIVAL_TIME_S {
-                    return Err(ConfigError::new(
-                        format!("workload.trace[{i}].arrival_time"),
-                        format!(
-                            "must be a time in seconds from 0 to {MAX_ARRIVAL_TIME_S} (one year), got {}",
-                            r.arrival_time
+                    // Past a year only after the scaling: the scaling field is the one to change.
+                    let scaled = w
+                        .trace_time_scale
+                        .map(|_| "workload.trace_time_scale")
+                        .or(w.trace_rate.map(|_| "workload.trace_rate"));
+                    return Err(match scaled {
+                        Some(field) => ConfigError::new(
+                            field,
+                            format!(
+                                "scales row {i}'s arrival to {:.3e} s, past the limit of {MAX_ARRIVAL_TIME_S} s (one year)",
+                                r.arrival_time
+                            ),
                         ),
-                    ));
+                        None => ConfigError::new(
+                            format!("workload.trace[{i}].arrival_time"),
+                            format!(
+                                "must be a time in seconds from 0 to {MAX_ARRIVAL_TIME_S} (one year), got {}",
+                                r.arrival_time
+                            ),
+                        ),
+                    });
                 }
             }
             if let Some(n) = w.num_prompts {
