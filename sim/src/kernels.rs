@@ -884,6 +884,15 @@ impl Provider {
         }
     }
 
+    /// The engine the tables are of.
+    pub fn engine(&self) -> &'static str {
+        match self {
+            Provider::Table(t) => t.engine,
+            Provider::Scaled { from, .. } => from.engine,
+            Provider::Roofline { like, .. } => like.engine,
+        }
+    }
+
     /// The table NCCL's all-gather comes from, where the GPU has its own.
     pub fn all_gather(&self, tp: u32) -> Option<Curve> {
         match self {
@@ -909,6 +918,37 @@ pub const SYSTEM_CAPABILITY: &[(&str, (u32, u32))] = &[
     ("b200_sxm", (10, 0)),
     ("rtx_pro_6000_server", (12, 0)),
 ];
+
+/// The GPU-to-GPU link of each tabled system, as its servesim card states it: the kind
+/// (`nvlink`, `pcie`) and the bandwidth a direction, bytes/s (a test checks the two agree).
+pub const SYSTEM_LINK: &[(&str, &str, f64)] = &[
+    ("a100_sxm", "nvlink", 300e9),
+    ("l40s", "pcie", 32e9),
+    ("h100_sxm", "nvlink", 450e9),
+    ("h200_sxm", "nvlink", 450e9),
+    ("b200_sxm", "nvlink", 900e9),
+    ("rtx_pro_6000_server", "pcie", 64e9),
+];
+
+/// For a GPU without tables, the engine's measured all-reduce over `tp` GPUs of the tabled
+/// system whose link is of the same kind and nearest in bandwidth (`|ln|` of the ratio),
+/// its times scaled by the bandwidth ratio (the large messages' regime; the small ones'
+/// latency then moves with it, an approximation). What an engine runs over a link is the
+/// link's: vLLM's custom all-reduce needs NVLink past two GPUs, and falls back to NCCL over
+/// PCIe, which the PCIe systems' tables measured. `None` where no such system has a table
+/// at `tp`. Returns the curve and the system it came from.
+pub fn allreduce_by_link(kind: &str, bandwidth: f64, engine: &str, tp: u32) -> Option<(Curve, &'static str)> {
+    let (system, _, bw) = SYSTEM_LINK
+        .iter()
+        .filter(|(s, k, _)| *k == kind && tables(s, engine).is_some_and(|t| t.allreduce(tp).is_some()))
+        .min_by(|a, b| (a.2 / bandwidth).ln().abs().total_cmp(&(b.2 / bandwidth).ln().abs()))?;
+    let mut c = tables(system, engine)?.allreduce(tp)?;
+    let scale = bw / bandwidth;
+    for y in c.ys.iter_mut() {
+        *y *= scale;
+    }
+    Some((c, system))
+}
 
 /// [`SYSTEM_CAPABILITY`] of `system`.
 pub fn system_capability(system: &str) -> Option<(u32, u32)> {

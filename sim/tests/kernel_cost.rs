@@ -207,3 +207,39 @@ fn the_fallback_reads_tables_of_the_same_compute_capability_first() {
     // No table of the A100 40GB's 8.0 but the A100 80GB's.
     assert_eq!(borrowed("a100-40gb").0, "a100_sxm");
 }
+
+/// A GPU without tables takes its TP all-reduces from a tabled system over the same kind of
+/// link (the nearest in bandwidth), scaled by the bandwidth ratio; the links the fallback reads
+/// for the tabled systems are their cards'.
+#[test]
+fn an_untabled_gpus_all_reduces_come_from_a_system_on_the_same_link() {
+    let res = sim::builtin::resources().unwrap();
+    for (system, kind, bw) in sim::kernels::SYSTEM_LINK {
+        let card = res.gpus.iter().find(|g| sim::kernels::system_for_gpu(&g.id) == Some(*system)).unwrap();
+        assert_eq!(card.interconnect.as_deref(), Some(*kind), "{system}");
+        assert_eq!(card.interconnect_bandwidth_bytes_per_s, Some(*bw), "{system}");
+    }
+    let (pcie, from) = sim::kernels::allreduce_by_link("pcie", 64e9, "vllm", 4).unwrap();
+    assert_eq!(from, "rtx_pro_6000_server");
+    let own = sim::kernels::tables("rtx_pro_6000_server", "vllm").unwrap().allreduce(4).unwrap();
+    assert_eq!(pcie.ys, own.ys, "the same link bandwidth: the table as measured");
+    // A link half as fast takes twice as long; a link kind no table has gives none.
+    let (slow, _) = sim::kernels::allreduce_by_link("pcie", 32e9, "vllm", 4).unwrap();
+    assert_eq!(slow.ys, sim::kernels::tables("l40s", "vllm").unwrap().allreduce(4).unwrap().ys, "L40S's own");
+    let (half, _) = sim::kernels::allreduce_by_link("pcie", 48e9, "vllm", 4).unwrap();
+    assert!(half.ys.iter().zip(&own.ys).all(|(a, b)| (a / b - 64.0 / 48.0).abs() < 1e-12));
+    assert!(sim::kernels::allreduce_by_link("infiniband", 50e9, "vllm", 4).is_none());
+    // Through a scenario: the H100 PCIe at TP 4 says where its all-reduces come from.
+    let spec = sim::config::resolve(
+        &sim::config::from_value(
+            serde_json::json!({"version": 1, "engine": {"kind": "vllm", "tensor_parallel_size": 4, "max_model_len": 8192},
+                "model": "qwen3-32b", "hardware": {"gpu": "h100-pcie", "count": 4},
+                "workload": {"dataset_name": "random", "random_input_len": 1024, "random_output_len": 64, "ignore_eos": true}}),
+            "",
+        )
+        .unwrap(),
+        &res,
+    )
+    .unwrap();
+    assert!(spec.cost.source().contains("TP all-reduces from rtx_pro_6000_server"), "{}", spec.cost.source());
+}

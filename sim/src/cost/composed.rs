@@ -590,11 +590,24 @@ impl ComposedCost {
         let (g, lm, heads) = model_shapes(model, tp, fp8, dep.kv_dtype_bytes);
         let gemms = [provider.gemm(g[0]), provider.gemm(g[1]), provider.gemm(g[2]), provider.gemm(g[3])];
         let lm_head = provider.gemm(lm);
+        let mut source = source;
         let allreduce = if tp == 1 {
             AllReduce::None
         } else {
+            let by_link = || {
+                let kind = gpu.interconnect.as_deref()?;
+                kernels::allreduce_by_link(kind, gpu.interconnect_bandwidth_bytes_per_s?, provider.engine(), tp)
+            };
             match provider.allreduce(tp) {
                 Some(c) => AllReduce::Table(c),
+                None if by_link().is_some() => {
+                    let (c, system) = by_link().expect("checked");
+                    source = format!(
+                        "{source}; TP all-reduces from {system}'s measured table ({} link), scaled by link bandwidth",
+                        gpu.interconnect.as_deref().unwrap_or("?")
+                    );
+                    AllReduce::Table(c)
+                }
                 None => {
                     let link = gpu.interconnect_bandwidth_bytes_per_s.unwrap_or(32e9) * interconnect_eff;
                     let t = f64::from(tp);
