@@ -22,6 +22,10 @@ impl Metrics for ResultPoint {
 /// The load points of a results file's text (`name` names it in errors).
 pub fn parse_results(text: &str, name: &str) -> Result<Vec<ResultPoint>, String> {
     let mut out = Vec::new();
+    // Python's json.dump writes NaN and ±Infinity (a statistic over no values, e.g. the ITL of
+    // one-token outputs), which JSON has no word for: read each as null, a metric not given.
+    let sanitised = python_non_finite_as_null(text);
+    let text = sanitised.as_str();
     // Each point with where it is (the file, or the file and line of a JSONL point).
     let values: Vec<(String, Value)> = match serde_json::from_str::<Value>(text) {
         Ok(v) => vec![(name.to_string(), v)],
@@ -178,4 +182,61 @@ fn load_overrides(r: &Map<String, Value>) -> LoadOverrides {
         o.sets.push(format!("workload.num_prompts={n}"));
     }
     o
+}
+
+/// `text` with Python's non-JSON number words (`NaN`, `Infinity`, `-Infinity`) outside strings
+/// replaced by `null`; everything else as it is.
+pub fn python_non_finite_as_null(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let (mut i, mut start, mut in_str, mut esc) = (0, 0, false, false);
+    while i < b.len() {
+        let c = b[i];
+        if in_str {
+            if esc {
+                esc = false;
+            } else if c == b'\\' {
+                esc = true;
+            } else if c == b'"' {
+                in_str = false;
+            }
+            i += 1;
+            continue;
+        }
+        if c == b'"' {
+            in_str = true;
+            i += 1;
+            continue;
+        }
+        let word = ["-Infinity", "Infinity", "NaN"].into_iter().find(|w| b[i..].starts_with(w.as_bytes()));
+        let boundary = |j: usize| j >= b.len() || !(b[j].is_ascii_alphanumeric() || b[j] == b'_');
+        if let Some(w) = word.filter(|w| boundary(i + w.len()) && (i == 0 || boundary(i - 1) || b[i - 1] == b'-')) {
+            out.push_str(&text[start..i]);
+            out.push_str("null");
+            i += w.len();
+            start = i;
+            continue;
+        }
+        i += 1;
+    }
+    out.push_str(&text[start..]);
+    out
+}
+
+#[cfg(test)]
+mod non_finite_tests {
+    use super::*;
+
+    #[test]
+    fn python_nan_and_infinity_read_as_null_outside_strings() {
+        let t = r#"{"a": NaN, "b": -Infinity, "c": Infinity, "s": "NaN Infinity", "NaNx": 1, "d": [NaN]}"#;
+        let v: Value = serde_json::from_str(&python_non_finite_as_null(t)).unwrap();
+        assert!(v["a"].is_null() && v["b"].is_null() && v["c"].is_null() && v["d"][0].is_null());
+        assert_eq!(v["s"], "NaN Infinity");
+        assert_eq!(v["NaNx"], 1);
+        // A result with a NaN metric is read, that metric as not given.
+        let r = r#"{"max_concurrency": 1, "mean_ttft_ms": 100.0, "mean_itl_ms": NaN, "std_itl_ms": NaN}"#;
+        let p = parse_results(r, "r.json").unwrap();
+        assert_eq!(p.len(), 1);
+    }
 }

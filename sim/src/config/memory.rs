@@ -223,6 +223,9 @@ pub fn resolve_deployment(
         ));
     }
     if let Some(pp) = pp {
+        if pp == 0 {
+            return Err(ConfigError::new(format!("engine.{pp_field}"), "must be at least 1 (got 0)"));
+        }
         if pp != 1 {
             return Err(ConfigError::new(
                 format!("engine.{pp_field}"),
