@@ -320,11 +320,16 @@ pub fn load_trace(path: &Path) -> Result<Vec<TraceRow>, String> {
     }
     let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty() && !l.starts_with('#'));
     let (_, head) = lines.next().ok_or_else(|| format!("{name}: empty file"))?;
-    let cols: Vec<String> = head.split(',').map(|c| c.trim().to_string()).collect();
+    // A spreadsheet's byte-order mark is not part of the first column's name.
+    let cols: Vec<String> = head.trim_start_matches('\u{feff}').split(',').map(|c| c.trim().to_string()).collect();
     let known = ["arrival_time", "input_len", "output_len", "prefix_group", "prefix_len", "priority"];
-    for c in &cols {
+    for (k, c) in cols.iter().enumerate() {
         if !known.contains(&c.as_str()) {
             return Err(format!("{name}:1: unknown column {c:?}; expected {}", known.join(", ")));
+        }
+        // Which of two same-named columns holds the values would be a guess.
+        if cols[..k].contains(c) {
+            return Err(format!("{name}:1: column {c:?} is named twice"));
         }
     }
     for req in &known[..3] {

@@ -382,6 +382,25 @@ fn derived_figures_out_of_range_name_the_flag_behind_them() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("0 or more"));
 }
 
+/// A trace CSV's header: a column named twice is refused (which one holds the values would be
+/// a guess); a spreadsheet's byte-order mark before the first name is not part of it.
+#[test]
+fn a_trace_header_names_each_column_once() {
+    let trace = |name: &str, csv: &str| {
+        let p = write_temp(name, csv);
+        base(r#""max_num_seqs": 4"#, &format!(r#""dataset_name": "trace", "trace": {:?}"#, p.to_str().unwrap()))
+            .replacen(r#""dataset_name": "random", "#, "", 1)
+    };
+    rejects(
+        "twice.json",
+        &trace("twice.csv", "arrival_time,arrival_time,input_len,output_len\n0,0,100,10\n"),
+        &["named twice"],
+    );
+    let p = write_temp("bom.json", &trace("bom.csv", "\u{feff}arrival_time,input_len,output_len\n0,100,10\n"));
+    let o = run_cli(&["simulate", p.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
 /// `diff` reads run records only: a file that is not one (no `format`, another version, a
 /// `setup` that is not an object) is an error naming that file and the field, never "the same
 /// setup".
