@@ -163,9 +163,10 @@ pub fn resolve(raw: &RawScenario) -> Result<(Scenario, SimSpec), String> {
     if let config::EngineSpec::Sglang(c) = &spec.engine {
         if let Some(given) = scenario.engine.sglang.page_size.filter(|&p| p != c.page_size) {
             warn_once(format!(
-                "{origin}: engine.page_size {given} runs as {}: on this GPU (compute capability {}) SGLang {} defaults \
-                 to the trtllm_mha attention backend, which takes pages of 16, 32 or 64 tokens, and changes any other \
-                 size to 64 (\"changing page_size from {given} to 64\", docs/sglang.md section 5)",
+                "{origin}: engine.page_size {given} runs as {}: on this GPU (compute capability {}) SGLang {} runs \
+                 the trtllm_mha attention backend (its default on the SM100 family from 0.5.7, or engine.attention_backend), \
+                 which takes pages of 16, 32 or 64 tokens, and changes any other size to 64 (\"changing page_size from \
+                 {given} to 64\", docs/sglang.md section 5)",
                 c.page_size,
                 spec.gpu.compute_capability.as_deref().unwrap_or("?"),
                 c.version

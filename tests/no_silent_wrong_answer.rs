@@ -636,3 +636,79 @@ fn a_page_size_sglang_would_change_is_changed_with_a_warning() {
     assert_eq!(c, 0, "{err}");
     assert!(!err.contains("runs as"), "a size the backend takes is kept silently: {err}");
 }
+
+/// `engine.attention_backend`, in each engine's words: another SGLang backend keeps the page
+/// size a defaulted `trtllm_mha` would change and picks its own lane of the kernel tables; a
+/// backend the engine refuses on the GPU is refused with the engine's reason; one the tables
+/// did not measure is timed by the kernels they did, and the cost source says so.
+#[test]
+fn an_attention_backend_is_checked_and_says_what_timed_it() {
+    let sg = |backend: &str, extra: &[&str]| {
+        let mut a = vec![
+            "simulate",
+            "scenarios/rtx5090-qwen2.5-7b-sglang.json",
+            "--set",
+            "hardware=\"b200\"",
+            "--set",
+            "workload.num_prompts=4",
+            "--set",
+            "engine.page_size=1",
+            "--json",
+        ];
+        let b = format!("engine.attention_backend=\"{backend}\"");
+        if !backend.is_empty() {
+            a.extend(["--set", b.as_str()]);
+        }
+        a.extend_from_slice(extra);
+        let (c, out, err) = run(&a);
+        (c, out, err)
+    };
+    // flashinfer on B200: page size 1 kept, no warning, a measured lane.
+    let (c, out, err) = sg("flashinfer", &[]);
+    assert_eq!(c, 0, "{err}");
+    assert!(!err.contains("runs as"), "{err}");
+    let fi: Value = serde_json::from_str(&out).unwrap();
+    assert!(!fi["cost_source"].as_str().unwrap().contains("no measured"), "{}", fi["cost_source"]);
+    // Where the tables' lanes differ (Llama-3.1-70B at TP 4), the backend picks its own.
+    let tp4 = [
+        "--set",
+        "hardware={\"gpu\":\"b200\",\"count\":4}",
+        "--set",
+        "model=llama-3.1-70b-instruct",
+        "--set",
+        "engine.tp_size=4",
+    ];
+    let ttft = |b: &str| {
+        let (c, out, err) = sg(b, &tp4);
+        assert_eq!(c, 0, "{err}");
+        serde_json::from_str::<Value>(&out).unwrap()["mean_ttft_ms"].as_f64().unwrap()
+    };
+    assert_ne!(ttft("flashinfer"), ttft(""), "the flashinfer lane is not the default trtllm_mha lane");
+    assert_eq!(ttft("trtllm_mha"), ttft(""), "trtllm_mha given is the default");
+    // fa3 on Blackwell: SGLang's own refusal.
+    let (c, _, err) = sg("fa3", &[]);
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("engine.attention_backend") && err.contains("SM>=80 and SM<=90"), "{err}");
+    // A backend without a measured lane here: timed by the tables' kernels, said in the source.
+    let (c, out, err) = sg("triton", &[]);
+    assert_eq!(c, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert!(v["cost_source"].as_str().unwrap().contains("no measured triton attention"), "{}", v["cost_source"]);
+    // vLLM: names in any case; an unmodelled one refused naming the modelled ones.
+    let vl = |b: &str| {
+        run(&[
+            "simulate",
+            "scenarios/b200-llama3.1-70b-fp8-vllm.json",
+            "--set",
+            &format!("engine.attention_backend=\"{b}\""),
+            "--set",
+            "workload.num_prompts=4",
+            "--json",
+        ])
+    };
+    let (c, _, err) = vl("flashinfer");
+    assert_eq!(c, 0, "{err}");
+    let (c, _, err) = vl("XFORMERS");
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("FLASH_ATTN, FLASHINFER"), "{err}");
+}

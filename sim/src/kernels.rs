@@ -738,10 +738,15 @@ impl Tables {
         Curve { xs: ms, ys, sol_last: Some((s, self.peaks)) }
     }
 
-    fn attn_entry<'a>(entries: &'a [AttnEntry], h: Heads, prefer: &[&str]) -> (&'a AttnEntry, f64) {
+    fn attn_entry<'a>(entries: &'a [AttnEntry], h: Heads, prefer: &Lanes) -> (&'a AttnEntry, f64) {
         let kvd = dtype_name(h.kv_bytes);
         let rank = |e: &AttnEntry| {
-            let lane = prefer.iter().position(|p| e.kernel_source.contains(p)).unwrap_or(prefer.len());
+            // The engine's backend first, then within it the phase's own kernel (a table may
+            // hold a backend's prefill and decode kernels side by side: vLLM's FlashInfer on
+            // B200), then the common kernels.
+            let backend = prefer.first.map_or(0, |f| usize::from(!e.kernel_source.contains(f)));
+            let rest = prefer.rest.iter().position(|p| e.kernel_source.contains(p)).unwrap_or(prefer.rest.len());
+            let lane = (backend, rest);
             let dt = usize::from(e.kv_cache_dtype != kvd);
             let kvh = usize::from(e.kv_heads != h.kv_heads && !(e.kv_heads == 0 && h.kv_heads == h.heads));
             let dh = ((f64::from(e.heads)).ln() - f64::from(h.heads).ln()).abs();
@@ -756,8 +761,15 @@ impl Tables {
     /// The lanes an attention table's entry is preferred from, best first: `first` (the
     /// engine's default backend where the table holds several, e.g. SGLang's `trtllm_mha` on
     /// the SM100 family), then the phase's own lane and the common kernels.
-    fn lanes<'a>(first: Option<&'a str>, phase: &'a str) -> Vec<&'a str> {
-        first.into_iter().chain([phase, "flashinfer", "fa3", "flash"]).collect()
+    fn lanes<'a>(first: Option<&'a str>, phase: &'a str) -> Lanes<'a> {
+        Lanes { first, rest: [phase, "flashinfer", "fa3", "flash"] }
+    }
+
+    /// Whether the attention tables hold `lane` (a substring of an entry's `kernel_source`) for
+    /// both prefill and decode.
+    pub fn has_lane(&self, lane: &str) -> bool {
+        let has = |es: &[AttnEntry]| es.iter().any(|e| e.kernel_source.contains(lane));
+        has(&self.ctx.entries) && has(&self.gen.entries)
     }
 
     /// Prefill attention: `t(seq_len, batch)` per layer; `first`: the lane preferred first.
@@ -884,6 +896,15 @@ impl Provider {
         }
     }
 
+    /// Whether the tables behind this provider hold the attention `lane` ([`Tables::has_lane`]).
+    pub fn has_lane(&self, lane: &str) -> bool {
+        match self {
+            Provider::Table(t) | Provider::Scaled { from: t, .. } | Provider::Roofline { like: t, .. } => {
+                t.has_lane(lane)
+            }
+        }
+    }
+
     /// The engine the tables are of.
     pub fn engine(&self) -> &'static str {
         match self {
@@ -902,7 +923,15 @@ impl Provider {
     }
 }
 
-/// Peak numbers of the tabled system `s`.
+/// The lanes of an attention table an entry is preferred from ([`Tables::ctx_grid`]).
+struct Lanes<'a> {
+    /// The engine's backend, where one is named.
+    first: Option<&'a str>,
+    /// The phase's own kernel, then the common ones.
+    rest: [&'a str; 4],
+}
+
+/// Peak numbers of the tabled system `s`./// Peak numbers of the tabled system `s`.
 pub fn peaks_of(system: &str) -> Option<Peaks> {
     index().peaks.get(system).copied()
 }

@@ -443,7 +443,7 @@ mod tests {
     fn engine_fields_are_the_section_in_order() {
         let mut all: Vec<&str> = vec!["kind", "version"];
         all.extend(VllmFlags::NAMES);
-        all.extend(["kv_cache_dtype", "quantization"]);
+        all.extend(["kv_cache_dtype", "quantization", "attention_backend"]);
         all.extend(SglangFlags::NAMES);
         all.extend(["data_parallel_size", "dp_size", "load_balance_method"]);
         assert_eq!(ENGINE_FIELDS.as_slice(), all.as_slice());

@@ -477,10 +477,14 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
             })
         }
     };
-    // SGLang's default attention backend on the SM100 family from 0.5.7 (`trtllm_mha`), whose
-    // lane the kernel tables hold next to `flashinfer` (docs/sglang.md §5).
-    let attention_lane = match &engine {
-        EngineSpec::Sglang(c) if sglang::sglang_default_trtllm_mha(c.version, &gpu) => Some("trtllm_mha"),
+    // The lane of the kernel tables that times attention: a given `attention_backend` (checked
+    // by the engine's resolution above), else SGLang's default on the SM100 family from 0.5.7
+    // (`trtllm_mha`, next to `flashinfer` in the tables; docs/sglang.md §5); else the tables'
+    // own order.
+    let attention_lane = match (&engine, s.engine.attention_backend.as_deref()) {
+        (EngineSpec::Sglang(_), Some(b)) => Some(b),
+        (EngineSpec::Vllm(_), Some(b)) => Some(vllm::vllm_attention_lane(&gpu, b)?),
+        (EngineSpec::Sglang(c), None) if sglang::sglang_default_trtllm_mha(c.version, &gpu) => Some("trtllm_mha"),
         _ => None,
     };
     let cost = resolve_cost(&s.cost, &model, &gpu, &deployment, res, engine.kind(), graphs, attention_lane)?;

@@ -98,6 +98,13 @@ pub struct EngineSection {
     /// `quantization` applies when this is absent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub quantization: Option<String>,
+    /// `--attention-backend`, in each engine's own words: vLLM `FLASH_ATTN`, `FLASHINFER`,
+    /// `TRITON_ATTN`, `FLEX_ATTENTION` (the flag from 0.13, `VLLM_ATTENTION_BACKEND` before);
+    /// SGLang `fa3`, `flashinfer`, `triton`, `trtllm_mha`. Unset: the engine's default for the
+    /// release and GPU. Which lane of the kernel tables times attention, and SGLang's page size
+    /// (`vllm.rs`, `sglang.rs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attention_backend: Option<String>,
     /// SGLang's flags (`config/sglang.rs`).
     #[serde(flatten)]
     pub sglang: SglangFlags,
@@ -118,7 +125,7 @@ pub struct EngineSection {
 /// The fields of the `engine` section before vLLM's flags, between vLLM's and SGLang's
 /// (both engines'), and after SGLang's (data parallelism).
 const ENGINE_HEAD: &[&str] = &["kind", "version"];
-const ENGINE_BOTH: &[&str] = &["kv_cache_dtype", "quantization"];
+const ENGINE_BOTH: &[&str] = &["kv_cache_dtype", "quantization", "attention_backend"];
 const ENGINE_TAIL: &[&str] = &["data_parallel_size", "dp_size", "load_balance_method"];
 const ENGINE_PARTS: [&[&str]; 5] = [ENGINE_HEAD, VllmFlags::NAMES, ENGINE_BOTH, SglangFlags::NAMES, ENGINE_TAIL];
 
@@ -187,6 +194,8 @@ impl<'de> Deserialize<'de> for EngineSection {
             e.kv_cache_dtype = v;
             let Some(v) = seq.next_element()? else { return Ok(()) };
             e.quantization = v;
+            let Some(v) = seq.next_element()? else { return Ok(()) };
+            e.attention_backend = v;
             if !e.sglang.read_seq(seq)? {
                 return Ok(());
             }
@@ -213,6 +222,7 @@ impl<'de> Deserialize<'de> for EngineSection {
                         "version" => e.version = map.next_value()?,
                         "kv_cache_dtype" => e.kv_cache_dtype = map.next_value()?,
                         "quantization" => e.quantization = map.next_value()?,
+                        "attention_backend" => e.attention_backend = map.next_value()?,
                         "data_parallel_size" => e.data_parallel_size = map.next_value()?,
                         "dp_size" => e.dp_size = map.next_value()?,
                         "load_balance_method" => e.load_balance_method = map.next_value()?,

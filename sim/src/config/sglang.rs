@@ -111,7 +111,8 @@ pub(super) fn resolve_sglang(
             ))
         }
     };
-    let page_size = sglang_page_size(version, gpu, f.page_size)?;
+    let attention_backend = sglang_attention_backend(version, gpu, e.attention_backend.as_deref())?;
+    let page_size = sglang_page_size(version, attention_backend.as_deref(), f.page_size)?;
     if let Some(c) = chunked_prefill_size {
         if c < page_size {
             return Err(ConfigError::new(
@@ -280,17 +281,76 @@ pub fn sglang_default_trtllm_mha(version: Version, gpu: &GpuCard) -> bool {
     version >= SGLANG_SM100_TRTLLM_MHA && gpu.is_sm100_family()
 }
 
-/// `--page-size` as SGLang resolves it: 1 by default; on the SM100 family from 0.5.7, where
-/// the default attention backend is `trtllm_mha`, a size that backend does not take becomes 64
-/// (`_handle_attention_backend_compatibility`: "TensorRT-LLM MHA only supports page_size of
-/// 16, 32 or 64, changing page_size from {page_size} to 64"; 0.5.23 also takes 128), the
-/// default included. servesim models the default backend only: another `--attention-backend`
-/// keeps the size given.
-pub fn sglang_page_size(version: Version, gpu: &GpuCard, given: Option<u32>) -> Result<u32> {
+/// The first SGLang release with `trtllm_mha` among `--attention-backend`'s choices.
+pub const SGLANG_TRTLLM_MHA_CHOICE: Version = Version::new(0, 5, 1);
+
+/// The `--attention-backend` values servesim models for SGLang (dense MHA/GQA attention).
+pub const SGLANG_ATTENTION_BACKENDS: &[&str] = &["fa3", "flashinfer", "triton", "trtllm_mha"];
+
+/// SGLang's `--attention-backend` as it runs: `given` checked against what SGLang accepts on
+/// `gpu` at `version` (its messages quoted), or the default for a dense model (released
+/// wheels 0.4.10–0.5.23, docs/sglang.md §5): `trtllm_mha` on the SM100 family from 0.5.7,
+/// `fa3` on Hopper (for Llama, Qwen2 and Qwen3 architectures until 0.5.6, every MHA model from
+/// 0.5.8; servesim's cards are all of those), `flashinfer` elsewhere. `None` for a card that
+/// states no compute capability and no backend given.
+pub fn sglang_attention_backend(version: Version, gpu: &GpuCard, given: Option<&str>) -> Result<Option<String>> {
+    let cc = gpu.capability();
+    let Some(b) = given else {
+        return Ok(match cc {
+            _ if sglang_default_trtllm_mha(version, gpu) => Some("trtllm_mha".into()),
+            Some((9, _)) => Some("fa3".into()),
+            Some(_) => Some("flashinfer".into()),
+            None => None,
+        });
+    };
+    let field = "engine.attention_backend";
+    if !SGLANG_ATTENTION_BACKENDS.contains(&b) {
+        return Err(ConfigError::new(
+            field,
+            format!(
+                "{b:?} is not modelled: servesim models SGLang's dense-attention backends {} (MLA backends such as \
+                 flashmla, cutlass_mla and trtllm_mla serve MLA models, which servesim has no card for)",
+                SGLANG_ATTENTION_BACKENDS.join(", ")
+            ),
+        ));
+    }
+    let cc_text = gpu.compute_capability.as_deref().unwrap_or("not stated");
+    match b {
+        "fa3" if !matches!(cc, Some((8 | 9, _)) | None) => Err(ConfigError::new(
+            field,
+            format!(
+                "fa3 on compute capability {cc_text}: SGLang refuses it (\"FlashAttention v3 Backend requires SM>=80 and \
+                 SM<=90. Please use --attention-backend flashinfer.\")"
+            ),
+        )),
+        "trtllm_mha" if version < SGLANG_TRTLLM_MHA_CHOICE => Err(ConfigError::new(
+            field,
+            format!("trtllm_mha is not among SGLang {version}'s --attention-backend choices (from {SGLANG_TRTLLM_MHA_CHOICE})"),
+        )),
+        "trtllm_mha" if cc.is_some() && !(gpu.is_sm100_family() || (version >= Version::new(0, 5, 23) && matches!(cc, Some((9 | 12, _))))) => {
+            Err(ConfigError::new(
+                field,
+                format!(
+                    "trtllm_mha on compute capability {cc_text}: SGLang {version} runs it on Blackwell (SM100) only \
+                     (\"TRTLLM MHA backend is only supported on Blackwell GPUs (SM100)\"; 0.5.23 also takes Hopper and SM120; \
+                     releases 0.5.15–0.5.22 were not read and are held to the SM100 rule)"
+                ),
+            ))
+        }
+        _ => Ok(Some(b.to_string())),
+    }
+}
+
+/// `--page-size` as SGLang resolves it: 1 by default; where the attention backend is
+/// `trtllm_mha` (the default on the SM100 family from 0.5.7, or given), a size that backend
+/// does not take becomes 64 (`_handle_attention_backend_compatibility`: "TensorRT-LLM MHA only
+/// supports page_size of 16, 32 or 64, changing page_size from {page_size} to 64"; 0.5.23 also
+/// takes 128), the default included. Another backend keeps the size given.
+pub fn sglang_page_size(version: Version, backend: Option<&str>, given: Option<u32>) -> Result<u32> {
     if let Some(p) = given {
         positive("engine.page_size", p)?;
     }
-    if sglang_default_trtllm_mha(version, gpu) {
+    if backend == Some("trtllm_mha") {
         let takes = |p: u32| matches!(p, 16 | 32 | 64) || (p == 128 && version >= Version::new(0, 5, 23));
         return Ok(given.filter(|&p| takes(p)).unwrap_or(64));
     }

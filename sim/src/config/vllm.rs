@@ -62,6 +62,50 @@ pub(super) fn is_cpu_host(gpu: &GpuCard) -> bool {
 
 /// The `engine` section of a vLLM scenario, resolved: vLLM's flags ([`VllmFlags`]) with
 /// their defaults, checked, and the KV pool sized.
+/// The `--attention-backend` values servesim models for vLLM (dense attention), each with
+/// the lane of the kernel tables that times it (a substring of the tables' `kernel_source`).
+pub const VLLM_ATTENTION_BACKENDS: &[(&str, &str)] = &[
+    ("FLASH_ATTN", "flash_attn"),
+    ("FLASHINFER", "flashinfer"),
+    ("TRITON_ATTN", "triton"),
+    ("FLEX_ATTENTION", "flex"),
+];
+
+/// vLLM's `--attention-backend` (`VLLM_ATTENTION_BACKEND` before 0.13), checked as vLLM's
+/// selector checks it on `gpu` (released wheels 0.11–0.34, docs/vllm.md §8): the name in
+/// any case (vLLM upper-cases it), `FLASH_ATTN` from compute capability 8.0, `FLASHINFER`
+/// from 7.5 to 12.1. Returns the kernel-table lane of a given backend.
+pub fn vllm_attention_lane(gpu: &GpuCard, given: &str) -> Result<&'static str> {
+    let field = "engine.attention_backend";
+    let up = given.to_ascii_uppercase();
+    let Some(&(name, lane)) = VLLM_ATTENTION_BACKENDS.iter().find(|(n, _)| *n == up) else {
+        return Err(ConfigError::new(
+            field,
+            format!(
+                "{given:?} is not modelled: servesim models vLLM's dense-attention backends {} (the MLA backends serve MLA \
+                 models, which servesim has no card for)",
+                VLLM_ATTENTION_BACKENDS.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+            ),
+        ));
+    };
+    let cc = gpu.capability();
+    let refuse = |range: &str| {
+        Err(ConfigError::new(
+            field,
+            format!(
+                "{name} on compute capability {}: vLLM's selector takes it on {range} only (\"Selected backend {name} is not \
+                 valid for this configuration\")",
+                gpu.compute_capability.as_deref().unwrap_or("?")
+            ),
+        ))
+    };
+    match (name, cc) {
+        ("FLASH_ATTN", Some(c)) if c < (8, 0) => refuse("compute capability 8.0 and above"),
+        ("FLASHINFER", Some(c)) if c < (7, 5) || c > (12, 1) => refuse("compute capability 7.5 to 12.1"),
+        _ => Ok(lane),
+    }
+}
+
 pub(super) fn resolve_vllm(
     e: &EngineSection,
     model: &ModelCard,
@@ -69,6 +113,9 @@ pub(super) fn resolve_vllm(
     dep: &Deployment,
 ) -> Result<(EngineSpec, KvSizing)> {
     let f = &e.vllm;
+    if let Some(b) = e.attention_backend.as_deref() {
+        vllm_attention_lane(gpu, b)?;
+    }
     let vs = e.version.as_deref().unwrap_or(VLLM_DEFAULT);
     let version = Version::parse(vs)
         .ok_or_else(|| ConfigError::new("engine.version", format!("expected a version like \"0.28.0\", got {vs:?}")))?;

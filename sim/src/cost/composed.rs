@@ -645,6 +645,11 @@ impl ComposedCost {
         let forgone = (!dep.cuda_graphs).then_some(graphs).filter(|g| *g != GraphRule::Eager);
         let graphs = if dep.cuda_graphs { graphs } else { GraphRule::Eager };
         let (ctx, gen) = (provider.ctx_grid(heads, attention_lane), provider.gen_grid(heads, attention_lane));
+        // A backend the tables did not measure is timed by the kernels they did: say so.
+        if let Some(l) = attention_lane.filter(|l| !provider.has_lane(l)) {
+            source =
+                format!("{source}; no measured {l} attention in these tables: timed by their own attention kernels");
+        }
         ComposedCost {
             source,
             layers: f64::from(model.num_layers),
