@@ -607,20 +607,23 @@ fn tune_varying_the_concurrency_carries_its_caveats() {
     assert!(notes.contains("workload.max_concurrency 64 exceeds workload.num_prompts 20"), "{notes}");
 }
 
+/// `simulate --json` of the SGLang RTX 5090 scenario moved to one B200, four prompts.
+const SGLANG_ON_B200: [&str; 7] = [
+    "simulate",
+    "scenarios/rtx5090-qwen2.5-7b-sglang.json",
+    "--set",
+    "hardware=\"b200\"",
+    "--set",
+    "workload.num_prompts=4",
+    "--json",
+];
+
 /// SGLang changes a page size its default attention backend does not take (from 0.5.7 on the
 /// SM100 family: `trtllm_mha`, pages of 16, 32 or 64) and logs it; servesim runs the size the
 /// engine would and says so, instead of running another size than the one asked for silently.
 #[test]
 fn a_page_size_sglang_would_change_is_changed_with_a_warning() {
-    let args = [
-        "simulate",
-        "scenarios/rtx5090-qwen2.5-7b-sglang.json",
-        "--set",
-        "hardware=\"b200\"",
-        "--set",
-        "workload.num_prompts=4",
-        "--json",
-    ];
+    let args = SGLANG_ON_B200;
     let with = |p: &str| {
         let mut a: Vec<String> = args.iter().map(|s| s.to_string()).collect();
         a.extend(["--set".to_string(), format!("engine.page_size={p}")]);
@@ -644,17 +647,8 @@ fn a_page_size_sglang_would_change_is_changed_with_a_warning() {
 #[test]
 fn an_attention_backend_is_checked_and_says_what_timed_it() {
     let sg = |backend: &str, extra: &[&str]| {
-        let mut a = vec![
-            "simulate",
-            "scenarios/rtx5090-qwen2.5-7b-sglang.json",
-            "--set",
-            "hardware=\"b200\"",
-            "--set",
-            "workload.num_prompts=4",
-            "--set",
-            "engine.page_size=1",
-            "--json",
-        ];
+        let mut a = SGLANG_ON_B200.to_vec();
+        a.extend(["--set", "engine.page_size=1"]);
         let b = format!("engine.attention_backend=\"{backend}\"");
         if !backend.is_empty() {
             a.extend(["--set", b.as_str()]);
