@@ -263,6 +263,14 @@ pub fn translate_engine(
     for (k, v) in engine {
         let mapped: Option<(&str, Value)> = match (from, k.as_str()) {
             (_, "kind") => None,
+            // Both engines' fields, and the parallelism and graph flags under each one's name.
+            (_, "kv_cache_dtype" | "quantization") => Some((k.as_str(), v.clone())),
+            (EngineKind::Vllm, "tensor_parallel_size") => Some(("tp_size", v.clone())),
+            (EngineKind::Sglang, "tp_size") => Some(("tensor_parallel_size", v.clone())),
+            (EngineKind::Vllm, "pipeline_parallel_size") => Some(("pp_size", v.clone())),
+            (EngineKind::Sglang, "pp_size") => Some(("pipeline_parallel_size", v.clone())),
+            (EngineKind::Vllm, "enforce_eager") => Some(("disable_cuda_graph", v.clone())),
+            (EngineKind::Sglang, "disable_cuda_graph") => Some(("enforce_eager", v.clone())),
             (_, "version") => {
                 notes.push(format!("engine.version {v} is a {from} release: the {to} side uses its default release"));
                 None
@@ -436,6 +444,31 @@ mod tests {
         }
         for flag in VllmFlags::NAMES {
             assert!(!SglangFlags::NAMES.contains(flag), "{flag} is declared by both engines");
+        }
+    }
+
+    #[test]
+    fn translation_keeps_what_both_engines_have() {
+        // The KV dtype, the weights' quantization, the parallelism and the graphs are the same
+        // deployment under either engine: a side-by-side run that dropped them would compare an
+        // fp8 TP 2 vLLM with a bf16 TP 1 SGLang.
+        let v: Map<String, Value> = serde_json::from_str(
+            r#"{"kind": "vllm", "kv_cache_dtype": "fp8", "quantization": "fp8", "tensor_parallel_size": 2,
+                "pipeline_parallel_size": 1, "enforce_eager": true, "attention_backend": "FLASHINFER"}"#,
+        )
+        .unwrap();
+        let (sg, notes) = translate_engine(&v, EngineKind::Sglang).unwrap();
+        assert_eq!(sg["kv_cache_dtype"], "fp8");
+        assert_eq!(sg["quantization"], "fp8");
+        assert_eq!(sg["tp_size"], 2);
+        assert_eq!(sg["pp_size"], 1);
+        assert_eq!(sg["disable_cuda_graph"], true);
+        // Each engine names its backends its own way: not carried, and said.
+        assert!(!sg.contains_key("attention_backend"));
+        assert!(notes.iter().any(|n| n.contains("attention_backend")), "{notes:?}");
+        let (back, _) = translate_engine(&sg, EngineKind::Vllm).unwrap();
+        for k in ["kv_cache_dtype", "quantization", "tensor_parallel_size", "pipeline_parallel_size", "enforce_eager"] {
+            assert_eq!(back[k], v[k], "{k}");
         }
     }
 
