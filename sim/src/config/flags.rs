@@ -271,6 +271,14 @@ pub fn translate_engine(
             (EngineKind::Sglang, "pp_size") => Some(("pipeline_parallel_size", v.clone())),
             (EngineKind::Vllm, "enforce_eager") => Some(("disable_cuda_graph", v.clone())),
             (EngineKind::Sglang, "disable_cuda_graph") => Some(("enforce_eager", v.clone())),
+            // CPU scheduling overlapped with the GPU's step: vLLM's async scheduling, SGLang's
+            // overlap scheduler (docs/parameter-mapping.md).
+            (EngineKind::Vllm, "async_scheduling") => {
+                Some(("disable_overlap_schedule", Value::Bool(!v.as_bool().unwrap_or(true))))
+            }
+            (EngineKind::Sglang, "disable_overlap_schedule") => {
+                Some(("async_scheduling", Value::Bool(!v.as_bool().unwrap_or(false))))
+            }
             (_, "version") => {
                 notes.push(format!("engine.version {v} is a {from} release: the {to} side uses its default release"));
                 None
@@ -454,7 +462,8 @@ mod tests {
         // fp8 TP 2 vLLM with a bf16 TP 1 SGLang.
         let v: Map<String, Value> = serde_json::from_str(
             r#"{"kind": "vllm", "kv_cache_dtype": "fp8", "quantization": "fp8", "tensor_parallel_size": 2,
-                "pipeline_parallel_size": 1, "enforce_eager": true, "attention_backend": "FLASHINFER"}"#,
+                "pipeline_parallel_size": 1, "enforce_eager": true, "async_scheduling": false,
+                "attention_backend": "FLASHINFER"}"#,
         )
         .unwrap();
         let (sg, notes) = translate_engine(&v, EngineKind::Sglang).unwrap();
@@ -463,11 +472,19 @@ mod tests {
         assert_eq!(sg["tp_size"], 2);
         assert_eq!(sg["pp_size"], 1);
         assert_eq!(sg["disable_cuda_graph"], true);
+        assert_eq!(sg["disable_overlap_schedule"], true);
         // Each engine names its backends its own way: not carried, and said.
         assert!(!sg.contains_key("attention_backend"));
         assert!(notes.iter().any(|n| n.contains("attention_backend")), "{notes:?}");
         let (back, _) = translate_engine(&sg, EngineKind::Vllm).unwrap();
-        for k in ["kv_cache_dtype", "quantization", "tensor_parallel_size", "pipeline_parallel_size", "enforce_eager"] {
+        for k in [
+            "kv_cache_dtype",
+            "quantization",
+            "tensor_parallel_size",
+            "pipeline_parallel_size",
+            "enforce_eager",
+            "async_scheduling",
+        ] {
             assert_eq!(back[k], v[k], "{k}");
         }
     }
