@@ -327,6 +327,14 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
             a.scenario.len()
         ));
     }
+    // A file given twice would weigh its points twice.
+    if let Some((i, f)) = a.from_results.iter().enumerate().find(|(i, f)| a.from_results[..*i].contains(f)) {
+        return Err(format!(
+            "--from-results: {} is given twice (position {}); give each file once",
+            f.display(),
+            i + 1
+        ));
+    }
     let mut points = Vec::new();
     for (fi, f) in a.from_results.iter().enumerate() {
         let mut base = load::read_raw(Some(&a.scenario[if a.scenario.len() == 1 { 0 } else { fi }]))?;

@@ -377,6 +377,8 @@ fn derived_figures_out_of_range_name_the_flag_behind_them() {
     )
     .replacen(r#""dataset_name": "random", "#, "", 1);
     rejects("scaled_trace.json", &scaled, &["workload.trace_time_scale", "one year"]);
+    let fast = scaled.replace(r#""trace_time_scale": 1e12"#, r#""trace_rate": 1e12"#);
+    rejects("fast_trace.json", &fast, &["workload.trace_rate", "at most"]);
     let o = run_cli(&["tune", "--vary", "engine.max_num_seqs=8,16", "--slo", "p99_ttft_ms<=-1"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("0 or more"));

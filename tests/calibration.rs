@@ -333,6 +333,18 @@ fn offline_calibration_refuses_what_it_cannot_use() {
     let o = calibrate_from_results(&good, scen, &out, &["--set", "engine.max_num_seqs=0"]);
     assert_eq!(o.status.code(), Some(2), "--set is applied: {}", err(&o));
     assert!(err(&o).contains("engine.max_num_seqs"), "{}", err(&o));
+    let o = run_cli(&[
+        "calibrate",
+        "--from-results",
+        good.to_str().unwrap(),
+        good.to_str().unwrap(),
+        "--scenario",
+        scen,
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    assert!(err(&o).contains("given twice"), "{}", err(&o));
     let o = calibrate_from_results(&good, scen, &out, &["--max-evals", "0"]);
     assert_eq!(o.status.code(), Some(2), "{}", err(&o));
     let empty = dir.join("empty.json");

@@ -380,6 +380,13 @@ fn check_fields_of_dataset(w: &WorkloadSection) -> Result<()> {
             }
         }
     }
+    // The same ceiling as request_rate's: past it the arrivals collapse onto one instant.
+    if let Some(r) = w.trace_rate.filter(|&r| r > MAX_REQUEST_RATE) {
+        return Err(ConfigError::new(
+            "workload.trace_rate",
+            format!("must be at most {MAX_REQUEST_RATE} requests per second (as request_rate), got {r:e}"),
+        ));
+    }
     if let Some((f, _)) = foreign.iter().find(|(_, set)| *set) {
         return Err(ConfigError::new(
             format!("workload.{f}"),
