@@ -327,38 +327,26 @@ fn offline_calibration_refuses_what_it_cannot_use() {
     .unwrap();
     let out = dir.join("p.json");
     let err = |o: &std::process::Output| String::from_utf8_lossy(&o.stderr).to_string();
+    let files = |fs: &[&std::path::Path]| {
+        let mut a = vec!["calibrate", "--from-results"];
+        a.extend(fs.iter().map(|f| f.to_str().unwrap()));
+        a.extend(["--scenario", scen, "--out", out.to_str().unwrap()]);
+        run_cli(&a)
+    };
     let o = calibrate_from_results(&good, scen, &out, &["--hardware", "a100-80gb"]);
     assert_eq!(o.status.code(), Some(2), "{}", err(&o));
     assert!(err(&o).contains("--hardware") && err(&o).contains("live calibration"), "{}", err(&o));
     let o = calibrate_from_results(&good, scen, &out, &["--set", "engine.max_num_seqs=0"]);
     assert_eq!(o.status.code(), Some(2), "--set is applied: {}", err(&o));
     assert!(err(&o).contains("engine.max_num_seqs"), "{}", err(&o));
-    let o = run_cli(&[
-        "calibrate",
-        "--from-results",
-        good.to_str().unwrap(),
-        good.to_str().unwrap(),
-        "--scenario",
-        scen,
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let o = files(&[&good, &good]);
     assert_eq!(o.status.code(), Some(2), "{}", err(&o));
     assert!(err(&o).contains("given twice"), "{}", err(&o));
     let o = calibrate_from_results(&good, scen, &out, &["--max-evals", "0"]);
     assert_eq!(o.status.code(), Some(2), "{}", err(&o));
     let empty = dir.join("empty.json");
     std::fs::write(&empty, "").unwrap();
-    let o = run_cli(&[
-        "calibrate",
-        "--from-results",
-        good.to_str().unwrap(),
-        empty.to_str().unwrap(),
-        "--scenario",
-        scen,
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let o = files(&[&good, &empty]);
     assert_eq!(o.status.code(), Some(2), "{}", err(&o));
     assert!(err(&o).contains("empty.json") && err(&o).contains("no result"), "{}", err(&o));
     let huge = dir.join("huge.json");

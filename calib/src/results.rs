@@ -210,7 +210,7 @@ pub fn python_non_finite_as_null(text: &str) -> String {
         }
         let word = ["-Infinity", "Infinity", "NaN"].into_iter().find(|w| b[i..].starts_with(w.as_bytes()));
         let boundary = |j: usize| j >= b.len() || !(b[j].is_ascii_alphanumeric() || b[j] == b'_');
-        if let Some(w) = word.filter(|w| boundary(i + w.len()) && (i == 0 || boundary(i - 1) || b[i - 1] == b'-')) {
+        if let Some(w) = word.filter(|w| boundary(i + w.len()) && (i == 0 || boundary(i - 1))) {
             out.push_str(&text[start..i]);
             out.push_str("null");
             i += w.len();

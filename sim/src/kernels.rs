@@ -896,21 +896,11 @@ impl Provider {
         }
     }
 
-    /// Whether the tables behind this provider hold the attention `lane` ([`Tables::has_lane`]).
-    pub fn has_lane(&self, lane: &str) -> bool {
+    /// The tables behind this provider: its own, the ones it scales, or the ones whose grids
+    /// its roofline takes.
+    pub fn tables(&self) -> &'static Tables {
         match self {
-            Provider::Table(t) | Provider::Scaled { from: t, .. } | Provider::Roofline { like: t, .. } => {
-                t.has_lane(lane)
-            }
-        }
-    }
-
-    /// The engine the tables are of.
-    pub fn engine(&self) -> &'static str {
-        match self {
-            Provider::Table(t) => t.engine,
-            Provider::Scaled { from, .. } => from.engine,
-            Provider::Roofline { like, .. } => like.engine,
+            Provider::Table(t) | Provider::Scaled { from: t, .. } | Provider::Roofline { like: t, .. } => t,
         }
     }
 
@@ -931,7 +921,7 @@ struct Lanes<'a> {
     rest: [&'a str; 4],
 }
 
-/// Peak numbers of the tabled system `s`./// Peak numbers of the tabled system `s`.
+/// Peak numbers of the tabled system `s`.
 pub fn peaks_of(system: &str) -> Option<Peaks> {
     index().peaks.get(system).copied()
 }
@@ -967,11 +957,12 @@ pub const SYSTEM_LINK: &[(&str, &str, f64)] = &[
 /// PCIe, which the PCIe systems' tables measured. `None` where no such system has a table
 /// at `tp`. Returns the curve and the system it came from.
 pub fn allreduce_by_link(kind: &str, bandwidth: f64, engine: &str, tp: u32) -> Option<(Curve, &'static str)> {
-    let (system, _, bw) = SYSTEM_LINK
+    let distance = |bw: f64| (bw / bandwidth).ln().abs();
+    let (system, bw, mut c) = SYSTEM_LINK
         .iter()
-        .filter(|(s, k, _)| *k == kind && tables(s, engine).is_some_and(|t| t.allreduce(tp).is_some()))
-        .min_by(|a, b| (a.2 / bandwidth).ln().abs().total_cmp(&(b.2 / bandwidth).ln().abs()))?;
-    let mut c = tables(system, engine)?.allreduce(tp)?;
+        .filter(|(_, k, _)| *k == kind)
+        .filter_map(|&(s, _, bw)| Some((s, bw, tables(s, engine)?.allreduce(tp)?)))
+        .min_by(|a, b| distance(a.1).total_cmp(&distance(b.1)))?;
     let scale = bw / bandwidth;
     for y in c.ys.iter_mut() {
         *y *= scale;

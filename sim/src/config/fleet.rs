@@ -183,13 +183,7 @@ pub(super) fn check_dp_flags(e: &EngineSection, kind: EngineKind, path: &str) ->
                 ));
             }
             // SGLang's argparse takes only its choices, whatever dp_size is.
-            if let Some(m) = e.load_balance_method.as_deref().filter(|m| !["round_robin", "shortest_queue"].contains(m))
-            {
-                return Err(ConfigError::new(
-                    format!("{path}.load_balance_method"),
-                    format!("unknown method {m:?}; expected round_robin or shortest_queue"),
-                ));
-            }
+            load_balance_method(e, path)?;
         }
     }
     for (field, v) in [("data_parallel_size", e.data_parallel_size), ("dp_size", e.dp_size)] {
@@ -198,6 +192,19 @@ pub(super) fn check_dp_flags(e: &EngineSection, kind: EngineKind, path: &str) ->
         }
     }
     Ok(())
+}
+
+/// SGLang's `--load-balance-method` of `e` (round-robin when unset); `path` names the section.
+fn load_balance_method(e: &EngineSection, path: &str) -> Result<crate::fleet::dp::LoadBalanceMethod> {
+    use crate::fleet::dp::LoadBalanceMethod as M;
+    match e.load_balance_method.as_deref().unwrap_or("round_robin") {
+        "round_robin" => Ok(M::RoundRobin),
+        "shortest_queue" => Ok(M::ShortestQueue),
+        other => Err(ConfigError::new(
+            format!("{path}.load_balance_method"),
+            format!("unknown method {other:?}; expected round_robin or shortest_queue"),
+        )),
+    }
 }
 
 fn prefix_err(prefix: &str, e: ConfigError) -> ConfigError {
@@ -298,17 +305,7 @@ pub(super) fn resolve_fleet(s: &Scenario, res: &Resources) -> Result<SimSpec> {
         let router = match kind {
             EngineKind::Vllm => RouterSpec::VllmDataParallel {},
             EngineKind::Sglang => {
-                let m = match s.engine.load_balance_method.as_deref().unwrap_or("round_robin") {
-                    "round_robin" => crate::fleet::dp::LoadBalanceMethod::RoundRobin,
-                    "shortest_queue" => crate::fleet::dp::LoadBalanceMethod::ShortestQueue,
-                    other => {
-                        return Err(ConfigError::new(
-                            "engine.load_balance_method",
-                            format!("unknown method {other:?}; expected round_robin or shortest_queue"),
-                        ))
-                    }
-                };
-                RouterSpec::SglangDataParallel { load_balance_method: m }
+                RouterSpec::SglangDataParallel { load_balance_method: load_balance_method(&s.engine, "engine")? }
             }
         };
         let replicas =

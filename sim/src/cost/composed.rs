@@ -594,14 +594,14 @@ impl ComposedCost {
         let allreduce = if tp == 1 {
             AllReduce::None
         } else {
+            // An untabled GPU: the table of a tabled system on the same kind of link.
             let by_link = || {
                 let kind = gpu.interconnect.as_deref()?;
-                kernels::allreduce_by_link(kind, gpu.interconnect_bandwidth_bytes_per_s?, provider.engine(), tp)
+                kernels::allreduce_by_link(kind, gpu.interconnect_bandwidth_bytes_per_s?, provider.tables().engine, tp)
             };
-            match provider.allreduce(tp) {
-                Some(c) => AllReduce::Table(c),
-                None if by_link().is_some() => {
-                    let (c, system) = by_link().expect("checked");
+            match provider.allreduce(tp).map(|c| (c, None)).or_else(|| by_link().map(|(c, s)| (c, Some(s)))) {
+                Some((c, None)) => AllReduce::Table(c),
+                Some((c, Some(system))) => {
                     source = format!(
                         "{source}; TP all-reduces from {system}'s measured table ({} link), scaled by link bandwidth",
                         gpu.interconnect.as_deref().unwrap_or("?")
@@ -646,7 +646,7 @@ impl ComposedCost {
         let graphs = if dep.cuda_graphs { graphs } else { GraphRule::Eager };
         let (ctx, gen) = (provider.ctx_grid(heads, attention_lane), provider.gen_grid(heads, attention_lane));
         // A backend the tables did not measure is timed by the kernels they did: say so.
-        if let Some(l) = attention_lane.filter(|l| !provider.has_lane(l)) {
+        if let Some(l) = attention_lane.filter(|l| !provider.tables().has_lane(l)) {
             source =
                 format!("{source}; no measured {l} attention in these tables: timed by their own attention kernels");
         }
