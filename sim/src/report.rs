@@ -579,9 +579,9 @@ pub const LOCKSTEP_WAVES: &str = "lockstep_waves";
 /// wave after the first is sent at one instant again and the waves never drift apart; each
 /// TTFT then holds its whole wave's prefill. Measured vLLM runs of that shape drift out of step
 /// (VALIDATION.md §5, the silicon rows; what spreads them is not known): servesim's mean TTFT on
-/// them is too high in 155 of 159 values with 1,000–2,048-token prompts (−26% to 39×, median
-/// +151%) and in 64 of 65 with 8,000–8,192 (median +65%), and ranges −39% to +485% with
-/// 4,000–4,096 (median +7%) (`servesim validate --only silicon --json`, the vLLM rows). SGLang's measured waves stay in step
+/// them is too high in 155 of 159 values with 1,000–2,048-token prompts (−29% to 39×, median
+/// +143%) and in 64 of 65 with 8,000–8,192 (median +60%), and ranges −39% to +465% with
+/// 4,000–4,096 (median +8%) (`servesim validate --only silicon --json`, the vLLM rows). SGLang's measured waves stay in step
 /// (it prefills a wave together), so no caveat there.
 pub fn lockstep_waves(spec: &SimSpec, workload: &crate::workload::Workload) -> Option<Caveat> {
     if !matches!(spec.engine, crate::config::EngineSpec::Vllm(_)) {
@@ -598,7 +598,7 @@ pub fn lockstep_waves(spec: &SimSpec, workload: &crate::workload::Workload) -> O
     Some(Caveat {
         id: LOCKSTEP_WAVES,
         message: format!(
-            "every request has the same lengths ({} in, {} out) and the client keeps a fixed number of them in flight: the simulated requests run in lock-step waves (admitted, prefilled and finished together), so each TTFT holds its whole wave's prefill. Measured vLLM runs of this shape drift out of step: on the published ones servesim's mean TTFT was too high in 155 of 159 values with 1,000-2,048-token prompts (-26% to 39x, median +151%) and in 64 of 65 with 8,000-8,192 (median +65%), and ranged -39% to +485% with 4,000-4,096 (median +7%) (VALIDATION.md section 5). With prompts below 2,048 or from 8,000 tokens read this TTFT as an upper bound; lengths that vary (random_range_ratio > 0) do not stay in step.",
+            "every request has the same lengths ({} in, {} out) and the client keeps a fixed number of them in flight: the simulated requests run in lock-step waves (admitted, prefilled and finished together), so each TTFT holds its whole wave's prefill. Measured vLLM runs of this shape drift out of step: on the published ones servesim's mean TTFT was too high in 155 of 159 values with 1,000-2,048-token prompts (-29% to 39x, median +143%) and in 64 of 65 with 8,000-8,192 (median +60%), and ranged -39% to +465% with 4,000-4,096 (median +8%) (VALIDATION.md section 5). With prompts below 2,048 or from 8,000 tokens read this TTFT as an upper bound; lengths that vary (random_range_ratio > 0) do not stay in step.",
             first.prompt_len, first.output_len
         ),
         desynchronised_mean_ttft_ms: None,
@@ -616,7 +616,7 @@ pub fn desynchronised_sentence(figures: &[String]) -> String {
 
 /// How many of the published vLLM silicon rows' mean TTFTs lie between the desynchronised and the
 /// lock-step replay (`python3 validation/lockstep_range.py`).
-pub const LOCKSTEP_RANGE_INSIDE: &str = "236 of 276 values (86%)";
+pub const LOCKSTEP_RANGE_INSIDE: &str = "239 of 276 values (87%)";
 
 /// The mean TTFT of `out`'s closed loop run again with its clients out of step: the first
 /// wave's `C` requests sent `E2EL ÷ C` apart (`E2EL` the run's mean), every later one as soon as

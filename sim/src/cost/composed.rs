@@ -7,7 +7,11 @@
 //!                   + Σ_chunks prefill attention(chunk over its cached prefix)
 //!                   + 2 × all-reduce(m × hidden)            (TP > 1, each plus the
 //!                                                             wait for the slowest rank)
-//!                   + element-wise kernels' memory time (norms, RoPE, SiLU·mul, KV write) ]
+//!                   + element-wise kernels' memory time (norms, RoPE, SiLU·mul, KV write)
+//!                   + 4 element-wise kernels' fixed time (3 µs each)
+//!                   − fp8 quantisations a compiled vLLM fuses (3 a layer, each 3 µs
+//!                     and its bytes; the fp8 GEMM tables include them) ]
+//!      + 2 element-wise kernels' fixed time                 (the embedding, the final norm)
 //!      + all-reduce(m × hidden)                             (TP > 1: the embedding)
 //!      + GEMM_lm_head(sampled positions = scheduled sequences)
 //!      + all-gather(sequences × vocab)                      (TP > 1: the logits)
@@ -135,6 +139,39 @@ pub const EAGER_LAUNCH_FLOOR_US_PER_LAYER: f64 = 150.0;
 pub const EAGER_EXPOSED_LAUNCH_US_PER_LAYER: f64 = 35.0;
 /// Fraction of memory bandwidth the element-wise kernels reach (a round prior).
 pub const ELEMENTWISE_BW_EFF: f64 = 0.8;
+/// The fixed time of one element-wise kernel, µs, added to its bytes' time: aiconfigurator's
+/// `mem_empirical_constant_latency` (3 µs in every one of its system files, the other half of
+/// the memory-op formula `bytes / (bandwidth × 0.8) + 3 µs` whose 0.8 is
+/// [`ELEMENTWISE_BW_EFF`]); measured small kernels inside a CUDA graph at batch 1 take 2–4 µs
+/// (nm-vllm PR #332: RMSNorm 4 µs, rotary 3 µs, fp8 quant 2 µs on an 8B Llama), where their
+/// bytes alone would take 0.01–0.05 µs.
+pub const ELEMENTWISE_CONSTANT_US: f64 = 3.0;
+/// Element-wise kernels per decoder layer between the linear layers and attention: the
+/// residual add + RMSNorm before attention, the rotary embedding, the residual add + RMSNorm
+/// before the MLP, SiLU·mul (vLLM's and SGLang's Llama and Qwen decoder layers; the KV-cache
+/// write is timed inside the attention tables).
+pub const ELEMENTWISE_OPS_PER_LAYER: f64 = 4.0;
+/// Element-wise kernels once a step: the embedding lookup and the final RMSNorm.
+pub const ELEMENTWISE_OPS_PER_STEP: f64 = 2.0;
+/// fp8 activation quantisations a layer that the measured fp8 GEMM times include and that a
+/// compiled vLLM model does not run as kernels of their own. aiconfigurator's vLLM collector
+/// times an fp8 `RowParallelLinear` (static activation scale) eagerly, so each measured fp8
+/// GEMM includes the standalone quantisation of its input (`collector/vllm/collect_gemm.py`;
+/// at one token on H100 the fp8 times of the small shapes equal or exceed the bf16 ones for
+/// half the weight bytes). vLLM V1 compiled with Inductor (its default; not under
+/// `enforce_eager`) runs `QuantFP8` natively (a custom op only when `custom_ops` names
+/// `+quant_fp8`), so Inductor fuses the quantisation of the QKV and gate/up inputs into the
+/// residual add + RMSNorm before them and that of the down projection's input into SiLU·mul;
+/// the output projection's input, after attention (a graph split), keeps its own kernel.
+/// SGLang does not compile by default: its quantisations stay kernels of their own.
+pub const FP8_QUANTS_FUSED_PER_LAYER: f64 = 3.0;
+
+/// Whether `engine` (`"vllm"` / `"sglang"`) fuses fp8 activation quantisations into element-wise
+/// kernels ([`FP8_QUANTS_FUSED_PER_LAYER`]): vLLM when it compiles, i.e. with CUDA graphs on.
+pub fn fp8_quant_fused(engine: &str, cuda_graphs: bool) -> bool {
+    engine == "vllm" && cuda_graphs
+}
+
 /// The spread of the TP ranks' arrival at each collective, µs: σ of a normal jitter per
 /// rank, so that a collective waits `σ · E[max of TP standard normals]` for its slowest rank
 /// ([`collective_skew_us`]) on top of the table's time. The all-reduce tables are timed back
@@ -145,11 +182,15 @@ pub const ELEMENTWISE_BW_EFF: f64 = 0.8;
 /// |TPOT error| of one validation group, the aiconfigurator silicon rows of Llama-3.1-70B fp8
 /// on H100 at TP 2/4/8 (45 TPOT values; a 1 µs grid from 0 to 12: 11.1% at 0, 2.3% at 9),
 /// and judged on every other TP > 1 group (VALIDATION.md §5, "Collectives inside a model").
-/// Fitted with BLIS's CPU figures for vLLM's synchronous steps and left at 9 when those
-/// became [`VLLM_SYNC_CPU_TP`]: refitted by the same rule it would be 4 (1.8% on its group),
-/// which makes the TP > 1 groups it was judged on worse (VALIDATION.md §5, "vLLM's
-/// synchronous step CPU time"), so the refit does not transfer and the fit is not redone.
-pub const COLLECTIVE_SKEW_SIGMA_US: f64 = 9.0;
+/// Fitted at 9 with BLIS's CPU figures for vLLM's synchronous steps and left at 9 when those
+/// became [`VLLM_SYNC_CPU_TP`] (a refit would have given 4 and made the TP > 1 groups it was
+/// judged on worse: VALIDATION.md §5, "vLLM's synchronous step CPU time"). **Refitted by the
+/// same rule** (2026-12-04) when the element-wise kernels got their fixed time
+/// ([`ELEMENTWISE_CONSTANT_US`]) and a compiled vLLM its fused fp8 quantisations
+/// ([`FP8_QUANTS_FUSED_PER_LAYER`]): 4 µs (2.1% on its group; 5.3% at 0, 4.6% at 9). Part of
+/// what σ had absorbed was the per-layer fixed time those kernels now carry (VALIDATION.md §5,
+/// "The element-wise kernels' fixed time").
+pub const COLLECTIVE_SKEW_SIGMA_US: f64 = 4.0;
 
 /// `E[max of n independent standard normals]` for n up to 16 (`[0]` unused), from
 /// `∫ x · n φ(x) Φ(x)^(n−1) dx` evaluated to 1e-6 (n = 2: 1/√π; n = 3: 3/(2√π)).
@@ -433,6 +474,11 @@ pub struct ComposedCost {
     gather_elems_per_seq: f64,
     /// Element-wise kernels, all layers, µs per token.
     elementwise_us_per_token: f64,
+    /// fp8 activation quantisations the measured GEMM times include but the compiled model
+    /// fuses into its element-wise kernels ([`FP8_QUANTS_FUSED_PER_LAYER`]): kernels a layer,
+    /// and their bytes' time, µs per token a layer (both 0 where nothing is fused).
+    fused_quant_kernels: f64,
+    fused_quant_us_per_token: f64,
     /// The expected wait for the slowest rank at each collective, µs (0 without TP).
     skew_us: f64,
     graphs: GraphRule,
@@ -455,6 +501,8 @@ impl PartialEq for ComposedCost {
             && self.gen == o.gen
             && self.graphs == o.graphs
             && self.elementwise_us_per_token == o.elementwise_us_per_token
+            && self.fused_quant_kernels == o.fused_quant_kernels
+            && self.fused_quant_us_per_token == o.fused_quant_us_per_token
             && self.skew_us == o.skew_us
             && self.sync_cpu == o.sync_cpu
             && self.forgone == o.forgone
@@ -640,6 +688,15 @@ impl ComposedCost {
         let bytes = elems * f64::from(model.activation_dtype_bytes()) + 2.0 * kv * d * f64::from(dep.kv_dtype_bytes);
         let elementwise_us_per_token =
             f64::from(model.num_layers) * bytes / (gpu.memory_bandwidth_bytes_per_s * ELEMENTWISE_BW_EFF) * 1e6;
+        // A standalone fp8 quantisation reads the bf16 activations and writes fp8 ones: 3 bytes
+        // an element of the GEMM's input (`k` elements a token).
+        let (fused_quant_kernels, fused_quant_us_per_token) =
+            if fp8 && fp8_quant_fused(provider.tables().engine, dep.cuda_graphs) {
+                let bytes: f64 = [g[0].k, g[2].k, g[3].k].iter().map(|&k| 3.0 * k as f64).sum();
+                (FP8_QUANTS_FUSED_PER_LAYER, bytes / (gpu.memory_bandwidth_bytes_per_s * ELEMENTWISE_BW_EFF) * 1e6)
+            } else {
+                (0.0, 0.0)
+            };
         // Graphs turned off (`enforce_eager`, `disable_cuda_graph`): the steps the engine's rule
         // would have replayed as graphs run eagerly, launched kernel by kernel.
         let forgone = (!dep.cuda_graphs).then_some(graphs).filter(|g| *g != GraphRule::Eager);
@@ -664,6 +721,8 @@ impl ComposedCost {
             gather,
             gather_elems_per_seq,
             elementwise_us_per_token,
+            fused_quant_kernels,
+            fused_quant_us_per_token,
             skew_us: collective_skew_us(tp),
             graphs,
             forgone,
@@ -712,7 +771,12 @@ impl ComposedCost {
         let x = m as f64;
         let gemm_ms: f64 = self.gemms.iter().map(|c| c.at(x)).sum();
         let ar_us = self.allreduce_us(m);
-        self.layers * (gemm_ms * 1e3 + 2.0 * ar_us) + ar_us + self.elementwise_us_per_token * x
+        self.layers * (gemm_ms * 1e3 + 2.0 * ar_us)
+            + ar_us
+            + self.elementwise_us_per_token * x
+            + ELEMENTWISE_CONSTANT_US
+                * (self.layers * (ELEMENTWISE_OPS_PER_LAYER - self.fused_quant_kernels) + ELEMENTWISE_OPS_PER_STEP)
+            - self.layers * self.fused_quant_us_per_token * x
     }
 
     fn memo(slots: &[AtomicU64], i: u64, f: impl FnOnce() -> f64) -> f64 {
@@ -1166,6 +1230,58 @@ mod tests {
                 assert!(close(c.step_us(&overlapped), c.gpu_us(&overlapped).max(126.0 + 4.0 * n)), "overlap at {b}");
             }
         }
+    }
+
+    /// Each element-wise kernel costs a fixed 3 µs besides its bytes (four a layer, two a step),
+    /// and a compiled vLLM (CUDA graphs on) takes back out of its fp8 GEMMs the three
+    /// quantisations a layer it fuses (3 µs and 3 bytes an input element each); SGLang, bf16
+    /// weights and `enforce_eager` take none out.
+    #[test]
+    fn element_wise_kernels_carry_a_fixed_time_and_compiled_vllm_fuses_fp8_quantisations() {
+        let (model, gpu) = &llama8b_h100();
+        let layers = f64::from(model.num_layers);
+        let build = |engine: &str, dep: &Deployment| {
+            let (p, src) = provider_for(gpu, engine, FALLBACK, None).unwrap();
+            ComposedCost::build(
+                model,
+                gpu,
+                dep,
+                GraphRule::VllmTokens(512),
+                &p,
+                src,
+                5.0,
+                0.7,
+                sync_cpu(engine, 1),
+                None,
+            )
+        };
+        // bf16: the linear part of a step is its GEMMs, the element-wise bytes and the fixed time.
+        let bf16 = Deployment::single(model);
+        let c = build("vllm", &bf16);
+        for m in [1u64, 7, 300] {
+            let gemm_us: f64 = c.gemms.iter().map(|g| g.at(m as f64)).sum::<f64>() * 1e3;
+            let want = layers * gemm_us
+                + c.elementwise_us_per_token * m as f64
+                + ELEMENTWISE_CONSTANT_US * (ELEMENTWISE_OPS_PER_LAYER * layers + ELEMENTWISE_OPS_PER_STEP);
+            assert!((c.per_token_count_us(m) - want).abs() < 1e-9 * want, "m = {m}");
+        }
+        assert!(!fp8_quant_fused("sglang", true) && !fp8_quant_fused("vllm", false) && fp8_quant_fused("vllm", true));
+        // fp8 weights: compiled vLLM against the same tables eagerly; SGLang keeps its quantisations.
+        let fp8 = Deployment { quantization: Some("fp8".into()), linear_weight_bytes: 1, ..bf16.clone() };
+        let eager = Deployment { cuda_graphs: false, ..fp8.clone() };
+        let (compiled, uncompiled) = (build("vllm", &fp8), build("vllm", &eager));
+        let (h, i) = (f64::from(model.hidden_size), f64::from(model.intermediate_size.unwrap()));
+        let bytes_per_token = 3.0 * (h + h + i);
+        for m in [1u64, 64, 4096] {
+            let taken = uncompiled.per_token_count_us(m) - compiled.per_token_count_us(m);
+            let want = layers
+                * (FP8_QUANTS_FUSED_PER_LAYER * ELEMENTWISE_CONSTANT_US
+                    + bytes_per_token * m as f64 / (gpu.memory_bandwidth_bytes_per_s * ELEMENTWISE_BW_EFF) * 1e6);
+            assert!((taken - want).abs() < 1e-9 * want, "m = {m}: {taken} vs {want}");
+        }
+        let (sg, sg_eager) = (build("sglang", &fp8), build("sglang", &eager));
+        assert_eq!(sg.per_token_count_us(64), sg_eager.per_token_count_us(64));
+        assert_eq!(sg.fused_quant_kernels, 0.0);
     }
 
     /// The memoised step duration is the computed one, for decode steps seen once or
