@@ -148,8 +148,9 @@ pub const ELEMENTWISE_BW_EFF: f64 = 0.8;
 pub const ELEMENTWISE_CONSTANT_US: f64 = 3.0;
 /// Element-wise kernels per decoder layer between the linear layers and attention: the
 /// residual add + RMSNorm before attention, the rotary embedding, the residual add + RMSNorm
-/// before the MLP, SiLU·mul (vLLM's and SGLang's Llama and Qwen decoder layers; the KV-cache
-/// write is timed inside the attention tables).
+/// before the MLP, SiLU·mul (vLLM's and SGLang's Llama and Qwen decoder layers). The KV-cache
+/// write is not among them: its bytes are counted with the element-wise bytes, and
+/// aiconfigurator's current attention collector times it inside attention.
 pub const ELEMENTWISE_OPS_PER_LAYER: f64 = 4.0;
 /// Element-wise kernels once a step: the embedding lookup and the final RMSNorm.
 pub const ELEMENTWISE_OPS_PER_STEP: f64 = 2.0;
