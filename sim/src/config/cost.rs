@@ -21,6 +21,7 @@ pub(super) fn resolve_cost(
     engine: &str,
     graphs: GraphRule,
     attention_lane: Option<&str>,
+    allreduce_rms_fused: Option<u64>,
 ) -> Result<CostModel> {
     let prior = c.prior.clone().unwrap_or_default();
     for (name, v) in [
@@ -49,7 +50,7 @@ pub(super) fn resolve_cost(
     let mut cost = CostModel::roofline(model, gpu, dep, &prior);
     if c.prior.is_none() {
         if let Some((provider, source)) = provider_for(gpu, engine, FALLBACK, None) {
-            cost.composed = Some(std::sync::Arc::new(ComposedCost::build(
+            let mut composed = ComposedCost::build(
                 model,
                 gpu,
                 dep,
@@ -60,7 +61,11 @@ pub(super) fn resolve_cost(
                 prior.interconnect_bandwidth_eff,
                 crate::cost::sync_cpu(engine, dep.tensor_parallel_size),
                 attention_lane,
-            )));
+            );
+            if let Some(n) = allreduce_rms_fused {
+                composed.fuse_allreduce_rms(n);
+            }
+            cost.composed = Some(std::sync::Arc::new(composed));
         }
     }
     if c.profile.is_some() {

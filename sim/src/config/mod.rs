@@ -487,7 +487,28 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
         (EngineSpec::Sglang(c), None) if sglang::sglang_default_trtllm_mha(c.version, &gpu) => Some("trtllm_mha"),
         _ => None,
     };
-    let cost = resolve_cost(&s.cost, &model, &gpu, &deployment, res, engine.kind(), graphs, attention_lane)?;
+    // vLLM's all-reduce + add + RMSNorm fusion (docs/vllm.md §9): the steps it covers.
+    let allreduce_rms_fused = match &engine {
+        EngineSpec::Vllm(c) => vllm::vllm_allreduce_rms_fusion_max_tokens(
+            c.version,
+            &gpu,
+            deployment.tensor_parallel_size,
+            deployment.cuda_graphs,
+            u64::from(model.hidden_size) * u64::from(model.activation_dtype_bytes()),
+        ),
+        EngineSpec::Sglang(_) => None,
+    };
+    let cost = resolve_cost(
+        &s.cost,
+        &model,
+        &gpu,
+        &deployment,
+        res,
+        engine.kind(),
+        graphs,
+        attention_lane,
+        allreduce_rms_fused,
+    )?;
     let spec = SimSpec { name: s.name.clone(), engine, model, gpu, deployment, cost, workload, kv_sizing, fleet: None };
     check_requests_fit(&spec)?;
     Ok(spec)

@@ -60,8 +60,6 @@ pub(super) fn is_cpu_host(gpu: &GpuCard) -> bool {
     gpu.id == "cpu-host"
 }
 
-/// The `engine` section of a vLLM scenario, resolved: vLLM's flags ([`VllmFlags`]) with
-/// their defaults, checked, and the KV pool sized.
 /// The `--attention-backend` values servesim models for vLLM (dense attention), each with
 /// the lane of the kernel tables that times it (a substring of the tables' `kernel_source`).
 pub const VLLM_ATTENTION_BACKENDS: &[(&str, &str)] = &[
@@ -106,6 +104,8 @@ pub fn vllm_attention_lane(gpu: &GpuCard, given: &str) -> Result<&'static str> {
     }
 }
 
+/// The `engine` section of a vLLM scenario, resolved: vLLM's flags ([`VllmFlags`]) with
+/// their defaults, checked, and the KV pool sized.
 pub(super) fn resolve_vllm(
     e: &EngineSection,
     model: &ModelCard,
@@ -288,5 +288,77 @@ impl VllmBehaviour {
             priority_walk_continues: v >= Version::new(0, 33, 0),
             async_scheduling: v >= Version::new(0, 14, 0),
         }
+    }
+}
+
+/// The release from which vLLM's `-O2` compilation turns `fuse_allreduce_rms` on
+/// (`config/vllm.py`: `enable_allreduce_rms_fusion`; `False` at every level in 0.16.0).
+pub const VLLM_ALLREDUCE_RMS_FUSION: Version = Version::new(0, 17, 0);
+/// From this release the fusion accepts the whole SM100 family (`is_device_capability_family(100)`;
+/// 0.17: capability 10.0 only).
+pub const VLLM_ALLREDUCE_RMS_FUSION_SM100_FAMILY: Version = Version::new(0, 20, 0);
+
+/// vLLM's flashinfer all-reduce + residual add + RMSNorm (+ static fp8 quantisation) fusion
+/// (docs/vllm.md §9): the largest step, in tokens, whose all-reduces the compiled model fuses
+/// with the add + RMSNorm after them; `None` where the pass is off. On from 0.17.0 at TP 2, 4
+/// or 8 on compute capability 9.0 or 10.0 (the 10.x family from 0.20) when the model is
+/// compiled (not `enforce_eager`), for all-reduce inputs up to `FI_ALLREDUCE_FUSION_MAX_SIZE_MB`
+/// (capability 9.0: 64 / 2 / 0.5 MB at TP 2 / 4 / 8; 10.0: 64 / 32 / 1; 10.3, from 0.20:
+/// 64 / 64 / 2); a capability the table lacks gets no fusion here. `hidden_bytes`: one token's
+/// hidden state (hidden size × activation bytes). Not modelled: vLLM 0.17–0.27 turn it off
+/// with data parallelism > 1 (servesim's data-parallel replicas keep it).
+pub fn vllm_allreduce_rms_fusion_max_tokens(
+    version: Version,
+    gpu: &GpuCard,
+    tp: u32,
+    compiled: bool,
+    hidden_bytes: u64,
+) -> Option<u64> {
+    if version < VLLM_ALLREDUCE_RMS_FUSION || !compiled || hidden_bytes == 0 {
+        return None;
+    }
+    let cap = gpu.capability()?;
+    let family = version >= VLLM_ALLREDUCE_RMS_FUSION_SM100_FAMILY;
+    let table: [f64; 3] = match cap {
+        (9, 0) => [64.0, 2.0, 0.5],
+        (10, 0) => [64.0, 32.0, 1.0],
+        (10, 3) if family => [64.0, 64.0, 2.0],
+        _ => return None,
+    };
+    let mb = match tp {
+        2 => table[0],
+        4 => table[1],
+        8 => table[2],
+        _ => return None,
+    };
+    Some((mb * 1024.0 * 1024.0) as u64 / hidden_bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu(id: &str) -> GpuCard {
+        crate::builtin::resources().unwrap().gpus.into_iter().find(|g| g.id == id).unwrap()
+    }
+
+    /// The all-reduce + RMSNorm fusion's reach, as vLLM's `-O2` sets it (docs/vllm.md §9):
+    /// from 0.17.0, TP 2/4/8, compiled, on 9.0 and 10.0, up to the release's size caps.
+    #[test]
+    fn allreduce_rms_fusion_follows_the_release_the_gpu_and_the_size_caps() {
+        let (h100, b200, rtx) = (gpu("h100-80gb"), gpu("b200"), gpu("rtx-5090"));
+        let hidden = 8192 * 2; // Llama-70B, bf16 activations
+        let at = |v: (u32, u32, u32), g: &GpuCard, tp: u32, compiled: bool| {
+            vllm_allreduce_rms_fusion_max_tokens(Version::new(v.0, v.1, v.2), g, tp, compiled, hidden)
+        };
+        assert_eq!(at((0, 16, 0), &h100, 8, true), None, "off before 0.17");
+        assert_eq!(at((0, 17, 0), &h100, 8, true), Some(32), "0.5 MiB on SM90 at TP 8");
+        assert_eq!(at((0, 17, 0), &h100, 4, true), Some(128));
+        assert_eq!(at((0, 33, 0), &h100, 2, true), Some(4096));
+        assert_eq!(at((0, 33, 0), &b200, 8, true), Some(64), "1 MiB on SM100 at TP 8");
+        assert_eq!(at((0, 33, 0), &b200, 4, true), Some(2048));
+        assert_eq!(at((0, 33, 0), &h100, 1, true), None, "nothing to fuse at TP 1");
+        assert_eq!(at((0, 33, 0), &h100, 8, false), None, "enforce_eager compiles nothing");
+        assert_eq!(at((0, 33, 0), &rtx, 2, true), None, "not on compute capability 12.0");
     }
 }

@@ -11,6 +11,8 @@
 //!                   + 4 element-wise kernels' fixed time (3 µs each)
 //!                   − fp8 quantisations a compiled vLLM fuses (3 a layer, each 3 µs
 //!                     and its bytes; the fp8 GEMM tables include them) ]
+//!      − 2 add + RMSNorm kernels a layer, fixed time and bytes (vLLM ≥ 0.17 at TP 2–8 on
+//!        9.0 / 10.x, steps within the fusion's size cap: they run inside the all-reduces)
 //!      + 2 element-wise kernels' fixed time                 (the embedding, the final norm)
 //!      + all-reduce(m × hidden)                             (TP > 1: the embedding)
 //!      + GEMM_lm_head(sampled positions = scheduled sequences)
@@ -480,6 +482,11 @@ pub struct ComposedCost {
     /// and their bytes' time, µs per token a layer (both 0 where nothing is fused).
     fused_quant_kernels: f64,
     fused_quant_us_per_token: f64,
+    /// One residual add + RMSNorm's bytes' time, µs per token a layer.
+    norm_us_per_token: f64,
+    /// Steps of up to this many tokens fuse each all-reduce with the add + RMSNorm after it
+    /// ([`ComposedCost::fuse_allreduce_rms`]); 0: none do.
+    allreduce_rms_fused_up_to: u64,
     /// The expected wait for the slowest rank at each collective, µs (0 without TP).
     skew_us: f64,
     graphs: GraphRule,
@@ -504,6 +511,7 @@ impl PartialEq for ComposedCost {
             && self.elementwise_us_per_token == o.elementwise_us_per_token
             && self.fused_quant_kernels == o.fused_quant_kernels
             && self.fused_quant_us_per_token == o.fused_quant_us_per_token
+            && self.allreduce_rms_fused_up_to == o.allreduce_rms_fused_up_to
             && self.skew_us == o.skew_us
             && self.sync_cpu == o.sync_cpu
             && self.forgone == o.forgone
@@ -724,6 +732,10 @@ impl ComposedCost {
             elementwise_us_per_token,
             fused_quant_kernels,
             fused_quant_us_per_token,
+            norm_us_per_token: 4.0 * hidden * f64::from(model.activation_dtype_bytes())
+                / (gpu.memory_bandwidth_bytes_per_s * ELEMENTWISE_BW_EFF)
+                * 1e6,
+            allreduce_rms_fused_up_to: 0,
             skew_us: collective_skew_us(tp),
             graphs,
             forgone,
@@ -732,6 +744,22 @@ impl ComposedCost {
             memo_seqs: (0..MEMO_SEQS).map(|_| AtomicU64::new(0)).collect(),
             memo_decode: StepMemo::new(),
         }
+    }
+
+    /// vLLM's flashinfer all-reduce + residual add + RMSNorm fusion (docs/vllm.md §9), for steps
+    /// of up to `max_tokens` tokens (`config::vllm::vllm_allreduce_rms_fusion_max_tokens`): in
+    /// such a step the two add + RMSNorm kernels a layer run inside the all-reduces before them,
+    /// so their fixed time and bytes drop out; the all-reduce keeps its table time and the
+    /// ranks' wait. The cost source says so. Only with TP > 1 (nothing to fuse at TP 1).
+    pub fn fuse_allreduce_rms(&mut self, max_tokens: u64) {
+        if matches!(self.allreduce, AllReduce::None) || max_tokens == 0 {
+            return;
+        }
+        self.allreduce_rms_fused_up_to = max_tokens;
+        self.source = format!(
+            "{}; all-reduce + RMSNorm fused (vLLM's flashinfer pass) in steps of up to {max_tokens} tokens",
+            self.source
+        );
     }
 
     /// How steps run as CUDA graphs (eager when the deployment has none).
@@ -778,6 +806,11 @@ impl ComposedCost {
             + ELEMENTWISE_CONSTANT_US
                 * (self.layers * (ELEMENTWISE_OPS_PER_LAYER - self.fused_quant_kernels) + ELEMENTWISE_OPS_PER_STEP)
             - self.layers * self.fused_quant_us_per_token * x
+            - if m <= self.allreduce_rms_fused_up_to {
+                self.layers * 2.0 * (ELEMENTWISE_CONSTANT_US + self.norm_us_per_token * x)
+            } else {
+                0.0
+            }
     }
 
     fn memo(slots: &[AtomicU64], i: u64, f: impl FnOnce() -> f64) -> f64 {
@@ -1283,6 +1316,37 @@ mod tests {
         let (sg, sg_eager) = (build("sglang", &fp8), build("sglang", &eager));
         assert_eq!(sg.per_token_count_us(64), sg_eager.per_token_count_us(64));
         assert_eq!(sg.fused_quant_kernels, 0.0);
+    }
+
+    /// vLLM's all-reduce + RMSNorm fusion takes the two add + RMSNorm kernels a layer (their
+    /// fixed time and bytes) out of the steps it covers, and nothing else; at TP 1 it is a no-op.
+    #[test]
+    fn fused_allreduce_rms_drops_two_norm_kernels_a_layer_in_the_steps_it_covers() {
+        let (model, gpu) = &llama8b_h100();
+        let layers = f64::from(model.num_layers);
+        let tp2 = Deployment { tensor_parallel_size: 2, num_gpus: 2, ..Deployment::single(model) };
+        let build = |dep: &Deployment| {
+            let (p, src) = provider_for(gpu, "vllm", FALLBACK, None).unwrap();
+            ComposedCost::build(model, gpu, dep, GraphRule::VllmTokens(512), &p, src, 5.0, 0.7, VLLM_SYNC_CPU_TP, None)
+        };
+        let plain = build(&tp2);
+        let mut fused = build(&tp2);
+        fused.fuse_allreduce_rms(128);
+        assert!(fused.source.contains("all-reduce + RMSNorm fused") && !plain.source.contains("fused"));
+        let norm_bytes = 4.0 * f64::from(model.hidden_size) * 2.0;
+        for m in [1u64, 64, 128] {
+            let want = layers
+                * 2.0
+                * (ELEMENTWISE_CONSTANT_US
+                    + norm_bytes * m as f64 / (gpu.memory_bandwidth_bytes_per_s * ELEMENTWISE_BW_EFF) * 1e6);
+            let taken = plain.per_token_count_us(m) - fused.per_token_count_us(m);
+            assert!((taken - want).abs() < 1e-9 * want, "m = {m}: {taken} vs {want}");
+        }
+        assert_eq!(plain.per_token_count_us(129), fused.per_token_count_us(129), "past the cap: unfused");
+        let mut tp1 = build(&Deployment::single(model));
+        let before = tp1.per_token_count_us(1);
+        tp1.fuse_allreduce_rms(128);
+        assert_eq!(tp1.per_token_count_us(1), before);
     }
 
     /// The memoised step duration is the computed one, for decode steps seen once or
