@@ -21,7 +21,7 @@ pub(super) fn resolve_cost(
     engine: &str,
     graphs: GraphRule,
     attention_lane: Option<&str>,
-    allreduce_rms_fused: Option<u64>,
+    engine_kernels: crate::cost::EngineKernels,
 ) -> Result<CostModel> {
     let prior = c.prior.clone().unwrap_or_default();
     for (name, v) in [
@@ -62,9 +62,7 @@ pub(super) fn resolve_cost(
                 crate::cost::sync_cpu(engine, dep.tensor_parallel_size),
                 attention_lane,
             );
-            if let Some(n) = allreduce_rms_fused {
-                composed.fuse_allreduce_rms(n);
-            }
+            composed.apply_engine_kernels(engine_kernels);
             cost.composed = Some(std::sync::Arc::new(composed));
         }
     }

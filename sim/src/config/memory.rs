@@ -362,7 +362,7 @@ pub fn wddm_host(gpu: &GpuCard) -> bool {
 
 /// The architecture family vLLM selects by (`architectures` in the
 /// checkpoint's config), from the card's Hugging Face repository or id.
-fn vllm_architecture(model: &ModelCard) -> &'static str {
+pub(crate) fn vllm_architecture(model: &ModelCard) -> &'static str {
     let name = model.hf_repo.as_deref().unwrap_or(&model.id).to_ascii_lowercase();
     if name.contains("llama") {
         "LlamaForCausalLM"

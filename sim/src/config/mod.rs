@@ -93,9 +93,9 @@ use cost::resolve_cost;
 use feasibility::check_requests_fit;
 use memory::gib;
 use sglang::resolve_sglang;
-pub use sglang::SglangFlags;
+pub use sglang::{sglang_layer_small_kernels, SglangFlags};
 use vllm::resolve_vllm;
-pub use vllm::VllmFlags;
+pub use vllm::{vllm_allreduce_rms_fusion_max_tokens, VllmFlags};
 
 /// The largest KV pool a scenario may give, tokens (2^28). A bound, not a model: the block
 /// pool and the radix tree hold state per block or token, and a pool no GPU has would only
@@ -487,28 +487,26 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
         (EngineSpec::Sglang(c), None) if sglang::sglang_default_trtllm_mha(c.version, &gpu) => Some("trtllm_mha"),
         _ => None,
     };
-    // vLLM's all-reduce + add + RMSNorm fusion (docs/vllm.md §9): the steps it covers.
-    let allreduce_rms_fused = match &engine {
-        EngineSpec::Vllm(c) => vllm::vllm_allreduce_rms_fusion_max_tokens(
-            c.version,
-            &gpu,
-            deployment.tensor_parallel_size,
-            deployment.cuda_graphs,
-            u64::from(model.hidden_size) * u64::from(model.activation_dtype_bytes()),
-        ),
-        EngineSpec::Sglang(_) => None,
+    // The engine's own kernel layout: vLLM's all-reduce + add + RMSNorm fusion (docs/vllm.md
+    // §9: the steps it covers), SGLang's small kernels a layer (docs/sglang.md §9).
+    let engine_kernels = match &engine {
+        EngineSpec::Vllm(c) => crate::cost::EngineKernels {
+            allreduce_rms_fused_up_to: vllm::vllm_allreduce_rms_fusion_max_tokens(
+                c.version,
+                &gpu,
+                deployment.tensor_parallel_size,
+                deployment.cuda_graphs,
+                u64::from(model.hidden_size) * u64::from(model.activation_dtype_bytes()),
+            ),
+            layer_small_kernels: None,
+        },
+        EngineSpec::Sglang(_) => crate::cost::EngineKernels {
+            allreduce_rms_fused_up_to: None,
+            layer_small_kernels: Some(sglang::sglang_layer_small_kernels(&model)),
+        },
     };
-    let cost = resolve_cost(
-        &s.cost,
-        &model,
-        &gpu,
-        &deployment,
-        res,
-        engine.kind(),
-        graphs,
-        attention_lane,
-        allreduce_rms_fused,
-    )?;
+    let cost =
+        resolve_cost(&s.cost, &model, &gpu, &deployment, res, engine.kind(), graphs, attention_lane, engine_kernels)?;
     let spec = SimSpec { name: s.name.clone(), engine, model, gpu, deployment, cost, workload, kv_sizing, fleet: None };
     check_requests_fit(&spec)?;
     Ok(spec)

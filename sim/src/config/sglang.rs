@@ -380,3 +380,21 @@ impl SglangBehaviour {
         }
     }
 }
+
+/// The small (element-wise) kernels one decoder layer of `model` launches in an SGLang decode
+/// step on a CUDA GPU (docs/sglang.md §9, read in the 0.4.10–0.5.23 wheels): `(always, more
+/// in a step of two or more tokens)`. Always: the two residual add + RMSNorms
+/// (`fused_add_rmsnorm`), the rotary embedding (`apply_rope_with_cos_sin_cache_inplace`) and
+/// SiLU·mul, plus for Qwen3 its q/k norm on the critical path (one fused `fused_inplace_qknorm`
+/// from 0.5.8; before, q's `rmsnorm`, k's running on the alternate stream). From two tokens on,
+/// the copy that makes q contiguous (FA3's `q.contiguous()` on the QKV split's strided view;
+/// Qwen3 before 0.5.8: q's reshape copy instead). The KV-cache write is not counted: the
+/// attention tables time it (aiconfigurator's SGLang collector runs `RadixAttention.forward`
+/// with `save_kv_cache`). The all-reduces are not fused with the norms for dense models.
+pub fn sglang_layer_small_kernels(model: &ModelCard) -> (f64, f64) {
+    if memory::vllm_architecture(model) == "Qwen3ForCausalLM" {
+        (5.0, 1.0)
+    } else {
+        (4.0, 1.0)
+    }
+}

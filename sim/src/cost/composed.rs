@@ -150,7 +150,8 @@ pub const ELEMENTWISE_BW_EFF: f64 = 0.8;
 pub const ELEMENTWISE_CONSTANT_US: f64 = 3.0;
 /// Element-wise kernels per decoder layer between the linear layers and attention: the
 /// residual add + RMSNorm before attention, the rotary embedding, the residual add + RMSNorm
-/// before the MLP, SiLU·mul (vLLM's and SGLang's Llama and Qwen decoder layers). The KV-cache
+/// before the MLP, SiLU·mul (vLLM's Llama and Qwen decoder layers; SGLang's own count, one or
+/// two more, is set by [`ComposedCost::set_layer_small_kernels`]). The KV-cache
 /// write is not among them: its bytes are counted with the element-wise bytes, and
 /// aiconfigurator's current attention collector times it inside attention.
 pub const ELEMENTWISE_OPS_PER_LAYER: f64 = 4.0;
@@ -168,6 +169,16 @@ pub const ELEMENTWISE_OPS_PER_STEP: f64 = 2.0;
 /// the output projection's input, after attention (a graph split), keeps its own kernel.
 /// SGLang does not compile by default: its quantisations stay kernels of their own.
 pub const FP8_QUANTS_FUSED_PER_LAYER: f64 = 3.0;
+
+/// Engine-specific kernel rules found while resolving a scenario, applied to the composed cost
+/// after it is built ([`ComposedCost::apply_engine_kernels`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct EngineKernels {
+    /// vLLM's all-reduce + RMSNorm fusion: the largest step it covers, in tokens.
+    pub allreduce_rms_fused_up_to: Option<u64>,
+    /// The engine's own element-wise kernels a layer: (every step, more from two tokens).
+    pub layer_small_kernels: Option<(f64, f64)>,
+}
 
 /// Whether `engine` (`"vllm"` / `"sglang"`) fuses fp8 activation quantisations into element-wise
 /// kernels ([`FP8_QUANTS_FUSED_PER_LAYER`]): vLLM when it compiles, i.e. with CUDA graphs on.
@@ -484,6 +495,10 @@ pub struct ComposedCost {
     fused_quant_us_per_token: f64,
     /// One residual add + RMSNorm's bytes' time, µs per token a layer.
     norm_us_per_token: f64,
+    /// Element-wise kernels a layer with a fixed time, in every step and in steps of two tokens
+    /// or more ([`ComposedCost::set_layer_small_kernels`]; [`ELEMENTWISE_OPS_PER_LAYER`] and 0
+    /// unless the engine's own count is set).
+    layer_small_kernels: (f64, f64),
     /// Steps of up to this many tokens fuse each all-reduce with the add + RMSNorm after it
     /// ([`ComposedCost::fuse_allreduce_rms`]); 0: none do.
     allreduce_rms_fused_up_to: u64,
@@ -512,6 +527,7 @@ impl PartialEq for ComposedCost {
             && self.fused_quant_kernels == o.fused_quant_kernels
             && self.fused_quant_us_per_token == o.fused_quant_us_per_token
             && self.allreduce_rms_fused_up_to == o.allreduce_rms_fused_up_to
+            && self.layer_small_kernels == o.layer_small_kernels
             && self.skew_us == o.skew_us
             && self.sync_cpu == o.sync_cpu
             && self.forgone == o.forgone
@@ -736,6 +752,7 @@ impl ComposedCost {
                 / (gpu.memory_bandwidth_bytes_per_s * ELEMENTWISE_BW_EFF)
                 * 1e6,
             allreduce_rms_fused_up_to: 0,
+            layer_small_kernels: (ELEMENTWISE_OPS_PER_LAYER, 0.0),
             skew_us: collective_skew_us(tp),
             graphs,
             forgone,
@@ -747,7 +764,7 @@ impl ComposedCost {
     }
 
     /// vLLM's flashinfer all-reduce + residual add + RMSNorm fusion (docs/vllm.md §9), for steps
-    /// of up to `max_tokens` tokens (`config::vllm::vllm_allreduce_rms_fusion_max_tokens`): in
+    /// of up to `max_tokens` tokens (`config::vllm_allreduce_rms_fusion_max_tokens`): in
     /// such a step the two add + RMSNorm kernels a layer run inside the all-reduces before them,
     /// so their fixed time and bytes drop out; the all-reduce keeps its table time and the
     /// ranks' wait. The cost source says so. Only with TP > 1 (nothing to fuse at TP 1).
@@ -760,6 +777,24 @@ impl ComposedCost {
             "{}; all-reduce + RMSNorm fused (vLLM's flashinfer pass) in steps of up to {max_tokens} tokens",
             self.source
         );
+    }
+
+    /// The engine's own count of element-wise kernels a decoder layer launches, each with the
+    /// fixed [`ELEMENTWISE_CONSTANT_US`]: `always` in every step, `multi` more in steps of two
+    /// tokens or more (SGLang's copy of q into a contiguous tensor:
+    /// `config::sglang_layer_small_kernels`). Their bytes stay in the element-wise bytes.
+    pub fn set_layer_small_kernels(&mut self, always: f64, multi: f64) {
+        self.layer_small_kernels = (always, multi);
+    }
+
+    /// The engine-specific kernel rules a scenario's resolution found ([`EngineKernels`]).
+    pub fn apply_engine_kernels(&mut self, k: EngineKernels) {
+        if let Some((always, multi)) = k.layer_small_kernels {
+            self.set_layer_small_kernels(always, multi);
+        }
+        if let Some(n) = k.allreduce_rms_fused_up_to {
+            self.fuse_allreduce_rms(n);
+        }
     }
 
     /// How steps run as CUDA graphs (eager when the deployment has none).
@@ -804,13 +839,23 @@ impl ComposedCost {
             + ar_us
             + self.elementwise_us_per_token * x
             + ELEMENTWISE_CONSTANT_US
-                * (self.layers * (ELEMENTWISE_OPS_PER_LAYER - self.fused_quant_kernels) + ELEMENTWISE_OPS_PER_STEP)
+                * (self.layers * (self.layer_small_kernels(m) - self.fused_quant_kernels) + ELEMENTWISE_OPS_PER_STEP)
             - self.layers * self.fused_quant_us_per_token * x
             - if m <= self.allreduce_rms_fused_up_to {
                 self.layers * 2.0 * (ELEMENTWISE_CONSTANT_US + self.norm_us_per_token * x)
             } else {
                 0.0
             }
+    }
+
+    /// Element-wise kernels with a fixed time a layer in a step of `m` tokens.
+    fn layer_small_kernels(&self, m: u64) -> f64 {
+        let (always, multi) = self.layer_small_kernels;
+        if m >= 2 {
+            always + multi
+        } else {
+            always
+        }
     }
 
     fn memo(slots: &[AtomicU64], i: u64, f: impl FnOnce() -> f64) -> f64 {
@@ -1347,6 +1392,34 @@ mod tests {
         let before = tp1.per_token_count_us(1);
         tp1.fuse_allreduce_rms(128);
         assert_eq!(tp1.per_token_count_us(1), before);
+    }
+
+    /// SGLang's own count of a layer's small kernels (docs/sglang.md §9): Qwen3's q/k norm one
+    /// more than Llama's, and the copy of q from two tokens on; each adds the fixed time.
+    #[test]
+    fn sglang_layer_small_kernels_follow_the_model_and_the_step_size() {
+        let res = crate::builtin::resources().unwrap();
+        let card = |id: &str| res.models.iter().find(|m| m.id == id).unwrap().clone();
+        assert_eq!(crate::config::sglang_layer_small_kernels(&card("llama-3.1-8b-instruct")), (4.0, 1.0));
+        assert_eq!(crate::config::sglang_layer_small_kernels(&card("qwen3-8b")), (5.0, 1.0));
+        let (model, gpu) = &llama8b_h100();
+        let layers = f64::from(model.num_layers);
+        let build = || {
+            let (p, src) = provider_for(gpu, "sglang", FALLBACK, None).unwrap();
+            let dep = Deployment::single(model);
+            ComposedCost::build(model, gpu, &dep, GraphRule::Eager, &p, src, 5.0, 0.7, BLIS_SYNC_CPU, None)
+        };
+        let plain = build();
+        let mut sg = build();
+        sg.apply_engine_kernels(EngineKernels {
+            allreduce_rms_fused_up_to: None,
+            layer_small_kernels: Some((5.0, 1.0)),
+        });
+        for (m, more) in [(1u64, 1.0), (2, 2.0), (512, 2.0)] {
+            let d = sg.per_token_count_us(m) - plain.per_token_count_us(m);
+            let want = layers * more * ELEMENTWISE_CONSTANT_US;
+            assert!((d - want).abs() < 1e-9 * want, "m = {m}: {d} vs {want}");
+        }
     }
 
     /// The memoised step duration is the computed one, for decode steps seen once or
