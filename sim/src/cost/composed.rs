@@ -151,7 +151,7 @@ pub const ELEMENTWISE_CONSTANT_US: f64 = 3.0;
 /// Element-wise kernels per decoder layer between the linear layers and attention: the
 /// residual add + RMSNorm before attention, the rotary embedding, the residual add + RMSNorm
 /// before the MLP, SiLU·mul (vLLM's Llama and Qwen decoder layers; SGLang's own count, one or
-/// two more, is set by [`ComposedCost::set_layer_small_kernels`]). The KV-cache
+/// two more, is set by [`ComposedCost::apply_engine_kernels`]). The KV-cache
 /// write is not among them: its bytes are counted with the element-wise bytes, and
 /// aiconfigurator's current attention collector times it inside attention.
 pub const ELEMENTWISE_OPS_PER_LAYER: f64 = 4.0;
@@ -496,7 +496,7 @@ pub struct ComposedCost {
     /// One residual add + RMSNorm's bytes' time, µs per token a layer.
     norm_us_per_token: f64,
     /// Element-wise kernels a layer with a fixed time, in every step and in steps of two tokens
-    /// or more ([`ComposedCost::set_layer_small_kernels`]; [`ELEMENTWISE_OPS_PER_LAYER`] and 0
+    /// or more ([`ComposedCost::apply_engine_kernels`]; [`ELEMENTWISE_OPS_PER_LAYER`] and 0
     /// unless the engine's own count is set).
     layer_small_kernels: (f64, f64),
     /// Steps of up to this many tokens fuse each all-reduce with the add + RMSNorm after it
@@ -709,16 +709,19 @@ impl ComposedCost {
         // Per token per layer, elements moved: two fused add+RMSNorms (read x and
         // the residual, write both), RoPE on q and k (read, write), SiLU·mul (read
         // 2I, write I), the KV-cache write (K and V).
-        let elems = 2.0 * 4.0 * hidden + 2.0 * (q + kv) * d + 3.0 * i;
-        let bytes = elems * f64::from(model.activation_dtype_bytes()) + 2.0 * kv * d * f64::from(dep.kv_dtype_bytes);
-        let elementwise_us_per_token =
-            f64::from(model.num_layers) * bytes / (gpu.memory_bandwidth_bytes_per_s * ELEMENTWISE_BW_EFF) * 1e6;
+        let norm_elems = 4.0 * hidden;
+        let elems = 2.0 * norm_elems + 2.0 * (q + kv) * d + 3.0 * i;
+        let act_bytes = f64::from(model.activation_dtype_bytes());
+        let bytes = elems * act_bytes + 2.0 * kv * d * f64::from(dep.kv_dtype_bytes);
+        // Element-wise kernels' bytes to µs.
+        let us_per_byte = 1e6 / (gpu.memory_bandwidth_bytes_per_s * ELEMENTWISE_BW_EFF);
+        let elementwise_us_per_token = f64::from(model.num_layers) * bytes * us_per_byte;
         // A standalone fp8 quantisation reads the bf16 activations and writes fp8 ones: 3 bytes
         // an element of the GEMM's input (`k` elements a token).
         let (fused_quant_kernels, fused_quant_us_per_token) =
             if fp8 && fp8_quant_fused(provider.tables().engine, dep.cuda_graphs) {
                 let bytes: f64 = [g[0].k, g[2].k, g[3].k].iter().map(|&k| 3.0 * k as f64).sum();
-                (FP8_QUANTS_FUSED_PER_LAYER, bytes / (gpu.memory_bandwidth_bytes_per_s * ELEMENTWISE_BW_EFF) * 1e6)
+                (FP8_QUANTS_FUSED_PER_LAYER, bytes * us_per_byte)
             } else {
                 (0.0, 0.0)
             };
@@ -748,9 +751,7 @@ impl ComposedCost {
             elementwise_us_per_token,
             fused_quant_kernels,
             fused_quant_us_per_token,
-            norm_us_per_token: 4.0 * hidden * f64::from(model.activation_dtype_bytes())
-                / (gpu.memory_bandwidth_bytes_per_s * ELEMENTWISE_BW_EFF)
-                * 1e6,
+            norm_us_per_token: norm_elems * act_bytes * us_per_byte,
             allreduce_rms_fused_up_to: 0,
             layer_small_kernels: (ELEMENTWISE_OPS_PER_LAYER, 0.0),
             skew_us: collective_skew_us(tp),
@@ -768,7 +769,7 @@ impl ComposedCost {
     /// such a step the two add + RMSNorm kernels a layer run inside the all-reduces before them,
     /// so their fixed time and bytes drop out; the all-reduce keeps its table time and the
     /// ranks' wait. The cost source says so. Only with TP > 1 (nothing to fuse at TP 1).
-    pub fn fuse_allreduce_rms(&mut self, max_tokens: u64) {
+    fn fuse_allreduce_rms(&mut self, max_tokens: u64) {
         if matches!(self.allreduce, AllReduce::None) || max_tokens == 0 {
             return;
         }
@@ -779,18 +780,14 @@ impl ComposedCost {
         );
     }
 
-    /// The engine's own count of element-wise kernels a decoder layer launches, each with the
-    /// fixed [`ELEMENTWISE_CONSTANT_US`]: `always` in every step, `multi` more in steps of two
-    /// tokens or more (SGLang's copy of q into a contiguous tensor:
-    /// `config::sglang_layer_small_kernels`). Their bytes stay in the element-wise bytes.
-    pub fn set_layer_small_kernels(&mut self, always: f64, multi: f64) {
-        self.layer_small_kernels = (always, multi);
-    }
-
-    /// The engine-specific kernel rules a scenario's resolution found ([`EngineKernels`]).
+    /// The engine-specific kernel rules a scenario's resolution found ([`EngineKernels`]): the
+    /// engine's own count of element-wise kernels a decoder layer launches, each with the fixed
+    /// [`ELEMENTWISE_CONSTANT_US`] (`always` in every step, `multi` more in steps of two tokens or
+    /// more: SGLang's copy of q into a contiguous tensor, `config::sglang_layer_small_kernels`;
+    /// their bytes stay in the element-wise bytes), and vLLM's all-reduce + RMSNorm fusion.
     pub fn apply_engine_kernels(&mut self, k: EngineKernels) {
-        if let Some((always, multi)) = k.layer_small_kernels {
-            self.set_layer_small_kernels(always, multi);
+        if let Some(counts) = k.layer_small_kernels {
+            self.layer_small_kernels = counts;
         }
         if let Some(n) = k.allreduce_rms_fused_up_to {
             self.fuse_allreduce_rms(n);
