@@ -1135,6 +1135,40 @@ mod tests {
         }
     }
 
+    /// Every built-in model card has its GEMM shapes extracted into every table at
+    /// every TP size its heads divide: a card added without rerunning
+    /// `scripts/kernels/extract.py` would otherwise be timed from the nearest other
+    /// shape's curve without anyone noticing (Qwen3-8B/14B and Qwen2.5-72B were, until
+    /// 2026-12-04).
+    #[test]
+    fn every_model_card_has_its_gemm_curves_in_every_table() {
+        let models = crate::builtin::resources().expect("built-in cards").models;
+        for system in tabled_systems() {
+            for engine in ["vllm", "sglang"] {
+                let Some(t) = tables(system, engine) else { continue };
+                let curves = &t.gemm.dtypes["bfloat16"].curves;
+                for m in &models {
+                    for tp in [1u32, 2, 4, 8] {
+                        if m.num_attention_heads % tp != 0 {
+                            continue;
+                        }
+                        let (g, lm, _) = crate::cost::model_shapes(m, tp, false, 2);
+                        for s in g.iter().chain(std::iter::once(&lm)) {
+                            assert!(
+                                curves.iter().any(|c| c.n == s.n && c.k == s.k),
+                                "data/kernels/{system}/{engine}/gemm.json has no curve for {} at TP {tp} \
+                                 (n = {}, k = {}): rerun scripts/kernels/extract.py (data/kernels/README.md)",
+                                m.id,
+                                s.n,
+                                s.k
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// The flat grids the step loop reads give exactly the grids' values, on the
     /// points, between them, at whole numbers and beyond both ends.
     #[test]

@@ -47,6 +47,20 @@ fn fallback_is_chosen_by_leave_one_gpu_out_error() {
         100.0 * r50,
         100.0 * quantile(&mut all_r, 0.9)
     );
+    for engine in ["vllm", "sglang"] {
+        let f = sim::cost::fitted_roofline(engine, None);
+        println!(
+            "fitted roofline ({engine} tables, all GPUs): GEMM compute {:.2}, GEMM memory {:.2}, prefill attention {:.2}, \
+             decode attention memory {:.2}; floors GEMM {:.1} µs, prefill attention {:.1} µs, decode attention {:.1} µs",
+            f.gemm_compute,
+            f.gemm_memory,
+            f.ctx_compute,
+            f.gen_memory,
+            1e3 * f.gemm_floor_ms,
+            1e3 * f.ctx_floor_ms,
+            1e3 * f.gen_floor_ms
+        );
+    }
     let better = if s50 <= r50 { Fallback::NearestScaled } else { Fallback::FittedRoofline };
     assert_eq!(FALLBACK, better, "the fallback must be the one with the smaller leave-one-out median error");
 }
