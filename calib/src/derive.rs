@@ -42,6 +42,7 @@ pub fn model_card_from_config(c: &Value, source: &str, id: &str) -> std::result:
         tie_word_embeddings: Some(tied),
         dtype,
         quantization: None,
+        quantization_method: None,
         max_position_embeddings: u("max_position_embeddings"),
         sources: vec![source.to_string()],
         notes: Some("read from the served model's config.json; parameters counted with the Llama formula".into()),

@@ -32,6 +32,11 @@ pub struct ModelCard {
     /// stay in `dtype`, as in vLLM's and SGLang's fp8 checkpoints).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quantization: Option<String>,
+    /// The checkpoint's `quantization_config.quant_method` (`modelopt` for NVIDIA's ModelOpt
+    /// FP8 checkpoints, `fp8`, `compressed-tensors`): the engines pick the quantization code
+    /// by it, and ModelOpt's refuses GPUs below compute capability 8.9. Absent: unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quantization_method: Option<String>,
     #[serde(default)]
     pub max_position_embeddings: Option<u32>,
     #[serde(default)]
@@ -183,6 +188,17 @@ impl GpuCard {
     /// `is_device_capability_family(100)` and SGLang's `is_sm100_supported` test.
     pub fn is_sm100_family(&self) -> bool {
         self.capability().is_some_and(|(major, _)| major == 10)
+    }
+
+    /// Whether the GPU has FP8 tensor cores (compute capability 8.9 and above: Ada, Hopper,
+    /// Blackwell), which vLLM's and SGLang's fp8 linear layers need to run W8A8; below it they
+    /// run fp8 weights weight-only (the FP8 Marlin kernel, W8A16). A card without a capability
+    /// answers by whether it lists an fp8 throughput.
+    pub fn has_fp8_tensor_cores(&self) -> bool {
+        match self.capability() {
+            Some(c) => c >= (8, 9),
+            None => self.dense_fp8_flops.is_some(),
+        }
     }
 
     /// vLLM and SGLang special-case the A100 in their defaults.

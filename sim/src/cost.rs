@@ -611,6 +611,7 @@ mod tests {
             tie_word_embeddings: None,
             dtype: "bfloat16".into(),
             quantization: None,
+            quantization_method: None,
             max_position_embeddings: None,
             sources: vec![],
             notes: None,

@@ -258,3 +258,40 @@ fn the_default_scenarios_pool_derived_on_its_wsl2_host_is_within_2_percent_of_it
     assert_eq!(e.path, "hardware.host");
     assert!(e.message.contains("nvidia_smi_memory_mib"), "{}", e.message);
 }
+
+/// fp8 weights on a GPU without FP8 tensor cores (the A100, compute capability 8.0) as the
+/// engines' wheels handle them: a ModelOpt checkpoint is refused by both engines; vLLM's `fp8`
+/// method and compressed-tensors FP8 run weight-only (FP8 Marlin), and so does SGLang from
+/// 0.5.1; SGLang's `fp8` method before 0.5.1 is not modelled. Cards with FP8 tensor cores are
+/// untouched.
+#[test]
+fn fp8_weights_below_compute_capability_8_9_follow_the_engines() {
+    let tp4 = |kind: &str, version: &str| {
+        if kind == "vllm" {
+            json!({"kind": kind, "version": version, "tensor_parallel_size": 4})
+        } else {
+            json!({"kind": kind, "version": version, "tp_size": 4})
+        }
+    };
+    for (kind, version) in [("vllm", "0.11.0"), ("sglang", "0.5.6")] {
+        let e = resolve(scenario(tp4(kind, version), "llama-3.1-70b-instruct-fp8", "a100-80gb", 4)).unwrap_err();
+        assert_eq!(e.path, "model.quantization_method", "{kind}");
+        assert!(e.message.contains("ModelOpt") && e.message.contains("8.0"), "{e}");
+        // The same checkpoint where the GPU has FP8 tensor cores.
+        resolve(scenario(tp4(kind, version), "llama-3.1-70b-instruct-fp8", "h100-80gb", 4)).unwrap();
+        // compressed-tensors FP8 on the A100: weight-only.
+        resolve(scenario(tp4(kind, version), "llama-3.3-70b-instruct-fp8", "a100-80gb", 4)).unwrap();
+    }
+    // `--quantization fp8` on a bf16 checkpoint: vLLM's fp8 method (Marlin below 8.9).
+    let mut v = tp4("vllm", "0.11.0");
+    v["quantization"] = json!("fp8");
+    resolve(scenario(v, "llama-3.1-70b-instruct", "a100-80gb", 4)).unwrap();
+    let mut v = tp4("sglang", "0.5.1");
+    v["quantization"] = json!("fp8");
+    resolve(scenario(v.clone(), "llama-3.1-70b-instruct", "a100-80gb", 4)).unwrap();
+    v["version"] = json!("0.4.10");
+    let e = resolve(scenario(v.clone(), "llama-3.1-70b-instruct", "a100-80gb", 4)).unwrap_err();
+    assert_eq!(e.path, "engine.version");
+    assert!(e.message.contains("0.5.1") && e.message.contains("SGLANG_FORCE_FP8_MARLIN"), "{e}");
+    resolve(scenario(v, "llama-3.1-70b-instruct", "h100-80gb", 4)).unwrap();
+}

@@ -190,6 +190,68 @@ pub fn kv_cache_dtype(name: Option<&str>, model: &ModelCard) -> Result<(String, 
     }
 }
 
+/// The first SGLang release that runs fp8 weights weight-only on GPUs without FP8 tensor
+/// cores by default (`Fp8LinearMethod`: `use_marlin = ... can_auto_enable_marlin_fp8()`, true
+/// for compute capability 8.0–8.8; read in the 0.5.0rc2 and 0.5.1 wheels).
+pub const SGLANG_FP8_MARLIN_AUTO: Version = Version::new(0, 5, 1);
+
+/// What the engine does with fp8 linear weights on a GPU without FP8 tensor cores (compute
+/// capability below 8.9: the A100), read in the engines' wheels (docs/vllm.md §9):
+///
+/// * a ModelOpt FP8 checkpoint (`quantization_method` `modelopt`) is refused at start-up by
+///   both engines (`ModelOptFp8Config.get_min_capability()` is 89, checked by vLLM's
+///   `VllmConfig._get_quantization_config` and SGLang's model loader): an error here too;
+/// * vLLM's `fp8` method (`--quantization fp8`, or an `fp8` checkpoint) and compressed-tensors
+///   FP8 run the FP8 Marlin kernel, weight-only (W8A16): servesim times it so (the cost source
+///   says it); so does SGLang's compressed-tensors FP8 (`CompressedTensorsW8A16Fp8`, every
+///   modelled release);
+/// * SGLang's `fp8` method does the same from 0.5.1 ([`SGLANG_FP8_MARLIN_AUTO`]); before it
+///   it reaches W8A8 kernels that need 8.9 unless `SGLANG_FORCE_FP8_MARLIN` is set: not
+///   modelled, an error.
+///
+/// A card without a `quantization_method` is read as the engines' own `fp8` method.
+pub fn check_fp8_weights_on_gpu(
+    kind: EngineKind,
+    version: Version,
+    e: &EngineSection,
+    model: &ModelCard,
+    gpu: &GpuCard,
+    dep: &Deployment,
+) -> Result<()> {
+    if dep.quantization.as_deref() != Some("fp8") || gpu.has_fp8_tensor_cores() {
+        return Ok(());
+    }
+    let cap = gpu.compute_capability.as_deref().unwrap_or("unstated, and no dense_fp8_flops");
+    let from_card = e.quantization.is_none();
+    let method = if from_card { model.quantization_method.as_deref().unwrap_or("fp8") } else { "fp8" };
+    if from_card && method == "modelopt" {
+        return Err(ConfigError::new(
+            "model.quantization_method",
+            format!(
+                "{} is a ModelOpt FP8 checkpoint, which vLLM and SGLang refuse on a GPU below compute \
+                 capability 8.9 (\"The quantization method modelopt is not supported for the current GPU. \
+                 Minimum capability: 89.\"); {} has compute capability {cap}. Use a GPU with FP8 tensor \
+                 cores (L40S, H100, H200, B200, RTX 5090, ...) or the bf16 model",
+                model.hf_repo.as_deref().unwrap_or(&model.id),
+                gpu.id
+            ),
+        ));
+    }
+    if kind == EngineKind::Sglang && method == "fp8" && version < SGLANG_FP8_MARLIN_AUTO {
+        return Err(ConfigError::new(
+            "engine.version",
+            format!(
+                "fp8 weights on {} (compute capability {cap}, no FP8 tensor cores) under SGLang {version} are \
+                 not modelled: before {SGLANG_FP8_MARLIN_AUTO} SGLang runs them with W8A8 kernels that need \
+                 compute capability 8.9 unless SGLANG_FORCE_FP8_MARLIN is set; from {SGLANG_FP8_MARLIN_AUTO} it \
+                 falls back to the weight-only FP8 Marlin kernel, which servesim models",
+                gpu.id
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The most GPUs one engine's tensor parallelism spans: one node of the cards modelled (8).
 pub const MAX_TP_ONE_NODE: u32 = 8;
 

@@ -77,6 +77,7 @@ pub(super) fn resolve_sglang(
             ),
         ));
     }
+    check_fp8_weights_on_gpu(EngineKind::Sglang, version, e, model, gpu, dep)?;
     let mem_gib = gpu.memory_gib();
     // 0.5.3's `_handle_gpu_memory_settings` moved 35–60 GB cards to 4,096 (0.4.10–0.5.2: 8,192).
     let new_defaults = version >= SGLANG_GPU_MEMORY_SETTINGS;

@@ -125,6 +125,7 @@ pub(super) fn resolve_vllm(
             format!("servesim models vLLM {VLLM_MIN} to {VLLM_MAX} (V1 scheduler); got {version}. Use the nearest modelled release."),
         ));
     }
+    check_fp8_weights_on_gpu(EngineKind::Vllm, version, e, model, gpu, dep)?;
     let mem_gib = gpu.memory_gib();
     let big = mem_gib >= 70.0 && !gpu.is_a100();
     // `_set_default_args` / `get_batch_defaults` (API server).

@@ -718,8 +718,18 @@ impl ComposedCost {
         let elementwise_us_per_token = f64::from(model.num_layers) * bytes * us_per_byte;
         // A standalone fp8 quantisation reads the bf16 activations and writes fp8 ones: 3 bytes
         // an element of the GEMM's input (`k` elements a token).
+        // Without FP8 tensor cores the engines run fp8 weights weight-only (FP8 Marlin, W8A16:
+        // `config::check_fp8_weights_on_gpu`): bf16 arithmetic on one-byte weights, which the
+        // GEMM curves give (a table without an fp8 curve: the bf16 one moved to one-byte weights
+        // at the bf16 peak, `kernels::Tables::gemm`), and no activation quantisation to fuse.
+        let weight_only_fp8 = fp8 && !gpu.has_fp8_tensor_cores();
+        if weight_only_fp8 {
+            source = format!(
+                "{source}; fp8 weights weight-only (FP8 Marlin, W8A16: no FP8 tensor cores below compute capability 8.9)"
+            );
+        }
         let (fused_quant_kernels, fused_quant_us_per_token) =
-            if fp8 && fp8_quant_fused(provider.tables().engine, dep.cuda_graphs) {
+            if fp8 && !weight_only_fp8 && fp8_quant_fused(provider.tables().engine, dep.cuda_graphs) {
                 let bytes: f64 = [g[0].k, g[2].k, g[3].k].iter().map(|&k| 3.0 * k as f64).sum();
                 (FP8_QUANTS_FUSED_PER_LAYER, bytes * us_per_byte)
             } else {
@@ -1358,6 +1368,44 @@ mod tests {
         let (sg, sg_eager) = (build("sglang", &fp8), build("sglang", &eager));
         assert_eq!(sg.per_token_count_us(64), sg_eager.per_token_count_us(64));
         assert_eq!(sg.fused_quant_kernels, 0.0);
+    }
+
+    /// On a GPU without FP8 tensor cores (the A100) fp8 weights run weight-only: the GEMMs read
+    /// one-byte weights at the bf16 rate, no activation quantisation is fused away (there is none
+    /// to fuse), and the cost source says so.
+    #[test]
+    fn fp8_weights_on_an_a100_run_weight_only_with_nothing_fused() {
+        let res = crate::builtin::resources().unwrap();
+        let model = res.models.iter().find(|m| m.id == "llama-3.1-8b-instruct").unwrap().clone();
+        let gpu = res.gpus.iter().find(|g| g.id == "a100-80gb").unwrap().clone();
+        assert!(!gpu.has_fp8_tensor_cores() && llama8b_h100().1.has_fp8_tensor_cores());
+        let build = |dep: &Deployment| {
+            let (p, src) = provider_for(&gpu, "vllm", FALLBACK, None).unwrap();
+            ComposedCost::build(
+                &model,
+                &gpu,
+                dep,
+                GraphRule::VllmTokens(512),
+                &p,
+                src,
+                5.0,
+                0.7,
+                sync_cpu("vllm", 1),
+                None,
+            )
+        };
+        let bf16 = Deployment::single(&model);
+        let fp8 = Deployment { quantization: Some("fp8".into()), linear_weight_bytes: 1, ..bf16.clone() };
+        let (b, f) = (build(&bf16), build(&fp8));
+        assert_eq!(f.fused_quant_kernels, 0.0);
+        assert_eq!(f.fused_quant_us_per_token, 0.0);
+        assert!(f.source.contains("weight-only") && !b.source.contains("weight-only"), "{}", f.source);
+        // Decode (memory-bound): about half the weight bytes; prefill (compute-bound): the bf16 time.
+        let (gb, gf) = (&b.gemms[2], &f.gemms[2]);
+        let decode = gf.at(1.0) / gb.at(1.0);
+        assert!((0.45..0.75).contains(&decode), "decode GEMM fp8/bf16 = {decode}");
+        let prefill = gf.at(4096.0) / gb.at(4096.0);
+        assert!((0.95..=1.0).contains(&prefill), "prefill GEMM fp8/bf16 = {prefill}");
     }
 
     /// vLLM's all-reduce + RMSNorm fusion takes the two add + RMSNorm kernels a layer (their
