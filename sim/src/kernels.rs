@@ -772,6 +772,14 @@ impl Tables {
         has(&self.ctx.entries) && has(&self.gen.entries)
     }
 
+    /// Whether the attention tables hold entries for a KV cache of `kv_bytes` bytes an element
+    /// (fp8 or 16-bit) for both prefill and decode.
+    pub fn has_kv_dtype(&self, kv_bytes: u32) -> bool {
+        let kvd = dtype_name(kv_bytes);
+        let has = |es: &[AttnEntry]| es.iter().any(|e| e.kv_cache_dtype == kvd);
+        has(&self.ctx.entries) && has(&self.gen.entries)
+    }
+
     /// Prefill attention: `t(seq_len, batch)` per layer; `first`: the lane preferred first.
     pub fn ctx_grid(&self, h: Heads, first: Option<&str>) -> Grid {
         let (e, scale) = Self::attn_entry(&self.ctx.entries, h, &Self::lanes(first, "prefill"));

@@ -295,3 +295,34 @@ fn fp8_weights_below_compute_capability_8_9_follow_the_engines() {
     assert!(e.message.contains("0.5.1") && e.message.contains("SGLANG_FORCE_FP8_MARLIN"), "{e}");
     resolve(scenario(v, "llama-3.1-70b-instruct", "h100-80gb", 4)).unwrap();
 }
+
+/// vLLM's attention backend with an fp8 KV cache: FlashAttention reads one only on Hopper
+/// (FlashAttention 3), so elsewhere 0.11.0 defaults to Triton and 0.12 on to FlashInfer, the
+/// cost source names the backend the tables do not hold and the KV dtype they did not measure,
+/// and FLASH_ATTN asked for off Hopper is refused.
+#[test]
+fn fp8_kv_cache_off_hopper_takes_vllm_s_other_attention_backends() {
+    let one = |version: &str, gpu: &str, extra: Value| {
+        let mut e = json!({"kind": "vllm", "version": version, "kv_cache_dtype": "fp8"});
+        for (k, v) in extra.as_object().unwrap() {
+            e[k] = v.clone();
+        }
+        resolve(scenario(e, "llama-3.1-8b-instruct", gpu, 1))
+    };
+    let src = |s: SimSpec| s.cost.source();
+    let a100_011 = src(one("0.11.0", "a100-80gb", json!({})).unwrap());
+    assert!(a100_011.contains("no measured triton attention"), "{a100_011}");
+    assert!(a100_011.contains("no measured attention over an fp8 KV cache"), "{a100_011}");
+    let a100_014 = src(one("0.14.0", "a100-80gb", json!({})).unwrap());
+    assert!(a100_014.contains("no measured flashinfer attention"), "{a100_014}");
+    // L40S: the tables measured FlashInfer over an fp8 KV cache (what 0.12 on runs); 0.11 ran Triton.
+    let l40s_014 = src(one("0.14.0", "l40s", json!({})).unwrap());
+    assert!(!l40s_014.contains("no measured"), "{l40s_014}");
+    assert!(src(one("0.11.0", "l40s", json!({})).unwrap()).contains("no measured triton attention"));
+    // Hopper keeps FlashAttention 3, whose tables have the fp8 KV cache.
+    assert!(!src(one("0.11.0", "h100-80gb", json!({})).unwrap()).contains("no measured"));
+    let e = one("0.14.0", "a100-80gb", json!({"attention_backend": "FLASH_ATTN"})).unwrap_err();
+    assert_eq!(e.path, "engine.attention_backend");
+    assert!(e.message.contains("FlashAttention 3"), "{e}");
+    one("0.14.0", "h100-80gb", json!({"attention_backend": "FLASH_ATTN"})).unwrap();
+}

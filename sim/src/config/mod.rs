@@ -479,11 +479,14 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
     };
     // The lane of the kernel tables that times attention: a given `attention_backend` (checked
     // by the engine's resolution above), else SGLang's default on the SM100 family from 0.5.7
-    // (`trtllm_mha`, next to `flashinfer` in the tables; docs/sglang.md §5); else the tables'
-    // own order.
+    // (`trtllm_mha`, next to `flashinfer` in the tables; docs/sglang.md §5), vLLM's with an fp8
+    // KV cache off Hopper (`vllm_default_attention_lane`); else the tables' own order.
     let attention_lane = match (&engine, s.engine.attention_backend.as_deref()) {
         (EngineSpec::Sglang(_), Some(b)) => Some(b),
-        (EngineSpec::Vllm(_), Some(b)) => Some(vllm::vllm_attention_lane(&gpu, b)?),
+        (EngineSpec::Vllm(_), Some(b)) => Some(vllm::vllm_attention_lane(&gpu, b, deployment.kv_dtype_bytes == 1)?),
+        (EngineSpec::Vllm(c), None) => {
+            vllm::vllm_default_attention_lane(c.version, &gpu, deployment.kv_dtype_bytes == 1)
+        }
         (EngineSpec::Sglang(c), None) if sglang::sglang_default_trtllm_mha(c.version, &gpu) => Some("trtllm_mha"),
         _ => None,
     };

@@ -73,7 +73,7 @@ pub const VLLM_ATTENTION_BACKENDS: &[(&str, &str)] = &[
 /// selector checks it on `gpu` (released wheels 0.11–0.34, docs/vllm.md §8): the name in
 /// any case (vLLM upper-cases it), `FLASH_ATTN` from compute capability 8.0, `FLASHINFER`
 /// from 7.5 to 12.1. Returns the kernel-table lane of a given backend.
-pub fn vllm_attention_lane(gpu: &GpuCard, given: &str) -> Result<&'static str> {
+pub fn vllm_attention_lane(gpu: &GpuCard, given: &str, fp8_kv: bool) -> Result<&'static str> {
     let field = "engine.attention_backend";
     let up = given.to_ascii_uppercase();
     let Some(&(name, lane)) = VLLM_ATTENTION_BACKENDS.iter().find(|(n, _)| *n == up) else {
@@ -99,8 +99,42 @@ pub fn vllm_attention_lane(gpu: &GpuCard, given: &str) -> Result<&'static str> {
     };
     match (name, cc) {
         ("FLASH_ATTN", Some(c)) if c < (8, 0) => refuse("compute capability 8.0 and above"),
+        // `flash_attn_supports_fp8()`: FlashAttention 3 on major 9 only (0.11: "FlashAttention does
+        // not support fp8 kv-cache on this device"; 0.12 on: `supports_kv_cache_dtype` fails).
+        ("FLASH_ATTN", Some(c)) if fp8_kv && c.0 != 9 => Err(ConfigError::new(
+            field,
+            format!(
+                "FLASH_ATTN with an fp8 KV cache on compute capability {}: vLLM's FlashAttention reads an fp8 KV \
+                 cache only with FlashAttention 3 on Hopper (compute capability 9.x) (\"FlashAttention does not \
+                 support fp8 kv-cache on this device\"); leave attention_backend out (vLLM then picks FlashInfer, \
+                 or Triton before 0.12) or use kv_cache_dtype auto",
+                gpu.compute_capability.as_deref().unwrap_or("?")
+            ),
+        )),
         ("FLASHINFER", Some(c)) if c < (7, 5) || c > (12, 1) => refuse("compute capability 7.5 to 12.1"),
         _ => Ok(lane),
+    }
+}
+
+/// The first vLLM release whose attention selector walks a priority list with each backend's
+/// `supports_kv_cache_dtype` (0.11.0 chose by capability with fixed branches).
+pub const VLLM_BACKEND_PRIORITIES: Version = Version::new(0, 12, 0);
+
+/// vLLM's default attention backend where it is not the tables' default lane: with an fp8 KV
+/// cache FlashAttention serves only Hopper (FlashAttention 3), so elsewhere 0.11.0 takes Triton
+/// (`platforms/cuda.py`: `(has_sink or use_fp8_kv_cache) and not is_device_capability(90)` →
+/// `TRITON_ATTN`, after FlashInfer's own branch on exactly 10.0) and 0.12 on the next in its
+/// priority list that reads fp8, FlashInfer (`[FLASH_ATTN, FLASHINFER, TRITON_ATTN, ...]`; major
+/// 10 lists FlashInfer first anyway). `None`: the tables' default lane (docs/vllm.md §7b).
+pub fn vllm_default_attention_lane(version: Version, gpu: &GpuCard, fp8_kv: bool) -> Option<&'static str> {
+    let c = gpu.capability()?;
+    if !fp8_kv || c.0 == 9 {
+        return None;
+    }
+    if version < VLLM_BACKEND_PRIORITIES {
+        (c >= (8, 0) && c != (10, 0)).then_some("triton")
+    } else {
+        (c.0 != 10 && (7, 5) <= c && c <= (12, 1)).then_some("flashinfer")
     }
 }
 
@@ -114,7 +148,7 @@ pub(super) fn resolve_vllm(
 ) -> Result<(EngineSpec, KvSizing)> {
     let f = &e.vllm;
     if let Some(b) = e.attention_backend.as_deref() {
-        vllm_attention_lane(gpu, b)?;
+        vllm_attention_lane(gpu, b, dep.kv_dtype_bytes == 1)?;
     }
     let vs = e.version.as_deref().unwrap_or(VLLM_DEFAULT);
     let version = Version::parse(vs)

@@ -745,6 +745,13 @@ impl ComposedCost {
             source =
                 format!("{source}; no measured {l} attention in these tables: timed by their own attention kernels");
         }
+        if !provider.tables().has_kv_dtype(dep.kv_dtype_bytes) {
+            source = format!(
+                "{source}; no measured attention over {} KV cache in these tables: timed by their {} one",
+                if dep.kv_dtype_bytes == 1 { "an fp8" } else { "a 16-bit" },
+                if dep.kv_dtype_bytes == 1 { "16-bit" } else { "fp8" }
+            );
+        }
         ComposedCost {
             source,
             layers: f64::from(model.num_layers),
