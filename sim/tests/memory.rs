@@ -326,3 +326,24 @@ fn fp8_kv_cache_off_hopper_takes_vllm_s_other_attention_backends() {
     assert!(e.message.contains("FlashAttention 3"), "{e}");
     one("0.14.0", "h100-80gb", json!({"attention_backend": "FLASH_ATTN"})).unwrap();
 }
+
+/// vLLM refuses a bfloat16 model below compute capability 8.0 (a V100 given inline): an error
+/// naming the field, as vLLM's own start-up error; a float16 card runs.
+#[test]
+fn bfloat16_below_compute_capability_8_is_refused_by_vllm() {
+    let v100 = json!({"id": "v100-32gb", "memory_bytes": 34089730048u64, "memory_bandwidth_bytes_per_s": 9e11,
+                      "dense_bf16_flops": 1.25e14, "compute_capability": "7.0"});
+    let mut v = scenario(json!({"kind": "vllm", "max_model_len": 8192}), "llama-3.1-8b-instruct", "h100-80gb", 1);
+    v["hardware"]["gpu"] = v100;
+    let e = resolve(v.clone()).unwrap_err();
+    assert_eq!(e.path, "model.dtype");
+    assert!(e.message.contains("compute capability 7.0") && e.message.contains("float16"), "{e}");
+    let mut card: Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../models/model/llama-3.1-8b-instruct.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    card["dtype"] = json!("float16");
+    v["model"] = card;
+    resolve(v).unwrap();
+}

@@ -160,6 +160,19 @@ pub(super) fn resolve_vllm(
         ));
     }
     check_fp8_weights_on_gpu(EngineKind::Vllm, version, e, model, gpu, dep)?;
+    // `CudaPlatform.check_if_supports_dtype` (0.11.0 on): bfloat16 needs compute capability 8.0.
+    if let Some(c) = gpu.capability().filter(|&c| c < (8, 0) && model.activation_dtype_name() == "bfloat16") {
+        return Err(ConfigError::new(
+            "model.dtype",
+            format!(
+                "{} is bfloat16 and {} has compute capability {}.{}: vLLM refuses it (\"Bfloat16 is only supported \
+                 on GPUs with compute capability of at least 8.0 ... You can use float16 instead by explicitly \
+                 setting the `dtype` flag in CLI, for example: --dtype=half\"); servesim has no dtype flag: give \
+                 the model card dtype float16",
+                model.id, gpu.id, c.0, c.1
+            ),
+        ));
+    }
     let mem_gib = gpu.memory_gib();
     let big = mem_gib >= 70.0 && !gpu.is_a100();
     // `_set_default_args` / `get_batch_defaults` (API server).
