@@ -325,6 +325,14 @@ fn fp8_kv_cache_off_hopper_takes_vllm_s_other_attention_backends() {
     assert_eq!(e.path, "engine.attention_backend");
     assert!(e.message.contains("FlashAttention 3"), "{e}");
     one("0.14.0", "h100-80gb", json!({"attention_backend": "FLASH_ATTN"})).unwrap();
+    // FlashAttention 3 reads e4m3 only: fp8_e5m2 on Hopper fails unless another backend is asked for.
+    for version in ["0.11.0", "0.14.0"] {
+        let e = one(version, "h100-80gb", json!({"kv_cache_dtype": "fp8_e5m2"})).unwrap_err();
+        assert_eq!(e.path, "engine.kv_cache_dtype");
+        assert!(e.message.contains("Unrecognized FP8 dtype"), "{e}");
+    }
+    one("0.14.0", "h100-80gb", json!({"kv_cache_dtype": "fp8_e5m2", "attention_backend": "FLASHINFER"})).unwrap();
+    one("0.14.0", "a100-80gb", json!({"kv_cache_dtype": "fp8_e5m2"})).unwrap();
 }
 
 /// vLLM refuses a bfloat16 model below compute capability 8.0 (a V100 given inline): an error

@@ -150,6 +150,21 @@ pub(super) fn resolve_vllm(
     if let Some(b) = e.attention_backend.as_deref() {
         vllm_attention_lane(gpu, b, dep.kv_dtype_bytes == 1)?;
     }
+    // FlashAttention 3 reads an fp8 KV cache as e4m3 only (`get_fp8_dtype_for_flashattn`:
+    // "Unrecognized FP8 dtype: fp8_e5m2"), and it is the backend vLLM runs on Hopper unless told
+    // otherwise (0.11.0's selector and 0.12 on's priority list both take it for any fp8 there).
+    let flash_attn = match e.attention_backend.as_deref() {
+        Some(b) => b.eq_ignore_ascii_case("FLASH_ATTN"),
+        None => gpu.capability().is_some_and(|c| c.0 == 9),
+    };
+    if flash_attn && dep.kv_cache_dtype == "fp8_e5m2" {
+        return Err(ConfigError::new(
+            "engine.kv_cache_dtype",
+            "fp8_e5m2 with vLLM's FlashAttention (its backend on Hopper unless attention_backend says \
+             otherwise): FlashAttention 3 reads an fp8 KV cache as e4m3 only, and vLLM fails with \
+             \"Unrecognized FP8 dtype: fp8_e5m2\"; use fp8 / fp8_e4m3, or attention_backend FLASHINFER",
+        ));
+    }
     let vs = e.version.as_deref().unwrap_or(VLLM_DEFAULT);
     let version = Version::parse(vs)
         .ok_or_else(|| ConfigError::new("engine.version", format!("expected a version like \"0.28.0\", got {vs:?}")))?;
