@@ -355,3 +355,25 @@ fn bfloat16_below_compute_capability_8_is_refused_by_vllm() {
     v["model"] = card;
     resolve(v).unwrap();
 }
+
+/// SGLang's fa3 (its Hopper default) reads fp8 KV as e4m3 only: from 0.5.5 an fp8_e5m2 cache
+/// moves it to triton (which no table measured: the cost source says so), before that it is not
+/// modelled; e4m3 stays on fa3, whose tables hold fp8-KV attention.
+#[test]
+fn sglang_fa3_with_an_fp8_e5m2_cache_falls_back_to_triton_from_0_5_5() {
+    let one = |version: &str, kv: &str| {
+        resolve(scenario(
+            json!({"kind": "sglang", "version": version, "kv_cache_dtype": kv}),
+            "llama-3.1-8b-instruct",
+            "h100-80gb",
+            1,
+        ))
+    };
+    let s = one("0.5.6", "fp8_e5m2").unwrap().cost.source();
+    assert!(s.contains("no measured triton attention"), "{s}");
+    let s = one("0.5.6", "fp8_e4m3").unwrap().cost.source();
+    assert!(!s.contains("no measured"), "{s}");
+    let e = one("0.5.4", "fp8_e5m2").unwrap_err();
+    assert_eq!(e.path, "engine.kv_cache_dtype");
+    assert!(e.message.contains("0.5.5"), "{e}");
+}

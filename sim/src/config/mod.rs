@@ -481,7 +481,14 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
     // by the engine's resolution above), else SGLang's default on the SM100 family from 0.5.7
     // (`trtllm_mha`, next to `flashinfer` in the tables; docs/sglang.md §5), vLLM's with an fp8
     // KV cache off Hopper (`vllm_default_attention_lane`); else the tables' own order.
+    let sglang_e5m2_triton = |c: &SglangConfig| {
+        let given = s.engine.attention_backend.as_deref();
+        let resolved = sglang::sglang_attention_backend(c.version, &gpu, given).ok().flatten();
+        sglang::sglang_fa3_e5m2_fallback(c.version, resolved, &deployment.kv_cache_dtype).as_deref() == Some("triton")
+            && given != Some("triton")
+    };
     let attention_lane = match (&engine, s.engine.attention_backend.as_deref()) {
+        (EngineSpec::Sglang(c), _) if sglang_e5m2_triton(c) => Some("triton"),
         (EngineSpec::Sglang(_), Some(b)) => Some(b),
         (EngineSpec::Vllm(_), Some(b)) => Some(vllm::vllm_attention_lane(&gpu, b, deployment.kv_dtype_bytes == 1)?),
         (EngineSpec::Vllm(c), None) => {

@@ -113,6 +113,20 @@ pub(super) fn resolve_sglang(
         }
     };
     let attention_backend = sglang_attention_backend(version, gpu, e.attention_backend.as_deref())?;
+    if attention_backend.as_deref() == Some("fa3")
+        && dep.kv_cache_dtype == "fp8_e5m2"
+        && version < SGLANG_FA3_E5M2_TRITON
+    {
+        return Err(ConfigError::new(
+            "engine.kv_cache_dtype",
+            format!(
+                "fp8_e5m2 with SGLang's fa3 attention (its default on Hopper) under {version} is not modelled: \
+                 FlashAttention 3 reads an fp8 KV cache as e4m3 only, and only from {SGLANG_FA3_E5M2_TRITON} does \
+                 SGLang fall back to triton for e5m2; use fp8_e4m3, or attention_backend flashinfer"
+            ),
+        ));
+    }
+    let attention_backend = sglang_fa3_e5m2_fallback(version, attention_backend, &dep.kv_cache_dtype);
     let page_size = sglang_page_size(version, attention_backend.as_deref(), f.page_size)?;
     if let Some(c) = chunked_prefill_size {
         if c < page_size {
@@ -339,6 +353,23 @@ pub fn sglang_attention_backend(version: Version, gpu: &GpuCard, given: Option<&
             ))
         }
         _ => Ok(Some(b.to_string())),
+    }
+}
+
+/// The first SGLang release that moves fa3 with an fp8_e5m2 KV cache to triton
+/// (`server_args.py`: "FlashAttention3 only supports fp8_e4m3 if using FP8; Setting attention
+/// backend to triton."; read in the 0.5.4, 0.5.5 and 0.5.23 wheels, where it sits in
+/// `arg_groups/overrides.py`).
+pub const SGLANG_FA3_E5M2_TRITON: Version = Version::new(0, 5, 5);
+
+/// SGLang's attention backend after its fa3 → triton fallback for an fp8_e5m2 KV cache
+/// ([`SGLANG_FA3_E5M2_TRITON`]); `backend` as [`sglang_attention_backend`] resolved it.
+pub fn sglang_fa3_e5m2_fallback(version: Version, backend: Option<String>, kv_cache_dtype: &str) -> Option<String> {
+    match backend {
+        Some(b) if b == "fa3" && kv_cache_dtype == "fp8_e5m2" && version >= SGLANG_FA3_E5M2_TRITON => {
+            Some("triton".into())
+        }
+        other => other,
     }
 }
 
