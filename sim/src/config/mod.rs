@@ -478,24 +478,27 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
         }
     };
     // The lane of the kernel tables that times attention: a given `attention_backend` (checked
-    // by the engine's resolution above), else SGLang's default on the SM100 family from 0.5.7
-    // (`trtllm_mha`, next to `flashinfer` in the tables; docs/sglang.md §5), vLLM's with an fp8
-    // KV cache off Hopper (`vllm_default_attention_lane`); else the tables' own order.
-    let sglang_e5m2_triton = |c: &SglangConfig| {
-        let given = s.engine.attention_backend.as_deref();
-        let resolved = sglang::sglang_attention_backend(c.version, &gpu, given).ok().flatten();
-        sglang::sglang_fa3_e5m2_fallback(c.version, resolved, &deployment.kv_cache_dtype).as_deref() == Some("triton")
-            && given != Some("triton")
+    // by the engine's resolution above); SGLang's backend as it resolves it (its default:
+    // `trtllm_mha` on the SM100 family from 0.5.7, next to `flashinfer` in the tables, `fa3` on
+    // Hopper, `flashinfer` elsewhere; docs/sglang.md §5); vLLM's default with an fp8 KV cache off
+    // Hopper (`vllm_default_attention_lane`); else the tables' own order.
+    // SGLang's backend as it runs (given or its default, after its fa3 → triton fallback for an
+    // fp8_e5m2 cache): the lane, so that the cost source says where no table measured it (the
+    // A100's SGLang tables hold FlashAttention, not its default FlashInfer).
+    let sglang_backend = match &engine {
+        EngineSpec::Sglang(c) => sglang::sglang_fa3_e5m2_fallback(
+            c.version,
+            sglang::sglang_attention_backend(c.version, &gpu, s.engine.attention_backend.as_deref())?,
+            &deployment.kv_cache_dtype,
+        ),
+        EngineSpec::Vllm(_) => None,
     };
     let attention_lane = match (&engine, s.engine.attention_backend.as_deref()) {
-        (EngineSpec::Sglang(c), _) if sglang_e5m2_triton(c) => Some("triton"),
-        (EngineSpec::Sglang(_), Some(b)) => Some(b),
+        (EngineSpec::Sglang(_), _) => sglang_backend.as_deref(),
         (EngineSpec::Vllm(_), Some(b)) => Some(vllm::vllm_attention_lane(&gpu, b, deployment.kv_dtype_bytes == 1)?),
         (EngineSpec::Vllm(c), None) => {
             vllm::vllm_default_attention_lane(c.version, &gpu, deployment.kv_dtype_bytes == 1)
         }
-        (EngineSpec::Sglang(c), None) if sglang::sglang_default_trtllm_mha(c.version, &gpu) => Some("trtllm_mha"),
-        _ => None,
     };
     // The engine's own kernel layout: vLLM's all-reduce + add + RMSNorm fusion (docs/vllm.md
     // §9: the steps it covers), SGLang's small kernels a layer (docs/sglang.md §9).
