@@ -48,6 +48,44 @@ fn bad_inputs_are_refused_naming_the_cause() {
         (&["sweep", "--concurrency", "1,2", "--jobs", "0"], 2, "--jobs"),
         (&["sweep", "--concurrency", "1,2", "--plot", "x.png"], 2, ".svg"),
         (&["simulate", "--plot", "x.png"], 2, ".svg"),
+        // What the engines refuse on the GPU asked for (docs/vllm.md §7b, §10).
+        (
+            &[
+                "simulate",
+                "--set",
+                r#"hardware={"gpu":"a100-80gb","count":4}"#,
+                "--set",
+                "engine.tensor_parallel_size=4",
+                "--set",
+                "model=llama-3.1-70b-instruct-fp8",
+            ],
+            2,
+            "model.quantization_method",
+        ),
+        (
+            &[
+                "simulate",
+                "--set",
+                r#"hardware={"gpu":"a100-80gb","count":1}"#,
+                "--set",
+                "engine.kv_cache_dtype=fp8",
+                "--set",
+                "engine.attention_backend=FLASH_ATTN",
+            ],
+            2,
+            "FlashAttention 3",
+        ),
+        (
+            &[
+                "simulate",
+                "--set",
+                r#"hardware={"gpu":"h100-80gb","count":1}"#,
+                "--set",
+                "engine.kv_cache_dtype=fp8_e5m2",
+            ],
+            2,
+            "Unrecognized FP8 dtype",
+        ),
         // Fields a trace does not use.
         (&["simulate", trace, "--set", "workload.random_input_len=100"], 2, "workload.random_input_len"),
         (&["simulate", trace, "--set", "workload.num_prompts=100000"], 2, "workload.num_prompts"),
