@@ -1101,6 +1101,19 @@ mod tests {
         (model, gpu)
     }
 
+    /// The composed cost of `model` on `gpu` under `engine` as `dep`, from the GPU's provider,
+    /// with vLLM's 512-token graph rule and the engine's synchronous CPU term at TP `tp`.
+    fn build_on(
+        model: &crate::cards::ModelCard,
+        gpu: &crate::cards::GpuCard,
+        engine: &str,
+        dep: &Deployment,
+        tp: u32,
+    ) -> ComposedCost {
+        let (p, src) = provider_for(gpu, engine, FALLBACK, None).unwrap();
+        ComposedCost::build(model, gpu, dep, GraphRule::VllmTokens(512), &p, src, 5.0, 0.7, sync_cpu(engine, tp), None)
+    }
+
     #[test]
     fn expected_max_of_normals_matches_closed_forms_and_its_integral() {
         use super::{expected_max_by_integral, expected_max_of_normals};
@@ -1295,21 +1308,7 @@ mod tests {
     fn a_synchronous_step_adds_its_engines_cpu_time_and_an_overlapped_one_hides_it() {
         let (model, gpu) = &llama8b_h100();
         let dep = Deployment::single(model);
-        let build = |engine: &str, tp: u32| {
-            let (p, src) = provider_for(gpu, engine, FALLBACK, None).unwrap();
-            ComposedCost::build(
-                model,
-                gpu,
-                &dep,
-                GraphRule::VllmTokens(512),
-                &p,
-                src,
-                5.0,
-                0.7,
-                sync_cpu(engine, tp),
-                None,
-            )
-        };
+        let build = |engine: &str, tp: u32| build_on(model, gpu, engine, &dep, tp);
         let (vllm, vllm_tp, sglang) = (build("vllm", 1), build("vllm", 2), build("sglang", 1));
         for b in [1u64, 8, 64] {
             let sync = StepShape::decodes(b, b * 2048);
@@ -1333,21 +1332,7 @@ mod tests {
     fn element_wise_kernels_carry_a_fixed_time_and_compiled_vllm_fuses_fp8_quantisations() {
         let (model, gpu) = &llama8b_h100();
         let layers = f64::from(model.num_layers);
-        let build = |engine: &str, dep: &Deployment| {
-            let (p, src) = provider_for(gpu, engine, FALLBACK, None).unwrap();
-            ComposedCost::build(
-                model,
-                gpu,
-                dep,
-                GraphRule::VllmTokens(512),
-                &p,
-                src,
-                5.0,
-                0.7,
-                sync_cpu(engine, 1),
-                None,
-            )
-        };
+        let build = |engine: &str, dep: &Deployment| build_on(model, gpu, engine, dep, 1);
         // bf16: the linear part of a step is its GEMMs, the element-wise bytes and the fixed time.
         let bf16 = Deployment::single(model);
         let c = build("vllm", &bf16);
@@ -1386,21 +1371,7 @@ mod tests {
         let model = res.models.iter().find(|m| m.id == "llama-3.1-8b-instruct").unwrap().clone();
         let gpu = res.gpus.iter().find(|g| g.id == "a100-80gb").unwrap().clone();
         assert!(!gpu.has_fp8_tensor_cores() && llama8b_h100().1.has_fp8_tensor_cores());
-        let build = |dep: &Deployment| {
-            let (p, src) = provider_for(&gpu, "vllm", FALLBACK, None).unwrap();
-            ComposedCost::build(
-                &model,
-                &gpu,
-                dep,
-                GraphRule::VllmTokens(512),
-                &p,
-                src,
-                5.0,
-                0.7,
-                sync_cpu("vllm", 1),
-                None,
-            )
-        };
+        let build = |dep: &Deployment| build_on(&model, &gpu, "vllm", dep, 1);
         let bf16 = Deployment::single(&model);
         let fp8 = Deployment { quantization: Some("fp8".into()), linear_weight_bytes: 1, ..bf16.clone() };
         let (b, f) = (build(&bf16), build(&fp8));
