@@ -336,9 +336,10 @@ fn fp8_kv_cache_off_hopper_takes_vllm_s_other_attention_backends() {
 }
 
 /// vLLM refuses a bfloat16 model below compute capability 8.0 (a V100 given inline): an error
-/// naming the field, as vLLM's own start-up error; a float16 card runs.
+/// naming the field, as vLLM's own start-up error; a float16 card runs. SGLang refuses any model
+/// below SM75 and runs one in float16 from SM75.
 #[test]
-fn bfloat16_below_compute_capability_8_is_refused_by_vllm() {
+fn gpus_below_what_the_engines_run_on_are_refused() {
     let v100 = json!({"id": "v100-32gb", "memory_bytes": 34089730048u64, "memory_bandwidth_bytes_per_s": 9e11,
                       "dense_bf16_flops": 1.25e14, "compute_capability": "7.0"});
     let mut v = scenario(json!({"kind": "vllm", "max_model_len": 8192}), "llama-3.1-8b-instruct", "h100-80gb", 1);
@@ -353,6 +354,13 @@ fn bfloat16_below_compute_capability_8_is_refused_by_vllm() {
     .unwrap();
     card["dtype"] = json!("float16");
     v["model"] = card;
+    resolve(v.clone()).unwrap();
+    // SGLang stops below SM75 ("SGLang only supports sm75 and above.") and runs float16 above it.
+    v["engine"] = json!({"kind": "sglang", "context_length": 8192});
+    let e = resolve(v.clone()).unwrap_err();
+    assert_eq!(e.path, "hardware.compute_capability");
+    assert!(e.message.contains("sm75"), "{e}");
+    v["hardware"]["gpu"]["compute_capability"] = json!("7.5");
     resolve(v).unwrap();
 }
 

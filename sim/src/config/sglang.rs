@@ -78,6 +78,17 @@ pub(super) fn resolve_sglang(
         ));
     }
     check_fp8_weights_on_gpu(EngineKind::Sglang, version, e, model, gpu, dep)?;
+    // `ModelRunner.load_model` (0.4.10–0.5.23): below SM80 it runs float16 instead of bfloat16 (the
+    // same bytes and speed here), and below SM75 it stops.
+    if let Some(c) = gpu.capability().filter(|c| c.0 < 8 && c.1 < 5) {
+        return Err(ConfigError::new(
+            "hardware.compute_capability",
+            format!(
+                "{} has compute capability {}.{}: SGLang refuses it at start-up (\"SGLang only supports sm75 and above.\")",
+                gpu.id, c.0, c.1
+            ),
+        ));
+    }
     let mem_gib = gpu.memory_gib();
     // 0.5.3's `_handle_gpu_memory_settings` moved 35–60 GB cards to 4,096 (0.4.10–0.5.2: 8,192).
     let new_defaults = version >= SGLANG_GPU_MEMORY_SETTINGS;
