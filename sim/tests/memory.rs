@@ -385,3 +385,33 @@ fn sglang_fa3_with_an_fp8_e5m2_cache_falls_back_to_triton_from_0_5_5() {
     assert_eq!(e.path, "engine.kv_cache_dtype");
     assert!(e.message.contains("0.5.5"), "{e}");
 }
+
+/// `kv_cache_dtype` takes what each engine's `--kv-cache-dtype` takes: float16 is neither's;
+/// vLLM's bfloat16 runs under 0.11.0's selector and is not modelled from 0.12 (no dense backend
+/// takes it); SGLang's bf16 / bfloat16 from 0.5.4.
+#[test]
+fn kv_cache_dtype_values_are_the_engines_choices() {
+    let one = |kind: &str, version: &str, kv: &str| {
+        resolve(scenario(
+            json!({"kind": kind, "version": version, "kv_cache_dtype": kv}),
+            "llama-3.1-8b-instruct",
+            "h100-80gb",
+            1,
+        ))
+    };
+    for (kind, version) in [("vllm", "0.14.0"), ("sglang", "0.5.6")] {
+        let e = one(kind, version, "float16").unwrap_err();
+        assert_eq!(e.path, "engine.kv_cache_dtype", "{kind}");
+        assert!(e.message.contains("choices"), "{e}");
+        for kv in ["auto", "fp8_e4m3"] {
+            one(kind, version, kv).unwrap();
+        }
+    }
+    one("vllm", "0.11.0", "bfloat16").unwrap();
+    let e = one("vllm", "0.14.0", "bfloat16").unwrap_err();
+    assert!(e.message.contains("not modelled"), "{e}");
+    assert!(one("vllm", "0.14.0", "bf16").is_err());
+    one("sglang", "0.5.4", "bf16").unwrap();
+    let e = one("sglang", "0.5.3", "bfloat16").unwrap_err();
+    assert!(e.message.contains("from 0.5.4"), "{e}");
+}

@@ -78,6 +78,27 @@ pub(super) fn resolve_sglang(
         ));
     }
     check_fp8_weights_on_gpu(EngineKind::Sglang, version, e, model, gpu, dep)?;
+    // `--kv-cache-dtype`'s choices (`server_args.py`): auto, fp8_e5m2, fp8_e4m3, and bf16 /
+    // bfloat16 from 0.5.4 (0.4.10–0.5.3 read without them). servesim also takes vLLM's `fp8`
+    // (e4m3), which scenarios translated from vLLM and the browser page pass.
+    match e.kv_cache_dtype.as_deref() {
+        None | Some("auto" | "fp8" | "fp8_e4m3" | "fp8_e5m2") => {}
+        Some("bf16" | "bfloat16") if version >= SGLANG_BF16_KV_CHOICE => {}
+        Some(other) => {
+            return Err(ConfigError::new(
+                "engine.kv_cache_dtype",
+                format!(
+                    "{other:?} is not among SGLang {version}'s --kv-cache-dtype choices (auto, fp8_e5m2, fp8_e4m3{}); \
+                     auto is the model's own dtype",
+                    if version >= SGLANG_BF16_KV_CHOICE {
+                        ", bf16, bfloat16"
+                    } else {
+                        "; bf16 and bfloat16 from 0.5.4"
+                    }
+                ),
+            ))
+        }
+    }
     // `ModelRunner.load_model` (0.4.10–0.5.23): below SM80 it runs float16 instead of bfloat16 (the
     // same bytes and speed here), and below SM75 it stops.
     if let Some(c) = gpu.capability().filter(|c| c.0 < 8 && c.1 < 5) {
@@ -366,6 +387,10 @@ pub fn sglang_attention_backend(version: Version, gpu: &GpuCard, given: Option<&
         _ => Ok(Some(b.to_string())),
     }
 }
+
+/// The first SGLang release whose `--kv-cache-dtype` takes `bf16` / `bfloat16` (read in the 0.5.3
+/// and 0.5.4 wheels).
+pub const SGLANG_BF16_KV_CHOICE: Version = Version::new(0, 5, 4);
 
 /// The first SGLang release that moves fa3 with an fp8_e5m2 KV cache to triton
 /// (`server_args.py`: "FlashAttention3 only supports fp8_e4m3 if using FP8; Setting attention

@@ -175,6 +175,37 @@ pub(super) fn resolve_vllm(
         ));
     }
     check_fp8_weights_on_gpu(EngineKind::Vllm, version, e, model, gpu, dep)?;
+    // `--kv-cache-dtype`'s choices (`config/cache.py` `CacheDType`, 0.11.0–0.14.0): auto, bfloat16,
+    // fp8, fp8_e4m3, fp8_e5m2 (and fp8_inc / fp8_ds_mla, for Gaudi and MLA). From 0.12 the
+    // selector asks each backend's `supports_kv_cache_dtype`, and the dense backends of 0.14.0
+    // take auto and fp8 only (bfloat16 is for models whose cache defaults to fp8), so vLLM finds
+    // no attention backend: not modelled.
+    match e.kv_cache_dtype.as_deref() {
+        None | Some("auto" | "fp8" | "fp8_e4m3" | "fp8_e5m2") => {}
+        Some("bfloat16") if version < VLLM_BACKEND_PRIORITIES => {}
+        Some("bfloat16") => {
+            return Err(ConfigError::new(
+                "engine.kv_cache_dtype",
+                format!(
+                    "bfloat16 under vLLM {version} is not modelled: from {VLLM_BACKEND_PRIORITIES} vLLM picks the \
+                     attention backend by the KV dtype it supports, and the dense backends read (0.14.0) take only \
+                     auto and fp8 (bfloat16 is for models whose KV cache defaults to fp8); auto gives {}'s own \
+                     dtype, {}",
+                    model.id,
+                    model.activation_dtype_name()
+                ),
+            ))
+        }
+        Some(other) => {
+            return Err(ConfigError::new(
+                "engine.kv_cache_dtype",
+                format!(
+                    "{other:?} is not among vLLM's --kv-cache-dtype choices that servesim models (auto, bfloat16, \
+                     fp8, fp8_e4m3, fp8_e5m2); auto is the model's own dtype"
+                ),
+            ))
+        }
+    }
     // `CudaPlatform.check_if_supports_dtype` (0.11.0 on): bfloat16 needs compute capability 8.0.
     if let Some(c) = gpu.capability().filter(|&c| c < (8, 0) && model.activation_dtype_name() == "bfloat16") {
         return Err(ConfigError::new(
