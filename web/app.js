@@ -14,7 +14,8 @@ const KNOBS = [
   { key: 'mrun', label: 'Running cap', flags: { vllm: 'max_num_seqs', sglang: 'max_running_requests' }, min: 1, max: 512, step: 1, from: (r) => r.max_running },
   { key: 'budget', label: 'Token budget per step', flags: { vllm: 'max_num_batched_tokens', sglang: 'chunked_prefill_size' }, min: 256, max: 16384, step: 256, from: (r) => r.chunk, hint: 'SGLang: -1 turns chunking off' },
   { key: 'mem', label: 'Memory fraction', flags: { vllm: 'gpu_memory_utilization', sglang: 'mem_fraction_static' }, min: 0.5, max: 0.98, step: 0.01, from: (r) => (r.memory_fraction == null ? null : r.memory_fraction) },
-  { key: 'dtype', label: 'KV cache dtype', flags: { vllm: 'kv_cache_dtype', sglang: 'kv_cache_dtype' }, choices: ['auto', 'fp8'], from: (r) => r.kv_cache_dtype_raw || 'auto' },
+  // fp8 is vLLM's name for an e4m3 cache; SGLang's --kv-cache-dtype calls it fp8_e4m3.
+  { key: 'dtype', label: 'KV cache dtype', flags: { vllm: 'kv_cache_dtype', sglang: 'kv_cache_dtype' }, values: { sglang: { fp8: 'fp8_e4m3' } }, choices: ['auto', 'fp8'], from: (r) => r.kv_cache_dtype_raw || 'auto' },
   { key: 'tp', label: 'Tensor parallel size', flags: { vllm: 'tensor_parallel_size', sglang: 'tp_size' }, choices: ['1', '2', '4', '8'], from: (r) => String(r.tensor_parallel_size) },
 ];
 const LOAD = [
@@ -115,7 +116,11 @@ function knobSets(kind) {
     if (kind === 'vllm') sets.push('engine.kv_cache_tokens=null', 'engine.num_gpu_blocks_override=null');
     else sets.push('engine.max_total_tokens=null');
   }
-  for (const k of KNOBS) if (v[k.key] != null && v[k.key] !== '') sets.push(`engine.${k.flags[kind]}=${v[k.key]}`);
+  for (const k of KNOBS) {
+    if (v[k.key] == null || v[k.key] === '') continue;
+    const named = k.values && k.values[kind] && k.values[kind][v[k.key]];
+    sets.push(`engine.${k.flags[kind]}=${named || v[k.key]}`);
+  }
   const f = datasetFields(base);
   for (const k of ['in', 'out', 'prefix']) if (f[k] && v[k] != null && v[k] !== '') sets.push(`workload.${f[k]}=${v[k]}`);
   return sets;
@@ -316,7 +321,10 @@ function defaultOf(k, kind) {
     case 'mrun': return r.max_running;
     case 'budget': return r.chunk;
     case 'mem': return r.memory_fraction == null ? '' : r.memory_fraction;
-    case 'dtype': return r.scenario.engine && r.scenario.engine.kv_cache_dtype ? r.scenario.engine.kv_cache_dtype : 'auto';
+    case 'dtype': {
+      const d = r.scenario.engine && r.scenario.engine.kv_cache_dtype;
+      return d && d.startsWith('fp8') ? 'fp8' : 'auto';
+    }
     case 'tp': return String(r.tensor_parallel_size);
     case 'c': return r.max_concurrency || 1;
     case 'rate': return r.request_rate || 1;

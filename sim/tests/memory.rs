@@ -63,8 +63,9 @@ fn an_fp8_kv_cache_doubles_the_pool() {
     for (kind, frac) in [("vllm", "gpu_memory_utilization"), ("sglang", "mem_fraction_static")] {
         let base =
             resolve(scenario(json!({"kind": kind, frac: 0.9}), "llama-3.1-8b-instruct", "h100-80gb", 1)).unwrap();
+        let name = if kind == "vllm" { "fp8" } else { "fp8_e4m3" };
         let fp8 = resolve(scenario(
-            json!({"kind": kind, frac: 0.9, "kv_cache_dtype": "fp8"}),
+            json!({"kind": kind, frac: 0.9, "kv_cache_dtype": name}),
             "llama-3.1-8b-instruct",
             "h100-80gb",
             1,
@@ -412,6 +413,8 @@ fn kv_cache_dtype_values_are_the_engines_choices() {
     assert!(e.message.contains("not modelled"), "{e}");
     assert!(one("vllm", "0.14.0", "bf16").is_err());
     one("sglang", "0.5.4", "bf16").unwrap();
+    let e = one("sglang", "0.5.6", "fp8").unwrap_err();
+    assert!(e.message.contains("fp8_e4m3"), "{e}");
     let e = one("sglang", "0.5.3", "bfloat16").unwrap_err();
     assert!(e.message.contains("from 0.5.4"), "{e}");
 }

@@ -264,6 +264,8 @@ pub fn translate_engine(
         let mapped: Option<(&str, Value)> = match (from, k.as_str()) {
             (_, "kind") => None,
             // Both engines' fields, and the parallelism and graph flags under each one's name.
+            // vLLM's `fp8` KV cache is e4m3; SGLang's `--kv-cache-dtype` names it `fp8_e4m3` only.
+            (EngineKind::Vllm, "kv_cache_dtype") if v.as_str() == Some("fp8") => Some((k.as_str(), "fp8_e4m3".into())),
             (_, "kv_cache_dtype" | "quantization") => Some((k.as_str(), v.clone())),
             (EngineKind::Vllm, "tensor_parallel_size") => Some(("tp_size", v.clone())),
             (EngineKind::Sglang, "tp_size") => Some(("tensor_parallel_size", v.clone())),
@@ -467,7 +469,7 @@ mod tests {
         )
         .unwrap();
         let (sg, notes) = translate_engine(&v, EngineKind::Sglang).unwrap();
-        assert_eq!(sg["kv_cache_dtype"], "fp8");
+        assert_eq!(sg["kv_cache_dtype"], "fp8_e4m3");
         assert_eq!(sg["quantization"], "fp8");
         assert_eq!(sg["tp_size"], 2);
         assert_eq!(sg["pp_size"], 1);
@@ -477,8 +479,9 @@ mod tests {
         assert!(!sg.contains_key("attention_backend"));
         assert!(notes.iter().any(|n| n.contains("attention_backend")), "{notes:?}");
         let (back, _) = translate_engine(&sg, EngineKind::Vllm).unwrap();
+        // vLLM takes SGLang's name for its fp8 (e4m3) cache as it is.
+        assert_eq!(back["kv_cache_dtype"], "fp8_e4m3");
         for k in [
-            "kv_cache_dtype",
             "quantization",
             "tensor_parallel_size",
             "pipeline_parallel_size",

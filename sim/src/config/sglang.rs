@@ -79,10 +79,16 @@ pub(super) fn resolve_sglang(
     }
     check_fp8_weights_on_gpu(EngineKind::Sglang, version, e, model, gpu, dep)?;
     // `--kv-cache-dtype`'s choices (`server_args.py`): auto, fp8_e5m2, fp8_e4m3, and bf16 /
-    // bfloat16 from 0.5.4 (0.4.10–0.5.3 read without them). servesim also takes vLLM's `fp8`
-    // (e4m3), which scenarios translated from vLLM and the browser page pass.
+    // bfloat16 from 0.5.4 (0.4.10–0.5.3 read without them). vLLM's `fp8` (e4m3) is not one:
+    // translation from vLLM and the browser page pass `fp8_e4m3`.
     match e.kv_cache_dtype.as_deref() {
-        None | Some("auto" | "fp8" | "fp8_e4m3" | "fp8_e5m2") => {}
+        None | Some("auto" | "fp8_e4m3" | "fp8_e5m2") => {}
+        Some("fp8") => {
+            return Err(ConfigError::new(
+                "engine.kv_cache_dtype",
+                "fp8 is vLLM's name: SGLang's --kv-cache-dtype takes fp8_e4m3 (what vLLM's fp8 is) or fp8_e5m2",
+            ))
+        }
         Some("bf16" | "bfloat16") if version >= SGLANG_BF16_KV_CHOICE => {}
         Some(other) => {
             return Err(ConfigError::new(
