@@ -196,7 +196,7 @@ pub fn kv_cache_dtype(name: Option<&str>, model: &ModelCard) -> Result<(String, 
 pub const SGLANG_FP8_MARLIN_AUTO: Version = Version::new(0, 5, 1);
 
 /// What the engine does with fp8 linear weights on a GPU without FP8 tensor cores (compute
-/// capability below 8.9: the A100), read in the engines' wheels (docs/vllm.md §9):
+/// capability below 8.9: the A100), read in the engines' wheels (docs/vllm.md §10):
 ///
 /// * a ModelOpt FP8 checkpoint (`quantization_method` `modelopt`) is refused at start-up by
 ///   both engines (`ModelOptFp8Config.get_min_capability()` is 89, checked by vLLM's
