@@ -58,6 +58,7 @@ pub fn text(e: &Explanation) -> String {
             None => String::new(),
         }
     );
+    let _ = writeln!(s, "Step cost source: {}", e.point.cost_source);
     if let Some(c) = &e.step_cpu {
         let _ = writeln!(s, "Host CPU per step: {c}");
     }

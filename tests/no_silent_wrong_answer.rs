@@ -269,6 +269,8 @@ fn the_default_knee_is_42_in_sweep_and_explain() {
     let (c, out, _) = run(&["explain", "validation/llmd-exp0/scenario-1.json"]);
     assert_eq!(c, 0);
     assert!(out.contains("KV pool derived from gpu_memory_utilization") && out.contains("CUDA graphs"), "{out}");
+    // It says what timed the steps (issue #12: `explain` names the cost source).
+    assert!(out.contains("Step cost source: aiconfigurator-core"), "{out}");
     // A sweep that never saturates says so.
     let (c, out, _) = run(&["sweep", "--concurrency", "1,2,4", "--num-prompts", "8"]);
     assert_eq!(c, 0);

@@ -481,13 +481,8 @@ mod tests {
         let (back, _) = translate_engine(&sg, EngineKind::Vllm).unwrap();
         // vLLM takes SGLang's name for its fp8 (e4m3) cache as it is.
         assert_eq!(back["kv_cache_dtype"], "fp8_e4m3");
-        for k in [
-            "quantization",
-            "tensor_parallel_size",
-            "pipeline_parallel_size",
-            "enforce_eager",
-            "async_scheduling",
-        ] {
+        for k in ["quantization", "tensor_parallel_size", "pipeline_parallel_size", "enforce_eager", "async_scheduling"]
+        {
             assert_eq!(back[k], v[k], "{k}");
         }
     }
