@@ -355,7 +355,14 @@ fn gpus_below_what_the_engines_run_on_are_refused() {
     .unwrap();
     card["dtype"] = json!("float16");
     v["model"] = card;
-    resolve(v.clone()).unwrap();
+    // FlashAttention needs 8.0: 0.11.0 runs FlexAttention there, 0.12 on Triton below 7.5; no
+    // table measured either, and the cost source says so.
+    let s = resolve(v.clone()).unwrap().cost.source();
+    assert!(s.contains("no measured triton attention"), "{s}");
+    let mut old = v.clone();
+    old["engine"]["version"] = json!("0.11.0");
+    let s = resolve(old).unwrap().cost.source();
+    assert!(s.contains("no measured flex attention"), "{s}");
     // SGLang stops below SM75 ("SGLang only supports sm75 and above.") and runs float16 above it.
     v["engine"] = json!({"kind": "sglang", "context_length": 8192});
     let e = resolve(v.clone()).unwrap_err();

@@ -125,9 +125,22 @@ pub const VLLM_BACKEND_PRIORITIES: Version = Version::new(0, 12, 0);
 /// (`platforms/cuda.py`: `(has_sink or use_fp8_kv_cache) and not is_device_capability(90)` →
 /// `TRITON_ATTN`, after FlashInfer's own branch on exactly 10.0) and 0.12 on the next in its
 /// priority list that reads fp8, FlashInfer (`[FLASH_ATTN, FLASHINFER, TRITON_ATTN, ...]`; major
-/// 10 lists FlashInfer first anyway). `None`: the tables' default lane (docs/vllm.md §7b).
+/// 10 lists FlashInfer first anyway). Below capability 8.0, whatever the cache: FlexAttention
+/// (0.11.0), FlashInfer (0.12 on, from 7.5) or Triton. `None`: the tables' default lane
+/// (docs/vllm.md §7b).
 pub fn vllm_default_attention_lane(version: Version, gpu: &GpuCard, fp8_kv: bool) -> Option<&'static str> {
     let c = gpu.capability()?;
+    // Below compute capability 8.0 FlashAttention does not run: 0.11.0 takes FlexAttention ("the
+    // default for older GPUs"), 0.12 on the next of its list, FlashInfer from 7.5, else Triton.
+    if c < (8, 0) {
+        return Some(if version < VLLM_BACKEND_PRIORITIES {
+            "flex"
+        } else if c >= (7, 5) {
+            "flashinfer"
+        } else {
+            "triton"
+        });
+    }
     if !fp8_kv || c.0 == 9 {
         return None;
     }
