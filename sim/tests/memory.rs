@@ -394,9 +394,10 @@ fn sglang_fa3_with_an_fp8_e5m2_cache_falls_back_to_triton_from_0_5_5() {
     assert!(e.message.contains("0.5.5"), "{e}");
 }
 
-/// `kv_cache_dtype` takes what each engine's `--kv-cache-dtype` takes: float16 is neither's;
-/// vLLM's bfloat16 runs under 0.11.0's selector and is not modelled from 0.12 (no dense backend
-/// takes it); SGLang's bf16 / bfloat16 from 0.5.4.
+/// `kv_cache_dtype` takes what each engine's `--kv-cache-dtype` takes: vLLM's bfloat16 runs under
+/// 0.11.0's selector, is not modelled in 0.11.1–0.14.x (no dense backend takes it) and runs again
+/// from 0.15.0; float16 is vLLM's from 0.18.0 and never SGLang's; SGLang's bf16 / bfloat16 from
+/// 0.5.4.
 #[test]
 fn kv_cache_dtype_values_are_the_engines_choices() {
     let one = |kind: &str, version: &str, kv: &str| {
@@ -416,8 +417,16 @@ fn kv_cache_dtype_values_are_the_engines_choices() {
         }
     }
     one("vllm", "0.11.0", "bfloat16").unwrap();
-    let e = one("vllm", "0.14.0", "bfloat16").unwrap_err();
-    assert!(e.message.contains("not modelled"), "{e}");
+    for version in ["0.11.2", "0.14.0"] {
+        let e = one("vllm", version, "bfloat16").unwrap_err();
+        assert!(e.message.contains("not modelled"), "{e}");
+    }
+    one("vllm", "0.15.0", "bfloat16").unwrap();
+    let e = one("vllm", "0.17.0", "float16").unwrap_err();
+    assert!(e.message.contains("float16 from 0.18.0"), "{e}");
+    for kv in ["bfloat16", "float16"] {
+        one("vllm", "0.28.0", kv).unwrap();
+    }
     assert!(one("vllm", "0.14.0", "bf16").is_err());
     one("sglang", "0.5.4", "bf16").unwrap();
     let e = one("sglang", "0.5.6", "fp8").unwrap_err();

@@ -100,14 +100,14 @@ pub fn vllm_attention_lane(gpu: &GpuCard, given: &str, fp8_kv: bool) -> Result<&
     match (name, cc) {
         ("FLASH_ATTN", Some(c)) if c < (8, 0) => refuse("compute capability 8.0 and above"),
         // `flash_attn_supports_fp8()`: FlashAttention 3 on major 9 only (0.11: "FlashAttention does
-        // not support fp8 kv-cache on this device"; 0.12 on: `supports_kv_cache_dtype` fails).
+        // not support fp8 kv-cache on this device"; 0.11.1 on: `supports_kv_cache_dtype` fails).
         ("FLASH_ATTN", Some(c)) if fp8_kv && c.0 != 9 => Err(ConfigError::new(
             field,
             format!(
                 "FLASH_ATTN with an fp8 KV cache on compute capability {}: vLLM's FlashAttention reads an fp8 KV \
                  cache only with FlashAttention 3 on Hopper (compute capability 9.x) (\"FlashAttention does not \
                  support fp8 kv-cache on this device\"); leave attention_backend out (vLLM then picks FlashInfer, \
-                 or Triton before 0.12) or use kv_cache_dtype auto",
+                 or Triton in 0.11.0) or use kv_cache_dtype auto",
                 gpu.compute_capability.as_deref().unwrap_or("?")
             ),
         )),
@@ -117,21 +117,30 @@ pub fn vllm_attention_lane(gpu: &GpuCard, given: &str, fp8_kv: bool) -> Result<&
 }
 
 /// The first vLLM release whose attention selector walks a priority list with each backend's
-/// `supports_kv_cache_dtype` (0.11.0 chose by capability with fixed branches).
-pub const VLLM_BACKEND_PRIORITIES: Version = Version::new(0, 12, 0);
+/// `supports_kv_cache_dtype` (0.11.0 chose by capability with fixed branches; read in the 0.11.0,
+/// 0.11.1, 0.11.2 and 0.12.0 wheels).
+pub const VLLM_BACKEND_PRIORITIES: Version = Version::new(0, 11, 1);
+
+/// The first vLLM release whose FlashAttention backend takes a `bfloat16` KV cache
+/// (`supports_kv_cache_dtype`: `["auto", "bfloat16"]`; `["auto"]` in 0.11.1–0.14.1).
+pub const VLLM_KV_BF16_BACKENDS: Version = Version::new(0, 15, 0);
+
+/// The first vLLM release with `float16` among `--kv-cache-dtype`'s choices (and its
+/// FlashAttention taking it).
+pub const VLLM_KV_FP16_CHOICE: Version = Version::new(0, 18, 0);
 
 /// vLLM's default attention backend where it is not the tables' default lane: with an fp8 KV
 /// cache FlashAttention serves only Hopper (FlashAttention 3), so elsewhere 0.11.0 takes Triton
 /// (`platforms/cuda.py`: `(has_sink or use_fp8_kv_cache) and not is_device_capability(90)` →
-/// `TRITON_ATTN`, after FlashInfer's own branch on exactly 10.0) and 0.12 on the next in its
+/// `TRITON_ATTN`, after FlashInfer's own branch on exactly 10.0) and 0.11.1 on the next in its
 /// priority list that reads fp8, FlashInfer (`[FLASH_ATTN, FLASHINFER, TRITON_ATTN, ...]`; major
 /// 10 lists FlashInfer first anyway). Below capability 8.0, whatever the cache: FlexAttention
-/// (0.11.0), FlashInfer (0.12 on, from 7.5) or Triton. `None`: the tables' default lane
+/// (0.11.0), FlashInfer (0.11.1 on, from 7.5) or Triton. `None`: the tables' default lane
 /// (docs/vllm.md §7b).
 pub fn vllm_default_attention_lane(version: Version, gpu: &GpuCard, fp8_kv: bool) -> Option<&'static str> {
     let c = gpu.capability()?;
     // Below compute capability 8.0 FlashAttention does not run: 0.11.0 takes FlexAttention ("the
-    // default for older GPUs"), 0.12 on the next of its list, FlashInfer from 7.5, else Triton.
+    // default for older GPUs"), 0.11.1 on the next of its list, FlashInfer from 7.5, else Triton.
     if c < (8, 0) {
         return Some(if version < VLLM_BACKEND_PRIORITIES {
             "flex"
@@ -165,7 +174,7 @@ pub(super) fn resolve_vllm(
     }
     // FlashAttention 3 reads an fp8 KV cache as e4m3 only (`get_fp8_dtype_for_flashattn`:
     // "Unrecognized FP8 dtype: fp8_e5m2"), and it is the backend vLLM runs on Hopper unless told
-    // otherwise (0.11.0's selector and 0.12 on's priority list both take it for any fp8 there).
+    // otherwise (0.11.0's selector and 0.11.1 on's priority list both take it for any fp8 there).
     let flash_attn = match e.attention_backend.as_deref() {
         Some(b) => b.eq_ignore_ascii_case("FLASH_ATTN"),
         None => gpu.capability().is_some_and(|c| c.0 == 9),
@@ -188,22 +197,26 @@ pub(super) fn resolve_vllm(
         ));
     }
     check_fp8_weights_on_gpu(EngineKind::Vllm, version, e, model, gpu, dep)?;
-    // `--kv-cache-dtype`'s choices (`config/cache.py` `CacheDType`, 0.11.0–0.14.0): auto, bfloat16,
-    // fp8, fp8_e4m3, fp8_e5m2 (and fp8_inc / fp8_ds_mla, for Gaudi and MLA). From 0.12 the
-    // selector asks each backend's `supports_kv_cache_dtype`, and the dense backends of 0.14.0
-    // take auto and fp8 only (bfloat16 is for models whose cache defaults to fp8), so vLLM finds
-    // no attention backend: not modelled.
+    // `--kv-cache-dtype`'s choices (`config/cache.py` `CacheDType`): auto, bfloat16, fp8,
+    // fp8_e4m3, fp8_e5m2 (and fp8_inc / fp8_ds_mla, for Gaudi and MLA), float16 from 0.18.0.
+    // From 0.11.1 the selector asks each backend's `supports_kv_cache_dtype`, and until 0.14.x
+    // the dense backends take auto and fp8 only (FlashAttention `["auto"]`; bfloat16 was for
+    // models whose cache defaults to fp8), so vLLM finds no attention backend: not modelled.
+    // FlashAttention takes bfloat16 from 0.15.0, and float16 too from 0.18.0 (read in the
+    // 0.11.0–0.20.2 and 0.28.0 wheels).
+    let bf16_runs = version < VLLM_BACKEND_PRIORITIES || version >= VLLM_KV_BF16_BACKENDS;
     match e.kv_cache_dtype.as_deref() {
         None | Some("auto" | "fp8" | "fp8_e4m3" | "fp8_e5m2") => {}
-        Some("bfloat16") if version < VLLM_BACKEND_PRIORITIES => {}
+        Some("bfloat16") if bf16_runs => {}
+        Some("float16") if version >= VLLM_KV_FP16_CHOICE => {}
         Some("bfloat16") => {
             return Err(ConfigError::new(
                 "engine.kv_cache_dtype",
                 format!(
                     "bfloat16 under vLLM {version} is not modelled: from {VLLM_BACKEND_PRIORITIES} vLLM picks the \
-                     attention backend by the KV dtype it supports, and the dense backends read (0.14.0) take only \
-                     auto and fp8 (bfloat16 is for models whose KV cache defaults to fp8); auto gives {}'s own \
-                     dtype, {}",
+                     attention backend by the KV dtype it supports, and until {VLLM_KV_BF16_BACKENDS} the dense \
+                     backends take only auto and fp8 (bfloat16 was for models whose KV cache defaults to fp8); \
+                     auto gives {}'s own dtype, {}",
                     model.id,
                     model.activation_dtype_name()
                 ),
@@ -213,8 +226,9 @@ pub(super) fn resolve_vllm(
             return Err(ConfigError::new(
                 "engine.kv_cache_dtype",
                 format!(
-                    "{other:?} is not among vLLM's --kv-cache-dtype choices that servesim models (auto, bfloat16, \
-                     fp8, fp8_e4m3, fp8_e5m2); auto is the model's own dtype"
+                    "{other:?} is not among vLLM {version}'s --kv-cache-dtype choices that servesim models (auto, \
+                     bfloat16, fp8, fp8_e4m3, fp8_e5m2{}); auto is the model's own dtype",
+                    if version >= VLLM_KV_FP16_CHOICE { ", float16" } else { "; float16 from 0.18.0" }
                 ),
             ))
         }
