@@ -82,6 +82,8 @@ fn bad_inputs_are_refused_naming_the_cause() {
                 r#"hardware={"gpu":"h100-80gb","count":1}"#,
                 "--set",
                 "engine.kv_cache_dtype=fp8_e5m2",
+                "--set",
+                "engine.version=0.14.0",
             ],
             2,
             "Unrecognized FP8 dtype",

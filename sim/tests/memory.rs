@@ -326,6 +326,9 @@ fn fp8_kv_cache_off_hopper_takes_vllm_s_other_attention_backends() {
     assert_eq!(e.path, "engine.attention_backend");
     assert!(e.message.contains("FlashAttention 3"), "{e}");
     one("0.14.0", "h100-80gb", json!({"attention_backend": "FLASH_ATTN"})).unwrap();
+    // From 0.27.0 FlashAttention 4 reads an fp8 cache on the SM100 family too.
+    assert!(one("0.24.0", "b200", json!({"attention_backend": "FLASH_ATTN"})).is_err());
+    one("0.28.0", "b200", json!({"attention_backend": "FLASH_ATTN"})).unwrap();
     // FlashAttention 3 reads e4m3 only: fp8_e5m2 on Hopper fails unless another backend is asked for.
     for version in ["0.11.0", "0.14.0"] {
         let e = one(version, "h100-80gb", json!({"kv_cache_dtype": "fp8_e5m2"})).unwrap_err();
@@ -333,6 +336,13 @@ fn fp8_kv_cache_off_hopper_takes_vllm_s_other_attention_backends() {
         assert!(e.message.contains("Unrecognized FP8 dtype"), "{e}");
     }
     one("0.14.0", "h100-80gb", json!({"kv_cache_dtype": "fp8_e5m2", "attention_backend": "FLASHINFER"})).unwrap();
+    // From 0.22.0 FlashAttention declines e5m2 and the selector takes FlashInfer, which the H100
+    // tables did not measure; asking for FLASH_ATTN stays an error.
+    let s = src(one("0.24.0", "h100-80gb", json!({"kv_cache_dtype": "fp8_e5m2"})).unwrap());
+    assert!(s.contains("no measured flashinfer attention"), "{s}");
+    let e = one("0.24.0", "h100-80gb", json!({"kv_cache_dtype": "fp8_e5m2", "attention_backend": "FLASH_ATTN"}))
+        .unwrap_err();
+    assert_eq!(e.path, "engine.kv_cache_dtype");
     one("0.14.0", "a100-80gb", json!({"kv_cache_dtype": "fp8_e5m2"})).unwrap();
 }
 

@@ -495,10 +495,10 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
     };
     let attention_lane = match (&engine, s.engine.attention_backend.as_deref()) {
         (EngineSpec::Sglang(_), _) => sglang_backend.as_deref(),
-        (EngineSpec::Vllm(_), Some(b)) => Some(vllm::vllm_attention_lane(&gpu, b, deployment.kv_dtype_bytes == 1)?),
-        (EngineSpec::Vllm(c), None) => {
-            vllm::vllm_default_attention_lane(c.version, &gpu, deployment.kv_dtype_bytes == 1)
+        (EngineSpec::Vllm(c), Some(b)) => {
+            Some(vllm::vllm_attention_lane(c.version, &gpu, b, deployment.kv_dtype_bytes == 1)?)
         }
+        (EngineSpec::Vllm(c), None) => vllm::vllm_default_attention_lane(c.version, &gpu, &deployment.kv_cache_dtype),
     };
     // The engine's own kernel layout: vLLM's all-reduce + add + RMSNorm fusion (docs/vllm.md
     // §9: the steps it covers), SGLang's small kernels a layer (docs/sglang.md §9).

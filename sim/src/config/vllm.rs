@@ -73,7 +73,7 @@ pub const VLLM_ATTENTION_BACKENDS: &[(&str, &str)] = &[
 /// selector checks it on `gpu` (released wheels 0.11–0.34, docs/vllm.md §8): the name in
 /// any case (vLLM upper-cases it), `FLASH_ATTN` from compute capability 8.0, `FLASHINFER`
 /// from 7.5 to 12.1. Returns the kernel-table lane of a given backend.
-pub fn vllm_attention_lane(gpu: &GpuCard, given: &str, fp8_kv: bool) -> Result<&'static str> {
+pub fn vllm_attention_lane(version: Version, gpu: &GpuCard, given: &str, fp8_kv: bool) -> Result<&'static str> {
     let field = "engine.attention_backend";
     let up = given.to_ascii_uppercase();
     let Some(&(name, lane)) = VLLM_ATTENTION_BACKENDS.iter().find(|(n, _)| *n == up) else {
@@ -100,17 +100,21 @@ pub fn vllm_attention_lane(gpu: &GpuCard, given: &str, fp8_kv: bool) -> Result<&
     match (name, cc) {
         ("FLASH_ATTN", Some(c)) if c < (8, 0) => refuse("compute capability 8.0 and above"),
         // `flash_attn_supports_fp8()`: FlashAttention 3 on major 9 only (0.11: "FlashAttention does
-        // not support fp8 kv-cache on this device"; 0.11.1 on: `supports_kv_cache_dtype` fails).
-        ("FLASH_ATTN", Some(c)) if fp8_kv && c.0 != 9 => Err(ConfigError::new(
-            field,
-            format!(
-                "FLASH_ATTN with an fp8 KV cache on compute capability {}: vLLM's FlashAttention reads an fp8 KV \
+        // not support fp8 kv-cache on this device"; 0.11.1 on: `supports_kv_cache_dtype` fails);
+        // from 0.27.0 also FlashAttention 4 on the SM100 family (`flash_attn_supports_kv_cache_dtype`).
+        ("FLASH_ATTN", Some(c)) if fp8_kv && c.0 != 9 && !(c.0 == 10 && version >= VLLM_FA4_FP8_SM100) => {
+            Err(ConfigError::new(
+                field,
+                format!(
+                    "FLASH_ATTN with an fp8 KV cache on compute capability {}: vLLM's FlashAttention reads an fp8 KV \
                  cache only with FlashAttention 3 on Hopper (compute capability 9.x) (\"FlashAttention does not \
-                 support fp8 kv-cache on this device\"); leave attention_backend out (vLLM then picks FlashInfer, \
-                 or Triton in 0.11.0) or use kv_cache_dtype auto",
-                gpu.compute_capability.as_deref().unwrap_or("?")
-            ),
-        )),
+                 support fp8 kv-cache on this device\"; from {VLLM_FA4_FP8_SM100} also FlashAttention 4 on \
+                 SM100); leave attention_backend out (vLLM then picks FlashInfer, or Triton in 0.11.0) or use \
+                 kv_cache_dtype auto",
+                    gpu.compute_capability.as_deref().unwrap_or("?")
+                ),
+            ))
+        }
         ("FLASHINFER", Some(c)) if c < (7, 5) || c > (12, 1) => refuse("compute capability 7.5 to 12.1"),
         _ => Ok(lane),
     }
@@ -129,6 +133,16 @@ pub const VLLM_KV_BF16_BACKENDS: Version = Version::new(0, 15, 0);
 /// FlashAttention taking it).
 pub const VLLM_KV_FP16_CHOICE: Version = Version::new(0, 18, 0);
 
+/// The first vLLM release whose FlashAttention backend takes only `fp8` / `fp8_e4m3` of the fp8
+/// caches (`supports_kv_cache_dtype`; any fp8 on Hopper until 0.21.0; read in 0.21.0, 0.22.0,
+/// 0.23.0, 0.24.0).
+pub const VLLM_FA_E4M3_ONLY: Version = Version::new(0, 22, 0);
+
+/// The first vLLM release whose FlashAttention reads an fp8 (e4m3) KV cache on the SM100 family,
+/// as FlashAttention 4 (`flash_attn_supports_kv_cache_dtype`; absent in 0.24.0–0.26.0, read in
+/// 0.27.0 and 0.28.0).
+pub const VLLM_FA4_FP8_SM100: Version = Version::new(0, 27, 0);
+
 /// vLLM's default attention backend where it is not the tables' default lane: with an fp8 KV
 /// cache FlashAttention serves only Hopper (FlashAttention 3), so elsewhere 0.11.0 takes Triton
 /// (`platforms/cuda.py`: `(has_sink or use_fp8_kv_cache) and not is_device_capability(90)` →
@@ -137,8 +151,9 @@ pub const VLLM_KV_FP16_CHOICE: Version = Version::new(0, 18, 0);
 /// 10 lists FlashInfer first anyway). Below capability 8.0, whatever the cache: FlexAttention
 /// (0.11.0), FlashInfer (0.11.1 on, from 7.5) or Triton. `None`: the tables' default lane
 /// (docs/vllm.md §7b).
-pub fn vllm_default_attention_lane(version: Version, gpu: &GpuCard, fp8_kv: bool) -> Option<&'static str> {
+pub fn vllm_default_attention_lane(version: Version, gpu: &GpuCard, kv_cache_dtype: &str) -> Option<&'static str> {
     let c = gpu.capability()?;
+    let fp8_kv = kv_cache_dtype.starts_with("fp8");
     // Below compute capability 8.0 FlashAttention does not run: 0.11.0 takes FlexAttention ("the
     // default for older GPUs"), 0.11.1 on the next of its list, FlashInfer from 7.5, else Triton.
     if c < (8, 0) {
@@ -150,7 +165,11 @@ pub fn vllm_default_attention_lane(version: Version, gpu: &GpuCard, fp8_kv: bool
             "triton"
         });
     }
-    if !fp8_kv || c.0 == 9 {
+    if c.0 == 9 {
+        // Hopper keeps FlashAttention 3, except for an e5m2 cache from 0.22.0 (FlashInfer next).
+        return (kv_cache_dtype == "fp8_e5m2" && version >= VLLM_FA_E4M3_ONLY).then_some("flashinfer");
+    }
+    if !fp8_kv {
         return None;
     }
     if version < VLLM_BACKEND_PRIORITIES {
@@ -169,24 +188,6 @@ pub(super) fn resolve_vllm(
     dep: &Deployment,
 ) -> Result<(EngineSpec, KvSizing)> {
     let f = &e.vllm;
-    if let Some(b) = e.attention_backend.as_deref() {
-        vllm_attention_lane(gpu, b, dep.kv_dtype_bytes == 1)?;
-    }
-    // FlashAttention 3 reads an fp8 KV cache as e4m3 only (`get_fp8_dtype_for_flashattn`:
-    // "Unrecognized FP8 dtype: fp8_e5m2"), and it is the backend vLLM runs on Hopper unless told
-    // otherwise (0.11.0's selector and 0.11.1 on's priority list both take it for any fp8 there).
-    let flash_attn = match e.attention_backend.as_deref() {
-        Some(b) => b.eq_ignore_ascii_case("FLASH_ATTN"),
-        None => gpu.capability().is_some_and(|c| c.0 == 9),
-    };
-    if flash_attn && dep.kv_cache_dtype == "fp8_e5m2" {
-        return Err(ConfigError::new(
-            "engine.kv_cache_dtype",
-            "fp8_e5m2 with vLLM's FlashAttention (its backend on Hopper unless attention_backend says \
-             otherwise): FlashAttention 3 reads an fp8 KV cache as e4m3 only, and vLLM fails with \
-             \"Unrecognized FP8 dtype: fp8_e5m2\"; use fp8 / fp8_e4m3, or attention_backend FLASHINFER",
-        ));
-    }
     let vs = e.version.as_deref().unwrap_or(VLLM_DEFAULT);
     let version = Version::parse(vs)
         .ok_or_else(|| ConfigError::new("engine.version", format!("expected a version like \"0.28.0\", got {vs:?}")))?;
@@ -197,6 +198,28 @@ pub(super) fn resolve_vllm(
         ));
     }
     check_fp8_weights_on_gpu(EngineKind::Vllm, version, e, model, gpu, dep)?;
+    if let Some(b) = e.attention_backend.as_deref() {
+        vllm_attention_lane(version, gpu, b, dep.kv_dtype_bytes == 1)?;
+    }
+    // FlashAttention 3 reads an fp8 KV cache as e4m3 only (`get_fp8_dtype_for_flashattn`:
+    // "Unrecognized FP8 dtype: fp8_e5m2"). Until 0.21.x its `supports_kv_cache_dtype` took any
+    // fp8 on Hopper, so the selector chose it there and the run failed; from 0.22.0 it takes
+    // fp8 / fp8_e4m3 only, and the selector moves on to FlashInfer (`vllm_default_attention_lane`).
+    let flash_attn = match e.attention_backend.as_deref() {
+        Some(b) => b.eq_ignore_ascii_case("FLASH_ATTN"),
+        None => gpu.capability().is_some_and(|c| c.0 == 9) && version < VLLM_FA_E4M3_ONLY,
+    };
+    if flash_attn && dep.kv_cache_dtype == "fp8_e5m2" {
+        return Err(ConfigError::new(
+            "engine.kv_cache_dtype",
+            format!(
+                "fp8_e5m2 with vLLM {version}'s FlashAttention (its backend on Hopper unless attention_backend \
+                 says otherwise, until {VLLM_FA_E4M3_ONLY}): FlashAttention 3 reads an fp8 KV cache as e4m3 only, \
+                 and vLLM fails with \"Unrecognized FP8 dtype: fp8_e5m2\" (from {VLLM_FA_E4M3_ONLY} the selector \
+                 refuses it); use fp8 / fp8_e4m3, or attention_backend FLASHINFER"
+            ),
+        ));
+    }
     // `--kv-cache-dtype`'s choices (`config/cache.py` `CacheDType`): auto, bfloat16, fp8,
     // fp8_e4m3, fp8_e5m2 (and fp8_inc / fp8_ds_mla, for Gaudi and MLA), float16 from 0.18.0.
     // From 0.11.1 the selector asks each backend's `supports_kv_cache_dtype`, and until 0.14.x
