@@ -58,6 +58,8 @@ fn bad_inputs_are_refused_naming_the_cause() {
                 "engine.tensor_parallel_size=4",
                 "--set",
                 "model=llama-3.1-70b-instruct-fp8",
+                "--set",
+                "engine.version=0.26.0",
             ],
             2,
             "model.quantization_method",

@@ -274,7 +274,10 @@ fn fp8_weights_below_compute_capability_8_9_follow_the_engines() {
             json!({"kind": kind, "version": version, "tp_size": 4})
         }
     };
-    for (kind, version) in [("vllm", "0.11.0"), ("sglang", "0.5.6")] {
+    // vLLM runs it weight-only from 0.27.0 (its ModelOpt config's minimum capability 89 → 80).
+    let s = resolve(scenario(tp4("vllm", "0.28.0"), "llama-3.1-70b-instruct-fp8", "a100-80gb", 4)).unwrap();
+    assert!(s.cost.source().contains("weight-only"), "{}", s.cost.source());
+    for (kind, version) in [("vllm", "0.11.0"), ("vllm", "0.26.0"), ("sglang", "0.5.6")] {
         let e = resolve(scenario(tp4(kind, version), "llama-3.1-70b-instruct-fp8", "a100-80gb", 4)).unwrap_err();
         assert_eq!(e.path, "model.quantization_method", "{kind}");
         assert!(e.message.contains("ModelOpt") && e.message.contains("8.0"), "{e}");

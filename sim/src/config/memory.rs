@@ -195,12 +195,18 @@ pub fn kv_cache_dtype(name: Option<&str>, model: &ModelCard) -> Result<(String, 
 /// for compute capability 8.0–8.8; read in the 0.5.0rc2 and 0.5.1 wheels).
 pub const SGLANG_FP8_MARLIN_AUTO: Version = Version::new(0, 5, 1);
 
+/// The first vLLM release that runs a ModelOpt FP8 checkpoint below compute capability 8.9
+/// (`ModelOptFp8Config.get_min_capability()` 89 → 80, its linear layers choosing among the fp8
+/// kernels with FP8 Marlin first; read in 0.25.0, 0.26.0, 0.27.0, 0.28.0, 0.30.0, 0.33.0).
+pub const VLLM_MODELOPT_FP8_SM80: Version = Version::new(0, 27, 0);
+
 /// What the engine does with fp8 linear weights on a GPU without FP8 tensor cores (compute
 /// capability below 8.9: the A100), read in the engines' wheels (docs/vllm.md §10):
 ///
 /// * a ModelOpt FP8 checkpoint (`quantization_method` `modelopt`) is refused at start-up by
-///   both engines (`ModelOptFp8Config.get_min_capability()` is 89, checked by vLLM's
-///   `VllmConfig._get_quantization_config` and SGLang's model loader): an error here too;
+///   SGLang and by vLLM before 0.27.0 (`ModelOptFp8Config.get_min_capability()` is 89, checked by
+///   vLLM's `VllmConfig._get_quantization_config` and SGLang's model loader): an error here too;
+///   vLLM from [`VLLM_MODELOPT_FP8_SM80`] runs it weight-only like its `fp8` method;
 /// * vLLM's `fp8` method (`--quantization fp8`, or an `fp8` checkpoint) and compressed-tensors
 ///   FP8 run the FP8 Marlin kernel, weight-only (W8A16): servesim times it so (the cost source
 ///   says it); so does SGLang's compressed-tensors FP8 (`CompressedTensorsW8A16Fp8`, every
@@ -224,14 +230,19 @@ pub fn check_fp8_weights_on_gpu(
     let cap = gpu.compute_capability.as_deref().unwrap_or("unstated, and no dense_fp8_flops");
     let from_card = e.quantization.is_none();
     let method = if from_card { model.quantization_method.as_deref().unwrap_or("fp8") } else { "fp8" };
-    if from_card && method == "modelopt" {
+    let modelopt_refused = match kind {
+        EngineKind::Vllm => version < VLLM_MODELOPT_FP8_SM80,
+        EngineKind::Sglang => true,
+    };
+    if from_card && method == "modelopt" && modelopt_refused {
         return Err(ConfigError::new(
             "model.quantization_method",
             format!(
-                "{} is a ModelOpt FP8 checkpoint, which vLLM and SGLang refuse on a GPU below compute \
+                "{} is a ModelOpt FP8 checkpoint, which {kind} {version} refuses on a GPU below compute \
                  capability 8.9 (\"The quantization method modelopt is not supported for the current GPU. \
-                 Minimum capability: 89.\"); {} has compute capability {cap}. Use a GPU with FP8 tensor \
-                 cores (L40S, H100, H200, B200, RTX 5090, ...) or the bf16 model",
+                 Minimum capability: 89.\"; vLLM runs it weight-only from {VLLM_MODELOPT_FP8_SM80}); {} has \
+                 compute capability {cap}. Use a GPU with FP8 tensor cores (L40S, H100, H200, B200, RTX 5090, \
+                 ...), the bf16 model, or vLLM {VLLM_MODELOPT_FP8_SM80} or later",
                 model.hf_repo.as_deref().unwrap_or(&model.id),
                 gpu.id
             ),
