@@ -477,20 +477,20 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
             })
         }
     };
-    // The lane of the kernel tables that times attention: a given `attention_backend` (checked
-    // by the engine's resolution above); SGLang's backend as it resolves it (its default:
-    // `trtllm_mha` on the SM100 family from 0.5.7, next to `flashinfer` in the tables, `fa3` on
-    // Hopper, `flashinfer` elsewhere; docs/sglang.md §5); vLLM's default with an fp8 KV cache off
-    // Hopper (`vllm_default_attention_lane`); else the tables' own order.
-    // SGLang's backend as it runs (given or its default, after its fa3 → triton fallback for an
-    // fp8_e5m2 cache): the lane, so that the cost source says where no table measured it (the
-    // A100's SGLang tables hold FlashAttention, not its default FlashInfer).
+    // The lane of the kernel tables that times attention, so that the cost source says where no
+    // table measured the backend that runs (the A100's SGLang tables hold FlashAttention, not
+    // SGLang's default FlashInfer): SGLang's backend as it runs (`sglang_run_backend`: given or
+    // its default, `trtllm_mha` on the SM100 family from 0.5.7, `fa3` on Hopper, `flashinfer`
+    // elsewhere, docs/sglang.md §5; after its fa3 → triton fallback for fp8_e5m2); vLLM's given
+    // backend (checked by its resolution above) or its default where that is not the tables'
+    // own (`vllm_default_attention_lane`).
     let sglang_backend = match &engine {
-        EngineSpec::Sglang(c) => sglang::sglang_fa3_e5m2_fallback(
+        EngineSpec::Sglang(c) => sglang::sglang_run_backend(
             c.version,
-            sglang::sglang_attention_backend(c.version, &gpu, s.engine.attention_backend.as_deref())?,
+            &gpu,
+            s.engine.attention_backend.as_deref(),
             &deployment.kv_cache_dtype,
-        ),
+        )?,
         EngineSpec::Vllm(_) => None,
     };
     let attention_lane = match (&engine, s.engine.attention_backend.as_deref()) {

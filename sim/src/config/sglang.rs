@@ -150,21 +150,7 @@ pub(super) fn resolve_sglang(
             ))
         }
     };
-    let attention_backend = sglang_attention_backend(version, gpu, e.attention_backend.as_deref())?;
-    if attention_backend.as_deref() == Some("fa3")
-        && dep.kv_cache_dtype == "fp8_e5m2"
-        && version < SGLANG_FA3_E5M2_TRITON
-    {
-        return Err(ConfigError::new(
-            "engine.kv_cache_dtype",
-            format!(
-                "fp8_e5m2 with SGLang's fa3 attention (its default on Hopper) under {version} is not modelled: \
-                 FlashAttention 3 reads an fp8 KV cache as e4m3 only, and only from {SGLANG_FA3_E5M2_TRITON} does \
-                 SGLang fall back to triton for e5m2; use fp8_e4m3, or attention_backend flashinfer"
-            ),
-        ));
-    }
-    let attention_backend = sglang_fa3_e5m2_fallback(version, attention_backend, &dep.kv_cache_dtype);
+    let attention_backend = sglang_run_backend(version, gpu, e.attention_backend.as_deref(), &dep.kv_cache_dtype)?;
     let page_size = sglang_page_size(version, attention_backend.as_deref(), f.page_size)?;
     if let Some(c) = chunked_prefill_size {
         if c < page_size {
@@ -404,15 +390,30 @@ pub const SGLANG_BF16_KV_CHOICE: Version = Version::new(0, 5, 4);
 /// `arg_groups/overrides.py`).
 pub const SGLANG_FA3_E5M2_TRITON: Version = Version::new(0, 5, 5);
 
-/// SGLang's attention backend after its fa3 → triton fallback for an fp8_e5m2 KV cache
-/// ([`SGLANG_FA3_E5M2_TRITON`]); `backend` as [`sglang_attention_backend`] resolved it.
-pub fn sglang_fa3_e5m2_fallback(version: Version, backend: Option<String>, kv_cache_dtype: &str) -> Option<String> {
-    match backend {
-        Some(b) if b == "fa3" && kv_cache_dtype == "fp8_e5m2" && version >= SGLANG_FA3_E5M2_TRITON => {
-            Some("triton".into())
-        }
-        other => other,
+/// SGLang's attention backend as it runs: [`sglang_attention_backend`] (given or its default),
+/// then its fa3 → triton fallback for an fp8_e5m2 KV cache from [`SGLANG_FA3_E5M2_TRITON`];
+/// before that release the combination is not modelled (an error).
+pub fn sglang_run_backend(
+    version: Version,
+    gpu: &GpuCard,
+    given: Option<&str>,
+    kv_cache_dtype: &str,
+) -> Result<Option<String>> {
+    let backend = sglang_attention_backend(version, gpu, given)?;
+    if backend.as_deref() != Some("fa3") || kv_cache_dtype != "fp8_e5m2" {
+        return Ok(backend);
     }
+    if version < SGLANG_FA3_E5M2_TRITON {
+        return Err(ConfigError::new(
+            "engine.kv_cache_dtype",
+            format!(
+                "fp8_e5m2 with SGLang's fa3 attention (its default on Hopper) under {version} is not modelled: \
+                 FlashAttention 3 reads an fp8 KV cache as e4m3 only, and only from {SGLANG_FA3_E5M2_TRITON} does \
+                 SGLang fall back to triton for e5m2; use fp8_e4m3, or attention_backend flashinfer"
+            ),
+        ));
+    }
+    Ok(Some("triton".into()))
 }
 
 /// `--page-size` as SGLang resolves it: 1 by default; where the attention backend is

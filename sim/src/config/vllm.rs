@@ -172,10 +172,11 @@ pub fn vllm_default_attention_lane(version: Version, gpu: &GpuCard, kv_cache_dty
     if !fp8_kv {
         return None;
     }
+    // Capability 8.0 or more here, and not Hopper.
     if version < VLLM_BACKEND_PRIORITIES {
-        (c >= (8, 0) && c != (10, 0)).then_some("triton")
+        (c != (10, 0)).then_some("triton")
     } else {
-        (c.0 != 10 && (7, 5) <= c && c <= (12, 1)).then_some("flashinfer")
+        (c.0 != 10 && c <= (12, 1)).then_some("flashinfer")
     }
 }
 
