@@ -298,6 +298,20 @@ fn fp8_weights_below_compute_capability_8_9_follow_the_engines() {
     assert_eq!(e.path, "engine.version");
     assert!(e.message.contains("0.5.1") && e.message.contains("SGLANG_FORCE_FP8_MARLIN"), "{e}");
     resolve(scenario(v, "llama-3.1-70b-instruct", "h100-80gb", 4)).unwrap();
+    // A method servesim does not know is an error naming the card field.
+    let mut card: Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../models/model/llama-3.1-70b-instruct-fp8.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    card["quantization_method"] = json!("gptq");
+    let mut s = scenario(tp4("vllm", "0.28.0"), "llama-3.1-70b-instruct-fp8", "h100-80gb", 4);
+    s["model"] = card;
+    let e = resolve(s).unwrap_err();
+    assert_eq!(e.path, "model.quantization_method");
 }
 
 /// vLLM's attention backend with an fp8 KV cache: FlashAttention reads one only on Hopper

@@ -356,6 +356,14 @@ fn check_cards(model: &ModelCard, gpu: &GpuCard) -> Result<()> {
     if let Some(i) = gpu.interconnect.as_deref().filter(|i| !["nvlink", "pcie"].contains(i)) {
         return Err(ConfigError::new("hardware.interconnect", format!("expected \"nvlink\" or \"pcie\", got {i:?}")));
     }
+    if let Some(m) =
+        model.quantization_method.as_deref().filter(|m| !["modelopt", "fp8", "compressed-tensors"].contains(m))
+    {
+        return Err(ConfigError::new(
+            "model.quantization_method",
+            format!("{m:?} is not modelled; expected \"modelopt\", \"fp8\" or \"compressed-tensors\" (the checkpoint's quant_method)"),
+        ));
+    }
     if let Some(t) = gpu.kernel_tables.as_deref().filter(|t| *t != "none") {
         let known = crate::kernels::tabled_systems();
         if !known.contains(&t) {
