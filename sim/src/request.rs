@@ -123,6 +123,21 @@ fn chain_block_piece(acc: u64, key: u64, start: u32, len: u32) -> u64 {
     mix64(acc ^ mix64(key ^ (u64::from(start) << 24) ^ u64::from(len)))
 }
 
+/// The hash of `spec`'s first block of `block_size` tokens, if its prompt fills one: the
+/// first of [`extend_block_hashes`]' values. Every later block's hash is chained on it, so two
+/// requests whose first blocks differ share no block hash at all.
+pub fn first_block_hash(spec: &RequestSpec, block_size: u32) -> Option<u64> {
+    if block_size == 0 || spec.prompt_len < block_size {
+        return None;
+    }
+    if let Some(p) = spec.prompt_hashes.as_deref().filter(|p| p.block_size == block_size) {
+        if let Some(&h) = p.hashes.first() {
+            return Some(h);
+        }
+    }
+    Some(chain_block_hash(0, Pieces::new(spec, 0, block_size)))
+}
+
 /// Extends `hashes` with the hashes of every full block of `block_size`
 /// tokens among the first `num_tokens` tokens of `spec`.
 pub fn extend_block_hashes(spec: &RequestSpec, block_size: u32, num_tokens: u32, hashes: &mut Vec<u64>) {
@@ -248,6 +263,26 @@ mod tests {
         assert_eq!(ha[..2], hb[..2]);
         assert_ne!(ha[2], hb[2]);
         assert_ne!(ha[3], hb[3]);
+    }
+
+    #[test]
+    fn first_block_hash_is_the_first_block_hash_computed() {
+        let a = spec(vec![Segment { key: 1, len: 10 }, Segment { key: 2, len: 30 }], 10);
+        let mut memo = a.clone();
+        memo.prompt_hashes = Some(std::sync::Arc::new(PromptBlockHashes::of(&a, 16)));
+        for bs in [1, 8, 16, 40] {
+            let mut h = vec![];
+            extend_block_hashes(&a, bs, a.prompt_len, &mut h);
+            assert_eq!(first_block_hash(&a, bs), Some(h[0]), "block size {bs}");
+            assert_eq!(first_block_hash(&memo, bs), Some(h[0]), "block size {bs}, memo at 16");
+        }
+        // No full prompt block: none (the first block would hold output tokens).
+        assert_eq!(first_block_hash(&a, 41), None);
+        assert_eq!(first_block_hash(&a, 0), None);
+        // Another request with the same first 16 tokens has the same first block.
+        let b = spec(vec![Segment { key: 1, len: 10 }, Segment { key: 2, len: 6 }, Segment { key: 9, len: 5 }], 3);
+        assert_eq!(first_block_hash(&a, 16), first_block_hash(&b, 16));
+        assert_ne!(first_block_hash(&a, 20), first_block_hash(&b, 20));
     }
 
     #[test]

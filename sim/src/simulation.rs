@@ -99,6 +99,11 @@ pub struct RunOptions {
     /// Advance runs of provably identical decode steps in one move (see the module docs).
     /// The output is byte-identical either way; off, every step is planned and run.
     pub fast_forward: bool,
+    /// Tell the engine every request of the run before the first
+    /// ([`crate::engine::Engine::expect_requests`]), so that it may skip work it proves
+    /// unobservable (vLLM: registering blocks no other request can hit). The output is
+    /// byte-identical either way.
+    pub expect_requests: bool,
     /// `Some((ns, count))`: stop (`StopReason::StoppedEarly`) once `count` timed requests
     /// have completed with a TTFT (first token received − sent) of at least `ns` (`tune`'s
     /// early stop of a configuration whose TTFT percentile is already certain to break an SLO).
@@ -112,6 +117,7 @@ impl Default for RunOptions {
             max_steps: 200_000_000,
             record_timeseries: false,
             fast_forward: true,
+            expect_requests: true,
             stop_after_slow_ttft: None,
         }
     }
@@ -644,6 +650,10 @@ pub fn run_observed<E: Engine>(
     observe: &mut dyn FnMut(Progress),
 ) -> RunResult {
     let (specs, phase_of, phases, records) = phase_layout(workload);
+    let mut engine = engine;
+    if opts.expect_requests {
+        engine.expect_requests(&specs);
+    }
     let kv_capacity_tokens = engine.kv_capacity_tokens();
     let tokenizer_ns_per_token = engine.tokenizer_ns_per_prompt_token();
     let front_end_ns_per_request = engine.front_end_ns_per_request(workload.chat);

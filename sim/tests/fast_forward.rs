@@ -1,6 +1,9 @@
 //! The fast-forward (`RunOptions::fast_forward`) is exact: a run with it and the same run
 //! stepped one step at a time give byte-identical reports, records, counters, gauges and
 //! time series, on random scenarios of both engines and on every scenario in `scenarios/`.
+//! So is the work the engine skips when told the run's requests
+//! (`RunOptions::expect_requests`: vLLM registers a private request's blocks only when it is
+//! preempted): "both ways" here is with both on against both off.
 
 use proptest::prelude::*;
 use serde_json::{json, Value};
@@ -11,9 +14,15 @@ use crate::common::*;
 
 /// Everything a run produced, as bytes: the JSON report and the run's full debug form
 /// (every record's token times, counters, gauges, time series, stop reason).
-fn run_bytes(v: &Value, fast_forward: bool, check_invariants: bool) -> (String, String) {
+fn run_bytes(v: &Value, fast: bool, check_invariants: bool) -> (String, String) {
     let spec = spec(v.clone());
-    let opts = RunOptions { fast_forward, check_invariants, record_timeseries: true, ..Default::default() };
+    let opts = RunOptions {
+        fast_forward: fast,
+        expect_requests: fast,
+        check_invariants,
+        record_timeseries: true,
+        ..Default::default()
+    };
     let mut out = sim::simulate(&spec, opts);
     let report = serde_json::to_string(&sim::report::PointReport::of(&spec, &out)).unwrap();
     // How the run was computed differs by construction; everything it computed must not.

@@ -279,3 +279,52 @@ fn b200_defaults_from_0_28_budget_and_graph_ceiling() {
     assert_eq!(graphs, GraphRule::VllmTokensStep16Above256(512), "SM120 is not the SM100 family");
     assert!(source.contains("rtx_pro_6000_server"), "{source}");
 }
+
+/// Told the run's requests, the scheduler makes a request whose first block no other request
+/// holds private: its blocks are registered in the prefix cache only when it is preempted
+/// (no other request can hit them, and it looks them up only on resuming). Stepped beside a
+/// scheduler not told, in a pool that preempts, both policies, two releases' prefix
+/// counting: the same plans, outputs, preemptions and counters step for step, and resumed
+/// private requests hit their own blocks.
+#[test]
+fn private_requests_register_their_blocks_when_preempted_with_the_same_steps() {
+    let specs = [
+        req(1, 200, 220),
+        req(2, 180, 220),
+        req(1, 150, 160), // shares request 0's first blocks: neither is private
+        req(3, 300, 80),
+        req(4, 40, 250),
+        req(5, 8, 240), // no full prompt block: not private
+        req(6, 90, 250),
+    ];
+    let refs: Vec<&RequestSpec> = specs.iter().collect();
+    for version in [Version::new(0, 11, 0), Version::new(0, 28, 0)] {
+        for policy in [Policy::Fcfs, Policy::Priority] {
+            let c = VllmConfig { policy, ..cfg(version, 40, 256) };
+            let mut told = Scheduler::new(c.clone());
+            let mut plain = Scheduler::new(c);
+            told.expect_requests(&refs);
+            for (i, s) in specs.iter().enumerate() {
+                told.add_request(i as u32, s);
+                plain.add_request(i as u32, s);
+            }
+            let private: Vec<bool> = (0..specs.len() as u32).map(|i| told.is_private(i)).collect();
+            assert_eq!(private, [false, true, false, true, true, false, true]);
+            assert!((0..specs.len() as u32).all(|i| !plain.is_private(i)));
+            let mut steps = 0;
+            while plain.num_unfinished() > 0 {
+                assert_eq!(step(&mut told), step(&mut plain), "step {steps}, {version:?} {policy:?}");
+                assert_eq!(told.counters(), plain.counters());
+                steps += 1;
+                assert!(steps < 10_000, "the run does not finish");
+            }
+            assert_eq!(told.num_unfinished(), 0);
+            let n = told.counters();
+            assert!(n.num_preemptions > 0, "the pool must preempt: {n:?}");
+            if version == Version::new(0, 11, 0) {
+                // 0.11 counts a resumed request's lookup; requests 0 and 2 share 144 tokens.
+                assert!(n.prefix_cache_hits > 144, "resumed requests hit their own blocks: {n:?}");
+            }
+        }
+    }
+}

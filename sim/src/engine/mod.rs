@@ -166,6 +166,11 @@ impl std::ops::Sub for EngineCounters {
 pub trait Engine {
     /// A request reaches the scheduler's waiting queue.
     fn add_request(&mut self, id: ReqId, spec: &RequestSpec);
+    /// Every request the run will add, told before the first: what an engine may use to
+    /// skip work whose result it can prove unobservable (vLLM: the prefix-cache
+    /// registration of blocks no other request can hit). Never changes a result; an
+    /// engine not told (a live server's, a fleet's replicas) does all the work.
+    fn expect_requests(&mut self, _specs: &[&RequestSpec]) {}
     /// Plans the next step. An empty plan means nothing can run now.
     fn schedule(&mut self) -> &StepPlan;
     /// The planned step has run: appends the tokens it produced to `out`.
@@ -190,6 +195,8 @@ pub trait Engine {
     /// knows (Dynamo's indexer). A pure lookup: no access time is refreshed, no node split,
     /// nothing counted, so asking never changes what the engine does. Unlike the engine's
     /// own lookup at admission it is not capped at `prompt_len - 1`. 0 with prefix caching off.
+    /// After [`Engine::expect_requests`], exact only for a request not added yet (a router's
+    /// question): a private running request's blocks are not registered until it is preempted.
     fn cached_prefix_tokens(&self, spec: &RequestSpec) -> u32;
     /// Why the modelled engine has stopped, when it has: the real engine raises here (SGLang's
     /// "Decode out of memory" when the decode step after a retraction still does not fit),

@@ -17,9 +17,30 @@ pub struct RequestKv {
     /// [`KvCacheManager::fits_held`]'s bound, kept where `blocks` and `num_cached_blocks`
     /// change (`allocate_slots`, `free`), so that the check is one comparison.
     fits_limit: u32,
+    /// No other request of the run shares this request's first block
+    /// ([`crate::engine::Engine::expect_requests`]), so no other request can hit any of its
+    /// blocks: they are registered in the prefix cache only when it is preempted (its own
+    /// lookup on resuming is the only one that could find them). See
+    /// [`KvCacheManager::register_private`].
+    pub private: bool,
+    /// A private request's blocks have been registered (it was preempted): its lookups
+    /// can hit. Until then they cannot, and are not made.
+    pub registered_once: bool,
 }
 
 impl RequestKv {
+    /// A request's KV state before its first step, `private` as told.
+    pub fn with_private(private: bool) -> RequestKv {
+        RequestKv { private, ..RequestKv::default() }
+    }
+
+    /// A lookup of this request's blocks finds nothing: it is private and none of its
+    /// blocks has been registered.
+    #[inline]
+    pub fn lookup_cannot_hit(&self) -> bool {
+        self.private && !self.registered_once
+    }
+
     /// Reserves, once, room for the block hashes of the request's whole length (prompt and
     /// output), so that they are not reallocated as they grow. Capacity only: no value changes.
     #[inline]
@@ -67,7 +88,7 @@ impl KvCacheManager {
     ) {
         out.blocks.clear();
         out.num_tokens = 0;
-        if !self.enable_caching || num_tokens == 0 {
+        if !self.enable_caching || num_tokens == 0 || kv.lookup_cannot_hit() {
             return;
         }
         kv.reserve_hashes(spec, self.block_size);
@@ -185,7 +206,11 @@ impl KvCacheManager {
         // `cache_blocks`: register the full blocks among the tokens now
         // scheduled (hashes are registered at scheduling time, not when the
         // step has run: a later request in the same step can hit them).
-        if self.enable_caching {
+        if self.enable_caching && kv.private {
+            // Registered when preempted (`register_private`); counted as vLLM caches them.
+            let num_full = ((total.min(num_tokens) / bs) as usize).min(kv.blocks.len());
+            kv.num_cached_blocks = kv.num_cached_blocks.max(num_full as u32);
+        } else if self.enable_caching {
             let num_full = (total.min(num_tokens) / bs) as usize;
             kv.reserve_hashes(spec, bs);
             extend_block_hashes(spec, bs, num_tokens, &mut kv.block_hashes);
@@ -223,6 +248,30 @@ impl KvCacheManager {
             need = need.max(full);
         }
         (num_new_blocks, need)
+    }
+
+    /// Registers a private request's cached blocks (the first `num_cached_blocks`, those
+    /// vLLM's `cache_blocks` has registered by now) before it is preempted: its blocks
+    /// then stay in the prefix cache, in the free queue, for its lookup on resuming.
+    ///
+    /// Equal to registering each at scheduling time, as vLLM does: no other request can
+    /// look up or cache these hashes (each is chained on a first block no other request
+    /// holds), and the request itself looks them up only after it is preempted. Blocks it
+    /// holds from a hit have their hash already and are skipped; blocks it recomputed whose
+    /// hash an older copy still holds queue behind that copy, as they would have at
+    /// scheduling time (only this request adds copies of its hashes, in time order).
+    pub fn register_private(&mut self, spec: &RequestSpec, kv: &mut RequestKv) {
+        if !kv.private || !self.enable_caching {
+            return;
+        }
+        let bs = self.block_size;
+        let n = kv.num_cached_blocks as usize;
+        kv.reserve_hashes(spec, bs);
+        extend_block_hashes(spec, bs, n as u32 * bs, &mut kv.block_hashes);
+        for k in 0..n {
+            self.pool.cache_block(kv.blocks[k], kv.block_hashes[k]);
+        }
+        kv.registered_once = true;
     }
 
     /// `free`: drops the request's blocks, tail block first, so that its

@@ -48,7 +48,7 @@ use std::collections::{BTreeSet, BinaryHeap, VecDeque};
 use super::kv_cache_manager::{ComputedBlocks, KvCacheManager, RequestKv};
 use crate::cost::StepShape;
 use crate::engine::{Engine, EngineCounters, ReqId, Scheduled, StepPlan, TokenOutput, Version};
-use crate::request::extend_block_hashes;
+use crate::request::{extend_block_hashes, first_block_hash};
 
 /// vLLM 0.11.0's chat endpoint, per request, on the API server's one event loop before the
 /// engine sees the request ([`Engine::front_end_ns_per_request`]): `resolve_chat_template_kwargs`
@@ -198,6 +198,9 @@ pub struct Scheduler {
     ff_heap: BinaryHeap<Reverse<(u64, u32)>>,
     /// Fast-forward: each running request's token count at the run's first step.
     ff_base: Vec<u32>,
+    /// The first-block hashes that more than one of the run's requests hold, sorted
+    /// ([`Engine::expect_requests`]); `None` until told, when no request is private.
+    shared_first_blocks: Option<Vec<u64>>,
     ff_tmp: Vec<u32>,
     /// Fast-forward: Σ decode contexts of the run's first step.
     ff_ctx0: u64,
@@ -249,11 +252,17 @@ impl Scheduler {
             ff_heap_ready: false,
             ff_head: None,
             ff_hashes: Vec::new(),
+            shared_first_blocks: None,
         }
     }
 
     pub fn config(&self) -> &VllmConfig {
         &self.config
+    }
+
+    /// Whether live request `id` is private ([`RequestKv::private`]; tests and diagnostics).
+    pub fn is_private(&self, id: ReqId) -> bool {
+        self.req(id).kv.private
     }
 
     fn req(&self, id: ReqId) -> &Request {
@@ -325,6 +334,7 @@ impl Scheduler {
     fn preempt(&mut self, id: ReqId) {
         let Scheduler { kv, requests, .. } = self;
         let r = requests[id as usize].as_mut().expect("live request");
+        kv.register_private(&r.spec, &mut r.kv);
         kv.free(&mut r.kv);
         r.status = Status::Preempted;
         r.num_computed_tokens = 0;
@@ -415,14 +425,16 @@ impl Scheduler {
                 kv.pool.unwatch(&head_hit.blocks);
             }
             head_hit.blocks.clear();
-            r.kv.reserve_hashes(&r.spec, kv.block_size);
-            extend_block_hashes(&r.spec, kv.block_size, num_tokens, &mut r.kv.block_hashes);
+            if !r.kv.lookup_cannot_hit() {
+                r.kv.reserve_hashes(&r.spec, kv.block_size);
+                extend_block_hashes(&r.spec, kv.block_size, num_tokens, &mut r.kv.block_hashes);
+            }
             *head_memo = Some((id, num_tokens));
         }
         kv.pool.reset_watched_cut();
         // `find_longest_cache_hit` from where the kept hit ends.
         let start = head_hit.blocks.len();
-        let max_blocks = ((num_tokens - 1) / kv.block_size) as usize;
+        let max_blocks = if r.kv.lookup_cannot_hit() { 0 } else { ((num_tokens - 1) / kv.block_size) as usize };
         for &h in &r.kv.block_hashes[start..max_blocks] {
             match kv.pool.get_cached_block(h) {
                 Some(b) => head_hit.blocks.push(b),
@@ -795,7 +807,9 @@ impl Scheduler {
         let hit_len = self.head_hit.blocks.len();
         let kept = hit_len.min(self.kv.pool.front_watched_cut(need) as usize);
         let max_blocks = ((h.num_tokens - 1) / self.config.block_size) as usize;
-        let miss = (kept < max_blocks).then(|| self.req(h.id).kv.block_hashes[kept]);
+        // A private head's hashes are cached by no other request (and it is not running).
+        let head_private = self.req(h.id).kv.lookup_cannot_hit();
+        let miss = (kept < max_blocks && !head_private).then(|| self.req(h.id).kv.block_hashes[kept]);
         let bs = self.config.block_size;
         let mut hashes = std::mem::take(&mut self.ff_hashes);
         hashes.clear();
@@ -805,6 +819,10 @@ impl Scheduler {
             let id = self.running[pos as usize];
             let Scheduler { requests, kv, .. } = self;
             let r = requests[id as usize].as_mut().expect("live request");
+            if r.kv.private {
+                // Its blocks are registered only when it is preempted.
+                continue;
+            }
             // The hashes `allocate_slots` computes for this step (the same values), and
             // those of them it may cache.
             extend_block_hashes(&r.spec, bs, t, &mut r.kv.block_hashes);
@@ -1025,6 +1043,20 @@ impl Engine for Scheduler {
         }
     }
 
+    /// Notes the first-block hashes more than one request holds: every other request with
+    /// a full first block is private ([`RequestKv::private`]).
+    fn expect_requests(&mut self, specs: &[&RequestSpec]) {
+        if !self.kv.enable_caching {
+            return;
+        }
+        let bs = self.config.block_size;
+        let mut firsts: Vec<u64> = specs.iter().filter_map(|s| first_block_hash(s, bs)).collect();
+        firsts.sort_unstable();
+        let mut shared: Vec<u64> = firsts.windows(2).filter(|w| w[0] == w[1]).map(|w| w[0]).collect();
+        shared.dedup();
+        self.shared_first_blocks = Some(shared);
+    }
+
     fn add_request(&mut self, id: ReqId, spec: &RequestSpec) {
         let idx = id as usize;
         if self.requests.len() <= idx {
@@ -1033,6 +1065,9 @@ impl Engine for Scheduler {
         assert!(self.requests[idx].is_none(), "request {id} added twice");
         let seq = self.next_arrival_seq;
         self.next_arrival_seq += 1;
+        let private = self.shared_first_blocks.as_ref().is_some_and(|shared| {
+            first_block_hash(spec, self.config.block_size).is_some_and(|h| shared.binary_search(&h).is_err())
+        });
         self.requests[idx] = Some(Box::new(Request {
             spec: spec.clone(),
             arrival_seq: seq,
@@ -1040,7 +1075,7 @@ impl Engine for Scheduler {
             num_output_tokens: 0,
             placeholders: 0,
             status: Status::Waiting,
-            kv: RequestKv::default(),
+            kv: RequestKv::with_private(private),
             num_preemptions: 0,
         }));
         self.num_unfinished += 1;
