@@ -163,6 +163,73 @@ enum WaitingQueue {
     Priority(BTreeSet<(i32, u64, ReqId)>),
 }
 
+/// The fast-forward's calendar: the step at which each running request next leaves
+/// `allocate_slots`' fast path, taken step by step in running order, as a heap of
+/// `(step, position)` pairs would give them. The next [`FfCalendar::RING`] steps are a ring
+/// of per-step buckets (a bucket is tagged with its run and step, so a stale one reads as
+/// empty and nothing is cleared between runs); later steps wait in a heap.
+#[derive(Clone, Debug, Default)]
+struct FfCalendar {
+    /// `(run, step, positions)`.
+    ring: Vec<(u64, u64, Vec<u32>)>,
+    far: BinaryHeap<Reverse<(u64, u32)>>,
+    run: u64,
+}
+
+impl FfCalendar {
+    const RING: u64 = 64;
+
+    /// Empties the calendar for a new run.
+    fn clear(&mut self) {
+        if self.ring.is_empty() {
+            self.ring = (0..Self::RING).map(|_| (0, 0, Vec::new())).collect();
+        }
+        self.run += 1;
+        self.far.clear();
+    }
+
+    /// Position `pos` is due at `step`, pushed at step `now` (`now <= step`).
+    #[inline]
+    fn push(&mut self, now: u64, step: u64, pos: u32) {
+        debug_assert!(step >= now);
+        if step - now >= Self::RING {
+            self.far.push(Reverse((step, pos)));
+            return;
+        }
+        let b = &mut self.ring[(step % Self::RING) as usize];
+        if (b.0, b.1) != (self.run, step) {
+            *b = (self.run, step, std::mem::take(&mut b.2));
+            b.2.clear();
+        }
+        b.2.push(pos);
+    }
+
+    /// Whether some position is due at `step`.
+    #[inline]
+    fn due(&self, step: u64) -> bool {
+        let b = &self.ring[(step % Self::RING) as usize];
+        ((b.0, b.1) == (self.run, step) && !b.2.is_empty())
+            || self.far.peek().is_some_and(|&Reverse((s, _))| s == step)
+    }
+
+    /// Moves the positions due at `step` into `out`, in ascending order.
+    fn take_due(&mut self, step: u64, out: &mut Vec<u32>) {
+        let b = &mut self.ring[(step % Self::RING) as usize];
+        if (b.0, b.1) == (self.run, step) {
+            out.append(&mut b.2);
+        }
+        while let Some(&Reverse((s, pos))) = self.far.peek() {
+            debug_assert!(s >= step);
+            if s != step {
+                break;
+            }
+            self.far.pop();
+            out.push(pos);
+        }
+        out.sort_unstable();
+    }
+}
+
 /// The vLLM V1 scheduler and its KV cache.
 #[derive(Clone, Debug)]
 pub struct Scheduler {
@@ -195,7 +262,7 @@ pub struct Scheduler {
     last_shape: StepShape,
     /// Fast-forward: the run's requests that leave `allocate_slots`' fast path, as
     /// (step, position in `running`), soonest first and in running order within a step.
-    ff_heap: BinaryHeap<Reverse<(u64, u32)>>,
+    ff_heap: FfCalendar,
     /// Fast-forward: each running request's token count at the run's first step.
     ff_base: Vec<u32>,
     /// The first-block hashes that more than one of the run's requests hold, sorted
@@ -245,7 +312,7 @@ impl Scheduler {
             scheduled_buf: Vec::new(),
             finished_buf: Vec::new(),
             last_shape: StepShape::default(),
-            ff_heap: BinaryHeap::new(),
+            ff_heap: FfCalendar::default(),
             ff_base: Vec::new(),
             ff_tmp: Vec::new(),
             ff_ctx0: 0,
@@ -959,7 +1026,7 @@ impl Engine for Scheduler {
     }
 
     fn ff_step(&mut self, j: u64) -> bool {
-        if self.ff_heap_ready && self.ff_heap.peek().is_none_or(|&Reverse((s, _))| s != j) {
+        if self.ff_heap_ready && !self.ff_heap.due(j) {
             // No request needs a block or fills one at this step (most steps): the pool is
             // untouched, so a blocked head of queue stays blocked, with the same lookup.
             self.ff_count_head_lookup();
@@ -971,19 +1038,12 @@ impl Engine for Scheduler {
             self.ff_heap_ready = true;
             for pos in 0..self.ff_base.len() {
                 let slow = self.ff_next_slow(&self.req(self.running[pos]).kv);
-                self.ff_heap.push(Reverse((u64::from(slow.saturating_sub(self.ff_base[pos])), pos as u32)));
+                self.ff_heap.push(j, u64::from(slow.saturating_sub(self.ff_base[pos])), pos as u32);
             }
         }
         let mut tmp = std::mem::take(&mut self.ff_tmp);
         tmp.clear();
-        while let Some(&Reverse((s, pos))) = self.ff_heap.peek() {
-            debug_assert!(s >= j);
-            if s != j {
-                break;
-            }
-            self.ff_heap.pop();
-            tmp.push(pos);
-        }
+        self.ff_heap.take_due(j, &mut tmp);
         let bs = self.config.block_size;
         let mut need = 0u32;
         for &pos in &tmp {
@@ -994,7 +1054,7 @@ impl Engine for Scheduler {
         // A preemption, or an admission: not a plain step.
         if need > self.kv.pool.num_free() || (self.ff_head.is_some() && !self.ff_head_stays_blocked(need, &tmp, j)) {
             for &pos in &tmp {
-                self.ff_heap.push(Reverse((j, pos)));
+                self.ff_heap.push(j, j, pos);
             }
             self.ff_tmp = tmp;
             return false;
@@ -1011,7 +1071,7 @@ impl Engine for Scheduler {
             };
             debug_assert!(ok, "the step's blocks were counted free");
             let slow = self.ff_next_slow(&self.req(id).kv);
-            self.ff_heap.push(Reverse((j + u64::from(slow.saturating_sub(t)).max(1), pos)));
+            self.ff_heap.push(j, j + u64::from(slow.saturating_sub(t)).max(1), pos);
         }
         self.ff_tmp = tmp;
         if let Some(h) = self.ff_head {
@@ -1256,5 +1316,59 @@ impl Engine for Scheduler {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The calendar gives what a heap of `(step, position)` pairs gives, step by step, with
+    /// steps near (the ring) and far (the heap beyond it), re-pushes at the current step,
+    /// and runs cleared in between (stale buckets of an earlier run read as empty).
+    #[test]
+    fn ff_calendar_takes_what_a_heap_of_pairs_pops() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = move |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        let mut cal = FfCalendar::default();
+        for run in 0..200 {
+            cal.clear();
+            let mut heap: BinaryHeap<Reverse<(u64, u32)>> = BinaryHeap::new();
+            let n = 1 + rnd(40) as u32;
+            for pos in 0..n {
+                let s = if run % 3 == 0 { rnd(200) } else { rnd(20) };
+                cal.push(0, s, pos);
+                heap.push(Reverse((s, pos)));
+            }
+            for j in 0..400u64 {
+                let mut want = Vec::new();
+                while let Some(&Reverse((s, pos))) = heap.peek() {
+                    if s != j {
+                        break;
+                    }
+                    heap.pop();
+                    want.push(pos);
+                }
+                assert_eq!(cal.due(j), !want.is_empty(), "run {run} step {j}");
+                let mut got = Vec::new();
+                if cal.due(j) {
+                    cal.take_due(j, &mut got);
+                }
+                assert_eq!(got, want, "run {run} step {j}");
+                for &pos in &got {
+                    let s = j + 1 + rnd(if pos % 5 == 0 { 150 } else { 17 });
+                    cal.push(j, s, pos);
+                    heap.push(Reverse((s, pos)));
+                }
+                if rnd(300) == 0 {
+                    break; // a run that ends early leaves entries behind
+                }
+            }
+        }
     }
 }
