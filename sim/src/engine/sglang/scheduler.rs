@@ -371,11 +371,12 @@ impl Scheduler {
 
     fn materialize(&mut self, id: ReqId) {
         let r = self.req_mut(id);
-        let want = r.fill_len() as usize;
-        while r.tokens.len() < want {
-            let t = r.spec.token(r.tokens.len() as u32);
-            r.tokens.push(t);
+        if r.tokens.capacity() == 0 {
+            // Room for the request's whole length at once (capacity only).
+            r.tokens.reserve(r.spec.total_len() as usize);
         }
+        let want = r.fill_len();
+        r.spec.extend_tokens(want, &mut r.tokens);
     }
 
     /// `init_next_round_input`: matches `fill_ids[:len-1]` in the tree.
