@@ -226,6 +226,8 @@ enum StepKind {
 pub struct Scheduler {
     config: SglangConfig,
     tree: RadixCache,
+    /// The offset half of every token's contents, tabulated ([`crate::request::OffsetMixes`]).
+    mixes: crate::request::OffsetMixes,
     /// Live requests by id, boxed: a finished one leaves an empty slot of one word.
     requests: Vec<Option<Box<Req>>>,
     waiting: VecDeque<ReqId>,
@@ -276,6 +278,7 @@ impl Scheduler {
         Scheduler {
             config,
             tree,
+            mixes: crate::request::OffsetMixes::default(),
             requests: Vec::new(),
             waiting: VecDeque::new(),
             running: Vec::new(),
@@ -370,13 +373,14 @@ impl Scheduler {
     }
 
     fn materialize(&mut self, id: ReqId) {
-        let r = self.req_mut(id);
+        let Scheduler { requests, mixes, .. } = self;
+        let r = requests[id as usize].as_mut().expect("live request");
         if r.tokens.capacity() == 0 {
             // Room for the request's whole length at once (capacity only).
             r.tokens.reserve(r.spec.total_len() as usize);
         }
         let want = r.fill_len();
-        r.spec.extend_tokens(want, &mut r.tokens);
+        r.spec.extend_tokens(want, &mut r.tokens, mixes);
     }
 
     /// `init_next_round_input`: matches `fill_ids[:len-1]` in the tree.
