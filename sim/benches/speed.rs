@@ -250,6 +250,10 @@ fn main() {
             scenario("rtx5090-qwen2.5-7b-vllm.json", &["workload.max_concurrency=128", "workload.num_prompts=10000"]),
         ),
         (
+            "SGLang, RTX 5090, 4096/512, c=128, 10,000 requests",
+            scenario("rtx5090-qwen2.5-7b-sglang.json", &["workload.max_concurrency=128", "workload.num_prompts=10000"]),
+        ),
+        (
             "Llama-3.1-8B on H100, random 1024 (range 0.5)/256, c=256, 10,000 requests",
             scenario(
                 "long-prefill-itl-llama3.1-8b-h100-vllm.json",

@@ -151,6 +151,19 @@ fn offset_mix(offset: u32) -> u64 {
 pub struct OffsetMixes(Vec<u64>);
 
 impl OffsetMixes {
+    /// [`RequestSpec::token`] of `spec` at `pos`, an output token's from the table.
+    #[inline]
+    pub fn token(&mut self, spec: &RequestSpec, pos: u32) -> u64 {
+        if pos < spec.prompt_len {
+            return spec.token(pos);
+        }
+        let off = pos - spec.prompt_len;
+        if (off as usize) < self.0.len() {
+            return mix64(spec.output_key ^ self.0[off as usize]);
+        }
+        mix64(spec.output_key ^ self.upto(off + 1)[off as usize])
+    }
+
     /// The table, holding at least offsets `0..n`.
     fn upto(&mut self, n: u32) -> &[u64] {
         let have = self.0.len() as u32;
@@ -339,6 +352,10 @@ mod tests {
                 for &c in &cuts {
                     s.extend_tokens(c, &mut out, &mut mixes);
                     assert_eq!(out, all[..c as usize], "cut at {c}");
+                }
+                let mut fresh = OffsetMixes::default();
+                for p in (0..s.total_len()).rev() {
+                    assert_eq!(fresh.token(s, p), all[p as usize], "position {p}");
                 }
             }
         }

@@ -228,6 +228,8 @@ pub struct Scheduler {
     tree: RadixCache,
     /// The offset half of every token's contents, tabulated ([`crate::request::OffsetMixes`]).
     mixes: crate::request::OffsetMixes,
+    /// Reused between steps: the decodes of the step that finished.
+    decodes_buf: Vec<ReqId>,
     /// Live requests by id, boxed: a finished one leaves an empty slot of one word.
     requests: Vec<Option<Box<Req>>>,
     waiting: VecDeque<ReqId>,
@@ -279,6 +281,7 @@ impl Scheduler {
             config,
             tree,
             mixes: crate::request::OffsetMixes::default(),
+            decodes_buf: Vec::new(),
             requests: Vec::new(),
             waiting: VecDeque::new(),
             running: Vec::new(),
@@ -381,6 +384,18 @@ impl Scheduler {
         }
         let want = r.fill_len();
         r.spec.extend_tokens(want, &mut r.tokens, mixes);
+    }
+
+    /// Appends the contents of the token request `id` just sampled (it becomes part of
+    /// `fill_ids`).
+    fn materialize_next(&mut self, id: ReqId) {
+        let Scheduler { requests, mixes, .. } = self;
+        let r = requests[id as usize].as_mut().expect("live request");
+        let pos = r.tokens.len() as u32;
+        if pos < r.spec.prompt_len + r.num_output + 1 {
+            let t = mixes.token(&r.spec, pos);
+            r.tokens.push(t);
+        }
     }
 
     /// `init_next_round_input`: matches `fill_ids[:len-1]` in the tree.
@@ -940,12 +955,14 @@ impl Scheduler {
         let mut finished_any = false;
         // Decode tokens (a decode step, or the decodes mixed into a prefill).
         if matches!(kind, StepKind::Decode | StepKind::Prefill { mixed: true }) {
-            let decodes: Vec<ReqId> = self.plan.scheduled.iter().filter(|s| !s.prefill).map(|s| s.id).collect();
-            for id in decodes {
+            let mut decodes = std::mem::take(&mut self.decodes_buf);
+            decodes.clear();
+            decodes.extend(self.plan.scheduled.iter().filter(|s| !s.prefill).map(|s| s.id));
+            for &id in &decodes {
                 if !self.is_running(id) {
                     continue;
                 }
-                self.req_mut(id).materialize_next();
+                self.materialize_next(id);
                 let fin = self.finish(id, out);
                 if fin {
                     // A decode step's finishes shrink the running batch at its next
@@ -958,6 +975,7 @@ impl Scheduler {
                 }
                 finished_any |= fin;
             }
+            self.decodes_buf = decodes;
         }
         if matches!(kind, StepKind::Prefill { .. }) {
             let batch = std::mem::take(&mut self.batch);
@@ -971,7 +989,7 @@ impl Scheduler {
                 if r.status != Status::Running {
                     continue;
                 }
-                self.req_mut(id).materialize_next();
+                self.materialize_next(id);
                 let fin = self.finish(id, out);
                 self.last_prefill_shrinks |= fin;
                 if !fin {
@@ -989,16 +1007,6 @@ impl Scheduler {
                     self.requests[s.id as usize] = None;
                 }
             }
-        }
-    }
-}
-
-impl Req {
-    /// Appends the contents of the token just sampled (it becomes part of `fill_ids`).
-    fn materialize_next(&mut self) {
-        let pos = self.tokens.len() as u32;
-        if pos < self.spec.prompt_len + self.num_output + 1 {
-            self.tokens.push(self.spec.token(pos));
         }
     }
 }
