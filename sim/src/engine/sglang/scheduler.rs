@@ -577,10 +577,12 @@ impl Scheduler {
         }
 
         let mut taken: Vec<ReqId> = Vec::new();
-        let waiting: Vec<ReqId> = self.waiting.iter().copied().collect();
         let budget_ok = adder.budget_state(self.avail_plus_evictable()) == AddReqResult::Continue;
         if budget_ok {
-            for id in waiting {
+            // The queue does not change in this loop (what it takes leaves after it), and the
+            // loop mostly stops at its first request: walked in place, not copied.
+            for k in 0..self.waiting.len() {
+                let id = self.waiting[k];
                 if running_bs as usize + can_run.len() >= self.config.max_running_requests as usize {
                     self.batch_is_full = true;
                     break;
