@@ -450,6 +450,7 @@ impl SglangBehaviour {
             ignore_eos_full_reservation: v >= Version::new(0, 5, 23),
             page_reserve_per_request: v >= Version::new(0, 5, 23),
             retract_ratio_plus_one: v >= Version::new(0, 5, 23),
+            spent_pass_budget_stops: v >= Version::new(0, 5, 23),
             overlap: Overlap::CpuBackend,
             cpu_overlap: SGLANG_CPU_OVERLAP,
         }

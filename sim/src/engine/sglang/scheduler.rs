@@ -89,6 +89,10 @@ pub struct SglangBehaviour {
     pub page_reserve_per_request: bool,
     /// ≥ 0.5.23: the ratio after a retraction divides by Σ max_new_tokens + 1.
     pub retract_ratio_plus_one: bool,
+    /// ≥ 0.5.23: each pass of the waiting-queue loop first stops if the pass's input or
+    /// chunk budget is spent (`budget_state() == OTHER`: "a spent pass budget admits no
+    /// one"), without setting `batch_is_full`. Before, every request is put to `add_one_req`.
+    pub spent_pass_budget_stops: bool,
     /// The overlap scheduler, as modelled for the hardware.
     pub overlap: Overlap,
     /// With [`Overlap::Gpu`], every step is [`StepShape::cpu_overlapped`]: its CPU time
@@ -483,7 +487,7 @@ impl Scheduler {
         }
         // Locking the prefix takes it out of "evictable": check again.
         self.tree.inc_lock_ref(last_node);
-        if total > adder.rem_total_tokens(self.avail_plus_evictable()) {
+        if total >= adder.rem_total_tokens(self.avail_plus_evictable()) {
             self.tree.dec_lock_ref(last_node);
             return (AddReqResult::NoToken, false);
         }
@@ -577,12 +581,18 @@ impl Scheduler {
         }
 
         let mut taken: Vec<ReqId> = Vec::new();
-        let budget_ok = adder.budget_state(self.avail_plus_evictable()) == AddReqResult::Continue;
-        if budget_ok {
+        // No budget check before the loop: a request that the total budget cannot hold gets
+        // NO_TOKEN from `add_one_req`, which sets `batch_is_full` (0.4.10–0.5.23 alike).
+        {
             // The queue does not change in this loop (what it takes leaves after it), and the
             // loop mostly stops at its first request: walked in place, not copied.
             for k in 0..self.waiting.len() {
                 let id = self.waiting[k];
+                if self.config.behaviour.spent_pass_budget_stops
+                    && adder.budget_state(self.avail_plus_evictable()) == AddReqResult::Other
+                {
+                    break;
+                }
                 if running_bs as usize + can_run.len() >= self.config.max_running_requests as usize {
                     self.batch_is_full = true;
                     break;
@@ -1293,5 +1303,85 @@ impl Engine for Scheduler {
             return Err(format!("{live} live requests, counter says {}", self.num_unfinished));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::Segment;
+
+    fn cfg(version: Version) -> SglangConfig {
+        SglangConfig {
+            version,
+            behaviour: SglangBehaviour { overlap: Overlap::CpuBackend, ..SglangBehaviour::of_release(version) },
+            max_running_requests: 16,
+            chunked_prefill_size: Some(256),
+            max_prefill_tokens: 16384,
+            page_size: 1,
+            schedule_policy: SchedulePolicy::Fcfs,
+            max_total_tokens: 4000,
+            schedule_conservativeness: 1.0,
+            disable_radix_cache: false,
+            enable_mixed_chunk: false,
+            disable_overlap_schedule: false,
+            context_length: 100_000,
+            cuda_graph_max_bs: None,
+            forgone_cuda_graph_max_bs: None,
+            seed: 0,
+        }
+    }
+
+    fn req(key: u64, prompt: u32, output: u32) -> RequestSpec {
+        RequestSpec {
+            prompt: vec![Segment { key, len: prompt }],
+            prompt_len: prompt,
+            max_tokens: output,
+            output_len: output,
+            output_key: key ^ 0xfeed,
+            arrival_ns: 0,
+            priority: 0,
+            ignore_eos: false,
+            prompt_hashes: None,
+        }
+    }
+
+    fn step(s: &mut Scheduler) -> Vec<(ReqId, bool)> {
+        let plan = s.schedule().scheduled.iter().map(|x| (x.id, x.prefill)).collect();
+        let mut out = Vec::new();
+        s.finish_step(&mut out);
+        s.check_invariants().unwrap();
+        plan
+    }
+
+    /// SGLang checks no budget before its waiting-queue loop: a request that the total budget
+    /// cannot hold gets NO_TOKEN from `add_one_req`, which sets `batch_is_full`, also when
+    /// the budget was already spent before the loop (the running requests' reservations
+    /// above what is free, as after a retraction raises `new_token_ratio`). No admission is
+    /// then tried until the batch shrinks. servesim skipped the loop there until 2026-12-04,
+    /// leaving the flag clear and trying the queue again at every step.
+    #[test]
+    fn a_budget_spent_before_the_loop_still_sets_batch_is_full() {
+        for version in [Version::new(0, 4, 10), Version::new(0, 5, 10), Version::new(0, 5, 23)] {
+            let mut s = Scheduler::new(cfg(version));
+            s.add_request(0, &req(1, 50, 2000));
+            step(&mut s);
+            for _ in 0..5 {
+                step(&mut s);
+            }
+            // Admitted against the first request's discounted reservation.
+            s.add_request(1, &req(2, 50, 2000));
+            assert_eq!(step(&mut s), vec![(1, true)], "{version:?}");
+            step(&mut s);
+            // A retraction's ratio: the running reservations now exceed what is free.
+            s.new_token_ratio = 1.0;
+            let offset: f64 = s.running.iter().map(|&id| s.running_reservation(s.req(id))).sum();
+            assert!(offset > s.avail_plus_evictable(), "{offset} vs {}", s.avail_plus_evictable());
+            s.add_request(2, &req(3, 10, 10));
+            assert!(!s.batch_is_full);
+            let plan = step(&mut s);
+            assert!(plan.iter().all(|&(id, prefill)| id != 2 && !prefill), "{plan:?}");
+            assert!(s.batch_is_full, "NO_TOKEN sets batch_is_full ({version:?})");
+        }
     }
 }
