@@ -47,6 +47,9 @@ pub struct PrefillAdder {
     pub rem_chunk_tokens: Option<i64>,
     pub log_hit_tokens: u64,
     pub log_input_tokens: u64,
+    /// ≥ 0.5.11: each admission and chunk also reserves one page (`alloc_extend` may take
+    /// an extra page a request), in the total and the current offsets; 0 before.
+    pub page_overhead: u32,
 }
 
 impl PrefillAdder {
@@ -62,8 +65,8 @@ impl PrefillAdder {
 
     /// `_update_prefill_budget`.
     pub fn update_prefill_budget(&mut self, prefix_len: u32, extend: u32, max_new: u32) {
-        self.rem_total_token_offset += f64::from(extend) + f64::from(max_new);
-        self.cur_rem_token_offset += f64::from(extend);
+        self.rem_total_token_offset += f64::from(extend) + f64::from(max_new) + f64::from(self.page_overhead);
+        self.cur_rem_token_offset += f64::from(extend) + f64::from(self.page_overhead);
         self.rem_input_tokens -= i64::from(extend);
         if let Some(c) = &mut self.rem_chunk_tokens {
             *c -= i64::from(extend);

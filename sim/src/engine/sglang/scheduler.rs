@@ -82,12 +82,15 @@ pub struct SglangBehaviour {
     /// ≥ 0.5.21: the chunked request takes a full chunk even when the remaining token
     /// budget is ≤ 0 (`add_chunked_req`: "must make progress").
     pub chunked_req_always_progresses: bool,
-    /// ≥ 0.5.23: a running `ignore_eos` request's remaining output is reserved in full
-    /// (ratio 1.0), not discounted by `new_token_ratio`.
+    /// ≥ 0.5.22: a running `ignore_eos` request's remaining output is reserved in full
+    /// (ratio 1.0), not discounted by `new_token_ratio` (read: 0.5.21 without, 0.5.22 with).
     pub ignore_eos_full_reservation: bool,
-    /// ≥ 0.5.23: admission reserves one page on top of a request's prompt and output.
+    /// ≥ 0.5.11: admission reserves one page on top of a request's prompt and output (in
+    /// `add_one_req`'s test), and every admission or chunk charges one page to the batch's
+    /// total and current offsets (`_update_prefill_budget`; read: 0.5.10 without, 0.5.11 with).
     pub page_reserve_per_request: bool,
-    /// ≥ 0.5.23: the ratio after a retraction divides by Σ max_new_tokens + 1.
+    /// ≥ 0.5.4: the ratio after a retraction divides by Σ max_new_tokens + 1 (read: 0.5.3
+    /// without, 0.5.4 with).
     pub retract_ratio_plus_one: bool,
     /// ≥ 0.5.23: each pass of the waiting-queue loop first stops if the pass's input or
     /// chunk budget is spent (`budget_state() == OTHER`: "a spent pass budget admits no
@@ -541,6 +544,7 @@ impl Scheduler {
             rem_chunk_tokens: self.config.chunked_prefill_size.map(|c| i64::from(c) - i64::from(mixed_decode)),
             log_hit_tokens: 0,
             log_input_tokens: 0,
+            page_overhead: if self.config.behaviour.page_reserve_per_request { self.config.page_size } else { 0 },
         };
         let mut can_run: Vec<ReqId> = Vec::new();
         let mut new_chunked: Option<ReqId> = None;
@@ -1352,6 +1356,24 @@ mod tests {
         s.finish_step(&mut out);
         s.check_invariants().unwrap();
         plan
+    }
+
+    /// From 0.5.11 a request's admission test adds one page to its prompt and output, and
+    /// every admission charges that page to the batch's offsets (`_update_prefill_budget`):
+    /// two requests that fit one batch exactly in 0.5.10 need a page more each from 0.5.11.
+    #[test]
+    fn admission_reserves_a_page_a_request_from_0_5_11() {
+        for (version, both) in [(Version::new(0, 5, 10), true), (Version::new(0, 5, 11), false)] {
+            // Each request: 32 prompt tokens (two pages of 16) and 100 of output: 132 tokens,
+            // 148 with the page. 0.5.10 admits the second if 132 < 288 − 132; 0.5.11 needs
+            // 148 < 288 − 148.
+            let mut s = Scheduler::new(SglangConfig { page_size: 16, max_total_tokens: 288, ..cfg(version) });
+            s.add_request(0, &req(1, 32, 100));
+            s.add_request(1, &req(2, 32, 100));
+            let plan = step(&mut s);
+            let expect: Vec<(ReqId, bool)> = if both { vec![(0, true), (1, true)] } else { vec![(0, true)] };
+            assert_eq!(plan, expect, "{version:?}");
+        }
     }
 
     /// SGLang checks no budget before its waiting-queue loop: a request that the total budget
