@@ -342,7 +342,8 @@ fn the_largest_captured_decode_batch_is_capped_by_max_running_requests() {
 }
 
 /// Where SGLang's releases differ in their memory-derived defaults (read in the 0.4.10, 0.5.1,
-/// 0.5.2, 0.5.3, 0.5.10 and 0.5.15 wheels): before 0.5.3 `cuda_graph_max_bs` is unset on cards
+/// 0.5.2, 0.5.3, 0.5.10 and 0.5.15 wheels; the 20–35 GB tier in every wheel from 0.5.3 to 0.5.23
+/// but 0.5.16–0.5.17): before 0.5.3 `cuda_graph_max_bs` is unset on cards
 /// of 35 GB and more, so the capture list ends where the release's list does (160 up to 90 GiB,
 /// 256 above), the chunked-prefill size of a 35–60 GB card is 8,192 and the
 /// `mem_fraction_static` reserve is 0.4.x's table; from 0.5.3 the reserve counts the
@@ -377,6 +378,16 @@ fn memory_derived_defaults_follow_the_release() {
         resolved("h100-80gb", "0.5.10", &[("cuda_graph_max_bs", Value::from(100))]).cuda_graph_max_bs,
         Some(100)
     );
+    // The 20–35 GB tier (the 32 GB RTX 5090), read in the 0.5.3–0.5.15 and 0.5.18–0.5.23
+    // wheels: 16 in 0.5.3–0.5.4, 24 in 0.5.5–0.5.19, 48 with 4,096-token chunks from 0.5.20.
+    let tier = |version: &str| {
+        let c = resolved("rtx-5090", version, &[]);
+        (c.cuda_graph_max_bs, c.chunked_prefill_size)
+    };
+    assert_eq!(tier("0.5.4"), (Some(16), Some(2048)));
+    assert_eq!(tier("0.5.5"), (Some(24), Some(2048)));
+    assert_eq!(tier("0.5.19"), (Some(24), Some(2048)));
+    assert_eq!(tier("0.5.20"), (Some(48), Some(4096)));
     // The chunked-prefill size of a 40 GB card.
     assert_eq!(resolved("a100-40gb", "0.5.2", &[]).chunked_prefill_size, Some(8192));
     assert_eq!(resolved("a100-40gb", "0.5.3", &[]).chunked_prefill_size, Some(4096));
@@ -472,4 +483,25 @@ fn the_default_fraction_reserves_the_piecewise_graphs_from_0_5_10() {
         mfs(&b200, v("0.5.10"), 1, Some(16384), 16384, Some(512), pw(v("0.5.10"), Some(16384), None, true, true)),
         0.854
     );
+}
+
+/// The release each SGLang behaviour arrived in, as read in the wheels (every release from
+/// 0.5.3 to 0.5.23 but 0.5.16–0.5.17, docs/sglang.md §2–4): the last release without it and
+/// the first with it. Until 2026-12-04 four of these were gated at the first release read with
+/// them (0.5.21 or 0.5.23), though they are older.
+#[test]
+fn sglang_behaviours_arrive_in_the_release_read() {
+    let b = |v: (u32, u32, u32)| SglangBehaviour::of_release(Version::new(v.0, v.1, v.2));
+    let gates: [(&str, fn(&SglangBehaviour) -> bool, (u32, u32, u32), (u32, u32, u32)); 6] = [
+        ("retract_ratio_plus_one", |x| x.retract_ratio_plus_one, (0, 5, 3), (0, 5, 4)),
+        ("chunked_req_always_progresses", |x| x.chunked_req_always_progresses, (0, 5, 6), (0, 5, 7)),
+        ("page_reserve_per_request", |x| x.page_reserve_per_request, (0, 5, 10), (0, 5, 11)),
+        ("ignore_eos_full_reservation", |x| x.ignore_eos_full_reservation, (0, 5, 21), (0, 5, 22)),
+        ("spent_pass_budget_stops", |x| x.spent_pass_budget_stops, (0, 5, 22), (0, 5, 23)),
+        ("page_floored_chunks", |x| x.page_floored_chunks, (0, 4, 10), (0, 5, 1)),
+    ];
+    for (name, get, before, from) in gates {
+        assert!(!get(&b(before)), "{name} in {before:?}");
+        assert!(get(&b(from)), "{name} not in {from:?}");
+    }
 }

@@ -628,9 +628,12 @@ pub fn sglang_default_cuda_graph_max_bs(gpu: &GpuCard, version: Version, tp: u32
     Some(if mem < 20.0 {
         8
     } else if mem < 35.0 {
-        match (version >= Version::new(0, 5, 21), small_tp) {
+        // Read in the 0.5.3–0.5.15, 0.5.18–0.5.21 and 0.5.23 wheels: 16 / 80 in 0.5.3–0.5.4,
+        // 24 / 80 in 0.5.5–0.5.19, 48 / 160 from 0.5.20.
+        match (version >= SGLANG_MID_TIER_DOUBLED, small_tp) {
             (true, true) => 48,
             (true, false) => 160,
+            (false, true) if version >= Version::new(0, 5, 5) => 24,
             (false, true) => 16,
             (false, false) => 80,
         }
@@ -650,6 +653,11 @@ pub fn sglang_default_cuda_graph_max_bs(gpu: &GpuCard, version: Version, tp: u32
         512
     })
 }
+
+/// The first SGLang release whose 20–35 GB tier takes 4,096-token chunks and captures decode
+/// graphs to 48 (160 at TP ≥ 4), where 0.5.19 had 2,048 and 24 (80): read in the 0.5.18, 0.5.19,
+/// 0.5.20, 0.5.21 and 0.5.23 wheels.
+pub const SGLANG_MID_TIER_DOUBLED: Version = Version::new(0, 5, 20);
 
 /// The first SGLang release whose `_handle_gpu_memory_settings` sets the chunked-prefill size,
 /// `cuda_graph_max_bs` and the `mem_fraction_static` reserve from device memory (0.5.1 and

@@ -123,7 +123,7 @@ pub(super) fn resolve_sglang(
     let default_chunk: u32 = if mem_gib < 20.0 {
         2048
     } else if mem_gib < 35.0 {
-        if version >= Version::new(0, 5, 21) {
+        if version >= SGLANG_MID_TIER_DOUBLED {
             4096
         } else {
             2048
@@ -446,7 +446,7 @@ impl SglangBehaviour {
         SglangBehaviour {
             page_floored_chunks: v >= Version::new(0, 5, 0),
             retract_until_decode_fits: v >= Version::new(0, 5, 3),
-            chunked_req_always_progresses: v >= Version::new(0, 5, 21),
+            chunked_req_always_progresses: v >= Version::new(0, 5, 7),
             ignore_eos_full_reservation: v >= Version::new(0, 5, 22),
             page_reserve_per_request: v >= Version::new(0, 5, 11),
             retract_ratio_plus_one: v >= Version::new(0, 5, 4),

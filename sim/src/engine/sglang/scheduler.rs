@@ -79,8 +79,9 @@ pub struct SglangBehaviour {
     /// towards 20 tokens a remaining request after each one (0.4.10: at least one, then
     /// while free tokens < 20 × remaining requests).
     pub retract_until_decode_fits: bool,
-    /// ≥ 0.5.21: the chunked request takes a full chunk even when the remaining token
-    /// budget is ≤ 0 (`add_chunked_req`: "must make progress").
+    /// ≥ 0.5.7: the chunked request takes a full chunk even when the remaining token
+    /// budget is ≤ 0 (`add_chunked_req`: "the chunked_req must be added to the list";
+    /// read: 0.5.6 without, 0.5.7 with).
     pub chunked_req_always_progresses: bool,
     /// ≥ 0.5.22: a running `ignore_eos` request's remaining output is reserved in full
     /// (ratio 1.0), not discounted by `new_token_ratio` (read: 0.5.21 without, 0.5.22 with).
