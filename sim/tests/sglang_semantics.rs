@@ -434,7 +434,29 @@ fn blackwell_datacenter_gpus_page_the_kv_cache_by_64_from_0_5_7() {
     assert_eq!(page("b200", "0.5.10", Some(32)).0, 32, "a size trtllm_mha takes is kept");
     assert_eq!(page("b200", "0.5.10", Some(1)).0, 64, "one it does not take becomes 64");
     assert_eq!(page("b200", "0.5.10", Some(128)).0, 64);
+    // 128 is taken from 0.5.17 (read in the wheels: 0.5.16 without, 0.5.17 with).
+    assert_eq!(page("b200", "0.5.16", Some(128)).0, 64);
+    assert_eq!(page("b200", "0.5.17", Some(128)).0, 128);
     assert_eq!(page("b200", "0.5.23", Some(128)).0, 128);
+    // `trtllm_mha` given on Hopper or SM120: its prefill runs there from 0.5.19 (0.5.18: SM100
+    // only, an error naming the field).
+    let given = |hw: &str, version: &str| {
+        let mut v = scenario("rtx5090-qwen2.5-7b-sglang.json");
+        v["hardware"] = Value::from(hw);
+        v["engine"]["version"] = Value::from(version);
+        v["engine"]["attention_backend"] = Value::from("trtllm_mha");
+        for k in ["max_running_requests", "mem_fraction_static", "max_total_tokens"] {
+            v["engine"].as_object_mut().unwrap().remove(k);
+        }
+        let s = sim::config::from_value(v, "").unwrap();
+        sim::config::resolve(&s, &resources()).map(|_| ()).map_err(|e| (e.path, e.message))
+    };
+    for hw in ["h100-80gb", "rtx-pro-6000"] {
+        let err = given(hw, "0.5.18").unwrap_err();
+        assert_eq!(err.0, "engine.attention_backend", "{hw}");
+        assert!(err.1.contains("SM100"), "{hw}: {}", err.1);
+        assert_eq!(given(hw, "0.5.19"), Ok(()), "{hw}");
+    }
     // SM120 (RTX PRO 6000, RTX 5090) and Hopper are not in the family.
     assert_eq!(page("rtx-pro-6000", "0.5.23", None).0, 1);
     assert_eq!(page("h200", "0.5.23", None).0, 1);

@@ -320,6 +320,15 @@ pub fn sglang_default_trtllm_mha(version: Version, gpu: &GpuCard) -> bool {
     version >= SGLANG_SM100_TRTLLM_MHA && gpu.is_sm100_family()
 }
 
+/// The first SGLang release whose `trtllm_mha` prefill runs on Hopper (SM90) and SM120 as well as
+/// SM100 ("TRTLLM MHA backend for prefill requires Hopper (SM90), Blackwell (SM100), or SM120
+/// GPUs"): read in the wheels, 0.5.18 still SM100 only, 0.5.19 with.
+pub const SGLANG_TRTLLM_MHA_PREFILL_SM90_SM120: Version = Version::new(0, 5, 19);
+
+/// The first SGLang release whose `trtllm_mha` takes pages of 128 tokens ("only supports
+/// page_size of 16, 32, 64 or 128"): read in the wheels, 0.5.16 without, 0.5.17 with.
+pub const SGLANG_TRTLLM_MHA_PAGE_128: Version = Version::new(0, 5, 17);
+
 /// The first SGLang release with `trtllm_mha` among `--attention-backend`'s choices.
 pub const SGLANG_TRTLLM_MHA_CHOICE: Version = Version::new(0, 5, 1);
 
@@ -366,13 +375,16 @@ pub fn sglang_attention_backend(version: Version, gpu: &GpuCard, given: Option<&
             field,
             format!("trtllm_mha is not among SGLang {version}'s --attention-backend choices (from {SGLANG_TRTLLM_MHA_CHOICE})"),
         )),
-        "trtllm_mha" if cc.is_some() && !(gpu.is_sm100_family() || (version >= Version::new(0, 5, 23) && matches!(cc, Some((9 | 12, _))))) => {
+        "trtllm_mha"
+            if cc.is_some()
+                && !(gpu.is_sm100_family() || (version >= SGLANG_TRTLLM_MHA_PREFILL_SM90_SM120 && matches!(cc, Some((9 | 12, _))))) =>
+        {
             Err(ConfigError::new(
                 field,
                 format!(
-                    "trtllm_mha on compute capability {cc_text}: SGLang {version} runs it on Blackwell (SM100) only \
-                     (\"TRTLLM MHA backend is only supported on Blackwell GPUs (SM100)\"; 0.5.23 also takes Hopper and SM120; \
-                     releases 0.5.15–0.5.22 were not read and are held to the SM100 rule)"
+                    "trtllm_mha on compute capability {cc_text}: SGLang {version} runs its prefill on Blackwell (SM100) only \
+                     (\"TRTLLM MHA backend for prefill is only supported on Blackwell GPUs (SM100)\"; from \
+                     {SGLANG_TRTLLM_MHA_PREFILL_SM90_SM120} also on Hopper and SM120)"
                 ),
             ))
         }
@@ -426,7 +438,7 @@ pub fn sglang_page_size(version: Version, backend: Option<&str>, given: Option<u
         positive("engine.page_size", p)?;
     }
     if backend == Some("trtllm_mha") {
-        let takes = |p: u32| matches!(p, 16 | 32 | 64) || (p == 128 && version >= Version::new(0, 5, 23));
+        let takes = |p: u32| matches!(p, 16 | 32 | 64) || (p == 128 && version >= SGLANG_TRTLLM_MHA_PAGE_128);
         return Ok(given.filter(|&p| takes(p)).unwrap_or(64));
     }
     Ok(given.unwrap_or(1))
