@@ -75,10 +75,12 @@ pub struct SglangBehaviour {
     /// ≥ 0.5.0: a request chunked at admission takes `⌊rem_chunk ÷ page⌋ × page` tokens
     /// (0.4.10: `rem_chunk − page + 1`).
     pub page_floored_chunks: bool,
-    /// ≥ 0.5.3: retraction stops as soon as the next decode step fits, evicting the cache
-    /// towards 20 tokens a remaining request after each one (0.4.10: at least one, then
-    /// while free tokens < 20 × remaining requests).
+    /// ≥ 0.5.2: retraction stops as soon as the next decode step fits (0.4.10–0.5.1: at least
+    /// one, then while free tokens < 20 × remaining requests; read: 0.5.1 without, 0.5.2 with).
     pub retract_until_decode_fits: bool,
+    /// ≥ 0.5.3: after each retraction the cache is evicted towards 20 tokens a remaining
+    /// request (`release_req`; 0.5.2 frees the request's tokens only).
+    pub retract_evicts_for_remaining: bool,
     /// ≥ 0.5.7: the chunked request takes a full chunk even when the remaining token
     /// budget is ≤ 0 (`add_chunked_req`: "the chunked_req must be added to the list";
     /// read: 0.5.6 without, 0.5.7 with).
@@ -719,7 +721,7 @@ impl Scheduler {
             let id = sorted.pop().expect("non-empty");
             self.retract(id);
             retracted.push(id);
-            if old_style {
+            if old_style || !self.config.behaviour.retract_evicts_for_remaining {
                 continue;
             }
             let want = sorted.len() as u64 * RETRACT_DECODE_STEPS;
