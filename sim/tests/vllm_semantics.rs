@@ -328,3 +328,23 @@ fn private_requests_register_their_blocks_when_preempted_with_the_same_steps() {
         }
     }
 }
+
+/// The release each vLLM scheduling behaviour arrived in, as read in the wheels: the last
+/// release without it and the first with it. Until 2026-12-04 four of these were gated at the
+/// first release an earlier reading had happened to open (0.12, 0.20, 0.28, 0.32).
+#[test]
+fn vllm_behaviours_arrive_in_the_release_read() {
+    let b = |v: (u32, u32, u32)| VllmBehaviour::of_release(Version::new(v.0, v.1, v.2));
+    let gates: [(&str, fn(&VllmBehaviour) -> bool, (u32, u32, u32), (u32, u32, u32)); 6] = [
+        ("skip_preempted_prefix_stats", |x| x.skip_preempted_prefix_stats, (0, 11, 0), (0, 11, 1)),
+        ("async_scheduling", |x| x.async_scheduling, (0, 13, 0), (0, 14, 0)),
+        ("full_prompt_admission", |x| x.full_prompt_admission, (0, 18, 0), (0, 19, 0)),
+        ("prefix_stats_at_admission", |x| x.prefix_stats_at_admission, (0, 26, 0), (0, 27, 0)),
+        ("long_prefill_alone_rule", |x| x.long_prefill_alone_rule, (0, 30, 0), (0, 31, 0)),
+        ("priority_walk_continues", |x| x.priority_walk_continues, (0, 32, 0), (0, 33, 0)),
+    ];
+    for (name, get, before, from) in gates {
+        assert!(!get(&b(before)), "{name} in {before:?}");
+        assert!(get(&b(from)), "{name} not in {from:?}");
+    }
+}

@@ -422,14 +422,16 @@ pub(super) fn resolve_vllm(
 }
 
 impl VllmBehaviour {
-    /// The behaviours of a vLLM release (`docs/vllm.md`; each from the first release it
-    /// was read in), with async scheduling at the release's default.
+    /// The behaviours of a vLLM release (`docs/vllm.md`), each from the release that brought
+    /// it, read in the wheels around it (the last without, the first with: 0.11.0 / 0.11.1,
+    /// 0.26.0 / 0.27.0, 0.18.0 / 0.19.0, 0.30.0 / 0.31.0, 0.32.0 / 0.33.0, 0.13.0 / 0.14.0),
+    /// with async scheduling at the release's default.
     pub fn of_release(v: Version) -> VllmBehaviour {
         VllmBehaviour {
-            skip_preempted_prefix_stats: v >= Version::new(0, 12, 0),
-            prefix_stats_at_admission: v >= Version::new(0, 28, 0),
-            full_prompt_admission: v >= Version::new(0, 20, 0),
-            long_prefill_alone_rule: v >= Version::new(0, 32, 0),
+            skip_preempted_prefix_stats: v >= Version::new(0, 11, 1),
+            prefix_stats_at_admission: v >= Version::new(0, 27, 0),
+            full_prompt_admission: v >= Version::new(0, 19, 0),
+            long_prefill_alone_rule: v >= Version::new(0, 31, 0),
             priority_walk_continues: v >= Version::new(0, 33, 0),
             async_scheduling: v >= Version::new(0, 14, 0),
         }

@@ -70,16 +70,16 @@ pub const VLLM_0110_CHAT_TEMPLATE_KWARGS_NS: u64 = 17_100_000;
 /// scheduler. No release comparison is made inside the engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct VllmBehaviour {
-    /// ≥ 0.12: lookups by resumed preempted requests are left out of the prefix-cache
+    /// ≥ 0.11.1: lookups by resumed preempted requests are left out of the prefix-cache
     /// query and hit counters (0.11 counts them).
     pub skip_preempted_prefix_stats: bool,
-    /// ≥ 0.28: the prefix-cache counters are recorded once, when a request is admitted
+    /// ≥ 0.27: the prefix-cache counters are recorded once, when a request is admitted
     /// (failed lookups of a blocked head of queue are not counted); before, every lookup.
     pub prefix_stats_at_admission: bool,
-    /// ≥ 0.20 (`scheduler_reserve_full_isl`): a waiting request is admitted only if its
+    /// ≥ 0.19 (`scheduler_reserve_full_isl`): a waiting request is admitted only if its
     /// whole current length fits, not just its first chunk.
     pub full_prompt_admission: bool,
-    /// ≥ 0.32: `long_prefill_token_threshold` is ignored when running + waiting holds
+    /// ≥ 0.31: `long_prefill_token_threshold` is ignored when running + waiting holds
     /// a single request.
     pub long_prefill_alone_rule: bool,
     /// ≥ 0.33: under the `priority` policy, a running request that preempted itself
@@ -456,7 +456,7 @@ impl Scheduler {
 
     fn threshold_cap(&self, n: u32) -> u32 {
         let t = self.config.long_prefill_token_threshold;
-        // ≥ 0.32 ignores the threshold when only one request is running or waiting.
+        // ≥ 0.31 ignores the threshold when only one request is running or waiting.
         let alone = self.config.behaviour.long_prefill_alone_rule && self.running.len() + self.waiting_len() == 1;
         if t > 0 && n > t && !alone {
             t
@@ -548,7 +548,7 @@ impl Scheduler {
             return;
         }
         // 0.11 counts every lookup, resumed preempted requests included;
-        // 0.12+ excludes the preempted ones.
+        // 0.11.1+ excludes the preempted ones.
         if preempted && self.config.behaviour.skip_preempted_prefix_stats {
             return;
         }
