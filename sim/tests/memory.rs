@@ -112,22 +112,23 @@ fn graphs(spec: &SimSpec) -> u64 {
 }
 
 #[test]
-fn the_cuda_graph_estimate_is_charged_from_vllm_0_21_on_the_v1_model_runner_only() {
+fn the_cuda_graph_estimate_is_charged_from_vllm_0_20_on_the_v1_model_runner_only() {
     let vllm = |extra: Value, model: &str| {
         // At its 131,072 positions Llama-3.1-8B's one request would not fit an RTX 5090's pool.
         let mut e = json!({"kind": "vllm", "max_model_len": 8192});
         e.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
         resolve(scenario(e, model, "rtx-5090", 1)).unwrap()
     };
-    // 0.21–0.24 run Qwen2 on the V1 runner: its estimate is subtracted, and eager mode has none.
-    for v in ["0.21.0", "0.24.0"] {
+    // 0.20–0.24 run Qwen2 on the V1 runner: its estimate is subtracted, and eager mode has none.
+    for v in ["0.20.0", "0.21.0", "0.24.0"] {
         let with = vllm(json!({"version": v}), "qwen2.5-7b-instruct");
         let eager = vllm(json!({"version": v, "enforce_eager": true}), "qwen2.5-7b-instruct");
         assert!(graphs(&with) > 0, "{v}");
         assert_eq!(graphs(&eager), 0, "{v}");
         assert!(pool(&eager) > pool(&with), "{v}");
     }
-    // Before 0.21 graphs were captured after the KV allocation: nothing subtracted.
+    // Before 0.20 the estimate is off by default (`VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`
+    // "0" in 0.19.0, "1" from 0.20.0): the graphs come out of the headroom.
     assert_eq!(graphs(&vllm(json!({"version": "0.19.0"}), "qwen2.5-7b-instruct")), 0);
     // The V2 runner's estimate is 0: Llama from 0.23 (unquantized; quantized from 0.24),
     // every dense model from 0.25.

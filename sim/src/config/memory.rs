@@ -468,7 +468,9 @@ impl VllmMemoryBehaviour {
         };
         VllmMemoryBehaviour {
             model_runner_v2,
-            cudagraph_estimate: cuda_graphs && !model_runner_v2 && v >= Version::new(0, 21, 0),
+            // `VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS` defaults to "1" from 0.20.0 ("0" in
+            // 0.18.0 and 0.19.0; read in the wheels).
+            cudagraph_estimate: cuda_graphs && !model_runner_v2 && v >= Version::new(0, 20, 0),
             consumed_from_free_memory: v >= Version::new(0, 27, 0),
         }
     }
