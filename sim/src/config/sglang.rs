@@ -107,7 +107,7 @@ pub(super) fn resolve_sglang(
     }
     // `ModelRunner.load_model` (0.4.10–0.5.23): below SM80 it runs float16 instead of bfloat16 (the
     // same bytes and speed here), and below SM75 it stops.
-    if let Some(c) = gpu.capability().filter(|c| c.0 < 8 && c.1 < 5) {
+    if let Some(c) = gpu.capability().filter(|&c| c < (7, 5)) {
         return Err(ConfigError::new(
             "hardware.compute_capability",
             format!(
