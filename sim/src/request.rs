@@ -158,13 +158,11 @@ impl OffsetMixes {
             return spec.token(pos);
         }
         let off = pos - spec.prompt_len;
-        if (off as usize) < self.0.len() {
-            return mix64(spec.output_key ^ self.0[off as usize]);
-        }
         mix64(spec.output_key ^ self.upto(off + 1)[off as usize])
     }
 
     /// The table, holding at least offsets `0..n`.
+    #[inline]
     fn upto(&mut self, n: u32) -> &[u64] {
         let have = self.0.len() as u32;
         if have < n {

@@ -643,14 +643,13 @@ pub(crate) fn phase_layout(
 
 /// [`run`], calling `observe` each time a timed request completes.
 pub fn run_observed<E: Engine>(
-    engine: E,
+    mut engine: E,
     cost: &CostModel,
     workload: &Workload,
     opts: RunOptions,
     observe: &mut dyn FnMut(Progress),
 ) -> RunResult {
     let (specs, phase_of, phases, records) = phase_layout(workload);
-    let mut engine = engine;
     if opts.expect_requests {
         engine.expect_requests(&specs);
     }

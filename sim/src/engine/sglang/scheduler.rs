@@ -590,40 +590,38 @@ impl Scheduler {
         let mut taken: Vec<ReqId> = Vec::new();
         // No budget check before the loop: a request that the total budget cannot hold gets
         // NO_TOKEN from `add_one_req`, which sets `batch_is_full` (0.4.10–0.5.23 alike).
-        {
-            // The queue does not change in this loop (what it takes leaves after it), and the
-            // loop mostly stops at its first request: walked in place, not copied.
-            for k in 0..self.waiting.len() {
-                let id = self.waiting[k];
-                if self.config.behaviour.spent_pass_budget_stops
-                    && adder.budget_state(self.avail_plus_evictable()) == AddReqResult::Other
-                {
-                    break;
+        // The queue does not change in this loop (what it takes leaves after it), and the
+        // loop mostly stops at its first request: walked in place, not copied.
+        for k in 0..self.waiting.len() {
+            let id = self.waiting[k];
+            if self.config.behaviour.spent_pass_budget_stops
+                && adder.budget_state(self.avail_plus_evictable()) == AddReqResult::Other
+            {
+                break;
+            }
+            if running_bs as usize + can_run.len() >= self.config.max_running_requests as usize {
+                self.batch_is_full = true;
+                break;
+            }
+            // A new chunked request may only start if none is in progress.
+            if new_chunked.is_some() {
+                break;
+            }
+            self.init_next_round_input(id);
+            let (res, chunked) = self.add_one_req(&mut adder, id, &mut can_run);
+            if can_run.last() == Some(&id) {
+                taken.push(id);
+                if chunked {
+                    new_chunked = Some(id);
                 }
-                if running_bs as usize + can_run.len() >= self.config.max_running_requests as usize {
+            }
+            match res {
+                AddReqResult::Continue => {}
+                AddReqResult::NoToken => {
                     self.batch_is_full = true;
                     break;
                 }
-                // A new chunked request may only start if none is in progress.
-                if new_chunked.is_some() {
-                    break;
-                }
-                self.init_next_round_input(id);
-                let (res, chunked) = self.add_one_req(&mut adder, id, &mut can_run);
-                if can_run.last() == Some(&id) {
-                    taken.push(id);
-                    if chunked {
-                        new_chunked = Some(id);
-                    }
-                }
-                match res {
-                    AddReqResult::Continue => {}
-                    AddReqResult::NoToken => {
-                        self.batch_is_full = true;
-                        break;
-                    }
-                    AddReqResult::Other => break,
-                }
+                AddReqResult::Other => break,
             }
         }
         if !taken.is_empty() {

@@ -284,7 +284,7 @@ pub struct Scheduler {
     last_shape: StepShape,
     /// Fast-forward: the run's requests that leave `allocate_slots`' fast path, as
     /// (step, position in `running`), soonest first and in running order within a step.
-    ff_heap: FfCalendar,
+    ff_calendar: FfCalendar,
     /// Fast-forward: each running request's token count at the run's first step.
     ff_base: Vec<u32>,
     /// The first-block hashes that more than one of the run's requests hold, sorted
@@ -293,7 +293,7 @@ pub struct Scheduler {
     ff_tmp: Vec<u32>,
     /// Fast-forward: Σ decode contexts of the run's first step.
     ff_ctx0: u64,
-    ff_heap_ready: bool,
+    ff_calendar_ready: bool,
     /// Fast-forward past a blocked head of the waiting queue (see
     /// [`Scheduler::ff_head_stays_blocked`]); `None` when phase B does not touch the queue.
     ff_head: Option<FfHead>,
@@ -334,11 +334,11 @@ impl Scheduler {
             scheduled_buf: Vec::new(),
             finished_buf: Vec::new(),
             last_shape: StepShape::default(),
-            ff_heap: FfCalendar::default(),
+            ff_calendar: FfCalendar::default(),
             ff_base: Vec::new(),
             ff_tmp: Vec::new(),
             ff_ctx0: 0,
-            ff_heap_ready: false,
+            ff_calendar_ready: false,
             ff_head: None,
             ff_hashes: Vec::new(),
             shared_first_blocks: None,
@@ -997,7 +997,7 @@ impl Engine for Scheduler {
                 return 0;
             }
         }
-        self.ff_heap.clear();
+        self.ff_calendar.clear();
         self.ff_base.clear();
         let mut k_max = u64::MAX;
         let mut ctx = 0u64;
@@ -1033,7 +1033,7 @@ impl Engine for Scheduler {
             return 0;
         }
         // The heap is built by the first `ff_step`: often the next event comes first.
-        self.ff_heap_ready = false;
+        self.ff_calendar_ready = false;
         self.ff_ctx0 = ctx;
         ids.extend_from_slice(&self.running);
         k_max
@@ -1048,7 +1048,7 @@ impl Engine for Scheduler {
     }
 
     fn ff_step(&mut self, j: u64) -> bool {
-        if self.ff_heap_ready && !self.ff_heap.due(j) {
+        if self.ff_calendar_ready && !self.ff_calendar.due(j) {
             // No request needs a block or fills one at this step (most steps): the pool is
             // untouched, so a blocked head of queue stays blocked, with the same lookup.
             self.ff_count_head_lookup();
@@ -1056,16 +1056,16 @@ impl Engine for Scheduler {
             return true;
         }
         // The requests whose `allocate_slots` leaves the fast path at this step, in running order.
-        if !self.ff_heap_ready {
-            self.ff_heap_ready = true;
+        if !self.ff_calendar_ready {
+            self.ff_calendar_ready = true;
             for pos in 0..self.ff_base.len() {
                 let slow = self.ff_next_slow(&self.req(self.running[pos]).kv);
-                self.ff_heap.push(j, u64::from(slow.saturating_sub(self.ff_base[pos])), pos as u32);
+                self.ff_calendar.push(j, u64::from(slow.saturating_sub(self.ff_base[pos])), pos as u32);
             }
         }
         let mut tmp = std::mem::take(&mut self.ff_tmp);
         tmp.clear();
-        self.ff_heap.take_due(j, &mut tmp);
+        self.ff_calendar.take_due(j, &mut tmp);
         let bs = self.config.block_size;
         let mut need = 0u32;
         for &pos in &tmp {
@@ -1076,7 +1076,7 @@ impl Engine for Scheduler {
         // A preemption, or an admission: not a plain step.
         if need > self.kv.pool.num_free() || (self.ff_head.is_some() && !self.ff_head_stays_blocked(need, &tmp, j)) {
             for &pos in &tmp {
-                self.ff_heap.push(j, j, pos);
+                self.ff_calendar.push(j, j, pos);
             }
             self.ff_tmp = tmp;
             return false;
@@ -1093,7 +1093,7 @@ impl Engine for Scheduler {
             };
             debug_assert!(ok, "the step's blocks were counted free");
             let slow = self.ff_next_slow(&self.req(id).kv);
-            self.ff_heap.push(j, j + u64::from(slow.saturating_sub(t)).max(1), pos);
+            self.ff_calendar.push(j, j + u64::from(slow.saturating_sub(t)).max(1), pos);
         }
         self.ff_tmp = tmp;
         if let Some(h) = self.ff_head {
