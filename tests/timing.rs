@@ -225,6 +225,7 @@ async fn run_workload(spec: &SimSpec, w: &Workload) -> Result<RunResult, String>
     let after = live::server::metrics(&client, &server.url, None).await?;
     server.stop().await;
     let mut records = Vec::new();
+    let mut token_log = sim::simulation::TokenLog::default();
     let mut end = 0;
     for (r, (sent, times)) in w.requests.iter().zip(timed) {
         end = end.max(times.last().copied().unwrap_or(0) - start);
@@ -233,7 +234,7 @@ async fn run_workload(spec: &SimSpec, w: &Workload) -> Result<RunResult, String>
             output_len: times.len() as u32,
             dispatch_ns: sent - start,
             engine_arrival_ns: sent - start,
-            token_times_ns: times.iter().map(|t| t - start).collect(),
+            tokens: token_log.append(&times.iter().map(|t| t - start).collect::<Vec<u64>>()),
             completed: true,
             ..Default::default()
         });
@@ -257,6 +258,7 @@ async fn run_workload(spec: &SimSpec, w: &Workload) -> Result<RunResult, String>
         end_ns: end,
         ingress_ns: 0,
         fast_forwarded_steps: 0,
+        token_log,
     })
 }
 

@@ -316,6 +316,7 @@ pub async fn run(opts: &BenchOptions, workload: &Workload) -> BenchRun {
     // The measurements in the simulator's shapes.
     let mut records = Vec::with_capacity(timed.len());
     let mut outcomes = Vec::with_capacity(timed.len());
+    let mut token_log = sim::simulation::TokenLog::default();
     let mut end_s: f64 = 0.0;
     for (spec, o) in workload.requests.iter().zip(timed) {
         if !o.sent {
@@ -329,11 +330,12 @@ pub async fn run(opts: &BenchOptions, workload: &Workload) -> BenchRun {
         rec.engine_arrival_ns = rec.dispatch_ns;
         if o.success {
             let mut t = o.start_s + o.ttft_s;
-            rec.token_times_ns.push(ns(t));
+            let mut times = vec![ns(t)];
             for d in &o.itl_s {
                 t += d;
-                rec.token_times_ns.push(ns(t));
+                times.push(ns(t));
             }
+            rec.tokens = token_log.append(&times);
             rec.completed = true;
             end_s = end_s.max(o.start_s + o.latency_s);
         }
@@ -364,6 +366,7 @@ pub async fn run(opts: &BenchOptions, workload: &Workload) -> BenchRun {
         end_ns: bench_end_ns,
         ingress_ns: 0,
         fast_forwarded_steps: 0,
+        token_log,
     };
     BenchRun { outcomes, result, metrics_before, metrics_after, interrupted, client_cpu_s, wall_s }
 }

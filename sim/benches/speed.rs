@@ -143,6 +143,25 @@ fn run_fleet_trace(res: &Resources) {
 /// the report JSON and digests of every request record, the time series and the fleet
 /// block into `DIR/<case>.txt`. Two builds' directories compared file by file show whether
 /// a change to the fleet loop or the routers left every output byte-identical.
+fn records_with_times(run: &sim::simulation::RunResult) -> String {
+    let mut out = String::new();
+    for r in &run.records {
+        out += &format!(
+            "{} {} {} {} {:?} {} {:?} {} {:?}\n",
+            r.prompt_len,
+            r.output_len,
+            r.dispatch_ns,
+            r.engine_arrival_ns,
+            r.first_scheduled_ns,
+            r.prefill_compute_ns,
+            r.first_token_step_end_ns,
+            r.completed,
+            run.token_times(r)
+        );
+    }
+    out
+}
+
 fn fleet_digest(res: &Resources, dir: &str) {
     use std::hash::{Hash, Hasher};
     std::fs::create_dir_all(dir).unwrap();
@@ -212,7 +231,9 @@ fn fleet_digest(res: &Resources, dir: &str) {
             let json = serde_json::to_string_pretty(&sim::report::PointReport::of(&spec, &o)).unwrap();
             let text = format!(
                 "{json}\nrecords {}\ntimeseries {}\nfleet {}\nstop {:?} steps {} end {}\n",
-                digest(&format!("{:?}", o.run.records)),
+                // Each record with its token times (not the deliveries they index), so that
+                // builds storing them differently compare.
+                digest(&records_with_times(&o.run)),
                 digest(&format!("{:?}", o.run.timeseries)),
                 digest(&format!("{:?}", o.fleet)),
                 o.run.stop,
@@ -283,10 +304,12 @@ fn main() {
         "| scenario | requests | engine steps | fast-forwarded | simulated s | wall s | simulated s / wall s | requests / wall s |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
-    // `SPEED_ONLY=text`: only the cases whose name contains it (for profiling).
+    // `SPEED_ONLY=text`: only the cases whose name contains it (for profiling); `^text`: whose
+    // name starts with it.
     let only = std::env::var("SPEED_ONLY").ok();
     for (name, v) in cases {
-        if only.as_ref().is_some_and(|o| !name.contains(o.as_str())) {
+        let skip = |o: &String| o.strip_prefix('^').map_or(!name.contains(o.as_str()), |p| !name.starts_with(p));
+        if only.as_ref().is_some_and(skip) {
             continue;
         }
         let s = config::from_value(v, "").unwrap();

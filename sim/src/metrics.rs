@@ -12,7 +12,9 @@
 //! * Throughputs over the duration from the first dispatch of the timed phase
 //!   to its last completion.
 
-use crate::simulation::{RequestRecord, RunResult};
+#[cfg(test)]
+use crate::simulation::TokenRuns;
+use crate::simulation::{RequestRecord, RunResult, TokenLog};
 
 /// The percentiles every report carries ([`Stats::p50`] to [`Stats::p99`]).
 pub const PERCENTILES: [f64; 4] = [50.0, 90.0, 95.0, 99.0];
@@ -85,36 +87,46 @@ fn select_ranks(values: &mut [f64], ranks: &[usize]) {
     }
 }
 
-/// [`select_ranks`] for integers.
-fn select_ranks_int<T: Ord>(values: &mut [T], ranks: &[usize]) {
-    let mut lo = 0;
-    for &r in ranks {
-        if r < lo || r >= values.len() {
-            continue;
-        }
-        values[lo..].select_nth_unstable(r - lo);
-        lo = r + 1;
+/// A count of values: u32 where every count of a computation fits, else u64.
+trait Count: Copy + Default + std::fmt::Debug + std::ops::AddAssign + Into<u64> {
+    /// `x`, which the caller knows fits.
+    fn of(x: u64) -> Self;
+}
+
+impl Count for u32 {
+    fn of(x: u64) -> u32 {
+        debug_assert!(x <= u64::from(u32::MAX));
+        x as u32
     }
 }
 
-/// The order statistics of `values` at `ranks` (sorted, distinct, each below `values.len()`),
-/// given `high`, the count of values by their high 16 bits: the values a full sort would
-/// put at those ranks, in the order of `ranks`. `high` names the high half of each rank's
-/// value and its rank among the values sharing it; the values of those few high halves are
-/// gathered, and each such group is resolved exactly, by selection if it is small, else by
-/// a count of its low halves. Linear in `values`, without moving them. `values` may also
-/// hold `u32::MAX` placeholders that `high` does not count (none of them a genuine value):
-/// they sort after every counted value, so no rank below the count reaches them.
-fn order_statistics_u32(values: &[u32], high: &[u32], ranks: &[usize]) -> Vec<u32> {
+impl Count for u64 {
+    fn of(x: u64) -> u64 {
+        x
+    }
+}
+
+/// The order statistics at `ranks` (sorted, distinct, each below the total weight) of the
+/// weighted values `pairs` (each `(value, weight)`, a value counted `weight` times, in any
+/// order), given
+/// `high`, the total weight by the values' high 16 bits: the values a full sort of every copy
+/// would put at those ranks, in the order of `ranks`. `high` names the high half of each
+/// rank's value and its rank among the values sharing it; the pairs of those few high halves
+/// are gathered, and each such group is resolved exactly, by sorting if it is small, else by
+/// the weights of its low halves. Linear in the pairs, without moving them. `high` is then
+/// scratch (it maps high halves to groups), so that a run's metrics zero one such array, not
+/// two.
+fn weighted_order_statistics_u32<C: Count>(pairs: &impl WeightedValues, high: &mut [C], ranks: &[usize]) -> Vec<u32> {
     debug_assert_eq!(high.len(), 1 << 16);
     let mut out = vec![0u32; ranks.len()];
     // Each rank's group (a high half holding it) and its rank within the group.
     let mut groups: Vec<usize> = Vec::with_capacity(ranks.len());
-    let mut rank_in: Vec<(usize, usize)> = Vec::with_capacity(ranks.len()); // (group, rank within)
-    let (mut h, mut below) = (0usize, 0usize);
+    let mut rank_in: Vec<(usize, u64)> = Vec::with_capacity(ranks.len()); // (group, rank within)
+    let (mut h, mut below) = (0usize, 0u64);
     for &r in ranks {
-        while below + high[h] as usize <= r {
-            below += high[h] as usize;
+        let r = r as u64;
+        while below + high[h].into() <= r {
+            below += high[h].into();
             h += 1;
         }
         if groups.last() != Some(&h) {
@@ -122,40 +134,50 @@ fn order_statistics_u32(values: &[u32], high: &[u32], ranks: &[usize]) -> Vec<u3
         }
         rank_in.push((groups.len() - 1, r - below));
     }
-    // Gather each group's values (`slot`: high half → its group, 1-based).
-    let mut slot: Box<[u32; 1 << 16]> = vec![0u32; 1 << 16].into_boxed_slice().try_into().expect("2^16 slots");
+    // A group of little weight gathers its pairs (room for as many as its weight, each weight
+    // below it); a crowded one counts its low halves. `high` now maps a high half to its group
+    // (1-based; 0: none).
+    const CROWDED: u64 = 1 << 13;
+    let weight: Vec<u64> = groups.iter().map(|&g| high[g].into()).collect();
+    let mut gathered: Vec<Vec<(u32, u32)>> =
+        weight.iter().map(|&w| if w < CROWDED { Vec::with_capacity(w as usize) } else { Vec::new() }).collect();
+    let mut lows: Vec<Vec<C>> =
+        weight.iter().map(|&w| if w < CROWDED { Vec::new() } else { vec![C::default(); 1 << 16] }).collect();
+    high.fill(C::default());
     for (k, &g) in groups.iter().enumerate() {
-        slot[g] = k as u32 + 1;
+        high[g] = C::of(k as u64 + 1);
     }
-    let mut gathered: Vec<Vec<u32>> = groups.iter().map(|&g| Vec::with_capacity(high[g] as usize)).collect();
-    for &v in values {
-        let k = slot[(v >> 16) as usize];
+    pairs.for_each(|v, w| {
+        let k: u64 = high[(v >> 16) as usize].into();
         if k != 0 {
-            gathered[k as usize - 1].push(v);
+            let k = k as usize - 1;
+            if weight[k] < CROWDED {
+                gathered[k].push((v, w as u32));
+            } else {
+                lows[k][(v & 0xffff) as usize] += C::of(w);
+            }
         }
-    }
-    let mut low: Vec<u32> = Vec::new();
-    for (k, vals) in gathered.iter_mut().enumerate() {
+    });
+    for (k, pairs) in gathered.iter_mut().enumerate() {
         let base = (groups[k] as u32) << 16;
-        let mut want = rank_in.iter().enumerate().filter(|(_, &(g, _))| g == k).map(|(i, &(_, w))| (i, w));
-        if vals.len() < 1 << 13 {
-            let mut from = 0;
+        // This group's ranks, ascending (as `ranks` are).
+        let want = rank_in.iter().enumerate().filter(|(_, &(g, _))| g == k).map(|(i, &(_, w))| (i, w));
+        if weight[k] < CROWDED {
+            pairs.sort_unstable_by_key(|&(v, _)| v);
+            let (mut j, mut below) = (0usize, 0u64);
             for (i, w) in want {
-                vals[from..].select_nth_unstable(w - from);
-                out[i] = vals[w];
-                from = w + 1;
+                while below + u64::from(pairs[j].1) <= w {
+                    below += u64::from(pairs[j].1);
+                    j += 1;
+                }
+                out[i] = pairs[j].0;
             }
         } else {
-            // Crowded: count the low halves.
-            low.clear();
-            low.resize(1 << 16, 0);
-            for &v in vals.iter() {
-                low[(v & 0xffff) as usize] += 1;
-            }
-            let (mut x, mut below) = (0usize, 0usize);
-            for (i, w) in want.by_ref() {
-                while below + low[x] as usize <= w {
-                    below += low[x] as usize;
+            let low = &lows[k];
+            let (mut x, mut below) = (0usize, 0u64);
+            for (i, w) in want {
+                while below + low[x].into() <= w {
+                    below += low[x].into();
                     x += 1;
                 }
                 out[i] = base + x as u32;
@@ -210,100 +232,77 @@ impl Stats {
         }
     }
 
-    /// Statistics of the gaps between consecutive token times of every record, the records
-    /// in order and each one's gaps in order, in milliseconds: exactly [`Stats::of`] the
-    /// concatenated gaps (the same f64 sums in the same order), without materialising them
-    /// as f64. The order statistics are selected among the integer gaps, which `ns_to_ms`
-    /// maps monotonically, so they are the same values.
-    fn of_token_gaps(recs: &[&RequestRecord], extra: &[f64]) -> Stats {
-        let n: usize = recs.iter().map(|r| r.token_times_ns.len().saturating_sub(1)).sum();
+    /// Statistics of the gaps between consecutive token times of every record, in
+    /// milliseconds: [`Stats::of`] the concatenated gaps, whose order statistics (median,
+    /// percentiles, max) they are to the bit; the mean and the variance come from the exact
+    /// integer sums of the gaps (ns) and of their squares, rounded once, so these two may
+    /// differ from numpy's float sums in the last bits.
+    fn of_token_gaps(gaps: &TokenTally, extra: &[f64]) -> Stats {
+        // The counts by high half in 32 bits where every count fits (their arrays are half
+        // the size, and a small run's metrics are mostly their zeroing).
+        if gaps.n_gaps <= u64::from(u32::MAX) {
+            Stats::of_token_gaps_counted::<u32>(gaps, extra)
+        } else {
+            Stats::of_token_gaps_counted::<u64>(gaps, extra)
+        }
+    }
+
+    /// [`Stats::of_token_gaps`], counting in `C` (which holds the number of gaps).
+    fn of_token_gaps_counted<C: Count>(gaps: &TokenTally, extra: &[f64]) -> Stats {
+        let n = gaps.n_gaps;
         if n == 0 {
             return Stats::default();
         }
-        // One walk over the records: the sequential sum in the concatenated order, as
-        // `Stats::of` sums (its terms are never negative, so the sum's start, 0 or -0, gives
-        // the same bits), the gaps as u32 counted by their high 16 bits, and the largest. A gap
-        // of `u32::MAX` ns (4.3 s) or more is "long": its copy is a `u32::MAX` placeholder,
-        // not counted in `high`, and its value is kept aside, in order, in `long` (c=128 and
-        // KV-starved runs have some among millions). Every long gap is at least every other,
-        // so the ranks past the others are the long ones' order statistics. (`f64::from` of a
-        // u32 is `ns_to_ms`'s conversion of the same value.)
-        let (mut sum, mut max32, mut above) = (0.0f64, 0u32, 0u64);
-        let mut v: Vec<u32> = Vec::with_capacity(n);
-        // The long gaps: (position in `v`, gap).
-        let mut long: Vec<(usize, u64)> = Vec::new();
+        // One pass: the exact sums of the gaps and of their squares, the largest, and the
+        // weights by high 16 bits of the gaps below `u32::MAX` ns (4.3 s); the longer ones
+        // ("long", few) kept aside with their counts: every long gap is at least every other,
+        // so the ranks past the others are the long ones' order statistics.
+        let mut long: Vec<(u64, u64)> = Vec::new();
         // A fixed-size array: indexed by a u32's high half, with no bounds check.
-        let mut high: Box<[u32; 1 << 16]> = vec![0u32; 1 << 16].into_boxed_slice().try_into().expect("2^16 counts");
-        // Each record's gaps first as if none were long; the first record holding a long gap (a
-        // high word, or a gap of exactly `u32::MAX`) is taken back and walked again, and from
-        // it on every gap is tested (where one gap is long, others most likely are).
-        let mut tested = false;
-        for r in recs {
-            if !tested {
-                let (from, sum0, max0) = (v.len(), sum, max32);
-                v.extend(r.token_times_ns.windows(2).map(|w| {
-                    let g = w[1] - w[0];
-                    above |= g >> 32;
-                    let g32 = g as u32;
-                    max32 = max32.max(g32);
-                    sum += f64::from(g32) / 1e6;
-                    high[(g32 >> 16) as usize] += 1;
-                    g32
-                }));
-                if above == 0 && max32 != u32::MAX {
-                    continue;
-                }
-                for &g in &v[from..] {
-                    high[(g >> 16) as usize] -= 1;
-                }
-                v.truncate(from);
-                (sum, max32, tested) = (sum0, max0, true);
+        let mut high: Box<[C; 1 << 16]> =
+            vec![C::default(); 1 << 16].into_boxed_slice().try_into().expect("2^16 counts");
+        let (sum, sum_sq, max) = gaps.moments(&mut high, &mut long);
+        let mean = sum as f64 / n as f64 / 1e6;
+        // The variance: exact, n² var = n Σg² − (Σg)², where that fits in 128 bits; else the
+        // squared deviations from the mean, summed in f64 (gaps of days).
+        let exact = sum_sq.and_then(|sq| sq.checked_mul(u128::from(n))?.checked_sub(sum.checked_mul(sum)?));
+        let var = match exact {
+            Some(d) => d as f64 / (n as f64 * n as f64) / 1e12,
+            None => {
+                let mut sq = 0.0f64;
+                gaps.for_each_gap(|g, m| {
+                    let x = ns_to_ms(g) - mean;
+                    sq += m as f64 * (x * x);
+                });
+                sq / n as f64
             }
-            let base = v.len();
-            v.extend(r.token_times_ns.windows(2).enumerate().map(|(i, w)| {
-                let g = w[1] - w[0];
-                if g < u64::from(u32::MAX) {
-                    let g32 = g as u32;
-                    max32 = max32.max(g32);
-                    sum += f64::from(g32) / 1e6;
-                    high[(g32 >> 16) as usize] += 1;
-                    g32
-                } else {
-                    sum += ns_to_ms(g);
-                    long.push((base + i, g));
-                    u32::MAX
-                }
-            }));
-        }
-        let max_gap = long.iter().map(|&(_, g)| g).max().unwrap_or(u64::from(max32));
-        let mean = sum / n as f64;
-        let max = ns_to_ms(max_gap);
-        // The variance's pass over the copy, in the same order: the runs of other gaps between
-        // the long ones.
-        let (mut sq, mut from) = (0.0f64, 0);
-        for &(at, g) in &long {
-            sq = add_squared_deviations_ms(sq, &v[from..at], mean);
-            let x = ns_to_ms(g);
-            sq += (x - mean) * (x - mean);
-            from = at + 1;
-        }
-        let sq = add_squared_deviations_ms(sq, &v[from..], mean);
-        let var = sq / n as f64;
+        };
+        let n = n as usize;
         let ranks = stat_ranks(n, extra);
-        let short = n - long.len();
+        let short = n - long.iter().map(|&(_, m)| m as usize).sum::<usize>();
         let split = ranks.partition_point(|&r| r < short);
         let mut at: Vec<u64> = Vec::with_capacity(ranks.len());
         if split > 0 {
-            at.extend(order_statistics_u32(&v, &high[..], &ranks[..split]).into_iter().map(u64::from));
+            at.extend(
+                weighted_order_statistics_u32(&ShortGaps(gaps), &mut high[..], &ranks[..split])
+                    .into_iter()
+                    .map(u64::from),
+            );
         }
         if split < ranks.len() {
-            let long_ranks: Vec<usize> = ranks[split..].iter().map(|&r| r - short).collect();
-            let mut long: Vec<u64> = long.iter().map(|&(_, g)| g).collect();
-            select_ranks_int(&mut long, &long_ranks);
-            at.extend(long_ranks.iter().map(|&r| long[r]));
+            long.sort_unstable();
+            let (mut j, mut below) = (0usize, 0usize);
+            for &r in &ranks[split..] {
+                let r = r - short;
+                while below + long[j].1 as usize <= r {
+                    below += long[j].1 as usize;
+                    j += 1;
+                }
+                at.push(long[j].0);
+            }
         }
         let value = |i: usize| at[ranks.binary_search(&i).expect("a rank of stat_ranks")];
-        Stats::from_selected(mean, var, max, n, |i| ns_to_ms(value(i)), extra)
+        Stats::from_selected(mean, var, ns_to_ms(max), n, |i| ns_to_ms(value(i)), extra)
     }
 
     /// The value at one of [`PERCENTILES`], or at one of [`Stats::extra`]; None for another.
@@ -318,23 +317,236 @@ impl Stats {
     }
 }
 
-/// `sq` plus the squared deviations from `mean` of `gaps` (ns) in milliseconds, summed in order.
-#[inline(never)]
-fn add_squared_deviations_ms(mut sq: f64, gaps: &[u32], mean: f64) -> f64 {
-    let dev = |g: u32| {
-        let x = f64::from(g) / 1e6;
-        (x - mean) * (x - mean)
-    };
-    // Two at a time, added one after the other: the same sum.
-    let mut pairs = gaps.chunks_exact(2);
-    for p in &mut pairs {
-        sq += dev(p[0]);
-        sq += dev(p[1]);
+/// What a run's records received, by delivery of the [`TokenLog`]: how many of their tokens
+/// each delivery brought, and how many of those began a run, so that the gap between
+/// consecutive deliveries `d − 1` and `d` is counted once with the number of records that
+/// received a token at both (those at `d` less those whose run starts at `d`); the gaps
+/// between two runs of one record are kept one by one. The counts come from where runs start
+/// and end: sorted lists of both where runs are few against deliveries (a run at concurrency 1
+/// has one run a request and a delivery a token), else a difference array over the deliveries.
+struct TokenTally<'a> {
+    times: &'a [u64],
+    /// The first delivery of every run, sorted.
+    starts: Vec<u32>,
+    cover: Cover,
+    /// The gaps between a record's runs, one each.
+    between: Vec<u64>,
+    /// The number of gaps.
+    n_gaps: u64,
+}
+
+/// How [`TokenTally`] counts the runs holding a delivery.
+enum Cover {
+    /// `at[d]`: the change, at `d`, of the count of runs holding delivery `d`.
+    Dense(Vec<i32>),
+    /// Where the count changes, in order: `(d, runs holding d, runs starting at d)`; the
+    /// count holds until the next change.
+    Sparse(Vec<(u32, i64, i64)>),
+}
+
+impl<'a> TokenTally<'a> {
+    fn new(log: &'a TokenLog, recs: &[&RequestRecord]) -> TokenTally<'a> {
+        let runs: usize = recs.iter().map(|r| r.tokens.runs().count()).sum();
+        TokenTally::with_cover(log, recs, runs.saturating_mul(4) > log.len())
     }
-    for &g in pairs.remainder() {
-        sq += dev(g);
+
+    /// [`TokenTally::new`] with the difference array (`dense`) or the sorted ends.
+    fn with_cover(log: &'a TokenLog, recs: &[&RequestRecord], dense: bool) -> TokenTally<'a> {
+        let times = log.times_ns();
+        let mut at = if dense { vec![0i32; times.len() + 1] } else { Vec::new() };
+        let mut ends = Vec::new();
+        let mut starts = Vec::with_capacity(recs.len());
+        let mut between = Vec::new();
+        let mut n_gaps = 0u64;
+        for r in recs {
+            let mut prev_last: Option<u32> = None;
+            for (s, k) in r.tokens.runs() {
+                if let Some(p) = prev_last {
+                    between.push(times[s as usize] - times[p as usize]);
+                    n_gaps += 1;
+                }
+                if dense {
+                    at[s as usize] += 1;
+                    at[(s + k) as usize] -= 1;
+                } else {
+                    ends.push(s + k);
+                }
+                starts.push(s);
+                n_gaps += u64::from(k - 1);
+                prev_last = Some(s + k - 1);
+            }
+        }
+        starts.sort_unstable();
+        let cover = if dense {
+            Cover::Dense(at)
+        } else {
+            ends.sort_unstable();
+            // Merge the starts and the ends into the points where the count changes.
+            let mut changes: Vec<(u32, i64, i64)> = Vec::new();
+            let (mut i, mut j, mut c) = (0usize, 0usize, 0i64);
+            while i < starts.len() || j < ends.len() {
+                let d = match (starts.get(i), ends.get(j)) {
+                    (Some(&a), Some(&b)) => a.min(b),
+                    (Some(&a), None) => a,
+                    (None, Some(&b)) => b,
+                    (None, None) => unreachable!(),
+                };
+                let mut starting = 0i64;
+                while i < starts.len() && starts[i] == d {
+                    starting += 1;
+                    i += 1;
+                }
+                c += starting;
+                while j < ends.len() && ends[j] == d {
+                    c -= 1;
+                    j += 1;
+                }
+                changes.push((d, c, starting));
+            }
+            Cover::Sparse(changes)
+        };
+        TokenTally { times, starts, cover, between, n_gaps }
     }
-    sq
+
+    /// Calls `f(first, end, runs holding them, runs starting at the first)` for the
+    /// deliveries in spans of one count, in order, covering every delivery.
+    #[inline]
+    fn for_each_span(&self, mut f: impl FnMut(usize, usize, i64, i64)) {
+        let n = self.times.len();
+        match &self.cover {
+            Cover::Sparse(changes) => {
+                let first = changes.first().map_or(n, |c| (c.0 as usize).min(n));
+                if first > 0 {
+                    f(0, first, 0, 0);
+                }
+                for (k, &(d, c, starting)) in changes.iter().enumerate() {
+                    if d as usize >= n {
+                        break;
+                    }
+                    let end = changes.get(k + 1).map_or(n, |x| (x.0 as usize).min(n));
+                    f(d as usize, end, c, starting);
+                }
+            }
+            Cover::Dense(at) => {
+                let (mut c, mut s) = (0i64, 0usize);
+                for (d, &delta) in at[..n].iter().enumerate() {
+                    let mut starting = 0i64;
+                    while s < self.starts.len() && self.starts[s] as usize == d {
+                        starting += 1;
+                        s += 1;
+                    }
+                    c += i64::from(delta);
+                    f(d, d + 1, c, starting);
+                }
+            }
+        }
+    }
+
+    /// The exact sum of the gaps, of their squares (None past 128 bits) and the largest; the
+    /// counts of the gaps below `u32::MAX` ns by their high 16 bits added to `high`, and the
+    /// others pushed to `long` with their counts. What [`TokenTally::for_each_gap`] would give,
+    /// a span at a time: a span's gaps telescope to its last time less its first.
+    fn moments<C: Count>(&self, high: &mut [C; 1 << 16], long: &mut Vec<(u64, u64)>) -> (u128, Option<u128>, u64) {
+        let t = self.times;
+        let (mut sum, mut sum_sq, mut max) = (0u128, Some(0u128), 0u64);
+        // One gap `g`, `m` times.
+        fn one<C: Count>(
+            g: u64,
+            m: u64,
+            sum_sq: &mut Option<u128>,
+            high: &mut [C; 1 << 16],
+            long: &mut Vec<(u64, u64)>,
+            max: &mut u64,
+        ) {
+            let (g2, m2) = (u128::from(g), u128::from(m));
+            *sum_sq = sum_sq.and_then(|s| s.checked_add((g2 * g2).checked_mul(m2)?));
+            if g < u64::from(u32::MAX) {
+                high[(g >> 16) as usize] += C::of(m);
+            } else {
+                long.push((g, m));
+            }
+            *max = (*max).max(g);
+        }
+        self.for_each_span(|a, b, c, starting| {
+            if c > starting {
+                let g = t[a] - t[a - 1];
+                sum += u128::from(g) * (c - starting) as u128;
+                one(g, (c - starting) as u64, &mut sum_sq, high, long, &mut max);
+            }
+            if c > 0 && b > a + 1 {
+                let m = c as u64;
+                sum += u128::from(t[b - 1] - t[a]) * u128::from(m);
+                let mut sq = 0u128;
+                for d in a + 1..b {
+                    let g = t[d] - t[d - 1];
+                    if g < u64::from(u32::MAX) {
+                        sq += u128::from(g * g);
+                        high[(g >> 16) as usize] += C::of(m);
+                        max = max.max(g);
+                    } else {
+                        one(g, m, &mut sum_sq, high, long, &mut max);
+                    }
+                }
+                sum_sq = sum_sq.and_then(|s| s.checked_add(sq.checked_mul(u128::from(m))?));
+            }
+        });
+        for &g in &self.between {
+            sum += u128::from(g);
+            one(g, 1, &mut sum_sq, high, long, &mut max);
+        }
+        (sum, sum_sq, max)
+    }
+
+    /// Calls `f(gap_ns, count)` for each delivery gap some record has (in delivery order),
+    /// then `f(gap_ns, 1)` for each gap between runs (in record order).
+    #[inline]
+    fn for_each_gap(&self, mut f: impl FnMut(u64, u64)) {
+        let t = self.times;
+        self.for_each_span(|a, b, c, starting| {
+            // At `a`, the runs starting there have no gap; after it, every run has one.
+            if c > starting {
+                f(t[a] - t[a - 1], (c - starting) as u64);
+            }
+            if c > 0 {
+                for d in a + 1..b {
+                    f(t[d] - t[d - 1], c as u64);
+                }
+            }
+        });
+        for &g in &self.between {
+            f(g, 1);
+        }
+    }
+
+    /// Calls `f(time_ns, tokens)` for each delivery that brought the records tokens, in order.
+    #[inline]
+    fn for_each_delivery(&self, mut f: impl FnMut(u64, u64)) {
+        self.for_each_span(|a, b, c, _| {
+            if c > 0 {
+                for &t in &self.times[a..b] {
+                    f(t, c as u64);
+                }
+            }
+        });
+    }
+}
+
+/// The gaps of a [`TokenTally`] below `u32::MAX` ns, as weighted values.
+struct ShortGaps<'a, 'b>(&'a TokenTally<'b>);
+
+impl WeightedValues for ShortGaps<'_, '_> {
+    fn for_each(&self, mut f: impl FnMut(u32, u64)) {
+        self.0.for_each_gap(|g, m| {
+            if g < u64::from(u32::MAX) {
+                f(g as u32, m)
+            }
+        })
+    }
+}
+
+/// Values with weights (a value counted `weight` times), given in the same order each time.
+trait WeightedValues {
+    fn for_each(&self, f: impl FnMut(u32, u64));
 }
 
 fn ns_to_ms(ns: u64) -> f64 {
@@ -398,8 +610,8 @@ pub fn bench_metrics_at(run: &RunResult, extra: &[f64]) -> BenchMetrics {
     let mut e2el = Vec::with_capacity(recs.len());
     let mut bd = TtftBreakdown::default();
     for r in &recs {
-        let first = r.token_times_ns[0];
-        let last = *r.token_times_ns.last().expect("completed requests have tokens");
+        let first = run.first_token_ns(r).expect("completed requests have tokens");
+        let last = run.last_token_ns(r).expect("completed requests have tokens");
         let t = ns_to_ms(first - r.dispatch_ns);
         let e = ns_to_ms(last - r.dispatch_ns);
         ttft.push(t);
@@ -429,7 +641,9 @@ pub fn bench_metrics_at(run: &RunResult, extra: &[f64]) -> BenchMetrics {
     // second and the next, sent in the same second, both count (a peak of 2). Sparse:
     // memory and time follow the requests, not the duration (a run of a year is 3e7
     // buckets, a trace's far arrival would be more).
-    let (max_output_tokens_per_s, max_concurrent_requests) = peaks_per_second(&recs, run.bench_start_ns, duration_ns);
+    let tally = TokenTally::new(&run.token_log, &recs);
+    let (max_output_tokens_per_s, max_concurrent_requests) =
+        peaks_per_second(&tally, &recs, run.bench_start_ns, duration_ns);
 
     BenchMetrics {
         completed,
@@ -444,7 +658,7 @@ pub fn bench_metrics_at(run: &RunResult, extra: &[f64]) -> BenchMetrics {
         max_concurrent_requests,
         ttft: Stats::of_at(&mut ttft, extra),
         tpot: Stats::of_at(&mut tpot, extra),
-        itl: Stats::of_token_gaps(&recs, extra),
+        itl: Stats::of_token_gaps(&tally, extra),
         e2el: Stats::of_at(&mut e2el, extra),
         ttft_breakdown: bd,
     }
@@ -452,51 +666,56 @@ pub fn bench_metrics_at(run: &RunResult, extra: &[f64]) -> BenchMetrics {
 
 /// The largest count of tokens received in one 1-second bucket (from `start`), and of
 /// requests in flight during one bucket, over `duration_ns`; as a dense array of
-/// buckets would give, in O(tokens + requests · log requests) time and O(requests) memory.
-fn peaks_per_second(recs: &[&RequestRecord], start: u64, duration_ns: u64) -> (u64, u64) {
-    peaks_per_second_dense_below(recs, start, duration_ns, 1 << 16)
+/// buckets would give, in O(deliveries + runs + requests · log requests) time and
+/// O(deliveries + requests) memory.
+fn peaks_per_second(tally: &TokenTally, recs: &[&RequestRecord], start: u64, duration_ns: u64) -> (u64, u64) {
+    peaks_per_second_dense_below(tally, recs, start, duration_ns, 1 << 16)
 }
 
 /// [`peaks_per_second`], the token counts summed in a dense array of buckets where there are
-/// fewer than `dense_below` buckets (or than runs), else by sorting the runs (always, with
-/// `dense_below` 0).
-fn peaks_per_second_dense_below(recs: &[&RequestRecord], start: u64, duration_ns: u64, dense_below: u64) -> (u64, u64) {
+/// fewer than `dense_below` buckets (or than runs of deliveries in one bucket), else by
+/// sorting those runs (always, with `dense_below` 0).
+fn peaks_per_second_dense_below(
+    tally: &TokenTally,
+    recs: &[&RequestRecord],
+    start: u64,
+    duration_ns: u64,
+    dense_below: u64,
+) -> (u64, u64) {
     const SEC: u64 = 1_000_000_000;
     let last = duration_ns / SEC; // the last bucket's index
     let bucket = |t: u64| (t.saturating_sub(start) / SEC).min(last);
-    // Token times of a request increase, so each request's tokens come in runs of one bucket.
-    // The times `[lo, hi]` that fall in bucket `b`, so that a token in the current
+    // The times `[lo, hi]` that fall in bucket `b`, so that a delivery in the current
     // bucket's span is counted without a division.
     let span = |b: u64| {
         let lo = if b == 0 { 0 } else { start.saturating_add(b * SEC) };
         let hi = if b == last { u64::MAX } else { start.saturating_add((b + 1) * SEC) - 1 };
         (lo, hi)
     };
+    // Deliveries come (mostly) in time order, so they come in runs of one bucket.
     let mut per_bucket: Vec<(u64, u64)> = Vec::new();
-    for r in recs {
-        let mut cur: Option<(u64, u64)> = None;
-        let (mut lo, mut hi) = (1, 0);
-        for &t in &r.token_times_ns {
-            if lo <= t && t <= hi {
-                if let Some((_, n)) = &mut cur {
-                    *n += 1;
-                }
-                continue;
+    let mut cur: Option<(u64, u64)> = None;
+    let (mut lo, mut hi) = (1, 0);
+    tally.for_each_delivery(|t, m| {
+        if lo <= t && t <= hi {
+            if let Some((_, n)) = &mut cur {
+                *n += m;
             }
-            let b = bucket(t);
-            (lo, hi) = span(b);
-            match &mut cur {
-                Some((cb, n)) if *cb == b => *n += 1,
-                _ => {
-                    if let Some(c) = cur.take() {
-                        per_bucket.push(c);
-                    }
-                    cur = Some((b, 1));
+            return;
+        }
+        let b = bucket(t);
+        (lo, hi) = span(b);
+        match &mut cur {
+            Some((cb, n)) if *cb == b => *n += m,
+            _ => {
+                if let Some(c) = cur.take() {
+                    per_bucket.push(c);
                 }
+                cur = Some((b, m));
             }
         }
-        per_bucket.extend(cur);
-    }
+    });
+    per_bucket.extend(cur);
     let mut max_tokens = 0u64;
     if dense_below > 0 && last < dense_below.max(per_bucket.len() as u64) {
         // Few buckets: summed in place, without sorting the runs.
@@ -522,7 +741,8 @@ fn peaks_per_second_dense_below(recs: &[&RequestRecord], start: u64, duration_ns
     let mut edges: Vec<(u64, i64)> = Vec::with_capacity(2 * recs.len());
     for r in recs {
         let b0 = bucket(r.dispatch_ns);
-        let b1 = bucket(r.token_times_ns.last().copied().unwrap_or(r.dispatch_ns)).max(b0);
+        let end = r.tokens.last_delivery().map_or(r.dispatch_ns, |d| tally.times[d as usize]);
+        let b1 = bucket(end).max(b0);
         edges.push((b0, 1));
         edges.push((b1 + 1, -1));
     }
@@ -566,33 +786,124 @@ mod select_tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// The dense 1-second buckets the sparse count replaces.
-    /// One record per list of token gaps (ns), its first token at 1 µs.
-    fn records_of_gaps(reqs: &[Vec<u64>]) -> Vec<RequestRecord> {
-        reqs.iter()
+    /// One record per list of token gaps (ns), its first token at 1 µs, each token a delivery
+    /// of its own (as a live run's records are).
+    fn records_of_gaps(reqs: &[Vec<u64>]) -> (TokenLog, Vec<RequestRecord>) {
+        let mut log = TokenLog::default();
+        let records = reqs
+            .iter()
             .map(|gaps| {
                 let mut t = 1_000u64;
-                let token_times_ns = gaps.iter().map(|g| {
-                    t += g;
-                    t
-                });
-                RequestRecord { token_times_ns: token_times_ns.collect(), ..Default::default() }
+                let times: Vec<u64> = gaps
+                    .iter()
+                    .map(|g| {
+                        t += g;
+                        t
+                    })
+                    .collect();
+                RequestRecord { tokens: log.append(&times), ..Default::default() }
             })
-            .collect()
+            .collect();
+        (log, records)
     }
 
-    fn dense_peaks(recs: &[&RequestRecord], start: u64, duration_ns: u64) -> (u64, u64) {
+    /// Records sharing deliveries, as a simulated run's do: a log of `gaps` (ns, from 1 µs),
+    /// and per request a first delivery and the steps between its tokens' deliveries (1: the
+    /// next delivery; more: it skipped some), its dispatch `lead` ns before its first token.
+    fn records_sharing(gaps: &[u64], reqs: &[(usize, u64, Vec<usize>)]) -> (TokenLog, Vec<RequestRecord>) {
+        let mut log = TokenLog::default();
+        let mut t = 1_000u64;
+        for g in gaps {
+            t += g;
+            log.push(t).unwrap();
+        }
+        let records = reqs
+            .iter()
+            .filter_map(|(first, lead, steps)| {
+                let mut d = *first % log.len().max(1);
+                if log.is_empty() {
+                    return None;
+                }
+                let mut tokens = TokenRuns::default();
+                tokens.push(d as u32);
+                for s in steps {
+                    if d + s >= log.len() {
+                        break;
+                    }
+                    d += s;
+                    tokens.push(d as u32);
+                }
+                let dispatch_ns = log.time(tokens.first_delivery().unwrap()).saturating_sub(*lead);
+                Some(RequestRecord { tokens, dispatch_ns, ..Default::default() })
+            })
+            .collect();
+        (log, records)
+    }
+
+    /// The concatenated gaps of the records, materialised, in milliseconds.
+    fn concatenated_gaps_ms(log: &TokenLog, recs: &[&RequestRecord]) -> Vec<f64> {
+        let mut itl = Vec::new();
+        for r in recs {
+            let t: Vec<u64> = log.times(&r.tokens).collect();
+            itl.extend(t.windows(2).map(|w| ns_to_ms(w[1] - w[0])));
+        }
+        itl
+    }
+
+    /// The gap statistics from the log equal [`Stats::of`] the materialised gaps: the order
+    /// statistics and the max to the bit, the mean to the exact sum's, the std to 1e-9.
+    fn assert_gap_stats(log: &TokenLog, records: &[RequestRecord], extra: &[f64]) -> Result<(), TestCaseError> {
+        let recs: Vec<&RequestRecord> = records.iter().collect();
+        let mut itl = concatenated_gaps_ms(log, &recs);
+        let exact_ns: u128 = recs
+            .iter()
+            .map(|r| {
+                let t: Vec<u64> = log.times(&r.tokens).collect();
+                t.windows(2).map(|w| u128::from(w[1] - w[0])).sum::<u128>()
+            })
+            .sum();
+        let n = itl.len();
+        let a = Stats::of_at(&mut itl, extra);
+        let b = Stats::of_token_gaps(&TokenTally::new(log, &recs), extra);
+        for dense in [false, true] {
+            let c = Stats::of_token_gaps(&TokenTally::with_cover(log, &recs, dense), extra);
+            prop_assert_eq!(format!("{b:?}"), format!("{c:?}"));
+            // Counted in 64 bits, as past 2^32 gaps.
+            let c = Stats::of_token_gaps_counted::<u64>(&TokenTally::with_cover(log, &recs, dense), extra);
+            prop_assert_eq!(format!("{b:?}"), format!("{c:?}"));
+        }
+        if n == 0 {
+            prop_assert_eq!(b, Stats::default());
+            return Ok(());
+        }
+        for (x, y) in
+            [(a.median, b.median), (a.p50, b.p50), (a.p90, b.p90), (a.p95, b.p95), (a.p99, b.p99), (a.max, b.max)]
+        {
+            prop_assert_eq!(x.to_bits(), y.to_bits());
+        }
+        prop_assert_eq!(a.extra.len(), b.extra.len());
+        for (x, y) in a.extra.iter().zip(&b.extra) {
+            prop_assert_eq!(x.0, y.0);
+            prop_assert_eq!(x.1.to_bits(), y.1.to_bits());
+        }
+        prop_assert_eq!(b.mean.to_bits(), (exact_ns as f64 / n as f64 / 1e6).to_bits());
+        prop_assert!((a.mean - b.mean).abs() <= 1e-9 * a.max.max(1e-9), "mean {} vs {}", a.mean, b.mean);
+        prop_assert!((a.std - b.std).abs() <= 1e-9 * a.max.max(1e-9), "std {} vs {}", a.std, b.std);
+        Ok(())
+    }
+
+    fn dense_peaks(log: &TokenLog, recs: &[&RequestRecord], start: u64, duration_ns: u64) -> (u64, u64) {
         let buckets = (duration_ns / 1_000_000_000 + 1) as usize;
         let mut tokens = vec![0u64; buckets];
         let mut conc = vec![0u64; buckets];
         for r in recs {
-            for &t in &r.token_times_ns {
+            let times: Vec<u64> = log.times(&r.tokens).collect();
+            for &t in &times {
                 let b = ((t.saturating_sub(start)) / 1_000_000_000) as usize;
                 tokens[b.min(buckets - 1)] += 1;
             }
             let b0 = (r.dispatch_ns.saturating_sub(start) / 1_000_000_000) as usize;
-            let b1 = (r.token_times_ns.last().copied().unwrap_or(r.dispatch_ns).saturating_sub(start) / 1_000_000_000)
-                as usize;
+            let b1 = (times.last().copied().unwrap_or(r.dispatch_ns).saturating_sub(start) / 1_000_000_000) as usize;
             for c in conc.iter_mut().take(b1.min(buckets - 1) + 1).skip(b0.min(buckets - 1)) {
                 *c += 1;
             }
@@ -600,117 +911,138 @@ mod select_tests {
         (tokens.iter().copied().max().unwrap_or(0), conc.iter().copied().max().unwrap_or(0))
     }
 
+    fn assert_peaks(log: &TokenLog, records: &[RequestRecord], start: u64) -> Result<(), TestCaseError> {
+        let recs: Vec<&RequestRecord> = records.iter().collect();
+        let Some(end) = recs.iter().map(|r| log.times(&r.tokens).last().unwrap_or(r.dispatch_ns)).max() else {
+            return Ok(());
+        };
+        let want = dense_peaks(log, &recs, start, end - start);
+        for dense in [false, true] {
+            let tally = TokenTally::with_cover(log, &recs, dense);
+            prop_assert_eq!(peaks_per_second(&tally, &recs, start, end - start), want);
+            // The sorted runs (where the buckets are many).
+            prop_assert_eq!(peaks_per_second_dense_below(&tally, &recs, start, end - start, 0), want);
+        }
+        Ok(())
+    }
+
+    /// Gaps so long that the exact sums leave 128 bits take the float pass, with the same
+    /// order statistics and a mean and std within rounding of numpy's.
+    #[test]
+    fn gap_stats_of_gaps_past_the_exact_sums() {
+        let huge = 1u64 << 62;
+        let (log, records) = records_of_gaps(&[vec![huge, huge, 7, huge], vec![huge, 3, 5], vec![1, 2]]);
+        assert_gap_stats(&log, &records, &[25.0]).unwrap();
+    }
+
     proptest! {
-        /// Sparse peaks equal the dense buckets' (vllm bench serve's `calculate_metrics`).
+        /// Sparse peaks equal the dense buckets' (vllm bench serve's `calculate_metrics`), for
+        /// records each with deliveries of its own and for records sharing deliveries.
         #[test]
         fn sparse_peaks_equal_dense_buckets(
             reqs in prop::collection::vec((0u64..20_000_000_000, prop::collection::vec(1u64..3_000_000_000, 0..20)), 1..30),
+            gaps in prop::collection::vec(0u64..1_500_000_000, 0..200),
+            shared in prop::collection::vec((any::<usize>(), 0u64..5_000_000_000, prop::collection::vec(1usize..4, 0..40)), 1..30),
         ) {
             let start = 1_000;
+            let mut log = TokenLog::default();
             let records: Vec<RequestRecord> = reqs
                 .iter()
                 .map(|(d, gaps)| {
                     let mut t = start + d;
                     let dispatch = t;
-                    let token_times_ns = gaps.iter().map(|g| { t += g; t }).collect();
-                    RequestRecord { dispatch_ns: dispatch, token_times_ns, ..Default::default() }
+                    let times: Vec<u64> = gaps.iter().map(|g| { t += g; t }).collect();
+                    RequestRecord { dispatch_ns: dispatch, tokens: log.append(&times), ..Default::default() }
                 })
                 .collect();
-            let recs: Vec<&RequestRecord> = records.iter().collect();
-            let end = records.iter().map(|r| r.token_times_ns.last().copied().unwrap_or(r.dispatch_ns)).max().unwrap();
-            prop_assert_eq!(peaks_per_second(&recs, start, end - start), dense_peaks(&recs, start, end - start));
-            // The sorted runs (where the buckets are many).
-            prop_assert_eq!(peaks_per_second_dense_below(&recs, start, end - start, 0), dense_peaks(&recs, start, end - start));
+            assert_peaks(&log, &records, start)?;
+            let (log, records) = records_sharing(&gaps, &shared);
+            assert_peaks(&log, &records, start)?;
         }
     }
 
     proptest! {
-        /// The token gaps' statistics, computed from the records, are bit for bit those of the
-        /// concatenated gaps in milliseconds (small gaps, gaps past `u32::MAX` ns, and gaps at
-        /// and around it).
+        /// The token gaps' statistics from the log are those of the concatenated gaps in
+        /// milliseconds (small gaps, gaps past `u32::MAX` ns, and gaps at and around it), for
+        /// records with deliveries of their own and records sharing deliveries (the counted
+        /// gaps), with the extra percentiles `--metric-percentiles` asks for.
         #[test]
         fn token_gap_stats_equal_stats_of_the_concatenated_gaps(
             reqs in prop::collection::vec(prop::collection::vec(prop_oneof![0u64..50_000_000, 0u64..9_000_000_000, 4_294_967_290u64..4_294_967_300], 0..40), 0..20),
+            gaps in prop::collection::vec(prop_oneof![0u64..50_000_000, 20_000_000u64..20_000_100, 0u64..9_000_000_000, 4_294_967_290u64..4_294_967_300], 0..300),
+            shared in prop::collection::vec((any::<usize>(), 0u64..5_000_000, prop::collection::vec(prop_oneof![Just(1usize), 1usize..5], 0..60)), 0..40),
+            extra in prop::collection::vec(0.0f64..=100.0, 0..4),
         ) {
-            let records = records_of_gaps(&reqs);
-            let recs: Vec<&RequestRecord> = records.iter().collect();
-            let mut itl: Vec<f64> = Vec::new();
-            for r in &recs {
-                for w in r.token_times_ns.windows(2) {
-                    itl.push(ns_to_ms(w[1] - w[0]));
-                }
-            }
-            let a = Stats::of(&mut itl);
-            let b = Stats::of_token_gaps(&recs, &[]);
-            prop_assert_eq!(format!("{a:?}"), format!("{b:?}"));
-            for (x, y) in [(a.mean, b.mean), (a.std, b.std), (a.median, b.median), (a.p99, b.p99), (a.max, b.max)] {
-                prop_assert_eq!(x.to_bits(), y.to_bits());
-            }
+            let (log, records) = records_of_gaps(&reqs);
+            assert_gap_stats(&log, &records, &[])?;
+            assert_gap_stats(&log, &records, &extra)?;
+            let (log, records) = records_sharing(&gaps, &shared);
+            assert_gap_stats(&log, &records, &[])?;
+            assert_gap_stats(&log, &records, &extra)?;
         }
     }
 
     proptest! {
         /// Percentiles asked for beyond the fixed ones (`--metric-percentiles 25,99.9`) are
-        /// numpy's linear-interpolation percentiles of the sorted values, on both paths (any
-        /// values; the token gaps with long ones among them), and ask nothing of the others.
+        /// numpy's linear-interpolation percentiles of the sorted values, and ask nothing of the
+        /// others.
         #[test]
         fn extra_percentiles_are_numpys_of_the_sorted_values(
-            reqs in prop::collection::vec(prop::collection::vec(prop_oneof![0u64..50_000_000, 0u64..9_000_000_000], 0..30), 1..12),
+            mut values in prop::collection::vec(0.0f64..9_000.0, 1..300),
             extra in prop::collection::vec(0.0f64..=100.0, 0..4),
         ) {
-            let records = records_of_gaps(&reqs);
-            let recs: Vec<&RequestRecord> = records.iter().collect();
-            let mut itl: Vec<f64> = recs.iter().flat_map(|r| r.token_times_ns.windows(2).map(|w| ns_to_ms(w[1] - w[0]))).collect();
-            let mut sorted = itl.clone();
+            let mut sorted = values.clone();
             sorted.sort_by(f64::total_cmp);
-            let a = Stats::of_at(&mut itl, &extra);
-            let b = Stats::of_token_gaps(&recs, &extra);
-            for st in [&a, &b] {
-                if sorted.is_empty() {
-                    prop_assert!(st.extra.is_empty());
-                    continue;
-                }
-                prop_assert_eq!(st.extra.len(), extra.len());
-                for (&p, &(q, v)) in extra.iter().zip(&st.extra) {
-                    prop_assert_eq!(p, q);
-                    prop_assert_eq!(v.to_bits(), percentile(&sorted, p).to_bits(), "p{}", p);
-                    prop_assert_eq!(st.at(p), Some(v));
-                }
-                // The fixed ones are as without extras.
-                let plain = Stats::of_token_gaps(&recs, &[]);
-                prop_assert_eq!((st.p50, st.p90, st.p99, st.mean), (plain.p50, plain.p90, plain.p99, plain.mean));
+            let mut same = values.clone();
+            let st = Stats::of_at(&mut values, &extra);
+            prop_assert_eq!(st.extra.len(), extra.len());
+            for (&p, &(q, v)) in extra.iter().zip(&st.extra) {
+                prop_assert_eq!(p, q);
+                prop_assert_eq!(v.to_bits(), percentile(&sorted, p).to_bits(), "p{}", p);
+                prop_assert_eq!(st.at(p), Some(v));
             }
+            // The fixed ones are as without extras.
+            let plain = Stats::of(&mut same);
+            prop_assert_eq!((st.p50, st.p90, st.p99, st.mean), (plain.p50, plain.p90, plain.p99, plain.mean));
         }
     }
 
     proptest! {
-        /// The counted order statistics equal a full sort's, for spread, clustered (a crowded
-        /// high half) and constant values.
+        /// The weighted order statistics equal a full sort of every copy, for spread, clustered
+        /// (a crowded high half) and constant values, with weights.
         #[test]
-        fn counted_order_statistics_equal_a_sort(
-            spread in prop::collection::vec(any::<u32>(), 0..200),
-            cluster in prop::collection::vec(0u32..3_000, 0..12_000),
+        fn weighted_order_statistics_equal_a_sort(
+            spread in prop::collection::vec((any::<u32>(), 1u64..4), 0..200),
+            cluster in prop::collection::vec((0u32..3_000, 1u64..3), 0..12_000),
             base in 0u32..4_000_000_000,
-            outlier in prop::option::of(any::<u32>()),
-            constant in prop::collection::vec(Just(7u32), 0..50),
+            outlier in prop::option::of((any::<u32>(), 1u64..1000)),
+            constant in prop::collection::vec((Just(7u32), 1u64..9), 0..50),
         ) {
-            let mut v: Vec<u32> = spread;
-            v.extend(cluster.iter().map(|c| base.saturating_add(*c)));
+            let mut v: Vec<(u32, u64)> = spread;
+            v.extend(cluster.iter().map(|&(c, w)| (base.saturating_add(c), w)));
             v.extend(outlier);
             v.extend(constant);
-            if !v.is_empty() {
-                let mut high = vec![0u32; 1 << 16];
-                for &x in &v {
-                    high[(x >> 16) as usize] += 1;
+            let total: u64 = v.iter().map(|p| p.1).sum();
+            if total > 0 {
+                let mut high = vec![0u64; 1 << 16];
+                for &(x, w) in &v {
+                    high[(x >> 16) as usize] += w;
                 }
-                let mut sorted = v.clone();
+                let mut sorted: Vec<u32> = v.iter().flat_map(|&(x, w)| std::iter::repeat_n(x, w as usize)).collect();
                 sorted.sort_unstable();
-                let ranks = stat_ranks(v.len(), &[]);
+                struct Pairs<'a>(&'a [(u32, u64)]);
+                impl WeightedValues for Pairs<'_> {
+                    fn for_each(&self, mut f: impl FnMut(u32, u64)) {
+                        self.0.iter().for_each(|&(x, w)| f(x, w))
+                    }
+                }
+                let visit = Pairs(&v);
+                let ranks = stat_ranks(total as usize, &[]);
                 let want: Vec<u32> = ranks.iter().map(|&r| sorted[r]).collect();
-                prop_assert_eq!(order_statistics_u32(&v, &high, &ranks), want);
-                let all: Vec<usize> = (0..v.len()).step_by(7).collect();
+                prop_assert_eq!(weighted_order_statistics_u32(&visit, &mut high.clone(), &ranks), want);
+                let all: Vec<usize> = (0..total as usize).step_by(7).collect();
                 let want: Vec<u32> = all.iter().map(|&r| sorted[r]).collect();
-                prop_assert_eq!(order_statistics_u32(&v, &high, &all), want);
+                prop_assert_eq!(weighted_order_statistics_u32(&visit, &mut high.clone(), &all), want);
             }
         }
     }

@@ -145,9 +145,130 @@ pub struct RequestRecord {
     pub prefill_compute_ns: u64,
     /// End of the step that produced its first token.
     pub first_token_step_end_ns: Option<u64>,
-    /// When the client received each output token.
-    pub token_times_ns: Vec<u64>,
+    /// The deliveries of the run's [`TokenLog`] that brought its output tokens, one token
+    /// each: when the client received each token is the delivery's time
+    /// ([`RunResult::token_times`]).
+    pub tokens: TokenRuns,
     pub completed: bool,
+}
+
+/// The instants at which the front end delivered output tokens, one entry per delivery: every
+/// token one streaming call of the front end sends goes out at the same instant
+/// ([`crate::delivery::FrontEnd::stream`]), so a step's tokens share one entry, and a request
+/// holds only which deliveries brought its tokens ([`TokenRuns`]). A run's token times are
+/// then a few bytes a step, not eight bytes a token, and the inter-token gaps of every request
+/// decoding through a step are one gap with a count (`crate::metrics`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TokenLog {
+    times_ns: Vec<u64>,
+}
+
+impl TokenLog {
+    /// The most deliveries a log holds (indices are u32).
+    pub const CAPACITY: usize = u32::MAX as usize;
+
+    /// An empty log with room for the deliveries of `tokens` output tokens (at most one
+    /// delivery a token), up to 2^24 deliveries (128 MiB; past it the log grows as it goes).
+    /// The room is reserved, not touched: memory a run does not use is never paged in.
+    pub fn for_tokens(tokens: u64) -> TokenLog {
+        TokenLog { times_ns: Vec::with_capacity(tokens.min(1 << 24) as usize) }
+    }
+
+    /// Records a delivery at `t_ns`; its index, or `None` when the log is full
+    /// ([`TokenLog::CAPACITY`]).
+    pub fn push(&mut self, t_ns: u64) -> Option<u32> {
+        let d = u32::try_from(self.times_ns.len()).ok().filter(|&d| d < u32::MAX)?;
+        self.times_ns.push(t_ns);
+        Some(d)
+    }
+
+    /// The time of delivery `d`.
+    pub fn time(&self, d: u32) -> u64 {
+        self.times_ns[d as usize]
+    }
+
+    /// Every delivery's time, by index.
+    pub fn times_ns(&self) -> &[u64] {
+        &self.times_ns
+    }
+
+    /// The number of deliveries.
+    pub fn len(&self) -> usize {
+        self.times_ns.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.times_ns.is_empty()
+    }
+
+    /// Records one delivery per time of `times_ns` (a request's token times, measured one by
+    /// one, as a live run has them) and returns them as a request's [`TokenRuns`].
+    /// Panics past [`TokenLog::CAPACITY`] deliveries.
+    pub fn append(&mut self, times_ns: &[u64]) -> TokenRuns {
+        let mut runs = TokenRuns::default();
+        for &t in times_ns {
+            runs.push(self.push(t).expect("a token log holds at most u32::MAX deliveries"));
+        }
+        runs
+    }
+
+    /// The times of the tokens of `runs`, in order.
+    pub fn times<'a>(&'a self, runs: &'a TokenRuns) -> impl Iterator<Item = u64> + 'a {
+        runs.runs().flat_map(move |(s, n)| self.times_ns[s as usize..(s + n) as usize].iter().copied())
+    }
+}
+
+/// The deliveries ([`TokenLog`]) that brought a request's tokens, as runs of consecutive
+/// deliveries `(first, count)`: a request decoding through `k` steps in a row is one run, so a
+/// request takes a few runs (one more after each preemption or pause), not a time per token.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TokenRuns {
+    /// The first run (count 0: no token yet).
+    first: (u32, u32),
+    /// The runs after the first.
+    more: Vec<(u32, u32)>,
+}
+
+impl TokenRuns {
+    /// One token at delivery `d`, later than every delivery already held.
+    pub fn push(&mut self, d: u32) {
+        if self.first.1 == 0 {
+            self.first = (d, 1);
+            return;
+        }
+        let last = self.more.last_mut().unwrap_or(&mut self.first);
+        debug_assert!(d >= last.0 + last.1, "deliveries come in order");
+        if last.0 + last.1 == d {
+            last.1 += 1;
+        } else {
+            self.more.push((d, 1));
+        }
+    }
+
+    /// The runs `(first delivery, count)`, in order.
+    pub fn runs(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        std::iter::once(self.first).filter(|r| r.1 > 0).chain(self.more.iter().copied())
+    }
+
+    /// The number of tokens.
+    pub fn len(&self) -> usize {
+        self.first.1 as usize + self.more.iter().map(|r| r.1 as usize).sum::<usize>()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.first.1 == 0
+    }
+
+    /// The delivery of the first token.
+    pub fn first_delivery(&self) -> Option<u32> {
+        (self.first.1 > 0).then_some(self.first.0)
+    }
+
+    /// The delivery of the last token.
+    pub fn last_delivery(&self) -> Option<u32> {
+        let last = self.more.last().unwrap_or(&self.first);
+        (last.1 > 0).then(|| last.0 + last.1 - 1)
+    }
 }
 
 /// One sample of the engine's gauges, taken when a step starts.
@@ -255,6 +376,25 @@ pub struct RunResult {
     /// Of `num_steps`, the steps the fast-forward ran (0 with it off). Not reported: it
     /// says how a run was computed, not what it computed.
     pub fast_forwarded_steps: u64,
+    /// The deliveries the records' [`RequestRecord::tokens`] refer to.
+    pub token_log: TokenLog,
+}
+
+impl RunResult {
+    /// When the client received each token of `r`, one of this run's records.
+    pub fn token_times(&self, r: &RequestRecord) -> Vec<u64> {
+        self.token_log.times(&r.tokens).collect()
+    }
+
+    /// When the client received `r`'s first token.
+    pub fn first_token_ns(&self, r: &RequestRecord) -> Option<u64> {
+        r.tokens.first_delivery().map(|d| self.token_log.time(d))
+    }
+
+    /// When the client received `r`'s last token.
+    pub fn last_token_ns(&self, r: &RequestRecord) -> Option<u64> {
+        r.tokens.last_delivery().map(|d| self.token_log.time(d))
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -310,6 +450,8 @@ struct Loop<'a, E: Engine> {
     /// Fast-forward buffers: the run's requests in step order, and their tokens.
     ff_ids: Vec<ReqId>,
     ff_outs: Vec<TokenOutput>,
+    /// Every delivery of output tokens.
+    token_log: TokenLog,
 }
 
 pub(crate) const STEP_TOO_LONG: &str =
@@ -545,12 +687,16 @@ impl<'a, E: Engine> Loop<'a, E> {
                 self.stop.get_or_insert(StopReason::TimeOverflow { cause: STREAMING_TOO_LONG });
                 return;
             };
+            let Some(d) = self.token_log.push(deliver) else {
+                self.stop.get_or_insert(StopReason::StepLimit { steps: self.steps });
+                return;
+            };
             for o in outs {
                 let rec = &mut self.records[o.id as usize];
                 if rec.first_token_step_end_ns.is_none() {
                     rec.first_token_step_end_ns = Some(now);
                 }
-                rec.token_times_ns.push(deliver);
+                rec.tokens.push(d);
                 if o.finished {
                     self.push(deliver, Event::ClientDone(o.id));
                 }
@@ -631,12 +777,7 @@ pub(crate) fn phase_layout(
     phases.push((Phase::Timed, timed_start..specs.len()));
     let records = specs
         .iter()
-        .map(|s| RequestRecord {
-            prompt_len: s.prompt_len,
-            output_len: s.output_len,
-            token_times_ns: Vec::with_capacity(s.output_len as usize),
-            ..Default::default()
-        })
+        .map(|s| RequestRecord { prompt_len: s.prompt_len, output_len: s.output_len, ..Default::default() })
         .collect();
     (specs, phase_of, phases, records)
 }
@@ -690,7 +831,9 @@ pub fn run_observed<E: Engine>(
         stopped_at: None,
         ff_ids: Vec::new(),
         ff_outs: Vec::new(),
+        token_log: TokenLog::default(),
     };
+    lp.token_log = TokenLog::for_tokens(lp.specs.iter().map(|s| u64::from(s.output_len)).sum());
 
     let mut phase_idx = 0;
     let mut now = 0u64;
@@ -739,7 +882,8 @@ pub fn run_observed<E: Engine>(
                     observe(Progress { completed: total - lp.remaining_in_phase, total, now_ns: now });
                     if let Some((ns, count)) = lp.opts.stop_after_slow_ttft {
                         let r = &lp.records[id as usize];
-                        if r.token_times_ns.first().is_some_and(|&t| t - r.dispatch_ns >= ns) {
+                        let first = r.tokens.first_delivery().map(|d| lp.token_log.time(d));
+                        if first.is_some_and(|t| t - r.dispatch_ns >= ns) {
                             slow_ttfts += 1;
                             if slow_ttfts >= count {
                                 let completed = total - lp.remaining_in_phase;
@@ -797,5 +941,6 @@ pub fn run_observed<E: Engine>(
         end_ns: now,
         ingress_ns: lp.ingress_ns,
         fast_forwarded_steps: lp.ff_steps,
+        token_log: lp.token_log,
     }
 }

@@ -29,7 +29,7 @@ fn ttft_at_concurrency_1_equals_the_prefill_steps_of_the_cost_model() {
         done += n;
     }
     for r in &out.run.records {
-        assert_eq!(r.token_times_ns[0] - r.dispatch_ns, expected_ns);
+        assert_eq!(out.run.first_token_ns(r).unwrap() - r.dispatch_ns, expected_ns);
         assert_eq!(r.first_scheduled_ns.unwrap(), r.engine_arrival_ns, "no queue at concurrency 1");
     }
     assert_eq!(out.metrics.ttft_breakdown.queue_wait_ms, 0.0);
@@ -51,7 +51,7 @@ fn littles_law_holds_on_a_long_closed_loop_run() {
         .run
         .records
         .iter()
-        .map(|r| (*r.token_times_ns.last().unwrap() - r.engine_arrival_ns) as f64 / 1e9)
+        .map(|r| (out.run.last_token_ns(r).unwrap() - r.engine_arrival_ns) as f64 / 1e9)
         .sum::<f64>()
         / out.run.records.len() as f64;
     let l_engine = m.request_throughput * engine_time_s;

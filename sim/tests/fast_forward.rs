@@ -254,7 +254,10 @@ fn sglang_cpu_overlap_gives_the_same_bytes_with_and_without_fast_forward() {
                     let out = sim::simulate(&s, opts);
                     let report = serde_json::to_string(&sim::report::PointReport::of(&s, &out)).unwrap();
                     let r = &out.run;
-                    let run = format!("{:?} {:?} {:?} {} {}", r.records, r.counters, r.gauges, r.num_steps, r.end_ns);
+                    let run = format!(
+                        "{:?} {:?} {:?} {:?} {} {}",
+                        r.records, r.token_log, r.counters, r.gauges, r.num_steps, r.end_ns
+                    );
                     (report, run, out.metrics.tpot.mean)
                 })
             })

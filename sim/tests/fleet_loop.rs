@@ -28,6 +28,7 @@ fn phases_run_in_order_in_a_fleet_open_and_closed_loop() {
         let (a, b) = (sim::report::PointReport::of(&s, &on), sim::report::PointReport::of(&s, &off));
         assert_eq!(serde_json::to_string(&a).unwrap(), serde_json::to_string(&b).unwrap(), "closed loop: {closed}");
         assert_eq!(format!("{:?}", on.run.records), format!("{:?}", off.run.records));
+        assert_eq!(on.run.token_log, off.run.token_log);
         // The timed phase starts after the warm-ups: every timed request is sent after it.
         assert!(on.run.records.iter().all(|r| r.dispatch_ns >= on.run.bench_start_ns));
     }

@@ -18,8 +18,8 @@ fn checked(v: Value) -> sim::SimOutput {
     assert_eq!(out.run.records.len(), out.workload.requests.len());
     for (r, s) in out.run.records.iter().zip(&out.workload.requests) {
         assert!(r.completed);
-        assert_eq!(r.token_times_ns.len() as u32, s.output_len);
-        assert!(r.token_times_ns.windows(2).all(|w| w[0] <= w[1]));
+        assert_eq!(r.tokens.len() as u32, s.output_len);
+        assert!(out.run.token_times(r).windows(2).all(|w| w[0] <= w[1]));
     }
     assert!(out.run.gauges.kv_usage_peak <= 1.0);
     out

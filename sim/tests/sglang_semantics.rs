@@ -18,7 +18,7 @@ fn run_checked(v: Value) -> sim::SimOutput {
     let out = sim::simulate(&spec(v), RunOptions { check_invariants: true, ..Default::default() });
     assert_eq!(out.run.stop, StopReason::Completed, "{}", out.run.stop.as_str());
     for (r, s) in out.run.records.iter().zip(&out.workload.requests) {
-        assert!(r.completed && r.token_times_ns.len() as u32 == s.output_len, "request lost or cut short");
+        assert!(r.completed && r.tokens.len() as u32 == s.output_len, "request lost or cut short");
     }
     out
 }
@@ -250,7 +250,7 @@ fn the_overlap_scheduler_delays_every_token_but_the_last_by_one_step() {
         });
         let out = run_checked(v);
         let r = &out.run.records[0];
-        let t: Vec<f64> = r.token_times_ns.iter().map(|&t| (t - r.dispatch_ns) as f64 / 1e6).collect();
+        let t: Vec<f64> = out.run.token_times(r).iter().map(|&t| (t - r.dispatch_ns) as f64 / 1e6).collect();
         t
     };
     // Without the lag: ingress 1 ms, the tokenizer 64 × 1 µs, prefill 10 + 6.4 ms, then a

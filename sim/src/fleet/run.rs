@@ -54,7 +54,7 @@ use crate::engine::{Engine, EngineCounters, ReqId, TokenOutput};
 use crate::fleet::{ReplicaView, RouteRequest, Router};
 use crate::request::RequestSpec;
 use crate::simulation::{
-    phase_layout, GaugeSample, GaugeStats, Phase, Progress, RequestRecord, RunOptions, RunResult, StopReason,
+    phase_layout, GaugeSample, GaugeStats, Phase, Progress, RequestRecord, RunOptions, RunResult, StopReason, TokenLog,
     INGRESS_TOO_LONG, SEND_TOO_LATE, STEP_TOO_LONG, STREAMING_TOO_LONG,
 };
 use crate::workload::Workload;
@@ -223,6 +223,8 @@ struct FleetLoop<'a> {
     stopped_at: Option<u64>,
     ff_ids: Vec<ReqId>,
     ff_outs: Vec<TokenOutput>,
+    /// Every delivery of output tokens, of every replica's front end.
+    token_log: TokenLog,
     views: Vec<ReplicaView>,
     bw: f64,
     xfer_latency_ns: u64,
@@ -610,14 +612,18 @@ impl<'a> FleetLoop<'a> {
             self.stop.get_or_insert(StopReason::TimeOverflow { cause: STREAMING_TOO_LONG });
             return;
         };
+        let Some(d) = self.token_log.push(deliver) else {
+            self.stop.get_or_insert(StopReason::StepLimit { steps: self.steps });
+            return;
+        };
         let pidx = self.reps[r].pool_idx;
         for o in outs {
             let rec = &mut self.records[o.id as usize];
             if rec.first_token_step_end_ns.is_none() {
                 rec.first_token_step_end_ns = Some(now);
             }
-            let first = rec.token_times_ns.is_empty();
-            rec.token_times_ns.push(deliver);
+            let first = rec.tokens.is_empty();
+            rec.tokens.push(d);
             if first {
                 if self.disagg {
                     self.decode_router.on_first_token(u64::from(o.id), pidx, now);
@@ -732,6 +738,7 @@ pub fn run_fleet(
         stopped_at: None,
         ff_ids: Vec::new(),
         ff_outs: Vec::new(),
+        token_log: TokenLog::default(),
         views: Vec::new(),
         bw: f.kv_transfer_bandwidth_bytes_per_s,
         xfer_latency_ns: f.kv_transfer_latency_ns,
@@ -875,6 +882,7 @@ pub fn run_fleet(
         end_ns: now,
         ingress_ns,
         fast_forwarded_steps: lp.ff_steps,
+        token_log: lp.token_log,
     };
     let per = |x: u64| if lp.xfers > 0 { x as f64 / lp.xfers as f64 / 1e6 } else { 0.0 };
     let fleet = FleetRun {
