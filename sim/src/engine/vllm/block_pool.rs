@@ -1,9 +1,14 @@
 //! vLLM V1's KV block pool (`v1/core/block_pool.py`, `kv_cache_utils.py`).
 //!
 //! * Block 0 is the `null_block`: `num_gpu_blocks - 1` blocks are usable.
-//! * Free blocks sit in a doubly linked free queue
-//!   (`FreeKVCacheBlockQueue`). Allocation pops from the front; freeing
-//!   appends at the back. A *cached* block (one with a hash) whose ref count
+//! * Free blocks sit in a free queue (`FreeKVCacheBlockQueue`, a doubly linked
+//!   list in vLLM). Allocation pops from the front; freeing appends at the back.
+//!   Here the queue is a ring buffer of `(block, stamp)` entries: a block taken
+//!   from the middle (a prefix hit) leaves its entry behind, stale (the block is
+//!   out of the queue, or back in it with a newer stamp), skipped when it reaches
+//!   the front and dropped when stale entries outnumber the live ones. The live
+//!   entries are the linked list's blocks in its order; popping reads the next
+//!   blocks from consecutive memory instead of chasing links. A *cached* block (one with a hash) whose ref count
 //!   drops to 0 stays in the queue and counts as free: it is evicted lazily,
 //!   when allocation pops it (`_maybe_evict_cached_block`). The front of the
 //!   queue is therefore the least recently freed block: LRU eviction.
@@ -15,7 +20,7 @@
 //!   first. The map is only ever looked up, never iterated, so its order
 //!   cannot leak into decisions.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
 /// Block hashes are already well mixed: hash them by identity.
@@ -148,14 +153,14 @@ impl FirstBlockTable {
     }
 }
 
-/// 32 bytes: the hash and its flag apart, so that the watch position fits.
+/// 24 bytes: the hash and its flag apart, so that the watch position fits.
 #[derive(Clone, Debug)]
 struct Block {
     /// Hash of the full block this block holds, once registered (`has_hash`).
     hash: u64,
     ref_cnt: u32,
-    prev: u32,
-    next: u32,
+    /// Bumped each time the block joins the free queue: its live entry has this stamp.
+    stamp: u32,
     /// Position in the watched hit ([`BlockPool::watch`]), or `NIL`.
     watch_pos: u32,
     has_hash: bool,
@@ -172,8 +177,9 @@ impl Block {
 #[derive(Clone, Debug)]
 pub struct BlockPool {
     blocks: Vec<Block>,
-    head: u32,
-    tail: u32,
+    /// The free queue, front first: `(block, stamp)`, live where the block is in the queue
+    /// with that stamp.
+    queue: VecDeque<(u32, u32)>,
     num_free: u32,
     /// Hash → the first block holding it (what a lookup returns).
     cached: FirstBlockTable,
@@ -194,14 +200,11 @@ impl BlockPool {
         assert!(num_gpu_blocks >= 2, "a pool needs the null block and at least one usable block");
         let n = num_gpu_blocks as usize;
         let mut blocks = Vec::with_capacity(n);
-        blocks.resize(
-            n,
-            Block { hash: 0, ref_cnt: 0, prev: NIL, next: NIL, watch_pos: NIL, has_hash: false, in_free_queue: false },
-        );
+        blocks
+            .resize(n, Block { hash: 0, ref_cnt: 0, stamp: 0, watch_pos: NIL, has_hash: false, in_free_queue: false });
         let mut pool = BlockPool {
             blocks,
-            head: NIL,
-            tail: NIL,
+            queue: VecDeque::with_capacity(n),
             num_free: 0,
             cached: FirstBlockTable::new(n),
             duplicates: BlockHashMap::default(),
@@ -308,11 +311,8 @@ impl BlockPool {
         if self.watched_free == 0 {
             return cut;
         }
-        let mut id = self.head;
-        for _ in 0..n {
-            let b = &self.blocks[id as usize];
-            cut = cut.min(b.watch_pos);
-            id = b.next;
+        for id in self.live().take(n as usize) {
+            cut = cut.min(self.blocks[id as usize].watch_pos);
         }
         cut
     }
@@ -328,8 +328,7 @@ impl BlockPool {
     pub fn get_new_blocks(&mut self, n: u32, out: &mut Vec<u32>) {
         assert!(n <= self.num_free, "allocation of {n} blocks with {} free", self.num_free);
         for _ in 0..n {
-            let id = self.head;
-            self.unlink(id);
+            let id = self.pop_front();
             self.maybe_evict_cached_block(id);
             self.blocks[id as usize].ref_cnt = 1;
             out.push(id);
@@ -408,48 +407,57 @@ impl BlockPool {
         let b = &mut self.blocks[id as usize];
         debug_assert!(!b.in_free_queue);
         b.in_free_queue = true;
+        b.stamp = b.stamp.wrapping_add(1);
         self.watched_free += u32::from(b.watch_pos != NIL);
-        b.prev = self.tail;
-        b.next = NIL;
-        if self.tail == NIL {
-            self.head = id;
-        } else {
-            self.blocks[self.tail as usize].next = id;
-        }
-        self.tail = id;
+        self.queue.push_back((id, b.stamp));
         self.num_free += 1;
     }
 
+    /// Whether the queue entry `(id, stamp)` is live.
+    #[inline]
+    fn is_live(blocks: &[Block], (id, stamp): (u32, u32)) -> bool {
+        let b = &blocks[id as usize];
+        b.in_free_queue && b.stamp == stamp
+    }
+
+    /// Takes the front block out of the free queue (which holds one).
+    fn pop_front(&mut self) -> u32 {
+        loop {
+            let e = self.queue.pop_front().expect("the free queue holds a block");
+            if Self::is_live(&self.blocks, e) {
+                self.take_out(e.0);
+                return e.0;
+            }
+        }
+    }
+
+    /// Takes block `id` out of the free queue, wherever it is: its entry goes stale.
     fn unlink(&mut self, id: u32) {
-        let (prev, next) = {
-            let b = &mut self.blocks[id as usize];
-            assert!(b.in_free_queue, "block {id} is not in the free queue");
-            b.in_free_queue = false;
-            self.watched_free -= u32::from(b.watch_pos != NIL);
-            (b.prev, b.next)
-        };
-        if prev == NIL {
-            self.head = next;
-        } else {
-            self.blocks[prev as usize].next = next;
+        assert!(self.blocks[id as usize].in_free_queue, "block {id} is not in the free queue");
+        self.take_out(id);
+        // Stale entries are at most as many as live ones (and a few): the queue stays
+        // within twice the pool.
+        if self.queue.len() > 2 * self.num_free as usize + 64 {
+            let blocks = &self.blocks;
+            self.queue.retain(|&e| Self::is_live(blocks, e));
         }
-        if next == NIL {
-            self.tail = prev;
-        } else {
-            self.blocks[next as usize].prev = prev;
-        }
+    }
+
+    fn take_out(&mut self, id: u32) {
+        let b = &mut self.blocks[id as usize];
+        b.in_free_queue = false;
+        self.watched_free -= u32::from(b.watch_pos != NIL);
         self.num_free -= 1;
+    }
+
+    /// The free queue's blocks, front to back.
+    fn live(&self) -> impl Iterator<Item = u32> + '_ {
+        self.queue.iter().filter(|&&e| Self::is_live(&self.blocks, e)).map(|&(id, _)| id)
     }
 
     /// The free queue front to back (for tests and invariant checks).
     pub fn free_queue(&self) -> Vec<u32> {
-        let mut v = Vec::with_capacity(self.num_free as usize);
-        let mut id = self.head;
-        while id != NIL {
-            v.push(id);
-            id = self.blocks[id as usize].next;
-        }
-        v
+        self.live().collect()
     }
 
     /// Checks the pool's own invariants: the free queue holds exactly the
@@ -606,5 +614,51 @@ mod tests {
         assert_eq!(p.num_free(), 0);
         assert_eq!(p.ref_cnt(1), 1);
         p.check().unwrap();
+    }
+
+    /// The free queue against a plain list of its blocks (what vLLM's linked list holds)
+    /// under random allocation, frees and prefix hits from anywhere in it: the same blocks
+    /// in the same order, the stale entries bounded, through many compactions.
+    #[test]
+    fn free_queue_keeps_the_linked_lists_order_through_hits_and_compactions() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = move |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        for n in [2u32, 5, 40, 300] {
+            let mut p = BlockPool::new(n, true);
+            let mut list: Vec<u32> = (1..n).collect();
+            let mut held: Vec<Vec<u32>> = Vec::new();
+            for _ in 0..4000 {
+                match rnd(3) {
+                    0 if !list.is_empty() => {
+                        let k = 1 + rnd(list.len() as u64) as u32;
+                        let mut got = vec![];
+                        p.get_new_blocks(k, &mut got);
+                        assert_eq!(got, list.drain(..k as usize).collect::<Vec<_>>());
+                        held.push(got);
+                    }
+                    1 if !held.is_empty() => {
+                        let blocks = held.swap_remove(rnd(held.len() as u64) as usize);
+                        p.free_blocks(blocks.iter().rev().copied());
+                        list.extend(blocks.iter().rev());
+                    }
+                    _ if !list.is_empty() => {
+                        // A hit on a free block anywhere in the queue.
+                        let id = list.remove(rnd(list.len() as u64) as usize);
+                        p.touch(&[id]);
+                        held.push(vec![id]);
+                    }
+                    _ => {}
+                }
+                assert_eq!(p.free_queue(), list);
+                assert_eq!(p.num_free() as usize, list.len());
+                assert!(p.queue.len() <= 2 * list.len() + 65, "stale entries bounded");
+                p.check().unwrap();
+            }
+        }
     }
 }
