@@ -245,6 +245,25 @@ impl TokenRuns {
         }
     }
 
+    /// `count` tokens at the consecutive deliveries from `first` on (each later than every
+    /// delivery already held): as many [`TokenRuns::push`]es.
+    pub fn push_run(&mut self, first: u32, count: u32) {
+        if count == 0 {
+            return;
+        }
+        if self.first.1 == 0 {
+            self.first = (first, count);
+            return;
+        }
+        let last = self.more.last_mut().unwrap_or(&mut self.first);
+        debug_assert!(first >= last.0 + last.1, "deliveries come in order");
+        if last.0 + last.1 == first {
+            last.1 += count;
+        } else {
+            self.more.push((first, count));
+        }
+    }
+
     /// The runs `(first delivery, count)`, in order.
     pub fn runs(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
         std::iter::once(self.first).filter(|r| r.1 > 0).chain(self.more.iter().copied())
@@ -637,6 +656,8 @@ impl<'a, E: Engine> Loop<'a, E> {
         outs.clear();
         outs.extend(ids.iter().map(|&id| TokenOutput { id, finished: false }));
         let mut k = 0;
+        // The deliveries of `outs` this fast-forward made: (first, count), consecutive.
+        let mut batch = (0u32, 0u32);
         // A step that reaches `max_steps` is left to `on_step_end`, which stops there.
         while k < k_max && self.steps + 1 < self.opts.max_steps {
             let dur = self.cost.step_ns(&self.engine.ff_shape(k));
@@ -656,15 +677,37 @@ impl<'a, E: Engine> Loop<'a, E> {
                 }
             }
             now += dur;
-            // `on_step_end`: no request finishes.
-            if lag {
+            // `on_step_end`: no request finishes. With the lag, the first step delivers the
+            // tokens held from before; every other step delivers `outs` (the step before's
+            // with the lag), whose records take the run of deliveries at once below.
+            if lag && k == 0 {
                 self.deliver(now, later);
                 later.clear();
                 later.extend_from_slice(&outs);
-            } else {
-                self.deliver(now, &outs);
+            } else if self.stop.is_none() && !outs.is_empty() {
+                // As `deliver`; where it fails the run stops, and no later token goes out.
+                match self.front.stream(now, outs.len()).map(|t| self.token_log.push(t)) {
+                    Some(Some(d)) => {
+                        if batch.1 == 0 {
+                            batch.0 = d;
+                        }
+                        batch.1 += 1;
+                    }
+                    None => self.stop = Some(StopReason::TimeOverflow { cause: STREAMING_TOO_LONG }),
+                    Some(None) => self.stop = Some(StopReason::StepLimit { steps: self.steps }),
+                }
             }
             k += 1;
+        }
+        if batch.1 > 0 {
+            for o in &outs {
+                let rec = &mut self.records[o.id as usize];
+                debug_assert!(
+                    lag || rec.first_token_step_end_ns.is_some(),
+                    "a decoding request has had its first token"
+                );
+                rec.tokens.push_run(batch.0, batch.1);
+            }
         }
         self.engine.ff_end(k);
         self.ff_steps += k;
