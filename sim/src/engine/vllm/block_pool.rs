@@ -327,11 +327,24 @@ impl BlockPool {
     /// evicting their cached hashes. The caller has checked `n <= num_free`.
     pub fn get_new_blocks(&mut self, n: u32, out: &mut Vec<u32>) {
         assert!(n <= self.num_free, "allocation of {n} blocks with {} free", self.num_free);
-        for _ in 0..n {
-            let id = self.pop_front();
-            self.maybe_evict_cached_block(id);
-            self.blocks[id as usize].ref_cnt = 1;
+        out.reserve(n as usize);
+        self.num_free -= n;
+        let mut left = n;
+        while left > 0 {
+            let (id, stamp) = self.queue.pop_front().expect("the free queue holds a block");
+            let b = &mut self.blocks[id as usize];
+            if !(b.in_free_queue && b.stamp == stamp) {
+                continue; // stale
+            }
+            // `take_out`, the count already taken.
+            b.in_free_queue = false;
+            b.ref_cnt = 1;
+            self.watched_free -= u32::from(b.watch_pos != NIL);
+            if b.has_hash {
+                self.maybe_evict_cached_block(id);
+            }
             out.push(id);
+            left -= 1;
         }
     }
 
@@ -418,17 +431,6 @@ impl BlockPool {
     fn is_live(blocks: &[Block], (id, stamp): (u32, u32)) -> bool {
         let b = &blocks[id as usize];
         b.in_free_queue && b.stamp == stamp
-    }
-
-    /// Takes the front block out of the free queue (which holds one).
-    fn pop_front(&mut self) -> u32 {
-        loop {
-            let e = self.queue.pop_front().expect("the free queue holds a block");
-            if Self::is_live(&self.blocks, e) {
-                self.take_out(e.0);
-                return e.0;
-            }
-        }
     }
 
     /// Takes block `id` out of the free queue, wherever it is: its entry goes stale.
