@@ -182,6 +182,22 @@ impl TokenLog {
         Some(d)
     }
 
+    /// Appends `n` deliveries to be written later ([`TokenLog::set`]), for a producer that
+    /// keeps its own deliveries consecutive among others' (a fleet's replica); the first's
+    /// index, or `None` when the log would pass [`TokenLog::CAPACITY`]. An entry never set
+    /// stays 0 and no record refers to it.
+    pub fn reserve_block(&mut self, n: u32) -> Option<u32> {
+        let d = u32::try_from(self.times_ns.len()).ok()?;
+        d.checked_add(n).filter(|&end| end < u32::MAX)?;
+        self.times_ns.resize(self.times_ns.len() + n as usize, 0);
+        Some(d)
+    }
+
+    /// Writes the time of delivery `d`, reserved by [`TokenLog::reserve_block`].
+    pub fn set(&mut self, d: u32, t_ns: u64) {
+        self.times_ns[d as usize] = t_ns;
+    }
+
     /// The time of delivery `d`.
     pub fn time(&self, d: u32) -> u64 {
         self.times_ns[d as usize]

@@ -225,6 +225,8 @@ struct FleetLoop<'a> {
     ff_outs: Vec<TokenOutput>,
     /// Every delivery of output tokens, of every replica's front end.
     token_log: TokenLog,
+    /// Per replica, the log block it fills: (next delivery, end).
+    log_blocks: Vec<(u32, u32)>,
     views: Vec<ReplicaView>,
     bw: f64,
     xfer_latency_ns: u64,
@@ -612,10 +614,19 @@ impl<'a> FleetLoop<'a> {
             self.stop.get_or_insert(StopReason::TimeOverflow { cause: STREAMING_TOO_LONG });
             return;
         };
-        let Some(d) = self.token_log.push(deliver) else {
-            self.stop.get_or_insert(StopReason::StepLimit { steps: self.steps });
-            return;
-        };
+        // Each replica's deliveries in blocks of the log of their own, so that a request's
+        // tokens are runs of consecutive deliveries as on one engine, not one run a token.
+        let (next, end) = &mut self.log_blocks[r];
+        if *next == *end {
+            let Some(d) = self.token_log.reserve_block(LOG_BLOCK) else {
+                self.stop.get_or_insert(StopReason::StepLimit { steps: self.steps });
+                return;
+            };
+            (*next, *end) = (d, d + LOG_BLOCK);
+        }
+        let d = *next;
+        *next += 1;
+        self.token_log.set(d, deliver);
         let pidx = self.reps[r].pool_idx;
         for o in outs {
             let rec = &mut self.records[o.id as usize];
@@ -637,6 +648,9 @@ impl<'a> FleetLoop<'a> {
         }
     }
 }
+
+/// Deliveries a replica takes of the log at a time.
+const LOG_BLOCK: u32 = 4096;
 
 /// Runs `workload` on the fleet `f`; routers draw from streams of `seed`.
 pub fn run_fleet(
@@ -739,6 +753,7 @@ pub fn run_fleet(
         ff_ids: Vec::new(),
         ff_outs: Vec::new(),
         token_log: TokenLog::default(),
+        log_blocks: vec![(0, 0); f.replicas.len()],
         views: Vec::new(),
         bw: f.kv_transfer_bandwidth_bytes_per_s,
         xfer_latency_ns: f.kv_transfer_latency_ns,
