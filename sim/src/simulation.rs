@@ -246,14 +246,16 @@ pub struct TokenRuns {
 }
 
 impl TokenRuns {
-    /// One token at delivery `d`, later than every delivery already held.
+    /// One token at delivery `d`, received after every token already held. Deliveries usually
+    /// come in index order; in a fleet a request moved to another replica (disaggregated
+    /// prefill and decode) continues in that replica's block of the log, which may lie before
+    /// the first's. A token at the delivery right after the last held one extends its run.
     pub fn push(&mut self, d: u32) {
         if self.first.1 == 0 {
             self.first = (d, 1);
             return;
         }
         let last = self.more.last_mut().unwrap_or(&mut self.first);
-        debug_assert!(d >= last.0 + last.1, "deliveries come in order");
         if last.0 + last.1 == d {
             last.1 += 1;
         } else {
@@ -261,8 +263,8 @@ impl TokenRuns {
         }
     }
 
-    /// `count` tokens at the consecutive deliveries from `first` on (each later than every
-    /// delivery already held): as many [`TokenRuns::push`]es.
+    /// `count` tokens at the consecutive deliveries from `first` on: as many
+    /// [`TokenRuns::push`]es.
     pub fn push_run(&mut self, first: u32, count: u32) {
         if count == 0 {
             return;
@@ -272,7 +274,6 @@ impl TokenRuns {
             return;
         }
         let last = self.more.last_mut().unwrap_or(&mut self.first);
-        debug_assert!(first >= last.0 + last.1, "deliveries come in order");
         if last.0 + last.1 == first {
             last.1 += count;
         } else {
