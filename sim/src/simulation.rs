@@ -1004,3 +1004,63 @@ pub fn run_observed<E: Engine>(
         token_log: lp.token_log,
     }
 }
+
+#[cfg(test)]
+mod token_runs_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// A run of `count` deliveries is as many single pushes; runs hold each token once,
+        /// adjacent deliveries merge, and the log gives the tokens' times in the order pushed.
+        #[test]
+        fn runs_hold_every_token_in_order(
+            steps in prop::collection::vec((0u32..4, 1u32..6), 0..40),
+        ) {
+            let mut log = TokenLog::default();
+            for t in 0..400u64 {
+                log.push(1_000 + 7 * t).unwrap();
+            }
+            let (mut one, mut batched) = (TokenRuns::default(), TokenRuns::default());
+            let mut want: Vec<u32> = Vec::new();
+            let mut d = 0u32;
+            for &(skip, count) in &steps {
+                d += skip;
+                for k in 0..count {
+                    one.push(d + k);
+                    want.push(d + k);
+                }
+                batched.push_run(d, count);
+                d += count - 1;
+            }
+            prop_assert_eq!(&one, &batched);
+            prop_assert_eq!(one.len(), want.len());
+            prop_assert_eq!(one.first_delivery(), want.first().copied());
+            prop_assert_eq!(one.last_delivery(), want.last().copied());
+            let got: Vec<u32> = one.runs().flat_map(|(s, n)| s..s + n).collect();
+            prop_assert_eq!(&got, &want);
+            let times: Vec<u64> = log.times(&one).collect();
+            prop_assert_eq!(times, want.iter().map(|&x| log.time(x)).collect::<Vec<_>>());
+            // No two runs are adjacent (they would have merged), but a run may repeat a
+            // delivery (two tokens in one delivery: `skip` 0).
+            let runs: Vec<(u32, u32)> = one.runs().collect();
+            for w in runs.windows(2) {
+                prop_assert!(w[0].0 + w[0].1 != w[1].0);
+            }
+        }
+    }
+
+    /// Reserved blocks of the log are written where the producer says, and the log refuses
+    /// to pass its capacity.
+    #[test]
+    fn reserved_blocks_are_set_in_place() {
+        let mut log = TokenLog::default();
+        log.push(5).unwrap();
+        let b = log.reserve_block(3).unwrap();
+        assert_eq!(b, 1);
+        log.set(b + 1, 9);
+        assert_eq!(log.times_ns(), &[5, 0, 9, 0]);
+        assert_eq!(log.reserve_block(u32::MAX), None);
+        assert_eq!(log.len(), 4);
+    }
+}
