@@ -326,8 +326,6 @@ impl Stats {
 /// has one run a request and a delivery a token), else a difference array over the deliveries.
 struct TokenTally<'a> {
     times: &'a [u64],
-    /// The first delivery of every run, sorted.
-    starts: Vec<u32>,
     cover: Cover,
     /// The gaps between a record's runs, one each.
     between: Vec<u64>,
@@ -337,8 +335,9 @@ struct TokenTally<'a> {
 
 /// How [`TokenTally`] counts the runs holding a delivery.
 enum Cover {
-    /// `at[d]`: the change, at `d`, of the count of runs holding delivery `d`.
-    Dense(Vec<i32>),
+    /// `at[d]`: the change, at `d`, of the count of runs holding delivery `d`; `starts`: the
+    /// first delivery of every run, sorted.
+    Dense { at: Vec<i32>, starts: Vec<u32> },
     /// Where the count changes, in order: `(d, runs holding d, runs starting at d)`; the
     /// count holds until the next change.
     Sparse(Vec<(u32, i64, i64)>),
@@ -378,7 +377,7 @@ impl<'a> TokenTally<'a> {
         }
         starts.sort_unstable();
         let cover = if dense {
-            Cover::Dense(at)
+            Cover::Dense { at, starts }
         } else {
             ends.sort_unstable();
             // Merge the starts and the ends into the points where the count changes.
@@ -405,7 +404,7 @@ impl<'a> TokenTally<'a> {
             }
             Cover::Sparse(changes)
         };
-        TokenTally { times, starts, cover, between, n_gaps }
+        TokenTally { times, cover, between, n_gaps }
     }
 
     /// Calls `f(first, end, runs holding them, runs starting at the first)` for the
@@ -427,11 +426,11 @@ impl<'a> TokenTally<'a> {
                     f(d as usize, end, c, starting);
                 }
             }
-            Cover::Dense(at) => {
+            Cover::Dense { at, starts } => {
                 let (mut c, mut s) = (0i64, 0usize);
                 for (d, &delta) in at[..n].iter().enumerate() {
                     let mut starting = 0i64;
-                    while s < self.starts.len() && self.starts[s] as usize == d {
+                    while s < starts.len() && starts[s] as usize == d {
                         starting += 1;
                         s += 1;
                     }

@@ -252,16 +252,7 @@ impl TokenRuns {
     /// prefill and decode) continues in that replica's block of the log, which may lie before
     /// the first's. A token at the delivery right after the last held one extends its run.
     pub fn push(&mut self, d: u32) {
-        if self.first.1 == 0 {
-            self.first = (d, 1);
-            return;
-        }
-        let last = self.more.last_mut().unwrap_or(&mut self.first);
-        if last.0 + last.1 == d {
-            last.1 += 1;
-        } else {
-            self.more.push((d, 1));
-        }
+        self.push_run(d, 1);
     }
 
     /// `count` tokens at the consecutive deliveries from `first` on: as many
@@ -703,16 +694,12 @@ impl<'a, E: Engine> Loop<'a, E> {
                 later.clear();
                 later.extend_from_slice(&outs);
             } else if self.stop.is_none() && !outs.is_empty() {
-                // As `deliver`; where it fails the run stops, and no later token goes out.
-                match self.front.stream(now, outs.len()).map(|t| self.token_log.push(t)) {
-                    Some(Some(d)) => {
-                        if batch.1 == 0 {
-                            batch.0 = d;
-                        }
-                        batch.1 += 1;
+                // Where the delivery fails the run stops, and no later token goes out.
+                if let Some(d) = self.stream_and_log(now, outs.len()) {
+                    if batch.1 == 0 {
+                        batch.0 = d;
                     }
-                    None => self.stop = Some(StopReason::TimeOverflow { cause: STREAMING_TOO_LONG }),
-                    Some(None) => self.stop = Some(StopReason::StepLimit { steps: self.steps }),
+                    batch.1 += 1;
                 }
             }
             k += 1;
@@ -739,19 +726,28 @@ impl<'a, E: Engine> Loop<'a, E> {
         now
     }
 
+    /// Streams `n` (≥ 1) tokens produced at `now` through the front end and logs their
+    /// delivery: its index, or `None` with the run stopped (streaming past `u64::MAX` ns, or
+    /// a full log).
+    fn stream_and_log(&mut self, now: u64, n: usize) -> Option<u32> {
+        let Some(t) = self.front.stream(now, n) else {
+            self.stop.get_or_insert(StopReason::TimeOverflow { cause: STREAMING_TOO_LONG });
+            return None;
+        };
+        let d = self.token_log.push(t);
+        if d.is_none() {
+            self.stop.get_or_insert(StopReason::StepLimit { steps: self.steps });
+        }
+        d
+    }
+
     /// Streams `outs`, produced by the step that ended at `now` (or held from the one before),
     /// through the front end, one after the other.
     fn deliver(&mut self, now: u64, outs: &[TokenOutput]) {
         if !outs.is_empty() {
             // The front end streams the step's outputs one after the other.
-            let Some(deliver) = self.front.stream(now, outs.len()) else {
-                self.stop.get_or_insert(StopReason::TimeOverflow { cause: STREAMING_TOO_LONG });
-                return;
-            };
-            let Some(d) = self.token_log.push(deliver) else {
-                self.stop.get_or_insert(StopReason::StepLimit { steps: self.steps });
-                return;
-            };
+            let Some(d) = self.stream_and_log(now, outs.len()) else { return };
+            let deliver = self.token_log.time(d);
             for o in outs {
                 let rec = &mut self.records[o.id as usize];
                 if rec.first_token_step_end_ns.is_none() {

@@ -510,19 +510,23 @@ impl BlockPool {
 mod tests {
     use super::*;
 
+    /// A xorshift stream from `seed`: each call a number below its argument.
+    fn rng(mut x: u64) -> impl FnMut(u64) -> u64 {
+        move |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        }
+    }
+
     /// The hash table against a `BTreeMap` reference under random allocation, caching and
     /// freeing, with hashes that share their low bits (long probe runs, wrap-around,
     /// backward shifts) or their whole value (duplicates).
     #[test]
     fn first_block_table_agrees_with_a_map_under_colliding_hashes() {
         use std::collections::BTreeMap;
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut rnd = move |m: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % m
-        };
+        let mut rnd = rng(0x9e37_79b9_7f4a_7c15);
         for n in [3u32, 9, 17, 40] {
             let mut pool = BlockPool::new(n, true);
             let table_len = pool.cached.slots.len() as u64;
@@ -623,13 +627,7 @@ mod tests {
     /// in the same order, the stale entries bounded, through many compactions.
     #[test]
     fn free_queue_keeps_the_linked_lists_order_through_hits_and_compactions() {
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut rnd = move |m: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % m
-        };
+        let mut rnd = rng(0x2545_f491_4f6c_dd1d);
         for n in [2u32, 5, 40, 300] {
             let mut p = BlockPool::new(n, true);
             let mut list: Vec<u32> = (1..n).collect();
