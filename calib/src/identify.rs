@@ -584,7 +584,8 @@ pub fn covariance_at(
 ///
 /// Uncalibrated, servesim times steps with the cost composed from measured kernels
 /// (`sim::cost::ComposedCost`). A fit corrects that cost rather than replacing it: each step
-/// costs the composed time × linear(fitted) ÷ linear(prior) (`CostModel::correct`), so a
+/// costs the composed time, its decodes' part and what its prefill chunks add each × how much
+/// the linear terms of that part moved from the prior (`CostModel::correct`), so a
 /// coefficient left at its prior changes nothing and the uncalibrated model is recovered
 /// exactly where the data determine nothing. The prior (the reference of that ratio) is the
 /// composed cost **linearised**: the five step coefficients by non-negative

@@ -26,8 +26,9 @@ pub struct Profile {
     pub coefficient_sources: Named<&'static str>,
     pub prior: CostCoefficients,
     /// How the coefficients time steps: `linear` (they replace the step cost) or
-    /// `corrects_composed` (on a GPU with measured kernels: the composed cost ×
-    /// linear(coefficients) ÷ linear(prior), `sim::cost::CostModel::correct`; a coefficient
+    /// `corrects_composed` (on a GPU with measured kernels: the composed cost, its decode
+    /// part and its prefill part each × how much the linear terms of that part moved from
+    /// the prior, `sim::cost::CostModel::correct`; a coefficient
     /// at its prior changes nothing).
     pub cost_mode: &'static str,
     pub fit: FitSummary,

@@ -243,10 +243,12 @@ pub struct CostModel {
     /// as the calibration's starting point, and do not time anything.
     pub composed: Option<std::sync::Arc<ComposedCost>>,
     /// With `composed`: the six step coefficients at which the composed cost is
-    /// taken as it is. When set, a step costs the composed time × (the linear
-    /// model at the current coefficients ÷ the linear model at these), so a
-    /// calibration corrects the measured-kernel cost along the directions its
-    /// data determine and leaves it exact elsewhere ([`CostModel::correct`]).
+    /// taken as it is. When set, a step costs its composed time corrected part by
+    /// part: its decodes' part × (the linear model's decode terms at the current
+    /// coefficients ÷ at these), what its prefill chunks add × the same ratio of the
+    /// prefill terms; so a calibration corrects the measured-kernel cost along the
+    /// directions its data determine and leaves it exact elsewhere
+    /// ([`CostModel::correct`]).
     pub reference: Option<[f64; 6]>,
 }
 
@@ -410,8 +412,10 @@ impl CostModel {
     /// Puts the model in corrected mode, when measured kernels time its steps:
     /// `reference` (a fit's prior: the composed cost linearised) is where the
     /// composed cost is taken as it is, and `overlay` (the fitted values)
-    /// scales each step by how much the linear model moved there
-    /// (`composed × linear(fitted) ÷ linear(reference)`). Coefficients missing
+    /// scales each step's decode part and prefill part by how much the linear
+    /// model's terms of that part moved there (`decode part × dec(fitted) ÷
+    /// dec(reference) + prefill part × pre(fitted) ÷ pre(reference)`, see
+    /// `corrected_us`). Coefficients missing
     /// from `reference` are taken as the overlay's (no change). Without a
     /// composed cost this is [`CostModel::overlay`].
     pub fn correct(&mut self, overlay: &CostCoefficients, reference: &CostCoefficients, source: CoefficientSource) {
@@ -485,15 +489,45 @@ impl CostModel {
     pub fn step_ns(&self, s: &StepShape) -> u64 {
         if let Some(c) = &self.composed {
             if let Some(r) = &self.reference {
-                let (lin_now, lin_ref) = (Self::linear_us(&self.step_coefficients(), s), Self::linear_us(r, s));
-                // A reference that prices this step at nothing cannot scale it: the fitted
-                // linear model's time, then.
-                let us = if lin_ref > 0.0 { c.step_us(s) * (lin_now / lin_ref) } else { lin_now };
-                return us_to_ns(us).max(1);
+                return us_to_ns(self.corrected_us(c, r, s)).max(1);
             }
             return c.step_ns(s);
         }
         us_to_ns(Self::linear_us(&self.step_coefficients(), s)).max(1)
+    }
+
+    /// A step's time in corrected mode, µs: the composed cost split into its decodes' part
+    /// (the same step without its prefill chunks) and what the prefill chunks add to it;
+    /// each part scaled by how much the linear model's terms of that part moved (decodes:
+    /// `step_us`, their `per_seq_us`, `decode_token_us`, `decode_kv_us`; prefill: the
+    /// chunks' `per_seq_us`, `prefill_token_us`, `prefill_attention_us`). A prefill-only
+    /// step is all prefill part: a per-step constant fitted on decode steps does not move a
+    /// compute-bound prefill, whose weight streaming and fixed costs the composed cost
+    /// already hides or includes. A part whose reference prices it at nothing cannot be
+    /// scaled: the fitted linear model's time for that part, then.
+    fn corrected_us(&self, c: &ComposedCost, r: &[f64; 6], s: &StepShape) -> f64 {
+        let k = self.step_coefficients();
+        let chunks = f64::from(s.num_chunks);
+        let dec_seqs = f64::from(s.num_seqs) - chunks;
+        let (d, ctx) = (s.decode_tokens as f64, s.decode_context_tokens as f64);
+        let (p, pairs) = (s.prefill_tokens as f64, s.prefill_attention_pairs as f64);
+        let dec = |c: &[f64; 6]| c[0] + c[1] * dec_seqs + c[3] * d + c[5] * ctx;
+        let pre = |c: &[f64; 6]| c[1] * chunks + c[2] * p + c[4] * pairs;
+        let scale = |part: f64, now: f64, reference: f64| if reference > 0.0 { part * (now / reference) } else { now };
+        if s.num_chunks == 0 {
+            return scale(c.step_us(s), dec(&k) + pre(&k), dec(r) + pre(r));
+        }
+        let whole = c.step_us(s);
+        let decodes = if s.decode_tokens == 0 {
+            0.0
+        } else {
+            let mut only = StepShape::decodes(s.decode_tokens, s.decode_context_tokens);
+            only.num_seqs = dec_seqs as u32;
+            only.cpu_overlapped = s.cpu_overlapped;
+            c.step_us(&only).min(whole)
+        };
+        let decode_part = if s.decode_tokens == 0 { 0.0 } else { scale(decodes, dec(&k), dec(r)) };
+        decode_part + scale(whole - decodes, pre(&k), pre(r))
     }
 
     /// The six step coefficients, in [`COEFFICIENT_NAMES`] order.

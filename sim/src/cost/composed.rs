@@ -1486,4 +1486,62 @@ mod tests {
         s.add_decode(2000);
         assert_eq!(c.step_ns(&s), us_to_ns(c.step_us(&s)).max(1));
     }
+
+    /// A fitted profile corrects the composed cost part by part: a decode-only step by how
+    /// much the decode terms moved, a prefill-only step by how much the prefill terms moved
+    /// (a per-step constant fitted on decode steps leaves it alone), and a mixed step as its
+    /// decodes alone plus what its chunks add, each by its own terms.
+    #[test]
+    fn a_profile_corrects_the_decode_part_and_the_prefill_part_by_their_own_terms() {
+        let (model, gpu) = &llama8b_h100();
+        let dep = Deployment::single(model);
+        let c = std::sync::Arc::new(build_on(model, gpu, "vllm", &dep, 1));
+        let mut cost = crate::cost::CostModel::roofline(model, gpu, &dep, &crate::cost::PriorEfficiencies::default());
+        cost.composed = Some(c.clone());
+        let prior = cost.coefficients();
+        let mut fitted = prior.clone();
+        fitted.step_us = Some(prior.step_us.unwrap() * 0.8);
+        fitted.prefill_token_us = Some(prior.prefill_token_us.unwrap() * 1.25);
+        let mut corrected = cost.clone();
+        corrected.correct(&fitted, &prior, crate::cost::CoefficientSource::Profile);
+        let close = |a: u64, b: f64, what: &str| assert!((a as f64 - b).abs() <= 1.0, "{what}: {a} vs {b}");
+        let k = |o: &crate::cost::CostCoefficients, n: &str| o.get(n).unwrap();
+        // Decodes only: the decode terms' ratio, step_us included.
+        let dec = StepShape::decodes(32, 32 * 1500);
+        let lin = |o: &crate::cost::CostCoefficients| {
+            k(o, "step_us") + 32.0 * (k(o, "per_seq_us") + k(o, "decode_token_us")) + 48_000.0 * k(o, "decode_kv_us")
+        };
+        close(corrected.step_ns(&dec), c.step_us(&dec) * 1e3 * lin(&fitted) / lin(&prior), "decodes");
+        // A prefill alone: only the prefill terms' ratio; step_us's 0.8 does not reach it.
+        let mut pre = StepShape::default();
+        pre.add_prefill(0, 2000);
+        let lin_pre = |o: &crate::cost::CostCoefficients| {
+            k(o, "per_seq_us")
+                + 2000.0 * k(o, "prefill_token_us")
+                + pre.prefill_attention_pairs as f64 * k(o, "prefill_attention_us")
+        };
+        let want_pre = c.step_us(&pre) * lin_pre(&fitted) / lin_pre(&prior);
+        close(corrected.step_ns(&pre), want_pre * 1e3, "prefill");
+        assert!(want_pre > c.step_us(&pre) * 1.2, "the prefill moved with prefill_token_us");
+        // Mixed: the decodes' own step by the decode ratio, the chunk's increment by the prefill one.
+        let mut mixed = StepShape::default();
+        for _ in 0..32 {
+            mixed.add_decode(1500);
+        }
+        mixed.add_prefill(0, 2000);
+        let only = c.step_us(&dec);
+        let added = c.step_us(&mixed) - only;
+        assert!(added > 0.0);
+        close(
+            corrected.step_ns(&mixed),
+            (only * lin(&fitted) / lin(&prior) + added * lin_pre(&fitted) / lin_pre(&prior)) * 1e3,
+            "mixed",
+        );
+        // At the reference nothing moves.
+        let mut same = cost.clone();
+        same.correct(&prior, &prior, crate::cost::CoefficientSource::Profile);
+        for s in [&dec, &pre, &mixed] {
+            close(same.step_ns(s), c.step_us(s) * 1e3, "at the reference");
+        }
+    }
 }
