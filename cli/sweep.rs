@@ -514,7 +514,9 @@ impl Band {
         if let Some(path) = crate::calib::profile_path(raw) {
             let text = std::fs::read_to_string(&path).map_err(|e| format!("cost.profile {}: {e}", path.display()))?;
             let v: Value = serde_json::from_str(&text).map_err(|e| format!("cost.profile {}: {e}", path.display()))?;
-            if let Some(u) = ProfileUncertainty::from_profile_json(&v) {
+            if let Some(u) = ProfileUncertainty::from_profile_json(&v)
+                .map_err(|e| format!("cost.profile {}: {e}", path.display()))?
+            {
                 let center = unc::profile_center(spec);
                 let n = u.sample(&center, unc::SAMPLES).len();
                 let source = unc::profile_source(&u, n, &path.display().to_string());

@@ -47,6 +47,14 @@ pub const METRICS: [Metric; 16] = [
     Metric::NumPreemptions,
 ];
 
+/// The largest variance of ln(coefficient) an uncertainty block may state: a standard deviation
+/// of 10 in log, a factor of 22,000 at one σ. A bound, not a model: it keeps a mistyped matrix
+/// from sampling coefficients past any finite time.
+pub const MAX_LOG_VARIANCE: f64 = 100.0;
+
+/// The largest model error (90% |error| as a fraction) a block may state: 100 is 10,000%.
+pub const MAX_MODEL_ERROR: f64 = 100.0;
+
 /// A 90% interval.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Interval {
@@ -123,9 +131,123 @@ impl ProfileUncertainty {
         self
     }
 
-    /// Reads the block from a profile file's JSON (None when it has none).
-    pub fn from_profile_json(v: &Value) -> Option<ProfileUncertainty> {
-        serde_json::from_value(v.get("uncertainty")?.clone()).ok()
+    /// Reads the block from a profile file's JSON: None when it has none (or `null`); an error
+    /// naming the field when it has one that cannot be used ([`ProfileUncertainty::check`]): a
+    /// block that cannot be read must not quietly drop every interval, nor yield NaN or zero-cost
+    /// members.
+    pub fn from_profile_json(v: &Value) -> Result<Option<ProfileUncertainty>, String> {
+        let Some(block) = v.get("uncertainty").filter(|b| !b.is_null()) else { return Ok(None) };
+        let u: ProfileUncertainty = serde_json::from_value(block.clone())
+            .map_err(|e| format!("uncertainty: not a valid uncertainty block: {e}"))?;
+        u.check()?;
+        Ok(Some(u))
+    }
+
+    /// Whether the block can give intervals: known, distinct coefficients; a square, finite,
+    /// symmetric log covariance of their size with variances in [0, [`MAX_LOG_VARIANCE`]] (empty
+    /// only beside an ensemble); ensemble members of one value per coefficient, each finite in
+    /// [0, `MAX_COEFFICIENT_US`], and none whose decode step or prefill token costs nothing;
+    /// model errors keyed by a metric family or report key, each a finite fraction ≥ 0; finite
+    /// intervals and χ². Errors name the field (`uncertainty.<field>`).
+    pub fn check(&self) -> Result<(), String> {
+        let k = self.coefficients.len();
+        if k == 0 {
+            return Err(
+                "uncertainty.coefficients: empty; expected the names of the coefficients the block covers".into()
+            );
+        }
+        for (i, n) in self.coefficients.iter().enumerate() {
+            if !COEFFICIENT_NAMES.contains(&n.as_str()) {
+                return Err(format!(
+                    "uncertainty.coefficients[{i}]: unknown coefficient {n:?}; expected one of {}",
+                    COEFFICIENT_NAMES.join(", ")
+                ));
+            }
+            if self.coefficients[..i].contains(n) {
+                return Err(format!("uncertainty.coefficients[{i}]: {n:?} given twice"));
+            }
+        }
+        if !(self.chi2_per_dof.is_finite() && self.chi2_per_dof >= 0.0) {
+            return Err(format!("uncertainty.chi2_per_dof: expected a finite number ≥ 0, got {}", self.chi2_per_dof));
+        }
+        if self.log_covariance.is_empty() {
+            if self.ensemble.is_empty() {
+                return Err(format!(
+                    "uncertainty: neither an ensemble nor a log_covariance; expected one of them ({k}×{k} for the covariance)"
+                ));
+            }
+        } else {
+            if self.log_covariance.len() != k || self.log_covariance.iter().any(|r| r.len() != k) {
+                return Err(format!(
+                    "uncertainty.log_covariance: expected a {k}×{k} matrix (one row and column per uncertainty.coefficients entry)"
+                ));
+            }
+            for i in 0..k {
+                for j in 0..k {
+                    let (a, b) = (self.log_covariance[i][j], self.log_covariance[j][i]);
+                    if !a.is_finite() || (a - b).abs() > 1e-9 * a.abs().max(b.abs()).max(1e-12) {
+                        return Err(format!(
+                            "uncertainty.log_covariance[{i}][{j}]: expected a finite, symmetric matrix, got {a} (and {b} at [{j}][{i}])"
+                        ));
+                    }
+                }
+                let d = self.log_covariance[i][i];
+                if !(0.0..=MAX_LOG_VARIANCE).contains(&d) {
+                    return Err(format!(
+                        "uncertainty.log_covariance[{i}][{i}]: a variance of ln({}) must be from 0 to {MAX_LOG_VARIANCE}, got {d}",
+                        self.coefficients[i]
+                    ));
+                }
+            }
+        }
+        for (m, row) in self.ensemble.iter().enumerate() {
+            if row.len() != k {
+                return Err(format!(
+                    "uncertainty.ensemble[{m}]: {} values, expected {k} (one per uncertainty.coefficients entry)",
+                    row.len()
+                ));
+            }
+            let mut c = CostCoefficients::default();
+            for (name, &v) in self.coefficients.iter().zip(row) {
+                c.set(name, v);
+            }
+            sim::config::check_coefficients(&c, &format!("uncertainty.ensemble[{m}]")).map_err(|e| e.to_string())?;
+            let at = |n: &str| c.get(n);
+            let sum = |ns: &[&str]| -> Option<f64> {
+                let vs: Vec<f64> = ns.iter().filter_map(|n| at(n)).collect();
+                (vs.len() == ns.len()).then(|| vs.iter().sum())
+            };
+            if sum(&["step_us", "per_seq_us", "decode_token_us"]).is_some_and(|v| v <= 0.0)
+                || sum(&["step_us", "prefill_token_us"]).is_some_and(|v| v <= 0.0)
+            {
+                return Err(format!(
+                    "uncertainty.ensemble[{m}]: a decode step (step_us + per_seq_us + decode_token_us) and a prefill token \
+                     (step_us + prefill_token_us) must cost more than 0 µs"
+                ));
+            }
+        }
+        for (n, i) in &self.intervals {
+            if !(i.p05.is_finite() && i.p95.is_finite() && 0.0 <= i.p05 && i.p05 <= i.p95) {
+                return Err(format!(
+                    "uncertainty.intervals.{n}: expected finite 0 ≤ p05 ≤ p95, got p05 {} and p95 {}",
+                    i.p05, i.p95
+                ));
+            }
+        }
+        for (key, &e) in self.model_error_p90.iter().flatten() {
+            if !(FAMILIES.contains(&key.as_str()) || Metric::parse(key).is_some()) {
+                return Err(format!(
+                    "uncertainty.model_error_p90.{key}: unknown; expected a metric family ({}) or a report key such as p99_ttft_ms",
+                    FAMILIES.join(", ")
+                ));
+            }
+            if !(e.is_finite() && (0.0..=MAX_MODEL_ERROR).contains(&e)) {
+                return Err(format!(
+                    "uncertainty.model_error_p90.{key}: expected a finite 90% |error| from 0 to {MAX_MODEL_ERROR} (a fraction), got {e}"
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// [`SAMPLES`] coefficient sets about `center` (µs): ln c ~ N(ln center, Σ), by the
@@ -1053,5 +1175,109 @@ mod interval_tests {
         assert_eq!(SloVerdict::overall(&[Meets, NoInterval]), MeetsAtEstimateOnly);
         assert_eq!(SloVerdict::overall(&[MeetsAtEstimateOnly, Misses]), Misses);
         assert_eq!(SloVerdict::overall(&[]), Meets);
+    }
+}
+
+#[cfg(test)]
+mod block_tests {
+    use super::*;
+    use serde_json::json;
+
+    fn block(edit: impl FnOnce(&mut Value)) -> Result<Option<ProfileUncertainty>, String> {
+        let mut u = json!({
+            "method": "m",
+            "coefficients": COEFFICIENT_NAMES,
+            "log_covariance": [],
+            "chi2_per_dof": 1.0,
+            "intervals": {},
+            "ensemble": [[8000.0, 4.0, 30.0, 150.0, 0.001, 0.5, 1500.0, 40.0], [9000.0, 4.0, 30.0, 160.0, 0.001, 0.5, 1500.0, 40.0]],
+            "model_error_p90": {"ttft": 0.3, "p99_tpot_ms": 0.5}
+        });
+        edit(&mut u);
+        ProfileUncertainty::from_profile_json(&json!({ "uncertainty": u }))
+    }
+
+    fn err(edit: impl FnOnce(&mut Value)) -> String {
+        block(edit).expect_err("the block should be refused")
+    }
+
+    /// A block that cannot give intervals is an error naming its field, never a panic when
+    /// sampled, an interval of NaN, or no interval at all (the fuzzing of 2026-12-04).
+    #[test]
+    fn an_unusable_uncertainty_block_is_an_error_naming_its_field() {
+        assert!(block(|_| {}).unwrap().is_some());
+        assert!(ProfileUncertainty::from_profile_json(&json!({"uncertainty": null})).unwrap().is_none());
+        assert!(ProfileUncertainty::from_profile_json(&json!({})).unwrap().is_none());
+        let cases: Vec<(Box<dyn FnOnce(&mut Value)>, &str)> = vec![
+            (Box::new(|u| u["ensemble"][0] = json!([8000.0, 4.0])), "uncertainty.ensemble[0]: 2 values, expected 8"),
+            (Box::new(|u| u["ensemble"] = json!([])), "neither an ensemble nor a log_covariance"),
+            (
+                Box::new(|u| {
+                    u["ensemble"] = json!([]);
+                    u["log_covariance"] = json!([[1.0]]);
+                }),
+                "uncertainty.log_covariance: expected a 8×8 matrix",
+            ),
+            (
+                Box::new(|u| {
+                    let mut m = vec![vec![0.0; 8]; 8];
+                    m[2][2] = -0.1;
+                    u["log_covariance"] = json!(m);
+                }),
+                "uncertainty.log_covariance[2][2]",
+            ),
+            (
+                Box::new(|u| {
+                    let mut m = vec![vec![0.0; 8]; 8];
+                    m[0][1] = 0.1;
+                    u["log_covariance"] = json!(m);
+                }),
+                "symmetric",
+            ),
+            (Box::new(|u| u["model_error_p90"]["ttft"] = json!(-5.0)), "uncertainty.model_error_p90.ttft"),
+            (Box::new(|u| u["model_error_p90"] = json!({"foo": 0.5})), "uncertainty.model_error_p90.foo: unknown"),
+            (Box::new(|u| u["ensemble"][0] = json!(vec![0.0; 8])), "must cost more than 0 µs"),
+            (Box::new(|u| u["ensemble"][1][3] = json!(-1.0)), "uncertainty.ensemble[1].decode_token_us"),
+            (Box::new(|u| u["ensemble"][1][6] = json!(1e9)), "uncertainty.ensemble[1].request_ingress_us"),
+            (Box::new(|u| u["coefficients"][3] = json!("nope")), "uncertainty.coefficients[3]: unknown coefficient"),
+            (
+                Box::new(|u| u["intervals"] = json!({"step_us": {"p05": 2.0, "p95": 1.0}})),
+                "uncertainty.intervals.step_us",
+            ),
+            (Box::new(|u| u.as_object_mut().unwrap().clear()), "not a valid uncertainty block"),
+        ];
+        for (edit, want) in cases {
+            let e = err(edit);
+            assert!(e.contains(want), "{e:?} does not say {want:?}");
+        }
+    }
+
+    /// Every profile committed under validation/ reads and passes the check.
+    #[test]
+    fn the_committed_profiles_uncertainty_blocks_pass() {
+        fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+            for e in std::fs::read_dir(dir).unwrap().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    walk(&p, out);
+                } else if p.extension().is_some_and(|x| x == "json") {
+                    out.push(p);
+                }
+            }
+        }
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../validation");
+        let mut files = Vec::new();
+        walk(&root, &mut files);
+        files.sort();
+        let mut n = 0;
+        for f in files {
+            let Ok(v) = serde_json::from_str::<Value>(&std::fs::read_to_string(&f).unwrap()) else { continue };
+            if v.get("format").and_then(Value::as_str) != Some("servesim-profile") || v.get("uncertainty").is_none() {
+                continue;
+            }
+            ProfileUncertainty::from_profile_json(&v).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+            n += 1;
+        }
+        assert!(n >= 3, "found {n} committed profiles with an uncertainty block");
     }
 }
