@@ -112,3 +112,28 @@ fn data_parallel_engines_are_one_group() {
     assert_eq!(l.groups[0].replicas.len(), 4);
     assert_eq!(l.kv_limited_concurrency, 4 * l.groups[0].kv_limited_concurrency);
 }
+
+/// A replica is a whole simulated engine: a million of them is an error naming the field, not
+/// a run that eats memory until it is killed (the fuzzing of 2026-12-04); so is a fleet whose
+/// groups add up past the limit.
+#[test]
+fn replica_counts_are_bounded() {
+    let res = common::resources();
+    let err = |v: serde_json::Value| {
+        let s: sim::config::Scenario = sim::config::from_value(v, "").unwrap();
+        sim::config::resolve(&s, &res).expect_err("refused")
+    };
+    let max = sim::config::MAX_REPLICAS;
+    for field in ["data_parallel_size"] {
+        let mut v = small_vllm(100, 10, 4, 2);
+        v["engine"][field] = json!(1_000_000);
+        let e = err(v);
+        assert_eq!(e.path, format!("engine.{field}"));
+        assert!(e.message.contains(&format!("from 1 to {max}")), "{}", e.message);
+    }
+    let mut v = small_vllm(100, 10, 4, 2);
+    v["fleet"] = json!({"replicas": [{"count": max}, {"count": 1}]});
+    let e = err(v);
+    assert_eq!(e.path, "fleet.replicas[1].count");
+    assert!(e.message.contains(&format!("more than {max} replicas")), "{}", e.message);
+}

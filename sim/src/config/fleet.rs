@@ -190,9 +190,20 @@ pub(super) fn check_dp_flags(e: &EngineSection, kind: EngineKind, path: &str) ->
         if v == Some(0) {
             return Err(ConfigError::new(format!("{path}.{field}"), "must be at least 1 (got 0)"));
         }
+        if let Some(n) = v.filter(|&n| n > MAX_REPLICAS) {
+            return Err(ConfigError::new(
+                format!("{path}.{field}"),
+                format!("must be from 1 to {MAX_REPLICAS}, got {n}"),
+            ));
+        }
     }
     Ok(())
 }
+
+/// The most replicas a fleet (or engines a data-parallel deployment) may have: each replica is
+/// a whole simulated engine (tens of KB before its first request), and 4,096 is already past
+/// any deployment a what-if is about.
+pub const MAX_REPLICAS: u32 = 4096;
 
 /// SGLang's `--load-balance-method` of `e` (round-robin when unset); `path` names the section.
 fn load_balance_method(e: &EngineSection, path: &str) -> Result<crate::fleet::dp::LoadBalanceMethod> {
@@ -361,8 +372,17 @@ pub(super) fn resolve_fleet(s: &Scenario, res: &Resources) -> Result<SimSpec> {
     for (gi, g) in groups.iter().enumerate() {
         let path = if shorthand { "fleet".to_string() } else { format!("fleet.replicas[{gi}]") };
         let count = g.count.unwrap_or(1);
-        if count == 0 || count > 4096 {
-            return Err(ConfigError::new(format!("{path}.count"), format!("must be from 1 to 4096, got {count}")));
+        if count == 0 || count > MAX_REPLICAS {
+            return Err(ConfigError::new(
+                format!("{path}.count"),
+                format!("must be from 1 to {MAX_REPLICAS}, got {count}"),
+            ));
+        }
+        if replicas.len() as u64 + u64::from(count) > u64::from(MAX_REPLICAS) {
+            return Err(ConfigError::new(
+                format!("{path}.count"),
+                format!("the fleet's groups hold more than {MAX_REPLICAS} replicas in all"),
+            ));
         }
         let sc = group_scenario(s, g, &path)?;
         // An error in what the group sets names the group's field; one in the scenario's own

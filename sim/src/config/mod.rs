@@ -76,6 +76,7 @@ pub use cost::{check_coefficients, MAX_COEFFICIENT_US};
 pub use feasibility::max_request_lengths;
 pub use fleet::{
     FleetKind, FleetSection, FleetSpec, ReplicaGroup, ReplicaRole, ReplicaSpec, DEFAULT_KV_TRANSFER_BANDWIDTH,
+    MAX_REPLICAS,
 };
 pub use memory::*;
 /// The fitted memory constants, by name.
