@@ -536,6 +536,9 @@ mod in_order {
 }
 
 pub fn run(a: ValidateArgs) -> Result<ExitCode, String> {
+    if !(a.tolerance.is_finite() && a.tolerance >= 0.0) {
+        return Err(format!("--tolerance: expected a finite number of points ≥ 0, got {}", a.tolerance));
+    }
     let root = std::env::current_dir().map_err(|e| e.to_string())?;
     let dir = if a.dir.is_absolute() { a.dir.clone() } else { root.join(&a.dir) };
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
@@ -813,6 +816,12 @@ pub fn run(a: ValidateArgs) -> Result<ExitCode, String> {
         std::fs::write(w, serde_json::to_string_pretty(&b).unwrap() + "\n")
             .map_err(|e| format!("{}: {e}", w.display()))?;
     }
+    // Rows the corpus itself cannot run say so and are not errors; but when every row that can
+    // run failed (a `--set` every scenario refuses, say), nothing was judged, and an exit status
+    // of 0 would read as a pass.
+    let runnable: Vec<&Result<PointReport, String>> =
+        jobs.iter().zip(&results).filter(|(j, _)| j.skip.is_none()).map(|(_, r)| r).collect();
+    let none_ran = !runnable.is_empty() && runnable.iter().all(|r| r.is_err());
     let passed = failed.is_empty();
     if a.json {
         let out = ValidateOut { rows: rows_out, groups: groups_out, summary, knees, baseline_failures: failed };
@@ -822,6 +831,13 @@ pub fn run(a: ValidateArgs) -> Result<ExitCode, String> {
         for f in &failed {
             println!("WORSE THAN BASELINE: {f}");
         }
+    }
+    if none_ran {
+        let first = runnable.iter().find_map(|r| r.as_ref().err()).cloned().unwrap_or_default();
+        return Err(format!(
+            "none of the {} rows that can run ran, so nothing was judged; the first: {first}",
+            runnable.len()
+        ));
     }
     Ok(if passed { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

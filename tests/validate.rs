@@ -29,3 +29,19 @@ fn no_group_is_worse_than_the_baseline() {
         v["groups"].as_array().unwrap().iter().find(|g| g["group"].as_str().unwrap().starts_with("rtx5090_")).unwrap();
     assert!(g["cost_source"].as_str().unwrap().contains("scaled"), "{g}");
 }
+
+/// A tolerance that is not a finite number of points ≥ 0 would pass any regression (NaN, inf)
+/// or fail every group (negative); a run in which no row could run judged nothing. Both exit
+/// 2 with the reason, never 0 (the fuzzing of 2026-12-04).
+#[test]
+fn a_gate_that_cannot_judge_is_an_error() {
+    for t in ["NaN", "inf", "-1"] {
+        let out = servesim().args(["validate", "--only", "rtx5090", &format!("--tolerance={t}")]).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "--tolerance {t}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("--tolerance: expected a finite number"), "{t}");
+    }
+    let out = servesim().args(["validate", "--only", "rtx5090", "--set", "engine.max_num_seqs=0"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("nothing was judged") && err.contains("engine.max_num_seqs"), "{err}");
+}
