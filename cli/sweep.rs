@@ -234,7 +234,7 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, String> {
         let (s0, o0) = &results[0];
         let limit = kv_limited_concurrency(&s0.specs[0], &o0[0].workload);
         let mut marks = vec![(limit.concurrency as f64, format!("KV-limited concurrency {}", limit.concurrency))];
-        if let Some(k) = sim::sweep::sweep_knee(&conc, o0) {
+        if let Some(k) = series[0].knee.as_ref() {
             marks.push((k.max_concurrency as f64, format!("knee {}", k.max_concurrency)));
         }
         crate::plot::sweep(path, &s0.label, &lines, &marks)?;
@@ -381,6 +381,9 @@ fn series_text(r: &SweepSeries, conc: &[u32]) -> String {
     }
     let _ = writeln!(t);
     match knee {
+        None if r.knee_note.is_some() => {
+            let _ = writeln!(t, "Knee: not searched: {}.", r.knee_note.as_deref().unwrap_or_default());
+        }
         Some(i) => {
             let _ = writeln!(
                 t,
@@ -627,6 +630,8 @@ struct SeriesWithIntervals {
     points: Vec<PointWithIntervals>,
     knee: Option<sim::sweep::Knee>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    knee_note: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     knee_range: Option<unc::KneeRange>,
     kv_limited_concurrency: u64,
     kv_request_footprint_tokens: u64,
@@ -646,6 +651,7 @@ impl SeriesWithIntervals {
             engine,
             points,
             knee,
+            knee_note,
             kv_limited_concurrency,
             kv_request_footprint_tokens,
             kv_cache_tokens,
@@ -654,7 +660,8 @@ impl SeriesWithIntervals {
             warnings,
         } = s;
         let (per_point, knee_range) = match i {
-            Some(i) => (i.points.into_iter().map(Some).collect(), i.knee_range),
+            // No knee is searched in an open loop, nor in its members' sweeps.
+            Some(i) => (i.points.into_iter().map(Some).collect(), i.knee_range.filter(|_| knee_note.is_none())),
             None => (vec![None; points.len()], None),
         };
         SeriesWithIntervals {
@@ -666,6 +673,7 @@ impl SeriesWithIntervals {
                 .map(|(point, uncertainty)| PointWithIntervals { point, uncertainty })
                 .collect(),
             knee,
+            knee_note,
             knee_range,
             kv_limited_concurrency,
             kv_request_footprint_tokens,

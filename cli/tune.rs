@@ -631,8 +631,26 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
     pareto.sort_by(|x, y| x.1.total_cmp(&y.1));
     // The knee along workload.max_concurrency, when it is varied: the other knobs as in
     // the best configuration (or the first valid one). One definition: sim::sweep::find_knee.
+    // Under an open loop (a request rate, or a trace's timestamps) throughput stops growing where
+    // the load is met: no knee is searched there (sim::sweep::OPEN_LOOP_KNEE_NOTE), and a note says so.
+    let anchor_open = |anchor: &Evaluated| match knobs.iter().position(|(p, _)| p == "workload.request_rate") {
+        Some(r)
+            if !matches!(
+                base_spec.workload.dataset,
+                sim::workload::Dataset::Trace { .. } | sim::workload::Dataset::Requests { .. }
+            ) =>
+        {
+            knobs[r].1[anchor.config[r]].as_f64().is_some_and(f64::is_finite)
+        }
+        _ => sim::sweep::open_loop(&base_spec),
+    };
+    let mut knee_not_searched = false;
     let knee = knobs.iter().position(|(p, _)| p == "workload.max_concurrency").and_then(|k| {
         let anchor = best.map(|(_, e)| e).or_else(|| valid.first().map(|v| v.0))?;
+        if anchor_open(anchor) {
+            knee_not_searched = true;
+            return None;
+        }
         let mut line: Vec<(f64, &PointReport)> = valid
             .iter()
             .filter(|(e, _, _)| e.config.iter().enumerate().all(|(j, &v)| j == k || v == anchor.config[j]))
@@ -695,6 +713,9 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
             None
         }
     };
+    if knee_not_searched {
+        notes.push(format!("knee along workload.max_concurrency: not searched: {}", sim::sweep::OPEN_LOOP_KNEE_NOTE));
+    }
     let result = TuneResult {
         best: best.map(|(_, e)| entry(e)),
         pareto: pareto.iter().map(|(e, _, _)| entry(e)).collect(),

@@ -281,6 +281,39 @@ fn the_default_knee_is_42_in_sweep_and_explain() {
     assert!(out.contains("Knee: not reached"), "{out}");
 }
 
+/// Under an offered rate throughput stops growing where the rate is met: a knee drawn there
+/// (concurrency 1, before 2026-12-04's fuzzing) is the load's, not the engine's. `sweep` and
+/// `tune` draw none and say why; a closed loop of the same scenario still has its knee.
+#[test]
+fn an_open_loop_sweep_draws_no_knee_and_says_why() {
+    let base = ["scenarios/serve-small-vllm.json", "--set", "workload.num_prompts=200"];
+    let conc = ["--concurrency", "1,8,16,32,64"];
+    let (c, out, err) = run(&[&["sweep"], &base[..], &["--set", "workload.request_rate=2"], &conc[..]].concat());
+    assert_eq!(c, 0, "{err}");
+    assert!(out.contains("Knee: not searched: the scenario's arrivals are its own"), "{out}");
+    let (c, out, err) =
+        run(&[&["sweep", "--json"], &base[..], &["--set", "workload.request_rate=2"], &conc[..]].concat());
+    assert_eq!(c, 0, "{err}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    assert!(j["knee"].is_null(), "{}", j["knee"]);
+    assert!(j["knee_note"].as_str().unwrap().contains("servesim explain"));
+    let (c, out, err) = run(&[&["sweep", "--json"], &base[..], &conc[..]].concat());
+    assert_eq!(c, 0, "{err}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(j["knee"]["max_concurrency"], 32, "{}", j["knee"]);
+    assert!(j.get("knee_note").is_none());
+    let tune = ["tune", "--json", "--vary", "workload.max_concurrency=1,8,16,32,64", "--slo", "p99_ttft_ms<=100000"];
+    let (c, out, err) = run(&[&tune[..], &base[..], &["--set", "workload.request_rate=2"]].concat());
+    assert_eq!(c, 0, "{err}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    assert!(j["knee"].is_null(), "{}", j["knee"]);
+    assert!(j["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|n| n.as_str().unwrap().contains("knee along workload.max_concurrency: not searched")));
+}
+
 /// The first command's report says what ran and explains its puzzling numbers.
 #[test]
 fn the_first_report_says_what_ran() {

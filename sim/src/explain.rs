@@ -41,12 +41,7 @@ pub struct Plan {
     pub limit: KvLimit,
 }
 
-/// The scenario's arrivals are its own (a request rate, or a trace's timestamps): an open loop,
-/// whose throughput is what it offers until the engine saturates.
-fn open_loop(base: &SimSpec) -> bool {
-    base.workload.request_rate.is_some()
-        || matches!(base.workload.dataset, Dataset::Trace { .. } | Dataset::Requests { .. })
-}
+use crate::sweep::open_loop;
 
 /// The knee is a closed loop's (`vllm bench serve --max-concurrency N --request-rate inf`): the
 /// arrivals set aside, every request sent as soon as one of the N slots is free, the request

@@ -193,6 +193,10 @@ pub struct SweepSeries {
     /// Each point's report.
     pub points: Vec<crate::report::PointReport>,
     pub knee: Option<Knee>,
+    /// Why no knee was searched (an open-loop scenario, [`OPEN_LOOP_KNEE_NOTE`]); absent when
+    /// it was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub knee_note: Option<String>,
     /// The KV-limited concurrency and request footprint of the point with the largest request
     /// sample (each point's own are in its report).
     pub kv_limited_concurrency: u64,
@@ -228,6 +232,25 @@ pub fn sweep_warnings(concurrency: &[u32], outs: &[SimOutput]) -> Vec<String> {
     w
 }
 
+/// Whether a spec's arrivals are its own (a request rate, or a trace's or a request list's
+/// timestamps): an open loop, whose throughput is what the load offers until the engine
+/// saturates.
+pub fn open_loop(s: &SimSpec) -> bool {
+    s.workload.request_rate.is_some()
+        || matches!(
+            s.workload.dataset,
+            crate::workload::Dataset::Trace { .. } | crate::workload::Dataset::Requests { .. }
+        )
+}
+
+/// Why a sweep (or `tune` along `workload.max_concurrency`) of an open-loop scenario draws no
+/// knee: under an offered load, throughput stops growing where the load is met, so the knee
+/// found there would be the load's, not the engine's.
+pub const OPEN_LOOP_KNEE_NOTE: &str = "the scenario's arrivals are its own (a request rate or a trace's timestamps): \
+    throughput is what the load offers until the engine saturates, so a knee drawn along concurrency would be the \
+    load's, not the engine's; no knee is searched. `servesim explain` finds the engine's (a closed loop with the same \
+    request mix), or sweep with workload.request_rate unset (vllm bench serve's --request-rate inf)";
+
 /// Assembles a sweep's result: every point's report, the knee, the KV limit.
 /// `specs[i]` ran at `concurrency[i]` and gave `outs[i]`.
 pub fn sweep_series(
@@ -250,7 +273,8 @@ pub fn sweep_series(
             .zip(outs)
             .map(|(sp, o)| crate::report::PointReport::of(sp, o).with_caveat_runs(sp, o))
             .collect(),
-        knee: sweep_knee(concurrency, outs),
+        knee: if specs.iter().any(open_loop) { None } else { sweep_knee(concurrency, outs) },
+        knee_note: specs.iter().any(open_loop).then(|| OPEN_LOOP_KNEE_NOTE.to_string()),
         kv_limited_concurrency: limit.concurrency,
         kv_request_footprint_tokens: limit.footprint_tokens,
         kv_cache_tokens: limit.kv_capacity_tokens,
