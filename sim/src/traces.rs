@@ -398,8 +398,13 @@ pub fn parse_datetime(s: &str) -> Result<i128, String> {
         return Err("expected YYYY-MM-DD HH:MM:SS".into());
     }
     let (y, mo, d, h, mi, se) = (num(0, 4)?, num(5, 2)?, num(8, 2)?, num(11, 2)?, num(14, 2)?, num(17, 2)?);
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || se > 60 {
+    if !(1..=12).contains(&mo) || h > 23 || mi > 59 || se > 60 {
         return Err("date or time out of range".into());
+    }
+    let leap = y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
+    let month_days = [31, if leap { 29 } else { 28 }, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31][(mo - 1) as usize];
+    if !(1..=month_days).contains(&d) {
+        return Err(format!("day {d} out of range: {y:04}-{mo:02} has {month_days} days"));
     }
     let mut pos = 19;
     let mut frac_ns: i128 = 0;
@@ -420,6 +425,10 @@ pub fn parse_datetime(s: &str) -> Result<i128, String> {
         tz if (tz.starts_with('+') || tz.starts_with('-')) && tz.len() == 6 && tz.as_bytes()[3] == b':' => {
             let hh = num(pos + 1, 2)?;
             let mm = num(pos + 4, 2)?;
+            // UTC offsets in use run from −12:00 to +14:00.
+            if mm > 59 || hh * 60 + mm > 14 * 60 {
+                return Err(format!("UTC offset {tz} out of range (at most ±14:00, minutes below 60)"));
+            }
             let sign = if tz.starts_with('-') { -1 } else { 1 };
             i128::from(sign * (hh * 3600 + mm * 60))
         }
@@ -624,6 +633,23 @@ mod tests {
             parse_datetime("2024-05-10 00:00:00").unwrap()
         );
         assert!(parse_datetime("2024-13-10 00:00:00").is_err());
+        // Days past the month's end, and offsets no zone has, are errors (not the next month).
+        for bad in [
+            "2024-02-30 00:00:00",
+            "2024-04-31 00:00:00",
+            "2023-02-29 00:00:00",
+            "2024-01-01 00:00:00+99:00",
+            "2024-01-01 00:00:00-10:99",
+            "2024-01-01 00:00:00+14:30",
+        ] {
+            assert!(parse_datetime(bad).is_err(), "{bad}");
+        }
+        for good in
+            ["2024-02-29 00:00:00", "2000-02-29 00:00:00", "2024-12-31 23:59:59-12:00", "2024-06-30 00:00:00+14:00"]
+        {
+            assert!(parse_datetime(good).is_ok(), "{good}");
+        }
+        assert!(parse_datetime("1900-02-29 00:00:00").is_err());
         assert!(parse_datetime("yesterday").is_err());
     }
 
