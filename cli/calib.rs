@@ -123,19 +123,19 @@ pub struct CalibrateArgs {
     /// Where the probes' per-request results go.
     #[arg(long)]
     pub result_dir: Option<PathBuf>,
-    /// Largest concurrency of the decode probes (at least 1).
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
-    pub max_probe_concurrency: u32,
+    /// Largest concurrency of the decode probes (at least 1; default 16).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_probe_concurrency: Option<u32>,
     /// Seconds of load (short requests at concurrency 4, not measured) before the probes: an
     /// engine that just started runs its first minutes slower, and probes taken then fit a
-    /// slower engine than the one a later check meets (VALIDATION.md). 0: none.
-    #[arg(long, default_value_t = 180.0)]
-    pub warmup_s: f64,
+    /// slower engine than the one a later check meets (VALIDATION.md). 0: none (default 180).
+    #[arg(long)]
+    pub warmup_s: Option<f64>,
     /// Run the probe plan this many times, round the plan (every probe, then every probe
     /// again, with fresh prompts), and fit on all the runs: a host whose speed drifts then
-    /// weighs on every probe alike (at least 1).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-    pub repeat: u32,
+    /// weighs on every probe alike (at least 1; default 1).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub repeat: Option<u32>,
     /// Simulator evaluations the fit may use (at least 1).
     #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u64).range(1..).map(|v| v as usize))]
     pub max_evals: usize,
@@ -173,8 +173,8 @@ fn connect(server: &ServerArgs, engine: &Option<String>, dir: PathBuf) -> Result
 }
 
 pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode, String> {
-    if !a.warmup_s.is_finite() || a.warmup_s < 0.0 {
-        return Err(format!("--warmup-s: expected seconds, 0 or more, got {}", a.warmup_s));
+    if let Some(w) = a.warmup_s.filter(|w| !w.is_finite() || *w < 0.0) {
+        return Err(format!("--warmup-s: expected seconds, 0 or more, got {w}"));
     }
     if !a.from_results.is_empty() {
         return calibrate_offline(&a);
@@ -203,9 +203,9 @@ pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode, String> {
         None => None,
     };
     let opts = CalibrateOptions {
-        max_probe_concurrency: a.max_probe_concurrency,
-        warmup_s: a.warmup_s,
-        repeat: a.repeat,
+        max_probe_concurrency: a.max_probe_concurrency.unwrap_or(16),
+        warmup_s: a.warmup_s.unwrap_or(180.0),
+        repeat: a.repeat.unwrap_or(1),
         max_evals: a.max_evals,
         speed_reference: !a.no_speed_reference,
         step_log,
@@ -310,6 +310,9 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
         ("--step-log", a.step_log.is_some()),
         ("--result-dir", a.result_dir.is_some()),
         ("--no-speed-reference", a.no_speed_reference),
+        ("--warmup-s", a.warmup_s.is_some()),
+        ("--repeat", a.repeat.is_some()),
+        ("--max-probe-concurrency", a.max_probe_concurrency.is_some()),
     ]
     .into_iter()
     .filter_map(|(f, given)| given.then_some(f))

@@ -101,6 +101,13 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, String> {
     if let Some(p) = &a.plot {
         crate::plot::check_path(p)?;
     }
+    // Each point sets workload.max_concurrency from --concurrency: a --set of it would be
+    // overwritten at every point without a word.
+    if let Some(s) = a.common.sets.iter().find(|s| s.trim_start().starts_with("workload.max_concurrency")) {
+        return Err(format!(
+            "--set {s}: a sweep sets workload.max_concurrency at each point from --concurrency; give the values there"
+        ));
+    }
     let conc: Vec<u32> = crate::parse_list("--concurrency", &a.concurrency)?;
     if conc.is_empty() {
         return Err("--concurrency: give at least one value".into());

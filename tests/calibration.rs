@@ -336,6 +336,12 @@ fn offline_calibration_refuses_what_it_cannot_use() {
     let o = calibrate_from_results(&good, scen, &out, &["--hardware", "a100-80gb"]);
     assert_eq!(o.status.code(), Some(2), "{}", err(&o));
     assert!(err(&o).contains("--hardware") && err(&o).contains("live calibration"), "{}", err(&o));
+    // The probe plan's flags have no probes to act on offline (accepted and ignored before 2026-12-04).
+    for flag in [["--warmup-s", "5"], ["--repeat", "2"], ["--max-probe-concurrency", "4"]] {
+        let o = calibrate_from_results(&good, scen, &out, &flag);
+        assert_eq!(o.status.code(), Some(2), "{flag:?}: {}", err(&o));
+        assert!(err(&o).contains(flag[0]) && err(&o).contains("live calibration"), "{}", err(&o));
+    }
     let o = calibrate_from_results(&good, scen, &out, &["--set", "engine.max_num_seqs=0"]);
     assert_eq!(o.status.code(), Some(2), "--set is applied: {}", err(&o));
     assert!(err(&o).contains("engine.max_num_seqs"), "{}", err(&o));

@@ -302,6 +302,10 @@ fn an_open_loop_sweep_draws_no_knee_and_says_why() {
     let j: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(j["knee"]["max_concurrency"], 32, "{}", j["knee"]);
     assert!(j.get("knee_note").is_none());
+    // A --set of the swept key would be overwritten at every point.
+    let (c, _, err) = run(&[&["sweep"], &base[..], &["--set", "workload.max_concurrency=5"], &conc[..]].concat());
+    assert_eq!(c, 2);
+    assert!(err.contains("--set workload.max_concurrency=5") && err.contains("--concurrency"), "{err}");
     let tune = ["tune", "--json", "--vary", "workload.max_concurrency=1,8,16,32,64", "--slo", "p99_ttft_ms<=100000"];
     let (c, out, err) = run(&[&tune[..], &base[..], &["--set", "workload.request_rate=2"]].concat());
     assert_eq!(c, 0, "{err}");
@@ -603,8 +607,11 @@ fn impossible_cards_and_costs_are_refused() {
         c.to_string()
     };
     let zero = r#"cost.coefficients={"step_us":0,"per_seq_us":0,"prefill_token_us":0,"decode_token_us":0,"prefill_attention_us":0,"decode_kv_us":0,"request_ingress_us":0,"output_token_us":0}"#;
+    // A picosecond a token is not zero, but every latency of the report would print as 0.00 ms.
+    let tiny = r#"cost.coefficients={"step_us":0,"per_seq_us":0,"prefill_token_us":0.000001,"decode_token_us":0.000001,"prefill_attention_us":0,"decode_kv_us":0,"request_ingress_us":0,"output_token_us":0}"#;
     let cases = [
         (zero.to_string(), "cost.coefficients"),
+        (tiny.to_string(), "cost.coefficients"),
         (
             format!("hardware={}", card("gpu", "rtx-5090", "memory_bandwidth_bytes_per_s", 1.0.into())),
             "hardware.memory_bandwidth_bytes_per_s",

@@ -217,12 +217,13 @@ impl ProfileUncertainty {
                 let vs: Vec<f64> = ns.iter().filter_map(|n| at(n)).collect();
                 (vs.len() == ns.len()).then(|| vs.iter().sum())
             };
-            if sum(&["step_us", "per_seq_us", "decode_token_us"]).is_some_and(|v| v <= 0.0)
-                || sum(&["step_us", "prefill_token_us"]).is_some_and(|v| v <= 0.0)
+            let min = sim::config::MIN_STEP_US;
+            if sum(&["step_us", "per_seq_us", "decode_token_us"]).is_some_and(|v| v < min)
+                || sum(&["step_us", "prefill_token_us"]).is_some_and(|v| v < min)
             {
                 return Err(format!(
                     "uncertainty.ensemble[{m}]: a decode step (step_us + per_seq_us + decode_token_us) and a prefill token \
-                     (step_us + prefill_token_us) must cost more than 0 µs"
+                     (step_us + prefill_token_us) must cost at least {min} µs"
                 ));
             }
         }
@@ -1236,7 +1237,7 @@ mod block_tests {
             ),
             (Box::new(|u| u["model_error_p90"]["ttft"] = json!(-5.0)), "uncertainty.model_error_p90.ttft"),
             (Box::new(|u| u["model_error_p90"] = json!({"foo": 0.5})), "uncertainty.model_error_p90.foo: unknown"),
-            (Box::new(|u| u["ensemble"][0] = json!(vec![0.0; 8])), "must cost more than 0 µs"),
+            (Box::new(|u| u["ensemble"][0] = json!(vec![0.0; 8])), "must cost at least 1 µs"),
             (Box::new(|u| u["ensemble"][1][3] = json!(-1.0)), "uncertainty.ensemble[1].decode_token_us"),
             (Box::new(|u| u["ensemble"][1][6] = json!(1e9)), "uncertainty.ensemble[1].request_ingress_us"),
             (Box::new(|u| u["coefficients"][3] = json!("nope")), "uncertainty.coefficients[3]: unknown coefficient"),

@@ -87,18 +87,25 @@ pub(super) fn resolve_cost(
     let at = |n: &str| k.get(n).unwrap_or(0.0);
     let drives = cost.composed.is_none() || c.coefficients.is_some();
     if drives
-        && (at("step_us") + at("per_seq_us") + at("decode_token_us") <= 0.0
-            || at("step_us") + at("prefill_token_us") <= 0.0)
+        && (at("step_us") + at("per_seq_us") + at("decode_token_us") < MIN_STEP_US
+            || at("step_us") + at("prefill_token_us") < MIN_STEP_US)
     {
         let path = if c.coefficients.is_some() { "cost.coefficients" } else { "cost.profile" };
         return Err(ConfigError::new(
             path,
-            "a decode step (step_us + per_seq_us + decode_token_us) and a prefill token (step_us + prefill_token_us) \
-             must cost more than 0 µs: with these coefficients the engine would run in no time",
+            format!(
+                "a decode step (step_us + per_seq_us + decode_token_us) and a prefill token (step_us + prefill_token_us) \
+                 must cost at least {MIN_STEP_US} µs: with these coefficients the engine would run in next to no time"
+            ),
         ));
     }
     Ok(cost)
 }
+
+/// The least a decode step of one request, and a one-token prefill, may cost under the linear
+/// model, µs. No engine steps faster than a kernel launch (a few µs); below this, every
+/// latency of a report rounds to 0.00 ms and reads as an answer. A bound, not a model.
+pub const MIN_STEP_US: f64 = 1.0;
 
 /// The largest coefficient accepted, µs: ten seconds per step, sequence, token or
 /// pair. No GPU term is near it; the slowest engine calibrated so far, vLLM on an

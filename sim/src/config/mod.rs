@@ -72,7 +72,7 @@ mod sglang;
 mod vllm;
 mod workload;
 
-pub use cost::{check_coefficients, MAX_COEFFICIENT_US};
+pub use cost::{check_coefficients, MAX_COEFFICIENT_US, MIN_STEP_US};
 pub use feasibility::max_request_lengths;
 pub use fleet::{
     FleetKind, FleetSection, FleetSpec, ReplicaGroup, ReplicaRole, ReplicaSpec, DEFAULT_KV_TRANSFER_BANDWIDTH,
