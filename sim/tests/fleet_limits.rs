@@ -137,3 +137,14 @@ fn replica_counts_are_bounded() {
     assert_eq!(e.path, "fleet.replicas[1].count");
     assert!(e.message.contains(&format!("more than {max} replicas")), "{}", e.message);
 }
+
+/// A scenario field that fails only with what a replica group changed says which group it was
+/// resolved for (it named only the scenario's field before 2026-12-04's fuzzing).
+#[test]
+fn an_error_a_group_causes_names_the_group() {
+    let mut v = small_vllm(100, 10, 4, 2);
+    v["fleet"] = json!({"replicas": [{"count": 1}, {"count": 1, "engine": {"max_model_len": 64}}]});
+    let s: sim::config::Scenario = sim::config::from_value(v, "").unwrap();
+    let e = sim::config::resolve(&s, &common::resources()).expect_err("refused");
+    assert!(e.message.contains("(resolving fleet.replicas[1])"), "{}: {}", e.path, e.message);
+}

@@ -397,6 +397,10 @@ pub(super) fn resolve_fleet(s: &Scenario, res: &Resources) -> Result<SimSpec> {
                 prefix_err(&path, e)
             } else if e.path.starts_with("engine") && path != "fleet" {
                 ConfigError::new(e.path.clone(), format!("{} (in {path}'s engine)", e.message))
+            } else if path != "fleet" && (g.engine.is_some() || g.hardware.is_some()) {
+                // A scenario field that fails only with what the group changed (a prompt past the
+                // group's max_model_len): say which group it was resolved for.
+                ConfigError::new(e.path.clone(), format!("{} (resolving {path})", e.message))
             } else {
                 e
             }
