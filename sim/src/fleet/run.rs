@@ -191,6 +191,8 @@ struct FleetLoop<'a> {
     /// KV reserved on the decode side for each request's transfer; when it was queued.
     xfer_need: Vec<u64>,
     xfer_queued_at: Vec<u64>,
+    /// Per request (disaggregated fleets): its prefill replica has finished it.
+    prefill_done: Vec<bool>,
     heap: BinaryHeap<Reverse<(u64, u64, Event)>>,
     /// The phase's client sends as `(time, sequence, request)`, in `(time, sequence)` order,
     /// and the next one: the `ClientSend` events, kept beside the heap (a phase's sends are
@@ -427,11 +429,14 @@ impl<'a> FleetLoop<'a> {
             return;
         };
         for s in &plan.scheduled {
+            // A prefill replica may schedule a request once more after its prefill is done (SGLang's
+            // overlap scheduler sees a finish one step late): that step is not its prefill's.
+            let done = self.prefill_done.get(s.id as usize).copied().unwrap_or(false);
             let rec = &mut self.records[s.id as usize];
             if rec.first_scheduled_ns.is_none() {
                 rec.first_scheduled_ns = Some(now);
             }
-            if s.prefill && rec.first_token_step_end_ns.is_none() && !decode_side {
+            if s.prefill && rec.first_token_step_end_ns.is_none() && !decode_side && !done {
                 rec.prefill_compute_ns += dur;
             }
         }
@@ -512,6 +517,7 @@ impl<'a> FleetLoop<'a> {
         self.router.on_finish(u64::from(id), pidx, now);
         let d = self.placed[id as usize].1 as usize;
         self.xfer_queued_at[id as usize] = now;
+        self.prefill_done[id as usize] = true;
         self.reps[d].xfer_queue.push_back(id);
         self.try_transfers(d, now);
     }
@@ -729,6 +735,7 @@ pub fn run_fleet(
         placed: vec![(0, 0); n],
         xfer_need: if disagg { vec![0; n] } else { Vec::new() },
         xfer_queued_at: if disagg { vec![0; n] } else { Vec::new() },
+        prefill_done: if disagg { vec![false; n] } else { Vec::new() },
         heap: BinaryHeap::new(),
         sends: Vec::new(),
         next_send: 0,
