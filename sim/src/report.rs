@@ -390,7 +390,7 @@ impl BenchReport {
             engine_version: meta.engine_version.clone(),
             model_id: meta.model_id.clone(),
             hardware: meta.hardware.clone(),
-            num_prompts: w.requests.len() as u64,
+            num_prompts: w.requested_prompts.map_or(w.requests.len() as u64, u64::from),
             request_rate: w.request_rate,
             burstiness: w.burstiness,
             trace_arrivals: w.trace_arrivals,

@@ -163,6 +163,11 @@ pub struct Workload {
     pub seed: u64,
     /// Sent to the chat endpoint ([`WorkloadParams::chat`]).
     pub chat: bool,
+    /// The `--num-prompts` asked for, where the dataset made fewer requests: `prefix_repetition`
+    /// makes `num_prompts ÷ num_prefixes` (rounded down) a prefix, and `vllm bench serve` reports
+    /// the number asked (`result_json["num_prompts"] = args.num_prompts`), not the number sent.
+    /// `None`: the report's `num_prompts` is the requests' count.
+    pub requested_prompts: Option<u32>,
 }
 
 /// The most prompt-block hashes [`Workload::share_prompt_hashes`] keeps (64 MiB).
@@ -334,6 +339,9 @@ pub fn generate(params: &WorkloadParams) -> Workload {
         warmups.push(build(&r.prompt, r.max_tokens, 0, r.priority, k, &mut warm_eos));
     }
 
+    let requested_prompts = (matches!(params.dataset, Dataset::PrefixRepetition { .. })
+        && params.num_prompts as usize != requests.len())
+    .then_some(params.num_prompts);
     Workload {
         initial_test,
         warmups,
@@ -344,6 +352,7 @@ pub fn generate(params: &WorkloadParams) -> Workload {
         trace_arrivals: matches!(params.dataset, Dataset::Trace { .. } | Dataset::Requests { .. }),
         seed,
         chat: params.chat,
+        requested_prompts,
     }
 }
 
@@ -429,6 +438,10 @@ mod tests {
         p.num_prompts = 100;
         let w = generate(&p);
         assert_eq!(w.requests.len(), 7 * 14);
+        // The report's num_prompts is the number asked, as `vllm bench serve` writes it.
+        assert_eq!(w.requested_prompts, Some(100));
+        p.num_prompts = 98;
+        assert_eq!(generate(&p).requested_prompts, None, "nothing rounded away");
         let mut keys: std::collections::BTreeMap<u64, u32> = Default::default();
         for r in &w.requests {
             *keys.entry(r.prompt[0].key).or_default() += 1;
