@@ -514,7 +514,8 @@ fn the_default_fraction_reserves_the_piecewise_graphs_from_0_5_10() {
 #[test]
 fn sglang_behaviours_arrive_in_the_release_read() {
     let b = |v: (u32, u32, u32)| SglangBehaviour::of_release(Version::new(v.0, v.1, v.2));
-    let gates: [(&str, fn(&SglangBehaviour) -> bool, (u32, u32, u32), (u32, u32, u32)); 8] = [
+    let gates: [(&str, fn(&SglangBehaviour) -> bool, (u32, u32, u32), (u32, u32, u32)); 9] = [
+        ("admission_reserves_remaining_output", |x| x.admission_reserves_remaining_output, (0, 5, 3), (0, 5, 4)),
         ("retract_until_decode_fits", |x| x.retract_until_decode_fits, (0, 5, 1), (0, 5, 2)),
         ("retract_evicts_for_remaining", |x| x.retract_evicts_for_remaining, (0, 5, 2), (0, 5, 3)),
         ("retract_ratio_plus_one", |x| x.retract_ratio_plus_one, (0, 5, 3), (0, 5, 4)),

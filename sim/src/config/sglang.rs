@@ -463,6 +463,7 @@ impl SglangBehaviour {
             ignore_eos_full_reservation: v >= Version::new(0, 5, 22),
             page_reserve_per_request: v >= Version::new(0, 5, 11),
             retract_ratio_plus_one: v >= Version::new(0, 5, 4),
+            admission_reserves_remaining_output: v >= Version::new(0, 5, 4),
             spent_pass_budget_stops: v >= Version::new(0, 5, 23),
             overlap: Overlap::CpuBackend,
             cpu_overlap: SGLANG_CPU_OVERLAP,

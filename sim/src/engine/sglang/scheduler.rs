@@ -95,6 +95,12 @@ pub struct SglangBehaviour {
     /// ≥ 0.5.4: the ratio after a retraction divides by Σ max_new_tokens + 1 (read: 0.5.3
     /// without, 0.5.4 with).
     pub retract_ratio_plus_one: bool,
+    /// ≥ 0.5.4: `add_one_req`'s admission test reserves a request's remaining output
+    /// (`max_new_tokens − len(output_ids)`), so a retracted request, whose prompt now carries its
+    /// outputs so far, is not charged them twice; the budget it then takes still counts the
+    /// full `max_new_tokens` (read: 0.5.3 without; 0.5.4, 0.5.6, 0.5.10–0.5.14, 0.5.18,
+    /// 0.5.21–0.5.23 with).
+    pub admission_reserves_remaining_output: bool,
     /// ≥ 0.5.23: each pass of the waiting-queue loop first stops if the pass's input or
     /// chunk budget is spent (`budget_state() == OTHER`: "a spent pass budget admits no
     /// one"), without setting `batch_is_full`. Before, every request is put to `add_one_req`.
@@ -477,13 +483,20 @@ impl Scheduler {
 
     /// `add_one_req` on the radix-cache path.
     fn add_one_req(&mut self, adder: &mut PrefillAdder, id: ReqId, can_run: &mut Vec<ReqId>) -> (AddReqResult, bool) {
-        let (extend, max_new, prefix_len, last_node) = {
+        let (extend, max_new, outputs, prefix_len, last_node) = {
             let r = self.req(id);
-            (r.extend, r.max_new(), r.prefix_len, r.last_node.expect("matched"))
+            (r.extend, r.max_new(), r.num_output, r.prefix_len, r.last_node.expect("matched"))
         };
         let clip = max_new.min(CLIP_MAX_NEW_TOKENS);
+        // The admission test's output: what is left of it from 0.5.4 (a retracted request's
+        // outputs so far are in its prompt now); the budget taken below is the full clip.
+        let test_clip = if self.config.behaviour.admission_reserves_remaining_output {
+            max_new.saturating_sub(outputs).min(CLIP_MAX_NEW_TOKENS)
+        } else {
+            clip
+        };
         let page_overhead = if self.config.behaviour.page_reserve_per_request { self.config.page_size } else { 0 };
-        let total = f64::from(extend) + f64::from(clip) + f64::from(page_overhead);
+        let total = f64::from(extend) + f64::from(test_clip) + f64::from(page_overhead);
         let input_tokens = self.ceil_page(u64::from(extend)) as i64;
         if total >= adder.rem_total_tokens(self.avail_plus_evictable()) {
             return (AddReqResult::NoToken, false);
