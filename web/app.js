@@ -444,7 +444,7 @@ function draw(result) {
   });
   if (state.mode === 'c') marks.push({ x: concurrency(), label: `your load ${concurrency()}`, color: MARKS.you, dash: '1 0' });
   const v0 = first.sweep.value;
-  const ariaT = `Output throughput against concurrency. ${result.map((r) => `${names[r.kind]}: ` + r.sweep.value.points.map((p, j) => `${conc[j]}: ${fmt(p.output_throughput, 0)} tok/s`).join(', ')).join('. ')}. Knee ${v0.knee ? v0.knee.max_concurrency : 'not reached'}; KV-limited concurrency ${v0.kv_limited_concurrency}.`;
+  const ariaT = `Output throughput against concurrency. ${result.map((r) => `${names[r.kind]}: ` + r.sweep.value.points.map((p, j) => `${conc[j]}: ${fmt(p.output_throughput, 0)} tok/s`).join(', ')).join('. ')}. Knee ${v0.knee ? v0.knee.max_concurrency : v0.knee_note ? 'not searched (an open-loop scenario)' : 'not reached'}; KV-limited concurrency ${v0.kv_limited_concurrency}.`;
   lineChart($('chart-throughput'), { title: 'Output throughput (tok/s)', xLabel: 'concurrency', yLabel: 'tok/s', series: series('output_throughput'), marks, aria: ariaT });
   const ariaF = `Mean TTFT against concurrency. ${result.map((r) => `${names[r.kind]}: ` + r.sweep.value.points.map((p, j) => `${conc[j]}: ${fmt(p.mean_ttft_ms, 0)} ms`).join(', ')).join('. ')}.`;
   lineChart($('chart-ttft'), { title: 'Mean TTFT (ms)', xLabel: 'concurrency', yLabel: 'ms', series: series('mean_ttft_ms'), marks, aria: ariaF });
@@ -506,7 +506,7 @@ function draw(result) {
   $('tables').innerHTML = result.map((r) => {
     const v = r.sweep.value;
     const rows = v.points.map((p, j) => `<tr${v.knee && v.knee.index === j ? ' class="knee"' : ''}>${cols.map(([k, , d]) => `<td data-key="${k}" data-value="${p[k]}">${fmt(p[k], d)}</td>`).join('')}</tr>`).join('');
-    return `<table class="sweep" data-engine="${r.kind}"><caption>${names[r.kind]} sweep: ${esc(v.scenario)}. Knee: ${v.knee ? 'concurrency ' + v.knee.max_concurrency : 'not reached'} (row marked). ${esc(v.kv_limit_explanation)}</caption>
+    return `<table class="sweep" data-engine="${r.kind}"><caption>${names[r.kind]} sweep: ${esc(v.scenario)}. Knee: ${v.knee ? 'concurrency ' + v.knee.max_concurrency + ' (row marked)' : v.knee_note ? 'not searched: the scenario sends its own arrivals (a request rate or a trace), so throughput stops where the load is met; the explanation below finds the engine\'s knee with a closed loop' : 'not reached'}. ${esc(v.kv_limit_explanation)}</caption>
       <thead><tr>${cols.map(([, h]) => `<th scope="col">${esc(h)}</th>`).join('')}</tr></thead><tbody>${rows}</tbody></table>`;
   }).join('');
 
