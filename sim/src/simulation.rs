@@ -330,6 +330,8 @@ pub enum StopReason {
     Completed,
     Stalled {
         unfinished: usize,
+        /// The engine's reason, where it gives one ([`crate::engine::Engine::stall_reason`]).
+        why: Option<String>,
     },
     StepLimit {
         steps: u64,
@@ -365,8 +367,9 @@ impl StopReason {
     pub fn as_str(&self) -> String {
         match self {
             StopReason::Completed => "completed".into(),
-            StopReason::Stalled { unfinished } => {
-                format!("stalled: {unfinished} requests could not be scheduled and nothing else could happen")
+            StopReason::Stalled { unfinished, why } => {
+                let why = why.as_deref().map(|w| format!(": {w}")).unwrap_or_default();
+                format!("stalled: {unfinished} requests could not be scheduled and nothing else could happen{why}")
             }
             StopReason::StepLimit { steps } => format!("step limit: stopped after {steps} engine steps"),
             StopReason::InvariantViolated(m) => format!("invariant violated: {m}"),
@@ -912,7 +915,8 @@ pub fn run_observed<E: Engine>(
     let mut slow_ttfts = 0usize;
     while lp.stop.is_none() {
         let Some(Reverse((t, _, ev))) = lp.heap.pop() else {
-            lp.stop = Some(StopReason::Stalled { unfinished: lp.engine.num_unfinished() });
+            lp.stop =
+                Some(StopReason::Stalled { unfinished: lp.engine.num_unfinished(), why: lp.engine.stall_reason() });
             break;
         };
         debug_assert!(t >= now, "time went backwards");

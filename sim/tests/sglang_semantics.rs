@@ -530,3 +530,26 @@ fn sglang_behaviours_arrive_in_the_release_read() {
         assert!(get(&b(from)), "{name} not in {from:?}");
     }
 }
+
+/// A retracted request comes back through `add_one_req` with its outputs so far in its prompt.
+/// Before 0.5.4 the admission test reserves its whole output budget again, so once prompt,
+/// outputs and budget pass the pool it can never return: the run stalls, and says why. From
+/// 0.5.4 the test reserves what is left of the budget, and the same run completes.
+#[test]
+fn a_retracted_request_returns_from_0_5_4_and_a_stall_before_says_why() {
+    let run = |v: &str| {
+        let s = common::spec(serde_json::json!({"version": 1,
+            "engine": {"kind": "sglang", "version": v, "context_length": 8192, "max_total_tokens": 1420},
+            "model": "qwen2.5-7b-instruct", "hardware": "h100-80gb",
+            "workload": {"dataset_name": "random", "random_input_len": 128, "random_output_len": 1024,
+                         "num_prompts": 50, "ignore_eos": true, "seed": 0}}));
+        sim::simulate(&s, sim::simulation::RunOptions::default()).run.stop
+    };
+    let old = run("0.5.3");
+    let text = old.as_str();
+    assert!(matches!(old, sim::simulation::StopReason::Stalled { .. }), "{text}");
+    assert!(text.contains("of a 1420-token pool") && text.contains("from 0.5.4 only what is left"), "{text}");
+    for v in ["0.5.4", "0.5.10", "0.5.21"] {
+        assert_eq!(run(v), sim::simulation::StopReason::Completed, "{v}");
+    }
+}

@@ -207,6 +207,11 @@ pub trait Engine {
     fn fatal_error(&self) -> Option<&str> {
         None
     }
+    /// Why nothing more can be scheduled, when the run has stalled with requests left and the
+    /// engine can say (the simulation appends it to [`crate::simulation::StopReason::Stalled`]).
+    fn stall_reason(&self) -> Option<String> {
+        None
+    }
     /// Checks every structural invariant; used after each step in tests.
     fn check_invariants(&self) -> Result<(), String>;
     /// Whether a step's tokens reach the front end only when the next step has run, except

@@ -791,7 +791,8 @@ pub fn run_fleet(
     while lp.stop.is_none() {
         let Some((t, ev)) = lp.pop_event() else {
             let unfinished = lp.reps.iter().map(|r| r.engine.num_unfinished() + r.xfer_queue.len()).sum();
-            lp.stop = Some(StopReason::Stalled { unfinished });
+            let why = lp.reps.iter().find_map(|r| r.engine.stall_reason());
+            lp.stop = Some(StopReason::Stalled { unfinished, why });
             break;
         };
         debug_assert!(t >= now, "time went backwards");

@@ -1260,6 +1260,39 @@ impl Engine for Scheduler {
         super::cached_prefix_tokens(&self.tree, self.config.disable_radix_cache, spec)
     }
 
+    fn stall_reason(&self) -> Option<String> {
+        // A waiting request whose admission test can never pass, even with the pool empty: a
+        // retracted request before 0.5.4, charged its outputs so far twice.
+        let pool = self.config.max_total_tokens;
+        self.waiting.iter().find_map(|&id| {
+            let r = self.req(id);
+            let reserved = if self.config.behaviour.admission_reserves_remaining_output {
+                r.max_new().saturating_sub(r.num_output)
+            } else {
+                r.max_new()
+            }
+            .min(CLIP_MAX_NEW_TOKENS);
+            let page = if self.config.behaviour.page_reserve_per_request { self.config.page_size } else { 0 };
+            let need = u64::from(r.fill_len()) + u64::from(reserved) + u64::from(page);
+            (need >= pool).then(|| {
+                let why = if r.num_output > 0 && !self.config.behaviour.admission_reserves_remaining_output {
+                    format!(
+                        "; SGLang {} admits a retracted request only if its prompt, its {} outputs so far and its \
+                         whole output budget again fit (from 0.5.4 only what is left of the budget)",
+                        self.config.version, r.num_output
+                    )
+                } else {
+                    String::new()
+                };
+                format!(
+                    "a waiting request needs {need} tokens ({} prompt and outputs so far, {reserved} reserved for its \
+                     output) of a {pool}-token pool{why}",
+                    r.fill_len()
+                )
+            })
+        })
+    }
+
     fn fatal_error(&self) -> Option<&str> {
         self.fatal.as_deref()
     }
