@@ -790,3 +790,30 @@ fn an_attention_backend_is_checked_and_says_what_timed_it() {
     assert_eq!(c, 2, "{err}");
     assert!(err.contains("FLASH_ATTN, FLASHINFER"), "{err}");
 }
+
+/// explain's figures follow the run they explain (the invariant hunt of 2026-12-04): the
+/// recompute time is priced by the step cost that timed the run (it read the linear prior's
+/// per-token figure whatever timed the steps); the advice names the field that pins the pool
+/// (kv_cache_tokens, which num_gpu_blocks_override overrides, moved nothing); and the knee does
+/// not depend on the scenario's own max_concurrency when --concurrency is given.
+#[test]
+fn explain_prices_recompute_by_the_cost_in_use_and_names_the_pinning_field() {
+    let s = "scenarios/kv-starved-qwen2.5-7b-a100-vllm.json";
+    let json = |args: &[&str]| -> Value {
+        let (c, out, err) = run(args);
+        assert_eq!(c, 0, "{err}");
+        serde_json::from_str(&out).unwrap()
+    };
+    let composed = json(&["explain", s, "--json"]);
+    let linear = json(&["explain", s, "--json", "--set", "cost.prior={}"]);
+    let (a, b) = (composed["recompute_seconds"].as_f64().unwrap(), linear["recompute_seconds"].as_f64().unwrap());
+    assert!(a > 0.0 && b > 0.0 && (a / b - 1.0).abs() > 0.05, "recompute priced alike under two costs: {a} vs {b}");
+    let text = composed["explanation"].as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect::<String>();
+    assert!(text.contains("raise num_gpu_blocks_override (pinned here"), "{text}");
+    let knee = |mc: &str| {
+        json(&["explain", s, "--json", "--concurrency", "64", "--set", &format!("workload.max_concurrency={mc}")])
+            ["knee"]["max_concurrency"]
+            .clone()
+    };
+    assert_eq!(knee("64"), knee("25"));
+}

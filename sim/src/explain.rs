@@ -98,6 +98,9 @@ fn running_knob(s: &SimSpec) -> &'static str {
     s.engine.engine_kind().running_cap_flag()
 }
 
+/// Prompts a concurrency slot at each point of the knee's sweep.
+pub const EXPLAIN_PROMPTS_PER_SLOT: u32 = 8;
+
 /// The runs to explain `base` at `concurrency` (default: the scenario's, or
 /// twice the concurrency at which the first limit binds).
 pub fn plan(base: &SimSpec, concurrency: Option<u32>) -> Result<Plan, String> {
@@ -168,7 +171,9 @@ pub fn plan(base: &SimSpec, concurrency: Option<u32>) -> Result<Plan, String> {
     .collect();
     grid.sort_unstable();
     grid.dedup();
-    let per = (base.workload.num_prompts / base.workload.max_concurrency.unwrap_or(1).max(1)).clamp(2, 8);
+    // Eight prompts a slot at every point: enough for a steady throughput, and the same
+    // whatever the scenario's own max_concurrency (which the knee must not depend on).
+    let per = EXPLAIN_PROMPTS_PER_SLOT;
     let grid_specs = grid
         .iter()
         .map(|&c| {
@@ -293,15 +298,19 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
     // A pool pinned to a figure (a start-up log's) moves only with that figure; a memory
     // fraction given on the command line replaces the pin (the CLI drops it and says so).
     let pinned = matches!(base.kv_sizing.source, "kv_cache_tokens" | "num_gpu_blocks_override" | "max_total_tokens");
+    // The pinning field by name: raising another one (kv_cache_tokens where
+    // num_gpu_blocks_override wins) would change nothing.
     let memory_knob = match (sglang, pinned) {
-        (true, false) => "mem_fraction_static (or max_total_tokens)",
-        (false, false) => "gpu_memory_utilization (or kv_cache_tokens / num_gpu_blocks_override)",
-        (true, true) => {
-            "max_total_tokens (pinned here; a mem_fraction_static given with --set replaces it with a derived pool)"
-        }
-        (false, true) => {
-            "kv_cache_tokens (pinned here; a gpu_memory_utilization given with --set replaces it with a derived pool)"
-        }
+        (true, false) => "mem_fraction_static (or max_total_tokens)".to_string(),
+        (false, false) => "gpu_memory_utilization (or kv_cache_tokens / num_gpu_blocks_override)".to_string(),
+        (true, true) => format!(
+            "{} (pinned here; a mem_fraction_static given with --set replaces it with a derived pool)",
+            base.kv_sizing.source
+        ),
+        (false, true) => format!(
+            "{} (pinned here; a gpu_memory_utilization given with --set replaces it with a derived pool)",
+            base.kv_sizing.source
+        ),
     };
     let max_running = u64::from(base.engine.max_running());
     let (binding_limit, binding_at) = binding(base, limit.concurrency);
@@ -345,7 +354,16 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
     let c = &point.run.counters;
     let prompt_tokens: u64 = point.workload.requests.iter().map(|r| u64::from(r.prompt_len)).sum();
     let recomputed = c.prefill_tokens_computed.saturating_sub(prompt_tokens.saturating_sub(c.prefix_cache_hits));
-    let recompute_s = recomputed as f64 * spec.cost.prefill_token_us / 1e6;
+    // Priced by the step cost that timed the run (measured kernels, a profile or the linear
+    // model): a lone prefill of the mean recomputed length, at most 8,192 tokens, per token.
+    let recompute_s = if recomputed == 0 {
+        0.0
+    } else {
+        let n = (recomputed / c.num_preemptions.max(1)).clamp(1, 8192);
+        let mut shape = crate::cost::StepShape::default();
+        shape.add_prefill(0, n);
+        recomputed as f64 * spec.cost.step_ns(&shape) as f64 / n as f64 / 1e9
+    };
 
     let mut why = Vec::new();
     // A fleet: every replica group's pool and limit, then the fleet's sum.
@@ -420,7 +438,7 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
         knobs: strings(&[
             running_knob,
             if sglang { "chunked_prefill_size" } else { "max_num_batched_tokens" },
-            memory_knob,
+            &memory_knob,
             if sglang { "page_size" } else { "block_size" },
             if sglang { "disable_radix_cache" } else { "enable_prefix_caching" },
             if sglang { "schedule_policy" } else { "policy" },
