@@ -645,10 +645,22 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
         _ => sim::sweep::open_loop(&base_spec),
     };
     let mut knee_not_searched = false;
+    let mut knee_cut_short: Vec<String> = Vec::new();
     let knee = knobs.iter().position(|(p, _)| p == "workload.max_concurrency").and_then(|k| {
         let anchor = best.map(|(_, e)| e).or_else(|| valid.first().map(|v| v.0))?;
         if anchor_open(anchor) {
             knee_not_searched = true;
+            return None;
+        }
+        // A concurrency of the line stopped early has no throughput to weigh: a knee drawn
+        // without it would be another line's (its last point can never be one), so none is.
+        knee_cut_short = evaluated
+            .iter()
+            .filter(|e| e.stopped.is_some())
+            .filter(|e| e.config.iter().enumerate().all(|(j, &v)| j == k || v == anchor.config[j]))
+            .map(|e| knobs[k].1[e.config[k]].to_string())
+            .collect();
+        if !knee_cut_short.is_empty() {
             return None;
         }
         let mut line: Vec<(f64, &PointReport)> = valid
@@ -713,6 +725,13 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
             None
         }
     };
+    if !knee_cut_short.is_empty() {
+        notes.push(format!(
+            "knee along workload.max_concurrency: not searched: early stopping cut concurrency {} of its line short \
+             (the other knobs as in the best configuration); rerun with --no-early-stop for the knee",
+            knee_cut_short.join(", ")
+        ));
+    }
     if knee_not_searched {
         notes.push(format!("knee along workload.max_concurrency: not searched: {}", sim::sweep::OPEN_LOOP_KNEE_NOTE));
     }

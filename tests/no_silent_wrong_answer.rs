@@ -318,6 +318,37 @@ fn an_open_loop_sweep_draws_no_knee_and_says_why() {
         .any(|n| n.as_str().unwrap().contains("knee along workload.max_concurrency: not searched")));
 }
 
+/// A concurrency that early stopping cut short has no throughput to weigh: tune drew the knee
+/// over the rest of the line (where its last point can never be one) and reported none, with
+/// nothing said (the second invariant hunt of 2026-12-04). Now it says why; without early
+/// stopping the same grid has its knee.
+#[test]
+fn tunes_knee_is_not_drawn_through_a_line_early_stopping_cut_short() {
+    let args = [
+        "tune",
+        "--json",
+        "--vary",
+        "engine.max_num_seqs=16,32,64",
+        "--vary",
+        "workload.max_concurrency=16,32,64",
+        "--set",
+        "workload.num_prompts=64",
+        "--slo",
+        "p99_ttft_ms<=20000",
+    ];
+    let (c, out, err) = run(&args);
+    assert_eq!(c, 0, "{err}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    assert!(!j["stopped_early"].as_array().unwrap().is_empty(), "the grid should stop some configurations early");
+    assert!(j["knee"].is_null());
+    let notes = j["notes"].as_array().unwrap();
+    assert!(notes.iter().any(|n| n.as_str().unwrap().contains("early stopping cut concurrency")), "{notes:?}");
+    let (c, out, err) = run(&[&args[..], &["--no-early-stop"]].concat());
+    assert_eq!(c, 0, "{err}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(j["knee"]["max_concurrency"], 32, "{}", j["knee"]);
+}
+
 /// The first command's report says what ran and explains its puzzling numbers.
 #[test]
 fn the_first_report_says_what_ran() {
