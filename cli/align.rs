@@ -123,6 +123,55 @@ pub fn engine_variants(
     Ok(out)
 }
 
+/// What differs between the scenarios beyond the aligned knobs and the workload, one line each
+/// (`what: value / value / ...`): the engine release, the model, the GPU and its count, the TP
+/// size, the quantization, the KV cache dtype, CUDA graphs, what times the steps, and any other
+/// engine field set on one side and not the same on the others. A side-by-side comparison whose
+/// only named difference is a knob must not hide a GPU swap.
+pub fn setup_differences(specs: &[(&SimSpec, &Map<String, Value>)]) -> Vec<String> {
+    let mut out = Vec::new();
+    let line = |out: &mut Vec<String>, what: &str, f: &dyn Fn(&SimSpec, &Map<String, Value>) -> String| {
+        let vals: Vec<String> = specs.iter().map(|(s, raw)| f(s, raw)).collect();
+        if vals.windows(2).any(|w| w[0] != w[1]) {
+            out.push(format!("{what}: {}", vals.join(" / ")));
+        }
+    };
+    // Between engines (vLLM against SGLang, `sweep --engine vllm,sglang`) the engine is what is
+    // compared: its release, its step cost and its own flags are part of it, and only what
+    // should be the same on both sides is listed.
+    let same_engine = specs.windows(2).all(|w| w[0].0.engine.engine_kind() == w[1].0.engine.engine_kind());
+    if same_engine {
+        line(&mut out, "engine", &|s, _| format!("{} {}", s.engine.kind(), s.engine.version()));
+    }
+    line(&mut out, "model", &|s, _| s.model.id.clone());
+    line(&mut out, "hardware", &|s, _| format!("{} x{}", s.gpu.id, s.deployment.num_gpus));
+    line(&mut out, "tensor parallel size", &|s, _| s.deployment.tensor_parallel_size.to_string());
+    line(&mut out, "quantization", &|s, _| s.deployment.quantization.clone().unwrap_or_else(|| "none".into()));
+    line(&mut out, "KV cache dtype", &|s, _| s.deployment.kv_cache_dtype.clone());
+    line(&mut out, "CUDA graphs", &|s, _| on_off(s.deployment.cuda_graphs));
+    if !same_engine {
+        return out;
+    }
+    // What times the steps follows from the lines above when one of them differs; alone, it
+    // is a difference of its own (a profile on one side).
+    if out.is_empty() {
+        line(&mut out, "step cost", &|s, _| s.cost.source());
+    }
+    // Engine fields outside the aligned knobs, set on some side.
+    let aligned: Vec<&str> = KNOBS.iter().flat_map(|k| [k.vllm, k.sglang]).collect();
+    let mut keys: Vec<&String> = specs.iter().flat_map(|(_, raw)| raw.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    for k in keys {
+        let covered = aligned.iter().any(|a| a.split(|c: char| !(c.is_alphanumeric() || c == '_')).any(|w| w == k));
+        if covered || ["kind", "version"].contains(&k.as_str()) {
+            continue;
+        }
+        line(&mut out, &format!("engine.{k}"), &|_, raw| raw.get(k).map_or_else(|| "unset".into(), Value::to_string));
+    }
+    out
+}
+
 /// A side-by-side sweep (`sweep --json` of two or more scenarios): each scenario's
 /// series, the alignment table, the knobs that moved and whether the workloads differ.
 /// One type for the binary and the browser build, so both print the same keys.
@@ -132,6 +181,9 @@ pub struct SideBySide {
     pub alignment: Vec<AlignmentRow>,
     pub knobs_moved: Vec<&'static str>,
     pub workloads_differ: bool,
+    /// What else differs ([`setup_differences`]); absent when nothing does.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub setup_differs: Vec<String>,
 }
 
 /// One knob of the alignment table, with each scenario's `flag = value`.
@@ -148,7 +200,12 @@ pub struct AlignmentRow {
 }
 
 impl SideBySide {
-    pub fn new(scenarios: Vec<sim::sweep::SweepSeries>, rows: &[Row], workloads_differ: bool) -> SideBySide {
+    pub fn new(
+        scenarios: Vec<sim::sweep::SweepSeries>,
+        rows: &[Row],
+        workloads_differ: bool,
+        setup_differs: Vec<String>,
+    ) -> SideBySide {
         SideBySide {
             scenarios,
             alignment: rows
@@ -164,6 +221,7 @@ impl SideBySide {
                 .collect(),
             knobs_moved: rows.iter().filter(|r| r.differs).map(|r| r.knob.name).collect(),
             workloads_differ,
+            setup_differs,
         }
     }
 }

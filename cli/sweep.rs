@@ -274,18 +274,20 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, String> {
             results.iter().map(|(s, _)| s.raw.json.get("workload").unwrap_or(&Value::Null)).collect();
         let workloads_differ = workloads.windows(2).any(|w| w[0] != w[1]);
         let moved: Vec<&str> = rows.iter().filter(|r| r.differs).map(|r| r.knob.name).collect();
+        let setup = align::setup_differences(&pairs);
         if a.json {
-            let j = align::SideBySide::new(std::mem::take(&mut series), &rows, workloads_differ);
+            let j = align::SideBySide::new(std::mem::take(&mut series), &rows, workloads_differ, setup.clone());
             match intervals {
                 None => println!("{}", serde_json::to_string_pretty(&j).expect("serializable")),
                 Some(iv) => {
                     // Every field named: a field added to SideBySide fails to compile here until carried.
-                    let align::SideBySide { scenarios, alignment, knobs_moved, workloads_differ } = j;
+                    let align::SideBySide { scenarios, alignment, knobs_moved, workloads_differ, setup_differs } = j;
                     let j = SideBySideWithIntervals {
                         scenarios: scenarios.into_iter().zip(iv).map(|(s, i)| SeriesWithIntervals::new(s, i)).collect(),
                         alignment,
                         knobs_moved,
                         workloads_differ,
+                        setup_differs,
                     };
                     println!("{}", serde_json::to_string_pretty(&j).expect("serializable"));
                 }
@@ -312,12 +314,23 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, String> {
                 let _ =
                     writeln!(s, "WARNING: the scenarios' workloads differ: the comparison is not of engines alone.");
             }
-            if moved.len() > 1 {
+            if !setup.is_empty() {
+                let _ = writeln!(s, "Also differ (beyond the aligned knobs):");
+                for d in &setup {
+                    let _ = writeln!(s, "  {d}");
+                }
+            }
+            let all: Vec<String> = moved
+                .iter()
+                .map(|m| m.to_string())
+                .chain(setup.iter().map(|d| d.split(':').next().unwrap_or(d).to_string()))
+                .collect();
+            if all.len() > 1 {
                 let _ = writeln!(
                     s,
-                    "WARNING: this comparison moves {} knobs at once ({}): a difference in the results cannot be put down to any one of them. Align them with --set to compare one dimension at a time.",
-                    moved.len(),
-                    moved.join(", ")
+                    "WARNING: this comparison moves {} things at once ({}): a difference in the results cannot be put down to any one of them. Align them with --set to compare one dimension at a time.",
+                    all.len(),
+                    all.join(", ")
                 );
             }
             print!("{s}");
@@ -699,6 +712,8 @@ struct SideBySideWithIntervals {
     alignment: Vec<align::AlignmentRow>,
     knobs_moved: Vec<&'static str>,
     workloads_differ: bool,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    setup_differs: Vec<String>,
 }
 
 /// The text of a series' intervals: a table of the headline metrics, each `value [p05–p95]`,

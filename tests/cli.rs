@@ -245,7 +245,47 @@ fn sweep_puts_engines_side_by_side_with_the_alignment_table() {
         "4,16",
     ]);
     let text = String::from_utf8_lossy(&t.stdout);
-    assert!(text.contains("Flag alignment") && text.contains("moves 3 knobs at once"), "{text}");
+    assert!(text.contains("Flag alignment") && text.contains("moves 3 things at once"), "{text}");
+    // vLLM against SGLang on the same card and model: nothing else differs.
+    assert!(j.get("setup_differs").is_none(), "{}", j["setup_differs"]);
+}
+
+/// Side by side, what differs beyond the aligned knobs is listed and counted: a GPU swap showed
+/// as one moved knob (its default token budget) and nothing else (the invariant hunt of
+/// 2026-12-04); an engine field outside the aligned knobs is listed by name.
+#[test]
+fn side_by_side_lists_what_differs_beyond_the_aligned_knobs() {
+    let base = std::fs::read_to_string(root().join("scenarios/rtx5090-qwen2.5-7b-vllm.json")).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&base).unwrap();
+    v["hardware"] = "h100-80gb".into();
+    let h100 = write_temp("side-h100.json", &v.to_string());
+    let mut v: serde_json::Value = serde_json::from_str(&base).unwrap();
+    v["engine"]["async_scheduling"] = true.into();
+    let async_on = write_temp("side-async.json", &v.to_string());
+    let base = root().join("scenarios/rtx5090-qwen2.5-7b-vllm.json");
+    let sweep = |other: &std::path::Path, json: bool| {
+        let mut a = vec![
+            "sweep",
+            base.to_str().unwrap(),
+            other.to_str().unwrap(),
+            "--concurrency",
+            "1,8",
+            "--num-prompts",
+            "4,16",
+        ];
+        if json {
+            a.push("--json");
+        }
+        run_cli(&a)
+    };
+    let j = stdout_json(&sweep(&h100, true));
+    let setup: Vec<&str> = j["setup_differs"].as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect();
+    assert_eq!(setup, ["hardware: rtx-5090 x1 / h100-80gb x1"]);
+    let text = String::from_utf8_lossy(&sweep(&h100, false).stdout).to_string();
+    assert!(text.contains("Also differ") && text.contains("moves 2 things at once"), "{text}");
+    let j = stdout_json(&sweep(&async_on, true));
+    let setup: Vec<&str> = j["setup_differs"].as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect();
+    assert_eq!(setup, ["engine.async_scheduling: unset / true"]);
 }
 
 #[test]

@@ -107,7 +107,8 @@ pub fn sweep(req: &Request) -> Result<SweepJson, String> {
         results.iter().map(|(s, _)| s.raw.json.get("workload").unwrap_or(&Value::Null)).collect();
     let workloads_differ = workloads.windows(2).any(|w| w[0] != w[1]);
     let scenarios = results.iter().map(|(s, o)| series_result(s, o, conc)).collect();
-    Ok(SweepJson::SideBySide(align::SideBySide::new(scenarios, &rows, workloads_differ)))
+    let setup = align::setup_differences(&pairs);
+    Ok(SweepJson::SideBySide(align::SideBySide::new(scenarios, &rows, workloads_differ, setup)))
 }
 
 fn series_result(s: &Series, outs: &[SimOutput], conc: &[u32]) -> SweepSeries {
