@@ -249,6 +249,32 @@ fn flatten(prefix: &str, v: &Value, out: &mut BTreeMap<String, String>) {
     }
 }
 
+/// The workload fields `vllm bench serve` gives a value when none is passed, at that value (a
+/// record written without `--burstiness` and one with `--burstiness 1.0` ran the same load),
+/// `"inf"` and null rates alike (all at once), and numbers by value (4 and 4.0 are one count).
+const WORKLOAD_DEFAULTS: [(&str, &str); 4] =
+    [("burstiness", "1"), ("num_warmups", "0"), ("random_range_ratio", "0"), ("request_rate", "inf")];
+
+fn normalise(m: &mut BTreeMap<String, String>) {
+    let workloads: std::collections::BTreeSet<String> = m
+        .keys()
+        .filter_map(|k| k.rsplit_once('.').map(|(p, _)| p.to_string()))
+        .filter(|p| p == "workload" || p.ends_with(".workload"))
+        .collect();
+    for w in workloads {
+        for (k, v) in WORKLOAD_DEFAULTS {
+            m.entry(format!("{w}.{k}")).or_insert_with(|| v.to_string());
+        }
+    }
+    for (k, v) in m.iter_mut() {
+        if (k == "request_rate" || k.ends_with(".request_rate")) && (v == "null" || v == "\"inf\"") {
+            *v = "inf".into();
+        } else if let Ok(x) = v.parse::<f64>() {
+            *v = format!("{x}");
+        }
+    }
+}
+
 /// Whether `v` is a run record this build reads: `format` `"servesim-run"`, `version` 1, and a
 /// `setup` object. The error says which field is wrong and what was expected.
 pub fn check_record(v: &Value) -> Result<(), String> {
@@ -281,6 +307,8 @@ pub fn diff(a: &Value, b: &Value) -> Result<Vec<(String, String, String)>, Strin
     let (mut fa, mut fb) = (BTreeMap::new(), BTreeMap::new());
     flatten("", sa, &mut fa);
     flatten("", sb, &mut fb);
+    normalise(&mut fa);
+    normalise(&mut fb);
     let keys: std::collections::BTreeSet<&String> = fa.keys().chain(fb.keys()).collect();
     let missing = "(absent)".to_string();
     Ok(keys
@@ -302,6 +330,23 @@ mod tests {
         assert_eq!(stamp(0.0), "19700101-000000");
         assert_eq!(stamp(1_796_014_244.0), "20261130-045044"); // `date -u -d @1796014244`
         assert_eq!(stamp(951_782_400.0), "20000229-000000");
+    }
+
+    /// Two records of the same load, one with vllm bench serve's defaults written out, are the
+    /// same setup (the second invariant hunt of 2026-12-04); a real change still shows.
+    #[test]
+    fn diff_reads_defaults_and_numbers_by_value() {
+        let a = json!({"format": "servesim-run", "version": 1, "setup": {"workload": {"num_prompts": 16, "max_concurrency": 4}}});
+        let b = json!({"format": "servesim-run", "version": 1, "setup": {"workload": {"num_prompts": 16.0, "max_concurrency": 4,
+            "burstiness": 1.0, "num_warmups": 0, "random_range_ratio": 0.0, "request_rate": null}}});
+        assert_eq!(diff(&a, &b).unwrap(), vec![]);
+        let c = json!({"format": "servesim-run", "version": 1, "setup": {"workload": {"num_prompts": 16, "max_concurrency": 4, "request_rate": "inf"}}});
+        assert_eq!(diff(&a, &c).unwrap(), vec![]);
+        let d = json!({"format": "servesim-run", "version": 1, "setup": {"workload": {"num_prompts": 16, "max_concurrency": 4, "burstiness": 0.5}}});
+        assert_eq!(
+            diff(&a, &d).unwrap(),
+            vec![("workload.burstiness".to_string(), "1".to_string(), "0.5".to_string())]
+        );
     }
 
     #[test]
