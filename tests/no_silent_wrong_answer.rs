@@ -848,3 +848,35 @@ fn explain_prices_recompute_by_the_cost_in_use_and_names_the_pinning_field() {
     };
     assert_eq!(knee("64"), knee("25"));
 }
+
+/// Inline coefficients win over a profile's; a scenario whose inline coefficients override every
+/// coefficient of the profile it names ran the inline model under the profile's name, its
+/// intervals labelled the profile's (the third hunt of 2026-12-04). It is an error saying how to
+/// use the profile, and dropping the inline coefficients does use it.
+#[test]
+fn a_profile_every_inline_coefficient_overrides_is_an_error() {
+    let coefficients = r#"{"step_us": 9900, "per_seq_us": 4, "prefill_token_us": 28, "decode_token_us": 150,
+        "prefill_attention_us": 0.001, "decode_kv_us": 0.5, "request_ingress_us": 1500, "output_token_us": 40}"#;
+    let profile = write_temp(
+        "overridden-profile.json",
+        &format!(
+            r#"{{"format": "servesim-profile", "version": 1, "source": "results", "engine": {{"kind": "vllm"}}, "coefficients": {coefficients}}}"#
+        ),
+    );
+    let set = format!("cost.profile={}", profile.display());
+    let (c, _, err) = run(&["simulate", "scenarios/serve-small-vllm.json", "--set", &set]);
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("cost.profile") && err.contains("would change nothing"), "{err}");
+    let (c, out, err) = run(&[
+        "simulate",
+        "scenarios/serve-small-vllm.json",
+        "--json",
+        "--set",
+        &set,
+        "--set",
+        "cost.coefficients=null",
+    ]);
+    assert_eq!(c, 0, "{err}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(j["cost_source"], "linear (fitted profile)", "{}", j["cost_source"]);
+}

@@ -78,6 +78,20 @@ pub(super) fn resolve_cost(
     }
     if let Some(co) = &c.coefficients {
         check_coefficients(co, "cost.coefficients")?;
+        // Inline coefficients win over a profile's: one that overrides every coefficient the
+        // profile sets leaves the profile nothing to do, and a run "with the profile" would be
+        // the inline model with the profile's name on it.
+        if let Some(p) = c.profile.as_ref().and(res.profile.as_ref()) {
+            let set: Vec<&str> = COEFFICIENT_NAMES.iter().copied().filter(|n| p.get(n).is_some()).collect();
+            if !set.is_empty() && set.iter().all(|n| co.get(n).is_some()) {
+                return Err(ConfigError::new(
+                    "cost.profile",
+                    "every coefficient the profile sets is also set in cost.coefficients, which win over a profile's: \
+                     the profile would change nothing. Drop cost.coefficients (--set cost.coefficients=null) to run \
+                     with the profile, or drop the profile",
+                ));
+            }
+        }
         cost.overlay(co, CoefficientSource::Scenario);
     }
     // Where the linear coefficients time the steps (inline ones, a live profile), a decode step
