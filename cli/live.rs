@@ -174,6 +174,7 @@ impl WorkloadArgs {
                         section.seed.unwrap_or(0),
                         section.trace_time_scale,
                         section.trace_rate,
+                        section.num_prompts,
                     )
                     .map_err(|e| {
                         if e.starts_with("workload.") {

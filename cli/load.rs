@@ -137,20 +137,27 @@ pub fn resolve(raw: &RawScenario) -> Result<(Scenario, SimSpec), String> {
         use sim::config::TraceFileFormat as F;
         match w.trace_format {
             Some(f @ (F::Mooncake | F::Azure | F::Burstgpt)) => {
-                let reqs = load_production_trace(&path, f, w.seed.unwrap_or(0), w.trace_time_scale, w.trace_rate)
-                    .map_err(|e| {
-                        // A scaling error names its own field; a parse error the trace's line.
-                        if e.starts_with("workload.") {
-                            format!("{origin}: {e}")
-                        } else {
-                            format!("{origin}: workload.trace: {e}")
-                        }
-                    })?;
+                let reqs = load_production_trace(
+                    &path,
+                    f,
+                    w.seed.unwrap_or(0),
+                    w.trace_time_scale,
+                    w.trace_rate,
+                    w.num_prompts,
+                )
+                .map_err(|e| {
+                    // A scaling error names its own field; a parse error the trace's line.
+                    if e.starts_with("workload.") {
+                        format!("{origin}: {e}")
+                    } else {
+                        format!("{origin}: workload.trace: {e}")
+                    }
+                })?;
                 res.trace_requests = Some(std::sync::Arc::new(reqs));
             }
             _ => {
                 let mut rows = load_trace(&path).map_err(|e| format!("{origin}: workload.trace: {e}"))?;
-                scale_rows(&mut rows, w.trace_time_scale, w.trace_rate)
+                scale_rows(&mut rows, w.trace_time_scale, w.trace_rate, w.num_prompts)
                     .map_err(|e| format!("{origin}: workload.trace_rate: {e}"))?;
                 res.trace = Some(rows);
             }
@@ -381,6 +388,7 @@ pub fn load_production_trace(
     seed: u64,
     time_scale: Option<f64>,
     rate: Option<f64>,
+    num_prompts: Option<u32>,
 ) -> Result<Vec<sim::traces::TraceRequest>, String> {
     use sim::config::TraceFileFormat as F;
     use sim::traces::TraceFormat;
@@ -397,22 +405,31 @@ pub fn load_production_trace(
         sim::traces::time_scale(&mut reqs, k).map_err(|e| format!("workload.trace_time_scale: {e}"))?;
     }
     if let Some(r) = rate {
-        sim::traces::rate_scale(&mut reqs, r).map_err(|e| format!("workload.trace_rate: {e}"))?;
+        // Over the requests the run replays (num_prompts takes the first rows).
+        let kept = num_prompts.map_or(reqs.len(), |n| n as usize);
+        sim::traces::rate_scale_over(&mut reqs, r, kept).map_err(|e| format!("workload.trace_rate: {e}"))?;
     }
     Ok(reqs)
 }
 
 /// `trace_time_scale` / `trace_rate` on servesim's own rows (arrival times in seconds).
-fn scale_rows(rows: &mut [TraceRow], time_scale: Option<f64>, rate: Option<f64>) -> Result<(), String> {
+fn scale_rows(
+    rows: &mut [TraceRow],
+    time_scale: Option<f64>,
+    rate: Option<f64>,
+    num_prompts: Option<u32>,
+) -> Result<(), String> {
     let factor = match (time_scale, rate) {
         (Some(k), _) => k,
         (None, Some(r)) => {
-            let first = rows.iter().map(|x| x.arrival_time).fold(f64::INFINITY, f64::min);
-            let last = rows.iter().map(|x| x.arrival_time).fold(f64::NEG_INFINITY, f64::max);
-            if rows.len() < 2 || last <= first {
-                return Err("rate scaling needs at least two rows at different times".into());
+            // The rate of the rows the run replays (num_prompts takes the first rows), not the file's.
+            let kept = &rows[..num_prompts.map_or(rows.len(), |n| (n as usize).min(rows.len()))];
+            let first = kept.iter().map(|x| x.arrival_time).fold(f64::INFINITY, f64::min);
+            let last = kept.iter().map(|x| x.arrival_time).fold(f64::NEG_INFINITY, f64::max);
+            if kept.len() < 2 || last <= first {
+                return Err("rate scaling needs at least two replayed rows at different times".into());
             }
-            ((rows.len() - 1) as f64 / (last - first)) / r
+            ((kept.len() - 1) as f64 / (last - first)) / r
         }
         (None, None) => return Ok(()),
     };

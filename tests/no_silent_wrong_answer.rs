@@ -880,3 +880,36 @@ fn a_profile_every_inline_coefficient_overrides_is_an_error() {
     let j: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(j["cost_source"], "linear (fitted profile)", "{}", j["cost_source"]);
 }
+
+/// `trace_rate` is the rate of the rows the run replays: with `num_prompts` keeping the first
+/// two rows of a trace whose later rows are far apart, the rate was measured over the whole
+/// file and the two rows went 3.7 times faster than asked (the fleet and trace hunt of
+/// 2026-12-04).
+#[test]
+fn trace_rate_is_the_replayed_rows_rate() {
+    let trace =
+        write_temp("rate-rows.csv", "arrival_time,input_len,output_len\n0,100,5\n1,200,5\n10,300,5\n11,400,5\n");
+    let scenario = write_temp(
+        "rate-rows.json",
+        &format!(
+            r#"{{"version": 1, "engine": {{"kind": "vllm", "version": "0.33.0", "max_model_len": 16384}},
+                "model": "llama-3.1-8b-instruct", "hardware": "h100-80gb",
+                "workload": {{"dataset_name": "trace", "trace": "{}", "ignore_eos": true, "seed": 0}}}}"#,
+            trace.display()
+        ),
+    );
+    let (c, out, err) = run(&[
+        "simulate",
+        scenario.to_str().unwrap(),
+        "--json",
+        "--set",
+        "workload.num_prompts=2",
+        "--set",
+        "workload.trace_rate=1",
+    ]);
+    assert_eq!(c, 0, "{err}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    // The second request is sent a second after the first: the run lasts a second and its E2EL.
+    let d = j["duration"].as_f64().unwrap();
+    assert!((1.0..1.5).contains(&d), "duration {d}");
+}

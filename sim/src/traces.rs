@@ -565,10 +565,19 @@ pub fn mean_rate(reqs: &[TraceRequest]) -> Option<f64> {
 /// Time-scales the trace so that its mean rate ([`mean_rate`]) becomes
 /// `rate` requests per second, keeping its burst shape; returns the factor applied.
 pub fn rate_scale(reqs: &mut [TraceRequest], rate: f64) -> Result<f64, String> {
+    let n = reqs.len();
+    rate_scale_over(reqs, rate, n)
+}
+
+/// [`rate_scale`] with the mean rate measured over the first `kept` requests, the ones a run
+/// replays (`workload.num_prompts` takes the first rows): the rate asked for is the replayed
+/// load's, not the whole file's.
+pub fn rate_scale_over(reqs: &mut [TraceRequest], rate: f64, kept: usize) -> Result<f64, String> {
     if !rate.is_finite() || rate <= 0.0 {
         return Err(format!("target rate must be a finite number > 0, got {rate}"));
     }
-    let current = mean_rate(reqs).ok_or("rate scaling needs at least two requests at different times")?;
+    let current = mean_rate(&reqs[..kept.min(reqs.len())])
+        .ok_or("rate scaling needs at least two replayed requests at different times")?;
     let factor = current / rate;
     time_scale(reqs, factor)?;
     Ok(factor)
@@ -669,5 +678,10 @@ mod tests {
         assert_eq!(reqs[2].arrival_ns, 500_000_000);
         assert!(time_scale(&mut reqs, 0.0).is_err());
         assert!(rate_scale(&mut reqs[..1], 1.0).is_err());
+        // Over the first requests only (the ones a run replays): arrivals 0, 1/6 and 1/2 s; the
+        // first two at 1 request a second are a second apart.
+        assert!(rate_scale_over(&mut reqs, 1.0, 1).is_err(), "one replayed request has no rate");
+        rate_scale_over(&mut reqs, 1.0, 2).unwrap();
+        assert_eq!(reqs[1].arrival_ns, 1_000_000_000);
     }
 }
