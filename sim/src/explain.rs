@@ -390,8 +390,15 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
             "{running_knob} = {max_running} binds before the KV pool does: past {max_running} concurrent requests, new ones queue in the engine."
         ));
     }
+    // In a disaggregated fleet the time from the prefill replica to the first token (the KV
+    // transfer, the wait for the decode replica's KV and its first step) falls in this part too.
+    let interleave_is = if base.fleet.as_ref().is_some_and(|f| f.disaggregated()) {
+        "of interleaving (waiting between chunks, recompute after preemption, and the KV transfer and the decode replica's queue and first step)"
+    } else {
+        "of interleaving (waiting between chunks, and recompute after preemption)"
+    };
     why.push(format!(
-        "At {load}, mean TTFT is {:.1} ms: {:.1} ms ({:.0}%) queue wait before the first step, {:.1} ms ({:.0}%) of prefill steps, {:.1} ms ({:.0}%) of interleaving (waiting between chunks, and recompute after preemption), {:.1} ms ({:.0}%) outside the engine (HTTP, tokenisation, streaming).",
+        "At {load}, mean TTFT is {:.1} ms: {:.1} ms ({:.0}%) queue wait before the first step, {:.1} ms ({:.0}%) of prefill steps, {:.1} ms ({:.0}%) {interleave_is}, {:.1} ms ({:.0}%) outside the engine (HTTP, tokenisation, streaming).",
         m.ttft.mean,
         b.queue_wait_ms, pct(b.queue_wait_ms, m.ttft.mean),
         b.prefill_ms, pct(b.prefill_ms, m.ttft.mean),
