@@ -913,3 +913,16 @@ fn trace_rate_is_the_replayed_rows_rate() {
     let d = j["duration"].as_f64().unwrap();
     assert!((1.0..1.5).contains(&d), "duration {d}");
 }
+
+/// A key given twice in a scenario: JSON parsers keep the last, so the run silently used one of
+/// two values (the CLI fuzz of 2026-12-04). It is an error naming the key's path and line.
+#[test]
+fn a_key_given_twice_in_a_scenario_is_an_error() {
+    let text = std::fs::read_to_string(root().join("scenarios/serve-small-vllm.json")).unwrap();
+    let dup = text.replacen("\"num_prompts\"", "\"num_prompts\": 5, \"num_prompts\"", 1);
+    assert_ne!(dup, text, "the scenario has a num_prompts to repeat");
+    let p = write_temp("duplicate-key.json", &dup);
+    let (c, _, err) = run(&["simulate", p.to_str().unwrap()]);
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("workload.num_prompts: given twice") && err.contains("line"), "{err}");
+}
