@@ -184,6 +184,11 @@ pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode, String> {
             "--discrepancy: only with --from-results (a live fit takes its residuals and the engine's speed)".into()
         );
     }
+    if !a.scenario.is_empty() {
+        return Err("--scenario: only with --from-results; a live calibration describes the server from what it \
+                    reports (give what it cannot report with --hardware, --model-card and --set)"
+            .into());
+    }
     if a.model_error.is_some() {
         return Err("--model-error: only with --from-results (a live fit's intervals come from its own probes)".into());
     }

@@ -311,6 +311,20 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
     plans.sort_by(|x, y| x.cost_per_hour.total_cmp(&y.cost_per_hour).then_with(|| x.label().cmp(&y.label())));
     // A size listed twice is one plan.
     plans.dedup_by(|x, y| x.label() == y.label());
+    // Inline step coefficients are one deployment's step costs: applied to every candidate GPU
+    // and TP size they price every plan's steps alike, and the cheapest GPU always wins.
+    if let Some(co) = base.json.pointer("/cost/coefficients").and_then(Value::as_object) {
+        let step =
+            ["step_us", "per_seq_us", "prefill_token_us", "decode_token_us", "prefill_attention_us", "decode_kv_us"];
+        if step.iter().any(|k| co.get(*k).is_some_and(|v| !v.is_null())) {
+            return Err(format!(
+                "{}: cost.coefficients: the scenario's step costs are fixed coefficients (one deployment's), which \
+                 plan would apply to every candidate GPU and TP size alike; drop them (--set cost.coefficients=null) \
+                 so each plan is timed from its own GPU's kernels",
+                base.origin
+            ));
+        }
+    }
     // Each plan's KV pool follows from its GPU's memory: a pool the scenario pins (a start-up
     // log's figure for its own setup) is dropped, and the run says so, as `tune` does.
     if let Some(e) = base.json.get("engine").and_then(Value::as_object) {

@@ -390,3 +390,45 @@ fn plan_keeps_the_scenarios_host() {
     let linux = write_temp("fleet-cli-linux-5090.json", &s.to_string());
     assert!(pool(linux.to_str().unwrap()) > 1.05 * wsl2);
 }
+
+/// A scenario's inline step coefficients are one deployment's costs: plan applied them to every
+/// candidate GPU and TP size, so every plan had the same latency and the cheapest GPU always won
+/// (the live-loop hunt of 2026-12-04). It is an error saying how to plan from the GPUs' own
+/// kernels. Live `calibrate` likewise refuses the offline-only `--scenario` it used to ignore.
+#[test]
+fn plan_refuses_fixed_step_coefficients_and_live_calibrate_an_ignored_scenario() {
+    let cands = write_temp(
+        "plan-fixed-cost.json",
+        r#"{"prices_per_gpu_hour": {"rtx-5090": 0.69, "h100-80gb": 2.99}, "gpus": ["rtx-5090", "h100-80gb"],
+            "tensor_parallel_size": [1], "replicas": [1]}"#,
+    );
+    let o = run_cli(&[
+        "plan",
+        "scenarios/serve-small-vllm.json",
+        "--candidates",
+        cands.to_str().unwrap(),
+        "--request-rate",
+        "6",
+        "--num-prompts",
+        "60",
+        "--slo",
+        "p99_ttft_ms<=300",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("cost.coefficients") && err.contains("cost.coefficients=null"), "{err}");
+    let o = run_cli(&[
+        "calibrate",
+        "--base-url",
+        "http://127.0.0.1:9",
+        "--engine",
+        "vllm",
+        "--scenario",
+        "scenarios/serve-small-vllm.json",
+        "--out",
+        "/dev/null",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("--scenario: only with --from-results"), "{err}");
+}
