@@ -168,15 +168,7 @@ impl WorkloadArgs {
             use sim::config::TraceFileFormat as F;
             match section.trace_format {
                 Some(f @ (F::Mooncake | F::Azure | F::Burstgpt)) => {
-                    let reqs = load::load_production_trace(
-                        &p,
-                        f,
-                        section.seed.unwrap_or(0),
-                        section.trace_time_scale,
-                        section.trace_rate,
-                        section.num_prompts,
-                    )
-                    .map_err(|e| {
+                    let reqs = load::load_production_trace(&p, f, &section).map_err(|e| {
                         if e.starts_with("workload.") {
                             e
                         } else {

@@ -197,15 +197,7 @@ pub fn resolve(raw: &RawScenario) -> Result<(Scenario, SimSpec), String> {
         use sim::config::TraceFileFormat as F;
         match w.trace_format {
             Some(f @ (F::Mooncake | F::Azure | F::Burstgpt)) => {
-                let reqs = load_production_trace(
-                    &path,
-                    f,
-                    w.seed.unwrap_or(0),
-                    w.trace_time_scale,
-                    w.trace_rate,
-                    w.num_prompts,
-                )
-                .map_err(|e| {
+                let reqs = load_production_trace(&path, f, w).map_err(|e| {
                     // A scaling error names its own field; a parse error the trace's line.
                     if e.starts_with("workload.") {
                         format!("{origin}: {e}")
@@ -445,11 +437,9 @@ fn check_row(r: &TraceRow, name: &str, i: usize) -> Result<(), String> {
 pub fn load_production_trace(
     path: &Path,
     format: sim::config::TraceFileFormat,
-    seed: u64,
-    time_scale: Option<f64>,
-    rate: Option<f64>,
-    num_prompts: Option<u32>,
+    w: &sim::config::WorkloadSection,
 ) -> Result<Vec<sim::traces::TraceRequest>, String> {
+    let (seed, time_scale, rate, num_prompts) = (w.seed.unwrap_or(0), w.trace_time_scale, w.trace_rate, w.num_prompts);
     use sim::config::TraceFileFormat as F;
     use sim::traces::TraceFormat;
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;

@@ -314,9 +314,8 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
     // Inline step coefficients are one deployment's step costs: applied to every candidate GPU
     // and TP size they price every plan's steps alike, and the cheapest GPU always wins.
     if let Some(co) = base.json.pointer("/cost/coefficients").and_then(Value::as_object) {
-        let step =
-            ["step_us", "per_seq_us", "prefill_token_us", "decode_token_us", "prefill_attention_us", "decode_kv_us"];
-        if step.iter().any(|k| co.get(*k).is_some_and(|v| !v.is_null())) {
+        // The six step coefficients (the last two, ingress and streaming, are not the GPU's).
+        if sim::cost::COEFFICIENT_NAMES[..6].iter().any(|k| co.get(*k).is_some_and(|v| !v.is_null())) {
             return Err(format!(
                 "{}: cost.coefficients: the scenario's step costs are fixed coefficients (one deployment's), which \
                  plan would apply to every candidate GPU and TP size alike; drop them (--set cost.coefficients=null) \

@@ -276,7 +276,7 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, String> {
         let moved: Vec<&str> = rows.iter().filter(|r| r.differs).map(|r| r.knob.name).collect();
         let setup = align::setup_differences(&pairs);
         if a.json {
-            let j = align::SideBySide::new(std::mem::take(&mut series), &rows, workloads_differ, setup.clone());
+            let j = align::SideBySide::new(std::mem::take(&mut series), &rows, workloads_differ, setup);
             match intervals {
                 None => println!("{}", serde_json::to_string_pretty(&j).expect("serializable")),
                 Some(iv) => {

@@ -514,19 +514,19 @@ impl CostModel {
         let dec = |c: &[f64; 6]| c[0] + c[1] * dec_seqs + c[3] * d + c[5] * ctx;
         let pre = |c: &[f64; 6]| c[1] * chunks + c[2] * p + c[4] * pairs;
         let scale = |part: f64, now: f64, reference: f64| if reference > 0.0 { part * (now / reference) } else { now };
-        if s.num_chunks == 0 {
-            return scale(c.step_us(s), dec(&k) + pre(&k), dec(r) + pre(r));
-        }
         let whole = c.step_us(s);
-        let decodes = if s.decode_tokens == 0 {
-            0.0
+        if s.num_chunks == 0 {
+            return scale(whole, dec(&k), dec(r));
+        }
+        let (decodes, decode_part) = if s.decode_tokens == 0 {
+            (0.0, 0.0)
         } else {
             let mut only = StepShape::decodes(s.decode_tokens, s.decode_context_tokens);
             only.num_seqs = dec_seqs as u32;
             only.cpu_overlapped = s.cpu_overlapped;
-            c.step_us(&only).min(whole)
+            let decodes = c.step_us(&only).min(whole);
+            (decodes, scale(decodes, dec(&k), dec(r)))
         };
-        let decode_part = if s.decode_tokens == 0 { 0.0 } else { scale(decodes, dec(&k), dec(r)) };
         decode_part + scale(whole - decodes, pre(&k), pre(r))
     }
 

@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::config::{Deployment, MemoryAccount, SimSpec};
 use crate::simulation::RunOptions;
-use crate::sweep::{kv_limited_concurrency, KvLimit};
+use crate::sweep::{kv_limited_concurrency, open_loop, KvLimit};
 use crate::workload::Dataset;
 use crate::SimOutput;
 
@@ -40,8 +40,6 @@ pub struct Plan {
     /// The KV-limited concurrency of the scenario's workload.
     pub limit: KvLimit,
 }
-
-use crate::sweep::open_loop;
 
 /// The knee is a closed loop's (`vllm bench serve --max-concurrency N --request-rate inf`): the
 /// arrivals set aside, every request sent as soon as one of the N slots is free, the request

@@ -265,6 +265,7 @@ pub fn sweep_series(
     let at = (0..outs.len()).rev().max_by_key(|&i| outs[i].workload.requests.len()).unwrap_or(0);
     let limit = kv_limited_concurrency(&specs[at], &outs[at].workload);
     let sentence = kv_limit_sentence(&limit, specs[at].engine.max_running(), specs[at].engine.engine_kind());
+    let open = specs.iter().any(open_loop);
     SweepSeries {
         scenario: label.to_string(),
         engine: specs[0].engine.kind().to_string(),
@@ -273,8 +274,8 @@ pub fn sweep_series(
             .zip(outs)
             .map(|(sp, o)| crate::report::PointReport::of(sp, o).with_caveat_runs(sp, o))
             .collect(),
-        knee: if specs.iter().any(open_loop) { None } else { sweep_knee(concurrency, outs) },
-        knee_note: specs.iter().any(open_loop).then(|| OPEN_LOOP_KNEE_NOTE.to_string()),
+        knee: if open { None } else { sweep_knee(concurrency, outs) },
+        knee_note: open.then(|| OPEN_LOOP_KNEE_NOTE.to_string()),
         kv_limited_concurrency: limit.concurrency,
         kv_request_footprint_tokens: limit.footprint_tokens,
         kv_cache_tokens: limit.kv_capacity_tokens,

@@ -481,21 +481,25 @@ impl Scheduler {
         }
     }
 
+    /// What `add_one_req`'s admission test reserves for a request beside its prompt: its output
+    /// (from 0.5.4 what is left of it: a retracted request's outputs so far are in its prompt
+    /// now), clipped, and the page from 0.5.11.
+    fn admission_output(&self, r: &Req) -> (u32, u32) {
+        let b = &self.config.behaviour;
+        let out =
+            if b.admission_reserves_remaining_output { r.max_new().saturating_sub(r.num_output) } else { r.max_new() };
+        (out.min(CLIP_MAX_NEW_TOKENS), if b.page_reserve_per_request { self.config.page_size } else { 0 })
+    }
+
     /// `add_one_req` on the radix-cache path.
     fn add_one_req(&mut self, adder: &mut PrefillAdder, id: ReqId, can_run: &mut Vec<ReqId>) -> (AddReqResult, bool) {
-        let (extend, max_new, outputs, prefix_len, last_node) = {
+        let (extend, max_new, prefix_len, last_node) = {
             let r = self.req(id);
-            (r.extend, r.max_new(), r.num_output, r.prefix_len, r.last_node.expect("matched"))
+            (r.extend, r.max_new(), r.prefix_len, r.last_node.expect("matched"))
         };
         let clip = max_new.min(CLIP_MAX_NEW_TOKENS);
-        // The admission test's output: what is left of it from 0.5.4 (a retracted request's
-        // outputs so far are in its prompt now); the budget taken below is the full clip.
-        let test_clip = if self.config.behaviour.admission_reserves_remaining_output {
-            max_new.saturating_sub(outputs).min(CLIP_MAX_NEW_TOKENS)
-        } else {
-            clip
-        };
-        let page_overhead = if self.config.behaviour.page_reserve_per_request { self.config.page_size } else { 0 };
+        // The budget taken below is the full clip; the test reserves `admission_output`.
+        let (test_clip, page_overhead) = self.admission_output(self.req(id));
         let total = f64::from(extend) + f64::from(test_clip) + f64::from(page_overhead);
         let input_tokens = self.ceil_page(u64::from(extend)) as i64;
         if total >= adder.rem_total_tokens(self.avail_plus_evictable()) {
@@ -1266,13 +1270,7 @@ impl Engine for Scheduler {
         let pool = self.config.max_total_tokens;
         self.waiting.iter().find_map(|&id| {
             let r = self.req(id);
-            let reserved = if self.config.behaviour.admission_reserves_remaining_output {
-                r.max_new().saturating_sub(r.num_output)
-            } else {
-                r.max_new()
-            }
-            .min(CLIP_MAX_NEW_TOKENS);
-            let page = if self.config.behaviour.page_reserve_per_request { self.config.page_size } else { 0 };
+            let (reserved, page) = self.admission_output(r);
             let need = u64::from(r.fill_len()) + u64::from(reserved) + u64::from(page);
             (need >= pool).then(|| {
                 let why = if r.num_output > 0 && !self.config.behaviour.admission_reserves_remaining_output {
