@@ -8,7 +8,20 @@
 //!   out of the queue, or back in it with a newer stamp), skipped when it reaches
 //!   the front and dropped when stale entries outnumber the live ones. The live
 //!   entries are the linked list's blocks in its order; popping reads the next
-//!   blocks from consecutive memory instead of chasing links. A *cached* block (one with a hash) whose ref count
+//!   blocks from consecutive memory instead of chasing links.
+//! * **Anonymous blocks.** A block with no hash, held by one request that never registers
+//!   it, or free, is interchangeable with any other such block: nothing vLLM does depends on
+//!   which one it is (a lookup finds only hashed blocks, eviction only removes hashes). Such
+//!   blocks carry no id here. A request that will not register its blocks (a private one,
+//!   or any with caching off) holds a count of them; freed, they join the free queue as one
+//!   entry, a *run* of that many anonymous blocks; allocation takes from a run by counting.
+//!   Ids (the `blocks` entries) stand only for blocks whose identity matters: hashed ones,
+//!   and those held by requests that register theirs. An id that stands for no block is
+//!   *spare*; a spare id is given to an anonymous block when it must become a named one (a
+//!   private request registering its blocks when preempted), and an id is made spare when
+//!   its block becomes anonymous (popped by an anonymous allocation, its hash evicted).
+//!   The queue's order of blocks is vLLM's: a run stands where its blocks would stand.
+//!   A *cached* block (one with a hash) whose ref count
 //!   drops to 0 stays in the queue and counts as free: it is evicted lazily,
 //!   when allocation pops it (`_maybe_evict_cached_block`). The front of the
 //!   queue is therefore the least recently freed block: LRU eviction.
@@ -44,6 +57,9 @@ impl Hasher for IdentityHasher {
 type BlockHashMap<V> = HashMap<u64, V, BuildHasherDefault<IdentityHasher>>;
 
 const NIL: u32 = u32::MAX;
+
+/// A free-queue entry `(ANON, n)` is a run of `n` anonymous blocks.
+const ANON: u32 = u32::MAX;
 
 /// `cached_block_hash_to_block`'s first blocks: hash → the block a lookup finds. Open
 /// addressing with linear probing and backward-shift deletion, at most half full (each
@@ -178,9 +194,11 @@ impl Block {
 pub struct BlockPool {
     blocks: Vec<Block>,
     /// The free queue, front first: `(block, stamp)`, live where the block is in the queue
-    /// with that stamp.
+    /// with that stamp, or `(ANON, n)`, a run of `n` anonymous blocks (always live).
     queue: VecDeque<(u32, u32)>,
     num_free: u32,
+    /// Ids that stand for no block (see the module's doc), taken from the back.
+    spare_ids: Vec<u32>,
     /// Hash → the first block holding it (what a lookup returns).
     cached: FirstBlockTable,
     /// Hash → further blocks holding it, in the order they were cached
@@ -206,6 +224,7 @@ impl BlockPool {
             blocks,
             queue: VecDeque::with_capacity(n),
             num_free: 0,
+            spare_ids: Vec::new(),
             cached: FirstBlockTable::new(n),
             duplicates: BlockHashMap::default(),
             enable_caching,
@@ -233,6 +252,12 @@ impl BlockPool {
     /// `BlockPool.get_usage()`: `1 - free / (num_gpu_blocks - 1)`.
     pub fn usage(&self) -> f64 {
         1.0 - f64::from(self.num_free) / f64::from(self.num_usable())
+    }
+
+    /// Whether block `id` is in the free queue (a named block with ref 0).
+    #[inline]
+    pub fn is_free(&self, id: u32) -> bool {
+        self.blocks[id as usize].in_free_queue
     }
 
     pub fn ref_cnt(&self, id: u32) -> u32 {
@@ -269,7 +294,7 @@ impl BlockPool {
         for (k, &id) in ids.iter().enumerate() {
             let b = &mut self.blocks[id as usize];
             if b.watch_pos != NIL {
-                self.unwatch(&ids[..k]);
+                self.unwatch(&ids[..k], first_pos);
                 return false;
             }
             debug_assert!(b.has_hash);
@@ -279,11 +304,15 @@ impl BlockPool {
         true
     }
 
-    /// Stops watching `ids` (watched blocks).
-    pub fn unwatch(&mut self, ids: &[u32]) {
-        for &id in ids {
+    /// Stops watching `ids`, watched from position `first_pos` on. An id no longer watched at
+    /// its position is skipped: its block was evicted by an anonymous allocation (which ends
+    /// the watch, the block having become anonymous) and the id may name another block now.
+    pub fn unwatch(&mut self, ids: &[u32], first_pos: u32) {
+        for (k, &id) in ids.iter().enumerate() {
             let b = &mut self.blocks[id as usize];
-            debug_assert!(b.watch_pos != NIL);
+            if b.watch_pos != first_pos + k as u32 {
+                continue;
+            }
             b.watch_pos = NIL;
             self.watched_free -= u32::from(b.in_free_queue);
         }
@@ -311,8 +340,17 @@ impl BlockPool {
         if self.watched_free == 0 {
             return cut;
         }
-        for id in self.live().take(n as usize) {
-            cut = cut.min(self.blocks[id as usize].watch_pos);
+        let mut left = n;
+        for &(id, stamp) in &self.queue {
+            if left == 0 {
+                break;
+            }
+            if id == ANON {
+                left -= stamp.min(left);
+            } else if Self::is_live(&self.blocks, (id, stamp)) {
+                cut = cut.min(self.blocks[id as usize].watch_pos);
+                left -= 1;
+            }
         }
         cut
     }
@@ -332,6 +370,20 @@ impl BlockPool {
         let mut left = n;
         while left > 0 {
             let (id, stamp) = self.queue.pop_front().expect("the free queue holds a block");
+            if id == ANON {
+                // Named blocks from a run: spare ids stand for them.
+                let k = stamp.min(left);
+                if k < stamp {
+                    self.queue.push_front((ANON, stamp - k));
+                }
+                for _ in 0..k {
+                    let id = self.spare_ids.pop().expect("a spare id for each anonymous block");
+                    self.blocks[id as usize].ref_cnt = 1;
+                    out.push(id);
+                }
+                left -= k;
+                continue;
+            }
             let b = &mut self.blocks[id as usize];
             if !(b.in_free_queue && b.stamp == stamp) {
                 continue; // stale
@@ -346,6 +398,74 @@ impl BlockPool {
             out.push(id);
             left -= 1;
         }
+    }
+
+    /// `get_new_blocks` for a request that holds its blocks anonymously (it never registers
+    /// them): pops `n` blocks from the front of the free queue, evicting their cached hashes;
+    /// the named ones popped become anonymous (their ids spare). The caller has checked
+    /// `n <= num_free`.
+    pub fn get_new_anonymous(&mut self, n: u32) {
+        assert!(n <= self.num_free, "allocation of {n} blocks with {} free", self.num_free);
+        self.num_free -= n;
+        let mut left = n;
+        while left > 0 {
+            let front = self.queue.front_mut().expect("the free queue holds a block");
+            let (id, stamp) = *front;
+            if id == ANON {
+                let k = stamp.min(left);
+                if k < stamp {
+                    front.1 = stamp - k;
+                } else {
+                    self.queue.pop_front();
+                }
+                left -= k;
+                continue;
+            }
+            self.queue.pop_front();
+            let b = &mut self.blocks[id as usize];
+            if !(b.in_free_queue && b.stamp == stamp) {
+                continue; // stale
+            }
+            b.in_free_queue = false;
+            self.watched_free -= u32::from(b.watch_pos != NIL);
+            if b.has_hash {
+                // Notes a watched block's eviction (`watched_cut`).
+                self.maybe_evict_cached_block(id);
+            }
+            // The block is anonymous now: its watch ends (the watcher's lookup is cut before
+            // it, `watched_cut`, and its `unwatch` skips it) and its id is spare.
+            self.blocks[id as usize].watch_pos = NIL;
+            self.spare_ids.push(id);
+            left -= 1;
+        }
+    }
+
+    /// `free_blocks` of `n` anonymous blocks: one run at the back of the free queue.
+    pub fn free_anonymous(&mut self, n: u32) {
+        if n == 0 {
+            return;
+        }
+        match self.queue.back_mut() {
+            Some(back) if back.0 == ANON => back.1 += n,
+            _ => self.queue.push_back((ANON, n)),
+        }
+        self.num_free += n;
+    }
+
+    /// Names `n` anonymous blocks held by one request (ref 1, no hash): appends the ids that
+    /// now stand for them to `out`.
+    pub fn name_anonymous(&mut self, n: u32, out: &mut Vec<u32>) {
+        for _ in 0..n {
+            let id = self.spare_ids.pop().expect("a spare id for each anonymous block");
+            self.blocks[id as usize].ref_cnt = 1;
+            out.push(id);
+        }
+    }
+
+    /// Blocks held anonymously: the usable ones neither free nor named by a reference.
+    pub fn num_anonymous_held(&self) -> u32 {
+        let named_held = self.blocks.iter().skip(1).filter(|b| b.ref_cnt > 0).count() as u32;
+        self.num_usable().saturating_sub(self.num_free).saturating_sub(named_held)
     }
 
     /// `cache_full_blocks`: registers `hash` as held by block `id`.
@@ -429,6 +549,9 @@ impl BlockPool {
     /// Whether the queue entry `(id, stamp)` is live.
     #[inline]
     fn is_live(blocks: &[Block], (id, stamp): (u32, u32)) -> bool {
+        if id == ANON {
+            return true;
+        }
         let b = &blocks[id as usize];
         b.in_free_queue && b.stamp == stamp
     }
@@ -452,28 +575,59 @@ impl BlockPool {
         self.num_free -= 1;
     }
 
-    /// The free queue's blocks, front to back.
-    fn live(&self) -> impl Iterator<Item = u32> + '_ {
-        self.queue.iter().filter(|&&e| Self::is_live(&self.blocks, e)).map(|&(id, _)| id)
+    /// The free queue's blocks, front to back: a named block's id, or `None` for each
+    /// anonymous block of a run.
+    fn live(&self) -> impl Iterator<Item = Option<u32>> + '_ {
+        self.queue.iter().filter(|&&e| Self::is_live(&self.blocks, e)).flat_map(|&(id, stamp)| {
+            let (item, n) = if id == ANON { (None, stamp) } else { (Some(id), 1) };
+            std::iter::repeat_n(item, n as usize)
+        })
     }
 
-    /// The free queue front to back (for tests and invariant checks).
-    pub fn free_queue(&self) -> Vec<u32> {
+    /// The free queue front to back, `None` for an anonymous block (for tests and invariant
+    /// checks).
+    pub fn free_queue_entries(&self) -> Vec<Option<u32>> {
         self.live().collect()
+    }
+
+    /// The free queue's named blocks front to back (for tests).
+    pub fn free_queue(&self) -> Vec<u32> {
+        self.live().flatten().collect()
     }
 
     /// Checks the pool's own invariants: the free queue holds exactly the
     /// usable blocks with ref 0, links are consistent, and every cached hash
     /// points at blocks that hold it.
     pub fn check(&self) -> Result<(), String> {
-        let q = self.free_queue();
+        let q = self.free_queue_entries();
         if q.len() as u32 != self.num_free {
             return Err(format!("free queue has {} blocks, counter says {}", q.len(), self.num_free));
         }
+        if let Some(&(ANON, 0)) = self.queue.iter().find(|e| e.0 == ANON && e.1 == 0) {
+            return Err("an empty run in the free queue".into());
+        }
+        let mut spare = vec![false; self.blocks.len()];
+        for &id in &self.spare_ids {
+            if id == 0 || id as usize >= self.blocks.len() || std::mem::replace(&mut spare[id as usize], true) {
+                return Err(format!("spare id {id} is out of range or listed twice"));
+            }
+        }
         for (id, b) in self.blocks.iter().enumerate().skip(1) {
-            if (b.ref_cnt == 0) != b.in_free_queue {
+            if spare[id] {
+                if b.ref_cnt != 0 || b.in_free_queue || b.has_hash || b.watch_pos != NIL {
+                    return Err(format!(
+                        "spare id {id} stands for a block (ref {}, free {})",
+                        b.ref_cnt, b.in_free_queue
+                    ));
+                }
+            } else if (b.ref_cnt == 0) != b.in_free_queue {
                 return Err(format!("block {id}: ref {} but in_free_queue={}", b.ref_cnt, b.in_free_queue));
             }
+        }
+        // Every block is named by one id or anonymous, and every id names one block or is spare.
+        let anonymous = q.iter().filter(|e| e.is_none()).count() as u32 + self.num_anonymous_held();
+        if self.spare_ids.len() as u32 != anonymous {
+            return Err(format!("{} spare ids for {anonymous} anonymous blocks", self.spare_ids.len()));
         }
         let watched_free = self.blocks.iter().filter(|b| b.watch_pos != NIL && b.in_free_queue).count();
         if watched_free != self.watched_free as usize {
@@ -586,6 +740,134 @@ mod tests {
                     }
                 }
                 pool.check().unwrap();
+            }
+        }
+    }
+
+    /// What the pool's state shows of itself: the free queue front to back, each block by its
+    /// hash (`None`: unhashed, named or anonymous).
+    fn queue_by_hash(p: &BlockPool) -> Vec<Option<u64>> {
+        p.free_queue_entries().into_iter().map(|e| e.and_then(|id| p.blocks[id as usize].hash())).collect()
+    }
+
+    /// Anonymous blocks change nothing vLLM's pool would show: the same random allocations,
+    /// frees, prefix hits, registrations and preemptions (a private holder naming its first
+    /// blocks, registering them and freeing all) run on a pool where private holders hold
+    /// anonymous blocks and on one where every block is named, and both pools show the same
+    /// free queue (block by block, by hash), the same lookups and the same free count; a
+    /// blocked head's watched hit (the scheduler's memo, cut where a block was evicted) sees
+    /// the same evictions and, after each lookup, the same free blocks.
+    #[test]
+    fn anonymous_blocks_leave_every_lookup_and_the_queue_order_unchanged() {
+        let mut rnd = rng(0x6a09_e667_f3bc_c908);
+        for n in [2u32, 6, 33, 200] {
+            for caching in [true, false] {
+                let (mut a, mut b) = (BlockPool::new(n, caching), BlockPool::new(n, caching));
+                // A holder: (anonymous count in `a`, named ids in `a`, ids in `b`).
+                let mut held: Vec<(u32, Vec<u32>, Vec<u32>)> = Vec::new();
+                let mut next_unique = 1u64 << 40;
+                // Watched blocks, as ids in `a` and in `b`.
+                let mut watched: Vec<(u32, u32)> = Vec::new();
+                for step in 0..3000 {
+                    match rnd(7) {
+                        // A blocked head of queue looks up its prompt again (the scheduler's
+                        // memo): the hit cut before the first block evicted since the last
+                        // lookup (or dropped), then extended by a hash, watched.
+                        5 | 6 => {
+                            assert_eq!(a.watched_cut(), b.watched_cut());
+                            let cut = if rnd(4) == 0 { 0 } else { (a.watched_cut() as usize).min(watched.len()) };
+                            let (xs, ys): (Vec<u32>, Vec<u32>) = watched.drain(cut..).unzip();
+                            a.unwatch(&xs, cut as u32);
+                            b.unwatch(&ys, cut as u32);
+                            a.reset_watched_cut();
+                            b.reset_watched_cut();
+                            // What the scheduler reads after a lookup: the hit's free blocks.
+                            assert_eq!(a.watched_free(), b.watched_free(), "step {step}");
+                            let h = 1 + rnd(12);
+                            if let (Some(x), Some(y)) = (a.get_cached_block(h), b.get_cached_block(h)) {
+                                let pos = watched.len() as u32;
+                                assert_eq!(a.watch(&[x], pos), b.watch(&[y], pos), "step {step}");
+                                if a.blocks[x as usize].watch_pos == pos {
+                                    watched.push((x, y));
+                                    assert_eq!(a.watched_free(), b.watched_free(), "step {step}");
+                                }
+                            }
+                        }
+                        // A private holder allocates.
+                        0 if a.num_free() > 0 => {
+                            let k = 1 + rnd(u64::from(a.num_free().min(8))) as u32;
+                            a.get_new_anonymous(k);
+                            let mut ids = vec![];
+                            b.get_new_blocks(k, &mut ids);
+                            held.push((k, vec![], ids));
+                        }
+                        // A sharing holder allocates and registers some of its blocks.
+                        1 if a.num_free() > 0 => {
+                            let k = 1 + rnd(u64::from(a.num_free().min(8))) as u32;
+                            let (mut ia, mut ib) = (vec![], vec![]);
+                            a.get_new_blocks(k, &mut ia);
+                            b.get_new_blocks(k, &mut ib);
+                            for j in 0..k as usize {
+                                if rnd(3) > 0 {
+                                    let h = 1 + rnd(12);
+                                    a.cache_block(ia[j], h);
+                                    b.cache_block(ib[j], h);
+                                }
+                            }
+                            held.push((0, ia, ib));
+                        }
+                        // A prefix hit.
+                        2 => {
+                            let h = 1 + rnd(12);
+                            match (a.get_cached_block(h), b.get_cached_block(h)) {
+                                (Some(x), Some(y)) => {
+                                    a.touch(&[x]);
+                                    b.touch(&[y]);
+                                    held.push((0, vec![x], vec![y]));
+                                }
+                                (None, None) => {}
+                                other => panic!("lookups differ at step {step}: {other:?}"),
+                            }
+                        }
+                        // A private holder is preempted: its first blocks registered, then freed.
+                        3 if held.iter().any(|h| h.0 > 0) => {
+                            let i = held.iter().position(|h| h.0 > 0).unwrap();
+                            let (anon, _, ib) = held.remove(i);
+                            let reg = rnd(u64::from(anon) + 1) as u32;
+                            let mut ia = vec![];
+                            a.name_anonymous(reg, &mut ia);
+                            for j in 0..reg as usize {
+                                next_unique += 1;
+                                a.cache_block(ia[j], next_unique);
+                                b.cache_block(ib[j], next_unique);
+                            }
+                            a.free_anonymous(anon - reg);
+                            a.free_blocks(ia.iter().rev().copied());
+                            b.free_blocks(ib.iter().rev().copied());
+                        }
+                        // A holder finishes.
+                        4 if !held.is_empty() => {
+                            let (anon, ia, ib) = held.swap_remove(rnd(held.len() as u64) as usize);
+                            a.free_anonymous(anon);
+                            a.free_blocks(ia.iter().rev().copied());
+                            b.free_blocks(ib.iter().rev().copied());
+                        }
+                        _ => {}
+                    }
+                    assert_eq!(a.num_free(), b.num_free(), "step {step}");
+                    assert_eq!(queue_by_hash(&a), queue_by_hash(&b), "step {step}");
+                    for h in (1..=12).chain([next_unique, next_unique - 1]) {
+                        assert_eq!(a.get_cached_block(h).is_some(), b.get_cached_block(h).is_some(), "hash {h}");
+                    }
+                    assert_eq!(a.num_anonymous_held(), held.iter().map(|h| h.0).sum::<u32>());
+                    assert_eq!(a.watched_cut(), b.watched_cut(), "step {step}");
+                    // The hit's blocks before the cut: the same ones free.
+                    let cut = (a.watched_cut() as usize).min(watched.len());
+                    let free_a = watched[..cut].iter().filter(|w| a.is_free(w.0)).count();
+                    assert_eq!(free_a, watched[..cut].iter().filter(|w| b.is_free(w.1)).count(), "step {step}");
+                    a.check().unwrap();
+                    b.check().unwrap();
+                }
             }
         }
     }

@@ -8,7 +8,11 @@ use crate::request::{extend_block_hashes, RequestSpec};
 /// A request's KV state: the blocks it holds, in token order.
 #[derive(Clone, Debug, Default)]
 pub struct RequestKv {
+    /// The named blocks it holds (see `block_pool`'s doc on anonymous blocks).
     pub blocks: Vec<u32>,
+    /// Anonymous blocks it holds, after `blocks` in token order: a request that does not
+    /// register its blocks ([`RequestKv::anonymous`]) holds only these.
+    pub anon: u32,
     /// How many of `blocks` have been registered in the prefix cache.
     pub num_cached_blocks: u32,
     /// Hashes of the request's full blocks known so far (prompt and output).
@@ -32,6 +36,20 @@ impl RequestKv {
     /// A request's KV state before its first step, `private` as told.
     pub fn with_private(private: bool) -> RequestKv {
         RequestKv { private, ..RequestKv::default() }
+    }
+
+    /// Blocks held, named and anonymous.
+    #[inline]
+    pub fn held(&self) -> u32 {
+        self.blocks.len() as u32 + self.anon
+    }
+
+    /// Whether its new blocks are held anonymously: nothing registers them while it holds
+    /// them (caching is off, or it is private and not yet registered: registering them on
+    /// preemption names them first, [`KvCacheManager::register_private`]).
+    #[inline]
+    fn anonymous(&self, enable_caching: bool) -> bool {
+        !enable_caching || self.lookup_cannot_hit()
     }
 
     /// A lookup of this request's blocks finds nothing: it is private and none of its
@@ -150,16 +168,17 @@ impl KvCacheManager {
     /// block becomes full: `total ≤ held blocks × bs` and `total / bs ≤ num_cached_blocks`.
     fn fits_limit(&self, kv: &RequestKv) -> u32 {
         let bs = u64::from(self.block_size);
-        let mut limit = kv.blocks.len() as u64 * bs;
+        let mut limit = u64::from(kv.held()) * bs;
         if self.enable_caching {
             limit = limit.min((u64::from(kv.num_cached_blocks) + 1) * bs - 1);
         }
         u32::try_from(limit).unwrap_or(u32::MAX)
     }
 
-    /// How many of `blocks` have ref 0: a hit on them takes them out of the free queue.
+    /// How many of `blocks` are in the free queue (ref 0): a hit on them takes them out of it.
+    /// (An id made spare or parked has ref 0 but names no free block.)
     pub fn num_evictable(&self, blocks: &[u32]) -> u32 {
-        blocks.iter().filter(|&&b| self.pool.ref_cnt(b) == 0).count() as u32
+        blocks.iter().filter(|&&b| self.pool.is_free(b)).count() as u32
     }
 
     /// [`KvCacheManager::allocate_slots`] given `num_evictable_hits`, the number of `hit`'s
@@ -178,7 +197,7 @@ impl KvCacheManager {
         full_sequence_must_fit: bool,
     ) -> bool {
         let bs = self.block_size;
-        let held = kv.blocks.len() as u32;
+        let held = kv.held();
         // Fast path (most decode steps): the held blocks have room and no
         // block becomes full, so nothing is allocated or cached.
         if hit.blocks.is_empty() && !full_sequence_must_fit && self.fits_held(num_computed + num_new_tokens, kv) {
@@ -195,6 +214,19 @@ impl KvCacheManager {
         );
         if need > self.pool.num_free() {
             return false;
+        }
+        if kv.anonymous(self.enable_caching) {
+            // No hit (it cannot hit, or caching is off), nothing registered: a count.
+            debug_assert!(hit.blocks.is_empty() && kv.blocks.is_empty());
+            self.pool.get_new_anonymous(num_new_blocks);
+            kv.anon += num_new_blocks;
+            if self.enable_caching {
+                // Registered when preempted (`register_private`); counted as vLLM caches them.
+                let num_full = (total.min(num_tokens) / bs).min(kv.anon);
+                kv.num_cached_blocks = kv.num_cached_blocks.max(num_full);
+            }
+            kv.fits_limit = self.fits_limit(kv);
+            return true;
         }
         self.pool.touch(&hit.blocks);
         if kv.blocks.capacity() == 0 {
@@ -266,6 +298,12 @@ impl KvCacheManager {
         }
         let bs = self.block_size;
         let n = kv.num_cached_blocks as usize;
+        if kv.anon > 0 {
+            // Name the blocks it registers (its first `n`: it holds no named ones yet).
+            debug_assert!(kv.blocks.is_empty());
+            self.pool.name_anonymous(n as u32, &mut kv.blocks);
+            kv.anon -= n as u32;
+        }
         kv.reserve_hashes(spec, bs);
         extend_block_hashes(spec, bs, n as u32 * bs, &mut kv.block_hashes);
         for k in 0..n {
@@ -277,6 +315,9 @@ impl KvCacheManager {
     /// `free`: drops the request's blocks, tail block first, so that its
     /// prefix blocks are evicted last.
     pub fn free(&mut self, kv: &mut RequestKv) {
+        // The anonymous blocks are the tail.
+        self.pool.free_anonymous(kv.anon);
+        kv.anon = 0;
         self.pool.free_blocks(kv.blocks.iter().rev().copied());
         kv.blocks.clear();
         kv.num_cached_blocks = 0;

@@ -468,7 +468,7 @@ impl Scheduler {
     /// Forgets the memoised head-of-queue lookup and unwatches its blocks.
     fn drop_head_memo(&mut self) {
         if self.head_memo.take().is_some() {
-            self.kv.pool.unwatch(&self.head_hit.blocks);
+            self.kv.pool.unwatch(&self.head_hit.blocks, 0);
         }
     }
 
@@ -506,12 +506,12 @@ impl Scheduler {
         if *head_memo == Some((id, num_tokens)) {
             let cut = kv.pool.watched_cut() as usize;
             if cut < head_hit.blocks.len() {
-                kv.pool.unwatch(&head_hit.blocks[cut..]);
+                kv.pool.unwatch(&head_hit.blocks[cut..], cut as u32);
                 head_hit.blocks.truncate(cut);
             }
         } else {
             if head_memo.take().is_some() {
-                kv.pool.unwatch(&head_hit.blocks);
+                kv.pool.unwatch(&head_hit.blocks, 0);
             }
             head_hit.blocks.clear();
             if !r.kv.lookup_cannot_hit() {
@@ -535,7 +535,7 @@ impl Scheduler {
             kv.pool.watched_free()
         } else {
             // A block found twice (equal hashes along one prompt): counted, not kept.
-            kv.pool.unwatch(&head_hit.blocks[..start]);
+            kv.pool.unwatch(&head_hit.blocks[..start], 0);
             *head_memo = None;
             kv.num_evictable(&head_hit.blocks)
         }
@@ -938,7 +938,7 @@ impl Scheduler {
     /// Below it, `allocate_slots` changes nothing.
     fn ff_next_slow(&self, kv: &RequestKv) -> u32 {
         let bs = self.config.block_size;
-        let grow = kv.blocks.len() as u32 * bs + 1;
+        let grow = kv.held() * bs + 1;
         if self.kv.enable_caching {
             grow.min((kv.num_cached_blocks + 1) * bs)
         } else {
@@ -1070,7 +1070,7 @@ impl Engine for Scheduler {
         let mut need = 0u32;
         for &pos in &tmp {
             let t = self.ff_base[pos as usize] + j as u32;
-            let held = self.req(self.running[pos as usize]).kv.blocks.len() as u32;
+            let held = self.req(self.running[pos as usize]).kv.held();
             need += t.div_ceil(bs).saturating_sub(held);
         }
         // A preemption, or an admission: not a plain step.
@@ -1286,6 +1286,7 @@ impl Engine for Scheduler {
         let n = self.kv.pool.num_usable() as usize + 1;
         let mut refs = vec![0u32; n];
         let mut seen = vec![0u8; self.requests.len()];
+        let mut anonymous_held = 0u32;
         for &id in &self.running {
             seen[id as usize] += 1;
             let r = self.req(id);
@@ -1293,16 +1294,17 @@ impl Engine for Scheduler {
                 return Err(format!("request {id} in running with status {:?}", r.status));
             }
             let need = r.num_computed_tokens.div_ceil(self.config.block_size) as usize;
-            if r.kv.blocks.len() < need {
+            if (r.kv.held() as usize) < need {
                 return Err(format!(
                     "request {id} computed {} tokens with {} blocks",
                     r.num_computed_tokens,
-                    r.kv.blocks.len()
+                    r.kv.held()
                 ));
             }
             for &b in &r.kv.blocks {
                 refs[b as usize] += 1;
             }
+            anonymous_held += r.kv.anon;
         }
         let waiting: Vec<ReqId> = match &self.waiting {
             WaitingQueue::Fcfs(q) => q.iter().copied().collect(),
@@ -1311,8 +1313,8 @@ impl Engine for Scheduler {
         for id in waiting {
             seen[id as usize] += 1;
             let r = self.req(id);
-            if !matches!(r.status, Status::Waiting | Status::Preempted) || !r.kv.blocks.is_empty() {
-                return Err(format!("waiting request {id} has status {:?} and {} blocks", r.status, r.kv.blocks.len()));
+            if !matches!(r.status, Status::Waiting | Status::Preempted) || r.kv.held() != 0 {
+                return Err(format!("waiting request {id} has status {:?} and {} blocks", r.status, r.kv.held()));
             }
         }
         let mut live = 0;
@@ -1336,6 +1338,12 @@ impl Engine for Scheduler {
             if count != self.kv.pool.ref_cnt(b as u32) {
                 return Err(format!("block {b}: {count} holders, ref_cnt {}", self.kv.pool.ref_cnt(b as u32)));
             }
+        }
+        if anonymous_held != self.kv.pool.num_anonymous_held() {
+            return Err(format!(
+                "running requests hold {anonymous_held} anonymous blocks, the pool counts {}",
+                self.kv.pool.num_anonymous_held()
+            ));
         }
         Ok(())
     }
