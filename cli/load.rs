@@ -42,67 +42,8 @@ pub fn read_raw(path: Option<&Path>) -> Result<RawScenario, String> {
     if !json.is_object() {
         return Err(format!("{origin}: expected a JSON object (a scenario)"));
     }
-    no_duplicate_keys(&text).map_err(|e| format!("{origin}: {e}"))?;
+    config::no_duplicate_keys(&text).map_err(|e| format!("{origin}: {e}"))?;
     Ok(RawScenario { origin, base_dir, json })
-}
-
-/// A key given twice in one object is an error naming it: JSON parsers keep the last one, so
-/// `"num_prompts": 40, ..., "num_prompts": 5` ran 5 prompts without a word.
-pub fn no_duplicate_keys(text: &str) -> Result<(), String> {
-    use serde::de::{DeserializeSeed, Deserializer, Error, MapAccess, SeqAccess, Visitor};
-    struct Check(String);
-    impl<'de> DeserializeSeed<'de> for Check {
-        type Value = ();
-        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-            d.deserialize_any(self)
-        }
-    }
-    impl<'de> Visitor<'de> for Check {
-        type Value = ();
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("a JSON value")
-        }
-        fn visit_bool<E: Error>(self, _: bool) -> Result<(), E> {
-            Ok(())
-        }
-        fn visit_i64<E: Error>(self, _: i64) -> Result<(), E> {
-            Ok(())
-        }
-        fn visit_u64<E: Error>(self, _: u64) -> Result<(), E> {
-            Ok(())
-        }
-        fn visit_f64<E: Error>(self, _: f64) -> Result<(), E> {
-            Ok(())
-        }
-        fn visit_str<E: Error>(self, _: &str) -> Result<(), E> {
-            Ok(())
-        }
-        fn visit_unit<E: Error>(self) -> Result<(), E> {
-            Ok(())
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<(), A::Error> {
-            let mut i = 0;
-            while a.next_element_seed(Check(format!("{}[{i}]", self.0)))?.is_some() {
-                i += 1;
-            }
-            Ok(())
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<(), A::Error> {
-            let mut seen = std::collections::BTreeSet::new();
-            while let Some(k) = m.next_key::<String>()? {
-                let path = if self.0.is_empty() { k.clone() } else { format!("{}.{k}", self.0) };
-                if !seen.insert(k) {
-                    return Err(A::Error::custom(format!(
-                        "{path}: given twice in one object (JSON keeps only the last); give it once"
-                    )));
-                }
-                m.next_value_seed(Check(path))?;
-            }
-            Ok(())
-        }
-    }
-    let mut de = serde_json::Deserializer::from_str(text);
-    Check(String::new()).deserialize(&mut de).map_err(|e| e.to_string())
 }
 
 /// The engine fields that pin the KV pool, overriding a memory fraction.
@@ -277,6 +218,7 @@ pub fn warn_once(msg: String) {
 pub fn load_profile(path: &Path) -> Result<(CostCoefficients, Option<CostCoefficients>, ProfileDeployment), String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
     let v: Value = serde_json::from_str(&text).map_err(|e| format!("{}: not valid JSON: {e}", path.display()))?;
+    config::no_duplicate_keys(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     let co = v.get("coefficients").cloned().ok_or_else(|| format!("{}: no \"coefficients\" object", path.display()))?;
     let coefficients = config::from_value(co, "coefficients").map_err(|e| format!("{}: {e}", path.display()))?;
     // Only a profile that corrects the composed cost is applied relative to its prior.
@@ -372,6 +314,7 @@ pub fn load_trace(path: &Path) -> Result<Vec<TraceRow>, String> {
                 continue;
             }
             let v: Value = serde_json::from_str(l).map_err(|e| format!("{name}:{}: not valid JSON: {e}", i + 1))?;
+            config::no_duplicate_keys(l).map_err(|e| format!("{name}:{}: {e}", i + 1))?;
             let row = config::from_value::<TraceRow>(v, "").map_err(|e| format!("{name}:{}: {e}", i + 1))?;
             check_row(&row, &name, i)?;
             rows.push(row);

@@ -926,3 +926,86 @@ fn a_key_given_twice_in_a_scenario_is_an_error() {
     assert_eq!(c, 2, "{err}");
     assert!(err.contains("workload.num_prompts: given twice") && err.contains("line"), "{err}");
 }
+
+/// A key given twice in a profile, a result file or a trace row: JSON keeps the last, so one of
+/// two values was used without a word. Each is an error naming the file (and line) and the key.
+#[test]
+fn a_key_given_twice_in_a_profile_a_result_or_a_trace_row_is_an_error() {
+    // A profile: a coefficient twice (the file is read before its deployment is compared).
+    let text = std::fs::read_to_string(root().join("validation/llmd-exp0/profile-fit-0.5-0.67.json")).unwrap();
+    let dup = text.replacen("\"step_us\"", "\"step_us\": 1.0, \"step_us\"", 1);
+    assert_ne!(dup, text);
+    let p = write_temp("dup-profile.json", &dup);
+    let (c, _, err) = run(&["simulate", "--set", &format!("cost.profile={}", p.display())]);
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("dup-profile.json") && err.contains("coefficients.step_us: given twice"), "{err}");
+
+    // A result file (whole JSON, and a JSONL line).
+    let scenario = "validation/llmd-exp0/scenario-0.84.json";
+    for (name, body, needle) in [
+        ("dup-result.json", "{\"mean_ttft_ms\": 100, \"mean_ttft_ms\": 50, \"max_concurrency\": 1}", "dup-result.json: mean_ttft_ms: given twice"),
+        (
+            "dup-result.jsonl",
+            "{\"mean_ttft_ms\": 100, \"max_concurrency\": 1}\n{\"mean_tpot_ms\": 10, \"mean_tpot_ms\": 20, \"max_concurrency\": 2}\n",
+            "dup-result.jsonl:2: mean_tpot_ms: given twice",
+        ),
+    ] {
+        let f = write_temp(name, body);
+        let out = std::env::temp_dir().join(format!("servesim-dup-{}-{name}.profile.json", std::process::id()));
+        let (c, _, err) = run(&[
+            "calibrate",
+            "--from-results",
+            f.to_str().unwrap(),
+            "--scenario",
+            scenario,
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert_eq!(c, 2, "{name}: {err}");
+        assert!(err.contains(needle), "{name}: {err}");
+        assert!(!out.exists(), "{name}: no profile is written");
+    }
+
+    // Trace rows: Mooncake JSONL and servesim's own JSONL.
+    for (name, format, body, needle) in [
+        (
+            "dup-mooncake.jsonl",
+            "mooncake",
+            "{\"timestamp\": 0, \"input_length\": 20, \"output_length\": 5, \"hash_ids\": [1, 2]}\n{\"timestamp\": 10, \"input_length\": 20, \"input_length\": 900, \"output_length\": 5, \"hash_ids\": [1]}\n",
+            "dup-mooncake.jsonl: line 2, column 52: `input_length`",
+        ),
+        (
+            "dup-rows.jsonl",
+            "jsonl",
+            "{\"arrival_time\": 0, \"input_len\": 20, \"output_len\": 5}\n{\"arrival_time\": 1, \"input_len\": 20, \"output_len\": 5, \"output_len\": 50}\n",
+            "dup-rows.jsonl:2: output_len: given twice",
+        ),
+    ] {
+        let t = write_temp(name, body);
+        let (c, _, err) = run(&[
+            "simulate",
+            "--set",
+            "workload={\"dataset_name\":\"trace\",\"ignore_eos\":true}",
+            "--set",
+            &format!("workload.trace={}", t.display()),
+            "--set",
+            &format!("workload.trace_format={format}"),
+        ]);
+        assert_eq!(c, 2, "{name}: {err}");
+        assert!(err.contains(needle) && err.contains("given twice"), "{name}: {err}");
+    }
+    // A Mooncake row's key present as null is named as a wrong value, not as missing.
+    let t = write_temp(
+        "null-mooncake.jsonl",
+        "{\"timestamp\": null, \"input_length\": 20, \"output_length\": 5, \"hash_ids\": []}\n",
+    );
+    let (c, _, err) = run(&[
+        "simulate",
+        "--set",
+        "workload={\"dataset_name\":\"trace\",\"ignore_eos\":true,\"trace_format\":\"mooncake\"}",
+        "--set",
+        &format!("workload.trace={}", t.display()),
+    ]);
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("`timestamp` must be a number of milliseconds, got null"), "{err}");
+}

@@ -298,7 +298,10 @@ pub struct SpeedReferenceFile {
 
 impl ProfileFile {
     pub fn parse(text: &str) -> Result<ProfileFile, String> {
-        serde_json::from_str(text).map_err(|e| format!("not a profile: {e}"))
+        let profile = serde_json::from_str(text).map_err(|e| format!("not a profile: {e}"))?;
+        // A coefficient given twice: JSON keeps the last, silently.
+        sim::config::no_duplicate_keys(text)?;
+        Ok(profile)
     }
 
     /// The calibration's speed reference (median mean ITL, ms), if it measured one.

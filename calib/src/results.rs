@@ -40,6 +40,15 @@ pub fn parse_results(text: &str, name: &str) -> Result<Vec<ResultPoint>, String>
             })
             .collect::<Result<_, _>>()?,
     };
+    // A metric given twice in one point: JSON keeps the last, silently.
+    match values.len() {
+        1 if values[0].0 == name => sim::config::no_duplicate_keys(text).map_err(|e| format!("{name}: {e}"))?,
+        _ => {
+            for (i, l) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+                sim::config::no_duplicate_keys(l).map_err(|e| format!("{name}:{}: {e}", i + 1))?;
+            }
+        }
+    }
     for (at, v) in values {
         let mut m = v.as_object().cloned().ok_or(format!("{at}: expected a JSON object"))?;
         check_fields(&m, &at)?;

@@ -154,30 +154,56 @@ pub fn parse_mooncake(text: &str) -> Result<Vec<MooncakeRow>, TraceError> {
 
 /// One Mooncake line, or the 1-based column and what is wrong there (naming the key).
 fn mooncake_row(line: &str) -> Result<MooncakeRow, (usize, String)> {
-    let v: serde_json::Value = serde_json::from_str(line).map_err(|e| {
-        // serde_json's message ends with its own "at line 1 column N" (of this one line): drop it.
-        let msg = e.to_string();
-        let msg = msg.strip_suffix(&format!(" at line {} column {}", e.line(), e.column())).unwrap_or(&msg).to_string();
-        (e.column().max(1), format!("not valid JSON (Mooncake traces are JSONL, one object per line): {msg}"))
-    })?;
-    let Some(obj) = v.as_object() else {
-        return Err((1, "expected a JSON object".into()));
+    /// The four keys read (others ignored); a key given twice is an error (JSON would keep
+    /// the last one silently), found in the same pass.
+    #[derive(serde::Deserialize)]
+    struct Raw {
+        #[serde(default, deserialize_with = "present")]
+        timestamp: Option<serde_json::Value>,
+        #[serde(default, deserialize_with = "present")]
+        input_length: Option<serde_json::Value>,
+        #[serde(default, deserialize_with = "present")]
+        output_length: Option<serde_json::Value>,
+        #[serde(default, deserialize_with = "present")]
+        hash_ids: Option<serde_json::Value>,
+    }
+    /// A key that is there, `null` included (`None`: the key is missing).
+    fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<serde_json::Value>, D::Error> {
+        <serde_json::Value as serde::Deserialize>::deserialize(d).map(Some)
+    }
+    let parsed = if line.trim_start().starts_with('{') {
+        serde_json::from_str::<Raw>(line).map(Some)
+    } else {
+        // Not an object (a struct would also read a JSON array): valid JSON, or the error.
+        serde_json::from_str::<serde::de::IgnoredAny>(line).map(|_| None)
     };
+    let raw = parsed
+        .map_err(|e| {
+            // serde_json's message ends with its own "at line 1 column N" (of this one line): drop it.
+            let msg = e.to_string();
+            let msg =
+                msg.strip_suffix(&format!(" at line {} column {}", e.line(), e.column())).unwrap_or(&msg).to_string();
+            if let Some(key) = msg.strip_prefix("duplicate field `").and_then(|m| m.strip_suffix('`')) {
+                return (e.column().max(1), format!("`{key}` given twice (JSON keeps only the last); give it once"));
+            }
+            (e.column().max(1), format!("not valid JSON (Mooncake traces are JSONL, one object per line): {msg}"))
+        })?
+        .ok_or_else(|| (1, "expected a JSON object".to_string()))?;
     let col = |key: &str| line.find(&format!("\"{key}\"")).map_or(1, |c| c + 1);
     fn field<T: serde::de::DeserializeOwned>(
-        obj: &serde_json::Map<String, serde_json::Value>,
+        v: Option<serde_json::Value>,
         key: &str,
         want: &str,
         col: &dyn Fn(&str) -> usize,
     ) -> Result<T, (usize, String)> {
-        let v = obj.get(key).ok_or_else(|| (1, format!("missing key `{key}`")))?;
-        T::deserialize(v).map_err(|_| (col(key), format!("`{key}` must be {want}, got {v}")))
+        let v = v.ok_or_else(|| (1, format!("missing key `{key}`")))?;
+        T::deserialize(&v).map_err(|_| (col(key), format!("`{key}` must be {want}, got {v}")))
     }
     Ok(MooncakeRow {
-        timestamp: field(obj, "timestamp", "a number of milliseconds", &col)?,
-        input_length: field(obj, "input_length", "a whole number ≥ 0", &col)?,
-        output_length: field(obj, "output_length", "a whole number ≥ 0", &col)?,
-        hash_ids: field(obj, "hash_ids", "a list of whole numbers ≥ 0", &col)?,
+        timestamp: field(raw.timestamp, "timestamp", "a number of milliseconds", &col)?,
+        input_length: field(raw.input_length, "input_length", "a whole number ≥ 0", &col)?,
+        output_length: field(raw.output_length, "output_length", "a whole number ≥ 0", &col)?,
+        hash_ids: field(raw.hash_ids, "hash_ids", "a list of whole numbers ≥ 0", &col)?,
     })
 }
 

@@ -453,6 +453,66 @@ pub fn from_value<T: serde::de::DeserializeOwned>(v: Value, prefix: &str) -> Res
     })
 }
 
+/// A key given twice in one object is an error naming it: JSON parsers keep the last one, so
+/// `"num_prompts": 40, ..., "num_prompts": 5` ran 5 prompts without a word.
+pub fn no_duplicate_keys(text: &str) -> std::result::Result<(), String> {
+    use serde::de::{DeserializeSeed, Deserializer, Error, MapAccess, SeqAccess, Visitor};
+    use std::result::Result;
+    struct Check(String);
+    impl<'de> DeserializeSeed<'de> for Check {
+        type Value = ();
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+    impl<'de> Visitor<'de> for Check {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a JSON value")
+        }
+        fn visit_bool<E: Error>(self, _: bool) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_i64<E: Error>(self, _: i64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_u64<E: Error>(self, _: u64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_f64<E: Error>(self, _: f64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_str<E: Error>(self, _: &str) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_unit<E: Error>(self) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<(), A::Error> {
+            let mut i = 0;
+            while a.next_element_seed(Check(format!("{}[{i}]", self.0)))?.is_some() {
+                i += 1;
+            }
+            Ok(())
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<(), A::Error> {
+            let mut seen = std::collections::BTreeSet::new();
+            while let Some(k) = m.next_key::<String>()? {
+                let path = if self.0.is_empty() { k.clone() } else { format!("{}.{k}", self.0) };
+                if !seen.insert(k) {
+                    return Err(A::Error::custom(format!(
+                        "{path}: given twice in one object (JSON keeps only the last); give it once"
+                    )));
+                }
+                m.next_value_seed(Check(path))?;
+            }
+            Ok(())
+        }
+    }
+    let mut de = serde_json::Deserializer::from_str(text);
+    Check(String::new()).deserialize(&mut de).map_err(|e| e.to_string())
+}
+
 /// Parses scenario JSON text.
 pub fn parse_scenario(text: &str) -> Result<Scenario> {
     let v: Value = serde_json::from_str(text).map_err(|e| ConfigError::new("", format!("not valid JSON: {e}")))?;
