@@ -71,13 +71,17 @@ pub fn resizes_pool(path: &str) -> bool {
 /// Applies `--set` overrides and `--seed`.
 pub fn apply_overrides(raw: &mut RawScenario, sets: &[String], seed: Option<u64>) -> Result<(), String> {
     let path_of = |s: &String| s.split('=').next().unwrap_or("").trim().to_string();
-    let resized: Vec<String> = sets.iter().map(path_of).filter(|p| resizes_pool(p)).collect();
     if seed.is_some() && sets.iter().any(|s| path_of(s) == "workload.seed") {
         return Err("--seed and --set workload.seed both give the workload's seed: give one".into());
     }
+    let before = raw.json.clone();
     for s in sets {
         config::apply_set(&mut raw.json, s).map_err(|e| format!("--set {s}: {e}"))?;
     }
+    // A path set to the value the scenario already has changes no pool.
+    let at = |v: &Value, p: &str| p.split('.').try_fold(v, |v, k| v.get(k)).cloned();
+    let resized: Vec<String> =
+        sets.iter().map(path_of).filter(|p| resizes_pool(p) && at(&before, p) != at(&raw.json, p)).collect();
     // A memory fraction, model, GPU, TP size or KV format set on the command line is a what-if
     // on the pool: the scenario's pinned pool (a start-up log's figure for its own setup) would
     // otherwise override it silently. Unless the same command line pins the pool too, the

@@ -1009,3 +1009,48 @@ fn a_key_given_twice_in_a_profile_a_result_or_a_trace_row_is_an_error() {
     assert_eq!(c, 2, "{err}");
     assert!(err.contains("`timestamp` must be a number of milliseconds, got null"), "{err}");
 }
+
+/// Found by the cross-command hunt (2026-12-04): two fields pinning one vLLM pool (the override
+/// won and the other was ignored, so a `tune --vary engine.kv_cache_tokens` drew three equal
+/// rows); a `--set` that repeats the scenario's own GPU dropped its pinned pool; the pool check
+/// counted a slot for the last sampled token, which vLLM never computes.
+#[test]
+fn pool_pins_are_one_and_kept_unless_changed() {
+    let s = "scenarios/kv-starved-qwen2.5-7b-a100-vllm.json";
+    let (c, _, err) = run(&["simulate", s, "--set", "engine.kv_cache_tokens=80000"]);
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("engine.kv_cache_tokens: and engine.num_gpu_blocks_override both pin the KV pool"), "{err}");
+    // The file's own GPU, model and engine set again: the pinned pool stands, without a warning.
+    let base = run(&["simulate", s, "--json"]);
+    for set in ["hardware=a100-80gb", "model=qwen2.5-7b-instruct", "engine.kind=vllm"] {
+        let (c, out, err) = run(&["simulate", s, "--json", "--set", set]);
+        assert_eq!(c, 0, "{set}: {err}");
+        assert_eq!(out, base.1, "{set}");
+        assert!(!err.contains("was dropped"), "{set}: {err}");
+    }
+    // Another GPU: dropped, and said.
+    let (c, _, err) = run(&["simulate", s, "--json", "--set", "hardware=h100-80gb"]);
+    assert_eq!(c, 0, "{err}");
+    assert!(err.contains("engine.num_gpu_blocks_override was dropped"), "{err}");
+    // 513 + 512 tokens compute 1,024: 64 blocks of 16, which 65 blocks (64 usable) hold.
+    let one = [
+        "--set",
+        "workload.random_input_len=513",
+        "--set",
+        "workload.max_concurrency=1",
+        "--set",
+        "workload.num_prompts=2",
+    ];
+    let mut a = vec!["simulate", s, "--json", "--set", "engine.num_gpu_blocks_override=65"];
+    a.extend(one);
+    let (c, out, err) = run(&a);
+    assert_eq!(c, 0, "{err}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(j["completed"], 2);
+    assert_eq!(j["kv_cache_usage_peak"], 1.0, "the request fills the pool exactly");
+    let mut a = vec!["simulate", s, "--json", "--set", "engine.num_gpu_blocks_override=64"];
+    a.extend(one);
+    let (c, _, err) = run(&a);
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("needs 64 KV blocks") && err.contains("63 usable"), "{err}");
+}

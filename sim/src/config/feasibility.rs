@@ -23,12 +23,14 @@ pub(super) fn check_requests_fit(spec: &SimSpec) -> Result<()> {
                 ));
             }
             let usable = u64::from(c.num_gpu_blocks - 1);
-            let need = u64::from(max_total.div_ceil(c.block_size));
+            // Its last sampled token is never computed, so never given a slot.
+            let need = u64::from(max_total.saturating_sub(1).div_ceil(c.block_size));
             if need > usable {
                 return Err(ConfigError::new(
                     field,
                     format!(
-                        "a request of {max_total} tokens needs {need} KV blocks but the whole pool has {usable} usable blocks ({} tokens): it could never finish",
+                        "a request of {max_total} tokens needs {need} KV blocks (for its {} computed tokens: the last one sampled takes none) but the whole pool has {usable} usable blocks ({} tokens): it could never finish; shorten the requests or give a larger pool (engine.num_gpu_blocks_override, kv_cache_tokens or gpu_memory_utilization)",
+                        max_total.saturating_sub(1),
                         c.kv_capacity_tokens()
                     ),
                 ));

@@ -312,6 +312,13 @@ pub(super) fn resolve_vllm(
         }
     }
     let kv_bytes_per_token = model.kv_bytes_per_token_per_gpu(dep.tensor_parallel_size, dep.kv_dtype_bytes);
+    if f.num_gpu_blocks_override.is_some() && f.kv_cache_tokens.is_some() {
+        // The override would win and the other value be ignored without a word.
+        return Err(ConfigError::new(
+            "engine.kv_cache_tokens",
+            "and engine.num_gpu_blocks_override both pin the KV pool: give one (set the other to null)",
+        ));
+    }
     let (num_gpu_blocks, sizing) = if let Some(n) = f.num_gpu_blocks_override {
         if n < 2 {
             return Err(ConfigError::new(

@@ -123,7 +123,7 @@ impl KvCacheManager {
 
     /// `allocate_slots`: reserves blocks for `num_new_tokens` more tokens
     /// after `num_computed` computed ones and the `hit` prefix. With
-    /// `full_sequence_must_fit` (vLLM ≥ 0.20 for waiting requests), the free
+    /// `full_sequence_must_fit` (vLLM ≥ 0.19 for waiting requests), the free
     /// pool must also hold the request's whole current sequence. Returns false
     /// (vLLM: `None`) if the pool cannot.
     #[allow(clippy::too_many_arguments)]

@@ -12,7 +12,7 @@
 //! 2. **WAITING**, only if nothing was preempted in this step: the head of the
 //!    queue gets a prefix-cache lookup, its first chunk is cut at the
 //!    remaining budget, and it is admitted if `allocate_slots` succeeds (from
-//!    0.20 with the whole prompt required to fit). The first failure stops
+//!    0.19 with the whole prompt required to fit). The first failure stops
 //!    admission (head-of-line blocking), as do `max_num_seqs` and an empty
 //!    budget.
 //! 3. `num_computed_tokens` advances at once. When the step has run, every
