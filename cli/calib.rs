@@ -367,6 +367,17 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
             }
             load::apply_overrides(&mut raw, &o.sets, None)?;
             let spec = load::resolve(&raw)?.1;
+            // The prompts the result measured must be the scenario's: every metric moves with
+            // their length, and a fit would take the difference for the engine's speed.
+            if let Some(measured) = r.mean_input_len {
+                let (scenario, _) = sim::workload::generate(&spec.workload).mean_lengths();
+                if scenario > 0.0 && (measured / scenario).ln().abs() > calib::traps::LENGTH_TOLERANCE.ln() {
+                    return Err(format!(
+                        "{}#{k}: total_input_tokens: the result's prompts average {measured:.0} tokens (total_input_tokens ÷ completed), the scenario's {scenario:.0}: the scenario is not the measured run; give its prompt lengths (--set workload.random_input_len=N, or a trace of the run's requests)",
+                        f.display()
+                    ));
+                }
+            }
             points.push(FitPoint {
                 name: format!("{}#{k}", f.display()),
                 spec,
@@ -450,6 +461,22 @@ pub fn check(a: CheckArgs) -> Result<ExitCode, String> {
     }
     if a.profile.is_none() && fit_on.is_empty() {
         return Err("check needs --profile FILE (from servesim calibrate) or --fit-on N,...".into());
+    }
+    // A verdict needs a point the fit did not see: with none, it would pass having judged nothing.
+    if !fit_on.is_empty() && conc.iter().all(|c| fit_on.contains(c)) {
+        return Err(format!(
+            "--fit-on {}: every --concurrency point is fitted on, so no point is left to judge; leave at least one out",
+            a.fit_on.as_deref().unwrap_or("")
+        ));
+    }
+    if let Some(p) = &per_point {
+        if p.len() != 1 && p.len() != conc.len() {
+            return Err(format!(
+                "--num-prompts-per-point: give one value, or one per --concurrency point ({}), got {}",
+                conc.len(),
+                p.len()
+            ));
+        }
     }
     let profile: Option<ProfileFile> = match &a.profile {
         Some(p) => {

@@ -71,6 +71,19 @@ impl WorkloadArgs {
     /// `endpoint` (`--endpoint`): the section says the endpoint the requests go to, so that a
     /// prediction of it (`check`) and the run record describe what was sent.
     pub fn section_json(&self, endpoint: &str) -> Result<(Value, PathBuf), String> {
+        // A NaN would become JSON null, read as "not given": the flag's default would run instead.
+        for (flag, v) in [
+            ("--random-range-ratio", self.random_range_ratio),
+            ("--burstiness", self.burstiness),
+            ("--request-rate", self.request_rate.as_deref().and_then(|r| r.trim().parse::<f64>().ok())),
+        ] {
+            if v.is_some_and(f64::is_nan) {
+                return Err(format!("{flag}: expected a number, got NaN"));
+            }
+        }
+        if let Some(b) = self.burstiness.filter(|b| !b.is_finite()) {
+            return Err(format!("--burstiness: expected a finite number above 0, got {b}"));
+        }
         let (mut w, base) = match &self.scenario {
             Some(p) => {
                 let raw = load::read_raw(Some(p))?;
@@ -227,6 +240,15 @@ pub async fn connect(s: &ServerArgs) -> Result<(ServerInfo, BenchOptions), Strin
     if !(s.request_timeout.is_finite() && s.request_timeout > 0.0) {
         return Err(format!("--request-timeout: expected a number of seconds above 0, got {}", s.request_timeout));
     }
+    if !(s.base_url.starts_with("http://") || s.base_url.starts_with("https://")) {
+        return Err(format!("--base-url: expected a URL starting with http:// or https://, got {:?}", s.base_url));
+    }
+    if !s.endpoint.starts_with('/') {
+        return Err(format!(
+            "--endpoint: expected a path starting with / (e.g. /v1/completions), got {:?}",
+            s.endpoint
+        ));
+    }
     let client = reqwest::Client::new();
     let info =
         server::probe(&client, &s.base_url, s.api_key.as_deref()).await.map_err(|e| format!("--base-url: {e}"))?;
@@ -236,7 +258,17 @@ pub async fn connect(s: &ServerArgs) -> Result<(ServerInfo, BenchOptions), Strin
         (None, Some(root)) if Path::new(root).join("tokenizer.json").exists() => {
             live::tokenizer::vocab_of(Path::new(root))?
         }
-        _ => (s.vocab_size.unwrap_or(32000), 256),
+        _ => {
+            let vocab = s.vocab_size.unwrap_or(32000);
+            // Ids below 256 are left out (special and byte tokens): a vocabulary of 256 or fewer
+            // would make every prompt the same id over and over, all of them one prefix-cache hit.
+            if vocab <= 257 {
+                return Err(format!(
+                    "--vocab-size: expected more than 257 (prompts draw token ids from 256 up to the vocabulary size), got {vocab}"
+                ));
+            }
+            (vocab, 256)
+        }
     };
     // The chat endpoint takes text: prompts are built with the server's tokenizer.
     let chat_tokenizer = if s.endpoint.contains("chat") {
@@ -392,7 +424,7 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode, String> {
         // The text shows the run as the client measured it (before a failure's reason below).
         let text = sim::report::text_report(&point.report, &text_opts, "measured");
         // Nothing succeeded: say why (the most common failure), in the JSON too, and exit 1.
-        let nothing = nothing_succeeded(&run);
+        let nothing = nothing_succeeded(&run).or_else(|| some_failed(&run));
         if let Some(why) = &nothing {
             point.report.stop_reason = format!("failed: {why}");
         }
@@ -460,15 +492,36 @@ pub fn nothing_succeeded(run: &BenchRun) -> Option<String> {
     if sent.is_empty() {
         return Some("no request was sent".into());
     }
+    Some(format!("no request succeeded: all {} sent failed; {}", sent.len(), most_common_failure(&sent)))
+}
+
+/// "the most common reason (n×): …" among the failed of `outcomes`.
+fn most_common_failure(outcomes: &[&live::client::Outcome]) -> String {
     let mut counts: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
-    for o in &sent {
+    for o in outcomes.iter().filter(|o| !o.success) {
         *counts.entry(o.error.as_ref().map_or_else(|| "unknown".into(), ToString::to_string)).or_default() += 1;
     }
-    let (reason, n) = counts.iter().max_by_key(|(_, n)| **n).expect("a failure");
+    let Some((reason, n)) = counts.iter().max_by_key(|(_, n)| **n) else { return String::new() };
     let others = if counts.len() > 1 { format!(" ({} other reasons)", counts.len() - 1) } else { String::new() };
+    format!("the most common reason ({n}×): {reason}{others}")
+}
+
+/// When some sent requests failed and some succeeded (an uninterrupted run), why: the metrics
+/// cover only those that completed, under a load that was not the one set.
+pub fn some_failed(run: &BenchRun) -> Option<String> {
+    if run.interrupted {
+        return None;
+    }
+    let sent: Vec<&live::client::Outcome> = run.outcomes.iter().filter(|o| o.sent).collect();
+    let failed = sent.iter().filter(|o| !o.success).count();
+    if failed == 0 || failed == sent.len() {
+        return None;
+    }
     Some(format!(
-        "no request succeeded: all {} sent failed; the most common reason ({n}×): {reason}{others}",
-        sent.len()
+        "{failed} of {} requests failed: the metrics cover the {} that completed, under a load that was not the one set; {}",
+        sent.len(),
+        sent.len() - failed,
+        most_common_failure(&sent)
     ))
 }
 

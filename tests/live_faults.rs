@@ -193,10 +193,15 @@ fn server_faults_are_recorded_per_request_and_the_run_completes() {
         dir.to_str().unwrap(),
         "--json",
     ]);
-    let j = stdout_json(&o);
+    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stdout is JSON");
     let (done, failed) = (j["completed"].as_u64().unwrap(), j["failed"].as_u64().unwrap());
     assert_eq!(done + failed, 30);
     assert!(done > 0 && failed > 0, "completed {done}, failed {failed}");
+    // Said, not labelled "completed": the metrics are over the requests that finished (exit 1,
+    // everything still written).
+    let why = j["stop_reason"].as_str().unwrap();
+    assert!(why.starts_with(&format!("failed: {failed} of 30 requests failed")), "{why}");
     let lines = jsonl_lines(&dir);
     assert_eq!(lines.iter().filter(|l| l["phase"] == "timed").count(), 30, "one line per request");
     let reasons: Vec<String> = lines.iter().filter_map(|l| l["error"].as_str().map(str::to_string)).collect();
@@ -269,7 +274,8 @@ fn refused_connections_are_failures_and_a_dead_server_is_a_clear_error() {
         "5",
         "--json",
     ]);
-    let j = stdout_json(&o);
+    assert_eq!(o.status.code(), Some(1), "some failed: {}", String::from_utf8_lossy(&o.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stdout is JSON");
     assert!(j["failed"].as_u64().unwrap() > 0, "{j}");
     assert_eq!(j["completed"].as_u64().unwrap() + j["failed"].as_u64().unwrap(), 12);
     // Nothing listening at all: an error that names the flag, exit 2, no panic.

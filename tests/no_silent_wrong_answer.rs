@@ -1054,3 +1054,95 @@ fn pool_pins_are_one_and_kept_unless_changed() {
     assert_eq!(c, 2, "{err}");
     assert!(err.contains("needs 64 KV blocks") && err.contains("63 usable"), "{err}");
 }
+
+/// Found by the live-loop hunt (2026-12-04): `calibrate --from-results` fitted a run whose
+/// prompts were four times the scenario's (prefill cost +86%, nothing said) and a run where most
+/// requests failed (fitted as if all had run); `check` passed with every point fitted on, and
+/// dropped extra prompt counts; `bench` ran a NaN as the flag's default and sent to a base URL
+/// or endpoint it could not form.
+#[test]
+fn live_loop_inputs_that_cannot_hold_are_refused() {
+    let s = "scenarios/serve-small-vllm.json";
+    let out = std::env::temp_dir().join(format!("servesim-live-refused-{}.json", std::process::id()));
+    let metrics = "\"mean_ttft_ms\": 40, \"mean_tpot_ms\": 9, \"mean_e2el_ms\": 320, \"output_throughput\": 700, \"max_concurrency\": 4, \"request_rate\": \"inf\"";
+    for (name, body, needle) in [
+        (
+            "long-prompts.json",
+            format!("{{{metrics}, \"num_prompts\": 24, \"completed\": 24, \"total_input_tokens\": 24576}}"),
+            "the result's prompts average 1024 tokens (total_input_tokens ÷ completed), the scenario's 256",
+        ),
+        (
+            "failed.json",
+            format!("{{{metrics}, \"num_prompts\": 80, \"completed\": 17, \"failed\": 63}}"),
+            "failed: 63 requests of 80 failed",
+        ),
+    ] {
+        let f = write_temp(name, &body);
+        let (c, _, err) =
+            run(&["calibrate", "--from-results", f.to_str().unwrap(), "--scenario", s, "--out", out.to_str().unwrap()]);
+        assert_eq!(c, 2, "{name}: {err}");
+        assert!(err.contains(needle), "{name}: {err}");
+        assert!(!out.exists(), "{name}: no profile written");
+    }
+    // The same result with the scenario's prompt length is fitted.
+    let f = write_temp(
+        "right-prompts.json",
+        &format!("{{{metrics}, \"num_prompts\": 24, \"completed\": 24, \"total_input_tokens\": 6144}}"),
+    );
+    let (c, _, err) =
+        run(&["calibrate", "--from-results", f.to_str().unwrap(), "--scenario", s, "--out", out.to_str().unwrap()]);
+    assert_eq!(c, 0, "{err}");
+    let _ = std::fs::remove_file(&out);
+
+    let profile = "validation/llmd-exp0/profile-fit-0.5-0.67.json";
+    let url = "http://127.0.0.1:1";
+    for (args, needle) in [
+        (
+            vec![
+                "check",
+                "--base-url",
+                url,
+                "--engine",
+                "vllm",
+                "--profile",
+                profile,
+                "--concurrency",
+                "1,4",
+                "--fit-on",
+                "1,4",
+            ],
+            "no point is left to judge",
+        ),
+        (
+            vec![
+                "check",
+                "--base-url",
+                url,
+                "--engine",
+                "vllm",
+                "--profile",
+                profile,
+                "--concurrency",
+                "1,4",
+                "--num-prompts-per-point",
+                "4,8,16",
+            ],
+            "one per --concurrency point (2), got 3",
+        ),
+        (
+            vec!["bench", "--base-url", url, "--request-rate", "5", "--burstiness", "nan"],
+            "--burstiness: expected a number, got NaN",
+        ),
+        (vec!["bench", "--base-url", url, "--request-rate", "nan"], "--request-rate: expected a number, got NaN"),
+        (vec!["bench", "--base-url", url, "--random-range-ratio", "NaN"], "--random-range-ratio: expected a number"),
+        (vec!["bench", "--base-url", "127.0.0.1:1"], "--base-url: expected a URL starting with http://"),
+        (
+            vec!["bench", "--base-url", url, "--endpoint", "v1/completions"],
+            "--endpoint: expected a path starting with /",
+        ),
+    ] {
+        let (c, _, err) = run(&args);
+        assert_eq!(c, 2, "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}

@@ -11,6 +11,9 @@ pub struct ResultPoint {
     pub load: LoadOverrides,
     /// Each report metric the result gives as a number, in report order.
     pub metrics: Vec<(Metric, f64)>,
+    /// The mean prompt length the result measured (`total_input_tokens` ÷ `completed`), where
+    /// it says.
+    pub mean_input_len: Option<f64>,
 }
 
 impl Metrics for ResultPoint {
@@ -64,9 +67,23 @@ pub fn parse_results(text: &str, name: &str) -> Result<Vec<ResultPoint>, String>
         }
         // A source may publish any subset of the fitted metrics (percentiles only, throughput
         // only): the fit uses what is there. A point with none of them cannot be fitted.
+        // Metrics over the requests that finished, of a run whose load was not what it was set
+        // to (those that failed left early): not the scenario's run.
+        if let Some(failed) = m.get("failed").and_then(Value::as_u64).filter(|&f| f > 0) {
+            let sent = m.get("num_prompts").and_then(Value::as_u64).map_or(String::new(), |n| format!(" of {n}"));
+            return Err(format!(
+                "{at}: failed: {failed} requests{sent} failed (or were never sent: an interrupted run): its metrics cover only those that completed, under a load that was not the one set; fit on a run where every request completed"
+            ));
+        }
+        let mean_input_len =
+            match (m.get("total_input_tokens").and_then(Value::as_f64), m.get("completed").and_then(Value::as_f64)) {
+                (Some(t), Some(c)) if t > 0.0 && c > 0.0 => Some(t / c),
+                _ => None,
+            };
         let point = ResultPoint {
             load: load_overrides(&m),
             metrics: Metric::ALL.iter().filter_map(|&k| Some((k, m.get(k.key())?.as_f64()?))).collect(),
+            mean_input_len,
         };
         if !crate::fit::TARGETS.iter().any(|&t| point.metric(t).is_some_and(|v| v.is_finite() && v > 0.0)) {
             return Err(format!(
@@ -139,6 +156,20 @@ mod tests {
         assert_eq!(sg[0].metric(Metric::MedianE2elMs), Some(900.0));
     }
 
+    /// A finite rate's burstiness is the run's (it was read as 1, Poisson: a bursty run's
+    /// queueing then went into the step costs); at an infinite rate it says nothing.
+    #[test]
+    fn a_results_burstiness_is_its_points_load() {
+        let p = parse_results(
+            r#"{"mean_ttft_ms": 40, "request_rate": 25, "burstiness": 0.1, "num_prompts": 80}"#,
+            "r.json",
+        )
+        .unwrap();
+        assert!(p[0].load.sets.contains(&"workload.burstiness=0.1".to_string()), "{:?}", p[0].load.sets);
+        let p = parse_results(r#"{"mean_ttft_ms": 40, "request_rate": "inf", "burstiness": 1.0}"#, "r.json").unwrap();
+        assert!(!p[0].load.sets.iter().any(|s| s.contains("burstiness")), "{:?}", p[0].load.sets);
+    }
+
     #[test]
     fn a_wrong_value_is_an_error_naming_the_point_and_the_field() {
         let err = |text: &str, name: &str| parse_results(text, name).unwrap_err();
@@ -186,6 +217,10 @@ fn load_overrides(r: &Map<String, Value>) -> LoadOverrides {
         // A trace's arrivals (servesim's own report of a trace replay) are the scenario's trace.
         Some(Value::String(s)) if s != "trace" => o.sets.push(format!("workload.request_rate={s}")),
         _ => {}
+    }
+    // How bursty the arrivals at a finite rate were (1: Poisson); at an infinite rate it says nothing.
+    if let (Some(Value::Number(_)), Some(Value::Number(b))) = (r.get("request_rate"), r.get("burstiness")) {
+        o.sets.push(format!("workload.burstiness={b}"));
     }
     if let Some(n) = r.get("num_prompts").or(r.get("completed")).and_then(Value::as_u64) {
         o.sets.push(format!("workload.num_prompts={n}"));
