@@ -464,3 +464,15 @@ fn bench_replays_a_production_trace_in_its_format() {
     assert_eq!(j["completed"].as_u64().unwrap() + j["failed"].as_u64().unwrap(), 3, "{j}");
     assert_eq!(j["request_rate"], "trace");
 }
+
+/// Ids below 256 are never drawn: a vocabulary of 257 or fewer would send one prompt over and
+/// over (every request one prefix-cache hit, found by the live-loop hunt). Refused, naming it.
+#[test]
+fn a_vocabulary_with_no_room_for_distinct_prompts_is_refused() {
+    let addr = start(false, 1, None);
+    let url = format!("http://{addr}");
+    let o = run_cli(&["bench", "--base-url", &url, "--num-prompts", "2", "--vocab-size", "256", "--no-initial-test"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("--vocab-size: expected more than 257"), "{err}");
+}
