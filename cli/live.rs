@@ -336,10 +336,11 @@ pub struct BenchArgs {
     pub json: bool,
 }
 
-/// The async runtime of the live commands: one worker, so the client stays light.
+/// The async runtime of the live commands: one thread, so the client stays light, and a FIFO
+/// run queue, as `vllm bench serve`'s asyncio loop has: requests given their turn together are
+/// sent in list order (a multi-threaded runtime runs the task woken last first).
 pub fn rt() -> Result<tokio::runtime::Runtime, String> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))

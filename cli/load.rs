@@ -78,6 +78,22 @@ pub fn apply_overrides(raw: &mut RawScenario, sets: &[String], seed: Option<u64>
     for s in sets {
         config::apply_set(&mut raw.json, s).map_err(|e| format!("--set {s}: {e}"))?;
     }
+    // One pin set on the command line replaces the scenario's other pins (two pins are an
+    // error, `config::vllm`): the command line says which pool this run has.
+    let pinned_by_set: Vec<&str> = PINNED_POOL
+        .into_iter()
+        .filter(|k| sets.iter().any(|s| path_of(s) == format!("engine.{k}")))
+        .filter(|k| raw.json["engine"].get(*k).is_some_and(|v| !v.is_null()))
+        .collect();
+    if !pinned_by_set.is_empty() {
+        if let Some(e) = raw.json.get_mut("engine").and_then(Value::as_object_mut) {
+            for k in PINNED_POOL {
+                if !pinned_by_set.contains(&k) && before["engine"].get(k).is_some_and(|v| !v.is_null()) {
+                    e.remove(k);
+                }
+            }
+        }
+    }
     // A path set to the value the scenario already has changes no pool.
     let at = |v: &Value, p: &str| p.split('.').try_fold(v, |v, k| v.get(k)).cloned();
     let resized: Vec<String> =

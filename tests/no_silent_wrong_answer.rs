@@ -1017,9 +1017,20 @@ fn a_key_given_twice_in_a_profile_a_result_or_a_trace_row_is_an_error() {
 #[test]
 fn pool_pins_are_one_and_kept_unless_changed() {
     let s = "scenarios/kv-starved-qwen2.5-7b-a100-vllm.json";
-    let (c, _, err) = run(&["simulate", s, "--set", "engine.kv_cache_tokens=80000"]);
+    // Both in one scenario file: an error.
+    let text = std::fs::read_to_string(root().join(s)).unwrap();
+    let both =
+        text.replacen("\"num_gpu_blocks_override\"", "\"kv_cache_tokens\": 80000, \"num_gpu_blocks_override\"", 1);
+    assert_ne!(both, text);
+    let p = write_temp("both-pins.json", &both);
+    let (c, _, err) = run(&["simulate", p.to_str().unwrap()]);
     assert_eq!(c, 2, "{err}");
     assert!(err.contains("engine.kv_cache_tokens: and engine.num_gpu_blocks_override both pin the KV pool"), "{err}");
+    // One set on the command line replaces the file's: the pool is the one set.
+    let (c, out, err) = run(&["simulate", s, "--json", "--set", "engine.kv_cache_tokens=80000"]);
+    assert_eq!(c, 0, "{err}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(j["kv_cache_tokens"], 80000 - 16, "the pool set, less the null block");
     // The file's own GPU, model and engine set again: the pinned pool stands, without a warning.
     let base = run(&["simulate", s, "--json"]);
     for set in ["hardware=a100-80gb", "model=qwen2.5-7b-instruct", "engine.kind=vllm"] {

@@ -158,21 +158,25 @@ async fn run_phase(
     let sem = Arc::new(Semaphore::new(max_conc.map(|c| c as usize).unwrap_or(Semaphore::MAX_PERMITS)));
     let start = Instant::now();
     let mut set = JoinSet::new();
+    // Each request's turn, given in list order: `vllm bench serve` creates one asyncio task per
+    // request as it arrives, and they reach its semaphore in that order. Here one dispatcher
+    // waits for each send time and the semaphore in turn and hands the permit on (tasks left to
+    // race for it start in the runtime's order, the last spawned first).
+    let mut turns = Vec::with_capacity(reqs.len());
     for (i, spec) in reqs.iter().enumerate() {
-        let sem = sem.clone();
+        let (give, turn) = tokio::sync::oneshot::channel::<tokio::sync::OwnedSemaphorePermit>();
+        turns.push((start + Duration::from_nanos(spec.arrival_ns), give));
         let client = client.clone();
         let target = opts.target.clone();
         let ids = prompt_ids(spec, opts.vocab_size, opts.reserved_ids);
         let text = opts.chat_tokenizer.as_ref().map(|t| crate::tokenizer::text_prompt(t, &ids));
         let req = Request { prompt_token_ids: ids, text, max_tokens: spec.max_tokens, ignore_eos: spec.ignore_eos };
-        let send_at = start + Duration::from_nanos(spec.arrival_ns);
         let writer = writer.clone();
         let spec = spec.clone();
         let on_done = if phase == "timed" { opts.on_done.clone() } else { None };
         let sent = sent.clone();
         set.spawn(async move {
-            tokio::time::sleep_until(send_at.into()).await;
-            let _permit = sem.acquire_owned().await.expect("semaphore open");
+            let _permit = turn.await.expect("the dispatcher gives every request its turn");
             sent[i].store(true, std::sync::atomic::Ordering::SeqCst);
             let o = client::send(&client, &target, &req, t0).await;
             writer.lock().expect("writer").write(phase, i, &spec, &o);
@@ -182,6 +186,13 @@ async fn run_phase(
             (i, o)
         });
     }
+    let dispatcher = tokio::spawn(async move {
+        for (send_at, give) in turns {
+            tokio::time::sleep_until(send_at.into()).await;
+            let permit = sem.clone().acquire_owned().await.expect("semaphore open");
+            let _ = give.send(permit);
+        }
+    });
     let mut out: Vec<Option<Outcome>> = vec![None; reqs.len()];
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
@@ -194,6 +205,7 @@ async fn run_phase(
             },
             _ = &mut ctrl_c => {
                 *interrupted = true;
+                dispatcher.abort();
                 set.abort_all();
                 break;
             }
@@ -227,11 +239,13 @@ pub async fn run(opts: &BenchOptions, workload: &Workload) -> BenchRun {
     let client = reqwest::Client::builder().pool_max_idle_per_host(1024).build().expect("an HTTP client");
     let t0 = Instant::now();
     let writer = Arc::new(Mutex::new(Writer {
-        file: opts.jsonl.as_ref().and_then(|p| match std::fs::OpenOptions::new().create(true).append(true).open(p) {
-            Ok(f) => Some(f),
-            Err(e) => {
-                eprintln!("warning: per-request results will not be written to {}: {e}", p.display());
-                None
+        file: opts.jsonl.as_ref().and_then(|p| {
+            match std::fs::OpenOptions::new().create(true).write(true).truncate(true).open(p) {
+                Ok(f) => Some(f),
+                Err(e) => {
+                    eprintln!("warning: per-request results will not be written to {}: {e}", p.display());
+                    None
+                }
             }
         }),
     }));

@@ -105,20 +105,47 @@ pub fn run_files(
 ) -> Result<RunFiles, String> {
     let dir = dir.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
     std::fs::create_dir_all(&dir).map_err(|e| format!("--result-dir {}: {e}", dir.display()))?;
-    let base = match filename {
-        Some(f) => f.trim_end_matches(".json").to_string(),
+    match filename {
+        // The result is written under the name given, as `vllm bench serve` writes it; the
+        // per-request lines and the record beside it, named after it.
+        Some(f) => {
+            if f.trim().is_empty() {
+                return Err("--result-filename: expected a file name, got an empty one".into());
+            }
+            let result = dir.join(f);
+            if let Some(parent) = result.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| format!("--result-filename {f}: {e}"))?;
+            }
+            let base = f.strip_suffix(".json").unwrap_or(f);
+            Ok(RunFiles {
+                result,
+                requests: dir.join(format!("{base}.requests.jsonl")),
+                record: dir.join(format!("{base}.record.json")),
+            })
+        }
         None => {
             let rate = w.request_rate.map(|r| format!("{r}")).unwrap_or_else(|| "inf".into());
             let conc = w.max_concurrency.map(|c| format!("-concurrency{c}")).unwrap_or_default();
             let model = model.rsplit('/').next().unwrap_or(model);
-            format!("{label}-{rate}qps{conc}-{model}-{}", crate::manifest::stamp(crate::manifest::now_unix_s()))
+            let stem =
+                format!("{label}-{rate}qps{conc}-{model}-{}", crate::manifest::stamp(crate::manifest::now_unix_s()));
+            // Two runs stamped in the same second (a check's repeats, quick benches) get names
+            // of their own: neither overwrites the other's record nor adds to its requests.
+            let files = |base: &str| RunFiles {
+                result: dir.join(format!("{base}.json")),
+                requests: dir.join(format!("{base}.requests.jsonl")),
+                record: dir.join(format!("{base}.record.json")),
+            };
+            let mut k = 1;
+            loop {
+                let f = files(&if k == 1 { stem.clone() } else { format!("{stem}-{k}") });
+                if !(f.result.exists() || f.requests.exists() || f.record.exists()) {
+                    return Ok(f);
+                }
+                k += 1;
+            }
         }
-    };
-    Ok(RunFiles {
-        result: dir.join(format!("{base}.json")),
-        requests: dir.join(format!("{base}.requests.jsonl")),
-        record: dir.join(format!("{base}.record.json")),
-    })
+    }
 }
 
 impl LiveMeasure {

@@ -67,6 +67,7 @@ fn past_the_kv_limit_running_is_capped_and_ttft_grows_linearly() {
     // 1008 + 16 = 1024 tokens = 64 blocks of 16 per request at its end.
     let run = |c: u32| {
         let mut v = small_vllm(1008, 16, 40 * c, c);
+        set(&mut v, "engine.kv_cache_tokens=null");
         set(&mut v, &format!("engine.num_gpu_blocks_override={}", K * 64 + 1));
         let spec = spec(v);
         let out = sim::simulate(&spec, RunOptions { check_invariants: true, ..Default::default() });
