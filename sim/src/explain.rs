@@ -350,8 +350,10 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
     let m = &point.metrics;
     let b = &m.ttft_breakdown;
     let c = &point.run.counters;
-    let prompt_tokens: u64 = point.workload.requests.iter().map(|r| u64::from(r.prompt_len)).sum();
-    let recomputed = c.prefill_tokens_computed.saturating_sub(prompt_tokens.saturating_sub(c.prefix_cache_hits));
+    // The engine's own count: what a preemption or retraction discarded and was computed
+    // again (a difference of prompt tokens and prefix hits misread vLLM before 0.27, whose hit
+    // counter adds every lookup of a blocked head of queue).
+    let recomputed = c.recomputed_tokens;
     // Priced by the step cost that timed the run (measured kernels, a profile or the linear
     // model): a lone prefill of the mean recomputed length, at most 8,192 tokens, per token.
     let recompute_s = if recomputed == 0 {

@@ -111,3 +111,49 @@ fn prefix_repetition_hit_rate_matches_its_analytic_expectation() {
         assert_eq!(c.prefix_cache_hits, u64::from((n - p) * prefix), "prefix {prefix} suffix {suffix}");
     }
 }
+
+/// The engines count the prefill tokens they compute again after a preemption (vLLM) or a
+/// retraction (SGLang). With no prefix cache the prefill past the prompts is that count plus,
+/// per preemption at most, the last sampled token (never computed before it). With vLLM's cache on it does not depend on the release's
+/// hit counter (before 0.27 it adds every lookup of a blocked head of queue, which `explain`'s
+/// former difference of prompt tokens and hits read as recompute: 12x the 0.27 figure).
+#[test]
+fn recomputed_tokens_are_the_engines_own_count() {
+    const PROMPTS: u32 = 60;
+    let run = |v: serde_json::Value| {
+        sim::simulate(&spec(v), RunOptions { check_invariants: true, ..Default::default() }).run.counters
+    };
+    let mut v = small_vllm(500, 300, PROMPTS, 32);
+    set(&mut v, "engine.kv_cache_tokens=4000");
+    set(&mut v, "engine.enable_prefix_caching=false");
+    let c = run(v);
+    assert!(c.num_preemptions > 0);
+    let first_time = c.prefill_tokens_computed - u64::from(PROMPTS * 500) - c.recomputed_tokens;
+    assert!(first_time <= c.num_preemptions, "{c:?}");
+    assert!(c.recomputed_tokens > 10 * c.num_preemptions, "{c:?}");
+
+    // SGLang's KV-starved scenario (512 in, 512 out, 200 prompts, no initial test request).
+    let text = std::fs::read_to_string(root().join("scenarios/kv-starved-qwen2.5-7b-a100-sglang.json")).unwrap();
+    let mut s: serde_json::Value = serde_json::from_str(&text).unwrap();
+    set(&mut s, "engine.disable_radix_cache=true");
+    let c = run(s);
+    assert!(c.num_preemptions > 0);
+    let first_time = c.prefill_tokens_computed - 200 * 512 - c.recomputed_tokens;
+    assert!(first_time <= c.num_preemptions, "{c:?}");
+    assert!(c.recomputed_tokens > 10 * c.num_preemptions, "{c:?}");
+
+    // Shared prefixes (the hunt's case): a blocked head's lookups hit.
+    let text = std::fs::read_to_string(root().join("scenarios/shared-prefix-llama3.1-8b-h100-vllm.json")).unwrap();
+    let at = |version: &str| {
+        let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        set(&mut v, "engine.num_gpu_blocks_override=400");
+        set(&mut v, "engine.kv_cache_tokens=null");
+        set(&mut v, "workload.max_concurrency=32");
+        set(&mut v, &format!("engine.version={version}"));
+        run(v)
+    };
+    let (a, b) = (at("0.26.0"), at("0.27.0"));
+    assert!(a.prefix_cache_hits > b.prefix_cache_hits, "0.26 counts the blocked head's lookups");
+    assert_eq!((a.recomputed_tokens, a.prefill_tokens_computed), (b.recomputed_tokens, b.prefill_tokens_computed));
+    assert!(a.num_preemptions > 0 && a.recomputed_tokens > 0);
+}

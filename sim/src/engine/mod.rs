@@ -136,6 +136,10 @@ pub struct EngineCounters {
     pub num_steps: u64,
     /// Prompt (and recomputed) tokens computed by prefill, summed over steps.
     pub prefill_tokens_computed: u64,
+    /// Of which computed again: KV a preemption (vLLM) or a retraction (SGLang) discarded,
+    /// below what the request had computed before (tokens found in the prefix cache on
+    /// resuming are not recomputed).
+    pub recomputed_tokens: u64,
 }
 
 impl EngineCounters {
@@ -158,6 +162,7 @@ impl std::ops::Sub for EngineCounters {
             prefix_cache_hits: self.prefix_cache_hits - o.prefix_cache_hits,
             num_steps: self.num_steps - o.num_steps,
             prefill_tokens_computed: self.prefill_tokens_computed - o.prefill_tokens_computed,
+            recomputed_tokens: self.recomputed_tokens - o.recomputed_tokens,
         }
     }
 }

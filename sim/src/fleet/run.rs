@@ -873,6 +873,7 @@ pub fn run_fleet(
             prefix_cache_hits: counters.prefix_cache_hits + c.prefix_cache_hits,
             num_steps: counters.num_steps + c.num_steps,
             prefill_tokens_computed: counters.prefill_tokens_computed + c.prefill_tokens_computed,
+            recomputed_tokens: counters.recomputed_tokens + c.recomputed_tokens,
         };
         replicas.push(ReplicaRun {
             name: rs.name.clone(),

@@ -219,6 +219,9 @@ struct Req {
     status: Status,
     /// The current prefill round ends the prompt (the request will sample).
     completes_prefill: bool,
+    /// The most tokens it had computed when last retracted: prefill below it is recompute
+    /// (`EngineCounters::recomputed_tokens`).
+    computed_before_retraction: u32,
 }
 
 impl Req {
@@ -650,10 +653,12 @@ impl Scheduler {
         }
         // `prepare_for_extend`: allocate the extend tokens.
         for &id in &can_run {
-            let (kv_len, extend) = {
+            let (kv_len, extend, again) = {
                 let r = self.req(id);
-                (u64::from(r.kv_len), u64::from(r.extend))
+                let again = r.extend.min(r.computed_before_retraction.saturating_sub(r.kv_len));
+                (u64::from(r.kv_len), u64::from(r.extend), u64::from(again))
             };
+            self.counters.recomputed_tokens += again;
             let need = self.ceil_page(kv_len + extend) - self.ceil_page(kv_len);
             let ok = self.alloc(id, need);
             debug_assert!(ok, "admission reserved this KV");
@@ -693,6 +698,7 @@ impl Scheduler {
             self.tree.dec_lock_ref(n);
         }
         let r = self.req_mut(id);
+        r.computed_before_retraction = r.computed_before_retraction.max(r.kv_len);
         r.prefix_len = 0;
         r.kv_len = 0;
         r.status = Status::Waiting;
@@ -1168,6 +1174,7 @@ impl Engine for Scheduler {
             extend: 0,
             status: Status::Waiting,
             completes_prefill: false,
+            computed_before_retraction: 0,
         }));
         self.num_unfinished += 1;
         self.waiting.push_back(id);

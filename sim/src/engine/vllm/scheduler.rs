@@ -143,6 +143,9 @@ struct Request {
     status: Status,
     kv: RequestKv,
     num_preemptions: u32,
+    /// The most tokens it had computed when last preempted: prefill below it is recompute
+    /// (`EngineCounters::recomputed_tokens`).
+    computed_before_preemption: u32,
 }
 
 impl Request {
@@ -426,6 +429,7 @@ impl Scheduler {
         kv.register_private(&r.spec, &mut r.kv);
         kv.free(&mut r.kv);
         r.status = Status::Preempted;
+        r.computed_before_preemption = r.computed_before_preemption.max(r.num_computed_tokens);
         r.num_computed_tokens = 0;
         r.num_preemptions += 1;
         self.counters.num_preemptions += 1;
@@ -579,7 +583,7 @@ impl Scheduler {
                 // filled: nothing to allocate or cache), most requests of most steps: one
                 // token, within any threshold and the budget left; or a request whose last
                 // token is in flight, skipped (below).
-                let Scheduler { kv, requests, plan, .. } = self;
+                let Scheduler { kv, requests, plan, counters, .. } = self;
                 let r = requests[id as usize].as_deref_mut().expect("live request");
                 let computed = r.num_computed_tokens;
                 let total = r.total();
@@ -589,7 +593,7 @@ impl Scheduler {
                     && !(r.placeholders > 0 && r.num_output_tokens + 1 >= r.spec.output_len)
                     && kv.fits_held(total, &r.kv)
                 {
-                    Self::schedule_direct(r, plan, &mut shape, id, computed, total, 1);
+                    Self::schedule_direct(r, plan, &mut shape, &mut counters.recomputed_tokens, id, computed, total, 1);
                     budget -= 1;
                     i += 1;
                     continue;
@@ -619,10 +623,19 @@ impl Scheduler {
             if direct {
                 // `allocate_slots`' fast path (no hit, held blocks with room, none filled):
                 // nothing to allocate or cache. Most decodes.
-                let Scheduler { kv, requests, plan, .. } = self;
+                let Scheduler { kv, requests, plan, counters, .. } = self;
                 let r = requests[id as usize].as_deref_mut().expect("live request");
                 if kv.fits_held(computed + n, &r.kv) {
-                    Self::schedule_direct(r, plan, &mut shape, id, computed, num_tokens, n);
+                    Self::schedule_direct(
+                        r,
+                        plan,
+                        &mut shape,
+                        &mut counters.recomputed_tokens,
+                        id,
+                        computed,
+                        num_tokens,
+                        n,
+                    );
                     budget -= n;
                     i += 1;
                     continue;
@@ -666,9 +679,18 @@ impl Scheduler {
                 break;
             }
             if direct {
-                let Scheduler { requests, plan, .. } = self;
+                let Scheduler { requests, plan, counters, .. } = self;
                 let r = requests[id as usize].as_deref_mut().expect("live request");
-                Self::schedule_direct(r, plan, &mut shape, id, computed, num_tokens, n);
+                Self::schedule_direct(
+                    r,
+                    plan,
+                    &mut shape,
+                    &mut counters.recomputed_tokens,
+                    id,
+                    computed,
+                    num_tokens,
+                    n,
+                );
             } else {
                 self.req_mut(id).num_computed_tokens += n;
                 scheduled.push((id, n));
@@ -722,6 +744,7 @@ impl Scheduler {
         }
 
         // ---- the step's shape (of what is not in it yet) ----
+        let mut recomputed_here = 0u64;
         for &(id, n) in &scheduled {
             let r = self.req_mut(id);
             let before = r.num_computed_tokens - n;
@@ -737,9 +760,12 @@ impl Scheduler {
                 shape.add_decode(u64::from(total));
             } else {
                 shape.add_prefill(u64::from(before), u64::from(n));
+                let again = n.min(r.computed_before_preemption.saturating_sub(before));
+                recomputed_here += u64::from(again);
             }
             self.plan.scheduled.push(Scheduled { id, num_tokens: n, prefill: !decode, samples });
         }
+        self.counters.recomputed_tokens += recomputed_here;
         self.plan.shape = shape;
         self.scheduled_buf = scheduled;
         if !self.plan.is_empty() {
@@ -756,6 +782,7 @@ impl Scheduler {
         r: &mut Request,
         plan: &mut StepPlan,
         shape: &mut StepShape,
+        recomputed: &mut u64,
         id: ReqId,
         computed: u32,
         total: u32,
@@ -771,6 +798,7 @@ impl Scheduler {
             shape.add_decode(u64::from(total));
         } else {
             shape.add_prefill(u64::from(computed), u64::from(n));
+            *recomputed += u64::from(n.min(r.computed_before_preemption.saturating_sub(computed)));
         }
         plan.scheduled.push(Scheduled { id, num_tokens: n, prefill: !decode, samples });
     }
@@ -1159,6 +1187,7 @@ impl Engine for Scheduler {
             status: Status::Waiting,
             kv: RequestKv::with_private(private),
             num_preemptions: 0,
+            computed_before_preemption: 0,
         }));
         self.num_unfinished += 1;
         match &mut self.waiting {
