@@ -1157,3 +1157,36 @@ fn live_loop_inputs_that_cannot_hold_are_refused() {
         assert!(err.contains(needle), "{args:?}: {err}");
     }
 }
+
+/// With the prefix cache on, a prefix every prompt shares is held once: the KV-limited
+/// concurrency counted it in every request (10 here, while 18 ran without a preemption and
+/// `explain` said the pool binds past 10; found by the cross-command hunt).
+#[test]
+fn the_kv_limited_concurrency_holds_a_shared_prefix_once() {
+    let sweep = |extra: &[&str]| -> Value {
+        let mut a = vec![
+            "sweep",
+            "scenarios/kv-starved-qwen2.5-7b-a100-vllm.json",
+            "--set",
+            "workload.random_prefix_len=496",
+            "--set",
+            "workload.random_input_len=16",
+            "--concurrency",
+            "18,20",
+            "--num-prompts",
+            "200",
+            "--json",
+        ];
+        a.extend(extra);
+        let (c, out, err) = run(&a);
+        assert_eq!(c, 0, "{err}");
+        serde_json::from_str(&out).unwrap()
+    };
+    let on = sweep(&[]);
+    // 640 usable blocks: the 31-block prefix once, then 33 blocks a request (16 + 512 tokens).
+    assert_eq!(on["kv_limited_concurrency"], 18);
+    assert_eq!(on["points"][0]["num_preemptions"], 0, "18 fit");
+    assert!(on["points"][1]["num_preemptions"].as_u64().unwrap() > 0, "20 do not");
+    let off = sweep(&["--set", "engine.enable_prefix_caching=false"]);
+    assert_eq!(off["kv_limited_concurrency"], 10, "without the cache each request holds its own copy");
+}

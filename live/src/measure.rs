@@ -45,6 +45,8 @@ pub fn meta_of(info: &ServerInfo) -> PointMeta {
         model_id: info.model.clone().unwrap_or_default(),
         hardware: "live".into(),
         kv_granularity: info.kv_granularity.unwrap_or(1),
+        // Unsaid, the engines' default: on.
+        prefix_caching: info.prefix_caching.unwrap_or(true),
     }
 }
 

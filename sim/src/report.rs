@@ -28,6 +28,9 @@ pub struct PointMeta {
     pub hardware: String,
     /// Block or page size, for the KV-limited concurrency.
     pub kv_granularity: u32,
+    /// Whether the prefix cache is on (a shared prefix is held once in the KV-limited
+    /// concurrency).
+    pub prefix_caching: bool,
 }
 
 /// A report number as it is written: an integer, a float, or `null` (a float that is not
@@ -380,7 +383,7 @@ impl BenchReport {
         m: &crate::metrics::BenchMetrics,
         run: &crate::simulation::RunResult,
     ) -> BenchReport {
-        let limit = crate::sweep::kv_limit(run.kv_capacity_tokens, meta.kv_granularity, w);
+        let limit = crate::sweep::kv_limit(run.kv_capacity_tokens, meta.kv_granularity, meta.prefix_caching, w);
         let c = &run.counters;
         let b = &m.ttft_breakdown;
         // A gauge a live run could not measure is not a zero.
@@ -866,6 +869,7 @@ impl PointMeta {
             model_id: spec.model.id.clone(),
             hardware: spec.gpu.id.clone(),
             kv_granularity: spec.engine.kv_granularity(),
+            prefix_caching: spec.engine.prefix_caching(),
         }
     }
 
@@ -1087,7 +1091,9 @@ fn report_text(r: &BenchReport, opts: &TextOptions, what: &str, rate_label: Opti
         &mut s,
         "KV-limited concurrency:",
         match r.kv_limited_concurrency {
-            Some(c) => format!("{c} (requests of {} tokens)", r.kv_request_footprint_tokens),
+            Some(c) => {
+                format!("{c} (requests of {} tokens, beyond any prefix they share)", r.kv_request_footprint_tokens)
+            }
             None => format!("n/a (KV cache size not known; requests of {} tokens)", r.kv_request_footprint_tokens),
         },
     );

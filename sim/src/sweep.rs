@@ -64,12 +64,16 @@ pub const KNEE_MIN_ELASTICITY: f64 = 0.1;
 /// How many requests the KV pool holds at once.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct KvLimit {
-    /// Mean prompt + output tokens of the workload's requests.
+    /// Mean prompt + output tokens of the workload's requests (less the shared prefix held
+    /// once, where the prefix cache is on and prompts share one).
     pub mean_request_tokens: f64,
     /// That, rounded up to whole blocks (pages).
     pub footprint_tokens: u64,
     pub kv_capacity_tokens: u64,
-    /// `kv_capacity_tokens / footprint_tokens`, rounded down.
+    /// Shared prefixes held once for all the requests that share them (whole blocks of a
+    /// first prompt segment two or more requests have; 0 without a prefix cache).
+    pub shared_prefix_tokens: u64,
+    /// `(kv_capacity_tokens − shared_prefix_tokens) / footprint_tokens`, rounded down.
     pub concurrency: u64,
 }
 
@@ -87,16 +91,48 @@ pub fn kv_limited_concurrency(spec: &SimSpec, workload: &Workload) -> KvLimit {
                 mean_request_tokens: g.mean_request_tokens,
                 footprint_tokens: g.request_footprint_tokens,
                 kv_capacity_tokens: l.kv_cache_tokens,
+                // A fleet's per-replica limits count each prompt in full.
+                shared_prefix_tokens: 0,
                 concurrency: l.kv_limited_concurrency,
             };
         }
     }
-    kv_limit(spec.engine.kv_capacity_tokens(), spec.engine.kv_granularity(), workload)
+    kv_limit(spec.engine.kv_capacity_tokens(), spec.engine.kv_granularity(), spec.engine.prefix_caching(), workload)
 }
 
-/// The same from a capacity and a block (page) size.
-pub fn kv_limit(capacity_tokens: u64, granularity: u32, workload: &Workload) -> KvLimit {
+/// The same from a capacity, a block (page) size and whether the prefix cache is on. With it
+/// on, a first prompt segment that two or more requests share (`random_prefix_len`, a
+/// `prefix_repetition` prefix, a trace's `prefix_group`) is held once: its whole blocks (at
+/// most the prompt less one token, which is always computed) leave each request's footprint
+/// and are taken from the pool once per distinct prefix. Sharing further into a prompt (a
+/// Mooncake trace's later hash ids) is not counted.
+pub fn kv_limit(capacity_tokens: u64, granularity: u32, prefix_caching: bool, workload: &Workload) -> KvLimit {
     let (i, o) = workload.mean_lengths();
+    if prefix_caching && !workload.requests.is_empty() {
+        let g = u64::from(granularity.max(1));
+        let mut firsts: std::collections::BTreeMap<u64, (u32, u64)> = std::collections::BTreeMap::new();
+        for r in &workload.requests {
+            if let Some(s) = r.prompt.first() {
+                let e = firsts.entry(s.key).or_insert((0, u64::from(s.len)));
+                e.0 += 1;
+            }
+        }
+        let held = |r: &crate::request::RequestSpec| -> u64 {
+            match r.prompt.first().and_then(|s| firsts.get(&s.key).filter(|e| e.0 >= 2).map(|_| s.len)) {
+                Some(len) => u64::from(len.min(r.prompt_len.saturating_sub(1))) / g * g,
+                None => 0,
+            }
+        };
+        let per_request: u64 = workload.requests.iter().map(held).sum();
+        let once: u64 = firsts.values().filter(|e| e.0 >= 2).map(|e| e.1 / g * g).sum();
+        if per_request > 0 && once < capacity_tokens {
+            let mean_shared = per_request as f64 / workload.requests.len() as f64;
+            let mut l = kv_limit_of_mean(capacity_tokens - once, granularity, (i + o - mean_shared).max(1.0));
+            l.kv_capacity_tokens = capacity_tokens;
+            l.shared_prefix_tokens = once;
+            return l;
+        }
+    }
     kv_limit_of_mean(capacity_tokens, granularity, i + o)
 }
 
@@ -109,6 +145,7 @@ pub fn kv_limit_of_mean(capacity_tokens: u64, granularity: u32, mean: f64) -> Kv
         mean_request_tokens: mean,
         footprint_tokens: footprint,
         kv_capacity_tokens: capacity_tokens,
+        shared_prefix_tokens: 0,
         concurrency: capacity_tokens / footprint,
     }
 }

@@ -155,6 +155,14 @@ impl EngineSpec {
         }
     }
 
+    /// Whether the prefix cache (vLLM's prefix caching, SGLang's radix cache) is on.
+    pub fn prefix_caching(&self) -> bool {
+        match self {
+            EngineSpec::Vllm(c) => c.enable_prefix_caching,
+            EngineSpec::Sglang(c) => !c.disable_radix_cache,
+        }
+    }
+
     /// KV allocation granularity in tokens (block or page size).
     pub fn kv_granularity(&self) -> u32 {
         match self {
