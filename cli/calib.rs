@@ -26,7 +26,7 @@ use crate::load::{self, RawScenario};
 /// How to describe the live server as a scenario.
 #[derive(Args, Debug, Clone)]
 pub struct DeriveArgs {
-    /// Hardware card id (models/gpu/); default `cpu-host` (the development machines).
+    /// Hardware card id (models/gpu/); default the card `servesim serve` reports, else `cpu-host` (the development machines).
     #[arg(long)]
     pub hardware: Option<String>,
     /// A model card id (models/model/) instead of the served model's config.json (or the card `servesim serve` reports).
@@ -167,6 +167,15 @@ fn connect(server: &ServerArgs, engine: &Option<String>, dir: PathBuf) -> Result
         if info.kind != Some(want) {
             return Err(format!("--engine {e}: the server at {} is {}", info.base_url, info.kind_name()));
         }
+    }
+    // A time-scaled emulator runs its engine k times faster than the engine it emulates: what
+    // is fitted or judged there is that faster engine (a test's shortcut), said here and kept
+    // in every run record (`server.servesim_time_scale`).
+    if let Some(k) = info.servesim_time_scale.filter(|k| *k != 1.0) {
+        eprintln!(
+            "warning: the server at {} is servesim serve at --time-scale {k}: its timings are the emulated engine's divided by {k}, and so are this command's fits and predictions (a profile from it describes a {k}x faster engine); use --time-scale 1 for the engine itself",
+            info.base_url
+        );
     }
     std::fs::create_dir_all(&dir).map_err(|e| format!("--result-dir {}: {e}", dir.display()))?;
     Ok(LiveMeasure { rt, opts, info, dir, endpoint: server.endpoint.clone(), progress: Some(progress()) })

@@ -79,7 +79,7 @@ pub enum ModelChoice {
 /// How to describe the live server as a scenario, beyond what it reports.
 #[derive(Clone, Debug)]
 pub struct DeriveOptions {
-    /// Hardware card id; default `cpu-host`.
+    /// Hardware card id; default what `servesim serve` reports, else `cpu-host`.
     pub hardware: Option<String>,
     pub model: ModelChoice,
     /// vLLM's non-default arguments from its start-up log ([`vllm_args_from_log`]).
@@ -154,7 +154,7 @@ pub fn derive_scenario(info: &ServerInfo, d: &DeriveOptions, workload: &Value) -
         "name": format!("live {}", info.base_url),
         "engine": engine,
         "model": model,
-        "hardware": d.hardware.clone().unwrap_or_else(|| "cpu-host".into()),
+        "hardware": d.hardware.clone().or_else(|| info.servesim_hardware.clone()).unwrap_or_else(|| "cpu-host".into()),
         "workload": workload,
     });
     for s in &d.sets {

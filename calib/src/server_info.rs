@@ -37,6 +37,14 @@ pub struct ServerInfo {
     /// so that a scenario derived from the emulator needs no `--model-card`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model_card: Option<Value>,
+    /// `servesim serve`'s GPU card id (the scenario it emulates): a scenario derived from it
+    /// runs on that card (its defaults, e.g. vLLM's async scheduling on a GPU), not `cpu-host`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub servesim_hardware: Option<String>,
+    /// `servesim serve --time-scale`: simulated seconds per wall second (1: real time). Its
+    /// timings are the engine's divided by it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub servesim_time_scale: Option<f64>,
 }
 
 impl ServerInfo {

@@ -182,7 +182,7 @@ async fn route(req: Request<Incoming>, sh: Arc<Shared>) -> Resp {
         (&Method::GET, "/v1/models") => full(
             StatusCode::OK,
             "application/json",
-            json!({"object": "list", "data": [{"id": sh.opts.model, "object": "model", "root": sh.opts.model, "owned_by": "servesim", "max_model_len": max_model_len(spec), "servesim_model_card": spec.model}]}).to_string(),
+            json!({"object": "list", "data": [{"id": sh.opts.model, "object": "model", "root": sh.opts.model, "owned_by": "servesim", "max_model_len": max_model_len(spec), "servesim_model_card": spec.model, "servesim_hardware": spec.gpu.id, "servesim_time_scale": sh.opts.time_scale}]}).to_string(),
         ),
         (&Method::GET, "/metrics") => {
             let text = crate::metrics::render(spec, &sh.opts.model, &sh.stats.lock().expect("stats"));

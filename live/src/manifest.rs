@@ -153,6 +153,12 @@ pub struct RunSetup<'a> {
     pub max_running: Option<u32>,
     pub token_budget: Option<i64>,
     pub prefix_caching: Option<bool>,
+    /// `servesim serve`'s emulated GPU and time scale (absent for a real engine): a run against
+    /// a time-scaled emulator timed an engine that many times faster.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub servesim_hardware: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub servesim_time_scale: Option<f64>,
     /// The workload section as the user gave it.
     pub workload: &'a Value,
     pub workload_hash: String,
@@ -222,6 +228,8 @@ pub fn record<'a, S: Serialize>(
             max_running: info.max_running,
             token_budget: info.token_budget,
             prefix_caching: info.prefix_caching,
+            servesim_hardware: info.servesim_hardware.as_deref(),
+            servesim_time_scale: info.servesim_time_scale,
             workload: workload_spec,
             workload_hash: workload_hash(workload),
             seed: workload.seed,

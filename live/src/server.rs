@@ -92,6 +92,8 @@ pub async fn probe(client: &reqwest::Client, base: &str, api_key: Option<&str>) 
         server_args: None,
         // `servesim serve` reports the card of the model it emulates.
         model_card: first.get("servesim_model_card").filter(|v| v.is_object()).cloned(),
+        servesim_hardware: first.get("servesim_hardware").and_then(Value::as_str).map(str::to_string),
+        servesim_time_scale: first.get("servesim_time_scale").and_then(Value::as_f64),
     };
     if let Some(cc) = snap.labels("vllm:cache_config_info") {
         info.kind = Some(EngineKind::Vllm);
