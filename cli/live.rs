@@ -406,10 +406,23 @@ impl Serialize for SaveResult<'_> {
 
 pub fn bench(a: BenchArgs) -> Result<ExitCode, String> {
     let text_opts = crate::text_options(&a.metric_percentiles, &a.percentile_metrics)?;
-    let (wl_json, w) = a.workload.workload(&a.server.endpoint)?;
+    let (mut wl_json, mut w) = a.workload.workload(&a.server.endpoint)?;
     let rt = rt()?;
     rt.block_on(async {
         let (info, mut opts) = connect(&a.server).await?;
+        // Without a scenario, the initial test request follows the server's release, as a
+        // scenario's follows its modelled one (`config::default_initial_test_request`): vLLM's
+        // benchmark skips it from 0.14.
+        let skips = info.kind == Some(sim::config::EngineKind::Vllm)
+            && info
+                .version
+                .as_deref()
+                .and_then(sim::engine::Version::parse)
+                .is_some_and(|v| v >= sim::config::VLLM_SKIPS_INITIAL_TEST);
+        if a.workload.scenario.is_none() && !a.workload.no_initial_test && skips {
+            let args = WorkloadArgs { no_initial_test: true, ..a.workload.clone() };
+            (wl_json, w) = args.workload(&a.server.endpoint)?;
+        }
         opts.verbose = !a.json;
         let label = a.label.clone().unwrap_or_else(|| meta_of(&info).engine);
         let files = run_files(a.result_dir.as_deref(), a.result_filename.as_deref(), &label, &w, &opts.target.model)?;

@@ -723,3 +723,58 @@ fn a_second_check_against_the_same_server_meets_a_cold_prefix_cache() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("ignore_eos") && err.contains("output_len_dist"), "{err}");
 }
+
+/// Without a scenario, bench's initial test request follows the server's release as a
+/// scenario's follows its modelled one: vLLM's benchmark skips it from 0.14 (a vLLM 0.33 server
+/// was sent one, and its prompt then hit the prefix cache, unlike `simulate`'s; the live-loop
+/// hunt).
+#[test]
+fn bench_without_a_scenario_follows_the_servers_release_on_the_initial_test() {
+    let s = start_server("scenarios/serve-small-vllm.json", &["--time-scale", "20"]);
+    let dir = std::env::temp_dir().join(format!("servesim-initial-test-{}", std::process::id()));
+    let o = run_cli(&[
+        "bench",
+        "--base-url",
+        &s.url,
+        "--num-prompts",
+        "3",
+        "--random-input-len",
+        "64",
+        "--random-output-len",
+        "4",
+        "--save-result",
+        "--result-dir",
+        dir.to_str().unwrap(),
+        "--result-filename",
+        "r.json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("r.record.json")).unwrap()).unwrap();
+    assert_eq!(r["setup"]["workload"]["initial_test_request"], false, "{}", r["setup"]["workload"]);
+    // --result-filename is the result's exact name (vLLM's); an empty one is an error before the run.
+    let bench = |name: &str| {
+        run_cli(&[
+            "bench",
+            "--base-url",
+            &s.url,
+            "--num-prompts",
+            "1",
+            "--random-input-len",
+            "8",
+            "--random-output-len",
+            "2",
+            "--save-result",
+            "--result-dir",
+            dir.to_str().unwrap(),
+            "--result-filename",
+            name,
+        ])
+    };
+    let o = bench("x.txt");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(dir.join("x.txt").exists() && !dir.join("x.txt.json").exists());
+    let o = bench("");
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--result-filename: expected a file name"));
+}
