@@ -1026,6 +1026,10 @@ fn pool_pins_are_one_and_kept_unless_changed() {
     let (c, _, err) = run(&["simulate", p.to_str().unwrap()]);
     assert_eq!(c, 2, "{err}");
     assert!(err.contains("engine.kv_cache_tokens: and engine.num_gpu_blocks_override both pin the KV pool"), "{err}");
+    // One block of 16 is the null block alone (it was raised to two silently).
+    let (c, _, err) = run(&["simulate", "--set", "engine.kv_cache_tokens=16"]);
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("engine.kv_cache_tokens: 16 tokens is 1 block(s) of 16, the null block included"), "{err}");
     // One set on the command line replaces the file's: the pool is the one set.
     let (c, out, err) = run(&["simulate", s, "--json", "--set", "engine.kv_cache_tokens=80000"]);
     assert_eq!(c, 0, "{err}");

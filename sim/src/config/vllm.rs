@@ -337,10 +337,12 @@ pub(super) fn resolve_vllm(
         (n, KvSizing { source: "num_gpu_blocks_override", kv_bytes_per_token, memory: None })
     } else if let Some(t) = f.kv_cache_tokens {
         let blocks = t / u64::from(block_size);
-        if blocks < 1 {
+        if blocks < 2 {
+            // The log's figure counts the null block: one block leaves none to use (it was
+            // raised to two silently).
             return Err(ConfigError::new(
                 "engine.kv_cache_tokens",
-                format!("{t} tokens is less than one block of {block_size}"),
+                format!("{t} tokens is {blocks} block(s) of {block_size}, the null block included: no usable block; give at least {}", 2 * block_size),
             ));
         }
         // The log prints num_blocks × block_size; block 0 is then the null block.
@@ -353,7 +355,7 @@ pub(super) fn resolve_vllm(
             gpu,
             dep,
         )?;
-        (blocks.max(2), KvSizing { source: "kv_cache_tokens", kv_bytes_per_token, memory: None })
+        (blocks, KvSizing { source: "kv_cache_tokens", kv_bytes_per_token, memory: None })
     } else {
         let util = f.gpu_memory_utilization.unwrap_or(if version >= Version::new(0, 20, 0) { 0.92 } else { 0.9 });
         if !(util > 0.0 && util <= 1.0) {
