@@ -433,6 +433,14 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode, String> {
         opts.on_done = Some(bench::OnDone(std::sync::Arc::new(move || pb2.inc(1))));
         let run = bench::run(&opts, &w).await;
         pb.finish_and_clear();
+        // `vllm bench serve` stops when its initial test request fails: the arguments (a model
+        // name, an endpoint) are wrong, and nothing else is sent.
+        if let Some(e) = &run.initial_test_error {
+            eprintln!(
+                "error: Initial test run failed - please make sure the benchmark arguments are correctly specified: {e}"
+            );
+            return Ok(ExitCode::from(1));
+        }
         let mut point = measured_point(&info, &w, &run);
         sim::report::with_percentiles(&mut point.report, &run.result, &text_opts.percentiles);
         // The text shows the run as the client measured it (before a failure's reason below).

@@ -778,3 +778,34 @@ fn bench_without_a_scenario_follows_the_servers_release_on_the_initial_test() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--result-filename: expected a file name"));
 }
+
+/// `vllm bench serve` stops when its initial test request fails ("Initial test run failed"):
+/// bench warned and sent the whole run to a model the server does not serve (the live-loop hunt).
+#[test]
+fn a_failed_initial_test_request_stops_the_run() {
+    let s = start_server("scenarios/rtx5090-qwen2.5-7b-sglang.json", &["--time-scale", "20"]);
+    let dir = std::env::temp_dir().join(format!("servesim-initial-fails-{}", std::process::id()));
+    let o = run_cli(&[
+        "bench",
+        "--base-url",
+        &s.url,
+        "--model",
+        "nope",
+        "--num-prompts",
+        "3",
+        "--random-input-len",
+        "8",
+        "--random-output-len",
+        "2",
+        "--result-dir",
+        dir.to_str().unwrap(),
+        "--result-filename",
+        "r.json",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("Initial test run failed") && err.contains("does not exist"), "{err}");
+    // Only the initial test request was sent.
+    let lines = std::fs::read_to_string(dir.join("r.requests.jsonl")).unwrap();
+    assert!(lines.lines().all(|l| l.contains("\"initial_test\"")), "{lines}");
+}

@@ -14,6 +14,9 @@ pub enum MeasureError {
     /// Writing a run's files failed.
     #[error("{path}: {message}")]
     Io { path: String, message: String },
+    /// The run's initial test request failed (`vllm bench serve` stops there too).
+    #[error("Initial test run failed - please make sure the benchmark arguments are correctly specified: {0}")]
+    InitialTestFailed(String),
 }
 
 /// Why a calibration or a check failed.

@@ -75,6 +75,9 @@ pub struct BenchRun {
     /// CPU time this process used, and the wall time of the timed phase.
     pub client_cpu_s: f64,
     pub wall_s: f64,
+    /// The initial test request failed, why: `vllm bench serve` stops there ("Initial test run
+    /// failed"), and so does this run (nothing else sent).
+    pub initial_test_error: Option<String>,
 }
 
 /// Token ids of a request's prompt.
@@ -250,20 +253,17 @@ pub async fn run(opts: &BenchOptions, workload: &Workload) -> BenchRun {
         }),
     }));
     let mut interrupted = false;
+    let mut initial_test_error = None;
     if let Some(t) = &workload.initial_test {
         let o =
             run_phase(&client, opts, "initial_test", std::slice::from_ref(t), Some(1), t0, &writer, &mut interrupted)
                 .await;
-        if let Some(o) = o.first() {
-            if !o.success && o.sent && opts.verbose {
-                eprintln!(
-                    "warning: the initial test request failed: {}",
-                    o.error.as_ref().map_or_else(|| "?".to_string(), ToString::to_string)
-                );
-            }
+        if let Some(o) = o.first().filter(|o| o.sent && !o.success) {
+            initial_test_error = Some(o.error.as_ref().map_or_else(|| "?".to_string(), ToString::to_string));
         }
     }
-    if !interrupted && !workload.warmups.is_empty() {
+    let skip = interrupted || initial_test_error.is_some();
+    if !skip && !workload.warmups.is_empty() {
         run_phase(&client, opts, "warmup", &workload.warmups, workload.max_concurrency, t0, &writer, &mut interrupted)
             .await;
     }
@@ -310,7 +310,7 @@ pub async fn run(opts: &BenchOptions, workload: &Workload) -> BenchRun {
     });
     let bench_start = Instant::now();
     let cpu_start = process_cpu_seconds();
-    let timed = if interrupted {
+    let timed = if interrupted || initial_test_error.is_some() {
         vec![Outcome::default(); workload.requests.len()]
     } else {
         run_phase(
@@ -387,7 +387,7 @@ pub async fn run(opts: &BenchOptions, workload: &Workload) -> BenchRun {
         fast_forwarded_steps: 0,
         token_log,
     };
-    BenchRun { outcomes, result, metrics_before, metrics_after, interrupted, client_cpu_s, wall_s }
+    BenchRun { outcomes, result, metrics_before, metrics_after, interrupted, client_cpu_s, wall_s, initial_test_error }
 }
 
 /// The engine counters accumulated between two `/metrics` snapshots (0 for a counter that is

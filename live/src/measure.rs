@@ -206,6 +206,9 @@ impl Measure for LiveMeasure {
                 if r.interrupted {
                     return Err(MeasureError::Interrupted);
                 }
+                if let Some(e) = r.initial_test_error {
+                    return Err(MeasureError::InitialTestFailed(e));
+                }
                 Ok(measurement(&self.info, w, &r, None))
             }
             Run::Probe { name } => {
@@ -217,6 +220,9 @@ impl Measure for LiveMeasure {
                 if r.interrupted {
                     return Err(MeasureError::Interrupted);
                 }
+                if let Some(e) = r.initial_test_error {
+                    return Err(MeasureError::InitialTestFailed(e));
+                }
                 Ok(measurement(&self.info, w, &r, Some(&file)))
             }
             Run::CheckPoint { workload, prompt_salt, .. } => {
@@ -226,6 +232,9 @@ impl Measure for LiveMeasure {
                     self.warm_at_shape(w).await;
                     self.recorded(w, files.requests.clone()).await
                 });
+                if let Some(e) = r.initial_test_error {
+                    return Err(MeasureError::InitialTestFailed(e));
+                }
                 let m = measurement(&self.info, w, &r, Some(&files.requests));
                 let record_files = crate::manifest::files(&[("requests", &files.requests)]);
                 let mut rec = crate::manifest::record(
