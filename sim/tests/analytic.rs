@@ -157,3 +157,34 @@ fn recomputed_tokens_are_the_engines_own_count() {
     assert_eq!((a.recomputed_tokens, a.prefill_tokens_computed), (b.recomputed_tokens, b.prefill_tokens_computed));
     assert!(a.num_preemptions > 0 && a.recomputed_tokens > 0);
 }
+
+/// SGLang's overlap scheduler delays processing a batch's results by one iteration, never the
+/// first token before the prompt's last chunk has run: a prompt of two chunks has its first
+/// token after both, with or without overlap (it came one chunk early, its TTFT halved and the
+/// chunk's time shown as one long ITL gap; found by the SGLang hunt).
+#[test]
+fn sglang_overlap_never_delivers_a_first_token_before_the_last_chunk() {
+    let text = std::fs::read_to_string(root().join("scenarios/rtx5090-qwen2.5-7b-sglang.json")).unwrap();
+    let run = |overlap_off: bool| {
+        let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        for a in [
+            "engine.chunked_prefill_size=2048",
+            "workload.num_prompts=4",
+            "workload.random_input_len=4096",
+            "workload.random_output_len=10",
+            "workload.initial_test_request=false",
+            &format!("engine.disable_overlap_schedule={overlap_off}"),
+        ] {
+            set(&mut v, a);
+        }
+        sim::simulate(&spec(v), RunOptions { check_invariants: true, ..Default::default() }).metrics
+    };
+    let (on, off) = (run(false), run(true));
+    assert!(on.ttft.mean >= off.ttft.mean, "overlap {} ms before the last chunk: {} ms", on.ttft.mean, off.ttft.mean);
+    assert!(
+        on.itl.max < 2.0 * off.itl.max,
+        "a chunk's time as an ITL gap: {} ms against {} ms",
+        on.itl.max,
+        off.itl.max
+    );
+}

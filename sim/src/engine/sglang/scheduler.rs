@@ -1019,9 +1019,14 @@ impl Scheduler {
         }
         if matches!(kind, StepKind::Prefill { .. }) {
             let batch = std::mem::take(&mut self.batch);
-            for &id in &batch {
+            for (k, &id) in batch.iter().enumerate() {
                 let Some(r) = self.requests[id as usize].as_ref() else { continue };
-                if !r.completes_prefill {
+                // Whether this batch's chunk ended the prompt, as planned: with the overlap
+                // scheduler the request's next chunk is already formed (and its
+                // `completes_prefill` set for it) when this batch's results are processed.
+                let s = self.plan.scheduled[k];
+                debug_assert!(s.id == id && s.prefill, "a prefill batch's plan lists its requests first");
+                if !s.samples {
                     // The chunked request: its computed part goes into the tree.
                     self.cache_unfinished_req(id);
                     continue;
