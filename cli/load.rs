@@ -46,78 +46,22 @@ pub fn read_raw(path: Option<&Path>) -> Result<RawScenario, String> {
     Ok(RawScenario { origin, base_dir, json })
 }
 
-/// The engine fields that pin the KV pool, overriding a memory fraction.
-pub const PINNED_POOL: [&str; 3] = ["kv_cache_tokens", "num_gpu_blocks_override", "max_total_tokens"];
+pub use sim::config::{resizes_pool, PINNED_POOL};
 
-/// Whether a `--set` (or `tune --vary`) path changes what the KV pool would be: the memory
-/// fraction, the model, the GPU (or its host), the TP size, the KV cache's or the weights'
-/// format, the engine. A pinned pool (a start-up log's figure) is then another setup's.
-pub fn resizes_pool(path: &str) -> bool {
-    let under = |root: &str| path == root || path.starts_with(&format!("{root}."));
-    under("model")
-        || under("hardware")
-        || [
-            "engine.gpu_memory_utilization",
-            "engine.mem_fraction_static",
-            "engine.tensor_parallel_size",
-            "engine.tp_size",
-            "engine.kv_cache_dtype",
-            "engine.quantization",
-            "engine.kind",
-        ]
-        .contains(&path)
-}
-
-/// Applies `--set` overrides and `--seed`.
+/// Applies `--set` overrides (`config::apply_sets`: a memory fraction, model, GPU, TP size or KV
+/// format set drops the scenario's pinned pool, said here) and `--seed`.
 pub fn apply_overrides(raw: &mut RawScenario, sets: &[String], seed: Option<u64>) -> Result<(), String> {
     let path_of = |s: &String| s.split('=').next().unwrap_or("").trim().to_string();
     if seed.is_some() && sets.iter().any(|s| path_of(s) == "workload.seed") {
         return Err("--seed and --set workload.seed both give the workload's seed: give one".into());
     }
-    let before = raw.json.clone();
-    for s in sets {
-        config::apply_set(&mut raw.json, s).map_err(|e| format!("--set {s}: {e}"))?;
-    }
-    // One pin set on the command line replaces the scenario's other pins (two pins are an
-    // error, `config::vllm`): the command line says which pool this run has.
-    let pinned_by_set: Vec<&str> = PINNED_POOL
-        .into_iter()
-        .filter(|k| sets.iter().any(|s| path_of(s) == format!("engine.{k}")))
-        .filter(|k| raw.json["engine"].get(*k).is_some_and(|v| !v.is_null()))
-        .collect();
-    if !pinned_by_set.is_empty() {
-        if let Some(e) = raw.json.get_mut("engine").and_then(Value::as_object_mut) {
-            for k in PINNED_POOL {
-                if !pinned_by_set.contains(&k) && before["engine"].get(k).is_some_and(|v| !v.is_null()) {
-                    e.remove(k);
-                }
-            }
-        }
-    }
-    // A path set to the value the scenario already has changes no pool.
-    let at = |v: &Value, p: &str| p.split('.').try_fold(v, |v, k| v.get(k)).cloned();
-    let resized: Vec<String> =
-        sets.iter().map(path_of).filter(|p| resizes_pool(p) && at(&before, p) != at(&raw.json, p)).collect();
-    // A memory fraction, model, GPU, TP size or KV format set on the command line is a what-if
-    // on the pool: the scenario's pinned pool (a start-up log's figure for its own setup) would
-    // otherwise override it silently. Unless the same command line pins the pool too, the
-    // scenario's pin is dropped, and the run says so.
-    if !resized.is_empty() {
-        let pinned_here = |k: &str| sets.iter().any(|s| path_of(s) == format!("engine.{k}"));
-        if let Some(e) = raw.json.get_mut("engine").and_then(Value::as_object_mut) {
-            for k in PINNED_POOL {
-                if !pinned_here(k) && e.get(k).is_some_and(|v| !v.is_null()) {
-                    e.remove(k);
-                    warn_once(format!(
-                        "{}: engine.{k} was dropped: --set {} changes what the KV pool would be, so the pool is derived \
-                         from the memory fraction and the model and GPU cards (an estimate; see README \"KV capacity from \
-                         a memory fraction\"); pin it again with --set engine.{k}=N if you know it",
-                        raw.origin,
-                        resized.join(", --set ")
-                    ));
-                }
-            }
-        }
+    for (k, resized) in config::apply_sets(&mut raw.json, sets)? {
+        warn_once(format!(
+            "{}: engine.{k} was dropped: --set {resized} changes what the KV pool would be, so the pool is derived \
+             from the memory fraction and the model and GPU cards (an estimate; see README \"KV capacity from \
+             a memory fraction\"); pin it again with --set engine.{k}=N if you know it",
+            raw.origin
+        ));
     }
     if let Some(seed) = seed {
         config::apply_set(&mut raw.json, &format!("workload.seed={seed}")).map_err(|e| format!("--seed: {e}"))?;

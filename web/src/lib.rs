@@ -110,11 +110,10 @@ pub(crate) fn read_raw(req: &Request) -> Result<RawScenario, String> {
     Ok(RawScenario { origin, json })
 }
 
-/// The binary's `load::apply_overrides`.
+/// The binary's `load::apply_overrides`: the same `config::apply_sets` (a memory fraction, TP
+/// size or KV format drops a pinned pool, as the command the page prints does).
 pub(crate) fn apply_overrides(raw: &mut RawScenario, sets: &[String], seed: Option<u64>) -> Result<(), String> {
-    for s in sets {
-        config::apply_set(&mut raw.json, s).map_err(|e| format!("--set {s}: {e}"))?;
-    }
+    config::apply_sets(&mut raw.json, sets)?;
     if let Some(seed) = seed {
         config::apply_set(&mut raw.json, &format!("workload.seed={seed}")).map_err(|e| format!("--seed: {e}"))?;
     }
@@ -424,6 +423,19 @@ mod tests {
         let v: Value = serde_json::from_str(&resolve("{}").unwrap()).unwrap();
         assert_eq!(v["kv_limited_concurrency"], 42);
         assert_eq!(v["engine"], "vllm");
+    }
+
+    /// A knob that changes what the pool would be (TP size, memory fraction, KV dtype) drops the
+    /// scenario's pinned pool here as in the binary, so the page's numbers are its Reproduce
+    /// command's (it kept the pin: 42 where the command gives 135; the teaching-page hunt).
+    #[test]
+    fn a_pool_resizing_knob_drops_the_pinned_pool_as_the_binary_does() {
+        let v: Value =
+            serde_json::from_str(&resolve(r#"{"sets": ["engine.tensor_parallel_size=2"]}"#).unwrap()).unwrap();
+        assert_eq!(v["kv_limited_concurrency"], 135);
+        // Set to what the scenario already has: nothing resizes, the pin stands.
+        let v: Value = serde_json::from_str(&resolve(r#"{"sets": ["model=qwen2.5-7b-instruct"]}"#).unwrap()).unwrap();
+        assert_eq!(v["kv_limited_concurrency"], 42);
     }
 
     #[test]

@@ -86,7 +86,7 @@ pub mod memory_constants {
     };
 }
 pub use flags::{translate_engine, Knob, KNOBS};
-pub use overrides::apply_set;
+pub use overrides::{apply_set, apply_sets, resizes_pool, PINNED_POOL};
 pub use schema::*;
 pub use workload::{priced_endpoint, resolve_workload, CHAT_ENDPOINT, COMPLETIONS_ENDPOINT};
 

@@ -42,3 +42,74 @@ pub fn apply_set(root: &mut Value, assignment: &str) -> Result<()> {
     }
     Ok(())
 }
+
+/// The engine fields that pin the KV pool, overriding a memory fraction.
+pub const PINNED_POOL: [&str; 3] = ["kv_cache_tokens", "num_gpu_blocks_override", "max_total_tokens"];
+
+/// Whether a `--set` (or `tune --vary`) path changes what the KV pool would be: the memory
+/// fraction, the model, the GPU (or its host), the TP size, the KV cache's or the weights'
+/// format, the engine. A pinned pool (a start-up log's figure) is then another setup's.
+pub fn resizes_pool(path: &str) -> bool {
+    let under = |root: &str| path == root || path.starts_with(&format!("{root}."));
+    under("model")
+        || under("hardware")
+        || [
+            "engine.gpu_memory_utilization",
+            "engine.mem_fraction_static",
+            "engine.tensor_parallel_size",
+            "engine.tp_size",
+            "engine.kv_cache_dtype",
+            "engine.quantization",
+            "engine.kind",
+        ]
+        .contains(&path)
+}
+
+/// Applies `--set` assignments as the command line does (the binary and the browser page alike):
+/// each with [`apply_set`]; one pool pin set replaces the scenario's other pins; a path that
+/// changes what the pool would be (and is set to a value the scenario does not already have)
+/// drops the scenario's pins the same assignments do not give. Returns the pins dropped that
+/// way, each with the `--set` paths that caused it (`"a, --set b"`), for the caller to say.
+pub fn apply_sets(json: &mut Value, sets: &[String]) -> std::result::Result<Vec<(String, String)>, String> {
+    let path_of = |s: &String| s.split('=').next().unwrap_or("").trim().to_string();
+    let before = json.clone();
+    for s in sets {
+        apply_set(json, s).map_err(|e| format!("--set {s}: {e}"))?;
+    }
+    // One pin set on the command line replaces the scenario's other pins (two pins are an
+    // error, `config::vllm`): the command line says which pool this run has.
+    let pinned_by_set: Vec<&str> = PINNED_POOL
+        .into_iter()
+        .filter(|k| sets.iter().any(|s| path_of(s) == format!("engine.{k}")))
+        .filter(|k| json["engine"].get(*k).is_some_and(|v| !v.is_null()))
+        .collect();
+    if !pinned_by_set.is_empty() {
+        if let Some(e) = json.get_mut("engine").and_then(Value::as_object_mut) {
+            for k in PINNED_POOL {
+                if !pinned_by_set.contains(&k) && before["engine"].get(k).is_some_and(|v| !v.is_null()) {
+                    e.remove(k);
+                }
+            }
+        }
+    }
+    // A path set to the value the scenario already has changes no pool.
+    let at = |v: &Value, p: &str| p.split('.').try_fold(v, |v, k| v.get(k)).cloned();
+    let resized: Vec<String> =
+        sets.iter().map(path_of).filter(|p| resizes_pool(p) && at(&before, p) != at(json, p)).collect();
+    // A memory fraction, model, GPU, TP size or KV format set is a what-if on the pool: the
+    // scenario's pinned pool (a start-up log's figure for its own setup) would otherwise
+    // override it silently. Unless the same assignments pin the pool too, the pin is dropped.
+    let mut dropped = Vec::new();
+    if !resized.is_empty() {
+        let pinned_here = |k: &str| sets.iter().any(|s| path_of(s) == format!("engine.{k}"));
+        if let Some(e) = json.get_mut("engine").and_then(Value::as_object_mut) {
+            for k in PINNED_POOL {
+                if !pinned_here(k) && e.get(k).is_some_and(|v| !v.is_null()) {
+                    e.remove(k);
+                    dropped.push((k.to_string(), resized.join(", --set ")));
+                }
+            }
+        }
+    }
+    Ok(dropped)
+}
