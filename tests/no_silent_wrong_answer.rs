@@ -1193,4 +1193,19 @@ fn the_kv_limited_concurrency_holds_a_shared_prefix_once() {
     assert!(on["points"][1]["num_preemptions"].as_u64().unwrap() > 0, "20 do not");
     let off = sweep(&["--set", "engine.enable_prefix_caching=false"]);
     assert_eq!(off["kv_limited_concurrency"], 10, "without the cache each request holds its own copy");
+    // A fleet of one replica is the engine: the same limit (it counted the prefix in full).
+    let (c, out, err) = run(&[
+        "simulate",
+        "scenarios/kv-starved-qwen2.5-7b-a100-vllm.json",
+        "--set",
+        "workload.random_prefix_len=496",
+        "--set",
+        "workload.random_input_len=16",
+        "--set",
+        "fleet.count=1",
+        "--json",
+    ]);
+    assert_eq!(c, 0, "{err}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(j["kv_limited_concurrency"], 18);
 }

@@ -91,7 +91,7 @@ pub fn kv_limited_concurrency(spec: &SimSpec, workload: &Workload) -> KvLimit {
                 mean_request_tokens: g.mean_request_tokens,
                 footprint_tokens: g.request_footprint_tokens,
                 kv_capacity_tokens: l.kv_cache_tokens,
-                // A fleet's per-replica limits count each prompt in full.
+                // Held once per replica (`fleet::replica_limits`), not once for the fleet.
                 shared_prefix_tokens: 0,
                 concurrency: l.kv_limited_concurrency,
             };

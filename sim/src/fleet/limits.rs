@@ -72,7 +72,7 @@ pub struct FleetLimits {
 /// The limits of every replica group of `spec` (a single engine is one group of one) for the
 /// mean request of `workload`.
 pub fn replica_limits(spec: &SimSpec, workload: &Workload) -> FleetLimits {
-    let (mean_in, mean_out) = workload.mean_lengths();
+    let (mean_in, _) = workload.mean_lengths();
     let mut groups: Vec<ReplicaLimit> = Vec::new();
     let mut add = |group: usize,
                    name: &str,
@@ -87,9 +87,14 @@ pub fn replica_limits(spec: &SimSpec, workload: &Workload) -> FleetLimits {
             g.group_kv_limited_concurrency += g.kv_limited_concurrency;
             return;
         }
-        let mean = if role == ReplicaRole::Prefill { mean_in + 1.0 } else { mean_in + mean_out };
         let capacity = engine.kv_capacity_tokens();
-        let l = crate::sweep::kv_limit_of_mean(capacity, engine.kv_granularity(), mean);
+        // A replica that holds requests to their end holds a shared prefix once, as one engine
+        // does (`sweep::kv_limit`); a prefill replica holds each prompt until it is sent on.
+        let l = if role == ReplicaRole::Prefill {
+            crate::sweep::kv_limit_of_mean(capacity, engine.kv_granularity(), mean_in + 1.0)
+        } else {
+            crate::sweep::kv_limit(capacity, engine.kv_granularity(), engine.prefix_caching(), workload)
+        };
         let (footprint, per) = (l.footprint_tokens, l.concurrency);
         groups.push(ReplicaLimit {
             group,
@@ -103,7 +108,7 @@ pub fn replica_limits(spec: &SimSpec, workload: &Workload) -> FleetLimits {
             kv_block_size: engine.kv_granularity(),
             kv_bytes_per_token_per_gpu: kv_bytes,
             kv_cache_tokens: capacity,
-            mean_request_tokens: mean,
+            mean_request_tokens: l.mean_request_tokens,
             request_footprint_tokens: footprint,
             kv_limited_concurrency: per,
             group_kv_limited_concurrency: per,
