@@ -208,9 +208,12 @@ struct SharedWork {
     costs: Mutex<Vec<Arc<sim::cost::ComposedCost>>>,
     /// By a fingerprint of the resolved scenario; equal specs are confirmed with `==`.
     done: Mutex<HashMap<String, Vec<(SimSpec, Result<PointReport, String>, Option<(String, String, usize)>)>>>,
-    simulated: std::sync::atomic::AtomicUsize,
-    identical: std::sync::atomic::AtomicUsize,
+    /// Configurations that resolved and were asked for (simulated or answered by an equal one).
+    resolved: std::sync::atomic::AtomicUsize,
     workloads: std::sync::atomic::AtomicUsize,
+    /// The distinct workloads asked for (by their parameters less `max_concurrency`): what the
+    /// report counts, the same however the configurations fell to threads.
+    workload_keys: Mutex<Vec<WorkloadParams>>,
 }
 
 /// A thread's generated workloads, by their parameters less `max_concurrency`.
@@ -271,13 +274,20 @@ fn simulate_config(
         spec.gpu.id,
         spec.cost.coefficients()
     );
+    shared.resolved.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     if let Some(v) = shared.done.lock().expect("not poisoned").get(&fingerprint) {
         if let Some((_, r, st)) = v.iter().find(|(s, _, _)| *s == spec) {
-            shared.identical.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return (r.clone(), st.clone());
         }
     }
-    shared.simulated.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    if spec.fleet.is_none() {
+        let mut key = spec.workload.clone();
+        key.max_concurrency = None;
+        let mut keys = shared.workload_keys.lock().expect("not poisoned");
+        if !keys.contains(&key) {
+            keys.push(key);
+        }
+    }
     let (result, stopped) = if spec.fleet.is_some() {
         // A fleet runs its own loop: no shared workload, no early stop.
         let out = sim::simulate(&spec, RunOptions::default());
@@ -317,11 +327,13 @@ fn simulate_config(
             (Ok(j), None)
         }
     };
-    shared.done.lock().expect("not poisoned").entry(fingerprint).or_default().push((
-        spec,
-        result.clone(),
-        stopped.clone(),
-    ));
+    // Two equal configurations run at once on two threads both simulate: the map keeps one,
+    // so that the counts below do not depend on how the configurations fell to threads.
+    let mut done = shared.done.lock().expect("not poisoned");
+    let same = done.entry(fingerprint).or_default();
+    if !same.iter().any(|(s, _, _)| *s == spec) {
+        same.push((spec, result.clone(), stopped.clone()));
+    }
     (result, stopped)
 }
 
@@ -746,12 +758,17 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
         notes,
         knee,
         stopped_early,
-        shared: Some(TuneShared {
-            simulated: shared.simulated.load(std::sync::atomic::Ordering::Relaxed),
-            identical: shared.identical.load(std::sync::atomic::Ordering::Relaxed),
-            workloads_generated: shared.workloads.load(std::sync::atomic::Ordering::Relaxed),
-            distinct_costs: shared.costs.lock().expect("not poisoned").len(),
-        }),
+        shared: {
+            // Counted by equality, not by which thread ran what: the same for every run.
+            let distinct: usize = shared.done.lock().expect("not poisoned").values().map(Vec::len).sum();
+            let resolved = shared.resolved.load(std::sync::atomic::Ordering::Relaxed);
+            Some(TuneShared {
+                simulated: distinct,
+                identical: resolved - distinct,
+                workloads_generated: shared.workload_keys.lock().expect("not poisoned").len(),
+                distinct_costs: shared.costs.lock().expect("not poisoned").len(),
+            })
+        },
     };
     let nothing_completed = result.nothing_completed() && !result.invalid.is_empty();
     match (a.json, intervals) {
@@ -922,7 +939,7 @@ fn text(r: &TuneResult, pareto_latency: Metric, slo_args: &[String], iv: Option<
     if let Some(sh) = &r.shared {
         let _ = writeln!(
             s,
-            "\n({} simulated, {} answered by an identical configuration; {} workloads generated; {} distinct step costs)",
+            "\n({} simulated, {} answered by an identical configuration; {} distinct workloads; {} distinct step costs)",
             sh.simulated, sh.identical, sh.workloads_generated, sh.distinct_costs
         );
     }

@@ -1209,3 +1209,25 @@ fn the_kv_limited_concurrency_holds_a_shared_prefix_once() {
     let j: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(j["kv_limited_concurrency"], 18);
 }
+
+/// `tune`'s shared-work line counts configurations by equality, not by which thread ran what:
+/// two equal configurations run at once on two threads were both counted as simulated (three
+/// equal ones read "2 simulated, 1 answered"; found by the cross-command hunt), so the text
+/// varied from run to run. Here 3 distinct configurations, each given 2 equal spellings.
+#[test]
+fn tunes_shared_work_counts_by_equality() {
+    for _ in 0..3 {
+        let (c, out, err) = run(&[
+            "tune",
+            "scenarios/serve-small-vllm.json",
+            "--vary",
+            "engine.kv_cache_dtype=auto,bfloat16",
+            "--vary",
+            "engine.max_num_seqs=8,16,32",
+            "--slo",
+            "mean_ttft_ms<=1e9",
+        ]);
+        assert_eq!(c, 0, "{err}");
+        assert!(out.contains("(3 simulated, 3 answered by an identical configuration; 1 distinct workloads;"), "{out}");
+    }
+}

@@ -425,12 +425,12 @@ impl TuneResult {
 /// What `tune` shared between configurations.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct TuneShared {
-    /// Configurations simulated (to the end or stopped early).
+    /// Distinct configurations simulated (to the end or stopped early).
     pub simulated: usize,
-    /// Configurations that resolved to a scenario already simulated: its report reused.
+    /// Configurations equal to one of those: its report reused.
     pub identical: usize,
-    /// Distinct workloads generated (configurations differing only in engine knobs or
-    /// `max_concurrency` share one).
+    /// Distinct workloads of the single-engine configurations (configurations differing only in
+    /// engine knobs or `max_concurrency` share one; each thread generates it once).
     pub workloads_generated: usize,
     /// Distinct kernel-composed step costs (equal ones share their memos).
     pub distinct_costs: usize,
