@@ -210,7 +210,6 @@ struct SharedWork {
     done: Mutex<HashMap<String, Vec<(SimSpec, Result<PointReport, String>, Option<(String, String, usize)>)>>>,
     /// Configurations that resolved and were asked for (simulated or answered by an equal one).
     resolved: std::sync::atomic::AtomicUsize,
-    workloads: std::sync::atomic::AtomicUsize,
     /// The distinct workloads asked for (by their parameters less `max_concurrency`): what the
     /// report counts, the same however the configurations fell to threads.
     workload_keys: Mutex<Vec<WorkloadParams>>,
@@ -222,19 +221,12 @@ type WorkloadCache = Vec<(WorkloadParams, Workload)>;
 /// The workload of `p`, from the cache or generated. `generate` reads
 /// `max_concurrency` only to copy it into the result (the client applies it), so
 /// workloads that differ only there are the same requests.
-fn take_workload(
-    cache: &mut WorkloadCache,
-    p: &WorkloadParams,
-    generated: &std::sync::atomic::AtomicUsize,
-) -> Workload {
+fn take_workload(cache: &mut WorkloadCache, p: &WorkloadParams) -> Workload {
     let mut key = p.clone();
     key.max_concurrency = None;
     let mut w = match cache.iter().position(|(k, _)| *k == key) {
         Some(i) => cache.swap_remove(i).1,
-        None => {
-            generated.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            sim::workload::generate(&key)
-        }
+        None => sim::workload::generate(&key),
     };
     w.max_concurrency = p.max_concurrency;
     w
@@ -293,7 +285,7 @@ fn simulate_config(
         let out = sim::simulate(&spec, RunOptions::default());
         (out.run.stop.completed().map(|()| PointReport::of(&spec, &out)), None)
     } else {
-        let mut workload = take_workload(cache, &spec.workload, &shared.workloads);
+        let mut workload = take_workload(cache, &spec.workload);
         if let sim::config::EngineSpec::Vllm(c) = &spec.engine {
             if c.enable_prefix_caching {
                 // Every configuration hashes the same prompts: once per workload is enough.
@@ -765,7 +757,7 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
             Some(TuneShared {
                 simulated: distinct,
                 identical: resolved - distinct,
-                workloads_generated: shared.workload_keys.lock().expect("not poisoned").len(),
+                distinct_workloads: shared.workload_keys.lock().expect("not poisoned").len(),
                 distinct_costs: shared.costs.lock().expect("not poisoned").len(),
             })
         },
@@ -940,7 +932,7 @@ fn text(r: &TuneResult, pareto_latency: Metric, slo_args: &[String], iv: Option<
         let _ = writeln!(
             s,
             "\n({} simulated, {} answered by an identical configuration; {} distinct workloads; {} distinct step costs)",
-            sh.simulated, sh.identical, sh.workloads_generated, sh.distinct_costs
+            sh.simulated, sh.identical, sh.distinct_workloads, sh.distinct_costs
         );
     }
     s

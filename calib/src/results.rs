@@ -29,29 +29,25 @@ pub fn parse_results(text: &str, name: &str) -> Result<Vec<ResultPoint>, String>
     // one-token outputs), which JSON has no word for: read each as null, a metric not given.
     let sanitised = python_non_finite_as_null(text);
     let text = sanitised.as_str();
-    // Each point with where it is (the file, or the file and line of a JSONL point).
+    // Each point with where it is (the file, or the file and line of a JSONL point). A metric
+    // given twice in one point is an error: JSON keeps the last, silently.
     let values: Vec<(String, Value)> = match serde_json::from_str::<Value>(text) {
-        Ok(v) => vec![(name.to_string(), v)],
+        Ok(v) => {
+            sim::config::no_duplicate_keys(text).map_err(|e| format!("{name}: {e}"))?;
+            vec![(name.to_string(), v)]
+        }
         Err(_) => text
             .lines()
             .enumerate()
             .filter(|(_, l)| !l.trim().is_empty())
             .map(|(i, l)| {
-                serde_json::from_str(l)
-                    .map(|v| (format!("{name}:{}", i + 1), v))
-                    .map_err(|e| format!("{name}:{}: not JSON: {e}", i + 1))
+                let at = format!("{name}:{}", i + 1);
+                let v = serde_json::from_str(l).map_err(|e| format!("{at}: not JSON: {e}"))?;
+                sim::config::no_duplicate_keys(l).map_err(|e| format!("{at}: {e}"))?;
+                Ok((at, v))
             })
-            .collect::<Result<_, _>>()?,
+            .collect::<Result<_, String>>()?,
     };
-    // A metric given twice in one point: JSON keeps the last, silently.
-    match values.len() {
-        1 if values[0].0 == name => sim::config::no_duplicate_keys(text).map_err(|e| format!("{name}: {e}"))?,
-        _ => {
-            for (i, l) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-                sim::config::no_duplicate_keys(l).map_err(|e| format!("{name}:{}: {e}", i + 1))?;
-            }
-        }
-    }
     for (at, v) in values {
         let mut m = v.as_object().cloned().ok_or(format!("{at}: expected a JSON object"))?;
         check_fields(&m, &at)?;
@@ -65,8 +61,6 @@ pub fn parse_results(text: &str, name: &str) -> Result<Vec<ResultPoint>, String>
                 m.entry(ours).or_insert(e);
             }
         }
-        // A source may publish any subset of the fitted metrics (percentiles only, throughput
-        // only): the fit uses what is there. A point with none of them cannot be fitted.
         // Metrics over the requests that finished, of a run whose load was not what it was set
         // to (those that failed left early): not the scenario's run.
         if let Some(failed) = m.get("failed").and_then(Value::as_u64).filter(|&f| f > 0) {
@@ -80,6 +74,8 @@ pub fn parse_results(text: &str, name: &str) -> Result<Vec<ResultPoint>, String>
                 (Some(t), Some(c)) if t > 0.0 && c > 0.0 => Some(t / c),
                 _ => None,
             };
+        // A source may publish any subset of the fitted metrics (percentiles only, throughput
+        // only): the fit uses what is there. A point with none of them cannot be fitted.
         let point = ResultPoint {
             load: load_overrides(&m),
             metrics: Metric::ALL.iter().filter_map(|&k| Some((k, m.get(k.key())?.as_f64()?))).collect(),

@@ -431,7 +431,7 @@ pub struct TuneShared {
     pub identical: usize,
     /// Distinct workloads of the single-engine configurations (configurations differing only in
     /// engine knobs or `max_concurrency` share one; each thread generates it once).
-    pub workloads_generated: usize,
+    pub distinct_workloads: usize,
     /// Distinct kernel-composed step costs (equal ones share their memos).
     pub distinct_costs: usize,
 }

@@ -340,17 +340,8 @@ impl BlockPool {
         if self.watched_free == 0 {
             return cut;
         }
-        let mut left = n;
-        for &(id, stamp) in &self.queue {
-            if left == 0 {
-                break;
-            }
-            if id == ANON {
-                left -= stamp.min(left);
-            } else if Self::is_live(&self.blocks, (id, stamp)) {
-                cut = cut.min(self.blocks[id as usize].watch_pos);
-                left -= 1;
-            }
+        for id in self.live().take(n as usize).flatten() {
+            cut = cut.min(self.blocks[id as usize].watch_pos);
         }
         cut
     }
@@ -369,34 +360,15 @@ impl BlockPool {
         self.num_free -= n;
         let mut left = n;
         while left > 0 {
-            let (id, stamp) = self.queue.pop_front().expect("the free queue holds a block");
-            if id == ANON {
+            if let Some(k) = self.take_from_run(left) {
                 // Named blocks from a run: spare ids stand for them.
-                let k = stamp.min(left);
-                if k < stamp {
-                    self.queue.push_front((ANON, stamp - k));
-                }
-                for _ in 0..k {
-                    let id = self.spare_ids.pop().expect("a spare id for each anonymous block");
-                    self.blocks[id as usize].ref_cnt = 1;
-                    out.push(id);
-                }
+                self.name_anonymous(k, out);
                 left -= k;
-                continue;
+            } else if let Some(id) = self.pop_named() {
+                self.blocks[id as usize].ref_cnt = 1;
+                out.push(id);
+                left -= 1;
             }
-            let b = &mut self.blocks[id as usize];
-            if !(b.in_free_queue && b.stamp == stamp) {
-                continue; // stale
-            }
-            // `take_out`, the count already taken.
-            b.in_free_queue = false;
-            b.ref_cnt = 1;
-            self.watched_free -= u32::from(b.watch_pos != NIL);
-            if b.has_hash {
-                self.maybe_evict_cached_block(id);
-            }
-            out.push(id);
-            left -= 1;
         }
     }
 
@@ -409,35 +381,52 @@ impl BlockPool {
         self.num_free -= n;
         let mut left = n;
         while left > 0 {
-            let front = self.queue.front_mut().expect("the free queue holds a block");
-            let (id, stamp) = *front;
-            if id == ANON {
-                let k = stamp.min(left);
-                if k < stamp {
-                    front.1 = stamp - k;
-                } else {
-                    self.queue.pop_front();
-                }
+            if let Some(k) = self.take_from_run(left) {
                 left -= k;
-                continue;
+            } else if let Some(id) = self.pop_named() {
+                // The block is anonymous now: its watch ends (the watcher's lookup is cut
+                // before it, `watched_cut`, and its `unwatch` skips it) and its id is spare.
+                self.blocks[id as usize].watch_pos = NIL;
+                self.spare_ids.push(id);
+                left -= 1;
             }
-            self.queue.pop_front();
-            let b = &mut self.blocks[id as usize];
-            if !(b.in_free_queue && b.stamp == stamp) {
-                continue; // stale
-            }
-            b.in_free_queue = false;
-            self.watched_free -= u32::from(b.watch_pos != NIL);
-            if b.has_hash {
-                // Notes a watched block's eviction (`watched_cut`).
-                self.maybe_evict_cached_block(id);
-            }
-            // The block is anonymous now: its watch ends (the watcher's lookup is cut before
-            // it, `watched_cut`, and its `unwatch` skips it) and its id is spare.
-            self.blocks[id as usize].watch_pos = NIL;
-            self.spare_ids.push(id);
-            left -= 1;
         }
+    }
+
+    /// If the free queue's front is a run, takes up to `left` of its blocks and returns how
+    /// many (the free count already taken).
+    #[inline]
+    fn take_from_run(&mut self, left: u32) -> Option<u32> {
+        let front = self.queue.front_mut().expect("the free queue holds a block");
+        if front.0 != ANON {
+            return None;
+        }
+        let k = front.1.min(left);
+        if k < front.1 {
+            front.1 -= k;
+        } else {
+            self.queue.pop_front();
+        }
+        Some(k)
+    }
+
+    /// Pops the free queue's front entry, a named block's: `None` if it is stale; else the block,
+    /// out of the queue (the free count already taken) with its cached hash evicted (a watched
+    /// one noted in `watched_cut`).
+    #[inline]
+    fn pop_named(&mut self) -> Option<u32> {
+        let (id, stamp) = self.queue.pop_front().expect("the free queue holds a block");
+        let b = &mut self.blocks[id as usize];
+        if !(b.in_free_queue && b.stamp == stamp) {
+            return None; // stale
+        }
+        // `take_out`, the count already taken.
+        b.in_free_queue = false;
+        self.watched_free -= u32::from(b.watch_pos != NIL);
+        if b.has_hash {
+            self.maybe_evict_cached_block(id);
+        }
+        Some(id)
     }
 
     /// `free_blocks` of `n` anonymous blocks: one run at the back of the free queue.

@@ -176,7 +176,7 @@ impl KvCacheManager {
     }
 
     /// How many of `blocks` are in the free queue (ref 0): a hit on them takes them out of it.
-    /// (An id made spare or parked has ref 0 but names no free block.)
+    /// (A spare id has ref 0 but names no free block.)
     pub fn num_evictable(&self, blocks: &[u32]) -> u32 {
         blocks.iter().filter(|&&b| self.pool.is_free(b)).count() as u32
     }

@@ -149,6 +149,13 @@ struct Request {
 }
 
 impl Request {
+    /// Of `n` prefill tokens from position `from`, those it computes again: below what it had
+    /// computed before its last preemption.
+    #[inline]
+    fn recomputed_in(&self, from: u32, n: u32) -> u64 {
+        u64::from(n.min(self.computed_before_preemption.saturating_sub(from)))
+    }
+
     fn num_tokens(&self) -> u32 {
         self.spec.prompt_len + self.num_output_tokens
     }
@@ -760,8 +767,7 @@ impl Scheduler {
                 shape.add_decode(u64::from(total));
             } else {
                 shape.add_prefill(u64::from(before), u64::from(n));
-                let again = n.min(r.computed_before_preemption.saturating_sub(before));
-                recomputed_here += u64::from(again);
+                recomputed_here += r.recomputed_in(before, n);
             }
             self.plan.scheduled.push(Scheduled { id, num_tokens: n, prefill: !decode, samples });
         }
@@ -798,7 +804,7 @@ impl Scheduler {
             shape.add_decode(u64::from(total));
         } else {
             shape.add_prefill(u64::from(computed), u64::from(n));
-            *recomputed += u64::from(n.min(r.computed_before_preemption.saturating_sub(computed)));
+            *recomputed += r.recomputed_in(computed, n);
         }
         plan.scheduled.push(Scheduled { id, num_tokens: n, prefill: !decode, samples });
     }
