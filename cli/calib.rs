@@ -374,8 +374,11 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
                     w.remove("max_concurrency");
                 }
             }
-            load::apply_overrides(&mut raw, &o.sets, None)?;
-            let spec = load::resolve(&raw)?.1;
+            // The point's own load (its concurrency, rate, burstiness, count) may be what the
+            // scenario refuses: say which point gave it.
+            let at_point = |e: String| format!("{}#{k} (its load: {}): {e}", f.display(), o.sets.join(", "));
+            load::apply_overrides(&mut raw, &o.sets, None).map_err(at_point)?;
+            let spec = load::resolve(&raw).map_err(at_point)?.1;
             // The prompts the result measured must be the scenario's: every metric moves with
             // their length, and a fit would take the difference for the engine's speed.
             if let Some(measured) = r.mean_input_len {

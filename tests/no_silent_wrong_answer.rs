@@ -1099,6 +1099,15 @@ fn live_loop_inputs_that_cannot_hold_are_refused() {
         assert!(err.contains(needle), "{name}: {err}");
         assert!(!out.exists(), "{name}: no profile written");
     }
+    // A load the scenario refuses names the point that gave it.
+    let f = write_temp(
+        "zero-burst.json",
+        "{\"mean_ttft_ms\": 40, \"request_rate\": 5, \"burstiness\": 0, \"num_prompts\": 10}",
+    );
+    let (c, _, err) =
+        run(&["calibrate", "--from-results", f.to_str().unwrap(), "--scenario", s, "--out", out.to_str().unwrap()]);
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("zero-burst.json#0 (its load:") && err.contains("workload.burstiness: must be > 0"), "{err}");
     // The same result with the scenario's prompt length is fitted.
     let f = write_temp(
         "right-prompts.json",
