@@ -38,9 +38,18 @@ pub fn text(e: &Explanation) -> String {
     let _ = writeln!(s, "Why the metrics are what they are ({} {}, {}):", e.engine, e.engine_version, e.load);
     let _ = writeln!(s, "Scenario: {} ({} on {})", e.scenario, e.model_id, e.hardware);
     let d = &e.deployment;
+    // A fleet's (or a data-parallel engine's) deployment line is one replica's; the fleet's
+    // GPUs are counted in its own line below.
+    let whose = match &e.replica_limits {
+        Some(f) if f.groups.len() > 1 => {
+            format!(" of each replica of group 0 ({} replicas, {} GPUs in all)", f.num_replicas, f.num_gpus)
+        }
+        Some(f) => format!(" of each replica ({} replicas, {} GPUs in all)", f.num_replicas, f.num_gpus),
+        None => String::new(),
+    };
     let _ = writeln!(
         s,
-        "Deployment: tensor parallel {} on {} GPU{}, KV cache {} ({} B/element), weights {}, CUDA graphs {}{}",
+        "Deployment{whose}: tensor parallel {} on {} GPU{}, KV cache {} ({} B/element), weights {}, CUDA graphs {}{}",
         d.tensor_parallel_size,
         d.num_gpus,
         if d.num_gpus == 1 { "" } else { "s" },

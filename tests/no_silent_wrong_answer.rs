@@ -275,6 +275,16 @@ fn the_default_knee_is_42_in_sweep_and_explain() {
     assert!(out.contains("KV pool derived from gpu_memory_utilization") && out.contains("CUDA graphs"), "{out}");
     // It says what timed the steps (issue #12: `explain` names the cost source).
     assert!(out.contains("Step cost source: aiconfigurator-core"), "{out}");
+    assert!(out.contains("\nDeployment: tensor parallel"), "{out}");
+    // A data-parallel engine's deployment line is one replica's, and says so (it read
+    // "tensor parallel 1 on 1 GPU" for two engines on two GPUs).
+    let (c, out, err) =
+        run(&["explain", "--set", "engine.data_parallel_size=2", "--set", r#"hardware={"gpu":"rtx-5090","count":2}"#]);
+    assert_eq!(c, 0, "{err}");
+    assert!(
+        out.contains("Deployment of each replica (2 replicas, 2 GPUs in all): tensor parallel 1 on 1 GPU"),
+        "{out}"
+    );
     // A sweep that never saturates says so.
     let (c, out, _) = run(&["sweep", "--concurrency", "1,2,4", "--num-prompts", "8"]);
     assert_eq!(c, 0);

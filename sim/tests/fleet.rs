@@ -166,9 +166,19 @@ fn data_parallel_engines_share_a_front_end_and_balance() {
     let mut g = small_vllm(512, 64, 200, 32);
     g["engine"] = json!({"kind": "sglang", "version": "0.5.23", "max_total_tokens": 200000, "context_length": 8192,
                          "dp_size": 2, "load_balance_method": "shortest_queue"});
-    let o = sim::simulate(&spec(g), RunOptions::default());
+    let o = sim::simulate(&spec(g.clone()), RunOptions::default());
     assert_eq!(o.fleet.as_ref().unwrap().router, "sglang_data_parallel");
     assert_eq!(o.run.stop, StopReason::Completed);
+    // SGLang's errors name SGLang's flags.
+    g["hardware"] = json!({"gpu": "h100-80gb", "count": 3});
+    let s: sim::config::Scenario = sim::config::from_value(g.clone(), "").unwrap();
+    let e = sim::config::resolve(&s, &common::resources()).unwrap_err();
+    assert!(e.message.contains("(dp_size × tp_size)") && !e.message.contains("data_parallel_size"), "{e}");
+    g["hardware"] = json!("h100-80gb");
+    g["fleet"] = json!({"count": 2});
+    let s: sim::config::Scenario = sim::config::from_value(g, "").unwrap();
+    let e = sim::config::resolve(&s, &common::resources()).unwrap_err();
+    assert_eq!(e.path, "engine.dp_size", "{e}");
 }
 
 #[test]

@@ -282,9 +282,13 @@ pub(super) fn resolve_fleet(s: &Scenario, res: &Resources) -> Result<SimSpec> {
         s.engine.kind.ok_or_else(|| ConfigError::new("engine.kind", "missing; expected \"vllm\" or \"sglang\""))?;
     check_dp_flags(&s.engine, kind, "engine")?;
     let dp = dp_of(&s.engine);
+    let dp_field = match kind {
+        EngineKind::Vllm => "data_parallel_size",
+        EngineKind::Sglang => "dp_size",
+    };
     if dp > 1 && s.fleet.is_some() {
         return Err(ConfigError::new(
-            "engine.data_parallel_size",
+            format!("engine.{dp_field}"),
             "data parallelism with a fleet section is not modelled: give the fleet's replica groups counts instead",
         ));
     }
@@ -304,7 +308,7 @@ pub(super) fn resolve_fleet(s: &Scenario, res: &Resources) -> Result<SimSpec> {
                         "hardware.count",
                         format!(
                             "{c} GPUs for {dp} data-parallel engines of {tp_field} {tp}: count must be {} \
-                             (data_parallel_size × {tp_field}), or leave count out",
+                             ({dp_field} × {tp_field}), or leave count out",
                             u64::from(dp) * tp
                         ),
                     ));
