@@ -195,6 +195,29 @@ fn check(v: &Value, how: &str) {
     let why = v["explain"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect::<Vec<_>>().join(" ");
     assert!(why.contains("holds 42 requests") && why.contains("queue wait"), "{how}: explain: {why}");
 
+    // 2b. Fractions are shown as percentages, as the KV chart shows them.
+    for row in rows {
+        for key in ["kv_cache_usage_peak", "prefix_cache_hit_rate"] {
+            let got: f64 = row[key]["value"].as_str().unwrap().parse().unwrap();
+            assert_eq!(
+                row[key]["shown"].as_str().unwrap(),
+                shown(100.0 * got, 1),
+                "{how}: {key} shown as a percentage"
+            );
+        }
+    }
+
+    // 3c. A scenario with its own rate (long-prefill, 1.5 req/s): fixed-concurrency mode names
+    // the rate it keeps; rate mode explains the rate run, not a closed loop. The
+    // long-prefill scenario pins its pool in tokens and gives no fraction: the box is blank
+    // and the slider says it has no value; the default scenario gives its fraction (0.85).
+    let summary = v["rated_c_summary"].as_str().unwrap_or_default();
+    assert!(summary.contains("At concurrency 4 at 1.5 req/s:"), "{how}: {summary}");
+    let heading = v["rated_rate_explain"].as_str().unwrap_or_default();
+    assert!(heading.contains("a request rate of 1.5 requests/s"), "{how}: {heading}");
+    assert_eq!(v["mem_default"], serde_json::json!([false, "0.85"]), "{how}");
+    assert_eq!(v["rated_mem"], serde_json::json!([true, ""]), "{how}");
+
     // 3b. The page warns where the CLI warns, and only then: nothing on the default scenario;
     // on one where the modelled engine stops, the run and the sweep points that did not complete.
     assert_eq!(v["warnings_default"], serde_json::json!([]), "{how}");

@@ -13,7 +13,7 @@ const DEFAULT_GRID = '1,16,32,42,64,128';
 const KNOBS = [
   { key: 'mrun', label: 'Running cap', flags: { vllm: 'max_num_seqs', sglang: 'max_running_requests' }, min: 1, max: 1024, step: 1, from: (r) => r.max_running },
   { key: 'budget', label: 'Token budget per step', flags: { vllm: 'max_num_batched_tokens', sglang: 'chunked_prefill_size' }, min: 256, max: 16384, step: 256, from: (r) => r.chunk, hint: 'SGLang: -1 turns chunking off' },
-  { key: 'mem', label: 'Memory fraction', flags: { vllm: 'gpu_memory_utilization', sglang: 'mem_fraction_static' }, min: 0.5, max: 0.98, step: 0.01, from: (r) => (r.memory_fraction == null ? null : r.memory_fraction) },
+  { key: 'mem', label: 'Memory fraction', flags: { vllm: 'gpu_memory_utilization', sglang: 'mem_fraction_static' }, min: 0.5, max: 0.98, step: 0.01, from: (r) => (r.memory_fraction == null ? null : r.memory_fraction), hint: 'blank: the scenario pins the pool in tokens, and no fraction applies (the KV pool choice above derives it from memory)' },
   // fp8 is vLLM's name for an e4m3 cache; SGLang's --kv-cache-dtype calls it fp8_e4m3.
   { key: 'dtype', label: 'KV cache dtype', flags: { vllm: 'kv_cache_dtype', sglang: 'kv_cache_dtype' }, values: { sglang: { fp8: 'fp8_e4m3' } }, choices: ['auto', 'fp8'], from: (r) => r.kv_cache_dtype_raw || 'auto' },
   { key: 'tp', label: 'Tensor parallel size', flags: { vllm: 'tensor_parallel_size', sglang: 'tp_size' }, choices: ['1', '2', '4', '8'], from: (r) => String(r.tensor_parallel_size) },
@@ -144,7 +144,8 @@ function prompts(c, basePrompts) {
 
 function loadSets(basePrompts) {
   if (state.mode === 'rate') {
-    const r = Number(state.values.rate || 1);
+    // Unset, the scenario's own rate (the box shows it), else 1 req/s.
+    const r = Number(state.values.rate || (base && base.request_rate) || 1);
     const p = state.values.prompts ? Number(state.values.prompts) : Math.max(basePrompts, 200);
     return [`workload.request_rate=${r}`, 'workload.max_concurrency=null', `workload.num_prompts=${p}`];
   }
@@ -298,9 +299,14 @@ function showKnobValues() {
     if (v == null || v === '') v = defaultOf(k, firstKind);
     if (input !== document.activeElement) input.value = v == null ? '' : v;
     if (range && v != null && v !== '' && range !== document.activeElement) range.value = v;
+    // A slider has no empty position: without a value it would sit at its middle and read as one.
+    if (range) range.classList.toggle('unset', v == null || v === '');
     if (k.flags) $('k-' + k.key).closest('.knob').querySelector('label').textContent = `${k.label} (${k.flags[firstKind]})`;
   }
   const f = datasetFields(base);
+  // prefix_repetition's prompt is its shared prefix and a suffix: the box sets the suffix.
+  $('k-in').closest('.knob').querySelector('label').textContent = base.dataset.name === 'prefix_repetition'
+    ? 'Suffix length (tokens; the prompt is prefix + suffix)' : 'Input length (tokens)';
   for (const k of ['in', 'out', 'prefix']) {
     const off = !f[k];
     $('k-' + k).disabled = off;
@@ -320,7 +326,7 @@ function defaultOf(k, kind) {
   switch (k.key) {
     case 'mrun': return r.max_running;
     case 'budget': return r.chunk;
-    case 'mem': return r.memory_fraction == null ? '' : r.memory_fraction;
+    case 'mem': return r.memory_fraction != null ? r.memory_fraction : r.memory_fraction_in_use != null ? r.memory_fraction_in_use : '';
     case 'dtype': {
       const d = r.scenario.engine && r.scenario.engine.kv_cache_dtype;
       return d && d.startsWith('fp8') ? 'fp8' : 'auto';
@@ -412,7 +418,11 @@ function explainAll(result) {
     const target = $('explain-' + r.kind);
     if (!target) continue;
     try {
-      const exReq = { ...r.req, sets: r.sets.concat(state.mode === 'rate' ? [] : []), seed: r.seed, concurrency: concurrency() };
+      // Rate mode explains the rate run itself (explain's own load: the scenario's, as set);
+      // fixed-concurrency mode, the run at the chosen concurrency.
+      const exReq = state.mode === 'rate'
+        ? { ...r.req, sets: r.sets.concat(loadSets(r.resolved.num_prompts)), seed: r.seed }
+        : { ...r.req, sets: r.sets, seed: r.seed, concurrency: concurrency() };
       const ex = cached('explain:' + JSON.stringify(exReq), () => sim.explain(exReq));
       r.explain = ex;
       target.innerHTML = `<h4>Why (servesim explain, ${esc(ex.value.load)})</h4><ol>${ex.value.explanation.map((s) => `<li>${esc(s)}</li>`).join('')}</ol>`;
@@ -451,7 +461,11 @@ function draw(result) {
 
   // The summary sentence.
   const p = first.run.value;
-  const load = state.mode === 'c' ? `concurrency ${concurrency()}` : `${p.request_rate} req/s`;
+  // A scenario's own finite rate stays in fixed-concurrency mode (as `sweep --concurrency`
+  // keeps it): the label says so rather than calling a rate-limited run a closed loop.
+  const load = state.mode === 'c'
+    ? `concurrency ${concurrency()}` + (p.request_rate === 'trace' ? ' (the trace\'s arrivals)' : typeof p.request_rate === 'number' ? ` at ${p.request_rate} req/s` : '')
+    : `${p.request_rate} req/s`;
   $('summary').innerHTML = result.map((r) => {
     const v = r.sweep.value;
     const q = r.run.value;
@@ -501,11 +515,11 @@ function draw(result) {
   const cols = [
     ['max_concurrency', 'concurrency', 0], ['num_prompts', 'prompts', 0], ['request_throughput', 'req/s', 2], ['output_throughput', 'out tok/s', 1],
     ['mean_ttft_ms', 'mean TTFT (ms)', 1], ['p99_ttft_ms', 'p99 TTFT (ms)', 1], ['mean_tpot_ms', 'mean TPOT (ms)', 2],
-    ['num_preemptions', 'preempt', 0], ['prefix_cache_hit_rate', 'hit rate', 3], ['kv_cache_usage_peak', 'KV peak', 3],
+    ['num_preemptions', 'preempt', 0], ['prefix_cache_hit_rate', 'hit rate (%)', 1, 100], ['kv_cache_usage_peak', 'KV peak (%)', 1, 100],
   ];
   $('tables').innerHTML = result.map((r) => {
     const v = r.sweep.value;
-    const rows = v.points.map((p, j) => `<tr${v.knee && v.knee.index === j ? ' class="knee"' : ''}>${cols.map(([k, , d]) => `<td data-key="${k}" data-value="${p[k]}">${fmt(p[k], d)}</td>`).join('')}</tr>`).join('');
+    const rows = v.points.map((p, j) => `<tr${v.knee && v.knee.index === j ? ' class="knee"' : ''}>${cols.map(([k, , d, scale]) => `<td data-key="${k}" data-value="${p[k]}">${fmt(p[k] == null ? null : p[k] * (scale || 1), d)}</td>`).join('')}</tr>`).join('');
     return `<table class="sweep" data-engine="${r.kind}"><caption>${names[r.kind]} sweep: ${esc(v.scenario)}. Knee: ${v.knee ? 'concurrency ' + v.knee.max_concurrency + ' (row marked)' : v.knee_note ? 'not searched: the scenario sends its own arrivals (a request rate or a trace), so throughput stops where the load is met; the explanation below finds the engine\'s knee with a closed loop' : 'not reached'}. ${esc(v.kv_limit_explanation)}</caption>
       <thead><tr>${cols.map(([, h]) => `<th scope="col">${esc(h)}</th>`).join('')}</tr></thead><tbody>${rows}</tbody></table>`;
   }).join('');
@@ -621,6 +635,23 @@ function selftest() {
     out.summary = $('summary').textContent;
     out.warnings_default = $('warnings').hidden ? [] : [...$('warnings').querySelectorAll('li')].map((li) => li.textContent);
     out.caveats_at_64 = $('caveats').hidden ? [] : [...$('caveats').querySelectorAll('li')].map((li) => li.textContent);
+    // 3c. A scenario with its own request rate: fixed-concurrency mode keeps the rate (as
+    // `sweep --concurrency` does) and says so; rate mode's explanation is of the rate run.
+    // The memory slider of a pool pinned in tokens with no fraction shows no value (a slider
+    // has no blank).
+    const rated = shipped.find((x) => x.name.startsWith('long-prefill-itl-llama3.1-8b-h100-vllm'));
+    out.mem_default = [$('k-mem-range').classList.contains('unset'), $('k-mem').value];
+    fire($('scenario'), rated.name, 'change');
+    fire($('k-c'), '4');
+    redraw({ sync: true });
+    out.rated_c_summary = $('summary').textContent;
+    out.rated_mem = [$('k-mem-range').classList.contains('unset'), $('k-mem').value];
+    document.querySelector('input[name=mode][value=rate]').click();
+    redraw({ sync: true });
+    out.rated_rate_explain = document.querySelector('#explain-vllm h4').textContent;
+    document.querySelector('input[name=mode][value=c]').click();
+    fire($('scenario'), shipped[0].name, 'change');
+    redraw({ sync: true });
     // 4. Every function, byte for byte with the binary (tests/web.rs runs the same commands).
     const d = { scenario: shipped[0].text, origin: shipped[0].origin };
     out.simulate_json = sim.simulate({ ...d, sets: ['workload.max_concurrency=64', 'workload.num_prompts=256'] }).text;

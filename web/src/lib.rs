@@ -177,6 +177,10 @@ struct ResolvedScenario<'a> {
     chunk: i64,
     /// The memory fraction as the scenario gives it, if it does.
     memory_fraction: Option<Value>,
+    /// The fraction the pool was sized with when it was derived from memory (the scenario's
+    /// or the engine's default, `requested ÷ total` of the memory account, to 3 decimals);
+    /// `None` when a figure in tokens pins the pool and no fraction applies.
+    memory_fraction_in_use: Option<f64>,
     kv_cache_tokens: u64,
     kv_granularity: u32,
     kv_sizing_source: &'static str,
@@ -259,6 +263,12 @@ pub fn resolve(request: &str) -> Result<String, String> {
         max_running: spec.engine.max_running(),
         chunk,
         memory_fraction,
+        memory_fraction_in_use: spec
+            .kv_sizing
+            .memory
+            .as_ref()
+            .filter(|m| m.total > 0)
+            .map(|m| (m.requested as f64 / m.total as f64 * 1000.0).round() / 1000.0),
         kv_cache_tokens: spec.engine.kv_capacity_tokens(),
         kv_granularity: spec.engine.kv_granularity(),
         kv_sizing_source: spec.kv_sizing.source,
