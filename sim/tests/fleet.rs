@@ -256,3 +256,36 @@ fn a_disaggregated_fleets_ttft_split_adds_up() {
         }
     }
 }
+
+/// A pool pinned in tokens at the top level is that setup's: a group on another GPU, or with
+/// another TP size, derives its own from memory (it kept the RTX 5090's figure on H100s); a
+/// group changing nothing that sizes the pool keeps the pin, and a group's own pin wins.
+#[test]
+fn a_group_on_other_hardware_does_not_inherit_a_pinned_pool() {
+    let v = json!({"version": 1, "engine": {"kind": "vllm", "version": "0.28.0", "max_num_seqs": 128, "max_model_len": 32768,
+                    "gpu_memory_utilization": 0.85, "kv_cache_tokens": 194896},
+                   "model": "qwen2.5-7b-instruct", "hardware": {"gpu": "rtx-5090", "host": "wsl2"},
+                   "workload": {"dataset_name": "random", "random_input_len": 512, "random_output_len": 16, "num_prompts": 8,
+                                "max_concurrency": 4, "ignore_eos": true, "seed": 0},
+                   "fleet": {"replicas": [{"count": 1}, {"count": 1, "hardware": "h100-80gb"},
+                                          {"count": 1, "hardware": {"gpu": "h100-80gb", "count": 2}, "engine": {"tensor_parallel_size": 2}},
+                                          {"count": 1, "engine": {"max_num_seqs": 64}},
+                                          {"count": 1, "hardware": "h100-80gb", "engine": {"kv_cache_tokens": 100000}}]}});
+    let pools: Vec<u64> =
+        spec(v.clone()).fleet.as_ref().unwrap().replicas.iter().map(|r| r.engine.kv_capacity_tokens()).collect();
+    // The single engine's pools for the same setups, as --set hardware=… derives them.
+    let one = |hw: serde_json::Value, tp: u32| {
+        let mut w = v.clone();
+        w.as_object_mut().unwrap().remove("fleet");
+        w["hardware"] = hw;
+        w["engine"]["tensor_parallel_size"] = json!(tp);
+        w["engine"].as_object_mut().unwrap().remove("kv_cache_tokens");
+        spec(w).engine.kv_capacity_tokens()
+    };
+    assert_eq!(pools[0], 194880);
+    assert_eq!(pools[1], one(json!("h100-80gb"), 1));
+    assert_eq!(pools[2], one(json!({"gpu": "h100-80gb", "count": 2}), 2));
+    assert!(pools[1] > 4 * pools[0] && pools[2] > 2 * pools[1], "{pools:?}");
+    assert_eq!(pools[3], 194880);
+    assert_eq!(pools[4], 99984); // 100,000 in whole 16-token blocks, less the null block
+}

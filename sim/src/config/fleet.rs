@@ -227,11 +227,19 @@ fn prefix_err(prefix: &str, e: ConfigError) -> ConfigError {
 }
 
 /// A replica group's scenario: the top-level one with the group's engine and hardware.
+///
+/// A pool the top level pins in tokens (`kv_cache_tokens`, `num_gpu_blocks_override`,
+/// `max_total_tokens`: a start-up log's figure) is that setup's: a group on another GPU, TP
+/// size, memory fraction, KV or weight format does not inherit it (its pool is derived from
+/// memory, as `--set hardware=…` on one engine drops the pin), unless the group pins its own.
 fn group_scenario(base: &Scenario, g: &ReplicaGroup, path: &str) -> Result<Scenario> {
     let mut b = single(base);
-    if let Some(e) = &g.engine {
-        let Value::Object(over) = e else {
-            return Err(ConfigError::new(format!("{path}.engine"), "expected an object of engine fields"));
+    let other_hardware = g.hardware.as_ref().is_some_and(|h| *h != base.hardware);
+    if g.engine.is_some() || other_hardware {
+        let over = match &g.engine {
+            Some(Value::Object(over)) => over.clone(),
+            Some(_) => return Err(ConfigError::new(format!("{path}.engine"), "expected an object of engine fields")),
+            None => serde_json::Map::new(),
         };
         let top = serde_json::to_value(&b.engine).expect("serializable");
         let Value::Object(mut merged) = top else { unreachable!() };
@@ -239,6 +247,15 @@ fn group_scenario(base: &Scenario, g: &ReplicaGroup, path: &str) -> Result<Scena
         if other_kind {
             merged = over.clone();
         } else {
+            let resized = other_hardware
+                || over.iter().any(|(k, v)| {
+                    crate::config::resizes_pool(&format!("engine.{k}")) && merged.get(k).unwrap_or(&Value::Null) != v
+                });
+            if resized && !PINNED_POOL.iter().any(|k| over.get(*k).is_some_and(|v| !v.is_null())) {
+                for k in PINNED_POOL {
+                    merged.remove(k);
+                }
+            }
             for (k, v) in over {
                 merged.insert(k.clone(), v.clone());
             }
