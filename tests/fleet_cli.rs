@@ -432,3 +432,90 @@ fn plan_refuses_fixed_step_coefficients_and_live_calibrate_an_ignored_scenario()
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("--scenario: only with --from-results"), "{err}");
 }
+
+/// A fleet's running cap is every replica's that holds requests (it compared one replica's
+/// `max_num_seqs` with the fleet's KV limit and said the cap bound first, and to raise it); a
+/// disaggregated fleet's KV sentence counts the decode pools that hold the requests; a
+/// shared prefix is counted once in the sweep's sentence as in explain's (found by the hunts
+/// of 2026-12-05).
+#[test]
+fn fleet_limits_compare_like_with_like() {
+    let base = write_temp(
+        "fleet-cap.json",
+        r#"{"version": 1, "engine": {"kind": "vllm", "version": "0.33.0", "max_model_len": 4096},
+  "model": "llama-3.1-8b-instruct", "hardware": "h100-80gb",
+  "workload": {"dataset_name": "random", "random_input_len": 1024, "random_output_len": 128, "num_prompts": 64,
+               "max_concurrency": 32, "ignore_eos": true, "seed": 0}}"#,
+    )
+    .display()
+    .to_string();
+    // Each H100 replica holds 402 such requests: 804 for two, above 600 but below 1,200.
+    let o = run_cli(&[
+        "explain",
+        &base,
+        "--set",
+        "fleet.count=2",
+        "--set",
+        "engine.max_num_seqs=600",
+        "--concurrency",
+        "16",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["kv_limited_concurrency"], 804);
+    assert_eq!(j["binding_limit"], "kv_pool", "{}", j["explanation"]);
+    assert_eq!(j["max_running"], 1200);
+    let why = j["explanation"].to_string();
+    assert!(why.contains("max_num_seqs = 600 a replica (1200 across 2 replicas) is above that"), "{why}");
+    let o = run_cli(&[
+        "sweep",
+        &base,
+        "--set",
+        "fleet.count=2",
+        "--set",
+        "engine.max_num_seqs=300",
+        "--concurrency",
+        "1,4",
+        "--num-prompts",
+        "8",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("max_num_seqs = 300 a replica (600 across 2 replicas) binds before the KV pool does"),
+        "{out}"
+    );
+    let o = run_cli(&[
+        "sweep",
+        &base,
+        "--set",
+        "fleet.prefill_count=1",
+        "--set",
+        "fleet.decode_count=1",
+        "--concurrency",
+        "1,4",
+        "--num-prompts",
+        "8",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("The decode replicas' KV pools of 463872 tokens hold 402 requests of 1152 tokens")
+            && out.contains("the prefill replicas' 463872 tokens hold a prompt only until its KV is transferred"),
+        "{out}"
+    );
+    let o = run_cli(&[
+        "sweep",
+        "scenarios/shared-prefix-llama3.1-8b-h100-vllm.json",
+        "--set",
+        "engine.kv_cache_tokens=20000",
+        "--concurrency",
+        "16,46",
+        "--num-prompts",
+        "92",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("The KV pool of 19984 tokens holds 46 requests at once: the prompts' shared prefixes take 8192 of them once, and a request needs 256 tokens beyond its shared prefix"),
+        "{out}"
+    );
+}

@@ -84,7 +84,7 @@ fn with_load(base: &SimSpec, concurrency: u32, prompts: Option<u32>) -> SimSpec 
 
 /// Which limit binds first: (`"kv_pool"` or the running-requests knob, the concurrency it binds at).
 fn binding(base: &SimSpec, kv_concurrency: u64) -> (&'static str, u64) {
-    let max_running = u64::from(base.engine.max_running());
+    let max_running = base.max_running_total();
     if max_running < kv_concurrency {
         (running_knob(base), max_running)
     } else {
@@ -310,7 +310,8 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
             base.kv_sizing.source
         ),
     };
-    let max_running = u64::from(base.engine.max_running());
+    let max_running = base.max_running_total();
+    let running_cap = base.running_cap_words();
     let (binding_limit, binding_at) = binding(base, limit.concurrency);
     let conc = plan.concurrency;
     let open = open_loop(base);
@@ -381,7 +382,7 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
     }
     if binding_limit == "kv_pool" {
         why.push(format!(
-            "{running_knob} = {max_running} is above that, so the KV pool binds first: past {} concurrent requests, new ones wait for KV{}.",
+            "{running_cap} is above that, so the KV pool binds first: past {} concurrent requests, new ones wait for KV{}.",
             limit.concurrency,
             if sglang {
                 " (SGLang reserves KV for their whole output at admission)"
@@ -391,7 +392,7 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
         ));
     } else {
         why.push(format!(
-            "{running_knob} = {max_running} binds before the KV pool does: past {max_running} concurrent requests, new ones queue in the engine."
+            "{running_cap} binds before the KV pool does: past {max_running} concurrent requests, new ones queue in the engine."
         ));
     }
     // In a disaggregated fleet the time from the prefill replica to the first token (the KV

@@ -49,7 +49,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::config::{EngineKind, SimSpec};
+use crate::config::SimSpec;
 use crate::workload::Workload;
 use crate::SimOutput;
 
@@ -301,7 +301,7 @@ pub fn sweep_series(
     // points' `--num-prompts` may differ, and each point's own limit is in its report.
     let at = (0..outs.len()).rev().max_by_key(|&i| outs[i].workload.requests.len()).unwrap_or(0);
     let limit = kv_limited_concurrency(&specs[at], &outs[at].workload);
-    let sentence = kv_limit_sentence(&limit, specs[at].engine.max_running(), specs[at].engine.engine_kind());
+    let sentence = kv_limit_sentence(&limit, &specs[at]);
     let open = specs.iter().any(open_loop);
     SweepSeries {
         scenario: label.to_string(),
@@ -436,17 +436,33 @@ pub struct TuneShared {
     pub distinct_costs: usize,
 }
 
-/// One sentence on what the KV-limited concurrency means for this scenario.
-pub fn kv_limit_sentence(limit: &KvLimit, max_running: u32, engine: EngineKind) -> String {
-    let knob = engine.running_cap_flag();
-    if u64::from(max_running) < limit.concurrency {
+/// One sentence on what the KV-limited concurrency means for `spec` (a fleet: its running
+/// caps and pools summed over the replicas that hold requests to their end).
+pub fn kv_limit_sentence(limit: &KvLimit, spec: &SimSpec) -> String {
+    let max_running = spec.max_running_total();
+    let cap = spec.running_cap_words();
+    let units = match spec.engine.engine_kind() {
+        crate::config::EngineKind::Vllm => "blocks",
+        crate::config::EngineKind::Sglang => "pages",
+    };
+    if max_running < limit.concurrency {
         format!(
-            "{knob} = {max_running} binds before the KV pool does (the pool holds {} requests of {} tokens): past {max_running} concurrent requests, new ones queue in the engine and TTFT grows with the queue.",
+            "{cap} binds before the KV pool does (the pool holds {} requests of {} tokens): past {max_running} concurrent requests, new ones queue in the engine and TTFT grows with the queue.",
             limit.concurrency, limit.footprint_tokens
+        )
+    } else if spec.fleet.as_ref().is_some_and(|f| f.disaggregated()) {
+        format!(
+            "The decode replicas' KV pools of {} tokens hold {} requests of {} tokens (mean prompt + output, in whole {units}) at once (the prefill replicas' {} tokens hold a prompt only until its KV is transferred): past that concurrency, new requests wait for KV (or running ones are preempted), so throughput stops rising and TTFT grows with the queue.",
+            spec.holding_kv_tokens(), limit.concurrency, limit.footprint_tokens, limit.kv_capacity_tokens - spec.holding_kv_tokens().min(limit.kv_capacity_tokens)
+        )
+    } else if limit.shared_prefix_tokens > 0 {
+        format!(
+            "The KV pool of {} tokens holds {} requests at once: the prompts' shared prefixes take {} of them once, and a request needs {} tokens beyond its shared prefix (mean prompt + output less that prefix, in whole {units}): past that concurrency, new requests wait for KV (or running ones are preempted), so throughput stops rising and TTFT grows with the queue.",
+            limit.kv_capacity_tokens, limit.concurrency, limit.shared_prefix_tokens, limit.footprint_tokens
         )
     } else {
         format!(
-            "The KV pool of {} tokens holds {} requests of {} tokens (mean prompt + output, in whole blocks) at once: past that concurrency, new requests wait for KV (or running ones are preempted), so throughput stops rising and TTFT grows with the queue.",
+            "The KV pool of {} tokens holds {} requests of {} tokens (mean prompt + output, in whole {units}) at once: past that concurrency, new requests wait for KV (or running ones are preempted), so throughput stops rising and TTFT grows with the queue.",
             limit.kv_capacity_tokens, limit.concurrency, limit.footprint_tokens
         )
     }

@@ -283,11 +283,7 @@ pub fn resolve(request: &str) -> Result<String, String> {
         seed: spec.workload.seed,
         kv_limited_concurrency: limit.concurrency,
         kv_request_footprint_tokens: limit.footprint_tokens,
-        kv_limit_explanation: sim::sweep::kv_limit_sentence(
-            &limit,
-            spec.engine.max_running(),
-            spec.engine.engine_kind(),
-        ),
+        kv_limit_explanation: sim::sweep::kv_limit_sentence(&limit, &spec),
         scenario: &raw.json,
     };
     Ok(serde_json::to_string(&j).expect("serializable"))

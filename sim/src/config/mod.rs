@@ -204,6 +204,52 @@ pub struct SimSpec {
     pub fleet: Option<Box<FleetSpec>>,
 }
 
+impl SimSpec {
+    /// The replicas that hold requests to their end (a fleet's mixed and decode replicas; a
+    /// single engine is its own), with their engines.
+    fn holding_engines(&self) -> Vec<&EngineSpec> {
+        match &self.fleet {
+            Some(f) => f.replicas.iter().filter(|r| r.role != ReplicaRole::Prefill).map(|r| &r.engine).collect(),
+            None => vec![&self.engine],
+        }
+    }
+
+    /// Requests the engines run at once by their running cap (`max_num_seqs`,
+    /// `max_running_requests`): a fleet's summed over the replicas that hold requests to their
+    /// end (a disaggregated fleet's decode replicas).
+    pub fn max_running_total(&self) -> u64 {
+        self.holding_engines().iter().map(|e| u64::from(e.max_running())).sum()
+    }
+
+    /// The running cap in words: `max_num_seqs = 256`, or for a fleet `max_num_seqs = 600 a
+    /// replica (1200 across 2 replicas)` (`= 128 or 64 by group (320 across 3 replicas)`).
+    pub fn running_cap_words(&self) -> String {
+        let knob = self.engine.engine_kind().running_cap_flag();
+        let engines = self.holding_engines();
+        if self.fleet.is_none() {
+            return format!("{knob} = {}", self.engine.max_running());
+        }
+        let mut caps: Vec<u32> = engines.iter().map(|e| e.max_running()).collect();
+        caps.dedup();
+        let total = self.max_running_total();
+        let n = engines.len();
+        let s = if n == 1 { "" } else { "s" };
+        let which = if self.fleet.as_ref().is_some_and(|f| f.disaggregated()) { "decode " } else { "" };
+        if caps.len() == 1 {
+            format!("{knob} = {} a replica ({total} across {n} {which}replica{s})", caps[0])
+        } else {
+            let list: Vec<String> = caps.iter().map(u32::to_string).collect();
+            format!("{knob} = {} by group ({total} across {n} {which}replica{s})", list.join(" or "))
+        }
+    }
+
+    /// KV tokens of the pools that hold requests to their end (a disaggregated fleet's decode
+    /// replicas; the prefill replicas hold a prompt only until its KV is transferred).
+    pub fn holding_kv_tokens(&self) -> u64 {
+        self.holding_engines().iter().map(|e| e.kv_capacity_tokens()).sum()
+    }
+}
+
 fn resolve_card<T: serde::de::DeserializeOwned + Clone>(
     v: &Value,
     field: &str,
