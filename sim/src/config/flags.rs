@@ -261,6 +261,11 @@ pub fn translate_engine(
     }
     let block = engine.get("block_size").and_then(Value::as_u64).unwrap_or(16);
     for (k, v) in engine {
+        // A field set to null is unset (the engine's default applies): it has nothing to
+        // translate (a null pin became a pool of 0 or 16 tokens).
+        if v.is_null() {
+            continue;
+        }
         let mapped: Option<(&str, Value)> = match (from, k.as_str()) {
             (_, "kind") => None,
             // Both engines' fields, and the parallelism and graph flags under each one's name.
@@ -325,7 +330,9 @@ pub fn translate_engine(
             (EngineKind::Sglang, "max_total_tokens") => {
                 // kv_cache_tokens counts the null block too; usable = whole blocks of the pool.
                 let m = v.as_u64().unwrap_or(0);
-                let b = engine.get("page_size").and_then(Value::as_u64).filter(|&p| p > 1).unwrap_or(16);
+                // The vLLM side's block: the page size given (page_size → block_size), else
+                // vLLM's default of 16 (SGLang's default page of 1 is not carried over).
+                let b = engine.get("page_size").and_then(Value::as_u64).filter(|&p| p > 0).unwrap_or(16);
                 Some(("kv_cache_tokens", Value::from((m / b + 1) * b)))
             }
             (EngineKind::Sglang, "context_length") => Some(("max_model_len", v.clone())),
@@ -484,6 +491,30 @@ mod tests {
         for k in ["quantization", "tensor_parallel_size", "pipeline_parallel_size", "enforce_eager", "async_scheduling"]
         {
             assert_eq!(back[k], v[k], "{k}");
+        }
+    }
+
+    /// The pool translates to the same usable tokens, and a pin set to null is no pin (it
+    /// became a pool of 0 or 16 tokens, whichever came last in the file; the hunt of
+    /// 2026-12-05).
+    #[test]
+    fn pools_translate_to_the_same_usable_tokens_and_null_is_unset() {
+        let tr = |j: &str, to| translate_engine(&serde_json::from_str(j).unwrap(), to).unwrap().0;
+        let sg = tr(r#"{"kind": "vllm", "kv_cache_tokens": 20000, "num_gpu_blocks_override": null}"#, EngineKind::Sglang);
+        assert_eq!(sg["max_total_tokens"], 19984);
+        let sg = tr(r#"{"kind": "vllm", "num_gpu_blocks_override": 1250, "kv_cache_tokens": null}"#, EngineKind::Sglang);
+        assert_eq!(sg["max_total_tokens"], 19984);
+        let sg = tr(r#"{"kind": "vllm", "kv_cache_tokens": null, "gpu_memory_utilization": 0.8}"#, EngineKind::Sglang);
+        assert!(!sg.contains_key("max_total_tokens") && sg["mem_fraction_static"] == 0.8, "{sg:?}");
+        // vLLM's usable pool is kv_cache_tokens less one block of the block size it runs with.
+        for (page, usable) in [(None, 10240), (Some(1), 10240), (Some(32), 10240)] {
+            let mut j = serde_json::json!({"kind": "sglang", "max_total_tokens": 10240});
+            if let Some(p) = page {
+                j["page_size"] = p.into();
+            }
+            let v = tr(&j.to_string(), EngineKind::Vllm);
+            let block = v.get("block_size").and_then(Value::as_u64).unwrap_or(16);
+            assert_eq!(v["kv_cache_tokens"].as_u64().unwrap() - block, usable, "page {page:?}: {v:?}");
         }
     }
 
