@@ -1250,3 +1250,32 @@ fn tunes_shared_work_counts_by_equality() {
         assert!(out.contains("(3 simulated, 3 answered by an identical configuration; 1 distinct workloads;"), "{out}");
     }
 }
+
+/// The KV-limited concurrency counts what a request holds: its prompt and output less the last
+/// token, which is sampled and never stored. 500 + 13 tokens fill exactly 32 blocks of 16, so
+/// the kv-starved pool (640 usable blocks) holds 20 of them, as the run beside it does with no
+/// preemption; counting 513 tokens (33 blocks) said 19, and explain then told a user that
+/// max_num_seqs = 20 was above the pool's limit (the hunt of 2026-12-05).
+#[test]
+fn the_kv_limit_leaves_out_the_last_sampled_token() {
+    let (c, out, err) = run(&[
+        "simulate",
+        "scenarios/kv-starved-qwen2.5-7b-a100-vllm.json",
+        "--set",
+        "workload.random_input_len=500",
+        "--set",
+        "workload.random_output_len=13",
+        "--set",
+        "workload.max_concurrency=20",
+        "--set",
+        "workload.num_prompts=400",
+        "--json",
+    ]);
+    assert_eq!(c, 0, "{err}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(j["kv_request_footprint_tokens"], 512);
+    assert_eq!(j["kv_limited_concurrency"], 20);
+    assert_eq!(j["peak_running"], 20);
+    assert_eq!(j["num_preemptions"], 0);
+    assert_eq!(j["kv_cache_usage_peak"], 1.0);
+}

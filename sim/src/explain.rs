@@ -372,11 +372,11 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
     match &replica_limits {
         Some(l) if l.num_replicas > 1 => why.extend(l.sentences()),
         _ if limit.shared_prefix_tokens > 0 => why.push(format!(
-            "The KV pool holds {} tokens; the prompts' shared prefixes take {} of them once (the prefix cache holds each for every request that shares it), and a request of this workload needs {} beyond its shared prefix (mean prompt + output less that prefix, {:.0} tokens, in whole {}s of {}), so the pool holds {} requests at once: the KV-limited concurrency.",
+            "The KV pool holds {} tokens; the prompts' shared prefixes take {} of them once (the prefix cache holds each for every request that shares it), and a request of this workload needs {} beyond its shared prefix (mean prompt + output less that prefix and the last token, which is never stored, {:.0} tokens, in whole {}s of {}), so the pool holds {} requests at once: the KV-limited concurrency.",
             limit.kv_capacity_tokens, limit.shared_prefix_tokens, limit.footprint_tokens, limit.mean_request_tokens, if sglang { "page" } else { "block" }, base.engine.kv_granularity(), limit.concurrency
         )),
         _ => why.push(format!(
-            "The KV pool holds {} tokens; a request of this workload needs {} (mean prompt + output, {:.0} tokens, in whole {}s of {}), so the pool holds {} requests at once: the KV-limited concurrency.",
+            "The KV pool holds {} tokens; a request of this workload needs {} (mean prompt + output less the last token, which is never stored, {:.0} tokens, in whole {}s of {}), so the pool holds {} requests at once: the KV-limited concurrency.",
             limit.kv_capacity_tokens, limit.footprint_tokens, limit.mean_request_tokens, if sglang { "page" } else { "block" }, base.engine.kv_granularity(), limit.concurrency
         )),
     }

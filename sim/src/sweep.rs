@@ -77,7 +77,11 @@ pub struct KvLimit {
     pub concurrency: u64,
 }
 
-/// KV tokens ÷ per-request footprint in whole blocks, for the workload's mean request.
+/// KV tokens ÷ per-request footprint in whole blocks, for the workload's mean request. A
+/// request holds its prompt and output less the last token: that one is sampled and the
+/// request finishes without computing it, so it never takes a KV slot (vLLM's
+/// `allocate_slots` covers `num_computed_tokens + num_new_tokens`; SGLang writes a token's KV
+/// when it is the input of a decode).
 ///
 /// A fleet's is the sum over its replica groups that hold requests to their end (mixed and
 /// decode) of each replica's whole-request limit ([`crate::fleet::replica_limits`]), with
@@ -127,13 +131,13 @@ pub fn kv_limit(capacity_tokens: u64, granularity: u32, prefix_caching: bool, wo
         let once: u64 = firsts.values().filter(|e| e.0 >= 2).map(|e| e.1 / g * g).sum();
         if per_request > 0 && once < capacity_tokens {
             let mean_shared = per_request as f64 / workload.requests.len() as f64;
-            let mut l = kv_limit_of_mean(capacity_tokens - once, granularity, (i + o - mean_shared).max(1.0));
+            let mut l = kv_limit_of_mean(capacity_tokens - once, granularity, (i + o - 1.0 - mean_shared).max(1.0));
             l.kv_capacity_tokens = capacity_tokens;
             l.shared_prefix_tokens = once;
             return l;
         }
     }
-    kv_limit_of_mean(capacity_tokens, granularity, i + o)
+    kv_limit_of_mean(capacity_tokens, granularity, (i + o - 1.0).max(1.0))
 }
 
 /// The same for a request of `mean` tokens: its footprint in whole blocks (pages) of
@@ -452,17 +456,17 @@ pub fn kv_limit_sentence(limit: &KvLimit, spec: &SimSpec) -> String {
         )
     } else if spec.fleet.as_ref().is_some_and(|f| f.disaggregated()) {
         format!(
-            "The decode replicas' KV pools of {} tokens hold {} requests of {} tokens (mean prompt + output, in whole {units}) at once (the prefill replicas' {} tokens hold a prompt only until its KV is transferred): past that concurrency, new requests wait for KV (or running ones are preempted), so throughput stops rising and TTFT grows with the queue.",
+            "The decode replicas' KV pools of {} tokens hold {} requests of {} tokens (mean prompt + output less the last token, which is never stored, in whole {units}) at once (the prefill replicas' {} tokens hold a prompt only until its KV is transferred): past that concurrency, new requests wait for KV (or running ones are preempted), so throughput stops rising and TTFT grows with the queue.",
             spec.holding_kv_tokens(), limit.concurrency, limit.footprint_tokens, limit.kv_capacity_tokens - spec.holding_kv_tokens().min(limit.kv_capacity_tokens)
         )
     } else if limit.shared_prefix_tokens > 0 {
         format!(
-            "The KV pool of {} tokens holds {} requests at once: the prompts' shared prefixes take {} of them once, and a request needs {} tokens beyond its shared prefix (mean prompt + output less that prefix, in whole {units}): past that concurrency, new requests wait for KV (or running ones are preempted), so throughput stops rising and TTFT grows with the queue.",
+            "The KV pool of {} tokens holds {} requests at once: the prompts' shared prefixes take {} of them once, and a request needs {} tokens beyond its shared prefix (mean prompt + output less that prefix and the last token, which is never stored, in whole {units}): past that concurrency, new requests wait for KV (or running ones are preempted), so throughput stops rising and TTFT grows with the queue.",
             limit.kv_capacity_tokens, limit.concurrency, limit.shared_prefix_tokens, limit.footprint_tokens
         )
     } else {
         format!(
-            "The KV pool of {} tokens holds {} requests of {} tokens (mean prompt + output, in whole {units}) at once: past that concurrency, new requests wait for KV (or running ones are preempted), so throughput stops rising and TTFT grows with the queue.",
+            "The KV pool of {} tokens holds {} requests of {} tokens (mean prompt + output less the last token, which is never stored, in whole {units}) at once: past that concurrency, new requests wait for KV (or running ones are preempted), so throughput stops rising and TTFT grows with the queue.",
             limit.kv_capacity_tokens, limit.concurrency, limit.footprint_tokens
         )
     }

@@ -500,9 +500,11 @@ mod tests {
     #[test]
     fn pools_translate_to_the_same_usable_tokens_and_null_is_unset() {
         let tr = |j: &str, to| translate_engine(&serde_json::from_str(j).unwrap(), to).unwrap().0;
-        let sg = tr(r#"{"kind": "vllm", "kv_cache_tokens": 20000, "num_gpu_blocks_override": null}"#, EngineKind::Sglang);
+        let sg =
+            tr(r#"{"kind": "vllm", "kv_cache_tokens": 20000, "num_gpu_blocks_override": null}"#, EngineKind::Sglang);
         assert_eq!(sg["max_total_tokens"], 19984);
-        let sg = tr(r#"{"kind": "vllm", "num_gpu_blocks_override": 1250, "kv_cache_tokens": null}"#, EngineKind::Sglang);
+        let sg =
+            tr(r#"{"kind": "vllm", "num_gpu_blocks_override": 1250, "kv_cache_tokens": null}"#, EngineKind::Sglang);
         assert_eq!(sg["max_total_tokens"], 19984);
         let sg = tr(r#"{"kind": "vllm", "kv_cache_tokens": null, "gpu_memory_utilization": 0.8}"#, EngineKind::Sglang);
         assert!(!sg.contains_key("max_total_tokens") && sg["mem_fraction_static"] == 0.8, "{sg:?}");

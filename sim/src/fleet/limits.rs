@@ -42,7 +42,8 @@ pub struct ReplicaLimit {
     pub kv_bytes_per_token_per_gpu: u64,
     /// One replica's KV pool, tokens.
     pub kv_cache_tokens: u64,
-    /// Mean tokens a request holds on this replica: prompt + output (prefill: prompt + 1).
+    /// Mean tokens a request holds on this replica: prompt + output less the last token, which
+    /// is sampled and never stored (prefill: the prompt).
     pub mean_request_tokens: f64,
     /// That, rounded up to whole blocks (pages).
     pub request_footprint_tokens: u64,
@@ -91,7 +92,8 @@ pub fn replica_limits(spec: &SimSpec, workload: &Workload) -> FleetLimits {
         // A replica that holds requests to their end holds a shared prefix once, as one engine
         // does (`sweep::kv_limit`); a prefill replica holds each prompt until it is sent on.
         let l = if role == ReplicaRole::Prefill {
-            crate::sweep::kv_limit_of_mean(capacity, engine.kv_granularity(), mean_in + 1.0)
+            // Its prompt: the one token it samples is sent on, never stored.
+            crate::sweep::kv_limit_of_mean(capacity, engine.kv_granularity(), mean_in.max(1.0))
         } else {
             crate::sweep::kv_limit(capacity, engine.kv_granularity(), engine.prefix_caching(), workload)
         };
@@ -174,7 +176,8 @@ impl FleetLimits {
         }
         for g in &self.groups {
             let unit = g.engine.kv_unit();
-            let holds = if g.role == ReplicaRole::Prefill { "prompt + its one token" } else { "mean prompt + output" };
+            let holds =
+                if g.role == ReplicaRole::Prefill { "mean prompt" } else { "mean prompt + output less the last token" };
             let n = g.replicas.len();
             let (names, each) = match g.replicas.as_slice() {
                 [first, .., last] => (format!("{first}–{last}"), "each replica's"),
