@@ -1279,3 +1279,34 @@ fn the_kv_limit_leaves_out_the_last_sampled_token() {
     assert_eq!(j["num_preemptions"], 0);
     assert_eq!(j["kv_cache_usage_peak"], 1.0);
 }
+
+/// The lock-step caveat says what the run did: a run that preempted has partly broken waves,
+/// and where the out-of-step replay gives the higher TTFT the caveat no longer calls this
+/// run's TTFT an upper bound (it did, beside 824 ms lock-step and 846 ms out of step; the hunt
+/// of 2026-12-05).
+#[test]
+fn the_lockstep_caveat_follows_the_run() {
+    let (c, out, err) = run(&[
+        "simulate",
+        "scenarios/kv-starved-qwen2.5-7b-a100-vllm.json",
+        "--set",
+        "workload.max_concurrency=16",
+        "--json",
+    ]);
+    assert_eq!(c, 0, "{err}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    let cav = &j["caveats"][0];
+    assert_eq!(cav["id"], "lockstep_waves");
+    let msg = cav["message"].as_str().unwrap();
+    assert!(j["num_preemptions"].as_u64().unwrap() > 0);
+    assert!(msg.contains(&format!("This run preempted {} times", j["num_preemptions"])), "{msg}");
+    assert!(cav["desynchronised_mean_ttft_ms"].as_f64().unwrap() > j["mean_ttft_ms"].as_f64().unwrap());
+    assert!(msg.ends_with("this run's TTFT is not an upper bound."), "{msg}");
+    // The default scenario at its own concurrency 1 has no waves at all, and past its KV limit
+    // the out-of-step figure is the lower one: no such sentence.
+    let (_, out, _) =
+        run(&["simulate", "--set", "workload.max_concurrency=48", "--set", "workload.num_prompts=192", "--json"]);
+    let j: Value = serde_json::from_str(&out).unwrap();
+    let msg = j["caveats"][0]["message"].as_str().unwrap();
+    assert!(!msg.contains("not an upper bound"), "{msg}");
+}

@@ -690,12 +690,22 @@ impl PointReport {
             bench.kv_limited_concurrency = Some(l.concurrency);
             bench.kv_request_footprint_tokens = l.footprint_tokens;
         }
+        // A run that preempted broke some of its waves (a preempted request is recomputed and
+        // rejoins out of step): the caveat says so rather than claim every wave stays whole.
+        let mut caveats = caveats(spec, &out.workload);
+        if let Some(n) = bench.num_preemptions.filter(|&n| n > 0) {
+            for c in caveats.iter_mut().filter(|c| c.id == LOCKSTEP_WAVES) {
+                c.message.push_str(&format!(
+                    " This run preempted {n} times, and a preempted request rejoins out of step: its waves are partly broken."
+                ));
+            }
+        }
         PointReport {
             bench,
             cost_source: spec.cost.source(),
             fleet: out.fleet.as_ref().map(FleetReport::of),
             replicas: out.fleet.as_ref().map(|f| f.replicas.iter().map(ReplicaReport::of).collect()),
-            caveats: caveats(spec, &out.workload),
+            caveats,
         }
     }
 
@@ -707,6 +717,11 @@ impl PointReport {
         for c in &mut self.caveats {
             if c.id == LOCKSTEP_WAVES {
                 c.desynchronised_mean_ttft_ms = desynchronised_mean_ttft_ms(spec, out);
+                if c.desynchronised_mean_ttft_ms.is_some_and(|d| d > self.bench.ttft.mean) {
+                    c.message.push_str(
+                        " Here the out-of-step figure below is the higher one: this run's TTFT is not an upper bound.",
+                    );
+                }
             }
         }
         self
