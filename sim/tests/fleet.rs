@@ -206,8 +206,38 @@ fn disaggregated_prefill_and_decode_transfer_the_kv_cache() {
     // Decode replicas compute no prompts: their prefill tokens are loaded, and no step is charged for them.
     let d = &f.replicas[1];
     assert_eq!(d.role, sim::config::ReplicaRole::Decode);
+    // It computes one token of each prompt chunk it schedules (the last, to sample; a 4,096-token
+    // prompt runs in a few chunks of its token budget, docs/fleets.md); the rest of the prompt
+    // was transferred (its engine counted all 4,096 as prefill until 2026-12-05).
+    let dp = d.counters.prefill_tokens_computed;
+    assert!((200..200 * 4).contains(&dp), "{dp}");
+    assert_eq!(f.replicas[0].counters.prefill_tokens_computed, 200 * 4096);
     // Every output token came from the decode side.
     assert_eq!(fast.metrics.total_output_tokens, 200 * 128);
+
+    // vLLM's connector moves only the prompt beyond what the decode side caches already: with
+    // a shared 3,072-token prefix of the 4,096, every transfer after the first moves 1,024
+    // tokens (it moved all 4,096 each time until 2026-12-05). SGLang's decode side keeps no
+    // radix cache: the whole prompt moves.
+    let mut w = v(50e9);
+    w["workload"]["random_prefix_len"] = json!(3072);
+    w["workload"]["random_input_len"] = json!(1024);
+    let shared = sim::simulate(&spec(w), RunOptions { check_invariants: true, ..Default::default() });
+    let f = shared.fleet.as_ref().unwrap();
+    let suffix_ms = 57_344.0 * 1024.0 / 50e9 * 1e3;
+    let want = (want_ms + 199.0 * suffix_ms) / 200.0;
+    assert!(rel(f.mean_kv_transfer_ms, want) < 0.01, "{} vs {want}", f.mean_kv_transfer_ms);
+    // SGLang's decode servers run a chunk cache whatever disable_radix_cache says: no hit there,
+    // and every prompt moves whole.
+    let mut g = v(50e9);
+    g["workload"]["random_prefix_len"] = json!(3072);
+    g["workload"]["random_input_len"] = json!(1024);
+    g["engine"] = json!({"kind": "sglang", "version": "0.5.10", "context_length": 8192, "disable_radix_cache": false});
+    let sg = sim::simulate(&spec(g), RunOptions::default());
+    let f = sg.fleet.as_ref().unwrap();
+    assert_eq!(f.replicas[1].counters.prefix_cache_hits, 0);
+    assert!(f.replicas[0].counters.prefix_cache_hits > 0, "the prefill side keeps its radix cache");
+    assert!(rel(f.mean_kv_transfer_ms, want_ms) < 0.01, "{} vs {want_ms}", f.mean_kv_transfer_ms);
 }
 
 /// The TTFT split adds up to the mean TTFT in a disaggregated fleet too. A prefill replica under

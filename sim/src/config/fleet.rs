@@ -405,7 +405,14 @@ pub(super) fn resolve_fleet(s: &Scenario, res: &Resources) -> Result<SimSpec> {
                 format!("the fleet's groups hold more than {MAX_REPLICAS} replicas in all"),
             ));
         }
-        let sc = group_scenario(s, g, &path)?;
+        let mut sc = group_scenario(s, g, &path)?;
+        // SGLang's decode servers run a chunk cache, not a radix cache, whatever
+        // disable_radix_cache says (server_args `_handle_pd_disaggregation`: "KV cache is
+        // forced as chunk cache for decode server"; only the experimental
+        // --disaggregation-decode-enable-radix-cache, not modelled, keeps it).
+        if g.role == Some(ReplicaRole::Decode) && sc.engine.kind == Some(EngineKind::Sglang) {
+            sc.engine.sglang.disable_radix_cache = Some(true);
+        }
         // An error in what the group sets names the group's field; one in the scenario's own
         // fields (its workload, its top-level engine) keeps the path the user wrote.
         let spec = resolve(&sc, res).map_err(|e| {

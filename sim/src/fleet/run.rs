@@ -160,6 +160,11 @@ struct Rep<'a> {
     steps: u64,
     last_dur: u64,
     counters_at_start: EngineCounters,
+    /// A decode replica's prompt tokens whose KV was transferred, not computed: its engine
+    /// counts them as prefill, and the report takes them out of `prefill_tokens_computed`
+    /// (the replica computes one token of each prompt chunk, to sample).
+    loaded_tokens: u64,
+    loaded_at_start: u64,
     acc: GaugeAcc,
     cur: GaugeSample,
     outstanding: u32,
@@ -168,6 +173,9 @@ struct Rep<'a> {
     granularity: u32,
     kv_bytes_per_token_per_gpu: u64,
     // The decode side of a disaggregated fleet.
+    /// vLLM's connector pulls only the prompt blocks the decode side does not hold already
+    /// (`get_num_new_matched_tokens`: the prompt less its local prefix hit).
+    pulls_only_uncached: bool,
     reserved: u64,
     link_free_at: u64,
     xfer_queue: VecDeque<ReqId>,
@@ -418,8 +426,13 @@ impl<'a> FleetLoop<'a> {
             return;
         }
         let decode_side = rep.role == ReplicaRole::Decode;
-        let dur =
-            if decode_side { rep.cost.step_ns(&decode_side_shape(&plan.shape)) } else { rep.cost.step_ns(&plan.shape) };
+        let dur = if decode_side {
+            let shape = decode_side_shape(&plan.shape);
+            rep.loaded_tokens += plan.shape.prefill_tokens - shape.prefill_tokens;
+            rep.cost.step_ns(&shape)
+        } else {
+            rep.cost.step_ns(&plan.shape)
+        };
         let Some(end) = now.checked_add(dur) else {
             if self.stop.is_none() {
                 self.stop = Some(StopReason::TimeOverflow { cause: STEP_TOO_LONG });
@@ -535,7 +548,10 @@ impl<'a> FleetLoop<'a> {
                 break;
             }
             let bytes_per_token = rep.kv_bytes_per_token_per_gpu.max(self.reps[p as usize].kv_bytes_per_token_per_gpu);
-            let bytes = bytes_per_token as f64 * f64::from(spec.prompt_len);
+            // vLLM's NixlConnector reads only the blocks the decode side's own prefix cache
+            // lacks: the prompt less its local hit, looked up as the transfer starts.
+            let local_hit = if rep.pulls_only_uncached { rep.engine.cached_prefix_tokens(spec) } else { 0 };
+            let bytes = bytes_per_token as f64 * f64::from(spec.prompt_len.saturating_sub(local_hit));
             let xfer_ns = self.xfer_latency_ns.saturating_add((bytes / self.bw * 1e9).ceil() as u64);
             let rep = &mut self.reps[d];
             rep.xfer_queue.pop_front();
@@ -694,6 +710,8 @@ pub fn run_fleet(
             steps: 0,
             last_dur: 0,
             counters_at_start: EngineCounters::default(),
+            loaded_tokens: 0,
+            loaded_at_start: 0,
             acc: GaugeAcc::default(),
             cur: GaugeSample { t_ns: 0, running: 0, waiting: 0, kv_usage: 0.0 },
             outstanding: 0,
@@ -701,6 +719,7 @@ pub fn run_fleet(
             capacity,
             granularity: rs.engine.kv_granularity(),
             kv_bytes_per_token_per_gpu: rs.kv_bytes_per_token_per_gpu,
+            pulls_only_uncached: rs.engine.engine_kind() == crate::config::EngineKind::Vllm,
             reserved: 0,
             link_free_at: 0,
             xfer_queue: VecDeque::new(),
@@ -779,6 +798,7 @@ pub fn run_fleet(
             lp.bench_start = now;
             for rep in &mut lp.reps {
                 rep.counters_at_start = rep.engine.counters();
+                rep.loaded_at_start = rep.loaded_tokens;
             }
         }
         lp.start_phase(now, range);
@@ -866,7 +886,10 @@ pub fn run_fleet(
     let mut counters = EngineCounters::default();
     let mut replicas = Vec::with_capacity(lp.reps.len());
     for (rep, rs) in lp.reps.iter_mut().zip(&f.replicas) {
-        let c = rep.engine.counters() - rep.counters_at_start;
+        let mut c = rep.engine.counters() - rep.counters_at_start;
+        // (Saturating: under async scheduling a plan formed before the timed phase began may
+        // start in it, one plan's count on either side of the boundary.)
+        c.prefill_tokens_computed = c.prefill_tokens_computed.saturating_sub(rep.loaded_tokens - rep.loaded_at_start);
         counters = EngineCounters {
             num_preemptions: counters.num_preemptions + c.num_preemptions,
             prefix_cache_queries: counters.prefix_cache_queries + c.prefix_cache_queries,
