@@ -62,11 +62,12 @@ fn each_group_has_its_own_pool_and_limit_and_the_fleet_sums_them() {
         let g = &l.groups[r.group];
         assert_eq!(g.kv_cache_tokens, r.engine.kv_capacity_tokens());
     }
-    // The footprint: mean prompt + output (1000 + 200) in whole blocks (16) or pages (1).
+    // The footprint: mean prompt + output less the last token, never stored (1000 + 200 − 1),
+    // in whole blocks (16) or pages (1).
     assert_eq!(a.request_footprint_tokens, 1200);
-    assert_eq!(b.request_footprint_tokens, 1200);
+    assert_eq!(b.request_footprint_tokens, 1199);
     assert_eq!(a.kv_limited_concurrency, a.kv_cache_tokens / 1200);
-    assert_eq!(b.kv_limited_concurrency, b.kv_cache_tokens / 1200);
+    assert_eq!(b.kv_limited_concurrency, b.kv_cache_tokens / 1199);
     assert_eq!(a.group_kv_limited_concurrency, 3 * a.kv_limited_concurrency);
     assert_eq!(b.group_kv_limited_concurrency, 2 * b.kv_limited_concurrency);
     assert_eq!(l.kv_limited_concurrency, a.group_kv_limited_concurrency + b.group_kv_limited_concurrency);
