@@ -319,3 +319,17 @@ fn a_group_on_other_hardware_does_not_inherit_a_pinned_pool() {
     assert_eq!(pools[3], 194880);
     assert_eq!(pools[4], 99984); // 100,000 in whole 16-token blocks, less the null block
 }
+
+/// A disaggregated shorthand with one count names the one that is missing (it named
+/// prefill_count whichever was given).
+#[test]
+fn a_lone_pd_count_names_the_missing_one() {
+    for (given, missing) in [("decode_count", "fleet.prefill_count"), ("prefill_count", "fleet.decode_count")] {
+        let mut v = small_vllm(512, 64, 100, 16);
+        v["fleet"] = json!({ given: 1 });
+        let s: sim::config::Scenario = sim::config::from_value(v, "").unwrap();
+        let e = sim::config::resolve(&s, &common::resources()).unwrap_err();
+        assert_eq!(e.path, missing, "{e}");
+        assert!(e.message.contains(&format!("{given} is given")), "{e}");
+    }
+}

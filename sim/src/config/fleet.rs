@@ -372,7 +372,16 @@ pub(super) fn resolve_fleet(s: &Scenario, res: &Resources) -> Result<SimSpec> {
         groups.push(ReplicaGroup { count: Some(c), ..Default::default() });
     } else if shorthand {
         let (Some(p), Some(d)) = (f.prefill_count, f.decode_count) else {
-            return Err(ConfigError::new("fleet.prefill_count", "prefill_count and decode_count go together"));
+            // Name the one that is missing, beside the one given.
+            let (given, missing) = if f.prefill_count.is_some() {
+                ("prefill_count", "decode_count")
+            } else {
+                ("decode_count", "prefill_count")
+            };
+            return Err(ConfigError::new(
+                format!("fleet.{missing}"),
+                format!("missing: {given} is given, and prefill_count and decode_count go together"),
+            ));
         };
         for (field, v) in [("fleet.prefill_count", p), ("fleet.decode_count", d)] {
             if v == 0 {
