@@ -318,6 +318,18 @@ fn a_group_on_other_hardware_does_not_inherit_a_pinned_pool() {
     assert!(pools[1] > 4 * pools[0] && pools[2] > 2 * pools[1], "{pools:?}");
     assert_eq!(pools[3], 194880);
     assert_eq!(pools[4], 99984); // 100,000 in whole 16-token blocks, less the null block
+                                 // The text report's header names every card and how each pool was sized (it said
+                                 // "6 x rtx-5090" for two RTX 5090s and four H100s).
+    let s = spec(v);
+    let out = sim::simulate(&s, RunOptions::default());
+    let text = sim::report::text(&s, &out, &Default::default());
+    let header = text.lines().next().unwrap();
+    assert!(
+        header.contains(
+            "| 2 x rtx-5090 + 4 x h100-80gb | vllm 0.28.0 | KV pool from kv_cache_tokens or gpu_memory_utilization"
+        ),
+        "{header}"
+    );
 }
 
 /// A disaggregated shorthand with one count names the one that is missing (it named
