@@ -144,7 +144,39 @@ pub fn setup_differences(specs: &[(&SimSpec, &Map<String, Value>)]) -> Vec<Strin
         line(&mut out, "engine", &|s, _| format!("{} {}", s.engine.kind(), s.engine.version()));
     }
     line(&mut out, "model", &|s, _| s.model.id.clone());
-    line(&mut out, "hardware", &|s, _| format!("{} x{}", s.gpu.id, s.deployment.num_gpus));
+    // A fleet against one engine (or another fleet): its replicas, router, every GPU it holds
+    // and its pools. Where the replicas differ, the GPUs and pools follow from them: one line.
+    let cards = |s: &SimSpec| match &s.fleet {
+        Some(f) => {
+            let mut cards: Vec<(String, u32)> = Vec::new();
+            for r in &f.replicas {
+                match cards.iter_mut().find(|(g, _)| *g == r.gpu) {
+                    Some((_, n)) => *n += r.deployment.num_gpus,
+                    None => cards.push((r.gpu.clone(), r.deployment.num_gpus)),
+                }
+            }
+            cards.iter().map(|(g, n)| format!("{g} x{n}")).collect::<Vec<_>>().join(" + ")
+        }
+        None => format!("{} x{}", s.gpu.id, s.deployment.num_gpus),
+    };
+    let pools = |s: &SimSpec| match &s.fleet {
+        Some(f) => f.replicas.iter().map(|r| r.engine.kv_capacity_tokens()).sum::<u64>(),
+        None => s.engine.kv_capacity_tokens(),
+    };
+    let replicas = |s: &SimSpec| match &s.fleet {
+        Some(f) => format!("{} ({:?}, router {})", f.replicas.len(), f.kind, f.router.build(0).name()),
+        None => "1 engine".into(),
+    };
+    let n = out.len();
+    line(&mut out, "replicas", &|s, _| replicas(s));
+    if out.len() > n {
+        out.pop();
+        line(&mut out, "replicas", &|s, _| {
+            format!("{} on {}, KV pool {} tokens in all", replicas(s), cards(s), pools(s))
+        });
+    } else {
+        line(&mut out, "hardware", &|s, _| cards(s));
+    }
     line(&mut out, "tensor parallel size", &|s, _| s.deployment.tensor_parallel_size.to_string());
     line(&mut out, "quantization", &|s, _| s.deployment.quantization.clone().unwrap_or_else(|| "none".into()));
     line(&mut out, "KV cache dtype", &|s, _| s.deployment.kv_cache_dtype.clone());

@@ -519,3 +519,25 @@ fn fleet_limits_compare_like_with_like() {
         "{out}"
     );
 }
+
+/// A side-by-side sweep of one engine and a fleet of two says what differs: the replicas, the
+/// GPUs and the pools (it marked nothing, and showed one replica's pool on both sides).
+#[test]
+fn a_side_by_side_of_an_engine_and_a_fleet_names_the_fleet() {
+    let one = r#"{"version": 1, "engine": {"kind": "vllm", "version": "0.33.0", "max_model_len": 4096},
+  "model": "llama-3.1-8b-instruct", "hardware": "h100-80gb",
+  "workload": {"dataset_name": "random", "random_input_len": 1024, "random_output_len": 128, "num_prompts": 32,
+               "max_concurrency": 16, "ignore_eos": true, "seed": 0}}"#;
+    let a = write_temp("sbs-one.json", one).display().to_string();
+    let mut v: Value = serde_json::from_str(one).unwrap();
+    v["fleet"] = serde_json::json!({"count": 2});
+    let b = write_temp("sbs-two.json", &v.to_string()).display().to_string();
+    let o = run_cli(&["sweep", &a, &b, "--concurrency", "16", "--num-prompts", "32", "--jobs", "1", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let d = j["setup_differs"].to_string();
+    assert!(
+        d.contains("replicas: 1 engine on h100-80gb x1, KV pool 463872 tokens in all / 2 (Fleet, router round_robin) on h100-80gb x2, KV pool 927744 tokens in all"),
+        "{d}"
+    );
+}
