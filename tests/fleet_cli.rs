@@ -541,3 +541,48 @@ fn a_side_by_side_of_an_engine_and_a_fleet_names_the_fleet() {
         "{d}"
     );
 }
+
+/// A fleet whose replicas' limits differ: the sum assumes a router that fills each to its own
+/// limit; an even split fills the smallest first, and explain and sweep say from where (a
+/// least_outstanding fleet of 86 + 86 + 402 preempted at 287 while the text said 574).
+#[test]
+fn a_heterogeneous_fleet_says_where_an_even_split_fills_the_smallest() {
+    let f = write_temp(
+        "het.json",
+        r#"{"version": 1, "engine": {"kind": "vllm", "version": "0.33.0", "max_model_len": 4096},
+  "model": "llama-3.1-8b-instruct", "hardware": "h100-80gb",
+  "workload": {"dataset_name": "random", "random_input_len": 1024, "random_output_len": 128, "num_prompts": 64,
+               "max_concurrency": 32, "ignore_eos": true, "seed": 0},
+  "fleet": {"replicas": [{"count": 1},
+                         {"count": 2, "hardware": {"gpu": "a100-80gb", "count": 2},
+                          "engine": {"tensor_parallel_size": 2, "kv_cache_tokens": 100000}, "name": "big"}],
+            "router": {"policy": "least_outstanding"}}}"#,
+    )
+    .display()
+    .to_string();
+    let o = run_cli(&["explain", &f, "--concurrency", "16", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["kv_limited_concurrency"], 574);
+    let why = j["explanation"].to_string();
+    assert!(
+        why.contains("fills the replicas with the smallest limit first")
+            && why.contains("from 258 concurrent requests (3 replicas"),
+        "{why}"
+    );
+    let o = run_cli(&["sweep", &f, "--concurrency", "8", "--num-prompts", "16"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("fills those with the smallest limit from 258 concurrent requests"), "{out}");
+    // Replicas alike: no such sentence.
+    let o = run_cli(&[
+        "sweep",
+        "scenarios/serve-small-vllm.json",
+        "--set",
+        "fleet.count=2",
+        "--concurrency",
+        "8",
+        "--num-prompts",
+        "16",
+    ]);
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("smallest limit"));
+}

@@ -75,6 +75,9 @@ pub struct KvLimit {
     pub shared_prefix_tokens: u64,
     /// `(kv_capacity_tokens − shared_prefix_tokens) / footprint_tokens`, rounded down.
     pub concurrency: u64,
+    /// A fleet whose replicas' limits differ: where a router splitting requests evenly fills
+    /// the replicas with the smallest limit ([`crate::fleet::FleetLimits::even_split_concurrency`]).
+    pub even_split_concurrency: Option<u64>,
 }
 
 /// KV tokens ÷ per-request footprint in whole blocks, for the workload's mean request. A
@@ -98,6 +101,7 @@ pub fn kv_limited_concurrency(spec: &SimSpec, workload: &Workload) -> KvLimit {
                 // Held once per replica (`fleet::replica_limits`), not once for the fleet.
                 shared_prefix_tokens: 0,
                 concurrency: l.kv_limited_concurrency,
+                even_split_concurrency: l.even_split_concurrency(),
             };
         }
     }
@@ -151,6 +155,7 @@ pub fn kv_limit_of_mean(capacity_tokens: u64, granularity: u32, mean: f64) -> Kv
         kv_capacity_tokens: capacity_tokens,
         shared_prefix_tokens: 0,
         concurrency: capacity_tokens / footprint,
+        even_split_concurrency: None,
     }
 }
 
@@ -443,6 +448,16 @@ pub struct TuneShared {
 /// One sentence on what the KV-limited concurrency means for `spec` (a fleet: its running
 /// caps and pools summed over the replicas that hold requests to their end).
 pub fn kv_limit_sentence(limit: &KvLimit, spec: &SimSpec) -> String {
+    let mut s = kv_limit_sentence_alone(limit, spec);
+    if let Some(even) = limit.even_split_concurrency.filter(|&e| e < limit.concurrency.min(spec.max_running_total())) {
+        s.push_str(&format!(
+            " The replicas' limits differ: a router that splits requests evenly (round_robin, least_outstanding, power_of_two) fills those with the smallest limit from {even} concurrent requests."
+        ));
+    }
+    s
+}
+
+fn kv_limit_sentence_alone(limit: &KvLimit, spec: &SimSpec) -> String {
     let max_running = spec.max_running_total();
     let cap = spec.running_cap_words();
     let units = match spec.engine.engine_kind() {

@@ -212,6 +212,27 @@ impl FleetLimits {
             None => total.push_str(": the KV-limited concurrency, the sum of every replica's."),
         }
         out.push(total);
+        if let Some(even) = self.even_split_concurrency() {
+            out.push(format!(
+                "That sum assumes a router that fills each replica to its own limit. One that splits the requests evenly (round_robin, least_outstanding, power_of_two, SGLang's or vLLM's data-parallel balancing) fills the replicas with the smallest limit first: they reach it, and requests wait for KV or are preempted there, from {even} concurrent requests ({} replicas × the smallest limit).",
+                self.holding_replicas()
+            ));
+        }
         out
+    }
+
+    /// The replicas that hold requests to their end (mixed and decode).
+    fn holding_replicas(&self) -> usize {
+        self.groups.iter().filter(|g| g.role != ReplicaRole::Prefill).map(|g| g.replicas.len()).sum()
+    }
+
+    /// Where the replicas' limits differ: the concurrency at which an even split of the requests
+    /// fills the replicas with the smallest limit (replicas × that limit); `None` where every
+    /// replica that holds requests has the same limit (the sum is then that figure).
+    pub fn even_split_concurrency(&self) -> Option<u64> {
+        let holding: Vec<&ReplicaLimit> = self.groups.iter().filter(|g| g.role != ReplicaRole::Prefill).collect();
+        let min = holding.iter().map(|g| g.kv_limited_concurrency).min()?;
+        let max = holding.iter().map(|g| g.kv_limited_concurrency).max()?;
+        (min < max).then(|| min * self.holding_replicas() as u64)
     }
 }
