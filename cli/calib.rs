@@ -344,8 +344,10 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
             a.scenario.len()
         ));
     }
-    // A file given twice would weigh its points twice.
-    if let Some((i, f)) = a.from_results.iter().enumerate().find(|(i, f)| a.from_results[..*i].contains(f)) {
+    // A file given twice would weigh its points twice (under any spelling of its path).
+    let canon: Vec<PathBuf> =
+        a.from_results.iter().map(|f| std::fs::canonicalize(f).unwrap_or_else(|_| f.clone())).collect();
+    if let Some((i, f)) = a.from_results.iter().enumerate().find(|(i, _)| canon[..*i].contains(&canon[*i])) {
         return Err(format!(
             "--from-results: {} is given twice (position {}); give each file once",
             f.display(),
@@ -390,6 +392,21 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
                     ));
                 }
             }
+            // One profile is one deployment's step costs: every point is simulated with the
+            // cost fitted from the first point's prior, and the profile names the first point's
+            // deployment. A point measured on another (an engine, model, GPU, TP size, release
+            // or any other setting that moves the step cost) cannot share that fit.
+            if let Some(first) = points.first() {
+                let first: &FitPoint = first;
+                let what = deployment_difference(&first.spec, &spec);
+                if let Some(what) = what {
+                    return Err(format!(
+                        "{}#{k}: measured on another deployment than {} ({what}): one profile is one deployment's step costs; calibrate each deployment on its own",
+                        f.display(),
+                        first.name
+                    ));
+                }
+            }
             points.push(FitPoint {
                 name: format!("{}#{k}", f.display()),
                 spec,
@@ -415,6 +432,35 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
     write_profile(&a.out, &profile)?;
     print!("{}", profile_summary(&profile));
     Ok(ExitCode::SUCCESS)
+}
+
+/// How the deployment of `b` differs from `a`'s in what sets the step cost, in words; `None`
+/// where their step costs are the same model.
+fn deployment_difference(a: &sim::config::SimSpec, b: &sim::config::SimSpec) -> Option<String> {
+    let mut d = Vec::new();
+    let pair = |what: &str, x: String, y: String, d: &mut Vec<String>| {
+        if x != y {
+            d.push(format!("{what} {x} / {y}"));
+        }
+    };
+    pair(
+        "engine",
+        format!("{} {}", a.engine.kind(), a.engine.version()),
+        format!("{} {}", b.engine.kind(), b.engine.version()),
+        &mut d,
+    );
+    pair("model", a.model.id.clone(), b.model.id.clone(), &mut d);
+    pair("GPU", a.gpu.id.clone(), b.gpu.id.clone(), &mut d);
+    pair(
+        "tensor parallel size",
+        a.deployment.tensor_parallel_size.to_string(),
+        b.deployment.tensor_parallel_size.to_string(),
+        &mut d,
+    );
+    if d.is_empty() && a.cost != b.cost {
+        d.push("a setting that changes the step cost (KV or weight format, CUDA graphs, cost section)".into());
+    }
+    (!d.is_empty()).then(|| d.join(", "))
 }
 
 #[derive(Args, Debug)]

@@ -348,6 +348,43 @@ fn offline_calibration_refuses_what_it_cannot_use() {
     let o = files(&[&good, &good]);
     assert_eq!(o.status.code(), Some(2), "{}", err(&o));
     assert!(err(&o).contains("given twice"), "{}", err(&o));
+    // Under another spelling of its path too (it was fitted twice, its interval narrowed).
+    let again = dir.join(".").join("r.json");
+    let o = files(&[&good, &again]);
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    assert!(err(&o).contains("given twice"), "{}", err(&o));
+    // A point measured on another deployment (here TP 2) cannot share the first one's fit: it
+    // was simulated with the first's step costs and the profile named the first's deployment.
+    let tp2 = dir.join("tp2.json");
+    std::fs::write(
+        &tp2,
+        serde_json::json!({"max_concurrency": 1, "num_prompts": 8, "completed": 8, "request_rate": "inf",
+        "mean_ttft_ms": 238.0, "mean_tpot_ms": 6.1, "output_throughput": 150.0})
+        .to_string(),
+    )
+    .unwrap();
+    let scen2 = dir.join("tp2-scenario.json");
+    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(scen).unwrap()).unwrap();
+    v["engine"]["tensor_parallel_size"] = 2.into();
+    v["engine"].as_object_mut().unwrap().remove("kv_cache_tokens");
+    std::fs::write(&scen2, v.to_string()).unwrap();
+    let o = run_cli(&[
+        "calibrate",
+        "--from-results",
+        good.to_str().unwrap(),
+        tp2.to_str().unwrap(),
+        "--scenario",
+        scen,
+        scen2.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    assert!(
+        err(&o).contains("measured on another deployment") && err(&o).contains("tensor parallel size 1 / 2"),
+        "{}",
+        err(&o)
+    );
     let o = calibrate_from_results(&good, scen, &out, &["--max-evals", "0"]);
     assert_eq!(o.status.code(), Some(2), "{}", err(&o));
     let empty = dir.join("empty.json");

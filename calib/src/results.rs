@@ -99,7 +99,7 @@ pub fn parse_results(text: &str, name: &str) -> Result<Vec<ResultPoint>, String>
 /// A wrong value is an error naming the point and the field, never silently dropped.
 fn check_fields(m: &Map<String, Value>, at: &str) -> Result<(), String> {
     for k in Metric::ALL.iter().map(|k| k.key()) {
-        if matches!(k, "request_rate" | "max_concurrency" | "num_prompts" | "completed") {
+        if matches!(k, "request_rate" | "max_concurrency" | "num_prompts" | "completed" | "burstiness") {
             continue; // below
         }
         let positive =
@@ -123,6 +123,21 @@ fn check_fields(m: &Map<String, Value>, at: &str) -> Result<(), String> {
             Some(Value::Number(n)) if n.as_u64().is_some_and(|v| v >= 1) => {}
             Some(v) => return Err(format!("{at}: {k}: expected a whole number of at least 1, got {v}")),
         }
+    }
+    match m.get("burstiness") {
+        None | Some(Value::Null) => {}
+        Some(Value::Number(n)) if n.as_f64().is_some_and(|v| v.is_finite() && v > 0.0) => {}
+        Some(Value::String(s)) if s == "inf" => {}
+        Some(v) => return Err(format!("{at}: burstiness: expected a positive number (1: Poisson arrivals), got {v}")),
+    }
+    // `vllm bench serve --burstiness inf`: fixed gaps between requests, which servesim's gamma
+    // arrivals (a finite shape) do not model; read as Poisson it would put the queueing of
+    // random gaps into the fitted step costs.
+    if m.get("burstiness").and_then(Value::as_str) == Some("inf") && m.get("request_rate").is_some_and(Value::is_number)
+    {
+        return Err(format!(
+            "{at}: burstiness: Infinity (fixed gaps between requests) at a finite request_rate: servesim's arrivals are gamma-distributed with a finite burstiness and cannot replay fixed gaps; fit on a run with burstiness 1 (Poisson) or another finite value"
+        ));
     }
     match m.get("request_rate") {
         None | Some(Value::Null) => {}
@@ -225,7 +240,8 @@ fn load_overrides(r: &Map<String, Value>) -> LoadOverrides {
 }
 
 /// `text` with Python's non-JSON number words (`NaN`, `Infinity`, `-Infinity`) outside strings
-/// replaced by `null`; everything else as it is.
+/// replaced by `null`, but `Infinity` as the value of `request_rate` or `burstiness` by the
+/// string `"inf"`; everything else as it is.
 pub fn python_non_finite_as_null(text: &str) -> String {
     let b = text.as_bytes();
     let mut out = String::with_capacity(text.len());
@@ -252,7 +268,20 @@ pub fn python_non_finite_as_null(text: &str) -> String {
         let boundary = |j: usize| j >= b.len() || !(b[j].is_ascii_alphanumeric() || b[j] == b'_');
         if let Some(w) = word.filter(|w| boundary(i + w.len()) && (i == 0 || boundary(i - 1))) {
             out.push_str(&text[start..i]);
-            out.push_str("null");
+            // A load's Infinity is a value, not a missing statistic: sglang.bench_serving writes
+            // its default `request_rate` as Infinity, `vllm bench serve` a fixed-gap run's
+            // `burstiness`. Those read as the string "inf" (as vLLM writes the rate).
+            let key = out
+                .trim_end()
+                .strip_suffix(':')
+                .map(str::trim_end)
+                .and_then(|t| t.strip_suffix('"'))
+                .and_then(|t| t.rfind('"').map(|q| &t[q + 1..]));
+            if w == "Infinity" && matches!(key, Some("request_rate" | "burstiness")) {
+                out.push_str("\"inf\"");
+            } else {
+                out.push_str("null");
+            }
             i += w.len();
             start = i;
             continue;
@@ -274,6 +303,21 @@ mod non_finite_tests {
         assert!(v["a"].is_null() && v["b"].is_null() && v["c"].is_null() && v["d"][0].is_null());
         assert_eq!(v["s"], "NaN Infinity");
         assert_eq!(v["NaNx"], 1);
+        // A load's Infinity is a value: sglang.bench_serving's default rate (it was read as
+        // not given, and the point fitted at the scenario's rate).
+        let v: Value = serde_json::from_str(&python_non_finite_as_null(
+            r#"{"request_rate" : Infinity, "burstiness":Infinity, "x": Infinity}"#,
+        ))
+        .unwrap();
+        assert_eq!((v["request_rate"].as_str(), v["burstiness"].as_str()), (Some("inf"), Some("inf")));
+        assert!(v["x"].is_null());
+        let p =
+            parse_results(r#"{"request_rate": Infinity, "max_concurrency": 20, "mean_ttft_ms": 3381.0}"#, "s.jsonl")
+                .unwrap();
+        assert!(p[0].load.sets.contains(&"workload.request_rate=inf".to_string()), "{:?}", p[0].load.sets);
+        let e = parse_results(r#"{"request_rate": 0.9, "burstiness": Infinity, "mean_ttft_ms": 50.0}"#, "r.json")
+            .unwrap_err();
+        assert!(e.starts_with("r.json: burstiness: Infinity (fixed gaps"), "{e}");
         // A result with a NaN metric is read, that metric as not given.
         let r = r#"{"max_concurrency": 1, "mean_ttft_ms": 100.0, "mean_itl_ms": NaN, "std_itl_ms": NaN}"#;
         let p = parse_results(r, "r.json").unwrap();
