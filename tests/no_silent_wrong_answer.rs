@@ -35,6 +35,12 @@ fn bad_inputs_are_refused_naming_the_cause() {
         (&["simulate", "--set", "workload.request_rate=1e-9"], 2, "workload.request_rate"),
         (&["simulate", "--set", "workload.num_warmups=1000000"], 2, "workload.num_warmups"),
         (&["simulate", "--set", "workload.max_concurrency=100000000"], 2, "workload.max_concurrency"),
+        // A burstiness whose gamma gaps underflow (it panicked).
+        (
+            &["simulate", "--set", "workload.request_rate=10", "--set", "workload.burstiness=1e308"],
+            2,
+            "workload.burstiness: 1e308 at request_rate 10.0",
+        ),
         (&["explain", "--concurrency", "0"], 2, "--concurrency"),
         // Exit codes and messages that tell the truth.
         (&["tune", "--vary", "engine.nope=1,2"], 2, "engine.nope"),

@@ -254,6 +254,19 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
     if !(burstiness > 0.0 && burstiness.is_finite()) {
         return Err(ConfigError::new("workload.burstiness", format!("must be > 0, got {burstiness}")));
     }
+    // The gaps are gamma(shape = burstiness, scale = 1 / (rate × burstiness)): a scale that
+    // underflows (or a shape the sampler refuses) cannot draw them (it panicked).
+    if let Some(r) = request_rate {
+        if rand_distr::Gamma::new(burstiness, 1.0 / (r * burstiness)).is_err() || !(1.0 / (r * burstiness)).is_normal()
+        {
+            return Err(ConfigError::new(
+                "workload.burstiness",
+                format!(
+                    "{burstiness:?} at request_rate {r:?}: the gaps between requests are gamma-distributed with scale 1 / (rate × burstiness), which underflows here; use a smaller burstiness (1: Poisson; larger values approach evenly spaced requests)"
+                ),
+            ));
+        }
+    }
     if let Some(c) = w.max_concurrency {
         positive("workload.max_concurrency", c)?;
         if c > MAX_CONCURRENCY {
