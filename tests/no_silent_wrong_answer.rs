@@ -1316,3 +1316,22 @@ fn the_lockstep_caveat_follows_the_run() {
     let msg = j["caveats"][0]["message"].as_str().unwrap();
     assert!(!msg.contains("not an upper bound"), "{msg}");
 }
+
+/// vllm bench serve's peak output tokens per second and peak concurrency count 1-second
+/// buckets from the first request's send (`min_start_time`), not from the benchmark's start:
+/// at a finite rate the first request is sent after a gap too. Two requests sent at 1.17 s
+/// and 2.00 s fall in one bucket: 4 tokens and 2 requests (servesim said 2 and 1).
+#[test]
+fn peak_buckets_count_from_the_first_send() {
+    let s = write_temp(
+        "peaks.json",
+        r#"{"version":1,"engine":{"kind":"vllm","version":"0.28.0","max_model_len":8192},"model":"qwen2.5-7b-instruct",
+  "hardware":"h100-80gb","workload":{"dataset_name":"random","random_input_len":16,"random_output_len":2,"num_prompts":2,
+  "request_rate":1,"ignore_eos":true,"seed":2}}"#,
+    );
+    let (c, out, err) = run(&["simulate", s.to_str().unwrap(), "--json"]);
+    assert_eq!(c, 0, "{err}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(j["max_output_tokens_per_s"], 4.0);
+    assert_eq!(j["max_concurrent_requests"], 2);
+}

@@ -640,9 +640,18 @@ pub fn bench_metrics_at(run: &RunResult, extra: &[f64]) -> BenchMetrics {
     // second and the next, sent in the same second, both count (a peak of 2). Sparse:
     // memory and time follow the requests, not the duration (a run of a year is 3e7
     // buckets, a trace's far arrival would be more).
+    // The buckets count from the first completed request's send (`min_start_time`), not from
+    // the benchmark's start: under a finite rate the first request waits a gap too, and the
+    // bucket edges move with it. They run to the last completed request's end.
     let tally = TokenTally::new(&run.token_log, &recs);
+    let first_send = recs.iter().map(|r| r.dispatch_ns).min().unwrap_or(run.bench_start_ns);
+    let last_end = recs
+        .iter()
+        .map(|r| r.tokens.last_delivery().map_or(r.dispatch_ns, |d| tally.times[d as usize]))
+        .max()
+        .unwrap_or(first_send);
     let (max_output_tokens_per_s, max_concurrent_requests) =
-        peaks_per_second(&tally, &recs, run.bench_start_ns, duration_ns);
+        peaks_per_second(&tally, &recs, first_send, last_end.saturating_sub(first_send));
 
     BenchMetrics {
         completed,
