@@ -193,12 +193,22 @@ fn plan_with_a_request_rate_plans_for_that_rate() {
     ]);
     let r = stdout_json(&o);
     let best = &r["best"];
-    assert_eq!(best["plan"]["replicas"], 1, "{r:#}");
+    // One H100 completes about 2.6 of these 8k-token requests a second: it falls behind 4 req/s
+    // (p99 TTFT 0.66 s over 24 requests, 11.6 s over 200) and is rejected for it, whatever the
+    // latency SLO; two keep up.
+    assert_eq!(best["plan"]["replicas"], 2, "{r:#}");
+    let one =
+        r["rejected"].as_array().unwrap().iter().find(|e| e["plan"]["replicas"] == 1).expect("one replica rejected");
+    assert!(one["violations"][0]["slo"].as_str().unwrap().starts_with("keeps up with the offered rate"), "{one:#}");
     assert_eq!(best["metrics"]["request_rate"], 4.0);
     assert_eq!(best["metrics"]["num_prompts"], 24);
     assert_eq!(best["metrics"]["max_concurrency"], Value::Null, "the scenario's concurrency cap is lifted");
-    // A replica count listed twice is one plan.
-    assert_eq!(r["pareto"].as_array().unwrap().len() + r["rejected"].as_array().unwrap().len(), 2, "{r:#}");
+    // A replica count listed twice is one plan (the front lists rejected plans too).
+    let mut plans: Vec<String> =
+        r["pareto"].as_array().unwrap().iter().chain(r["rejected"].as_array().unwrap()).map(label).collect();
+    plans.sort();
+    plans.dedup();
+    assert_eq!(plans.len(), 2, "{r:#}");
 }
 
 #[test]
@@ -585,4 +595,57 @@ fn a_heterogeneous_fleet_says_where_an_even_split_fills_the_smallest() {
         "16",
     ]);
     assert!(!String::from_utf8_lossy(&o.stdout).contains("smallest limit"));
+}
+
+/// A plan must keep up with the offered rate: one whose capacity (requests a second with the
+/// run sent at once) is below it meets a latency SLO only on a short run (plan picked a
+/// 65 req/s plan at 100 req/s: p99 TTFT 0.55 s over 200 requests, 13 s over 3,000).
+#[test]
+fn plan_rejects_a_fleet_that_falls_behind_the_rate() {
+    let scen = write_temp(
+        "plan-rate.json",
+        r#"{"version":1,"engine":{"kind":"vllm","version":"0.28.0","max_model_len":8192},"model":"qwen2.5-7b-instruct",
+  "hardware":"h100-80gb","workload":{"dataset_name":"random","random_input_len":1024,"random_output_len":128,
+  "num_prompts":100,"request_rate":10,"ignore_eos":true,"seed":0}}"#,
+    );
+    let cands = write_temp(
+        "plan-rate-cands.json",
+        r#"{"prices_per_gpu_hour":{"h100-80gb":2.99},"gpus":["h100-80gb"],"tensor_parallel_size":[1,2],"replicas":[1,2]}"#,
+    );
+    let o = run_cli(&[
+        "plan",
+        scen.to_str().unwrap(),
+        "--candidates",
+        cands.to_str().unwrap(),
+        "--slo",
+        "p99_ttft_ms<=3000",
+        "--request-rate",
+        "100",
+        "--num-prompts",
+        "200",
+        "--json",
+    ]);
+    let r = stdout_json(&o);
+    assert_eq!(label(&r["best"]), "\"h100-80gb\" 2 2 null null", "{:#}", r["best"]["plan"]);
+    let behind: Vec<&Value> = r["rejected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| {
+            e["violations"].as_array().unwrap().iter().any(|v| v["slo"].as_str().unwrap().starts_with("keeps up"))
+        })
+        .collect();
+    assert_eq!(behind.len(), 3, "{r:#}");
+    for e in behind {
+        // Each met the latency SLO on this short run, and completes fewer than 100 a second.
+        assert!(e["metrics"]["p99_ttft_ms"].as_f64().unwrap() <= 3000.0, "{e:#}");
+        let v = e["violations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["slo"].as_str().unwrap().starts_with("keeps up"))
+            .unwrap();
+        assert_eq!(v["bound"], 100.0);
+        assert!(v["value"].as_f64().unwrap() < 100.0, "{e:#}");
+    }
 }
