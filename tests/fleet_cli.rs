@@ -257,6 +257,27 @@ fn trace_scaling_stretches_and_rescales_the_arrivals() {
     let o = run_cli(&["simulate", &s, "--set", "workload.trace_time_scale=0"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("workload.trace_time_scale"), "{}", stderr(&o));
+    // A scale (or rate) that sends an arrival past u64 nanoseconds is the limit's error naming
+    // the field: those arrivals read as 0, and the whole trace was sent at once.
+    for set in ["workload.trace_time_scale=1e300", "workload.trace_rate=1e-300"] {
+        let o = run_cli(&["simulate", &s, "--set", set]);
+        assert_eq!(o.status.code(), Some(2), "{set}");
+        let field = set.split('=').next().unwrap();
+        assert!(
+            stderr(&o).contains(&format!("{field}: scales request")) && stderr(&o).contains("one year"),
+            "{}",
+            stderr(&o)
+        );
+    }
+    // A row's own far timestamp too.
+    let far = write_temp(
+        "burstgpt-far.csv",
+        "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n0,ChatGPT,100,10,110,API log\n5,ChatGPT,100,10,110,API log\n1e300,ChatGPT,100,10,110,API log\n",
+    );
+    let f = trace_scenario("fleet-cli-far.json", far.to_str().unwrap(), "burstgpt", "");
+    let o = run_cli(&["simulate", &f]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("workload.trace[2]: arrives after the limit"), "{}", stderr(&o));
 }
 
 #[test]

@@ -98,10 +98,21 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
                     ));
                 }
                 if r.arrival_ns as f64 > MAX_ARRIVAL_TIME_S * 1e9 {
-                    return Err(ConfigError::new(
-                        format!("workload.trace[{i}]"),
-                        format!("arrives after the limit of {MAX_ARRIVAL_TIME_S} s (one year)"),
-                    ));
+                    // Scaled there by the scenario's scaling field, name that; else the row.
+                    let scaled = w
+                        .trace_time_scale
+                        .map(|_| "workload.trace_time_scale")
+                        .or(w.trace_rate.map(|_| "workload.trace_rate"));
+                    return Err(match scaled {
+                        Some(field) => ConfigError::new(
+                            field,
+                            format!("scales request {i}'s arrival past the limit of {MAX_ARRIVAL_TIME_S} s (one year)"),
+                        ),
+                        None => ConfigError::new(
+                            format!("workload.trace[{i}]"),
+                            format!("arrives after the limit of {MAX_ARRIVAL_TIME_S} s (one year)"),
+                        ),
+                    });
                 }
             }
             if let Some(n) = w.num_prompts {
