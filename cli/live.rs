@@ -133,7 +133,8 @@ impl WorkloadArgs {
         // ("when using random datasets, default to ignoring EOS so generation runs to the requested
         // length", vllm/benchmarks/serve.py, vLLM PR #28227, merged November 2025, after 0.11.0):
         // so does bench, unless the scenario says otherwise. (vLLM's client has no way to turn it
-        // off; a scenario's explicit `ignore_eos: false` is kept.)
+        // off: from 0.11.1, the release that carries it, a vLLM scenario's explicit
+        // `ignore_eos: false` is refused when the scenario is resolved, `sim::config::resolve`.)
         let random = o.get("dataset_name").is_none_or(|d| d == "random");
         if random && !o.contains_key("ignore_eos") {
             o.insert("ignore_eos".into(), true.into());

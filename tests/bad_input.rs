@@ -138,9 +138,12 @@ fn other_mistakes_get_clear_errors() {
         &base(r#""max_num_seqs": 4"#, r#""num_prompts": 3"#).replace("a100-80gb", "a100-90gb"),
         &["hardware", "no card named"],
     );
+    // (vLLM 0.11.0: its client honours ignore_eos on the random dataset; from 0.11.1 it
+    // is always sent, and false is refused: no_silent_wrong_answer.rs.)
     rejects(
         "eos.json",
-        &base(r#""max_num_seqs": 4"#, r#""num_prompts": 3"#).replace(r#""ignore_eos": true"#, r#""ignore_eos": false"#),
+        &base(r#""version": "0.11.0", "max_num_seqs": 4"#, r#""num_prompts": 3"#)
+            .replace(r#""ignore_eos": true"#, r#""ignore_eos": false"#),
         &["workload.ignore_eos", "output_len_dist"],
     );
     rejects(
@@ -151,7 +154,7 @@ fn other_mistakes_get_clear_errors() {
     rejects(
         "eos_past_max.json",
         &base(
-            r#""max_num_seqs": 4"#,
+            r#""version": "0.11.0", "max_num_seqs": 4"#,
             r#""num_prompts": 3, "random_output_len": 512, "output_len_dist": {"kind": "uniform", "min": 600, "max": 900}"#,
         )
         .replace(r#""ignore_eos": true"#, r#""ignore_eos": false"#),

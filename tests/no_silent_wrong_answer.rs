@@ -1335,3 +1335,36 @@ fn peak_buckets_count_from_the_first_send() {
     assert_eq!(j["max_output_tokens_per_s"], 4.0);
     assert_eq!(j["max_concurrent_requests"], 2);
 }
+
+/// vllm bench serve from 0.11.1 sends ignore_eos with every random request (vLLM PR #28227):
+/// unset, the field follows it; false is what that client cannot send, an error naming the
+/// field; 0.11.0 honours the flag (simulate refused the unset field, and ran an explicit false
+/// with a length distribution, outputs that client never cuts; the hunt of 2026-12-05).
+#[test]
+fn the_random_datasets_ignore_eos_follows_the_modelled_client() {
+    let s = write_temp(
+        "eos.json",
+        r#"{"version":1,"engine":{"kind":"vllm","version":"0.28.0","max_model_len":8192},"model":"qwen2.5-7b-instruct",
+  "hardware":"h100-80gb","workload":{"dataset_name":"random","random_input_len":256,"random_output_len":32,"num_prompts":8,
+  "max_concurrency":4,"seed":0}}"#,
+    );
+    let s = s.to_str().unwrap();
+    let (c, out, err) = run(&["simulate", s, "--json"]);
+    assert_eq!(c, 0, "{err}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(j["total_output_tokens"], 8 * 32);
+    let (c, _, err) = run(&[
+        "simulate",
+        s,
+        "--set",
+        "workload.ignore_eos=false",
+        "--set",
+        r#"workload.output_len_dist={"kind":"geometric","mean":8}"#,
+    ]);
+    assert_eq!(c, 2);
+    assert!(err.contains("workload.ignore_eos: false with the random dataset: vllm bench serve from 0.11.1"), "{err}");
+    // 0.11.0: the flag as given (unset is false, which needs a length distribution).
+    let (c, _, err) = run(&["simulate", s, "--set", "engine.version=0.11.0"]);
+    assert_eq!(c, 2);
+    assert!(err.contains("workload.ignore_eos: is false"), "{err}");
+}

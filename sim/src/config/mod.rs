@@ -370,6 +370,10 @@ fn positive(path: &str, v: u32) -> Result<u32> {
 /// the tag). A later proposal to restore a default (#36118) was closed.
 pub const VLLM_SKIPS_INITIAL_TEST: Version = Version::new(0, 14, 0);
 
+/// The first `vllm bench serve` that sends `ignore_eos` with every request of the random dataset
+/// (vLLM PR #28227, in 0.11.1's `benchmarks/serve.py`; 0.11.0 honours the flag).
+pub const VLLM_FORCES_IGNORE_EOS_ON_RANDOM: Version = Version::new(0, 11, 1);
+
 /// `workload.initial_test_request` when the scenario leaves it unset: the
 /// modelled benchmark is the engine's own release of `vllm bench serve`
 /// (before 0.14.0: the test request is sent; from 0.14.0: skipped). For
@@ -506,7 +510,29 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
     s.engine.check_flags_of(kind)?;
     fleet::check_dp_flags(&s.engine, kind, "engine")?;
     let deployment = resolve_deployment(&s.engine, kind, &model, hardware_count)?;
-    let mut workload = resolve_workload(&s.workload, res)?;
+    // `vllm bench serve` from 0.11.1 sends ignore_eos with every request of the random
+    // dataset, whatever its flag says (vLLM PR #28227): unset, it is true; false cannot be
+    // what that client ran.
+    let forced;
+    let section = match (kind, &s.workload.dataset_name) {
+        (EngineKind::Vllm, schema::DatasetName::Random)
+            if Version::parse(s.engine.version.as_deref().unwrap_or(VLLM_DEFAULT))
+                .is_some_and(|v| v >= VLLM_FORCES_IGNORE_EOS_ON_RANDOM) =>
+        {
+            if s.workload.ignore_eos == Some(false) {
+                return Err(ConfigError::new(
+                    "workload.ignore_eos",
+                    format!(
+                        "false with the random dataset: vllm bench serve from {VLLM_FORCES_IGNORE_EOS_ON_RANDOM} sends ignore_eos with every random request whatever the flag says, so its outputs always run to their length; drop the field (or model a release before it with engine.version)"
+                    ),
+                ));
+            }
+            forced = WorkloadSection { ignore_eos: Some(true), ..s.workload.clone() };
+            &forced
+        }
+        _ => &s.workload,
+    };
+    let mut workload = resolve_workload(section, res)?;
     let (engine, kv_sizing) = match kind {
         EngineKind::Vllm => resolve_vllm(&s.engine, &model, &gpu, &deployment)?,
         EngineKind::Sglang => resolve_sglang(&s.engine, &model, &gpu, &deployment, workload.seed)?,
