@@ -1115,7 +1115,16 @@ fn live_loop_inputs_that_cannot_hold_are_refused() {
         assert!(err.contains(needle), "{name}: {err}");
         assert!(!out.exists(), "{name}: no profile written");
     }
-    // A load the scenario refuses names the point that gave it.
+    // A load the scenario refuses names the point that gave it (a burstiness whose gamma gaps
+    // underflow at its rate); one no run can have is the result file's field.
+    let f = write_temp(
+        "huge-burst.json",
+        "{\"mean_ttft_ms\": 40, \"request_rate\": 5, \"burstiness\": 1e308, \"num_prompts\": 10}",
+    );
+    let (c, _, err) =
+        run(&["calibrate", "--from-results", f.to_str().unwrap(), "--scenario", s, "--out", out.to_str().unwrap()]);
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("huge-burst.json#0 (its load:") && err.contains("workload.burstiness: 1e308"), "{err}");
     let f = write_temp(
         "zero-burst.json",
         "{\"mean_ttft_ms\": 40, \"request_rate\": 5, \"burstiness\": 0, \"num_prompts\": 10}",
@@ -1123,7 +1132,7 @@ fn live_loop_inputs_that_cannot_hold_are_refused() {
     let (c, _, err) =
         run(&["calibrate", "--from-results", f.to_str().unwrap(), "--scenario", s, "--out", out.to_str().unwrap()]);
     assert_eq!(c, 2, "{err}");
-    assert!(err.contains("zero-burst.json#0 (its load:") && err.contains("workload.burstiness: must be > 0"), "{err}");
+    assert!(err.contains("zero-burst.json: burstiness: expected a positive number"), "{err}");
     // The same result with the scenario's prompt length is fitted.
     let f = write_temp(
         "right-prompts.json",
