@@ -383,14 +383,37 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
             let spec = load::resolve(&raw).map_err(at_point)?.1;
             // The prompts the result measured must be the scenario's: every metric moves with
             // their length, and a fit would take the difference for the engine's speed.
+            let (scenario_in, scenario_out) = sim::workload::generate(&spec.workload).mean_lengths();
             if let Some(measured) = r.mean_input_len {
-                let (scenario, _) = sim::workload::generate(&spec.workload).mean_lengths();
-                if scenario > 0.0 && (measured / scenario).ln().abs() > calib::traps::LENGTH_TOLERANCE.ln() {
+                if scenario_in > 0.0 && (measured / scenario_in).ln().abs() > calib::traps::LENGTH_TOLERANCE.ln() {
                     return Err(format!(
-                        "{}#{k}: total_input_tokens: the result's prompts average {measured:.0} tokens (total_input_tokens ÷ completed), the scenario's {scenario:.0}: the scenario is not the measured run; give its prompt lengths (--set workload.random_input_len=N, or a trace of the run's requests)",
+                        "{}#{k}: total_input_tokens: the result's prompts average {measured:.0} tokens (total_input_tokens ÷ completed), the scenario's {scenario_in:.0}: the scenario is not the measured run; give its prompt lengths (--set workload.random_input_len=N, or a trace of the run's requests)",
                         f.display()
                     ));
                 }
+            }
+            // The same for the outputs: decode steps and TPOT move with them (a 64-token run
+            // fitted against 512-token outputs took the difference for a 3.3× step cost).
+            if let Some(measured) = r.mean_output_len {
+                if scenario_out > 0.0 && (measured / scenario_out).ln().abs() > calib::traps::LENGTH_TOLERANCE.ln() {
+                    return Err(format!(
+                        "{}#{k}: total_output_tokens: the result's outputs average {measured:.0} tokens (total_output_tokens ÷ completed), the scenario's {scenario_out:.0}: the scenario is not the measured run; give its output lengths (--set workload.random_output_len=N, or an output_len_dist where EOS ended them)",
+                        f.display()
+                    ));
+                }
+            }
+            // A trace's arrivals replayed (servesim's own report of one, `request_rate: "trace"`)
+            // are that trace's: a scenario without one would run the point at its own load.
+            if r.replayed_trace
+                && !matches!(
+                    spec.workload.dataset,
+                    sim::workload::Dataset::Trace { .. } | sim::workload::Dataset::Requests { .. }
+                )
+            {
+                return Err(format!(
+                    "{}#{k}: request_rate: \"trace\": the result replayed a trace's arrivals, and the scenario has no trace; give the scenario the trace the run replayed (workload.dataset_name trace)",
+                    f.display()
+                ));
             }
             // One profile is one deployment's step costs: every point is simulated with the
             // cost fitted from the first point's prior, and the profile names the first point's

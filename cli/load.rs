@@ -186,12 +186,49 @@ pub fn load_profile(path: &Path) -> Result<(CostCoefficients, Option<CostCoeffic
     let co = v.get("coefficients").cloned().ok_or_else(|| format!("{}: no \"coefficients\" object", path.display()))?;
     let coefficients = config::from_value(co, "coefficients").map_err(|e| format!("{}: {e}", path.display()))?;
     // Only a profile that corrects the composed cost is applied relative to its prior.
-    let prior = match (v.get("cost_mode").and_then(Value::as_str), v.get("prior")) {
+    let prior: Option<CostCoefficients> = match (v.get("cost_mode").and_then(Value::as_str), v.get("prior")) {
         (Some("corrects_composed"), Some(p)) if !p.is_null() => {
             Some(config::from_value(p.clone(), "prior").map_err(|e| format!("{}: {e}", path.display()))?)
         }
         _ => None,
     };
+    if let Some(p) = &prior {
+        // The prior is the reference each step part is scaled against (coefficient ÷ prior):
+        // a value no fit starts from (negative, zero under a fitted term, or a thousand times
+        // away from it) would scale every step by nonsense.
+        config::check_coefficients(p, "prior").map_err(|e| format!("{}: {e}", path.display()))?;
+        let c: &CostCoefficients = &coefficients;
+        for name in &sim::cost::COEFFICIENT_NAMES[..6] {
+            if let (Some(k), Some(r)) = (c.get(name), p.get(name)) {
+                let ratio = if r > 0.0 {
+                    k / r
+                } else if k > 0.0 {
+                    f64::INFINITY
+                } else {
+                    1.0
+                };
+                if !(1e-3..=1e3).contains(&ratio) {
+                    return Err(format!(
+                        "{}: prior.{name}: {r} against the fitted {k}: a fit moves a coefficient by a factor, never by more than a thousand; the profile's prior was edited, or comes from another profile",
+                        path.display()
+                    ));
+                }
+            }
+        }
+    }
+    // A fit that implies more than the card's peak (`calibrate` said so when it wrote the
+    // profile) is said again wherever the profile is used.
+    for r in v.get("roofline_check").and_then(Value::as_array).into_iter().flatten() {
+        if r.get("beats_physics").and_then(Value::as_bool) == Some(true) {
+            warn_once(format!(
+                "{}: its fitted {} ({} µs) beats the hardware card's roofline floor ({} µs): the predictions with it run faster than the card can; check the data it was fitted on (speculative decoding, a cached prompt) or the card",
+                path.display(),
+                r.get("coefficient").and_then(Value::as_str).unwrap_or("?"),
+                r.get("fitted_us").and_then(Value::as_f64).map_or("?".into(), |x| format!("{x:.1}")),
+                r.get("roofline_floor_us").and_then(Value::as_f64).map_or("?".into(), |x| format!("{x:.1}")),
+            ));
+        }
+    }
     Ok((coefficients, prior, ProfileDeployment::of(&v)))
 }
 

@@ -397,6 +397,83 @@ fn offline_calibration_refuses_what_it_cannot_use() {
     let o = calibrate_from_results(&huge, scen, &out, &[]);
     assert_eq!(o.status.code(), Some(2), "{}", err(&o));
     assert!(err(&o).contains("mean_ttft_ms") && err(&o).contains("a year"), "{}", err(&o));
+    // Results the scenario cannot be (the calibration hunt of 2026-12-05), each refused naming
+    // the field: outputs of another length, requests lost before vLLM 0.33 wrote `failed`, a
+    // ramped rate, a replayed trace against a scenario without one, a fractional `failed`.
+    for (name, extra, needle) in [
+        (
+            "out64.json",
+            r#""total_output_tokens": 512, "completed": 8"#,
+            "total_output_tokens: the result's outputs average 64",
+        ),
+        ("lost.json", r#""num_prompts": 8, "completed": 6"#, "completed: 2 requests of 8 failed"),
+        ("ramp.json", r#""ramp_up_strategy": "linear", "ramp_up_start_rps": 0.1"#, "ramp_up_strategy: the run ramped"),
+        ("trace.json", r#""request_rate": "trace""#, "request_rate: \"trace\": the result replayed a trace"),
+        ("failed.json", r#""failed": 2.5"#, "failed: expected a whole number"),
+    ] {
+        let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&good).unwrap()).unwrap();
+        let extra: serde_json::Value = serde_json::from_str(&format!("{{{extra}}}")).unwrap();
+        for (k, x) in extra.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        let f = dir.join(name);
+        std::fs::write(&f, v.to_string()).unwrap();
+        let o = calibrate_from_results(&f, scen, &out, &[]);
+        assert_eq!(o.status.code(), Some(2), "{name}: {}", err(&o));
+        assert!(err(&o).contains(needle), "{name}: {}", err(&o));
+    }
+    // A concurrency and a request rate are not one scale: concurrency 1 and 0.9 req/s, both
+    // the scenario's own predictions, raised two false `ordering` traps (0.9 "above" 1).
+    let at_rate = stdout_json(&run_cli(&[
+        "simulate",
+        scen,
+        "--json",
+        "--set",
+        "workload.max_concurrency=null",
+        "--set",
+        "workload.request_rate=0.9",
+        "--set",
+        "workload.num_prompts=16",
+    ]));
+    let keys = [
+        "mean_ttft_ms",
+        "mean_tpot_ms",
+        "mean_e2el_ms",
+        "output_throughput",
+        "max_concurrency",
+        "request_rate",
+        "num_prompts",
+        "completed",
+        "total_input_tokens",
+        "total_output_tokens",
+        "burstiness",
+    ];
+    let line = |j: &serde_json::Value| {
+        serde_json::Value::Object(keys.iter().map(|k| (k.to_string(), j[*k].clone())).collect()).to_string()
+    };
+    let mix = dir.join("mix.jsonl");
+    std::fs::write(&mix, format!("{}\n{}\n", line(&j), line(&at_rate))).unwrap();
+    let o = calibrate_from_results(&mix, scen, &out, &[]);
+    assert!(o.status.success(), "{}", err(&o));
+    let p: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert!(!p["traps"].to_string().contains("ordering"), "{}", p["traps"]);
+    // A profile whose prior was edited a thousandfold away from its fit is refused where used.
+    let o = calibrate_from_results(&good, scen, &out, &[]);
+    assert!(o.status.success(), "{}", err(&o));
+    let mut p: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    p["prior"]["step_us"] = 1e-3.into();
+    let edited = dir.join("edited.json");
+    std::fs::write(&edited, p.to_string()).unwrap();
+    let o = run_cli(&[
+        "simulate",
+        scen,
+        "--set",
+        &format!("cost.profile={}", edited.display()),
+        "--set",
+        "workload.num_prompts=2",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    assert!(err(&o).contains("prior.step_us: 0.001 against the fitted"), "{}", err(&o));
     let o = run_cli(&["check", "--fit-on", "7", "--concurrency", "1,2", "--hardware", "h100-80gb"]);
     assert_eq!(o.status.code(), Some(2), "{}", err(&o));
     assert!(err(&o).contains("--fit-on 7"), "{}", err(&o));

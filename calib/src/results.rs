@@ -14,6 +14,10 @@ pub struct ResultPoint {
     /// The mean prompt length the result measured (`total_input_tokens` ÷ `completed`), where
     /// it says.
     pub mean_input_len: Option<f64>,
+    /// The mean output length it measured (`total_output_tokens` ÷ `completed`), where it says.
+    pub mean_output_len: Option<f64>,
+    /// The run replayed a trace's arrivals (`request_rate: "trace"`, servesim's own report).
+    pub replayed_trace: bool,
 }
 
 impl Metrics for ResultPoint {
@@ -63,23 +67,51 @@ pub fn parse_results(text: &str, name: &str) -> Result<Vec<ResultPoint>, String>
         }
         // Metrics over the requests that finished, of a run whose load was not what it was set
         // to (those that failed left early): not the scenario's run.
-        if let Some(failed) = m.get("failed").and_then(Value::as_u64).filter(|&f| f > 0) {
+        let failed = match m.get("failed") {
+            None | Some(Value::Null) => None,
+            Some(Value::Number(n)) if n.as_f64().is_some_and(|v| v >= 0.0 && v.fract() == 0.0) => n.as_f64(),
+            Some(v) => return Err(format!("{at}: failed: expected a whole number of requests, got {v}")),
+        };
+        // vLLM writes `failed` only from 0.33: an older file says it by `completed` short of
+        // `num_prompts`.
+        let lost = failed.filter(|&f| f > 0.0).or_else(|| {
+            match (m.get("num_prompts").and_then(Value::as_u64), m.get("completed").and_then(Value::as_u64)) {
+                (Some(n), Some(c)) if c < n => Some((n - c) as f64),
+                _ => None,
+            }
+        });
+        if let Some(lost) = lost {
             let sent = m.get("num_prompts").and_then(Value::as_u64).map_or(String::new(), |n| format!(" of {n}"));
+            let field = if failed.is_some_and(|f| f > 0.0) { "failed" } else { "completed" };
             return Err(format!(
-                "{at}: failed: {failed} requests{sent} failed (or were never sent: an interrupted run): its metrics cover only those that completed, under a load that was not the one set; fit on a run where every request completed"
+                "{at}: {field}: {lost} requests{sent} failed (or were never sent: an interrupted run): its metrics cover only those that completed, under a load that was not the one set; fit on a run where every request completed"
             ));
         }
-        let mean_input_len =
-            match (m.get("total_input_tokens").and_then(Value::as_f64), m.get("completed").and_then(Value::as_f64)) {
+        // vLLM's ramp-up (`--ramp-up-strategy`) raises the rate through the run, which servesim
+        // does not model: read as a constant rate, its queueing would go into the step costs.
+        if let Some(k) = ["ramp_up_strategy", "ramp_up_start_rps", "ramp_up_end_rps"]
+            .into_iter()
+            .find(|k| m.get(*k).is_some_and(|v| !v.is_null()))
+        {
+            return Err(format!(
+                "{at}: {k}: the run ramped its request rate up (vllm bench serve --ramp-up-strategy), which servesim does not model; fit on a run at a constant rate"
+            ));
+        }
+        let per_request =
+            |key: &str| match (m.get(key).and_then(Value::as_f64), m.get("completed").and_then(Value::as_f64)) {
                 (Some(t), Some(c)) if t > 0.0 && c > 0.0 => Some(t / c),
                 _ => None,
             };
+        let mean_input_len = per_request("total_input_tokens");
+        let mean_output_len = per_request("total_output_tokens");
         // A source may publish any subset of the fitted metrics (percentiles only, throughput
         // only): the fit uses what is there. A point with none of them cannot be fitted.
         let point = ResultPoint {
             load: load_overrides(&m),
             metrics: Metric::ALL.iter().filter_map(|&k| Some((k, m.get(k.key())?.as_f64()?))).collect(),
             mean_input_len,
+            mean_output_len,
+            replayed_trace: m.get("request_rate").and_then(Value::as_str) == Some("trace"),
         };
         if !crate::fit::TARGETS.iter().any(|&t| point.metric(t).is_some_and(|v| v.is_finite() && v > 0.0)) {
             return Err(format!(

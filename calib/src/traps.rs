@@ -77,10 +77,12 @@ pub fn ttft_floor_ms(spec: &SimSpec, prompt_len: u32) -> f64 {
     (linear_s + attn_s) * 1e3
 }
 
-/// The load of a point, for ordering: concurrency, else request rate, else unlimited.
+/// The load of a point, for ordering among points of one kind of load (`flag`'s key): the
+/// concurrency of a closed loop (unlimited: all at once), else the request rate (capped by a
+/// concurrency: among points of the same cap).
 fn load_of(p: &FitPoint) -> f64 {
     match (p.spec.workload.max_concurrency, p.spec.workload.request_rate) {
-        (Some(c), Some(r)) => f64::from(c).min(r * 1e3),
+        (Some(_), Some(r)) => r,
         (Some(c), None) => f64::from(c),
         (None, Some(r)) => r,
         (None, None) => f64::INFINITY,
@@ -171,13 +173,20 @@ pub fn flag(points: &mut [FitPoint]) -> Vec<Trap> {
         }
     }
     traps.extend(flag_cold_server(points));
-    // Orderings across load points of one workload.
+    // Orderings across load points of one workload and one kind of load: a concurrency and a
+    // request rate are not one scale (a rate of 0.9 is not "more" than concurrency 1), nor is a
+    // rate capped by a concurrency either.
     let key = |p: &FitPoint| {
         let mut w = p.spec.workload.clone();
+        let kind = match (w.max_concurrency, w.request_rate) {
+            (_, None) => "closed".to_string(),
+            (None, Some(_)) => "rate".to_string(),
+            (Some(c), Some(_)) => format!("rate capped at {c}"),
+        };
         w.max_concurrency = None;
         w.request_rate = None;
         w.num_prompts = 0;
-        format!("{}|{}|{:?}|{:?}", p.spec.model.id, p.spec.gpu.id, w.dataset, w.seed)
+        format!("{}|{}|{kind}|{:?}|{:?}", p.spec.model.id, p.spec.gpu.id, w.dataset, w.seed)
     };
     let mut order: Vec<usize> = (0..points.len()).collect();
     order.sort_by(|&a, &b| {
