@@ -478,3 +478,55 @@ fn offline_calibration_refuses_what_it_cannot_use() {
     assert_eq!(o.status.code(), Some(2), "{}", err(&o));
     assert!(err(&o).contains("--fit-on 7"), "{}", err(&o));
 }
+
+/// The physical floor of a TTFT is of the part of the prompt the scenario's prefix cache cannot
+/// hold: a shared 4,096-token prefix with 16-token suffixes has a TTFT of about 10 ms, the
+/// scenario's own prediction, which was flagged against the floor of a cold 4,112-token prefill
+/// (62.5 ms) and excluded with its E2EL and throughput (the calibration hunt of 2026-12-05).
+#[test]
+fn a_shared_prefix_ttft_is_not_below_the_floor() {
+    let dir = std::env::temp_dir().join(format!("servesim-floor-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let scen = root().join("scenarios/shared-prefix-llama3.1-8b-h100-vllm.json");
+    let scen = scen.to_str().unwrap();
+    let sets = [
+        "workload.max_concurrency=1",
+        "workload.prefix_repetition_prefix_len=4096",
+        "workload.prefix_repetition_suffix_len=16",
+        "workload.prefix_repetition_num_prefixes=1",
+    ];
+    let mut args = vec!["simulate", scen, "--json", "--set", "workload.num_prompts=32"];
+    for s in &sets {
+        args.extend(["--set", s]);
+    }
+    let j = stdout_json(&run_cli(&args));
+    assert!(j["mean_ttft_ms"].as_f64().unwrap() < 20.0, "{}", j["mean_ttft_ms"]);
+    let keys = [
+        "mean_ttft_ms",
+        "mean_tpot_ms",
+        "mean_e2el_ms",
+        "output_throughput",
+        "max_concurrency",
+        "request_rate",
+        "num_prompts",
+        "completed",
+        "total_input_tokens",
+        "total_output_tokens",
+    ];
+    let r = dir.join("r.json");
+    std::fs::write(
+        &r,
+        serde_json::Value::Object(keys.iter().map(|k| (k.to_string(), j[*k].clone())).collect()).to_string(),
+    )
+    .unwrap();
+    let out = dir.join("p.json");
+    let mut args =
+        vec!["calibrate", "--from-results", r.to_str().unwrap(), "--scenario", scen, "--out", out.to_str().unwrap()];
+    for s in &sets {
+        args.extend(["--set", s]);
+    }
+    let o = run_cli(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let p: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert!(!p["traps"].to_string().contains("below_physical_floor"), "{}", p["traps"]);
+}
