@@ -422,6 +422,23 @@ fn offline_calibration_refuses_what_it_cannot_use() {
         assert_eq!(o.status.code(), Some(2), "{name}: {}", err(&o));
         assert!(err(&o).contains(needle), "{name}: {}", err(&o));
     }
+    // Figures that cannot all be true are flagged and left out of the fit: a TTFT above the
+    // E2EL it is part of, a throughput above what the clients can receive (Little's law).
+    for (name, key, value, needle) in [
+        ("ttft-above-e2el.json", "mean_ttft_ms", 1e6, "is longer than the mean E2EL"),
+        ("above-little.json", "output_throughput", 1e4, "Little's law"),
+    ] {
+        let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&good).unwrap()).unwrap();
+        v["mean_e2el_ms"] = j["mean_e2el_ms"].clone();
+        v[key] = value.into();
+        let f = dir.join(name);
+        std::fs::write(&f, v.to_string()).unwrap();
+        let o = calibrate_from_results(&f, scen, &out, &[]);
+        assert!(o.status.success(), "{name}: {}", err(&o));
+        let p: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        let traps = p["traps"].to_string();
+        assert!(traps.contains("inconsistent") && traps.contains(needle), "{name}: {traps}");
+    }
     // A concurrency and a request rate are not one scale: concurrency 1 and 0.9 req/s, both
     // the scenario's own predictions, raised two false `ordering` traps (0.9 "above" 1).
     let at_rate = stdout_json(&run_cli(&[

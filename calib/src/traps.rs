@@ -47,7 +47,7 @@ pub struct Trap {
     /// The report keys concerned.
     pub metrics: Vec<String>,
     /// `below_physical_floor`, `cold_server`, `ordering`, `percentile_for_mean`, `missing`, `tail`,
-    /// `output_lengths`; a live
+    /// `output_lengths`, `inconsistent`; a live
     /// calibration's `unsteady_engine` (`crate::procedure::UNSTEADY_SPEED_RATIO`).
     pub kind: &'static str,
     /// `excluded` (not fitted), `used` (fitted as stated).
@@ -204,6 +204,7 @@ pub fn flag(points: &mut [FitPoint]) -> Vec<Trap> {
         }
     }
     traps.extend(flag_cold_server(points));
+    traps.extend(flag_inconsistent(points));
     // Orderings across load points of one workload and one kind of load: a concurrency and a
     // request rate are not one scale (a rate of 0.9 is not "more" than concurrency 1), nor is a
     // rate capped by a concurrency either.
@@ -315,6 +316,52 @@ pub fn flag_cold_server(points: &mut [FitPoint]) -> Vec<Trap> {
                 w.num_prompts
             ),
         });
+    }
+    traps
+}
+
+/// Figures of one point that cannot all be true, whatever the engine: a mean TTFT longer than
+/// the mean E2EL it is part of (both excluded), and under a closed loop an output throughput
+/// above what its clients can receive, concurrency × mean output ÷ mean E2EL (Little's law;
+/// with [`LENGTH_TOLERANCE`] of room for the lengths and the run's ends), excluded.
+pub fn flag_inconsistent(points: &mut [FitPoint]) -> Vec<Trap> {
+    let mut traps = Vec::new();
+    let at = |k: &str| TARGETS.iter().position(|t| t.key() == k).expect("a target");
+    let (ttft, e2el, thr) = (at("mean_ttft_ms"), at("mean_e2el_ms"), at("output_throughput"));
+    for p in points.iter_mut() {
+        if let (Some(f), Some(e)) = (p.measured[ttft], p.measured[e2el]) {
+            if f > e {
+                p.measured[ttft] = None;
+                p.measured[e2el] = None;
+                traps.push(Trap {
+                    point: p.name.clone(),
+                    metrics: vec!["mean_ttft_ms".into(), "mean_e2el_ms".into()],
+                    kind: "inconsistent",
+                    action: "excluded",
+                    why: format!(
+                        "mean TTFT {f:.1} ms is longer than the mean E2EL {e:.1} ms it is part of: one of them is not this run's (or not a mean). Both excluded"
+                    ),
+                });
+            }
+        }
+        let w = &p.spec.workload;
+        if let (Some(c), Some(e), Some(x)) = (w.max_concurrency, p.measured[e2el], p.measured[thr]) {
+            let (_, out) = sim::workload::generate(w).mean_lengths();
+            let bound = f64::from(c.min(w.num_prompts)) * out / (e / 1e3);
+            if w.request_rate.is_none() && x > LENGTH_TOLERANCE * bound {
+                p.measured[thr] = None;
+                traps.push(Trap {
+                    point: p.name.clone(),
+                    metrics: vec!["output_throughput".into()],
+                    kind: "inconsistent",
+                    action: "excluded",
+                    why: format!(
+                        "output throughput {x:.1} tok/s is above what {} client(s) receive with a mean E2EL of {e:.1} ms and {out:.0}-token outputs ({bound:.1} tok/s, Little's law): it is not this run's. Excluded",
+                        c.min(w.num_prompts)
+                    ),
+                });
+            }
+        }
     }
     traps
 }
