@@ -243,6 +243,17 @@ fn write_profile(path: &Path, profile: &Profile) -> Result<(), String> {
             path.display()
         )
     })?;
+    // Its uncertainty block too, as `simulate` reads it (an ensemble member that would run the
+    // engine in no time was written, and then refused by every command that used the profile).
+    if let Some(u) = &profile.uncertainty {
+        u.check().map_err(|e| {
+            format!(
+                "the fitted profile's {e}: the data leave the coefficients unbounded (a point no engine can produce?); \
+                 the profile was not written to {}",
+                path.display()
+            )
+        })?;
+    }
     if let Some(d) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(d).map_err(|e| format!("--out {}: {e}", path.display()))?;
     }

@@ -439,6 +439,14 @@ fn offline_calibration_refuses_what_it_cannot_use() {
         let traps = p["traps"].to_string();
         assert!(traps.contains("inconsistent") && traps.contains(needle), "{name}: {traps}");
     }
+    // A point no engine can produce leaves the fit unbounded: its profile is not written (one
+    // was, whose ensemble every command then refused).
+    let huge = dir.join("huge-throughput.json");
+    std::fs::write(&huge, r#"{"max_concurrency": 1, "num_prompts": 8, "output_throughput": 1e8}"#).unwrap();
+    let gone = dir.join("not-written.json");
+    let o = calibrate_from_results(&huge, scen, &gone, &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    assert!(err(&o).contains("uncertainty.ensemble") && !gone.exists(), "{}", err(&o));
     // A concurrency and a request rate are not one scale: concurrency 1 and 0.9 req/s, both
     // the scenario's own predictions, raised two false `ordering` traps (0.9 "above" 1).
     let at_rate = stdout_json(&run_cli(&[
