@@ -202,7 +202,7 @@ impl WorkloadArgs {
                             ));
                         }
                     }
-                    res.trace = Some(load::load_trace(&p).map_err(|e| format!("--trace: {e}"))?);
+                    res.trace = Some(load::load_trace(&p, section.trace_format).map_err(|e| format!("--trace: {e}"))?);
                 }
             }
         }

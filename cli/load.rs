@@ -113,7 +113,8 @@ pub fn resolve(raw: &RawScenario) -> Result<(Scenario, SimSpec), String> {
                 res.trace_requests = Some(std::sync::Arc::new(reqs));
             }
             _ => {
-                let mut rows = load_trace(&path).map_err(|e| format!("{origin}: workload.trace: {e}"))?;
+                let mut rows =
+                    load_trace(&path, w.trace_format).map_err(|e| format!("{origin}: workload.trace: {e}"))?;
                 scale_rows(&mut rows, w.trace_time_scale, w.trace_rate, w.num_prompts)
                     .map_err(|e| format!("{origin}: workload.trace_rate: {e}"))?;
                 res.trace = Some(rows);
@@ -303,11 +304,16 @@ pub fn check_profile_deployment(spec: &SimSpec, d: &ProfileDeployment) -> Result
 
 /// Reads a trace in CSV (a header naming `arrival_time,input_len,output_len`
 /// and optionally `prefix_group,prefix_len,priority`) or JSONL (one object
-/// per line with the same keys).
-pub fn load_trace(path: &Path) -> Result<Vec<TraceRow>, String> {
+/// per line with the same keys): as `format` says (`workload.trace_format` `csv` or `jsonl`),
+/// else by the file's extension (`.jsonl`, `.json`) or a first `{`.
+pub fn load_trace(path: &Path, format: Option<config::TraceFileFormat>) -> Result<Vec<TraceRow>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
     let name = path.display().to_string();
-    let is_jsonl = path.extension().is_some_and(|e| e == "jsonl" || e == "json") || text.trim_start().starts_with('{');
+    let is_jsonl = match format {
+        Some(config::TraceFileFormat::Jsonl) => true,
+        Some(config::TraceFileFormat::Csv) => false,
+        _ => path.extension().is_some_and(|e| e == "jsonl" || e == "json") || text.trim_start().starts_with('{'),
+    };
     if is_jsonl {
         let mut rows = Vec::new();
         for (i, l) in text.lines().enumerate() {

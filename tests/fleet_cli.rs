@@ -670,3 +670,20 @@ fn plan_rejects_a_fleet_that_falls_behind_the_rate() {
         assert!(v["value"].as_f64().unwrap() < 100.0, "{e:#}");
     }
 }
+
+/// `trace_format: "csv"` or `"jsonl"` is how the file is read, whatever its extension (it was
+/// guessed from the extension: a CSV named .json failed as JSON, and jsonl on a .csv was read
+/// as CSV, silently).
+#[test]
+fn servesims_own_trace_format_is_the_one_given() {
+    let csv = "arrival_time,input_len,output_len\n0.0,100,10\n2.0,100,10\n";
+    let named_json = write_temp("rows-as.json", csv);
+    let s = trace_scenario("own-csv.json", named_json.to_str().unwrap(), "csv", "");
+    let r = stdout_json(&run_cli(&["simulate", &s, "--json"]));
+    assert_eq!(r["completed"], 2);
+    let named_csv = write_temp("rows-as.csv", csv);
+    let s = trace_scenario("own-jsonl.json", named_csv.to_str().unwrap(), "jsonl", "");
+    let o = run_cli(&["simulate", &s]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("rows-as.csv:1: not valid JSON"), "{}", stderr(&o));
+}
