@@ -172,6 +172,9 @@ pub struct PlanResult {
     /// Cost against the latency metric, by increasing cost.
     pub pareto: Vec<PlanEntry>,
     pub rejected: Vec<PlanEntry>,
+    /// The plans that meet every SLO other than the best and those on the front (dearer, or
+    /// slower for their cost): listed, so that every candidate is accounted for.
+    pub also_meet: Vec<PlanEntry>,
     pub invalid: Vec<PlanEntry>,
     pub slos: Vec<String>,
     pub pareto_latency: String,
@@ -234,8 +237,11 @@ fn check_candidates(c: &Candidates, file: &str) -> Result<(), String> {
     if c.tensor_parallel_size.is_empty() {
         return Err(format!("{file}: tensor_parallel_size: empty; give at least one size (default [1])"));
     }
-    if let Some(i) = c.tensor_parallel_size.iter().position(|&t| t == 0) {
-        return Err(format!("{file}: tensor_parallel_size[{i}]: must be at least 1, got 0"));
+    let max_tp = sim::config::MAX_TP_ONE_NODE;
+    if let Some((i, t)) = c.tensor_parallel_size.iter().enumerate().find(|(_, &t)| t == 0 || t > max_tp) {
+        return Err(format!(
+            "{file}: tensor_parallel_size[{i}]: must be from 1 to {max_tp} (one node's GPUs, as an engine's TP is), got {t}"
+        ));
     }
     if c.replicas.is_empty() && c.pd_splits.is_empty() {
         return Err(format!("{file}: give replicas and/or pd_splits"));
@@ -292,7 +298,11 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
         // otherwise Poisson arrivals at that rate.
         let trace = base.json.pointer("/workload/trace").is_some_and(|t| !t.is_null());
         sets.push(if trace { format!("workload.trace_rate={r}") } else { format!("workload.request_rate={r}") });
-        if let Some(w) = base.json.get_mut("workload").and_then(Value::as_object_mut) {
+        // The scenario's own concurrency cap is lifted (the rate is the load); one the user gave
+        // on the command line is kept (it was dropped too, silently).
+        let capped_here =
+            a.common.sets.iter().any(|s| s.split('=').next().is_some_and(|p| p.trim() == "workload.max_concurrency"));
+        if let Some(w) = base.json.get_mut("workload").and_then(Value::as_object_mut).filter(|_| !capped_here) {
             w.remove("max_concurrency");
             if trace {
                 w.remove("trace_time_scale");
@@ -464,10 +474,21 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
         .collect();
     pareto.sort_by(|x, y| x.plan.cost_per_hour.total_cmp(&y.plan.cost_per_hour));
     let best = evaluated.iter().find(|e| e.error.is_none() && e.violations.is_empty()).cloned();
+    let also_meet: Vec<PlanEntry> = evaluated
+        .iter()
+        .filter(|e| {
+            e.error.is_none()
+                && e.violations.is_empty()
+                && best.as_ref().is_none_or(|b| b.plan.label() != e.plan.label())
+                && !pareto.iter().any(|f| f.plan.label() == e.plan.label())
+        })
+        .cloned()
+        .collect();
     let result = PlanResult {
         best,
         pareto,
         rejected: evaluated.iter().filter(|e| e.error.is_none() && !e.violations.is_empty()).cloned().collect(),
+        also_meet,
         invalid: evaluated.iter().filter(|e| e.error.is_some()).cloned().collect(),
         slos: slos.iter().map(|s| s.text.clone()).collect(),
         pareto_latency: a.pareto_latency.clone(),
@@ -534,6 +555,13 @@ fn text(r: &PlanResult) -> String {
         for e in &r.rejected {
             let v: Vec<String> = e.violations.iter().map(|v| format!("{} (got {:.1})", v.slo, v.value)).collect();
             let _ = writeln!(s, "  {:>9.2}/h  {}: breaks {}", e.plan.cost_per_hour, e.plan.label(), v.join("; "));
+        }
+    }
+    if !r.also_meet.is_empty() {
+        let _ = writeln!(s, "\nAlso meet every SLO, dearer or slower than the front ({}):", r.also_meet.len());
+        for e in &r.also_meet {
+            let _ =
+                writeln!(s, "  {:>9.2}/h  {:>12.1}  {}", e.plan.cost_per_hour, f(e, &r.pareto_latency), e.plan.label());
         }
     }
     if !r.invalid.is_empty() {

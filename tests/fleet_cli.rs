@@ -657,6 +657,43 @@ fn plan_rejects_a_fleet_that_falls_behind_the_rate() {
         })
         .collect();
     assert_eq!(behind.len(), 3, "{r:#}");
+    // Every candidate is accounted for: the best, the front, the rejected, and those that also
+    // meet every SLO (they were listed nowhere).
+    let mut all: Vec<String> = [&r["pareto"], &r["rejected"], &r["also_meet"]]
+        .iter()
+        .flat_map(|a| a.as_array().unwrap().iter().map(label))
+        .chain([label(&r["best"])])
+        .collect();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), 4, "{r:#}");
+    // A concurrency cap given on the command line is kept (a scenario's own is lifted).
+    let o = run_cli(&[
+        "plan",
+        scen.to_str().unwrap(),
+        "--candidates",
+        cands.to_str().unwrap(),
+        "--slo",
+        "p99_ttft_ms<=1e9",
+        "--request-rate",
+        "5",
+        "--num-prompts",
+        "20",
+        "--set",
+        "workload.max_concurrency=1",
+        "--json",
+    ]);
+    let r = stdout_json(&o);
+    assert_eq!(r["best"]["metrics"]["max_concurrency"], 1, "{:#}", r["best"]);
+    // A TP size past one node is the candidates file's error (it overflowed the GPU count).
+    let big = write_temp(
+        "plan-rate-bigtp.json",
+        r#"{"prices_per_gpu_hour":{"h100-80gb":2.99},"gpus":["h100-80gb"],"tensor_parallel_size":[16],"replicas":[1]}"#,
+    );
+    let o =
+        run_cli(&["plan", scen.to_str().unwrap(), "--candidates", big.to_str().unwrap(), "--slo", "p99_ttft_ms<=1e9"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("tensor_parallel_size[0]: must be from 1 to 8"), "{}", stderr(&o));
     for e in behind {
         // Each met the latency SLO on this short run, and completes fewer than 100 a second.
         assert!(e["metrics"]["p99_ttft_ms"].as_f64().unwrap() <= 3000.0, "{e:#}");
