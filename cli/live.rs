@@ -175,6 +175,12 @@ impl WorkloadArgs {
         }
         let section: WorkloadSection = config::from_value(json, "workload").map_err(|e| e.to_string())?;
         let mut res = Resources::default();
+        // As simulate says it (`load::resolve`): a trace times its own requests.
+        if section.trace.is_some() && section.request_rate.is_some_and(|r| r.0.is_some()) {
+            crate::load::warn_once(
+                "--request-rate (workload.request_rate) is ignored: the trace's arrival times say when requests are sent".into(),
+            );
+        }
         if let Some(t) = &section.trace {
             let p = if Path::new(t).is_absolute() { PathBuf::from(t) } else { base.join(t) };
             let p = if p.exists() { p } else { PathBuf::from(t) };

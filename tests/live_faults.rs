@@ -463,6 +463,27 @@ fn bench_replays_a_production_trace_in_its_format() {
     let j = stdout_json(&o);
     assert_eq!(j["completed"].as_u64().unwrap() + j["failed"].as_u64().unwrap(), 3, "{j}");
     assert_eq!(j["request_rate"], "trace");
+    // A rate given with a trace is said to be ignored, as simulate says it (bench said nothing).
+    let o = run_cli(&[
+        "bench",
+        "--base-url",
+        &url,
+        "--scenario",
+        "data/plan/mooncake-fleet-llama3.1-8b-h100-vllm.json",
+        "--num-prompts",
+        "2",
+        "--request-rate",
+        "100",
+        "--no-initial-test",
+        "--vocab-size",
+        "1000",
+        "--json",
+    ]);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--request-rate (workload.request_rate) is ignored"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 /// Ids below 256 are never drawn: a vocabulary of 257 or fewer would send one prompt over and
