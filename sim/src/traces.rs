@@ -147,6 +147,13 @@ pub fn parse_mooncake(text: &str) -> Result<Vec<MooncakeRow>, TraceError> {
             let col = line.find("\"timestamp\"").map_or(1, |c| c + 1);
             return Err(err(i + 1, col, format!("timestamp must be a finite number ≥ 0, got {}", row.timestamp)));
         }
+        // Named at its line here (later checks count requests, not lines).
+        for (key, v) in [("input_length", row.input_length), ("output_length", row.output_length)] {
+            if v == 0 {
+                let col = line.find(&format!("\"{key}\"")).map_or(1, |c| c + 1);
+                return Err(err(i + 1, col, format!("{key} must be at least 1, got 0")));
+            }
+        }
         rows.push(row);
     }
     Ok(rows)
@@ -395,11 +402,18 @@ pub fn parse_azure(text: &str) -> Result<Vec<AzureRow>, TraceError> {
         .map(|(line, f)| {
             let timestamp_ns = parse_datetime(f[0].0.trim())
                 .map_err(|m| err(line, f[0].1, format!("`TIMESTAMP` {:?}: {m}", f[0].0)))?;
-            Ok(AzureRow {
+            let row = AzureRow {
                 timestamp_ns,
                 context_tokens: parse_u32(&f[1], line, "ContextTokens")?,
                 generated_tokens: parse_u32(&f[2], line, "GeneratedTokens")?,
-            })
+            };
+            for (k, name, v) in [(1, "ContextTokens", row.context_tokens), (2, "GeneratedTokens", row.generated_tokens)]
+            {
+                if v == 0 {
+                    return Err(err(line, f[k].1, format!("`{name}` must be at least 1, got 0")));
+                }
+            }
+            Ok(row)
         })
         .collect()
 }
@@ -504,6 +518,14 @@ pub fn parse_burstgpt(text: &str) -> Result<Vec<BurstGptRow>, TraceError> {
                 total_tokens: parse_u32(&f[4], line, "Total tokens")?,
                 log_type: f[5].0.trim().to_string(),
             };
+            // A failed request (no response tokens) is dropped later; a kept one needs a prompt.
+            if row.request_tokens == 0 && !row.is_failure() {
+                return Err(err(
+                    line,
+                    f[2].1,
+                    "`Request tokens` must be at least 1 for a request that got a response, got 0",
+                ));
+            }
             if u64::from(row.request_tokens) + u64::from(row.response_tokens) != u64::from(row.total_tokens) {
                 return Err(err(
                     line,
@@ -654,6 +676,21 @@ mod tests {
         .unwrap_err();
         assert_eq!((e.line, e.column), (2, 17), "{e}");
         assert!(format!("{e}").starts_with("line 2, column 17: "));
+        // A zero length is named at its own line: the later check counted requests, after
+        // failed BurstGPT rows and blank Mooncake lines were dropped (it said trace[0] of line 3).
+        let e = parse_burstgpt(
+            "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n10,ChatGPT,517,0,517,API log\n12,ChatGPT,0,814,814,API log\n",
+        )
+        .unwrap_err();
+        assert_eq!(e.line, 3, "{e}");
+        assert!(e.message.contains("Request tokens"), "{e}");
+        let e = parse_mooncake("{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": []}\n\n{\"timestamp\": 1, \"input_length\": 0, \"output_length\": 1, \"hash_ids\": []}")
+            .unwrap_err();
+        assert_eq!(e.line, 3, "{e}");
+        assert!(e.message.starts_with("input_length must be at least 1"), "{e}");
+        let e = parse_azure("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,12,0\n").unwrap_err();
+        assert_eq!(e.line, 2, "{e}");
+        assert!(e.message.contains("GeneratedTokens"), "{e}");
     }
 
     #[test]
