@@ -408,7 +408,7 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
             if let Some(measured) = r.mean_output_len {
                 if scenario_out > 0.0 && (measured / scenario_out).ln().abs() > calib::traps::LENGTH_TOLERANCE.ln() {
                     return Err(format!(
-                        "{}#{k}: total_output_tokens: the result's outputs average {measured:.0} tokens (total_output_tokens ÷ completed), the scenario's {scenario_out:.0}: the scenario is not the measured run; give its output lengths (--set workload.random_output_len=N, or an output_len_dist where EOS ended them)",
+                        "{}#{k}: total_output_tokens: the result's outputs average {measured:.0} tokens (total_output_tokens ÷ completed), the scenario's {scenario_out:.0}: the scenario is not the measured run; give its output lengths (--set workload.random_output_len=N; where EOS ended them and the modelled client lets it, ignore_eos false with an output_len_dist)",
                         f.display()
                     ));
                 }

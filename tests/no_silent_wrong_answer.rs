@@ -1372,6 +1372,11 @@ fn the_random_datasets_ignore_eos_follows_the_modelled_client() {
     ]);
     assert_eq!(c, 2);
     assert!(err.contains("workload.ignore_eos: false with the random dataset: vllm bench serve from 0.11.1"), "{err}");
+    // A length distribution alone is the field to drop, not a call for ignore_eos false (the
+    // hint went round in a circle).
+    let (c, _, err) = run(&["simulate", s, "--set", r#"workload.output_len_dist={"kind":"geometric","mean":8}"#]);
+    assert_eq!(c, 2);
+    assert!(err.contains("workload.output_len_dist: with the random dataset"), "{err}");
     // 0.11.0: the flag as given (unset is false, which needs a length distribution).
     let (c, _, err) = run(&["simulate", s, "--set", "engine.version=0.11.0"]);
     assert_eq!(c, 2);

@@ -527,6 +527,14 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
                     ),
                 ));
             }
+            if s.workload.output_len_dist.is_some() {
+                return Err(ConfigError::new(
+                    "workload.output_len_dist",
+                    format!(
+                        "with the random dataset: vllm bench serve from {VLLM_FORCES_IGNORE_EOS_ON_RANDOM} sends ignore_eos with every random request, so outputs run to their length and no EOS cuts them; drop the field (lengths that vary: random_range_ratio), or use prefix_repetition, a trace, or a release before it (engine.version)"
+                    ),
+                ));
+            }
             forced = WorkloadSection { ignore_eos: Some(true), ..s.workload.clone() };
             &forced
         }
