@@ -24,6 +24,7 @@ pub struct ExplainArgs {
     pub concurrency: Option<u32>,
     #[command(flatten)]
     pub common: ScenarioArgs,
+    /// The explanation as JSON (the keys of README "servesim explain").
     #[arg(long)]
     pub json: bool,
 }

@@ -37,7 +37,7 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
-    /// Simulate one benchmark run and print what `vllm bench serve` would.
+    /// Simulate one benchmark run and print what `vllm bench serve` would print for it.
     Simulate(SimulateArgs),
     /// Simulate a run per concurrency (in parallel) and find the throughput knee.
     Sweep(sweep::SweepArgs),

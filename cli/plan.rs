@@ -31,7 +31,10 @@ use crate::ScenarioArgs;
 pub struct PlanArgs {
     /// Scenario file (JSON): the model, engine flags and workload; the built-in default if omitted.
     pub scenario: Option<PathBuf>,
-    /// The candidates and prices (JSON; see `servesim plan --help` and docs/fleets.md).
+    /// The candidates and prices (JSON): `prices_per_gpu_hour` (per GPU id), `gpus`,
+    /// `tensor_parallel_size` (default [1]), `replicas` (mixed replica counts), `pd_splits`
+    /// ([[P, D], ...]), optional `sets` (`--set` assignments for every candidate);
+    /// docs/fleets.md "servesim plan".
     #[arg(long, value_name = "FILE.json")]
     pub candidates: PathBuf,
     /// An SLO on a report key, as `tune` spells them: `--slo 'p99_ttft_ms<=2000'` (repeatable).

@@ -55,6 +55,8 @@ pub struct TuneArgs {
     pub max_configs: usize,
     #[command(flatten)]
     pub common: ScenarioArgs,
+    /// The result as JSON: best, pareto, rejected, invalid (and stopped_early when some were), searched,
+    /// objective, slos, notes, knee; each configuration with the report keys.
     #[arg(long)]
     pub json: bool,
     /// Write throughput against latency, the Pareto front joined, as SVG.
