@@ -43,7 +43,12 @@ pub fn text(e: &Explanation) -> String {
     // GPUs are counted in its own line below.
     let whose = match &e.replica_limits {
         Some(f) if f.groups.len() > 1 => {
-            format!(" of each replica of group 0 ({} replicas, {} GPUs in all)", f.num_replicas, f.num_gpus)
+            format!(
+                " of each replica of group 0 (the fleet: {} replicas in {} groups, {} GPUs in all)",
+                f.num_replicas,
+                f.groups.len(),
+                f.num_gpus
+            )
         }
         Some(f) => format!(" of each replica ({} replicas, {} GPUs in all)", f.num_replicas, f.num_gpus),
         None => String::new(),
