@@ -413,6 +413,18 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
                     ));
                 }
             }
+            // A TPOT or ITL of 0 is a one-token output's; with longer outputs it is no measurement
+            // (it was read as "not published").
+            use sim::report::{Metric, Metrics};
+            for m in [Metric::MeanTpotMs, Metric::MedianTpotMs, Metric::MeanItlMs, Metric::MedianItlMs] {
+                if r.metric(m) == Some(0.0) && scenario_out > 1.5 {
+                    return Err(format!(
+                        "{}#{k}: {}: 0 with outputs of {scenario_out:.0} tokens on average: a time per token of 0 is a one-token output's; this is not the run's measurement",
+                        f.display(),
+                        m.key()
+                    ));
+                }
+            }
             // A trace's arrivals replayed (servesim's own report of one, `request_rate: "trace"`)
             // are that trace's: a scenario without one would run the point at its own load.
             if r.replayed_trace

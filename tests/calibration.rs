@@ -410,6 +410,7 @@ fn offline_calibration_refuses_what_it_cannot_use() {
         ("ramp.json", r#""ramp_up_strategy": "linear", "ramp_up_start_rps": 0.1"#, "ramp_up_strategy: the run ramped"),
         ("trace.json", r#""request_rate": "trace""#, "request_rate: \"trace\": the result replayed a trace"),
         ("failed.json", r#""failed": 2.5"#, "failed: expected a whole number"),
+        ("tpot0.json", r#""mean_tpot_ms": 0"#, "mean_tpot_ms: 0 with outputs of 512 tokens"),
     ] {
         let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&good).unwrap()).unwrap();
         let extra: serde_json::Value = serde_json::from_str(&format!("{{{extra}}}")).unwrap();
