@@ -148,7 +148,10 @@ fn other_mistakes_get_clear_errors() {
     );
     rejects(
         "eos_dist.json",
-        &base(r#""max_num_seqs": 4"#, r#""num_prompts": 3, "output_len_dist": {"kind": "geometric", "mean": 40}"#),
+        &base(
+            r#""version": "0.11.0", "max_num_seqs": 4"#,
+            r#""num_prompts": 3, "output_len_dist": {"kind": "geometric", "mean": 40}"#,
+        ),
         &["workload.output_len_dist", "ignore_eos true"],
     );
     rejects(
