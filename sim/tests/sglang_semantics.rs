@@ -514,8 +514,11 @@ fn the_default_fraction_reserves_the_piecewise_graphs_from_0_5_10() {
 #[test]
 fn sglang_behaviours_arrive_in_the_release_read() {
     let b = |v: (u32, u32, u32)| SglangBehaviour::of_release(Version::new(v.0, v.1, v.2));
-    let gates: [(&str, fn(&SglangBehaviour) -> bool, (u32, u32, u32), (u32, u32, u32)); 9] = [
+    let gates: [(&str, fn(&SglangBehaviour) -> bool, (u32, u32, u32), (u32, u32, u32)); 11] = [
         ("admission_reserves_remaining_output", |x| x.admission_reserves_remaining_output, (0, 5, 3), (0, 5, 4)),
+        // Read in the wheels on 2026-12-05: the page's charge came a release before its test.
+        ("page_charge_per_admission", |x| x.page_charge_per_admission, (0, 5, 9), (0, 5, 10)),
+        ("max_prefill_stop_only_unchunked", |x| x.max_prefill_stop_only_unchunked, (0, 5, 12), (0, 5, 13)),
         ("retract_until_decode_fits", |x| x.retract_until_decode_fits, (0, 5, 1), (0, 5, 2)),
         ("retract_evicts_for_remaining", |x| x.retract_evicts_for_remaining, (0, 5, 2), (0, 5, 3)),
         ("retract_ratio_plus_one", |x| x.retract_ratio_plus_one, (0, 5, 3), (0, 5, 4)),
@@ -552,4 +555,28 @@ fn a_retracted_request_returns_from_0_5_4_and_a_stall_before_says_why() {
     for v in ["0.5.4", "0.5.10", "0.5.21"] {
         assert_eq!(run(v), sim::simulation::StopReason::Completed, "{v}");
     }
+}
+
+/// From 0.5.13 `add_one_req` stops a batch at `max_prefill_tokens` only with chunked prefill
+/// off: 10,000-token prompts sent at once under a 16,384-token chunk (and the default 16,384
+/// `max_prefill_tokens`) fill each batch to the chunk, the next prompt chunked into what is
+/// left, where 0.5.12 ends a batch at a prompt that does not fit (the hunt of 2026-12-05;
+/// servesim stopped in every release).
+#[test]
+fn the_max_prefill_stop_applies_with_chunking_off_only_from_0_5_13() {
+    let run = |v: &str| {
+        let s = common::spec(serde_json::json!({"version": 1,
+            "engine": {"kind": "sglang", "version": v, "context_length": 32768, "chunked_prefill_size": 16384,
+                       "max_total_tokens": 200000},
+            "model": "llama-3.1-8b-instruct", "hardware": "h100-80gb",
+            "workload": {"dataset_name": "random", "random_input_len": 10000, "random_output_len": 4,
+                         "num_prompts": 16, "ignore_eos": true, "initial_test_request": false, "seed": 0}}));
+        let out = sim::simulate(&s, sim::simulation::RunOptions::default());
+        assert_eq!(out.run.stop, sim::simulation::StopReason::Completed, "{v}");
+        assert_eq!(out.run.counters.prefill_tokens_computed, 16 * 10_000, "{v}");
+        out.run.counters.num_steps
+    };
+    // The same prefill in fewer steps: batches filled to the chunk, not ended at a prompt.
+    let (old, new) = (run("0.5.12"), run("0.5.13"));
+    assert!(new < old, "steps: 0.5.12 {old}, 0.5.13 {new}");
 }

@@ -462,6 +462,8 @@ impl SglangBehaviour {
             chunked_req_always_progresses: v >= Version::new(0, 5, 7),
             ignore_eos_full_reservation: v >= Version::new(0, 5, 22),
             page_reserve_per_request: v >= Version::new(0, 5, 11),
+            page_charge_per_admission: v >= Version::new(0, 5, 10),
+            max_prefill_stop_only_unchunked: v >= Version::new(0, 5, 13),
             retract_ratio_plus_one: v >= Version::new(0, 5, 4),
             admission_reserves_remaining_output: v >= Version::new(0, 5, 4),
             spent_pass_budget_stops: v >= Version::new(0, 5, 23),

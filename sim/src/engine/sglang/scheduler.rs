@@ -89,9 +89,16 @@ pub struct SglangBehaviour {
     /// (ratio 1.0), not discounted by `new_token_ratio` (read: 0.5.21 without, 0.5.22 with).
     pub ignore_eos_full_reservation: bool,
     /// ≥ 0.5.11: admission reserves one page on top of a request's prompt and output (in
-    /// `add_one_req`'s test), and every admission or chunk charges one page to the batch's
-    /// total and current offsets (`_update_prefill_budget`; read: 0.5.10 without, 0.5.11 with).
+    /// `add_one_req`'s test; read: 0.5.10 without, 0.5.11 with).
     pub page_reserve_per_request: bool,
+    /// ≥ 0.5.10: every admission or chunk charges one page to the batch's total and current
+    /// offsets (`_update_prefill_budget`'s `page_overhead`; read: 0.5.9 without, 0.5.10 with,
+    /// a release before the test above takes it).
+    pub page_charge_per_admission: bool,
+    /// ≥ 0.5.13: `add_one_req` stops a batch at `max_prefill_tokens` only with chunked prefill
+    /// off (`self.rem_chunk_tokens is None and ...`); with it on, a prompt past what is left is
+    /// chunked into the batch (read: 0.5.12 without, 0.5.13 with).
+    pub max_prefill_stop_only_unchunked: bool,
     /// ≥ 0.5.4: the ratio after a retraction divides by Σ max_new_tokens + 1 (read: 0.5.3
     /// without, 0.5.4 with).
     pub retract_ratio_plus_one: bool,
@@ -508,7 +515,10 @@ impl Scheduler {
         if total >= adder.rem_total_tokens(self.avail_plus_evictable()) {
             return (AddReqResult::NoToken, false);
         }
-        if input_tokens >= adder.rem_input_tokens && !can_run.is_empty() {
+        if input_tokens >= adder.rem_input_tokens
+            && !can_run.is_empty()
+            && (adder.rem_chunk_tokens.is_none() || !self.config.behaviour.max_prefill_stop_only_unchunked)
+        {
             return (AddReqResult::Other, false);
         }
         // Locking the prefix takes it out of "evictable": check again.
@@ -567,7 +577,7 @@ impl Scheduler {
             rem_chunk_tokens: self.config.chunked_prefill_size.map(|c| i64::from(c) - i64::from(mixed_decode)),
             log_hit_tokens: 0,
             log_input_tokens: 0,
-            page_overhead: if self.config.behaviour.page_reserve_per_request { self.config.page_size } else { 0 },
+            page_overhead: if self.config.behaviour.page_charge_per_admission { self.config.page_size } else { 0 },
         };
         let mut can_run: Vec<ReqId> = Vec::new();
         let mut new_chunked: Option<ReqId> = None;
