@@ -752,7 +752,18 @@ impl Scheduler {
             let id = sorted.pop().expect("non-empty");
             self.retract(id);
             retracted.push(id);
-            if old_style || !self.config.behaviour.retract_evicts_for_remaining {
+            if old_style {
+                // 0.4.10 and 0.5.1 (`retract_decode`, "use the newly evictable memory
+                // instantly"): with a radix cache, `_evict_tree_cache_if_needed` evicts the
+                // whole `len(sorted) × retract_decode_steps` (not the shortfall) when less is
+                // free, and the loop's test reads what is free after it (0.5.2 dropped it).
+                let want = sorted.len() as u64 * RETRACT_DECODE_STEPS;
+                if !self.config.disable_radix_cache && self.available_size() < want {
+                    self.tree.evict(want);
+                }
+                continue;
+            }
+            if !self.config.behaviour.retract_evicts_for_remaining {
                 continue;
             }
             let want = sorted.len() as u64 * RETRACT_DECODE_STEPS;
