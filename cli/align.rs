@@ -147,16 +147,7 @@ pub fn setup_differences(specs: &[(&SimSpec, &Map<String, Value>)]) -> Vec<Strin
     // A fleet against one engine (or another fleet): its replicas, router, every GPU it holds
     // and its pools. Where the replicas differ, the GPUs and pools follow from them: one line.
     let cards = |s: &SimSpec| match &s.fleet {
-        Some(f) => {
-            let mut cards: Vec<(String, u32)> = Vec::new();
-            for r in &f.replicas {
-                match cards.iter_mut().find(|(g, _)| *g == r.gpu) {
-                    Some((_, n)) => *n += r.deployment.num_gpus,
-                    None => cards.push((r.gpu.clone(), r.deployment.num_gpus)),
-                }
-            }
-            cards.iter().map(|(g, n)| format!("{g} x{n}")).collect::<Vec<_>>().join(" + ")
-        }
+        Some(f) => f.gpus_by_card().iter().map(|(g, n)| format!("{g} x{n}")).collect::<Vec<_>>().join(" + "),
         None => format!("{} x{}", s.gpu.id, s.deployment.num_gpus),
     };
     let pools = |s: &SimSpec| match &s.fleet {

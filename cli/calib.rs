@@ -365,7 +365,7 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
             i + 1
         ));
     }
-    let mut points = Vec::new();
+    let mut points: Vec<FitPoint> = Vec::new();
     for (fi, f) in a.from_results.iter().enumerate() {
         let mut base = load::read_raw(Some(&a.scenario[if a.scenario.len() == 1 { 0 } else { fi }]))?;
         // The user's --set first, then each point's load (its concurrency or rate, its count):
@@ -427,12 +427,7 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
             }
             // A trace's arrivals replayed (servesim's own report of one, `request_rate: "trace"`)
             // are that trace's: a scenario without one would run the point at its own load.
-            if r.replayed_trace
-                && !matches!(
-                    spec.workload.dataset,
-                    sim::workload::Dataset::Trace { .. } | sim::workload::Dataset::Requests { .. }
-                )
-            {
+            if r.replayed_trace && !spec.workload.dataset.is_trace() {
                 return Err(format!(
                     "{}#{k}: request_rate: \"trace\": the result replayed a trace's arrivals, and the scenario has no trace; give the scenario the trace the run replayed (workload.dataset_name trace)",
                     f.display()
@@ -443,9 +438,7 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
             // deployment. A point measured on another (an engine, model, GPU, TP size, release
             // or any other setting that moves the step cost) cannot share that fit.
             if let Some(first) = points.first() {
-                let first: &FitPoint = first;
-                let what = deployment_difference(&first.spec, &spec);
-                if let Some(what) = what {
+                if let Some(what) = deployment_difference(&first.spec, &spec) {
                     return Err(format!(
                         "{}#{k}: measured on another deployment than {} ({what}): one profile is one deployment's step costs; calibrate each deployment on its own",
                         f.display(),

@@ -128,9 +128,7 @@ pub const KEEPS_UP: &str =
 fn capacity_at_burst(spec: &sim::config::SimSpec) -> Option<(f64, f64)> {
     let w = &spec.workload;
     let rate = w.request_rate?;
-    if w.max_concurrency.is_some()
-        || matches!(w.dataset, sim::workload::Dataset::Trace { .. } | sim::workload::Dataset::Requests { .. })
-    {
+    if w.max_concurrency.is_some() || w.dataset.is_trace() {
         return None;
     }
     let mut burst = spec.clone();

@@ -640,12 +640,7 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
     // Under an open loop (a request rate, or a trace's timestamps) throughput stops growing where
     // the load is met: no knee is searched there (sim::sweep::OPEN_LOOP_KNEE_NOTE), and a note says so.
     let anchor_open = |anchor: &Evaluated| match knobs.iter().position(|(p, _)| p == "workload.request_rate") {
-        Some(r)
-            if !matches!(
-                base_spec.workload.dataset,
-                sim::workload::Dataset::Trace { .. } | sim::workload::Dataset::Requests { .. }
-            ) =>
-        {
+        Some(r) if !base_spec.workload.dataset.is_trace() => {
             knobs[r].1[anchor.config[r]].as_f64().is_some_and(f64::is_finite)
         }
         _ => sim::sweep::open_loop(&base_spec),

@@ -953,39 +953,32 @@ pub fn text(spec: &SimSpec, out: &SimOutput, opts: &TextOptions) -> String {
     let mut report = PointReport::of(spec, out).with_caveat_runs(spec, out);
     with_percentiles(&mut report.bench, &out.run, &opts.percentiles);
     let r = &report.bench;
-    let trace = matches!(
-        spec.workload.dataset,
-        crate::workload::Dataset::Trace { .. } | crate::workload::Dataset::Requests { .. }
-    );
+    let trace = spec.workload.dataset.is_trace();
     let d = &spec.deployment;
     // Every GPU the run uses, by card (a fleet's groups may differ), the engines and how their
     // pools were sized, each once in order of appearance.
-    fn distinct(items: impl Iterator<Item = (String, u32)>) -> Vec<(String, u32)> {
-        let mut out: Vec<(String, u32)> = Vec::new();
-        for (k, n) in items {
-            match out.iter_mut().find(|(x, _)| *x == k) {
-                Some((_, m)) => *m += n,
-                None => out.push((k, n)),
+    fn distinct(items: impl Iterator<Item = String>) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for k in items {
+            if !out.contains(&k) {
+                out.push(k);
             }
         }
         out
     }
     let (gpus, engines, sources) = match &spec.fleet {
         Some(f) => (
-            distinct(f.replicas.iter().map(|r| (r.gpu.clone(), r.deployment.num_gpus))),
-            distinct(f.replicas.iter().map(|r| (format!("{} {}", r.engine.kind(), r.engine.version()), 1))),
-            distinct(f.replicas.iter().map(|r| (r.kv_sizing.source.to_string(), 1))),
+            f.gpus_by_card(),
+            distinct(f.replicas.iter().map(|r| format!("{} {}", r.engine.kind(), r.engine.version()))),
+            distinct(f.replicas.iter().map(|r| r.kv_sizing.source.to_string())),
         ),
         None => (
             vec![(spec.gpu.id.clone(), d.num_gpus)],
-            vec![(format!("{} {}", spec.engine.kind(), spec.engine.version()), 1)],
-            vec![(spec.kv_sizing.source.to_string(), 1)],
+            vec![format!("{} {}", spec.engine.kind(), spec.engine.version())],
+            vec![spec.kv_sizing.source.to_string()],
         ),
     };
     let gpus: Vec<String> = gpus.iter().map(|(g, n)| if *n > 1 { format!("{n} x {g}") } else { g.clone() }).collect();
-    fn names(v: &[(String, u32)]) -> Vec<&str> {
-        v.iter().map(|(k, _)| k.as_str()).collect()
-    }
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -993,8 +986,8 @@ pub fn text(spec: &SimSpec, out: &SimOutput, opts: &TextOptions) -> String {
         spec.name.as_deref().unwrap_or("(unnamed)"),
         spec.model.id,
         gpus.join(" + "),
-        names(&engines).join(" + "),
-        names(&sources).join(" or ")
+        engines.join(" + "),
+        sources.join(" or ")
     );
     s.push_str(&report_text(r, opts, "simulated", if trace { Some("trace") } else { None }));
     // Notes on the numbers a first reader asks about.

@@ -282,11 +282,7 @@ pub fn sweep_warnings(concurrency: &[u32], outs: &[SimOutput]) -> Vec<String> {
 /// timestamps): an open loop, whose throughput is what the load offers until the engine
 /// saturates.
 pub fn open_loop(s: &SimSpec) -> bool {
-    s.workload.request_rate.is_some()
-        || matches!(
-            s.workload.dataset,
-            crate::workload::Dataset::Trace { .. } | crate::workload::Dataset::Requests { .. }
-        )
+    s.workload.request_rate.is_some() || s.workload.dataset.is_trace()
 }
 
 /// Why a sweep (or `tune` along `workload.max_concurrency`) of an open-loop scenario draws no
@@ -460,10 +456,7 @@ pub fn kv_limit_sentence(limit: &KvLimit, spec: &SimSpec) -> String {
 fn kv_limit_sentence_alone(limit: &KvLimit, spec: &SimSpec) -> String {
     let max_running = spec.max_running_total();
     let cap = spec.running_cap_words();
-    let units = match spec.engine.engine_kind() {
-        crate::config::EngineKind::Vllm => "blocks",
-        crate::config::EngineKind::Sglang => "pages",
-    };
+    let units = format!("{}s", spec.engine.engine_kind().kv_unit());
     if max_running < limit.concurrency {
         format!(
             "{cap} binds before the KV pool does (the pool holds {} requests of {} tokens): past {max_running} concurrent requests, new ones queue in the engine and TTFT grows with the queue.",

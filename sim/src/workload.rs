@@ -118,6 +118,14 @@ pub enum Dataset {
     },
 }
 
+impl Dataset {
+    /// A trace (servesim's rows or a production trace's requests): its own arrival times say
+    /// when requests are sent, and a request rate does not apply.
+    pub fn is_trace(&self) -> bool {
+        matches!(self, Dataset::Trace { .. } | Dataset::Requests { .. })
+    }
+}
+
 /// Where output lengths end when `ignore_eos` is false.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
@@ -349,7 +357,7 @@ pub fn generate(params: &WorkloadParams) -> Workload {
         max_concurrency: params.max_concurrency,
         request_rate: params.request_rate,
         burstiness: params.burstiness,
-        trace_arrivals: matches!(params.dataset, Dataset::Trace { .. } | Dataset::Requests { .. }),
+        trace_arrivals: params.dataset.is_trace(),
         seed,
         chat: params.chat,
         requested_prompts,

@@ -138,6 +138,18 @@ impl FleetSpec {
     pub fn num_gpus(&self) -> u32 {
         self.replicas.iter().map(|r| r.deployment.num_gpus).sum()
     }
+
+    /// The fleet's GPUs by card, each card once in order of first appearance: `(card id, GPUs)`.
+    pub fn gpus_by_card(&self) -> Vec<(String, u32)> {
+        let mut cards: Vec<(String, u32)> = Vec::new();
+        for r in &self.replicas {
+            match cards.iter_mut().find(|(g, _)| *g == r.gpu) {
+                Some((_, n)) => *n += r.deployment.num_gpus,
+                None => cards.push((r.gpu.clone(), r.deployment.num_gpus)),
+            }
+        }
+        cards
+    }
 }
 
 /// Whether the scenario is a fleet (a `fleet` section, or data parallelism > 1).

@@ -15,6 +15,13 @@ pub fn priced_endpoint(endpoint: &str) -> bool {
 
 /// Checks a `workload` section and turns it into generator parameters
 /// (`res.trace` must hold the trace's rows for `dataset_name = "trace"`).
+/// The field that rescales a trace's arrivals, where the scenario gives one
+/// (`workload.trace_time_scale`, else `workload.trace_rate`): the one to name when a scaled
+/// arrival is out of range.
+fn trace_scaling_field(w: &WorkloadSection) -> Option<&'static str> {
+    w.trace_time_scale.map(|_| "workload.trace_time_scale").or(w.trace_rate.map(|_| "workload.trace_rate"))
+}
+
 pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<WorkloadParams> {
     check_fields_of_dataset(w)?;
     let dataset = match w.dataset_name {
@@ -99,11 +106,7 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
                 }
                 if r.arrival_ns as f64 > MAX_ARRIVAL_TIME_S * 1e9 {
                     // Scaled there by the scenario's scaling field, name that; else the row.
-                    let scaled = w
-                        .trace_time_scale
-                        .map(|_| "workload.trace_time_scale")
-                        .or(w.trace_rate.map(|_| "workload.trace_rate"));
-                    return Err(match scaled {
+                    return Err(match trace_scaling_field(w) {
                         Some(field) => ConfigError::new(
                             field,
                             format!("scales request {i}'s arrival past the limit of {MAX_ARRIVAL_TIME_S} s (one year)"),
@@ -148,11 +151,7 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
                 })?;
                 if r.arrival_time > MAX_ARRIVAL_TIME_S {
                     // Past a year only after the scaling: the scaling field is the one to change.
-                    let scaled = w
-                        .trace_time_scale
-                        .map(|_| "workload.trace_time_scale")
-                        .or(w.trace_rate.map(|_| "workload.trace_rate"));
-                    return Err(match scaled {
+                    return Err(match trace_scaling_field(w) {
                         Some(field) => ConfigError::new(
                             field,
                             format!(
@@ -220,7 +219,7 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
     };
     if total_output > MAX_TOTAL_OUTPUT_TOKENS {
         return Err(ConfigError::new(
-            if matches!(dataset, Dataset::Trace { .. } | Dataset::Requests { .. }) {
+            if dataset.is_trace() {
                 "workload.trace"
             } else {
                 "workload.num_prompts"
@@ -237,7 +236,7 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
             format!("{num_warmups} is above the limit of {MAX_NUM_WARMUPS}"),
         ));
     }
-    let is_trace = matches!(dataset, Dataset::Trace { .. } | Dataset::Requests { .. });
+    let is_trace = dataset.is_trace();
     let request_rate = match w.request_rate.unwrap_or(RequestRate(None)).0 {
         // A trace's arrival times say when requests are sent: a rate is ignored (the
         // command line warns), never reported as used.
