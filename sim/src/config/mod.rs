@@ -229,8 +229,13 @@ impl SimSpec {
         if self.fleet.is_none() {
             return format!("{knob} = {}", self.engine.max_running());
         }
-        let mut caps: Vec<u32> = engines.iter().map(|e| e.max_running()).collect();
-        caps.dedup();
+        // Each cap once, in group order (groups 128, 64, 128 say "128 or 64").
+        let mut caps: Vec<u32> = Vec::new();
+        for c in engines.iter().map(|e| e.max_running()) {
+            if !caps.contains(&c) {
+                caps.push(c);
+            }
+        }
         let total = self.max_running_total();
         let n = engines.len();
         let s = if n == 1 { "" } else { "s" };
