@@ -291,9 +291,9 @@ pub fn profile_summary(p: &Profile) -> String {
         for i in ids {
             let _ = writeln!(
                 s,
-                "  {:<22} {:<5} ({:.0}% of its prior variance removed; prior σ {:.2} in ln): {}",
+                "  {:<22} {:<11} ({:.0}% of its prior variance removed; prior σ {:.2} in ln): {}",
                 i.coefficient,
-                if i.determined { "data" } else { "prior" },
+                i.source(),
                 100.0 * i.data_share,
                 i.prior_sigma_log,
                 i.why
@@ -301,8 +301,22 @@ pub fn profile_summary(p: &Profile) -> String {
         }
     }
     if let Some(traps) = &p.traps {
-        for t in traps {
+        for t in traps.iter().filter(|t| t.kind != "statistic_set_aside") {
             let _ = writeln!(s, "FLAGGED {} ({}, {}): {}", t.point, t.kind, t.action, t.why);
+        }
+        // A full result file gives medians and p99s beside every mean: one line for them all.
+        let aside: Vec<_> = traps.iter().filter(|t| t.kind == "statistic_set_aside").collect();
+        if !aside.is_empty() {
+            let mut names: Vec<&str> = aside.iter().flat_map(|t| t.metrics.iter().map(String::as_str)).collect();
+            names.sort_unstable();
+            names.dedup();
+            let _ = writeln!(
+                s,
+                "Not fitted, given beside the mean of their family at {} of {} point(s) (the fit matches the mean; the profile's traps list them per point): {}",
+                aside.len(),
+                p.fit.points.len(),
+                names.join(", ")
+            );
         }
     }
     if let Some(n) = &p.note {
@@ -366,6 +380,8 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
         ));
     }
     let mut points: Vec<FitPoint> = Vec::new();
+    // The medians and p99s given beside a mean of their family, which the fit leaves out.
+    let mut set_aside = Vec::new();
     for (fi, f) in a.from_results.iter().enumerate() {
         let mut base = load::read_raw(Some(&a.scenario[if a.scenario.len() == 1 { 0 } else { fi }]))?;
         // The user's --set first, then each point's load (its concurrency or rate, its count):
@@ -446,12 +462,9 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
                     ));
                 }
             }
-            points.push(FitPoint {
-                name: format!("{}#{k}", f.display()),
-                spec,
-                measured: procedure::measured_targets(&r),
-                replay: None,
-            });
+            let name = format!("{}#{k}", f.display());
+            set_aside.extend(procedure::set_aside_statistics(&name, &r));
+            points.push(FitPoint { name, spec, measured: procedure::measured_targets(&r), replay: None });
         }
     }
     let discrepancy = match &a.discrepancy {
@@ -468,6 +481,8 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
         &model_error,
     )
     .map_err(|e| e.to_string())?;
+    let mut profile = profile;
+    profile.traps.get_or_insert_with(Vec::new).extend(set_aside);
     write_profile(&a.out, &profile)?;
     print!("{}", profile_summary(&profile));
     Ok(ExitCode::SUCCESS)

@@ -210,8 +210,31 @@ fn offline_calibration_from_saved_results_keeps_the_prior_shape_with_one_point()
     let p: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     assert_eq!(p["format"], "servesim-profile");
     assert_eq!(p["coefficient_sources"]["prefill_token_us"], "data");
-    assert_eq!(p["coefficient_sources"]["request_ingress_us"], "prior");
+    // The fit searches the directions the data determine, and the ingress has a small part in
+    // the prefill's: it moved (by about 1%), and the profile says so.
+    assert_eq!(p["coefficient_sources"]["request_ingress_us"], "partly data");
+    let ingress = p["identifiability"].as_array().unwrap().iter().find(|i| i["coefficient"] == "request_ingress_us");
+    let why = ingress.unwrap()["why"].as_str().unwrap();
+    assert!(why.contains("the fit moved it") && why.contains("partly data"), "{why}");
     assert!(p["note"].as_str().unwrap().contains("fitted direction"), "{}", p["note"]);
+    // A coefficient labelled "prior" is the prior's value (within 1%); one the fit moved along a
+    // direction the data determine says so ("partly data"), as README promises.
+    for (k, src) in p["coefficient_sources"].as_object().unwrap() {
+        let moved = (p["coefficients"][k].as_f64().unwrap() / p["prior"][k].as_f64().unwrap()).ln().abs();
+        match src.as_str().unwrap() {
+            "prior" => assert!(moved <= 0.01, "{k} labelled prior moved {moved} in ln"),
+            "partly data" => assert!(moved > 0.01, "{k} labelled partly data moved {moved} in ln"),
+            "data" => {}
+            other => panic!("{k}: unknown source {other}"),
+        }
+    }
+    // The medians and p99s the file gives beside its means are named as set aside, not dropped unsaid.
+    let aside = p["traps"].as_array().unwrap().iter().find(|t| t["kind"] == "statistic_set_aside");
+    let aside = aside.expect("a statistic_set_aside trap");
+    assert_eq!(aside["action"], "excluded");
+    let names: Vec<&str> = aside["metrics"].as_array().unwrap().iter().map(|m| m.as_str().unwrap()).collect();
+    assert!(names.contains(&"median_ttft_ms") && names.contains(&"p99_tpot_ms"), "{names:?}");
+    assert!(!names.iter().any(|n| n.starts_with("mean_")), "{names:?}");
     // Each coefficient says whether the data determined it, and why; each has an interval.
     let ids = p["identifiability"].as_array().unwrap();
     assert_eq!(ids.len(), 8);

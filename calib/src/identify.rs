@@ -263,6 +263,32 @@ pub struct Identifiability {
     pub prior_sigma_log: f64,
     pub prior_sigma_source: String,
     pub why: String,
+    /// The fitted coefficient ÷ its prior value. An undetermined coefficient moves when it
+    /// shares a determined direction with one the data do determine (the fit searches
+    /// directions, not coefficients): then it is [`PARTLY_DATA`], not the prior.
+    pub fitted_over_prior: f64,
+}
+
+/// How far (in ln) an undetermined coefficient may move in the fit and still be reported as
+/// the prior's value: 1%.
+pub const PRIOR_MOVE_LN: f64 = 0.01;
+
+/// The profile's `coefficient_sources` label of a coefficient the data do not determine
+/// alone, moved by the fit along a direction they do determine (split as the prior weighs it).
+pub const PARTLY_DATA: &str = "partly data";
+
+impl Identifiability {
+    /// `data` (determined), [`PARTLY_DATA`] (moved more than [`PRIOR_MOVE_LN`] along a
+    /// determined direction) or `prior`.
+    pub fn source(&self) -> &'static str {
+        if self.determined {
+            "data"
+        } else if self.fitted_over_prior.ln().abs() > PRIOR_MOVE_LN {
+            PARTLY_DATA
+        } else {
+            "prior"
+        }
+    }
 }
 
 /// The posterior (whitened) covariance `(J_wᵀJ_w / s² + I)⁻¹`.
@@ -333,6 +359,7 @@ pub fn identifiability(
                 prior_sigma_log: sigma[k].sigma,
                 prior_sigma_source: sigma[k].source.clone(),
                 why,
+                fitted_over_prior: 1.0,
             }
         })
         .collect()
@@ -467,6 +494,20 @@ pub fn fit_with_prior_noise(points: &[FitPoint], noise: &[Vec<f64>], prior: &Cos
     }
     let x = x_of(&a);
     let cost = cost_at(prior, &x);
+    let mut identifiability = identifiability;
+    for (i, xk) in identifiability.iter_mut().zip(&x) {
+        i.fitted_over_prior = xk.exp();
+        if i.source() == PARTLY_DATA {
+            i.why = i.why.replace(" to be fitted: stays near the prior", " to be fitted alone").replace(
+                "no measured target moves it: kept at the prior",
+                "no measured target moves it by much on its own",
+            );
+            i.why.push_str(&format!(
+                "; the fit moved it ×{:.3} from the prior, along a direction the data determine that it is part of: partly data",
+                i.fitted_over_prior
+            ));
+        }
+    }
     // Covariance at the fit.
     let jw =
         if rows.is_empty() { DMatrix::zeros(0, n) } else { jacobian(points, &rows, prior, &sigma, &x, &mut evals) };
@@ -662,6 +703,26 @@ pub fn linear_prior(base: &CostModel) -> CostModel {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An undetermined coefficient the fit moved along a determined direction is labelled
+    /// partly data, not prior (a one-point fit moved `request_ingress_us` ×1.39 labelled prior).
+    #[test]
+    fn an_undetermined_coefficient_that_moved_is_partly_data() {
+        let id = |determined: bool, f: f64| Identifiability {
+            coefficient: "request_ingress_us",
+            determined,
+            data_share: 0.3,
+            prior_sigma_log: 0.5,
+            prior_sigma_source: String::new(),
+            why: String::new(),
+            fitted_over_prior: f,
+        };
+        assert_eq!(id(true, 1.0).source(), "data");
+        assert_eq!(id(false, 1.005).source(), "prior");
+        assert_eq!(id(false, 0.995).source(), "prior");
+        assert_eq!(id(false, 1.393).source(), PARTLY_DATA);
+        assert_eq!(id(false, 0.9).source(), PARTLY_DATA);
+    }
 
     fn sigma(kind: PriorKind, c: &str) -> PriorSigma {
         prior_sigmas(kind).into_iter().find(|p| p.coefficient == c).unwrap()

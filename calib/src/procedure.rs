@@ -38,6 +38,30 @@ pub fn measured_targets(point: &impl Metrics) -> Vec<Option<f64>> {
         .collect()
 }
 
+/// The medians and p99s `point` gives that [`measured_targets`] leaves out (a mean of their
+/// family is given, and the fit matches it), as a trap naming them (`statistic_set_aside`,
+/// excluded); `None` when there are none. The profile lists it with the other traps, so that a
+/// source's percentiles are never dropped unsaid.
+pub fn set_aside_statistics(name: &str, point: &impl Metrics) -> Option<crate::traps::Trap> {
+    let given: Vec<Option<f64>> =
+        TARGETS.iter().map(|&t| point.metric(t).filter(|v| v.is_finite() && *v > 0.0)).collect();
+    let kept = measured_targets(point);
+    let set_aside: Vec<String> = (0..TARGETS.len())
+        .filter(|&i| given[i].is_some() && kept[i].is_none())
+        .map(|i| TARGETS[i].to_string())
+        .collect();
+    (!set_aside.is_empty()).then(|| crate::traps::Trap {
+        point: name.to_string(),
+        why: format!(
+            "given, not fitted: the point gives the mean of their families, which the fit matches ({}); a median or p99 is fitted only where a source gives no mean of its family",
+            set_aside.join(", ")
+        ),
+        metrics: set_aside,
+        kind: "statistic_set_aside",
+        action: "excluded",
+    })
+}
+
 /// Options of a live calibration.
 #[derive(Clone, Debug)]
 pub struct CalibrateOptions {
@@ -409,7 +433,7 @@ pub fn calibrate_from_results_with(
     }
     for id in &pf.identifiability {
         if let Some(s) = profile.coefficient_sources.0.iter_mut().find(|(n, _)| n == id.coefficient) {
-            s.1 = if id.determined { "data" } else { "prior" };
+            s.1 = id.source();
         }
     }
     let values = profile.values();
@@ -452,11 +476,18 @@ pub fn calibrate_from_results_with(
             )
         });
     }
-    let (data, from_prior): (Vec<_>, Vec<_>) = pf.identifiability.iter().partition(|i| i.determined);
+    let of_source = |src: &str| -> String {
+        let names: Vec<&str> = pf.identifiability.iter().filter(|i| i.source() == src).map(|i| i.coefficient).collect();
+        if names.is_empty() {
+            "none".to_string()
+        } else {
+            names.join(", ")
+        }
+    };
     let sigma_of =
         |c: &str| pf.identifiability.iter().find(|i| i.coefficient == c).map_or(f64::NAN, |i| i.prior_sigma_log);
     profile.note = Some(format!(
-        "prior σ (ln) for the {} prior: prefill terms {:.3}, decode-step terms {:.3} (each coefficient's identifiability says where from); the model's discrepancy at a point (ln, {}, twice for a p99) added to each value's noise: {}; {} fitted direction(s) of {} (whitened singular values {}); from the data: {}; from the prior: {}; noise raised to the printed rounding: {}",
+        "prior σ (ln) for the {} prior: prefill terms {:.3}, decode-step terms {:.3} (each coefficient's identifiability says where from); the model's discrepancy at a point (ln, {}, twice for a p99) added to each value's noise: {}; {} fitted direction(s) of {} (whitened singular values {}); from the data: {}; partly from the data (moved along a determined direction they share): {}; from the prior: {}; noise raised to the printed rounding: {}",
         match crate::identify::PriorKind::of(&prior) {
             crate::identify::PriorKind::Composed => "composed kernel cost's linearised",
             crate::identify::PriorKind::Linear => "linear roofline",
@@ -472,16 +503,9 @@ pub fn calibrate_from_results_with(
         pf.directions,
         sim::cost::COEFFICIENT_NAMES.len(),
         pf.singular_values.iter().map(|s| format!("{s:.2}")).collect::<Vec<_>>().join(", "),
-        if data.is_empty() {
-            "none".to_string()
-        } else {
-            data.iter().map(|i| i.coefficient).collect::<Vec<_>>().join(", ")
-        },
-        if from_prior.is_empty() {
-            "none".to_string()
-        } else {
-            from_prior.iter().map(|i| i.coefficient).collect::<Vec<_>>().join(", ")
-        },
+        of_source("data"),
+        of_source(crate::identify::PARTLY_DATA),
+        of_source("prior"),
         if raised.is_empty() {
             "none".to_string()
         } else {

@@ -47,7 +47,8 @@ pub struct Trap {
     /// The report keys concerned.
     pub metrics: Vec<String>,
     /// `below_physical_floor`, `cold_server`, `ordering`, `percentile_for_mean`, `missing`, `tail`,
-    /// `output_lengths`, `inconsistent`; a live
+    /// `output_lengths`, `inconsistent`, `statistic_set_aside`
+    /// (`crate::procedure::set_aside_statistics`); a live
     /// calibration's `unsteady_engine` (`crate::procedure::UNSTEADY_SPEED_RATIO`).
     pub kind: &'static str,
     /// `excluded` (not fitted), `used` (fitted as stated).
