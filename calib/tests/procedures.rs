@@ -310,7 +310,7 @@ fn profile_keys() {
     assert_eq!(keys(&r["engine"]), "kind,version,model,model_card,gpu,tensor_parallel_size");
     assert_eq!(
         keys(&r["identifiability"][0]),
-        "coefficient,determined,data_share,prior_sigma_log,prior_sigma_source,why"
+        "coefficient,determined,data_share,prior_sigma_log,prior_sigma_source,why,fitted_over_prior"
     );
     assert_eq!(keys(&r["uncertainty"]), "method,coefficients,log_covariance,chi2_per_dof,intervals,ensemble,ensemble_method,model_error_p90,model_error_source");
 }
