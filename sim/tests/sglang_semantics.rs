@@ -514,7 +514,7 @@ fn the_default_fraction_reserves_the_piecewise_graphs_from_0_5_10() {
 #[test]
 fn sglang_behaviours_arrive_in_the_release_read() {
     let b = |v: (u32, u32, u32)| SglangBehaviour::of_release(Version::new(v.0, v.1, v.2));
-    let gates: [(&str, fn(&SglangBehaviour) -> bool, (u32, u32, u32), (u32, u32, u32)); 11] = [
+    let gates: [(&str, fn(&SglangBehaviour) -> bool, (u32, u32, u32), (u32, u32, u32)); 14] = [
         ("admission_reserves_remaining_output", |x| x.admission_reserves_remaining_output, (0, 5, 3), (0, 5, 4)),
         // Read in the wheels on 2026-12-05: the page's charge came a release before its test.
         ("page_charge_per_admission", |x| x.page_charge_per_admission, (0, 5, 9), (0, 5, 10)),
@@ -526,6 +526,9 @@ fn sglang_behaviours_arrive_in_the_release_read() {
         ("page_reserve_per_request", |x| x.page_reserve_per_request, (0, 5, 10), (0, 5, 11)),
         ("ignore_eos_full_reservation", |x| x.ignore_eos_full_reservation, (0, 5, 21), (0, 5, 22)),
         ("spent_pass_budget_stops", |x| x.spent_pass_budget_stops, (0, 5, 22), (0, 5, 23)),
+        ("filter_running_every_step", |x| x.filter_running_every_step, (0, 5, 22), (0, 5, 23)),
+        ("skip_finishing_decode", |x| x.skip_finishing_decode, (0, 5, 21), (0, 5, 22)),
+        ("refresh_waiting_prefixes", |x| x.refresh_waiting_prefixes, (0, 5, 21), (0, 5, 22)),
         ("page_floored_chunks", |x| x.page_floored_chunks, (0, 4, 10), (0, 5, 1)),
     ];
     for (name, get, before, from) in gates {
@@ -579,4 +582,118 @@ fn the_max_prefill_stop_applies_with_chunking_off_only_from_0_5_13() {
     // The same prefill in fewer steps: batches filled to the chunk, not ended at a prompt.
     let (old, new) = (run("0.5.12"), run("0.5.13"));
     assert!(new < old, "steps: 0.5.12 {old}, 0.5.13 {new}");
+}
+
+/// `cfg()` for another release and overlap mode.
+fn cfg_of(version: Version, overlap: Overlap) -> SglangConfig {
+    SglangConfig { version, behaviour: SglangBehaviour { overlap, ..SglangBehaviour::of_release(version) }, ..cfg() }
+}
+
+/// From 0.5.23 `get_next_batch_to_run` filters the running batch at every iteration, before
+/// admission: a request that finished in a decode step has left it, `batch_is_full` is
+/// cleared, and the waiting request it blocked is admitted at the next iteration. Through
+/// 0.5.22 only `update_running_batch`'s filter clears the flag, so one more decode step runs
+/// first (the event loop without the overlap scheduler; `docs/sglang.md` §2).
+#[test]
+fn a_decode_finish_reopens_admission_one_iteration_sooner_from_0_5_23() {
+    for (version, sooner) in [(Version::new(0, 5, 22), false), (Version::new(0, 5, 23), true)] {
+        let mut s = Scheduler::new(SglangConfig {
+            max_total_tokens: 1000,
+            chunked_prefill_size: Some(512),
+            ..cfg_of(version, Overlap::Off)
+        });
+        s.add_request(0, &req(1, 300, 4, true));
+        s.add_request(1, &req(2, 100, 200, true));
+        assert_eq!(step(&mut s).0, vec![(0, 300, true), (1, 100, true)]);
+        // 100 + 300 + a page does not fit beside the running reservations (NO_TOKEN:
+        // `batch_is_full`); it does once request 0 has finished and its KV is evictable.
+        s.add_request(2, &req(3, 100, 300, true));
+        let mut finished = false;
+        while !finished {
+            let (sched, out, _) = step(&mut s);
+            assert!(sched.iter().all(|x| !x.2), "{version}: admitted while the batch was full: {sched:?}");
+            finished = out.iter().any(|t| t.id == 0 && t.finished);
+        }
+        let next = step(&mut s).0;
+        if sooner {
+            assert_eq!(next, vec![(2, 100, true)], "{version}");
+        } else {
+            assert_eq!(next, vec![(1, 1, false)], "{version}: the decode step that filters the batch");
+            assert_eq!(step(&mut s).0, vec![(2, 100, true)], "{version}");
+        }
+    }
+}
+
+/// From 0.5.22, with the overlap scheduler on a GPU, a request whose in-flight token is its
+/// last by length (`_reqs_finishing_inflight`) leaves the running batch when the next batch
+/// is formed, instead of decoding once more (a token that is discarded); and when the rest's
+/// decode does not fit, no batch is formed that iteration, where 0.5.21 retracts: here
+/// request 1 is retracted and prefilled again in 0.5.21, never in 0.5.22 (`docs/sglang.md` §7).
+#[test]
+fn a_request_finishing_by_length_skips_its_extra_decode_and_forces_no_retraction_from_0_5_22() {
+    for (version, skips) in [(Version::new(0, 5, 21), false), (Version::new(0, 5, 22), true)] {
+        let mut s = Scheduler::new(SglangConfig {
+            max_total_tokens: 317,
+            schedule_conservativeness: 0.2,
+            ..cfg_of(version, Overlap::Gpu)
+        });
+        s.add_request(0, &req(1, 100, 60, false));
+        assert_eq!(step(&mut s).0, vec![(0, 100, true)]);
+        // Admitted against request 0's discounted reservation: the pool runs out as request
+        // 0's last token is in flight.
+        s.add_request(1, &req(2, 100, 80, false));
+        let mut after_finish = None;
+        let mut prefills = 0;
+        while s.num_unfinished() > 0 {
+            let (sched, out, _) = step(&mut s);
+            prefills += sched.iter().filter(|x| x.0 == 1 && x.2).count();
+            if out.iter().any(|t| t.id == 0 && t.finished) {
+                after_finish = Some(step(&mut s).0);
+            }
+        }
+        let after_finish = after_finish.expect("request 0 finished");
+        if skips {
+            assert_eq!(after_finish, vec![(1, 1, false)], "{version}: no extra decode of request 0");
+            assert_eq!(s.counters().num_preemptions, 0, "{version}");
+            assert_eq!(prefills, 1, "{version}");
+        } else {
+            assert_eq!(after_finish, vec![(0, 1, false)], "{version}: request 0 decodes once more, alone");
+            assert_eq!(s.counters().num_preemptions, 1, "{version}: request 1 was retracted for it");
+            assert_eq!(prefills, 2, "{version}");
+        }
+    }
+}
+
+/// From 0.5.22, under fcfs (any cache-agnostic policy) every 32nd `calc_priority` that finds
+/// requests waiting refreshes their cached prefixes in the radix cache's LRU
+/// (`_touch_waiting_prefixes`). Here request 3, waiting behind a long chunked prompt, shares
+/// request 0's cached prompt, which is older than request 1's: the 32nd call (during the
+/// 31st chunk) refreshes it just before that chunk's allocation evicts a leaf, so request 1's
+/// is evicted instead and request 3 finds its whole prefix (99 tokens) when admitted; 0.5.21
+/// evicts the end of request 0's (cached chunk by chunk, a node a chunk: its last two nodes, 20
+/// tokens) and finds 80 (`docs/sglang.md` §5).
+#[test]
+fn waiting_prefixes_are_refreshed_in_the_lru_every_32_calls_from_0_5_22() {
+    for (version, hit) in [(Version::new(0, 5, 21), 80), (Version::new(0, 5, 22), 99)] {
+        // Two cached prompts of 100 tokens and 490 free: the 31st chunk of 16 needs a leaf.
+        let mut s = Scheduler::new(SglangConfig {
+            max_total_tokens: 690,
+            chunked_prefill_size: Some(16),
+            ..cfg_of(version, Overlap::Off)
+        });
+        // One call each that finds a request waiting (0 and 1); their later chunks find none.
+        for (id, key) in [(0, 1), (1, 2)] {
+            s.add_request(id, &req(key, 100, 1, false));
+            while s.num_unfinished() > 0 {
+                step(&mut s);
+            }
+        }
+        s.add_request(2, &req(3, 506, 1, false)); // 32 chunks, from call 2
+        s.add_request(3, &req(1, 100, 1, false)); // request 0's prompt
+        let hits_before = s.counters().prefix_cache_hits;
+        while s.num_unfinished() > 0 {
+            step(&mut s);
+        }
+        assert_eq!(s.counters().prefix_cache_hits - hits_before, hit, "{version}");
+    }
 }

@@ -467,6 +467,9 @@ impl SglangBehaviour {
             retract_ratio_plus_one: v >= Version::new(0, 5, 4),
             admission_reserves_remaining_output: v >= Version::new(0, 5, 4),
             spent_pass_budget_stops: v >= Version::new(0, 5, 23),
+            filter_running_every_step: v >= Version::new(0, 5, 23),
+            skip_finishing_decode: v >= Version::new(0, 5, 22),
+            refresh_waiting_prefixes: v >= Version::new(0, 5, 22),
             overlap: Overlap::CpuBackend,
             cpu_overlap: SGLANG_CPU_OVERLAP,
         }

@@ -20,6 +20,10 @@ pub enum SchedulePolicy {
 /// `WAITING_QUEUE_PREFIX_MATCH_MAX`: above this many waiting requests, lpm is fcfs.
 pub const LPM_MAX_WAITING: usize = 128;
 
+/// `WAITING_PREFIX_REFRESH_INTERVAL` (0.5.22+): every this many `calc_priority` calls that
+/// find requests waiting, the waiting prefixes are refreshed in the LRU.
+pub const WAITING_PREFIX_REFRESH_INTERVAL: u64 = 32;
+
 /// `SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION`.
 pub const CLIP_MAX_NEW_TOKENS: u32 = 4096;
 

@@ -33,7 +33,8 @@
 //! earlier and forms the next before the running step's results are processed
 //! (a batch's launch effects in `launch`, its results in `do_finish_step`), so
 //! finishes and KV frees are seen one iteration late and a finishing request
-//! decodes once more (its token discarded); on the CPU backend, `output_lag`
+//! decodes once more (its token discarded; from 0.5.22 not one finishing by length,
+//! [`SglangBehaviour::skip_finishing_decode`]); on the CPU backend, `output_lag`
 //! makes the simulation loop deliver each step's tokens at the next step's end,
 //! a request's last token at once. Not modelled: `dfs-weight` and
 //! the 0.5.23-only policies, lpm's in-batch prefix deprioritisation, the
@@ -45,7 +46,9 @@ use std::collections::VecDeque;
 use rand::seq::SliceRandom;
 
 use super::radix_cache::{NodeId, RadixCache, ROOT};
-use super::schedule_policy::{AddReqResult, PrefillAdder, SchedulePolicy, CLIP_MAX_NEW_TOKENS, LPM_MAX_WAITING};
+use super::schedule_policy::{
+    AddReqResult, PrefillAdder, SchedulePolicy, CLIP_MAX_NEW_TOKENS, LPM_MAX_WAITING, WAITING_PREFIX_REFRESH_INTERVAL,
+};
 use crate::cost::StepShape;
 use crate::engine::{Engine, EngineCounters, ReqId, Scheduled, StepPlan, TokenOutput, Version};
 
@@ -61,7 +64,8 @@ pub enum Overlap {
     CpuBackend,
     /// A GPU (`event_loop_overlap`): batch N+1 is formed and launched before batch N's
     /// results are processed, so finishes and the KV they free are seen one iteration late
-    /// and a finishing request runs one extra decode (its token is discarded). Each
+    /// and a finishing request runs one extra decode (its token is discarded; from 0.5.22
+    /// not one finishing by length, [`SglangBehaviour::skip_finishing_decode`]). Each
     /// batch's tokens are delivered at that batch's own end (no output lag). `schedule`
     /// hands out the batch formed one step earlier and forms the next.
     Gpu,
@@ -112,6 +116,27 @@ pub struct SglangBehaviour {
     /// chunk budget is spent (`budget_state() == OTHER`: "a spent pass budget admits no
     /// one"), without setting `batch_is_full`. Before, every request is put to `add_one_req`.
     pub spent_pass_budget_stops: bool,
+    /// ≥ 0.5.23: `get_next_batch_to_run` filters the running batch at every iteration
+    /// ("Every step, not only after a merge"), before `get_new_batch_prefill`, and clears
+    /// `batch_is_full` if it shrank: a request that finished in a decode step leaves the
+    /// batch at the next iteration's top, so admission is tried again at once. Before, only
+    /// `update_running_batch`'s filter (the next decode step) clears the flag after such a
+    /// finish (read: 0.5.21 and 0.5.22 without, 0.5.23 with).
+    pub filter_running_every_step: bool,
+    /// ≥ 0.5.22, with the overlap scheduler on a GPU ([`Overlap::Gpu`]; `event_loop_overlap`
+    /// sets `enable_skip_finishing_decode`): a running request whose in-flight token is its
+    /// last by length (`_reqs_finishing_inflight`: in the queued batch, `len(output_ids) + 1 >=
+    /// max_new_tokens`) leaves the running batch instead of decoding once more (clearing
+    /// `batch_is_full`), also from a mixed step; if the rest's decode does not fit, no decode
+    /// is formed that iteration (no retraction; the finishes free their KV). Read: 0.5.21
+    /// without, 0.5.22 and 0.5.23 with.
+    pub skip_finishing_decode: bool,
+    /// ≥ 0.5.22: under a cache-agnostic policy (fcfs, lof, random; lpm past 128 waiting) with
+    /// the radix cache on, every 32nd `calc_priority` that finds requests waiting refreshes the
+    /// first 128 waiting requests' cached prefixes in the LRU, the queue's head last
+    /// (`SchedulePolicy._touch_waiting_prefixes`, `SGLANG_ENABLE_WAITING_PREFIX_REFRESH` on by
+    /// default; read: 0.5.21 without, 0.5.22 and 0.5.23 with).
+    pub refresh_waiting_prefixes: bool,
     /// The overlap scheduler, as modelled for the hardware.
     pub overlap: Overlap,
     /// With [`Overlap::Gpu`], every step is [`StepShape::cpu_overlapped`]: its CPU time
@@ -229,6 +254,9 @@ struct Req {
     /// The most tokens it had computed when last retracted: prefill below it is recompute
     /// (`EngineCounters::recomputed_tokens`).
     computed_before_retraction: u32,
+    /// Left the running batch while its last token was in flight
+    /// ([`SglangBehaviour::skip_finishing_decode`]): its finish shrinks no batch.
+    left_running: bool,
 }
 
 impl Req {
@@ -289,6 +317,9 @@ pub struct Scheduler {
     rng: Rng,
     /// The last prefill batch's hit rate (`sglang:cache_hit_rate`).
     last_cache_hit_rate: f64,
+    /// `SchedulePolicy._waiting_prefix_refresh_calls`
+    /// ([`SglangBehaviour::refresh_waiting_prefixes`]).
+    waiting_prefix_refresh_calls: u64,
     /// Shape of the last step run (for the invariant checks).
     last_shape: StepShape,
     /// Fast-forward: running requests by `kv_len % page_size` at the run's first step.
@@ -329,6 +360,7 @@ impl Scheduler {
             counters: EngineCounters::default(),
             rng,
             last_cache_hit_rate: 0.0,
+            waiting_prefix_refresh_calls: 0,
             last_shape: StepShape::default(),
             ff_hist: Vec::new(),
             ff_ctx0: 0,
@@ -488,6 +520,35 @@ impl Scheduler {
                 keyed.sort_by_key(|&(len, _)| std::cmp::Reverse(len));
                 self.waiting = keyed.into_iter().map(|(_, id)| id).collect();
             }
+        }
+        self.touch_waiting_prefixes(policy);
+    }
+
+    /// `SchedulePolicy._touch_waiting_prefixes` ([`SglangBehaviour::refresh_waiting_prefixes`],
+    /// 0.5.22+): under a cache-agnostic policy with the radix cache on, every
+    /// [`WAITING_PREFIX_REFRESH_INTERVAL`]th call that finds requests waiting walks the first
+    /// [`LPM_MAX_WAITING`] waiting requests' `origin_input_ids + output_ids` in the tree
+    /// (`touch_prefix`: the page-aligned match, its access times and split, nothing locked), the
+    /// queue's head last, "so LRU evicts in reverse admission order". lpm matches as it sorts.
+    fn touch_waiting_prefixes(&mut self, policy: SchedulePolicy) {
+        if !self.config.behaviour.refresh_waiting_prefixes
+            || policy == SchedulePolicy::Lpm
+            || self.waiting.is_empty()
+            || self.config.disable_radix_cache
+        {
+            return;
+        }
+        let refresh = self.waiting_prefix_refresh_calls % WAITING_PREFIX_REFRESH_INTERVAL == 0;
+        self.waiting_prefix_refresh_calls += 1;
+        if !refresh {
+            return;
+        }
+        for k in (0..self.waiting.len().min(LPM_MAX_WAITING)).rev() {
+            let id = self.waiting[k];
+            self.materialize(id);
+            let Scheduler { tree, requests, .. } = self;
+            let r = requests[id as usize].as_ref().expect("live request");
+            tree.match_prefix(&r.tokens[..r.fill_len() as usize]);
         }
     }
 
@@ -714,17 +775,55 @@ impl Scheduler {
         r.status = Status::Waiting;
     }
 
-    /// `update_running_batch`: retraction if the next decode step does not fit.
-    fn update_running_batch(&mut self) {
+    /// `_reqs_finishing_inflight` and the `filter_batch` that drops them
+    /// ([`SglangBehaviour::skip_finishing_decode`]): with the overlap scheduler on a GPU, while
+    /// a batch is in flight (its result queued), the running requests in it whose token there
+    /// is their last by length (`len(output_ids) + 1 >= max_new_tokens`) leave the running
+    /// batch; they finish when that result is processed. Returns the requests that stay, and
+    /// whether any left.
+    fn exclude_finishing_inflight(&mut self) -> (Vec<ReqId>, bool) {
+        let mut ids = self.running.clone();
+        if !(self.forming_next && self.config.behaviour.skip_finishing_decode) {
+            return (ids, false);
+        }
+        // While the next batch is formed, the batch in flight is `next_plan` (`schedule`).
+        let before = ids.len();
+        let Scheduler { requests, next_plan, .. } = self;
+        ids.retain(|&id| {
+            let r = requests[id as usize].as_mut().expect("live request");
+            let finishing =
+                r.num_output + 1 >= r.max_new() && next_plan.scheduled.iter().any(|s| s.id == id && s.samples);
+            r.left_running |= finishing;
+            !finishing
+        });
+        let left = ids.len() < before;
+        (ids, left)
+    }
+
+    /// `update_running_batch`: retraction if the next decode step does not fit. Returns the
+    /// requests that decode, or `None` when no decode is formed this iteration.
+    fn update_running_batch(&mut self) -> Option<Vec<ReqId>> {
         // `filter_batch` drops the requests that finished since: the batch shrank.
         if std::mem::take(&mut self.finished_since_filter) {
             self.batch_is_full = false;
         }
-        let ids = self.running.clone();
+        // From 0.5.22 on a GPU, also those whose last token is in flight.
+        let (ids, left) = self.exclude_finishing_inflight();
+        if left {
+            self.batch_is_full = false;
+        }
+        if ids.is_empty() {
+            return None;
+        }
         if self.check_decode_mem(&ids) {
             self.new_token_ratio =
                 (self.new_token_ratio - self.config.new_token_ratio_decay()).max(self.config.min_new_token_ratio());
-            return;
+            return Some(ids);
+        }
+        if left {
+            // "The queued result frees the finishing requests' KV at the end of this step;
+            // decode the rest next step instead of retracting them."
+            return None;
         }
         // `retract_decode`: sort by (len(output_ids), -len(origin_input_ids)) descending, pop from the end.
         let mut sorted = ids;
@@ -794,6 +893,7 @@ impl Scheduler {
             self.new_token_ratio = ((out + RETRACT_DECODE_STEPS * n) as f64 / denom as f64).min(1.0);
         }
         self.batch_is_full = false;
+        Some(self.running.clone())
     }
 
     /// What the engine does when the decode step after a retraction still does not fit.
@@ -884,6 +984,11 @@ impl Scheduler {
         if std::mem::take(&mut self.last_prefill_shrinks) || self.running.is_empty() {
             self.batch_is_full = false;
         }
+        // 0.5.23: the running batch itself is filtered here at every iteration, so a request
+        // that finished in a decode step has left it before admission is tried.
+        if self.config.behaviour.filter_running_every_step && std::mem::take(&mut self.finished_since_filter) {
+            self.batch_is_full = false;
+        }
         if self.get_new_batch_prefill() {
             let mut mixed = false;
             let mut shape = self.empty_shape();
@@ -899,9 +1004,13 @@ impl Scheduler {
                 });
             }
             if self.config.enable_mixed_chunk && !self.running.is_empty() {
-                // `mix_with_running`: the running requests decode in the same forward.
-                let ids = self.running.clone();
-                if self.check_decode_mem(&ids) {
+                // `mix_with_running`: the running requests decode in the same forward (from
+                // 0.5.22 on a GPU without those whose last token is in flight).
+                let (ids, left) = self.exclude_finishing_inflight();
+                if left {
+                    self.batch_is_full = false;
+                }
+                if !ids.is_empty() && self.check_decode_mem(&ids) {
                     mixed = true;
                     self.decode_into_plan(&ids, &mut shape);
                 }
@@ -909,16 +1018,17 @@ impl Scheduler {
             self.plan.shape = shape;
             self.kind = Some(StepKind::Prefill { mixed });
         } else if !self.running.is_empty() {
-            self.update_running_batch();
+            let ids = self.update_running_batch();
             if self.fatal.is_some() {
                 // The engine stops here: nothing is planned.
                 return;
             }
-            let ids = self.running.clone();
-            let mut shape = self.empty_shape();
-            self.decode_into_plan(&ids, &mut shape);
-            self.plan.shape = shape;
-            self.kind = Some(StepKind::Decode);
+            if let Some(ids) = ids {
+                let mut shape = self.empty_shape();
+                self.decode_into_plan(&ids, &mut shape);
+                self.plan.shape = shape;
+                self.kind = Some(StepKind::Decode);
+            }
         } else if !self.forming_next {
             // Idle (with the overlap scheduler, only when no batch is in flight either):
             // `self_check_during_idle` resets the ratio.
@@ -1024,10 +1134,12 @@ impl Scheduler {
                     continue;
                 }
                 self.materialize_next(id);
+                let left = self.req(id).left_running;
                 let fin = self.finish(id, out);
-                if fin {
+                if fin && !left {
                     // A decode step's finishes shrink the running batch at its next
-                    // `filter_batch`; a mixed step's are filtered with its prefill batch.
+                    // `filter_batch`; a mixed step's are filtered with its prefill batch. (One
+                    // that already left it, its last token in flight, shrinks nothing.)
                     if kind == StepKind::Decode {
                         self.finished_since_filter = true;
                     } else {
@@ -1055,9 +1167,10 @@ impl Scheduler {
                 if r.status != Status::Running {
                     continue;
                 }
+                let left = r.left_running;
                 self.materialize_next(id);
                 let fin = self.finish(id, out);
-                self.last_prefill_shrinks |= fin;
+                self.last_prefill_shrinks |= fin && !left;
                 if !fin {
                     self.cache_unfinished_req(id);
                 }
@@ -1201,6 +1314,7 @@ impl Engine for Scheduler {
             status: Status::Waiting,
             completes_prefill: false,
             computed_before_retraction: 0,
+            left_running: false,
         }));
         self.num_unfinished += 1;
         self.waiting.push_back(id);
