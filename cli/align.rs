@@ -28,7 +28,9 @@ fn value(knob: &str, spec: &SimSpec, raw_engine: &Map<String, Value>) -> (String
         (EngineSpec::Sglang(_), "memory fraction") => fraction(raw_engine, "mem_fraction_static", spec),
         (_, "KV pool (tokens)") => (
             spec.engine.kv_capacity_tokens().to_string(),
-            ["kv_cache_tokens", "num_gpu_blocks_override", "max_total_tokens"].iter().any(|f| set(f)),
+            ["kv_cache_tokens", "num_gpu_blocks_override", "max_total_tokens", "max_total_num_tokens"]
+                .iter()
+                .any(|f| set(f)),
         ),
         (EngineSpec::Vllm(c), "context length") => (c.max_model_len.to_string(), set("max_model_len")),
         (EngineSpec::Sglang(c), "context length") => (c.context_length.to_string(), set("context_length")),

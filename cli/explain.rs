@@ -79,7 +79,14 @@ pub fn text(e: &Explanation) -> String {
     }
     match &e.memory {
         Some(m) => {
-            let _ = writeln!(s, "KV pool derived from {} (per GPU):", e.kv_sizing_source);
+            if e.kv_sizing_source == "max_total_tokens" {
+                let _ = writeln!(
+                    s,
+                    "KV pool bounded by max_total_tokens, below the pool SGLang profiles from mem_fraction_static (per GPU, the profiled pool):"
+                );
+            } else {
+                let _ = writeln!(s, "KV pool derived from {} (per GPU):", e.kv_sizing_source);
+            }
             for (label, v) in [
                 ("total", m.total),
                 ("requested (the fraction)", m.requested),

@@ -302,7 +302,7 @@ fn set_engine_kind_runs_one_scenario_on_both_engines_with_translated_flags() {
     let sc = j["scenarios"].as_array().unwrap();
     assert_eq!(sc.len(), 2);
     assert_eq!(sc[1]["engine"], "sglang");
-    // num_gpu_blocks_override 641 (block 16) became max_total_tokens 10,240; max_num_seqs became max_running_requests.
+    // num_gpu_blocks_override 641 (block 16) became max_total_num_tokens 10,240; max_num_seqs became max_running_requests.
     assert_eq!(sc[1]["points"][0]["kv_cache_tokens"], 10240);
     assert_eq!(sc[0]["points"][0]["kv_cache_tokens"], 10240);
     let moved: Vec<&str> = j["knobs_moved"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();

@@ -599,7 +599,7 @@ fn a_memory_fraction_set_on_the_command_line_replaces_a_pinned_pool() {
         "--json",
     ]);
     assert_eq!(c3, 0, "{err3}");
-    assert!(kv(&sg) < 150_000 && err3.contains("engine.max_total_tokens was dropped"), "{err3}");
+    assert!(kv(&sg) < 150_000 && err3.contains("engine.max_total_num_tokens was dropped"), "{err3}");
 }
 
 /// A model, GPU, TP size or KV format set on the command line (or varied by `tune`) makes the

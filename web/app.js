@@ -114,7 +114,7 @@ function knobSets(kind) {
   const v = state.values;
   if (state.kvpool === 'memory') {
     if (kind === 'vllm') sets.push('engine.kv_cache_tokens=null', 'engine.num_gpu_blocks_override=null');
-    else sets.push('engine.max_total_tokens=null');
+    else sets.push('engine.max_total_num_tokens=null', 'engine.max_total_tokens=null');
   }
   for (const k of KNOBS) {
     if (v[k.key] == null || v[k.key] === '') continue;

@@ -295,11 +295,16 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
     let running_knob = running_knob(base);
     // A pool pinned to a figure (a start-up log's) moves only with that figure; a memory
     // fraction given on the command line replaces the pin (the CLI drops it and says so).
-    let pinned = matches!(base.kv_sizing.source, "kv_cache_tokens" | "num_gpu_blocks_override" | "max_total_tokens");
+    let pinned =
+        matches!(base.kv_sizing.source, "kv_cache_tokens" | "num_gpu_blocks_override" | "max_total_num_tokens");
     // The pinning field by name: raising another one (kv_cache_tokens where
     // num_gpu_blocks_override wins) would change nothing.
     let memory_knob = match (sglang, pinned) {
-        (true, false) => "mem_fraction_static (or max_total_tokens)".to_string(),
+        (true, false) if base.kv_sizing.source == "max_total_tokens" => {
+            "max_total_tokens (it bounds the pool here: raise or remove it, up to what mem_fraction_static gives)"
+                .to_string()
+        }
+        (true, false) => "mem_fraction_static (max_total_tokens only bounds the pool from above)".to_string(),
         (false, false) => "gpu_memory_utilization (or kv_cache_tokens / num_gpu_blocks_override)".to_string(),
         (true, true) => format!(
             "{} (pinned here; a mem_fraction_static given with --set replaces it with a derived pool)",
@@ -321,6 +326,7 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
     // No knee through a run that did not complete (`crate::sweep::sweep_knee`); the notes say which.
     let knee = crate::sweep::sweep_knee(&plan.grid, grid).map(|k| plan.grid[k.index]);
     let mut notes = plan.notes.clone();
+    notes.extend(base.kv_sizing.bound_note(base.engine.kv_capacity_tokens()));
     notes.extend(crate::sweep::sweep_warnings(&plan.grid, grid).into_iter().map(|w| format!("the sweep's run at {w}")));
     if point.run.stop != crate::simulation::StopReason::Completed {
         notes.push(format!(

@@ -462,3 +462,45 @@ fn kv_cache_dtype_values_are_the_engines_choices() {
     let e = one("sglang", "0.5.3", "bfloat16").unwrap_err();
     assert!(e.message.contains("from 0.5.4"), "{e}");
 }
+
+/// SGLang's `--max-total-tokens` bounds the pool it profiles from the memory fraction
+/// (`min(profiled, max_total_tokens)`, page-aligned; a larger value is logged and ignored),
+/// read in the 0.4.10, 0.5.10, 0.5.21 and 0.5.23 wheels; servesim took it as the pool, so
+/// 480,000 gave an H100 holding Llama-3.1-8B 18% more KV than SGLang profiles (2.45× with a
+/// fraction of 0.5). The start-up log's pool pins it as `max_total_num_tokens`.
+#[test]
+fn sglang_max_total_tokens_bounds_the_profiled_pool_and_max_total_num_tokens_pins_it() {
+    let sg = |extra: Value| {
+        let mut e = json!({"kind": "sglang", "version": "0.5.10", "page_size": 16});
+        for (k, v) in extra.as_object().unwrap() {
+            e[k] = v.clone();
+        }
+        resolve(scenario(e, "llama-3.1-8b-instruct", "h100-80gb", 1))
+    };
+    let derived = sg(json!({})).unwrap();
+    let profiled = pool(&derived);
+    assert!(profiled > 300_000 && profiled < 480_000, "{profiled}");
+    // Above the profiled pool: SGLang uses the profiled value, and the report says so.
+    let above = sg(json!({"max_total_tokens": 480_000})).unwrap();
+    assert_eq!(pool(&above), profiled);
+    assert_eq!(above.kv_sizing.source, "mem_fraction_static");
+    let note = above.kv_sizing.bound_note(pool(&above)).expect("a note");
+    assert!(note.contains("larger than the profiled value") && note.contains("480000"), "{note}");
+    // With a smaller fraction the bound is further above: the fraction's pool.
+    let half = sg(json!({"max_total_tokens": 480_000, "mem_fraction_static": 0.5})).unwrap();
+    let half_alone = sg(json!({"mem_fraction_static": 0.5})).unwrap();
+    assert_eq!(pool(&half), pool(&half_alone));
+    assert!(pool(&half) < 250_000, "{}", pool(&half));
+    // Below it: the bound, page-aligned, with the memory account kept.
+    let below = sg(json!({"max_total_tokens": 48_007})).unwrap();
+    assert_eq!(pool(&below), 48_000);
+    assert_eq!(below.kv_sizing.source, "max_total_tokens");
+    assert!(below.kv_sizing.memory.is_some() && below.kv_sizing.bound_note(48_000).is_none());
+    // The log's pool pins it, above what servesim's estimate profiles too.
+    let pinned = sg(json!({"max_total_num_tokens": profiled + 16_000})).unwrap();
+    assert_eq!(pool(&pinned), profiled + 16_000);
+    assert_eq!(pinned.kv_sizing.source, "max_total_num_tokens");
+    // Both: one would be ignored.
+    let e = sg(json!({"max_total_num_tokens": 100_000, "max_total_tokens": 50_000})).unwrap_err();
+    assert!(e.to_string().contains("engine.max_total_num_tokens"), "{e}");
+}

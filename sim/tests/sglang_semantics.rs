@@ -358,7 +358,7 @@ fn memory_derived_defaults_follow_the_release() {
         v["engine"]["version"] = Value::from(version);
         // The shipped scenario's 128 running requests would cap the capture lists, and its
         // fraction and pool would hide the defaults.
-        for k in ["max_running_requests", "mem_fraction_static", "max_total_tokens"] {
+        for k in ["max_running_requests", "mem_fraction_static", "max_total_num_tokens"] {
             v["engine"].as_object_mut().unwrap().remove(k);
         }
         for (k, x) in set {

@@ -239,7 +239,7 @@ pub const KNOBS: &[Knob] = &[
     Knob {
         name: "KV pool (tokens)",
         vllm: "usable KV",
-        sglang: "max_total_tokens",
+        sglang: "max_total_num_tokens",
         note: "vLLM's from num_gpu_blocks_override, kv_cache_tokens or gpu_memory_utilization, less the null block",
     },
     Knob { name: "context length", vllm: "max_model_len", sglang: "context_length", note: "" },
@@ -300,11 +300,11 @@ pub fn translate_engine(
             // The same usable pool: vLLM loses one block (the null block) of what its log prints.
             (EngineKind::Vllm, "kv_cache_tokens") => {
                 let t = v.as_u64().unwrap_or(0);
-                Some(("max_total_tokens", Value::from((t / block).saturating_sub(1) * block)))
+                Some(("max_total_num_tokens", Value::from((t / block).saturating_sub(1) * block)))
             }
             (EngineKind::Vllm, "num_gpu_blocks_override") => {
                 let n = v.as_u64().unwrap_or(2);
-                Some(("max_total_tokens", Value::from(n.saturating_sub(1) * block)))
+                Some(("max_total_num_tokens", Value::from(n.saturating_sub(1) * block)))
             }
             (EngineKind::Vllm, "max_model_len") => Some(("context_length", v.clone())),
             (EngineKind::Vllm, "policy") => match v.as_str() {
@@ -327,7 +327,13 @@ pub fn translate_engine(
                 Some(("enable_prefix_caching", Value::Bool(!v.as_bool().unwrap_or(false))))
             }
             (EngineKind::Sglang, "mem_fraction_static") => Some(("gpu_memory_utilization", v.clone())),
-            (EngineKind::Sglang, "max_total_tokens") => {
+            (EngineKind::Sglang, "max_total_tokens" | "max_total_num_tokens") => {
+                if k.as_str() == "max_total_tokens" {
+                    notes.push(
+                        "max_total_tokens bounds SGLang's pool from above; vLLM has no bound: its side is pinned at it (kv_cache_tokens)"
+                            .into(),
+                    );
+                }
                 // kv_cache_tokens counts the null block too; usable = whole blocks of the pool.
                 let m = v.as_u64().unwrap_or(0);
                 // The vLLM side's block: the page size given (page_size → block_size), else
@@ -364,8 +370,8 @@ const VLLM_COUNTERPARTS: &[(&str, &str)] = &[
     ("block_size", "page_size"),
     ("enable_prefix_caching", "disable_radix_cache"),
     ("gpu_memory_utilization", "mem_fraction_static"),
-    ("num_gpu_blocks_override", "max_total_tokens"),
-    ("kv_cache_tokens", "max_total_tokens"),
+    ("num_gpu_blocks_override", "max_total_num_tokens (the start-up log's pool; max_total_tokens only bounds it)"),
+    ("kv_cache_tokens", "max_total_num_tokens (the start-up log's pool; max_total_tokens only bounds it)"),
     ("max_model_len", "context_length"),
     ("policy", "schedule_policy"),
     ("async_scheduling", "disable_overlap_schedule (the overlap scheduler, on by default)"),
@@ -383,7 +389,8 @@ const SGLANG_COUNTERPARTS: &[(&str, &str)] = &[
     ("page_size", "block_size"),
     ("schedule_policy", "policy"),
     ("mem_fraction_static", "gpu_memory_utilization"),
-    ("max_total_tokens", "kv_cache_tokens or num_gpu_blocks_override"),
+    ("max_total_tokens", "(none: vLLM has no bound on its pool; kv_cache_tokens or num_gpu_blocks_override pin it)"),
+    ("max_total_num_tokens", "kv_cache_tokens or num_gpu_blocks_override"),
     ("disable_radix_cache", "enable_prefix_caching"),
     ("enable_mixed_chunk", "(always mixed)"),
     ("disable_overlap_schedule", "async_scheduling (false to turn it off)"),
@@ -502,15 +509,20 @@ mod tests {
         let tr = |j: &str, to| translate_engine(&serde_json::from_str(j).unwrap(), to).unwrap().0;
         let sg =
             tr(r#"{"kind": "vllm", "kv_cache_tokens": 20000, "num_gpu_blocks_override": null}"#, EngineKind::Sglang);
-        assert_eq!(sg["max_total_tokens"], 19984);
+        assert_eq!(sg["max_total_num_tokens"], 19984);
         let sg =
             tr(r#"{"kind": "vllm", "num_gpu_blocks_override": 1250, "kv_cache_tokens": null}"#, EngineKind::Sglang);
-        assert_eq!(sg["max_total_tokens"], 19984);
+        assert_eq!(sg["max_total_num_tokens"], 19984);
         let sg = tr(r#"{"kind": "vllm", "kv_cache_tokens": null, "gpu_memory_utilization": 0.8}"#, EngineKind::Sglang);
-        assert!(!sg.contains_key("max_total_tokens") && sg["mem_fraction_static"] == 0.8, "{sg:?}");
+        assert!(!sg.contains_key("max_total_num_tokens") && sg["mem_fraction_static"] == 0.8, "{sg:?}");
         // vLLM's usable pool is kv_cache_tokens less one block of the block size it runs with.
-        for (page, usable) in [(None, 10240), (Some(1), 10240), (Some(32), 10240)] {
-            let mut j = serde_json::json!({"kind": "sglang", "max_total_tokens": 10240});
+        for (page, usable, field) in [
+            (None, 10240, "max_total_num_tokens"),
+            (Some(1), 10240, "max_total_num_tokens"),
+            (Some(32), 10240, "max_total_tokens"),
+        ] {
+            let mut j = serde_json::json!({"kind": "sglang"});
+            j[field] = 10240.into();
             if let Some(p) = page {
                 j["page_size"] = p.into();
             }

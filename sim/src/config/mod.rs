@@ -131,6 +131,25 @@ pub struct KvSizing {
     pub kv_bytes_per_token: u64,
     /// Only when derived from memory: the accounting, per GPU.
     pub memory: Option<MemoryAccount>,
+    /// An upper bound given on the pool (SGLang's `max_total_tokens`) that the derived pool
+    /// is already below, so that it changed nothing: the flag and the value given. SGLang
+    /// logs it as larger than the profiled value and uses the profiled one.
+    pub bound_not_binding: Option<(&'static str, u64)>,
+}
+
+impl KvSizing {
+    /// A sentence when a bound on the pool ([`KvSizing::bound_not_binding`]) is above the pool
+    /// derived from memory (`pool` tokens), so that the pool is the derived one, as the engine
+    /// does it; `None` otherwise.
+    pub fn bound_note(&self, pool: u64) -> Option<String> {
+        let (flag, given) = self.bound_not_binding?;
+        Some(format!(
+            "{flag} = {given} is above the pool SGLang profiles here ({pool} tokens, from {}): SGLang logs \
+             \"{flag}={given} is larger than the profiled value {pool}. Use the profiled value instead.\" and uses the \
+             profiled pool, as servesim does; give max_total_num_tokens (the start-up log's pool) to pin it",
+            self.source
+        ))
+    }
 }
 
 /// The resolved engine.

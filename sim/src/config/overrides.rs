@@ -43,8 +43,9 @@ pub fn apply_set(root: &mut Value, assignment: &str) -> Result<()> {
     Ok(())
 }
 
-/// The engine fields that pin the KV pool, overriding a memory fraction.
-pub const PINNED_POOL: [&str; 3] = ["kv_cache_tokens", "num_gpu_blocks_override", "max_total_tokens"];
+/// The engine fields that pin the KV pool, overriding a memory fraction. (SGLang's
+/// `max_total_tokens` only bounds the pool the fraction gives, as SGLang does: it stays.)
+pub const PINNED_POOL: [&str; 3] = ["kv_cache_tokens", "num_gpu_blocks_override", "max_total_num_tokens"];
 
 /// Whether a `--set` (or `tune --vary`) path changes what the KV pool would be: the memory
 /// fraction, the model, the GPU (or its host), the TP size, the KV cache's or the weights'

@@ -28,8 +28,15 @@ engine_flags! {
         schedule_policy: String,
         /// `--mem-fraction-static`: the fraction of GPU memory for weights and the KV pool.
         mem_fraction_static: f64,
-        /// `--max-total-tokens`: the KV pool in tokens.
+        /// `--max-total-tokens`: an upper bound on the KV pool in tokens. SGLang sizes the
+        /// pool from memory first and takes the smaller (`min(profiled, max_total_tokens)`;
+        /// above the profiled value it logs "… is larger than the profiled value … Use the
+        /// profiled value instead.").
         max_total_tokens: u64,
+        /// The KV pool in tokens as SGLang's start-up log prints it (`max_total_num_tokens=…`;
+        /// also `/get_server_info`'s): pins the pool exactly (servesim's field, as vLLM's
+        /// `kv_cache_tokens`; not a flag SGLang takes).
+        max_total_num_tokens: u64,
         /// `--schedule-conservativeness` (default 1.0).
         schedule_conservativeness: f64,
         /// `--disable-radix-cache`.
@@ -200,14 +207,35 @@ pub(super) fn resolve_sglang(
         }
     }
     let cell = model.kv_bytes_per_token_per_gpu(dep.tensor_parallel_size, dep.kv_dtype_bytes);
-    let (max_total_tokens, sizing) = if let Some(t) = f.max_total_tokens {
+    if f.max_total_num_tokens.is_some() && f.max_total_tokens.is_some() {
+        // The logged pool already holds the bound; one of them would be ignored without a word.
+        return Err(ConfigError::new(
+            "engine.max_total_num_tokens",
+            "and engine.max_total_tokens both set the KV pool: the logged max_total_num_tokens already holds any \
+             --max-total-tokens bound; give one (set the other to null)",
+        ));
+    }
+    if let Some(t) = f.max_total_tokens {
         if t < u64::from(page_size) * 2 {
-            return Err(ConfigError::new("engine.max_total_tokens", format!("{t} tokens is too small a pool")));
+            return Err(ConfigError::new(
+                "engine.max_total_tokens",
+                format!("{t} tokens is less than two pages of {page_size}: too small a pool"),
+            ));
         }
-        check_pinned_pool("engine.max_total_tokens", t, cell, model, gpu, dep)?;
+    }
+    let (max_total_tokens, sizing) = if let Some(t) = f.max_total_num_tokens {
+        if t < u64::from(page_size) * 2 {
+            return Err(ConfigError::new("engine.max_total_num_tokens", format!("{t} tokens is too small a pool")));
+        }
+        check_pinned_pool("engine.max_total_num_tokens", t, cell, model, gpu, dep)?;
         (
             t / u64::from(page_size) * u64::from(page_size),
-            KvSizing { source: "max_total_tokens", kv_bytes_per_token: cell, memory: None },
+            KvSizing {
+                source: "max_total_num_tokens",
+                kv_bytes_per_token: cell,
+                memory: None,
+                bound_not_binding: None,
+            },
         )
     } else {
         let mfs = match f.mem_fraction_static {
@@ -266,7 +294,27 @@ pub(super) fn resolve_sglang(
                 ),
             ));
         }
-        (tokens, KvSizing { source: "mem_fraction_static", kv_bytes_per_token: cell, memory: Some(acct) })
+        // `--max-total-tokens` bounds the profiled pool (page-aligned, as the configurator aligns it).
+        match f.max_total_tokens.map(|t| t / u64::from(page_size) * u64::from(page_size)) {
+            Some(bound) if bound < tokens => (
+                bound,
+                KvSizing {
+                    source: "max_total_tokens",
+                    kv_bytes_per_token: cell,
+                    memory: Some(acct),
+                    bound_not_binding: None,
+                },
+            ),
+            bound => (
+                tokens,
+                KvSizing {
+                    source: "mem_fraction_static",
+                    kv_bytes_per_token: cell,
+                    memory: Some(acct),
+                    bound_not_binding: bound.map(|_| ("max_total_tokens", f.max_total_tokens.unwrap_or(0))),
+                },
+            ),
+        }
     };
     // `max_running_requests = min(max_total // 2, clamp(max_total / context_len * 512, 2048, 4096))`.
     let pool_reqs = ((max_total_tokens as f64 / f64::from(context_length) * 512.0) as u64).clamp(2048, 4096);

@@ -334,7 +334,7 @@ pub(super) fn resolve_vllm(
             gpu,
             dep,
         )?;
-        (n, KvSizing { source: "num_gpu_blocks_override", kv_bytes_per_token, memory: None })
+        (n, KvSizing { source: "num_gpu_blocks_override", kv_bytes_per_token, memory: None, bound_not_binding: None })
     } else if let Some(t) = f.kv_cache_tokens {
         let blocks = t / u64::from(block_size);
         if blocks < 2 {
@@ -355,7 +355,7 @@ pub(super) fn resolve_vllm(
             gpu,
             dep,
         )?;
-        (blocks, KvSizing { source: "kv_cache_tokens", kv_bytes_per_token, memory: None })
+        (blocks, KvSizing { source: "kv_cache_tokens", kv_bytes_per_token, memory: None, bound_not_binding: None })
     } else {
         let util = f.gpu_memory_utilization.unwrap_or(if version >= Version::new(0, 20, 0) { 0.92 } else { 0.9 });
         if !(util > 0.0 && util <= 1.0) {
@@ -407,7 +407,15 @@ pub(super) fn resolve_vllm(
             ));
         }
         let blocks = u32::try_from(blocks).unwrap_or(u32::MAX);
-        (blocks, KvSizing { source: "gpu_memory_utilization", kv_bytes_per_token, memory: Some(acct) })
+        (
+            blocks,
+            KvSizing {
+                source: "gpu_memory_utilization",
+                kv_bytes_per_token,
+                memory: Some(acct),
+                bound_not_binding: None,
+            },
+        )
     };
     let enable_prefix_caching = f.enable_prefix_caching.unwrap_or(true);
     let mut behaviour = VllmBehaviour::of_release(version);
