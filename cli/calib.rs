@@ -58,9 +58,18 @@ impl DeriveArgs {
             (None, None) => ModelChoice::FromServer,
         };
         let log_args = match &self.server_log {
-            Some(p) => calib::derive::vllm_args_from_log(
-                &std::fs::read_to_string(p).map_err(|e| format!("--server-log {}: {e}", p.display()))?,
-            ),
+            Some(p) => {
+                let text = std::fs::read_to_string(p).map_err(|e| format!("--server-log {}: {e}", p.display()))?;
+                // A log without vLLM's `non-default args:` line says nothing of the scheduler (it
+                // was read as an empty set of arguments, without a word).
+                if info.kind == Some(sim::config::EngineKind::Vllm) && !text.contains("non-default args:") {
+                    crate::load::warn_once(format!(
+                        "--server-log {}: no `non-default args:` line (vLLM prints it at start-up): no scheduler flag read from it",
+                        p.display()
+                    ));
+                }
+                calib::derive::vllm_args_from_log(&text)
+            }
             None => Default::default(),
         };
         Ok(DeriveOptions { hardware: self.hardware.clone(), model, log_args, sets: self.sets.clone() })
@@ -83,6 +92,14 @@ pub fn as_sent(workload: &Value, endpoint: &str) -> Value {
 
 /// The scenario that describes the live server, with the given workload.
 pub fn derive_scenario(info: &ServerInfo, d: &DeriveOptions, workload: &Value) -> Result<RawScenario, String> {
+    let unknown = calib::derive::unknown_scheduler_flags(info, d);
+    if !unknown.is_empty() {
+        crate::load::warn_once(format!(
+            "the server at {} does not say its {} (vLLM exposes neither): the predictions use vLLM's defaults for them; give --scenario, or --server-log with the start-up log (its `non-default args:` line), or --set engine.FLAG=N",
+            info.base_url,
+            unknown.join(" or ")
+        ));
+    }
     Ok(RawScenario {
         origin: format!("the scenario derived from {}", info.base_url),
         base_dir: std::env::current_dir().unwrap_or_default(),
@@ -684,9 +701,9 @@ pub fn check_text(r: &CheckReport) -> String {
         s,
         "Live check: {} {} ({}), KV {} tokens",
         r.engine,
-        opt_json(&r.engine_version),
-        opt_json(&r.model),
-        opt_json(&r.kv_capacity_tokens)
+        r.engine_version.as_deref().unwrap_or("(version unknown)"),
+        r.model.as_deref().unwrap_or("model unknown"),
+        r.kv_capacity_tokens.map_or_else(|| "unknown".to_string(), |t| t.to_string())
     );
     let _ = writeln!(
         s,
@@ -733,12 +750,22 @@ pub fn check_text(r: &CheckReport) -> String {
     }
     let _ = writeln!(s, "Verdict on the {} points not used for fitting (* = used):", r.verdict.points_judged);
     for (k, x) in r.verdict.per_metric.iter() {
-        if let Some(m) = x.median_abs_error {
-            let t = x
-                .target
-                .map(|t| format!(" (target {:.0}%: {})", 100.0 * t, if x.ok == Some(true) { "ok" } else { "MISSED" }))
-                .unwrap_or_default();
-            let _ = writeln!(s, "  {k:<22} median |error| {:.1}%{t}", 100.0 * m);
+        let t = x
+            .target
+            .map(|t| format!(" (target {:.0}%: {})", 100.0 * t, if x.ok == Some(true) { "ok" } else { "MISSED" }))
+            .unwrap_or_default();
+        let zero = match x.measured_zero_predicted_not {
+            0 => String::new(),
+            n => format!("; {n} point(s) measured 0 against a nonzero prediction, no relative error"),
+        };
+        match x.median_abs_error {
+            Some(m) => {
+                let _ = writeln!(s, "  {k:<22} median |error| {:.1}%{t}{zero}", 100.0 * m);
+            }
+            None if !zero.is_empty() => {
+                let _ = writeln!(s, "  {k:<22} no relative error{t}{zero}");
+            }
+            None => {}
         }
     }
     if let Some(sr) = &r.verdict.speed_reference {

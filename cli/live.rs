@@ -84,19 +84,27 @@ impl WorkloadArgs {
         if let Some(b) = self.burstiness.filter(|b| !b.is_finite()) {
             return Err(format!("--burstiness: expected a finite number above 0, got {b}"));
         }
-        let (mut w, base) = match &self.scenario {
+        // Whether the modelled `vllm bench serve` sends ignore_eos with every random request
+        // (from 0.11.1, `config::VLLM_FORCES_IGNORE_EOS_ON_RANDOM`): the scenario's vLLM release;
+        // an SGLang scenario's field is as given, as `simulate` has it; without a scenario, the
+        // current client.
+        let (mut w, base, forces_random_eos) = match &self.scenario {
             Some(p) => {
                 let raw = load::read_raw(Some(p))?;
                 let mut w = raw.json.get("workload").cloned().unwrap_or_else(|| json!({}));
+                let (_, spec) = load::resolve(&raw)?;
                 // Unset, the initial test request follows the scenario's modelled release, as
                 // `simulate` of the same scenario has it (`config::default_initial_test_request`).
                 if let Some(o) = w.as_object_mut().filter(|o| !o.contains_key("initial_test_request")) {
-                    let (_, spec) = load::resolve(&raw)?;
                     o.insert("initial_test_request".into(), config::default_initial_test_request(&spec.engine).into());
                 }
-                (w, raw.base_dir)
+                let forces = match &spec.engine {
+                    config::EngineSpec::Vllm(c) => c.version >= config::VLLM_FORCES_IGNORE_EOS_ON_RANDOM,
+                    config::EngineSpec::Sglang(_) => false,
+                };
+                (w, raw.base_dir, forces)
             }
-            None => (json!({"dataset_name": "random"}), std::env::current_dir().unwrap_or_default()),
+            None => (json!({"dataset_name": "random"}), std::env::current_dir().unwrap_or_default(), true),
         };
         let o = w.as_object_mut().ok_or("the scenario's workload is not an object")?;
         let mut put = |k: &str, v: Option<Value>| {
@@ -132,11 +140,12 @@ impl WorkloadArgs {
         // `vllm bench serve` sets ignore_eos for the random dataset on OpenAI-compatible backends
         // ("when using random datasets, default to ignoring EOS so generation runs to the requested
         // length", vllm/benchmarks/serve.py, vLLM PR #28227, merged November 2025, after 0.11.0):
-        // so does bench, unless the scenario says otherwise. (vLLM's client has no way to turn it
+        // so does bench for a vLLM scenario of 0.11.1 or later (or none), unless the scenario says
+        // otherwise; before 0.11.1 and for SGLang the field is as given. (vLLM's client has no way to turn it
         // off: from 0.11.1, the release that carries it, a vLLM scenario's explicit
         // `ignore_eos: false` is refused when the scenario is resolved, `sim::config::resolve`.)
         let random = o.get("dataset_name").is_none_or(|d| d == "random");
-        if random && !o.contains_key("ignore_eos") {
+        if forces_random_eos && random && !o.contains_key("ignore_eos") {
             o.insert("ignore_eos".into(), true.into());
         }
         // Said, not left to a default: what the requests are sent with.
@@ -417,6 +426,13 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode, String> {
     let rt = rt()?;
     rt.block_on(async {
         let (info, mut opts) = connect(&a.server).await?;
+        // As calibrate and check say it: a time-scaled emulator is a k× faster engine.
+        if let Some(k) = info.servesim_time_scale.filter(|k| *k != 1.0) {
+            eprintln!(
+                "warning: the server at {} is servesim serve at --time-scale {k}: its timings are the emulated engine's divided by {k}, and so is every time and throughput this run measures; use --time-scale 1 for the engine itself",
+                info.base_url
+            );
+        }
         // Without a scenario, the initial test request follows the server's release, as a
         // scenario's follows its modelled one (`config::default_initial_test_request`): vLLM's
         // benchmark skips it from 0.14.
@@ -451,7 +467,14 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode, String> {
         let mut point = measured_point(&info, &w, &run);
         sim::report::with_percentiles(&mut point.report, &run.result, &text_opts.percentiles);
         // The text shows the run as the client measured it (before a failure's reason below).
-        let text = sim::report::text_report(&point.report, &text_opts, "measured");
+        let mut text = sim::report::text_report(&point.report, &text_opts, "measured");
+        // The engine's gauges are sampled, not traced: a peak between two polls is missed.
+        if point.report.peak_running.is_some() {
+            text.push_str(&format!(
+                "Note: running and waiting requests and KV cache usage are the server's /metrics gauges polled every {} ms: their means and peaks are of the polls (a run shorter than a poll, or a peak between two, is missed); simulate's are exact.\n",
+                opts.poll_interval.map_or(0, |d| d.as_millis())
+            ));
+        }
         // Nothing succeeded: say why (the most common failure), in the JSON too, and exit 1.
         let nothing = nothing_succeeded(&run).or_else(|| some_failed(&run));
         if let Some(why) = &nothing {

@@ -809,3 +809,45 @@ fn a_failed_initial_test_request_stops_the_run() {
     let lines = std::fs::read_to_string(dir.join("r.requests.jsonl")).unwrap();
     assert!(lines.lines().all(|l| l.contains("\"initial_test\"")), "{lines}");
 }
+
+/// bench sends ignore_eos with the random dataset only where the modelled `vllm bench serve`
+/// does (from 0.11.1): a vLLM 0.11.0 or SGLang scenario with an output length distribution and
+/// no ignore_eos ran with `simulate` and was refused by bench, which set ignore_eos itself
+/// (the live-loop hunt of 2026-12-05).
+#[test]
+fn bench_forces_ignore_eos_on_random_only_for_the_releases_that_do() {
+    let s = start_server("scenarios/serve-small-vllm.json", &["--time-scale", "20"]);
+    let dir = std::env::temp_dir().join(format!("servesim-bench-eos-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let scen = |engine: serde_json::Value, name: &str| {
+        let v = serde_json::json!({"version": 1, "engine": engine, "model": "qwen2.5-7b-instruct", "hardware": "a100-80gb",
+            "workload": {"dataset_name": "random", "random_input_len": 32, "random_output_len": 8, "num_prompts": 3,
+                         "output_len_dist": {"kind": "uniform", "min": 1, "max": 8}, "seed": 1}});
+        let p = dir.join(name);
+        std::fs::write(&p, v.to_string()).unwrap();
+        p
+    };
+    for (engine, name) in [
+        (serde_json::json!({"kind": "vllm", "version": "0.11.0"}), "v0110.json"),
+        (serde_json::json!({"kind": "sglang", "version": "0.5.10"}), "sg.json"),
+    ] {
+        let p = scen(engine, name);
+        let o = run_cli(&[
+            "bench",
+            "--base-url",
+            &s.url,
+            "--scenario",
+            p.to_str().unwrap(),
+            "--save-result",
+            "--result-dir",
+            dir.to_str().unwrap(),
+            "--result-filename",
+            &format!("{name}.result.json"),
+        ]);
+        assert!(o.status.success(), "{name}: {}", String::from_utf8_lossy(&o.stderr));
+        let r: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join(format!("{name}.result.record.json"))).unwrap())
+                .unwrap();
+        assert_eq!(r["setup"]["workload"]["ignore_eos"], false, "{name}: {}", r["setup"]["workload"]);
+    }
+}

@@ -128,7 +128,12 @@ const NOT_TIMED: [Metric; 3] = [Metric::NumPreemptions, Metric::PrefixCacheHitRa
 
 #[derive(Clone, Debug, Serialize)]
 pub struct MetricVerdict {
+    /// Over the judged points whose relative error is defined.
     pub median_abs_error: Option<f64>,
+    /// Judged points measured at 0 against a nonzero prediction: no relative error, so not in
+    /// the median; a judged metric with one fails.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub measured_zero_predicted_not: usize,
     pub target: Option<f64>,
     /// Null for metrics that are shown, not judged.
     pub ok: Option<bool>,
@@ -141,6 +146,10 @@ pub struct SpeedReferenceVerdict {
     pub largest_abs_vs_calibration: Option<f64>,
     pub tolerance: f64,
     pub engine_held_still: Option<bool>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 pub fn rel_err(m: Option<f64>, p: Option<f64>) -> Option<f64> {
@@ -236,17 +245,32 @@ pub fn judge(
     let mut per_metric = Named::new();
     let mut pass = true;
     for (k, target) in CHECK_METRICS {
-        let errs: Vec<f64> = (0..conc.len())
-            .filter(|&i| !used[i])
-            .filter_map(|i| rel_err(measured[i].metric(k), predicted[i].metric(k)))
+        let judged: Vec<usize> = (0..conc.len()).filter(|&i| !used[i]).collect();
+        let errs: Vec<f64> = judged
+            .iter()
+            .filter_map(|&i| rel_err(measured[i].metric(k), predicted[i].metric(k)))
             .map(f64::abs)
             .collect();
+        // A point measured at 0 with a nonzero prediction has no relative error; it was
+        // skipped, so that 0 measured against 5 predicted preemptions read "0.0%".
+        let zero = judged
+            .iter()
+            .filter(|&&i| {
+                matches!((measured[i].metric(k), predicted[i].metric(k)), (Some(m), Some(p)) if m.abs() <= 1e-12 && p.abs() > 1e-12)
+            })
+            .count();
         let med = median(errs);
-        let ok = target.map(|t| med.is_none_or(|m| m <= t));
+        // Judged only where an error is defined; a metric with no judged value is not passed.
+        let ok = target.and_then(|t| match (med, zero) {
+            (_, z) if z > 0 => Some(false),
+            (Some(m), _) => Some(m <= t),
+            (None, _) => None,
+        });
         if ok == Some(false) {
             pass = false;
         }
-        per_metric.push(k.key(), MetricVerdict { median_abs_error: med, target, ok });
+        per_metric
+            .push(k.key(), MetricVerdict { median_abs_error: med, measured_zero_predicted_not: zero, target, ok });
     }
     let km = knee_at(conc, measured);
     let kp = knee_at(conc, predicted);
@@ -362,6 +386,33 @@ mod tests {
 
     fn run(thr: f64, ttft: f64) -> Point {
         Point::of(bench(thr, ttft))
+    }
+
+    /// A point measured at 0 against a nonzero prediction has no relative error: it was left
+    /// out of the median, so that 0 measured against 5 predicted read "0.0%", and a judged
+    /// metric with no defined error passed (the live-loop hunt of 2026-12-05).
+    #[test]
+    fn a_measured_zero_against_a_prediction_is_said_and_fails_a_judged_metric() {
+        let measured =
+            vec![RepeatedPoint { runs: vec![run(100.0, 0.0)] }, RepeatedPoint { runs: vec![run(100.0, 10.0)] }];
+        let predicted: Vec<PointReport> = [10.0, 10.0]
+            .iter()
+            .map(|&t| PointReport {
+                bench: bench(100.0, t),
+                cost_source: String::new(),
+                fleet: None,
+                replicas: None,
+                caveats: Vec::new(),
+            })
+            .collect();
+        let r = judge(&[1, 2], &measured, &predicted, &[false, false], &ServerInfo::default(), None);
+        let v = r.verdict.per_metric.get("mean_ttft_ms").unwrap();
+        assert_eq!(v.measured_zero_predicted_not, 1);
+        assert_eq!(v.median_abs_error, Some(0.0));
+        assert_eq!(v.ok, Some(false));
+        assert!(!r.verdict.pass);
+        // The throughput, defined at both points and right, passes.
+        assert_eq!(r.verdict.per_metric.get("output_throughput").unwrap().ok, Some(true));
     }
 
     #[test]

@@ -65,6 +65,22 @@ pub fn vllm_args_from_log(text: &str) -> Map<String, Value> {
     out
 }
 
+/// The vLLM scheduler limits a scenario derived from the server leaves at vLLM's defaults,
+/// because nothing said them (a real vLLM server does not expose them; its start-up log's
+/// `non-default args:` line, `--server-log`, or `servesim serve`'s `/v1/models` does): the
+/// caller says so. Empty for SGLang, which reports them.
+pub fn unknown_scheduler_flags(info: &ServerInfo, d: &DeriveOptions) -> Vec<&'static str> {
+    if info.kind != Some(EngineKind::Vllm) {
+        return Vec::new();
+    }
+    let known = |k: &str| {
+        d.log_args.contains_key(k)
+            || info.servesim_engine_args.as_ref().is_some_and(|a| a.get(k).is_some_and(|v| !v.is_null()))
+            || d.sets.iter().any(|s| s.split('=').next().is_some_and(|p| p.trim() == format!("engine.{k}")))
+    };
+    ["max_num_seqs", "max_num_batched_tokens"].into_iter().filter(|k| !known(k)).collect()
+}
+
 /// Which model card a derived scenario uses.
 #[derive(Clone, Debug)]
 pub enum ModelChoice {
@@ -113,6 +129,14 @@ pub fn derive_scenario(info: &ServerInfo, d: &DeriveOptions, workload: &Value) -
             if let Some(m) = info.max_model_len {
                 engine.insert(kind.context_length_flag().into(), m.into());
             }
+            // The emulator's own limits, then the start-up log's (the log wins).
+            if let Some(args) = &info.servesim_engine_args {
+                for k in kind.reported_scheduler_flags() {
+                    if let Some(v) = args.get(*k).filter(|v| !v.is_null()) {
+                        engine.insert((*k).into(), v.clone());
+                    }
+                }
+            }
             for (k, v) in &d.log_args {
                 engine.insert(k.clone(), v.clone());
             }
@@ -122,7 +146,7 @@ pub fn derive_scenario(info: &ServerInfo, d: &DeriveOptions, workload: &Value) -
                 engine.insert("version".into(), v.clone().into());
             }
             if let Some(t) = info.kv_capacity_tokens {
-                engine.insert("max_total_tokens".into(), t.into());
+                engine.insert("max_total_num_tokens".into(), t.into());
             }
             if let Some(args) = &info.server_args {
                 for k in kind.reported_scheduler_flags() {

@@ -45,6 +45,10 @@ pub struct ServerInfo {
     /// timings are the engine's divided by it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub servesim_time_scale: Option<f64>,
+    /// `servesim serve`'s vLLM scheduler limits (`/v1/models` `servesim_engine_args`:
+    /// `max_num_seqs`, `max_num_batched_tokens`, ...), which a real vLLM server does not expose.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub servesim_engine_args: Option<serde_json::Map<String, Value>>,
 }
 
 impl ServerInfo {

@@ -314,3 +314,29 @@ fn profile_keys() {
     );
     assert_eq!(keys(&r["uncertainty"]), "method,coefficients,log_covariance,chi2_per_dof,intervals,ensemble,ensemble_method,model_error_p90,model_error_source");
 }
+
+/// A scenario derived from `servesim serve` takes the emulated vLLM's scheduler limits from
+/// `/v1/models` (`servesim_engine_args`): without them it ran vLLM's defaults (256 running
+/// requests where the emulator ran 32) and nothing said so; against a server that does not
+/// say them, the caller is told which were left at the defaults (the live-loop hunt).
+#[test]
+fn a_derived_scenario_takes_the_emulators_limits_and_names_the_unknown_ones() {
+    let bare = DeriveOptions { sets: Vec::new(), ..derive() };
+    assert_eq!(calib::derive::unknown_scheduler_flags(&info(), &bare), vec!["max_num_seqs", "max_num_batched_tokens"]);
+    assert!(calib::derive::unknown_scheduler_flags(&info(), &derive()).is_empty(), "--set gives them");
+    let mut emulated = info();
+    emulated.servesim_engine_args =
+        Some(json!({"max_num_seqs": 32, "max_num_batched_tokens": 2048}).as_object().unwrap().clone());
+    assert!(calib::derive::unknown_scheduler_flags(&emulated, &bare).is_empty());
+    let v = derive_scenario(&emulated, &bare, &json!({"dataset_name": "random", "num_prompts": 2})).unwrap();
+    assert_eq!(v["engine"]["max_num_seqs"], 32);
+    assert_eq!(v["engine"]["max_num_batched_tokens"], 2048);
+    // The start-up log's arguments win over the emulator's.
+    let mut logged = bare.clone();
+    logged.log_args.insert("max_num_seqs".into(), 8.into());
+    let v = derive_scenario(&emulated, &logged, &json!({"dataset_name": "random", "num_prompts": 2})).unwrap();
+    assert_eq!(v["engine"]["max_num_seqs"], 8);
+    // SGLang reports its own.
+    let sg = ServerInfo { kind: Some(EngineKind::Sglang), ..info() };
+    assert!(calib::derive::unknown_scheduler_flags(&sg, &bare).is_empty());
+}

@@ -182,7 +182,7 @@ async fn route(req: Request<Incoming>, sh: Arc<Shared>) -> Resp {
         (&Method::GET, "/v1/models") => full(
             StatusCode::OK,
             "application/json",
-            json!({"object": "list", "data": [{"id": sh.opts.model, "object": "model", "root": sh.opts.model, "owned_by": "servesim", "max_model_len": max_model_len(spec), "servesim_model_card": spec.model, "servesim_hardware": spec.gpu.id, "servesim_time_scale": sh.opts.time_scale}]}).to_string(),
+            json!({"object": "list", "data": [{"id": sh.opts.model, "object": "model", "root": sh.opts.model, "owned_by": "servesim", "max_model_len": max_model_len(spec), "servesim_model_card": spec.model, "servesim_hardware": spec.gpu.id, "servesim_time_scale": sh.opts.time_scale, "servesim_engine_args": engine_args(spec)}]}).to_string(),
         ),
         (&Method::GET, "/metrics") => {
             let text = crate::metrics::render(spec, &sh.opts.model, &sh.stats.lock().expect("stats"));
@@ -220,6 +220,24 @@ async fn route(req: Request<Incoming>, sh: Arc<Shared>) -> Resp {
             error(&sh, StatusCode::METHOD_NOT_ALLOWED, &format!("method {method} not allowed on {p}"))
         }
         _ => error(&sh, StatusCode::NOT_FOUND, &format!("no route {path}")),
+    }
+}
+
+/// The scheduler's limits the emulated vLLM runs with, which a real vLLM server does not
+/// expose (its start-up log's `non-default args:` line does): so that `calibrate` and `check`
+/// describe the emulator without `--scenario` (they assumed vLLM's defaults, 256 running
+/// requests where the emulator ran 32; the live-loop hunt of 2026-12-05). SGLang reports its
+/// own in `/get_server_info`.
+fn engine_args(spec: &SimSpec) -> Value {
+    match &spec.engine {
+        EngineSpec::Vllm(c) => json!({
+            "max_num_seqs": c.max_num_seqs,
+            "max_num_batched_tokens": c.max_num_batched_tokens,
+            "long_prefill_token_threshold": c.long_prefill_token_threshold,
+            "block_size": c.block_size,
+            "max_model_len": c.max_model_len,
+        }),
+        EngineSpec::Sglang(_) => Value::Null,
     }
 }
 

@@ -73,10 +73,16 @@ pub fn measured_point(info: &ServerInfo, w: &Workload, run: &BenchRun) -> Point 
     };
     // The KV a request needs is its prompt and its requested output (`max_tokens`): without
     // ignore_eos the server decides where EOS falls, and the generator's own output lengths are a
-    // stand-in that sizes nothing.
-    let n = w.requests.len().max(1) as f64;
-    let mean = w.requests.iter().map(|r| f64::from(r.prompt_len) + f64::from(r.max_tokens)).sum::<f64>() / n;
-    let limit = sim::sweep::kv_limit_of_mean(info.kv_capacity_tokens.unwrap_or(0), meta_of(info).kv_granularity, mean);
+    // stand-in that sizes nothing. Otherwise as `simulate` counts it (`sim::sweep::kv_limit`):
+    // the last token never stored, a prefix the prompts share held once where the server's
+    // prefix cache is on (bench counted every request's copy of it: 24 where simulate said 35).
+    let mut sized = w.clone();
+    for r in &mut sized.requests {
+        r.output_len = r.max_tokens;
+    }
+    let meta = meta_of(info);
+    let limit =
+        sim::sweep::kv_limit(info.kv_capacity_tokens.unwrap_or(0), meta.kv_granularity, meta.prefix_caching, &sized);
     report.kv_request_footprint_tokens = limit.footprint_tokens;
     report.kv_limited_concurrency = info.kv_capacity_tokens.map(|_| limit.concurrency);
     if info.kv_capacity_tokens.is_none() {

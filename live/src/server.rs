@@ -94,6 +94,7 @@ pub async fn probe(client: &reqwest::Client, base: &str, api_key: Option<&str>) 
         model_card: first.get("servesim_model_card").filter(|v| v.is_object()).cloned(),
         servesim_hardware: first.get("servesim_hardware").and_then(Value::as_str).map(str::to_string),
         servesim_time_scale: first.get("servesim_time_scale").and_then(Value::as_f64),
+        servesim_engine_args: first.get("servesim_engine_args").and_then(Value::as_object).cloned(),
     };
     if let Some(cc) = snap.labels("vllm:cache_config_info") {
         info.kind = Some(EngineKind::Vllm);
