@@ -1,7 +1,7 @@
 //! SGLang's scheduling, as the engine behaves and as users see it
 //! (`docs/sglang.md` §1–8).
 
-use serde_json::Value;
+use serde_json::{json, Value};
 use sim::engine::sglang::{Overlap, SchedulePolicy, Scheduler, SglangBehaviour, SglangConfig};
 use sim::engine::{Engine, TokenOutput, Version};
 use sim::request::{RequestSpec, Segment};
@@ -696,4 +696,39 @@ fn waiting_prefixes_are_refreshed_in_the_lru_every_32_calls_from_0_5_22() {
         }
         assert_eq!(s.counters().prefix_cache_hits - hits_before, hit, "{version}");
     }
+}
+
+/// A given `max_running_requests` is capped from 0.5.10 at the request-pool estimate
+/// (`clamp(tokens / context_len × 512, 2048, 4096)`) and from 0.5.14 at half the token pool
+/// (`_resolve_max_num_reqs`); from 0.5.22 a default `cuda_graph_max_bs` stops at it, which
+/// shrinks the default fraction's reserve (the KV-sizing hunt of 2026-12-05).
+#[test]
+fn a_given_max_running_requests_is_capped_as_the_release_caps_it() {
+    let resolve = |version: &str, engine: Value| {
+        let mut v = json!({"version": 1, "engine": {"kind": "sglang", "version": version}, "model": "llama-3.1-8b-instruct",
+            "hardware": "h100-80gb", "workload": {"dataset_name": "random", "random_input_len": 100, "random_output_len": 20,
+            "num_prompts": 4, "ignore_eos": true}});
+        for (k, x) in engine.as_object().unwrap() {
+            v["engine"][k] = x.clone();
+        }
+        match spec(v).engine {
+            sim::config::EngineSpec::Sglang(c) => c,
+            _ => unreachable!(),
+        }
+    };
+    let many = json!({"max_running_requests": 8192});
+    assert_eq!(resolve("0.5.9", many.clone()).max_running_requests, 8192);
+    assert_eq!(resolve("0.5.10", many.clone()).max_running_requests, 2048);
+    assert_eq!(resolve("0.5.13", many.clone()).max_running_requests, 2048);
+    // From 0.5.14: half the token pool (a pool of 100,000 tokens).
+    let small = json!({"max_running_requests": 60_000, "max_total_tokens": 100_000});
+    assert_eq!(resolve("0.5.14", small.clone()).max_running_requests, 50_000);
+    assert_eq!(resolve("0.5.13", small).max_running_requests, 2048);
+    assert_eq!(resolve("0.5.23", many).max_running_requests, 8192);
+    // Below every cap, as given.
+    assert_eq!(resolve("0.5.23", json!({"max_running_requests": 64})).max_running_requests, 64);
+    // 0.5.22 on: the default graph setting stops at it, and the default fraction reserves less.
+    let few = json!({"max_running_requests": 64});
+    assert!(resolve("0.5.23", few.clone()).max_total_tokens > resolve("0.5.23", json!({})).max_total_tokens);
+    assert_eq!(resolve("0.5.21", few).max_total_tokens, resolve("0.5.21", json!({})).max_total_tokens);
 }

@@ -173,7 +173,15 @@ pub(super) fn resolve_sglang(
     // request pool is known.
     let graph_setting = match f.cuda_graph_max_bs {
         Some(b) => Some(positive("engine.cuda_graph_max_bs", b)?),
-        None => sglang_default_cuda_graph_max_bs(gpu, version, dep.tensor_parallel_size),
+        // From 0.5.22 the default stops at a given `--max-running-requests`
+        // (`arg_groups/memory_hook.py`, `decode_max_bs_is_default`; not in 0.5.21), which
+        // shrinks the default fraction's graph reserve too.
+        None => sglang_default_cuda_graph_max_bs(gpu, version, dep.tensor_parallel_size).map(|b| {
+            match f.max_running_requests.filter(|_| version >= SGLANG_DEFAULT_GRAPH_BS_STOPS_AT_RUNNING) {
+                Some(m) if m >= 1 => b.min(m),
+                _ => b,
+            }
+        }),
     };
     // What the default `mem_fraction_static` reserves for graphs: the setting, from 0.5.15 only
     // with graphs on.
@@ -319,11 +327,21 @@ pub(super) fn resolve_sglang(
     // `max_running_requests = min(max_total // 2, clamp(max_total / context_len * 512, 2048, 4096))`.
     let pool_reqs = ((max_total_tokens as f64 / f64::from(context_length) * 512.0) as u64).clamp(2048, 4096);
     let default_running = (max_total_tokens / 2).min(pool_reqs).max(1) as u32;
-    let max_running_requests =
-        positive("engine.max_running_requests", f.max_running_requests.unwrap_or(default_running))?;
+    let given = f.max_running_requests.map(|g| positive("engine.max_running_requests", g)).transpose()?;
+    // A given `--max-running-requests` sizes the request pool as it is before 0.5.10; from
+    // 0.5.10 `_resolve_max_num_reqs` caps it at the pool estimate (`min(given, clamp(…, 2048,
+    // 4096))`), from 0.5.14 at half the token pool instead (`min(given, tokens // 2)`), and the
+    // scheduler runs at most the request pool (read in the 0.5.8–0.5.14 and 0.5.17–0.5.23
+    // wheels; `docs/sglang.md` §6).
+    let max_running_requests = match given {
+        None => default_running,
+        Some(g) if version >= SGLANG_CAPS_GIVEN_RUNNING_AT_HALF_POOL => g.min((max_total_tokens / 2).max(1) as u32),
+        Some(g) if version >= SGLANG_CAPS_GIVEN_RUNNING_AT_ESTIMATE => g.min(pool_reqs as u32),
+        Some(g) => g,
+    };
     // The largest decode batch captured as a CUDA graph: the last of the release's capture list,
-    // which stops at the request pool (`--max-running-requests`, else `pool_reqs`).
-    let pool = f.max_running_requests.unwrap_or(pool_reqs as u32);
+    // which stops at the request pool (`--max-running-requests` as resolved, else `pool_reqs`).
+    let pool = if given.is_some() { max_running_requests } else { pool_reqs as u32 };
     let captured = sglang_capture_list(version, sglang_gpu_mem_mib(gpu), graph_setting, pool).last().copied();
     let (cuda_graph_max_bs, forgone_cuda_graph_max_bs) =
         if dep.cuda_graphs { (captured, None) } else { (None, captured) };
@@ -360,6 +378,19 @@ pub(super) fn resolve_sglang(
 /// The first SGLang release whose default attention backend on the SM100 family (B200,
 /// GB200, B300) for a dense MHA model is `trtllm_mha` (0.4.10–0.5.6: `flashinfer`).
 pub const SGLANG_SM100_TRTLLM_MHA: Version = Version::new(0, 5, 7);
+
+/// The first SGLang release that caps a given `--max-running-requests` at the request-pool
+/// estimate (`clamp(tokens / context_len × 512, 2048, 4096)`, `_resolve_max_num_reqs`): 0.5.9
+/// takes it as given, 0.5.10 caps it.
+pub const SGLANG_CAPS_GIVEN_RUNNING_AT_ESTIMATE: Version = Version::new(0, 5, 10);
+
+/// The first SGLang release that caps a given `--max-running-requests` at half the token pool
+/// instead (`min(requested_per_worker, token_capacity // 2)`): 0.5.13 the estimate, 0.5.14 this.
+pub const SGLANG_CAPS_GIVEN_RUNNING_AT_HALF_POOL: Version = Version::new(0, 5, 14);
+
+/// The first SGLang release whose default `--cuda-graph-max-bs` stops at a given
+/// `--max-running-requests` (read in the 0.5.21–0.5.23 wheels: 0.5.21 without, 0.5.22 with).
+pub const SGLANG_DEFAULT_GRAPH_BS_STOPS_AT_RUNNING: Version = Version::new(0, 5, 22);
 
 /// Whether SGLang's default attention backend for a dense MHA model on `gpu` is `trtllm_mha`
 /// (the SM100 family from 0.5.7): what pages its KV cache ([`sglang_page_size`]) and which lane
