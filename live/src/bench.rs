@@ -214,14 +214,18 @@ async fn run_phase(
             }
         }
     }
-    // Requests the interruption caught in flight failed; those never sent are not failures.
+    // Requests the interruption caught in flight failed, and their lines are written as the
+    // completed ones were (the result counted them failed while the file had no line for them);
+    // those never sent are not failures.
     let out: Vec<Outcome> = out
         .into_iter()
         .enumerate()
         .map(|(i, o)| {
             o.unwrap_or_else(|| {
                 if sent[i].load(std::sync::atomic::Ordering::SeqCst) {
-                    Outcome { sent: true, error: Some(client::Failure::Aborted), ..Default::default() }
+                    let o = Outcome { sent: true, error: Some(client::Failure::Aborted), ..Default::default() };
+                    writer.lock().unwrap_or_else(|e| e.into_inner()).write(phase, i, &reqs[i], &o);
+                    o
                 } else {
                     Outcome::default()
                 }
