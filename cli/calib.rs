@@ -809,9 +809,11 @@ pub fn check_text(r: &CheckReport) -> String {
 
 /// The profile file a raw scenario names (`cost.profile`), resolved against its folder.
 pub(crate) fn profile_path(raw: &RawScenario) -> Option<PathBuf> {
+    // As `load::resolve` finds it (the scenario's folder, else the working directory): a profile
+    // given on the command line relative to the working directory was read for the run and then
+    // not found for its intervals.
     let p = raw.json.get("cost")?.get("profile")?.as_str()?;
-    let p = Path::new(p);
-    Some(if p.is_absolute() { p.to_path_buf() } else { raw.base_dir.join(p) })
+    Some(crate::load::resolve_path(&raw.base_dir, p))
 }
 
 /// The 90% intervals of a prediction `center` of `spec`, and where they came from: the

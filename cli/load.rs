@@ -69,7 +69,7 @@ pub fn apply_overrides(raw: &mut RawScenario, sets: &[String], seed: Option<u64>
     Ok(())
 }
 
-fn resolve_path(base: &Path, p: &str) -> PathBuf {
+pub(crate) fn resolve_path(base: &Path, p: &str) -> PathBuf {
     let pb = PathBuf::from(p);
     if pb.is_absolute() {
         return pb;
@@ -290,6 +290,20 @@ pub fn check_profile_deployment(spec: &SimSpec, d: &ProfileDeployment) -> Result
             "fitted on {}: its coefficients are that deployment's step costs, not this one's. Calibrate this \
              deployment, or run without the profile",
             differ.join(", ")
+        ));
+    }
+    // An older profile that does not say its GPU (or TP size) cannot be checked there: said,
+    // not applied as if it had been fitted here.
+    let unsaid: Vec<&str> = [("GPU", d.gpu.is_none()), ("tensor parallel size", d.tensor_parallel_size.is_none())]
+        .into_iter()
+        .filter_map(|(w, missing)| missing.then_some(w))
+        .collect();
+    if !unsaid.is_empty() {
+        warn_once(format!(
+            "cost.profile does not say its {} (a profile from before 2026-12-03): it is applied to this scenario's {} at TP {} as if fitted there; calibrate again to have it checked",
+            unsaid.join(" or "),
+            spec.gpu.id,
+            spec.deployment.tensor_parallel_size
         ));
     }
     let version = spec.engine.version().to_string();

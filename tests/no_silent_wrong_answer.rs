@@ -1408,3 +1408,23 @@ fn old_sglang_evicts_the_tree_after_each_retraction() {
     assert_eq!(j["num_preemptions"], 45, "{}", j["num_preemptions"]);
     assert!(j["prefix_cache_hit_rate"].as_f64().unwrap() > 0.52, "{}", j["prefix_cache_hit_rate"]);
 }
+
+/// A profile given relative to the working directory is found for the intervals as for the
+/// run (the run read it, then its intervals looked in the scenario's folder: "No such file"),
+/// and a profile that does not say its GPU or TP size is said to be applied unchecked (the
+/// KV-sizing hunt's notes, 2026-12-05).
+#[test]
+fn an_old_profile_is_found_and_said_to_be_unchecked() {
+    let (c, out, err) = run(&[
+        "simulate",
+        "scenarios/serve-small-vllm.json",
+        "--set",
+        "cost.coefficients=null",
+        "--set",
+        "cost.profile=validation/live-20261130/vllm-profile.json",
+        "--json",
+    ]);
+    assert_eq!(c, 0, "{err}");
+    assert!(out.contains("mean_ttft_ms"), "{out}");
+    assert!(err.contains("does not say its GPU or tensor parallel size"), "{err}");
+}
