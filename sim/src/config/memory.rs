@@ -401,6 +401,13 @@ pub fn vllm_graph_ceiling(version: Version, gpu: &GpuCard) -> u32 {
     }
 }
 
+/// The first vLLM release whose V2 model runner subtracts its CUDA-graph memory estimate
+/// from the KV budget (0.28.0's `profile_cudagraph_memory` returns 0; 0.29.0 measures it).
+/// Its size is taken as the V1 runner's ([`VLLM_GRAPH_MIB_PER_LAYER_SIZE`], fitted on V1
+/// logs): the one V2 log read (0.31.0, A100, Llama-3.1-8B, held out) logs about 1.2 GiB
+/// where that gives 0.72, so the pool is still about 0.9% high there (1.9% with none).
+pub const VLLM_V2_CUDAGRAPH_ESTIMATE: Version = Version::new(0, 29, 0);
+
 /// How a vLLM release sizes its KV budget (`docs/vllm.md` "Memory sizing"),
 /// read from the source of each release.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -413,9 +420,11 @@ pub struct VllmMemoryBehaviour {
     /// and for every dense (non-MoE, non-hybrid) generative model from 0.25.
     pub model_runner_v2: bool,
     /// The CUDA-graph memory estimate (`profile_cudagraph_memory`) is
-    /// subtracted from the budget: from 0.21
-    /// (`VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1`), V1 runner only (the V2
-    /// runner's `profile_cudagraph_memory` returns 0 in 0.21–0.28), graphs on.
+    /// subtracted from the budget: from 0.20
+    /// (`VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1`), graphs on; on the V2
+    /// runner from 0.29 (its `profile_cudagraph_memory` returns 0 in 0.21–0.28;
+    /// 0.29–0.33 call `v1/worker/gpu/cudagraph_utils.py:profile_cudagraph_memory`,
+    /// which captures into a throwaway pool; read in the wheels).
     pub cudagraph_estimate: bool,
     /// Non-KV memory is the free-memory drop since the init snapshot plus the
     /// transient torch peak (0.27: `total_consumed + transient_peak_headroom`)
@@ -470,7 +479,9 @@ impl VllmMemoryBehaviour {
             model_runner_v2,
             // `VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS` defaults to "1" from 0.20.0 ("0" in
             // 0.18.0 and 0.19.0; read in the wheels).
-            cudagraph_estimate: cuda_graphs && !model_runner_v2 && v >= Version::new(0, 20, 0),
+            cudagraph_estimate: cuda_graphs
+                && v >= Version::new(0, 20, 0)
+                && (!model_runner_v2 || v >= VLLM_V2_CUDAGRAPH_ESTIMATE),
             consumed_from_free_memory: v >= Version::new(0, 27, 0),
         }
     }
@@ -557,14 +568,20 @@ pub fn vllm_memory_account(
                  corpus: non-torch memory (TP 1 and TP > 1) and CUDA-graph memory per layer per capture size \
                  (subtracted from 0.21)"
             }
+            (true, false) if mb.cudagraph_estimate => {
+                "derived: requested, weights, activation peak (V2 model runner), KV cell; fitted on the start-up log \
+                 corpus: V2 non-torch memory (and its extra at TP > 1), and CUDA-graph memory per layer per capture \
+                 size (the V1 runner's figure; V2 subtracts its estimate from 0.29)"
+            }
             (true, false) => {
-                "derived: requested, weights, activation peak (V2 model runner: no CUDA-graph estimate), KV cell; \
-                 fitted on the start-up log corpus: V2 non-torch memory (and its extra at TP > 1)"
+                "derived: requested, weights, activation peak (V2 model runner: no CUDA-graph estimate before 0.29), \
+                 KV cell; fitted on the start-up log corpus: V2 non-torch memory (and its extra at TP > 1)"
             }
             (true, true) => {
-                "derived: requested, weights, activation peak (V2 model runner: no CUDA-graph estimate), KV cell; \
-                 fitted on the start-up log corpus: V2 non-torch memory (and its extra at TP > 1), and what \
-                 0.27's free-memory accounting adds per byte of weights on a Windows/WSL2 (WDDM) host"
+                "derived: requested, weights, activation peak (V2 model runner; its CUDA-graph estimate from 0.29, \
+                 the V1 runner's figure), KV cell; fitted on the start-up log corpus: V2 non-torch memory (and its \
+                 extra at TP > 1), and what 0.27's free-memory accounting adds per byte of weights on a \
+                 Windows/WSL2 (WDDM) host"
             }
             (false, true) => {
                 "derived: requested, weights, activation peak (V1 model runner), KV cell; fitted on the start-up \
