@@ -480,7 +480,7 @@ fn fleet_limits_compare_like_with_like() {
     )
     .display()
     .to_string();
-    // Each H100 replica holds 402 such requests: 804 for two, above 600 but below 1,200.
+    // Each H100 replica holds 397 such requests: 794 for two, above 600 but below 1,200.
     let o = run_cli(&[
         "explain",
         &base,
@@ -494,7 +494,7 @@ fn fleet_limits_compare_like_with_like() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let j: Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(j["kv_limited_concurrency"], 804);
+    assert_eq!(j["kv_limited_concurrency"], 794);
     assert_eq!(j["binding_limit"], "kv_pool", "{}", j["explanation"]);
     assert_eq!(j["max_running"], 1200);
     let why = j["explanation"].to_string();
@@ -530,8 +530,8 @@ fn fleet_limits_compare_like_with_like() {
     ]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
-        out.contains("The decode replicas' KV pools of 463872 tokens hold 402 requests of 1152 tokens")
-            && out.contains("the prefill replicas' 463872 tokens hold a prompt only until its KV is transferred"),
+        out.contains("The decode replicas' KV pools of 458000 tokens hold 397 requests of 1152 tokens")
+            && out.contains("the prefill replicas' 458000 tokens hold a prompt only until its KV is transferred"),
         "{out}"
     );
     let o = run_cli(&[
@@ -568,14 +568,14 @@ fn a_side_by_side_of_an_engine_and_a_fleet_names_the_fleet() {
     let j: Value = serde_json::from_slice(&o.stdout).unwrap();
     let d = j["setup_differs"].to_string();
     assert!(
-        d.contains("replicas: 1 engine on h100-80gb x1, KV pool 463872 tokens in all / 2 (Fleet, router round_robin) on h100-80gb x2, KV pool 927744 tokens in all"),
+        d.contains("replicas: 1 engine on h100-80gb x1, KV pool 458000 tokens in all / 2 (Fleet, router round_robin) on h100-80gb x2, KV pool 916000 tokens in all"),
         "{d}"
     );
 }
 
 /// A fleet whose replicas' limits differ: the sum assumes a router that fills each to its own
 /// limit; an even split fills the smallest first, and explain and sweep say from where (a
-/// least_outstanding fleet of 86 + 86 + 402 preempted at 287 while the text said 574).
+/// least_outstanding fleet of 86 + 86 + 402 (servesim then: 397) preempted at 287 while the text said 574).
 #[test]
 fn a_heterogeneous_fleet_says_where_an_even_split_fills_the_smallest() {
     let f = write_temp(
@@ -594,7 +594,7 @@ fn a_heterogeneous_fleet_says_where_an_even_split_fills_the_smallest() {
     let o = run_cli(&["explain", &f, "--concurrency", "16", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let j: Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(j["kv_limited_concurrency"], 574);
+    assert_eq!(j["kv_limited_concurrency"], 569);
     let why = j["explanation"].to_string();
     assert!(
         why.contains("fills the replicas with the smallest limit first")

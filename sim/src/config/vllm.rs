@@ -449,6 +449,8 @@ impl VllmBehaviour {
             prefix_stats_at_admission: v >= Version::new(0, 27, 0),
             full_prompt_admission: v >= Version::new(0, 19, 0),
             long_prefill_alone_rule: v >= Version::new(0, 31, 0),
+            // Read in the wheels: absent in 0.20.0 and 0.22.0, present in 0.23.0–0.33.0.
+            unhashed_freed_first: v >= Version::new(0, 23, 0),
             priority_walk_continues: v >= Version::new(0, 33, 0),
             async_scheduling: v >= Version::new(0, 14, 0),
         }

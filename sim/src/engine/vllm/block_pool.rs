@@ -489,6 +489,60 @@ impl BlockPool {
         }
     }
 
+    /// `free_blocks` as vLLM frees a request from 0.23 (`BlockPool.free_blocks`): tail first,
+    /// the blocks that reach ref 0 without a hash are prepended to the free queue, to be reused
+    /// first (`prepend_n`), and the hashed ones appended, to be evicted last (`append_n`).
+    /// `named` are the request's named blocks in token order, then `anon` anonymous ones;
+    /// its first `num_hashed` are those vLLM has hashed (`cache_blocks`), whether or not
+    /// this pool registered them (a private request's are only counted). The unhashed ones are
+    /// interchangeable (nothing finds a block without a hash): they join the front as one run
+    /// of anonymous blocks, named ones giving up their ids.
+    pub fn free_request_unhashed_first(&mut self, named: &[u32], anon: u32, num_hashed: u32) {
+        let len = named.len() as u32;
+        let anon_hashed = num_hashed.saturating_sub(len).min(anon);
+        let mut front = anon - anon_hashed;
+        let cut = num_hashed.min(len) as usize;
+        // Tail first: the unhashed anonymous blocks, then the unhashed named ones (held by this
+        // request alone: hits are hashed blocks).
+        let mut back: Vec<u32> = Vec::new();
+        for &id in named[cut..].iter().rev() {
+            let b = &mut self.blocks[id as usize];
+            assert!(b.ref_cnt > 0, "block {id} freed with ref 0");
+            b.ref_cnt -= 1;
+            if b.ref_cnt == 0 {
+                if b.has_hash {
+                    // Registered all the same: it stays a cached block, at the back.
+                    back.push(id);
+                } else {
+                    debug_assert_eq!(b.watch_pos, NIL, "a watched block has a hash");
+                    self.spare_ids.push(id);
+                    front += 1;
+                }
+            }
+        }
+        if front > 0 {
+            match self.queue.front_mut() {
+                Some(f) if f.0 == ANON => f.1 += front,
+                _ => self.queue.push_front((ANON, front)),
+            }
+            self.num_free += front;
+        }
+        // The hashed ones to the back, tail first: the anonymous (a private request's), then
+        // the named.
+        self.free_anonymous(anon_hashed);
+        for id in back {
+            self.push_back(id);
+        }
+        for &id in named[..cut].iter().rev() {
+            let b = &mut self.blocks[id as usize];
+            assert!(b.ref_cnt > 0, "block {id} freed with ref 0");
+            b.ref_cnt -= 1;
+            if b.ref_cnt == 0 {
+                self.push_back(id);
+            }
+        }
+    }
+
     fn maybe_evict_cached_block(&mut self, id: u32) {
         let b = &mut self.blocks[id as usize];
         if !b.has_hash {
@@ -859,6 +913,42 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// vLLM ≥ 0.23 (`free_blocks`: `prepend_n` / `append_n`): a freed request's blocks without
+    /// a hash are reused first, its hashed ones evicted last in LRU order; a request's partial
+    /// last block no longer pushes a cached block out.
+    #[test]
+    fn from_0_23_unhashed_freed_blocks_are_reused_first_and_hashed_ones_evicted_last() {
+        let mut p = BlockPool::new(9, true); // usable 1..=8
+        let mut a = vec![];
+        p.get_new_blocks(3, &mut a); // blocks 1, 2, 3: two full (hashed), one partial
+        p.cache_block(a[0], 100);
+        p.cache_block(a[1], 101);
+        p.free_request_unhashed_first(&a, 0, 2);
+        // The queue: the partial block's slot first (anonymous), then 4..=8, then 2, 1 (tail first).
+        assert_eq!(p.free_queue_entries(), vec![None, Some(4), Some(5), Some(6), Some(7), Some(8), Some(2), Some(1)]);
+        assert_eq!(p.num_free(), 8);
+        // Six blocks taken: the anonymous one and 4..=8; both cached blocks survive.
+        let mut b = vec![];
+        p.get_new_blocks(6, &mut b);
+        assert_eq!(p.get_cached_block(100), Some(1));
+        assert_eq!(p.get_cached_block(101), Some(2));
+        p.check().unwrap();
+        // A private request's blocks, counted as hashed but not registered: the hashed two to
+        // the back, its partial one to the front.
+        let mut r = BlockPool::new(6, true); // usable 1..=5
+        r.get_new_anonymous(3);
+        r.free_request_unhashed_first(&[], 3, 2);
+        r.check().unwrap();
+        assert_eq!(r.free_queue_entries(), vec![None, Some(4), Some(5), None, None]);
+        // Caching off: nothing is hashed, everything to the front.
+        let mut q = BlockPool::new(5, false);
+        let mut c = vec![];
+        q.get_new_blocks(2, &mut c);
+        q.free_request_unhashed_first(&c, 0, 0);
+        assert_eq!(q.free_queue_entries(), vec![None, None, Some(3), Some(4)]);
+        q.check().unwrap();
     }
 
     #[test]

@@ -75,6 +75,8 @@ pub struct KvCacheManager {
     pub pool: BlockPool,
     pub block_size: u32,
     pub enable_caching: bool,
+    /// vLLM ≥ 0.23's freeing: blocks without a hash to the front of the free queue.
+    pub unhashed_freed_first: bool,
 }
 
 /// A prefix-cache hit: blocks and the tokens they cover.
@@ -91,7 +93,19 @@ pub fn cdiv(a: u32, b: u32) -> u32 {
 
 impl KvCacheManager {
     pub fn new(num_gpu_blocks: u32, block_size: u32, enable_caching: bool) -> KvCacheManager {
-        KvCacheManager { pool: BlockPool::new(num_gpu_blocks, enable_caching), block_size, enable_caching }
+        KvCacheManager {
+            pool: BlockPool::new(num_gpu_blocks, enable_caching),
+            block_size,
+            enable_caching,
+            unhashed_freed_first: false,
+        }
+    }
+
+    /// The same, freeing as vLLM 0.23 and later do
+    /// ([`super::scheduler::VllmBehaviour::unhashed_freed_first`]).
+    pub fn with_unhashed_freed_first(mut self, on: bool) -> KvCacheManager {
+        self.unhashed_freed_first = on;
+        self
     }
 
     /// `get_computed_blocks` → `find_longest_cache_hit`: the longest chain of
@@ -315,10 +329,17 @@ impl KvCacheManager {
     /// `free`: drops the request's blocks, tail block first, so that its
     /// prefix blocks are evicted last.
     pub fn free(&mut self, kv: &mut RequestKv) {
-        // The anonymous blocks are the tail.
-        self.pool.free_anonymous(kv.anon);
+        if self.unhashed_freed_first {
+            // Its first `num_cached_blocks` are those vLLM has hashed (`cache_blocks`; a private
+            // request's are counted, not registered, until it is preempted): they go to the
+            // back, the rest to the front.
+            self.pool.free_request_unhashed_first(&kv.blocks, kv.anon, kv.num_cached_blocks);
+        } else {
+            // The anonymous blocks are the tail.
+            self.pool.free_anonymous(kv.anon);
+            self.pool.free_blocks(kv.blocks.iter().rev().copied());
+        }
         kv.anon = 0;
-        self.pool.free_blocks(kv.blocks.iter().rev().copied());
         kv.blocks.clear();
         kv.num_cached_blocks = 0;
         kv.fits_limit = 0;

@@ -87,6 +87,10 @@ pub struct VllmBehaviour {
     pub priority_walk_continues: bool,
     /// Async scheduling (`--async-scheduling`; on by default from 0.14).
     pub async_scheduling: bool,
+    /// ≥ 0.23: freed blocks without a hash go to the front of the free queue, to be reused
+    /// first ("LIFO reuse of non-cached blocks"), hashed ones to the back (`BlockPool.free_blocks`:
+    /// `prepend_n` / `append_n`); before, every freed block to the back.
+    pub unhashed_freed_first: bool,
 }
 use crate::request::RequestSpec;
 
@@ -322,7 +326,8 @@ struct FfHead {
 
 impl Scheduler {
     pub fn new(config: VllmConfig) -> Scheduler {
-        let kv = KvCacheManager::new(config.num_gpu_blocks, config.block_size, config.enable_prefix_caching);
+        let kv = KvCacheManager::new(config.num_gpu_blocks, config.block_size, config.enable_prefix_caching)
+            .with_unhashed_freed_first(config.behaviour.unhashed_freed_first);
         let waiting = match config.policy {
             Policy::Fcfs => WaitingQueue::Fcfs(VecDeque::new()),
             Policy::Priority => WaitingQueue::Priority(BTreeSet::new()),
