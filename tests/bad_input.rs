@@ -59,13 +59,23 @@ fn a_prompt_longer_than_max_model_len_or_the_pool_is_rejected() {
         &base(r#""max_model_len": 2048"#, r#""random_input_len": 4000, "random_output_len": 10"#),
         &["workload.random_input_len", "max_model_len 2048"],
     );
+    // vLLM 0.20 takes a pinned pool without checking it against max_model_len: the request is
+    // the error; from 0.21 vLLM refuses to start with such a pool.
     rejects(
         "too_big_for_pool.json",
+        &base(
+            r#""version": "0.20.0", "max_model_len": 32768, "kv_cache_tokens": 1600"#,
+            r#""random_input_len": 4000, "random_output_len": 10"#,
+        ),
+        &["workload.random_input_len", "could never finish"],
+    );
+    rejects(
+        "pool_below_max_model_len.json",
         &base(
             r#""max_model_len": 32768, "kv_cache_tokens": 1600"#,
             r#""random_input_len": 4000, "random_output_len": 10"#,
         ),
-        &["workload.random_input_len", "could never finish"],
+        &["engine.max_model_len", "refuses to start", "1584"],
     );
     // Longer than the model's positions (Qwen2.5-7B-Instruct: 32768): both engines refuse it.
     rejects(
@@ -168,7 +178,16 @@ fn other_mistakes_get_clear_errors() {
         &base(r#""max_num_seqs": 4"#, r#""num_prompts": 3, "endpoint": "/v1/chat""#),
         &["workload.endpoint", "/v1/chat/completions"],
     );
-    rejects("block.json", &base(r#""block_size": 24"#, r#""num_prompts": 3"#), &["engine.block_size", "1, 8, 16"]);
+    rejects(
+        "block.json",
+        &base(r#""version": "0.17.0", "block_size": 24"#, r#""num_prompts": 3"#),
+        &["engine.block_size", "1, 8, 16"],
+    );
+    rejects(
+        "block16.json",
+        &base(r#""block_size": 24"#, r#""num_prompts": 3"#),
+        &["engine.block_size", "multiple of 16"],
+    );
     rejects("rate.json", &base(r#""max_num_seqs": 4"#, r#""request_rate": -1"#), &["workload.request_rate"]);
     rejects(
         "util.json",

@@ -1063,8 +1063,12 @@ fn pool_pins_are_one_and_kept_unless_changed() {
     let (c, _, err) = run(&["simulate", s, "--json", "--set", "hardware=h100-80gb"]);
     assert_eq!(c, 0, "{err}");
     assert!(err.contains("engine.num_gpu_blocks_override was dropped"), "{err}");
-    // 513 + 512 tokens compute 1,024: 64 blocks of 16, which 65 blocks (64 usable) hold.
+    // 513 + 512 tokens compute 1,024: 64 blocks of 16, which 65 blocks (64 usable) hold. (vLLM
+    // 0.20: from 0.21 a pinned pool must also hold one max_model_len request, 1,025 tokens here,
+    // and 65 blocks do not, so vLLM would refuse to start.)
     let one = [
+        "--set",
+        "engine.version=0.20.0",
         "--set",
         "workload.random_input_len=513",
         "--set",

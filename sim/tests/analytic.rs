@@ -125,6 +125,7 @@ fn recomputed_tokens_are_the_engines_own_count() {
     };
     let mut v = small_vllm(500, 300, PROMPTS, 32);
     set(&mut v, "engine.kv_cache_tokens=4000");
+    set(&mut v, "engine.max_model_len=2048");
     set(&mut v, "engine.enable_prefix_caching=false");
     let c = run(v);
     assert!(c.num_preemptions > 0);
@@ -147,6 +148,7 @@ fn recomputed_tokens_are_the_engines_own_count() {
     let at = |version: &str| {
         let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
         set(&mut v, "engine.num_gpu_blocks_override=400");
+        set(&mut v, "engine.max_model_len=4096");
         set(&mut v, "engine.kv_cache_tokens=null");
         set(&mut v, "workload.max_concurrency=32");
         set(&mut v, &format!("engine.version={version}"));

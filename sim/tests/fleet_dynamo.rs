@@ -39,7 +39,7 @@ fn engine(kind: &str, pool: u32) -> Box<dyn Engine + Send> {
     let mut v = small_vllm(64, 8, 1, 1);
     v["engine"] = match kind {
         "vllm" => json!({"kind": "vllm", "version": "0.33.0", "max_num_batched_tokens": 2048,
-                         "kv_cache_tokens": pool, "max_model_len": 16384}),
+                         "kv_cache_tokens": pool, "max_model_len": 4096}),
         _ => json!({"kind": "sglang", "version": "0.5.23", "max_total_tokens": pool, "context_length": 16384}),
     };
     sim::engine::build(&spec(v).engine)
@@ -204,7 +204,7 @@ fn in_a_fleet_run_the_router_stops_sending_a_prefix_to_the_replica_that_lost_it(
         let v = json!({
             "version": 1,
             "engine": {"kind": "vllm", "version": "0.33.0", "max_num_batched_tokens": 8192,
-                       "kv_cache_tokens": 8192, "max_model_len": 16384},
+                       "kv_cache_tokens": 8192, "max_model_len": 8176},
             "model": "qwen2.5-7b-instruct",
             "hardware": "h100-80gb",
             "workload": {"dataset_name": "trace", "trace": "t.jsonl", "trace_format": "mooncake",

@@ -53,6 +53,8 @@ fn priority_policy_old_versions_and_chunk_caps_keep_every_invariant() {
         set(&mut v, &format!("engine.policy={policy}"));
         set(&mut v, &format!("engine.long_prefill_token_threshold={threshold}"));
         set(&mut v, "engine.kv_cache_tokens=8000");
+        // One request of max_model_len must fit the pool (vLLM refuses to start otherwise).
+        set(&mut v, "engine.max_model_len=4096");
         set(&mut v, "workload.random_range_ratio=0.5");
         let out = checked(v);
         assert!(out.run.counters.num_preemptions > 0, "{version} {policy}: expected KV pressure");
@@ -72,16 +74,21 @@ proptest! {
     ) {
         let max_total = ((f64::from(input) * (1.0 + ratio)).ceil() as u32 + prefix) + (f64::from(output) * (1.0 + ratio)).ceil() as u32;
         prop_assume!(max_total.div_ceil(block_size) < blocks - 1);
-        let v = serde_json::json!({
+        // max_model_len: the longest request (one of it must fit the pool, vLLM checks it); blocks
+        // of 1 or 8 tokens need FlexAttention (the dense kernels page by 16).
+        let mut v = serde_json::json!({
             "version": 1,
             "engine": {"kind": "vllm", "version": version, "max_num_seqs": seqs.min(batched), "max_num_batched_tokens": batched,
                        "num_gpu_blocks_override": blocks, "block_size": block_size, "enable_prefix_caching": caching,
-                       "max_model_len": 8192},
+                       "max_model_len": max_total},
             "model": "qwen2.5-7b-instruct", "hardware": "a100-80gb",
             "workload": {"dataset_name": "random", "random_input_len": input, "random_output_len": output,
                          "random_range_ratio": ratio, "random_prefix_len": prefix, "num_prompts": prompts,
                          "max_concurrency": conc, "ignore_eos": true, "seed": seed}
         });
+        if block_size % 16 != 0 {
+            v["engine"]["attention_backend"] = "FLEX_ATTENTION".into();
+        }
         checked(v);
     }
 }

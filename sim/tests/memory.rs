@@ -527,3 +527,45 @@ fn sglang_max_total_tokens_bounds_the_profiled_pool_and_max_total_num_tokens_pin
     let e = sg(json!({"max_total_num_tokens": 100_000, "max_total_tokens": 50_000})).unwrap_err();
     assert!(e.to_string().contains("engine.max_total_num_tokens"), "{e}");
 }
+
+/// Start-up rules of recent vLLM releases, read in the 0.20–0.33 wheels (the vLLM memory and
+/// source reads of 2026-12-05): the defaults follow each other, a pinned pool is checked
+/// against max_model_len from 0.21 (the null block left out from 0.29), a fraction that leaves
+/// no room for what a GPU already uses is refused, and blocks are multiples of 16 for the dense
+/// kernels (any size from 0.18).
+#[test]
+fn vllm_start_up_rules_of_recent_releases() {
+    let v = |extra: Value| {
+        let mut e = json!({"kind": "vllm", "version": "0.33.0", "max_model_len": 8192});
+        for (k, x) in extra.as_object().unwrap() {
+            e[k] = x.clone();
+        }
+        resolve(scenario(e, "llama-3.1-8b-instruct", "h100-80gb", 1))
+    };
+    let cfg = |s: &SimSpec| match &s.engine {
+        EngineSpec::Vllm(c) => (c.max_num_seqs, c.max_num_batched_tokens),
+        _ => unreachable!(),
+    };
+    // A budget of 512 given: the defaulted max_num_seqs follows it (0.20 on); both given, refused.
+    assert_eq!(cfg(&v(json!({"max_num_batched_tokens": 512})).unwrap()), (512, 512));
+    assert!(v(json!({"max_num_batched_tokens": 512, "version": "0.19.0"})).is_err());
+    assert!(v(json!({"max_num_batched_tokens": 512, "max_num_seqs": 1024})).is_err());
+    // The defaulted budget is capped at max_num_seqs × max_model_len.
+    assert_eq!(cfg(&v(json!({"max_num_seqs": 1, "max_model_len": 4096})).unwrap()), (1, 4096));
+    // A pinned pool that cannot hold one max_model_len request: refused from 0.21.
+    let small = json!({"num_gpu_blocks_override": 100, "max_model_len": 1600});
+    assert!(v(small.clone()).unwrap_err().to_string().contains("engine.max_model_len"));
+    assert!(v(json!({"num_gpu_blocks_override": 100, "max_model_len": 1600, "version": "0.20.0"})).is_ok());
+    // 100 blocks hold 1,600 tokens with the null block (0.28), 1,584 without it (0.29 on).
+    let exact = |version: &str| v(json!({"kv_cache_tokens": 1600, "max_model_len": 1600, "version": version}));
+    assert!(exact("0.28.0").is_ok());
+    assert!(exact("0.29.0").is_err());
+    // All the memory asked for: refused; 0.99 of an 80 GB card runs.
+    assert!(v(json!({"gpu_memory_utilization": 1.0})).unwrap_err().to_string().contains("Free memory on device"));
+    assert!(v(json!({"gpu_memory_utilization": 0.99})).is_ok());
+    // Blocks: 8 finds no dense kernel (FlexAttention takes it); 48 from 0.18, not before.
+    assert!(v(json!({"block_size": 8})).is_err());
+    assert!(v(json!({"block_size": 8, "attention_backend": "FLEX_ATTENTION"})).is_ok());
+    assert!(v(json!({"block_size": 48})).is_ok());
+    assert!(v(json!({"block_size": 48, "version": "0.17.0"})).is_err());
+}

@@ -54,6 +54,60 @@ engine_flags! {
 /// The block sizes vLLM accepts (`vllm/config/cache.py`: `BlockSize`).
 pub const VLLM_BLOCK_SIZES: [u32; 7] = [1, 8, 16, 32, 64, 128, 256];
 
+/// From 0.21 vLLM checks `max_model_len` against a pinned pool of `blocks` blocks (the null
+/// block included) as against a derived one (`_check_enough_kv_cache_memory` on the override's
+/// budget; a logged pool passed the same check): one request of `max_model_len` must fit, the
+/// null block left out from 0.29. Before 0.21 the override replaces a derived pool after the
+/// check, which servesim does not repeat here (its derived pool is an estimate).
+fn check_pinned_max_model_len(
+    version: Version,
+    field: &str,
+    max_model_len_given: bool,
+    blocks: u64,
+    block_size: u32,
+    max_model_len: u32,
+) -> Result<()> {
+    if version < VLLM_OVERRIDE_CHECKED {
+        return Ok(());
+    }
+    let needed = u64::from(max_model_len).div_ceil(u64::from(block_size));
+    let checked = if version >= VLLM_CHECK_WITHOUT_NULL_BLOCK { blocks.saturating_sub(1) } else { blocks };
+    if needed > checked {
+        return Err(ConfigError::new(
+            if max_model_len_given { "engine.max_model_len" } else { field },
+            format!(
+                "max_model_len {max_model_len} needs {needed} blocks of {block_size} tokens and the pool ({field}) holds \
+                 {checked}{}: vLLM {version} refuses to start (\"To serve at least one request with the models's max seq \
+                 len\"); the estimated maximum model length is {}: set engine.max_model_len at most that, or give a larger pool",
+                if version >= VLLM_CHECK_WITHOUT_NULL_BLOCK { " besides the null block" } else { "" },
+                checked * u64::from(block_size)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The least GPU memory in use when vLLM measures free memory at start-up, in the logs read
+/// (MiB): 0.41 GiB on an A100 under 0.31.0; an H100 0.53, a TP worker 0.96.
+pub const VLLM_MIN_USED_AT_START_MIB: f64 = 400.0;
+
+/// The first vLLM release whose defaulted `max_num_seqs` and budget follow each other
+/// (`_set_default_max_num_seqs_and_batched_tokens_args`, read in 0.20.0–0.33.0).
+pub const VLLM_DEFAULT_SEQS_FOLLOW_BUDGET: Version = Version::new(0, 20, 0);
+
+/// The first vLLM release whose `--block-size` is any positive integer (`CacheConfig.block_size`
+/// a literal set through 0.17.0; read in the wheels).
+pub const VLLM_ANY_BLOCK_SIZE: Version = Version::new(0, 18, 0);
+
+/// The first vLLM release that checks `max_model_len` against a `num_gpu_blocks_override` pool
+/// (0.21.0 replaces the budget by the override before `_check_enough_kv_cache_memory`; until
+/// 0.20 the memory-derived pool is checked and the override replaces it after).
+pub const VLLM_OVERRIDE_CHECKED: Version = Version::new(0, 21, 0);
+
+/// The first vLLM release whose `max_model_len` check leaves out the null block (0.29.0
+/// `check_enough_kv_cache_memory`: "Reserve the null block BlockPool permanently holds back").
+pub const VLLM_CHECK_WITHOUT_NULL_BLOCK: Version = Version::new(0, 29, 0);
+
 /// The CPU test bed's card (`models/gpu/cpu-host.json`): the live calibrations ran
 /// there, with the engines' CPU backends (no CUDA streams, a synchronous forward).
 pub(super) fn is_cpu_host(gpu: &GpuCard) -> bool {
@@ -283,28 +337,60 @@ pub(super) fn resolve_vllm(
         2048
     };
     let default_seqs = if big { 1024 } else { 256 };
-    let max_num_seqs = positive("engine.max_num_seqs", f.max_num_seqs.unwrap_or(default_seqs))?;
-    let max_num_batched_tokens =
+    let mut max_num_seqs = positive("engine.max_num_seqs", f.max_num_seqs.unwrap_or(default_seqs))?;
+    let mut max_num_batched_tokens =
         positive("engine.max_num_batched_tokens", f.max_num_batched_tokens.unwrap_or(default_batched))?;
+    let block_size = f.block_size.unwrap_or(16);
+    // vLLM's `CacheConfig.block_size: BlockSize = Literal[1, 8, 16, 32, 64, 128, 256]`
+    // (`--block-size` takes its choices from it): any other size is refused at start-up.
+    if version < VLLM_ANY_BLOCK_SIZE && !VLLM_BLOCK_SIZES.contains(&block_size) {
+        return Err(ConfigError::new(
+            "engine.block_size",
+            format!(
+                "vLLM {version} accepts a block size of 1, 8, 16, 32, 64, 128 or 256 tokens (--block-size), got \
+                 {block_size} (any size from {VLLM_ANY_BLOCK_SIZE})"
+            ),
+        ));
+    }
+    if block_size == 0 {
+        return Err(ConfigError::new("engine.block_size", "must be at least 1"));
+    }
+    // The dense attention kernels page by 16 tokens or a multiple (FlashAttention and Triton
+    // `MultipleOf(16)`, FlashInfer 16/32/64, a block a multiple of the kernel's), FlexAttention
+    // by any: with the others vLLM finds no kernel block size for the block ("No common block
+    // size", 0.11.1 `select_common_block_size`; "No valid attention backend found", 0.33).
+    let flex = e.attention_backend.as_deref().is_some_and(|b| b.eq_ignore_ascii_case("FLEX_ATTENTION"));
+    if block_size % 16 != 0 && !flex {
+        return Err(ConfigError::new(
+            "engine.block_size",
+            format!(
+                "{block_size}: vLLM's FlashAttention, FlashInfer and Triton attention page the KV cache by 16 tokens or a \
+                 multiple, so a block of {block_size} tokens finds no attention kernel and vLLM refuses to start; use a \
+                 multiple of 16, or attention_backend FLEX_ATTENTION"
+            ),
+        ));
+    }
+    // `ModelConfig.get_and_verify_max_len` (`_get_and_verify_max_len`).
+    let max_model_len = context_len("engine.max_model_len", f.max_model_len, model, "vLLM")?;
+    // `_set_default_max_num_seqs_and_batched_tokens_args` (read in the 0.20.0–0.33.0 wheels): a
+    // defaulted budget is capped at `max_num_seqs × max_model_len`, then a defaulted
+    // `max_num_seqs` at the budget (a budget of 512 given runs 512 sequences, where servesim
+    // refused it until 2026-12-05); only two values given explicitly meet the check below.
+    if version >= VLLM_DEFAULT_SEQS_FOLLOW_BUDGET {
+        if f.max_num_batched_tokens.is_none() {
+            max_num_batched_tokens =
+                u64::from(max_num_batched_tokens).min(u64::from(max_num_seqs) * u64::from(max_model_len)).max(1) as u32;
+        }
+        if f.max_num_seqs.is_none() {
+            max_num_seqs = max_num_seqs.min(max_num_batched_tokens);
+        }
+    }
     if max_num_batched_tokens < max_num_seqs {
         return Err(ConfigError::new(
             "engine.max_num_batched_tokens",
             format!("vLLM requires max_num_batched_tokens ({max_num_batched_tokens}) >= max_num_seqs ({max_num_seqs})"),
         ));
     }
-    let block_size = f.block_size.unwrap_or(16);
-    // vLLM's `CacheConfig.block_size: BlockSize = Literal[1, 8, 16, 32, 64, 128, 256]`
-    // (`--block-size` takes its choices from it): any other size is refused at start-up.
-    if !VLLM_BLOCK_SIZES.contains(&block_size) {
-        return Err(ConfigError::new(
-            "engine.block_size",
-            format!(
-                "vLLM accepts a block size of 1, 8, 16, 32, 64, 128 or 256 tokens (--block-size), got {block_size}"
-            ),
-        ));
-    }
-    // `ModelConfig.get_and_verify_max_len` (`_get_and_verify_max_len`).
-    let max_model_len = context_len("engine.max_model_len", f.max_model_len, model, "vLLM")?;
     // A fraction is checked even when another field sizes the pool: an invalid value is never silently ignored.
     if let Some(u) = f.gpu_memory_utilization {
         if !(u > 0.0 && u <= 1.0) {
@@ -334,6 +420,14 @@ pub(super) fn resolve_vllm(
             gpu,
             dep,
         )?;
+        check_pinned_max_model_len(
+            version,
+            "engine.num_gpu_blocks_override",
+            f.max_model_len.is_some(),
+            u64::from(n),
+            block_size,
+            max_model_len,
+        )?;
         (n, KvSizing { source: "num_gpu_blocks_override", kv_bytes_per_token, memory: None, bound_not_binding: None })
     } else if let Some(t) = f.kv_cache_tokens {
         let blocks = t / u64::from(block_size);
@@ -355,11 +449,38 @@ pub(super) fn resolve_vllm(
             gpu,
             dep,
         )?;
+        check_pinned_max_model_len(
+            version,
+            "engine.kv_cache_tokens",
+            f.max_model_len.is_some(),
+            u64::from(blocks),
+            block_size,
+            max_model_len,
+        )?;
         (blocks, KvSizing { source: "kv_cache_tokens", kv_bytes_per_token, memory: None, bound_not_binding: None })
     } else {
         let util = f.gpu_memory_utilization.unwrap_or(if version >= Version::new(0, 20, 0) { 0.92 } else { 0.9 });
         if !(util > 0.0 && util <= 1.0) {
             return Err(ConfigError::new("engine.gpu_memory_utilization", format!("must be in (0, 1], got {util}")));
+        }
+        // `request_memory`: vLLM refuses to start when the free memory it finds (after the CUDA
+        // context, NCCL and cuBLAS are up) is below `ceil(total × util)`. Clean GPUs log 0.41–0.96
+        // GiB already used then (A100 78.84/79.25 GiB free on 0.31.0, H100 78.66/79.19, a TP
+        // worker 94.05/95.01): a fraction that leaves less than the least of them, 400 MiB, is
+        // refused for certain (servesim ran 1.0 with all the memory).
+        let left = gpu.memory_bytes as f64 * (1.0 - util);
+        if left < VLLM_MIN_USED_AT_START_MIB * (1u64 << 20) as f64 {
+            return Err(ConfigError::new(
+                "engine.gpu_memory_utilization",
+                format!(
+                    "{util} asks for all but {:.0} MiB of the {}'s {:.2} GiB, and a GPU has at least {VLLM_MIN_USED_AT_START_MIB:.0} MiB \
+                     in use before vLLM measures it (the CUDA context; more with TP): vLLM refuses to start (\"Free memory on device \
+                     ... is less than desired GPU memory utilization\"); clean GPUs allow about 0.99 on 80 GB cards",
+                    left / (1u64 << 20) as f64,
+                    gpu.id,
+                    gib(gpu.memory_bytes)
+                ),
+            ));
         }
         let acct = vllm_memory_account(model, gpu, dep, version, util, max_num_batched_tokens, max_num_seqs);
         let page = kv_bytes_per_token * u64::from(block_size);
@@ -389,7 +510,8 @@ pub(super) fn resolve_vllm(
         // request of max_model_len, or vLLM refuses to start (a pinned pool was logged by an
         // engine that started, or overrides the sizing after this check).
         let needed = u64::from(max_model_len).div_ceil(u64::from(block_size));
-        if needed > blocks {
+        let blocks_checked = if version >= VLLM_CHECK_WITHOUT_NULL_BLOCK { blocks - 1 } else { blocks };
+        if needed > blocks_checked {
             let field =
                 if f.max_model_len.is_some() { "engine.max_model_len" } else { "engine.gpu_memory_utilization" };
             return Err(ConfigError::new(
@@ -402,7 +524,7 @@ pub(super) fn resolve_vllm(
                     blocks * u64::from(block_size),
                     gib(acct.kv),
                     gib(needed * page),
-                    blocks * u64::from(block_size)
+                    blocks_checked * u64::from(block_size)
                 ),
             ));
         }
