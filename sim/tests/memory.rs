@@ -568,4 +568,15 @@ fn vllm_start_up_rules_of_recent_releases() {
     assert!(v(json!({"block_size": 8, "attention_backend": "FLEX_ATTENTION"})).is_ok());
     assert!(v(json!({"block_size": 48})).is_ok());
     assert!(v(json!({"block_size": 48, "version": "0.17.0"})).is_err());
+    // Online fp8 of a bf16 70B on one H100: before 0.16 the bf16 weights (131 GiB) load first.
+    let fp8 = |version: &str| {
+        resolve(scenario(
+            json!({"kind": "vllm", "version": version, "quantization": "fp8", "max_model_len": 2048}),
+            "llama-3.1-70b-instruct",
+            "h100-80gb",
+            1,
+        ))
+    };
+    assert!(fp8("0.15.0").unwrap_err().to_string().contains("unquantized first"));
+    assert!(fp8("0.16.0").is_ok());
 }

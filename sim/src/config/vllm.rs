@@ -87,6 +87,11 @@ fn check_pinned_max_model_len(
     Ok(())
 }
 
+/// The first vLLM release that quantizes an unquantized checkpoint to fp8 layer by layer as it
+/// loads (`Fp8OnlineLinearMethod`, `device="meta"` weights; vLLM PR #31914): before it the whole
+/// unquantized model is loaded first.
+pub const VLLM_ONLINE_FP8_LAYERWISE: Version = Version::new(0, 16, 0);
+
 /// The least GPU memory in use when vLLM measures free memory at start-up, in the logs read
 /// (MiB): 0.41 GiB on an A100 under 0.31.0; an H100 0.53, a TP worker 0.96.
 pub const VLLM_MIN_USED_AT_START_MIB: f64 = 400.0;
@@ -253,6 +258,32 @@ pub(super) fn resolve_vllm(
         ));
     }
     check_fp8_weights_on_gpu(EngineKind::Vllm, version, e, model, gpu, dep)?;
+    // Online fp8 (`quantization: fp8` on a checkpoint that is not): until 0.15
+    // `Fp8LinearMethod.create_weights` allocates each layer's weights in the checkpoint's dtype
+    // and `load_model` quantizes them only once all are loaded, so the whole unquantized model
+    // must fit first ("we load the model at original precision before quantizing"); 0.16 loads
+    // layer by layer (`device="meta"`, vLLM PR #31914; read in the 0.13–0.16 wheels).
+    if dep.quantization.is_some() && model.quantization.is_none() && version < VLLM_ONLINE_FP8_LAYERWISE {
+        let full = model.weight_bytes_per_gpu(dep.tensor_parallel_size, model.dtype_bytes().unwrap_or(2));
+        let room = gpu.memory_bytes.saturating_sub((VLLM_MIN_USED_AT_START_MIB * (1u64 << 20) as f64) as u64);
+        if full > room {
+            return Err(ConfigError::new(
+                "engine.quantization",
+                format!(
+                    "fp8 of the {} checkpoint {}: vLLM {version} loads its weights unquantized first ({:.2} GiB per GPU at TP \
+                     {}) and quantizes them after, more than the {}'s {:.2} GiB: out of memory while loading (from \
+                     {VLLM_ONLINE_FP8_LAYERWISE} it quantizes layer by layer); use an fp8 checkpoint, a larger TP size, or a \
+                     later release",
+                    model.dtype,
+                    model.id,
+                    full as f64 / (1u64 << 30) as f64,
+                    dep.tensor_parallel_size,
+                    gpu.id,
+                    gpu.memory_bytes as f64 / (1u64 << 30) as f64
+                ),
+            ));
+        }
+    }
     if let Some(b) = e.attention_backend.as_deref() {
         vllm_attention_lane(version, gpu, b, dep.kv_dtype_bytes == 1)?;
     }
