@@ -347,11 +347,33 @@ pub enum GraphRule {
     /// vLLM 0.12 and later: as [`GraphRule::VllmTokens`], but the capture sizes step by 16
     /// from 256 tokens (vLLM PR #26016) where earlier releases step by 8 throughout.
     VllmTokensStep16Above256(u64),
+    /// vLLM with sizes off the grid's stride appended to the capture list (`extra`, 0 where
+    /// none): `max_num_batched_tokens` when it is the cap (from [`VLLM_CAPTURES_BUDGET`]), and
+    /// `max_num_seqs`, the widest uniform decode batch (from [`VLLM_CAPTURES_MAX_NUM_SEQS`]);
+    /// `max` is the grid's last size (steps of 8, then 16 from 256).
+    VllmGridPlus { max: u64, extra: [u64; 2] },
     /// SGLang: graphs for decode-only steps up to `max` sequences (the last size of the
     /// release's capture list, `config::sglang_capture_list`), padded along `list`.
     SglangDecodeBatch { max: u64, list: SglangList },
     /// Eager mode.
     Eager,
+}
+
+/// The first vLLM release that appends `max_num_batched_tokens` to the capture list when it is
+/// the cap and off the grid's stride (`_set_cudagraph_sizes`, "ensure max_num_tokens is
+/// captured if within max capture size"; absent in 0.20.0, present in 0.21.0, 0.23.0, 0.24.0,
+/// 0.25.0, 0.31.0–0.33.0, read in the wheels).
+pub const VLLM_CAPTURES_BUDGET: crate::engine::Version = crate::engine::Version::new(0, 21, 0);
+
+/// The first vLLM release that appends `max_num_seqs`, the widest uniform decode batch, to the
+/// capture list (`uniform_decode_sizes = [max_num_seqs]`; absent in 0.30.0, present in 0.31.0,
+/// 0.32.0 and 0.33.0).
+pub const VLLM_CAPTURES_MAX_NUM_SEQS: crate::engine::Version = crate::engine::Version::new(0, 31, 0);
+
+/// Whether `e` is on vLLM's capture grid: 1, 2, 4, then multiples of 8 (of 16 from 256 with
+/// `step16`).
+fn on_grid(e: u64, step16: bool) -> bool {
+    matches!(e, 1 | 2 | 4) || (e % 8 == 0 && (e < 256 || !step16 || e % 16 == 0))
 }
 
 /// The shape of an SGLang release's decode capture list below its last size.
@@ -374,6 +396,7 @@ impl GraphRule {
             GraphRule::VllmTokens(m)
             | GraphRule::VllmTokensStep16Above256(m)
             | GraphRule::SglangDecodeBatch { max: m, .. } => Some(m),
+            GraphRule::VllmGridPlus { max, extra } => Some(max.max(extra[0]).max(extra[1])),
             GraphRule::Eager => None,
         }
     }
@@ -404,7 +427,19 @@ impl GraphRule {
         } else {
             256 + (cap - 256) / 16 * 16
         };
-        if step16 {
+        // Appended off the stride (`_set_cudagraph_sizes`, read in the 0.21–0.33 wheels): the budget
+        // when it is the cap ("ensure max_num_tokens is captured if within max capture size"),
+        // and `max_num_seqs` ("uniform decode sizes are appended when they fit") within the
+        // ceiling and the budget.
+        let budget = u64::from(max_num_batched_tokens);
+        let seqs = u64::from(max_num_seqs);
+        let extra = [
+            if version >= VLLM_CAPTURES_BUDGET && budget <= cap { budget } else { 0 },
+            if version >= VLLM_CAPTURES_MAX_NUM_SEQS && seqs <= cap && seqs <= budget { seqs } else { 0 },
+        ];
+        if extra.iter().any(|&e| e != 0 && e != largest && !(e < largest && on_grid(e, step16))) {
+            GraphRule::VllmGridPlus { max: largest, extra }
+        } else if step16 {
             GraphRule::VllmTokensStep16Above256(largest)
         } else {
             GraphRule::VllmTokens(largest)
@@ -429,6 +464,7 @@ impl GraphRule {
     pub fn covers(self, s: &StepShape) -> bool {
         match self {
             GraphRule::VllmTokens(max) | GraphRule::VllmTokensStep16Above256(max) => s.total_tokens() <= max,
+            GraphRule::VllmGridPlus { .. } => s.total_tokens() <= self.max().unwrap_or(0),
             GraphRule::SglangDecodeBatch { max, .. } => s.prefill_tokens == 0 && s.decode_tokens <= max,
             GraphRule::Eager => false,
         }
@@ -444,8 +480,25 @@ impl GraphRule {
     /// and from 0.5.10 the `--cuda-graph-max-bs` setting): the cap.
     pub fn padded(self, m: u64) -> u64 {
         let ceil = |m: u64, k: u64| m.div_ceil(k) * k;
+        if let GraphRule::VllmGridPlus { max, extra } = self {
+            // The grid's next size where the grid reaches, else none; an appended size if one
+            // is nearer.
+            let grid = if m > max {
+                u64::MAX
+            } else if m <= 4 {
+                m.next_power_of_two()
+            } else if m < 256 {
+                ceil(m, 8)
+            } else {
+                ceil(m, 16)
+            };
+            let appended = extra.iter().copied().filter(|&e| e >= m).min().unwrap_or(u64::MAX);
+            let up = grid.min(appended);
+            return if up == u64::MAX { m } else { up };
+        }
         let (max, up) = match self {
-            GraphRule::Eager => return m,
+            // Handled above.
+            GraphRule::Eager | GraphRule::VllmGridPlus { .. } => return m,
             _ if m <= 4 => (self.max().unwrap_or(m), m.next_power_of_two()),
             GraphRule::VllmTokens(max) => (max, ceil(m, 8)),
             GraphRule::VllmTokensStep16Above256(max) => (max, if m < 256 { ceil(m, 8) } else { ceil(m, 16) }),
@@ -1231,6 +1284,18 @@ mod tests {
         assert_eq!(GraphRule::vllm(v12, 512, 256, 300), GraphRule::VllmTokensStep16Above256(288));
         // A step of 9 or 10 tokens under max_num_seqs 5 runs eagerly: the last graph is 8.
         assert_eq!(GraphRule::vllm(v11, 512, 5, 8192).padded(7), 8);
+        // From 0.21 a budget under the ceiling is captured even off the stride (300, where the
+        // grid stops at 288); from 0.31 max_num_seqs too (100, where the grid has 96 and 104).
+        let (v21, v31) = (Version::new(0, 21, 0), Version::new(0, 31, 0));
+        let r = GraphRule::vllm(v21, 512, 256, 300);
+        assert_eq!(r.max(), Some(300));
+        assert_eq!((r.padded(289), r.padded(200), r.padded(300)), (300, 200, 300));
+        assert_eq!(GraphRule::vllm(Version::new(0, 20, 0), 512, 256, 300).max(), Some(288));
+        let r = GraphRule::vllm(v31, 512, 100, 8192);
+        assert_eq!((r.padded(97), r.padded(100), r.padded(101), r.padded(200)), (100, 100, 104, 200));
+        assert_eq!(GraphRule::vllm(Version::new(0, 30, 0), 512, 100, 8192).padded(97), 104);
+        // On the grid: nothing changes.
+        assert_eq!(GraphRule::vllm(v31, 512, 256, 8192), GraphRule::VllmTokensStep16Above256(512));
     }
 
     /// In a graph a step's linear layers run at the padded size (a decode batch of 5 costs
