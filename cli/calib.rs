@@ -705,10 +705,18 @@ pub fn check_text(r: &CheckReport) -> String {
         r.model.as_deref().unwrap_or("model unknown"),
         r.kv_capacity_tokens.map_or_else(|| "unknown".to_string(), |t| t.to_string())
     );
+    // The spread column is there with repeats only (`--repeat`: (max − min) / mean of the runs).
+    let repeats = r.points.iter().any(|p| p.measured_spread.is_some());
     let _ = writeln!(
         s,
-        "{:>11} {:>4} {:<22} {:>12} {:>12} {:>9}",
-        "concurrency", "fit", "metric", "measured", "predicted", "error"
+        "{:>11} {:>4} {:<22} {:>12} {:>12} {:>9}{}",
+        "concurrency",
+        "fit",
+        "metric",
+        "measured",
+        "predicted",
+        "error",
+        if repeats { format!(" {:>9}", "spread") } else { String::new() }
     );
     for p in &r.points {
         for (k, _) in CHECK_METRICS {

@@ -8,7 +8,7 @@
 //!    waiting requests through the `PrefillAdder` while KV, prefill-token,
 //!    chunk and `max_running_requests` budgets allow. Admission reserves KV:
 //!    every running request's remaining output × `new_token_ratio` (1.0 for
-//!    `ignore_eos` from 0.5.23), and each admitted request's prompt plus its
+//!    `ignore_eos` from 0.5.22), and each admitted request's prompt plus its
 //!    whole `max_new_tokens` (clipped at 4096). A `NO_TOKEN` answer sets
 //!    `batch_is_full`: no new admission is tried until the running batch
 //!    shrinks.
