@@ -28,9 +28,10 @@ fn value(knob: &str, spec: &SimSpec, raw_engine: &Map<String, Value>) -> (String
         (EngineSpec::Sglang(_), "memory fraction") => fraction(raw_engine, "mem_fraction_static", spec),
         (_, "KV pool (tokens)") => (
             spec.engine.kv_capacity_tokens().to_string(),
-            ["kv_cache_tokens", "num_gpu_blocks_override", "max_total_tokens", "max_total_num_tokens"]
-                .iter()
-                .any(|f| set(f)),
+            // Given: pinned, or bounded where the bound binds (a bound above the profiled pool
+            // changes nothing).
+            ["kv_cache_tokens", "num_gpu_blocks_override", "max_total_num_tokens"].iter().any(|f| set(f))
+                || (set("max_total_tokens") && spec.kv_sizing.source == "max_total_tokens"),
         ),
         (EngineSpec::Vllm(c), "context length") => (c.max_model_len.to_string(), set("max_model_len")),
         (EngineSpec::Sglang(c), "context length") => (c.context_length.to_string(), set("context_length")),
@@ -49,9 +50,8 @@ fn on_off(b: bool) -> String {
 fn fraction(raw: &Map<String, Value>, field: &str, spec: &SimSpec) -> (String, bool) {
     match raw.get(field) {
         Some(v) => (v.to_string(), true),
-        None if spec.kv_sizing.source.contains("utilization") || spec.kv_sizing.source.contains("fraction") => {
-            ("default".into(), false)
-        }
+        // A derived pool, or one SGLang's max_total_tokens bounds (the fraction still sizes it).
+        None if spec.kv_sizing.memory.is_some() => ("default".into(), false),
         None => ("n/a (pool given)".into(), false),
     }
 }

@@ -13,7 +13,7 @@ const DEFAULT_GRID = '1,16,32,42,64,128';
 const KNOBS = [
   { key: 'mrun', label: 'Running cap', flags: { vllm: 'max_num_seqs', sglang: 'max_running_requests' }, min: 1, max: 1024, step: 1, from: (r) => r.max_running },
   { key: 'budget', label: 'Token budget per step', flags: { vllm: 'max_num_batched_tokens', sglang: 'chunked_prefill_size' }, min: 256, max: 16384, step: 256, from: (r) => r.chunk, hint: 'SGLang: -1 turns chunking off' },
-  { key: 'mem', label: 'Memory fraction', flags: { vllm: 'gpu_memory_utilization', sglang: 'mem_fraction_static' }, min: 0.5, max: 0.98, step: 0.01, from: (r) => (r.memory_fraction == null ? null : r.memory_fraction), hint: 'blank: the scenario pins the pool in tokens, and no fraction applies (the KV pool choice above derives it from memory)' },
+  { key: 'mem', label: 'Memory fraction', flags: { vllm: 'gpu_memory_utilization', sglang: 'mem_fraction_static' }, min: 0.5, max: 0.98, step: 0.01, from: (r) => (r.memory_fraction == null ? null : r.memory_fraction), hint: 'blank: the scenario pins the pool in tokens, and no fraction applies (the KV pool choice above derives it from memory; SGLang\'s max_total_tokens only bounds a derived pool)' },
   // fp8 is vLLM's name for an e4m3 cache; SGLang's --kv-cache-dtype calls it fp8_e4m3.
   { key: 'dtype', label: 'KV cache dtype', flags: { vllm: 'kv_cache_dtype', sglang: 'kv_cache_dtype' }, values: { sglang: { fp8: 'fp8_e4m3' } }, choices: ['auto', 'fp8'], from: (r) => r.kv_cache_dtype_raw || 'auto' },
   { key: 'tp', label: 'Tensor parallel size', flags: { vllm: 'tensor_parallel_size', sglang: 'tp_size' }, choices: ['1', '2', '4', '8'], from: (r) => String(r.tensor_parallel_size) },

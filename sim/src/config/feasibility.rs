@@ -50,8 +50,9 @@ pub(super) fn check_requests_fit(spec: &SimSpec) -> Result<()> {
                 return Err(ConfigError::new(
                     field,
                     format!(
-                        "a request of {max_prompt} prompt tokens reserving {} output tokens needs {need} KV tokens; the pool (max_total_tokens) has {}: it could never be admitted",
+                        "a request of {max_prompt} prompt tokens reserving {} output tokens needs {need} KV tokens; the pool ({}) has {}: it could never be admitted; shorten the requests or give a larger pool (max_total_num_tokens, mem_fraction_static, or a max_total_tokens bound that binds raised)",
                         max_new.min(4096),
+                        spec.kv_sizing.source,
                         c.max_total_tokens
                     ),
                 ));

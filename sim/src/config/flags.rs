@@ -330,7 +330,7 @@ pub fn translate_engine(
             (EngineKind::Sglang, "max_total_tokens" | "max_total_num_tokens") => {
                 if k.as_str() == "max_total_tokens" {
                     notes.push(
-                        "max_total_tokens bounds SGLang's pool from above; vLLM has no bound: its side is pinned at it (kv_cache_tokens)"
+                        "max_total_tokens bounds SGLang's pool from above (the smaller of it and what mem_fraction_static gives); vLLM has no bound: its side is pinned at the bound itself (kv_cache_tokens), so the pools differ where the bound does not bind"
                             .into(),
                     );
                 }

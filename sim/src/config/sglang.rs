@@ -215,13 +215,17 @@ pub(super) fn resolve_sglang(
         }
     }
     let cell = model.kv_bytes_per_token_per_gpu(dep.tensor_parallel_size, dep.kv_dtype_bytes);
-    if f.max_total_num_tokens.is_some() && f.max_total_tokens.is_some() {
-        // The logged pool already holds the bound; one of them would be ignored without a word.
-        return Err(ConfigError::new(
-            "engine.max_total_num_tokens",
-            "and engine.max_total_tokens both set the KV pool: the logged max_total_num_tokens already holds any \
-             --max-total-tokens bound; give one (set the other to null)",
-        ));
+    // The logged pool already holds any bound the server ran with: a pool above it cannot be.
+    if let (Some(logged), Some(bound)) = (f.max_total_num_tokens, f.max_total_tokens) {
+        if logged / u64::from(page_size) > bound / u64::from(page_size) {
+            return Err(ConfigError::new(
+                "engine.max_total_num_tokens",
+                format!(
+                    "{logged} is above the engine.max_total_tokens bound {bound}: SGLang's pool is at most the bound \
+                     (min(profiled, max_total_tokens)), so a log of this setup cannot show more; check both figures"
+                ),
+            ));
+        }
     }
     if let Some(t) = f.max_total_tokens {
         if t < u64::from(page_size) * 2 {

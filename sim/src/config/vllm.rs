@@ -54,11 +54,13 @@ engine_flags! {
 /// The block sizes vLLM accepts (`vllm/config/cache.py`: `BlockSize`).
 pub const VLLM_BLOCK_SIZES: [u32; 7] = [1, 8, 16, 32, 64, 128, 256];
 
-/// From 0.21 vLLM checks `max_model_len` against a pinned pool of `blocks` blocks (the null
-/// block included) as against a derived one (`_check_enough_kv_cache_memory` on the override's
-/// budget; a logged pool passed the same check): one request of `max_model_len` must fit, the
-/// null block left out from 0.29. Before 0.21 the override replaces a derived pool after the
-/// check, which servesim does not repeat here (its derived pool is an estimate).
+/// From 0.21 vLLM checks `max_model_len` against a `num_gpu_blocks_override` pool of `blocks`
+/// blocks (the null block included) as against a derived one (`_check_enough_kv_cache_memory`
+/// on the override's budget): one request of `max_model_len` must fit, the null block left out
+/// from 0.29. Before 0.21 the override replaces a derived pool after the check, which servesim
+/// does not repeat (its derived pool is an estimate). A logged `kv_cache_tokens` is not checked:
+/// the engine that logged it started, and the log's figure may be rounded a block short of the
+/// pool the check saw.
 fn check_pinned_max_model_len(
     version: Version,
     field: &str,
@@ -396,7 +398,7 @@ pub(super) fn resolve_vllm(
             "engine.block_size",
             format!(
                 "{block_size}: vLLM's FlashAttention, FlashInfer and Triton attention page the KV cache by 16 tokens or a \
-                 multiple, so a block of {block_size} tokens finds no attention kernel and vLLM refuses to start; use a \
+                 multiple, so a block of {block_size} token(s) finds no attention kernel and vLLM refuses to start; use a \
                  multiple of 16, or attention_backend FLEX_ATTENTION"
             ),
         ));
@@ -479,14 +481,6 @@ pub(super) fn resolve_vllm(
             model,
             gpu,
             dep,
-        )?;
-        check_pinned_max_model_len(
-            version,
-            "engine.kv_cache_tokens",
-            f.max_model_len.is_some(),
-            u64::from(blocks),
-            block_size,
-            max_model_len,
         )?;
         (blocks, KvSizing { source: "kv_cache_tokens", kv_bytes_per_token, memory: None, bound_not_binding: None })
     } else {

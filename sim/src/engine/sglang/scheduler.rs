@@ -917,7 +917,7 @@ impl Scheduler {
             if old_style { format!(", a page_size of at most {RETRACT_DECODE_STEPS}") } else { String::new() };
         format!(
             "SGLang's next decode step of {running} request(s) does not fit in the KV pool ({pool} tokens, \
-             page_size {page}): {why}. A larger pool (max_total_tokens / mem_fraction_static){page_hint} or a \
+             page_size {page}): {why}. A larger pool (max_total_num_tokens / mem_fraction_static, or a binding max_total_tokens raised){page_hint} or a \
              lower max_running_requests avoids it"
         )
     }
