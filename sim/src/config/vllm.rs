@@ -421,7 +421,15 @@ pub(super) fn resolve_vllm(
     if max_num_batched_tokens < max_num_seqs {
         return Err(ConfigError::new(
             "engine.max_num_batched_tokens",
-            format!("vLLM requires max_num_batched_tokens ({max_num_batched_tokens}) >= max_num_seqs ({max_num_seqs})"),
+            format!(
+                "vLLM requires max_num_batched_tokens ({max_num_batched_tokens}) >= max_num_seqs ({max_num_seqs}{})",
+                match (f.max_num_seqs.is_none(), version >= VLLM_DEFAULT_SEQS_FOLLOW_BUDGET) {
+                    (true, false) => format!(
+                        ", vLLM {version}'s default here; from {VLLM_DEFAULT_SEQS_FOLLOW_BUDGET} a defaulted max_num_seqs follows the budget: give max_num_seqs"
+                    ),
+                    _ => String::new(),
+                }
+            ),
         ));
     }
     // A fraction is checked even when another field sizes the pool: an invalid value is never silently ignored.
