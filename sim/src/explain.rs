@@ -327,6 +327,7 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
     let knee = crate::sweep::sweep_knee(&plan.grid, grid).map(|k| plan.grid[k.index]);
     let mut notes = plan.notes.clone();
     notes.extend(base.kv_sizing.bound_note(base.engine.kv_capacity_tokens()));
+    notes.extend(base.engine.running_cap_note());
     notes.extend(crate::sweep::sweep_warnings(&plan.grid, grid).into_iter().map(|w| format!("the sweep's run at {w}")));
     if point.run.stop != crate::simulation::StopReason::Completed {
         notes.push(format!(

@@ -1022,6 +1022,9 @@ pub fn text(spec: &SimSpec, out: &SimOutput, opts: &TextOptions) -> String {
     if let Some(n) = spec.kv_sizing.bound_note(spec.engine.kv_capacity_tokens()) {
         let _ = writeln!(s, "Note: {n}.");
     }
+    if let Some(n) = spec.engine.running_cap_note() {
+        let _ = writeln!(s, "Note: {n}.");
+    }
     if r.max_concurrent_requests > r.max_concurrency.map_or(u64::MAX, u64::from) {
         let _ = writeln!(
             s,

@@ -109,6 +109,7 @@ fn cfg() -> SglangConfig {
             ..SglangBehaviour::of_release(Version::new(0, 5, 23))
         },
         max_running_requests: 16,
+        capped_max_running_requests: None,
         chunked_prefill_size: Some(256),
         max_prefill_tokens: 16384,
         page_size: 1,
@@ -719,6 +720,9 @@ fn a_given_max_running_requests_is_capped_as_the_release_caps_it() {
     let many = json!({"max_running_requests": 8192});
     assert_eq!(resolve("0.5.9", many.clone()).max_running_requests, 8192);
     assert_eq!(resolve("0.5.10", many.clone()).max_running_requests, 2048);
+    // Said: the given value is kept for the reports' note.
+    assert_eq!(resolve("0.5.10", many.clone()).capped_max_running_requests, Some(8192));
+    assert_eq!(resolve("0.5.9", many.clone()).capped_max_running_requests, None);
     assert_eq!(resolve("0.5.13", many.clone()).max_running_requests, 2048);
     // From 0.5.14: half the token pool (a pool of 100,000 tokens).
     let small = json!({"max_running_requests": 60_000, "max_total_tokens": 100_000});

@@ -137,6 +137,22 @@ pub struct KvSizing {
     pub bound_not_binding: Option<(&'static str, u64)>,
 }
 
+impl EngineSpec {
+    /// A sentence when the engine runs fewer requests at once than the scenario's flag asks
+    /// (SGLang caps a given `max_running_requests` from 0.5.10); `None` otherwise.
+    pub fn running_cap_note(&self) -> Option<String> {
+        match self {
+            EngineSpec::Sglang(c) => c.capped_max_running_requests.map(|given| {
+                format!(
+                    "max_running_requests = {given} is capped at {} by SGLang {} (from 0.5.10 at the request-pool estimate, clamp(max_total_num_tokens / context_length × 512, 2048, 4096); from 0.5.14 at half the token pool): {} run at most",
+                    c.max_running_requests, c.version, c.max_running_requests
+                )
+            }),
+            EngineSpec::Vllm(_) => None,
+        }
+    }
+}
+
 impl KvSizing {
     /// A sentence when a bound on the pool ([`KvSizing::bound_not_binding`]) is above the pool
     /// derived from memory (`pool` tokens), so that the pool is the derived one, as the engine

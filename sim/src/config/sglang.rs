@@ -362,6 +362,7 @@ pub(super) fn resolve_sglang(
         version,
         behaviour,
         max_running_requests,
+        capped_max_running_requests: given.filter(|&g| g > max_running_requests),
         chunked_prefill_size,
         max_prefill_tokens,
         page_size,

@@ -166,6 +166,9 @@ pub struct SglangConfig {
     /// The release's behaviours (and how the overlap scheduler is modelled).
     pub behaviour: SglangBehaviour,
     pub max_running_requests: u32,
+    /// The `--max-running-requests` given, where the release capped it below that
+    /// (`max_running_requests` holds the cap; `config::sglang`): said in the reports.
+    pub capped_max_running_requests: Option<u32>,
     /// None: chunked prefill disabled (`--chunked-prefill-size -1`).
     pub chunked_prefill_size: Option<u32>,
     pub max_prefill_tokens: u32,
@@ -1512,6 +1515,7 @@ mod tests {
             version,
             behaviour: SglangBehaviour { overlap: Overlap::CpuBackend, ..SglangBehaviour::of_release(version) },
             max_running_requests: 16,
+            capped_max_running_requests: None,
             chunked_prefill_size: Some(256),
             max_prefill_tokens: 16384,
             page_size: 1,
