@@ -25,12 +25,16 @@ fn resolve(scenario: &Scenario<'_>, w: &Value) -> Result<SimSpec> {
     scenario(w).map_err(CalibError::Scenario)
 }
 
+/// The values of [`TARGETS`] a point gives (finite and positive; None otherwise).
+fn given_targets(point: &impl Metrics) -> Vec<Option<f64>> {
+    TARGETS.iter().map(|&t| point.metric(t).filter(|v| v.is_finite() && *v > 0.0)).collect()
+}
+
 /// The measured values of [`TARGETS`] of a point (missing or non-positive ones are None).
 /// A median or p99 is kept only where the point has no mean of its family: it then stands
 /// for that family, fitted against the simulated statistic of the same name.
 pub fn measured_targets(point: &impl Metrics) -> Vec<Option<f64>> {
-    let got: Vec<Option<f64>> =
-        TARGETS.iter().map(|&t| point.metric(t).filter(|v| v.is_finite() && *v > 0.0)).collect();
+    let got = given_targets(point);
     let has_mean = |fam: &str| (0..fit::MEAN_TARGETS).any(|i| fit::family(TARGETS[i]) == fam && got[i].is_some());
     got.iter()
         .enumerate()
@@ -43,8 +47,7 @@ pub fn measured_targets(point: &impl Metrics) -> Vec<Option<f64>> {
 /// excluded); `None` when there are none. The profile lists it with the other traps, so that a
 /// source's percentiles are never dropped unsaid.
 pub fn set_aside_statistics(name: &str, point: &impl Metrics) -> Option<crate::traps::Trap> {
-    let given: Vec<Option<f64>> =
-        TARGETS.iter().map(|&t| point.metric(t).filter(|v| v.is_finite() && *v > 0.0)).collect();
+    let given = given_targets(point);
     let kept = measured_targets(point);
     let set_aside: Vec<String> = (0..TARGETS.len())
         .filter(|&i| given[i].is_some() && kept[i].is_none())

@@ -20,6 +20,14 @@ fn resolve(v: Value) -> Result<SimSpec, config::ConfigError> {
     config::resolve(&s, &sim::builtin::resources().unwrap())
 }
 
+/// `base`'s engine fields with `extra`'s set over them.
+fn with(mut base: Value, extra: Value) -> Value {
+    for (k, v) in extra.as_object().expect("an object") {
+        base[k] = v.clone();
+    }
+    base
+}
+
 fn pool(spec: &SimSpec) -> u64 {
     match &spec.engine {
         EngineSpec::Vllm(c) => u64::from(c.num_gpu_blocks) * u64::from(c.block_size),
@@ -494,11 +502,8 @@ fn kv_cache_dtype_values_are_the_engines_choices() {
 #[test]
 fn sglang_max_total_tokens_bounds_the_profiled_pool_and_max_total_num_tokens_pins_it() {
     let sg = |extra: Value| {
-        let mut e = json!({"kind": "sglang", "version": "0.5.10", "page_size": 16});
-        for (k, v) in extra.as_object().unwrap() {
-            e[k] = v.clone();
-        }
-        resolve(scenario(e, "llama-3.1-8b-instruct", "h100-80gb", 1))
+        let base = json!({"kind": "sglang", "version": "0.5.10", "page_size": 16});
+        resolve(scenario(with(base, extra), "llama-3.1-8b-instruct", "h100-80gb", 1))
     };
     let derived = sg(json!({})).unwrap();
     let profiled = pool(&derived);
@@ -537,11 +542,8 @@ fn sglang_max_total_tokens_bounds_the_profiled_pool_and_max_total_num_tokens_pin
 #[test]
 fn vllm_start_up_rules_of_recent_releases() {
     let v = |extra: Value| {
-        let mut e = json!({"kind": "vllm", "version": "0.33.0", "max_model_len": 8192});
-        for (k, x) in extra.as_object().unwrap() {
-            e[k] = x.clone();
-        }
-        resolve(scenario(e, "llama-3.1-8b-instruct", "h100-80gb", 1))
+        let base = json!({"kind": "vllm", "version": "0.33.0", "max_model_len": 8192});
+        resolve(scenario(with(base, extra), "llama-3.1-8b-instruct", "h100-80gb", 1))
     };
     let cfg = |s: &SimSpec| match &s.engine {
         EngineSpec::Vllm(c) => (c.max_num_seqs, c.max_num_batched_tokens),

@@ -43,7 +43,7 @@ use serde::Serialize;
 
 use super::*;
 
-const MIB: u64 = 1 << 20;
+pub(crate) const MIB: u64 = 1 << 20;
 
 /// FITTED (kv-logs corpus, vLLM rows on the V1 model runner): memory vLLM
 /// allocates outside torch on each GPU during start-up and profiling at TP 1
@@ -379,24 +379,13 @@ pub fn vllm_capture_sizes(version: Version, gpu: &GpuCard, max_num_seqs: u32, ma
     let max = (2 * max_num_seqs).min(vllm_graph_ceiling(version, gpu)).min(max_batched);
     let mut n = [1u32, 2, 4].iter().filter(|&&s| s <= max).count() as u32;
     let mut s = 8;
-    let mut grid = Vec::new();
     while s <= max {
         n += 1;
-        grid.push(s);
         s += if version >= Version::new(0, 19, 0) && s >= 256 { 16 } else { 8 };
     }
-    // The sizes appended off the grid (`crate::cost::GraphRule::vllm`): the budget when it is
-    // the cap, and `max_num_seqs`.
-    let on = |e: u32| matches!(e, 1 | 2 | 4) || grid.contains(&e);
-    let budget =
-        (version >= crate::cost::VLLM_CAPTURES_BUDGET && max_batched <= max && !on(max_batched)).then_some(max_batched);
-    let seqs = (version >= crate::cost::VLLM_CAPTURES_MAX_NUM_SEQS
-        && max_num_seqs <= max
-        && max_num_seqs <= max_batched
-        && !on(max_num_seqs)
-        && Some(max_num_seqs) != budget)
-        .then_some(max_num_seqs);
-    n + u32::from(budget.is_some()) + u32::from(seqs.is_some())
+    // The sizes appended off the grid (the releases that append them step by 16 from 256).
+    let appended = crate::cost::vllm_appended_capture_sizes(version, u64::from(max), max_num_seqs, max_batched);
+    n + appended.iter().filter(|&&e| e != 0).count() as u32
 }
 
 /// The first vLLM release that captures CUDA graphs up to 1,024 tokens on the SM100 family.

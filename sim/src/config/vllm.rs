@@ -73,7 +73,7 @@ fn check_pinned_max_model_len(
         return Ok(());
     }
     let needed = u64::from(max_model_len).div_ceil(u64::from(block_size));
-    let checked = if version >= VLLM_CHECK_WITHOUT_NULL_BLOCK { blocks.saturating_sub(1) } else { blocks };
+    let checked = blocks_max_model_len_check_sees(version, blocks);
     if needed > checked {
         return Err(ConfigError::new(
             if max_model_len_given { "engine.max_model_len" } else { field },
@@ -114,6 +114,17 @@ pub const VLLM_OVERRIDE_CHECKED: Version = Version::new(0, 21, 0);
 /// The first vLLM release whose `max_model_len` check leaves out the null block (0.29.0
 /// `check_enough_kv_cache_memory`: "Reserve the null block BlockPool permanently holds back").
 pub const VLLM_CHECK_WITHOUT_NULL_BLOCK: Version = Version::new(0, 29, 0);
+
+/// The blocks of a pool of `blocks` (the null block included) that vLLM's `max_model_len`
+/// check counts: all of them until 0.28, all but the null block from
+/// [`VLLM_CHECK_WITHOUT_NULL_BLOCK`].
+fn blocks_max_model_len_check_sees(version: Version, blocks: u64) -> u64 {
+    if version >= VLLM_CHECK_WITHOUT_NULL_BLOCK {
+        blocks.saturating_sub(1)
+    } else {
+        blocks
+    }
+}
 
 /// The CPU test bed's card (`models/gpu/cpu-host.json`): the live calibrations ran
 /// there, with the engines' CPU backends (no CUDA streams, a synchronous forward).
@@ -267,7 +278,7 @@ pub(super) fn resolve_vllm(
     // layer by layer (`device="meta"`, vLLM PR #31914; read in the 0.13–0.16 wheels).
     if dep.quantization.is_some() && model.quantization.is_none() && version < VLLM_ONLINE_FP8_LAYERWISE {
         let full = model.weight_bytes_per_gpu(dep.tensor_parallel_size, model.dtype_bytes().unwrap_or(2));
-        let room = gpu.memory_bytes.saturating_sub((VLLM_MIN_USED_AT_START_MIB * (1u64 << 20) as f64) as u64);
+        let room = gpu.memory_bytes.saturating_sub((VLLM_MIN_USED_AT_START_MIB * MIB as f64) as u64);
         if full > room {
             return Err(ConfigError::new(
                 "engine.quantization",
@@ -502,14 +513,14 @@ pub(super) fn resolve_vllm(
         // worker 94.05/95.01): a fraction that leaves less than the least of them, 400 MiB, is
         // refused for certain (servesim ran 1.0 with all the memory).
         let left = gpu.memory_bytes as f64 * (1.0 - util);
-        if left < VLLM_MIN_USED_AT_START_MIB * (1u64 << 20) as f64 {
+        if left < VLLM_MIN_USED_AT_START_MIB * MIB as f64 {
             return Err(ConfigError::new(
                 "engine.gpu_memory_utilization",
                 format!(
                     "{util} asks for all but {:.0} MiB of the {}'s {:.2} GiB, and a GPU has at least {VLLM_MIN_USED_AT_START_MIB:.0} MiB \
                      in use before vLLM measures it (the CUDA context; more with TP): vLLM refuses to start (\"Free memory on device \
                      ... is less than desired GPU memory utilization\"); clean GPUs allow about 0.99 on 80 GB cards",
-                    left / (1u64 << 20) as f64,
+                    left / MIB as f64,
                     gpu.id,
                     gib(gpu.memory_bytes)
                 ),
@@ -543,7 +554,7 @@ pub(super) fn resolve_vllm(
         // request of max_model_len, or vLLM refuses to start (a pinned pool was logged by an
         // engine that started, or overrides the sizing after this check).
         let needed = u64::from(max_model_len).div_ceil(u64::from(block_size));
-        let blocks_checked = if version >= VLLM_CHECK_WITHOUT_NULL_BLOCK { blocks - 1 } else { blocks };
+        let blocks_checked = blocks_max_model_len_check_sees(version, blocks);
         if needed > blocks_checked {
             let field =
                 if f.max_model_len.is_some() { "engine.max_model_len" } else { "engine.gpu_memory_utilization" };

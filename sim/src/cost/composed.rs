@@ -376,6 +376,32 @@ fn on_grid(e: u64, step16: bool) -> bool {
     matches!(e, 1 | 2 | 4) || (e % 8 == 0 && (e < 256 || !step16 || e % 16 == 0))
 }
 
+/// The sizes vLLM appends to its capture list off the grid's stride (`_set_cudagraph_sizes`,
+/// read in the 0.21–0.33 wheels), `cap` being the grid's `min(ceiling, 2 × max_num_seqs,
+/// budget)`: the budget when it is within the cap ("ensure max_num_tokens is captured if within
+/// max capture size", from [`VLLM_CAPTURES_BUDGET`]), and `max_num_seqs` within the cap and the
+/// budget ("uniform decode sizes are appended when they fit", from
+/// [`VLLM_CAPTURES_MAX_NUM_SEQS`]). 0 where none, or where the size is on the grid already (or
+/// is the other one): [`GraphRule::vllm`]'s extra sizes, and the capture count of the memory
+/// estimate (`config::vllm_capture_sizes`).
+pub fn vllm_appended_capture_sizes(
+    version: crate::engine::Version,
+    cap: u64,
+    max_num_seqs: u32,
+    max_num_batched_tokens: u32,
+) -> [u64; 2] {
+    let step16 = version >= crate::engine::Version::new(0, 12, 0);
+    let (budget, seqs) = (u64::from(max_num_batched_tokens), u64::from(max_num_seqs));
+    let off = |e: u64| !on_grid(e, step16);
+    let b = if version >= VLLM_CAPTURES_BUDGET && budget <= cap && off(budget) { budget } else { 0 };
+    let q = if version >= VLLM_CAPTURES_MAX_NUM_SEQS && seqs <= cap && seqs <= budget && off(seqs) && seqs != b {
+        seqs
+    } else {
+        0
+    };
+    [b, q]
+}
+
 /// The shape of an SGLang release's decode capture list below its last size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SglangList {
@@ -427,17 +453,8 @@ impl GraphRule {
         } else {
             256 + (cap - 256) / 16 * 16
         };
-        // Appended off the stride (`_set_cudagraph_sizes`, read in the 0.21–0.33 wheels): the budget
-        // when it is the cap ("ensure max_num_tokens is captured if within max capture size"),
-        // and `max_num_seqs` ("uniform decode sizes are appended when they fit") within the
-        // ceiling and the budget.
-        let budget = u64::from(max_num_batched_tokens);
-        let seqs = u64::from(max_num_seqs);
-        let extra = [
-            if version >= VLLM_CAPTURES_BUDGET && budget <= cap { budget } else { 0 },
-            if version >= VLLM_CAPTURES_MAX_NUM_SEQS && seqs <= cap && seqs <= budget { seqs } else { 0 },
-        ];
-        if extra.iter().any(|&e| e != 0 && e != largest && !(e < largest && on_grid(e, step16))) {
+        let extra = vllm_appended_capture_sizes(version, cap, max_num_seqs, max_num_batched_tokens);
+        if extra != [0, 0] {
             GraphRule::VllmGridPlus { max: largest, extra }
         } else if step16 {
             GraphRule::VllmTokensStep16Above256(largest)

@@ -502,22 +502,23 @@ impl BlockPool {
         let anon_hashed = num_hashed.saturating_sub(len).min(anon);
         let mut front = anon - anon_hashed;
         let cut = num_hashed.min(len) as usize;
-        // Tail first: the unhashed anonymous blocks, then the unhashed named ones (held by this
-        // request alone: hits are hashed blocks).
-        let mut back: Vec<u32> = Vec::new();
+        // Tail first. The named blocks past `num_hashed` (held by this request alone: hits are
+        // hashed blocks) become anonymous, unless registered all the same (then a cached block,
+        // at the back: `anon_hashed` is 0 whenever there are such named blocks, so the order of
+        // the back holds).
         for &id in named[cut..].iter().rev() {
             let b = &mut self.blocks[id as usize];
             assert!(b.ref_cnt > 0, "block {id} freed with ref 0");
             b.ref_cnt -= 1;
-            if b.ref_cnt == 0 {
-                if b.has_hash {
-                    // Registered all the same: it stays a cached block, at the back.
-                    back.push(id);
-                } else {
-                    debug_assert_eq!(b.watch_pos, NIL, "a watched block has a hash");
-                    self.spare_ids.push(id);
-                    front += 1;
-                }
+            if b.ref_cnt > 0 {
+                continue;
+            }
+            if b.has_hash {
+                self.push_back(id);
+            } else {
+                debug_assert_eq!(b.watch_pos, NIL, "a watched block has a hash");
+                self.spare_ids.push(id);
+                front += 1;
             }
         }
         if front > 0 {
@@ -530,17 +531,7 @@ impl BlockPool {
         // The hashed ones to the back, tail first: the anonymous (a private request's), then
         // the named.
         self.free_anonymous(anon_hashed);
-        for id in back {
-            self.push_back(id);
-        }
-        for &id in named[..cut].iter().rev() {
-            let b = &mut self.blocks[id as usize];
-            assert!(b.ref_cnt > 0, "block {id} freed with ref 0");
-            b.ref_cnt -= 1;
-            if b.ref_cnt == 0 {
-                self.push_back(id);
-            }
-        }
+        self.free_blocks(named[..cut].iter().rev().copied());
     }
 
     fn maybe_evict_cached_block(&mut self, id: u32) {
