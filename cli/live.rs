@@ -221,7 +221,16 @@ impl WorkloadArgs {
                 }
             }
         }
-        let params = config::resolve_workload(&section, &res).map_err(|e| e.to_string())?;
+        let mut params = config::resolve_workload(&section, &res).map_err(|e| e.to_string())?;
+        // Whether the client times the chat role chunk as its first token follows the modelled
+        // `vllm bench serve` release, as `simulate` of the same scenario has it
+        // (`config::client_times_role_chunk`); without a scenario, the current client (0.33 and
+        // later: skipped).
+        params.role_chunk = params.chat
+            && match &self.scenario {
+                Some(p) => config::client_times_role_chunk(&load::resolve(&load::read_raw(Some(p))?)?.1.engine),
+                None => false,
+            };
         Ok((given, workload::generate(&params)))
     }
 }

@@ -259,6 +259,7 @@ async fn run_workload(spec: &SimSpec, w: &Workload) -> Result<RunResult, String>
         ingress_ns: 0,
         fast_forwarded_steps: 0,
         token_log,
+        role_chunk_gaps: false,
     })
 }
 

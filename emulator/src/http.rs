@@ -518,6 +518,17 @@ async fn generate(sh: Arc<Shared>, c: Completion, chat: bool) -> Resp {
                 let _ = send("data: [DONE]\n\n".to_string()).await;
                 return;
             };
+            if chat && i == 0 {
+                // vLLM and SGLang open a chat stream with a chunk naming the role, written with
+                // the first output just before its token (vLLM's `first_iteration`, SGLang's
+                // `is_firsts`); `vllm bench serve` before 0.33 times it as the first token.
+                let role = json!({"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null});
+                let chunk = json!({"id": id, "object": object, "created": created, "model": model, "choices": [role]});
+                if send(format!("data: {chunk}\n\n")).await.is_err() {
+                    clock.release(); // nobody will read it
+                    return;
+                }
+            }
             let finish = if ev.finished { Value::from(reason(&ev)) } else { Value::Null };
             let choice = if chat {
                 json!({"index": 0, "delta": {"content": piece(i)}, "finish_reason": finish})

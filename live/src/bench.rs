@@ -152,6 +152,7 @@ async fn run_phase(
     phase: &'static str,
     reqs: &[RequestSpec],
     max_conc: Option<u32>,
+    role_chunk: bool,
     t0: Instant,
     writer: &Arc<Mutex<Writer>>,
     interrupted: &mut bool,
@@ -173,7 +174,13 @@ async fn run_phase(
         let target = opts.target.clone();
         let ids = prompt_ids(spec, opts.vocab_size, opts.reserved_ids);
         let text = opts.chat_tokenizer.as_ref().map(|t| crate::tokenizer::text_prompt(t, &ids));
-        let req = Request { prompt_token_ids: ids, text, max_tokens: spec.max_tokens, ignore_eos: spec.ignore_eos };
+        let req = Request {
+            prompt_token_ids: ids,
+            text,
+            max_tokens: spec.max_tokens,
+            ignore_eos: spec.ignore_eos,
+            time_role_chunk: role_chunk,
+        };
         let writer = writer.clone();
         let spec = spec.clone();
         let on_done = if phase == "timed" { opts.on_done.clone() } else { None };
@@ -259,17 +266,36 @@ pub async fn run(opts: &BenchOptions, workload: &Workload) -> BenchRun {
     let mut interrupted = false;
     let mut initial_test_error = None;
     if let Some(t) = &workload.initial_test {
-        let o =
-            run_phase(&client, opts, "initial_test", std::slice::from_ref(t), Some(1), t0, &writer, &mut interrupted)
-                .await;
+        let o = run_phase(
+            &client,
+            opts,
+            "initial_test",
+            std::slice::from_ref(t),
+            Some(1),
+            workload.role_chunk,
+            t0,
+            &writer,
+            &mut interrupted,
+        )
+        .await;
         if let Some(o) = o.first().filter(|o| o.sent && !o.success) {
             initial_test_error = Some(o.error.as_ref().map_or_else(|| "?".to_string(), ToString::to_string));
         }
     }
     let skip = interrupted || initial_test_error.is_some();
     if !skip && !workload.warmups.is_empty() {
-        run_phase(&client, opts, "warmup", &workload.warmups, workload.max_concurrency, t0, &writer, &mut interrupted)
-            .await;
+        run_phase(
+            &client,
+            opts,
+            "warmup",
+            &workload.warmups,
+            workload.max_concurrency,
+            workload.role_chunk,
+            t0,
+            &writer,
+            &mut interrupted,
+        )
+        .await;
     }
     let metrics_before = server::metrics(&client, &opts.base_url, opts.api_key.as_deref()).await.ok();
     let poll = Arc::new(Mutex::new(Poll::default()));
@@ -323,6 +349,7 @@ pub async fn run(opts: &BenchOptions, workload: &Workload) -> BenchRun {
             "timed",
             &workload.requests,
             workload.max_concurrency,
+            workload.role_chunk,
             bench_start,
             &writer,
             &mut interrupted,
@@ -390,6 +417,8 @@ pub async fn run(opts: &BenchOptions, workload: &Workload) -> BenchRun {
         ingress_ns: 0,
         fast_forwarded_steps: 0,
         token_log,
+        // The client measured its gaps, a role chunk's included.
+        role_chunk_gaps: false,
     };
     BenchRun { outcomes, result, metrics_before, metrics_after, interrupted, client_cpu_s, wall_s, initial_test_error }
 }

@@ -86,6 +86,10 @@ pub struct Request {
     pub text: Option<String>,
     pub max_tokens: u32,
     pub ignore_eos: bool,
+    /// Time the chat stream's opening role chunk (a delta with `role` and empty `content`) as the
+    /// first token, as `vllm bench serve` 0.11–0.32 does (`sim::workload::Workload::role_chunk`);
+    /// false: skip it, as 0.33 and `sglang.bench_serving` do.
+    pub time_role_chunk: bool,
 }
 
 /// Where and how to send.
@@ -133,7 +137,7 @@ pub async fn send(client: &reqwest::Client, target: &Target, req: &Request, t0: 
             let text = resp.text().await.unwrap_or_default();
             return Err(Failure::Http { status: status.as_u16(), body: text.chars().take(300).collect::<String>() });
         }
-        read_stream(resp, st, &mut out).await
+        read_stream(resp, st, req.time_role_chunk, &mut out).await
     };
     match tokio::time::timeout(target.timeout, fut).await {
         Ok(Ok(())) => {
@@ -157,7 +161,12 @@ fn describe(e: &reqwest::Error) -> Failure {
     }
 }
 
-async fn read_stream(mut resp: reqwest::Response, st: Instant, out: &mut Outcome) -> Result<(), Failure> {
+async fn read_stream(
+    mut resp: reqwest::Response,
+    st: Instant,
+    time_role_chunk: bool,
+    out: &mut Outcome,
+) -> Result<(), Failure> {
     let mut buf: Vec<u8> = Vec::new();
     let mut first = true;
     let mut last = st;
@@ -192,6 +201,14 @@ async fn read_stream(mut resp: reqwest::Response, st: Instant, out: &mut Outcome
             let now = Instant::now();
             match v.get("choices").and_then(Value::as_array) {
                 Some(choices) if !choices.is_empty() => {
+                    // The chat role chunk: a delta naming the role, with no content and no text.
+                    let role_chunk = choices[0].get("delta").is_some_and(|d| {
+                        d.get("role").is_some()
+                            && d.get("content").and_then(Value::as_str).unwrap_or_default().is_empty()
+                    });
+                    if role_chunk && !time_role_chunk {
+                        continue;
+                    }
                     if first {
                         first = false;
                         out.ttft_s = (now - st).as_secs_f64();
@@ -199,7 +216,8 @@ async fn read_stream(mut resp: reqwest::Response, st: Instant, out: &mut Outcome
                         out.itl_s.push((now - last).as_secs_f64());
                     }
                     last = now;
-                    chunks += 1;
+                    // A timed role chunk is no token (the count stands in for a missing usage).
+                    chunks += u32::from(!role_chunk);
                     let c = &choices[0];
                     if let Some(t) = c.get("text").or_else(|| c.get("delta").and_then(|d| d.get("content"))) {
                         out.generated_text.push_str(t.as_str().unwrap_or_default());

@@ -331,6 +331,9 @@ struct TokenTally<'a> {
     between: Vec<u64>,
     /// The number of gaps.
     n_gaps: u64,
+    /// Each record's first delivery brought one more chunk the client counted as a token (the
+    /// chat role chunk: [`TokenTally::of_run`]); its gap is in `between`.
+    role_chunks: bool,
 }
 
 /// How [`TokenTally`] counts the runs holding a delivery.
@@ -347,6 +350,21 @@ impl<'a> TokenTally<'a> {
     fn new(log: &'a TokenLog, recs: &[&RequestRecord]) -> TokenTally<'a> {
         let runs: usize = recs.iter().map(|r| r.tokens.runs().count()).sum();
         TokenTally::with_cover(log, recs, runs.saturating_mul(4) > log.len())
+    }
+
+    /// [`TokenTally::new`] with, where `role_chunk_gaps`, one more gap of 0 for each record that
+    /// has a token ([`RunResult::role_chunk_gaps`]: the client timed the chat role chunk, sent
+    /// with the first token, as its first; the first token's own chunk then came a gap of ~0
+    /// later).
+    fn of_run(run: &'a RunResult, recs: &[&RequestRecord]) -> TokenTally<'a> {
+        let mut t = TokenTally::new(&run.token_log, recs);
+        if run.role_chunk_gaps {
+            let with_tokens = recs.iter().filter(|r| r.tokens.first_delivery().is_some()).count();
+            t.between.extend(std::iter::repeat_n(0, with_tokens));
+            t.n_gaps += with_tokens as u64;
+            t.role_chunks = true;
+        }
+        t
     }
 
     /// [`TokenTally::new`] with the difference array (`dense`) or the sorted ends.
@@ -404,7 +422,7 @@ impl<'a> TokenTally<'a> {
             }
             Cover::Sparse(changes)
         };
-        TokenTally { times, cover, between, n_gaps }
+        TokenTally { times, cover, between, n_gaps, role_chunks: false }
     }
 
     /// Calls `f(first, end, runs holding them, runs starting at the first)` for the
@@ -643,7 +661,7 @@ pub fn bench_metrics_at(run: &RunResult, extra: &[f64]) -> BenchMetrics {
     // The buckets count from the first completed request's send (`min_start_time`), not from
     // the benchmark's start: under a finite rate the first request waits a gap too, and the
     // bucket edges move with it. They run to the last completed request's end.
-    let tally = TokenTally::new(&run.token_log, &recs);
+    let tally = TokenTally::of_run(run, &recs);
     let first_send = recs.iter().map(|r| r.dispatch_ns).min().unwrap_or(run.bench_start_ns);
     let last_end = recs
         .iter()
@@ -724,6 +742,13 @@ fn peaks_per_second_dense_below(
         }
     });
     per_bucket.extend(cur);
+    if tally.role_chunks {
+        // vLLM's buckets rebuild each request's chunk times from its TTFT and ITLs, the role
+        // chunk's among them: one more "token" at each first delivery.
+        per_bucket.extend(
+            recs.iter().filter_map(|r| r.tokens.first_delivery()).map(|d| (bucket(tally.times[d as usize]), 1)),
+        );
+    }
     let mut max_tokens = 0u64;
     if dense_below > 0 && last < dense_below.max(per_bucket.len() as u64) {
         // Few buckets: summed in place, without sorting the runs.

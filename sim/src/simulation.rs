@@ -409,6 +409,10 @@ pub struct RunResult {
     pub fast_forwarded_steps: u64,
     /// The deliveries the records' [`RequestRecord::tokens`] refer to.
     pub token_log: TokenLog,
+    /// Each completed record has one more ITL, of 0, before its first delivery's: the
+    /// benchmark client timed the chat role chunk, sent with the first token
+    /// ([`crate::workload::Workload::role_chunk`]). False where the gaps were measured.
+    pub role_chunk_gaps: bool,
 }
 
 impl RunResult {
@@ -1003,6 +1007,7 @@ pub fn run_observed<E: Engine>(
         ingress_ns: lp.ingress_ns,
         fast_forwarded_steps: lp.ff_steps,
         token_log: lp.token_log,
+        role_chunk_gaps: workload.role_chunk,
     }
 }
 

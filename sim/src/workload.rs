@@ -155,6 +155,12 @@ pub struct WorkloadParams {
     pub seed: u64,
     /// Sent to the chat endpoint (`/v1/chat/completions`), not `/v1/completions`.
     pub chat: bool,
+    /// The benchmark client times the chat stream's opening role chunk (`delta: {"role":
+    /// "assistant", "content": ""}`, which vLLM and SGLang send just before the first token's
+    /// chunk) as a token: TTFT at it, and one near-zero ITL per request. `vllm bench serve`
+    /// 0.11–0.32 does; 0.33's `_choice_has_streamed_output` and `sglang.bench_serving` skip it.
+    /// Set by the scenario's resolution ([`crate::config::client_times_role_chunk`]).
+    pub role_chunk: bool,
 }
 
 /// The generated workload: three phases, run one after the other.
@@ -171,6 +177,8 @@ pub struct Workload {
     pub seed: u64,
     /// Sent to the chat endpoint ([`WorkloadParams::chat`]).
     pub chat: bool,
+    /// The client times the chat role chunk ([`WorkloadParams::role_chunk`]).
+    pub role_chunk: bool,
     /// The `--num-prompts` asked for, where the dataset made fewer requests: `prefix_repetition`
     /// makes `num_prompts ÷ num_prefixes` (rounded down) a prefix, and `vllm bench serve` reports
     /// the number asked (`result_json["num_prompts"] = args.num_prompts`), not the number sent.
@@ -360,6 +368,7 @@ pub fn generate(params: &WorkloadParams) -> Workload {
         trace_arrivals: params.dataset.is_trace(),
         seed,
         chat: params.chat,
+        role_chunk: params.chat && params.role_chunk,
         requested_prompts,
     }
 }
@@ -429,6 +438,7 @@ mod tests {
             initial_test_request: false,
             seed: 0,
             chat: false,
+            role_chunk: false,
         }
     }
 

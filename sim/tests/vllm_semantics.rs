@@ -376,3 +376,51 @@ fn from_0_23_a_freed_partial_block_is_reused_before_a_cached_prefix_is_evicted()
     assert!((0.50..0.56).contains(&old), "{old}");
     assert!((0.82..0.87).contains(&new), "{new}");
 }
+
+/// `vllm bench serve` 0.11–0.32 on the chat endpoint times the stream's opening role chunk
+/// (`delta: {"role": "assistant", "content": ""}`, which vLLM writes with the first output just
+/// before its token) as the first token: TTFT is unchanged, each request gains one ITL of ~0
+/// and one "token" in the peak-tokens buckets. 0.33's `_choice_has_streamed_output` skips it, as
+/// `sglang.bench_serving` does; `/v1/completions` has no role chunk.
+#[test]
+fn a_chat_benchmark_before_0_33_times_the_role_chunk_as_a_token() {
+    let scenario = |version: &str, endpoint: &str| {
+        let mut v: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(common::root().join("scenarios/serve-small-vllm.json")).unwrap(),
+        )
+        .unwrap();
+        common::set(&mut v, &format!("engine.version={version}"));
+        common::set(&mut v, &format!("workload.endpoint={endpoint}"));
+        v
+    };
+    const CHAT: &str = "/v1/chat/completions";
+    let s32 = common::spec(scenario("0.32.0", CHAT));
+    assert!(s32.workload.role_chunk);
+    assert!(!common::spec(scenario("0.33.0", CHAT)).workload.role_chunk);
+    assert!(!common::spec(scenario("0.32.0", "/v1/completions")).workload.role_chunk);
+    let mut sglang = serde_json::from_str::<serde_json::Value>(
+        &std::fs::read_to_string(common::root().join("scenarios/rtx5090-qwen2.5-7b-sglang.json")).unwrap(),
+    )
+    .unwrap();
+    common::set(&mut sglang, &format!("workload.endpoint={CHAT}"));
+    assert!(!common::spec(sglang).workload.role_chunk);
+
+    // The same run, read by a client that times the role chunk and by one that skips it.
+    let with = sim::simulate(&s32, Default::default());
+    let mut skipping = s32.clone();
+    skipping.workload.role_chunk = false;
+    let without = sim::simulate(&skipping, Default::default());
+    let (a, b) = (&with.metrics, &without.metrics);
+    for (x, y) in [(&a.ttft, &b.ttft), (&a.tpot, &b.tpot), (&a.e2el, &b.e2el)] {
+        assert_eq!(format!("{x:?}"), format!("{y:?}"));
+    }
+    // 40 requests of 32 tokens: 40 × 31 gaps, and 40 more of 0.
+    assert_eq!(a.completed, 40);
+    let gaps = 40.0 * 31.0;
+    assert!((a.itl.mean * (gaps + 40.0) - b.itl.mean * gaps).abs() < 1e-9 * b.itl.mean * gaps, "{a:?} {b:?}");
+    assert_eq!(a.itl.max, b.itl.max);
+    assert!(a.itl.median <= b.itl.median);
+    assert!(a.max_output_tokens_per_s > b.max_output_tokens_per_s);
+    assert!(a.max_output_tokens_per_s <= b.max_output_tokens_per_s + 40.0);
+    assert_eq!(a.output_throughput, b.output_throughput, "usage.completion_tokens counts no role chunk");
+}

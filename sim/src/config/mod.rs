@@ -426,6 +426,23 @@ pub fn default_initial_test_request(engine: &EngineSpec) -> bool {
     }
 }
 
+/// The first `vllm bench serve` that skips the chat stream's opening role chunk (0.33.0's
+/// `_choice_has_streamed_output` in `benchmarks/lib/endpoint_request_func.py`: a chunk whose
+/// delta carries `role` and an empty `content` is not a token; absent in 0.32.0's, read in
+/// both wheels).
+pub const VLLM_BENCH_SKIPS_ROLE_CHUNK: Version = Version::new(0, 33, 0);
+
+/// Whether the modelled benchmark client times the chat endpoint's opening role chunk as its
+/// first token ([`crate::workload::WorkloadParams::role_chunk`]): `vllm bench serve` before
+/// 0.33 (its TTFT is then the role chunk's arrival, which vLLM sends with the first token, and
+/// each request gains one near-zero ITL); `sglang.bench_serving` times only chunks with content.
+pub fn client_times_role_chunk(engine: &EngineSpec) -> bool {
+    match engine {
+        EngineSpec::Vllm(c) => c.version < VLLM_BENCH_SKIPS_ROLE_CHUNK,
+        EngineSpec::Sglang(_) => false,
+    }
+}
+
 /// An inline card's figures within what any model or accelerator has (a value outside is a typo
 /// in units, and would give a silent nonsense: a zero-weight model whose KV pool grows, a run of
 /// centuries); the shipped cards are well inside.
@@ -598,6 +615,7 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
     if s.workload.initial_test_request.is_none() {
         workload.initial_test_request = default_initial_test_request(&engine);
     }
+    workload.role_chunk = workload.chat && client_times_role_chunk(&engine);
 
     let graphs = match &engine {
         EngineSpec::Vllm(c) => crate::cost::GraphRule::vllm(

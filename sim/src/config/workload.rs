@@ -337,6 +337,8 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
                 ))
             }
         },
+        // `resolve` sets it from the modelled benchmark's release (`client_times_role_chunk`).
+        role_chunk: false,
     };
     // EOS drawn at or past every request's max_tokens never ends one: the distribution would be
     // read and have no effect (every output its max_tokens, as with ignore_eos).

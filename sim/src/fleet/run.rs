@@ -930,6 +930,7 @@ pub fn run_fleet(
         ingress_ns,
         fast_forwarded_steps: lp.ff_steps,
         token_log: lp.token_log,
+        role_chunk_gaps: workload.role_chunk,
     };
     let per = |x: u64| if lp.xfers > 0 { x as f64 / lp.xfers as f64 / 1e6 } else { 0.0 };
     let fleet = FleetRun {
