@@ -106,8 +106,9 @@ def vs060(name, model, gpu, count, sgl_frac):
                 r["skip"] = v060_skip[name]
             rows.append(r)
     w(name, {"csv": f"data/published/{name}.csv", "gpu": f"{count}x {gpu}",
-             "about": "vLLM 0.6.0 modelled as 0.11.0 (V1; the oldest modelled) with 0.6.0's scheduler defaults (max_num_seqs 256, max_num_batched_tokens = max(max_model_len, 2048) = 4096 without chunked prefill), SGLang 0.3.0 as 0.4.10 (the oldest modelled) without the overlap scheduler (0.3.0 had none); "
-                      "KV pools derived from the default memory fractions. " + SHAREGPT_NOTE,
+             "about": "vLLM 0.6.0's rows are listed, not judged (the V0 engine with multi-step scheduling; their scenario runs it as 0.11.0, V1, with 0.6.0's scheduler defaults: max_num_seqs 256, max_num_batched_tokens = max(max_model_len, 2048) = 4096 without chunked prefill), SGLang 0.3.0 as 0.4.10 (the oldest modelled) without the overlap scheduler (0.3.0 had none); "
+                      "KV pools derived from the default memory fractions. " + SHAREGPT_NOTE
+                      + (" SGLang ran --enable-torch-compile, which servesim does not model (it speeds small decode batches)." if "8b" in name else ""),
              "scenarios": {"vllm-0.6.0": v, "sglang-0.3.0": s}, "rows": rows})
 
 vs060("sglang_vs_vllm060_llama31-8b_a100", "llama-3.1-8b-instruct", "a100-80gb", 1, 0.88)
@@ -230,7 +231,9 @@ w("accelmark_llama3-8b_a100-40gb_sglang056", {
              "(one seeded sample, accelmark_llama3-8b_a100-40gb_sglang056.trace.csv, rescaled by trace_rate); the same 300 prompts at every level "
              "and run, in order 5, 25, 100 QPS, three runs a level, on one engine with SGLang's radix cache on, after the offline scenario "
              "had sent the first 100: nearly every run found the prompts sent before, so every level is replayed after them "
-             "(prior_run_prompts = 300; docs/benchmark.md section 5). No kernel table exists for the A100-40GB: the fallback times it.",
+             "(prior_run_prompts = 300; docs/benchmark.md section 5). No kernel table exists for the A100-40GB: the fallback times it. "
+             "The runner drives an in-process sglang.Engine (async_generate), with no HTTP server: servesim still charges its HTTP front end "
+             "(about 2.3 ms of a 42 ms TTFT, ~5% of p50 TTFT), which has no switch in a scenario.",
     "scenario": am,
     "rows": [{"engine": "sglang-0.5.6", "load": q, "set": [f"workload.trace_rate={q}", f"workload.num_prompts={AM_N}",
                                                            f"workload.prior_run_prompts={AM_N}"]}
@@ -242,7 +245,7 @@ nim = wl(vllm("0.11.0", "llama-3.3-70b-instruct-fp8", "h100-80gb", 2, kv_cache_d
 eng = "NVIDIA NIM llama-3.3-70b-instruct 1.8.0 (backend not stated)"
 w("nim_llama33-70b-fp8_2xh100", {
     "csv": "data/published/nim_llama33-70b-fp8_2xh100_5000in500out.csv", "gpu": "2x h100-80gb",
-    "about": "Rating D: NIM's backend is unstated (TensorRT-LLM or vLLM); modelled as vLLM 0.11.0 with defaults, TP 2, fp8 weights and an fp8 KV cache (the set's own plateau requires it: by Little's law 920 tok/s at a 93 ms ITL is ~86 sequences decoding at once, ~450k tokens of 5,000-5,500; at 160 KiB per token per GPU in bf16 (80 layers x 8 KV heads x 128 x 2 x 2 B / TP 2) that is 74 GB of KV beside 35 GB of fp8 weights on an 80 GB card, in fp8 37 GB, which fits. Inferred from the set, not stated by the source: NIM's profile does not name its KV dtype); 4 x concurrency requests per level (unstated); TTFT/ITL taken as means (unstated).",
+    "about": "Rating D: NIM's backend is unstated (TensorRT-LLM or vLLM); modelled as vLLM 0.11.0 with defaults, TP 2, fp8 weights and an fp8 KV cache (the set's own plateau requires it: by Little's law 920 tok/s at a 93 ms ITL is ~86 sequences decoding at once, ~450k tokens of 5,000-5,500; at 160 KiB per token per GPU in bf16 (80 layers x 8 KV heads x 128 x 2 x 2 B / TP 2) that is 74 GB of KV beside 35 GB of fp8 weights on an 80 GB card, in fp8 37 GB, which fits. Inferred from the set, not stated by the source: NIM's profile does not name its KV dtype); 4 x concurrency requests per level, at least 16 (unstated); TTFT/ITL taken as means (unstated).",
     "scenario": nim,
     "rows": [{"engine": eng, "load": c, "set": [f"workload.max_concurrency={c}", f"workload.num_prompts={max(4 * int(c), 16)}"]}
              for c in ["1", "5", "25", "50", "100", "150", "200", "250"]]})
