@@ -299,8 +299,10 @@ fn parse_completion(body: &[u8], chat: bool, sh: &Shared) -> Result<Completion, 
                 format!("The model `{m}` does not exist; this server serves `{}`", sh.opts.model),
             ))
         }
+        // Optional in both engines' protocols: vLLM's `model: str | None = None` (the served
+        // model), SGLang's default "default".
+        None | Some(Value::Null) => {}
         Some(_) => return Err(bad("model: expected a string")),
-        None => return Err(bad("model: required")),
     }
     // `n` > 1 (several choices per prompt) is not modelled: refused, as vLLM refuses what it
     // does not support, rather than answered with one choice.
