@@ -67,6 +67,47 @@ pub struct WorkloadArgs {
 }
 
 impl WorkloadArgs {
+    /// The workload fields a flag set (the field's name is the flag's, `_` for `-`).
+    fn fields_given(&self) -> Vec<&'static str> {
+        let given: [(&'static str, bool); 19] = [
+            ("dataset_name", self.dataset_name.is_some()),
+            ("random_input_len", self.random_input_len.is_some()),
+            ("random_output_len", self.random_output_len.is_some()),
+            ("random_range_ratio", self.random_range_ratio.is_some()),
+            ("random_prefix_len", self.random_prefix_len.is_some()),
+            ("prefix_repetition_prefix_len", self.prefix_repetition_prefix_len.is_some()),
+            ("prefix_repetition_suffix_len", self.prefix_repetition_suffix_len.is_some()),
+            ("prefix_repetition_num_prefixes", self.prefix_repetition_num_prefixes.is_some()),
+            ("prefix_repetition_output_len", self.prefix_repetition_output_len.is_some()),
+            ("trace", self.trace.is_some()),
+            ("num_prompts", self.num_prompts.is_some()),
+            ("max_concurrency", self.max_concurrency.is_some()),
+            ("request_rate", self.request_rate.is_some()),
+            ("burstiness", self.burstiness.is_some()),
+            ("num_warmups", self.num_warmups.is_some()),
+            ("seed", self.seed.is_some()),
+            ("ignore_eos", self.ignore_eos),
+            ("initial_test_request", self.no_initial_test),
+            ("endpoint", false),
+        ];
+        given.iter().filter(|(_, g)| *g).map(|(f, _)| *f).collect()
+    }
+
+    /// An error about a workload field a flag set names the flag first (`--max-concurrency
+    /// (workload.max_concurrency): ...`): the user typed the flag, not the scenario's path.
+    fn name_the_flag(&self, e: String) -> String {
+        for f in self.fields_given() {
+            let path = format!("workload.{f}");
+            let Some(rest) = e.strip_prefix(&path) else { continue };
+            if rest.starts_with(':') || rest.starts_with(' ') {
+                let flag =
+                    if f == "initial_test_request" { "no-initial-test".to_string() } else { f.replace('_', "-") };
+                return format!("--{flag} ({path}){rest}");
+            }
+        }
+        e
+    }
+
     /// The `workload` section these flags describe (over the scenario's, if any), sent to
     /// `endpoint` (`--endpoint`): the section says the endpoint the requests go to, so that a
     /// prediction of it (`check`) and the run record describe what was sent.
@@ -182,7 +223,8 @@ impl WorkloadArgs {
                 o.insert("output_len_dist".into(), json!({"kind": "uniform", "min": 1, "max": 1}));
             }
         }
-        let section: WorkloadSection = config::from_value(json, "workload").map_err(|e| e.to_string())?;
+        let section: WorkloadSection =
+            config::from_value(json, "workload").map_err(|e| self.name_the_flag(e.to_string()))?;
         let mut res = Resources::default();
         // As simulate says it (`load::resolve`): a trace times its own requests.
         if section.trace.is_some() && section.request_rate.is_some_and(|r| r.0.is_some()) {
@@ -221,7 +263,7 @@ impl WorkloadArgs {
                 }
             }
         }
-        let mut params = config::resolve_workload(&section, &res).map_err(|e| e.to_string())?;
+        let mut params = config::resolve_workload(&section, &res).map_err(|e| self.name_the_flag(e.to_string()))?;
         // Whether the client times the chat role chunk as its first token follows the modelled
         // `vllm bench serve` release, as `simulate` of the same scenario has it
         // (`config::client_times_role_chunk`); without a scenario, the current client (0.33 and

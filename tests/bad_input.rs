@@ -473,3 +473,18 @@ fn a_request_timeout_of_zero_is_refused() {
         assert!(err.contains("--request-timeout") && err.contains("above 0"), "{err}");
     }
 }
+
+/// A workload flag of `bench`, `check` or `calibrate` out of range is refused naming the flag the
+/// user typed, with the scenario path it sets (not the path alone).
+#[test]
+fn a_bad_workload_flag_is_named_as_the_flag() {
+    for (flag, value, want) in [
+        ("--max-concurrency", "0", "--max-concurrency (workload.max_concurrency)"),
+        ("--random-range-ratio", "2", "--random-range-ratio (workload.random_range_ratio)"),
+    ] {
+        let o = run_cli(&["bench", "--base-url", "http://127.0.0.1:9", flag, value, "--num-prompts", "1"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains(want), "{err}");
+    }
+}
