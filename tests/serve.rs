@@ -187,7 +187,14 @@ fn malformed_requests_get_4xx_and_leave_the_server_up() {
 fn an_sglang_scenario_is_served_under_sglangs_names() {
     let s = start_server("scenarios/kv-starved-qwen2.5-7b-a100-sglang.json", &["--time-scale", "20"]);
     let info = raw(&s.url, b"GET /get_server_info HTTP/1.1\r\n\r\n");
-    assert!(info.contains("\"max_total_tokens\":10240"), "{info}");
+    // The flag as given (here binding: the pool), and the pool under its own name.
+    assert!(info.contains("\"max_total_tokens\":10240") && info.contains("\"max_total_num_tokens\":10240"), "{info}");
+    // A pool pinned at the start-up log's figure: no flag given, as SGLang's server_args says.
+    {
+        let logged = start_server("scenarios/rtx5090-qwen2.5-7b-sglang.json", &[]);
+        let info = raw(&logged.url, b"GET /get_server_info HTTP/1.1\r\n\r\n");
+        assert!(info.contains("\"max_total_tokens\":null") && info.contains("\"max_total_num_tokens\":"), "{info}");
+    }
     let j = stdout_json(&run_cli(&[
         "bench",
         "--base-url",

@@ -563,13 +563,25 @@ async fn generate(sh: Arc<Shared>, c: Completion, chat: bool) -> Resp {
         .expect("a valid response")
 }
 
+/// SGLang's `--max-total-tokens` as given: the pool where the bound sized it, the bound where
+/// the pool from memory was below it, else none.
+fn given_max_total_tokens(kv: &sim::config::KvSizing, pool: u64) -> Option<u64> {
+    match (kv.source, kv.bound_not_binding) {
+        ("max_total_tokens", _) => Some(pool),
+        (_, Some(("max_total_tokens", bound))) => Some(bound),
+        _ => None,
+    }
+}
+
 fn server_info(sh: &Shared) -> Value {
     match &sh.spec.engine {
         EngineSpec::Sglang(c) => json!({
             "model_path": sh.opts.model,
             "served_model_name": sh.opts.model,
             "version": c.version.to_string(),
-            "max_total_tokens": c.max_total_tokens,
+            // `server_args.max_total_tokens` is the flag (null when not given: SGLang sizes the
+            // pool from memory, bounded by the flag when it is); the pool is `max_total_num_tokens`.
+            "max_total_tokens": given_max_total_tokens(&sh.spec.kv_sizing, c.max_total_tokens),
             "max_total_num_tokens": c.max_total_tokens,
             "page_size": c.page_size,
             "max_running_requests": c.max_running_requests,
