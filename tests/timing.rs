@@ -375,9 +375,29 @@ fn served_equals_simulated(v: Value) {
 
 #[test]
 fn calibrating_against_serve_on_a_virtual_clock_recovers_the_scenarios_coefficients() {
+    calibrate_virtual(scenario_json(), derive(), true);
+}
+
+/// SGLang too, before and after 0.5.22. Before it, the overlap scheduler decodes a finished
+/// request once more, and the next request of a concurrency-1 probe arrives while that step
+/// runs: its wait hides the ingress, so the probe's mean TTFT is not the unit-column linear
+/// function of the ingress the lone-request solve assumed (it took the ingress at 0.35 of
+/// the truth, 519 µs for 1,500).
+#[test]
+fn calibrating_against_an_sglang_serve_on_a_virtual_clock_recovers_the_scenarios_coefficients() {
+    for version in ["0.5.21", "0.5.23"] {
+        let mut v = scenario_json();
+        v["engine"] = json!({"kind": "sglang", "version": version, "max_running_requests": 32,
+                             "chunked_prefill_size": 2048, "max_total_tokens": 10240, "context_length": 4096});
+        let mut d = derive();
+        d.sets.clear();
+        calibrate_virtual(v, d, false);
+    }
+}
+
+fn calibrate_virtual(truth_json: Value, derive_opts: DeriveOptions, run_check: bool) {
     let started = std::time::Instant::now();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let truth_json = scenario_json();
     let truth = spec(truth_json.clone());
     // What the server reports about itself, as `servesim calibrate` asks it.
     let info = rt.block_on(async {
@@ -388,7 +408,7 @@ fn calibrating_against_serve_on_a_virtual_clock_recovers_the_scenarios_coefficie
         info
     });
     let scenario = |w: &Value| -> Result<SimSpec, String> {
-        let v = derive_scenario(&info, &derive(), w).map_err(|e| e.to_string())?;
+        let v = derive_scenario(&info, &derive_opts, w).map_err(|e| e.to_string())?;
         let s = sim::config::from_value(v, "").map_err(|e| e.to_string())?;
         sim::config::resolve(&s, &sim::builtin::resources()?).map_err(|e| e.to_string())
     };
@@ -422,6 +442,9 @@ fn calibrating_against_serve_on_a_virtual_clock_recovers_the_scenarios_coefficie
     let refs = &profile.speed_reference.as_ref().unwrap().mean_itl_ms;
     assert!(refs.iter().all(|r| r.is_some() && (r.unwrap() - refs[0].unwrap()).abs() < 1e-6), "{refs:?}");
 
+    if !run_check {
+        return;
+    }
     // `check` with the fitted profile passes.
     let fitted: Value = serde_json::to_value(&profile.coefficients).unwrap();
     let overlay: CostCoefficients = serde_json::from_value(fitted.clone()).unwrap();

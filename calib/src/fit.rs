@@ -854,7 +854,6 @@ impl Projection {
         // fitted prefill_token_us came out 0.96–1.04 of the truth relative, 1.00–1.04 in ms).
         let mut x = Vec::with_capacity(self.rows.len());
         let mut y = Vec::with_capacity(self.rows.len());
-        let mut rest = Vec::with_capacity(self.rows.len());
         for (i, m, cols) in &self.rows {
             let r = predict(&points[*i].spec, &zeroed)[0]?;
             let mut row = [0.0; 4];
@@ -863,7 +862,6 @@ impl Projection {
             }
             x.push(row);
             y.push(m - r);
-            rest.push(r);
         }
         // Columns scaled to unit norm, so the solver's pivots do not depend on units.
         let norm: Vec<f64> = (0..k).map(|j| x.iter().map(|r| r[j] * r[j]).sum::<f64>().sqrt()).collect();
@@ -890,15 +888,76 @@ impl Projection {
             }
         };
         let values: Vec<f64> = (0..k).map(|j| if active[j] { beta[j] / norm[j] } else { 0.0 }).collect();
+        let (values, pred) = self.refine(points, cost, values)?;
         let meas: Vec<f64> = self.rows.iter().map(|r| r.1).collect();
-        let pred: Vec<f64> = self
-            .rows
-            .iter()
-            .zip(&rest)
-            .map(|((_, _, cols), r)| r + cols.iter().zip(&values).map(|(c, v)| c * v).sum::<f64>())
-            .collect();
         let pairs: Vec<(f64, f64)> = meas.into_iter().zip(pred).collect();
         Some(LinearFit { values, r2: r_squared(&pairs).unwrap_or(0.0), points: self.rows.len() })
+    }
+
+    /// The unit columns hold only where a lone request never waits behind a step: with the
+    /// other coefficients at 0 nothing is in flight when it arrives. Where the engine still
+    /// runs a step when the next request of the closed loop comes (SGLang before 0.5.22 with
+    /// the overlap scheduler decodes a finished request once more), that wait hides the
+    /// ingress: the mean TTFT of `n` requests moves by 1/n of it, not by all of it, and the
+    /// unit solve took ingress at a third of the truth. Gauss–Newton on the simulated TTFTs
+    /// themselves, from the unit solve, with columns taken by finite differences at the
+    /// current values: where the TTFT is linear, the first step changes nothing.
+    fn refine(&self, points: &[FitPoint], cost: &CostModel, start: Vec<f64>) -> Option<(Vec<f64>, Vec<f64>)> {
+        let k = self.names.len();
+        let ttfts = |v: &[f64]| -> Option<Vec<f64>> {
+            let c = overlaid(cost, self.names.iter().copied().zip(v.iter().copied()));
+            self.rows.iter().map(|(i, _, _)| predict(&points[*i].spec, &c)[0]).collect()
+        };
+        let sse = |pred: &[f64]| self.rows.iter().zip(pred).map(|(r, p)| (r.1 - p) * (r.1 - p)).sum::<f64>();
+        let mut values = start;
+        let mut pred = ttfts(&values)?;
+        for _ in 0..12 {
+            let mut x = vec![[0.0; 4]; self.rows.len()];
+            let y: Vec<f64> = self.rows.iter().zip(&pred).map(|(r, p)| r.1 - p).collect();
+            let mut active = [false; 4];
+            for j in 0..k {
+                // A step of a few percent of the value (or of the unit solve's scale).
+                let h = (0.02 * values[j]).max(1e-6 * (1.0 + values.iter().copied().fold(0.0, f64::max)));
+                let mut v = values.clone();
+                v[j] += h;
+                let p = ttfts(&v)?;
+                for (row, (a, b)) in x.iter_mut().zip(p.iter().zip(&pred)) {
+                    row[j] = (a - b) / h;
+                }
+                active[j] = x.iter().any(|r| r[j] != 0.0);
+            }
+            let norm: Vec<f64> =
+                (0..4).map(|j| x.iter().map(|r| r[j] * r[j]).sum::<f64>().sqrt().max(1e-300)).collect();
+            for r in &mut x {
+                for j in 0..k {
+                    r[j] /= norm[j];
+                }
+            }
+            let Some(step) = least_squares(&x, &y, &active) else { break };
+            // Halve the step until it does not make the fit worse (the TTFT has kinks).
+            let before = sse(&pred);
+            let mut t = 1.0;
+            let mut moved = false;
+            while t > 1e-3 {
+                let cand: Vec<f64> = (0..k)
+                    .map(|j| if active[j] { (values[j] + t * step[j] / norm[j]).max(0.0) } else { values[j] })
+                    .collect();
+                let p = ttfts(&cand)?;
+                if sse(&p) < before {
+                    let change =
+                        (0..k).map(|j| (cand[j] - values[j]).abs() / values[j].abs().max(1e-9)).fold(0.0, f64::max);
+                    values = cand;
+                    pred = p;
+                    moved = change > 1e-7;
+                    break;
+                }
+                t *= 0.5;
+            }
+            if !moved {
+                break;
+            }
+        }
+        Some((values, pred))
     }
 
     /// `cost` with the projected coefficients solved (unchanged when they cannot be).

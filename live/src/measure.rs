@@ -170,7 +170,18 @@ impl LiveMeasure {
         }
         wu.initial_test = None;
         wu.warmups.clear();
-        let _ = bench::run(&unrecorded(&self.opts), &wu).await;
+        let run = bench::run(&unrecorded(&self.opts), &wu).await;
+        // The simulator runs the measured workload on an idle engine; the warm-up's last
+        // response can leave a step in flight (SGLang before 0.5.22 with the overlap scheduler
+        // decodes a finished request once more), and a request sent at once would wait for it.
+        // Wait for that step: twice the longest token gap the warm-up saw, 50 ms to 2 s.
+        let gap = run
+            .outcomes
+            .iter()
+            .flat_map(|o| o.itl_s.iter().copied().chain(std::iter::once(o.ttft_s)))
+            .filter(|g| g.is_finite())
+            .fold(0.0f64, f64::max);
+        tokio::time::sleep(std::time::Duration::from_secs_f64((2.0 * gap).clamp(0.05, 2.0))).await;
     }
 
     /// A recorded run with a progress display.
