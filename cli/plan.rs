@@ -123,16 +123,39 @@ pub const KEEPS_UP: &str =
 /// capacity (a little under it: the run's drain at the end is in it). A plan below the
 /// offered rate falls behind it, and a latency SLO it meets on a short run breaks on a longer
 /// one: its queue grows with every second more (a plan completing 65 requests a second met p99
-/// TTFT ≤ 3 s at 100 req/s over 200 requests, and reached 13 s over 3,000). `None` for a closed
-/// loop (the client waits for the engine) and a trace's arrivals (not checked).
+/// TTFT ≤ 3 s at 100 req/s over 200 requests, and reached 13 s over 3,000). A trace's offered
+/// rate is its replayed requests' mean rate (`sim::traces::mean_rate`'s (n − 1) ÷ span, the one
+/// `trace_rate` sets), and its capacity the same requests sent at once. `None` for a closed loop
+/// (the client waits for the engine) and a trace whose requests all arrive at one instant.
 fn capacity_at_burst(spec: &sim::config::SimSpec) -> Option<(f64, f64)> {
+    use sim::workload::Dataset;
     let w = &spec.workload;
-    let rate = w.request_rate?;
-    if w.max_concurrency.is_some() || w.dataset.is_trace() {
+    if w.max_concurrency.is_some() {
         return None;
     }
     let mut burst = spec.clone();
-    burst.workload.request_rate = None;
+    let rate = if w.dataset.is_trace() {
+        let reqs = sim::workload::generate(w).requests;
+        let first = reqs.iter().map(|r| r.arrival_ns).min()?;
+        let last = reqs.iter().map(|r| r.arrival_ns).max()?;
+        if reqs.len() < 2 || last == first {
+            return None;
+        }
+        match &mut burst.workload.dataset {
+            Dataset::Trace { rows } => rows.iter_mut().for_each(|r| r.arrival_time = 0.0),
+            Dataset::Requests { requests } => {
+                let mut at_once = requests.as_ref().clone();
+                at_once.iter_mut().for_each(|r| r.arrival_ns = 0);
+                *requests = std::sync::Arc::new(at_once);
+            }
+            _ => {}
+        }
+        (reqs.len() - 1) as f64 / ((last - first) as f64 * 1e-9)
+    } else {
+        let rate = w.request_rate?;
+        burst.workload.request_rate = None;
+        rate
+    };
     let out = sim::simulate(&burst, RunOptions::default());
     out.run.stop.completed().ok()?;
     Some((out.metrics.request_throughput, rate))

@@ -724,3 +724,42 @@ fn servesims_own_trace_format_is_the_one_given() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("rows-as.csv:1: not valid JSON"), "{}", stderr(&o));
 }
+
+/// A trace's arrivals are an offered rate too: a plan that completes fewer requests a second,
+/// with the trace's requests sent at once, than the trace's mean rate ((n − 1) ÷ span) falls
+/// behind it (plan checked only a finite `request_rate` until 2026-12-05).
+#[test]
+fn plan_rejects_a_fleet_that_falls_behind_a_traces_arrivals() {
+    let mut rows = String::from("arrival_time,input_len,output_len\n");
+    for i in 0..300 {
+        rows.push_str(&format!("{:.2},1024,128\n", f64::from(i) * 0.01));
+    }
+    let trace = write_temp("plan-trace-100rps.csv", &rows);
+    let scen = trace_scenario("plan-trace.json", trace.to_str().unwrap(), "csv", "");
+    let cands = write_temp(
+        "plan-trace-cands.json",
+        r#"{"prices_per_gpu_hour":{"h100-80gb":2.99},"gpus":["h100-80gb"],"tensor_parallel_size":[1,2],"replicas":[1,2]}"#,
+    );
+    let r = stdout_json(&run_cli(&[
+        "plan",
+        &scen,
+        "--candidates",
+        cands.to_str().unwrap(),
+        "--slo",
+        "p99_ttft_ms<=1e9",
+        "--json",
+    ]));
+    let behind: Vec<&Value> = r["rejected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| {
+            e["violations"].as_array().unwrap().iter().find(|v| v["slo"].as_str().unwrap().starts_with("keeps up"))
+        })
+        .collect();
+    assert!(!behind.is_empty(), "{r:#}");
+    for v in behind {
+        assert!((v["bound"].as_f64().unwrap() - 100.0).abs() < 1e-6, "{v}");
+        assert!(v["value"].as_f64().unwrap() < 100.0, "{v}");
+    }
+}
