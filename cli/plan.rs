@@ -116,9 +116,9 @@ pub struct PlanViolation {
 
 /// The name of the capacity verdict among a plan's violations ([`capacity_at_burst`]).
 pub const KEEPS_UP: &str =
-    "keeps up with the offered rate (req/s completed with every request sent at once >= request_rate)";
+    "keeps up with the offered rate (req/s completed with every request sent at once >= request_rate, or a trace's mean rate)";
 
-/// Under an offered rate (a finite `request_rate`, no concurrency cap): how many requests per
+/// Under an offered rate (a finite `request_rate` or a trace's arrivals, no concurrency cap): how many requests per
 /// second the plan completes when every request of the same run is sent at once, its
 /// capacity (a little under it: the run's drain at the end is in it). A plan below the
 /// offered rate falls behind it, and a latency SLO it meets on a short run breaks on a longer
