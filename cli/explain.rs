@@ -95,9 +95,14 @@ pub fn text(e: &Explanation) -> String {
                 ("non-torch", m.non_torch),
                 ("CUDA graphs", m.cuda_graphs),
                 ("context", m.context),
+                ("margin", m.margin),
                 ("KV cache", m.kv),
                 ("reserve (outside the fraction)", m.reserve),
             ] {
+                // The sizing margin is vLLM 0.34's alone: no row where it is not charged.
+                if label == "margin" && v == 0 {
+                    continue;
+                }
                 let _ = writeln!(s, "  {label:<32} {:>12}", gib(v));
             }
             let _ = writeln!(s, "  ({}; {} KV bytes per token per GPU)", m.derivation, e.kv_bytes_per_token);

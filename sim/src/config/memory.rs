@@ -76,6 +76,28 @@ pub const VLLM_WDDM_CONSUMED_PER_WEIGHT_BYTE: f64 = 0.119;
 /// from the KV budget when the V1 model runner runs (the V2 runner's
 /// estimate is 0).
 pub const VLLM_GRAPH_MIB_PER_LAYER_SIZE: f64 = 0.45;
+/// The first vLLM release that sizes the KV pool after warmup and CUDA-graph capture from the
+/// memory then free (the "extensible KV cache": `CacheConfig.enable_extensible_kv_cache`,
+/// resolved on CUDA/ROCm by `VllmConfig._resolve_extensible_kv_cache`, 0.34.0
+/// `config/vllm.py:3180`, unless `kv_cache_memory_bytes` or `num_gpu_blocks_override` is set).
+pub const VLLM_EXTENSIBLE_KV_CACHE: Version = Version::new(0, 34, 0);
+/// SOURCE (0.34.0 `v1/worker/extensible_kv_cache.py:64`, `KV_CACHE_MARGIN_FLOOR_BYTES`, CUDA):
+/// the least margin the post-warmup sizing keeps below the device's headroom, bytes.
+pub const VLLM_KV_MARGIN_FLOOR_BYTES: u64 = 1 << 30;
+/// SOURCE (0.34.0 `extensible_kv_cache.py:65`, `KV_CACHE_MARGIN_FRACTION`): the margin's share
+/// of the measured transient peak (`max(floor, fraction × peak)`).
+pub const VLLM_KV_MARGIN_FRACTION: f64 = 0.75;
+/// SOURCE (0.34.0 `v1/worker/gpu/sample/prompt_logprob.py:20`, `CHUNK_SIZE`): the rows of prompt
+/// logits the V2 runner materialises at a time when computing prompt logprobs.
+pub const VLLM_PROMPT_LOGPROBS_CHUNK_ROWS: u64 = 1024;
+/// From the logs quoted in `config/vllm.rs` (`VLLM_MIN_USED_AT_START_MIB`), not fitted: GPU
+/// memory already in use when vLLM takes its start-up snapshot (the CUDA context, cuBLAS), MiB
+/// at TP 1: the mean of an A100's 0.41 GiB (78.84/79.25 GiB free, 0.31.0) and an H100's 0.53
+/// GiB (78.66/79.19). Charged only by the 0.34 sizing, whose cap is the device's free memory.
+pub const VLLM_USED_AT_SNAPSHOT_MIB: f64 = 481.0;
+/// The same at TP > 1 (NCCL's communicators exist by then): one TP worker's log, 94.05/95.01
+/// GiB free, 0.96 GiB in use, MiB.
+pub const VLLM_USED_AT_SNAPSHOT_TP_MIB: f64 = 983.0;
 /// FITTED (kv-logs corpus, SGLang rows): the CUDA context and torch's
 /// start-up allocations on each GPU before SGLang measures free memory, MiB.
 pub const SGLANG_CONTEXT_MIB: f64 = 1455.0;
@@ -119,7 +141,7 @@ pub struct MemoryAccount {
     /// The device's memory as CUDA reports it.
     pub total: u64,
     /// `total × gpu_memory_utilization` (vLLM) or `total × mem_fraction_static`
-    /// (SGLang): weights + activation peak + non-torch + CUDA graphs + context + kv.
+    /// (SGLang): weights + activation peak + non-torch + CUDA graphs + context + margin + kv.
     pub requested: u64,
     /// This GPU's share of the weights.
     pub weights: u64,
@@ -130,8 +152,14 @@ pub struct MemoryAccount {
     pub non_torch: u64,
     /// CUDA-graph memory subtracted from the pool (vLLM ≥ 0.21).
     pub cuda_graphs: u64,
-    /// The CUDA context and start-up allocations charged to the pool (SGLang).
+    /// The CUDA context and start-up allocations charged to the pool (SGLang; vLLM from
+    /// 0.34, where the pool is capped by the device's free memory: what was in use at vLLM's
+    /// start-up snapshot).
     pub context: u64,
+    /// vLLM ≥ 0.34 (extensible KV cache): the margin kept below the device's headroom,
+    /// `max(1 GiB, 0.75 × transient peak)`, where it binds (absent elsewhere).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub margin: u64,
     /// What is left for the KV pool (the pool itself is this, floored to whole blocks or pages).
     pub kv: u64,
     /// `total − requested`: memory outside the fraction (the CUDA context for
@@ -432,6 +460,12 @@ pub struct VllmMemoryBehaviour {
     /// transient torch peak (0.27: `total_consumed + transient_peak_headroom`)
     /// instead of weights + torch peak increase + non-torch increase (≤ 0.26).
     pub consumed_from_free_memory: bool,
+    /// The KV pool is sized after warmup and CUDA-graph capture from the memory then free
+    /// (0.34's extensible KV cache, on by default on CUDA: [`VLLM_EXTENSIBLE_KV_CACHE`]); the
+    /// graphs are then captured and measured rather than estimated (the V2 runner's
+    /// `profile_cudagraph_memory` returns 0 in this mode, 0.34.0 `gpu/model_runner.py:1121`).
+    /// Only where the pool is derived: a pinned pool takes the profiling path.
+    pub extensible_kv_cache: bool,
 }
 
 /// Whether the card describes the device as a Windows (WDDM) driver shows it,
@@ -485,6 +519,7 @@ impl VllmMemoryBehaviour {
                 && v >= Version::new(0, 20, 0)
                 && (!model_runner_v2 || v >= VLLM_V2_CUDAGRAPH_ESTIMATE),
             consumed_from_free_memory: v >= Version::new(0, 27, 0),
+            extensible_kv_cache: v >= VLLM_EXTENSIBLE_KV_CACHE,
         }
     }
 }
@@ -522,6 +557,29 @@ pub fn vllm_v2_activation_peak(model: &ModelCard, tp: u32, max_batched: u32, max
     forward.max(sampler)
 }
 
+/// The torch peak of 0.34's KV sizing step (`gpu/warmup.py:run_kv_cache_sizing_warmup`, 0.34.0
+/// :483): one step of `max_batched` tokens through `execute_model`, its prompt asking for
+/// `max_logprobs` (20) prompt logprobs. Its forward is the profiling run's (attention, which
+/// profiling skipped, adds workspaces not modelled here); after it the step keeps the hidden
+/// states of every token and computes the prompt logprobs 1,024 rows at a time
+/// (`sample/prompt_logprob.py:compute_prompt_logprobs_with_chunking`): each chunk's logits in
+/// the model's dtype (`LogitsProcessor`, no `head_dtype` by default), gathered to the full
+/// vocabulary at TP > 1 (the local shard alive beside it), a top-20 and a log-softmax kernel
+/// that materialises no full-vocabulary tensor (`sample/logprob.py:compute_token_logprobs`).
+/// This returns that logits phase; the caller takes the larger of it and the profiling run's
+/// peak. Not modelled: a `max_model_len` below the budget (vLLM then splits the step across
+/// prompts and asks logprobs of one), and the torch reservation's growth beyond the allocated
+/// peak (`_measure_sizing_step`: fragmentation), taken as no larger than the peak.
+pub fn vllm_kv_sizing_step_peak(model: &ModelCard, tp: u32, max_batched: u32) -> u64 {
+    let a = u64::from(model.activation_dtype_bytes());
+    let h = u64::from(model.hidden_size);
+    let v = u64::from(model.vocab_size);
+    let t = u64::from(max_batched);
+    let rows = t.min(VLLM_PROMPT_LOGPROBS_CHUNK_ROWS);
+    let shard = if tp > 1 { rows * v.div_ceil(u64::from(tp)) * a } else { 0 };
+    t * h * a + rows * v * a + shard
+}
+
 /// vLLM's `determine_available_memory` for one GPU (see the module docs).
 pub fn vllm_memory_account(
     model: &ModelCard,
@@ -537,11 +595,17 @@ pub fn vllm_memory_account(
     let tp = dep.tensor_parallel_size;
     let weights = model.weight_bytes_per_gpu(tp, dep.linear_weight_bytes);
     let mb = VllmMemoryBehaviour::of_release(version, model, dep.quantization.is_some(), dep.cuda_graphs);
-    let activation_peak = if mb.model_runner_v2 {
+    let profile_peak = if mb.model_runner_v2 {
         vllm_v2_activation_peak(model, tp, max_batched, max_seqs)
     } else {
         vllm_activation_peak(model, tp, max_batched, max_seqs)
     };
+    // 0.34 (extensible KV cache; not on the CPU backend, where `is_cuda_alike()` is false):
+    // the transient it keeps free is the largest measured of the profiling run's, the warmup
+    // steps' and the sizing step's (`reserved_headroom_bytes`, `record_transient_peak`).
+    let extensible = mb.extensible_kv_cache && !super::vllm::is_cpu_host(gpu);
+    let activation_peak =
+        if extensible { profile_peak.max(vllm_kv_sizing_step_peak(model, tp, max_batched)) } else { profile_peak };
     let non_torch_mib = if mb.model_runner_v2 { VLLM_V2_NON_TORCH_MIB } else { VLLM_NON_TORCH_MIB }
         + if tp > 1 { VLLM_NON_TORCH_TP_MIB } else { 0.0 };
     let host = mb.consumed_from_free_memory && wddm_host(gpu);
@@ -553,7 +617,48 @@ pub fn vllm_memory_account(
     } else {
         0
     };
-    let kv = requested.saturating_sub(weights + activation_peak + non_torch + cuda_graphs);
+    let non_kv = weights + activation_peak + non_torch + cuda_graphs;
+    if extensible {
+        // `extensible_kv_cache.py:measure_kv_cache_bytes` (0.34.0 :592): available =
+        // min(requested − non-KV use, free + committed − margin) − max(peak, reservation
+        // growth), the margin max(1 GiB, 0.75 × peak). Free + committed after warmup is the
+        // free memory at the start-up snapshot less the non-KV use, so the headroom cap is the
+        // device less what was in use at the snapshot, less the margin.
+        let used_at_snapshot_mib = if tp > 1 { VLLM_USED_AT_SNAPSHOT_TP_MIB } else { VLLM_USED_AT_SNAPSHOT_MIB };
+        let at_snapshot = (used_at_snapshot_mib * MIB as f64) as u64;
+        let margin = VLLM_KV_MARGIN_FLOOR_BYTES.max((activation_peak as f64 * VLLM_KV_MARGIN_FRACTION) as u64);
+        let headroom_cap = total.saturating_sub(at_snapshot + margin);
+        // What the device headroom holds back inside the requested memory (nothing where an
+        // explicit utilization is the smaller cap): the snapshot's use first, then the margin.
+        let held = requested.saturating_sub(headroom_cap);
+        let context = held.min(at_snapshot);
+        let margin_charged = held - context;
+        let kv = requested.min(headroom_cap).saturating_sub(non_kv);
+        return MemoryAccount {
+            total,
+            requested,
+            weights,
+            activation_peak,
+            non_torch,
+            cuda_graphs,
+            context,
+            margin: margin_charged,
+            kv,
+            reserve: total - requested,
+            derivation: "vLLM 0.34 sizes the pool after warmup and CUDA-graph capture (extensible KV cache): \
+                         min(requested, device − memory in use at start-up − margin) − weights − non-torch − CUDA \
+                         graphs − transient peak, the margin max(1 GiB, 0.75 × peak) \
+                         (v1/worker/extensible_kv_cache.py:measure_kv_cache_bytes). Derived: requested, weights, \
+                         the transient peak (the larger of the profiling run's, V2 model runner, and the sizing \
+                         step's: hidden states and one 1,024-row chunk of prompt logits), KV cell; source \
+                         constants: the margin; from logs: memory in use at start-up (0.47 GiB, 0.96 at TP > 1); \
+                         fitted on the start-up log corpus: V2 non-torch memory (and its extra at TP > 1), CUDA-graph \
+                         memory per layer per capture size (the V1 runner's figure, taken as what capture \
+                         measures), and on a Windows/WSL2 host what the free-memory measure adds per byte of weights. \
+                         Derived from the source's constants; not checked against a 0.34 start-up log",
+        };
+    }
+    let kv = requested.saturating_sub(non_kv);
     MemoryAccount {
         total,
         requested,
@@ -562,6 +667,7 @@ pub fn vllm_memory_account(
         non_torch,
         cuda_graphs,
         context: 0,
+        margin: 0,
         kv,
         reserve: total - requested,
         derivation: match (mb.model_runner_v2, host) {
@@ -619,6 +725,7 @@ pub fn sglang_memory_account(
         non_torch: 0,
         cuda_graphs: 0,
         context,
+        margin: 0,
         kv,
         reserve: total - requested,
         derivation: "derived: mem_fraction_static, weights, KV cell; fitted on the start-up log corpus: \
@@ -841,6 +948,10 @@ pub fn sglang_default_mem_fraction_static(
         gib * 1024.0
     };
     (((mem_mib - reserved_mib) / mem_mib) * 1000.0).round() / 1000.0
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 pub(super) fn gib(b: u64) -> f64 {

@@ -98,6 +98,17 @@ pub const VLLM_ONLINE_FP8_LAYERWISE: Version = Version::new(0, 16, 0);
 /// (MiB): 0.41 GiB on an A100 under 0.31.0; an H100 0.53, a TP worker 0.96.
 pub const VLLM_MIN_USED_AT_START_MIB: f64 = 400.0;
 
+/// The first vLLM release whose CUDA graphs on the SM100 family are two grids (prefill by tokens,
+/// decode by requests; 0.34.0 `config/vllm.py:2604`–2665): not modelled, refused on those GPUs.
+pub const VLLM_SM100_SPLIT_GRAPHS: Version = Version::new(0, 34, 0);
+
+/// The first vLLM release whose default KV block is 64 tokens (`CacheConfig.DEFAULT_BLOCK_SIZE`,
+/// 0.34.0 `config/cache.py:185`; 16 in 0.33.0). `Platform.update_block_size_for_backend`
+/// (0.34.0 `platforms/interface.py:783`) keeps it when the backend accepts it: FlashAttention,
+/// Triton (`MultipleOf(16)`), FlashInfer (16/32/64) and FlexAttention (any) all do for the
+/// dense models servesim carries (FlashAttention asks more only for head sizes 256 and 512).
+pub const VLLM_DEFAULT_BLOCK_64: Version = Version::new(0, 34, 0);
+
 /// The first vLLM release whose defaulted `max_num_seqs` and budget follow each other
 /// (`_set_default_max_num_seqs_and_batched_tokens_args`, read in 0.20.0–0.33.0).
 pub const VLLM_DEFAULT_SEQS_FOLLOW_BUDGET: Version = Version::new(0, 20, 0);
@@ -270,6 +281,24 @@ pub(super) fn resolve_vllm(
             format!("servesim models vLLM {VLLM_MIN} to {VLLM_MAX} (V1 scheduler); got {version}. Use the nearest modelled release."),
         ));
     }
+    // 0.34 captures separate prefill and decode CUDA-graph grids on the SM100 family (0.34.0
+    // `config/vllm.py:2604`: prefill token sizes up to 8,192 on `prefill_cudagraph_capture_grid`,
+    // decode request counts up to max_num_seqs on `decode_cudagraph_capture_grid`,
+    // `config/compilation.py:89`), which servesim's step cost (`GraphRule`) does not model.
+    if version >= VLLM_SM100_SPLIT_GRAPHS && gpu.is_sm100_family() {
+        return Err(ConfigError::new(
+            "engine.version",
+            format!(
+                "vLLM {version} on {} (compute capability {}, the SM100 family) is not modelled: from \
+                 {VLLM_SM100_SPLIT_GRAPHS} vLLM captures separate prefill CUDA graphs (token counts up to 8192) and \
+                 decode graphs (request counts up to max_num_seqs) there (config/vllm.py, config/compilation.py \
+                 prefill_cudagraph_capture_grid / decode_cudagraph_capture_grid), which servesim's step cost does \
+                 not model; use 0.33.0, or another GPU",
+                gpu.id,
+                gpu.compute_capability.as_deref().unwrap_or("10.x")
+            ),
+        ));
+    }
     check_fp8_weights_on_gpu(EngineKind::Vllm, version, e, model, gpu, dep)?;
     // Online fp8 (`quantization: fp8` on a checkpoint that is not): until 0.15
     // `Fp8LinearMethod.create_weights` allocates each layer's weights in the checkpoint's dtype
@@ -384,7 +413,7 @@ pub(super) fn resolve_vllm(
     let mut max_num_seqs = positive("engine.max_num_seqs", f.max_num_seqs.unwrap_or(default_seqs))?;
     let mut max_num_batched_tokens =
         positive("engine.max_num_batched_tokens", f.max_num_batched_tokens.unwrap_or(default_batched))?;
-    let block_size = f.block_size.unwrap_or(16);
+    let block_size = f.block_size.unwrap_or(if version >= VLLM_DEFAULT_BLOCK_64 { 64 } else { 16 });
     // vLLM's `CacheConfig.block_size: BlockSize = Literal[1, 8, 16, 32, 64, 128, 256]`
     // (`--block-size` takes its choices from it): any other size is refused at start-up.
     if version < VLLM_ANY_BLOCK_SIZE && !VLLM_BLOCK_SIZES.contains(&block_size) {
@@ -503,7 +532,18 @@ pub(super) fn resolve_vllm(
         )?;
         (blocks, KvSizing { source: "kv_cache_tokens", kv_bytes_per_token, memory: None, bound_not_binding: None })
     } else {
-        let util = f.gpu_memory_utilization.unwrap_or(if version >= Version::new(0, 20, 0) { 0.92 } else { 0.9 });
+        // 0.34 sizes a pool it derives after warmup (the extensible KV cache, on by default on
+        // CUDA unless the pool is pinned): `gpu_memory_utilization` defaults to None, which
+        // `CacheConfig.resolved_gpu_memory_utilization` reads as 1.0 in that mode (0.34.0
+        // `config/cache.py:495`), and an explicit value only caps the pool.
+        let extensible = version >= VLLM_EXTENSIBLE_KV_CACHE && !is_cpu_host(gpu);
+        let util = f.gpu_memory_utilization.unwrap_or(if extensible {
+            1.0
+        } else if version >= Version::new(0, 20, 0) {
+            0.92
+        } else {
+            0.9
+        });
         if !(util > 0.0 && util <= 1.0) {
             return Err(ConfigError::new("engine.gpu_memory_utilization", format!("must be in (0, 1], got {util}")));
         }
@@ -512,8 +552,11 @@ pub(super) fn resolve_vllm(
         // GiB already used then (A100 78.84/79.25 GiB free on 0.31.0, H100 78.66/79.19, a TP
         // worker 94.05/95.01): a fraction that leaves less than the least of them, 400 MiB, is
         // refused for certain (servesim ran 1.0 with all the memory).
+        // With the extensible KV cache (0.34) the check is skipped: "the budget is only a cap;
+        // exceeding free memory over-reserves address space rather than pages" (0.34.0
+        // `v1/worker/utils.py:783`).
         let left = gpu.memory_bytes as f64 * (1.0 - util);
-        if left < VLLM_MIN_USED_AT_START_MIB * MIB as f64 {
+        if !extensible && left < VLLM_MIN_USED_AT_START_MIB * MIB as f64 {
             return Err(ConfigError::new(
                 "engine.gpu_memory_utilization",
                 format!(
@@ -530,7 +573,8 @@ pub(super) fn resolve_vllm(
         let page = kv_bytes_per_token * u64::from(block_size);
         let blocks = acct.kv / page;
         if blocks < 2 {
-            let used = acct.weights + acct.activation_peak + acct.non_torch + acct.cuda_graphs;
+            let used =
+                acct.weights + acct.activation_peak + acct.non_torch + acct.cuda_graphs + acct.context + acct.margin;
             return Err(ConfigError::new(
                 "engine.gpu_memory_utilization",
                 format!(
