@@ -142,7 +142,7 @@ fn other_mistakes_get_clear_errors() {
     rejects(
         "bad_version.json",
         &base(r#""version": "0.9.0""#, r#""num_prompts": 3"#),
-        &["engine.version", "0.11.0 to 0.33.0"],
+        &["engine.version", "0.11.0 to 0.34.0"],
     );
     rejects(
         "bad_card.json",

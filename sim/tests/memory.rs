@@ -587,3 +587,158 @@ fn vllm_start_up_rules_of_recent_releases() {
     assert!(fp8("0.15.0").unwrap_err().to_string().contains("unquantized first"));
     assert!(fp8("0.16.0").is_ok());
 }
+
+fn vllm_blocks(spec: &SimSpec) -> (u32, u32) {
+    match &spec.engine {
+        EngineSpec::Vllm(c) => (c.num_gpu_blocks, c.block_size),
+        _ => unreachable!(),
+    }
+}
+
+/// vLLM 0.34 sizes a derived pool after warmup and CUDA-graph capture from the memory then free
+/// (the extensible KV cache: 0.34.0 `v1/worker/extensible_kv_cache.py:measure_kv_cache_bytes`,
+/// :592), with `gpu_memory_utilization` unset read as 1.0 (`config/cache.py:495`). Llama-3.1-8B
+/// bf16 on one H100 (85,045,477,376 bytes), the defaults (1,024 sequences, 8,192 tokens), worked
+/// by hand from servesim's terms:
+///
+/// * weights 8,030,261,248 × 2 = 16,060,522,496; V2 non-torch 514 MiB = 538,968,064; CUDA graphs
+///   0.45 MiB × 32 layers × 51 sizes (1, 2, 4, 8…248, 256…512) = 770,074,214;
+/// * the profiling run's peak: the forward, 8,192 × (2 × 4,096 + 3 × 14,336) × 2 = 838,860,800
+///   (its sampler, 8,192 × 4,096 × 2 + 1,024 × 128,256 × 2 = 329,777,152, is smaller); the sizing
+///   step's logits phase, 8,192 × 4,096 × 2 + 1,024 × 128,256 × 2 = 329,777,152, is too: T =
+///   838,860,800;
+/// * 0.33: 0.92 × total = 78,241,839,185, less the four terms: KV 60,033,413,611 bytes, 28,626
+///   blocks of 16 tokens (2,097,152 bytes);
+/// * 0.34: the margin max(1 GiB, 0.75 × T = 629,145,600) = 1,073,741,824; in use at the start-up
+///   snapshot 481 MiB = 504,365,056; total − both = 83,467,370,496, less the four terms: KV
+///   65,258,944,922 bytes (+5.23 GB, +8.7%), 7,779 blocks of 64 tokens (8,388,608 bytes): 497,856
+///   tokens against 458,016.
+///
+/// Qwen2.5-7B on an A100 80GB (2,048 tokens, 256 sequences): the sizing step's logits phase,
+/// 2,048 × 3,584 × 2 + 1,024 × 152,064 × 2 = 326,107,136, exceeds the profiling run's forward,
+/// 2,048 × (2 × 3,584 + 3 × 18,944) × 2 = 262,144,000, and is the transient kept free.
+#[test]
+fn vllm_0_34_sizes_the_pool_after_warmup_from_the_memory_then_free() {
+    let v = |model: &str, gpu: &str, extra: Value| {
+        resolve(scenario(with(json!({"kind": "vllm"}), extra), model, gpu, 1)).unwrap()
+    };
+    let llama = |extra: Value| v("llama-3.1-8b-instruct", "h100-80gb", extra);
+    let (s33, s34) = (llama(json!({"version": "0.33.0"})), llama(json!({"version": "0.34.0"})));
+    let (a33, a34) = (s33.kv_sizing.memory.clone().unwrap(), s34.kv_sizing.memory.clone().unwrap());
+    for a in [&a33, &a34] {
+        assert_eq!(a.weights, 16_060_522_496);
+        assert_eq!(a.non_torch, 538_968_064);
+        assert_eq!(a.cuda_graphs, 770_074_214);
+        assert_eq!(a.activation_peak, 838_860_800);
+        // Everything the request hands the engine is accounted for.
+        assert_eq!(
+            a.requested,
+            a.weights + a.activation_peak + a.non_torch + a.cuda_graphs + a.context + a.margin + a.kv
+        );
+        assert_eq!(a.requested + a.reserve, a.total);
+    }
+    assert_eq!((a33.requested, a33.kv, a33.context, a33.margin), (78_241_839_185, 60_033_413_611, 0, 0));
+    assert_eq!(vllm_blocks(&s33), (28_626, 16));
+    assert_eq!((a34.requested, a34.reserve), (85_045_477_376, 0));
+    assert_eq!((a34.context, a34.margin, a34.kv), (504_365_056, 1_073_741_824, 65_258_944_922));
+    assert_eq!(vllm_blocks(&s34), (7_779, 64));
+    assert!(a34.derivation.contains("not checked against a 0.34 start-up log"), "{}", a34.derivation);
+
+    // The sizing step's prompt logprobs can be the larger transient.
+    let qwen = |version: &str| v("qwen2.5-7b-instruct", "a100-80gb", json!({"version": version}));
+    let (q33, q34) = (qwen("0.33.0"), qwen("0.34.0"));
+    assert_eq!(q33.kv_sizing.memory.as_ref().unwrap().activation_peak, 262_144_000);
+    let q = q34.kv_sizing.memory.clone().unwrap();
+    assert_eq!(q.activation_peak, 326_107_136);
+    assert_eq!(q.margin, 1 << 30, "0.75 × 0.30 GiB is below the 1 GiB floor");
+    assert!(pool(&q34) > pool(&q33));
+
+    // Eager: no graphs, and the sizing still runs.
+    let eager = llama(json!({"version": "0.34.0", "enforce_eager": true}));
+    let e = eager.kv_sizing.memory.unwrap();
+    assert_eq!(e.cuda_graphs, 0);
+    assert_eq!(e.kv, a34.kv + a34.cuda_graphs);
+}
+
+/// An explicit `gpu_memory_utilization` under 0.34 caps the pool at u × total − non-KV use (the
+/// `min(requested − non_kv_used, …)` of `measure_kv_cache_bytes`); where the device's headroom
+/// less the margin is the smaller, that binds. 1.0 is accepted: `request_memory` skips its
+/// free-memory refusal with the extensible KV cache (0.34.0 `v1/worker/utils.py:783`).
+#[test]
+fn vllm_0_34_an_explicit_utilization_caps_the_pool() {
+    let llama = |extra: Value| {
+        resolve(scenario(
+            with(json!({"kind": "vllm", "version": "0.34.0"}), extra),
+            "llama-3.1-8b-instruct",
+            "h100-80gb",
+            1,
+        ))
+    };
+    let acct = |extra: Value| llama(extra).unwrap().kv_sizing.memory.unwrap();
+    let default = acct(json!({}));
+    // 0.92 × total less the same non-KV terms as 0.33 (the peak is the profiling run's here):
+    // 0.33's bytes, in blocks of 64.
+    let capped = acct(json!({"gpu_memory_utilization": 0.92}));
+    assert_eq!((capped.requested, capped.kv, capped.context, capped.margin), (78_241_839_185, 60_033_413_611, 0, 0));
+    assert_eq!(vllm_blocks(&llama(json!({"gpu_memory_utilization": 0.92})).unwrap()), (7_156, 64));
+    // 0.99 × total (84.2 GB) is above the headroom cap (83.5 GB): the default's pool.
+    assert_eq!(acct(json!({"gpu_memory_utilization": 0.99})).kv, default.kv);
+    assert_eq!(acct(json!({"gpu_memory_utilization": 1.0})).kv, default.kv);
+    // 0.33 refuses 1.0 (less than 400 MiB left), 0.34 runs it.
+    let e = llama(json!({"gpu_memory_utilization": 1.0, "version": "0.33.0"})).unwrap_err().to_string();
+    assert!(e.contains("Free memory on device"), "{e}");
+    // Still a fraction in (0, 1].
+    assert!(llama(json!({"gpu_memory_utilization": 1.1})).is_err());
+}
+
+/// 0.34's default block is 64 tokens (`CacheConfig.DEFAULT_BLOCK_SIZE`, 0.34.0 `config/cache.py:185`;
+/// 16 through 0.33), which every dense backend servesim models accepts; a block given is kept. A
+/// pinned pool takes the old path (the extensible KV cache is off with `num_gpu_blocks_override`,
+/// `config/vllm.py:_resolve_extensible_kv_cache`): no memory account, the blocks as given.
+#[test]
+fn vllm_0_34_defaults_to_64_token_blocks_and_keeps_pinned_pools() {
+    let v = |extra: Value| {
+        resolve(scenario(
+            with(json!({"kind": "vllm", "max_model_len": 8192}), extra),
+            "llama-3.1-8b-instruct",
+            "h100-80gb",
+            1,
+        ))
+        .unwrap()
+    };
+    assert_eq!(vllm_blocks(&v(json!({"version": "0.33.0"}))).1, 16);
+    assert_eq!(vllm_blocks(&v(json!({"version": "0.34.0"}))).1, 64);
+    for backend in ["FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION"] {
+        assert_eq!(vllm_blocks(&v(json!({"version": "0.34.0", "attention_backend": backend}))).1, 64, "{backend}");
+    }
+    assert_eq!(vllm_blocks(&v(json!({"version": "0.34.0", "block_size": 16}))).1, 16);
+    for version in ["0.33.0", "0.34.0"] {
+        let s = v(json!({"version": version, "num_gpu_blocks_override": 1000, "block_size": 16}));
+        assert!(s.kv_sizing.memory.is_none());
+        assert_eq!(vllm_blocks(&s), (1000, 16), "{version}");
+        let t = v(json!({"version": version, "kv_cache_tokens": 400_000, "block_size": 16}));
+        assert!(t.kv_sizing.memory.is_none());
+        assert_eq!(pool(&t), 400_000, "{version}");
+    }
+    // In 64-token blocks the override counts 64-token blocks.
+    assert_eq!(pool(&v(json!({"version": "0.34.0", "num_gpu_blocks_override": 1000}))), 64_000);
+}
+
+/// 0.34 captures separate prefill and decode CUDA-graph grids on the SM100 family (0.34.0
+/// `config/vllm.py:2604`), which servesim's step cost does not model: a B200 at 0.34 is refused,
+/// naming why; 0.33 runs.
+#[test]
+fn vllm_0_34_on_b200_is_refused() {
+    let b200 = |version: &str| {
+        resolve(scenario(
+            json!({"kind": "vllm", "version": version, "max_model_len": 8192}),
+            "llama-3.1-8b-instruct",
+            "b200",
+            1,
+        ))
+    };
+    assert!(b200("0.33.0").is_ok());
+    let e = b200("0.34.0").unwrap_err();
+    assert_eq!(e.path, "engine.version");
+    assert!(e.message.contains("SM100") && e.message.contains("prefill"), "{e}");
+}

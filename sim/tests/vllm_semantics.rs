@@ -348,6 +348,9 @@ fn vllm_behaviours_arrive_in_the_release_read() {
         assert!(!get(&b(before)), "{name} in {before:?}");
         assert!(get(&b(from)), "{name} not in {from:?}");
     }
+    // 0.34.0 schedules as 0.33.0 does (scheduler, KV manager and block pool read in both wheels:
+    // what servesim models is unchanged; 0.34 changes the pool's sizing and block size, memory.rs).
+    assert_eq!(b((0, 34, 0)), b((0, 33, 0)));
 }
 
 /// From 0.23 a request's freed blocks without a hash (its partial last block) go to the front of
