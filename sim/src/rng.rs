@@ -36,7 +36,7 @@ pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
 /// SplitMix64 finaliser: a cheap, well-mixed bijection on `u64`, used to turn
 /// (segment key, offset) pairs into token contents and to chain block hashes.
 #[inline]
-pub(crate) fn mix64(mut z: u64) -> u64 {
+pub fn mix64(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);

@@ -49,7 +49,9 @@ pub const PINNED_POOL: [&str; 3] = ["kv_cache_tokens", "num_gpu_blocks_override"
 
 /// Whether a `--set` (or `tune --vary`) path changes what the KV pool would be: the memory
 /// fraction, the model, the GPU (or its host), the TP size, the KV cache's or the weights'
-/// format, the engine. A pinned pool (a start-up log's figure) is then another setup's.
+/// format, the engine or its release (each release sizes its pool by its own rules: vLLM 0.29's
+/// CUDA-graph estimate, 0.34's post-warmup sizing and 64-token blocks, SGLang's per-release
+/// reserves). A pinned pool (a start-up log's figure) is then another setup's.
 pub fn resizes_pool(path: &str) -> bool {
     let under = |root: &str| path == root || path.starts_with(&format!("{root}."));
     under("model")
@@ -62,6 +64,7 @@ pub fn resizes_pool(path: &str) -> bool {
             "engine.kv_cache_dtype",
             "engine.quantization",
             "engine.kind",
+            "engine.version",
         ]
         .contains(&path)
 }
