@@ -295,7 +295,7 @@ pub fn calibrate<M: Measure + ?Sized>(m: &mut M, scenario: &Scenario<'_>, o: &Ca
     }
     if let (Some(p), Some(l)) = (&projection, &linear) {
         profile.lone_request_fit = Some(LoneRequestFit {
-            method: "solved at each step of the search by least squares on the concurrency-1 probes' mean TTFT in ms (variable projection)",
+            method: "solved at each step of the search by least squares on the concurrency-1 probes' mean TTFT in ms (variable projection), refined by Gauss-Newton on the simulated TTFTs",
             points: l.points,
             r2: l.r2,
             coefficients: Named(p.names.iter().zip(&l.values).map(|(n, v)| (n.to_string(), *v)).collect()),
