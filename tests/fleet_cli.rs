@@ -732,13 +732,14 @@ fn servesims_own_trace_format_is_the_one_given() {
 }
 
 /// A trace's arrivals are an offered rate too: a plan that completes fewer requests a second,
-/// with the trace's requests sent at once, than the trace's mean rate ((n − 1) ÷ span) falls
-/// behind it (plan checked only a finite `request_rate` until 2026-12-05).
+/// on a burst of the trace's requests, than the trace's mean rate ((n − 1) ÷ span) falls
+/// behind it (plan checked only a finite `request_rate` until 2026-12-05). 300 requests of
+/// 4,096 / 512 tokens are more than one H100 holds at once (about 100).
 #[test]
 fn plan_rejects_a_fleet_that_falls_behind_a_traces_arrivals() {
     let mut rows = String::from("arrival_time,input_len,output_len\n");
     for i in 0..300 {
-        rows.push_str(&format!("{:.2},1024,128\n", f64::from(i) * 0.01));
+        rows.push_str(&format!("{:.2},4096,512\n", f64::from(i) * 0.01));
     }
     let trace = write_temp("plan-trace-100rps.csv", &rows);
     let scen = trace_scenario("plan-trace.json", trace.to_str().unwrap(), "csv", "");
@@ -770,10 +771,10 @@ fn plan_rejects_a_fleet_that_falls_behind_a_traces_arrivals() {
     }
 }
 
-/// Whether a plan keeps up does not depend on how short the run is: a run of 20 requests of
-/// 4,096 / 512 tokens at 5 req/s on one H100 was rejected (its 20 requests sent at once completed
-/// 3.4 a second, the drain included) where 400 of them show it keeps up; 40 at 30 req/s, all
-/// admitted at once, showed no backlog and passed where the plan completes about 7 a second.
+/// Whether a plan keeps up does not depend on how long the run is: its capacity was the run's
+/// own requests sent at once, the drain included (20 requests judged by it, 400 not), then the
+/// completions from the first to the last admission of a bigger burst (a wave too many: 5.9
+/// req/s where the plan completes 4.4, so 5 and 5.5 req/s passed on short runs).
 #[test]
 fn plan_judges_keeping_up_alike_on_a_short_and_a_long_run() {
     let cands = write_temp(
@@ -788,6 +789,8 @@ fn plan_judges_keeping_up_alike_on_a_short_and_a_long_run() {
             cands.to_str().unwrap(),
             "--set",
             "hardware=h100-80gb",
+            "--set",
+            "model=llama-3.1-8b-instruct",
             "--request-rate",
             rate,
             "--num-prompts",
@@ -798,8 +801,10 @@ fn plan_judges_keeping_up_alike_on_a_short_and_a_long_run() {
         ]));
         r["best"].is_object()
     };
-    for n in ["20", "400"] {
-        assert!(verdict("5", n), "keeps up with 5 req/s over {n} requests");
-        assert!(!verdict("30", n), "falls behind 30 req/s over {n} requests");
+    // Llama-3.1-8B, 4,096 / 512 on one H100 completes about 4.4 a second in steady state
+    // (`simulate` at 5 req/s: p99 TTFT 5.5 s over 400 requests, 88 s over 4,000).
+    for n in ["20", "400", "1000"] {
+        assert!(verdict("4", n), "keeps up with 4 req/s over {n} requests");
+        assert!(!verdict("5", n), "falls behind 5 req/s over {n} requests");
     }
 }
