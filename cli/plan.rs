@@ -116,7 +116,7 @@ pub struct PlanViolation {
 
 /// The name of the capacity verdict among a plan's violations ([`capacity_at_burst`]).
 pub const KEEPS_UP: &str =
-    "keeps up with the offered rate (req/s completed while the run's requests, sent at once, still queue >= request_rate, or a trace's mean rate)";
+    "keeps up with the offered rate (req/s completed on a burst of the run's requests while a backlog waits >= request_rate, or a trace's mean rate)";
 
 /// The burst holds this many times what the plan runs at once (its running caps, or its
 /// KV-limited concurrency where smaller), so that a backlog waits through it; its rate is
