@@ -132,6 +132,12 @@
       return JSON.parse(this.call('translate', req));
     }
 
+    // {alignment, knobs_moved, workloads_differ, setup_differs, warning} of
+    // {scenarios: [req, req]}: what `servesim sweep` prints beside scenarios side by side.
+    alignment(req) {
+      return JSON.parse(this.call('alignment', req));
+    }
+
     explain(req) {
       const text = this.call('explain', req);
       return { text, value: JSON.parse(text) };

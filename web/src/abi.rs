@@ -75,6 +75,7 @@ export! {
     sweep => crate::sweep,
     explain => crate::explain,
     translate => crate::translate,
+    alignment => crate::alignment,
 }
 
 /// The shipped scenarios (see [`crate::scenarios`]).

@@ -112,12 +112,27 @@ pub(crate) fn read_raw(req: &Request) -> Result<RawScenario, String> {
 
 /// The binary's `load::apply_overrides`: the same `config::apply_sets` (a memory fraction, TP
 /// size or KV format drops a pinned pool, as the command the page prints does).
-pub(crate) fn apply_overrides(raw: &mut RawScenario, sets: &[String], seed: Option<u64>) -> Result<(), String> {
-    config::apply_sets(&mut raw.json, sets)?;
+/// Returns the warnings the binary prints for the pinned pools it dropped (`cli/load.rs`).
+pub(crate) fn apply_overrides(
+    raw: &mut RawScenario,
+    sets: &[String],
+    seed: Option<u64>,
+) -> Result<Vec<String>, String> {
+    let dropped = config::apply_sets(&mut raw.json, sets)?
+        .into_iter()
+        .map(|(k, resized)| {
+            format!(
+                "{}: engine.{k} was dropped: --set {resized} changes what the KV pool would be, so the pool is derived \
+                 from the memory fraction and the model and GPU cards (an estimate; see README \"KV capacity from \
+                 a memory fraction\"); pin it again with --set engine.{k}=N if you know it",
+                raw.origin
+            )
+        })
+        .collect();
     if let Some(seed) = seed {
         config::apply_set(&mut raw.json, &format!("workload.seed={seed}")).map_err(|e| format!("--seed: {e}"))?;
     }
-    Ok(())
+    Ok(dropped)
 }
 
 fn resources() -> Result<&'static Resources, String> {
@@ -195,7 +210,15 @@ struct ResolvedScenario<'a> {
     seed: u64,
     kv_limited_concurrency: u64,
     kv_request_footprint_tokens: u64,
+    /// The shared prefixes' tokens, held once (0 without a shared prefix or a prefix cache).
+    shared_prefix_tokens: u64,
     kv_limit_explanation: String,
+    /// The binary's warnings for a pinned pool the sets dropped (`engine.kv_cache_tokens was
+    /// dropped: ...`): the pool is then derived from memory.
+    dropped_pins: Vec<String>,
+    /// The concurrencies `explain` sweeps to find its knee for this scenario as set
+    /// (`sim::explain::plan`); `None` when it would refuse the scenario.
+    explain_grid: Option<Vec<u32>>,
     /// The scenario with the sets applied.
     scenario: &'a Value,
 }
@@ -228,9 +251,10 @@ enum DatasetSummary {
 pub fn resolve(request: &str) -> Result<String, String> {
     let req = parse_request(request)?;
     let mut raw = read_raw(&req)?;
-    apply_overrides(&mut raw, &req.sets, req.seed)?;
+    let dropped_pins = apply_overrides(&mut raw, &req.sets, req.seed)?;
     let spec = resolve_raw(&raw)?;
     let workload = sim::workload::generate(&spec.workload);
+    let explain_grid = sim::explain::plan(&spec, req.concurrency).ok().map(|p| p.grid);
     let limit = sim::sweep::kv_limited_concurrency(&spec, &workload);
     let raw_engine = raw.json.get("engine").and_then(Value::as_object).cloned().unwrap_or_default();
     let (chunk, memory_fraction) = match &spec.engine {
@@ -283,7 +307,10 @@ pub fn resolve(request: &str) -> Result<String, String> {
         seed: spec.workload.seed,
         kv_limited_concurrency: limit.concurrency,
         kv_request_footprint_tokens: limit.footprint_tokens,
+        shared_prefix_tokens: limit.shared_prefix_tokens,
         kv_limit_explanation: sim::sweep::kv_limit_sentence(&limit, &spec),
+        dropped_pins,
+        explain_grid,
         scenario: &raw.json,
     };
     Ok(serde_json::to_string(&j).expect("serializable"))
@@ -374,6 +401,56 @@ pub fn explain(request: &str) -> Result<String, String> {
     Ok(pretty(&e))
 }
 
+/// The scenarios an [`alignment`] compares, each a request (scenario, origin, sets, seed).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AlignRequest {
+    scenarios: Vec<Request>,
+}
+
+/// What `servesim sweep` of several scenarios (or `--set engine.kind=vllm,sglang`) says of
+/// them side by side, without their runs: `{"alignment": [...], "knobs_moved": [...],
+/// "workloads_differ": bool, "setup_differs": [...], "warning": "WARNING: this comparison
+/// moves N things at once (...)" or null}`, from the same `cli/align.rs` functions. The page
+/// runs each engine's sweep itself (each with its own knobs) and shows this beside them.
+pub fn alignment(request: &str) -> Result<String, String> {
+    let req: AlignRequest = serde_json::from_str(request).map_err(|e| format!("request: {e}"))?;
+    let mut raws = Vec::new();
+    let mut specs = Vec::new();
+    for r in &req.scenarios {
+        let mut raw = read_raw(r)?;
+        apply_overrides(&mut raw, &r.sets, r.seed)?;
+        specs.push(resolve_raw(&raw)?);
+        raws.push(raw);
+    }
+    let engines: Vec<Map<String, Value>> =
+        raws.iter().map(|r| r.json.get("engine").and_then(Value::as_object).cloned().unwrap_or_default()).collect();
+    let pairs: Vec<(&SimSpec, &Map<String, Value>)> = specs.iter().zip(&engines).collect();
+    let rows = align::table(&pairs);
+    let workloads: Vec<&Value> = raws.iter().map(|r| r.json.get("workload").unwrap_or(&Value::Null)).collect();
+    let workloads_differ = workloads.windows(2).any(|w| w[0] != w[1]);
+    let setup = align::setup_differences(&pairs);
+    let side = align::SideBySide::new(vec![], &rows, workloads_differ, setup);
+    // The binary's warning (`cli/sweep.rs`): the knobs moved and what else differs.
+    let all: Vec<String> = side
+        .knobs_moved
+        .iter()
+        .map(|m| m.to_string())
+        .chain(side.setup_differs.iter().map(|d| d.split(':').next().unwrap_or(d).to_string()))
+        .collect();
+    let warning = (all.len() > 1).then(|| {
+        format!(
+            "WARNING: this comparison moves {} things at once ({}): a difference in the results cannot be put down to any one of them. Align them with --set to compare one dimension at a time.",
+            all.len(),
+            all.join(", ")
+        )
+    });
+    let mut v = serde_json::to_value(&side).expect("serializable");
+    v.as_object_mut().expect("an object").remove("scenarios");
+    v["warning"] = serde_json::to_value(warning).expect("serializable");
+    Ok(serde_json::to_string(&v).expect("serializable"))
+}
+
 /// What [`translate`] returns.
 #[derive(Serialize)]
 struct Translation<'a> {
@@ -442,6 +519,34 @@ mod tests {
         // Set to what the scenario already has: nothing resizes, the pin stands.
         let v: Value = serde_json::from_str(&resolve(r#"{"sets": ["model=qwen2.5-7b-instruct"]}"#).unwrap()).unwrap();
         assert_eq!(v["kv_limited_concurrency"], 42);
+    }
+
+    /// The page shows the binary's warning for a dropped pin, and explain's knee grid.
+    #[test]
+    fn resolve_says_which_pin_was_dropped_and_explains_grid() {
+        let v: Value = serde_json::from_str(&resolve(r#"{"sets": ["engine.kv_cache_dtype=fp8"]}"#).unwrap()).unwrap();
+        let d = v["dropped_pins"].as_array().unwrap();
+        assert_eq!(d.len(), 1);
+        assert!(d[0].as_str().unwrap().contains("engine.kv_cache_tokens was dropped"), "{d:?}");
+        assert_eq!(v["kv_sizing_source"], "gpu_memory_utilization");
+        let v: Value = serde_json::from_str(&resolve("{}").unwrap()).unwrap();
+        assert_eq!(v["dropped_pins"], json!([]));
+        let spec = {
+            let raw = read_raw(&Request::default()).unwrap();
+            resolve_raw(&raw).unwrap()
+        };
+        assert_eq!(v["explain_grid"], json!(sim::explain::plan(&spec, None).unwrap().grid));
+    }
+
+    /// Side by side, the alignment `sweep --set engine.kind=vllm,sglang` prints, and its warning.
+    #[test]
+    fn alignment_of_the_default_on_both_engines() {
+        let t: Value = serde_json::from_str(&translate(r#"{"to": "sglang"}"#).unwrap()).unwrap();
+        let r = json!({"scenarios": [{}, {"scenario": t["scenario"].to_string(), "origin": t["origin"]}]}).to_string();
+        let v: Value = serde_json::from_str(&alignment(&r).unwrap()).unwrap();
+        assert_eq!(v["knobs_moved"], json!(["per-step token cap", "KV granularity (tokens)"]));
+        assert!(v["warning"].as_str().unwrap().contains("moves 2 things at once"), "{v}");
+        assert!(v.get("scenarios").is_none());
     }
 
     #[test]
