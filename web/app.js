@@ -7,7 +7,16 @@ const $ = (id) => document.getElementById(id);
 const SVGNS = 'http://www.w3.org/2000/svg';
 const COLORS = { vllm: '#0b57d0', sglang: '#a04000' };
 const MARKS = { knee: '#b3261e', kv: '#6a1b9a', you: '#1f1f1f' };
-const DEFAULT_GRID = '1,16,32,42,64,128';
+// The sweep's concurrencies when the box is blank: explain's own grid around the limit that
+// binds first (web/src/lib.rs `explain_grid`, sim::explain::plan), each point with explain's
+// prompts, so the table's knee is explain's; this one only where that grid is unknown.
+const FALLBACK_GRID = '1,16,32,42,64,128';
+// explain's prompts a slot at each point of its knee's sweep, and its cap (sim/src/explain.rs).
+const EXPLAIN_PROMPTS_PER_SLOT = 8;
+const MAX_EXPLAIN_PROMPTS = 50000;
+// A pool pinned in tokens (the other sizing sources derive it from a memory fraction).
+const PINNED_SOURCES = ['kv_cache_tokens', 'num_gpu_blocks_override', 'max_total_num_tokens'];
+const NAMES = { vllm: 'vLLM', sglang: 'SGLang' };
 
 // Engine-neutral knobs and each engine's flag for them.
 const KNOBS = [
@@ -24,7 +33,7 @@ const LOAD = [
   { key: 'in', label: 'Input length (tokens)', min: 16, max: 32768, step: 16 },
   { key: 'out', label: 'Output length (tokens)', min: 1, max: 8192, step: 1 },
   { key: 'prefix', label: 'Shared prefix (tokens)', min: 0, max: 32768, step: 16 },
-  { key: 'prompts', label: 'Prompts per run (blank: 4 per slot)', min: 1, max: 5000, step: 1 },
+  { key: 'prompts', label: 'Prompts per run', min: 1, max: 5000, step: 1 },
   { key: 'seed', label: 'Seed', min: 0, max: 1000000, step: 1 },
 ];
 
@@ -33,9 +42,9 @@ const state = {
   pasted: null, // pasted scenario text
   engine: null, // 'vllm' | 'sglang' | 'both' (null: the scenario's)
   kvpool: 'scenario',
-  mode: 'c',
+  mode: null, // 'c' | 'rate' (null: the scenario's own: a rate with no cap is rate mode)
   values: {}, // knob key -> string value set by the user (absent: the scenario's)
-  grid: DEFAULT_GRID,
+  grid: null, // the sweep's concurrencies as typed (null: explain's grid)
 };
 
 let sim = null;
@@ -65,8 +74,8 @@ function writeUrl() {
   else if (state.scenario && state.scenario !== shipped[0].name) q.set('s', state.scenario);
   if (state.engine && base && state.engine !== base.engine) q.set('engine', state.engine);
   if (state.kvpool !== 'scenario') q.set('kvpool', state.kvpool);
-  if (state.mode !== 'c') q.set('mode', state.mode);
-  if (state.grid !== DEFAULT_GRID) q.set('grid', state.grid);
+  if (state.mode) q.set('mode', state.mode);
+  if (state.grid != null) q.set('grid', state.grid);
   for (const k of [...KNOBS, ...LOAD]) if (state.values[k.key] != null && state.values[k.key] !== '') q.set(k.key, state.values[k.key]);
   for (const k of ['selftest', 'report']) {
     const keep = new URLSearchParams(location.search).get(k);
@@ -131,32 +140,53 @@ function seed() {
   return s != null && s !== '' ? Number(s) : undefined;
 }
 
-function concurrency() {
-  const c = Number(state.values.c || (base.max_concurrency || 1));
-  return Math.max(1, Math.round(c));
+// The load mode: the user's, else the scenario's own (a request rate with no cap on requests
+// in flight runs in rate mode at that rate, as `servesim simulate` of the scenario does).
+function mode() {
+  if (state.mode) return state.mode;
+  return base && base.request_rate != null && base.max_concurrency == null ? 'rate' : 'c';
 }
 
-function prompts(c, basePrompts) {
-  const p = state.values.prompts;
-  if (p != null && p !== '') return Number(p);
-  return Math.max(basePrompts, 4 * c);
+const given = (k) => state.values[k] != null && String(state.values[k]).trim() !== '';
+
+// The concurrency as typed (the simulator refuses what the CLI refuses: 0, 2.5, ...).
+function concurrencyText() {
+  return given('c') ? String(state.values.c).trim() : String((base && base.max_concurrency) || 1);
+}
+function concurrency() {
+  return Number(concurrencyText());
+}
+
+// Blank "Prompts per run": fixed concurrency, 4 a slot and at least the scenario's; a rate,
+// the scenario's and at least 200 (the label says which).
+const RATE_MIN_PROMPTS = 200;
+function defaultPrompts(basePrompts) {
+  return mode() === 'rate' ? Math.max(basePrompts, RATE_MIN_PROMPTS) : Math.max(basePrompts, 4 * Math.max(1, Math.ceil(concurrency()) || 1));
 }
 
 function loadSets(basePrompts) {
-  if (state.mode === 'rate') {
+  const p = given('prompts') ? String(state.values.prompts).trim() : defaultPrompts(basePrompts);
+  if (mode() === 'rate') {
     // Unset, the scenario's own rate (the box shows it), else 1 req/s.
-    const r = Number(state.values.rate || (base && base.request_rate) || 1);
-    const p = state.values.prompts ? Number(state.values.prompts) : Math.max(basePrompts, 200);
+    const r = given('rate') ? String(state.values.rate).trim() : (base && base.request_rate) || 1;
     return [`workload.request_rate=${r}`, 'workload.max_concurrency=null', `workload.num_prompts=${p}`];
   }
-  const c = concurrency();
-  return [`workload.max_concurrency=${c}`, `workload.num_prompts=${prompts(c, basePrompts)}`];
+  return [`workload.max_concurrency=${concurrencyText()}`, `workload.num_prompts=${p}`];
 }
 
+// The sweep's concurrencies as typed; null when the box is blank (explain's grid).
 function gridValues() {
+  if (state.grid == null || state.grid.trim() === '') return null;
   const g = state.grid.split(',').map((x) => x.trim()).filter((x) => x !== '').map(Number);
-  if (!g.length || g.some((x) => !Number.isInteger(x) || x < 1)) throw new ServesimError(`--concurrency: cannot read ${JSON.stringify(state.grid)}: give increasing whole numbers, e.g. ${DEFAULT_GRID}`);
+  if (!g.length || g.some((x) => !Number.isInteger(x) || x < 1)) throw new ServesimError(`--concurrency: cannot read ${JSON.stringify(state.grid)}: give increasing whole numbers, e.g. ${FALLBACK_GRID}`);
   return g;
+}
+
+// A point's prompts as explain gives each point of its knee's sweep (sim::explain::plan).
+function sweepPrompts(c, r) {
+  let p = Math.min(c * EXPLAIN_PROMPTS_PER_SLOT, Math.max(MAX_EXPLAIN_PROMPTS, c));
+  if (r.dataset.name === 'prefix_repetition') p = Math.max(p, r.dataset.num_prefixes);
+  return p;
 }
 
 function cached(key, f) {
@@ -290,19 +320,50 @@ function knobRow(k, parent) {
   if (range) range.addEventListener('input', () => { input.value = range.value; onChange(range.value); });
 }
 
-function showKnobValues() {
-  const firstKind = engines()[0].kind;
+// The boxes show what each engine runs: the user's value, else the engine's own as resolved
+// (`list`: compute's per-engine results, each with `resolved`, the scenario on that engine
+// with the knobs applied; without it, only the scenario's own engine is known).
+function showKnobValues(list) {
+  const kinds = list ? list.map((e) => e.kind) : [state.engine && state.engine !== 'both' ? state.engine : base.engine];
+  const ofKind = (kind) => (list ? (list.find((e) => e.kind === kind) || {}).resolved : kind === base.engine ? base : null);
+  const firstKind = kinds[0];
   for (const k of [...KNOBS, ...LOAD]) {
     const input = $('k-' + k.key);
     const range = $('k-' + k.key + '-range');
     let v = state.values[k.key];
-    if (v == null || v === '') v = defaultOf(k, firstKind);
+    if (v == null || v === '') v = defaultOf(k, ofKind(firstKind));
     if (input !== document.activeElement) input.value = v == null ? '' : v;
     if (range && v != null && v !== '' && range !== document.activeElement) range.value = v;
     // A slider has no empty position: without a value it would sit at its middle and read as one.
     if (range) range.classList.toggle('unset', v == null || v === '');
-    if (k.flags) $('k-' + k.key).closest('.knob').querySelector('label').textContent = `${k.label} (${k.flags[firstKind]})`;
+    const row = input.closest('.knob');
+    if (k.flags) {
+      row.querySelector('label').textContent = `${k.label} (${kinds.map((kd) => k.flags[kd]).join(' / ')})`;
+      // Side by side: each engine's own value (they differ where the engines' defaults do).
+      let per = row.querySelector('.per-engine');
+      if (!per) {
+        per = document.createElement('p');
+        per.className = 'hint per-engine';
+        per.dataset.testid = 'per-engine-' + k.key;
+        row.appendChild(per);
+      }
+      if (kinds.length > 1 && list) {
+        const vals = kinds.map((kd) => defaultOf(k, ofKind(kd)));
+        const differ = vals.some((x) => String(x) !== String(vals[0]));
+        per.textContent = kinds.map((kd, i) => `${NAMES[kd]} runs ${k.flags[kd]} = ${vals[i] === '' || vals[i] == null ? '(none: the pool is pinned in tokens)' : vals[i]}`).join('; ') +
+          (differ ? ` (they differ; the box shows ${NAMES[kinds[0]]}'s)` : '');
+        per.hidden = false;
+      } else {
+        per.textContent = '';
+        per.hidden = true;
+      }
+    }
   }
+  // Blank prompts: what the run then gets, in this mode.
+  const bp = (ofKind(firstKind) || base).num_prompts;
+  $('k-prompts').closest('.knob').querySelector('label').textContent = mode() === 'rate'
+    ? `Prompts per run (blank: the scenario's ${bp}, at least ${RATE_MIN_PROMPTS})`
+    : `Prompts per run (blank: 4 per slot, at least the scenario's ${bp})`;
   const f = datasetFields(base);
   // prefix_repetition's prompt is its shared prefix and a suffix: the box sets the suffix.
   $('k-in').closest('.knob').querySelector('label').textContent = base.dataset.name === 'prefix_repetition'
@@ -312,17 +373,32 @@ function showKnobValues() {
     $('k-' + k).disabled = off;
     $('k-' + k + '-range').disabled = off;
   }
-  $('k-c').closest('.knob').hidden = state.mode !== 'c';
-  $('k-rate').closest('.knob').hidden = state.mode !== 'rate';
+  $('k-c').closest('.knob').hidden = mode() !== 'c';
+  $('k-rate').closest('.knob').hidden = mode() !== 'rate';
   document.querySelectorAll('input[name=engine]').forEach((r) => (r.checked = r.value === (state.engine || base.engine)));
   document.querySelectorAll('input[name=kvpool]').forEach((r) => (r.checked = r.value === state.kvpool));
-  document.querySelectorAll('input[name=mode]').forEach((r) => (r.checked = r.value === state.mode));
-  if ($('grid') !== document.activeElement) $('grid').value = state.grid;
+  document.querySelectorAll('input[name=mode]').forEach((r) => (r.checked = r.value === mode()));
+  if ($('grid') !== document.activeElement) $('grid').value = state.grid == null ? '' : state.grid;
+  $('grid').placeholder = list
+    ? 'blank: explain\'s grid, ' + list.map((e) => (list.length > 1 ? NAMES[e.kind] + ' ' : '') + e.sweepReq.concurrencies.join(',')).join('; ')
+    : 'blank: explain\'s grid';
+  // Where each engine's KV pool comes from, as it runs (a knob that resizes the pool drops a
+  // pin, as the CLI does: the warning says so).
+  const src = $('kvpool-source');
+  if (src) {
+    src.textContent = list ? list.map((e) => {
+      const r = e.resolved;
+      const how = PINNED_SOURCES.includes(r.kv_sizing_source)
+        ? `pinned in tokens by engine.${r.kv_sizing_source}`
+        : `derived from memory (engine.${r.kv_sizing_source}${r.memory_fraction_in_use != null ? ', fraction ' + r.memory_fraction_in_use : ''})`;
+      return `${NAMES[e.kind]}: KV pool ${fmt(r.kv_cache_tokens, 0)} tokens, ${how}` +
+        (r.dropped_pins.length ? '; the scenario\'s pinned pool was dropped (warning below)' : '') + '.';
+    }).join(' ') : '';
+  }
 }
 
-function defaultOf(k, kind) {
-  if (!base) return '';
-  const r = base;
+function defaultOf(k, r) {
+  if (!r) return '';
   switch (k.key) {
     case 'mrun': return r.max_running;
     case 'budget': return r.chunk;
@@ -377,7 +453,8 @@ function redraw(opts) {
     result = compute(opts);
   } catch (e) {
     showError(e.message);
-    $('status').textContent = 'Not run: the scenario has an error (below).';
+    clearResults();
+    $('status').textContent = 'Not run: the scenario has an error (below); the results are cleared.';
     return null;
   }
   showError(null);
@@ -392,25 +469,53 @@ function redraw(opts) {
   return lastTiming;
 }
 
+// Nothing stale on screen after an error: the results of the last good state are removed.
+function clearResults() {
+  clearTimeout(explainTimer);
+  for (const id of ['summary', 'alignment', 'chart-throughput', 'chart-ttft', 'panels', 'tables', 'commands']) $(id).replaceChildren();
+  for (const id of ['warnings', 'caveats']) {
+    $(id).replaceChildren();
+    $(id).hidden = true;
+  }
+  $('alignment').hidden = true;
+  $('kvpool-source').textContent = '';
+}
+
 function compute(opts) {
   const req0 = scenarioRequest();
   base = cached('resolve:' + req0.origin + req0.scenario, () => sim.resolve(req0));
-  showKnobValues();
-  const grid = gridValues();
-  return engines().map(({ kind, req, notes }) => {
+  showKnobValues(null);
+  const userGrid = gridValues();
+  const list = engines().map(({ kind, req, notes }) => {
     const sets = knobSets(kind);
     const s = seed();
-    const resolved = sim.resolve({ ...req, sets, seed: s });
-    const np = grid.map((c) => Math.max(resolved.num_prompts, 4 * c));
+    const resolveReq = { ...req, sets, seed: s };
+    const resolved = cached('resolve:' + JSON.stringify(resolveReq), () => sim.resolve(resolveReq));
+    // The run: the knobs and the load. Its resolution gives its KV limit (the one explain
+    // states, for the same workload) and explain's grid.
+    const runSets = sets.concat(loadSets(resolved.num_prompts));
+    const runResolveReq = { ...req, sets: runSets, seed: s };
+    const runResolved = cached('resolve:' + JSON.stringify(runResolveReq), () => sim.resolve(runResolveReq));
+    const grid = userGrid || runResolved.explain_grid || FALLBACK_GRID.split(',').map(Number);
+    const np = grid.map((c) => sweepPrompts(c, resolved));
     const sweepReq = { ...req, sets, seed: s, concurrencies: grid, num_prompts: np };
     const sweepKey = 'sweep:' + JSON.stringify(sweepReq);
     const sweep = opts.nocache ? sim.sweep(sweepReq) : cached(sweepKey, () => sim.sweep(sweepReq));
     if (opts.nocache) cache.set(sweepKey, sweep);
-    const runSets = sets.concat(loadSets(resolved.num_prompts));
     const runReq = { ...req, sets: runSets, seed: s, timeseries: true };
     const run = cached('run:' + JSON.stringify(runReq), () => sim.simulate(runReq));
-    return { kind, req, sets, seed: s, notes, resolved, sweep, sweepReq, run, runReq };
+    // explain of the same run: the same sets (load included), at its concurrency in
+    // fixed-concurrency mode, at the scenario's (set) rate in rate mode.
+    const exReq = mode() === 'rate' ? { ...req, sets: runSets, seed: s } : { ...req, sets: runSets, seed: s, concurrency: concurrency() };
+    return { kind, req, sets, runSets, seed: s, notes, resolved, runResolved, explainGrid: runResolved.explain_grid, gridIsExplains: !userGrid && !!runResolved.explain_grid, sweep, sweepReq, run, runReq, exReq };
   });
+  showKnobValues(list);
+  // Side by side: what differs between the two runs (`servesim sweep`'s alignment table).
+  if (list.length > 1) {
+    const areq = { scenarios: list.map((e) => ({ ...e.req, sets: e.sets, seed: e.seed })) };
+    list.alignment = cached('align:' + JSON.stringify(areq), () => sim.alignment(areq));
+  }
+  return list;
 }
 
 function explainAll(result) {
@@ -418,14 +523,15 @@ function explainAll(result) {
     const target = $('explain-' + r.kind);
     if (!target) continue;
     try {
-      // Rate mode explains the rate run itself (explain's own load: the scenario's, as set);
-      // fixed-concurrency mode, the run at the chosen concurrency.
-      const exReq = state.mode === 'rate'
-        ? { ...r.req, sets: r.sets.concat(loadSets(r.resolved.num_prompts)), seed: r.seed }
-        : { ...r.req, sets: r.sets, seed: r.seed, concurrency: concurrency() };
+      // The same run as the summary's (the same sets, load included): its numbers are the summary's.
+      const exReq = r.exReq;
       const ex = cached('explain:' + JSON.stringify(exReq), () => sim.explain(exReq));
       r.explain = ex;
-      target.innerHTML = `<h4>Why (servesim explain, ${esc(ex.value.load)})</h4><ol>${ex.value.explanation.map((s) => `<li>${esc(s)}</li>`).join('')}</ol>`;
+      const kg = ex.value.knee.sweep.map((p) => p.max_concurrency);
+      const sameGrid = kg.join(',') === r.sweepReq.concurrencies.join(',');
+      const gridNote = `Its knee is found over concurrencies ${kg.join(', ')} (a closed loop, ${EXPLAIN_PROMPTS_PER_SLOT} prompts a slot)` +
+        (sameGrid ? ': the sweep table\'s grid.' : `, not the sweep table's (${r.sweepReq.concurrencies.join(', ')}): the two knees can differ.`);
+      target.innerHTML = `<h4>Why (servesim explain, ${esc(ex.value.load)})</h4><p class="hint" data-testid="explain-grid">${esc(gridNote)}</p><ol>${ex.value.explanation.map((s) => `<li>${esc(s)}</li>`).join('')}</ol>`;
     } catch (e) {
       target.textContent = 'explain: ' + e.message;
     }
@@ -435,48 +541,69 @@ function explainAll(result) {
 
 function draw(result) {
   const first = result[0];
-  const conc = first.sweepReq.concurrencies;
-  const names = { vllm: 'vLLM', sglang: 'SGLang' };
+  const names = NAMES;
   const series = (metric) => result.map((r, i) => ({
     name: `${names[r.kind]} ${r.sweep.value.points[0].engine_version}`,
     color: COLORS[r.kind],
     dash: i ? '10 6' : '',
     dots: true,
     shape: i ? 'square' : 'circle',
-    points: r.sweep.value.points.map((p, j) => [conc[j], p[metric]]),
+    points: r.sweep.value.points.map((p, j) => [r.sweepReq.concurrencies[j], p[metric]]),
   }));
   const marks = [];
   result.forEach((r) => {
     const v = r.sweep.value;
     const tag = result.length > 1 ? ` (${names[r.kind]})` : '';
     if (v.knee) marks.push({ x: v.knee.max_concurrency, label: `knee ${v.knee.max_concurrency}${tag}`, color: MARKS.knee });
-    marks.push({ x: v.kv_limited_concurrency, label: `KV limit ${v.kv_limited_concurrency}${tag}`, color: MARKS.kv, dash: '3 4' });
+    // The run's KV limit (its workload's, as the summary and explain give it).
+    const lim = r.runResolved.kv_limited_concurrency;
+    marks.push({ x: lim, label: `KV limit ${lim}${tag}`, color: MARKS.kv, dash: '3 4' });
   });
-  if (state.mode === 'c') marks.push({ x: concurrency(), label: `your load ${concurrency()}`, color: MARKS.you, dash: '1 0' });
+  if (mode() === 'c') marks.push({ x: concurrency(), label: `your load ${concurrency()}`, color: MARKS.you, dash: '1 0' });
   const v0 = first.sweep.value;
-  const ariaT = `Output throughput against concurrency. ${result.map((r) => `${names[r.kind]}: ` + r.sweep.value.points.map((p, j) => `${conc[j]}: ${fmt(p.output_throughput, 0)} tok/s`).join(', ')).join('. ')}. Knee ${v0.knee ? v0.knee.max_concurrency : v0.knee_note ? 'not searched (an open-loop scenario)' : 'not reached'}; KV-limited concurrency ${v0.kv_limited_concurrency}.`;
+  const ariaT = `Output throughput against concurrency. ${result.map((r) => `${names[r.kind]}: ` + r.sweep.value.points.map((p, j) => `${r.sweepReq.concurrencies[j]}: ${fmt(p.output_throughput, 0)} tok/s`).join(', ')).join('. ')}. Knee ${v0.knee ? v0.knee.max_concurrency : v0.knee_note ? 'not searched (an open-loop scenario)' : 'not reached'}; KV-limited concurrency ${first.runResolved.kv_limited_concurrency}.`;
   lineChart($('chart-throughput'), { title: 'Output throughput (tok/s)', xLabel: 'concurrency', yLabel: 'tok/s', series: series('output_throughput'), marks, aria: ariaT });
-  const ariaF = `Mean TTFT against concurrency. ${result.map((r) => `${names[r.kind]}: ` + r.sweep.value.points.map((p, j) => `${conc[j]}: ${fmt(p.mean_ttft_ms, 0)} ms`).join(', ')).join('. ')}.`;
+  const ariaF = `Mean TTFT against concurrency. ${result.map((r) => `${names[r.kind]}: ` + r.sweep.value.points.map((p, j) => `${r.sweepReq.concurrencies[j]}: ${fmt(p.mean_ttft_ms, 0)} ms`).join(', ')).join('. ')}.`;
   lineChart($('chart-ttft'), { title: 'Mean TTFT (ms)', xLabel: 'concurrency', yLabel: 'ms', series: series('mean_ttft_ms'), marks, aria: ariaF });
 
   // The summary sentence.
   const p = first.run.value;
   // A scenario's own finite rate stays in fixed-concurrency mode (as `sweep --concurrency`
   // keeps it): the label says so rather than calling a rate-limited run a closed loop.
-  const load = state.mode === 'c'
+  const load = mode() === 'c'
     ? `concurrency ${concurrency()}` + (p.request_rate === 'trace' ? ' (the trace\'s arrivals)' : typeof p.request_rate === 'number' ? ` at ${p.request_rate} req/s` : '')
     : `${p.request_rate} req/s`;
   $('summary').innerHTML = result.map((r) => {
-    const v = r.sweep.value;
+    // The KV limit of the run's own workload (the one explain states for the same run).
+    const v = r.runResolved;
     const q = r.run.value;
-    return `<b>${names[r.kind]}</b>: KV pool ${fmt(v.kv_cache_tokens, 0)} tokens holds <b>${fmt(v.kv_limited_concurrency, 0)}</b> requests of ${fmt(v.kv_request_footprint_tokens, 0)} tokens. At ${load}: mean TTFT <b data-testid="run-mean-ttft-${r.kind}">${fmt(q.mean_ttft_ms, 1)} ms</b>, output <b>${fmt(q.output_throughput, 1)} tok/s</b>, ${fmt(q.num_preemptions, 0)} ${r.kind === 'sglang' ? 'retractions' : 'preemptions'}.`;
+    const holds = v.shared_prefix_tokens > 0
+      ? `holds <b data-testid="run-kv-limit-${r.kind}">${fmt(v.kv_limited_concurrency, 0)}</b> requests at once: the shared prefixes take ${fmt(v.shared_prefix_tokens, 0)} tokens, held once for every request that shares them, and each request needs ${fmt(v.kv_request_footprint_tokens, 0)} tokens beyond its shared prefix (prompt + output)`
+      : `holds <b data-testid="run-kv-limit-${r.kind}">${fmt(v.kv_limited_concurrency, 0)}</b> requests of ${fmt(v.kv_request_footprint_tokens, 0)} tokens (prompt + output)`;
+    return `<b>${names[r.kind]}</b>: KV pool ${fmt(v.kv_cache_tokens, 0)} tokens ${holds}. At ${load}, ${fmt(q.num_prompts, 0)} prompts: mean TTFT <b data-testid="run-mean-ttft-${r.kind}">${fmt(q.mean_ttft_ms, 1)} ms</b>, output <b>${fmt(q.output_throughput, 1)} tok/s</b>, <span data-testid="run-preemptions-${r.kind}">${fmt(q.num_preemptions, 0)}</span> ${r.kind === 'sglang' ? 'retractions' : 'preemptions'}.`;
   }).join('<br>');
+  // Side by side: the alignment table and what else differs, as `servesim sweep` prints them.
+  const al = result.alignment;
+  const alDiv = $('alignment');
+  if (al) {
+    const head = `<tr><th scope="col">knob</th>${result.map((r) => `<th scope="col">${names[r.kind]}</th>`).join('')}<th scope="col">differs</th></tr>`;
+    const rows = al.alignment.map((row) => `<tr${row.differs ? ' class="differs"' : ''}><td>${esc(row.knob)}</td>${row.values.map((x) => `<td>${esc(x)}</td>`).join('')}<td>${row.differs ? 'yes' : ''}${row.note ? ' <span class="hint">' + esc(row.note) + '</span>' : ''}</td></tr>`).join('');
+    alDiv.innerHTML = `<table class="alignment" data-testid="alignment"><caption>Flag alignment (values as each side runs them)${al.knobs_moved.length ? ': ' + esc(al.knobs_moved.join(', ')) + ' differ' : ''}</caption><thead>${head}</thead><tbody>${rows}</tbody></table>` +
+      (al.setup_differs && al.setup_differs.length ? `<p>Also differ (beyond the aligned knobs):</p><ul>${al.setup_differs.map((d) => `<li>${esc(d)}</li>`).join('')}</ul>` : '');
+    alDiv.hidden = false;
+  } else {
+    alDiv.replaceChildren();
+    alDiv.hidden = true;
+  }
   // What the numbers above cannot say: a run that did not complete (its metrics cover only
   // the requests that finished), a sweep point past its prompt count; as the CLI warns.
-  const warnings = result.flatMap((r) => [
+  const warnings = [...new Set(result.flatMap((r) => r.resolved.dropped_pins))].concat(
+    al && al.workloads_differ ? ['the scenarios\' workloads differ: the comparison is not of engines alone.'] : [],
+    al && al.warning ? [al.warning.replace(/^WARNING: /, '')] : [],
+  ).concat(result.flatMap((r) => [
     ...(r.run.value.stop_reason !== 'completed' ? [`${names[r.kind]} at ${load}: the run did not complete: ${r.run.value.stop_reason}`] : []),
     ...(r.sweep.value.warnings || []).map((w) => `${names[r.kind]} sweep: ${w}`),
-  ]);
+  ]));
   const wl = $('warnings');
   wl.innerHTML = warnings.map((w) => `<li>warning: ${esc(w)}</li>`).join('');
   wl.hidden = warnings.length === 0;
@@ -515,22 +642,28 @@ function draw(result) {
   const cols = [
     ['max_concurrency', 'concurrency', 0], ['num_prompts', 'prompts', 0], ['request_throughput', 'req/s', 2], ['output_throughput', 'out tok/s', 1],
     ['mean_ttft_ms', 'mean TTFT (ms)', 1], ['p99_ttft_ms', 'p99 TTFT (ms)', 1], ['mean_tpot_ms', 'mean TPOT (ms)', 2],
-    ['num_preemptions', 'preempt', 0], ['prefix_cache_hit_rate', 'hit rate (%)', 1, 100], ['kv_cache_usage_peak', 'KV peak (%)', 1, 100],
+    ['num_preemptions', { vllm: 'preempt', sglang: 'retract' }, 0], ['prefix_cache_hit_rate', 'hit rate (%)', 1, 100], ['kv_cache_usage_peak', 'KV peak (%)', 1, 100],
   ];
   $('tables').innerHTML = result.map((r) => {
     const v = r.sweep.value;
     const rows = v.points.map((p, j) => `<tr${v.knee && v.knee.index === j ? ' class="knee"' : ''}>${cols.map(([k, , d, scale]) => `<td data-key="${k}" data-value="${p[k]}">${fmt(p[k] == null ? null : p[k] * (scale || 1), d)}</td>`).join('')}</tr>`).join('');
-    return `<table class="sweep" data-engine="${r.kind}"><caption>${names[r.kind]} sweep: ${esc(v.scenario)}. Knee: ${v.knee ? 'concurrency ' + v.knee.max_concurrency + ' (row marked)' : v.knee_note ? 'not searched: the scenario sends its own arrivals (a request rate or a trace), so throughput stops where the load is met; the explanation below finds the engine\'s knee with a closed loop' : 'not reached'}. ${esc(v.kv_limit_explanation)}</caption>
-      <thead><tr>${cols.map(([, h]) => `<th scope="col">${esc(h)}</th>`).join('')}</tr></thead><tbody>${rows}</tbody></table>`;
+    const grid = r.gridIsExplains
+      ? `over explain's grid (${EXPLAIN_PROMPTS_PER_SLOT} prompts a slot), so it is the knee the explanation gives`
+      : `over the concurrencies typed (${EXPLAIN_PROMPTS_PER_SLOT} prompts a slot); the explanation finds its own over ${r.explainGrid ? r.explainGrid.join(',') : 'its own grid'}`;
+    const largest = v.points.reduce((a, p) => Math.max(a, p.num_prompts), 0);
+    return `<table class="sweep" data-engine="${r.kind}"><caption>${names[r.kind]} sweep: ${esc(v.scenario)}. Knee: ${v.knee ? 'concurrency ' + v.knee.max_concurrency + ' (row marked), ' + grid : v.knee_note ? 'not searched: the scenario sends its own arrivals (a request rate or a trace), so throughput stops where the load is met; the explanation below finds the engine\'s knee with a closed loop' : 'not reached, ' + grid}. Over this sweep's largest point (${fmt(largest, 0)} prompts): ${esc(v.kv_limit_explanation)}</caption>
+      <thead><tr>${cols.map(([, h]) => `<th scope="col">${esc(typeof h === 'string' ? h : h[r.kind])}</th>`).join('')}</tr></thead><tbody>${rows}</tbody></table>`;
   }).join('');
 
   // Reproduce.
   $('commands').innerHTML = result.map((r) => {
     const file = state.pasted == null && r.notes.length === 0 ? r.req.origin.replace(' (built in)', '') : 'scenario.json';
-    const setArgs = r.sets.map((s) => ` --set '${s}'`).join('') + (r.seed != null ? ` --seed ${r.seed}` : '');
-    const cmd = `servesim sweep ${file} --concurrency ${r.sweepReq.concurrencies.join(',')} --num-prompts ${r.sweepReq.num_prompts.join(',')}${setArgs} --json`;
+    const args = (sets) => sets.map((s) => ` --set '${s}'`).join('') + (r.seed != null ? ` --seed ${r.seed}` : '');
+    const cmd = `servesim sweep ${file} --concurrency ${r.sweepReq.concurrencies.join(',')} --num-prompts ${r.sweepReq.num_prompts.join(',')}${args(r.sets)} --json`;
+    const run = `servesim simulate ${file}${args(r.runSets)} --json`;
+    const ex = `servesim explain ${file}${r.exReq.concurrency != null ? ' --concurrency ' + r.exReq.concurrency : ''}${args(r.runSets)} --json`;
     const scen = file === 'scenario.json' ? `<p>with <code>scenario.json</code>:</p><pre>${esc(r.req.scenario)}</pre>` : '';
-    return `<h4>${names[r.kind]}</h4><pre>${esc(cmd)}</pre>${scen}<details><summary>Its output (<code>servesim sweep --json</code>)</summary><pre class="json" data-engine="${r.kind}">${esc(r.sweep.text)}</pre></details>`;
+    return `<h4>${names[r.kind]}</h4><p>The summary's run (${esc(load)}), the TTFT split and the time series:</p><pre data-testid="cmd-simulate-${r.kind}">${esc(run)}</pre><p>The explanation:</p><pre data-testid="cmd-explain-${r.kind}">${esc(ex)}</pre><p>The sweep (table and charts):</p><pre data-testid="cmd-sweep-${r.kind}">${esc(cmd)}</pre>${scen}<details><summary>Its output (<code>servesim sweep --json</code>)</summary><pre class="json" data-engine="${r.kind}">${esc(r.sweep.text)}</pre></details>`;
   }).join('');
 }
 
@@ -548,12 +681,14 @@ function bind() {
     state.scenario = sel.value;
     state.pasted = null;
     state.engine = null;
+    state.mode = null;
     state.values = {};
     schedule();
   });
   $('use-paste').addEventListener('click', () => {
     state.pasted = $('paste').value;
     state.engine = null;
+    state.mode = null;
     state.values = {};
     sel.value = '__pasted';
     schedule();
@@ -563,7 +698,7 @@ function bind() {
   document.querySelectorAll('input[name=engine]').forEach((r) => r.addEventListener('change', () => { state.engine = r.value; schedule(); }));
   document.querySelectorAll('input[name=kvpool]').forEach((r) => r.addEventListener('change', () => { state.kvpool = r.value; schedule(); }));
   document.querySelectorAll('input[name=mode]').forEach((r) => r.addEventListener('change', () => { state.mode = r.value; schedule(); }));
-  $('grid').addEventListener('change', () => { state.grid = $('grid').value; schedule(); });
+  $('grid').addEventListener('change', () => { state.grid = $('grid').value.trim() === '' ? null : $('grid').value; schedule(); });
   $('reset-knobs').addEventListener('click', () => {
     for (const k of KNOBS) delete state.values[k.key];
     state.kvpool = 'scenario';
@@ -642,6 +777,21 @@ function selftest() {
     const rated = shipped.find((x) => x.name.startsWith('long-prefill-itl-llama3.1-8b-h100-vllm'));
     out.mem_default = [$('k-mem-range').classList.contains('unset'), $('k-mem').value];
     fire($('scenario'), rated.name, 'change');
+    redraw({ sync: true });
+    // Its own load by default: rate mode at its rate, the run `servesim simulate` of it makes;
+    // the KV limit and knee the same in the summary, the table and the explanation.
+    {
+      const r0 = compute({})[0];
+      const ex = sim.explain(r0.exReq).value;
+      out.rated_default = {
+        mode: document.querySelector('input[name=mode]:checked').value,
+        run_sets: r0.runSets, mean_ttft_ms: r0.run.value.mean_ttft_ms,
+        prompts_label: $('k-prompts').closest('.knob').querySelector('label').textContent,
+        kv_limit_shown: document.querySelector('[data-testid=run-kv-limit-vllm]').textContent, kv_limit_explain: ex.kv_limited_concurrency,
+        sweep_grid: r0.sweepReq.concurrencies, explain_grid: ex.knee.sweep.map((p) => p.max_concurrency),
+      };
+    }
+    document.querySelector('input[name=mode][value=c]').click();
     fire($('k-c'), '4');
     redraw({ sync: true });
     out.rated_c_summary = $('summary').textContent;
@@ -651,6 +801,71 @@ function selftest() {
     out.rated_rate_explain = document.querySelector('#explain-vllm h4').textContent;
     document.querySelector('input[name=mode][value=c]').click();
     fire($('scenario'), shipped[0].name, 'change');
+    redraw({ sync: true });
+    const rows = (sel) => [...document.querySelectorAll(sel)].map((li) => li.textContent);
+    const shownResults = () => ({
+      summary: $('summary').textContent, tables: $('tables').textContent, panels: $('panels').textContent,
+      commands: $('commands').textContent, charts: $('chart-throughput').textContent + $('chart-ttft').textContent,
+      warnings: $('warnings').hidden ? [] : rows('#warnings li'), error: $('error').hidden ? null : $('error').textContent,
+    });
+    // 3d. The default's knee and KV limit: the table's, the summary's and the explanation's.
+    {
+      const r0 = compute({})[0];
+      const ex = sim.explain(r0.exReq).value;
+      out.default_knees = { table: r0.sweep.value.knee ? r0.sweep.value.knee.max_concurrency : null, explain: ex.knee.max_concurrency,
+        kv_limit_shown: document.querySelector('[data-testid=run-kv-limit-vllm]').textContent, kv_limit_explain: ex.kv_limited_concurrency };
+    }
+    // 3e. The engine switched: the boxes show what the engine runs (SGLang's own budget), and
+    // side by side each engine's, with the alignment and the CLI's warning.
+    document.querySelector('input[name=engine][value=sglang]').click();
+    redraw({ sync: true });
+    out.sglang_knobs = { budget: $('k-budget').value, mrun: $('k-mrun').value, mem: $('k-mem').value, resolved_chunk: compute({})[0].resolved.chunk,
+      header: [...document.querySelectorAll('table.sweep[data-engine=sglang] th')].map((th) => th.textContent) };
+    document.querySelector('input[name=engine][value=both]').click();
+    redraw({ sync: true });
+    out.both = { budget_per_engine: document.querySelector('[data-testid=per-engine-budget]').textContent,
+      alignment: compute({}).alignment, alignment_shown: !!document.querySelector('table[data-testid=alignment]'), warnings: rows('#warnings li') };
+    fire($('scenario'), shipped.find((x) => x.name.startsWith('shared-prefix-lpm')).name, 'change');
+    document.querySelector('input[name=engine][value=vllm]').click();
+    redraw({ sync: true });
+    out.lpm_vllm_mrun = { shown: $('k-mrun').value, resolved: compute({})[0].resolved.max_running, summary: $('summary').textContent };
+    fire($('scenario'), shipped.find((x) => x.name.startsWith('shared-prefix-llama3.1')).name, 'change');
+    redraw({ sync: true });
+    out.shared_prefix_summary = $('summary').textContent;
+    // 3f. kv-starved vLLM as it comes: the summary's run is the one explained, and its command.
+    fire($('scenario'), shipped.find((x) => x.name.startsWith('kv-starved-qwen2.5-7b-a100-vllm')).name, 'change');
+    redraw({ sync: true });
+    {
+      const r0 = compute({})[0];
+      out.kv_starved = { run_sets: r0.runSets, concurrency: r0.exReq.concurrency, summary: $('summary').textContent,
+        ttft_shown: document.querySelector('[data-testid=run-mean-ttft-vllm]').textContent,
+        preemptions_shown: document.querySelector('[data-testid=run-preemptions-vllm]').textContent,
+        explain: sim.explain(r0.exReq).text, cmd_simulate: document.querySelector('[data-testid=cmd-simulate-vllm]').textContent,
+        cmd_explain: document.querySelector('[data-testid=cmd-explain-vllm]').textContent };
+    }
+    // 3g. A knob that resizes the pool drops the default's pinned pool: the CLI's warning, and the pool's source.
+    fire($('scenario'), shipped[0].name, 'change');
+    fire($('k-dtype'), 'fp8', 'change');
+    redraw({ sync: true });
+    out.fp8 = { warnings: rows('#warnings li'), source: $('kvpool-source').textContent, run_sets: compute({})[0].runSets };
+    document.querySelector('#reset-knobs').click();
+    // 3h. An error clears the results; what the CLI refuses the page refuses, with its error.
+    fire($('k-mem'), '0.5');
+    redraw({ sync: true });
+    out.after_error = shownResults();
+    document.querySelector('#reset-knobs').click();
+    const refused = {};
+    for (const c of ['0', '2.5']) {
+      fire($('k-c'), c);
+      redraw({ sync: true });
+      refused[c] = shownResults();
+    }
+    out.refused = refused;
+    fire($('k-c'), '');
+    document.querySelector('input[name=mode][value=rate]').click();
+    redraw({ sync: true });
+    out.rate_prompts = { label: $('k-prompts').closest('.knob').querySelector('label').textContent, run_sets: compute({})[0].runSets };
+    document.querySelector('input[name=mode][value=c]').click();
     redraw({ sync: true });
     // 4. Every function, byte for byte with the binary (tests/web.rs runs the same commands).
     const d = { scenario: shipped[0].text, origin: shipped[0].origin };
