@@ -212,7 +212,7 @@ fn check(v: &Value, how: &str) {
     // long-prefill scenario pins its pool in tokens and gives no fraction: the box is blank
     // and the slider says it has no value; the default scenario gives its fraction (0.85).
     let summary = v["rated_c_summary"].as_str().unwrap_or_default();
-    assert!(summary.contains("At concurrency 4 at 1.5 req/s:"), "{how}: {summary}");
+    assert!(summary.contains("At concurrency 4 at 1.5 req/s, 200 prompts:"), "{how}: {summary}");
     let heading = v["rated_rate_explain"].as_str().unwrap_or_default();
     assert!(heading.contains("a request rate of 1.5 requests/s"), "{how}: {heading}");
     assert_eq!(v["mem_default"], serde_json::json!([false, "0.85"]), "{how}");
@@ -231,6 +231,8 @@ fn check(v: &Value, how: &str) {
     let w = v["warnings_engine_error"].to_string();
     assert!(w.contains("the run did not complete: engine error"), "{how}: {w}");
     assert!(w.contains("did not complete (engine error") && w.contains("the knee is not searched"), "{how}: {w}");
+
+    check_fixes(v, how);
 
     // 4. simulate, explain and a side-by-side sweep, byte for byte.
     for (key, args) in [
@@ -292,6 +294,143 @@ fn check(v: &Value, how: &str) {
         v["redraw_ms"]["median"].as_f64().unwrap_or(f64::NAN),
         v["redraw_ms"]["max"].as_f64().unwrap_or(f64::NAN)
     );
+}
+
+fn strs(v: &Value) -> Vec<String> {
+    v.as_array().map(|a| a.iter().map(|x| x.as_str().unwrap_or_default().to_string()).collect()).unwrap_or_default()
+}
+
+/// `servesim ARGS`, with `--set S` for each of `sets`.
+fn cli_with_sets(args: &[&str], sets: &[String]) -> std::process::Output {
+    let mut a: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    for s in sets {
+        a.push("--set".into());
+        a.push(s.clone());
+    }
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    run_cli(&a)
+}
+
+/// The teaching-page hunt's findings: every number the page shows is the one simulated for
+/// what it says, or the CLI's error.
+fn check_fixes(v: &Value, how: &str) {
+    // The boxes show what the engine runs after a switch (SGLang's own token budget, vLLM's
+    // own running cap), not the scenario's engine's values; side by side, each engine's.
+    let sg = &v["sglang_knobs"];
+    assert_eq!(sg["budget"], "4096", "{how}: SGLang runs chunked_prefill_size 4096: {sg}");
+    assert_eq!(sg["budget"].as_str().unwrap(), sg["resolved_chunk"].to_string(), "{how}: {sg}");
+    assert!(strs(&sg["header"]).contains(&"retract".to_string()), "{how}: SGLang's column is retract: {sg}");
+    assert_eq!(v["lpm_vllm_mrun"]["shown"], "1024", "{how}: vLLM runs max_num_seqs 1024: {}", v["lpm_vllm_mrun"]);
+    assert_eq!(v["lpm_vllm_mrun"]["shown"].as_str().unwrap(), v["lpm_vllm_mrun"]["resolved"].to_string());
+    let both = &v["both"];
+    let per = both["budget_per_engine"].as_str().unwrap_or_default();
+    assert!(
+        per.contains("max_num_batched_tokens = 2048") && per.contains("chunked_prefill_size = 4096"),
+        "{how}: {per}"
+    );
+    // Side by side: the alignment is the CLI's, and so is its warning.
+    assert_eq!(both["alignment_shown"], true, "{how}");
+    let o = run_cli(&[
+        "sweep",
+        SCENARIO,
+        "--set",
+        "engine.kind=vllm,sglang",
+        "--concurrency",
+        "1",
+        "--num-prompts",
+        "4",
+        "--json",
+    ]);
+    let native: Value = serde_json::from_slice(&o.stdout).unwrap();
+    for k in ["alignment", "knobs_moved", "workloads_differ"] {
+        assert_eq!(both["alignment"][k], native[k], "{how}: {k}");
+    }
+    let o =
+        run_cli(&["sweep", SCENARIO, "--set", "engine.kind=vllm,sglang", "--concurrency", "1", "--num-prompts", "4"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    let warn = strs(&both["warnings"]).into_iter().find(|w| w.contains("things at once")).unwrap_or_default();
+    assert!(warn.contains("moves 2 things at once"), "{how}: {}", both["warnings"]);
+    assert!(text.contains(&warn.replacen("warning: ", "WARNING: ", 1)), "{how}: {warn}\nnative:\n{text}");
+
+    // A shared prefix is held once: the summary says so, and what its per-request figure is.
+    let sp = v["shared_prefix_summary"].as_str().unwrap_or_default();
+    assert!(sp.contains("held once") && sp.contains("beyond its shared prefix"), "{how}: {sp}");
+
+    // The summary's run is the explained one (kv-starved vLLM as shipped: 256 prompts at 64),
+    // both as `servesim simulate` / `explain` of the commands the page prints.
+    let ks = &v["kv_starved"];
+    let sets = strs(&ks["run_sets"]);
+    let o = cli_with_sets(&["simulate", "scenarios/kv-starved-qwen2.5-7b-a100-vllm.json", "--json"], &sets);
+    let run: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(ks["ttft_shown"].as_str().unwrap(), format!("{} ms", shown(run["mean_ttft_ms"].as_f64().unwrap(), 1)));
+    assert_eq!(ks["preemptions_shown"].as_str().unwrap(), run["num_preemptions"].to_string(), "{how}");
+    let c = ks["concurrency"].to_string();
+    let o = cli_with_sets(
+        &["explain", "scenarios/kv-starved-qwen2.5-7b-a100-vllm.json", "--concurrency", &c, "--json"],
+        &sets,
+    );
+    let native = String::from_utf8(o.stdout).unwrap();
+    assert!(ks["explain"].as_str() == Some(native.as_str()), "{how}: the page's explain differs from the CLI's");
+    let ex: Value = serde_json::from_str(&native).unwrap();
+    assert!(same(ex["point"]["mean_ttft_ms"].as_f64().unwrap(), run["mean_ttft_ms"].as_f64().unwrap()), "{how}");
+    assert_eq!(ex["point"]["num_preemptions"], run["num_preemptions"], "{how}");
+    for cmd in ["cmd_simulate", "cmd_explain"] {
+        let t = ks[cmd].as_str().unwrap_or_default();
+        assert!(sets.iter().all(|s| t.contains(&format!("--set '{s}'"))), "{how}: {cmd}: {t}");
+    }
+
+    // One knee and one KV limit on the page: the table's, the summary's and explain's.
+    let k = &v["default_knees"];
+    assert_eq!(k["table"], k["explain"], "{how}: {k}");
+    assert_eq!(k["kv_limit_shown"].as_str().unwrap(), k["kv_limit_explain"].to_string(), "{how}: {k}");
+    // A scenario with its own rate and no cap runs at its rate by default: `servesim simulate` of it.
+    let rd = &v["rated_default"];
+    assert_eq!(rd["mode"], "rate", "{how}: {rd}");
+    let o = run_cli(&["simulate", "scenarios/long-prefill-itl-llama3.1-8b-h100-vllm.json", "--json"]);
+    let native: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(same(rd["mean_ttft_ms"].as_f64().unwrap(), native["mean_ttft_ms"].as_f64().unwrap()), "{how}: {rd}");
+    assert_eq!(rd["kv_limit_shown"].as_str().unwrap(), rd["kv_limit_explain"].to_string(), "{how}: {rd}");
+    assert_eq!(rd["sweep_grid"], rd["explain_grid"], "{how}: {rd}");
+    assert!(rd["prompts_label"].as_str().unwrap_or_default().contains("at least 200"), "{how}: {rd}");
+    let rp = &v["rate_prompts"];
+    assert!(rp["label"].as_str().unwrap_or_default().contains("at least 200"), "{how}: {rp}");
+    assert!(strs(&rp["run_sets"]).contains(&"workload.num_prompts=200".to_string()), "{how}: {rp}");
+
+    // A knob that resizes the pool drops the pinned pool: the CLI's warning, and the source.
+    let fp8 = &v["fp8"];
+    let o = cli_with_sets(&["simulate", SCENARIO, "--json"], &strs(&fp8["run_sets"]));
+    let err = String::from_utf8_lossy(&o.stderr);
+    let w = strs(&fp8["warnings"]).into_iter().find(|w| w.contains("was dropped")).unwrap_or_default();
+    assert!(w.contains("engine.kv_cache_tokens was dropped"), "{how}: {fp8}");
+    assert!(err.contains(&w), "{how}: the page's warning {w:?} is not the CLI's:\n{err}");
+    let src = fp8["source"].as_str().unwrap_or_default();
+    assert!(src.contains("derived from memory") && src.contains("dropped"), "{how}: {src}");
+
+    // After an error nothing stale stays on screen; what the CLI refuses, the page refuses
+    // with the CLI's error.
+    for (what, r) in
+        [("memory fraction 0.5", &v["after_error"]), ("c=0", &v["refused"]["0"]), ("c=2.5", &v["refused"]["2.5"])]
+    {
+        assert!(r["error"].is_string(), "{how}: {what}: no error: {r}");
+        for k in ["summary", "tables", "panels", "commands", "charts"] {
+            assert_eq!(r[k], "", "{how}: {what}: {k} stays on screen: {r}");
+        }
+        assert_eq!(r["warnings"], serde_json::json!([]), "{how}: {what}");
+    }
+    for c in ["0", "2.5"] {
+        let o = run_cli(&[
+            "simulate",
+            SCENARIO,
+            "--set",
+            &format!("workload.max_concurrency={c}"),
+            "--set",
+            "workload.num_prompts=20",
+            "--json",
+        ]);
+        assert!(!o.status.success());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(v["refused"][c]["error"].as_str().unwrap(), err.trim(), "{how}: c={c}");
+    }
 }
 
 /// A loopback server: the built page's files (GET), and the self-test's result (POST /result).
