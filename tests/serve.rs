@@ -189,6 +189,18 @@ fn an_sglang_scenario_is_served_under_sglangs_names() {
     let info = raw(&s.url, b"GET /get_server_info HTTP/1.1\r\n\r\n");
     // The flag as given (here binding: the pool), and the pool under its own name.
     assert!(info.contains("\"max_total_tokens\":10240") && info.contains("\"max_total_num_tokens\":10240"), "{info}");
+    // A bound the page size rounds: the flag as given, the pool page-aligned.
+    {
+        let rounded = start_server(
+            "scenarios/kv-starved-qwen2.5-7b-a100-sglang.json",
+            &["--set", "engine.page_size=64", "--set", "engine.max_total_tokens=10000"],
+        );
+        let info = raw(&rounded.url, b"GET /get_server_info HTTP/1.1\r\n\r\n");
+        assert!(
+            info.contains("\"max_total_tokens\":10000") && info.contains("\"max_total_num_tokens\":9984"),
+            "{info}"
+        );
+    }
     // A pool pinned at the start-up log's figure: no flag given, as SGLang's server_args says.
     {
         let logged = start_server("scenarios/rtx5090-qwen2.5-7b-sglang.json", &[]);

@@ -563,14 +563,10 @@ async fn generate(sh: Arc<Shared>, c: Completion, chat: bool) -> Resp {
         .expect("a valid response")
 }
 
-/// SGLang's `--max-total-tokens` as given: the pool where the bound sized it, the bound where
-/// the pool from memory was below it, else none.
-fn given_max_total_tokens(kv: &sim::config::KvSizing, pool: u64) -> Option<u64> {
-    match (kv.source, kv.bound_not_binding) {
-        ("max_total_tokens", _) => Some(pool),
-        (_, Some(("max_total_tokens", bound))) => Some(bound),
-        _ => None,
-    }
+/// SGLang's `--max-total-tokens` as given (the pool it sets, where it binds, is page-aligned),
+/// else none.
+fn given_max_total_tokens(kv: &sim::config::KvSizing) -> Option<u64> {
+    kv.bound_given.filter(|(flag, _)| *flag == "max_total_tokens").map(|(_, v)| v)
 }
 
 fn server_info(sh: &Shared) -> Value {
@@ -581,7 +577,7 @@ fn server_info(sh: &Shared) -> Value {
             "version": c.version.to_string(),
             // `server_args.max_total_tokens` is the flag (null when not given: SGLang sizes the
             // pool from memory, bounded by the flag when it is); the pool is `max_total_num_tokens`.
-            "max_total_tokens": given_max_total_tokens(&sh.spec.kv_sizing, c.max_total_tokens),
+            "max_total_tokens": given_max_total_tokens(&sh.spec.kv_sizing),
             "max_total_num_tokens": c.max_total_tokens,
             "page_size": c.page_size,
             "max_running_requests": c.max_running_requests,

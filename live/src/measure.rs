@@ -174,7 +174,7 @@ impl LiveMeasure {
         // The simulator runs the measured workload on an idle engine; the warm-up's last
         // response can leave a step in flight (SGLang before 0.5.22 with the overlap scheduler
         // decodes a finished request once more), and a request sent at once would wait for it.
-        // Wait for that step: twice the longest token gap the warm-up saw, 50 ms to 2 s.
+        // Wait for that step: twice the longest TTFT or token gap the warm-up saw, 50 ms to 2 s.
         let gap = run
             .outcomes
             .iter()

@@ -305,6 +305,11 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
                 .to_string()
         }
         (true, false) => "mem_fraction_static (max_total_tokens only bounds the pool from above)".to_string(),
+        // vLLM 0.34's default sizes the pool from the device's headroom after warm-up (the
+        // utilization reads 1.0): no fraction to raise.
+        (false, false) if base.kv_sizing.memory.as_ref().is_some_and(|m| m.margin > 0 && m.requested >= m.total) => {
+            "the GPU's memory (the pool already takes what is free after warm-up: a larger GPU or more tensor parallelism; or kv_cache_tokens / num_gpu_blocks_override)".to_string()
+        }
         (false, false) => "gpu_memory_utilization (or kv_cache_tokens / num_gpu_blocks_override)".to_string(),
         (true, true) => format!(
             "{} (pinned here; a mem_fraction_static given with --set replaces it with a derived pool)",

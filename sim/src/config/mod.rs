@@ -138,6 +138,9 @@ pub struct KvSizing {
     /// is already below, so that it changed nothing: the flag and the value given. SGLang
     /// logs it as larger than the profiled value and uses the profiled one.
     pub bound_not_binding: Option<(&'static str, u64)>,
+    /// That bound as given, binding or not (the pool it sets is page-aligned): the flag and
+    /// its value, what the engine reports as its server argument.
+    pub bound_given: Option<(&'static str, u64)>,
 }
 
 impl EngineSpec {

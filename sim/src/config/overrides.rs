@@ -96,8 +96,16 @@ pub fn apply_sets(json: &mut Value, sets: &[String]) -> std::result::Result<Vec<
             }
         }
     }
-    // A path set to the value the scenario already has changes no pool.
-    let at = |v: &Value, p: &str| p.split('.').try_fold(v, |v, k| v.get(k)).cloned();
+    // A path set to the value the scenario already has changes no pool; an engine release left
+    // out is the kind's default one (`VLLM_DEFAULT`, `SGLANG_DEFAULT`).
+    let at = |v: &Value, p: &str| {
+        let got = p.split('.').try_fold(v, |v, k| v.get(k)).cloned().filter(|x| !x.is_null());
+        if p == "engine.version" && got.is_none() {
+            let sglang = v.pointer("/engine/kind").and_then(Value::as_str) == Some("sglang");
+            return Some(Value::from(if sglang { super::SGLANG_DEFAULT } else { super::VLLM_DEFAULT }));
+        }
+        got
+    };
     let resized: Vec<String> =
         sets.iter().map(path_of).filter(|p| resizes_pool(p) && at(&before, p) != at(json, p)).collect();
     // A memory fraction, model, GPU, TP size or KV format set is a what-if on the pool: the

@@ -247,6 +247,7 @@ pub(super) fn resolve_sglang(
                 kv_bytes_per_token: cell,
                 memory: None,
                 bound_not_binding: None,
+                bound_given: None,
             },
         )
     } else {
@@ -315,6 +316,7 @@ pub(super) fn resolve_sglang(
                     kv_bytes_per_token: cell,
                     memory: Some(acct),
                     bound_not_binding: None,
+                    bound_given: f.max_total_tokens.map(|t| ("max_total_tokens", t)),
                 },
             ),
             bound => (
@@ -324,6 +326,7 @@ pub(super) fn resolve_sglang(
                     kv_bytes_per_token: cell,
                     memory: Some(acct),
                     bound_not_binding: bound.map(|_| ("max_total_tokens", f.max_total_tokens.unwrap_or(0))),
+                    bound_given: f.max_total_tokens.map(|t| ("max_total_tokens", t)),
                 },
             ),
         }

@@ -509,7 +509,16 @@ pub(super) fn resolve_vllm(
             block_size,
             max_model_len,
         )?;
-        (n, KvSizing { source: "num_gpu_blocks_override", kv_bytes_per_token, memory: None, bound_not_binding: None })
+        (
+            n,
+            KvSizing {
+                source: "num_gpu_blocks_override",
+                kv_bytes_per_token,
+                memory: None,
+                bound_not_binding: None,
+                bound_given: None,
+            },
+        )
     } else if let Some(t) = f.kv_cache_tokens {
         let blocks = t / u64::from(block_size);
         if blocks < 2 {
@@ -530,7 +539,16 @@ pub(super) fn resolve_vllm(
             gpu,
             dep,
         )?;
-        (blocks, KvSizing { source: "kv_cache_tokens", kv_bytes_per_token, memory: None, bound_not_binding: None })
+        (
+            blocks,
+            KvSizing {
+                source: "kv_cache_tokens",
+                kv_bytes_per_token,
+                memory: None,
+                bound_not_binding: None,
+                bound_given: None,
+            },
+        )
     } else {
         // 0.34 sizes a pool it derives after warmup (the extensible KV cache, on by default on
         // CUDA unless the pool is pinned): `gpu_memory_utilization` defaults to None, which
@@ -607,12 +625,12 @@ pub(super) fn resolve_vllm(
                 format!(
                     "the pool of {} tokens ({:.2} GiB per GPU at gpu_memory_utilization {util}) cannot hold one request of \
                      max_model_len {max_model_len} ({:.2} GiB), which vLLM refuses at start-up; the estimated maximum \
-                     model length is {}: set engine.max_model_len at most that, or raise gpu_memory_utilization or \
-                     tensor_parallel_size",
+                     model length is {}: set engine.max_model_len at most that, or raise {}tensor_parallel_size",
                     blocks * u64::from(block_size),
                     gib(acct.kv),
                     gib(needed * page),
-                    blocks_checked * u64::from(block_size)
+                    blocks_checked * u64::from(block_size),
+                    if util < 1.0 { "gpu_memory_utilization or " } else { "" }
                 ),
             ));
         }
@@ -624,6 +642,7 @@ pub(super) fn resolve_vllm(
                 kv_bytes_per_token,
                 memory: Some(acct),
                 bound_not_binding: None,
+                bound_given: None,
             },
         )
     };
