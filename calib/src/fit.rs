@@ -801,6 +801,12 @@ pub struct LinearFit {
     /// R² of the predicted against the measured TTFTs of the rows.
     pub r2: f64,
     pub points: usize,
+    /// For each coefficient, how far the rows' simulated TTFTs move with it at the solution, as
+    /// a share of how far they move with it alone (its unit column): 1 where a lone request's
+    /// TTFT is linear in it; well below 1 where a step in flight hides it (SGLang before 0.5.22:
+    /// the ingress behind the extra decode of the request before), and the data then barely
+    /// determine it.
+    pub sensitivity: Vec<f64>,
 }
 
 /// `base` with the coefficients of `values` set.
@@ -888,10 +894,10 @@ impl Projection {
             }
         };
         let values: Vec<f64> = (0..k).map(|j| if active[j] { beta[j] / norm[j] } else { 0.0 }).collect();
-        let (values, pred) = self.refine(points, cost, values)?;
+        let (values, pred, sensitivity) = self.refine(points, cost, values)?;
         let meas: Vec<f64> = self.rows.iter().map(|r| r.1).collect();
         let pairs: Vec<(f64, f64)> = meas.into_iter().zip(pred).collect();
-        Some(LinearFit { values, r2: r_squared(&pairs).unwrap_or(0.0), points: self.rows.len() })
+        Some(LinearFit { values, r2: r_squared(&pairs).unwrap_or(0.0), points: self.rows.len(), sensitivity })
     }
 
     /// The unit columns hold only where a lone request never waits behind a step: with the
@@ -902,7 +908,8 @@ impl Projection {
     /// unit solve took ingress at a third of the truth. Gauss–Newton on the simulated TTFTs
     /// themselves, from the unit solve, with columns taken by finite differences at the
     /// current values: where the TTFT is linear, the first step changes nothing.
-    fn refine(&self, points: &[FitPoint], cost: &CostModel, start: Vec<f64>) -> Option<(Vec<f64>, Vec<f64>)> {
+    /// Also returns each coefficient's [`LinearFit::sensitivity`] from the last Jacobian taken.
+    fn refine(&self, points: &[FitPoint], cost: &CostModel, start: Vec<f64>) -> Option<(Vec<f64>, Vec<f64>, Vec<f64>)> {
         let k = self.names.len();
         let ttfts = |v: &[f64]| -> Option<Vec<f64>> {
             let c = overlaid(cost, self.names.iter().copied().zip(v.iter().copied()));
@@ -911,6 +918,8 @@ impl Projection {
         let sse = |pred: &[f64]| self.rows.iter().zip(pred).map(|(r, p)| (r.1 - p) * (r.1 - p)).sum::<f64>();
         let mut values = start;
         let mut pred = ttfts(&values)?;
+        let unit: Vec<f64> = (0..k).map(|j| self.rows.iter().map(|(_, _, cols)| cols[j]).sum::<f64>()).collect();
+        let mut sensitivity = vec![1.0; k];
         for _ in 0..12 {
             let mut x = vec![[0.0; 4]; self.rows.len()];
             let y: Vec<f64> = self.rows.iter().zip(&pred).map(|(r, p)| r.1 - p).collect();
@@ -925,6 +934,8 @@ impl Projection {
                     row[j] = (a - b) / h;
                 }
                 active[j] = x.iter().any(|r| r[j] != 0.0);
+                let moved: f64 = x.iter().map(|r| r[j]).sum();
+                sensitivity[j] = if unit[j] > 0.0 { moved / unit[j] } else { 1.0 };
             }
             let norm: Vec<f64> =
                 (0..4).map(|j| x.iter().map(|r| r[j] * r[j]).sum::<f64>().sqrt().max(1e-300)).collect();
@@ -957,7 +968,7 @@ impl Projection {
                 break;
             }
         }
-        Some((values, pred))
+        Some((values, pred, sensitivity))
     }
 
     /// `cost` with the projected coefficients solved (unchanged when they cannot be).

@@ -299,7 +299,13 @@ pub fn calibrate<M: Measure + ?Sized>(m: &mut M, scenario: &Scenario<'_>, o: &Ca
             points: l.points,
             r2: l.r2,
             coefficients: Named(p.names.iter().zip(&l.values).map(|(n, v)| (n.to_string(), *v)).collect()),
+            weakly_determined: weakly_determined(&p.names, &l.sensitivity),
         });
+        for w in weakly_determined(&p.names, &l.sensitivity) {
+            m.say(&format!(
+                "warning: {w}: a step still running when the next lone request arrives hides it (SGLang before 0.5.22 decodes a finished request once more), so the probes determine it weakly"
+            ));
+        }
     }
     if let Some(med) = ref_median {
         let (lo, hi) = ref_values.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)));
@@ -708,4 +714,16 @@ pub fn check<M: Measure + ?Sized>(
         report.add_repeats(conc, &runs_of, spreads);
     }
     Ok((report, measured, predicted))
+}
+
+/// The lone-request coefficients whose TTFTs move under half of what they would alone
+/// ([`crate::fit::LinearFit::sensitivity`]), each as "name: the concurrency-1 TTFTs move by N%
+/// of it".
+fn weakly_determined(names: &[&'static str], sensitivity: &[f64]) -> Vec<String> {
+    names
+        .iter()
+        .zip(sensitivity)
+        .filter(|(_, s)| s.is_finite() && **s < 0.5)
+        .map(|(n, s)| format!("{n}: the concurrency-1 TTFTs move by {:.0}% of it", 100.0 * s.max(0.0)))
+        .collect()
 }

@@ -154,6 +154,11 @@ pub struct LoneRequestFit {
     pub points: usize,
     pub r2: f64,
     pub coefficients: Named<f64>,
+    /// Coefficients the concurrency-1 TTFTs barely move with at the solution (under half of
+    /// what they would alone: a step in flight hides them), each with that share: the data
+    /// determine them weakly, and their intervals say how weakly.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub weakly_determined: Vec<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
