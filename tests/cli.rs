@@ -590,3 +590,45 @@ fn vllm_0110_chat_requests_queue_behind_the_template_parse() {
     assert!(m >= 20.5 * parse_ms && m > m0 + 10.0 * parse_ms, "{m} against {m0} without the parse");
     assert!(b["caveats"].as_array().unwrap().iter().any(|c| c["id"] == "chat_front_end"), "{b}");
 }
+
+/// `enable_chunked_prefill: false` end to end (docs/vllm.md §1, §4): the run completes with
+/// 3,000-token prompts under a 4,096-token budget, unchunked, and differs from the chunked
+/// run; a budget below `max_model_len` is refused at start-up as vLLM refuses it.
+#[test]
+fn simulate_with_chunked_prefill_off_runs_unchunked_and_refuses_a_small_budget() {
+    let s = "scenarios/serve-small-vllm.json"; // max_model_len 4096, budget 2048
+    let run = |chunked: &str| {
+        stdout_json(&run_cli(&[
+            "simulate",
+            s,
+            "--json",
+            "--set",
+            "engine.max_num_batched_tokens=4096",
+            "--set",
+            "workload.random_input_len=3000",
+            "--set",
+            &format!("engine.enable_chunked_prefill={chunked}"),
+        ]))
+    };
+    let (on, off) = (run("true"), run("false"));
+    assert_eq!(on["completed"], 40);
+    assert_eq!(off["completed"], 40);
+    assert_ne!(on["mean_ttft_ms"], off["mean_ttft_ms"], "no chunking must change the schedule");
+    // The scenario's own budget (2048) is below max_model_len (4096): refused, as vLLM does.
+    let o = run_cli(&["simulate", s, "--set", "engine.enable_chunked_prefill=false"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("engine.max_num_batched_tokens"), "{err}");
+    assert!(err.contains("max_num_batched_tokens (2048) is smaller than max_model_len (4096)"), "{err}");
+    // Left to default, the budget becomes max_model_len.
+    let j = stdout_json(&run_cli(&[
+        "simulate",
+        s,
+        "--json",
+        "--set",
+        "engine.max_num_batched_tokens=null",
+        "--set",
+        "engine.enable_chunked_prefill=false",
+    ]));
+    assert_eq!(j["completed"], 40);
+}

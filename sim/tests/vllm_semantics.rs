@@ -103,6 +103,49 @@ fn head_of_line_blocking_stops_admission_at_the_first_request_that_does_not_fit(
     assert_eq!(sched, vec![(0, 1)]);
 }
 
+/// `enable_chunked_prefill: false` (from 0.12.0; 0.33.0 `v1/core/sched/scheduler.py:1336`):
+/// a waiting prompt longer than the step's remaining budget is not cut, it waits, and the
+/// walk stops there (`break`): a shorter prompt behind it waits too. With chunking the same
+/// prompt is cut at the budget.
+#[test]
+fn without_chunked_prefill_a_prompt_over_the_remaining_budget_waits_and_blocks_the_rest() {
+    for version in [Version::new(0, 12, 0), Version::new(0, 33, 0), Version::new(0, 34, 0)] {
+        let mut c = cfg(version, 1000, 100);
+        c.behaviour.chunked_prefill = false;
+        let mut s = Scheduler::new(c);
+        s.add_request(0, &req(1, 40, 10));
+        s.add_request(1, &req(2, 80, 10)); // 80 > the 60 left after request 0
+        s.add_request(2, &req(3, 10, 10)); // would fit, but is behind it
+        assert_eq!(step(&mut s).0, vec![(0, 40)], "{version}");
+        assert_eq!(s.num_waiting(), 2);
+        // Next step: a decode (1), then the whole 80-token prompt and the 10-token one.
+        assert_eq!(step(&mut s).0, vec![(0, 1), (1, 80), (2, 10)], "{version}");
+    }
+    // Chunked prefill on (the default): the 80-token prompt is cut at the 60 left.
+    let mut s = Scheduler::new(cfg(Version::new(0, 33, 0), 1000, 100));
+    s.add_request(0, &req(1, 40, 10));
+    s.add_request(1, &req(2, 80, 10));
+    s.add_request(2, &req(3, 10, 10));
+    assert_eq!(step(&mut s).0, vec![(0, 40), (1, 60)]);
+    assert_eq!(step(&mut s).0, vec![(0, 1), (1, 20), (2, 10)]);
+}
+
+/// Before 0.34 `long_prefill_token_threshold` caps a waiting prompt before the no-chunking
+/// test, so a threshold still chunks it (0.34 drops the threshold with chunking off, at
+/// config resolution: `config/vllm.rs`).
+#[test]
+fn without_chunked_prefill_the_threshold_still_chunks_before_0_34() {
+    let mut c = cfg(Version::new(0, 33, 0), 1000, 100);
+    c.behaviour.chunked_prefill = false;
+    c.long_prefill_token_threshold = 50;
+    let mut s = Scheduler::new(c);
+    s.add_request(0, &req(1, 40, 10));
+    s.add_request(1, &req(2, 80, 10));
+    // Request 0's 40 fit under the threshold; request 1's 80 capped at 50 fit the 60 left.
+    assert_eq!(step(&mut s).0, vec![(0, 40), (1, 50)]);
+    assert_eq!(step(&mut s).0, vec![(0, 1), (1, 30)]);
+}
+
 #[test]
 fn preemption_takes_the_last_running_request_and_puts_it_at_the_front_of_waiting() {
     // 9 usable blocks = 144 tokens. Three requests of 32-token prompts.

@@ -291,6 +291,9 @@ pub fn translate_engine(
                 None
             }
             (EngineKind::Vllm, "max_num_seqs") => Some(("max_running_requests", v.clone())),
+            // Chunking off is SGLang's `chunked_prefill_size: -1` (below, after the loop: it
+            // replaces the budget's mapping).
+            (EngineKind::Vllm, "enable_chunked_prefill") => None,
             (EngineKind::Vllm, "max_num_batched_tokens") => Some(("chunked_prefill_size", v.clone())),
             (EngineKind::Vllm, "block_size") => Some(("page_size", v.clone())),
             (EngineKind::Vllm, "enable_prefix_caching") => {
@@ -315,10 +318,11 @@ pub fn translate_engine(
             (EngineKind::Sglang, "chunked_prefill_size") => match v.as_i64() {
                 Some(-1) => {
                     notes.push(
-                        "chunked_prefill_size -1 (off) has no vLLM V1 counterpart: vLLM keeps its default budget"
+                        "chunked_prefill_size -1 (off) becomes enable_chunked_prefill false: vLLM's default budget is then \
+                         at least max_model_len, and a waiting prompt over the step's budget waits (from vLLM 0.12.0)"
                             .into(),
                     );
-                    None
+                    Some(("enable_chunked_prefill", Value::Bool(false)))
                 }
                 _ => Some(("max_num_batched_tokens", v.clone())),
             },
@@ -358,6 +362,14 @@ pub fn translate_engine(
             out.insert(name.into(), value);
         }
     }
+    if from == EngineKind::Vllm && engine.get("enable_chunked_prefill").and_then(Value::as_bool) == Some(false) {
+        if let Some(b) = out.insert("chunked_prefill_size".into(), Value::from(-1)) {
+            notes.push(format!(
+                "max_num_batched_tokens {b} is dropped: with enable_chunked_prefill false the SGLang side runs \
+                 chunked_prefill_size -1 (no chunking; max_prefill_tokens caps a prefill batch)"
+            ));
+        }
+    }
     Ok((out, notes))
 }
 
@@ -367,6 +379,7 @@ const VLLM_COUNTERPARTS: &[(&str, &str)] = &[
     ("max_num_seqs", "max_running_requests"),
     ("max_num_batched_tokens", "chunked_prefill_size (and max_prefill_tokens)"),
     ("long_prefill_token_threshold", "chunked_prefill_size"),
+    ("enable_chunked_prefill", "chunked_prefill_size (-1 turns chunking off)"),
     ("block_size", "page_size"),
     ("enable_prefix_caching", "disable_radix_cache"),
     ("gpu_memory_utilization", "mem_fraction_static"),
@@ -384,7 +397,7 @@ const VLLM_COUNTERPARTS: &[(&str, &str)] = &[
 /// not listed has none (`(none)`).
 const SGLANG_COUNTERPARTS: &[(&str, &str)] = &[
     ("max_running_requests", "max_num_seqs"),
-    ("chunked_prefill_size", "max_num_batched_tokens"),
+    ("chunked_prefill_size", "max_num_batched_tokens (-1: enable_chunked_prefill false)"),
     ("max_prefill_tokens", "max_num_batched_tokens"),
     ("page_size", "block_size"),
     ("schedule_policy", "policy"),
@@ -530,6 +543,28 @@ mod tests {
             let block = v.get("block_size").and_then(Value::as_u64).unwrap_or(16);
             assert_eq!(v["kv_cache_tokens"].as_u64().unwrap() - block, usable, "page {page:?}: {v:?}");
         }
+    }
+
+    /// Chunking off: vLLM's `enable_chunked_prefill: false` is SGLang's
+    /// `chunked_prefill_size: -1`, both ways; the budget given beside it is dropped, said.
+    #[test]
+    fn chunked_prefill_off_translates_both_ways() {
+        let tr = |j: &str, to| translate_engine(&serde_json::from_str(j).unwrap(), to).unwrap();
+        let (sg, notes) = tr(
+            r#"{"kind": "vllm", "enable_chunked_prefill": false, "max_num_batched_tokens": 8192}"#,
+            EngineKind::Sglang,
+        );
+        assert_eq!(sg["chunked_prefill_size"], -1);
+        assert!(!sg.contains_key("enable_chunked_prefill"));
+        assert!(notes.iter().any(|n| n.contains("max_num_batched_tokens 8192 is dropped")), "{notes:?}");
+        let (sg, _) = tr(
+            r#"{"kind": "vllm", "enable_chunked_prefill": true, "max_num_batched_tokens": 8192}"#,
+            EngineKind::Sglang,
+        );
+        assert_eq!(sg["chunked_prefill_size"], 8192);
+        let (v, _) = tr(r#"{"kind": "sglang", "chunked_prefill_size": -1}"#, EngineKind::Vllm);
+        assert_eq!(v["enable_chunked_prefill"], false);
+        assert!(!v.contains_key("max_num_batched_tokens"));
     }
 
     #[test]

@@ -21,6 +21,12 @@ engine_flags! {
         max_num_batched_tokens: u32,
         /// `--long-prefill-token-threshold` (0: off).
         long_prefill_token_threshold: u32,
+        /// `--enable-chunked-prefill` / `--no-enable-chunked-prefill` (default on). Off: a
+        /// defaulted budget is at least `max_model_len`, a given one below it is refused, and a
+        /// waiting prompt longer than the step's remaining budget waits (from 0.12.0; refused
+        /// for 0.11.x, `docs/vllm.md`).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        enable_chunked_prefill: bool,
         /// `--block-size`: tokens per KV block.
         block_size: u32,
         /// `--enable-prefix-caching` / `--no-enable-prefix-caching` (default on).
@@ -112,6 +118,19 @@ pub const VLLM_DEFAULT_BLOCK_64: Version = Version::new(0, 34, 0);
 /// The first vLLM release whose defaulted `max_num_seqs` and budget follow each other
 /// (`_set_default_max_num_seqs_and_batched_tokens_args`, read in 0.20.0–0.33.0).
 pub const VLLM_DEFAULT_SEQS_FOLLOW_BUDGET: Version = Version::new(0, 20, 0);
+
+/// The first vLLM release whose `--no-enable-chunked-prefill` is modelled: from 0.12.0 a waiting
+/// prompt longer than the step's remaining budget ends the waiting walk (`break`, read in the
+/// 0.12.0, 0.13.0, 0.20.0 and 0.33.0 wheels). 0.11.0 turns chunked prefill back on for every
+/// generative model (`_set_default_args`: `self.enable_chunked_prefill = True`), and 0.11.1 and
+/// 0.11.2 skip such a prompt and walk on to the ones behind it (`skipped_waiting_requests`,
+/// `continue`), which servesim does not model: all three are refused.
+pub const VLLM_NO_CHUNKED_PREFILL: Version = Version::new(0, 12, 0);
+
+/// The first vLLM release whose `long_prefill_token_threshold` is off with chunked prefill off
+/// (0.34.0 `v1/core/sched/scheduler.py:775`: the threshold only `if enable_chunked_prefill and
+/// num_eligible_reqs > 1`); before, it caps a waiting prompt (and so chunks it) all the same.
+pub const VLLM_THRESHOLD_NEEDS_CHUNKING: Version = Version::new(0, 34, 0);
 
 /// The first vLLM release whose `--block-size` is any positive integer (`CacheConfig.block_size`
 /// a literal set through 0.17.0; read in the wheels).
@@ -445,6 +464,33 @@ pub(super) fn resolve_vllm(
     }
     // `ModelConfig.get_and_verify_max_len` (`_get_and_verify_max_len`).
     let max_model_len = context_len("engine.max_model_len", f.max_model_len, model, "vLLM")?;
+    let chunked_prefill = f.enable_chunked_prefill.unwrap_or(true);
+    if !chunked_prefill {
+        if version < VLLM_NO_CHUNKED_PREFILL {
+            return Err(ConfigError::new(
+                "engine.enable_chunked_prefill",
+                if version == Version::new(0, 11, 0) {
+                    format!(
+                        "vLLM 0.11.0 turns chunked prefill back on for every generative model (`_set_default_args`: \
+                         \"V1 always uses chunked prefills\"), so false changes nothing there; servesim refuses it: \
+                         leave it out, or use vLLM {VLLM_NO_CHUNKED_PREFILL} or later"
+                    )
+                } else {
+                    format!(
+                        "vLLM {version} with chunked prefill off skips a waiting prompt longer than the step's budget and \
+                         admits the ones behind it (`skipped_waiting_requests`), which servesim does not model (from \
+                         {VLLM_NO_CHUNKED_PREFILL} the walk stops there, as modelled): use vLLM {VLLM_NO_CHUNKED_PREFILL} or later"
+                    )
+                },
+            ));
+        }
+        // `_set_default_max_num_seqs_and_batched_tokens_args` (0.33.0 `engine/arg_utils.py:3194`;
+        // 0.12.0, 0.13.0, 0.20.0 alike): "If max_model_len is too short, use the default for
+        // higher throughput", before the `max_num_seqs × max_model_len` cap below.
+        if f.max_num_batched_tokens.is_none() {
+            max_num_batched_tokens = max_num_batched_tokens.max(max_model_len);
+        }
+    }
     // `_set_default_max_num_seqs_and_batched_tokens_args` (read in the 0.20.0–0.33.0 wheels): a
     // defaulted budget is capped at `max_num_seqs × max_model_len`, then a defaulted
     // `max_num_seqs` at the budget (a budget of 512 given runs 512 sequences, where servesim
@@ -457,6 +503,18 @@ pub(super) fn resolve_vllm(
         if f.max_num_seqs.is_none() {
             max_num_seqs = max_num_seqs.min(max_num_batched_tokens);
         }
+    }
+    // `SchedulerConfig.verify_max_model_len` (0.33.0 `config/scheduler.py:318`; 0.12.0–0.32.0 alike).
+    if !chunked_prefill && max_num_batched_tokens < max_model_len {
+        return Err(ConfigError::new(
+            "engine.max_num_batched_tokens",
+            format!(
+                "with enable_chunked_prefill false vLLM refuses to start: \"max_num_batched_tokens \
+                 ({max_num_batched_tokens}) is smaller than max_model_len ({max_model_len}). This effectively limits the \
+                 maximum sequence length to max_num_batched_tokens and makes vLLM reject longer sequences. Please \
+                 increase max_num_batched_tokens or decrease max_model_len.\""
+            ),
+        ));
     }
     if max_num_batched_tokens < max_num_seqs {
         return Err(ConfigError::new(
@@ -652,12 +710,19 @@ pub(super) fn resolve_vllm(
     // unless the model pools, speculative decoding is on or the executor cannot; the
     // `cpu-host` card keeps the synchronous loop its live calibration was fitted with.
     behaviour.async_scheduling = f.async_scheduling.unwrap_or(behaviour.async_scheduling && !is_cpu_host(gpu));
+    behaviour.chunked_prefill = chunked_prefill;
+    // 0.34 drops the threshold with chunked prefill off; before, it still caps (chunks) a prompt.
+    let long_prefill_token_threshold = if !chunked_prefill && version >= VLLM_THRESHOLD_NEEDS_CHUNKING {
+        0
+    } else {
+        f.long_prefill_token_threshold.unwrap_or(0)
+    };
     let cfg = VllmConfig {
         version,
         behaviour,
         max_num_seqs,
         max_num_batched_tokens,
-        long_prefill_token_threshold: f.long_prefill_token_threshold.unwrap_or(0),
+        long_prefill_token_threshold,
         block_size,
         enable_prefix_caching,
         num_gpu_blocks,
@@ -682,6 +747,7 @@ impl VllmBehaviour {
             unhashed_freed_first: v >= Version::new(0, 23, 0),
             priority_walk_continues: v >= Version::new(0, 33, 0),
             async_scheduling: v >= Version::new(0, 14, 0),
+            chunked_prefill: true,
         }
     }
 }
@@ -755,5 +821,57 @@ mod tests {
         assert_eq!(at((0, 33, 0), &h100, 1, true), None, "nothing to fuse at TP 1");
         assert_eq!(at((0, 33, 0), &h100, 8, false), None, "enforce_eager compiles nothing");
         assert_eq!(at((0, 33, 0), &rtx, 2, true), None, "not on compute capability 12.0");
+    }
+
+    /// `enable_chunked_prefill: false` (docs/vllm.md): a defaulted budget is at least
+    /// `max_model_len`, a given one below it is refused naming the field, 0.11.x is refused,
+    /// and 0.34 drops `long_prefill_token_threshold` with it.
+    #[test]
+    fn chunked_prefill_off_raises_the_default_budget_and_refuses_a_smaller_one() {
+        let res = crate::builtin::resources().unwrap();
+        let run = |version: &str, extra: &str| {
+            let text = format!(
+                r#"{{"version":1,"engine":{{"kind":"vllm","version":"{version}","max_model_len":16384,"num_gpu_blocks_override":4000{extra}}},
+                    "model":"qwen2.5-7b-instruct","hardware":"a100-80gb","workload":{{"dataset_name":"random","random_input_len":100,"random_output_len":10,"ignore_eos":true}}}}"#
+            );
+            crate::config::resolve(&crate::config::parse_scenario(&text).unwrap(), &res)
+        };
+        let cfg = |version: &str, extra: &str| match run(version, extra).unwrap().engine {
+            EngineSpec::Vllm(c) => c,
+            _ => unreachable!(),
+        };
+        // The A100's default budget is 2,048: off, it becomes max_model_len.
+        let on = cfg("0.33.0", "");
+        assert_eq!(on.max_num_batched_tokens, 2048);
+        assert!(on.behaviour.chunked_prefill);
+        for v in ["0.12.0", "0.20.0", "0.33.0", "0.34.0"] {
+            let off = cfg(v, r#","enable_chunked_prefill":false"#);
+            assert_eq!(off.max_num_batched_tokens, 16384, "{v}");
+            assert!(!off.behaviour.chunked_prefill, "{v}");
+        }
+        // A larger default is kept (max, not replace).
+        let off = cfg("0.33.0", r#","enable_chunked_prefill":false,"max_model_len":1024"#);
+        assert_eq!(off.max_num_batched_tokens, 2048);
+        // A given budget below max_model_len: vLLM's ValueError, on the budget's field.
+        let e = run("0.33.0", r#","enable_chunked_prefill":false,"max_num_batched_tokens":8192"#).unwrap_err();
+        assert_eq!(e.path, "engine.max_num_batched_tokens");
+        assert!(e.message.contains("max_num_batched_tokens (8192) is smaller than max_model_len (16384)"), "{e}");
+        // With chunked prefill on (given or default) the same budget is fine.
+        assert_eq!(cfg("0.33.0", r#","max_num_batched_tokens":8192"#).max_num_batched_tokens, 8192);
+        assert_eq!(
+            cfg("0.33.0", r#","enable_chunked_prefill":true,"max_num_batched_tokens":8192"#).max_num_batched_tokens,
+            8192
+        );
+        // 0.11.0 forces it back on, 0.11.1 skips rather than stops: both refused, named.
+        for v in ["0.11.0", "0.11.1"] {
+            let e = run(v, r#","enable_chunked_prefill":false"#).unwrap_err();
+            assert_eq!(e.path, "engine.enable_chunked_prefill", "{v}");
+            assert!(e.message.contains(v) && e.message.contains("0.12.0"), "{e}");
+        }
+        // The threshold: kept before 0.34 (it still chunks), dropped from 0.34.
+        let t = r#","enable_chunked_prefill":false,"long_prefill_token_threshold":512"#;
+        assert_eq!(cfg("0.33.0", t).long_prefill_token_threshold, 512);
+        assert_eq!(cfg("0.34.0", t).long_prefill_token_threshold, 0);
+        assert_eq!(cfg("0.34.0", r#","long_prefill_token_threshold":512"#).long_prefill_token_threshold, 512);
     }
 }

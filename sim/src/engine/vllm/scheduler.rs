@@ -87,6 +87,11 @@ pub struct VllmBehaviour {
     pub priority_walk_continues: bool,
     /// Async scheduling (`--async-scheduling`; on by default from 0.14).
     pub async_scheduling: bool,
+    /// Chunked prefill (`--enable-chunked-prefill`, on by default). Off (modelled from 0.12):
+    /// a waiting request whose next tokens (after its prefix-cache hit and the
+    /// `long_prefill_token_threshold` cap) exceed the step's remaining budget ends the walk
+    /// of the waiting queue (`break`): it and every request behind it wait for a later step.
+    pub chunked_prefill: bool,
     /// ≥ 0.23: freed blocks without a hash go to the front of the free queue, to be reused
     /// first ("LIFO reuse of non-cached blocks"), hashed ones to the back (`BlockPool.free_blocks`:
     /// `prepend_n` / `append_n`); before, every freed block to the back.
@@ -731,7 +736,13 @@ impl Scheduler {
                 if !record_at_admission {
                     self.record_prefix_lookup(num_tokens, hit_tokens, preempted_before);
                 }
-                let n = self.threshold_cap(num_tokens - hit_tokens).min(budget);
+                let want = self.threshold_cap(num_tokens - hit_tokens);
+                // Chunked prefill off: "we can stop the scheduling here" (0.33.0
+                // `v1/core/sched/scheduler.py:1336`; `break` from 0.12.0).
+                if !self.config.behaviour.chunked_prefill && want > budget {
+                    break;
+                }
+                let n = want.min(budget);
                 let ok = {
                     let Scheduler { kv, requests, head_hit, .. } = self;
                     let r = requests[id as usize].as_mut().expect("live request");
@@ -908,7 +919,13 @@ impl Scheduler {
     fn ff_head_need(&self, h: FfHead, hit_len: u32, evictable: u32) -> u32 {
         let hit_tokens = hit_len * self.config.block_size;
         let budget = self.config.max_num_batched_tokens - self.running.len() as u32;
-        let tokens = self.threshold_cap(h.num_tokens - hit_tokens).min(budget);
+        let want = self.threshold_cap(h.num_tokens - hit_tokens);
+        if !self.config.behaviour.chunked_prefill && want > budget {
+            // Chunked prefill off: the head waits for the budget, whatever is free (the
+            // fast-forward's steps keep the running list, so the budget, as it is).
+            return u32::MAX;
+        }
+        let tokens = want.min(budget);
         let gate = self.config.behaviour.full_prompt_admission;
         self.kv.blocks_needed(h.num_tokens, hit_tokens + tokens, 0, hit_len, evictable, gate).1
     }
