@@ -112,6 +112,13 @@ impl WorkloadArgs {
     /// `endpoint` (`--endpoint`): the section says the endpoint the requests go to, so that a
     /// prediction of it (`check`) and the run record describe what was sent.
     pub fn section_json(&self, endpoint: &str) -> Result<(Value, PathBuf), String> {
+        self.section_and_client(endpoint).map(|(w, base, _)| (w, base))
+    }
+
+    /// [`WorkloadArgs::section_json`], and whether the modelled client times the chat role
+    /// chunk as its first token (`config::client_times_role_chunk`: the scenario's release, as
+    /// `simulate` of it has it; without a scenario, the current client, 0.33 and later: not).
+    fn section_and_client(&self, endpoint: &str) -> Result<(Value, PathBuf, bool), String> {
         // A NaN would become JSON null, read as "not given": the flag's default would run instead.
         for (flag, v) in [
             ("--random-range-ratio", self.random_range_ratio),
@@ -129,7 +136,7 @@ impl WorkloadArgs {
         // (from 0.11.1, `config::VLLM_FORCES_IGNORE_EOS_ON_RANDOM`): the scenario's vLLM release;
         // an SGLang scenario's field is as given, as `simulate` has it; without a scenario, the
         // current client.
-        let (mut w, base, forces_random_eos) = match &self.scenario {
+        let (mut w, base, forces_random_eos, role_chunk) = match &self.scenario {
             Some(p) => {
                 let raw = load::read_raw(Some(p))?;
                 let mut w = raw.json.get("workload").cloned().unwrap_or_else(|| json!({}));
@@ -143,9 +150,9 @@ impl WorkloadArgs {
                     config::EngineSpec::Vllm(c) => c.version >= config::VLLM_FORCES_IGNORE_EOS_ON_RANDOM,
                     config::EngineSpec::Sglang(_) => false,
                 };
-                (w, raw.base_dir, forces)
+                (w, raw.base_dir, forces, config::client_times_role_chunk(&spec.engine))
             }
-            None => (json!({"dataset_name": "random"}), std::env::current_dir().unwrap_or_default(), true),
+            None => (json!({"dataset_name": "random"}), std::env::current_dir().unwrap_or_default(), true, false),
         };
         let o = w.as_object_mut().ok_or("the scenario's workload is not an object")?;
         let mut put = |k: &str, v: Option<Value>| {
@@ -204,13 +211,13 @@ impl WorkloadArgs {
             }
             o.insert("endpoint".into(), endpoint.into());
         }
-        Ok((w, base))
+        Ok((w, base, role_chunk))
     }
 
     /// The workload: the same request list the simulator generates for it, and its section as
     /// given (what the run record keeps).
     pub fn workload(&self, endpoint: &str) -> Result<(Value, Workload), String> {
-        let (given, base) = self.section_json(endpoint)?;
+        let (given, base, role_chunk) = self.section_and_client(endpoint)?;
         // Live, the server decides where EOS falls; the generator still wants a distribution to
         // build its request list. It is a stand-in that sizes nothing (the report's KV footprint
         // is the requested length, `live::measure::measured_point`) and stays out of the section
@@ -264,15 +271,8 @@ impl WorkloadArgs {
             }
         }
         let mut params = config::resolve_workload(&section, &res).map_err(|e| self.name_the_flag(e.to_string()))?;
-        // Whether the client times the chat role chunk as its first token follows the modelled
-        // `vllm bench serve` release, as `simulate` of the same scenario has it
-        // (`config::client_times_role_chunk`); without a scenario, the current client (0.33 and
-        // later: skipped).
-        params.role_chunk = params.chat
-            && match &self.scenario {
-                Some(p) => config::client_times_role_chunk(&load::resolve(&load::read_raw(Some(p))?)?.1.engine),
-                None => false,
-            };
+        // The chat role chunk, timed as the modelled client times it (`section_and_client`).
+        params.role_chunk = params.chat && role_chunk;
         Ok((given, workload::generate(&params)))
     }
 }

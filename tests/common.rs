@@ -88,6 +88,16 @@ pub fn run_record(dir: &std::path::Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
+/// The per-request lines (`*.requests.jsonl`) a `--save-result` run wrote into `dir`, parsed.
+pub fn request_lines(dir: &std::path::Path) -> Vec<Value> {
+    let path = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with(".requests.jsonl"))
+        .unwrap_or_else(|| panic!("no per-request lines in {}", dir.display()));
+    std::fs::read_to_string(path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
 pub fn stdout_json(o: &Output) -> Value {
     assert!(
         o.status.success(),

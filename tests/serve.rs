@@ -310,13 +310,7 @@ fn bench_speaks_the_chat_endpoint_with_text_built_from_the_tokenizer() {
     let rec = run_record(&dir);
     assert_eq!(rec["setup"]["workload"]["endpoint"], "/v1/chat/completions", "{}", rec["setup"]["workload"]);
     // Each request's prompt, as the server counted it, is recorded beside the intended length.
-    let f = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.to_string_lossy().ends_with(".requests.jsonl"))
-        .unwrap();
-    for l in std::fs::read_to_string(f).unwrap().lines() {
-        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+    for v in request_lines(&dir) {
         let counted = v["prompt_tokens"].as_u64().unwrap();
         assert!(
             counted >= 20 && counted <= 24,
@@ -358,15 +352,9 @@ fn bench_speaks_the_chat_endpoint_with_text_built_from_the_tokenizer() {
         "--save-result",
         "--json",
     ]);
-    let f = std::fs::read_dir(&dir32)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.to_string_lossy().ends_with(".requests.jsonl"))
-        .unwrap();
-    let lines = std::fs::read_to_string(f).unwrap();
-    assert_eq!(lines.lines().count(), 2);
-    for l in lines.lines() {
-        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+    let lines = request_lines(&dir32);
+    assert_eq!(lines.len(), 2);
+    for v in lines {
         assert_eq!(v["itl_ms"].as_array().map(Vec::len), Some(4), "{v}");
         assert_eq!(v["output_tokens"], 4, "usage counts no role chunk: {v}");
     }

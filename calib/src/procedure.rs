@@ -294,18 +294,19 @@ pub fn calibrate<M: Measure + ?Sized>(m: &mut M, scenario: &Scenario<'_>, o: &Ca
         });
     }
     if let (Some(p), Some(l)) = (&projection, &linear) {
+        let weak = weakly_determined(&p.names, &l.sensitivity);
+        for w in &weak {
+            m.say(&format!(
+                "warning: {w}: a step still running when the next lone request arrives hides it (SGLang before 0.5.22 decodes a finished request once more), so the probes determine it weakly"
+            ));
+        }
         profile.lone_request_fit = Some(LoneRequestFit {
             method: "solved at each step of the search by least squares on the concurrency-1 probes' mean TTFT in ms (variable projection), refined by Gauss-Newton on the simulated TTFTs",
             points: l.points,
             r2: l.r2,
             coefficients: Named(p.names.iter().zip(&l.values).map(|(n, v)| (n.to_string(), *v)).collect()),
-            weakly_determined: weakly_determined(&p.names, &l.sensitivity),
+            weakly_determined: weak,
         });
-        for w in weakly_determined(&p.names, &l.sensitivity) {
-            m.say(&format!(
-                "warning: {w}: a step still running when the next lone request arrives hides it (SGLang before 0.5.22 decodes a finished request once more), so the probes determine it weakly"
-            ));
-        }
     }
     if let Some(med) = ref_median {
         let (lo, hi) = ref_values.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)));

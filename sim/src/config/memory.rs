@@ -618,7 +618,7 @@ pub fn vllm_memory_account(
         0
     };
     let non_kv = weights + activation_peak + non_torch + cuda_graphs;
-    if extensible {
+    let (context, margin, kv, derivation) = if extensible {
         // `extensible_kv_cache.py:measure_kv_cache_bytes` (0.34.0 :592): available =
         // min(requested − non-KV use, free + committed − margin) − max(peak, reservation
         // growth), the margin max(1 GiB, 0.75 × peak). Free + committed after warmup is the
@@ -634,18 +634,11 @@ pub fn vllm_memory_account(
         let context = held.min(at_snapshot);
         let margin_charged = held - context;
         let kv = requested.min(headroom_cap).saturating_sub(non_kv);
-        return MemoryAccount {
-            total,
-            requested,
-            weights,
-            activation_peak,
-            non_torch,
-            cuda_graphs,
+        (
             context,
-            margin: margin_charged,
+            margin_charged,
             kv,
-            reserve: total - requested,
-            derivation: "vLLM 0.34 sizes the pool after warmup and CUDA-graph capture (extensible KV cache): \
+            "vLLM 0.34 sizes the pool after warmup and CUDA-graph capture (extensible KV cache): \
                          min(requested, device − memory in use at start-up − margin) − weights − non-torch − CUDA \
                          graphs − transient peak, the margin max(1 GiB, 0.75 × peak) \
                          (v1/worker/extensible_kv_cache.py:measure_kv_cache_bytes). Derived: requested, weights, \
@@ -656,9 +649,38 @@ pub fn vllm_memory_account(
                          memory per layer per capture size (the V1 runner's figure, taken as what capture \
                          measures), and on a Windows/WSL2 host what the free-memory measure adds per byte of weights. \
                          Derived from the source's constants; not checked against a 0.34 start-up log",
+        )
+    } else {
+        let derivation = match (mb.model_runner_v2, host) {
+            (false, false) => {
+                "derived: requested, weights, activation peak (V1 model runner), KV cell; fitted on the start-up log \
+             corpus: non-torch memory (TP 1 and TP > 1) and CUDA-graph memory per layer per capture size \
+             (subtracted from 0.21)"
+            }
+            (true, false) if mb.cudagraph_estimate => {
+                "derived: requested, weights, activation peak (V2 model runner), KV cell; fitted on the start-up log \
+             corpus: V2 non-torch memory (and its extra at TP > 1), and CUDA-graph memory per layer per capture \
+             size (the V1 runner's figure; V2 subtracts its estimate from 0.29)"
+            }
+            (true, false) => {
+                "derived: requested, weights, activation peak (V2 model runner: no CUDA-graph estimate before 0.29), \
+             KV cell; fitted on the start-up log corpus: V2 non-torch memory (and its extra at TP > 1)"
+            }
+            (true, true) => {
+                "derived: requested, weights, activation peak (V2 model runner; its CUDA-graph estimate from 0.29, \
+             the V1 runner's figure), KV cell; fitted on the start-up log corpus: V2 non-torch memory (and its \
+             extra at TP > 1), and what 0.27's free-memory accounting adds per byte of weights on a \
+             Windows/WSL2 (WDDM) host"
+            }
+            (false, true) => {
+                "derived: requested, weights, activation peak (V1 model runner), KV cell; fitted on the start-up \
+             log corpus: non-torch memory (TP 1 and TP > 1), CUDA-graph memory per layer per capture size \
+             (subtracted from 0.21), and what 0.27's free-memory accounting adds per byte of weights on a \
+             Windows/WSL2 (WDDM) host"
+            }
         };
-    }
-    let kv = requested.saturating_sub(non_kv);
+        (0, 0, requested.saturating_sub(non_kv), derivation)
+    };
     MemoryAccount {
         total,
         requested,
@@ -666,38 +688,11 @@ pub fn vllm_memory_account(
         activation_peak,
         non_torch,
         cuda_graphs,
-        context: 0,
-        margin: 0,
+        context,
+        margin,
         kv,
         reserve: total - requested,
-        derivation: match (mb.model_runner_v2, host) {
-            (false, false) => {
-                "derived: requested, weights, activation peak (V1 model runner), KV cell; fitted on the start-up log \
-                 corpus: non-torch memory (TP 1 and TP > 1) and CUDA-graph memory per layer per capture size \
-                 (subtracted from 0.21)"
-            }
-            (true, false) if mb.cudagraph_estimate => {
-                "derived: requested, weights, activation peak (V2 model runner), KV cell; fitted on the start-up log \
-                 corpus: V2 non-torch memory (and its extra at TP > 1), and CUDA-graph memory per layer per capture \
-                 size (the V1 runner's figure; V2 subtracts its estimate from 0.29)"
-            }
-            (true, false) => {
-                "derived: requested, weights, activation peak (V2 model runner: no CUDA-graph estimate before 0.29), \
-                 KV cell; fitted on the start-up log corpus: V2 non-torch memory (and its extra at TP > 1)"
-            }
-            (true, true) => {
-                "derived: requested, weights, activation peak (V2 model runner; its CUDA-graph estimate from 0.29, \
-                 the V1 runner's figure), KV cell; fitted on the start-up log corpus: V2 non-torch memory (and its \
-                 extra at TP > 1), and what 0.27's free-memory accounting adds per byte of weights on a \
-                 Windows/WSL2 (WDDM) host"
-            }
-            (false, true) => {
-                "derived: requested, weights, activation peak (V1 model runner), KV cell; fitted on the start-up \
-                 log corpus: non-torch memory (TP 1 and TP > 1), CUDA-graph memory per layer per capture size \
-                 (subtracted from 0.21), and what 0.27's free-memory accounting adds per byte of weights on a \
-                 Windows/WSL2 (WDDM) host"
-            }
-        },
+        derivation,
     }
 }
 

@@ -134,12 +134,9 @@ pub struct KvSizing {
     pub kv_bytes_per_token: u64,
     /// Only when derived from memory: the accounting, per GPU.
     pub memory: Option<MemoryAccount>,
-    /// An upper bound given on the pool (SGLang's `max_total_tokens`) that the derived pool
-    /// is already below, so that it changed nothing: the flag and the value given. SGLang
-    /// logs it as larger than the profiled value and uses the profiled one.
-    pub bound_not_binding: Option<(&'static str, u64)>,
-    /// That bound as given, binding or not (the pool it sets is page-aligned): the flag and
-    /// its value, what the engine reports as its server argument.
+    /// An upper bound given on the pool (SGLang's `max_total_tokens`), binding or not: the flag
+    /// and its value as given (the pool it sets where it binds is page-aligned), what the engine
+    /// reports as its server argument. It binds where it is the [`KvSizing::source`].
     pub bound_given: Option<(&'static str, u64)>,
 }
 
@@ -160,11 +157,18 @@ impl EngineSpec {
 }
 
 impl KvSizing {
+    /// The bound given on the pool ([`KvSizing::bound_given`]) where the derived pool is already
+    /// below it, so that it changed nothing. SGLang logs it as larger than the profiled value and
+    /// uses the profiled one.
+    pub fn bound_not_binding(&self) -> Option<(&'static str, u64)> {
+        self.bound_given.filter(|(flag, _)| *flag != self.source)
+    }
+
     /// A sentence when a bound on the pool ([`KvSizing::bound_not_binding`]) is above the pool
     /// derived from memory (`pool` tokens), so that the pool is the derived one, as the engine
     /// does it; `None` otherwise.
     pub fn bound_note(&self, pool: u64) -> Option<String> {
-        let (flag, given) = self.bound_not_binding?;
+        let (flag, given) = self.bound_not_binding()?;
         Some(format!(
             "{flag} = {given} is above the pool SGLang profiles here ({pool} tokens, from {}): SGLang logs \
              \"{flag}={given} is larger than the profiled value {pool}. Use the profiled value instead.\" and uses the \

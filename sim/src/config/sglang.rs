@@ -242,13 +242,7 @@ pub(super) fn resolve_sglang(
         check_pinned_pool("engine.max_total_num_tokens", t, cell, model, gpu, dep)?;
         (
             t / u64::from(page_size) * u64::from(page_size),
-            KvSizing {
-                source: "max_total_num_tokens",
-                kv_bytes_per_token: cell,
-                memory: None,
-                bound_not_binding: None,
-                bound_given: None,
-            },
+            KvSizing { source: "max_total_num_tokens", kv_bytes_per_token: cell, memory: None, bound_given: None },
         )
     } else {
         let mfs = match f.mem_fraction_static {
@@ -308,28 +302,19 @@ pub(super) fn resolve_sglang(
             ));
         }
         // `--max-total-tokens` bounds the profiled pool (page-aligned, as the configurator aligns it).
-        match f.max_total_tokens.map(|t| t / u64::from(page_size) * u64::from(page_size)) {
-            Some(bound) if bound < tokens => (
-                bound,
-                KvSizing {
-                    source: "max_total_tokens",
-                    kv_bytes_per_token: cell,
-                    memory: Some(acct),
-                    bound_not_binding: None,
-                    bound_given: f.max_total_tokens.map(|t| ("max_total_tokens", t)),
-                },
-            ),
-            bound => (
-                tokens,
-                KvSizing {
-                    source: "mem_fraction_static",
-                    kv_bytes_per_token: cell,
-                    memory: Some(acct),
-                    bound_not_binding: bound.map(|_| ("max_total_tokens", f.max_total_tokens.unwrap_or(0))),
-                    bound_given: f.max_total_tokens.map(|t| ("max_total_tokens", t)),
-                },
-            ),
-        }
+        let (pool, source) = match f.max_total_tokens.map(|t| t / u64::from(page_size) * u64::from(page_size)) {
+            Some(bound) if bound < tokens => (bound, "max_total_tokens"),
+            _ => (tokens, "mem_fraction_static"),
+        };
+        (
+            pool,
+            KvSizing {
+                source,
+                kv_bytes_per_token: cell,
+                memory: Some(acct),
+                bound_given: f.max_total_tokens.map(|t| ("max_total_tokens", t)),
+            },
+        )
     };
     // `max_running_requests = min(max_total // 2, clamp(max_total / context_len * 512, 2048, 4096))`.
     let pool_reqs = ((max_total_tokens as f64 / f64::from(context_length) * 512.0) as u64).clamp(2048, 4096);

@@ -567,16 +567,7 @@ pub(super) fn resolve_vllm(
             block_size,
             max_model_len,
         )?;
-        (
-            n,
-            KvSizing {
-                source: "num_gpu_blocks_override",
-                kv_bytes_per_token,
-                memory: None,
-                bound_not_binding: None,
-                bound_given: None,
-            },
-        )
+        (n, KvSizing { source: "num_gpu_blocks_override", kv_bytes_per_token, memory: None, bound_given: None })
     } else if let Some(t) = f.kv_cache_tokens {
         let blocks = t / u64::from(block_size);
         if blocks < 2 {
@@ -597,16 +588,7 @@ pub(super) fn resolve_vllm(
             gpu,
             dep,
         )?;
-        (
-            blocks,
-            KvSizing {
-                source: "kv_cache_tokens",
-                kv_bytes_per_token,
-                memory: None,
-                bound_not_binding: None,
-                bound_given: None,
-            },
-        )
+        (blocks, KvSizing { source: "kv_cache_tokens", kv_bytes_per_token, memory: None, bound_given: None })
     } else {
         // 0.34 sizes a pool it derives after warmup (the extensible KV cache, on by default on
         // CUDA unless the pool is pinned): `gpu_memory_utilization` defaults to None, which
@@ -695,13 +677,7 @@ pub(super) fn resolve_vllm(
         let blocks = u32::try_from(blocks).unwrap_or(u32::MAX);
         (
             blocks,
-            KvSizing {
-                source: "gpu_memory_utilization",
-                kv_bytes_per_token,
-                memory: Some(acct),
-                bound_not_binding: None,
-                bound_given: None,
-            },
+            KvSizing { source: "gpu_memory_utilization", kv_bytes_per_token, memory: Some(acct), bound_given: None },
         )
     };
     let enable_prefix_caching = f.enable_prefix_caching.unwrap_or(true);
