@@ -87,45 +87,6 @@ impl RequestSpec {
         unreachable!("prompt segments sum to prompt_len")
     }
 
-    /// Appends the contents of positions `out.len()..to` (prompt, then output) to `out`: the
-    /// values [`RequestSpec::token`] gives, one segment at a time instead of finding each
-    /// position's segment anew (a tight loop the compiler can vectorise).
-    ///
-    /// `mixes` holds the offset half of [`token_of`] (grown here as needed): each token then
-    /// costs one mix instead of two.
-    pub fn extend_tokens(&self, to: u32, out: &mut Vec<u64>, mixes: &mut OffsetMixes) {
-        let mut pos = out.len() as u32;
-        if pos >= to {
-            return;
-        }
-        out.reserve((to - pos) as usize);
-        let m = mixes.upto(to);
-        let token_of = |key: u64, off: u32| mix64(key ^ m[off as usize]);
-        if pos < self.prompt_len {
-            if self.prompt.len() == self.prompt_len as usize {
-                let end = to.min(self.prompt_len);
-                out.extend(self.prompt[pos as usize..end as usize].iter().map(|seg| token_of(seg.key, 0)));
-                pos = end;
-            } else {
-                let mut start = 0u32;
-                for seg in &self.prompt {
-                    let seg_end = start + seg.len;
-                    if pos < seg_end && pos < to {
-                        let end = seg_end.min(to);
-                        let key = seg.key;
-                        out.extend((pos - start..end - start).map(|off| token_of(key, off)));
-                        pos = end;
-                    }
-                    start = seg_end;
-                }
-            }
-        }
-        if pos < to {
-            let key = self.output_key;
-            out.extend((pos - self.prompt_len..to - self.prompt_len).map(|off| token_of(key, off)));
-        }
-    }
-
     /// Token id in a vocabulary of `vocab` ids, avoiding the first `reserved`
     /// (special tokens): what a live client sends for this position.
     pub fn token_id(&self, pos: u32, vocab: u32, reserved: u32) -> u32 {
@@ -135,7 +96,7 @@ impl RequestSpec {
 }
 
 #[inline]
-fn token_of(key: u64, offset: u32) -> u64 {
+pub(crate) fn token_of(key: u64, offset: u32) -> u64 {
     mix64(key ^ offset_mix(offset))
 }
 
@@ -143,33 +104,6 @@ fn token_of(key: u64, offset: u32) -> u64 {
 #[inline]
 fn offset_mix(offset: u32) -> u64 {
     mix64(u64::from(offset).wrapping_add(0x5bd1_e995))
-}
-
-/// [`offset_mix`] of offsets `0..len`, tabulated once for a run's
-/// [`RequestSpec::extend_tokens`] (the same values).
-#[derive(Clone, Debug, Default)]
-pub struct OffsetMixes(Vec<u64>);
-
-impl OffsetMixes {
-    /// [`RequestSpec::token`] of `spec` at `pos`, an output token's from the table.
-    #[inline]
-    pub fn token(&mut self, spec: &RequestSpec, pos: u32) -> u64 {
-        if pos < spec.prompt_len {
-            return spec.token(pos);
-        }
-        let off = pos - spec.prompt_len;
-        mix64(spec.output_key ^ self.upto(off + 1)[off as usize])
-    }
-
-    /// The table, holding at least offsets `0..n`.
-    #[inline]
-    fn upto(&mut self, n: u32) -> &[u64] {
-        let have = self.0.len() as u32;
-        if have < n {
-            self.0.extend((have..n).map(offset_mix));
-        }
-        &self.0
-    }
 }
 
 /// Hash of a full block, chained on its parent's hash, as vLLM chains
@@ -335,28 +269,6 @@ mod tests {
         assert_eq!(ha[..2], hb[..2]);
         assert_ne!(ha[2], hb[2]);
         assert_ne!(ha[3], hb[3]);
-    }
-
-    #[test]
-    fn extended_tokens_are_each_positions_token() {
-        let a = spec(vec![Segment { key: 1, len: 10 }, Segment { key: 2, len: 0 }, Segment { key: 3, len: 30 }], 12);
-        let mut live = a.clone();
-        live.prompt = (0..40).map(|k| Segment { key: 100 + k, len: 1 }).collect();
-        for s in [&a, &live] {
-            let all: Vec<u64> = (0..s.total_len()).map(|p| s.token(p)).collect();
-            for cuts in [vec![48], vec![0, 5, 10, 11, 40, 41, 48], vec![9, 39, 40, 46, 48], vec![3, 3, 45, 48]] {
-                let mut out = Vec::new();
-                let mut mixes = OffsetMixes::default();
-                for &c in &cuts {
-                    s.extend_tokens(c, &mut out, &mut mixes);
-                    assert_eq!(out, all[..c as usize], "cut at {c}");
-                }
-                let mut fresh = OffsetMixes::default();
-                for p in (0..s.total_len()).rev() {
-                    assert_eq!(fresh.token(s, p), all[p as usize], "position {p}");
-                }
-            }
-        }
     }
 
     #[test]

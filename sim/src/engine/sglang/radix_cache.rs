@@ -15,17 +15,198 @@
 //! Nodes live in an arena indexed by `NodeId`; the leaves that can be
 //! evicted are kept in a `BTreeSet<(last_access, NodeId)>`, so eviction order
 //! is deterministic. The child map is only looked up, never iterated.
+//!
+//! **Keys as runs.** A key is not stored token by token but as [`Run`]s, the
+//! way the workload names a request's tokens: a run of `len` tokens whose
+//! `i`-th is `token_of(key, off + i)` (a prompt segment, the output), or a
+//! literal token. Every comparison is still of token values, so the tree is
+//! exactly the token tree: where two keys are at the same run position
+//! (same run key, same offset) their next `min(left in either run)` tokens
+//! are equal by construction and are skipped at once; anywhere else the
+//! tokens are compared one by one, so even a chance equality of two
+//! different runs' tokens matches as it would token by token. A private
+//! prompt then costs one comparison and one run, not one per token.
 
 use std::collections::{BTreeSet, HashMap};
 
+use crate::request::token_of;
 use crate::rng::mix64;
+
+/// The `off` of a literal run: one token, whose value is the run's `key`.
+pub const LITERAL: u32 = u32::MAX;
+
+/// Tokens `token_of(key, off) .. token_of(key, off + len − 1)`, or (`off ==`
+/// [`LITERAL`], `len == 1`) the one token `key`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Run {
+    pub key: u64,
+    pub off: u32,
+    pub len: u32,
+}
+
+impl Run {
+    /// A run of a segment's tokens from `off`.
+    pub fn derived(key: u64, off: u32, len: u32) -> Run {
+        debug_assert!(u64::from(off) + u64::from(len) < u64::from(LITERAL), "offsets stay below LITERAL");
+        Run { key, off, len }
+    }
+
+    /// One token given by value.
+    pub fn literal(token: u64) -> Run {
+        Run { key: token, off: LITERAL, len: 1 }
+    }
+}
+
+/// The first `len` tokens of the concatenation of `runs`.
+#[derive(Clone, Copy, Debug)]
+pub struct Key<'a> {
+    pub runs: &'a [Run],
+    pub len: usize,
+}
+
+impl<'a> Key<'a> {
+    pub fn new(runs: &'a [Run], len: usize) -> Key<'a> {
+        debug_assert!(runs.iter().map(|r| r.len as usize).sum::<usize>() >= len, "a key within its runs");
+        Key { runs, len }
+    }
+
+    /// The key's token values, one by one (tests, debugging).
+    pub fn tokens(&self) -> Vec<u64> {
+        let mut c = Cursor::new(*self);
+        let mut out = Vec::with_capacity(self.len);
+        while c.left > 0 {
+            out.push(c.token());
+            c.advance(1);
+        }
+        out
+    }
+}
+
+/// Literal runs of `tokens` (the token-slice verbs and tests).
+fn literal_runs(tokens: &[u64]) -> Vec<Run> {
+    tokens.iter().map(|&t| Run::literal(t)).collect()
+}
+
+/// A position in a key: run `i`, `at` tokens into it, `left` tokens to the key's end.
+#[derive(Clone, Copy, Debug)]
+struct Cursor<'a> {
+    runs: &'a [Run],
+    i: usize,
+    at: u32,
+    left: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn new(key: Key<'a>) -> Cursor<'a> {
+        let mut c = Cursor { runs: key.runs, i: 0, at: 0, left: key.len };
+        c.skip_empty();
+        c
+    }
+
+    fn of_runs(runs: &'a [Run]) -> Cursor<'a> {
+        Cursor::new(Key { runs, len: runs.iter().map(|r| r.len as usize).sum() })
+    }
+
+    fn skip_empty(&mut self) {
+        while self.left > 0 && self.runs[self.i].len == self.at {
+            self.i += 1;
+            self.at = 0;
+        }
+    }
+
+    /// The value of the token here (`left > 0`).
+    #[inline]
+    fn token(&self) -> u64 {
+        let r = self.runs[self.i];
+        if r.off == LITERAL {
+            r.key
+        } else {
+            token_of(r.key, r.off + self.at)
+        }
+    }
+
+    /// What names the token here: equal names, equal tokens for the rest of both runs.
+    #[inline]
+    fn name(&self) -> (u64, u32) {
+        let r = self.runs[self.i];
+        (r.key, if r.off == LITERAL { LITERAL } else { r.off + self.at })
+    }
+
+    /// Tokens left in the current run (within the key).
+    #[inline]
+    fn run_left(&self) -> usize {
+        ((self.runs[self.i].len - self.at) as usize).min(self.left)
+    }
+
+    fn advance(&mut self, mut n: usize) {
+        debug_assert!(n <= self.left);
+        self.left -= n;
+        while n > 0 {
+            let in_run = (self.runs[self.i].len - self.at) as usize;
+            if n < in_run {
+                self.at += n as u32;
+                n = 0;
+            } else {
+                n -= in_run;
+                self.i += 1;
+                self.at = 0;
+            }
+        }
+        self.skip_empty();
+    }
+
+    /// The runs of the tokens from here to the key's end.
+    fn rest(&self) -> Vec<Run> {
+        let mut out = Vec::new();
+        let mut c = *self;
+        while c.left > 0 {
+            let n = c.run_left();
+            let r = c.runs[c.i];
+            out.push(if r.off == LITERAL { r } else { Run { key: r.key, off: r.off + c.at, len: n as u32 } });
+            c.advance(n);
+        }
+        out
+    }
+}
+
+/// How many leading tokens two keys share (not page-floored).
+fn common_tokens(mut a: Cursor, mut b: Cursor) -> usize {
+    let mut n = 0;
+    while a.left > 0 && b.left > 0 {
+        if a.name() == b.name() {
+            let k = a.run_left().min(b.run_left());
+            a.advance(k);
+            b.advance(k);
+            n += k;
+        } else if a.token() == b.token() {
+            a.advance(1);
+            b.advance(1);
+            n += 1;
+        } else {
+            break;
+        }
+    }
+    n
+}
+
+/// `runs` cut after `at` tokens: (the first `at`, the rest).
+fn split_runs(runs: &[Run], at: usize) -> (Vec<Run>, Vec<Run>) {
+    let c = Cursor::of_runs(runs);
+    let upper = Cursor { left: at, ..c }.rest();
+    let mut lower = c;
+    lower.advance(at);
+    (upper, lower.rest())
+}
 
 pub type NodeId = u32;
 pub const ROOT: NodeId = 0;
 
 #[derive(Clone, Debug)]
 struct Node {
-    key: Vec<u64>,
+    /// The node's tokens, as runs ([`Run`]).
+    key: Vec<Run>,
+    /// Tokens in `key`.
+    len: u32,
     parent: NodeId,
     num_children: u32,
     lock_ref: u32,
@@ -56,7 +237,8 @@ pub struct Match {
 impl RadixCache {
     pub fn new(page_size: u32) -> RadixCache {
         assert!(page_size >= 1);
-        let root = Node { key: Vec::new(), parent: ROOT, num_children: 0, lock_ref: 1, last_access: 0, live: true };
+        let root =
+            Node { key: Vec::new(), len: 0, parent: ROOT, num_children: 0, lock_ref: 1, last_access: 0, live: true };
         RadixCache {
             nodes: vec![root],
             free_ids: Vec::new(),
@@ -87,11 +269,18 @@ impl RadixCache {
         self.evictable + self.protected
     }
 
-    fn child_key(&self, key: &[u64]) -> u64 {
+    /// The child-map key of the tokens from `c`: the first token, or a hash of the first page.
+    fn child_key(&self, c: Cursor) -> u64 {
         if self.page_size == 1 {
-            key[0]
+            c.token()
         } else {
-            key[..self.page_size as usize].iter().fold(0x9e37_79b9, |acc, &t| mix64(acc ^ t))
+            let mut c = c;
+            let mut acc = 0x9e37_79b9;
+            for _ in 0..self.page_size {
+                acc = mix64(acc ^ c.token());
+                c.advance(1);
+            }
+            acc
         }
     }
 
@@ -113,9 +302,9 @@ impl RadixCache {
         self.nodes[id as usize].last_access = now;
     }
 
-    fn common_prefix(&self, a: &[u64], b: &[u64]) -> usize {
-        let n = a.iter().zip(b).take_while(|(x, y)| x == y).count();
-        self.floor_page(n)
+    /// Tokens `node`'s key shares with the key from `c`, page-floored.
+    fn common_prefix(&self, node: NodeId, c: Cursor) -> usize {
+        self.floor_page(common_tokens(Cursor::of_runs(&self.nodes[node as usize].key), c))
     }
 
     /// Splits `child` after `at` tokens; returns the new upper node.
@@ -124,15 +313,24 @@ impl RadixCache {
             let c = &self.nodes[child as usize];
             (c.parent, c.lock_ref, c.last_access)
         };
-        let upper_key: Vec<u64> = self.nodes[child as usize].key[..at].to_vec();
-        let lower_key: Vec<u64> = self.nodes[child as usize].key[at..].to_vec();
-        let ck_upper = self.child_key(&upper_key);
-        let ck_lower = self.child_key(&lower_key);
-        let mid = self.alloc_node(Node { key: upper_key, parent, num_children: 1, lock_ref, last_access, live: true });
+        let len = self.nodes[child as usize].len;
+        let (upper_key, lower_key) = split_runs(&self.nodes[child as usize].key, at);
+        let ck_upper = self.child_key(Cursor::of_runs(&upper_key));
+        let ck_lower = self.child_key(Cursor::of_runs(&lower_key));
+        let mid = self.alloc_node(Node {
+            key: upper_key,
+            len: at as u32,
+            parent,
+            num_children: 1,
+            lock_ref,
+            last_access,
+            live: true,
+        });
         self.children.insert((parent, ck_upper), mid);
         self.children.insert((mid, ck_lower), child);
         let c = &mut self.nodes[child as usize];
         c.key = lower_key;
+        c.len = len - at as u32;
         c.parent = mid;
         mid
     }
@@ -154,18 +352,24 @@ impl RadixCache {
     /// `fill_ids[:len-1]`), page-floored. Updates access times along the
     /// path and splits the node where the match ends inside it.
     pub fn match_prefix(&mut self, key: &[u64]) -> Match {
+        let runs = literal_runs(key);
+        self.match_prefix_runs(Key::new(&runs, key.len()))
+    }
+
+    /// [`RadixCache::match_prefix`] of a key given as runs.
+    pub fn match_prefix_runs(&mut self, key: Key) -> Match {
         self.clock += 1;
         let now = self.clock;
-        let key = &key[..self.floor_page(key.len())];
+        let mut cur = Cursor::new(Key { len: self.floor_page(key.len), ..key });
         let mut node = ROOT;
         let mut i = 0usize;
         let page = self.page_size as usize;
-        while i + page <= key.len() {
-            let ck = self.child_key(&key[i..]);
+        while page <= cur.left {
+            let ck = self.child_key(cur);
             let Some(&child) = self.children.get(&(node, ck)) else { break };
             self.touch(child, now);
-            let common = self.common_prefix(&self.nodes[child as usize].key, &key[i..]);
-            let clen = self.nodes[child as usize].key.len();
+            let common = self.common_prefix(child, cur);
+            let clen = self.nodes[child as usize].len as usize;
             if common < clen {
                 if common > 0 {
                     node = self.split(child, common);
@@ -175,6 +379,7 @@ impl RadixCache {
             }
             node = child;
             i += clen;
+            cur.advance(clen);
         }
         Match { len: i as u32, last_node: node }
     }
@@ -183,17 +388,24 @@ impl RadixCache {
     /// time refreshed, no node split, the clock untouched (what a router reading the cache
     /// through KV events sees).
     pub fn cached_prefix_len(&self, key: &[u64]) -> u32 {
-        let key = &key[..self.floor_page(key.len())];
+        let runs = literal_runs(key);
+        self.cached_prefix_len_runs(Key::new(&runs, key.len()))
+    }
+
+    /// [`RadixCache::cached_prefix_len`] of a key given as runs.
+    pub fn cached_prefix_len_runs(&self, key: Key) -> u32 {
+        let mut cur = Cursor::new(Key { len: self.floor_page(key.len), ..key });
         let page = self.page_size as usize;
         let mut node = ROOT;
         let mut i = 0usize;
-        while i + page <= key.len() {
-            let Some(&child) = self.children.get(&(node, self.child_key(&key[i..]))) else { break };
-            let common = self.common_prefix(&self.nodes[child as usize].key, &key[i..]);
+        while page <= cur.left {
+            let Some(&child) = self.children.get(&(node, self.child_key(cur))) else { break };
+            let common = self.common_prefix(child, cur);
             i += common;
-            if common < self.nodes[child as usize].key.len() {
+            if common < self.nodes[child as usize].len as usize {
                 break;
             }
+            cur.advance(common);
             node = child;
         }
         i as u32
@@ -203,6 +415,12 @@ impl RadixCache {
     /// its leading tokens were already cached (the caller frees its duplicate
     /// KV for those) and the node where the key ends.
     pub fn insert(&mut self, key: &[u64]) -> (u32, NodeId) {
+        let runs = literal_runs(key);
+        self.insert_runs(Key::new(&runs, key.len()))
+    }
+
+    /// [`RadixCache::insert`] of a key given as runs.
+    pub fn insert_runs(&mut self, key: Key) -> (u32, NodeId) {
         self.clock += 1;
         let now = self.clock;
         self.insert_at(ROOT, 0, key, now)
@@ -215,8 +433,8 @@ impl RadixCache {
     /// lookups) and carries on from `node`. Exactly `insert(key)`, without re-walking the
     /// prefix. A locked node stays the deeper node of any split (`split` gives the new
     /// node the upper half), so `node` still ends at `depth`.
-    pub fn insert_from(&mut self, node: NodeId, depth: u32, key: &[u64]) -> (u32, NodeId) {
-        debug_assert!(depth as usize <= key.len() && (depth as usize).is_multiple_of(self.page_size as usize));
+    pub fn insert_from(&mut self, node: NodeId, depth: u32, key: Key) -> (u32, NodeId) {
+        debug_assert!(depth as usize <= key.len && (depth as usize).is_multiple_of(self.page_size as usize));
         debug_assert_eq!(self.depth(node), depth, "the node ends at the given depth");
         self.clock += 1;
         let now = self.clock;
@@ -232,35 +450,38 @@ impl RadixCache {
     fn depth(&self, mut node: NodeId) -> u32 {
         let mut d = 0;
         while node != ROOT {
-            d += self.nodes[node as usize].key.len() as u32;
+            d += self.nodes[node as usize].len;
             node = self.nodes[node as usize].parent;
         }
         d
     }
 
-    fn insert_at(&mut self, start: NodeId, start_i: usize, key: &[u64], now: u64) -> (u32, NodeId) {
-        let key = &key[..self.floor_page(key.len())];
+    fn insert_at(&mut self, start: NodeId, start_i: usize, key: Key, now: u64) -> (u32, NodeId) {
+        let mut cur = Cursor::new(Key { len: self.floor_page(key.len), ..key });
         let mut node = start;
         let mut i = start_i;
+        cur.advance(start_i);
         let page = self.page_size as usize;
-        while i + page <= key.len() {
-            let ck = self.child_key(&key[i..]);
+        while page <= cur.left {
+            let ck = self.child_key(cur);
             match self.children.get(&(node, ck)).copied() {
                 Some(child) => {
                     self.touch(child, now);
-                    let common = self.common_prefix(&self.nodes[child as usize].key, &key[i..]);
-                    let clen = self.nodes[child as usize].key.len();
+                    let common = self.common_prefix(child, cur);
+                    let clen = self.nodes[child as usize].len as usize;
                     if common < clen {
                         node = self.split(child, common);
                         i += common;
+                        cur.advance(common);
                     } else {
                         node = child;
                         i += clen;
+                        cur.advance(clen);
                     }
                 }
                 None => {
-                    let rest = key[i..].to_vec();
-                    let added = rest.len() as u64;
+                    let rest = cur.rest();
+                    let added = cur.left as u64;
                     // The parent stops being a leaf.
                     if self.is_leaf(node) && self.nodes[node as usize].lock_ref == 0 {
                         let la = self.nodes[node as usize].last_access;
@@ -268,6 +489,7 @@ impl RadixCache {
                     }
                     let leaf = self.alloc_node(Node {
                         key: rest,
+                        len: added as u32,
                         parent: node,
                         num_children: 0,
                         lock_ref: 0,
@@ -290,7 +512,7 @@ impl RadixCache {
         while node != ROOT {
             let n = &mut self.nodes[node as usize];
             if n.lock_ref == 0 {
-                let len = n.key.len() as u64;
+                let len = u64::from(n.len);
                 self.evictable -= len;
                 self.protected += len;
                 if n.num_children == 0 {
@@ -313,7 +535,7 @@ impl RadixCache {
             debug_assert!(node != ROOT, "not an ancestor");
             let n = &mut self.nodes[node as usize];
             if n.lock_ref == 0 {
-                let len = n.key.len() as u64;
+                let len = u64::from(n.len);
                 self.evictable -= len;
                 self.protected += len;
                 if n.num_children == 0 {
@@ -334,7 +556,7 @@ impl RadixCache {
             assert!(n.lock_ref > 0, "dec_lock_ref on an unlocked node");
             n.lock_ref -= 1;
             if n.lock_ref == 0 {
-                let len = n.key.len() as u64;
+                let len = u64::from(n.len);
                 self.evictable += len;
                 self.protected -= len;
                 if n.num_children == 0 {
@@ -355,11 +577,12 @@ impl RadixCache {
             let Some((_, id)) = self.leaves.pop_first() else { break };
             let (parent, len, ck) = {
                 let n = &self.nodes[id as usize];
-                (n.parent, n.key.len() as u64, self.child_key(&n.key))
+                (n.parent, u64::from(n.len), self.child_key(Cursor::of_runs(&n.key)))
             };
             self.children.remove(&(parent, ck));
             self.nodes[id as usize].live = false;
             self.nodes[id as usize].key = Vec::new();
+            self.nodes[id as usize].len = 0;
             self.free_ids.push(id);
             self.evictable -= len;
             freed += len;
@@ -381,14 +604,18 @@ impl RadixCache {
             if !n.live {
                 continue;
             }
-            if n.key.is_empty() || n.key.len() % self.page_size as usize != 0 {
-                return Err(format!("node {id} has a key of {} tokens", n.key.len()));
+            let runs_len: u64 = n.key.iter().map(|r| u64::from(r.len)).sum();
+            if runs_len != u64::from(n.len) || n.key.iter().any(|r| r.len == 0 || (r.off == LITERAL && r.len != 1)) {
+                return Err(format!("node {id}: runs of {runs_len} tokens for a key of {}: {:?}", n.len, n.key));
+            }
+            if n.len == 0 || !n.len.is_multiple_of(self.page_size) {
+                return Err(format!("node {id} has a key of {} tokens", n.len));
             }
             kids[n.parent as usize] += 1;
             if n.lock_ref == 0 {
-                ev += n.key.len() as u64;
+                ev += u64::from(n.len);
             } else {
-                pr += n.key.len() as u64;
+                pr += u64::from(n.len);
             }
             if n.parent != ROOT && self.nodes[n.parent as usize].lock_ref < n.lock_ref {
                 return Err(format!(

@@ -45,7 +45,7 @@ use std::collections::VecDeque;
 
 use rand::seq::SliceRandom;
 
-use super::radix_cache::{NodeId, RadixCache, ROOT};
+use super::radix_cache::{Key, NodeId, RadixCache, Run, ROOT};
 use super::schedule_policy::{
     AddReqResult, PrefillAdder, SchedulePolicy, CLIP_MAX_NEW_TOKENS, LPM_MAX_WAITING, WAITING_PREFIX_REFRESH_INTERVAL,
 };
@@ -239,8 +239,10 @@ enum Status {
 #[derive(Clone, Debug)]
 struct Req {
     spec: RequestSpec,
-    /// Token contents of prompt + outputs so far (`origin_input_ids + output_ids`).
-    tokens: Vec<u64>,
+    /// Token contents of prompt + outputs (`origin_input_ids + output_ids`), as runs
+    /// ([`super::token_runs`]); `fill_ids` are the first `fill_len()` of them. Empty until
+    /// first needed.
+    tokens: Vec<Run>,
     num_output: u32,
     /// `len(prefix_indices)`: tokens covered by the radix tree, locked at `last_node`.
     prefix_len: u32,
@@ -283,8 +285,6 @@ enum StepKind {
 pub struct Scheduler {
     config: SglangConfig,
     tree: RadixCache,
-    /// The offset half of every token's contents, tabulated ([`crate::request::OffsetMixes`]).
-    mixes: crate::request::OffsetMixes,
     /// Reused between steps: the decodes of the step that finished.
     decodes_buf: Vec<ReqId>,
     /// Live requests by id, boxed: a finished one leaves an empty slot of one word.
@@ -340,7 +340,6 @@ impl Scheduler {
         Scheduler {
             config,
             tree,
-            mixes: crate::request::OffsetMixes::default(),
             decodes_buf: Vec::new(),
             requests: Vec::new(),
             waiting: VecDeque::new(),
@@ -436,26 +435,11 @@ impl Scheduler {
         self.private_total -= p;
     }
 
+    /// Names the request's tokens (prompt, then every output it can sample) as runs, once.
     fn materialize(&mut self, id: ReqId) {
-        let Scheduler { requests, mixes, .. } = self;
-        let r = requests[id as usize].as_mut().expect("live request");
-        if r.tokens.capacity() == 0 {
-            // Room for the request's whole length at once (capacity only).
-            r.tokens.reserve(r.spec.total_len() as usize);
-        }
-        let want = r.fill_len();
-        r.spec.extend_tokens(want, &mut r.tokens, mixes);
-    }
-
-    /// Appends the contents of the token request `id` just sampled (it becomes part of
-    /// `fill_ids`).
-    fn materialize_next(&mut self, id: ReqId) {
-        let Scheduler { requests, mixes, .. } = self;
-        let r = requests[id as usize].as_mut().expect("live request");
-        let pos = r.tokens.len() as u32;
-        if pos < r.spec.prompt_len + r.num_output + 1 {
-            let t = mixes.token(&r.spec, pos);
-            r.tokens.push(t);
+        let r = self.requests[id as usize].as_mut().expect("live request");
+        if r.tokens.is_empty() {
+            r.tokens = super::token_runs(&r.spec);
         }
     }
 
@@ -469,7 +453,7 @@ impl Scheduler {
         let (len, node) = if disabled {
             (0, ROOT)
         } else {
-            let m = tree.match_prefix(&r.tokens[..(fill - 1) as usize]);
+            let m = tree.match_prefix_runs(Key::new(&r.tokens, (fill - 1) as usize));
             (m.len, m.last_node)
         };
         r.prefix_len = len;
@@ -551,7 +535,7 @@ impl Scheduler {
             self.materialize(id);
             let Scheduler { tree, requests, .. } = self;
             let r = requests[id as usize].as_ref().expect("live request");
-            tree.match_prefix(&r.tokens[..r.fill_len() as usize]);
+            tree.match_prefix_runs(Key::new(&r.tokens, r.fill_len() as usize));
         }
     }
 
@@ -939,10 +923,10 @@ impl Scheduler {
         let node = {
             let Scheduler { tree, requests, .. } = self;
             let r = requests[id as usize].as_mut().expect("live request");
-            let key = &r.tokens[..insert_len as usize];
+            let key = Key::new(&r.tokens, insert_len as usize);
             match r.last_node {
                 Some(start) => tree.insert_from(start, r.prefix_len, key).1,
-                None => tree.insert(key).1,
+                None => tree.insert_runs(key).1,
             }
         };
         // The request's KV for those tokens is now the tree's (or a freed duplicate).
@@ -967,7 +951,7 @@ impl Scheduler {
             {
                 let Scheduler { tree, requests, .. } = self;
                 let r = requests[id as usize].as_mut().expect("live request");
-                tree.insert(&r.tokens[..insert_len as usize]);
+                tree.insert_runs(Key::new(&r.tokens, insert_len as usize));
             }
         }
         self.free_private(id);
@@ -1136,7 +1120,6 @@ impl Scheduler {
                 if !self.is_running(id) {
                     continue;
                 }
-                self.materialize_next(id);
                 let left = self.req(id).left_running;
                 let fin = self.finish(id, out);
                 if fin && !left {
@@ -1171,7 +1154,6 @@ impl Scheduler {
                     continue;
                 }
                 let left = r.left_running;
-                self.materialize_next(id);
                 let fin = self.finish(id, out);
                 self.last_prefill_shrinks |= fin && !left;
                 if !fin {
