@@ -101,6 +101,28 @@ pub struct Target {
     pub timeout: Duration,
 }
 
+/// Whether a streamed choice carries output, as `vllm bench serve` 0.33 reads it
+/// (`_choice_has_streamed_output`, `benchmarks/lib/endpoint_request_func.py`): a completions
+/// choice always (its `text` may be empty for a special token); a chat delta with content,
+/// reasoning or a tool call, or with an empty `content` and no `role` (a token that decodes to
+/// nothing). `sglang.bench_serving` counts only a non-empty content or `reasoning_content`, so
+/// it also drops that last kind (rare: a special token under `skip_special_tokens`).
+fn streams_output(choice: &Value) -> bool {
+    let Some(delta) = choice.get("delta") else { return true };
+    let Some(d) = delta.as_object() else { return false };
+    let truthy = |k: &str| match d.get(k) {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => false,
+        Some(Value::String(t)) => !t.is_empty(),
+        Some(Value::Array(a)) => !a.is_empty(),
+        Some(Value::Object(o)) => !o.is_empty(),
+        Some(_) => true,
+    };
+    if ["content", "reasoning", "reasoning_content", "tool_calls", "function_call"].iter().any(|k| truthy(k)) {
+        return true;
+    }
+    d.get("content").and_then(Value::as_str) == Some("") && !d.contains_key("role")
+}
+
 /// Sends one streaming completion; `t0` is the run's start.
 pub async fn send(client: &reqwest::Client, target: &Target, req: &Request, t0: Instant) -> Outcome {
     let st = Instant::now();
@@ -209,6 +231,13 @@ async fn read_stream(
                     if role_chunk && !time_role_chunk {
                         continue;
                     }
+                    // A chat chunk that streams no output (SGLang's separate finish chunk, whose
+                    // delta from 0.5.17 is `{"reasoning_content": null}`): `vllm bench serve`
+                    // from 0.33 (`_choice_has_streamed_output`) and `sglang.bench_serving` skip it;
+                    // the clients that time the role chunk (vLLM ≤ 0.32) time every chunk.
+                    if !time_role_chunk && !streams_output(&choices[0]) {
+                        continue;
+                    }
                     if first {
                         first = false;
                         out.ttft_s = (now - st).as_secs_f64();
@@ -240,4 +269,87 @@ async fn read_stream(
     out.latency_s = (last - st).as_secs_f64();
     out.output_tokens = usage_tokens.unwrap_or(chunks);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A chat stream as SGLang 0.5.23 writes it for three tokens: the role chunk, three content
+    /// chunks, a separate finish chunk whose delta is `{"reasoning_content": null}` (0.5.17+
+    /// leaves `None` fields out), the usage chunk, `[DONE]`.
+    async fn sglang_chat_stream() -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut sock, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0u8; 65536];
+            let _ = sock.read(&mut buf).await.unwrap();
+            let chunks = [
+                r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#,
+                r#"{"choices":[{"index":0,"delta":{"content":"a"}}]}"#,
+                r#"{"choices":[{"index":0,"delta":{"content":"b"}}]}"#,
+                r#"{"choices":[{"index":0,"delta":{"content":"c"}}]}"#,
+                r#"{"choices":[{"index":0,"delta":{"reasoning_content":null},"finish_reason":"length"}]}"#,
+                r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":3}}"#,
+            ];
+            let mut body = String::new();
+            for c in chunks {
+                body.push_str(&format!("data: {c}\n\n"));
+            }
+            body.push_str("data: [DONE]\n\n");
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            sock.write_all(head.as_bytes()).await.unwrap();
+            sock.write_all(body.as_bytes()).await.unwrap();
+            sock.shutdown().await.unwrap();
+        });
+        format!("http://{addr}/v1/chat/completions")
+    }
+
+    async fn outcome(time_role_chunk: bool) -> Outcome {
+        let url = sglang_chat_stream().await;
+        let target = Target { url, model: "m".into(), api_key: None, timeout: Duration::from_secs(10) };
+        let req = Request {
+            prompt_token_ids: vec![1, 2],
+            text: Some("hi".into()),
+            max_tokens: 3,
+            ignore_eos: true,
+            time_role_chunk,
+        };
+        send(&reqwest::Client::new(), &target, &req, Instant::now()).await
+    }
+
+    /// `vllm bench serve` 0.33 and `sglang.bench_serving` time the three tokens only (two
+    /// gaps); 0.11–0.32 time every chunk with choices: the role chunk and the finish chunk too
+    /// (four gaps). The token count is the usage's either way.
+    #[tokio::test]
+    async fn a_chunk_without_output_is_timed_only_by_the_clients_that_time_every_chunk() {
+        let skip = outcome(false).await;
+        assert!(skip.success, "{:?}", skip.error);
+        assert_eq!(skip.itl_s.len(), 2);
+        assert_eq!(skip.output_tokens, 3);
+        assert_eq!(skip.generated_text, "abc");
+        let every = outcome(true).await;
+        assert!(every.success, "{:?}", every.error);
+        assert_eq!(every.itl_s.len(), 4);
+        assert_eq!(every.output_tokens, 3);
+    }
+
+    #[test]
+    fn streamed_output_follows_vllm_0_33() {
+        let c = |v: Value| streams_output(&v);
+        assert!(c(json!({"text": ""})));
+        assert!(c(json!({"delta": {"content": "x"}})));
+        assert!(c(json!({"delta": {"reasoning_content": "x"}})));
+        assert!(c(json!({"delta": {"tool_calls": [{"id": "1"}]}})));
+        assert!(c(json!({"delta": {"content": ""}})));
+        assert!(!c(json!({"delta": {"role": "assistant", "content": ""}})));
+        assert!(!c(json!({"delta": {"reasoning_content": null}})));
+        assert!(!c(json!({"delta": {"content": null, "role": null}})));
+        assert!(!c(json!({"delta": {}})));
+    }
 }
