@@ -72,7 +72,7 @@ pub fn parse_results(text: &str, name: &str) -> Result<Vec<ResultPoint>, String>
             Some(Value::Number(n)) if n.as_f64().is_some_and(|v| v >= 0.0 && v.fract() == 0.0) => n.as_f64(),
             Some(v) => return Err(format!("{at}: failed: expected a whole number of requests, got {v}")),
         };
-        // vLLM writes `failed` only from 0.33: an older file says it by `completed` short of
+        // vLLM writes `failed` only from 0.11.1: an older file says it by `completed` short of
         // `num_prompts`.
         let lost = failed.filter(|&f| f > 0.0).or_else(|| {
             match (m.get("num_prompts").and_then(Value::as_u64), m.get("completed").and_then(Value::as_u64)) {
