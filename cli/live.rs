@@ -214,6 +214,20 @@ impl WorkloadArgs {
         Ok((w, base, role_chunk))
     }
 
+    /// Whether the modelled client asks for greedy sampling (`config::client_sends_greedy`: the
+    /// scenario's release; without a scenario, the current `vllm bench serve`, which sends no
+    /// temperature).
+    pub fn greedy(&self) -> Result<bool, String> {
+        match &self.scenario {
+            Some(p) => {
+                let raw = load::read_raw(Some(p))?;
+                let (_, spec) = load::resolve(&raw)?;
+                Ok(config::client_sends_greedy(&spec.engine))
+            }
+            None => Ok(false),
+        }
+    }
+
     /// The workload: the same request list the simulator generates for it, and its section as
     /// given (what the run record keeps).
     pub fn workload(&self, endpoint: &str) -> Result<(Value, Workload), String> {
@@ -370,6 +384,9 @@ pub async fn connect(s: &ServerArgs) -> Result<(ServerInfo, BenchOptions), Strin
         verbose: false,
         on_done: None,
         chat_tokenizer,
+        // calibrate's probes and check's runs ask for greedy sampling (their outputs are
+        // ignore_eos or the scenario's); bench follows the modelled client (`WorkloadArgs::greedy`).
+        greedy: true,
     };
     Ok((info, opts))
 }
@@ -498,6 +515,7 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode, String> {
             (wl_json, w) = args.workload(&a.server.endpoint)?;
         }
         opts.verbose = !a.json;
+        opts.greedy = a.workload.greedy()?;
         let label = a.label.clone().unwrap_or_else(|| meta_of(&info).engine);
         let files = run_files(a.result_dir.as_deref(), a.result_filename.as_deref(), &label, &w, &opts.target.model)?;
         // Per-request results are always kept, as they complete.

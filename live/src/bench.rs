@@ -49,6 +49,8 @@ pub struct BenchOptions {
     pub on_done: Option<OnDone>,
     /// With the chat endpoint: prompts become text through this tokenizer.
     pub chat_tokenizer: Option<Arc<tokenizers::Tokenizer>>,
+    /// Requests ask for greedy sampling ([`crate::client::Request::greedy`]).
+    pub greedy: bool,
 }
 
 /// A callback run as each timed request completes.
@@ -180,6 +182,7 @@ async fn run_phase(
             max_tokens: spec.max_tokens,
             ignore_eos: spec.ignore_eos,
             time_role_chunk: role_chunk,
+            greedy: opts.greedy,
         };
         let writer = writer.clone();
         let spec = spec.clone();

@@ -90,6 +90,10 @@ pub struct Request {
     /// first token, as `vllm bench serve` 0.11–0.32 does (`sim::workload::Workload::role_chunk`);
     /// false: skip it, as 0.33 and `sglang.bench_serving` do.
     pub time_role_chunk: bool,
+    /// Send `"temperature": 0.0` (greedy), as `vllm bench serve` before 0.15 and
+    /// `sglang.bench_serving` do; false: no temperature, the server's default sampling, as
+    /// `vllm bench serve` from 0.15 (`sim::config::client_sends_greedy`).
+    pub greedy: bool,
 }
 
 /// Where and how to send.
@@ -127,13 +131,12 @@ fn streams_output(choice: &Value) -> bool {
 pub async fn send(client: &reqwest::Client, target: &Target, req: &Request, t0: Instant) -> Outcome {
     let st = Instant::now();
     let mut out = Outcome { start_s: (st - t0).as_secs_f64(), sent: true, ..Default::default() };
-    let body = match &req.text {
+    let mut body = match &req.text {
         Some(text) => json!({
             "model": target.model,
             "messages": [{"role": "user", "content": text}],
             "max_completion_tokens": req.max_tokens,
             "max_tokens": req.max_tokens,
-            "temperature": 0.0,
             "stream": true,
             "stream_options": {"include_usage": true},
             "ignore_eos": req.ignore_eos,
@@ -142,12 +145,14 @@ pub async fn send(client: &reqwest::Client, target: &Target, req: &Request, t0: 
             "model": target.model,
             "prompt": req.prompt_token_ids,
             "max_tokens": req.max_tokens,
-            "temperature": 0.0,
             "stream": true,
             "stream_options": {"include_usage": true},
             "ignore_eos": req.ignore_eos,
         }),
     };
+    if req.greedy {
+        body["temperature"] = json!(0.0);
+    }
     let mut rb = client.post(&target.url).header("Content-Type", "application/json").body(body.to_string());
     if let Some(k) = &target.api_key {
         rb = rb.header("Authorization", format!("Bearer {k}"));
@@ -279,13 +284,15 @@ mod tests {
     /// A chat stream as SGLang 0.5.23 writes it for three tokens: the role chunk, three content
     /// chunks, a separate finish chunk whose delta is `{"reasoning_content": null}` (0.5.17+
     /// leaves `None` fields out), the usage chunk, `[DONE]`.
-    async fn sglang_chat_stream() -> String {
+    async fn sglang_chat_stream() -> (String, tokio::sync::oneshot::Receiver<String>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel();
         tokio::spawn(async move {
             let (mut sock, _) = listener.accept().await.unwrap();
             let mut buf = vec![0u8; 65536];
-            let _ = sock.read(&mut buf).await.unwrap();
+            let n = sock.read(&mut buf).await.unwrap();
+            let _ = tx.send(String::from_utf8_lossy(&buf[..n]).to_string());
             let chunks = [
                 r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#,
                 r#"{"choices":[{"index":0,"delta":{"content":"a"}}]}"#,
@@ -307,11 +314,16 @@ mod tests {
             sock.write_all(body.as_bytes()).await.unwrap();
             sock.shutdown().await.unwrap();
         });
-        format!("http://{addr}/v1/chat/completions")
+        (format!("http://{addr}/v1/chat/completions"), rx)
     }
 
     async fn outcome(time_role_chunk: bool) -> Outcome {
-        let url = sglang_chat_stream().await;
+        outcome_and_request(time_role_chunk, true).await.0
+    }
+
+    /// The outcome and the request as the server read it.
+    async fn outcome_and_request(time_role_chunk: bool, greedy: bool) -> (Outcome, String) {
+        let (url, sent) = sglang_chat_stream().await;
         let target = Target { url, model: "m".into(), api_key: None, timeout: Duration::from_secs(10) };
         let req = Request {
             prompt_token_ids: vec![1, 2],
@@ -319,8 +331,20 @@ mod tests {
             max_tokens: 3,
             ignore_eos: true,
             time_role_chunk,
+            greedy,
         };
-        send(&reqwest::Client::new(), &target, &req, Instant::now()).await
+        let out = send(&reqwest::Client::new(), &target, &req, Instant::now()).await;
+        (out, sent.await.unwrap())
+    }
+
+    /// Greedy sampling is asked for only by the clients that ask for it (`vllm bench serve`
+    /// before 0.15, `sglang.bench_serving`); 0.15 and later send no temperature.
+    #[tokio::test]
+    async fn temperature_is_sent_only_by_the_clients_that_send_it() {
+        let (out, req) = outcome_and_request(false, true).await;
+        assert!(out.success && req.contains("\"temperature\":0.0"), "{req}");
+        let (out, req) = outcome_and_request(false, false).await;
+        assert!(out.success && !req.contains("temperature"), "{req}");
     }
 
     /// `vllm bench serve` 0.33 and `sglang.bench_serving` time the three tokens only (two

@@ -470,3 +470,23 @@ fn a_chat_benchmark_before_0_33_times_the_role_chunk_as_a_token() {
     assert!(a.max_output_tokens_per_s <= b.max_output_tokens_per_s + 40.0);
     assert_eq!(a.output_throughput, b.output_throughput, "usage.completion_tokens counts no role chunk");
 }
+
+/// `vllm bench serve` asks for greedy sampling (`"temperature": 0.0`) before 0.15 and sends no
+/// temperature from it; `sglang.bench_serving` sends 0.0 (`sim::config::client_sends_greedy`,
+/// which `servesim bench` follows).
+#[test]
+fn the_benchmark_asks_for_greedy_sampling_before_0_15() {
+    let spec_of = |path: &str, version: Option<&str>| {
+        let mut v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(common::root().join(path)).unwrap()).unwrap();
+        if let Some(ver) = version {
+            common::set(&mut v, &format!("engine.version={ver}"));
+        }
+        common::spec(v)
+    };
+    let greedy = |path: &str, version: Option<&str>| sim::config::client_sends_greedy(&spec_of(path, version).engine);
+    assert!(greedy("scenarios/serve-small-vllm.json", Some("0.14.0")));
+    assert!(!greedy("scenarios/serve-small-vllm.json", Some("0.15.0")));
+    assert!(!greedy("scenarios/serve-small-vllm.json", Some("0.33.0")));
+    assert!(greedy("scenarios/rtx5090-qwen2.5-7b-sglang.json", None));
+}

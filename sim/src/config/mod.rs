@@ -436,6 +436,23 @@ pub fn default_initial_test_request(engine: &EngineSpec) -> bool {
     }
 }
 
+/// The first `vllm bench serve` that sends no `temperature` unless `--temperature` is given
+/// (0.15.0 `benchmarks/serve.py`: "vllm bench serve no longer sets temperature==0 (greedy)";
+/// 0.14.0's request functions send `"temperature": 0.0`; read in both wheels): the server's
+/// default sampling then applies (with vLLM's `--generation-config auto`, the model's).
+pub const VLLM_BENCH_UNSET_TEMPERATURE: Version = Version::new(0, 15, 0);
+
+/// Whether the modelled benchmark client asks for greedy sampling (`"temperature": 0.0` in
+/// every request): `vllm bench serve` before 0.15 and `sglang.bench_serving`
+/// (`"temperature": 0.0` unless the extra body gives one). It decides where EOS falls when
+/// outputs may end early; with `ignore_eos` it changes nothing servesim models.
+pub fn client_sends_greedy(engine: &EngineSpec) -> bool {
+    match engine {
+        EngineSpec::Vllm(c) => c.version < VLLM_BENCH_UNSET_TEMPERATURE,
+        EngineSpec::Sglang(_) => true,
+    }
+}
+
 /// The first `vllm bench serve` with `--num-warmups` (absent from 0.11.0's `benchmarks/serve.py`,
 /// present in 0.11.1's; read in both wheels).
 pub const VLLM_BENCH_WARMUPS: Version = Version::new(0, 11, 1);
