@@ -486,7 +486,7 @@ fn fleet_limits_compare_like_with_like() {
     )
     .display()
     .to_string();
-    // Each H100 replica holds 397 such requests: 794 for two, above 600 but below 1,200.
+    // Each H100 replica (600 sequences) holds 395 such requests: 790 for two, above 600 but below 1,200.
     let o = run_cli(&[
         "explain",
         &base,
@@ -500,7 +500,7 @@ fn fleet_limits_compare_like_with_like() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let j: Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(j["kv_limited_concurrency"], 794);
+    assert_eq!(j["kv_limited_concurrency"], 790);
     assert_eq!(j["binding_limit"], "kv_pool", "{}", j["explanation"]);
     assert_eq!(j["max_running"], 1200);
     let why = j["explanation"].to_string();
@@ -536,8 +536,8 @@ fn fleet_limits_compare_like_with_like() {
     ]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
-        out.contains("The decode replicas' KV pools of 458000 tokens hold 397 requests of 1152 tokens")
-            && out.contains("the prefill replicas' 458000 tokens hold a prompt only until its KV is transferred"),
+        out.contains("The decode replicas' KV pools of 449792 tokens hold 390 requests of 1152 tokens")
+            && out.contains("the prefill replicas' 449792 tokens hold a prompt only until its KV is transferred"),
         "{out}"
     );
     let o = run_cli(&[
@@ -574,7 +574,7 @@ fn a_side_by_side_of_an_engine_and_a_fleet_names_the_fleet() {
     let j: Value = serde_json::from_slice(&o.stdout).unwrap();
     let d = j["setup_differs"].to_string();
     assert!(
-        d.contains("replicas: 1 engine on h100-80gb x1, KV pool 458000 tokens in all / 2 (Fleet, router round_robin) on h100-80gb x2, KV pool 916000 tokens in all"),
+        d.contains("replicas: 1 engine on h100-80gb x1, KV pool 449792 tokens in all / 2 (Fleet, router round_robin) on h100-80gb x2, KV pool 899584 tokens in all"),
         "{d}"
     );
 }
@@ -600,7 +600,7 @@ fn a_heterogeneous_fleet_says_where_an_even_split_fills_the_smallest() {
     let o = run_cli(&["explain", &f, "--concurrency", "16", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let j: Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(j["kv_limited_concurrency"], 569);
+    assert_eq!(j["kv_limited_concurrency"], 562);
     let why = j["explanation"].to_string();
     assert!(
         why.contains("fills the replicas with the smallest limit first")

@@ -42,9 +42,10 @@ fn qwen3_32b_on_h100_at_tp_1_2_4_8_has_per_gpu_accounts_that_add_up() {
         for tp in [1u32, 2, 4, 8] {
             let tp_key = if kind == "vllm" { "tensor_parallel_size" } else { "tp_size" };
             // vLLM 0.33 at TP 1 has no room for one 40,960-token request once its V2 runner's
-            // CUDA-graph estimate is charged (from 0.29): a 32k context.
+            // CUDA-graph estimate (from 0.29) and its sampler's fp32 warmup pass (from 0.33) are
+            // charged, nor for a 32k one (31,904 tokens): a 24k context.
             let spec = resolve(scenario(
-                json!({"kind": kind, tp_key: tp, "max_model_len": 32768, "context_length": 32768})
+                json!({"kind": kind, tp_key: tp, "max_model_len": 24576, "context_length": 24576})
                     .as_object()
                     .unwrap()
                     .iter()
@@ -102,22 +103,23 @@ fn an_fp8_kv_cache_doubles_the_pool() {
 
 #[test]
 fn fp8_weights_leave_more_room_for_kv() {
+    // bf16 70B at TP 2 on vLLM 0.33 leaves a 7,456-token pool: a 4k context.
     let bf16 = resolve(scenario(
-        json!({"kind": "vllm", "tensor_parallel_size": 2, "max_model_len": 8192}),
+        json!({"kind": "vllm", "tensor_parallel_size": 2, "max_model_len": 4096}),
         "llama-3.3-70b-instruct",
         "h100-80gb",
         2,
     ))
     .unwrap();
     let fp8 = resolve(scenario(
-        json!({"kind": "vllm", "tensor_parallel_size": 2, "max_model_len": 8192}),
+        json!({"kind": "vllm", "tensor_parallel_size": 2, "max_model_len": 4096}),
         "llama-3.3-70b-instruct-fp8",
         "h100-80gb",
         2,
     ))
     .unwrap();
     let online = resolve(scenario(
-        json!({"kind": "vllm", "tensor_parallel_size": 2, "quantization": "fp8", "max_model_len": 8192}),
+        json!({"kind": "vllm", "tensor_parallel_size": 2, "quantization": "fp8", "max_model_len": 4096}),
         "llama-3.3-70b-instruct",
         "h100-80gb",
         2,
@@ -207,6 +209,50 @@ fn vllm_releases_resolve_the_model_runner_and_the_accounting_read_in_their_sourc
     let extra = (config::VLLM_WDDM_CONSUMED_PER_WEIGHT_BYTE * w27.weights as f64) as u64;
     assert!(w27.non_torch.abs_diff(w26.non_torch + extra) <= 1, "{w26:?} {w27:?}");
     assert_eq!(a26.cuda_graphs + a27.cuda_graphs, 0);
+}
+
+#[test]
+fn vllm_v2_profiling_peak_counts_the_sampler_tensors_each_release_allocates() {
+    let res = sim::builtin::resources().unwrap();
+    let model = |id: &str| res.models.iter().find(|m| m.id == id).unwrap().clone();
+    let gpu = |id: &str| res.gpus.iter().find(|g| g.id == id).unwrap().clone();
+    let v = |s: &str| sim::engine::Version::parse(s).unwrap();
+    let (llama8, llama70) = (model("llama-3.1-8b-instruct"), model("llama-3.1-70b-instruct"));
+    let h100 = gpu("h100-80gb");
+    // Llama-3.1-8B (hidden 4,096, MLP 14,336, vocabulary 128,256, bf16) on an H100 at vLLM 0.33's
+    // H100 defaults (8,192 batched tokens, 1,024 sequences). The forward: 8,192 × (2 × 4,096 +
+    // 3 × 14,336) × 2 = 838,860,800 bytes. The sampler's peak, in 0.33's second
+    // `_dummy_sampler_run` pass (`SamplingParams.for_sampler_warmup()`): the forward's hidden
+    // states 8,192 × 4,096 × 2 = 67,108,864, the 1,024 rows sampled from them 1,024 × 4,096 × 2 =
+    // 8,388,608, and per logit (1,024 × 128,256 of them) the bf16 logits (2), their fp32 copy (4)
+    // and FlashInfer's top-k-masked logits and softmax (4 + 4): 1,838,678,016. In all
+    // 1,914,175,488 bytes (1,825.5 MiB), above the forward.
+    let peak =
+        |version: &str, g: &sim::cards::GpuCard| config::vllm_v2_activation_peak(&llama8, g, v(version), 1, 8192, 1024);
+    assert_eq!(peak("0.33.0", &h100), 67_108_864 + 8_388_608 + 1024 * 128_256 * 14);
+    assert_eq!(peak("0.33.0", &h100), 1_914_175_488);
+    assert_eq!(peak("0.34.0", &h100), 1_914_175_488);
+    // 0.22–0.25: one pass, its logits copied to fp32 all the same (2 + 4 bytes a logit):
+    // 67,108,864 + 8,388,608 + 788,004,864 = 863,502,336, just above the forward.
+    assert_eq!(peak("0.25.0", &h100), 863_502_336);
+    // 0.26–0.32: the bf16 logits alone, 338,165,760 bytes: the forward binds.
+    assert_eq!(peak("0.31.0", &h100), 838_860_800);
+    // Off FlashInfer's range (compute capability below 8.0) the Triton top-k/top-p masks the
+    // fp32 copy in place (6 bytes a logit); the CPU backend skips the second pass (2).
+    let mut sm75 = h100.clone();
+    sm75.compute_capability = Some("7.5".into());
+    assert_eq!(peak("0.33.0", &sm75), 863_502_336);
+    assert_eq!(peak("0.33.0", &gpu("cpu-host")), 838_860_800);
+    // TP 4, Llama-3.1-70B (hidden 8,192, MLP 28,672 / 4, the same vocabulary): in 0.26–0.32 the
+    // all-gather of the logits binds, its 1,024 × 128,256 × 2 buffer and the copy `reshape`
+    // makes (525,336,576 both), beside the local shard (1,024 × 32,064 × 2 = 65,667,072), with
+    // the hidden states (134,217,728) and the sampled rows (16,777,216): 741,998,592 bytes,
+    // above the forward's 8,192 × (2 × 8,192 + 3 × 7,168) × 2 = 620,756,992.
+    assert_eq!(config::vllm_v2_activation_peak(&llama70, &h100, v("0.31.0"), 4, 8192, 1024), 741_998_592);
+    // The account charges it: a default Llama-3.1-8B scenario on an H100 at 0.33.0.
+    let spec = resolve(scenario(json!({"kind": "vllm", "version": "0.33.0"}), "llama-3.1-8b-instruct", "h100-80gb", 1))
+        .unwrap();
+    assert_eq!(spec.kv_sizing.memory.unwrap().activation_peak, 1_914_175_488);
 }
 
 #[test]
@@ -603,20 +649,23 @@ fn vllm_blocks(spec: &SimSpec) -> (u32, u32) {
 ///
 /// * weights 8,030,261,248 × 2 = 16,060,522,496; V2 non-torch 514 MiB = 538,968,064; CUDA graphs
 ///   0.45 MiB × 32 layers × 51 sizes (1, 2, 4, 8…248, 256…512) = 770,074,214;
-/// * the profiling run's peak: the forward, 8,192 × (2 × 4,096 + 3 × 14,336) × 2 = 838,860,800
-///   (its sampler, 8,192 × 4,096 × 2 + 1,024 × 128,256 × 2 = 329,777,152, is smaller); the sizing
-///   step's logits phase, 8,192 × 4,096 × 2 + 1,024 × 128,256 × 2 = 329,777,152, is too: T =
-///   838,860,800;
-/// * 0.33: 0.92 × total = 78,241,839,185, less the four terms: KV 60,033,413,611 bytes, 28,626
+/// * the profiling run's peak: its sampler's second pass (`vllm_v2_sampler_bytes_per_logit`),
+///   8,192 × 4,096 × 2 + 1,024 × 4,096 × 2 + 1,024 × 128,256 × 14 = 1,914,175,488, above the
+///   forward's 8,192 × (2 × 4,096 + 3 × 14,336) × 2 = 838,860,800; the sizing step's logits
+///   phase, 8,192 × 4,096 × 2 + 1,024 × 128,256 × 2 = 329,777,152, is smaller: T =
+///   1,914,175,488;
+/// * 0.33: 0.92 × total = 78,241,839,185, less the four terms: KV 58,958,098,923 bytes, 28,113
 ///   blocks of 16 tokens (2,097,152 bytes);
-/// * 0.34: the margin max(1 GiB, 0.75 × T = 629,145,600) = 1,073,741,824; in use at the start-up
-///   snapshot 481 MiB = 504,365,056; total − both = 83,467,370,496, less the four terms: KV
-///   65,258,944,922 bytes (+5.23 GB, +8.7%), 7,779 blocks of 64 tokens (8,388,608 bytes): 497,856
-///   tokens against 458,016.
+/// * 0.34: the margin max(1 GiB, 0.75 × T) = 1,435,631,616; in use at the start-up snapshot 481
+///   MiB = 504,365,056; total − both = 83,105,480,704, less the four terms: KV 63,821,740,442
+///   bytes (+4.86 GB, +8.2%), 7,608 blocks of 64 tokens (8,388,608 bytes): 486,912 tokens
+///   against 449,808.
 ///
-/// Qwen2.5-7B on an A100 80GB (2,048 tokens, 256 sequences): the sizing step's logits phase,
+/// Qwen2.5-7B on an A100 80GB (2,048 tokens) at 64 sequences: the sizing step's logits phase,
 /// 2,048 × 3,584 × 2 + 1,024 × 152,064 × 2 = 326,107,136, exceeds the profiling run's forward,
-/// 2,048 × (2 × 3,584 + 3 × 18,944) × 2 = 262,144,000, and is the transient kept free.
+/// 2,048 × (2 × 3,584 + 3 × 18,944) × 2 = 262,144,000 (its sampler: 2,048 × 3,584 × 2 + 64 ×
+/// 3,584 × 2 + 64 × 152,064 × 14 = 151,388,160), and is the transient kept free. At the A100's
+/// default 256 sequences the sampler's 561,512,448 is.
 #[test]
 fn vllm_0_34_sizes_the_pool_after_warmup_from_the_memory_then_free() {
     let v = |model: &str, gpu: &str, extra: Value| {
@@ -629,7 +678,7 @@ fn vllm_0_34_sizes_the_pool_after_warmup_from_the_memory_then_free() {
         assert_eq!(a.weights, 16_060_522_496);
         assert_eq!(a.non_torch, 538_968_064);
         assert_eq!(a.cuda_graphs, 770_074_214);
-        assert_eq!(a.activation_peak, 838_860_800);
+        assert_eq!(a.activation_peak, 1_914_175_488);
         // Everything the request hands the engine is accounted for.
         assert_eq!(
             a.requested,
@@ -637,17 +686,19 @@ fn vllm_0_34_sizes_the_pool_after_warmup_from_the_memory_then_free() {
         );
         assert_eq!(a.requested + a.reserve, a.total);
     }
-    assert_eq!((a33.requested, a33.kv, a33.context, a33.margin), (78_241_839_185, 60_033_413_611, 0, 0));
-    assert_eq!(vllm_blocks(&s33), (28_626, 16));
+    assert_eq!((a33.requested, a33.kv, a33.context, a33.margin), (78_241_839_185, 58_958_098_923, 0, 0));
+    assert_eq!(vllm_blocks(&s33), (28_113, 16));
     assert_eq!((a34.requested, a34.reserve), (85_045_477_376, 0));
-    assert_eq!((a34.context, a34.margin, a34.kv), (504_365_056, 1_073_741_824, 65_258_944_922));
-    assert_eq!(vllm_blocks(&s34), (7_779, 64));
+    assert_eq!((a34.context, a34.margin, a34.kv), (504_365_056, 1_435_631_616, 63_821_740_442));
+    assert_eq!(vllm_blocks(&s34), (7_608, 64));
     assert!(a34.derivation.contains("not checked against a 0.34 start-up log"), "{}", a34.derivation);
 
     // The sizing step's prompt logprobs can be the larger transient.
-    let qwen = |version: &str| v("qwen2.5-7b-instruct", "a100-80gb", json!({"version": version}));
+    let qwen = |version: &str| v("qwen2.5-7b-instruct", "a100-80gb", json!({"version": version, "max_num_seqs": 64}));
     let (q33, q34) = (qwen("0.33.0"), qwen("0.34.0"));
     assert_eq!(q33.kv_sizing.memory.as_ref().unwrap().activation_peak, 262_144_000);
+    let q256 = v("qwen2.5-7b-instruct", "a100-80gb", json!({"version": "0.34.0"}));
+    assert_eq!(q256.kv_sizing.memory.as_ref().unwrap().activation_peak, 561_512_448);
     let q = q34.kv_sizing.memory.clone().unwrap();
     assert_eq!(q.activation_peak, 326_107_136);
     assert_eq!(q.margin, 1 << 30, "0.75 × 0.30 GiB is below the 1 GiB floor");
@@ -679,9 +730,9 @@ fn vllm_0_34_an_explicit_utilization_caps_the_pool() {
     // 0.92 × total less the same non-KV terms as 0.33 (the peak is the profiling run's here):
     // 0.33's bytes, in blocks of 64.
     let capped = acct(json!({"gpu_memory_utilization": 0.92}));
-    assert_eq!((capped.requested, capped.kv, capped.context, capped.margin), (78_241_839_185, 60_033_413_611, 0, 0));
-    assert_eq!(vllm_blocks(&llama(json!({"gpu_memory_utilization": 0.92})).unwrap()), (7_156, 64));
-    // 0.99 × total (84.2 GB) is above the headroom cap (83.5 GB): the default's pool.
+    assert_eq!((capped.requested, capped.kv, capped.context, capped.margin), (78_241_839_185, 58_958_098_923, 0, 0));
+    assert_eq!(vllm_blocks(&llama(json!({"gpu_memory_utilization": 0.92})).unwrap()), (7_028, 64));
+    // 0.99 × total (84.2 GB) is above the headroom cap (83.1 GB): the default's pool.
     assert_eq!(acct(json!({"gpu_memory_utilization": 0.99})).kv, default.kv);
     assert_eq!(acct(json!({"gpu_memory_utilization": 1.0})).kv, default.kv);
     // 0.33 refuses 1.0 (less than 400 MiB left), 0.34 runs it.

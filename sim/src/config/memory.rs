@@ -540,20 +540,85 @@ pub fn vllm_activation_peak(model: &ModelCard, tp: u32, max_batched: u32, max_se
     forward.max(sampler)
 }
 
+/// The first vLLM release whose V2 sampler leaves the logits in the model's dtype when no request
+/// of the batch needs logits processing (0.26.0 `v1/worker/gpu/sample/sampler.py:162`: the
+/// processing runs in place, "The ops below upcast to fp32 internally"; 0.27.0 :155
+/// `_requires_logits_processing`; 0.28.0 :192 – 0.34.0 :235 `needs_logits_processing`). 0.22–0.25
+/// copy every batch's logits to fp32 (0.22.0 `sampler.py:133`, 0.25.0 :157).
+pub const VLLM_V2_SAMPLER_SKIPS_FP32_COPY: Version = Version::new(0, 26, 0);
+/// The first vLLM release whose V2 `_dummy_sampler_run` runs the sampler a second time with
+/// `SamplingParams.for_sampler_warmup()` for every row (0.33.0 `v1/worker/gpu/model_runner.py:1008`,
+/// 0.34.0 :1056: "warmup_kernels (run after the KV cache is sized) pays for the fp32 logits
+/// pipeline, so the profiled peak must too"), except on the CPU backend (0.33.0 :1004). 0.22–0.32
+/// run only the default pass (the same function in all of them).
+pub const VLLM_V2_SAMPLER_WARMUP_PASS: Version = Version::new(0, 33, 0);
+
+/// The V2 model runner's sampler in the profiling run (`v1/worker/gpu/model_runner.py:
+/// _dummy_sampler_run`): the bytes per entry of the `min(max_num_seqs, max_num_batched_tokens) ×
+/// vocabulary` logits alive together at its peak, `a` the bytes of the model's dtype, which is the
+/// logits' (`LogitsProcessor` projects in `head_dtype`, the model's dtype for a generative model:
+/// 0.33.0 `model_executor/layers/logits_processor.py:143`, `config/model.py:_get_head_dtype`).
+/// Read in the released wheels 0.22.0–0.34.0:
+/// * 0.22–0.25: one pass over a dummy batch with default parameters (greedy, no top-k/top-p), whose
+///   logits `Sampler.apply_sampling_params` copies to fp32 all the same: the logits and the copy,
+///   `a + 4`.
+/// * 0.26–0.32: the same pass, the copy skipped ([`VLLM_V2_SAMPLER_SKIPS_FP32_COPY`]): `a`.
+/// * 0.33–0.34: the warmup-parameter pass after it ([`VLLM_V2_SAMPLER_WARMUP_PASS`]; temperature
+///   0.9, top-k 50, top-p 0.9, min-p, penalties, logit bias, bad words, 5 logprobs:
+///   0.33.0 `sampling_params.py:1477`) copies the logits to fp32 (`sampler.py:242`) and, as top-k
+///   and top-p are set and no row is greedy or seeded, samples with FlashInfer where
+///   `flashinfer_sampler_supported()` (`sampler.py:307`–341; CUDA, compute capability 8.0–12.1 by
+///   `FlashInferBackend.supports_compute_capability`, more than 16 SMs:
+///   `v1/sample/ops/topk_topp_sampler.py:102`): `top_k_top_p_sampling_from_logits` with per-row
+///   top-k and top-p tensors (`topk_topp_sampler.py:664`) allocates the top-k-masked logits and
+///   their softmax, both fp32, beside the copy (flashinfer 0.7.2.post1, the version 0.33.0 pins,
+///   `sampling.py:1795`–1796; the same in 0.7.4): `a + 12`. Elsewhere on CUDA the Triton
+///   top-k/top-p masks the fp32 copy in place (`topk_topp_triton.py:apply_top_k_top_p_triton`):
+///   `a + 4`. The CPU backend skips the pass: `a`.
+///
+/// The Gumbel kernel's per-block maxima, the top-5 logprobs (`torch.topk` and a Triton
+/// log-softmax over the model-dtype logits) and the Triton top-k/top-p's per-SM buffer are not
+/// counted (small, or per SM rather than per row).
+pub fn vllm_v2_sampler_bytes_per_logit(version: Version, gpu: &GpuCard, a: u64) -> u64 {
+    if version < VLLM_V2_SAMPLER_SKIPS_FP32_COPY {
+        a + 4
+    } else if version < VLLM_V2_SAMPLER_WARMUP_PASS || super::vllm::is_cpu_host(gpu) {
+        a
+    } else if gpu.capability().is_none_or(|c| ((8, 0)..=(12, 1)).contains(&c)) {
+        a + 12
+    } else {
+        a + 4
+    }
+}
+
 /// The V2 model runner's torch activation peak in `profile_run`
-/// (`v1/worker/gpu/model_runner.py`): the same dummy forward at
-/// `max_batched` tokens, then `_dummy_sampler_run` over `min(max_seqs,
-/// max_batched)` rows, whose dummy batch needs no logits processing
-/// (`Sampler.apply_sampling_params` returns the logits as they are: no fp32
-/// copy, no top-k/top-p) and samples with the Gumbel kernel: the kept hidden
-/// states and the bf16 logits, 2 bytes per vocabulary entry.
-pub fn vllm_v2_activation_peak(model: &ModelCard, tp: u32, max_batched: u32, max_seqs: u32) -> u64 {
+/// (`v1/worker/gpu/model_runner.py`): the same dummy forward at `max_batched` tokens, then
+/// `_dummy_sampler_run` over `r = min(max_seqs, max_batched)` rows (`_dummy_run`'s `num_reqs`,
+/// 0.33.0 :862), with the forward's hidden states (`max_batched` rows) and the rows it samples
+/// (`hidden_states[logits_indices]`, a copy: :989) still held by `profile_run`: the logits at
+/// [`vllm_v2_sampler_bytes_per_logit`] per entry, or, at TP > 1 where that is more, the
+/// all-gather that builds them (`LogitsProcessor._gather_logits`: `use_all_gather()` is true on
+/// CUDA; the communicator's `all_gather` fills a `tp × r × vocab/tp` buffer and copies it into
+/// `r × vocab` by `movedim` and `reshape`, beside the local shard: 0.33.0
+/// `distributed/device_communicators/cuda_communicator.py:484`–490).
+pub fn vllm_v2_activation_peak(
+    model: &ModelCard,
+    gpu: &GpuCard,
+    version: Version,
+    tp: u32,
+    max_batched: u32,
+    max_seqs: u32,
+) -> u64 {
     let a = u64::from(model.activation_dtype_bytes());
     let h = u64::from(model.hidden_size);
+    let v = u64::from(model.vocab_size);
     let i = u64::from(model.intermediate_size.unwrap_or(model.hidden_size * 4)) / u64::from(tp.max(1));
     let t = u64::from(max_batched);
+    let r = u64::from(max_seqs.min(max_batched));
     let forward = t * (2 * h + 3 * i) * a;
-    let sampler = t * h * a + u64::from(max_seqs.min(max_batched)) * u64::from(model.vocab_size) * a;
+    let logits = r * v * vllm_v2_sampler_bytes_per_logit(version, gpu, a);
+    let gather = if tp > 1 { 2 * r * v * a + r * v.div_ceil(u64::from(tp)) * a } else { 0 };
+    let sampler = t * h * a + r * h * a + logits.max(gather);
     forward.max(sampler)
 }
 
@@ -596,7 +661,7 @@ pub fn vllm_memory_account(
     let weights = model.weight_bytes_per_gpu(tp, dep.linear_weight_bytes);
     let mb = VllmMemoryBehaviour::of_release(version, model, dep.quantization.is_some(), dep.cuda_graphs);
     let profile_peak = if mb.model_runner_v2 {
-        vllm_v2_activation_peak(model, tp, max_batched, max_seqs)
+        vllm_v2_activation_peak(model, gpu, version, tp, max_batched, max_seqs)
     } else {
         vllm_activation_peak(model, tp, max_batched, max_seqs)
     };
