@@ -87,6 +87,13 @@ pub fn as_sent(workload: &Value, endpoint: &str) -> Value {
             o.insert("endpoint".into(), endpoint.into());
         }
     }
+    // The live client sends `/v1/completions` prompts as token ids (`live::client::send`): the
+    // server does not tokenize them, and neither does the prediction (SGLang's serial tokenizer).
+    if !endpoint.contains("chat") {
+        if let Some(o) = w.as_object_mut() {
+            o.insert("tokenize_prompt".into(), true.into());
+        }
+    }
     w
 }
 
@@ -883,7 +890,10 @@ mod tests {
         let w = json!({"dataset_name": "random", "random_input_len": 64});
         assert_eq!(as_sent(&w, "/v1/chat/completions")["endpoint"], "/v1/chat/completions");
         assert_eq!(as_sent(&w, "/v1/completions")["endpoint"], "/v1/completions");
-        assert_eq!(as_sent(&w, "/generate"), w);
+        // Token-id prompts on the completions endpoint: no server-side tokenization.
+        assert_eq!(as_sent(&w, "/v1/completions")["tokenize_prompt"], true);
+        assert_eq!(as_sent(&w, "/v1/chat/completions").get("tokenize_prompt"), None);
+        assert_eq!(as_sent(&w, "/generate").get("endpoint"), None);
         // What was there is kept.
         assert_eq!(as_sent(&w, "/v1/chat/completions")["random_input_len"], 64);
     }

@@ -37,6 +37,8 @@ pub(crate) struct NewRequest {
     /// Came on the chat endpoint (vLLM 0.11.0 parses the template first:
     /// `Engine::front_end_ns_per_request`).
     pub chat: bool,
+    /// The prompt came as token ids: the engine's tokenizer (SGLang's) has nothing to do.
+    pub token_ids: bool,
 }
 
 pub(crate) enum Msg {
@@ -266,10 +268,12 @@ pub(crate) fn run(setup: DriverSetup, inbox: Inbox) {
             Ok(None) => {}
             Ok(Some(Input(Msg::Add(r)))) => {
                 // The fixed ingress, then the engine's serial tokenizer where it has one
-                // (SGLang's `TokenizerManager`) and its per-request work on the same loop (vLLM
-                // 0.11.0's chat-template parse), as `simulate` delivers it.
+                // (SGLang's `TokenizerManager`; not for a prompt sent as token ids) and its
+                // per-request work on the same loop (vLLM 0.11.0's chat-template parse), as
+                // `simulate` delivers it.
                 front.serial_ns_per_request = engine.front_end_ns_per_request(r.chat);
-                let ready = front.arrival_tokenized(r.arrived_ns, r.spec.prompt_len).unwrap_or(u64::MAX);
+                let tokens = if r.token_ids { 0 } else { r.spec.prompt_len };
+                let ready = front.arrival_tokenized(r.arrived_ns, tokens).unwrap_or(u64::MAX);
                 ingress.push_back((ready, r));
             }
             Ok(Some(Input(Msg::Abort(key)))) => {

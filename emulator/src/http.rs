@@ -250,6 +250,8 @@ fn max_model_len(spec: &SimSpec) -> u32 {
 
 pub(crate) struct Completion {
     prompt: Vec<Segment>,
+    /// The prompt came as token ids: the engine does not tokenize it.
+    token_ids: bool,
     prompt_len: u32,
     max_tokens: u32,
     stream: bool,
@@ -314,6 +316,7 @@ fn parse_completion(body: &[u8], chat: bool, sh: &Shared) -> Result<Completion, 
         }
         Some(n) => return Err(bad(format!("n: expected a positive integer, got {n}"))),
     }
+    let mut token_ids = false;
     let prompt: Vec<Segment> = if chat {
         let msgs = obj
             .get("messages")
@@ -341,12 +344,18 @@ fn parse_completion(body: &[u8], chat: bool, sh: &Shared) -> Result<Completion, 
         };
         match obj.get("prompt") {
             Some(Value::String(s)) => encode(s, sh)?,
-            Some(Value::Array(a)) if a.len() == 1 && a[0].is_array() => ids(a[0].as_array().expect("array"))?,
+            Some(Value::Array(a)) if a.len() == 1 && a[0].is_array() => {
+                token_ids = true;
+                ids(a[0].as_array().expect("array"))?
+            }
             Some(Value::Array(a)) if a.len() == 1 && a[0].is_string() => encode(a[0].as_str().expect("string"), sh)?,
             Some(Value::Array(a)) if a.iter().all(|x| x.is_array() || x.is_string()) && a.len() > 1 => {
                 return Err(bad("prompt: a batch of prompts is not supported by servesim serve; send one per request"))
             }
-            Some(Value::Array(a)) => ids(a)?,
+            Some(Value::Array(a)) => {
+                token_ids = true;
+                ids(a)?
+            }
             Some(_) => return Err(bad("prompt: expected a string or a list of token ids")),
             None => return Err(bad("prompt: required")),
         }
@@ -393,6 +402,7 @@ fn parse_completion(body: &[u8], chat: bool, sh: &Shared) -> Result<Completion, 
     let flag = |k: &str| obj.get(k).and_then(Value::as_bool);
     Ok(Completion {
         prompt,
+        token_ids,
         prompt_len,
         max_tokens,
         stream: flag("stream").unwrap_or(false),
@@ -455,7 +465,8 @@ async fn generate(sh: Arc<Shared>, c: Completion, chat: bool) -> Resp {
     };
     let (tx, mut rx) = mpsc::unbounded_channel();
     let arrived_ns = sh.clock.now_ns();
-    if !sh.send(Msg::Add(NewRequest { key: n, spec, tokens: tx, arrived_ns, chat })) {
+    let token_ids = c.token_ids;
+    if !sh.send(Msg::Add(NewRequest { key: n, spec, tokens: tx, arrived_ns, chat, token_ids })) {
         return error(&sh, StatusCode::SERVICE_UNAVAILABLE, "the engine stopped");
     }
     let mut guard = AbortGuard { sh: sh.clone(), key: n, armed: true };

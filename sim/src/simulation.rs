@@ -859,7 +859,8 @@ pub fn run_observed<E: Engine>(
         engine.expect_requests(&specs);
     }
     let kv_capacity_tokens = engine.kv_capacity_tokens();
-    let tokenizer_ns_per_token = engine.tokenizer_ns_per_prompt_token();
+    // Prompts sent as token ids are not tokenized by the server.
+    let tokenizer_ns_per_token = if workload.tokenize_prompt { 0 } else { engine.tokenizer_ns_per_prompt_token() };
     let front_end_ns_per_request = engine.front_end_ns_per_request(workload.chat);
     let mut lp = Loop {
         engine,

@@ -161,6 +161,9 @@ pub struct WorkloadParams {
     /// 0.11–0.32 does; 0.33's `_choice_has_streamed_output` and `sglang.bench_serving` skip it.
     /// Set by the scenario's resolution ([`crate::config::client_times_role_chunk`]).
     pub role_chunk: bool,
+    /// Prompts are sent as token ids (`workload.tokenize_prompt`): the server does not tokenize
+    /// them, so SGLang's serial tokenizer is skipped.
+    pub tokenize_prompt: bool,
 }
 
 /// The generated workload: three phases, run one after the other.
@@ -179,6 +182,8 @@ pub struct Workload {
     pub chat: bool,
     /// The client times the chat role chunk ([`WorkloadParams::role_chunk`]).
     pub role_chunk: bool,
+    /// Prompts sent as token ids ([`WorkloadParams::tokenize_prompt`]).
+    pub tokenize_prompt: bool,
     /// The `--num-prompts` asked for, where the dataset made fewer requests: `prefix_repetition`
     /// makes `num_prompts ÷ num_prefixes` (rounded down) a prefix, and `vllm bench serve` reports
     /// the number asked (`result_json["num_prompts"] = args.num_prompts`), not the number sent.
@@ -369,6 +374,7 @@ pub fn generate(params: &WorkloadParams) -> Workload {
         seed,
         chat: params.chat,
         role_chunk: params.chat && params.role_chunk,
+        tokenize_prompt: params.tokenize_prompt,
         requested_prompts,
     }
 }
@@ -439,6 +445,7 @@ mod tests {
             seed: 0,
             chat: false,
             role_chunk: false,
+            tokenize_prompt: false,
         }
     }
 

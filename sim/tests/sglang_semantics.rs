@@ -269,6 +269,39 @@ fn the_overlap_scheduler_delays_every_token_but_the_last_by_one_step() {
     }
 }
 
+/// A prompt sent as token ids (`workload.tokenize_prompt`, `sglang.bench_serving
+/// --tokenize-prompt`, what `servesim bench` sends on `/v1/completions`) skips SGLang's serial
+/// tokenizer: the same single request's first token comes 64 × 1 µs sooner; the chat endpoint,
+/// whose messages are text, cannot take it.
+#[test]
+fn a_prompt_sent_as_token_ids_is_not_tokenized() {
+    let one = |ids: bool| {
+        let v = serde_json::json!({
+            "version": 1,
+            "engine": {"kind": "sglang", "max_total_tokens": 4096, "context_length": 2048, "disable_overlap_schedule": true},
+            "model": "qwen2.5-7b-instruct", "hardware": "cpu-host",
+            "workload": {"dataset_name": "random", "random_input_len": 64, "random_output_len": 4, "tokenize_prompt": ids,
+                         "num_prompts": 1, "max_concurrency": 1, "ignore_eos": true, "initial_test_request": false},
+            "cost": {"coefficients": {"step_us": 10000, "per_seq_us": 0, "prefill_token_us": 100, "decode_token_us": 0,
+                     "prefill_attention_us": 0, "decode_kv_us": 0, "request_ingress_us": 1000, "output_token_us": 0}}
+        });
+        let out = run_checked(v);
+        let r = &out.run.records[0];
+        (out.run.token_times(r)[0] - r.dispatch_ns) as f64 / 1e6
+    };
+    assert!((one(false) - 17.464).abs() < 1e-6, "{}", one(false));
+    assert!((one(true) - 17.4).abs() < 1e-6, "{}", one(true));
+    let v = serde_json::json!({
+        "version": 1, "engine": {"kind": "sglang"}, "model": "qwen2.5-7b-instruct", "hardware": "h100-80gb",
+        "workload": {"dataset_name": "random", "endpoint": "/v1/chat/completions", "tokenize_prompt": true, "ignore_eos": true}
+    });
+    let err = sim::config::from_value(v, "")
+        .and_then(|s| sim::config::resolve(&s, &sim::builtin::resources().unwrap()))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("workload.tokenize_prompt: true with the chat endpoint"), "{err}");
+}
+
 /// SGLang 0.4.10 retracts until 20 tokens per remaining request are free
 /// (`retract_decode_steps`), which covers the next decode step only while a page holds at
 /// most 20 tokens. With page_size 32 and the overlap scheduler (the batch after the running

@@ -336,6 +336,12 @@ pub struct WorkloadSection {
     /// (`docs/front-end.md`).
     #[serde(default)]
     pub endpoint: Option<String>,
+    /// `sglang.bench_serving --tokenize-prompt`: prompts are sent as token ids, not text, so the
+    /// server does not tokenize them (SGLang's serial tokenizer is skipped). `servesim bench`
+    /// sends token ids on `/v1/completions`; `vllm bench serve` and `sglang.bench_serving` send
+    /// text by default. Only `/v1/completions` takes token ids.
+    #[serde(default)]
+    pub tokenize_prompt: Option<bool>,
     #[serde(default)]
     pub random_input_len: Option<u32>,
     #[serde(default)]

@@ -339,7 +339,14 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
         },
         // `resolve` sets it from the modelled benchmark's release (`client_times_role_chunk`).
         role_chunk: false,
+        tokenize_prompt: w.tokenize_prompt.unwrap_or(false),
     };
+    if params.tokenize_prompt && params.chat {
+        return Err(ConfigError::new(
+            "workload.tokenize_prompt",
+            format!("true with the chat endpoint ({CHAT_ENDPOINT}): its messages are text; token ids go to {COMPLETIONS_ENDPOINT}"),
+        ));
+    }
     // EOS drawn at or past every request's max_tokens never ends one: the distribution would be
     // read and have no effect (every output its max_tokens, as with ignore_eos).
     if let Some(OutputLenDist::Uniform { min, .. }) = params.output_len_dist {

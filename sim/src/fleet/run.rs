@@ -728,7 +728,11 @@ pub fn run_fleet(
     let mut fronts = vec![FrontEnd::new(0, 0); f.num_fronts];
     for (rs, rep) in f.replicas.iter().zip(&reps) {
         fronts[rs.front] = FrontEnd::new(rs.cost.ingress_ns(), rs.cost.output_token_ns())
-            .with_serial_tokenizer(rep.engine.tokenizer_ns_per_prompt_token())
+            .with_serial_tokenizer(if workload.tokenize_prompt {
+                0
+            } else {
+                rep.engine.tokenizer_ns_per_prompt_token()
+            })
             .with_serial_request_cost(rep.engine.front_end_ns_per_request(workload.chat));
     }
     let prefill_specs: Vec<RequestSpec> = if disagg {
