@@ -83,7 +83,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
 use crate::cost::CostModel;
-use crate::engine::{Engine, EngineCounters, ReqId, TokenOutput};
+use crate::engine::{Engine, EngineCounters, LazyDeparture, ReqId, TokenOutput};
 use crate::request::RequestSpec;
 use crate::workload::Workload;
 
@@ -104,6 +104,11 @@ pub struct RunOptions {
     /// unobservable (vLLM: registering blocks no other request can hit). The output is
     /// byte-identical either way.
     pub expect_requests: bool,
+    /// Let the engine count the plain decodes of its lazy decode cohort instead of listing
+    /// them ([`crate::engine::Engine::enable_lazy_decodes`]; vLLM): each request's share of
+    /// their deliveries is recorded when it leaves the cohort. The output is byte-identical
+    /// either way.
+    pub lazy_decodes: bool,
     /// `Some((ns, count))`: stop (`StopReason::StoppedEarly`) once `count` timed requests
     /// have completed with a TTFT (first token received − sent) of at least `ns` (`tune`'s
     /// early stop of a configuration whose TTFT percentile is already certain to break an SLO).
@@ -118,6 +123,7 @@ impl Default for RunOptions {
             record_timeseries: false,
             fast_forward: true,
             expect_requests: true,
+            lazy_decodes: true,
             stop_after_slow_ttft: None,
         }
     }
@@ -487,6 +493,11 @@ struct Loop<'a, E: Engine> {
     ff_outs: Vec<TokenOutput>,
     /// Every delivery of output tokens.
     token_log: TokenLog,
+    /// The deliveries of the engine's cohort finishes ([`crate::engine::Engine::lazy_tick`]),
+    /// as runs `(first tick, first delivery, count)` of consecutive ticks and deliveries.
+    lazy_deliveries: Vec<(u64, u32, u32)>,
+    /// Reused: the requests that left the cohort.
+    lazy_departed: Vec<LazyDeparture>,
 }
 
 pub(crate) const STEP_TOO_LONG: &str =
@@ -612,6 +623,7 @@ impl<'a, E: Engine> Loop<'a, E> {
         self.outputs.clear();
         let mut outs = std::mem::take(&mut self.outputs);
         self.engine.finish_step(&mut outs);
+        let lazy = self.engine.lazy_tick();
         if self.opts.check_invariants {
             if let Err(e) = self.engine.check_invariants() {
                 self.stop = Some(StopReason::InvariantViolated(e));
@@ -624,7 +636,7 @@ impl<'a, E: Engine> Loop<'a, E> {
         if self.engine.output_lag() {
             self.later = crate::delivery::split_lagged(&mut self.held, &mut outs, &mut later);
         }
-        self.deliver(now, &outs);
+        self.deliver(now, &outs, lazy);
         self.outputs = outs;
         if self.steps >= self.opts.max_steps {
             self.stop = Some(StopReason::StepLimit { steps: self.steps });
@@ -646,7 +658,7 @@ impl<'a, E: Engine> Loop<'a, E> {
                 }
             } else {
                 // Nothing runs next: they go out now.
-                self.deliver(now, &later);
+                self.deliver(now, &later, None);
                 later.clear();
             }
         }
@@ -660,6 +672,8 @@ impl<'a, E: Engine> Loop<'a, E> {
     fn fast_forward(&mut self, mut now: u64, later: &mut Vec<TokenOutput>) -> u64 {
         let mut ids = std::mem::take(&mut self.ff_ids);
         let k_max = self.engine.ff_begin(&mut ids);
+        // It may have dissolved the engine's cohort.
+        self.record_lazy_departures(false);
         if k_max == 0 {
             self.ff_ids = ids;
             return now;
@@ -697,7 +711,7 @@ impl<'a, E: Engine> Loop<'a, E> {
             // tokens held from before; every other step delivers `outs` (the step before's
             // with the lag), whose records take the run of deliveries at once below.
             if lag && k == 0 {
-                self.deliver(now, later);
+                self.deliver(now, later, None);
                 later.clear();
                 later.extend_from_slice(&outs);
             } else if self.stop.is_none() && !outs.is_empty() {
@@ -748,12 +762,48 @@ impl<'a, E: Engine> Loop<'a, E> {
         d
     }
 
+    /// Gives the requests that left the engine's cohort (all its members, with `all`) the
+    /// deliveries of their cohort tokens, before any later token of theirs is delivered.
+    fn record_lazy_departures(&mut self, all: bool) {
+        let mut departed = std::mem::take(&mut self.lazy_departed);
+        departed.clear();
+        self.engine.take_lazy_departures(all, &mut departed);
+        for dep in &departed {
+            let rec = &mut self.records[dep.id as usize];
+            let (mut t, end) = (dep.first_tick, dep.first_tick + dep.count);
+            // A tick without a delivery (the run stopped at its streaming) brought nothing.
+            let mut i = self.lazy_deliveries.partition_point(|&(t0, _, n)| t0 + u64::from(n) <= t);
+            while t < end && i < self.lazy_deliveries.len() {
+                let (t0, d0, n) = self.lazy_deliveries[i];
+                t = t.max(t0);
+                let stop = end.min(t0 + u64::from(n));
+                if t < stop {
+                    rec.tokens.push_run(d0 + (t - t0) as u32, (stop - t) as u32);
+                    t = stop;
+                }
+                i += 1;
+            }
+        }
+        self.lazy_departed = departed;
+    }
+
     /// Streams `outs`, produced by the step that ended at `now` (or held from the one before),
-    /// through the front end, one after the other.
-    fn deliver(&mut self, now: u64, outs: &[TokenOutput]) {
-        if !outs.is_empty() {
+    /// and the step's `lazy` cohort tokens (`(tick, count)`) through the front end, one after
+    /// the other.
+    fn deliver(&mut self, now: u64, outs: &[TokenOutput], lazy: Option<(u64, u32)>) {
+        // Requests that left the cohort get their cohort tokens before any later one.
+        self.record_lazy_departures(false);
+        let lazy_n = lazy.map_or(0, |(_, n)| n as usize);
+        if !outs.is_empty() || lazy_n > 0 {
             // The front end streams the step's outputs one after the other.
-            let Some(d) = self.stream_and_log(now, outs.len()) else { return };
+            let Some(d) = self.stream_and_log(now, outs.len() + lazy_n) else { return };
+            if let Some((tick, n)) = lazy.filter(|&(_, n)| n > 0) {
+                debug_assert!(n > 0);
+                match self.lazy_deliveries.last_mut() {
+                    Some((t0, d0, len)) if *t0 + u64::from(*len) == tick && *d0 + *len == d => *len += 1,
+                    _ => self.lazy_deliveries.push((tick, d, 1)),
+                }
+            }
             let deliver = self.token_log.time(d);
             for o in outs {
                 let rec = &mut self.records[o.id as usize];
@@ -897,7 +947,12 @@ pub fn run_observed<E: Engine>(
         ff_ids: Vec::new(),
         ff_outs: Vec::new(),
         token_log: TokenLog::default(),
+        lazy_deliveries: Vec::new(),
+        lazy_departed: Vec::new(),
     };
+    if opts.lazy_decodes {
+        lp.engine.enable_lazy_decodes();
+    }
     lp.token_log = TokenLog::for_tokens(lp.specs.iter().map(|s| u64::from(s.output_len)).sum());
 
     let mut phase_idx = 0;
@@ -974,6 +1029,8 @@ pub fn run_observed<E: Engine>(
         }
     }
 
+    // The cohort's members, still decoding where the run stopped, get their delivered tokens.
+    lp.record_lazy_departures(true);
     let stop = lp.stop.take().unwrap_or(StopReason::Completed);
     if stop != StopReason::Completed {
         now = lp.stopped_at.unwrap_or(now);

@@ -19,6 +19,7 @@ fn run_bytes(v: &Value, fast: bool, check_invariants: bool) -> (String, String) 
     let opts = RunOptions {
         fast_forward: fast,
         expect_requests: fast,
+        lazy_decodes: fast,
         check_invariants,
         record_timeseries: true,
         ..Default::default()

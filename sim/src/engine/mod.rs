@@ -101,18 +101,36 @@ pub struct StepPlan {
     pub shape: StepShape,
     /// Requests preempted (vLLM) or retracted (SGLang) while planning it.
     pub num_preempted: u32,
+    /// Decodes of the engine's lazy decode cohort ([`Engine::enable_lazy_decodes`]): each
+    /// samples one token, none finishes; counted in `shape`, not listed in `scheduled`.
+    pub lazy_decodes: u32,
+    /// The plan is one of the cohort's (engine bookkeeping: its finish advances the cohort's
+    /// finish count even when every member has left it since, `lazy_decodes` 0).
+    pub cohort: bool,
 }
 
 impl StepPlan {
     pub fn is_empty(&self) -> bool {
-        self.scheduled.is_empty()
+        self.scheduled.is_empty() && self.lazy_decodes == 0
     }
 
     pub fn clear(&mut self) {
         self.scheduled.clear();
         self.shape = StepShape::default();
         self.num_preempted = 0;
+        self.lazy_decodes = 0;
+        self.cohort = false;
     }
+}
+
+/// A request that left the lazy decode cohort ([`Engine::enable_lazy_decodes`]): the tokens
+/// of its cohort plans whose output was processed are those of the cohort finishes
+/// `first_tick .. first_tick + count` ([`Engine::lazy_tick`]), in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LazyDeparture {
+    pub id: ReqId,
+    pub first_tick: u64,
+    pub count: u64,
 }
 
 /// A token produced by a step.
@@ -265,6 +283,23 @@ pub trait Engine {
     }
     /// Closes the run after `k` steps: each running request has decoded `k` more tokens.
     fn ff_end(&mut self, _k: u64) {}
+
+    // ---- Lazy decodes (vLLM; see `engine::vllm::scheduler`'s module docs) ----
+
+    /// The driver handles lazy decodes: a plan's `lazy_decodes` tokens are delivered with its
+    /// listed ones ([`Engine::finish_step`] then returns [`Engine::lazy_tick`]'s tokens apart),
+    /// and each request's share is told when it leaves the cohort
+    /// ([`Engine::take_lazy_departures`]). An engine not told lists every token.
+    fn enable_lazy_decodes(&mut self) {}
+    /// After [`Engine::finish_step`]: `Some((tick, n))` if the step was a cohort plan, whose
+    /// `n` unlisted tokens (one per member) are the cohort's finish number `tick`.
+    fn lazy_tick(&self) -> Option<(u64, u32)> {
+        None
+    }
+    /// Moves the requests that left the cohort since the last call into `out`. Called by the
+    /// driver before it delivers a step's tokens, and with `all` at the end of a run (every
+    /// member leaves).
+    fn take_lazy_departures(&mut self, _all: bool, _out: &mut Vec<LazyDeparture>) {}
 }
 
 #[cfg(test)]

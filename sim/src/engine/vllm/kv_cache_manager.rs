@@ -54,6 +54,13 @@ impl RequestKv {
 
     /// A lookup of this request's blocks finds nothing: it is private and none of its
     /// blocks has been registered.
+    /// The most tokens its decodes reach on `allocate_slots`' fast path (nothing allocated or
+    /// cached): [`KvCacheManager::fits_held`]'s limit.
+    #[inline]
+    pub fn fits_limit(&self) -> u32 {
+        self.fits_limit
+    }
+
     #[inline]
     pub fn lookup_cannot_hit(&self) -> bool {
         self.private && !self.registered_once

@@ -47,7 +47,7 @@ use std::collections::{BTreeSet, BinaryHeap, VecDeque};
 
 use super::kv_cache_manager::{ComputedBlocks, KvCacheManager, RequestKv};
 use crate::cost::StepShape;
-use crate::engine::{Engine, EngineCounters, ReqId, Scheduled, StepPlan, TokenOutput, Version};
+use crate::engine::{Engine, EngineCounters, LazyDeparture, ReqId, Scheduled, StepPlan, TokenOutput, Version};
 use crate::request::{extend_block_hashes, first_block_hash};
 
 /// vLLM 0.11.0's chat endpoint, per request, on the API server's one event loop before the
@@ -155,6 +155,12 @@ struct Request {
     /// The most tokens it had computed when last preempted: prefill below it is recompute
     /// (`EngineCounters::recomputed_tokens`).
     computed_before_preemption: u32,
+    /// Its place in `running` (running order is the order of these, given at admission).
+    rseq: u64,
+    /// A member of the lazy decode cohort: `(s0, due)`, its first cohort plan and the cohort
+    /// plan it must be scheduled explicitly in (see [`Cohort`]). Its count fields then hold
+    /// their values from before plan `s0`, plus what plans formed before `s0` did to them.
+    member: Option<(u64, u64)>,
 }
 
 impl Request {
@@ -271,6 +277,42 @@ impl FfCalendar {
     }
 }
 
+/// The lazy decode cohort (module docs, "Lazy decodes"): running requests that decode one
+/// token in every plan the cohort is in, with no block to allocate or fill and no last token,
+/// counted rather than listed. A member's count fields hold their values from before its first
+/// cohort plan `s0`; with `formed` cohort plans formed and `finished` finished (in order), it
+/// has been scheduled in `formed − s0` of them and their output processed for
+/// `finished − s0` (at least 0). It is scheduled explicitly again from the cohort plan `due`
+/// on (its calendar entry): the first in which its decode leaves `allocate_slots`' fast path,
+/// or samples its last token.
+#[derive(Clone, Debug, Default)]
+struct Cohort {
+    /// The driver handles lazy decodes ([`Engine::enable_lazy_decodes`]).
+    enabled: bool,
+    /// The cohort's bookkeeping stands (`outside` holds every running non-member); off while
+    /// the explicit walk plans (after [`Scheduler::dissolve`]).
+    active: bool,
+    /// The running requests that are not members, `(rseq, id)` in running order.
+    outside: Vec<(u64, ReqId)>,
+    members: u32,
+    /// Cohort plans formed and finished; the next plan's cohort number is `formed`.
+    formed: u64,
+    finished: u64,
+    /// Σ over members of (their `total()` before `s0`) − `s0`, wrapping: their decodes'
+    /// context in cohort plan `s` is this + `members × s`.
+    ctx_base: u64,
+    /// `(due, rseq, id)`, soonest first; an entry whose request is no longer a member with
+    /// that `due` is stale.
+    cal: BinaryHeap<Reverse<(u64, u64, ReqId)>>,
+    /// Members that left since the driver last asked, with their processed cohort tokens.
+    departed: Vec<LazyDeparture>,
+    /// The last finished plan's cohort number and unlisted tokens, if it was a cohort plan.
+    last_tick: Option<(u64, u32)>,
+    /// Reused: the explicit walk of a cohort plan; the members leaving at once.
+    walk: Vec<ReqId>,
+    leaving: Vec<(u64, ReqId)>,
+}
+
 /// The vLLM V1 scheduler and its KV cache.
 #[derive(Clone, Debug)]
 pub struct Scheduler {
@@ -318,6 +360,10 @@ pub struct Scheduler {
     ff_head: Option<FfHead>,
     /// Fast-forward: the hashes a step caches.
     ff_hashes: Vec<u64>,
+    /// The lazy decode cohort.
+    cohort: Cohort,
+    /// The next admission's `rseq`.
+    next_rseq: u64,
 }
 
 /// The waiting queue's head during a fast-forward past it: phase B looks it up at every step
@@ -362,6 +408,8 @@ impl Scheduler {
             ff_head: None,
             ff_hashes: Vec::new(),
             shared_first_blocks: None,
+            cohort: Cohort::default(),
+            next_rseq: 0,
         }
     }
 
@@ -578,6 +626,9 @@ impl Scheduler {
     }
 
     fn do_schedule(&mut self) {
+        if self.cohort.enabled && self.config.policy == Policy::Fcfs && self.do_schedule_lazy() {
+            return;
+        }
         self.plan.clear();
         let mut budget = self.config.max_num_batched_tokens;
         let mut preempted_any = false;
@@ -718,54 +769,65 @@ impl Scheduler {
 
         // ---- Phase B: WAITING (not in a step that preempted) ----
         if !preempted_any {
-            let gate = self.config.behaviour.full_prompt_admission;
-            let record_at_admission = self.config.behaviour.prefix_stats_at_admission;
-            while budget > 0 {
-                let Some(id) = self.waiting_peek() else { break };
-                if self.running.len() >= self.config.max_num_seqs as usize {
-                    break;
-                }
-                let (num_tokens, preempted_before) = {
-                    let r = self.req(id);
-                    debug_assert_eq!(r.placeholders, 0, "a preempted request's in-flight token is processed first");
-                    (r.num_tokens(), r.num_preemptions > 0)
-                };
-                debug_assert_eq!(self.req(id).num_computed_tokens, 0);
-                let num_evictable = self.head_lookup(id, num_tokens);
-                let hit_tokens = self.head_hit.num_tokens;
-                if !record_at_admission {
-                    self.record_prefix_lookup(num_tokens, hit_tokens, preempted_before);
-                }
-                let want = self.threshold_cap(num_tokens - hit_tokens);
-                // Chunked prefill off: "we can stop the scheduling here" (0.33.0
-                // `v1/core/sched/scheduler.py:1336`; `break` from 0.12.0).
-                if !self.config.behaviour.chunked_prefill && want > budget {
-                    break;
-                }
-                let n = want.min(budget);
-                let ok = {
-                    let Scheduler { kv, requests, head_hit, .. } = self;
-                    let r = requests[id as usize].as_mut().expect("live request");
-                    kv.allocate_slots_counted(&r.spec, num_tokens, 0, &mut r.kv, n, head_hit, num_evictable, gate)
-                };
-                if !ok {
-                    break;
-                }
-                // Admitted: its hit is spent.
-                self.drop_head_memo();
-                if record_at_admission {
-                    self.record_prefix_lookup(num_tokens, hit_tokens, preempted_before);
-                }
-                self.waiting_pop();
-                self.running.push(id);
-                let r = self.req_mut(id);
-                r.status = Status::Running;
-                r.num_computed_tokens = hit_tokens + n;
-                scheduled.push((id, n));
-                budget -= n;
-            }
+            self.phase_b(&mut budget, &mut scheduled);
         }
+        self.close_plan(shape, scheduled);
+    }
 
+    /// Phase B: admits from the waiting queue while `budget` and `max_num_seqs` allow.
+    fn phase_b(&mut self, budget: &mut u32, scheduled: &mut Vec<(ReqId, u32)>) {
+        let gate = self.config.behaviour.full_prompt_admission;
+        let record_at_admission = self.config.behaviour.prefix_stats_at_admission;
+        while *budget > 0 {
+            let Some(id) = self.waiting_peek() else { break };
+            if self.running.len() >= self.config.max_num_seqs as usize {
+                break;
+            }
+            let (num_tokens, preempted_before) = {
+                let r = self.req(id);
+                debug_assert_eq!(r.placeholders, 0, "a preempted request's in-flight token is processed first");
+                (r.num_tokens(), r.num_preemptions > 0)
+            };
+            debug_assert_eq!(self.req(id).num_computed_tokens, 0);
+            let num_evictable = self.head_lookup(id, num_tokens);
+            let hit_tokens = self.head_hit.num_tokens;
+            if !record_at_admission {
+                self.record_prefix_lookup(num_tokens, hit_tokens, preempted_before);
+            }
+            let want = self.threshold_cap(num_tokens - hit_tokens);
+            // Chunked prefill off: "we can stop the scheduling here" (0.33.0
+            // `v1/core/sched/scheduler.py:1336`; `break` from 0.12.0).
+            if !self.config.behaviour.chunked_prefill && want > *budget {
+                break;
+            }
+            let n = want.min(*budget);
+            let ok = {
+                let Scheduler { kv, requests, head_hit, .. } = self;
+                let r = requests[id as usize].as_mut().expect("live request");
+                kv.allocate_slots_counted(&r.spec, num_tokens, 0, &mut r.kv, n, head_hit, num_evictable, gate)
+            };
+            if !ok {
+                break;
+            }
+            // Admitted: its hit is spent.
+            self.drop_head_memo();
+            if record_at_admission {
+                self.record_prefix_lookup(num_tokens, hit_tokens, preempted_before);
+            }
+            self.waiting_pop();
+            self.running.push(id);
+            self.admitted(id);
+            let r = self.req_mut(id);
+            r.status = Status::Running;
+            r.num_computed_tokens = hit_tokens + n;
+            scheduled.push((id, n));
+            *budget -= n;
+        }
+    }
+
+    /// Forms the plan's entries and shape for what phase B admitted (`scheduled`), on top of
+    /// `shape` (phase A's), and counts the step.
+    fn close_plan(&mut self, mut shape: StepShape, scheduled: Vec<(ReqId, u32)>) {
         // ---- the step's shape (of what is not in it yet) ----
         let mut recomputed_here = 0u64;
         for &(id, n) in &scheduled {
@@ -829,6 +891,13 @@ impl Scheduler {
         // The requests that finish in this step (a few, most steps).
         let mut finished_ids = std::mem::take(&mut self.finished_buf);
         finished_ids.clear();
+        // A cohort plan's members each sampled one token, none its last (counted, not listed).
+        self.cohort.last_tick = if self.plan.cohort {
+            self.cohort.finished += 1;
+            Some((self.cohort.finished - 1, self.plan.lazy_decodes))
+        } else {
+            None
+        };
         {
             let Scheduler { plan, requests, .. } = self;
             out.reserve(plan.scheduled.len());
@@ -861,6 +930,16 @@ impl Scheduler {
             }
         }
         if !finished_ids.is_empty() {
+            if self.cohort.active {
+                let Scheduler { cohort, requests, .. } = self;
+                for &id in &finished_ids {
+                    let r = requests[id as usize].as_deref().expect("live request");
+                    debug_assert!(r.member.is_none(), "a member sampled its last token");
+                    if let Ok(p) = cohort.outside.binary_search(&(r.rseq, id)) {
+                        cohort.outside.remove(p);
+                    }
+                }
+            }
             // The running requests that finished are among those that finished in this step.
             if finished_ids.len() <= 4 {
                 for &id in &finished_ids {
@@ -1003,6 +1082,299 @@ impl Scheduler {
     }
 }
 
+/// The lazy decode cohort (module docs, "Lazy decodes").
+impl Scheduler {
+    /// Notes the admission of `id` to `running` (its place in running order).
+    fn admitted(&mut self, id: ReqId) {
+        let rseq = self.next_rseq;
+        self.next_rseq += 1;
+        self.req_mut(id).rseq = rseq;
+        if self.cohort.active {
+            self.cohort.outside.push((rseq, id));
+        }
+    }
+
+    /// `(num_computed_tokens, num_output_tokens, placeholders)` of `r` as stepping would hold
+    /// them now (a member's, from its count fields and the cohort's plans).
+    fn view(&self, r: &Request) -> (u32, u32, u32) {
+        match r.member {
+            None => (r.num_computed_tokens, r.num_output_tokens, r.placeholders),
+            Some((s0, _)) => {
+                let sched = (self.cohort.formed - s0) as u32;
+                let fin = self.cohort.finished.saturating_sub(s0) as u32;
+                (r.num_computed_tokens + sched, r.num_output_tokens + fin, r.placeholders + sched - fin)
+            }
+        }
+    }
+
+    /// Takes member `id` out of the cohort: its count fields brought up to date, its processed
+    /// cohort tokens noted for the driver. True if its token of a cohort plan still in flight
+    /// (under async scheduling, `next_plan`) must now be listed there.
+    fn depart(&mut self, id: ReqId) -> bool {
+        let Scheduler { requests, cohort, .. } = self;
+        let r = requests[id as usize].as_deref_mut().expect("live request");
+        let (s0, _) = r.member.take().expect("a member");
+        let sched = cohort.formed - s0;
+        let fin = cohort.finished.saturating_sub(s0);
+        debug_assert!(fin <= sched);
+        cohort.ctx_base = cohort.ctx_base.wrapping_sub(u64::from(r.total())).wrapping_add(s0);
+        r.num_computed_tokens += sched as u32;
+        r.num_output_tokens += fin as u32;
+        r.placeholders += (sched - fin) as u32;
+        cohort.members -= 1;
+        if fin > 0 {
+            cohort.departed.push(LazyDeparture { id, first_tick: s0, count: fin });
+        }
+        sched > fin
+    }
+
+    /// Lists the tokens of departed members `flight` (`(rseq, id)`, in running order) in the
+    /// cohort plan in flight, `next_plan`, in running order among its entries.
+    fn list_in_flight(&mut self, flight: &[(u64, ReqId)]) {
+        if flight.is_empty() {
+            return;
+        }
+        debug_assert!(self.next_plan.cohort && self.next_plan.lazy_decodes as usize >= flight.len());
+        self.next_plan.lazy_decodes -= flight.len() as u32;
+        let old = std::mem::take(&mut self.next_plan.scheduled);
+        let mut merged = Vec::with_capacity(old.len() + flight.len());
+        let mut j = 0;
+        for e in old {
+            let rseq = self.req(e.id).rseq;
+            while j < flight.len() && flight[j].0 < rseq {
+                merged.push(Scheduled { id: flight[j].1, num_tokens: 1, prefill: false, samples: true });
+                j += 1;
+            }
+            merged.push(e);
+        }
+        for &(_, id) in &flight[j..] {
+            merged.push(Scheduled { id, num_tokens: 1, prefill: false, samples: true });
+        }
+        self.next_plan.scheduled = merged;
+    }
+
+    /// The members `leaving` (`(rseq, id)`, in running order) leave the cohort for `outside`.
+    fn leave(&mut self, leaving: &[(u64, ReqId)]) {
+        let mut flight = Vec::new();
+        for &(rseq, id) in leaving {
+            if self.depart(id) {
+                flight.push((rseq, id));
+            }
+        }
+        self.list_in_flight(&flight);
+        if leaving.len() == 1 {
+            let p = self.cohort.outside.partition_point(|&(r, _)| r < leaving[0].0);
+            self.cohort.outside.insert(p, leaving[0]);
+        } else if !leaving.is_empty() {
+            self.cohort.outside.extend_from_slice(leaving);
+            self.cohort.outside.sort_unstable();
+        }
+    }
+
+    /// Every member leaves and the cohort's bookkeeping stops (until a cohort plan is formed
+    /// again): before an explicit walk, a fast-forward, an abort. The cohort plan in flight,
+    /// if any, lists all its tokens from now on and counts as an explicit one.
+    fn dissolve(&mut self) {
+        if !self.cohort.active {
+            return;
+        }
+        self.cohort.active = false;
+        if self.cohort.members > 0 {
+            let mut leaving = std::mem::take(&mut self.cohort.leaving);
+            leaving.clear();
+            for &id in &self.running {
+                let r = self.req(id);
+                if r.member.is_some() {
+                    leaving.push((r.rseq, id));
+                }
+            }
+            self.leave(&leaving);
+            self.cohort.leaving = leaving;
+        }
+        self.cohort.cal.clear();
+        self.cohort.outside.clear();
+        if self.next_plan.cohort {
+            debug_assert_eq!(self.next_plan.lazy_decodes, 0);
+            self.next_plan.cohort = false;
+            self.cohort.formed -= 1;
+        }
+        debug_assert_eq!(self.cohort.formed, self.cohort.finished);
+        debug_assert_eq!(self.cohort.members, 0);
+    }
+
+    /// Phase A of a cohort plan (FCFS): the running requests outside the cohort (the members
+    /// due now among them) walked in running order as the explicit walk takes them, the
+    /// members' decodes counted; phase B; then the plan's plain decodes join the cohort.
+    /// False (the cohort dissolved, nothing planned) when the budget might not cover every
+    /// running request's tokens: the explicit walk then interleaves the members.
+    fn do_schedule_lazy(&mut self) -> bool {
+        if !self.cohort.active {
+            debug_assert_eq!(self.cohort.members, 0);
+            let Scheduler { cohort, running, requests, .. } = self;
+            cohort.outside.clear();
+            cohort.outside.extend(running.iter().map(|&id| (requests[id as usize].as_ref().expect("live").rseq, id)));
+            cohort.active = true;
+        }
+        let s = self.cohort.formed;
+        // The members due now leave (the calendar gives them in running order).
+        let mut leaving = std::mem::take(&mut self.cohort.leaving);
+        leaving.clear();
+        while let Some(&Reverse((due, rseq, id))) = self.cohort.cal.peek() {
+            if due > s {
+                break;
+            }
+            self.cohort.cal.pop();
+            let live = self.requests.get(id as usize).and_then(|r| r.as_deref()).is_some_and(|r| {
+                r.rseq == rseq && r.member.is_some_and(|(_, d)| d == due) && r.status == Status::Running
+            });
+            if live {
+                debug_assert_eq!(due, s, "a member was left past its due plan");
+                leaving.push((rseq, id));
+            }
+        }
+        self.leave(&leaving);
+        self.cohort.leaving = leaving;
+
+        // Every running request gets all it asks (the members one token each): then the walk's
+        // order never decides who is cut by the budget.
+        let budget0 = self.config.max_num_batched_tokens;
+        let mut need = u64::from(self.cohort.members);
+        for &(_, id) in &self.cohort.outside {
+            let r = self.req(id);
+            if r.placeholders > 0 && r.num_computed_tokens + 2 - r.placeholders >= r.spec.prompt_len + r.spec.output_len
+            {
+                continue;
+            }
+            let want = r.total() - r.num_computed_tokens;
+            need += u64::from(if want <= 1 { want } else { self.threshold_cap(want) });
+        }
+        if need > u64::from(budget0) {
+            self.dissolve();
+            return false;
+        }
+
+        self.plan.clear();
+        let mut budget = budget0;
+        let mut preempted_any = false;
+        let mut shape = StepShape { cpu_overlapped: self.config.behaviour.async_scheduling, ..Default::default() };
+        let mut scheduled = std::mem::take(&mut self.scheduled_buf);
+        scheduled.clear();
+        let mut walk = std::mem::take(&mut self.cohort.walk);
+        walk.clear();
+        walk.extend(self.cohort.outside.iter().map(|&(_, id)| id));
+        for &id in &walk {
+            let (num_tokens, computed) = {
+                let r = self.req(id);
+                if r.status != Status::Running {
+                    continue; // preempted by a request before it in this walk
+                }
+                // As the explicit walk: a request whose last token is in flight is skipped.
+                if r.placeholders > 0
+                    && r.num_computed_tokens + 2 - r.placeholders >= r.spec.prompt_len + r.spec.output_len
+                {
+                    continue;
+                }
+                (r.total(), r.num_computed_tokens)
+            };
+            let want = num_tokens - computed;
+            let n = if want <= 1 { want } else { self.threshold_cap(want) }.min(budget);
+            if n == 0 {
+                continue;
+            }
+            let mut can_schedule = true;
+            loop {
+                let ok = {
+                    let Scheduler { kv, requests, hit, .. } = self;
+                    hit.blocks.clear();
+                    hit.num_tokens = 0;
+                    let r = requests[id as usize].as_mut().expect("live request");
+                    kv.allocate_slots(&r.spec, num_tokens, computed, &mut r.kv, n, hit, false)
+                };
+                if ok {
+                    break;
+                }
+                // FCFS: the victim is the last running request, never one walked before.
+                let victim = self.running.pop().expect("running is not empty");
+                let (rseq, member) = {
+                    let r = self.req(victim);
+                    (r.rseq, r.member.is_some())
+                };
+                if member {
+                    if self.depart(victim) {
+                        self.list_in_flight(&[(rseq, victim)]);
+                    }
+                } else {
+                    let p = self.cohort.outside.partition_point(|&(r, _)| r < rseq);
+                    debug_assert_eq!(self.cohort.outside[p].1, victim);
+                    self.cohort.outside.remove(p);
+                }
+                self.preempt(victim);
+                self.plan.num_preempted += 1;
+                preempted_any = true;
+                if victim == id {
+                    can_schedule = false;
+                    break;
+                }
+            }
+            if !can_schedule {
+                break;
+            }
+            let Scheduler { requests, plan, counters, .. } = self;
+            let r = requests[id as usize].as_deref_mut().expect("live request");
+            Self::schedule_direct(r, plan, &mut shape, &mut counters.recomputed_tokens, id, computed, num_tokens, n);
+            budget -= n;
+        }
+        self.cohort.walk = walk;
+        // The members' decodes, in cohort plan `s`.
+        let m = self.cohort.members;
+        budget -= m;
+        if m > 0 {
+            shape.num_seqs += m;
+            shape.decode_tokens += u64::from(m);
+            shape.decode_context_tokens += self.cohort.ctx_base.wrapping_add(u64::from(m) * s);
+            self.plan.lazy_decodes = m;
+            self.plan.cohort = true;
+            self.cohort.formed += 1;
+        }
+        if !preempted_any {
+            self.phase_b(&mut budget, &mut scheduled);
+        }
+        self.close_plan(shape, scheduled);
+
+        // The plan's plain decodes join, for the cohort plans from the next on, until the first
+        // in which they need a block, fill one, or sample their last token.
+        let s0 = self.cohort.formed;
+        let mut joined = 0;
+        let Scheduler { plan, requests, cohort, .. } = self;
+        for e in &plan.scheduled {
+            if e.prefill || !e.samples || e.num_tokens != 1 {
+                continue;
+            }
+            let r = requests[e.id as usize].as_deref_mut().expect("live request");
+            if r.num_output_tokens == 0 || r.status != Status::Running {
+                continue;
+            }
+            debug_assert!(r.member.is_none() && r.num_computed_tokens + 1 == r.total());
+            let tb = r.total();
+            let limit = r.kv.fits_limit();
+            let sampled = r.num_output_tokens + r.placeholders;
+            if limit < tb || sampled + 1 >= r.spec.output_len {
+                continue;
+            }
+            let due = (s0 + u64::from(limit - tb) + 1).min(s0 + u64::from(r.spec.output_len - 1 - sampled));
+            r.member = Some((s0, due));
+            cohort.cal.push(Reverse((due, r.rseq, e.id)));
+            cohort.members += 1;
+            cohort.ctx_base = cohort.ctx_base.wrapping_add(u64::from(tb)).wrapping_sub(s0);
+            joined += 1;
+        }
+        if joined > 0 {
+            cohort.outside.retain(|&(_, id)| requests[id as usize].as_ref().is_some_and(|r| r.member.is_none()));
+        }
+        true
+    }
+}
+
 impl Engine for Scheduler {
     fn front_end_ns_per_request(&self, chat: bool) -> u64 {
         if chat && self.config.version == Version::new(0, 11, 0) {
@@ -1021,6 +1393,30 @@ impl Engine for Scheduler {
         // the queue's head stays blocked (below).
         if n == 0 || n > budget {
             return 0;
+        }
+        if self.cohort.members > 0 {
+            // The members are plain decodes that sample no last token at the next plan unless
+            // due then; a request outside that is not one refuses the run as below. Otherwise
+            // the cohort dissolves and the checks below read every request.
+            let async_ = self.config.behaviour.async_scheduling;
+            let due_next = self.cohort.cal.peek().is_some_and(|&Reverse((d, _, _))| d <= self.cohort.formed);
+            if due_next
+                || self.cohort.outside.iter().any(|&(_, id)| {
+                    let r = self.req(id);
+                    let ready = if async_ {
+                        r.placeholders == 1 && r.num_computed_tokens + 1 == r.total()
+                    } else {
+                        r.placeholders == 0 && r.num_computed_tokens + 1 == r.num_tokens()
+                    };
+                    r.status != Status::Running
+                        || r.num_output_tokens == 0
+                        || !ready
+                        || r.spec.output_len.saturating_sub(r.num_output_tokens + 1) == 0
+                })
+            {
+                return 0;
+            }
+            self.dissolve();
         }
         // Phase B tries the waiting queue's head at every step: the run may go on only while
         // that head stays blocked (checked at every step, `ff_head_stays_blocked`).
@@ -1216,6 +1612,8 @@ impl Engine for Scheduler {
             kv: RequestKv::with_private(private),
             num_preemptions: 0,
             computed_before_preemption: 0,
+            rseq: 0,
+            member: None,
         }));
         self.num_unfinished += 1;
         match &mut self.waiting {
@@ -1224,6 +1622,29 @@ impl Engine for Scheduler {
                 q.insert((spec.priority, seq, id));
             }
         }
+    }
+
+    fn enable_lazy_decodes(&mut self) {
+        self.cohort.enabled = true;
+    }
+
+    fn lazy_tick(&self) -> Option<(u64, u32)> {
+        self.cohort.last_tick
+    }
+
+    fn take_lazy_departures(&mut self, all: bool, out: &mut Vec<LazyDeparture>) {
+        if all && self.cohort.members > 0 {
+            // The run is over: every member's processed tokens (plans in flight never finish).
+            let ids: Vec<ReqId> =
+                self.running.iter().copied().filter(|&id| self.req(id).member.is_some()).collect();
+            for id in ids {
+                self.depart(id);
+            }
+            self.cohort.active = false;
+            self.cohort.cal.clear();
+            self.cohort.outside.clear();
+        }
+        out.append(&mut self.cohort.departed);
     }
 
     fn schedule(&mut self) -> &StepPlan {
@@ -1260,6 +1681,7 @@ impl Engine for Scheduler {
         if r.status == Status::Finished {
             return false;
         }
+        self.dissolve();
         if self.head_memo.is_some_and(|(m, _)| m == id) {
             self.drop_head_memo();
         }
@@ -1350,13 +1772,13 @@ impl Engine for Scheduler {
             if r.status != Status::Running {
                 return Err(format!("request {id} in running with status {:?}", r.status));
             }
-            let need = r.num_computed_tokens.div_ceil(self.config.block_size) as usize;
+            let computed = self.view(r).0;
+            let need = computed.div_ceil(self.config.block_size) as usize;
             if (r.kv.held() as usize) < need {
-                return Err(format!(
-                    "request {id} computed {} tokens with {} blocks",
-                    r.num_computed_tokens,
-                    r.kv.held()
-                ));
+                return Err(format!("request {id} computed {computed} tokens with {} blocks", r.kv.held()));
+            }
+            if r.member.is_some_and(|(s0, due)| s0 > self.cohort.formed || due < self.cohort.formed) {
+                return Err(format!("member {id} {:?} at cohort plan {}", r.member, self.cohort.formed));
             }
             for &b in &r.kv.blocks {
                 refs[b as usize] += 1;
@@ -1395,6 +1817,13 @@ impl Engine for Scheduler {
             if count != self.kv.pool.ref_cnt(b as u32) {
                 return Err(format!("block {b}: {count} holders, ref_cnt {}", self.kv.pool.ref_cnt(b as u32)));
             }
+        }
+        let members = self.running.iter().filter(|&&id| self.req(id).member.is_some()).count();
+        if members != self.cohort.members as usize {
+            return Err(format!("{members} members, the cohort counts {}", self.cohort.members));
+        }
+        if self.cohort.active && members + self.cohort.outside.len() != self.running.len() {
+            return Err(format!("{members} members and {} outside of {} running", self.cohort.outside.len(), self.running.len()));
         }
         if anonymous_held != self.kv.pool.num_anonymous_held() {
             return Err(format!(
