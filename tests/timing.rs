@@ -258,6 +258,7 @@ async fn run_workload(spec: &SimSpec, w: &Workload) -> Result<RunResult, String>
         end_ns: end,
         ingress_ns: 0,
         fast_forwarded_steps: 0,
+        lazy_decoded_tokens: 0,
         token_log,
         role_chunk_gaps: false,
     })

@@ -419,6 +419,7 @@ pub async fn run(opts: &BenchOptions, workload: &Workload) -> BenchRun {
         end_ns: bench_end_ns,
         ingress_ns: 0,
         fast_forwarded_steps: 0,
+        lazy_decoded_tokens: 0,
         token_log,
         // The client measured its gaps, a role chunk's included.
         role_chunk_gaps: false,

@@ -413,6 +413,9 @@ pub struct RunResult {
     /// Of `num_steps`, the steps the fast-forward ran (0 with it off). Not reported: it
     /// says how a run was computed, not what it computed.
     pub fast_forwarded_steps: u64,
+    /// Of the tokens produced, those of the engine's lazy decode cohort (0 with
+    /// [`RunOptions::lazy_decodes`] off). Not reported, as `fast_forwarded_steps`.
+    pub lazy_decoded_tokens: u64,
     /// The deliveries the records' [`RequestRecord::tokens`] refer to.
     pub token_log: TokenLog,
     /// Each completed record has one more ITL, of 0, before its first delivery's: the
@@ -498,6 +501,8 @@ struct Loop<'a, E: Engine> {
     lazy_deliveries: Vec<(u64, u32, u32)>,
     /// Reused: the requests that left the cohort.
     lazy_departed: Vec<LazyDeparture>,
+    /// The cohort's tokens delivered.
+    lazy_tokens: u64,
 }
 
 pub(crate) const STEP_TOO_LONG: &str =
@@ -798,7 +803,7 @@ impl<'a, E: Engine> Loop<'a, E> {
             // The front end streams the step's outputs one after the other.
             let Some(d) = self.stream_and_log(now, outs.len() + lazy_n) else { return };
             if let Some((tick, n)) = lazy.filter(|&(_, n)| n > 0) {
-                debug_assert!(n > 0);
+                self.lazy_tokens += u64::from(n);
                 match self.lazy_deliveries.last_mut() {
                     Some((t0, d0, len)) if *t0 + u64::from(*len) == tick && *d0 + *len == d => *len += 1,
                     _ => self.lazy_deliveries.push((tick, d, 1)),
@@ -949,6 +954,7 @@ pub fn run_observed<E: Engine>(
         token_log: TokenLog::default(),
         lazy_deliveries: Vec::new(),
         lazy_departed: Vec::new(),
+        lazy_tokens: 0,
     };
     if opts.lazy_decodes {
         lp.engine.enable_lazy_decodes();
@@ -1064,6 +1070,7 @@ pub fn run_observed<E: Engine>(
         end_ns: now,
         ingress_ns: lp.ingress_ns,
         fast_forwarded_steps: lp.ff_steps,
+        lazy_decoded_tokens: lp.lazy_tokens,
         token_log: lp.token_log,
         role_chunk_gaps: workload.role_chunk,
     }

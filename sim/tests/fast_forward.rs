@@ -28,6 +28,7 @@ fn run_bytes(v: &Value, fast: bool, check_invariants: bool) -> (String, String) 
     let report = serde_json::to_string(&sim::report::PointReport::of(&spec, &out)).unwrap();
     // How the run was computed differs by construction; everything it computed must not.
     out.run.fast_forwarded_steps = 0;
+    out.run.lazy_decoded_tokens = 0;
     (report, format!("{:?}", out.run))
 }
 

@@ -933,6 +933,7 @@ pub fn run_fleet(
         end_ns: now,
         ingress_ns,
         fast_forwarded_steps: lp.ff_steps,
+        lazy_decoded_tokens: 0,
         token_log: lp.token_log,
         role_chunk_gaps: workload.role_chunk,
     };

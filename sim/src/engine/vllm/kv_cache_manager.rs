@@ -198,6 +198,29 @@ impl KvCacheManager {
 
     /// How many of `blocks` are in the free queue (ref 0): a hit on them takes them out of it.
     /// (A spare id has ref 0 but names no free block.)
+    /// The most tokens a decode of `kv` reaches before its `allocate_slots` does anything but
+    /// count: [`KvCacheManager::fits_held`]'s limit, except that an anonymous request's
+    /// filled blocks (caching on) are only counted (`num_cached_blocks`, registered if it is
+    /// ever preempted), which [`KvCacheManager::catch_up_fills`] can do later, so its limit is
+    /// its held blocks' room. The scheduler's lazy decode cohort.
+    pub fn lazy_limit(&self, kv: &RequestKv) -> u32 {
+        if self.enable_caching && kv.lookup_cannot_hit() {
+            kv.held() * self.block_size
+        } else {
+            kv.fits_limit
+        }
+    }
+
+    /// Counts the blocks an anonymous request (caching on) filled in decodes up to `computed`
+    /// tokens whose `allocate_slots` was not called ([`KvCacheManager::lazy_limit`]), as those
+    /// calls would have.
+    pub fn catch_up_fills(&self, kv: &mut RequestKv, computed: u32) {
+        if self.enable_caching && kv.lookup_cannot_hit() {
+            kv.num_cached_blocks = kv.num_cached_blocks.max((computed / self.block_size).min(kv.anon));
+            kv.fits_limit = self.fits_limit(kv);
+        }
+    }
+
     pub fn num_evictable(&self, blocks: &[u32]) -> u32 {
         blocks.iter().filter(|&&b| self.pool.is_free(b)).count() as u32
     }

@@ -194,11 +194,12 @@ enum WaitingQueue {
 /// of per-step buckets (a bucket is tagged with its run and step, so a stale one reads as
 /// empty and nothing is cleared between runs); later steps wait in a heap. The earliest
 /// step due is kept, so that a step with nothing due costs one comparison.
-#[derive(Clone, Debug, Default)]
-struct FfCalendar {
+/// The lazy decode cohort's calendar is one too, of `(rseq, id)` entries by cohort plan.
+#[derive(Clone, Debug)]
+struct FfCalendar<T = u32> {
     /// `(run, step, positions)`.
-    ring: Vec<(u64, u64, Vec<u32>)>,
-    far: BinaryHeap<Reverse<(u64, u32)>>,
+    ring: Vec<(u64, u64, Vec<T>)>,
+    far: BinaryHeap<Reverse<(u64, T)>>,
     run: u64,
     /// The earliest step with a position due, `u64::MAX` if none.
     next: u64,
@@ -206,7 +207,13 @@ struct FfCalendar {
     near: usize,
 }
 
-impl FfCalendar {
+impl<T> Default for FfCalendar<T> {
+    fn default() -> Self {
+        FfCalendar { ring: Vec::new(), far: BinaryHeap::new(), run: 0, next: u64::MAX, near: 0 }
+    }
+}
+
+impl<T: Ord + Copy> FfCalendar<T> {
     const RING: u64 = 64;
 
     /// Empties the calendar for a new run.
@@ -222,7 +229,7 @@ impl FfCalendar {
 
     /// Position `pos` is due at `step`, pushed at step `now` (`now <= step`).
     #[inline]
-    fn push(&mut self, now: u64, step: u64, pos: u32) {
+    fn push(&mut self, now: u64, step: u64, pos: T) {
         debug_assert!(step >= now);
         self.next = self.next.min(step);
         if step - now >= Self::RING {
@@ -246,7 +253,7 @@ impl FfCalendar {
     }
 
     /// Moves the positions due at `step` into `out`, in ascending order.
-    fn take_due(&mut self, step: u64, out: &mut Vec<u32>) {
+    fn take_due(&mut self, step: u64, out: &mut Vec<T>) {
         let b = &mut self.ring[(step % Self::RING) as usize];
         if (b.0, b.1) == (self.run, step) {
             self.near -= b.2.len();
@@ -301,16 +308,20 @@ struct Cohort {
     /// Σ over members of (their `total()` before `s0`) − `s0`, wrapping: their decodes'
     /// context in cohort plan `s` is this + `members × s`.
     ctx_base: u64,
-    /// `(due, rseq, id)`, soonest first; an entry whose request is no longer a member with
+    /// `(rseq, id)` by `due` cohort plan; an entry whose request is no longer a member with
     /// that `due` is stale.
-    cal: BinaryHeap<Reverse<(u64, u64, ReqId)>>,
+    cal: FfCalendar<(u64, ReqId)>,
+    /// A departed member's token is listed at the end of the plan in flight.
+    flight_unordered: bool,
     /// Members that left since the driver last asked, with their processed cohort tokens.
     departed: Vec<LazyDeparture>,
     /// The last finished plan's cohort number and unlisted tokens, if it was a cohort plan.
     last_tick: Option<(u64, u32)>,
-    /// Reused: the explicit walk of a cohort plan; the members leaving at once.
-    walk: Vec<ReqId>,
-    leaving: Vec<(u64, ReqId)>,
+    /// Reused: a cohort plan's walk, its members due, those that leave in it.
+    walk: Vec<(u64, ReqId)>,
+    due: Vec<(u64, ReqId)>,
+    left: Vec<(u64, ReqId)>,
+    merged: Vec<(u64, ReqId)>,
 }
 
 /// The vLLM V1 scheduler and its KV cache.
@@ -1107,91 +1118,76 @@ impl Scheduler {
         }
     }
 
+    /// The cohort plan from which member `r` (first cohort plan `s0`, its count fields those
+    /// from before it) must be scheduled explicitly: the first whose decode leaves
+    /// `allocate_slots`' fast path (an anonymous request's filled blocks only counted, later:
+    /// [`KvCacheManager::lazy_limit`]), or samples its last token. `None` if that is `s0`.
+    fn member_due(kv: &KvCacheManager, r: &Request, s0: u64) -> Option<u64> {
+        let tb = r.total();
+        let limit = kv.lazy_limit(&r.kv);
+        let sampled = r.num_output_tokens + r.placeholders;
+        if limit < tb || sampled + 1 >= r.spec.output_len {
+            return None;
+        }
+        Some((s0 + u64::from(limit - tb) + 1).min(s0 + u64::from(r.spec.output_len - 1 - sampled)))
+    }
+
     /// Takes member `id` out of the cohort: its count fields brought up to date, its processed
-    /// cohort tokens noted for the driver. True if its token of a cohort plan still in flight
-    /// (under async scheduling, `next_plan`) must now be listed there.
-    fn depart(&mut self, id: ReqId) -> bool {
-        let Scheduler { requests, cohort, .. } = self;
+    /// cohort tokens noted for the driver. Its token of a cohort plan still in flight (under
+    /// async scheduling, `next_plan`), if any, is listed there.
+    fn depart(&mut self, id: ReqId) {
+        self.depart_listing(id, true);
+    }
+
+    /// [`Scheduler::depart`]; with `list` false (the run is over: plans in flight never
+    /// finish), its token in flight is not listed.
+    fn depart_listing(&mut self, id: ReqId, list: bool) {
+        let Scheduler { requests, cohort, next_plan, kv, .. } = self;
         let r = requests[id as usize].as_deref_mut().expect("live request");
         let (s0, _) = r.member.take().expect("a member");
         let sched = cohort.formed - s0;
         let fin = cohort.finished.saturating_sub(s0);
-        debug_assert!(fin <= sched);
+        debug_assert!(fin <= sched && (sched - fin <= 1 || !list));
         cohort.ctx_base = cohort.ctx_base.wrapping_sub(u64::from(r.total())).wrapping_add(s0);
         r.num_computed_tokens += sched as u32;
         r.num_output_tokens += fin as u32;
         r.placeholders += (sched - fin) as u32;
+        kv.catch_up_fills(&mut r.kv, r.num_computed_tokens);
         cohort.members -= 1;
         if fin > 0 {
             cohort.departed.push(LazyDeparture { id, first_tick: s0, count: fin });
         }
-        sched > fin
-    }
-
-    /// Lists the tokens of departed members `flight` (`(rseq, id)`, in running order) in the
-    /// cohort plan in flight, `next_plan`, in running order among its entries.
-    fn list_in_flight(&mut self, flight: &[(u64, ReqId)]) {
-        if flight.is_empty() {
-            return;
-        }
-        debug_assert!(self.next_plan.cohort && self.next_plan.lazy_decodes as usize >= flight.len());
-        self.next_plan.lazy_decodes -= flight.len() as u32;
-        let old = std::mem::take(&mut self.next_plan.scheduled);
-        let mut merged = Vec::with_capacity(old.len() + flight.len());
-        let mut j = 0;
-        for e in old {
-            let rseq = self.req(e.id).rseq;
-            while j < flight.len() && flight[j].0 < rseq {
-                merged.push(Scheduled { id: flight[j].1, num_tokens: 1, prefill: false, samples: true });
-                j += 1;
-            }
-            merged.push(e);
-        }
-        for &(_, id) in &flight[j..] {
-            merged.push(Scheduled { id, num_tokens: 1, prefill: false, samples: true });
-        }
-        self.next_plan.scheduled = merged;
-    }
-
-    /// The members `leaving` (`(rseq, id)`, in running order) leave the cohort for `outside`.
-    fn leave(&mut self, leaving: &[(u64, ReqId)]) {
-        let mut flight = Vec::new();
-        for &(rseq, id) in leaving {
-            if self.depart(id) {
-                flight.push((rseq, id));
-            }
-        }
-        self.list_in_flight(&flight);
-        if leaving.len() == 1 {
-            let p = self.cohort.outside.partition_point(|&(r, _)| r < leaving[0].0);
-            self.cohort.outside.insert(p, leaving[0]);
-        } else if !leaving.is_empty() {
-            self.cohort.outside.extend_from_slice(leaving);
-            self.cohort.outside.sort_unstable();
+        if sched > fin && list {
+            // Listed after the plan's entries: it does not finish there, so nothing its place
+            // decides (the order of finishes and frees) moves; `dissolve` restores running order.
+            debug_assert!(next_plan.cohort && next_plan.lazy_decodes > 0);
+            next_plan.lazy_decodes -= 1;
+            next_plan.scheduled.push(Scheduled { id, num_tokens: 1, prefill: false, samples: true });
+            cohort.flight_unordered = true;
         }
     }
 
     /// Every member leaves and the cohort's bookkeeping stops (until a cohort plan is formed
     /// again): before an explicit walk, a fast-forward, an abort. The cohort plan in flight,
-    /// if any, lists all its tokens from now on and counts as an explicit one.
+    /// if any, lists all its tokens from now on, in running order, and counts as an explicit one.
     fn dissolve(&mut self) {
         if !self.cohort.active {
             return;
         }
         self.cohort.active = false;
         if self.cohort.members > 0 {
-            let mut leaving = std::mem::take(&mut self.cohort.leaving);
-            leaving.clear();
-            for &id in &self.running {
-                let r = self.req(id);
-                if r.member.is_some() {
-                    leaving.push((r.rseq, id));
+            for i in 0..self.running.len() {
+                let id = self.running[i];
+                if self.req(id).member.is_some() {
+                    self.depart(id);
                 }
             }
-            self.leave(&leaving);
-            self.cohort.leaving = leaving;
         }
-        self.cohort.cal.clear();
+        if self.cohort.flight_unordered {
+            self.cohort.flight_unordered = false;
+            let Scheduler { next_plan, requests, .. } = self;
+            next_plan.scheduled.sort_by_key(|e| requests[e.id as usize].as_ref().map_or(u64::MAX, |r| r.rseq));
+        }
         self.cohort.outside.clear();
         if self.next_plan.cohort {
             debug_assert_eq!(self.next_plan.lazy_decodes, 0);
@@ -1202,38 +1198,32 @@ impl Scheduler {
         debug_assert_eq!(self.cohort.members, 0);
     }
 
-    /// Phase A of a cohort plan (FCFS): the running requests outside the cohort (the members
-    /// due now among them) walked in running order as the explicit walk takes them, the
-    /// members' decodes counted; phase B; then the plan's plain decodes join the cohort.
-    /// False (the cohort dissolved, nothing planned) when the budget might not cover every
-    /// running request's tokens: the explicit walk then interleaves the members.
+    /// Phase A of a cohort plan (FCFS): the running requests outside the cohort and the
+    /// members due now, walked in running order as the explicit walk takes them (a member's
+    /// block taken in place, where it needs no more), the other members' decodes counted;
+    /// phase B; then the plan's plain decodes join the cohort. False (the cohort dissolved,
+    /// nothing planned) when the budget might not cover every running request's tokens: the
+    /// explicit walk then interleaves the members.
     fn do_schedule_lazy(&mut self) -> bool {
         if !self.cohort.active {
             debug_assert_eq!(self.cohort.members, 0);
             let Scheduler { cohort, running, requests, .. } = self;
             cohort.outside.clear();
             cohort.outside.extend(running.iter().map(|&id| (requests[id as usize].as_ref().expect("live").rseq, id)));
+            cohort.cal.clear();
             cohort.active = true;
         }
         let s = self.cohort.formed;
-        // The members due now leave (the calendar gives them in running order).
-        let mut leaving = std::mem::take(&mut self.cohort.leaving);
-        leaving.clear();
-        while let Some(&Reverse((due, rseq, id))) = self.cohort.cal.peek() {
-            if due > s {
-                break;
-            }
-            self.cohort.cal.pop();
-            let live = self.requests.get(id as usize).and_then(|r| r.as_deref()).is_some_and(|r| {
-                r.rseq == rseq && r.member.is_some_and(|(_, d)| d == due) && r.status == Status::Running
-            });
-            if live {
-                debug_assert_eq!(due, s, "a member was left past its due plan");
-                leaving.push((rseq, id));
-            }
-        }
-        self.leave(&leaving);
-        self.cohort.leaving = leaving;
+        // The members due now, in running order.
+        let mut due = std::mem::take(&mut self.cohort.due);
+        due.clear();
+        self.cohort.cal.take_due(s, &mut due);
+        due.retain(|&(rseq, id)| {
+            self.requests
+                .get(id as usize)
+                .and_then(|r| r.as_deref())
+                .is_some_and(|r| r.rseq == rseq && r.member.is_some_and(|(_, d)| d == s) && r.status == Status::Running)
+        });
 
         // Every running request gets all it asks (the members one token each): then the walk's
         // order never decides who is cut by the budget.
@@ -1249,6 +1239,7 @@ impl Scheduler {
             need += u64::from(if want <= 1 { want } else { self.threshold_cap(want) });
         }
         if need > u64::from(budget0) {
+            self.cohort.due = due;
             self.dissolve();
             return false;
         }
@@ -1261,8 +1252,64 @@ impl Scheduler {
         scheduled.clear();
         let mut walk = std::mem::take(&mut self.cohort.walk);
         walk.clear();
-        walk.extend(self.cohort.outside.iter().map(|&(_, id)| id));
-        for &id in &walk {
+        walk.extend_from_slice(&self.cohort.outside);
+        // Members that leave in this walk, in running order (to `outside` after it).
+        let mut left = std::mem::take(&mut self.cohort.left);
+        left.clear();
+        let (mut a, mut b) = (0, 0);
+        loop {
+            // The next of `walk` and `due` in running order.
+            let (rseq, id, is_due) = match (walk.get(a), due.get(b)) {
+                (None, None) => break,
+                (Some(&(ra, ia)), Some(&(rb, ib))) => {
+                    if ra < rb {
+                        a += 1;
+                        (ra, ia, false)
+                    } else {
+                        b += 1;
+                        (rb, ib, true)
+                    }
+                }
+                (Some(&(ra, ia)), None) => {
+                    a += 1;
+                    (ra, ia, false)
+                }
+                (None, Some(&(rb, ib))) => {
+                    b += 1;
+                    (rb, ib, true)
+                }
+            };
+            if is_due {
+                // A member due now: its decode leaves the fast path (a block to allocate or
+                // fill) or samples its last token. The first is taken in place where it fits;
+                // otherwise it leaves the cohort and is walked as any other request.
+                let Some((s0, _)) = self.req(id).member else { continue }; // preempted in this walk
+                let (computed, outputs, placeholders) = self.view(self.req(id));
+                let r = self.req(id);
+                let last = outputs + placeholders + 1 >= r.spec.output_len;
+                if !last {
+                    let total = r.spec.prompt_len + outputs + placeholders;
+                    debug_assert_eq!(computed + 1, total);
+                    let ok = {
+                        let Scheduler { kv, requests, hit, .. } = self;
+                        hit.blocks.clear();
+                        hit.num_tokens = 0;
+                        let r = requests[id as usize].as_deref_mut().expect("live request");
+                        kv.allocate_slots(&r.spec, total, computed, &mut r.kv, 1, hit, false)
+                    };
+                    if ok {
+                        let Scheduler { requests, cohort, kv, .. } = self;
+                        let r = requests[id as usize].as_deref_mut().expect("live request");
+                        let next = Self::member_due(kv, r, s0).expect("a decode with its block allocated fits");
+                        debug_assert!(next > s);
+                        r.member = Some((s0, next));
+                        cohort.cal.push(s, next, (rseq, id));
+                        continue;
+                    }
+                }
+                self.depart(id);
+                left.push((rseq, id));
+            }
             let (num_tokens, computed) = {
                 let r = self.req(id);
                 if r.status != Status::Running {
@@ -1295,18 +1342,16 @@ impl Scheduler {
                 }
                 // FCFS: the victim is the last running request, never one walked before.
                 let victim = self.running.pop().expect("running is not empty");
-                let (rseq, member) = {
+                let (vseq, member) = {
                     let r = self.req(victim);
                     (r.rseq, r.member.is_some())
                 };
                 if member {
-                    if self.depart(victim) {
-                        self.list_in_flight(&[(rseq, victim)]);
-                    }
-                } else {
-                    let p = self.cohort.outside.partition_point(|&(r, _)| r < rseq);
-                    debug_assert_eq!(self.cohort.outside[p].1, victim);
+                    self.depart(victim);
+                } else if let Ok(p) = self.cohort.outside.binary_search(&(vseq, victim)) {
                     self.cohort.outside.remove(p);
+                } else if let Some(p) = left.iter().position(|&(_, x)| x == victim) {
+                    left.remove(p);
                 }
                 self.preempt(victim);
                 self.plan.num_preempted += 1;
@@ -1325,6 +1370,7 @@ impl Scheduler {
             budget -= n;
         }
         self.cohort.walk = walk;
+        self.cohort.due = due;
         // The members' decodes, in cohort plan `s`.
         let m = self.cohort.members;
         budget -= m;
@@ -1344,8 +1390,8 @@ impl Scheduler {
         // The plan's plain decodes join, for the cohort plans from the next on, until the first
         // in which they need a block, fill one, or sample their last token.
         let s0 = self.cohort.formed;
-        let mut joined = 0;
-        let Scheduler { plan, requests, cohort, .. } = self;
+        let mut joined = false;
+        let Scheduler { plan, requests, cohort, kv, .. } = self;
         for e in &plan.scheduled {
             if e.prefill || !e.samples || e.num_tokens != 1 {
                 continue;
@@ -1355,22 +1401,35 @@ impl Scheduler {
                 continue;
             }
             debug_assert!(r.member.is_none() && r.num_computed_tokens + 1 == r.total());
-            let tb = r.total();
-            let limit = r.kv.fits_limit();
-            let sampled = r.num_output_tokens + r.placeholders;
-            if limit < tb || sampled + 1 >= r.spec.output_len {
-                continue;
-            }
-            let due = (s0 + u64::from(limit - tb) + 1).min(s0 + u64::from(r.spec.output_len - 1 - sampled));
+            let Some(due) = Self::member_due(kv, r, s0) else { continue };
             r.member = Some((s0, due));
-            cohort.cal.push(Reverse((due, r.rseq, e.id)));
+            cohort.cal.push(s0, due, (r.rseq, e.id));
             cohort.members += 1;
-            cohort.ctx_base = cohort.ctx_base.wrapping_add(u64::from(tb)).wrapping_sub(s0);
-            joined += 1;
+            cohort.ctx_base = cohort.ctx_base.wrapping_add(u64::from(r.total())).wrapping_sub(s0);
+            joined = true;
         }
-        if joined > 0 {
+        if !left.is_empty() {
+            // Both in running order: merged.
+            let mut merged = std::mem::take(&mut cohort.merged);
+            merged.clear();
+            let (mut i, mut j) = (0, 0);
+            while i < cohort.outside.len() && j < left.len() {
+                if cohort.outside[i] < left[j] {
+                    merged.push(cohort.outside[i]);
+                    i += 1;
+                } else {
+                    merged.push(left[j]);
+                    j += 1;
+                }
+            }
+            merged.extend_from_slice(&cohort.outside[i..]);
+            merged.extend_from_slice(&left[j..]);
+            cohort.merged = std::mem::replace(&mut cohort.outside, merged);
+        }
+        if joined {
             cohort.outside.retain(|&(_, id)| requests[id as usize].as_ref().is_some_and(|r| r.member.is_none()));
         }
+        self.cohort.left = left;
         true
     }
 }
@@ -1399,7 +1458,7 @@ impl Engine for Scheduler {
             // due then; a request outside that is not one refuses the run as below. Otherwise
             // the cohort dissolves and the checks below read every request.
             let async_ = self.config.behaviour.async_scheduling;
-            let due_next = self.cohort.cal.peek().is_some_and(|&Reverse((d, _, _))| d <= self.cohort.formed);
+            let due_next = self.cohort.cal.next <= self.cohort.formed;
             if due_next
                 || self.cohort.outside.iter().any(|&(_, id)| {
                     let r = self.req(id);
@@ -1633,15 +1692,15 @@ impl Engine for Scheduler {
     }
 
     fn take_lazy_departures(&mut self, all: bool, out: &mut Vec<LazyDeparture>) {
-        if all && self.cohort.members > 0 {
+        if all && self.cohort.active {
             // The run is over: every member's processed tokens (plans in flight never finish).
-            let ids: Vec<ReqId> =
-                self.running.iter().copied().filter(|&id| self.req(id).member.is_some()).collect();
-            for id in ids {
-                self.depart(id);
+            for i in 0..self.running.len() {
+                let id = self.running[i];
+                if self.req(id).member.is_some() {
+                    self.depart_listing(id, false);
+                }
             }
             self.cohort.active = false;
-            self.cohort.cal.clear();
             self.cohort.outside.clear();
         }
         out.append(&mut self.cohort.departed);
@@ -1823,7 +1882,11 @@ impl Engine for Scheduler {
             return Err(format!("{members} members, the cohort counts {}", self.cohort.members));
         }
         if self.cohort.active && members + self.cohort.outside.len() != self.running.len() {
-            return Err(format!("{members} members and {} outside of {} running", self.cohort.outside.len(), self.running.len()));
+            return Err(format!(
+                "{members} members and {} outside of {} running",
+                self.cohort.outside.len(),
+                self.running.len()
+            ));
         }
         if anonymous_held != self.kv.pool.num_anonymous_held() {
             return Err(format!(
