@@ -67,6 +67,25 @@
 //! (`sim/tests/fast_forward.rs`: random scenarios of both engines and every scenario
 //! file, both ways).
 //!
+//! # Lazy decodes (`RunOptions::lazy_decodes`, on by default)
+//!
+//! Where no step repeats the last (a finish and an admission nearly every step at a high
+//! concurrency), the fast-forward never applies, and each step's plan, outputs and
+//! delivery would list every running request. The loop tells the engine it may instead
+//! count the steady decodes of a *cohort* ([`Engine::enable_lazy_decodes`]; vLLM's
+//! scheduler under FCFS, `engine::vllm::scheduler`'s module docs): a plan's
+//! `lazy_decodes` are in its shape but not in its list, and [`Engine::finish_step`] lists
+//! only the other tokens, [`Engine::lazy_tick`] giving the step's cohort finish number and
+//! token count. The loop streams all the step's tokens as one delivery, as before, and
+//! keeps which delivery each cohort finish number got (`lazy_deliveries`, runs of
+//! consecutive ones). A member never sees its first token or its last in the cohort, so
+//! nothing but its [`RequestRecord::tokens`] needs it; when it leaves (the engine lists
+//! [`crate::engine::LazyDeparture`]s: its first finish number and how many of its tokens
+//! were processed), before any later token of it is delivered and at the run's end, its
+//! record takes those deliveries as runs, exactly the indices one push per token would have
+//! given. The output is byte-identical either way (`sim/tests/lazy_decodes.rs`, and the
+//! fast-forward tests with both on against both off).
+//!
 //! # Bounds
 //!
 //! A run ends when every request has completed, when no event is left while

@@ -48,7 +48,7 @@ impl RequestKv {
     /// them (caching is off, or it is private and not yet registered: registering them on
     /// preemption names them first, [`KvCacheManager::register_private`]).
     #[inline]
-    fn anonymous(&self, enable_caching: bool) -> bool {
+    pub fn anonymous(&self, enable_caching: bool) -> bool {
         !enable_caching || self.lookup_cannot_hit()
     }
 

@@ -37,6 +37,51 @@
 //! Version differences are named behaviours ([`VllmBehaviour`]), resolved
 //! from the release when the scenario is resolved (`config/vllm.rs`).
 //!
+//! # Lazy decodes (FCFS, when the driver handles them: [`Engine::enable_lazy_decodes`])
+//!
+//! At a high concurrency most running requests, in most plans, decode one token on
+//! `allocate_slots`' fast path: nothing allocated, cached or freed, one decode of context
+//! `total()` in the shape, one placeholder and one more computed token, one output at the
+//! step's end. Such requests form a *cohort* ([`Cohort`]) whose members are counted, not
+//! walked or listed: a plan adds `members` decodes and their context sum (kept as
+//! `ctx_base + members × s` for cohort plan `s`) to its shape in O(1) (`lazy_decodes`);
+//! its finish adds one processed token to every member it held (`Cohort::finished`). A
+//! member's count fields keep their values from before its first cohort plan `s0`; with
+//! `formed` cohort plans formed and `finished` finished it has computed `formed − s0` more
+//! tokens and processed `max(0, finished − s0)`, the rest placeholders (the plan in flight
+//! under async scheduling). A request joins after a plan scheduled it as a plain decode
+//! (having sampled at least once), and is due (a calendar of `(rseq, id)` by cohort plan)
+//! in the first cohort plan where its decode would leave the fast path (a block needed,
+//! or a block filled and hashed: an anonymous request's filled blocks are only counted,
+//! so they are caught up when it leaves, `KvCacheManager::catch_up_fills`) or sample its
+//! last token. Why this is exact:
+//!
+//! * **The walk's order is kept.** `running` stays the running list; each request gets
+//!   `rseq` at admission, so running order is `rseq` order. A cohort plan walks, in `rseq`
+//!   order, the requests outside the cohort and the members due, with the explicit walk's
+//!   rules; a due member's block is taken in place (the same `allocate_slots` call, at the
+//!   same point of the walk, so the free queue and the hash map change as when stepping),
+//!   or it leaves the cohort and is walked as any other request. Preemption victims are
+//!   the last running request (FCFS), never one walked before; a member victim leaves
+//!   first, so it is preempted from its true state.
+//! * **No member is cut by the budget.** A cohort plan is formed only if the budget covers
+//!   every running request's tokens (the members one each, the others what they ask after
+//!   the threshold): then every request gets what it asks wherever it stands in the walk,
+//!   and phase B sees the same budget. Otherwise the cohort dissolves (every member leaves)
+//!   and the explicit walk plans the step; so do a fast-forward (after cheap refusals), an
+//!   abort, and the priority policy (never formed).
+//! * **What a member's decode does is what the counts say.** Between its joining and its
+//!   due plan its decode is on the fast path (its block limit, `lazy_limit`, is fixed while
+//!   it is a member: it allocates nothing and no one frees its blocks), it is not the
+//!   last token (so no finish, no free, no skip for a last token in flight), and the
+//!   shape's decode terms are sums (order-free). Plans finish in order, so the finish count
+//!   says how many of a member's plans have been processed.
+//! * **Leaving restores the explicit state.** A member that leaves while its token of the
+//!   plan in flight is not processed (async) is listed in that plan (at its end: it does
+//!   not finish there, so the order of finishes and frees is unchanged; a dissolution
+//!   sorts the list back into running order, which the fast-forward reads); the driver is
+//!   told which cohort finishes brought its processed tokens, before any later one.
+//!
 //! Not modelled: speculative decoding, the 0.25+ watermark (default 0),
 //! 0.33's adaptive threshold and prefill interval (off by default), encoder
 //! budgets, LoRA; under async scheduling, blocks whose last token is still a
@@ -161,6 +206,10 @@ struct Request {
     /// plan it must be scheduled explicitly in (see [`Cohort`]). Its count fields then hold
     /// their values from before plan `s0`, plus what plans formed before `s0` did to them.
     member: Option<(u64, u64)>,
+    /// A member whose new blocks the cohort takes in aggregate (see [`Cohort::groups`]):
+    /// `(group, position in it)`. Its `kv.anon` then lags: it holds
+    /// `max(kv.anon, ⌈computed / block_size⌉)` anonymous blocks.
+    group: Option<(u32, u32)>,
 }
 
 impl Request {
@@ -322,6 +371,16 @@ struct Cohort {
     due: Vec<(u64, ReqId)>,
     left: Vec<(u64, ReqId)>,
     merged: Vec<(u64, ReqId)>,
+    /// Anonymous members whose decodes need a new block exactly at every token count
+    /// `≡ 1 (mod block_size)` (from their joining on), by `(total() before s0 − s0) mod
+    /// block_size`: in cohort plan `s`, group `(1 − s) mod block_size` needs one block each.
+    /// Where nothing else in the plan's walk touches the pool but anonymous allocations that
+    /// cannot fail, the order of those allocations changes nothing (anonymous blocks are
+    /// interchangeable, and the free queue's front is popped the same number of times), so
+    /// the group's blocks are taken in one call; otherwise the group is walked in running
+    /// order, each member's block taken in place.
+    groups: Vec<Vec<(u64, ReqId)>>,
+    grow: Vec<(u64, ReqId)>,
 }
 
 /// The vLLM V1 scheduler and its KV cache.
@@ -1132,6 +1191,35 @@ impl Scheduler {
         Some((s0 + u64::from(limit - tb) + 1).min(s0 + u64::from(r.spec.output_len - 1 - sampled)))
     }
 
+    /// The anonymous blocks `r` holds now (a grouped member's `kv.anon` lags).
+    fn anon_now(&self, r: &Request) -> u32 {
+        if r.group.is_some() {
+            r.kv.anon.max(self.view(r).0.div_ceil(self.config.block_size))
+        } else {
+            r.kv.anon
+        }
+    }
+
+    /// Takes member `id` out of its group, if any, its `kv.anon` brought up to date.
+    fn ungroup(&mut self, id: ReqId) {
+        let anon = self.anon_now(self.req(id));
+        let Scheduler { requests, cohort, .. } = self;
+        let r = requests[id as usize].as_deref_mut().expect("live request");
+        let Some((g, pos)) = r.group.take() else { return };
+        r.kv.anon = anon;
+        let list = &mut cohort.groups[g as usize];
+        list.swap_remove(pos as usize);
+        if let Some(&(_, moved)) = list.get(pos as usize) {
+            requests[moved as usize].as_deref_mut().expect("live request").group = Some((g, pos));
+        }
+    }
+
+    /// The group of cohort plan `s`: its members need a block in it.
+    fn growing_group(&self, s: u64) -> usize {
+        let bs = u64::from(self.config.block_size);
+        ((1 % bs + bs - s % bs) % bs) as usize
+    }
+
     /// Takes member `id` out of the cohort: its count fields brought up to date, its processed
     /// cohort tokens noted for the driver. Its token of a cohort plan still in flight (under
     /// async scheduling, `next_plan`), if any, is listed there.
@@ -1142,6 +1230,7 @@ impl Scheduler {
     /// [`Scheduler::depart`]; with `list` false (the run is over: plans in flight never
     /// finish), its token in flight is not listed.
     fn depart_listing(&mut self, id: ReqId, list: bool) {
+        self.ungroup(id);
         let Scheduler { requests, cohort, next_plan, kv, .. } = self;
         let r = requests[id as usize].as_deref_mut().expect("live request");
         let (s0, _) = r.member.take().expect("a member");
@@ -1212,6 +1301,10 @@ impl Scheduler {
             cohort.outside.extend(running.iter().map(|&id| (requests[id as usize].as_ref().expect("live").rseq, id)));
             cohort.cal.clear();
             cohort.active = true;
+            let bs = self.config.block_size as usize;
+            if self.cohort.groups.len() != bs {
+                self.cohort.groups = vec![Vec::new(); bs];
+            }
         }
         let s = self.cohort.formed;
         // The members due now, in running order.
@@ -1225,10 +1318,24 @@ impl Scheduler {
                 .is_some_and(|r| r.rseq == rseq && r.member.is_some_and(|(_, d)| d == s) && r.status == Status::Running)
         });
 
+        // A grouped member due now (its last token) leaves its group first: the group's count
+        // is of the members that only decode.
+        let caching = self.config.enable_prefix_caching;
+        let mut all_anonymous = true;
+        for i in 0..due.len() {
+            let id = due[i].1;
+            self.ungroup(id);
+            all_anonymous &= self.req(id).kv.anonymous(caching);
+        }
+        let g = self.growing_group(s);
+        let growing = self.cohort.groups.get(g).map_or(0, |l| l.len() as u32);
+
         // Every running request gets all it asks (the members one token each): then the walk's
         // order never decides who is cut by the budget.
         let budget0 = self.config.max_num_batched_tokens;
         let mut need = u64::from(self.cohort.members);
+        // At most the blocks phase A takes; whether all of them are anonymous.
+        let mut blocks = u64::from(growing) + due.len() as u64;
         for &(_, id) in &self.cohort.outside {
             let r = self.req(id);
             if r.placeholders > 0 && r.num_computed_tokens + 2 - r.placeholders >= r.spec.prompt_len + r.spec.output_len
@@ -1236,12 +1343,30 @@ impl Scheduler {
                 continue;
             }
             let want = r.total() - r.num_computed_tokens;
-            need += u64::from(if want <= 1 { want } else { self.threshold_cap(want) });
+            let n = if want <= 1 { want } else { self.threshold_cap(want) };
+            need += u64::from(n);
+            if growing > 0 && !self.kv.fits_held(r.num_computed_tokens + n, &r.kv) {
+                all_anonymous &= r.kv.anonymous(caching);
+                let (num_tokens, computed) = (r.total(), r.num_computed_tokens);
+                blocks += u64::from(self.kv.blocks_needed(num_tokens, computed + n, r.kv.held(), 0, 0, false).1);
+            }
         }
         if need > u64::from(budget0) {
             self.cohort.due = due;
             self.dissolve();
             return false;
+        }
+        // The growing group's blocks: at once where nothing in the walk can tell (every block
+        // it takes anonymous, none refused), else each in its place.
+        let mut events = std::mem::take(&mut self.cohort.grow);
+        events.clear();
+        if growing > 0 {
+            if all_anonymous && blocks <= u64::from(self.kv.pool.num_free()) {
+                self.kv.pool.get_new_anonymous(growing);
+            } else {
+                events.extend_from_slice(&self.cohort.groups[g]);
+                events.sort_unstable();
+            }
         }
 
         self.plan.clear();
@@ -1256,34 +1381,35 @@ impl Scheduler {
         // Members that leave in this walk, in running order (to `outside` after it).
         let mut left = std::mem::take(&mut self.cohort.left);
         left.clear();
-        let (mut a, mut b) = (0, 0);
+        let (mut a, mut b, mut c) = (0, 0, 0);
         loop {
-            // The next of `walk` and `due` in running order.
-            let (rseq, id, is_due) = match (walk.get(a), due.get(b)) {
-                (None, None) => break,
-                (Some(&(ra, ia)), Some(&(rb, ib))) => {
-                    if ra < rb {
-                        a += 1;
-                        (ra, ia, false)
-                    } else {
-                        b += 1;
-                        (rb, ib, true)
-                    }
-                }
-                (Some(&(ra, ia)), None) => {
-                    a += 1;
-                    (ra, ia, false)
-                }
-                (None, Some(&(rb, ib))) => {
-                    b += 1;
-                    (rb, ib, true)
-                }
+            // The next of `walk`, `due` and `events` (the growing group walked) in running order.
+            let ra = walk.get(a).map_or(u64::MAX, |e| e.0);
+            let rb = due.get(b).map_or(u64::MAX, |e| e.0);
+            let rc = events.get(c).map_or(u64::MAX, |e| e.0);
+            let (rseq, id, is_due) = if ra < rb && ra < rc {
+                a += 1;
+                (ra, walk[a - 1].1, false)
+            } else if rb < rc {
+                b += 1;
+                (rb, due[b - 1].1, true)
+            } else if rc < u64::MAX {
+                c += 1;
+                (rc, events[c - 1].1, true)
+            } else {
+                break;
             };
             if is_due {
                 // A member due now: its decode leaves the fast path (a block to allocate or
                 // fill) or samples its last token. The first is taken in place where it fits;
                 // otherwise it leaves the cohort and is walked as any other request.
                 let Some((s0, _)) = self.req(id).member else { continue }; // preempted in this walk
+                let grouped = self.req(id).group.is_some();
+                if grouped {
+                    // Its blocks so far, before this one.
+                    let anon = self.anon_now(self.req(id));
+                    self.req_mut(id).kv.anon = anon;
+                }
                 let (computed, outputs, placeholders) = self.view(self.req(id));
                 let r = self.req(id);
                 let last = outputs + placeholders + 1 >= r.spec.output_len;
@@ -1297,6 +1423,9 @@ impl Scheduler {
                         let r = requests[id as usize].as_deref_mut().expect("live request");
                         kv.allocate_slots(&r.spec, total, computed, &mut r.kv, 1, hit, false)
                     };
+                    if ok && grouped {
+                        continue; // its due plan (its last token) stands
+                    }
                     if ok {
                         let Scheduler { requests, cohort, kv, .. } = self;
                         let r = requests[id as usize].as_deref_mut().expect("live request");
@@ -1371,6 +1500,7 @@ impl Scheduler {
         }
         self.cohort.walk = walk;
         self.cohort.due = due;
+        self.cohort.grow = events;
         // The members' decodes, in cohort plan `s`.
         let m = self.cohort.members;
         budget -= m;
@@ -1401,7 +1531,23 @@ impl Scheduler {
                 continue;
             }
             debug_assert!(r.member.is_none() && r.num_computed_tokens + 1 == r.total());
-            let Some(due) = Self::member_due(kv, r, s0) else { continue };
+            let tb = r.total();
+            let sampled = r.num_output_tokens + r.placeholders;
+            // Grouped: anonymous, its next block needed at the first token count ≡ 1 on.
+            let bs = kv.block_size;
+            let first = tb + (bs + 1 - tb % bs) % bs;
+            let due = if bs > 1 && r.kv.anonymous(kv.enable_caching) && r.kv.held() * bs + 1 == first {
+                if sampled + 1 >= r.spec.output_len {
+                    continue;
+                }
+                let g = ((u64::from(tb % bs) + u64::from(bs) - s0 % u64::from(bs)) % u64::from(bs)) as usize;
+                r.group = Some((g as u32, cohort.groups[g].len() as u32));
+                cohort.groups[g].push((r.rseq, e.id));
+                s0 + u64::from(r.spec.output_len - 1 - sampled)
+            } else {
+                let Some(due) = Self::member_due(kv, r, s0) else { continue };
+                due
+            };
             r.member = Some((s0, due));
             cohort.cal.push(s0, due, (r.rseq, e.id));
             cohort.members += 1;
@@ -1673,6 +1819,7 @@ impl Engine for Scheduler {
             computed_before_preemption: 0,
             rseq: 0,
             member: None,
+            group: None,
         }));
         self.num_unfinished += 1;
         match &mut self.waiting {
@@ -1833,8 +1980,14 @@ impl Engine for Scheduler {
             }
             let computed = self.view(r).0;
             let need = computed.div_ceil(self.config.block_size) as usize;
-            if (r.kv.held() as usize) < need {
-                return Err(format!("request {id} computed {computed} tokens with {} blocks", r.kv.held()));
+            let held = r.kv.blocks.len() + self.anon_now(r) as usize;
+            if held < need {
+                return Err(format!("request {id} computed {computed} tokens with {held} blocks"));
+            }
+            if let Some((g, pos)) = r.group {
+                if self.cohort.groups[g as usize].get(pos as usize) != Some(&(r.rseq, id)) || r.member.is_none() {
+                    return Err(format!("request {id} misplaced in group {g} at {pos}"));
+                }
             }
             if r.member.is_some_and(|(s0, due)| s0 > self.cohort.formed || due < self.cohort.formed) {
                 return Err(format!("member {id} {:?} at cohort plan {}", r.member, self.cohort.formed));
@@ -1842,7 +1995,7 @@ impl Engine for Scheduler {
             for &b in &r.kv.blocks {
                 refs[b as usize] += 1;
             }
-            anonymous_held += r.kv.anon;
+            anonymous_held += self.anon_now(r);
         }
         let waiting: Vec<ReqId> = match &self.waiting {
             WaitingQueue::Fcfs(q) => q.iter().copied().collect(),
