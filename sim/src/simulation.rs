@@ -102,7 +102,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
 use crate::cost::CostModel;
-use crate::engine::{Engine, EngineCounters, LazyDeparture, ReqId, TokenOutput};
+use crate::engine::{Engine, EngineCounters, FfProbe, LazyDeparture, ReqId, TokenOutput};
 use crate::request::RequestSpec;
 use crate::workload::Workload;
 
@@ -694,8 +694,24 @@ impl<'a, E: Engine> Loop<'a, E> {
     /// last one (`now` if none ran). `later`: with `output_lag`, the tokens of the step that
     /// ended at `now`, still to be delivered; on return, those of the last step run.
     fn fast_forward(&mut self, mut now: u64, later: &mut Vec<TokenOutput>) -> u64 {
+        // Where the engine can say, a run refused or ending before its first step is not
+        // opened (opening it would dissolve a lazy decode cohort for nothing).
+        let probe = self.engine.ff_probe();
+        match probe {
+            FfProbe::Unknown => {}
+            FfProbe::Refused => return now,
+            FfProbe::FirstStep(shape) => {
+                let t_next = self.heap.peek().map_or(u64::MAX, |Reverse((t, _, _))| *t);
+                if now.saturating_add(self.cost.step_ns(&shape)) >= t_next {
+                    return now;
+                }
+            }
+        }
         let mut ids = std::mem::take(&mut self.ff_ids);
         let k_max = self.engine.ff_begin(&mut ids);
+        if let FfProbe::FirstStep(shape) = probe {
+            debug_assert!(k_max == 0 || self.engine.ff_shape(0) == shape, "the probe's first step is the run's");
+        }
         // It may have dissolved the engine's cohort.
         self.record_lazy_departures(false);
         if k_max == 0 {

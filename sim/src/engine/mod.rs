@@ -123,6 +123,17 @@ impl StepPlan {
     }
 }
 
+/// [`Engine::ff_probe`]'s answer.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum FfProbe {
+    /// Ask [`Engine::ff_begin`].
+    Unknown,
+    /// [`Engine::ff_begin`] would return 0.
+    Refused,
+    /// If [`Engine::ff_begin`] opens a run, its first step has this shape.
+    FirstStep(StepShape),
+}
+
 /// A request that left the lazy decode cohort ([`Engine::enable_lazy_decodes`]): the tokens
 /// of its cohort plans whose output was processed are those of the cohort finishes
 /// `first_tick .. first_tick + count` ([`Engine::lazy_tick`]), in order.
@@ -283,6 +294,12 @@ pub trait Engine {
     }
     /// Closes the run after `k` steps: each running request has decoded `k` more tokens.
     fn ff_end(&mut self, _k: u64) {}
+    /// What [`Engine::ff_begin`] would find, where the engine can say without changing
+    /// anything (a lazy decode cohort it would otherwise dissolve): the driver skips a run
+    /// refused, or one whose first step would not end before the next event.
+    fn ff_probe(&self) -> FfProbe {
+        FfProbe::Unknown
+    }
 
     // ---- Lazy decodes (vLLM; see `engine::vllm::scheduler`'s module docs) ----
 

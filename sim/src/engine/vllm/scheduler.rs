@@ -92,7 +92,9 @@ use std::collections::{BTreeSet, BinaryHeap, VecDeque};
 
 use super::kv_cache_manager::{ComputedBlocks, KvCacheManager, RequestKv};
 use crate::cost::StepShape;
-use crate::engine::{Engine, EngineCounters, LazyDeparture, ReqId, Scheduled, StepPlan, TokenOutput, Version};
+use crate::engine::{
+    Engine, EngineCounters, FfProbe, LazyDeparture, ReqId, Scheduled, StepPlan, TokenOutput, Version,
+};
 use crate::request::{extend_block_hashes, first_block_hash};
 
 /// vLLM 0.11.0's chat endpoint, per request, on the API server's one event loop before the
@@ -1600,27 +1602,10 @@ impl Engine for Scheduler {
             return 0;
         }
         if self.cohort.members > 0 {
-            // The members are plain decodes that sample no last token at the next plan unless
-            // due then; a request outside that is not one refuses the run as below. Otherwise
-            // the cohort dissolves and the checks below read every request.
-            let async_ = self.config.behaviour.async_scheduling;
-            let due_next = self.cohort.cal.next <= self.cohort.formed;
-            if due_next
-                || self.cohort.outside.iter().any(|&(_, id)| {
-                    let r = self.req(id);
-                    let ready = if async_ {
-                        r.placeholders == 1 && r.num_computed_tokens + 1 == r.total()
-                    } else {
-                        r.placeholders == 0 && r.num_computed_tokens + 1 == r.num_tokens()
-                    };
-                    r.status != Status::Running
-                        || r.num_output_tokens == 0
-                        || !ready
-                        || r.spec.output_len.saturating_sub(r.num_output_tokens + 1) == 0
-                })
-            {
+            if self.ff_probe() == FfProbe::Refused {
                 return 0;
             }
+            // The checks below read every request.
             self.dissolve();
         }
         // Phase B tries the waiting queue's head at every step: the run may go on only while
@@ -1694,6 +1679,46 @@ impl Engine for Scheduler {
         self.ff_ctx0 = ctx;
         ids.extend_from_slice(&self.running);
         k_max
+    }
+
+    fn ff_probe(&self) -> FfProbe {
+        let n = self.running.len();
+        if self.cohort.members == 0 {
+            return FfProbe::Unknown;
+        }
+        if n > self.config.max_num_batched_tokens as usize {
+            return FfProbe::Refused;
+        }
+        // The members are plain decodes that sample no last token at the next plan unless
+        // due then (a grouped member's next block is one `ff_step` takes); a request outside
+        // that is not one refuses the run as `ff_begin` would.
+        let async_ = self.config.behaviour.async_scheduling;
+        if self.cohort.cal.next <= self.cohort.formed {
+            return FfProbe::Refused;
+        }
+        let mut ctx = 0u64;
+        for &(_, id) in &self.cohort.outside {
+            let r = self.req(id);
+            let ready = if async_ {
+                r.placeholders == 1 && r.num_computed_tokens + 1 == r.total()
+            } else {
+                r.placeholders == 0 && r.num_computed_tokens + 1 == r.num_tokens()
+            };
+            if r.status != Status::Running
+                || r.num_output_tokens == 0
+                || !ready
+                || r.spec.output_len.saturating_sub(r.num_output_tokens + 1) == 0
+            {
+                return FfProbe::Refused;
+            }
+            ctx += u64::from(if async_ { r.num_computed_tokens } else { r.num_tokens() });
+        }
+        // The members' contexts in `ff_begin`'s first step: their `total()` in the next cohort
+        // plan (synchronous), or their computed tokens (async: the plan in flight's decodes).
+        let m = u64::from(self.cohort.members);
+        let members = self.cohort.ctx_base.wrapping_add(m * self.cohort.formed);
+        ctx += if async_ { members.wrapping_sub(m) } else { members };
+        FfProbe::FirstStep(StepShape { cpu_overlapped: async_, ..StepShape::decodes(n as u64, ctx) })
     }
 
     fn ff_shape(&self, j: u64) -> StepShape {
