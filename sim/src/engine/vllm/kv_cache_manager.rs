@@ -211,6 +211,13 @@ impl KvCacheManager {
         }
     }
 
+    /// Sets the anonymous blocks `kv` holds (blocks the pool gave out in aggregate: the
+    /// scheduler's lazy decode cohort) and its fast-path limit with them.
+    pub fn set_anon(&self, kv: &mut RequestKv, anon: u32) {
+        kv.anon = anon;
+        kv.fits_limit = self.fits_limit(kv);
+    }
+
     /// Counts the blocks an anonymous request (caching on) filled in decodes up to `computed`
     /// tokens whose `allocate_slots` was not called ([`KvCacheManager::lazy_limit`]), as those
     /// calls would have.

@@ -1205,10 +1205,10 @@ impl Scheduler {
     /// Takes member `id` out of its group, if any, its `kv.anon` brought up to date.
     fn ungroup(&mut self, id: ReqId) {
         let anon = self.anon_now(self.req(id));
-        let Scheduler { requests, cohort, .. } = self;
+        let Scheduler { requests, cohort, kv, .. } = self;
         let r = requests[id as usize].as_deref_mut().expect("live request");
         let Some((g, pos)) = r.group.take() else { return };
-        r.kv.anon = anon;
+        kv.set_anon(&mut r.kv, anon);
         let list = &mut cohort.groups[g as usize];
         list.swap_remove(pos as usize);
         if let Some(&(_, moved)) = list.get(pos as usize) {
@@ -1410,7 +1410,8 @@ impl Scheduler {
                 if grouped {
                     // Its blocks so far, before this one.
                     let anon = self.anon_now(self.req(id));
-                    self.req_mut(id).kv.anon = anon;
+                    let Scheduler { requests, kv, .. } = self;
+                    kv.set_anon(&mut requests[id as usize].as_deref_mut().expect("live request").kv, anon);
                 }
                 let (computed, outputs, placeholders) = self.view(self.req(id));
                 let r = self.req(id);
