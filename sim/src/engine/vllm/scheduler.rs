@@ -383,6 +383,14 @@ struct Cohort {
     /// order, each member's block taken in place.
     groups: Vec<Vec<(u64, ReqId)>>,
     grow: Vec<(u64, ReqId)>,
+    /// Plans formed since a fast-forward last ran steps: the explicit walk plans the first
+    /// [`Cohort::QUIET`] (a cohort formed between two runs would be dissolved by the next
+    /// at once, its forming and dissolving costing more than the walks it saves).
+    quiet: u32,
+}
+
+impl Cohort {
+    const QUIET: u32 = 4;
 }
 
 /// The vLLM V1 scheduler and its KV cache.
@@ -698,9 +706,14 @@ impl Scheduler {
     }
 
     fn do_schedule(&mut self) {
-        if self.cohort.enabled && self.config.policy == Policy::Fcfs && self.do_schedule_lazy() {
+        if self.cohort.enabled
+            && self.config.policy == Policy::Fcfs
+            && (self.cohort.active || self.cohort.quiet >= Cohort::QUIET)
+            && self.do_schedule_lazy()
+        {
             return;
         }
+        self.cohort.quiet = self.cohort.quiet.saturating_add(1);
         self.plan.clear();
         let mut budget = self.config.max_num_batched_tokens;
         let mut preempted_any = false;
@@ -1332,13 +1345,15 @@ impl Scheduler {
         let g = self.growing_group(s);
         let growing = self.cohort.groups.get(g).map_or(0, |l| l.len() as u32);
 
-        // Every running request gets all it asks (the members one token each): then the walk's
-        // order never decides who is cut by the budget.
+        // Every member, and every request before the last member, gets all it asks (the
+        // members one token each): then the budget cuts no one before the last member, and
+        // those after it get what is left after the members, as in the explicit walk.
         let budget0 = self.config.max_num_batched_tokens;
         let mut need = u64::from(self.cohort.members);
+        let last_member = self.running.iter().rev().map(|&id| self.req(id)).find(|r| r.member.is_some()).map_or(0, |r| r.rseq);
         // At most the blocks phase A takes; whether all of them are anonymous.
         let mut blocks = u64::from(growing) + due.len() as u64;
-        for &(_, id) in &self.cohort.outside {
+        for &(rseq, id) in &self.cohort.outside {
             let r = self.req(id);
             if r.placeholders > 0 && r.num_computed_tokens + 2 - r.placeholders >= r.spec.prompt_len + r.spec.output_len
             {
@@ -1346,7 +1361,9 @@ impl Scheduler {
             }
             let want = r.total() - r.num_computed_tokens;
             let n = if want <= 1 { want } else { self.threshold_cap(want) };
-            need += u64::from(n);
+            if rseq < last_member {
+                need += u64::from(n);
+            }
             if growing > 0 && !self.kv.fits_held(r.num_computed_tokens + n, &r.kv) {
                 all_anonymous &= r.kv.anonymous(caching);
                 let (num_tokens, computed) = (r.total(), r.num_computed_tokens);
@@ -1372,7 +1389,8 @@ impl Scheduler {
         }
 
         self.plan.clear();
-        let mut budget = budget0;
+        // The members' tokens are taken first (a member leaving in the walk gives its back).
+        let mut budget = budget0 - self.cohort.members;
         let mut preempted_any = false;
         let mut shape = StepShape { cpu_overlapped: self.config.behaviour.async_scheduling, ..Default::default() };
         let mut scheduled = std::mem::take(&mut self.scheduled_buf);
@@ -1441,6 +1459,7 @@ impl Scheduler {
                 }
                 self.depart(id);
                 left.push((rseq, id));
+                budget += 1;
             }
             let (num_tokens, computed) = {
                 let r = self.req(id);
@@ -1480,6 +1499,7 @@ impl Scheduler {
                 };
                 if member {
                     self.depart(victim);
+                    budget += 1;
                 } else if let Ok(p) = self.cohort.outside.binary_search(&(vseq, victim)) {
                     self.cohort.outside.remove(p);
                 } else if let Some(p) = left.iter().position(|&(_, x)| x == victim) {
@@ -1506,7 +1526,6 @@ impl Scheduler {
         self.cohort.grow = events;
         // The members' decodes, in cohort plan `s`.
         let m = self.cohort.members;
-        budget -= m;
         if m > 0 {
             shape.num_seqs += m;
             shape.decode_tokens += u64::from(m);
@@ -1791,6 +1810,9 @@ impl Engine for Scheduler {
     }
 
     fn ff_end(&mut self, k: u64) {
+        if k > 0 {
+            self.cohort.quiet = 0;
+        }
         if k == 0 {
             return;
         }
