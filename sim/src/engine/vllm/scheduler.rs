@@ -92,9 +92,7 @@ use std::collections::{BTreeSet, BinaryHeap, VecDeque};
 
 use super::kv_cache_manager::{ComputedBlocks, KvCacheManager, RequestKv};
 use crate::cost::StepShape;
-use crate::engine::{
-    Engine, EngineCounters, FfProbe, LazyDeparture, ReqId, Scheduled, StepPlan, TokenOutput, Version,
-};
+use crate::engine::{Engine, EngineCounters, FfProbe, LazyDeparture, ReqId, Scheduled, StepPlan, TokenOutput, Version};
 use crate::request::{extend_block_hashes, first_block_hash};
 
 /// vLLM 0.11.0's chat endpoint, per request, on the API server's one event loop before the
@@ -1337,8 +1335,7 @@ impl Scheduler {
         // is of the members that only decode.
         let caching = self.config.enable_prefix_caching;
         let mut all_anonymous = true;
-        for i in 0..due.len() {
-            let id = due[i].1;
+        for &(_, id) in &due {
             self.ungroup(id);
             all_anonymous &= self.req(id).kv.anonymous(caching);
         }
@@ -1350,7 +1347,8 @@ impl Scheduler {
         // those after it get what is left after the members, as in the explicit walk.
         let budget0 = self.config.max_num_batched_tokens;
         let mut need = u64::from(self.cohort.members);
-        let last_member = self.running.iter().rev().map(|&id| self.req(id)).find(|r| r.member.is_some()).map_or(0, |r| r.rseq);
+        let last_member =
+            self.running.iter().rev().map(|&id| self.req(id)).find(|r| r.member.is_some()).map_or(0, |r| r.rseq);
         // At most the blocks phase A takes; whether all of them are anonymous.
         let mut blocks = u64::from(growing) + due.len() as u64;
         for &(rseq, id) in &self.cohort.outside {
