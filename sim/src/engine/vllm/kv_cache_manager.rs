@@ -18,7 +18,7 @@ pub struct RequestKv {
     /// Hashes of the request's full blocks known so far (prompt and output).
     pub block_hashes: Vec<u64>,
     /// The most tokens the held blocks take with no block becoming full (with caching):
-    /// [`KvCacheManager::fits_held`]'s bound, kept where `blocks` and `num_cached_blocks`
+    /// `KvCacheManager::fits_held`'s bound, kept where `blocks` and `num_cached_blocks`
     /// change (`allocate_slots`, `free`), so that the check is one comparison.
     fits_limit: u32,
     /// No other request of the run shares this request's first block
@@ -55,7 +55,7 @@ impl RequestKv {
     /// A lookup of this request's blocks finds nothing: it is private and none of its
     /// blocks has been registered.
     /// The most tokens its decodes reach on `allocate_slots`' fast path (nothing allocated or
-    /// cached): [`KvCacheManager::fits_held`]'s limit.
+    /// cached): `KvCacheManager::fits_held`'s limit.
     #[inline]
     pub fn fits_limit(&self) -> u32 {
         self.fits_limit
@@ -199,7 +199,7 @@ impl KvCacheManager {
     /// How many of `blocks` are in the free queue (ref 0): a hit on them takes them out of it.
     /// (A spare id has ref 0 but names no free block.)
     /// The most tokens a decode of `kv` reaches before its `allocate_slots` does anything but
-    /// count: [`KvCacheManager::fits_held`]'s limit, except that an anonymous request's
+    /// count: `KvCacheManager::fits_held`'s limit, except that an anonymous request's
     /// filled blocks (caching on) are only counted (`num_cached_blocks`, registered if it is
     /// ever preempted), which [`KvCacheManager::catch_up_fills`] can do later, so its limit is
     /// its held blocks' room. The scheduler's lazy decode cohort.

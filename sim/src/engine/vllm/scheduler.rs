@@ -42,7 +42,7 @@
 //! At a high concurrency most running requests, in most plans, decode one token on
 //! `allocate_slots`' fast path: nothing allocated, cached or freed, one decode of context
 //! `total()` in the shape, one placeholder and one more computed token, one output at the
-//! step's end. Such requests form a *cohort* ([`Cohort`]) whose members are counted, not
+//! step's end. Such requests form a *cohort* (`Cohort`) whose members are counted, not
 //! walked or listed: a plan adds `members` decodes and their context sum (kept as
 //! `ctx_base + members × s` for cohort plan `s`) to its shape in O(1) (`lazy_decodes`);
 //! its finish adds one processed token to every member it held (`Cohort::finished`). A
@@ -54,7 +54,13 @@
 //! in the first cohort plan where its decode would leave the fast path (a block needed,
 //! or a block filled and hashed: an anonymous request's filled blocks are only counted,
 //! so they are caught up when it leaves, `KvCacheManager::catch_up_fills`) or sample its
-//! last token. Why this is exact:
+//! last token. An anonymous member whose next block falls at the next token count ≡ 1
+//! (mod block size) is *grouped* instead (`Cohort::groups`, by that residue): it is due only
+//! for its last token, and a plan takes its group's blocks in one `get_new_anonymous` call
+//! where every other block the walk takes is anonymous too and none can be refused (the
+//! free queue's front is popped as many times, and anonymous blocks are interchangeable),
+//! else walks the group in running order, each member's block taken in place. Why this is
+//! exact:
 //!
 //! * **The walk's order is kept.** `running` stays the running list; each request gets
 //!   `rseq` at admission, so running order is `rseq` order. A cohort plan walks, in `rseq`
@@ -65,11 +71,14 @@
 //!   the last running request (FCFS), never one walked before; a member victim leaves
 //!   first, so it is preempted from its true state.
 //! * **No member is cut by the budget.** A cohort plan is formed only if the budget covers
-//!   every running request's tokens (the members one each, the others what they ask after
-//!   the threshold): then every request gets what it asks wherever it stands in the walk,
-//!   and phase B sees the same budget. Otherwise the cohort dissolves (every member leaves)
-//!   and the explicit walk plans the step; so do a fast-forward (after cheap refusals), an
-//!   abort, and the priority policy (never formed).
+//!   the members' tokens (one each) and what every request before the last member asks
+//!   (after the threshold): then no one before the last member is cut, wherever it stands,
+//!   and the requests after it (a new admission's prefill chunk) get what is left after the
+//!   members, as in the explicit walk; phase B sees the same budget. Otherwise the cohort
+//!   dissolves (every member leaves) and the explicit walk plans the step; so do a
+//!   fast-forward that will run (`ff_probe` answers without dissolving), an abort, and the
+//!   priority policy (never formed). For `Cohort::QUIET` plans after a fast-forward ran,
+//!   none forms (it would be dissolved by the next run).
 //! * **What a member's decode does is what the counts say.** Between its joining and its
 //!   due plan its decode is on the fast path (its block limit, `lazy_limit`, is fixed while
 //!   it is a member: it allocates nothing and no one frees its blocks), it is not the
@@ -339,7 +348,8 @@ impl<T: Ord + Copy> FfCalendar<T> {
 /// cohort plan `s0`; with `formed` cohort plans formed and `finished` finished (in order), it
 /// has been scheduled in `formed − s0` of them and their output processed for
 /// `finished − s0` (at least 0). It is scheduled explicitly again from the cohort plan `due`
-/// on (its calendar entry): the first in which its decode leaves `allocate_slots`' fast path,
+/// on (its calendar entry): the first in which its decode leaves `allocate_slots`' fast path
+/// (for a grouped member, the group's blocks are taken by the plan: only its last token),
 /// or samples its last token.
 #[derive(Clone, Debug, Default)]
 struct Cohort {
