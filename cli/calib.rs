@@ -89,10 +89,9 @@ pub fn as_sent(workload: &Value, endpoint: &str) -> Value {
     }
     // The live client sends `/v1/completions` prompts as token ids (`live::client::send`): the
     // server does not tokenize them, and neither does the prediction (SGLang's serial tokenizer).
-    if !endpoint.contains("chat") {
-        if let Some(o) = w.as_object_mut() {
-            o.insert("tokenize_prompt".into(), true.into());
-        }
+    // Chat messages go as text (a scenario's own `tokenize_prompt` does not apply to them).
+    if let Some(o) = w.as_object_mut() {
+        o.insert("tokenize_prompt".into(), (!endpoint.contains("chat")).into());
     }
     w
 }
@@ -892,7 +891,8 @@ mod tests {
         assert_eq!(as_sent(&w, "/v1/completions")["endpoint"], "/v1/completions");
         // Token-id prompts on the completions endpoint: no server-side tokenization.
         assert_eq!(as_sent(&w, "/v1/completions")["tokenize_prompt"], true);
-        assert_eq!(as_sent(&w, "/v1/chat/completions").get("tokenize_prompt"), None);
+        let given = json!({"dataset_name": "random", "tokenize_prompt": true});
+        assert_eq!(as_sent(&given, "/v1/chat/completions")["tokenize_prompt"], false);
         assert_eq!(as_sent(&w, "/generate").get("endpoint"), None);
         // What was there is kept.
         assert_eq!(as_sent(&w, "/v1/chat/completions")["random_input_len"], 64);

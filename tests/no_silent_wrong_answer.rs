@@ -1387,21 +1387,6 @@ fn the_random_datasets_ignore_eos_follows_the_modelled_client() {
     assert!(err.contains("workload.ignore_eos: is false"), "{err}");
 }
 
-/// `--num-warmups` arrived in vllm bench serve 0.11.1: a 0.11.0 scenario asking for warm-ups
-/// asks for what that client cannot do, an error naming the field (it ran them silently; the
-/// benchmark-client hunt of 2026-12-05, read in the 0.11.0 and 0.11.1 wheels).
-#[test]
-fn warm_ups_need_a_client_that_has_them() {
-    let (c, _, err) = run(&["simulate", "--set", "engine.version=0.11.0", "--set", "workload.num_warmups=2"]);
-    assert_eq!(c, 2, "{err}");
-    assert!(
-        err.contains("workload.num_warmups: 2 warm-up request(s): vllm bench serve 0.11.0 has no --num-warmups"),
-        "{err}"
-    );
-    let (c, _, err) = run(&["simulate", "--set", "engine.version=0.11.1", "--set", "workload.num_warmups=2"]);
-    assert_eq!(c, 0, "{err}");
-}
-
 /// SGLang 0.4.10 and 0.5.1 evict the radix tree after each retraction (`retract_decode`: "use
 /// the newly evictable memory instantly", `len(sorted) × retract_decode_steps` when less is
 /// free), so the loop's test sees the freed cache and retracts fewer requests; servesim evicted

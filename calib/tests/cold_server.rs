@@ -43,7 +43,7 @@ fn point(s: SimSpec, ttft_scale: f64) -> FitPoint {
 
 #[test]
 fn a_single_unwarmed_wave_on_vllm_loses_its_ttfts_and_keeps_the_rest() {
-    let mut pts = vec![point(spec("vllm", "0.11.1", json!({})), 1.0)];
+    let mut pts = vec![point(spec("vllm", "0.11.0", json!({})), 1.0)];
     let traps = flag_cold_server(&mut pts);
     assert_eq!(traps.len(), 1, "{traps:?}");
     assert_eq!((traps[0].kind, traps[0].action), ("cold_server", "excluded"));
@@ -59,11 +59,11 @@ fn a_single_unwarmed_wave_on_vllm_loses_its_ttfts_and_keeps_the_rest() {
 fn a_warmed_server_a_later_wave_an_open_loop_or_sglang_is_not_flagged() {
     let cases = [
         ("sglang, which warms itself up", spec("sglang", "0.5.3", json!({}))),
-        ("an initial test request", spec("vllm", "0.11.1", json!({"initial_test_request": true}))),
-        ("warm-ups", spec("vllm", "0.11.1", json!({"num_warmups": 2}))),
-        ("an earlier run's prompts", spec("vllm", "0.11.1", json!({"prior_run_prompts": 4}))),
-        ("more prompts than the concurrency", spec("vllm", "0.11.1", json!({"num_prompts": 8}))),
-        ("a request rate", spec("vllm", "0.11.1", json!({"request_rate": 2.0}))),
+        ("an initial test request", spec("vllm", "0.11.0", json!({"initial_test_request": true}))),
+        ("warm-ups", spec("vllm", "0.11.0", json!({"num_warmups": 2}))),
+        ("an earlier run's prompts", spec("vllm", "0.11.0", json!({"prior_run_prompts": 4}))),
+        ("more prompts than the concurrency", spec("vllm", "0.11.0", json!({"num_prompts": 8}))),
+        ("a request rate", spec("vllm", "0.11.0", json!({"request_rate": 2.0}))),
     ];
     for (what, s) in cases {
         let mut pts = vec![point(s, 1.0)];
@@ -77,7 +77,7 @@ fn a_warmed_server_a_later_wave_an_open_loop_or_sglang_is_not_flagged() {
 #[test]
 fn a_trace_is_one_wave_only_when_its_rows_arrive_together() {
     let flagged = |arrivals: [f64; 4]| {
-        let spec_json = json!({"version": 1, "engine": {"kind": "vllm", "version": "0.11.1"},
+        let spec_json = json!({"version": 1, "engine": {"kind": "vllm", "version": "0.11.0"},
                                "model": "qwen2.5-7b-instruct", "hardware": "a100-80gb",
                                "workload": {"dataset_name": "trace", "trace": "t.csv",
                                             "num_prompts": 4, "ignore_eos": true,
@@ -115,10 +115,10 @@ fn the_cold_ttft_does_not_reach_the_prefill_cost() {
             v["coefficients"]["prefill_token_us"].as_f64().unwrap() / v["prior"]["prefill_token_us"].as_f64().unwrap();
         (ratio, v["traps"].clone(), v["coefficient_sources"]["prefill_token_us"].clone())
     };
-    let (warm_ratio, _, warm_source) = fit(spec("vllm", "0.11.1", json!({"prior_run_prompts": 0, "num_warmups": 1})));
+    let (warm_ratio, _, warm_source) = fit(spec("vllm", "0.11.0", json!({"prior_run_prompts": 0, "num_warmups": 1})));
     assert!(warm_ratio > 1.2, "a warmed server's slow TTFT is fitted as prefill: x{warm_ratio}");
     assert_eq!(warm_source, "data");
-    let (cold_ratio, traps, cold_source) = fit(spec("vllm", "0.11.1", json!({})));
+    let (cold_ratio, traps, cold_source) = fit(spec("vllm", "0.11.0", json!({})));
     assert!((cold_ratio - 1.0).abs() < 0.05, "the prefill cost stays at the prior: x{cold_ratio}");
     assert_eq!(cold_source, "prior");
     assert!(traps.as_array().unwrap().iter().any(|t| t["kind"] == "cold_server"), "{traps}");

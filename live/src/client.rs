@@ -226,6 +226,11 @@ async fn read_stream(
                 return Err(Failure::ServerError(err.to_string()));
             }
             let now = Instant::now();
+            // Usage first: a chunk skipped below may still carry it.
+            if let Some(u) = v.get("usage").filter(|u| !u.is_null()) {
+                usage_tokens = u.get("completion_tokens").and_then(Value::as_u64).map(|x| x as u32);
+                out.prompt_tokens = u.get("prompt_tokens").and_then(Value::as_u64).map(|x| x as u32);
+            }
             match v.get("choices").and_then(Value::as_array) {
                 Some(choices) if !choices.is_empty() => {
                     // The chat role chunk: a delta naming the role, with no content and no text.
@@ -258,10 +263,6 @@ async fn read_stream(
                     }
                 }
                 _ => {}
-            }
-            if let Some(u) = v.get("usage").filter(|u| !u.is_null()) {
-                usage_tokens = u.get("completion_tokens").and_then(Value::as_u64).map(|x| x as u32);
-                out.prompt_tokens = u.get("prompt_tokens").and_then(Value::as_u64).map(|x| x as u32);
             }
         }
     }

@@ -453,10 +453,6 @@ pub fn client_sends_greedy(engine: &EngineSpec) -> bool {
     }
 }
 
-/// The first `vllm bench serve` with `--num-warmups` (absent from 0.11.0's `benchmarks/serve.py`,
-/// present in 0.11.1's; read in both wheels).
-pub const VLLM_BENCH_WARMUPS: Version = Version::new(0, 11, 1);
-
 /// The first `vllm bench serve` that skips the chat stream's opening role chunk (0.33.0's
 /// `_choice_has_streamed_output` in `benchmarks/lib/endpoint_request_func.py`: a chunk whose
 /// delta carries `role` and an empty `content` is not a token; absent in 0.32.0's, read in
@@ -647,17 +643,6 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
         workload.initial_test_request = default_initial_test_request(&engine);
     }
     workload.role_chunk = workload.chat && client_times_role_chunk(&engine);
-    if let EngineSpec::Vllm(c) = &engine {
-        if workload.num_warmups > 0 && c.version < VLLM_BENCH_WARMUPS {
-            return Err(ConfigError::new(
-                "workload.num_warmups",
-                format!(
-                    "{} warm-up request(s): vllm bench serve {} has no --num-warmups (it arrived in {VLLM_BENCH_WARMUPS}); drop the field or model a later release (engine.version)",
-                    workload.num_warmups, c.version
-                ),
-            ));
-        }
-    }
 
     let graphs = match &engine {
         EngineSpec::Vllm(c) => crate::cost::GraphRule::vllm(

@@ -336,10 +336,10 @@ pub struct WorkloadSection {
     /// (`docs/front-end.md`).
     #[serde(default)]
     pub endpoint: Option<String>,
-    /// `sglang.bench_serving --tokenize-prompt`: prompts are sent as token ids, not text, so the
-    /// server does not tokenize them (SGLang's serial tokenizer is skipped). `servesim bench`
-    /// sends token ids on `/v1/completions`; `vllm bench serve` and `sglang.bench_serving` send
-    /// text by default. Only `/v1/completions` takes token ids.
+    /// Prompts are sent as token ids, not text, so the server does not tokenize them (SGLang's
+    /// serial tokenizer is skipped): what `servesim bench` sends on `/v1/completions`, and
+    /// `sglang.bench_serving --tokenize-prompt` on its native backend; `vllm bench serve` and
+    /// `sglang.bench_serving` send text by default. Not with the chat endpoint (text messages).
     #[serde(default)]
     pub tokenize_prompt: Option<bool>,
     #[serde(default)]
