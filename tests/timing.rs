@@ -346,8 +346,10 @@ fn on_a_virtual_clock_serve_measures_what_simulate_predicts() {
     }
 }
 
-fn served_equals_simulated(v: Value) {
+fn served_equals_simulated(mut v: Value) {
     let started = std::time::Instant::now();
+    // This file's client sends token ids, which the server does not tokenize.
+    v["workload"]["tokenize_prompt"] = json!(true);
     let s = spec(v.clone());
     let w = sim::workload::generate(&s.workload);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
@@ -418,7 +420,11 @@ fn calibrate_virtual(truth_json: Value, derive_opts: DeriveOptions, run_check: b
         info
     });
     let scenario = |w: &Value| -> Result<SimSpec, String> {
-        let v = derive_scenario(&info, &derive_opts, w).map_err(|e| e.to_string())?;
+        // The probes go as token ids (this file's client), as `calibrate` says of its own
+        // (`cli/calib.rs`, `as_sent`): the server does not tokenize them.
+        let mut w = w.clone();
+        w["tokenize_prompt"] = json!(true);
+        let v = derive_scenario(&info, &derive_opts, &w).map_err(|e| e.to_string())?;
         let s = sim::config::from_value(v, "").map_err(|e| e.to_string())?;
         sim::config::resolve(&s, &sim::builtin::resources()?).map_err(|e| e.to_string())
     };
