@@ -5,8 +5,13 @@
 //! # Event order
 //!
 //! Events are ordered by `(time, sequence number)`: two events at the same
-//! instant run in the order they were scheduled (FIFO). There is one heap and
-//! one sequence counter, so the order is total and the run deterministic.
+//! instant run in the order they were scheduled (FIFO). There is one sequence
+//! counter, so the order is total and the run deterministic. The events wait in
+//! a heap, but for a phase's client sends: they are all known when the phase
+//! starts (10,000 at one instant at `request_rate=inf`), so they take their
+//! sequence numbers then, as they would entering the heap, are sorted once, and
+//! are merged with the heap's events in the same `(time, sequence)` order (as
+//! the fleet loop does, `crate::fleet`).
 //!
 //! # Phases
 //!
@@ -19,7 +24,7 @@
 //!
 //! At a step's end, before planning the next step, the loop asks the engine
 //! ([`Engine::ff_begin`]) whether the coming steps are *plain decode steps*, and if so
-//! runs as many as end strictly before the next event in the heap without planning
+//! runs as many as end strictly before the next event without planning
 //! them one by one. Each condition is there because it makes those steps identical
 //! but for each request's context (one more token per step):
 //!
@@ -54,7 +59,7 @@
 //!   `check_decode_mem` passes, nothing is retracted and the tree is untouched;
 //!   `new_token_ratio` decays by the same f64 operation once per step.
 //! * **No event falls inside.** Every fast-forwarded step ends strictly before the
-//!   heap's next event (an event at the same instant was scheduled first and runs
+//!   next event (an event at the same instant was scheduled first and runs
 //!   first), so no arrival, client send or completion could have changed a plan.
 //!   `max_steps` is honoured: the step that reaches it is left to the normal path.
 //!
@@ -479,6 +484,11 @@ struct Loop<'a, E: Engine> {
     phase_of: Vec<Phase>,
     records: Vec<RequestRecord>,
     heap: BinaryHeap<Reverse<(u64, u64, Event)>>,
+    /// The phase's client sends as `(time, sequence, request)`, in `(time, sequence)` order,
+    /// and the next one: the `ClientSend` events, kept beside the heap (module docs, "Event
+    /// order").
+    sends: Vec<(u64, u64, ReqId)>,
+    next_send: usize,
     seq: u64,
     max_concurrency: Option<u32>,
     in_flight: u32,
@@ -547,10 +557,40 @@ impl<'a, E: Engine> Loop<'a, E> {
 
     fn start_phase(&mut self, now: u64, ids: std::ops::Range<usize>) {
         self.remaining_in_phase = ids.len();
+        debug_assert!(self.next_send == self.sends.len(), "the last phase sent everything");
+        self.sends.clear();
+        self.next_send = 0;
         for id in ids {
-            let Some(t) = self.later_by(now, self.specs[id].arrival_ns, SEND_TOO_LATE) else { return };
-            self.push(t, Event::ClientSend(id as ReqId));
+            let Some(t) = self.later_by(now, self.specs[id].arrival_ns, SEND_TOO_LATE) else { break };
+            self.seq += 1;
+            self.sends.push((t, self.seq, id as ReqId));
         }
+        // Already in order when arrivals are (a linear pass then).
+        self.sends.sort_unstable();
+    }
+
+    /// The next event in `(time, sequence)` order: the next send or the heap's first.
+    #[inline]
+    fn pop_event(&mut self) -> Option<(u64, Event)> {
+        let send = self.sends.get(self.next_send).copied();
+        match (send, self.heap.peek()) {
+            (Some((t, s, id)), Some(Reverse((ht, hs, _)))) if (t, s) < (*ht, *hs) => {
+                self.next_send += 1;
+                Some((t, Event::ClientSend(id)))
+            }
+            (Some((t, _, id)), None) => {
+                self.next_send += 1;
+                Some((t, Event::ClientSend(id)))
+            }
+            _ => self.heap.pop().map(|Reverse((t, _, ev))| (t, ev)),
+        }
+    }
+
+    /// The time of the next event (`u64::MAX` if none).
+    #[inline]
+    fn next_event_time(&self) -> u64 {
+        let send = self.sends.get(self.next_send).map_or(u64::MAX, |&(t, _, _)| t);
+        send.min(self.heap.peek().map_or(u64::MAX, |Reverse((t, _, _))| *t))
     }
 
     fn dispatch(&mut self, id: ReqId, now: u64) {
@@ -701,7 +741,7 @@ impl<'a, E: Engine> Loop<'a, E> {
             FfProbe::Unknown => {}
             FfProbe::Refused => return now,
             FfProbe::FirstStep(shape) => {
-                let t_next = self.heap.peek().map_or(u64::MAX, |Reverse((t, _, _))| *t);
+                let t_next = self.next_event_time();
                 if now.saturating_add(self.cost.step_ns(&shape)) >= t_next {
                     return now;
                 }
@@ -720,7 +760,7 @@ impl<'a, E: Engine> Loop<'a, E> {
         }
         // Every step must end strictly before the next event: an event at the same instant
         // was scheduled earlier and runs before the step's end.
-        let t_next = self.heap.peek().map_or(u64::MAX, |Reverse((t, _, _))| *t);
+        let t_next = self.next_event_time();
         let lag = self.engine.output_lag();
         let mut outs = std::mem::take(&mut self.ff_outs);
         outs.clear();
@@ -959,6 +999,8 @@ pub fn run_observed<E: Engine>(
         phase_of,
         records,
         heap: BinaryHeap::new(),
+        sends: Vec::new(),
+        next_send: 0,
         seq: 0,
         max_concurrency: workload.max_concurrency,
         in_flight: 0,
@@ -1015,7 +1057,7 @@ pub fn run_observed<E: Engine>(
 
     let mut slow_ttfts = 0usize;
     while lp.stop.is_none() {
-        let Some(Reverse((t, _, ev))) = lp.heap.pop() else {
+        let Some((t, ev)) = lp.pop_event() else {
             lp.stop =
                 Some(StopReason::Stalled { unfinished: lp.engine.num_unfinished(), why: lp.engine.stall_reason() });
             break;
