@@ -76,8 +76,10 @@
 //!   and the requests after it (a new admission's prefill chunk) get what is left after the
 //!   members, as in the explicit walk; phase B sees the same budget. Otherwise the cohort
 //!   dissolves (every member leaves) and the explicit walk plans the step; so do a
-//!   fast-forward that will run (`ff_probe` answers without dissolving), an abort, and the
-//!   priority policy (never formed). For `Cohort::QUIET` plans after a fast-forward ran,
+//!   fast-forward that will run (`ff_probe` answers without dissolving; it also refuses a
+//!   run too short for the members it would dissolve, `Cohort::FF_MEMBERS_PER_STEP`, which
+//!   only moves steps between two exact paths), an abort, and the priority policy (never
+//!   formed). For `Cohort::QUIET` plans after a fast-forward ran,
 //!   none forms (it would be dissolved by the next run).
 //! * **What a member's decode does is what the counts say.** Between its joining and its
 //!   due plan its decode is on the fast path (its block limit, `lazy_limit`, is fixed while
@@ -399,6 +401,12 @@ struct Cohort {
 
 impl Cohort {
     const QUIET: u32 = 4;
+    /// A fast-forward that would dissolve the cohort is opened only if its run could last at
+    /// least one step per this many members ([`Scheduler::ff_probe`]'s estimate): a short run
+    /// saves less than the members' leaving, the explicit plans after it and their joining
+    /// again cost (the bench's c=256 case ran 1.5× faster declining runs of fewer than
+    /// 16 steps there, most of them 2–3 steps long; every other row kept its share).
+    const FF_MEMBERS_PER_STEP: u64 = 16;
 }
 
 /// The vLLM V1 scheduler and its KV cache.
@@ -1725,6 +1733,10 @@ impl Engine for Scheduler {
             return FfProbe::Refused;
         }
         let mut ctx = 0u64;
+        // An estimate, from below, of the most steps the run could take (`ff_begin`'s
+        // `k_max`): the first cohort plan a member is due in (its last token, or a block,
+        // which would not end the run), and the fewest tokens a request outside has left.
+        let mut run = self.cohort.cal.next - self.cohort.formed;
         for &(_, id) in &self.cohort.outside {
             let r = self.req(id);
             let ready = if async_ {
@@ -1739,7 +1751,13 @@ impl Engine for Scheduler {
             {
                 return FfProbe::Refused;
             }
+            run = run.min(u64::from(r.spec.output_len - (r.num_output_tokens + 1)));
             ctx += u64::from(if async_ { r.num_computed_tokens } else { r.num_tokens() });
+        }
+        // A short run is not worth the cohort it dissolves (every member leaves, the next
+        // `Cohort::QUIET` plans walk every running request, then all join again).
+        if run.saturating_mul(Cohort::FF_MEMBERS_PER_STEP) < u64::from(self.cohort.members) {
+            return FfProbe::Refused;
         }
         // The members' contexts in `ff_begin`'s first step: their `total()` in the next cohort
         // plan (synchronous), or their computed tokens (async: the plan in flight's decodes).
