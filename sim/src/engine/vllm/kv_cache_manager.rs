@@ -52,8 +52,6 @@ impl RequestKv {
         !enable_caching || self.lookup_cannot_hit()
     }
 
-    /// A lookup of this request's blocks finds nothing: it is private and none of its
-    /// blocks has been registered.
     /// The most tokens its decodes reach on `allocate_slots`' fast path (nothing allocated or
     /// cached): `KvCacheManager::fits_held`'s limit.
     #[inline]
@@ -61,6 +59,8 @@ impl RequestKv {
         self.fits_limit
     }
 
+    /// A lookup of this request's blocks finds nothing: it is private and none of its
+    /// blocks has been registered.
     #[inline]
     pub fn lookup_cannot_hit(&self) -> bool {
         self.private && !self.registered_once
@@ -196,8 +196,6 @@ impl KvCacheManager {
         u32::try_from(limit).unwrap_or(u32::MAX)
     }
 
-    /// How many of `blocks` are in the free queue (ref 0): a hit on them takes them out of it.
-    /// (A spare id has ref 0 but names no free block.)
     /// The most tokens a decode of `kv` reaches before its `allocate_slots` does anything but
     /// count: `KvCacheManager::fits_held`'s limit, except that an anonymous request's
     /// filled blocks (caching on) are only counted (`num_cached_blocks`, registered if it is
@@ -228,6 +226,8 @@ impl KvCacheManager {
         }
     }
 
+    /// How many of `blocks` are in the free queue (ref 0): a hit on them takes them out of it.
+    /// (A spare id has ref 0 but names no free block.)
     pub fn num_evictable(&self, blocks: &[u32]) -> u32 {
         blocks.iter().filter(|&&b| self.pool.is_free(b)).count() as u32
     }
