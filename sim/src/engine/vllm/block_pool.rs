@@ -541,7 +541,12 @@ impl BlockPool {
         }
         b.has_hash = false;
         let h = b.hash;
+        // The watch ends with the hash (the head's memo is cut here at its next lookup, and its
+        // `unwatch` skips the block): a block without a hash is never watched, also while it is
+        // held and freed again before that lookup (a fast-forward's steps: it went to the spare
+        // ids with its stale watch, which `check` caught).
         self.watched_cut = self.watched_cut.min(b.watch_pos);
+        b.watch_pos = NIL;
         // One probe of `cached` (this runs for most blocks a prompt allocates once the pool
         // has wrapped), and none of `duplicates` while it is empty (nearly always).
         if let Some(slot) = self.cached.slot_of(h, id) {
