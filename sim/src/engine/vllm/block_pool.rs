@@ -305,8 +305,8 @@ impl BlockPool {
     }
 
     /// Stops watching `ids`, watched from position `first_pos` on. An id no longer watched at
-    /// its position is skipped: its block was evicted by an anonymous allocation (which ends
-    /// the watch, the block having become anonymous) and the id may name another block now.
+    /// its position is skipped: its block was evicted (which ends the watch with the hash) and
+    /// the id may name another block now.
     pub fn unwatch(&mut self, ids: &[u32], first_pos: u32) {
         for (k, &id) in ids.iter().enumerate() {
             let b = &mut self.blocks[id as usize];
