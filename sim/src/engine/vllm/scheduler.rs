@@ -630,6 +630,18 @@ impl Scheduler {
         }
     }
 
+    /// `allocate_slots` of `n` new tokens for the running request `id` (`total` tokens,
+    /// `computed` of them computed), which has no prefix hit to bring: false if the pool is
+    /// short (the caller preempts).
+    #[inline]
+    fn allocate_running(&mut self, id: ReqId, total: u32, computed: u32, n: u32) -> bool {
+        let Scheduler { kv, requests, hit, .. } = self;
+        hit.blocks.clear();
+        hit.num_tokens = 0;
+        let r = requests[id as usize].as_deref_mut().expect("live request");
+        kv.allocate_slots(&r.spec, total, computed, &mut r.kv, n, hit, false)
+    }
+
     /// Forgets the memoised head-of-queue lookup and unwatches its blocks.
     fn drop_head_memo(&mut self) {
         if self.head_memo.take().is_some() {
@@ -812,13 +824,7 @@ impl Scheduler {
             }
             let mut can_schedule = true;
             loop {
-                let ok = {
-                    let Scheduler { kv, requests, hit, .. } = self;
-                    hit.blocks.clear();
-                    hit.num_tokens = 0;
-                    let r = requests[id as usize].as_mut().expect("live request");
-                    kv.allocate_slots(&r.spec, num_tokens, computed, &mut r.kv, n, hit, false)
-                };
+                let ok = self.allocate_running(id, num_tokens, computed, n);
                 if ok {
                     break;
                 }
@@ -1453,13 +1459,7 @@ impl Scheduler {
                 if !last {
                     let total = r.spec.prompt_len + outputs + placeholders;
                     debug_assert_eq!(computed + 1, total);
-                    let ok = {
-                        let Scheduler { kv, requests, hit, .. } = self;
-                        hit.blocks.clear();
-                        hit.num_tokens = 0;
-                        let r = requests[id as usize].as_deref_mut().expect("live request");
-                        kv.allocate_slots(&r.spec, total, computed, &mut r.kv, 1, hit, false)
-                    };
+                    let ok = self.allocate_running(id, total, computed, 1);
                     if ok && grouped {
                         continue; // its due plan (its last token) stands
                     }
@@ -1497,13 +1497,7 @@ impl Scheduler {
             }
             let mut can_schedule = true;
             loop {
-                let ok = {
-                    let Scheduler { kv, requests, hit, .. } = self;
-                    hit.blocks.clear();
-                    hit.num_tokens = 0;
-                    let r = requests[id as usize].as_mut().expect("live request");
-                    kv.allocate_slots(&r.spec, num_tokens, computed, &mut r.kv, n, hit, false)
-                };
+                let ok = self.allocate_running(id, num_tokens, computed, n);
                 if ok {
                     break;
                 }
@@ -1812,13 +1806,7 @@ impl Engine for Scheduler {
         for &pos in &tmp {
             let t = self.ff_base[pos as usize] + j as u32;
             let id = self.running[pos as usize];
-            let ok = {
-                let Scheduler { kv, requests, hit, .. } = self;
-                hit.blocks.clear();
-                hit.num_tokens = 0;
-                let r = requests[id as usize].as_mut().expect("live request");
-                kv.allocate_slots(&r.spec, t, t - 1, &mut r.kv, 1, hit, false)
-            };
+            let ok = self.allocate_running(id, t, t - 1, 1);
             debug_assert!(ok, "the step's blocks were counted free");
             let slow = self.ff_next_slow(&self.req(id).kv);
             self.ff_calendar.push(j, j + u64::from(slow.saturating_sub(t)).max(1), pos);
