@@ -23,7 +23,67 @@
 //! Additions to time are checked: `None` means simulated time would pass
 //! `u64::MAX` nanoseconds.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use crate::engine::ReqId;
 use crate::engine::TokenOutput;
+
+/// A phase's client sends, `(time, sequence, request)` in `(time, sequence)` order, kept
+/// beside a loop's event heap and merged with it in that order (the simulation loop's and the
+/// fleet loop's: `simulation`'s module docs, "Event order"): a phase's sends are all known
+/// when it starts, so they are sorted once instead of pushed through the heap.
+#[derive(Debug, Default)]
+pub(crate) struct ClientSends {
+    sends: Vec<(u64, u64, ReqId)>,
+    next: usize,
+}
+
+impl ClientSends {
+    /// Starts a phase: the last one's sends are all out.
+    pub fn begin(&mut self) {
+        debug_assert!(self.next == self.sends.len(), "the last phase sent everything");
+        self.sends.clear();
+        self.next = 0;
+    }
+
+    pub fn push(&mut self, t: u64, seq: u64, id: ReqId) {
+        self.sends.push((t, seq, id));
+    }
+
+    /// Orders the phase's sends (already in order when arrivals are: a linear pass then).
+    pub fn sort(&mut self) {
+        self.sends.sort_unstable();
+    }
+
+    /// The next event in `(time, sequence)` order: the next send (as `send(id)`) or the heap's
+    /// first.
+    #[inline]
+    pub fn pop_event<E: Ord>(
+        &mut self,
+        heap: &mut BinaryHeap<Reverse<(u64, u64, E)>>,
+        send: impl FnOnce(ReqId) -> E,
+    ) -> Option<(u64, E)> {
+        match (self.sends.get(self.next).copied(), heap.peek()) {
+            (Some((t, s, id)), Some(Reverse((ht, hs, _)))) if (t, s) < (*ht, *hs) => {
+                self.next += 1;
+                Some((t, send(id)))
+            }
+            (Some((t, _, id)), None) => {
+                self.next += 1;
+                Some((t, send(id)))
+            }
+            _ => heap.pop().map(|Reverse((t, _, ev))| (t, ev)),
+        }
+    }
+
+    /// The time of the next event (`u64::MAX` if none).
+    #[inline]
+    pub fn next_event_time<E: Ord>(&self, heap: &BinaryHeap<Reverse<(u64, u64, E)>>) -> u64 {
+        let send = self.sends.get(self.next).map_or(u64::MAX, |&(t, _, _)| t);
+        send.min(heap.peek().map_or(u64::MAX, |Reverse((t, _, _))| *t))
+    }
+}
 
 /// The front end: ingress, the serial tokenizer (where the engine has one) and the
 /// single-server output streaming queue.

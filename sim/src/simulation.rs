@@ -487,8 +487,7 @@ struct Loop<'a, E: Engine> {
     /// The phase's client sends as `(time, sequence, request)`, in `(time, sequence)` order,
     /// and the next one: the `ClientSend` events, kept beside the heap (module docs, "Event
     /// order").
-    sends: Vec<(u64, u64, ReqId)>,
-    next_send: usize,
+    sends: crate::delivery::ClientSends,
     seq: u64,
     max_concurrency: Option<u32>,
     in_flight: u32,
@@ -557,40 +556,25 @@ impl<'a, E: Engine> Loop<'a, E> {
 
     fn start_phase(&mut self, now: u64, ids: std::ops::Range<usize>) {
         self.remaining_in_phase = ids.len();
-        debug_assert!(self.next_send == self.sends.len(), "the last phase sent everything");
-        self.sends.clear();
-        self.next_send = 0;
+        self.sends.begin();
         for id in ids {
             let Some(t) = self.later_by(now, self.specs[id].arrival_ns, SEND_TOO_LATE) else { break };
             self.seq += 1;
-            self.sends.push((t, self.seq, id as ReqId));
+            self.sends.push(t, self.seq, id as ReqId);
         }
-        // Already in order when arrivals are (a linear pass then).
-        self.sends.sort_unstable();
+        self.sends.sort();
     }
 
     /// The next event in `(time, sequence)` order: the next send or the heap's first.
     #[inline]
     fn pop_event(&mut self) -> Option<(u64, Event)> {
-        let send = self.sends.get(self.next_send).copied();
-        match (send, self.heap.peek()) {
-            (Some((t, s, id)), Some(Reverse((ht, hs, _)))) if (t, s) < (*ht, *hs) => {
-                self.next_send += 1;
-                Some((t, Event::ClientSend(id)))
-            }
-            (Some((t, _, id)), None) => {
-                self.next_send += 1;
-                Some((t, Event::ClientSend(id)))
-            }
-            _ => self.heap.pop().map(|Reverse((t, _, ev))| (t, ev)),
-        }
+        self.sends.pop_event(&mut self.heap, Event::ClientSend)
     }
 
     /// The time of the next event (`u64::MAX` if none).
     #[inline]
     fn next_event_time(&self) -> u64 {
-        let send = self.sends.get(self.next_send).map_or(u64::MAX, |&(t, _, _)| t);
-        send.min(self.heap.peek().map_or(u64::MAX, |Reverse((t, _, _))| *t))
+        self.sends.next_event_time(&self.heap)
     }
 
     fn dispatch(&mut self, id: ReqId, now: u64) {
@@ -999,8 +983,7 @@ pub fn run_observed<E: Engine>(
         phase_of,
         records,
         heap: BinaryHeap::new(),
-        sends: Vec::new(),
-        next_send: 0,
+        sends: Default::default(),
         seq: 0,
         max_concurrency: workload.max_concurrency,
         in_flight: 0,
