@@ -94,13 +94,15 @@ pub fn text(e: &Explanation) -> String {
                 ("activation peak", m.activation_peak),
                 ("non-torch", m.non_torch),
                 ("CUDA graphs", m.cuda_graphs),
+                ("sampler state (V2 runner)", m.sampler_state),
                 ("context", m.context),
                 ("margin", m.margin),
                 ("KV cache", m.kv),
                 ("reserve (outside the fraction)", m.reserve),
             ] {
-                // The sizing margin is vLLM 0.34's alone: no row where it is not charged.
-                if label == "margin" && v == 0 {
+                // The sizing margin is vLLM 0.34's alone, the sampler state the V2 runner's from
+                // 0.27: no row where it is not charged.
+                if matches!(label, "margin" | "sampler state (V2 runner)") && v == 0 {
                     continue;
                 }
                 let _ = writeln!(s, "  {label:<32} {:>12}", gib(v));

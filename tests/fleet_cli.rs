@@ -420,8 +420,9 @@ fn plan_keeps_the_scenarios_host() {
     };
     let default = "scenarios/rtx5090-qwen2.5-7b-vllm.json";
     let wsl2 = pool(default);
-    // The start-up log's pool (the scenario's kv_cache_tokens, which plan re-derives).
-    assert!((wsl2 / 194_896.0 - 1.0).abs() < 0.01, "{wsl2}");
+    // The start-up log's pool (the scenario's kv_cache_tokens, which plan re-derives), within the
+    // 2% of `the_default_scenarios_pool_derived_on_its_wsl2_host_is_within_2_percent_of_its_log`.
+    assert!((wsl2 / 194_896.0 - 1.0).abs() < 0.02, "{wsl2}");
     let mut s: Value = serde_json::from_str(&std::fs::read_to_string(default).unwrap()).unwrap();
     s["hardware"] = "rtx-5090".into();
     let linux = write_temp("fleet-cli-linux-5090.json", &s.to_string());
@@ -500,7 +501,7 @@ fn fleet_limits_compare_like_with_like() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let j: Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(j["kv_limited_concurrency"], 790);
+    assert_eq!(j["kv_limited_concurrency"], 786);
     assert_eq!(j["binding_limit"], "kv_pool", "{}", j["explanation"]);
     assert_eq!(j["max_running"], 1200);
     let why = j["explanation"].to_string();
@@ -536,8 +537,8 @@ fn fleet_limits_compare_like_with_like() {
     ]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
-        out.contains("The decode replicas' KV pools of 449792 tokens hold 390 requests of 1152 tokens")
-            && out.contains("the prefill replicas' 449792 tokens hold a prompt only until its KV is transferred"),
+        out.contains("The decode replicas' KV pools of 445536 tokens hold 386 requests of 1152 tokens")
+            && out.contains("the prefill replicas' 445536 tokens hold a prompt only until its KV is transferred"),
         "{out}"
     );
     let o = run_cli(&[
@@ -574,7 +575,7 @@ fn a_side_by_side_of_an_engine_and_a_fleet_names_the_fleet() {
     let j: Value = serde_json::from_slice(&o.stdout).unwrap();
     let d = j["setup_differs"].to_string();
     assert!(
-        d.contains("replicas: 1 engine on h100-80gb x1, KV pool 449792 tokens in all / 2 (Fleet, router round_robin) on h100-80gb x2, KV pool 899584 tokens in all"),
+        d.contains("replicas: 1 engine on h100-80gb x1, KV pool 445536 tokens in all / 2 (Fleet, router round_robin) on h100-80gb x2, KV pool 891072 tokens in all"),
         "{d}"
     );
 }
@@ -600,7 +601,7 @@ fn a_heterogeneous_fleet_says_where_an_even_split_fills_the_smallest() {
     let o = run_cli(&["explain", &f, "--concurrency", "16", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let j: Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(j["kv_limited_concurrency"], 562);
+    assert_eq!(j["kv_limited_concurrency"], 558);
     let why = j["explanation"].to_string();
     assert!(
         why.contains("fills the replicas with the smallest limit first")

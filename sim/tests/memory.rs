@@ -2,7 +2,7 @@
 //! user's scenario would go.
 
 use serde_json::{json, Value};
-use sim::config::{self, EngineSpec, SimSpec};
+use sim::config::{self, EngineSpec, MemoryAccount, SimSpec};
 
 fn scenario(engine: Value, model: &str, gpu: &str, count: u32) -> Value {
     json!({
@@ -63,7 +63,7 @@ fn qwen3_32b_on_h100_at_tp_1_2_4_8_has_per_gpu_accounts_that_add_up() {
             // Everything the fraction hands the engine is accounted for, on one GPU.
             assert_eq!(
                 a.requested,
-                a.weights + a.activation_peak + a.non_torch + a.cuda_graphs + a.context + a.kv,
+                a.weights + a.activation_peak + a.non_torch + a.cuda_graphs + a.sampler_state + a.context + a.kv,
                 "{kind} tp {tp}: {a:?}"
             );
             assert_eq!(a.requested + a.reserve, a.total);
@@ -103,9 +103,10 @@ fn an_fp8_kv_cache_doubles_the_pool() {
 
 #[test]
 fn fp8_weights_leave_more_room_for_kv() {
-    // bf16 70B at TP 2 on vLLM 0.33 leaves a 7,456-token pool: a 4k context.
+    // bf16 70B at TP 2 on vLLM 0.33 leaves a 4,048-token pool (the V2 runner's 0.52 GiB of
+    // sampler state at 1,024 sequences included): a 2k context.
     let bf16 = resolve(scenario(
-        json!({"kind": "vllm", "tensor_parallel_size": 2, "max_model_len": 4096}),
+        json!({"kind": "vllm", "tensor_parallel_size": 2, "max_model_len": 2048}),
         "llama-3.3-70b-instruct",
         "h100-80gb",
         2,
@@ -128,6 +129,7 @@ fn fp8_weights_leave_more_room_for_kv() {
     let (wb, wf) = (bf16.kv_sizing.memory.as_ref().unwrap().weights, fp8.kv_sizing.memory.as_ref().unwrap().weights);
     assert!(wf < wb * 55 / 100 && wf > wb * 45 / 100, "{wb} {wf}");
     assert_eq!(online.kv_sizing.memory.as_ref().unwrap().weights, wf);
+    assert_eq!(pool(&bf16), 4_048);
     assert!(pool(&fp8) > 4 * pool(&bf16));
 }
 
@@ -192,8 +194,10 @@ fn vllm_releases_resolve_the_model_runner_and_the_accounting_read_in_their_sourc
     assert!(b("0.24.0", "qwen2.5-7b-instruct", false).cudagraph_estimate);
     assert!(!b("0.26.0", "qwen2.5-7b-instruct", false).consumed_from_free_memory);
     assert!(b("0.27.0", "qwen2.5-7b-instruct", false).consumed_from_free_memory);
-    // 0.27's free-memory accounting adds nothing measurable on a Linux host,
-    // and a share of the weights on a Windows/WSL2 (WDDM) one.
+    // 0.27's free-memory accounting charges the V2 runner's persistent sampler state
+    // (allocated after the start-up snapshot, before profiling: ≤ 0.26 charges none of it),
+    // nothing else measurable on a Linux host, and a share of the weights on a Windows/WSL2
+    // (WDDM) one.
     let acct = |v: &str, hw: Value| {
         let mut sc = scenario(json!({"kind": "vllm", "version": v}), "qwen2.5-7b-instruct", "rtx-5090", 1);
         sc["hardware"] = hw;
@@ -201,11 +205,16 @@ fn vllm_releases_resolve_the_model_runner_and_the_accounting_read_in_their_sourc
     };
     let linux = json!("rtx-5090");
     let (a26, a27) = (acct("0.26.0", linux.clone()), acct("0.27.0", linux));
-    assert_eq!(a26, a27);
+    assert_eq!(a26.sampler_state, 0);
+    // 256 sequences (a 32 GB card's default) × (152,064 int32 counts + two 4,752-word masks).
+    assert_eq!(a27.sampler_state, 256 * (152_064 * 4 + 2 * 4_752 * 4));
+    assert_eq!(a27.kv + a27.sampler_state, a26.kv);
+    assert_eq!(MemoryAccount { kv: a26.kv, sampler_state: 0, ..a27.clone() }, a26);
     let mut wsl2 = serde_json::to_value(res.gpus.iter().find(|g| g.id == "rtx-5090").unwrap()).unwrap();
     wsl2["memory_bytes"] = json!(32_607u64 << 20);
     let (w26, w27) = (acct("0.26.0", wsl2.clone()), acct("0.27.0", wsl2));
     assert_eq!(w26.non_torch, a26.non_torch);
+    assert_eq!(w27.sampler_state, a27.sampler_state);
     let extra = (config::VLLM_WDDM_CONSUMED_PER_WEIGHT_BYTE * w27.weights as f64) as u64;
     assert!(w27.non_torch.abs_diff(w26.non_torch + extra) <= 1, "{w26:?} {w27:?}");
     assert_eq!(a26.cuda_graphs + a27.cuda_graphs, 0);
@@ -679,18 +688,22 @@ fn vllm_0_34_sizes_the_pool_after_warmup_from_the_memory_then_free() {
         assert_eq!(a.non_torch, 538_968_064);
         assert_eq!(a.cuda_graphs, 770_074_214);
         assert_eq!(a.activation_peak, 1_914_175_488);
+        // The V2 runner's sampler state: 1,024 sequences × (128,256 int32 counts + two
+        // 4,008-word masks).
+        assert_eq!(a.sampler_state, 1_024 * (128_256 * 4 + 2 * 4_008 * 4));
+        assert_eq!(a.sampler_state, 558_170_112);
         // Everything the request hands the engine is accounted for.
         assert_eq!(
             a.requested,
-            a.weights + a.activation_peak + a.non_torch + a.cuda_graphs + a.context + a.margin + a.kv
+            a.weights + a.activation_peak + a.non_torch + a.cuda_graphs + a.sampler_state + a.context + a.margin + a.kv
         );
         assert_eq!(a.requested + a.reserve, a.total);
     }
-    assert_eq!((a33.requested, a33.kv, a33.context, a33.margin), (78_241_839_185, 58_958_098_923, 0, 0));
-    assert_eq!(vllm_blocks(&s33), (28_113, 16));
+    assert_eq!((a33.requested, a33.kv, a33.context, a33.margin), (78_241_839_185, 58_399_928_811, 0, 0));
+    assert_eq!(vllm_blocks(&s33), (27_847, 16));
     assert_eq!((a34.requested, a34.reserve), (85_045_477_376, 0));
-    assert_eq!((a34.context, a34.margin, a34.kv), (504_365_056, 1_435_631_616, 63_821_740_442));
-    assert_eq!(vllm_blocks(&s34), (7_608, 64));
+    assert_eq!((a34.context, a34.margin, a34.kv), (504_365_056, 1_435_631_616, 63_263_570_330));
+    assert_eq!(vllm_blocks(&s34), (7_541, 64));
     assert!(a34.derivation.contains("not checked against a 0.34 start-up log"), "{}", a34.derivation);
 
     // The sizing step's prompt logprobs can be the larger transient.
@@ -730,8 +743,8 @@ fn vllm_0_34_an_explicit_utilization_caps_the_pool() {
     // 0.92 × total less the same non-KV terms as 0.33 (the peak is the profiling run's here):
     // 0.33's bytes, in blocks of 64.
     let capped = acct(json!({"gpu_memory_utilization": 0.92}));
-    assert_eq!((capped.requested, capped.kv, capped.context, capped.margin), (78_241_839_185, 58_958_098_923, 0, 0));
-    assert_eq!(vllm_blocks(&llama(json!({"gpu_memory_utilization": 0.92})).unwrap()), (7_028, 64));
+    assert_eq!((capped.requested, capped.kv, capped.context, capped.margin), (78_241_839_185, 58_399_928_811, 0, 0));
+    assert_eq!(vllm_blocks(&llama(json!({"gpu_memory_utilization": 0.92})).unwrap()), (6_961, 64));
     // 0.99 × total (84.2 GB) is above the headroom cap (83.1 GB): the default's pool.
     assert_eq!(acct(json!({"gpu_memory_utilization": 0.99})).kv, default.kv);
     assert_eq!(acct(json!({"gpu_memory_utilization": 1.0})).kv, default.kv);

@@ -69,7 +69,7 @@ pub const VLLM_V2_NON_TORCH_MIB: f64 = 514.0;
 /// memory is the weights plus the ≤ 0.26 non-torch terms (`docs/vllm.md`),
 /// so nothing is added there. Applied when the GPU card reports the WDDM
 /// view of the device ([`wddm_host`]).
-pub const VLLM_WDDM_CONSUMED_PER_WEIGHT_BYTE: f64 = 0.119;
+pub const VLLM_WDDM_CONSUMED_PER_WEIGHT_BYTE: f64 = 0.102;
 /// FITTED (the captured-graph memory vLLM 0.19 logs, "Graph capturing
 /// finished ... took X GiB", corpus rows): CUDA-graph memory per layer per
 /// captured batch size, MiB. vLLM ≥ 0.21 subtracts its estimate of this
@@ -141,7 +141,8 @@ pub struct MemoryAccount {
     /// The device's memory as CUDA reports it.
     pub total: u64,
     /// `total × gpu_memory_utilization` (vLLM) or `total × mem_fraction_static`
-    /// (SGLang): weights + activation peak + non-torch + CUDA graphs + context + margin + kv.
+    /// (SGLang): weights + activation peak + non-torch + CUDA graphs + sampler state + context +
+    /// margin + kv.
     pub requested: u64,
     /// This GPU's share of the weights.
     pub weights: u64,
@@ -152,6 +153,10 @@ pub struct MemoryAccount {
     pub non_torch: u64,
     /// CUDA-graph memory subtracted from the pool (vLLM ≥ 0.21).
     pub cuda_graphs: u64,
+    /// The V2 model runner's persistent sampler state, charged from 0.27
+    /// ([`vllm_v2_sampler_state_bytes`]; absent elsewhere).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub sampler_state: u64,
     /// The CUDA context and start-up allocations charged to the pool (SGLang; vLLM from
     /// 0.34, where the pool is capped by the device's free memory: what was in use at vLLM's
     /// start-up snapshot).
@@ -622,6 +627,21 @@ pub fn vllm_v2_activation_peak(
     forward.max(sampler)
 }
 
+/// The V2 model runner's persistent sampler state (`v1/worker/gpu/model_runner.py:load_model`,
+/// after the weights are measured and before profiling): `PenaltiesState`'s
+/// `output_bin_counts` (`max_num_seqs × vocab` int32; "can be very large, taking up GBs of GPU
+/// memory", its own TODO) and `prompt_bin_mask` (`max_num_seqs × ⌈vocab/32⌉` int32,
+/// `sample/penalties.py`, 0.22.0–0.34.0), and `StructuredOutputsWorker`'s `grammar_bitmask`
+/// (`max_num_seqs × ⌈vocab/32⌉` int32 without speculative decoding, `structured_outputs.py`).
+/// Allocated whatever the requests ask for. vLLM ≤ 0.26 does not charge it (it is torch memory
+/// allocated before the profiling run: neither in the peak's increase nor outside torch);
+/// 0.27's free-memory measure does ([`VllmMemoryBehaviour::consumed_from_free_memory`]), and
+/// so does 0.34's sizing from the memory then free.
+pub fn vllm_v2_sampler_state_bytes(model: &ModelCard, max_seqs: u32) -> u64 {
+    let v = u64::from(model.vocab_size);
+    u64::from(max_seqs) * (v * 4 + 2 * v.div_ceil(32) * 4)
+}
+
 /// The torch peak of 0.34's KV sizing step (`gpu/warmup.py:run_kv_cache_sizing_warmup`, 0.34.0
 /// :483): one step of `max_batched` tokens through `execute_model`, its prompt asking for
 /// `max_logprobs` (20) prompt logprobs. Its forward is the profiling run's (attention, which
@@ -682,7 +702,12 @@ pub fn vllm_memory_account(
     } else {
         0
     };
-    let non_kv = weights + activation_peak + non_torch + cuda_graphs;
+    let sampler_state = if mb.model_runner_v2 && mb.consumed_from_free_memory {
+        vllm_v2_sampler_state_bytes(model, max_seqs)
+    } else {
+        0
+    };
+    let non_kv = weights + activation_peak + non_torch + cuda_graphs + sampler_state;
     let (context, margin, kv, derivation) = if extensible {
         // `extensible_kv_cache.py:measure_kv_cache_bytes` (0.34.0 :592): available =
         // min(requested − non-KV use, free + committed − margin) − max(peak, reservation
@@ -753,6 +778,7 @@ pub fn vllm_memory_account(
         activation_peak,
         non_torch,
         cuda_graphs,
+        sampler_state,
         context,
         margin,
         kv,
@@ -784,6 +810,7 @@ pub fn sglang_memory_account(
         activation_peak: 0,
         non_torch: 0,
         cuda_graphs: 0,
+        sampler_state: 0,
         context,
         margin: 0,
         kv,

@@ -631,13 +631,18 @@ pub(super) fn resolve_vllm(
         let page = kv_bytes_per_token * u64::from(block_size);
         let blocks = acct.kv / page;
         if blocks < 2 {
-            let used =
-                acct.weights + acct.activation_peak + acct.non_torch + acct.cuda_graphs + acct.context + acct.margin;
+            let used = acct.weights
+                + acct.activation_peak
+                + acct.non_torch
+                + acct.cuda_graphs
+                + acct.sampler_state
+                + acct.context
+                + acct.margin;
             return Err(ConfigError::new(
                 "engine.gpu_memory_utilization",
                 format!(
                     "{util} of {:.2} GiB per GPU is {:.2} GiB; the weights take {:.2} GiB per GPU (TP {}), the activation peak {:.2}, \
-                     memory outside torch {:.2} and CUDA graphs {:.2}: {:.2} GiB {} for the KV pool, less than two blocks \
+                     memory outside torch {:.2}, CUDA graphs {:.2} and the V2 runner's sampler state {:.2}: {:.2} GiB {} for the KV pool, less than two blocks \
                      ({:.3} GiB). Raise gpu_memory_utilization or tensor_parallel_size, or quantize.",
                     gib(acct.total),
                     gib(acct.requested),
@@ -646,6 +651,7 @@ pub(super) fn resolve_vllm(
                     gib(acct.activation_peak),
                     gib(acct.non_torch),
                     gib(acct.cuda_graphs),
+                    gib(acct.sampler_state),
                     (acct.requested as f64 - used as f64).abs() / (1u64 << 30) as f64,
                     if acct.requested >= used { "left" } else { "short" },
                     gib(2 * page)
