@@ -63,7 +63,8 @@ pub const VLLM_V2_NON_TORCH_MIB: f64 = 514.0;
 /// FITTED (kv-logs corpus, vLLM ≥ 0.27 rows on Windows/WSL2 hosts): what
 /// 0.27's free-memory accounting (`mem_utils.py:memory_profiling`,
 /// `total_consumed` = free memory at the init snapshot − free memory after
-/// profiling) charges beyond the ≤ 0.26 terms on a WDDM host, per byte of
+/// profiling) charges beyond the ≤ 0.26 terms and the V2 runner's sampler state
+/// ([`vllm_v2_sampler_state_bytes`]) on a WDDM host, per byte of
 /// weights: free memory there drops by about this much more than the
 /// weights torch allocated. On bare-metal Linux 0.27/0.28 logs the consumed
 /// memory is the weights plus the ≤ 0.26 non-torch terms (`docs/vllm.md`),
