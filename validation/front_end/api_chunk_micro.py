@@ -2,7 +2,7 @@
 """What vLLM's API process spends per output token and per SSE chunk, outside HTTP.
 
 A microbenchmark (not the validation corpus) of the pieces of the output path that run on the API
-server's asyncio loop (docs: SPEC of the output path, validation/front_end/api_chunk_split.sh for
+server's asyncio loop (docs/output-streaming.md, validation/front_end/api_chunk_split.sh for
 the end-to-end split):
 
 * `OutputProcessor.process_outputs` (v1/engine/output_processor.py): per engine step, per request,
