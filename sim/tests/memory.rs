@@ -806,3 +806,33 @@ fn vllm_0_34_on_b200_is_refused() {
     assert_eq!(e.path, "engine.version");
     assert!(e.message.contains("SM100") && e.message.contains("prefill"), "{e}");
 }
+
+/// From 0.33 the V2 runner's profiled sampler peak depends on the GPU's compute capability
+/// (FlashInfer's sampler on 8.0–12.1: `config::vllm_v2_sampler_bytes_per_logit`): a card without
+/// one cannot size a derived pool and says so, naming the field; a pinned pool, an earlier
+/// release or a card that gives it runs.
+#[test]
+fn a_card_without_a_compute_capability_cannot_size_a_vllm_0_33_pool() {
+    let res = sim::builtin::resources().unwrap();
+    let mut card = serde_json::to_value(res.gpus.iter().find(|g| g.id == "h100-80gb").unwrap()).unwrap();
+    card.as_object_mut().unwrap().remove("compute_capability");
+    card["id"] = json!("my-h100");
+    let run = |engine: Value, card: &Value| {
+        let mut sc = scenario(engine, "llama-3.1-8b-instruct", "h100-80gb", 1);
+        sc["hardware"] = json!({"gpu": card, "count": 1});
+        resolve(sc)
+    };
+    let e = run(json!({"kind": "vllm", "version": "0.33.0"}), &card).unwrap_err();
+    assert_eq!(e.path, "hardware.compute_capability");
+    assert!(e.message.contains("my-h100") && e.message.contains("kv_cache_tokens"), "{}", e.message);
+    // 1,024 rows × 128,256 entries × the 8 bytes between the two samplers.
+    assert!(e.message.contains("0.98 GiB apart at max_num_seqs 1024"), "{}", e.message);
+    run(json!({"kind": "vllm", "version": "0.33.0", "kv_cache_tokens": 100_000}), &card).unwrap();
+    run(json!({"kind": "vllm", "version": "0.32.0"}), &card).unwrap();
+    card["compute_capability"] = json!("9.0");
+    let given = run(json!({"kind": "vllm", "version": "0.33.0"}), &card).unwrap();
+    let shipped =
+        resolve(scenario(json!({"kind": "vllm", "version": "0.33.0"}), "llama-3.1-8b-instruct", "h100-80gb", 1))
+            .unwrap();
+    assert_eq!(pool(&given), pool(&shipped));
+}

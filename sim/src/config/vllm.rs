@@ -627,6 +627,29 @@ pub(super) fn resolve_vllm(
                 ),
             ));
         }
+        // From 0.33 the V2 runner's profiled sampler peak depends on whether FlashInfer's sampler
+        // runs on the GPU (compute capability 8.0–12.1: `vllm_v2_sampler_bytes_per_logit`); a card
+        // that does not say would size the pool on a guess.
+        let mb = VllmMemoryBehaviour::of_release(version, model, dep.quantization.is_some(), dep.cuda_graphs);
+        if mb.model_runner_v2
+            && version >= VLLM_V2_SAMPLER_WARMUP_PASS
+            && !is_cpu_host(gpu)
+            && gpu.capability().is_none()
+        {
+            return Err(ConfigError::new(
+                "hardware.compute_capability",
+                format!(
+                    "the GPU card {} gives no compute_capability (\"major.minor\"), which vLLM {version} needs to size a \
+                     derived KV pool: its profiling run's second sampler pass uses FlashInfer's sampler on compute \
+                     capability 8.0-12.1 (14 bytes a vocabulary entry a sequence) and a Triton one elsewhere (6), \
+                     {:.2} GiB apart at max_num_seqs {max_num_seqs}; add it to the card, or pin the pool \
+                     (engine.kv_cache_tokens or num_gpu_blocks_override)",
+                    gpu.id,
+                    (u64::from(max_num_seqs.min(max_num_batched_tokens)) * u64::from(model.vocab_size) * 8) as f64
+                        / (1u64 << 30) as f64
+                ),
+            ));
+        }
         let acct = vllm_memory_account(model, gpu, dep, version, util, max_num_batched_tokens, max_num_seqs);
         let page = kv_bytes_per_token * u64::from(block_size);
         let blocks = acct.kv / page;
