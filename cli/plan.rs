@@ -32,7 +32,7 @@ pub struct PlanArgs {
     /// Scenario file (JSON): the model, engine flags and workload; the built-in default if omitted.
     pub scenario: Option<PathBuf>,
     /// The candidates and prices (JSON): `prices_per_gpu_hour` (per GPU id), `gpus`,
-    /// `tensor_parallel_size` (default [1]), `replicas` (mixed replica counts), `pd_splits`
+    /// `tensor_parallel_size` (default `[1]`), `replicas` (mixed replica counts), `pd_splits`
     /// ([[P, D], ...]), optional `sets` (`--set` assignments for every candidate);
     /// docs/fleets.md "servesim plan".
     #[arg(long, value_name = "FILE.json")]

@@ -10,7 +10,7 @@
 //! * [`fit`]: the cost fit (Nelder–Mead over simulations, variable projection, step-log least squares).
 //! * [`check`]: how a check judges a point, and the typed [`CheckReport`].
 //! * [`profile`]: the typed [`Profile`].
-//! * [`derive`]: a live server described as a scenario (model card, engine flags).
+//! * [`derive`](mod@derive): a live server described as a scenario (model card, engine flags).
 //! * [`results`]: existing result files (`--from-results`).
 //! * [`server_info`]: what a server reports about itself, as data.
 

@@ -6,7 +6,7 @@
 //!
 //! Two runs with the same workload seed draw the same leading tokens, which a
 //! live server's prefix cache then serves to the second: every kind of run has
-//! a seed space of its own, and [`tests::seed_spaces_are_disjoint`] checks that
+//! a seed space of its own, and `tests::seed_spaces_are_disjoint` checks that
 //! they do not meet within the bounds the procedures use.
 
 use serde_json::{json, Value};

@@ -6,7 +6,7 @@
 //! and the simulated side.
 //!
 //! * [`client`]: one streaming completion, timed (TTFT, ITL per chunk, latency, usage); every failure a [`client::Failure`].
-//! * [`bench`]: the load generator (phases, semaphore, send times, per-request JSONL, Ctrl-C).
+//! * [`bench`](mod@bench): the load generator (phases, semaphore, send times, per-request JSONL, Ctrl-C).
 //! * [`server`]: asks a server what it is (engine, version, KV capacity, limits) → `calib::ServerInfo`.
 //! * [`prom`]: Prometheus text parsing.
 //! * [`manifest`]: run records and their diff.

@@ -40,7 +40,7 @@
 //! utilisation is held). [`Provider::Roofline`] synthesises the same grids
 //! from a roofline with per-kernel-class efficiencies fitted on the tabled
 //! GPUs ([`fit_roofline`]). Which one servesim uses is chosen by the
-//! leave-one-GPU-out error of [`leave_one_gpu_out`] (see `VALIDATION.md`).
+//! leave-one-GPU-out error of [`crate::cost::leave_one_gpu_out`] (see `VALIDATION.md`).
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
@@ -466,7 +466,7 @@ struct Axis {
 }
 
 /// Where `x` falls on an axis: the two points around it and the fraction between them
-/// (exactly [`bracket`]'s result).
+/// (exactly `bracket`'s result).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Bracket {
     lo: u32,

@@ -360,7 +360,7 @@ pub struct BenchReport {
     pub kv_cache_usage_peak: f64,
     pub kv_cache_usage_mean: f64,
     pub mean_running: f64,
-    /// `None` (JSON `null`) where a live run could not measure it ([`GaugeStats::unmeasured`]).
+    /// `None` (JSON `null`) where a live run could not measure it ([`crate::simulation::GaugeStats::unmeasured`]).
     pub peak_running: Option<u32>,
     pub mean_waiting: f64,
     pub peak_waiting: Option<u32>,

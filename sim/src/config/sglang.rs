@@ -12,7 +12,7 @@ use crate::engine::sglang::{Overlap, SglangBehaviour};
 
 engine_flags! {
     /// SGLang's own flags of the `engine` section: `sglang.launch_server`'s, in snake case
-    /// (unset: SGLang's default for the release and GPU, as [`resolve_sglang`] gives it).
+    /// (unset: SGLang's default for the release and GPU, as `resolve_sglang` gives it).
     /// A flag of this list in a vLLM scenario is an error naming its vLLM counterpart
     /// (`flags.rs`).
     pub struct SglangFlags {

@@ -11,7 +11,7 @@ use crate::engine::vllm::VllmBehaviour;
 
 engine_flags! {
     /// vLLM's own flags of the `engine` section: `vllm serve`'s, in snake case (unset:
-    /// vLLM's default for the release and GPU, as [`resolve_vllm`] gives it). A flag of
+    /// vLLM's default for the release and GPU, as `resolve_vllm` gives it). A flag of
     /// this list in an SGLang scenario is an error naming its SGLang counterpart
     /// (`flags.rs`).
     pub struct VllmFlags {
