@@ -629,7 +629,8 @@ pub fn vllm_v2_activation_peak(
 }
 
 /// The V2 model runner's persistent sampler state (`v1/worker/gpu/model_runner.py:load_model`,
-/// after the weights are measured and before profiling): `PenaltiesState`'s
+/// after the weights are measured and before profiling; 0.22–0.23 build it in
+/// `GPUModelRunner.__init__`, equally outside the weights' measure): `PenaltiesState`'s
 /// `output_bin_counts` (`max_num_seqs × vocab` int32; "can be very large, taking up GBs of GPU
 /// memory", its own TODO) and `prompt_bin_mask` (`max_num_seqs × ⌈vocab/32⌉` int32,
 /// `sample/penalties.py`, 0.22.0–0.34.0), and `StructuredOutputsWorker`'s `grammar_bitmask`

@@ -641,8 +641,8 @@ pub(super) fn resolve_vllm(
                 format!(
                     "the GPU card {} gives no compute_capability (\"major.minor\"), which vLLM {version} needs to size a \
                      derived KV pool: its profiling run's second sampler pass uses FlashInfer's sampler on compute \
-                     capability 8.0-12.1 (14 bytes a vocabulary entry a sequence) and a Triton one elsewhere (6), \
-                     {:.2} GiB apart at max_num_seqs {max_num_seqs}; add it to the card, or pin the pool \
+                     capability 8.0-12.1 (14 bytes a vocabulary entry a sequence with 2-byte logits) and a Triton \
+                     one elsewhere (6), up to {:.2} GiB apart at max_num_seqs {max_num_seqs}; add it to the card, or pin the pool \
                      (engine.kv_cache_tokens or num_gpu_blocks_override)",
                     gpu.id,
                     (u64::from(max_num_seqs.min(max_num_batched_tokens)) * u64::from(model.vocab_size) * 8) as f64
