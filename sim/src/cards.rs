@@ -164,8 +164,8 @@ pub struct GpuCard {
     /// CUDA compute capability, `"major.minor"` (`"9.0"` Hopper, `"10.0"` B200): the engines
     /// pick some defaults by it (vLLM's 1,024-token graph ceiling and SGLang's `trtllm_mha`
     /// attention with 64-token pages on the SM100 family). Absent: no such rule applies, and
-    /// vLLM ≥ 0.33 refuses to derive a KV pool on the V2 runner (its profiled sampler peak
-    /// depends on it: `config::vllm_v2_sampler_bytes_per_logit`).
+    /// vLLM ≥ 0.33 refuses to derive a KV pool on the V2 runner where its profiled sampler peak,
+    /// which depends on it (`config::vllm_v2_sampler_bytes_per_logit`), moves the pool.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compute_capability: Option<String>,
     #[serde(default)]

@@ -828,6 +828,11 @@ fn a_card_without_a_compute_capability_cannot_size_a_vllm_0_33_pool() {
     // 1,024 rows × 128,256 entries × the 8 bytes between the two samplers.
     assert!(e.message.contains("0.98 GiB apart at max_num_seqs 1024"), "{}", e.message);
     run(json!({"kind": "vllm", "version": "0.33.0", "kv_cache_tokens": 100_000}), &card).unwrap();
+    // At 8 sequences the forward's peak (8,192 tokens) dominates both samplers: one answer, so it
+    // runs, and it is the shipped card's.
+    let few = json!({"kind": "vllm", "version": "0.33.0", "max_num_seqs": 8});
+    let shipped_few = resolve(scenario(few.clone(), "llama-3.1-8b-instruct", "h100-80gb", 1)).unwrap();
+    assert_eq!(pool(&run(few, &card).unwrap()), pool(&shipped_few));
     run(json!({"kind": "vllm", "version": "0.32.0"}), &card).unwrap();
     card["compute_capability"] = json!("9.0");
     let given = run(json!({"kind": "vllm", "version": "0.33.0"}), &card).unwrap();

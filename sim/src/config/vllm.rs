@@ -629,12 +629,22 @@ pub(super) fn resolve_vllm(
         }
         // From 0.33 the V2 runner's profiled sampler peak depends on whether FlashInfer's sampler
         // runs on the GPU (compute capability 8.0–12.1: `vllm_v2_sampler_bytes_per_logit`); a card
-        // that does not say would size the pool on a guess.
+        // that does not say would size the pool on a guess, unless both answers give the same
+        // blocks (the forward's peak, or the all-gather's, dominates).
         let mb = VllmMemoryBehaviour::of_release(version, model, dep.quantization.is_some(), dep.cuda_graphs);
+        let differs_by_capability = || {
+            let blocks_at = |cc: &str| {
+                let card = GpuCard { compute_capability: Some(cc.to_string()), ..gpu.clone() };
+                vllm_memory_account(model, &card, dep, version, util, max_num_batched_tokens, max_num_seqs).kv
+                    / (kv_bytes_per_token * u64::from(block_size))
+            };
+            blocks_at("9.0") != blocks_at("7.0")
+        };
         if mb.model_runner_v2
             && version >= VLLM_V2_SAMPLER_WARMUP_PASS
             && !is_cpu_host(gpu)
             && gpu.capability().is_none()
+            && differs_by_capability()
         {
             return Err(ConfigError::new(
                 "hardware.compute_capability",
