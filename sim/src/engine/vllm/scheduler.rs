@@ -252,14 +252,19 @@ enum WaitingQueue {
 /// `allocate_slots`' fast path, taken step by step in running order, as a heap of
 /// `(step, position)` pairs would give them. The next [`FfCalendar::RING`] steps are a ring
 /// of per-step buckets (a bucket is tagged with its run and step, so a stale one reads as
-/// empty and nothing is cleared between runs); later steps wait in a heap. The earliest
-/// step due is kept, so that a step with nothing due costs one comparison.
+/// empty and nothing is cleared between runs); later steps wait in a queue while they come in
+/// step order (the cohort's last tokens mostly do: each joins `output_len` plans ahead), each
+/// taken from its front, and in a heap when they do not. The earliest step due is kept, so that
+/// a step with nothing due costs one comparison.
 /// The lazy decode cohort's calendar is one too, of `(rseq, id)` entries by cohort plan.
 #[derive(Clone, Debug)]
 struct FfCalendar<T = u32> {
     /// `(run, step, positions)`.
     ring: Vec<(u64, u64, Vec<T>)>,
     far: BinaryHeap<Reverse<(u64, T)>>,
+    /// Later steps pushed in step order (each at or after the last one's): a sorted queue,
+    /// beside `far`.
+    far_queue: VecDeque<(u64, T)>,
     run: u64,
     /// The earliest step with a position due, `u64::MAX` if none.
     next: u64,
@@ -269,7 +274,14 @@ struct FfCalendar<T = u32> {
 
 impl<T> Default for FfCalendar<T> {
     fn default() -> Self {
-        FfCalendar { ring: Vec::new(), far: BinaryHeap::new(), run: 0, next: u64::MAX, near: 0 }
+        FfCalendar {
+            ring: Vec::new(),
+            far: BinaryHeap::new(),
+            far_queue: VecDeque::new(),
+            run: 0,
+            next: u64::MAX,
+            near: 0,
+        }
     }
 }
 
@@ -283,6 +295,7 @@ impl<T: Ord + Copy> FfCalendar<T> {
         }
         self.run += 1;
         self.far.clear();
+        self.far_queue.clear();
         self.next = u64::MAX;
         self.near = 0;
     }
@@ -293,7 +306,11 @@ impl<T: Ord + Copy> FfCalendar<T> {
         debug_assert!(step >= now);
         self.next = self.next.min(step);
         if step - now >= Self::RING {
-            self.far.push(Reverse((step, pos)));
+            if self.far_queue.back().is_none_or(|&(last, _)| last <= step) {
+                self.far_queue.push_back((step, pos));
+            } else {
+                self.far.push(Reverse((step, pos)));
+            }
             return;
         }
         let b = &mut self.ring[(step % Self::RING) as usize];
@@ -327,10 +344,20 @@ impl<T: Ord + Copy> FfCalendar<T> {
             self.far.pop();
             out.push(pos);
         }
+        while let Some(&(s, pos)) = self.far_queue.front() {
+            debug_assert!(s >= step);
+            if s != step {
+                break;
+            }
+            self.far_queue.pop_front();
+            out.push(pos);
+        }
+        // In ascending order whichever of the ring, the heap and the queue held them.
         out.sort_unstable();
         // The ring holds steps before `step + RING` (each was pushed less than `RING` steps
         // ahead of a step no later than this one).
-        self.next = self.far.peek().map_or(u64::MAX, |&Reverse((s, _))| s);
+        let heap_next = self.far.peek().map_or(u64::MAX, |&Reverse((s, _))| s);
+        self.next = heap_next.min(self.far_queue.front().map_or(u64::MAX, |&(s, _)| s));
         if self.near == 0 {
             return;
         }
