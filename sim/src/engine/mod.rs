@@ -203,7 +203,8 @@ pub trait Engine {
     /// Every request the run will add, told before the first: what an engine may use to
     /// skip work whose result it can prove unobservable (vLLM: the prefix-cache
     /// registration of blocks no other request can hit). Never changes a result; an
-    /// engine not told (a live server's, a fleet's replicas) does all the work.
+    /// engine not told (a live server's, a fleet's replicas) does all the work. `specs[i]` is
+    /// the request later added as id `i`.
     fn expect_requests(&mut self, _specs: &[&RequestSpec]) {}
     /// Plans the next step. An empty plan means nothing can run now.
     fn schedule(&mut self) -> &StepPlan;

@@ -474,6 +474,9 @@ pub struct Scheduler {
     /// The first-block hashes that more than one of the run's requests hold, sorted
     /// ([`Engine::expect_requests`]); `None` until told, when no request is private.
     shared_first_blocks: Option<Vec<u64>>,
+    /// Whether request `id` (an index of the specs [`Engine::expect_requests`] was told) is
+    /// private, found there (so that `add_request` does not hash its first block again).
+    private_by_id: Vec<bool>,
     ff_tmp: Vec<u32>,
     /// Fast-forward: Σ decode contexts of the run's first step.
     ff_ctx0: u64,
@@ -531,6 +534,7 @@ impl Scheduler {
             ff_head: None,
             ff_hashes: Vec::new(),
             shared_first_blocks: None,
+            private_by_id: Vec::new(),
             cohort: Cohort::default(),
             next_rseq: 0,
         }
@@ -1878,10 +1882,12 @@ impl Engine for Scheduler {
             return;
         }
         let bs = self.config.block_size;
-        let mut firsts: Vec<u64> = specs.iter().filter_map(|s| first_block_hash(s, bs)).collect();
+        let by_id: Vec<Option<u64>> = specs.iter().map(|s| first_block_hash(s, bs)).collect();
+        let mut firsts: Vec<u64> = by_id.iter().flatten().copied().collect();
         firsts.sort_unstable();
         let mut shared: Vec<u64> = firsts.windows(2).filter(|w| w[0] == w[1]).map(|w| w[0]).collect();
         shared.dedup();
+        self.private_by_id = by_id.iter().map(|h| h.is_some_and(|h| shared.binary_search(&h).is_err())).collect();
         self.shared_first_blocks = Some(shared);
     }
 
@@ -1893,8 +1899,16 @@ impl Engine for Scheduler {
         assert!(self.requests[idx].is_none(), "request {id} added twice");
         let seq = self.next_arrival_seq;
         self.next_arrival_seq += 1;
-        let private = self.shared_first_blocks.as_ref().is_some_and(|shared| {
+        let private_of = |shared: &Vec<u64>| {
             first_block_hash(spec, self.config.block_size).is_some_and(|h| shared.binary_search(&h).is_err())
+        };
+        // Found by `expect_requests` for the requests it was told (`specs[id]` is request `id`).
+        let private = self.shared_first_blocks.as_ref().is_some_and(|shared| match self.private_by_id.get(idx) {
+            Some(&p) => {
+                debug_assert_eq!(p, private_of(shared), "request {id} is not the one expect_requests was told");
+                p
+            }
+            None => private_of(shared),
         });
         self.requests[idx] = Some(Box::new(Request {
             spec: spec.clone(),
