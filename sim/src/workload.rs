@@ -251,7 +251,7 @@ pub fn generate(params: &WorkloadParams) -> Workload {
             let outs: Vec<u32> = (0..n).map(|_| len_rng.random_range(out_lo..=out_hi)).collect();
             let prefix_key = key(&mut key_rng);
             for i in 0..n {
-                let mut segs = Vec::with_capacity(2);
+                let mut segs = Vec::with_capacity(if *prefix_len > 0 { 2 } else { 1 });
                 if *prefix_len > 0 {
                     segs.push(Segment { key: prefix_key, len: *prefix_len });
                 }
@@ -309,28 +309,30 @@ pub fn generate(params: &WorkloadParams) -> Workload {
 
     // Output lengths: exact under ignore_eos, else cut where EOS falls.
     let mut eos_rng = stream(seed, "eos");
-    let build = |segs: &[Segment], max_tokens: u32, arrival_ns: u64, priority: i32, out_key: u64, eos_rng: &mut Rng| {
-        let output_len =
-            if params.ignore_eos { max_tokens } else { eos_len(params.output_len_dist, max_tokens, eos_rng) };
-        RequestSpec {
-            prompt: segs.to_vec(),
-            prompt_len: segs.iter().map(|s| s.len).sum(),
-            max_tokens,
-            output_len,
-            output_key: out_key,
-            arrival_ns,
-            priority,
-            ignore_eos: params.ignore_eos,
-            prompt_hashes: None,
-        }
-    };
+    let build =
+        |segs: Vec<Segment>, max_tokens: u32, arrival_ns: u64, priority: i32, out_key: u64, eos_rng: &mut Rng| {
+            let output_len =
+                if params.ignore_eos { max_tokens } else { eos_len(params.output_len_dist, max_tokens, eos_rng) };
+            RequestSpec {
+                prompt_len: segs.iter().map(|s| s.len).sum(),
+                prompt: segs,
+                max_tokens,
+                output_len,
+                output_key: out_key,
+                arrival_ns,
+                priority,
+                ignore_eos: params.ignore_eos,
+                prompt_hashes: None,
+            }
+        };
     let mut out_rng = stream(seed, "dataset.outputs");
+    // Each item's segments move into its request (no copy).
     let requests: Vec<RequestSpec> = items
-        .iter()
+        .into_iter()
         .zip(&arrivals)
         .map(|(it, &a)| {
             let k = key(&mut out_rng);
-            build(&it.0, it.1, a, it.3, k, &mut eos_rng)
+            build(it.0, it.1, a, it.3, k, &mut eos_rng)
         })
         .collect();
 
@@ -340,7 +342,7 @@ pub fn generate(params: &WorkloadParams) -> Workload {
     let initial_test = match (&first, params.initial_test_request) {
         (Some(f), true) => {
             let k = key(&mut warm_rng);
-            Some(build(&f.prompt, f.max_tokens, 0, 0, k, &mut warm_eos))
+            Some(build(f.prompt.clone(), f.max_tokens, 0, 0, k, &mut warm_eos))
         }
         _ => None,
     };
@@ -348,7 +350,7 @@ pub fn generate(params: &WorkloadParams) -> Workload {
         Some(f) => (0..params.num_warmups)
             .map(|_| {
                 let k = key(&mut warm_rng);
-                build(&f.prompt, f.max_tokens, 0, 0, k, &mut warm_eos)
+                build(f.prompt.clone(), f.max_tokens, 0, 0, k, &mut warm_eos)
             })
             .collect(),
         None => Vec::new(),
@@ -357,7 +359,7 @@ pub fn generate(params: &WorkloadParams) -> Workload {
     // outputs (where EOS falls is drawn again), all due at the start of the warm-up phase.
     for r in requests.iter().take(params.prior_run_prompts as usize) {
         let k = key(&mut warm_rng);
-        warmups.push(build(&r.prompt, r.max_tokens, 0, r.priority, k, &mut warm_eos));
+        warmups.push(build(r.prompt.clone(), r.max_tokens, 0, r.priority, k, &mut warm_eos));
     }
 
     let requested_prompts = (matches!(params.dataset, Dataset::PrefixRepetition { .. })
