@@ -18,7 +18,7 @@ pub struct Segment {
 }
 
 /// One request as the client sends it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct RequestSpec {
     /// Segments whose lengths sum to `prompt_len`.
     pub prompt: Vec<Segment>,
@@ -44,6 +44,48 @@ pub struct RequestSpec {
     /// demand. The values are exactly those [`extend_block_hashes`] computes, so
     /// the memo never changes a result, only how long it takes.
     pub prompt_hashes: Option<std::sync::Arc<PromptBlockHashes>>,
+}
+
+impl Clone for RequestSpec {
+    fn clone(&self) -> Self {
+        RequestSpec { prompt: self.prompt.clone(), ..self.clone_without_prompt() }
+    }
+
+    /// The clone, in this spec's prompt buffer (the vLLM scheduler's arriving requests take
+    /// over finished ones').
+    fn clone_from(&mut self, source: &Self) {
+        let mut prompt = std::mem::take(&mut self.prompt);
+        prompt.clone_from(&source.prompt);
+        *self = RequestSpec { prompt, ..source.clone_without_prompt() };
+    }
+}
+
+impl RequestSpec {
+    /// A copy with an empty prompt (every other field named: one added must be cloned here).
+    fn clone_without_prompt(&self) -> RequestSpec {
+        let RequestSpec {
+            prompt: _,
+            prompt_len,
+            max_tokens,
+            output_len,
+            output_key,
+            arrival_ns,
+            priority,
+            ignore_eos,
+            prompt_hashes,
+        } = self;
+        RequestSpec {
+            prompt: Vec::new(),
+            prompt_len: *prompt_len,
+            max_tokens: *max_tokens,
+            output_len: *output_len,
+            output_key: *output_key,
+            arrival_ns: *arrival_ns,
+            priority: *priority,
+            ignore_eos: *ignore_eos,
+            prompt_hashes: prompt_hashes.clone(),
+        }
+    }
 }
 
 /// The hashes of a prompt's full blocks of `block_size` tokens, in order.

@@ -38,6 +38,15 @@ impl RequestKv {
         RequestKv { private, ..RequestKv::default() }
     }
 
+    /// [`RequestKv::with_private`], keeping the vectors' buffers (emptied): the KV state of a
+    /// new request that takes over a finished one's.
+    pub fn reset(&mut self, private: bool) {
+        let (mut blocks, mut block_hashes) = (std::mem::take(&mut self.blocks), std::mem::take(&mut self.block_hashes));
+        blocks.clear();
+        block_hashes.clear();
+        *self = RequestKv { blocks, block_hashes, ..RequestKv::with_private(private) };
+    }
+
     /// Blocks held, named and anonymous.
     #[inline]
     pub fn held(&self) -> u32 {
@@ -70,8 +79,9 @@ impl RequestKv {
     /// output), so that they are not reallocated as they grow. Capacity only: no value changes.
     #[inline]
     pub fn reserve_hashes(&mut self, spec: &RequestSpec, block_size: u32) {
-        if self.block_hashes.capacity() == 0 {
-            self.block_hashes.reserve(((spec.prompt_len + spec.output_len) / block_size) as usize);
+        let n = ((spec.prompt_len + spec.output_len) / block_size) as usize;
+        if self.block_hashes.capacity() < n {
+            self.block_hashes.reserve(n - self.block_hashes.len());
         }
     }
 }
@@ -280,9 +290,10 @@ impl KvCacheManager {
             return true;
         }
         self.pool.touch(&hit.blocks);
-        if kv.blocks.capacity() == 0 {
+        let whole = cdiv(spec.prompt_len + spec.output_len, bs) as usize;
+        if kv.blocks.capacity() < whole {
             // Room for the whole request's blocks at once (capacity only).
-            kv.blocks.reserve(cdiv(spec.prompt_len + spec.output_len, bs) as usize);
+            kv.blocks.reserve(whole - kv.blocks.len());
         }
         kv.blocks.extend_from_slice(&hit.blocks);
         self.pool.get_new_blocks(num_new_blocks, &mut kv.blocks);

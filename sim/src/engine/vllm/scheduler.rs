@@ -224,6 +224,57 @@ struct Request {
 }
 
 impl Request {
+    /// A request as it reaches the waiting queue (`arrival_seq` its arrival order).
+    fn arriving(spec: &RequestSpec, arrival_seq: u64, private: bool) -> Request {
+        Request {
+            spec: spec.clone(),
+            arrival_seq,
+            num_computed_tokens: 0,
+            num_output_tokens: 0,
+            placeholders: 0,
+            status: Status::Waiting,
+            kv: RequestKv::with_private(private),
+            num_preemptions: 0,
+            computed_before_preemption: 0,
+            rseq: 0,
+            member: None,
+            group: None,
+        }
+    }
+
+    /// Becomes [`Request::arriving`]`(spec, arrival_seq, private)` in place, keeping its
+    /// buffers (its prompt's segments, its KV state's vectors): a finished request's slot taken
+    /// over by a new one.
+    fn arrive(&mut self, spec: &RequestSpec, arrival_seq: u64, private: bool) {
+        // Every field named: one added must be set here too.
+        let Request {
+            spec: my_spec,
+            arrival_seq: my_seq,
+            num_computed_tokens,
+            num_output_tokens,
+            placeholders,
+            status,
+            kv,
+            num_preemptions,
+            computed_before_preemption,
+            rseq,
+            member,
+            group,
+        } = self;
+        my_spec.clone_from(spec);
+        *my_seq = arrival_seq;
+        *num_computed_tokens = 0;
+        *num_output_tokens = 0;
+        *placeholders = 0;
+        *status = Status::Waiting;
+        kv.reset(private);
+        *num_preemptions = 0;
+        *computed_before_preemption = 0;
+        *rseq = 0;
+        *member = None;
+        *group = None;
+    }
+
     /// Of `n` prefill tokens from position `from`, those it computes again: below what it had
     /// computed before its last preemption.
     #[inline]
@@ -238,6 +289,71 @@ impl Request {
     /// plus output placeholders (`num_tokens_with_spec + num_output_placeholders`).
     fn total(&self) -> u32 {
         self.num_tokens() + self.placeholders
+    }
+}
+
+/// The live requests by id, kept together in one vector of slots (`slots`) rather than boxed
+/// one by one: a step touches a few of them, which then share cache lines and pages with the
+/// others running. A finished request's slot is freed as it stands, and the next request to
+/// arrive takes it over in place, buffers included, so that a run allocates per request only
+/// while the live count grows, and no request moves.
+#[derive(Clone, Debug, Default)]
+struct Requests {
+    /// By id: the request's slot, [`Requests::NONE`] if it is not live.
+    slot: Vec<u32>,
+    slots: Vec<Request>,
+    /// Slots whose request finished.
+    free: Vec<u32>,
+}
+
+impl Requests {
+    const NONE: u32 = u32::MAX;
+
+    /// Live request `id`.
+    #[inline]
+    fn get(&self, id: ReqId) -> Option<&Request> {
+        // `NONE` is past any slot.
+        self.slots.get(*self.slot.get(id as usize)? as usize)
+    }
+
+    #[inline]
+    fn get_mut(&mut self, id: ReqId) -> Option<&mut Request> {
+        self.slots.get_mut(*self.slot.get(id as usize)? as usize)
+    }
+
+    /// One more than the largest id ever added.
+    fn ids(&self) -> usize {
+        self.slot.len()
+    }
+
+    /// Adds request `id` (not live): `arriving(spec, arrival_seq, private)` in a free slot, in
+    /// place, or in a new one.
+    fn insert(&mut self, id: ReqId, spec: &RequestSpec, arrival_seq: u64, private: bool) {
+        let idx = id as usize;
+        if self.slot.len() <= idx {
+            self.slot.resize(idx + 1, Self::NONE);
+        }
+        debug_assert_eq!(self.slot[idx], Self::NONE);
+        self.slot[idx] = match self.free.pop() {
+            Some(s) => {
+                self.slots[s as usize].arrive(spec, arrival_seq, private);
+                s
+            }
+            None => {
+                self.slots.push(Request::arriving(spec, arrival_seq, private));
+                (self.slots.len() - 1) as u32
+            }
+        };
+    }
+
+    /// Removes live request `id`, if it is: its slot is free.
+    fn remove(&mut self, id: ReqId) {
+        let Some(&s) = self.slot.get(id as usize) else { return };
+        if s == Self::NONE {
+            return;
+        }
+        self.slot[id as usize] = Self::NONE;
+        self.free.push(s);
     }
 }
 
@@ -441,8 +557,8 @@ impl Cohort {
 pub struct Scheduler {
     config: VllmConfig,
     kv: KvCacheManager,
-    /// Live requests by id, boxed: a finished one leaves an empty slot of one word.
-    requests: Vec<Option<Box<Request>>>,
+    /// Live requests by id.
+    requests: Requests,
     running: Vec<ReqId>,
     waiting: WaitingQueue,
     next_arrival_seq: u64,
@@ -512,7 +628,7 @@ impl Scheduler {
         Scheduler {
             config,
             kv,
-            requests: Vec::new(),
+            requests: Requests::default(),
             running: Vec::new(),
             waiting,
             next_arrival_seq: 0,
@@ -550,11 +666,11 @@ impl Scheduler {
     }
 
     fn req(&self, id: ReqId) -> &Request {
-        self.requests[id as usize].as_ref().expect("live request")
+        self.requests.get(id).expect("live request")
     }
 
     fn req_mut(&mut self, id: ReqId) -> &mut Request {
-        self.requests[id as usize].as_mut().expect("live request")
+        self.requests.get_mut(id).expect("live request")
     }
 
     fn waiting_len(&self) -> usize {
@@ -617,7 +733,7 @@ impl Scheduler {
     /// `_preempt_request`.
     fn preempt(&mut self, id: ReqId) {
         let Scheduler { kv, requests, .. } = self;
-        let r = requests[id as usize].as_mut().expect("live request");
+        let r = requests.get_mut(id).expect("live request");
         kv.register_private(&r.spec, &mut r.kv);
         kv.free(&mut r.kv);
         r.status = Status::Preempted;
@@ -669,7 +785,7 @@ impl Scheduler {
         let Scheduler { kv, requests, hit, .. } = self;
         hit.blocks.clear();
         hit.num_tokens = 0;
-        let r = requests[id as usize].as_deref_mut().expect("live request");
+        let r = requests.get_mut(id).expect("live request");
         kv.allocate_slots(&r.spec, total, computed, &mut r.kv, n, hit, false)
     }
 
@@ -695,7 +811,7 @@ impl Scheduler {
         if cfg!(debug_assertions) {
             // The memo against a lookup from scratch.
             let Scheduler { kv, requests, head_hit, .. } = self;
-            let r = requests[id as usize].as_mut().expect("live request");
+            let r = requests.get_mut(id).expect("live request");
             let mut fresh = ComputedBlocks::default();
             kv.get_computed_blocks(&r.spec, num_tokens, &mut r.kv, &mut fresh);
             assert_eq!((&fresh.blocks, fresh.num_tokens), (&head_hit.blocks, head_hit.num_tokens));
@@ -706,7 +822,7 @@ impl Scheduler {
 
     fn head_lookup_memoised(&mut self, id: ReqId, num_tokens: u32) -> u32 {
         let Scheduler { kv, requests, head_hit, head_memo, .. } = self;
-        let r = requests[id as usize].as_mut().expect("live request");
+        let r = requests.get_mut(id).expect("live request");
         if !kv.enable_caching || num_tokens == 0 {
             kv.get_computed_blocks(&r.spec, num_tokens, &mut r.kv, head_hit);
             return 0;
@@ -796,7 +912,7 @@ impl Scheduler {
                 // token, within any threshold and the budget left; or a request whose last
                 // token is in flight, skipped (below).
                 let Scheduler { kv, requests, plan, counters, .. } = self;
-                let r = requests[id as usize].as_deref_mut().expect("live request");
+                let r = requests.get_mut(id).expect("live request");
                 let computed = r.num_computed_tokens;
                 let total = r.total();
                 // With `total = computed + 1`, the in-flight test below reads
@@ -836,7 +952,7 @@ impl Scheduler {
                 // `allocate_slots`' fast path (no hit, held blocks with room, none filled):
                 // nothing to allocate or cache. Most decodes.
                 let Scheduler { kv, requests, plan, counters, .. } = self;
-                let r = requests[id as usize].as_deref_mut().expect("live request");
+                let r = requests.get_mut(id).expect("live request");
                 if kv.fits_held(computed + n, &r.kv) {
                     Self::schedule_direct(
                         r,
@@ -886,7 +1002,7 @@ impl Scheduler {
             }
             if direct {
                 let Scheduler { requests, plan, counters, .. } = self;
-                let r = requests[id as usize].as_deref_mut().expect("live request");
+                let r = requests.get_mut(id).expect("live request");
                 Self::schedule_direct(
                     r,
                     plan,
@@ -941,7 +1057,7 @@ impl Scheduler {
             let n = want.min(*budget);
             let ok = {
                 let Scheduler { kv, requests, head_hit, .. } = self;
-                let r = requests[id as usize].as_mut().expect("live request");
+                let r = requests.get_mut(id).expect("live request");
                 kv.allocate_slots_counted(&r.spec, num_tokens, 0, &mut r.kv, n, head_hit, num_evictable, gate)
             };
             if !ok {
@@ -1043,7 +1159,7 @@ impl Scheduler {
                 if !s.samples {
                     continue; // a partial prefill chunk samples nothing
                 }
-                let r = requests[s.id as usize].as_deref_mut().expect("live request");
+                let r = requests.get_mut(s.id).expect("live request");
                 r.placeholders -= 1;
                 r.num_output_tokens += 1;
                 let finished = r.num_output_tokens >= r.spec.output_len;
@@ -1056,7 +1172,7 @@ impl Scheduler {
         // Their blocks freed in the plan's order (the free queue's order).
         for &id in &finished_ids {
             let Scheduler { kv, requests, .. } = self;
-            let r = requests[id as usize].as_deref_mut().expect("live request");
+            let r = requests.get_mut(id).expect("live request");
             // Async scheduling: a request preempted while its last token was in
             // flight finishes from the waiting queue (`stopped_preempted_reqs`).
             let was_waiting = r.status != Status::Running;
@@ -1071,7 +1187,7 @@ impl Scheduler {
             if self.cohort.active {
                 let Scheduler { cohort, requests, .. } = self;
                 for &id in &finished_ids {
-                    let r = requests[id as usize].as_deref().expect("live request");
+                    let r = requests.get(id).expect("live request");
                     debug_assert!(r.member.is_none(), "a member sampled its last token");
                     if let Ok(p) = cohort.outside.binary_search(&(r.rseq, id)) {
                         cohort.outside.remove(p);
@@ -1087,11 +1203,11 @@ impl Scheduler {
                 }
             } else {
                 let Scheduler { running, requests, .. } = self;
-                running.retain(|&id| requests[id as usize].as_ref().is_some_and(|r| r.status != Status::Finished));
+                running.retain(|&id| requests.get(id).is_some_and(|r| r.status != Status::Finished));
             }
             // Finished requests leave the arena: nothing reads them again.
             for &id in &finished_ids {
-                self.requests[id as usize] = None;
+                self.requests.remove(id);
             }
         }
         self.finished_buf = finished_ids;
@@ -1180,7 +1296,7 @@ impl Scheduler {
             let t = self.ff_base[pos as usize] + j as u32;
             let id = self.running[pos as usize];
             let Scheduler { requests, kv, .. } = self;
-            let r = requests[id as usize].as_mut().expect("live request");
+            let r = requests.get_mut(id).expect("live request");
             if r.kv.private {
                 // Its blocks are registered only when it is preempted.
                 continue;
@@ -1272,13 +1388,13 @@ impl Scheduler {
     fn ungroup(&mut self, id: ReqId) {
         let anon = self.anon_now(self.req(id));
         let Scheduler { requests, cohort, kv, .. } = self;
-        let r = requests[id as usize].as_deref_mut().expect("live request");
+        let r = requests.get_mut(id).expect("live request");
         let Some((g, pos)) = r.group.take() else { return };
         kv.set_anon(&mut r.kv, anon);
         let list = &mut cohort.groups[g as usize];
         list.swap_remove(pos as usize);
         if let Some(&(_, moved)) = list.get(pos as usize) {
-            requests[moved as usize].as_deref_mut().expect("live request").group = Some((g, pos));
+            requests.get_mut(moved).expect("live request").group = Some((g, pos));
         }
     }
 
@@ -1300,7 +1416,7 @@ impl Scheduler {
     fn depart_listing(&mut self, id: ReqId, list: bool) {
         self.ungroup(id);
         let Scheduler { requests, cohort, next_plan, kv, .. } = self;
-        let r = requests[id as usize].as_deref_mut().expect("live request");
+        let r = requests.get_mut(id).expect("live request");
         let (s0, _) = r.member.take().expect("a member");
         let sched = cohort.formed - s0;
         let fin = cohort.finished.saturating_sub(s0);
@@ -1343,7 +1459,7 @@ impl Scheduler {
         if self.cohort.flight_unordered {
             self.cohort.flight_unordered = false;
             let Scheduler { next_plan, requests, .. } = self;
-            next_plan.scheduled.sort_by_key(|e| requests[e.id as usize].as_ref().map_or(u64::MAX, |r| r.rseq));
+            next_plan.scheduled.sort_by_key(|e| requests.get(e.id).map_or(u64::MAX, |r| r.rseq));
         }
         self.cohort.outside.clear();
         if self.next_plan.cohort {
@@ -1366,7 +1482,7 @@ impl Scheduler {
             debug_assert_eq!(self.cohort.members, 0);
             let Scheduler { cohort, running, requests, .. } = self;
             cohort.outside.clear();
-            cohort.outside.extend(running.iter().map(|&id| (requests[id as usize].as_ref().expect("live").rseq, id)));
+            cohort.outside.extend(running.iter().map(|&id| (requests.get(id).expect("live").rseq, id)));
             cohort.cal.clear();
             cohort.active = true;
             let bs = self.config.block_size as usize;
@@ -1381,8 +1497,7 @@ impl Scheduler {
         self.cohort.cal.take_due(s, &mut due);
         due.retain(|&(rseq, id)| {
             self.requests
-                .get(id as usize)
-                .and_then(|r| r.as_deref())
+                .get(id)
                 .is_some_and(|r| r.rseq == rseq && r.member.is_some_and(|(_, d)| d == s) && r.status == Status::Running)
         });
 
@@ -1482,7 +1597,7 @@ impl Scheduler {
                     // Its blocks so far, before this one.
                     let anon = self.anon_now(self.req(id));
                     let Scheduler { requests, kv, .. } = self;
-                    kv.set_anon(&mut requests[id as usize].as_deref_mut().expect("live request").kv, anon);
+                    kv.set_anon(&mut requests.get_mut(id).expect("live request").kv, anon);
                 }
                 let (computed, outputs, placeholders) = self.view(self.req(id));
                 let r = self.req(id);
@@ -1496,7 +1611,7 @@ impl Scheduler {
                     }
                     if ok {
                         let Scheduler { requests, cohort, kv, .. } = self;
-                        let r = requests[id as usize].as_deref_mut().expect("live request");
+                        let r = requests.get_mut(id).expect("live request");
                         let next = Self::member_due(kv, r, s0).expect("a decode with its block allocated fits");
                         debug_assert!(next > s);
                         r.member = Some((s0, next));
@@ -1558,7 +1673,7 @@ impl Scheduler {
                 break;
             }
             let Scheduler { requests, plan, counters, .. } = self;
-            let r = requests[id as usize].as_deref_mut().expect("live request");
+            let r = requests.get_mut(id).expect("live request");
             Self::schedule_direct(r, plan, &mut shape, &mut counters.recomputed_tokens, id, computed, num_tokens, n);
             budget -= n;
         }
@@ -1589,7 +1704,7 @@ impl Scheduler {
             if e.prefill || !e.samples || e.num_tokens != 1 {
                 continue;
             }
-            let r = requests[e.id as usize].as_deref_mut().expect("live request");
+            let r = requests.get_mut(e.id).expect("live request");
             if r.num_output_tokens == 0 || r.status != Status::Running {
                 continue;
             }
@@ -1636,7 +1751,7 @@ impl Scheduler {
             cohort.merged = std::mem::replace(&mut cohort.outside, merged);
         }
         if joined {
-            cohort.outside.retain(|&(_, id)| requests[id as usize].as_ref().is_some_and(|r| r.member.is_none()));
+            cohort.outside.retain(|&(_, id)| requests.get(id).is_some_and(|r| r.member.is_none()));
         }
         self.cohort.left = left;
         true
@@ -1893,10 +2008,7 @@ impl Engine for Scheduler {
 
     fn add_request(&mut self, id: ReqId, spec: &RequestSpec) {
         let idx = id as usize;
-        if self.requests.len() <= idx {
-            self.requests.resize(idx + 1, None);
-        }
-        assert!(self.requests[idx].is_none(), "request {id} added twice");
+        assert!(self.requests.get(id).is_none(), "request {id} added twice");
         let seq = self.next_arrival_seq;
         self.next_arrival_seq += 1;
         let private_of = |shared: &Vec<u64>| {
@@ -1910,20 +2022,7 @@ impl Engine for Scheduler {
             }
             None => private_of(shared),
         });
-        self.requests[idx] = Some(Box::new(Request {
-            spec: spec.clone(),
-            arrival_seq: seq,
-            num_computed_tokens: 0,
-            num_output_tokens: 0,
-            placeholders: 0,
-            status: Status::Waiting,
-            kv: RequestKv::with_private(private),
-            num_preemptions: 0,
-            computed_before_preemption: 0,
-            rseq: 0,
-            member: None,
-            group: None,
-        }));
+        self.requests.insert(id, spec, seq, private);
         self.num_unfinished += 1;
         match &mut self.waiting {
             WaitingQueue::Fcfs(q) => q.push_back(id),
@@ -1986,7 +2085,7 @@ impl Engine for Scheduler {
     }
 
     fn abort_request(&mut self, id: ReqId) -> bool {
-        let Some(Some(r)) = self.requests.get_mut(id as usize) else { return false };
+        let Some(r) = self.requests.get_mut(id) else { return false };
         if r.status == Status::Finished {
             return false;
         }
@@ -2008,12 +2107,12 @@ impl Engine for Scheduler {
             }
             self.next_plan.shape = shape;
         }
-        let r = self.requests[id as usize].as_mut().expect("live request");
+        let r = self.requests.get_mut(id).expect("live request");
         match r.status {
             Status::Finished => return false,
             Status::Running => {
                 let Scheduler { kv, requests, .. } = self;
-                let r = requests[id as usize].as_mut().expect("live request");
+                let r = requests.get_mut(id).expect("live request");
                 kv.free(&mut r.kv);
                 self.running.retain(|&x| x != id);
             }
@@ -2027,7 +2126,7 @@ impl Engine for Scheduler {
                 }
             }
         }
-        self.requests[id as usize] = None;
+        self.requests.remove(id);
         self.num_unfinished -= 1;
         true
     }
@@ -2073,7 +2172,7 @@ impl Engine for Scheduler {
         // add up to the pool's ref counts.
         let n = self.kv.pool.num_usable() as usize + 1;
         let mut refs = vec![0u32; n];
-        let mut seen = vec![0u8; self.requests.len()];
+        let mut seen = vec![0u8; self.requests.ids()];
         let mut anonymous_held = 0u32;
         for &id in &self.running {
             seen[id as usize] += 1;
@@ -2112,8 +2211,8 @@ impl Engine for Scheduler {
             }
         }
         let mut live = 0;
-        for (id, r) in self.requests.iter().enumerate() {
-            if let Some(r) = r {
+        for id in 0..self.requests.ids() {
+            if let Some(r) = self.requests.get(id as ReqId) {
                 if r.status == Status::Finished {
                     continue;
                 }
