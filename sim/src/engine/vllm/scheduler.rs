@@ -357,6 +357,22 @@ impl Requests {
     }
 }
 
+/// `list.iter().position(|&x| x == id)`, sixteen entries at a time (a test per chunk without
+/// an early exit, which the compiler vectorises): the first index holding `id`.
+#[inline]
+fn position_of(list: &[ReqId], id: ReqId) -> Option<usize> {
+    const W: usize = 16;
+    let mut chunks = list.chunks_exact(W);
+    let mut base = 0;
+    for c in &mut chunks {
+        if c.iter().fold(false, |any, &x| any | (x == id)) {
+            return c.iter().position(|&x| x == id).map(|p| base + p);
+        }
+        base += W;
+    }
+    chunks.remainder().iter().position(|&x| x == id).map(|p| base + p)
+}
+
 /// `RequestQueue`: a FCFS deque, or a heap ordered by (priority, arrival).
 #[derive(Clone, Debug)]
 enum WaitingQueue {
@@ -580,8 +596,8 @@ pub struct Scheduler {
     scheduled_buf: Vec<(ReqId, u32)>,
     /// Reused between steps: the requests that finish in a step.
     finished_buf: Vec<ReqId>,
-    /// Shape of the last step run (for the invariant checks).
-    last_shape: StepShape,
+    /// Tokens of the last step run (for the invariant checks).
+    last_tokens: u64,
     /// Fast-forward: the run's requests that leave `allocate_slots`' fast path, as
     /// (step, position in `running`), soonest first and in running order within a step.
     ff_calendar: FfCalendar,
@@ -641,7 +657,7 @@ impl Scheduler {
             head_memo: None,
             scheduled_buf: Vec::new(),
             finished_buf: Vec::new(),
-            last_shape: StepShape::default(),
+            last_tokens: 0,
             ff_calendar: FfCalendar::default(),
             ff_base: Vec::new(),
             ff_tmp: Vec::new(),
@@ -1197,7 +1213,7 @@ impl Scheduler {
             // The running requests that finished are among those that finished in this step.
             if finished_ids.len() <= 4 {
                 for &id in &finished_ids {
-                    if let Some(p) = self.running.iter().position(|&x| x == id) {
+                    if let Some(p) = position_of(&self.running, id) {
                         self.running.remove(p);
                     }
                 }
@@ -1983,7 +1999,7 @@ impl Engine for Scheduler {
             r.num_computed_tokens += k32;
             r.num_output_tokens += k32;
         }
-        self.last_shape = self.ff_shape(k - 1);
+        self.last_tokens = self.ff_shape(k - 1).total_tokens();
         if self.config.behaviour.async_scheduling {
             // The plan formed during the run's last step: the same decodes, k tokens on.
             self.next_plan.shape = self.ff_shape(k);
@@ -2080,7 +2096,7 @@ impl Engine for Scheduler {
 
     fn finish_step(&mut self, out: &mut Vec<TokenOutput>) {
         self.do_finish_step(out);
-        self.last_shape = self.plan.shape;
+        self.last_tokens = self.plan.shape.total_tokens();
         self.plan.clear();
     }
 
@@ -2164,7 +2180,7 @@ impl Engine for Scheduler {
         if self.running.len() > self.config.max_num_seqs as usize {
             return Err(format!("{} running > max_num_seqs {}", self.running.len(), self.config.max_num_seqs));
         }
-        let tokens = self.last_shape.total_tokens();
+        let tokens = self.last_tokens;
         if tokens > u64::from(self.config.max_num_batched_tokens) {
             return Err(format!("step of {tokens} tokens > max_num_batched_tokens"));
         }
@@ -2257,9 +2273,19 @@ impl Engine for Scheduler {
 mod tests {
     use super::*;
 
+    #[test]
+    fn position_of_finds_the_first_match() {
+        for n in 0..70u32 {
+            let list: Vec<ReqId> = (0..n).map(|i| (i * 7) % 23).collect();
+            for id in 0..25 {
+                assert_eq!(position_of(&list, id), list.iter().position(|&x| x == id), "n {n} id {id}");
+            }
+        }
+    }
+
     /// The calendar gives what a heap of `(step, position)` pairs gives, step by step, with
-    /// steps near (the ring) and far (the heap beyond it), re-pushes at the current step,
-    /// and runs cleared in between (stale buckets of an earlier run read as empty).
+    /// steps near (the ring) and far (the heap or the queue beyond it), re-pushes at the
+    /// current step, and runs cleared in between (stale buckets of an earlier run read as empty).
     #[test]
     fn ff_calendar_takes_what_a_heap_of_pairs_pops() {
         let mut x = 0x2545_f491_4f6c_dd1du64;
