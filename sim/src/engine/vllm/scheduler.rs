@@ -1221,7 +1221,8 @@ impl Scheduler {
                 let Scheduler { running, requests, .. } = self;
                 running.retain(|&id| requests.get(id).is_some_and(|r| r.status != Status::Finished));
             }
-            // Finished requests leave the arena: nothing reads them again.
+            // Finished requests free their slots (the next arrival takes one over): nothing
+            // reads them again.
             for &id in &finished_ids {
                 self.requests.remove(id);
             }
