@@ -700,7 +700,9 @@ fn peaks_per_second(tally: &TokenTally, recs: &[&RequestRecord], start: u64, dur
 
 /// [`peaks_per_second`], the token counts summed in a dense array of buckets where there are
 /// fewer than `dense_below` buckets (or than runs of deliveries in one bucket), else by
-/// sorting those runs (always, with `dense_below` 0).
+/// sorting those runs, and the requests in flight likewise (dense where the buckets are fewer
+/// than `dense_below` or than twice the records, else by sorting their edges); always by
+/// sorting with `dense_below` 0.
 fn peaks_per_second_dense_below(
     tally: &TokenTally,
     recs: &[&RequestRecord],
@@ -771,6 +773,25 @@ fn peaks_per_second_dense_below(
         max_tokens = max_tokens.max(n);
     }
     // Requests in flight: +1 at the first bucket, −1 after the last; the peak of the running sum.
+    // Within a bucket the −1s come before the +1s (sorted edges), so the sum peaks at a
+    // bucket's end: the same peak as the sums of a dense array of buckets, where the buckets
+    // are fewer than `dense_below` (or than twice the records).
+    let (mut cur, mut max_conc) = (0i64, 0i64);
+    if dense_below > 0 && last < dense_below.max(2 * recs.len() as u64) {
+        let mut delta = vec![0i64; last as usize + 2];
+        for r in recs {
+            let b0 = bucket(r.dispatch_ns);
+            let end = r.tokens.last_delivery().map_or(r.dispatch_ns, |d| tally.times[d as usize]);
+            let b1 = bucket(end).max(b0);
+            delta[b0 as usize] += 1;
+            delta[b1 as usize + 1] -= 1;
+        }
+        for d in delta {
+            cur += d;
+            max_conc = max_conc.max(cur);
+        }
+        return (max_tokens, max_conc as u64);
+    }
     let mut edges: Vec<(u64, i64)> = Vec::with_capacity(2 * recs.len());
     for r in recs {
         let b0 = bucket(r.dispatch_ns);
@@ -780,7 +801,6 @@ fn peaks_per_second_dense_below(
         edges.push((b1 + 1, -1));
     }
     edges.sort_unstable();
-    let (mut cur, mut max_conc) = (0i64, 0i64);
     for (_, d) in edges {
         cur += d;
         max_conc = max_conc.max(cur);
