@@ -385,8 +385,9 @@ enum WaitingQueue {
 /// `(step, position)` pairs would give them. The next [`FfCalendar::RING`] steps are a ring
 /// of per-step buckets (a bucket is tagged with its run and step, so a stale one reads as
 /// empty and nothing is cleared between runs); later steps wait in a queue while they come in
-/// step order (the cohort's last tokens mostly do: each joins `output_len` plans ahead), each
-/// taken from its front, and in a heap when they do not. The earliest step due is kept, so that
+/// step order (the cohort's last tokens do where every request has the same output length:
+/// each joins that many plans ahead), each taken from its front, and in a heap when they do not
+/// (most of them where output lengths vary). The earliest step due is kept, so that
 /// a step with nothing due costs one comparison.
 /// The lazy decode cohort's calendar is one too, of `(rseq, id)` entries by cohort plan.
 #[derive(Clone, Debug)]
