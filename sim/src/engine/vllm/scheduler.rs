@@ -2229,16 +2229,16 @@ impl Engine for Scheduler {
             }
         }
         let mut live = 0;
-        for id in 0..self.requests.ids() {
+        for (id, &count) in seen.iter().enumerate() {
             if let Some(r) = self.requests.get(id as ReqId) {
                 if r.status == Status::Finished {
                     continue;
                 }
                 live += 1;
-                if seen[id] != 1 {
-                    return Err(format!("request {id} appears {} times in running+waiting", seen[id]));
+                if count != 1 {
+                    return Err(format!("request {id} appears {count} times in running+waiting"));
                 }
-            } else if seen[id] != 0 {
+            } else if count != 0 {
                 return Err(format!("finished request {id} still queued"));
             }
         }
