@@ -682,6 +682,44 @@ fn impossible_cards_and_costs_are_refused() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// The roofline prior's time terms are bounded as the coefficients they become: a negative
+/// step overhead or ingress took time off every step (the run "completed", faster than the
+/// roofline), a huge one overflowed simulated time mid-run. And a prior whose steps cost next to
+/// nothing is named as the prior, not as a profile the scenario does not have.
+#[test]
+fn the_priors_time_terms_are_bounded_and_named() {
+    let s = "scenarios/kv-starved-qwen2.5-7b-a100-vllm.json";
+    let mut failures = Vec::new();
+    for (set, field) in [
+        ("cost.prior.step_overhead_us=-1", "cost.prior.step_overhead_us"),
+        ("cost.prior.per_seq_us=-1", "cost.prior.per_seq_us"),
+        ("cost.prior.request_ingress_us=-100000", "cost.prior.request_ingress_us"),
+        ("cost.prior.output_token_us=1e30", "cost.prior.output_token_us"),
+        ("cost.prior.allreduce_latency_us=1e30", "cost.prior.allreduce_latency_us"),
+    ] {
+        let (c, _, err) = run(&["simulate", s, "--set", "workload.num_prompts=4", "--set", set]);
+        if c != 2 || !err.contains(field) || !err.contains("from 0 to 10000000") {
+            failures.push(format!("--set {set}: exit {c}, stderr {err:?} (want exit 2 naming {field})"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let tiny = r#"model={"id":"tiny","num_parameters":1000,"num_layers":1,"hidden_size":8,"intermediate_size":8,"num_attention_heads":1,"num_kv_heads":1,"head_dim":8,"vocab_size":16,"tie_word_embeddings":true,"dtype":"bfloat16","max_position_embeddings":4096}"#;
+    let (c, _, err) = run(&[
+        "simulate",
+        s,
+        "--set",
+        tiny,
+        "--set",
+        "engine.kv_cache_tokens=100000",
+        "--set",
+        r#"cost.prior={"step_overhead_us":0,"per_seq_us":0}"#,
+        "--set",
+        "workload.num_prompts=4",
+    ]);
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("cost.prior: a decode step") && !err.contains("cost.profile"), "{err}");
+}
+
 /// `tune --objective` minimises what is better lower (the run's duration, preemptions) and
 /// refuses a key with no better direction; a sampled search spends its whole budget, and
 /// when it finds nothing feasible it does not claim the grid has nothing.

@@ -41,11 +41,22 @@ pub(super) fn resolve_cost(
             ));
         }
     }
-    if !(prior.allreduce_latency_us.is_finite() && prior.allreduce_latency_us >= 0.0) {
-        return Err(ConfigError::new(
-            "cost.prior.allreduce_latency_us",
-            format!("must be a finite number >= 0 (µs), got {}", prior.allreduce_latency_us),
-        ));
+    // The prior's CPU-side and all-reduce terms are times, bounded as the coefficients they
+    // become are ([`check_coefficients`]): a negative one took time off every step (a run that
+    // "completed" faster than the roofline), a huge one overflowed simulated time mid-run.
+    for (name, v) in [
+        ("step_overhead_us", prior.step_overhead_us),
+        ("per_seq_us", prior.per_seq_us),
+        ("request_ingress_us", prior.request_ingress_us),
+        ("output_token_us", prior.output_token_us),
+        ("allreduce_latency_us", prior.allreduce_latency_us),
+    ] {
+        if !(v.is_finite() && (0.0..=MAX_COEFFICIENT_US).contains(&v)) {
+            return Err(ConfigError::new(
+                format!("cost.prior.{name}"),
+                format!("must be a finite number from 0 to {MAX_COEFFICIENT_US} (µs), got {v}"),
+            ));
+        }
     }
     let mut cost = CostModel::roofline(model, gpu, dep, &prior);
     if c.prior.is_none() {
@@ -104,7 +115,14 @@ pub(super) fn resolve_cost(
         && (at("step_us") + at("per_seq_us") + at("decode_token_us") < MIN_STEP_US
             || at("step_us") + at("prefill_token_us") < MIN_STEP_US)
     {
-        let path = if c.coefficients.is_some() { "cost.coefficients" } else { "cost.profile" };
+        // The terms came from the inline coefficients, else the profile, else the prior given.
+        let path = if c.coefficients.is_some() {
+            "cost.coefficients"
+        } else if c.profile.is_some() {
+            "cost.profile"
+        } else {
+            "cost.prior"
+        };
         return Err(ConfigError::new(
             path,
             format!(
