@@ -163,18 +163,37 @@ fn scenario_from(v: &Value, set_path: &Path, root: &Path) -> Result<load::RawSce
     }
 }
 
-fn published_of(row: &BTreeMap<String, String>) -> Vec<Published> {
-    METRICS
-        .iter()
-        .filter_map(|&(column, metric, family)| {
-            row.get(column).and_then(|v| v.trim().parse::<f64>().ok()).filter(|v| *v > 0.0).map(|value| Published {
-                column,
-                metric,
-                family,
-                value,
-            })
-        })
-        .collect()
+/// The published values of a CSV row: an empty cell is a metric the source does not give; any
+/// other must be a positive number (a typo or a 0 was dropped without a word, and the row then
+/// judged on the rest). `at` names the row in an error (the CSV, its engine and load).
+fn published_of(row: &BTreeMap<String, String>, at: &str) -> Result<Vec<Published>, String> {
+    let mut out = Vec::new();
+    for &(column, metric, family) in METRICS {
+        let Some(cell) = row.get(column).map(|v| v.trim()).filter(|v| !v.is_empty()) else { continue };
+        match cell.parse::<f64>() {
+            Ok(value) if value.is_finite() && value > 0.0 => out.push(Published { column, metric, family, value }),
+            _ => {
+                return Err(format!(
+                    "{at}: {column}: expected a positive number (or an empty cell where the source gives none), got {cell:?}"
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A column of a silicon-sample row that the run is built from; missing is an error naming it.
+fn column<'a>(row: &'a BTreeMap<String, String>, name: &str, at: &str) -> Result<&'a str, String> {
+    row.get(name).map(|v| v.trim()).ok_or_else(|| format!("{at}: missing column `{name}`"))
+}
+
+/// A whole number ≥ 1 of a silicon-sample row (a TP size, a batch size, a length).
+fn whole_column(row: &BTreeMap<String, String>, name: &str, at: &str) -> Result<u32, String> {
+    let v = column(row, name, at)?;
+    v.parse::<u32>()
+        .ok()
+        .filter(|&n| n >= 1)
+        .ok_or_else(|| format!("{at}: {name}: expected a whole number of at least 1, got {v:?}"))
 }
 
 fn jobs_of(path: &Path, root: &Path) -> Result<Vec<Job>, String> {
@@ -191,6 +210,10 @@ fn jobs_of(path: &Path, root: &Path) -> Result<Vec<Job>, String> {
         // Rows by filter; each row's TP, lengths and concurrency become overrides.
         let filter = sil.get("filter").and_then(Value::as_object).cloned().unwrap_or_default();
         let base = v.get("scenario").ok_or_else(|| format!("{}: scenario: missing", path.display()))?;
+        // The scenario as read (a path is read once here): its GPU and engine kind build each
+        // row's overrides (read off a path's string, they were null: "no card named \"null\"").
+        let base_raw = scenario_from(base, path, root)?;
+        let base = &base_raw.json;
         // The load is aiperf's concurrency mode as aiconfigurator's own harnesses run it (see
         // `AIPERF_REQUESTS_PER_CLIENT`); a set may give another count per client.
         let requests_per_client =
@@ -199,11 +222,13 @@ fn jobs_of(path: &Path, root: &Path) -> Result<Vec<Job>, String> {
             if !filter.iter().all(|(k, want)| row.get(k).map(String::as_str) == want.as_str()) {
                 continue;
             }
-            let engine = format!("{} {}", row["backend"], row["backend_version"]);
-            let tp = row["tp_size"].parse::<u32>().unwrap_or(1);
+            let at = format!("{}: csv {csv_path}: row {}", path.display(), row.get("id").map_or("?", String::as_str));
+            let engine = format!("{} {}", column(row, "backend", &at)?, column(row, "backend_version", &at)?);
+            let tp = whole_column(row, "tp_size", &at)?;
             let conc = row.get("silicon_concurrency").and_then(|c| c.parse::<u32>().ok());
-            let bs = row["batch_size"].parse::<u32>().ok();
-            let load = format!("tp{tp} {}x{} c{}", row["isl"], row["osl"], conc.map_or("?".into(), |c| c.to_string()));
+            let bs = Some(whole_column(row, "batch_size", &at)?);
+            let (isl, osl) = (whole_column(row, "isl", &at)?, whole_column(row, "osl", &at)?);
+            let load = format!("tp{tp} {isl}x{osl} c{}", conc.map_or("?".into(), |c| c.to_string()));
             let skip = match (conc, bs) {
                 (None, _) => Some("the row gives no client concurrency".to_string()),
                 (Some(c), Some(b)) if b < c => Some(format!(
@@ -226,8 +251,8 @@ fn jobs_of(path: &Path, root: &Path) -> Result<Vec<Job>, String> {
             let sets = vec![
                 format!("engine.{tp_flag}={tp}"),
                 format!("hardware={{\"gpu\": {gpu:?}, \"count\": {tp}}}"),
-                format!("workload.random_input_len={}", row["isl"]),
-                format!("workload.random_output_len={}", row["osl"]),
+                format!("workload.random_input_len={isl}"),
+                format!("workload.random_output_len={osl}"),
                 format!("workload.max_concurrency={c}"),
                 format!("workload.num_prompts={}", u64::from(c) * requests_per_client),
             ];
@@ -236,9 +261,9 @@ fn jobs_of(path: &Path, root: &Path) -> Result<Vec<Job>, String> {
                 group: format!("{set} | {tp}x {gpu_label} | {engine}"),
                 engine,
                 load,
-                scenario: Some(scenario_from(base, path, root)?),
+                scenario: Some(base_raw.clone()),
                 sets,
-                published: published_of(row),
+                published: published_of(row, &at)?,
                 skip,
                 skip_metrics: Value::Null,
                 knee_axis: None,
@@ -269,11 +294,20 @@ fn jobs_of(path: &Path, root: &Path) -> Result<Vec<Job>, String> {
             Some(s) => Some(scenario_from(s, path, root)?),
             None => None,
         };
-        let sets: Vec<String> = spec
-            .get("set")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
-            .unwrap_or_default();
+        // A `set` that is not a list of strings ran the row without its load (a string, or a
+        // number in the list, was dropped): its error then read as the model's.
+        let sets: Vec<String> = match spec.get("set") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(a)) if a.iter().all(Value::is_string) => {
+                a.iter().filter_map(Value::as_str).map(str::to_string).collect()
+            }
+            Some(other) => {
+                return Err(format!(
+                    "{}: rows[{i}].set: expected a list of \"PATH=VALUE\" strings, got {other}",
+                    path.display()
+                ))
+            }
+        };
         let skip = str_of(spec, "skip").or_else(|| scenario.is_none().then(|| "no scenario".to_string()));
         let gpu = str_of(spec, "gpu").unwrap_or_else(|| gpu_label.clone());
         let label = match extra.get("input_len").and_then(Value::as_str) {
@@ -281,6 +315,10 @@ fn jobs_of(path: &Path, root: &Path) -> Result<Vec<Job>, String> {
             None => load.clone(),
         };
         let knee = spec.get("knee").and_then(Value::as_bool).unwrap_or(true);
+        let published = published_of(
+            row,
+            &format!("{}: csv {csv_path}: the row of engine {engine:?} and load {load:?}", path.display()),
+        )?;
         jobs.push(Job {
             set: set.clone(),
             group: format!("{set} | {gpu} | {engine}"),
@@ -289,7 +327,7 @@ fn jobs_of(path: &Path, root: &Path) -> Result<Vec<Job>, String> {
             load: label,
             scenario,
             sets,
-            published: published_of(row),
+            published,
             skip,
             skip_metrics: spec.get("skip_metrics").cloned().unwrap_or_default(),
         });

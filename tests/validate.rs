@@ -45,3 +45,63 @@ fn a_gate_that_cannot_judge_is_an_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("nothing was judged") && err.contains("engine.max_num_seqs"), "{err}");
 }
+
+/// A validation set's own mistakes are errors naming the file and the field, never a panic nor
+/// a row judged on the wrong load (the fuzzing of 2026-12-05): a silicon-sample CSV without a
+/// column the run is built from panicked (exit 101); a row's `set` that is not a list of strings
+/// was dropped, so the row ran without its load and its error read as the model's; a published
+/// cell that is not a positive number (a typo, a 0) was dropped without a word.
+#[test]
+fn a_malformed_validation_set_is_refused_naming_the_field() {
+    let dir = std::env::temp_dir().join(format!("servesim-tests-{}-validate-sets", std::process::id()));
+    let validate = |name: &str, set: &str, csv: &str| -> (i32, String) {
+        let d = dir.join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        let csv_path = d.join("t.csv");
+        std::fs::write(&csv_path, csv).unwrap();
+        std::fs::write(d.join("s.json"), set.replace("CSV", csv_path.to_str().unwrap())).unwrap();
+        let mut cmd = servesim();
+        cmd.args(["validate", "--dir", d.to_str().unwrap()]);
+        let o = run_bounded(cmd, Duration::from_secs(120));
+        (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let silicon = r#"{"csv": "CSV", "gpu": "a100-80gb", "silicon": {"filter": {}}, "scenario": "scenarios/serve-small-vllm.json"}"#;
+    let (c, err) = validate("silicon", silicon, "id,isl,osl\n1,256,32\n");
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("s.json") && err.contains("missing column `backend`") && !err.contains("panicked"), "{err}");
+    let cols = "id,backend,backend_version,tp_size,batch_size,isl,osl,silicon_concurrency\n";
+    let (c, err) = validate("silicon_tp", silicon, &format!("{cols}1,vllm,0.33.0,two,8,256,32,8\n"));
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("tp_size: expected a whole number of at least 1, got \"two\""), "{err}");
+    // A silicon set's scenario given as a path is read for its GPU (it was read off the path's
+    // string: "no card named \"null\"").
+    let (c, err) = validate(
+        "silicon_path",
+        silicon,
+        "id,backend,backend_version,tp_size,batch_size,isl,osl,silicon_concurrency,silicon_ttft_ms\n1,vllm,0.33.0,1,8,256,32,8,100\n",
+    );
+    assert_eq!(c, 0, "{err}");
+    assert!(!err.contains("no card named"), "{err}");
+
+    let rows = |set: &str| {
+        format!(
+            r#"{{"csv": "CSV", "gpu": "a100-80gb", "scenario": "scenarios/serve-small-vllm.json",
+                "rows": [{{"engine": "vllm", "load": "4", "set": {set}}}]}}"#
+        )
+    };
+    let csv = |ttft: &str| format!("engine,concurrency_or_rate,mean_ttft_ms,output_tok_s\nvllm,4,{ttft},900\n");
+    let (c, err) = validate("set_string", &rows(r#""workload.max_concurrency=4""#), &csv("100"));
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("rows[0].set: expected a list of \"PATH=VALUE\" strings"), "{err}");
+    for bad in ["abc", "-1", "0", "NaN"] {
+        let (c, err) = validate(&format!("cell_{bad}"), &rows(r#"["workload.max_concurrency=4"]"#), &csv(bad));
+        assert_eq!(c, 2, "{bad}: {err}");
+        assert!(
+            err.contains("load \"4\": mean_ttft_ms: expected a positive number") && err.contains(&format!("{bad:?}")),
+            "{bad}: {err}"
+        );
+    }
+    // An empty cell is a metric the source does not give: the row runs on the rest.
+    let (c, err) = validate("cell_empty", &rows(r#"["workload.max_concurrency=4"]"#), &csv(""));
+    assert_eq!(c, 0, "{err}");
+}
