@@ -134,11 +134,20 @@ fn check_fields(m: &Map<String, Value>, at: &str) -> Result<(), String> {
         if matches!(k, "request_rate" | "max_concurrency" | "num_prompts" | "completed" | "burstiness") {
             continue; // below
         }
-        let positive =
-            (k.ends_with("_ttft_ms") || k.ends_with("_e2el_ms") || k.ends_with("throughput")) && !k.starts_with("std_");
+        // A run that completed requests lasted some time and sent and generated tokens (each
+        // request at least one of each): a 0 there is no measurement, and a token total of 0
+        // skipped the check of the run's lengths against the scenario's.
+        let positive = (k.ends_with("_ttft_ms") || k.ends_with("_e2el_ms") || k.ends_with("throughput"))
+            && !k.starts_with("std_")
+            || matches!(k, "duration" | "total_input_tokens" | "total_output_tokens");
         // No benchmark point lasts a year, nor serves a billion tokens a second: a value past
         // those is a unit slip, and a fit would take it as a measurement.
-        let (ceiling, what) = if k.ends_with("_ms") { (3.156e10, "a year") } else { (1e9, "10^9 a second") };
+        let (ceiling, what) = match k {
+            "duration" => (3.156e7, "a year (in seconds)"),
+            "total_input_tokens" | "total_output_tokens" => (1e15, "10^15 tokens"),
+            _ if k.ends_with("_ms") => (3.156e10, "a year"),
+            _ => (1e9, "10^9 a second"),
+        };
         match m.get(k) {
             None | Some(Value::Null) => {}
             Some(Value::Number(n))
@@ -235,6 +244,25 @@ mod tests {
             "r.json",
         )
         .unwrap();
+    }
+
+    /// A run that completed requests took time and moved tokens: a `duration` or a token total
+    /// of 0 is no measurement (the totals' 0 silently skipped the check of the run's mean lengths
+    /// against the scenario's), and their bounds are said in their own units.
+    #[test]
+    fn a_zero_duration_or_token_total_is_an_error() {
+        for k in ["duration", "total_input_tokens", "total_output_tokens"] {
+            let e = parse_results(&format!(r#"{{"output_throughput": 812.5, "completed": 40, "{k}": 0}}"#), "r.json")
+                .unwrap_err();
+            assert!(e.starts_with(&format!("r.json: {k}: expected a positive number")), "{e}");
+            assert!(!e.contains("a second"), "{e}");
+        }
+        let p = parse_results(
+            r#"{"output_throughput": 812.5, "completed": 40, "duration": 12.5, "total_input_tokens": 10240, "total_output_tokens": 1280}"#,
+            "r.json",
+        )
+        .unwrap();
+        assert_eq!((p[0].mean_input_len, p[0].mean_output_len), (Some(256.0), Some(32.0)));
     }
 }
 
