@@ -185,11 +185,48 @@ pub fn load_profile(path: &Path) -> Result<(CostCoefficients, Option<CostCoeffic
     let v: Value = serde_json::from_str(&text).map_err(|e| format!("{}: not valid JSON: {e}", path.display()))?;
     config::no_duplicate_keys(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     let co = v.get("coefficients").cloned().ok_or_else(|| format!("{}: no \"coefficients\" object", path.display()))?;
-    let coefficients = config::from_value(co, "coefficients").map_err(|e| format!("{}: {e}", path.display()))?;
-    // Only a profile that corrects the composed cost is applied relative to its prior.
-    let prior: Option<CostCoefficients> = match (v.get("cost_mode").and_then(Value::as_str), v.get("prior")) {
-        (Some("corrects_composed"), Some(p)) if !p.is_null() => {
+    let coefficients: CostCoefficients =
+        config::from_value(co, "coefficients").map_err(|e| format!("{}: {e}", path.display()))?;
+    // A profile that sets no coefficient changes nothing, yet the run would say it was timed
+    // "by a fitted profile".
+    if sim::cost::COEFFICIENT_NAMES.iter().all(|n| coefficients.get(n).is_none()) {
+        return Err(format!(
+            "{}: coefficients: sets none of {}: not a fitted profile",
+            path.display(),
+            sim::cost::COEFFICIENT_NAMES.join(", ")
+        ));
+    }
+    // What the profile says it was fitted on: an `engine` that is there must be an object (any
+    // other value read as a profile that says nothing, and skipped the deployment checks).
+    if let Some(e) = v.get("engine").filter(|e| !e.is_null() && !e.is_object()) {
+        return Err(format!(
+            "{}: engine: expected an object ({{\"kind\", \"version\", ...}}: what the profile was fitted on), got {e}",
+            path.display()
+        ));
+    }
+    // Only a profile that corrects the composed cost is applied relative to its prior. Its mode
+    // is `corrects_composed` or `linear` (older profiles say none: linear); a misspelt mode, or
+    // a corrects_composed profile without its prior, ran the linear model in its place.
+    let corrects = match v.get("cost_mode") {
+        None | Some(Value::Null) => false,
+        Some(Value::String(m)) if m == "corrects_composed" => true,
+        Some(Value::String(m)) if m == "linear" => false,
+        Some(other) => {
+            return Err(format!(
+                "{}: cost_mode: expected \"corrects_composed\" or \"linear\", got {other}",
+                path.display()
+            ))
+        }
+    };
+    let prior: Option<CostCoefficients> = match v.get("prior") {
+        Some(p) if corrects && !p.is_null() => {
             Some(config::from_value(p.clone(), "prior").map_err(|e| format!("{}: {e}", path.display()))?)
+        }
+        _ if corrects => {
+            return Err(format!(
+                "{}: prior: missing, and cost_mode is \"corrects_composed\": the profile corrects the composed cost by its change from the prior its fit started from, which it must give",
+                path.display()
+            ))
         }
         _ => None,
     };

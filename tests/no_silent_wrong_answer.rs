@@ -935,6 +935,59 @@ fn a_profile_every_inline_coefficient_overrides_is_an_error() {
     assert_eq!(j["cost_source"], "linear (fitted profile)", "{}", j["cost_source"]);
 }
 
+/// A profile says how it is applied: a misspelt `cost_mode`, or a `corrects_composed` profile
+/// without the prior its correction is measured from, ran the linear model in its place (a
+/// different answer, labelled "linear (fitted profile)"); a profile setting no coefficient
+/// changed nothing yet labelled the run "corrected by a fitted profile"; an `engine` that is not
+/// an object skipped the deployment checks. Each is an error naming the profile and the field
+/// (the fuzzing of 2026-12-05).
+#[test]
+fn a_malformed_profile_is_refused_naming_the_field() {
+    let coefficients = r#"{"step_us": 9900, "per_seq_us": 4, "prefill_token_us": 28, "decode_token_us": 150,
+        "prefill_attention_us": 0.001, "decode_kv_us": 0.5, "request_ingress_us": 1500, "output_token_us": 40}"#;
+    let profile = |name: &str, engine: &str, mode: &str, coefficients: &str, prior: &str| {
+        let p = write_temp(
+            name,
+            &format!(
+                r#"{{"format": "servesim-profile", "version": 1, "source": "results", "engine": {engine}{mode},
+                    "coefficients": {coefficients}{prior}}}"#
+            ),
+        );
+        let set = format!("cost.profile={}", p.display());
+        run(&[
+            "simulate",
+            "scenarios/kv-starved-qwen2.5-7b-a100-vllm.json",
+            "--set",
+            "workload.num_prompts=8",
+            "--set",
+            &set,
+        ])
+    };
+    let engine = r#"{"kind": "vllm"}"#;
+    let prior = format!(r#", "prior": {coefficients}"#);
+    let cases = [
+        (
+            profile("mode-typo.json", engine, r#", "cost_mode": "corrects-composed""#, coefficients, &prior),
+            "cost_mode: expected \"corrects_composed\" or \"linear\"",
+        ),
+        (
+            profile("no-prior.json", engine, r#", "cost_mode": "corrects_composed""#, coefficients, ""),
+            "prior: missing, and cost_mode is \"corrects_composed\"",
+        ),
+        (profile("no-coefficients.json", engine, "", "{}", ""), "coefficients: sets none of step_us"),
+        (profile("engine-string.json", r#""vllm""#, "", coefficients, ""), "engine: expected an object"),
+    ];
+    for ((c, _, err), want) in cases {
+        assert_eq!(c, 2, "{err}");
+        assert!(err.contains("cost.profile") && err.contains(want), "want {want:?} in: {err}");
+    }
+    // The same profile with its prior, and an older one that says no mode (linear), run.
+    let (c, _, err) = profile("with-prior.json", engine, r#", "cost_mode": "corrects_composed""#, coefficients, &prior);
+    assert_eq!(c, 0, "{err}");
+    let (c, _, err) = profile("no-mode.json", engine, "", coefficients, "");
+    assert_eq!(c, 0, "{err}");
+}
+
 /// `trace_rate` is the rate of the rows the run replays: with `num_prompts` keeping the first
 /// two rows of a trace whose later rows are far apart, the rate was measured over the whole
 /// file and the two rows went 3.7 times faster than asked (the fleet and trace hunt of
