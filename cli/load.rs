@@ -85,7 +85,7 @@ pub(crate) fn resolve_path(base: &Path, p: &str) -> PathBuf {
 /// Parses and resolves a raw scenario into a runnable spec.
 pub fn resolve(raw: &RawScenario) -> Result<(Scenario, SimSpec), String> {
     let origin = &raw.origin;
-    let scenario: Scenario = config::from_value(raw.json.clone(), "").map_err(|e| format!("{origin}: {e}"))?;
+    let scenario: Scenario = config::scenario_from_value(raw.json.clone()).map_err(|e| format!("{origin}: {e}"))?;
     let mut res = Resources { models: sim::builtin::models()?, gpus: sim::builtin::gpus()?, ..Default::default() };
     let mut fitted_on = None;
     if let Some(p) = &scenario.cost.profile {
@@ -373,6 +373,14 @@ pub fn load_trace(path: &Path, format: Option<config::TraceFileFormat>) -> Resul
             }
             let v: Value = serde_json::from_str(l).map_err(|e| format!("{name}:{}: not valid JSON: {e}", i + 1))?;
             config::no_duplicate_keys(l).map_err(|e| format!("{name}:{}: {e}", i + 1))?;
+            // A row is an object of named fields: an array was read by position (`[1, 2, 3]` as
+            // arrival 1 s, 2 prompt tokens, 3 output tokens).
+            if !v.is_object() {
+                return Err(format!(
+                    "{name}:{}: expected an object (\"arrival_time\", \"input_len\", \"output_len\", ...), got {v}",
+                    i + 1
+                ));
+            }
             let row = config::from_value::<TraceRow>(v, "").map_err(|e| format!("{name}:{}: {e}", i + 1))?;
             check_row(&row, &name, i)?;
             rows.push(row);

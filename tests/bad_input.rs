@@ -488,3 +488,15 @@ fn a_bad_workload_flag_is_named_as_the_flag() {
         assert!(err.contains(want), "{err}");
     }
 }
+
+/// A JSONL trace row is an object of named fields: an array was read by position (`[1, 2, 3]`
+/// ran as a request sent at 1 s with 2 prompt tokens and 3 output tokens).
+#[test]
+fn a_jsonl_trace_row_that_is_not_an_object_is_refused() {
+    let trace =
+        write_temp("array-row.jsonl", "{\"arrival_time\": 0, \"input_len\": 100, \"output_len\": 5}\n[1, 2, 3]\n");
+    let scenario =
+        base(r#""max_num_seqs": 4"#, &format!(r#""dataset_name": "trace", "trace": {:?}"#, trace.to_str().unwrap()))
+            .replacen(r#""dataset_name": "random", "#, "", 1);
+    rejects("array_row.json", &scenario, &["workload.trace", "array-row.jsonl:2: expected an object", "[1,2,3]"]);
+}

@@ -143,7 +143,7 @@ fn resources() -> Result<&'static Resources, String> {
 /// The binary's `load::resolve`, with the built-in cards and no files.
 pub(crate) fn resolve_raw(raw: &RawScenario) -> Result<SimSpec, String> {
     let origin = &raw.origin;
-    let scenario: Scenario = config::from_value(raw.json.clone(), "").map_err(|e| format!("{origin}: {e}"))?;
+    let scenario: Scenario = config::scenario_from_value(raw.json.clone()).map_err(|e| format!("{origin}: {e}"))?;
     if scenario.cost.profile.is_some() {
         return Err(format!(
             "{origin}: cost.profile: a fitted profile is a file, and the page reads no files; give its coefficients inline as cost.coefficients"

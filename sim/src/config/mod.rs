@@ -733,4 +733,31 @@ mod tests {
         let e = parse_scenario(r#"{"version":1,"engine":{"kind":"vllm","max_num_seqs":-4},"model":"m","hardware":"g","workload":{"dataset_name":"random"}}"#).unwrap_err();
         assert_eq!(e.path, "engine.max_num_seqs");
     }
+
+    /// Serde reads a struct from an array by position: `cost.coefficients: [5000]` ran with a
+    /// `step_us` of 5000 and the rest unset, without a word. A section given as an array is an
+    /// error naming it.
+    #[test]
+    fn sections_given_as_arrays_are_errors_naming_them() {
+        let base =
+            r#"{"version":1,"engine":{"kind":"vllm"},"model":"m","hardware":"g","workload":{"dataset_name":"random"}}"#;
+        for (set, path) in [
+            ("cost.coefficients=[5000]", "cost.coefficients"),
+            ("cost.prior=[1]", "cost.prior"),
+            ("engine=[\"vllm\"]", "engine"),
+            ("workload=[\"random\"]", "workload"),
+            ("workload.output_len_dist=[\"geometric\", 40]", "workload.output_len_dist"),
+            ("fleet.replicas=[[2]]", "fleet.replicas[0]"),
+            ("fleet.router=[\"round_robin\"]", "fleet.router"),
+        ] {
+            let mut v: Value = serde_json::from_str(base).unwrap();
+            apply_set(&mut v, set).unwrap();
+            let e = scenario_from_value(v).unwrap_err();
+            assert_eq!(e.path, path, "{set}: {e}");
+            assert!(e.message.contains("expected an object of named fields"), "{set}: {e}");
+        }
+        let mut v: Value = serde_json::from_str(base).unwrap();
+        apply_set(&mut v, "cost.coefficients={\"step_us\": 5000}").unwrap();
+        assert_eq!(scenario_from_value(v).unwrap().cost.coefficients.unwrap().get("step_us"), Some(5000.0));
+    }
 }

@@ -519,8 +519,52 @@ pub fn no_duplicate_keys(text: &str) -> std::result::Result<(), String> {
     Check(String::new()).deserialize(&mut de).map_err(|e| e.to_string())
 }
 
+/// The scenario's sections that are JSON objects. Serde reads a struct from an array too, its
+/// fields by position: `--set 'cost.coefficients=[5000]'` ran with `step_us` 5000 and the rest
+/// unset, `cost.prior=[1]` with a `prefill_mfu` of 1, without a word.
+const OBJECT_SECTIONS: &[&str] = &["engine", "workload", "cost", "fleet"];
+const OBJECT_SUBSECTIONS: &[(&str, &str)] = &[
+    ("workload", "output_len_dist"),
+    ("cost", "coefficients"),
+    ("cost", "prior"),
+    ("fleet", "router"),
+    ("fleet", "decode_router"),
+];
+
+/// A section or subsection given as an array is an error naming it (see [`OBJECT_SECTIONS`]).
+fn sections_are_objects(v: &Value) -> Result<()> {
+    let not_object = |path: String, got: &Value| {
+        ConfigError::new(path, format!("expected an object of named fields, got an array ({got})"))
+    };
+    for s in OBJECT_SECTIONS {
+        if let Some(a @ Value::Array(_)) = v.get(s) {
+            return Err(not_object(s.to_string(), a));
+        }
+    }
+    for (s, f) in OBJECT_SUBSECTIONS {
+        if let Some(a @ Value::Array(_)) = v.get(s).and_then(|x| x.get(f)) {
+            return Err(not_object(format!("{s}.{f}"), a));
+        }
+    }
+    if let Some(groups) = v.get("fleet").and_then(|f| f.get("replicas")).and_then(Value::as_array) {
+        for (i, g) in groups.iter().enumerate() {
+            if g.is_array() {
+                return Err(not_object(format!("fleet.replicas[{i}]"), g));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reads a scenario from its JSON (after `--set`), strictly: [`from_value`], and no section
+/// given as an array.
+pub fn scenario_from_value(v: Value) -> Result<Scenario> {
+    sections_are_objects(&v)?;
+    from_value(v, "")
+}
+
 /// Parses scenario JSON text.
 pub fn parse_scenario(text: &str) -> Result<Scenario> {
     let v: Value = serde_json::from_str(text).map_err(|e| ConfigError::new("", format!("not valid JSON: {e}")))?;
-    from_value(v, "")
+    scenario_from_value(v)
 }
