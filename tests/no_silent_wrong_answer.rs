@@ -671,6 +671,14 @@ fn impossible_cards_and_costs_are_refused() {
         (format!("model={}", card("model", "qwen2.5-7b-instruct", "num_parameters", 0.into())), "model.num_parameters"),
         (format!("model={}", card("model", "qwen2.5-7b-instruct", "vocab_size", 0.into())), "model.vocab_size"),
         (format!("model={}", card("model", "qwen2.5-7b-instruct", "num_kv_heads", 64.into())), "model.num_kv_heads"),
+        // A parameter count far from what the card's own layers hold (a unit slip, a layer count
+        // cut): the weights in memory and the steps timed were two different models.
+        (format!("model={}", card("model", "qwen2.5-7b-instruct", "num_parameters", 7.into())), "model.num_parameters"),
+        (format!("model={}", card("model", "qwen2.5-7b-instruct", "num_layers", 1.into())), "model.num_parameters"),
+        (
+            format!("model={}", card("model", "qwen2.5-7b-instruct", "intermediate_size", 0.into())),
+            "model.intermediate_size",
+        ),
     ];
     let mut failures = Vec::new();
     for (set, field) in &cases {

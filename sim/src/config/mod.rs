@@ -545,6 +545,40 @@ fn check_cards(model: &ModelCard, gpu: &GpuCard) -> Result<()> {
         }
     }
     positive("model.hidden_size", model.hidden_size)?;
+    if let Some(i) = model.intermediate_size {
+        positive("model.intermediate_size", i)?;
+    }
+    // The weights are `num_parameters`, the steps are timed from the architecture: a count far
+    // below what the card's own layers hold (a typo in units, `7.6` for 7.6e9) left the weights
+    // out of memory, and the KV pool grew by them, while the steps ran the full model; with the
+    // MLP given, a count far above it (`num_layers` 1 for 28) timed a model a fraction of the
+    // one whose weights filled the memory. Every shipped card is within 0.01% of it.
+    let (h, d, layers) = (model.hidden_size as f64, model.head_dim as f64, model.num_layers as f64);
+    let attention = h * d * (2.0 * model.num_attention_heads as f64 + 2.0 * model.num_kv_heads as f64);
+    let mlp = 3.0 * h * model.intermediate_size.map_or(0.0, f64::from);
+    let implied = model.embedding_parameters() as f64 + layers * (attention + mlp);
+    if (model.num_parameters as f64) < 0.5 * implied {
+        return Err(ConfigError::new(
+            "model.num_parameters",
+            format!(
+                "{} is under half of the {implied:.3e} parameters the card's own layers hold (embeddings, and per layer \
+                 the attention projections{}): the weights would be left out of memory while the steps run the full model",
+                model.num_parameters,
+                if model.intermediate_size.is_some() { " and the MLP" } else { "" }
+            ),
+        ));
+    }
+    if model.intermediate_size.is_some() && (model.num_parameters as f64) > 2.0 * implied {
+        return Err(ConfigError::new(
+            "model.num_parameters",
+            format!(
+                "{} is over twice the {implied:.3e} parameters the card's own layers hold (embeddings, and per layer \
+                 the attention projections and the MLP): the steps would run a smaller model than the weights in memory \
+                 (servesim models dense Llama-style layers; check num_layers, hidden_size and intermediate_size)",
+                model.num_parameters
+            ),
+        ));
+    }
     if model.num_kv_heads > model.num_attention_heads || model.num_attention_heads % model.num_kv_heads != 0 {
         return Err(ConfigError::new(
             "model.num_kv_heads",
