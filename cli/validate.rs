@@ -21,6 +21,9 @@ use std::process::ExitCode;
 use clap::Args;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
+
+/// The keys a validation set's row may hold (`prior_note` is a note for readers).
+const ROW_KEYS: &[&str] = &["engine", "load", "match", "scenario", "set", "knee", "skip", "skip_metrics", "prior_note"];
 use serde_json::Value;
 use sim::report::{Metric, Metrics, PointReport};
 
@@ -273,6 +276,16 @@ fn jobs_of(path: &Path, root: &Path) -> Result<Vec<Job>, String> {
     }
     let specs = v.get("rows").and_then(Value::as_array).ok_or_else(|| format!("{}: rows: missing", path.display()))?;
     for (i, spec) in specs.iter().enumerate() {
+        // A key the reader does not know (a misspelt `set` or `match`) would be dropped, and the
+        // row run as if it were not there.
+        let spec_obj = spec.as_object().ok_or_else(|| format!("{}: rows[{i}]: expected an object", path.display()))?;
+        if let Some(k) = spec_obj.keys().find(|k| !ROW_KEYS.contains(&k.as_str())) {
+            return Err(format!(
+                "{}: rows[{i}].{k}: unknown key (expected one of {})",
+                path.display(),
+                ROW_KEYS.join(", ")
+            ));
+        }
         let engine = str_of(spec, "engine").ok_or_else(|| format!("{}: rows[{i}].engine: missing", path.display()))?;
         let load = str_of(spec, "load").ok_or_else(|| format!("{}: rows[{i}].load: missing", path.display()))?;
         let extra = spec.get("match").and_then(Value::as_object).cloned().unwrap_or_default();

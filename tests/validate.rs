@@ -101,6 +101,13 @@ fn a_malformed_validation_set_is_refused_naming_the_field() {
             "{bad}: {err}"
         );
     }
+    // A key the reader does not know is an error naming it (a misspelt `set` ran the row without
+    // its load).
+    let misspelt = r#"{"csv": "CSV", "gpu": "a100-80gb", "scenario": "scenarios/serve-small-vllm.json",
+        "rows": [{"engine": "vllm", "load": "4", "sets": ["workload.max_concurrency=4"]}]}"#;
+    let (c, err) = validate("row_key", misspelt, &csv("100"));
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("rows[0].sets: unknown key (expected one of engine, load"), "{err}");
     // An empty cell is a metric the source does not give: the row runs on the rest.
     let (c, err) = validate("cell_empty", &rows(r#"["workload.max_concurrency=4"]"#), &csv(""));
     assert_eq!(c, 0, "{err}");
