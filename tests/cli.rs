@@ -632,3 +632,45 @@ fn simulate_with_chunked_prefill_off_runs_unchunked_and_refuses_a_small_budget()
     ]));
     assert_eq!(j["completed"], 40);
 }
+
+/// vLLM's V2 model runner on a WSL2 host with a derived pool: the `wsl2_pinned_memory` caveat
+/// says which server servesim sized (`VLLM_WSL2_ENABLE_PIN_MEMORY=1`) and, from 0.30, what the
+/// default (unset) would take from the pool; a pinned pool, a Linux host or the V1 runner
+/// carries none.
+#[test]
+fn a_wsl2_derived_pool_states_its_pinned_memory_assumption() {
+    let caveat = |extra: &[&str]| {
+        let mut a = vec!["simulate", "--json", "--set", "workload.num_prompts=2"];
+        for s in extra {
+            a.extend(["--set", s]);
+        }
+        let out = stdout_json(&run_cli(&a));
+        out["caveats"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["id"] == "wsl2_pinned_memory"))
+            .map(|c| c["message"].as_str().unwrap().to_string())
+    };
+    // The default scenario (0.28, WSL2) pins its logged pool.
+    assert_eq!(caveat(&[]), None);
+    let m = caveat(&["engine.kv_cache_tokens=null"]).expect("0.28 V2 on WSL2, derived pool");
+    assert!(m.contains("VLLM_WSL2_ENABLE_PIN_MEMORY=1") && m.contains("UVA is not available"), "{m}");
+    // 0.31: 128 sequences x 32,768 tokens x 4 bytes = 16 MiB; Qwen2.5-7B's KV cell is
+    // 28 layers x 4 KV heads x 128 x 2 (K, V) x 2 bytes = 57,344 bytes: 292 tokens.
+    let m = caveat(&["engine.kv_cache_tokens=null", "engine.version=0.31.0", "engine.max_num_seqs=128"])
+        .expect("0.31 V2 on WSL2, derived pool");
+    assert!(m.contains("16 MiB a GPU") && m.contains("about 292 tokens"), "{m}");
+    // Qwen3 runs on V2 from 0.22, which cannot start under WSL2 before 0.24 (no pinned memory,
+    // no variable): the V1 runner that starts instead is the one sized.
+    let v1 = ["engine.kv_cache_tokens=null", "engine.version=0.22.0", "model=\"qwen3-8b\""];
+    let m = caveat(&v1).expect("0.22 Qwen3 on WSL2");
+    assert!(m.contains("cannot start") && m.contains("VLLM_USE_V2_MODEL_RUNNER=0"), "{m}");
+    let mut a = vec!["explain", "--json"];
+    for s in &v1 {
+        a.extend(["--set", s]);
+    }
+    let derivation = stdout_json(&run_cli(&a))["memory"]["derivation"].as_str().unwrap().to_string();
+    assert!(derivation.contains("V1 model runner"), "{derivation}");
+    // Qwen2 runs on V1 before 0.25; a Linux host has pinned memory.
+    assert_eq!(caveat(&["engine.kv_cache_tokens=null", "engine.version=0.24.0"]), None);
+    assert_eq!(caveat(&["engine.kv_cache_tokens=null", "hardware=\"rtx-5090\""]), None);
+}

@@ -560,10 +560,11 @@ pub struct PointReport {
     pub caveats: Vec<Caveat>,
 }
 
-/// A modelling shortcut that the measured data show to be far off for the run's shape.
+/// A modelling shortcut that the measured data show to be far off for the run's shape, or an
+/// assumption about the deployment that the result depends on and the scenario cannot say.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Caveat {
-    /// A stable name (`lockstep_waves`, `chat_front_end`).
+    /// A stable name (`lockstep_waves`, `chat_front_end`, `wsl2_pinned_memory`).
     pub id: &'static str,
     /// What the simulation does, what was measured, and what to do about it.
     pub message: String,
@@ -675,9 +676,70 @@ pub fn chat_front_end(spec: &SimSpec, workload: &crate::workload::Workload) -> O
     })
 }
 
+/// [`Caveat::id`] of [`wsl2_pinned_memory`].
+pub const WSL2_PINNED_MEMORY: &str = "wsl2_pinned_memory";
+
+/// The first vLLM release whose V2 model runner starts without pinned memory (its UVA buffers
+/// fall back to the GPU: 0.30.0 `v1/worker/gpu/buffer_utils.py`, `NonUvaBuffer` and
+/// `StagedWriteTensor`; through 0.29 `UvaBuffer` raises "UVA is not available").
+pub const VLLM_V2_WITHOUT_PINNED_MEMORY: crate::engine::Version = crate::engine::Version::new(0, 30, 0);
+
+/// vLLM's V2 model runner with a pool derived from the memory fraction on a Windows/WSL2 host,
+/// where pinned host memory is off unless `VLLM_WSL2_ENABLE_PIN_MEMORY=1`
+/// (`CudaPlatform.is_pin_memory_available`, from 0.24): servesim sizes the pool as a server with
+/// the variable set does. Without it a 0.24–0.29 V2 runner does not start (its request buffers
+/// need UVA; 0.22–0.23 have no such variable, so servesim sizes the V1 runner that starts
+/// instead, `VllmMemoryBehaviour::for_card`), and from 0.30 `RequestState.all_token_ids` (`max_num_seqs × max_model_len` int32 a GPU)
+/// falls back from pinned host memory to the GPU before the pool is sized, which servesim does
+/// not charge (`docs/vllm.md` §5). An assumption, stated where the result depends on it: a
+/// pinned pool (`kv_cache_tokens`, `num_gpu_blocks_override`) does not.
+pub fn wsl2_pinned_memory(spec: &SimSpec) -> Option<Caveat> {
+    let crate::config::EngineSpec::Vllm(v) = &spec.engine else { return None };
+    if spec.fleet.is_some() || !crate::config::wddm_host(&spec.gpu) || spec.kv_sizing.memory.is_none() {
+        return None;
+    }
+    let d = &spec.deployment;
+    let mb =
+        crate::config::VllmMemoryBehaviour::of_release(v.version, &spec.model, d.quantization.is_some(), d.cuda_graphs);
+    if !mb.model_runner_v2 {
+        return None;
+    }
+    let message = if v.version < crate::config::VLLM_WSL2_PIN_MEMORY_VARIABLE {
+        format!(
+            "vLLM {}'s default model runner for this model (V2) cannot start on a Windows/WSL2 host: it needs pinned memory, which this release has none of under WSL2 (VLLM_WSL2_ENABLE_PIN_MEMORY arrives in 0.24). The server that starts there runs the V1 runner (VLLM_USE_V2_MODEL_RUNNER=0), and servesim sizes the KV pool as that one does.",
+            v.version
+        )
+    } else if v.version < VLLM_V2_WITHOUT_PINNED_MEMORY {
+        format!(
+            "on a Windows/WSL2 host vLLM {}'s V2 model runner starts only with VLLM_WSL2_ENABLE_PIN_MEMORY=1 (off by default; without it its request buffers raise \"UVA is not available\"), and servesim sizes the KV pool as that server does. A server run instead on the V1 runner (VLLM_USE_V2_MODEL_RUNNER=0) sizes its pool differently, which servesim does not model for this release; pin the logged pool (engine.kv_cache_tokens) to use it.",
+            v.version
+        )
+    } else {
+        let bytes = u64::from(v.max_num_seqs) * u64::from(v.max_model_len) * 4;
+        let per_token = spec.kv_sizing.kv_bytes_per_token.max(1);
+        let pool = spec.engine.kv_capacity_tokens().max(1);
+        let tokens = bytes / per_token;
+        format!(
+            "servesim sizes the KV pool for a Windows/WSL2 host with VLLM_WSL2_ENABLE_PIN_MEMORY=1. It is off by default, and without it vLLM {} keeps each request slot's token ids (max_num_seqs {} x max_model_len {} int32: {:.0} MiB a GPU) on the GPU instead of in pinned host memory, before the pool is sized: the pool would be about {} tokens ({:.1}%) smaller than this run's {}. Lower max_model_len or max_num_seqs to shrink it, or pin the logged pool (engine.kv_cache_tokens).",
+            v.version,
+            v.max_num_seqs,
+            v.max_model_len,
+            bytes as f64 / (1u64 << 20) as f64,
+            tokens,
+            100.0 * tokens as f64 / pool as f64,
+            pool
+        )
+    };
+    Some(Caveat { id: WSL2_PINNED_MEMORY, message, desynchronised_mean_ttft_ms: None })
+}
+
 /// The caveats of one run ([`Caveat`]).
 pub fn caveats(spec: &SimSpec, workload: &crate::workload::Workload) -> Vec<Caveat> {
-    lockstep_waves(spec, workload).into_iter().chain(chat_front_end(spec, workload)).collect()
+    lockstep_waves(spec, workload)
+        .into_iter()
+        .chain(chat_front_end(spec, workload))
+        .chain(wsl2_pinned_memory(spec))
+        .collect()
 }
 
 impl PointReport {

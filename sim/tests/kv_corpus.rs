@@ -317,9 +317,10 @@ fn derive(row: &Row) -> Derived {
     let _ = granule;
     let logged_bytes = row.logged_tokens * cell;
     let behaviour = match &spec.engine {
-        EngineSpec::Vllm(_) => Some(config::VllmMemoryBehaviour::of_release(
+        EngineSpec::Vllm(_) => Some(config::VllmMemoryBehaviour::for_card(
             row.version,
             &spec.model,
+            &spec.gpu,
             spec.deployment.quantization.is_some(),
             spec.deployment.cuda_graphs,
         )),

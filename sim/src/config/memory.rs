@@ -474,6 +474,10 @@ pub struct VllmMemoryBehaviour {
     pub extensible_kv_cache: bool,
 }
 
+/// The first vLLM release with `VLLM_WSL2_ENABLE_PIN_MEMORY` (0.24.0 `platforms/cuda.py`:
+/// pinned memory under WSL2 on kernels from 4.19.121 when the variable is 1; off by default).
+pub const VLLM_WSL2_PIN_MEMORY_VARIABLE: Version = Version::new(0, 24, 0);
+
 /// Whether the card describes the device as a Windows (WDDM) driver shows it,
 /// as under WSL2: CUDA's total is then the whole memory `nvidia-smi` reports
 /// (an RTX 4090 under WSL2 logs `Free memory on device (22.45/23.99 GiB)`,
@@ -527,6 +531,26 @@ impl VllmMemoryBehaviour {
             consumed_from_free_memory: v >= Version::new(0, 27, 0),
             extensible_kv_cache: v >= VLLM_EXTENSIBLE_KV_CACHE,
         }
+    }
+
+    /// [`Self::of_release`] on `gpu` as its host shows it. On a Windows/WSL2 (WDDM) host vLLM
+    /// 0.22–0.23 has no pinned memory (`Platform.is_pin_memory_available` is false under WSL;
+    /// `VLLM_WSL2_ENABLE_PIN_MEMORY` arrives in 0.24, read in the 0.22.0, 0.23.0 and 0.24.0
+    /// wheels), and the V2 runner's request buffers need it (`UvaBuffer`: "UVA is not
+    /// available"; the runner choice does not check it): the server that starts there runs the
+    /// V1 runner (`VLLM_USE_V2_MODEL_RUNNER=0`), which is what servesim sizes. From 0.24 a WSL2
+    /// server can run V2 with the variable set, which servesim assumes (the
+    /// `wsl2_pinned_memory` caveat, `report::wsl2_pinned_memory`).
+    pub fn for_card(v: Version, model: &ModelCard, gpu: &GpuCard, quantized: bool, cuda_graphs: bool) -> Self {
+        let mut mb = Self::of_release(v, model, quantized, cuda_graphs);
+        if mb.model_runner_v2 && wddm_host(gpu) && v < VLLM_WSL2_PIN_MEMORY_VARIABLE {
+            mb = VllmMemoryBehaviour {
+                model_runner_v2: false,
+                cudagraph_estimate: cuda_graphs && v >= Version::new(0, 20, 0),
+                ..mb
+            };
+        }
+        mb
     }
 }
 
@@ -681,7 +705,7 @@ pub fn vllm_memory_account(
     let requested = (total as f64 * util) as u64;
     let tp = dep.tensor_parallel_size;
     let weights = model.weight_bytes_per_gpu(tp, dep.linear_weight_bytes);
-    let mb = VllmMemoryBehaviour::of_release(version, model, dep.quantization.is_some(), dep.cuda_graphs);
+    let mb = VllmMemoryBehaviour::for_card(version, model, gpu, dep.quantization.is_some(), dep.cuda_graphs);
     let profile_peak = if mb.model_runner_v2 {
         vllm_v2_activation_peak(model, gpu, version, tp, max_batched, max_seqs)
     } else {

@@ -631,7 +631,7 @@ pub(super) fn resolve_vllm(
         // runs on the GPU (compute capability 8.0–12.1: `vllm_v2_sampler_bytes_per_logit`); a card
         // that does not say would size the pool on a guess, unless both answers give the same
         // blocks (the forward's peak, or the all-gather's, dominates).
-        let mb = VllmMemoryBehaviour::of_release(version, model, dep.quantization.is_some(), dep.cuda_graphs);
+        let mb = VllmMemoryBehaviour::for_card(version, model, gpu, dep.quantization.is_some(), dep.cuda_graphs);
         let differs_by_capability = || {
             let blocks_at = |cc: &str| {
                 let card = GpuCard { compute_capability: Some(cc.to_string()), ..gpu.clone() };
