@@ -72,6 +72,7 @@ mod memory;
 mod overrides;
 mod schema;
 mod sglang;
+mod strict;
 mod vllm;
 mod workload;
 

@@ -445,9 +445,10 @@ pub struct Scenario {
     pub fleet: Option<super::fleet::FleetSection>,
 }
 
-/// Deserializes strictly, reporting the path of the first bad field.
+/// Deserializes strictly, reporting the path of the first bad field; a struct given as an array
+/// is an error naming it (serde would read its fields by position: [`super::strict`]).
 pub fn from_value<T: serde::de::DeserializeOwned>(v: Value, prefix: &str) -> Result<T> {
-    serde_path_to_error::deserialize(v).map_err(|e| {
+    serde_path_to_error::deserialize(super::strict::Strict(v)).map_err(|e| {
         let inner = e.path().to_string();
         let path = match (prefix.is_empty(), inner.as_str()) {
             (true, _) => inner.clone(),
@@ -519,38 +520,22 @@ pub fn no_duplicate_keys(text: &str) -> std::result::Result<(), String> {
     Check(String::new()).deserialize(&mut de).map_err(|e| e.to_string())
 }
 
-/// The scenario's sections that are JSON objects. Serde reads a struct from an array too, its
-/// fields by position: `--set 'cost.coefficients=[5000]'` ran with `step_us` 5000 and the rest
-/// unset, `cost.prior=[1]` with a `prefill_mfu` of 1, without a word.
-const OBJECT_SECTIONS: &[&str] = &["engine", "workload", "cost", "fleet"];
-const OBJECT_SUBSECTIONS: &[(&str, &str)] = &[
-    ("workload", "output_len_dist"),
-    ("cost", "coefficients"),
-    ("cost", "prior"),
-    ("fleet", "router"),
-    ("fleet", "decode_router"),
-];
+/// The scenario's internally tagged enum sections (`#[serde(tag = ...)]`). [`from_value`] refuses
+/// a struct given as an array wherever serde asks for a struct, but serde reads an internally
+/// tagged enum through `deserialize_any`, and takes an array there too, its tag and fields by
+/// position (`fleet.router=["round_robin"]`); these are checked by name. A new internally tagged
+/// section joins this list.
+const TAGGED_SECTIONS: &[(&str, &str)] =
+    &[("workload", "output_len_dist"), ("fleet", "router"), ("fleet", "decode_router")];
 
-/// A section or subsection given as an array is an error naming it (see [`OBJECT_SECTIONS`]).
-fn sections_are_objects(v: &Value) -> Result<()> {
-    let not_object = |path: String, got: &Value| {
-        ConfigError::new(path, format!("expected an object of named fields, got an array ({got})"))
-    };
-    for s in OBJECT_SECTIONS {
-        if let Some(a @ Value::Array(_)) = v.get(s) {
-            return Err(not_object(s.to_string(), a));
-        }
-    }
-    for (s, f) in OBJECT_SUBSECTIONS {
+/// A tagged section given as an array is an error naming it (see [`TAGGED_SECTIONS`]).
+fn tagged_sections_are_objects(v: &Value) -> Result<()> {
+    for (s, f) in TAGGED_SECTIONS {
         if let Some(a @ Value::Array(_)) = v.get(s).and_then(|x| x.get(f)) {
-            return Err(not_object(format!("{s}.{f}"), a));
-        }
-    }
-    if let Some(groups) = v.get("fleet").and_then(|f| f.get("replicas")).and_then(Value::as_array) {
-        for (i, g) in groups.iter().enumerate() {
-            if g.is_array() {
-                return Err(not_object(format!("fleet.replicas[{i}]"), g));
-            }
+            return Err(ConfigError::new(
+                format!("{s}.{f}"),
+                format!("expected an object of named fields, got an array ({a})"),
+            ));
         }
     }
     Ok(())
@@ -559,7 +544,7 @@ fn sections_are_objects(v: &Value) -> Result<()> {
 /// Reads a scenario from its JSON (after `--set`), strictly: [`from_value`], and no section
 /// given as an array.
 pub fn scenario_from_value(v: Value) -> Result<Scenario> {
-    sections_are_objects(&v)?;
+    tagged_sections_are_objects(&v)?;
     from_value(v, "")
 }
 
