@@ -25,6 +25,19 @@ fn not_an_object(a: Vec<Value>) -> Error {
 
 struct Seq(std::vec::IntoIter<Value>);
 
+/// An array handed to `visitor` as serde_json hands it: elements the visitor leaves unread (a
+/// tuple or fixed-size array given too many) are an error, not dropped.
+fn visit_array<'de, V: Visitor<'de>>(a: Vec<Value>, visitor: V) -> Result<V::Value, Error> {
+    let len = a.len();
+    let mut seq = Seq(a.into_iter());
+    let out = visitor.visit_seq(&mut seq)?;
+    if seq.0.len() == 0 {
+        Ok(out)
+    } else {
+        Err(de::Error::invalid_length(len, &"fewer elements in array"))
+    }
+}
+
 impl<'de> de::SeqAccess<'de> for Seq {
     type Error = Error;
     fn next_element_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<Option<T::Value>, Error> {
@@ -135,7 +148,7 @@ impl<'de> de::Deserializer<'de> for Strict {
 
     fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
         match self.0 {
-            Value::Array(a) => visitor.visit_seq(Seq(a.into_iter())),
+            Value::Array(a) => visit_array(a, visitor),
             Value::Object(m) => visitor.visit_map(MapAccess::new(m)),
             v => v.deserialize_any(visitor),
         }
@@ -163,7 +176,7 @@ impl<'de> de::Deserializer<'de> for Strict {
 
     fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
         match self.0 {
-            Value::Array(a) => visitor.visit_seq(Seq(a.into_iter())),
+            Value::Array(a) => visit_array(a, visitor),
             v => v.deserialize_seq(visitor),
         }
     }
@@ -288,6 +301,19 @@ mod tests {
         let mut v = good();
         v["inner"] = serde_json::json!([1]);
         assert_eq!(serde_json::from_value::<Outer>(v).unwrap().inner, Inner { a: 1, b: None });
+    }
+
+    #[test]
+    fn an_array_with_elements_left_over_is_refused_as_serde_json_refuses_it() {
+        for bad in [serde_json::json!([1, "s", 2]), serde_json::json!([1, "s", null])] {
+            let mut v = good();
+            v["pair"] = bad.clone();
+            let e = read(v).unwrap_err();
+            assert!(e.starts_with("pair") && e.contains("invalid length 3, expected fewer elements in array"), "{e}");
+            assert!(serde_json::from_value::<(u32, String)>(bad).is_err());
+        }
+        let e = serde_path_to_error::deserialize::<_, [u32; 2]>(Strict(serde_json::json!([1, 2, 3]))).unwrap_err();
+        assert!(e.to_string().contains("fewer elements in array"), "{e}");
     }
 
     #[test]
