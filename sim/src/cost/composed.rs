@@ -3,7 +3,8 @@
 //! ```text
 //! step = GPU + CPU
 //! GPU  = Σ_layers [ GEMM_qkv(m) + GEMM_o(m) + GEMM_gate_up(m) + GEMM_down(m)
-//!                   + decode attention(decodes, their mean context)
+//!                   + decode attention(decodes, their mean context)   (vLLM's FlashAttention 2 in
+//!                     a step with prefill chunks: decodes × query heads per KV head)
 //!                   + Σ_chunks prefill attention(chunk over its cached prefix)
 //!                   + 2 × all-reduce(m × hidden)            (TP > 1, each plus the
 //!                                                             wait for the slowest rank)
@@ -178,6 +179,29 @@ pub struct EngineKernels {
     pub allreduce_rms_fused_up_to: Option<u64>,
     /// The engine's own element-wise kernels a layer: (every step, more from two tokens).
     pub layer_small_kernels: Option<(f64, f64)>,
+    /// vLLM's FlashAttention 2 ([`vllm_fa2_unpacked_mixed_decodes`]): in a step with prefill
+    /// chunks each decode runs one query tile per query head, not per KV head.
+    pub unpacked_mixed_decodes: bool,
+}
+
+/// Whether vLLM runs a mixed step's decodes without packing a KV head's query heads together:
+/// its FlashAttention backend with FlashAttention 2 (vLLM's own on compute capability 8.x:
+/// `get_flash_attn_version`, 3 only on major 9), the default there for a 16-bit KV cache
+/// (`attention_lane` `None` on 8.x) or asked for (`"flash_attn"`).
+///
+/// vLLM's FlashAttention backend makes one `flash_attn_varlen_func` call a layer for the whole
+/// step, prefill chunks and decodes together (`FlashAttentionImpl.forward`, read in 0.11.0).
+/// FlashAttention 2's `mha_varlen_fwd` (vllm-project/flash-attention `csrc/flash_attn/
+/// flash_api.cpp`) packs the query heads of one KV head into the query tile
+/// (`seqlenq_ngroups_swapped`: the `(b, 1, heads)` queries become `(b, heads/kv_heads, kv_heads)`)
+/// only when `max_seqlen_q == 1`, a decode-only step; with a prefill chunk in the step every
+/// decode is a sequence of one query row, run as one 64-row tile per *query* head over its whole
+/// context, each re-reading its KV head's cache. aiconfigurator's decode table timed decode-only
+/// batches (`collector/vllm/collect_attn.py`: `query_lens=[1] * batch`), the packed kernel, whose
+/// blocks are one such tile per KV head: `heads / kv_heads` times the batch of them is the
+/// unpacked kernel's work ([`ComposedCost::gpu_us`]).
+pub fn vllm_fa2_unpacked_mixed_decodes(capability: Option<(u32, u32)>, attention_lane: Option<&str>) -> bool {
+    capability.is_some_and(|c| c.0 == 8) && matches!(attention_lane, None | Some("flash_attn"))
 }
 
 /// Whether `engine` (`"vllm"` / `"sglang"`) fuses fp8 activation quantisations into element-wise
@@ -574,6 +598,12 @@ pub struct ComposedCost {
     allreduce_rms_fused_up_to: u64,
     /// The expected wait for the slowest rank at each collective, µs (0 without TP).
     skew_us: f64,
+    /// The decode batch a step's decodes are timed at, per decode, in a step with prefill
+    /// chunks: 1, or the query heads per KV head where the engine does not pack them there
+    /// ([`vllm_fa2_unpacked_mixed_decodes`]).
+    mixed_decode_batch_per_decode: u64,
+    /// Query heads per KV head, per GPU (1 without grouped KV heads).
+    gqa_group: u64,
     graphs: GraphRule,
     /// The graph rule the engine would have used, where the deployment turned graphs off.
     forgone: Option<GraphRule>,
@@ -599,6 +629,7 @@ impl PartialEq for ComposedCost {
             && self.allreduce_rms_fused_up_to == o.allreduce_rms_fused_up_to
             && self.layer_small_kernels == o.layer_small_kernels
             && self.skew_us == o.skew_us
+            && self.mixed_decode_batch_per_decode == o.mixed_decode_batch_per_decode
             && self.sync_cpu == o.sync_cpu
             && self.forgone == o.forgone
     }
@@ -842,6 +873,8 @@ impl ComposedCost {
             allreduce_rms_fused_up_to: 0,
             layer_small_kernels: (ELEMENTWISE_OPS_PER_LAYER, 0.0),
             skew_us: collective_skew_us(tp),
+            mixed_decode_batch_per_decode: 1,
+            gqa_group: if heads.kv_heads > 0 { u64::from((heads.heads / heads.kv_heads).max(1)) } else { 1 },
             graphs,
             forgone,
             sync_cpu,
@@ -879,6 +912,23 @@ impl ComposedCost {
         if let Some(n) = k.allreduce_rms_fused_up_to {
             self.fuse_allreduce_rms(n);
         }
+        if k.unpacked_mixed_decodes {
+            self.unpack_mixed_decodes();
+        }
+    }
+
+    /// [`vllm_fa2_unpacked_mixed_decodes`]: a step with prefill chunks times its `d` decodes as
+    /// the packed decode kernel's batch of `d × heads / kv_heads` (per GPU), which runs the same
+    /// tiles; the cost source says so. Nothing changes without grouped KV heads.
+    fn unpack_mixed_decodes(&mut self) {
+        if self.gqa_group <= 1 {
+            return;
+        }
+        self.mixed_decode_batch_per_decode = self.gqa_group;
+        self.source = format!(
+            "{}; decodes beside prefill chunks unpacked (FlashAttention 2: {} query heads per KV head)",
+            self.source, self.mixed_decode_batch_per_decode
+        );
     }
 
     /// How steps run as CUDA graphs (eager when the deployment has none).
@@ -983,7 +1033,9 @@ impl ComposedCost {
         let mut attn_ms = 0.0;
         if s.decode_tokens > 0 {
             let b = s.decode_tokens as f64;
-            attn_ms += self.gen_flat.at_whole_a(s.decode_tokens, s.decode_context_tokens as f64 / b);
+            let batch =
+                if s.num_chunks > 0 { s.decode_tokens * self.mixed_decode_batch_per_decode } else { s.decode_tokens };
+            attn_ms += self.gen_flat.at_whole_a(batch, s.decode_context_tokens as f64 / b);
         }
         if s.num_chunks > 0 {
             let b = f64::from(s.num_chunks);
@@ -1468,6 +1520,47 @@ mod tests {
         assert!((0.95..=1.0).contains(&prefill), "prefill GEMM fp8/bf16 = {prefill}");
     }
 
+    /// vLLM's FlashAttention 2 (compute capability 8.x) runs the decodes of a step with prefill
+    /// chunks without packing a KV head's query heads: they cost the packed decode table at
+    /// `heads / kv_heads` times their batch; a decode-only step, a prefill-only step, Hopper's
+    /// FlashAttention 3 and another backend are unchanged.
+    #[test]
+    fn fa2_mixed_steps_time_their_decodes_unpacked() {
+        let res = crate::builtin::resources().unwrap();
+        let model = res.models.iter().find(|m| m.id == "qwen3-14b").unwrap().clone();
+        let a100 = res.gpus.iter().find(|g| g.id == "a100-80gb").unwrap().clone();
+        let h100 = llama8b_h100().1;
+        assert!(vllm_fa2_unpacked_mixed_decodes(a100.capability(), None));
+        assert!(vllm_fa2_unpacked_mixed_decodes(a100.capability(), Some("flash_attn")));
+        assert!(!vllm_fa2_unpacked_mixed_decodes(a100.capability(), Some("flashinfer")));
+        assert!(!vllm_fa2_unpacked_mixed_decodes(h100.capability(), None));
+        let dep = Deployment::single(&model);
+        let plain = build_on(&model, &a100, "vllm", &dep, 1);
+        let mut fa2 = build_on(&model, &a100, "vllm", &dep, 1);
+        fa2.apply_engine_kernels(EngineKernels { unpacked_mixed_decodes: true, ..Default::default() });
+        assert!(fa2.source.contains("unpacked") && !plain.source.contains("unpacked"), "{}", fa2.source);
+        // Qwen3-14B: 40 query heads over 8 KV heads.
+        assert_eq!(fa2.mixed_decode_batch_per_decode, 5);
+        let (d, ctx) = (64u64, 2048u64);
+        let mut mixed = StepShape::decodes(d, d * ctx);
+        mixed.add_prefill(0, 2048 - d);
+        let layers = f64::from(model.num_layers);
+        let want = layers * 1e3 * (plain.gen.at((5 * d) as f64, ctx as f64) - plain.gen.at(d as f64, ctx as f64));
+        let got = fa2.gpu_us(&mixed) - plain.gpu_us(&mixed);
+        assert!(want > 0.0 && (got - want).abs() < 1e-6 * want, "{got} vs {want}");
+        let decodes = StepShape::decodes(d, d * ctx);
+        assert_eq!(fa2.gpu_us(&decodes), plain.gpu_us(&decodes));
+        let mut prefill = StepShape::default();
+        prefill.add_prefill(0, 2048);
+        assert_eq!(fa2.gpu_us(&prefill), plain.gpu_us(&prefill));
+        // Without grouped KV heads there is nothing to unpack.
+        let mut mha = model.clone();
+        mha.num_kv_heads = mha.num_attention_heads;
+        let mut c = build_on(&mha, &a100, "vllm", &Deployment::single(&mha), 1);
+        c.apply_engine_kernels(EngineKernels { unpacked_mixed_decodes: true, ..Default::default() });
+        assert_eq!(c.mixed_decode_batch_per_decode, 1);
+    }
+
     /// vLLM's all-reduce + RMSNorm fusion takes the two add + RMSNorm kernels a layer (their
     /// fixed time and bytes) out of the steps it covers, and nothing else; at TP 1 it is a no-op.
     #[test]
@@ -1519,6 +1612,7 @@ mod tests {
         sg.apply_engine_kernels(EngineKernels {
             allreduce_rms_fused_up_to: None,
             layer_small_kernels: Some((5.0, 1.0)),
+            unpacked_mixed_decodes: false,
         });
         for (m, more) in [(1u64, 1.0), (2, 2.0), (512, 2.0)] {
             let d = sg.per_token_count_us(m) - plain.per_token_count_us(m);
