@@ -185,9 +185,11 @@ pub struct EngineKernels {
 }
 
 /// Whether vLLM runs a mixed step's decodes without packing a KV head's query heads together:
-/// its FlashAttention backend with FlashAttention 2 (vLLM's own on compute capability 8.x:
-/// `get_flash_attn_version`, 3 only on major 9), the default there for a 16-bit KV cache
-/// (`attention_lane` `None` on 8.x) or asked for (`"flash_attn"`).
+/// its FlashAttention backend with FlashAttention 2 (vLLM's own on compute capability 8.x and
+/// 12.x: `get_flash_attn_version` takes 3 only on major 9 and 4 only on major 10, read in
+/// 0.28.0), the default there for a 16-bit KV cache (`attention_lane` `None`: FLASH_ATTN heads
+/// the backend priorities everywhere but major 10, `_get_backend_priorities`) or asked for
+/// (`"flash_attn"`). The RTX 5090 and RTX PRO 6000 (12.0) run the same kernel as the A100.
 ///
 /// vLLM's FlashAttention backend makes one `flash_attn_varlen_func` call a layer for the whole
 /// step, prefill chunks and decodes together (`FlashAttentionImpl.forward`, read in 0.11.0).
@@ -201,7 +203,7 @@ pub struct EngineKernels {
 /// blocks are one such tile per KV head: `heads / kv_heads` times the batch of them is the
 /// unpacked kernel's work ([`ComposedCost::gpu_us`]).
 pub fn vllm_fa2_unpacked_mixed_decodes(capability: Option<(u32, u32)>, attention_lane: Option<&str>) -> bool {
-    capability.is_some_and(|c| c.0 == 8) && matches!(attention_lane, None | Some("flash_attn"))
+    capability.is_some_and(|c| matches!(c.0, 8 | 12)) && matches!(attention_lane, None | Some("flash_attn"))
 }
 
 /// Whether `engine` (`"vllm"` / `"sglang"`) fuses fp8 activation quantisations into element-wise
@@ -1534,6 +1536,10 @@ mod tests {
         assert!(vllm_fa2_unpacked_mixed_decodes(a100.capability(), Some("flash_attn")));
         assert!(!vllm_fa2_unpacked_mixed_decodes(a100.capability(), Some("flashinfer")));
         assert!(!vllm_fa2_unpacked_mixed_decodes(h100.capability(), None));
+        for (id, fa2) in [("rtx-5090", true), ("b200", false)] {
+            let g = res.gpus.iter().find(|g| g.id == id).unwrap();
+            assert_eq!(vllm_fa2_unpacked_mixed_decodes(g.capability(), None), fa2, "{id}");
+        }
         let dep = Deployment::single(&model);
         let plain = build_on(&model, &a100, "vllm", &dep, 1);
         let mut fa2 = build_on(&model, &a100, "vllm", &dep, 1);
