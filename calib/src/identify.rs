@@ -664,7 +664,10 @@ pub fn linear_prior(base: &CostModel) -> CostModel {
             s.decode_context_tokens as f64,
         ]
     };
-    let y: Vec<f64> = shapes.iter().map(|s| c.step_us(s) - per_seq * f64::from(s.num_seqs)).collect();
+    // The packed kernel's times: the linear model has no term for decodes that run unpacked
+    // beside a prefill chunk (`ComposedCost::unpacked_decode_surcharge_us`, which a correction
+    // counts with the decodes), and fitting it on them bent the pairs' coefficient to zero.
+    let y: Vec<f64> = shapes.iter().map(|s| c.step_us_packed(s) - per_seq * f64::from(s.num_seqs)).collect();
     let mut active = [true; 5];
     let beta = loop {
         let idx: Vec<usize> = (0..5).filter(|&i| active[i]).collect();

@@ -497,7 +497,9 @@ impl CostModel {
     }
 
     /// A step's time in corrected mode, µs: the composed cost split into its decodes' part
-    /// (the same step without its prefill chunks) and what the prefill chunks add to it;
+    /// (the same step without its prefill chunks, plus what running them unpacked beside the
+    /// chunks adds, `ComposedCost::unpacked_decode_surcharge_us`) and what the prefill chunks
+    /// add to it;
     /// each part scaled by how much the linear model's terms of that part moved (decodes:
     /// `step_us`, their `per_seq_us`, `decode_token_us`, `decode_kv_us`; prefill: the
     /// chunks' `per_seq_us`, `prefill_token_us`, `prefill_attention_us`). A prefill-only
@@ -524,7 +526,8 @@ impl CostModel {
             let mut only = StepShape::decodes(s.decode_tokens, s.decode_context_tokens);
             only.num_seqs = dec_seqs as u32;
             only.cpu_overlapped = s.cpu_overlapped;
-            let decodes = c.step_us(&only).min(whole);
+            // Decodes that run unpacked beside the chunks re-read their KV: decode work.
+            let decodes = (c.step_us(&only) + c.unpacked_decode_surcharge_us(s)).min(whole);
             (decodes, scale(decodes, dec(&k), dec(r)))
         };
         decode_part + scale(whole - decodes, pre(&k), pre(r))

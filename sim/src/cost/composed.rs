@@ -1012,11 +1012,13 @@ impl ComposedCost {
 
     /// The GPU time of a step, µs (kernels only: no CPU time, no launch floor).
     pub fn gpu_us(&self, s: &StepShape) -> f64 {
-        self.gpu_us_as(s, self.in_graph(s))
+        self.gpu_us_as(s, self.in_graph(s), self.mixed_decode_batch_per_decode)
     }
 
-    /// [`ComposedCost::gpu_us`] of a step that runs as a CUDA graph (`graph`) or eagerly.
-    fn gpu_us_as(&self, s: &StepShape, graph: bool) -> f64 {
+    /// [`ComposedCost::gpu_us`] of a step that runs as a CUDA graph (`graph`) or eagerly, its
+    /// decodes beside prefill chunks timed at `unpack` times their batch.
+    #[inline]
+    fn gpu_us_as(&self, s: &StepShape, graph: bool, unpack: u64) -> f64 {
         let m = s.total_tokens();
         if m == 0 {
             return 0.0;
@@ -1035,8 +1037,7 @@ impl ComposedCost {
         let mut attn_ms = 0.0;
         if s.decode_tokens > 0 {
             let b = s.decode_tokens as f64;
-            let batch =
-                if s.num_chunks > 0 { s.decode_tokens * self.mixed_decode_batch_per_decode } else { s.decode_tokens };
+            let batch = if s.num_chunks > 0 { s.decode_tokens * unpack } else { s.decode_tokens };
             attn_ms += self.gen_flat.at_whole_a(batch, s.decode_context_tokens as f64 / b);
         }
         if s.num_chunks > 0 {
@@ -1094,8 +1095,35 @@ impl ComposedCost {
 
     /// The step's duration, µs.
     pub fn step_us(&self, s: &StepShape) -> f64 {
+        self.step_us_with(s, self.mixed_decode_batch_per_decode)
+    }
+
+    /// [`ComposedCost::step_us`] with a step's decodes beside prefill chunks timed packed, as
+    /// the decode table times them ([`vllm_fa2_unpacked_mixed_decodes`]): the same where the
+    /// engine packs them.
+    pub fn step_us_packed(&self, s: &StepShape) -> f64 {
+        self.step_us_with(s, 1)
+    }
+
+    /// Whether steps with prefill chunks time their decodes unpacked
+    /// ([`vllm_fa2_unpacked_mixed_decodes`]).
+    pub fn unpacks_mixed_decodes(&self) -> bool {
+        self.mixed_decode_batch_per_decode > 1
+    }
+
+    /// What running a step's decodes unpacked beside its prefill chunks adds to it, µs:
+    /// decode work (their KV re-read once per query head), 0 where the engine packs them.
+    pub fn unpacked_decode_surcharge_us(&self, s: &StepShape) -> f64 {
+        if !self.unpacks_mixed_decodes() || s.num_chunks == 0 || s.decode_tokens == 0 {
+            return 0.0;
+        }
+        (self.step_us(s) - self.step_us_packed(s)).max(0.0)
+    }
+
+    #[inline]
+    fn step_us_with(&self, s: &StepShape, unpack: u64) -> f64 {
         let graph = self.in_graph(s);
-        let mut gpu = self.gpu_us_as(s, graph);
+        let mut gpu = self.gpu_us_as(s, graph, unpack);
         if !graph {
             gpu = gpu.max(LAUNCH_PER_LAYER_US * self.layers);
             // A step a graph would have covered, run eagerly because graphs were turned off:
