@@ -550,9 +550,50 @@ struct BaselineGroup {
     n: Option<usize>,
     #[serde(default)]
     cost_source: Option<String>,
+    /// The group's median |error| and count per metric family: `calib` scales each family's
+    /// uncalibrated band by this GPU and engine's record in that family.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    families: Option<BaselineFamilies>,
 }
 
-const BASELINE_ABOUT: &str = "servesim validate: per group (published set | GPU | engine), the median |error| over every compared metric, in %. CI fails when a group gets worse by more than a point (tests/validate.rs). `corpus`: the median and p90 |error| per metric family over the whole corpus, read by calib (uncalibrated intervals, the composed prior's sigma), and the sd of ln(simulated / published) of means and medians within a group and between groups (calib reads the within-group sd as the model's discrepancy at a point fitted from published results).";
+/// A baseline group's median |error| per metric family (the families it has values of).
+#[derive(Serialize, Deserialize)]
+struct BaselineFamilies {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    ttft: Option<BaselineFamily>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tpot: Option<BaselineFamily>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    itl: Option<BaselineFamily>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    e2el: Option<BaselineFamily>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    throughput: Option<BaselineFamily>,
+}
+
+/// One family of a baseline group: median |error| in %, over `n` values.
+#[derive(Serialize, Deserialize)]
+struct BaselineFamily {
+    median_abs_error_pct: Option<f64>,
+    n: usize,
+}
+
+impl BaselineFamilies {
+    fn of(f: &FamiliesOut) -> BaselineFamilies {
+        let one = |x: &Option<FamilyOut>| {
+            x.as_ref().map(|x| BaselineFamily { median_abs_error_pct: x.median_abs_error_pct, n: x.n })
+        };
+        BaselineFamilies {
+            ttft: one(&f.ttft),
+            tpot: one(&f.tpot),
+            itl: one(&f.itl),
+            e2el: one(&f.e2el),
+            throughput: one(&f.throughput),
+        }
+    }
+}
+
+const BASELINE_ABOUT: &str = "servesim validate: per group (published set | GPU | engine), the median |error| over every compared metric, in %. CI fails when a group gets worse by more than a point (tests/validate.rs). `families`: a group's median |error| and count per metric family, read by calib (each family's uncalibrated band follows its GPU and engine's record in that family). `corpus`: the median and p90 |error| per metric family over the whole corpus, read by calib (uncalibrated intervals, the composed prior's sigma), and the sd of ln(simulated / published) of means and medians within a group and between groups (calib reads the within-group sd as the model's discrepancy at a point fitted from published results).";
 
 /// A JSON object as its entries in order.
 mod in_order {
@@ -859,6 +900,7 @@ pub fn run(a: ValidateArgs) -> Result<ExitCode, String> {
                             median_abs_error_pct: g.median_abs_error_pct,
                             n: Some(g.n),
                             cost_source: Some(g.cost_source.clone()),
+                            families: Some(BaselineFamilies::of(&g.families)),
                         },
                     )
                 })
