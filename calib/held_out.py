@@ -8,7 +8,9 @@ size), the row at the lowest load is written as a result file and fitted with
 the profile (whose ensemble gives each metric a 90% interval). Printed per group: the
 median |error| over the held-out rows' published metrics, uncalibrated and calibrated,
 and how often the published value lies inside the calibrated 90% interval (and inside the
-uncalibrated interval of `simulate --uncertainty`).
+uncalibrated interval of `simulate --uncertainty`), and the median over its held-out values of
+the uncalibrated interval's width as p95/p05; last, the median widths over every held-out
+value, calibrated and uncalibrated, so that coverage gained by widening every band shows.
 
     python3 calib/held_out.py [target/release/servesim]    # from the repository root
     HELD_OUT_ONLY=phase0 python3 calib/held_out.py ...     # only the sets whose file name has it
@@ -23,6 +25,8 @@ The same for the model-error term of the calibrated intervals (the uncalibrated 
 for the GPU and engine, which `calibrate` reads from validation/baseline.json): recomputed
 without the set and passed as `--model-error`, to `calibrate` and to the uncalibrated
 `simulate --uncertainty` whose intervals the last column judges.
+HELD_OUT_POOLED_BAND=1 scales every family's uncalibrated 90% |error| by the GPU and engine's
+record over every metric pooled (the rule before 2026-12-05), for comparison.
 HELD_OUT_CORPUS_DISCREPANCY=1 uses the corpus' as it is instead (both terms); HELD_OUT_DISCREPANCY_SCALE=k
 multiplies the estimated sd by k (how much the verdicts depend on the estimate).
 """
@@ -103,10 +107,13 @@ def quantile(v, q):
 
 def model_error_without(left_out, gpu, kind):
     """The uncalibrated 90% |error| per family that `calibrate --from-results` adds to a
-    profile's intervals (calib's `uncalibrated_errors`: the corpus p90 of each family, scaled
-    by the n-weighted median group error of this GPU and engine over the corpus', to the power
-    of the credibility of its groups), recomputed
-    from `validate --json` without the set `left_out`; as `--model-error`'s argument."""
+    profile's intervals (calib's `uncalibrated_errors`), recomputed from `validate --json`
+    without the set `left_out`; as `--model-error`'s argument. Each family: the corpus p90 of
+    that family, scaled by (m / a)^Z, m the n-weighted median of this GPU and engine's group
+    medians |error| of that family, a the same over every group, Z = n / (n + k) the credibility
+    of its n groups with k from that family's group medians; a family none of this GPU and
+    engine's groups has takes the scale of the group medians over every metric (and
+    HELD_OUT_POOLED_BAND=1 gives every family that pooled scale, the rule before 2026-12-05)."""
     groups, fams = {}, {f: [] for f in FAMILIES}
     for r in validate_json()["rows"]:
         if r["set"] == left_out:
@@ -115,7 +122,7 @@ def model_error_without(left_out, gpu, kind):
             if m.get("error_pct") is None:
                 continue
             e = abs(m["error_pct"]) / 100
-            groups.setdefault(r["group"], []).append(e)
+            groups.setdefault(r["group"], {}).setdefault(family(m["key"]), []).append(e)
             fams[family(m["key"])].append(e)
 
     def weighted_median(gs):
@@ -130,16 +137,36 @@ def model_error_without(left_out, gpu, kind):
     def engine_kind(label):
         return next((k for k in ("vllm", "sglang") if k in label.lower()), None)
 
-    mine = [v for g, v in groups.items()
-            if g.split(" | ")[1].split()[-1] == gpu and engine_kind(g.split(" | ")[2]) == kind]
-    every = list(groups.values())
-    m, a = (weighted_median(mine) if mine else None), weighted_median(every)
-    keyed = [(g.split(" | ")[1].split()[-1] + " " + engine_kind(g.split(" | ")[2]), math.log(quantile(v, 0.5)))
-             for g, v in groups.items() if engine_kind(g.split(" | ")[2]) and quantile(v, 0.5) > 0]
-    k = credibility_k(keyed)
-    z = len(mine) / (len(mine) + k) if (mine and math.isfinite(k)) else 0.0
-    scale = (m / a) ** z if (m and a) else 1.0
-    return ",".join(f"{f}={quantile(v, 0.9) * scale:.4f}" for f, v in fams.items() if v)
+    def gpu_of(g):
+        return g.split(" | ")[1].split()[-1]
+
+    def kind_of(g):
+        return engine_kind(g.split(" | ")[2])
+
+    def scale_of(values):
+        """(m / a)^Z over `values`: group -> that group's |errors|; None without a group of mine
+        (or where m or a is 0), as calib's `band_parts`."""
+        mine = [v for g, v in values.items() if gpu_of(g) == gpu and kind_of(g) == kind]
+        if not mine:
+            return None
+        m, a = weighted_median(mine), weighted_median(list(values.values()))
+        keyed = [(gpu_of(g) + " " + kind_of(g), math.log(quantile(v, 0.5)))
+                 for g, v in values.items() if kind_of(g) and quantile(v, 0.5) > 0]
+        k = credibility_k(keyed)
+        z = len(mine) / (len(mine) + k) if math.isfinite(k) else 0.0
+        return (m / a) ** z if (m and a) else None
+
+    pooled = scale_of({g: [e for v in fs.values() for e in v] for g, fs in groups.items()})
+    pooled = 1.0 if pooled is None else pooled
+    out = []
+    for f, v in fams.items():
+        if not v:
+            continue
+        own = None
+        if not os.environ.get("HELD_OUT_POOLED_BAND"):
+            own = scale_of({g: fs[f] for g, fs in groups.items() if fs.get(f)})
+        out.append(f"{f}={quantile(v, 0.9) * (pooled if own is None else own):.4f}")
+    return ",".join(out)
 
 
 def credibility_k(keyed):
@@ -221,6 +248,7 @@ def main():
     print(f"(profiles and scenarios in {tmp})", file=sys.stderr)
     d = os.path.join(root, "validation/published")
     totals = {"in": 0, "n": 0, "in_uncal": 0}
+    widths = {"cal": [], "uncal": []}
     scale = discrepancy_scale()
     logs = [] if os.environ.get("HELD_OUT_CORPUS_DISCREPANCY") else corpus_logs()
     rows_out = []
@@ -286,6 +314,7 @@ def main():
                 print(f"{g}: calibrate failed: {c.stderr.strip()[:300]}")
                 continue
             e_unc, e_cal, inside, inside_u, n = [], [], 0, 0, 0
+            w_u = []
             for (load, i, sc, pub), sf in zip(pts[1:], files[1:]):
                 u = sim(sf, "--uncertainty", *unc_me)
                 k = sim(sf, "--set", f"cost.profile={prof}")
@@ -307,6 +336,13 @@ def main():
                         inside += 1
                     if ivu and ivu["p05"] <= x <= ivu["p95"]:
                         inside_u += 1
+                    # An interval's width as the ratio of its ends (a coverage gained by widening
+                    # every band shows here).
+                    if iv and iv["p05"] > 0:
+                        widths["cal"].append(iv["p95"] / iv["p05"])
+                    if ivu and ivu["p05"] > 0:
+                        widths["uncal"].append(ivu["p95"] / ivu["p05"])
+                        w_u.append(ivu["p95"] / ivu["p05"])
             if n == 0:
                 continue
             mu, mc = statistics.median(e_unc), statistics.median(e_cal)
@@ -314,11 +350,15 @@ def main():
             totals["in_uncal"] += inside_u
             totals["n"] += n
             label = f"{g[0]} | {g[1]}" + (f" | {g[2]}" if g[2] != "{}" else "")
-            rows_out.append((label, pts[0][0], len(pts) - 1, n, mu, mc, inside / n, inside_u / n))
+            wu = statistics.median(w_u) if w_u else float("nan")
+            rows_out.append((label, pts[0][0], len(pts) - 1, n, mu, mc, inside / n, inside_u / n, wu))
             print(f"| {label} | {pts[0][0]:g} | {len(pts) - 1} | {n} | {100 * mu:.1f} | {100 * mc:.1f} | "
                   f"{'better' if mc < mu - 0.005 else ('worse' if mc > mu + 0.005 else 'same')} | "
-                  f"{100 * inside / n:.0f}% | {100 * inside_u / n:.0f}% |", flush=True)
+                  f"{100 * inside / n:.0f}% | {100 * inside_u / n:.0f}% | {wu:.2f} |", flush=True)
     if totals["n"]:
+        med = lambda v: statistics.median(v) if v else float("nan")
+        print(f"width: median p95/p05 over held-out values: calibrated {med(widths['cal']):.2f}, "
+              f"uncalibrated {med(widths['uncal']):.2f}")
         print(f"coverage: calibrated 90% intervals hold {totals['in']}/{totals['n']} = "
               f"{100 * totals['in'] / totals['n']:.0f}% of held-out published values; "
               f"uncalibrated intervals {totals['in_uncal']}/{totals['n']} = {100 * totals['in_uncal'] / totals['n']:.0f}%")

@@ -8,9 +8,10 @@
 //!
 //! **Without a profile**: the uncalibrated model's measured error on the validation corpus
 //! ([`uncalibrated_intervals`]): `validation/baseline.json` (embedded at compile time) gives
-//! each published group's median |error|; the groups of the scenario's GPU and engine give
-//! theirs, scaled to a 90% band per metric family by the corpus' p90 / median of that family
-//! ([`corpus_errors`]); with no group of that GPU and engine, the corpus-wide p90 of the family.
+//! each published group's median |error| per metric family; the corpus' p90 of each family
+//! ([`corpus_errors`]) is scaled by the scenario's GPU and engine's groups' median in that
+//! family over the corpus', to the power of their credibility ([`uncalibrated_errors`]); with
+//! no group of that GPU and engine, the corpus-wide p90 of the family.
 
 use rand::Rng as _;
 use serde::{Deserialize, Serialize};
@@ -624,37 +625,63 @@ pub fn credibility_k(keys: &[(String, f64)]) -> f64 {
 }
 
 /// The uncalibrated 90% |error| per family for a GPU card id and an engine kind (`vllm`,
-/// `sglang`): the corpus' p90 of each family, scaled by `(m / a)^Z`, `m` the n-weighted median
-/// of this GPU and engine's group medians, `a` the corpus', `Z` their credibility
+/// `sglang`): each family's corpus p90 scaled by `(m / a)^Z`, `m` the n-weighted median of this
+/// GPU and engine's group medians |error| **of that family** (`validation/baseline.json`,
+/// `groups[*].families`), `a` the corpus', `Z = n / (n + k)` the credibility of its `n` groups
+/// with values of the family, `k` estimated on that family's group medians
 /// ([`credibility_k`]): a GPU judged on one group (the RTX 5090 of the default scenario: one
 /// point at concurrency 1) keeps most of the corpus' band, one judged on nine moves most of the
-/// way to its own record.
+/// way to its own record. Each family on its own record: a GPU and engine whose TPOT is well
+/// modelled and whose TTFT is not gets a narrow TPOT band and a wide TTFT one, where one scale
+/// from every metric pooled would give both the middle. A family none of its groups has values
+/// of takes the pooled scale (the same over the groups' medians of every metric).
 pub fn uncalibrated_errors(gpu: &str, engine: &str) -> UncalibratedSource {
+    let v: Value = serde_json::from_str(BASELINE).unwrap_or(Value::Null);
+    uncalibrated_errors_in(&v, corpus_errors(), gpu, engine)
+}
+
+/// [`uncalibrated_errors`] from a baseline's groups and the corpus' (family, median, p90).
+fn uncalibrated_errors_in(
+    baseline: &Value,
+    corpus: &[(&'static str, f64, f64)],
+    gpu: &str,
+    engine: &str,
+) -> UncalibratedSource {
     let mut p90 = Named::new();
-    match band_parts(gpu, engine) {
-        Some(BandParts { own, corpus, groups, k }) => {
-            let z = credibility(groups, k);
-            let scale = (own / corpus).powf(z);
-            for &(f, _, p) in corpus_errors() {
-                p90.push(f, p * scale);
-            }
-            UncalibratedSource {
-                source: format!(
-                    "uncalibrated: servesim validate's error on {groups} published group(s) of {gpu} with {engine} (validation/baseline.json: median |error| {:.1}% against the corpus' {:.1}%), each family's corpus p90 scaled by that ratio to the power {z:.2}, the credibility of {groups} group(s) (k = {k:.2}, one-way random effects over the corpus' GPU and engine groups)",
-                    100.0 * own, 100.0 * corpus
-                ),
-                p90_abs_error: p90,
-            }
+    let pooled = band_parts(baseline, gpu, engine, None);
+    let Some(pooled) = pooled else {
+        for &(f, _, p) in corpus {
+            p90.push(f, p);
         }
-        None => {
-            for &(f, _, p) in corpus_errors() {
-                p90.push(f, p);
-            }
-            UncalibratedSource {
-                source: format!("uncalibrated: no published group of {gpu} with {engine}; servesim validate's corpus-wide p90 |error| per metric (VALIDATION.md §5)"),
-                p90_abs_error: p90,
-            }
-        }
+        return UncalibratedSource {
+            source: format!("uncalibrated: no published group of {gpu} with {engine}; servesim validate's corpus-wide p90 |error| per metric (VALIDATION.md §5)"),
+            p90_abs_error: p90,
+        };
+    };
+    let mut parts = Vec::new();
+    for &(f, _, p) in corpus {
+        let (b, own) = match band_parts(baseline, gpu, engine, Some(f)) {
+            Some(b) => (b, true),
+            None => (pooled.clone(), false),
+        };
+        let z = credibility(b.groups, b.k);
+        p90.push(f, p * b.scale());
+        parts.push(format!(
+            "{f} {:.1}% against {:.1}%, Z {z:.2} ({} group(s), k = {:.2}{})",
+            100.0 * b.own,
+            100.0 * b.corpus,
+            b.groups,
+            b.k,
+            if own { "" } else { "; none of its groups has this family: every metric pooled" }
+        ));
+    }
+    UncalibratedSource {
+        source: format!(
+            "uncalibrated: servesim validate's error on {} published group(s) of {gpu} with {engine} (validation/baseline.json), each family's corpus p90 scaled by its median |error| on them over the corpus' to the power Z, the credibility of its groups (Z = n / (n + k), k from one-way random effects over the corpus' GPU and engine groups of that family): {}",
+            pooled.groups,
+            parts.join("; ")
+        ),
+        p90_abs_error: p90,
     }
 }
 
@@ -668,6 +695,7 @@ fn credibility(n: usize, k: f64) -> f64 {
 }
 
 /// What an uncalibrated band is made of ([`uncalibrated_errors`]).
+#[derive(Clone, Debug)]
 struct BandParts {
     /// The n-weighted median of this GPU and engine's group medians |error| (a fraction).
     own: f64,
@@ -679,14 +707,26 @@ struct BandParts {
     k: f64,
 }
 
-/// [`BandParts`] from the embedded baseline; `None` where the GPU and engine have no group.
-fn band_parts(gpu: &str, engine: &str) -> Option<BandParts> {
-    let v: Value = serde_json::from_str(BASELINE).unwrap_or(Value::Null);
-    let groups = v["groups"].as_object().cloned().unwrap_or_default();
+impl BandParts {
+    /// `(own / corpus)^Z`: what the corpus' p90 is multiplied by.
+    fn scale(&self) -> f64 {
+        (self.own / self.corpus).powf(credibility(self.groups, self.k))
+    }
+}
+
+/// [`BandParts`] from a baseline (the embedded one: [`BASELINE`]), over the groups' medians of
+/// every metric (`family` None) or of one family (`groups[*].families`, only the groups with
+/// values of it); `None` where the GPU and engine have no such group (or a median is 0).
+fn band_parts(baseline: &Value, gpu: &str, engine: &str, family: Option<&str>) -> Option<BandParts> {
+    let groups = baseline["groups"].as_object().cloned().unwrap_or_default();
     let mut all: Vec<(f64, u64)> = Vec::new();
     let mut mine: Vec<(f64, u64)> = Vec::new();
     let mut keyed: Vec<(String, f64)> = Vec::new();
     for (k, g) in &groups {
+        let g = match family {
+            Some(f) => &g["families"][f],
+            None => g,
+        };
         let (Some(m), Some(n)) = (g["median_abs_error_pct"].as_f64(), g["n"].as_u64()) else { continue };
         all.push((m / 100.0, n));
         let parts: Vec<&str> = k.split(" | ").collect();
@@ -848,13 +888,19 @@ mod tests {
         assert!(credibility_k(&key("a", &[0.0, 1.0])).is_infinite());
         assert!(credibility_k(&[("a".into(), 0.0), ("b".into(), 1.0)]).is_infinite());
         // On the committed corpus: the default scenario's GPU (one group) keeps part of the
-        // corpus' band, and a GPU judged on more groups moves further toward its record.
-        let corpus = corpus_errors().iter().find(|f| f.0 == "tpot").unwrap().2;
-        let scale = |gpu: &str| uncalibrated_errors(gpu, "vllm").p90_abs_error.get("tpot").unwrap() / corpus;
-        let (rtx, h200) = (band_parts("rtx-5090", "vllm").unwrap(), band_parts("h200", "vllm").unwrap());
+        // corpus' band, and a GPU judged on more groups moves further toward its record (TTFT,
+        // whose classes differ: its k is finite).
+        let corpus = corpus_errors().iter().find(|f| f.0 == "ttft").unwrap().2;
+        let scale = |gpu: &str| uncalibrated_errors(gpu, "vllm").p90_abs_error.get("ttft").unwrap() / corpus;
+        let embedded: Value = serde_json::from_str(BASELINE).unwrap();
+        let (rtx, h200) = (
+            band_parts(&embedded, "rtx-5090", "vllm", Some("ttft")).unwrap(),
+            band_parts(&embedded, "h200", "vllm", Some("ttft")).unwrap(),
+        );
         assert_eq!((rtx.groups, rtx.k), (1, h200.k));
         assert!(h200.groups >= 5 && rtx.k.is_finite());
-        assert!(uncalibrated_errors("rtx-5090", "vllm").source.contains("credibility of 1 group"));
+        let src = uncalibrated_errors("rtx-5090", "vllm").source;
+        assert!(src.contains("on 1 published group(s) of rtx-5090") && src.contains("ttft "), "{src}");
         for (parts, gpu) in [(&rtx, "rtx-5090"), (&h200, "h200")] {
             let own = parts.own / parts.corpus;
             let r = scale(gpu);
@@ -864,6 +910,64 @@ mod tests {
             assert!((z - credibility(parts.groups, parts.k)).abs() < 1e-9, "{gpu}: {z}");
         }
         assert!(credibility(1, rtx.k) < credibility(h200.groups, h200.k));
+    }
+
+    /// Each family's band follows its GPU and engine's record in that family: a class whose
+    /// TTFT is modelled worse than the corpus' but whose other metrics (most of its values) are
+    /// modelled better gets a TTFT band wider than the corpus', where the scale of every metric
+    /// pooled (the rule before 2026-12-05) narrowed it; its TPOT band narrows; a family none of
+    /// its groups has takes the pooled scale.
+    #[test]
+    fn each_family_band_follows_its_own_record() {
+        // Groups "set | 1x gpu | engine": TTFT median, TPOT median, throughput median (%), with
+        // TTFT on 2 values a group and the others on 5 each, so the pooled median is TPOT's.
+        let rows = [
+            ("a", "x", 60.0, 2.0, 2.0),
+            ("b", "x", 70.0, 3.0, 3.0),
+            ("c", "x", 50.0, 2.5, 2.5),
+            ("d", "y", 20.0, 8.0, 8.0),
+            ("e", "y", 25.0, 9.0, 9.0),
+            ("f", "y", 30.0, 7.0, 7.0),
+            ("g", "w", 35.0, 5.0, 5.0),
+            ("h", "w", 40.0, 6.0, 6.0),
+        ];
+        let mut groups = serde_json::Map::new();
+        for (set, gpu, ttft, tpot, thr) in rows {
+            let mut all = vec![ttft; 2];
+            all.extend([tpot; 5]);
+            all.extend([thr; 5]);
+            all.sort_by(f64::total_cmp);
+            let mut fams = serde_json::json!({
+                "ttft": {"median_abs_error_pct": ttft, "n": 2},
+                "tpot": {"median_abs_error_pct": tpot, "n": 5},
+            });
+            // Class x has no throughput values.
+            if gpu != "x" {
+                fams["throughput"] = serde_json::json!({"median_abs_error_pct": thr, "n": 5});
+            }
+            let n = if gpu == "x" { 7 } else { 12 };
+            let pooled = if gpu == "x" { tpot } else { (all[5] + all[6]) / 2.0 };
+            groups.insert(
+                format!("{set} | 1x {gpu} | vllm-0.11.0"),
+                serde_json::json!({"median_abs_error_pct": pooled, "n": n, "families": fams}),
+            );
+        }
+        let base = serde_json::json!({ "groups": groups });
+        let corpus = [("ttft", 0.35, 2.0), ("tpot", 0.05, 0.2), ("throughput", 0.05, 0.15)];
+        let x = uncalibrated_errors_in(&base, &corpus, "x", "vllm");
+        let e = |f: &str| *x.p90_abs_error.get(f).unwrap();
+        let pooled = band_parts(&base, "x", "vllm", None).unwrap();
+        // The old rule, every family at the pooled scale, put TTFT's band below the corpus'.
+        assert!(pooled.scale() < 1.0, "pooled: {pooled:?}");
+        // Per family: TTFT's own record (60% against the corpus' 35%) widens its band.
+        let ttft = band_parts(&base, "x", "vllm", Some("ttft")).unwrap();
+        assert!(ttft.own > ttft.corpus && ttft.scale() > 1.0, "{ttft:?}");
+        assert!(e("ttft") > 2.0, "{}", x.source);
+        assert!((e("ttft") - 2.0 * ttft.scale()).abs() < 1e-12);
+        assert!(e("tpot") < 0.2, "{}", x.source);
+        // No throughput group of its own: the pooled scale.
+        assert!((e("throughput") - 0.15 * pooled.scale()).abs() < 1e-12);
+        assert!(x.source.contains("throughput") && x.source.contains("every metric pooled"), "{}", x.source);
     }
 
     /// The corpus block of the embedded baseline is read whole: every family, medians below
