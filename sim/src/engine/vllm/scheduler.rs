@@ -384,16 +384,22 @@ enum WaitingQueue {
 /// `allocate_slots`' fast path, taken step by step in running order, as a heap of
 /// `(step, position)` pairs would give them. The next [`FfCalendar::RING`] steps are a ring
 /// of per-step buckets (a bucket is tagged with its run and step, so a stale one reads as
-/// empty and nothing is cleared between runs); later steps wait in a queue while they come in
-/// step order (the cohort's last tokens do where every request has the same output length:
-/// each joins that many plans ahead), each taken from its front, and in a heap when they do not
-/// (most of them where output lengths vary). The earliest step due is kept, so that
-/// a step with nothing due costs one comparison.
+/// empty and nothing is cleared between runs). Later steps, up to [`FfCalendar::WHEEL`] spans
+/// of `RING` steps ahead, wait in a wheel of per-span buckets (tagged the same way), each
+/// moved into the ring, entry by entry, when the step taken reaches its span (every entry of
+/// it is then less than `RING` steps ahead); the earliest step of each is kept. Steps beyond
+/// the wheel wait in a queue while they come in step order, each taken from its front, and in
+/// a heap when they do not. The earliest step due is kept, so that a step with nothing due
+/// costs one comparison.
 /// The lazy decode cohort's calendar is one too, of `(rseq, id)` entries by cohort plan.
 #[derive(Clone, Debug)]
 struct FfCalendar<T = u32> {
     /// `(run, step, positions)`.
     ring: Vec<(u64, u64, Vec<T>)>,
+    /// `(run, span, earliest step, (step, position))` by span `step / RING`, modulo `WHEEL`.
+    wheel: Vec<(u64, u64, u64, Vec<(u64, T)>)>,
+    /// The first span not yet moved into the ring (every span before it has been).
+    span: u64,
     far: BinaryHeap<Reverse<(u64, T)>>,
     /// Later steps pushed in step order (each at or after the last one's): a sorted queue,
     /// beside `far`.
@@ -403,49 +409,50 @@ struct FfCalendar<T = u32> {
     next: u64,
     /// Positions in the ring.
     near: usize,
+    /// Positions in the wheel.
+    wheeled: usize,
 }
 
 impl<T> Default for FfCalendar<T> {
     fn default() -> Self {
         FfCalendar {
             ring: Vec::new(),
+            wheel: Vec::new(),
+            span: 0,
             far: BinaryHeap::new(),
             far_queue: VecDeque::new(),
             run: 0,
             next: u64::MAX,
             near: 0,
+            wheeled: 0,
         }
     }
 }
 
 impl<T: Ord + Copy> FfCalendar<T> {
     const RING: u64 = 64;
+    /// Spans of `RING` steps in the wheel.
+    const WHEEL: u64 = 64;
 
     /// Empties the calendar for a new run.
     fn clear(&mut self) {
         if self.ring.is_empty() {
             self.ring = (0..Self::RING).map(|_| (0, 0, Vec::new())).collect();
+            self.wheel = (0..Self::WHEEL).map(|_| (0, 0, 0, Vec::new())).collect();
         }
         self.run += 1;
+        self.span = 0;
         self.far.clear();
         self.far_queue.clear();
         self.next = u64::MAX;
         self.near = 0;
+        self.wheeled = 0;
     }
 
-    /// Position `pos` is due at `step`, pushed at step `now` (`now <= step`).
+    /// Adds `pos` to the ring's bucket of `step` (less than `RING` steps after the last step
+    /// taken or pushed at).
     #[inline]
-    fn push(&mut self, now: u64, step: u64, pos: T) {
-        debug_assert!(step >= now);
-        self.next = self.next.min(step);
-        if step - now >= Self::RING {
-            if self.far_queue.back().is_none_or(|&(last, _)| last <= step) {
-                self.far_queue.push_back((step, pos));
-            } else {
-                self.far.push(Reverse((step, pos)));
-            }
-            return;
-        }
+    fn push_near(&mut self, step: u64, pos: T) {
         let b = &mut self.ring[(step % Self::RING) as usize];
         if (b.0, b.1) != (self.run, step) {
             *b = (self.run, step, std::mem::take(&mut b.2));
@@ -453,6 +460,37 @@ impl<T: Ord + Copy> FfCalendar<T> {
         }
         b.2.push(pos);
         self.near += 1;
+    }
+
+    /// Position `pos` is due at `step`, pushed at step `now` (`now <= step`).
+    #[inline]
+    fn push(&mut self, now: u64, step: u64, pos: T) {
+        debug_assert!(step >= now);
+        self.next = self.next.min(step);
+        if step - now < Self::RING {
+            self.push_near(step, pos);
+            return;
+        }
+        // Its span is after `now`'s, so not moved into the ring yet (`span` is at most the
+        // span after the last step taken, which is at most `now`).
+        let k = step / Self::RING;
+        debug_assert!(k >= self.span);
+        if k < self.span + Self::WHEEL {
+            let b = &mut self.wheel[(k % Self::WHEEL) as usize];
+            if (b.0, b.1) != (self.run, k) {
+                *b = (self.run, k, u64::MAX, std::mem::take(&mut b.3));
+                b.3.clear();
+            }
+            b.2 = b.2.min(step);
+            b.3.push((step, pos));
+            self.wheeled += 1;
+            return;
+        }
+        if self.far_queue.back().is_none_or(|&(last, _)| last <= step) {
+            self.far_queue.push_back((step, pos));
+        } else {
+            self.far.push(Reverse((step, pos)));
+        }
     }
 
     /// Whether some position is due at `step`.
@@ -464,6 +502,28 @@ impl<T: Ord + Copy> FfCalendar<T> {
 
     /// Moves the positions due at `step` into `out`, in ascending order.
     fn take_due(&mut self, step: u64, out: &mut Vec<T>) {
+        // The spans up to `step`'s go into the ring: their entries are at or after `step`
+        // (none is due before the earliest, `next`) and before the end of `step`'s span.
+        let last = step / Self::RING;
+        while self.span <= last {
+            if self.wheeled > 0 {
+                let b = &mut self.wheel[(self.span % Self::WHEEL) as usize];
+                if (b.0, b.1) == (self.run, self.span) && !b.3.is_empty() {
+                    let mut moved = std::mem::take(&mut b.3);
+                    self.wheeled -= moved.len();
+                    for &(s, pos) in &moved {
+                        debug_assert!(s >= step && s - step < Self::RING);
+                        self.push_near(s, pos);
+                    }
+                    moved.clear();
+                    self.wheel[(self.span % Self::WHEEL) as usize].3 = moved;
+                }
+            } else {
+                // Nothing in the wheel: no span to move.
+                self.span = self.span.max(last);
+            }
+            self.span += 1;
+        }
         let b = &mut self.ring[(step % Self::RING) as usize];
         if (b.0, b.1) == (self.run, step) {
             self.near -= b.2.len();
@@ -488,9 +548,19 @@ impl<T: Ord + Copy> FfCalendar<T> {
         // In ascending order whichever of the ring, the heap and the queue held them.
         out.sort_unstable();
         // The ring holds steps before `step + RING` (each was pushed less than `RING` steps
-        // ahead of a step no later than this one).
+        // ahead of a step no later than this one, or moved from a span no later than this
+        // step's); the wheel's spans are after this step's, in span order.
         let heap_next = self.far.peek().map_or(u64::MAX, |&Reverse((s, _))| s);
         self.next = heap_next.min(self.far_queue.front().map_or(u64::MAX, |&(s, _)| s));
+        if self.wheeled > 0 {
+            for k in self.span..self.span + Self::WHEEL {
+                let b = &self.wheel[(k % Self::WHEEL) as usize];
+                if (b.0, b.1) == (self.run, k) && !b.3.is_empty() {
+                    self.next = self.next.min(b.2);
+                    break;
+                }
+            }
+        }
         if self.near == 0 {
             return;
         }
@@ -2286,7 +2356,7 @@ mod tests {
     }
 
     /// The calendar gives what a heap of `(step, position)` pairs gives, step by step, with
-    /// steps near (the ring) and far (the heap or the queue beyond it), re-pushes at the
+    /// steps near (the ring), far (the wheel) and farther (the heap or the queue), re-pushes at the
     /// current step, and runs cleared in between (stale buckets of an earlier run read as empty).
     #[test]
     fn ff_calendar_takes_what_a_heap_of_pairs_pops() {
@@ -2303,11 +2373,19 @@ mod tests {
             let mut heap: BinaryHeap<Reverse<(u64, u32)>> = BinaryHeap::new();
             let n = 1 + rnd(40) as u32;
             for pos in 0..n {
-                let s = if run % 3 == 0 { rnd(200) } else { rnd(20) };
+                let s = match run % 4 {
+                    0 => rnd(200),
+                    1 => rnd(20),
+                    2 => rnd(9000),
+                    _ => 500 + rnd(3000),
+                };
                 cal.push(0, s, pos);
                 heap.push(Reverse((s, pos)));
             }
-            for j in 0..400u64 {
+            for j in 0..20_000u64 {
+                if heap.is_empty() && j > 400 {
+                    break;
+                }
                 let mut want = Vec::new();
                 while let Some(&Reverse((s, pos))) = heap.peek() {
                     if s != j {
@@ -2324,11 +2402,19 @@ mod tests {
                 }
                 assert_eq!(got, want, "run {run} step {j}");
                 for &pos in &got {
-                    let s = j + 1 + rnd(if pos % 5 == 0 { 150 } else { 17 });
+                    let s = j
+                        + 1
+                        + rnd(if pos % 5 == 0 {
+                            150
+                        } else if pos % 7 == 0 {
+                            6000
+                        } else {
+                            17
+                        });
                     cal.push(j, s, pos);
                     heap.push(Reverse((s, pos)));
                 }
-                if rnd(300) == 0 {
+                if rnd(if run % 4 >= 2 { 30_000 } else { 300 }) == 0 {
                     break; // a run that ends early leaves entries behind
                 }
             }
