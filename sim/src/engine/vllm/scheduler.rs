@@ -650,9 +650,10 @@ pub struct Scheduler {
     waiting: WaitingQueue,
     next_arrival_seq: u64,
     num_unfinished: usize,
-    plan: StepPlan,
-    /// Async scheduling: the plan formed for the step after the one running.
-    next_plan: StepPlan,
+    /// The plan (`plans[cur]`) and, under async scheduling, the plan formed for the step after
+    /// the one running (`plans[cur ^ 1]`): swapping the two flips `cur`, moving nothing.
+    plans: [StepPlan; 2],
+    cur: usize,
     counters: EngineCounters,
     hit: ComputedBlocks,
     /// The waiting queue head's last prefix lookup (phase B), its blocks watched by the
@@ -720,8 +721,8 @@ impl Scheduler {
             waiting,
             next_arrival_seq: 0,
             num_unfinished: 0,
-            plan: StepPlan::default(),
-            next_plan: StepPlan::default(),
+            plans: [StepPlan::default(), StepPlan::default()],
+            cur: 0,
             counters: EngineCounters::default(),
             hit: ComputedBlocks::default(),
             head_hit: ComputedBlocks::default(),
@@ -976,7 +977,7 @@ impl Scheduler {
             return;
         }
         self.cohort.quiet = self.cohort.quiet.saturating_add(1);
-        self.plan.clear();
+        self.plans[self.cur].clear();
         let mut budget = self.config.max_num_batched_tokens;
         let mut preempted_any = false;
         // (request, tokens) scheduled this step, in order, whose plan entries and shape are
@@ -998,7 +999,8 @@ impl Scheduler {
                 // filled: nothing to allocate or cache), most requests of most steps: one
                 // token, within any threshold and the budget left; or a request whose last
                 // token is in flight, skipped (below).
-                let Scheduler { kv, requests, plan, counters, .. } = self;
+                let Scheduler { kv, requests, plans, cur, counters, .. } = self;
+                let plan = &mut plans[*cur];
                 let r = requests.get_mut(id).expect("live request");
                 let computed = r.num_computed_tokens;
                 let total = r.total();
@@ -1038,7 +1040,8 @@ impl Scheduler {
             if direct {
                 // `allocate_slots`' fast path (no hit, held blocks with room, none filled):
                 // nothing to allocate or cache. Most decodes.
-                let Scheduler { kv, requests, plan, counters, .. } = self;
+                let Scheduler { kv, requests, plans, cur, counters, .. } = self;
+                let plan = &mut plans[*cur];
                 let r = requests.get_mut(id).expect("live request");
                 if kv.fits_held(computed + n, &r.kv) {
                     Self::schedule_direct(
@@ -1074,7 +1077,7 @@ impl Scheduler {
                     i -= 1;
                 }
                 self.preempt(victim);
-                self.plan.num_preempted += 1;
+                self.plans[self.cur].num_preempted += 1;
                 preempted_any = true;
                 if victim == id {
                     can_schedule = false;
@@ -1088,7 +1091,8 @@ impl Scheduler {
                 break;
             }
             if direct {
-                let Scheduler { requests, plan, counters, .. } = self;
+                let Scheduler { requests, plans, cur, counters, .. } = self;
+                let plan = &mut plans[*cur];
                 let r = requests.get_mut(id).expect("live request");
                 Self::schedule_direct(
                     r,
@@ -1188,14 +1192,14 @@ impl Scheduler {
                 shape.add_prefill(u64::from(before), u64::from(n));
                 recomputed_here += r.recomputed_in(before, n);
             }
-            self.plan.scheduled.push(Scheduled { id, num_tokens: n, prefill: !decode, samples });
+            self.plans[self.cur].scheduled.push(Scheduled { id, num_tokens: n, prefill: !decode, samples });
         }
         self.counters.recomputed_tokens += recomputed_here;
-        self.plan.shape = shape;
+        self.plans[self.cur].shape = shape;
         self.scheduled_buf = scheduled;
-        if !self.plan.is_empty() {
+        if !self.plans[self.cur].is_empty() {
             self.counters.num_steps += 1;
-            self.counters.prefill_tokens_computed += self.plan.shape.prefill_tokens;
+            self.counters.prefill_tokens_computed += self.plans[self.cur].shape.prefill_tokens;
         }
     }
 
@@ -1233,14 +1237,15 @@ impl Scheduler {
         let mut finished_ids = std::mem::take(&mut self.finished_buf);
         finished_ids.clear();
         // A cohort plan's members each sampled one token, none its last (counted, not listed).
-        self.cohort.last_tick = if self.plan.cohort {
+        self.cohort.last_tick = if self.plans[self.cur].cohort {
             self.cohort.finished += 1;
-            Some((self.cohort.finished - 1, self.plan.lazy_decodes))
+            Some((self.cohort.finished - 1, self.plans[self.cur].lazy_decodes))
         } else {
             None
         };
         {
-            let Scheduler { plan, requests, .. } = self;
+            let Scheduler { plans, cur, requests, .. } = self;
+            let plan = &plans[*cur];
             out.reserve(plan.scheduled.len());
             for s in &plan.scheduled {
                 if !s.samples {
@@ -1503,7 +1508,8 @@ impl Scheduler {
     /// finish), its token in flight is not listed.
     fn depart_listing(&mut self, id: ReqId, list: bool) {
         self.ungroup(id);
-        let Scheduler { requests, cohort, next_plan, kv, .. } = self;
+        let Scheduler { requests, cohort, plans, cur, kv, .. } = self;
+        let next_plan = &mut plans[*cur ^ 1];
         let r = requests.get_mut(id).expect("live request");
         let (s0, _) = r.member.take().expect("a member");
         let sched = cohort.formed - s0;
@@ -1546,13 +1552,14 @@ impl Scheduler {
         }
         if self.cohort.flight_unordered {
             self.cohort.flight_unordered = false;
-            let Scheduler { next_plan, requests, .. } = self;
+            let Scheduler { plans, cur, requests, .. } = self;
+            let next_plan = &mut plans[*cur ^ 1];
             next_plan.scheduled.sort_by_key(|e| requests.get(e.id).map_or(u64::MAX, |r| r.rseq));
         }
         self.cohort.outside.clear();
-        if self.next_plan.cohort {
-            debug_assert_eq!(self.next_plan.lazy_decodes, 0);
-            self.next_plan.cohort = false;
+        if self.plans[self.cur ^ 1].cohort {
+            debug_assert_eq!(self.plans[self.cur ^ 1].lazy_decodes, 0);
+            self.plans[self.cur ^ 1].cohort = false;
             self.cohort.formed -= 1;
         }
         debug_assert_eq!(self.cohort.formed, self.cohort.finished);
@@ -1644,7 +1651,7 @@ impl Scheduler {
             }
         }
 
-        self.plan.clear();
+        self.plans[self.cur].clear();
         // The members' tokens are taken first (a member leaving in the walk gives its back).
         let mut budget = budget0 - self.cohort.members;
         let mut preempted_any = false;
@@ -1750,7 +1757,7 @@ impl Scheduler {
                     left.remove(p);
                 }
                 self.preempt(victim);
-                self.plan.num_preempted += 1;
+                self.plans[self.cur].num_preempted += 1;
                 preempted_any = true;
                 if victim == id {
                     can_schedule = false;
@@ -1760,7 +1767,8 @@ impl Scheduler {
             if !can_schedule {
                 break;
             }
-            let Scheduler { requests, plan, counters, .. } = self;
+            let Scheduler { requests, plans, cur, counters, .. } = self;
+            let plan = &mut plans[*cur];
             let r = requests.get_mut(id).expect("live request");
             Self::schedule_direct(r, plan, &mut shape, &mut counters.recomputed_tokens, id, computed, num_tokens, n);
             budget -= n;
@@ -1774,8 +1782,8 @@ impl Scheduler {
             shape.num_seqs += m;
             shape.decode_tokens += u64::from(m);
             shape.decode_context_tokens += self.cohort.ctx_base.wrapping_add(u64::from(m) * s);
-            self.plan.lazy_decodes = m;
-            self.plan.cohort = true;
+            self.plans[self.cur].lazy_decodes = m;
+            self.plans[self.cur].cohort = true;
             self.cohort.formed += 1;
         }
         if !preempted_any {
@@ -1787,7 +1795,8 @@ impl Scheduler {
         // in which they need a block, fill one, or sample their last token.
         let s0 = self.cohort.formed;
         let mut joined = false;
-        let Scheduler { plan, requests, cohort, kv, .. } = self;
+        let Scheduler { plans, cur, requests, cohort, kv, .. } = self;
+        let plan = &plans[*cur];
         for e in &plan.scheduled {
             if e.prefill || !e.samples || e.num_tokens != 1 {
                 continue;
@@ -1894,7 +1903,7 @@ impl Engine for Scheduler {
         if async_ {
             // The plan formed for the next step is the running list, one decode each: the
             // run's steps are that plan and the ones `ff_step` forms after it.
-            let p = &self.next_plan.scheduled;
+            let p = &self.plans[self.cur ^ 1].scheduled;
             if p.len() != n
                 || p.iter()
                     .zip(&self.running)
@@ -2074,7 +2083,7 @@ impl Engine for Scheduler {
         self.last_tokens = self.ff_shape(k - 1).total_tokens();
         if self.config.behaviour.async_scheduling {
             // The plan formed during the run's last step: the same decodes, k tokens on.
-            self.next_plan.shape = self.ff_shape(k);
+            self.plans[self.cur ^ 1].shape = self.ff_shape(k);
         }
     }
 
@@ -2146,30 +2155,30 @@ impl Engine for Scheduler {
     fn schedule(&mut self) -> &StepPlan {
         if !self.config.behaviour.async_scheduling {
             self.do_schedule();
-            return &self.plan;
+            return &self.plans[self.cur];
         }
         // Async scheduling (`step_with_batch_queue`, two batches in flight): the step
         // that starts now is the plan formed one step ago, if it scheduled anything (an
         // empty one is formed again now, with what has been processed since); the plan
         // for the step after it is formed now, before this step's output is processed.
-        if self.next_plan.is_empty() {
+        if self.plans[self.cur ^ 1].is_empty() {
             self.do_schedule();
         } else {
-            std::mem::swap(&mut self.plan, &mut self.next_plan);
+            self.cur ^= 1;
         }
-        self.next_plan.clear();
-        if !self.plan.is_empty() {
-            std::mem::swap(&mut self.plan, &mut self.next_plan);
+        self.plans[self.cur ^ 1].clear();
+        if !self.plans[self.cur].is_empty() {
+            self.cur ^= 1;
             self.do_schedule();
-            std::mem::swap(&mut self.plan, &mut self.next_plan);
+            self.cur ^= 1;
         }
-        &self.plan
+        &self.plans[self.cur]
     }
 
     fn finish_step(&mut self, out: &mut Vec<TokenOutput>) {
         self.do_finish_step(out);
-        self.last_tokens = self.plan.shape.total_tokens();
-        self.plan.clear();
+        self.last_tokens = self.plans[self.cur].shape.total_tokens();
+        self.plans[self.cur].clear();
     }
 
     fn abort_request(&mut self, id: ReqId) -> bool {
@@ -2181,11 +2190,12 @@ impl Engine for Scheduler {
         if self.head_memo.is_some_and(|(m, _)| m == id) {
             self.drop_head_memo();
         }
-        if self.next_plan.scheduled.iter().any(|s| s.id == id) {
+        if self.plans[self.cur ^ 1].scheduled.iter().any(|s| s.id == id) {
             // Async scheduling: it leaves the plan formed for the next step too.
-            self.next_plan.scheduled.retain(|s| s.id != id);
-            let mut shape = StepShape { cpu_overlapped: self.next_plan.shape.cpu_overlapped, ..Default::default() };
-            for s in &self.next_plan.scheduled {
+            self.plans[self.cur ^ 1].scheduled.retain(|s| s.id != id);
+            let mut shape =
+                StepShape { cpu_overlapped: self.plans[self.cur ^ 1].shape.cpu_overlapped, ..Default::default() };
+            for s in &self.plans[self.cur ^ 1].scheduled {
                 let c = self.req(s.id).num_computed_tokens;
                 if s.prefill {
                     shape.add_prefill(u64::from(c - s.num_tokens), u64::from(s.num_tokens));
@@ -2193,7 +2203,7 @@ impl Engine for Scheduler {
                     shape.add_decode(u64::from(c));
                 }
             }
-            self.next_plan.shape = shape;
+            self.plans[self.cur ^ 1].shape = shape;
         }
         let r = self.requests.get_mut(id).expect("live request");
         match r.status {
