@@ -61,6 +61,13 @@ const NIL: u32 = u32::MAX;
 /// A free-queue entry `(ANON, n)` is a run of `n` anonymous blocks.
 const ANON: u32 = u32::MAX;
 
+/// A free-queue entry `(FRESH, first)` stands for the blocks `first..num_gpu_blocks`, in that
+/// order, as entries `(id, 0)` of their own would: the whole queue of a new pool in one entry
+/// (a block that has never left the queue has stamp 0, and `push_back` never gives stamp 0),
+/// its blocks taken from its front. A block taken out from the middle (a hit) is stale there,
+/// as its own entry would be.
+const FRESH: u32 = u32::MAX - 1;
+
 /// `cached_block_hash_to_block`'s first blocks: hash → the block a lookup finds. Open
 /// addressing with linear probing and backward-shift deletion, at most half full (each
 /// block holds at most one hash). A slot is `hash's low 32 bits << 32 | block`, 0 when
@@ -194,7 +201,8 @@ impl Block {
 pub struct BlockPool {
     blocks: Vec<Block>,
     /// The free queue, front first: `(block, stamp)`, live where the block is in the queue
-    /// with that stamp, or `(ANON, n)`, a run of `n` anonymous blocks (always live).
+    /// with that stamp, or `(ANON, n)`, a run of `n` anonymous blocks, or `(FRESH, first)`,
+    /// the blocks from `first` on that have never left the queue (both always live).
     queue: VecDeque<(u32, u32)>,
     num_free: u32,
     /// Ids that stand for no block (see the module's doc), taken from the back.
@@ -216,10 +224,11 @@ impl BlockPool {
     /// A pool of `num_gpu_blocks` blocks, block 0 reserved as the null block.
     pub fn new(num_gpu_blocks: u32, enable_caching: bool) -> BlockPool {
         assert!(num_gpu_blocks >= 2, "a pool needs the null block and at least one usable block");
+        assert!(num_gpu_blocks < FRESH, "block ids below the free queue's tags");
         let n = num_gpu_blocks as usize;
         let mut blocks = Vec::with_capacity(n);
-        blocks
-            .resize(n, Block { hash: 0, ref_cnt: 0, stamp: 0, watch_pos: NIL, has_hash: false, in_free_queue: false });
+        // Every usable block in the free queue, in id order: one `FRESH` entry.
+        blocks.resize(n, Block { hash: 0, ref_cnt: 0, stamp: 0, watch_pos: NIL, has_hash: false, in_free_queue: true });
         let mut pool = BlockPool {
             blocks,
             queue: VecDeque::with_capacity(n),
@@ -233,9 +242,9 @@ impl BlockPool {
         };
         // The null block is popped at construction and never freed.
         pool.blocks[0].ref_cnt = 1;
-        for id in 1..num_gpu_blocks {
-            pool.push_back(id);
-        }
+        pool.blocks[0].in_free_queue = false;
+        pool.queue.push_back((FRESH, 1));
+        pool.num_free = num_gpu_blocks - 1;
         pool
     }
 
@@ -383,6 +392,8 @@ impl BlockPool {
         while left > 0 {
             if let Some(k) = self.take_from_run(left) {
                 left -= k;
+            } else if let Some(k) = self.take_fresh(left) {
+                left -= k;
             } else if let Some(id) = self.pop_named() {
                 // The block is anonymous now: its watch ends (the watcher's lookup is cut
                 // before it, `watched_cut`, and its `unwatch` skips it) and its id is spare.
@@ -410,12 +421,59 @@ impl BlockPool {
         Some(k)
     }
 
+    /// If the free queue's front is a `FRESH` entry, pops up to `left` of its blocks for an
+    /// anonymous allocation (their ids spare, in the order [`BlockPool::pop_named`] would
+    /// give them up) and returns how many (the free count already taken).
+    #[inline]
+    fn take_fresh(&mut self, left: u32) -> Option<u32> {
+        let &(tag, first) = self.queue.front().expect("the free queue holds a block");
+        if tag != FRESH {
+            return None;
+        }
+        let end = self.blocks.len() as u32;
+        let (mut id, mut k) = (first, 0);
+        while k < left && id < end {
+            let b = &mut self.blocks[id as usize];
+            // Live: never out of the queue, so without a hash and unwatched (`pop_named` only
+            // takes it out of the queue).
+            if b.in_free_queue && b.stamp == 0 {
+                b.in_free_queue = false;
+                self.spare_ids.push(id);
+                k += 1;
+            }
+            id += 1;
+        }
+        if id < end {
+            self.queue.front_mut().expect("the front").1 = id;
+        } else {
+            self.queue.pop_front();
+        }
+        Some(k)
+    }
+
     /// Pops the free queue's front entry, a named block's: `None` if it is stale; else the block,
     /// out of the queue (the free count already taken) with its cached hash evicted (a watched
     /// one noted in `watched_cut`).
     #[inline]
     fn pop_named(&mut self) -> Option<u32> {
-        let (id, stamp) = self.queue.pop_front().expect("the free queue holds a block");
+        let &(id, stamp) = self.queue.front().expect("the free queue holds a block");
+        if id == FRESH {
+            // The first of the blocks that had never left the queue: its entry `(first, 0)`.
+            let first = stamp;
+            if first + 1 < self.blocks.len() as u32 {
+                self.queue.front_mut().expect("the front").1 += 1;
+            } else {
+                self.queue.pop_front();
+            }
+            let b = &mut self.blocks[first as usize];
+            if !(b.in_free_queue && b.stamp == 0) {
+                return None; // stale
+            }
+            // Never out of the queue: no hash, unwatched.
+            b.in_free_queue = false;
+            return Some(first);
+        }
+        self.queue.pop_front();
         let b = &mut self.blocks[id as usize];
         if !(b.in_free_queue && b.stamp == stamp) {
             return None; // stale
@@ -579,7 +637,8 @@ impl BlockPool {
         let b = &mut self.blocks[id as usize];
         debug_assert!(!b.in_free_queue);
         b.in_free_queue = true;
-        b.stamp = b.stamp.wrapping_add(1);
+        // Stamp 0 marks a block in a `FRESH` entry.
+        b.stamp = b.stamp.wrapping_add(1).max(1);
         self.watched_free += u32::from(b.watch_pos != NIL);
         self.queue.push_back((id, b.stamp));
         self.num_free += 1;
@@ -588,7 +647,7 @@ impl BlockPool {
     /// Whether the queue entry `(id, stamp)` is live.
     #[inline]
     fn is_live(blocks: &[Block], (id, stamp): (u32, u32)) -> bool {
-        if id == ANON {
+        if id == ANON || id == FRESH {
             return true;
         }
         let b = &blocks[id as usize];
@@ -617,9 +676,19 @@ impl BlockPool {
     /// The free queue's blocks, front to back: a named block's id, or `None` for each
     /// anonymous block of a run.
     fn live(&self) -> impl Iterator<Item = Option<u32>> + '_ {
-        self.queue.iter().filter(|&&e| Self::is_live(&self.blocks, e)).flat_map(|&(id, stamp)| {
-            let (item, n) = if id == ANON { (None, stamp) } else { (Some(id), 1) };
-            std::iter::repeat_n(item, n as usize)
+        let blocks = &self.blocks;
+        let end = blocks.len() as u32;
+        self.queue.iter().filter(|&&e| Self::is_live(blocks, e)).flat_map(move |&(id, x)| {
+            let n = match id {
+                ANON => x,
+                FRESH => end - x,
+                _ => 1,
+            };
+            (0..n).filter_map(move |k| match id {
+                ANON => Some(None),
+                FRESH => Self::is_live(blocks, (x + k, 0)).then_some(Some(x + k)),
+                _ => Some(Some(id)),
+            })
         })
     }
 
