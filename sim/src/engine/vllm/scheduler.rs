@@ -196,37 +196,46 @@ enum Status {
     Finished,
 }
 
+/// Laid out by hand (`repr(C)`), one request to a whole number of cache lines: the fields a
+/// plan's walk, its joins and a step's finish read (the counts, the lengths, the status, the
+/// running order, the cohort membership) share the first line, the KV state follows.
 #[derive(Clone, Debug)]
+#[repr(C, align(64))]
 struct Request {
-    spec: RequestSpec,
-    /// Order of arrival at the engine (the priority queue's tie-break).
-    arrival_seq: u64,
     num_computed_tokens: u32,
     num_output_tokens: u32,
     /// `num_output_placeholders`: tokens sampled by steps in flight, not yet processed.
     placeholders: u32,
+    /// `spec.prompt_len` and `spec.output_len`, beside the counts.
+    prompt_len: u32,
+    output_len: u32,
     status: Status,
-    kv: RequestKv,
-    num_preemptions: u32,
-    /// The most tokens it had computed when last preempted: prefill below it is recompute
-    /// (`EngineCounters::recomputed_tokens`).
-    computed_before_preemption: u32,
     /// Its place in `running` (running order is the order of these, given at admission).
     rseq: u64,
     /// A member of the lazy decode cohort: `(s0, due)`, its first cohort plan and the cohort
     /// plan it must be scheduled explicitly in (see [`Cohort`]). Its count fields then hold
     /// their values from before plan `s0`, plus what plans formed before `s0` did to them.
     member: Option<(u64, u64)>,
+    kv: RequestKv,
     /// A member whose new blocks the cohort takes in aggregate (see [`Cohort::groups`]):
     /// `(group, position in it)`. Its `kv.anon` then lags: it holds
     /// `max(kv.anon, ⌈computed / block_size⌉)` anonymous blocks.
     group: Option<(u32, u32)>,
+    spec: RequestSpec,
+    /// Order of arrival at the engine (the priority queue's tie-break).
+    arrival_seq: u64,
+    num_preemptions: u32,
+    /// The most tokens it had computed when last preempted: prefill below it is recompute
+    /// (`EngineCounters::recomputed_tokens`).
+    computed_before_preemption: u32,
 }
 
 impl Request {
     /// A request as it reaches the waiting queue (`arrival_seq` its arrival order).
     fn arriving(spec: &RequestSpec, arrival_seq: u64, private: bool) -> Request {
         Request {
+            prompt_len: spec.prompt_len,
+            output_len: spec.output_len,
             spec: spec.clone(),
             arrival_seq,
             num_computed_tokens: 0,
@@ -248,6 +257,8 @@ impl Request {
     fn arrive(&mut self, spec: &RequestSpec, arrival_seq: u64, private: bool) {
         // Every field named: one added must be set here too.
         let Request {
+            prompt_len,
+            output_len,
             spec: my_spec,
             arrival_seq: my_seq,
             num_computed_tokens,
@@ -261,6 +272,8 @@ impl Request {
             member,
             group,
         } = self;
+        *prompt_len = spec.prompt_len;
+        *output_len = spec.output_len;
         my_spec.clone_from(spec);
         *my_seq = arrival_seq;
         *num_computed_tokens = 0;
@@ -283,7 +296,7 @@ impl Request {
     }
 
     fn num_tokens(&self) -> u32 {
-        self.spec.prompt_len + self.num_output_tokens
+        self.prompt_len + self.num_output_tokens
     }
     /// The length the scheduler brings `num_computed_tokens` up to: processed tokens
     /// plus output placeholders (`num_tokens_with_spec + num_output_placeholders`).
@@ -1007,7 +1020,7 @@ impl Scheduler {
                 // With `total = computed + 1`, the in-flight test below reads
                 // `outputs + 1 ≥ output_len`.
                 if total == computed + 1
-                    && !(r.placeholders > 0 && r.num_output_tokens + 1 >= r.spec.output_len)
+                    && !(r.placeholders > 0 && r.num_output_tokens + 1 >= r.output_len)
                     && kv.fits_held(total, &r.kv)
                 {
                     Self::schedule_direct(r, plan, &mut shape, &mut counters.recomputed_tokens, id, computed, total, 1);
@@ -1021,9 +1034,7 @@ impl Scheduler {
                 // Async scheduling: a request whose last token is in flight is not
                 // scheduled again (`num_computed_tokens + 2 − placeholders ≥ prompt +
                 // max_tokens`); it finishes when that step's output is processed.
-                if r.placeholders > 0
-                    && r.num_computed_tokens + 2 - r.placeholders >= r.spec.prompt_len + r.spec.output_len
-                {
+                if r.placeholders > 0 && r.num_computed_tokens + 2 - r.placeholders >= r.prompt_len + r.output_len {
                     i += 1;
                     continue;
                 }
@@ -1254,7 +1265,7 @@ impl Scheduler {
                 let r = requests.get_mut(s.id).expect("live request");
                 r.placeholders -= 1;
                 r.num_output_tokens += 1;
-                let finished = r.num_output_tokens >= r.spec.output_len;
+                let finished = r.num_output_tokens >= r.output_len;
                 if finished {
                     finished_ids.push(s.id);
                 }
@@ -1462,10 +1473,10 @@ impl Scheduler {
         let tb = r.total();
         let limit = kv.lazy_limit(&r.kv);
         let sampled = r.num_output_tokens + r.placeholders;
-        if limit < tb || sampled + 1 >= r.spec.output_len {
+        if limit < tb || sampled + 1 >= r.output_len {
             return None;
         }
-        Some((s0 + u64::from(limit - tb) + 1).min(s0 + u64::from(r.spec.output_len - 1 - sampled)))
+        Some((s0 + u64::from(limit - tb) + 1).min(s0 + u64::from(r.output_len - 1 - sampled)))
     }
 
     /// The anonymous blocks `r` holds now (a grouped member's `kv.anon` lags).
@@ -1618,8 +1629,7 @@ impl Scheduler {
         let mut blocks = u64::from(growing) + due.len() as u64;
         for &(rseq, id) in &self.cohort.outside {
             let r = self.req(id);
-            if r.placeholders > 0 && r.num_computed_tokens + 2 - r.placeholders >= r.spec.prompt_len + r.spec.output_len
-            {
+            if r.placeholders > 0 && r.num_computed_tokens + 2 - r.placeholders >= r.prompt_len + r.output_len {
                 continue;
             }
             let want = r.total() - r.num_computed_tokens;
@@ -1696,9 +1706,9 @@ impl Scheduler {
                 }
                 let (computed, outputs, placeholders) = self.view(self.req(id));
                 let r = self.req(id);
-                let last = outputs + placeholders + 1 >= r.spec.output_len;
+                let last = outputs + placeholders + 1 >= r.output_len;
                 if !last {
-                    let total = r.spec.prompt_len + outputs + placeholders;
+                    let total = r.prompt_len + outputs + placeholders;
                     debug_assert_eq!(computed + 1, total);
                     let ok = self.allocate_running(id, total, computed, 1);
                     if ok && grouped {
@@ -1724,9 +1734,7 @@ impl Scheduler {
                     continue; // preempted by a request before it in this walk
                 }
                 // As the explicit walk: a request whose last token is in flight is skipped.
-                if r.placeholders > 0
-                    && r.num_computed_tokens + 2 - r.placeholders >= r.spec.prompt_len + r.spec.output_len
-                {
+                if r.placeholders > 0 && r.num_computed_tokens + 2 - r.placeholders >= r.prompt_len + r.output_len {
                     continue;
                 }
                 (r.total(), r.num_computed_tokens)
@@ -1812,13 +1820,13 @@ impl Scheduler {
             let bs = kv.block_size;
             let first = tb + (bs + 1 - tb % bs) % bs;
             let due = if bs > 1 && r.kv.anonymous(kv.enable_caching) && r.kv.held() * bs + 1 == first {
-                if sampled + 1 >= r.spec.output_len {
+                if sampled + 1 >= r.output_len {
                     continue;
                 }
                 let g = ((u64::from(tb % bs) + u64::from(bs) - s0 % u64::from(bs)) % u64::from(bs)) as usize;
                 r.group = Some((g as u32, cohort.groups[g].len() as u32));
                 cohort.groups[g].push((r.rseq, e.id));
-                s0 + u64::from(r.spec.output_len - 1 - sampled)
+                s0 + u64::from(r.output_len - 1 - sampled)
             } else {
                 let Some(due) = Self::member_due(kv, r, s0) else { continue };
                 due
@@ -1895,7 +1903,7 @@ impl Engine for Scheduler {
         // at a high concurrency): found before the longer checks below.
         if self.running.iter().any(|&id| {
             let r = self.req(id);
-            r.spec.output_len.saturating_sub(r.num_output_tokens + 1) == 0
+            r.output_len.saturating_sub(r.num_output_tokens + 1) == 0
         }) {
             return 0;
         }
@@ -1932,7 +1940,7 @@ impl Engine for Scheduler {
             }
             // It must not finish within the run: at most output_len − outputs − 1 steps
             // (under async scheduling, nor be left out of a plan the run forms).
-            k_max = k_max.min(u64::from(r.spec.output_len.saturating_sub(r.num_output_tokens + 1)));
+            k_max = k_max.min(u64::from(r.output_len.saturating_sub(r.num_output_tokens + 1)));
             if k_max == 0 {
                 // A request finishes at the next step (most steps at a high concurrency):
                 // no run, and no need to look at the rest.
@@ -1984,11 +1992,11 @@ impl Engine for Scheduler {
             if r.status != Status::Running
                 || r.num_output_tokens == 0
                 || !ready
-                || r.spec.output_len.saturating_sub(r.num_output_tokens + 1) == 0
+                || r.output_len.saturating_sub(r.num_output_tokens + 1) == 0
             {
                 return FfProbe::Refused;
             }
-            run = run.min(u64::from(r.spec.output_len - (r.num_output_tokens + 1)));
+            run = run.min(u64::from(r.output_len - (r.num_output_tokens + 1)));
             ctx += u64::from(if async_ { r.num_computed_tokens } else { r.num_tokens() });
         }
         // A short run is not worth the cohort it dissolves (every member leaves, the next
