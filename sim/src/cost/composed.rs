@@ -196,7 +196,8 @@ pub struct EngineKernels {
 /// FlashAttention 2's `mha_varlen_fwd` (vllm-project/flash-attention `csrc/flash_attn/
 /// flash_api.cpp`) packs the query heads of one KV head into the query tile
 /// (`seqlenq_ngroups_swapped`: the `(b, 1, heads)` queries become `(b, heads/kv_heads, kv_heads)`)
-/// only when `max_seqlen_q == 1`, a decode-only step; with a prefill chunk in the step every
+/// only when `max_seqlen_q == 1`, a step whose every query is one token (decodes, and prefill
+/// chunks of one token each); with a prefill chunk of two tokens or more in the step every
 /// decode is a sequence of one query row, run as one 64-row tile per *query* head over its whole
 /// context, each re-reading its KV head's cache. aiconfigurator's decode table timed decode-only
 /// batches (`collector/vllm/collect_attn.py`: `query_lens=[1] * batch`), the packed kernel, whose
@@ -1037,7 +1038,11 @@ impl ComposedCost {
         let mut attn_ms = 0.0;
         if s.decode_tokens > 0 {
             let b = s.decode_tokens as f64;
-            let batch = if s.num_chunks > 0 { s.decode_tokens * unpack } else { s.decode_tokens };
+            // FlashAttention 2 packs them wherever the step's longest query is one token
+            // (`max_seqlen_q == 1`): a chunk of two tokens or more unpacks them, chunks of one
+            // token each do not ([`vllm_fa2_unpacked_mixed_decodes`]).
+            let longer_query = s.prefill_tokens > u64::from(s.num_chunks);
+            let batch = if longer_query { s.decode_tokens * unpack } else { s.decode_tokens };
             attn_ms += self.gen_flat.at_whole_a(batch, s.decode_context_tokens as f64 / b);
         }
         if s.num_chunks > 0 {
@@ -1114,7 +1119,7 @@ impl ComposedCost {
     /// What running a step's decodes unpacked beside its prefill chunks adds to it, µs:
     /// decode work (their KV re-read once per query head), 0 where the engine packs them.
     pub fn unpacked_decode_surcharge_us(&self, s: &StepShape) -> f64 {
-        if !self.unpacks_mixed_decodes() || s.num_chunks == 0 || s.decode_tokens == 0 {
+        if !self.unpacks_mixed_decodes() || s.prefill_tokens <= u64::from(s.num_chunks) || s.decode_tokens == 0 {
             return 0.0;
         }
         (self.step_us(s) - self.step_us_packed(s)).max(0.0)
@@ -1593,6 +1598,31 @@ mod tests {
         let mut c = build_on(&mha, &a100, "vllm", &Deployment::single(&mha), 1);
         c.apply_engine_kernels(EngineKernels { unpacked_mixed_decodes: true, ..Default::default() });
         assert_eq!(c.mixed_decode_batch_per_decode, 1);
+    }
+
+    /// FlashAttention 2 packs a KV head's query heads whenever the step's longest query is one
+    /// token (`max_seqlen_q == 1`), prefill chunks or not: decodes beside chunks of one token each
+    /// (a prompt whose last block is all its prefix cache leaves, a chunk the budget cut to one)
+    /// run packed; one chunk of two tokens or more unpacks them.
+    #[test]
+    fn decodes_beside_one_token_chunks_stay_packed() {
+        let res = crate::builtin::resources().unwrap();
+        let model = res.models.iter().find(|m| m.id == "qwen3-14b").unwrap().clone();
+        let a100 = res.gpus.iter().find(|g| g.id == "a100-80gb").unwrap().clone();
+        let dep = Deployment::single(&model);
+        let plain = build_on(&model, &a100, "vllm", &dep, 1);
+        let mut fa2 = build_on(&model, &a100, "vllm", &dep, 1);
+        fa2.apply_engine_kernels(EngineKernels { unpacked_mixed_decodes: true, ..Default::default() });
+        let (d, ctx) = (64u64, 2048u64);
+        let mut ones = StepShape::decodes(d, d * ctx);
+        ones.add_prefill(1983, 1);
+        ones.add_prefill(511, 1);
+        assert_eq!(fa2.gpu_us(&ones), plain.gpu_us(&ones));
+        assert_eq!(fa2.unpacked_decode_surcharge_us(&ones), 0.0);
+        let mut two = ones;
+        two.add_prefill(0, 2);
+        assert!(fa2.gpu_us(&two) > plain.gpu_us(&two));
+        assert!(fa2.unpacked_decode_surcharge_us(&two) > 0.0);
     }
 
     /// vLLM's all-reduce + RMSNorm fusion takes the two add + RMSNorm kernels a layer (their
