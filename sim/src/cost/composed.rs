@@ -4,7 +4,7 @@
 //! step = GPU + CPU
 //! GPU  = Σ_layers [ GEMM_qkv(m) + GEMM_o(m) + GEMM_gate_up(m) + GEMM_down(m)
 //!                   + decode attention(decodes, their mean context)   (vLLM's FlashAttention 2 in
-//!                     a step with prefill chunks: decodes × query heads per KV head)
+//!                     a step with a prefill chunk of 2+ tokens: decodes × query heads per KV head)
 //!                   + Σ_chunks prefill attention(chunk over its cached prefix)
 //!                   + 2 × all-reduce(m × hidden)            (TP > 1, each plus the
 //!                                                             wait for the slowest rank)
@@ -920,7 +920,8 @@ impl ComposedCost {
         }
     }
 
-    /// [`vllm_fa2_unpacked_mixed_decodes`]: a step with prefill chunks times its `d` decodes as
+    /// [`vllm_fa2_unpacked_mixed_decodes`]: a step with a prefill chunk of two tokens or more
+    /// (`max_seqlen_q > 1`) times its `d` decodes as
     /// the packed decode kernel's batch of `d × heads / kv_heads` (per GPU), which runs the same
     /// tiles; the cost source says so. Nothing changes without grouped KV heads.
     fn unpack_mixed_decodes(&mut self) {
