@@ -124,6 +124,27 @@ pub fn resolve(raw: &RawScenario) -> Result<(Scenario, SimSpec), String> {
     let spec = config::resolve(&scenario, &res).map_err(|e| format!("{origin}: {e}"))?;
     if let Some((path, d)) = &fitted_on {
         check_profile_deployment(&spec, d).map_err(|e| format!("{origin}: cost.profile: {}: {e}", path.display()))?;
+        if let Some(prior) = &res.profile_prior {
+            let now = spec.cost.composed.as_ref().map(|c| c.source.as_str());
+            let msg = match (&d.composed_cost_source, now) {
+                (Some(then), Some(now)) if then != now => Some(format!(
+                    "it corrects the step cost servesim composed when it was fitted ({then}), and servesim composes this setup's steps otherwise today ({now}): its corrections, applied to today's cost, may count that change twice; refit it (servesim calibrate) on its data"
+                )),
+                (Some(_), _) => None,
+                // Profiles written before they recorded it (before 2026-12-05): a setup whose
+                // decodes now run unpacked beside prefill chunks was timed otherwise then (or,
+                // that day, against a linearisation that dropped the pairs' term); else their
+                // prior still tells a changed table.
+                (None, _) if spec.cost.composed.as_ref().is_some_and(|c| c.unpacks_mixed_decodes()) => Some(
+                    "it does not record the step cost it corrected (profiles before 2026-12-05), and since then servesim times this setup's decodes beside a prefill chunk unpacked (vLLM's FlashAttention 2, docs/vllm.md): its corrections, applied to today's cost, may count that change twice; refit it (servesim calibrate) on its data"
+                        .to_string(),
+                ),
+                (None, _) => stale_prior(&spec, prior),
+            };
+            if let Some(msg) = msg {
+                warn_once(format!("{origin}: cost.profile: {}: {msg}", path.display()));
+            }
+        }
     }
     if let config::EngineSpec::Sglang(c) = &spec.engine {
         if let Some(given) = scenario.engine.sglang.page_size.filter(|&p| p != c.page_size) {
@@ -165,6 +186,38 @@ pub fn resolve(raw: &RawScenario) -> Result<(Scenario, SimSpec), String> {
         ));
     }
     Ok((scenario, spec))
+}
+
+/// Whether a profile that corrects the composed cost was fitted against the cost servesim
+/// composes today: its `prior` is the composed cost linearised when it was fitted
+/// (`calib::identify::linear_prior`), and a correction scales today's cost by the fit's move
+/// from that prior. Where servesim has since changed how it times these steps (a kernel rule,
+/// a table), the profile's move may already hold what the new cost adds, and count it twice.
+/// A step coefficient more than 2% from today's linearisation says so.
+fn stale_prior(spec: &SimSpec, prior: &CostCoefficients) -> Option<String> {
+    spec.cost.composed.as_ref()?;
+    let now = calib::identify::linear_prior(&spec.cost).coefficients();
+    let moved: Vec<String> = ["step_us", "prefill_token_us", "decode_token_us", "prefill_attention_us", "decode_kv_us"]
+        .iter()
+        .filter_map(|n| {
+            let (p, x) = (prior.get(n)?, now.get(n)?);
+            let off = if p > 0.0 && x > 0.0 {
+                (x / p - 1.0).abs()
+            } else if p == x {
+                0.0
+            } else {
+                f64::INFINITY
+            };
+            (off > 0.02).then(|| format!("{n} {p:.4} µs in the profile's prior, {x:.4} from today's"))
+        })
+        .collect();
+    (!moved.is_empty()).then(|| {
+        format!(
+            "its prior (the step cost its fit started from) is not the step cost servesim composes for this setup today ({}; cost source: {}): servesim has changed how it times these steps since the fit, and the profile's corrections, applied to today's cost, may count that change twice; refit it (servesim calibrate) on its data",
+            moved.join("; "),
+            spec.cost.source()
+        )
+    })
 }
 
 /// Prints a warning on stderr once per process (a sweep resolves a scenario per point).
@@ -282,6 +335,8 @@ pub struct ProfileDeployment {
     pub model_card: Option<String>,
     pub gpu: Option<String>,
     pub tensor_parallel_size: Option<u32>,
+    /// The composed cost a `corrects_composed` profile corrected (profiles from 2026-12-05 on).
+    pub composed_cost_source: Option<String>,
 }
 
 impl ProfileDeployment {
@@ -297,6 +352,7 @@ impl ProfileDeployment {
             model_card: s(&e["model_card"]),
             gpu: s(&e["gpu"]),
             tensor_parallel_size: e["tensor_parallel_size"].as_u64().map(|t| t as u32),
+            composed_cost_source: s(&v["composed_cost_source"]),
         }
     }
 }

@@ -1531,3 +1531,39 @@ fn an_old_profile_is_found_and_said_to_be_unchecked() {
     assert!(out.contains("mean_ttft_ms"), "{out}");
     assert!(err.contains("does not say its GPU or tensor parallel size"), "{err}");
 }
+
+/// A profile corrects the step cost servesim composed when it was fitted. Where servesim now
+/// composes that setup's steps otherwise (here: vLLM's FlashAttention 2 times the decodes beside
+/// a prefill chunk unpacked, 2026-12-05), its corrections may count the change twice: the run
+/// says so, for a profile that records the cost it corrected and for one too old to record it;
+/// the committed profile, refitted on today's cost, runs without a word.
+#[test]
+fn a_profile_fitted_on_another_step_cost_says_so() {
+    let scenario = "validation/llmd-exp0/scenario-1.json";
+    let path = "validation/llmd-exp0/profile-fit-0.5-0.67.json";
+    let text = std::fs::read_to_string(root().join(path)).unwrap();
+    let (c, _, err) = run(&["simulate", scenario, "--set", &format!("cost.profile={}", root().join(path).display())]);
+    assert_eq!(c, 0, "{err}");
+    assert!(!err.contains("count that change twice"), "{err}");
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let now = v["composed_cost_source"].as_str().expect("a profile records the cost it corrected").to_string();
+    assert!(now.contains("unpacked"), "{now}");
+    // Recorded, and not today's.
+    v["composed_cost_source"] = serde_json::Value::String(
+        now.replace("; decodes beside prefill chunks unpacked", "")
+            .replace(" (FlashAttention 2: 8 query heads per KV head)", ""),
+    );
+    let p = write_temp("other-cost-profile.json", &v.to_string());
+    let (c, _, err) = run(&["simulate", scenario, "--set", &format!("cost.profile={}", p.display())]);
+    assert_eq!(c, 0, "{err}");
+    assert!(
+        err.contains("other-cost-profile.json") && err.contains("composes this setup's steps otherwise today"),
+        "{err}"
+    );
+    // Not recorded (a profile written before 2026-12-05), on a setup whose decodes now run unpacked.
+    v.as_object_mut().unwrap().remove("composed_cost_source");
+    let p = write_temp("unrecorded-cost-profile.json", &v.to_string());
+    let (c, _, err) = run(&["simulate", scenario, "--set", &format!("cost.profile={}", p.display())]);
+    assert_eq!(c, 0, "{err}");
+    assert!(err.contains("does not record the step cost it corrected"), "{err}");
+}

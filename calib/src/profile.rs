@@ -31,6 +31,11 @@ pub struct Profile {
     /// the prior, `sim::cost::CostModel::correct`; a coefficient
     /// at its prior changes nothing).
     pub cost_mode: &'static str,
+    /// The composed cost the fit corrected (the `cost_source` of its runs without the
+    /// profile), for `corrects_composed`: where servesim composes the cost otherwise today, a
+    /// run with the profile says so (the profile's moves may hold what changed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub composed_cost_source: Option<String>,
     pub fit: FitSummary,
     pub roofline_check: Vec<RooflineCheck>,
     /// Per coefficient: whether the data determined it, and why (`crate::identify`).
@@ -248,6 +253,7 @@ impl Profile {
             coefficient_sources,
             prior: prior.coefficients(),
             cost_mode: if prior.reference.is_some() { "corrects_composed" } else { "linear" },
+            composed_cost_source: prior.composed.as_ref().filter(|_| prior.reference.is_some()).map(|c| c.source.clone()),
             fit: FitSummary {
                 method: "Nelder-Mead on squared log errors of simulated vs measured metrics, each divided by its target_noise",
                 target_noise: Named(TARGETS.iter().zip(TARGET_NOISE).map(|(t, n)| (t.to_string(), n)).collect()),
