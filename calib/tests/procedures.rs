@@ -305,7 +305,7 @@ fn profile_keys() {
     .unwrap();
     assert_eq!(
         keys(&r),
-        "format,version,created_by,source,engine,coefficients,coefficient_sources,prior,cost_mode,fit,roofline_check,identifiability,traps,uncertainty,from_results,scenario,note"
+        "format,version,created_by,source,engine,coefficients,coefficient_sources,prior,cost_mode,composed_cost_source,fit,roofline_check,identifiability,traps,uncertainty,from_results,scenario,note"
     );
     assert_eq!(keys(&r["engine"]), "kind,version,model,model_card,gpu,tensor_parallel_size");
     assert_eq!(
