@@ -274,11 +274,17 @@ pub fn vllm_default_attention_lane(version: Version, gpu: &GpuCard, kv_cache_dty
     if !fp8_kv {
         return None;
     }
-    // Capability 8.0 or more here, and not Hopper.
+    // Capability 8.0 or more here, and not Hopper. FlashAttention reads an fp8 cache only as
+    // FlashAttention 3 on Hopper; FlashInfer runs on 8.0-12.1 (`supports_compute_capability`,
+    // read in 0.28.0), so above 12.1 Triton, the next of the list, takes it.
     if version < VLLM_BACKEND_PRIORITIES {
         (c != (10, 0)).then_some("triton")
+    } else if c.0 == 10 {
+        None
+    } else if c <= (12, 1) {
+        Some("flashinfer")
     } else {
-        (c.0 != 10 && c <= (12, 1)).then_some("flashinfer")
+        Some("triton")
     }
 }
 
@@ -816,6 +822,24 @@ mod tests {
 
     fn gpu(id: &str) -> GpuCard {
         crate::builtin::resources().unwrap().gpus.into_iter().find(|g| g.id == id).unwrap()
+    }
+
+    /// An fp8 KV cache's default lane off Hopper from 0.11.1: FlashInfer on 8.0-12.1, the
+    /// B200's tables' own (None) on 10.x, Triton above 12.1, where FlashInfer does not run and
+    /// FlashAttention reads no fp8 cache; so such a card never takes FlashAttention 2's
+    /// unpacked mixed decodes (`cost::vllm_fa2_unpacked_mixed_decodes`), which a `None` lane
+    /// on 12.x would have meant.
+    #[test]
+    fn an_fp8_cache_above_compute_capability_12_1_takes_triton() {
+        let v = Version::new(0, 28, 0);
+        let with_cc = |id: &str, cc: &str| GpuCard { compute_capability: Some(cc.to_string()), ..gpu(id) };
+        assert_eq!(vllm_default_attention_lane(v, &gpu("rtx-5090"), "fp8"), Some("flashinfer"));
+        assert_eq!(vllm_default_attention_lane(v, &gpu("a100-80gb"), "fp8"), Some("flashinfer"));
+        assert_eq!(vllm_default_attention_lane(v, &gpu("b200"), "fp8"), None);
+        let later = with_cc("rtx-5090", "12.2");
+        assert_eq!(vllm_default_attention_lane(v, &later, "fp8"), Some("triton"));
+        assert!(!crate::cost::vllm_fa2_unpacked_mixed_decodes(later.capability(), Some("triton")));
+        assert_eq!(vllm_default_attention_lane(v, &later, "auto"), None, "a 16-bit cache: FlashAttention");
     }
 
     /// The all-reduce + RMSNorm fusion's reach, as vLLM's `-O2` sets it (docs/vllm.md §9):
