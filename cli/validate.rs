@@ -21,11 +21,11 @@ use std::process::ExitCode;
 use clap::Args;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sim::report::{Metric, Metrics, PointReport};
 
 /// The keys a validation set's row may hold (`prior_note` is a note for readers).
 const ROW_KEYS: &[&str] = &["engine", "load", "match", "scenario", "set", "knee", "skip", "skip_metrics", "prior_note"];
-use serde_json::Value;
-use sim::report::{Metric, Metrics, PointReport};
 
 use crate::load;
 

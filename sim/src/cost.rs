@@ -324,6 +324,13 @@ impl StepShape {
     pub fn total_tokens(&self) -> u64 {
         self.prefill_tokens + self.decode_tokens
     }
+
+    /// Whether some prefill chunk has two tokens or more: the step's longest query is then
+    /// more than one token (every decode is one), FlashAttention 2's `max_seqlen_q > 1`.
+    #[inline]
+    pub fn has_multi_token_chunk(&self) -> bool {
+        self.prefill_tokens > u64::from(self.num_chunks)
+    }
 }
 
 impl CostModel {

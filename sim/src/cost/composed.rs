@@ -1042,8 +1042,7 @@ impl ComposedCost {
             // FlashAttention 2 packs them wherever the step's longest query is one token
             // (`max_seqlen_q == 1`): a chunk of two tokens or more unpacks them, chunks of one
             // token each do not ([`vllm_fa2_unpacked_mixed_decodes`]).
-            let longer_query = s.prefill_tokens > u64::from(s.num_chunks);
-            let batch = if longer_query { s.decode_tokens * unpack } else { s.decode_tokens };
+            let batch = if s.has_multi_token_chunk() { s.decode_tokens * unpack } else { s.decode_tokens };
             attn_ms += self.gen_flat.at_whole_a(batch, s.decode_context_tokens as f64 / b);
         }
         if s.num_chunks > 0 {
@@ -1120,7 +1119,7 @@ impl ComposedCost {
     /// What running a step's decodes unpacked beside its prefill chunks adds to it, µs:
     /// decode work (their KV re-read once per query head), 0 where the engine packs them.
     pub fn unpacked_decode_surcharge_us(&self, s: &StepShape) -> f64 {
-        if !self.unpacks_mixed_decodes() || s.prefill_tokens <= u64::from(s.num_chunks) || s.decode_tokens == 0 {
+        if !self.unpacks_mixed_decodes() || !s.has_multi_token_chunk() || s.decode_tokens == 0 {
             return 0.0;
         }
         (self.step_us(s) - self.step_us_packed(s)).max(0.0)
@@ -1560,11 +1559,23 @@ mod tests {
     /// chunks without packing a KV head's query heads: they cost the packed decode table at
     /// `heads / kv_heads` times their batch; a decode-only step, a prefill-only step, Hopper's
     /// FlashAttention 3 and another backend are unchanged.
-    #[test]
-    fn fa2_mixed_steps_time_their_decodes_unpacked() {
+    /// Qwen3-14B on an A100: its card, the GPU, and its composed cost without and with
+    /// FlashAttention 2's unpacked mixed decodes.
+    fn qwen3_14b_a100_plain_and_fa2() -> (ModelCard, GpuCard, ComposedCost, ComposedCost) {
         let res = crate::builtin::resources().unwrap();
         let model = res.models.iter().find(|m| m.id == "qwen3-14b").unwrap().clone();
         let a100 = res.gpus.iter().find(|g| g.id == "a100-80gb").unwrap().clone();
+        let dep = Deployment::single(&model);
+        let plain = build_on(&model, &a100, "vllm", &dep, 1);
+        let mut fa2 = build_on(&model, &a100, "vllm", &dep, 1);
+        fa2.apply_engine_kernels(EngineKernels { unpacked_mixed_decodes: true, ..Default::default() });
+        (model, a100, plain, fa2)
+    }
+
+    #[test]
+    fn fa2_mixed_steps_time_their_decodes_unpacked() {
+        let res = crate::builtin::resources().unwrap();
+        let (model, a100, plain, fa2) = qwen3_14b_a100_plain_and_fa2();
         let h100 = llama8b_h100().1;
         assert!(vllm_fa2_unpacked_mixed_decodes(a100.capability(), None));
         assert!(vllm_fa2_unpacked_mixed_decodes(a100.capability(), Some("flash_attn")));
@@ -1574,10 +1585,6 @@ mod tests {
             let g = res.gpus.iter().find(|g| g.id == id).unwrap();
             assert_eq!(vllm_fa2_unpacked_mixed_decodes(g.capability(), None), fa2, "{id}");
         }
-        let dep = Deployment::single(&model);
-        let plain = build_on(&model, &a100, "vllm", &dep, 1);
-        let mut fa2 = build_on(&model, &a100, "vllm", &dep, 1);
-        fa2.apply_engine_kernels(EngineKernels { unpacked_mixed_decodes: true, ..Default::default() });
         assert!(fa2.source.contains("unpacked") && !plain.source.contains("unpacked"), "{}", fa2.source);
         // Qwen3-14B: 40 query heads over 8 KV heads.
         assert_eq!(fa2.mixed_decode_batch_per_decode, 5);
@@ -1607,13 +1614,7 @@ mod tests {
     /// run packed; one chunk of two tokens or more unpacks them.
     #[test]
     fn decodes_beside_one_token_chunks_stay_packed() {
-        let res = crate::builtin::resources().unwrap();
-        let model = res.models.iter().find(|m| m.id == "qwen3-14b").unwrap().clone();
-        let a100 = res.gpus.iter().find(|g| g.id == "a100-80gb").unwrap().clone();
-        let dep = Deployment::single(&model);
-        let plain = build_on(&model, &a100, "vllm", &dep, 1);
-        let mut fa2 = build_on(&model, &a100, "vllm", &dep, 1);
-        fa2.apply_engine_kernels(EngineKernels { unpacked_mixed_decodes: true, ..Default::default() });
+        let (_, _, plain, fa2) = qwen3_14b_a100_plain_and_fa2();
         let (d, ctx) = (64u64, 2048u64);
         let mut ones = StepShape::decodes(d, d * ctx);
         ones.add_prefill(1983, 1);
