@@ -257,6 +257,12 @@ pub fn load_profile(path: &Path) -> Result<(CostCoefficients, Option<CostCoeffic
             path.display()
         ));
     }
+    if let Some(c) = v.get("composed_cost_source").filter(|c| !c.is_null() && !c.is_string()) {
+        return Err(format!(
+            "{}: composed_cost_source: expected a string (the cost_source of the composed cost the fit corrected), got {c}",
+            path.display()
+        ));
+    }
     // Only a profile that corrects the composed cost is applied relative to its prior. Its mode
     // is `corrects_composed` or `linear` (older profiles say none: linear); a misspelt mode, or
     // a corrects_composed profile without its prior, ran the linear model in its place.

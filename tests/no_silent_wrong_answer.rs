@@ -1566,4 +1566,10 @@ fn a_profile_fitted_on_another_step_cost_says_so() {
     let (c, _, err) = run(&["simulate", scenario, "--set", &format!("cost.profile={}", p.display())]);
     assert_eq!(c, 0, "{err}");
     assert!(err.contains("does not record the step cost it corrected"), "{err}");
+    // Given, but not as a string: an error naming the field, not a profile read as unrecorded.
+    v["composed_cost_source"] = serde_json::json!(5);
+    let p = write_temp("bad-cost-source-profile.json", &v.to_string());
+    let (c, _, err) = run(&["simulate", scenario, "--set", &format!("cost.profile={}", p.display())]);
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("composed_cost_source: expected a string"), "{err}");
 }
