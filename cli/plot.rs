@@ -61,13 +61,7 @@ fn tick(v: f64) -> String {
 }
 
 fn trim(v: f64) -> String {
-    let s = if v.fract() == 0.0 {
-        format!("{v:.0}")
-    } else if v.abs() >= 10.0 {
-        format!("{v:.0}")
-    } else {
-        format!("{v:.2}")
-    };
+    let s = if v.fract() == 0.0 || v.abs() >= 10.0 { format!("{v:.0}") } else { format!("{v:.2}") };
     if s.contains('.') {
         s.trim_end_matches('0').trim_end_matches('.').to_string()
     } else {

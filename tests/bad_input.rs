@@ -391,11 +391,9 @@ fn zero_counts_name_their_own_field() {
 /// SLO with a negative bound.
 #[test]
 fn derived_figures_out_of_range_name_the_flag_behind_them() {
-    let sg = format!(
-        r#"{{"version": 1, "engine": {{"kind": "sglang", "cuda_graph_max_bs": 100000}}, "model": "qwen2.5-7b-instruct",
-            "hardware": "a100-80gb", "workload": {{"dataset_name": "random", "ignore_eos": true, "num_prompts": 2}}}}"#
-    );
-    rejects("graphs_reserve.json", &sg, &["engine.cuda_graph_max_bs", "mem_fraction_static"]);
+    let sg = r#"{"version": 1, "engine": {"kind": "sglang", "cuda_graph_max_bs": 100000}, "model": "qwen2.5-7b-instruct",
+            "hardware": "a100-80gb", "workload": {"dataset_name": "random", "ignore_eos": true, "num_prompts": 2}}"#;
+    rejects("graphs_reserve.json", sg, &["engine.cuda_graph_max_bs", "mem_fraction_static"]);
     let csv = write_temp("scaled_trace.csv", "arrival_time,input_len,output_len\n0,100,10\n1,100,10\n");
     let scaled = base(
         r#""max_num_seqs": 4"#,

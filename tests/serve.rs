@@ -94,7 +94,7 @@ fn malformed_requests_get_4xx_and_leave_the_server_up() {
     let cases: Vec<(String, &str)> = vec![
         (post(&s.url, "/v1/completions", "{not json"), "400"),
         (post(&s.url, "/v1/completions", "[1,2,3]"), "400"),
-        (post(&s.url, "/v1/completions", &format!(r#"{{"model": "other", "prompt": "hi"}}"#)), "404"),
+        (post(&s.url, "/v1/completions", r#"{"model": "other", "prompt": "hi"}"#), "404"),
         (post(&s.url, "/v1/completions", &format!(r#"{{"model": "{m}", "prompt": "hi", "max_tokens": "x"}}"#)), "400"),
         (post(&s.url, "/v1/completions", &format!(r#"{{"model": "{m}", "prompt": "hi", "max_tokens": 0}}"#)), "400"),
         (
@@ -313,7 +313,7 @@ fn bench_speaks_the_chat_endpoint_with_text_built_from_the_tokenizer() {
     for v in request_lines(&dir) {
         let counted = v["prompt_tokens"].as_u64().unwrap();
         assert!(
-            counted >= 20 && counted <= 24,
+            (20..=24).contains(&counted),
             "the server counted {counted} tokens for a 20-token prompt (plus the chat role)"
         );
         // The stream opens with a role chunk, which the current `vllm bench serve` (0.33) skips:
@@ -677,7 +677,7 @@ fn chat_content_as_text_parts_is_served_and_other_parts_are_refused() {
         )
     };
     let usage = |r: &str| -> serde_json::Value {
-        let line = r.lines().filter(|l| l.contains("\"usage\"") && !l.contains("\"usage\":null")).last();
+        let line = r.lines().filter(|l| l.contains("\"usage\"") && !l.contains("\"usage\":null")).next_back();
         let line = line.unwrap_or_else(|| panic!("no usage in {r}"));
         let v: serde_json::Value = serde_json::from_str(line.trim_start_matches("data: ")).unwrap();
         v["usage"].clone()

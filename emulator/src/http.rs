@@ -216,7 +216,7 @@ async fn route(req: Request<Incoming>, sh: Arc<Shared>) -> Resp {
                 Err((code, msg)) => error(&sh, code, &msg),
             }
         }
-        (_, p) if ROUTES.contains(&p) && !(p == "/get_server_info" && !is_sglang(spec)) => {
+        (_, p) if ROUTES.contains(&p) && (p != "/get_server_info" || is_sglang(spec)) => {
             error(&sh, StatusCode::METHOD_NOT_ALLOWED, &format!("method {method} not allowed on {p}"))
         }
         _ => error(&sh, StatusCode::NOT_FOUND, &format!("no route {path}")),

@@ -202,14 +202,14 @@ fn random_scenario(
         json!({"kind": "sglang", "version": version, "max_running_requests": 4 + knob % 29,
                "chunked_prefill_size": chunk, "max_total_tokens": kv_tokens, "context_length": 4096,
                "page_size": granularity, "disable_radix_cache": !caching, "schedule_policy": policy,
-               "enable_mixed_chunk": knob % 5 == 0, "disable_overlap_schedule": knob % 7 == 0})
+               "enable_mixed_chunk": knob.is_multiple_of(5), "disable_overlap_schedule": knob.is_multiple_of(7)})
     } else {
         let version = ["0.33.0", "0.28.0", "0.11.0", "0.17.0"][knob as usize % 4];
         let policy = ["fcfs", "priority"][knob as usize / 4 % 2];
         json!({"kind": "vllm", "version": version, "max_num_seqs": 4 + knob % 29,
                "max_num_batched_tokens": chunk.max(64), "kv_cache_tokens": kv_tokens, "max_model_len": 4096,
                "block_size": if granularity == 4 { 8 } else { granularity }, "enable_prefix_caching": caching, "policy": policy,
-               "long_prefill_token_threshold": if knob % 3 == 0 { 128 } else { 0 }})
+               "long_prefill_token_threshold": if knob.is_multiple_of(3) { 128 } else { 0 }})
     };
     let mut w = json!({"dataset_name": "random", "random_input_len": input, "random_output_len": output,
                        "random_range_ratio": range, "num_prompts": prompts, "ignore_eos": true,
