@@ -878,8 +878,17 @@ mod tests {
         keys.extend(key("c", &[-1.0, -1.2]));
         let k = credibility_k(&keys);
         assert!(k.is_finite() && k > 0.0, "{k}");
-        let z = |n: f64| n / (n + k);
-        assert!(z(1.0) < z(9.0) && z(9.0) < 1.0);
+        // The one-way random-effects estimate, written out for these nine values: k = σ²_w / σ²_b,
+        // σ²_w the within-key mean square, σ²_b = (MSB − MSW) / n0.
+        let groups: [&[f64]; 3] = [&[0.0, 0.2, -0.2, 0.1], &[2.0, 2.2, 1.8], &[-1.0, -1.2]];
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+        let grand = groups.iter().flat_map(|g| g.iter()).sum::<f64>() / 9.0;
+        let ssw: f64 = groups.iter().map(|g| g.iter().map(|x| (x - mean(g)).powi(2)).sum::<f64>()).sum();
+        let ssb: f64 = groups.iter().map(|g| g.len() as f64 * (mean(g) - grand).powi(2)).sum();
+        let (msw, msb) = (ssw / (9.0 - 3.0), ssb / (3.0 - 1.0));
+        let n0 = (9.0 - (16.0 + 9.0 + 4.0) / 9.0) / (3.0 - 1.0);
+        let between = (msb - msw) / n0;
+        assert!((k - msw / between).abs() < 1e-12, "{k} against {}", msw / between);
         // Within-key scatter as large as the keys' spread: no key earns its own band.
         let mut flat = key("a", &[0.0, 2.0]);
         flat.extend(key("b", &[0.1, 1.9]));
@@ -909,7 +918,6 @@ mod tests {
             let z = (r.ln() / own.ln()).abs();
             assert!((z - credibility(parts.groups, parts.k)).abs() < 1e-9, "{gpu}: {z}");
         }
-        assert!(credibility(1, rtx.k) < credibility(h200.groups, h200.k));
     }
 
     /// Each family's band follows its GPU and engine's record in that family: a class whose
