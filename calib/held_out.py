@@ -27,6 +27,12 @@ without the set and passed as `--model-error`, to `calibrate` and to the uncalib
 `simulate --uncertainty` whose intervals the last column judges.
 HELD_OUT_POOLED_BAND=1 scales every family's uncalibrated 90% |error| by the GPU and engine's
 record over every metric pooled (the rule before 2026-12-05), for comparison.
+HELD_OUT_JSON=FILE also writes the table as JSON (each group's medians, verdict and coverage, the
+groups that could not be judged, the totals): `tests/held_out.rs` compares it with the committed
+`validation/held_out_baseline.json`, which the same command rewrites:
+
+    HELD_OUT_JSON=validation/held_out_baseline.json python3 calib/held_out.py target/release/servesim
+
 HELD_OUT_CORPUS_DISCREPANCY=1 uses the corpus' as it is instead (both terms); HELD_OUT_DISCREPANCY_SCALE=k
 multiplies the estimated sd by k (how much the verdicts depend on the estimate).
 """
@@ -252,6 +258,7 @@ def main():
     scale = discrepancy_scale()
     logs = [] if os.environ.get("HELD_OUT_CORPUS_DISCREPANCY") else corpus_logs()
     rows_out = []
+    failed = []
     for f in sorted(os.listdir(d)):
         if not f.endswith(".json"):
             continue
@@ -312,6 +319,7 @@ def main():
                                capture_output=True, text=True)
             if c.returncode != 0:
                 print(f"{g}: calibrate failed: {c.stderr.strip()[:300]}")
+                failed.append(f"{g}: calibrate failed: {c.stderr.strip()[:300]}")
                 continue
             e_unc, e_cal, inside, inside_u, n = [], [], 0, 0, 0
             w_u = []
@@ -319,6 +327,7 @@ def main():
                 u = sim(sf, "--uncertainty", *unc_me)
                 k = sim(sf, "--set", f"cost.profile={prof}")
                 if u is None or k is None:
+                    failed.append(f"{g} load {load:g}: simulate printed nothing")
                     continue
                 for key, x in pub.items():
                     if key not in u or key not in k:
@@ -344,6 +353,7 @@ def main():
                         widths["uncal"].append(ivu["p95"] / ivu["p05"])
                         w_u.append(ivu["p95"] / ivu["p05"])
             if n == 0:
+                failed.append(f"{g}: no held-out value to judge")
                 continue
             mu, mc = statistics.median(e_unc), statistics.median(e_cal)
             totals["in"] += inside
@@ -362,6 +372,25 @@ def main():
         print(f"coverage: calibrated 90% intervals hold {totals['in']}/{totals['n']} = "
               f"{100 * totals['in'] / totals['n']:.0f}% of held-out published values; "
               f"uncalibrated intervals {totals['in_uncal']}/{totals['n']} = {100 * totals['in_uncal'] / totals['n']:.0f}%")
+    out = os.environ.get("HELD_OUT_JSON")
+    if out:
+        verdict = lambda mu, mc: "better" if mc < mu - 0.005 else ("worse" if mc > mu + 0.005 else "same")
+        doc = {
+            "command": "HELD_OUT_JSON=validation/held_out_baseline.json python3 calib/held_out.py target/release/servesim",
+            "groups": [{"group": label, "lowest_load": lo, "held_out_points": pts_n, "values": n,
+                        "uncalibrated_median_abs_error_pct": round(100 * mu, 2),
+                        "calibrated_median_abs_error_pct": round(100 * mc, 2),
+                        "verdict": verdict(mu, mc),
+                        "calibrated_coverage": round(cov, 4), "uncalibrated_coverage": round(cov_u, 4)}
+                       for (label, lo, pts_n, n, mu, mc, cov, cov_u, _wu) in rows_out],
+            "not_judged": failed,
+            "values": totals["n"],
+            "calibrated_inside": totals["in"],
+            "uncalibrated_inside": totals["in_uncal"],
+        }
+        with open(out, "w") as fh:
+            json.dump(doc, fh, indent=1)
+            fh.write("\n")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ mod cli;
 mod determinism;
 mod fleet_cli;
 mod golden;
+mod held_out;
 mod intervals;
 mod live_faults;
 mod no_silent_wrong_answer;
