@@ -35,6 +35,16 @@ groups that could not be judged, the totals): `tests/held_out.rs` compares it wi
 
 HELD_OUT_CORPUS_DISCREPANCY=1 uses the corpus' as it is instead (both terms); HELD_OUT_DISCREPANCY_SCALE=k
 multiplies the estimated sd by k (how much the verdicts depend on the estimate).
+
+Diagnostics (what moves a group's verdict; none changes the table's default run):
+HELD_OUT_FACTORS=1 prints on stderr, per group, each coefficient the fit moved by more than 0.5%
+(fitted / prior). HELD_OUT_FIT_DROP=key,... leaves those published values out of the fitted
+point's result file, and HELD_OUT_FIT_SET=key=value,... replaces fitted values (report keys, as
+`mean_tpot_ms=7.436`), every group alike: the fit without a value, or with another reading of it;
+the held-out values are judged as always. HELD_OUT_CORRELATIONS=1 prints on stderr the
+correlation between the families of one row's deviations from their group's mean of
+ln(simulated / published), over the corpus' means (`validate --json`), with the number of rows
+holding both: how far the families' discrepancies at one point are one error and not several.
 """
 import csv, io, json, math, os, statistics, subprocess, sys, tempfile
 
@@ -241,6 +251,61 @@ def within_sd_without(logs, left_out, scale=1.0):
     return ",".join(parts)
 
 
+MEAN_KEYS = {"ttft": "mean_ttft_ms", "tpot": "mean_tpot_ms", "itl": "mean_itl_ms", "e2el": "mean_e2el_ms",
+             "throughput": "output_throughput"}
+
+
+def family_correlations():
+    """Per pair of families: (rows holding both, correlation) of a row's deviation from its
+    group's mean of ln(simulated / published), over the corpus' means (`validate --json`; a
+    family's deviations in groups where it has two rows or more)."""
+    by = {}
+    for r in validate_json()["rows"]:
+        d = {}
+        for m in r.get("metrics") or []:
+            s, p = m.get("simulated"), m.get("published")
+            for f, k in MEAN_KEYS.items():
+                if m.get("key") == k and s and p and s > 0 and p > 0:
+                    d[f] = math.log(s / p)
+        by.setdefault(r["group"], []).append(d)
+    dev = []
+    for rows in by.values():
+        mean = {}
+        for f in FAMILIES:
+            xs = [d[f] for d in rows if f in d]
+            if len(xs) >= 2:
+                mean[f] = sum(xs) / len(xs)
+        dev.extend({f: d[f] - mean[f] for f in d if f in mean} for d in rows)
+    out = {}
+    for i, a in enumerate(FAMILIES):
+        for b in FAMILIES[i + 1:]:
+            xy = [(d[a], d[b]) for d in dev if a in d and b in d]
+            if len(xy) < 3:
+                continue
+            x, y = [p[0] for p in xy], [p[1] for p in xy]
+            sx, sy = statistics.pstdev(x), statistics.pstdev(y)
+            if sx > 0 and sy > 0:
+                out[(a, b)] = (len(xy), statistics.correlation(x, y))
+    return out
+
+
+def fit_values(pub):
+    """The fitted point's published values with HELD_OUT_FIT_DROP and HELD_OUT_FIT_SET applied."""
+    out = dict(pub)
+    for k in filter(None, (x.strip() for x in os.environ.get("HELD_OUT_FIT_DROP", "").split(","))):
+        out.pop(k, None)
+    for kv in filter(None, (x.strip() for x in os.environ.get("HELD_OUT_FIT_SET", "").split(","))):
+        k, _, raw = kv.partition("=")
+        try:
+            x = float(raw)
+        except ValueError:
+            x = float("nan")
+        if not (math.isfinite(x) and x > 0):
+            sys.exit(f"HELD_OUT_FIT_SET: expected key=value with a finite value > 0, got {kv!r}")
+        out[k.strip()] = x
+    return out
+
+
 def sim(scen_file, *extra):
     out = subprocess.run([BIN, "simulate", scen_file, "--json", *extra], capture_output=True, text=True)
     if not out.stdout.strip():
@@ -259,6 +324,9 @@ def main():
     logs = [] if os.environ.get("HELD_OUT_CORPUS_DISCREPANCY") else corpus_logs()
     rows_out = []
     failed = []
+    if os.environ.get("HELD_OUT_CORRELATIONS"):
+        for (a, b), (n, r) in family_correlations().items():
+            print(f"within-group correlation {a}-{b}: {r:+.2f} over {n} rows", file=sys.stderr)
     for f in sorted(os.listdir(d)):
         if not f.endswith(".json"):
             continue
@@ -305,7 +373,7 @@ def main():
                 json.dump(sc, open(sf, "w"))
                 files.append(sf)
             rf = os.path.join(tmp, f"{g[0]}-{pts[0][1]}-result.json")
-            json.dump(pts[0][3], open(rf, "w"))
+            json.dump(fit_values(pts[0][3]), open(rf, "w"))
             prof = os.path.join(tmp, f"{g[0]}-{pts[0][1]}-profile.json")
             # Both error terms without the judged set: the fit's discrepancy, and the 90% |error| of
             # the calibrated intervals' model-error term and of the uncalibrated intervals
@@ -321,6 +389,12 @@ def main():
                 print(f"{g}: calibrate failed: {c.stderr.strip()[:300]}")
                 failed.append(f"{g}: calibrate failed: {c.stderr.strip()[:300]}")
                 continue
+            if os.environ.get("HELD_OUT_FACTORS"):
+                moved = {i["coefficient"]: round(i["fitted_over_prior"], 4)
+                         for i in json.load(open(prof)).get("identifiability", [])
+                         if abs(i["fitted_over_prior"] - 1) > 0.005}
+                print(f"    {g[0][:24]} {g[1][:14]} {g[2] if g[2] != '{}' else ''} fitted / prior: {moved}",
+                      file=sys.stderr)
             e_unc, e_cal, inside, inside_u, n = [], [], 0, 0, 0
             w_u = []
             for (load, i, sc, pub), sf in zip(pts[1:], files[1:]):
