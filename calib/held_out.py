@@ -289,11 +289,19 @@ def family_correlations():
     return out
 
 
-def fit_values(pub):
-    """The fitted point's published values with HELD_OUT_FIT_DROP and HELD_OUT_FIT_SET applied."""
-    out = dict(pub)
-    for k in filter(None, (x.strip() for x in os.environ.get("HELD_OUT_FIT_DROP", "").split(","))):
-        out.pop(k, None)
+def fit_changes():
+    """HELD_OUT_FIT_DROP's keys and HELD_OUT_FIT_SET's key -> value, each key a report key of
+    METRICS; exits with a message on any other key or on a value that is not finite and > 0."""
+    known = [key for _, key in METRICS]
+
+    def key_of(var, k):
+        if k not in known:
+            sys.exit(f"{var}: `{k}` is not a report key (expected one of {', '.join(known)})")
+        return k
+
+    drop = [key_of("HELD_OUT_FIT_DROP", k)
+            for k in filter(None, (x.strip() for x in os.environ.get("HELD_OUT_FIT_DROP", "").split(",")))]
+    sets = {}
     for kv in filter(None, (x.strip() for x in os.environ.get("HELD_OUT_FIT_SET", "").split(","))):
         k, _, raw = kv.partition("=")
         try:
@@ -302,7 +310,15 @@ def fit_values(pub):
             x = float("nan")
         if not (math.isfinite(x) and x > 0):
             sys.exit(f"HELD_OUT_FIT_SET: expected key=value with a finite value > 0, got {kv!r}")
-        out[k.strip()] = x
+        sets[key_of("HELD_OUT_FIT_SET", k.strip())] = x
+    return drop, sets
+
+
+def fit_values(pub, changes):
+    """The fitted point's published values with `changes` ([`fit_changes`]) applied."""
+    drop, sets = changes
+    out = {k: v for k, v in pub.items() if k not in drop}
+    out.update(sets)
     return out
 
 
@@ -321,6 +337,7 @@ def main():
     totals = {"in": 0, "n": 0, "in_uncal": 0}
     widths = {"cal": [], "uncal": []}
     scale = discrepancy_scale()
+    changes = fit_changes()
     logs = [] if os.environ.get("HELD_OUT_CORPUS_DISCREPANCY") else corpus_logs()
     rows_out = []
     failed = []
@@ -373,7 +390,7 @@ def main():
                 json.dump(sc, open(sf, "w"))
                 files.append(sf)
             rf = os.path.join(tmp, f"{g[0]}-{pts[0][1]}-result.json")
-            json.dump(fit_values(pts[0][3]), open(rf, "w"))
+            json.dump(fit_values(pts[0][3], changes), open(rf, "w"))
             prof = os.path.join(tmp, f"{g[0]}-{pts[0][1]}-profile.json")
             # Both error terms without the judged set: the fit's discrepancy, and the 90% |error| of
             # the calibrated intervals' model-error term and of the uncalibrated intervals
