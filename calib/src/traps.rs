@@ -270,7 +270,7 @@ pub fn flag(points: &mut [FitPoint]) -> Vec<Trap> {
 
 /// A point that may be a fresh vLLM server's first requests: the engine is vLLM, nothing
 /// warmed the server before the point (`initial_test_request` false, no `num_warmups`, no
-/// `prior_run_prompts`), and every request of the point is in its first wave (no request rate,
+/// `prior_run_prompts` or `prior_run_prefixes`), and every request of the point is in its first wave (no request rate,
 /// no trace whose rows arrive at different times, and a concurrency limit of at least
 /// `num_prompts`, so all were sent at once). Its TTFT
 /// values are excluded; the rest of the point stays. The server may have been warm (the
@@ -280,7 +280,7 @@ pub fn flag_cold_server(points: &mut [FitPoint]) -> Vec<Trap> {
     let mut traps = Vec::new();
     for p in points.iter_mut() {
         let w = &p.spec.workload;
-        let warmed = w.initial_test_request || w.num_warmups > 0 || w.prior_run_prompts > 0;
+        let warmed = w.initial_test_request || w.num_warmups > 0 || w.prior_run_prompts > 0 || w.prior_run_prefixes > 0;
         // A trace times its own arrivals: one wave only if every row arrives at once.
         let spread = match &w.dataset {
             sim::workload::Dataset::Trace { rows } => rows.iter().any(|r| r.arrival_time != rows[0].arrival_time),

@@ -107,6 +107,7 @@ pub fn plan(base: &SimSpec, concurrency: Option<u32>) -> Result<Plan, String> {
         num_prompts: base.workload.num_prompts.min(10_000),
         num_warmups: 0,
         prior_run_prompts: 0,
+        prior_run_prefixes: 0,
         ..base.workload.clone()
     });
     let limit = kv_limited_concurrency(base, &w0);

@@ -1106,6 +1106,13 @@ pub fn text(spec: &SimSpec, out: &SimOutput, opts: &TextOptions) -> String {
             spec.workload.prior_run_prompts
         );
     }
+    if spec.workload.prior_run_prefixes > 0 {
+        let _ = writeln!(
+            s,
+            "Note: the shared prefixes of the run's first {} prompts were sent before it, unmeasured (prior_run_prefixes: an earlier run on the same server whose prompts began this run's); what they left in the prefix cache counts in TTFT and in the hits.",
+            spec.workload.prior_run_prefixes
+        );
+    }
     for c in &report.caveats {
         let _ = writeln!(s, "Caveat ({}): {}", c.id, c.message);
         if let Some(d) = c.desynchronised_mean_ttft_ms {

@@ -27,7 +27,12 @@
 //! takes every level's prompts from the start of one list, and `vllm bench
 //! serve` with the same dataset, seed and prompt count sends the same prompts
 //! at every rate. What the earlier run left in the caches is modelled, not its
-//! timing.
+//! timing. `prior_run_prefixes` does the same for an earlier run whose prompts
+//! were only the starts of this run's (a trace's `prefix_group`/`prefix_len`):
+//! `sglang.bench_serving --dataset-name random` cuts prompt i from the same
+//! text at every `--random-input-len`, so a run at 8000 begins its prompts
+//! with a run at 1000's. Each of the first N rows' prefix is sent alone (one
+//! output token), before the prior run's prompts.
 //!
 //! Not modelled: the special tokens a tokenizer adds (`num_special_tokens`),
 //! the decode/re-encode round trip that changes prompt lengths by a token or
@@ -145,6 +150,10 @@ pub struct WorkloadParams {
     /// The run's first N prompts, sent again in the warm-up phase before the timed one (an
     /// earlier run on the same server that used the same prompts; see the module docs).
     pub prior_run_prompts: u32,
+    /// The shared prefixes (`prefix_group`, `prefix_len`) of the trace's first N rows, each sent
+    /// alone (one output token) in the warm-up phase, before the prior run's prompts: an earlier
+    /// run on the same server whose prompts were the starts of this run's (see the module docs).
+    pub prior_run_prefixes: u32,
     /// None = infinite.
     pub request_rate: Option<f64>,
     pub burstiness: f64,
@@ -355,6 +364,17 @@ pub fn generate(params: &WorkloadParams) -> Workload {
             .collect(),
         None => Vec::new(),
     };
+    // An earlier run whose prompts were the starts of this run's: each of the first rows' shared
+    // prefix alone (the request's first segment, the group's key), one output token. A row
+    // without a prefix sends nothing.
+    if let Dataset::Trace { rows } = &params.dataset {
+        for (row, r) in rows.iter().zip(&requests).take(params.prior_run_prefixes as usize) {
+            if row.prefix_group.is_some() && row.prefix_len.is_some_and(|p| p > 0) {
+                let k = key(&mut warm_rng);
+                warmups.push(build(vec![r.prompt[0].clone()], 1, 0, r.priority, k, &mut warm_eos));
+            }
+        }
+    }
     // An earlier run's prompts: the run's first requests again, the same contents, fresh
     // outputs (where EOS falls is drawn again), all due at the start of the warm-up phase.
     for r in requests.iter().take(params.prior_run_prompts as usize) {
@@ -438,6 +458,7 @@ mod tests {
             num_prompts: 100,
             num_warmups: 0,
             prior_run_prompts: 0,
+            prior_run_prefixes: 0,
             request_rate: None,
             burstiness: 1.0,
             max_concurrency: None,
@@ -514,6 +535,34 @@ mod tests {
                 assert_ne!(warm.output_key, timed.output_key);
             }
         }
+    }
+
+    #[test]
+    fn prior_run_prefixes_send_the_first_rows_prefixes_alone_before_the_prior_prompts() {
+        // Rows 0 and 2 share a start with an earlier run's prompts (row 2 wholly), row 1 not.
+        let row = |input_len, prefix: Option<(u64, u32)>| TraceRow {
+            arrival_time: 0.0,
+            input_len,
+            output_len: 7,
+            prefix_group: prefix.map(|p| p.0),
+            prefix_len: prefix.map(|p| p.1),
+            priority: None,
+        };
+        let rows = vec![row(50, Some((0, 20))), row(60, None), row(30, Some((2, 30))), row(40, Some((3, 10)))];
+        let mut p = params(Dataset::Trace { rows });
+        p.num_prompts = 4;
+        let plain = generate(&p);
+        p.prior_run_prefixes = 3;
+        p.prior_run_prompts = 1;
+        let w = generate(&p);
+        assert_eq!(w.requests, plain.requests, "the timed phase is the same");
+        // Rows 0 and 2's prefixes, alone, with one output token each, then row 0's whole prompt.
+        assert_eq!(w.warmups.len(), 3);
+        assert_eq!(w.warmups[0].prompt, vec![w.requests[0].prompt[0].clone()]);
+        assert_eq!((w.warmups[0].prompt_len, w.warmups[0].max_tokens), (20, 1));
+        assert_eq!(w.warmups[1].prompt, w.requests[2].prompt);
+        assert_eq!(w.warmups[1].prompt_len, 30);
+        assert_eq!(w.warmups[2].prompt, w.requests[0].prompt);
     }
 
     #[test]

@@ -43,6 +43,7 @@ fn the_largest_request_saturates_instead_of_overflowing() {
         num_prompts: 1,
         num_warmups: 0,
         prior_run_prompts: 0,
+        prior_run_prefixes: 0,
         request_rate: None,
         burstiness: 1.0,
         max_concurrency: None,

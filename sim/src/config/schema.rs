@@ -366,6 +366,11 @@ pub struct WorkloadSection {
     /// server that used the same prompts (`sim::workload`).
     #[serde(default)]
     pub prior_run_prompts: Option<u32>,
+    /// Send the shared prefixes (`prefix_group`, `prefix_len`) of the trace's first N rows in the
+    /// warm-up phase first, each alone: an earlier run on the same server whose prompts were the
+    /// starts of this run's (`sim::workload`).
+    #[serde(default)]
+    pub prior_run_prefixes: Option<u32>,
     #[serde(default)]
     pub max_concurrency: Option<u32>,
     #[serde(default)]

@@ -206,17 +206,33 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
             ),
         ));
     }
-    let total_output = match &dataset {
-        Dataset::Trace { rows } => {
-            rows.iter().take(num_prompts as usize).map(|r| u64::from(r.output_len)).sum::<u64>()
-                + rows.iter().take(prior_run_prompts as usize).map(|r| u64::from(r.output_len)).sum::<u64>()
-        }
-        Dataset::Requests { requests } => {
-            requests.iter().take(num_prompts as usize).map(|r| u64::from(r.output_len)).sum::<u64>()
-                + requests.iter().take(prior_run_prompts as usize).map(|r| u64::from(r.output_len)).sum::<u64>()
-        }
-        _ => u64::from(num_prompts + prior_run_prompts) * max_output,
-    };
+    let prior_run_prefixes = w.prior_run_prefixes.unwrap_or(0);
+    if prior_run_prefixes > 0 && !matches!(dataset, Dataset::Trace { .. }) {
+        return Err(ConfigError::new(
+            "workload.prior_run_prefixes",
+            "needs a trace with prefix_group and prefix_len columns (the prefixes an earlier run sent)",
+        ));
+    }
+    if prior_run_prefixes > num_prompts {
+        return Err(ConfigError::new(
+            "workload.prior_run_prefixes",
+            format!(
+                "{prior_run_prefixes}, but the run has {num_prompts} prompts (the prefixes are the run's first rows')"
+            ),
+        ));
+    }
+    let total_output = u64::from(prior_run_prefixes)
+        + match &dataset {
+            Dataset::Trace { rows } => {
+                rows.iter().take(num_prompts as usize).map(|r| u64::from(r.output_len)).sum::<u64>()
+                    + rows.iter().take(prior_run_prompts as usize).map(|r| u64::from(r.output_len)).sum::<u64>()
+            }
+            Dataset::Requests { requests } => {
+                requests.iter().take(num_prompts as usize).map(|r| u64::from(r.output_len)).sum::<u64>()
+                    + requests.iter().take(prior_run_prompts as usize).map(|r| u64::from(r.output_len)).sum::<u64>()
+            }
+            _ => u64::from(num_prompts + prior_run_prompts) * max_output,
+        };
     if total_output > MAX_TOTAL_OUTPUT_TOKENS {
         return Err(ConfigError::new(
             if dataset.is_trace() {
@@ -319,6 +335,7 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
         num_prompts,
         num_warmups,
         prior_run_prompts,
+        prior_run_prefixes,
         request_rate,
         burstiness,
         max_concurrency: w.max_concurrency,
