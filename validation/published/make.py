@@ -402,25 +402,48 @@ CB = "sglang_cookbook_llama31-70b_8xa100_sglang056"
 # at their full bf16 peak, so a tenth of the requests would wait over 7 s, against a published p99 of 1.9 s (100 at
 # 1000/1000: 49,398 tokens, >= 2.8 s against 1.25 s; 16 at 8000/1000: 66,978 tokens, >= 3.8 s against 2.6 s). So each
 # level is replayed after the previous level of its scenario in the page's order (1, 16, then 100 or 64): prior_run_prompts
-# = that level's N. Not replayed: the shared starts across the two scenarios (prompt i at 8000 begins with prompt i at
-# 1000, cut at the shorter length), which would lower the 8000/1000 TTFTs a little more.
+# = that level's N.
+# The shared starts across the two scenarios. sglang.bench_serving 0.5.6 (the sglang-0.5.6 wheel's bench_serving.py:
+# sample_random_requests, lines 1217-1313) draws input_lens with numpy, shuffles the ShareGPT conversations with Python's
+# random (both seeded with --seed, default 1, in run_benchmark, lines 2334-2335), and cuts prompt i as the first
+# input_lens[i] tokens of conversation i's tokens repeated (lines 1282-1285): prompt i at any L is a prefix of the same
+# endless token stream, so of two runs' prompt i the shorter is the start of the longer. It posts /flush_cache only with
+# --flush-cache or SGLANG_IS_IN_CI (lines 1953-1955, 2787-2791), which no command on the page passes (at the results'
+# commit d1f6166 they read `python3 -m sglang.bench_serving --backend sglang --model ... --dataset-name random
+# --random-input-len L --random-output-len 1000 --num-prompts N --max-concurrency C`). On the one server the page
+# launches (one deployment command, in 5.1.1, none in 5.1.2), whichever scenario ran second found the other's starts
+# cached. The order is not printed, but the 1000/1000 TTFTs rule out every 8000 level before its 1000 counterpart: with
+# the 8000 prompts' starts cached (the same prefixes the other way, 1 after 1, 16 after 16, 100 after 64), the replay
+# gives a mean TTFT of 35 ms at 1 (published 132; 102 as replayed), a p99 of 111 ms at 16 (792; 357) and 355 ms at 100
+# (1,252; 916). So each 8000 level finds the first N 1000 prompts' tokens cached (1 after 1, 16
+# after 16, 64 after 100: at least prompts 0..N-1): each 8000 row i carries prefix group i of min(its length, the 1000
+# run's length i) tokens, sent alone before the level (prior_run_prefixes = N), then the scenario's previous level.
+# Not replayed: the decode/re-encode round trip (the prompt goes as text), which can change a token or two at the cut.
 CB_PRIOR = {"1": 0, "16": 10, "100": 80, "64": 80}
 rows = []
 for il, conc in [(1000, [("1", 10), ("16", 80), ("100", 500)]), (8000, [("1", 10), ("16", 80), ("64", 320)])]:
     for c, n in conc:
         ri = np_legacy_randint(1)
         ins, outs = ri(1, il + 1, n), ri(1, 1000 + 1, n)
+        shared = None
+        if il == 8000:
+            short = np_legacy_randint(1)(1, 1000 + 1, n)  # the 1000/1000 runs' input lengths, prompt by prompt
+            shared = [min(a, s) for a, s in zip(ins, short)]
         trace = f"validation/published/{CB}.{il}-{n}.trace.csv"
         with open(trace, "w") as f:
             f.write(f"# SGLang cookbook row random {il}/1000, {n} prompts: sglang.bench_serving's lengths for seed 1\n"
-                    f"# (numpy seed(1); randint(1, {il + 1}, {n}) then randint(1, 1001, {n})); sums {sum(ins)} in, {sum(outs)} out.\n"
-                    "# Written by validation/published/make.py.\n")
-            f.write("arrival_time,input_len,output_len\n")
-            for a, b in zip(ins, outs):
-                f.write(f"0,{a},{b}\n")
+                    f"# (numpy seed(1); randint(1, {il + 1}, {n}) then randint(1, 1001, {n})); sums {sum(ins)} in, {sum(outs)} out.\n")
+            if shared:
+                f.write(f"# prefix_len: the start prompt i shares with the 1000/1000 runs' prompt i (min of the two lengths;\n"
+                        f"# randint(1, 1001, {n}) after numpy seed(1)), {sum(shared)} tokens in all; prefix_group: i.\n")
+            f.write("# Written by validation/published/make.py.\n")
+            f.write("arrival_time,input_len,output_len" + (",prefix_group,prefix_len" if shared else "") + "\n")
+            for i, (a, b) in enumerate(zip(ins, outs)):
+                f.write(f"0,{a},{b}" + (f",{i},{shared[i]}" if shared else "") + "\n")
         rows.append({"engine": "sglang-0.5.6", "load": c, "match": {"input_len": f"random U[1,{il}]"},
                      "set": [f"workload.max_concurrency={c}", f"workload.num_prompts={n}", f"workload.trace={trace}",
-                             f"workload.prior_run_prompts={CB_PRIOR[c]}"], "knee": il == 1000})
+                             f"workload.prior_run_prompts={CB_PRIOR[c]}"]
+                     + ([f"workload.prior_run_prefixes={n}"] if shared else []), "knee": il == 1000})
 cb = wl(sglang("0.5.6", "llama-3.1-70b-instruct", "a100-80gb", 8), dataset_name="trace",
         trace=f"validation/published/{CB}.1000-10.trace.csv", ignore_eos=True, seed=0)
 w(CB, {
@@ -436,8 +459,13 @@ w(CB, {
              "on the one server the page launches, radix cache on, and bench_serving's random prompt i is the same at every N for one "
              "length (ShareGPT conversations in seed 1's shuffled order, cut to the drawn length): each level is replayed after the "
              "previous level of its scenario in the page's order (prior_run_prompts 10 at concurrency 16, 80 at 100 and 64), which the "
-             "published TTFTs require (make.py: a cold first wave of 64 at 8000/1000 is at least 14 s of prefill against a p99 of 1.9 s); "
-             "the shared starts across the two scenarios (prompt i at 8000 begins with prompt i at 1000) are not replayed.",
+             "published TTFTs require (make.py: a cold first wave of 64 at 8000/1000 is at least 14 s of prefill against a p99 of 1.9 s). "
+             "The shared starts across the two scenarios are replayed: bench_serving 0.5.6 cuts prompt i from the same token stream at "
+             "every length and flushes no cache unless told (--flush-cache, which the page's commands do not pass), so on the one server "
+             "whichever scenario ran second found the other's starts cached; the order is not printed, but the 1000/1000 TTFTs rule out "
+             "any 8000 level before its 1000 counterpart (cached, the replay gives a mean of 35 ms at 1 against 132, a p99 of 111 ms at 16 against 792). "
+             "Each 8000 row i is prefix group i of min(its length, the 1000 run's i-th) tokens, sent alone before the level "
+             "(prior_run_prefixes = N; make.py).",
     "scenario": cb, "rows": rows})
 
 # 14. dennislee22 Tests 4 and 5: vLLM 0.10.1.1, 1x A100-80GB, Qwen2-7B-Instruct, KV pools from the start-up logs,
