@@ -77,6 +77,18 @@ impl ClientSends {
         }
     }
 
+    /// The next send `(time, sequence, request)`, not taken.
+    #[inline]
+    pub fn peek(&self) -> Option<(u64, u64, ReqId)> {
+        self.sends.get(self.next).copied()
+    }
+
+    /// Takes the next send (after [`ClientSends::peek`]).
+    #[inline]
+    pub fn advance(&mut self) {
+        self.next += 1;
+    }
+
     /// The time of the next event (`u64::MAX` if none).
     #[inline]
     pub fn next_event_time<E: Ord>(&self, heap: &BinaryHeap<Reverse<(u64, u64, E)>>) -> u64 {

@@ -11,7 +11,11 @@
 //! starts (10,000 at one instant at `request_rate=inf`), so they take their
 //! sequence numbers then, as they would entering the heap, are sorted once, and
 //! are merged with the heap's events in the same `(time, sequence)` order (as
-//! the fleet loop does, `crate::fleet`).
+//! the fleet loop does, `crate::fleet`). The step's end (one at a time) waits in a slot of
+//! its own, and the engine arrivals and the client's completions each in a queue of their
+//! own while they come in time order (as they mostly do: the front end's queues are FIFO),
+//! in the heap when one does not; the next event is the least `(time, sequence)` of the
+//! sends', the slot's, the queues' fronts and the heap's, the same order as one heap's.
 //!
 //! # Phases
 //!
@@ -484,6 +488,12 @@ struct Loop<'a, E: Engine> {
     phase_of: Vec<Phase>,
     records: Vec<RequestRecord>,
     heap: BinaryHeap<Reverse<(u64, u64, Event)>>,
+    /// The pending `StepEnd`, `(time, sequence)` (module docs, "Event order").
+    step_end: Option<(u64, u64)>,
+    /// `EngineArrival` and `ClientDone` events pushed in time order, `(time, sequence,
+    /// request)`, beside the heap.
+    arrivals: VecDeque<(u64, u64, ReqId)>,
+    dones: VecDeque<(u64, u64, ReqId)>,
     /// The phase's client sends as `(time, sequence, request)`, in `(time, sequence)` order,
     /// and the next one: the `ClientSend` events, kept beside the heap (module docs, "Event
     /// order").
@@ -542,7 +552,24 @@ pub(crate) const STREAMING_TOO_LONG: &str = "output_token_us is too large";
 impl<'a, E: Engine> Loop<'a, E> {
     fn push(&mut self, t: u64, ev: Event) {
         self.seq += 1;
-        self.heap.push(Reverse((t, self.seq, ev)));
+        let seq = self.seq;
+        // Beside the heap where it keeps its kind's order (`seq` grows: time decides).
+        match ev {
+            Event::StepEnd if self.step_end.is_none() => {
+                self.step_end = Some((t, seq));
+                return;
+            }
+            Event::EngineArrival(id) if self.arrivals.back().is_none_or(|&(last, _, _)| last <= t) => {
+                self.arrivals.push_back((t, seq, id));
+                return;
+            }
+            Event::ClientDone(id) if self.dones.back().is_none_or(|&(last, _, _)| last <= t) => {
+                self.dones.push_back((t, seq, id));
+                return;
+            }
+            _ => {}
+        }
+        self.heap.push(Reverse((t, seq, ev)));
     }
 
     /// `now + d`, or `None` with the run stopped naming `cause` if it overflows.
@@ -565,16 +592,45 @@ impl<'a, E: Engine> Loop<'a, E> {
         self.sends.sort();
     }
 
-    /// The next event in `(time, sequence)` order: the next send or the heap's first.
+    /// The next event in `(time, sequence)` order: the least of the next send, the step's
+    /// end, the queues' fronts and the heap's first.
     #[inline]
     fn pop_event(&mut self) -> Option<(u64, Event)> {
-        self.sends.pop_event(&mut self.heap, Event::ClientSend)
+        const NONE: (u64, u64) = (u64::MAX, u64::MAX);
+        let send = self.sends.peek().map_or(NONE, |(t, s, _)| (t, s));
+        let step = self.step_end.unwrap_or(NONE);
+        let arrival = self.arrivals.front().map_or(NONE, |&(t, s, _)| (t, s));
+        let done = self.dones.front().map_or(NONE, |&(t, s, _)| (t, s));
+        let heap = self.heap.peek().map_or(NONE, |Reverse((t, s, _))| (*t, *s));
+        let least = send.min(step).min(arrival).min(done).min(heap);
+        if least == NONE {
+            return None;
+        }
+        if least == send {
+            let (t, _, id) = self.sends.peek().expect("the next send");
+            self.sends.advance();
+            Some((t, Event::ClientSend(id)))
+        } else if least == step {
+            self.step_end = None;
+            Some((step.0, Event::StepEnd))
+        } else if least == arrival {
+            let (t, _, id) = self.arrivals.pop_front().expect("the next arrival");
+            Some((t, Event::EngineArrival(id)))
+        } else if least == done {
+            let (t, _, id) = self.dones.pop_front().expect("the next completion");
+            Some((t, Event::ClientDone(id)))
+        } else {
+            self.heap.pop().map(|Reverse((t, _, ev))| (t, ev))
+        }
     }
 
     /// The time of the next event (`u64::MAX` if none).
     #[inline]
     fn next_event_time(&self) -> u64 {
-        self.sends.next_event_time(&self.heap)
+        let step = self.step_end.map_or(u64::MAX, |(t, _)| t);
+        let arrival = self.arrivals.front().map_or(u64::MAX, |&(t, _, _)| t);
+        let done = self.dones.front().map_or(u64::MAX, |&(t, _, _)| t);
+        self.sends.next_event_time(&self.heap).min(step).min(arrival).min(done)
     }
 
     fn dispatch(&mut self, id: ReqId, now: u64) {
@@ -983,6 +1039,9 @@ pub fn run_observed<E: Engine>(
         phase_of,
         records,
         heap: BinaryHeap::new(),
+        step_end: None,
+        arrivals: VecDeque::new(),
+        dones: VecDeque::new(),
         sends: Default::default(),
         seq: 0,
         max_concurrency: workload.max_concurrency,
