@@ -498,3 +498,25 @@ fn a_jsonl_trace_row_that_is_not_an_object_is_refused() {
             .replacen(r#""dataset_name": "random", "#, "", 1);
     rejects("array_row.json", &scenario, &["workload.trace", "array-row.jsonl:2: expected an object", "[1,2,3]"]);
 }
+
+/// `workload.prior_run_prefixes` on a trace whose first rows carry no shared prefix would send
+/// nothing and run as if no earlier run had been asked for: refused, naming the field; with a
+/// prefix in those rows it runs.
+#[test]
+fn prior_run_prefixes_without_a_prefix_in_the_first_rows_is_refused() {
+    let trace = |name: &str, csv: &str, n: u32| {
+        let p = write_temp(name, csv);
+        base(
+            r#""max_num_seqs": 4"#,
+            &format!(r#""dataset_name": "trace", "trace": {:?}, "prior_run_prefixes": {n}"#, p.to_str().unwrap()),
+        )
+        .replacen(r#""dataset_name": "random", "#, "", 1)
+    };
+    let plain = trace("no_prefix.csv", "arrival_time,input_len,output_len\n0,100,10\n0,100,10\n", 2);
+    rejects("no_prefix_prior.json", &plain, &["workload.prior_run_prefixes", "prefix_group"]);
+    let late = "arrival_time,input_len,output_len,prefix_group,prefix_len\n0,100,10,,\n0,100,10,,\n0,100,10,3,50\n";
+    rejects("late_prefix_prior.json", &trace("late_prefix.csv", late, 2), &["workload.prior_run_prefixes"]);
+    let ok = write_temp("ok_prefix_prior.json", &trace("ok_prefix.csv", late, 3));
+    let o = run_cli(&["simulate", ok.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
