@@ -322,6 +322,12 @@ def fit_values(pub, changes):
     return out
 
 
+def verdict(mu, mc):
+    """A group's verdict from its uncalibrated and calibrated median |error| (fractions): half a
+    point either way is "same"."""
+    return "better" if mc < mu - 0.005 else ("worse" if mc > mu + 0.005 else "same")
+
+
 def sim(scen_file, *extra):
     out = subprocess.run([BIN, "simulate", scen_file, "--json", *extra], capture_output=True, text=True)
     if not out.stdout.strip():
@@ -403,8 +409,8 @@ def main():
             c = subprocess.run([BIN, "calibrate", "--from-results", rf, "--scenario", files[0], "--out", prof, *disc],
                                capture_output=True, text=True)
             if c.returncode != 0:
-                print(f"{g}: calibrate failed: {c.stderr.strip()[:300]}")
                 failed.append(f"{g}: calibrate failed: {c.stderr.strip()[:300]}")
+                print(failed[-1])
                 continue
             if os.environ.get("HELD_OUT_FACTORS"):
                 moved = {i["coefficient"]: round(i["fitted_over_prior"], 4)
@@ -454,7 +460,7 @@ def main():
             wu = statistics.median(w_u) if w_u else float("nan")
             rows_out.append((label, pts[0][0], len(pts) - 1, n, mu, mc, inside / n, inside_u / n, wu))
             print(f"| {label} | {pts[0][0]:g} | {len(pts) - 1} | {n} | {100 * mu:.1f} | {100 * mc:.1f} | "
-                  f"{'better' if mc < mu - 0.005 else ('worse' if mc > mu + 0.005 else 'same')} | "
+                  f"{verdict(mu, mc)} | "
                   f"{100 * inside / n:.0f}% | {100 * inside_u / n:.0f}% | {wu:.2f} |", flush=True)
     if totals["n"]:
         med = lambda v: statistics.median(v) if v else float("nan")
@@ -465,7 +471,6 @@ def main():
               f"uncalibrated intervals {totals['in_uncal']}/{totals['n']} = {100 * totals['in_uncal'] / totals['n']:.0f}%")
     out = os.environ.get("HELD_OUT_JSON")
     if out:
-        verdict = lambda mu, mc: "better" if mc < mu - 0.005 else ("worse" if mc > mu + 0.005 else "same")
         doc = {
             "command": "HELD_OUT_JSON=validation/held_out_baseline.json python3 calib/held_out.py target/release/servesim",
             "groups": [{"group": label, "lowest_load": lo, "held_out_points": pts_n, "values": n,
