@@ -94,6 +94,11 @@ impl TraceRow {
         }
         Ok(())
     }
+
+    /// Whether the row's prompt begins with a shared prefix: a group and a length above 0.
+    pub fn has_shared_prefix(&self) -> bool {
+        self.prefix_group.is_some() && self.prefix_len.is_some_and(|p| p > 0)
+    }
 }
 
 /// The dataset, resolved.
@@ -369,7 +374,7 @@ pub fn generate(params: &WorkloadParams) -> Workload {
     // without a prefix sends nothing.
     if let Dataset::Trace { rows } = &params.dataset {
         for (row, r) in rows.iter().zip(&requests).take(params.prior_run_prefixes as usize) {
-            if row.prefix_group.is_some() && row.prefix_len.is_some_and(|p| p > 0) {
+            if row.has_shared_prefix() {
                 let k = key(&mut warm_rng);
                 warmups.push(build(vec![r.prompt[0].clone()], 1, 0, r.priority, k, &mut warm_eos));
             }

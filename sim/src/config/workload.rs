@@ -207,26 +207,27 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
         ));
     }
     let prior_run_prefixes = w.prior_run_prefixes.unwrap_or(0);
-    if prior_run_prefixes > 0 && !matches!(dataset, Dataset::Trace { .. }) {
-        return Err(ConfigError::new(
-            "workload.prior_run_prefixes",
-            "needs a trace with prefix_group and prefix_len columns (the prefixes an earlier run sent)",
-        ));
-    }
-    // A trace none of whose first rows has a shared prefix would send nothing: refused rather
-    // than run as if no earlier run had been asked for.
-    if let Dataset::Trace { rows } = &dataset {
-        let has_prefix = rows
-            .iter()
-            .take(prior_run_prefixes as usize)
-            .any(|r| r.prefix_group.is_some() && r.prefix_len.is_some_and(|p| p > 0));
-        if prior_run_prefixes > 0 && !has_prefix {
-            return Err(ConfigError::new(
-                "workload.prior_run_prefixes",
-                format!(
-                    "{prior_run_prefixes}, but none of the trace's first {prior_run_prefixes} rows has a prefix_group and a prefix_len above 0: there is no prefix for an earlier run to have sent"
-                ),
-            ));
+    // Without a trace, or with one none of whose first rows has a shared prefix, nothing would
+    // be sent: refused rather than run as if no earlier run had been asked for.
+    if prior_run_prefixes > 0 {
+        match &dataset {
+            Dataset::Trace { rows }
+                if !rows.iter().take(prior_run_prefixes as usize).any(|r| r.has_shared_prefix()) =>
+            {
+                return Err(ConfigError::new(
+                    "workload.prior_run_prefixes",
+                    format!(
+                        "{prior_run_prefixes}, but none of the trace's first {prior_run_prefixes} rows has a prefix_group and a prefix_len above 0: there is no prefix for an earlier run to have sent"
+                    ),
+                ));
+            }
+            Dataset::Trace { .. } => {}
+            _ => {
+                return Err(ConfigError::new(
+                    "workload.prior_run_prefixes",
+                    "needs a trace with prefix_group and prefix_len columns (the prefixes an earlier run sent)",
+                ))
+            }
         }
     }
     if prior_run_prefixes > num_prompts {
