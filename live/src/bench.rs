@@ -161,6 +161,11 @@ async fn run_phase(
 ) -> Vec<Outcome> {
     let sent: Arc<Vec<std::sync::atomic::AtomicBool>> =
         Arc::new((0..reqs.len()).map(|_| std::sync::atomic::AtomicBool::new(false)).collect());
+    // Each request's outcome, stored by its task in the same poll as its line is written (no
+    // await between them, so an abort cannot fall between): an interruption that catches a
+    // finished task before the join below has taken its result must not count it in flight
+    // (that wrote a second, failed line for a request already saved as completed).
+    let done: Arc<Mutex<Vec<Option<Outcome>>>> = Arc::new(Mutex::new(vec![None; reqs.len()]));
     let sem = Arc::new(Semaphore::new(max_conc.map(|c| c as usize).unwrap_or(Semaphore::MAX_PERMITS)));
     let start = Instant::now();
     let mut set = JoinSet::new();
@@ -188,11 +193,13 @@ async fn run_phase(
         let spec = spec.clone();
         let on_done = if phase == "timed" { opts.on_done.clone() } else { None };
         let sent = sent.clone();
+        let done = done.clone();
         set.spawn(async move {
             let _permit = turn.await.expect("the dispatcher gives every request its turn");
             sent[i].store(true, std::sync::atomic::Ordering::SeqCst);
             let o = client::send(&client, &target, &req, t0).await;
             writer.lock().expect("writer").write(phase, i, &spec, &o);
+            done.lock().expect("outcomes")[i] = Some(o.clone());
             if let Some(f) = on_done {
                 (f.0)();
             }
@@ -227,11 +234,13 @@ async fn run_phase(
     // Requests the interruption caught in flight failed, and their lines are written as the
     // completed ones were (the result counted them failed while the file had no line for them);
     // those never sent are not failures.
+    let stored = std::mem::take(&mut *done.lock().unwrap_or_else(|e| e.into_inner()));
     let out: Vec<Outcome> = out
         .into_iter()
+        .zip(stored)
         .enumerate()
-        .map(|(i, o)| {
-            o.unwrap_or_else(|| {
+        .map(|(i, (o, finished))| {
+            o.or(finished).unwrap_or_else(|| {
                 if sent[i].load(std::sync::atomic::Ordering::SeqCst) {
                     let o = Outcome { sent: true, error: Some(client::Failure::Aborted), ..Default::default() };
                     writer.lock().unwrap_or_else(|e| e.into_inner()).write(phase, i, &reqs[i], &o);
