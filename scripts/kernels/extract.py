@@ -12,6 +12,8 @@ Rust cost model can read with serde alone:
   data/kernels/<system>/<engine>/context_attention.json     prefill attention, seq x batch
   data/kernels/<system>/<engine>/generation_attention.json  decode attention, batch x kv length
   data/kernels/<system>/<engine>/custom_allreduce.json      engine's custom all-reduce
+  data/kernels/<system>/<engine>/moe.json     MoE expert layers (fused experts) over tokens, for the
+                                              MoE cards' shapes only (see extract_moe)
   data/kernels/<system>/nccl.json             NCCL collectives (engine independent)
 
 and, with --published-out, the silicon_sample.csv rows of servesim's models.
@@ -52,6 +54,14 @@ from aic_interp import (  # noqa: E402
 
 ENGINES = ("vllm", "sglang")
 TPS = (1, 2, 4, 8)
+# MoE tables: the expert dtypes servesim's MoE cards run (bf16 checkpoints; fp8 checkpoints with
+# 128x128 weight blocks), experts sharded by TP only (moe_ep = 1: vLLM without
+# --enable-expert-parallel, SGLang with ep_size 1), and the routing distribution fixed a priori to
+# aiconfigurator's own default: sdk/config.py `workload_distribution = "power_law"` with
+# sdk/models/moe.py MOEModel `_power_law_alpha = 1.2` -> helpers.power_law_distribution ->
+# "power_law_1.2" (docs/moe.md 1.6). Not chosen by comparison with any measurement.
+MOE_DTYPES = ("bfloat16", "fp8_block")
+MOE_DISTRIBUTION = "power_law_1.2"
 SYS_PREFIX = "aiconfigurator_core/systems/"
 
 # servesim GPU card id -> aiconfigurator system name. Cards not listed have
@@ -187,8 +197,9 @@ def load_cards(models_dir: Path):
     cards = []
     for p in sorted(models_dir.glob("*.json")):
         d = json.loads(p.read_text())
-        need = ("hidden_size", "num_layers", "num_attention_heads", "num_kv_heads", "intermediate_size", "vocab_size")
-        if not all(k in d for k in need):
+        need = ("hidden_size", "num_layers", "num_attention_heads", "num_kv_heads", "vocab_size")
+        # A dense card needs its MLP; a MoE card (every layer MoE) has none besides the experts.
+        if not all(k in d for k in need) or ("intermediate_size" not in d and "moe" not in d):
             continue
         d.setdefault("head_dim", d["hidden_size"] // d["num_attention_heads"])
         d["_id"] = d.get("id", p.stem)
@@ -200,19 +211,34 @@ def card_shapes(card):
     """Per TP: GEMM shapes and per-GPU attention heads (vLLM/SGLang layout:
     KV heads are replicated when tp > num_kv_heads)."""
     H, KV, D = card["num_attention_heads"], card["num_kv_heads"], card["head_dim"]
-    hid, inter, vocab = card["hidden_size"], card["intermediate_size"], card["vocab_size"]
+    hid, vocab = card["hidden_size"], card["vocab_size"]
+    moe = card.get("moe")
     out = []
     for tp in TPS:
-        if H % tp or inter % tp or (KV % tp and tp % KV):
+        if moe is None:
+            inter = card["intermediate_size"]
+            if H % tp or inter % tp or (KV % tp and tp % KV):
+                continue
+        elif H % tp or (KV % tp and tp % KV):
             continue
         h, kv = H // tp, max(1, KV // tp)
-        gemms = [
-            ("qkv_proj", (h + 2 * kv) * D, hid),
-            ("o_proj", hid, h * D),
-            ("gate_up_proj", 2 * inter // tp, hid),
-            ("down_proj", hid, inter // tp),
-            ("lm_head", -(-vocab // tp), hid),
-        ]
+        if moe is None:
+            gemms = [
+                ("qkv_proj", (h + 2 * kv) * D, hid),
+                ("o_proj", hid, h * D),
+                ("gate_up_proj", 2 * inter // tp, hid),
+                ("down_proj", hid, inter // tp),
+                ("lm_head", -(-vocab // tp), hid),
+            ]
+        else:
+            # Every layer MoE: the experts are moe.json's; the router is a replicated bf16
+            # linear (n = num_experts, k = hidden), not sharded by TP.
+            gemms = [
+                ("qkv_proj", (h + 2 * kv) * D, hid),
+                ("o_proj", hid, h * D),
+                ("router", moe["num_experts"], hid),
+                ("lm_head", -(-vocab // tp), hid),
+            ]
         out.append({"tp": tp, "heads": h, "kv_heads": kv, "head_dim": D, "gemms": gemms})
     return out
 
@@ -355,6 +381,41 @@ def extract_comm_curves(df, key_cols):
     return out
 
 
+def moe_shapes_of(cards):
+    """(hidden, moe_intermediate_size, topk, num_experts) of every MoE card."""
+    out = set()
+    for c in cards:
+        m = c.get("moe")
+        if m:
+            out.add((c["hidden_size"], m["moe_intermediate_size"], m["experts_per_token"], m["num_experts"]))
+    return sorted(out)
+
+
+def extract_moe(df, moe_shapes):
+    """One curve per (dtype, shape, moe_tp) at moe_ep 1 and MOE_DISTRIBUTION: latency (ms, one MoE
+    layer's experts on one GPU; router, top-k and collectives not included) over num_tokens (the
+    tokens entering the layer on the rank). The first row of a repeated key wins, as in
+    aiconfigurator's loader."""
+    d = df[(df["moe_ep_size"] == 1) & (df["distribution"] == MOE_DISTRIBUTION) & df["moe_dtype"].isin(MOE_DTYPES)
+           & df["moe_tp_size"].isin(TPS)]
+    curves = []
+    for hid, inter, topk, ne in moe_shapes:
+        s = d[(d["hidden_size"] == hid) & (d["inter_size"] == inter) & (d["topk"] == topk) & (d["num_experts"] == ne)]
+        for (dtype, tp), g in sorted(s.groupby(["moe_dtype", "moe_tp_size"]), key=lambda x: (x[0][0], int(x[0][1]))):
+            pts, kernels = {}, set()
+            for t, lat, ks in zip(g["num_tokens"].astype(int), g["latency"].astype(float), g["kernel_source"]):
+                if t not in pts:
+                    pts[t] = lat
+                    kernels.add(str(ks))
+            toks = sorted(pts)
+            curves.append({
+                "moe_dtype": dtype, "hidden": hid, "inter": inter, "topk": topk, "num_experts": ne,
+                "moe_tp": int(tp), "moe_ep": 1, "kernel_source": sorted(kernels),
+                "num_tokens": toks, "latency_ms": [sig4(pts[t]) for t in toks],
+            })
+    return curves
+
+
 # ---------------------------------------------------------------------------
 # JSON writer: dicts indented, lists of scalars inline (small, diffable).
 # ---------------------------------------------------------------------------
@@ -447,6 +508,7 @@ def main():
     slots = wheel.yaml(SYS_PREFIX + "query_versions.yaml")
     inv = inventory(wheel)
     cards = load_cards(Path(args.models))
+    moe_shapes = moe_shapes_of(cards)
     gpu_cards = sorted(p.stem for p in Path(args.gpus).glob("*.json"))
 
     # shapes.json (GPU independent)
@@ -481,7 +543,7 @@ def main():
         sys_entry = {"spec": {k: spec["gpu"].get(k) for k in ("mem_bw", "bfloat16_tc_flops", "fp8_tc_flops", "mem_capacity")},
                      "num_gpus_per_node": spec.get("node", {}).get("num_gpus_per_node"),
                      "releases": {}, "used": {}}
-        for fam in ("gemm", "attention", "comm"):
+        for fam in ("gemm", "attention", "comm", "moe"):
             for be, vers in sorted(inv[system].get(fam, {}).items()):
                 if be in ENGINES or be == "nccl":
                     sys_entry["releases"].setdefault(be, {})[fam] = {v: vers[v] for v in sorted(vers, key=vkey)}
@@ -535,6 +597,21 @@ def main():
                 })
                 used["custom_allreduce"] = v
                 wrote_any = True
+            v = pick_version(inv, system, "moe", engine, "moe_perf", cur) if moe_shapes else None
+            if v:
+                path = f"{base}/moe/{engine}/{v}/moe_perf.parquet"
+                curves = extract_moe(wheel.parquet(path), moe_shapes)
+                if curves:
+                    write_json(out / system / engine / "moe.json", {
+                        "source": source, "release": v, "path": path, "distribution": MOE_DISTRIBUTION,
+                        "units": {"latency_ms": "milliseconds for one MoE layer's expert computation on one GPU "
+                                                "(fused experts; router GEMM, top-k and collectives not included)",
+                                  "num_tokens": "tokens entering the layer on the rank, before top-k expansion",
+                                  "inter": "the model's full moe_intermediate_size (the kernel runs inter/moe_tp)",
+                                  "distribution": "aiconfigurator's default routing (sdk MOEModel: power_law, alpha 1.2)"},
+                        "curves": curves,
+                    })
+                    used["moe"] = v
             sys_entry["used"][engine] = used
         # NCCL: engine independent; aiconfigurator reads misc.nccl_version
         nv_decl = str((spec.get("misc") or {}).get("nccl_version", ""))
