@@ -14,6 +14,18 @@ use crate::server_info::ServerInfo;
 pub fn model_card_from_config(c: &Value, source: &str, id: &str) -> std::result::Result<ModelCard, String> {
     let u = |k: &str| c.get(k).and_then(Value::as_u64).map(|v| v as u32);
     let field = |k: &str| u(k).ok_or_else(|| format!("{source}: no {k}"));
+    // A mixture-of-experts config would be read as a dense model of its `intermediate_size`,
+    // with none of its experts' weights or time: refused (write the card by hand, with its `moe`
+    // object, as models/model/qwen3-30b-a3b.json does).
+    if let Some(k) = ["num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size"]
+        .into_iter()
+        .find(|k| c.get(*k).is_some_and(|v| !v.is_null()))
+    {
+        return Err(format!(
+            "{source}: {k}: a mixture-of-experts model; a card is not derived from its config.json (give a model \
+             card with a `moe` object, docs/moe.md)"
+        ));
+    }
     let hidden = field("hidden_size")?;
     let layers = field("num_hidden_layers")?;
     let heads = field("num_attention_heads")?;
@@ -43,7 +55,9 @@ pub fn model_card_from_config(c: &Value, source: &str, id: &str) -> std::result:
         dtype,
         quantization: None,
         quantization_method: None,
+        weight_block_size: None,
         max_position_embeddings: u("max_position_embeddings"),
+        moe: None,
         sources: vec![source.to_string()],
         notes: Some("read from the served model's config.json; parameters counted with the Llama formula".into()),
     })

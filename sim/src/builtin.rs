@@ -26,6 +26,8 @@ pub const MODELS: &[(&str, &str)] = files!("models/model":
     "qwen3-32b",
     "qwen2.5-32b",
     "qwen2.5-72b-instruct",
+    "qwen3-30b-a3b",
+    "qwen3-235b-a22b-fp8",
 );
 
 /// Every GPU card, as `(id, JSON text)`.

@@ -37,15 +37,52 @@ pub struct ModelCard {
     /// by it, and ModelOpt's refuses GPUs below compute capability 8.9. Absent: unknown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quantization_method: Option<String>,
+    /// The checkpoint's `quantization_config.weight_block_size` (`[128, 128]` for Qwen's block
+    /// fp8 checkpoints: one scale per 128 × 128 block of weights). Only block-128 fp8 experts
+    /// of a MoE card are modelled (the `fp8_block` MoE tables); its attention projections are
+    /// timed by the per-tensor fp8 GEMM tables (`config::check_cards` refuses the rest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight_block_size: Option<Vec<u32>>,
     #[serde(default)]
     pub max_position_embeddings: Option<u32>,
+    /// Mixture of experts: every decoder layer's MLP is `num_experts` experts, of which each
+    /// token runs `experts_per_token` (docs/moe.md). Absent: a dense model. Only what is
+    /// modelled can be said (unknown fields are refused): no shared experts, no dense layers
+    /// beside the MoE ones, standard attention (Qwen3-MoE).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe: Option<MoeSpec>,
     #[serde(default)]
     pub sources: Vec<String>,
     #[serde(default)]
     pub notes: Option<String>,
 }
 
+/// A mixture-of-experts card's experts (Hugging Face `num_experts`, `num_experts_per_tok`,
+/// `moe_intermediate_size`). Every layer is MoE and has no shared expert: a feature beyond these
+/// (`num_shared_experts`, `mlp_only_layers`, ...) is an unknown field, refused.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MoeSpec {
+    /// Routed experts per layer.
+    pub num_experts: u32,
+    /// Experts each token is routed to (top-k).
+    pub experts_per_token: u32,
+    /// The intermediate size of one expert's gated MLP (gate/up `2 × I` by hidden, down hidden by `I`).
+    pub moe_intermediate_size: u32,
+}
+
 impl ModelCard {
+    /// Parameters of the routed experts, all layers (gate, up and down of every expert).
+    pub fn expert_parameters(&self) -> u64 {
+        self.moe.as_ref().map_or(0, |m| {
+            u64::from(self.num_layers)
+                * u64::from(m.num_experts)
+                * 3
+                * u64::from(self.hidden_size)
+                * u64::from(m.moe_intermediate_size)
+        })
+    }
+
     /// Bytes per element of the weights (and, by default, of the KV cache).
     pub fn dtype_bytes(&self) -> Option<u32> {
         dtype_bytes(&self.dtype)
@@ -106,7 +143,10 @@ impl ModelCard {
     /// embeddings and LM head at the checkpoint dtype. Every weight matrix is
     /// sharded by `tp` (vocabulary-parallel embeddings included); norms and
     /// biases are counted with the linear layers and sharded too (they are a
-    /// few MB).
+    /// few MB). A MoE card's `num_parameters` counts every expert, and the
+    /// experts are sharded by `tp` too (each GPU holds `1/tp` of every expert's
+    /// intermediate dimension: vLLM without `--enable-expert-parallel`, SGLang with
+    /// `ep_size` 1), so the same formula holds all of them.
     pub fn weight_bytes_per_gpu(&self, tp: u32, linear_bytes: u32) -> u64 {
         let dt = u64::from(self.dtype_bytes().unwrap_or(2));
         let emb = self.embedding_parameters().min(self.num_parameters);

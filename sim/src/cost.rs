@@ -656,7 +656,9 @@ mod tests {
             dtype: "bfloat16".into(),
             quantization: None,
             quantization_method: None,
+            weight_block_size: None,
             max_position_embeddings: None,
+            moe: None,
             sources: vec![],
             notes: None,
         };

@@ -27,6 +27,17 @@
 //!   measured batch at that `kv_len` in proportion to the batch; beyond the
 //!   last `kv_len` or batch, linear in it. A step's decodes are one batch at
 //!   their mean context (aiconfigurator's reading).
+//! * **MoE experts** `t(tokens)` for one `(dtype, hidden, moe_intermediate, top-k, experts,
+//!   moe_tp)` curve of `moe.json` at `moe_ep` 1 (one MoE layer's fused experts on one GPU, the
+//!   router, top-k and collectives not included): linear in log–log between the two grid
+//!   points around the step's token count, as the GEMM curves; below the first point (1 token)
+//!   the first point; beyond the last (16,384 tokens, 65,536 on the A100's vLLM table) linear
+//!   in tokens (`t = t_last × tokens / tokens_last`). That is aiconfigurator's own rule there
+//!   (the boundary utilisation held against the MoE roofline, `k_tail = 1`), since at that
+//!   many tokens every expert is touched and the roofline is compute-bound, linear in tokens.
+//!   The points are used as measured (not made monotone). The routing distribution is fixed at
+//!   extraction to aiconfigurator's default (`power_law_1.2`). No shape, dtype or TP borrow:
+//!   a curve the table does not hold is refused ([`Tables::moe`]).
 //! * **All-reduce** `t(elements)`: log–log between points; beyond the
 //!   largest message, linear in size; below the smallest, the first point.
 //!   The same for NCCL's **all-gather** (`nccl.json`, nccl-tests: `t(elements
@@ -59,6 +70,8 @@ struct RawFiles {
     ar: &'static str,
     /// nccl-tests on the system (shared by both engines' entries).
     nccl: &'static str,
+    /// MoE experts (the MoE cards' shapes only).
+    moe: &'static str,
 }
 
 macro_rules! raw {
@@ -71,6 +84,7 @@ macro_rules! raw {
             gen: include_str!(concat!("../../data/kernels/", $s, "/", $e, "/generation_attention.json")),
             ar: include_str!(concat!("../../data/kernels/", $s, "/", $e, "/custom_allreduce.json")),
             nccl: include_str!(concat!("../../data/kernels/", $s, "/nccl.json")),
+            moe: include_str!(concat!("../../data/kernels/", $s, "/", $e, "/moe.json")),
         }
     };
 }
@@ -162,6 +176,27 @@ struct NcclCurve {
 }
 
 #[derive(Deserialize)]
+struct MoeFile {
+    release: String,
+    distribution: String,
+    curves: Vec<MoeCurveRaw>,
+}
+
+#[derive(Deserialize)]
+struct MoeCurveRaw {
+    moe_dtype: String,
+    hidden: u32,
+    inter: u32,
+    topk: u32,
+    num_experts: u32,
+    moe_tp: u32,
+    moe_ep: u32,
+    kernel_source: Vec<String>,
+    num_tokens: Vec<f64>,
+    latency_ms: Vec<f64>,
+}
+
+#[derive(Deserialize)]
 struct IndexFile {
     servesim_gpu_to_system: BTreeMap<String, Option<String>>,
     systems: BTreeMap<String, IndexSystem>,
@@ -211,6 +246,7 @@ pub struct Tables {
     gen: AttnFile,
     ar: ArFile,
     nccl: NcclFile,
+    moe: MoeFile,
 }
 
 struct Index {
@@ -270,8 +306,9 @@ pub fn tables(system: &str, engine: &str) -> Option<&'static Tables> {
         let ar: ArFile = serde_json::from_str(f.ar).unwrap_or_else(|e| panic!("{}: {e}", what("custom_allreduce")));
         let nccl: NcclFile =
             serde_json::from_str(f.nccl).unwrap_or_else(|e| panic!("data/kernels/{}/nccl.json: {e}", f.system));
+        let moe: MoeFile = serde_json::from_str(f.moe).unwrap_or_else(|e| panic!("{}: {e}", what("moe")));
         let peaks = index().peaks[f.system];
-        Tables { system: f.system, engine: f.engine, release: gemm.release.clone(), peaks, gemm, ctx, gen, ar, nccl }
+        Tables { system: f.system, engine: f.engine, release: gemm.release.clone(), peaks, gemm, ctx, gen, ar, nccl, moe }
     }))
 }
 
@@ -310,6 +347,19 @@ fn gemm_work(m: f64, s: GemmShape) -> (f64, f64) {
 pub fn gemm_sol_ms(m: f64, s: GemmShape, p: &Peaks) -> f64 {
     let (f, b) = gemm_work(m, s);
     (f / p.flops(s.fp8)).max(b / p.mem_bw) * 1e3
+}
+
+/// One MoE layer's experts as a table keys them (docs/moe.md §1.2): the model's hidden size,
+/// its full `moe_intermediate_size`, top-k and expert count, the experts' dtype as the tables
+/// name it (`bfloat16`, `fp8_block`) and the MoE tensor-parallel size (expert parallelism 1).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MoeShape {
+    pub hidden: u32,
+    pub inter: u32,
+    pub topk: u32,
+    pub num_experts: u32,
+    pub dtype: &'static str,
+    pub moe_tp: u32,
 }
 
 /// Per-GPU attention heads.
@@ -813,6 +863,43 @@ impl Tables {
         let c = self.nccl.curves.iter().find(|c| c.op_name == "all_gather" && c.num_gpus == tp)?;
         Some(Curve { xs: c.message_elems.clone(), ys: c.latency_ms.clone(), sol_last: None })
     }
+
+    /// One MoE layer's experts over the step's tokens (ms; module docs for the interpolation),
+    /// and the words that say where it comes from; `None` where the table has no curve of this
+    /// exact shape, dtype and TP (no borrow from another).
+    pub fn moe(&self, s: &MoeShape) -> Option<(Curve, String)> {
+        let c = self.moe.curves.iter().find(|c| {
+            c.moe_dtype == s.dtype
+                && c.hidden == s.hidden
+                && c.inter == s.inter
+                && c.topk == s.topk
+                && c.num_experts == s.num_experts
+                && c.moe_tp == s.moe_tp
+                && c.moe_ep == 1
+        })?;
+        let label = format!(
+            "{SOURCE_PACKAGE} {} {} {} moe_perf ({}, {}, moe_tp {}, moe_ep 1, {})",
+            self.system,
+            self.engine,
+            self.moe.release,
+            s.dtype,
+            self.moe.distribution,
+            s.moe_tp,
+            c.kernel_source.join("/")
+        );
+        Some((Curve { xs: c.num_tokens.clone(), ys: c.latency_ms.clone(), sol_last: None }, label))
+    }
+
+    /// What the MoE table holds for a shape (ignoring dtype and TP): `(dtype, moe_tp)` pairs, for
+    /// an error that says what is there.
+    pub fn moe_layouts(&self, hidden: u32, inter: u32, topk: u32, num_experts: u32) -> Vec<(String, u32)> {
+        self.moe
+            .curves
+            .iter()
+            .filter(|c| c.hidden == hidden && c.inter == inter && c.topk == topk && c.num_experts == num_experts)
+            .map(|c| (c.moe_dtype.clone(), c.moe_tp))
+            .collect()
+    }
 }
 
 // ---------------------------------------------------------------- providers
@@ -1161,7 +1248,12 @@ mod tests {
                             continue;
                         }
                         let (g, lm, _) = crate::cost::model_shapes(m, tp, false, 2);
-                        for s in g.iter().chain(std::iter::once(&lm)) {
+                        // A MoE card: QKV, O, the LM head and the router (its experts are moe.json's).
+                        let shapes: Vec<GemmShape> = match crate::cost::moe_router_shape(m) {
+                            None => g.iter().chain(std::iter::once(&lm)).copied().collect(),
+                            Some(r) => vec![g[0], g[1], lm, r],
+                        };
+                        for s in &shapes {
                             assert!(
                                 curves.iter().any(|c| c.n == s.n && c.k == s.k),
                                 "data/kernels/{system}/{engine}/gemm.json has no curve for {} at TP {tp} \

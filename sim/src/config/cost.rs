@@ -58,10 +58,40 @@ pub(super) fn resolve_cost(
             ));
         }
     }
+    // A MoE card is timed only by the composed cost from the GPU's own measured MoE table
+    // (`cost::composed`, docs/moe.md): the linear model (the prior, inline coefficients) has no
+    // expert term and would time it as the dense model of its parameter count.
+    if model.moe.is_some() {
+        let what = format!("MoE model {} on {} under {engine}", model.id, gpu.id);
+        if c.prior.is_some() {
+            return Err(ConfigError::new(
+                "cost.prior",
+                format!(
+                    "{what}: the linear roofline prior has no term for the experts (it would time the model as dense): \
+                     not modelled; leave cost.prior out for the composed cost from the measured MoE tables"
+                ),
+            ));
+        }
+        if c.coefficients.is_some() {
+            return Err(ConfigError::new(
+                "cost.coefficients",
+                format!("{what}: the linear step model has no term for the experts: not modelled for a MoE card"),
+            ));
+        }
+        if gpu.kernel_tables.as_deref() == Some("none") {
+            return Err(ConfigError::new(
+                "hardware.kernel_tables",
+                format!(
+                    "{what}: \"none\" times steps with the linear roofline prior, which has no term for the experts: \
+                     not modelled for a MoE card"
+                ),
+            ));
+        }
+    }
     let mut cost = CostModel::roofline(model, gpu, dep, &prior);
     if c.prior.is_none() {
         if let Some((provider, source)) = provider_for(gpu, engine, FALLBACK, None) {
-            let mut composed = ComposedCost::build(
+            let mut composed = ComposedCost::try_build(
                 model,
                 gpu,
                 dep,
@@ -72,10 +102,17 @@ pub(super) fn resolve_cost(
                 prior.interconnect_bandwidth_eff,
                 crate::cost::sync_cpu(engine, dep.tensor_parallel_size),
                 attention_lane,
-            );
+            )
+            .map_err(|e| ConfigError::new("model.moe", e))?;
             composed.apply_engine_kernels(engine_kernels);
             cost.composed = Some(std::sync::Arc::new(composed));
         }
+    }
+    if model.moe.is_some() && cost.composed.is_none() {
+        return Err(ConfigError::new(
+            "model.moe",
+            format!("MoE model {} on {} under {engine}: no measured kernel tables time it: not modelled", model.id, gpu.id),
+        ));
     }
     if c.profile.is_some() {
         let p = res.profile.as_ref().ok_or_else(|| ConfigError::new("cost.profile", "the profile was not loaded"))?;
@@ -84,6 +121,16 @@ pub(super) fn resolve_cost(
             // Measured kernels time the steps: the profile corrects them by its change
             // from the prior its fit started from (a coefficient at its prior changes nothing).
             Some(prior) if cost.composed.is_some() => cost.correct(p, prior, CoefficientSource::Profile),
+            _ if model.moe.is_some() => {
+                return Err(ConfigError::new(
+                    "cost.profile",
+                    format!(
+                        "MoE model {}: a profile without its fit's prior would replace the composed cost with the \
+                         linear step model, which has no term for the experts: not modelled",
+                        model.id
+                    ),
+                ))
+            }
             _ => cost.overlay(p, CoefficientSource::Profile),
         }
     }

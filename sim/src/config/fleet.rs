@@ -315,6 +315,21 @@ pub(super) fn resolve_fleet(s: &Scenario, res: &Resources) -> Result<SimSpec> {
         EngineKind::Vllm => "data_parallel_size",
         EngineKind::Sglang => "dp_size",
     };
+    if dp > 1 {
+        // vLLM's data parallelism with a MoE model is one MoE layer over all DP ranks (its experts
+        // sharded by DP × TP, or all-to-all with expert parallelism), not independent replicas.
+        let model: ModelCard = resolve_card(&s.model, "model", &res.models, |c: &ModelCard| &c.id, "models/model/")?;
+        if model.moe.is_some() {
+            return Err(ConfigError::new(
+                format!("engine.{dp_field}"),
+                format!(
+                    "{dp} with MoE model {}: data parallelism of a MoE model (its experts spread over the DP ranks, \
+                     all-to-all dispatch) is not modelled; use a fleet of independent replicas",
+                    model.id
+                ),
+            ));
+        }
+    }
     if dp > 1 && s.fleet.is_some() {
         return Err(ConfigError::new(
             format!("engine.{dp_field}"),

@@ -492,7 +492,14 @@ pub fn wddm_host(gpu: &GpuCard) -> bool {
 /// checkpoint's config), from the card's Hugging Face repository or id.
 pub(crate) fn vllm_architecture(model: &ModelCard) -> &'static str {
     let name = model.hf_repo.as_deref().unwrap_or(&model.id).to_ascii_lowercase();
-    if name.contains("llama") {
+    if model.moe.is_some() {
+        // The only MoE family modelled (docs/moe.md).
+        if name.contains("qwen3") {
+            "Qwen3MoeForCausalLM"
+        } else {
+            "other MoE"
+        }
+    } else if name.contains("llama") {
         "LlamaForCausalLM"
     } else if name.contains("mistral") {
         "MistralForCausalLM"
@@ -510,7 +517,10 @@ impl VllmMemoryBehaviour {
     /// dense) model, quantized or not, CUDA graphs on or off.
     pub fn of_release(v: Version, model: &ModelCard, quantized: bool, cuda_graphs: bool) -> VllmMemoryBehaviour {
         let arch = vllm_architecture(model);
-        let model_runner_v2 = if v >= Version::new(0, 25, 0) {
+        // A MoE model keeps the V1 runner: V2 is the default for dense models only.
+        let model_runner_v2 = if model.moe.is_some() {
+            false
+        } else if v >= Version::new(0, 25, 0) {
             true
         } else if v >= Version::new(0, 24, 0) {
             matches!(arch, "Qwen3ForCausalLM" | "LlamaForCausalLM" | "MistralForCausalLM")
@@ -563,11 +573,25 @@ impl VllmMemoryBehaviour {
 pub fn vllm_activation_peak(model: &ModelCard, tp: u32, max_batched: u32, max_seqs: u32) -> u64 {
     let a = u64::from(model.activation_dtype_bytes());
     let h = u64::from(model.hidden_size);
-    let i = u64::from(model.intermediate_size.unwrap_or(model.hidden_size * 4)) / u64::from(tp.max(1));
     let t = u64::from(max_batched);
-    let forward = t * (2 * h + 3 * i) * a;
+    let forward = t * (2 * h + mlp_activation_elems_per_token(model, tp)) * a;
     let sampler = t * h * a + u64::from(max_seqs.min(max_batched)) * u64::from(model.vocab_size) * 10;
     forward.max(sampler)
+}
+
+/// The MLP's activations a token holds at the dummy forward's peak, elements: a dense MLP's
+/// gate/up output and its activation (`3 × intermediate / tp`); a MoE layer's Triton
+/// `fused_experts` caches (`fused_moe.py:fused_experts_impl`: `(M, k, 2·I/tp)`, `(M·k, I/tp)` and
+/// `(M, k, hidden)` for top-k `k`, docs/moe.md §2.4; the tokens are at most the 16,384 of
+/// `VLLM_FUSED_MOE_CHUNK_SIZE`, above every budget servesim's scenarios use).
+fn mlp_activation_elems_per_token(model: &ModelCard, tp: u32) -> u64 {
+    match &model.moe {
+        None => 3 * (u64::from(model.intermediate_size.unwrap_or(model.hidden_size * 4)) / u64::from(tp.max(1))),
+        Some(m) => {
+            let i = u64::from(m.moe_intermediate_size) / u64::from(tp.max(1));
+            u64::from(m.experts_per_token) * (3 * i + u64::from(model.hidden_size))
+        }
+    }
 }
 
 /// The first vLLM release whose V2 sampler leaves the logits in the model's dtype when no request
@@ -642,10 +666,9 @@ pub fn vllm_v2_activation_peak(
     let a = u64::from(model.activation_dtype_bytes());
     let h = u64::from(model.hidden_size);
     let v = u64::from(model.vocab_size);
-    let i = u64::from(model.intermediate_size.unwrap_or(model.hidden_size * 4)) / u64::from(tp.max(1));
     let t = u64::from(max_batched);
     let r = u64::from(max_seqs.min(max_batched));
-    let forward = t * (2 * h + 3 * i) * a;
+    let forward = t * (2 * h + mlp_activation_elems_per_token(model, tp)) * a;
     let logits = r * v * vllm_v2_sampler_bytes_per_logit(version, gpu, a);
     let gather = if tp > 1 { 2 * r * v * a + r * v.div_ceil(u64::from(tp)) * a } else { 0 };
     let sampler = t * h * a + r * h * a + logits.max(gather);

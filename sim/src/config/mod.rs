@@ -549,6 +549,7 @@ fn check_cards(model: &ModelCard, gpu: &GpuCard) -> Result<()> {
     if let Some(i) = model.intermediate_size {
         positive("model.intermediate_size", i)?;
     }
+    check_moe_card(model)?;
     // The weights are `num_parameters`, the steps are timed from the architecture: a count far
     // below what the card's own layers hold (a typo in units, `7.6` for 7.6e9) left the weights
     // out of memory, and the KV pool grew by them, while the steps ran the full model; with the
@@ -557,7 +558,10 @@ fn check_cards(model: &ModelCard, gpu: &GpuCard) -> Result<()> {
     let (h, d, layers) = (model.hidden_size as f64, model.head_dim as f64, model.num_layers as f64);
     let attention = h * d * (2.0 * model.num_attention_heads as f64 + 2.0 * model.num_kv_heads as f64);
     let mlp = 3.0 * h * model.intermediate_size.map_or(0.0, f64::from);
-    let implied = model.embedding_parameters() as f64 + layers * (attention + mlp);
+    // A MoE card's layers hold its router and every expert.
+    let experts = model.expert_parameters() as f64
+        + model.moe.as_ref().map_or(0.0, |m| layers * h * f64::from(m.num_experts));
+    let implied = model.embedding_parameters() as f64 + layers * (attention + mlp) + experts;
     if (model.num_parameters as f64) < 0.5 * implied {
         return Err(ConfigError::new(
             "model.num_parameters",
@@ -569,7 +573,7 @@ fn check_cards(model: &ModelCard, gpu: &GpuCard) -> Result<()> {
             ),
         ));
     }
-    if model.intermediate_size.is_some() && (model.num_parameters as f64) > 2.0 * implied {
+    if (model.intermediate_size.is_some() || model.moe.is_some()) && (model.num_parameters as f64) > 2.0 * implied {
         return Err(ConfigError::new(
             "model.num_parameters",
             format!(
@@ -588,6 +592,56 @@ fn check_cards(model: &ModelCard, gpu: &GpuCard) -> Result<()> {
                  (num_attention_heads must be a multiple of num_kv_heads)",
                 model.num_kv_heads, model.num_attention_heads
             ),
+        ));
+    }
+    Ok(())
+}
+
+/// What a card may say about mixture of experts and block-quantized weights (docs/moe.md): a
+/// Qwen3-MoE-like card (every layer MoE, no dense MLP beside the experts, no shared expert), its
+/// weights bf16 or block-128 fp8; anything else is an error naming the field.
+fn check_moe_card(model: &ModelCard) -> Result<()> {
+    if let Some(b) = &model.weight_block_size {
+        if model.moe.is_none() {
+            return Err(ConfigError::new(
+                "model.weight_block_size",
+                "block-quantized fp8 weights are modelled for the experts of a MoE card only (a dense card's fp8 \
+                 layers are timed by per-tensor fp8 GEMMs): not modelled for a dense card",
+            ));
+        }
+        if b.as_slice() != [128, 128] || model.quantization.as_deref() != Some("fp8") {
+            return Err(ConfigError::new(
+                "model.weight_block_size",
+                format!(
+                    "{b:?} with quantization {:?}: only fp8 weights in 128 x 128 blocks are modelled (the tables' fp8_block)",
+                    model.quantization
+                ),
+            ));
+        }
+    }
+    let Some(m) = &model.moe else { return Ok(()) };
+    positive("model.moe.num_experts", m.num_experts)?;
+    positive("model.moe.experts_per_token", m.experts_per_token)?;
+    positive("model.moe.moe_intermediate_size", m.moe_intermediate_size)?;
+    if m.experts_per_token > m.num_experts {
+        return Err(ConfigError::new(
+            "model.moe.experts_per_token",
+            format!("{} experts per token of {} experts", m.experts_per_token, m.num_experts),
+        ));
+    }
+    if model.intermediate_size.is_some() {
+        return Err(ConfigError::new(
+            "model.intermediate_size",
+            "a MoE card with a dense MLP size: dense MLP layers beside the MoE ones (mlp_only_layers, \
+             decoder_sparse_step > 1, first_k_dense_replace) and shared experts are not modelled; every layer is \
+             MoE, so leave intermediate_size out (docs/moe.md)",
+        ));
+    }
+    if model.quantization.is_some() && model.weight_block_size.is_none() {
+        return Err(ConfigError::new(
+            "model.quantization",
+            "fp8 experts without weight_block_size [128, 128]: per-tensor fp8 experts are not modelled (only bf16 and \
+             block-128 fp8)",
         ));
     }
     Ok(())

@@ -559,7 +559,7 @@ impl SglangBehaviour {
 /// attention tables time it (aiconfigurator's SGLang collector runs `RadixAttention.forward`
 /// with `save_kv_cache`). The all-reduces are not fused with the norms for dense models.
 pub fn sglang_layer_small_kernels(model: &ModelCard) -> (f64, f64) {
-    if memory::vllm_architecture(model) == "Qwen3ForCausalLM" {
+    if matches!(memory::vllm_architecture(model), "Qwen3ForCausalLM" | "Qwen3MoeForCausalLM") {
         (5.0, 1.0)
     } else {
         (4.0, 1.0)

@@ -23,6 +23,23 @@
 //!                                                             126 µs + 4 µs otherwise)
 //! ```
 //!
+//! **Mixture of experts** (a card with `moe`, docs/moe.md; Qwen3-MoE: every layer MoE, no
+//! shared expert, experts sharded by TP: vLLM without `--enable-expert-parallel`, SGLang with
+//! `ep_size` 1, so `moe_tp` = TP and `moe_ep` = 1): a layer's `GEMM_gate_up + GEMM_down` become
+//! `GEMM_router(m) + experts(m)`. The router is the replicated bf16 linear `n = num_experts`,
+//! `k = hidden` (not sharded), from the GEMM table. `experts(m)` is one layer's fused experts on
+//! one GPU at the step's `m` tokens from the GPU's own `moe.json` (aiconfigurator's `moe_perf`,
+//! routing `power_law_1.2`, aiconfigurator's default; interpolated log–log in tokens like the
+//! GEMM curves, the first point below 1 token, linear in tokens beyond the last: `kernels`
+//! module docs). Attention, QKV, O, the two all-reduces, the LM head and the CPU terms are as
+//! for a dense layer. The element-wise bytes lose SiLU·mul (inside the fused experts) and gain
+//! the top-k softmax's read of the router logits; its kernel takes SiLU·mul's place in the
+//! count. A compiled vLLM fuses only the QKV input's fp8 quantisation (the experts quantise
+//! their own inputs inside the timed kernel). Where no `moe.json` curve covers the GPU (its own
+//! tables: never a scaled or roofline GPU), engine, expert dtype (`bfloat16`, or `fp8_block` for
+//! block-128 fp8 checkpoints) and TP, the run is refused ([`ComposedCost::try_build`]), never
+//! timed as a dense model.
+//!
 //! With TP, besides the two all-reduces a layer, each step makes two collectives
 //! once: the vocabulary-parallel embedding sums its partial lookups with an
 //! all-reduce of the step's hidden states (vLLM and SGLang
@@ -79,7 +96,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::cards::{GpuCard, ModelCard};
 use crate::config::Deployment;
-use crate::kernels::{self, Curve, FlatGrid, GemmShape, Grid, Heads, Peaks, Provider};
+use crate::kernels::{self, Curve, FlatGrid, GemmShape, Grid, Heads, MoeShape, Peaks, Provider};
 
 use super::StepShape;
 
@@ -731,7 +748,7 @@ pub fn fit_shapes() -> kernels::FitShapes {
     let mut gemms = Vec::new();
     let mut heads = Vec::new();
     for m in &models {
-        if m.quantization.is_some() {
+        if m.quantization.is_some() || m.moe.is_some() {
             continue;
         }
         let (g, lm, h) = model_shapes(m, 1, false, 2);
@@ -747,9 +764,108 @@ pub fn fit_shapes() -> kernels::FitShapes {
     kernels::FitShapes { gemms, heads }
 }
 
+/// The router GEMM of a MoE card: the replicated bf16 linear from the hidden states to the
+/// expert logits (`n = num_experts`, `k = hidden`, not sharded by TP).
+pub fn moe_router_shape(model: &ModelCard) -> Option<GemmShape> {
+    let m = model.moe.as_ref()?;
+    Some(GemmShape { n: u64::from(m.num_experts), k: u64::from(model.hidden_size), fp8: false })
+}
+
+/// The MoE tables' name for a MoE card's expert dtype as deployed: `bfloat16` for 16-bit
+/// experts, `fp8_block` for a block-128 fp8 checkpoint; an error for what is not modelled.
+pub fn moe_table_dtype(model: &ModelCard, dep: &Deployment) -> Result<&'static str, String> {
+    match dep.quantization.as_deref() {
+        None if dep.linear_weight_bytes == 2 => Ok("bfloat16"),
+        Some("fp8") if model.quantization.is_some() && model.weight_block_size.as_deref() == Some(&[128, 128]) => {
+            Ok("fp8_block")
+        }
+        Some("fp8") => Err(format!(
+            "per-tensor fp8 experts (engine.quantization = \"fp8\" on a {} checkpoint, or an fp8 card without \
+             weight_block_size [128, 128]) are not modelled: only bf16 and block-128 fp8 (fp8_block) experts are",
+            model.dtype
+        )),
+        _ => Err(format!("{} experts are not modelled: only bf16 and block-128 fp8 (fp8_block) experts are", model.dtype)),
+    }
+}
+
+/// A MoE card's router and expert curves, and the words for the cost source: from `provider`'s
+/// own measured tables only (module docs); else an error naming the model, the GPU, the engine
+/// and what is missing.
+fn moe_parts(
+    model: &ModelCard,
+    gpu: &GpuCard,
+    dep: &Deployment,
+    provider: &Provider,
+    engine: &str,
+) -> Result<Option<(Curve, Curve, String)>, String> {
+    let Some(m) = &model.moe else { return Ok(None) };
+    let tp = dep.tensor_parallel_size.max(1);
+    let what = format!("MoE model {} on {} under {engine} at TP {tp}", model.id, gpu.id);
+    let Provider::Table(t) = provider else {
+        return Err(format!(
+            "{what}: {} has no measured kernel tables of its own (its dense kernels would be moved from {}'s), and \
+             MoE expert times are taken only from the GPU's own measured moe table (data/kernels/<system>/{engine}/moe.json): \
+             not modelled (use a GPU with tables: {})",
+            gpu.id,
+            provider.tables().system,
+            kernels::tabled_systems().join(", ")
+        ));
+    };
+    if dep.quantization.is_some() && !gpu.has_fp8_tensor_cores() {
+        return Err(format!(
+            "{what}: fp8 experts on a GPU without FP8 tensor cores run weight-only (FP8 Marlin MoE), which no table \
+             measured: not modelled"
+        ));
+    }
+    let dtype = moe_table_dtype(model, dep).map_err(|e| format!("{what}: {e}"))?;
+    let shape = MoeShape {
+        hidden: model.hidden_size,
+        inter: m.moe_intermediate_size,
+        topk: m.experts_per_token,
+        num_experts: m.num_experts,
+        dtype,
+        moe_tp: tp,
+    };
+    let Some((experts, label)) = t.moe(&shape) else {
+        let have: Vec<String> = t
+            .moe_layouts(shape.hidden, shape.inter, shape.topk, shape.num_experts)
+            .into_iter()
+            .map(|(d, tp)| format!("{d} at moe_tp {tp}"))
+            .collect();
+        let block = if dtype == "fp8_block" && (m.moe_intermediate_size / tp) % 128 != 0 {
+            format!(
+                " (moe_intermediate_size / TP = {} is not a multiple of the 128-wide weight block: vLLM and SGLang \
+                 refuse this layout too without expert parallelism, which servesim does not model)",
+                m.moe_intermediate_size / tp
+            )
+        } else {
+            String::new()
+        };
+        return Err(format!(
+            "{what}: data/kernels/{}/{}/moe.json has no {dtype} curve for hidden {}, moe_intermediate_size {}, top-{} \
+             of {} experts at moe_tp {tp}, moe_ep 1{block}; it has {}",
+            t.system,
+            t.engine,
+            shape.hidden,
+            shape.inter,
+            shape.topk,
+            shape.num_experts,
+            if have.is_empty() { "none for this shape".to_string() } else { have.join(", ") }
+        ));
+    };
+    let router_shape = moe_router_shape(model).expect("a MoE card");
+    let router = provider.gemm(router_shape);
+    let source = format!(
+        "MoE experts (moe_tp {tp}, moe_ep 1) from {label}; router GEMM (n = {}, k = {}, bf16) from the GEMM table",
+        router_shape.n, router_shape.k
+    );
+    Ok(Some((router, experts, source)))
+}
+
 impl ComposedCost {
-    /// The composed cost of `model` on `gpu` deployed as `dep` under
-    /// `engine`, from `provider`; `source` says where the times come from.
+    /// [`ComposedCost::try_build`] for a deployment it can time (a dense card, or a MoE card
+    /// its tables cover); panics otherwise.
+    #[allow(clippy::too_many_arguments)]
     pub fn build(
         model: &ModelCard,
         gpu: &GpuCard,
@@ -762,12 +878,51 @@ impl ComposedCost {
         sync_cpu: SyncCpu,
         attention_lane: Option<&str>,
     ) -> ComposedCost {
+        Self::try_build(
+            model,
+            gpu,
+            dep,
+            graphs,
+            provider,
+            source,
+            allreduce_latency_us,
+            interconnect_eff,
+            sync_cpu,
+            attention_lane,
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The composed cost of `model` on `gpu` deployed as `dep` under
+    /// `engine`, from `provider`; `source` says where the times come from. An error (naming the
+    /// model, GPU, engine and what is missing) for a MoE card no measured MoE table covers.
+    #[allow(clippy::too_many_arguments)]
+    pub fn try_build(
+        model: &ModelCard,
+        gpu: &GpuCard,
+        dep: &Deployment,
+        graphs: GraphRule,
+        provider: &Provider,
+        source: String,
+        allreduce_latency_us: f64,
+        interconnect_eff: f64,
+        sync_cpu: SyncCpu,
+        attention_lane: Option<&str>,
+    ) -> Result<ComposedCost, String> {
         let tp = dep.tensor_parallel_size.max(1);
         let fp8 = dep.quantization.as_deref() == Some("fp8");
         let (g, lm, heads) = model_shapes(model, tp, fp8, dep.kv_dtype_bytes);
-        let gemms = [provider.gemm(g[0]), provider.gemm(g[1]), provider.gemm(g[2]), provider.gemm(g[3])];
-        let lm_head = provider.gemm(lm);
+        let moe = moe_parts(model, gpu, dep, provider, provider.tables().engine)?;
         let mut source = source;
+        let gemms = match moe {
+            None => [provider.gemm(g[0]), provider.gemm(g[1]), provider.gemm(g[2]), provider.gemm(g[3])],
+            // A MoE layer's MLP: the router GEMM and the experts' table in the gate/up and down slots.
+            Some((router, experts, moe_source)) => {
+                source = format!("{source}; {moe_source}");
+                [provider.gemm(g[0]), provider.gemm(g[1]), router, experts]
+            }
+        };
+        let lm_head = provider.gemm(lm);
         let allreduce = if tp == 1 {
             AllReduce::None
         } else {
@@ -809,12 +964,16 @@ impl ComposedCost {
         let gather_elems_per_seq = (lm.n * u64::from(tp)) as f64;
         let hidden = f64::from(model.hidden_size);
         let (q, kv, d) = (f64::from(heads.heads), f64::from(heads.kv_heads), f64::from(heads.head_dim));
-        let i = g[3].k as f64;
         // Per token per layer, elements moved: two fused add+RMSNorms (read x and
         // the residual, write both), RoPE on q and k (read, write), SiLU·mul (read
-        // 2I, write I), the KV-cache write (K and V).
+        // 2I, write I), the KV-cache write (K and V). A MoE layer's SiLU·mul runs inside the
+        // fused experts (their table's time); its top-k softmax reads the router's logits.
+        let mlp_elems = match &model.moe {
+            None => 3.0 * g[3].k as f64,
+            Some(m) => f64::from(m.num_experts),
+        };
         let norm_elems = 4.0 * hidden;
-        let elems = 2.0 * norm_elems + 2.0 * (q + kv) * d + 3.0 * i;
+        let elems = 2.0 * norm_elems + 2.0 * (q + kv) * d + mlp_elems;
         let act_bytes = f64::from(model.activation_dtype_bytes());
         let bytes = elems * act_bytes + 2.0 * kv * d * f64::from(dep.kv_dtype_bytes);
         // Element-wise kernels' bytes to µs.
@@ -834,8 +993,14 @@ impl ComposedCost {
         }
         let (fused_quant_kernels, fused_quant_us_per_token) =
             if fp8 && !weight_only_fp8 && fp8_quant_fused(provider.tables().engine, dep.cuda_graphs) {
-                let bytes: f64 = [g[0].k, g[2].k, g[3].k].iter().map(|&k| 3.0 * k as f64).sum();
-                (FP8_QUANTS_FUSED_PER_LAYER, bytes * us_per_byte)
+                if model.moe.is_some() {
+                    // Only the QKV input's: the experts quantise their inputs inside the fused
+                    // kernel their table times (a custom op Inductor does not fuse into).
+                    (1.0, 3.0 * g[0].k as f64 * us_per_byte)
+                } else {
+                    let bytes: f64 = [g[0].k, g[2].k, g[3].k].iter().map(|&k| 3.0 * k as f64).sum();
+                    (FP8_QUANTS_FUSED_PER_LAYER, bytes * us_per_byte)
+                }
             } else {
                 (0.0, 0.0)
             };
@@ -856,7 +1021,7 @@ impl ComposedCost {
                 if dep.kv_dtype_bytes == 1 { "16-bit" } else { "fp8" }
             );
         }
-        ComposedCost {
+        Ok(ComposedCost {
             source,
             layers: f64::from(model.num_layers),
             hidden,
@@ -884,7 +1049,7 @@ impl ComposedCost {
             memo_tokens: (0..MEMO_TOKENS).map(|_| AtomicU64::new(0)).collect(),
             memo_seqs: (0..MEMO_SEQS).map(|_| AtomicU64::new(0)).collect(),
             memo_decode: StepMemo::new(),
-        }
+        })
     }
 
     /// vLLM's flashinfer all-reduce + residual add + RMSNorm fusion (docs/vllm.md §9), for steps
@@ -1192,7 +1357,7 @@ pub fn leave_one_gpu_out() -> Vec<LogoRow> {
         .map(|r| r.models)
         .unwrap_or_default()
         .into_iter()
-        .filter(|m| m.quantization.is_none())
+        .filter(|m| m.quantization.is_none() && m.moe.is_none())
         .collect();
     let shapes = logo_shapes();
     let mut rows = Vec::new();
@@ -1785,5 +1950,69 @@ mod tests {
         for s in [&dec, &pre, &mixed] {
             close(same.step_ns(s), c.step_us(s) * 1e3, "at the reference");
         }
+    }
+
+    /// A MoE layer's MLP is the router GEMM plus the moe table's time at the step's tokens; the
+    /// rest (QKV, O, element-wise, collectives) as dense. The table's number is read from the
+    /// JSON here, not copied from an output.
+    #[test]
+    fn moe_step_is_the_dense_parts_plus_the_tables_experts() {
+        let res = crate::builtin::resources().unwrap();
+        let model = res.models.iter().find(|m| m.id == "qwen3-30b-a3b").unwrap().clone();
+        let gpu = res.gpus.iter().find(|g| g.id == "h200").unwrap().clone();
+        let dep = Deployment::single(&model);
+        let (p, src) = provider_for(&gpu, "vllm", FALLBACK, None).unwrap();
+        let c = ComposedCost::build(&model, &gpu, &dep, GraphRule::Eager, &p, src, 5.0, 0.7, VLLM_SYNC_CPU, None);
+        // The experts' curve of data/kernels/h200_sxm/vllm/moe.json: bf16, (2048, 768, 8, 128), moe_tp 1.
+        let file: serde_json::Value =
+            serde_json::from_str(include_str!("../../../data/kernels/h200_sxm/vllm/moe.json")).unwrap();
+        assert_eq!(file["distribution"], "power_law_1.2");
+        let curve = file["curves"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| {
+                c["moe_dtype"] == "bfloat16"
+                    && c["hidden"] == 2048
+                    && c["inter"] == 768
+                    && c["topk"] == 8
+                    && c["num_experts"] == 128
+                    && c["moe_tp"] == 1
+                    && c["moe_ep"] == 1
+            })
+            .expect("the curve");
+        let toks: Vec<f64> = curve["num_tokens"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+        let lat: Vec<f64> = curve["latency_ms"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+        let i = toks.iter().position(|&t| t == 64.0).unwrap();
+        let (m, experts_ms) = (64u64, lat[i]);
+        // The router: the bf16 GEMM n = 128, k = 2048 of the GEMM table.
+        let router = p.gemm(GemmShape { n: 128, k: 2048, fp8: false });
+        assert_eq!(c.gemms[2], router);
+        assert_eq!(c.gemms[3].at(64.0), experts_ms);
+        let x = m as f64;
+        let layers = f64::from(model.num_layers);
+        let dense_parts = layers * 1e3 * (c.gemms[0].at(x) + c.gemms[1].at(x) + router.at(x))
+            + c.elementwise_us_per_token * x
+            + ELEMENTWISE_CONSTANT_US * (layers * ELEMENTWISE_OPS_PER_LAYER + ELEMENTWISE_OPS_PER_STEP);
+        let want = dense_parts + layers * experts_ms * 1e3;
+        assert!((c.per_token_count_us(m) - want).abs() < 1e-6, "{} vs {want}", c.per_token_count_us(m));
+        // The QKV and O GEMMs are the dense ones of the card's attention.
+        let (g, _, _) = model_shapes(&model, 1, false, 2);
+        assert_eq!(c.gemms[0], p.gemm(g[0]));
+        assert_eq!(c.gemms[1], p.gemm(g[1]));
+        // The element-wise bytes: no SiLU·mul; the top-k softmax reads 128 logits.
+        let (q, kv, d, h) = (32.0, 4.0, 128.0, 2048.0);
+        let bytes = (2.0 * 4.0 * h + 2.0 * (q + kv) * d + 128.0) * 2.0 + 2.0 * kv * d * 2.0;
+        let want_ew = layers * bytes * 1e6 / (gpu.memory_bandwidth_bytes_per_s * ELEMENTWISE_BW_EFF);
+        assert!((c.elementwise_us_per_token - want_ew).abs() < 1e-9);
+        // Between grid points log–log, beyond the last linear in tokens, below the first the first.
+        let (j, k) = (toks.iter().position(|&t| t == 96.0).unwrap(), toks.iter().position(|&t| t == 128.0).unwrap());
+        let t = (100.0f64 / 96.0).ln() / (128.0f64 / 96.0).ln();
+        let want_100 = (lat[j].ln() + t * (lat[k].ln() - lat[j].ln())).exp();
+        assert!((c.gemms[3].at(100.0) - want_100).abs() < 1e-12);
+        let (tl, yl) = (toks[toks.len() - 1], lat[lat.len() - 1]);
+        assert!((c.gemms[3].at(2.0 * tl) - 2.0 * yl).abs() < 1e-12);
+        assert_eq!(c.gemms[3].at(0.5), lat[0]);
+        assert!(c.source.contains("moe_perf (bfloat16, power_law_1.2, moe_tp 1, moe_ep 1"), "{}", c.source);
     }
 }

@@ -1,0 +1,173 @@
+//! Mixture-of-experts cards (docs/moe.md): the cards read and write back, what is not modelled
+//! is refused with an error naming it, and the weights count every expert.
+
+use serde_json::{json, Value};
+use sim::cards::ModelCard;
+
+fn res() -> sim::config::Resources {
+    sim::builtin::resources().expect("built-in cards")
+}
+
+fn card(id: &str) -> ModelCard {
+    res().models.into_iter().find(|m| m.id == id).unwrap_or_else(|| panic!("no card {id}"))
+}
+
+/// A Qwen3-235B-A22B-FP8 scenario on H200 at TP 4 under vLLM, with `edit` applied to its JSON.
+fn resolve(edit: impl FnOnce(&mut Value)) -> Result<sim::config::SimSpec, sim::config::ConfigError> {
+    let mut v = json!({"version": 1,
+        "engine": {"kind": "vllm", "version": "0.12.0", "tensor_parallel_size": 4, "max_model_len": 16384},
+        "model": "qwen3-235b-a22b-fp8", "hardware": {"gpu": "h200", "count": 4},
+        "workload": {"dataset_name": "random", "random_input_len": 1000, "random_output_len": 100,
+                     "num_prompts": 40, "max_concurrency": 4, "ignore_eos": true}});
+    edit(&mut v);
+    let s = sim::config::from_value(v, "")?;
+    sim::config::resolve(&s, &res())
+}
+
+fn refused(edit: impl FnOnce(&mut Value)) -> (String, String) {
+    match resolve(edit) {
+        Ok(_) => panic!("a MoE scenario that should be refused resolved"),
+        Err(e) => (e.path.clone(), e.to_string()),
+    }
+}
+
+#[test]
+fn moe_cards_round_trip() {
+    for id in ["qwen3-30b-a3b", "qwen3-235b-a22b-fp8"] {
+        let c = card(id);
+        assert!(c.moe.is_some(), "{id} is a MoE card");
+        let text = serde_json::to_string(&c).unwrap();
+        let back: ModelCard = sim::config::from_value(serde_json::from_str(&text).unwrap(), "model").unwrap();
+        assert_eq!(back, c, "{id}");
+    }
+    // The numbers of the checkpoints' config.json.
+    let m = card("qwen3-235b-a22b-fp8");
+    let e = m.moe.as_ref().unwrap();
+    assert_eq!((e.num_experts, e.experts_per_token, e.moe_intermediate_size), (128, 8, 1536));
+    assert_eq!((m.num_layers, m.hidden_size, m.num_attention_heads, m.num_kv_heads), (94, 4096, 64, 4));
+    assert_eq!(m.weight_block_size.as_deref(), Some(&[128u32, 128][..]));
+    let m = card("qwen3-30b-a3b");
+    let e = m.moe.as_ref().unwrap();
+    assert_eq!((e.num_experts, e.experts_per_token, e.moe_intermediate_size), (128, 8, 768));
+    assert_eq!((m.num_layers, m.hidden_size, m.num_attention_heads, m.num_kv_heads), (48, 2048, 32, 4));
+}
+
+#[test]
+fn an_unknown_moe_field_is_refused_by_name() {
+    let mut v = serde_json::to_value(card("qwen3-30b-a3b")).unwrap();
+    v["moe"]["num_shared_experts"] = json!(1);
+    let err = sim::config::from_value::<ModelCard>(v.clone(), "model").unwrap_err().to_string();
+    assert!(err.contains("num_shared_experts"), "{err}");
+    // Inline in a scenario too.
+    let (_, msg) = refused(|s| s["model"] = v);
+    assert!(msg.contains("num_shared_experts"), "{msg}");
+    // A dense MLP beside the experts.
+    let mut v = serde_json::to_value(card("qwen3-30b-a3b")).unwrap();
+    v["intermediate_size"] = json!(6144);
+    let (path, msg) = refused(|s| {
+        s["model"] = v;
+        s["engine"]["version"] = json!("0.12.0");
+    });
+    assert_eq!(path, "model.intermediate_size", "{msg}");
+}
+
+#[test]
+fn weights_per_gpu_count_every_expert() {
+    let m = card("qwen3-235b-a22b-fp8");
+    let experts = m.expert_parameters();
+    assert_eq!(experts, 94 * 128 * 3 * 4096 * 1536);
+    for tp in [2u32, 4] {
+        let w = m.weight_bytes_per_gpu(tp, 1);
+        // Every expert at one byte, sharded by TP (moe_tp = TP), plus the rest.
+        let emb = m.embedding_parameters();
+        assert_eq!(w, ((m.num_parameters - emb) + 2 * emb).div_ceil(u64::from(tp)));
+        assert!(w >= experts / u64::from(tp), "TP {tp}: {w} bytes hold fewer than the experts' {}", experts / u64::from(tp));
+        // The 235 GB checkpoint: about 59 GB a GPU at TP 4.
+        assert!((w as f64 / 1e9 - 236.3 / f64::from(tp)).abs() < 1.0, "TP {tp}: {w}");
+    }
+    let m = card("qwen3-30b-a3b");
+    assert_eq!(m.weight_bytes_per_gpu(1, 2), 2 * m.num_parameters);
+    assert!(m.num_parameters > m.expert_parameters());
+    // The resolved deployment's memory account holds them too.
+    let spec = resolve(|_| {}).unwrap();
+    let acct = sim::config::vllm_memory_account(
+        &spec.model,
+        &spec.gpu,
+        &spec.deployment,
+        sim::engine::Version::new(0, 12, 0),
+        0.9,
+        8192,
+        256,
+    );
+    assert_eq!(acct.weights, spec.model.weight_bytes_per_gpu(4, 1));
+}
+
+#[test]
+fn moe_runs_and_its_cost_source_names_the_moe_table() {
+    let spec = resolve(|_| {}).unwrap();
+    let src = spec.cost.source();
+    assert!(src.contains("moe_perf (fp8_block, power_law_1.2, moe_tp 4, moe_ep 1"), "{src}");
+    assert!(src.contains("router GEMM (n = 128, k = 4096, bf16)"), "{src}");
+    let spec = resolve(|s| {
+        s["engine"] = json!({"kind": "sglang", "version": "0.5.6", "tp_size": 2, "context_length": 16384});
+        s["hardware"]["count"] = json!(2);
+    })
+    .unwrap();
+    assert!(spec.cost.source().contains("h200_sxm sglang 0.5.14 moe_perf (fp8_block"), "{}", spec.cost.source());
+}
+
+#[test]
+fn moe_on_a_gpu_without_tables_is_refused() {
+    let (path, msg) = refused(|s| s["hardware"]["gpu"] = json!("h100-pcie"));
+    assert_eq!(path, "model.moe");
+    for w in ["qwen3-235b-a22b-fp8", "h100-pcie", "vllm", "moe"] {
+        assert!(msg.contains(w), "{w}: {msg}");
+    }
+    // A GPU card that opts out of tables (the linear prior).
+    let mut gpu = serde_json::to_value(res().gpus.into_iter().find(|g| g.id == "h200").unwrap()).unwrap();
+    gpu["kernel_tables"] = json!("none");
+    let (path, _) = refused(|s| s["hardware"]["gpu"] = gpu);
+    assert_eq!(path, "hardware.kernel_tables");
+}
+
+#[test]
+fn moe_without_a_table_for_the_layout_or_engine_is_refused() {
+    // fp8_block at TP 8: 1536 / 8 = 192 is not a multiple of the 128 block (no table, and the
+    // engines refuse it too).
+    let (path, msg) = refused(|s| {
+        s["engine"]["tensor_parallel_size"] = json!(8);
+        s["hardware"]["count"] = json!(8);
+    });
+    assert_eq!(path, "model.moe");
+    assert!(msg.contains("moe_tp 8") && msg.contains("fp8_block") && msg.contains("h200") && msg.contains("vllm"), "{msg}");
+    // The A100's SGLang table has no bf16 Qwen3-30B curve at TP 8: refused naming the engine.
+    let (path, msg) = refused(|s| {
+        s["model"] = json!("qwen3-30b-a3b");
+        s["engine"] = json!({"kind": "sglang", "version": "0.5.6", "tp_size": 8, "context_length": 16384});
+        s["hardware"] = json!({"gpu": "a100-80gb", "count": 8});
+    });
+    assert_eq!(path, "model.moe");
+    assert!(msg.contains("sglang") && msg.contains("a100-80gb") && msg.contains("moe_tp 8"), "{msg}");
+    // Per-tensor fp8 experts.
+    let (path, msg) = refused(|s| {
+        s["model"] = json!("qwen3-30b-a3b");
+        s["engine"]["quantization"] = json!("fp8");
+    });
+    assert_eq!(path, "model.moe");
+    assert!(msg.contains("per-tensor fp8"), "{msg}");
+}
+
+#[test]
+fn moe_under_the_linear_models_is_refused() {
+    let (path, msg) = refused(|s| s["cost"] = json!({"prior": {}}));
+    assert_eq!(path, "cost.prior");
+    assert!(msg.contains("qwen3-235b-a22b-fp8") && msg.contains("h200"), "{msg}");
+    let (path, _) = refused(|s| s["cost"] = json!({"coefficients": {"step_us": 1000, "decode_token_us": 10, "prefill_token_us": 10}}));
+    assert_eq!(path, "cost.coefficients");
+}
+
+#[test]
+fn moe_with_data_parallelism_is_refused() {
+    let (path, _) = refused(|s| s["engine"]["data_parallel_size"] = json!(2));
+    assert_eq!(path, "engine.data_parallel_size");
+}
