@@ -6,7 +6,8 @@
 //! scenario, per engine column where the set has several, with `--set`-style
 //! overrides per row), and, for a row servesim cannot run or a column it cannot
 //! compare, why. The aiconfigurator silicon sample is read by filter
-//! (`silicon`): every matching row becomes a run.
+//! (`silicon`: `filter` holds column values, `columns_equal` pairs of columns a row must hold
+//! equal values in): every matching row becomes a run.
 //!
 //! A published median is compared with the simulated median, a p99 with the
 //! p99, a mean with the mean; error = simulated / published − 1. Groups are
@@ -148,6 +149,10 @@ struct Job {
     /// The row's `skip_metrics`: column → why it is not compared (anything but an object: none).
     skip_metrics: Value,
     knee_axis: Option<f64>,
+    /// The set's `apart_from_corpus` (why): its rows and groups are judged and printed, but kept
+    /// out of the corpus summary and out of a written baseline, whose corpus and groups calib
+    /// reads for every model's intervals and priors.
+    apart: bool,
 }
 
 fn str_of(v: &Value, k: &str) -> Option<String> {
@@ -208,6 +213,16 @@ fn jobs_of(path: &Path, root: &Path) -> Result<Vec<Job>, String> {
         .map_err(|e| format!("{}: csv: {csv_path}: {e}", path.display()))?;
     let rows = read_csv(&csv_text);
     let gpu_label = str_of(&v, "gpu").unwrap_or_default();
+    let apart = match v.get("apart_from_corpus") {
+        None => false,
+        Some(Value::String(why)) if !why.trim().is_empty() => true,
+        Some(other) => {
+            return Err(format!(
+                "{}: apart_from_corpus: expected the reason the set is kept out of the corpus (a string), got {other}",
+                path.display()
+            ))
+        }
+    };
     let mut jobs = Vec::new();
     if let Some(sil) = v.get("silicon") {
         // Rows by filter; each row's TP, lengths and concurrency become overrides.
@@ -221,8 +236,29 @@ fn jobs_of(path: &Path, root: &Path) -> Result<Vec<Job>, String> {
         // `AIPERF_REQUESTS_PER_CLIENT`); a set may give another count per client.
         let requests_per_client =
             sil.get("aiperf_requests_per_client").and_then(Value::as_u64).unwrap_or(AIPERF_REQUESTS_PER_CLIENT);
+        // Pairs of columns a row must hold equal values in (a MoE set's `tp_size` and
+        // `moe_tp_size`: the experts sharded by TP, the one layout servesim models).
+        let equal: Vec<(String, String)> = match sil.get("columns_equal") {
+            None => Vec::new(),
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|p| match p.as_array().map(|p| p.as_slice()) {
+                    Some([Value::String(x), Value::String(y)]) => Ok((x.clone(), y.clone())),
+                    _ => Err(format!("{}: silicon.columns_equal: expected pairs of column names, got {p}", path.display())),
+                })
+                .collect::<Result<_, _>>()?,
+            Some(other) => {
+                return Err(format!(
+                    "{}: silicon.columns_equal: expected a list of [column, column] pairs, got {other}",
+                    path.display()
+                ))
+            }
+        };
         for row in &rows {
             if !filter.iter().all(|(k, want)| row.get(k).map(String::as_str) == want.as_str()) {
+                continue;
+            }
+            if !equal.iter().all(|(a, b)| row.get(a).is_some() && row.get(a) == row.get(b)) {
                 continue;
             }
             let at = format!("{}: csv {csv_path}: row {}", path.display(), row.get("id").map_or("?", String::as_str));
@@ -270,6 +306,7 @@ fn jobs_of(path: &Path, root: &Path) -> Result<Vec<Job>, String> {
                 skip,
                 skip_metrics: Value::Null,
                 knee_axis: None,
+                apart,
             });
         }
         return Ok(jobs);
@@ -337,6 +374,7 @@ fn jobs_of(path: &Path, root: &Path) -> Result<Vec<Job>, String> {
             group: format!("{set} | {gpu} | {engine}"),
             engine,
             knee_axis: load.parse::<f64>().ok().filter(|_| knee),
+            apart,
             load: label,
             scenario,
             sets,
@@ -680,6 +718,8 @@ pub fn run(a: ValidateArgs) -> Result<ExitCode, String> {
     let mut rows_out = Vec::new();
     let mut group_errs: BTreeMap<String, BTreeMap<Family, Vec<f64>>> = BTreeMap::new();
     let mut all: BTreeMap<Family, Vec<f64>> = BTreeMap::new();
+    // Groups of sets kept out of the corpus (`apart_from_corpus`).
+    let mut apart_groups: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     // Signed ln(simulated / published) of the centre statistics, per family and group.
     let mut centre_logs: BTreeMap<Family, BTreeMap<String, Vec<f64>>> = BTreeMap::new();
     let mut sources: BTreeMap<String, String> = BTreeMap::new();
@@ -742,8 +782,12 @@ pub fn run(a: ValidateArgs) -> Result<ExitCode, String> {
                     );
                     if err.is_finite() {
                         group_errs.entry(j.group.clone()).or_default().entry(m.family).or_default().push(err.abs());
-                        all.entry(m.family).or_default().push(err.abs());
-                        if !is_tail(m.metric) && sim_v > 0.0 {
+                        if j.apart {
+                            apart_groups.insert(j.group.clone());
+                        } else {
+                            all.entry(m.family).or_default().push(err.abs());
+                        }
+                        if !j.apart && !is_tail(m.metric) && sim_v > 0.0 {
                             centre_logs
                                 .entry(m.family)
                                 .or_default()
@@ -814,7 +858,12 @@ pub fn run(a: ValidateArgs) -> Result<ExitCode, String> {
     let mut summary = FamiliesOut::default();
     let _ = writeln!(
         text,
-        "\nCorpus: median / p90 |error| per metric; sd of ln(servesim / published) of means and medians within a group and between groups"
+        "\nCorpus: median / p90 |error| per metric; sd of ln(servesim / published) of means and medians within a group and between groups{}",
+        if apart_groups.is_empty() {
+            String::new()
+        } else {
+            format!(" (without the {} group(s) of sets kept apart: apart_from_corpus)", apart_groups.len())
+        }
     );
     for f in Family::ALL {
         if let Some(v) = all.get(&f) {
@@ -893,6 +942,7 @@ pub fn run(a: ValidateArgs) -> Result<ExitCode, String> {
             corpus: Some(summary.clone()),
             groups: groups_out
                 .iter()
+                .filter(|g| !apart_groups.contains(&g.group))
                 .map(|g| {
                     (
                         g.group.clone(),

@@ -257,9 +257,13 @@ SIL_NOTE = ("Rows of aiconfigurator-core 0.12.0's silicon_sample.csv (see data/p
             "2 x concurrency warm-up (aiconfigurator's aiperf harness, docs/benchmark.md section 3), no initial test request; "
             "TTFT and TPOT compared with servesim's means (the statistic is unstated); KV pool from the default memory fraction (unstated).")
 
-def sil(name, filt, scen, note=""):
+def sil(name, filt, scen, note="", equal=None, apart=None):
+    silicon = {"filter": filt}
+    if equal:
+        silicon["columns_equal"] = equal
+    extra = {"apart_from_corpus": apart} if apart else {}
     w(name, {"csv": SIL, "gpu": scen["hardware"] if isinstance(scen["hardware"], str) else scen["hardware"]["gpu"],
-             "about": SIL_NOTE + " " + note, "silicon": {"filter": filt},
+             "about": SIL_NOTE + " " + note, **extra, "silicon": silicon,
              "scenario": wl(scen, dataset_name="random", random_input_len=1024, random_output_len=128, ignore_eos=True,
                             initial_test_request=False, seed=0)})
 
@@ -283,6 +287,33 @@ for gpu, sysname in [("h100-80gb", "h100_sxm"), ("h200", "h200_sxm")]:
         {"model_path": "meta-llama/Llama-3.1-70B", "backend": "vllm", "backend_version": "", "system": sysname, "mode": "agg"},
         vllm("0.11.0", "llama-3.1-70b-instruct-fp8", gpu, max_model_len=16384),
         "The vLLM release is not given (source file 2026-04-06.csv): modelled as 0.11.0.")
+# Qwen3-235B-A22B-FP8 (mixture of experts, docs/moe.md) on H200: only the rows whose experts are sharded by TP
+# (tp_size = moe_tp_size, moe_ep_size 1), the one layout servesim models.
+MOE_NOTE = ("Qwen/Qwen3-235B-A22B-FP8 is a mixture-of-experts model (docs/moe.md). Only the rows whose tp_size equals "
+            "moe_tp_size with moe_ep_size 1 are run: the experts sharded by TP (vLLM without --enable-expert-parallel, SGLang "
+            "with ep_size 1), the one layout servesim models. ")
+MOE_APART = ("Reported as a group of its own (docs/moe.md section 5.6): the MoE expert tables that time these runs come "
+             "from the same vendor's pipeline as the rows, and the validate corpus and baseline feed calib's intervals and "
+             "priors for every model, which a first MoE set should not move.")
+sil("silicon_qwen3-235b-a22b-fp8_h200_vllm-0.12.0",
+    {"model_path": "Qwen/Qwen3-235B-A22B-FP8", "backend": "vllm", "backend_version": "0.12.0", "system": "h200_sxm",
+     "mode": "agg", "moe_ep_size": "1"},
+    vllm("0.12.0", "qwen3-235b-a22b-fp8", "h200", max_model_len=16384),
+    MOE_NOTE + "Left out: the rows with moe_ep_size 2 or 4 (expert parallelism, not modelled), and the rows whose "
+    "moe_tp_size differs from tp_size (tp_size 1 with moe_tp_size 2 or 4, tp_size 2 with moe_tp_size 4): vLLM never shards "
+    "the experts over more GPUs than the engine's TP, and the 235 GB checkpoint does not fit one 141 GB H200, so those "
+    "columns cannot be read as written (docs/moe.md section 1.7). The rows label moe_quant_mode fp8; the checkpoint is "
+    "block-128 fp8, which vLLM runs as such (the fp8_block MoE table). The kernel tables that time these runs (vLLM "
+    "0.24.0's) come from the same vendor's pipeline as these rows.",
+    equal=[["tp_size", "moe_tp_size"]], apart=MOE_APART)
+sil("silicon_qwen3-235b-a22b-fp8_h200_sglang-0.5.6",
+    {"model_path": "Qwen/Qwen3-235B-A22B-FP8", "backend": "sglang", "backend_version": "0.5.6.post2", "system": "h200_sxm",
+     "mode": "agg", "moe_ep_size": "1"},
+    sglang("0.5.6", "qwen3-235b-a22b-fp8", "h200", context_length=16384),
+    MOE_NOTE + "Every row of this engine has that layout (TP 2 and 4, moe_ep_size 1). The rows are SGLang 0.5.6.post2, "
+    "modelled as 0.5.6. The kernel tables that time these runs (SGLang 0.5.14's) come from the same vendor's pipeline as "
+    "these rows.",
+    equal=[["tp_size", "moe_tp_size"]], apart=MOE_APART)
 # 12. gpustack Performance Lab: vLLM 0.11.0, Qwen3-14B/32B bf16 on one H100 SXM / A100 SXM 80GB, the fixed-length
 # random shapes at rate inf (data/published/gpustack_*_vllm0110_random.csv). `vllm serve MODEL` with every flag at its
 # default; `vllm bench serve --backend openai-chat --endpoint /v1/chat/completions`: the server wraps each prompt in
