@@ -244,7 +244,10 @@ fn jobs_of(path: &Path, root: &Path) -> Result<Vec<Job>, String> {
                 .iter()
                 .map(|p| match p.as_array().map(|p| p.as_slice()) {
                     Some([Value::String(x), Value::String(y)]) => Ok((x.clone(), y.clone())),
-                    _ => Err(format!("{}: silicon.columns_equal: expected pairs of column names, got {p}", path.display())),
+                    _ => Err(format!(
+                        "{}: silicon.columns_equal: expected pairs of column names, got {p}",
+                        path.display()
+                    )),
                 })
                 .collect::<Result<_, _>>()?,
             Some(other) => {

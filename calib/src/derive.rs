@@ -200,3 +200,23 @@ pub fn derive_scenario(info: &ServerInfo, d: &DeriveOptions, workload: &Value) -
     }
     Ok(json)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A mixture-of-experts config is refused by name, not read as a dense model.
+    #[test]
+    fn a_moe_config_is_refused_naming_its_field() {
+        let c = json!({"hidden_size": 2048, "num_hidden_layers": 48, "num_attention_heads": 32,
+            "num_key_value_heads": 4, "head_dim": 128, "intermediate_size": 6144, "vocab_size": 151936,
+            "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768});
+        let err = model_card_from_config(&c, "config.json", "m").unwrap_err();
+        assert!(err.contains("num_experts") && err.contains("mixture-of-experts"), "{err}");
+        let mut dense = c.clone();
+        for k in ["num_experts", "num_experts_per_tok", "moe_intermediate_size"] {
+            dense.as_object_mut().unwrap().remove(k);
+        }
+        assert!(model_card_from_config(&dense, "config.json", "m").is_ok());
+    }
+}

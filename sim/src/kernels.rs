@@ -308,7 +308,18 @@ pub fn tables(system: &str, engine: &str) -> Option<&'static Tables> {
             serde_json::from_str(f.nccl).unwrap_or_else(|e| panic!("data/kernels/{}/nccl.json: {e}", f.system));
         let moe: MoeFile = serde_json::from_str(f.moe).unwrap_or_else(|e| panic!("{}: {e}", what("moe")));
         let peaks = index().peaks[f.system];
-        Tables { system: f.system, engine: f.engine, release: gemm.release.clone(), peaks, gemm, ctx, gen, ar, nccl, moe }
+        Tables {
+            system: f.system,
+            engine: f.engine,
+            release: gemm.release.clone(),
+            peaks,
+            gemm,
+            ctx,
+            gen,
+            ar,
+            nccl,
+            moe,
+        }
     }))
 }
 

@@ -81,7 +81,11 @@ fn weights_per_gpu_count_every_expert() {
         // Every expert at one byte, sharded by TP (moe_tp = TP), plus the rest.
         let emb = m.embedding_parameters();
         assert_eq!(w, ((m.num_parameters - emb) + 2 * emb).div_ceil(u64::from(tp)));
-        assert!(w >= experts / u64::from(tp), "TP {tp}: {w} bytes hold fewer than the experts' {}", experts / u64::from(tp));
+        assert!(
+            w >= experts / u64::from(tp),
+            "TP {tp}: {w} bytes hold fewer than the experts' {}",
+            experts / u64::from(tp)
+        );
         // The 235 GB checkpoint: about 59 GB a GPU at TP 4.
         assert!((w as f64 / 1e9 - 236.3 / f64::from(tp)).abs() < 1.0, "TP {tp}: {w}");
     }
@@ -139,7 +143,10 @@ fn moe_without_a_table_for_the_layout_or_engine_is_refused() {
         s["hardware"]["count"] = json!(8);
     });
     assert_eq!(path, "model.moe");
-    assert!(msg.contains("moe_tp 8") && msg.contains("fp8_block") && msg.contains("h200") && msg.contains("vllm"), "{msg}");
+    assert!(
+        msg.contains("moe_tp 8") && msg.contains("fp8_block") && msg.contains("h200") && msg.contains("vllm"),
+        "{msg}"
+    );
     // The A100's SGLang table has no bf16 Qwen3-30B curve at TP 8: refused naming the engine.
     let (path, msg) = refused(|s| {
         s["model"] = json!("qwen3-30b-a3b");
@@ -162,7 +169,9 @@ fn moe_under_the_linear_models_is_refused() {
     let (path, msg) = refused(|s| s["cost"] = json!({"prior": {}}));
     assert_eq!(path, "cost.prior");
     assert!(msg.contains("qwen3-235b-a22b-fp8") && msg.contains("h200"), "{msg}");
-    let (path, _) = refused(|s| s["cost"] = json!({"coefficients": {"step_us": 1000, "decode_token_us": 10, "prefill_token_us": 10}}));
+    let (path, _) = refused(|s| {
+        s["cost"] = json!({"coefficients": {"step_us": 1000, "decode_token_us": 10, "prefill_token_us": 10}})
+    });
     assert_eq!(path, "cost.coefficients");
 }
 

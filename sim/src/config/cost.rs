@@ -111,7 +111,10 @@ pub(super) fn resolve_cost(
     if model.moe.is_some() && cost.composed.is_none() {
         return Err(ConfigError::new(
             "model.moe",
-            format!("MoE model {} on {} under {engine}: no measured kernel tables time it: not modelled", model.id, gpu.id),
+            format!(
+                "MoE model {} on {} under {engine}: no measured kernel tables time it: not modelled",
+                model.id, gpu.id
+            ),
         ));
     }
     if c.profile.is_some() {

@@ -559,8 +559,8 @@ fn check_cards(model: &ModelCard, gpu: &GpuCard) -> Result<()> {
     let attention = h * d * (2.0 * model.num_attention_heads as f64 + 2.0 * model.num_kv_heads as f64);
     let mlp = 3.0 * h * model.intermediate_size.map_or(0.0, f64::from);
     // A MoE card's layers hold its router and every expert.
-    let experts = model.expert_parameters() as f64
-        + model.moe.as_ref().map_or(0.0, |m| layers * h * f64::from(m.num_experts));
+    let experts =
+        model.expert_parameters() as f64 + model.moe.as_ref().map_or(0.0, |m| layers * h * f64::from(m.num_experts));
     let implied = model.embedding_parameters() as f64 + layers * (attention + mlp) + experts;
     if (model.num_parameters as f64) < 0.5 * implied {
         return Err(ConfigError::new(

@@ -784,7 +784,10 @@ pub fn moe_table_dtype(model: &ModelCard, dep: &Deployment) -> Result<&'static s
              weight_block_size [128, 128]) are not modelled: only bf16 and block-128 fp8 (fp8_block) experts are",
             model.dtype
         )),
-        _ => Err(format!("{} experts are not modelled: only bf16 and block-128 fp8 (fp8_block) experts are", model.dtype)),
+        _ => Err(format!(
+            "{} experts are not modelled: only bf16 and block-128 fp8 (fp8_block) experts are",
+            model.dtype
+        )),
     }
 }
 
