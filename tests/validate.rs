@@ -28,6 +28,44 @@ fn no_group_is_worse_than_the_baseline() {
     let g =
         v["groups"].as_array().unwrap().iter().find(|g| g["group"].as_str().unwrap().starts_with("rtx5090_")).unwrap();
     assert!(g["cost_source"].as_str().unwrap().contains("scaled"), "{g}");
+    // The MoE caveat quotes each MoE group's signed median TPOT error (`sim::report::moe_timing`):
+    // what it says must be what validate measures today.
+    let mut by_group: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
+    for r in v["rows"].as_array().unwrap() {
+        let group = r["group"].as_str().unwrap_or_default();
+        if !group.contains("qwen3-235b") {
+            continue;
+        }
+        for m in r["metrics"].as_array().into_iter().flatten() {
+            if let (Some("mean_tpot_ms"), Some(s), Some(p)) =
+                (m["key"].as_str(), m["simulated"].as_f64(), m["published"].as_f64())
+            {
+                by_group.entry(group.to_string()).or_default().push(s / p - 1.0);
+            }
+        }
+    }
+    assert_eq!(by_group.len(), 4, "the MoE groups: {:?}", by_group.keys().collect::<Vec<_>>());
+    let mut c = servesim();
+    c.args(["simulate", "--set", "model=qwen3-30b-a3b", "--set", r#"hardware={"gpu":"h100-80gb","count":1}"#]);
+    c.args(["--set", "workload.num_prompts=2", "--json"]);
+    let o = run_bounded(c, Duration::from_secs(120));
+    let sim: serde_json::Value = serde_json::from_slice(&o.stdout).expect("simulate --json");
+    let caveat = sim["caveats"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["id"] == "moe_timing"))
+        .unwrap_or_else(|| panic!("no moe_timing caveat: {sim}"));
+    let message = caveat["message"].as_str().unwrap();
+    for (group, mut errs) in by_group {
+        errs.sort_by(f64::total_cmp);
+        let n = errs.len();
+        let median = if n % 2 == 1 { errs[n / 2] } else { (errs[n / 2 - 1] + errs[n / 2]) / 2.0 };
+        assert!(errs.iter().all(|e| *e < 0.0), "{group}: the caveat says every TPOT is low: {errs:?}");
+        let quoted = format!("-{:.0}%", -100.0 * median);
+        assert!(
+            message.contains(&quoted),
+            "{group}: median TPOT error {quoted} is not what the caveat says: {message}"
+        );
+    }
 }
 
 /// A tolerance that is not a finite number of points ≥ 0 would pass any regression (NaN, inf)

@@ -180,3 +180,18 @@ fn moe_with_data_parallelism_is_refused() {
     let (path, _) = refused(|s| s["engine"]["data_parallel_size"] = json!(2));
     assert_eq!(path, "engine.data_parallel_size");
 }
+
+/// Every MoE run carries the `moe_timing` caveat (its figures are checked against `servesim
+/// validate` in tests/validate.rs); a dense run does not.
+#[test]
+fn a_moe_run_says_how_far_its_timing_was_judged() {
+    let spec = resolve(|_| {}).expect("the MoE scenario resolves");
+    let c = sim::report::moe_timing(&spec).expect("a caveat for a MoE card");
+    assert_eq!(c.id, sim::report::MOE_TIMING);
+    assert!(c.message.contains("qwen3-235b-a22b-fp8") && c.message.contains("optimistic"), "{}", c.message);
+    let dense = resolve(|v| {
+        v["model"] = json!("qwen3-32b");
+    })
+    .expect("a dense scenario resolves");
+    assert!(sim::report::moe_timing(&dense).is_none());
+}
