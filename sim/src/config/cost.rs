@@ -91,7 +91,7 @@ pub(super) fn resolve_cost(
     let mut cost = CostModel::roofline(model, gpu, dep, &prior);
     if c.prior.is_none() {
         if let Some((provider, source)) = provider_for(gpu, engine, FALLBACK, None) {
-            let mut composed = ComposedCost::try_build(
+            let mut composed = ComposedCost::build(
                 model,
                 gpu,
                 dep,

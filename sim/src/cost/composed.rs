@@ -37,7 +37,7 @@
 //! count. A compiled vLLM fuses only the QKV input's fp8 quantisation (the experts quantise
 //! their own inputs inside the timed kernel). Where no `moe.json` curve covers the GPU (its own
 //! tables: never a scaled or roofline GPU), engine, expert dtype (`bfloat16`, or `fp8_block` for
-//! block-128 fp8 checkpoints) and TP, the run is refused ([`ComposedCost::try_build`]), never
+//! block-128 fp8 checkpoints) and TP, the run is refused ([`ComposedCost::build`]), never
 //! timed as a dense model.
 //!
 //! With TP, besides the two all-reduces a layer, each step makes two collectives
@@ -866,41 +866,11 @@ fn moe_parts(
 }
 
 impl ComposedCost {
-    /// [`ComposedCost::try_build`] for a deployment it can time (a dense card, or a MoE card
-    /// its tables cover); panics otherwise.
-    #[allow(clippy::too_many_arguments)]
-    pub fn build(
-        model: &ModelCard,
-        gpu: &GpuCard,
-        dep: &Deployment,
-        graphs: GraphRule,
-        provider: &Provider,
-        source: String,
-        allreduce_latency_us: f64,
-        interconnect_eff: f64,
-        sync_cpu: SyncCpu,
-        attention_lane: Option<&str>,
-    ) -> ComposedCost {
-        Self::try_build(
-            model,
-            gpu,
-            dep,
-            graphs,
-            provider,
-            source,
-            allreduce_latency_us,
-            interconnect_eff,
-            sync_cpu,
-            attention_lane,
-        )
-        .unwrap_or_else(|e| panic!("{e}"))
-    }
-
     /// The composed cost of `model` on `gpu` deployed as `dep` under
     /// `engine`, from `provider`; `source` says where the times come from. An error (naming the
     /// model, GPU, engine and what is missing) for a MoE card no measured MoE table covers.
     #[allow(clippy::too_many_arguments)]
-    pub fn try_build(
+    pub fn build(
         model: &ModelCard,
         gpu: &GpuCard,
         dep: &Deployment,
@@ -1402,6 +1372,7 @@ pub fn leave_one_gpu_out() -> Vec<LogoRow> {
                         BLIS_SYNC_CPU,
                         None,
                     )
+                    .expect("a dense card")
                 };
                 let (truth, a, b) = (build(&Provider::Table(own)), build(&scaled), build(&roof));
                 for s in &shapes {
@@ -1437,6 +1408,7 @@ mod tests {
     ) -> ComposedCost {
         let (p, src) = provider_for(gpu, engine, FALLBACK, None).unwrap();
         ComposedCost::build(model, gpu, dep, GraphRule::VllmTokens(512), &p, src, 5.0, 0.7, sync_cpu(engine, tp), None)
+            .expect("a dense card")
     }
 
     #[test]
@@ -1588,8 +1560,10 @@ mod tests {
             0.7,
             VLLM_SYNC_CPU,
             None,
-        );
-        let eager = ComposedCost::build(model, gpu, &dep, GraphRule::Eager, &p, src, 5.0, 0.7, VLLM_SYNC_CPU, None);
+        )
+        .expect("a dense card");
+        let eager = ComposedCost::build(model, gpu, &dep, GraphRule::Eager, &p, src, 5.0, 0.7, VLLM_SYNC_CPU, None)
+            .expect("a dense card");
         // Context 1 a request: attention is a few µs; the rest is the linear layers and LM head.
         let tiny = |b: u64| StepShape::decodes(b, b);
         let lm = |c: &ComposedCost, b: u64| c.lm_head.at(b as f64) * 1e3;
@@ -1617,9 +1591,11 @@ mod tests {
         let on = Deployment::single(model);
         let off = Deployment { cuda_graphs: false, ..on.clone() };
         let rule = GraphRule::VllmTokens(512);
-        let eager = ComposedCost::build(model, gpu, &off, rule, &p, src.clone(), 5.0, 0.7, VLLM_SYNC_CPU, None);
+        let eager = ComposedCost::build(model, gpu, &off, rule, &p, src.clone(), 5.0, 0.7, VLLM_SYNC_CPU, None)
+            .expect("a dense card");
         // The same eager kernels, where no graph was forgone (the reference).
-        let plain = ComposedCost::build(model, gpu, &on, GraphRule::Eager, &p, src, 5.0, 0.7, VLLM_SYNC_CPU, None);
+        let plain = ComposedCost::build(model, gpu, &on, GraphRule::Eager, &p, src, 5.0, 0.7, VLLM_SYNC_CPU, None)
+            .expect("a dense card");
         let layers = f64::from(model.num_layers);
         for b in [1u64, 8, 64] {
             let d = StepShape::decodes(b, b * 1024);
@@ -1805,6 +1781,7 @@ mod tests {
         let build = |dep: &Deployment| {
             let (p, src) = provider_for(gpu, "vllm", FALLBACK, None).unwrap();
             ComposedCost::build(model, gpu, dep, GraphRule::VllmTokens(512), &p, src, 5.0, 0.7, VLLM_SYNC_CPU_TP, None)
+                .expect("a dense card")
         };
         let plain = build(&tp2);
         let mut fused = build(&tp2);
@@ -1840,6 +1817,7 @@ mod tests {
             let (p, src) = provider_for(gpu, "sglang", FALLBACK, None).unwrap();
             let dep = Deployment::single(model);
             ComposedCost::build(model, gpu, &dep, GraphRule::Eager, &p, src, 5.0, 0.7, BLIS_SYNC_CPU, None)
+                .expect("a dense card")
         };
         let plain = build();
         let mut sg = build();
@@ -1873,7 +1851,8 @@ mod tests {
             0.7,
             VLLM_SYNC_CPU,
             None,
-        );
+        )
+        .expect("a dense card");
         let mut x: u64 = 7;
         let mut rnd = move |m: u64| {
             x ^= x << 13;
@@ -1965,7 +1944,8 @@ mod tests {
         let gpu = res.gpus.iter().find(|g| g.id == "h200").unwrap().clone();
         let dep = Deployment::single(&model);
         let (p, src) = provider_for(&gpu, "vllm", FALLBACK, None).unwrap();
-        let c = ComposedCost::build(&model, &gpu, &dep, GraphRule::Eager, &p, src, 5.0, 0.7, VLLM_SYNC_CPU, None);
+        let c = ComposedCost::build(&model, &gpu, &dep, GraphRule::Eager, &p, src, 5.0, 0.7, VLLM_SYNC_CPU, None)
+            .expect("a dense card");
         // The experts' curve of data/kernels/h200_sxm/vllm/moe.json: bf16, (2048, 768, 8, 128), moe_tp 1.
         let file: serde_json::Value =
             serde_json::from_str(include_str!("../../../data/kernels/h200_sxm/vllm/moe.json")).unwrap();
