@@ -889,7 +889,11 @@ pub fn run(a: ValidateArgs) -> Result<ExitCode, String> {
     // Knees.
     let mut knees = Vec::new();
     for (g, pts) in &knee_series {
-        if pts.len() < 3 {
+        // A knee needs a sweep: three loads at least (repeats of one load, a set's seeds, count once).
+        let mut loads: Vec<f64> = pts.iter().map(|p| p.0).collect();
+        loads.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        loads.dedup();
+        if loads.len() < 3 {
             continue;
         }
         let mut pts = pts.clone();

@@ -169,8 +169,10 @@ pub struct KneePoint {
 
 /// The knee (see the module docs): the first point past which no later point's
 /// throughput gain pays for its added concurrency, provided mean TTFT grows past
-/// it. Points must be in increasing concurrency. `None` if the sweep never
-/// reaches it.
+/// it. Points must be in increasing concurrency; points at the same concurrency (repeats of
+/// one load, as a published set may hold) say nothing of what added concurrency buys, so
+/// only the points at a higher concurrency are compared with a point. `None` if the sweep
+/// never reaches it.
 pub fn find_knee(points: &[KneePoint]) -> Option<usize> {
     let pays = |i: &KneePoint, j: &KneePoint| {
         let x = j.output_throughput / i.output_throughput;
@@ -182,7 +184,7 @@ pub fn find_knee(points: &[KneePoint]) -> Option<usize> {
         if !(p.output_throughput > 0.0 && p.concurrency > 0.0) {
             return false;
         }
-        let later = &points[i + 1..];
+        let later: Vec<&KneePoint> = points[i + 1..].iter().filter(|q| q.concurrency > p.concurrency).collect();
         let queue_grows = later.iter().any(|q| q.mean_ttft_ms > p.mean_ttft_ms * (1.0 + KNEE_TTFT_NOISE));
         queue_grows && !later.iter().any(|q| pays(p, q))
     })
@@ -504,6 +506,24 @@ mod tests {
         // Flat throughput but falling TTFT is not a knee.
         let flat = pts(&[(1.0, 100.0, 50.0), (2.0, 101.0, 40.0)]);
         assert_eq!(find_knee(&flat), None);
+    }
+
+    /// Repeats of one load (a published set's seeds) are not a sweep: a repeat's longer TTFT
+    /// at the same throughput made the first of them a knee.
+    #[test]
+    fn repeats_of_one_load_are_no_knee() {
+        let seeds = pts(&[(1.0, 214.9, 127.7), (1.0, 214.9, 142.1), (1.0, 214.8, 137.6)]);
+        assert_eq!(find_knee(&seeds), None);
+        // Beside a real sweep, the repeats change nothing: 64 is still the knee.
+        let p = pts(&[
+            (1.0, 100.0, 50.0),
+            (1.0, 100.0, 55.0),
+            (16.0, 1200.0, 60.0),
+            (64.0, 2000.0, 90.0),
+            (64.0, 2001.0, 95.0),
+            (128.0, 2050.0, 900.0),
+        ]);
+        assert_eq!(find_knee(&p), Some(3));
     }
 
     /// The default scenario's sweep (README): 32 → 42 gains 4.96% for 31% more concurrency

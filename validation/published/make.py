@@ -314,6 +314,40 @@ sil("silicon_qwen3-235b-a22b-fp8_h200_sglang-0.5.6",
     "modelled as 0.5.6. The kernel tables that time these runs (SGLang 0.5.14's) come from the same vendor's pipeline as "
     "these rows.",
     equal=[["tp_size", "moe_tp_size"]], apart=MOE_APART)
+# Qwen3-30B-A3B (bf16, mixture of experts) on one GPU: the two published vLLM runs found with their setup stated
+# (data/published/README.md, "Qwen3-30B-A3B"). Measured by others than the tables' vendor: the first check of the MoE
+# path outside aiconfigurator's pipeline. Kept apart from the corpus as the 235B sets are.
+MOE30_APART = ("Reported as a group of its own, as the Qwen3-235B-A22B-FP8 sets are (docs/moe.md section 5.6): the "
+               "validate corpus and baseline feed calib's intervals and priors for every model, which the MoE sets "
+               "should not move.")
+emmy = wl(vllm("0.17.0", "qwen3-30b-a3b", "h200", max_num_seqs=1, max_num_batched_tokens=4096, kv_cache_tokens=744304),
+          dataset_name="random", random_input_len=4096, random_output_len=4096, num_prompts=8, max_concurrency=1,
+          ignore_eos=True, num_warmups=2)
+w("emmy_qwen3-30b-a3b_h200_vllm0170", {
+    "csv": "data/published/emmy_qwen3-30b-a3b-instruct-2507_h200_vllm0170_c1.csv", "gpu": "1x h200",
+    "about": "Qwen3-30B-A3B-Instruct-2507 (the qwen3-30b-a3b card's architecture; its 262,144-token context is not "
+             "used here, so max_model_len stays the card's) on one H200, vLLM 0.17.0 (the vllm/vllm-openai image), "
+             "--max-num-seqs 1 --max-num-batched-tokens 4096, KV pool as logged (744,304 tokens); vllm bench serve random "
+             "4096/4096, 8 prompts, concurrency 1, ignore_eos, 2 warm-ups (servesim resends the first prompt, so its first "
+             "measured request finds that prompt cached: its mean TTFT holds one cache hit, its median does not; the "
+             "published means sit within 4 ms of the medians, so the measured runs show no such hit). One row per "
+             "published seed, each replayed with that seed.",
+    "apart_from_corpus": MOE30_APART, "scenario": emmy,
+    "rows": [{"engine": "vllm-0.17.0", "load": "1", "match": {"notes": f"seed {s}; 0 failed; server --max-num-seqs 1"},
+              "set": [f"workload.seed={s}"]} for s in range(3)]})
+pr23151 = wl(vllm("0.11.0", "qwen3-30b-a3b", "h100-80gb"),
+             dataset_name="random", random_input_len=2048, random_output_len=1024, num_prompts=100, max_concurrency=10,
+             ignore_eos=True, initial_test_request=True, seed=0)
+w("vllmpr23151_qwen3-30b-a3b_h100", {
+    "csv": "data/published/vllmpr23151_qwen3-30b-a3b_h100_vllm-main-20250819_c10.csv", "gpu": "1x h100-80gb",
+    "about": "Qwen3-30B-A3B bf16 on one H100 (SXM assumed: the source says H100), `vllm serve` with every flag at its "
+             "default, vLLM main of 2025-08-19 (after 0.10.1) modelled as 0.11.0 (the oldest modelled); "
+             "benchmark_serving.py random 2048/1024 (range ratio 0, the client's default then), 100 prompts at "
+             "concurrency 10, its initial test request; the run the source labels 'WO tuned configs' (vLLM's shipped "
+             "fused-MoE configs). Replayed with every output at 1024 tokens: the run did not ignore EOS, and 0.8% of the "
+             "output tokens were not generated.",
+    "apart_from_corpus": MOE30_APART, "scenario": pr23151,
+    "rows": [{"engine": "vllm-main-20250819", "load": "10"}]})
 # 12. gpustack Performance Lab: vLLM 0.11.0, Qwen3-14B/32B bf16 on one H100 SXM / A100 SXM 80GB, the fixed-length
 # random shapes at rate inf (data/published/gpustack_*_vllm0110_random.csv). `vllm serve MODEL` with every flag at its
 # default; `vllm bench serve --backend openai-chat --endpoint /v1/chat/completions`: the server wraps each prompt in
