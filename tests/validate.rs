@@ -28,12 +28,18 @@ fn no_group_is_worse_than_the_baseline() {
     let g =
         v["groups"].as_array().unwrap().iter().find(|g| g["group"].as_str().unwrap().starts_with("rtx5090_")).unwrap();
     assert!(g["cost_source"].as_str().unwrap().contains("scaled"), "{g}");
-    // The MoE caveat quotes each MoE group's signed median TPOT error (`sim::report::moe_timing`):
-    // what it says must be what validate measures today.
+    // The MoE caveat quotes each judged MoE group's signed median TPOT error
+    // (`sim::report::moe_timing`): what it says must be what validate measures today. vLLM
+    // 0.12.0's Qwen3-235B-A22B-FP8 rows ran DeepGEMM's grouped GEMM, which servesim refuses.
     let mut by_group: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
     for r in v["rows"].as_array().unwrap() {
         let group = r["group"].as_str().unwrap_or_default();
-        if !group.contains("qwen3-235b") {
+        if !group.contains("qwen3-235b") && !group.contains("qwen3-30b-a3b") {
+            continue;
+        }
+        if group.contains("qwen3-235b") && group.contains("vllm") {
+            let why = r["skipped"].as_str().unwrap_or_default();
+            assert!(why.contains("engine.moe_backend") && why.contains("deep_gemm"), "{r}");
             continue;
         }
         for m in r["metrics"].as_array().into_iter().flatten() {
@@ -44,7 +50,7 @@ fn no_group_is_worse_than_the_baseline() {
             }
         }
     }
-    assert_eq!(by_group.len(), 4, "the MoE groups: {:?}", by_group.keys().collect::<Vec<_>>());
+    assert_eq!(by_group.len(), 4, "the judged MoE groups: {:?}", by_group.keys().collect::<Vec<_>>());
     let mut c = servesim();
     c.args(["simulate", "--set", "model=qwen3-30b-a3b", "--set", r#"hardware={"gpu":"h100-80gb","count":1}"#]);
     c.args(["--set", "workload.num_prompts=2", "--json"]);
@@ -59,8 +65,8 @@ fn no_group_is_worse_than_the_baseline() {
         errs.sort_by(f64::total_cmp);
         let n = errs.len();
         let median = if n % 2 == 1 { errs[n / 2] } else { (errs[n / 2 - 1] + errs[n / 2]) / 2.0 };
-        assert!(errs.iter().all(|e| *e < 0.0), "{group}: the caveat says every TPOT is low: {errs:?}");
-        let quoted = format!("-{:.0}%", -100.0 * median);
+        let quoted =
+            if median < 0.0 { format!("-{:.0}%", -100.0 * median) } else { format!("+{:.0}%", 100.0 * median) };
         assert!(
             message.contains(&quoted),
             "{group}: median TPOT error {quoted} is not what the caveat says: {message}"

@@ -876,9 +876,11 @@ impl Tables {
     }
 
     /// One MoE layer's experts over the step's tokens (ms; module docs for the interpolation),
-    /// and the words that say where it comes from; `None` where the table has no curve of this
-    /// exact shape, dtype and TP (no borrow from another).
-    pub fn moe(&self, s: &MoeShape) -> Option<(Curve, String)> {
+    /// the words that say where it comes from, and the kernel the collector ran in vLLM's
+    /// `--moe-backend` words ([`vllm_moe_backend_of`]; `None` for another engine's name);
+    /// `None` where the table has no curve of this exact shape, dtype and TP (no borrow from
+    /// another).
+    pub fn moe(&self, s: &MoeShape) -> Option<(Curve, String, Option<&'static str>)> {
         let c = self.moe.curves.iter().find(|c| {
             c.moe_dtype == s.dtype
                 && c.hidden == s.hidden
@@ -898,7 +900,8 @@ impl Tables {
             s.moe_tp,
             c.kernel_source.join("/")
         );
-        Some((Curve { xs: c.num_tokens.clone(), ys: c.latency_ms.clone(), sol_last: None }, label))
+        let kernel = c.kernel_source.iter().map(|k| vllm_moe_backend_of(k)).reduce(|a, b| a.filter(|x| Some(*x) == b));
+        Some((Curve { xs: c.num_tokens.clone(), ys: c.latency_ms.clone(), sol_last: None }, label, kernel.flatten()))
     }
 
     /// What the MoE table holds for a shape (ignoring dtype and TP): `(dtype, moe_tp)` pairs, for
@@ -911,6 +914,33 @@ impl Tables {
             .map(|c| (c.moe_dtype.clone(), c.moe_tp))
             .collect()
     }
+}
+
+/// The kernel behind an aiconfigurator vLLM MoE `kernel_source` (`vllm_<method>_<backend>_<experts>`,
+/// e.g. `vllm_fp8moe_triton_tritonexperts`, `vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic`)
+/// in vLLM's `--moe-backend` words; `None` for a name that is not a vLLM collector's or names
+/// none of them. The older collector's `vllm_fused_moe` (the A100 table, vLLM 0.14.0) timed
+/// vLLM's `fused_moe`, the Triton kernel.
+pub fn vllm_moe_backend_of(kernel_source: &str) -> Option<&'static str> {
+    let rest = kernel_source.strip_prefix("vllm_")?;
+    if rest == "fused_moe" {
+        return Some("triton");
+    }
+    let (_, backend) = rest.split_once('_')?;
+    [
+        ("flashinfer_trtllm_", "flashinfer_trtllm"),
+        ("flashinfer_cutlass_", "flashinfer_cutlass"),
+        ("flashinfer_cutedsl_", "flashinfer_cutedsl"),
+        ("deep_gemm_", "deep_gemm"),
+        ("deepgemm_", "deep_gemm"),
+        ("triton_", "triton"),
+        ("cutlass_", "cutlass"),
+        ("marlin_", "marlin"),
+        ("aiter_", "aiter"),
+    ]
+    .into_iter()
+    .find(|(prefix, _)| backend.starts_with(prefix))
+    .map(|(_, name)| name)
 }
 
 // ---------------------------------------------------------------- providers
@@ -1216,6 +1246,32 @@ pub fn fit_roofline(systems: &[&str], engine: &str, shapes: &FitShapes) -> Roofl
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// aiconfigurator's vLLM MoE collectors' kernel names, as vLLM's `--moe-backend` names them.
+    #[test]
+    fn moe_kernel_sources_map_to_vllm_backend_names() {
+        for (source, name) in [
+            ("vllm_fp8moe_triton_tritonexperts", Some("triton")),
+            ("vllm_unquantizedfusedmoe_triton_tritonexperts", Some("triton")),
+            ("vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic", Some("flashinfer_trtllm")),
+            ("vllm_unquantizedfusedmoe_flashinfer_trtllm_trtllmbf16experts", Some("flashinfer_trtllm")),
+            ("vllm_modeloptfp8moe_flashinfer_cutlass_flashinferexperts", Some("flashinfer_cutlass")),
+            ("vllm_fp8moe_deep_gemm_deepgemmexperts", Some("deep_gemm")),
+            ("vllm_fused_moe", Some("triton")),
+            ("sglang_fused_moe_triton", None),
+            ("vllm_fp8moe_something_else", None),
+        ] {
+            assert_eq!(vllm_moe_backend_of(source), name, "{source}");
+        }
+        // Every vLLM MoE table in the repository names a kernel.
+        for t in tabled_systems().iter().filter_map(|s| tables(s, "vllm")) {
+            for c in &t.moe.curves {
+                for k in &c.kernel_source {
+                    assert!(vllm_moe_backend_of(k).is_some(), "{} {k}", t.system);
+                }
+            }
+        }
+    }
 
     /// Every fp8 GEMM curve read from a table is non-decreasing in `m` (the raw
     /// tables are not: see [`monotone_in_m`]), and a monotone curve is left as it is.

@@ -737,19 +737,21 @@ pub fn wsl2_pinned_memory(spec: &SimSpec) -> Option<Caveat> {
 pub const MOE_TIMING: &str = "moe_timing";
 
 /// Any run of a mixture-of-experts card: its expert times come from aiconfigurator's measured
-/// MoE tables, judged only on aiconfigurator's own Qwen3-235B-A22B-FP8 H200 silicon rows (the
-/// same vendor pipeline as the tables), where servesim's TPOT was low on every one of the 50
-/// rows: signed median −15.3% (SGLang 0.5.6 TP 2), −11.9% (SGLang TP 4), −48.9% (vLLM 0.12.0
-/// TP 2), −25.4% (vLLM TP 4); TTFT −34.9% / −41.2% (SGLang) and +45.8% / +88.4% (vLLM, the
-/// lock-step waves) (`servesim validate --only qwen3-235b --json`, VALIDATION.md §5 "Mixture of
-/// experts"). Those sets are kept apart from the corpus, so the uncalibrated intervals
-/// (`--uncertainty`) rest on dense models' record and do not cover this.
+/// MoE tables, judged on four published groups (`servesim validate --only qwen3-235b` and
+/// `--only qwen3-30b-a3b`, VALIDATION.md §5 "Mixture of experts"), whose signed median TPOT
+/// errors the message quotes (tests/validate.rs checks them against validate): Qwen3-235B-A22B-FP8
+/// on H200 under SGLang 0.5.6, the tables' vendor's own runs (−15.3% at TP 2, −11.9% at TP 4;
+/// TTFT −34.9% / −41.2%), and Qwen3-30B-A3B under vLLM on one GPU, runs by others (−3.1% on an
+/// H200 under 0.17.0 one request at a time, +8.0% on an H100 at concurrency 10; TTFT −51.0% /
+/// −32.5%, group medians). vLLM 0.12.0's Qwen3-235B-A22B-FP8 rows ran DeepGEMM, which servesim
+/// refuses (`config::vllm::vllm_moe_kernel`). Those sets are kept apart from the corpus, so the
+/// uncalibrated intervals (`--uncertainty`) rest on dense models' record and do not cover this.
 pub fn moe_timing(spec: &SimSpec) -> Option<Caveat> {
     spec.model.moe.as_ref()?;
     Some(Caveat {
         id: MOE_TIMING,
         message: format!(
-            "{} is a mixture-of-experts model: its expert times come from aiconfigurator's measured MoE tables, and they have been judged only on aiconfigurator's own Qwen3-235B-A22B-FP8 H200 runs, where servesim's TPOT was too low on all 50 rows (median -15% and -12% under SGLang 0.5.6 at TP 2 and 4, -49% and -25% under vLLM 0.12.0) and its TTFT 35-41% low (SGLang) or 46-88% high (vLLM) (VALIDATION.md section 5, \"Mixture of experts\"). Read the decode speed as optimistic; the uncalibrated intervals (--uncertainty) come from dense models' record and do not cover this. Calibrate on a measured run of this model before deciding on hardware.",
+            "{} is a mixture-of-experts model: its expert times come from aiconfigurator's measured MoE tables, judged on four published groups (VALIDATION.md section 5, \"Mixture of experts\"): Qwen3-235B-A22B-FP8 on H200 under SGLang 0.5.6, the tables' vendor's own runs, median TPOT error -15% and -12% (TP 2 and 4), TTFT 35-41% low; Qwen3-30B-A3B under vLLM on one GPU, runs by others, TPOT -3% (H200, one request at a time) and +8% (H100, concurrency 10), TTFT 33-51% low. Read the decode speed as close and the prefill as optimistic, by up to half the TTFT; the uncalibrated intervals (--uncertainty) come from dense models' record and do not cover this. Calibrate on a measured run of this model before deciding on hardware.",
             spec.model.id
         ),
         desynchronised_mean_ttft_ms: None,

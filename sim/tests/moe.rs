@@ -12,10 +12,11 @@ fn card(id: &str) -> ModelCard {
     res().models.into_iter().find(|m| m.id == id).unwrap_or_else(|| panic!("no card {id}"))
 }
 
-/// A Qwen3-235B-A22B-FP8 scenario on H200 at TP 4 under vLLM, with `edit` applied to its JSON.
+/// A Qwen3-235B-A22B-FP8 scenario on H200 at TP 4 under vLLM 0.17.0 (Triton's fused MoE, which
+/// the table times), with `edit` applied to its JSON.
 fn resolve(edit: impl FnOnce(&mut Value)) -> Result<sim::config::SimSpec, sim::config::ConfigError> {
     let mut v = json!({"version": 1,
-        "engine": {"kind": "vllm", "version": "0.12.0", "tensor_parallel_size": 4, "max_model_len": 16384},
+        "engine": {"kind": "vllm", "version": "0.17.0", "tensor_parallel_size": 4, "max_model_len": 16384},
         "model": "qwen3-235b-a22b-fp8", "hardware": {"gpu": "h200", "count": 4},
         "workload": {"dataset_name": "random", "random_input_len": 1000, "random_output_len": 100,
                      "num_prompts": 40, "max_concurrency": 4, "ignore_eos": true}});
@@ -194,4 +195,83 @@ fn a_moe_run_says_how_far_its_timing_was_judged() {
     })
     .expect("a dense scenario resolves");
     assert!(sim::report::moe_timing(&dense).is_none());
+}
+
+/// vLLM's fused-MoE kernel for block-fp8 experts (`config::vllm::vllm_moe_kernel`, docs/moe.md
+/// section 7): where it turns on whether `deep_gemm` is installed, the run asks which; a kernel
+/// that no table times is refused naming `engine.moe_backend`; what the tables time runs.
+#[test]
+fn vllm_moe_kernel_is_the_tables_or_a_clear_error() {
+    let at = |v: &'static str, tp: u32| {
+        move |s: &mut Value| {
+            s["engine"]["version"] = json!(v);
+            s["engine"]["tensor_parallel_size"] = json!(tp);
+            s["hardware"]["count"] = json!(tp);
+        }
+    };
+    // 0.11.1-0.14.1 on SM90: DeepGEMM at every batch where installed, Triton where not.
+    for v in ["0.11.1", "0.12.0", "0.13.0", "0.14.1"] {
+        let (path, msg) = refused(at(v, 4));
+        assert_eq!(path, "engine.moe_backend", "{v}: {msg}");
+        for w in ["deep_gemm", "DeepGEMM", "engine.moe_backend = \"triton\"", "VLLM_MOE_USE_DEEP_GEMM=0", v] {
+            assert!(msg.contains(w), "{v} {w}: {msg}");
+        }
+    }
+    // Said: Triton runs (no deep_gemm); DeepGEMM is not modelled; a name vLLM lacks is an error.
+    let e = at("0.12.0", 4);
+    resolve(|s| {
+        e(s);
+        s["engine"]["moe_backend"] = json!("triton");
+    })
+    .expect("0.12.0 with Triton's fused MoE");
+    let (path, msg) = refused(|s| {
+        e(s);
+        s["engine"]["moe_backend"] = json!("deep_gemm");
+    });
+    assert_eq!(path, "engine.moe_backend");
+    assert!(msg.contains("deep_gemm") && msg.contains("triton") && msg.contains("not modelled"), "{msg}");
+    let (path, msg) = refused(|s| s["engine"]["moe_backend"] = json!("tritonn"));
+    assert_eq!(path, "engine.moe_backend");
+    assert!(msg.contains("flashinfer_trtllm"), "{msg}");
+    // 0.11.0: Triton at decode; DeepGEMM for prefill chunks only where the per-rank
+    // intermediate size is over 512 (TP 2: 768), Triton throughout at TP 4 (384).
+    resolve(at("0.11.0", 4)).expect("0.11.0 at TP 4 runs Triton");
+    let (path, msg) = refused(at("0.11.0", 2));
+    assert_eq!(path, "engine.moe_backend");
+    assert!(msg.contains("prefill chunks") && msg.contains("768 > 512"), "{msg}");
+    // 0.15.0-0.16.0: FlashInfer CUTLASS, which no table times; from 0.17.0 Triton again.
+    for v in ["0.15.0", "0.16.0"] {
+        let (path, msg) = refused(at(v, 4));
+        assert_eq!(path, "engine.moe_backend", "{v}: {msg}");
+        assert!(msg.contains("flashinfer_cutlass") && msg.contains("0.17.0"), "{v}: {msg}");
+    }
+    for v in ["0.17.0", "0.24.0", "0.33.0"] {
+        let spec = resolve(at(v, 4)).unwrap_or_else(|e| panic!("{v}: {e}"));
+        assert!(spec.cost.source().contains("vllm_fp8moe_triton_tritonexperts"), "{v}: {}", spec.cost.source());
+    }
+    // B200: FlashInfer TRT-LLM from 0.15.0 (its table's kernel); DeepGEMM or CUTLASS before.
+    let b200 = |v: &'static str| {
+        move |s: &mut Value| {
+            at(v, 4)(s);
+            s["hardware"]["gpu"] = json!("b200");
+        }
+    };
+    let spec = resolve(b200("0.17.0")).expect("B200 under 0.17.0");
+    assert!(spec.cost.source().contains("flashinfer_trtllm"), "{}", spec.cost.source());
+    let (path, msg) = refused(b200("0.14.1"));
+    assert_eq!(path, "engine.moe_backend");
+    assert!(msg.contains("FlashInfer TRT-LLM") && msg.contains("0.15.0"), "{msg}");
+    // Triton said on the B200, whose table times FlashInfer TRT-LLM: refused.
+    let (path, msg) = refused(|s| {
+        b200("0.17.0")(s);
+        s["engine"]["moe_backend"] = json!("triton");
+    });
+    assert_eq!(path, "engine.moe_backend");
+    assert!(msg.contains("flashinfer_trtllm"), "{msg}");
+    // An SGLang scenario has no such flag.
+    let (path, msg) = refused(|s| {
+        s["engine"] = json!({"kind": "sglang", "version": "0.5.6", "tp_size": 4, "context_length": 16384,
+                             "moe_backend": "triton"});
+    });
+    assert!(path.contains("moe_backend"), "{path}: {msg}");
 }

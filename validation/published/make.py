@@ -298,8 +298,12 @@ MOE_APART = ("Reported as a group of its own (docs/moe.md section 5.6): the MoE 
 sil("silicon_qwen3-235b-a22b-fp8_h200_vllm-0.12.0",
     {"model_path": "Qwen/Qwen3-235B-A22B-FP8", "backend": "vllm", "backend_version": "0.12.0", "system": "h200_sxm",
      "mode": "agg", "moe_ep_size": "1"},
-    vllm("0.12.0", "qwen3-235b-a22b-fp8", "h200", max_model_len=16384),
-    MOE_NOTE + "Left out: the rows with moe_ep_size 2 or 4 (expert parallelism, not modelled), and the rows whose "
+    vllm("0.12.0", "qwen3-235b-a22b-fp8", "h200", max_model_len=16384, moe_backend="deep_gemm"),
+    MOE_NOTE + "The rows ran in NVIDIA Dynamo's vllm-runtime image (silicon_data_source), which builds DeepGEMM in: vLLM "
+    "0.12.0 then runs the block-fp8 experts through DeepGEMM's grouped GEMM at every batch below TP 8 (docs/moe.md "
+    "section 7), which no measured table times, so servesim refuses the rows (engine.moe_backend = deep_gemm). Run with "
+    "the Triton kernel instead (--set engine.moe_backend=triton), servesim's TPOT was low on every row: signed median "
+    "-48.9% at TP 2 and -25.4% at TP 4 (VALIDATION.md section 5). Left out: the rows with moe_ep_size 2 or 4 (expert parallelism, not modelled), and the rows whose "
     "moe_tp_size differs from tp_size (tp_size 1 with moe_tp_size 2 or 4, tp_size 2 with moe_tp_size 4): vLLM never shards "
     "the experts over more GPUs than the engine's TP, and the 235 GB checkpoint does not fit one 141 GB H200, so those "
     "columns cannot be read as written (docs/moe.md section 1.7). The rows label moe_quant_mode fp8; the checkpoint is "

@@ -391,6 +391,7 @@ const VLLM_COUNTERPARTS: &[(&str, &str)] = &[
     ("tensor_parallel_size", "tp_size"),
     ("pipeline_parallel_size", "pp_size"),
     ("enforce_eager", "disable_cuda_graph"),
+    ("moe_backend", "(none modelled: SGLang's --moe-runner-backend)"),
 ];
 
 /// SGLang flags and their vLLM counterparts (or what vLLM does instead). An SGLang flag

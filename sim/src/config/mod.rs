@@ -791,8 +791,45 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
             unpacked_mixed_decodes: false,
         },
     };
+    // vLLM's fused-MoE kernel (`--moe-backend`, or what its release and environment choose) is
+    // checked before the cost is built, and against the one the measured MoE table ran after.
+    let moe_kernel = match &engine {
+        EngineSpec::Vllm(c) => {
+            vllm::vllm_moe_kernel(c.version, &gpu, &model, &deployment, s.engine.vllm.moe_backend.as_deref())?
+        }
+        EngineSpec::Sglang(_) => None,
+    };
     let cost =
         resolve_cost(&s.cost, &model, &gpu, &deployment, res, engine.kind(), graphs, attention_lane, engine_kernels)?;
+    if let (Some(runs), Some(timed), EngineSpec::Vllm(c)) =
+        (moe_kernel, cost.composed.as_ref().and_then(|k| k.moe_kernel), &engine)
+    {
+        if runs != timed {
+            return Err(ConfigError::new(
+                "engine.moe_backend",
+                format!(
+                    "vLLM {} runs {}'s experts on {} with the {runs} fused-MoE kernel{}; the measured MoE table that would \
+                     time them (data/kernels/, aiconfigurator-core 0.12.0) ran the {timed} kernel: not modelled{}",
+                    c.version,
+                    model.id,
+                    gpu.id,
+                    if s.engine.vllm.moe_backend.is_some() { " (engine.moe_backend)" } else { " by default" },
+                    if runs == "flashinfer_cutlass" {
+                        format!(
+                            " (vLLM {} to 0.16.0 put FlashInfer CUTLASS first for block-fp8 experts on SM90; from {} it runs \
+                             Triton, which the table times)",
+                            vllm::VLLM_MOE_ORACLE,
+                            vllm::VLLM_MOE_TRITON_FIRST_SM90
+                        )
+                    } else if s.engine.vllm.moe_backend.is_some() {
+                        format!(" (engine.moe_backend = \"{timed}\" or \"auto\" where the release runs it by default)")
+                    } else {
+                        String::new()
+                    }
+                ),
+            ));
+        }
+    }
     let spec = SimSpec { name: s.name.clone(), engine, model, gpu, deployment, cost, workload, kv_sizing, fleet: None };
     check_requests_fit(&spec)?;
     Ok(spec)

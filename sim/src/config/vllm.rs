@@ -54,6 +54,143 @@ engine_flags! {
         /// vLLM `--enforce-eager`: no CUDA graphs (none captured, none subtracted from the KV budget).
         #[serde(skip_serializing_if = "Option::is_none")]
         enforce_eager: bool,
+        /// vLLM `--moe-backend` (from 0.17.0; `auto` by default): the fused-MoE kernel a
+        /// mixture-of-experts model runs. Before 0.17.0 it says what the server's environment
+        /// chose: `triton` where the `deep_gemm` package is not installed or
+        /// `VLLM_MOE_USE_DEEP_GEMM=0` is set, `deep_gemm` where it runs ([`vllm_moe_kernel`]).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        moe_backend: String,
+    }
+}
+
+/// The values of vLLM's `--moe-backend` as 0.17.0 lists them (`config/kernel.py`); later
+/// releases add more, none of which a measured table times.
+pub const VLLM_MOE_BACKENDS: [&str; 9] = [
+    "auto",
+    "triton",
+    "deep_gemm",
+    "cutlass",
+    "flashinfer_trtllm",
+    "flashinfer_cutlass",
+    "flashinfer_cutedsl",
+    "marlin",
+    "aiter",
+];
+
+/// The first vLLM release in which DeepGEMM's grouped GEMM runs block-fp8 experts on SM90 at
+/// every batch size where `deep_gemm` is installed (PR #26197: E8M0 scales on by default with no
+/// architecture test, which skips the small-batch Triton fallback; `utils/deep_gemm.py`, 0.11.1).
+pub const VLLM_MOE_DEEP_GEMM_EVERY_BATCH: Version = Version::new(0, 11, 1);
+/// From this release to [`VLLM_MOE_ORACLE`] DeepGEMM MoE is off at a MoE TP of 8 or more unless
+/// `VLLM_MOE_USE_DEEP_GEMM` is set (PR #29346; `tp_size >= 8` as released, 0.12.0 `fp8.py`).
+pub const VLLM_MOE_DEEP_GEMM_TP8_OFF: Version = Version::new(0, 12, 0);
+/// The first release whose fp8 MoE backend is chosen from a priority list: FlashInfer CUTLASS
+/// first on SM90 (block fp8, TP only), FlashInfer TRT-LLM first on the SM100 family
+/// (`fused_moe/oracle/fp8.py`, 0.15.0).
+pub const VLLM_MOE_ORACLE: Version = Version::new(0, 15, 0);
+/// The first release that puts Triton first for block-fp8 MoE on SM90 without expert parallelism
+/// (`oracle/fp8.py:_get_priority_backends`, 0.17.0 to 0.34.0), and has `--moe-backend`.
+pub const VLLM_MOE_TRITON_FIRST_SM90: Version = Version::new(0, 17, 0);
+
+/// The fused-MoE kernel vLLM `version` runs for a mixture-of-experts `model`'s experts on `gpu`
+/// deployed as `dep`, in `--moe-backend`'s words; `given` is `engine.moe_backend`. `None` where
+/// servesim does not know the default: a dense model, 16-bit experts with `auto` (the rule below
+/// was read for block-fp8 experts only), block fp8 on a GPU other than SM90 or the SM100 family.
+/// An error for a value vLLM does not have, and where the default turns on what the server has
+/// installed (the measured tables time one kernel, and which one ran decides the step's time).
+///
+/// Block-128 fp8 experts, experts sharded by TP, `auto`, read in every release's source from
+/// 0.11.0 to 0.34.0 (docs/moe.md section 7):
+///
+/// | release | SM90 (H100, H200) | SM100 family (B200) |
+/// |---|---|---|
+/// | 0.11.0 | Triton; DeepGEMM for chunks of ≥ 128 tokens where `deep_gemm` is installed and `moe_intermediate_size / TP` > 512 | DeepGEMM if installed, else CUTLASS's block-scaled grouped GEMM |
+/// | 0.11.1–0.14.1 | DeepGEMM at every batch if installed (not at TP ≥ 8 from 0.12.0), else Triton | DeepGEMM if installed (TP < 8 from 0.12.0), else CUTLASS (to 0.13) or Triton (0.14) |
+/// | 0.15.0–0.16.0 | FlashInfer CUTLASS | FlashInfer TRT-LLM |
+/// | 0.17.0– | Triton | FlashInfer TRT-LLM |
+///
+/// `deep_gemm` is built into the `vllm/vllm-openai` images of every release and NVIDIA Dynamo's
+/// `vllm-runtime` images; `pip install vllm` has it from 0.20.0 only.
+pub fn vllm_moe_kernel(
+    version: Version,
+    gpu: &GpuCard,
+    model: &ModelCard,
+    dep: &Deployment,
+    given: Option<&str>,
+) -> Result<Option<&'static str>> {
+    let given = match given {
+        None => "auto",
+        Some(g) => VLLM_MOE_BACKENDS.iter().copied().find(|b| *b == g).ok_or_else(|| {
+            ConfigError::new(
+                "engine.moe_backend",
+                format!("{g:?} is not one of vLLM's --moe-backend values: {}", VLLM_MOE_BACKENDS.join(", ")),
+            )
+        })?,
+    };
+    let Some(moe) = &model.moe else { return Ok(None) };
+    if given != "auto" {
+        return Ok(Some(given));
+    }
+    let block_fp8 = dep.quantization.as_deref() == Some("fp8")
+        && model.quantization.is_some()
+        && model.weight_block_size.as_deref() == Some(&[128, 128]);
+    if !block_fp8 {
+        return Ok(None);
+    }
+    let tp = dep.tensor_parallel_size.max(1);
+    let what = format!("vLLM {version} runs {}'s block-fp8 experts on {} (TP {tp})", model.id, gpu.id);
+    let installed = "where the deep_gemm package is installed (the vllm/vllm-openai images and NVIDIA Dynamo's \
+                     vllm-runtime images build it in; `pip install vllm` has it from 0.20.0 only)";
+    let choose = "Say which kernel the server runs: engine.moe_backend = \"triton\" for a server without deep_gemm or \
+                  run with VLLM_MOE_USE_DEEP_GEMM=0; \"deep_gemm\" is not modelled (no measured table times its grouped \
+                  GEMM, whose rows are padded to 128 for each expert: on the published vLLM 0.12.0 runs of \
+                  Qwen3-235B-A22B-FP8 servesim's Triton figure put TPOT 25-49% low, VALIDATION.md section 5)";
+    match gpu.capability() {
+        Some((9, _)) => {
+            if version >= VLLM_MOE_TRITON_FIRST_SM90 {
+                Ok(Some("triton"))
+            } else if version >= VLLM_MOE_ORACLE {
+                Ok(Some("flashinfer_cutlass"))
+            } else if version >= VLLM_MOE_DEEP_GEMM_TP8_OFF && tp >= 8 {
+                Ok(Some("triton"))
+            } else if version >= VLLM_MOE_DEEP_GEMM_EVERY_BATCH {
+                Err(ConfigError::new(
+                    "engine.moe_backend",
+                    format!(
+                        "{what} through DeepGEMM's grouped GEMM at every batch size {installed}, and through Triton's \
+                         fused MoE where it is not. {choose}."
+                    ),
+                ))
+            } else if moe.moe_intermediate_size / tp > 512 {
+                Err(ConfigError::new(
+                    "engine.moe_backend",
+                    format!(
+                        "{what} through Triton's fused MoE, but its prefill chunks of 128 tokens or more through \
+                         DeepGEMM's grouped GEMM {installed} (moe_intermediate_size / TP = {} > 512). {choose}.",
+                        moe.moe_intermediate_size / tp
+                    ),
+                ))
+            } else {
+                Ok(Some("triton"))
+            }
+        }
+        Some((10, _)) => {
+            if version >= VLLM_MOE_ORACLE {
+                Ok(Some("flashinfer_trtllm"))
+            } else {
+                Err(ConfigError::new(
+                    "engine.moe_backend",
+                    format!(
+                        "{what} through DeepGEMM's grouped GEMM {installed}, else through CUTLASS's block-scaled grouped \
+                         GEMM (to 0.13) or Triton (0.14); the SM100 family's measured table times FlashInfer TRT-LLM's \
+                         fused MoE, vLLM's default from {VLLM_MOE_ORACLE}. Use a release from {VLLM_MOE_ORACLE}, or say \
+                         engine.moe_backend = \"flashinfer_trtllm\" for a server that runs it \
+                         (VLLM_USE_FLASHINFER_MOE_FP8=1, VLLM_FLASHINFER_MOE_BACKEND=latency)."
+                    ),
+                ))
+            }
+        }
+        _ => Ok(None),
     }
 }
 

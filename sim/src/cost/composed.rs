@@ -586,6 +586,9 @@ impl GraphRule {
 pub struct ComposedCost {
     /// Which tables (or fallback) timed it: the `cost_source` report key.
     pub source: String,
+    /// A MoE card's experts: the kernel their measured table ran, in vLLM's `--moe-backend`
+    /// words (`None`: a dense card, or a table whose kernel has no such name).
+    pub moe_kernel: Option<&'static str>,
     layers: f64,
     hidden: f64,
     /// QKV, O, gate/up, down: per layer.
@@ -637,6 +640,7 @@ pub struct ComposedCost {
 impl PartialEq for ComposedCost {
     fn eq(&self, o: &Self) -> bool {
         self.source == o.source
+            && self.moe_kernel == o.moe_kernel
             && self.layers == o.layers
             && self.gemms == o.gemms
             && self.lm_head == o.lm_head
@@ -800,7 +804,7 @@ fn moe_parts(
     dep: &Deployment,
     provider: &Provider,
     engine: &str,
-) -> Result<Option<(Curve, Curve, String)>, String> {
+) -> Result<Option<(Curve, Curve, String, Option<&'static str>)>, String> {
     let Some(m) = &model.moe else { return Ok(None) };
     let tp = dep.tensor_parallel_size.max(1);
     let what = format!("MoE model {} on {} under {engine} at TP {tp}", model.id, gpu.id);
@@ -829,7 +833,7 @@ fn moe_parts(
         dtype,
         moe_tp: tp,
     };
-    let Some((experts, label)) = t.moe(&shape) else {
+    let Some((experts, label, kernel)) = t.moe(&shape) else {
         let have: Vec<String> = t
             .moe_layouts(shape.hidden, shape.inter, shape.topk, shape.num_experts)
             .into_iter()
@@ -862,7 +866,7 @@ fn moe_parts(
         "MoE experts (moe_tp {tp}, moe_ep 1) from {label}; router GEMM (n = {}, k = {}, bf16) from the GEMM table",
         router_shape.n, router_shape.k
     );
-    Ok(Some((router, experts, source)))
+    Ok(Some((router, experts, source, kernel)))
 }
 
 impl ComposedCost {
@@ -887,11 +891,13 @@ impl ComposedCost {
         let (g, lm, heads) = model_shapes(model, tp, fp8, dep.kv_dtype_bytes);
         let moe = moe_parts(model, gpu, dep, provider, provider.tables().engine)?;
         let mut source = source;
+        let mut moe_kernel = None;
         let gemms = match moe {
             None => [provider.gemm(g[0]), provider.gemm(g[1]), provider.gemm(g[2]), provider.gemm(g[3])],
             // A MoE layer's MLP: the router GEMM and the experts' table in the gate/up and down slots.
-            Some((router, experts, moe_source)) => {
+            Some((router, experts, moe_source, kernel)) => {
                 source = format!("{source}; {moe_source}");
+                moe_kernel = kernel;
                 [provider.gemm(g[0]), provider.gemm(g[1]), router, experts]
             }
         };
@@ -996,6 +1002,7 @@ impl ComposedCost {
         }
         Ok(ComposedCost {
             source,
+            moe_kernel,
             layers: f64::from(model.num_layers),
             hidden,
             gemms,
