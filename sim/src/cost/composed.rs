@@ -804,7 +804,7 @@ fn moe_parts(
     dep: &Deployment,
     provider: &Provider,
     engine: &str,
-) -> Result<Option<(Curve, Curve, String, Option<&'static str>)>, String> {
+) -> Result<Option<MoeParts>, String> {
     let Some(m) = &model.moe else { return Ok(None) };
     let tp = dep.tensor_parallel_size.max(1);
     let what = format!("MoE model {} on {} under {engine} at TP {tp}", model.id, gpu.id);
@@ -866,7 +866,16 @@ fn moe_parts(
         "MoE experts (moe_tp {tp}, moe_ep 1) from {label}; router GEMM (n = {}, k = {}, bf16) from the GEMM table",
         router_shape.n, router_shape.k
     );
-    Ok(Some((router, experts, source, kernel)))
+    Ok(Some(MoeParts { router, experts, source, kernel }))
+}
+
+/// A MoE card's MLP parts ([`moe_parts`]): the router GEMM, the experts' curve, the words for
+/// the cost source, and the kernel the experts' table ran (vLLM's `--moe-backend` name).
+struct MoeParts {
+    router: Curve,
+    experts: Curve,
+    source: String,
+    kernel: Option<&'static str>,
 }
 
 impl ComposedCost {
@@ -895,10 +904,10 @@ impl ComposedCost {
         let gemms = match moe {
             None => [provider.gemm(g[0]), provider.gemm(g[1]), provider.gemm(g[2]), provider.gemm(g[3])],
             // A MoE layer's MLP: the router GEMM and the experts' table in the gate/up and down slots.
-            Some((router, experts, moe_source, kernel)) => {
-                source = format!("{source}; {moe_source}");
-                moe_kernel = kernel;
-                [provider.gemm(g[0]), provider.gemm(g[1]), router, experts]
+            Some(m) => {
+                source = format!("{source}; {}", m.source);
+                moe_kernel = m.kernel;
+                [provider.gemm(g[0]), provider.gemm(g[1]), m.router, m.experts]
             }
         };
         let lm_head = provider.gemm(lm);
