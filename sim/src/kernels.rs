@@ -904,6 +904,11 @@ impl Tables {
         Some((Curve { xs: c.num_tokens.clone(), ys: c.latency_ms.clone(), sol_last: None }, label, kernel.flatten()))
     }
 
+    /// The engine release the MoE table was measured with (`0.24.0`).
+    pub fn moe_release(&self) -> &str {
+        &self.moe.release
+    }
+
     /// What the MoE table holds for a shape (ignoring dtype and TP): `(dtype, moe_tp)` pairs, for
     /// an error that says what is there.
     pub fn moe_layouts(&self, hidden: u32, inter: u32, topk: u32, num_experts: u32) -> Vec<(String, u32)> {

@@ -758,6 +758,72 @@ pub fn moe_timing(spec: &SimSpec) -> Option<Caveat> {
     })
 }
 
+/// [`Caveat::id`] of [`moe_default_config`].
+pub const MOE_DEFAULT_CONFIG: &str = "moe_default_config";
+
+/// A vLLM run of a MoE card whose fused-MoE Triton config is not the one its measured table ran:
+/// the release ships no tuned file for the shape and GPU and predates the batch-aware default
+/// (0.17.0), or ships a tuned file the table's release did not (or the reverse). Which files each
+/// release ships: `config::vllm_moe_tuned_config` (docs/moe.md §8). The one published run of the
+/// first kind, Qwen3-30B-A3B bf16 on an H100 under vLLM main of 2025-08-19 (no tuned file, the
+/// old default), measured TTFT 33% above servesim's and TPOT 8% below (VALIDATION.md §5).
+pub fn moe_default_config(spec: &SimSpec) -> Option<Caveat> {
+    let crate::config::EngineSpec::Vllm(v) = &spec.engine else { return None };
+    let moe = spec.model.moe.as_ref()?;
+    let composed = spec.cost.composed.as_ref()?;
+    if composed.moe_kernel != Some("triton") {
+        return None;
+    }
+    let table = composed.moe_table_release?;
+    let tp = spec.deployment.tensor_parallel_size.max(1);
+    let n = moe.moe_intermediate_size / tp;
+    let block_fp8 = spec.deployment.quantization.is_some();
+    let c = crate::config::vllm_moe_tuned_config(moe.num_experts, n, &spec.gpu.id, block_fp8)?;
+    let (here, there) = (crate::config::vllm_moe_config_at(c, v.version), crate::config::vllm_moe_config_at(c, table));
+    let new_default = crate::config::VLLM_MOE_NEW_DEFAULT_CONFIG;
+    let file =
+        format!("E={},N={n},device {}{}", moe.num_experts, spec.gpu.id, if block_fp8 { ", block fp8" } else { "" });
+    let old_default = |r: crate::engine::Version| r < new_default;
+    let default_of = |r: crate::engine::Version| {
+        if old_default(r) {
+            format!(
+                "the default config of releases before {new_default} ({{BLOCK_SIZE_M 64, N 64, K 32, GROUP_SIZE_M 8}})"
+            )
+        } else {
+            format!("the batch-aware default config ({new_default} on)")
+        }
+    };
+    // What the run's kernel runs and what the table's ran; whether the table is the faster.
+    let (runs, timed, optimistic) = match (here, there) {
+        (true, true) => return None,
+        (false, false) if old_default(v.version) == old_default(table) => return None,
+        (false, false) => (default_of(v.version), default_of(table), old_default(v.version)),
+        (false, true) => (default_of(v.version), "the tuned one".to_string(), true),
+        (true, false) => ("the tuned one".to_string(), default_of(table), false),
+    };
+    let first = match c {
+        crate::config::TunedMoeConfig::Since(first) => format!("tuned from vLLM {first}"),
+        crate::config::TunedMoeConfig::Never => "tuned in no release to 0.34.0".to_string(),
+    };
+    let reading = if optimistic {
+        "The one published run of this kind (Qwen3-30B-A3B on an H100, vLLM of August 2025, no tuned file, the old \
+         default) measured TTFT 33% above servesim's and TPOT 8% below (VALIDATION.md section 5): read the prefill as \
+         optimistic."
+    } else {
+        "No published run of this kind was found: read the prefill as pessimistic, by an amount not measured."
+    };
+    Some(Caveat {
+        id: MOE_DEFAULT_CONFIG,
+        message: format!(
+            "vLLM {}'s Triton fused-MoE kernel runs {runs} for this shape ({file}: {first}); the measured table that \
+             times it (vLLM {table}'s) ran {timed}, and servesim uses that table for every release (docs/moe.md \
+             section 8). {reading}",
+            v.version
+        ),
+        desynchronised_mean_ttft_ms: None,
+    })
+}
+
 /// The caveats of one run ([`Caveat`]).
 pub fn caveats(spec: &SimSpec, workload: &crate::workload::Workload) -> Vec<Caveat> {
     lockstep_waves(spec, workload)
@@ -765,6 +831,7 @@ pub fn caveats(spec: &SimSpec, workload: &crate::workload::Workload) -> Vec<Cave
         .chain(chat_front_end(spec, workload))
         .chain(wsl2_pinned_memory(spec))
         .chain(moe_timing(spec))
+        .chain(moe_default_config(spec))
         .collect()
 }
 

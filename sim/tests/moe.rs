@@ -275,3 +275,32 @@ fn vllm_moe_kernel_is_the_tables_or_a_clear_error() {
     });
     assert!(path.contains("moe_backend"), "{path}: {msg}");
 }
+
+/// A vLLM MoE run whose fused-MoE Triton config is not the one its table ran says so
+/// (`sim::report::moe_default_config`, docs/moe.md section 8): Qwen3-30B-A3B on an H100, for which
+/// vLLM ships no tuned config, before 0.17.0's batch-aware default (optimistic: the published run);
+/// the H200, whose tuned file every release ships, and the H100 from 0.17.0 (the table's default) do
+/// not; the A100, whose table (vLLM 0.14.0) ran the old default, from 0.17.0 (pessimistic).
+#[test]
+fn a_moe_config_the_table_did_not_run_is_said() {
+    let run = |gpu: &str, v: &str| {
+        let (gpu, v) = (gpu.to_string(), v.to_string());
+        let spec = resolve(move |s| {
+            s["model"] = json!("qwen3-30b-a3b");
+            s["engine"] = json!({"kind": "vllm", "version": v, "tensor_parallel_size": 1});
+            s["hardware"] = json!(gpu);
+        })
+        .unwrap();
+        sim::report::moe_default_config(&spec)
+    };
+    let c = run("h100-80gb", "0.12.0").expect("H100 under 0.12.0 runs the old default");
+    assert_eq!(c.id, sim::report::MOE_DEFAULT_CONFIG);
+    for w in ["0.12.0", "E=128,N=768", "BLOCK_SIZE_M 64", "0.24.0", "optimistic", "33%"] {
+        assert!(c.message.contains(w), "{w}: {}", c.message);
+    }
+    assert!(run("h100-80gb", "0.17.0").is_none());
+    assert!(run("h200", "0.12.0").is_none());
+    let c = run("a100-80gb", "0.24.0").expect("A100 under 0.24.0 runs the new default, its table the old");
+    assert!(c.message.contains("pessimistic") && c.message.contains("0.14.0"), "{}", c.message);
+    assert!(run("a100-80gb", "0.12.0").is_none());
+}

@@ -100,7 +100,10 @@ use memory::gib;
 use sglang::resolve_sglang;
 pub use sglang::{sglang_layer_small_kernels, SglangFlags};
 use vllm::resolve_vllm;
-pub use vllm::{vllm_allreduce_rms_fusion_max_tokens, VllmFlags};
+pub use vllm::{
+    vllm_allreduce_rms_fusion_max_tokens, vllm_moe_config_at, vllm_moe_tuned_config, TunedMoeConfig, VllmFlags,
+    VLLM_MOE_NEW_DEFAULT_CONFIG,
+};
 
 /// The largest KV pool a scenario may give, tokens (2^28). A bound, not a model: the block
 /// pool and the radix tree hold state per block or token, and a pool no GPU has would only

@@ -92,6 +92,51 @@ pub const VLLM_MOE_ORACLE: Version = Version::new(0, 15, 0);
 /// (`oracle/fp8.py:_get_priority_backends`, 0.17.0 to 0.34.0), and has `--moe-backend`.
 pub const VLLM_MOE_TRITON_FIRST_SM90: Version = Version::new(0, 17, 0);
 
+/// The first vLLM release whose default fused-MoE config changed (PR #34846, 0.17.0): before it
+/// a shape with no tuned file ran `{BLOCK_SIZE_M 64, N 64, K 32, GROUP_SIZE_M 8}` (M > E), from it
+/// a batch-aware default (`fused_moe.py:get_default_config`).
+pub const VLLM_MOE_NEW_DEFAULT_CONFIG: Version = Version::new(0, 17, 0);
+
+/// Whether vLLM ships a tuned Triton fused-MoE config for a shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TunedMoeConfig {
+    /// A file `E=…,N=…,device_name=…[,dtype=fp8_w8a8,block_shape=[128,128]].json` from this release on.
+    Since(Version),
+    /// No release from 0.8.4 to 0.34.0 ships one.
+    Never,
+}
+
+/// The tuned fused-MoE config files vLLM ships for the built-in MoE cards' shapes (128 experts;
+/// `n` the per-rank `moe_intermediate_size`; `block_fp8` the `dtype=fp8_w8a8,block_shape=[128,128]`
+/// files), per GPU card, read in the sdists of 28 releases 0.8.4–0.34.0 (docs/moe.md §8); `None`
+/// for a shape or GPU not read.
+pub fn vllm_moe_tuned_config(num_experts: u32, n: u32, gpu: &str, block_fp8: bool) -> Option<TunedMoeConfig> {
+    use TunedMoeConfig::{Never, Since};
+    if num_experts != 128 {
+        return None;
+    }
+    let v = |minor, patch| Since(Version::new(0, minor, patch));
+    Some(match (block_fp8, n, gpu) {
+        (false, 768, "h200") => v(8, 5),
+        (false, 768, "b200") => v(14, 0),
+        (false, 768, "h100-80gb" | "a100-80gb" | "l40s") => Never,
+        (false, 384, "h200") => v(8, 5),
+        (false, 384, "h100-80gb") => v(19, 0),
+        (false, 384, "a100-80gb" | "b200" | "l40s") => Never,
+        (false, 192, "h100-80gb" | "h200") => v(8, 5),
+        (false, 192, "a100-80gb") => v(9, 0),
+        (false, 192, "b200" | "l40s") => Never,
+        (true, 768 | 384, "h200") => v(8, 5),
+        (true, 1536 | 768 | 384 | 192, "h100-80gb") | (true, 1536 | 192, "h200") => Never,
+        _ => return None,
+    })
+}
+
+/// Whether a tuned config `c` is in release `v`.
+pub fn vllm_moe_config_at(c: TunedMoeConfig, v: Version) -> bool {
+    matches!(c, TunedMoeConfig::Since(first) if v >= first)
+}
+
 /// The fused-MoE kernel vLLM `version` runs for a mixture-of-experts `model`'s experts on `gpu`
 /// deployed as `dep`, in `--moe-backend`'s words; `given` is `engine.moe_backend`. `None` where
 /// servesim does not know the default: a dense model, 16-bit experts with `auto` (the rule below

@@ -589,6 +589,8 @@ pub struct ComposedCost {
     /// A MoE card's experts: the kernel their measured table ran, in vLLM's `--moe-backend`
     /// words (`None`: a dense card, or a table whose kernel has no such name).
     pub moe_kernel: Option<&'static str>,
+    /// The engine release that MoE table was measured with.
+    pub moe_table_release: Option<crate::engine::Version>,
     layers: f64,
     hidden: f64,
     /// QKV, O, gate/up, down: per layer.
@@ -641,6 +643,7 @@ impl PartialEq for ComposedCost {
     fn eq(&self, o: &Self) -> bool {
         self.source == o.source
             && self.moe_kernel == o.moe_kernel
+            && self.moe_table_release == o.moe_table_release
             && self.layers == o.layers
             && self.gemms == o.gemms
             && self.lm_head == o.lm_head
@@ -866,7 +869,8 @@ fn moe_parts(
         "MoE experts (moe_tp {tp}, moe_ep 1) from {label}; router GEMM (n = {}, k = {}, bf16) from the GEMM table",
         router_shape.n, router_shape.k
     );
-    Ok(Some(MoeParts { router, experts, source, kernel }))
+    let release = crate::engine::Version::parse(t.moe_release());
+    Ok(Some(MoeParts { router, experts, source, kernel, release }))
 }
 
 /// A MoE card's MLP parts ([`moe_parts`]): the router GEMM, the experts' curve, the words for
@@ -876,6 +880,8 @@ struct MoeParts {
     experts: Curve,
     source: String,
     kernel: Option<&'static str>,
+    /// The engine release the experts' table was measured with.
+    release: Option<crate::engine::Version>,
 }
 
 impl ComposedCost {
@@ -900,13 +906,14 @@ impl ComposedCost {
         let (g, lm, heads) = model_shapes(model, tp, fp8, dep.kv_dtype_bytes);
         let moe = moe_parts(model, gpu, dep, provider, provider.tables().engine)?;
         let mut source = source;
-        let mut moe_kernel = None;
+        let (mut moe_kernel, mut moe_table_release) = (None, None);
         let gemms = match moe {
             None => [provider.gemm(g[0]), provider.gemm(g[1]), provider.gemm(g[2]), provider.gemm(g[3])],
             // A MoE layer's MLP: the router GEMM and the experts' table in the gate/up and down slots.
             Some(m) => {
                 source = format!("{source}; {}", m.source);
                 moe_kernel = m.kernel;
+                moe_table_release = m.release;
                 [provider.gemm(g[0]), provider.gemm(g[1]), m.router, m.experts]
             }
         };
@@ -1012,6 +1019,7 @@ impl ComposedCost {
         Ok(ComposedCost {
             source,
             moe_kernel,
+            moe_table_release,
             layers: f64::from(model.num_layers),
             hidden,
             gemms,
