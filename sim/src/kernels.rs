@@ -877,7 +877,7 @@ impl Tables {
 
     /// One MoE layer's experts over the step's tokens (ms; module docs for the interpolation),
     /// the words that say where it comes from, and the kernel the collector ran in vLLM's
-    /// `--moe-backend` words ([`vllm_moe_backend_of`]; `None` for another engine's name);
+    /// `--moe-backend` words ([`moe_backend_of`]; `None` for another engine's name);
     /// `None` where the table has no curve of this exact shape, dtype and TP (no borrow from
     /// another).
     pub fn moe(&self, s: &MoeShape) -> Option<(Curve, String, Option<&'static str>)> {
@@ -900,7 +900,7 @@ impl Tables {
             s.moe_tp,
             c.kernel_source.join("/")
         );
-        let kernel = c.kernel_source.iter().map(|k| vllm_moe_backend_of(k)).reduce(|a, b| a.filter(|x| Some(*x) == b));
+        let kernel = c.kernel_source.iter().map(|k| moe_backend_of(k)).reduce(|a, b| a.filter(|x| Some(*x) == b));
         Some((Curve { xs: c.num_tokens.clone(), ys: c.latency_ms.clone(), sol_last: None }, label, kernel.flatten()))
     }
 
@@ -923,10 +923,17 @@ impl Tables {
 
 /// The kernel behind an aiconfigurator vLLM MoE `kernel_source` (`vllm_<method>_<backend>_<experts>`,
 /// e.g. `vllm_fp8moe_triton_tritonexperts`, `vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic`)
-/// in vLLM's `--moe-backend` words; `None` for a name that is not a vLLM collector's or names
-/// none of them. The older collector's `vllm_fused_moe` (the A100 table, vLLM 0.14.0) timed
+/// in vLLM's `--moe-backend` words (SGLang's two collector names too, in `--moe-runner-backend`'s,
+/// the same); `None` for a name that is not a collector's or names none of them. The older collector's `vllm_fused_moe` (the A100 table, vLLM 0.14.0) timed
 /// vLLM's `fused_moe`, the Triton kernel.
-pub fn vllm_moe_backend_of(kernel_source: &str) -> Option<&'static str> {
+pub fn moe_backend_of(kernel_source: &str) -> Option<&'static str> {
+    // SGLang's collector names: its Triton fused MoE and FlashInfer TRT-LLM's (the B200 table),
+    // which `--moe-runner-backend` names as vLLM's `--moe-backend` does.
+    match kernel_source {
+        "sglang_fused_moe_triton" => return Some("triton"),
+        "sglang_flashinfer_trtllm_moe" => return Some("flashinfer_trtllm"),
+        _ => {}
+    }
     let rest = kernel_source.strip_prefix("vllm_")?;
     if rest == "fused_moe" {
         return Some("triton");
@@ -1263,16 +1270,18 @@ mod tests {
             ("vllm_modeloptfp8moe_flashinfer_cutlass_flashinferexperts", Some("flashinfer_cutlass")),
             ("vllm_fp8moe_deep_gemm_deepgemmexperts", Some("deep_gemm")),
             ("vllm_fused_moe", Some("triton")),
-            ("sglang_fused_moe_triton", None),
+            ("sglang_fused_moe_triton", Some("triton")),
+            ("sglang_flashinfer_trtllm_moe", Some("flashinfer_trtllm")),
+            ("sglang_something_else", None),
             ("vllm_fp8moe_something_else", None),
         ] {
-            assert_eq!(vllm_moe_backend_of(source), name, "{source}");
+            assert_eq!(moe_backend_of(source), name, "{source}");
         }
-        // Every vLLM MoE table in the repository names a kernel.
-        for t in tabled_systems().iter().filter_map(|s| tables(s, "vllm")) {
+        // Every MoE table in the repository names a kernel.
+        for t in tabled_systems().iter().flat_map(|s| [tables(s, "vllm"), tables(s, "sglang")]).flatten() {
             for c in &t.moe.curves {
                 for k in &c.kernel_source {
-                    assert!(vllm_moe_backend_of(k).is_some(), "{} {k}", t.system);
+                    assert!(moe_backend_of(k).is_some(), "{} {k}", t.system);
                 }
             }
         }

@@ -304,3 +304,38 @@ fn a_moe_config_the_table_did_not_run_is_said() {
     assert!(c.message.contains("pessimistic") && c.message.contains("0.14.0"), "{}", c.message);
     assert!(run("a100-80gb", "0.12.0").is_none());
 }
+
+/// SGLang's fused-MoE kernel (`config::sglang::sglang_moe_kernel`, docs/moe.md section 7.6):
+/// Triton everywhere but the SM100 family, where its Qwen3-MoE rule takes FlashInfer TRT-LLM
+/// (block fp8 from 0.5.6, 16-bit from 0.5.8), the B200 table's kernel; a kernel the table did
+/// not run is refused naming `engine.moe_runner_backend`.
+#[test]
+fn sglang_moe_kernel_is_the_tables_or_a_clear_error() {
+    let at = |v: &'static str, gpu: &'static str, model: &'static str| {
+        move |s: &mut Value| {
+            s["engine"] = json!({"kind": "sglang", "version": v, "tp_size": 2, "context_length": 16384});
+            s["hardware"] = json!({"gpu": gpu, "count": 2});
+            s["model"] = json!(model);
+        }
+    };
+    resolve(at("0.5.6", "h200", "qwen3-235b-a22b-fp8")).expect("Triton on H200");
+    let spec = resolve(at("0.5.6", "b200", "qwen3-235b-a22b-fp8")).expect("FlashInfer TRT-LLM on B200 from 0.5.6");
+    assert!(spec.cost.source().contains("sglang_flashinfer_trtllm_moe"), "{}", spec.cost.source());
+    for (v, model) in [("0.5.5", "qwen3-235b-a22b-fp8"), ("0.5.7", "qwen3-30b-a3b")] {
+        let (path, msg) = refused(at(v, "b200", model));
+        assert_eq!(path, "engine.moe_runner_backend", "{v}: {msg}");
+        assert!(msg.contains("triton") && msg.contains("flashinfer_trtllm") && msg.contains(v), "{v}: {msg}");
+    }
+    resolve(at("0.5.8", "b200", "qwen3-30b-a3b")).expect("16-bit experts on B200 from 0.5.8");
+    let (path, msg) = refused(|s| {
+        at("0.5.23", "h200", "qwen3-30b-a3b")(s);
+        s["engine"]["moe_runner_backend"] = json!("deep_gemm");
+    });
+    assert_eq!(path, "engine.moe_runner_backend");
+    assert!(msg.contains("deep_gemm") && msg.contains("not modelled"), "{msg}");
+    let (path, _) = refused(|s| {
+        at("0.5.23", "h200", "qwen3-30b-a3b")(s);
+        s["engine"]["moe_runner_backend"] = json!("tritonn");
+    });
+    assert_eq!(path, "engine.moe_runner_backend");
+}

@@ -391,7 +391,7 @@ const VLLM_COUNTERPARTS: &[(&str, &str)] = &[
     ("tensor_parallel_size", "tp_size"),
     ("pipeline_parallel_size", "pp_size"),
     ("enforce_eager", "disable_cuda_graph"),
-    ("moe_backend", "(none modelled: SGLang's --moe-runner-backend)"),
+    ("moe_backend", "moe_runner_backend"),
 ];
 
 /// SGLang flags and their vLLM counterparts (or what vLLM does instead). An SGLang flag
@@ -413,6 +413,7 @@ const SGLANG_COUNTERPARTS: &[(&str, &str)] = &[
     ("pp_size", "pipeline_parallel_size"),
     ("disable_cuda_graph", "enforce_eager"),
     ("cuda_graph_max_bs", "(vLLM derives its capture sizes from max_num_seqs)"),
+    ("moe_runner_backend", "moe_backend"),
 ];
 
 impl EngineKind {

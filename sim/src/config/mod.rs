@@ -794,41 +794,55 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
             unpacked_mixed_decodes: false,
         },
     };
-    // vLLM's fused-MoE kernel (`--moe-backend`, or what its release and environment choose) is
-    // checked before the cost is built, and against the one the measured MoE table ran after.
-    let moe_kernel = match &engine {
+    // The engine's fused-MoE kernel (vLLM's `--moe-backend`, SGLang's `--moe-runner-backend`, or
+    // what the release and its installation choose) is checked before the cost is built, and
+    // against the one the measured MoE table ran after.
+    let (moe_kernel, moe_field, moe_given) = match &engine {
         EngineSpec::Vllm(c) => {
-            vllm::vllm_moe_kernel(c.version, &gpu, &model, &deployment, s.engine.vllm.moe_backend.as_deref())?
+            let given = s.engine.vllm.moe_backend.as_deref();
+            (vllm::vllm_moe_kernel(c.version, &gpu, &model, &deployment, given)?, "moe_backend", given)
         }
-        EngineSpec::Sglang(_) => None,
+        EngineSpec::Sglang(c) => {
+            let given = s.engine.sglang.moe_runner_backend.as_deref();
+            (sglang::sglang_moe_kernel(c.version, &gpu, &model, &deployment, given)?, "moe_runner_backend", given)
+        }
     };
     let cost =
         resolve_cost(&s.cost, &model, &gpu, &deployment, res, engine.kind(), graphs, attention_lane, engine_kernels)?;
-    if let (Some(runs), Some(timed), EngineSpec::Vllm(c)) =
-        (moe_kernel, cost.composed.as_ref().and_then(|k| k.moe_kernel), &engine)
-    {
+    if let (Some(runs), Some(timed)) = (moe_kernel, cost.composed.as_ref().and_then(|k| k.moe_kernel)) {
         if runs != timed {
-            return Err(ConfigError::new(
-                "engine.moe_backend",
+            let (name, version) = match &engine {
+                EngineSpec::Vllm(c) => ("vLLM", c.version),
+                EngineSpec::Sglang(c) => ("SGLang", c.version),
+            };
+            let hint = if runs == "flashinfer_cutlass" && matches!(engine, EngineSpec::Vllm(_)) {
                 format!(
-                    "vLLM {} runs {}'s experts on {} with the {runs} fused-MoE kernel{}; the measured MoE table that would \
-                     time them (data/kernels/, aiconfigurator-core 0.12.0) ran the {timed} kernel: not modelled{}",
-                    c.version,
+                    " (vLLM {} to 0.16.0 put FlashInfer CUTLASS first for block-fp8 experts on SM90; from {} it runs \
+                     Triton, which the table times)",
+                    vllm::VLLM_MOE_ORACLE,
+                    vllm::VLLM_MOE_TRITON_FIRST_SM90
+                )
+            } else if moe_given.is_some() {
+                format!(" (engine.{moe_field} = \"{timed}\", or \"auto\" where the release runs it by default)")
+            } else if matches!(engine, EngineSpec::Sglang(_)) {
+                format!(
+                    " (SGLang's Qwen3-MoE rule runs FlashInfer TRT-LLM on the SM100 family, block-fp8 experts from {} and \
+                     16-bit ones from {}, which the table times)",
+                    sglang::SGLANG_MOE_TRTLLM_FP8_SM100,
+                    sglang::SGLANG_MOE_TRTLLM_BF16_SM100
+                )
+            } else {
+                String::new()
+            };
+            return Err(ConfigError::new(
+                format!("engine.{moe_field}"),
+                format!(
+                    "{name} {version} runs {}'s experts on {} with the {runs} fused-MoE kernel{}; the measured MoE table \
+                     that would time them (data/kernels/, aiconfigurator-core 0.12.0) ran the {timed} kernel: not \
+                     modelled{hint}",
                     model.id,
                     gpu.id,
-                    if s.engine.vllm.moe_backend.is_some() { " (engine.moe_backend)" } else { " by default" },
-                    if runs == "flashinfer_cutlass" {
-                        format!(
-                            " (vLLM {} to 0.16.0 put FlashInfer CUTLASS first for block-fp8 experts on SM90; from {} it runs \
-                             Triton, which the table times)",
-                            vllm::VLLM_MOE_ORACLE,
-                            vllm::VLLM_MOE_TRITON_FIRST_SM90
-                        )
-                    } else if s.engine.vllm.moe_backend.is_some() {
-                        format!(" (engine.moe_backend = \"{timed}\" or \"auto\" where the release runs it by default)")
-                    } else {
-                        String::new()
-                    }
+                    if moe_given.is_some() { format!(" (engine.{moe_field})") } else { " by default".to_string() },
                 ),
             ));
         }

@@ -60,7 +60,76 @@ engine_flags! {
         /// of the default `mem_fraction_static` in 0.5.x).
         #[serde(skip_serializing_if = "Option::is_none")]
         cuda_graph_max_bs: u32,
+        /// SGLang `--moe-runner-backend` (from 0.5.1; `auto` by default): a mixture-of-experts
+        /// model's fused-MoE kernel ([`sglang_moe_kernel`]).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        moe_runner_backend: String,
     }
+}
+
+/// The values of SGLang's `--moe-runner-backend` (0.5.23's list, `lora_*` aside).
+pub const SGLANG_MOE_RUNNER_BACKENDS: [&str; 19] = [
+    "auto",
+    "triton",
+    "triton_kernel",
+    "flashinfer_trtllm",
+    "flashinfer_trtllm_routed",
+    "flashinfer_cutlass",
+    "flashinfer_mxfp4",
+    "flashinfer_cutedsl",
+    "flashinfer_megamoe",
+    "deep_gemm",
+    "cutlass",
+    "aiter",
+    "marlin",
+    "experimental_sgl_trtllm",
+    "experimental_sgl_marlin",
+    "humming",
+    "hpc_ops",
+    "megamoe",
+    "intel_xpu",
+];
+
+/// The first SGLang release whose Qwen3-MoE rule runs block-fp8 experts on the SM100 family with
+/// FlashInfer TRT-LLM under `--moe-runner-backend auto` (`server_args.py`, 0.5.6).
+pub const SGLANG_MOE_TRTLLM_FP8_SM100: Version = Version::new(0, 5, 6);
+/// The first release whose rule does so for 16-bit experts too (`server_args.py`, 0.5.8).
+pub const SGLANG_MOE_TRTLLM_BF16_SM100: Version = Version::new(0, 5, 8);
+
+/// The fused-MoE kernel SGLang `version` runs for a mixture-of-experts `model`'s experts on `gpu`
+/// deployed as `dep` (experts sharded by TP, no `--moe-a2a-backend`), in `--moe-runner-backend`'s
+/// words; `given` is `engine.moe_runner_backend`. `None` for a dense model. Read in the released
+/// wheels of every release 0.4.10–0.5.23 (docs/moe.md section 7.6): Triton's fused MoE
+/// everywhere, except on the SM100 family (B200), where the Qwen3-MoE rule takes FlashInfer
+/// TRT-LLM for block-fp8 experts from 0.5.6 and for 16-bit ones from 0.5.8; DeepGEMM only with
+/// an all-to-all backend (expert parallelism, not modelled) or when asked for.
+pub fn sglang_moe_kernel(
+    version: Version,
+    gpu: &GpuCard,
+    model: &ModelCard,
+    dep: &Deployment,
+    given: Option<&str>,
+) -> Result<Option<&'static str>> {
+    let given = match given {
+        None => "auto",
+        Some(g) => SGLANG_MOE_RUNNER_BACKENDS.iter().copied().find(|b| *b == g).ok_or_else(|| {
+            ConfigError::new(
+                "engine.moe_runner_backend",
+                format!(
+                    "{g:?} is not one of SGLang's --moe-runner-backend values: {}",
+                    SGLANG_MOE_RUNNER_BACKENDS.join(", ")
+                ),
+            )
+        })?,
+    };
+    if model.moe.is_none() {
+        return Ok(None);
+    }
+    if given != "auto" {
+        return Ok(Some(given));
+    }
+    let first = if dep.quantization.is_some() { SGLANG_MOE_TRTLLM_FP8_SM100 } else { SGLANG_MOE_TRTLLM_BF16_SM100 };
+    Ok(Some(if gpu.is_sm100_family() && version >= first { "flashinfer_trtllm" } else { "triton" }))
 }
 
 /// The `engine` section of an SGLang scenario, resolved: SGLang's flags ([`SglangFlags`])
