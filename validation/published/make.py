@@ -334,8 +334,10 @@ w("emmy_qwen3-30b-a3b_h200_vllm0170", {
              "--max-num-seqs 1 --max-num-batched-tokens 4096, KV pool as logged (744,304 tokens); vllm bench serve random "
              "4096/4096, 8 prompts, concurrency 1, ignore_eos, 2 warm-ups (servesim resends the first prompt, so its first "
              "measured request finds that prompt cached: its mean TTFT holds one cache hit, its median does not; the "
-             "published means sit within 4 ms of the medians, so the measured runs show no such hit). One row per "
-             "published seed, each replayed with that seed.",
+             "published means sit within 4 ms of the medians, so the measured runs show no such hit, though vLLM "
+             "0.17.0's client does send the first prompt as its warm-ups, benchmarks/serve.py read in the sdist: the "
+             "server's prefix cache was probably off or missed, which the source does not say). One row per published "
+             "seed, each replayed with that seed.",
     "apart_from_corpus": MOE30_APART, "scenario": emmy,
     "rows": [{"engine": "vllm-0.17.0", "load": "1", "match": {"notes": f"seed {s}; 0 failed; server --max-num-seqs 1"},
               "set": [f"workload.seed={s}"]} for s in range(3)]})
