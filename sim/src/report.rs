@@ -777,7 +777,7 @@ pub fn moe_default_config(spec: &SimSpec) -> Option<Caveat> {
     let table = composed.moe_table_release?;
     let tp = spec.deployment.tensor_parallel_size.max(1);
     let n = moe.moe_intermediate_size / tp;
-    let block_fp8 = spec.deployment.quantization.is_some();
+    let block_fp8 = crate::cost::moe_table_dtype(&spec.model, &spec.deployment) == Ok("fp8_block");
     let c = crate::config::vllm_moe_tuned_config(moe.num_experts, n, &spec.gpu.id, block_fp8)?;
     let (here, there) = (crate::config::vllm_moe_config_at(c, v.version), crate::config::vllm_moe_config_at(c, table));
     let new_default = crate::config::VLLM_MOE_NEW_DEFAULT_CONFIG;

@@ -650,6 +650,24 @@ fn check_moe_card(model: &ModelCard) -> Result<()> {
     Ok(())
 }
 
+/// The engine's MoE kernel flag as given (`auto` when unset), checked against the engine's
+/// list of values: an error naming `engine.<field>` and the engine's flag otherwise
+/// (`vllm::vllm_moe_kernel`, `sglang::sglang_moe_kernel`).
+fn moe_backend_given(
+    given: Option<&str>,
+    values: &[&'static str],
+    field: &str,
+    engine_flag: &str,
+) -> Result<&'static str> {
+    let Some(g) = given else { return Ok("auto") };
+    values.iter().copied().find(|b| *b == g).ok_or_else(|| {
+        ConfigError::new(
+            format!("engine.{field}"),
+            format!("{g:?} is not one of {engine_flag} values: {}", values.join(", ")),
+        )
+    })
+}
+
 /// Checks a scenario and resolves it against the loaded resources.
 pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
     if s.version == SCENARIO_FORMAT_VERSION && fleet::is_fleet(s) {

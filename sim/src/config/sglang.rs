@@ -110,25 +110,19 @@ pub fn sglang_moe_kernel(
     dep: &Deployment,
     given: Option<&str>,
 ) -> Result<Option<&'static str>> {
-    let given = match given {
-        None => "auto",
-        Some(g) => SGLANG_MOE_RUNNER_BACKENDS.iter().copied().find(|b| *b == g).ok_or_else(|| {
-            ConfigError::new(
-                "engine.moe_runner_backend",
-                format!(
-                    "{g:?} is not one of SGLang's --moe-runner-backend values: {}",
-                    SGLANG_MOE_RUNNER_BACKENDS.join(", ")
-                ),
-            )
-        })?,
-    };
+    let given =
+        moe_backend_given(given, &SGLANG_MOE_RUNNER_BACKENDS, "moe_runner_backend", "SGLang's --moe-runner-backend")?;
     if model.moe.is_none() {
         return Ok(None);
     }
     if given != "auto" {
         return Ok(Some(given));
     }
-    let first = if dep.quantization.is_some() { SGLANG_MOE_TRTLLM_FP8_SM100 } else { SGLANG_MOE_TRTLLM_BF16_SM100 };
+    let first = if crate::cost::moe_table_dtype(model, dep) == Ok("fp8_block") {
+        SGLANG_MOE_TRTLLM_FP8_SM100
+    } else {
+        SGLANG_MOE_TRTLLM_BF16_SM100
+    };
     Ok(Some(if gpu.is_sm100_family() && version >= first { "flashinfer_trtllm" } else { "triton" }))
 }
 

@@ -163,23 +163,12 @@ pub fn vllm_moe_kernel(
     dep: &Deployment,
     given: Option<&str>,
 ) -> Result<Option<&'static str>> {
-    let given = match given {
-        None => "auto",
-        Some(g) => VLLM_MOE_BACKENDS.iter().copied().find(|b| *b == g).ok_or_else(|| {
-            ConfigError::new(
-                "engine.moe_backend",
-                format!("{g:?} is not one of vLLM's --moe-backend values: {}", VLLM_MOE_BACKENDS.join(", ")),
-            )
-        })?,
-    };
+    let given = moe_backend_given(given, &VLLM_MOE_BACKENDS, "moe_backend", "vLLM's --moe-backend")?;
     let Some(moe) = &model.moe else { return Ok(None) };
     if given != "auto" {
         return Ok(Some(given));
     }
-    let block_fp8 = dep.quantization.as_deref() == Some("fp8")
-        && model.quantization.is_some()
-        && model.weight_block_size.as_deref() == Some(&[128, 128]);
-    if !block_fp8 {
+    if crate::cost::moe_table_dtype(model, dep) != Ok("fp8_block") {
         return Ok(None);
     }
     let tp = dep.tensor_parallel_size.max(1);
