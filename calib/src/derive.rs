@@ -40,9 +40,18 @@ pub fn model_card_from_config(c: &Value, source: &str, id: &str) -> std::result:
     // Llama-style: embeddings (+ untied head) + per layer q, k, v, o, gated MLP, 2 norms; final norm.
     let per_layer = h * hh * hd + 2 * h * kvh * hd + hh * hd * h + 3 * h * i + 2 * h;
     let params = v * h * if tied { 1 } else { 2 } + l * per_layer + h;
+    // The engines choose code paths by the architecture: kept where it names a causal LM (a
+    // multimodal or other model is read as before, its name deciding).
+    let architecture = c
+        .get("architectures")
+        .and_then(|a| a.get(0))
+        .and_then(Value::as_str)
+        .filter(|a| a.ends_with("ForCausalLM"))
+        .map(str::to_string);
     Ok(ModelCard {
         id: id.to_string(),
         hf_repo: None,
+        architecture,
         num_parameters: params,
         num_layers: layers,
         hidden_size: hidden,
@@ -218,5 +227,19 @@ mod tests {
             dense.as_object_mut().unwrap().remove(k);
         }
         assert!(model_card_from_config(&dense, "config.json", "m").is_ok());
+    }
+
+    /// The config's architecture goes into the card where it names a causal LM: the engines pick
+    /// code paths by it, which the served name ("m") cannot tell.
+    #[test]
+    fn the_configs_architecture_is_kept_for_a_causal_lm() {
+        let c = |a: &str| {
+            json!({"architectures": [a], "hidden_size": 4096, "num_hidden_layers": 36, "num_attention_heads": 32,
+                "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 12288, "vocab_size": 151936})
+        };
+        let card = model_card_from_config(&c("Qwen3ForCausalLM"), "config.json", "m").unwrap();
+        assert_eq!(card.architecture.as_deref(), Some("Qwen3ForCausalLM"));
+        let other = model_card_from_config(&c("LlavaForConditionalGeneration"), "config.json", "m").unwrap();
+        assert_eq!(other.architecture, None);
     }
 }

@@ -11,6 +11,14 @@ pub struct ModelCard {
     pub id: String,
     #[serde(default)]
     pub hf_repo: Option<String>,
+    /// The checkpoint's `architectures[0]` in its `config.json` (`LlamaForCausalLM`,
+    /// `Qwen3ForCausalLM`, ...): the engines choose code paths by it (vLLM's V2 model runner
+    /// default by release, SGLang's Qwen3 q/k-norm kernels). Any `...ForCausalLM` name is accepted;
+    /// those servesim does not tell apart ([`crate::config::KNOWN_ARCHITECTURES`]) are run by the
+    /// engines' rules for every other dense model. Absent: inferred from `hf_repo` (or `id`) by name,
+    /// which a fine-tune's name may not reveal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub architecture: Option<String>,
     /// Total parameters, embeddings included.
     pub num_parameters: u64,
     pub num_layers: u32,

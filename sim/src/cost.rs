@@ -644,6 +644,7 @@ mod tests {
         let model = ModelCard {
             id: "m".into(),
             hf_repo: None,
+            architecture: None,
             num_parameters: 1_000_000_000,
             num_layers: 16,
             hidden_size: 2048,

@@ -841,3 +841,80 @@ fn a_card_without_a_compute_capability_cannot_size_a_vllm_0_33_pool() {
             .unwrap();
     assert_eq!(pool(&given), pool(&shipped));
 }
+
+/// The Qwen3-8B card under a fine-tune's name (`acme/chat-8b`), as a user writes it inline.
+fn renamed_qwen3_8b(architecture: Option<&str>) -> Value {
+    let text = sim::builtin::MODELS.iter().find(|(id, _)| *id == "qwen3-8b").unwrap().1;
+    let mut card: Value = serde_json::from_str(text).unwrap();
+    card["id"] = json!("acme-chat-8b");
+    card["hf_repo"] = json!("acme/chat-8b");
+    match architecture {
+        Some(a) => card["architecture"] = json!(a),
+        None => {
+            card.as_object_mut().unwrap().remove("architecture");
+        }
+    }
+    card
+}
+
+#[test]
+fn a_cards_architecture_decides_what_its_name_cannot() {
+    let res = sim::builtin::resources().unwrap();
+    let card = |v: Value| -> sim::cards::ModelCard { serde_json::from_value(v).unwrap() };
+    let v2 = |c: &sim::cards::ModelCard, v: &str| {
+        config::VllmMemoryBehaviour::of_release(sim::engine::Version::parse(v).unwrap(), c, false, true).model_runner_v2
+    };
+    // By name alone a Qwen3 fine-tune is another dense model: vLLM 0.22 keeps the V1 runner and
+    // SGLang's layer has no q/k norm. Its architecture says what it is.
+    let unnamed = card(renamed_qwen3_8b(None));
+    let named = card(renamed_qwen3_8b(Some("Qwen3ForCausalLM")));
+    let builtin = res.models.iter().find(|m| m.id == "qwen3-8b").unwrap();
+    assert!(!v2(&unnamed, "0.22.0"));
+    assert!(v2(&named, "0.22.0") && v2(builtin, "0.22.0"));
+    assert_eq!(config::sglang_layer_small_kernels(&unnamed), (4.0, 1.0));
+    assert_eq!(config::sglang_layer_small_kernels(&named), config::sglang_layer_small_kernels(builtin));
+    assert_eq!(config::sglang_layer_small_kernels(&named), (5.0, 1.0));
+    // Through a scenario, the named card derives the built-in card's pool at 0.22 (same weights,
+    // same runner), the unnamed one another (the V1 runner's accounting).
+    let run = |model: Value| resolve(with_model(model)).unwrap();
+    assert_eq!(pool(&run(renamed_qwen3_8b(Some("Qwen3ForCausalLM")))), pool(&run(json!("qwen3-8b"))));
+    assert_ne!(pool(&run(renamed_qwen3_8b(None))), pool(&run(json!("qwen3-8b"))));
+    // Another causal-LM architecture runs by the rules for other dense models.
+    let phi = card(renamed_qwen3_8b(Some("Phi3ForCausalLM")));
+    assert!(!v2(&phi, "0.24.0") && v2(&phi, "0.25.0"));
+    assert!(resolve(with_model(renamed_qwen3_8b(Some("Phi3ForCausalLM")))).is_ok());
+    // What cannot be a card's architecture is refused, naming the field.
+    for (a, says) in [
+        ("Qwen3ForCausalLm", "did you mean \"Qwen3ForCausalLM\""),
+        ("LlavaForConditionalGeneration", "causal-LM architecture"),
+        ("ForCausalLM", "causal-LM architecture"),
+        ("MixtralForCausalLM", "needs its `moe` object"),
+        ("Qwen3MoeForCausalLM", "needs its `moe` object"),
+    ] {
+        let e = resolve(with_model(renamed_qwen3_8b(Some(a)))).unwrap_err();
+        assert_eq!(e.path, "model.architecture", "{a}: {e}");
+        assert!(e.message.contains(says), "{a}: {e}");
+    }
+    // A mixture-of-experts card must name the MoE architecture, the one modelled.
+    let moe = |a: &str| {
+        let text = sim::builtin::MODELS.iter().find(|(id, _)| *id == "qwen3-30b-a3b").unwrap().1;
+        let mut c: Value = serde_json::from_str(text).unwrap();
+        c["architecture"] = json!(a);
+        resolve(json!({"version": 1, "engine": {"kind": "vllm", "version": "0.17.0"}, "model": c,
+            "hardware": "h200", "workload": {"dataset_name": "random", "random_input_len": 512,
+            "random_output_len": 64, "num_prompts": 4, "ignore_eos": true}}))
+    };
+    assert!(moe("Qwen3MoeForCausalLM").is_ok());
+    for (a, says) in [("Qwen3ForCausalLM", "with a `moe` object"), ("MixtralForCausalLM", "only mixture-of-experts")] {
+        let e = moe(a).unwrap_err();
+        assert_eq!(e.path, "model.architecture", "{a}: {e}");
+        assert!(e.message.contains(says), "{a}: {e}");
+    }
+}
+
+/// A vLLM 0.22.0 scenario on one H100 with `model` (a card id or an inline card).
+fn with_model(model: Value) -> Value {
+    json!({"version": 1, "engine": {"kind": "vllm", "version": "0.22.0"}, "model": model,
+        "hardware": "h100-80gb", "workload": {"dataset_name": "random", "random_input_len": 512,
+        "random_output_len": 64, "num_prompts": 4, "ignore_eos": true}})
+}

@@ -488,9 +488,21 @@ pub fn wddm_host(gpu: &GpuCard) -> bool {
     gpu.nvidia_smi_memory_mib.is_some_and(|m| u64::from(m) * MIB == gpu.memory_bytes)
 }
 
-/// The architecture family vLLM selects by (`architectures` in the
-/// checkpoint's config), from the card's Hugging Face repository or id.
+/// The architectures whose engine code paths servesim tells apart (a card's `architecture`, the
+/// checkpoint's `architectures[0]`): vLLM's V2 model runner is its default for dense Qwen3 from
+/// 0.22 and Llama/Mistral from 0.23 (every other dense model from 0.25), SGLang runs Qwen3's q/k
+/// norm in every layer, and Qwen3-MoE is the one mixture-of-experts family modelled.
+pub const KNOWN_ARCHITECTURES: &[&str] =
+    &["LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM"];
+
+/// The architecture family vLLM selects by (`architectures` in the checkpoint's config): the
+/// card's `architecture` where it gives one of [`KNOWN_ARCHITECTURES`] (`"other"` for any other
+/// name, which `config::resolve` has checked is a causal-LM architecture), else inferred from the
+/// card's Hugging Face repository or id by name.
 pub(crate) fn vllm_architecture(model: &ModelCard) -> &'static str {
+    if let Some(a) = model.architecture.as_deref() {
+        return KNOWN_ARCHITECTURES.iter().copied().find(|k| *k == a).unwrap_or("other");
+    }
     let name = model.hf_repo.as_deref().unwrap_or(&model.id).to_ascii_lowercase();
     if model.moe.is_some() {
         // The only MoE family modelled (docs/moe.md).
@@ -509,6 +521,41 @@ pub(crate) fn vllm_architecture(model: &ModelCard) -> &'static str {
         "Qwen2ForCausalLM"
     } else {
         "other"
+    }
+}
+
+/// Checks a card's `architecture` (field `model.architecture`): a Hugging Face causal-LM
+/// architecture name (`...ForCausalLM`), not a different spelling of one servesim tells apart,
+/// and a mixture-of-experts architecture exactly where the card has a `moe` object.
+pub(crate) fn check_architecture(model: &ModelCard) -> std::result::Result<(), String> {
+    let Some(a) = model.architecture.as_deref() else { return Ok(()) };
+    let known = KNOWN_ARCHITECTURES.join(", ");
+    if let Some(k) = KNOWN_ARCHITECTURES.iter().find(|k| k.eq_ignore_ascii_case(a) && **k != a) {
+        return Err(format!("{a:?}: did you mean {k:?}? (the checkpoint's architectures[0], spelt exactly)"));
+    }
+    let stem = a.strip_suffix("ForCausalLM").unwrap_or("");
+    if stem.is_empty() || !stem.chars().all(|c| c.is_ascii_alphanumeric()) {
+        return Err(format!(
+            "{a:?}: expected a Hugging Face causal-LM architecture name, the checkpoint's architectures[0] \
+             (servesim tells apart {known}; another ...ForCausalLM name runs by the engines' rules for other \
+             dense models)"
+        ));
+    }
+    // Mixture-of-experts families by name: `...Moe...`/`...moe...`, and those whose names do not say it.
+    let moe_arch = stem.to_ascii_lowercase().contains("moe")
+        || ["Mixtral", "DeepseekV2", "DeepseekV3", "GptOss", "Dbrx", "Grok1", "Jamba"].contains(&stem);
+    match (&model.moe, moe_arch) {
+        (Some(_), false) => Err(format!(
+            "{a:?} with a `moe` object: a mixture-of-experts card must name its MoE architecture \
+             (Qwen3MoeForCausalLM, the one modelled: docs/moe.md)"
+        )),
+        (Some(_), true) if a != "Qwen3MoeForCausalLM" => Err(format!(
+            "{a:?}: the only mixture-of-experts architecture modelled is Qwen3MoeForCausalLM (docs/moe.md)"
+        )),
+        (None, true) => {
+            Err(format!("{a:?} is a mixture-of-experts architecture: the card needs its `moe` object (docs/moe.md)"))
+        }
+        _ => Ok(()),
     }
 }
 

@@ -552,6 +552,7 @@ fn check_cards(model: &ModelCard, gpu: &GpuCard) -> Result<()> {
     if let Some(i) = model.intermediate_size {
         positive("model.intermediate_size", i)?;
     }
+    check_architecture(model).map_err(|e| ConfigError::new("model.architecture", e))?;
     check_moe_card(model)?;
     // The weights are `num_parameters`, the steps are timed from the architecture: a count far
     // below what the card's own layers hold (a typo in units, `7.6` for 7.6e9) left the weights
