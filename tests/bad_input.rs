@@ -256,7 +256,7 @@ fn bad_family_specs_are_refused(
 
 #[test]
 fn a_bad_discrepancy_names_the_flag_and_what_was_expected() {
-    let dir = std::env::temp_dir().join(format!("servesim-disc-{}", std::process::id()));
+    let dir = scratch().join("disc");
     std::fs::create_dir_all(&dir).unwrap();
     let r = dir.join("r.json");
     std::fs::write(&r, r#"{"mean_ttft_ms": 100.0, "mean_tpot_ms": 10.0, "output_throughput": 500.0}"#).unwrap();
@@ -269,7 +269,7 @@ fn a_bad_discrepancy_names_the_flag_and_what_was_expected() {
 /// families' model-error term in the profile's intervals and says so.
 #[test]
 fn model_error_replaces_the_named_families_of_the_intervals_model_error() {
-    let dir = std::env::temp_dir().join(format!("servesim-model-error-{}", std::process::id()));
+    let dir = scratch().join("model-error");
     std::fs::create_dir_all(&dir).unwrap();
     let r = dir.join("r.json");
     std::fs::write(&r, r#"{"mean_ttft_ms": 400.0, "mean_tpot_ms": 12.0, "output_throughput": 80.0}"#).unwrap();

@@ -202,7 +202,7 @@ fn pattern_search_walks_out_of_a_valley_along_the_axes() {
 #[test]
 fn offline_calibration_from_saved_results_keeps_the_prior_shape_with_one_point() {
     // A `--save-result` file "measured" by the simulator at concurrency 1, with a known slowdown.
-    let dir = std::env::temp_dir().join(format!("servesim-offline-{}", std::process::id()));
+    let dir = scratch().join("offline");
     let scen = root().join("scenarios/rtx5090-qwen2.5-7b-vllm.json");
     let out = profile_from_slowed_run(scen.to_str().unwrap(), &dir);
     let slow: serde_json::Value =
@@ -284,7 +284,7 @@ fn offline_calibration_from_saved_results_keeps_the_prior_shape_with_one_point()
 #[test]
 fn offline_calibration_reads_sglang_bench_serving_jsonl() {
     // sglang.bench_serving appends one JSON object per run, with its own key names.
-    let dir = std::env::temp_dir().join(format!("servesim-sgl-jsonl-{}", std::process::id()));
+    let dir = scratch().join("sgl-jsonl");
     std::fs::create_dir_all(&dir).unwrap();
     let scen = root().join("scenarios/rtx5090-qwen2.5-7b-sglang.json");
     let mut lines = String::new();
@@ -335,7 +335,7 @@ fn offline_calibration_reads_sglang_bench_serving_jsonl() {
 /// is refused; and `check --fit-on` must name a measured point.
 #[test]
 fn offline_calibration_refuses_what_it_cannot_use() {
-    let dir = std::env::temp_dir().join(format!("servesim-offline-flags-{}", std::process::id()));
+    let dir = scratch().join("offline-flags");
     std::fs::create_dir_all(&dir).unwrap();
     let scen = root().join("scenarios/rtx5090-qwen2.5-7b-vllm.json");
     let scen = scen.to_str().unwrap();
@@ -534,7 +534,7 @@ fn offline_calibration_refuses_what_it_cannot_use() {
 /// (62.5 ms) and excluded with its E2EL and throughput (the calibration hunt of 2026-12-05).
 #[test]
 fn a_shared_prefix_ttft_is_not_below_the_floor() {
-    let dir = std::env::temp_dir().join(format!("servesim-floor-{}", std::process::id()));
+    let dir = scratch().join("floor");
     std::fs::create_dir_all(&dir).unwrap();
     let scen = root().join("scenarios/shared-prefix-llama3.1-8b-h100-vllm.json");
     let scen = scen.to_str().unwrap();

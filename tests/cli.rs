@@ -451,7 +451,7 @@ fn tune_finds_the_best_configuration_under_slos_with_its_pareto_front() {
 
 #[test]
 fn plots_are_written_as_svg_with_the_knee_and_the_kv_limit_marked() {
-    let dir = std::env::temp_dir().join(format!("servesim-plots-{}", std::process::id()));
+    let dir = scratch().join("plots");
     std::fs::create_dir_all(&dir).unwrap();
     // The same sweep plotted without and with intervals.
     let plot = |name: &str, extra: &[&str]| {

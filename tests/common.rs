@@ -64,16 +64,38 @@ pub fn run_cli(args: &[&str]) -> Output {
     // A live run writes its per-request results where it is told, "." by default: keep the
     // tests' out of the repository.
     if args.first() == Some(&"bench") && !args.contains(&"--result-dir") {
-        let dir = std::env::temp_dir().join(format!("servesim-tests-{}", std::process::id()));
-        c.arg("--result-dir").arg(dir);
+        c.arg("--result-dir").arg(scratch());
     }
     run_bounded(c, Duration::from_secs(120))
 }
 
+/// This test process's scratch folder, `servesim-tests-<pid>` in the system's temp folder: every
+/// file a test writes goes under it, and it is removed with all of them when the process exits
+/// (an `atexit` handler, which runs after the test harness returns, failed tests or not).
+pub fn scratch() -> &'static std::path::Path {
+    SCRATCH.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("servesim-tests-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // SAFETY: `atexit` from the C library std links; the handler only removes a folder.
+        unsafe { atexit(remove_scratch) };
+        dir
+    })
+}
+
+static SCRATCH: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+extern "C" {
+    fn atexit(f: extern "C" fn()) -> std::os::raw::c_int;
+}
+
+extern "C" fn remove_scratch() {
+    if let Some(dir) = SCRATCH.get() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
 pub fn write_temp(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("servesim-tests-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(name);
+    let p = scratch().join(name);
     std::fs::write(&p, text).unwrap();
     p
 }

@@ -121,7 +121,7 @@ fn plan_picks_the_cheapest_plan_meeting_the_slo_and_says_why_the_others_failed()
     assert!(front.iter().any(|e| label(e) == label(best)) || front.iter().any(|e| cost(e) < cost(best)));
 
     // The text report says the same, one line per rejected plan naming the SLOs it broke.
-    let svg = std::env::temp_dir().join(format!("servesim-tests-{}", std::process::id())).join("plan.svg");
+    let svg = scratch().join("plan.svg");
     let o = run_cli(&[
         "plan",
         scenario,

@@ -30,7 +30,7 @@ fn groups(v: &Value) -> BTreeMap<String, Value> {
 
 #[test]
 fn calibrating_on_the_lowest_load_is_no_worse_than_the_baseline() {
-    let out_path = std::env::temp_dir().join(format!("servesim-held-out-{}.json", std::process::id()));
+    let out_path = scratch().join("held-out.json");
     let mut cmd = Command::new("python3");
     cmd.current_dir(root())
         .arg("calib/held_out.py")

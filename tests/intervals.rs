@@ -15,7 +15,7 @@ const KEY_METRICS: [&str; 5] = ["output_throughput", "mean_ttft_ms", "p99_ttft_m
 /// A profile with an ensemble, as `calibrate --from-results` writes it: fitted on one run
 /// "measured" by the simulator with a slower prior (as `tests/calibration.rs` does).
 fn profile(name: &str) -> String {
-    let dir = std::env::temp_dir().join(format!("servesim-intervals-{}-{name}", std::process::id()));
+    let dir = scratch().join(format!("intervals-{name}"));
     let out = profile_from_slowed_run(SCENARIO, &dir);
     let p: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     assert_eq!(p["uncertainty"]["ensemble"].as_array().map(Vec::len), Some(32), "the profile has an ensemble");

@@ -166,7 +166,7 @@ fn jsonl_lines(dir: &std::path::Path) -> Vec<serde_json::Value> {
 #[test]
 fn server_faults_are_recorded_per_request_and_the_run_completes() {
     let addr = start(true, 1, None);
-    let dir = std::env::temp_dir().join(format!("servesim-faults-{}", std::process::id()));
+    let dir = scratch().join("faults");
     let url = format!("http://{addr}");
     let o = run_cli(&[
         "bench",
@@ -288,7 +288,7 @@ fn refused_connections_are_failures_and_a_dead_server_is_a_clear_error() {
 #[test]
 fn ctrl_c_ends_a_run_cleanly_with_what_was_measured_saved() {
     let addr = start(false, 40, None);
-    let dir = std::env::temp_dir().join(format!("servesim-sigint-{}", std::process::id()));
+    let dir = scratch().join("sigint");
     let url = format!("http://{addr}");
     let mut c = servesim();
     c.args([
@@ -414,7 +414,7 @@ fn engine_figures_not_measured_are_null_not_zeros() {
 #[test]
 fn bench_ignores_eos_on_random_and_sizes_requests_by_max_tokens() {
     let url = format!("http://{}", start(false, 0, None));
-    let dir = std::env::temp_dir().join(format!("servesim-eos-{}", std::process::id()));
+    let dir = scratch().join("eos");
     let common = [
         "bench",
         "--base-url",

@@ -176,7 +176,7 @@ fn bad_inputs_are_refused_naming_the_cause() {
 /// A trace whose row has prefix_len > input_len, and a trace arrival too far away.
 #[test]
 fn bad_trace_rows_are_refused() {
-    let dir = std::env::temp_dir().join(format!("servesim-issue15-{}", std::process::id()));
+    let dir = scratch().join("issue15");
     std::fs::create_dir_all(&dir).unwrap();
     for (name, body, needle) in [
         ("prefix.csv", "arrival_time,input_len,output_len,prefix_group,prefix_len\n0,10,5,1,20\n", "prefix_len"),
@@ -438,7 +438,7 @@ fn readme_examples() -> Vec<Vec<String>> {
 fn readme_examples_run() {
     let examples = readme_examples();
     assert!(examples.len() >= 5, "expected the README's examples, found {examples:?}");
-    let dir = std::env::temp_dir().join(format!("servesim-readme-{}", std::process::id()));
+    let dir = scratch().join("readme");
     std::fs::create_dir_all(&dir).unwrap();
     let mut failures = Vec::new();
     for args in &examples {
@@ -486,7 +486,7 @@ proptest! {
             0..10,
         ),
     ) {
-        let dir = std::env::temp_dir().join(format!("servesim-results-{}", std::process::id()));
+        let dir = scratch().join("results");
         std::fs::create_dir_all(&dir).unwrap();
         let mut m = serde_json::Map::new();
         for (k, v) in keys {
@@ -1066,7 +1066,7 @@ fn a_key_given_twice_in_a_profile_a_result_or_a_trace_row_is_an_error() {
         ),
     ] {
         let f = write_temp(name, body);
-        let out = std::env::temp_dir().join(format!("servesim-dup-{}-{name}.profile.json", std::process::id()));
+        let out = scratch().join(format!("dup-{name}.profile.json"));
         let (c, _, err) = run(&[
             "calibrate",
             "--from-results",
@@ -1197,7 +1197,7 @@ fn pool_pins_are_one_and_kept_unless_changed() {
 #[test]
 fn live_loop_inputs_that_cannot_hold_are_refused() {
     let s = "scenarios/serve-small-vllm.json";
-    let out = std::env::temp_dir().join(format!("servesim-live-refused-{}.json", std::process::id()));
+    let out = scratch().join("live-refused.json");
     let metrics = "\"mean_ttft_ms\": 40, \"mean_tpot_ms\": 9, \"mean_e2el_ms\": 320, \"output_throughput\": 700, \"max_concurrency\": 4, \"request_rate\": \"inf\"";
     for (name, body, needle) in [
         (

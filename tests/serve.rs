@@ -268,7 +268,7 @@ fn bench_speaks_the_chat_endpoint_with_text_built_from_the_tokenizer() {
     let tok = root().join("tests/fixtures/tokenizer.json");
     let s =
         start_server("scenarios/serve-small-vllm.json", &["--tokenizer", tok.to_str().unwrap(), "--time-scale", "10"]);
-    let dir = std::env::temp_dir().join(format!("servesim-chat-{}", std::process::id()));
+    let dir = scratch().join("chat");
     let j = stdout_json(&run_cli(&[
         "bench",
         "--base-url",
@@ -376,7 +376,7 @@ fn bench_speaks_the_chat_endpoint_with_text_built_from_the_tokenizer() {
 #[test]
 fn diff_says_what_differs_between_two_runs_setups() {
     let s = start_server("scenarios/serve-small-vllm.json", &["--time-scale", "20"]);
-    let dir = std::env::temp_dir().join(format!("servesim-diff-{}", std::process::id()));
+    let dir = scratch().join("diff");
     let run = |seed: &str, name: &str| {
         let o = run_cli(&[
             "bench",
@@ -713,7 +713,7 @@ fn chat_content_as_text_parts_is_served_and_other_parts_are_refused() {
 #[test]
 fn a_second_check_against_the_same_server_meets_a_cold_prefix_cache() {
     let s = start_server("scenarios/serve-small-vllm.json", &["--time-scale", "20"]);
-    let dir = std::env::temp_dir().join(format!("servesim-check-twice-{}", std::process::id()));
+    let dir = scratch().join("check-twice");
     let run = |n: &str| {
         let d = dir.join(n);
         let o = run_cli(&[
@@ -802,7 +802,7 @@ fn a_second_check_against_the_same_server_meets_a_cold_prefix_cache() {
 #[test]
 fn bench_without_a_scenario_follows_the_servers_release_on_the_initial_test() {
     let s = start_server("scenarios/serve-small-vllm.json", &["--time-scale", "20"]);
-    let dir = std::env::temp_dir().join(format!("servesim-initial-test-{}", std::process::id()));
+    let dir = scratch().join("initial-test");
     let o = run_cli(&[
         "bench",
         "--base-url",
@@ -855,7 +855,7 @@ fn bench_without_a_scenario_follows_the_servers_release_on_the_initial_test() {
 #[test]
 fn a_failed_initial_test_request_stops_the_run() {
     let s = start_server("scenarios/rtx5090-qwen2.5-7b-sglang.json", &["--time-scale", "20"]);
-    let dir = std::env::temp_dir().join(format!("servesim-initial-fails-{}", std::process::id()));
+    let dir = scratch().join("initial-fails");
     let o = run_cli(&[
         "bench",
         "--base-url",
@@ -888,7 +888,7 @@ fn a_failed_initial_test_request_stops_the_run() {
 #[test]
 fn bench_forces_ignore_eos_on_random_only_for_the_releases_that_do() {
     let s = start_server("scenarios/serve-small-vllm.json", &["--time-scale", "20"]);
-    let dir = std::env::temp_dir().join(format!("servesim-bench-eos-{}", std::process::id()));
+    let dir = scratch().join("bench-eos");
     std::fs::create_dir_all(&dir).unwrap();
     let scen = |engine: serde_json::Value, name: &str| {
         let v = serde_json::json!({"version": 1, "engine": engine, "model": "qwen2.5-7b-instruct", "hardware": "a100-80gb",

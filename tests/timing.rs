@@ -496,7 +496,7 @@ fn a_real_client_against_serve_on_the_wall_clock_completes_everything_and_is_nev
     w.insert("max_concurrency".into(), 8.into());
     let scen = write_temp("serve-smoke.json", &v.to_string());
     let scen = scen.to_str().unwrap();
-    let dir = std::env::temp_dir().join(format!("servesim-smoke-{}", std::process::id()));
+    let dir = scratch().join("smoke");
     let measured = stdout_json(&run_cli(&[
         "bench",
         "--base-url",

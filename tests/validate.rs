@@ -97,7 +97,7 @@ fn a_gate_that_cannot_judge_is_an_error() {
 /// cell that is not a positive number (a typo, a 0) was dropped without a word.
 #[test]
 fn a_malformed_validation_set_is_refused_naming_the_field() {
-    let dir = std::env::temp_dir().join(format!("servesim-tests-{}-validate-sets", std::process::id()));
+    let dir = scratch().join("validate-sets");
     let validate = |name: &str, set: &str, csv: &str| -> (i32, String) {
         let d = dir.join(name);
         std::fs::create_dir_all(&d).unwrap();

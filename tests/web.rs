@@ -75,7 +75,7 @@ fn build_page() -> Result<PathBuf, String> {
 /// page's performance.now() is the wall clock) and waits for the page's
 /// self-test result, which it posts to `server`.
 fn selftest(browser: &Path, server: &Server, url: &str) -> Value {
-    let profile = std::env::temp_dir().join(format!("servesim-chromium-{}-{}", std::process::id(), url.len()));
+    let profile = scratch().join(format!("chromium-{}", url.len()));
     let report = format!("http://127.0.0.1:{}/result", server.port);
     let full = format!("{url}?selftest=1&report={}", report.replace(':', "%3A").replace('/', "%2F"));
     let mut child = Command::new(browser)
