@@ -22,6 +22,7 @@ pub const MODELS: &[(&str, &str)] = files!("models/model":
     "llama-3.1-70b-instruct-fp8",
     "llama-3.3-70b-instruct",
     "llama-3.3-70b-instruct-fp8",
+    "mistral-7b-instruct-v0.3",
     "qwen3-4b",
     "qwen3-8b",
     "qwen3-14b",
