@@ -26,12 +26,56 @@ pub fn model_card_from_config(c: &Value, source: &str, id: &str) -> std::result:
              card with a `moe` object, docs/moe.md)"
         ));
     }
+    // What else a dense card cannot describe is refused by the key that says it, not read as a
+    // full-attention bf16 model (its KV pool, weights and step times would all be another model's).
+    if let Some(q) = c.get("quantization_config").filter(|v| !v.is_null()) {
+        let method = q.get("quant_method").and_then(Value::as_str).unwrap_or("not given");
+        return Err(format!(
+            "{source}: quantization_config: a quantized checkpoint (quant_method {method:?}), whose weights are \
+             not its torch_dtype; a card is not derived from its config.json (give a model card with its \
+             `quantization` and `quantization_method`, as models/model/llama-3.1-70b-instruct-fp8.json has)"
+        ));
+    }
+    if let Some(k) = ["kv_lora_rank", "q_lora_rank"].into_iter().find(|k| c.get(*k).is_some_and(|v| !v.is_null())) {
+        return Err(format!(
+            "{source}: {k}: multi-head latent attention (MLA), not modelled: servesim's cards have standard attention"
+        ));
+    }
+    if let Some(other) = c
+        .get("layer_types")
+        .and_then(Value::as_array)
+        .and_then(|t| t.iter().filter_map(Value::as_str).find(|t| *t != "full_attention"))
+    {
+        return Err(format!(
+            "{source}: layer_types: {other:?} layers, not modelled: servesim's cards have full attention in every layer"
+        ));
+    }
+    if let Some(k) = ["hybrid_override_pattern", "attn_layer_period", "sliding_window_pattern", "layers_block_type"]
+        .into_iter()
+        .find(|k| c.get(*k).is_some_and(|v| !v.is_null()))
+    {
+        return Err(format!(
+            "{source}: {k}: layers other than full attention, not modelled: servesim's cards have full attention in every layer"
+        ));
+    }
+    // A window as long as the model's context is full attention (Qwen2.5's configs give 131072
+    // with `use_sliding_window` false); a shorter one in use keeps less KV than a card would.
+    if let Some(w) = u("sliding_window") {
+        let in_use = c.get("use_sliding_window").and_then(Value::as_bool).unwrap_or(true);
+        if in_use && u("max_position_embeddings").is_none_or(|m| w < m) {
+            return Err(format!(
+                "{source}: sliding_window: attention over a {w}-token window, not modelled: servesim's cards have \
+                 full attention (their KV pools and attention times would be another model's)"
+            ));
+        }
+    }
     let hidden = field("hidden_size")?;
     let layers = field("num_hidden_layers")?;
     let heads = field("num_attention_heads")?;
     let kv = u("num_key_value_heads").unwrap_or(heads);
     let head_dim = u("head_dim").unwrap_or(hidden / heads.max(1));
-    let inter = u("intermediate_size").unwrap_or(4 * hidden);
+    // The gated MLP's width: no default (a guess of 4 x hidden would time another model).
+    let inter = field("intermediate_size")?;
     let vocab = field("vocab_size")?;
     let tied = c.get("tie_word_embeddings").and_then(Value::as_bool).unwrap_or(false);
     let dtype = c.get("torch_dtype").or(c.get("dtype")).and_then(Value::as_str).unwrap_or("bfloat16").to_string();
@@ -227,6 +271,48 @@ mod tests {
             dense.as_object_mut().unwrap().remove(k);
         }
         assert!(model_card_from_config(&dense, "config.json", "m").is_ok());
+    }
+
+    /// What a dense card cannot describe is refused naming the config key; what only looks like it
+    /// (Qwen2.5's window as long as its context, unused) is not.
+    #[test]
+    fn configs_a_card_cannot_describe_are_refused_naming_the_key() {
+        let base = json!({"hidden_size": 3584, "num_hidden_layers": 28, "num_attention_heads": 28,
+            "num_key_value_heads": 4, "intermediate_size": 18944, "vocab_size": 152064, "max_position_embeddings": 32768});
+        let with = |k: &str, v: Value| {
+            let mut c = base.clone();
+            c[k] = v;
+            c
+        };
+        let qwen25 = {
+            let mut c = with("sliding_window", json!(131072));
+            c["use_sliding_window"] = json!(false);
+            c
+        };
+        assert!(model_card_from_config(&qwen25, "config.json", "m").is_ok());
+        assert!(model_card_from_config(&with("sliding_window", json!(null)), "config.json", "m").is_ok());
+        assert!(model_card_from_config(
+            &with("layer_types", json!(["full_attention", "full_attention"])),
+            "config.json",
+            "m"
+        )
+        .is_ok());
+        for (c, key) in [
+            (with("quantization_config", json!({"quant_method": "fp8"})), "quantization_config"),
+            (with("kv_lora_rank", json!(512)), "kv_lora_rank"),
+            (with("layer_types", json!(["sliding_attention", "full_attention"])), "layer_types"),
+            (with("sliding_window_pattern", json!(6)), "sliding_window_pattern"),
+            (with("sliding_window", json!(4096)), "sliding_window"),
+        ] {
+            let e = model_card_from_config(&c, "config.json", "m").unwrap_err();
+            assert!(e.starts_with(&format!("config.json: {key}:")), "{key}: {e}");
+        }
+        let mut no_mlp = base.clone();
+        no_mlp.as_object_mut().unwrap().remove("intermediate_size");
+        assert_eq!(
+            model_card_from_config(&no_mlp, "config.json", "m").unwrap_err(),
+            "config.json: no intermediate_size"
+        );
     }
 
     /// The config's architecture goes into the card where it names a causal LM: the engines pick
