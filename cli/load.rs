@@ -162,7 +162,7 @@ pub fn resolve(raw: &RawScenario) -> Result<(Scenario, SimSpec), String> {
             warn_once(format!(
                 "{origin}: engine.page_size {}: SGLang {} retracts until 20 tokens per running request are free, \
                  which does not cover a page each; under KV pressure its next decode step can fail to allocate and the \
-                 server stops (\"Decode out of memory\"; fixed in later releases, docs/sglang.md §8). A run that reaches \
+                 server stops (\"Decode out of memory\"; fixed in later releases, docs/sglang.md §4). A run that reaches \
                  it stops with that engine error",
                 c.page_size, c.version
             ));
