@@ -15,6 +15,7 @@ value, calibrated and uncalibrated, so that coverage gained by widening every ba
     python3 calib/held_out.py [target/release/servesim]    # from the repository root
     HELD_OUT_ONLY=phase0 python3 calib/held_out.py ...     # only the sets whose file name has it
     HELD_OUT_VERBOSE=1 python3 calib/held_out.py ...       # and every held-out value on stderr
+    HELD_OUT_KEEP=1 python3 calib/held_out.py ...          # keep the profiles and scenarios it wrote (a temp folder, named on stderr; removed at exit otherwise)
 
 The model's discrepancy at a point that `calibrate --from-results` adds to each value's noise
 is, by default, the within-group sd of the whole validate corpus, which holds the judged set
@@ -46,7 +47,7 @@ correlation between the families of one row's deviations from their group's mean
 ln(simulated / published), over the corpus' means (`validate --json`), with the number of rows
 holding both: how far the families' discrepancies at one point are one error and not several.
 """
-import csv, io, json, math, os, statistics, subprocess, sys, tempfile
+import atexit, csv, io, json, math, os, shutil, statistics, subprocess, sys, tempfile
 
 BIN = sys.argv[1] if len(sys.argv) > 1 else "target/release/servesim"
 METRICS = [("mean_ttft_ms", "mean_ttft_ms"), ("p50_ttft_ms", "median_ttft_ms"), ("p99_ttft_ms", "p99_ttft_ms"),
@@ -352,7 +353,10 @@ def sim(scen_file, *extra):
 def main():
     root = os.getcwd()
     tmp = tempfile.mkdtemp(prefix="held-out-")
-    print(f"(profiles and scenarios in {tmp})", file=sys.stderr)
+    if os.environ.get("HELD_OUT_KEEP"):
+        print(f"(profiles and scenarios in {tmp})", file=sys.stderr)
+    else:
+        atexit.register(shutil.rmtree, tmp, True)
     d = os.path.join(root, "validation/published")
     totals = {"in": 0, "n": 0, "in_uncal": 0}
     widths = {"cal": [], "uncal": []}

@@ -76,6 +76,7 @@ fn build_page() -> Result<PathBuf, String> {
 /// self-test result, which it posts to `server`.
 fn selftest(browser: &Path, server: &Server, url: &str) -> Value {
     let profile = scratch().join(format!("chromium-{}", url.len()));
+    std::fs::create_dir_all(&profile).unwrap();
     let report = format!("http://127.0.0.1:{}/result", server.port);
     let full = format!("{url}?selftest=1&report={}", report.replace(':', "%3A").replace('/', "%2F"));
     let mut child = Command::new(browser)
@@ -91,6 +92,8 @@ fn selftest(browser: &Path, server: &Server, url: &str) -> Value {
         ])
         .arg(format!("--user-data-dir={}", profile.display()))
         .arg(&full)
+        // Chromium's own temporary files (org.chromium.Chromium.*) go with the profile, removed below.
+        .env("TMPDIR", &profile)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
