@@ -156,3 +156,61 @@ fn a_malformed_validation_set_is_refused_naming_the_field() {
     let (c, err) = validate("cell_empty", &rows(r#"["workload.max_concurrency=4"]"#), &csv(""));
     assert_eq!(c, 0, "{err}");
 }
+
+/// `sim::report::JUDGED_DENSE_MODELS` (which dense runs carry no `unjudged_model` caveat) is the
+/// set of dense cards whose published runs `validate` judges today, with the cards' parameter
+/// counts: a set added, dropped or kept apart moves it, and this test says to edit the list.
+#[test]
+fn the_judged_models_list_is_the_corpus() {
+    let out = run_bounded(
+        {
+            let mut c = servesim();
+            c.args(["validate", "--json"]);
+            c
+        },
+        Duration::from_secs(1800),
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("validate --json");
+    let judged: std::collections::BTreeSet<String> = v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r.get("metrics").is_some())
+        .map(|r| r["set"].as_str().unwrap().to_string())
+        .collect();
+    let model_of = |sc: &serde_json::Value| -> String {
+        let sc = match sc.as_str() {
+            Some(path) => serde_json::from_str(&std::fs::read_to_string(root().join(path)).unwrap()).unwrap(),
+            None => sc.clone(),
+        };
+        match &sc["model"] {
+            serde_json::Value::String(id) => id.clone(),
+            m => m["id"].as_str().unwrap().to_string(),
+        }
+    };
+    let mut models = std::collections::BTreeSet::new();
+    for set in &judged {
+        let path = root().join("validation/published").join(format!("{set}.json"));
+        let s: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        if s.get("apart_from_corpus").is_some() {
+            continue;
+        }
+        let scenarios =
+            s.get("scenario").into_iter().chain(s["scenarios"].as_object().into_iter().flat_map(|m| m.values()));
+        let rows = s["rows"].as_array().into_iter().flatten().filter_map(|r| r.get("scenario"));
+        for sc in scenarios.chain(rows) {
+            models.insert(model_of(sc));
+        }
+    }
+    let cards = sim::builtin::models().unwrap();
+    let listed: std::collections::BTreeSet<String> =
+        sim::report::JUDGED_DENSE_MODELS.iter().map(|(id, _)| id.to_string()).collect();
+    assert_eq!(listed, models, "edit sim::report::JUDGED_DENSE_MODELS to the dense cards validate judges");
+    for (id, n) in sim::report::JUDGED_DENSE_MODELS {
+        let card = cards.iter().find(|c| c.id == *id).unwrap_or_else(|| panic!("no card {id}"));
+        assert_eq!(card.num_parameters, *n, "{id}");
+        assert!(card.moe.is_none(), "{id}");
+    }
+    let sizes: Vec<u64> = sim::report::JUDGED_DENSE_MODELS.iter().map(|(_, n)| *n).collect();
+    assert!(sizes.windows(2).all(|w| w[0] <= w[1]), "smallest first");
+}

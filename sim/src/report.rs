@@ -733,6 +733,88 @@ pub fn wsl2_pinned_memory(spec: &SimSpec) -> Option<Caveat> {
     Some(Caveat { id: WSL2_PINNED_MEMORY, message, desynchronised_mean_ttft_ms: None })
 }
 
+/// [`Caveat::id`] of [`unjudged_model`].
+pub const UNJUDGED_MODEL: &str = "unjudged_model";
+
+/// The dense model cards with published runs judged in `servesim validate`'s corpus (rows that
+/// ran, of sets not kept apart: `validation/published/`), as `(card id, num_parameters)`, smallest
+/// first; `tests/validate.rs` checks the list against the sets and the cards. A card matches
+/// by id and parameter count, so an inline card reusing a judged id for another model does not.
+pub const JUDGED_DENSE_MODELS: &[(&str, u64)] = &[
+    ("qwen2-7b-instruct", 7_615_616_512),
+    ("qwen2.5-7b-instruct", 7_615_616_512),
+    ("llama-3-8b-instruct", 8_030_261_248),
+    ("llama-3.1-8b-instruct", 8_030_261_248),
+    ("qwen3-8b", 8_190_735_360),
+    ("qwen3-14b", 14_768_307_200),
+    ("qwen3-32b", 32_762_123_264),
+    ("qwen2.5-32b", 32_763_876_352),
+    ("llama-3.1-70b-instruct", 70_553_706_496),
+    ("llama-3.1-70b-instruct-fp8", 70_553_706_496),
+    ("llama-3.3-70b-instruct", 70_553_706_496),
+    ("llama-3.3-70b-instruct-fp8", 70_553_706_496),
+];
+
+/// A run of a dense model no published run has judged (a card without a validation set, or a
+/// user's inline card): its step costs come from the same measured kernels and engine rules as the
+/// judged models', and its uncalibrated intervals from their record on the GPU and engine, not
+/// its own. Outside the judged sizes (7.6–70.6 billion parameters) the message says which way:
+/// a smaller model's steps hold more per-step CPU time and kernel launch floors than any judged
+/// step did. Mixture-of-experts cards have [`moe_timing`] instead.
+pub fn unjudged_model(spec: &SimSpec) -> Option<Caveat> {
+    let m = &spec.model;
+    if m.moe.is_some() || JUDGED_DENSE_MODELS.iter().any(|(id, n)| *id == m.id && *n == m.num_parameters) {
+        return None;
+    }
+    // Only the uncalibrated measured-kernel cost is what the message describes: a profile fitted on
+    // this model's runs, or the linear prior, times it otherwise.
+    if spec.cost.composed.is_none() || spec.cost.reference.is_some() {
+        return None;
+    }
+    let b = |n: u64| n as f64 / 1e9;
+    let (lo, hi) = (JUDGED_DENSE_MODELS[0].1, JUDGED_DENSE_MODELS[JUDGED_DENSE_MODELS.len() - 1].1);
+    let p = m.num_parameters;
+    let size = if p < lo - lo / 10 {
+        format!(
+            "At {:.1} billion parameters it is smaller than any judged model ({:.1} billion the smallest): per-step CPU \
+             time and kernel launch floors are a larger share of its steps than of any step the corpus checked.",
+            b(p),
+            b(lo)
+        )
+    } else if p > hi + hi / 10 {
+        format!(
+            "At {:.1} billion parameters it is larger than any judged dense model ({:.1} billion the largest).",
+            b(p),
+            b(hi)
+        )
+    } else if p < lo || p > hi {
+        format!(
+            "Its size, {:.1} billion parameters, is just outside the judged models' ({:.1} to {:.1} billion).",
+            b(p),
+            b(lo),
+            b(hi)
+        )
+    } else {
+        format!(
+            "Its size, {:.1} billion parameters, is within the judged models' ({:.1} to {:.1} billion).",
+            b(p),
+            b(lo),
+            b(hi)
+        )
+    };
+    Some(Caveat {
+        id: UNJUDGED_MODEL,
+        message: format!(
+            "no published run of {} is in servesim's validation corpus (servesim validate, VALIDATION.md section 5): its \
+             step costs come from the same measured kernel tables and engine rules as the judged models', and its \
+             uncalibrated intervals (--uncertainty) from their record on this GPU and engine, not its own. {size} \
+             Calibrate on a measured run of it before the figures decide hardware.",
+            m.id
+        ),
+        desynchronised_mean_ttft_ms: None,
+    })
+}
+
 /// [`Caveat::id`] of [`moe_timing`].
 pub const MOE_TIMING: &str = "moe_timing";
 
@@ -832,6 +914,7 @@ pub fn caveats(spec: &SimSpec, workload: &crate::workload::Workload) -> Vec<Cave
         .chain(wsl2_pinned_memory(spec))
         .chain(moe_timing(spec))
         .chain(moe_default_config(spec))
+        .chain(unjudged_model(spec))
         .collect()
 }
 
@@ -1382,6 +1465,36 @@ mod tests {
         };
         assert!(desync < out.metrics.ttft.mean && desync >= lone, "{lone} <= {desync} < {}", out.metrics.ttft.mean);
         assert!(text(&spec, &out, &TextOptions::default()).contains("With the clients out of step"));
+    }
+
+    /// A dense model no published run judged says so, and where its size lies against the judged
+    /// ones; a judged card, a MoE card (its own caveat) and a calibrated run do not.
+    #[test]
+    fn an_unjudged_dense_model_is_named_with_where_its_size_lies() {
+        let unjudged = |spec: &SimSpec| unjudged_model(spec).map(|c| c.message);
+        let mut spec = spec_with("rtx5090-qwen2.5-7b-vllm", &[]);
+        assert_eq!(unjudged(&spec), None, "qwen2.5-7b-instruct is judged");
+        let card = |id: &str| crate::builtin::models().unwrap().into_iter().find(|m| m.id == id).unwrap();
+        spec.model = card("qwen3-4b");
+        let small = unjudged(&spec).expect("qwen3-4b has no published run");
+        assert!(small.contains("no published run of qwen3-4b") && small.contains("smaller than any judged"), "{small}");
+        spec.model = card("qwen2.5-72b-instruct");
+        assert!(unjudged(&spec).unwrap().contains("just outside the judged models'"));
+        spec.model = card("mistral-7b-instruct-v0.3");
+        assert!(unjudged(&spec).unwrap().contains("just outside the judged models'"));
+        spec.model = card("qwen2.5-14b-instruct");
+        assert!(unjudged(&spec).unwrap().contains("within the judged models'"));
+        spec.model.num_parameters *= 6;
+        assert!(unjudged(&spec).unwrap().contains("larger than any judged dense model"));
+        // An inline card under a judged id but another model's size is not that model.
+        spec.model = card("qwen3-8b");
+        assert_eq!(unjudged(&spec), None);
+        spec.model.num_parameters += 1;
+        assert!(unjudged(&spec).is_some());
+        // A calibrated cost is not what the message describes.
+        spec.model = card("qwen3-4b");
+        spec.cost.reference = Some([1.0; 6]);
+        assert_eq!(unjudged(&spec), None);
     }
 
     /// Every metric is written under its key, in [`Metric::ALL`]'s order, with the value
