@@ -59,6 +59,35 @@ enum Cmd {
     Serve(serve::ServeArgs),
     /// Run every published measurement in the repository, uncalibrated; error per row and group.
     Validate(validate::ValidateArgs),
+    /// Write a model card from a Hugging Face `config.json` (a dense full-attention model), to give inline.
+    Card(CardArgs),
+}
+
+/// `servesim card CONFIG.json --id ID`: the card `calibrate` derives from a served model's
+/// `config.json`, printed as JSON, so that a model without a built-in card can be simulated
+/// (`--set model=<the card>`). What a dense full-attention card cannot describe is refused
+/// naming the config key (`calib::derive::model_card_from_config`).
+#[derive(Args, Debug)]
+pub struct CardArgs {
+    /// The checkpoint's `config.json`.
+    pub config: PathBuf,
+    /// The card's `id`.
+    #[arg(long)]
+    pub id: String,
+    /// The card's `hf_repo` (the Hugging Face repository), recorded in the card.
+    #[arg(long)]
+    pub hf_repo: Option<String>,
+}
+
+fn card(a: CardArgs) -> Result<ExitCode, String> {
+    let path = a.config.display().to_string();
+    let text = std::fs::read_to_string(&a.config).map_err(|e| format!("{path}: cannot read: {e}"))?;
+    let c: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{path}: not JSON: {e}"))?;
+    let mut card = ::calib::derive::model_card_from_config(&c, &path, &a.id)?;
+    card.hf_repo = a.hf_repo;
+    card.sources = vec![path];
+    println!("{}", serde_json::to_string_pretty(&card).map_err(|e| e.to_string())?);
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Flags shared by the commands that read a scenario.
@@ -195,6 +224,7 @@ fn default_sigpipe_for_printing(cmd: &Cmd) {
             | Cmd::Tune(_)
             | Cmd::Plan(_)
             | Cmd::Validate(_)
+            | Cmd::Card(_)
     );
     #[cfg(unix)]
     if prints_only {
@@ -222,6 +252,7 @@ fn main() -> ExitCode {
         Cmd::Plan(a) => plan::run(a),
         Cmd::Serve(a) => serve::run(a),
         Cmd::Validate(a) => validate::run(a),
+        Cmd::Card(a) => card(a),
     };
     match r {
         Ok(code) => code,

@@ -674,3 +674,55 @@ fn a_wsl2_derived_pool_states_its_pinned_memory_assumption() {
     assert_eq!(caveat(&["engine.kv_cache_tokens=null", "engine.version=0.24.0"]), None);
     assert_eq!(caveat(&["engine.kv_cache_tokens=null", "hardware=\"rtx-5090\""]), None);
 }
+
+/// `servesim card`: a Hugging Face config.json becomes a card that simulates as the built-in
+/// card of the same model does (its architecture kept, so vLLM's and SGLang's per-architecture
+/// rules follow), and its runs say no published run judged it; what a dense full-attention card
+/// cannot describe is refused naming the file and the config key, exit 2.
+#[test]
+fn card_derives_an_inline_card_from_a_config_json() {
+    let cfg = write_temp(
+        "qwen3-8b-like.config.json",
+        r#"{"architectures": ["Qwen3ForCausalLM"], "hidden_size": 4096, "head_dim": 128, "intermediate_size": 12288,
+            "max_position_embeddings": 40960, "num_attention_heads": 32, "num_hidden_layers": 36, "num_key_value_heads": 8,
+            "sliding_window": null, "use_sliding_window": false, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+            "vocab_size": 151936}"#,
+    );
+    let o = run_cli(&["card", cfg.to_str().unwrap(), "--id", "acme-chat-8b", "--hf-repo", "acme/chat-8b"]);
+    let card = stdout_json(&o);
+    assert_eq!(card["architecture"], "Qwen3ForCausalLM");
+    assert_eq!(card["hf_repo"], "acme/chat-8b");
+    let run = |model: &str| {
+        let set = format!("model={model}");
+        stdout_json(&run_cli(&[
+            "simulate",
+            "--set",
+            &set,
+            "--set",
+            "hardware=\"h100-80gb\"",
+            "--set",
+            "engine.kv_cache_tokens=null",
+            "--set",
+            "workload.num_prompts=4",
+            "--json",
+        ]))
+    };
+    let derived = run(&card.to_string());
+    let builtin = run("\"qwen3-8b\"");
+    for k in ["mean_ttft_ms", "mean_tpot_ms", "kv_cache_tokens"] {
+        let (d, b) = (derived[k].as_f64().unwrap(), builtin[k].as_f64().unwrap());
+        assert!((d / b - 1.0).abs() < 1e-3, "{k}: derived card {d}, built-in {b}");
+    }
+    let caveat =
+        |v: &serde_json::Value| v["caveats"].as_array().is_some_and(|c| c.iter().any(|c| c["id"] == "unjudged_model"));
+    assert!(caveat(&derived) && !caveat(&builtin));
+    let swa = write_temp(
+        "swa.config.json",
+        r#"{"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "intermediate_size": 14336,
+            "vocab_size": 32000, "sliding_window": 4096, "max_position_embeddings": 32768}"#,
+    );
+    let o = run_cli(&["card", swa.to_str().unwrap(), "--id", "m"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("swa.config.json: sliding_window:"), "{err}");
+}

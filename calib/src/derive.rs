@@ -112,7 +112,11 @@ pub fn model_card_from_config(c: &Value, source: &str, id: &str) -> std::result:
         max_position_embeddings: u("max_position_embeddings"),
         moe: None,
         sources: vec![source.to_string()],
-        notes: Some("read from the served model's config.json; parameters counted with the Llama formula".into()),
+        notes: Some(
+            "derived from the checkpoint's config.json (calibrate, servesim card); parameters counted with the Llama \
+             formula (q/k/v biases and q/k norms, a few thousand parameters, left out)"
+                .into(),
+        ),
     })
 }
 
