@@ -90,7 +90,10 @@ pub fn model_card_from_config(c: &Value, source: &str, id: &str) -> std::result:
         .get("architectures")
         .and_then(|a| a.get(0))
         .and_then(Value::as_str)
-        .filter(|a| a.ends_with("ForCausalLM"))
+        .filter(|a| {
+            // The names a card accepts (`sim::config` checks them): `<letters and digits>ForCausalLM`.
+            a.strip_suffix("ForCausalLM").is_some_and(|s| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric()))
+        })
         .map(str::to_string);
     Ok(ModelCard {
         id: id.to_string(),
@@ -331,5 +334,6 @@ mod tests {
         assert_eq!(card.architecture.as_deref(), Some("Qwen3ForCausalLM"));
         let other = model_card_from_config(&c("LlavaForConditionalGeneration"), "config.json", "m").unwrap();
         assert_eq!(other.architecture, None);
+        assert_eq!(model_card_from_config(&c("ForCausalLM"), "config.json", "m").unwrap().architecture, None);
     }
 }
