@@ -69,6 +69,15 @@ pub fn model_card_from_config(c: &Value, source: &str, id: &str) -> std::result:
             ));
         }
     }
+    // The card's MLP is the gated SiLU of Llama and Qwen (gate, up and down projections): another
+    // activation means another MLP (GPT-NeoX's and Phi-2's two-matrix GELU), whose weights and GEMMs
+    // the card would misstate.
+    if let Some(act) = c.get("hidden_act").and_then(Value::as_str).filter(|a| !["silu", "swish"].contains(a)) {
+        return Err(format!(
+            "{source}: hidden_act: {act:?}: an MLP other than the gated SiLU (SwiGLU) servesim's cards describe, \
+             not modelled"
+        ));
+    }
     let hidden = field("hidden_size")?;
     let layers = field("num_hidden_layers")?;
     let heads = field("num_attention_heads")?;
@@ -298,6 +307,7 @@ mod tests {
         };
         assert!(model_card_from_config(&qwen25, "config.json", "m").is_ok());
         assert!(model_card_from_config(&with("sliding_window", json!(null)), "config.json", "m").is_ok());
+        assert!(model_card_from_config(&with("hidden_act", json!("silu")), "config.json", "m").is_ok());
         assert!(model_card_from_config(
             &with("layer_types", json!(["full_attention", "full_attention"])),
             "config.json",
@@ -310,6 +320,7 @@ mod tests {
             (with("layer_types", json!(["sliding_attention", "full_attention"])), "layer_types"),
             (with("sliding_window_pattern", json!(6)), "sliding_window_pattern"),
             (with("sliding_window", json!(4096)), "sliding_window"),
+            (with("hidden_act", json!("gelu")), "hidden_act"),
         ] {
             let e = model_card_from_config(&c, "config.json", "m").unwrap_err();
             assert!(e.starts_with(&format!("config.json: {key}:")), "{key}: {e}");
