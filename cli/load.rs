@@ -146,6 +146,23 @@ pub fn resolve(raw: &RawScenario) -> Result<(Scenario, SimSpec), String> {
             }
         }
     }
+    if spec.model.architecture.is_none() {
+        // A card without its architecture (an inline card written before the field, or by hand):
+        // the engines' per-architecture rules then follow its name, which a fine-tune may not carry.
+        let taken = config::vllm_architecture(&spec.model);
+        let named = spec.model.hf_repo.as_deref().unwrap_or(&spec.model.id);
+        let as_what = if taken.starts_with("other") {
+            format!("another architecture than {}", config::KNOWN_ARCHITECTURES.join(", "))
+        } else {
+            taken.to_string()
+        };
+        warn_once(format!(
+            "{origin}: model.architecture not given: {} is taken as {as_what} by its name ({named:?}); the engines \
+             pick code paths by the checkpoint's architectures[0] (vLLM's V2 model runner by release, SGLang's Qwen3 \
+             q/k norm): give it",
+            spec.model.id
+        ));
+    }
     if let config::EngineSpec::Sglang(c) = &spec.engine {
         if let Some(given) = scenario.engine.sglang.page_size.filter(|&p| p != c.page_size) {
             warn_once(format!(

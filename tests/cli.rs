@@ -716,6 +716,17 @@ fn card_derives_an_inline_card_from_a_config_json() {
     let caveat =
         |v: &serde_json::Value| v["caveats"].as_array().is_some_and(|c| c.iter().any(|c| c["id"] == "unjudged_model"));
     assert!(caveat(&derived) && !caveat(&builtin));
+    // Without its architecture the card's rules follow its name, and the run says which it took.
+    let mut bare = card.clone();
+    bare.as_object_mut().unwrap().remove("architecture");
+    let set = format!("model={bare}");
+    let o = run_cli(&["simulate", "--set", &set, "--set", "workload.num_prompts=2"]);
+    assert!(o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("model.architecture not given: acme-chat-8b is taken as another architecture"), "{err}");
+    let set = format!("model={card}");
+    let o = run_cli(&["simulate", "--set", &set, "--set", "workload.num_prompts=2"]);
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("model.architecture"));
     let swa = write_temp(
         "swa.config.json",
         r#"{"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "intermediate_size": 14336,

@@ -499,7 +499,7 @@ pub const KNOWN_ARCHITECTURES: &[&str] =
 /// card's `architecture` where it gives one of [`KNOWN_ARCHITECTURES`] (`"other"` for any other
 /// name, which `config::resolve` has checked is a causal-LM architecture), else inferred from the
 /// card's Hugging Face repository or id by name.
-pub(crate) fn vllm_architecture(model: &ModelCard) -> &'static str {
+pub fn vllm_architecture(model: &ModelCard) -> &'static str {
     if let Some(a) = model.architecture.as_deref() {
         return KNOWN_ARCHITECTURES.iter().copied().find(|k| *k == a).unwrap_or("other");
     }
