@@ -27,6 +27,7 @@ pub const MODELS: &[(&str, &str)] = files!("models/model":
     "qwen3-8b",
     "qwen3-14b",
     "qwen3-32b",
+    "qwen2.5-3b-instruct",
     "qwen2.5-14b-instruct",
     "qwen2.5-32b",
     "qwen2.5-72b-instruct",
