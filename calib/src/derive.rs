@@ -99,10 +99,7 @@ pub fn model_card_from_config(c: &Value, source: &str, id: &str) -> std::result:
         .get("architectures")
         .and_then(|a| a.get(0))
         .and_then(Value::as_str)
-        .filter(|a| {
-            // The names a card accepts (`sim::config` checks them): `<letters and digits>ForCausalLM`.
-            a.strip_suffix("ForCausalLM").is_some_and(|s| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric()))
-        })
+        .filter(|a| sim::config::is_causal_lm_architecture(a))
         .map(str::to_string);
     Ok(ModelCard {
         id: id.to_string(),

@@ -524,6 +524,12 @@ pub fn vllm_architecture(model: &ModelCard) -> &'static str {
     }
 }
 
+/// Whether `name` has the form of a Hugging Face causal-LM architecture a card accepts:
+/// `<letters and digits>ForCausalLM` (the checkpoint's `architectures[0]`).
+pub fn is_causal_lm_architecture(name: &str) -> bool {
+    name.strip_suffix("ForCausalLM").is_some_and(|s| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric()))
+}
+
 /// Checks a card's `architecture` (field `model.architecture`): a Hugging Face causal-LM
 /// architecture name (`...ForCausalLM`), not a different spelling of one servesim tells apart,
 /// and a mixture-of-experts architecture exactly where the card has a `moe` object.
@@ -533,14 +539,13 @@ pub(crate) fn check_architecture(model: &ModelCard) -> std::result::Result<(), S
     if let Some(k) = KNOWN_ARCHITECTURES.iter().find(|k| k.eq_ignore_ascii_case(a) && **k != a) {
         return Err(format!("{a:?}: did you mean {k:?}? (the checkpoint's architectures[0], spelt exactly)"));
     }
-    let stem = a.strip_suffix("ForCausalLM").unwrap_or("");
-    if stem.is_empty() || !stem.chars().all(|c| c.is_ascii_alphanumeric()) {
+    let Some(stem) = a.strip_suffix("ForCausalLM").filter(|_| is_causal_lm_architecture(a)) else {
         return Err(format!(
             "{a:?}: expected a Hugging Face causal-LM architecture name, the checkpoint's architectures[0] \
              (servesim tells apart {known}; another ...ForCausalLM name runs by the engines' rules for other \
              dense models)"
         ));
-    }
+    };
     // Mixture-of-experts families by name: `...Moe...`/`...moe...`, and those whose names do not say it.
     let moe_arch = stem.to_ascii_lowercase().contains("moe")
         || ["Mixtral", "DeepseekV2", "DeepseekV3", "GptOss", "Dbrx", "Grok1", "Jamba"].contains(&stem);
