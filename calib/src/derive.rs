@@ -13,7 +13,10 @@ use crate::server_info::ServerInfo;
 /// A model card from a Hugging Face `config.json` (`source` names it in errors and in the card).
 pub fn model_card_from_config(c: &Value, source: &str, id: &str) -> std::result::Result<ModelCard, String> {
     let u = |k: &str| c.get(k).and_then(Value::as_u64).map(|v| v as u32);
-    let field = |k: &str| u(k).ok_or_else(|| format!("{source}: no {k}"));
+    let field = |k: &str| match c.get(k) {
+        None | Some(Value::Null) => Err(format!("{source}: no {k}")),
+        Some(v) => u(k).ok_or_else(|| format!("{source}: {k}: expected a whole number, got {v}")),
+    };
     // A mixture-of-experts config would be read as a dense model of its `intermediate_size`,
     // with none of its experts' weights or time: refused (write the card by hand, with its `moe`
     // object, as models/model/qwen3-30b-a3b.json does).
@@ -327,6 +330,10 @@ mod tests {
         assert_eq!(
             model_card_from_config(&no_mlp, "config.json", "m").unwrap_err(),
             "config.json: no intermediate_size"
+        );
+        assert_eq!(
+            model_card_from_config(&with("hidden_size", json!("x")), "config.json", "m").unwrap_err(),
+            "config.json: hidden_size: expected a whole number, got \"x\""
         );
     }
 
