@@ -214,3 +214,30 @@ fn the_judged_models_list_is_the_corpus() {
     let sizes: Vec<u64> = sim::report::JUDGED_DENSE_MODELS.iter().map(|(_, n)| *n).collect();
     assert!(sizes.windows(2).all(|w| w[0] <= w[1]), "smallest first");
 }
+
+/// `sim::report::JUDGED_GPU_ENGINES` (which uncalibrated runs carry no `unjudged_gpu` caveat) is
+/// the GPU and engine of every group of `validation/baseline.json`, read as the uncalibrated
+/// intervals read them (`calib::uncertainty`: the GPU the last word of the group key's second
+/// part, the engine the first of `vllm`, `sglang` in its third; a group naming neither, as NIM's,
+/// judges no engine), so that the caveat and the corpus-wide interval go together.
+#[test]
+fn the_judged_gpu_engines_list_is_the_baseline() {
+    let b: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root().join("validation/baseline.json")).unwrap()).unwrap();
+    let mut from_baseline = std::collections::BTreeSet::new();
+    for key in b["groups"].as_object().expect("baseline groups").keys() {
+        let parts: Vec<&str> = key.split(" | ").collect();
+        let gpu = parts[1].split_whitespace().last().unwrap().to_string();
+        let label = parts[2].to_ascii_lowercase();
+        if let Some(kind) = ["vllm", "sglang"].into_iter().find(|k| label.contains(k)) {
+            from_baseline.insert((gpu, kind.to_string()));
+        }
+    }
+    let listed: std::collections::BTreeSet<(String, String)> =
+        sim::report::JUDGED_GPU_ENGINES.iter().map(|(g, k)| (g.to_string(), k.as_str().to_string())).collect();
+    assert_eq!(listed, from_baseline, "edit sim::report::JUDGED_GPU_ENGINES to validation/baseline.json's groups");
+    let gpus = sim::builtin::gpus().unwrap();
+    for (g, _) in sim::report::JUDGED_GPU_ENGINES {
+        assert!(gpus.iter().any(|c| c.id == *g), "no built-in card {g}");
+    }
+}

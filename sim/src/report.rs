@@ -815,6 +815,82 @@ pub fn unjudged_model(spec: &SimSpec) -> Option<Caveat> {
     })
 }
 
+/// [`Caveat::id`] of [`unjudged_gpu`].
+pub const UNJUDGED_GPU: &str = "unjudged_gpu";
+
+/// The GPU cards and engines with published runs judged in `servesim validate`'s corpus: the
+/// `(GPU card id, engine)` of the groups of `validation/baseline.json`, which the uncalibrated
+/// intervals of `--uncertainty` are scaled by (`calib::uncertainty::uncalibrated_errors`);
+/// `tests/validate.rs` checks the list against that file. Sorted by GPU, then engine.
+pub const JUDGED_GPU_ENGINES: &[(&str, EngineKind)] = &[
+    ("a100-40gb", EngineKind::Sglang),
+    ("a100-80gb", EngineKind::Vllm),
+    ("a100-80gb", EngineKind::Sglang),
+    ("b200", EngineKind::Vllm),
+    ("h100-80gb", EngineKind::Vllm),
+    ("h100-80gb", EngineKind::Sglang),
+    ("h200", EngineKind::Vllm),
+    ("h200", EngineKind::Sglang),
+    ("rtx-5090", EngineKind::Vllm),
+];
+
+/// An uncalibrated run on a GPU card and engine that no published run has judged (an L40S, an
+/// RTX PRO 6000, an H100 PCIe or NVL, SGLang on a B200, a user's inline card): its step costs were
+/// never compared end to end with a measured run of that GPU and engine, whatever their source
+/// (that GPU's measured kernel tables, another GPU's scaled, or the fitted roofline), and its
+/// uncalibrated intervals are the corpus-wide ones. A fleet names each such replica GPU and engine.
+/// An inline card with a judged card's id and other figures counts as unjudged. Not given where a fitted profile or the linear prior times the steps ([`unjudged_model`]'s rule).
+pub fn unjudged_gpu(spec: &SimSpec) -> Option<Caveat> {
+    let uncalibrated = |c: &crate::cost::CostModel| c.composed.is_some() && c.reference.is_none();
+    let mut pairs: Vec<(&str, EngineKind)> = match &spec.fleet {
+        Some(f) => f
+            .replicas
+            .iter()
+            .filter(|r| uncalibrated(&r.cost))
+            .map(|r| (r.gpu.as_str(), r.engine.engine_kind()))
+            .collect(),
+        None if uncalibrated(&spec.cost) => vec![(spec.gpu.id.as_str(), spec.engine.engine_kind())],
+        None => Vec::new(),
+    };
+    // The run's own card judged only where it is the built-in card of that id: an inline card
+    // reusing a judged id with other figures is another GPU.
+    let builtin = crate::builtin::gpus().unwrap_or_default();
+    // (Its memory aside: under WSL2 the device total is nvidia-smi's, `config::card_on_host`.)
+    let own_card_builtin = builtin.iter().any(|c| {
+        let mut g = spec.gpu.clone();
+        g.memory_bytes = c.memory_bytes;
+        *c == g
+    });
+    let top = spec.gpu.id.as_str();
+    pairs.retain(|&(g, k)| {
+        !(JUDGED_GPU_ENGINES.iter().any(|&(jg, jk)| jg == g && jk == k) && (g != top || own_card_builtin))
+    });
+    pairs.sort_by(|a, b| a.0.cmp(b.0).then(a.1.as_str().cmp(b.1.as_str())));
+    pairs.dedup();
+    if pairs.is_empty() {
+        return None;
+    }
+    let what = pairs.iter().map(|(g, k)| format!("{g} with {}", k.display_name())).collect::<Vec<_>>().join(", ");
+    let judged_on =
+        |k: EngineKind| JUDGED_GPU_ENGINES.iter().filter(|j| j.1 == k).map(|j| j.0).collect::<Vec<_>>().join(", ");
+    let mut kinds: Vec<EngineKind> = pairs.iter().map(|p| p.1).collect();
+    kinds.sort_by_key(|k| k.as_str());
+    kinds.dedup();
+    let judged =
+        kinds.iter().map(|&k| format!("{} on {}", k.display_name(), judged_on(k))).collect::<Vec<_>>().join("; ");
+    Some(Caveat {
+        id: UNJUDGED_GPU,
+        message: format!(
+            "no published run on {what} is in servesim's validation corpus (servesim validate, VALIDATION.md \
+             section 5): the step costs (their source is the report's step cost source, `cost_source` in --json) were never compared end to end with a run \
+             measured on this GPU with this engine, and the uncalibrated intervals (--uncertainty) are the \
+             corpus-wide ones, not this GPU's record. Judged: {judged}. Calibrate on a measured run on this GPU \
+             before the figures decide hardware."
+        ),
+        desynchronised_mean_ttft_ms: None,
+    })
+}
+
 /// [`Caveat::id`] of [`moe_timing`].
 pub const MOE_TIMING: &str = "moe_timing";
 
@@ -915,6 +991,7 @@ pub fn caveats(spec: &SimSpec, workload: &crate::workload::Workload) -> Vec<Cave
         .chain(moe_timing(spec))
         .chain(moe_default_config(spec))
         .chain(unjudged_model(spec))
+        .chain(unjudged_gpu(spec))
         .collect()
 }
 
@@ -1495,6 +1572,33 @@ mod tests {
         spec.model = card("qwen3-4b");
         spec.cost.reference = Some([1.0; 6]);
         assert_eq!(unjudged(&spec), None);
+    }
+
+    /// A GPU and engine no published run judged say so, naming the pair and where that engine
+    /// is judged; a judged pair, an inline card under a judged id with other figures (unjudged),
+    /// WSL2's memory figure (still the judged card) and a calibrated run are told apart.
+    #[test]
+    fn an_unjudged_gpu_and_engine_is_named() {
+        let unjudged = |spec: &SimSpec| unjudged_gpu(spec).map(|c| c.message);
+        let wsl2 = spec_with("rtx5090-qwen2.5-7b-vllm", &[]);
+        assert_eq!(unjudged(&wsl2), None, "the default scenario: vLLM on the RTX 5090 is judged (under WSL2)");
+        let sglang = unjudged(&spec_with("rtx5090-qwen2.5-7b-sglang", &[])).expect("SGLang on an RTX 5090 is not");
+        assert!(sglang.contains("no published run on rtx-5090 with SGLang"), "{sglang}");
+        assert!(sglang.contains("Judged: SGLang on a100-40gb, a100-80gb, h100-80gb, h200."), "{sglang}");
+        let l40s = spec_with("rtx5090-qwen2.5-7b-vllm", &[("hardware", "gpu", "l40s".into())]);
+        let m = unjudged(&l40s).expect("nothing measured on an L40S is in the corpus");
+        assert!(m.contains("no published run on l40s with vLLM") && m.contains("vLLM on a100-80gb, b200"), "{m}");
+        let mut h100 = spec_with("rtx5090-qwen2.5-7b-vllm", &[("hardware", "gpu", "h100-80gb".into())]);
+        assert_eq!(unjudged(&h100), None);
+        // Another GPU under a judged card's id.
+        h100.gpu.memory_bandwidth_bytes_per_s *= 1.5;
+        assert!(unjudged(&h100).unwrap().contains("no published run on h100-80gb with vLLM"));
+        // A calibrated cost is not what the message describes.
+        let mut l40s = l40s;
+        l40s.cost.reference = Some([1.0; 6]);
+        assert_eq!(unjudged(&l40s), None);
+        // Both lists hold pairs once, in order.
+        assert!(JUDGED_GPU_ENGINES.windows(2).all(|w| (w[0].0, w[0].1.as_str()) != (w[1].0, w[1].1.as_str())));
     }
 
     /// Every metric is written under its key, in [`Metric::ALL`]'s order, with the value
