@@ -146,6 +146,29 @@ pub fn resolve(raw: &RawScenario) -> Result<(Scenario, SimSpec), String> {
             }
         }
     }
+    if let Some(b) =
+        sim::builtin::models().unwrap_or_default().into_iter().find(|b| b.id == spec.model.id && *b != spec.model)
+    {
+        // An inline card under a built-in card's id and other figures is another model: what
+        // names it (the report's header, the caveats on judged models) would say the built-in one.
+        let differs: Vec<&str> = [
+            ("num_parameters", b.num_parameters != spec.model.num_parameters),
+            ("num_layers", b.num_layers != spec.model.num_layers),
+            ("hidden_size", b.hidden_size != spec.model.hidden_size),
+            ("num_kv_heads", b.num_kv_heads != spec.model.num_kv_heads),
+            ("dtype", b.dtype != spec.model.dtype),
+            ("quantization", b.quantization != spec.model.quantization),
+        ]
+        .into_iter()
+        .filter_map(|(k, d)| d.then_some(k))
+        .collect();
+        warn_once(format!(
+            "{origin}: model: an inline card with the id of the built-in card {:?} and other figures ({}): it is reported \
+             under that id but is not that model; give it an id of its own",
+            b.id,
+            if differs.is_empty() { "its other fields".to_string() } else { differs.join(", ") }
+        ));
+    }
     if spec.model.architecture.is_none() {
         // A card without its architecture (an inline card written before the field, or by hand):
         // the engines' per-architecture rules then follow its name, which a fine-tune may not carry.

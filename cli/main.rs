@@ -83,6 +83,16 @@ fn card(a: CardArgs) -> Result<ExitCode, String> {
     let path = a.config.display().to_string();
     let text = std::fs::read_to_string(&a.config).map_err(|e| format!("{path}: cannot read: {e}"))?;
     let c: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{path}: not JSON: {e}"))?;
+    if a.id.trim().is_empty() || a.id.chars().any(char::is_control) {
+        return Err(format!("--id: {:?}: expected the card's name (as \"acme-chat-8b\")", a.id));
+    }
+    if sim::builtin::models()?.iter().any(|m| m.id == a.id) {
+        return Err(format!(
+            "--id: {:?} is a built-in card's id: a card derived from {path} is another model's unless it is that one; \
+             give it an id of its own (the built-in card is used by its id alone: --set model={})",
+            a.id, a.id
+        ));
+    }
     let mut card = ::calib::derive::model_card_from_config(&c, &path, &a.id)?;
     card.hf_repo = a.hf_repo;
     card.sources = vec![path];

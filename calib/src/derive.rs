@@ -11,18 +11,59 @@ use crate::error::{CalibError, Result};
 use crate::server_info::ServerInfo;
 
 /// A model card from a Hugging Face `config.json` (`source` names it in errors and in the card).
+///
+/// Every key it reads is read strictly: a key present with the wrong type, out of range (a
+/// count of zero, or past `u32`), or inconsistent with the others (a head size that is not
+/// whole, KV heads that do not divide the attention heads) is an error naming the key and what
+/// was expected, never taken as absent or wrapped; and the card it makes passes the checks a
+/// scenario's card passes ([`sim::config::check_model_card`]), so what `servesim card` prints
+/// is a card `simulate` accepts.
 pub fn model_card_from_config(c: &Value, source: &str, id: &str) -> std::result::Result<ModelCard, String> {
-    let u = |k: &str| c.get(k).and_then(Value::as_u64).map(|v| v as u32);
-    let field = |k: &str| match c.get(k) {
-        None | Some(Value::Null) => Err(format!("{source}: no {k}")),
-        Some(v) => u(k).ok_or_else(|| format!("{source}: {k}: expected a whole number, got {v}")),
+    if !c.is_object() {
+        return Err(format!("{source}: expected a JSON object (a Hugging Face config.json), got {c}"));
+    }
+    // A key given as `null` is absent, as transformers reads it.
+    let present = |k: &str| c.get(k).filter(|v| !v.is_null());
+    let whole = |k: &str| -> std::result::Result<Option<u32>, String> {
+        match present(k) {
+            None => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .filter(|&n| n >= 1)
+                .and_then(|n| u32::try_from(n).ok())
+                .map(Some)
+                .ok_or_else(|| format!("{source}: {k}: expected a whole number from 1 to {}, got {v}", u32::MAX)),
+        }
     };
+    let required = |k: &str| whole(k)?.ok_or_else(|| format!("{source}: no {k}"));
+    let boolean = |k: &str| -> std::result::Result<Option<bool>, String> {
+        match present(k) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(v) => Err(format!("{source}: {k}: expected true or false, got {v}")),
+        }
+    };
+    let string = |k: &str| -> std::result::Result<Option<&str>, String> {
+        match present(k) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.as_str())),
+            Some(v) => Err(format!("{source}: {k}: expected a string, got {v}")),
+        }
+    };
+    // A multimodal checkpoint keeps its language model's keys under `text_config` (and adds a
+    // vision tower whose weights and time a card has no place for).
+    if present("text_config").is_some() {
+        return Err(format!(
+            "{source}: text_config: a multimodal checkpoint (its language model's keys are under text_config, beside a \
+             vision tower): not modelled; a card is derived from a text-only causal LM's config.json"
+        ));
+    }
     // A mixture-of-experts config would be read as a dense model of its `intermediate_size`,
     // with none of its experts' weights or time: refused (write the card by hand, with its `moe`
     // object, as models/model/qwen3-30b-a3b.json does).
     if let Some(k) = ["num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size"]
         .into_iter()
-        .find(|k| c.get(*k).is_some_and(|v| !v.is_null()))
+        .find(|k| present(k).is_some())
     {
         return Err(format!(
             "{source}: {k}: a mixture-of-experts model; a card is not derived from its config.json (give a model \
@@ -31,7 +72,7 @@ pub fn model_card_from_config(c: &Value, source: &str, id: &str) -> std::result:
     }
     // What else a dense card cannot describe is refused by the key that says it, not read as a
     // full-attention bf16 model (its KV pool, weights and step times would all be another model's).
-    if let Some(q) = c.get("quantization_config").filter(|v| !v.is_null()) {
+    if let Some(q) = present("quantization_config") {
         let method = q.get("quant_method").and_then(Value::as_str).unwrap_or("not given");
         return Err(format!(
             "{source}: quantization_config: a quantized checkpoint (quant_method {method:?}), whose weights are \
@@ -39,33 +80,38 @@ pub fn model_card_from_config(c: &Value, source: &str, id: &str) -> std::result:
              `quantization` and `quantization_method`, as models/model/llama-3.1-70b-instruct-fp8.json has)"
         ));
     }
-    if let Some(k) = ["kv_lora_rank", "q_lora_rank"].into_iter().find(|k| c.get(*k).is_some_and(|v| !v.is_null())) {
+    if let Some(k) = ["kv_lora_rank", "q_lora_rank"].into_iter().find(|k| present(k).is_some()) {
         return Err(format!(
             "{source}: {k}: multi-head latent attention (MLA), not modelled: servesim's cards have standard attention"
         ));
     }
-    if let Some(other) = c
-        .get("layer_types")
-        .and_then(Value::as_array)
-        .and_then(|t| t.iter().filter_map(Value::as_str).find(|t| *t != "full_attention"))
+    if let Some(t) = present("layer_types") {
+        let kinds = t
+            .as_array()
+            .filter(|a| a.iter().all(Value::is_string))
+            .ok_or_else(|| format!("{source}: layer_types: expected a list of layer kinds (strings), got {t}"))?;
+        if let Some(other) = kinds.iter().filter_map(Value::as_str).find(|t| *t != "full_attention") {
+            return Err(format!(
+                "{source}: layer_types: {other:?} layers, not modelled: servesim's cards have full attention in every layer"
+            ));
+        }
+    }
+    if let Some(k) =
+        ["hybrid_override_pattern", "attn_layer_period", "sliding_window_pattern", "layers_block_type", "block_configs"]
+            .into_iter()
+            .find(|k| present(k).is_some())
     {
         return Err(format!(
-            "{source}: layer_types: {other:?} layers, not modelled: servesim's cards have full attention in every layer"
+            "{source}: {k}: layers that differ from one another (other than full attention, or of other sizes), not \
+             modelled: servesim's cards have the same full-attention layer throughout"
         ));
     }
-    if let Some(k) = ["hybrid_override_pattern", "attn_layer_period", "sliding_window_pattern", "layers_block_type"]
-        .into_iter()
-        .find(|k| c.get(*k).is_some_and(|v| !v.is_null()))
-    {
-        return Err(format!(
-            "{source}: {k}: layers other than full attention, not modelled: servesim's cards have full attention in every layer"
-        ));
-    }
+    let max_positions = whole("max_position_embeddings")?;
     // A window as long as the model's context is full attention (Qwen2.5's configs give 131072
     // with `use_sliding_window` false); a shorter one in use keeps less KV than a card would.
-    if let Some(w) = u("sliding_window") {
-        let in_use = c.get("use_sliding_window").and_then(Value::as_bool).unwrap_or(true);
-        if in_use && u("max_position_embeddings").is_none_or(|m| w < m) {
+    if let Some(w) = whole("sliding_window")? {
+        let in_use = boolean("use_sliding_window")?.unwrap_or(true);
+        if in_use && max_positions.is_none_or(|m| w < m) {
             return Err(format!(
                 "{source}: sliding_window: attention over a {w}-token window, not modelled: servesim's cards have \
                  full attention (their KV pools and attention times would be another model's)"
@@ -75,36 +121,91 @@ pub fn model_card_from_config(c: &Value, source: &str, id: &str) -> std::result:
     // The card's MLP is the gated SiLU of Llama and Qwen (gate, up and down projections): another
     // activation means another MLP (GPT-NeoX's and Phi-2's two-matrix GELU), whose weights and GEMMs
     // the card would misstate.
-    if let Some(act) = c.get("hidden_act").and_then(Value::as_str).filter(|a| !["silu", "swish"].contains(a)) {
+    if let Some(act) = string("hidden_act")?.filter(|a| !["silu", "swish"].contains(a)) {
         return Err(format!(
             "{source}: hidden_act: {act:?}: an MLP other than the gated SiLU (SwiGLU) servesim's cards describe, \
              not modelled"
         ));
     }
-    let hidden = field("hidden_size")?;
-    let layers = field("num_hidden_layers")?;
-    let heads = field("num_attention_heads")?;
-    let kv = u("num_key_value_heads").unwrap_or(heads);
-    let head_dim = u("head_dim").unwrap_or(hidden / heads.max(1));
+    // The engines choose code paths by the architecture: a causal LM's name is kept (the card
+    // check then refuses a miscased known one, or a MoE one on this dense card); another kind
+    // of model is refused.
+    let architecture = match present("architectures") {
+        None => None,
+        Some(a) => {
+            let first = a.as_array().and_then(|l| l.first()).and_then(Value::as_str).ok_or_else(|| {
+                format!(
+                    "{source}: architectures: expected a list of model class names, as [\"LlamaForCausalLM\"], got {a}"
+                )
+            })?;
+            if !first.to_ascii_lowercase().ends_with("forcausallm") {
+                return Err(format!(
+                    "{source}: architectures: {first:?} is not a causal language model (a ...ForCausalLM class): \
+                     servesim's cards describe decoder-only text generation"
+                ));
+            }
+            Some(first.to_string())
+        }
+    };
+    let hidden = required("hidden_size")?;
+    let layers = required("num_hidden_layers")?;
+    let heads = required("num_attention_heads")?;
+    let kv = whole("num_key_value_heads")?.unwrap_or(heads);
+    if kv > heads || heads % kv != 0 {
+        return Err(format!(
+            "{source}: num_key_value_heads: {kv} with num_attention_heads {heads}: each KV head serves a whole group of \
+             query heads (num_attention_heads must be a multiple of it)"
+        ));
+    }
+    let head_dim = match whole("head_dim")? {
+        Some(d) => d,
+        None if hidden % heads == 0 => hidden / heads,
+        None => {
+            return Err(format!(
+                "{source}: head_dim: not given, and hidden_size {hidden} is not a multiple of num_attention_heads \
+                 {heads}: the head size hidden_size / num_attention_heads would not be whole"
+            ))
+        }
+    };
     // The gated MLP's width: no default (a guess of 4 x hidden would time another model).
-    let inter = field("intermediate_size")?;
-    let vocab = field("vocab_size")?;
-    let tied = c.get("tie_word_embeddings").and_then(Value::as_bool).unwrap_or(false);
-    let dtype = c.get("torch_dtype").or(c.get("dtype")).and_then(Value::as_str).unwrap_or("bfloat16").to_string();
+    let inter = required("intermediate_size")?;
+    let vocab = required("vocab_size")?;
+    // LlamaConfig's, Qwen2Config's, Qwen3Config's and MistralConfig's default.
+    let tied = boolean("tie_word_embeddings")?.unwrap_or(false);
+    // transformers writes `torch_dtype` (before 4.56) or `dtype`. A float32 checkpoint is served
+    // in 16 bits: vLLM's `--dtype auto` downcasts it to bfloat16 (`_resolve_auto_dtype`), SGLang's
+    // to float16, the same bytes and tensor-core rate; a missing one reads as float32 there too.
+    let (dtype_key, given) = match string("torch_dtype")? {
+        Some(d) => ("torch_dtype", Some(d)),
+        None => ("dtype", string("dtype")?),
+    };
+    let (dtype, downcast) = match given.unwrap_or("float32") {
+        d @ ("bfloat16" | "float16") => (d, false),
+        "float32" => ("bfloat16", true),
+        d => {
+            return Err(format!(
+                "{source}: {dtype_key}: {d:?}: expected bfloat16, float16 or float32 (a checkpoint's unquantized \
+                 dtype; a quantized one has a quantization_config)"
+            ))
+        }
+    };
+    // Llama-style: embeddings (+ untied head) + per layer q, k, v, o, gated MLP, 2 norms; final norm.
     let (h, l, hd, kvh, hh, i, v) =
         (hidden as u64, layers as u64, head_dim as u64, kv as u64, heads as u64, inter as u64, vocab as u64);
-    // Llama-style: embeddings (+ untied head) + per layer q, k, v, o, gated MLP, 2 norms; final norm.
-    let per_layer = h * hh * hd + 2 * h * kvh * hd + hh * hd * h + 3 * h * i + 2 * h;
-    let params = v * h * if tied { 1 } else { 2 } + l * per_layer + h;
-    // The engines choose code paths by the architecture: kept where it names a causal LM (a
-    // multimodal or other model is read as before, its name deciding).
-    let architecture = c
-        .get("architectures")
-        .and_then(|a| a.get(0))
-        .and_then(Value::as_str)
-        .filter(|a| sim::config::is_causal_lm_architecture(a))
-        .map(str::to_string);
-    Ok(ModelCard {
+    let params = (|| {
+        let per_layer = h
+            .checked_mul(hh)?
+            .checked_mul(hd)?
+            .checked_mul(2)?
+            .checked_add(h.checked_mul(kvh)?.checked_mul(hd)?.checked_mul(2)?)?
+            .checked_add(h.checked_mul(i)?.checked_mul(3)?)?
+            .checked_add(2 * h)?;
+        v.checked_mul(h)?.checked_mul(if tied { 1 } else { 2 })?.checked_add(l.checked_mul(per_layer)?)?.checked_add(h)
+    })()
+    .ok_or_else(|| {
+        format!("{source}: hidden_size {hidden}, num_hidden_layers {layers}, intermediate_size {inter}: more parameters than any model")
+    })?;
+    let card = ModelCard {
         id: id.to_string(),
         hf_repo: None,
         architecture,
@@ -117,19 +218,39 @@ pub fn model_card_from_config(c: &Value, source: &str, id: &str) -> std::result:
         head_dim,
         vocab_size: vocab,
         tie_word_embeddings: Some(tied),
-        dtype,
+        dtype: dtype.to_string(),
         quantization: None,
         quantization_method: None,
         weight_block_size: None,
-        max_position_embeddings: u("max_position_embeddings"),
+        max_position_embeddings: max_positions,
         moe: None,
         sources: vec![source.to_string()],
-        notes: Some(
+        notes: Some(format!(
             "derived from the checkpoint's config.json (calibrate, servesim card); parameters counted with the Llama \
-             formula (q/k/v biases and q/k norms, a few thousand parameters, left out)"
-                .into(),
-        ),
-    })
+             formula (q/k/v biases and q/k norms, a few thousand parameters, left out){}",
+            if downcast {
+                if given.is_some() {
+                    "; a float32 checkpoint, served in 16 bits (vLLM's --dtype auto: bfloat16; SGLang's: float16)"
+                } else {
+                    "; no torch_dtype: read as float32, served in 16 bits (vLLM's --dtype auto: bfloat16; SGLang's: float16)"
+                }
+            } else {
+                ""
+            }
+        )),
+    };
+    sim::config::check_model_card(&card).map_err(|e| {
+        // Named by the config key the card field came from.
+        let key = match e.path.as_str() {
+            "model.architecture" => "architectures",
+            "model.num_layers" => "num_hidden_layers",
+            "model.num_kv_heads" => "num_key_value_heads",
+            "model.dtype" => dtype_key,
+            p => p.strip_prefix("model.").unwrap_or(p),
+        };
+        format!("{source}: {key}: {} (as the card's {})", e.message, e.path)
+    })?;
+    Ok(card)
 }
 
 /// vLLM prints its non-default arguments at start-up; the scheduler's, from a log's text.
@@ -333,7 +454,7 @@ mod tests {
         );
         assert_eq!(
             model_card_from_config(&with("hidden_size", json!("x")), "config.json", "m").unwrap_err(),
-            "config.json: hidden_size: expected a whole number, got \"x\""
+            "config.json: hidden_size: expected a whole number from 1 to 4294967295, got \"x\""
         );
     }
 
@@ -347,8 +468,109 @@ mod tests {
         };
         let card = model_card_from_config(&c("Qwen3ForCausalLM"), "config.json", "m").unwrap();
         assert_eq!(card.architecture.as_deref(), Some("Qwen3ForCausalLM"));
-        let other = model_card_from_config(&c("LlavaForConditionalGeneration"), "config.json", "m").unwrap();
-        assert_eq!(other.architecture, None);
-        assert_eq!(model_card_from_config(&c("ForCausalLM"), "config.json", "m").unwrap().architecture, None);
+        // Another kind of model, or no name before ForCausalLM, is refused naming the key.
+        for a in ["LlavaForConditionalGeneration", "MistralForSequenceClassification"] {
+            let e = model_card_from_config(&c(a), "config.json", "m").unwrap_err();
+            assert!(e.starts_with("config.json: architectures: ") && e.contains("not a causal language model"), "{e}");
+        }
+        for a in ["ForCausalLM", "llamaforcausallm", "MixtralForCausalLM"] {
+            let e = model_card_from_config(&c(a), "config.json", "m").unwrap_err();
+            assert!(
+                e.starts_with("config.json: architectures: ") && e.ends_with("(as the card's model.architecture)"),
+                "{a}: {e}"
+            );
+        }
+    }
+
+    /// Every key is read strictly (the fuzzing of 2026-12-06): a wrong type, a count of zero or past
+    /// u32, a head size that is not whole, KV heads that do not divide the heads, an arithmetic
+    /// overflow are errors naming the key, never read as absent, wrapped or truncated; a float32
+    /// checkpoint is served in 16 bits; what the card check refuses is refused here, not at
+    /// `simulate`.
+    #[test]
+    fn every_key_is_read_strictly() {
+        let base = json!({"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 32,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256,
+            "torch_dtype": "bfloat16", "max_position_embeddings": 131072, "tie_word_embeddings": false});
+        let card = |c: &Value| model_card_from_config(c, "config.json", "m");
+        let good = card(&base).unwrap();
+        assert_eq!(
+            (good.num_layers, good.num_kv_heads, good.head_dim, good.num_parameters),
+            (32, 8, 128, 8_030_261_248)
+        );
+        let with = |k: &str, v: Value| {
+            let mut c = base.clone();
+            c[k] = v;
+            c
+        };
+        for (k, v) in [
+            ("num_hidden_layers", json!(4294967297u64)),
+            ("hidden_size", json!(4294971392u64)),
+            ("num_hidden_layers", json!(0)),
+            ("num_key_value_heads", json!("8")),
+            ("num_key_value_heads", json!(-8)),
+            ("num_key_value_heads", json!(8.0)),
+            ("num_key_value_heads", json!(5)),
+            ("num_key_value_heads", json!(64)),
+            ("head_dim", json!("256")),
+            ("tie_word_embeddings", json!("true")),
+            ("tie_word_embeddings", json!(1)),
+            ("torch_dtype", json!(16)),
+            ("torch_dtype", json!("auto")),
+            ("torch_dtype", json!("float8_e4m3fn")),
+            ("max_position_embeddings", json!("131072")),
+            ("hidden_act", json!(3)),
+            ("sliding_window", json!("4096")),
+            ("sliding_window", json!(-1)),
+            ("layer_types", json!("sliding_attention")),
+            ("architectures", json!("LlamaForCausalLM")),
+            ("architectures", json!([5])),
+            ("text_config", json!({"hidden_size": 4096})),
+            ("block_configs", json!([{}])),
+        ] {
+            let e = card(&with(k, v.clone())).unwrap_err();
+            assert!(e.starts_with(&format!("config.json: {k}: ")), "{k} = {v}: {e}");
+        }
+        // 4096 / 48 is not a whole head size.
+        let e = card(&with("num_attention_heads", json!(48))).unwrap_err();
+        assert!(e.starts_with("config.json: head_dim: not given"), "{e}");
+        assert_eq!(
+            card(&with("num_attention_heads", json!(48)).tap(|c| c["head_dim"] = json!(128))).unwrap().head_dim,
+            128
+        );
+        // Products past u64.
+        let e = card(
+            &with("hidden_size", json!(4_000_000_000u64)).tap(|c| c["intermediate_size"] = json!(4_000_000_000u64)),
+        )
+        .unwrap_err();
+        assert!(e.contains("more parameters than any model"), "{e}");
+        // What only the card check knows (parameters far over the layers' count cannot arise here;
+        // a vocabulary of zero can).
+        assert!(card(&with("vocab_size", json!(0))).unwrap_err().starts_with("config.json: vocab_size: "));
+        // float32 (or none): 16 bits, as the engines serve it; torch_dtype null falls back to dtype.
+        let f32 = card(&with("torch_dtype", json!("float32"))).unwrap();
+        assert_eq!(f32.dtype, "bfloat16");
+        assert!(f32.notes.as_deref().unwrap().contains("a float32 checkpoint, served in 16 bits"));
+        let mut none = base.clone();
+        none.as_object_mut().unwrap().remove("torch_dtype");
+        assert_eq!(card(&none).unwrap().dtype, "bfloat16");
+        let mut new_key = with("torch_dtype", Value::Null);
+        new_key["dtype"] = json!("float16");
+        assert_eq!(card(&new_key).unwrap().dtype, "float16");
+        // Not an object.
+        for c in [json!([1]), Value::Null, json!("x")] {
+            assert!(card(&c).unwrap_err().starts_with("config.json: expected a JSON object"));
+        }
+    }
+
+    /// `json!` values edited in place, in an expression.
+    trait Tap: Sized {
+        fn tap(self, f: impl FnOnce(&mut Self)) -> Self;
+    }
+    impl Tap for Value {
+        fn tap(mut self, f: impl FnOnce(&mut Self)) -> Self {
+            f(&mut self);
+            self
+        }
     }
 }

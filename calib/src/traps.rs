@@ -7,6 +7,12 @@
 //!   request, an earlier run with the same seed) or the setup is not the one described.
 //!   The point's TTFTs below the floor are excluded from the fit, and its E2EL and
 //!   throughput, which contain them; its TPOT and ITL stay.
+//! * **A decode faster than its weights can be read** ([`decode_floor_ms`]): a TPOT (or mean
+//!   ITL) shorter than reading the model's linear-layer weights once at the GPU's peak memory
+//!   bandwidth, at the deployment's TP size (embeddings and a MoE card's experts left out, so
+//!   the floor is a lower bound for any batch). No step of a servesim engine can be that fast:
+//!   speculative decoding (not modelled), another model, GPU or TP size, or a unit error. The
+//!   point's TPOT and ITL are excluded, and its E2EL and throughput, which contain them.
 //! * **Orderings that cannot be physical**: among points of one workload at increasing
 //!   load, a TPOT that falls, or an output throughput that falls, by more than
 //!   [`ORDER_TOLERANCE`]: the higher-load point's value of that family is excluded.
@@ -46,7 +52,7 @@ pub struct Trap {
     pub point: String,
     /// The report keys concerned.
     pub metrics: Vec<String>,
-    /// `below_physical_floor`, `cold_server`, `ordering`, `percentile_for_mean`, `missing`, `tail`,
+    /// `below_physical_floor`, `below_decode_floor`, `cold_server`, `ordering`, `percentile_for_mean`, `missing`, `tail`,
     /// `output_lengths`, `inconsistent`, `statistic_set_aside`
     /// (`crate::procedure::set_aside_statistics`); a live
     /// calibration's `unsteady_engine` (`crate::procedure::UNSTEADY_SPEED_RATIO`).
@@ -82,6 +88,18 @@ pub fn ttft_floor_after_ms(spec: &SimSpec, cached: u32, n: u32) -> f64 {
     let attn_s = 4.0 * f64::from(m.num_layers) * f64::from(m.num_attention_heads) * f64::from(m.head_dim) / tp * pairs
         / g.dense_bf16_flops;
     (linear_s + attn_s) * 1e3
+}
+
+/// The least time a decode step can take, ms: the linear layers' weights (the embeddings and a
+/// MoE card's experts left out: at batch 1 only a few experts are read) read once per GPU at
+/// the GPU's peak memory bandwidth, at the deployment's TP size and weight bytes.
+pub fn decode_floor_ms(spec: &SimSpec) -> f64 {
+    let m = &spec.model;
+    let tp = f64::from(spec.deployment.tensor_parallel_size.max(1));
+    let linear_bytes =
+        if spec.deployment.quantization.is_some() { 1.0 } else { f64::from(m.dtype_bytes().unwrap_or(2)) };
+    let params = m.num_parameters.saturating_sub(m.embedding_parameters()).saturating_sub(m.expert_parameters());
+    params as f64 * linear_bytes / tp / spec.gpu.memory_bandwidth_bytes_per_s * 1e3
 }
 
 /// The load of a point, for ordering among points of one kind of load (`flag`'s key): the
@@ -203,6 +221,45 @@ pub fn flag(points: &mut [FitPoint]) -> Vec<Trap> {
                 ),
             });
         }
+    }
+    // A decode faster than its weights can be read.
+    for p in points.iter_mut() {
+        let floor = decode_floor_ms(&p.spec);
+        let below: Vec<String> = (0..TARGETS.len())
+            .filter(|&t| {
+                let k = TARGETS[t].key();
+                (family(TARGETS[t]) == "tpot" || k == "mean_itl_ms")
+                    && p.measured[t].is_some_and(|v| v < FLOOR_MARGIN * floor)
+            })
+            .map(|t| format!("{} {:.3} ms", TARGETS[t], p.measured[t].unwrap_or(0.0)))
+            .collect();
+        if below.is_empty() {
+            continue;
+        }
+        let mut excluded = Vec::new();
+        for t in 0..TARGETS.len() {
+            if matches!(family(TARGETS[t]), "tpot" | "itl" | "e2el" | "throughput") && p.measured[t].is_some() {
+                excluded.push(TARGETS[t].to_string());
+                p.measured[t] = None;
+            }
+        }
+        let tp = p.spec.deployment.tensor_parallel_size.max(1);
+        traps.push(Trap {
+            point: p.name.clone(),
+            metrics: excluded.clone(),
+            kind: "below_decode_floor",
+            action: "excluded",
+            why: format!(
+                "{} below the least a decode step takes, {floor:.3} ms: {}'s linear-layer weights read once at {}'s peak \
+                 memory bandwidth at TP {tp}. No step servesim models can be that fast: speculative decoding (not \
+                 modelled), another model, GPU or TP size than the scenario's, or a unit error. Excluded from the fit: {} \
+                 (the E2EL and throughput contain the same decode times).",
+                below.join(", "),
+                p.spec.model.id,
+                p.spec.gpu.id,
+                excluded.join(", ")
+            ),
+        });
     }
     traps.extend(flag_cold_server(points));
     traps.extend(flag_inconsistent(points));

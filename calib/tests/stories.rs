@@ -160,3 +160,39 @@ fn one_ttft_cannot_split_prefill_from_overhead() {
         assert_eq!((i.prior_sigma_log, &i.prior_sigma_source), (s.sigma, &s.source));
     }
 }
+
+/// A TPOT faster than the model's weights can be read (a unit error, speculative decoding, another
+/// setup) is flagged and left out with what contains it, not fitted as a step hundreds of times
+/// cheaper; and the floor is below what every simulated decode of the shipped scenarios takes,
+/// so real measurements of them are not flagged.
+#[test]
+fn a_decode_faster_than_its_weights_is_flagged_and_not_fitted() {
+    let one = spec("qwen2-7b-instruct", "a100-80gb", 1024, 64, 8, 4);
+    let mut measured = predict(&one, &one.cost);
+    let floor = calib::traps::decode_floor_ms(&one);
+    assert!(floor > 5.0 && floor < 8.0, "7.1e9 linear parameters in bf16 at 2.04 TB/s: {floor}");
+    for k in ["mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "median_itl_ms", "p99_itl_ms"] {
+        measured[idx(k)] = measured[idx(k)].map(|v| v / 1000.0);
+    }
+    let fit = vec![FitPoint { name: "c4".into(), spec: one.clone(), measured, replay: None }];
+    let p = calibrate_from_results(&fit, 400, vec!["story.json".into()], "story-scenario.json".into()).unwrap();
+    let traps = p.traps.as_ref().unwrap();
+    let t = traps.iter().find(|t| t.kind == "below_decode_floor").unwrap_or_else(|| panic!("{traps:?}"));
+    assert_eq!(t.action, "excluded");
+    assert!(t.metrics.iter().any(|m| m == "output_throughput") && t.metrics.iter().any(|m| m == "mean_e2el_ms"));
+    let prior = linear_prior(&one.cost).step_us;
+    let fitted = p.coefficient("step_us").unwrap();
+    assert!(fitted > 0.5 * prior, "step_us {fitted} against the prior's {prior}");
+    // Every shipped scenario decodes slower than its floor (as any real engine does).
+    for (id, text) in sim::builtin::SCENARIOS {
+        let mut v: Value = serde_json::from_str(text).unwrap();
+        v["workload"]["num_prompts"] = 64.into();
+        let s = config::resolve(&config::from_value(v, "").unwrap(), &sim::builtin::resources().unwrap()).unwrap();
+        if s.fleet.is_some() {
+            continue;
+        }
+        let tpot = predict(&s, &s.cost)[idx("mean_tpot_ms")].unwrap();
+        let floor = calib::traps::decode_floor_ms(&s);
+        assert!(tpot > floor, "{id}: simulated TPOT {tpot} ms under the floor {floor} ms");
+    }
+}

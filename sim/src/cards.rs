@@ -48,7 +48,7 @@ pub struct ModelCard {
     /// The checkpoint's `quantization_config.weight_block_size` (`[128, 128]` for Qwen's block
     /// fp8 checkpoints: one scale per 128 × 128 block of weights). Only block-128 fp8 experts
     /// of a MoE card are modelled (the `fp8_block` MoE tables); its attention projections are
-    /// timed by the per-tensor fp8 GEMM tables (`config::check_cards` refuses the rest).
+    /// timed by the per-tensor fp8 GEMM tables (`config::check_model_card` refuses the rest).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight_block_size: Option<Vec<u32>>,
     #[serde(default)]

@@ -1304,6 +1304,15 @@ pub fn text(spec: &SimSpec, out: &SimOutput, opts: &TextOptions) -> String {
         engines.join(" + "),
         sources.join(" or ")
     );
+    if r.stop_reason != crate::simulation::StopReason::Completed.as_str() {
+        // Said first, not only under the report: its counts and figures are of a cut-short run.
+        let _ = writeln!(
+            s,
+            "WARNING: the run did not complete ({}): the {} requests counted below as failed did not finish (most were \
+             never sent), and every figure is of the {} that did.",
+            r.stop_reason, r.failed, r.completed
+        );
+    }
     s.push_str(&report_text(r, opts, "simulated", if trace { Some("trace") } else { None }));
     // Notes on the numbers a first reader asks about.
     if let crate::config::EngineSpec::Vllm(v) = &spec.engine {

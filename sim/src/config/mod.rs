@@ -477,7 +477,7 @@ pub fn client_times_role_chunk(engine: &EngineSpec) -> bool {
 /// An inline card's figures within what any model or accelerator has (a value outside is a typo
 /// in units, and would give a silent nonsense: a zero-weight model whose KV pool grows, a run of
 /// centuries); the shipped cards are well inside.
-fn check_cards(model: &ModelCard, gpu: &GpuCard) -> Result<()> {
+fn check_gpu_card(gpu: &GpuCard) -> Result<()> {
     let in_range = |field: &str, v: f64, lo: f64, hi: f64, what: &str| -> Result<()> {
         if v.is_finite() && (lo..=hi).contains(&v) {
             Ok(())
@@ -502,14 +502,6 @@ fn check_cards(model: &ModelCard, gpu: &GpuCard) -> Result<()> {
     }
     if let Some(i) = gpu.interconnect.as_deref().filter(|i| !["nvlink", "pcie"].contains(i)) {
         return Err(ConfigError::new("hardware.interconnect", format!("expected \"nvlink\" or \"pcie\", got {i:?}")));
-    }
-    if let Some(m) =
-        model.quantization_method.as_deref().filter(|m| !["modelopt", "fp8", "compressed-tensors"].contains(m))
-    {
-        return Err(ConfigError::new(
-            "model.quantization_method",
-            format!("{m:?} is not modelled; expected \"modelopt\", \"fp8\" or \"compressed-tensors\" (the checkpoint's quant_method)"),
-        ));
     }
     if let Some(t) = gpu.kernel_tables.as_deref().filter(|t| *t != "none") {
         let known = crate::kernels::tabled_systems();
@@ -542,6 +534,52 @@ fn check_cards(model: &ModelCard, gpu: &GpuCard) -> Result<()> {
                 format!("expected a CUDA compute capability like \"9.0\" or \"10.0\", got {cc:?}"),
             ));
         }
+    }
+    Ok(())
+}
+
+/// A model card's own figures (what [`resolve`] checks of a card before any GPU or engine is
+/// read): a known dtype, its layers' sizes positive and consistent with `num_parameters`, its
+/// architecture and MoE object; an error names the card field. `servesim card` checks the card
+/// it derives from a `config.json` with it, so what it prints is a card a scenario accepts.
+pub fn check_model_card(model: &ModelCard) -> Result<()> {
+    match model.dtype_bytes() {
+        None => {
+            return Err(ConfigError::new(
+                "model.dtype",
+                format!("unknown dtype {:?}; expected bfloat16, float16 or float32", model.dtype),
+            ))
+        }
+        // Memory would count one-byte weights while every step is timed in bf16, and int8
+        // weights are not fp8 ones: an fp8 checkpoint says so with `quantization`.
+        Some(1) => {
+            return Err(ConfigError::new(
+                "model.dtype",
+                format!(
+                    "{:?} is not a checkpoint's unquantized dtype: expected bfloat16, float16 or float32; an fp8 checkpoint \
+                     keeps its dtype (bfloat16) and adds \"quantization\": \"fp8\" with its quantization_method, as \
+                     models/model/llama-3.1-70b-instruct-fp8.json does (int8 weights are not modelled)",
+                    model.dtype
+                ),
+            ))
+        }
+        Some(_) => {}
+    }
+    for (f, v) in [
+        ("model.num_layers", model.num_layers),
+        ("model.num_kv_heads", model.num_kv_heads),
+        ("model.head_dim", model.head_dim),
+        ("model.num_attention_heads", model.num_attention_heads),
+    ] {
+        positive(f, v)?;
+    }
+    if let Some(m) =
+        model.quantization_method.as_deref().filter(|m| !["modelopt", "fp8", "compressed-tensors"].contains(m))
+    {
+        return Err(ConfigError::new(
+            "model.quantization_method",
+            format!("{m:?} is not modelled; expected \"modelopt\", \"fp8\" or \"compressed-tensors\" (the checkpoint's quant_method)"),
+        ));
     }
     for (f, v) in [("model.num_parameters", model.num_parameters), ("model.vocab_size", u64::from(model.vocab_size))] {
         if v == 0 {
@@ -684,21 +722,8 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
     let (gpu_value, gpu_field, hardware_count, host) = hardware_parts(&s.hardware)?;
     let gpu: GpuCard = resolve_card(gpu_value, gpu_field, &res.gpus, |c: &GpuCard| &c.id, "models/gpu/")?;
     let gpu = card_on_host(gpu, host, "hardware.host")?;
-    if model.dtype_bytes().is_none() {
-        return Err(ConfigError::new(
-            "model.dtype",
-            format!("unknown dtype {:?}; expected bfloat16, float16, float32 or fp8", model.dtype),
-        ));
-    }
-    for (f, v) in [
-        ("model.num_layers", model.num_layers),
-        ("model.num_kv_heads", model.num_kv_heads),
-        ("model.head_dim", model.head_dim),
-        ("model.num_attention_heads", model.num_attention_heads),
-    ] {
-        positive(f, v)?;
-    }
-    check_cards(&model, &gpu)?;
+    check_model_card(&model)?;
+    check_gpu_card(&gpu)?;
 
     let kind =
         s.engine.kind.ok_or_else(|| ConfigError::new("engine.kind", "missing; expected \"vllm\" or \"sglang\""))?;

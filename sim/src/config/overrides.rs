@@ -12,7 +12,22 @@ pub fn apply_set(root: &mut Value, assignment: &str) -> Result<()> {
     if path.is_empty() {
         return Err(ConfigError::new("--set", format!("empty path in {assignment:?}")));
     }
-    let value: Value = serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_string()));
+    // A value that is not JSON is a string (`engine.kind=vllm`), except what was meant as JSON:
+    // an object or a list with a typo is an error, not a card or engine named by its text, and
+    // a number past f64 (`1e400`) is not read as "inf" by a field that takes strings.
+    let value: Value = match serde_json::from_str(raw) {
+        Ok(v) => v,
+        Err(e) => {
+            let t = raw.trim();
+            if t.starts_with('{') || t.starts_with('[') {
+                return Err(ConfigError::new(path, format!("not valid JSON: {e}")));
+            }
+            if t.parse::<f64>().is_ok_and(|x| x.is_infinite()) && t.chars().any(|c| c.is_ascii_digit()) {
+                return Err(ConfigError::new(path, format!("{t} is beyond any number (give \"inf\" for no limit)")));
+            }
+            Value::String(raw.to_string())
+        }
+    };
     let mut cur = root;
     let parts: Vec<&str> = path.split('.').collect();
     if parts.iter().any(|p| p.trim().is_empty()) {
@@ -124,4 +139,31 @@ pub fn apply_sets(json: &mut Value, sets: &[String]) -> std::result::Result<Vec<
         }
     }
     Ok(dropped)
+}
+
+#[cfg(test)]
+mod set_value_tests {
+    use super::*;
+
+    /// What was meant as JSON and is not (an object or list with a typo, a number past f64) is an
+    /// error naming the path, not a string a field then reads as a card name or as "inf".
+    #[test]
+    fn a_value_meant_as_json_that_is_not_is_an_error() {
+        let mut v = serde_json::json!({});
+        let e = apply_set(&mut v, "model={bad").unwrap_err();
+        assert_eq!(e.path, "model");
+        assert!(e.message.starts_with("not valid JSON"), "{e}");
+        assert!(apply_set(&mut v, "model=[1").unwrap_err().message.starts_with("not valid JSON"));
+        let e = apply_set(&mut v, "workload.request_rate=1e400").unwrap_err();
+        assert!(e.message.contains("beyond any number"), "{e}");
+        // Strings stay strings; numbers and objects parse.
+        apply_set(&mut v, "engine.kind=vllm").unwrap();
+        apply_set(&mut v, "workload.request_rate=inf").unwrap();
+        assert_eq!(v["workload"]["request_rate"], "inf");
+        apply_set(&mut v, "workload.request_rate=1e300").unwrap();
+        assert_eq!(v["workload"]["request_rate"], 1e300);
+        apply_set(&mut v, r#"model={"id": "m"}"#).unwrap();
+        assert_eq!(v["engine"]["kind"], "vllm");
+        assert_eq!(v["model"]["id"], "m");
+    }
 }
