@@ -12,6 +12,14 @@ pub fn apply_set(root: &mut Value, assignment: &str) -> Result<()> {
     if path.is_empty() {
         return Err(ConfigError::new("--set", format!("empty path in {assignment:?}")));
     }
+    let mut cur = root;
+    let parts: Vec<&str> = path.split('.').collect();
+    if parts.iter().any(|p| p.trim().is_empty()) {
+        return Err(ConfigError::new(
+            "--set",
+            format!("empty field name in path {path:?} (expected e.g. engine.max_num_seqs)"),
+        ));
+    }
     // A value that is not JSON is a string (`engine.kind=vllm`), except what was meant as JSON:
     // an object or a list with a typo is an error, not a card or engine named by its text, and
     // a number past f64 (`1e400`) is not read as "inf" by a field that takes strings.
@@ -28,14 +36,6 @@ pub fn apply_set(root: &mut Value, assignment: &str) -> Result<()> {
             Value::String(raw.to_string())
         }
     };
-    let mut cur = root;
-    let parts: Vec<&str> = path.split('.').collect();
-    if parts.iter().any(|p| p.trim().is_empty()) {
-        return Err(ConfigError::new(
-            "--set",
-            format!("empty field name in path {path:?} (expected e.g. engine.max_num_seqs)"),
-        ));
-    }
     for (i, part) in parts.iter().enumerate() {
         let obj = match cur {
             Value::Object(m) => m,
