@@ -69,6 +69,11 @@ fn expand_scenarios(a: &SweepArgs) -> Result<Vec<(String, RawScenario, Vec<Strin
         if a.scenarios.is_empty() { vec![None] } else { a.scenarios.iter().map(|p| Some(p.as_path())).collect() };
     // `--set engine.kind=vllm,sglang` runs each scenario once per engine.
     let (kinds, sets) = align::split_engine_kinds(&a.common.sets);
+    if let Some(ks) = &kinds {
+        if let Some(k) = ks.iter().enumerate().find_map(|(i, k)| ks[..i].contains(k).then_some(k)) {
+            return Err(format!("--set engine.kind={}: {k:?} is listed twice", ks.join(",")));
+        }
+    }
     let mut out = Vec::new();
     for p in paths {
         let mut raw = load::read_raw(p)?;

@@ -112,7 +112,7 @@ fn parse_vary(s: &str) -> Result<(String, Vec<Value>), String> {
         return Err(format!("--vary {s:?}: no values"));
     }
     let mut values: Vec<Value> = Vec::new();
-    for v in vals.split(',') {
+    for v in split_top_level(vals) {
         if v.trim().is_empty() {
             return Err(format!("--vary {s:?}: an empty value"));
         }
@@ -127,6 +127,35 @@ fn parse_vary(s: &str) -> Result<(String, Vec<Value>), String> {
         return Err(format!("--vary {s:?}: no path before '='"));
     }
     Ok((path.to_string(), values))
+}
+
+/// `vals` split at the commas outside JSON objects, lists and strings: an inline card
+/// (`model={"id": "m", ...}`) is one value, not cut at its own commas.
+fn split_top_level(vals: &str) -> Vec<&str> {
+    let (mut out, mut depth, mut in_str, mut escaped, mut start) = (Vec::new(), 0i32, false, false, 0);
+    for (i, c) in vals.char_indices() {
+        if in_str {
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => in_str = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => in_str = true,
+            '{' | '[' => depth += 1,
+            '}' | ']' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(&vals[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&vals[start..]);
+    out
 }
 
 type Config = Vec<usize>;
@@ -1191,5 +1220,23 @@ impl ResultWithIntervals {
             robust_best,
             robust_note: iv.robust_note,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An inline card or list among `--vary`'s values is one value, not cut at its own commas.
+    #[test]
+    fn vary_values_split_at_top_level_commas_only() {
+        let (path, v) = parse_vary(r#"model=qwen3-8b,{"id": "m", "a": [1, 2], "s": "x,\"y"},[3,4]"#).unwrap();
+        assert_eq!(path, "model");
+        assert_eq!(v.len(), 3, "{v:?}");
+        assert_eq!(v[0], "qwen3-8b");
+        assert_eq!(v[1]["s"], "x,\"y");
+        assert_eq!(v[2], serde_json::json!([3, 4]));
+        assert_eq!(parse_vary("engine.max_num_seqs=8,16").unwrap().1.len(), 2);
+        assert!(parse_vary("engine.max_num_seqs=8,,16").is_err());
     }
 }

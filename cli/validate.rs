@@ -32,7 +32,8 @@ use crate::load;
 
 #[derive(Args, Debug)]
 pub struct ValidateArgs {
-    /// The folder of validation sets.
+    /// The folder of validation sets (the paths they give are resolved against the repository
+    /// above it: the nearest folder holding data/published, else the current one).
     #[arg(long, default_value = "validation/published")]
     pub dir: PathBuf,
     /// Only the sets whose file name contains this.
@@ -672,8 +673,15 @@ pub fn run(a: ValidateArgs) -> Result<ExitCode, String> {
     if !(a.tolerance.is_finite() && a.tolerance >= 0.0) {
         return Err(format!("--tolerance: expected a finite number of points ≥ 0, got {}", a.tolerance));
     }
-    let root = std::env::current_dir().map_err(|e| e.to_string())?;
-    let dir = if a.dir.is_absolute() { a.dir.clone() } else { root.join(&a.dir) };
+    let cwd = std::env::current_dir().map_err(|e| e.to_string())?;
+    let dir = if a.dir.is_absolute() { a.dir.clone() } else { cwd.join(&a.dir) };
+    // A set's paths (its csv, its scenarios) are the repository's: resolved against the nearest
+    // folder above the sets that holds `data/published`, so `--dir` works from anywhere; else
+    // against the current folder.
+    let root = std::fs::canonicalize(&dir)
+        .ok()
+        .and_then(|d| d.ancestors().find(|a| a.join("data").join("published").is_dir()).map(Path::to_path_buf))
+        .unwrap_or(cwd);
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .map_err(|e| format!("{}: {e}", dir.display()))?
         .map(|e| e.map(|e| e.path()).map_err(|e| format!("{}: {e}", dir.display())))

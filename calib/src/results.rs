@@ -80,6 +80,16 @@ pub fn parse_results(text: &str, name: &str) -> Result<Vec<ResultPoint>, String>
                 _ => None,
             }
         });
+        if let (Some(n), Some(c)) =
+            (m.get("num_prompts").and_then(Value::as_u64), m.get("completed").and_then(Value::as_u64))
+        {
+            if c > n {
+                return Err(format!(
+                    "{at}: completed: {c} requests completed of the {n} sent (num_prompts): more than were sent; the \
+                     file mixes two runs, or one of the two fields is wrong"
+                ));
+            }
+        }
         if let Some(lost) = lost {
             let sent = m.get("num_prompts").and_then(Value::as_u64).map_or(String::new(), |n| format!(" of {n}"));
             let field = if failed.is_some_and(|f| f > 0.0) { "failed" } else { "completed" };
@@ -244,6 +254,14 @@ mod tests {
             "r.json",
         )
         .unwrap();
+    }
+
+    /// More requests completed than were sent is refused naming `completed`.
+    #[test]
+    fn more_completed_than_sent_is_an_error() {
+        let e =
+            parse_results(r#"{"output_throughput": 812.5, "completed": 20, "num_prompts": 10}"#, "r.json").unwrap_err();
+        assert!(e.starts_with("r.json: completed: 20 requests completed of the 10 sent"), "{e}");
     }
 
     /// A run that completed requests took time and moved tokens: a `duration` or a token total

@@ -91,6 +91,22 @@ impl ModelCard {
         })
     }
 
+    /// The dense MLP's intermediate size: the card's, else solved from the parameter count
+    /// (Llama-style: QKV, O and three MLP matrices a layer), at least `hidden_size`. The step
+    /// cost's GEMMs and the memory account's activations both read it, so a card without it is
+    /// one model to both.
+    pub fn effective_intermediate_size(&self) -> f64 {
+        if let Some(i) = self.intermediate_size {
+            return f64::from(i);
+        }
+        let h = f64::from(self.hidden_size);
+        let d = f64::from(self.head_dim);
+        let per_layer = (self.num_parameters - self.embedding_parameters().min(self.num_parameters)) as f64
+            / f64::from(self.num_layers.max(1));
+        let attn = h * d * (2.0 * f64::from(self.num_attention_heads) + 2.0 * f64::from(self.num_kv_heads));
+        ((per_layer - attn) / (3.0 * h)).max(h)
+    }
+
     /// Bytes per element of the weights (and, by default, of the KV cache).
     pub fn dtype_bytes(&self) -> Option<u32> {
         dtype_bytes(&self.dtype)

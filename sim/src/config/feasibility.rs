@@ -7,6 +7,8 @@ use super::*;
 pub(super) fn check_requests_fit(spec: &SimSpec) -> Result<()> {
     let (max_prompt, max_total) = max_request_lengths(&spec.workload);
     let field = match spec.workload.dataset {
+        // The shared prefix named where it is the larger part of the prompt.
+        Dataset::Random { input_len, prefix_len, .. } if prefix_len > input_len => "workload.random_prefix_len",
         Dataset::Random { .. } => "workload.random_input_len",
         Dataset::PrefixRepetition { .. } => "workload.prefix_repetition_prefix_len",
         Dataset::Trace { .. } | Dataset::Requests { .. } => "workload.trace",

@@ -638,7 +638,7 @@ pub fn vllm_activation_peak(model: &ModelCard, tp: u32, max_batched: u32, max_se
 /// `VLLM_FUSED_MOE_CHUNK_SIZE`, above every budget servesim's scenarios use).
 fn mlp_activation_elems_per_token(model: &ModelCard, tp: u32) -> u64 {
     match &model.moe {
-        None => 3 * (u64::from(model.intermediate_size.unwrap_or(model.hidden_size * 4)) / u64::from(tp.max(1))),
+        None => 3 * (model.effective_intermediate_size().round() as u64 / u64::from(tp.max(1))),
         Some(m) => {
             let i = u64::from(m.moe_intermediate_size) / u64::from(tp.max(1));
             u64::from(m.experts_per_token) * (3 * i + u64::from(model.hidden_size))

@@ -662,20 +662,6 @@ impl PartialEq for ComposedCost {
     }
 }
 
-/// The intermediate size: the card's, else solved from the parameter count
-/// (Llama-style: QKV, O and three MLP matrices a layer).
-fn intermediate(model: &ModelCard) -> f64 {
-    if let Some(i) = model.intermediate_size {
-        return f64::from(i);
-    }
-    let h = f64::from(model.hidden_size);
-    let d = f64::from(model.head_dim);
-    let per_layer = (model.num_parameters - model.embedding_parameters().min(model.num_parameters)) as f64
-        / f64::from(model.num_layers);
-    let attn = h * d * (2.0 * f64::from(model.num_attention_heads) + 2.0 * f64::from(model.num_kv_heads));
-    ((per_layer - attn) / (3.0 * h)).max(h)
-}
-
 /// The per-GPU shapes of `model` at TP `tp`: the four per-layer GEMMs, the LM head, the heads.
 pub fn model_shapes(model: &ModelCard, tp: u32, fp8: bool, kv_bytes: u32) -> ([GemmShape; 4], GemmShape, Heads) {
     let tp = tp.max(1);
@@ -683,7 +669,7 @@ pub fn model_shapes(model: &ModelCard, tp: u32, fp8: bool, kv_bytes: u32) -> ([G
     let d = u64::from(model.head_dim);
     let q = u64::from((model.num_attention_heads / tp).max(1));
     let kv = u64::from(model.kv_heads_per_gpu(tp));
-    let i = (intermediate(model) / f64::from(tp)).round() as u64;
+    let i = (model.effective_intermediate_size() / f64::from(tp)).round() as u64;
     let g = |n, k| GemmShape { n, k, fp8 };
     let gemms = [g((q + 2 * kv) * d, h), g(h, q * d), g(2 * i, h), g(h, i)];
     let lm = GemmShape { n: u64::from(model.vocab_size).div_ceil(u64::from(tp)), k: h, fp8: false };
