@@ -124,6 +124,14 @@ pub fn resolve(raw: &RawScenario) -> Result<(Scenario, SimSpec), String> {
     let spec = config::resolve(&scenario, &res).map_err(|e| format!("{origin}: {e}"))?;
     if let Some((path, d)) = &fitted_on {
         check_profile_deployment(&spec, d).map_err(|e| format!("{origin}: cost.profile: {}: {e}", path.display()))?;
+        // A fleet's every replica group runs on the profile's step costs: each must be the
+        // deployment it was fitted on (another GPU, TP size or engine kind is another machine).
+        if let Some(f) = &spec.fleet {
+            for r in &f.replicas {
+                check_replica_deployment(&spec, r, d)
+                    .map_err(|e| format!("{origin}: cost.profile: {}: replica {}: {e}", path.display(), r.name))?;
+            }
+        }
         if let Some(prior) = &res.profile_prior {
             let now = spec.cost.composed.as_ref().map(|c| c.source.as_str());
             let msg = match (&d.composed_cost_source, now) {
@@ -277,6 +285,24 @@ pub fn load_profile(path: &Path) -> Result<(CostCoefficients, Option<CostCoeffic
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
     let v: Value = serde_json::from_str(&text).map_err(|e| format!("{}: not valid JSON: {e}", path.display()))?;
     config::no_duplicate_keys(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    // What `calibrate` writes says what it is: another file (or a later format) is not read as one.
+    match v.get("format") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(f)) if f == "servesim-profile" => {}
+        Some(other) => {
+            return Err(format!("{}: format: expected \"servesim-profile\", got {other}", path.display()));
+        }
+    }
+    match v.get("version") {
+        None | Some(Value::Null) => {}
+        Some(n) if n.as_u64() == Some(1) => {}
+        Some(other) => {
+            return Err(format!(
+                "{}: version: this servesim reads profile format 1, the file says {other}",
+                path.display()
+            ));
+        }
+    }
     let co = v.get("coefficients").cloned().ok_or_else(|| format!("{}: no \"coefficients\" object", path.display()))?;
     let coefficients: CostCoefficients =
         config::from_value(co, "coefficients").map_err(|e| format!("{}: {e}", path.display()))?;
@@ -354,15 +380,17 @@ pub fn load_profile(path: &Path) -> Result<(CostCoefficients, Option<CostCoeffic
         }
     }
     // A fit that implies more than the card's peak (`calibrate` said so when it wrote the
-    // profile) is said again wherever the profile is used.
+    // profile) is said again wherever the profile is used (µs to four significant figures: a
+    // per-pair attention term is thousandths of one).
+    let us = |x: f64| if x != 0.0 && x.abs() < 1.0 { format!("{x:.4e}") } else { format!("{x:.1}") };
     for r in v.get("roofline_check").and_then(Value::as_array).into_iter().flatten() {
         if r.get("beats_physics").and_then(Value::as_bool) == Some(true) {
             warn_once(format!(
                 "{}: its fitted {} ({} µs) beats the hardware card's roofline floor ({} µs): the predictions with it run faster than the card can; check the data it was fitted on (speculative decoding, a cached prompt) or the card",
                 path.display(),
                 r.get("coefficient").and_then(Value::as_str).unwrap_or("?"),
-                r.get("fitted_us").and_then(Value::as_f64).map_or("?".into(), |x| format!("{x:.1}")),
-                r.get("roofline_floor_us").and_then(Value::as_f64).map_or("?".into(), |x| format!("{x:.1}")),
+                r.get("fitted_us").and_then(Value::as_f64).map_or("?".into(), us),
+                r.get("roofline_floor_us").and_then(Value::as_f64).map_or("?".into(), us),
             ));
         }
     }
@@ -403,6 +431,57 @@ impl ProfileDeployment {
     }
 }
 
+/// The profile's deployment against one engine's: an error listing what differs.
+fn deployment_differs(d: &ProfileDeployment, kind: &str, model: &str, gpu: &str, tp: u32) -> Result<(), String> {
+    let card = d.model_card.clone().or_else(|| d.model.clone().filter(|_| d.source.as_deref() == Some("results")));
+    let mut differ = Vec::new();
+    if d.kind.as_deref().is_some_and(|k| k != kind) {
+        differ.push(format!("engine {} (this scenario: {kind})", d.kind.as_deref().unwrap_or("")));
+    }
+    if let Some(c) = card.filter(|c| *c != model) {
+        differ.push(format!("model {c} (this scenario: {model})"));
+    }
+    if let Some(g) = d.gpu.as_ref().filter(|g| **g != gpu) {
+        differ.push(format!("GPU {g} (this scenario: {gpu})"));
+    }
+    if let Some(t) = d.tensor_parallel_size.filter(|t| *t != tp) {
+        differ.push(format!("tensor parallel size {t} (this scenario: {tp})"));
+    }
+    if differ.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "fitted on {}: its coefficients are that deployment's step costs, not this one's. Calibrate this \
+             deployment, or run without the profile",
+            differ.join(", ")
+        ))
+    }
+}
+
+/// [`check_profile_deployment`]'s errors for one replica of a fleet (its engine kind, GPU card
+/// and TP size; the model is the fleet's). A profile that does not say its GPU or TP size is
+/// checked against the fleet's first replica's (what the warning names): a replica on another
+/// GPU or TP size than that is another machine all the same.
+pub fn check_replica_deployment(
+    spec: &SimSpec,
+    r: &sim::config::ReplicaSpec,
+    d: &ProfileDeployment,
+) -> Result<(), String> {
+    let tp = r.deployment.tensor_parallel_size;
+    let first = ProfileDeployment {
+        gpu: d.gpu.clone().or_else(|| Some(spec.gpu.id.clone())),
+        tensor_parallel_size: d.tensor_parallel_size.or(Some(spec.deployment.tensor_parallel_size)),
+        kind: d.kind.clone().or_else(|| Some(spec.engine.kind().to_string())),
+        ..ProfileDeployment {
+            source: d.source.clone(),
+            model_card: d.model_card.clone(),
+            model: d.model.clone(),
+            ..Default::default()
+        }
+    };
+    deployment_differs(&first, r.engine.kind(), &spec.model.id, &r.gpu, tp)
+}
+
 /// A profile's coefficients hold for the deployment they were fitted on: the same engine, model
 /// card, GPU and TP size. Another deployment is an error (its step costs are another
 /// machine's); another release of the same engine is a warning (a what-if across releases keeps
@@ -410,26 +489,22 @@ impl ProfileDeployment {
 /// model of a live profile is the served name, not a card; older profiles have no GPU).
 pub fn check_profile_deployment(spec: &SimSpec, d: &ProfileDeployment) -> Result<(), String> {
     let kind = spec.engine.kind();
-    let card = d.model_card.clone().or_else(|| d.model.clone().filter(|_| d.source.as_deref() == Some("results")));
-    let mut differ = Vec::new();
-    if d.kind.as_deref().is_some_and(|k| k != kind) {
-        differ.push(format!("engine {} (this scenario: {kind})", d.kind.as_deref().unwrap_or("")));
-    }
-    if let Some(c) = card.filter(|c| *c != spec.model.id) {
-        differ.push(format!("model {c} (this scenario: {})", spec.model.id));
-    }
-    if let Some(g) = d.gpu.as_ref().filter(|g| **g != spec.gpu.id) {
-        differ.push(format!("GPU {g} (this scenario: {})", spec.gpu.id));
-    }
-    if let Some(t) = d.tensor_parallel_size.filter(|t| *t != spec.deployment.tensor_parallel_size) {
-        differ.push(format!("tensor parallel size {t} (this scenario: {})", spec.deployment.tensor_parallel_size));
-    }
-    if !differ.is_empty() {
-        return Err(format!(
-            "fitted on {}: its coefficients are that deployment's step costs, not this one's. Calibrate this \
-             deployment, or run without the profile",
-            differ.join(", ")
-        ));
+    deployment_differs(d, kind, &spec.model.id, &spec.gpu.id, spec.deployment.tensor_parallel_size)?;
+    // A live profile that does not name its card names the model as it was served: one that is
+    // neither this card's id nor its Hugging Face repository is most likely another model.
+    if d.model_card.is_none() && d.source.as_deref() != Some("results") {
+        if let Some(served) = d.model.as_deref() {
+            let norm = |x: &str| x.rsplit('/').next().unwrap_or(x).to_ascii_lowercase();
+            let names = [Some(spec.model.id.as_str()), spec.model.hf_repo.as_deref()];
+            if !names.iter().flatten().any(|n| norm(n) == norm(served)) {
+                warn_once(format!(
+                    "cost.profile was fitted on a model served as {served:?} and does not name its card; this scenario's \
+                     model is {}: its step costs are applied as if they were this model's; calibrate this model to \
+                     have it checked",
+                    spec.model.id
+                ));
+            }
+        }
     }
     // An older profile that does not say its GPU (or TP size) cannot be checked there: said,
     // not applied as if it had been fitted here.

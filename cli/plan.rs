@@ -366,6 +366,39 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
     let file = a.candidates.display().to_string();
     let cands: Candidates = serde_json::from_str(&cands_text).map_err(|e| format!("{file}: {e}"))?;
     check_candidates(&cands, &file)?;
+    // What every candidate sets (its GPU, replica counts and TP size; the rate of --request-rate)
+    // would overwrite an override of it without a word: refused, naming where it was given.
+    let axis = |p: &str| -> Option<&'static str> {
+        let p = p.trim();
+        if p == "hardware" || p.starts_with("hardware.") {
+            Some("the candidates' gpu")
+        } else if ["fleet.count", "fleet.prefill_count", "fleet.decode_count", "fleet.replicas"].contains(&p)
+            || p.starts_with("fleet.replicas.")
+        {
+            Some("the candidates' replicas and pd_splits")
+        } else if ["engine.tensor_parallel_size", "engine.tp_size"].contains(&p) {
+            Some("the candidates' tensor_parallel_size")
+        } else if a.request_rate.is_some() && ["workload.request_rate", "workload.trace_rate"].contains(&p) {
+            Some("--request-rate")
+        } else {
+            None
+        }
+    };
+    for (x, whose) in a
+        .common
+        .sets
+        .iter()
+        .map(|x| (x, "--set".to_string()))
+        .chain(cands.sets.iter().enumerate().map(|(i, x)| (x, format!("{file}: sets[{i}]"))))
+    {
+        let path = x.split('=').next().unwrap_or("");
+        if let Some(by) = axis(path) {
+            return Err(format!(
+                "{whose} {x:?}: {} is what each plan sets ({by}), so this would be overwritten: leave it out",
+                path.trim()
+            ));
+        }
+    }
     let mut base = load::read_raw(a.scenario.as_deref())?;
     load::apply_overrides(&mut base, &a.common.sets, a.common.seed)?;
     for (i, x) in cands.sets.iter().enumerate() {

@@ -37,7 +37,7 @@ pub(super) fn resolve_cost(
         if !(1e-4..=1.0).contains(&v) {
             return Err(ConfigError::new(
                 format!("cost.prior.{name}"),
-                format!("an efficiency must be in [0.0001, 1], got {v}"),
+                format!("an efficiency must be in [0.0001, 1], got {v:?}"),
             ));
         }
     }
@@ -54,7 +54,7 @@ pub(super) fn resolve_cost(
         if !(v.is_finite() && (0.0..=MAX_COEFFICIENT_US).contains(&v)) {
             return Err(ConfigError::new(
                 format!("cost.prior.{name}"),
-                format!("must be a finite number from 0 to {MAX_COEFFICIENT_US} (µs), got {v}"),
+                format!("must be a finite number from 0 to {MAX_COEFFICIENT_US} (µs), got {v:?}"),
             ));
         }
     }
@@ -206,7 +206,7 @@ pub fn check_coefficients(c: &CostCoefficients, path: &str) -> Result<()> {
             if !(v.is_finite() && (0.0..=MAX_COEFFICIENT_US).contains(&v)) {
                 return Err(ConfigError::new(
                     format!("{path}.{name}"),
-                    format!("must be a finite number from 0 to {MAX_COEFFICIENT_US} (µs), got {v}"),
+                    format!("must be a finite number from 0 to {MAX_COEFFICIENT_US} (µs), got {v:?}"),
                 ));
             }
         }

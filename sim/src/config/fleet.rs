@@ -499,6 +499,35 @@ pub(super) fn resolve_fleet(s: &Scenario, res: &Resources) -> Result<SimSpec> {
             ),
         ));
     }
+    // A prefill replica hands its KV to a decode replica: the two must keep it alike. A vLLM
+    // prefill engine's KV (NIXL, vLLM's block layout) is not what an SGLang decode engine reads,
+    // and a KV cache of another dtype is other bytes than the transfer moves.
+    if n_pre > 0 {
+        let a = &replicas[0];
+        if let Some(b) = replicas.iter().find(|r| r.engine.kind() != a.engine.kind()) {
+            return Err(ConfigError::new(
+                "fleet.replicas",
+                format!(
+                    "replica {} runs {} and replica {} runs {}: disaggregated prefill and decode replicas hand KV caches \
+                     to each other through one connector, which both ends must be the same engine to use",
+                    a.name,
+                    a.engine.kind(),
+                    b.name,
+                    b.engine.kind()
+                ),
+            ));
+        }
+        if let Some(b) = replicas.iter().find(|r| r.deployment.kv_dtype_bytes != a.deployment.kv_dtype_bytes) {
+            return Err(ConfigError::new(
+                "fleet.replicas",
+                format!(
+                    "replica {} keeps its KV cache in {} byte(s) an element and replica {} in {}: a prefill replica's KV \
+                     is read by the decode replica as it was written, so both need the same kv_cache_dtype",
+                    a.name, a.deployment.kv_dtype_bytes, b.name, b.deployment.kv_dtype_bytes
+                ),
+            ));
+        }
+    }
     // The KV transfer and the decode pool's router exist only with prefill and decode pools:
     // set on a fleet of mixed replicas they would be read by nothing.
     if n_pre == 0 {
@@ -522,12 +551,12 @@ pub(super) fn resolve_fleet(s: &Scenario, res: &Resources) -> Result<SimSpec> {
     if !(bw.is_finite() && (1e8..=1e14).contains(&bw)) {
         return Err(ConfigError::new(
             "fleet.kv_transfer_bandwidth_bytes_per_s",
-            format!("must be from 1e8 (100 MB/s) to 1e14 (100 TB/s) bytes per second, got {bw}"),
+            format!("must be from 1e8 (100 MB/s) to 1e14 (100 TB/s) bytes per second, got {bw:?}"),
         ));
     }
     let lat = f.kv_transfer_latency_us.unwrap_or(0.0);
     if !(lat.is_finite() && (0.0..=1e9).contains(&lat)) {
-        return Err(ConfigError::new("fleet.kv_transfer_latency_us", format!("must be from 0 to 1e9, got {lat}")));
+        return Err(ConfigError::new("fleet.kv_transfer_latency_us", format!("must be from 0 to 1e9, got {lat:?}")));
     }
     let router = f.router.clone().unwrap_or(RouterSpec::RoundRobin {});
     router.check("fleet.router")?;

@@ -482,7 +482,7 @@ fn check_gpu_card(gpu: &GpuCard) -> Result<()> {
         if v.is_finite() && (lo..=hi).contains(&v) {
             Ok(())
         } else {
-            Err(ConfigError::new(field, format!("must be from {lo:e} to {hi:e} ({what}), got {v}")))
+            Err(ConfigError::new(field, format!("must be from {lo:e} to {hi:e} ({what}), got {v:?}")))
         }
     };
     in_range("hardware.memory_bytes", gpu.memory_bytes as f64, 2f64.powi(28), 2f64.powi(42), "256 MiB to 4 TiB")?;

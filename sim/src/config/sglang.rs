@@ -268,13 +268,13 @@ pub(super) fn resolve_sglang(
     if !(conservativeness > 0.0 && conservativeness.is_finite()) {
         return Err(ConfigError::new(
             "engine.schedule_conservativeness",
-            format!("must be > 0, got {conservativeness}"),
+            format!("must be > 0, got {conservativeness:?}"),
         ));
     }
     // A fraction is checked even when max_total_tokens sizes the pool.
     if let Some(m) = f.mem_fraction_static {
         if !(m > 0.0 && m < 1.0) {
-            return Err(ConfigError::new("engine.mem_fraction_static", format!("must be in (0, 1), got {m}")));
+            return Err(ConfigError::new("engine.mem_fraction_static", format!("must be in (0, 1), got {m:?}")));
         }
     }
     let cell = model.kv_bytes_per_token_per_gpu(dep.tensor_parallel_size, dep.kv_dtype_bytes);
@@ -328,7 +328,7 @@ pub(super) fn resolve_sglang(
         };
         if !(mfs > 0.0 && mfs < 1.0) {
             if f.mem_fraction_static.is_some() {
-                return Err(ConfigError::new("engine.mem_fraction_static", format!("must be in (0, 1), got {mfs}")));
+                return Err(ConfigError::new("engine.mem_fraction_static", format!("must be in (0, 1), got {mfs:?}")));
             }
             // SGLang's own formula fell outside: it reserves memory for the CUDA graphs and the
             // prefill chunk, so the flag that grew the reserve is the one to name.

@@ -710,7 +710,7 @@ pub(super) fn resolve_vllm(
     // A fraction is checked even when another field sizes the pool: an invalid value is never silently ignored.
     if let Some(u) = f.gpu_memory_utilization {
         if !(u > 0.0 && u <= 1.0) {
-            return Err(ConfigError::new("engine.gpu_memory_utilization", format!("must be in (0, 1], got {u}")));
+            return Err(ConfigError::new("engine.gpu_memory_utilization", format!("must be in (0, 1], got {u:?}")));
         }
     }
     let kv_bytes_per_token = model.kv_bytes_per_token_per_gpu(dep.tensor_parallel_size, dep.kv_dtype_bytes);
@@ -780,7 +780,7 @@ pub(super) fn resolve_vllm(
             0.9
         });
         if !(util > 0.0 && util <= 1.0) {
-            return Err(ConfigError::new("engine.gpu_memory_utilization", format!("must be in (0, 1], got {util}")));
+            return Err(ConfigError::new("engine.gpu_memory_utilization", format!("must be in (0, 1], got {util:?}")));
         }
         // `request_memory`: vLLM refuses to start when the free memory it finds (after the CUDA
         // context, NCCL and cuBLAS are up) is below `ceil(total × util)`. Clean GPUs log 0.41–0.96

@@ -28,7 +28,7 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
         DatasetName::Random => {
             let r = w.random_range_ratio.unwrap_or(0.0);
             if !(0.0..1.0).contains(&r) {
-                return Err(ConfigError::new("workload.random_range_ratio", format!("must be in [0, 1), got {r}")));
+                return Err(ConfigError::new("workload.random_range_ratio", format!("must be in [0, 1), got {r:?}")));
             }
             let input_len = positive("workload.random_input_len", w.random_input_len.unwrap_or(1024))?;
             let prefix_len = w.random_prefix_len.unwrap_or(0);
@@ -278,7 +278,7 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
             return Err(ConfigError::new(
                 "workload.request_rate",
                 format!(
-                    "must be from {MIN_REQUEST_RATE} to {MAX_REQUEST_RATE} requests per second, or \"inf\"; got {r}"
+                    "must be from {MIN_REQUEST_RATE} to {MAX_REQUEST_RATE} requests per second, or \"inf\"; got {r:?}"
                 ),
             ));
         }
@@ -295,7 +295,7 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
     };
     let burstiness = w.burstiness.unwrap_or(1.0);
     if !(burstiness > 0.0 && burstiness.is_finite()) {
-        return Err(ConfigError::new("workload.burstiness", format!("must be > 0, got {burstiness}")));
+        return Err(ConfigError::new("workload.burstiness", format!("must be > 0, got {burstiness:?}")));
     }
     // The gaps are gamma(shape = burstiness, scale = 1 / (rate × burstiness)): a scale that
     // underflows (or a shape the sampler refuses) cannot draw them (it panicked).
@@ -337,7 +337,7 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
     }
     match w.output_len_dist {
         Some(OutputLenDist::Geometric { mean }) if !(mean >= 1.0 && mean.is_finite()) => {
-            return Err(ConfigError::new("workload.output_len_dist.mean", format!("must be >= 1, got {mean}")));
+            return Err(ConfigError::new("workload.output_len_dist.mean", format!("must be >= 1, got {mean:?}")));
         }
         Some(OutputLenDist::Uniform { min, max }) if min == 0 || min > max => {
             return Err(ConfigError::new(
@@ -442,7 +442,7 @@ fn check_fields_of_dataset(w: &WorkloadSection) -> Result<()> {
     for (f, v) in [("trace_time_scale", w.trace_time_scale), ("trace_rate", w.trace_rate)] {
         if let Some(x) = v {
             if !(x.is_finite() && x > 0.0) {
-                return Err(ConfigError::new(format!("workload.{f}"), format!("must be a number > 0, got {x}")));
+                return Err(ConfigError::new(format!("workload.{f}"), format!("must be a number > 0, got {x:?}")));
             }
         }
     }
