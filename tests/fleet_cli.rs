@@ -789,8 +789,6 @@ fn plan_judges_keeping_up_alike_on_a_short_and_a_long_run() {
             "--candidates",
             cands.to_str().unwrap(),
             "--set",
-            "hardware=h100-80gb",
-            "--set",
             "model=llama-3.1-8b-instruct",
             "--request-rate",
             rate,
@@ -808,4 +806,104 @@ fn plan_judges_keeping_up_alike_on_a_short_and_a_long_run() {
         assert!(verdict("4", n), "keeps up with 4 req/s over {n} requests");
         assert!(!verdict("5", n), "falls behind 5 req/s over {n} requests");
     }
+}
+
+/// A knee far below the limit that binds (one prefill replica feeding one decode replica: the
+/// prefill side saturates long before the KV pool fills) is not blamed on the pool: explain says
+/// the engine is out of compute there and what moves it (a second fuzzing pass, 2026-12-06).
+#[test]
+fn explain_does_not_blame_the_pool_for_a_knee_far_below_it() {
+    let s = write_temp(
+        "explain-pd11.json",
+        r#"{"version": 1, "name": "pd11", "engine": {"kind": "vllm", "version": "0.33.0", "max_model_len": 8192},
+            "model": "llama-3.1-8b-instruct", "hardware": "h100-80gb", "fleet": {"prefill_count": 1, "decode_count": 1},
+            "workload": {"dataset_name": "random", "random_input_len": 1024, "random_output_len": 128, "num_prompts": 200,
+                         "request_rate": 10, "ignore_eos": true, "seed": 0}}"#,
+    );
+    let out = run_cli(&["explain", s.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(text.contains("The knee sits well below the limit that binds"), "{text}");
+    assert!(text.contains("more prefill replicas"), "{text}");
+    assert!(!text.contains("The knee moves with the KV pool"), "{text}");
+}
+
+/// Plan refuses an override of what each plan sets (it would be overwritten without a word).
+#[test]
+fn plan_refuses_an_override_of_a_candidate_axis() {
+    let cands = write_temp(
+        "plan-axis-cands.json",
+        r#"{"prices_per_gpu_hour":{"h100-80gb":2.99},"gpus":["h100-80gb"],"tensor_parallel_size":[1],"replicas":[1]}"#,
+    );
+    for set in ["hardware=a100-80gb", "engine.tensor_parallel_size=2", "fleet.count=3"] {
+        let out = run_cli(&["plan", "--candidates", cands.to_str().unwrap(), "--set", set]);
+        assert_eq!(out.status.code(), Some(2), "{set}");
+        assert!(stderr(&out).contains("is what each plan sets"), "{set}: {}", stderr(&out));
+    }
+}
+
+/// A cost profile holds for the deployment it was fitted on, in every replica group of a fleet:
+/// a group on another GPU is refused naming the replica, as a single engine on it is (a second
+/// fuzzing pass, 2026-12-06: the fleet applied it silently).
+#[test]
+fn a_profile_is_checked_against_every_replica_group() {
+    let profile = write_temp(
+        "fleet-profile-h100.json",
+        r#"{"format": "servesim-profile", "version": 1, "source": "live",
+            "engine": {"kind": "vllm", "version": "0.33.0", "model_card": "llama-3.1-8b-instruct", "gpu": "h100-80gb",
+                       "tensor_parallel_size": 1},
+            "coefficients": {"step_us": 6000, "per_seq_us": 4, "prefill_token_us": 70, "decode_token_us": 80,
+                             "prefill_attention_us": 0.01, "decode_kv_us": 0.2, "request_ingress_us": 2000,
+                             "output_token_us": 40},
+            "cost_mode": "linear"}"#,
+    );
+    let scenario = |groups: &str| {
+        write_temp(
+            &format!("fleet-profile-{}.json", groups.len()),
+            &format!(
+                r#"{{"version": 1, "engine": {{"kind": "vllm", "version": "0.33.0", "max_model_len": 8192}},
+                    "model": "llama-3.1-8b-instruct", "hardware": "h100-80gb",
+                    "workload": {{"dataset_name": "random", "random_input_len": 512, "random_output_len": 32,
+                                  "num_prompts": 16, "max_concurrency": 4, "ignore_eos": true, "seed": 0}},
+                    "cost": {{"profile": {:?}}}, "fleet": {{"replicas": [{groups}]}}}}"#,
+                profile.display().to_string()
+            ),
+        )
+    };
+    let same = run_cli(&["simulate", scenario(r#"{"count": 2}"#).to_str().unwrap()]);
+    assert!(same.status.success(), "{}", stderr(&same));
+    let other =
+        run_cli(&["simulate", scenario(r#"{"count": 1}, {"count": 1, "hardware": "a100-80gb"}"#).to_str().unwrap()]);
+    assert_eq!(other.status.code(), Some(2), "{}", stderr(&other));
+    assert!(
+        stderr(&other).contains("replica") && stderr(&other).contains("fitted on GPU h100-80gb"),
+        "{}",
+        stderr(&other)
+    );
+}
+
+/// A disaggregated fleet's prefill and decode replicas hand KV to each other: another engine, or
+/// another KV dtype, at one end is refused naming the replicas (it ran, with plausible figures).
+#[test]
+fn prefill_and_decode_replicas_must_keep_their_kv_alike() {
+    let fleet = |decode: &str| {
+        let text = format!(
+            r#"{{"version": 1, "engine": {{"kind": "vllm", "version": "0.33.0", "max_model_len": 8192}},
+                "model": "llama-3.1-8b-instruct", "hardware": "h100-80gb",
+                "fleet": {{"replicas": [{{"count": 1, "role": "prefill"}}, {{"count": 1, "role": "decode", "engine": {decode}}}]}},
+                "workload": {{"dataset_name": "random", "random_input_len": 512, "random_output_len": 32,
+                              "num_prompts": 16, "request_rate": 10, "ignore_eos": true, "seed": 0}}}}"#
+        );
+        run_cli(&["simulate", write_temp(&format!("pd-{}.json", decode.len()), &text).to_str().unwrap()])
+    };
+    assert!(fleet("{}").status.success());
+    let kinds = fleet(r#"{"kind": "sglang", "version": "0.4.10"}"#);
+    assert_eq!(kinds.status.code(), Some(2));
+    assert!(
+        stderr(&kinds).contains("runs vllm and replica") && stderr(&kinds).contains("runs sglang"),
+        "{}",
+        stderr(&kinds)
+    );
+    let dtype = fleet(r#"{"kv_cache_dtype": "fp8"}"#);
+    assert_eq!(dtype.status.code(), Some(2));
+    assert!(stderr(&dtype).contains("same kv_cache_dtype"), "{}", stderr(&dtype));
 }

@@ -444,7 +444,20 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
             plan.grid.last().copied().unwrap_or(1)
         )),
     }
-    let knob = if binding_limit == "kv_pool" {
+    // A knee well below the limit that binds is not that limit's: the steps themselves slow as
+    // the batch grows (compute, or in a disaggregated fleet its prefill replicas), and neither a
+    // larger pool nor a higher running cap moves it.
+    let below_limits = knee.is_some_and(|k| u64::from(k) * 2 < binding_at);
+    let disaggregated = base.fleet.as_ref().is_some_and(|f| f.disaggregated());
+    let knob = if below_limits {
+        format!(
+            "The knee sits well below the limit that binds ({binding_at} concurrent requests): there the engine is out of \
+             compute, its steps growing with the batch{}; a larger KV pool or a higher {running_knob} does not move it, \
+             more or faster GPUs (a higher TP size, more replicas{}) do.",
+            if disaggregated { " (or its prefill replicas are, feeding the decode ones)" } else { "" },
+            if disaggregated { ", more prefill replicas" } else { "" }
+        )
+    } else if binding_limit == "kv_pool" {
         format!("The knee moves with the KV pool: raise {memory_knob}, serve a smaller or quantized model, or shorten requests; raising {running_knob} does not help while the pool binds.")
     } else {
         format!(
