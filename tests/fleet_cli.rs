@@ -907,3 +907,28 @@ fn prefill_and_decode_replicas_must_keep_their_kv_alike() {
     assert_eq!(dtype.status.code(), Some(2));
     assert!(stderr(&dtype).contains("same kv_cache_dtype"), "{}", stderr(&dtype));
 }
+
+/// Replica names label the report's rows: an empty one, one over two lines, or two alike are
+/// refused naming the group.
+#[test]
+fn replica_names_are_one_line_and_distinct() {
+    let fleet = |groups: &str| {
+        let text = format!(
+            r#"{{"version": 1, "engine": {{"kind": "vllm", "version": "0.33.0", "max_model_len": 8192}},
+                "model": "llama-3.1-8b-instruct", "hardware": "h100-80gb", "fleet": {{"replicas": [{groups}]}},
+                "workload": {{"dataset_name": "random", "random_input_len": 256, "random_output_len": 16,
+                              "num_prompts": 8, "max_concurrency": 2, "ignore_eos": true, "seed": 0}}}}"#
+        );
+        run_cli(&["simulate", write_temp(&format!("names-{}.json", groups.len()), &text).to_str().unwrap()])
+    };
+    assert!(fleet(r#"{"count": 2, "name": "a"}, {"count": 1, "name": "b"}"#).status.success());
+    for (groups, says) in [
+        (r#"{"count": 1, "name": "x"}, {"count": 1, "name": "x"}"#, "replicas[1].name: replica name \"x\""),
+        (r#"{"count": 1, "name": ""}"#, "replicas[0].name"),
+        (r#"{"count": 1, "name": "a\nb"}"#, "replicas[0].name"),
+    ] {
+        let o = fleet(groups);
+        assert_eq!(o.status.code(), Some(2), "{groups}");
+        assert!(stderr(&o).contains(says), "{groups}: {}", stderr(&o));
+    }
+}

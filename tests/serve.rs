@@ -114,6 +114,17 @@ fn malformed_requests_get_4xx_and_leave_the_server_up() {
         ),
         (post(&s.url, "/v1/completions", &format!(r#"{{"model": "{m}", "prompt": [-1, 2]}}"#)), "400"),
         (post(&s.url, "/v1/completions", &format!(r#"{{"model": "{m}", "prompt": "hi", "stream": "yes"}}"#)), "400"),
+        // What vLLM's SamplingParams refuse, servesim refuses alike.
+        (post(&s.url, "/v1/completions", &format!(r#"{{"model": "{m}", "prompt": "hi", "temperature": -5}}"#)), "400"),
+        (post(&s.url, "/v1/completions", &format!(r#"{{"model": "{m}", "prompt": "hi", "top_p": 0}}"#)), "400"),
+        (
+            post(
+                &s.url,
+                "/v1/completions",
+                &format!(r#"{{"model": "{m}", "prompt": "hi", "max_tokens": 2, "min_tokens": 10}}"#),
+            ),
+            "400",
+        ),
         (post(&s.url, "/v1/chat/completions", &format!(r#"{{"model": "{m}", "messages": "hi"}}"#)), "400"),
         (raw(&s.url, b"POST /v1/completions HTTP/1.1\r\nContent-Length: 99999999\r\n\r\n"), "413"),
         (

@@ -399,6 +399,28 @@ fn parse_completion(body: &[u8], chat: bool, sh: &Shared) -> Result<Completion, 
             return Err(bad(format!("{k}: expected a boolean")));
         }
     }
+    // The sampling parameters the engines refuse (vLLM's `SamplingParams._verify_args`, with its
+    // messages), though servesim samples nothing: a request vLLM answers 400 is answered 400.
+    let num = |k: &str| -> Result<Option<f64>, Bad> {
+        match obj.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v.as_f64().map(Some).ok_or_else(|| bad(format!("{k}: expected a number, got {v}"))),
+        }
+    };
+    if let Some(t) = num("temperature")?.filter(|t| *t < 0.0) {
+        return Err(bad(format!("temperature must be non-negative, got {t}.")));
+    }
+    if let Some(p) = num("top_p")?.filter(|p| !(*p > 0.0 && *p <= 1.0)) {
+        return Err(bad(format!("top_p must be in (0, 1], got {p}.")));
+    }
+    if let Some(m) = num("min_tokens")? {
+        if m < 0.0 || m.fract() != 0.0 {
+            return Err(bad(format!("min_tokens must be greater than or equal to 0, got {m}.")));
+        }
+        if m > f64::from(max_tokens) {
+            return Err(bad(format!("min_tokens must be less than or equal to max_tokens={max_tokens}, got {m}.")));
+        }
+    }
     let flag = |k: &str| obj.get(k).and_then(Value::as_bool);
     Ok(Completion {
         prompt,

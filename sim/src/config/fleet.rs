@@ -475,6 +475,16 @@ pub(super) fn resolve_fleet(s: &Scenario, res: &Resources) -> Result<SimSpec> {
             }
         }
         let role = g.role.unwrap_or_default();
+        // A replica's name labels its rows of the report, its text table and its JSON: one
+        // line, and not empty.
+        if let Some(n) = &g.name {
+            if n.trim().is_empty() || n.chars().any(char::is_control) {
+                return Err(ConfigError::new(
+                    format!("{path}.name"),
+                    format!("{n:?}: expected a name on one line (letters, digits, '-', ...), not empty"),
+                ));
+            }
+        }
         for k in 0..count {
             let name = match &g.name {
                 Some(n) if count == 1 => n.clone(),
@@ -486,6 +496,19 @@ pub(super) fn resolve_fleet(s: &Scenario, res: &Resources) -> Result<SimSpec> {
         }
         if first.is_none() {
             first = Some(spec);
+        }
+    }
+    // Names tell the replicas apart in the report: two alike (a group named twice, or "big" of
+    // two beside "big-0") are refused.
+    for (i, r) in replicas.iter().enumerate() {
+        if let Some(o) = replicas[..i].iter().find(|o| o.name == r.name) {
+            return Err(ConfigError::new(
+                format!("fleet.replicas[{}].name", r.group),
+                format!(
+                    "replica name {:?} is also a replica of group {}: give the groups names that do not collide",
+                    r.name, o.group
+                ),
+            ));
         }
     }
     let n_pre = replicas.iter().filter(|r| r.role == ReplicaRole::Prefill).count();
