@@ -136,6 +136,12 @@ fn error(sh: &Shared, status: StatusCode, msg: &str) -> Resp {
     full(status, "application/json", error_value(is_sglang(&sh.spec), status, msg).to_string())
 }
 
+/// How long a connection may take to send a request's headers, or its body once the headers
+/// are in, before it is answered (408) or closed. hyper's header timer also runs on an idle
+/// keep-alive connection, so it is longer than the clients' own idle limits (aiohttp's 15 s,
+/// reqwest's 90 s): they close an idle pooled connection before the server does.
+const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
+
 /// Serves one connection (keep-alive: any number of requests). Past `max_connections`
 /// the connection is answered 503 and closed.
 pub(crate) fn spawn_connection(sock: TcpStream, sh: Arc<Shared>) {
@@ -153,7 +159,11 @@ pub(crate) fn spawn_connection(sock: TcpStream, sh: Arc<Shared>) {
                 Ok(route(req, sh).await)
             }
         });
+        // A client that sends part of its headers and stops is not answered forever: it would
+        // hold a connection slot (`max_connections`) for as long as it stayed open.
         let _ = hyper::server::conn::http1::Builder::new()
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(READ_TIMEOUT)
             .keep_alive(!over)
             .max_buf_size(64 * 1024)
             .serve_connection(io, service)
@@ -201,7 +211,16 @@ async fn route(req: Request<Incoming>, sh: Arc<Shared>) -> Resp {
                     &format!("request body of {} bytes exceeds the limit of {MAX_BODY_BYTES}", declared.unwrap_or(0)),
                 );
             }
-            let body = match http_body_util::Limited::new(req.into_body(), MAX_BODY_BYTES).collect().await {
+            // A body that stops short of its Content-Length is answered 408 after READ_TIMEOUT.
+            let read = tokio::time::timeout(READ_TIMEOUT, http_body_util::Limited::new(req.into_body(), MAX_BODY_BYTES).collect());
+            let Ok(read) = read.await else {
+                return error(
+                    &sh,
+                    StatusCode::REQUEST_TIMEOUT,
+                    &format!("the request body did not arrive within {} s", READ_TIMEOUT.as_secs()),
+                );
+            };
+            let body = match read {
                 Ok(b) => b.to_bytes(),
                 Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
                     return error(&sh, StatusCode::PAYLOAD_TOO_LARGE, &format!("request body exceeds the limit of {MAX_BODY_BYTES} bytes"))
