@@ -80,6 +80,51 @@ fn one() -> Vec<u32> {
     vec![1]
 }
 
+/// The candidates file, each key read on its own so that a wrong value is an error naming the key
+/// and what it takes (serde's own error gave a line and column only).
+fn parse_candidates(text: &str, file: &str) -> Result<Candidates, String> {
+    let v: Value = serde_json::from_str(text).map_err(|e| format!("{file}: not valid JSON: {e}"))?;
+    let obj = v.as_object().ok_or_else(|| format!("{file}: expected a JSON object (a candidates file), got {v}"))?;
+    const WANT: &[(&str, &str)] = &[
+        ("prices_per_gpu_hour", "an object of GPU card id to price per GPU-hour (a number), as {\"h100-80gb\": 2.99}"),
+        ("gpus", "a list of GPU card ids"),
+        ("tensor_parallel_size", "a list of whole numbers ≥ 1"),
+        ("replicas", "a list of whole numbers ≥ 1 (mixed replicas)"),
+        ("pd_splits", "a list of [prefill, decode] pairs of whole numbers ≥ 1"),
+        ("sets", "a list of PATH=VALUE strings"),
+    ];
+    for k in obj.keys() {
+        if !WANT.iter().any(|(w, _)| w == k) {
+            let keys: Vec<&str> = WANT.iter().map(|(w, _)| *w).collect();
+            return Err(format!("{file}: {k}: unknown key; expected one of {}", keys.join(", ")));
+        }
+    }
+    for (k, want) in &WANT[..2] {
+        if obj.get(*k).is_none_or(Value::is_null) {
+            return Err(format!("{file}: {k}: missing; expected {want}"));
+        }
+    }
+    for (k, want) in WANT {
+        if let Some(x) = obj.get(*k) {
+            let mut one = serde_json::Map::new();
+            one.insert((*k).to_string(), x.clone());
+            // Every other key at its default (or a placeholder for the required ones).
+            for req in ["prices_per_gpu_hour", "gpus"] {
+                if req != *k {
+                    one.insert(
+                        req.to_string(),
+                        if req == "gpus" { serde_json::json!([]) } else { serde_json::json!({}) },
+                    );
+                }
+            }
+            if let Err(e) = serde_json::from_value::<Candidates>(Value::Object(one)) {
+                return Err(format!("{file}: {k}: expected {want}, got {x} ({e})"));
+            }
+        }
+    }
+    serde_json::from_value(v).map_err(|e| format!("{file}: {e}"))
+}
+
 // `--slo` is spelled and parsed as `tune` spells it.
 use crate::tune::{parse_slo, Slo};
 
@@ -364,7 +409,7 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
     let cands_text =
         std::fs::read_to_string(&a.candidates).map_err(|e| format!("{}: cannot read: {e}", a.candidates.display()))?;
     let file = a.candidates.display().to_string();
-    let cands: Candidates = serde_json::from_str(&cands_text).map_err(|e| format!("{file}: {e}"))?;
+    let cands = parse_candidates(&cands_text, &file)?;
     check_candidates(&cands, &file)?;
     // What every candidate sets (its GPU, replica counts and TP size; the rate of --request-rate)
     // would overwrite an override of it without a word: refused, naming where it was given.

@@ -932,3 +932,20 @@ fn replica_names_are_one_line_and_distinct() {
         assert!(stderr(&o).contains(says), "{groups}: {}", stderr(&o));
     }
 }
+
+/// A malformed candidates file is an error naming the key and what it takes, not a line and column.
+#[test]
+fn a_malformed_candidates_file_names_the_key() {
+    for (body, key) in [
+        (r#"{"prices_per_gpu_hour":{"h100-80gb":2.99},"gpus":["h100-80gb"],"pd_splits":[[1]]}"#, "pd_splits: expected"),
+        (r#"{"prices_per_gpu_hour":{"h100-80gb":"2.99"},"gpus":["h100-80gb"]}"#, "prices_per_gpu_hour: expected"),
+        (r#"{"prices_per_gpu_hour":{"h100-80gb":2.99},"gpus":["h100-80gb"],"replicas":[-1]}"#, "replicas: expected"),
+        (r#"{"prices_per_gpu_hour":{"h100-80gb":2.99},"gpus":["h100-80gb"],"foo":1}"#, "foo: unknown key"),
+        (r#"{"prices_per_gpu_hour":{"h100-80gb":2.99}}"#, "gpus: missing"),
+    ] {
+        let c = write_temp(&format!("cands-bad-{}.json", body.len()), body);
+        let o = run_cli(&["plan", "--candidates", c.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(2), "{body}");
+        assert!(stderr(&o).contains(&format!("cands-bad-{}.json: {key}", body.len())), "{body}: {}", stderr(&o));
+    }
+}
