@@ -567,7 +567,12 @@ pub fn load_trace(path: &Path, format: Option<config::TraceFileFormat>) -> Resul
     let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty() && !l.starts_with('#'));
     let (_, head) = lines.next().ok_or_else(|| format!("{name}: empty file"))?;
     // A spreadsheet's byte-order mark is not part of the first column's name.
-    let cols: Vec<String> = head.trim_start_matches('\u{feff}').split(',').map(|c| c.trim().to_string()).collect();
+    // A spreadsheet may quote every field (RFC 4180): `"arrival_time"` names arrival_time.
+    let unquote = |c: &str| {
+        let c = c.trim();
+        c.strip_prefix('"').and_then(|x| x.strip_suffix('"')).unwrap_or(c).trim().to_string()
+    };
+    let cols: Vec<String> = head.trim_start_matches('\u{feff}').split(',').map(unquote).collect();
     let known = ["arrival_time", "input_len", "output_len", "prefix_group", "prefix_len", "priority"];
     for (k, c) in cols.iter().enumerate() {
         if !known.contains(&c.as_str()) {
@@ -585,12 +590,12 @@ pub fn load_trace(path: &Path, format: Option<config::TraceFileFormat>) -> Resul
     }
     let mut rows = Vec::new();
     for (i, l) in lines {
-        let cells: Vec<&str> = l.split(',').map(str::trim).collect();
+        let cells: Vec<String> = l.split(',').map(unquote).collect();
         if cells.len() != cols.len() {
             return Err(format!("{name}:{}: {} cells, the header has {}", i + 1, cells.len(), cols.len()));
         }
         let mut obj = serde_json::Map::new();
-        for (c, cell) in cols.iter().zip(cells) {
+        for (c, cell) in cols.iter().zip(&cells) {
             if cell.is_empty() {
                 continue;
             }

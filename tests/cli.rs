@@ -174,8 +174,13 @@ fn traces_replay_from_csv_and_jsonl() {
         "trace.jsonl",
         "{\"arrival_time\": 0.0, \"input_len\": 512, \"output_len\": 32, \"prefix_group\": 1, \"prefix_len\": 256}\n{\"arrival_time\": 0.1, \"input_len\": 400, \"output_len\": 16, \"prefix_group\": 1, \"prefix_len\": 256}\n{\"arrival_time\": 0.25, \"input_len\": 300, \"output_len\": 8}\n",
     );
+    // The same trace from a spreadsheet that quotes every field (RFC 4180).
+    let quoted = write_temp(
+        "trace_quoted.csv",
+        "\"arrival_time\",\"input_len\",\"output_len\",\"prefix_group\",\"prefix_len\"\n\"0.0\",\"512\",\"32\",\"1\",\"256\"\n0.1,400,16,1,256\n0.25,300,8,\"\",\n",
+    );
     let mut outs = vec![];
-    for t in [csv, jsonl] {
+    for t in [csv, jsonl, quoted] {
         let s = format!(
             r#"{{"version": 1, "engine": {{"kind": "vllm", "max_model_len": 4096}}, "model": "qwen2.5-7b-instruct", "hardware": "h100-80gb",
                 "workload": {{"dataset_name": "trace", "trace": "{}", "ignore_eos": true, "initial_test_request": false}}}}"#,
@@ -191,6 +196,7 @@ fn traces_replay_from_csv_and_jsonl() {
         outs.push(j);
     }
     assert_eq!(outs[0], outs[1], "CSV and JSONL of the same trace give the same run");
+    assert_eq!(outs[0], outs[2], "quoted CSV fields read as unquoted ones");
     let bad = write_temp("bad_trace.csv", "arrival_time,input_len,output_len\n0.0,abc,3\n");
     let s = format!(
         r#"{{"version": 1, "engine": {{"kind": "vllm"}}, "model": "qwen2.5-7b-instruct", "hardware": "h100-80gb",
