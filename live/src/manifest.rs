@@ -318,12 +318,20 @@ pub fn diff(a: &Value, b: &Value) -> Result<Vec<(String, String, String)>, Strin
     normalise(&mut fa);
     normalise(&mut fb);
     let keys: std::collections::BTreeSet<&String> = fa.keys().chain(fb.keys()).collect();
-    let missing = "(absent)".to_string();
+    // A key one record holds as a value and the other as an object (`workload: null` against a
+    // workload with fields) is said to be an object there, not absent.
+    let side = |f: &BTreeMap<String, String>, k: &String| -> String {
+        match f.get(k) {
+            Some(v) => v.clone(),
+            None if f.keys().any(|o| o.starts_with(&format!("{k}."))) => "(an object)".to_string(),
+            None => "(absent)".to_string(),
+        }
+    };
     Ok(keys
         .into_iter()
         .filter_map(|k| {
-            let (x, y) = (fa.get(k).unwrap_or(&missing), fb.get(k).unwrap_or(&missing));
-            (x != y).then(|| (k.clone(), x.clone(), y.clone()))
+            let (x, y) = (side(&fa, k), side(&fb, k));
+            (x != y).then(|| (k.clone(), x, y))
         })
         .collect())
 }
@@ -365,6 +373,10 @@ mod tests {
         assert_eq!(d.len(), 2);
         assert_eq!(d[0].0, "engine.version");
         assert_eq!(d[1], ("host".into(), "(absent)".into(), "\"h\"".into()));
+        // An object on one side and a value on the other is not "absent".
+        let n = json!({"format": "servesim-run", "version": 1, "setup": {"engine": null, "seed": 0}});
+        let d = diff(&a, &n).unwrap();
+        assert!(d.contains(&("engine".into(), "(an object)".into(), "null".into())), "{d:?}");
         assert!(diff(&json!({}), &b).is_err());
         // Not a run record: another format, another version, a setup that is not an object.
         for bad in [
