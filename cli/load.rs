@@ -154,9 +154,7 @@ pub fn resolve(raw: &RawScenario) -> Result<(Scenario, SimSpec), String> {
             }
         }
     }
-    if let Some(b) =
-        sim::builtin::models().unwrap_or_default().into_iter().find(|b| b.id == spec.model.id && *b != spec.model)
-    {
+    if let Some(b) = res.models.iter().find(|b| b.id == spec.model.id && **b != spec.model) {
         // An inline card under a built-in card's id and other figures is another model: what
         // names it (the report's header, the caveats on judged models) would say the built-in one.
         let differs: Vec<&str> = [
@@ -286,19 +284,20 @@ pub fn load_profile(path: &Path) -> Result<(CostCoefficients, Option<CostCoeffic
     let v: Value = serde_json::from_str(&text).map_err(|e| format!("{}: not valid JSON: {e}", path.display()))?;
     config::no_duplicate_keys(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     // What `calibrate` writes says what it is: another file (or a later format) is not read as one.
+    use ::calib::profile::{PROFILE_FORMAT, PROFILE_VERSION};
     match v.get("format") {
         None | Some(Value::Null) => {}
-        Some(Value::String(f)) if f == "servesim-profile" => {}
+        Some(Value::String(f)) if f == PROFILE_FORMAT => {}
         Some(other) => {
-            return Err(format!("{}: format: expected \"servesim-profile\", got {other}", path.display()));
+            return Err(format!("{}: format: expected {PROFILE_FORMAT:?}, got {other}", path.display()));
         }
     }
     match v.get("version") {
         None | Some(Value::Null) => {}
-        Some(n) if n.as_u64() == Some(1) => {}
+        Some(n) if n.as_u64() == Some(u64::from(PROFILE_VERSION)) => {}
         Some(other) => {
             return Err(format!(
-                "{}: version: this servesim reads profile format 1, the file says {other}",
+                "{}: version: this servesim reads profile format {PROFILE_VERSION}, the file says {other}",
                 path.display()
             ));
         }
@@ -400,7 +399,7 @@ pub fn load_profile(path: &Path) -> Result<(CostCoefficients, Option<CostCoeffic
 /// What a profile says it was fitted on (its `engine` object): the engine kind and release,
 /// the model as the engine named it, and (profiles from 2026-12-03 on) the model card, the GPU
 /// card and the TP size; with its `source` (`live` or `results`).
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct ProfileDeployment {
     pub source: Option<String>,
     pub kind: Option<String>,
@@ -467,19 +466,11 @@ pub fn check_replica_deployment(
     r: &sim::config::ReplicaSpec,
     d: &ProfileDeployment,
 ) -> Result<(), String> {
-    let tp = r.deployment.tensor_parallel_size;
-    let first = ProfileDeployment {
-        gpu: d.gpu.clone().or_else(|| Some(spec.gpu.id.clone())),
-        tensor_parallel_size: d.tensor_parallel_size.or(Some(spec.deployment.tensor_parallel_size)),
-        kind: d.kind.clone().or_else(|| Some(spec.engine.kind().to_string())),
-        ..ProfileDeployment {
-            source: d.source.clone(),
-            model_card: d.model_card.clone(),
-            model: d.model.clone(),
-            ..Default::default()
-        }
-    };
-    deployment_differs(&first, r.engine.kind(), &spec.model.id, &r.gpu, tp)
+    let mut fitted = d.clone();
+    fitted.gpu.get_or_insert_with(|| spec.gpu.id.clone());
+    fitted.tensor_parallel_size.get_or_insert(spec.deployment.tensor_parallel_size);
+    fitted.kind.get_or_insert_with(|| spec.engine.kind().to_string());
+    deployment_differs(&fitted, r.engine.kind(), &spec.model.id, &r.gpu, r.deployment.tensor_parallel_size)
 }
 
 /// A profile's coefficients hold for the deployment they were fitted on: the same engine, model

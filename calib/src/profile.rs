@@ -10,10 +10,15 @@ use sim::cost::{CostCoefficients, CostModel, COEFFICIENT_NAMES};
 use crate::fit::{roofline_floors, FitPoint, FitResult, TARGETS, TARGET_NOISE};
 use crate::named::Named;
 
+/// A profile's `format` ([`Profile::format`]), which a scenario's `cost.profile` must have.
+pub const PROFILE_FORMAT: &str = "servesim-profile";
+/// The profile format's `version` this build writes and reads.
+pub const PROFILE_VERSION: u32 = 1;
+
 /// A profile file.
 #[derive(Clone, Debug, Serialize)]
 pub struct Profile {
-    /// `servesim-profile`.
+    /// [`PROFILE_FORMAT`].
     pub format: &'static str,
     pub version: u32,
     pub created_by: String,
@@ -244,8 +249,8 @@ impl Profile {
             })
             .collect();
         Profile {
-            format: "servesim-profile",
-            version: 1,
+            format: PROFILE_FORMAT,
+            version: PROFILE_VERSION,
             created_by: format!("servesim {}", env!("CARGO_PKG_VERSION")),
             source,
             engine,

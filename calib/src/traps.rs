@@ -96,8 +96,7 @@ pub fn ttft_floor_after_ms(spec: &SimSpec, cached: u32, n: u32) -> f64 {
 pub fn decode_floor_ms(spec: &SimSpec) -> f64 {
     let m = &spec.model;
     let tp = f64::from(spec.deployment.tensor_parallel_size.max(1));
-    let linear_bytes =
-        if spec.deployment.quantization.is_some() { 1.0 } else { f64::from(m.dtype_bytes().unwrap_or(2)) };
+    let linear_bytes = f64::from(spec.deployment.linear_weight_bytes);
     let params = m.num_parameters.saturating_sub(m.embedding_parameters()).saturating_sub(m.expert_parameters());
     params as f64 * linear_bytes / tp / spec.gpu.memory_bandwidth_bytes_per_s * 1e3
 }

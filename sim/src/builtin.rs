@@ -70,6 +70,13 @@ pub fn gpus() -> Result<Vec<GpuCard>, String> {
     GPUS.iter().map(|c| parse("models/gpu", c)).collect()
 }
 
+/// The built-in GPU card `id`, parsed once (for the checks that compare a run's card with it
+/// at every report).
+pub fn gpu(id: &str) -> Option<&'static GpuCard> {
+    static GPU_CARDS: std::sync::OnceLock<Vec<GpuCard>> = std::sync::OnceLock::new();
+    GPU_CARDS.get_or_init(|| gpus().unwrap_or_default()).iter().find(|g| g.id == id)
+}
+
 /// The built-in cards as resources for [`crate::config::resolve`] (no profile, no trace).
 pub fn resources() -> Result<Resources, String> {
     Ok(Resources { models: models()?, gpus: gpus()?, ..Default::default() })

@@ -854,9 +854,8 @@ pub fn unjudged_gpu(spec: &SimSpec) -> Option<Caveat> {
     };
     // The run's own card judged only where it is the built-in card of that id: an inline card
     // reusing a judged id with other figures is another GPU.
-    let builtin = crate::builtin::gpus().unwrap_or_default();
     // (Its memory aside: under WSL2 the device total is nvidia-smi's, `config::card_on_host`.)
-    let own_card_builtin = builtin.iter().any(|c| {
+    let own_card_builtin = crate::builtin::gpu(&spec.gpu.id).is_some_and(|c| {
         let mut g = spec.gpu.clone();
         g.memory_bytes = c.memory_bytes;
         *c == g
