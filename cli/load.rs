@@ -303,6 +303,26 @@ pub fn load_profile(path: &Path) -> Result<(CostCoefficients, Option<CostCoeffic
         }
     }
     let co = v.get("coefficients").cloned().ok_or_else(|| format!("{}: no \"coefficients\" object", path.display()))?;
+    // `calibrate` writes every coefficient (the unfitted ones at their prior) in `coefficients`
+    // and, correcting the composed cost, in `prior`: in a file that says it is its profile, one
+    // missing or null was edited out, and the run took the scenario's own value in its place
+    // under the profile's name.
+    let complete = |section: &str| -> Result<(), String> {
+        if v.get("format").and_then(Value::as_str) != Some(PROFILE_FORMAT) {
+            return Ok(());
+        }
+        let Some(obj) = v.get(section).and_then(Value::as_object) else { return Ok(()) };
+        for name in sim::cost::COEFFICIENT_NAMES {
+            if obj.get(name).is_none_or(Value::is_null) {
+                return Err(format!(
+                    "{}: {section}.{name}: missing; calibrate writes all of {} (those it did not fit at their prior): the file was edited or cut short",
+                    path.display(),
+                    sim::cost::COEFFICIENT_NAMES.join(", ")
+                ));
+            }
+        }
+        Ok(())
+    };
     let coefficients: CostCoefficients =
         config::from_value(co, "coefficients").map_err(|e| format!("{}: {e}", path.display()))?;
     // A profile that sets no coefficient changes nothing, yet the run would say it was timed
@@ -314,6 +334,7 @@ pub fn load_profile(path: &Path) -> Result<(CostCoefficients, Option<CostCoeffic
             sim::cost::COEFFICIENT_NAMES.join(", ")
         ));
     }
+    complete("coefficients")?;
     // What the profile says it was fitted on: an `engine` that is there must be an object (any
     // other value read as a profile that says nothing, and skipped the deployment checks).
     if let Some(e) = v.get("engine").filter(|e| !e.is_null() && !e.is_object()) {
@@ -344,6 +365,7 @@ pub fn load_profile(path: &Path) -> Result<(CostCoefficients, Option<CostCoeffic
     };
     let prior: Option<CostCoefficients> = match v.get("prior") {
         Some(p) if corrects && !p.is_null() => {
+            complete("prior")?;
             Some(config::from_value(p.clone(), "prior").map_err(|e| format!("{}: {e}", path.display()))?)
         }
         _ if corrects => {

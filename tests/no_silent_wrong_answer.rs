@@ -947,8 +947,10 @@ fn a_profile_every_inline_coefficient_overrides_is_an_error() {
 /// without the prior its correction is measured from, ran the linear model in its place (a
 /// different answer, labelled "linear (fitted profile)"); a profile setting no coefficient
 /// changed nothing yet labelled the run "corrected by a fitted profile"; an `engine` that is not
-/// an object skipped the deployment checks. Each is an error naming the profile and the field
-/// (the fuzzing of 2026-12-05).
+/// an object skipped the deployment checks; a coefficient missing from (or null in) a profile
+/// `calibrate` wrote, which writes all of them, took the scenario's own value under the
+/// profile's name. Each is an error naming the profile and the field (the fuzzing of 2026-12-05
+/// and 2026-12-06).
 #[test]
 fn a_malformed_profile_is_refused_naming_the_field() {
     let coefficients = r#"{"step_us": 9900, "per_seq_us": 4, "prefill_token_us": 28, "decode_token_us": 150,
@@ -984,6 +986,24 @@ fn a_malformed_profile_is_refused_naming_the_field() {
         ),
         (profile("no-coefficients.json", engine, "", "{}", ""), "coefficients: sets none of step_us"),
         (profile("engine-string.json", r#""vllm""#, "", coefficients, ""), "engine: expected an object"),
+        (
+            profile("one-missing.json", engine, "", &coefficients.replace(r#""decode_kv_us": 0.5, "#, ""), ""),
+            "coefficients.decode_kv_us: missing",
+        ),
+        (
+            profile("one-null.json", engine, "", &coefficients.replace("\"step_us\": 9900", "\"step_us\": null"), ""),
+            "coefficients.step_us: missing",
+        ),
+        (
+            profile(
+                "prior-missing.json",
+                engine,
+                r#", "cost_mode": "corrects_composed""#,
+                coefficients,
+                &prior.replace(r#""output_token_us": 40"#, r#""output_token_us": null"#),
+            ),
+            "prior.output_token_us: missing",
+        ),
     ];
     for ((c, _, err), want) in cases {
         assert_eq!(c, 2, "{err}");
