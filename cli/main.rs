@@ -6,6 +6,7 @@
 //! with status 2; a run that did not complete exits with 1.
 
 mod align;
+mod bench_flags;
 mod calib;
 mod explain;
 mod live;
@@ -118,6 +119,8 @@ struct SimulateArgs {
     scenario: Option<PathBuf>,
     #[command(flatten)]
     common: ScenarioArgs,
+    #[command(flatten)]
+    bench: bench_flags::BenchFlags,
     /// Print the report as JSON (`vllm bench serve --save-result` keys plus the engine's).
     #[arg(long)]
     json: bool,
@@ -187,8 +190,9 @@ fn simulate(a: SimulateArgs) -> Result<ExitCode, String> {
         plot::check_path(p)?;
     }
     let mut raw = load::read_raw(a.scenario.as_deref())?;
-    load::apply_overrides(&mut raw, &a.common.sets, a.common.seed)?;
-    let (_scenario, spec) = load::resolve(&raw)?;
+    let sets = a.bench.with_sets(&a.common.sets)?;
+    load::apply_overrides(&mut raw, &sets, a.common.seed).map_err(|e| a.bench.name_the_flag(e))?;
+    let (_scenario, spec) = load::resolve(&raw).map_err(|e| a.bench.name_the_flag(e))?;
     let pb = plot::progress(u64::from(spec.workload.num_prompts), "simulating requests");
     let out = sim::simulation::simulate_observed(
         &spec,

@@ -743,3 +743,70 @@ fn card_derives_an_inline_card_from_a_config_json() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("swa.config.json: sliding_window:"), "{err}");
 }
+
+/// `simulate` takes `vllm bench serve`'s workload flags, each the `workload` field of its name:
+/// the run is the one `--set` gives, byte for byte; a flag and a `--set` of the same field are an
+/// error naming both, and a bad value names the flag the user typed.
+#[test]
+fn simulate_takes_vllm_bench_serve_workload_flags() {
+    let s = "scenarios/kv-starved-qwen2.5-7b-a100-vllm.json";
+    let by_flags = run_cli(&[
+        "simulate",
+        s,
+        "--json",
+        "--max-concurrency",
+        "6",
+        "--num-prompts",
+        "12",
+        "--random-input-len",
+        "700",
+        "--random-range-ratio",
+        "0.25",
+        "--request-rate",
+        "4",
+        "--burstiness",
+        "0.5",
+        "--no-initial-test",
+    ]);
+    assert!(by_flags.status.success(), "{}", String::from_utf8_lossy(&by_flags.stderr));
+    let by_sets = run_cli(&[
+        "simulate",
+        s,
+        "--json",
+        "--set",
+        "workload.max_concurrency=6",
+        "--set",
+        "workload.num_prompts=12",
+        "--set",
+        "workload.random_input_len=700",
+        "--set",
+        "workload.random_range_ratio=0.25",
+        "--set",
+        "workload.request_rate=4",
+        "--set",
+        "workload.burstiness=0.5",
+        "--set",
+        "workload.initial_test_request=false",
+    ]);
+    assert!(by_sets.status.success(), "{}", String::from_utf8_lossy(&by_sets.stderr));
+    assert_eq!(by_flags.stdout, by_sets.stdout);
+    let j = stdout_json(&by_flags);
+    assert_eq!((j["max_concurrency"].as_u64(), j["num_prompts"].as_u64()), (Some(6), Some(12)));
+    // The scenario's own values differ, so the flags did something.
+    assert_ne!(by_flags.stdout, run_cli(&["simulate", s, "--json"]).stdout);
+
+    let both = run_cli(&["simulate", s, "--max-concurrency", "4", "--set", "workload.max_concurrency=5"]);
+    assert_eq!(both.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&both.stderr);
+    assert!(err.contains("--max-concurrency and --set workload.max_concurrency=5 both give"), "{err}");
+    for (flag, value, want) in [
+        ("--max-concurrency", "0", "--max-concurrency (workload.max_concurrency): must be at least 1"),
+        ("--request-rate", "nan", "--request-rate (workload.request_rate):"),
+        ("--dataset-name", "sonnet", "--dataset-name (workload.dataset_name): unknown variant"),
+    ] {
+        let o = run_cli(&["simulate", s, flag, value]);
+        assert_eq!(o.status.code(), Some(2), "{flag} {value}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(want), "want {want:?} in: {err}");
+    }
+}
