@@ -553,7 +553,7 @@ fn fleet_limits_compare_like_with_like() {
     ]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
-        out.contains("The KV pool of 19984 tokens holds 46 requests at once: the prompts' shared prefixes take 8192 of them once, and a request needs 256 tokens beyond its shared prefix"),
+        out.contains("The KV pool of 19984 tokens holds 46 requests at once: the shared prefixes they use take about 8174 of them, each once (of the prompts' 8 shared prefixes), and a request needs 256 tokens beyond its shared prefix"),
         "{out}"
     );
 }

@@ -385,8 +385,8 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
     match &replica_limits {
         Some(l) if l.num_replicas > 1 => why.extend(l.sentences()),
         _ if limit.shared_prefix_tokens > 0 => why.push(format!(
-            "The KV pool holds {} tokens; the prompts' shared prefixes take {} of them once (the prefix cache holds each for every request that shares it), and a request of this workload needs {} beyond its shared prefix (mean prompt + output less that prefix and the last token, which is never stored, {:.0} tokens, in whole {}s of {}), so the pool holds {} requests at once: the KV-limited concurrency.",
-            limit.kv_capacity_tokens, limit.shared_prefix_tokens, limit.footprint_tokens, limit.mean_request_tokens, if sglang { "page" } else { "block" }, base.engine.kv_granularity(), limit.concurrency
+            "The KV pool holds {} tokens; a request of this workload needs {} beyond its shared prefix (mean prompt + output less that prefix and the last token, which is never stored, {:.0} tokens, in whole {}s of {}), and the shared prefixes the requests in flight use are held once each (the prefix cache holds a prefix for every request that shares it): {} requests at once, with about {} tokens of the prompts' {} shared prefix{} they are expected to use, fill it. That is the KV-limited concurrency.",
+            limit.kv_capacity_tokens, limit.footprint_tokens, limit.mean_request_tokens, if sglang { "page" } else { "block" }, base.engine.kv_granularity(), limit.concurrency, limit.shared_prefix_tokens, limit.shared_prefixes, if limit.shared_prefixes == 1 { "" } else { "es" }
         )),
         _ => why.push(format!(
             "The KV pool holds {} tokens; a request of this workload needs {} (mean prompt + output less the last token, which is never stored, {:.0} tokens, in whole {}s of {}), so the pool holds {} requests at once: the KV-limited concurrency.",

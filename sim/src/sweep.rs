@@ -70,10 +70,15 @@ pub struct KvLimit {
     /// That, rounded up to whole blocks (pages).
     pub footprint_tokens: u64,
     pub kv_capacity_tokens: u64,
-    /// Shared prefixes held once for all the requests that share them (whole blocks of a
-    /// first prompt segment two or more requests have; 0 without a prefix cache).
+    /// Shared prefixes held once for the requests in flight at `concurrency` that share them
+    /// (whole blocks of a first prompt segment two or more requests have; the expected tokens of
+    /// the distinct prefixes that many requests use, [`kv_limit`]; 0 without a prefix cache).
     pub shared_prefix_tokens: u64,
-    /// `(kv_capacity_tokens − shared_prefix_tokens) / footprint_tokens`, rounded down.
+    /// Distinct shared prefixes in the workload (0 without a prefix cache or sharing).
+    pub shared_prefixes: u64,
+    /// The most requests whose footprints and the shared prefixes they use fit in the pool:
+    /// `(kv_capacity_tokens − shared_prefix_tokens) / footprint_tokens`, rounded down, where
+    /// nothing is shared.
     pub concurrency: u64,
     /// A fleet whose replicas' limits differ: where a router splitting requests evenly fills
     /// the replicas with the smallest limit ([`crate::fleet::FleetLimits::even_split_concurrency`]).
@@ -100,6 +105,7 @@ pub fn kv_limited_concurrency(spec: &SimSpec, workload: &Workload) -> KvLimit {
                 kv_capacity_tokens: l.kv_cache_tokens,
                 // Held once per replica (`fleet::replica_limits`), not once for the fleet.
                 shared_prefix_tokens: 0,
+                shared_prefixes: 0,
                 concurrency: l.kv_limited_concurrency,
                 even_split_concurrency: l.even_split_concurrency(),
             };
@@ -110,10 +116,16 @@ pub fn kv_limited_concurrency(spec: &SimSpec, workload: &Workload) -> KvLimit {
 
 /// The same from a capacity, a block (page) size and whether the prefix cache is on. With it
 /// on, a first prompt segment that two or more requests share (`random_prefix_len`, a
-/// `prefix_repetition` prefix, a trace's `prefix_group`) is held once: its whole blocks (at
-/// most the prompt less one token, which is always computed) leave each request's footprint
-/// and are taken from the pool once per distinct prefix. Sharing further into a prompt (a
-/// Mooncake trace's later hash ids) is not counted.
+/// `prefix_repetition` prefix, a trace's `prefix_group`) is held once for the requests in
+/// flight that share it: its whole blocks (at most the prompt less one token, which is always
+/// computed) leave each request's footprint, and the pool holds `n` requests when `n`
+/// footprints and the distinct shared prefixes those `n` requests use fit in it. Which
+/// prefixes `n` requests in flight use is taken in expectation over the workload's prefix mix
+/// (group `k` a share `p_k` of the requests: `Σ_k len_k · (1 − (1 − p_k)^n)` tokens), as if
+/// the requests in flight were drawn from the workload at random; a prefix no request in
+/// flight uses is not held (its blocks stay cached only while the pool has room: both engines
+/// evict them first). Sharing further into a prompt (a Mooncake trace's later hash ids) is not
+/// counted.
 pub fn kv_limit(capacity_tokens: u64, granularity: u32, prefix_caching: bool, workload: &Workload) -> KvLimit {
     let (i, o) = workload.mean_lengths();
     if prefix_caching && !workload.requests.is_empty() {
@@ -132,12 +144,33 @@ pub fn kv_limit(capacity_tokens: u64, granularity: u32, prefix_caching: bool, wo
             }
         };
         let per_request: u64 = workload.requests.iter().map(held).sum();
-        let once: u64 = firsts.values().filter(|e| e.0 >= 2).map(|e| e.1 / g * g).sum();
-        if per_request > 0 && once < capacity_tokens {
-            let mean_shared = per_request as f64 / workload.requests.len() as f64;
-            let mut l = kv_limit_of_mean(capacity_tokens - once, granularity, (i + o - 1.0 - mean_shared).max(1.0));
-            l.kv_capacity_tokens = capacity_tokens;
-            l.shared_prefix_tokens = once;
+        if per_request > 0 {
+            let n_req = workload.requests.len() as f64;
+            // (share of the requests, whole-block length) of each shared prefix.
+            let groups: Vec<(f64, u64)> =
+                firsts.values().filter(|e| e.0 >= 2).map(|e| (f64::from(e.0) / n_req, e.1 / g * g)).collect();
+            let mean_shared = per_request as f64 / n_req;
+            let mut l = kv_limit_of_mean(capacity_tokens, granularity, (i + o - 1.0 - mean_shared).max(1.0));
+            // Expected tokens of the distinct shared prefixes `n` requests in flight use.
+            let prefixes = |n: u64| -> f64 {
+                let n = i32::try_from(n).unwrap_or(i32::MAX);
+                groups.iter().map(|&(p, len)| len as f64 * (1.0 - (1.0 - p).powi(n))).sum()
+            };
+            let fits = |n: u64| (n * l.footprint_tokens) as f64 + prefixes(n) <= capacity_tokens as f64;
+            // The largest `n` that fits (the left side grows with `n`): at most `capacity /
+            // footprint`, which holds the footprints alone.
+            let (mut lo, mut hi) = (0u64, capacity_tokens / l.footprint_tokens);
+            while lo < hi {
+                let mid = lo + (hi - lo).div_ceil(2);
+                if fits(mid) {
+                    lo = mid;
+                } else {
+                    hi = mid - 1;
+                }
+            }
+            l.concurrency = lo;
+            l.shared_prefix_tokens = prefixes(lo.max(1)).round() as u64;
+            l.shared_prefixes = groups.len() as u64;
             return l;
         }
     }
@@ -154,6 +187,7 @@ pub fn kv_limit_of_mean(capacity_tokens: u64, granularity: u32, mean: f64) -> Kv
         footprint_tokens: footprint,
         kv_capacity_tokens: capacity_tokens,
         shared_prefix_tokens: 0,
+        shared_prefixes: 0,
         concurrency: capacity_tokens / footprint,
         even_split_concurrency: None,
     }
@@ -471,8 +505,8 @@ fn kv_limit_sentence_alone(limit: &KvLimit, spec: &SimSpec) -> String {
         )
     } else if limit.shared_prefix_tokens > 0 {
         format!(
-            "The KV pool of {} tokens holds {} requests at once: the prompts' shared prefixes take {} of them once, and a request needs {} tokens beyond its shared prefix (mean prompt + output less that prefix and the last token, which is never stored, in whole {units}): past that concurrency, new requests wait for KV (or running ones are preempted), so throughput stops rising and TTFT grows with the queue.",
-            limit.kv_capacity_tokens, limit.concurrency, limit.shared_prefix_tokens, limit.footprint_tokens
+            "The KV pool of {} tokens holds {} requests at once: the shared prefixes they use take about {} of them, each once (of the prompts' {} shared prefix{}), and a request needs {} tokens beyond its shared prefix (mean prompt + output less that prefix and the last token, which is never stored, in whole {units}): past that concurrency, new requests wait for KV (or running ones are preempted), so throughput stops rising and TTFT grows with the queue.",
+            limit.kv_capacity_tokens, limit.concurrency, limit.shared_prefix_tokens, limit.shared_prefixes, if limit.shared_prefixes == 1 { "" } else { "es" }, limit.footprint_tokens
         )
     } else {
         format!(
@@ -559,5 +593,57 @@ mod tests {
         assert_eq!(find_knee(&p), None);
         assert_eq!(find_knee(&[]), None);
         assert_eq!(find_knee(&p[..1]), None);
+    }
+
+    /// With shared prefixes the KV-limited concurrency grows with the pool, one step at a time,
+    /// and is never below the figure without sharing: a pool just large enough for every
+    /// distinct prefix gave 0 (all of them charged at once, the rest divided among the
+    /// suffixes) where a slightly smaller one gave 6 (the audit of 2026-12-06). One prefix
+    /// shared by all is held once: `(capacity − prefix) / suffix`.
+    #[test]
+    fn shared_prefixes_kv_limit_grows_with_the_pool() {
+        use crate::workload::{generate, Dataset, WorkloadParams};
+        let params = |dataset| WorkloadParams {
+            dataset,
+            num_prompts: 400,
+            num_warmups: 0,
+            prior_run_prompts: 0,
+            prior_run_prefixes: 0,
+            request_rate: None,
+            burstiness: 1.0,
+            max_concurrency: None,
+            ignore_eos: true,
+            output_len_dist: None,
+            initial_test_request: false,
+            seed: 0,
+            chat: false,
+            role_chunk: false,
+            tokenize_prompt: false,
+        };
+        let w = generate(&params(Dataset::PrefixRepetition {
+            prefix_len: 1024,
+            suffix_len: 128,
+            num_prefixes: 8,
+            output_len: 128,
+        }));
+        let mut last = 0;
+        for capacity in (2048..40_000).step_by(16) {
+            let l = kv_limit(capacity, 16, true, &w);
+            let alone = kv_limit(capacity, 16, false, &w);
+            assert!(l.concurrency >= last, "{capacity}: {} after {last}", l.concurrency);
+            assert!(l.concurrency >= alone.concurrency, "{capacity}: {} below {}", l.concurrency, alone.concurrency);
+            assert!(l.concurrency <= last + 1, "{capacity}: {} after {last}", l.concurrency);
+            assert_eq!((l.footprint_tokens, l.shared_prefixes), (256, 8));
+            last = l.concurrency;
+        }
+        // A large pool holds every prefix once: what is left, in suffixes.
+        let l = kv_limit(100_000, 16, true, &w);
+        assert_eq!(l.concurrency, (100_000 - 8 * 1024) / 256);
+        let one =
+            generate(&params(Dataset::Random { input_len: 1100, output_len: 100, range_ratio: 0.0, prefix_len: 1000 }));
+        let l = kv_limit(50_000, 16, true, &one);
+        assert_eq!((l.shared_prefixes, l.shared_prefix_tokens, l.footprint_tokens), (1, 992, 1216));
+        // The prefix comes on top of the random input, as in `vllm bench serve`: 2,100 + 100 − 1 − 992.
+        assert_eq!(l.concurrency, (50_000 - 992) / 1216);
     }
 }
