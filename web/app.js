@@ -578,7 +578,7 @@ function draw(result) {
     const v = r.runResolved;
     const q = r.run.value;
     const holds = v.shared_prefix_tokens > 0
-      ? `holds <b data-testid="run-kv-limit-${r.kind}">${fmt(v.kv_limited_concurrency, 0)}</b> requests at once: the shared prefixes take ${fmt(v.shared_prefix_tokens, 0)} tokens, held once for every request that shares them, and each request needs ${fmt(v.kv_request_footprint_tokens, 0)} tokens beyond its shared prefix (prompt + output)`
+      ? `holds <b data-testid="run-kv-limit-${r.kind}">${fmt(v.kv_limited_concurrency, 0)}</b> requests at once: the shared prefixes they use take about ${fmt(v.shared_prefix_tokens, 0)} tokens, each held once for every request in flight that shares it, and each request needs ${fmt(v.kv_request_footprint_tokens, 0)} tokens beyond its shared prefix (prompt + output)`
       : `holds <b data-testid="run-kv-limit-${r.kind}">${fmt(v.kv_limited_concurrency, 0)}</b> requests of ${fmt(v.kv_request_footprint_tokens, 0)} tokens (prompt + output)`;
     return `<b>${names[r.kind]}</b>: KV pool ${fmt(v.kv_cache_tokens, 0)} tokens ${holds}. At ${load}, ${fmt(q.num_prompts, 0)} prompts: mean TTFT <b data-testid="run-mean-ttft-${r.kind}">${fmt(q.mean_ttft_ms, 1)} ms</b>, output <b>${fmt(q.output_throughput, 1)} tok/s</b>, <span data-testid="run-preemptions-${r.kind}">${fmt(q.num_preemptions, 0)}</span> ${r.kind === 'sglang' ? 'retractions' : 'preemptions'}.`;
   }).join('<br>');

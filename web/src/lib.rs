@@ -210,7 +210,8 @@ struct ResolvedScenario<'a> {
     seed: u64,
     kv_limited_concurrency: u64,
     kv_request_footprint_tokens: u64,
-    /// The shared prefixes' tokens, held once (0 without a shared prefix or a prefix cache).
+    /// The tokens of the shared prefixes the requests in flight at the KV limit use, each held
+    /// once (0 without a shared prefix or a prefix cache; `sim::sweep::kv_limit`).
     shared_prefix_tokens: u64,
     kv_limit_explanation: String,
     /// The binary's warnings for a pinned pool the sets dropped (`engine.kv_cache_tokens was
