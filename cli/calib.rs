@@ -431,6 +431,15 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
             let at_point = |e: String| format!("{}#{k} (its load: {}): {e}", f.display(), o.sets.join(", "));
             load::apply_overrides(&mut raw, &o.sets, None).map_err(at_point)?;
             let spec = load::resolve(&raw).map_err(at_point)?.1;
+            // A fleet's replicas each hold their step cost: one fit stands for all of them only
+            // where they are one deployment.
+            if !spec.one_step_cost() {
+                return Err(format!(
+                    "{}#{k}: the scenario's fleet has replica groups with different step costs (GPU, TP size, engine, or a setting that moves the step cost): one profile is one deployment's step costs; calibrate on a scenario of one group's deployment, or of a fleet of identical replicas",
+                    f.display()
+                ));
+            }
+            stated_deployment_differs(&r.stated, &spec).map_err(|e| format!("{}#{k}: {e}", f.display()))?;
             // The prompts the result measured must be the scenario's: every metric moves with
             // their length, and a fit would take the difference for the engine's speed.
             let (scenario_in, scenario_out) = sim::workload::generate(&spec.workload).mean_lengths();
@@ -509,6 +518,51 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
     write_profile(&a.out, &profile)?;
     print!("{}", profile_summary(&profile));
     Ok(ExitCode::SUCCESS)
+}
+
+/// What a results file says it ran on against the scenario it is fitted with: another engine,
+/// release, GPU or number of replicas is an error (the fit would take the other deployment's
+/// speed for this one's, and the profile would be labelled with this one); a served model name
+/// that is neither the card's id nor its repository warns (a server may serve a model under
+/// any name).
+fn stated_deployment_differs(d: &calib::results::StatedDeployment, spec: &sim::config::SimSpec) -> Result<(), String> {
+    let mut differ = Vec::new();
+    if let Some(e) = d.engine.as_deref().filter(|e| *e != spec.engine.kind()) {
+        differ.push(format!("engine: {e} (the scenario: {})", spec.engine.kind()));
+    }
+    let version = spec.engine.version().to_string();
+    if let Some(v) = d
+        .engine_version
+        .as_deref()
+        .filter(|v| d.engine.as_deref().is_none_or(|e| e == spec.engine.kind()) && **v != version)
+    {
+        differ.push(format!("engine_version: {v} (the scenario: {version}; set engine.version)"));
+    }
+    if let Some(h) = d.hardware.as_deref().filter(|h| *h != spec.gpu.id) {
+        differ.push(format!("hardware: {h} (the scenario: {})", spec.gpu.id));
+    }
+    let replicas = spec.fleet.as_ref().map_or(1, |f| f.replicas.len() as u64);
+    if let Some(n) = d.num_replicas.filter(|n| *n != replicas) {
+        differ.push(format!("fleet.num_replicas: {n} (the scenario: {replicas})"));
+    }
+    if !differ.is_empty() {
+        return Err(format!(
+            "the result says it ran on another deployment than the scenario's ({}): a fit would take that deployment's speed for this one's; give the scenario of the measured deployment",
+            differ.join(", ")
+        ));
+    }
+    if let Some(served) = d.model_id.as_deref() {
+        let norm = |x: &str| x.trim_end_matches('/').rsplit('/').next().unwrap_or(x).to_ascii_lowercase();
+        let names = [Some(spec.model.id.as_str()), spec.model.hf_repo.as_deref()];
+        if !names.iter().flatten().any(|n| norm(n) == norm(served)) {
+            crate::load::warn_once(format!(
+                "a result's model_id is {served:?}, the scenario's model card {} ({}): the fit takes that run's speed for this model's; check that the result measured this model",
+                spec.model.id,
+                spec.model.hf_repo.as_deref().unwrap_or("no hf_repo")
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// How the deployment of `b` differs from `a`'s in what sets the step cost, in words; `None`

@@ -492,7 +492,18 @@ pub fn check_replica_deployment(
     fitted.gpu.get_or_insert_with(|| spec.gpu.id.clone());
     fitted.tensor_parallel_size.get_or_insert(spec.deployment.tensor_parallel_size);
     fitted.kind.get_or_insert_with(|| spec.engine.kind().to_string());
-    deployment_differs(&fitted, r.engine.kind(), &spec.model.id, &r.gpu, r.deployment.tensor_parallel_size)
+    deployment_differs(&fitted, r.engine.kind(), &spec.model.id, &r.gpu, r.deployment.tensor_parallel_size)?;
+    // Another release of the same engine in this group (the fleet's first group was warned
+    // about with the scenario's engine).
+    let version = r.engine.version().to_string();
+    if let Some(v) = d.version.as_ref().filter(|v| **v != version && r.engine.version() != spec.engine.version()) {
+        warn_once(format!(
+            "cost.profile was fitted on {kind} {v}; the fleet's replica group fleet.replicas[{}] models {kind} {version}: the fitted per-step and per-request CPU costs may differ between releases",
+            r.group,
+            kind = r.engine.kind()
+        ));
+    }
+    Ok(())
 }
 
 /// A profile's coefficients hold for the deployment they were fitted on: the same engine, model

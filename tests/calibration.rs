@@ -579,3 +579,92 @@ fn a_shared_prefix_ttft_is_not_below_the_floor() {
     let p: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     assert!(!p["traps"].to_string().contains("below_physical_floor"), "{}", p["traps"]);
 }
+
+/// A fleet of identical replicas is calibrated as one deployment: each replica holds its own
+/// copy of the step cost, and the fit (and a profile's sampled intervals) set only the first
+/// one's, so the fit moved nothing (0 fitted directions, TPOT 23% off the data it was fitted on)
+/// and the intervals collapsed to a hundredth of the single engine's (the audit of 2026-12-06).
+/// A result stating another deployment than the scenario's (another replica count, GPU or
+/// engine) is refused.
+#[test]
+fn a_fleet_is_calibrated_as_its_replicas_deployment() {
+    let dir = scratch().join("fleet-calibration");
+    std::fs::create_dir_all(&dir).unwrap();
+    let scen = root().join("scenarios/kv-starved-qwen2.5-7b-a100-vllm.json");
+    let scen = scen.to_str().unwrap();
+    let fleet = dir.join("fleet.json");
+    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(scen).unwrap()).unwrap();
+    v["fleet"] = serde_json::json!({"count": 2});
+    std::fs::write(&fleet, v.to_string()).unwrap();
+    // The fleet's own runs at three loads, every latency 1.3 times slower: a slower engine.
+    let mut files = Vec::new();
+    for c in [2, 8, 32] {
+        let mut j = stdout_json(&run_cli(&[
+            "simulate",
+            fleet.to_str().unwrap(),
+            "--json",
+            "--max-concurrency",
+            &c.to_string(),
+            "--num-prompts",
+            &(4 * c).max(32).to_string(),
+        ]));
+        let o = j.as_object_mut().unwrap();
+        for (k, x) in o.iter_mut() {
+            let latency = ["ttft", "tpot", "itl", "e2el"].iter().any(|m| k.contains(m)) && !k.starts_with("std");
+            if let (true, Some(f)) = (latency, x.as_f64()) {
+                *x = (f * 1.3).into();
+            }
+            if let (true, Some(f)) = (k.ends_with("_throughput"), x.as_f64()) {
+                *x = (f / 1.3).into();
+            }
+        }
+        let f = dir.join(format!("c{c}.json"));
+        std::fs::write(&f, serde_json::to_string(&j).unwrap()).unwrap();
+        files.push(f);
+    }
+    let out = dir.join("profile.json");
+    let mut a = vec!["calibrate", "--from-results"];
+    a.extend(files.iter().map(|f| f.to_str().unwrap()));
+    a.extend(["--scenario", fleet.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    let o = run_cli(&a);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let p: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    // The fitted points reproduce the slower TPOT (within 5%), which the prior misses by 23%.
+    for pt in p["fit"]["points"].as_array().unwrap() {
+        let r = pt["relative_residual"]["mean_tpot_ms"].as_f64().unwrap();
+        assert!(r.abs() < 0.05, "{pt}");
+    }
+    // The profile's intervals on a fleet of one are the single engine's.
+    let set = format!("cost.profile={}", out.display());
+    let interval = |extra: &[&str]| {
+        let mut a = vec!["simulate", scen, "--json", "--set", &set, "--max-concurrency", "8", "--num-prompts", "32"];
+        a.extend_from_slice(extra);
+        let j = stdout_json(&run_cli(&a));
+        (j["mean_tpot_ms"].clone(), j["uncertainty"]["mean_tpot_ms"].clone())
+    };
+    let one = interval(&[]);
+    assert!(one.1["p95"].as_f64().unwrap() > one.1["p05"].as_f64().unwrap() * 1.02, "{one:?}");
+    assert_eq!(interval(&["--set", "fleet.count=1"]), one);
+    // The two-replica results against the one-engine scenario: another deployment.
+    let mut a = vec!["calibrate", "--from-results"];
+    a.extend(files.iter().map(|f| f.to_str().unwrap()));
+    a.extend(["--scenario", scen, "--out", out.to_str().unwrap()]);
+    let o = run_cli(&a);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("fleet.num_replicas: 2 (the scenario: 1)"), "{err}");
+    let o = run_cli(&[
+        "calibrate",
+        "--from-results",
+        files[0].to_str().unwrap(),
+        "--scenario",
+        fleet.to_str().unwrap(),
+        "--set",
+        "hardware=h100-80gb",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("hardware: a100-80gb (the scenario: h100-80gb)"), "{err}");
+}

@@ -879,6 +879,18 @@ fn a_profile_is_checked_against_every_replica_group() {
         "{}",
         stderr(&other)
     );
+    // Another release in a later group warns, as in the first (only the first was checked).
+    let later = run_cli(&[
+        "simulate",
+        scenario(r#"{"count": 1}, {"count": 2, "engine": {"version": "0.30.0"}}"#).to_str().unwrap(),
+    ]);
+    assert!(later.status.success(), "{}", stderr(&later));
+    let warned = stderr(&later);
+    assert!(
+        warned.contains("fitted on vllm 0.33.0; the fleet's replica group fleet.replicas[1] models vllm 0.30.0"),
+        "{warned}"
+    );
+    assert_eq!(warned.matches("fleet.replicas[1] models").count(), 1, "{warned}");
 }
 
 /// A disaggregated fleet's prefill and decode replicas hand KV to each other: another engine, or

@@ -211,6 +211,8 @@ impl FitPoint {
     /// Predicted target values under `cost`, replaying the measured arrivals when known.
     pub fn predict(&self, cost: &CostModel) -> Vec<Option<f64>> {
         match &self.replay {
+            // Replayed on the one engine: a fleet's requests go through its router instead.
+            Some(_) if self.spec.fleet.is_some() => predict(&self.spec, cost),
             None => predict(&self.spec, cost),
             Some(w) => {
                 let run = sim::run_workload(&self.spec.engine, cost, w, RunOptions::default());
@@ -265,7 +267,8 @@ pub struct FitResult {
 /// Predicted target values of one point under `cost`.
 pub fn predict(spec: &SimSpec, cost: &CostModel) -> Vec<Option<f64>> {
     let mut s = spec.clone();
-    s.cost = cost.clone();
+    // A fleet's replicas each hold their own cost: all of them take it.
+    s.set_cost(cost);
     let out = sim::simulate(&s, RunOptions::default());
     completed_targets(&out.run, &out.metrics)
 }

@@ -672,7 +672,7 @@ pub fn check<M: Measure + ?Sized>(
         let free = if points.len() >= 3 { plan::live_free() } else { plan::group_free(points.len()) };
         let r = fit::fit(&points, &specs[0].cost, &free, None, o.max_evals);
         for s in &mut specs {
-            s.cost = r.cost.clone();
+            s.set_cost(&r.cost);
         }
     }
     // Predict every point with the same requests.

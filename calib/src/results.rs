@@ -18,6 +18,33 @@ pub struct ResultPoint {
     pub mean_output_len: Option<f64>,
     /// The run replayed a trace's arrivals (`request_rate: "trace"`, servesim's own report).
     pub replayed_trace: bool,
+    /// What the file says it ran on, where it says.
+    pub stated: StatedDeployment,
+}
+
+/// The deployment a results file states: `vllm bench serve` writes the served `model_id`;
+/// servesim's own reports also its `engine`, `engine_version`, `hardware` and a fleet's
+/// `fleet.num_replicas`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StatedDeployment {
+    pub engine: Option<String>,
+    pub engine_version: Option<String>,
+    pub model_id: Option<String>,
+    pub hardware: Option<String>,
+    pub num_replicas: Option<u64>,
+}
+
+impl StatedDeployment {
+    fn of(m: &Map<String, Value>) -> StatedDeployment {
+        let s = |k: &str| m.get(k).and_then(Value::as_str).map(str::to_string);
+        StatedDeployment {
+            engine: s("engine"),
+            engine_version: s("engine_version"),
+            model_id: s("model_id"),
+            hardware: s("hardware"),
+            num_replicas: m.get("fleet").and_then(|f| f.get("num_replicas")).and_then(Value::as_u64),
+        }
+    }
 }
 
 impl Metrics for ResultPoint {
@@ -122,6 +149,7 @@ pub fn parse_results(text: &str, name: &str) -> Result<Vec<ResultPoint>, String>
             mean_input_len,
             mean_output_len,
             replayed_trace: m.get("request_rate").and_then(Value::as_str) == Some("trace"),
+            stated: StatedDeployment::of(&m),
         };
         if !crate::fit::TARGETS.iter().any(|&t| point.metric(t).is_some_and(|v| v.is_finite() && v > 0.0)) {
             return Err(format!(

@@ -1097,7 +1097,9 @@ pub fn sampled_specs(
         .into_iter()
         .map(|c| {
             let mut s = spec.clone();
-            s.cost.overlay(&c, sim::cost::CoefficientSource::Profile);
+            // Every replica of a fleet runs the profile's deployment (checked where it is
+            // loaded): each takes the drawn coefficients.
+            s.overlay_cost(&c, sim::cost::CoefficientSource::Profile);
             s
         })
         .collect()

@@ -254,6 +254,35 @@ pub struct SimSpec {
 }
 
 impl SimSpec {
+    /// Whether every replica of a fleet (or data-parallel engine) runs the first one's step
+    /// cost (`cost`): then one deployment's fitted costs stand for all of them. A single engine
+    /// does.
+    pub fn one_step_cost(&self) -> bool {
+        self.fleet.as_ref().is_none_or(|f| f.replicas.iter().all(|r| r.cost == self.cost))
+    }
+
+    /// Times the run's steps by `cost`: the engine's and, in a fleet, every replica's (each
+    /// holds its own copy). For a fit or a profile's sampled coefficients, which stand for one
+    /// deployment: a fleet is calibrated only where [`SimSpec::one_step_cost`] holds.
+    pub fn set_cost(&mut self, cost: &CostModel) {
+        if let Some(f) = self.fleet.as_mut() {
+            for r in &mut f.replicas {
+                r.cost = cost.clone();
+            }
+        }
+        self.cost = cost.clone();
+    }
+
+    /// [`CostModel::overlay`] on the engine's cost and every replica's.
+    pub fn overlay_cost(&mut self, overlay: &CostCoefficients, source: CoefficientSource) {
+        if let Some(f) = self.fleet.as_mut() {
+            for r in &mut f.replicas {
+                r.cost.overlay(overlay, source);
+            }
+        }
+        self.cost.overlay(overlay, source);
+    }
+
     /// The replicas that hold requests to their end (a fleet's mixed and decode replicas; a
     /// single engine is its own), with their engines.
     fn holding_engines(&self) -> Vec<&EngineSpec> {
