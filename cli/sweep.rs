@@ -427,30 +427,32 @@ fn series_text(r: &SweepSeries, conc: &[u32]) -> String {
     for w in &r.warnings {
         let _ = writeln!(t, "WARNING: {w}");
     }
-    // A caveat once, with the concurrencies it applies to and its first point's message
-    // (`sim::report::Caveat`), in the order the points first give them.
-    let mut seen: Vec<(&sim::report::Caveat, Vec<String>)> = Vec::new();
-    for (p, c) in r.points.iter().zip(conc) {
+    // A caveat once per message, with the concurrencies it applies to (`sim::report::Caveat`),
+    // in the order the points first give them: a message that names a point's own figures (its
+    // preemptions, which of its two TTFT figures is the higher) is that point's, not the
+    // sweep's.
+    let mut seen: Vec<(&sim::report::Caveat, Vec<usize>)> = Vec::new();
+    for (i, p) in r.points.iter().enumerate() {
         for cv in &p.caveats {
-            match seen.iter_mut().find(|(s, _)| s.id == cv.id) {
-                Some((_, at)) => at.push(c.to_string()),
-                None => seen.push((cv, vec![c.to_string()])),
+            match seen.iter_mut().find(|(s, _)| s.id == cv.id && s.message == cv.message) {
+                Some((_, at)) => at.push(i),
+                None => seen.push((cv, vec![i])),
             }
         }
     }
     for (cv, at) in seen {
-        let _ = writeln!(t, "Caveat ({}, at concurrency {}): {}", cv.id, at.join(", "), cv.message);
-        // Each point's own desynchronised figure (`sim::report::desynchronised_mean_ttft_ms`).
-        let figures: Vec<String> = r
-            .points
+        let names: Vec<String> = at.iter().map(|&i| conc[i].to_string()).collect();
+        let _ = writeln!(t, "Caveat ({}, at concurrency {}): {}", cv.id, names.join(", "), cv.message);
+        // Each of those points' own desynchronised figure (`sim::report::desynchronised_mean_ttft_ms`).
+        let figures: Vec<String> = at
             .iter()
-            .zip(conc)
-            .filter_map(|(p, c)| {
-                p.caveats
+            .filter_map(|&i| {
+                r.points[i]
+                    .caveats
                     .iter()
                     .find(|x| x.id == cv.id)
                     .and_then(|x| x.desynchronised_mean_ttft_ms)
-                    .map(|d| format!("{d:.2} ms at {c}"))
+                    .map(|d| format!("{d:.2} ms at {}", conc[i]))
             })
             .collect();
         if !figures.is_empty() {

@@ -810,3 +810,27 @@ fn simulate_takes_vllm_bench_serve_workload_flags() {
         assert!(err.contains(want), "want {want:?} in: {err}");
     }
 }
+
+/// A sweep's text prints a caveat once per message: the lock-step caveat names a point's own
+/// preemptions and which of its two TTFT figures is the higher, and the first point's message
+/// was printed for every concurrency it applied to (at 64, 116 preemptions where that point had
+/// 148, and "the out-of-step figure is the higher one" where it was the lower; the audit of
+/// 2026-12-06). Each line's message is one of its points' own (`--json`).
+#[test]
+fn a_sweep_prints_each_points_own_caveat() {
+    let s = "scenarios/kv-starved-qwen2.5-7b-a100-vllm.json";
+    let text = String::from_utf8_lossy(&run_cli(&["sweep", s, "--concurrency", "1,16,64"]).stdout).into_owned();
+    let j = stdout_json(&run_cli(&["sweep", s, "--concurrency", "1,16,64", "--json"]));
+    let mut lines = 0;
+    for l in text.lines().filter(|l| l.starts_with("Caveat (")) {
+        let (head, message) = l.split_once("): ").unwrap();
+        let at = head.split_once("at concurrency ").unwrap().1;
+        for c in at.split(", ") {
+            let i = ["1", "16", "64"].iter().position(|x| *x == c).unwrap();
+            let own = j["points"][i]["caveats"].as_array().unwrap();
+            assert!(own.iter().any(|cv| cv["message"] == message), "at {c}: {message}");
+        }
+        lines += 1;
+    }
+    assert!(lines >= 2, "the two loaded points' caveats differ:\n{text}");
+}
