@@ -350,10 +350,19 @@ pub fn profile_summary(p: &Profile) -> String {
         let _ = writeln!(s, "  {:<14} residuals {}", pt.name, named_json(&pt.relative_residual));
     }
     for r in p.roofline_check.iter().filter(|r| r.beats_physics) {
+        let what = match r.implied_us {
+            // A corrected composed cost: its time per unit of the term's work.
+            Some(i) => format!(
+                "corrected composed cost takes {} µs per unit of \"{}\"'s work, which",
+                num(Some(i)),
+                r.coefficient
+            ),
+            None => format!("\"{}\" = {} µs", r.coefficient, num(Some(r.fitted_us))),
+        };
         let _ = writeln!(
             s,
-            "WARNING: \"{}\" = {} µs beats the hardware card's roofline floor of {} µs: the fit implies more than the card's peak. Check the hardware card or the data.",
-            r.coefficient, num(Some(r.fitted_us)), num(Some(r.roofline_floor_us))
+            "WARNING: {what} beats the hardware card's roofline floor of {} µs: the fit implies more than the card's peak. Check the hardware card or the data.",
+            num(Some(r.roofline_floor_us))
         );
     }
     s

@@ -122,6 +122,19 @@ pub fn resolve(raw: &RawScenario) -> Result<(Scenario, SimSpec), String> {
         }
     }
     let spec = config::resolve(&scenario, &res).map_err(|e| format!("{origin}: {e}"))?;
+    if let (Some((path, _)), Some(_)) = (&fitted_on, &res.profile_prior) {
+        // The corrected composed cost against the card's roofline: what it takes per unit of
+        // each term's work (`calib::profile::implied_per_unit_us`), below the floor only where
+        // the correction takes the steps faster than the card can run them.
+        for (name, floor) in ::calib::fit::roofline_floors(&spec) {
+            if let Some(i) = ::calib::profile::implied_per_unit_us(&spec.cost, name).filter(|i| *i < floor) {
+                warn_once(format!(
+                    "{}: with its corrections the step cost takes {i:.4e} µs per unit of {name}'s work, below the hardware card's roofline floor ({floor:.4e} µs): the predictions with it run faster than the card can; check the data it was fitted on (speculative decoding, a cached prompt) or the card",
+                    path.display()
+                ));
+            }
+        }
+    }
     if let Some((path, d)) = &fitted_on {
         check_profile_deployment(&spec, d).map_err(|e| format!("{origin}: cost.profile: {}: {e}", path.display()))?;
         // A fleet's every replica group runs on the profile's step costs: each must be the
@@ -404,7 +417,9 @@ pub fn load_profile(path: &Path) -> Result<(CostCoefficients, Option<CostCoeffic
     // profile) is said again wherever the profile is used (µs to four significant figures: a
     // per-pair attention term is thousandths of one).
     let us = |x: f64| if x != 0.0 && x.abs() < 1.0 { format!("{x:.4e}") } else { format!("{x:.1}") };
-    for r in v.get("roofline_check").and_then(Value::as_array).into_iter().flatten() {
+    // A profile correcting the composed cost is judged on the corrected cost once the scenario's
+    // is built (`resolve`): its coefficients are references of ratios, not times.
+    for r in v.get("roofline_check").and_then(Value::as_array).into_iter().flatten().filter(|_| !corrects) {
         if r.get("beats_physics").and_then(Value::as_bool) == Some(true) {
             warn_once(format!(
                 "{}: its fitted {} ({} µs) beats the hardware card's roofline floor ({} µs): the predictions with it run faster than the card can; check the data it was fitted on (speculative decoding, a cached prompt) or the card",

@@ -628,7 +628,14 @@ fn a_fleet_is_calibrated_as_its_replicas_deployment() {
     a.extend(["--scenario", fleet.to_str().unwrap(), "--out", out.to_str().unwrap()]);
     let o = run_cli(&a);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // A slower engine beats no roofline (the corrected cost is judged, not its references).
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("roofline floor"), "{}", String::from_utf8_lossy(&o.stdout));
     let p: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert!(
+        p["roofline_check"].as_array().unwrap().iter().all(|r| r["implied_us"].is_number()),
+        "{}",
+        p["roofline_check"]
+    );
     // The fitted points reproduce the slower TPOT (within 5%), which the prior misses by 23%.
     for pt in p["fit"]["points"].as_array().unwrap() {
         let r = pt["relative_residual"]["mean_tpot_ms"].as_f64().unwrap();

@@ -1593,3 +1593,41 @@ fn a_profile_fitted_on_another_step_cost_says_so() {
     assert_eq!(c, 2, "{err}");
     assert!(err.contains("composed_cost_source: expected a string"), "{err}");
 }
+
+/// A profile correcting the composed cost is judged against the card's roofline by what the
+/// corrected cost takes per unit of each term's work, not by its coefficients, which are only
+/// the references its corrections are ratios to: a linearised composed cost below the floor
+/// warned on a profile that changed nothing (every Llama-3.1-8B H100 vLLM fit; the audit of
+/// 2026-12-06), and a file's stale `beats_physics` is not repeated. A correction that takes
+/// prefill faster than the card can is still said.
+#[test]
+fn a_corrected_profile_is_judged_by_its_corrected_cost() {
+    let scenario = "validation/llmd-exp0/scenario-1.json";
+    let text = std::fs::read_to_string(root().join("validation/llmd-exp0/profile-fit-0.5-0.67.json")).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let simulate = |v: &serde_json::Value, name: &str| {
+        let p = write_temp(name, &v.to_string());
+        run(&[
+            "simulate",
+            scenario,
+            "--set",
+            "workload.num_prompts=8",
+            "--set",
+            &format!("cost.profile={}", p.display()),
+        ])
+    };
+    let (c, _, err) = simulate(&v, "corrected-as-fitted.json");
+    assert_eq!(c, 0, "{err}");
+    assert!(!err.contains("roofline floor"), "{err}");
+    // Flagged by an older judgement of the coefficient: nothing physical to say.
+    v["roofline_check"][0]["beats_physics"] = true.into();
+    let (c, _, err) = simulate(&v, "corrected-stale-flag.json");
+    assert_eq!(c, 0, "{err}");
+    assert!(!err.contains("roofline floor"), "{err}");
+    // Prefill corrected to a fifth: faster than the card's peak.
+    let k = v["coefficients"]["prefill_token_us"].as_f64().unwrap();
+    v["coefficients"]["prefill_token_us"] = (k / 5.0).into();
+    let (c, _, err) = simulate(&v, "corrected-too-fast.json");
+    assert_eq!(c, 0, "{err}");
+    assert!(err.contains("per unit of prefill_token_us's work, below the hardware card's roofline floor"), "{err}");
+}
