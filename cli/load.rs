@@ -445,8 +445,15 @@ pub struct ProfileDeployment {
     pub model_card: Option<String>,
     pub gpu: Option<String>,
     pub tensor_parallel_size: Option<u32>,
+    /// The KV dtype, the linear layers' bytes per weight, CUDA graphs (profiles from
+    /// 2026-12-06 on).
+    pub kv_cache_dtype: Option<String>,
+    pub linear_weight_bytes: Option<u32>,
+    pub cuda_graphs: Option<bool>,
     /// The composed cost a `corrects_composed` profile corrected (profiles from 2026-12-05 on).
     pub composed_cost_source: Option<String>,
+    /// The profile corrects the composed cost (`cost_mode: corrects_composed`).
+    pub corrects: bool,
 }
 
 impl ProfileDeployment {
@@ -462,13 +469,24 @@ impl ProfileDeployment {
             model_card: s(&e["model_card"]),
             gpu: s(&e["gpu"]),
             tensor_parallel_size: e["tensor_parallel_size"].as_u64().map(|t| t as u32),
+            kv_cache_dtype: s(&e["kv_cache_dtype"]),
+            linear_weight_bytes: e["linear_weight_bytes"].as_u64().map(|b| b as u32),
+            cuda_graphs: e["cuda_graphs"].as_bool(),
             composed_cost_source: s(&v["composed_cost_source"]),
+            corrects: v["cost_mode"].as_str() == Some("corrects_composed"),
         }
     }
 }
 
 /// The profile's deployment against one engine's: an error listing what differs.
-fn deployment_differs(d: &ProfileDeployment, kind: &str, model: &str, gpu: &str, tp: u32) -> Result<(), String> {
+fn deployment_differs(
+    d: &ProfileDeployment,
+    kind: &str,
+    model: &str,
+    gpu: &str,
+    dep: &sim::config::Deployment,
+) -> Result<(), String> {
+    let tp = dep.tensor_parallel_size;
     let card = d.model_card.clone().or_else(|| d.model.clone().filter(|_| d.source.as_deref() == Some("results")));
     let mut differ = Vec::new();
     if d.kind.as_deref().is_some_and(|k| k != kind) {
@@ -482,6 +500,33 @@ fn deployment_differs(d: &ProfileDeployment, kind: &str, model: &str, gpu: &str,
     }
     if let Some(t) = d.tensor_parallel_size.filter(|t| *t != tp) {
         differ.push(format!("tensor parallel size {t} (this scenario: {tp})"));
+    }
+    // The formats the steps run in: a linear profile's coefficients are that format's times
+    // (another is another deployment); a profile correcting the composed cost scales the
+    // composed cost of this scenario's format by what it fitted on its own (an extrapolation:
+    // said, and run).
+    let mut formats = Vec::new();
+    if let Some(k) = d.kv_cache_dtype.as_ref().filter(|k| **k != dep.kv_cache_dtype) {
+        formats.push(format!("KV cache dtype {k} (this scenario: {})", dep.kv_cache_dtype));
+    }
+    if let Some(b) = d.linear_weight_bytes.filter(|b| *b != dep.linear_weight_bytes) {
+        formats.push(format!(
+            "{b}-byte linear weights (this scenario: {}-byte{})",
+            dep.linear_weight_bytes,
+            dep.quantization.as_deref().map_or(String::new(), |q| format!(", {q}"))
+        ));
+    }
+    if let Some(g) = d.cuda_graphs.filter(|g| *g != dep.cuda_graphs) {
+        let on = |g: bool| if g { "on" } else { "off" };
+        formats.push(format!("CUDA graphs {} (this scenario: {})", on(g), on(dep.cuda_graphs)));
+    }
+    if d.corrects && !formats.is_empty() {
+        warn_once(format!(
+            "cost.profile was fitted with {}: its corrections are applied to the composed step cost of this scenario's format, an extrapolation no data judged; calibrate this format to have it fitted",
+            formats.join(", ")
+        ));
+    } else {
+        differ.extend(formats);
     }
     if differ.is_empty() {
         Ok(())
@@ -507,7 +552,7 @@ pub fn check_replica_deployment(
     fitted.gpu.get_or_insert_with(|| spec.gpu.id.clone());
     fitted.tensor_parallel_size.get_or_insert(spec.deployment.tensor_parallel_size);
     fitted.kind.get_or_insert_with(|| spec.engine.kind().to_string());
-    deployment_differs(&fitted, r.engine.kind(), &spec.model.id, &r.gpu, r.deployment.tensor_parallel_size)?;
+    deployment_differs(&fitted, r.engine.kind(), &spec.model.id, &r.gpu, &r.deployment)?;
     // Another release of the same engine in this group (the fleet's first group was warned
     // about with the scenario's engine).
     let version = r.engine.version().to_string();
@@ -528,7 +573,7 @@ pub fn check_replica_deployment(
 /// model of a live profile is the served name, not a card; older profiles have no GPU).
 pub fn check_profile_deployment(spec: &SimSpec, d: &ProfileDeployment) -> Result<(), String> {
     let kind = spec.engine.kind();
-    deployment_differs(d, kind, &spec.model.id, &spec.gpu.id, spec.deployment.tensor_parallel_size)?;
+    deployment_differs(d, kind, &spec.model.id, &spec.gpu.id, &spec.deployment)?;
     // A live profile that does not name its card names the model as it was served: one that is
     // neither this card's id nor its Hugging Face repository is most likely another model.
     if d.model_card.is_none() && d.source.as_deref() != Some("results") {

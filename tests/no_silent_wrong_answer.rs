@@ -1631,3 +1631,62 @@ fn a_corrected_profile_is_judged_by_its_corrected_cost() {
     assert_eq!(c, 0, "{err}");
     assert!(err.contains("per unit of prefill_token_us's work, below the hardware card's roofline floor"), "{err}");
 }
+
+/// A profile records the formats its steps ran in (KV dtype, linear weight bytes, CUDA graphs):
+/// a linear profile's coefficients are that format's times, so a scenario in another format is
+/// refused (fp8 weights ran at the bf16 fit's TPOT, unchanged, where the uncalibrated model gives
+/// 30% less; the audit of 2026-12-06); a profile correcting the composed cost scales the other
+/// format's composed cost, which is said.
+#[test]
+fn a_profile_is_checked_against_the_formats_it_was_fitted_in() {
+    let profile = |mode: &str| {
+        let prior = if mode == "corrects_composed" {
+            r#", "prior": {"step_us": 6000, "per_seq_us": 4, "prefill_token_us": 70, "decode_token_us": 80,
+                            "prefill_attention_us": 0.01, "decode_kv_us": 0.2, "request_ingress_us": 2000,
+                            "output_token_us": 40}"#
+        } else {
+            ""
+        };
+        write_temp(
+            &format!("format-profile-{mode}.json"),
+            &format!(
+                r#"{{"format": "servesim-profile", "version": 1, "source": "results",
+                    "engine": {{"kind": "vllm", "version": "0.33.0", "model_card": "llama-3.1-8b-instruct",
+                               "gpu": "h100-80gb", "tensor_parallel_size": 1, "kv_cache_dtype": "bfloat16",
+                               "linear_weight_bytes": 2, "cuda_graphs": true}},
+                    "coefficients": {{"step_us": 6000, "per_seq_us": 4, "prefill_token_us": 70, "decode_token_us": 80,
+                                     "prefill_attention_us": 0.01, "decode_kv_us": 0.2, "request_ingress_us": 2000,
+                                     "output_token_us": 40}},
+                    "cost_mode": "{mode}"{prior}}}"#
+            ),
+        )
+    };
+    let scenario = "scenarios/long-prefill-itl-llama3.1-8b-h100-vllm.json";
+    let run_with = |p: &std::path::Path, set: &[&str]| {
+        let profile = format!("cost.profile={}", p.display());
+        let mut a = vec!["simulate", scenario, "--set", "workload.num_prompts=4", "--set", &profile];
+        for s in set {
+            a.extend(["--set", s]);
+        }
+        run(&a)
+    };
+    let linear = profile("linear");
+    let (c, _, err) = run_with(&linear, &[]);
+    assert_eq!(c, 0, "{err}");
+    for (set, want) in [
+        ("engine.quantization=fp8", "fitted on 2-byte linear weights (this scenario: 1-byte, fp8)"),
+        ("engine.kv_cache_dtype=fp8", "fitted on KV cache dtype bfloat16 (this scenario: fp8)"),
+        ("engine.enforce_eager=true", "fitted on CUDA graphs on (this scenario: off)"),
+    ] {
+        let (c, _, err) = run_with(&linear, &[set]);
+        assert_eq!(c, 2, "{set}: {err}");
+        assert!(err.contains(want), "{set}: want {want:?} in: {err}");
+    }
+    let corrected = profile("corrects_composed");
+    let (c, _, err) = run_with(&corrected, &["engine.kv_cache_dtype=fp8"]);
+    assert_eq!(c, 0, "{err}");
+    assert!(
+        err.contains("fitted with KV cache dtype bfloat16 (this scenario: fp8)") && err.contains("extrapolation"),
+        "{err}"
+    );
+}

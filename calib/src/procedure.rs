@@ -251,6 +251,9 @@ pub fn calibrate<M: Measure + ?Sized>(m: &mut M, scenario: &Scenario<'_>, o: &Ca
         model_card: None,
         gpu: None,
         tensor_parallel_size: None,
+        kv_cache_dtype: None,
+        linear_weight_bytes: None,
+        cuda_graphs: None,
     };
     let engine = match points.first() {
         Some(p) => engine.with_deployment(&p.spec),
@@ -417,6 +420,9 @@ pub fn calibrate_from_results_with(
         model_card: None,
         gpu: None,
         tensor_parallel_size: None,
+        kv_cache_dtype: None,
+        linear_weight_bytes: None,
+        cuda_graphs: None,
     }
     .with_deployment(&first.spec);
     let mut profile = Profile::new(&r, &points, "results", engine, &prior);

@@ -88,6 +88,14 @@ pub struct ProfileEngine {
     pub gpu: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tensor_parallel_size: Option<u32>,
+    /// The KV cache's element type, the linear layers' bytes per weight and whether CUDA graphs
+    /// ran (profiles from 2026-12-06 on): each moves the step cost as the GPU does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kv_cache_dtype: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub linear_weight_bytes: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cuda_graphs: Option<bool>,
 }
 
 impl ProfileEngine {
@@ -96,6 +104,9 @@ impl ProfileEngine {
         self.model_card = Some(spec.model.id.clone());
         self.gpu = Some(spec.gpu.id.clone());
         self.tensor_parallel_size = Some(spec.deployment.tensor_parallel_size);
+        self.kv_cache_dtype = Some(spec.deployment.kv_cache_dtype.clone());
+        self.linear_weight_bytes = Some(spec.deployment.linear_weight_bytes);
+        self.cuda_graphs = Some(spec.deployment.cuda_graphs);
         self
     }
 }
