@@ -260,8 +260,26 @@ fn flatten(prefix: &str, v: &Value, out: &mut BTreeMap<String, String>) {
 /// The workload fields `vllm bench serve` gives a value when none is passed, at that value (a
 /// record written without `--burstiness` and one with `--burstiness 1.0` ran the same load),
 /// `"inf"` and null rates alike (all at once), and numbers by value (4 and 4.0 are one count).
-const WORKLOAD_DEFAULTS: [(&str, &str); 4] =
-    [("burstiness", "1"), ("num_warmups", "0"), ("random_range_ratio", "0"), ("request_rate", "inf")];
+/// The values are the workload section's defaults as the simulator resolves them
+/// (`sim::config::resolve_workload`), which are `vllm bench serve`'s; a field of another
+/// dataset than the run's is absent on both sides, or its default on both. Not `num_prompts`:
+/// a trace's default is its rows.
+const WORKLOAD_DEFAULTS: [(&str, &str); 14] = [
+    ("burstiness", "1"),
+    ("num_warmups", "0"),
+    ("random_range_ratio", "0"),
+    ("request_rate", "inf"),
+    ("seed", "0"),
+    ("dataset_name", "\"random\""),
+    ("random_input_len", "1024"),
+    ("random_output_len", "128"),
+    ("random_prefix_len", "0"),
+    ("prefix_repetition_num_prefixes", "10"),
+    ("prefix_repetition_prefix_len", "256"),
+    ("prefix_repetition_suffix_len", "256"),
+    ("prefix_repetition_output_len", "128"),
+    ("prior_run_prompts", "0"),
+];
 
 fn normalise(m: &mut BTreeMap<String, String>) {
     let workloads: std::collections::BTreeSet<String> = m
@@ -363,6 +381,13 @@ mod tests {
             diff(&a, &d).unwrap(),
             vec![("workload.burstiness".to_string(), "1".to_string(), "0.5".to_string())]
         );
+        // The seed, the dataset and its lengths at their defaults, written out or not (the
+        // audit of 2026-12-06: `--seed 0` against no `--seed` differed).
+        let e = json!({"format": "servesim-run", "version": 1, "setup": {"workload": {"num_prompts": 16, "max_concurrency": 4,
+            "seed": 0, "dataset_name": "random", "random_input_len": 1024, "random_output_len": 128, "random_prefix_len": 0}}});
+        assert_eq!(diff(&a, &e).unwrap(), vec![]);
+        let f = json!({"format": "servesim-run", "version": 1, "setup": {"workload": {"num_prompts": 16, "max_concurrency": 4, "seed": 1}}});
+        assert_eq!(diff(&a, &f).unwrap(), vec![("workload.seed".to_string(), "0".to_string(), "1".to_string())]);
     }
 
     #[test]
