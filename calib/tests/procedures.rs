@@ -274,7 +274,10 @@ fn profile_keys() {
         keys(&p),
         "format,version,created_by,source,engine,coefficients,coefficient_sources,prior,cost_mode,fit,roofline_check,uncertainty,lone_request_fit,speed_reference,fit_workloads"
     );
-    assert_eq!(keys(&p["engine"]), "kind,version,model,kv_capacity_tokens,model_card,gpu,tensor_parallel_size");
+    assert_eq!(
+        keys(&p["engine"]),
+        "kind,version,model,kv_capacity_tokens,model_card,gpu,tensor_parallel_size,kv_cache_dtype,linear_weight_bytes,cuda_graphs"
+    );
     assert_eq!(p["engine"]["kind"], "vllm");
     assert_eq!(keys(&p["fit"]), "method,target_noise,targets,free,factors,objective,evaluations,r2,points");
     assert_eq!(keys(&p["fit"]["points"][0]), "name,max_concurrency,measured,predicted,relative_residual");
@@ -307,7 +310,10 @@ fn profile_keys() {
         keys(&r),
         "format,version,created_by,source,engine,coefficients,coefficient_sources,prior,cost_mode,composed_cost_source,fit,roofline_check,identifiability,traps,uncertainty,from_results,scenario,note"
     );
-    assert_eq!(keys(&r["engine"]), "kind,version,model,model_card,gpu,tensor_parallel_size");
+    assert_eq!(
+        keys(&r["engine"]),
+        "kind,version,model,model_card,gpu,tensor_parallel_size,kv_cache_dtype,linear_weight_bytes,cuda_graphs"
+    );
     assert_eq!(
         keys(&r["identifiability"][0]),
         "coefficient,determined,data_share,prior_sigma_log,prior_sigma_source,why,fitted_over_prior"
