@@ -24,6 +24,8 @@ pub struct ExplainArgs {
     pub concurrency: Option<u32>,
     #[command(flatten)]
     pub common: ScenarioArgs,
+    #[command(flatten)]
+    pub bench: crate::bench_flags::BenchFlags,
     /// The explanation as JSON (the keys of README "servesim explain").
     #[arg(long)]
     pub json: bool,
@@ -131,9 +133,13 @@ pub fn text(e: &Explanation) -> String {
 }
 
 pub fn run(a: ExplainArgs) -> Result<ExitCode, String> {
+    if a.concurrency.is_some() && a.bench.max_concurrency.is_some() {
+        return Err("--concurrency and --max-concurrency both give the explained run's concurrency: give one".into());
+    }
     let mut raw = load::read_raw(a.scenario.as_deref())?;
-    load::apply_overrides(&mut raw, &a.common.sets, a.common.seed)?;
-    let (_, base) = load::resolve(&raw)?;
+    let sets = a.bench.with_sets(&a.common.sets)?;
+    load::apply_overrides(&mut raw, &sets, a.common.seed).map_err(|e| a.bench.name_the_flag(e))?;
+    let (_, base) = load::resolve(&raw).map_err(|e| a.bench.name_the_flag(e))?;
     let plan = sim::explain::plan(&base, a.concurrency)?;
     let pb = crate::plot::progress(plan.grid_specs.len() as u64 + 1, "simulating");
     let all: Vec<&sim::config::SimSpec> = plan.grid_specs.iter().chain(std::iter::once(&plan.point)).collect();

@@ -279,6 +279,56 @@ pub struct Explanation {
     pub replica_limits: Option<crate::fleet::FleetLimits>,
 }
 
+/// What more GPUs do for an engine out of compute: more replicas (or faster GPUs) always; a
+/// higher TP size only where its all-reduces cost less than the compute it splits. At TP > 1 the
+/// all-reduces' share of a prefill step of the workload's mean prompt (at most the token budget)
+/// says which: at a third or more, a higher TP size slows the steps it was to speed up (L40S,
+/// Llama-3.2-3B: TP 4 ran at a third of TP 2's throughput, the audit of 2026-12-06).
+fn more_gpus_sentence(base: &SimSpec, w: &crate::workload::Workload, disaggregated: bool) -> String {
+    let replicas = if disaggregated { "more replicas, more prefill replicas" } else { "more replicas" };
+    let tp = base.deployment.tensor_parallel_size;
+    let Some(c) = base.cost.composed.as_ref() else {
+        return format!("more or faster GPUs ({replicas}, or a higher TP size where its all-reduces cost less than the compute it splits) do.");
+    };
+    let (mean_in, _) = w.mean_lengths();
+    let budget = match &base.engine {
+        crate::config::EngineSpec::Vllm(c) => c.max_num_batched_tokens,
+        crate::config::EngineSpec::Sglang(c) => c.chunked_prefill_size.unwrap_or(u32::MAX),
+    };
+    let m = (mean_in.round() as u64).clamp(1, u64::from(budget.max(1)));
+    if tp <= 1 {
+        return format!(
+            "more or faster GPUs do: {replicas}; a higher TP size where its all-reduces cost less than the compute it \
+             splits (on PCIe cards often not past TP 2: try it, --set {}=2)",
+            tp_field(base)
+        ) + ".";
+    }
+    let mut shape = crate::cost::StepShape::default();
+    shape.add_prefill(0, m);
+    let step_us = base.cost.step_ns(&shape) as f64 / 1e3;
+    let share = if step_us > 0.0 { c.step_allreduce_us(m) / step_us } else { 0.0 };
+    if share >= 1.0 / 3.0 {
+        format!(
+            "{replicas} or faster GPUs do; a higher TP size does not: at TP {tp} the all-reduces already take {:.0}% of a \
+             prefill step of {m} tokens, and more GPUs per replica add to them.",
+            100.0 * share
+        )
+    } else {
+        format!(
+            "more or faster GPUs ({replicas}, or a higher TP size: at TP {tp} the all-reduces take {:.0}% of a prefill \
+             step of {m} tokens) do.",
+            100.0 * share
+        )
+    }
+}
+
+fn tp_field(base: &SimSpec) -> &'static str {
+    match base.engine.engine_kind() {
+        crate::config::EngineKind::Vllm => "engine.tensor_parallel_size",
+        crate::config::EngineKind::Sglang => "engine.tp_size",
+    }
+}
+
 fn pct(part: f64, whole: f64) -> f64 {
     if whole > 0.0 {
         100.0 * part / whole
@@ -453,9 +503,9 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
         format!(
             "The knee sits well below the limit that binds ({binding_at} concurrent requests): there the engine is out of \
              compute, its steps growing with the batch{}; a larger KV pool or a higher {running_knob} does not move it, \
-             more or faster GPUs (a higher TP size, more replicas{}) do.",
+             {}",
             if disaggregated { " (or its prefill replicas are, feeding the decode ones)" } else { "" },
-            if disaggregated { ", more prefill replicas" } else { "" }
+            more_gpus_sentence(base, &point.workload, disaggregated)
         )
     } else if binding_limit == "kv_pool" {
         format!("The knee moves with the KV pool: raise {memory_knob}, serve a smaller or quantized model, or shorten requests; raising {running_knob} does not help while the pool binds.")

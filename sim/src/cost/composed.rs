@@ -1105,6 +1105,12 @@ impl ComposedCost {
         }
     }
 
+    /// The all-reduces of a step of `m` tokens (two a layer and the embedding's), µs (0 without
+    /// TP).
+    pub fn step_allreduce_us(&self, m: u64) -> f64 {
+        (2.0 * self.layers + 1.0) * self.allreduce_us(m)
+    }
+
     /// The all-gather of the logits of `seqs` sequences, µs (0 without TP).
     pub fn logits_gather_us(&self, seqs: u64) -> f64 {
         let x = seqs as f64 * self.gather_elems_per_seq;
