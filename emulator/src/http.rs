@@ -568,6 +568,9 @@ async fn generate(sh: Arc<Shared>, c: Completion, chat: bool) -> Resp {
                     StatusCode::SERVICE_UNAVAILABLE,
                     "the server is shutting down; the request was aborted",
                 );
+                // SGLang wraps its flat error body in `{"error": ...}` inside a stream
+                // (`create_streaming_error_response`: `json.dumps({"error": error.model_dump()})`).
+                let err = if sglang { json!({ "error": err }) } else { err };
                 let _ = send(format!("data: {err}\n\n")).await;
                 let _ = send("data: [DONE]\n\n".to_string()).await;
                 return;

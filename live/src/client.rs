@@ -225,6 +225,12 @@ async fn read_stream(
             if let Some(err) = v.get("error") {
                 return Err(Failure::ServerError(err.to_string()));
             }
+            // An error body written flat into the stream (`{"object": "error", "message": ...}`,
+            // SGLang's non-streaming form) ends the request as well: read as no chunk, the
+            // stream's `[DONE]` made a cut-off request a success of a few tokens.
+            if v.get("object").and_then(Value::as_str) == Some("error") {
+                return Err(Failure::ServerError(v.to_string()));
+            }
             let now = Instant::now();
             // Usage first: a chunk skipped below may still carry it.
             if let Some(u) = v.get("usage").filter(|u| !u.is_null()) {
@@ -286,6 +292,20 @@ mod tests {
     /// chunks, a separate finish chunk whose delta is `{"reasoning_content": null}` (0.5.17+
     /// leaves `None` fields out), the usage chunk, `[DONE]`.
     async fn sglang_chat_stream() -> (String, tokio::sync::oneshot::Receiver<String>) {
+        stream_of(&[
+            r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"content":"a"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"content":"b"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"content":"c"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"reasoning_content":null},"finish_reason":"length"}]}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":3}}"#,
+        ])
+        .await
+    }
+
+    /// A server that answers one request with a stream of these events, then `[DONE]`.
+    async fn stream_of(chunks: &[&str]) -> (String, tokio::sync::oneshot::Receiver<String>) {
+        let chunks: Vec<String> = chunks.iter().map(|c| c.to_string()).collect();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -294,16 +314,8 @@ mod tests {
             let mut buf = vec![0u8; 65536];
             let n = sock.read(&mut buf).await.unwrap();
             let _ = tx.send(String::from_utf8_lossy(&buf[..n]).to_string());
-            let chunks = [
-                r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#,
-                r#"{"choices":[{"index":0,"delta":{"content":"a"}}]}"#,
-                r#"{"choices":[{"index":0,"delta":{"content":"b"}}]}"#,
-                r#"{"choices":[{"index":0,"delta":{"content":"c"}}]}"#,
-                r#"{"choices":[{"index":0,"delta":{"reasoning_content":null},"finish_reason":"length"}]}"#,
-                r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":3}}"#,
-            ];
             let mut body = String::new();
-            for c in chunks {
+            for c in &chunks {
                 body.push_str(&format!("data: {c}\n\n"));
             }
             body.push_str("data: [DONE]\n\n");
@@ -336,6 +348,33 @@ mod tests {
         };
         let out = send(&reqwest::Client::new(), &target, &req, Instant::now()).await;
         (out, sent.await.unwrap())
+    }
+
+    /// An error event ends the request as failed in either form, wrapped (`{"error": ...}`, what
+    /// vLLM and SGLang write into a stream) or flat (`{"object": "error", ...}`, an error body
+    /// as SGLang answers a request): read as no chunk, the flat one let the `[DONE]` after it
+    /// count a request cut off at shutdown as a success of a few tokens (the audit of
+    /// 2026-12-06).
+    #[tokio::test]
+    async fn an_error_event_in_either_form_fails_the_request() {
+        for err in [
+            r#"{"error":{"object":"error","message":"shutting down","type":"ServiceUnavailableError","param":null,"code":503}}"#,
+            r#"{"object":"error","message":"shutting down","type":"ServiceUnavailableError","param":null,"code":503}"#,
+        ] {
+            let (url, _) = stream_of(&[r#"{"choices":[{"index":0,"text":"a"}]}"#, err]).await;
+            let target = Target { url, model: "m".into(), api_key: None, timeout: Duration::from_secs(10) };
+            let req = Request {
+                prompt_token_ids: vec![1, 2],
+                text: None,
+                max_tokens: 3,
+                ignore_eos: true,
+                time_role_chunk: false,
+                greedy: false,
+            };
+            let out = send(&reqwest::Client::new(), &target, &req, Instant::now()).await;
+            assert!(!out.success, "{err}");
+            assert!(out.error.as_ref().is_some_and(|e| e.to_string().contains("shutting down")), "{:?}", out.error);
+        }
     }
 
     /// Greedy sampling is asked for only by the clients that ask for it (`vllm bench serve`
