@@ -417,6 +417,10 @@ fn diff_says_what_differs_between_two_runs_setups() {
     let rec: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&a).unwrap()).unwrap();
     assert_eq!(rec["setup"]["kv_capacity_tokens"], 10240);
     assert_eq!(rec["setup"]["engine"]["kind"], "vllm");
+    // `serve`'s scheduler limits, which it says on /v1/models (a record kept them null, and
+    // `diff` read a serve at max_num_seqs 4 and one at 32 as one setup).
+    assert!(rec["setup"]["max_running"].as_u64().is_some_and(|n| n > 0), "{}", rec["setup"]);
+    assert!(rec["setup"]["token_budget"].as_u64().is_some_and(|n| n > 0), "{}", rec["setup"]);
     assert!(rec["observed"]["metrics_after"]["vllm:generation_tokens_total"].as_f64().unwrap() > 0.0);
     let d = run_cli(&["diff", a.to_str().unwrap(), b.to_str().unwrap()]);
     let t = String::from_utf8_lossy(&d.stdout);

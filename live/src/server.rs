@@ -149,5 +149,18 @@ pub async fn probe(client: &reqwest::Client, base: &str, api_key: Option<&str>) 
             info.kind = Some(EngineKind::Sglang);
         }
     }
+    // `servesim serve` of a vLLM scenario says its scheduler limits (`/v1/models`
+    // `servesim_engine_args`), which a real vLLM server does not report: the run record keeps
+    // them, as it keeps an SGLang server's (a serve at `max_num_seqs` 4 and one at 32 read as one
+    // setup to `diff`; the audit of 2026-12-06).
+    if let Some(args) = &info.servesim_engine_args {
+        let num = |k: &str| args.get(k).and_then(Value::as_u64);
+        if info.max_running.is_none() {
+            info.max_running = num("max_num_seqs").map(|x| x as u32);
+        }
+        if info.token_budget.is_none() {
+            info.token_budget = num("max_num_batched_tokens").map(|x| x as i64);
+        }
+    }
     Ok(info)
 }
