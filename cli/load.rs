@@ -450,6 +450,8 @@ pub struct ProfileDeployment {
     pub kv_cache_dtype: Option<String>,
     pub linear_weight_bytes: Option<u32>,
     pub cuda_graphs: Option<bool>,
+    /// Fitted against `servesim serve --time-scale k`, k ≠ 1.
+    pub servesim_time_scale: Option<f64>,
     /// The composed cost a `corrects_composed` profile corrected (profiles from 2026-12-05 on).
     pub composed_cost_source: Option<String>,
     /// The profile corrects the composed cost (`cost_mode: corrects_composed`).
@@ -472,6 +474,7 @@ impl ProfileDeployment {
             kv_cache_dtype: s(&e["kv_cache_dtype"]),
             linear_weight_bytes: e["linear_weight_bytes"].as_u64().map(|b| b as u32),
             cuda_graphs: e["cuda_graphs"].as_bool(),
+            servesim_time_scale: e["servesim_time_scale"].as_f64().filter(|k| *k != 1.0),
             composed_cost_source: s(&v["composed_cost_source"]),
             corrects: v["cost_mode"].as_str() == Some("corrects_composed"),
         }
@@ -602,6 +605,12 @@ pub fn check_profile_deployment(spec: &SimSpec, d: &ProfileDeployment) -> Result
             unsaid.join(" or "),
             spec.gpu.id,
             spec.deployment.tensor_parallel_size
+        ));
+    }
+    if let Some(k) = d.servesim_time_scale {
+        warn_once(format!(
+            "cost.profile was fitted against servesim serve at --time-scale {k}: its step costs are those of an engine {k}x faster than the {} it names, and so are this run's predictions; calibrate at --time-scale 1 (or against the engine itself) for that GPU's",
+            d.gpu.as_deref().unwrap_or("GPU")
         ));
     }
     let version = spec.engine.version().to_string();

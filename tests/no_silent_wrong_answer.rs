@@ -1682,6 +1682,16 @@ fn a_profile_is_checked_against_the_formats_it_was_fitted_in() {
         assert_eq!(c, 2, "{set}: {err}");
         assert!(err.contains(want), "{set}: want {want:?} in: {err}");
     }
+    // Fitted against a time-scaled emulator: another engine's speed, said.
+    let scaled = write_temp(
+        "format-profile-scaled.json",
+        &std::fs::read_to_string(&linear)
+            .unwrap()
+            .replace("\"cuda_graphs\": true", "\"cuda_graphs\": true, \"servesim_time_scale\": 4"),
+    );
+    let (c, _, err) = run_with(&scaled, &[]);
+    assert_eq!(c, 0, "{err}");
+    assert!(err.contains("fitted against servesim serve at --time-scale 4"), "{err}");
     let corrected = profile("corrects_composed");
     let (c, _, err) = run_with(&corrected, &["engine.kv_cache_dtype=fp8"]);
     assert_eq!(c, 0, "{err}");

@@ -254,6 +254,7 @@ pub fn calibrate<M: Measure + ?Sized>(m: &mut M, scenario: &Scenario<'_>, o: &Ca
         kv_cache_dtype: None,
         linear_weight_bytes: None,
         cuda_graphs: None,
+        servesim_time_scale: info.servesim_time_scale.filter(|k| *k != 1.0),
     };
     let engine = match points.first() {
         Some(p) => engine.with_deployment(&p.spec),
@@ -423,6 +424,7 @@ pub fn calibrate_from_results_with(
         kv_cache_dtype: None,
         linear_weight_bytes: None,
         cuda_graphs: None,
+        servesim_time_scale: None,
     }
     .with_deployment(&first.spec);
     let mut profile = Profile::new(&r, &points, "results", engine, &prior);

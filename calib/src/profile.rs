@@ -96,6 +96,10 @@ pub struct ProfileEngine {
     pub linear_weight_bytes: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cuda_graphs: Option<bool>,
+    /// Fitted against `servesim serve --time-scale k` (k ≠ 1): the step costs of an engine k
+    /// times faster than the GPU named (a test's shortcut); a scenario applying it is warned.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub servesim_time_scale: Option<f64>,
 }
 
 impl ProfileEngine {
