@@ -720,6 +720,25 @@ fn chat_content_as_text_parts_is_served_and_other_parts_are_refused() {
         post(&s.url, "/v1/completions", &format!(r#"{{"model":"{m}","prompt":"hello","ignore_eos":true}}"#));
     let body: serde_json::Value = serde_json::from_str(completion.split("\r\n\r\n").nth(1).unwrap()).unwrap();
     assert_eq!(body["usage"]["completion_tokens"], 16, "{body}");
+    // A chat request's limit is `max_completion_tokens or max_tokens`, as vLLM reads it; a null
+    // is not given (max_tokens 5 beside max_completion_tokens 3 gave 5, and a null max_tokens
+    // beside it the rest of the context; the audit of 2026-12-06).
+    for (limits, want) in [
+        (r#""max_tokens":5,"max_completion_tokens":3"#, 3),
+        (r#""max_tokens":null,"max_completion_tokens":3"#, 3),
+        (r#""max_tokens":5,"max_completion_tokens":null"#, 5),
+        (r#""max_tokens":5,"max_completion_tokens":0"#, 5),
+    ] {
+        let r = post(
+            &s.url,
+            "/v1/chat/completions",
+            &format!(
+                r#"{{"model":"{m}","messages":[{{"role":"user","content":"hello"}}],{limits},"ignore_eos":true}}"#
+            ),
+        );
+        let body: serde_json::Value = serde_json::from_str(r.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+        assert_eq!(body["usage"]["completion_tokens"], want, "{limits}: {body}");
+    }
 }
 
 /// A second `check` against the same server sends fresh prompts (a per-invocation salt of their

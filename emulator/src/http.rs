@@ -385,8 +385,16 @@ fn parse_completion(body: &[u8], chat: bool, sh: &Shared) -> Result<Completion, 
     let max_len = max_model_len(&sh.spec);
     let kv = sh.spec.engine.kv_capacity_tokens();
     let prompt_len = u32::try_from(prompt.len()).map_err(|_| bad("the prompt is too long"))?;
-    let max_tokens = match obj.get("max_tokens").or(obj.get("max_completion_tokens")) {
-        None | Some(Value::Null) => {
+    // A chat request's limit is `max_completion_tokens or max_tokens` (vLLM's
+    // `ChatCompletionRequest.to_sampling_params`: the first unless absent, null or 0); a
+    // completion has `max_tokens` only. A null is not given.
+    let given = |k: &str| obj.get(k).filter(|v| !v.is_null());
+    let (limit_field, limit) = match given("max_completion_tokens").filter(|v| chat && v.as_u64() != Some(0)) {
+        Some(v) => ("max_completion_tokens", Some(v)),
+        None => ("max_tokens", given("max_tokens")),
+    };
+    let max_tokens = match limit {
+        None => {
             if chat {
                 // A chat request without a limit may fill the rest of its context: vLLM's
                 // `get_max_tokens` (max_model_len − prompt), SGLang's room up to its
@@ -400,9 +408,9 @@ fn parse_completion(body: &[u8], chat: bool, sh: &Shared) -> Result<Completion, 
             }
         }
         Some(v) => {
-            let n = v.as_u64().ok_or_else(|| bad(format!("max_tokens: expected a positive integer, got {v}")))?;
+            let n = v.as_u64().ok_or_else(|| bad(format!("{limit_field}: expected a positive integer, got {v}")))?;
             if n == 0 || n > u64::from(max_len) {
-                return Err(bad(format!("max_tokens: must be between 1 and {max_len}, got {n}")));
+                return Err(bad(format!("{limit_field}: must be between 1 and {max_len}, got {n}")));
             }
             n as u32
         }
