@@ -480,9 +480,18 @@ impl Serialize for SaveResult<'_> {
         m.serialize_entry("itls", &o.iter().map(|o| &o.itl_s).collect::<Vec<_>>())?;
         m.serialize_entry("start_times", &o.iter().map(|o| o.start_s).collect::<Vec<_>>())?;
         m.serialize_entry("generated_texts", &o.iter().map(|o| o.generated_text.as_str()).collect::<Vec<_>>())?;
+        // `vllm bench serve`'s lists read an empty error as a success: a request an interruption
+        // kept from being sent says so (its zero TTFT and start time were counted as a success's
+        // by anyone recomputing the statistics from the lists).
         m.serialize_entry(
             "errors",
-            &o.iter().map(|o| o.error.as_ref().map(ToString::to_string).unwrap_or_default()).collect::<Vec<_>>(),
+            &o.iter()
+                .map(|o| match &o.error {
+                    Some(e) => e.to_string(),
+                    None if !o.sent => "not sent: the run was interrupted first".to_string(),
+                    None => String::new(),
+                })
+                .collect::<Vec<_>>(),
         )?;
         m.end()
     }

@@ -309,6 +309,9 @@ fn ctrl_c_ends_a_run_cleanly_with_what_was_measured_saved() {
         "1000",
         "--result-dir",
         dir.to_str().unwrap(),
+        "--save-result",
+        "--result-filename",
+        "interrupted.json",
     ]);
     let child = c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
     std::thread::sleep(Duration::from_millis(2500));
@@ -343,6 +346,16 @@ fn ctrl_c_ends_a_run_cleanly_with_what_was_measured_saved() {
     let failed: Vec<_> = lines.iter().filter(|l| l["success"] != true).collect();
     assert!(failed.len() <= 2, "{failed:?}");
     assert!(failed.iter().all(|l| l["success"] == false && !l["error"].is_null()), "{failed:?}");
+    // In the saved result's lists an empty error is a success (as `vllm bench serve` reads
+    // them): exactly the completed requests; the ones never sent say so (they had "", a TTFT
+    // and a start time of 0, counted as successes by anyone recomputing from the lists).
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("interrupted.json")).unwrap()).unwrap();
+    let errors = j["errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 200);
+    let ok = errors.iter().filter(|e| e.as_str() == Some("")).count() as u64;
+    assert_eq!(ok, j["completed"].as_u64().unwrap(), "{:?}", &errors[..8]);
+    assert!(errors.iter().any(|e| e.as_str().is_some_and(|e| e.starts_with("not sent"))), "{errors:?}");
 }
 
 /// A figure the client did not measure is `null` in JSON and "n/a" in text, never a zero: the
