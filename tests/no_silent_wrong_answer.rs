@@ -1700,3 +1700,45 @@ fn a_profile_is_checked_against_the_formats_it_was_fitted_in() {
         "{err}"
     );
 }
+
+/// SGLang decode batches above a `--cuda-graph-max-bs` set below the release's default run
+/// eagerly, as with `--disable-cuda-graph`: their steps pay the same launches (a capture of 1 at
+/// batch 32 cost nothing, so a smaller setting looked free, its KV pool larger; the audit of
+/// 2026-12-06). Within the capture, nothing changes.
+#[test]
+fn a_smaller_sglang_graph_capture_runs_the_larger_batches_eagerly() {
+    let tpot = |set: &[&str]| {
+        let mut a = vec![
+            "simulate",
+            "scenarios/long-prefill-itl-llama3.1-8b-h100-sglang.json",
+            "--json",
+            "--set",
+            "workload.num_prompts=64",
+            "--set",
+            "workload.request_rate=inf",
+            "--set",
+            "workload.max_concurrency=32",
+            "--set",
+            "workload.random_input_len=1000",
+            "--set",
+            "workload.random_output_len=300",
+            "--set",
+            "workload.random_range_ratio=0",
+            "--set",
+            "engine.max_total_num_tokens=null",
+        ];
+        for s in set {
+            a.extend(["--set", s]);
+        }
+        let (c, out, err) = run(&a);
+        assert_eq!(c, 0, "{err}");
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()["mean_tpot_ms"].as_f64().unwrap()
+    };
+    let default = tpot(&[]);
+    let eager = tpot(&["engine.disable_cuda_graph=true"]);
+    let one = tpot(&["engine.cuda_graph_max_bs=1"]);
+    let all = tpot(&["engine.cuda_graph_max_bs=32"]);
+    assert!(eager > default * 1.05, "{eager} vs {default}");
+    assert!((one / eager - 1.0).abs() < 0.01, "capture 1 at batch 32: {one}, eager {eager}");
+    assert!((all / default - 1.0).abs() < 0.001, "capture 32 covers batch 32: {all}, default {default}");
+}

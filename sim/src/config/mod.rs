@@ -880,8 +880,19 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
             (sglang::sglang_moe_kernel(c.version, &gpu, &model, &deployment, given)?, "moe_runner_backend", given)
         }
     };
-    let cost =
+    // Graphs captured only up to a `--cuda-graph-max-bs` below the release's default: the steps
+    // between run eagerly by that choice (`ComposedCost`'s forgone graphs, as with graphs off).
+    let shrunk = match &engine {
+        EngineSpec::Sglang(c) if c.cuda_graph_max_bs.is_some() => c
+            .forgone_cuda_graph_max_bs
+            .map(|b| crate::cost::GraphRule::sglang(c.version, memory::sglang_gpu_mem_mib(&gpu), u64::from(b))),
+        _ => None,
+    };
+    let mut cost =
         resolve_cost(&s.cost, &model, &gpu, &deployment, res, engine.kind(), graphs, attention_lane, engine_kernels)?;
+    if let (Some(rule), Some(c)) = (shrunk, cost.composed.as_mut()) {
+        std::sync::Arc::get_mut(c).expect("the cost was just built: not shared yet").set_forgone(rule);
+    }
     if let (Some(runs), Some(timed)) = (moe_kernel, cost.composed.as_ref().and_then(|k| k.moe_kernel)) {
         if runs != timed {
             let (name, version) = match &engine {

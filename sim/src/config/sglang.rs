@@ -398,8 +398,26 @@ pub(super) fn resolve_sglang(
     // which stops at the request pool (`--max-running-requests` as resolved, else `pool_reqs`).
     let pool = if given.is_some() { max_running_requests } else { pool_reqs as u32 };
     let captured = sglang_capture_list(version, sglang_gpu_mem_mib(gpu), graph_setting, pool).last().copied();
-    let (cuda_graph_max_bs, forgone_cuda_graph_max_bs) =
-        if dep.cuda_graphs { (captured, None) } else { (None, captured) };
+    // A `--cuda-graph-max-bs` below the release's default leaves the decode batches between
+    // the two eager, as `--disable-cuda-graph` leaves them all: the default's last size is the
+    // forgone one (the step cost charges those batches the eager launches; a smaller setting
+    // looked free, its KV pool larger and its steps no slower; the audit of 2026-12-06).
+    let default_captured = || {
+        let default_setting = sglang_default_cuda_graph_max_bs(gpu, version, dep.tensor_parallel_size).map(|b| match f
+            .max_running_requests
+            .filter(|_| version >= SGLANG_DEFAULT_GRAPH_BS_STOPS_AT_RUNNING)
+        {
+            Some(m) if m >= 1 => b.min(m),
+            _ => b,
+        });
+        sglang_capture_list(version, sglang_gpu_mem_mib(gpu), default_setting, pool).last().copied()
+    };
+    let (cuda_graph_max_bs, forgone_cuda_graph_max_bs) = if dep.cuda_graphs {
+        let shrunk = f.cuda_graph_max_bs.and_then(|_| default_captured()).filter(|d| captured.is_some_and(|c| *d > c));
+        (captured, shrunk)
+    } else {
+        (None, captured)
+    };
     let disable_overlap_schedule = f.disable_overlap_schedule.unwrap_or(false);
     let mut behaviour = SglangBehaviour::of_release(version);
     behaviour.overlap = if disable_overlap_schedule {

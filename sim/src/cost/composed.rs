@@ -1083,6 +1083,13 @@ impl ComposedCost {
         );
     }
 
+    /// The graphs the release would have captured by default where the deployment captures
+    /// fewer (SGLang's `--cuda-graph-max-bs` below its default): the steps between run eagerly
+    /// by that choice, charged as with graphs turned off.
+    pub fn set_forgone(&mut self, rule: GraphRule) {
+        self.forgone = Some(rule);
+    }
+
     /// How steps run as CUDA graphs (eager when the deployment has none).
     pub fn graphs(&self) -> GraphRule {
         self.graphs

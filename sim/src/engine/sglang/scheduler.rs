@@ -189,8 +189,10 @@ pub struct SglangConfig {
     /// The step cost's graph rule reads it; the scheduler does not. (The default
     /// `mem_fraction_static` reserves for the `--cuda-graph-max-bs` setting, not for this.)
     pub cuda_graph_max_bs: Option<u32>,
-    /// With graphs turned off (`--disable-cuda-graph`): the largest decode batch the release
-    /// would have captured, so that the step cost knows which steps run eagerly by that choice.
+    /// With graphs turned off (`--disable-cuda-graph`), or captured only up to a
+    /// `--cuda-graph-max-bs` below the release's default: the largest decode batch the release
+    /// would have captured by default, so that the step cost knows which steps run eagerly by
+    /// that choice.
     pub forgone_cuda_graph_max_bs: Option<u32>,
     /// Seed of the `random` policy's stream.
     pub seed: u64,
