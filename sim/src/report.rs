@@ -981,6 +981,39 @@ pub fn moe_default_config(spec: &SimSpec) -> Option<Caveat> {
     })
 }
 
+/// [`Caveat::id`] of [`sglang_overlap_off`].
+pub const SGLANG_OVERLAP_OFF: &str = "sglang_overlap_off";
+
+/// An SGLang run on a GPU with the overlap scheduler turned off (`disable_overlap_schedule`):
+/// servesim models the overlap's one-step lag but not its hiding of each step's CPU work under
+/// the GPU's (`config::SGLANG_CPU_OVERLAP`, off: it made four validated SGLang groups worse), so
+/// the run without the overlap is not slower than one with it, as it is on a GPU (it came out
+/// faster, its lag gone; the audit of 2026-12-06).
+pub fn sglang_overlap_off(spec: &SimSpec) -> Option<Caveat> {
+    let crate::config::EngineSpec::Sglang(c) = &spec.engine else { return None };
+    // (The CPU backend runs without the overlap's hiding either way.)
+    if !c.disable_overlap_schedule || c.behaviour.cpu_overlap || spec.gpu.id == "cpu-host" {
+        return None;
+    }
+    let cpu = spec.cost.composed.as_ref().map(|k| k.sync_cpu());
+    let per_step = cpu.map_or(String::new(), |c| {
+        format!(" (here {:.0} µs a step and {:.0} µs a running request)", c.step_us, c.per_seq_us)
+    });
+    Some(Caveat {
+        id: SGLANG_OVERLAP_OFF,
+        message: format!(
+            "disable_overlap_schedule: on a GPU, SGLang's overlap scheduler hides each step's CPU work \
+             (scheduling, output processing) under the GPU's, and turning it off adds that work to every step. \
+             servesim models the overlap's one-step lag but times every SGLang step as its CPU work plus its GPU \
+             work with the overlap on or off{per_step}: the hiding made four validated SGLang groups worse and is \
+             left out (VALIDATION.md section 5, \"SGLang: the CPU overlap and the tokenizer\"). So this run \
+             without the overlap is not slower than one with it, as it would be on a GPU: do not read the \
+             difference between the two as what the flag does."
+        ),
+        desynchronised_mean_ttft_ms: None,
+    })
+}
+
 /// The caveats of one run ([`Caveat`]).
 pub fn caveats(spec: &SimSpec, workload: &crate::workload::Workload) -> Vec<Caveat> {
     lockstep_waves(spec, workload)
@@ -991,6 +1024,7 @@ pub fn caveats(spec: &SimSpec, workload: &crate::workload::Workload) -> Vec<Cave
         .chain(moe_default_config(spec))
         .chain(unjudged_model(spec))
         .chain(unjudged_gpu(spec))
+        .chain(sglang_overlap_off(spec))
         .collect()
 }
 
