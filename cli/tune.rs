@@ -621,6 +621,22 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
             });
             continue;
         }
+        // A configuration whose report has no figure for an SLO or the objective (an SGLang
+        // retraction count asked of a vLLM configuration) cannot be judged on it: it neither
+        // meets the SLO nor ranks (it was once the best, the SLO dropped).
+        let unreported = e.result.as_ref().ok().and_then(|m| {
+            slo_metrics.iter().chain(std::iter::once(&objective)).find(|k| m.metric(**k).is_none()).copied()
+        });
+        if let Some(k) = unreported {
+            invalid.push(TuneInvalid {
+                config: cfg_json(&e.config),
+                error: format!(
+                    "its report has no {}: an SLO or the objective on it cannot be judged for this configuration",
+                    k.key()
+                ),
+            });
+            continue;
+        }
         match &e.result {
             Err(err) => invalid.push(TuneInvalid { config: cfg_json(&e.config), error: err.clone() }),
             Ok(m) => {
@@ -1095,6 +1111,11 @@ fn tune_intervals<'a>(
         (Some(i), Some(_)) if i.slo_verdict == SloVerdict::Meets => {
             (None, "The best configuration meets every SLO across its 90% interval: the choice is robust to the model's uncertainty.".to_string())
         }
+        // An SLO on a metric without an interval (a p95, a std): met at the estimate, its
+        // robustness not judged; not "its 90% interval breaks it".
+        (Some(i), Some(_)) if i.slo_verdict == SloVerdict::NoInterval => {
+            (None, "The best configuration meets every SLO at its estimate; some SLO's metric has no 90% interval (intervals cover the throughputs, the means, medians and p99s, and the preemptions), so its robustness to the model's uncertainty is not judged.".to_string())
+        }
         (Some(_), Some(b)) => {
             // The next feasible configurations by the objective, until one is robust.
             let next: Vec<&Evaluated> =
@@ -1131,7 +1152,9 @@ fn tune_intervals<'a>(
 fn verdict_tag(v: SloVerdict) -> &'static str {
     match v {
         SloVerdict::Meets => "meets across the interval",
-        SloVerdict::MeetsAtEstimateOnly | SloVerdict::NoInterval => "meets at the estimate only",
+        SloVerdict::MeetsAtEstimateOnly => "meets at the estimate only",
+        SloVerdict::NoInterval => "meets at the estimate (no interval for an SLO's metric)",
+        SloVerdict::MissesNoInterval => "misses at the estimate (no interval for an SLO's metric)",
         SloVerdict::MissesAtEstimateOnly => "misses at the estimate, may meet",
         SloVerdict::Misses => "misses across the interval",
     }

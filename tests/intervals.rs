@@ -250,3 +250,64 @@ fn simulate_model_error_sets_the_uncalibrated_band_of_the_families_named() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--model-error: `speed`: not a metric family"));
 }
+
+/// An SLO on a metric without an interval (a p95) is judged at the estimate: a configuration
+/// that breaks it misses it, and says there is no interval (it read "meets at the estimate
+/// only", the interval's edge blamed, on configurations listed as rejected; the audit of
+/// 2026-12-06). One that meets it is not called robust, nor said to be broken by an interval.
+#[test]
+fn an_slo_on_a_metric_without_an_interval_is_judged_at_the_estimate() {
+    let o = run_cli(&[
+        "tune",
+        SCENARIO,
+        "--set",
+        "workload.num_prompts=64",
+        "--vary",
+        "workload.max_concurrency=8,16,32",
+        "--slo",
+        "p95_ttft_ms<=3000",
+        "--uncertainty",
+        "--no-early-stop",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j = stdout_json(&o);
+    let rejected: Vec<String> = j["rejected"].as_array().unwrap().iter().map(|r| r["config"].to_string()).collect();
+    assert!(!rejected.is_empty(), "{j}");
+    for p in j["pareto"].as_array().unwrap() {
+        let verdict = p["slo_verdict"].as_str().unwrap();
+        if rejected.contains(&p["config"].to_string()) {
+            assert_eq!(verdict, "misses_no_interval", "{p}");
+        } else {
+            assert_eq!(verdict, "no_interval", "{p}");
+        }
+    }
+    assert!(j["robust_note"].as_str().unwrap().contains("not judged"), "{}", j["robust_note"]);
+}
+
+/// A configuration whose report has no figure for an SLO (SGLang's retractions asked of a vLLM
+/// configuration) cannot meet it: it is invalid, saying why, and never the best (it was, the
+/// SLO silently dropped; the audit of 2026-12-06).
+#[test]
+fn tune_does_not_drop_an_slo_a_configuration_cannot_report() {
+    let o = run_cli(&[
+        "tune",
+        "scenarios/rtx5090-qwen2.5-7b-sglang.json",
+        "--set",
+        "workload.num_prompts=8",
+        "--vary",
+        r#"engine={"kind":"sglang","version":"0.5.21","max_running_requests":128,"context_length":32768,"mem_fraction_static":0.85},{"kind":"vllm","version":"0.28.0","max_num_seqs":128,"max_model_len":32768,"gpu_memory_utilization":0.85}"#,
+        "--slo",
+        "num_retractions<=0",
+        "--objective",
+        "mean_tpot_ms",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j = stdout_json(&o);
+    assert_eq!(j["best"]["config"]["engine"]["kind"], "sglang", "{}", j["best"]);
+    let invalid = j["invalid"].as_array().unwrap();
+    assert_eq!(invalid.len(), 1, "{j}");
+    assert_eq!(invalid[0]["config"]["engine"]["kind"], "vllm");
+    assert!(invalid[0]["error"].as_str().unwrap().contains("its report has no num_retractions"), "{}", invalid[0]);
+}

@@ -1209,15 +1209,22 @@ pub enum SloVerdict {
     MissesAtEstimateOnly,
     /// Broken across the interval.
     Misses,
-    /// The metric has no interval (not one of [`METRICS`]): judged at the estimate only.
+    /// The metric has no interval (not one of [`METRICS`]): met at the estimate, its
+    /// robustness not judged.
     NoInterval,
+    /// The metric has no interval: broken at the estimate.
+    MissesNoInterval,
 }
 
 impl SloVerdict {
     /// The verdict of `value` (an interval `i`) against `metric <= bound` (`le`) or `>=`.
     pub fn of(value: f64, i: Option<&Interval>, le: bool, bound: f64) -> SloVerdict {
         let ok = |v: f64| if le { v <= bound } else { v >= bound };
-        let Some(i) = i else { return SloVerdict::NoInterval };
+        let Some(i) = i else {
+            // Broken at the estimate is broken, interval or none (it was "meets at the estimate
+            // only" on a rejected configuration; the audit of 2026-12-06).
+            return if ok(value) { SloVerdict::NoInterval } else { SloVerdict::MissesNoInterval };
+        };
         let (bad, good) = if le { (i.p95, i.p05) } else { (i.p05, i.p95) };
         match (ok(value), ok(bad), ok(good)) {
             (true, true, _) => SloVerdict::Meets,
@@ -1236,25 +1243,24 @@ impl SloVerdict {
             }
             SloVerdict::MissesAtEstimateOnly => "misses at the estimate (the interval's favourable edge meets it)",
             SloVerdict::Misses => "misses across the 90% interval",
-            SloVerdict::NoInterval => "no interval for this metric (judged at the estimate only)",
+            SloVerdict::NoInterval => "meets at the estimate; no interval for this metric (its robustness not judged)",
+            SloVerdict::MissesNoInterval => "misses at the estimate; no interval for this metric",
         }
     }
 
-    /// A configuration's verdict from its SLOs': the weakest (a missing interval counts
-    /// as "at the estimate only"; no SLOs: met).
+    /// A configuration's verdict from its SLOs': the weakest of them (a missing interval ranks
+    /// below an interval that meets and above one that breaks; no SLOs: met).
     pub fn overall(vs: &[SloVerdict]) -> SloVerdict {
+        // The weakest, itself: a missing interval is not an interval that breaks the SLO.
         let rank = |v: &SloVerdict| match v {
             SloVerdict::Meets => 0,
-            SloVerdict::MeetsAtEstimateOnly | SloVerdict::NoInterval => 1,
-            SloVerdict::MissesAtEstimateOnly => 2,
-            SloVerdict::Misses => 3,
+            SloVerdict::NoInterval => 1,
+            SloVerdict::MeetsAtEstimateOnly => 2,
+            SloVerdict::MissesAtEstimateOnly => 3,
+            SloVerdict::MissesNoInterval => 4,
+            SloVerdict::Misses => 5,
         };
-        match vs.iter().map(rank).max().unwrap_or(0) {
-            0 => SloVerdict::Meets,
-            1 => SloVerdict::MeetsAtEstimateOnly,
-            2 => SloVerdict::MissesAtEstimateOnly,
-            _ => SloVerdict::Misses,
-        }
+        vs.iter().copied().fold(SloVerdict::Meets, |w, v| if rank(&v) > rank(&w) { v } else { w })
     }
 }
 
@@ -1287,7 +1293,10 @@ mod interval_tests {
         assert_eq!(SloVerdict::of(100.0, None, true, 130.0), SloVerdict::NoInterval);
         use SloVerdict::*;
         assert_eq!(SloVerdict::overall(&[Meets, Meets]), Meets);
-        assert_eq!(SloVerdict::overall(&[Meets, NoInterval]), MeetsAtEstimateOnly);
+        assert_eq!(SloVerdict::overall(&[Meets, NoInterval]), NoInterval);
+        assert_eq!(SloVerdict::overall(&[NoInterval, MeetsAtEstimateOnly]), MeetsAtEstimateOnly);
+        assert_eq!(SloVerdict::of(100.0, None, true, 90.0), MissesNoInterval);
+        assert_eq!(SloVerdict::overall(&[MeetsAtEstimateOnly, MissesNoInterval]), MissesNoInterval);
         assert_eq!(SloVerdict::overall(&[MeetsAtEstimateOnly, Misses]), Misses);
         assert_eq!(SloVerdict::overall(&[]), Meets);
     }
