@@ -311,3 +311,25 @@ fn tune_does_not_drop_an_slo_a_configuration_cannot_report() {
     assert_eq!(invalid[0]["config"]["engine"]["kind"], "vllm");
     assert!(invalid[0]["error"].as_str().unwrap().contains("its report has no num_retractions"), "{}", invalid[0]);
 }
+
+/// An inline GPU card that reuses a judged card's id with other figures is another GPU: its
+/// uncalibrated band is the corpus-wide one, as its `unjudged_gpu` caveat says (it was the H100
+/// record's, the caveat saying otherwise; the audit of 2026-12-06).
+#[test]
+fn an_inline_gpu_card_under_a_judged_id_gets_the_corpus_wide_band() {
+    let card = r#"hardware={"gpu": {"id":"h100-80gb","name":"x","memory_bytes":85045477376,"nvidia_smi_memory_mib":81559,"memory_bandwidth_bytes_per_s":1e12,"dense_bf16_flops":2e14,"dense_fp8_flops":1.9789e15,"interconnect":"nvlink","interconnect_bandwidth_bytes_per_s":4.5e11,"compute_capability":"9.0"}}"#;
+    let source = |set: &[&str]| {
+        let mut a = vec!["simulate", "scenarios/long-prefill-itl-llama3.1-8b-h100-vllm.json", "--num-prompts", "4"];
+        for s in set {
+            a.extend(["--set", s]);
+        }
+        a.extend(["--uncertainty", "--json"]);
+        let j = stdout_json(&run_cli(&a));
+        (j["uncertainty"]["source"].as_str().unwrap().to_string(), j["caveats"].to_string())
+    };
+    let (builtin, _) = source(&[]);
+    assert!(builtin.contains("group(s) of h100-80gb"), "{builtin}");
+    let (inline, caveats) = source(&[card]);
+    assert!(inline.contains("corpus-wide"), "{inline}");
+    assert!(caveats.contains("unjudged_gpu"), "{caveats}");
+}

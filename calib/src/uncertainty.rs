@@ -1152,7 +1152,10 @@ pub fn uncalibrated_for(spec: &sim::config::SimSpec) -> UncalibratedSource {
         sim::config::EngineKind::Vllm => "vllm",
         sim::config::EngineKind::Sglang => "sglang",
     };
-    uncalibrated_errors(&spec.gpu.id, kind)
+    // An inline card under a built-in id with other figures is another GPU (the `unjudged_gpu`
+    // caveat says so): the corpus-wide band, not the record of the card whose id it reuses.
+    let gpu = if sim::report::gpu_card_is_builtin(spec) { spec.gpu.id.as_str() } else { "(an inline GPU card)" };
+    uncalibrated_errors(gpu, kind)
 }
 
 /// The knee of each member's own sweep (`sweep` with a profile's ensemble): the range of

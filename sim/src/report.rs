@@ -834,6 +834,18 @@ pub const JUDGED_GPU_ENGINES: &[(&str, EngineKind)] = &[
     ("rtx-5090", EngineKind::Vllm),
 ];
 
+/// Whether the run's own GPU card is the built-in card of its id: an inline card reusing a
+/// built-in id with other figures is another GPU, which no published run judged and whose
+/// uncalibrated intervals are the corpus-wide ones. (Its memory aside: under WSL2 the device
+/// total is nvidia-smi's, `config::card_on_host`.)
+pub fn gpu_card_is_builtin(spec: &SimSpec) -> bool {
+    crate::builtin::gpu(&spec.gpu.id).is_some_and(|c| {
+        let mut g = spec.gpu.clone();
+        g.memory_bytes = c.memory_bytes;
+        *c == g
+    })
+}
+
 /// An uncalibrated run on a GPU card and engine that no published run has judged (an L40S, an
 /// RTX PRO 6000, an H100 PCIe or NVL, SGLang on a B200, a user's inline card): its step costs were
 /// never compared end to end with a measured run of that GPU and engine, whatever their source
@@ -852,14 +864,7 @@ pub fn unjudged_gpu(spec: &SimSpec) -> Option<Caveat> {
         None if uncalibrated(&spec.cost) => vec![(spec.gpu.id.as_str(), spec.engine.engine_kind())],
         None => Vec::new(),
     };
-    // The run's own card judged only where it is the built-in card of that id: an inline card
-    // reusing a judged id with other figures is another GPU.
-    // (Its memory aside: under WSL2 the device total is nvidia-smi's, `config::card_on_host`.)
-    let own_card_builtin = crate::builtin::gpu(&spec.gpu.id).is_some_and(|c| {
-        let mut g = spec.gpu.clone();
-        g.memory_bytes = c.memory_bytes;
-        *c == g
-    });
+    let own_card_builtin = gpu_card_is_builtin(spec);
     let top = spec.gpu.id.as_str();
     pairs.retain(|&(g, k)| {
         !(JUDGED_GPU_ENGINES.iter().any(|&(jg, jk)| jg == g && jk == k) && (g != top || own_card_builtin))
