@@ -956,3 +956,38 @@ fn bench_forces_ignore_eos_on_random_only_for_the_releases_that_do() {
         assert_eq!(r["setup"]["workload"]["ignore_eos"], false, "{name}: {}", r["setup"]["workload"]);
     }
 }
+
+/// A trace whose rows are not in `arrival_time` order is sent in time order, as `simulate` sends
+/// it: each row at its own time (in file order a later row held back every row after it: a row
+/// due at 0 s went out at 0.6 s; the audit of 2026-12-06).
+#[test]
+fn bench_sends_an_unsorted_trace_in_time_order() {
+    let s = start_server("scenarios/serve-small-vllm.json", &["--time-scale", "20"]);
+    let dir = scratch().join("unsorted-trace");
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("t.csv");
+    std::fs::write(&trace, "arrival_time,input_len,output_len\n0.6,16,2\n0.0,16,2\n").unwrap();
+    let o = run_cli(&[
+        "bench",
+        "--base-url",
+        &s.url,
+        "--dataset-name",
+        "trace",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--ignore-eos",
+        "--no-initial-test",
+        "--vocab-size",
+        "32000",
+        "--save-result",
+        "--result-dir",
+        dir.to_str().unwrap(),
+        "--result-filename",
+        "r.json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("r.json")).unwrap()).unwrap();
+    let starts: Vec<f64> = j["start_times"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    assert!(starts[1] < 0.3, "the row due at 0 s went out at {} s", starts[1]);
+    assert!(starts[0] >= 0.55, "the row due at 0.6 s went out at {} s", starts[0]);
+}

@@ -206,6 +206,11 @@ async fn run_phase(
             (i, o)
         });
     }
+    // In send-time order, ties in list order: a trace whose rows are not sorted by
+    // `arrival_time` is sent as the simulator sends it (`simulation::Loop::start_phase` sorts
+    // its sends by time, then sequence); in list order a later row held back every row after it
+    // (the audit of 2026-12-06). Sorted lists (every generated one) keep their order.
+    turns.sort_by_key(|(send_at, _)| *send_at);
     let dispatcher = tokio::spawn(async move {
         for (send_at, give) in turns {
             tokio::time::sleep_until(send_at.into()).await;
