@@ -313,7 +313,11 @@ pub fn generate(params: &WorkloadParams) -> Workload {
 
     // Arrivals.
     let arrivals: Vec<u64> = if let Dataset::Requests { requests } = &params.dataset {
-        requests.iter().take(n).map(|r| r.arrival_ns).collect()
+        // From the first of the replayed rows, as a servesim trace's (below): a production
+        // trace's times were taken from its earliest row over the whole file, so the first `n`
+        // rows of an unsorted file started late (the audit of 2026-12-06).
+        let t0 = requests.iter().take(n).map(|r| r.arrival_ns).min().unwrap_or(0);
+        requests.iter().take(n).map(|r| r.arrival_ns - t0).collect()
     } else if let Some(Dataset::Trace { .. }) = Some(&params.dataset) {
         let t0 = items.iter().filter_map(|it| it.2).fold(f64::INFINITY, f64::min);
         items.iter().map(|it| secs_to_ns(it.2.unwrap_or(0.0) - if t0.is_finite() { t0 } else { 0.0 })).collect()
