@@ -288,6 +288,10 @@ pub fn generate(params: &WorkloadParams) -> Workload {
             items.shuffle(&mut shuffle_rng);
         }
         Dataset::Trace { rows } => {
+            // A stream of its own: from `dataset.contents` a trace's row `i` had the contents of
+            // a `random` run's prompt `i` of the same seed, and a live server that ran one found
+            // the other's prompts in its prefix cache (the audit of 2026-12-06).
+            let mut key_rng = stream(seed, "dataset.trace_contents");
             let group_salt = key(&mut key_rng);
             for row in rows.iter().take(n) {
                 let mut segs = Vec::with_capacity(2);
@@ -488,6 +492,31 @@ mod tests {
         assert!(w.requests.iter().all(|r| (50..=150).contains(&r.prompt_len) && (5..=15).contains(&r.output_len)));
         let distinct: std::collections::BTreeSet<u32> = w.requests.iter().map(|r| r.prompt_len).collect();
         assert!(distinct.len() > 20, "lengths should vary: {distinct:?}");
+    }
+
+    /// A trace and a `random` run of one seed send different prompts: their contents came from
+    /// one stream, row `i` of the trace the start of random prompt `i`, and a live server that
+    /// ran one found the other in its prefix cache (the audit of 2026-12-06).
+    #[test]
+    fn a_trace_and_a_random_run_of_one_seed_share_no_prompt() {
+        let random =
+            generate(&params(Dataset::Random { input_len: 100, output_len: 4, range_ratio: 0.0, prefix_len: 0 }));
+        let rows: Vec<TraceRow> = (0..100)
+            .map(|i| TraceRow {
+                arrival_time: f64::from(i),
+                input_len: 100,
+                output_len: 4,
+                prefix_group: None,
+                prefix_len: None,
+                priority: None,
+            })
+            .collect();
+        let trace = generate(&params(Dataset::Trace { rows }));
+        let keys = |w: &Workload| -> std::collections::BTreeSet<u64> {
+            w.requests.iter().flat_map(|r| r.prompt.iter().map(|s| s.key)).collect()
+        };
+        assert_eq!(keys(&trace).len(), 100);
+        assert!(keys(&random).is_disjoint(&keys(&trace)));
     }
 
     #[test]
