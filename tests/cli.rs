@@ -840,22 +840,13 @@ fn a_sweep_prints_each_points_own_caveat() {
 /// throughput, and explain advised "a higher TP size"; the audit of 2026-12-06).
 #[test]
 fn explain_does_not_advise_a_higher_tp_where_all_reduces_dominate() {
-    let explain = |tp: &str| {
+    // One setup for explain and simulate: `--concurrency` (explain) or `--max-concurrency`.
+    let run = |cmd: &str, tp: &str| {
         let tp = format!("engine.tensor_parallel_size={tp}");
-        let mut a = vec![
-            "explain",
-            "scenarios/long-prefill-itl-llama3.1-8b-h100-vllm.json",
-            "--concurrency",
-            "64",
-            "--num-prompts",
-            "128",
-            "--request-rate",
-            "inf",
-            "--random-input-len",
-            "2000",
-            "--random-output-len",
-            "100",
-        ];
+        let conc = if cmd == "explain" { "--concurrency" } else { "--max-concurrency" };
+        let mut a = vec![cmd, "scenarios/long-prefill-itl-llama3.1-8b-h100-vllm.json", conc, "64"];
+        a.extend(["--num-prompts", "128", "--request-rate", "inf", "--random-input-len", "2000"]);
+        a.extend(["--random-output-len", "100"]);
         for s in [
             "workload.random_range_ratio=0",
             "engine.max_model_len=4096",
@@ -867,44 +858,16 @@ fn explain_does_not_advise_a_higher_tp_where_all_reduces_dominate() {
         ] {
             a.extend(["--set", s]);
         }
+        if cmd == "simulate" {
+            a.push("--json");
+        }
         let o = run_cli(&a);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        String::from_utf8_lossy(&o.stdout).into_owned()
+        o
     };
-    let tp4 = explain("4");
+    let tp4 = String::from_utf8_lossy(&run("explain", "4").stdout).into_owned();
     assert!(tp4.contains("a higher TP size does not: at TP 4 the all-reduces already take"), "{tp4}");
     // And the runs agree: TP 8 is slower than TP 4 there.
-    let thr = |tp: &str| {
-        let j = stdout_json(&run_cli(&[
-            "simulate",
-            "scenarios/long-prefill-itl-llama3.1-8b-h100-vllm.json",
-            "--json",
-            "--max-concurrency",
-            "64",
-            "--num-prompts",
-            "128",
-            "--request-rate",
-            "inf",
-            "--random-input-len",
-            "2000",
-            "--random-output-len",
-            "100",
-            "--set",
-            "workload.random_range_ratio=0",
-            "--set",
-            "engine.max_model_len=4096",
-            "--set",
-            "model=llama-3.2-3b-instruct",
-            "--set",
-            "hardware=l40s",
-            "--set",
-            "engine.kv_cache_tokens=null",
-            "--set",
-            "engine.max_num_batched_tokens=null",
-            "--set",
-            &format!("engine.tensor_parallel_size={tp}"),
-        ]));
-        j["output_throughput"].as_f64().unwrap()
-    };
+    let thr = |tp: &str| stdout_json(&run("simulate", tp))["output_throughput"].as_f64().unwrap();
     assert!(thr("8") < thr("4"));
 }

@@ -602,24 +602,9 @@ mod tests {
     /// shared by all is held once: `(capacity − prefix) / suffix`.
     #[test]
     fn shared_prefixes_kv_limit_grows_with_the_pool() {
-        use crate::workload::{generate, Dataset, WorkloadParams};
-        let params = |dataset| WorkloadParams {
-            dataset,
-            num_prompts: 400,
-            num_warmups: 0,
-            prior_run_prompts: 0,
-            prior_run_prefixes: 0,
-            request_rate: None,
-            burstiness: 1.0,
-            max_concurrency: None,
-            ignore_eos: true,
-            output_len_dist: None,
-            initial_test_request: false,
-            seed: 0,
-            chat: false,
-            role_chunk: false,
-            tokenize_prompt: false,
-        };
+        use crate::workload::{generate, Dataset};
+        let params =
+            |dataset| crate::workload::WorkloadParams { num_prompts: 400, ..crate::workload::test_params(dataset) };
         let w = generate(&params(Dataset::PrefixRepetition {
             prefix_len: 1024,
             suffix_len: 128,

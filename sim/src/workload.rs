@@ -461,11 +461,18 @@ pub fn arrival_offsets(n: usize, rate: Option<f64>, burstiness: f64, seed: u64) 
     delays.into_iter().map(secs_to_ns).collect()
 }
 
+/// The parameters of `dataset` with 100 prompts, all at once, `ignore_eos`, seed 0 and nothing
+/// else: for the crate's tests.
+#[cfg(test)]
+pub(crate) fn test_params(dataset: Dataset) -> WorkloadParams {
+    tests::params(dataset)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn params(dataset: Dataset) -> WorkloadParams {
+    pub(super) fn params(dataset: Dataset) -> WorkloadParams {
         WorkloadParams {
             dataset,
             num_prompts: 100,
