@@ -98,6 +98,13 @@ pub(crate) fn parse_slo(s: &str) -> Result<Slo, String> {
     if metric.trim().is_empty() {
         return Err(format!("--slo {s:?}: no metric before the comparison"));
     }
+    // The load and the seed are what the run was set to, not what the engine did: an SLO on
+    // them judges nothing (`seed<=5` was accepted; `--objective` refuses them).
+    if let Some(m) = sim::report::Metric::parse(metric.trim()).filter(|m| m.is_setting()) {
+        return Err(format!(
+            "--slo {s:?}: {m} is a setting of the run (its load or seed), not a result: an SLO on it judges nothing the engine does; vary it with --vary instead"
+        ));
+    }
     // Every metric a run reports (latencies, throughputs, counts) is 0 or more: a negative bound
     // would reject every configuration (<=) or none (>=), which is a typo, not an SLO.
     if bound < 0.0 {
@@ -945,8 +952,18 @@ fn text(r: &TuneResult, pareto_latency: Metric, slo_args: &[String], iv: Option<
     if !r.rejected.is_empty() {
         let _ = writeln!(s, "\nRejected ({}):", r.rejected.len());
         for x in &r.rejected {
-            let v: Vec<String> =
-                x.violations.iter().map(|v| format!("{} (got {:.1}, {:+.0}%)", v.slo, v.value, 100.0 * v.by)).collect();
+            let v: Vec<String> = x
+                .violations
+                .iter()
+                .map(|v| {
+                    // Against a bound of 0 there is no relative excess to state.
+                    if v.bound == 0.0 {
+                        format!("{} (got {:.1})", v.slo, v.value)
+                    } else {
+                        format!("{} (got {:.1}, {:+.0}%)", v.slo, v.value, 100.0 * v.by)
+                    }
+                })
+                .collect();
             let _ = writeln!(s, "  {}: breaks {}", x.config, v.join("; "));
         }
     }
@@ -1261,5 +1278,18 @@ mod tests {
         assert_eq!(v[2], serde_json::json!([3, 4]));
         assert_eq!(parse_vary("engine.max_num_seqs=8,16").unwrap().1.len(), 2);
         assert!(parse_vary("engine.max_num_seqs=8,,16").is_err());
+    }
+
+    /// An SLO on a setting of the run (its load or seed) judges nothing and is refused; a
+    /// result, a gauge included, is an SLO (the audit of 2026-12-06: `seed<=5` was accepted).
+    #[test]
+    fn an_slo_on_a_setting_is_refused() {
+        for s in ["seed<=5", "num_prompts>=1", "max_concurrency<=5", "request_rate>=1", "burstiness<=1"] {
+            let e = parse_slo(s).unwrap_err();
+            assert!(e.contains("is a setting of the run"), "{s}: {e}");
+        }
+        for s in ["p99_ttft_ms<=2000", "output_throughput>=100", "kv_cache_usage_peak<=0.95", "num_preemptions<=0"] {
+            assert!(parse_slo(s).is_ok(), "{s}");
+        }
     }
 }

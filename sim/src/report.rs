@@ -241,6 +241,12 @@ impl Metric {
     /// concurrency it holds); `None` for a setting or a property of the workload (the prompt
     /// count, the rate, token totals, the seed) or a gauge with no better direction (KV usage,
     /// running requests, steps).
+    /// A setting of the run the report echoes (the load and the seed), not a result of it.
+    pub fn is_setting(self) -> bool {
+        use Metric::*;
+        matches!(self, NumPrompts | RequestRate | Burstiness | MaxConcurrency | Seed)
+    }
+
     pub fn lower_is_better(self) -> Option<bool> {
         use Metric::*;
         match self {
