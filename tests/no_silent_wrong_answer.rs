@@ -104,6 +104,21 @@ fn bad_inputs_are_refused_naming_the_cause() {
         // An earlier run's prompts are the run's own first ones.
         (&["simulate", "--set", "workload.prior_run_prompts=21"], 2, "workload.prior_run_prompts"),
         (&["simulate", trace, "--set", "workload.prior_run_prompts=9999999"], 2, "workload.prior_run_prompts"),
+        // `prefix_repetition` sends num_prompts rounded down to its prefixes: 16 of 20 over 8.
+        (
+            &[
+                "simulate",
+                "scenarios/shared-prefix-llama3.1-8b-h100-vllm.json",
+                "--set",
+                "workload.num_prompts=20",
+                "--set",
+                "workload.prefix_repetition_num_prefixes=8",
+                "--set",
+                "workload.prior_run_prompts=20",
+            ],
+            2,
+            "20, but the run sends 16 prompts",
+        ),
         // A profile holds for the deployment it was fitted on.
         (
             &["simulate", "--set", "cost.profile=validation/llmd-exp0/profile-fit-0.5-0.67.json"],

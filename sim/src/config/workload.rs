@@ -198,11 +198,17 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
         Dataset::Requests { requests } => requests.iter().map(|r| u64::from(r.output_len)).max().unwrap_or(0),
     };
     let prior_run_prompts = w.prior_run_prompts.unwrap_or(0);
-    if prior_run_prompts > num_prompts {
+    // The prompts the run sends: `prefix_repetition` sends num_prompts rounded down to a multiple
+    // of its prefixes (20 asked over 8 prefixes send 16, and a prior run of 20 was accepted).
+    let sent = match &dataset {
+        Dataset::PrefixRepetition { num_prefixes, .. } => num_prompts / num_prefixes * num_prefixes,
+        _ => num_prompts,
+    };
+    if prior_run_prompts > sent {
         return Err(ConfigError::new(
             "workload.prior_run_prompts",
             format!(
-                "{prior_run_prompts}, but the run has {num_prompts} prompts (the earlier run's prompts are the run's first ones)"
+                "{prior_run_prompts}, but the run sends {sent} prompts (the earlier run's prompts are the run's first ones)"
             ),
         ));
     }
