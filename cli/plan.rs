@@ -636,7 +636,20 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
         .map(|e| (*e).clone())
         .collect();
     pareto.sort_by(|x, y| x.plan.cost_per_hour.total_cmp(&y.plan.cost_per_hour));
-    let best = evaluated.iter().find(|e| e.error.is_none() && e.violations.is_empty()).cloned();
+    // The cheapest plan meeting every SLO; among plans of one price, the one with the lowest
+    // `--pareto-latency` (then the label): the first by label could be one a plan of the same
+    // price beat on latency (2 RTX 5090s against 1 A100 at 1.50/h; the audit of 2026-12-06).
+    let best = evaluated
+        .iter()
+        .filter(|e| e.error.is_none() && e.violations.is_empty())
+        .min_by(|x, y| {
+            x.plan
+                .cost_per_hour
+                .total_cmp(&y.plan.cost_per_hour)
+                .then_with(|| lat(x).total_cmp(&lat(y)))
+                .then_with(|| x.plan.label().cmp(&y.plan.label()))
+        })
+        .cloned();
     let also_meet: Vec<PlanEntry> = evaluated
         .iter()
         .filter(|e| {

@@ -961,3 +961,46 @@ fn a_malformed_candidates_file_names_the_key() {
         assert!(stderr(&o).contains(&format!("cands-bad-{}.json: {key}", body.len())), "{body}: {}", stderr(&o));
     }
 }
+
+/// Among plans of one price that meet every SLO, the cheapest plan is the one with the lowest
+/// latency, not the first by label (1 A100 at 1.50/h was chosen over 2 RTX 5090s at the same
+/// price and a lower p99 TTFT; the audit of 2026-12-06).
+#[test]
+fn plan_breaks_a_price_tie_by_latency() {
+    let cands = write_temp(
+        "plan-tie.json",
+        r#"{"prices_per_gpu_hour":{"a100-80gb":1.5,"rtx-5090":0.75},"gpus":["a100-80gb","rtx-5090"],"tensor_parallel_size":[1],"replicas":[1,2]}"#,
+    );
+    let o = run_cli(&[
+        "plan",
+        "--candidates",
+        cands.to_str().unwrap(),
+        "--request-rate",
+        "4",
+        "--num-prompts",
+        "64",
+        "--set",
+        "workload.random_input_len=1024",
+        "--set",
+        "workload.random_output_len=128",
+        "--slo",
+        "p99_ttft_ms<=300",
+        "--slo",
+        "mean_tpot_ms<=20",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let best = &j["best"];
+    let cost = best["plan"]["cost_per_hour"].as_f64().unwrap();
+    let lat = best["metrics"]["p99_ttft_ms"].as_f64().unwrap();
+    // No plan of the same price that meets every SLO has a lower p99 TTFT.
+    for group in ["pareto", "also_meet"] {
+        for e in j[group].as_array().into_iter().flatten() {
+            if e["plan"]["cost_per_hour"].as_f64() == Some(cost) {
+                assert!(e["metrics"]["p99_ttft_ms"].as_f64().unwrap() >= lat, "{e}");
+            }
+        }
+    }
+    assert_eq!(best["plan"]["gpu"], "rtx-5090", "{best}");
+}
