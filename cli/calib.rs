@@ -561,9 +561,7 @@ fn stated_deployment_differs(d: &calib::results::StatedDeployment, spec: &sim::c
         ));
     }
     if let Some(served) = d.model_id.as_deref() {
-        let norm = |x: &str| x.trim_end_matches('/').rsplit('/').next().unwrap_or(x).to_ascii_lowercase();
-        let names = [Some(spec.model.id.as_str()), spec.model.hf_repo.as_deref()];
-        if !names.iter().flatten().any(|n| norm(n) == norm(served)) {
+        if !load::served_as_card(served, &spec.model) {
             crate::load::warn_once(format!(
                 "a result's model_id is {served:?}, the scenario's model card {} ({}): the fit takes that run's speed for this model's; check that the result measured this model",
                 spec.model.id,

@@ -235,18 +235,18 @@ impl Metric {
         Metric::ALL.iter().copied().find(|m| m.key() == key)
     }
 
-    /// Which way is better, for an objective (`tune --objective`): `Some(true)` when lower is
-    /// better (latencies, the run's duration, failures, preemptions, waiting requests),
-    /// `Some(false)` when higher is (throughputs, completions, cache hits, the KV pool and the
-    /// concurrency it holds); `None` for a setting or a property of the workload (the prompt
-    /// count, the rate, token totals, the seed) or a gauge with no better direction (KV usage,
-    /// running requests, steps).
     /// A setting of the run the report echoes (the load and the seed), not a result of it.
     pub fn is_setting(self) -> bool {
         use Metric::*;
         matches!(self, NumPrompts | RequestRate | Burstiness | MaxConcurrency | Seed)
     }
 
+    /// Which way is better, for an objective (`tune --objective`): `Some(true)` when lower is
+    /// better (latencies, the run's duration, failures, preemptions, waiting requests),
+    /// `Some(false)` when higher is (throughputs, completions, cache hits, the KV pool and the
+    /// concurrency it holds); `None` for a setting or a property of the workload (the prompt
+    /// count, the rate, token totals, the seed) or a gauge with no better direction (KV usage,
+    /// running requests, steps).
     pub fn lower_is_better(self) -> Option<bool> {
         use Metric::*;
         match self {
@@ -1003,7 +1003,7 @@ pub const SGLANG_OVERLAP_OFF: &str = "sglang_overlap_off";
 pub fn sglang_overlap_off(spec: &SimSpec) -> Option<Caveat> {
     let crate::config::EngineSpec::Sglang(c) = &spec.engine else { return None };
     // (The CPU backend runs without the overlap's hiding either way.)
-    if !c.disable_overlap_schedule || c.behaviour.cpu_overlap || spec.gpu.id == "cpu-host" {
+    if !c.disable_overlap_schedule || c.behaviour.cpu_overlap || crate::config::is_cpu_host(&spec.gpu) {
         return None;
     }
     let cpu = spec.cost.composed.as_ref().map(|k| k.sync_cpu());

@@ -83,6 +83,7 @@ pub use fleet::{
     MAX_REPLICAS,
 };
 pub use memory::*;
+pub(crate) use vllm::is_cpu_host;
 /// The fitted memory constants, by name.
 pub mod memory_constants {
     pub use super::memory::{
@@ -809,6 +810,10 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
     }
     workload.role_chunk = workload.chat && client_times_role_chunk(&engine);
 
+    // SGLang's graphs for decode batches up to `b` (its capture list on this GPU).
+    let sglang_rule = |v: crate::engine::Version, b: u32| {
+        crate::cost::GraphRule::sglang(v, memory::sglang_gpu_mem_mib(&gpu), u64::from(b))
+    };
     let graphs = match &engine {
         EngineSpec::Vllm(c) => crate::cost::GraphRule::vllm(
             c.version,
@@ -818,11 +823,10 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
         ),
         // With graphs turned off, the rule the release would have used: the step cost runs
         // those steps eagerly (`ComposedCost`'s forgone graphs).
-        EngineSpec::Sglang(c) => {
-            c.cuda_graph_max_bs.or(c.forgone_cuda_graph_max_bs).map_or(crate::cost::GraphRule::Eager, |b| {
-                crate::cost::GraphRule::sglang(c.version, memory::sglang_gpu_mem_mib(&gpu), u64::from(b))
-            })
-        }
+        EngineSpec::Sglang(c) => c
+            .cuda_graph_max_bs
+            .or(c.forgone_cuda_graph_max_bs)
+            .map_or(crate::cost::GraphRule::Eager, |b| sglang_rule(c.version, b)),
     };
     // The lane of the kernel tables that times attention, so that the cost source says where no
     // table measured the backend that runs (the A100's SGLang tables hold FlashAttention, not
@@ -883,9 +887,9 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
     // Graphs captured only up to a `--cuda-graph-max-bs` below the release's default: the steps
     // between run eagerly by that choice (`ComposedCost`'s forgone graphs, as with graphs off).
     let shrunk = match &engine {
-        EngineSpec::Sglang(c) if c.cuda_graph_max_bs.is_some() => c
-            .forgone_cuda_graph_max_bs
-            .map(|b| crate::cost::GraphRule::sglang(c.version, memory::sglang_gpu_mem_mib(&gpu), u64::from(b))),
+        EngineSpec::Sglang(c) if c.cuda_graph_max_bs.is_some() => {
+            c.forgone_cuda_graph_max_bs.map(|b| sglang_rule(c.version, b))
+        }
         _ => None,
     };
     let mut cost =

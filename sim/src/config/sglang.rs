@@ -234,17 +234,19 @@ pub(super) fn resolve_sglang(
     // `--cuda-graph-max-bs` as given, else the release's default for the GPU (unset before
     // 0.5.3 on cards of 35 GB and more). The capture list it ends is built below, once the
     // request pool is known.
-    let graph_setting = match f.cuda_graph_max_bs {
-        Some(b) => Some(positive("engine.cuda_graph_max_bs", b)?),
-        // From 0.5.22 the default stops at a given `--max-running-requests`
-        // (`arg_groups/memory_hook.py`, `decode_max_bs_is_default`; not in 0.5.21), which
-        // shrinks the default fraction's graph reserve too.
-        None => sglang_default_cuda_graph_max_bs(gpu, version, dep.tensor_parallel_size).map(|b| {
+    // From 0.5.22 the default stops at a given `--max-running-requests`
+    // (`arg_groups/memory_hook.py`, `decode_max_bs_is_default`; not in 0.5.21), which
+    // shrinks the default fraction's graph reserve too.
+    let default_graph_setting =
+        sglang_default_cuda_graph_max_bs(gpu, version, dep.tensor_parallel_size).map(|b| {
             match f.max_running_requests.filter(|_| version >= SGLANG_DEFAULT_GRAPH_BS_STOPS_AT_RUNNING) {
                 Some(m) if m >= 1 => b.min(m),
                 _ => b,
             }
-        }),
+        });
+    let graph_setting = match f.cuda_graph_max_bs {
+        Some(b) => Some(positive("engine.cuda_graph_max_bs", b)?),
+        None => default_graph_setting,
     };
     // What the default `mem_fraction_static` reserves for graphs: the setting, from 0.5.15 only
     // with graphs on.
@@ -402,17 +404,9 @@ pub(super) fn resolve_sglang(
     // the two eager, as `--disable-cuda-graph` leaves them all: the default's last size is the
     // forgone one (the step cost charges those batches the eager launches; a smaller setting
     // looked free, its KV pool larger and its steps no slower; the audit of 2026-12-06).
-    let default_captured = || {
-        let default_setting = sglang_default_cuda_graph_max_bs(gpu, version, dep.tensor_parallel_size).map(|b| match f
-            .max_running_requests
-            .filter(|_| version >= SGLANG_DEFAULT_GRAPH_BS_STOPS_AT_RUNNING)
-        {
-            Some(m) if m >= 1 => b.min(m),
-            _ => b,
-        });
-        sglang_capture_list(version, sglang_gpu_mem_mib(gpu), default_setting, pool).last().copied()
-    };
     let (cuda_graph_max_bs, forgone_cuda_graph_max_bs) = if dep.cuda_graphs {
+        let default_captured =
+            || sglang_capture_list(version, sglang_gpu_mem_mib(gpu), default_graph_setting, pool).last().copied();
         let shrunk = f.cuda_graph_max_bs.and_then(|_| default_captured()).filter(|d| captured.is_some_and(|c| *d > c));
         (captured, shrunk)
     } else {

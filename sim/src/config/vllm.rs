@@ -329,7 +329,7 @@ fn blocks_max_model_len_check_sees(version: Version, blocks: u64) -> u64 {
 
 /// The CPU test bed's card (`models/gpu/cpu-host.json`): the live calibrations ran
 /// there, with the engines' CPU backends (no CUDA streams, a synchronous forward).
-pub(super) fn is_cpu_host(gpu: &GpuCard) -> bool {
+pub(crate) fn is_cpu_host(gpu: &GpuCard) -> bool {
     gpu.id == "cpu-host"
 }
 
