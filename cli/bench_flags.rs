@@ -2,9 +2,11 @@
 //! that what a user types for the benchmark carries over: `servesim simulate
 //! --max-concurrency 64 --num-prompts 200` is `--set workload.max_concurrency=64 --set
 //! workload.num_prompts=200`. Each flag is the `workload` field of its name (`-` for `_`), as
-//! on `servesim bench`; the seed is the scenario flags' `--seed`.
+//! on `servesim bench`; the seed is the scenario flags' `--seed`. The live commands (`bench`,
+//! `check`, `calibrate`) take the same flags (`live::WorkloadArgs` flattens them).
 
 use clap::Args;
+use serde_json::Value;
 
 /// The workload flags, named as `vllm bench serve` names them (each sets the `workload` field of
 /// its name; a flag and a `--set` of the same field are an error).
@@ -49,14 +51,40 @@ pub struct BenchFlags {
 }
 
 impl BenchFlags {
-    /// `(workload field, value)` for each flag given, in the order above.
-    fn given(&self) -> Vec<(&'static str, String)> {
-        let n = |x: Option<u32>| x.map(|v| v.to_string());
-        // A float as JSON reads it back (`{:?}` keeps `1e-300` and `0.5` exact); a NaN or an
-        // infinity is not JSON, and stays text for the field's own check to refuse by name.
-        let f = |x: Option<f64>| x.map(|v| format!("{v:?}"));
-        let flags: [(&'static str, Option<String>); 16] = [
-            ("dataset_name", self.dataset_name.clone()),
+    /// A NaN or an infinity would become JSON null, read as "not given" (the field's default
+    /// would run instead): each is refused by its flag (`--request-rate inf` is text, read by
+    /// the field's own check).
+    pub fn check(&self) -> Result<(), String> {
+        for (flag, v) in [
+            ("--random-range-ratio", self.random_range_ratio),
+            ("--burstiness", self.burstiness),
+            ("--request-rate", self.request_rate.as_deref().and_then(|r| r.trim().parse::<f64>().ok())),
+        ] {
+            if v.is_some_and(f64::is_nan) {
+                return Err(format!("{flag}: expected a number, got NaN"));
+            }
+        }
+        if let Some(b) = self.burstiness.filter(|b| !b.is_finite()) {
+            return Err(format!("--burstiness: expected a finite number above 0, got {b}"));
+        }
+        if let Some(r) = self.random_range_ratio.filter(|r| !r.is_finite()) {
+            return Err(format!("--random-range-ratio: expected a number in [0, 1), got {r}"));
+        }
+        Ok(())
+    }
+
+    /// `(workload field, value)` for each flag given, in the order above. `--request-rate`
+    /// is a number where it reads as a finite one, else its text (`inf`), which the field's
+    /// own check reads. Call [`BenchFlags::check`] first: a NaN here is JSON null.
+    pub fn values(&self) -> Vec<(&'static str, Value)> {
+        let n = |x: Option<u32>| x.map(Value::from);
+        let f = |x: Option<f64>| x.map(Value::from);
+        let rate = self.request_rate.as_ref().map(|r| match r.trim().parse::<f64>() {
+            Ok(v) if v.is_finite() => Value::from(v),
+            _ => Value::from(r.clone()),
+        });
+        let flags: [(&'static str, Option<Value>); 16] = [
+            ("dataset_name", self.dataset_name.clone().map(Value::from)),
             ("random_input_len", n(self.random_input_len)),
             ("random_output_len", n(self.random_output_len)),
             ("random_range_ratio", f(self.random_range_ratio)),
@@ -67,17 +95,31 @@ impl BenchFlags {
             ("prefix_repetition_output_len", n(self.prefix_repetition_output_len)),
             ("num_prompts", n(self.num_prompts)),
             ("max_concurrency", n(self.max_concurrency)),
-            ("request_rate", self.request_rate.clone()),
+            ("request_rate", rate),
             ("burstiness", f(self.burstiness)),
-            ("ignore_eos", self.ignore_eos.then(|| "true".to_string())),
             ("num_warmups", n(self.num_warmups)),
-            ("initial_test_request", self.no_initial_test.then(|| "false".to_string())),
+            ("ignore_eos", self.ignore_eos.then_some(Value::Bool(true))),
+            ("initial_test_request", self.no_initial_test.then_some(Value::Bool(false))),
         ];
         flags.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))).collect()
     }
 
+    /// [`BenchFlags::values`] as `--set` text: a string as it is, anything else as JSON.
+    fn given(&self) -> Vec<(&'static str, String)> {
+        self.values()
+            .into_iter()
+            .map(|(k, v)| {
+                let text = match v {
+                    Value::String(s) => s,
+                    v => v.to_string(),
+                };
+                (k, text)
+            })
+            .collect()
+    }
+
     /// The flag that sets `workload.<field>`.
-    fn flag(field: &str) -> String {
+    pub fn flag(field: &str) -> String {
         if field == "initial_test_request" {
             "--no-initial-test".into()
         } else {
@@ -88,6 +130,7 @@ impl BenchFlags {
     /// The flags as `--set` assignments, put before `sets` (the user's own): one field given by
     /// both is an error naming both.
     pub fn with_sets(&self, sets: &[String]) -> Result<Vec<String>, String> {
+        self.check()?;
         let mut out = Vec::new();
         for (field, value) in self.given() {
             let path = format!("workload.{field}");
@@ -106,22 +149,28 @@ impl BenchFlags {
     /// (workload.max_concurrency): must be at least 1`), wherever the error puts the path: the
     /// user typed the flag.
     pub fn name_the_flag(&self, e: String) -> String {
-        let mut e = e;
-        for (field, value) in self.given() {
-            let path = format!("workload.{field}");
-            let flag = Self::flag(field);
-            e = e.replace(&format!("--set {path}={value}: "), "");
-            for end in [":", " "] {
-                let at = format!("{path}{end}");
-                if let Some(i) = e.find(&at) {
-                    // Not inside a longer path (`workload.num_prompts` in `x.workload.num_prompts`).
-                    if i == 0 || e[..i].ends_with(' ') {
-                        e = format!("{}{flag} ({path}){end}{}", &e[..i], &e[i + at.len()..]);
-                        break;
-                    }
+        name_flags(e, &self.given())
+    }
+}
+
+/// [`BenchFlags::name_the_flag`] over `given`, `(workload field, value text)` of each flag the
+/// user typed (the live commands add `--trace` and `--seed` to the bench flags).
+pub fn name_flags(e: String, given: &[(&'static str, String)]) -> String {
+    let mut e = e;
+    for (field, value) in given {
+        let path = format!("workload.{field}");
+        let flag = BenchFlags::flag(field);
+        e = e.replace(&format!("--set {path}={value}: "), "");
+        for end in [":", " "] {
+            let at = format!("{path}{end}");
+            if let Some(i) = e.find(&at) {
+                // Not inside a longer path (`workload.num_prompts` in `x.workload.num_prompts`).
+                if i == 0 || e[..i].ends_with(' ') {
+                    e = format!("{}{flag} ({path}){end}{}", &e[..i], &e[i + at.len()..]);
+                    break;
                 }
             }
         }
-        e
     }
+    e
 }

@@ -17,95 +17,40 @@ use serde_json::{json, Value};
 use sim::config::{self, Resources, WorkloadSection};
 use sim::workload::{self, Workload};
 
+use crate::bench_flags::BenchFlags;
 use crate::load;
 
-/// The workload flags, named as `vllm bench serve` names them.
+/// The workload of a live run: a scenario's, `vllm bench serve`'s flags over it
+/// ([`BenchFlags`], the flags `simulate` takes), a trace and the seed.
 #[derive(Args, Debug, Clone, Default)]
 pub struct WorkloadArgs {
     /// Take the workload from this scenario file (flags below override its fields).
     #[arg(long)]
     pub scenario: Option<PathBuf>,
-    #[arg(long)]
-    pub dataset_name: Option<String>,
-    #[arg(long)]
-    pub random_input_len: Option<u32>,
-    #[arg(long)]
-    pub random_output_len: Option<u32>,
-    #[arg(long)]
-    pub random_range_ratio: Option<f64>,
-    #[arg(long)]
-    pub random_prefix_len: Option<u32>,
-    #[arg(long)]
-    pub prefix_repetition_prefix_len: Option<u32>,
-    #[arg(long)]
-    pub prefix_repetition_suffix_len: Option<u32>,
-    #[arg(long)]
-    pub prefix_repetition_num_prefixes: Option<u32>,
-    #[arg(long)]
-    pub prefix_repetition_output_len: Option<u32>,
+    #[command(flatten)]
+    pub bench: BenchFlags,
     /// A trace (CSV or JSONL) for `--dataset-name trace`.
     #[arg(long)]
     pub trace: Option<PathBuf>,
     #[arg(long)]
-    pub num_prompts: Option<u32>,
-    #[arg(long)]
-    pub max_concurrency: Option<u32>,
-    /// Requests per second, or `inf`.
-    #[arg(long)]
-    pub request_rate: Option<String>,
-    #[arg(long)]
-    pub burstiness: Option<f64>,
-    #[arg(long)]
-    pub ignore_eos: bool,
-    #[arg(long)]
-    pub num_warmups: Option<u32>,
-    #[arg(long)]
     pub seed: Option<u64>,
-    /// Do not send `vllm bench serve`'s initial test request first.
-    #[arg(long)]
-    pub no_initial_test: bool,
 }
 
 impl WorkloadArgs {
-    /// The workload fields a flag set (the field's name is the flag's, `_` for `-`).
-    fn fields_given(&self) -> Vec<&'static str> {
-        let given: [(&'static str, bool); 19] = [
-            ("dataset_name", self.dataset_name.is_some()),
-            ("random_input_len", self.random_input_len.is_some()),
-            ("random_output_len", self.random_output_len.is_some()),
-            ("random_range_ratio", self.random_range_ratio.is_some()),
-            ("random_prefix_len", self.random_prefix_len.is_some()),
-            ("prefix_repetition_prefix_len", self.prefix_repetition_prefix_len.is_some()),
-            ("prefix_repetition_suffix_len", self.prefix_repetition_suffix_len.is_some()),
-            ("prefix_repetition_num_prefixes", self.prefix_repetition_num_prefixes.is_some()),
-            ("prefix_repetition_output_len", self.prefix_repetition_output_len.is_some()),
-            ("trace", self.trace.is_some()),
-            ("num_prompts", self.num_prompts.is_some()),
-            ("max_concurrency", self.max_concurrency.is_some()),
-            ("request_rate", self.request_rate.is_some()),
-            ("burstiness", self.burstiness.is_some()),
-            ("num_warmups", self.num_warmups.is_some()),
-            ("seed", self.seed.is_some()),
-            ("ignore_eos", self.ignore_eos),
-            ("initial_test_request", self.no_initial_test),
-            ("endpoint", false),
-        ];
-        given.iter().filter(|(_, g)| *g).map(|(f, _)| *f).collect()
+    /// `(workload field, value)` of each flag given: the bench flags', then `--trace`'s and
+    /// `--seed`'s.
+    fn values(&self) -> Vec<(&'static str, Value)> {
+        let mut v = self.bench.values();
+        v.extend(self.trace.as_ref().map(|p| ("trace", Value::from(p.display().to_string()))));
+        v.extend(self.seed.map(|s| ("seed", Value::from(s))));
+        v
     }
 
     /// An error about a workload field a flag set names the flag first (`--max-concurrency
     /// (workload.max_concurrency): ...`): the user typed the flag, not the scenario's path.
     fn name_the_flag(&self, e: String) -> String {
-        for f in self.fields_given() {
-            let path = format!("workload.{f}");
-            let Some(rest) = e.strip_prefix(&path) else { continue };
-            if rest.starts_with(':') || rest.starts_with(' ') {
-                let flag =
-                    if f == "initial_test_request" { "no-initial-test".to_string() } else { f.replace('_', "-") };
-                return format!("--{flag} ({path}){rest}");
-            }
-        }
-        e
+        let given: Vec<(&'static str, String)> = self.values().into_iter().map(|(k, v)| (k, v.to_string())).collect();
+        crate::bench_flags::name_flags(e, &given)
     }
 
     /// The `workload` section these flags describe (over the scenario's, if any), sent to
@@ -119,19 +64,7 @@ impl WorkloadArgs {
     /// chunk as its first token (`config::client_times_role_chunk`: the scenario's release, as
     /// `simulate` of it has it; without a scenario, the current client, 0.33 and later: not).
     fn section_and_client(&self, endpoint: &str) -> Result<(Value, PathBuf, bool), String> {
-        // A NaN would become JSON null, read as "not given": the flag's default would run instead.
-        for (flag, v) in [
-            ("--random-range-ratio", self.random_range_ratio),
-            ("--burstiness", self.burstiness),
-            ("--request-rate", self.request_rate.as_deref().and_then(|r| r.trim().parse::<f64>().ok())),
-        ] {
-            if v.is_some_and(f64::is_nan) {
-                return Err(format!("{flag}: expected a number, got NaN"));
-            }
-        }
-        if let Some(b) = self.burstiness.filter(|b| !b.is_finite()) {
-            return Err(format!("--burstiness: expected a finite number above 0, got {b}"));
-        }
+        self.bench.check()?;
         // Whether the modelled `vllm bench serve` sends ignore_eos with every random request
         // (from 0.11.1, `config::VLLM_FORCES_IGNORE_EOS_ON_RANDOM`): the scenario's vLLM release;
         // an SGLang scenario's field is as given, as `simulate` has it; without a scenario, the
@@ -155,35 +88,8 @@ impl WorkloadArgs {
             None => (json!({"dataset_name": "random"}), std::env::current_dir().unwrap_or_default(), true, false),
         };
         let o = w.as_object_mut().ok_or("the scenario's workload is not an object")?;
-        let mut put = |k: &str, v: Option<Value>| {
-            if let Some(v) = v {
-                o.insert(k.into(), v);
-            }
-        };
-        put("dataset_name", self.dataset_name.clone().map(Value::from));
-        put("random_input_len", self.random_input_len.map(Value::from));
-        put("random_output_len", self.random_output_len.map(Value::from));
-        put("random_range_ratio", self.random_range_ratio.map(Value::from));
-        put("random_prefix_len", self.random_prefix_len.map(Value::from));
-        put("prefix_repetition_prefix_len", self.prefix_repetition_prefix_len.map(Value::from));
-        put("prefix_repetition_suffix_len", self.prefix_repetition_suffix_len.map(Value::from));
-        put("prefix_repetition_num_prefixes", self.prefix_repetition_num_prefixes.map(Value::from));
-        put("prefix_repetition_output_len", self.prefix_repetition_output_len.map(Value::from));
-        put("trace", self.trace.as_ref().map(|p| Value::from(p.display().to_string())));
-        put("num_prompts", self.num_prompts.map(Value::from));
-        put("max_concurrency", self.max_concurrency.map(Value::from));
-        put(
-            "request_rate",
-            self.request_rate.clone().map(|r| r.parse::<f64>().map(Value::from).unwrap_or(Value::from(r))),
-        );
-        put("burstiness", self.burstiness.map(Value::from));
-        put("num_warmups", self.num_warmups.map(Value::from));
-        put("seed", self.seed.map(Value::from));
-        if self.ignore_eos {
-            o.insert("ignore_eos".into(), true.into());
-        }
-        if self.no_initial_test {
-            o.insert("initial_test_request".into(), false.into());
+        for (k, v) in self.values() {
+            o.insert(k.into(), v);
         }
         // `vllm bench serve` sets ignore_eos for the random dataset on OpenAI-compatible backends
         // ("when using random datasets, default to ignoring EOS so generation runs to the requested
@@ -519,8 +425,9 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode, String> {
                 .as_deref()
                 .and_then(sim::engine::Version::parse)
                 .is_some_and(|v| v >= sim::config::VLLM_SKIPS_INITIAL_TEST);
-        if a.workload.scenario.is_none() && !a.workload.no_initial_test && skips {
-            let args = WorkloadArgs { no_initial_test: true, ..a.workload.clone() };
+        if a.workload.scenario.is_none() && !a.workload.bench.no_initial_test && skips {
+            let mut args = a.workload.clone();
+            args.bench.no_initial_test = true;
             (wl_json, w) = args.workload(&a.server.endpoint)?;
         }
         opts.verbose = !a.json;

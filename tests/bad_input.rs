@@ -479,6 +479,9 @@ fn a_bad_workload_flag_is_named_as_the_flag() {
     for (flag, value, want) in [
         ("--max-concurrency", "0", "--max-concurrency (workload.max_concurrency)"),
         ("--random-range-ratio", "2", "--random-range-ratio (workload.random_range_ratio)"),
+        // An infinity would be JSON null, read as "not given": the scenario's ratio had run.
+        ("--random-range-ratio", "inf", "--random-range-ratio: expected a number in [0, 1), got inf"),
+        ("--burstiness", "NaN", "--burstiness: expected a number, got NaN"),
     ] {
         let o = run_cli(&["bench", "--base-url", "http://127.0.0.1:9", flag, value, "--num-prompts", "1"]);
         let err = String::from_utf8_lossy(&o.stderr);

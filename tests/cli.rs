@@ -801,7 +801,9 @@ fn simulate_takes_vllm_bench_serve_workload_flags() {
     assert!(err.contains("--max-concurrency and --set workload.max_concurrency=5 both give"), "{err}");
     for (flag, value, want) in [
         ("--max-concurrency", "0", "--max-concurrency (workload.max_concurrency): must be at least 1"),
-        ("--request-rate", "nan", "--request-rate (workload.request_rate):"),
+        ("--request-rate", "nan", "--request-rate: expected a number, got NaN"),
+        // An infinity is no JSON number: it had read as "not given" on the live commands.
+        ("--random-range-ratio", "inf", "--random-range-ratio: expected a number in [0, 1), got inf"),
         ("--dataset-name", "sonnet", "--dataset-name (workload.dataset_name): unknown variant"),
     ] {
         let o = run_cli(&["simulate", s, flag, value]);
