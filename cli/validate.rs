@@ -582,6 +582,10 @@ struct Baseline {
     /// Per group, in the file's order.
     #[serde(default, with = "in_order")]
     groups: Vec<(String, BaselineGroup)>,
+    /// The groups of sets kept out of the corpus (`apart_from_corpus`), judged by the same
+    /// rule; apart from `groups`, which calib reads for the uncalibrated bands.
+    #[serde(default, with = "in_order", skip_serializing_if = "Vec::is_empty")]
+    apart_groups: Vec<(String, BaselineGroup)>,
 }
 
 /// A group of the baseline.
@@ -635,7 +639,7 @@ impl BaselineFamilies {
     }
 }
 
-const BASELINE_ABOUT: &str = "servesim validate: per group (published set | GPU | engine), the median |error| over every compared metric, in %. CI fails when a group gets worse by more than a point (tests/validate.rs). `families`: a group's median |error| and count per metric family, read by calib (each family's uncalibrated band follows its GPU and engine's record in that family). `corpus`: the median and p90 |error| per metric family over the whole corpus, read by calib (uncalibrated intervals, the composed prior's sigma), and the sd of ln(simulated / published) of means and medians within a group and between groups (calib reads the within-group sd as the model's discrepancy at a point fitted from published results).";
+const BASELINE_ABOUT: &str = "servesim validate: per group (published set | GPU | engine), the median |error| over every compared metric, in %. CI fails when a group gets worse by more than a point, when a group is measured that the baseline does not hold or held that is no longer measured, and when a group compares fewer values (`n`) than here (tests/validate.rs). `apart_groups`: the groups of sets kept out of the corpus (apart_from_corpus), judged alike and not read by calib. `families`: a group's median |error| and count per metric family, read by calib (each family's uncalibrated band follows its GPU and engine's record in that family). `corpus`: the median and p90 |error| per metric family over the whole corpus, read by calib (uncalibrated intervals, the composed prior's sigma), and the sd of ln(simulated / published) of means and medians within a group and between groups (calib reads the within-group sd as the model's discrepancy at a point fitted from published results).";
 
 /// A JSON object as its entries in order.
 mod in_order {
@@ -935,41 +939,57 @@ pub fn run(a: ValidateArgs) -> Result<ExitCode, String> {
                 b.display()
             ));
         }
+        let rewrite = "rewrite the baseline with `servesim validate --write-baseline validation/baseline.json` \
+                       and say why in the commit";
+        let judged = base.groups.iter().chain(&base.apart_groups);
         for g in &groups_out {
             let now = g.median_abs_error_pct.unwrap_or(f64::INFINITY);
-            let was = base.groups.iter().find(|(k, _)| *k == g.group).and_then(|(_, b)| b.median_abs_error_pct);
-            if let Some(was) = was {
+            let Some((_, was)) = base.groups.iter().chain(&base.apart_groups).find(|(k, _)| *k == g.group) else {
+                // A new or renamed group would otherwise never be judged.
+                failed.push(format!("{}: measured but not in the baseline: {rewrite}", g.group));
+                continue;
+            };
+            if let Some(was) = was.median_abs_error_pct {
                 if now > was + a.tolerance {
                     failed.push(format!("{}: median |error| {now:.1}% against the baseline's {was:.1}%", g.group));
                 }
             }
+            // A row or metric that stops being compared leaves the median of the rest, which can
+            // improve.
+            if let Some(n_was) = was.n.filter(|&n| g.n < n) {
+                failed.push(format!(
+                    "{}: {} values compared against the baseline's {n_was}: a row or a metric is no longer judged",
+                    g.group, g.n
+                ));
+            }
         }
-        for (k, _) in &base.groups {
+        for (k, _) in judged {
+            // Under --only, a group of a set not run is not judged; a whole run judges every group
+            // (a set file deleted or renamed drops its groups).
             let set = k.split(" | ").next().unwrap_or(k);
-            if run_sets.iter().any(|r| r == set) && !groups_out.iter().any(|g| g.group == *k) {
+            let run = a.only.is_none() || run_sets.iter().any(|r| r == set);
+            if run && !groups_out.iter().any(|g| g.group == *k) {
                 failed.push(format!("{k}: in the baseline but no longer measured"));
             }
         }
     }
     if let Some(w) = &a.write_baseline {
+        let entry = |g: &GroupOut| {
+            (
+                g.group.clone(),
+                BaselineGroup {
+                    median_abs_error_pct: g.median_abs_error_pct,
+                    n: Some(g.n),
+                    cost_source: Some(g.cost_source.clone()),
+                    families: Some(BaselineFamilies::of(&g.families)),
+                },
+            )
+        };
         let b = Baseline {
             about: BASELINE_ABOUT.to_string(),
             corpus: Some(summary.clone()),
-            groups: groups_out
-                .iter()
-                .filter(|g| !apart_groups.contains(&g.group))
-                .map(|g| {
-                    (
-                        g.group.clone(),
-                        BaselineGroup {
-                            median_abs_error_pct: g.median_abs_error_pct,
-                            n: Some(g.n),
-                            cost_source: Some(g.cost_source.clone()),
-                            families: Some(BaselineFamilies::of(&g.families)),
-                        },
-                    )
-                })
-                .collect(),
+            groups: groups_out.iter().filter(|g| !apart_groups.contains(&g.group)).map(entry).collect(),
+            apart_groups: groups_out.iter().filter(|g| apart_groups.contains(&g.group)).map(entry).collect(),
         };
         std::fs::write(w, serde_json::to_string_pretty(&b).unwrap() + "\n")
             .map_err(|e| format!("{}: {e}", w.display()))?;

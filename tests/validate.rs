@@ -90,6 +90,70 @@ fn a_gate_that_cannot_judge_is_an_error() {
     assert!(err.contains("nothing was judged") && err.contains("engine.max_num_seqs"), "{err}");
 }
 
+/// The baseline judges every group it holds and every group measured (the audit of
+/// 2026-12-06): a group of a set whose file was deleted or renamed had left the gate without a
+/// failure, as had a group measured but missing from the baseline, and a row that stopped being
+/// compared left its group's median to the rest of the rows.
+#[test]
+fn the_baseline_judges_every_group_both_ways() {
+    // The baselines beside the folder of sets, not in it (every *.json there is a set).
+    let d = scratch().join("validate-baseline").join("sets");
+    std::fs::create_dir_all(&d).unwrap();
+    let set = "rtx5090_qwen25-7b_vllm028_c1.json";
+    std::fs::copy(root().join("validation/published").join(set), d.join(set)).unwrap();
+    let base = d.with_file_name("base.json");
+    let run = |extra: &[&str]| -> (i32, String) {
+        let mut cmd = servesim();
+        cmd.args(["validate", "--dir", d.to_str().unwrap()]).args(extra);
+        let o = run_bounded(cmd, Duration::from_secs(300));
+        let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        (o.status.code().unwrap_or(-1), text)
+    };
+    let (c, out) = run(&["--write-baseline", base.to_str().unwrap()]);
+    assert_eq!(c, 0, "{out}");
+    let written: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&base).unwrap()).unwrap();
+    let (c, out) = run(&["--baseline", base.to_str().unwrap()]);
+    assert_eq!(c, 0, "{out}");
+    let group = written["groups"].as_object().unwrap().keys().next().unwrap().clone();
+    let judge = |edit: &dyn Fn(&mut serde_json::Value), want: &str| {
+        let mut b = written.clone();
+        edit(&mut b);
+        let f = d.with_file_name("edited.json");
+        std::fs::write(&f, b.to_string()).unwrap();
+        let (c, out) = run(&["--baseline", f.to_str().unwrap()]);
+        assert_eq!(c, 1, "{want}: {out}");
+        assert!(out.contains(want), "want {want:?} in: {out}");
+    };
+    // A group of a set no longer in the folder.
+    let gone = "nosuchset | 1x h100-80gb | vllm-0.11.0";
+    judge(
+        &|b| b["groups"][gone] = b["groups"][&group].clone(),
+        &format!("{gone}: in the baseline but no longer measured"),
+    );
+    // The same among the groups kept apart from the corpus.
+    judge(
+        &|b| b["apart_groups"] = serde_json::json!({gone: b["groups"][&group].clone()}),
+        &format!("{gone}: in the baseline but no longer measured"),
+    );
+    // A group measured that the baseline does not hold.
+    judge(
+        &|b| {
+            let g = b["groups"].as_object_mut().unwrap();
+            let v = g.remove(&group).unwrap();
+            g.insert("othername | 1x rtx-5090 | vllm-0.28.0".into(), v);
+        },
+        &format!("{group}: measured but not in the baseline"),
+    );
+    // Fewer values compared than the baseline's.
+    judge(
+        &|b| {
+            let n = b["groups"][&group]["n"].as_u64().unwrap();
+            b["groups"][&group]["n"] = (n + 1).into();
+        },
+        "a row or a metric is no longer judged",
+    );
+}
+
 /// A validation set's own mistakes are errors naming the file and the field, never a panic nor
 /// a row judged on the wrong load (the fuzzing of 2026-12-05): a silicon-sample CSV without a
 /// column the run is built from panicked (exit 101); a row's `set` that is not a list of strings
