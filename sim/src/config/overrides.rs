@@ -111,9 +111,21 @@ pub fn apply_sets(json: &mut Value, sets: &[String]) -> std::result::Result<Vec<
             }
         }
     }
-    // A path set to the value the scenario already has changes no pool; an engine release left
-    // out is the kind's default one (`VLLM_DEFAULT`, `SGLANG_DEFAULT`).
+    // A path set to the value the scenario already has changes no pool; a field left out is
+    // read as its default: an engine release the kind's default one (`VLLM_DEFAULT`,
+    // `SGLANG_DEFAULT`), a TP size 1 under either name (`tp_size` is SGLang's name of
+    // `tensor_parallel_size`), a KV cache dtype "auto". (Setting a TP size of 1 or an "auto"
+    // dtype on a scenario that gives none had dropped its pinned pool, a start-up log's figure
+    // for that very setup: the browser page does so when a box is set back to what it shows.)
     let at = |v: &Value, p: &str| {
+        let field = |k: &str| v.get("engine").and_then(|e| e.get(k)).cloned().filter(|x| !x.is_null());
+        match p {
+            "engine.tensor_parallel_size" | "engine.tp_size" => {
+                return Some(field("tensor_parallel_size").or_else(|| field("tp_size")).unwrap_or(Value::from(1)));
+            }
+            "engine.kv_cache_dtype" => return Some(field("kv_cache_dtype").unwrap_or(Value::from("auto"))),
+            _ => {}
+        }
         let got = p.split('.').try_fold(v, |v, k| v.get(k)).cloned().filter(|x| !x.is_null());
         if p == "engine.version" && got.is_none() {
             let sglang = v.pointer("/engine/kind").and_then(Value::as_str) == Some("sglang");
@@ -144,6 +156,28 @@ pub fn apply_sets(json: &mut Value, sets: &[String]) -> std::result::Result<Vec<
 #[cfg(test)]
 mod set_value_tests {
     use super::*;
+
+    /// Setting a field that sizes the pool to the value it already has, given or by default,
+    /// keeps a pinned pool; another value drops it (the audit of 2026-12-06: the page's TP box
+    /// set back to 1 dropped a start-up log's pool, 10,240 → 1,080,608 tokens).
+    #[test]
+    fn a_pool_field_set_to_its_default_keeps_the_pin() {
+        let scenario = serde_json::json!({"engine": {"kind": "vllm", "kv_cache_tokens": 10240}});
+        for same in ["engine.tensor_parallel_size=1", "engine.tp_size=1", "engine.kv_cache_dtype=auto"] {
+            let mut v = scenario.clone();
+            assert_eq!(apply_sets(&mut v, &[same.to_string()]).unwrap(), vec![], "{same}");
+            assert_eq!(v["engine"]["kv_cache_tokens"], 10240, "{same}");
+        }
+        for other in ["engine.tensor_parallel_size=2", "engine.tp_size=2", "engine.kv_cache_dtype=fp8"] {
+            let mut v = scenario.clone();
+            let dropped = apply_sets(&mut v, &[other.to_string()]).unwrap();
+            assert_eq!(dropped.len(), 1, "{other}");
+            assert!(v["engine"].get("kv_cache_tokens").is_none(), "{other}");
+        }
+        // Under the other name of the TP size, the same value is no change.
+        let mut v = serde_json::json!({"engine": {"kind": "sglang", "tp_size": 2, "max_total_num_tokens": 5000}});
+        assert_eq!(apply_sets(&mut v, &["engine.tensor_parallel_size=2".to_string()]).unwrap(), vec![]);
+    }
 
     /// What was meant as JSON and is not (an object or list with a typo, a number past f64) is an
     /// error naming the path, not a string a field then reads as a card name or as "inf".
