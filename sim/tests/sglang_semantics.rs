@@ -172,6 +172,40 @@ fn prefill_first_alternation_and_one_chunked_request_at_a_time() {
     assert!(d.iter().all(|x| !x.2) && d.len() == 3, "{d:?}");
 }
 
+/// lpm's in-batch prefix caching (`SchedulePolicy._compute_prefix_matches`): a waiting request
+/// with at most 32 tokens cached that shares at least 32 with a request before it in the queue
+/// goes last, so that the shared part is computed once and then found cached. Nothing cached
+/// yet: request 1 shares request 0's 100-token prefix, request 2 shares nothing; a batch of
+/// 300 prompt tokens holds two of the three 120-token prompts: 0 and 2, and then request 1
+/// computes only its 20 tokens past the prefix request 0 cached.
+#[test]
+fn lpm_puts_a_request_sharing_an_uncached_prefix_with_an_earlier_one_last() {
+    let mut c = cfg();
+    c.schedule_policy = SchedulePolicy::Lpm;
+    c.chunked_prefill_size = None;
+    c.max_prefill_tokens = 300;
+    let mut s = Scheduler::new(c);
+    let two = |prefix: u64, own: u64| RequestSpec {
+        prompt: vec![Segment { key: prefix, len: 100 }, Segment { key: own, len: 20 }],
+        prompt_len: 120,
+        ..req(own, 120, 5, true)
+    };
+    s.add_request(0, &two(7, 10));
+    s.add_request(1, &two(7, 11));
+    s.add_request(2, &two(8, 12));
+    assert_eq!(step(&mut s).0, vec![(0, 120, true), (2, 120, true)]);
+    assert_eq!(step(&mut s).0, vec![(1, 20, true)]);
+    // fcfs takes them in order, the second computing the shared prefix again.
+    let mut c = cfg();
+    c.chunked_prefill_size = None;
+    c.max_prefill_tokens = 300;
+    let mut s = Scheduler::new(c);
+    s.add_request(0, &two(7, 10));
+    s.add_request(1, &two(7, 11));
+    s.add_request(2, &two(8, 12));
+    assert_eq!(step(&mut s).0, vec![(0, 120, true), (1, 120, true)]);
+}
+
 #[test]
 fn new_token_ratio_starts_at_0_7_decays_per_decode_step_and_resets_when_idle() {
     let mut s = Scheduler::new(cfg());

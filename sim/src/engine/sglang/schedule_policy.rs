@@ -20,6 +20,14 @@ pub enum SchedulePolicy {
 /// `WAITING_QUEUE_PREFIX_MATCH_MAX`: above this many waiting requests, lpm is fcfs.
 pub const LPM_MAX_WAITING: usize = 128;
 
+/// `IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD` (an environment variable, 32 by default): lpm's
+/// in-batch check applies to a waiting request with at most this many tokens cached.
+pub const IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD: u32 = 32;
+
+/// `IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD` (32 by default): such a request sharing at
+/// least this many tokens with a request before it in the waiting queue is put last.
+pub const IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD: u32 = 32;
+
 /// `WAITING_PREFIX_REFRESH_INTERVAL` (0.5.22+): every this many `calc_priority` calls that
 /// find requests waiting, the waiting prefixes are refreshed in the LRU.
 pub const WAITING_PREFIX_REFRESH_INTERVAL: u64 = 32;

@@ -37,7 +37,7 @@
 //! [`SglangBehaviour::skip_finishing_decode`]); on the CPU backend, `output_lag`
 //! makes the simulation loop deliver each step's tokens at the next step's end,
 //! a request's last token at once. Not modelled: `dfs-weight` and
-//! the 0.5.23-only policies, lpm's in-batch prefix deprioritisation, the
+//! the 0.5.23-only policies, the
 //! `ignore_eos` admission path without the radix cache, hierarchical cache,
 //! speculative decoding, data parallelism.
 
@@ -47,7 +47,8 @@ use rand::seq::SliceRandom;
 
 use super::radix_cache::{Key, NodeId, RadixCache, Run, ROOT};
 use super::schedule_policy::{
-    AddReqResult, PrefillAdder, SchedulePolicy, CLIP_MAX_NEW_TOKENS, LPM_MAX_WAITING, WAITING_PREFIX_REFRESH_INTERVAL,
+    AddReqResult, PrefillAdder, SchedulePolicy, CLIP_MAX_NEW_TOKENS, IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD,
+    IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD, LPM_MAX_WAITING, WAITING_PREFIX_REFRESH_INTERVAL,
 };
 use crate::cost::StepShape;
 use crate::engine::{Engine, EngineCounters, ReqId, Scheduled, StepPlan, TokenOutput, Version};
@@ -500,14 +501,34 @@ impl Scheduler {
                 self.waiting = v.into();
             }
             SchedulePolicy::Lpm => {
+                // `_compute_prefix_matches`: each request's cached prefix, and the in-batch
+                // prefix caching: a request that finds at most `IN_BATCH_PREFIX_CACHING_CHECK_
+                // THRESHOLD` tokens cached, but shares at least `..._DEPRIORITIZE_THRESHOLD` with
+                // a request before it in the queue (a temporary tree of the waiting queue's
+                // keys, page size 1, rebuilt at each call), is put last, so that the shared part
+                // is computed once, by the first, and found cached by the rest. A request not
+                // deprioritised is added to the temporary tree.
                 let ids: Vec<ReqId> = self.waiting.iter().copied().collect();
-                let mut keyed: Vec<(u32, ReqId)> = Vec::with_capacity(ids.len());
+                let mut in_batch = RadixCache::new(1);
+                let mut keyed: Vec<(bool, std::cmp::Reverse<u32>, ReqId)> = Vec::with_capacity(ids.len());
                 for id in ids {
                     self.init_next_round_input(id);
-                    keyed.push((self.req(id).prefix_len, id));
+                    let r = self.req(id);
+                    let mut deprioritised = false;
+                    if r.prefix_len <= IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD {
+                        let key = Key::new(&r.tokens, (r.fill_len() - 1) as usize);
+                        if in_batch.cached_prefix_len_runs(key) >= IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD {
+                            deprioritised = true;
+                        } else {
+                            in_batch.insert_runs(key);
+                        }
+                    }
+                    keyed.push((deprioritised, std::cmp::Reverse(r.prefix_len), id));
                 }
-                keyed.sort_by_key(|&(len, _)| std::cmp::Reverse(len));
-                self.waiting = keyed.into_iter().map(|(_, id)| id).collect();
+                // `_sort_by_longest_prefix`: `-len(prefix_indices)`, a deprioritised request
+                // `inf`; a stable sort.
+                keyed.sort_by_key(|&(d, len, _)| (d, len));
+                self.waiting = keyed.into_iter().map(|(_, _, id)| id).collect();
             }
         }
         self.touch_waiting_prefixes(policy);
