@@ -803,3 +803,22 @@ fn a_given_max_running_requests_is_capped_as_the_release_caps_it() {
     assert!(resolve("0.5.23", few.clone()).max_total_tokens > resolve("0.5.23", json!({})).max_total_tokens);
     assert_eq!(resolve("0.5.21", few).max_total_tokens, resolve("0.5.21", json!({})).max_total_tokens);
 }
+
+/// The start-up check that a request could ever be admitted charges the page that admission
+/// reserves per request only where the release does (0.5.11 on): 512 + 512 tokens fit a pool of
+/// 1,025 on 0.5.10 (1,024 < 1,025, admitted) and not on 0.5.11 (1,025). The check had charged
+/// the page on every release and refused 0.5.10's runnable setup (the audit of 2026-12-06).
+#[test]
+fn the_admission_check_charges_the_page_only_where_the_release_does() {
+    let resolve = |version: &str| {
+        let mut v = scenario("kv-starved-qwen2.5-7b-a100-sglang.json");
+        set(&mut v, &format!("engine.version={version}"));
+        set(&mut v, "engine.max_total_tokens=1025");
+        set(&mut v, "workload.num_prompts=5");
+        let s = sim::config::from_value(v, "").unwrap();
+        sim::config::resolve(&s, &resources()).map(|_| ()).map_err(|e| e.to_string())
+    };
+    assert_eq!(resolve("0.5.10"), Ok(()));
+    let e = resolve("0.5.11").unwrap_err();
+    assert!(e.contains("needs 1025 KV tokens") && e.contains("could never be admitted"), "{e}");
+}

@@ -45,9 +45,11 @@ pub(super) fn check_requests_fit(spec: &SimSpec) -> Result<()> {
                     format!("a request of up to {max_prompt} prompt tokens and {max_total} total exceeds engine.context_length {}", c.context_length),
                 ));
             }
-            // PrefillAdder admits iff prompt + min(max_new, 4096) (+ a page) < what is left.
+            // PrefillAdder admits iff prompt + min(max_new, 4096) (+ a page, from 0.5.11:
+            // `SglangBehaviour::page_reserve_per_request`) < what is left.
             let max_new = max_total - max_prompt;
-            let need = u64::from(max_prompt) + u64::from(max_new.min(4096)) + u64::from(c.page_size);
+            let page = if c.behaviour.page_reserve_per_request { c.page_size } else { 0 };
+            let need = u64::from(max_prompt) + u64::from(max_new.min(4096)) + u64::from(page);
             if need >= c.max_total_tokens {
                 return Err(ConfigError::new(
                     field,
