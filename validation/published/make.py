@@ -80,7 +80,15 @@ w("phase0_llama31-70b-fp8_h200_vllm0141", {
              for r in ["0.50", "0.75", "1.00", "1.25", "1.50", "2.00", "2.50", "3.00"]]})
 
 # 4-5. SGLang 0.3.0 vs vLLM 0.6.0 (SGLang's benchmark_vllm_060 README).
-def vs060(name, model, gpu, count, sgl_frac):
+# sglang.bench_serving's sharegpt lengths (seed 1), mean input / output tokens of its first N prompts:
+# DataCrunch's run of that client (its JSONL, as 6. below reads it: total_input_tokens and
+# total_generated_tokens over completed, 269,081 / 226,901 of 1,200 and 540,779 / 461,874 of 2,400).
+# The sampler shuffles the filtered conversations once and takes them in order, so N prompts are the
+# first N of any larger run; 5,000 is given the first 2,400's means.
+SGL_SHAREGPT_MEANS = {1200: (224, 189), 2400: (225, 192), 5000: (225, 192)}
+
+
+def vs060(name, model, gpu, count, sgl_frac, offline_frac=None):
     # vLLM 0.6.0's own scheduler defaults, not 0.11's usage-context ones (1024 sequences and 8192 tokens on
     # an H100): EngineArgs.max_num_seqs 256, and with chunked prefill off (its default below a 32K context)
     # max_num_batched_tokens = max(max_model_len, 2048) = 4096.
@@ -101,18 +109,28 @@ def vs060(name, model, gpu, count, sgl_frac):
     for eng in ["sglang-0.3.0", "vllm-0.6.0"]:
         for load, n in [("4", 1200), ("8", 2400), ("inf", 5000)]:
             sets = [f"workload.num_prompts={n}"] + ([f"workload.request_rate={load}"] if load != "inf" else [])
+            # Both engines were measured with sglang.bench_serving's sharegpt sampler (seed 1): its
+            # first N prompts, whose mean lengths the DataCrunch run of the same client and seed
+            # printed (6.): 224 / 189 for 1,200, 225 / 192 for 2,400; 5,000 holds those 2,400 first.
+            inp, out = SGL_SHAREGPT_MEANS[n]
+            sets += [f"workload.random_input_len={inp}", f"workload.random_output_len={out}"]
+            if eng.startswith("sglang") and load == "inf" and offline_frac is not None:
+                sets.append(f"engine.mem_fraction_static={offline_frac}")
             r = {"engine": eng, "load": load, "set": sets}
             if eng.startswith("vllm"):
                 r["skip"] = v060_skip[name]
             rows.append(r)
     w(name, {"csv": f"data/published/{name}.csv", "gpu": f"{count}x {gpu}",
              "about": "vLLM 0.6.0's rows are listed, not judged (the V0 engine with multi-step scheduling; their scenario runs it as 0.11.0, V1, with 0.6.0's scheduler defaults: max_num_seqs 256, max_num_batched_tokens = max(max_model_len, 2048) = 4096 without chunked prefill), SGLang 0.3.0 as 0.4.10 (the oldest modelled) without the overlap scheduler (0.3.0 had none); "
-                      "KV pools derived from the default memory fractions. " + SHAREGPT_NOTE
+                      "KV pools derived from the default memory fractions"
+                      + (f", but {offline_frac} for SGLang's offline (rate inf) run, which the source launched with --mem-frac {offline_frac}" if offline_frac is not None else "")
+                      + ". ShareGPT is approximated by random lengths uniform in [0.1, 1.9] x the mean lengths of sglang.bench_serving's sharegpt sample (seed 1), which measured both engines: 224 in / 189 out for 1,200 prompts, 225 / 192 for 2,400 (the DataCrunch run of the same client at its default seed, three months later: assumed to draw the same sample; the 5,000-prompt run is given the first 2,400's); servesim has no text datasets; the real length tails are heavier. "
+                      "Arrivals as vllm bench serve draws them (gaps rescaled so that the last is due at N / rate); sglang.bench_serving sends the first at 0 and does not rescale (docs/benchmark.md §2): over 1,200 and 2,400 gaps the total differs by a few per cent."
                       + (" SGLang ran --enable-torch-compile, which servesim does not model (it speeds small decode batches)." if "8b" in name else ""),
              "scenarios": {"vllm-0.6.0": v, "sglang-0.3.0": s}, "rows": rows})
 
 vs060("sglang_vs_vllm060_llama31-8b_a100", "llama-3.1-8b-instruct", "a100-80gb", 1, 0.88)
-vs060("sglang_vs_vllm060_llama31-70b_4xh100", "llama-3.1-70b-instruct", "h100-80gb", 4, 0.85)
+vs060("sglang_vs_vllm060_llama31-70b_4xh100", "llama-3.1-70b-instruct", "h100-80gb", 4, 0.85, offline_frac=0.88)
 
 # 6. DataCrunch: 4x H200 SGLang (Dec 2024), TP 4.
 dc_eng = "sglang(lmsysorg/sglang:latest, Dec 2024)"
