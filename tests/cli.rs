@@ -357,6 +357,23 @@ fn explain_says_why_ttft_explodes_past_the_kv_limited_concurrency() {
         .any(|k| k.contains("GPU utilisation")));
 }
 
+/// Where the KV pool binds first, explain runs its sweep again with a pool half as large again
+/// and says what it found (the notebooks' audit of 2026-12-06): it had said "the knee moves with
+/// the KV pool" of the default scenario, whose knee stays at 42 with room for 63 requests (the
+/// engine is out of compute there); the KV-starved A100's knee does move with its pool.
+#[test]
+fn explain_tries_a_larger_pool_before_saying_the_knee_moves_with_it() {
+    let j = stdout_json(&run_cli(&["explain", "--json"]));
+    let knob = j["knob"].as_str().unwrap();
+    assert!(knob.starts_with("A larger KV pool does not move the knee (with 292320 tokens, room for 63 requests, it is at concurrency 42)"), "{knob}");
+    let starved = stdout_json(&run_cli(&["explain", "scenarios/kv-starved-qwen2.5-7b-a100-vllm.json", "--json"]));
+    let knob = starved["knob"].as_str().unwrap();
+    assert!(
+        knob.starts_with("The knee moves with the KV pool: with a pool of 15360 tokens (room for 15 requests)"),
+        "{knob}"
+    );
+}
+
 /// A scenario with its own arrivals is explained at that load, and its knee is the engine's (a
 /// closed loop over the same requests), not where the offered rate is met.
 #[test]

@@ -33,8 +33,13 @@ pub struct Plan {
     pub point: SimSpec,
     /// Concurrencies of the sweep around the limit, increasing.
     pub grid: Vec<u32>,
-    /// The run at each of them.
+    /// The run at each of them; where [`Plan::wider_pool`] is given, followed by the same
+    /// sweep with that pool.
     pub grid_specs: Vec<SimSpec>,
+    /// Where the KV pool binds first (a single engine): a pool [`WIDER_POOL`] times as large,
+    /// in tokens, and the KV-limited concurrency it gives. The same sweep is run with it, to
+    /// tell whether the knee moves with the pool or the engine is out of compute first.
+    pub wider_pool: Option<(u64, u64)>,
     /// Notes on how the runs were sized (a capped prompt count).
     pub notes: Vec<String>,
     /// The KV-limited concurrency of the scenario's workload.
@@ -94,6 +99,22 @@ fn binding(base: &SimSpec, kv_concurrency: u64) -> (&'static str, u64) {
 
 fn running_knob(s: &SimSpec) -> &'static str {
     s.engine.engine_kind().running_cap_flag()
+}
+
+/// How much larger the pool of the what-if sweep is ([`Plan::wider_pool`]).
+pub const WIDER_POOL: f64 = 1.5;
+
+/// `base` with its KV pool set to about `tokens` (whole blocks or pages; a single engine).
+fn with_pool(base: &SimSpec, tokens: u64) -> SimSpec {
+    let mut s = base.clone();
+    match &mut s.engine {
+        crate::config::EngineSpec::Vllm(c) => {
+            let bs = u64::from(c.block_size.max(1));
+            c.num_gpu_blocks = u32::try_from(tokens / bs + 1).unwrap_or(u32::MAX - 1);
+        }
+        crate::config::EngineSpec::Sglang(c) => c.max_total_tokens = tokens,
+    }
+    s
 }
 
 /// Prompts a concurrency slot at each point of the knee's sweep.
@@ -173,15 +194,27 @@ pub fn plan(base: &SimSpec, concurrency: Option<u32>) -> Result<Plan, String> {
     // Eight prompts a slot at every point: enough for a steady throughput, and the same
     // whatever the scenario's own max_concurrency (which the knee must not depend on).
     let per = EXPLAIN_PROMPTS_PER_SLOT;
-    let grid_specs = grid
-        .iter()
-        .map(|&c| {
-            let mut s = with_load(base, c, Some(c.saturating_mul(per).min(MAX_EXPLAIN_PROMPTS.max(c))));
-            closed_loop(&mut s);
-            s
-        })
-        .collect();
-    Ok(Plan { concurrency: conc, point, grid, grid_specs, notes, limit })
+    let sweep_of = |base: &SimSpec| -> Vec<SimSpec> {
+        grid.iter()
+            .map(|&c| {
+                let mut s = with_load(base, c, Some(c.saturating_mul(per).min(MAX_EXPLAIN_PROMPTS.max(c))));
+                closed_loop(&mut s);
+                s
+            })
+            .collect()
+    };
+    let mut grid_specs = sweep_of(base);
+    // Where the pool binds first, the same sweep with a larger pool says whether the knee is the
+    // pool's: a knee that stays put is the engine's compute (a fleet's pools are its replicas').
+    let mut wider_pool = None;
+    let pool = base.engine.kv_capacity_tokens();
+    if base.fleet.is_none() && u64::from(base.max_running_total()) >= limit.concurrency && pool > 0 {
+        let wider = with_pool(base, (pool as f64 * WIDER_POOL) as u64);
+        let wider_limit = kv_limited_concurrency(&wider, &w0).concurrency;
+        wider_pool = Some((wider.engine.kv_capacity_tokens(), wider_limit));
+        grid_specs.extend(sweep_of(&wider));
+    }
+    Ok(Plan { concurrency: conc, point, grid, grid_specs, notes, limit, wider_pool })
 }
 
 /// The TTFT split of the explained run (means, ms).
@@ -379,8 +412,12 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
     let load = load_phrase(spec, open);
     let closed = if open { " of a closed loop (the sweep's requests sent back to back)" } else { "" };
 
+    // The wider pool's sweep follows the grid's runs.
+    let (grid, wider_grid) = grid.split_at(plan.grid.len().min(grid.len()));
     // No knee through a run that did not complete (`crate::sweep::sweep_knee`); the notes say which.
     let knee = crate::sweep::sweep_knee(&plan.grid, grid).map(|k| plan.grid[k.index]);
+    let wider_knee = (wider_grid.len() == plan.grid.len())
+        .then(|| crate::sweep::sweep_knee(&plan.grid, wider_grid).map(|k| plan.grid[k.index]));
     let mut notes = plan.notes.clone();
     notes.extend(base.kv_sizing.bound_note(base.engine.kv_capacity_tokens()));
     notes.extend(base.engine.running_cap_note());
@@ -508,7 +545,30 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
             more_gpus_sentence(base, &point.workload, disaggregated)
         )
     } else if binding_limit == "kv_pool" {
-        format!("The knee moves with the KV pool: raise {memory_knob}, serve a smaller or quantized model, or shorten requests; raising {running_knob} does not help while the pool binds.")
+        let raise = format!(
+            "raise {memory_knob}, serve a smaller or quantized model, or shorten requests; raising {running_knob} does not help while the pool binds"
+        );
+        match (knee, wider_knee, plan.wider_pool) {
+            // The same sweep with a larger pool: the knee moves with it, or it is the engine's.
+            (Some(k), Some(wk), Some((tokens, holds))) if wk.is_none_or(|w| w > k) => format!(
+                "The knee moves with the KV pool: with a pool of {tokens} tokens (room for {holds} requests) it is {}. To move it, {raise}.",
+                wk.map_or_else(
+                    || format!("not reached up to concurrency {}", plan.grid.last().copied().unwrap_or(1)),
+                    |w| format!("at concurrency {w}")
+                )
+            ),
+            (Some(_), Some(Some(w)), Some((tokens, holds))) => format!(
+                "A larger KV pool does not move the knee (with {tokens} tokens, room for {holds} requests, it is at concurrency {w}): \
+                 throughput levels off because the engine is out of compute, its steps growing with the batch; {} \
+                 The pool sets where TTFT takes off and requests are {}: to push that point out, {raise}.",
+                more_gpus_sentence(base, &point.workload, disaggregated),
+                if sglang { "retracted" } else { "preempted" }
+            ),
+            _ => format!(
+                "Past the KV limit TTFT grows with the queue and requests are {}: to push that point out, {raise}.",
+                if sglang { "retracted" } else { "preempted" }
+            ),
+        }
     } else {
         format!(
             "The knee moves with {running_knob}: raise it (the pool has room for {} requests); past that, the KV pool binds.",

@@ -500,17 +500,17 @@ fn kv_limit_sentence_alone(limit: &KvLimit, spec: &SimSpec) -> String {
         )
     } else if spec.fleet.as_ref().is_some_and(|f| f.disaggregated()) {
         format!(
-            "The decode replicas' KV pools of {} tokens hold {} requests of {} tokens (mean prompt + output less the last token, which is never stored, in whole {units}) at once (the prefill replicas' {} tokens hold a prompt only until its KV is transferred): past that concurrency, new requests wait for KV (or running ones are preempted), so throughput stops rising and TTFT grows with the queue.",
+            "The decode replicas' KV pools of {} tokens hold {} requests of {} tokens (mean prompt + output less the last token, which is never stored, in whole {units}) at once (the prefill replicas' {} tokens hold a prompt only until its KV is transferred): past that concurrency, new requests wait for KV (or running ones are preempted), and TTFT grows with the queue; throughput gains nothing past it (it may level off before, where the engine runs out of compute: see the knee).",
             spec.holding_kv_tokens(), limit.concurrency, limit.footprint_tokens, limit.kv_capacity_tokens - spec.holding_kv_tokens().min(limit.kv_capacity_tokens)
         )
     } else if limit.shared_prefix_tokens > 0 {
         format!(
-            "The KV pool of {} tokens holds {} requests at once: the shared prefixes they use take about {} of them, each once (of the prompts' {} shared prefix{}), and a request needs {} tokens beyond its shared prefix (mean prompt + output less that prefix and the last token, which is never stored, in whole {units}): past that concurrency, new requests wait for KV (or running ones are preempted), so throughput stops rising and TTFT grows with the queue.",
+            "The KV pool of {} tokens holds {} requests at once: the shared prefixes they use take about {} of them, each once (of the prompts' {} shared prefix{}), and a request needs {} tokens beyond its shared prefix (mean prompt + output less that prefix and the last token, which is never stored, in whole {units}): past that concurrency, new requests wait for KV (or running ones are preempted), and TTFT grows with the queue; throughput gains nothing past it (it may level off before, where the engine runs out of compute: see the knee).",
             limit.kv_capacity_tokens, limit.concurrency, limit.shared_prefix_tokens, limit.shared_prefixes, if limit.shared_prefixes == 1 { "" } else { "es" }, limit.footprint_tokens
         )
     } else {
         format!(
-            "The KV pool of {} tokens holds {} requests of {} tokens (mean prompt + output less the last token, which is never stored, in whole {units}) at once: past that concurrency, new requests wait for KV (or running ones are preempted), so throughput stops rising and TTFT grows with the queue.",
+            "The KV pool of {} tokens holds {} requests of {} tokens (mean prompt + output less the last token, which is never stored, in whole {units}) at once: past that concurrency, new requests wait for KV (or running ones are preempted), and TTFT grows with the queue; throughput gains nothing past it (it may level off before, where the engine runs out of compute: see the knee).",
             limit.kv_capacity_tokens, limit.concurrency, limit.footprint_tokens
         )
     }
