@@ -225,10 +225,12 @@ fn check(v: &Value, how: &str) {
     // on one where the modelled engine stops, the run and the sweep points that did not complete.
     assert_eq!(v["warnings_default"], serde_json::json!([]), "{how}");
     // The default at concurrency 64 (the slider's last position above) is a closed loop of
-    // identical requests: the page shows the lock-step caveat with its out-of-step figure.
+    // identical requests: the page shows the lock-step caveat with its out-of-step figure, in
+    // the CLI's sentence (`sim::report::desynchronised_sentence`; check_audit compares it).
     let cav = v["caveats_at_64"].to_string();
     assert!(
-        cav.contains("lock-step waves") && cav.contains("With the clients out of step the mean TTFT is"),
+        cav.contains("lock-step waves")
+            && cav.contains("With the clients out of step (the same loop, its first wave sent one mean E2EL / concurrency apart) the mean TTFT is"),
         "{how}: {cav}"
     );
     let w = v["warnings_engine_error"].to_string();
@@ -236,6 +238,7 @@ fn check(v: &Value, how: &str) {
     assert!(w.contains("did not complete (engine error") && w.contains("the knee is not searched"), "{how}: {w}");
 
     check_fixes(v, how);
+    check_audit(v, how);
 
     // 4. simulate, explain and a side-by-side sweep, byte for byte.
     for (key, args) in [
@@ -433,6 +436,127 @@ fn check_fixes(v: &Value, how: &str) {
         assert!(!o.status.success());
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(v["refused"][c]["error"].as_str().unwrap(), err.trim(), "{how}: c={c}");
+    }
+}
+
+/// `servesim ARGS` in `dir` (a scenario file there is named by its bare name, as the page names it).
+fn cli_in(dir: &Path, args: &[String]) -> std::process::Output {
+    let mut c = servesim();
+    c.current_dir(dir).args(args);
+    run_bounded(c, Duration::from_secs(300))
+}
+
+/// The arguments of a command the page prints (`servesim simulate FILE --set 'A=B' --json`).
+fn argv(cmd: &str) -> Vec<String> {
+    let mut a: Vec<String> = cmd.split_whitespace().map(|t| t.trim_matches('\'').to_string()).collect();
+    assert_eq!(a.remove(0), "servesim", "{cmd}");
+    a
+}
+
+/// The audit of the page against the CLI: each number and sentence the CLI's for what the page
+/// says it ran, and each command it prints reproduces it byte for byte.
+fn check_audit(v: &Value, how: &str) {
+    let dir = scratch().join(format!("audit-{}", if how == "http" { "http" } else { "file" }));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cmd = |x: &Value, which: &str| argv(x["cmds"][which].as_str().unwrap_or_default());
+
+    // F2. No cap and no rate: every prompt at once, as `servesim simulate` of the scenario runs it.
+    let a = &v["all_at_once"];
+    assert_eq!(a["mode"], "all", "{how}: {a}");
+    assert_eq!(a["c_hidden"], true, "{how}");
+    std::fs::write(dir.join("scenario.json"), a["scenario"].as_str().unwrap()).unwrap();
+    let o = cli_in(&dir, &cmd(a, "simulate"));
+    assert!(o.status.success(), "{how}: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        a["run_json"].as_str() == Some(&*String::from_utf8_lossy(&o.stdout)),
+        "{how}: the page's run is not its command's"
+    );
+    let own = cli_in(&dir, &["simulate".into(), "scenario.json".into(), "--json".into()]);
+    let own: Value = serde_json::from_slice(&own.stdout).unwrap();
+    assert_eq!(own["max_concurrency"], Value::Null);
+    assert!(same(a["mean_ttft_ms"].as_f64().unwrap(), own["mean_ttft_ms"].as_f64().unwrap()), "{how}: {a}");
+    let summary = a["summary"].as_str().unwrap_or_default();
+    assert!(summary.contains("With all 100 prompts sent at once"), "{how}: {summary}");
+    assert!(summary.contains(&format!("{} ms", shown(own["mean_ttft_ms"].as_f64().unwrap(), 1))), "{how}: {summary}");
+    // explain of that run: its command is the page's, and its point is the run.
+    let o = cli_in(&dir, &cmd(a, "explain"));
+    let native = String::from_utf8_lossy(&o.stdout);
+    assert!(a["explain_json"].as_str() == Some(&*native), "{how}: the page's explain is not its command's");
+    let ex: Value = serde_json::from_str(&native).unwrap();
+    for k in ["mean_ttft_ms", "output_throughput", "num_preemptions"] {
+        assert_eq!(ex["point"][k], own[k], "{how}: explain's {k} is not the all-at-once run's");
+    }
+    assert!(a["explain_all_note"].is_string(), "{how}: {a}");
+    // Fixed concurrency chosen on it: the blank is named, and it is what runs.
+    let label = a["c_label"].as_str().unwrap_or_default();
+    let c = strs(&a["c_run_sets"])
+        .into_iter()
+        .find_map(|s| s.strip_prefix("workload.max_concurrency=").map(str::to_string))
+        .unwrap();
+    assert!(label.contains(&format!("blank: {c}, ")) && label.contains("explain"), "{how}: {label} / {c}");
+
+    // F3. The lock-step caveat's out-of-step sentence is the CLI's.
+    let o =
+        run_cli(&["simulate", SCENARIO, "--set", "workload.max_concurrency=64", "--set", "workload.num_prompts=256"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("With the clients out of step"))
+        .expect("the CLI's sentence");
+    assert!(line.contains("239 of 276 values (87%)"), "{line}");
+    let cav = strs(&v["caveats_at_64"]).join(" ");
+    assert!(cav.contains(line), "{how}: {cav}\nCLI: {line}");
+
+    // F4. SGLang's per-step token cap: what it counts (the core's note).
+    let m = v["sglang_budget_meaning"].as_str().unwrap_or_default();
+    assert!(m.contains("SGLang counts new prompt tokens of a prefill batch only"), "{how}: {m}");
+
+    // F5. The per-request footprint in the core's words.
+    let f = v["footprint"].as_str().unwrap_or_default();
+    assert!(
+        f.ends_with("tokens (mean prompt + output less the last token, which is never stored, in whole blocks)"),
+        "{how}: {f}"
+    );
+
+    // F6. A seed past 2^53 is the seed used and printed; -1 is refused naming the seed.
+    let b = &v["big_seed"];
+    assert_eq!(b["error"], Value::Null, "{how}: {b}");
+    assert_eq!(b["resolved"], "18446744073709551557", "{how}: {b}");
+    assert!(
+        b["cmds"]["simulate"].as_str().unwrap_or_default().ends_with("--seed 18446744073709551557 --json"),
+        "{how}: {b}"
+    );
+    let e = v["negative_seed_error"].as_str().unwrap_or_default();
+    assert!(e.starts_with("error: --seed: cannot read \"-1\""), "{how}: {e}");
+
+    // F7. A grid past the limit: the CLI's error.
+    let o = run_cli(&["sweep", SCENARIO, "--concurrency", "1,2000000", "--json"]);
+    assert!(!o.status.success());
+    assert_eq!(v["grid_error"].as_str().unwrap_or_default(), String::from_utf8_lossy(&o.stderr).trim(), "{how}");
+
+    // F8. One engine translated: its sweep is its command's, byte for byte, "scenario" included.
+    let t = &v["translated"];
+    assert_eq!(t["origin"], "scenario-sglang.json", "{how}");
+    std::fs::write(dir.join("scenario-sglang.json"), t["file"].as_str().unwrap()).unwrap();
+    let o = cli_in(&dir, &cmd(t, "sweep"));
+    assert!(o.status.success(), "{how}: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        t["sweep_json"].as_str() == Some(&*String::from_utf8_lossy(&o.stdout)),
+        "{how}: the translated sweep is not its command's"
+    );
+
+    // F9. Rate mode: the chart's KV limit is the caption's (and where the sweep's differs, it says so).
+    let r = &v["rate_kv"];
+    let run = r["run"].as_u64().unwrap();
+    assert!(strs(&r["marks"]).contains(&format!("KV limit {run}")), "{how}: {r}");
+    let cap = r["caption"].as_str().unwrap_or_default();
+    assert!(
+        cap.contains(&format!("holds {run} requests")) || cap.contains(&format!("pool holds {run} requests")),
+        "{how}: {r}"
+    );
+    if r["sweep"] != r["run"] {
+        assert!(cap.contains(&format!("This sweep's JSON gives {}", r["sweep"])), "{how}: {r}");
     }
 }
 

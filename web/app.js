@@ -18,14 +18,17 @@ const MAX_EXPLAIN_PROMPTS = 50000;
 const PINNED_SOURCES = ['kv_cache_tokens', 'num_gpu_blocks_override', 'max_total_num_tokens'];
 const NAMES = { vllm: 'vLLM', sglang: 'SGLang' };
 
-// Engine-neutral knobs and each engine's flag for them.
+// Engine-neutral knobs and each engine's flag for them. How the two engines' flags differ in
+// meaning is the core's note (sim::config::KNOBS, docs/parameter-mapping.md), shown under the
+// knob. A slider's range is where it is handy; a value outside it (typed in the box) widens it,
+// so the slider never shows another value than the one sent.
 const KNOBS = [
-  { key: 'mrun', label: 'Running cap', flags: { vllm: 'max_num_seqs', sglang: 'max_running_requests' }, min: 1, max: 1024, step: 1, from: (r) => r.max_running },
-  { key: 'budget', label: 'Token budget per step', flags: { vllm: 'max_num_batched_tokens', sglang: 'chunked_prefill_size' }, min: 256, max: 16384, step: 256, from: (r) => r.chunk, hint: 'SGLang: -1 turns chunking off' },
-  { key: 'mem', label: 'Memory fraction', flags: { vllm: 'gpu_memory_utilization', sglang: 'mem_fraction_static' }, min: 0.5, max: 0.98, step: 0.01, from: (r) => (r.memory_fraction == null ? null : r.memory_fraction), hint: 'blank: the scenario pins the pool in tokens, and no fraction applies (the KV pool choice above derives it from memory; SGLang\'s max_total_tokens only bounds a derived pool)' },
+  { key: 'mrun', label: 'Running cap', flags: { vllm: 'max_num_seqs', sglang: 'max_running_requests' }, min: 1, max: 1024, step: 1 },
+  { key: 'budget', label: 'Per-step token cap', flags: { vllm: 'max_num_batched_tokens', sglang: 'chunked_prefill_size' }, min: 256, max: 16384, step: 256, hint: 'SGLang: -1 turns chunking off (the slider then has no position)' },
+  { key: 'mem', label: 'Memory fraction', flags: { vllm: 'gpu_memory_utilization', sglang: 'mem_fraction_static' }, min: 0.05, max: 1, step: 0.01, hint: 'blank: the scenario pins the pool in tokens, and no fraction applies (the KV pool choice above derives it from memory; SGLang\'s max_total_tokens only bounds a derived pool)' },
   // fp8 is vLLM's name for an e4m3 cache; SGLang's --kv-cache-dtype calls it fp8_e4m3.
-  { key: 'dtype', label: 'KV cache dtype', flags: { vllm: 'kv_cache_dtype', sglang: 'kv_cache_dtype' }, values: { sglang: { fp8: 'fp8_e4m3' } }, choices: ['auto', 'fp8'], from: (r) => r.kv_cache_dtype_raw || 'auto' },
-  { key: 'tp', label: 'Tensor parallel size', flags: { vllm: 'tensor_parallel_size', sglang: 'tp_size' }, choices: ['1', '2', '4', '8'], from: (r) => String(r.tensor_parallel_size) },
+  { key: 'dtype', label: 'KV cache dtype', flags: { vllm: 'kv_cache_dtype', sglang: 'kv_cache_dtype' }, values: { sglang: { fp8: 'fp8_e4m3' } }, choices: ['auto', 'fp8'] },
+  { key: 'tp', label: 'Tensor parallel size', flags: { vllm: 'tensor_parallel_size', sglang: 'tp_size' }, choices: ['1', '2', '4', '8'] },
 ];
 const LOAD = [
   { key: 'c', label: 'Concurrency', min: 1, max: 256, step: 1, mode: 'c' },
@@ -42,13 +45,14 @@ const state = {
   pasted: null, // pasted scenario text
   engine: null, // 'vllm' | 'sglang' | 'both' (null: the scenario's)
   kvpool: 'scenario',
-  mode: null, // 'c' | 'rate' (null: the scenario's own: a rate with no cap is rate mode)
+  mode: null, // 'c' | 'rate' | 'all' (null: the scenario's own: a cap is 'c', a rate with no cap 'rate', neither 'all')
   values: {}, // knob key -> string value set by the user (absent: the scenario's)
   grid: null, // the sweep's concurrencies as typed (null: explain's grid)
 };
 
 let sim = null;
 let shipped = [];
+let coreKnobs = []; // sim::config::KNOBS: [{name, vllm, sglang, note}]
 let base = null; // resolve() of the scenario as chosen, no knobs
 const cache = new Map();
 
@@ -86,13 +90,20 @@ function writeUrl() {
 }
 
 // ---------- the scenario and its requests ----------
+// A scenario that is not a shipped file (pasted, or translated to the other engine) is run under
+// the name of the file the Reproduce section asks to save it as: the binary labels its output
+// (a sweep's "scenario", explain's) and its errors with the path it reads, so the page's output
+// is then the command's, byte for byte.
+const PASTED_FILE = 'scenario.json';
+const translatedFile = (kind) => `scenario-${kind}.json`;
 function scenarioRequest() {
-  if (state.pasted != null) return { scenario: state.pasted, origin: 'pasted scenario' };
+  if (state.pasted != null) return { scenario: state.pasted, origin: PASTED_FILE };
   const s = shipped.find((x) => x.name === state.scenario) || shipped[0];
   return { scenario: s.text, origin: s.origin };
 }
 
-// The engines to run: [{kind, req}] where req is a scenario request on that engine.
+// The engines to run: [{kind, req, notes, from}] where req is a scenario request on that engine
+// and `from` the scenario it was translated from (its origin), if it was.
 function engines() {
   const req = scenarioRequest();
   const own = base.engine;
@@ -106,7 +117,9 @@ function engines() {
       t = sim.translate({ ...req, to: kind });
       cache.set(key, t);
     }
-    return { kind, req: { scenario: JSON.stringify(t.scenario, null, 2), origin: t.origin }, notes: t.notes };
+    // t.origin is `ORIGIN [kind]`, as `sweep --set engine.kind=vllm,sglang` labels it; this one
+    // engine alone has no such command: it runs from its file, scenario-KIND.json.
+    return { kind, req: { scenario: JSON.stringify(t.scenario, null, 2), origin: translatedFile(kind) }, notes: t.notes, from: req.origin };
   });
 }
 
@@ -135,32 +148,45 @@ function knobSets(kind) {
   return sets;
 }
 
+// The seed as typed, sent as text: a JavaScript number is exact only up to 2^53, a seed goes to
+// 2^64 - 1 (the simulator reads the text and refuses, naming the seed, what --seed refuses).
 function seed() {
   const s = state.values.seed;
-  return s != null && s !== '' ? Number(s) : undefined;
+  return s != null && String(s).trim() !== '' ? String(s).trim() : undefined;
 }
 
-// The load mode: the user's, else the scenario's own (a request rate with no cap on requests
-// in flight runs in rate mode at that rate, as `servesim simulate` of the scenario does).
+// The load mode: the user's, else the scenario's own, as `servesim simulate` of it runs it: a cap
+// on requests in flight is fixed concurrency ('c'); a request rate with no cap, rate mode; neither,
+// every prompt sent at once ('all': `vllm bench serve`'s default, no cap and no rate; a trace's
+// own arrivals for a trace).
 function mode() {
   if (state.mode) return state.mode;
-  return base && base.request_rate != null && base.max_concurrency == null ? 'rate' : 'c';
+  if (!base || base.max_concurrency != null) return 'c';
+  return base.request_rate != null ? 'rate' : 'all';
 }
 
 const given = (k) => state.values[k] != null && String(state.values[k]).trim() !== '';
 
-// The concurrency as typed (the simulator refuses what the CLI refuses: 0, 2.5, ...).
+// The concurrency as typed (the simulator refuses what the CLI refuses: 0, 2.5, ...); blank, the
+// scenario's cap, else (a scenario with none) the one `servesim explain` runs it at, which the
+// label names (defaultConcurrency).
 function concurrencyText() {
-  return given('c') ? String(state.values.c).trim() : String((base && base.max_concurrency) || 1);
+  return given('c') ? String(state.values.c).trim() : String(defaultConcurrency(base).value);
+}
+function defaultConcurrency(r) {
+  if (r && r.max_concurrency != null) return { value: r.max_concurrency, why: 'the scenario\'s' };
+  if (r && r.explain_concurrency != null) return { value: r.explain_concurrency, why: 'the scenario sets no cap: explain\'s, twice the limit that binds first' };
+  return { value: 1, why: 'the scenario sets no cap' };
 }
 function concurrency() {
   return Number(concurrencyText());
 }
 
 // Blank "Prompts per run": fixed concurrency, 4 a slot and at least the scenario's; a rate,
-// the scenario's and at least 200 (the label says which).
+// the scenario's and at least 200; all at once, the scenario's (the label says which).
 const RATE_MIN_PROMPTS = 200;
 function defaultPrompts(basePrompts) {
+  if (mode() === 'all') return basePrompts;
   return mode() === 'rate' ? Math.max(basePrompts, RATE_MIN_PROMPTS) : Math.max(basePrompts, 4 * Math.max(1, Math.ceil(concurrency()) || 1));
 }
 
@@ -171,6 +197,10 @@ function loadSets(basePrompts) {
     const r = given('rate') ? String(state.values.rate).trim() : (base && base.request_rate) || 1;
     return [`workload.request_rate=${r}`, 'workload.max_concurrency=null', `workload.num_prompts=${p}`];
   }
+  if (mode() === 'all') {
+    // No cap and no rate: every prompt sent at once (a trace keeps its own arrivals).
+    return [...(base && base.request_rate != null ? ['workload.request_rate=null'] : []), 'workload.max_concurrency=null', `workload.num_prompts=${p}`];
+  }
   return [`workload.max_concurrency=${concurrencyText()}`, `workload.num_prompts=${p}`];
 }
 
@@ -178,7 +208,8 @@ function loadSets(basePrompts) {
 function gridValues() {
   if (state.grid == null || state.grid.trim() === '') return null;
   const g = state.grid.split(',').map((x) => x.trim()).filter((x) => x !== '').map(Number);
-  if (!g.length || g.some((x) => !Number.isInteger(x) || x < 1)) throw new ServesimError(`--concurrency: cannot read ${JSON.stringify(state.grid)}: give increasing whole numbers, e.g. ${FALLBACK_GRID}`);
+  // Past 2^53 a number is not exact: refused here (the simulator gives the limit, 1,000,000, for the rest).
+  if (!g.length || g.some((x) => !Number.isSafeInteger(x) || x < 1)) throw new ServesimError(`--concurrency: cannot read ${JSON.stringify(state.grid)}: give increasing whole numbers, e.g. ${FALLBACK_GRID}`);
   return g;
 }
 
@@ -307,6 +338,8 @@ function knobRow(k, parent) {
       <input type="number" id="${id}" min="${k.key === 'budget' ? -1 : k.min}" step="${k.step}" inputmode="decimal"></div>`;
   }
   if (k.hint) row.insertAdjacentHTML('beforeend', `<p class="hint">${esc(k.hint)}</p>`);
+  // How the engines' flags differ in meaning (the core's note), filled in per engine shown.
+  if (k.flags) row.insertAdjacentHTML('beforeend', `<p class="hint meaning" data-testid="meaning-${k.key}" hidden></p>`);
   parent.appendChild(row);
   const input = $(id);
   const range = $(id + '-range');
@@ -333,12 +366,28 @@ function showKnobValues(list) {
     let v = state.values[k.key];
     if (v == null || v === '') v = defaultOf(k, ofKind(firstKind));
     if (input !== document.activeElement) input.value = v == null ? '' : v;
-    if (range && v != null && v !== '' && range !== document.activeElement) range.value = v;
-    // A slider has no empty position: without a value it would sit at its middle and read as one.
-    if (range) range.classList.toggle('unset', v == null || v === '');
+    const num = v == null || v === '' ? NaN : Number(v);
+    if (range) {
+      // The slider shows the value sent or none: its range widens to a value typed past it (a
+      // fraction below 0.05, a concurrency past 256); a value it cannot show (SGLang's -1, no
+      // chunking) leaves it with no position, as a blank does.
+      const off = !isFinite(num) || (k.key === 'budget' && num < k.min);
+      if (!off) {
+        range.min = String(Math.min(k.min, num));
+        range.max = String(Math.max(k.max, num));
+        if (range !== document.activeElement) range.value = String(num);
+      }
+      // A slider has no empty position: without a value it would sit at its middle and read as one.
+      range.classList.toggle('unset', off);
+    }
     const row = input.closest('.knob');
     if (k.flags) {
       row.querySelector('label').textContent = `${k.label} (${kinds.map((kd) => k.flags[kd]).join(' / ')})`;
+      // The core's note on how the two engines' flags differ, where they do.
+      const meaning = row.querySelector('.meaning');
+      const ck = coreKnobs.find((c) => c.vllm === k.flags.vllm && c.sglang === k.flags.sglang);
+      meaning.textContent = ck && ck.note ? `${ck.vllm} / ${ck.sglang}: ${ck.note}.` : '';
+      meaning.hidden = !(ck && ck.note);
       // Side by side: each engine's own value (they differ where the engines' defaults do).
       let per = row.querySelector('.per-engine');
       if (!per) {
@@ -363,7 +412,11 @@ function showKnobValues(list) {
   const bp = (ofKind(firstKind) || base).num_prompts;
   $('k-prompts').closest('.knob').querySelector('label').textContent = mode() === 'rate'
     ? `Prompts per run (blank: the scenario's ${bp}, at least ${RATE_MIN_PROMPTS})`
-    : `Prompts per run (blank: 4 per slot, at least the scenario's ${bp})`;
+    : mode() === 'all' ? `Prompts per run (blank: the scenario's ${bp}; all are sent at once)`
+      : `Prompts per run (blank: 4 per slot, at least the scenario's ${bp})`;
+  // Blank concurrency: the scenario's cap, else the one named.
+  const dc = defaultConcurrency(base);
+  $('k-c').closest('.knob').querySelector('label').textContent = `Concurrency (blank: ${dc.value}, ${dc.why})`;
   const f = datasetFields(base);
   // prefix_repetition's prompt is its shared prefix and a suffix: the box sets the suffix.
   $('k-in').closest('.knob').querySelector('label').textContent = base.dataset.name === 'prefix_repetition'
@@ -408,7 +461,7 @@ function defaultOf(k, r) {
       return d && d.startsWith('fp8') ? 'fp8' : 'auto';
     }
     case 'tp': return String(r.tensor_parallel_size);
-    case 'c': return r.max_concurrency || 1;
+    case 'c': return defaultConcurrency(base).value; // the run's, whatever the engine (concurrencyText)
     case 'rate': return r.request_rate || 1;
     case 'in': return r.dataset.input_len != null ? r.dataset.input_len : r.dataset.suffix_len;
     case 'out': return r.dataset.output_len;
@@ -486,7 +539,7 @@ function compute(opts) {
   base = cached('resolve:' + req0.origin + req0.scenario, () => sim.resolve(req0));
   showKnobValues(null);
   const userGrid = gridValues();
-  const list = engines().map(({ kind, req, notes }) => {
+  const list = engines().map(({ kind, req, notes, from }) => {
     const sets = knobSets(kind);
     const s = seed();
     const resolveReq = { ...req, sets, seed: s };
@@ -505,9 +558,18 @@ function compute(opts) {
     const runReq = { ...req, sets: runSets, seed: s, timeseries: true };
     const run = cached('run:' + JSON.stringify(runReq), () => sim.simulate(runReq));
     // explain of the same run: the same sets (load included), at its concurrency in
-    // fixed-concurrency mode, at the scenario's (set) rate in rate mode.
-    const exReq = mode() === 'rate' ? { ...req, sets: runSets, seed: s } : { ...req, sets: runSets, seed: s, concurrency: concurrency() };
-    return { kind, req, sets, runSets, seed: s, notes, resolved, runResolved, explainGrid: runResolved.explain_grid, gridIsExplains: !userGrid && !!runResolved.explain_grid, sweep, sweepReq, run, runReq, exReq };
+    // fixed-concurrency mode, at the scenario's (set) rate in rate mode. All at once, explain
+    // (which takes a concurrency, and without one runs an uncapped closed loop at twice its
+    // limit) gets the same run as a cap of one slot per prompt: N prompts at concurrency N are
+    // all sent at once, the run `servesim simulate` makes with no cap (the same numbers); a
+    // trace keeps its own arrivals.
+    let exReq;
+    if (mode() === 'rate' || (mode() === 'all' && runResolved.dataset.name === 'trace')) exReq = { ...req, sets: runSets, seed: s };
+    else if (mode() === 'all') {
+      const n = runResolved.num_prompts;
+      exReq = { ...req, sets: runSets.map((x) => (x === 'workload.max_concurrency=null' ? `workload.max_concurrency=${n}` : x)), seed: s, concurrency: n };
+    } else exReq = { ...req, sets: runSets, seed: s, concurrency: concurrency() };
+    return { kind, req, from, sets, runSets, seed: s, notes, resolved, runResolved, explainGrid: runResolved.explain_grid, gridIsExplains: !userGrid && !!runResolved.explain_grid, sweep, sweepReq, run, runReq, exReq };
   });
   showKnobValues(list);
   // Side by side: what differs between the two runs (`servesim sweep`'s alignment table).
@@ -531,7 +593,9 @@ function explainAll(result) {
       const sameGrid = kg.join(',') === r.sweepReq.concurrencies.join(',');
       const gridNote = `Its knee is found over concurrencies ${kg.join(', ')} (a closed loop, ${EXPLAIN_PROMPTS_PER_SLOT} prompts a slot)` +
         (sameGrid ? ': the sweep table\'s grid.' : `, not the sweep table's (${r.sweepReq.concurrencies.join(', ')}): the two knees can differ.`);
-      target.innerHTML = `<h4>Why (servesim explain, ${esc(ex.value.load)})</h4><p class="hint" data-testid="explain-grid">${esc(gridNote)}</p><ol>${ex.value.explanation.map((s) => `<li>${esc(s)}</li>`).join('')}</ol>`;
+      const allNote = mode() === 'all' && r.exReq.concurrency != null
+        ? `<p class="hint" data-testid="explain-all">All ${r.exReq.concurrency} prompts sent at once are a closed loop of ${r.exReq.concurrency} slots with ${r.exReq.concurrency} prompts: explain (which needs a concurrency; without one it would explain concurrency ${r.runResolved.explain_concurrency != null ? r.runResolved.explain_concurrency : 'twice the limit'}, not this run) is given that, the same run.</p>` : '';
+      target.innerHTML = `<h4>Why (servesim explain, ${esc(ex.value.load)})</h4>${allNote}<p class="hint" data-testid="explain-grid">${esc(gridNote)}</p><ol>${ex.value.explanation.map((s) => `<li>${esc(s)}</li>`).join('')}</ol>`;
     } catch (e) {
       target.textContent = 'explain: ' + e.message;
     }
@@ -560,6 +624,11 @@ function draw(result) {
     marks.push({ x: lim, label: `KV limit ${lim}${tag}`, color: MARKS.kv, dash: '3 4' });
   });
   if (mode() === 'c') marks.push({ x: concurrency(), label: `your load ${concurrency()}`, color: MARKS.you, dash: '1 0' });
+  // All at once, N prompts are N in flight at the start: marked where the sweep reaches that far.
+  const nAll = first.run.value.num_prompts;
+  if (mode() === 'all' && first.run.value.request_rate !== 'trace' && nAll <= Math.max(...first.sweepReq.concurrencies)) {
+    marks.push({ x: nAll, label: `your load: ${nAll} at once`, color: MARKS.you, dash: '1 0' });
+  }
   const v0 = first.sweep.value;
   const ariaT = `Output throughput against concurrency. ${result.map((r) => `${names[r.kind]}: ` + r.sweep.value.points.map((p, j) => `${r.sweepReq.concurrencies[j]}: ${fmt(p.output_throughput, 0)} tok/s`).join(', ')).join('. ')}. Knee ${v0.knee ? v0.knee.max_concurrency : v0.knee_note ? 'not searched (an open-loop scenario)' : 'not reached'}; KV-limited concurrency ${first.runResolved.kv_limited_concurrency}.`;
   lineChart($('chart-throughput'), { title: 'Output throughput (tok/s)', xLabel: 'concurrency', yLabel: 'tok/s', series: series('output_throughput'), marks, aria: ariaT });
@@ -569,18 +638,24 @@ function draw(result) {
   // The summary sentence.
   const p = first.run.value;
   // A scenario's own finite rate stays in fixed-concurrency mode (as `sweep --concurrency`
-  // keeps it): the label says so rather than calling a rate-limited run a closed loop.
+  // keeps it): the label says so rather than calling a rate-limited run a closed loop. All at
+  // once: no cap and no rate, as `servesim simulate` runs a scenario that gives neither.
   const load = mode() === 'c'
     ? `concurrency ${concurrency()}` + (p.request_rate === 'trace' ? ' (the trace\'s arrivals)' : typeof p.request_rate === 'number' ? ` at ${p.request_rate} req/s` : '')
-    : `${p.request_rate} req/s`;
+    : mode() === 'all' ? (p.request_rate === 'trace' ? 'the trace\'s arrivals, no cap' : 'all prompts at once (no cap, no rate)')
+      : `${p.request_rate} req/s`;
   $('summary').innerHTML = result.map((r) => {
     // The KV limit of the run's own workload (the one explain states for the same run).
     const v = r.runResolved;
     const q = r.run.value;
+    // The footprint in the core's words (sim::sweep::kv_limit_sentence).
     const holds = v.shared_prefix_tokens > 0
-      ? `holds <b data-testid="run-kv-limit-${r.kind}">${fmt(v.kv_limited_concurrency, 0)}</b> requests at once: the shared prefixes they use take about ${fmt(v.shared_prefix_tokens, 0)} tokens, each held once for every request in flight that shares it, and each request needs ${fmt(v.kv_request_footprint_tokens, 0)} tokens beyond its shared prefix (prompt + output)`
-      : `holds <b data-testid="run-kv-limit-${r.kind}">${fmt(v.kv_limited_concurrency, 0)}</b> requests of ${fmt(v.kv_request_footprint_tokens, 0)} tokens (prompt + output)`;
-    return `<b>${names[r.kind]}</b>: KV pool ${fmt(v.kv_cache_tokens, 0)} tokens ${holds}. At ${load}, ${fmt(q.num_prompts, 0)} prompts: mean TTFT <b data-testid="run-mean-ttft-${r.kind}">${fmt(q.mean_ttft_ms, 1)} ms</b>, output <b>${fmt(q.output_throughput, 1)} tok/s</b>, <span data-testid="run-preemptions-${r.kind}">${fmt(q.num_preemptions, 0)}</span> ${r.kind === 'sglang' ? 'retractions' : 'preemptions'}.`;
+      ? `holds <b data-testid="run-kv-limit-${r.kind}">${fmt(v.kv_limited_concurrency, 0)}</b> requests at once: the shared prefixes they use take about ${fmt(v.shared_prefix_tokens, 0)} tokens, each held once for every request in flight that shares it, and each request needs <span data-testid="run-footprint-${r.kind}">${fmt(v.kv_request_footprint_tokens, 0)} tokens beyond its shared prefix (mean prompt + output less that prefix and the last token, which is never stored, in whole ${v.kv_unit}s)</span>`
+      : `holds <b data-testid="run-kv-limit-${r.kind}">${fmt(v.kv_limited_concurrency, 0)}</b> requests of <span data-testid="run-footprint-${r.kind}">${fmt(v.kv_request_footprint_tokens, 0)} tokens (mean prompt + output less the last token, which is never stored, in whole ${v.kv_unit}s)</span>`;
+    const at = mode() === 'all' && q.request_rate !== 'trace'
+      ? `With all ${fmt(q.num_prompts, 0)} prompts sent at once (no cap, no rate)`
+      : `At ${load}, ${fmt(q.num_prompts, 0)} prompts`;
+    return `<b>${names[r.kind]}</b>: KV pool ${fmt(v.kv_cache_tokens, 0)} tokens ${holds}. ${at}: mean TTFT <b data-testid="run-mean-ttft-${r.kind}">${fmt(q.mean_ttft_ms, 1)} ms</b>, output <b>${fmt(q.output_throughput, 1)} tok/s</b>, <span data-testid="run-preemptions-${r.kind}">${fmt(q.num_preemptions, 0)}</span> ${r.kind === 'sglang' ? 'retractions' : 'preemptions'}.`;
   }).join('<br>');
   // Side by side: the alignment table and what else differs, as `servesim sweep` prints them.
   const al = result.alignment;
@@ -608,9 +683,10 @@ function draw(result) {
   wl.innerHTML = warnings.map((w) => `<li>warning: ${esc(w)}</li>`).join('');
   wl.hidden = warnings.length === 0;
   // Where the run's shape is one the published data show the model far off on (the CLI's
-  // "Caveat" lines), with the lock-step caveat's other end of the range.
-  const caveats = result.flatMap((r) => (r.run.value.caveats || []).map((c) => `${names[r.kind]} at ${load}: ${c.message}` +
-    (c.desynchronised_mean_ttft_ms != null ? ` With the clients out of step the mean TTFT is ${fmt(c.desynchronised_mean_ttft_ms, 1)} ms; published vLLM runs of this shape measured between that and the lock-step figure.` : '')));
+  // "Caveat" lines), each with the line the CLI prints under it (the lock-step caveat's other
+  // end of the range and how often the measured runs fell between: the core's sentence).
+  const caveats = result.flatMap((r) => (r.run.value.caveats || []).map((c, i) => `${names[r.kind]} at ${load}: ${c.message}` +
+    (r.run.caveatNotes && r.run.caveatNotes[i] ? ' ' + r.run.caveatNotes[i] : '')));
   const cl = $('caveats');
   cl.innerHTML = caveats.map((c) => `<li>caveat: ${esc(c)}</li>`).join('');
   cl.hidden = caveats.length === 0;
@@ -632,8 +708,8 @@ function draw(result) {
       <div class="explain" id="explain-${r.kind}" aria-live="polite"><p class="hint">explain runs next…</p></div>`;
     panels.appendChild(div);
     const pts = (key, scale) => ts.t_s.map((t, i) => [t, ts[key][i] * (scale || 1)]);
-    lineChart($('ts-kv-' + r.kind), { title: 'KV cache usage (%)', xLabel: 'seconds', yLabel: '%', ymax: 100, series: [{ name: 'KV usage', color: COLORS[r.kind], points: pts('kv_usage', 100), width: 3 }], marks: [], aria: `KV cache usage over the run: peak ${fmt(100 * q.kv_cache_usage_peak, 1)}%, mean ${fmt(100 * q.kv_cache_usage_mean, 1)}%.` });
-    lineChart($('ts-q-' + r.kind), { title: 'Requests running and waiting', xLabel: 'seconds', yLabel: 'requests', series: [{ name: 'running', color: COLORS[r.kind], points: pts('running'), width: 3 }, { name: 'waiting', color: MARKS.kv, dash: '8 5', points: pts('waiting'), width: 3 }], marks: [], aria: `Running requests: mean ${fmt(q.mean_running, 1)}, peak ${q.peak_running}; waiting: mean ${fmt(q.mean_waiting, 1)}, peak ${q.peak_waiting}.` });
+    lineChart($('ts-kv-' + r.kind), { title: 'KV cache usage (%; each interval\'s peak)', xLabel: 'seconds', yLabel: '%', ymax: 100, series: [{ name: 'KV usage', color: COLORS[r.kind], points: pts('kv_usage', 100), width: 3 }], marks: [], aria: `KV cache usage over the run, each interval's peak plotted: peak ${fmt(100 * q.kv_cache_usage_peak, 1)}%, mean ${fmt(100 * q.kv_cache_usage_mean, 1)}%.` });
+    lineChart($('ts-q-' + r.kind), { title: 'Requests running and waiting (each interval\'s peak)', xLabel: 'seconds', yLabel: 'requests', series: [{ name: 'running', color: COLORS[r.kind], points: pts('running'), width: 3 }, { name: 'waiting', color: MARKS.kv, dash: '8 5', points: pts('waiting'), width: 3 }], marks: [], aria: `Requests running and waiting, each interval's peak plotted. Running: mean ${fmt(q.mean_running, 1)}, peak ${q.peak_running}; waiting: mean ${fmt(q.mean_waiting, 1)}, peak ${q.peak_waiting}.` });
     const b = q.ttft_breakdown;
     ttftBar($('split-' + r.kind), { mean_queue_wait_ms: b.mean_queue_wait_ms, mean_prefill_ms: b.mean_prefill_ms, mean_interleave_ms: b.mean_interleave_ms, mean_overhead_ms: b.mean_overhead_ms }, `TTFT split: queue wait ${fmt(b.mean_queue_wait_ms, 1)} ms, prefill ${fmt(b.mean_prefill_ms, 1)} ms, interleaving ${fmt(b.mean_interleave_ms, 1)} ms, outside the engine ${fmt(b.mean_overhead_ms, 1)} ms.`);
   }
@@ -651,19 +727,30 @@ function draw(result) {
       ? `over explain's grid (${EXPLAIN_PROMPTS_PER_SLOT} prompts a slot), so it is the knee the explanation gives`
       : `over the concurrencies typed (${EXPLAIN_PROMPTS_PER_SLOT} prompts a slot); the explanation finds its own over ${r.explainGrid ? r.explainGrid.join(',') : 'its own grid'}`;
     const largest = v.points.reduce((a, p) => Math.max(a, p.num_prompts), 0);
-    return `<table class="sweep" data-engine="${r.kind}"><caption>${names[r.kind]} sweep: ${esc(v.scenario)}. Knee: ${v.knee ? 'concurrency ' + v.knee.max_concurrency + ' (row marked), ' + grid : v.knee_note ? 'not searched: the scenario sends its own arrivals (a request rate or a trace), so throughput stops where the load is met; the explanation below finds the engine\'s knee with a closed loop' : 'not reached, ' + grid}. Over this sweep's largest point (${fmt(largest, 0)} prompts): ${esc(v.kv_limit_explanation)}</caption>
+    // One KV limit on the page: the run's (the summary's, the chart mark's and explain's). The
+    // sweep's own is of its largest point's workload: another sample of prompts where the lengths
+    // vary, so its mean request, and the limit, can differ; said where it does.
+    const rl = r.runResolved;
+    const kvNote = v.kv_limited_concurrency === rl.kv_limited_concurrency
+      ? `${esc(rl.kv_limit_explanation)}`
+      : `${esc(rl.kv_limit_explanation)} (That is the summary's run, ${fmt(r.run.value.num_prompts, 0)} prompts. This sweep's JSON gives ${fmt(v.kv_limited_concurrency, 0)}, of its largest point's ${fmt(largest, 0)} prompts: another sample, whose mean request differs.)`;
+    const src = r.from != null ? ` (${esc(r.from.replace(' (built in)', ''))} translated to ${names[r.kind]}'s flags)` : '';
+    return `<table class="sweep" data-engine="${r.kind}"><caption>${names[r.kind]} sweep: ${esc(v.scenario)}${src}. Knee: ${v.knee ? 'concurrency ' + v.knee.max_concurrency + ' (row marked), ' + grid : v.knee_note ? 'not searched: the scenario sends its own arrivals (a request rate or a trace), so throughput stops where the load is met; the explanation below finds the engine\'s knee with a closed loop' : 'not reached, ' + grid}. <span data-testid="table-kv-${r.kind}">${kvNote}</span></caption>
       <thead><tr>${cols.map(([, h]) => `<th scope="col">${esc(typeof h === 'string' ? h : h[r.kind])}</th>`).join('')}</tr></thead><tbody>${rows}</tbody></table>`;
   }).join('');
 
   // Reproduce.
   $('commands').innerHTML = result.map((r) => {
-    const file = state.pasted == null && r.notes.length === 0 ? r.req.origin.replace(' (built in)', '') : 'scenario.json';
+    // A shipped scenario on its own engine runs from its path; anything else from the file the
+    // page ran it under (its origin): scenario.json (pasted), scenario-KIND.json (translated).
+    const file = r.from == null && state.pasted == null ? r.req.origin.replace(' (built in)', '') : r.req.origin;
     const args = (sets) => sets.map((s) => ` --set '${s}'`).join('') + (r.seed != null ? ` --seed ${r.seed}` : '');
     const cmd = `servesim sweep ${file} --concurrency ${r.sweepReq.concurrencies.join(',')} --num-prompts ${r.sweepReq.num_prompts.join(',')}${args(r.sets)} --json`;
     const run = `servesim simulate ${file}${args(r.runSets)} --json`;
-    const ex = `servesim explain ${file}${r.exReq.concurrency != null ? ' --concurrency ' + r.exReq.concurrency : ''}${args(r.runSets)} --json`;
-    const scen = file === 'scenario.json' ? `<p>with <code>scenario.json</code>:</p><pre>${esc(r.req.scenario)}</pre>` : '';
-    return `<h4>${names[r.kind]}</h4><p>The summary's run (${esc(load)}), the TTFT split and the time series:</p><pre data-testid="cmd-simulate-${r.kind}">${esc(run)}</pre><p>The explanation:</p><pre data-testid="cmd-explain-${r.kind}">${esc(ex)}</pre><p>The sweep (table and charts):</p><pre data-testid="cmd-sweep-${r.kind}">${esc(cmd)}</pre>${scen}<details><summary>Its output (<code>servesim sweep --json</code>)</summary><pre class="json" data-engine="${r.kind}">${esc(r.sweep.text)}</pre></details>`;
+    const ex = `servesim explain ${file}${r.exReq.concurrency != null ? ' --concurrency ' + r.exReq.concurrency : ''}${args(r.exReq.sets)} --json`;
+    const scen = file === r.req.origin && (r.from != null || state.pasted != null)
+      ? `<p>with <code>${esc(file)}</code>${r.from != null ? ` (${esc(r.from.replace(' (built in)', ''))} translated to ${names[r.kind]}'s flags, as <code>sweep --set engine.kind=vllm,sglang</code> translates it)` : ''}:</p><pre data-testid="scenario-file-${r.kind}">${esc(r.req.scenario)}</pre>` : '';
+    return `<h4>${names[r.kind]}</h4><p>The summary's run (${esc(load)}), the TTFT split and the time series:</p><pre data-testid="cmd-simulate-${r.kind}">${esc(run)}</pre><p>The explanation${r.exReq.sets !== r.runSets ? ' (the same run: all its prompts at once, given explain as a cap of one slot per prompt)' : ''}:</p><pre data-testid="cmd-explain-${r.kind}">${esc(ex)}</pre><p>The sweep (table and charts):</p><pre data-testid="cmd-sweep-${r.kind}">${esc(cmd)}</pre>${scen}<details><summary>Its output (<code>servesim sweep --json</code>)</summary><pre class="json" data-engine="${r.kind}">${esc(r.sweep.text)}</pre></details>`;
   }).join('');
 }
 
@@ -725,6 +812,7 @@ async function main() {
     return;
   }
   shipped = sim.scenarios();
+  coreKnobs = sim.knobs();
   if (state.scenario && !shipped.some((s) => s.name === state.scenario)) state.scenario = null;
   bind();
   describe();
@@ -887,6 +975,66 @@ function selftest() {
     $('use-paste').click();
     redraw({ sync: true });
     out.error = $('error').hidden ? null : $('error').textContent;
+    // 6. The audit of the page against the CLI (its findings F2-F9).
+    const cmds = (kind) => Object.fromEntries(['simulate', 'explain', 'sweep'].map((c) => [c, document.querySelector(`[data-testid=cmd-${c}-${kind}]`).textContent]));
+    // F2. A scenario with no cap and no rate sends everything at once, as `servesim simulate` does.
+    {
+      const uncapped = JSON.parse(shipped[0].text);
+      delete uncapped.workload.max_concurrency;
+      delete uncapped.workload.request_rate;
+      uncapped.workload.num_prompts = 100;
+      $('paste').value = JSON.stringify(uncapped, null, 2);
+      $('use-paste').click();
+      redraw({ sync: true });
+      const r0 = compute({})[0];
+      out.all_at_once = { scenario: $('paste').value, mode: document.querySelector('input[name=mode]:checked').value,
+        c_hidden: $('k-c').closest('.knob').hidden, summary: $('summary').textContent, run_sets: r0.runSets,
+        mean_ttft_ms: r0.run.value.mean_ttft_ms, run_json: r0.run.text, explain_json: sim.explain(r0.exReq).text,
+        explain_all_note: (document.querySelector('[data-testid=explain-all]') || {}).textContent || null, cmds: cmds('vllm') };
+      // Fixed concurrency chosen on it: the box's blank is named (explain's), not a silent 1.
+      document.querySelector('input[name=mode][value=c]').click();
+      redraw({ sync: true });
+      out.all_at_once.c_label = $('k-c').closest('.knob').querySelector('label').textContent;
+      out.all_at_once.c_run_sets = compute({})[0].runSets;
+      document.querySelector('input[name=mode][value=all]').click();
+    }
+    // F8. One engine translated: its sweep's "scenario" is the file its command runs.
+    fire($('scenario'), shipped[0].name, 'change');
+    document.querySelector('input[name=engine][value=sglang]').click();
+    redraw({ sync: true });
+    {
+      const r0 = compute({})[0];
+      out.translated = { origin: r0.req.origin, sweep_json: r0.sweep.text, cmds: cmds('sglang'),
+        file: document.querySelector('[data-testid=scenario-file-sglang]').textContent };
+    }
+    // F4. SGLang's per-step token cap: the core's note on what it counts.
+    out.sglang_budget_meaning = $('k-budget').closest('.knob').textContent;
+    document.querySelector('input[name=engine][value=vllm]').click();
+    // F5. The per-request footprint in the core's words.
+    redraw({ sync: true });
+    out.footprint = document.querySelector('[data-testid=run-footprint-vllm]').textContent;
+    // F6. A seed past 2^53 is used and printed exactly; -1 is refused naming the seed.
+    fire($('k-seed'), '18446744073709551557');
+    redraw({ sync: true });
+    out.big_seed = { cmds: cmds('vllm'), resolved: compute({})[0].resolved.seed, error: $('error').hidden ? null : $('error').textContent };
+    fire($('k-seed'), '-1');
+    redraw({ sync: true });
+    out.negative_seed_error = $('error').hidden ? null : $('error').textContent;
+    fire($('k-seed'), '');
+    // F7. A grid past the concurrency limit: the CLI's error, naming --concurrency.
+    fire($('grid'), '1,2000000', 'change');
+    redraw({ sync: true });
+    out.grid_error = $('error').hidden ? null : $('error').textContent;
+    fire($('grid'), '', 'change');
+    // F9. Rate mode: one KV limit in the chart mark, the summary and the table's caption.
+    fire($('scenario'), rated.name, 'change');
+    redraw({ sync: true });
+    {
+      const r0 = compute({})[0];
+      out.rate_kv = { run: r0.runResolved.kv_limited_concurrency, sweep: r0.sweep.value.kv_limited_concurrency,
+        marks: [...document.querySelectorAll('#chart-throughput .mark-label')].map((t) => t.textContent),
+        caption: document.querySelector('[data-testid=table-kv-vllm]').textContent };
+    }
     out.loaded_via = Servesim.loadedVia;
   } catch (e) {
     out.exception = String(e && e.stack ? e.stack : e);

@@ -4,7 +4,7 @@
 //
 //   const sim = await Servesim.load();           // fetch on http(s), embedded copy on file://
 //   sim.sweep({concurrencies: [1, 16, 64]})      // -> {text, value}: `servesim sweep --json`
-//   sim.simulate({sets: [...], timeseries: true}) // -> {text, value, timeseries}
+//   sim.simulate({sets: [...], timeseries: true}) // -> {text, value, caveatNotes, timeseries}
 //   sim.explain({concurrency: 64})               // -> {text, value}: `servesim explain --json`
 //   sim.resolve({scenario: "..."})               // -> what the controls show
 //   sim.translate({to: "sglang"})                // -> the scenario on the other engine
@@ -20,6 +20,9 @@
       this.name = 'ServesimError';
     }
   }
+
+  // The exports that take no request.
+  const NO_REQUEST = ['scenarios', 'knobs', 'last_timeseries', 'last_caveat_notes'];
 
   const encoder = new TextEncoder();
   const decoder = new TextDecoder();
@@ -89,7 +92,7 @@
       const bytes = encoder.encode(typeof request === 'string' ? request : JSON.stringify(request || {}));
       let code, out;
       try {
-        if (name === 'scenarios' || name === 'last_timeseries') {
+        if (NO_REQUEST.includes(name)) {
           code = this.x[name]();
         } else {
           const p = this.x.alloc(bytes.length);
@@ -112,13 +115,19 @@
       return JSON.parse(this.call('scenarios'));
     }
 
+    // The knobs both engines have and how their meanings differ (sim::config::KNOBS).
+    knobs() {
+      return JSON.parse(this.call('knobs'));
+    }
+
     resolve(req) {
       return JSON.parse(this.call('resolve', req));
     }
 
     simulate(req) {
       const text = this.call('simulate', req);
-      const r = { text, value: JSON.parse(text) };
+      // caveatNotes[i]: the sentence the binary prints under the report's caveat i, or null.
+      const r = { text, value: JSON.parse(text), caveatNotes: JSON.parse(this.call('last_caveat_notes')) };
       if (req && req.timeseries) r.timeseries = JSON.parse(this.call('last_timeseries'));
       return r;
     }

@@ -11,6 +11,7 @@ use std::cell::RefCell;
 thread_local! {
     static OUTPUT: RefCell<String> = const { RefCell::new(String::new()) };
     static TIMESERIES: RefCell<String> = const { RefCell::new(String::new()) };
+    static CAVEAT_NOTES: RefCell<String> = const { RefCell::new(String::new()) };
 }
 
 #[no_mangle]
@@ -68,9 +69,10 @@ macro_rules! export {
 export! {
     resolve => crate::resolve,
     simulate => |r: &str| {
-        let (report, series) = crate::simulate_with_timeseries(r)?;
-        TIMESERIES.with(|t| *t.borrow_mut() = series);
-        Ok(report)
+        let s = crate::simulate_all(r)?;
+        TIMESERIES.with(|t| *t.borrow_mut() = s.timeseries);
+        CAVEAT_NOTES.with(|t| *t.borrow_mut() = s.caveat_notes);
+        Ok(s.report)
     },
     sweep => crate::sweep,
     explain => crate::explain,
@@ -82,6 +84,19 @@ export! {
 #[no_mangle]
 pub extern "C" fn scenarios() -> u32 {
     answer(Ok(crate::scenarios()))
+}
+
+/// The knobs both engines have (see [`crate::knobs`]).
+#[no_mangle]
+pub extern "C" fn knobs() -> u32 {
+    answer(Ok(crate::knobs()))
+}
+
+/// The sentences under the caveats of the last `simulate` call's report (see
+/// [`crate::Simulated::caveat_notes`]).
+#[no_mangle]
+pub extern "C" fn last_caveat_notes() -> u32 {
+    answer(Ok(CAVEAT_NOTES.with(|t| t.borrow().clone())))
 }
 
 /// The time series of the last `simulate` call that asked for one.

@@ -63,12 +63,15 @@ pub struct Request {
     /// `--set PATH=VALUE` overrides, in order.
     #[serde(default)]
     pub sets: Vec<String>,
-    /// `--seed`.
+    /// `--seed`: a whole number, or its decimal text (the page sends text: a JavaScript number
+    /// is exact only up to 2^53, a seed goes to 2^64 - 1).
+    /// Read by [`parse_request`], which names the seed in its error.
     #[serde(default)]
     pub seed: Option<u64>,
-    /// `sweep --concurrency`.
+    /// `sweep --concurrency` (read as u64 so that a value past u32 gets the binary's limit
+    /// error, not a request-format one).
     #[serde(default)]
-    pub concurrencies: Vec<u32>,
+    pub concurrencies: Vec<u64>,
     /// `sweep --num-prompts`: one value, or one per concurrency; empty: the scenario's.
     #[serde(default)]
     pub num_prompts: Vec<u32>,
@@ -94,7 +97,27 @@ pub(crate) struct RawScenario {
 }
 
 fn parse_request(text: &str) -> Result<Request, String> {
-    serde_json::from_str(text).map_err(|e| format!("request: {e}"))
+    request_of(serde_json::from_str(text).map_err(|e| format!("request: {e}"))?)
+}
+
+/// A request from its JSON; the seed (a number or its decimal text) read here, so that what the
+/// binary's `--seed` refuses (`-1`, `2.5`, past 2^64 - 1) is an error naming the seed.
+fn request_of(mut v: Value) -> Result<Request, String> {
+    let seed = match v.get_mut("seed").map(Value::take) {
+        None | Some(Value::Null) => None,
+        Some(s) => {
+            let text = match &s {
+                Value::String(t) => t.trim().to_string(),
+                other => other.to_string(),
+            };
+            Some(text.parse::<u64>().map_err(|_| {
+                format!("--seed: cannot read {text:?}: give a whole number from 0 to {} (workload.seed)", u64::MAX)
+            })?)
+        }
+    };
+    let mut req: Request = serde_json::from_value(v).map_err(|e| format!("request: {e}"))?;
+    req.seed = seed;
+    Ok(req)
 }
 
 /// The binary's `load::read_raw`.
@@ -207,9 +230,13 @@ struct ResolvedScenario<'a> {
     num_prompts: u32,
     max_concurrency: Option<u32>,
     request_rate: Option<f64>,
-    seed: u64,
+    /// The seed as decimal text: a JavaScript number is exact only up to 2^53.
+    seed: String,
     kv_limited_concurrency: u64,
+    /// What that footprint is: the mean prompt + output less the last token, which is never
+    /// stored, in whole KV units of this engine ("block" for vLLM, "page" for SGLang).
     kv_request_footprint_tokens: u64,
+    kv_unit: &'static str,
     /// The tokens of the shared prefixes the requests in flight at the KV limit use, each held
     /// once (0 without a shared prefix or a prefix cache; `sim::sweep::kv_limit`).
     shared_prefix_tokens: u64,
@@ -220,6 +247,11 @@ struct ResolvedScenario<'a> {
     /// The concurrencies `explain` sweeps to find its knee for this scenario as set
     /// (`sim::explain::plan`); `None` when it would refuse the scenario.
     explain_grid: Option<Vec<u32>>,
+    /// The concurrency `explain` runs this scenario at when none is given
+    /// (`sim::explain::plan`): the scenario's `max_concurrency`, else, for a closed loop with no
+    /// cap (everything sent at once), twice the concurrency at which the first limit binds;
+    /// `None` for its own arrivals (a rate or a trace) or where explain would refuse it.
+    explain_concurrency: Option<u32>,
     /// The scenario with the sets applied.
     scenario: &'a Value,
 }
@@ -255,7 +287,12 @@ pub fn resolve(request: &str) -> Result<String, String> {
     let dropped_pins = apply_overrides(&mut raw, &req.sets, req.seed)?;
     let spec = resolve_raw(&raw)?;
     let workload = sim::workload::generate(&spec.workload);
-    let explain_grid = sim::explain::plan(&spec, req.concurrency).ok().map(|p| p.grid);
+    let plan0 = sim::explain::plan(&spec, None).ok();
+    let explain_concurrency = plan0.as_ref().and_then(|p| p.concurrency);
+    let explain_grid = match req.concurrency {
+        None => plan0.map(|p| p.grid),
+        c => sim::explain::plan(&spec, c).ok().map(|p| p.grid),
+    };
     let limit = sim::sweep::kv_limited_concurrency(&spec, &workload);
     let raw_engine = raw.json.get("engine").and_then(Value::as_object).cloned().unwrap_or_default();
     let (chunk, memory_fraction) = match &spec.engine {
@@ -305,13 +342,15 @@ pub fn resolve(request: &str) -> Result<String, String> {
         num_prompts: spec.workload.num_prompts,
         max_concurrency: spec.workload.max_concurrency,
         request_rate: spec.workload.request_rate,
-        seed: spec.workload.seed,
+        seed: spec.workload.seed.to_string(),
         kv_limited_concurrency: limit.concurrency,
         kv_request_footprint_tokens: limit.footprint_tokens,
+        kv_unit: spec.engine.engine_kind().kv_unit(),
         shared_prefix_tokens: limit.shared_prefix_tokens,
         kv_limit_explanation: sim::sweep::kv_limit_sentence(&limit, &spec),
         dropped_pins,
         explain_grid,
+        explain_concurrency,
         scenario: &raw.json,
     };
     Ok(serde_json::to_string(&j).expect("serializable"))
@@ -328,19 +367,54 @@ pub fn simulate(request: &str) -> Result<String, String> {
 /// per interval (at most `timeseries_points`), the peak of each gauge over
 /// the interval, `t_s` its end.
 pub fn simulate_with_timeseries(request: &str) -> Result<(String, String), String> {
+    simulate_all(request).map(|s| (s.report, s.timeseries))
+}
+
+/// What [`simulate_all`] answers.
+pub struct Simulated {
+    /// `servesim simulate --json`'s stdout.
+    pub report: String,
+    /// The gauges over time (see [`simulate_with_timeseries`]); empty unless asked for.
+    pub timeseries: String,
+    /// A JSON array, one item per caveat of the report, in its order: the line the binary's
+    /// text report prints under that caveat (the out-of-step figure, in
+    /// `sim::report::desynchronised_sentence`'s words), or null. The page shows these rather
+    /// than words of its own.
+    pub caveat_notes: String,
+}
+
+/// [`simulate_with_timeseries`], and the sentences the binary prints under the report's caveats.
+pub fn simulate_all(request: &str) -> Result<Simulated, String> {
     let req = parse_request(request)?;
     let mut raw = read_raw(&req)?;
     apply_overrides(&mut raw, &req.sets, req.seed)?;
     let spec = resolve_raw(&raw)?;
     let out = sim::simulate(&spec, RunOptions { record_timeseries: req.timeseries, ..Default::default() });
-    let report = pretty(&sim::report::PointReport::of(&spec, &out).with_caveat_runs(&spec, &out));
-    let series = if req.timeseries {
+    let point = sim::report::PointReport::of(&spec, &out).with_caveat_runs(&spec, &out);
+    let report = pretty(&point);
+    // As `sim::report`'s text report prints them under each caveat.
+    let notes: Vec<Option<String>> = point
+        .caveats
+        .iter()
+        .map(|c| c.desynchronised_mean_ttft_ms.map(|d| sim::report::desynchronised_sentence(&[format!("{d:.2} ms")])))
+        .collect();
+    let timeseries = if req.timeseries {
         serde_json::to_string(&reduce_timeseries(&out.run.timeseries, req.timeseries_points.unwrap_or(400)))
             .expect("serializable")
     } else {
         String::new()
     };
-    Ok((report, series))
+    Ok(Simulated { report, timeseries, caveat_notes: serde_json::to_string(&notes).expect("serializable") })
+}
+
+/// The knobs both engines have, and how their meanings differ (`sim::config::KNOBS`, the table of
+/// `docs/parameter-mapping.md`): `[{"name", "vllm", "sglang", "note"}]`.
+pub fn knobs() -> String {
+    let list: Vec<Value> = sim::config::KNOBS
+        .iter()
+        .map(|k| serde_json::json!({"name": k.name, "vllm": k.vllm, "sglang": k.sglang, "note": k.note}))
+        .collect();
+    serde_json::to_string(&list).expect("serializable")
 }
 
 /// The run's gauges over the timed phase, per interval: its end (`t_s`) and each gauge's peak.
@@ -406,7 +480,7 @@ pub fn explain(request: &str) -> Result<String, String> {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct AlignRequest {
-    scenarios: Vec<Request>,
+    scenarios: Vec<Value>,
 }
 
 /// What `servesim sweep` of several scenarios (or `--set engine.kind=vllm,sglang`) says of
@@ -418,8 +492,9 @@ pub fn alignment(request: &str) -> Result<String, String> {
     let req: AlignRequest = serde_json::from_str(request).map_err(|e| format!("request: {e}"))?;
     let mut raws = Vec::new();
     let mut specs = Vec::new();
-    for r in &req.scenarios {
-        let mut raw = read_raw(r)?;
+    for r in req.scenarios {
+        let r = request_of(r)?;
+        let mut raw = read_raw(&r)?;
         apply_overrides(&mut raw, &r.sets, r.seed)?;
         specs.push(resolve_raw(&raw)?);
         raws.push(raw);
@@ -560,5 +635,59 @@ mod tests {
         let n = ts["t_s"].as_array().unwrap().len();
         assert!(n > 10 && n <= 50, "{n}");
         assert!(ts["waiting"].as_array().unwrap().iter().any(|w| w.as_u64().unwrap() > 0));
+    }
+
+    /// A seed is exact up to 2^64 - 1 (the page sends it as text), and what `--seed` refuses
+    /// is an error naming the seed, not the request's format.
+    #[test]
+    fn the_seed_is_exact_and_its_errors_name_it() {
+        let big = "18446744073709551557";
+        let v: Value = serde_json::from_str(&resolve(&format!(r#"{{"seed": "{big}"}}"#)).unwrap()).unwrap();
+        assert_eq!(v["seed"], big);
+        assert_eq!(v["scenario"]["workload"]["seed"].to_string(), big);
+        let v: Value = serde_json::from_str(&resolve(r#"{"seed": 7}"#).unwrap()).unwrap();
+        assert_eq!(v["seed"], "7");
+        for bad in [r#""-1""#, "-1", r#""2.5""#, r#""18446744073709551616""#, r#""x""#] {
+            let e = resolve(&format!(r#"{{"seed": {bad}}}"#)).unwrap_err();
+            assert!(e.starts_with("--seed: cannot read"), "{bad}: {e}");
+        }
+        let e = alignment(r#"{"scenarios": [{"seed": "-1"}]}"#).unwrap_err();
+        assert!(e.starts_with("--seed: cannot read \"-1\""), "{e}");
+    }
+
+    /// The binary's `sweep --concurrency 1,2000000`: its limit, not a num_prompts error.
+    #[test]
+    fn a_sweep_past_the_concurrency_limit_names_it() {
+        for c in ["2000000", "5000000000"] {
+            let e = sweep(&format!(r#"{{"concurrencies": [1, {c}], "num_prompts": [8, 2000000]}}"#)).unwrap_err();
+            assert_eq!(e, format!("--concurrency: {c} is above the limit of {}", sim::config::MAX_CONCURRENCY));
+        }
+    }
+
+    /// The lock-step caveat's out-of-step sentence is the binary's (`desynchronised_sentence`),
+    /// one note per caveat, and the report is unchanged.
+    #[test]
+    fn caveat_notes_are_the_binarys_sentences() {
+        let r = r#"{"sets": ["workload.max_concurrency=64", "workload.num_prompts=256"]}"#;
+        let s = simulate_all(r).unwrap();
+        assert_eq!(s.report, simulate(r).unwrap());
+        let report: Value = serde_json::from_str(&s.report).unwrap();
+        let notes: Vec<Option<String>> = serde_json::from_str(&s.caveat_notes).unwrap();
+        let caveats = report["caveats"].as_array().unwrap();
+        assert_eq!(notes.len(), caveats.len());
+        let i = caveats.iter().position(|c| c["id"] == "lockstep_waves").expect("the lock-step caveat");
+        let d = caveats[i]["desynchronised_mean_ttft_ms"].as_f64().unwrap();
+        assert_eq!(notes[i].as_deref(), Some(sim::report::desynchronised_sentence(&[format!("{d:.2} ms")]).as_str()));
+        assert!(notes[i].as_deref().unwrap().contains(sim::report::LOCKSTEP_RANGE_INSIDE));
+    }
+
+    /// The knobs' notes are the core's (the page shows SGLang's per-step cap's meaning).
+    #[test]
+    fn knobs_carry_the_cores_notes() {
+        let v: Value = serde_json::from_str(&knobs()).unwrap();
+        let cap = v.as_array().unwrap().iter().find(|k| k["sglang"] == "chunked_prefill_size").unwrap();
+        assert!(cap["note"].as_str().unwrap().contains("new prompt tokens of a prefill batch"), "{cap}");
+        let v: Value = serde_json::from_str(&resolve("{}").unwrap()).unwrap();
+        assert_eq!(v["kv_unit"], "block");
     }
 }

@@ -50,8 +50,9 @@ pub enum SweepJson {
 }
 
 pub fn sweep(req: &Request) -> Result<SweepJson, String> {
+    // The binary's checks of --concurrency, in its order (`cli/sweep.rs` `run`).
     let conc = &req.concurrencies;
-    let shown = || conc.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+    let shown = || conc.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
     if conc.is_empty() {
         return Err("--concurrency: give at least one value".into());
     }
@@ -61,6 +62,11 @@ pub fn sweep(req: &Request) -> Result<SweepJson, String> {
     if conc.windows(2).any(|w| w[0] >= w[1]) {
         return Err(format!("--concurrency: values must increase, got {}", shown()));
     }
+    if let Some(&c) = conc.iter().find(|&&c| c > u64::from(sim::config::MAX_CONCURRENCY)) {
+        return Err(format!("--concurrency: {c} is above the limit of {}", sim::config::MAX_CONCURRENCY));
+    }
+    let conc: Vec<u32> = conc.iter().map(|&c| c as u32).collect(); // each at most MAX_CONCURRENCY
+    let conc = &conc;
     let prompts = (!req.num_prompts.is_empty()).then_some(&req.num_prompts);
     if let Some(p) = prompts {
         if p.len() != 1 && p.len() != conc.len() {
