@@ -174,6 +174,17 @@ pub fn setup_differences(specs: &[(&SimSpec, &Map<String, Value>)]) -> Vec<Strin
     line(&mut out, "quantization", &|s, _| s.deployment.quantization.clone().unwrap_or_else(|| "none".into()));
     line(&mut out, "KV cache dtype", &|s, _| s.deployment.kv_cache_dtype.clone());
     line(&mut out, "CUDA graphs", &|s, _| on_off(s.deployment.cuda_graphs));
+    // What the benchmark client sends before the timed run, as each side resolves it (an
+    // SGLang scenario sends the initial test request, vLLM's client from 0.14 does not): the
+    // first prompt then finds itself cached on one side only.
+    line(&mut out, "benchmark client before the timed run (leaves the first prompt cached)", &|s, _| {
+        let w = &s.workload;
+        let test = if w.initial_test_request { "initial test request" } else { "no initial test request" };
+        match w.num_warmups {
+            0 => test.to_string(),
+            n => format!("{test}, {n} warm-ups"),
+        }
+    });
     if !same_engine {
         return out;
     }
