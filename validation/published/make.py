@@ -60,7 +60,8 @@ w("rtx5090_qwen25-7b_vllm028_c1", {
 # 2. llm-d exp-0: the existing trace scenarios (real TP 2).
 w("llmd_exp0_llama31-70b_2xa100_vllm", {
     "csv": "data/published/llmd_exp0_llama31-70b_2xa100_vllm_lmbench-sharegpt.csv", "gpu": "2x a100-80gb",
-    "about": "validation/llmd-exp0/scenario-<rate>.json: the exact per-request trace, TP 2, vLLM ~0.8.5 modelled as 0.11.0, KV pool derived from the memory fraction (not reported).",
+    "about": "validation/llmd-exp0/scenario-<rate>.json: the exact per-request trace, TP 2, vLLM ~0.8.5 modelled as 0.11.0, KV pool derived from the memory fraction (not reported). "
+             "The rates ran back to back on one server with the same 252 prompts, each replayed here on a cold server: a rate's prompts (289,221 input tokens) are about seven times the derived pool (42,160 tokens), so the previous rate leaves at most its last prompts cached, and each rate starts with its first prompts, the ones that rate's LRU eviction had dropped first.",
     "rows": [{"engine": "vllm/vllm-openai:latest(~2025-05-02)", "load": r,
               "scenario": f"validation/llmd-exp0/scenario-{r}.json"} for r in ["0.5", "0.67", "0.84", "1", "1.17", "1.34"]]})
 
