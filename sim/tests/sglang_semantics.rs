@@ -822,3 +822,42 @@ fn the_admission_check_charges_the_page_only_where_the_release_does() {
     let e = resolve("0.5.11").unwrap_err();
     assert!(e.contains("needs 1025 KV tokens") && e.contains("could never be admitted"), "{e}");
 }
+
+/// An allocation short of free tokens evicts the whole allocation's size from the radix cache
+/// through 0.5.16 and only the shortfall from 0.5.17 (`evict_from_tree_cache`, read in the
+/// wheels): eight finished 100-token prompts fill the tree, and a prompt 100 tokens larger than
+/// what is free evicts one of them (0.5.17) or as many as its own size (0.5.16), the batch's
+/// allocation evicting once for the whole batch.
+#[test]
+fn an_allocation_short_of_kv_evicts_its_size_through_0_5_16_and_the_shortfall_after() {
+    let free_after = |v: Version| {
+        let mut c = cfg();
+        c.version = v;
+        c.behaviour = SglangBehaviour { overlap: Overlap::CpuBackend, ..SglangBehaviour::of_release(v) };
+        c.max_total_tokens = 1000;
+        c.chunked_prefill_size = None;
+        let mut s = Scheduler::new(c);
+        for i in 0..8 {
+            s.add_request(i, &req(100 + u64::from(i), 100, 1, true));
+        }
+        while s.num_unfinished() > 0 {
+            step(&mut s);
+        }
+        step(&mut s); // idle: every prompt is in the tree, unlocked
+        let free = s.available_size();
+        assert!(free < 300, "the tree holds the prompts: {free} free");
+        let big = free as u32 + 100;
+        s.add_request(8, &req(999, big, 5, true));
+        loop {
+            let (sched, _, _) = step(&mut s);
+            if sched.iter().any(|x| x.0 == 8 && x.2) {
+                break;
+            }
+        }
+        (free, s.available_size())
+    };
+    let (before, full) = free_after(Version::new(0, 5, 16));
+    assert!(full >= before, "0.5.16 evicts the allocation's size: {before} free before, {full} after");
+    let (before, short) = free_after(Version::new(0, 5, 17));
+    assert!(short < before.min(100), "0.5.17 evicts the shortfall only: {before} free before, {short} after");
+}

@@ -606,6 +606,7 @@ impl SglangBehaviour {
             page_floored_chunks: v >= Version::new(0, 5, 0),
             retract_until_decode_fits: v >= Version::new(0, 5, 2),
             retract_evicts_for_remaining: v >= Version::new(0, 5, 3),
+            evicts_shortfall_only: v >= Version::new(0, 5, 17),
             chunked_req_always_progresses: v >= Version::new(0, 5, 7),
             ignore_eos_full_reservation: v >= Version::new(0, 5, 22),
             page_reserve_per_request: v >= Version::new(0, 5, 11),

@@ -86,6 +86,12 @@ pub struct SglangBehaviour {
     /// ≥ 0.5.3: after each retraction the cache is evicted towards 20 tokens a remaining
     /// request (`release_req`; 0.5.2 frees the request's tokens only).
     pub retract_evicts_for_remaining: bool,
+    /// ≥ 0.5.17: an allocation short of free tokens evicts only the shortfall from the radix
+    /// cache; through 0.5.16 it evicts the whole allocation's size (`evict_from_tree_cache`,
+    /// `_evict_tree_cache_if_needed` before 0.5.11: `evict(num_tokens)` whenever fewer are
+    /// free; read in the wheels of 0.4.10, 0.5.3, 0.5.11, 0.5.15 and 0.5.16 against 0.5.17,
+    /// 0.5.19 and 0.5.23).
+    pub evicts_shortfall_only: bool,
     /// ≥ 0.5.7: the chunked request takes a full chunk even when the remaining token
     /// budget is ≤ 0 (`add_chunked_req`: "the chunked_req must be added to the list";
     /// read: 0.5.6 without, 0.5.7 with).
@@ -419,7 +425,19 @@ impl Scheduler {
         }
     }
 
-    /// `alloc_token_slots`: evicts the cache on shortage.
+    /// `evict_from_tree_cache(num_tokens)` before an allocation of `num_tokens`: when fewer are
+    /// free, evicts that many (through 0.5.16) or the shortfall (0.5.17 on,
+    /// [`SglangBehaviour::evicts_shortfall_only`]).
+    fn evict_for(&mut self, num_tokens: u64) {
+        let avail = self.available_size();
+        if avail < num_tokens {
+            let n = if self.config.behaviour.evicts_shortfall_only { num_tokens - avail } else { num_tokens };
+            self.tree.evict(n);
+        }
+    }
+
+    /// A request's share of an allocation whose eviction ran before it ([`Scheduler::evict_for`]
+    /// for the whole batch): evicts what is still missing, if anything.
     fn alloc(&mut self, id: ReqId, tokens: u64) -> bool {
         let avail = self.available_size();
         if avail < tokens {
@@ -732,7 +750,13 @@ impl Scheduler {
         if can_run.is_empty() {
             return false;
         }
-        // `prepare_for_extend`: allocate the extend tokens.
+        // `prepare_for_extend`: allocate the extend tokens, for the batch at once
+        // (`alloc_token_slots(extend_num_tokens)`; paged, `alloc_paged_token_slots_extend`
+        // asks a page more per request), its eviction first.
+        let extend_num_tokens: u64 = can_run.iter().map(|&id| u64::from(self.req(id).extend)).sum();
+        let page = self.page();
+        let paged_extra = if page > 1 { can_run.len() as u64 * page } else { 0 };
+        self.evict_for(extend_num_tokens + paged_extra);
         for &id in &can_run {
             let (kv_len, extend, again) = {
                 let r = self.req(id);
@@ -763,10 +787,7 @@ impl Scheduler {
     /// `check_decode_mem` for the requests `ids`: evicts the cache as needed.
     fn check_decode_mem(&mut self, ids: &[ReqId]) -> bool {
         let need = self.decode_need(ids);
-        let avail = self.available_size();
-        if avail < need {
-            self.tree.evict(need - avail);
-        }
+        self.evict_for(need);
         self.available_size() >= need
     }
 
@@ -875,11 +896,7 @@ impl Scheduler {
             if !self.config.behaviour.retract_evicts_for_remaining {
                 continue;
             }
-            let want = sorted.len() as u64 * RETRACT_DECODE_STEPS;
-            let avail = self.available_size();
-            if avail < want {
-                self.tree.evict(want - avail);
-            }
+            self.evict_for(sorted.len() as u64 * RETRACT_DECODE_STEPS);
         }
         self.running.retain(|id| !retracted.contains(id));
         for &id in &retracted {
@@ -1105,8 +1122,13 @@ impl Scheduler {
         self.requests[id as usize].as_ref().is_some_and(|r| r.status == Status::Running)
     }
 
-    /// Allocates one decode slot per request and adds them to the plan.
+    /// Allocates one decode slot per request and adds them to the plan. Paged,
+    /// `alloc_paged_token_slots_decode` first evicts for a page per request, whether or not its
+    /// last page is full (with one token a page, `check_decode_mem` evicted for them already).
     fn decode_into_plan(&mut self, ids: &[ReqId], shape: &mut StepShape) {
+        if self.page() > 1 {
+            self.evict_for(ids.len() as u64 * self.page());
+        }
         for &id in ids {
             let kv_len = u64::from(self.req(id).kv_len);
             if kv_len % self.page() == 0 {
