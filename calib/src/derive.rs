@@ -107,6 +107,40 @@ pub fn model_card_from_config(c: &Value, source: &str, id: &str) -> std::result:
         ));
     }
     let max_positions = whole("max_position_embeddings")?;
+    // `rope_scaling` (Llama 3.1's `llama3`, a `yarn` or `linear` extension): kept, for each
+    // engine derives its default context from it by its own rule (`sim::config::context_positions`).
+    let rope_scaling = match present("rope_scaling") {
+        None => None,
+        Some(Value::Object(o)) => {
+            let kind = o
+                .get("rope_type")
+                .or_else(|| o.get("type"))
+                .and_then(Value::as_str)
+                .ok_or_else(|| format!("{source}: rope_scaling: no rope_type (or type) string"))?;
+            let factor = match o.get("factor").filter(|v| !v.is_null()) {
+                None => 1.0,
+                Some(v) => v.as_f64().filter(|f| f.is_finite() && *f >= 1.0).ok_or_else(|| {
+                    format!("{source}: rope_scaling.factor: expected a number of at least 1, got {v}")
+                })?,
+            };
+            let original = match o.get("original_max_position_embeddings").filter(|v| !v.is_null()) {
+                None => None,
+                Some(v) => {
+                    Some(v.as_u64().filter(|&n| n >= 1).and_then(|n| u32::try_from(n).ok()).ok_or_else(|| {
+                        format!(
+                            "{source}: rope_scaling.original_max_position_embeddings: expected a whole number, got {v}"
+                        )
+                    })?)
+                }
+            };
+            Some(sim::cards::RopeScaling {
+                rope_type: kind.to_string(),
+                factor,
+                original_max_position_embeddings: original,
+            })
+        }
+        Some(v) => return Err(format!("{source}: rope_scaling: expected an object, got {v}")),
+    };
     // A window as long as the model's context is full attention (Qwen2.5's configs give 131072
     // with `use_sliding_window` false); a shorter one in use keeps less KV than a card would.
     if let Some(w) = whole("sliding_window")? {
@@ -223,6 +257,7 @@ pub fn model_card_from_config(c: &Value, source: &str, id: &str) -> std::result:
         quantization_method: None,
         weight_block_size: None,
         max_position_embeddings: max_positions,
+        rope_scaling,
         moe: None,
         sources: vec![source.to_string()],
         notes: Some(format!(
@@ -408,6 +443,40 @@ mod tests {
             dense.as_object_mut().unwrap().remove(k);
         }
         assert!(model_card_from_config(&dense, "config.json", "m").is_ok());
+    }
+
+    /// A config's `rope_scaling` is kept, and each engine derives its default context from it by
+    /// its own rule (the cards audit of 2026-12-06: `servesim card` had dropped it, so a YaRN
+    /// Qwen2.5 ran at 32,768 positions where vLLM serves 131,072, and a linear 4x extension of
+    /// 4,096 positions was refused at 16,384, which both engines accept).
+    #[test]
+    fn rope_scaling_extends_the_context_by_each_engines_rule() {
+        use sim::config::{context_positions, EngineKind};
+        let qwen = json!({"hidden_size": 3584, "num_hidden_layers": 28, "num_attention_heads": 28,
+            "num_key_value_heads": 4, "intermediate_size": 18944, "vocab_size": 152064, "max_position_embeddings": 32768,
+            "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}});
+        let card = model_card_from_config(&qwen, "config.json", "m").unwrap();
+        assert_eq!(context_positions(&card, EngineKind::Vllm), Some(131_072));
+        assert_eq!(context_positions(&card, EngineKind::Sglang), Some(32_768));
+        let mut linear = qwen.clone();
+        linear["max_position_embeddings"] = json!(4096);
+        linear["rope_scaling"] = json!({"type": "linear", "factor": 4.0});
+        let card = model_card_from_config(&linear, "config.json", "m").unwrap();
+        assert_eq!(context_positions(&card, EngineKind::Vllm), Some(16_384));
+        assert_eq!(context_positions(&card, EngineKind::Sglang), Some(16_384));
+        // Llama 3.1's own scaling leaves its 131,072 positions as they are on both engines.
+        let mut llama = qwen.clone();
+        llama["max_position_embeddings"] = json!(131_072);
+        llama["rope_scaling"] = json!({"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192,
+            "low_freq_factor": 1.0, "high_freq_factor": 4.0});
+        let card = model_card_from_config(&llama, "config.json", "m").unwrap();
+        assert_eq!(context_positions(&card, EngineKind::Vllm), Some(131_072));
+        assert_eq!(context_positions(&card, EngineKind::Sglang), Some(131_072));
+        // A malformed one is an error naming the key.
+        let mut bad = qwen.clone();
+        bad["rope_scaling"] = json!({"type": "yarn", "factor": "four"});
+        let e = model_card_from_config(&bad, "config.json", "m").unwrap_err();
+        assert!(e.contains("rope_scaling.factor"), "{e}");
     }
 
     /// What a dense card cannot describe is refused naming the config key; what only looks like it

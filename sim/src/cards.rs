@@ -53,6 +53,11 @@ pub struct ModelCard {
     pub weight_block_size: Option<Vec<u32>>,
     #[serde(default)]
     pub max_position_embeddings: Option<u32>,
+    /// The checkpoint's `rope_scaling`, where it extends the positions (`linear`, `dynamic`,
+    /// `yarn`): each engine derives its default context from it by its own rule
+    /// (`config::context_positions`). Absent: `max_position_embeddings` as it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_scaling: Option<RopeScaling>,
     /// Mixture of experts: every decoder layer's MLP is `num_experts` experts, of which each
     /// token runs `experts_per_token` (docs/moe.md). Absent: a dense model. Only what is
     /// modelled can be said (unknown fields are refused): no shared experts, no dense layers
@@ -63,6 +68,20 @@ pub struct ModelCard {
     pub sources: Vec<String>,
     #[serde(default)]
     pub notes: Option<String>,
+}
+
+/// A checkpoint's `rope_scaling` (Hugging Face `rope_type`, or the older `type`; `factor`;
+/// `original_max_position_embeddings`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RopeScaling {
+    /// `linear`, `dynamic`, `yarn`, `llama3`, `longrope`, ...
+    pub rope_type: String,
+    /// The scaling factor (1 where the checkpoint gives none).
+    pub factor: f64,
+    /// The positions the model was trained on before the scaling, where the checkpoint says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original_max_position_embeddings: Option<u32>,
 }
 
 /// A mixture-of-experts card's experts (Hugging Face `num_experts`, `num_experts_per_tok`,

@@ -419,17 +419,60 @@ fn card_on_host(mut gpu: GpuCard, host: Host, field: &str) -> Result<GpuCard> {
     Ok(gpu)
 }
 
-/// The engine's context length: its flag (`field`), else the card's `max_position_embeddings`.
-/// Longer than the card's positions is refused, as both engines refuse it unless rope scaling
-/// extends them.
-fn context_len(field: &str, flag: Option<u32>, model: &ModelCard, engine: &str) -> Result<u32> {
-    match (flag, model.max_position_embeddings) {
+/// The context an engine derives from a card with no flag: `max_position_embeddings`, extended
+/// by the card's `rope_scaling` by the engine's own rule. vLLM (`_get_and_verify_max_len`): a
+/// scaling other than `su`, `longrope` and `llama3` multiplies the positions by its factor, a
+/// `yarn` one its `original_max_position_embeddings`. SGLang (`get_context_length`): the
+/// positions times the factor, unless the scaling gives `original_max_position_embeddings` or is
+/// `llama3` (factor 1). So a YaRN config of 32,768 positions, factor 4 and original 32,768 serves
+/// 131,072 on vLLM and 32,768 on SGLang (whose `--context-length` then raises it).
+pub fn context_positions(model: &ModelCard, engine: EngineKind) -> Option<u32> {
+    let p = model.max_position_embeddings?;
+    let Some(r) = &model.rope_scaling else { return Some(p) };
+    let scaled = |base: u32, f: f64| (f64::from(base) * f).floor().clamp(1.0, f64::from(u32::MAX)) as u32;
+    Some(match engine {
+        EngineKind::Vllm => match r.rope_type.as_str() {
+            "su" | "longrope" | "llama3" | "default" => p,
+            "yarn" => scaled(r.original_max_position_embeddings.unwrap_or(p), r.factor),
+            _ => scaled(p, r.factor),
+        },
+        EngineKind::Sglang => {
+            if r.original_max_position_embeddings.is_some() || r.rope_type == "llama3" {
+                p
+            } else {
+                scaled(p, r.factor)
+            }
+        }
+    })
+}
+
+/// The engine's context length: its flag (`field`), else the context it derives from the card
+/// ([`context_positions`]). Longer than the card's positions, with what rope scaling extends them
+/// to, is refused, as both engines refuse it.
+fn context_len(field: &str, flag: Option<u32>, model: &ModelCard, kind: EngineKind) -> Result<u32> {
+    let engine = match kind {
+        EngineKind::Vllm => "vLLM",
+        EngineKind::Sglang => "SGLang",
+    };
+    // What the flag may reach: vLLM refuses more than its derived length; SGLang more than its
+    // own derived one (unless told to allow it, `SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN`).
+    let limit = context_positions(model, kind);
+    let scaled = model.rope_scaling.as_ref().filter(|_| limit != model.max_position_embeddings);
+    match (flag, limit) {
         (Some(m), Some(p)) if m > p => Err(ConfigError::new(
             field,
             format!(
-                "{m} is longer than the model's {p} positions (max_position_embeddings of the card), which {engine} \
-                 refuses; a context extended by rope scaling (YaRN) needs a model card whose \
-                 max_position_embeddings is the extended length"
+                "{m} is longer than the model's {p} positions ({}), which {engine} refuses; a context extended by \
+                 rope scaling needs the card's rope_scaling (servesim card reads it from config.json) or a model card \
+                 whose max_position_embeddings is the extended length",
+                match scaled {
+                    Some(r) => format!(
+                        "max_position_embeddings {} of the card, extended by its {} rope scaling by {engine}'s rule",
+                        model.max_position_embeddings.unwrap_or(0),
+                        r.rope_type
+                    ),
+                    None => "max_position_embeddings of the card".to_string(),
+                }
             ),
         )),
         (Some(m), _) => positive(field, m),

@@ -253,7 +253,7 @@ pub(super) fn resolve_sglang(
     let reserve_graph_bs = if dep.cuda_graphs || version < Version::new(0, 5, 15) { graph_setting } else { None };
     // `ModelConfig.__init__` (configs/model_config.py; SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN
     // lifts the refusal).
-    let context_length = context_len("engine.context_length", f.context_length, model, "SGLang")?;
+    let context_length = context_len("engine.context_length", f.context_length, model, EngineKind::Sglang)?;
     let schedule_policy = match f.schedule_policy.as_deref().unwrap_or("fcfs") {
         "fcfs" => SchedulePolicy::Fcfs,
         "lpm" => SchedulePolicy::Lpm,

@@ -640,7 +640,7 @@ pub(super) fn resolve_vllm(
         ));
     }
     // `ModelConfig.get_and_verify_max_len` (`_get_and_verify_max_len`).
-    let max_model_len = context_len("engine.max_model_len", f.max_model_len, model, "vLLM")?;
+    let max_model_len = context_len("engine.max_model_len", f.max_model_len, model, EngineKind::Vllm)?;
     let chunked_prefill = f.enable_chunked_prefill.unwrap_or(true);
     if !chunked_prefill {
         if version < VLLM_NO_CHUNKED_PREFILL {
