@@ -659,6 +659,7 @@ mod tests {
             quantization_method: None,
             weight_block_size: None,
             max_position_embeddings: None,
+            rope_scaling: None,
             moe: None,
             sources: vec![],
             notes: None,
