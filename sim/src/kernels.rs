@@ -986,8 +986,20 @@ impl Provider {
             Provider::Table(t) => t.gemm(s),
             Provider::Scaled { from, target } => {
                 let mut c = from.gemm(s);
+                let measured = c.ys.clone();
                 for (y, &m) in c.ys.iter_mut().zip(&c.xs) {
                     *y *= gemm_sol_ms(m, s, target) / gemm_sol_ms(m, s, &from.peaks);
+                }
+                // The ratio of the two rooflines falls from the bandwidths' to the FLOP/s' where
+                // the GEMM turns compute-bound, while the measured curve is still flat there: the
+                // scaled curve then fell where the measured one did not (A100-40GB from the
+                // A100-80GB's table, a prefill of 249 tokens 14% cheaper than one of 160; the cost
+                // audit of 2026-12-06). Where the measured time does not fall, neither does the
+                // scaled one; where it does (the table's own kernel switches), as measured.
+                for i in 1..c.ys.len() {
+                    if measured[i] >= measured[i - 1] && c.ys[i] < c.ys[i - 1] {
+                        c.ys[i] = c.ys[i - 1];
+                    }
                 }
                 c.sol_last = Some((s, *target));
                 c
@@ -1309,6 +1321,34 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A GEMM curve scaled to an untabled GPU does not fall where the measured one does not
+    /// (the cost audit of 2026-12-06: scaled to an A100-40GB's bandwidth, the A100-80GB's flat
+    /// curve fell where the roofline ratio turned from the bandwidths' to the FLOP/s', and a
+    /// 249-token prefill cost 14% less than a 160-token one).
+    #[test]
+    fn scaled_gemm_curves_fall_only_where_the_measured_ones_do() {
+        let from = tables("a100_sxm", "vllm").expect("the A100's tables");
+        let mut target = peaks_of("a100_sxm").expect("its peaks");
+        target.mem_bw *= 1555.0 / 2039.0;
+        let scaled = Provider::Scaled { from, target };
+        let mut lifted = 0;
+        for &g in &crate::cost::fit_shapes().gemms {
+            let (m, c) = (from.gemm(g), scaled.gemm(g));
+            for i in 1..c.ys.len() {
+                if m.ys[i] >= m.ys[i - 1] {
+                    assert!(c.ys[i] >= c.ys[i - 1], "{g:?} at m = {}: {} after {}", c.xs[i], c.ys[i], c.ys[i - 1]);
+                }
+                // Never below the measured source scaled by the lower of the two ratios.
+                assert!(c.ys[i] >= m.ys[i] * 0.999, "{g:?}: a slower GPU's GEMM faster than the source's");
+                lifted += usize::from(
+                    c.ys[i]
+                        > m.ys[i] * gemm_sol_ms(c.xs[i], g, &target) / gemm_sol_ms(c.xs[i], g, &from.peaks) * 1.000_001,
+                );
+            }
+        }
+        assert!(lifted > 0, "the shapes crossed no compute/memory boundary: the check judged nothing");
     }
 
     /// Every built-in model card has its GEMM shapes extracted into every table at
