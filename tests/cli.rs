@@ -746,6 +746,14 @@ fn card_derives_an_inline_card_from_a_config_json() {
     let caveat =
         |v: &serde_json::Value| v["caveats"].as_array().is_some_and(|c| c.iter().any(|c| c["id"] == "unjudged_model"));
     assert!(caveat(&derived) && !caveat(&builtin));
+    // The built-in card's id and size with other figures is another model, which no published
+    // run judged (the caveat had matched on id and size alone; the cards audit of 2026-12-06).
+    let mut wider = serde_json::from_str::<serde_json::Value>(
+        &std::fs::read_to_string(root().join("models/model/qwen3-8b.json")).unwrap(),
+    )
+    .unwrap();
+    wider["num_kv_heads"] = 32.into();
+    assert!(caveat(&run(&wider.to_string())), "an inline card under a judged id with 4x the KV heads");
     // Without its architecture the card's rules follow its name, and the run says which it took.
     let mut bare = card.clone();
     bare.as_object_mut().unwrap().remove("architecture");

@@ -77,6 +77,12 @@ pub fn gpu(id: &str) -> Option<&'static GpuCard> {
     GPU_CARDS.get_or_init(|| gpus().unwrap_or_default()).iter().find(|g| g.id == id)
 }
 
+/// The built-in model card `id`, parsed once (for the check that a run's card is the judged one).
+pub fn model(id: &str) -> Option<&'static ModelCard> {
+    static MODEL_CARDS: std::sync::OnceLock<Vec<ModelCard>> = std::sync::OnceLock::new();
+    MODEL_CARDS.get_or_init(|| models().unwrap_or_default()).iter().find(|m| m.id == id)
+}
+
 /// The built-in cards as resources for [`crate::config::resolve`] (no profile, no trace).
 pub fn resources() -> Result<Resources, String> {
     Ok(Resources { models: models()?, gpus: gpus()?, ..Default::default() })

@@ -769,7 +769,12 @@ pub const JUDGED_DENSE_MODELS: &[(&str, u64)] = &[
 /// step did. Mixture-of-experts cards have [`moe_timing`] instead.
 pub fn unjudged_model(spec: &SimSpec) -> Option<Caveat> {
     let m = &spec.model;
-    if m.moe.is_some() || JUDGED_DENSE_MODELS.iter().any(|(id, n)| *id == m.id && *n == m.num_parameters) {
+    // Judged: a judged id and size, and the built-in card itself. An inline card under that id
+    // with other figures (four times the KV heads, more layers) is another model, which no
+    // published run judged (the cards audit of 2026-12-06: it had matched on id and size alone).
+    let judged = JUDGED_DENSE_MODELS.iter().any(|(id, n)| *id == m.id && *n == m.num_parameters)
+        && crate::builtin::model(&m.id).is_some_and(|c| c == m);
+    if m.moe.is_some() || judged {
         return None;
     }
     // Only the uncalibrated measured-kernel cost is what the message describes: a profile fitted on
