@@ -1809,3 +1809,27 @@ fn a_production_traces_replayed_rows_start_at_the_first_of_them() {
     let d = j["duration"].as_f64().unwrap();
     assert!(d < 1.0, "one request replayed alone ran {d} s");
 }
+
+/// An inline GPU card under a tabled GPU's id with other figures is timed as the GPU it
+/// describes (scaled from the nearest tables, and says so), not by the id's own tables: twice the
+/// H100's bandwidth had moved the default workload's TPOT by 0.02% and named the H100's table
+/// (the cost audit of 2026-12-06).
+#[test]
+fn an_edited_gpu_card_under_a_tabled_id_is_not_timed_by_that_ids_tables() {
+    let mut card: Value =
+        serde_json::from_str(&std::fs::read_to_string(root().join("models/gpu/h100-80gb.json")).unwrap()).unwrap();
+    let bw = card["memory_bandwidth_bytes_per_s"].as_f64().unwrap();
+    card["memory_bandwidth_bytes_per_s"] = (2.0 * bw).into();
+    let sim = |hw: &str| -> Value {
+        let set = format!("hardware={hw}");
+        let (code, out, err) = run(&["simulate", "--set", &set, "--set", "workload.num_prompts=4", "--json"]);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str(&out).unwrap()
+    };
+    let stock = sim("\"h100-80gb\"");
+    let edited = sim(&serde_json::json!({"gpu": card, "count": 1}).to_string());
+    let source = edited["cost_source"].as_str().unwrap();
+    assert!(source.contains("scaled"), "{source}");
+    let (a, b) = (stock["mean_tpot_ms"].as_f64().unwrap(), edited["mean_tpot_ms"].as_f64().unwrap());
+    assert!(b < 0.8 * a, "twice the bandwidth: TPOT {a} -> {b} ms");
+}

@@ -77,6 +77,18 @@ pub fn gpu(id: &str) -> Option<&'static GpuCard> {
     GPU_CARDS.get_or_init(|| gpus().unwrap_or_default()).iter().find(|g| g.id == id)
 }
 
+/// Whether `card` is the built-in GPU card of its id (its memory aside: under WSL2 the device
+/// total is nvidia-smi's, `config::card_on_host`). An inline card reusing a built-in id with
+/// other figures is another GPU: no published run judged it, and its id's kernel tables did not
+/// measure it.
+pub fn gpu_is_builtin(card: &GpuCard) -> bool {
+    gpu(&card.id).is_some_and(|c| {
+        let mut g = card.clone();
+        g.memory_bytes = c.memory_bytes;
+        *c == g
+    })
+}
+
 /// The built-in model card `id`, parsed once (for the check that a run's card is the judged one).
 pub fn model(id: &str) -> Option<&'static ModelCard> {
     static MODEL_CARDS: std::sync::OnceLock<Vec<ModelCard>> = std::sync::OnceLock::new();

@@ -850,11 +850,7 @@ pub const JUDGED_GPU_ENGINES: &[(&str, EngineKind)] = &[
 /// uncalibrated intervals are the corpus-wide ones. (Its memory aside: under WSL2 the device
 /// total is nvidia-smi's, `config::card_on_host`.)
 pub fn gpu_card_is_builtin(spec: &SimSpec) -> bool {
-    crate::builtin::gpu(&spec.gpu.id).is_some_and(|c| {
-        let mut g = spec.gpu.clone();
-        g.memory_bytes = c.memory_bytes;
-        *c == g
-    })
+    crate::builtin::gpu_is_builtin(&spec.gpu)
 }
 
 /// An uncalibrated run on a GPU card and engine that no published run has judged (an L40S, an

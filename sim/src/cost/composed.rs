@@ -705,7 +705,10 @@ pub fn provider_for(
     let named = match gpu.kernel_tables.as_deref() {
         Some("none") => return None,
         Some(s) => Some(s),
-        None => kernels::system_for_gpu(&gpu.id),
+        // An inline card under a tabled GPU's id with other figures is another GPU: the id's
+        // tables would time it as the built-in card and drop its edits (twice the bandwidth had
+        // moved TPOT by 0.02%; the cost audit of 2026-12-06); it is scaled like any untabled card.
+        None => kernels::system_for_gpu(&gpu.id).filter(|_| crate::builtin::gpu_is_builtin(gpu)),
     };
     if let Some(sys) = named.filter(|s| Some(*s) != exclude) {
         if let Some(t) = kernels::tables(sys, engine) {
