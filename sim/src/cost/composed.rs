@@ -82,7 +82,8 @@
 //! is only the eager launch floor. BLIS fitted them with vLLM's async scheduling
 //! on (0.15's default), so β7 + β6 is what a step leaves exposed *beyond* the
 //! overlap: here a step that overlaps its CPU time with the GPU's (vLLM's async
-//! scheduling, SGLang's overlap scheduler: `StepShape::cpu_overlapped`) costs
+//! scheduling; SGLang's overlap scheduler, whose CPU hiding is built but off,
+//! `config/sglang.rs` `SGLANG_CPU_OVERLAP`: `StepShape::cpu_overlapped`) costs
 //! max(GPU, β7 + β6 × sequences). A step that does not adds its CPU time: for
 //! vLLM's synchronous steps (async scheduling off, the default before 0.14) the
 //! larger [`VLLM_SYNC_CPU`] read from vLLM's own published measurements (not
