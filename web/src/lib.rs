@@ -621,7 +621,13 @@ mod tests {
         let r = json!({"scenarios": [{}, {"scenario": t["scenario"].to_string(), "origin": t["origin"]}]}).to_string();
         let v: Value = serde_json::from_str(&alignment(&r).unwrap()).unwrap();
         assert_eq!(v["knobs_moved"], json!(["per-step token cap", "KV granularity (tokens)"]));
-        assert!(v["warning"].as_str().unwrap().contains("moves 2 things at once"), "{v}");
+        // And the client: the translated SGLang side sends the initial test request, vLLM 0.28's
+        // client does not.
+        assert_eq!(
+            v["setup_differs"],
+            json!(["benchmark client before the timed run (leaves the first prompt cached): no initial test request / initial test request"])
+        );
+        assert!(v["warning"].as_str().unwrap().contains("moves 3 things at once"), "{v}");
         assert!(v.get("scenarios").is_none());
     }
 
