@@ -42,6 +42,13 @@ fn bad_inputs_are_refused_naming_the_cause() {
             "workload.burstiness: 1e308 at request_rate 10.0",
         ),
         (&["explain", "--concurrency", "0"], 2, "--concurrency"),
+        // An unknown KV dtype names the engine's own choices (SGLang's had listed vLLM's).
+        (&["simulate", "--set", "engine.kv_cache_dtype=fp9"], 2, "expected auto, bfloat16, float16, fp8"),
+        (
+            &["simulate", "scenarios/rtx5090-qwen2.5-7b-sglang.json", "--set", "engine.kv_cache_dtype=fp9"],
+            2,
+            "SGLang's --kv-cache-dtype takes auto, fp8_e4m3 or fp8_e5m2",
+        ),
         // Exit codes and messages that tell the truth.
         (&["tune", "--vary", "engine.nope=1,2"], 2, "engine.nope"),
         (&["tune", "--vary", "engine.max_num_seqs=16,32", "--vary", "engine.max_num_seqs=64"], 2, "given twice"),

@@ -370,7 +370,19 @@ pub fn resolve_deployment(
             ));
         }
     }
-    let (kv_name, kv_bytes) = kv_cache_dtype(e.kv_cache_dtype.as_deref(), model)?;
+    // A name neither engine knows is refused here; SGLang's own choices (no `fp8`, `float16`)
+    // are checked with its flags (`config::sglang`), so its error lists its own.
+    let (kv_name, kv_bytes) = kv_cache_dtype(e.kv_cache_dtype.as_deref(), model).map_err(|err| match kind {
+        EngineKind::Vllm => err,
+        EngineKind::Sglang => ConfigError::new(
+            "engine.kv_cache_dtype",
+            format!(
+                "unknown KV cache dtype {:?}; SGLang's --kv-cache-dtype takes auto, fp8_e4m3 or fp8_e5m2 (and bf16 or \
+                 bfloat16 from 0.5.4)",
+                e.kv_cache_dtype.as_deref().unwrap_or("")
+            ),
+        ),
+    })?;
     let quantization = match e.quantization.as_deref() {
         None => model.quantization.clone(),
         Some("fp8") => Some("fp8".to_string()),
