@@ -226,6 +226,7 @@ pub fn model_card_from_config(c: &Value, source: &str, id: &str) -> std::result:
     // Llama-style: embeddings (+ untied head) + per layer q, k, v, o, gated MLP, 2 norms; final norm.
     let (h, l, hd, kvh, hh, i, v) =
         (hidden as u64, layers as u64, head_dim as u64, kv as u64, heads as u64, inter as u64, vocab as u64);
+    let bias = boolean("attention_bias")?.unwrap_or(false);
     let params = (|| {
         let per_layer = h
             .checked_mul(hh)?
@@ -234,6 +235,12 @@ pub fn model_card_from_config(c: &Value, source: &str, id: &str) -> std::result:
             .checked_add(h.checked_mul(kvh)?.checked_mul(hd)?.checked_mul(2)?)?
             .checked_add(h.checked_mul(i)?.checked_mul(3)?)?
             .checked_add(2 * h)?;
+        // Qwen2's q/k/v projections carry biases (always; other Llama-shaped models where the
+        // config says `attention_bias`), Qwen3 a q and a k RMSNorm of one head each.
+        let arch = architecture.as_deref().unwrap_or("");
+        let qkv_bias = if arch == "Qwen2ForCausalLM" || bias { hh * hd + 2 * kvh * hd } else { 0 };
+        let qk_norm = if arch == "Qwen3ForCausalLM" { 2 * hd } else { 0 };
+        let per_layer = per_layer.checked_add(qkv_bias + qk_norm)?;
         v.checked_mul(h)?.checked_mul(if tied { 1 } else { 2 })?.checked_add(l.checked_mul(per_layer)?)?.checked_add(h)
     })()
     .ok_or_else(|| {
@@ -262,7 +269,7 @@ pub fn model_card_from_config(c: &Value, source: &str, id: &str) -> std::result:
         sources: vec![source.to_string()],
         notes: Some(format!(
             "derived from the checkpoint's config.json (calibrate, servesim card); parameters counted with the Llama \
-             formula (q/k/v biases and q/k norms, a few thousand parameters, left out){}",
+             formula, with Qwen2's q/k/v biases and Qwen3's q/k norms){}",
             if downcast {
                 if given.is_some() {
                     "; a float32 checkpoint, served in 16 bits (vLLM's --dtype auto: bfloat16; SGLang's: float16)"
@@ -443,6 +450,24 @@ mod tests {
             dense.as_object_mut().unwrap().remove(k);
         }
         assert!(model_card_from_config(&dense, "config.json", "m").is_ok());
+    }
+
+    /// The parameter count of a derived card is the built-in card's for the same model: Qwen2's
+    /// q/k/v biases and Qwen3's q/k norms counted (the cards audit of 2026-12-06: a derived
+    /// Qwen2.5-7B came out 129,024 parameters short, "just outside" the judged sizes).
+    #[test]
+    fn derived_parameter_counts_equal_the_built_in_cards() {
+        let models = sim::builtin::models().unwrap();
+        let builtin = |id: &str| models.iter().find(|m| m.id == id).unwrap().num_parameters;
+        let qwen25 = json!({"architectures": ["Qwen2ForCausalLM"], "hidden_size": 3584, "num_hidden_layers": 28,
+            "num_attention_heads": 28, "num_key_value_heads": 4, "intermediate_size": 18944, "vocab_size": 152064,
+            "max_position_embeddings": 32768, "torch_dtype": "bfloat16", "tie_word_embeddings": false});
+        assert_eq!(model_card_from_config(&qwen25, "c", "m").unwrap().num_parameters, builtin("qwen2.5-7b-instruct"));
+        let qwen3 = json!({"architectures": ["Qwen3ForCausalLM"], "hidden_size": 4096, "head_dim": 128,
+            "intermediate_size": 12288, "max_position_embeddings": 40960, "num_attention_heads": 32,
+            "num_hidden_layers": 36, "num_key_value_heads": 8, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+            "vocab_size": 151936});
+        assert_eq!(model_card_from_config(&qwen3, "c", "m").unwrap().num_parameters, builtin("qwen3-8b"));
     }
 
     /// A config's `rope_scaling` is kept, and each engine derives its default context from it by
