@@ -536,7 +536,10 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
     // larger pool nor a higher running cap moves it.
     let below_limits = knee.is_some_and(|k| u64::from(k) * 2 < binding_at);
     let disaggregated = base.fleet.as_ref().is_some_and(|f| f.disaggregated());
-    let knob = if below_limits {
+    // Where the sweep with a larger pool found the knee moving, that measurement stands over the
+    // rule of thumb above.
+    let pool_moves_it = matches!((knee, wider_knee), (Some(k), Some(wk)) if wk.is_none_or(|w| w > k));
+    let knob = if below_limits && !pool_moves_it {
         format!(
             "The knee sits well below the limit that binds ({binding_at} concurrent requests): there the engine is out of \
              compute, its steps growing with the batch{}; a larger KV pool or a higher {running_knob} does not move it, \
