@@ -861,3 +861,23 @@ fn an_allocation_short_of_kv_evicts_its_size_through_0_5_16_and_the_shortfall_af
     let (before, short) = free_after(Version::new(0, 5, 17));
     assert!(short < before.min(100), "0.5.17 evicts the shortfall only: {before} free before, {short} after");
 }
+
+/// SGLang's `--random-seed` seeds the `random` policy's shuffle; unset, the workload's seed does
+/// (a run stays reproducible), so the engine's draw can be varied with the workload held.
+#[test]
+fn the_random_policy_takes_its_seed_from_random_seed_else_the_workloads() {
+    let run = |extra: Option<&str>| {
+        let mut v = scenario("shared-prefix-lpm-llama3.1-8b-h100-sglang.json");
+        set(&mut v, "engine.schedule_policy=random");
+        set(&mut v, "workload.num_prompts=256");
+        if let Some(e) = extra {
+            set(&mut v, e);
+        }
+        let out = run_checked(v);
+        (out.run.counters.prefix_cache_hits, out.metrics.ttft.mean)
+    };
+    let unset = run(None);
+    assert_eq!(run(Some("engine.random_seed=0")), unset, "the workload's seed is 0");
+    assert_ne!(run(Some("engine.random_seed=7")), unset);
+    assert_eq!(run(Some("engine.random_seed=7")), run(Some("engine.random_seed=7")));
+}

@@ -26,6 +26,11 @@ engine_flags! {
         page_size: u32,
         /// `--schedule-policy`: `fcfs`, `lpm`, `lof` or `random`.
         schedule_policy: String,
+        /// `--random-seed`: seeds the `random` policy's shuffle (SGLang draws one at start-up when
+        /// unset; servesim then takes the workload's seed, so a run is reproducible; set it to
+        /// vary the engine's draw with the workload held).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        random_seed: u64,
         /// `--mem-fraction-static`: the fraction of GPU memory for weights and the KV pool.
         mem_fraction_static: f64,
         /// `--max-total-tokens`: an upper bound on the KV pool in tokens. SGLang sizes the
@@ -438,7 +443,7 @@ pub(super) fn resolve_sglang(
         context_length,
         cuda_graph_max_bs,
         forgone_cuda_graph_max_bs,
-        seed,
+        seed: f.random_seed.unwrap_or(seed),
     };
     Ok((EngineSpec::Sglang(cfg), sizing))
 }
