@@ -451,6 +451,14 @@ fn offline_calibration_refuses_what_it_cannot_use() {
     for (name, key, value, needle) in [
         ("ttft-above-e2el.json", "mean_ttft_ms", 1e6, "is longer than the mean E2EL"),
         ("above-little.json", "output_throughput", 1e4, "Little's law"),
+        // And far below it, over a run of several waves (the calibration audit of 2026-12-06:
+        // 450 tok/s where TPOT and E2EL implied 968 had fitted prefill 1.77x).
+        (
+            "below-little.json",
+            "output_throughput",
+            j["output_throughput"].as_f64().unwrap() / 3.0,
+            "is under 1/1.6 of what 1 client(s) receive",
+        ),
     ] {
         let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&good).unwrap()).unwrap();
         v["mean_e2el_ms"] = j["mean_e2el_ms"].clone();

@@ -417,11 +417,37 @@ pub fn flag_inconsistent(points: &mut [FitPoint]) -> Vec<Trap> {
                         c.min(w.num_prompts)
                     ),
                 });
+            } else if w.request_rate.is_none()
+                && u64::from(w.num_prompts) >= LITTLE_MIN_WAVES * u64::from(c)
+                && x * LITTLE_BELOW < bound
+            {
+                // From below too, where the run is long enough that the client kept its
+                // concurrency in flight most of the time (its first and last waves ramp).
+                p.measured[thr] = None;
+                traps.push(Trap {
+                    point: p.name.clone(),
+                    metrics: vec!["output_throughput".into()],
+                    kind: "inconsistent",
+                    action: "excluded",
+                    why: format!(
+                        "output throughput {x:.1} tok/s is under 1/{LITTLE_BELOW} of what {c} client(s) receive with a mean E2EL of {e:.1} ms and {out:.0}-token outputs ({bound:.1} tok/s, Little's law) over {} prompts: it is not this run's. Excluded",
+                        w.num_prompts
+                    ),
+                });
             }
         }
     }
     traps
 }
+
+/// Prompts per client a closed-loop point needs before its throughput is checked against Little's
+/// law from below (shorter runs spend much of their time ramping up and down).
+pub const LITTLE_MIN_WAVES: u64 = 4;
+
+/// How far below Little's law (concurrency × mean output ÷ mean E2EL) a long closed-loop
+/// point's throughput may be before it is flagged: the ramps of its first and last waves take
+/// less (the cost audit of 2026-12-06's case: 450 tok/s where TPOT and E2EL imply 968).
+pub const LITTLE_BELOW: f64 = 1.6;
 
 /// A tail much longer than the simulator's, at the prior: a p99 (TTFT, TPOT, ITL or E2EL)
 /// whose ratio to the point's median (or mean) is more than [`TAIL_RATIO`] times the
