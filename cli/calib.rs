@@ -414,6 +414,7 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
     let mut points: Vec<FitPoint> = Vec::new();
     // The medians and p99s given beside a mean of their family, which the fit leaves out.
     let mut set_aside = Vec::new();
+    let mut given: Vec<Vec<Option<f64>>> = Vec::new();
     for (fi, f) in a.from_results.iter().enumerate() {
         let mut base = load::read_raw(Some(&a.scenario[if a.scenario.len() == 1 { 0 } else { fi }]))?;
         // The user's --set first, then each point's load (its concurrency or rate, its count):
@@ -505,9 +506,18 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
             }
             let name = format!("{}#{k}", f.display());
             set_aside.extend(procedure::set_aside_statistics(&name, &r));
+            given.push(procedure::given_targets(&r));
             points.push(FitPoint { name, spec, measured: procedure::measured_targets(&r), replay: None });
         }
     }
+    // A mean TTFT carrying a tail the simulator does not make: its median is fitted instead.
+    let mean_tails = match points.first() {
+        Some(first) => {
+            let prior = calib::identify::linear_prior(&first.spec.cost);
+            calib::traps::flag_mean_tails(&mut points, &given, &prior)
+        }
+        None => Vec::new(),
+    };
     let discrepancy = match &a.discrepancy {
         Some(spec) => calib::fit::Discrepancy::parse(spec).map_err(|e| format!("--discrepancy {e}"))?,
         None => calib::fit::Discrepancy::corpus(),
@@ -523,7 +533,7 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
     )
     .map_err(|e| e.to_string())?;
     let mut profile = profile;
-    profile.traps.get_or_insert_with(Vec::new).extend(set_aside);
+    profile.traps.get_or_insert_with(Vec::new).extend(mean_tails.into_iter().chain(set_aside));
     write_profile(&a.out, &profile)?;
     print!("{}", profile_summary(&profile));
     Ok(ExitCode::SUCCESS)

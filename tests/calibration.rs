@@ -471,6 +471,25 @@ fn offline_calibration_refuses_what_it_cannot_use() {
         let traps = p["traps"].to_string();
         assert!(traps.contains("inconsistent") && traps.contains(needle), "{name}: {traps}");
     }
+    // A mean TTFT carrying a tail the simulator does not make (one request 40 times the rest's,
+    // at concurrency 1): the median is fitted instead, and the fit stays at the truth (the
+    // calibration audit of 2026-12-06: prefill had come out 1.4x, every TTFT 40% high).
+    let full = stdout_json(&run_cli(&["simulate", scen, "--json", "--set", "workload.num_prompts=8"]));
+    let med = full["median_ttft_ms"].as_f64().unwrap();
+    let mut cold = full.clone();
+    cold["mean_ttft_ms"] = (med + 39.0 * med / 8.0).into();
+    cold["p99_ttft_ms"] = (40.0 * med).into();
+    let f = dir.join("cold-mean.json");
+    std::fs::write(&f, cold.to_string()).unwrap();
+    let o = calibrate_from_results(&f, scen, &out, &[]);
+    assert!(o.status.success(), "{}", err(&o));
+    let p: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let traps = p["traps"].to_string();
+    assert!(traps.contains("median fitted instead"), "{traps}");
+    let set = format!("cost.profile={}", out.display());
+    let pred = stdout_json(&run_cli(&["simulate", scen, "--json", "--set", "workload.num_prompts=8", "--set", &set]));
+    let (p_ttft, t_ttft) = (pred["mean_ttft_ms"].as_f64().unwrap(), full["mean_ttft_ms"].as_f64().unwrap());
+    assert!((p_ttft / t_ttft - 1.0).abs() < 0.05, "predicted {p_ttft} against {t_ttft}");
     // A point no engine can produce leaves the fit unbounded: its profile is not written (one
     // was, whose ensemble every command then refused).
     let huge = dir.join("huge-throughput.json");

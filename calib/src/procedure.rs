@@ -26,7 +26,7 @@ fn resolve(scenario: &Scenario<'_>, w: &Value) -> Result<SimSpec> {
 }
 
 /// The values of [`TARGETS`] a point gives (finite and positive; None otherwise).
-fn given_targets(point: &impl Metrics) -> Vec<Option<f64>> {
+pub fn given_targets(point: &impl Metrics) -> Vec<Option<f64>> {
     TARGETS.iter().map(|&t| point.metric(t).filter(|v| v.is_finite() && *v > 0.0)).collect()
 }
 

@@ -20,6 +20,8 @@
 //!   or p99 is fitted against the simulated median or p99 (`procedure::measured_targets`);
 //!   reported, not excluded.
 //! * **Missing metrics**: the fit uses what is there; reported.
+//! * **A mean that carries a tail** ([`flag_mean_tails`]): a mean TTFT far above its median,
+//!   beyond the simulated point's ratio: the median is fitted instead.
 //! * **A cold vLLM server** ([`flag_cold_server`]): vLLM does not warm itself up after start-up
 //!   (SGLang sends itself a request before it reports ready), and its first requests pay
 //!   one-off costs: lazy initialisation in the front end and the engine, first-use kernel
@@ -495,6 +497,47 @@ pub fn flag_tails(points: &mut [FitPoint], prior: &sim::cost::CostModel) -> Vec<
     }
     traps
 }
+
+/// A mean TTFT that carries a tail the simulator does not make: where a point gives a mean and a
+/// median of TTFT, and the mean over the median is more than [`MEAN_TAIL_RATIO`] times the
+/// simulated point's at the prior, a few requests of the run (a cold engine's first, an outlier)
+/// took far longer than the rest, and the mean is theirs as much as the engine's. The median is
+/// fitted instead, against the simulated median (`given` holds each point's values as the source
+/// gives them, medians included: `procedure::given_targets`). A mean carrying such a tail had
+/// passed every trap, its median and p99 set aside before the tail check (the calibration audit
+/// of 2026-12-06: a mean of 140 ms over a median of 87 at concurrency 1 fitted prefill 1.4x).
+pub fn flag_mean_tails(points: &mut [FitPoint], given: &[Vec<Option<f64>>], prior: &sim::cost::CostModel) -> Vec<Trap> {
+    let at = |k: &str| TARGETS.iter().position(|t| t.key() == k).expect("a target");
+    let (mean, median) = (at("mean_ttft_ms"), at("median_ttft_ms"));
+    let mut traps = Vec::new();
+    for (p, g) in points.iter_mut().zip(given) {
+        let (Some(mm), Some(md)) = (p.measured[mean], g[median]) else { continue };
+        let sim = p.predict(prior);
+        let (Some(sm), Some(sd)) = (sim[mean], sim[median]) else { continue };
+        if md <= 0.0 || sm <= 0.0 || sd <= 0.0 {
+            continue;
+        }
+        let (rm, rs) = (mm / md, sm / sd);
+        if rm > MEAN_TAIL_RATIO * rs {
+            p.measured[mean] = None;
+            p.measured[median] = Some(md);
+            traps.push(Trap {
+                point: p.name.clone(),
+                metrics: vec!["mean_ttft_ms".into(), "median_ttft_ms".into()],
+                kind: "tail",
+                action: "median fitted instead",
+                why: format!(
+                    "mean TTFT {mm:.1} ms is {rm:.2}× the median {md:.1} ms while the simulated engine's is {rs:.2}× at the prior: a few requests took far longer than the rest (a cold engine's first requests, an outlier) and carry the mean. The median is fitted instead, against the simulated median"
+                ),
+            });
+        }
+    }
+    traps
+}
+
+/// How far the mean TTFT over the median may exceed the simulated ratio before the mean is
+/// taken to carry a tail ([`flag_mean_tails`]).
+pub const MEAN_TAIL_RATIO: f64 = 1.3;
 
 /// How much longer than the simulated tail a measured p99 may be before it is flagged.
 pub const TAIL_RATIO: f64 = 4.0;
