@@ -382,7 +382,8 @@ pub fn flag_cold_server(points: &mut [FitPoint]) -> Vec<Trap> {
 /// Figures of one point that cannot all be true, whatever the engine: a mean TTFT longer than
 /// the mean E2EL it is part of (both excluded), and under a closed loop an output throughput
 /// above what its clients can receive, concurrency × mean output ÷ mean E2EL (Little's law;
-/// with [`LENGTH_TOLERANCE`] of room for the lengths and the run's ends), excluded.
+/// with [`LENGTH_TOLERANCE`] of room for the lengths and the run's ends), or under
+/// 1/[`LITTLE_BELOW`] of it over at least [`LITTLE_MIN_WAVES`] prompts a client, excluded.
 pub fn flag_inconsistent(points: &mut [FitPoint]) -> Vec<Trap> {
     let mut traps = Vec::new();
     let at = |k: &str| TARGETS.iter().position(|t| t.key() == k).expect("a target");
@@ -403,38 +404,37 @@ pub fn flag_inconsistent(points: &mut [FitPoint]) -> Vec<Trap> {
                 });
             }
         }
+        // Little's law on a closed loop: its clients receive concurrency × mean output ÷ mean
+        // E2EL; above that is impossible, and far below it over a run long enough that the
+        // client kept its concurrency in flight most of the time (its first and last waves ramp).
         let w = &p.spec.workload;
-        if let (Some(c), Some(e), Some(x)) = (w.max_concurrency, p.measured[e2el], p.measured[thr]) {
+        if let (Some(c), Some(e), Some(x), None) =
+            (w.max_concurrency, p.measured[e2el], p.measured[thr], w.request_rate)
+        {
             let (_, out) = sim::workload::generate(w).mean_lengths();
-            let bound = f64::from(c.min(w.num_prompts)) * out / (e / 1e3);
-            if w.request_rate.is_none() && x > LENGTH_TOLERANCE * bound {
+            let clients = c.min(w.num_prompts);
+            let bound = f64::from(clients) * out / (e / 1e3);
+            let law = format!(
+                "what {clients} client(s) receive with a mean E2EL of {e:.1} ms and {out:.0}-token outputs ({bound:.1} tok/s, Little's law)"
+            );
+            let why = if x > LENGTH_TOLERANCE * bound {
+                Some(format!("output throughput {x:.1} tok/s is above {law}: it is not this run's. Excluded"))
+            } else if u64::from(w.num_prompts) >= LITTLE_MIN_WAVES * u64::from(c) && x * LITTLE_BELOW < bound {
+                Some(format!(
+                    "output throughput {x:.1} tok/s is under 1/{LITTLE_BELOW} of {law} over {} prompts: it is not this run's. Excluded",
+                    w.num_prompts
+                ))
+            } else {
+                None
+            };
+            if let Some(why) = why {
                 p.measured[thr] = None;
                 traps.push(Trap {
                     point: p.name.clone(),
                     metrics: vec!["output_throughput".into()],
                     kind: "inconsistent",
                     action: "excluded",
-                    why: format!(
-                        "output throughput {x:.1} tok/s is above what {} client(s) receive with a mean E2EL of {e:.1} ms and {out:.0}-token outputs ({bound:.1} tok/s, Little's law): it is not this run's. Excluded",
-                        c.min(w.num_prompts)
-                    ),
-                });
-            } else if w.request_rate.is_none()
-                && u64::from(w.num_prompts) >= LITTLE_MIN_WAVES * u64::from(c)
-                && x * LITTLE_BELOW < bound
-            {
-                // From below too, where the run is long enough that the client kept its
-                // concurrency in flight most of the time (its first and last waves ramp).
-                p.measured[thr] = None;
-                traps.push(Trap {
-                    point: p.name.clone(),
-                    metrics: vec!["output_throughput".into()],
-                    kind: "inconsistent",
-                    action: "excluded",
-                    why: format!(
-                        "output throughput {x:.1} tok/s is under 1/{LITTLE_BELOW} of what {c} client(s) receive with a mean E2EL of {e:.1} ms and {out:.0}-token outputs ({bound:.1} tok/s, Little's law) over {} prompts: it is not this run's. Excluded",
-                        w.num_prompts
-                    ),
+                    why,
                 });
             }
         }
