@@ -510,14 +510,6 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
             points.push(FitPoint { name, spec, measured: procedure::measured_targets(&r), replay: None });
         }
     }
-    // A mean TTFT carrying a tail the simulator does not make: its median is fitted instead.
-    let mean_tails = match points.first() {
-        Some(first) => {
-            let prior = calib::identify::linear_prior(&first.spec.cost);
-            calib::traps::flag_mean_tails(&mut points, &given, &prior)
-        }
-        None => Vec::new(),
-    };
     let discrepancy = match &a.discrepancy {
         Some(spec) => calib::fit::Discrepancy::parse(spec).map_err(|e| format!("--discrepancy {e}"))?,
         None => calib::fit::Discrepancy::corpus(),
@@ -530,10 +522,11 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
         a.scenario[0].display().to_string(),
         &discrepancy,
         &model_error,
+        &given,
     )
     .map_err(|e| e.to_string())?;
     let mut profile = profile;
-    profile.traps.get_or_insert_with(Vec::new).extend(mean_tails.into_iter().chain(set_aside));
+    profile.traps.get_or_insert_with(Vec::new).extend(set_aside);
     write_profile(&a.out, &profile)?;
     print!("{}", profile_summary(&profile));
     Ok(ExitCode::SUCCESS)

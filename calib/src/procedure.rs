@@ -372,13 +372,16 @@ pub fn calibrate_from_results(
     files: Vec<String>,
     scenario: String,
 ) -> Result<Profile> {
-    calibrate_from_results_with(points, max_evals, files, scenario, &fit::Discrepancy::corpus(), &[])
+    calibrate_from_results_with(points, max_evals, files, scenario, &fit::Discrepancy::corpus(), &[], &[])
 }
 
 /// [`calibrate_from_results`] with the model's discrepancy at a point given (`calibrate
 /// --discrepancy`) instead of the corpus', and the intervals' model-error term (the uncalibrated
 /// 90% |error|) given for the families in `model_error` (`calibrate --model-error`) instead of
-/// `validation/baseline.json`'s for the GPU and engine.
+/// `validation/baseline.json`'s for the GPU and engine. `given` holds each point's values as its
+/// source gives them, the medians and p99s `measured_targets` sets aside included
+/// ([`given_targets`]), for the traps that read them ([`crate::traps::flag_mean_tails`]); empty:
+/// none but `measured`.
 pub fn calibrate_from_results_with(
     points: &[FitPoint],
     max_evals: usize,
@@ -386,14 +389,18 @@ pub fn calibrate_from_results_with(
     scenario: String,
     discrepancy: &fit::Discrepancy,
     model_error: &[(&str, f64)],
+    given: &[Vec<Option<f64>>],
 ) -> Result<Profile> {
     let first =
         points.first().ok_or(CalibError::Input { flag: "--from-results", message: "no load point found".into() })?;
     let mut points = points.to_vec();
-    let mut traps = crate::traps::flag(&mut points);
     let prior = crate::identify::linear_prior(&first.spec.cost);
+    // A mean TTFT carrying a tail: its median stands for it before the other traps read it.
+    let mean_tails = crate::traps::flag_mean_tails(&mut points, given, &prior);
+    let mut traps = crate::traps::flag(&mut points);
     traps.extend(crate::traps::flag_tails(&mut points, &prior));
     traps.extend(crate::traps::flag_lengths(&mut points, &prior));
+    traps.extend(mean_tails);
     if crate::identify::rows(&points).is_empty() {
         return Err(CalibError::Input {
             flag: "--from-results",
