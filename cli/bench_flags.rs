@@ -104,18 +104,9 @@ impl BenchFlags {
         flags.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))).collect()
     }
 
-    /// [`BenchFlags::values`] as `--set` text: a string as it is, anything else as JSON.
+    /// [`BenchFlags::values`] as `--set` text ([`as_text`]).
     fn given(&self) -> Vec<(&'static str, String)> {
-        self.values()
-            .into_iter()
-            .map(|(k, v)| {
-                let text = match v {
-                    Value::String(s) => s,
-                    v => v.to_string(),
-                };
-                (k, text)
-            })
-            .collect()
+        as_text(self.values())
     }
 
     /// The flag that sets `workload.<field>`.
@@ -151,6 +142,17 @@ impl BenchFlags {
     pub fn name_the_flag(&self, e: String) -> String {
         name_flags(e, &self.given())
     }
+}
+
+/// `(field, value)` pairs as `--set` text: a string as it is, anything else as JSON.
+pub fn as_text(values: Vec<(&'static str, Value)>) -> Vec<(&'static str, String)> {
+    values
+        .into_iter()
+        .map(|(k, v)| match v {
+            Value::String(s) => (k, s),
+            v => (k, v.to_string()),
+        })
+        .collect()
 }
 
 /// [`BenchFlags::name_the_flag`] over `given`, `(workload field, value text)` of each flag the

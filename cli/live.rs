@@ -49,8 +49,7 @@ impl WorkloadArgs {
     /// An error about a workload field a flag set names the flag first (`--max-concurrency
     /// (workload.max_concurrency): ...`): the user typed the flag, not the scenario's path.
     fn name_the_flag(&self, e: String) -> String {
-        let given: Vec<(&'static str, String)> = self.values().into_iter().map(|(k, v)| (k, v.to_string())).collect();
-        crate::bench_flags::name_flags(e, &given)
+        crate::bench_flags::name_flags(e, &crate::bench_flags::as_text(self.values()))
     }
 
     /// The `workload` section these flags describe (over the scenario's, if any), sent to
