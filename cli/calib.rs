@@ -452,21 +452,23 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
             stated_deployment_differs(&r.stated, &spec).map_err(|e| format!("{}#{k}: {e}", f.display()))?;
             // The prompts the result measured must be the scenario's: every metric moves with
             // their length, and a fit would take the difference for the engine's speed.
-            let (scenario_in, scenario_out) = sim::workload::generate(&spec.workload).mean_lengths();
-            if let Some(measured) = r.mean_input_len {
+            let generated = sim::workload::generate(&spec.workload);
+            let (scenario_in, scenario_out) = generated.mean_lengths();
+            let [measured_in, measured_out] = r.mean_lengths(generated.requests.len() as u64);
+            if let Some((measured, by)) = measured_in {
                 if scenario_in > 0.0 && (measured / scenario_in).ln().abs() > calib::traps::LENGTH_TOLERANCE.ln() {
                     return Err(format!(
-                        "{}#{k}: total_input_tokens: the result's prompts average {measured:.0} tokens (total_input_tokens ÷ completed), the scenario's {scenario_in:.0}: the scenario is not the measured run; give its prompt lengths (--set workload.random_input_len=N, or a trace of the run's requests)",
+                        "{}#{k}: total_input_tokens: the result's prompts average {measured:.0} tokens ({by}), the scenario's {scenario_in:.0}: the scenario is not the measured run; give its prompt lengths (--set workload.random_input_len=N, or a trace of the run's requests)",
                         f.display()
                     ));
                 }
             }
             // The same for the outputs: decode steps and TPOT move with them (a 64-token run
             // fitted against 512-token outputs took the difference for a 3.3× step cost).
-            if let Some(measured) = r.mean_output_len {
+            if let Some((measured, by)) = measured_out {
                 if scenario_out > 0.0 && (measured / scenario_out).ln().abs() > calib::traps::LENGTH_TOLERANCE.ln() {
                     return Err(format!(
-                        "{}#{k}: total_output_tokens: the result's outputs average {measured:.0} tokens (total_output_tokens ÷ completed), the scenario's {scenario_out:.0}: the scenario is not the measured run; give its output lengths (--set workload.random_output_len=N; where EOS ended them and the modelled client lets it, ignore_eos false with an output_len_dist)",
+                        "{}#{k}: total_output_tokens: the result's outputs average {measured:.0} tokens ({by}), the scenario's {scenario_out:.0}: the scenario is not the measured run; give its output lengths (--set workload.random_output_len=N; where EOS ended them and the modelled client lets it, ignore_eos false with an output_len_dist)",
                         f.display()
                     ));
                 }

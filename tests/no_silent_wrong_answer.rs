@@ -1247,6 +1247,18 @@ fn live_loop_inputs_that_cannot_hold_are_refused() {
             format!("{{{metrics}, \"num_prompts\": 24, \"completed\": 24, \"total_input_tokens\": 24576}}"),
             "the result's prompts average 1024 tokens (total_input_tokens ÷ completed), the scenario's 256",
         ),
+        // Without `completed` the check had been skipped, silently (the calibrate-traps audit,
+        // 2026-12-06): the totals are over `num_prompts`, or without it the scenario's count.
+        (
+            "long-prompts-no-completed.json",
+            format!("{{{metrics}, \"num_prompts\": 24, \"total_input_tokens\": 24576, \"total_output_tokens\": 768}}"),
+            "the result's prompts average 1024 tokens (total_input_tokens ÷ num_prompts), the scenario's 256",
+        ),
+        (
+            "long-outputs-no-count.json",
+            format!("{{{metrics}, \"total_output_tokens\": 20480}}"),
+            "total_output_tokens ÷ the scenario's 40 requests: the result gives neither completed nor num_prompts), the scenario's 32",
+        ),
         (
             "failed.json",
             format!("{{{metrics}, \"num_prompts\": 80, \"completed\": 17, \"failed\": 63}}"),

@@ -11,11 +11,15 @@ pub struct ResultPoint {
     pub load: LoadOverrides,
     /// Each report metric the result gives as a number, in report order.
     pub metrics: Vec<(Metric, f64)>,
-    /// The mean prompt length the result measured (`total_input_tokens` ÷ `completed`), where
-    /// it says.
-    pub mean_input_len: Option<f64>,
-    /// The mean output length it measured (`total_output_tokens` ÷ `completed`), where it says.
-    pub mean_output_len: Option<f64>,
+    /// The prompt tokens the result measured (`total_input_tokens`), where it says.
+    pub total_input_tokens: Option<f64>,
+    /// The output tokens it measured (`total_output_tokens`), where it says.
+    pub total_output_tokens: Option<f64>,
+    /// The requests those totals are over, and the field that says it: `completed`, or
+    /// `num_prompts` where a file leaves `completed` out (a run whose requests did not all
+    /// complete is refused when either says so); `None` where the file gives neither
+    /// ([`ResultPoint::mean_lengths`] then takes the scenario's count).
+    pub requests: Option<(f64, &'static str)>,
     /// The run replayed a trace's arrivals (`request_rate: "trace"`, servesim's own report).
     pub replayed_trace: bool,
     /// What the file says it ran on, where it says.
@@ -44,6 +48,26 @@ impl StatedDeployment {
             hardware: s("hardware"),
             num_replicas: m.get("fleet").and_then(|f| f.get("num_replicas")).and_then(Value::as_u64),
         }
+    }
+}
+
+impl ResultPoint {
+    /// The mean prompt and output lengths the result measured, each with what it divided by
+    /// (`"total_input_tokens ÷ completed"`): its totals over its own request count, or where it
+    /// gives none, over `scenario_requests` (the scenario's requests, whose count the point's
+    /// load did not replace).
+    pub fn mean_lengths(&self, scenario_requests: u64) -> [Option<(f64, String)>; 2] {
+        let (n, by) = match self.requests {
+            Some((n, k)) => (n, k.to_string()),
+            None => (
+                scenario_requests as f64,
+                format!(
+                    "the scenario's {scenario_requests} requests: the result gives neither completed nor num_prompts"
+                ),
+            ),
+        };
+        [("total_input_tokens", self.total_input_tokens), ("total_output_tokens", self.total_output_tokens)]
+            .map(|(k, t)| t.filter(|_| n > 0.0).map(|t| (t / n, format!("{k} ÷ {by}"))))
     }
 }
 
@@ -134,20 +158,23 @@ pub fn parse_results(text: &str, name: &str) -> Result<Vec<ResultPoint>, String>
                 "{at}: {k}: the run ramped its request rate up (vllm bench serve --ramp-up-strategy), which servesim does not model; fit on a run at a constant rate"
             ));
         }
-        let per_request =
-            |key: &str| match (m.get(key).and_then(Value::as_f64), m.get("completed").and_then(Value::as_f64)) {
-                (Some(t), Some(c)) if t > 0.0 && c > 0.0 => Some(t / c),
-                _ => None,
-            };
-        let mean_input_len = per_request("total_input_tokens");
-        let mean_output_len = per_request("total_output_tokens");
+        // The mean lengths the run measured are its totals over its requests: `completed`, or
+        // where a file leaves that out, `num_prompts` (every request completed, or the file
+        // would have said otherwise above). A file without either still has its lengths
+        // checked, over the scenario's count (`ResultPoint::mean_lengths`): without a count the
+        // check had been skipped, silently.
+        let total = |key: &str| m.get(key).and_then(Value::as_f64).filter(|t| *t > 0.0);
+        let requests = ["completed", "num_prompts"]
+            .into_iter()
+            .find_map(|k| m.get(k).and_then(Value::as_f64).filter(|c| *c > 0.0).map(|c| (c, k)));
         // A source may publish any subset of the fitted metrics (percentiles only, throughput
         // only): the fit uses what is there. A point with none of them cannot be fitted.
         let point = ResultPoint {
             load: load_overrides(&m),
             metrics: Metric::ALL.iter().filter_map(|&k| Some((k, m.get(k.key())?.as_f64()?))).collect(),
-            mean_input_len,
-            mean_output_len,
+            total_input_tokens: total("total_input_tokens"),
+            total_output_tokens: total("total_output_tokens"),
+            requests,
             replayed_trace: m.get("request_rate").and_then(Value::as_str) == Some("trace"),
             stated: StatedDeployment::of(&m),
         };
@@ -308,7 +335,14 @@ mod tests {
             "r.json",
         )
         .unwrap();
-        assert_eq!((p[0].mean_input_len, p[0].mean_output_len), (Some(256.0), Some(32.0)));
+        let means = p[0].mean_lengths(7);
+        assert_eq!(
+            means,
+            [
+                Some((256.0, "total_input_tokens ÷ completed".into())),
+                Some((32.0, "total_output_tokens ÷ completed".into()))
+            ]
+        );
     }
 }
 
@@ -345,9 +379,10 @@ fn load_overrides(r: &Map<String, Value>) -> LoadOverrides {
     o
 }
 
-/// `text` with Python's non-JSON number words (`NaN`, `Infinity`, `-Infinity`) outside strings
-/// replaced by `null`, but `Infinity` as the value of `request_rate` or `burstiness` by the
-/// string `"inf"`; everything else as it is.
+/// `text` with Python's non-JSON number words outside strings made JSON: `NaN` (a statistic
+/// over no values) as `null`; `Infinity` as the value of `request_rate` or `burstiness` as the
+/// string `"inf"`; any other `Infinity` or `-Infinity` as that word in a string, for the field's
+/// own check to refuse; everything else as it is.
 pub fn python_non_finite_as_null(text: &str) -> String {
     let b = text.as_bytes();
     let mut out = String::with_capacity(text.len());
@@ -383,10 +418,17 @@ pub fn python_non_finite_as_null(text: &str) -> String {
                 .map(str::trim_end)
                 .and_then(|t| t.strip_suffix('"'))
                 .and_then(|t| t.rfind('"').map(|q| &t[q + 1..]));
+            // Elsewhere an infinity is no statistic a benchmark writes (a mean or percentile over
+            // no values is NaN): it stays a word, as a string, which the field's check refuses
+            // as not a number (`-Infinity` had been read as a metric not given).
             if w == "Infinity" && matches!(key, Some("request_rate" | "burstiness")) {
                 out.push_str("\"inf\"");
-            } else {
+            } else if w == "NaN" {
                 out.push_str("null");
+            } else {
+                out.push('"');
+                out.push_str(w);
+                out.push('"');
             }
             i += w.len();
             start = i;
@@ -406,7 +448,8 @@ mod non_finite_tests {
     fn python_nan_and_infinity_read_as_null_outside_strings() {
         let t = r#"{"a": NaN, "b": -Infinity, "c": Infinity, "s": "NaN Infinity", "NaNx": 1, "d": [NaN]}"#;
         let v: Value = serde_json::from_str(&python_non_finite_as_null(t)).unwrap();
-        assert!(v["a"].is_null() && v["b"].is_null() && v["c"].is_null() && v["d"][0].is_null());
+        assert!(v["a"].is_null() && v["d"][0].is_null());
+        assert_eq!((v["b"].as_str(), v["c"].as_str()), (Some("-Infinity"), Some("Infinity")));
         assert_eq!(v["s"], "NaN Infinity");
         assert_eq!(v["NaNx"], 1);
         // A load's Infinity is a value: sglang.bench_serving's default rate (it was read as
@@ -416,7 +459,7 @@ mod non_finite_tests {
         ))
         .unwrap();
         assert_eq!((v["request_rate"].as_str(), v["burstiness"].as_str()), (Some("inf"), Some("inf")));
-        assert!(v["x"].is_null());
+        assert_eq!(v["x"].as_str(), Some("Infinity"));
         let p =
             parse_results(r#"{"request_rate": Infinity, "max_concurrency": 20, "mean_ttft_ms": 3381.0}"#, "s.jsonl")
                 .unwrap();
@@ -428,5 +471,20 @@ mod non_finite_tests {
         let r = r#"{"max_concurrency": 1, "mean_ttft_ms": 100.0, "mean_itl_ms": NaN, "std_itl_ms": NaN}"#;
         let p = parse_results(r, "r.json").unwrap();
         assert_eq!(p.len(), 1);
+        // An infinite metric is no measurement: refused, naming the field (a -Infinity TTFT had
+        // been read as not given, and the point fitted on the rest).
+        for w in ["-Infinity", "Infinity"] {
+            let e = parse_results(
+                &format!(r#"{{"max_concurrency": 1, "mean_tpot_ms": 9.0, "mean_ttft_ms": {w}}}"#),
+                "r.json",
+            )
+            .unwrap_err();
+            assert!(
+                e.starts_with(&format!("r.json: mean_ttft_ms: expected a positive number")) && e.contains(w),
+                "{e}"
+            );
+        }
+        let e = parse_results(r#"{"request_rate": -Infinity, "mean_ttft_ms": 50.0}"#, "r.json").unwrap_err();
+        assert!(e.contains("request_rate"), "{e}");
     }
 }
