@@ -64,8 +64,9 @@ impl BenchFlags {
                 return Err(format!("{flag}: expected a number, got NaN"));
             }
         }
-        if let Some(b) = self.burstiness.filter(|b| !b.is_finite()) {
-            return Err(format!("--burstiness: expected a finite number above 0, got {b}"));
+        // `inf` is vLLM's fixed gaps (from 0.11.1); -inf is no burstiness.
+        if let Some(b) = self.burstiness.filter(|b| *b == f64::NEG_INFINITY) {
+            return Err(format!("--burstiness: expected a number above 0 or inf, got {b}"));
         }
         if let Some(r) = self.random_range_ratio.filter(|r| !r.is_finite()) {
             return Err(format!("--random-range-ratio: expected a number in [0, 1), got {r}"));
@@ -96,7 +97,8 @@ impl BenchFlags {
             ("num_prompts", n(self.num_prompts)),
             ("max_concurrency", n(self.max_concurrency)),
             ("request_rate", rate),
-            ("burstiness", f(self.burstiness)),
+            // An infinite burstiness as text (JSON has no infinity), which the field reads.
+            ("burstiness", self.burstiness.map(|b| if b.is_infinite() { Value::from("inf") } else { Value::from(b) })),
             ("num_warmups", n(self.num_warmups)),
             ("ignore_eos", self.ignore_eos.then_some(Value::Bool(true))),
             ("initial_test_request", self.no_initial_test.then_some(Value::Bool(false))),

@@ -905,3 +905,45 @@ fn explain_does_not_advise_a_higher_tp_where_all_reduces_dominate() {
     let thr = |tp: &str| stdout_json(&run("simulate", tp))["output_throughput"].as_f64().unwrap();
     assert!(thr("8") < thr("4"));
 }
+
+/// `--burstiness inf` is vLLM's fixed gaps (`get_request`, from 0.11.1): it runs, its report
+/// writes the burstiness as "inf" (JSON has no infinity), and that report is read back as a
+/// result file whose load replays the same fixed gaps. It had been refused ("expected a finite
+/// number above 0"), and a result of it refused by `calibrate --from-results`.
+#[test]
+fn an_infinite_burstiness_is_fixed_gaps() {
+    let s = "scenarios/serve-small-vllm.json";
+    let o = run_cli(&["simulate", s, "--request-rate", "4", "--burstiness", "inf", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["burstiness"], "inf");
+    assert_eq!(j["request_rate"], 4.0);
+    // 40 requests 0.25 s apart, the last sent at 10 s: the run lasts 10 s and one request.
+    let d = j["duration"].as_f64().unwrap();
+    assert!(d > 10.0 && d < 10.5, "{d}");
+    // The same run from the scenario's field, in Python's spelling.
+    let o2 = run_cli(&[
+        "simulate",
+        s,
+        "--set",
+        "workload.request_rate=4",
+        "--set",
+        "workload.burstiness=\"Infinity\"",
+        "--json",
+    ]);
+    assert_eq!(o.stdout, o2.stdout, "{}", String::from_utf8_lossy(&o2.stderr));
+    let f = write_temp("fixed-gaps.json", &String::from_utf8_lossy(&o.stdout));
+    let out = scratch().join("fixed-gaps-profile.json");
+    let c = run_cli(&[
+        "calibrate",
+        "--from-results",
+        f.to_str().unwrap(),
+        "--scenario",
+        s,
+        "--out",
+        out.to_str().unwrap(),
+        "--max-evals",
+        "40",
+    ]);
+    assert!(c.status.success(), "{}", String::from_utf8_lossy(&c.stderr));
+}

@@ -236,15 +236,6 @@ fn check_fields(m: &Map<String, Value>, at: &str) -> Result<(), String> {
         Some(Value::String(s)) if s == "inf" => {}
         Some(v) => return Err(format!("{at}: burstiness: expected a positive number (1: Poisson arrivals), got {v}")),
     }
-    // `vllm bench serve --burstiness inf`: fixed gaps between requests, which servesim's gamma
-    // arrivals (a finite shape) do not model; read as Poisson it would put the queueing of
-    // random gaps into the fitted step costs.
-    if m.get("burstiness").and_then(Value::as_str) == Some("inf") && m.get("request_rate").is_some_and(Value::is_number)
-    {
-        return Err(format!(
-            "{at}: burstiness: Infinity (fixed gaps between requests) at a finite request_rate: servesim's arrivals are gamma-distributed with a finite burstiness and cannot replay fixed gaps; fit on a run with burstiness 1 (Poisson) or another finite value"
-        ));
-    }
     match m.get("request_rate") {
         None | Some(Value::Null) => {}
         Some(Value::Number(n)) if n.as_f64().is_some_and(|v| v.is_finite() && v > 0.0) => {}
@@ -370,8 +361,11 @@ fn load_overrides(r: &Map<String, Value>) -> LoadOverrides {
         _ => {}
     }
     // How bursty the arrivals at a finite rate were (1: Poisson); at an infinite rate it says nothing.
-    if let (Some(Value::Number(_)), Some(Value::Number(b))) = (r.get("request_rate"), r.get("burstiness")) {
-        o.sets.push(format!("workload.burstiness={b}"));
+    // `inf` (Python's Infinity, read as the text "inf"): fixed gaps, which the scenario replays.
+    match (r.get("request_rate"), r.get("burstiness")) {
+        (Some(Value::Number(_)), Some(Value::Number(b))) => o.sets.push(format!("workload.burstiness={b}")),
+        (Some(Value::Number(_)), Some(Value::String(b))) if b == "inf" => o.sets.push("workload.burstiness=inf".into()),
+        _ => {}
     }
     if let Some(n) = r.get("num_prompts").or(r.get("completed")).and_then(Value::as_u64) {
         o.sets.push(format!("workload.num_prompts={n}"));
@@ -464,9 +458,11 @@ mod non_finite_tests {
             parse_results(r#"{"request_rate": Infinity, "max_concurrency": 20, "mean_ttft_ms": 3381.0}"#, "s.jsonl")
                 .unwrap();
         assert!(p[0].load.sets.contains(&"workload.request_rate=inf".to_string()), "{:?}", p[0].load.sets);
-        let e = parse_results(r#"{"request_rate": 0.9, "burstiness": Infinity, "mean_ttft_ms": 50.0}"#, "r.json")
-            .unwrap_err();
-        assert!(e.starts_with("r.json: burstiness: Infinity (fixed gaps"), "{e}");
+        // vLLM's fixed gaps (`--burstiness inf`) are the point's load, replayed (they had been
+        // refused when servesim's arrivals had no infinite burstiness).
+        let p =
+            parse_results(r#"{"request_rate": 0.9, "burstiness": Infinity, "mean_ttft_ms": 50.0}"#, "r.json").unwrap();
+        assert!(p[0].load.sets.contains(&"workload.burstiness=inf".to_string()), "{:?}", p[0].load.sets);
         // A result with a NaN metric is read, that metric as not given.
         let r = r#"{"max_concurrency": 1, "mean_ttft_ms": 100.0, "mean_itl_ms": NaN, "std_itl_ms": NaN}"#;
         let p = parse_results(r, "r.json").unwrap();

@@ -468,6 +468,9 @@ impl BenchReport {
                 Metric::RequestRate if self.trace_arrivals => map.serialize_entry(m.key(), "trace")?,
                 Metric::Burstiness if self.trace_arrivals => map.serialize_entry(m.key(), &Num::Null)?,
                 Metric::RequestRate if self.request_rate.is_none() => map.serialize_entry(m.key(), "inf")?,
+                // Fixed gaps (`--burstiness inf`): JSON has no infinity (vLLM's Python writes
+                // `Infinity`, which is not JSON); "inf" as for the rate.
+                Metric::Burstiness if self.burstiness.is_infinite() => map.serialize_entry(m.key(), "inf")?,
                 // SGLang's name for a preemption: an SGLang report's key (`null` where not measured).
                 Metric::NumRetractions if EngineKind::parse(&self.engine) != Some(EngineKind::Sglang) => {}
                 _ => map.serialize_entry(m.key(), &num(m))?,
@@ -524,6 +527,18 @@ impl<'de> Deserialize<'de> for BenchReport {
                         "hardware" => r.hardware = a.next_value()?,
                         "ttft_breakdown" => r.ttft_breakdown = a.next_value()?,
                         "stop_reason" => r.stop_reason = a.next_value()?,
+                        "burstiness" => {
+                            r.burstiness = match a.next_value::<Option<Rate>>()? {
+                                Some(Rate::Rate(x)) => x,
+                                Some(Rate::Text(t)) if matches!(t.as_str(), "inf" | "Infinity") => f64::INFINITY,
+                                Some(Rate::Text(t)) => {
+                                    return Err(serde::de::Error::custom(format!(
+                                        "burstiness: expected a number or \"inf\", got {t:?}"
+                                    )))
+                                }
+                                None => 0.0,
+                            }
+                        }
                         "request_rate" => {
                             r.request_rate = match a.next_value()? {
                                 Rate::Rate(x) => Some(x),
@@ -1444,6 +1459,19 @@ pub fn text_report(r: &BenchReport, opts: &TextOptions, what: &str) -> String {
     report_text(r, opts, what, None)
 }
 
+/// The total-throughput line's label as the modelled `vllm bench serve` prints it: "Total Token
+/// throughput" through 0.12, "Total token throughput" from 0.13.0 (read in the wheels). An
+/// SGLang scenario's report takes the newer wording.
+fn total_token_label(r: &BenchReport) -> &'static str {
+    let old_vllm = EngineKind::parse(&r.engine) == Some(EngineKind::Vllm)
+        && crate::engine::Version::parse(&r.engine_version).is_some_and(|v| v < crate::engine::Version::new(0, 13, 0));
+    if old_vllm {
+        "Total Token throughput (tok/s):"
+    } else {
+        "Total token throughput (tok/s):"
+    }
+}
+
 /// [`text_report`], with the request-rate line's value given (`trace`: arrivals from a trace).
 fn report_text(r: &BenchReport, opts: &TextOptions, what: &str, rate_label: Option<&str>) -> String {
     let mut s = String::new();
@@ -1453,10 +1481,12 @@ fn report_text(r: &BenchReport, opts: &TextOptions, what: &str, rate_label: Opti
     if let Some(c) = r.max_concurrency {
         line(&mut s, "Maximum request concurrency:", c);
     }
+    // vllm bench serve prints the configured rate only when it is finite (`if request_rate !=
+    // float("inf")`, 0.11.0-0.34.0); a trace's arrivals are servesim's own case and say so.
     match (rate_label.or(r.trace_arrivals.then_some("trace")), r.request_rate) {
         (Some(l), _) => line(&mut s, "Request rate configured (RPS):", l),
         (None, Some(rate)) => line(&mut s, "Request rate configured (RPS):", format!("{rate:.2}")),
-        (None, None) => line(&mut s, "Request rate configured (RPS):", "inf"),
+        (None, None) => {}
     }
     linef(&mut s, "Benchmark duration (s):", r.duration);
     line(&mut s, "Total input tokens:", r.total_input_tokens);
@@ -1465,9 +1495,11 @@ fn report_text(r: &BenchReport, opts: &TextOptions, what: &str, rate_label: Opti
     linef(&mut s, "Output token throughput (tok/s):", r.output_throughput);
     linef(&mut s, "Peak output token throughput (tok/s):", r.max_output_tokens_per_s);
     linef(&mut s, "Peak concurrent requests:", r.max_concurrent_requests as f64);
-    linef(&mut s, "Total Token throughput (tok/s):", r.total_token_throughput);
-    for metric in &opts.metrics {
-        let (title, name, st) = match metric.as_str() {
+    linef(&mut s, total_token_label(r), r.total_token_throughput);
+    // vLLM prints the selected metrics in one fixed order (its `process_one_metric` calls:
+    // ttft, tpot, itl, e2el), whatever order `--percentile-metrics` gives them in.
+    for metric in ["ttft", "tpot", "itl", "e2el"].into_iter().filter(|m| opts.metrics.iter().any(|x| x == m)) {
+        let (title, name, st) = match metric {
             "ttft" => ("Time to First Token", "TTFT", &r.ttft),
             "tpot" => ("Time per Output Token (excl. 1st token)", "TPOT", &r.tpot),
             "itl" => ("Inter-token Latency", "ITL", &r.itl),
@@ -1534,6 +1566,28 @@ fn report_text(r: &BenchReport, opts: &TextOptions, what: &str, rate_label: Opti
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The text block follows the modelled `vllm bench serve` (helper audit of the client,
+    /// 2026-12-06, read in the 0.11.0-0.34.0 wheels): no rate line at an infinite rate, the
+    /// total-throughput label by release, the metric sections in vLLM's fixed order.
+    #[test]
+    fn the_text_block_follows_the_modelled_client() {
+        let (spec, out) = run("rtx5090-qwen2.5-7b-vllm");
+        let mut r = PointReport::of(&spec, &out).bench;
+        r.request_rate = None;
+        let opts = TextOptions { percentiles: vec![99.0], metrics: vec!["e2el".into(), "ttft".into()] };
+        let t = text_report(&r, &opts, "simulated");
+        assert!(!t.contains("Request rate configured"), "{t}");
+        let (ttft, e2el) = (t.find("Mean TTFT").unwrap(), t.find("Mean E2EL").unwrap());
+        assert!(ttft < e2el && !t.contains("TPOT"), "{t}");
+        r.request_rate = Some(4.0);
+        r.engine_version = "0.12.0".into();
+        let t = text_report(&r, &opts, "simulated");
+        assert!(t.contains("Request rate configured (RPS):           4.00"), "{t}");
+        assert!(t.contains("Total Token throughput (tok/s):"), "{t}");
+        r.engine_version = "0.13.0".into();
+        assert!(text_report(&r, &opts, "simulated").contains("Total token throughput (tok/s):"));
+    }
 
     /// A built-in scenario, at a few prompts, simulated.
     fn run(id: &str) -> (SimSpec, SimOutput) {

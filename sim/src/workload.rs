@@ -443,11 +443,16 @@ fn secs_to_ns(s: f64) -> u64 {
 pub fn arrival_offsets(n: usize, rate: Option<f64>, burstiness: f64, seed: u64) -> Vec<u64> {
     let Some(rate) = rate else { return vec![0; n] };
     let mut rng = stream(seed, "arrivals");
-    let gamma = Gamma::new(burstiness, 1.0 / (rate * burstiness)).expect("validated rate and burstiness");
+    // An infinite burstiness is the gamma's limit, every gap 1 / rate (`get_request`: "when
+    // burstiness tends to infinity, the delay time becomes constant"), summed and rescaled as
+    // the random gaps are.
+    let gamma = burstiness
+        .is_finite()
+        .then(|| Gamma::new(burstiness, 1.0 / (rate * burstiness)).expect("validated rate and burstiness"));
     let mut t = 0.0f64;
     let mut delays: Vec<f64> = Vec::with_capacity(n);
     for _ in 0..n {
-        t += gamma.sample(&mut rng);
+        t += gamma.as_ref().map_or(1.0 / rate, |g| g.sample(&mut rng));
         delays.push(t);
     }
     if let Some(&last) = delays.last() {
@@ -616,6 +621,16 @@ mod tests {
         assert_eq!(*a.last().unwrap(), 5_000_000_000);
         assert!(a.windows(2).all(|w| w[0] <= w[1]));
         assert!(a[0] > 0, "the first request is delayed too");
+    }
+
+    /// `--burstiness inf`: every gap 1 / rate (vLLM's `get_request` from 0.11.1), the first
+    /// request one gap in, and no random draw (the seed changes nothing).
+    #[test]
+    fn infinite_burstiness_gives_fixed_gaps() {
+        let a = arrival_offsets(40, Some(4.0), f64::INFINITY, 3);
+        assert_eq!(a, arrival_offsets(40, Some(4.0), f64::INFINITY, 9));
+        assert_eq!((a[0], a[1], *a.last().unwrap()), (250_000_000, 500_000_000, 10_000_000_000));
+        assert!(a.windows(2).all(|w| w[1] - w[0] == 250_000_000), "{a:?}");
     }
 
     #[test]

@@ -298,6 +298,25 @@ impl<'de> Deserialize<'de> for RequestRate {
     }
 }
 
+/// `burstiness`: a number, or `"inf"` (also `"Infinity"`, as Python writes it) for fixed gaps;
+/// `null` for the default.
+fn burstiness<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Option<f64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum B {
+        Number(f64),
+        Text(String),
+    }
+    match Option::<B>::deserialize(d)? {
+        None => Ok(None),
+        Some(B::Number(x)) => Ok(Some(x)),
+        Some(B::Text(t)) => match t.as_str() {
+            "inf" | "Infinity" | "infinity" => Ok(Some(f64::INFINITY)),
+            _ => Err(serde::de::Error::custom(format!("expected a number or \"inf\", got {t:?}"))),
+        },
+    }
+}
+
 /// The dataset generator (`--dataset-name`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -375,7 +394,8 @@ pub struct WorkloadSection {
     pub max_concurrency: Option<u32>,
     #[serde(default)]
     pub request_rate: Option<RequestRate>,
-    #[serde(default)]
+    /// A number, or `"inf"` (fixed gaps of 1 / rate: `vllm bench serve --burstiness inf`).
+    #[serde(default, deserialize_with = "burstiness")]
     pub burstiness: Option<f64>,
     #[serde(default)]
     pub ignore_eos: Option<bool>,

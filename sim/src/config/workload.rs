@@ -300,18 +300,22 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
         r => r,
     };
     let burstiness = w.burstiness.unwrap_or(1.0);
-    if !(burstiness > 0.0 && burstiness.is_finite()) {
-        return Err(ConfigError::new("workload.burstiness", format!("must be > 0, got {burstiness:?}")));
+    // `inf`: fixed gaps of 1 / rate (`vllm bench serve` from 0.11.1, `get_request`).
+    if !(burstiness > 0.0) {
+        return Err(ConfigError::new(
+            "workload.burstiness",
+            format!("must be > 0 (or \"inf\": evenly spaced requests), got {burstiness:?}"),
+        ));
     }
     // The gaps are gamma(shape = burstiness, scale = 1 / (rate × burstiness)): a scale that
     // underflows (or a shape the sampler refuses) cannot draw them (it panicked).
-    if let Some(r) = request_rate {
+    if let Some(r) = request_rate.filter(|_| burstiness.is_finite()) {
         if rand_distr::Gamma::new(burstiness, 1.0 / (r * burstiness)).is_err() || !(1.0 / (r * burstiness)).is_normal()
         {
             return Err(ConfigError::new(
                 "workload.burstiness",
                 format!(
-                    "{burstiness:?} at request_rate {r:?}: the gaps between requests are gamma-distributed with scale 1 / (rate × burstiness), which underflows here; use a smaller burstiness (1: Poisson; larger values approach evenly spaced requests)"
+                    "{burstiness:?} at request_rate {r:?}: the gaps between requests are gamma-distributed with scale 1 / (rate × burstiness), which underflows here; use a smaller burstiness (1: Poisson; larger values approach evenly spaced requests, and \"inf\" gives them)"
                 ),
             ));
         }
