@@ -600,7 +600,10 @@ fn vllm_0110_chat_requests_queue_behind_the_template_parse() {
     let d = parsed["mean_ttft_ms"].as_f64().unwrap() - plain["mean_ttft_ms"].as_f64().unwrap();
     assert!((d - parse_ms).abs() < 1e-6, "one parse a request at concurrency 1: {d}");
     assert_eq!(ttft("0.11.1", chat, &[])["mean_ttft_ms"], ttft("0.11.1", "/v1/completions", &[])["mean_ttft_ms"]);
-    assert!(parsed.get("caveats").is_none(), "{parsed}");
+    // At concurrency 1 the front end keeps up: no chat_front_end caveat (only the template's
+    // tokens, said of every chat run).
+    assert_eq!(parsed["caveats"].as_array().map(Vec::len), Some(1), "{parsed}");
+    assert_eq!(parsed["caveats"][0]["id"], "chat_template_tokens", "{parsed}");
     // 40 short requests at once (the engine is not what queues them): the k-th waits for the k
     // parses up to its own, about 20.5 of them on average.
     let burst = [
@@ -619,6 +622,13 @@ fn vllm_0110_chat_requests_queue_behind_the_template_parse() {
     let (m, m0) = (b["mean_ttft_ms"].as_f64().unwrap(), b0["mean_ttft_ms"].as_f64().unwrap());
     assert!(m >= 20.5 * parse_ms && m > m0 + 10.0 * parse_ms, "{m} against {m0} without the parse");
     assert!(b["caveats"].as_array().unwrap().iter().any(|c| c["id"] == "chat_front_end"), "{b}");
+    // Every chat run says its prompts leave out the chat template's tokens; a completions run
+    // does not.
+    let ids = |v: &serde_json::Value| -> Vec<String> {
+        v["caveats"].as_array().map_or(vec![], |a| a.iter().map(|c| c["id"].as_str().unwrap().to_string()).collect())
+    };
+    assert!(ids(&b).contains(&"chat_template_tokens".to_string()), "{b}");
+    assert!(!ids(&b0).contains(&"chat_template_tokens".to_string()), "{b0}");
 }
 
 /// `enable_chunked_prefill: false` end to end (docs/vllm.md §1, §4): the run completes with

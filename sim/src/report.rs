@@ -697,6 +697,24 @@ pub fn chat_front_end(spec: &SimSpec, workload: &crate::workload::Workload) -> O
     })
 }
 
+/// [`Caveat::id`] of [`chat_template_tokens`].
+pub const CHAT_TEMPLATE_TOKENS: &str = "chat_template_tokens";
+
+/// Requests on the chat endpoint: the server renders each prompt through the model's chat
+/// template (role markers, and a default system prompt where the template has one) before it
+/// prefills it; servesim prefills and counts the dataset's tokens only, and `vllm bench serve`
+/// from 0.20 reports the server's `usage.prompt_tokens` as each request's prompt length
+/// (`async_request_openai_chat_completions`, read in the 0.19.0 and 0.20.0 wheels by the client
+/// audit of 2026-12-06). Not modelled: the template's tokens depend on the model's tokenizer
+/// and template, which servesim's model cards do not carry.
+pub fn chat_template_tokens(workload: &crate::workload::Workload) -> Option<Caveat> {
+    workload.chat.then(|| Caveat {
+        id: CHAT_TEMPLATE_TOKENS,
+        message: "on the chat endpoint the server wraps each prompt in the model's chat template (role markers, and a default system prompt where the template has one: tens of tokens a request) before prefilling it; servesim prefills and counts only the dataset's tokens, so TTFT and each request's KV footprint run a little low where prompts are short, and \"Total input tokens\" is below what vllm bench serve prints from 0.20, which counts the server's usage.prompt_tokens.".to_string(),
+        desynchronised_mean_ttft_ms: None,
+    })
+}
+
 /// [`Caveat::id`] of [`wsl2_pinned_memory`].
 pub const WSL2_PINNED_MEMORY: &str = "wsl2_pinned_memory";
 
@@ -1046,6 +1064,7 @@ pub fn caveats(spec: &SimSpec, workload: &crate::workload::Workload) -> Vec<Cave
     lockstep_waves(spec, workload)
         .into_iter()
         .chain(chat_front_end(spec, workload))
+        .chain(chat_template_tokens(workload))
         .chain(wsl2_pinned_memory(spec))
         .chain(moe_timing(spec))
         .chain(moe_default_config(spec))
