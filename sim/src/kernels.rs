@@ -35,7 +35,10 @@
 //!   in tokens (`t = t_last × tokens / tokens_last`). That is aiconfigurator's own rule there
 //!   (the boundary utilisation held against the MoE roofline, `k_tail = 1`), since at that
 //!   many tokens every expert is touched and the roofline is compute-bound, linear in tokens.
-//!   The points are used as measured (not made monotone). The routing distribution is fixed at
+//!   The points are used as measured (not made monotone), except that each is floored at the
+//!   time its experts' weights take to stream from memory at the GPU card's bandwidth
+//!   ([`moe_weight_floor_ms`]: the collector replays one layer without flushing the L2, which on
+//!   the L40S and RTX PRO 6000 holds a small batch's experts). The routing distribution is fixed at
 //!   extraction to aiconfigurator's default (`power_law_1.2`). No shape, dtype or TP borrow:
 //!   a curve the table does not hold is refused ([`Tables::moe`]).
 //! * **All-reduce** `t(elements)`: log–log between points; beyond the
@@ -876,11 +879,12 @@ impl Tables {
     }
 
     /// One MoE layer's experts over the step's tokens (ms; module docs for the interpolation),
-    /// the words that say where it comes from, and the kernel the collector ran in vLLM's
-    /// `--moe-backend` words ([`moe_backend_of`]; `None` for another engine's name);
-    /// `None` where the table has no curve of this exact shape, dtype and TP (no borrow from
-    /// another).
-    pub fn moe(&self, s: &MoeShape) -> Option<(Curve, String, Option<&'static str>)> {
+    /// each point floored at the time its experts' weights take to stream from memory at
+    /// `mem_bw` bytes/s, the GPU card's bandwidth ([`moe_weight_floor_ms`]), the words that say
+    /// where it comes from, and the kernel the collector ran in vLLM's `--moe-backend` words
+    /// ([`moe_backend_of`]; `None` for another engine's name); `None` where the table has no
+    /// curve of this exact shape, dtype and TP (no borrow from another).
+    pub fn moe(&self, s: &MoeShape, mem_bw: f64) -> Option<(Curve, String, Option<&'static str>)> {
         let c = self.moe.curves.iter().find(|c| {
             c.moe_dtype == s.dtype
                 && c.hidden == s.hidden
@@ -901,7 +905,26 @@ impl Tables {
             c.kernel_source.join("/")
         );
         let kernel = c.kernel_source.iter().map(|k| moe_backend_of(k)).reduce(|a, b| a.filter(|x| Some(*x) == b));
-        Some((Curve { xs: c.num_tokens.clone(), ys: c.latency_ms.clone(), sol_last: None }, label, kernel.flatten()))
+        let mut ys = c.latency_ms.clone();
+        let mut floored = 0;
+        for (y, &x) in ys.iter_mut().zip(&c.num_tokens) {
+            let floor = moe_weight_floor_ms(x, s, &self.moe.distribution, mem_bw);
+            if *y < floor {
+                *y = floor;
+                floored += 1;
+            }
+        }
+        let label = if floored > 0 {
+            format!(
+                "{label}; {floored} of its {} points below its experts' weight reads at the card's {:.0} GB/s, \
+                 floored there",
+                ys.len(),
+                mem_bw / 1e9
+            )
+        } else {
+            label
+        };
+        Some((Curve { xs: c.num_tokens.clone(), ys, sol_last: None }, label, kernel.flatten()))
     }
 
     /// The engine release the MoE table was measured with (`0.24.0`).
@@ -919,6 +942,101 @@ impl Tables {
             .map(|c| (c.moe_dtype.clone(), c.moe_tp))
             .collect()
     }
+}
+
+/// One MoE layer's experts' weight reads on one GPU at `tokens` tokens, as time at `mem_bw`
+/// bytes/s (ms): the experts the step's tokens touch, in expectation under the table's routing
+/// ([`moe_experts_touched`]), each `3 × hidden × moe_intermediate / moe_tp` weights (gate, up
+/// and down) at the table's dtype (2 bytes bf16, 1 byte fp8_block; its scales, 1/16,384 of
+/// that, left out). A decode step streams every layer's experts from HBM: its 48 or 94 layers'
+/// active sets do not stay in a 50–128 MB L2 from one step to the next. aiconfigurator's
+/// collector times a CUDA graph of one layer's fused experts replayed on the same weights with
+/// no L2 flush (`collector/helper.py:benchmark_with_power`, `collector/vllm/collect_moe.py:
+/// run_moe_torch`), so where the GPU's L2 holds that one layer's active experts (L40S 96 MB, RTX
+/// PRO 6000 128 MB, at small token counts) the table's point can be below this (0.35–0.81× of
+/// it at the card's bandwidth); [`Tables::moe`] floors its points here. At the full bandwidth,
+/// not [`crate::cost::ELEMENTWISE_BW_EFF`]'s 0.8: a floor is a bound, and the H100, H200, B200 and
+/// A100 tables, whose L2 cannot hold the active set, reach 0.80–0.93 of the bandwidth in places
+/// (every one of their points is 1.06× or more of this floor, so none moves).
+pub fn moe_weight_floor_ms(tokens: f64, s: &MoeShape, distribution: &str, mem_bw: f64) -> f64 {
+    let weight_bytes = match s.dtype {
+        "bfloat16" => 2.0,
+        _ => 1.0,
+    };
+    let per_expert = 3.0 * f64::from(s.hidden) * f64::from(s.inter) / f64::from(s.moe_tp.max(1)) * weight_bytes;
+    moe_experts_touched(tokens, s.num_experts, s.topk, distribution) * per_expert / mem_bw * 1e3
+}
+
+/// Trials averaged for [`moe_experts_touched`] under a power law.
+const ROUTING_TRIALS: u32 = 256;
+
+/// The distinct experts `tokens` tokens of top-`topk` routing over `num_experts` experts touch, in
+/// expectation under the routing aiconfigurator's collector generated for `distribution`:
+///
+/// * `power_law_<α>`: `collector/helper.py:_generate_power_law_distribution` (called by
+///   `power_law_logits_v3`, EP 1): per-expert weights drawn from a power law of exponent α on
+///   `[1, 0.8·tokens]` (on `[0.01, 2]` when `tokens·topk ≤ num_experts`), scaled to `tokens·topk`
+///   assignments and rounded half to even, each capped at `tokens` with the overflow and any
+///   rounding shortfall added one at a time to the least-loaded expert (so the empty ones first),
+///   a rounding excess taken one at a time from the most-loaded; averaged over
+///   [`ROUTING_TRIALS`] seeded draws (deterministic). One token touches exactly `topk`.
+/// * `balanced`: `min(num_experts, tokens·topk)` (`balanced_logits` spreads the assignments).
+/// * anything else: `topk`, the fewest any routing touches.
+pub fn moe_experts_touched(tokens: f64, num_experts: u32, topk: u32, distribution: &str) -> f64 {
+    type Key = (u64, u32, u32, String);
+    static MEMO: OnceLock<std::sync::Mutex<BTreeMap<Key, f64>>> = OnceLock::new();
+    let (e, k) = (num_experts.max(1), topk.max(1).min(num_experts.max(1)));
+    let t = tokens.max(1.0).round() as u64;
+    if distribution == "balanced" {
+        return (t * u64::from(k)).min(u64::from(e)) as f64;
+    }
+    let Some(alpha) = distribution.strip_prefix("power_law_").and_then(|a| a.parse::<f64>().ok()) else {
+        return f64::from(k);
+    };
+    let key = (t, e, k, distribution.to_string());
+    let memo = MEMO.get_or_init(Default::default);
+    if let Some(v) = memo.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        return *v;
+    }
+    let v = power_law_experts_touched(t, e, k, alpha);
+    memo.lock().unwrap_or_else(|p| p.into_inner()).insert(key, v);
+    v
+}
+
+/// [`moe_experts_touched`] under `power_law_<alpha>`, drawn afresh.
+fn power_law_experts_touched(t: u64, e: u32, k: u32, alpha: f64) -> f64 {
+    use rand::Rng;
+    let target = t * u64::from(k);
+    let (lo, hi) = if target > u64::from(e) { (1.0, t as f64 * 0.8) } else { (0.01, 2.0) };
+    let (lo_p, hi_p) = (f64::powf(lo, 1.0 - alpha), f64::powf(hi, 1.0 - alpha));
+    let mut rng = crate::rng::stream(u64::from(e) << 32 | u64::from(k), "moe-routing-power-law");
+    let mut weights = vec![0.0; e as usize];
+    let mut sum_touched = 0u64;
+    for _ in 0..ROUTING_TRIALS {
+        for w in weights.iter_mut() {
+            let u: f64 = rng.random();
+            *w = ((hi_p - lo_p) * u + lo_p).powf(1.0 / (1.0 - alpha));
+        }
+        let total: f64 = weights.iter().sum();
+        let (mut assigned, mut overflow, mut nonzero) = (0u64, 0u64, 0u64);
+        for w in &weights {
+            let c = (w / total * target as f64).round_ties_even() as u64;
+            overflow += c.saturating_sub(t);
+            let c = c.min(t);
+            assigned += c;
+            nonzero += u64::from(c > 0);
+        }
+        // The overflow goes back one assignment at a time to the least-loaded expert under the
+        // cap, so to the empty ones first; then the rounding: a shortfall the same way, an excess
+        // taken from the most-loaded, which empties an expert only once every one holds one.
+        let shortfall = target as i64 - (assigned + overflow) as i64;
+        let mut touched = (nonzero + overflow + shortfall.max(0) as u64).min(u64::from(e));
+        if shortfall < 0 {
+            touched = touched.min(target);
+        }
+        sum_touched += touched;
+    }
+    sum_touched as f64 / f64::from(ROUTING_TRIALS)
 }
 
 /// The kernel behind an aiconfigurator vLLM MoE `kernel_source` (`vllm_<method>_<backend>_<experts>`,
@@ -1270,6 +1388,93 @@ pub fn fit_roofline(systems: &[&str], engine: &str, shapes: &FitShapes) -> Roofl
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The experts a step's tokens touch under aiconfigurator's power-law routing: exactly top-k
+    /// for one token, 2·top-k for two (the generator fills empty experts first), then the
+    /// expectation of its draws (a Python replay of `_generate_power_law_distribution`, 2,000
+    /// draws: 29.0 at 4 tokens, 43.2 at 8, 59.0 at 16, 106.8 at 32, 118.3 at 64), all 128 by 512.
+    #[test]
+    fn moe_experts_touched_follows_the_collectors_routing() {
+        let pl = |t: f64| moe_experts_touched(t, 128, 8, "power_law_1.2");
+        assert_eq!(pl(1.0), 8.0);
+        assert_eq!(pl(2.0), 16.0);
+        for (t, want) in [(4.0, 29.0), (8.0, 43.2), (16.0, 59.0), (32.0, 106.8), (64.0, 118.3)] {
+            assert!((pl(t) - want).abs() < 1.5, "{t} tokens: {} experts, want about {want}", pl(t));
+        }
+        assert!(pl(512.0) > 127.9, "{}", pl(512.0));
+        assert_eq!(pl(16384.0), 128.0);
+        // Deterministic: the same draws every time.
+        assert_eq!(pl(16.0), pl(16.0));
+        assert_eq!(moe_experts_touched(4.0, 128, 8, "balanced"), 32.0);
+        assert_eq!(moe_experts_touched(64.0, 128, 8, "balanced"), 128.0);
+        // A routing the collector did not name: the fewest any routing touches.
+        assert_eq!(moe_experts_touched(64.0, 128, 8, "zipf"), 8.0);
+    }
+
+    /// The MoE curves are floored at their experts' weight reads (the audit's L40S case: one token
+    /// at TP 2 reads 8 experts x 3 x 2048 x 384 x 2 B = 37.7 MB, 43.7 us at 864 GB/s, where the
+    /// table says 23.8 us, its weights left in the 96 MB L2); the GPUs whose L2 cannot hold the
+    /// active set keep every point as measured.
+    #[test]
+    fn moe_curves_are_floored_at_their_weight_reads_where_the_l2_held_them() {
+        let shape = |dtype, inter, moe_tp| MoeShape { hidden: 2048, inter, topk: 8, num_experts: 128, dtype, moe_tp };
+        let l40s = tables("l40s", "vllm").unwrap();
+        let (c, label, _) = l40s.moe(&shape("bfloat16", 768, 2), 864e9).unwrap();
+        let floor = 8.0 * 3.0 * 2048.0 * 384.0 * 2.0 / 864e9 * 1e3;
+        assert!((c.at(1.0) - floor).abs() < 1e-9, "{} vs {floor}", c.at(1.0));
+        assert!(c.at(1.0) > 0.0436 && c.at(1.0) < 0.0438, "{}", c.at(1.0));
+        assert!(label.contains("floored"), "{label}");
+        // Above the floor the table's points stand.
+        let raw =
+            l40s.moe.curves.iter().find(|r| r.inter == 768 && r.moe_tp == 2 && r.moe_dtype == "bfloat16").unwrap();
+        assert_eq!(c.at(64.0), raw.latency_ms[raw.num_tokens.iter().position(|&x| x == 64.0).unwrap()]);
+        // H100, H200, B200 and A100 (both engines): no point moves, even where the tables reach
+        // 0.8 of the bandwidth (so the floor is not at ELEMENTWISE_BW_EFF's 0.8).
+        for sys in ["h100_sxm", "h200_sxm", "b200_sxm", "a100_sxm"] {
+            for eng in ["vllm", "sglang"] {
+                let t = tables(sys, eng).unwrap();
+                for r in &t.moe.curves {
+                    let dtype = if r.moe_dtype == "bfloat16" { "bfloat16" } else { "fp8_block" };
+                    let s = MoeShape {
+                        hidden: r.hidden,
+                        inter: r.inter,
+                        topk: r.topk,
+                        num_experts: r.num_experts,
+                        dtype,
+                        moe_tp: r.moe_tp,
+                    };
+                    let (c, label, _) = t.moe(&s, t.peaks.mem_bw).unwrap();
+                    assert_eq!(c.ys, r.latency_ms, "{sys} {eng} {label}");
+                    assert!(!label.contains("floored"), "{label}");
+                }
+            }
+        }
+        // The RTX PRO 6000's and the L40S's tables hold points below it (0.35-0.81 of it).
+        let mut floored = 0;
+        for (sys, bw) in [("l40s", 864e9), ("rtx_pro_6000_server", 1597e9)] {
+            for eng in ["vllm", "sglang"] {
+                let t = tables(sys, eng).unwrap();
+                for r in &t.moe.curves {
+                    let dtype = if r.moe_dtype == "bfloat16" { "bfloat16" } else { "fp8_block" };
+                    let s = MoeShape {
+                        hidden: r.hidden,
+                        inter: r.inter,
+                        topk: r.topk,
+                        num_experts: r.num_experts,
+                        dtype,
+                        moe_tp: r.moe_tp,
+                    };
+                    let (c, _, _) = t.moe(&s, bw).unwrap();
+                    for ((y, x), raw) in c.ys.iter().zip(&c.xs).zip(&r.latency_ms) {
+                        let f = moe_weight_floor_ms(*x, &s, &t.moe.distribution, bw);
+                        assert!(*y >= f * (1.0 - 1e-12) && *y >= *raw, "{sys} {eng} {x}");
+                        floored += usize::from(y > raw);
+                    }
+                }
+            }
+        }
+        assert!(floored > 20, "{floored} points floored");
+    }
 
     /// aiconfigurator's vLLM MoE collectors' kernel names, as vLLM's `--moe-backend` names them.
     #[test]

@@ -137,17 +137,16 @@ fn moe_on_a_gpu_without_tables_is_refused() {
 
 #[test]
 fn moe_without_a_table_for_the_layout_or_engine_is_refused() {
-    // fp8_block at TP 8: 1536 / 8 = 192 is not a multiple of the 128 block (no table, and the
-    // engines refuse it too).
+    // fp8_block at TP 8: 1536 / 8 = 192 is not a multiple of the 128 block: vLLM 0.17.0 refuses
+    // it (`Fp8MoEMethod.create_weights`), before any table is read.
     let (path, msg) = refused(|s| {
         s["engine"]["tensor_parallel_size"] = json!(8);
         s["hardware"]["count"] = json!(8);
     });
-    assert_eq!(path, "model.moe");
-    assert!(
-        msg.contains("moe_tp 8") && msg.contains("fp8_block") && msg.contains("h200") && msg.contains("vllm"),
-        "{msg}"
-    );
+    assert_eq!(path, "engine.tensor_parallel_size");
+    for w in ["vLLM 0.17.0 refuses", "1536 / 8 = 192", "block_n 128", "Fp8MoEMethod.create_weights"] {
+        assert!(msg.contains(w), "{w}: {msg}");
+    }
     // The A100's SGLang table has no bf16 Qwen3-30B curve at TP 8: refused naming the engine.
     let (path, msg) = refused(|s| {
         s["model"] = json!("qwen3-30b-a3b");
@@ -338,4 +337,191 @@ fn sglang_moe_kernel_is_the_tables_or_a_clear_error() {
         s["engine"]["moe_runner_backend"] = json!("tritonn");
     });
     assert_eq!(path, "engine.moe_runner_backend");
+}
+
+/// An inline Qwen3-30B-A3B-FP8 card (block-128 fp8 experts, as the checkpoint's config.json).
+fn qwen3_30b_fp8() -> Value {
+    let mut v = serde_json::to_value(card("qwen3-30b-a3b")).unwrap();
+    v["id"] = json!("qwen3-30b-a3b-fp8");
+    v["quantization"] = json!("fp8");
+    v["quantization_method"] = json!("fp8");
+    v["weight_block_size"] = json!([128, 128]);
+    v
+}
+
+/// Block-fp8 layouts whose TP shards are not whole 128-wide weight blocks (docs/moe.md section
+/// 1.4): every SGLang release refuses them (`ModelRunner.check_quantized_moe_compatibility`,
+/// `Fp8MoEMethod.create_weights`), and so does vLLM before 0.29.0; from 0.29.0 vLLM serves the
+/// experts with refined scale blocks on Triton, which no table times. Refused either way, before
+/// the SGLang B200 table's curves at moe_tp 4 and 8 (shards of 192 and 96) could time them.
+#[test]
+fn fp8_block_layouts_the_engines_refuse_are_refused_by_release() {
+    let sglang = |v: &'static str, gpu: &'static str, model: Value, tp: u32| {
+        move |s: &mut Value| {
+            s["engine"] = json!({"kind": "sglang", "version": v, "tp_size": tp, "context_length": 16384});
+            s["hardware"] = json!({"gpu": gpu, "count": tp});
+            s["model"] = model;
+        }
+    };
+    // The audit's scenario: the 235B at TP 8 on B200 under SGLang 0.5.14 (it ran, TPOT 12.6 ms).
+    let (path, msg) = refused(sglang("0.5.14", "b200", json!("qwen3-235b-a22b-fp8"), 8));
+    assert_eq!(path, "engine.tp_size", "{msg}");
+    for w in ["SGLang 0.5.14 refuses", "1536 / 8 = 192", "check_quantized_moe_compatibility", "--ep-size"] {
+        assert!(msg.contains(w), "{w}: {msg}");
+    }
+    for v in ["0.4.10", "0.5.6", "0.5.23"] {
+        let (path, msg) = refused(sglang(v, "h200", json!("qwen3-235b-a22b-fp8"), 8));
+        assert_eq!(path, "engine.tp_size", "{v}: {msg}");
+    }
+    // Qwen3-30B-A3B-FP8 on B200: TP 4 (192) and 8 (96) refused, TP 2 (384) timed from the table.
+    for tp in [4, 8] {
+        let (path, msg) = refused(sglang("0.5.14", "b200", qwen3_30b_fp8(), tp));
+        assert_eq!(path, "engine.tp_size", "TP {tp}: {msg}");
+        assert!(msg.contains(&format!("768 / {tp} = {}", 768 / tp)), "{msg}");
+    }
+    let spec = resolve(sglang("0.5.14", "b200", qwen3_30b_fp8(), 2)).expect("768 / 2 = 384: three whole blocks");
+    assert!(spec.cost.source().contains("moe_perf (fp8_block"), "{}", spec.cost.source());
+    // vLLM: refused by create_weights to 0.28.0; from 0.29.0 served with 64 x 64 blocks, not modelled.
+    let vllm = |v: &'static str| {
+        move |s: &mut Value| {
+            s["engine"]["version"] = json!(v);
+            s["engine"]["tensor_parallel_size"] = json!(8);
+            s["hardware"]["count"] = json!(8);
+        }
+    };
+    for v in ["0.11.0", "0.24.0", "0.28.0"] {
+        let (path, msg) = refused(vllm(v));
+        assert_eq!(path, "engine.tensor_parallel_size", "{v}: {msg}");
+        assert!(msg.contains(&format!("vLLM {v} refuses")) && msg.contains("create_weights"), "{v}: {msg}");
+    }
+    for v in ["0.29.0", "0.34.0"] {
+        let (path, msg) = refused(vllm(v));
+        assert_eq!(path, "engine.tensor_parallel_size", "{v}: {msg}");
+        for w in ["serves", "64 x 64", "refine_fp8_moe_block_shape", "Triton", "not modelled"] {
+            assert!(msg.contains(w), "{v} {w}: {msg}");
+        }
+    }
+    // A given --moe-backend does not get past it.
+    let (path, _) = refused(|s| {
+        vllm("0.24.0")(s);
+        s["engine"]["moe_backend"] = json!("triton");
+    });
+    assert_eq!(path, "engine.tensor_parallel_size");
+    // The attention's shards too: with 64-wide heads one KV head a GPU is 64 wide at TP 4, which
+    // vLLM's validate_fp8_block_shape and SGLang's Fp8LinearMethod refuse in every release.
+    let mut narrow = serde_json::to_value(card("qwen3-235b-a22b-fp8")).unwrap();
+    narrow["id"] = json!("qwen3-235b-a22b-fp8-d64");
+    narrow["head_dim"] = json!(64);
+    for v in ["0.17.0", "0.34.0"] {
+        let n = narrow.clone();
+        let (path, msg) = refused(move |s| {
+            s["model"] = n;
+            s["engine"]["version"] = json!(v);
+        });
+        assert_eq!(path, "engine.tensor_parallel_size", "{v}: {msg}");
+        assert!(msg.contains("QKV's key and value outputs") && msg.contains("validate_fp8_block_shape"), "{msg}");
+    }
+    let (path, msg) = refused(sglang("0.5.14", "h200", narrow, 4));
+    assert_eq!(path, "engine.tp_size", "{msg}");
+    assert!(msg.contains("Fp8LinearMethod"), "{msg}");
+}
+
+/// vLLM's kernel for 16-bit experts (`config::vllm::vllm_bf16_moe_kernel`, docs/moe.md section
+/// 7.7): Triton's fused MoE before 0.20.0 everywhere, so the B200's table (FlashInfer TRT-LLM)
+/// and the RTX PRO 6000's (FlashInfer CUTLASS) do not time it; FlashInfer CUTLASS on H100 and
+/// H200 in 0.20.0-0.22.1, which their Triton tables do not time.
+#[test]
+fn vllm_bf16_moe_kernel_by_release_is_the_tables_or_a_clear_error() {
+    let at = |v: &'static str, gpu: &'static str| {
+        move |s: &mut Value| {
+            s["model"] = json!("qwen3-30b-a3b");
+            s["engine"] = json!({"kind": "vllm", "version": v, "tensor_parallel_size": 1, "max_model_len": 16384});
+            s["hardware"] = json!(gpu);
+        }
+    };
+    for (v, gpu, table) in [
+        ("0.11.0", "b200", "flashinfer_trtllm"),
+        ("0.19.0", "b200", "flashinfer_trtllm"),
+        ("0.17.0", "rtx-pro-6000", "flashinfer_cutlass"),
+    ] {
+        let (path, msg) = refused(at(v, gpu));
+        assert_eq!(path, "engine.moe_backend", "{v} {gpu}: {msg}");
+        for w in ["triton", table, "0.20.0", "not modelled"] {
+            assert!(msg.contains(w), "{v} {gpu} {w}: {msg}");
+        }
+    }
+    // From 0.16.0 VLLM_USE_FLASHINFER_MOE_FP16=1 runs FlashInfer TRT-LLM on B200: said, it is timed.
+    resolve(|s| {
+        at("0.19.0", "b200")(s);
+        s["engine"]["moe_backend"] = json!("flashinfer_trtllm");
+    })
+    .expect("B200 under 0.19.0 with FlashInfer TRT-LLM said");
+    for (v, gpu) in [("0.20.0", "b200"), ("0.33.0", "b200"), ("0.24.0", "rtx-pro-6000"), ("0.17.0", "h200")] {
+        resolve(at(v, gpu)).unwrap_or_else(|e| panic!("{v} {gpu}: {e}"));
+    }
+    let (path, msg) = refused(at("0.21.0", "h200"));
+    assert_eq!(path, "engine.moe_backend", "{msg}");
+    assert!(msg.contains("flashinfer_cutlass") && msg.contains("0.23.0"), "{msg}");
+    resolve(|s| {
+        at("0.21.0", "h200")(s);
+        s["engine"]["moe_backend"] = json!("triton");
+    })
+    .expect("0.21.0 on H200 with --moe-backend triton");
+    resolve(at("0.23.0", "h200")).expect("0.23.0 on H200: Triton again");
+    resolve(|s| {
+        at("0.24.0", "l40s")(s);
+        s["engine"]["tensor_parallel_size"] = json!(2);
+        s["hardware"] = json!({"gpu": "l40s", "count": 2});
+    })
+    .expect("Triton on L40S in every release");
+}
+
+/// A MoE card must name its architecture (field `model.architecture`): without it a `moe` object
+/// under Mixtral's repo name ran as Qwen3-MoE.
+#[test]
+fn a_moe_card_without_architecture_is_refused() {
+    let mut v = serde_json::to_value(card("qwen3-30b-a3b")).unwrap();
+    v.as_object_mut().unwrap().remove("architecture");
+    v["hf_repo"] = json!("mistralai/Mixtral-8x7B");
+    let (path, msg) = refused(|s| {
+        s["model"] = v;
+        s["engine"]["tensor_parallel_size"] = json!(1);
+        s["hardware"]["count"] = json!(1);
+    });
+    assert_eq!(path, "model.architecture", "{msg}");
+    assert!(msg.contains("missing") && msg.contains("Qwen3MoeForCausalLM"), "{msg}");
+}
+
+/// Expert parallelism is refused as not modelled, naming the engine's flag, not as an unknown
+/// field; its off state (the engines' default) is the modelled run, and a dense model has no
+/// experts for it to spread.
+#[test]
+fn expert_parallelism_is_refused_as_not_modelled() {
+    let (path, msg) = refused(|s| s["engine"]["enable_expert_parallel"] = json!(true));
+    assert_eq!(path, "engine.enable_expert_parallel", "{msg}");
+    for w in ["--enable-expert-parallel", "expert parallelism is not modelled"] {
+        assert!(msg.contains(w), "{w}: {msg}");
+    }
+    resolve(|s| s["engine"]["enable_expert_parallel"] = json!(false)).expect("EP off: the modelled run");
+    resolve(|s| {
+        s["model"] = json!("qwen3-32b");
+        s["engine"]["enable_expert_parallel"] = json!(true);
+    })
+    .expect("a dense model: vLLM ignores the flag");
+    let sglang = |ep: u32| {
+        move |s: &mut Value| {
+            s["engine"] =
+                json!({"kind": "sglang", "version": "0.5.6", "tp_size": 4, "ep_size": ep, "context_length": 16384});
+        }
+    };
+    let (path, msg) = refused(sglang(4));
+    assert_eq!(path, "engine.ep_size", "{msg}");
+    assert!(msg.contains("--ep-size") && msg.contains("expert parallelism is not modelled"), "{msg}");
+    resolve(sglang(1)).expect("ep_size 1: SGLang's default");
+    let (path, _) = refused(sglang(0));
+    assert_eq!(path, "engine.ep_size");
+    // The other engine's flag is still named as such.
+    let (path, msg) = refused(|s| s["engine"]["ep_size"] = json!(2));
+    assert_eq!(path, "engine.ep_size", "{msg}");
+    assert!(msg.contains("SGLang flag"), "{msg}");
 }

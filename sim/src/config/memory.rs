@@ -340,6 +340,32 @@ pub fn resolve_deployment(
             ));
         }
     }
+    // Expert parallelism: each rank holds whole experts and (with data parallelism) tokens are
+    // dispatched to them; servesim shards every expert by TP (docs/moe.md), which the flags' off
+    // state is. An unknown field before these flags were declared, now said plainly.
+    let ep = match kind {
+        EngineKind::Vllm => e
+            .vllm
+            .enable_expert_parallel
+            .filter(|&on| on)
+            .map(|_| ("enable_expert_parallel", "true: vLLM's --enable-expert-parallel".to_string())),
+        EngineKind::Sglang => match e.sglang.ep_size {
+            Some(0) => return Err(ConfigError::new("engine.ep_size", "must be at least 1 (got 0)")),
+            Some(n) if n > 1 => Some(("ep_size", format!("{n}: SGLang's --ep-size (--expert-parallel-size, --ep)"))),
+            _ => None,
+        },
+    };
+    if let (Some((field, said)), Some(_)) = (ep, &model.moe) {
+        return Err(ConfigError::new(
+            format!("engine.{field}"),
+            format!(
+                "{said}: expert parallelism is not modelled; servesim shards every expert's intermediate dimension over \
+                 the TP ranks (vLLM without --enable-expert-parallel, SGLang with --ep-size 1, their defaults; \
+                 docs/moe.md) and has no measured table of expert-parallel MoE or its all-to-all dispatch. Leave it \
+                 unset to model the TP-sharded run (its step times differ from the expert-parallel one)"
+            ),
+        ));
+    }
     if !model.num_attention_heads.is_multiple_of(tp) {
         return Err(ConfigError::new(
             format!("engine.{tp_field}"),
@@ -544,9 +570,20 @@ pub fn is_causal_lm_architecture(name: &str) -> bool {
 
 /// Checks a card's `architecture` (field `model.architecture`): a Hugging Face causal-LM
 /// architecture name (`...ForCausalLM`), not a different spelling of one servesim tells apart,
-/// and a mixture-of-experts architecture exactly where the card has a `moe` object.
+/// and a mixture-of-experts architecture exactly where the card has a `moe` object. A dense
+/// card may leave it out (guessed from the repo name, [`vllm_architecture`]); a MoE card must
+/// name it: its `moe` object describes Qwen3-MoE's layers only, and a repo name says nothing
+/// servesim checks (a `moe` object under `mistralai/Mixtral-8x7B` ran as Qwen3-MoE).
 pub(crate) fn check_architecture(model: &ModelCard) -> std::result::Result<(), String> {
-    let Some(a) = model.architecture.as_deref() else { return Ok(()) };
+    let Some(a) = model.architecture.as_deref() else {
+        return match model.moe {
+            Some(_) => Err("missing on a card with a `moe` object: a mixture-of-experts card must name its \
+                            architecture, the checkpoint's architectures[0], and the only one modelled is \
+                            \"Qwen3MoeForCausalLM\" (docs/moe.md)"
+                .to_string()),
+            None => Ok(()),
+        };
+    };
     let known = KNOWN_ARCHITECTURES.join(", ");
     if let Some(k) = KNOWN_ARCHITECTURES.iter().find(|k| k.eq_ignore_ascii_case(a) && **k != a) {
         return Err(format!("{a:?}: did you mean {k:?}? (the checkpoint's architectures[0], spelt exactly)"));
@@ -1156,4 +1193,25 @@ fn is_zero(v: &u64) -> bool {
 
 pub(super) fn gib(b: u64) -> f64 {
     b as f64 / (1u64 << 30) as f64
+}
+
+#[cfg(test)]
+mod moe_architecture_tests {
+    use super::*;
+
+    /// A MoE card must name its architecture: without it a `moe` object under any repo name
+    /// (Mixtral's, in the audit) ran as Qwen3-MoE; a dense card may still leave it out.
+    #[test]
+    fn a_moe_card_without_architecture_is_refused() {
+        let res = crate::builtin::resources().unwrap();
+        let mut m = res.models.iter().find(|m| m.id == "qwen3-30b-a3b").unwrap().clone();
+        assert_eq!(check_architecture(&m), Ok(()));
+        m.architecture = None;
+        m.hf_repo = Some("mistralai/Mixtral-8x7B".into());
+        let e = check_architecture(&m).unwrap_err();
+        assert!(e.contains("missing") && e.contains("Qwen3MoeForCausalLM"), "{e}");
+        let mut dense = res.models.iter().find(|m| m.id == "qwen3-32b").unwrap().clone();
+        dense.architecture = None;
+        assert_eq!(check_architecture(&dense), Ok(()));
+    }
 }

@@ -946,13 +946,14 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
                 EngineSpec::Vllm(c) => ("vLLM", c.version),
                 EngineSpec::Sglang(c) => ("SGLang", c.version),
             };
-            let hint = if runs == "flashinfer_cutlass" && matches!(engine, EngineSpec::Vllm(_)) {
-                format!(
-                    " (vLLM {} to 0.16.0 put FlashInfer CUTLASS first for block-fp8 experts on SM90; from {} it runs \
-                     Triton, which the table times)",
-                    vllm::VLLM_MOE_ORACLE,
-                    vllm::VLLM_MOE_TRITON_FIRST_SM90
-                )
+            let vllm_hint = match &engine {
+                EngineSpec::Vllm(c) if moe_given.is_none() => {
+                    vllm::vllm_moe_kernel_hint(c.version, &gpu, &model, &deployment, runs)
+                }
+                _ => String::new(),
+            };
+            let hint = if !vllm_hint.is_empty() {
+                vllm_hint
             } else if moe_given.is_some() {
                 format!(" (engine.{moe_field} = \"{timed}\", or \"auto\" where the release runs it by default)")
             } else if matches!(engine, EngineSpec::Sglang(_)) {

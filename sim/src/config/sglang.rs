@@ -69,6 +69,12 @@ engine_flags! {
         /// model's fused-MoE kernel ([`sglang_moe_kernel`]).
         #[serde(skip_serializing_if = "Option::is_none")]
         moe_runner_backend: String,
+        /// SGLang `--ep-size` (also `--expert-parallel-size`, `--ep`; default 1): a MoE model's
+        /// experts spread whole over `ep_size` ranks, `moe_tp_size = tp_size / ep_size`. Not
+        /// modelled above 1 with a MoE card (`memory.rs:resolve_deployment`); a dense model has no
+        /// experts to spread.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        ep_size: u32,
     }
 }
 
@@ -119,6 +125,26 @@ pub fn sglang_moe_kernel(
         moe_backend_given(given, &SGLANG_MOE_RUNNER_BACKENDS, "moe_runner_backend", "SGLang's --moe-runner-backend")?;
     if model.moe.is_none() {
         return Ok(None);
+    }
+    let tp = dep.tensor_parallel_size.max(1);
+    if let Some(b) = crate::cost::fp8_block_misfit(model, tp).filter(|_| dep.quantization.as_deref() == Some("fp8")) {
+        return Err(ConfigError::new(
+            "engine.tp_size",
+            format!(
+                "SGLang {version} refuses {} at TP {tp}: {} ({}). Use a TP whose shards are whole blocks (SGLang's \
+                 --ep-size, which divides moe_tp_size = tp_size / ep_size, is not modelled)",
+                model.id,
+                b.what,
+                if b.experts {
+                    "model_runner.py:ModelRunner.check_quantized_moe_compatibility from 0.5.6, \"For quantized MoE models, \
+                     please make sure (moe_intermediate_size / moe_tp_size) % weight_block_size_n == 0\"; \
+                     quantization/fp8.py:Fp8MoEMethod.create_weights in every release 0.4.10-0.5.23"
+                } else {
+                    "quantization/fp8.py:Fp8LinearMethod.create_weights (validate_block_quant_shapes in later releases): \
+                     \"Weight output_partition_size ... is not divisible by weight quantization block_n\""
+                }
+            ),
+        ));
     }
     if given != "auto" {
         return Ok(Some(given));

@@ -60,6 +60,12 @@ engine_flags! {
         /// `VLLM_MOE_USE_DEEP_GEMM=0` is set, `deep_gemm` where it runs ([`vllm_moe_kernel`]).
         #[serde(skip_serializing_if = "Option::is_none")]
         moe_backend: String,
+        /// vLLM `--enable-expert-parallel`: a MoE model's experts spread whole over the ranks
+        /// (`FusedMoEParallelConfig.make`: `ep_size` = TP, expert TP 1). Not modelled: `true` with
+        /// a MoE card is refused (`memory.rs:resolve_deployment`); a dense model has no experts,
+        /// so vLLM ignores it there.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        enable_expert_parallel: bool,
     }
 }
 
@@ -91,6 +97,90 @@ pub const VLLM_MOE_ORACLE: Version = Version::new(0, 15, 0);
 /// The first release that puts Triton first for block-fp8 MoE on SM90 without expert parallelism
 /// (`oracle/fp8.py:_get_priority_backends`, 0.17.0 to 0.34.0), and has `--moe-backend`.
 pub const VLLM_MOE_TRITON_FIRST_SM90: Version = Version::new(0, 17, 0);
+
+/// The first vLLM release that picks 16-bit experts' kernel from a priority list, FlashInfer
+/// TRT-LLM, then FlashInfer CUTLASS, then Triton, each where it supports the GPU
+/// (`fused_moe/oracle/unquantized.py:_get_priority_backends`, `select_unquantized_moe_backend`,
+/// 0.20.0): FlashInfer TRT-LLM on the SM100 family (`TrtLlmBf16Experts`: capability family 100),
+/// FlashInfer CUTLASS on SM90 and the SM120 family (`FlashInferExperts`: 9.0, 10.x, 12.x, 16-bit
+/// from 9.0), Triton below SM90. Before it, every release from 0.11.0 runs them with Triton's
+/// `fused_experts` unless `VLLM_USE_FLASHINFER_MOE_FP16=1` is set (`UnquantizedFusedMoEMethod.__init__`
+/// to 0.14.1, `oracle/unquantized.py:select_unquantized_moe_backend` 0.15.0–0.19.1), and that
+/// reaches FlashInfer without expert parallelism only from 0.16.0, on the SM100 family (TRT-LLM).
+pub const VLLM_MOE_BF16_FLASHINFER_FIRST: Version = Version::new(0, 20, 0);
+/// The first release that moves both FlashInfer kernels behind Triton for 16-bit experts on
+/// SM90 (`_get_priority_backends`: `is_device_capability_family(90)`, 0.23.0 to 0.34.0), so
+/// 0.20.0–0.22.1 run FlashInfer CUTLASS on H100 and H200.
+pub const VLLM_MOE_BF16_TRITON_FIRST_SM90: Version = Version::new(0, 23, 0);
+/// The first release in which `VLLM_USE_FLASHINFER_MOE_FP16=1` runs 16-bit experts with
+/// FlashInfer TRT-LLM on the SM100 family without expert parallelism (`oracle/unquantized.py`,
+/// 0.16.0; from 0.17.0 also with `VLLM_FLASHINFER_MOE_BACKEND=latency`, its default, or
+/// `--moe-backend flashinfer_trtllm`).
+pub const VLLM_MOE_BF16_TRTLLM_OPT_IN: Version = Version::new(0, 16, 0);
+
+/// The fused-MoE kernel vLLM `version` runs for 16-bit experts sharded by TP on a GPU of compute
+/// capability `cap` by default ([`VLLM_MOE_BF16_FLASHINFER_FIRST`]); `None` for a GPU outside
+/// the families read (SM80/89, SM90, SM100, SM120).
+pub fn vllm_bf16_moe_kernel(version: Version, cap: Option<(u32, u32)>) -> Option<&'static str> {
+    let flashinfer = version >= VLLM_MOE_BF16_FLASHINFER_FIRST;
+    Some(match cap? {
+        (8, _) => "triton",
+        (9, 0) if flashinfer && version < VLLM_MOE_BF16_TRITON_FIRST_SM90 => "flashinfer_cutlass",
+        (9, 0) => "triton",
+        (10, _) if flashinfer => "flashinfer_trtllm",
+        (12, _) if flashinfer => "flashinfer_cutlass",
+        (10 | 12, _) => "triton",
+        _ => return None,
+    })
+}
+
+/// Why vLLM `version`'s default fused-MoE kernel for `model`'s experts on `gpu`, `runs`, is not
+/// the one its measured table ran, and what a server that runs the table's does instead: the
+/// words after a refusal ([`vllm_moe_kernel`]'s rules), empty where there are none.
+pub fn vllm_moe_kernel_hint(
+    version: Version,
+    gpu: &GpuCard,
+    model: &ModelCard,
+    dep: &Deployment,
+    runs: &str,
+) -> String {
+    let bf16 = crate::cost::moe_table_dtype(model, dep) == Ok("bfloat16");
+    match (bf16, gpu.capability(), runs) {
+        (false, Some((9, _)), "flashinfer_cutlass") => format!(
+            " (vLLM {VLLM_MOE_ORACLE} to 0.16.0 put FlashInfer CUTLASS first for block-fp8 experts on SM90; from \
+             {VLLM_MOE_TRITON_FIRST_SM90} it runs Triton, which the table times)"
+        ),
+        (true, Some((9, _)), "flashinfer_cutlass") => format!(
+            " (vLLM {VLLM_MOE_BF16_FLASHINFER_FIRST} to 0.22.1 put FlashInfer CUTLASS first for 16-bit experts on SM90, \
+             oracle/unquantized.py:_get_priority_backends; from {VLLM_MOE_BF16_TRITON_FIRST_SM90} it runs Triton, which \
+             the table times; a server run with --moe-backend triton or VLLM_USE_FLASHINFER_MOE_FP16=0 runs Triton: \
+             engine.moe_backend = \"triton\")"
+        ),
+        (true, Some((10, _)), "triton") => format!(
+            " (vLLM before {VLLM_MOE_BF16_FLASHINFER_FIRST} runs 16-bit experts with Triton's fused_experts unless \
+             VLLM_USE_FLASHINFER_MOE_FP16=1 is set (UnquantizedFusedMoEMethod, oracle/unquantized.py:\
+             select_unquantized_moe_backend); from {VLLM_MOE_BF16_FLASHINFER_FIRST} FlashInfer TRT-LLM comes first on \
+             the SM100 family, the table's kernel. {}",
+            if version >= VLLM_MOE_BF16_TRTLLM_OPT_IN {
+                "A server run with VLLM_USE_FLASHINFER_MOE_FP16=1 (or --moe-backend flashinfer_trtllm from 0.17.0) runs \
+                 it: engine.moe_backend = \"flashinfer_trtllm\")"
+                    .to_string()
+            } else {
+                format!(
+                    "Before {VLLM_MOE_BF16_TRTLLM_OPT_IN} no setting runs it without expert parallelism: use a release \
+                     from {VLLM_MOE_BF16_FLASHINFER_FIRST})"
+                )
+            }
+        ),
+        (true, Some((12, _)), "triton") => format!(
+            " (vLLM before {VLLM_MOE_BF16_FLASHINFER_FIRST} runs 16-bit experts with Triton's fused_experts, FlashInfer \
+             CUTLASS only with expert parallelism (oracle/unquantized.py:select_unquantized_moe_backend), which servesim \
+             does not model; from {VLLM_MOE_BF16_FLASHINFER_FIRST} FlashInfer CUTLASS comes first on the SM120 family, \
+             the table's kernel: use a release from {VLLM_MOE_BF16_FLASHINFER_FIRST})"
+        ),
+        _ => String::new(),
+    }
+}
 
 /// The first vLLM release whose default fused-MoE config changed (PR #34846, 0.17.0): before it
 /// a shape with no tuned file ran `{BLOCK_SIZE_M 64, N 64, K 32, GROUP_SIZE_M 8}` (M > E), from it
@@ -139,10 +229,14 @@ pub fn vllm_moe_config_at(c: TunedMoeConfig, v: Version) -> bool {
 
 /// The fused-MoE kernel vLLM `version` runs for a mixture-of-experts `model`'s experts on `gpu`
 /// deployed as `dep`, in `--moe-backend`'s words; `given` is `engine.moe_backend`. `None` where
-/// servesim does not know the default: a dense model, 16-bit experts with `auto` (the rule below
-/// was read for block-fp8 experts only), block fp8 on a GPU other than SM90 or the SM100 family.
-/// An error for a value vLLM does not have, and where the default turns on what the server has
-/// installed (the measured tables time one kernel, and which one ran decides the step's time).
+/// servesim does not know the default: a dense model, block fp8 on a GPU other than SM90 or the
+/// SM100 family. 16-bit experts: [`vllm_bf16_moe_kernel`] (read in every release from 0.11.0 to
+/// 0.34.0: Triton until 0.20.0 put FlashInfer first on SM90, SM100 and SM120, and SM90 back to
+/// Triton from 0.23.0). An error for a value vLLM does not have, where the default turns on what
+/// the server has installed (the measured tables time one kernel, and which one ran decides the
+/// step's time), and for a block-fp8 layout whose TP shards are not whole weight blocks
+/// ([`crate::cost::fp8_block_misfit`]: refused by `Fp8MoEMethod.create_weights` before 0.29.0,
+/// served from then with refined scale blocks on Triton, which no table times).
 ///
 /// Block-128 fp8 experts, experts sharded by TP, `auto`, read in every release's source from
 /// 0.11.0 to 0.34.0 (docs/moe.md section 7):
@@ -165,13 +259,48 @@ pub fn vllm_moe_kernel(
 ) -> Result<Option<&'static str>> {
     let given = moe_backend_given(given, &VLLM_MOE_BACKENDS, "moe_backend", "vLLM's --moe-backend")?;
     let Some(moe) = &model.moe else { return Ok(None) };
+    let tp = dep.tensor_parallel_size.max(1);
+    if let Some(b) = crate::cost::fp8_block_misfit(model, tp).filter(|_| dep.quantization.as_deref() == Some("fp8")) {
+        let refined = crate::cost::vllm_refined_moe_block(model, tp)
+            .filter(|_| b.experts && version >= crate::cost::VLLM_FP8_MOE_BLOCK_REFINE);
+        let message = match refined {
+            Some(r) => format!(
+                "vLLM {version} serves {}'s block-fp8 experts at TP {tp}, where {}, by refining their scale blocks to \
+                 {r} x {r} at load (fused_moe/oracle/fp8.py:refine_fp8_moe_block_shape, from {}), which only Triton's \
+                 fused MoE runs; no measured table times those blocks (the tables' fp8_block curves are 128 x 128, at \
+                 TPs whose shards are whole blocks): not modelled. Use a TP whose shards are whole blocks",
+                model.id,
+                b.what,
+                crate::cost::VLLM_FP8_MOE_BLOCK_REFINE
+            ),
+            None => format!(
+                "vLLM {version} refuses {} at TP {tp}: {} ({}: \"... is not divisible by weight quantization \
+                 block_n/block_k\"{}). Use a TP whose shards are whole blocks (vLLM's --enable-expert-parallel, which \
+                 keeps each expert whole, is not modelled)",
+                model.id,
+                b.what,
+                if b.experts {
+                    "quantization/fp8.py:Fp8MoEMethod.create_weights"
+                } else {
+                    "quantization/utils/fp8_utils.py:validate_fp8_block_shape, from Fp8LinearMethod.create_weights"
+                },
+                if b.experts && version >= crate::cost::VLLM_FP8_MOE_BLOCK_REFINE {
+                    "; no refined block of 32 or more fits it, oracle/fp8.py:refine_fp8_moe_block_shape"
+                } else {
+                    ""
+                }
+            ),
+        };
+        return Err(ConfigError::new("engine.tensor_parallel_size", message));
+    }
     if given != "auto" {
         return Ok(Some(given));
     }
-    if crate::cost::moe_table_dtype(model, dep) != Ok("fp8_block") {
-        return Ok(None);
+    match crate::cost::moe_table_dtype(model, dep) {
+        Ok("bfloat16") => return Ok(vllm_bf16_moe_kernel(version, gpu.capability())),
+        Ok("fp8_block") => {}
+        _ => return Ok(None),
     }
-    let tp = dep.tensor_parallel_size.max(1);
     let what = format!("vLLM {version} runs {}'s block-fp8 experts on {} (TP {tp})", model.id, gpu.id);
     let installed = "where the deep_gemm package is installed (the vllm/vllm-openai images and NVIDIA Dynamo's \
                      vllm-runtime images build it in; `pip install vllm` has it from 0.20.0 only)";
@@ -993,6 +1122,50 @@ mod tests {
 
     fn gpu(id: &str) -> GpuCard {
         crate::builtin::resources().unwrap().gpus.into_iter().find(|g| g.id == id).unwrap()
+    }
+
+    /// vLLM's default kernel for 16-bit experts by release and GPU (read in the sdists of every
+    /// release 0.11.0-0.34.0 and the 0.15.x wheels): Triton until 0.20.0; then FlashInfer TRT-LLM
+    /// on the SM100 family, FlashInfer CUTLASS on SM90 (to 0.22.1) and the SM120 family, Triton
+    /// below SM90 and on SM90 again from 0.23.0.
+    #[test]
+    fn vllm_bf16_moe_kernel_by_release_and_gpu() {
+        let k = |v: &str, id: &str| vllm_bf16_moe_kernel(Version::parse(v).unwrap(), gpu(id).capability());
+        for v in ["0.11.0", "0.14.1", "0.15.1", "0.16.0", "0.19.1"] {
+            for id in ["b200", "rtx-pro-6000", "h100-80gb", "h200", "l40s", "a100-80gb"] {
+                assert_eq!(k(v, id), Some("triton"), "{v} {id}");
+            }
+        }
+        for v in ["0.20.0", "0.22.1"] {
+            assert_eq!(k(v, "h200"), Some("flashinfer_cutlass"), "{v}");
+            assert_eq!(k(v, "h100-80gb"), Some("flashinfer_cutlass"), "{v}");
+        }
+        for v in ["0.20.0", "0.24.0", "0.34.0"] {
+            assert_eq!(k(v, "b200"), Some("flashinfer_trtllm"), "{v}");
+            assert_eq!(k(v, "rtx-pro-6000"), Some("flashinfer_cutlass"), "{v}");
+            assert_eq!(k(v, "l40s"), Some("triton"), "{v}");
+            assert_eq!(k(v, "a100-80gb"), Some("triton"), "{v}");
+        }
+        // The kernels aiconfigurator's vLLM 0.24.0 tables ran (moe.json's kernel_source).
+        for (id, sys) in
+            [("b200", "b200_sxm"), ("rtx-pro-6000", "rtx_pro_6000_server"), ("h200", "h200_sxm"), ("l40s", "l40s")]
+        {
+            let t = crate::kernels::tables(sys, "vllm").unwrap();
+            let shape = crate::kernels::MoeShape {
+                hidden: 2048,
+                inter: 768,
+                topk: 8,
+                num_experts: 128,
+                dtype: "bfloat16",
+                moe_tp: 1,
+            };
+            let (_, _, kernel) = t.moe(&shape, t.peaks.mem_bw).unwrap();
+            assert_eq!(t.moe_release(), "0.24.0");
+            assert_eq!(kernel, k("0.24.0", id), "{id}");
+        }
+        for v in ["0.23.0", "0.34.0"] {
+            assert_eq!(k(v, "h200"), Some("triton"), "{v}");
+        }
     }
 
     /// An fp8 KV cache's default lane off Hopper from 0.11.1: FlashInfer on 8.0-12.1, the

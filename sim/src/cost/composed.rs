@@ -30,8 +30,11 @@
 //! `k = hidden` (not sharded), from the GEMM table. `experts(m)` is one layer's fused experts on
 //! one GPU at the step's `m` tokens from the GPU's own `moe.json` (aiconfigurator's `moe_perf`,
 //! routing `power_law_1.2`, aiconfigurator's default; interpolated log–log in tokens like the
-//! GEMM curves, the first point below 1 token, linear in tokens beyond the last: `kernels`
-//! module docs). Attention, QKV, O, the two all-reduces, the LM head and the CPU terms are as
+//! GEMM curves, the first point below 1 token, linear in tokens beyond the last, each point
+//! floored at its experts' weight reads at the card's bandwidth: `kernels` module docs). A
+//! block-fp8 layout whose TP shards are not whole weight blocks is refused before any table is
+//! read ([`fp8_block_misfit`]: the engines refuse it, or vLLM from 0.29.0 refines its blocks
+//! onto a kernel no table times). Attention, QKV, O, the two all-reduces, the LM head and the CPU terms are as
 //! for a dense layer. The element-wise bytes lose SiLU·mul (inside the fused experts) and gain
 //! the top-k softmax's read of the router logits; its kernel takes SiLU·mul's place in the
 //! count. A compiled vLLM fuses only the QKV input's fp8 quantisation (the experts quantise
@@ -788,6 +791,105 @@ pub fn moe_table_dtype(model: &ModelCard, dep: &Deployment) -> Result<&'static s
     }
 }
 
+/// Where a block-quantized card's per-GPU shards at TP `tp` do not fall on whole weight blocks:
+/// the shard, its size and the block side it misses, in words; `None` for a card without
+/// `weight_block_size` or one whose shards all fit. Checked as the engines check them when they
+/// create the fp8 weights (each release of both engines servesim models, docs/moe.md section 1.4):
+///
+/// * the experts (`moe_intermediate_size / TP`, gate/up's output and down's input): a multiple of
+///   block_n, and of block_k at TP > 1 (vLLM `quantization/fp8.py:Fp8MoEMethod.create_weights`,
+///   `utils/fp8_utils.py:validate_fp8_block_shape_moe` in 0.34.0; SGLang
+///   `quantization/fp8.py:Fp8MoEMethod.create_weights`, and from 0.5.6
+///   `ModelRunner.check_quantized_moe_compatibility`: "(moe_intermediate_size / moe_tp_size) %
+///   weight_block_size_n == 0"); `moe_intermediate_size` itself a multiple of TP;
+/// * the attention projections (a Qwen3-MoE card has no dense MLP): QKV's per-GPU outputs (query
+///   heads × head_dim, KV heads × head_dim) multiples of block_n, O's per-GPU input (query heads ×
+///   head_dim) of block_k at TP > 1 (vLLM `utils/fp8_utils.py:validate_fp8_block_shape`, called by
+///   `Fp8LinearMethod.create_weights`; SGLang `Fp8LinearMethod.validate_block_quant_shapes`).
+///
+/// From vLLM 0.29.0 an experts' misfit is served instead, its scale blocks refined
+/// ([`vllm_refined_moe_block`]); the attention's is refused by every release of both.
+pub fn fp8_block_misfit(model: &ModelCard, tp: u32) -> Option<Fp8BlockMisfit> {
+    let b = model.weight_block_size.as_deref()?;
+    let (bn, bk) = (*b.first()?, *b.get(1)?);
+    let tp = tp.max(1);
+    if let Some(m) = &model.moe {
+        let i = m.moe_intermediate_size;
+        if !i.is_multiple_of(tp) {
+            return Some(Fp8BlockMisfit {
+                experts: true,
+                what: format!("moe_intermediate_size {i} is not a multiple of TP {tp}"),
+            });
+        }
+        let ispp = i / tp;
+        for (side, block) in [("block_n", bn), ("block_k", bk)] {
+            if !ispp.is_multiple_of(block) && (side == "block_n" || tp > 1) {
+                return Some(Fp8BlockMisfit {
+                    experts: true,
+                    what: format!(
+                        "moe_intermediate_size / TP = {i} / {tp} = {ispp} is not a multiple of the weight block's \
+                         {side} {block} (model.weight_block_size)"
+                    ),
+                });
+            }
+        }
+    }
+    let d = model.head_dim;
+    let q = (model.num_attention_heads / tp).max(1) * d;
+    let kv = model.kv_heads_per_gpu(tp) * d;
+    let shards = [("QKV's query output", q, "block_n", bn), ("QKV's key and value outputs", kv, "block_n", bn)];
+    let o = [("O's input", q, "block_k", bk)];
+    for (what, size, side, block) in shards.into_iter().chain(o.into_iter().filter(|_| tp > 1)) {
+        if !size.is_multiple_of(block) {
+            return Some(Fp8BlockMisfit {
+                experts: false,
+                what: format!(
+                    "{what} per GPU at TP {tp}, {size}, is not a multiple of the weight block's {side} {block} \
+                     (model.weight_block_size)"
+                ),
+            });
+        }
+    }
+    None
+}
+
+/// A block-quantized card's shard that does not fall on whole weight blocks ([`fp8_block_misfit`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fp8BlockMisfit {
+    /// The experts' shard (vLLM from 0.29.0 refines their scale blocks); else an attention one.
+    pub experts: bool,
+    /// Which shard, its size and the block side, in words.
+    pub what: String,
+}
+
+/// The first vLLM release that serves block-fp8 experts whose TP shard is not a whole number of
+/// weight blocks: their scale blocks are refined at load to `gcd(block_n, block_k, shard,
+/// hidden)` square blocks when that is 32 or more, which only Triton's fused MoE runs
+/// (`fused_moe/oracle/fp8.py:refine_fp8_moe_block_shape`, `Fp8MoEMethod.__init__`, 0.29.0 to
+/// 0.34.0); before it `Fp8MoEMethod.create_weights` raises.
+pub const VLLM_FP8_MOE_BLOCK_REFINE: crate::engine::Version = crate::engine::Version::new(0, 29, 0);
+
+/// The refined square block vLLM from [`VLLM_FP8_MOE_BLOCK_REFINE`] gives a block-fp8 card's
+/// experts at TP `tp` (`refine_fp8_moe_block_shape`): `None` where the shard fits the blocks or
+/// no refinement of 32 or more exists (the engine then refuses).
+pub fn vllm_refined_moe_block(model: &ModelCard, tp: u32) -> Option<u32> {
+    fn gcd(a: u32, b: u32) -> u32 {
+        if b == 0 {
+            a
+        } else {
+            gcd(b, a % b)
+        }
+    }
+    let (m, b) = (model.moe.as_ref()?, model.weight_block_size.as_deref()?);
+    let (bn, bk, tp) = (*b.first()?, *b.get(1)?, tp.max(1));
+    let ispp = m.moe_intermediate_size / tp;
+    if !m.moe_intermediate_size.is_multiple_of(tp) || (ispp.is_multiple_of(bn) && (tp == 1 || ispp.is_multiple_of(bk)))
+    {
+        return None;
+    }
+    Some(gcd(gcd(bn, bk), gcd(ispp, model.hidden_size))).filter(|&r| r >= 32)
+}
+
 /// A MoE card's router and expert curves, and the words for the cost source: from `provider`'s
 /// own measured tables only (module docs); else an error naming the model, the GPU, the engine
 /// and what is missing.
@@ -818,6 +920,28 @@ fn moe_parts(
         ));
     }
     let dtype = moe_table_dtype(model, dep).map_err(|e| format!("{what}: {e}"))?;
+    // A layout the engines refuse is never timed, whatever a table holds: the SGLang B200 table has
+    // fp8_block curves at moe_tp 4 and 8 for shards of 192 and 96 (its collector times the kernel
+    // alone, outside the engine's checks). The engine's own rule, by release, is checked first
+    // (`config::vllm::vllm_moe_kernel`, `config::sglang::sglang_moe_kernel`); this one holds for
+    // any caller.
+    if let Some(b) = fp8_block_misfit(model, tp).filter(|_| dtype == "fp8_block") {
+        return Err(format!(
+            "{what}: {}: SGLang (every release; ModelRunner.check_quantized_moe_compatibility, \
+             Fp8MoEMethod.create_weights) and vLLM before {VLLM_FP8_MOE_BLOCK_REFINE} (Fp8MoEMethod.create_weights) refuse \
+             this layout{}; not modelled (a TP whose shards are whole 128-wide blocks, or expert parallelism, which \
+             servesim does not model)",
+            b.what,
+            if b.experts {
+                format!(
+                    ", and vLLM from {VLLM_FP8_MOE_BLOCK_REFINE} serves it with refined scale blocks on Triton, which no \
+                     measured table times"
+                )
+            } else {
+                String::new()
+            }
+        ));
+    }
     let shape = MoeShape {
         hidden: model.hidden_size,
         inter: m.moe_intermediate_size,
@@ -826,24 +950,15 @@ fn moe_parts(
         dtype,
         moe_tp: tp,
     };
-    let Some((experts, label, kernel)) = t.moe(&shape) else {
+    let Some((experts, label, kernel)) = t.moe(&shape, gpu.memory_bandwidth_bytes_per_s) else {
         let have: Vec<String> = t
             .moe_layouts(shape.hidden, shape.inter, shape.topk, shape.num_experts)
             .into_iter()
             .map(|(d, tp)| format!("{d} at moe_tp {tp}"))
             .collect();
-        let block = if dtype == "fp8_block" && (m.moe_intermediate_size / tp) % 128 != 0 {
-            format!(
-                " (moe_intermediate_size / TP = {} is not a multiple of the 128-wide weight block: vLLM and SGLang \
-                 refuse this layout too without expert parallelism, which servesim does not model)",
-                m.moe_intermediate_size / tp
-            )
-        } else {
-            String::new()
-        };
         return Err(format!(
             "{what}: data/kernels/{}/{}/moe.json has no {dtype} curve for hidden {}, moe_intermediate_size {}, top-{} \
-             of {} experts at moe_tp {tp}, moe_ep 1{block}; it has {}",
+             of {} experts at moe_tp {tp}, moe_ep 1; it has {}",
             t.system,
             t.engine,
             shape.hidden,
@@ -2024,5 +2139,69 @@ mod tests {
         assert!((c.gemms[3].at(2.0 * tl) - 2.0 * yl).abs() < 1e-12);
         assert_eq!(c.gemms[3].at(0.5), lat[0]);
         assert!(c.source.contains("moe_perf (bfloat16, power_law_1.2, moe_tp 1, moe_ep 1"), "{}", c.source);
+    }
+
+    /// A block-fp8 card's shards that are not whole weight blocks (the engines' rule,
+    /// [`fp8_block_misfit`]) are refused before any table is read: the SGLang B200 table holds
+    /// fp8_block curves at moe_tp 4 and 8 for Qwen3-30B-A3B and at 8 for Qwen3-235B-A22B (shards
+    /// of 192 and 96), which the engines never run.
+    #[test]
+    fn fp8_block_layouts_the_engines_refuse_are_never_timed() {
+        let res = crate::builtin::resources().unwrap();
+        let big = res.models.iter().find(|m| m.id == "qwen3-235b-a22b-fp8").unwrap().clone();
+        let mut small = res.models.iter().find(|m| m.id == "qwen3-30b-a3b").unwrap().clone();
+        small.quantization = Some("fp8".into());
+        small.weight_block_size = Some(vec![128, 128]);
+        // The rule: moe_intermediate_size / TP a multiple of 128 (and the attention shards).
+        for (m, tp, bad) in [(&big, 1, false), (&big, 4, false), (&big, 8, true), (&small, 2, false), (&small, 4, true)]
+        {
+            let b = fp8_block_misfit(m, tp);
+            assert_eq!(b.is_some(), bad, "{} TP {tp}: {b:?}", m.id);
+            if let Some(b) = b {
+                assert!(b.experts && b.what.contains("is not a multiple of the weight block's block_n 128"), "{b:?}");
+            }
+        }
+        let b = fp8_block_misfit(&small, 8).unwrap();
+        assert!(b.what.contains("768 / 8 = 96"), "{b:?}");
+        // A bf16 card has no blocks.
+        let bf16 = res.models.iter().find(|m| m.id == "qwen3-30b-a3b").unwrap();
+        assert_eq!(fp8_block_misfit(bf16, 8), None);
+        // The attention's shards: 64-wide heads leave one KV head a GPU 64 wide at TP 4.
+        let mut narrow = big.clone();
+        narrow.head_dim = 64;
+        let b = fp8_block_misfit(&narrow, 4).unwrap();
+        assert!(!b.experts && b.what.contains("QKV's key and value outputs per GPU at TP 4, 64"), "{b:?}");
+        // vLLM from 0.29.0 refines the experts' scale blocks instead: gcd(128, 128, shard, hidden).
+        assert_eq!(vllm_refined_moe_block(&big, 8), Some(64));
+        assert_eq!(vllm_refined_moe_block(&small, 8), Some(32));
+        assert_eq!(vllm_refined_moe_block(&big, 4), None);
+        // And the cost is refused, whatever the table holds.
+        let gpu = res.gpus.iter().find(|g| g.id == "b200").unwrap().clone();
+        let (p, src) = provider_for(&gpu, "sglang", FALLBACK, None).unwrap();
+        let t = p.tables();
+        for (m, tp) in [(&big, 8u32), (&small, 4), (&small, 8)] {
+            let shape = |dtype| MoeShape {
+                hidden: m.hidden_size,
+                inter: m.moe.as_ref().unwrap().moe_intermediate_size,
+                topk: 8,
+                num_experts: 128,
+                dtype,
+                moe_tp: tp,
+            };
+            assert!(t.moe(&shape("fp8_block"), gpu.memory_bandwidth_bytes_per_s).is_some(), "the table has it");
+            let dep = Deployment { tensor_parallel_size: tp, num_gpus: tp, ..Deployment::single(m) };
+            let e =
+                ComposedCost::build(m, &gpu, &dep, GraphRule::Eager, &p, src.clone(), 5.0, 0.7, BLIS_SYNC_CPU, None)
+                    .unwrap_err();
+            for w in
+                ["is not a multiple of the weight block's block_n 128", "check_quantized_moe_compatibility", "0.29.0"]
+            {
+                assert!(e.contains(w), "{w}: {e}");
+            }
+        }
+        // TP 2 is timed from the table.
+        let dep = Deployment { tensor_parallel_size: 2, num_gpus: 2, ..Deployment::single(&small) };
+        ComposedCost::build(&small, &gpu, &dep, GraphRule::Eager, &p, src, 5.0, 0.7, BLIS_SYNC_CPU, None)
+            .expect("768 / 2 = 384, three whole blocks");
     }
 }
