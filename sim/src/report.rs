@@ -1146,8 +1146,14 @@ pub struct FleetReport {
     pub kv_transfers: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mean_kv_transfer_ms: Option<f64>,
+    /// Mean wait from the prefill's end to the transfer's start (a decode reservation, the
+    /// links), ms.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mean_kv_transfer_wait_ms: Option<f64>,
+    /// Mean wait from the KV's landing to the decode replica first scheduling the request (its
+    /// wait in the decode engine's queue, where a full decode pool shows), ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mean_kv_landed_to_scheduled_ms: Option<f64>,
 }
 
 impl FleetReport {
@@ -1165,6 +1171,7 @@ impl FleetReport {
             kv_transfers: pd.then_some(f.kv_transfers),
             mean_kv_transfer_ms: pd.then_some(f.mean_kv_transfer_ms),
             mean_kv_transfer_wait_ms: pd.then_some(f.mean_kv_transfer_wait_ms),
+            mean_kv_landed_to_scheduled_ms: pd.then_some(f.mean_kv_landed_to_scheduled_ms),
         }
     }
 }
@@ -1233,7 +1240,11 @@ pub fn fleet_text(f: &FleetReport, replicas: &[ReplicaReport]) -> String {
         line(&mut s, "Decode router:", d);
         line(&mut s, "KV transfers:", f.kv_transfers.unwrap_or_default());
         linef(&mut s, "Mean KV transfer (ms):", f.mean_kv_transfer_ms.unwrap_or_default());
-        linef(&mut s, "Mean wait for decode KV (ms):", f.mean_kv_transfer_wait_ms.unwrap_or_default());
+        // The wait before the transfer (for a decode reservation and the links), and the wait
+        // after it in the decode engine's queue: the latter is where a full decode pool shows
+        // (the first had read near 0 while requests queued on the decode side for seconds).
+        linef(&mut s, "Mean wait before KV transfer (ms):", f.mean_kv_transfer_wait_ms.unwrap_or_default());
+        linef(&mut s, "Mean wait on the decode replica (ms):", f.mean_kv_landed_to_scheduled_ms.unwrap_or_default());
     }
     let _ = writeln!(
         s,

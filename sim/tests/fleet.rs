@@ -345,3 +345,34 @@ fn a_lone_pd_count_names_the_missing_one() {
         assert!(e.message.contains(&format!("{given} is given")), "{e}");
     }
 }
+
+/// The wait in the decode engine's queue, from a transfer landing to the decode replica first
+/// scheduling the request (`FleetRun::mean_kv_landed_to_scheduled_ms`): a step or so with room
+/// on the decode side, much longer when its KV pool binds (the transfer itself starts whenever
+/// none is in flight, so the decode side's shortage shows here, not in the wait for the link).
+#[test]
+fn the_wait_from_landing_to_the_decode_replicas_first_schedule_is_measured() {
+    let v = |decode_pool: u32| {
+        let mut v = small_vllm(4096, 512, 120, 48);
+        v["engine"].as_object_mut().unwrap().remove("kv_cache_tokens");
+        with_fleet(
+            v,
+            json!({"replicas": [{"role": "prefill", "engine": {"kv_cache_tokens": 200000}},
+                                {"role": "decode", "engine": {"kv_cache_tokens": decode_pool}}]}),
+        )
+    };
+    let roomy = sim::simulate(&spec(v(400_000)), RunOptions { check_invariants: true, ..Default::default() });
+    let tight = sim::simulate(&spec(v(30_000)), RunOptions { check_invariants: true, ..Default::default() });
+    for o in [&roomy, &tight] {
+        assert_eq!(o.run.stop, StopReason::Completed);
+    }
+    let (r, t) = (roomy.fleet.as_ref().unwrap(), tight.fleet.as_ref().unwrap());
+    assert!(r.mean_kv_landed_to_scheduled_ms < 100.0, "{}", r.mean_kv_landed_to_scheduled_ms);
+    assert!(
+        t.mean_kv_landed_to_scheduled_ms > 10.0 * r.mean_kv_landed_to_scheduled_ms.max(1.0),
+        "a KV-starved decode replica queues landed requests: {} vs {}",
+        t.mean_kv_landed_to_scheduled_ms,
+        r.mean_kv_landed_to_scheduled_ms
+    );
+    assert!(t.mean_kv_transfer_wait_ms < t.mean_kv_landed_to_scheduled_ms, "{t:?}");
+}

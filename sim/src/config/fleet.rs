@@ -74,10 +74,10 @@ pub struct FleetSection {
     pub decode_count: Option<u32>,
     /// The router (`docs/routers.md`); default round-robin. With prefill and decode pools,
     /// it picks the prefill replica.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "router_naming_the_field")]
     pub router: Option<RouterSpec>,
     /// The decode pool's router (default: the same policy as `router`, its own instance).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "router_naming_the_field")]
     pub decode_router: Option<RouterSpec>,
     /// Bytes per second per GPU of the prefill → decode KV link (default 50e9, 400 Gb/s RDMA;
     /// NVLink within a node: 450e9 on H100/H200, the GPU card's `interconnect_bandwidth_bytes_per_s`).
@@ -86,6 +86,45 @@ pub struct FleetSection {
     /// Fixed time per KV transfer (handshake, notification), µs (default 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_transfer_latency_us: Option<f64>,
+}
+
+/// A router section, its error naming the field at fault: serde reads an internally tagged enum
+/// through a buffer that loses the path, so `{"policy": "cache_aware", "balance_abs_threshold":
+/// -1}` said only "invalid value: integer `-1`, expected u32". The field is found by trying the
+/// policy with each field alone; the message then starts with its name.
+fn router_naming_the_field<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<RouterSpec>, D::Error> {
+    use serde::de::Error as _;
+    let Some(v) = Option::<Value>::deserialize(d)? else { return Ok(None) };
+    match serde_json::from_value::<RouterSpec>(v.clone()) {
+        Ok(r) => Ok(Some(r)),
+        Err(e) => Err(D::Error::custom(match router_field_at_fault(&v) {
+            Some(field) => format!("{field}: {e}"),
+            None => e.to_string(),
+        })),
+    }
+}
+
+/// The field of router section `v` that its policy refuses on its own (in key order), if the
+/// policy alone is accepted.
+fn router_field_at_fault(v: &Value) -> Option<String> {
+    // The tags: the policy, and production-stack's `routing_logic` (a tagged section in it).
+    const TAGS: [&str; 2] = ["policy", "routing_logic"];
+    let m = v.as_object()?;
+    let alone = |k: Option<(&String, &Value)>| {
+        let mut o: serde_json::Map<String, Value> =
+            m.iter().filter(|(k, _)| TAGS.contains(&k.as_str())).map(|(k, x)| (k.clone(), x.clone())).collect();
+        if let Some((k, x)) = k {
+            o.insert(k.clone(), x.clone());
+        }
+        serde_json::from_value::<RouterSpec>(Value::Object(o)).is_ok()
+    };
+    if !alone(None) {
+        // The tags themselves are refused (a missing or unknown policy): serde's message says so.
+        return None;
+    }
+    m.iter().filter(|(k, _)| !TAGS.contains(&k.as_str())).find(|&kv| !alone(Some(kv))).map(|(k, _)| k.clone())
 }
 
 /// How the replicas came about.
@@ -426,18 +465,26 @@ pub(super) fn resolve_fleet(s: &Scenario, res: &Resources) -> Result<SimSpec> {
     }
     let mut replicas = Vec::new();
     let mut first: Option<SimSpec> = None;
+    // The first group was resolved with a stand-in workload (a vLLM prefill group whose requests
+    // fit only with one output token); the run's workload, from the first group resolved with it.
+    let mut first_fitted_alone = false;
+    let mut real_workload: Option<WorkloadParams> = None;
     for (gi, g) in groups.iter().enumerate() {
         let path = if shorthand { "fleet".to_string() } else { format!("fleet.replicas[{gi}]") };
         let count = g.count.unwrap_or(1);
+        // The field the user wrote: a shorthand's group is `count`, `prefill_count` or
+        // `decode_count`.
+        let count_field = match (shorthand, g.role) {
+            (true, Some(ReplicaRole::Prefill)) => "fleet.prefill_count".to_string(),
+            (true, Some(ReplicaRole::Decode)) => "fleet.decode_count".to_string(),
+            _ => format!("{path}.count"),
+        };
         if count == 0 || count > MAX_REPLICAS {
-            return Err(ConfigError::new(
-                format!("{path}.count"),
-                format!("must be from 1 to {MAX_REPLICAS}, got {count}"),
-            ));
+            return Err(ConfigError::new(count_field, format!("must be from 1 to {MAX_REPLICAS}, got {count}")));
         }
         if replicas.len() as u64 + u64::from(count) > u64::from(MAX_REPLICAS) {
             return Err(ConfigError::new(
-                format!("{path}.count"),
+                count_field,
                 format!("the fleet's groups hold more than {MAX_REPLICAS} replicas in all"),
             ));
         }
@@ -451,7 +498,7 @@ pub(super) fn resolve_fleet(s: &Scenario, res: &Resources) -> Result<SimSpec> {
         }
         // An error in what the group sets names the group's field; one in the scenario's own
         // fields (its workload, its top-level engine) keeps the path the user wrote.
-        let spec = resolve(&sc, res).map_err(|e| {
+        let named = |e: ConfigError| {
             let key = e.path.strip_prefix("engine.").map(|k| k.split('.').next().unwrap_or(k));
             let set_by_group = match (&g.engine, key) {
                 (Some(Value::Object(over)), Some(k)) => over.contains_key(k) || over.contains_key("kind"),
@@ -468,7 +515,38 @@ pub(super) fn resolve_fleet(s: &Scenario, res: &Resources) -> Result<SimSpec> {
             } else {
                 e
             }
-        })?;
+        };
+        // A vLLM prefill replica is sent each request with max_tokens = 1 (the P/D proxy's
+        // prefill request: vLLM's `tests/v1/kv_connector/nixl_integration/toy_proxy_server.py`,
+        // `send_request_to_service`), so the prompt and one token must fit it, not the prompt
+        // and its output. SGLang's prefill server is sent the client's request as it is
+        // (sgl-router's `pd_router.rs`, `execute_dual_dispatch_internal`: the same JSON to both
+        // workers), and its `TokenizerManager._validate_one_request` refuses prompt +
+        // max_new_tokens past the context length, so there the whole request must fit, as on a
+        // decode replica.
+        let (spec, fitted_alone) = match resolve(&sc, res) {
+            Ok(spec) => (spec, false),
+            Err(e) => match (g.role, sc.engine.kind) {
+                (Some(ReplicaRole::Prefill), Some(EngineKind::Vllm)) => match vllm_prefill_fit(&sc, res) {
+                    Ok(spec) => (spec, true),
+                    // Too long even with one output token: that check's words, at the field the
+                    // first error named.
+                    Err(Some(fit)) if e.path.starts_with("workload") => {
+                        return Err(named(ConfigError::new(
+                            e.path,
+                            format!("{} (a prefill replica is sent each request with max_tokens 1)", fit.message),
+                        )))
+                    }
+                    Err(_) => return Err(named(e)),
+                },
+                _ => return Err(named(e)),
+            },
+        };
+        if first.is_none() {
+            first_fitted_alone = fitted_alone;
+        } else if first_fitted_alone && !fitted_alone && real_workload.is_none() {
+            real_workload = Some(spec.workload.clone());
+        }
         if let Some(f0) = &first {
             if f0.model.id != spec.model.id {
                 return Err(ConfigError::new(format!("{path}.engine"), "every replica serves the same model"));
@@ -595,6 +673,49 @@ pub(super) fn resolve_fleet(s: &Scenario, res: &Resources) -> Result<SimSpec> {
         kv_transfer_latency_ns: (lat * 1e3).round() as u64,
         num_fronts,
     };
-    let base = first.expect("at least one group");
+    let mut base = first.expect("at least one group");
+    if first_fitted_alone {
+        // The run's workload as the other groups resolved it, with what the first group's engine
+        // decides of it (as `resolve` would have for that group).
+        let mut w = real_workload.expect("a disaggregated fleet has a decode group, resolved with the workload");
+        if s.workload.initial_test_request.is_none() {
+            w.initial_test_request = default_initial_test_request(&base.engine);
+        }
+        w.role_chunk = w.chat && client_times_role_chunk(&base.engine);
+        base.workload = w;
+    }
     Ok(SimSpec { fleet: Some(Box::new(fleet)), ..base })
+}
+
+/// A vLLM prefill group's scenario `sc`, resolved for the requests as its replicas receive them,
+/// with `max_tokens = 1`: the scenario with a stand-in workload of its longest prompt and one
+/// output token (so that the fit checks ask prompt + 1 of `max_model_len` and the pool). An
+/// error when that fails too (`Some`: the stand-in's requests do not fit either, with the check's
+/// words), or when the scenario's own workload was refused for something else than its requests'
+/// length on this engine (`None`: the caller reports the first error). The spec's workload is the
+/// stand-in: the caller replaces it.
+fn vllm_prefill_fit(sc: &Scenario, res: &Resources) -> std::result::Result<SimSpec, Option<ConfigError>> {
+    let real = resolve_workload(&sc.workload, res).map_err(|_| None)?;
+    let (max_prompt, _) = max_request_lengths(&real);
+    let stand_in = serde_json::json!({
+        "dataset_name": "random",
+        "random_input_len": max_prompt.max(1),
+        "random_output_len": 1,
+        "num_prompts": 1,
+        "ignore_eos": true,
+        "seed": sc.workload.seed,
+    });
+    let mut fit = sc.clone();
+    fit.workload = serde_json::from_value(stand_in).map_err(|_| None)?;
+    let spec = match resolve(&fit, res) {
+        Ok(spec) => spec,
+        Err(e) if e.path.starts_with("workload") => return Err(Some(e)),
+        Err(_) => return Err(None),
+    };
+    // Only a refusal of the requests' length (prompt + output past max_model_len or the pool)
+    // is lifted.
+    match check_requests_fit(&SimSpec { workload: real, ..spec.clone() }) {
+        Err(_) => Ok(spec),
+        Ok(()) => Err(None),
+    }
 }

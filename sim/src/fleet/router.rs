@@ -145,6 +145,17 @@ impl Router for LeastOutstanding {
 ///
 /// sgl-router `src/policies/power_of_two.rs` (`choose_multiple(2)`, then
 /// `load(w1) <= load(w2)`). The draws come from the named stream `router.power_of_two`.
+///
+/// An idealised balancer: it compares the router's live count of requests sent and not
+/// finished. The deployed policy (`PowerOfTwoPolicy::get_worker_load`) compares `cached_loads`
+/// first, which `LoadMonitor::monitor_loop` (`src/core/worker_manager.rs`) refreshes once an
+/// interval with each worker's `/get_load` (SGLang's, the sum of `num_tokens` over its DP
+/// ranks; -1 for a worker that does not answer, such as vLLM, which has no such endpoint),
+/// falling back to the worker's `load()` only for a worker missing from that map; and the
+/// regular (non-PD) router raises `load()` only for `cache_aware`
+/// (`src/routers/http/router.rs`, `route_typed_request`). So behind SGLang workers the real
+/// choice follows a snapshot up to an interval old, and behind vLLM workers every load reads
+/// -1 and the first drawn wins (a uniformly random pick). `docs/routers.md` says the same.
 #[derive(Clone, Debug)]
 pub struct PowerOfTwo {
     rng: Rng,
@@ -248,6 +259,24 @@ pub enum RouterSpec {
 }
 
 impl RouterSpec {
+    /// Whether, with prefill and decode pools, the router counts a request against its prefill
+    /// worker until the client's stream ends rather than until the prefill is done: sgl-router's
+    /// PD router (`sgl-router/src/routers/http/pd_router.rs`) raises the load of both workers of
+    /// the pair and lowers both when the decode stream ends (`create_streaming_response`: the
+    /// spawned task decrements the prefill and the decode worker after `data: [DONE]`; without
+    /// streaming, `WorkerLoadGuard::new_multi(vec![prefill, decode])` drops at the response).
+    /// Its policies are `round_robin`, `power_of_two`, `cache_aware` and the shortest-queue
+    /// choice `least_outstanding` stands for. The other routers keep their own accounting.
+    pub fn holds_prefill_load_to_stream_end(&self) -> bool {
+        matches!(
+            self,
+            RouterSpec::RoundRobin {}
+                | RouterSpec::LeastOutstanding {}
+                | RouterSpec::PowerOfTwo {}
+                | RouterSpec::CacheAware(_)
+        )
+    }
+
     /// The router, its random streams derived from `seed`.
     pub fn build(&self, seed: u64) -> Box<dyn Router> {
         match self {

@@ -37,12 +37,22 @@
 //! `max_tokens = 1`; its token is not streamed. The transfer then waits in the
 //! decode replica's queue until the replica can reserve KV for the prompt (its
 //! free KV, less what in-flight transfers reserved, holds the prompt; a
-//! transfer always starts when none is in flight), then takes `latency +
-//! prompt tokens × KV bytes per token per GPU ÷ bandwidth` on the decode
-//! replica's link, transfers one after the other. When it lands the request
-//! joins the decode engine's queue; the decode replica's steps cost its prefill
-//! tokens as one token per prompt chunk (the KV is there; vLLM recomputes the
-//! last prompt token to sample). `docs/fleets.md` lists the shortcuts.
+//! transfer always starts when none is in flight). Its bytes (prompt tokens ×
+//! KV bytes per token per GPU) then hold two links at once, the prefill
+//! replica's outgoing one and the decode replica's incoming one, for `bytes ÷
+//! bandwidth`, from the later of the two's free times: each link moves one
+//! transfer at a time, in the order they were posted. The fixed latency is
+//! added after the bytes and holds neither link (NIXL posts each request's read
+//! asynchronously). When it lands the request joins the decode engine's queue;
+//! the decode replica's steps cost each prompt chunk of the transferred KV as
+//! one token (the KV is there; vLLM recomputes the last prompt token to
+//! sample). A vLLM request preempted on the decode replica has lost that KV and
+//! is not pulled again (`NixlConnectorScheduler.update_state_after_alloc`: "Only
+//! trigger 1 KV transfer per request"), so its chunks after the preemption are
+//! computed in full; SGLang's decode server offloads a retracted request's KV to
+//! host memory and loads it back (`ScheduleBatch.retract_decode`,
+//! `DecodePreallocQueue.resume_retracted_reqs`), so its chunks stay one token
+//! each. `docs/fleets.md` lists the shortcuts.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -88,9 +98,14 @@ pub struct FleetRun {
     pub num_gpus: u32,
     /// KV transfers of timed requests (disaggregated fleets).
     pub kv_transfers: u64,
-    /// Their mean time on the link, and mean wait for a decode reservation, ms.
+    /// Their mean time from start to landing (bytes on the links, then the fixed latency),
+    /// and mean wait from the prefill's end to the start (for a decode reservation and for
+    /// both links), ms.
     pub mean_kv_transfer_ms: f64,
     pub mean_kv_transfer_wait_ms: f64,
+    /// Mean time from a timed request's KV landing to the decode replica first scheduling it
+    /// (its wait in the decode engine's queue), ms.
+    pub mean_kv_landed_to_scheduled_ms: f64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -172,13 +187,38 @@ struct Rep<'a> {
     capacity: u64,
     granularity: u32,
     kv_bytes_per_token_per_gpu: u64,
+    /// A decode replica's recomputed tokens (its engine's count) that were loaded, not
+    /// computed: SGLang's decode server reloads a retracted request's KV from host memory.
+    reloaded_tokens: u64,
+    reloaded_at_start: u64,
     // The decode side of a disaggregated fleet.
     /// vLLM's connector pulls only the prompt blocks the decode side does not hold already
     /// (`get_num_new_matched_tokens`: the prompt less its local prefix hit).
     pulls_only_uncached: bool,
+    /// vLLM: a request preempted on this decode replica recomputes its prompt here (no second
+    /// pull); SGLang: its KV is offloaded to host memory and loaded back.
+    recomputes_after_preemption: bool,
     reserved: u64,
+    /// When this replica's KV link is free: a prefill replica's outgoing, a decode replica's
+    /// incoming (one transfer at a time on each, in the order they were posted).
     link_free_at: u64,
     xfer_queue: VecDeque<ReqId>,
+}
+
+/// Where a request's KV stands on its decode replica (disaggregated fleets).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum DecodeKv {
+    /// Not landed yet.
+    #[default]
+    Absent,
+    /// The transferred KV is resident and its prompt chunks are being scheduled: `next` is the
+    /// context the next chunk of it starts at (`None`: not known, any), `seen` whether the
+    /// replica has scheduled the request yet.
+    Landed { next: Option<u64>, seen: bool },
+    /// The whole prompt was taken from the transferred KV (its last chunk sampled).
+    Resident,
+    /// A preemption discarded the transferred KV (vLLM): the request recomputes.
+    Recomputing,
 }
 
 struct FleetLoop<'a> {
@@ -201,6 +241,16 @@ struct FleetLoop<'a> {
     xfer_queued_at: Vec<u64>,
     /// Per request (disaggregated fleets): its prefill replica has finished it.
     prefill_done: Vec<bool>,
+    /// Per request (disaggregated fleets): its KV on the decode replica, and when it landed.
+    decode_kv: Vec<DecodeKv>,
+    landed_at: Vec<u64>,
+    /// sgl-router's policies in P/D hold the prefill worker's load until the client's stream
+    /// ends (`pd_router.rs`: `create_streaming_response` decrements both workers' load when the
+    /// decode stream ends; `WorkerLoadGuard::new_multi(vec![prefill, decode])` without streaming).
+    prefill_load_to_stream_end: bool,
+    /// Per prefill chunk of the step being planned on a decode replica: its tokens, and whether
+    /// it is of transferred (or reloaded) KV.
+    chunk_buf: Vec<(u32, bool)>,
     heap: BinaryHeap<Reverse<(u64, u64, Event)>>,
     /// The phase's client sends as `(time, sequence, request)`, in `(time, sequence)` order,
     /// and the next one: the `ClientSend` events, kept beside the heap (a phase's sends are
@@ -242,29 +292,91 @@ struct FleetLoop<'a> {
     xfers: u64,
     xfer_ns_sum: u64,
     xfer_wait_sum: u64,
+    /// Timed requests first scheduled on their decode replica, and the sum of their waits from
+    /// landing.
+    landed_n: u64,
+    landed_wait_sum: u64,
 }
 
-/// The decode replica's step: the prompt's KV arrived by transfer, so each prefill chunk
-/// costs one token at the end of its context (the token vLLM recomputes to sample).
-fn decode_side_shape(s: &StepShape) -> StepShape {
+/// A prompt chunk of `n` tokens from context `ctx` (`None`: not known) that a decode replica
+/// schedules for a request whose KV there stands at `state`, which it advances: whether the
+/// chunk's KV is there already (it then costs one token), and how many of its tokens the engine
+/// counts as recomputed that were loaded instead (SGLang's reload from host memory).
+///
+/// The transferred prompt's chunks follow each other (each starts where the last ended); a
+/// prompt chunk after its last one sampled, or one starting elsewhere, follows a preemption.
+/// Then, with `recomputes` (vLLM: the KV is gone and not pulled again,
+/// `NixlConnectorScheduler.update_state_after_alloc` sets `do_remote_prefill = False`, "Only
+/// trigger 1 KV transfer per request"), the request computes its prompt and outputs again;
+/// without (SGLang: `ScheduleBatch.retract_decode` offloads the KV to host memory in decode mode
+/// and `DecodePreallocQueue.resume_retracted_reqs` loads it back), the chunk is loaded.
+fn decode_chunk(state: &mut DecodeKv, ctx: Option<u64>, n: u64, samples: bool, recomputes: bool) -> (bool, u64) {
+    match *state {
+        DecodeKv::Landed { next, seen } if next.zip(ctx).is_none_or(|(e, c)| c == e) => {
+            *state = if samples { DecodeKv::Resident } else { DecodeKv::Landed { next: ctx.map(|c| c + n), seen } };
+            (true, 0)
+        }
+        // A prompt the replica never received by transfer (not landed: not a P/D request).
+        DecodeKv::Absent => (false, 0),
+        _ if recomputes => {
+            *state = DecodeKv::Recomputing;
+            (false, 0)
+        }
+        cur => {
+            *state = match cur {
+                _ if samples => DecodeKv::Resident,
+                DecodeKv::Landed { seen, .. } => DecodeKv::Landed { next: ctx.map(|c| c + n), seen },
+                other => other,
+            };
+            (true, n.saturating_sub(1))
+        }
+    }
+}
+
+/// The decode replica's step. `chunks` holds each prefill chunk of `s`, in scheduling order:
+/// its tokens, and whether its KV is there already (transferred, or reloaded from host memory),
+/// so that it costs one token at the end of its context (the token vLLM recomputes to sample);
+/// a chunk without (a vLLM request recomputing after a preemption) costs what it costs.
+///
+/// Chunks past the shape's first [`crate::cost::MAX_CHUNKS`] are known only by their total
+/// tokens and attention pairs: each takes the token-weighted mean context of those chunks.
+fn decode_side_shape(s: &StepShape, chunks: &[(u32, bool)]) -> StepShape {
     if s.prefill_tokens == 0 {
         return *s;
     }
+    debug_assert_eq!(chunks.len(), s.num_chunks as usize, "one entry per prefill chunk");
     let mut d = StepShape {
         num_seqs: s.num_seqs - s.num_chunks,
         decode_tokens: s.decode_tokens,
         decode_context_tokens: s.decode_context_tokens,
+        cpu_overlapped: s.cpu_overlapped,
         ..Default::default()
     };
     let shown = (s.num_chunks as usize).min(crate::cost::MAX_CHUNKS);
-    for c in &s.chunks[..shown] {
-        d.add_prefill(c.context + c.n.saturating_sub(1), 1);
+    let loaded = |i: usize| chunks.get(i).is_none_or(|c| c.1);
+    for (i, c) in s.chunks[..shown].iter().enumerate() {
+        if loaded(i) {
+            d.add_prefill(c.context + c.n.saturating_sub(1), 1);
+        } else {
+            d.add_prefill(c.context, c.n);
+        }
     }
-    let (rest_n, rest_tokens, _) = s.rest;
+    let (rest_n, rest_tokens, rest_pairs) = s.rest;
     if rest_n > 0 {
-        let mean_ctx = rest_tokens / rest_n;
-        for _ in 0..rest_n {
-            d.add_prefill(mean_ctx, 1);
+        let rest = chunks.get(shown..).unwrap_or(&[]);
+        // Σ n(n+1)/2 of the rest's chunks; what is left of their pairs is Σ n × context.
+        let own: u64 = rest.iter().map(|&(n, _)| u64::from(n) * (u64::from(n) + 1) / 2).sum();
+        let ctx = if rest.len() as u64 == rest_n && rest_tokens > 0 {
+            rest_pairs.saturating_sub(own) / rest_tokens
+        } else {
+            0
+        };
+        for k in 0..rest_n as usize {
+            match rest.get(k) {
+                Some(&(n, false)) => d.add_prefill(ctx, u64::from(n)),
+                Some(&(n, true)) => d.add_prefill(ctx + u64::from(n).saturating_sub(1), 1),
+                None => d.add_prefill(ctx + (rest_tokens / rest_n).saturating_sub(1), 1),
+            }
         }
     }
     d
@@ -411,8 +523,36 @@ impl<'a> FleetLoop<'a> {
         }
         let decode_side = rep.role == ReplicaRole::Decode;
         let dur = if decode_side {
-            let shape = decode_side_shape(&plan.shape);
+            // Which prefill chunks are of KV the replica holds (transferred, or reloaded from
+            // host memory), request by request; and each request's first schedule after landing.
+            let recomputes = rep.recomputes_after_preemption;
+            let mut chunks = std::mem::take(&mut self.chunk_buf);
+            chunks.clear();
+            let mut reloaded = 0u64;
+            let mut k = 0usize;
+            for sch in &plan.scheduled {
+                let id = sch.id as usize;
+                if let DecodeKv::Landed { seen: seen @ false, .. } = &mut self.decode_kv[id] {
+                    *seen = true;
+                    if self.phase_of[id] == Phase::Timed {
+                        self.landed_n += 1;
+                        self.landed_wait_sum += now.saturating_sub(self.landed_at[id]);
+                    }
+                }
+                if !sch.prefill {
+                    continue;
+                }
+                let ctx = (k < crate::cost::MAX_CHUNKS).then(|| plan.shape.chunks[k].context);
+                k += 1;
+                let (loaded, again) =
+                    decode_chunk(&mut self.decode_kv[id], ctx, u64::from(sch.num_tokens), sch.samples, recomputes);
+                reloaded += again;
+                chunks.push((sch.num_tokens, loaded));
+            }
+            let shape = decode_side_shape(&plan.shape, &chunks);
+            self.chunk_buf = chunks;
             rep.loaded_tokens += plan.shape.prefill_tokens - shape.prefill_tokens;
+            rep.reloaded_tokens += reloaded;
             rep.cost.step_ns(&shape)
         } else {
             rep.cost.step_ns(&plan.shape)
@@ -508,10 +648,14 @@ impl<'a> FleetLoop<'a> {
 
     fn on_prefill_done(&mut self, id: ReqId, p: usize, now: u64) {
         let rep = &mut self.reps[p];
-        rep.outstanding -= 1;
         let pidx = rep.pool_idx;
         self.router.on_first_token(u64::from(id), pidx, now);
-        self.router.on_finish(u64::from(id), pidx, now);
+        // The router's count of the prefill worker's requests drops now, or (sgl-router) when
+        // the client's stream ends (`Event::ClientDone`).
+        if !self.prefill_load_to_stream_end {
+            rep.outstanding -= 1;
+            self.router.on_finish(u64::from(id), pidx, now);
+        }
         let d = self.placed[id as usize].1 as usize;
         self.xfer_queued_at[id as usize] = now;
         self.prefill_done[id as usize] = true;
@@ -536,16 +680,25 @@ impl<'a> FleetLoop<'a> {
             // lacks: the prompt less its local hit, looked up as the transfer starts.
             let local_hit = if rep.pulls_only_uncached { rep.engine.cached_prefix_tokens(spec) } else { 0 };
             let bytes = bytes_per_token as f64 * f64::from(spec.prompt_len.saturating_sub(local_hit));
-            let xfer_ns = self.xfer_latency_ns.saturating_add((bytes / self.bw * 1e9).ceil() as u64);
-            let rep = &mut self.reps[d];
-            rep.xfer_queue.pop_front();
-            rep.reserved += need;
-            let start = now.max(rep.link_free_at);
-            let Some(end) = start.checked_add(xfer_ns) else {
+            let link_ns = (bytes / self.bw * 1e9).ceil() as u64;
+            let p = p as usize;
+            self.reps[d].xfer_queue.pop_front();
+            self.reps[d].reserved += need;
+            // The bytes hold the prefill replica's outgoing link and the decode replica's
+            // incoming one together (bandwidth is per GPU at each end), from when both are free;
+            // a transfer of no bytes (a whole local hit) holds neither. The fixed latency follows
+            // on no link: NIXL posts each request's read on its own.
+            let start =
+                if link_ns == 0 { now } else { now.max(self.reps[d].link_free_at).max(self.reps[p].link_free_at) };
+            let Some(end) = start.checked_add(link_ns).and_then(|t| t.checked_add(self.xfer_latency_ns)) else {
                 self.stop.get_or_insert(StopReason::TimeOverflow { cause: "a KV transfer's time is too large" });
                 return;
             };
-            rep.link_free_at = end;
+            if link_ns > 0 {
+                let link_end = start + link_ns;
+                self.reps[d].link_free_at = link_end;
+                self.reps[p].link_free_at = link_end;
+            }
             self.xfer_need[id as usize] = need;
             if self.phase_of[id as usize] == Phase::Timed {
                 self.xfers += 1;
@@ -696,6 +849,8 @@ pub fn run_fleet(
             counters_at_start: EngineCounters::default(),
             loaded_tokens: 0,
             loaded_at_start: 0,
+            reloaded_tokens: 0,
+            reloaded_at_start: 0,
             acc: GaugeAcc::default(),
             cur: GaugeSample { t_ns: 0, running: 0, waiting: 0, kv_usage: 0.0 },
             outstanding: 0,
@@ -704,6 +859,7 @@ pub fn run_fleet(
             granularity: rs.engine.kv_granularity(),
             kv_bytes_per_token_per_gpu: rs.kv_bytes_per_token_per_gpu,
             pulls_only_uncached: rs.engine.engine_kind() == crate::config::EngineKind::Vllm,
+            recomputes_after_preemption: rs.engine.engine_kind() == crate::config::EngineKind::Vllm,
             reserved: 0,
             link_free_at: 0,
             xfer_queue: VecDeque::new(),
@@ -743,6 +899,10 @@ pub fn run_fleet(
         xfer_need: if disagg { vec![0; n] } else { Vec::new() },
         xfer_queued_at: if disagg { vec![0; n] } else { Vec::new() },
         prefill_done: if disagg { vec![false; n] } else { Vec::new() },
+        decode_kv: if disagg { vec![DecodeKv::Absent; n] } else { Vec::new() },
+        landed_at: if disagg { vec![0; n] } else { Vec::new() },
+        prefill_load_to_stream_end: disagg && f.router.holds_prefill_load_to_stream_end(),
+        chunk_buf: Vec::new(),
         heap: BinaryHeap::new(),
         sends: Default::default(),
         seq: 0,
@@ -773,6 +933,8 @@ pub fn run_fleet(
         xfers: 0,
         xfer_ns_sum: 0,
         xfer_wait_sum: 0,
+        landed_n: 0,
+        landed_wait_sum: 0,
     };
 
     let mut phase_idx = 0;
@@ -786,6 +948,7 @@ pub fn run_fleet(
             for rep in &mut lp.reps {
                 rep.counters_at_start = rep.engine.counters();
                 rep.loaded_at_start = rep.loaded_tokens;
+                rep.reloaded_at_start = rep.reloaded_tokens;
             }
         }
         lp.start_phase(now, range);
@@ -821,6 +984,8 @@ pub fn run_fleet(
                 let d = d as usize;
                 let need = lp.xfer_need[id as usize];
                 lp.reps[d].reserved -= need;
+                lp.decode_kv[id as usize] = DecodeKv::Landed { next: None, seen: false };
+                lp.landed_at[id as usize] = now;
                 let spec = lp.specs[id as usize];
                 lp.reps[d].engine.add_request(id, spec);
                 if !lp.reps[d].step_running {
@@ -833,12 +998,17 @@ pub fn run_fleet(
                 lp.in_flight -= 1;
                 lp.records[id as usize].completed = true;
                 lp.remaining_in_phase -= 1;
-                let (_, d) = lp.placed[id as usize];
-                let d = d as usize;
+                let (p, d) = lp.placed[id as usize];
+                let (p, d) = (p as usize, d as usize);
                 lp.reps[d].outstanding -= 1;
                 let didx = lp.reps[d].pool_idx;
                 if lp.disagg {
                     lp.decode_router.on_finish(u64::from(id), didx, now);
+                    if lp.prefill_load_to_stream_end {
+                        lp.reps[p].outstanding -= 1;
+                        let pidx = lp.reps[p].pool_idx;
+                        lp.router.on_finish(u64::from(id), pidx, now);
+                    }
                 } else {
                     lp.router.on_finish(u64::from(id), didx, now);
                 }
@@ -877,10 +1047,16 @@ pub fn run_fleet(
         // (Saturating: under async scheduling a plan formed before the timed phase began may
         // start in it, one plan's count on either side of the boundary.)
         c.prefill_tokens_computed = c.prefill_tokens_computed.saturating_sub(rep.loaded_tokens - rep.loaded_at_start);
+        c.recomputed_tokens = c.recomputed_tokens.saturating_sub(rep.reloaded_tokens - rep.reloaded_at_start);
+        // With prefill and decode pools, the fleet's prefix cache is the prefill replicas': a
+        // decode replica looks each landed prompt up again (vLLM's local lookup before the pull;
+        // SGLang's forced chunk cache, which hits nothing), which would halve the rate. Its own
+        // row keeps its lookups.
+        let prefix = !disagg || rep.role == ReplicaRole::Prefill;
         counters = EngineCounters {
             num_preemptions: counters.num_preemptions + c.num_preemptions,
-            prefix_cache_queries: counters.prefix_cache_queries + c.prefix_cache_queries,
-            prefix_cache_hits: counters.prefix_cache_hits + c.prefix_cache_hits,
+            prefix_cache_queries: counters.prefix_cache_queries + if prefix { c.prefix_cache_queries } else { 0 },
+            prefix_cache_hits: counters.prefix_cache_hits + if prefix { c.prefix_cache_hits } else { 0 },
             num_steps: counters.num_steps + c.num_steps,
             prefill_tokens_computed: counters.prefill_tokens_computed + c.prefill_tokens_computed,
             recomputed_tokens: counters.recomputed_tokens + c.recomputed_tokens,
@@ -930,6 +1106,102 @@ pub fn run_fleet(
         kv_transfers: lp.xfers,
         mean_kv_transfer_ms: per(lp.xfer_ns_sum),
         mean_kv_transfer_wait_ms: per(lp.xfer_wait_sum),
+        mean_kv_landed_to_scheduled_ms: if lp.landed_n > 0 {
+            lp.landed_wait_sum as f64 / lp.landed_n as f64 / 1e6
+        } else {
+            0.0
+        },
     };
     (run, fleet)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(chunks: &[(u64, u64)], decodes: u64) -> StepShape {
+        let mut s = StepShape { cpu_overlapped: true, ..Default::default() };
+        for &(ctx, n) in chunks {
+            s.add_prefill(ctx, n);
+        }
+        for _ in 0..decodes {
+            s.add_decode(100);
+        }
+        s
+    }
+
+    /// Transferred chunks cost a token at the end of their context; a chunk of KV the replica
+    /// lost (vLLM, after a preemption) costs what it costs; the rest of the step is kept.
+    #[test]
+    fn decode_side_shape_collapses_only_the_chunks_whose_kv_is_there() {
+        let s = shape(&[(0, 4096), (1024, 2048), (0, 512)], 3);
+        let d = decode_side_shape(&s, &[(4096, true), (2048, false), (512, true)]);
+        let want = {
+            let mut w = StepShape { cpu_overlapped: true, ..Default::default() };
+            w.add_prefill(4095, 1);
+            w.add_prefill(1024, 2048);
+            w.add_prefill(511, 1);
+            for _ in 0..3 {
+                w.add_decode(100);
+            }
+            w
+        };
+        assert_eq!(d, want);
+        assert_eq!(d.prefill_tokens, 2050);
+        assert!(d.cpu_overlapped, "the step overlaps its CPU work as the engine planned it");
+        // All transferred: one token a chunk, as before.
+        let all = decode_side_shape(&s, &[(4096, true), (2048, true), (512, true)]);
+        assert_eq!(all.prefill_tokens, 3);
+        assert_eq!(all.num_seqs, s.num_seqs);
+    }
+
+    /// Past the shape's first chunks only totals are known: each rest chunk takes the
+    /// token-weighted mean context, and its own length when recomputed.
+    #[test]
+    fn decode_side_shape_keeps_the_rest_chunks_tokens() {
+        let n = crate::cost::MAX_CHUNKS + 3;
+        let chunks: Vec<(u64, u64)> = (0..n).map(|i| (0, 100 + i as u64)).collect();
+        let s = shape(&chunks, 0);
+        let flags: Vec<(u32, bool)> = chunks.iter().enumerate().map(|(i, &(_, k))| (k as u32, i != n - 1)).collect();
+        let d = decode_side_shape(&s, &flags);
+        let last = 100 + (n - 1) as u64;
+        assert_eq!(d.prefill_tokens, (n - 1) as u64 + last);
+        assert_eq!(d.num_chunks as usize, n);
+        assert_eq!(d.rest.0, 3);
+        // The rest started at context 0: the recomputed one attends from 0.
+        assert_eq!(d.rest.1, 2 + last);
+    }
+
+    /// vLLM: a chunk after the transferred prompt sampled, or one restarting it, follows a
+    /// preemption and is computed; SGLang reloads it (counted back out of the recomputed tokens).
+    #[test]
+    fn a_preempted_request_recomputes_on_vllm_and_reloads_on_sglang() {
+        for recomputes in [true, false] {
+            let mut st = DecodeKv::Landed { next: None, seen: true };
+            // Two chunks of the transferred prompt (the first from a local prefix hit at 512).
+            assert_eq!(decode_chunk(&mut st, Some(512), 2048, false, recomputes), (true, 0));
+            assert_eq!(st, DecodeKv::Landed { next: Some(2560), seen: true });
+            assert_eq!(decode_chunk(&mut st, Some(2560), 1536, true, recomputes), (true, 0));
+            assert_eq!(st, DecodeKv::Resident);
+            // Preempted after its outputs began: its prompt comes back as prefill.
+            let again = decode_chunk(&mut st, Some(0), 4200, true, recomputes);
+            if recomputes {
+                assert_eq!(again, (false, 0));
+                assert_eq!(st, DecodeKv::Recomputing);
+                // And stays computed, a later preemption too.
+                assert_eq!(decode_chunk(&mut st, Some(1024), 3000, true, recomputes), (false, 0));
+            } else {
+                assert_eq!(again, (true, 4199));
+                assert_eq!(st, DecodeKv::Resident);
+            }
+        }
+        // Preempted between two chunks of the transferred prompt: the restart is computed (vLLM).
+        let mut st = DecodeKv::Landed { next: None, seen: true };
+        assert_eq!(decode_chunk(&mut st, Some(0), 2048, false, true), (true, 0));
+        assert_eq!(decode_chunk(&mut st, Some(0), 2048, false, true), (false, 0));
+        assert_eq!(decode_chunk(&mut st, Some(2048), 2048, true, true), (false, 0));
+        // A chunk past the shape's listed ones (context unknown) continues the prompt.
+        let mut st = DecodeKv::Landed { next: Some(100), seen: true };
+        assert_eq!(decode_chunk(&mut st, None, 50, true, true), (true, 0));
+    }
 }
