@@ -18,8 +18,10 @@ use crate::ScenarioArgs;
 pub struct ExplainArgs {
     /// Scenario file (JSON); the built-in default if omitted.
     pub scenario: Option<PathBuf>,
-    /// Explain the run at this concurrency (default: the scenario's, or twice the KV-limited
-    /// concurrency); 1 to 1,000,000 (the run gets at most 50,000 prompts).
+    /// Explain the run at this concurrency (default: the scenario's, or, for a closed loop, twice
+    /// the concurrency at which the first limit binds: the KV-limited concurrency or the running
+    /// cap, max_num_seqs / max_running_requests, whichever is lower); 1 to 1,000,000 (the run
+    /// gets at most 50,000 prompts).
     #[arg(long)]
     pub concurrency: Option<u32>,
     #[command(flatten)]

@@ -38,6 +38,9 @@ pub struct PlanArgs {
     #[arg(long, value_name = "FILE.json")]
     pub candidates: PathBuf,
     /// An SLO on a report key, as `tune` spells them: `--slo 'p99_ttft_ms<=2000'` (repeatable).
+    /// No candidate meeting every SLO is an answer, not an error: it says so and exits 0, as
+    /// `tune` does (`best` is null in `--json`); exit 2 is a bad flag or candidates file, or no
+    /// candidate that is a valid scenario.
     #[arg(long, value_name = "METRIC<=X")]
     pub slo: Vec<String>,
     /// The request rate to plan for (requests per second): `workload.request_rate`, or, when
@@ -45,7 +48,7 @@ pub struct PlanArgs {
     /// that mean rate, its pattern kept).
     #[arg(long)]
     pub request_rate: Option<f64>,
-    /// Prompts per simulated plan (`workload.num_prompts`).
+    /// Prompts per simulated plan (`workload.num_prompts`), 1 to 10,000,000.
     #[arg(long)]
     pub num_prompts: Option<u32>,
     /// The latency axis of the Pareto front.
@@ -159,40 +162,68 @@ pub struct PlanViolation {
     pub bound: f64,
 }
 
-/// The name of the capacity verdict among a plan's violations ([`capacity_at_burst`]).
+/// The name of the capacity verdict among a plan's violations ([`sustained_capacity`]).
 pub const KEEPS_UP: &str =
-    "keeps up with the offered rate (req/s completed on a burst of the run's requests while a backlog waits >= request_rate, or a trace's mean rate)";
+    "keeps up with the offered rate (req/s completed while a backlog waits, on an open-loop run at 1.25 times the rate, >= request_rate, or a trace's mean rate)";
 
-/// The burst holds this many times what the plan runs at once (its running caps, or its
-/// KV-limited concurrency where smaller), so that a backlog waits through it; its rate is
-/// measured between the completions that end the first of those and begin the last.
-const BURST_PER_IN_FLIGHT: u64 = 6;
+/// The capacity run holds this many times what the plan runs at once (its running caps, or its
+/// KV-limited concurrency where smaller), so that a steady state lasts between its run-up and its
+/// drain; its rate is measured between the completions that end the first of those and begin
+/// the last.
+const RUN_PER_IN_FLIGHT: u64 = 6;
 
-/// The most requests a burst is given (a plan running more at once is judged on this many).
-const MAX_BURST: u64 = 50_000;
+/// The fewest requests a capacity run is given: a plan that keeps up completes about its arrivals,
+/// and over the middle two thirds of 1,000 Poisson arrivals their rate is within 4% (one standard
+/// deviation) of the one asked, far from the 20% below it ([`OVERLOAD`]) that would reject it.
+const MIN_CAPACITY_RUN: u64 = 1_000;
+
+/// The most requests a capacity run is given (a plan running more at once is judged on this many).
+const MAX_CAPACITY_RUN: u64 = 50_000;
+
+/// The capacity run's arrival rate, as a multiple of the offered rate: above it, so that a plan
+/// that cannot complete the offered rate builds a backlog and shows what it sustains, and not far
+/// above it, because what a plan sustains depends on how fast its backlog arrives. Identical
+/// requests admitted as fast as they arrive keep that phase (each one's slot is refilled when it
+/// ends), and the faster they came the more steps run without a prefill: one A100 serving the
+/// 1,024 + 128-token prefix-repetition prompts (running cap 256) completed 15.9, 16.1, 16.6 and
+/// 17.6 req/s at 1.1, 1.25, 1.5 and 2 times 20 req/s, and 16.2-16.6 over 8,000 requests at 18-20
+/// req/s itself. 1.25 is within 1% of the lowest, and leaves a plan that keeps up 25% clear of
+/// the bound.
+const OVERLOAD: f64 = 1.25;
 
 /// Under an offered rate (a finite `request_rate` or a trace's arrivals, no concurrency cap): how
-/// many requests per second the plan completes while a backlog waits, its capacity. A plan below
-/// the offered rate falls behind it, and a latency SLO it meets on a short run breaks on a longer
-/// one: its queue grows with every second more (a plan completing 65 requests a second met p99
-/// TTFT ≤ 3 s at 100 req/s over 200 requests, and reached 13 s over 3,000).
+/// many requests per second the plan completes in a steady state while a backlog waits, its
+/// sustained capacity, with the offered rate. A plan below the offered rate falls behind it, and a
+/// latency SLO it meets on a short run breaks on a longer one: its queue grows with every second
+/// more (a plan completing 65 requests a second met p99 TTFT ≤ 3 s at 100 req/s over 200
+/// requests, and reached 13 s over 3,000).
 ///
-/// Measured on a burst: the run's requests, as many more of the same kind as make it
-/// [`BURST_PER_IN_FLIGHT`] times what the plan runs at once (`k`; a trace's rows cycled, a
-/// production trace's requests with their prompts' keys salted by copy, so that no copy hits
-/// another's cache), all sent at once. Its capacity is the completions between the `k`-th and the
-/// (n − `k`)-th, over the time between them: the first batch's run-up and the drain are outside,
-/// and batches that finish together (fixed lengths: waves of `k`) are counted whole. (Counted
-/// over the run's own requests sent at once, the drain included, 20 requests of 4,096 / 512
-/// tokens at 5 req/s on one H100 came out at 3.4 req/s where 400 of them keep up; counted from
-/// the first completion to the last admission, a wave too many: 5.9 req/s where the plan
-/// completes 4.5.) A finite `request_rate` is a steady rate whatever the run's length; a trace is
-/// its own workload, and one the plan holds at once (n ≤ `k`) never queues: not judged.
+/// Measured on an open-loop run at [`OVERLOAD`] times the offered rate: the run's requests, as
+/// many more of the same kind as make it [`RUN_PER_IN_FLIGHT`] times what the plan runs at once
+/// (`k`), and at least [`MIN_CAPACITY_RUN`] (a trace's rows cycled, a production trace's requests
+/// with their prompts' keys salted by copy, so that no copy hits another's cache). A finite
+/// `request_rate`'s arrivals keep the scenario's burstiness; a trace's are Poisson (its pattern
+/// is the latency SLOs' to judge; what a plan sustains is its requests' mix). A plan slower than
+/// that rate builds a backlog and completes what it sustains; a faster one completes the
+/// arrivals. The rate is the completions between the `k`-th and the (n − `k`)-th, over the time
+/// between them: the run-up and the drain are outside.
+///
+/// Not a burst (every request sent at once, as until 2026-12-06): identical requests admitted
+/// together run in lock-step waves, all prefilling and then all decoding, and pure decode steps
+/// are faster than a stream's, where a prefill rides in nearly every step. That A100 completed
+/// 23.4 req/s on a burst (TPOT 69 ms at ~250 running, against 115 ms in a stream at 20 req/s),
+/// and plan picked it for 20 req/s: over 2,000 requests it completed 16.3 a second, p99 TTFT
+/// 19 s. Before that the burst's rate was counted over the run's own requests, the drain included
+/// (20 requests of 4,096 / 512 tokens at 5 req/s on one H100 came out at 3.4 req/s where 400 of
+/// them keep up), and from the first completion to the last admission (a wave too many: 5.9 req/s
+/// where the plan completes 4.5). A finite `request_rate` is a steady rate whatever the run's
+/// length; a trace is its own workload, and one the plan holds at once (n ≤ `k`) never queues:
+/// not judged.
 ///
 /// A trace's offered rate is its replayed requests' mean rate (`sim::traces::mean_rate`'s
 /// (n − 1) ÷ span, the one `trace_rate` sets). `None` also for a closed loop (the client waits
 /// for the engine) and a trace whose requests all arrive at one instant.
-fn capacity_at_burst(spec: &sim::config::SimSpec) -> Option<(f64, f64)> {
+fn sustained_capacity(spec: &sim::config::SimSpec) -> Option<(f64, f64)> {
     use sim::workload::Dataset;
     let w = &spec.workload;
     if w.max_concurrency.is_some() {
@@ -206,35 +237,39 @@ fn capacity_at_burst(spec: &sim::config::SimSpec) -> Option<(f64, f64)> {
     if w.dataset.is_trace() && n <= in_flight {
         return None;
     }
-    let want = n.max(BURST_PER_IN_FLIGHT * in_flight).min(MAX_BURST.max(n)) as usize;
-    let mut burst = spec.clone();
+    let want = n.max(RUN_PER_IN_FLIGHT * in_flight).max(MIN_CAPACITY_RUN).min(MAX_CAPACITY_RUN.max(n)) as usize;
+    let mut run = spec.clone();
     let rate = if w.dataset.is_trace() {
         let first = reqs.requests.iter().map(|r| r.arrival_ns).min()?;
         let last = reqs.requests.iter().map(|r| r.arrival_ns).max()?;
         if last == first {
             return None;
         }
-        match &mut burst.workload.dataset {
+        let rate = (n - 1) as f64 / ((last - first) as f64 * 1e-9);
+        // Poisson arrivals above the trace's mean rate: its pattern is the latency SLOs' to
+        // judge; what the plan sustains is a matter of its requests' mix.
+        let at = sim::workload::arrival_offsets(want, Some(OVERLOAD * rate), 1.0, w.seed);
+        match &mut run.workload.dataset {
             Dataset::Trace { rows } => {
                 let replayed: Vec<_> = rows.iter().take(n as usize).cloned().collect();
                 *rows = replayed
                     .iter()
                     .cycle()
-                    .take(want)
-                    .cloned()
-                    .map(|mut r| {
-                        r.arrival_time = 0.0;
+                    .zip(&at)
+                    .map(|(r, &t)| {
+                        let mut r = r.clone();
+                        r.arrival_time = t as f64 * 1e-9;
                         r
                     })
                     .collect();
             }
             Dataset::Requests { requests } => {
                 let replayed = &requests[..(n as usize).min(requests.len())];
-                let at_once: Vec<_> = (0..want)
+                let cycled: Vec<_> = (0..want)
                     .map(|i| {
                         let mut r = replayed[i % replayed.len()].clone();
                         let copy = (i / replayed.len()) as u64;
-                        r.arrival_ns = 0;
+                        r.arrival_ns = at[i];
                         if copy > 0 {
                             for seg in &mut r.prompt {
                                 seg.key = sim::rng::mix64(seg.key ^ sim::rng::mix64(copy));
@@ -243,28 +278,79 @@ fn capacity_at_burst(spec: &sim::config::SimSpec) -> Option<(f64, f64)> {
                         r
                     })
                     .collect();
-                *requests = std::sync::Arc::new(at_once);
+                *requests = std::sync::Arc::new(cycled);
             }
             _ => {}
         }
-        (n - 1) as f64 / ((last - first) as f64 * 1e-9)
+        rate
     } else {
         let rate = w.request_rate?;
-        burst.workload.request_rate = None;
+        run.workload.request_rate = Some(OVERLOAD * rate);
         rate
     };
-    burst.workload.num_prompts = want as u32;
-    let out = sim::simulate(&burst, RunOptions::default());
+    run.workload.num_prompts = want as u32;
+    let out = sim::simulate(&run, RunOptions::default());
     out.run.stop.completed().ok()?;
     let run = &out.run;
     let mut ends: Vec<u64> = run.records.iter().filter_map(|r| run.last_token_ns(r)).collect();
     ends.sort_unstable();
-    let k = (in_flight as usize).min(ends.len() / BURST_PER_IN_FLIGHT as usize).max(1);
+    let k = (in_flight as usize).min(ends.len() / RUN_PER_IN_FLIGHT as usize).max(1);
     let (a, b) = (k - 1, ends.len().checked_sub(k)?);
     if b <= a || ends[b] <= ends[a] {
         return None;
     }
     Some(((b - a) as f64 / ((ends[b] - ends[a]) as f64 * 1e-9), rate))
+}
+
+/// What a plan's simulation holds in memory at most, measured (`/usr/bin/time -f %M`, peak RSS)
+/// on Llama-3.1-8B fleets of 16 to 256 H100 replicas at TP 1 and 8, on runs of up to 50,000
+/// requests (a capacity run's most): about 0.5 MiB a replica (its engine, scheduler, router
+/// state; SGLang's pages cost nothing more), and for vLLM up to 100 bytes a KV block of its pool
+/// (its block pool and free list, about 26 bytes a block from the start, and the hashes and
+/// tables of the blocks its requests fill). 256 TP-8 replicas (269,000 blocks each) took 1.75 GB
+/// on 400 requests, 3.5 GB on 50,000; 4,096 of them reached 24 GB and the run was killed, with
+/// no message.
+const BYTES_PER_REPLICA: u64 = 512 << 10;
+/// See [`BYTES_PER_REPLICA`]: vLLM's, a block of its pool.
+const BYTES_PER_KV_BLOCK: u64 = 100;
+/// The most memory one plan's runs may take ([`estimated_run_bytes`]): a plan past it is refused
+/// before any run starts, and plans run in parallel only as many at once as fit in it together.
+const MEMORY_BUDGET: u64 = 16 << 30;
+
+/// Replicas of a plan (1 for a single engine).
+fn replica_count(spec: &sim::config::SimSpec) -> usize {
+    spec.fleet.as_ref().map_or(1, |f| f.replicas.len())
+}
+
+/// KV tokens of every replica's pool (prefill replicas' too).
+fn all_kv_tokens(spec: &sim::config::SimSpec) -> u64 {
+    match &spec.fleet {
+        Some(f) => f.replicas.iter().map(|r| r.engine.kv_capacity_tokens()).sum(),
+        None => spec.engine.kv_capacity_tokens(),
+    }
+}
+
+/// The memory a plan's run takes at most, estimated: [`BYTES_PER_REPLICA`] a replica and, for
+/// vLLM, [`BYTES_PER_KV_BLOCK`] a block of its pool.
+fn estimated_run_bytes(spec: &sim::config::SimSpec) -> u64 {
+    let engines: Vec<&sim::config::EngineSpec> = match &spec.fleet {
+        Some(f) => f.replicas.iter().map(|r| &r.engine).collect(),
+        None => vec![&spec.engine],
+    };
+    engines
+        .iter()
+        .map(|e| {
+            let blocks = match e {
+                sim::config::EngineSpec::Vllm(_) => e.kv_capacity_tokens() / u64::from(e.kv_granularity().max(1)),
+                sim::config::EngineSpec::Sglang(_) => 0,
+            };
+            BYTES_PER_REPLICA.saturating_add(blocks.saturating_mul(BYTES_PER_KV_BLOCK))
+        })
+        .fold(0u64, u64::saturating_add)
+}
+
+fn gib_text(bytes: u64) -> String {
+    format!("{:.1} GiB", bytes as f64 / f64::from(1u32 << 30))
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -308,6 +394,9 @@ pub struct PlanResult {
     pub invalid: Vec<PlanEntry>,
     pub slos: Vec<String>,
     pub pareto_latency: String,
+    /// The load every plan was run at, in words ("400 prompts at 20 requests/s (Poisson
+    /// arrivals) ...", or the scenario's closed loop at its `max_concurrency`).
+    pub load: String,
 }
 
 fn candidate_sets(c: &PlanCandidate) -> Vec<String> {
@@ -449,8 +538,11 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
     for (i, x) in cands.sets.iter().enumerate() {
         sim::config::apply_set(&mut base.json, x).map_err(|e| format!("{file}: sets[{i}] {x:?}: {e}"))?;
     }
-    if a.num_prompts == Some(0) {
-        return Err("--num-prompts: must be at least 1".into());
+    if let Some(n) = a.num_prompts.filter(|n| !(1..=sim::config::MAX_NUM_PROMPTS).contains(n)) {
+        return Err(format!(
+            "--num-prompts: must be from 1 to {} (requests a run), got {n}",
+            sim::config::MAX_NUM_PROMPTS
+        ));
     }
     if let Some(r) = a.request_rate.filter(|r| !(r.is_finite() && *r > 0.0)) {
         return Err(format!("--request-rate: must be a positive number of requests per second, got {r}"));
@@ -536,10 +628,23 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
             }
         }
     }
-    let pb = crate::plot::progress(plans.len() as u64, "simulating plans");
-    let evaluated: Vec<PlanEntry> = plans
+    // SGLang's `max_total_tokens` is a bound, not a pin (`PINNED_POOL`): it stays, as SGLang keeps
+    // it whatever the GPU. Sized for one setup, it caps every plan's pool at that figure, and a
+    // larger GPU or TP size looks as starved as the scenario's: said, with how to drop it.
+    if sglang {
+        if let Some(v) = base.json.pointer("/engine/max_total_tokens").filter(|v| !v.is_null()) {
+            load::warn_once(format!(
+                "{}: engine.max_total_tokens = {v} is kept on every plan: SGLang bounds each replica's KV pool by it \
+                 whatever the GPU and TP size, so no plan gets more than {v} KV tokens a replica; drop it (--set \
+                 engine.max_total_tokens=null) to size each plan's pool from its GPU's memory",
+                base.origin
+            ));
+        }
+    }
+    // Each candidate resolved first (cheap: no run), so that the memory its runs will take can be
+    // estimated and a plan too large for it refused before any run starts.
+    let resolved: Vec<Result<sim::config::SimSpec, String>> = plans
         .par_iter()
-        .inspect(|_| pb.inc(1))
         .map(|c| {
             let mut raw: RawScenario = base.clone();
             // The host the GPUs are driven from (WSL2 moves every memory fraction's budget) is
@@ -564,8 +669,7 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
                     e.remove(k);
                 }
             }
-            // A run that did not complete has no metrics to judge: an error, with its reason.
-            let r = load::apply_overrides(&mut raw, &s, None)
+            load::apply_overrides(&mut raw, &s, None)
                 .map(|_| {
                     if let Some(h) = &host {
                         let gpu = raw.json["hardware"].clone();
@@ -573,31 +677,67 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
                     }
                 })
                 .and_then(|_| load::resolve(&raw))
-                .and_then(|(_, spec)| {
-                    let out = sim::simulate(&spec, RunOptions::default());
-                    out.run.stop.completed().map(|()| (PointReport::of(&spec, &out), capacity_at_burst(&spec)))
-                });
-            match r {
-                Err(e) => PlanEntry { plan: c.clone(), metrics: None, violations: vec![], error: Some(e) },
-                Ok((m, capacity)) => {
-                    let mut violations: Vec<PlanViolation> = slos
-                        .iter()
-                        .filter_map(|s| {
-                            let v = Metric::parse(&s.metric).and_then(|k| m.metric(k)).unwrap_or(f64::NAN);
-                            let ok = if s.le { v <= s.bound } else { v >= s.bound };
-                            (!ok).then(|| PlanViolation { slo: s.text.clone(), value: v, bound: s.bound })
-                        })
-                        .collect();
-                    // A plan that falls behind the offered rate meets a latency SLO only for as
-                    // long as the run lasts: its queue grows with every second more.
-                    if let Some((cap, rate)) = capacity.filter(|&(cap, rate)| cap < rate) {
-                        violations.push(PlanViolation { slo: KEEPS_UP.into(), value: cap, bound: rate });
-                    }
-                    PlanEntry { plan: c.clone(), metrics: Some(m), violations, error: None }
-                }
-            }
+                .map(|(_, spec)| spec)
         })
         .collect();
+    // Memory: refuse a plan whose run would not fit, and run no more plans at once than fit.
+    let estimates: Vec<u64> = resolved.iter().map(|r| r.as_ref().map_or(0, estimated_run_bytes)).collect();
+    if let Some((i, &most)) = estimates.iter().enumerate().max_by_key(|(_, &b)| b).filter(|(_, &b)| b > MEMORY_BUDGET) {
+        return Err(format!(
+            "{file}: the plan {} would take about {} of memory to simulate (its {} replicas' KV pools, {} tokens in all; \
+             up to {} KiB a replica and, on vLLM, {} bytes a KV block), past plan's budget of {} a plan: \
+             give fewer replicas or a smaller TP size",
+            plans[i].label(),
+            gib_text(most),
+            resolved[i].as_ref().map_or(0, replica_count),
+            resolved[i].as_ref().map_or(0, all_kv_tokens),
+            BYTES_PER_REPLICA >> 10,
+            BYTES_PER_KV_BLOCK,
+            gib_text(MEMORY_BUDGET),
+        ));
+    }
+    let most = estimates.iter().copied().max().unwrap_or(0).max(1);
+    let threads = usize::try_from(MEMORY_BUDGET / most).unwrap_or(usize::MAX).clamp(1, rayon::current_num_threads());
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().map_err(|e| format!("plan: {e}"))?;
+    let pb = crate::plot::progress(plans.len() as u64, "simulating plans");
+    let evaluated: Vec<PlanEntry> = pool.install(|| {
+        plans
+            .par_iter()
+            .zip(resolved.par_iter())
+            .inspect(|_| pb.inc(1))
+            .map(|(c, spec)| {
+                // A run that did not complete has no metrics to judge: an error, with its reason.
+                // The run's report is taken, and the run dropped, before the capacity run: one
+                // fleet's state in memory at a time.
+                let r = spec.as_ref().map_err(Clone::clone).and_then(|spec| {
+                    let report = {
+                        let out = sim::simulate(spec, RunOptions::default());
+                        out.run.stop.completed().map(|()| PointReport::of(spec, &out))
+                    };
+                    report.map(|m| (m, sustained_capacity(spec)))
+                });
+                match r {
+                    Err(e) => PlanEntry { plan: c.clone(), metrics: None, violations: vec![], error: Some(e) },
+                    Ok((m, capacity)) => {
+                        let mut violations: Vec<PlanViolation> = slos
+                            .iter()
+                            .filter_map(|s| {
+                                let v = Metric::parse(&s.metric).and_then(|k| m.metric(k)).unwrap_or(f64::NAN);
+                                let ok = if s.le { v <= s.bound } else { v >= s.bound };
+                                (!ok).then(|| PlanViolation { slo: s.text.clone(), value: v, bound: s.bound })
+                            })
+                            .collect();
+                        // A plan that falls behind the offered rate meets a latency SLO only for as
+                        // long as the run lasts: its queue grows with every second more.
+                        if let Some((cap, rate)) = capacity.filter(|&(cap, rate)| cap < rate) {
+                            violations.push(PlanViolation { slo: KEEPS_UP.into(), value: cap, bound: rate });
+                        }
+                        PlanEntry { plan: c.clone(), metrics: Some(m), violations, error: None }
+                    }
+                }
+            })
+            .collect()
+    });
     pb.finish_and_clear();
     if let Some(s) = slos.iter().find(|s| evaluated.iter().any(|e| e.error.is_none() && e.metric(&s.metric).is_none()))
     {
@@ -668,6 +808,7 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
         invalid: evaluated.iter().filter(|e| e.error.is_some()).cloned().collect(),
         slos: slos.iter().map(|s| s.text.clone()).collect(),
         pareto_latency: a.pareto_latency.clone(),
+        load: resolved.iter().find_map(|r| r.as_ref().ok()).map(load_words).unwrap_or_default(),
     };
     if let Some(path) = &a.plot {
         let pts: Vec<(f64, f64, bool, String)> =
@@ -683,6 +824,51 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
         print!("{}", text(&result));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The load the plans ran at, in words: what `plan`'s text states first.
+fn load_words(spec: &sim::config::SimSpec) -> String {
+    let w = &spec.workload;
+    let reqs = sim::workload::generate(&sim::workload::WorkloadParams {
+        num_warmups: 0,
+        prior_run_prompts: 0,
+        prior_run_prefixes: 0,
+        ..w.clone()
+    });
+    let n = reqs.requests.len();
+    let arrivals = if w.dataset.is_trace() {
+        let first = reqs.requests.iter().map(|r| r.arrival_ns).min().unwrap_or(0);
+        let last = reqs.requests.iter().map(|r| r.arrival_ns).max().unwrap_or(0);
+        if n >= 2 && last > first {
+            format!(
+                "{n} requests of the trace at its arrivals (a mean rate of {:.3} requests/s)",
+                (n - 1) as f64 / ((last - first) as f64 * 1e-9)
+            )
+        } else {
+            format!("{n} requests of the trace, all at one instant")
+        }
+    } else {
+        match w.request_rate {
+            Some(r) if w.burstiness == 1.0 => format!("{n} prompts at {r} requests/s (Poisson arrivals)"),
+            Some(r) => format!("{n} prompts at {r} requests/s (burstiness {})", w.burstiness),
+            None => format!("{n} prompts sent at once"),
+        }
+    };
+    match w.max_concurrency {
+        Some(c) if w.request_rate.is_none() && !w.dataset.is_trace() => format!(
+            "the scenario's closed loop: {n} prompts, at most {c} in flight (max_concurrency {c}), each sent as one \
+             completes; no offered rate to keep up with (give --request-rate to plan for one)"
+        ),
+        Some(c) => format!("{arrivals}, at most {c} in flight (max_concurrency {c}); no rate check under a cap"),
+        None if w.dataset.is_trace() => format!(
+            "{arrivals}; each plan that cannot hold them all at once must also keep up with that rate (sustained on an \
+             open-loop run at {OVERLOAD} times it)"
+        ),
+        None if w.request_rate.is_some() => format!(
+            "{arrivals}; each plan must also keep up with that rate (sustained on an open-loop run at {OVERLOAD} times it)"
+        ),
+        None => arrivals,
+    }
 }
 
 fn text(r: &PlanResult) -> String {
@@ -715,6 +901,10 @@ fn text(r: &PlanResult) -> String {
                 f(b, "p99_itl_ms")
             );
         }
+    }
+    // The load, after the answer (whose line comes first): a rate, a trace, or a closed loop.
+    if !r.load.is_empty() {
+        let _ = writeln!(s, "Load planned for: {}.", r.load);
     }
     // The front trades cost against one latency over every valid plan; a plan on it that breaks
     // an SLO is said so on its line (its violations are in `--json` too), not left to be picked.

@@ -20,7 +20,7 @@ use serde_json::{Map, Value};
 use sim::config::{EngineKind, SimSpec};
 use sim::report::{BenchReport, PointReport};
 use sim::simulation::{RunOptions, StopReason};
-use sim::sweep::{kv_limited_concurrency, sweep_series, SweepSeries};
+use sim::sweep::{sweep_series, SweepSeries};
 use sim::SimOutput;
 
 use crate::load::{self, RawScenario};
@@ -243,9 +243,11 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, String> {
                     .filter(|b| b.iter().all(|p| [p.1, p.2, p.3, p.4].iter().all(|v| v.is_finite()))),
             })
             .collect();
-        let (s0, o0) = &results[0];
-        let limit = kv_limited_concurrency(&s0.specs[0], &o0[0].workload);
-        let mut marks = vec![(limit.concurrency as f64, format!("KV-limited concurrency {}", limit.concurrency))];
+        // The first series' own figure, the one its text states (from its point with the largest
+        // request sample; its first point's could differ where `--num-prompts` varies).
+        let s0 = &results[0].0;
+        let kv = series[0].kv_limited_concurrency;
+        let mut marks = vec![(kv as f64, format!("KV-limited concurrency {kv}"))];
         if let Some(k) = series[0].knee.as_ref() {
             marks.push((k.max_concurrency as f64, format!("knee {}", k.max_concurrency)));
         }

@@ -40,6 +40,14 @@ pub struct Plan {
     /// in tokens, and the KV-limited concurrency it gives. The same sweep is run with it, to
     /// tell whether the knee moves with the pool or the engine is out of compute first.
     pub wider_pool: Option<(u64, u64)>,
+    /// Where the running cap binds first (`max_num_seqs` / `max_running_requests`): the
+    /// requests the engines run at once with every cap raised [`WIDER_CAP`] times. The same
+    /// sweep is run with it, after the grid's, to tell whether the knee moves with the cap or the
+    /// engine is out of compute first.
+    pub wider_cap: Option<u64>,
+    /// A trace's (or request list's) number of requests, where the sweep's grid was cut at it: a
+    /// closed loop over the trace never has more in flight.
+    pub trace_requests: Option<u32>,
     /// Notes on how the runs were sized (a capped prompt count).
     pub notes: Vec<String>,
     /// The KV-limited concurrency of the scenario's workload.
@@ -117,6 +125,33 @@ fn with_pool(base: &SimSpec, tokens: u64) -> SimSpec {
     s
 }
 
+/// How much higher the running caps of the what-if sweep are ([`Plan::wider_cap`]).
+pub const WIDER_CAP: u32 = 2;
+
+/// `base` with the running cap of every engine that holds requests raised [`WIDER_CAP`] times
+/// (vLLM's at most its token budget, as vLLM requires): the cap alone, the pool and the CUDA
+/// graphs as they are.
+fn with_cap(base: &SimSpec) -> SimSpec {
+    let mut s = base.clone();
+    let raise = |e: &mut crate::config::EngineSpec| match e {
+        crate::config::EngineSpec::Vllm(c) => {
+            c.max_num_seqs = c.max_num_seqs.saturating_mul(WIDER_CAP).min(c.max_num_batched_tokens.max(c.max_num_seqs))
+        }
+        crate::config::EngineSpec::Sglang(c) => {
+            c.max_running_requests = c.max_running_requests.saturating_mul(WIDER_CAP)
+        }
+    };
+    match &mut s.fleet {
+        Some(f) => f
+            .replicas
+            .iter_mut()
+            .filter(|r| r.role != crate::config::ReplicaRole::Prefill)
+            .for_each(|r| raise(&mut r.engine)),
+        None => raise(&mut s.engine),
+    }
+    s
+}
+
 /// Prompts a concurrency slot at each point of the knee's sweep.
 pub const EXPLAIN_PROMPTS_PER_SLOT: u32 = 8;
 
@@ -162,11 +197,17 @@ pub fn plan(base: &SimSpec, concurrency: Option<u32>) -> Result<Plan, String> {
         Some(conc) => {
             let want = 4u64 * u64::from(conc);
             let capped = want.min(u64::from(MAX_EXPLAIN_PROMPTS)) as u32;
-            if want > u64::from(capped.max(base.workload.num_prompts)) {
+            let n = capped.max(base.workload.num_prompts);
+            if want > u64::from(n) {
+                // Fewer prompts than the concurrency are one wave, all in flight at once.
+                let shows = if n <= conc {
+                    format!("all {n} are in flight at once (one wave), not a steady state")
+                } else {
+                    "it shows the first waves, not a steady state".to_string()
+                };
                 notes.push(format!(
-                "the run at concurrency {conc} has {} prompts, not 4 × {conc} (explain runs at most {MAX_EXPLAIN_PROMPTS}): it shows the first waves, not a steady state",
-                capped.max(base.workload.num_prompts)
-            ));
+                    "the run at concurrency {conc} has {n} prompts, not 4 × {conc} (explain runs at most {MAX_EXPLAIN_PROMPTS}): {shows}"
+                ));
             }
             Some(base.workload.num_prompts.max(capped))
         }
@@ -189,6 +230,20 @@ pub fn plan(base: &SimSpec, concurrency: Option<u32>) -> Result<Plan, String> {
     .into_iter()
     .map(|c| c.clamp(1, u64::from(MAX_EXPLAIN_CONCURRENCY)) as u32)
     .collect();
+    // A trace (or request list) has as many requests as it has, whatever the prompt count asked:
+    // a closed loop over it never has more in flight, and a point past that repeats the last.
+    let trace_len = match &base.workload.dataset {
+        Dataset::Trace { rows } => Some(rows.len()),
+        Dataset::Requests { requests } => Some(requests.len()),
+        _ => None,
+    }
+    .map(|n| u32::try_from(n).unwrap_or(u32::MAX).max(1));
+    let trace_requests = trace_len.filter(|&n| grid.iter().any(|&c| c > n));
+    if let Some(n) = trace_requests {
+        for c in &mut grid {
+            *c = (*c).min(n);
+        }
+    }
     grid.sort_unstable();
     grid.dedup();
     // Eight prompts a slot at every point: enough for a steady throughput, and the same
@@ -214,7 +269,17 @@ pub fn plan(base: &SimSpec, concurrency: Option<u32>) -> Result<Plan, String> {
         wider_pool = Some((wider.engine.kv_capacity_tokens(), wider_limit));
         grid_specs.extend(sweep_of(&wider));
     }
-    Ok(Plan { concurrency: conc, point, grid, grid_specs, notes, limit, wider_pool })
+    // Where the running cap binds first, the same sweep with the caps raised says whether the
+    // knee is the cap's, as the wider pool's does for the pool.
+    let mut wider_cap = None;
+    if base.max_running_total() < limit.concurrency {
+        let raised = with_cap(base);
+        if raised.max_running_total() > base.max_running_total() {
+            wider_cap = Some(raised.max_running_total());
+            grid_specs.extend(sweep_of(&raised));
+        }
+    }
+    Ok(Plan { concurrency: conc, point, grid, grid_specs, notes, limit, wider_pool, wider_cap, trace_requests })
 }
 
 /// The TTFT split of the explained run (means, ms).
@@ -370,6 +435,12 @@ fn pct(part: f64, whole: f64) -> f64 {
     }
 }
 
+/// The most requests running at once over `runs` (those whose gauges were measured); `None` if
+/// none was.
+fn peak_running<'a>(runs: impl Iterator<Item = &'a SimOutput>) -> Option<u32> {
+    runs.filter(|o| !o.run.gauges.unmeasured).map(|o| o.run.gauges.running_peak).max()
+}
+
 /// Reads the runs of `plan` (`point`: the explained run; `grid[i]`: the run at `plan.grid[i]`).
 pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, grid: &[SimOutput]) -> Explanation {
     let spec = &plan.point;
@@ -481,15 +552,29 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
         )),
     }
     if binding_limit == "kv_pool" {
-        why.push(format!(
-            "{running_cap} is above that, so the KV pool binds first: past {} concurrent requests, new ones wait for KV{}.",
-            limit.concurrency,
-            if sglang {
-                " (SGLang reserves KV for their whole output at admission)"
-            } else {
-                ", and running ones are preempted when they outgrow it"
-            }
-        ));
+        // Admission does not stop at the figure: vLLM admits on the prompt's KV alone, SGLang
+        // counts the running requests' remaining outputs at new_token_ratio. The runs' own peak
+        // says how far past it they went.
+        let peak = peak_running(std::iter::once(point).chain(grid.iter()));
+        let peak_phrase = match peak {
+            Some(p) if u64::from(p) > limit.concurrency => format!(
+                " (in explain's runs up to {p} ran at once, {:.0}% past it)",
+                100.0 * (f64::from(p) / limit.concurrency.max(1) as f64 - 1.0)
+            ),
+            Some(p) => format!(" (in explain's runs at most {p} ran at once)"),
+            None => String::new(),
+        };
+        why.push(if sglang {
+            format!(
+                "{running_cap} is above that, so the KV pool binds first. SGLang reserves KV for a new request's output at admission, but counts the running requests' remaining outputs at new_token_ratio (which can fall below 1), so more than {} can be admitted{peak_phrase}; when their outputs outgrow the pool, running ones are retracted (to be recomputed) and new ones wait, and TTFT grows with the queue.",
+                limit.concurrency
+            )
+        } else {
+            format!(
+                "{running_cap} is above that, so the KV pool binds first. vLLM admits a request on its prompt's KV alone, so more than {} can run at once{peak_phrase}; as their outputs grow, running ones are preempted (to be recomputed) when the pool runs out, and new ones wait, and TTFT grows with the queue.",
+                limit.concurrency
+            )
+        });
     } else {
         why.push(format!(
             "{running_cap} binds before the KV pool does: past {max_running} concurrent requests, new ones queue in the engine."
@@ -526,6 +611,13 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
             "The throughput knee{closed} is at concurrency {k}: past it, added concurrency no longer comes back as throughput (under a tenth of it does, or less than 2% more) and TTFT keeps rising{}.",
             if u64::from(k) <= binding_at * 2 && u64::from(k) * 2 >= binding_at { ", close to the limit above" } else { "" }
         )),
+        // The sweep was cut at the trace's length: no knee because there is no more load to add.
+        None if plan.trace_requests.is_some() => {
+            let n = plan.trace_requests.unwrap_or(1);
+            why.push(format!(
+                "No knee{closed} up to concurrency {n}: the trace has {n} requests, so a closed loop over it never has more in flight and the sweep stops there, below the limit that binds ({binding_at} concurrent requests). To find where throughput levels off, replay a trace of more requests (--set workload.trace=FILE) or a synthetic workload of like lengths (--dataset-name random, --random-input-len, --random-output-len)."
+            ))
+        }
         None => why.push(format!(
             "No knee{closed} up to concurrency {}: throughput still grows.",
             plan.grid.last().copied().unwrap_or(1)
@@ -536,10 +628,10 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
     // larger pool nor a higher running cap moves it.
     let below_limits = knee.is_some_and(|k| u64::from(k) * 2 < binding_at);
     let disaggregated = base.fleet.as_ref().is_some_and(|f| f.disaggregated());
-    // Where the sweep with a larger pool found the knee moving, that measurement stands over the
-    // rule of thumb above.
-    let pool_moves_it = matches!((knee, wider_knee), (Some(k), Some(wk)) if wk.is_none_or(|w| w > k));
-    let knob = if below_limits && !pool_moves_it {
+    // Where the what-if sweep (a larger pool, or higher running caps) found the knee moving, that
+    // measurement stands over the rule of thumb above.
+    let what_if_moves_it = matches!((knee, wider_knee), (Some(k), Some(wk)) if wk.is_none_or(|w| w > k));
+    let knob = if below_limits && !what_if_moves_it {
         format!(
             "The knee sits well below the limit that binds ({binding_at} concurrent requests): there the engine is out of \
              compute, its steps growing with the batch{}; a larger KV pool or a higher {running_knob} does not move it, \
@@ -573,10 +665,35 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
             ),
         }
     } else {
-        format!(
-            "The knee moves with {running_knob}: raise it (the pool has room for {} requests); past that, the KV pool binds.",
-            limit.concurrency
-        )
+        // The running cap binds: the same sweep with the caps raised says whether the knee is
+        // the cap's (it moves) or the engine's compute (it stays).
+        let raised = |total: u64| {
+            if base.fleet.is_some() {
+                format!("{running_knob} {WIDER_CAP} times as high ({total} across the replicas)")
+            } else {
+                format!("{running_knob} = {total}")
+            }
+        };
+        match (knee, wider_knee, plan.wider_cap) {
+            (Some(k), Some(wk), Some(total)) if wk.is_none_or(|w| w > k) => format!(
+                "The knee moves with {running_knob}: with {} it is {}. To move it, raise {running_knob} (the pool has room for {} requests; past that, the KV pool binds).",
+                raised(total),
+                wk.map_or_else(
+                    || format!("not reached up to concurrency {}", plan.grid.last().copied().unwrap_or(1)),
+                    |w| format!("at concurrency {w}")
+                ),
+                limit.concurrency
+            ),
+            (Some(_), Some(Some(w)), Some(total)) => format!(
+                "A higher {running_knob} does not move the knee (with {}, it is at concurrency {w}): throughput levels off because the engine is out of compute, its steps growing with the batch; {} {running_knob} sets where new requests queue in the engine instead of running, not the throughput.",
+                raised(total),
+                more_gpus_sentence(base, &point.workload, disaggregated)
+            ),
+            _ => format!(
+                "Past {max_running} concurrent requests new ones queue in the engine: a higher {running_knob} lets more run at once (the pool has room for {} requests; past that, the KV pool binds), which the sweep has not shown to raise throughput.",
+                limit.concurrency
+            ),
+        }
     };
     why.push(knob.clone());
 
@@ -689,4 +806,57 @@ pub fn explain(scenario: &str, base: &SimSpec, concurrency: Option<u32>) -> Resu
     let grid: Vec<SimOutput> = p.grid_specs.iter().map(|s| crate::simulate(s, RunOptions::default())).collect();
     let point = crate::simulate(&p.point, RunOptions::default());
     Ok(assemble(scenario, base, &p, &point, &grid))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Llama-3.1-8B on one H100, vLLM 0.33, 1,024 + 128-token prefix-repetition prompts (the
+    /// shared-prefix scenario), with `seqs` as max_num_seqs.
+    fn shared_prefix(seqs: u32) -> SimSpec {
+        let v = serde_json::json!({
+            "version": 1,
+            "engine": {"kind": "vllm", "version": "0.33.0", "max_model_len": 8192, "max_num_seqs": seqs},
+            "model": "llama-3.1-8b-instruct", "hardware": "h100-80gb",
+            "workload": {"dataset_name": "prefix_repetition", "prefix_repetition_prefix_len": 1024,
+                         "prefix_repetition_suffix_len": 128, "prefix_repetition_num_prefixes": 8,
+                         "prefix_repetition_output_len": 128, "num_prompts": 400, "max_concurrency": 32,
+                         "ignore_eos": true, "seed": 0}
+        });
+        let s = crate::config::from_value(v, "").unwrap();
+        crate::config::resolve(&s, &crate::builtin::resources().unwrap()).unwrap()
+    }
+
+    /// Where the running cap binds first, explain sweeps again with it doubled (as it does with a
+    /// larger pool where the pool binds) and says the knee moves with it only where it did: at
+    /// 1,024 the knee (512) stays with 2,048 (the engine is out of compute; it said "the knee moves
+    /// with max_num_seqs: raise it"), at 256 it moves.
+    #[test]
+    fn the_running_cap_is_tested_before_the_knee_is_blamed_on_it() {
+        let base = shared_prefix(1024);
+        let p = plan(&base, None).unwrap();
+        assert_eq!(p.wider_cap, Some(2048));
+        assert_eq!(p.wider_pool, None);
+        assert_eq!(p.grid_specs.len(), 2 * p.grid.len());
+        let e = explain("shared-prefix", &base, None).unwrap();
+        assert_eq!(e.binding_limit, "max_num_seqs");
+        assert!(e.knob.starts_with("A higher max_num_seqs does not move the knee"), "{}", e.knob);
+        assert!(!e.knob.contains("The knee moves with"), "{}", e.knob);
+        let e = explain("shared-prefix", &shared_prefix(256), None).unwrap();
+        assert!(e.knob.starts_with("The knee moves with max_num_seqs: with max_num_seqs = 512"), "{}", e.knob);
+    }
+
+    /// The capped run's note counts its waves: fewer prompts than the concurrency are one wave, all
+    /// in flight at once (it said "the first waves" of a single one).
+    #[test]
+    fn a_run_with_fewer_prompts_than_its_concurrency_is_one_wave() {
+        let base = shared_prefix(1024);
+        let p = plan(&base, Some(MAX_EXPLAIN_CONCURRENCY)).unwrap();
+        let note = p.notes.iter().find(|n| n.starts_with("the run at concurrency 1000000")).expect("a note");
+        assert!(note.ends_with("all 50000 are in flight at once (one wave), not a steady state"), "{note}");
+        let p = plan(&base, Some(20_000)).unwrap();
+        let note = p.notes.iter().find(|n| n.starts_with("the run at concurrency 20000")).expect("a note");
+        assert!(note.ends_with("it shows the first waves, not a steady state"), "{note}");
+    }
 }

@@ -47,8 +47,18 @@ pub struct ReplicaLimit {
     pub mean_request_tokens: f64,
     /// That, rounded up to whole blocks (pages).
     pub request_footprint_tokens: u64,
-    /// Requests one replica holds at once: pool ÷ footprint, rounded down.
+    /// Requests one replica holds at once: pool ÷ footprint, rounded down (with a prefix cache,
+    /// after the shared prefixes they use, held once).
     pub kv_limited_concurrency: u64,
+    /// With a prefix cache and prompts sharing a prefix: the tokens of the shared prefixes the
+    /// requests one replica holds use, held once ([`crate::sweep::KvLimit`]); 0 otherwise. The
+    /// mean request and footprint are then less the shared prefix. (Not in the JSON: the
+    /// sentences say it.)
+    #[serde(skip)]
+    pub shared_prefix_tokens: u64,
+    /// The workload's distinct shared prefixes (0 without a prefix cache or sharing).
+    #[serde(skip)]
+    pub shared_prefixes: u64,
     /// The group's: one replica's × the number of replicas.
     pub group_kv_limited_concurrency: u64,
     /// The per-GPU memory account of one of its replicas, when the pool was derived from memory.
@@ -92,8 +102,19 @@ pub fn replica_limits(spec: &SimSpec, workload: &Workload) -> FleetLimits {
         // A replica that holds requests to their end holds a shared prefix once, as one engine
         // does (`sweep::kv_limit`); a prefill replica holds each prompt until it is sent on.
         let l = if role == ReplicaRole::Prefill {
-            // Its prompt: the one token it samples is sent on, never stored.
-            crate::sweep::kv_limit_of_mean(capacity, engine.kv_granularity(), mean_in.max(1.0))
+            // Its prompt: the one token it samples is sent on, never stored. With a prefix cache,
+            // a shared prefix is held once for the prompts that share it, as on a replica that
+            // holds requests to their end (the same count, with an output of that one token).
+            if engine.prefix_caching() {
+                let mut prompts = workload.clone();
+                for r in &mut prompts.requests {
+                    r.output_len = 1;
+                    r.max_tokens = 1;
+                }
+                crate::sweep::kv_limit(capacity, engine.kv_granularity(), true, &prompts)
+            } else {
+                crate::sweep::kv_limit_of_mean(capacity, engine.kv_granularity(), mean_in.max(1.0))
+            }
         } else {
             crate::sweep::kv_limit(capacity, engine.kv_granularity(), engine.prefix_caching(), workload)
         };
@@ -114,6 +135,8 @@ pub fn replica_limits(spec: &SimSpec, workload: &Workload) -> FleetLimits {
             request_footprint_tokens: footprint,
             kv_limited_concurrency: per,
             group_kv_limited_concurrency: per,
+            shared_prefix_tokens: l.shared_prefix_tokens,
+            shared_prefixes: l.shared_prefixes,
             memory: memory.clone(),
         });
     };
@@ -176,15 +199,31 @@ impl FleetLimits {
         }
         for g in &self.groups {
             let unit = g.engine.kv_unit();
-            let holds =
-                if g.role == ReplicaRole::Prefill { "mean prompt" } else { "mean prompt + output less the last token" };
+            // The words say what the figure counts: less the shared prefix where one is held once.
+            let shared = g.shared_prefix_tokens > 0;
+            let holds = match (g.role == ReplicaRole::Prefill, shared) {
+                (true, false) => "mean prompt",
+                (true, true) => "mean prompt less its shared prefix",
+                (false, false) => "mean prompt + output less the last token",
+                (false, true) => "mean prompt + output less its shared prefix and the last token",
+            };
+            let prefixes = if shared {
+                format!(
+                    ", with about {} tokens of the {} shared prefix{} they use held once",
+                    g.shared_prefix_tokens,
+                    g.shared_prefixes,
+                    if g.shared_prefixes == 1 { "" } else { "es" }
+                )
+            } else {
+                String::new()
+            };
             let n = g.replicas.len();
             let (names, each) = match g.replicas.as_slice() {
                 [first, .., last] => (format!("{first}–{last}"), "each replica's"),
                 _ => (g.label(), "its"),
             };
             out.push(format!(
-                "Group {}, {names} ({n} {} replica{}, {} {}, {} × {} at TP {}): {each} KV pool holds {} tokens; a request holds {} ({holds}, {:.0} tokens, in whole {unit}s of {}), so a replica holds {} requests at once{}.",
+                "Group {}, {names} ({n} {} replica{}, {} {}, {} × {} at TP {}): {each} KV pool holds {} tokens; a request holds {} ({holds}, {:.0} tokens, in whole {unit}s of {}), so a replica holds {} requests at once{prefixes}{}.",
                 g.group,
                 g.role.as_str(),
                 if n == 1 { "" } else { "s" },
@@ -207,7 +246,11 @@ impl FleetLimits {
         );
         match self.prefill_kv_limited_concurrency {
             Some(p) => {
-                total.push_str(&format!(" on its decode replicas; its prefill replicas hold {p} prompts at once."))
+                let shared = self.groups.iter().any(|g| g.role == ReplicaRole::Prefill && g.shared_prefix_tokens > 0);
+                total.push_str(&format!(
+                    " on its decode replicas; its prefill replicas hold {p} prompts at once{}.",
+                    if shared { " (their shared prefixes held once)" } else { "" }
+                ))
             }
             None => total.push_str(": the KV-limited concurrency, the sum of every replica's."),
         }
@@ -234,5 +277,75 @@ impl FleetLimits {
         let min = holding.iter().map(|g| g.kv_limited_concurrency).min()?;
         let max = holding.iter().map(|g| g.kv_limited_concurrency).max()?;
         (min < max).then(|| min * self.holding_replicas() as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 8 shared 1,024-token prefixes, each followed by a distinct 128-token question, 128 out, on
+    /// H100s under vLLM 0.33 (prefix caching on), as the fleet `fleet`.
+    fn shared_prefix_fleet(fleet: serde_json::Value) -> (SimSpec, Workload) {
+        let v = serde_json::json!({
+            "version": 1, "engine": {"kind": "vllm", "version": "0.33.0", "max_model_len": 8192},
+            "model": "llama-3.1-8b-instruct", "hardware": "h100-80gb", "fleet": fleet,
+            "workload": {"dataset_name": "prefix_repetition", "prefix_repetition_prefix_len": 1024,
+                         "prefix_repetition_suffix_len": 128, "prefix_repetition_num_prefixes": 8,
+                         "prefix_repetition_output_len": 128, "num_prompts": 400, "ignore_eos": true, "seed": 0}
+        });
+        let s = crate::config::from_value(v, "").unwrap();
+        let spec = crate::config::resolve(&s, &crate::builtin::resources().unwrap()).unwrap();
+        let w = crate::workload::generate(&spec.workload);
+        (spec, w)
+    }
+
+    /// With the prefix cache on, a request holds its prompt and output less its shared prefix (held
+    /// once), and the words say so (they said "mean prompt + output less the last token, 255
+    /// tokens", a sum of 1,279); a prefill replica holds its prompts' shared prefixes once too (it
+    /// counted every prompt whole: 386 prompts where the pool holds 3,416).
+    #[test]
+    fn shared_prefixes_are_held_once_and_the_sentences_say_so() {
+        let (spec, w) = shared_prefix_fleet(serde_json::json!({"count": 2}));
+        let l = replica_limits(&spec, &w);
+        let g = &l.groups[0];
+        assert_eq!(g.request_footprint_tokens, 256);
+        assert!(g.shared_prefix_tokens > 0 && g.shared_prefixes == 8);
+        let s = &l.sentences()[0];
+        assert!(
+            s.contains(
+                "a request holds 256 (mean prompt + output less its shared prefix and the last token, 255 tokens"
+            ),
+            "{s}"
+        );
+        assert!(s.contains("shared prefixes they use held once"), "{s}");
+
+        let (spec, w) = shared_prefix_fleet(serde_json::json!({"prefill_count": 1, "decode_count": 1}));
+        let l = replica_limits(&spec, &w);
+        let p = &l.groups[0];
+        assert_eq!(p.role, ReplicaRole::Prefill);
+        assert_eq!(p.request_footprint_tokens, 128, "the 128-token question, the prefix held once");
+        // The pool less the 8 prefixes, over 128 tokens a prompt (not 1,152 each).
+        assert!(p.kv_limited_concurrency > 3000, "{}", p.kv_limited_concurrency);
+        let s = l.sentences();
+        assert!(s[0].contains("a request holds 128 (mean prompt less its shared prefix, 128 tokens"), "{}", s[0]);
+        assert!(
+            s[2].contains(&format!(
+                "its prefill replicas hold {} prompts at once (their shared prefixes held once)",
+                p.kv_limited_concurrency
+            )),
+            "{}",
+            s[2]
+        );
+        // Without the prefix cache, each prompt whole.
+        let (mut spec, w) = shared_prefix_fleet(serde_json::json!({"prefill_count": 1, "decode_count": 1}));
+        for r in &mut spec.fleet.as_mut().unwrap().replicas {
+            if let crate::config::EngineSpec::Vllm(c) = &mut r.engine {
+                c.enable_prefix_caching = false;
+            }
+        }
+        let l = replica_limits(&spec, &w);
+        assert_eq!(l.groups[0].request_footprint_tokens, 1152);
+        assert!(l.sentences()[0].contains("(mean prompt, 1152 tokens"), "{}", l.sentences()[0]);
     }
 }

@@ -1,0 +1,185 @@
+//! `servesim plan` from the command line: the capacity check on a workload of identical requests
+//! (lock-step waves on a burst), the load it states, a bound SGLang keeps on every candidate,
+//! its exit codes and flag limits, and the memory a candidate would take.
+
+use serde_json::Value;
+
+use crate::common::*;
+
+const SP: &str = "scenarios/shared-prefix-llama3.1-8b-h100-vllm.json";
+
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn stdout(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn label(e: &Value) -> String {
+    let p = &e["plan"];
+    format!("{} {} {}", p["gpu"], p["replicas"], p["tensor_parallel_size"])
+}
+
+fn two_gpus() -> std::path::PathBuf {
+    write_temp(
+        "plan-cli-c2.json",
+        r#"{"prices_per_gpu_hour":{"h100-80gb":2.99,"a100-80gb":1.79},"gpus":["h100-80gb","a100-80gb"],"replicas":[1,2]}"#,
+    )
+}
+
+/// One A100 serving 1,024 + 128-token prefix-repetition prompts completes a burst of them faster
+/// than 20 a second (identical requests admitted together run in lock-step waves: all prefill,
+/// then pure decode steps), but falls behind a steady 20 req/s (a prefill rides in nearly every
+/// step). plan judged keeping up on the burst and picked it for 20 req/s (the audit of
+/// 2026-12-06: p99 TTFT 339 ms over 400 requests, 19 s over 2,000); its capacity is now what it
+/// sustains on an open-loop run above the rate, and it is rejected as falling behind.
+#[test]
+fn plan_rejects_a_fleet_whose_burst_capacity_exceeds_the_rate_but_whose_sustained_one_does_not() {
+    let a100 = ["--set", "hardware=a100-80gb", "--set", "workload.max_concurrency=null"];
+    // The shape: a burst of 1,536 completes more than 20 a second, the drain and run-up included;
+    // a steady 20 req/s over 2,000 requests completes fewer, and its queue grows.
+    let burst = stdout_json(&run_cli(
+        &[
+            &["simulate", SP][..],
+            &a100,
+            &["--set", "workload.request_rate=null", "--set", "workload.num_prompts=1536", "--json"],
+        ]
+        .concat(),
+    ));
+    assert!(burst["request_throughput"].as_f64().unwrap() > 20.0, "{burst:#}");
+    let steady = stdout_json(&run_cli(
+        &[
+            &["simulate", SP][..],
+            &a100,
+            &["--set", "workload.request_rate=20", "--set", "workload.num_prompts=2000", "--json"],
+        ]
+        .concat(),
+    ));
+    assert!(steady["request_throughput"].as_f64().unwrap() < 18.0, "{steady:#}");
+    assert!(steady["peak_waiting"].as_u64().unwrap() > 100, "{steady:#}");
+
+    let cands = two_gpus();
+    let args =
+        ["plan", SP, "--candidates", cands.to_str().unwrap(), "--request-rate", "20", "--slo", "p99_ttft_ms<=1000"];
+    let r = stdout_json(&run_cli(&[&args[..], &["--json"]].concat()));
+    // It meets the latency SLO on this run's 400 requests, and is rejected for falling behind.
+    let one_a100 = r["rejected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| label(e) == "\"a100-80gb\" 1 1")
+        .unwrap_or_else(|| panic!("one A100 is rejected: {r:#}"));
+    assert!(one_a100["metrics"]["p99_ttft_ms"].as_f64().unwrap() <= 1000.0, "{one_a100:#}");
+    let v = &one_a100["violations"];
+    assert_eq!(v.as_array().unwrap().len(), 1, "{v:#}");
+    assert!(v[0]["slo"].as_str().unwrap().starts_with("keeps up with the offered rate"), "{v:#}");
+    assert_eq!(v[0]["bound"], 20.0);
+    let cap = v[0]["value"].as_f64().unwrap();
+    assert!((14.0..19.0).contains(&cap), "sustained capacity {cap} req/s");
+    assert_ne!(label(&r["best"]), "\"a100-80gb\" 1 1", "{:#}", r["best"]);
+    assert!(r["best"].is_object(), "{r:#}");
+    // Twice the A100s keep up.
+    for e in r["also_meet"].as_array().unwrap().iter().chain(r["pareto"].as_array().unwrap()) {
+        if label(e) == "\"a100-80gb\" 2 1" {
+            assert!(e["violations"].as_array().is_none_or(|v| v.is_empty()), "{e:#}");
+        }
+    }
+    // The text says the load it planned for, and the check.
+    let text = stdout(&run_cli(&args));
+    assert!(text.starts_with("Cheapest plan meeting every SLO: "), "{text}");
+    assert!(
+        text.contains(
+            "Load planned for: 400 prompts at 20 requests/s (Poisson arrivals); each plan must also keep up with that rate"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("1 x TP1 a100-80gb: breaks keeps up with the offered rate"), "{text}");
+}
+
+/// Without `--request-rate`, plan runs the scenario's closed loop and says so; no candidate
+/// meeting every SLO is an answer (exit 0, as `tune`), not an error.
+#[test]
+fn plan_states_a_closed_loop_and_exits_0_when_nothing_meets_the_slos() {
+    let cands = two_gpus();
+    let o = run_cli(&["plan", SP, "--candidates", cands.to_str().unwrap(), "--slo", "p99_ttft_ms<=0.001"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.starts_with("No candidate meets every SLO (p99_ttft_ms<=0.001)."), "{text}");
+    assert!(
+        text.contains(
+            "Load planned for: the scenario's closed loop: 400 prompts, at most 32 in flight (max_concurrency 32)"
+        ),
+        "{text}"
+    );
+    let r = stdout_json(&run_cli(&[
+        "plan",
+        SP,
+        "--candidates",
+        cands.to_str().unwrap(),
+        "--slo",
+        "p99_ttft_ms<=0.001",
+        "--json",
+    ]));
+    assert!(r["best"].is_null(), "{r:#}");
+    assert!(r["load"].as_str().unwrap().starts_with("the scenario's closed loop"), "{r:#}");
+}
+
+/// A prompt count past the run limit is the flag's error (it was "none of the 4 candidate plans
+/// is a valid scenario", naming a workload field).
+#[test]
+fn plan_refuses_a_prompt_count_past_the_limit_naming_the_flag() {
+    let cands = two_gpus();
+    let o = run_cli(&["plan", SP, "--candidates", cands.to_str().unwrap(), "--num-prompts", "4000000000"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--num-prompts: must be from 1 to 10000000"), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("none of the"), "{}", stderr(&o));
+}
+
+/// SGLang's `max_total_tokens` bounds every candidate's pool (it stays, as SGLang keeps it):
+/// plan says so, naming the bound and its value and how to drop it; dropped, each plan's pool
+/// follows its GPU.
+#[test]
+fn plan_says_it_keeps_sglangs_max_total_tokens_on_every_candidate() {
+    let scen = "scenarios/kv-starved-qwen2.5-7b-a100-sglang.json";
+    let cands = write_temp(
+        "plan-cli-c4.json",
+        r#"{"prices_per_gpu_hour":{"h100-80gb":2.99,"a100-80gb":1.79},"gpus":["h100-80gb","a100-80gb"],
+            "tensor_parallel_size":[1,2],"replicas":[1,2],"pd_splits":[[1,1]]}"#,
+    );
+    let args =
+        ["plan", scen, "--candidates", cands.to_str().unwrap(), "--request-rate", "5", "--slo", "p99_ttft_ms<=2000"];
+    let o = run_cli(&[&args[..], &["--json"]].concat());
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("engine.max_total_tokens = 10240 is kept on every plan"), "{err}");
+    assert!(err.contains("--set engine.max_total_tokens=null"), "{err}");
+    let pool = |r: &Value| -> Vec<u64> {
+        [&r["pareto"], &r["rejected"], &r["also_meet"]]
+            .iter()
+            .flat_map(|a| a.as_array().unwrap().iter())
+            .filter(|e| e["plan"]["replicas"] == 1)
+            .map(|e| e["metrics"]["kv_cache_tokens"].as_u64().unwrap())
+            .collect()
+    };
+    let r = stdout_json(&o);
+    assert!(pool(&r).iter().all(|&t| t == 10240), "{:?}", pool(&r));
+    let o = run_cli(&[&args[..], &["--set", "engine.max_total_tokens=null", "--json"]].concat());
+    assert!(!stderr(&o).contains("is kept on every plan"), "{}", stderr(&o));
+    assert!(pool(&stdout_json(&o)).iter().all(|&t| t > 10240), "{:?}", pool(&stdout_json(&o)));
+}
+
+/// A candidate too large to simulate (4,096 TP-8 replicas reached 24 GB and were killed without a
+/// word) is refused before any run, naming the plan, the estimate and the budget.
+#[test]
+fn plan_refuses_a_candidate_too_large_to_simulate() {
+    let big = write_temp(
+        "plan-cli-huge.json",
+        r#"{"prices_per_gpu_hour":{"h100-80gb":2.99},"gpus":["h100-80gb"],"tensor_parallel_size":[8],"replicas":[4096]}"#,
+    );
+    let o = run_cli(&["plan", SP, "--candidates", big.to_str().unwrap(), "--slo", "p99_ttft_ms<=1000"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(err.contains("the plan 4096 x TP8 h100-80gb would take about"), "{err}");
+    assert!(err.contains("past plan's budget of 16.0 GiB a plan"), "{err}");
+}

@@ -1,0 +1,62 @@
+//! `servesim sweep` from the command line: the KV-limited concurrency's sentence and the plot's
+//! mark of it.
+
+use crate::common::*;
+
+/// vLLM admits on the prompt alone: the KV-starved scenario's throughput grows 19% from its
+/// KV-limited concurrency (10) to 16, with up to 19 running. The sentence said "throughput gains
+/// nothing past it"; it now says admission goes past it, by how much in these runs, and what then.
+#[test]
+fn sweep_does_not_say_throughput_stops_at_the_kv_limit() {
+    let o = run_cli(&[
+        "sweep",
+        "scenarios/kv-starved-qwen2.5-7b-a100-vllm.json",
+        "--concurrency",
+        "1,4,8,10,12,16,32,64",
+        "--json",
+    ]);
+    let r = stdout_json(&o);
+    assert_eq!(r["kv_limited_concurrency"], 10);
+    let s = r["kv_limit_explanation"].as_str().unwrap();
+    assert!(!s.contains("gains nothing"), "{s}");
+    let peak = r["points"].as_array().unwrap().iter().filter_map(|p| p["peak_running"].as_u64()).max().unwrap();
+    assert!(peak > 10);
+    assert!(s.contains(&format!("up to {peak} ran at once in these runs")), "{s}");
+    assert!(s.contains("running ones are preempted"), "{s}");
+    let at = |c: u64| {
+        r["points"].as_array().unwrap().iter().find(|p| p["max_concurrency"] == c).unwrap()["output_throughput"]
+            .as_f64()
+            .unwrap()
+    };
+    assert!(at(16) > at(10) * 1.05, "throughput grows past the KV-limited concurrency");
+}
+
+/// The plot marks the KV-limited concurrency the text states (the series' own, from its point with
+/// the largest request sample), not its first point's (42 against the text's 48 where the points'
+/// prompt counts differ).
+#[test]
+fn sweep_plot_marks_the_kv_limit_the_text_states() {
+    let svg = scratch().join("sweep-kv-mark.svg");
+    let o = run_cli(&[
+        "sweep",
+        "scenarios/long-prefill-itl-llama3.1-8b-h100-vllm.json",
+        "--set",
+        "workload.request_rate=null",
+        "--concurrency",
+        "4,47",
+        "--num-prompts",
+        "5,2000",
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    let kv: u64 = text
+        .split("KV-limited concurrency: ")
+        .nth(1)
+        .and_then(|t| t.split('.').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{text}"));
+    let drawn = std::fs::read_to_string(&svg).unwrap();
+    let marked: Vec<&str> = drawn.lines().filter(|l| l.trim().starts_with("KV-limited concurrency")).collect();
+    assert_eq!(marked, vec![format!("KV-limited concurrency {kv}")], "text {kv}");
+}
