@@ -392,6 +392,7 @@ const VLLM_COUNTERPARTS: &[(&str, &str)] = &[
     ("pipeline_parallel_size", "pp_size"),
     ("enforce_eager", "disable_cuda_graph"),
     ("moe_backend", "moe_runner_backend"),
+    ("enable_expert_parallel", "ep_size (expert parallelism: not modelled in either engine)"),
 ];
 
 /// SGLang flags and their vLLM counterparts (or what vLLM does instead). An SGLang flag
@@ -414,6 +415,7 @@ const SGLANG_COUNTERPARTS: &[(&str, &str)] = &[
     ("disable_cuda_graph", "enforce_eager"),
     ("cuda_graph_max_bs", "(vLLM derives its capture sizes from max_num_seqs)"),
     ("moe_runner_backend", "moe_backend"),
+    ("ep_size", "enable_expert_parallel (expert parallelism: not modelled in either engine)"),
 ];
 
 impl EngineKind {

@@ -362,9 +362,16 @@ pub(super) fn resolve_fleet(s: &Scenario, res: &Resources) -> Result<SimSpec> {
             return Err(ConfigError::new(
                 format!("engine.{dp_field}"),
                 format!(
-                    "{dp} with MoE model {}: data parallelism of a MoE model (its experts spread over the DP ranks, \
-                     all-to-all dispatch) is not modelled; use a fleet of independent replicas",
-                    model.id
+                    "{dp} with MoE model {}: data parallelism of a MoE model is not modelled{}; use a fleet of \
+                     independent replicas",
+                    model.id,
+                    match kind {
+                        EngineKind::Vllm =>
+                            " (vLLM shards each expert over all DP x TP ranks, \
+                                             FusedMoEParallelConfig.make, with all-to-all dispatch only under \
+                                             --enable-expert-parallel)",
+                        EngineKind::Sglang => "",
+                    }
                 ),
             ));
         }
