@@ -1415,6 +1415,12 @@ mod tests {
     /// at TP 2 reads 8 experts x 3 x 2048 x 384 x 2 B = 37.7 MB, 43.7 us at 864 GB/s, where the
     /// table says 23.8 us, its weights left in the 96 MB L2); the GPUs whose L2 cannot hold the
     /// active set keep every point as measured.
+    /// The shape a table's curve was measured at.
+    fn shape_of(r: &MoeCurveRaw) -> MoeShape {
+        let dtype = if r.moe_dtype == "bfloat16" { "bfloat16" } else { "fp8_block" };
+        MoeShape { hidden: r.hidden, inter: r.inter, topk: r.topk, num_experts: r.num_experts, dtype, moe_tp: r.moe_tp }
+    }
+
     #[test]
     fn moe_curves_are_floored_at_their_weight_reads_where_the_l2_held_them() {
         let shape = |dtype, inter, moe_tp| MoeShape { hidden: 2048, inter, topk: 8, num_experts: 128, dtype, moe_tp };
@@ -1434,15 +1440,7 @@ mod tests {
             for eng in ["vllm", "sglang"] {
                 let t = tables(sys, eng).unwrap();
                 for r in &t.moe.curves {
-                    let dtype = if r.moe_dtype == "bfloat16" { "bfloat16" } else { "fp8_block" };
-                    let s = MoeShape {
-                        hidden: r.hidden,
-                        inter: r.inter,
-                        topk: r.topk,
-                        num_experts: r.num_experts,
-                        dtype,
-                        moe_tp: r.moe_tp,
-                    };
+                    let s = shape_of(r);
                     let (c, label, _) = t.moe(&s, t.peaks.mem_bw).unwrap();
                     assert_eq!(c.ys, r.latency_ms, "{sys} {eng} {label}");
                     assert!(!label.contains("floored"), "{label}");
@@ -1455,15 +1453,7 @@ mod tests {
             for eng in ["vllm", "sglang"] {
                 let t = tables(sys, eng).unwrap();
                 for r in &t.moe.curves {
-                    let dtype = if r.moe_dtype == "bfloat16" { "bfloat16" } else { "fp8_block" };
-                    let s = MoeShape {
-                        hidden: r.hidden,
-                        inter: r.inter,
-                        topk: r.topk,
-                        num_experts: r.num_experts,
-                        dtype,
-                        moe_tp: r.moe_tp,
-                    };
+                    let s = shape_of(r);
                     let (c, _, _) = t.moe(&s, bw).unwrap();
                     for ((y, x), raw) in c.ys.iter().zip(&c.xs).zip(&r.latency_ms) {
                         let f = moe_weight_floor_ms(*x, &s, &t.moe.distribution, bw);
