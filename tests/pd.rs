@@ -241,3 +241,20 @@ fn fleet_errors_name_the_field_given() {
         assert!(err.contains(want), "{set}: {err}");
     }
 }
+
+/// SGLang's decode server forwards nothing for a transferred prompt: the first token is the one
+/// the prefill server sampled, streamed from a prebuilt batch (`get_new_prebuilt_batch`), so the
+/// decode replica computes no prompt token and its first step for the request is the host's work
+/// alone. vLLM's decode side recomputes the last prompt token to sample (one token a request).
+/// Until 2026-12-06 SGLang's decode replica ran a one-token forward first, as vLLM's does.
+#[test]
+fn an_sglang_decode_server_forwards_nothing_before_the_first_token() {
+    let fleet = r#"{"prefill_count": 1, "decode_count": 1}"#;
+    let sets = ["workload.max_concurrency=1", "workload.num_prompts=20"];
+    let sgl = simulate(&pd_scenario("pd-prebuilt-sgl.json", r#"{"kind": "sglang", "version": "0.5.6"}"#, fleet), &sets);
+    let vllm = simulate(&pd_scenario("pd-prebuilt-vllm.json", VLLM, fleet), &sets);
+    let computed = |v: &Value| num(replica(v, "decode1"), "prefill_tokens_computed");
+    assert_eq!(computed(&sgl), 0.0, "{:#}", replica(&sgl, "decode1"));
+    let requests = num(replica(&vllm, "decode1"), "requests");
+    assert_eq!(computed(&vllm), requests, "vLLM recomputes one token a request: {:#}", replica(&vllm, "decode1"));
+}

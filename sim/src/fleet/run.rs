@@ -198,6 +198,10 @@ struct Rep<'a> {
     /// vLLM: a request preempted on this decode replica recomputes its prompt here (no second
     /// pull); SGLang: its KV is offloaded to host memory and loaded back.
     recomputes_after_preemption: bool,
+    /// SGLang: a transferred request's first token is the prefill server's, streamed from a
+    /// prebuilt batch with no forward ([`decode_side_shape`]); vLLM recomputes its last prompt
+    /// token to sample it.
+    prebuilt_first_token: bool,
     reserved: u64,
     /// When this replica's KV link is free: a prefill replica's outgoing, a decode replica's
     /// incoming (one transfer at a time on each, in the order they were posted).
@@ -250,7 +254,7 @@ struct FleetLoop<'a> {
     prefill_load_to_stream_end: bool,
     /// Per prefill chunk of the step being planned on a decode replica: its tokens, and whether
     /// it is of transferred (or reloaded) KV.
-    chunk_buf: Vec<(u32, bool)>,
+    chunk_buf: Vec<(u32, ChunkKv)>,
     heap: BinaryHeap<Reverse<(u64, u64, Event)>>,
     /// The phase's client sends as `(time, sequence, request)`, in `(time, sequence)` order,
     /// and the next one: the `ClientSend` events, kept beside the heap (a phase's sends are
@@ -298,10 +302,26 @@ struct FleetLoop<'a> {
     landed_wait_sum: u64,
 }
 
+/// Where the KV of a prompt chunk that a decode replica schedules comes from
+/// ([`decode_chunk`]), and so what the chunk costs there ([`decode_side_shape`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ChunkKv {
+    /// The transferred prompt, scheduled for the first time in order: vLLM recomputes its last
+    /// token to sample (one token at the end of its context); SGLang's decode server forwards
+    /// nothing (a prebuilt batch, `prebuilt` of [`decode_side_shape`]).
+    Transferred,
+    /// KV the replica holds again after a retraction (SGLang's reload from host memory): one
+    /// token at the end of its context.
+    Loaded,
+    /// KV the replica does not hold (vLLM after a preemption, or a prompt that was never
+    /// transferred): computed in full.
+    Computed,
+}
+
 /// A prompt chunk of `n` tokens from context `ctx` (`None`: not known) that a decode replica
-/// schedules for a request whose KV there stands at `state`, which it advances: whether the
-/// chunk's KV is there already (it then costs one token), and how many of its tokens the engine
-/// counts as recomputed that were loaded instead (SGLang's reload from host memory).
+/// schedules for a request whose KV there stands at `state`, which it advances: where the
+/// chunk's KV comes from ([`ChunkKv`]), and how many of its tokens the engine counts as
+/// recomputed that were loaded instead (SGLang's reload from host memory).
 ///
 /// The transferred prompt's chunks follow each other (each starts where the last ended); a
 /// prompt chunk after its last one sampled, or one starting elsewhere, follows a preemption.
@@ -310,17 +330,17 @@ struct FleetLoop<'a> {
 /// trigger 1 KV transfer per request"), the request computes its prompt and outputs again;
 /// without (SGLang: `ScheduleBatch.retract_decode` offloads the KV to host memory in decode mode
 /// and `DecodePreallocQueue.resume_retracted_reqs` loads it back), the chunk is loaded.
-fn decode_chunk(state: &mut DecodeKv, ctx: Option<u64>, n: u64, samples: bool, recomputes: bool) -> (bool, u64) {
+fn decode_chunk(state: &mut DecodeKv, ctx: Option<u64>, n: u64, samples: bool, recomputes: bool) -> (ChunkKv, u64) {
     match *state {
         DecodeKv::Landed { next, seen } if next.zip(ctx).is_none_or(|(e, c)| c == e) => {
             *state = if samples { DecodeKv::Resident } else { DecodeKv::Landed { next: ctx.map(|c| c + n), seen } };
-            (true, 0)
+            (ChunkKv::Transferred, 0)
         }
         // A prompt the replica never received by transfer (not landed: not a P/D request).
-        DecodeKv::Absent => (false, 0),
+        DecodeKv::Absent => (ChunkKv::Computed, 0),
         _ if recomputes => {
             *state = DecodeKv::Recomputing;
-            (false, 0)
+            (ChunkKv::Computed, 0)
         }
         cur => {
             *state = match cur {
@@ -328,19 +348,23 @@ fn decode_chunk(state: &mut DecodeKv, ctx: Option<u64>, n: u64, samples: bool, r
                 DecodeKv::Landed { seen, .. } => DecodeKv::Landed { next: ctx.map(|c| c + n), seen },
                 other => other,
             };
-            (true, n.saturating_sub(1))
+            (ChunkKv::Loaded, n.saturating_sub(1))
         }
     }
 }
 
 /// The decode replica's step. `chunks` holds each prefill chunk of `s`, in scheduling order:
-/// its tokens, and whether its KV is there already (transferred, or reloaded from host memory),
-/// so that it costs one token at the end of its context (the token vLLM recomputes to sample);
-/// a chunk without (a vLLM request recomputing after a preemption) costs what it costs.
+/// its tokens and where its KV comes from ([`ChunkKv`]). A chunk whose KV is there (transferred,
+/// or reloaded from host memory) costs one token at the end of its context (the token vLLM
+/// recomputes to sample), except a transferred chunk on an SGLang decode server (`prebuilt`),
+/// which costs nothing: SGLang streams the token the prefill server sampled from a prebuilt
+/// batch that runs no forward (`get_new_prebuilt_batch`, `process_batch_result_prebuilt`;
+/// 0.4.10–0.5.23). A chunk whose KV is not there (a vLLM request recomputing after a
+/// preemption) costs what it costs.
 ///
 /// Chunks past the shape's first [`crate::cost::MAX_CHUNKS`] are known only by their total
 /// tokens and attention pairs: each takes the token-weighted mean context of those chunks.
-fn decode_side_shape(s: &StepShape, chunks: &[(u32, bool)]) -> StepShape {
+fn decode_side_shape(s: &StepShape, chunks: &[(u32, ChunkKv)], prebuilt: bool) -> StepShape {
     if s.prefill_tokens == 0 {
         return *s;
     }
@@ -352,13 +376,13 @@ fn decode_side_shape(s: &StepShape, chunks: &[(u32, bool)]) -> StepShape {
         cpu_overlapped: s.cpu_overlapped,
         ..Default::default()
     };
+    let free = |k: ChunkKv| prebuilt && k == ChunkKv::Transferred;
     let shown = (s.num_chunks as usize).min(crate::cost::MAX_CHUNKS);
-    let loaded = |i: usize| chunks.get(i).is_none_or(|c| c.1);
     for (i, c) in s.chunks[..shown].iter().enumerate() {
-        if loaded(i) {
-            d.add_prefill(c.context + c.n.saturating_sub(1), 1);
-        } else {
-            d.add_prefill(c.context, c.n);
+        match chunks.get(i).map(|c| c.1) {
+            Some(k) if free(k) => {}
+            Some(ChunkKv::Computed) => d.add_prefill(c.context, c.n),
+            _ => d.add_prefill(c.context + c.n.saturating_sub(1), 1),
         }
     }
     let (rest_n, rest_tokens, rest_pairs) = s.rest;
@@ -373,13 +397,23 @@ fn decode_side_shape(s: &StepShape, chunks: &[(u32, bool)]) -> StepShape {
         };
         for k in 0..rest_n as usize {
             match rest.get(k) {
-                Some(&(n, false)) => d.add_prefill(ctx, u64::from(n)),
-                Some(&(n, true)) => d.add_prefill(ctx + u64::from(n).saturating_sub(1), 1),
+                Some(&(_, kv)) if free(kv) => {}
+                Some(&(n, ChunkKv::Computed)) => d.add_prefill(ctx, u64::from(n)),
+                Some(&(n, _)) => d.add_prefill(ctx + u64::from(n).saturating_sub(1), 1),
                 None => d.add_prefill(ctx + (rest_tokens / rest_n).saturating_sub(1), 1),
             }
         }
     }
     d
+}
+
+/// A step of an SGLang decode server that runs no forward: only a prebuilt batch of transferred
+/// requests, whose first tokens (the prefill server's) it streams. Its time is the host's work
+/// for a step and its requests, the figures the model uses for SGLang's synchronous CPU time
+/// ([`crate::cost::BLIS_SYNC_CPU`]), in ns.
+fn prebuilt_step_ns(requests: u32) -> u64 {
+    let c = crate::cost::BLIS_SYNC_CPU;
+    crate::cost::us_to_ns(c.step_us + c.per_seq_us * f64::from(requests)).max(1)
 }
 
 impl<'a> FleetLoop<'a> {
@@ -525,7 +559,7 @@ impl<'a> FleetLoop<'a> {
         let dur = if decode_side {
             // Which prefill chunks are of KV the replica holds (transferred, or reloaded from
             // host memory), request by request; and each request's first schedule after landing.
-            let recomputes = rep.recomputes_after_preemption;
+            let (recomputes, prebuilt) = (rep.recomputes_after_preemption, rep.prebuilt_first_token);
             let mut chunks = std::mem::take(&mut self.chunk_buf);
             chunks.clear();
             let mut reloaded = 0u64;
@@ -544,16 +578,22 @@ impl<'a> FleetLoop<'a> {
                 }
                 let ctx = (k < crate::cost::MAX_CHUNKS).then(|| plan.shape.chunks[k].context);
                 k += 1;
-                let (loaded, again) =
+                let (kv, again) =
                     decode_chunk(&mut self.decode_kv[id], ctx, u64::from(sch.num_tokens), sch.samples, recomputes);
                 reloaded += again;
-                chunks.push((sch.num_tokens, loaded));
+                chunks.push((sch.num_tokens, kv));
             }
-            let shape = decode_side_shape(&plan.shape, &chunks);
+            let shape = decode_side_shape(&plan.shape, &chunks, prebuilt);
+            let prebuilt_only = shape.num_seqs == 0 && plan.shape.num_seqs > 0;
+            let n = plan.shape.num_chunks;
             self.chunk_buf = chunks;
             rep.loaded_tokens += plan.shape.prefill_tokens - shape.prefill_tokens;
             rep.reloaded_tokens += reloaded;
-            rep.cost.step_ns(&shape)
+            if prebuilt_only {
+                prebuilt_step_ns(n)
+            } else {
+                rep.cost.step_ns(&shape)
+            }
         } else {
             rep.cost.step_ns(&plan.shape)
         };
@@ -860,6 +900,7 @@ pub fn run_fleet(
             kv_bytes_per_token_per_gpu: rs.kv_bytes_per_token_per_gpu,
             pulls_only_uncached: rs.engine.engine_kind() == crate::config::EngineKind::Vllm,
             recomputes_after_preemption: rs.engine.engine_kind() == crate::config::EngineKind::Vllm,
+            prebuilt_first_token: rs.engine.engine_kind() == crate::config::EngineKind::Sglang,
             reserved: 0,
             link_free_at: 0,
             xfer_queue: VecDeque::new(),
@@ -1135,7 +1176,11 @@ mod tests {
     #[test]
     fn decode_side_shape_collapses_only_the_chunks_whose_kv_is_there() {
         let s = shape(&[(0, 4096), (1024, 2048), (0, 512)], 3);
-        let d = decode_side_shape(&s, &[(4096, true), (2048, false), (512, true)]);
+        let d = decode_side_shape(
+            &s,
+            &[(4096, ChunkKv::Transferred), (2048, ChunkKv::Computed), (512, ChunkKv::Loaded)],
+            false,
+        );
         let want = {
             let mut w = StepShape { cpu_overlapped: true, ..Default::default() };
             w.add_prefill(4095, 1);
@@ -1150,9 +1195,36 @@ mod tests {
         assert_eq!(d.prefill_tokens, 2050);
         assert!(d.cpu_overlapped, "the step overlaps its CPU work as the engine planned it");
         // All transferred: one token a chunk, as before.
-        let all = decode_side_shape(&s, &[(4096, true), (2048, true), (512, true)]);
+        let all = decode_side_shape(
+            &s,
+            &[(4096, ChunkKv::Transferred), (2048, ChunkKv::Loaded), (512, ChunkKv::Transferred)],
+            false,
+        );
         assert_eq!(all.prefill_tokens, 3);
         assert_eq!(all.num_seqs, s.num_seqs);
+    }
+
+    /// On an SGLang decode server (`prebuilt`) a transferred chunk runs no forward: the step
+    /// keeps its decodes and the chunks it reloads or computes; one of transferred chunks alone is
+    /// empty (timed as the host's work, [`prebuilt_step_ns`]). vLLM's recomputes a token each.
+    #[test]
+    fn an_sglang_decode_server_forwards_nothing_for_a_transferred_prompt() {
+        let s = shape(&[(0, 4096), (1024, 2048), (0, 512)], 3);
+        let kinds = [(4096, ChunkKv::Transferred), (2048, ChunkKv::Computed), (512, ChunkKv::Loaded)];
+        let d = decode_side_shape(&s, &kinds, true);
+        let mut want = StepShape { cpu_overlapped: true, ..Default::default() };
+        want.add_prefill(1024, 2048);
+        want.add_prefill(511, 1);
+        for _ in 0..3 {
+            want.add_decode(100);
+        }
+        assert_eq!(d, want);
+        let lone = shape(&[(0, 4096), (0, 1000)], 0);
+        let only = [(4096, ChunkKv::Transferred), (1000, ChunkKv::Transferred)];
+        let e = decode_side_shape(&lone, &only, true);
+        assert_eq!((e.num_seqs, e.prefill_tokens, e.decode_tokens), (0, 0, 0), "{e:?}");
+        assert_eq!(decode_side_shape(&lone, &only, false).prefill_tokens, 2);
+        assert_eq!(prebuilt_step_ns(2), 134_000);
     }
 
     /// Past the shape's first chunks only totals are known: each rest chunk takes the
@@ -1162,8 +1234,12 @@ mod tests {
         let n = crate::cost::MAX_CHUNKS + 3;
         let chunks: Vec<(u64, u64)> = (0..n).map(|i| (0, 100 + i as u64)).collect();
         let s = shape(&chunks, 0);
-        let flags: Vec<(u32, bool)> = chunks.iter().enumerate().map(|(i, &(_, k))| (k as u32, i != n - 1)).collect();
-        let d = decode_side_shape(&s, &flags);
+        let flags: Vec<(u32, ChunkKv)> = chunks
+            .iter()
+            .enumerate()
+            .map(|(i, &(_, k))| (k as u32, if i == n - 1 { ChunkKv::Computed } else { ChunkKv::Loaded }))
+            .collect();
+        let d = decode_side_shape(&s, &flags, false);
         let last = 100 + (n - 1) as u64;
         assert_eq!(d.prefill_tokens, (n - 1) as u64 + last);
         assert_eq!(d.num_chunks as usize, n);
@@ -1179,29 +1255,29 @@ mod tests {
         for recomputes in [true, false] {
             let mut st = DecodeKv::Landed { next: None, seen: true };
             // Two chunks of the transferred prompt (the first from a local prefix hit at 512).
-            assert_eq!(decode_chunk(&mut st, Some(512), 2048, false, recomputes), (true, 0));
+            assert_eq!(decode_chunk(&mut st, Some(512), 2048, false, recomputes), (ChunkKv::Transferred, 0));
             assert_eq!(st, DecodeKv::Landed { next: Some(2560), seen: true });
-            assert_eq!(decode_chunk(&mut st, Some(2560), 1536, true, recomputes), (true, 0));
+            assert_eq!(decode_chunk(&mut st, Some(2560), 1536, true, recomputes), (ChunkKv::Transferred, 0));
             assert_eq!(st, DecodeKv::Resident);
             // Preempted after its outputs began: its prompt comes back as prefill.
             let again = decode_chunk(&mut st, Some(0), 4200, true, recomputes);
             if recomputes {
-                assert_eq!(again, (false, 0));
+                assert_eq!(again, (ChunkKv::Computed, 0));
                 assert_eq!(st, DecodeKv::Recomputing);
                 // And stays computed, a later preemption too.
-                assert_eq!(decode_chunk(&mut st, Some(1024), 3000, true, recomputes), (false, 0));
+                assert_eq!(decode_chunk(&mut st, Some(1024), 3000, true, recomputes), (ChunkKv::Computed, 0));
             } else {
-                assert_eq!(again, (true, 4199));
+                assert_eq!(again, (ChunkKv::Loaded, 4199));
                 assert_eq!(st, DecodeKv::Resident);
             }
         }
         // Preempted between two chunks of the transferred prompt: the restart is computed (vLLM).
         let mut st = DecodeKv::Landed { next: None, seen: true };
-        assert_eq!(decode_chunk(&mut st, Some(0), 2048, false, true), (true, 0));
-        assert_eq!(decode_chunk(&mut st, Some(0), 2048, false, true), (false, 0));
-        assert_eq!(decode_chunk(&mut st, Some(2048), 2048, true, true), (false, 0));
+        assert_eq!(decode_chunk(&mut st, Some(0), 2048, false, true), (ChunkKv::Transferred, 0));
+        assert_eq!(decode_chunk(&mut st, Some(0), 2048, false, true), (ChunkKv::Computed, 0));
+        assert_eq!(decode_chunk(&mut st, Some(2048), 2048, true, true), (ChunkKv::Computed, 0));
         // A chunk past the shape's listed ones (context unknown) continues the prompt.
         let mut st = DecodeKv::Landed { next: Some(100), seen: true };
-        assert_eq!(decode_chunk(&mut st, None, 50, true, true), (true, 0));
+        assert_eq!(decode_chunk(&mut st, None, 50, true, true), (ChunkKv::Transferred, 0));
     }
 }
