@@ -51,11 +51,7 @@ pub use sim::config::{resizes_pool, PINNED_POOL};
 /// Applies `--set` overrides (`config::apply_sets`: a memory fraction, model, GPU, TP size or KV
 /// format set drops the scenario's pinned pool, said here) and `--seed`.
 pub fn apply_overrides(raw: &mut RawScenario, sets: &[String], seed: Option<u64>) -> Result<(), String> {
-    let path_of = |s: &String| s.split('=').next().unwrap_or("").trim().to_string();
-    if seed.is_some() && sets.iter().any(|s| path_of(s) == "workload.seed") {
-        return Err("--seed and --set workload.seed both give the workload's seed: give one".into());
-    }
-    for (k, resized) in config::apply_sets(&mut raw.json, sets)? {
+    for (k, resized) in apply_overrides_quietly(raw, sets, seed)? {
         warn_once(format!(
             "{}: engine.{k} was dropped: --set {resized} changes what the KV pool would be, so the pool is derived \
              from the memory fraction and the model and GPU cards (an estimate; see README \"KV capacity from \
@@ -63,10 +59,25 @@ pub fn apply_overrides(raw: &mut RawScenario, sets: &[String], seed: Option<u64>
             raw.origin
         ));
     }
+    Ok(())
+}
+
+/// [`apply_overrides`] without its warning: the pins it dropped (`config::apply_sets`), for a
+/// caller that says so itself (`tune`, once for its grid).
+pub fn apply_overrides_quietly(
+    raw: &mut RawScenario,
+    sets: &[String],
+    seed: Option<u64>,
+) -> Result<Vec<(String, String)>, String> {
+    let path_of = |s: &String| s.split('=').next().unwrap_or("").trim().to_string();
+    if seed.is_some() && sets.iter().any(|s| path_of(s) == "workload.seed") {
+        return Err("--seed and --set workload.seed both give the workload's seed: give one".into());
+    }
+    let dropped = config::apply_sets(&mut raw.json, sets)?;
     if let Some(seed) = seed {
         config::apply_set(&mut raw.json, &format!("workload.seed={seed}")).map_err(|e| format!("--seed: {e}"))?;
     }
-    Ok(())
+    Ok(dropped)
 }
 
 pub(crate) fn resolve_path(base: &Path, p: &str) -> PathBuf {

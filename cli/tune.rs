@@ -383,26 +383,66 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
             return Err(format!("--vary {p}: the path is given twice; give its values once (--vary {p}=A,B,...)"));
         }
     }
+    // A --set on a varied path would be overwritten by every configuration's value, unsaid.
+    for s in &a.common.sets {
+        let path = s.split('=').next().unwrap_or("").trim();
+        if knobs.iter().any(|(p, _)| p == path) {
+            return Err(format!(
+                "--set {s}: {path} is also varied (--vary {path}=...): give its values in --vary only"
+            ));
+        }
+    }
     let slos: Vec<Slo> = a.slo.iter().map(|s| parse_slo(s)).collect::<Result<_, _>>()?;
     let mut base = load::read_raw(a.scenario.as_deref())?;
     load::apply_overrides(&mut base, &a.common.sets, a.common.seed)?;
     let mut notes = Vec::new();
     // Varying the memory fraction, the model, the GPU, the TP size or the KV format means
-    // deriving the pool: a pinned pool is one setup's (`load::resizes_pool`).
+    // deriving the pool (`load::resizes_pool`), configuration by configuration as `simulate
+    // --set` does (`config::apply_sets`): a pool the scenario pins holds where those knobs keep
+    // the scenario's values and is derived elsewhere; a pool pinned on the command line (`--set
+    // engine.kv_cache_tokens=N`) holds in every configuration, as `simulate` with the same `--set`s
+    // keeps it. (Until 2026-12-06 the pins were dropped once for the whole grid: the scenario's own
+    // configuration ran on a derived pool, 10,240 tokens read as 1,080,608.)
+    let path_of = |s: &String| s.split('=').next().unwrap_or("").trim().to_string();
+    let user_pins: Vec<String> = a
+        .common
+        .sets
+        .iter()
+        .filter(|s| load::PINNED_POOL.iter().any(|k| path_of(s) == format!("engine.{k}")))
+        .cloned()
+        .collect();
     let resized: Vec<&str> = knobs.iter().map(|(p, _)| p.as_str()).filter(|p| load::resizes_pool(p)).collect();
     if !resized.is_empty() {
         let pinned_by_knob = |k: &str| knobs.iter().any(|(p, _)| *p == format!("engine.{k}"));
-        if let Some(e) = base.json.get_mut("engine").and_then(Value::as_object_mut) {
-            for k in load::PINNED_POOL {
-                if !pinned_by_knob(k) && e.remove(k).is_some() {
-                    notes.push(format!(
-                        "engine.{k} was dropped: with {} varied, the KV pool is derived from the memory fraction and the model and GPU cards (an estimate; see README)",
-                        resized.join(", ")
-                    ));
-                }
+        let scenario_pins: Vec<&str> = load::PINNED_POOL
+            .into_iter()
+            .filter(|k| !pinned_by_knob(k))
+            .filter(|k| base.json.get("engine").and_then(|e| e.get(*k)).is_some_and(|v| !v.is_null()))
+            .collect();
+        for k in scenario_pins {
+            if user_pins.iter().any(|s| path_of(s) == format!("engine.{k}")) {
+                notes.push(format!(
+                    "engine.{k} is pinned by --set: the KV pool stays that size in every configuration, so varying {} \
+                     does not resize it (as simulate with the same --set's)",
+                    resized.join(", ")
+                ));
+            } else {
+                notes.push(format!(
+                    "engine.{k} (the scenario's KV pool) holds in the configurations that leave {} as the scenario has \
+                     it; in the others the pool is derived from the memory fraction and the model and GPU cards \
+                     (an estimate; see README), as simulate --set does",
+                    resized.join(", ")
+                ));
             }
         }
     }
+    // A configuration's assignments: the command line's pins first (so that a knob varying the
+    // pool itself wins), then the knobs' values.
+    let config_sets = |c: &[usize]| -> Vec<String> {
+        let mut sets = user_pins.clone();
+        sets.extend(c.iter().zip(&knobs).map(|(&i, (p, v))| format!("{p}={}", v[i])));
+        sets
+    };
     // Check the metrics named exist, on the base scenario.
     let (_, base_spec) = load::resolve(&base)?;
     // The caveats of the base scenario's shape and of each value of a varied workload knob
@@ -422,7 +462,7 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
         for v in values {
             let mut r = base.clone();
             if let Ok((_, spec)) =
-                load::apply_overrides(&mut r, &[format!("{p}={v}")], None).and_then(|_| load::resolve(&r))
+                load::apply_overrides_quietly(&mut r, &[format!("{p}={v}")], None).and_then(|_| load::resolve(&r))
             {
                 add_caveats(&spec, &mut notes);
             }
@@ -451,7 +491,7 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
     // (a value the scenario rejects later in the grid is listed as invalid, not an error).
     for (p, v) in &knobs {
         let mut r = base.clone();
-        load::apply_overrides(&mut r, &[format!("{p}={}", v[0])], None)
+        load::apply_overrides_quietly(&mut r, &[format!("{p}={}", v[0])], None)
             .and_then(|_| load::resolve(&r))
             .map_err(|e| format!("--vary {p}: {e}"))?;
     }
@@ -516,9 +556,9 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
             .par_iter()
             .map_init(WorkloadCache::new, |cache, c| {
                 let mut raw: RawScenario = base.clone();
-                let sets: Vec<String> = c.iter().zip(&knobs).map(|(&i, (p, v))| format!("{p}={}", v[i])).collect();
+                let sets = config_sets(c);
                 let (result, stopped) =
-                    match load::apply_overrides(&mut raw, &sets, None).and_then(|_| load::resolve(&raw)) {
+                    match load::apply_overrides_quietly(&mut raw, &sets, None).and_then(|_| load::resolve(&raw)) {
                         Ok((_, spec)) => simulate_config(spec, early.as_ref(), &shared, cache),
                         Err(e) => (Err(e), None),
                     };
@@ -657,7 +697,7 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
                             slo: s.text.clone(),
                             value: v,
                             bound: s.bound,
-                            by: (v - s.bound) / s.bound.abs().max(1e-12),
+                            by: (s.bound != 0.0).then(|| (v - s.bound) / s.bound.abs()),
                         })
                     })
                     .collect();
@@ -675,10 +715,15 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
     let entry =
         |e: &Evaluated| TuneEntry { config: cfg_json(&e.config), metrics: e.result.as_ref().expect("valid").clone() };
     // Pareto front: higher throughput, lower latency, among every valid configuration.
+    // (A configuration listed as invalid, its report lacking an SLO's or the objective's figure,
+    // is not on the front either: until 2026-12-06 it could be, beating the best.)
     let valid: Vec<(&Evaluated, f64, f64)> = evaluated
         .iter()
         .filter_map(|e| {
             let m = e.result.as_ref().ok()?;
+            if slo_metrics.iter().chain(std::iter::once(&objective)).any(|k| m.metric(*k).is_none()) {
+                return None;
+            }
             Some((e, m.metric(Metric::OutputThroughput)?, m.metric(pareto_latency)?))
         })
         .collect();
@@ -750,8 +795,7 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
     let intervals = {
         let make = |c: &Config| -> Result<(RawScenario, SimSpec), String> {
             let mut raw: RawScenario = base.clone();
-            let sets: Vec<String> = c.iter().zip(&knobs).map(|(&i, (p, v))| format!("{p}={}", v[i])).collect();
-            load::apply_overrides(&mut raw, &sets, None)?;
+            load::apply_overrides_quietly(&mut raw, &config_sets(c), None)?;
             let (_, spec) = load::resolve(&raw)?;
             Ok((raw, spec))
         };
@@ -957,10 +1001,9 @@ fn text(r: &TuneResult, pareto_latency: Metric, slo_args: &[String], iv: Option<
                 .iter()
                 .map(|v| {
                     // Against a bound of 0 there is no relative excess to state.
-                    if v.bound == 0.0 {
-                        format!("{} (got {:.1})", v.slo, v.value)
-                    } else {
-                        format!("{} (got {:.1}, {:+.0}%)", v.slo, v.value, 100.0 * v.by)
+                    match v.by {
+                        None => format!("{} (got {:.1})", v.slo, v.value),
+                        Some(by) => format!("{} (got {:.1}, {:+.0}%)", v.slo, v.value, 100.0 * by),
                     }
                 })
                 .collect();
@@ -980,7 +1023,8 @@ fn text(r: &TuneResult, pareto_latency: Metric, slo_args: &[String], iv: Option<
     if !r.invalid.is_empty() {
         let _ = writeln!(
             s,
-            "\nInvalid ({}: the scenario's validation rejects them, or their run did not complete):",
+            "\nInvalid ({}: the scenario's validation rejects them, their run did not complete, or their report \
+             lacks a figure an SLO or the objective needs):",
             r.invalid.len()
         );
         for i in &r.invalid {

@@ -1404,7 +1404,10 @@ fn the_kv_limited_concurrency_holds_a_shared_prefix_once() {
 /// `tune`'s shared-work line counts configurations by equality, not by which thread ran what:
 /// two equal configurations run at once on two threads were both counted as simulated (three
 /// equal ones read "2 simulated, 1 answered"; found by the cross-command hunt), so the text
-/// varied from run to run. Here 3 distinct configurations, each given 2 equal spellings.
+/// varied from run to run. Here 3 distinct configurations, each given 2 equal spellings (prefix
+/// caching on, and left to vLLM V1's default, on). (`kv_cache_dtype` auto against bfloat16 served
+/// here until 2026-12-06, when `tune` began to size each configuration's pool as `simulate --set`
+/// does: a dtype set to another value than the scenario's drops its pinned pool.)
 #[test]
 fn tunes_shared_work_counts_by_equality() {
     for _ in 0..3 {
@@ -1412,7 +1415,7 @@ fn tunes_shared_work_counts_by_equality() {
             "tune",
             "scenarios/serve-small-vllm.json",
             "--vary",
-            "engine.kv_cache_dtype=auto,bfloat16",
+            "engine.enable_prefix_caching=true,null",
             "--vary",
             "engine.max_num_seqs=8,16,32",
             "--slo",
@@ -1851,4 +1854,106 @@ fn an_edited_gpu_card_under_a_tabled_id_is_not_timed_by_that_ids_tables() {
     assert!(source.contains("scaled"), "{source}");
     let (a, b) = (stock["mean_tpot_ms"].as_f64().unwrap(), edited["mean_tpot_ms"].as_f64().unwrap());
     assert!(b < 0.8 * a, "twice the bandwidth: TPOT {a} -> {b} ms");
+}
+
+/// `tune` sizes each configuration's KV pool as `simulate --set` with the same assignments does:
+/// the scenario's pinned pool holds in the configuration that is the scenario itself and is
+/// derived in the others, and a pool pinned with `--set` holds in all of them. Until 2026-12-06
+/// the pins were dropped once for the whole grid: the KV-starved scenario's own configuration ran
+/// on a derived pool of 1,080,608 tokens instead of its 10,240 (and was called the best), and a
+/// `--set engine.kv_cache_tokens=50000` was ignored.
+#[test]
+fn tune_sizes_each_configurations_pool_as_simulate_does() {
+    let starved = "scenarios/kv-starved-qwen2.5-7b-a100-vllm.json";
+    let (c, out, err) = run(&[
+        "tune",
+        starved,
+        "--vary",
+        "engine.version=0.33.0,0.28.0",
+        "--slo",
+        "p99_ttft_ms<=10000",
+        "--no-early-stop",
+        "--json",
+    ]);
+    assert_eq!(c, 0, "{err}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    let entries: Vec<&Value> = j["pareto"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(j["best"].as_object().map(|_| &j["best"]))
+        .chain(j["rejected"].as_array().unwrap())
+        .collect();
+    let pool_of = |version: &str| {
+        entries
+            .iter()
+            .find(|e| e["config"]["engine.version"] == version)
+            .map(|e| e["metrics"]["kv_cache_tokens"].as_u64().unwrap())
+            .unwrap_or_else(|| panic!("{version} not reported: {j:#}"))
+    };
+    let sim_pool = |sets: &[&str]| {
+        let mut args = vec!["simulate", starved, "--json"];
+        for s in sets {
+            args.extend(["--set", s]);
+        }
+        let (c, out, err) = run(&args);
+        assert_eq!(c, 0, "{err}");
+        serde_json::from_str::<Value>(&out).unwrap()["kv_cache_tokens"].as_u64().unwrap()
+    };
+    assert_eq!(pool_of("0.33.0"), sim_pool(&[]), "the scenario's own configuration keeps its pool");
+    assert_eq!(pool_of("0.33.0"), 10240);
+    assert_eq!(pool_of("0.28.0"), sim_pool(&["engine.version=0.28.0"]), "another release derives it");
+    // A pool pinned with --set holds in every configuration.
+    let (c, out, err) = run(&[
+        "tune",
+        starved,
+        "--set",
+        "engine.kv_cache_tokens=50000",
+        "--vary",
+        "engine.gpu_memory_utilization=0.8,0.9",
+        "--slo",
+        "mean_tpot_ms<=100000",
+        "--json",
+    ]);
+    assert_eq!(c, 0, "{err}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    let want = sim_pool(&["engine.kv_cache_tokens=50000", "engine.gpu_memory_utilization=0.8"]);
+    assert!(want < 50_000, "{want}");
+    for e in j["pareto"].as_array().unwrap() {
+        assert_eq!(e["metrics"]["kv_cache_tokens"].as_u64(), Some(want), "{e:#}");
+    }
+    assert!(j["notes"].to_string().contains("pinned by --set"), "{:#}", j["notes"]);
+    // A --set on a varied path is refused, not overwritten unsaid.
+    let (c, _, err) = run(&["tune", starved, "--vary", "engine.max_num_seqs=8,16", "--set", "engine.max_num_seqs=4"]);
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("also varied"), "{err}");
+}
+
+/// A configuration `tune` lists as invalid (its report lacks a figure an SLO needs: SGLang's
+/// retraction count of a vLLM run) is not on the Pareto front; a violated bound of 0 states no
+/// relative excess (`by` null; it was 1.48e14).
+#[test]
+fn tunes_invalid_configurations_stay_off_the_front() {
+    let s = write_temp(
+        "tune-mix.json",
+        r#"{"version":1,"name":"mix","engine":{"kind":"sglang"},"model":"qwen2.5-7b-instruct","hardware":"a100-80gb",
+            "workload":{"dataset_name":"random","random_input_len":512,"random_output_len":128,"num_prompts":64,
+                        "max_concurrency":16,"ignore_eos":true,"seed":0}}"#,
+    );
+    let s = s.to_str().unwrap();
+    let (c, out, err) = run(&["tune", s, "--vary", "engine.kind=sglang,vllm", "--slo", "num_retractions<=0", "--json"]);
+    assert_eq!(c, 0, "{err}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(j["invalid"].as_array().unwrap().len(), 1, "{:#}", j["invalid"]);
+    for e in j["pareto"].as_array().unwrap() {
+        assert_eq!(e["config"]["engine.kind"], "sglang", "{e:#}");
+    }
+    let starved = "scenarios/kv-starved-qwen2.5-7b-a100-vllm.json";
+    let (c, out, err) =
+        run(&["tune", starved, "--vary", "workload.max_concurrency=8,64", "--slo", "num_preemptions<=0", "--json"]);
+    assert_eq!(c, 0, "{err}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    let v = &j["rejected"][0]["violations"][0];
+    assert_eq!(v["bound"], 0.0, "{v:#}");
+    assert!(v["by"].is_null(), "{v:#}");
 }

@@ -395,13 +395,14 @@ pub struct TuneEntry {
     pub metrics: crate::report::PointReport,
 }
 
-/// An SLO a configuration broke: `by` is `(value − bound) / |bound|`.
+/// An SLO a configuration broke: `by` is `(value − bound) / |bound|`, `null` against a bound of
+/// 0 (no relative excess to state).
 #[derive(Clone, Debug, Serialize)]
 pub struct SloViolation {
     pub slo: String,
     pub value: f64,
     pub bound: f64,
-    pub by: f64,
+    pub by: Option<f64>,
 }
 
 /// A configuration that broke at least one SLO.
