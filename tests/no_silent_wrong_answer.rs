@@ -1957,3 +1957,19 @@ fn tunes_invalid_configurations_stay_off_the_front() {
     assert_eq!(v["bound"], 0.0, "{v:#}");
     assert!(v["by"].is_null(), "{v:#}");
 }
+
+/// A request past `max_model_len` is refused, saying what the release would do with it: vLLM
+/// through 0.31 answers HTTP 400 (`max_input_tokens` = max_model_len − max_tokens), from 0.32 it
+/// shortens the output to fit (`get_max_tokens`; read in the 0.31.0, 0.32.0 and 0.34.0 wheels).
+#[test]
+fn a_request_past_max_model_len_says_what_the_release_does() {
+    let s = "scenarios/serve-small-vllm.json";
+    for (version, says) in
+        [("0.31.0", "through 0.31 answers such a request with HTTP 400"), ("0.32.0", "from 0.32 would shorten")]
+    {
+        let v = format!("engine.version={version}");
+        let (c, _, err) = run(&["simulate", s, "--set", &v, "--set", "engine.max_model_len=270"]);
+        assert_eq!(c, 2, "{err}");
+        assert!(err.contains("exceeds engine.max_model_len 270") && err.contains(says), "{version}: {err}");
+    }
+}

@@ -2,6 +2,11 @@
 
 use super::*;
 
+/// The first vLLM release that shortens a request's output to fit `max_model_len` instead of
+/// refusing it (`renderers/params.py`, `max_input_tokens` no longer less `max_tokens`; read in
+/// the 0.31.0 and 0.32.0 wheels, and 0.34.0).
+pub const VLLM_CLAMPS_MAX_TOKENS: Version = Version::new(0, 32, 0);
+
 /// Every request must fit `max_model_len` and the whole KV pool, or it could
 /// never finish (vLLM would reject it, or preempt it forever).
 pub(super) fn check_requests_fit(spec: &SimSpec) -> Result<()> {
@@ -16,10 +21,24 @@ pub(super) fn check_requests_fit(spec: &SimSpec) -> Result<()> {
     match &spec.engine {
         EngineSpec::Vllm(c) => {
             if max_total > c.max_model_len {
+                // What the server does with such a request depends on the release: through 0.31 it
+                // answers HTTP 400 ("'max_tokens' or 'max_completion_tokens' is too large",
+                // `serving_engine._validate_input`; from 0.20 `renderers/params.py`, whose
+                // `max_input_tokens` is max_model_len − max_tokens) and the client counts the
+                // request failed; from 0.32 only the prompt must fit (`max_input_tokens` is
+                // max_model_len) and `get_max_tokens` shortens the output to what is left. Neither
+                // is modelled: the run is refused, saying which.
+                let what = if c.version >= VLLM_CLAMPS_MAX_TOKENS && max_prompt < c.max_model_len {
+                    "vLLM from 0.32 would shorten such a request's output to fit (get_max_tokens), which servesim does not model"
+                } else if max_prompt >= c.max_model_len {
+                    "vLLM would answer such a request with HTTP 400 and the client count it failed, which servesim does not model"
+                } else {
+                    "vLLM through 0.31 answers such a request with HTTP 400 ('max_tokens' too large) and the client counts it failed, which servesim does not model"
+                };
                 return Err(ConfigError::new(
                     field,
                     format!(
-                        "a request of up to {max_prompt} prompt tokens and {} total exceeds engine.max_model_len {}",
+                        "a request of up to {max_prompt} prompt tokens and {} total exceeds engine.max_model_len {} ({what}); shorten the requests or raise engine.max_model_len",
                         max_total, c.max_model_len
                     ),
                 ));
