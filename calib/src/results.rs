@@ -106,14 +106,25 @@ pub fn parse_results(text: &str, name: &str) -> Result<Vec<ResultPoint>, String>
     for (at, v) in values {
         let mut m = v.as_object().cloned().ok_or(format!("{at}: expected a JSON object"))?;
         check_fields(&m, &at)?;
-        // sglang.bench_serving names E2E latency differently.
-        for (theirs, ours) in [
-            ("mean_e2e_latency_ms", "mean_e2el_ms"),
-            ("median_e2e_latency_ms", "median_e2el_ms"),
-            ("p99_e2e_latency_ms", "p99_e2el_ms"),
-        ] {
-            if let Some(e) = m.get(theirs).cloned() {
-                m.entry(ours).or_insert(e);
+        check_statistics(&m, &at)?;
+        // sglang.bench_serving names E2E latency differently. A file that gives a statistic
+        // under both names must give one value: which of two values was measured is not ours to
+        // pick.
+        for (theirs, ours) in SGLANG_E2E {
+            let Some(e) = m.get(theirs).filter(|e| !e.is_null()).cloned() else { continue };
+            match m.get(ours).filter(|o| !o.is_null()) {
+                None => {
+                    m.insert(ours.to_string(), e);
+                }
+                Some(o) => {
+                    let (x, y) = (o.as_f64().unwrap_or(f64::NAN), e.as_f64().unwrap_or(f64::NAN));
+                    if !((x - y).abs() <= order_slack(x, y)) {
+                        return Err(format!(
+                            "{at}: {ours} {o} differs from {theirs} {e}: two names of one statistic must give one \
+                             value; the file mixes runs"
+                        ));
+                    }
+                }
             }
         }
         // Metrics over the requests that finished, of a run whose load was not what it was set
@@ -195,15 +206,18 @@ pub fn parse_results(text: &str, name: &str) -> Result<Vec<ResultPoint>, String>
 /// the load fields of the types `vllm bench serve` writes; `completed` (if given) at least 1.
 /// A wrong value is an error naming the point and the field, never silently dropped.
 fn check_fields(m: &Map<String, Value>, at: &str) -> Result<(), String> {
-    for k in Metric::ALL.iter().map(|k| k.key()) {
+    // sglang.bench_serving's names of E2E latency statistics are checked as ours: they are read
+    // as ours (a negative median had been fitted).
+    let keys = Metric::ALL.iter().map(|k| (k.key(), k.key())).chain(SGLANG_E2E);
+    for (k, ours) in keys {
         if matches!(k, "request_rate" | "max_concurrency" | "num_prompts" | "completed" | "burstiness") {
             continue; // below
         }
         // A run that completed requests lasted some time and sent and generated tokens (each
         // request at least one of each): a 0 there is no measurement, and a token total of 0
         // skipped the check of the run's lengths against the scenario's.
-        let positive = (k.ends_with("_ttft_ms") || k.ends_with("_e2el_ms") || k.ends_with("throughput"))
-            && !k.starts_with("std_")
+        let positive = (ours.ends_with("_ttft_ms") || ours.ends_with("_e2el_ms") || ours.ends_with("throughput"))
+            && !ours.starts_with("std_")
             || matches!(k, "duration" | "total_input_tokens" | "total_output_tokens");
         // No benchmark point lasts a year, nor serves a billion tokens a second: a value past
         // those is a unit slip, and a fit would take it as a measurement.
@@ -242,6 +256,130 @@ fn check_fields(m: &Map<String, Value>, at: &str) -> Result<(), String> {
         Some(Value::String(s)) if s == "inf" || s == "trace" => {}
         Some(v) => {
             return Err(format!("{at}: request_rate: expected a positive number, \"inf\" or \"trace\", got {v}"))
+        }
+    }
+    Ok(())
+}
+
+/// The metric families whose statistics a result publishes, under each naming a reader accepts:
+/// `vllm bench serve` and servesim (`ttft`, `tpot`, `itl`, `e2el`) and `sglang.bench_serving`'s
+/// `e2e_latency`.
+const STAT_FAMILIES: [&str; 5] = ["ttft", "tpot", "itl", "e2el", "e2e_latency"];
+
+/// `sglang.bench_serving`'s names of E2E latency statistics, and ours: read as ours where the file
+/// gives only theirs.
+const SGLANG_E2E: [(&str, &str); 6] = [
+    ("mean_e2e_latency_ms", "mean_e2el_ms"),
+    ("median_e2e_latency_ms", "median_e2el_ms"),
+    ("std_e2e_latency_ms", "std_e2el_ms"),
+    ("p90_e2e_latency_ms", "p90_e2el_ms"),
+    ("p95_e2e_latency_ms", "p95_e2el_ms"),
+    ("p99_e2e_latency_ms", "p99_e2el_ms"),
+];
+
+/// The statistic a key names, and its family: `p99_ttft_ms` is (percentile 99, `ttft`),
+/// `median_…` percentile 50, `min_…` 0 and `max_…` 100 (`p99.9_…`, as vLLM names a fractional
+/// percentile, is 99.9); `mean_…` and `std_…` are no percentile.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Stat {
+    Percentile(f64),
+    Mean,
+    Std,
+}
+
+fn stat_of(key: &str) -> Option<(Stat, &str)> {
+    let body = key.strip_suffix("_ms")?;
+    let (stat, family) = body.split_once('_')?;
+    let family = STAT_FAMILIES.into_iter().find(|f| *f == family)?;
+    let stat = match stat {
+        "mean" => Stat::Mean,
+        "std" => Stat::Std,
+        "median" => Stat::Percentile(50.0),
+        "min" => Stat::Percentile(0.0),
+        "max" => Stat::Percentile(100.0),
+        _ => {
+            let p = stat.strip_prefix('p')?;
+            if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+                return None;
+            }
+            let p: f64 = p.parse().ok()?;
+            if !(0.0..=100.0).contains(&p) {
+                return None;
+            }
+            Stat::Percentile(p)
+        }
+    };
+    Some((stat, family))
+}
+
+/// How far `a` may exceed `b` when the two were published as statistics with `a ≤ b`: 1e-9
+/// relative (a float sum's last bits: a mean of equal values one ulp over them), and where the
+/// two are printed to different decimals, the two roundings' half-units (12.35 rounded to `12.4`
+/// beside a maximum written `12.35`). Rounding to the same decimals keeps an order (it is
+/// monotone), so there nothing more is allowed.
+fn order_slack(a: f64, b: f64) -> f64 {
+    let (ha, hb) = (crate::fit::rounding_half_unit(a), crate::fit::rounding_half_unit(b));
+    1e-9 * a.abs().max(b.abs()) + if ha != hb { ha + hb } else { 0.0 }
+}
+
+/// The statistics of one metric must hold together: its percentiles (with the median as the
+/// 50th, the minimum as the 0th and the maximum as the 100th) do not decrease with the
+/// percentile, its mean lies within its minimum and maximum, and its spread is at least 0. A
+/// result that breaks any of these mixes runs or mislabels a field, and a fit on it would make a
+/// profile that looks right: an error naming the point, the two fields and their values.
+fn check_statistics(m: &Map<String, Value>, at: &str) -> Result<(), String> {
+    for family in STAT_FAMILIES {
+        // Each statistic the point gives as a number, with its key and its value as written.
+        let stats: Vec<(Stat, &str, f64, &Value)> = m
+            .iter()
+            .filter_map(|(k, v)| {
+                let (stat, f) = stat_of(k)?;
+                (f == family).then_some(())?;
+                Some((stat, k.as_str(), v.as_f64().filter(|x| x.is_finite())?, v))
+            })
+            .collect();
+        if let Some((_, k, _, v)) = stats.iter().find(|(s, _, x, _)| *s == Stat::Std && *x < 0.0) {
+            return Err(format!("{at}: {k}: expected a standard deviation of at least 0, got {v}"));
+        }
+        let mut pcts: Vec<(f64, &str, f64, &Value)> = stats
+            .iter()
+            .filter_map(|&(s, k, x, v)| match s {
+                Stat::Percentile(p) => Some((p, k, x, v)),
+                _ => None,
+            })
+            .collect();
+        pcts.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(b.1)));
+        for (j, &(pj, kj, xj, vj)) in pcts.iter().enumerate() {
+            for &(pi, ki, xi, vi) in &pcts[..j] {
+                if pi == pj && (xi - xj).abs() > order_slack(xi, xj) {
+                    return Err(format!(
+                        "{at}: {kj} {vj} differs from {ki} {vi}: both are the {pj}th percentile; the file mixes runs or \
+                         mislabels a field"
+                    ));
+                }
+                if xi - xj > order_slack(xi, xj) {
+                    return Err(format!(
+                        "{at}: {kj} {vj} is below {ki} {vi}: a metric's percentiles cannot decrease with the percentile \
+                         (min ≤ median ≤ p90 ≤ p95 ≤ p99 ≤ max); the file mixes runs or mislabels a field"
+                    ));
+                }
+            }
+        }
+        for &(_, k, x, v) in stats.iter().filter(|s| s.0 == Stat::Mean) {
+            let lowest = pcts.first().filter(|p| p.0 == 0.0);
+            let highest = pcts.last().filter(|p| p.0 == 100.0);
+            if let Some(&(_, kmin, xmin, vmin)) = lowest.filter(|p| p.2 - x > order_slack(p.2, x)) {
+                return Err(format!(
+                    "{at}: {k} {v} is below {kmin} {vmin}: a mean lies between the minimum and the maximum; the file mixes \
+                     runs or mislabels a field"
+                ));
+            }
+            if let Some(&(_, kmax, xmax, vmax)) = highest.filter(|p| x - p.2 > order_slack(x, p.2)) {
+                return Err(format!(
+                    "{at}: {k} {v} is above {kmax} {vmax}: a mean lies between the minimum and the maximum; the file mixes \
+                     runs or mislabels a field"
+                ));
+            }
         }
     }
     Ok(())
@@ -300,6 +438,68 @@ mod tests {
             "r.json",
         )
         .unwrap();
+    }
+
+    /// The statistics of one metric that cannot hold together are refused, naming the point, the
+    /// two fields and their values (a p99 TTFT of 20 under a median of 86 had been fitted into a
+    /// profile); every family under each naming; equal values and float-level or rounding-level
+    /// inversions are read.
+    #[test]
+    fn statistics_that_cannot_hold_together_are_refused() {
+        let err = |text: &str| parse_results(text, "r.json").unwrap_err();
+        let e = err(r#"{"max_concurrency": 8, "median_ttft_ms": 86, "p99_ttft_ms": 20, "median_tpot_ms": 10.3}"#);
+        assert!(e.starts_with("r.json: p99_ttft_ms 20 is below median_ttft_ms 86"), "{e}");
+        let e = err(r#"{"mean_ttft_ms": 1000, "max_ttft_ms": 10}"#);
+        assert!(e.starts_with("r.json: mean_ttft_ms 1000 is above max_ttft_ms 10"), "{e}");
+        let e = err(r#"{"mean_ttft_ms": 5, "min_ttft_ms": 10}"#);
+        assert!(e.starts_with("r.json: mean_ttft_ms 5 is below min_ttft_ms 10"), "{e}");
+        let e = err(r#"{"mean_ttft_ms": 50, "p50_ttft_ms": 40, "min_ttft_ms": 45}"#);
+        assert!(e.starts_with("r.json: p50_ttft_ms 40 is below min_ttft_ms 45"), "{e}");
+        // Each family, each step of the chain, and any percentile the file gives, in numeric order.
+        for (lo, hi) in [
+            ("median_tpot_ms", "p90_tpot_ms"),
+            ("p90_itl_ms", "p95_itl_ms"),
+            ("p95_e2el_ms", "p99_e2el_ms"),
+            ("p99_ttft_ms", "max_ttft_ms"),
+            ("p25_tpot_ms", "median_tpot_ms"),
+            ("p75_itl_ms", "p90_itl_ms"),
+            ("p99_ttft_ms", "p99.9_ttft_ms"),
+            ("p99.9_ttft_ms", "max_ttft_ms"),
+            ("median_e2e_latency_ms", "p90_e2e_latency_ms"),
+            ("p95_e2e_latency_ms", "p99_e2e_latency_ms"),
+        ] {
+            let e = err(&format!(r#"{{"output_throughput": 800, "{lo}": 30.5, "{hi}": 12.25}}"#));
+            assert!(e.starts_with(&format!("r.json: {hi} 12.25 is below {lo} 30.5")), "{e}");
+            parse_results(&format!(r#"{{"output_throughput": 800, "{lo}": 12.25, "{hi}": 30.5}}"#), "r.json").unwrap();
+        }
+        // The median and p50 are one percentile.
+        let e = err(r#"{"mean_ttft_ms": 40, "median_ttft_ms": 30, "p50_ttft_ms": 31}"#);
+        assert!(e.contains("p50_ttft_ms 31 differs from median_ttft_ms 30"), "{e}");
+        // A JSONL point is named by its line; SGLang's E2E names are checked as they are written.
+        let e = parse_results(
+            "{\"mean_ttft_ms\": 40}\n{\"mean_e2e_latency_ms\": 900, \"median_e2e_latency_ms\": 800, \"p99_e2e_latency_ms\": 700}\n",
+            "s.jsonl",
+        )
+        .unwrap_err();
+        assert!(e.starts_with("s.jsonl:2: p99_e2e_latency_ms 700 is below median_e2e_latency_ms 800"), "{e}");
+        let e = err(r#"{"mean_ttft_ms": 40, "std_e2e_latency_ms": -1}"#);
+        assert!(e.starts_with("r.json: std_e2e_latency_ms: expected a number of at least 0"), "{e}");
+        let e = err(r#"{"mean_ttft_ms": 40, "median_e2e_latency_ms": -800}"#);
+        assert!(e.starts_with("r.json: median_e2e_latency_ms: expected a positive number"), "{e}");
+        let e = err(r#"{"mean_ttft_ms": 40, "median_e2el_ms": 800, "median_e2e_latency_ms": 900}"#);
+        assert!(e.starts_with("r.json: median_e2el_ms 800 differs from median_e2e_latency_ms 900"), "{e}");
+        // Held together: equal values (a tiny run's p99 is its max), a mean one ulp over its
+        // equal values, a value rounded coarser than its neighbour, and statistics not given.
+        parse_results(
+            r#"{"mean_ttft_ms": 86.00000000000001, "min_ttft_ms": 86, "median_ttft_ms": 86, "p99_ttft_ms": 86,
+                "max_ttft_ms": 86, "std_ttft_ms": 0, "p99_tpot_ms": 12.4, "max_tpot_ms": 12.35,
+                "median_itl_ms": null, "p99_itl_ms": 3.0, "median_e2el_ms": 900, "median_e2e_latency_ms": 900.0}"#,
+            "r.json",
+        )
+        .unwrap();
+        // A statistic of no family, or no statistic, is not read.
+        parse_results(r#"{"mean_ttft_ms": 40, "p99_queue_ms": 1, "median_queue_ms": 5, "p99_ttft": 1}"#, "r.json")
+            .unwrap();
     }
 
     /// More requests completed than were sent is refused naming `completed`.
