@@ -138,8 +138,13 @@ impl ProfileUncertainty {
     /// members.
     pub fn from_profile_json(v: &Value) -> Result<Option<ProfileUncertainty>, String> {
         let Some(block) = v.get("uncertainty").filter(|b| !b.is_null()) else { return Ok(None) };
-        let u: ProfileUncertainty = serde_json::from_value(block.clone())
-            .map_err(|e| format!("uncertainty: not a valid uncertainty block: {e}"))?;
+        // Read strictly, naming the path of the first bad field inside the block
+        // (`uncertainty.ensemble[0]: invalid type: map, expected a sequence`): serde alone named
+        // none, and an interval given as an array was read by position.
+        let u: ProfileUncertainty = sim::config::from_value(block.clone(), "uncertainty").map_err(|e| {
+            let path = if e.path.is_empty() { "uncertainty".to_string() } else { e.path.clone() };
+            format!("{path}: not a valid uncertainty block: {}", e.message)
+        })?;
         u.check()?;
         Ok(Some(u))
     }
@@ -1371,7 +1376,41 @@ mod block_tests {
                 Box::new(|u| u["intervals"] = json!({"step_us": {"p05": 2.0, "p95": 1.0}})),
                 "uncertainty.intervals.step_us",
             ),
-            (Box::new(|u| u.as_object_mut().unwrap().clear()), "not a valid uncertainty block"),
+            (
+                Box::new(|u| u.as_object_mut().unwrap().clear()),
+                "uncertainty: not a valid uncertainty block: missing field `method`",
+            ),
+            // A field of the wrong shape is named by its path inside the block, with what was
+            // expected (they had all said "not a valid uncertainty block" and serde's words alone).
+            (
+                Box::new(|u| u["ensemble"][0] = json!({"step_us": 8000.0})),
+                "uncertainty.ensemble[0]: not a valid uncertainty block: invalid type: map, expected a sequence",
+            ),
+            (
+                Box::new(|u| u["ensemble"][1][2] = json!("30")),
+                "uncertainty.ensemble[1][2]: not a valid uncertainty block: invalid type: string \"30\", expected f64",
+            ),
+            (
+                Box::new(|u| u["log_covariance"] = json!({})),
+                "uncertainty.log_covariance: not a valid uncertainty block",
+            ),
+            (
+                Box::new(|u| u["intervals"] = json!({"step_us": [1.0, 2.0]})),
+                "uncertainty.intervals.step_us: not a valid uncertainty block: expected an object of named fields",
+            ),
+            (
+                Box::new(|u| u["intervals"] = json!({"step_us": {"p05": 1.0}})),
+                "uncertainty.intervals.step_us: not a valid uncertainty block: missing field `p95`",
+            ),
+            (
+                Box::new(|u| u["model_error_p90"]["ttft"] = json!("0.3")),
+                "uncertainty.model_error_p90.ttft: not a valid uncertainty block: invalid type: string",
+            ),
+            (Box::new(|u| u["chi2_per_dof"] = json!(null)), "uncertainty.chi2_per_dof: not a valid uncertainty block"),
+            (
+                Box::new(|u| u["coefficients"][0] = json!(5)),
+                "uncertainty.coefficients[0]: not a valid uncertainty block",
+            ),
         ];
         for (edit, want) in cases {
             let e = err(edit);
