@@ -1973,3 +1973,28 @@ fn a_request_past_max_model_len_says_what_the_release_does() {
         assert!(err.contains("exceeds engine.max_model_len 270") && err.contains(says), "{version}: {err}");
     }
 }
+
+/// A prefix-repetition `num_prompts` that is not a multiple of its prefixes runs
+/// `num_prompts // num_prefixes` prompts a prefix, as vLLM's dataset does: the run says so
+/// (63 over 32 prefixes ran 32 requests, unsaid, until 2026-12-06).
+#[test]
+fn a_rounded_prefix_repetition_run_says_so() {
+    let s = "scenarios/shared-prefix-lpm-llama3.1-8b-h100-sglang.json";
+    let ids = |n: &str| {
+        let (c, out, err) = run(&["simulate", s, "--set", &format!("workload.num_prompts={n}"), "--json"]);
+        assert_eq!(c, 0, "{err}");
+        let j: Value = serde_json::from_str(&out).unwrap();
+        // (The key is left out when a run has no caveat.)
+        let caveat = j["caveats"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["id"] == "prefix_repetition_rounded")
+            .map(|c| c["message"].as_str().unwrap().to_string());
+        (j["completed"].as_u64().unwrap(), caveat)
+    };
+    let (done, caveat) = ids("63");
+    assert_eq!(done, 32);
+    assert!(caveat.is_some_and(|m| m.contains("the run has 32 requests, not 63")));
+    assert_eq!(ids("64"), (64, None));
+}

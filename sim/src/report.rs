@@ -715,6 +715,33 @@ pub fn chat_template_tokens(workload: &crate::workload::Workload) -> Option<Cave
     })
 }
 
+/// [`Caveat::id`] of [`prefix_repetition_rounded`].
+pub const PREFIX_REPETITION_ROUNDED: &str = "prefix_repetition_rounded";
+
+/// The prefix-repetition dataset makes `num_prompts // num_prefixes` prompts a prefix, as vLLM's
+/// `PrefixRepetitionRandomDataset.sample` does (read in the 0.11.0 and 0.32.0 wheels: no
+/// oversampling after it), so a `num_prompts` that is not a multiple of the prefixes runs fewer
+/// requests than asked: said, since the report's `num_prompts` is the one asked (as vLLM's).
+pub fn prefix_repetition_rounded(spec: &SimSpec) -> Option<Caveat> {
+    let w = &spec.workload;
+    let crate::workload::Dataset::PrefixRepetition { num_prefixes, .. } = w.dataset else {
+        return None;
+    };
+    let runs = w.num_prompts / num_prefixes.max(1) * num_prefixes;
+    (runs != w.num_prompts).then(|| Caveat {
+        id: PREFIX_REPETITION_ROUNDED,
+        message: format!(
+            "num_prompts {} over {num_prefixes} prefixes: the prefix-repetition dataset makes num_prompts // \
+             num_prefixes = {} prompts a prefix, as vLLM's does, so the run has {runs} requests, not {}; give a \
+             multiple of {num_prefixes} to run them all.",
+            w.num_prompts,
+            w.num_prompts / num_prefixes.max(1),
+            w.num_prompts
+        ),
+        desynchronised_mean_ttft_ms: None,
+    })
+}
+
 /// [`Caveat::id`] of [`wsl2_pinned_memory`].
 pub const WSL2_PINNED_MEMORY: &str = "wsl2_pinned_memory";
 
@@ -1065,6 +1092,7 @@ pub fn caveats(spec: &SimSpec, workload: &crate::workload::Workload) -> Vec<Cave
         .into_iter()
         .chain(chat_front_end(spec, workload))
         .chain(chat_template_tokens(workload))
+        .chain(prefix_repetition_rounded(spec))
         .chain(wsl2_pinned_memory(spec))
         .chain(moe_timing(spec))
         .chain(moe_default_config(spec))
