@@ -523,3 +523,37 @@ fn prior_run_prefixes_without_a_prefix_in_the_first_rows_is_refused() {
     let o = run_cli(&["simulate", ok.to_str().unwrap()]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
+
+/// `diff` reads a record's workload as the scenario reader does: `"inf"` and `"Infinity"` are one
+/// rate and one burstiness, 5 and `"5"` one rate, an empty workload its defaults (these had been
+/// reported as differing setups); a record with a key given twice is refused naming the file and
+/// the key (it had been read silently with the last value).
+#[test]
+fn diff_reads_spellings_of_one_value_as_one_and_refuses_a_key_given_twice() {
+    let rec = |name: &str, setup: &str| {
+        write_temp(name, &format!(r#"{{"format":"servesim-run","version":1,"setup":{setup}}}"#))
+    };
+    let diff = |a: &std::path::Path, b: &std::path::Path| run_cli(&["diff", a.to_str().unwrap(), b.to_str().unwrap()]);
+    for (a, b) in [
+        (
+            r#"{"workload":{"dataset_name":"random","request_rate":"inf","burstiness":"inf"}}"#,
+            r#"{"workload":{"dataset_name":"random","request_rate":"Infinity","burstiness":"Infinity"}}"#,
+        ),
+        (r#"{"workload":{"request_rate":5}}"#, r#"{"workload":{"request_rate":"5"}}"#),
+        (r#"{"workload":{}}"#, r#"{"workload":{"burstiness":1}}"#),
+    ] {
+        let o = diff(&rec("diff-same-a.json", a), &rec("diff-same-b.json", b));
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(out.contains("the same setup"), "{a} against {b}: {out}");
+    }
+    let ok = rec("diff-dup-ok.json", r#"{"workload":{"num_prompts":40}}"#);
+    let dup = rec("diff-dup.json", r#"{"workload":{"num_prompts":40,"num_prompts":41}}"#);
+    for (x, y) in [(&dup, &ok), (&ok, &dup)] {
+        let o = diff(x, y);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains(dup.to_str().unwrap()) && !err.contains(ok.to_str().unwrap()), "{err}");
+        assert!(err.contains("setup.workload.num_prompts: given twice"), "{err}");
+    }
+}

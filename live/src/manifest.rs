@@ -281,24 +281,75 @@ const WORKLOAD_DEFAULTS: [(&str, &str); 14] = [
     ("prior_run_prompts", "0"),
 ];
 
-fn normalise(m: &mut BTreeMap<String, String>) {
-    let workloads: std::collections::BTreeSet<String> = m
-        .keys()
-        .filter_map(|k| k.rsplit_once('.').map(|(p, _)| p.to_string()))
-        .filter(|p| p == "workload" || p.ends_with(".workload"))
-        .collect();
+/// The flattened paths of the workload sections in `v` (`workload`, or `….workload`): each
+/// object under a key `workload`, an empty one too (which flattens to no key at all).
+fn workload_paths(prefix: &str, v: &Value, out: &mut std::collections::BTreeSet<String>) {
+    if let Value::Object(m) = v {
+        for (k, x) in m {
+            let p = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+            if k == "workload" && x.is_object() {
+                out.insert(p.clone());
+            }
+            workload_paths(&p, x, out);
+        }
+    }
+}
+
+/// A flattened `request_rate` as the scenario reader takes it (`sim::config::RequestRate`):
+/// `null`, `"inf"`, `"Infinity"`, `"infinity"` (and any text that parses as +∞) are one
+/// infinite rate, written `inf`; a number written as text (`"5"`) is that number.
+fn normalise_rate(v: &str) -> Option<String> {
+    if v == "null" {
+        return Some("inf".into());
+    }
+    let s: String = serde_json::from_str(v).ok()?;
+    match s.as_str() {
+        "inf" | "Infinity" | "infinity" => Some("inf".into()),
+        _ => match s.parse::<f64>() {
+            Ok(x) if x == f64::INFINITY => Some("inf".into()),
+            Ok(x) if x.is_finite() && x > 0.0 => Some(format!("{x}")),
+            _ => None,
+        },
+    }
+}
+
+/// Each record's setup as the scenario reader gives it, so that two spellings of one value are
+/// one value: in each workload section (even an empty one) a field given as `null` is not
+/// given, and one not given is its default ([`WORKLOAD_DEFAULTS`]); a rate's and a burstiness's
+/// infinities and a rate's number written as text by value ([`normalise_rate`]); numbers by
+/// value.
+fn normalise(m: &mut BTreeMap<String, String>, workloads: &std::collections::BTreeSet<String>) {
     for w in workloads {
+        let prefix = format!("{w}.");
+        m.retain(|k, v| !(v == "null" && k.strip_prefix(&prefix).is_some_and(|f| !f.contains('.'))));
         for (k, v) in WORKLOAD_DEFAULTS {
             m.entry(format!("{w}.{k}")).or_insert_with(|| v.to_string());
         }
     }
+    let is = |k: &str, f: &str| k == f || k.strip_suffix(f).is_some_and(|p| p.ends_with('.'));
     for (k, v) in m.iter_mut() {
-        if (k == "request_rate" || k.ends_with(".request_rate")) && (v == "null" || v == "\"inf\"") {
+        if is(k, "request_rate") {
+            if let Some(r) = normalise_rate(v) {
+                *v = r;
+                continue;
+            }
+        }
+        if is(k, "burstiness") && matches!(v.as_str(), "\"inf\"" | "\"Infinity\"" | "\"infinity\"") {
             *v = "inf".into();
         } else if let Ok(x) = v.parse::<f64>() {
             *v = format!("{x}");
         }
     }
+}
+
+/// A run record from its text: JSON, with no key given twice in one object (JSON keeps the
+/// last, silently: `"num_prompts": 40, "num_prompts": 41` read as 41, where the scenario loader
+/// refuses it), and a record this build reads ([`check_record`]). The caller names the file.
+pub fn read_record(text: &str) -> Result<Value, String> {
+    let v: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    sim::config::no_duplicate_keys(text)?;
+    check_record(&v)?;
+    Ok(v)
 }
 
 /// Whether `v` is a run record this build reads: `format` `"servesim-run"`, `version` 1, and a
@@ -333,8 +384,11 @@ pub fn diff(a: &Value, b: &Value) -> Result<Vec<(String, String, String)>, Strin
     let (mut fa, mut fb) = (BTreeMap::new(), BTreeMap::new());
     flatten("", sa, &mut fa);
     flatten("", sb, &mut fb);
-    normalise(&mut fa);
-    normalise(&mut fb);
+    let (mut wa, mut wb) = Default::default();
+    workload_paths("", sa, &mut wa);
+    workload_paths("", sb, &mut wb);
+    normalise(&mut fa, &wa);
+    normalise(&mut fb, &wb);
     let keys: std::collections::BTreeSet<&String> = fa.keys().chain(fb.keys()).collect();
     // A key one record holds as a value and the other as an object (`workload: null` against a
     // workload with fields) is said to be an object there, not absent.
@@ -388,6 +442,53 @@ mod tests {
         assert_eq!(diff(&a, &e).unwrap(), vec![]);
         let f = json!({"format": "servesim-run", "version": 1, "setup": {"workload": {"num_prompts": 16, "max_concurrency": 4, "seed": 1}}});
         assert_eq!(diff(&a, &f).unwrap(), vec![("workload.seed".to_string(), "0".to_string(), "1".to_string())]);
+    }
+
+    /// Two spellings the scenario reader takes as one value are one setup (the audit of
+    /// 2026-12-06: `"inf"` against `"Infinity"`, 5 against `"5"`, and an empty workload against
+    /// one with a default written out, 14 fields, had all been reported as differing).
+    #[test]
+    fn diff_reads_rates_and_burstiness_as_the_scenario_reader_does() {
+        let r = |w: Value| json!({"format": "servesim-run", "version": 1, "setup": {"workload": w}});
+        let same = |a: Value, b: Value| {
+            assert_eq!(diff(&r(a.clone()), &r(b.clone())).unwrap(), vec![], "{a} against {b}");
+            assert_eq!(diff(&r(b.clone()), &r(a.clone())).unwrap(), vec![], "{b} against {a}");
+        };
+        same(
+            json!({"dataset_name": "random", "request_rate": "inf", "burstiness": "inf"}),
+            json!({"dataset_name": "random", "request_rate": "Infinity", "burstiness": "Infinity"}),
+        );
+        same(
+            json!({"request_rate": "infinity", "burstiness": "infinity"}),
+            json!({"request_rate": null, "burstiness": "inf"}),
+        );
+        same(json!({"request_rate": 5}), json!({"request_rate": "5"}));
+        same(json!({"request_rate": 2.5}), json!({"request_rate": "2.50"}));
+        same(json!({}), json!({"burstiness": 1}));
+        same(json!({}), json!({"burstiness": null, "max_concurrency": null, "seed": 0}));
+        same(json!({}), json!({}));
+        // A real difference still shows, and a value the reader refuses stays as written.
+        let d = diff(&r(json!({})), &r(json!({"request_rate": "5"}))).unwrap();
+        assert_eq!(d, vec![("workload.request_rate".into(), "inf".into(), "5".into())]);
+        let d = diff(&r(json!({"burstiness": "inf"})), &r(json!({"burstiness": 1}))).unwrap();
+        assert_eq!(d, vec![("workload.burstiness".into(), "inf".into(), "1".into())]);
+        let d = diff(&r(json!({"request_rate": "fast"})), &r(json!({}))).unwrap();
+        assert_eq!(d, vec![("workload.request_rate".into(), "\"fast\"".into(), "inf".into())]);
+        let d = diff(&r(json!({})), &r(json!({"max_concurrency": 4}))).unwrap();
+        assert_eq!(d, vec![("workload.max_concurrency".into(), "(absent)".into(), "4".into())]);
+    }
+
+    /// A record with a key given twice is refused naming the key (JSON keeps the last: it had
+    /// been read silently as the second value), as the scenario loader refuses one.
+    #[test]
+    fn a_record_with_a_key_given_twice_is_refused() {
+        let t = r#"{"format":"servesim-run","version":1,"setup":{"workload":{"num_prompts":40,"num_prompts":41}}}"#;
+        let e = read_record(t).unwrap_err();
+        assert!(e.contains("setup.workload.num_prompts: given twice"), "{e}");
+        let ok = r#"{"format":"servesim-run","version":1,"setup":{"workload":{"num_prompts":40}}}"#;
+        assert_eq!(read_record(ok).unwrap()["setup"]["workload"]["num_prompts"], 40);
+        assert!(read_record("{").unwrap_err().starts_with("not JSON"));
+        assert!(read_record(r#"{"format":"x"}"#).unwrap_err().starts_with("not a servesim run record"));
     }
 
     #[test]
