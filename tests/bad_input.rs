@@ -557,3 +557,29 @@ fn diff_reads_spellings_of_one_value_as_one_and_refuses_a_key_given_twice() {
         assert!(err.contains("setup.workload.num_prompts: given twice"), "{err}");
     }
 }
+
+/// `calibrate --from-results` refuses a result whose statistics of one metric cannot hold
+/// together, naming the file, both fields and their values, and writes no profile (a p99 TTFT of
+/// 20 under a median of 86, and a mean of 1000 over a max of 10, had been fitted into one).
+#[test]
+fn calibrate_refuses_statistics_that_cannot_hold_together() {
+    let scenario = root().join("scenarios/serve-small-vllm.json");
+    let point = r#""max_concurrency":8,"request_rate":"inf","num_prompts":40,"completed":40,"median_tpot_ms":10.3,"p99_tpot_ms":11.9"#;
+    for (name, stats, want) in [
+        ("pinv.json", r#""median_ttft_ms":86,"p99_ttft_ms":20"#, "p99_ttft_ms 20 is below median_ttft_ms 86"),
+        ("minv.json", r#""mean_ttft_ms":1000,"max_ttft_ms":10"#, "mean_ttft_ms 1000 is above max_ttft_ms 10"),
+    ] {
+        let f = write_temp(name, &format!("{{{point},{stats}}}"));
+        let out = f.with_extension("profile.json");
+        let o = calibrate_from_results(
+            &f,
+            scenario.to_str().unwrap(),
+            &out,
+            &["--set", "cost.coefficients=null", "--max-evals", "100"],
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains(&format!("{}: {want}", f.display())), "{err}");
+        assert!(!out.exists(), "a profile was written");
+    }
+}
