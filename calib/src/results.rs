@@ -118,7 +118,7 @@ pub fn parse_results(text: &str, name: &str) -> Result<Vec<ResultPoint>, String>
                 }
                 Some(o) => {
                     let (x, y) = (o.as_f64().unwrap_or(f64::NAN), e.as_f64().unwrap_or(f64::NAN));
-                    if !((x - y).abs() <= order_slack(x, y)) {
+                    if x.is_nan() || y.is_nan() || (x - y).abs() > order_slack(x, y) {
                         return Err(format!(
                             "{at}: {ours} {o} differs from {theirs} {e}: two names of one statistic must give one \
                              value; the file mixes runs"
@@ -368,13 +368,13 @@ fn check_statistics(m: &Map<String, Value>, at: &str) -> Result<(), String> {
         for &(_, k, x, v) in stats.iter().filter(|s| s.0 == Stat::Mean) {
             let lowest = pcts.first().filter(|p| p.0 == 0.0);
             let highest = pcts.last().filter(|p| p.0 == 100.0);
-            if let Some(&(_, kmin, xmin, vmin)) = lowest.filter(|p| p.2 - x > order_slack(p.2, x)) {
+            if let Some(&(_, kmin, _, vmin)) = lowest.filter(|p| p.2 - x > order_slack(p.2, x)) {
                 return Err(format!(
                     "{at}: {k} {v} is below {kmin} {vmin}: a mean lies between the minimum and the maximum; the file mixes \
                      runs or mislabels a field"
                 ));
             }
-            if let Some(&(_, kmax, xmax, vmax)) = highest.filter(|p| x - p.2 > order_slack(x, p.2)) {
+            if let Some(&(_, kmax, _, vmax)) = highest.filter(|p| x - p.2 > order_slack(x, p.2)) {
                 return Err(format!(
                     "{at}: {k} {v} is above {kmax} {vmax}: a mean lies between the minimum and the maximum; the file mixes \
                      runs or mislabels a field"
