@@ -33,7 +33,7 @@ pub fn read_raw(path: Option<&Path>) -> Result<RawScenario, String> {
             std::env::current_dir().unwrap_or_default(),
         ),
         Some(p) => {
-            let text = std::fs::read_to_string(p).map_err(|e| format!("{}: cannot read: {e}", p.display()))?;
+            let text = read_text(p)?;
             let base = p.parent().map(Path::to_path_buf).unwrap_or_default();
             (p.display().to_string(), text, base)
         }
@@ -304,7 +304,7 @@ pub fn warn_once(msg: String) {
 /// corrects the composed cost (`cost_mode: corrects_composed`), and what it was fitted on
 /// ([`ProfileDeployment`]).
 pub fn load_profile(path: &Path) -> Result<(CostCoefficients, Option<CostCoefficients>, ProfileDeployment), String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    let text = read_text(path)?;
     let v: Value = serde_json::from_str(&text).map_err(|e| format!("{}: not valid JSON: {e}", path.display()))?;
     config::no_duplicate_keys(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     // What `calibrate` writes says what it is: another file (or a later format) is not read as one.
@@ -797,4 +797,14 @@ fn splitmix64(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
+}
+
+/// A JSON file's text, without the UTF-8 byte-order mark an editor may put first (a scenario so
+/// saved read "not valid JSON: expected value at line 1 column 1"; traces already skip it).
+pub(crate) fn read_text(path: &Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    Ok(match text.strip_prefix('\u{feff}') {
+        Some(rest) => rest.to_string(),
+        None => text,
+    })
 }

@@ -36,31 +36,45 @@ struct Cli {
     cmd: Cmd,
 }
 
+// `allow_negative_numbers`: a negative value after a flag (`--concurrency -1`) reaches the
+// flag's own check, which names the flag, instead of clap's tip to write `-- -1`.
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// Simulate one benchmark run and print what `vllm bench serve` would print for it.
+    #[command(allow_negative_numbers = true)]
     Simulate(SimulateArgs),
     /// Simulate a run per concurrency (in parallel) and find the throughput knee.
+    #[command(allow_negative_numbers = true)]
     Sweep(sweep::SweepArgs),
     /// Load-test a live server as `vllm bench serve` does, with the simulator's request list.
+    #[command(allow_negative_numbers = true)]
     Bench(live::BenchArgs),
     /// Say what differs between the setups of two run records.
+    #[command(allow_negative_numbers = true)]
     Diff(live::DiffArgs),
     /// Fit the cost model: live probes against a server, or existing results.
+    #[command(allow_negative_numbers = true)]
     Calibrate(calib::CalibrateArgs),
     /// Run a sweep live and simulated with the same requests; error per metric.
+    #[command(allow_negative_numbers = true)]
     Check(calib::CheckArgs),
     /// Explain why the metrics are what they are: KV limit, TTFT split, preemptions, the knee.
+    #[command(allow_negative_numbers = true)]
     Explain(explain::ExplainArgs),
     /// What-if tuning: the best configuration under SLOs, the Pareto front, what broke which SLO.
+    #[command(allow_negative_numbers = true)]
     Tune(tune::TuneArgs),
     /// The cheapest fleet (replicas × GPU × TP × prefill:decode split) that meets the SLOs.
+    #[command(allow_negative_numbers = true)]
     Plan(plan::PlanArgs),
     /// Serve a simulated engine over the OpenAI-compatible API (and /metrics), in real time.
+    #[command(allow_negative_numbers = true)]
     Serve(serve::ServeArgs),
     /// Run every published measurement in the repository, uncalibrated; error per row and group.
+    #[command(allow_negative_numbers = true)]
     Validate(validate::ValidateArgs),
     /// Write a model card from a Hugging Face `config.json` (a dense full-attention model), to give inline.
+    #[command(allow_negative_numbers = true)]
     Card(CardArgs),
 }
 
@@ -152,7 +166,15 @@ fn parse_list<T: std::str::FromStr>(flag: &str, s: &str) -> Result<Vec<T>, Strin
             if x.trim().is_empty() {
                 return Err(format!("{flag}: an empty item in {s:?}"));
             }
-            x.trim().parse::<T>().map_err(|_| format!("{flag}: cannot read {x:?} in {s:?}"))
+            x.trim().parse::<T>().map_err(|_| {
+                // What was expected, in words (a negative count read "cannot read \"-1\" in \"-1\"").
+                let what = match std::any::type_name::<T>() {
+                    "u32" | "u64" | "usize" => "a whole number, 0 or more",
+                    "f64" | "f32" => "a number",
+                    _ => "a value of this flag",
+                };
+                format!("{flag}: cannot read {x:?} in {s:?} as {what}")
+            })
         })
         .collect()
 }

@@ -544,8 +544,11 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
             sim::config::MAX_NUM_PROMPTS
         ));
     }
-    if let Some(r) = a.request_rate.filter(|r| !(r.is_finite() && *r > 0.0)) {
-        return Err(format!("--request-rate: must be a positive number of requests per second, got {r}"));
+    // The scenario's own range for a rate, less the sustained run's margin above it (which runs
+    // at OVERLOAD times the rate): a rate outside it is this flag's error, not the candidates'.
+    let (lo, hi) = (sim::config::MIN_REQUEST_RATE, sim::config::MAX_REQUEST_RATE / OVERLOAD);
+    if let Some(r) = a.request_rate.filter(|r| !(r.is_finite() && (lo..=hi).contains(r))) {
+        return Err(format!("--request-rate: must be from {lo} to {hi:e} requests per second, got {r}"));
     }
     let mut sets = Vec::new();
     if let Some(r) = a.request_rate {

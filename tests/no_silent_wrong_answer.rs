@@ -1998,3 +1998,26 @@ fn a_rounded_prefix_repetition_run_says_so() {
     assert!(caveat.is_some_and(|m| m.contains("the run has 32 requests, not 63")));
     assert_eq!(ids("64"), (64, None));
 }
+
+/// A scenario saved with a UTF-8 byte-order mark reads as the same scenario (it was "not valid
+/// JSON: expected value at line 1 column 1"), and a negative number after a flag reaches that
+/// flag's check (clap had told the user to write `-- -1`, which makes it a scenario path).
+#[test]
+fn a_bom_and_a_negative_flag_value_get_their_own_answers() {
+    let plain = std::fs::read_to_string("scenarios/serve-small-vllm.json").unwrap();
+    let bom = write_temp("bom-scenario.json", &format!("\u{feff}{plain}"));
+    let (c, with_bom, err) = run(&["simulate", bom.to_str().unwrap(), "--json"]);
+    assert_eq!(c, 0, "{err}");
+    let (_, without, _) = run(&["simulate", "scenarios/serve-small-vllm.json", "--json"]);
+    assert_eq!(with_bom, without);
+    for args in [
+        &["sweep", "scenarios/serve-small-vllm.json", "--concurrency", "-1"][..],
+        &["explain", "scenarios/serve-small-vllm.json", "--concurrency", "-3"][..],
+        &["validate", "--tolerance", "-1"][..],
+    ] {
+        let (c, _, err) = run(args);
+        assert_eq!(c, 2, "{args:?}: {err}");
+        let flag = args.iter().find(|a| a.starts_with("--")).unwrap();
+        assert!(err.contains(flag) && !err.contains("use '--"), "{args:?}: {err}");
+    }
+}

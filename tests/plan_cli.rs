@@ -134,6 +134,13 @@ fn plan_refuses_a_prompt_count_past_the_limit_naming_the_flag() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("--num-prompts: must be from 1 to 10000000"), "{}", stderr(&o));
     assert!(!stderr(&o).contains("none of the"), "{}", stderr(&o));
+    // So is a rate past the scenario's range (it blamed the candidates file too), and a negative
+    // one reaches the flag's check (clap had told the user to write `-- -1`).
+    for rate in ["1e-9", "1e12", "-1"] {
+        let o = run_cli(&["plan", SP, "--candidates", cands.to_str().unwrap(), "--request-rate", rate]);
+        assert_eq!(o.status.code(), Some(2), "{rate}");
+        assert!(stderr(&o).contains("--request-rate: must be from"), "{rate}: {}", stderr(&o));
+    }
 }
 
 /// SGLang's `max_total_tokens` bounds every candidate's pool (it stays, as SGLang keeps it):
