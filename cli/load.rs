@@ -359,6 +359,9 @@ pub fn load_profile(path: &Path) -> Result<(CostCoefficients, Option<CostCoeffic
         ));
     }
     complete("coefficients")?;
+    // Each coefficient in its range first: a negative or huge one was reported as an edited prior
+    // by the ratio check below (printed to 300 digits).
+    config::check_coefficients(&coefficients, "coefficients").map_err(|e| format!("{}: {e}", path.display()))?;
     // What the profile says it was fitted on: an `engine` that is there must be an object (any
     // other value read as a profile that says nothing, and skipped the deployment checks).
     if let Some(e) = v.get("engine").filter(|e| !e.is_null() && !e.is_object()) {

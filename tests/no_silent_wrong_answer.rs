@@ -1026,6 +1026,28 @@ fn a_malformed_profile_is_refused_naming_the_field() {
             ),
             "prior.output_token_us: missing",
         ),
+        // A coefficient out of range is said as such, before its ratio to the prior (it read "the
+        // profile's prior was edited", the value printed to 300 digits).
+        (
+            profile(
+                "huge.json",
+                engine,
+                r#", "cost_mode": "corrects_composed""#,
+                &coefficients.replace("\"step_us\": 9900", "\"step_us\": 1e300"),
+                &prior,
+            ),
+            "coefficients.step_us: must be a finite number from 0",
+        ),
+        (
+            profile(
+                "negative.json",
+                engine,
+                r#", "cost_mode": "corrects_composed""#,
+                &coefficients.replace("\"step_us\": 9900", "\"step_us\": -1"),
+                &prior,
+            ),
+            "coefficients.step_us: must be a finite number from 0",
+        ),
     ];
     for ((c, _, err), want) in cases {
         assert_eq!(c, 2, "{err}");
