@@ -619,6 +619,19 @@ fn metrics_have_help_and_type_lines_and_the_finished_reason() {
 }
 
 #[test]
+fn metrics_escape_label_values() {
+    // A model name with a quote, a backslash and a newline: escaped as the text format says,
+    // so that prometheus_client (and `calibrate`) can parse /metrics.
+    let s = start_server("scenarios/serve-small-vllm.json", &["--model", "a\"b\\c\nd"]);
+    let m = raw(&s.url, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(m.contains("vllm:num_requests_running{engine=\"0\",model_name=\"a\\\"b\\\\c\\nd\"} 0.0\n"), "{m}");
+    // Every sample is one line: name{labels} value.
+    for l in m.lines().skip_while(|l| !l.starts_with('#')).filter(|l| !l.starts_with('#') && !l.is_empty()) {
+        assert!(l.starts_with("vllm:") && l.rsplit(' ').next().unwrap().parse::<f64>().is_ok(), "{l}");
+    }
+}
+
+#[test]
 fn on_sigterm_active_streams_end_with_an_error_event() {
     let mut c = servesim();
     c.args(["serve", "scenarios/serve-small-vllm.json", "--port", "0", "--max-lifetime", "120"])

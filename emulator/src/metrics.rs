@@ -93,6 +93,21 @@ const SGL_E2E: &[f64] = &[
     1800.0, 2400.0,
 ];
 
+/// A label value in the Prometheus text format: `\`, `"` and a newline escaped
+/// (`\\`, `\"`, `\n`), as `prometheus_client` writes them.
+fn escape_label(v: &str) -> String {
+    let mut e = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => e.push_str("\\\\"),
+            '"' => e.push_str("\\\""),
+            '\n' => e.push_str("\\n"),
+            c => e.push(c),
+        }
+    }
+    e
+}
+
 fn family(o: &mut String, name: &str, kind: &str, help: &str) {
     o.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
 }
@@ -106,6 +121,7 @@ fn sample(o: &mut String, name: &str, labels: &str, v: f64) {
 pub(crate) fn render(spec: &SimSpec, model: &str, st: &Stats) -> String {
     let mut o = String::new();
     let finished = st.finished_stop + st.finished_length + st.finished_abort;
+    let model = escape_label(model);
     match &spec.engine {
         EngineSpec::Vllm(c) => {
             let l = format!("engine=\"0\",model_name=\"{model}\"");
@@ -257,4 +273,15 @@ pub(crate) fn render(spec: &SimSpec, model: &str, st: &Stats) -> String {
         }
     }
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_are_escaped_as_the_text_format_says() {
+        assert_eq!(escape_label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+        assert_eq!(escape_label("qwen2.5-7b"), "qwen2.5-7b");
+    }
 }
