@@ -87,6 +87,40 @@ struct Live {
     last_ns: Option<u64>,
     prompt_len: u32,
     stop: bool,
+    /// Tokens streamed so far.
+    generated: u32,
+    /// Prompt tokens the engine computed (not found in the prefix cache) before the first
+    /// token: the prefill chunks scheduled for it until then, at most the prompt.
+    computed_before_first: u32,
+}
+
+/// How vLLM's `vllm:iteration_tokens_total` counts a request's prompt in the output batch
+/// that carries its first token (`v1/metrics/loggers.py`, `PrometheusStatLogger.record`:
+/// one observation per engine-core output batch that has outputs, `async_llm.py`
+/// `output_handler`: `IterationStats() if (log_stats and num_outputs)`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum IterationPrompt {
+    /// 0.11–0.22: `num_prompt_tokens + num_generation_tokens`, the whole prompt
+    /// (`stats.py`, `update_from_output`: `num_prompt_tokens += prompt_len`; read in the
+    /// 0.11.0, 0.14.0, 0.20.0 and 0.22.0 sources).
+    Whole,
+    /// 0.23 on: `prompt_token_stats.computed + num_generation_tokens`, the prompt less the
+    /// tokens found cached when it was scheduled (`PrefillStats.set`; read in the 0.23.0,
+    /// 0.24.0, 0.26.0, 0.30.0, 0.32.0 and 0.34.0 sources). servesim takes it as the prefill
+    /// tokens scheduled for the request before its first token; a request preempted before
+    /// its first token (rare: mid-prefill) counts its recompute too, up to its prompt, where
+    /// vLLM counts its first admission's (0.26 on) or its last's (0.23–0.25).
+    Computed,
+}
+
+impl IterationPrompt {
+    pub(crate) fn of(spec: &sim::config::SimSpec) -> IterationPrompt {
+        if spec.engine.version() >= sim::engine::Version::new(0, 23, 0) {
+            IterationPrompt::Computed
+        } else {
+            IterationPrompt::Whole
+        }
+    }
 }
 
 type Delivery = (UnboundedSender<TokenEvent>, TokenEvent);
@@ -101,11 +135,36 @@ pub(crate) struct DriverSetup {
     /// Engine ns a step may start behind the clock (wall clock: absorbs wake-up
     /// latency without letting a stall be caught up all at once).
     pub slack_ns: u64,
+    /// The engine is SGLang (its counters move when a request finishes).
+    pub sglang: bool,
+    /// vLLM's rule for `vllm:iteration_tokens_total`.
+    pub iteration_prompt: IterationPrompt,
+}
+
+/// A request that cleared ingress reaches the engine's waiting queue.
+fn admit(engine: &mut (dyn Engine + Send), live: &mut BTreeMap<ReqId, Live>, next: &mut ReqId, r: NewRequest) {
+    let id = *next;
+    *next += 1;
+    engine.add_request(id, &r.spec);
+    let stop = !r.spec.ignore_eos && r.spec.output_len < r.spec.max_tokens;
+    live.insert(
+        id,
+        Live {
+            key: r.key,
+            tx: r.tokens,
+            arrived_ns: r.arrived_ns,
+            last_ns: None,
+            prompt_len: r.spec.prompt_len,
+            stop,
+            generated: 0,
+            computed_before_first: 0,
+        },
+    );
 }
 
 /// Runs until shutdown or until every sender is gone.
 pub(crate) fn run(setup: DriverSetup, inbox: Inbox) {
-    let DriverSetup { mut engine, cost, mut front, stats, clock, slack_ns } = setup;
+    let DriverSetup { mut engine, cost, mut front, stats, clock, slack_ns, sglang, iteration_prompt } = setup;
     let mut live: BTreeMap<ReqId, Live> = BTreeMap::new();
     let mut next: ReqId = 0;
     // Requests in ingress, in the order they were read: (ready_ns, request).
@@ -157,26 +216,48 @@ pub(crate) fn run(setup: DriverSetup, inbox: Inbox) {
             let (_, events) = out_queue.pop_front().expect("front");
             deliver(&clock, events);
         }
-        if let Some((end, shape)) = step.filter(|s| s.0 <= now) {
+        if let Some((end, _)) = step.filter(|s| s.0 <= now) {
             step = None;
             cursor = end;
             outs.clear();
             engine.finish_step(&mut outs);
             {
                 let mut st = stats.lock().expect("stats");
-                st.iteration_tokens.observe(shape.total_tokens() as f64);
+                // vLLM's `vllm:iteration_tokens_total`: one observation per output batch that
+                // has outputs (a step that only runs a prefill chunk has none), its tokens
+                // generated plus the prompts of the requests whose first token it carries
+                // ([`IterationPrompt`]); not the tokens the step scheduled.
+                let mut batch: Option<u64> = None;
                 for o in &outs {
                     let Some(l) = live.get_mut(&o.id) else { continue };
                     let since = |t: u64| end.saturating_sub(t) as f64 / 1e9;
+                    let mut tokens = 1;
                     match l.last_ns {
                         None => {
                             st.ttft.observe(since(l.arrived_ns));
-                            st.prompt_tokens += u64::from(l.prompt_len);
+                            tokens += u64::from(match iteration_prompt {
+                                IterationPrompt::Whole => l.prompt_len,
+                                IterationPrompt::Computed => l.computed_before_first.min(l.prompt_len),
+                            });
+                            if !sglang {
+                                // vLLM adds the prompt once, with the request's first token
+                                // (`stats.py`, `IterationStats.update_from_output` under
+                                // `is_prefilling`, which the output processor clears at the
+                                // first output): a preemption's recompute is not counted again.
+                                st.prompt_tokens += u64::from(l.prompt_len);
+                            }
                         }
                         Some(prev) => st.itl.observe(since(prev)),
                     }
                     l.last_ns = Some(end);
-                    st.generation_tokens += 1;
+                    l.generated += 1;
+                    if !sglang {
+                        st.generation_tokens += 1;
+                    }
+                    *batch.get_or_insert(0) += tokens;
+                }
+                if let Some(b) = batch.filter(|_| !sglang) {
+                    st.iteration_tokens.observe(b as f64);
                 }
                 for o in outs.iter().filter(|o| o.finished) {
                     if let Some(l) = live.get(&o.id) {
@@ -185,6 +266,9 @@ pub(crate) fn run(setup: DriverSetup, inbox: Inbox) {
                             st.finished_stop += 1;
                         } else {
                             st.finished_length += 1;
+                        }
+                        if sglang {
+                            st.count_sglang_finished(l.prompt_len, l.generated);
                         }
                     }
                 }
@@ -203,21 +287,7 @@ pub(crate) fn run(setup: DriverSetup, inbox: Inbox) {
         while ingress.front().is_some_and(|r| r.0 <= now) {
             let (ready, r) = ingress.pop_front().expect("front");
             cursor = cursor.max(ready);
-            let id = next;
-            next += 1;
-            engine.add_request(id, &r.spec);
-            let stop = !r.spec.ignore_eos && r.spec.output_len < r.spec.max_tokens;
-            live.insert(
-                id,
-                Live {
-                    key: r.key,
-                    tx: r.tokens,
-                    arrived_ns: r.arrived_ns,
-                    last_ns: None,
-                    prompt_len: r.spec.prompt_len,
-                    stop,
-                },
-            );
+            admit(engine.as_mut(), &mut live, &mut next, r);
             if step.is_none() {
                 // An idle engine starts a step with the first request that reaches it; those
                 // arriving at the same instant wait for the next step, as `simulate` orders
@@ -230,13 +300,34 @@ pub(crate) fn run(setup: DriverSetup, inbox: Inbox) {
             for key in aborts.drain(..) {
                 let Some((&id, _)) = live.iter().find(|(_, l)| l.key == key) else { continue };
                 if engine.abort_request(id) {
-                    live.remove(&id);
+                    let l = live.remove(&id).expect("live");
                     held.retain(|o| o.id != id);
-                    stats.lock().expect("stats").finished_abort += 1;
+                    if sglang {
+                        let mut st = stats.lock().expect("stats");
+                        st.aborted += 1;
+                        if l.last_ns.is_some() {
+                            // A request in SGLang's running batch is finished with
+                            // `FINISH_ABORT` after one more decode pass (`scheduler.py`,
+                            // `abort_request`, "Abort method 3") and its output is counted as
+                            // any finished request's (`tokenizer_manager.py`,
+                            // `collect_metrics`); one in the waiting queue is answered with an
+                            // `AbortReq` and counted only as aborted.
+                            st.count_sglang_finished(l.prompt_len, l.generated + 1);
+                            st.e2e.observe(cursor.max(now).saturating_sub(l.arrived_ns) as f64 / 1e9);
+                        }
+                    }
+                    // vLLM counts nothing for a request its client aborted: the output
+                    // processor drops its state (`output_processor.py`, `abort_requests`,
+                    // 0.11.0 and 0.32.0) and no finished-request stats are recorded.
                 }
             }
             let (busy, shape) = {
                 let plan = engine.schedule();
+                for s in plan.scheduled.iter().filter(|s| s.prefill) {
+                    if let Some(l) = live.get_mut(&s.id).filter(|l| l.last_ns.is_none()) {
+                        l.computed_before_first = l.computed_before_first.saturating_add(s.num_tokens);
+                    }
+                }
                 (!plan.is_empty(), plan.shape)
             };
             if !busy {
@@ -279,7 +370,11 @@ pub(crate) fn run(setup: DriverSetup, inbox: Inbox) {
             Ok(Some(Input(Msg::Abort(key)))) => {
                 if let Some(i) = ingress.iter().position(|r| r.1.key == key) {
                     ingress.remove(i);
-                    stats.lock().expect("stats").finished_abort += 1;
+                    if sglang {
+                        // SGLang's tokenizer manager counts the abort as it sends it
+                        // (`tokenizer_manager.py`, `abort_request`).
+                        stats.lock().expect("stats").aborted += 1;
+                    }
                 } else if live.values().any(|l| l.key == key) {
                     aborts.push(key);
                 }
@@ -287,5 +382,273 @@ pub(crate) fn run(setup: DriverSetup, inbox: Inbox) {
             // Dropping the streams' senders ends them: each handler says so to its client.
             Ok(Some(Input(Msg::Shutdown))) | Err(Closed) => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::{Clock, VirtualClock};
+    use sim::config::SimSpec;
+    use sim::request::Segment;
+    use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+
+    /// A built-in scenario with `engine` fields overridden.
+    fn spec(scenario: &str, engine: serde_json::Value) -> SimSpec {
+        spec_costed(scenario, engine, None)
+    }
+
+    /// [`spec`] with the scenario's `cost` section replaced.
+    fn spec_costed(scenario: &str, engine: serde_json::Value, cost: Option<serde_json::Value>) -> SimSpec {
+        let path = format!("{}/../scenarios/{scenario}.json", env!("CARGO_MANIFEST_DIR"));
+        let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        for (k, x) in engine.as_object().unwrap() {
+            v["engine"][k] = x.clone();
+        }
+        if let Some(c) = cost {
+            v["cost"] = c;
+        }
+        let s = sim::config::scenario_from_value(v).unwrap();
+        sim::config::resolve(&s, &sim::builtin::resources().unwrap()).unwrap()
+    }
+
+    /// A request of `prompt_len` distinct tokens (`tag` keeps prompts apart: no shared prefix).
+    fn request(tag: u64, prompt_len: u32, max_tokens: u32) -> RequestSpec {
+        RequestSpec {
+            prompt: (0..u64::from(prompt_len)).map(|i| Segment { key: (tag << 32) | i, len: 1 }).collect(),
+            prompt_len,
+            max_tokens,
+            output_len: max_tokens,
+            output_key: tag,
+            arrival_ns: 0,
+            priority: 0,
+            ignore_eos: true,
+            prompt_hashes: None,
+        }
+    }
+
+    /// Serves `reqs` (all sent at time 0) on a virtual clock to the end, the client reading
+    /// every token; `on_token(i, n, stats)` sees request `i`'s `n`-th token (from 1) as it
+    /// comes and may abort it (true). Returns the stats at the end.
+    fn serve(spec: &SimSpec, reqs: Vec<RequestSpec>, on_token: impl FnMut(usize, u32, &Stats) -> bool) -> Stats {
+        serve_on(spec, reqs, Arc::new(VirtualClock::new()), 0, true, on_token)
+    }
+
+    /// [`serve`] on `clock`, with `slack_ns`; the prompts sent as text (`token_ids` false)
+    /// pass SGLang's tokenizer queue.
+    fn serve_on(
+        spec: &SimSpec,
+        reqs: Vec<RequestSpec>,
+        clock: Arc<dyn Clock>,
+        slack_ns: u64,
+        token_ids: bool,
+        mut on_token: impl FnMut(usize, u32, &Stats) -> bool,
+    ) -> Stats {
+        let stats = Arc::new(Mutex::new(Stats::new(crate::is_sglang(spec))));
+        let (tx, inbox) = channel();
+        let engine = sim::engine::build(&spec.engine);
+        let front = sim::delivery::FrontEnd::new(spec.cost.ingress_ns(), spec.cost.output_token_ns())
+            .with_serial_tokenizer(engine.tokenizer_ns_per_prompt_token());
+        // Each stream, its tokens read, whether it has ended, whether it was aborted.
+        let mut rxs: Vec<(UnboundedReceiver<TokenEvent>, u32, bool, bool)> = Vec::new();
+        for (i, r) in reqs.into_iter().enumerate() {
+            let (t, rx) = unbounded_channel();
+            let r = NewRequest { key: i as u64, spec: r, tokens: t, arrived_ns: 0, chat: false, token_ids };
+            tx.send(Input(Msg::Add(r))).unwrap();
+            rxs.push((rx, 0, false, false));
+        }
+        let setup = DriverSetup {
+            engine,
+            cost: spec.cost.clone(),
+            front,
+            stats: stats.clone(),
+            clock: clock.clone(),
+            slack_ns,
+            sglang: crate::is_sglang(spec),
+            iteration_prompt: IterationPrompt::of(spec),
+        };
+        let driver = std::thread::spawn(move || run(setup, inbox));
+        let started = std::time::Instant::now();
+        while rxs.iter().any(|r| !r.2) {
+            assert!(started.elapsed() < std::time::Duration::from_secs(60), "the run did not end");
+            let mut got = false;
+            for (i, (rx, n, done, aborted)) in rxs.iter_mut().enumerate() {
+                if *done {
+                    continue;
+                }
+                match rx.try_recv() {
+                    Ok(ev) => {
+                        got = true;
+                        if !*aborted {
+                            *n += 1;
+                            if on_token(i, *n, &stats.lock().unwrap()) && !ev.finished {
+                                // Sent before the token is released: the clock stands still.
+                                tx.send(Input(Msg::Abort(i as u64))).unwrap();
+                                *aborted = true;
+                            }
+                        }
+                        // After an abort, the tokens already on their way are read to the
+                        // stream's end (the driver drops its sender).
+                        *done |= ev.finished;
+                        clock.release();
+                    }
+                    Err(tokio::sync::mpsc::error::TryRecvError::Empty) => {}
+                    Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => *done = true,
+                }
+            }
+            if !got {
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+        }
+        tx.send(Input(Msg::Shutdown)).unwrap();
+        driver.join().unwrap();
+        let st = std::mem::take(&mut *stats.lock().unwrap());
+        st
+    }
+
+    #[test]
+    fn iteration_tokens_are_observed_per_output_batch_with_the_prompt_and_the_first_token() {
+        // The audit's case: a 1,500-token prompt in 512-token chunks, one token out. vLLM 0.32
+        // observed count 1, sum 1,501 (not three steps of 512, 512 and 476).
+        let s = spec("serve-small-vllm", serde_json::json!({"max_num_batched_tokens": 512, "max_model_len": 2048}));
+        let st = serve(&s, vec![request(1, 1500, 1)], |_, _, _| false);
+        assert_eq!((st.iteration_tokens.count(), st.iteration_tokens.sum()), (1, 1501.0));
+        // Three tokens: the prompt with the first, then one a step.
+        let st = serve(&s, vec![request(1, 1500, 3)], |_, _, _| false);
+        assert_eq!((st.iteration_tokens.count(), st.iteration_tokens.sum()), (3, 1503.0));
+        assert_eq!((st.prompt_tokens, st.generation_tokens), (1500, 3));
+    }
+
+    #[test]
+    fn iteration_tokens_leave_out_cached_prompt_tokens_from_0_23_and_count_them_before() {
+        // The same prompt twice, one after the other: the second finds 1,488 tokens cached
+        // (93 blocks of 16; the last token is always computed).
+        let run = |version: &str| {
+            serve_two_in_turn(&spec("serve-small-vllm", serde_json::json!({"version": version})), request(1, 1500, 1))
+        };
+        let new = run("0.33.0");
+        assert_eq!(new.prefix_hits, 1488);
+        assert_eq!((new.iteration_tokens.count(), new.iteration_tokens.sum()), (2, 1501.0 + 13.0));
+        assert_eq!(new.prompt_tokens, 3000, "vllm:prompt_tokens_total counts cached tokens too");
+        let old = run("0.20.0");
+        assert_eq!(old.prefix_hits, 1488);
+        assert_eq!((old.iteration_tokens.count(), old.iteration_tokens.sum()), (2, 3002.0));
+    }
+
+    #[test]
+    fn prompt_tokens_count_each_request_once_however_often_it_is_preempted_or_retracted() {
+        // 64 requests of 512 in / 512 out at once into a 10,240-token pool: both engines
+        // preempt (vLLM) or retract (SGLang) many times over. The audit's SGLang run showed
+        // 116,986 prompt tokens for 201 × 512 = 102,912.
+        let n = 64u64;
+        for name in ["kv-starved-qwen2.5-7b-a100-vllm", "kv-starved-qwen2.5-7b-a100-sglang"] {
+            let s = spec(name, serde_json::json!({}));
+            let sglang = crate::is_sglang(&s);
+            let mut first = true;
+            let st = serve(&s, (0..n).map(|i| request(i + 1, 512, 512)).collect(), |_, _, st| {
+                if std::mem::take(&mut first) {
+                    // At the first token: SGLang moves its counters when a request finishes,
+                    // vLLM with each token.
+                    if sglang {
+                        assert_eq!((st.prompt_tokens, st.generation_tokens, st.finished_requests), (0, 0, 0));
+                    } else {
+                        assert!(st.prompt_tokens >= 512 && st.generation_tokens >= 1);
+                    }
+                }
+                false
+            });
+            assert!(st.preemptions > 0, "{name}: no preemption");
+            assert_eq!(st.prompt_tokens, n * 512, "{name}");
+            assert_eq!(st.generation_tokens, n * 512, "{name}");
+            assert_eq!(st.finished_length, n, "{name}");
+            assert_eq!(st.e2e.count(), n, "{name}");
+            if sglang {
+                assert_eq!((st.finished_requests, st.aborted), (n, 0), "{name}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_client_abort_is_no_finished_request_in_vllm_and_an_aborted_one_in_sglang() {
+        for name in ["serve-small-vllm", "kv-starved-qwen2.5-7b-a100-sglang"] {
+            let s = spec(name, serde_json::json!({}));
+            // Request 0 is aborted after its 5th token; request 1 runs to its end.
+            let st = serve(&s, vec![request(1, 64, 100), request(2, 64, 8)], |i, k, _| i == 0 && k == 5);
+            assert_eq!((st.running, st.waiting), (0, 0), "{name}: the aborted request was freed");
+            assert_eq!(st.finished_length, 1, "{name}");
+            assert_eq!(st.finished_stop, 0, "{name}");
+            assert_eq!(st.ttft.count(), 2, "{name}");
+            if crate::is_sglang(&s) {
+                // The running request is finished with FINISH_ABORT after one more decode and
+                // counted as finished; the abort itself too.
+                assert_eq!(st.aborted, 1, "{name}");
+                assert_eq!(st.finished_requests, 2, "{name}");
+                assert_eq!(st.prompt_tokens, 128, "{name}");
+                // The tokens it had when the abort came (the 5th seen, a later one may have been
+                // computed and not yet streamed) and the one of the finishing decode.
+                assert!((8 + 5 + 1..=8 + 7 + 1).contains(&st.generation_tokens), "{name}: {}", st.generation_tokens);
+                assert_eq!(st.e2e.count(), 2, "{name}");
+            } else {
+                // vLLM drops an aborted request's state: no success, no e2e latency.
+                assert_eq!(st.e2e.count(), 1, "{name}");
+                assert_eq!(st.prompt_tokens, 128, "{name}: both had their first token");
+                assert!(st.generation_tokens >= 8 + 5, "{name}");
+                let text = crate::metrics::render(&s, "m", &st);
+                assert!(
+                    text.contains(
+                        "vllm:request_success_total{engine=\"0\",model_name=\"m\",finished_reason=\"abort\"} 0.0"
+                    ),
+                    "{text}"
+                );
+            }
+        }
+    }
+
+    /// `r` twice on one server, the second sent once the first has finished.
+    fn serve_two_in_turn(spec: &SimSpec, r: RequestSpec) -> Stats {
+        let clock = Arc::new(VirtualClock::new());
+        let stats = Arc::new(Mutex::new(Stats::new(crate::is_sglang(spec))));
+        let (tx, inbox) = channel();
+        let engine = sim::engine::build(&spec.engine);
+        let front = sim::delivery::FrontEnd::new(spec.cost.ingress_ns(), spec.cost.output_token_ns());
+        let setup = DriverSetup {
+            engine,
+            cost: spec.cost.clone(),
+            front,
+            stats: stats.clone(),
+            clock: clock.clone(),
+            slack_ns: 0,
+            sglang: crate::is_sglang(spec),
+            iteration_prompt: IterationPrompt::of(spec),
+        };
+        let driver = std::thread::spawn(move || run(setup, inbox));
+        for key in 0..2u64 {
+            let (t, mut rx) = unbounded_channel();
+            let nr = NewRequest {
+                key,
+                spec: r.clone(),
+                tokens: t,
+                arrived_ns: clock.now_ns(),
+                chat: false,
+                token_ids: true,
+            };
+            tx.send(Input(Msg::Add(nr))).unwrap();
+            if key > 0 {
+                // The last token of the request before, released once this one is sent.
+                clock.release();
+            }
+            loop {
+                let ev = rx.blocking_recv().expect("a token");
+                if ev.finished {
+                    break;
+                }
+                clock.release();
+            }
+        }
+        clock.release();
+        tx.send(Input(Msg::Shutdown)).unwrap();
+        driver.join().unwrap();
+        let st = std::mem::take(&mut *stats.lock().unwrap());
+        st
     }
 }

@@ -104,6 +104,8 @@ pub async fn serve_with_clock(
         stats: stats.clone(),
         clock: clock.clone(),
         slack_ns: (0.05 * opts.time_scale * 1e9) as u64,
+        sglang: is_sglang(&spec),
+        iteration_prompt: driver::IterationPrompt::of(&spec),
     };
     let engine_thread = std::thread::Builder::new()
         .name("servesim-engine".into())

@@ -11,12 +11,24 @@ pub(crate) struct Stats {
     pub preemptions: u64,
     pub prefix_queries: u64,
     pub prefix_hits: u64,
+    /// The engine's prompt and generation token counters, each moved as its engine moves it:
+    /// vLLM the prompt with a request's first token and each token as it comes
+    /// (`v1/metrics/stats.py`, `IterationStats.update_from_output`); SGLang both when a
+    /// request finishes (`metrics/collector.py`, `observe_one_finished_request`, from the
+    /// tokenizer manager's `collect_metrics`: `len(origin_input_ids)` once a request, however
+    /// often it was retracted).
     pub prompt_tokens: u64,
     pub generation_tokens: u64,
-    /// Finished requests by reason: stop (EOS), length (max_tokens), abort (the client went away).
+    /// Finished requests by reason: stop (EOS), length (max_tokens). A client that went away
+    /// is not a finished request in vLLM (`output_processor.py`, `abort_requests`: the state
+    /// is dropped, no stats): `finished_reason="abort"` stays 0.
     pub finished_stop: u64,
     pub finished_length: u64,
-    pub finished_abort: u64,
+    /// SGLang `num_requests_total`: requests whose output the tokenizer manager saw finish
+    /// (aborted running requests included).
+    pub finished_requests: u64,
+    /// SGLang `num_aborted_requests_total`: aborts sent (`TokenizerManager.abort_request`).
+    pub aborted: u64,
     pub iteration_tokens: Histogram,
     pub ttft: Histogram,
     pub itl: Histogram,
@@ -27,6 +39,13 @@ pub(crate) struct Stats {
 }
 
 impl Stats {
+    /// An SGLang request's output finished: its counters move now.
+    pub fn count_sglang_finished(&mut self, prompt_len: u32, generated: u32) {
+        self.prompt_tokens += u64::from(prompt_len);
+        self.generation_tokens += u64::from(generated);
+        self.finished_requests += 1;
+    }
+
     pub fn new(sglang: bool) -> Stats {
         Stats {
             iteration_tokens: Histogram::new(VLLM_ITER),
@@ -49,6 +68,14 @@ pub(crate) struct Histogram {
 impl Histogram {
     fn new(bounds: &[f64]) -> Histogram {
         Histogram { bounds: bounds.to_vec(), counts: vec![0; bounds.len()], sum: 0.0, count: 0 }
+    }
+    #[cfg(test)]
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+    #[cfg(test)]
+    pub fn sum(&self) -> f64 {
+        self.sum
     }
     pub fn observe(&mut self, v: f64) {
         for (b, c) in self.bounds.iter().zip(self.counts.iter_mut()) {
@@ -120,7 +147,6 @@ fn sample(o: &mut String, name: &str, labels: &str, v: f64) {
 /// their HELP and TYPE lines as `prometheus_client` writes them).
 pub(crate) fn render(spec: &SimSpec, model: &str, st: &Stats) -> String {
     let mut o = String::new();
-    let finished = st.finished_stop + st.finished_length + st.finished_abort;
     let model = escape_label(model);
     match &spec.engine {
         EngineSpec::Vllm(c) => {
@@ -177,9 +203,7 @@ pub(crate) fn render(spec: &SimSpec, model: &str, st: &Stats) -> String {
                 sample(&mut o, name, &l, v);
             }
             family(&mut o, "vllm:request_success_total", "counter", "Count of successfully processed requests.");
-            for (reason, v) in
-                [("stop", st.finished_stop), ("length", st.finished_length), ("abort", st.finished_abort)]
-            {
+            for (reason, v) in [("stop", st.finished_stop), ("length", st.finished_length), ("abort", 0)] {
                 sample(&mut o, "vllm:request_success_total", &format!("{l},finished_reason=\"{reason}\""), v as f64);
             }
             st.iteration_tokens.render(
@@ -232,7 +256,7 @@ pub(crate) fn render(spec: &SimSpec, model: &str, st: &Stats) -> String {
                     "sglang:prompt_tokens_total",
                     "counter",
                     "Number of prefill tokens processed.",
-                    st.prefix_queries as f64,
+                    st.prompt_tokens as f64,
                 ),
                 ("sglang:cached_tokens_total", "counter", "Number of cached prompt tokens.", st.prefix_hits as f64),
                 (
@@ -241,13 +265,8 @@ pub(crate) fn render(spec: &SimSpec, model: &str, st: &Stats) -> String {
                     "Number of generation tokens processed.",
                     st.generation_tokens as f64,
                 ),
-                ("sglang:num_requests_total", "counter", "Number of requests processed.", finished as f64),
-                (
-                    "sglang:num_aborted_requests_total",
-                    "counter",
-                    "Number of requests aborted.",
-                    st.finished_abort as f64,
-                ),
+                ("sglang:num_requests_total", "counter", "Number of requests processed.", st.finished_requests as f64),
+                ("sglang:num_aborted_requests_total", "counter", "Number of requests aborted.", st.aborted as f64),
             ] {
                 family(&mut o, name, kind, help);
                 sample(&mut o, name, &l, v);
