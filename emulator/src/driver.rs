@@ -216,7 +216,17 @@ pub(crate) fn run(setup: DriverSetup, inbox: Inbox) {
             let (_, events) = out_queue.pop_front().expect("front");
             deliver(&clock, events);
         }
+        // The step that ended this turn, if one did.
+        let mut ended = None;
         if let Some((end, _)) = step.filter(|s| s.0 <= now) {
+            // Requests that cleared ingress while the step ran reach the engine before its
+            // end, as in `simulate`'s event order (time, then sequence), though the clock
+            // woke late (the wall clock); those arriving after it are admitted below.
+            while ingress.front().is_some_and(|r| r.0 < end) {
+                let (_, r) = ingress.pop_front().expect("front");
+                admit(engine.as_mut(), &mut live, &mut next, r);
+            }
+            ended = Some(end);
             step = None;
             cursor = end;
             outs.clear();
@@ -285,6 +295,12 @@ pub(crate) fn run(setup: DriverSetup, inbox: Inbox) {
             }
         }
         while ingress.front().is_some_and(|r| r.0 <= now) {
+            if step.is_none() && ended.is_some_and(|e| ingress.front().is_some_and(|r| r.0 > e)) {
+                // The clock woke late, after the step's end and after this arrival: in
+                // `simulate` the engine planned its next step at the step's end, without it.
+                // Plan now from the step's end; if nothing runs, the next turn admits it.
+                break;
+            }
             let (ready, r) = ingress.pop_front().expect("front");
             cursor = cursor.max(ready);
             admit(engine.as_mut(), &mut live, &mut next, r);
@@ -602,6 +618,54 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A virtual clock that wakes the driver `late_ns` after each time it asked for, as a
+    /// busy host's wall clock does.
+    struct LateClock {
+        inner: VirtualClock,
+        late_ns: u64,
+    }
+
+    impl Clock for LateClock {
+        fn now_ns(&self) -> u64 {
+            self.inner.now_ns()
+        }
+        fn wait(&self, inbox: &Inbox, until: Option<u64>) -> Result<Option<Input>, Closed> {
+            self.inner.wait(inbox, until.map(|t| t + self.late_ns))
+        }
+        fn hold(&self) {
+            self.inner.hold()
+        }
+        fn release(&self) {
+            self.inner.release()
+        }
+    }
+
+    #[test]
+    fn a_late_wake_keeps_simulates_event_order() {
+        // 64 text prompts through SGLang's tokenizer queue (about 1 ms apart) into a
+        // retracting engine whose steps are a few ms, so that arrivals and step ends
+        // interleave. Waking 10 ms late (within the slack), the driver still admits the requests
+        // that cleared ingress during a step before that step's end and plans the next step
+        // at the step's end without those that came after it: every step, and so every
+        // request's engine-time TTFT and latency, is the on-time run's. It used to admit one
+        // request after the step's end and start the step at its arrival.
+        let cost = serde_json::json!({"coefficients": {"step_us": 2000, "per_seq_us": 4, "prefill_token_us": 2,
+            "decode_token_us": 20, "prefill_attention_us": 0.0, "decode_kv_us": 0.01, "request_ingress_us": 1500,
+            "output_token_us": 40}});
+        let s = spec_costed("kv-starved-qwen2.5-7b-a100-sglang", serde_json::json!({}), Some(cost));
+        let reqs = || (0..64).map(|i| request(i + 1, 1024, 512)).collect::<Vec<_>>();
+        let on_time = serve_on(&s, reqs(), Arc::new(VirtualClock::new()), 0, false, |_, _, _| false);
+        let late = LateClock { inner: VirtualClock::new(), late_ns: 10_000_000 };
+        let late = serve_on(&s, reqs(), Arc::new(late), 1_000_000_000, false, |_, _, _| false);
+        assert_eq!(on_time.ttft.count(), 64);
+        assert_eq!((late.ttft.count(), late.e2e.count()), (64, 64));
+        assert!(on_time.preemptions > 0);
+        assert_eq!(late.preemptions, on_time.preemptions);
+        assert_eq!(late.ttft.sum(), on_time.ttft.sum());
+        assert_eq!(late.e2e.sum(), on_time.e2e.sum());
+        assert_eq!(late.itl.sum(), on_time.itl.sum());
     }
 
     /// `r` twice on one server, the second sent once the first has finished.
