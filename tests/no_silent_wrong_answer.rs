@@ -2043,3 +2043,24 @@ fn a_bom_and_a_negative_flag_value_get_their_own_answers() {
         assert!(err.contains(flag) && !err.contains("use '--"), "{args:?}: {err}");
     }
 }
+
+/// Errors say what JSON a field expects, not the Rust type it is read into ("untagged enum B",
+/// "expected struct EngineSection", "internally tagged enum RouterSpec": the fuzzing of
+/// 2026-12-06).
+#[test]
+fn errors_name_the_json_expected_not_a_rust_type() {
+    let s = "scenarios/serve-small-vllm.json";
+    for (set, want) in [
+        ("workload.burstiness=[1]", "workload.burstiness: expected a number or \"inf\", got [1]"),
+        ("engine=5", "engine: invalid type: integer `5`, expected an object"),
+        ("cost=null", "cost: invalid type: null, expected an object"),
+    ] {
+        let (c, _, err) = run(&["simulate", s, "--set", set]);
+        assert_eq!(c, 2, "{set}: {err}");
+        assert!(err.contains(want), "{set}: {err}");
+        assert!(!err.contains("enum") && !err.contains("struct"), "{set}: {err}");
+    }
+    let (c, _, err) = run(&["simulate", s, "--set", r#"fleet={"count": 2}"#, "--set", r#"fleet.router="round_robin""#]);
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("fleet.router") && err.contains("expected an object") && !err.contains("enum"), "{err}");
+}

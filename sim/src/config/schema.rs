@@ -301,19 +301,19 @@ impl<'de> Deserialize<'de> for RequestRate {
 /// `burstiness`: a number, or `"inf"` (also `"Infinity"`, as Python writes it) for fixed gaps;
 /// `null` for the default.
 fn burstiness<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Option<f64>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum B {
-        Number(f64),
-        Text(String),
-    }
-    match Option::<B>::deserialize(d)? {
-        None => Ok(None),
-        Some(B::Number(x)) => Ok(Some(x)),
-        Some(B::Text(t)) => match t.as_str() {
+    // Read as any JSON value, so that another type is said in the field's own words (an untagged
+    // enum's error named the enum: "data did not match any variant of untagged enum B").
+    match Option::<Value>::deserialize(d)? {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => n
+            .as_f64()
+            .map(Some)
+            .ok_or_else(|| serde::de::Error::custom(format!("expected a number or \"inf\", got {n}"))),
+        Some(Value::String(t)) => match t.as_str() {
             "inf" | "Infinity" | "infinity" => Ok(Some(f64::INFINITY)),
             _ => Err(serde::de::Error::custom(format!("expected a number or \"inf\", got {t:?}"))),
         },
+        Some(other) => Err(serde::de::Error::custom(format!("expected a number or \"inf\", got {other}"))),
     }
 }
 
@@ -481,8 +481,25 @@ pub fn from_value<T: serde::de::DeserializeOwned>(v: Value, prefix: &str) -> Res
             (false, _) => format!("{prefix}.{inner}"),
         };
         let path = if path == "." { String::new() } else { path };
-        ConfigError::new(path, e.into_inner().to_string())
+        ConfigError::new(path, plain_serde_message(&e.into_inner().to_string()))
     })
+}
+
+/// A serde message in the scenario's words: the Rust type a section is read into means nothing
+/// to a user ("expected struct EngineSection", "expected internally tagged enum RouterSpec"):
+/// said as the JSON it expects.
+fn plain_serde_message(m: &str) -> String {
+    let mut out = m.to_string();
+    for (from, to) in
+        [("expected struct ", "expected an object"), ("expected internally tagged enum ", "expected an object")]
+    {
+        while let Some(i) = out.find(from) {
+            let rest = &out[i + from.len()..];
+            let name_len = rest.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(rest.len());
+            out = format!("{}{to}{}", &out[..i], &rest[name_len..]);
+        }
+    }
+    out
 }
 
 /// A key given twice in one object is an error naming it: JSON parsers keep the last one, so
