@@ -10,7 +10,7 @@ use calib::ServerInfo;
 use clap::Args;
 use live::bench::{self, BenchOptions, BenchRun};
 use live::client::Target;
-use live::measure::{meta_of, run_files};
+use live::measure::run_files;
 use live::server;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{json, Value};
@@ -339,8 +339,11 @@ pub fn rt() -> Result<tokio::runtime::Runtime, String> {
 /// report, and the per-request detail lists.
 pub struct SaveResult<'a> {
     pub date: String,
-    pub backend: String,
-    pub label: &'a str,
+    /// `vllm bench serve --backend` as the run used it: `openai` (completions) or `openai-chat`;
+    /// vLLM writes it as `endpoint_type` and `backend` both.
+    pub backend: &'static str,
+    /// `--label` as given (`null` without: vLLM writes `args.label`).
+    pub label: Option<&'a str>,
     /// The served model's name (`model_id` and `tokenizer_id`); the report's own
     /// `model_id` is not repeated.
     pub model: &'a str,
@@ -355,9 +358,9 @@ impl Serialize for SaveResult<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(None)?;
         m.serialize_entry("date", &self.date)?;
-        m.serialize_entry("endpoint_type", "openai")?;
-        m.serialize_entry("backend", &self.backend)?;
-        m.serialize_entry("label", self.label)?;
+        m.serialize_entry("endpoint_type", self.backend)?;
+        m.serialize_entry("backend", self.backend)?;
+        m.serialize_entry("label", &self.label)?;
         m.serialize_entry("model_id", self.model)?;
         m.serialize_entry("tokenizer_id", self.model)?;
         let r = &self.point.report;
@@ -431,7 +434,11 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode, String> {
         }
         opts.verbose = !a.json;
         opts.greedy = a.workload.greedy()?;
-        let label = a.label.clone().unwrap_or_else(|| meta_of(&info).engine);
+        // `vllm bench serve` names the file after `--label`, else after `--backend` (`openai`,
+        // or `openai-chat` on the chat endpoint: `compute_result_filename`, read in the 0.11.0 and
+        // 0.32.0 wheels); the file's `label` is `--label` as given.
+        let backend = if w.chat { "openai-chat" } else { "openai" };
+        let label = a.label.clone().unwrap_or_else(|| backend.to_string());
         let files = run_files(a.result_dir.as_deref(), a.result_filename.as_deref(), &label, &w, &opts.target.model)?;
         // Per-request results are always kept, as they complete.
         opts.jsonl = Some(files.requests.clone());
@@ -467,8 +474,8 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode, String> {
         if a.save_result {
             let result = SaveResult {
                 date: live::manifest::stamp(live::manifest::now_unix_s()),
-                backend: meta_of(&info).engine,
-                label: &label,
+                backend,
+                label: a.label.as_deref(),
                 model: &opts.target.model,
                 point: &point,
                 w: &w,

@@ -242,6 +242,11 @@ fn server_faults_are_recorded_per_request_and_the_run_completes() {
         assert!(saved.get(k).is_some(), "the saved result lacks {k}");
     }
     assert!(saved["request_goodput"].is_null(), "no --goodput: null, as vLLM writes it");
+    // vLLM writes `--backend` as both `backend` and `endpoint_type`, `--label` as given (null),
+    // and names the file after the label or the backend (it read "vllm", "vllm", "vllm-...").
+    assert_eq!((&saved["backend"], &saved["endpoint_type"]), (&"openai".into(), &"openai".into()));
+    assert!(saved["label"].is_null(), "{}", saved["label"]);
+    assert!(result.starts_with("openai-infqps-"), "{result}");
     // The text streamed back, per request: the fake server sends " t0", " t1", ... per token.
     let texts = saved["generated_texts"].as_array().unwrap();
     assert_eq!(texts.len(), 30);

@@ -132,7 +132,12 @@ pub fn run_files(
             })
         }
         None => {
-            let rate = w.request_rate.map(|r| format!("{r}")).unwrap_or_else(|| "inf".into());
+            // `args.request_rate` is a Python float: str() writes 4 as "4.0", infinity as "inf".
+            let rate = match w.request_rate {
+                Some(r) if r.is_finite() && r.fract() == 0.0 && r.abs() < 1e16 => format!("{r:.1}"),
+                Some(r) if r.is_finite() => format!("{r}"),
+                _ => "inf".into(),
+            };
             let conc = w.max_concurrency.map(|c| format!("-concurrency{c}")).unwrap_or_default();
             let model = model.rsplit('/').next().unwrap_or(model);
             let stem =
@@ -294,5 +299,42 @@ impl Measure for LiveMeasure {
 
     fn say(&mut self, line: &str) {
         eprintln!("{line}");
+    }
+}
+
+#[cfg(test)]
+mod run_file_tests {
+    use super::*;
+
+    /// Files are named as `vllm bench serve` names them: `{label or backend}-{rate}qps`, the rate
+    /// as Python's `str(float)` writes `args.request_rate` ("4.0", "0.5", "inf"), then
+    /// `-concurrency{n}` where given (it read "vllm-4qps" until 2026-12-06).
+    #[test]
+    fn result_files_are_named_as_vllm_bench_serve_names_them() {
+        let dir = std::env::temp_dir().join(format!("servesim-run-files-{}", std::process::id()));
+        let w = |rate: Option<f64>, conc: Option<u32>| Workload {
+            initial_test: None,
+            warmups: vec![],
+            requests: vec![],
+            max_concurrency: conc,
+            request_rate: rate,
+            burstiness: 1.0,
+            trace_arrivals: false,
+            seed: 0,
+            chat: false,
+            role_chunk: false,
+            tokenize_prompt: false,
+            requested_prompts: None,
+        };
+        for (rate, conc, label, want) in [
+            (Some(4.0), None, "openai", "openai-4.0qps-model-"),
+            (Some(0.5), Some(8), "openai-chat", "openai-chat-0.5qps-concurrency8-model-"),
+            (None, Some(1), "mine", "mine-infqps-concurrency1-model-"),
+        ] {
+            let f = run_files(Some(&dir), None, label, &w(rate, conc), "org/model").unwrap();
+            let name = f.result.file_name().unwrap().to_string_lossy().to_string();
+            assert!(name.starts_with(want) && name.ends_with(".json"), "{name}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
