@@ -1980,20 +1980,49 @@ fn tunes_invalid_configurations_stay_off_the_front() {
     assert!(v["by"].is_null(), "{v:#}");
 }
 
-/// A request past `max_model_len` is refused, saying what the release would do with it: vLLM
-/// through 0.31 answers HTTP 400 (`max_input_tokens` = max_model_len − max_tokens), from 0.32 it
-/// shortens the output to fit (`get_max_tokens`; read in the 0.31.0, 0.32.0 and 0.34.0 wheels).
+/// A request past `max_model_len`: vLLM through 0.31 answers HTTP 400 (`max_input_tokens` =
+/// max_model_len − max_tokens), which servesim does not model, so the run is refused saying so;
+/// from 0.32 the server shortens the output to fit (`get_max_tokens`; read in the 0.31.0, 0.32.0
+/// and 0.34.0 wheels), and so does the run, with a caveat (it was refused until 2026-12-06). A
+/// prompt that fills the context is refused in every release.
 #[test]
-fn a_request_past_max_model_len_says_what_the_release_does() {
+fn a_request_past_max_model_len_is_what_the_release_does_with_it() {
     let s = "scenarios/serve-small-vllm.json";
-    for (version, says) in
-        [("0.31.0", "through 0.31 answers such a request with HTTP 400"), ("0.32.0", "from 0.32 would shorten")]
-    {
+    let (c, _, err) = run(&["simulate", s, "--set", "engine.version=0.31.0", "--set", "engine.max_model_len=270"]);
+    assert_eq!(c, 2, "{err}");
+    assert!(
+        err.contains("exceeds engine.max_model_len 270")
+            && err.contains("through 0.31 answers such a request with HTTP 400"),
+        "{err}"
+    );
+    for version in ["0.32.0", "0.33.0"] {
         let v = format!("engine.version={version}");
-        let (c, _, err) = run(&["simulate", s, "--set", &v, "--set", "engine.max_model_len=270"]);
-        assert_eq!(c, 2, "{err}");
-        assert!(err.contains("exceeds engine.max_model_len 270") && err.contains(says), "{version}: {err}");
+        let args = [
+            "simulate",
+            s,
+            "--set",
+            &v,
+            "--set",
+            "engine.max_model_len=270",
+            "--set",
+            "workload.num_prompts=100",
+            "--json",
+        ];
+        let (c, out, err) = run(&args);
+        assert_eq!(c, 0, "{version}: {err}");
+        let j: Value = serde_json::from_str(&out).unwrap();
+        // 256-token prompts asking for 32: each gets the 14 its context leaves.
+        assert_eq!((j["completed"].as_u64(), j["total_output_tokens"].as_u64()), (Some(100), Some(1400)), "{version}");
+        let caveat = j["caveats"].as_array().unwrap().iter().find(|c| c["id"] == "max_tokens_clamped").unwrap();
+        assert!(caveat["message"].as_str().unwrap().starts_with("100 of the 100 requests"), "{caveat}");
     }
+    let (c, _, err) = run(&["simulate", s, "--set", "engine.version=0.33.0", "--set", "engine.max_model_len=256"]);
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("HTTP 400"), "{err}");
+    // Within the context nothing is shortened, and nothing is said.
+    let (c, out, err) = run(&["simulate", s, "--set", "engine.version=0.33.0", "--json"]);
+    assert_eq!(c, 0, "{err}");
+    assert!(!out.contains("max_tokens_clamped"));
 }
 
 /// A prefix-repetition `num_prompts` that is not a multiple of its prefixes runs

@@ -1009,3 +1009,35 @@ fn bench_sends_an_unsorted_trace_in_time_order() {
     assert!(starts[1] < 0.3, "the row due at 0 s went out at {} s", starts[1]);
     assert!(starts[0] >= 0.55, "the row due at 0.6 s went out at {} s", starts[0]);
 }
+
+/// A prompt and `max_tokens` past `max_model_len`: vLLM from 0.32 shortens the output to what the
+/// context leaves (`get_max_tokens`) and answers 200 with `finish_reason` "length"; through 0.31
+/// it answers 400 (the audit of 2026-12-06, against a real vLLM 0.32: servesim answered 400).
+#[test]
+fn a_request_past_the_context_is_shortened_from_vllm_0_32_and_refused_before() {
+    let m = "qwen2.5-7b-instruct";
+    let body = format!(
+        r#"{{"model": "{m}", "prompt": {}, "max_tokens": 200}}"#,
+        serde_json::to_string(&vec![7u32; 4000]).unwrap()
+    );
+    let s =
+        start_server("scenarios/serve-small-vllm.json", &["--time-scale", "20", "--set", "engine.max_model_len=4096"]);
+    let r = post(&s.url, "/v1/completions", &body);
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+    assert!(r.contains("\"completion_tokens\":96") && r.contains("\"finish_reason\":\"length\""), "{r}");
+    let old = start_server(
+        "scenarios/serve-small-vllm.json",
+        &[
+            "--time-scale",
+            "20",
+            "--set",
+            "engine.max_model_len=4096",
+            "--set",
+            "engine.version=0.31.0",
+            "--set",
+            "engine.num_gpu_blocks_override=641",
+        ],
+    );
+    let r = post(&old.url, "/v1/completions", &body);
+    assert!(r.starts_with("HTTP/1.1 400") && r.contains("maximum context length is 4096"), "{r}");
+}

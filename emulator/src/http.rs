@@ -415,6 +415,13 @@ fn parse_completion(body: &[u8], chat: bool, sh: &Shared) -> Result<Completion, 
             n as u32
         }
     };
+    // vLLM from 0.32 shortens `max_tokens` to what the context leaves after the prompt
+    // (`get_max_tokens`; through 0.31 `max_input_tokens` is max_model_len − max_tokens and such a
+    // request is the 400 below): the run's own rule, `WorkloadParams::context_clamp`.
+    let max_tokens = match sh.spec.workload.context_clamp {
+        Some(m) if prompt_len < m => max_tokens.min(m - prompt_len),
+        _ => max_tokens,
+    };
     if u64::from(prompt_len) + u64::from(max_tokens) > u64::from(max_len) {
         return Err(bad(format!("This model's maximum context length is {max_len} tokens. However, you requested {} tokens ({prompt_len} in the messages, {max_tokens} in the completion). Please reduce the length of the messages or completion.", u64::from(prompt_len) + u64::from(max_tokens))));
     }

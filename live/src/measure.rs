@@ -325,6 +325,7 @@ mod run_file_tests {
             role_chunk: false,
             tokenize_prompt: false,
             requested_prompts: None,
+            clamped_requests: 0,
         };
         for (rate, conc, label, want) in [
             (Some(4.0), None, "openai", "openai-4.0qps-model-"),

@@ -742,6 +742,29 @@ pub fn prefix_repetition_rounded(spec: &SimSpec) -> Option<Caveat> {
     })
 }
 
+/// [`Caveat::id`] of [`max_tokens_clamped`].
+pub const MAX_TOKENS_CLAMPED: &str = "max_tokens_clamped";
+
+/// Requests that asked for more output than `max_model_len` leaves them: vLLM from 0.32 shortens
+/// their `max_tokens` to what is left (`get_max_tokens`; through 0.31 it answers HTTP 400), and
+/// servesim's run does the same ([`crate::workload::WorkloadParams::context_clamp`]): said, since
+/// the outputs are shorter than the scenario asks.
+pub fn max_tokens_clamped(spec: &SimSpec, workload: &crate::workload::Workload) -> Option<Caveat> {
+    let n = workload.clamped_requests;
+    let m = spec.workload.context_clamp?;
+    (n > 0).then(|| Caveat {
+        id: MAX_TOKENS_CLAMPED,
+        message: format!(
+            "{n} of the {} requests asked for more output tokens than engine.max_model_len ({m}) leaves after \
+             their prompt: vLLM from 0.32 shortens each one's max_tokens to max_model_len - prompt \
+             (get_max_tokens), as this run does, so their outputs are shorter than asked (through 0.31 the \
+             server answers such a request with HTTP 400).",
+            workload.requests.len()
+        ),
+        desynchronised_mean_ttft_ms: None,
+    })
+}
+
 /// [`Caveat::id`] of [`wsl2_pinned_memory`].
 pub const WSL2_PINNED_MEMORY: &str = "wsl2_pinned_memory";
 
@@ -1093,6 +1116,7 @@ pub fn caveats(spec: &SimSpec, workload: &crate::workload::Workload) -> Vec<Cave
         .chain(chat_front_end(spec, workload))
         .chain(chat_template_tokens(workload))
         .chain(prefix_repetition_rounded(spec))
+        .chain(max_tokens_clamped(spec, workload))
         .chain(wsl2_pinned_memory(spec))
         .chain(moe_timing(spec))
         .chain(moe_default_config(spec))

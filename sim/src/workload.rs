@@ -178,6 +178,11 @@ pub struct WorkloadParams {
     /// Prompts are sent as token ids (`workload.tokenize_prompt`): the server does not tokenize
     /// them, so SGLang's serial tokenizer is skipped.
     pub tokenize_prompt: bool,
+    /// The context a request's output is shortened to fit: vLLM from 0.32 caps `max_tokens` at
+    /// `max_model_len − prompt` (`get_max_tokens`, where through 0.31 the server answers 400: see
+    /// [`crate::config::VLLM_CLAMPS_MAX_TOKENS`]). Set by the scenario's resolution; `None` keeps
+    /// every request as asked (a request past the context is then refused before the run).
+    pub context_clamp: Option<u32>,
 }
 
 /// The generated workload: three phases, run one after the other.
@@ -203,6 +208,8 @@ pub struct Workload {
     /// the number asked (`result_json["num_prompts"] = args.num_prompts`), not the number sent.
     /// `None`: the report's `num_prompts` is the requests' count.
     pub requested_prompts: Option<u32>,
+    /// Timed requests whose `max_tokens` [`WorkloadParams::context_clamp`] shortened.
+    pub clamped_requests: u32,
 }
 
 /// The most prompt-block hashes [`Workload::share_prompt_hashes`] keeps (64 MiB).
@@ -333,10 +340,17 @@ pub fn generate(params: &WorkloadParams) -> Workload {
     let mut eos_rng = stream(seed, "eos");
     let build =
         |segs: Vec<Segment>, max_tokens: u32, arrival_ns: u64, priority: i32, out_key: u64, eos_rng: &mut Rng| {
+            let prompt_len: u32 = segs.iter().map(|s| s.len).sum();
+            // The engine's cap on the output (vLLM ≥ 0.32: what is left of the context); a prompt
+            // that leaves none is refused before the run (`check_requests_fit`).
+            let max_tokens = match params.context_clamp {
+                Some(m) if prompt_len < m => max_tokens.min(m - prompt_len),
+                _ => max_tokens,
+            };
             let output_len =
                 if params.ignore_eos { max_tokens } else { eos_len(params.output_len_dist, max_tokens, eos_rng) };
             RequestSpec {
-                prompt_len: segs.iter().map(|s| s.len).sum(),
+                prompt_len,
                 prompt: segs,
                 max_tokens,
                 output_len,
@@ -348,6 +362,9 @@ pub fn generate(params: &WorkloadParams) -> Workload {
             }
         };
     let mut out_rng = stream(seed, "dataset.outputs");
+    // What each timed request asked for, before the engine's cap on its output.
+    let items_asked: Vec<u32> =
+        if params.context_clamp.is_some() { items.iter().map(|it| it.1).collect() } else { Vec::new() };
     // Each item's segments move into its request (no copy).
     let requests: Vec<RequestSpec> = items
         .into_iter()
@@ -395,6 +412,13 @@ pub fn generate(params: &WorkloadParams) -> Workload {
         warmups.push(build(r.prompt.clone(), r.max_tokens, 0, r.priority, k, &mut warm_eos));
     }
 
+    let clamped_requests = match params.context_clamp {
+        Some(m) => {
+            items_asked.iter().zip(&requests).filter(|(&asked, r)| r.max_tokens < asked && r.prompt_len < m).count()
+                as u32
+        }
+        None => 0,
+    };
     let requested_prompts = (matches!(params.dataset, Dataset::PrefixRepetition { .. })
         && params.num_prompts as usize != requests.len())
     .then_some(params.num_prompts);
@@ -411,6 +435,7 @@ pub fn generate(params: &WorkloadParams) -> Workload {
         role_chunk: params.chat && params.role_chunk,
         tokenize_prompt: params.tokenize_prompt,
         requested_prompts,
+        clamped_requests,
     }
 }
 
@@ -494,6 +519,7 @@ mod tests {
             chat: false,
             role_chunk: false,
             tokenize_prompt: false,
+            context_clamp: None,
         }
     }
 

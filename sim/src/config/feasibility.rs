@@ -26,10 +26,12 @@ pub(super) fn check_requests_fit(spec: &SimSpec) -> Result<()> {
                 // `serving_engine._validate_input`; from 0.20 `renderers/params.py`, whose
                 // `max_input_tokens` is max_model_len − max_tokens) and the client counts the
                 // request failed; from 0.32 only the prompt must fit (`max_input_tokens` is
-                // max_model_len) and `get_max_tokens` shortens the output to what is left. Neither
-                // is modelled: the run is refused, saying which.
+                // max_model_len) and `get_max_tokens` shortens the output to what is left, which
+                // the run does too (`WorkloadParams::context_clamp`, so such a request no longer
+                // passes the context here), unless its prompt fills the context (a 400 there too).
+                // A refusal the client would count as failed is not modelled: the run is refused.
                 let what = if c.version >= VLLM_CLAMPS_MAX_TOKENS && max_prompt < c.max_model_len {
-                    "vLLM from 0.32 would shorten such a request's output to fit (get_max_tokens), which servesim does not model"
+                    "vLLM from 0.32 shortens such a request's output to fit (get_max_tokens), as a run of this engine's own workload does"
                 } else if max_prompt >= c.max_model_len {
                     "vLLM would answer such a request with HTTP 400 and the client count it failed, which servesim does not model"
                 } else {
@@ -97,8 +99,19 @@ pub fn max_output_len(w: &WorkloadParams) -> u32 {
     }
 }
 
-/// Largest prompt and largest prompt + max_tokens the workload can produce.
+/// Largest prompt and largest prompt + max_tokens the workload can produce (with the engine's cap
+/// on the output where it has one, [`WorkloadParams::context_clamp`]: a prompt the context holds
+/// then never passes it).
 pub fn max_request_lengths(w: &WorkloadParams) -> (u32, u32) {
+    let (p, t) = max_request_lengths_asked(w);
+    match w.context_clamp {
+        Some(m) if p < m => (p, t.min(m)),
+        _ => (p, t),
+    }
+}
+
+/// [`max_request_lengths`] as the requests ask, before any cap on their output.
+fn max_request_lengths_asked(w: &WorkloadParams) -> (u32, u32) {
     match &w.dataset {
         Dataset::Random { input_len, output_len, range_ratio, prefix_len } => {
             // Saturating: a length past u32 is past any context, and the check then says so.

@@ -77,7 +77,7 @@ mod vllm;
 mod workload;
 
 pub use cost::{check_coefficients, MAX_COEFFICIENT_US, MIN_STEP_US};
-pub use feasibility::max_request_lengths;
+pub use feasibility::{max_request_lengths, VLLM_CLAMPS_MAX_TOKENS};
 pub use fleet::{
     FleetKind, FleetSection, FleetSpec, ReplicaGroup, ReplicaRole, ReplicaSpec, DEFAULT_KV_TRANSFER_BANDWIDTH,
     MAX_REPLICAS,
@@ -852,6 +852,13 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
         workload.initial_test_request = default_initial_test_request(&engine);
     }
     workload.role_chunk = workload.chat && client_times_role_chunk(&engine);
+    // vLLM from 0.32 shortens a request's output to what its context leaves (`get_max_tokens`);
+    // through 0.31 such a request is refused (HTTP 400), and SGLang refuses it too: the run is
+    // refused instead (`check_requests_fit`).
+    workload.context_clamp = match &engine {
+        EngineSpec::Vllm(c) if c.version >= VLLM_CLAMPS_MAX_TOKENS => Some(c.max_model_len),
+        _ => None,
+    };
 
     // SGLang's graphs for decode batches up to `b` (its capture list on this GPU).
     let sglang_rule = |v: crate::engine::Version, b: u32| {
