@@ -54,6 +54,7 @@ fn the_largest_request_saturates_instead_of_overflowing() {
         chat: false,
         role_chunk: false,
         tokenize_prompt: false,
+        context_clamp: None,
     };
     let big = u32::MAX / 2 + 1;
     let random = Dataset::Random { input_len: big, output_len: big, range_ratio: 0.0, prefix_len: big };
