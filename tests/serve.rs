@@ -1041,3 +1041,125 @@ fn a_request_past_the_context_is_shortened_from_vllm_0_32_and_refused_before() {
     let r = post(&old.url, "/v1/completions", &body);
     assert!(r.starts_with("HTTP/1.1 400") && r.contains("maximum context length is 4096"), "{r}");
 }
+
+/// The body of a raw response (after the head).
+fn body_of(r: &str) -> &str {
+    r.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("")
+}
+
+/// The `data: ` payloads of a streamed response, in order.
+fn sse_data(r: &str) -> Vec<String> {
+    body_of(r).lines().filter_map(|l| l.strip_prefix("data: ")).map(str::to_string).collect()
+}
+
+#[test]
+fn sglangs_generate_route_answers_as_sglang_does_and_vllm_has_none() {
+    let s = start_server("scenarios/kv-starved-qwen2.5-7b-a100-sglang.json", &["--time-scale", "20"]);
+    // Token ids, without streaming: one object {text, output_ids, meta_info}; under ignore_eos
+    // exactly max_new_tokens tokens, finished by length.
+    let r = post(
+        &s.url,
+        "/generate",
+        r#"{"input_ids": [1, 2, 3, 4, 5, 6, 7, 8], "sampling_params": {"max_new_tokens": 5, "ignore_eos": true, "temperature": 0.0}, "stream": false}"#,
+    );
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+    let v: serde_json::Value = serde_json::from_str(body_of(&r)).unwrap();
+    let m = &v["meta_info"];
+    assert_eq!(m["completion_tokens"], 5, "{v}");
+    assert_eq!(m["prompt_tokens"], 8, "{v}");
+    assert_eq!(m["finish_reason"], serde_json::json!({"type": "length", "length": 5}), "{v}");
+    assert_eq!(v["output_ids"].as_array().unwrap().len(), 5, "{v}");
+    assert!(!v["text"].as_str().unwrap().is_empty(), "{v}");
+    assert!(m["cached_tokens"].is_u64() && m["e2e_latency"].is_f64(), "{v}");
+    let id = m["id"].as_str().unwrap();
+    assert!(id.len() == 32 && id.chars().all(|c| c.is_ascii_hexdigit()), "{id}");
+    // Without max_new_tokens, SGLang's default of 128; the client's rid is the id.
+    let r = post(
+        &s.url,
+        "/generate",
+        r#"{"input_ids": [9, 10, 11], "sampling_params": {"ignore_eos": true}, "rid": "abc"}"#,
+    );
+    let v: serde_json::Value = serde_json::from_str(body_of(&r)).unwrap();
+    assert_eq!(v["meta_info"]["completion_tokens"], 128, "{v}");
+    assert_eq!(v["meta_info"]["id"], "abc", "{v}");
+    // Text, streamed (what `sglang.bench_serving --backend sglang` sends): an event per
+    // output with the text and ids so far and completion_tokens counting up, finish_reason
+    // null until the last, then [DONE]. Text counts one token per 4 bytes without a tokenizer.
+    let r = post(
+        &s.url,
+        "/generate",
+        r#"{"text": "hello world, how are you", "sampling_params": {"temperature": 0.0, "max_new_tokens": 6, "ignore_eos": true}, "stream": true, "lora_path": null, "return_logprob": false, "logprob_start_len": -1}"#,
+    );
+    assert!(r.starts_with("HTTP/1.1 200") && r.contains("text/event-stream"), "{r}");
+    let events = sse_data(&r);
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"), "{r}");
+    let chunks: Vec<serde_json::Value> =
+        events[..events.len() - 1].iter().map(|e| serde_json::from_str(e).unwrap()).collect();
+    assert_eq!(chunks.len(), 6, "{r}");
+    let mut prev = String::new();
+    for (k, c) in chunks.iter().enumerate() {
+        let m = &c["meta_info"];
+        assert_eq!(m["completion_tokens"], k as u64 + 1, "{c}");
+        assert_eq!(m["prompt_tokens"], 6, "{c}");
+        assert_eq!(c["output_ids"].as_array().unwrap().len(), k + 1, "cumulative ids: {c}");
+        let text = c["text"].as_str().unwrap();
+        assert!(text.len() > prev.len() && text.starts_with(&prev), "cumulative text: {c}");
+        prev = text.to_string();
+        if k + 1 < chunks.len() {
+            assert!(m["finish_reason"].is_null() && m.get("e2e_latency").is_none(), "{c}");
+        }
+    }
+    let last = &chunks[5]["meta_info"];
+    assert_eq!(last["finish_reason"], serde_json::json!({"type": "length", "length": 6}));
+    assert!(last["e2e_latency"].is_f64(), "{last}");
+    // The checks SGLang makes, with its messages: the context (4,096 here) ...
+    let long: Vec<u32> = (1..=4096).collect();
+    let r = post(&s.url, "/generate", &format!(r#"{{"input_ids": {long:?}}}"#));
+    assert!(r.starts_with("HTTP/1.1 400"), "{r}");
+    assert!(
+        body_of(&r).contains("The input (4096 tokens) is longer than the model's context length (4096 tokens)."),
+        "{r}"
+    );
+    let r = post(&s.url, "/generate", r#"{"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 4094}}"#);
+    assert!(r.starts_with("HTTP/1.1 400") && r.contains("Requested token count exceeds"), "{r}");
+    // ... an output cut to what the context leaves (`max_req_len` − prompt − 1) ...
+    let near: Vec<u32> = (1..=4000).collect();
+    let r =
+        post(&s.url, "/generate", &format!(r#"{{"input_ids": {near:?}, "sampling_params": {{"ignore_eos": true}}}}"#));
+    let v: serde_json::Value = serde_json::from_str(body_of(&r)).unwrap();
+    assert_eq!(v["meta_info"]["completion_tokens"], 94, "{v}");
+    assert_eq!(v["meta_info"]["finish_reason"]["length"], 94, "{v}");
+    // ... and a sampling parameter refused: 400, or inside a stream (status 200) as
+    // `data: {"error": {"message"}}` then [DONE], as `stream_results` writes a ValueError.
+    let r = post(&s.url, "/generate", r#"{"text": "hi", "sampling_params": {"temperature": -1}}"#);
+    assert!(r.starts_with("HTTP/1.1 400"), "{r}");
+    assert_eq!(body_of(&r), r#"{"error":{"message":"temperature must be non-negative, got -1."}}"#);
+    let r = post(&s.url, "/generate", r#"{"text": "hi", "stream": true, "sampling_params": {"temperature": -1}}"#);
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+    assert_eq!(
+        sse_data(&r),
+        vec![r#"{"error":{"message":"temperature must be non-negative, got -1."}}"#.to_string(), "[DONE]".to_string()]
+    );
+    // Bad requests: no prompt, a batch (not modelled: a clear 400), a field of the wrong
+    // type (FastAPI's 422), a GET.
+    let r = post(&s.url, "/generate", r#"{"sampling_params": {"max_new_tokens": 4}}"#);
+    assert!(
+        r.starts_with("HTTP/1.1 400") && r.contains("Either text, input_ids or input_embeds should be provided."),
+        "{r}"
+    );
+    for batch in [r#"{"text": ["a", "b"]}"#, r#"{"input_ids": [[1, 2], [3, 4]]}"#] {
+        let r = post(&s.url, "/generate", batch);
+        assert!(r.starts_with("HTTP/1.1 400") && r.contains("a batch of prompts"), "{r}");
+    }
+    let r = post(&s.url, "/generate", r#"{"text": 5}"#);
+    assert!(r.starts_with("HTTP/1.1 422") && r.contains(r#""loc":["body","text"]"#), "{r}");
+    let r = raw(&s.url, b"GET /generate HTTP/1.1\r\n\r\n");
+    assert!(r.starts_with("HTTP/1.1 405"), "{r}");
+    // The server is still up, and counted what it served.
+    let metrics = raw(&s.url, b"GET /metrics HTTP/1.1\r\n\r\n");
+    assert!(metrics.contains("sglang:num_requests_total"), "{metrics}");
+    // vLLM has no such route.
+    let v = start_server("scenarios/serve-small-vllm.json", &[]);
+    let r = post(&v.url, "/generate", r#"{"text": "hi"}"#);
+    assert!(r.starts_with("HTTP/1.1 404"), "{r}");
+}

@@ -25,6 +25,9 @@ pub(crate) struct TokenEvent {
     pub finished: bool,
     /// The request stopped at EOS (not at max_tokens).
     pub stop: bool,
+    /// Prompt tokens found in the prefix cache: the prompt less what the engine computed
+    /// before the request's first token (SGLang's `meta_info.cached_tokens` on `/generate`).
+    pub cached: u32,
 }
 
 pub(crate) struct NewRequest {
@@ -203,7 +206,12 @@ pub(crate) fn run(setup: DriverSetup, inbox: Inbox) {
                   outs: &[TokenOutput]| {
         let events: Vec<Delivery> = outs
             .iter()
-            .filter_map(|o| live.get(&o.id).map(|l| (l.tx.clone(), TokenEvent { finished: o.finished, stop: l.stop })))
+            .filter_map(|o| {
+                live.get(&o.id).map(|l| {
+                    let cached = l.prompt_len.saturating_sub(l.computed_before_first);
+                    (l.tx.clone(), TokenEvent { finished: o.finished, stop: l.stop, cached })
+                })
+            })
             .collect();
         if !events.is_empty() {
             let when = front.stream(at, events.len()).unwrap_or(u64::MAX);

@@ -172,8 +172,57 @@ pub(crate) fn spawn_connection(sock: TcpStream, sh: Arc<Shared>) {
     });
 }
 
-const ROUTES: &[&str] =
-    &["/health", "/version", "/v1/models", "/metrics", "/get_server_info", "/v1/completions", "/v1/chat/completions"];
+const ROUTES: &[&str] = &[
+    "/health",
+    "/version",
+    "/v1/models",
+    "/metrics",
+    "/get_server_info",
+    "/generate",
+    "/v1/completions",
+    "/v1/chat/completions",
+];
+
+/// The routes only SGLang has: vLLM answers them 404.
+const SGLANG_ROUTES: &[&str] = &["/get_server_info", "/generate"];
+
+/// Reads a request's body within [`MAX_BODY_BYTES`] and [`READ_TIMEOUT`]; refuses it once
+/// the server is shutting down.
+async fn read_body(req: Request<Incoming>, sh: &Shared) -> Result<Bytes, Resp> {
+    let declared = req.headers().get(hyper::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        return Err(error(
+            sh,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!("request body of {} bytes exceeds the limit of {MAX_BODY_BYTES}", declared.unwrap_or(0)),
+        ));
+    }
+    // A body that stops short of its Content-Length is answered 408 after READ_TIMEOUT.
+    let read =
+        tokio::time::timeout(READ_TIMEOUT, http_body_util::Limited::new(req.into_body(), MAX_BODY_BYTES).collect());
+    let Ok(read) = read.await else {
+        return Err(error(
+            sh,
+            StatusCode::REQUEST_TIMEOUT,
+            &format!("the request body did not arrive within {} s", READ_TIMEOUT.as_secs()),
+        ));
+    };
+    let body = match read {
+        Ok(b) => b.to_bytes(),
+        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
+            return Err(error(
+                sh,
+                StatusCode::PAYLOAD_TOO_LARGE,
+                &format!("request body exceeds the limit of {MAX_BODY_BYTES} bytes"),
+            ))
+        }
+        Err(e) => return Err(error(sh, StatusCode::BAD_REQUEST, &format!("could not read the request body: {e}"))),
+    };
+    if sh.shutting_down.load(Ordering::SeqCst) {
+        return Err(error(sh, StatusCode::SERVICE_UNAVAILABLE, "the server is shutting down"));
+    }
+    Ok(body)
+}
 
 async fn route(req: Request<Incoming>, sh: Arc<Shared>) -> Resp {
     let spec = &sh.spec;
@@ -203,39 +252,28 @@ async fn route(req: Request<Incoming>, sh: Arc<Shared>) -> Resp {
         }
         (&Method::POST, "/v1/completions" | "/v1/chat/completions") => {
             let chat = path.ends_with("chat/completions");
-            let declared = req.headers().get(hyper::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-            if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
-                return error(
-                    &sh,
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    &format!("request body of {} bytes exceeds the limit of {MAX_BODY_BYTES}", declared.unwrap_or(0)),
-                );
-            }
-            // A body that stops short of its Content-Length is answered 408 after READ_TIMEOUT.
-            let read = tokio::time::timeout(READ_TIMEOUT, http_body_util::Limited::new(req.into_body(), MAX_BODY_BYTES).collect());
-            let Ok(read) = read.await else {
-                return error(
-                    &sh,
-                    StatusCode::REQUEST_TIMEOUT,
-                    &format!("the request body did not arrive within {} s", READ_TIMEOUT.as_secs()),
-                );
+            let body = match read_body(req, &sh).await {
+                Ok(b) => b,
+                Err(r) => return r,
             };
-            let body = match read {
-                Ok(b) => b.to_bytes(),
-                Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
-                    return error(&sh, StatusCode::PAYLOAD_TOO_LARGE, &format!("request body exceeds the limit of {MAX_BODY_BYTES} bytes"))
-                }
-                Err(e) => return error(&sh, StatusCode::BAD_REQUEST, &format!("could not read the request body: {e}")),
-            };
-            if sh.shutting_down.load(Ordering::SeqCst) {
-                return error(&sh, StatusCode::SERVICE_UNAVAILABLE, "the server is shutting down");
-            }
             match parse_completion(&body, chat, &sh) {
                 Ok(c) => generate(sh.clone(), c, chat).await,
                 Err((code, msg)) => error(&sh, code, &msg),
             }
         }
-        (_, p) if ROUTES.contains(&p) && (p != "/get_server_info" || is_sglang(spec)) => {
+        // SGLang's native route (`http_server.py`, `generate_request`: POST and PUT), which
+        // `sglang.bench_serving --backend sglang` posts to. vLLM has none.
+        (&Method::POST | &Method::PUT, "/generate") if is_sglang(spec) => {
+            let body = match read_body(req, &sh).await {
+                Ok(b) => b,
+                Err(r) => return r,
+            };
+            match parse_generate(&body, &sh) {
+                Ok(g) => generate_native(sh.clone(), g).await,
+                Err(e) => native_refusal(e),
+            }
+        }
+        (_, p) if ROUTES.contains(&p) && (!SGLANG_ROUTES.contains(&p) || is_sglang(spec)) => {
             error(&sh, StatusCode::METHOD_NOT_ALLOWED, &format!("method {method} not allowed on {p}"))
         }
         _ => error(&sh, StatusCode::NOT_FOUND, &format!("no route {path}")),
@@ -352,14 +390,7 @@ fn parse_completion(body: &[u8], chat: bool, sh: &Shared) -> Result<Completion, 
         encode(&text, sh)?
     } else {
         let ids = |a: &Vec<Value>| -> Result<Vec<Segment>, Bad> {
-            a.iter()
-                .map(|t| {
-                    t.as_u64()
-                        .filter(|&x| x <= u64::from(u32::MAX))
-                        .map(|x| Segment { key: x ^ 0x7f4a_7c15, len: 1 })
-                        .ok_or_else(|| bad("prompt: token ids must be non-negative integers"))
-                })
-                .collect()
+            id_segments(a).ok_or_else(|| bad("prompt: token ids must be non-negative integers"))
         };
         match obj.get("prompt") {
             Some(Value::String(s)) => encode(s, sh)?,
@@ -500,7 +531,18 @@ impl Drop for ActiveStream {
     }
 }
 
-async fn generate(sh: Arc<Shared>, c: Completion, chat: bool) -> Resp {
+/// A request handed to the simulated engine: its key, its tokens' channel, the guard that
+/// aborts it if the client goes away, and the engine time it arrived.
+struct Admitted {
+    n: u64,
+    rx: mpsc::UnboundedReceiver<TokenEvent>,
+    guard: AbortGuard,
+    arrived_ns: u64,
+}
+
+/// Hands a checked request to the engine (every route's one way in); `None` once the
+/// engine has stopped.
+fn admit(sh: &Arc<Shared>, c: &mut Completion, chat: bool) -> Option<Admitted> {
     let n = sh.next_id.fetch_add(1, Ordering::Relaxed);
     // Where EOS falls without ignore_eos: the scenario's output distribution, drawn per request.
     let output_len = if c.ignore_eos {
@@ -509,7 +551,7 @@ async fn generate(sh: Arc<Shared>, c: Completion, chat: bool) -> Resp {
         sim::workload::eos_len(sh.spec.workload.output_len_dist, c.max_tokens, &mut sim::rng::stream(n, "serve.eos"))
     };
     let spec = RequestSpec {
-        prompt: c.prompt,
+        prompt: std::mem::take(&mut c.prompt),
         prompt_len: c.prompt_len,
         max_tokens: c.max_tokens,
         output_len,
@@ -519,13 +561,19 @@ async fn generate(sh: Arc<Shared>, c: Completion, chat: bool) -> Resp {
         ignore_eos: c.ignore_eos,
         prompt_hashes: None,
     };
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (tx, rx) = mpsc::unbounded_channel();
     let arrived_ns = sh.clock.now_ns();
     let token_ids = c.token_ids;
     if !sh.send(Msg::Add(NewRequest { key: n, spec, tokens: tx, arrived_ns, chat, token_ids })) {
-        return error(&sh, StatusCode::SERVICE_UNAVAILABLE, "the engine stopped");
+        return None;
     }
-    let mut guard = AbortGuard { sh: sh.clone(), key: n, armed: true };
+    Some(Admitted { n, rx, guard: AbortGuard { sh: sh.clone(), key: n, armed: true }, arrived_ns })
+}
+
+async fn generate(sh: Arc<Shared>, mut c: Completion, chat: bool) -> Resp {
+    let Some(Admitted { n, mut rx, mut guard, .. }) = admit(&sh, &mut c, chat) else {
+        return error(&sh, StatusCode::SERVICE_UNAVAILABLE, "the engine stopped");
+    };
     let id = format!("{}-{n}", if chat { "chatcmpl" } else { "cmpl" });
     let created = unix_now();
     let model = sh.opts.model.clone();
@@ -693,4 +741,378 @@ fn message_text(i: usize, content: Option<&Value>) -> Result<String, String> {
         }
         _ => Err(format!("messages[{i}].content: expected a string or a list of text parts")),
     }
+}
+
+// SGLang's native `/generate`, as `sglang.bench_serving --backend sglang` (its default) speaks
+// it. Read in the 0.4.10, 0.5.6 and 0.5.23 wheels: the request (`bench_serving.py`,
+// `async_request_sglang_generate`; 0.5.23 `benchmark/serving.py`) is `text` or `input_ids`,
+// `sampling_params` {`max_new_tokens`, `ignore_eos`, `temperature`} and `stream`, with
+// `lora_path: null`, `return_logprob: false` and `logprob_start_len` besides. The response
+// (`http_server.py`, `generate_request`; `tokenizer_manager.py`, `_handle_batch_output`) is one
+// JSON object `{text, output_ids, meta_info}`, or, streamed, one `data: {json}\n\n` event per
+// output with the text and `output_ids` so far (cumulative: `--stream-output` off, its
+// default) and then `data: [DONE]\n\n`. `meta_info` has `id` (the `rid`, else
+// `uuid4().hex`), `finish_reason` (null until the last event, then `{"type": "length",
+// "length": max_new_tokens}` or `{"type": "stop", "matched": token}`), `prompt_tokens`,
+// `completion_tokens`, `cached_tokens`, and on the last event `e2e_latency`. The client
+// times the first event whose `text` is not empty as the first token and splits the gap to
+// each later one evenly over the tokens `completion_tokens` grew by.
+//
+// Differences between the releases: 0.4.10 writes no `output_ids` beside `text`; 0.5.6 adds
+// `output_ids`, `weight_version` and `total_retractions` (0.5.23 `num_retractions`, and
+// `reasoning_tokens`); servesim writes the 0.5.6 form less `weight_version` and the
+// retraction count, which it does not track per request. 0.5.23 checks the body against a
+// schema first (400 `{"error": "<text>"}`) and writes an error inside a stream with `type`,
+// `code` and `retryable` beside `message`; servesim writes the 0.4.10–0.5.6 forms.
+
+/// Why a `/generate` request is refused, in the form SGLang answers each kind.
+pub(crate) enum Refusal {
+    /// FastAPI's validation of `GenerateReqInput` (the body is not JSON, a field has the wrong
+    /// type): 422 `{"detail": [{type, loc, msg, input}]}`, before the handler runs.
+    Schema { field: &'static str, kind: &'static str, msg: String, input: Box<Value> },
+    /// A `ValueError` of the tokenizer manager (the prompt's checks, the context, the sampling
+    /// parameters): 400 `{"error": {"message"}}` (`_create_error_response`); in a stream,
+    /// status 200 with `data: {"error": {"message"}}` then `data: [DONE]`.
+    Value { msg: String, stream: bool },
+    /// What servesim does not model (a batch, log probabilities, LoRA, images): 400
+    /// `{"error": {"message"}}`, streamed or not, so that the client counts it failed.
+    Unsupported(String),
+}
+
+pub(crate) struct Generate {
+    c: Completion,
+    /// The request's `rid`, else none (a fresh id, as SGLang's `uuid4().hex`).
+    rid: Option<String>,
+    /// The scheduler refuses the prompt (`validate_input_length`: at least `max_req_input_len`,
+    /// the context and the pool less one, less 5): `FINISH_ABORT` before it runs.
+    abort: Option<String>,
+}
+
+fn native_error(status: StatusCode, msg: &str) -> Resp {
+    full(status, "application/json", json!({"error": {"message": msg}}).to_string())
+}
+
+fn native_refusal(r: Refusal) -> Resp {
+    match r {
+        Refusal::Schema { field, kind, msg, input } => {
+            let loc: Vec<&str> = if field.is_empty() { vec!["body"] } else { vec!["body", field] };
+            let detail = json!({"detail": [{"type": kind, "loc": loc, "msg": msg, "input": input}]});
+            full(StatusCode::UNPROCESSABLE_ENTITY, "application/json", detail.to_string())
+        }
+        Refusal::Value { msg, stream: true } => {
+            // `stream_results`: `except ValueError` writes the error as an event, then `[DONE]`.
+            let body = format!("data: {}\n\ndata: [DONE]\n\n", json!({"error": {"message": msg}}));
+            full(StatusCode::OK, "text/event-stream; charset=utf-8", body)
+        }
+        Refusal::Value { msg, stream: false } | Refusal::Unsupported(msg) => {
+            native_error(StatusCode::BAD_REQUEST, &msg)
+        }
+    }
+}
+
+/// Token ids as prompt segments (the key every route gives an id).
+fn id_segments(a: &[Value]) -> Option<Vec<Segment>> {
+    a.iter()
+        .map(|t| t.as_u64().filter(|&x| x <= u64::from(u32::MAX)).map(|x| Segment { key: x ^ 0x7f4a_7c15, len: 1 }))
+        .collect()
+}
+
+fn parse_generate(body: &[u8], sh: &Shared) -> Result<Generate, Refusal> {
+    let schema = |field: &'static str, kind: &'static str, msg: &str, input: &Value| Refusal::Schema {
+        field,
+        kind,
+        msg: msg.to_string(),
+        input: Box::new(input.clone()),
+    };
+    let v: Value = serde_json::from_slice(body).map_err(|e| Refusal::Schema {
+        field: "",
+        kind: "json_invalid",
+        msg: format!("JSON decode error: {e}"),
+        input: Box::new(json!({})),
+    })?;
+    let obj = v.as_object().ok_or_else(|| schema("", "dataclass_type", "Input should be a dictionary", &v))?;
+    let given = |k: &str| obj.get(k).filter(|v| !v.is_null());
+    let stream = match given("stream") {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(v) => return Err(schema("stream", "bool_type", "Input should be a valid boolean", v)),
+    };
+    let value = |msg: String| Refusal::Value { msg, stream };
+    let unsupported = |msg: &str| Refusal::Unsupported(format!("{msg} is not supported by servesim serve"));
+    for (k, what) in [
+        ("input_embeds", "input_embeds (prompt embeddings)"),
+        ("image_data", "image_data"),
+        ("video_data", "video_data"),
+        ("audio_data", "audio_data"),
+        ("lora_path", "lora_path (LoRA adapters)"),
+    ] {
+        if given(k).is_some() {
+            return Err(unsupported(what));
+        }
+    }
+    if given("return_logprob").is_some_and(|v| *v != Value::Bool(false)) {
+        return Err(unsupported("return_logprob (log probabilities)"));
+    }
+    let rid = match given("rid") {
+        None => None,
+        Some(Value::String(r)) => Some(r.clone()),
+        Some(_) => return Err(unsupported("rid other than a string (one per prompt of a batch)")),
+    };
+    let batch = |k: &str| {
+        Refusal::Unsupported(format!(
+            "{k}: a batch of prompts (a list of them) is not supported by servesim serve; send one prompt per request"
+        ))
+    };
+    // `input_ids` before `text` when both are given (`_tokenize_one_request`).
+    let mut token_ids = false;
+    let prompt = if let Some(ids) = given("input_ids") {
+        let a = ids.as_array().ok_or_else(|| schema("input_ids", "list_type", "Input should be a valid list", ids))?;
+        if a.is_empty() {
+            return Err(value("input_ids cannot be empty.".into()));
+        }
+        if a.iter().any(Value::is_array) {
+            return Err(batch("input_ids"));
+        }
+        token_ids = true;
+        id_segments(a).ok_or_else(|| schema("input_ids", "int_type", "Input should be a valid integer", ids))?
+    } else {
+        match given("text") {
+            Some(Value::String(s)) => encode(s, sh).map_err(|(_, m)| value(m))?,
+            Some(Value::Array(_)) => return Err(batch("text")),
+            Some(t) => return Err(schema("text", "string_type", "Input should be a valid string", t)),
+            None => return Err(value("Either text, input_ids or input_embeds should be provided.".into())),
+        }
+    };
+    if prompt.is_empty() {
+        return Err(Refusal::Unsupported("the prompt is empty".into()));
+    }
+    let sp = match given("sampling_params") {
+        None => serde_json::Map::new(),
+        Some(Value::Object(m)) => m.clone(),
+        Some(Value::Array(_)) => return Err(unsupported("sampling_params as a list (one per prompt of a batch)")),
+        Some(v) => return Err(schema("sampling_params", "dict_type", "Input should be a valid dictionary", v)),
+    };
+    let sget = |k: &str| sp.get(k).filter(|v| !v.is_null());
+    let num = |k: &str| -> Result<Option<(f64, &Value)>, Refusal> {
+        match sget(k) {
+            None => Ok(None),
+            Some(v) => v
+                .as_f64()
+                .map(|x| Some((x, v)))
+                .ok_or_else(|| Refusal::Unsupported(format!("sampling_params.{k}: expected a number, got {v}"))),
+        }
+    };
+    let int = |k: &str| -> Result<Option<i64>, Refusal> {
+        match sget(k) {
+            None => Ok(None),
+            Some(v) => v
+                .as_i64()
+                .map(Some)
+                .ok_or_else(|| Refusal::Unsupported(format!("sampling_params.{k}: expected an integer, got {v}"))),
+        }
+    };
+    match int("n")? {
+        None | Some(1) => {}
+        Some(n) => return Err(unsupported(&format!("sampling_params.n other than 1 (got {n})"))),
+    }
+    let ignore_eos = match sget("ignore_eos") {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(v) => {
+            return Err(Refusal::Unsupported(format!("sampling_params.ignore_eos: expected a boolean, got {v}")))
+        }
+    };
+    let given_max = int("max_new_tokens")?;
+    let EngineSpec::Sglang(cfg) = &sh.spec.engine else {
+        return Err(Refusal::Unsupported("/generate is SGLang's route".into()));
+    };
+    // The tokenizer manager's checks (`_validate_one_request`): the prompt, and the prompt with
+    // `max_new_tokens` when it is given, must stay under the context.
+    let ctx = u64::from(cfg.context_length);
+    let input = prompt.len() as u64;
+    if input >= ctx {
+        return Err(value(format!(
+            "The input ({input} tokens) is longer than the model's context length ({ctx} tokens)."
+        )));
+    }
+    // Through 0.5.6 a total that reaches the context is refused (`>=`); 0.5.23 refuses one
+    // past it (`> _max_req_len`, the context). Where between the two it changed is not read:
+    // servesim takes 0.5.23's rule from 0.5.23 only.
+    let over = |total: u64| {
+        if cfg.version >= sim::engine::Version::new(0, 5, 23) {
+            total > ctx
+        } else {
+            total >= ctx
+        }
+    };
+    if let Some(m) = given_max.filter(|m| *m >= 0 && over(*m as u64 + input)) {
+        return Err(value(format!("Requested token count exceeds the model's maximum context length of {ctx} tokens. You requested a total of {} tokens: {input} tokens from the input messages and {m} tokens for the completion. Please reduce the number of tokens in the input messages or the completion to fit within the limit.", m as u64 + input)));
+    }
+    // `SamplingParams.verify`, with its messages (servesim samples nothing, but what SGLang
+    // refuses is refused).
+    let max_new = given_max.unwrap_or(128); // `SamplingParams.max_new_tokens` defaults to 128
+    if max_new < 0 {
+        return Err(value(format!("max_new_tokens must be at least 0, got {max_new}.")));
+    }
+    if let Some((_, v)) = num("temperature")?.filter(|(t, _)| *t < 0.0) {
+        return Err(value(format!("temperature must be non-negative, got {v}.")));
+    }
+    if let Some((_, v)) = num("top_p")?.filter(|(p, _)| !(*p > 0.0 && *p <= 1.0)) {
+        return Err(value(format!("top_p must be in (0, 1], got {v}.")));
+    }
+    if let Some(m) = int("min_new_tokens")? {
+        if m < 0 {
+            return Err(value(format!("min_new_tokens must be in [0, max_new_tokens], got {m}.")));
+        }
+        if m > max_new {
+            return Err(value(format!("min_new_tokens must be in [0, max_new_tokens({max_new})], got {m}.")));
+        }
+    }
+    if max_new == 0 {
+        return Err(unsupported("sampling_params.max_new_tokens of 0 (a prefill with no output)"));
+    }
+    // The scheduler's limits (`tp_worker.py`: `max_req_len` is the context and the pool less
+    // one, `max_req_input_len` that less 5): a longer prompt is aborted (`validate_input_length`),
+    // and the output is cut to what `max_req_len` leaves (`init_req_max_new_tokens`).
+    let max_req_len = (ctx - 1).min(cfg.max_total_tokens.saturating_sub(1));
+    let max_req_input_len = max_req_len.saturating_sub(5);
+    let abort = (input >= max_req_input_len).then(|| {
+        format!("Input length ({input} tokens) exceeds the maximum allowed length ({max_req_input_len} tokens). Use a shorter input or enable --allow-auto-truncate.")
+    });
+    let room = max_req_len.saturating_sub(input + 1).max(1);
+    let max_tokens = (max_new as u64).min(room) as u32;
+    let prompt_len = input as u32;
+    if abort.is_none() && u64::from(prompt_len) + u64::from(max_tokens) >= sh.spec.engine.kv_capacity_tokens() {
+        return Err(value(format!(
+            "the request needs {} KV tokens but the pool holds {}",
+            prompt_len + max_tokens,
+            sh.spec.engine.kv_capacity_tokens()
+        )));
+    }
+    let c = Completion { prompt, token_ids, prompt_len, max_tokens, stream, include_usage: false, ignore_eos };
+    Ok(Generate { c, rid, abort })
+}
+
+/// The id of output token `i` of request `n` (servesim generates no real tokens: an id in a
+/// 32,000-token vocabulary, fixed by the request and the position).
+fn output_id(n: u64, i: u32) -> u64 {
+    let h = (n ^ 0x5151).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ u64::from(i).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    100 + (h >> 17) % 31_900
+}
+
+async fn generate_native(sh: Arc<Shared>, mut g: Generate) -> Resp {
+    let stream = g.c.stream;
+    // A 32-digit hex id, as `uuid.uuid4().hex` (fixed by the request's number).
+    let fresh = |n: u64| {
+        let mix = |x: u64| {
+            let x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            let x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            x ^ (x >> 31)
+        };
+        format!("{:016x}{:016x}", mix(n.wrapping_add(0x9e37_79b9_7f4a_7c15)), mix(n ^ 0x5eed_5151_5eed_5151))
+    };
+    if let Some(msg) = g.abort.take() {
+        if !stream {
+            // `_wait_one_response`: an abort with status 400 is raised as a ValueError.
+            return native_error(StatusCode::BAD_REQUEST, &msg);
+        }
+        // Streamed, the aborted output itself, then `[DONE]`: the scheduler's `set_finish_with_abort`
+        // leaves the request one input token and no output.
+        let n = sh.next_id.fetch_add(1, Ordering::Relaxed);
+        let rid = g.rid.unwrap_or_else(|| fresh(n));
+        let out = json!({"text": "", "output_ids": [], "meta_info": {"id": rid,
+            "finish_reason": {"type": "abort", "message": msg, "status_code": 400, "err_type": "BadRequestError"},
+            "prompt_tokens": 1, "completion_tokens": 0, "cached_tokens": 0, "e2e_latency": 0.0}});
+        return full(StatusCode::OK, "text/event-stream; charset=utf-8", format!("data: {out}\n\ndata: [DONE]\n\n"));
+    }
+    let Some(Admitted { n, mut rx, mut guard, arrived_ns }) = admit(&sh, &mut g.c, false) else {
+        return native_error(StatusCode::SERVICE_UNAVAILABLE, "the engine stopped");
+    };
+    let rid = g.rid.unwrap_or_else(|| fresh(n));
+    let (prompt_len, max_tokens) = (g.c.prompt_len, g.c.max_tokens);
+    let clock = sh.clock.clone();
+    // `meta_info` after `k` tokens, `last` the event that carried the k-th.
+    let meta = move |k: u32, last: &TokenEvent, clock: &Arc<dyn Clock>| {
+        let mut m = json!({"id": rid, "finish_reason": null, "prompt_tokens": prompt_len, "completion_tokens": k,
+            "cached_tokens": last.cached});
+        if last.finished {
+            m["finish_reason"] = if last.stop {
+                // EOS: `FINISH_MATCHED_TOKEN`, the token matched (the last output id).
+                json!({"type": "stop", "matched": output_id(n, k.saturating_sub(1))})
+            } else {
+                json!({"type": "length", "length": max_tokens})
+            };
+            m["e2e_latency"] = json!(clock.now_ns().saturating_sub(arrived_ns) as f64 / 1e9);
+        }
+        m
+    };
+    let piece = |i: u32| format!(" t{i}");
+    if !stream {
+        let mut i = 0u32;
+        let mut last = None;
+        while let Some(ev) = rx.recv().await {
+            sh.clock.release(); // the client cannot count tokens it does not see
+            i += 1;
+            if ev.finished {
+                last = Some(ev);
+                break;
+            }
+        }
+        guard.armed = false;
+        let Some(last) = last else {
+            return native_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the server is shutting down; the request was aborted",
+            );
+        };
+        let text: String = (0..i).map(piece).collect();
+        let ids: Vec<u64> = (0..i).map(|j| output_id(n, j)).collect();
+        let body = json!({"text": text, "output_ids": ids, "meta_info": meta(i, &last, &clock)});
+        return full(StatusCode::OK, "application/json", body.to_string());
+    }
+    let (body_tx, body_rx) = mpsc::channel::<Bytes>(64);
+    sh.active_streams.fetch_add(1, Ordering::SeqCst);
+    let active = ActiveStream(sh.clone());
+    tokio::spawn(async move {
+        let _active = active;
+        let mut guard = guard;
+        let mut text = String::new();
+        let mut ids: Vec<u64> = Vec::new();
+        let send = |b: String| body_tx.send(Bytes::from(b));
+        loop {
+            let ev = tokio::select! {
+                ev = rx.recv() => ev,
+                // The client went away (hyper dropped the body): the guard aborts the request.
+                _ = body_tx.closed() => return,
+            };
+            let Some(ev) = ev else {
+                // The server is shutting down: the error as `stream_results` writes a
+                // ValueError, then `[DONE]`.
+                guard.armed = false;
+                let err = json!({"error": {"message": "the server is shutting down; the request was aborted"}});
+                let _ = send(format!("data: {err}\n\n")).await;
+                let _ = send("data: [DONE]\n\n".to_string()).await;
+                return;
+            };
+            let i = ids.len() as u32;
+            text.push_str(&piece(i));
+            ids.push(output_id(n, i));
+            let chunk = json!({"text": text, "output_ids": ids, "meta_info": meta(i + 1, &ev, &clock)});
+            if send(format!("data: {chunk}\n\n")).await.is_err() {
+                clock.release(); // nobody will read it
+                return;
+            }
+            if ev.finished {
+                break;
+            }
+        }
+        guard.armed = false;
+        let _ = send("data: [DONE]\n\n".to_string()).await;
+    });
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "text/event-stream; charset=utf-8")
+        .header("cache-control", "no-cache")
+        .body(ServeBody::Stream(body_rx))
+        .expect("a valid response")
 }
