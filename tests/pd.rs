@@ -196,14 +196,21 @@ fn a_vllm_prefill_replica_needs_room_for_the_prompt_and_one_token() {
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("4097 total exceeds engine.max_model_len 4096") && err.contains("max_tokens 1"), "{err}");
-    // The decode replica needs the whole request.
-    let o = run_cli(&[
-        "simulate",
-        &s,
-        "--set",
-        r#"fleet={"replicas": [{"role": "prefill"}, {"role": "decode", "engine": {"max_model_len": 4100}}]}"#,
-    ]);
+    // The decode replica generates the output: through vLLM 0.31 it needs the whole request (a
+    // request past its context is a 400); from 0.32 it shortens the output to what its context
+    // leaves (`get_max_tokens`), 4 tokens here, and the run does the same.
+    let short = r#"fleet={"replicas": [{"role": "prefill"}, {"role": "decode", "engine": {"max_model_len": 4100}}]}"#;
+    let o = run_cli(&["simulate", &s, "--set", short, "--set", "engine.version=0.31.0"]);
     assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stdout));
+    let clamped = simulate(&s, &[short]);
+    assert_eq!(num(&clamped, "total_output_tokens"), 200.0 * 4.0, "{clamped:#}");
+    assert!(clamped["caveats"].to_string().contains("max_tokens_clamped"), "{:#}", clamped["caveats"]);
+    // Groups that generate outputs with different contexts would shorten one workload two ways.
+    let two = r#"fleet={"replicas": [{"engine": {"max_model_len": 4100}}, {"engine": {"max_model_len": 16384}}]}"#;
+    let o = run_cli(&["simulate", &s, "--set", two]);
+    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stdout));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("fleet.replicas[0].engine.max_model_len"), "{err}");
     // SGLang's prefill replica too.
     let sg = pd_scenario(
         "pd-fit-sg.json",

@@ -476,6 +476,7 @@ pub(super) fn resolve_fleet(s: &Scenario, res: &Resources) -> Result<SimSpec> {
     // fit only with one output token); the run's workload, from the first group resolved with it.
     let mut first_fitted_alone = false;
     let mut real_workload: Option<WorkloadParams> = None;
+    let mut gen_clamps: Vec<(String, Option<u32>)> = Vec::new();
     for (gi, g) in groups.iter().enumerate() {
         let path = if shorthand { "fleet".to_string() } else { format!("fleet.replicas[{gi}]") };
         let count = g.count.unwrap_or(1);
@@ -560,6 +561,11 @@ pub(super) fn resolve_fleet(s: &Scenario, res: &Resources) -> Result<SimSpec> {
             }
         }
         let role = g.role.unwrap_or_default();
+        // Where the outputs are generated (every group but a prefill one), each group's cap on a
+        // request's output (vLLM ≥ 0.32: its max_model_len, `WorkloadParams::context_clamp`).
+        if role != ReplicaRole::Prefill {
+            gen_clamps.push((path.clone(), spec.workload.context_clamp));
+        }
         // A replica's name labels its rows of the report, its text table and its JSON: one
         // line, and not empty.
         if let Some(n) = &g.name {
@@ -691,6 +697,26 @@ pub(super) fn resolve_fleet(s: &Scenario, res: &Resources) -> Result<SimSpec> {
         w.role_chunk = w.chat && client_times_role_chunk(&base.engine);
         base.workload = w;
     }
+    // The run has one workload: its outputs are shortened to a context only where every group
+    // that generates them shortens them alike (a prefill replica, sent max_tokens = 1, never
+    // does). Groups that would shorten a request differently are refused, not averaged.
+    base.workload.context_clamp = match gen_clamps.first() {
+        Some((_, c)) if gen_clamps.iter().all(|(_, d)| d == c) => *c,
+        _ => {
+            let asked = max_request_lengths(&WorkloadParams { context_clamp: None, ..base.workload.clone() }).1;
+            if let Some((p, Some(m))) = gen_clamps.iter().find(|(_, c)| c.is_some_and(|m| asked > m)) {
+                return Err(ConfigError::new(
+                    format!("{p}.engine.max_model_len"),
+                    format!(
+                        "{m}: this group's vLLM would shorten requests of up to {asked} tokens to fit it, where the \
+                         fleet's other groups would not or would otherwise: one workload cannot be both; give the \
+                         groups that generate outputs one max_model_len, or shorten the requests"
+                    ),
+                ));
+            }
+            None
+        }
+    };
     Ok(SimSpec { fleet: Some(Box::new(fleet)), ..base })
 }
 
