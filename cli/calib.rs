@@ -247,7 +247,11 @@ pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode, String> {
         speed_reference: !a.no_speed_reference,
         step_log,
     };
-    let profile = procedure::calibrate(&mut m, &scenario, &opts).map_err(|e| e.to_string())?;
+    let profile = match procedure::calibrate(&mut m, &scenario, &opts) {
+        Ok(p) => p,
+        Err(e) if is_interrupted(&e) => return Ok(interrupted("calibrate", &m.dir, "no profile was written")),
+        Err(e) => return Err(e.to_string()),
+    };
     write_profile(&a.out, &profile)?;
     print!("{}", profile_summary(&profile));
     Ok(ExitCode::SUCCESS)
@@ -552,7 +556,9 @@ fn stated_deployment_differs(d: &calib::results::StatedDeployment, spec: &sim::c
     {
         differ.push(format!("engine_version: {v} (the scenario: {version}; set engine.version)"));
     }
-    if let Some(h) = d.hardware.as_deref().filter(|h| *h != spec.gpu.id) {
+    // "live": `servesim bench` against a server that does not say its GPU (a real engine): no
+    // GPU stated, not another one (every bench result was refused until 2026-12-06).
+    if let Some(h) = d.hardware.as_deref().filter(|h| *h != spec.gpu.id && *h != live::measure::LIVE_HARDWARE) {
         differ.push(format!("hardware: {h} (the scenario: {})", spec.gpu.id));
     }
     let replicas = spec.fleet.as_ref().map_or(1, |f| f.replicas.len() as u64);
@@ -727,7 +733,11 @@ pub fn check(a: CheckArgs) -> Result<ExitCode, String> {
         // against the same server must not meet the first one's prompts in its prefix cache.
         prompt_salt: invocation_salt(),
     };
-    let (report, measured, predicted) = procedure::check(&mut m, &point, &derived, &opts).map_err(|e| e.to_string())?;
+    let (report, measured, predicted) = match procedure::check(&mut m, &point, &derived, &opts) {
+        Ok(r) => r,
+        Err(e) if is_interrupted(&e) => return Ok(interrupted("check", &m.dir, "no verdict was reached")),
+        Err(e) => return Err(e.to_string()),
+    };
     if let Some(path) = &a.plot {
         fn line<P: Metrics>(conc: &[u32], pts: &[P], label: &str, dashed: bool) -> crate::plot::Series {
             crate::plot::Series {
@@ -963,4 +973,19 @@ mod tests {
         // What was there is kept.
         assert_eq!(as_sent(&w, "/v1/chat/completions")["random_input_len"], 64);
     }
+}
+
+fn is_interrupted(e: &calib::CalibError) -> bool {
+    matches!(e, calib::CalibError::Measure(calib::MeasureError::Interrupted))
+}
+
+/// Ctrl-C during a live `calibrate` or `check`: said as `bench` says it (exit 130, where the
+/// per-request files are), not as a usage error (it was "error: interrupted", exit 2).
+fn interrupted(command: &str, dir: &std::path::Path, what: &str) -> ExitCode {
+    eprintln!(
+        "{command}: interrupted (Ctrl-C): {what}; the requests that completed are in the per-request files and run \
+         records under {}",
+        dir.display()
+    );
+    ExitCode::from(130)
 }

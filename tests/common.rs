@@ -187,7 +187,17 @@ pub fn start_server(scenario: &str, extra: &[&str]) -> Server {
         .stderr(Stdio::piped());
     let mut child = c.spawn().expect("start servesim serve");
     let mut line = String::new();
-    BufReader::new(child.stderr.take().unwrap()).read_line(&mut line).unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    err.read_line(&mut line).unwrap();
+    // The rest of stderr is drained, not dropped: a server that writes another line to a closed
+    // pipe dies of it (a model name with a newline printed two lines, and the test read an
+    // empty /metrics now and then).
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        while err.read_line(&mut sink).is_ok_and(|n| n > 0) {
+            sink.clear();
+        }
+    });
     let url = line
         .split_whitespace()
         .find(|w| w.starts_with("http://"))

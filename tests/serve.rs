@@ -1163,3 +1163,80 @@ fn sglangs_generate_route_answers_as_sglang_does_and_vllm_has_none() {
     let r = post(&v.url, "/generate", r#"{"text": "hi"}"#);
     assert!(r.starts_with("HTTP/1.1 404"), "{r}");
 }
+
+/// A `servesim bench --save-result` file against `servesim serve` is a result `calibrate
+/// --from-results` reads with the served scenario: the run says its GPU (serve names its card);
+/// a real engine's "live" states none, and neither is another deployment. Every bench result
+/// was refused ("hardware: live (the scenario: a100-80gb)") until 2026-12-06 (the live-loop audit).
+#[test]
+fn a_bench_result_against_serve_calibrates_with_the_served_scenario() {
+    let scen = "scenarios/serve-small-vllm.json";
+    // In real time: a faster emulator's timings are below what the card can do, and the fit's
+    // physical floors would refuse them.
+    let s = start_server(scen, &[]);
+    let dir = std::env::temp_dir().join(format!("servesim-bench-calib-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let o = run_cli(&[
+        "bench",
+        "--base-url",
+        &s.url,
+        "--scenario",
+        scen,
+        "--num-prompts",
+        "16",
+        "--save-result",
+        "--result-dir",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let result = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "json") && !p.to_string_lossy().ends_with(".record.json"))
+        .expect("a result file");
+    let saved: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&result).unwrap()).unwrap();
+    assert_eq!(saved["hardware"], "a100-80gb", "serve names its card");
+    let out = dir.join("profile.json");
+    let o = run_cli(&[
+        "calibrate",
+        "--from-results",
+        result.to_str().unwrap(),
+        "--scenario",
+        scen,
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Ctrl-C during a live `check` ends it as `bench` ends (exit 130, saying where the completed
+/// requests are), not as a usage error ("error: interrupted", exit 2, until 2026-12-06).
+#[test]
+fn ctrl_c_during_a_check_says_what_was_kept() {
+    let scen = "scenarios/serve-small-vllm.json";
+    let s = start_server(scen, &[]);
+    let dir = std::env::temp_dir().join(format!("servesim-check-int-{}", std::process::id()));
+    let mut c = servesim();
+    c.args(["check", "--base-url", &s.url, "--scenario", scen, "--concurrency", "1,4,16", "--fit-on", "1"])
+        .args(["--result-dir", dir.to_str().unwrap()]);
+    let child = c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(4000));
+    assert!(std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
+    let out = {
+        let start = std::time::Instant::now();
+        let mut child = child;
+        loop {
+            if child.try_wait().unwrap().is_some() {
+                break child.wait_with_output().unwrap();
+            }
+            assert!(start.elapsed() < Duration::from_secs(60), "check did not stop after Ctrl-C");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("check: interrupted (Ctrl-C)") && err.contains(dir.to_str().unwrap()), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -37,13 +37,18 @@ pub fn unrecorded(opts: &BenchOptions) -> BenchOptions {
     o
 }
 
+/// The `hardware` of a measured run whose server does not say its GPU (a real engine).
+pub const LIVE_HARDWARE: &str = "live";
+
 /// What identifies the measured engine in report keys.
 pub fn meta_of(info: &ServerInfo) -> PointMeta {
     PointMeta {
         engine: info.kind_name().into(),
         engine_version: info.version.clone().unwrap_or_else(|| "unknown".into()),
         model_id: info.model.clone().unwrap_or_default(),
-        hardware: "live".into(),
+        // The GPU where the server says it (`servesim serve` names its card), else "live": a
+        // real engine does not say which GPU it runs on.
+        hardware: info.servesim_hardware.clone().unwrap_or_else(|| LIVE_HARDWARE.into()),
         kv_granularity: info.kv_granularity.unwrap_or(1),
         // Unsaid, the engines' default: on.
         prefix_caching: info.prefix_caching.unwrap_or(true),
