@@ -540,6 +540,20 @@ struct Admitted {
     arrived_ns: u64,
 }
 
+/// A response that is not streamed: its tokens as they come, counted, to the last (`None`: the
+/// channel closed first, the server shutting down). Both non-streaming routes read them so.
+async fn drain_tokens(rx: &mut mpsc::UnboundedReceiver<TokenEvent>, sh: &Shared) -> (u32, Option<TokenEvent>) {
+    let mut i = 0u32;
+    while let Some(ev) = rx.recv().await {
+        sh.clock.release(); // the client cannot count tokens it does not see
+        i += 1;
+        if ev.finished {
+            return (i, Some(ev));
+        }
+    }
+    (i, None)
+}
+
 /// Hands a checked request to the engine (every route's one way in); `None` once the
 /// engine has stopped.
 fn admit(sh: &Arc<Shared>, c: &mut Completion, chat: bool) -> Option<Admitted> {
@@ -581,16 +595,7 @@ async fn generate(sh: Arc<Shared>, mut c: Completion, chat: bool) -> Resp {
     let piece = |i: u32| format!(" t{i}");
     let reason = |ev: &TokenEvent| if ev.stop { "stop" } else { "length" };
     if !c.stream {
-        let mut i = 0u32;
-        let mut last = None;
-        while let Some(ev) = rx.recv().await {
-            sh.clock.release(); // the client cannot count tokens it does not see
-            i += 1;
-            if ev.finished {
-                last = Some(ev);
-                break;
-            }
-        }
+        let (i, last) = drain_tokens(&mut rx, &sh).await;
         guard.armed = false;
         let Some(last) = last else {
             return error(&sh, StatusCode::SERVICE_UNAVAILABLE, "the server is shutting down; the request was aborted");
@@ -1048,16 +1053,7 @@ async fn generate_native(sh: Arc<Shared>, mut g: Generate) -> Resp {
     };
     let piece = |i: u32| format!(" t{i}");
     if !stream {
-        let mut i = 0u32;
-        let mut last = None;
-        while let Some(ev) = rx.recv().await {
-            sh.clock.release(); // the client cannot count tokens it does not see
-            i += 1;
-            if ev.finished {
-                last = Some(ev);
-                break;
-            }
-        }
+        let (i, last) = drain_tokens(&mut rx, &sh).await;
         guard.armed = false;
         let Some(last) = last else {
             return native_error(
