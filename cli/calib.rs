@@ -201,7 +201,15 @@ fn connect(server: &ServerArgs, engine: &Option<String>, dir: PathBuf) -> Result
         );
     }
     std::fs::create_dir_all(&dir).map_err(|e| format!("--result-dir {}: {e}", dir.display()))?;
-    Ok(LiveMeasure { rt, opts, info, dir, endpoint: server.endpoint.clone(), progress: Some(progress()) })
+    Ok(LiveMeasure {
+        rt,
+        opts,
+        info,
+        dir,
+        endpoint: server.endpoint.clone(),
+        progress: Some(progress()),
+        probe_prefix: None,
+    })
 }
 
 pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode, String> {

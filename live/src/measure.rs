@@ -26,6 +26,10 @@ pub struct LiveMeasure {
     /// The endpoint path (for run records).
     pub endpoint: String,
     pub progress: Option<Progress>,
+    /// The prefix of this run's probe files (`calibrate-{stamp}`, made unique in `dir` at the
+    /// first probe), so that a later calibration in the same directory writes files of its own
+    /// (every run's `prefill-16.requests.jsonl` overwrote the last one's until 2026-12-06).
+    pub probe_prefix: Option<String>,
 }
 
 /// `opts` for a run whose requests are not recorded: a warm-up or a speed reference.
@@ -35,6 +39,21 @@ pub fn unrecorded(opts: &BenchOptions) -> BenchOptions {
     o.poll_interval = None;
     o.on_done = None;
     o
+}
+
+/// `stem`, or `stem-2`, `stem-3`, …: the first that no file in `dir` begins with (followed by
+/// `-`), so that a run's files are its own beside an earlier run's stamped in the same second.
+pub fn free_prefix(dir: &Path, stem: &str) -> String {
+    let names: Vec<String> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    (1..)
+        .map(|k| if k == 1 { stem.to_string() } else { format!("{stem}-{k}") })
+        .find(|p| !names.iter().any(|n| n.starts_with(&format!("{p}-"))))
+        .expect("a free name")
 }
 
 /// The `hardware` of a measured run whose server does not say its GPU (a real engine).
@@ -239,7 +258,13 @@ impl Measure for LiveMeasure {
                 Ok(measurement(&self.info, w, &r, None))
             }
             Run::Probe { name } => {
-                let file = self.dir.join(format!("{name}.requests.jsonl"));
+                let prefix = self.probe_prefix.get_or_insert_with(|| {
+                    free_prefix(
+                        &self.dir,
+                        &format!("calibrate-{}", crate::manifest::stamp(crate::manifest::now_unix_s())),
+                    )
+                });
+                let file = self.dir.join(format!("{prefix}-{name}.requests.jsonl"));
                 let r = self.rt.block_on(async {
                     self.warm_at_shape(w).await;
                     self.recorded(w, file.clone()).await
@@ -310,6 +335,22 @@ impl Measure for LiveMeasure {
 #[cfg(test)]
 mod run_file_tests {
     use super::*;
+
+    /// A calibration's probe files begin with a prefix no earlier run in the directory used, so a
+    /// second calibration there keeps the first one's files (it overwrote them until 2026-12-06).
+    #[test]
+    fn a_second_run_in_a_directory_gets_a_prefix_of_its_own() {
+        let dir = std::env::temp_dir().join(format!("servesim-free-prefix-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let stem = "calibrate-20261206-170000";
+        assert_eq!(free_prefix(&dir, stem), stem);
+        std::fs::write(dir.join(format!("{stem}-prefill-16.requests.jsonl")), "").unwrap();
+        assert_eq!(free_prefix(&dir, stem), format!("{stem}-2"));
+        std::fs::write(dir.join(format!("{stem}-2-prefill-16.requests.jsonl")), "").unwrap();
+        assert_eq!(free_prefix(&dir, stem), format!("{stem}-3"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     /// Files are named as `vllm bench serve` names them: `{label or backend}-{rate}qps`, the rate
     /// as Python's `str(float)` writes `args.request_rate` ("4.0", "0.5", "inf"), then
