@@ -1240,3 +1240,46 @@ fn ctrl_c_during_a_check_says_what_was_kept() {
     assert!(err.contains("check: interrupted (Ctrl-C)") && err.contains(dir.to_str().unwrap()), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `check` refuses a profile fitted against `serve --time-scale k` against a server at another
+/// scale: its times differ by that ratio whatever the model (it ran, failed at +890% and blamed
+/// the speed reference; the live-loop audit of 2026-12-06).
+#[test]
+fn check_refuses_a_profile_fitted_at_another_time_scale() {
+    let scen = "scenarios/serve-small-vllm.json";
+    let dir = std::env::temp_dir().join(format!("servesim-check-scale-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let result = dir.join("sim.json");
+    let o = run_cli(&["simulate", scen, "--json", "--set", "workload.num_prompts=8"]);
+    std::fs::write(&result, &o.stdout).unwrap();
+    let profile = dir.join("p.json");
+    let o = run_cli(&[
+        "calibrate",
+        "--from-results",
+        result.to_str().unwrap(),
+        "--scenario",
+        scen,
+        "--out",
+        profile.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut p: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&profile).unwrap()).unwrap();
+    p["engine"]["servesim_time_scale"] = 4.0.into();
+    std::fs::write(&profile, p.to_string()).unwrap();
+    let s = start_server(scen, &[]);
+    let o = run_cli(&[
+        "check",
+        "--base-url",
+        &s.url,
+        "--scenario",
+        scen,
+        "--profile",
+        profile.to_str().unwrap(),
+        "--concurrency",
+        "1",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("fitted against servesim serve at --time-scale 4") && err.contains("factor 4.000"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
