@@ -2112,3 +2112,34 @@ fn errors_name_the_json_expected_not_a_rust_type() {
     assert_eq!(c, 2, "{err}");
     assert!(err.contains("fleet.router") && err.contains("expected an object") && !err.contains("enum"), "{err}");
 }
+
+/// SGLang through 0.5.10 answers HTTP 400 to a request whose prompt and max_new_tokens fill the
+/// context exactly (`_validate_one_request`: `>=`; `>` from 0.5.11): such a run is refused
+/// there, as one past the context is in every release (it ran until 2026-12-06).
+#[test]
+fn sglang_before_0_5_11_refuses_a_request_that_fills_the_context() {
+    let s = "scenarios/rtx5090-qwen2.5-7b-sglang.json";
+    let run_at = |version: &str, ctx: &str| {
+        run(&[
+            "simulate",
+            s,
+            "--set",
+            &format!("engine.version={version}"),
+            "--set",
+            &format!("engine.context_length={ctx}"),
+            "--set",
+            "engine.max_total_num_tokens=100000",
+            "--set",
+            "workload.num_prompts=2",
+        ])
+    };
+    // 4,096 prompt tokens and 512 output: 4,608 in all.
+    let (c, _, err) = run_at("0.5.10", "4608");
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("fills engine.context_length 4608") && err.contains("SGLang 0.5.10"), "{err}");
+    let (c, _, err) = run_at("0.5.11", "4608");
+    assert_eq!(c, 0, "{err}");
+    let (c, _, err) = run_at("0.5.23", "4607");
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("exceeds engine.context_length 4607"), "{err}");
+}

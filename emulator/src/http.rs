@@ -453,7 +453,14 @@ fn parse_completion(body: &[u8], chat: bool, sh: &Shared) -> Result<Completion, 
         Some(m) if prompt_len < m => max_tokens.min(m - prompt_len),
         _ => max_tokens,
     };
-    if u64::from(prompt_len) + u64::from(max_tokens) > u64::from(max_len) {
+    // SGLang through 0.5.10 also refuses a request whose given limit fills the context exactly
+    // (`_validate_one_request`'s `>=`, checked only where `max_new_tokens` is given;
+    // `SGLANG_ACCEPTS_A_FULL_CONTEXT`).
+    let fills = limit.is_some()
+        && crate::is_sglang(&sh.spec)
+        && sh.spec.engine.version() < sim::config::SGLANG_ACCEPTS_A_FULL_CONTEXT;
+    let total = u64::from(prompt_len) + u64::from(max_tokens);
+    if total > u64::from(max_len) || (fills && total == u64::from(max_len)) {
         return Err(bad(format!("This model's maximum context length is {max_len} tokens. However, you requested {} tokens ({prompt_len} in the messages, {max_tokens} in the completion). Please reduce the length of the messages or completion.", u64::from(prompt_len) + u64::from(max_tokens))));
     }
     if u64::from(prompt_len) + u64::from(max_tokens) >= kv {
@@ -940,11 +947,11 @@ fn parse_generate(body: &[u8], sh: &Shared) -> Result<Generate, Refusal> {
             "The input ({input} tokens) is longer than the model's context length ({ctx} tokens)."
         )));
     }
-    // Through 0.5.6 a total that reaches the context is refused (`>=`); 0.5.23 refuses one
-    // past it (`> _max_req_len`, the context). Where between the two it changed is not read:
-    // servesim takes 0.5.23's rule from 0.5.23 only.
+    // Through 0.5.10 a total that reaches the context is refused (`>=`); from 0.5.11 one past
+    // it (`> _max_req_len`, the context; read in the 0.5.10 and 0.5.11 wheels):
+    // `SGLANG_ACCEPTS_A_FULL_CONTEXT`, the rule `simulate` refuses a scenario by.
     let over = |total: u64| {
-        if cfg.version >= sim::engine::Version::new(0, 5, 23) {
+        if cfg.version >= sim::config::SGLANG_ACCEPTS_A_FULL_CONTEXT {
             total > ctx
         } else {
             total >= ctx

@@ -7,6 +7,10 @@ use super::*;
 /// the 0.31.0 and 0.32.0 wheels, and 0.34.0).
 pub const VLLM_CLAMPS_MAX_TOKENS: Version = Version::new(0, 32, 0);
 
+/// The first SGLang release that accepts a request whose prompt and `max_new_tokens` fill the
+/// context exactly (`>` in `_validate_one_request`; `>=` through 0.5.10).
+pub const SGLANG_ACCEPTS_A_FULL_CONTEXT: Version = Version::new(0, 5, 11);
+
 /// Every request must fit `max_model_len` and the whole KV pool, or it could
 /// never finish (vLLM would reject it, or preempt it forever).
 pub(super) fn check_requests_fit(spec: &SimSpec) -> Result<()> {
@@ -60,10 +64,18 @@ pub(super) fn check_requests_fit(spec: &SimSpec) -> Result<()> {
             }
         }
         EngineSpec::Sglang(c) => {
-            if max_total > c.context_length {
+            // `TokenizerManager._validate_one_request` answers 400 to prompt + max_new_tokens >=
+            // the context through 0.5.10, > it from 0.5.11 (read in the 0.4.10, 0.5.6, 0.5.10,
+            // 0.5.11–0.5.23 wheels): a request that fills the context exactly is refused there.
+            let fills = c.version < SGLANG_ACCEPTS_A_FULL_CONTEXT && max_total == c.context_length;
+            if max_total > c.context_length || fills {
+                let how = if fills { "fills" } else { "exceeds" };
                 return Err(ConfigError::new(
                     field,
-                    format!("a request of up to {max_prompt} prompt tokens and {max_total} total exceeds engine.context_length {}", c.context_length),
+                    format!(
+                        "a request of up to {max_prompt} prompt tokens and {max_total} total {how} engine.context_length {} (SGLang {} answers such a request with HTTP 400, which servesim does not model); shorten the requests or raise engine.context_length",
+                        c.context_length, c.version
+                    ),
                 ));
             }
             // PrefillAdder admits iff prompt + min(max_new, 4096) (+ a page, from 0.5.11:

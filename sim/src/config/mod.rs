@@ -77,7 +77,7 @@ mod vllm;
 mod workload;
 
 pub use cost::{check_coefficients, MAX_COEFFICIENT_US, MIN_STEP_US};
-pub use feasibility::{max_request_lengths, VLLM_CLAMPS_MAX_TOKENS};
+pub use feasibility::{max_request_lengths, SGLANG_ACCEPTS_A_FULL_CONTEXT, VLLM_CLAMPS_MAX_TOKENS};
 pub use fleet::{
     FleetKind, FleetSection, FleetSpec, ReplicaGroup, ReplicaRole, ReplicaSpec, DEFAULT_KV_TRANSFER_BANDWIDTH,
     MAX_REPLICAS,
