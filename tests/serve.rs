@@ -1277,6 +1277,8 @@ fn check_refuses_a_profile_fitted_at_another_time_scale() {
         profile.to_str().unwrap(),
         "--concurrency",
         "1",
+        "--result-dir",
+        dir.join("check").to_str().unwrap(),
     ]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");

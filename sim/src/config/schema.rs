@@ -448,6 +448,13 @@ pub struct CostSection {
     pub prior: Option<PriorEfficiencies>,
 }
 
+/// A section given as `null`: the section left out.
+fn null_is_default<'de, D: serde::Deserializer<'de>, T: Deserialize<'de> + Default>(
+    d: D,
+) -> std::result::Result<T, D::Error> {
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
 /// A scenario file.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -463,7 +470,8 @@ pub struct Scenario {
     /// A card id from `models/gpu/`, or an inline card.
     pub hardware: Value,
     pub workload: WorkloadSection,
-    #[serde(default)]
+    /// `null` is the section left out (the default cost), as `fleet: null` is no fleet.
+    #[serde(default, deserialize_with = "null_is_default")]
     pub cost: CostSection,
     /// Several engine replicas behind a router (`docs/fleets.md`); absent: one engine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
