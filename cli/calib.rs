@@ -693,17 +693,12 @@ pub fn check(a: CheckArgs) -> Result<ExitCode, String> {
             ));
         }
     }
-    // The profile, and the time scale of the emulator it was fitted against (1: an engine).
-    let (profile, profile_scale): (Option<ProfileFile>, f64) = match &a.profile {
+    let profile: Option<ProfileFile> = match &a.profile {
         Some(p) => {
             let t = std::fs::read_to_string(p).map_err(|e| format!("--profile {}: {e}", p.display()))?;
-            let scale = serde_json::from_str::<Value>(&t)
-                .ok()
-                .and_then(|v| v.pointer("/engine/servesim_time_scale").and_then(Value::as_f64))
-                .unwrap_or(1.0);
-            (Some(ProfileFile::parse(&t).map_err(|e| format!("--profile {}: {e}", p.display()))?), scale)
+            Some(ProfileFile::parse(&t).map_err(|e| format!("--profile {}: {e}", p.display()))?)
         }
-        None => (None, 1.0),
+        None => None,
     };
     let (wl_json, _) = a.workload.section_json(&a.server.endpoint)?;
     let dir = a.result_dir.clone().unwrap_or_else(|| std::env::temp_dir().join("servesim-check"));
@@ -712,6 +707,7 @@ pub fn check(a: CheckArgs) -> Result<ExitCode, String> {
     // server at another scale is off by their ratio whatever the model (the audit of 2026-12-06:
     // +890%, blamed on the speed reference).
     let server_scale = m.info.servesim_time_scale.unwrap_or(1.0);
+    let profile_scale = profile.as_ref().map_or(1.0, ProfileFile::servesim_time_scale);
     if let Some(p) = a.profile.as_ref().filter(|_| (profile_scale / server_scale - 1.0).abs() > 1e-9) {
         return Err(format!(
             "--profile {}: fitted against {} and the server at {} runs {}: its times differ by a factor {:.3} \

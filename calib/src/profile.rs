@@ -366,6 +366,16 @@ pub struct ProfileFile {
     /// The coefficients' covariance (profiles written since issue #13).
     #[serde(default)]
     pub uncertainty: Option<crate::uncertainty::ProfileUncertainty>,
+    /// What it was fitted on: `check` reads the emulator's time scale from it.
+    #[serde(default)]
+    pub engine: Option<ProfileFileEngine>,
+}
+
+/// The part of a profile's `engine` object `check` reads.
+#[derive(Clone, Debug, Deserialize)]
+pub struct ProfileFileEngine {
+    #[serde(default)]
+    pub servesim_time_scale: Option<f64>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -379,6 +389,12 @@ impl ProfileFile {
         // A coefficient given twice: JSON keeps the last, silently.
         sim::config::no_duplicate_keys(text)?;
         Ok(profile)
+    }
+
+    /// The `servesim serve --time-scale` the profile was fitted against (1: an engine at its own
+    /// speed).
+    pub fn servesim_time_scale(&self) -> f64 {
+        self.engine.as_ref().and_then(|e| e.servesim_time_scale).unwrap_or(1.0)
     }
 
     /// The calibration's speed reference (median mean ITL, ms), if it measured one.

@@ -362,16 +362,17 @@ pub fn generate(params: &WorkloadParams) -> Workload {
             }
         };
     let mut out_rng = stream(seed, "dataset.outputs");
-    // What each timed request asked for, before the engine's cap on its output.
-    let items_asked: Vec<u32> =
-        if params.context_clamp.is_some() { items.iter().map(|it| it.1).collect() } else { Vec::new() };
-    // Each item's segments move into its request (no copy).
+    // Each item's segments move into its request (no copy); the timed requests whose output the
+    // engine's cap shortened are counted as they are built.
+    let mut clamped_requests = 0u32;
     let requests: Vec<RequestSpec> = items
         .into_iter()
         .zip(&arrivals)
         .map(|(it, &a)| {
             let k = key(&mut out_rng);
-            build(it.0, it.1, a, it.3, k, &mut eos_rng)
+            let r = build(it.0, it.1, a, it.3, k, &mut eos_rng);
+            clamped_requests += u32::from(r.max_tokens < it.1);
+            r
         })
         .collect();
 
@@ -412,13 +413,6 @@ pub fn generate(params: &WorkloadParams) -> Workload {
         warmups.push(build(r.prompt.clone(), r.max_tokens, 0, r.priority, k, &mut warm_eos));
     }
 
-    let clamped_requests = match params.context_clamp {
-        Some(m) => {
-            items_asked.iter().zip(&requests).filter(|(&asked, r)| r.max_tokens < asked && r.prompt_len < m).count()
-                as u32
-        }
-        None => 0,
-    };
     let requested_prompts = (matches!(params.dataset, Dataset::PrefixRepetition { .. })
         && params.num_prompts as usize != requests.len())
     .then_some(params.num_prompts);
