@@ -589,8 +589,53 @@ fn sglang_max_total_tokens_bounds_the_profiled_pool_and_max_total_num_tokens_pin
     assert_eq!(pool(&sg(json!({"max_total_num_tokens": 48_000, "max_total_tokens": 50_000})).unwrap()), 48_000);
 }
 
+/// Through 0.5.9 SGLang estimates its request pool from the pool as profiled, before
+/// `--max-total-tokens` bounds it (`init_memory_pool` sets `max_num_reqs`, then applies the
+/// bound; read in the 0.4.10, 0.5.3 and 0.5.6–0.5.9 wheels), and from 0.5.10 from the bounded
+/// pool (`_resolve_max_num_reqs` after `_resolve_token_capacity`): a 20,000-token bound at a
+/// 4,096 context runs min(10,000, 4,096) requests on 0.5.6 and min(10,000, 2,500) on 0.5.10
+/// (servesim gave 2,500 to both until the defaults audit of 2026-12-06).
+#[test]
+fn sglang_s_request_pool_is_estimated_before_the_token_bound_through_0_5_9() {
+    let running = |version: &str, extra: Value| {
+        let base = json!({"kind": "sglang", "version": version, "context_length": 4096});
+        match resolve(scenario(with(base, extra), "llama-3.1-8b-instruct", "h100-80gb", 1)).unwrap().engine {
+            EngineSpec::Sglang(c) => (c.max_total_tokens, c.max_running_requests),
+            _ => unreachable!(),
+        }
+    };
+    for version in ["0.4.10", "0.5.6"] {
+        assert_eq!(running(version, json!({"max_total_tokens": 20_000})), (20_000, 4096), "{version}");
+    }
+    for version in ["0.5.10", "0.5.23"] {
+        assert_eq!(running(version, json!({"max_total_tokens": 20_000})), (20_000, 2500), "{version}");
+    }
+    // Without a bound the two rules agree: a pool of 8 × 4,096 or more gives 4,096.
+    assert_eq!(running("0.5.6", json!({})).1, 4096);
+    assert_eq!(running("0.5.10", json!({})).1, 4096);
+}
+
+/// SGLang charges the CUDA context at `mem_fraction_static` in 0.4.10 as in 0.5.x: its
+/// `init_torch_distributed` measures the free memory once the context and NCCL exist, and that
+/// is the "memory before" of `profile_max_num_token` (read in the 0.4.10 wheel; servesim charged
+/// 0.4.x the context in full until 2026-12-06).
+#[test]
+fn sglang_0_4_10_charges_the_cuda_context_at_the_fraction() {
+    let account = |version: &str| {
+        let base = json!({"kind": "sglang", "version": version, "mem_fraction_static": 0.8});
+        let spec = resolve(scenario(base, "llama-3.1-8b-instruct", "h100-80gb", 1)).unwrap();
+        spec.kv_sizing.memory.expect("a derived pool's account")
+    };
+    let (old, new) = (account("0.4.10"), account("0.5.6"));
+    assert_eq!(old.context, new.context);
+    assert_eq!(old.kv, new.kv);
+    let full = (sim::config::memory_constants::SGLANG_CONTEXT_MIB * (1u64 << 20) as f64) as u64;
+    assert_eq!(old.context, (full as f64 * 0.8) as u64);
+}
+
 /// Start-up rules of recent vLLM releases, read in the 0.20–0.33 wheels (the vLLM memory and
-/// source reads of 2026-12-05): the defaults follow each other, a pinned pool is checked
+/// source reads of 2026-12-05; the caps' releases in the 0.11.0–0.19.0 wheels, 2026-12-06): the
+/// defaults follow each other, a pinned pool is checked
 /// against max_model_len from 0.21 (the null block left out from 0.29), a fraction that leaves
 /// no room for what a GPU already uses is refused, and blocks are multiples of 16 for the dense
 /// kernels (any size from 0.18).
@@ -604,13 +649,20 @@ fn vllm_start_up_rules_of_recent_releases() {
         EngineSpec::Vllm(c) => (c.max_num_seqs, c.max_num_batched_tokens),
         _ => unreachable!(),
     };
-    // A budget of 512 given: the defaulted max_num_seqs follows it (0.20 on); both given, refused.
-    assert_eq!(cfg(&v(json!({"max_num_batched_tokens": 512})).unwrap()), (512, 512));
-    let e = v(json!({"max_num_batched_tokens": 512, "version": "0.19.0"})).unwrap_err().to_string();
-    assert!(e.contains("default") && e.contains("give max_num_seqs"), "{e}");
+    // A budget of 512 given: the defaulted max_num_seqs follows it, in every modelled release
+    // (0.11.0's `_set_default_args` already: min(default, budget)); both given, refused.
+    for version in ["0.33.0", "0.19.0", "0.11.1", "0.11.0"] {
+        let got = cfg(&v(json!({"max_num_batched_tokens": 512, "version": version})).unwrap());
+        assert_eq!(got, (512, 512), "{version}");
+    }
     assert!(v(json!({"max_num_batched_tokens": 512, "max_num_seqs": 1024})).is_err());
-    // The defaulted budget is capped at max_num_seqs × max_model_len.
-    assert_eq!(cfg(&v(json!({"max_num_seqs": 1, "max_model_len": 4096})).unwrap()), (1, 4096));
+    // The defaulted budget is capped at max_num_seqs × max_model_len from 0.11.1 (0.11.0 keeps
+    // its 8,192).
+    for version in ["0.33.0", "0.14.0", "0.11.1"] {
+        let got = cfg(&v(json!({"max_num_seqs": 1, "max_model_len": 4096, "version": version})).unwrap());
+        assert_eq!(got, (1, 4096), "{version}");
+    }
+    assert_eq!(cfg(&v(json!({"max_num_seqs": 1, "max_model_len": 4096, "version": "0.11.0"})).unwrap()), (1, 8192));
     // A pinned pool that cannot hold one max_model_len request: refused from 0.21.
     let small = json!({"num_gpu_blocks_override": 100, "max_model_len": 1600});
     assert!(v(small.clone()).unwrap_err().to_string().contains("engine.max_model_len"));

@@ -8,7 +8,7 @@
 //! after the start-up snapshot: the weights, the torch activation peak of a
 //! dummy forward at `max_num_batched_tokens` and of the sampler at
 //! `max_num_seqs`, and memory allocated outside torch (workspaces, NCCL and
-//! custom all-reduce buffers); from 0.21 it also subtracts its CUDA-graph
+//! custom all-reduce buffers); from 0.20 it also subtracts its CUDA-graph
 //! memory estimate when the V1 model runner runs (none with `enforce_eager`;
 //! the V2 runner's estimate is 0). Which runner runs, and how 0.27 measures
 //! the non-KV memory, is the release's [`VllmMemoryBehaviour`]. The CUDA
@@ -19,9 +19,10 @@
 //!
 //! **SGLang** (`model_runner.py:profile_max_num_token`; 0.5.x
 //! `kv_cache_configurator.py`): `rest = free memory after the weights −
-//! memory before them × (1 − mem_fraction_static)`. In 0.4.x "memory before"
-//! is the device total, so the CUDA context is charged in full; in 0.5.x it
-//! is the free memory before the weights, so the context is charged at
+//! memory before them × (1 − mem_fraction_static)`, where "memory before" is
+//! the free memory once the CUDA context exists (0.4.10's
+//! `init_torch_distributed` measures it after NCCL's set-up, 0.5.x's
+//! `pre_model_load_memory` likewise), so the context is charged at
 //! `mem_fraction_static`. `max_total_num_tokens = rest / cell_size`, floored
 //! to the page size and capped by `max_total_tokens`. The default
 //! `mem_fraction_static` is [`sglang_default_mem_fraction_static`].
@@ -73,7 +74,7 @@ pub const VLLM_V2_NON_TORCH_MIB: f64 = 514.0;
 pub const VLLM_WDDM_CONSUMED_PER_WEIGHT_BYTE: f64 = 0.102;
 /// FITTED (the captured-graph memory vLLM 0.19 logs, "Graph capturing
 /// finished ... took X GiB", corpus rows): CUDA-graph memory per layer per
-/// captured batch size, MiB. vLLM ≥ 0.21 subtracts its estimate of this
+/// captured batch size, MiB. vLLM ≥ 0.20 subtracts its estimate of this
 /// from the KV budget when the V1 model runner runs (the V2 runner's
 /// estimate is 0).
 pub const VLLM_GRAPH_MIB_PER_LAYER_SIZE: f64 = 0.45;
@@ -152,7 +153,7 @@ pub struct MemoryAccount {
     pub activation_peak: u64,
     /// Allocations outside torch charged to the pool (vLLM).
     pub non_torch: u64,
-    /// CUDA-graph memory subtracted from the pool (vLLM ≥ 0.21).
+    /// CUDA-graph memory subtracted from the pool (vLLM ≥ 0.20).
     pub cuda_graphs: u64,
     /// The V2 model runner's persistent sampler state, charged from 0.27
     /// ([`vllm_v2_sampler_state_bytes`]; absent elsewhere).
@@ -895,7 +896,7 @@ pub fn vllm_memory_account(
             (false, false) => {
                 "derived: requested, weights, activation peak (V1 model runner), KV cell; fitted on the start-up log \
              corpus: non-torch memory (TP 1 and TP > 1) and CUDA-graph memory per layer per capture size \
-             (subtracted from 0.21)"
+             (subtracted from 0.20)"
             }
             (true, false) if mb.cudagraph_estimate => {
                 "derived: requested, weights, activation peak (V2 model runner), KV cell; fitted on the start-up log \
@@ -915,7 +916,7 @@ pub fn vllm_memory_account(
             (false, true) => {
                 "derived: requested, weights, activation peak (V1 model runner), KV cell; fitted on the start-up \
              log corpus: non-torch memory (TP 1 and TP > 1), CUDA-graph memory per layer per capture size \
-             (subtracted from 0.21), and what 0.27's free-memory accounting adds per byte of weights on a \
+             (subtracted from 0.20), and what 0.27's free-memory accounting adds per byte of weights on a \
              Windows/WSL2 (WDDM) host"
             }
         };
@@ -942,16 +943,18 @@ pub fn sglang_memory_account(
     model: &ModelCard,
     gpu: &GpuCard,
     dep: &Deployment,
-    version: Version,
     mfs: f64,
 ) -> MemoryAccount {
     let total = gpu.memory_bytes;
     let ctx = (SGLANG_CONTEXT_MIB * MIB as f64) as u64;
     let weights = model.weight_bytes_per_gpu(dep.tensor_parallel_size, dep.linear_weight_bytes);
     let requested = (total as f64 * mfs) as u64;
-    // 0.5.x: rest = (total − ctx) × mfs − weights, i.e. the context charged at mfs;
-    // 0.4.x: rest = total × mfs − ctx − weights, the context charged in full.
-    let context = if version >= Version::new(0, 5, 0) { (ctx as f64 * mfs) as u64 } else { ctx };
+    // rest = (total − ctx) × mfs − weights, i.e. the context charged at mfs, in every modelled
+    // release: "memory before" is the free memory once the context (and NCCL) exist, in 0.4.10
+    // (`init_torch_distributed`'s `min_per_gpu_memory`, passed to `profile_max_num_token`) as in
+    // 0.5.x (`pre_model_load_memory`). Until 2026-12-06 0.4.x charged it in full (about 0.2 GiB
+    // less pool on an H100).
+    let context = (ctx as f64 * mfs) as u64;
     let kv = requested.saturating_sub(weights + context);
     MemoryAccount {
         total,

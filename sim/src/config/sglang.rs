@@ -331,13 +331,16 @@ pub(super) fn resolve_sglang(
             ));
         }
     }
-    let (max_total_tokens, sizing) = if let Some(t) = f.max_total_num_tokens {
+    // The pool, and the pool as profiled before `--max-total-tokens` bounds it.
+    let (max_total_tokens, profiled_tokens, sizing) = if let Some(t) = f.max_total_num_tokens {
         if t < u64::from(page_size) * 2 {
             return Err(ConfigError::new("engine.max_total_num_tokens", format!("{t} tokens is too small a pool")));
         }
         check_pinned_pool("engine.max_total_num_tokens", t, cell, model, gpu, dep)?;
+        let t = t / u64::from(page_size) * u64::from(page_size);
         (
-            t / u64::from(page_size) * u64::from(page_size),
+            t,
+            t,
             KvSizing { source: "max_total_num_tokens", kv_bytes_per_token: cell, memory: None, bound_given: None },
         )
     } else {
@@ -381,7 +384,7 @@ pub(super) fn resolve_sglang(
                 ),
             ));
         }
-        let acct = sglang_memory_account(model, gpu, dep, version, mfs);
+        let acct = sglang_memory_account(model, gpu, dep, mfs);
         let tokens = acct.kv / cell / u64::from(page_size) * u64::from(page_size);
         if tokens < u64::from(page_size) * 2 {
             return Err(ConfigError::new(
@@ -404,6 +407,7 @@ pub(super) fn resolve_sglang(
         };
         (
             pool,
+            tokens,
             KvSizing {
                 source,
                 kv_bytes_per_token: cell,
@@ -412,8 +416,14 @@ pub(super) fn resolve_sglang(
             },
         )
     };
-    // `max_running_requests = min(max_total // 2, clamp(max_total / context_len * 512, 2048, 4096))`.
-    let pool_reqs = ((max_total_tokens as f64 / f64::from(context_length) * 512.0) as u64).clamp(2048, 4096);
+    // `max_running_requests = min(max_total // 2, clamp(tokens / context_len * 512, 2048, 4096))`,
+    // the request pool estimated, through 0.5.9, from the pool as profiled, before
+    // `--max-total-tokens` bounds it (`init_memory_pool`: `max_num_reqs` is set right after
+    // `profile_max_num_token`, the bound applied after it; read in the 0.4.10, 0.5.3, 0.5.6–0.5.9
+    // wheels), and from 0.5.10 from the bounded pool (`_resolve_memory_pool_config` calls
+    // `_resolve_max_num_reqs` after `_resolve_token_capacity`).
+    let estimated_from = if version >= SGLANG_REQUEST_POOL_FROM_BOUNDED_POOL { max_total_tokens } else { profiled_tokens };
+    let pool_reqs = ((estimated_from as f64 / f64::from(context_length) * 512.0) as u64).clamp(2048, 4096);
     let default_running = (max_total_tokens / 2).min(pool_reqs).max(1) as u32;
     let given = f.max_running_requests.map(|g| positive("engine.max_running_requests", g)).transpose()?;
     // A given `--max-running-requests` sizes the request pool as it is before 0.5.10; from
@@ -482,6 +492,10 @@ pub const SGLANG_SM100_TRTLLM_MHA: Version = Version::new(0, 5, 7);
 /// estimate (`clamp(tokens / context_len × 512, 2048, 4096)`, `_resolve_max_num_reqs`): 0.5.9
 /// takes it as given, 0.5.10 caps it.
 pub const SGLANG_CAPS_GIVEN_RUNNING_AT_ESTIMATE: Version = Version::new(0, 5, 10);
+
+/// From this release SGLang estimates its request pool from the token pool after
+/// `--max-total-tokens` bounds it; before, from the pool as profiled (see `resolve`).
+pub const SGLANG_REQUEST_POOL_FROM_BOUNDED_POOL: Version = Version::new(0, 5, 10);
 
 /// The first SGLang release that caps a given `--max-running-requests` at half the token pool
 /// instead (`min(requested_per_worker, token_capacity // 2)`): 0.5.13 the estimate, 0.5.14 this.

@@ -415,9 +415,14 @@ pub const VLLM_SM100_SPLIT_GRAPHS: Version = Version::new(0, 34, 0);
 /// dense models servesim carries (FlashAttention asks more only for head sizes 256 and 512).
 pub const VLLM_DEFAULT_BLOCK_64: Version = Version::new(0, 34, 0);
 
-/// The first vLLM release whose defaulted `max_num_seqs` and budget follow each other
-/// (`_set_default_max_num_seqs_and_batched_tokens_args`, read in 0.20.0–0.33.0).
-pub const VLLM_DEFAULT_SEQS_FOLLOW_BUDGET: Version = Version::new(0, 20, 0);
+/// The first vLLM release whose defaulted budget is capped at `max_num_seqs × max_model_len`
+/// (`_set_default_args`, 0.11.1 `engine/arg_utils.py:2023`; then
+/// `_set_default_max_num_seqs_and_batched_tokens_args`, read in 0.12.0–0.33.0). A defaulted
+/// `max_num_seqs` follows the budget in every modelled release (0.11.0 `_set_default_args`:
+/// `min(default_max_num_seqs[usage_context], self.max_num_batched_tokens or sys.maxsize)`).
+/// servesim had both from 0.20.0 until 2026-12-06 (the defaults audit: a budget of 512 given
+/// alone was refused on 0.11–0.19, which run 512 sequences).
+pub const VLLM_DEFAULT_SEQS_FOLLOW_BUDGET: Version = Version::new(0, 11, 1);
 
 /// The first vLLM release whose `--no-enable-chunked-prefill` is modelled: from 0.12.0 a waiting
 /// prompt longer than the step's remaining budget ends the waiting walk (`break`, read in the
@@ -797,18 +802,18 @@ pub(super) fn resolve_vllm(
             max_num_batched_tokens = max_num_batched_tokens.max(max_model_len);
         }
     }
-    // `_set_default_max_num_seqs_and_batched_tokens_args` (read in the 0.20.0–0.33.0 wheels): a
-    // defaulted budget is capped at `max_num_seqs × max_model_len`, then a defaulted
-    // `max_num_seqs` at the budget (a budget of 512 given runs 512 sequences, where servesim
-    // refused it until 2026-12-05); only two values given explicitly meet the check below.
-    if version >= VLLM_DEFAULT_SEQS_FOLLOW_BUDGET {
-        if f.max_num_batched_tokens.is_none() {
-            max_num_batched_tokens =
-                u64::from(max_num_batched_tokens).min(u64::from(max_num_seqs) * u64::from(max_model_len)).max(1) as u32;
-        }
-        if f.max_num_seqs.is_none() {
-            max_num_seqs = max_num_seqs.min(max_num_batched_tokens);
-        }
+    // `_set_default_max_num_seqs_and_batched_tokens_args` (read in the 0.11.1–0.33.0 wheels): a
+    // defaulted budget is capped at `max_num_seqs × max_model_len` from 0.11.1, then a
+    // defaulted `max_num_seqs` at the budget in every release (0.11.0's `_set_default_args`
+    // too: a budget of 512 given runs 512 sequences, where servesim refused it until
+    // 2026-12-05 from 0.20 and 2026-12-06 before); only two values given explicitly meet the
+    // check below.
+    if version >= VLLM_DEFAULT_SEQS_FOLLOW_BUDGET && f.max_num_batched_tokens.is_none() {
+        max_num_batched_tokens =
+            u64::from(max_num_batched_tokens).min(u64::from(max_num_seqs) * u64::from(max_model_len)).max(1) as u32;
+    }
+    if f.max_num_seqs.is_none() {
+        max_num_seqs = max_num_seqs.min(max_num_batched_tokens);
     }
     // `SchedulerConfig.verify_max_model_len` (0.33.0 `config/scheduler.py:318`; 0.12.0–0.32.0 alike).
     if !chunked_prefill && max_num_batched_tokens < max_model_len {
@@ -826,13 +831,7 @@ pub(super) fn resolve_vllm(
         return Err(ConfigError::new(
             "engine.max_num_batched_tokens",
             format!(
-                "vLLM requires max_num_batched_tokens ({max_num_batched_tokens}) >= max_num_seqs ({max_num_seqs}{})",
-                match (f.max_num_seqs.is_none(), version >= VLLM_DEFAULT_SEQS_FOLLOW_BUDGET) {
-                    (true, false) => format!(
-                        ", vLLM {version}'s default here; from {VLLM_DEFAULT_SEQS_FOLLOW_BUDGET} a defaulted max_num_seqs follows the budget: give max_num_seqs"
-                    ),
-                    _ => String::new(),
-                }
+                "vLLM requires max_num_batched_tokens ({max_num_batched_tokens}) >= max_num_seqs ({max_num_seqs})"
             ),
         ));
     }
