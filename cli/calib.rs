@@ -209,6 +209,7 @@ fn connect(server: &ServerArgs, engine: &Option<String>, dir: PathBuf) -> Result
         endpoint: server.endpoint.clone(),
         progress: Some(progress()),
         probe_prefix: None,
+        record: None,
     })
 }
 
@@ -255,17 +256,96 @@ pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode, String> {
         speed_reference: !a.no_speed_reference,
         step_log,
     };
+    // The run record, beside the profile: written now that the server is known (what it said of
+    // itself, its `/metrics`, the command and the settings), again after each probe, and at the
+    // end (`live::manifest::CalibrationRecord`); an error writing it stops the run before any load.
+    let record_path = live::manifest::calibration_record_path(&a.out);
+    let settings = json!({
+        "max_probe_concurrency": opts.max_probe_concurrency,
+        "warmup_s": opts.warmup_s,
+        "repeat": opts.repeat,
+        "max_evals": opts.max_evals,
+        "speed_reference": opts.speed_reference,
+        "hardware": a.derive.hardware,
+        "model_card": a.derive.model_card,
+        "sets": a.derive.sets,
+    });
+    let command: Vec<String> = std::env::args().collect();
+    let mut record = live::manifest::CalibrationRecord::new(
+        record_path.clone(),
+        &m.info,
+        &a.server.endpoint,
+        &command,
+        settings,
+        m.metrics_now().as_ref(),
+    );
+    for (role, p) in [("server_log", &a.derive.server_log), ("step_log", &a.step_log)] {
+        if let Some(p) = p {
+            record.add_file(role, p);
+        }
+    }
+    record.write().map_err(|e| format!("--out {}: the run record beside it: {e}", a.out.display()))?;
+    m.record = Some(record);
+    // Ends the record as the run ended (its write error said, the run's own outcome kept).
+    let end = |m: &mut LiveMeasure, status: &str, profile: Option<Value>, out: Option<&Path>| {
+        let after = m.metrics_now();
+        if let Some(r) = m.record.as_mut() {
+            if let Some(o) = out {
+                r.add_file("profile", o);
+            }
+            r.set_metrics_after(after.as_ref());
+            r.finish(status, profile);
+            if let Err(e) = r.write() {
+                eprintln!("warning: the run record was not completed: {e}");
+            }
+        }
+    };
     let profile = match procedure::calibrate(&mut m, &scenario, &opts) {
         Ok(p) => p,
-        Err(e) if is_interrupted(&e) => return Ok(interrupted("calibrate", &m.dir, "no profile was written")),
-        Err(e) => return Err(e.to_string()),
+        Err(e) if is_interrupted(&e) => {
+            end(&mut m, "interrupted", None, None);
+            return Ok(interrupted(
+                "calibrate",
+                &m.dir,
+                &format!("no profile was written; the run record is {}", record_path.display()),
+            ));
+        }
+        Err(e) => {
+            end(&mut m, &format!("failed: {e}"), None, None);
+            return Err(e.to_string());
+        }
     };
-    write_profile(&a.out, &profile)?;
+    let profile = with_zero_intervals(profile);
+    if let Err(e) = write_profile(&a.out, &profile, Some(&record_path)) {
+        end(&mut m, &format!("failed: {e}"), None, None);
+        return Err(e);
+    }
+    let said = json!({
+        "path": a.out.display().to_string(),
+        "source": profile.source,
+        "coefficients": profile.coefficients,
+        "coefficient_sources": profile.coefficient_sources,
+    });
+    end(&mut m, "completed", Some(said), Some(&a.out));
     print!("{}", profile_summary(&profile));
+    println!("Run record: {}", record_path.display());
     Ok(ExitCode::SUCCESS)
 }
 
-fn write_profile(path: &Path, profile: &Profile) -> Result<(), String> {
+/// The profile with an honest interval for each coefficient fitted to exactly 0
+/// (`calib::uncertainty::ProfileUncertainty::bound_zero_coefficients`: its log-space interval is
+/// [0, 0] however weakly the data determine it).
+fn with_zero_intervals(mut profile: Profile) -> Profile {
+    let values = profile.values();
+    if let Some(u) = profile.uncertainty.take() {
+        profile.uncertainty = Some(u.bound_zero_coefficients(&values, &profile.prior));
+    }
+    profile
+}
+
+/// Writes the profile; `record`, the run record of the calibration that fitted it, is named in
+/// it (`run_record`: the record's file name, beside the profile).
+fn write_profile(path: &Path, profile: &Profile, record: Option<&Path>) -> Result<(), String> {
     // A profile that a scenario would refuse is an error here, not at the next `check`.
     let mut c = sim::cost::CostCoefficients::default();
     for (name, v) in profile.coefficients.iter() {
@@ -292,7 +372,12 @@ fn write_profile(path: &Path, profile: &Profile) -> Result<(), String> {
     if let Some(d) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(d).map_err(|e| format!("--out {}: {e}", path.display()))?;
     }
-    std::fs::write(path, serde_json::to_string_pretty(profile).expect("json"))
+    let mut v = serde_json::to_value(profile).expect("json");
+    if let (Some(r), Some(o)) = (record, v.as_object_mut()) {
+        let name = r.file_name().map_or_else(|| r.display().to_string(), |n| n.to_string_lossy().into_owned());
+        o.insert("run_record".into(), name.into());
+    }
+    std::fs::write(path, serde_json::to_string_pretty(&v).expect("json"))
         .map_err(|e| format!("--out {}: {e}", path.display()))
 }
 
@@ -318,7 +403,9 @@ pub fn profile_summary(p: &Profile) -> String {
         let _ =
             writeln!(s, "90% intervals of the coefficients ({how}; the method in the profile's uncertainty block):");
         for (k, i) in &u.intervals {
-            let _ = writeln!(s, "  {k:<22} {:>12.4} – {:<12.4} µs", i.p05, i.p95);
+            let zero =
+                if u.at_zero_sigma_us.contains_key(k) { "  (fitted to 0: one-sided, from its prior's σ)" } else { "" };
+            let _ = writeln!(s, "  {k:<22} {:>12.4} – {:<12.4} µs{zero}", i.p05, i.p95);
         }
     }
     if let Some(ids) = &p.identifiability {
@@ -467,21 +554,32 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
             let generated = sim::workload::generate(&spec.workload);
             let (scenario_in, scenario_out) = generated.mean_lengths();
             let [measured_in, measured_out] = r.mean_lengths(generated.requests.len() as u64);
+            // The totals are exact: the room is for the two runs' length draws and a few tokens a
+            // request (`calib::traps::mean_length_tolerance`; 25% until 2026-12-06).
+            let lens =
+                |f: fn(&sim::request::RequestSpec) -> u32| generated.requests.iter().map(f).collect::<Vec<u32>>();
+            let allowed = |t: f64| {
+                format!("{:.1}% allowed for the two runs' length draws and a few tokens a request", (t - 1.0) * 100.0)
+            };
             if let Some((measured, by)) = measured_in {
-                if scenario_in > 0.0 && (measured / scenario_in).ln().abs() > calib::traps::LENGTH_TOLERANCE.ln() {
+                let tol = calib::traps::mean_length_tolerance(&lens(|r| r.prompt_len));
+                if scenario_in > 0.0 && (measured / scenario_in).ln().abs() > tol.ln() {
                     return Err(format!(
-                        "{}#{k}: total_input_tokens: the result's prompts average {measured:.0} tokens ({by}), the scenario's {scenario_in:.0}: the scenario is not the measured run; give its prompt lengths (--set workload.random_input_len=N, or a trace of the run's requests)",
-                        f.display()
+                        "{}#{k}: total_input_tokens: the result's prompts average {measured:.0} tokens ({by}), the scenario's {scenario_in:.0} ({}): the scenario is not the measured run, and a fit would take the difference for the engine's speed; give its prompt lengths (--set workload.random_input_len=N, or a trace of the run's requests)",
+                        f.display(),
+                        allowed(tol)
                     ));
                 }
             }
             // The same for the outputs: decode steps and TPOT move with them (a 64-token run
             // fitted against 512-token outputs took the difference for a 3.3× step cost).
             if let Some((measured, by)) = measured_out {
-                if scenario_out > 0.0 && (measured / scenario_out).ln().abs() > calib::traps::LENGTH_TOLERANCE.ln() {
+                let tol = calib::traps::mean_length_tolerance(&lens(|r| r.output_len));
+                if scenario_out > 0.0 && (measured / scenario_out).ln().abs() > tol.ln() {
                     return Err(format!(
-                        "{}#{k}: total_output_tokens: the result's outputs average {measured:.0} tokens ({by}), the scenario's {scenario_out:.0}: the scenario is not the measured run; give its output lengths (--set workload.random_output_len=N; where EOS ended them and the modelled client lets it, ignore_eos false with an output_len_dist)",
-                        f.display()
+                        "{}#{k}: total_output_tokens: the result's outputs average {measured:.0} tokens ({by}), the scenario's {scenario_out:.0} ({}): the scenario is not the measured run; give its output lengths (--set workload.random_output_len=N; where EOS ended them and the modelled client lets it, ignore_eos false with an output_len_dist)",
+                        f.display(),
+                        allowed(tol)
                     ));
                 }
             }
@@ -541,7 +639,8 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
     .map_err(|e| e.to_string())?;
     let mut profile = profile;
     profile.traps.get_or_insert_with(Vec::new).extend(set_aside);
-    write_profile(&a.out, &profile)?;
+    let profile = with_zero_intervals(profile);
+    write_profile(&a.out, &profile, None)?;
     print!("{}", profile_summary(&profile));
     Ok(ExitCode::SUCCESS)
 }
@@ -748,6 +847,15 @@ pub fn check(a: CheckArgs) -> Result<ExitCode, String> {
         }
         Ok(load::resolve(&raw)?.1)
     };
+    // What the server says of itself against the scenario the predictions run (the audit of
+    // 2026-12-06: a server at another running cap was judged without a word, its mismatch blamed
+    // on the speed reference): another engine, model or GPU is an error before anything is
+    // measured; a setting the numbers move with, a warning naming both values, and in the report.
+    let server_differs = match point(&wl_json) {
+        Ok(spec) => server_differences(&m.info, &spec, a.workload.scenario.as_deref())?,
+        // The same scenario fails the check's first point, with its own error.
+        Err(_) => Vec::new(),
+    };
     let opts = CheckOptions {
         concurrency: conc.clone(),
         num_prompts_per_point: per_point,
@@ -765,11 +873,12 @@ pub fn check(a: CheckArgs) -> Result<ExitCode, String> {
         // against the same server must not meet the first one's prompts in its prefix cache.
         prompt_salt: invocation_salt(),
     };
-    let (report, measured, predicted) = match procedure::check(&mut m, &point, &derived, &opts) {
+    let (mut report, measured, predicted) = match procedure::check(&mut m, &point, &derived, &opts) {
         Ok(r) => r,
         Err(e) if is_interrupted(&e) => return Ok(interrupted("check", &m.dir, "no verdict was reached")),
         Err(e) => return Err(e.to_string()),
     };
+    report.server_differs = server_differs;
     if let Some(path) = &a.plot {
         fn line<P: Metrics>(conc: &[u32], pts: &[P], label: &str, dashed: bool) -> crate::plot::Series {
             crate::plot::Series {
@@ -804,6 +913,39 @@ pub fn check(a: CheckArgs) -> Result<ExitCode, String> {
     Ok(if report.verdict.pass { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
+/// Where the server `info` contradicts the scenario `spec` of the predictions
+/// (`calib::server_info::differences`): an error listing every difference where one makes the
+/// prediction another deployment's (engine, model, GPU); otherwise each difference said on
+/// stderr, and returned for the report.
+fn server_differences(
+    info: &ServerInfo,
+    spec: &SimSpec,
+    scenario: Option<&Path>,
+) -> Result<Vec<calib::server_info::SetupDifference>, String> {
+    use calib::server_info::Severity;
+    let d = calib::server_info::differences(info, spec);
+    let what = match scenario {
+        Some(p) => format!("--scenario {}", p.display()),
+        None => "the scenario derived from it (with --set)".to_string(),
+    };
+    if d.iter().any(|x| x.severity == Severity::Error) {
+        let list: Vec<String> = d.iter().map(ToString::to_string).collect();
+        return Err(format!(
+            "the server at {} is not the deployment {what} predicts ({}): a check against it would judge that difference, not the model; give the scenario of this server{}",
+            info.base_url,
+            list.join("; "),
+            if scenario.is_some() { " (or leave --scenario out to derive it from the server)" } else { "" }
+        ));
+    }
+    for x in &d {
+        eprintln!(
+            "warning: the server at {} differs from {what}: {x}; every prediction of this check carries that difference",
+            info.base_url
+        );
+    }
+    Ok(d)
+}
+
 fn opt_json<T: serde::Serialize>(v: &Option<T>) -> String {
     serde_json::to_string(v).unwrap_or_default()
 }
@@ -819,6 +961,13 @@ pub fn check_text(r: &CheckReport) -> String {
         r.model.as_deref().unwrap_or("model unknown"),
         r.kv_capacity_tokens.map_or_else(|| "unknown".to_string(), |t| t.to_string())
     );
+    // Said before any number: a server that is not what the predictions assume.
+    if !r.server_differs.is_empty() {
+        let _ = writeln!(s, "The server differs from the scenario of the predictions (every error below carries it):");
+        for d in &r.server_differs {
+            let _ = writeln!(s, "  {d}");
+        }
+    }
     // The spread column is there with repeats only (`--repeat`: (max − min) / mean of the runs).
     let repeats = r.points.iter().any(|p| p.measured_spread.is_some());
     let _ = writeln!(
@@ -911,6 +1060,9 @@ pub fn check_text(r: &CheckReport) -> String {
                  was not at one speed, and errors of that size may be the machine's as much as the model's.",
                 100.0 * sr.tolerance
             );
+            if !r.server_differs.is_empty() {
+                let _ = writeln!(s, "  The server also differs from the scenario (above): that moves the speed too.");
+            }
         }
     }
     if let Some(c) = &r.verdict.interval_coverage {

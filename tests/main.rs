@@ -15,6 +15,7 @@ mod golden;
 mod held_out;
 mod intervals;
 mod live_faults;
+mod live_records;
 mod moe_refusals;
 mod no_silent_wrong_answer;
 mod notebooks;

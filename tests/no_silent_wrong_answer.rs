@@ -1295,6 +1295,13 @@ fn live_loop_inputs_that_cannot_hold_are_refused() {
             format!("{{{metrics}, \"num_prompts\": 24, \"total_input_tokens\": 24576, \"total_output_tokens\": 768}}"),
             "the result's prompts average 1024 tokens (total_input_tokens ÷ num_prompts), the scenario's 256",
         ),
+        // 17% longer: under the 25% that passed silently until 2026-12-06; the totals are exact,
+        // and fixed 256-token prompts leave room for 32 tokens a request (12.5%), no more.
+        (
+            "slightly-long-prompts.json",
+            format!("{{{metrics}, \"num_prompts\": 24, \"completed\": 24, \"total_input_tokens\": 7200}}"),
+            "the result's prompts average 300 tokens (total_input_tokens ÷ completed), the scenario's 256 (12.5% allowed",
+        ),
         (
             "long-outputs-no-count.json",
             format!("{{{metrics}, \"total_output_tokens\": 20480}}"),
@@ -1313,6 +1320,15 @@ fn live_loop_inputs_that_cannot_hold_are_refused() {
         assert!(err.contains(needle), "{name}: {err}");
         assert!(!out.exists(), "{name}: no profile written");
     }
+    // Within the room (a BOS or a chat template's tokens a request): fitted.
+    let f = write_temp(
+        "near-prompts.json",
+        &format!("{{{metrics}, \"num_prompts\": 24, \"completed\": 24, \"total_input_tokens\": 6600, \"total_output_tokens\": 768}}"),
+    );
+    let (c, _, err) =
+        run(&["calibrate", "--from-results", f.to_str().unwrap(), "--scenario", s, "--out", out.to_str().unwrap()]);
+    assert_eq!(c, 0, "{err}");
+    std::fs::remove_file(&out).unwrap();
     // A load the scenario refuses names the point that gave it (a burstiness whose gamma gaps
     // underflow at its rate); one no run can have is the result file's field.
     let f = write_temp(

@@ -46,6 +46,11 @@ pub struct CheckReport {
     pub verdict: Verdict,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub repeats: Option<u32>,
+    /// Where what the server says of itself contradicts the scenario the predictions ran
+    /// (`server_info::differences`: warnings only, an error stops the check before it measures):
+    /// part of every error below, said before the verdict. Absent where they agree.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub server_differs: Vec<crate::server_info::SetupDifference>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -292,6 +297,7 @@ pub fn judge(
             interval_coverage: None,
         },
         repeats: None,
+        server_differs: Vec::new(),
     }
 }
 

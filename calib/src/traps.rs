@@ -551,6 +551,50 @@ pub const TAIL_RATIO: f64 = 4.0;
 /// 1.25 lies between, with room on both sides.
 pub const LENGTH_TOLERANCE: f64 = 1.25;
 
+/// How far a result file's exact mean length (`total_input_tokens` or `total_output_tokens`
+/// over its requests) may lie from the scenario's before the scenario is refused as not the
+/// measured run, as a ratio above 1; `lengths` are the scenario's requests' lengths.
+///
+/// The totals are exact, so the room is only for what a right scenario still differs by:
+/// * the two runs' length draws, when the lengths are random (the measured run drew its own:
+///   `vllm bench serve` with numpy, servesim with its own streams): two means of `n` draws
+///   from one distribution differ by a standard deviation of `sd · √(2 / n)`; allowed
+///   [`LENGTH_DRAW_Z`] of them;
+/// * a few tokens a request that the client counts and the scenario does not (a BOS token,
+///   a chat template's ~30 tokens where the client counts the server's `usage`; re-tokenised
+///   output text): [`LENGTH_SLACK_TOKENS`] a request;
+/// * and [`LENGTH_SLACK`] of the mean.
+///
+/// Whichever is largest, and never more than [`LENGTH_TOLERANCE`] (refused above it before
+/// 2026-12-06, when any difference under 25% passed silently: a result whose prompts were 15%
+/// longer than the scenario's had its prefill fitted about 15% slow).
+pub fn mean_length_tolerance(lengths: &[u32]) -> f64 {
+    let n = lengths.len();
+    if n == 0 {
+        return LENGTH_TOLERANCE;
+    }
+    let nf = n as f64;
+    let mean = lengths.iter().map(|&l| f64::from(l)).sum::<f64>() / nf;
+    if mean <= 0.0 {
+        return LENGTH_TOLERANCE;
+    }
+    let var =
+        if n > 1 { lengths.iter().map(|&l| (f64::from(l) - mean).powi(2)).sum::<f64>() / (nf - 1.0) } else { 0.0 };
+    let draws = LENGTH_DRAW_Z * (var * 2.0 / nf).sqrt();
+    let room = draws.max(LENGTH_SLACK_TOKENS).max(LENGTH_SLACK * mean);
+    (1.0 + room / mean).min(LENGTH_TOLERANCE)
+}
+
+/// z of two runs' mean lengths' difference allowed by [`mean_length_tolerance`] (4: one in
+/// about 16,000 right scenarios refused).
+pub const LENGTH_DRAW_Z: f64 = 4.0;
+
+/// Tokens a request that a client may count beyond the scenario's ([`mean_length_tolerance`]).
+pub const LENGTH_SLACK_TOKENS: f64 = 32.0;
+
+/// The share of the mean always allowed by [`mean_length_tolerance`].
+pub const LENGTH_SLACK: f64 = 0.03;
+
 /// z of the values' own noise the length ratio must also exceed (the ratio rests on three
 /// measured values, each rounded or noisy: `crate::fit::published_noise`).
 pub const LENGTH_Z: f64 = 3.0;
@@ -605,4 +649,38 @@ pub fn flag_lengths(points: &mut [FitPoint], prior: &sim::cost::CostModel) -> Ve
         }
     }
     traps
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fixed_lengths_get_the_slack_and_random_ones_their_draws() {
+        // 1,024 tokens each: 32 tokens (3.1%) beat 3% (30.7).
+        let fixed = vec![1024u32; 500];
+        assert!((mean_length_tolerance(&fixed) - (1.0 + 32.0 / 1024.0)).abs() < 1e-12);
+        // 4,096 each: 3% (122.9 tokens) beats 32.
+        assert!((mean_length_tolerance(&vec![4096u32; 10]) - 1.03).abs() < 1e-12);
+        // Uniform over [512, 1536] (sd about 296), 100 prompts: 4·296·√(2/100) ≈ 167 tokens,
+        // about 16% of the mean: the draws decide.
+        let spread: Vec<u32> = (0..100).map(|i| 512 + (i * 1024 / 99) as u32).collect();
+        let t = mean_length_tolerance(&spread);
+        let m = spread.iter().map(|&l| f64::from(l)).sum::<f64>() / 100.0;
+        let sd = (spread.iter().map(|&l| (f64::from(l) - m).powi(2)).sum::<f64>() / 99.0).sqrt();
+        assert!((t - (1.0 + 4.0 * sd * (0.02f64).sqrt() / m)).abs() < 1e-9, "{t}");
+        assert!(t > 1.15 && t < 1.17, "{t}");
+        // The same spread over 10,000 prompts: 17 tokens of draws, so the 32 tokens decide.
+        let many: Vec<u32> = (0..10_000).map(|i| spread[i % 100]).collect();
+        assert!((mean_length_tolerance(&many) - (1.0 + 32.0 / m)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_tolerance_never_exceeds_the_old_bound() {
+        // Two wildly different prompts, or 64-token ones (32 tokens is 50%): capped at 25%.
+        assert_eq!(mean_length_tolerance(&[10, 5000]), LENGTH_TOLERANCE);
+        assert_eq!(mean_length_tolerance(&[64; 20]), LENGTH_TOLERANCE);
+        assert_eq!(mean_length_tolerance(&[]), LENGTH_TOLERANCE);
+        assert_eq!(mean_length_tolerance(&[0, 0]), LENGTH_TOLERANCE);
+    }
 }

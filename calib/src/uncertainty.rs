@@ -95,7 +95,19 @@ pub struct ProfileUncertainty {
     pub model_error_p90: Option<std::collections::BTreeMap<String, f64>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_error_source: Option<String>,
+    /// The coefficients fitted to exactly 0 (on their bound), where a log-space interval is
+    /// `[0, 0]`: each one's σ in linear space (µs), which its interval and its samples use
+    /// instead ([`ProfileUncertainty::bound_zero_coefficients`], [`AT_ZERO_METHOD`]).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub at_zero_sigma_us: std::collections::BTreeMap<String, f64>,
+    /// How those intervals were made (set with `at_zero_sigma_us`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_zero_method: Option<String>,
 }
+
+/// How a coefficient fitted to exactly 0 gets its interval and its samples
+/// ([`ProfileUncertainty::bound_zero_coefficients`]).
+pub const AT_ZERO_METHOD: &str = "a coefficient fitted to exactly 0 sits on its bound, where value × exp(±1.645 σ_ln) is [0, 0] however weakly the data determine it: it gets a half-normal from 0 in linear space, σ_lin = prior value × σ_ln (the log σ at the fit, which at 0 the data do not narrow: the prior's, taken to linear space at the prior's value, the delta method); its interval is one-sided, [0, 1.645 σ_lin] (90% of a half-normal lies below 1.645 σ); a prediction's samples take σ_lin × |x / σ_ln| from the same draw x of the log covariance";
 
 impl ProfileUncertainty {
     /// The block for coefficients `values` (µs, [`COEFFICIENT_NAMES`] order) and a log covariance.
@@ -118,7 +130,35 @@ impl ProfileUncertainty {
             ensemble_method: None,
             model_error_p90: None,
             model_error_source: None,
+            at_zero_sigma_us: std::collections::BTreeMap::new(),
+            at_zero_method: None,
         }
+    }
+
+    /// The block with an honest interval for each coefficient fitted to exactly 0 ([`AT_ZERO_METHOD`]):
+    /// `values` are the fitted coefficients (µs, [`COEFFICIENT_NAMES`] order, as for
+    /// [`ProfileUncertainty::new`]), `prior` the coefficients the fit started from. A coefficient at
+    /// 0 whose prior is 0 too, or whose log σ is 0, keeps `[0, 0]`: nothing says it moves. A block
+    /// sampled from an ensemble is left as it is (its members are the samples).
+    pub fn bound_zero_coefficients(mut self, values: &[f64], prior: &CostCoefficients) -> ProfileUncertainty {
+        if !self.ensemble.is_empty() || self.log_covariance.is_empty() {
+            return self;
+        }
+        for (i, name) in self.coefficients.iter().enumerate() {
+            let Some(k) = COEFFICIENT_NAMES.iter().position(|n| n == name) else { continue };
+            let sd_ln = self.log_covariance[i][i].max(0.0).sqrt();
+            let Some(p) = prior.get(name).filter(|p| p.is_finite() && *p > 0.0) else { continue };
+            if values.get(k) != Some(&0.0) || sd_ln == 0.0 {
+                continue;
+            }
+            let sigma = p * sd_ln;
+            self.at_zero_sigma_us.insert(name.clone(), sigma);
+            self.intervals.insert(name.clone(), Interval { p05: 0.0, p95: 1.645 * sigma });
+        }
+        if !self.at_zero_sigma_us.is_empty() {
+            self.at_zero_method = Some(AT_ZERO_METHOD.to_string());
+        }
+        self
     }
 
     /// With an ensemble (µs per member): the coefficient intervals become the members' 5th–95th percentiles.
@@ -241,6 +281,20 @@ impl ProfileUncertainty {
                 ));
             }
         }
+        for (name, &s) in &self.at_zero_sigma_us {
+            if !self.coefficients.contains(name) {
+                return Err(format!(
+                    "uncertainty.at_zero_sigma_us.{name}: not one of uncertainty.coefficients ({})",
+                    self.coefficients.join(", ")
+                ));
+            }
+            if !(s.is_finite() && (0.0..=sim::config::MAX_COEFFICIENT_US).contains(&s)) {
+                return Err(format!(
+                    "uncertainty.at_zero_sigma_us.{name}: expected a finite σ from 0 to {} µs, got {s}",
+                    sim::config::MAX_COEFFICIENT_US
+                ));
+            }
+        }
         for (key, &e) in self.model_error_p90.iter().flatten() {
             if !(FAMILIES.contains(&key.as_str()) || Metric::parse(key).is_some()) {
                 return Err(format!(
@@ -294,8 +348,13 @@ impl ProfileUncertainty {
                 let x = &l * z;
                 let mut c = CostCoefficients::default();
                 for (i, name) in self.coefficients.iter().enumerate() {
-                    if let Some(v) = center.get(name) {
-                        c.set(name, v * x[i].exp());
+                    let Some(v) = center.get(name) else { continue };
+                    // A coefficient at 0 on its bound: half-normal in linear space, from the same
+                    // draw (no other coefficient's samples move).
+                    let sd_ln = self.log_covariance[i][i].max(0.0).sqrt();
+                    match self.at_zero_sigma_us.get(name) {
+                        Some(&sigma) if v == 0.0 && sd_ln > 0.0 => c.set(name, sigma * (x[i] / sd_ln).abs()),
+                        _ => c.set(name, v * x[i].exp()),
                     }
                 }
                 c
@@ -1074,6 +1133,59 @@ mod tests {
         assert_eq!(at("median_ttft_ms"), corpus_discrepancy("ttft"));
         assert_eq!(at("mean_tpot_ms"), corpus_discrepancy("tpot"));
         assert_eq!(at("output_throughput"), corpus_discrepancy("throughput"));
+    }
+
+    /// A coefficient fitted to exactly 0 got the interval [0, 0] and samples of 0 however
+    /// weakly the data determined it (the audit of 2026-12-06: `prefill_attention_us` in the
+    /// native live profiles): it gets a one-sided interval from its prior's σ in linear space,
+    /// and its samples spread over it; the other coefficients' samples do not move.
+    #[test]
+    fn a_coefficient_fitted_to_zero_gets_an_interval_and_spreads_its_samples() {
+        let k = COEFFICIENT_NAMES.iter().position(|n| *n == "prefill_attention_us").unwrap();
+        let mut cov = vec![vec![0.0; 8]; 8];
+        for (i, row) in cov.iter_mut().enumerate() {
+            row[i] = 0.04;
+        }
+        cov[k][k] = 0.72; // the prior's σ² in ln: the data say nothing of it at 0
+        let mut values = [1.0; 8];
+        values[k] = 0.0;
+        let prior = CostCoefficients { prefill_attention_us: Some(0.01), ..Default::default() };
+        let plain = ProfileUncertainty::new("test", &values, cov.clone(), 1.0);
+        assert_eq!(plain.intervals["prefill_attention_us"], Interval { p05: 0.0, p95: 0.0 }, "the gap this closes");
+        let u = plain.clone().bound_zero_coefficients(&values, &prior);
+        let sigma = 0.01 * 0.72f64.sqrt();
+        assert_eq!(u.at_zero_sigma_us.get("prefill_attention_us"), Some(&sigma));
+        assert_eq!(u.intervals["prefill_attention_us"], Interval { p05: 0.0, p95: 1.645 * sigma });
+        assert_eq!(u.at_zero_method.as_deref(), Some(AT_ZERO_METHOD));
+        // The others keep their log-space intervals.
+        assert_eq!(u.intervals["step_us"], plain.intervals["step_us"]);
+        assert!(u.check().is_ok());
+        // Sampling: the zero coefficient spreads as a half-normal of σ_lin (90% below 1.645 σ_lin),
+        // the others are drawn exactly as before.
+        let mut center = CostCoefficients::default();
+        for (n, v) in COEFFICIENT_NAMES.iter().zip(values) {
+            center.set(n, v);
+        }
+        let (a, b) = (u.sample(&center, 2000), plain.sample(&center, 2000));
+        assert!(b.iter().all(|s| s.prefill_attention_us == Some(0.0)));
+        let z: Vec<f64> = a.iter().map(|s| s.prefill_attention_us.unwrap()).collect();
+        assert!(z.iter().all(|v| *v >= 0.0));
+        let below = z.iter().filter(|v| **v <= 1.645 * sigma).count() as f64 / z.len() as f64;
+        assert!((below - 0.90).abs() < 0.03, "{below}");
+        for (x, y) in a.iter().zip(&b) {
+            assert_eq!((x.step_us, x.decode_token_us), (y.step_us, y.decode_token_us));
+        }
+        // Read back from JSON as a profile holds it, and checked.
+        let v = serde_json::json!({"uncertainty": serde_json::to_value(&u).unwrap()});
+        let back = ProfileUncertainty::from_profile_json(&v).unwrap().unwrap();
+        assert_eq!(back.at_zero_sigma_us, u.at_zero_sigma_us);
+        // A zero whose prior is 0 too stays at [0, 0]: nothing says it moves.
+        let none = plain.clone().bound_zero_coefficients(&values, &CostCoefficients::default());
+        assert!(none.at_zero_sigma_us.is_empty() && none.at_zero_method.is_none());
+        // A σ for a coefficient the block does not cover, or a negative one, is refused by name.
+        let mut bad = u.clone();
+        bad.at_zero_sigma_us.insert("prefill_attention_us".into(), -1.0);
+        assert!(bad.check().unwrap_err().contains("uncertainty.at_zero_sigma_us.prefill_attention_us"));
     }
 
     #[test]

@@ -157,10 +157,18 @@ async fn run_phase(
     role_chunk: bool,
     t0: Instant,
     writer: &Arc<Mutex<Writer>>,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
     interrupted: &mut bool,
 ) -> Vec<Outcome> {
-    let sent: Arc<Vec<std::sync::atomic::AtomicBool>> =
-        Arc::new((0..reqs.len()).map(|_| std::sync::atomic::AtomicBool::new(false)).collect());
+    // Each request's send time, in ns from `t0` plus 1, stored by its task as it is sent (0: not
+    // sent yet): a request the interruption catches in flight keeps its real send time, as
+    // `vllm bench serve`'s failed outputs keep theirs (`RequestFuncOutput.start_time`, set before
+    // the request is posted, and its `start_times` list holds every output, failed ones too:
+    // `vllm/benchmarks/lib/endpoint_request_func.py`, `async_request_openai_completions`, and
+    // `vllm/benchmarks/serve.py`, `benchmark`, read in the 0.32.0 wheel; it has no handling of an
+    // interruption and writes nothing then); it was written as 0 until 2026-12-06.
+    let sent: Arc<Vec<std::sync::atomic::AtomicU64>> =
+        Arc::new((0..reqs.len()).map(|_| std::sync::atomic::AtomicU64::new(0)).collect());
     // Each request's outcome, stored by its task in the same poll as its line is written (no
     // await between them, so an abort cannot fall between): an interruption that catches a
     // finished task before the join below has taken its result must not count it in flight
@@ -196,7 +204,7 @@ async fn run_phase(
         let done = done.clone();
         set.spawn(async move {
             let _permit = turn.await.expect("the dispatcher gives every request its turn");
-            sent[i].store(true, std::sync::atomic::Ordering::SeqCst);
+            sent[i].store(t0.elapsed().as_nanos() as u64 + 1, std::sync::atomic::Ordering::SeqCst);
             let o = client::send(&client, &target, &req, t0).await;
             writer.lock().expect("writer").write(phase, i, &spec, &o);
             done.lock().expect("outcomes")[i] = Some(o.clone());
@@ -219,8 +227,8 @@ async fn run_phase(
         }
     });
     let mut out: Vec<Option<Outcome>> = vec![None; reqs.len()];
-    let ctrl_c = tokio::signal::ctrl_c();
-    tokio::pin!(ctrl_c);
+    let stopped = stopped(stop);
+    tokio::pin!(stopped);
     loop {
         tokio::select! {
             next = set.join_next() => match next {
@@ -228,7 +236,7 @@ async fn run_phase(
                 Some(Err(_)) => {}
                 None => break,
             },
-            _ = &mut ctrl_c => {
+            _ = &mut stopped => {
                 *interrupted = true;
                 dispatcher.abort();
                 set.abort_all();
@@ -236,9 +244,9 @@ async fn run_phase(
             }
         }
     }
-    // Requests the interruption caught in flight failed, and their lines are written as the
-    // completed ones were (the result counted them failed while the file had no line for them);
-    // those never sent are not failures.
+    // Requests the interruption caught in flight failed, at the time they were sent, and their
+    // lines are written as the completed ones were (the result counted them failed while the file
+    // had no line for them); those never sent are not failures.
     let stored = std::mem::take(&mut *done.lock().unwrap_or_else(|e| e.into_inner()));
     let out: Vec<Outcome> = out
         .into_iter()
@@ -246,8 +254,14 @@ async fn run_phase(
         .enumerate()
         .map(|(i, (o, finished))| {
             o.or(finished).unwrap_or_else(|| {
-                if sent[i].load(std::sync::atomic::Ordering::SeqCst) {
-                    let o = Outcome { sent: true, error: Some(client::Failure::Aborted), ..Default::default() };
+                let at = sent[i].load(std::sync::atomic::Ordering::SeqCst);
+                if at > 0 {
+                    let o = Outcome {
+                        sent: true,
+                        start_s: (at - 1) as f64 / 1e9,
+                        error: Some(client::Failure::Aborted),
+                        ..Default::default()
+                    };
                     writer.lock().unwrap_or_else(|e| e.into_inner()).write(phase, i, &reqs[i], &o);
                     o
                 } else {
@@ -265,8 +279,32 @@ async fn run_phase(
     out
 }
 
-/// Runs the workload's phases against the server.
+/// Resolves once `stop` says so; never where its sender is gone without saying so.
+async fn stopped(stop: &mut tokio::sync::watch::Receiver<bool>) {
+    if stop.wait_for(|s| *s).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Runs the workload's phases against the server; Ctrl-C (SIGINT) interrupts it.
 pub async fn run(opts: &BenchOptions, workload: &Workload) -> BenchRun {
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let ctrl_c = tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            let _ = tx.send(true);
+        }
+    });
+    let run = run_until(opts, workload, rx).await;
+    ctrl_c.abort();
+    run
+}
+
+/// [`run`], interrupted when `stop` turns true (as Ctrl-C does) instead of on Ctrl-C.
+pub async fn run_until(
+    opts: &BenchOptions,
+    workload: &Workload,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> BenchRun {
     let client = reqwest::Client::builder().pool_max_idle_per_host(1024).build().expect("an HTTP client");
     let t0 = Instant::now();
     let writer = Arc::new(Mutex::new(Writer {
@@ -292,6 +330,7 @@ pub async fn run(opts: &BenchOptions, workload: &Workload) -> BenchRun {
             workload.role_chunk,
             t0,
             &writer,
+            &mut stop,
             &mut interrupted,
         )
         .await;
@@ -310,6 +349,7 @@ pub async fn run(opts: &BenchOptions, workload: &Workload) -> BenchRun {
             workload.role_chunk,
             t0,
             &writer,
+            &mut stop,
             &mut interrupted,
         )
         .await;
@@ -369,6 +409,7 @@ pub async fn run(opts: &BenchOptions, workload: &Workload) -> BenchRun {
             workload.role_chunk,
             bench_start,
             &writer,
+            &mut stop,
             &mut interrupted,
         )
         .await
@@ -521,6 +562,118 @@ fn gauge_stats(samples: &[(f64, f64, f64, f64)]) -> GaugeStats {
 #[cfg(test)]
 mod tests {
     use super::gauge_stats;
+
+    /// Requests an interruption catches in flight keep the time they were sent (they were written
+    /// with a start time of 0 until 2026-12-06), in the run's outcomes, its records and the
+    /// per-request lines; those never sent stay unsent. A server that accepts and never answers
+    /// holds three requests sent 150 ms apart until the run is stopped.
+    #[test]
+    fn requests_caught_in_flight_keep_their_send_time() {
+        use sim::request::{RequestSpec, Segment};
+        use sim::workload::Workload;
+        use std::time::Duration;
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let dir = std::env::temp_dir().join(format!("servesim-bench-inflight-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let jsonl = dir.join("run.requests.jsonl");
+        let spec = |k: u64, at_ms: u64| RequestSpec {
+            prompt: vec![Segment { key: k, len: 4 }],
+            prompt_len: 4,
+            max_tokens: 2,
+            output_len: 2,
+            output_key: k,
+            arrival_ns: at_ms * 1_000_000,
+            priority: 0,
+            ignore_eos: true,
+            prompt_hashes: None,
+        };
+        let w = Workload {
+            initial_test: None,
+            warmups: vec![],
+            // The fourth is due after the stop: never sent.
+            requests: vec![spec(1, 0), spec(2, 150), spec(3, 300), spec(4, 60_000)],
+            max_concurrency: None,
+            request_rate: Some(1.0),
+            burstiness: 1.0,
+            trace_arrivals: false,
+            seed: 0,
+            chat: false,
+            role_chunk: false,
+            tokenize_prompt: false,
+            requested_prompts: None,
+            clamped_requests: 0,
+        };
+        let run = rt.block_on(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            // Answers a GET (`/metrics`) 404 at once; holds every POST open, unanswered.
+            tokio::spawn(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut held = Vec::new();
+                while let Ok((mut sock, _)) = listener.accept().await {
+                    let mut head = [0u8; 4];
+                    if sock.read_exact(&mut head).await.is_ok() && &head[..3] == b"GET" {
+                        let _ = sock
+                            .write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                            .await;
+                    } else {
+                        held.push(sock);
+                    }
+                }
+            });
+            let opts = super::BenchOptions {
+                base_url: format!("http://{addr}"),
+                target: crate::client::Target {
+                    url: format!("http://{addr}/v1/completions"),
+                    model: "m".into(),
+                    api_key: None,
+                    timeout: Duration::from_secs(60),
+                },
+                api_key: None,
+                vocab_size: 1000,
+                reserved_ids: 256,
+                jsonl: Some(jsonl.clone()),
+                poll_interval: None,
+                kind: None,
+                kv_capacity_tokens: None,
+                verbose: false,
+                on_done: None,
+                chat_tokenizer: None,
+                greedy: true,
+            };
+            let (tx, rx) = tokio::sync::watch::channel(false);
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(700)).await;
+                let _ = tx.send(true);
+            });
+            super::run_until(&opts, &w, rx).await
+        });
+        assert!(run.interrupted);
+        let o = &run.outcomes;
+        assert_eq!(o.len(), 4);
+        for (k, want) in [(0, 0.0), (1, 0.15), (2, 0.30)] {
+            assert!(o[k].sent && !o[k].success, "{:?}", o[k]);
+            assert_eq!(o[k].error, Some(crate::client::Failure::Aborted));
+            // Sent at its time, or a little after on a busy host; never before.
+            assert!(o[k].start_s >= want && o[k].start_s < want + 0.3, "request {k}: start_s {}", o[k].start_s);
+        }
+        assert!(!o[3].sent && o[3].start_s == 0.0);
+        // The records the metrics read: the three sent, at their send times, none completed.
+        let d: Vec<u64> = run.result.records.iter().map(|r| r.dispatch_ns).collect();
+        assert_eq!(d.len(), 3);
+        assert!(d[1] >= 150_000_000 && d[2] >= 300_000_000, "{d:?}");
+        assert!(run.result.records.iter().all(|r| !r.completed));
+        // The per-request lines say the same.
+        let lines: Vec<serde_json::Value> =
+            std::fs::read_to_string(&jsonl).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(lines.len(), 3);
+        for l in &lines {
+            let k = l["index"].as_u64().unwrap() as usize;
+            assert_eq!(l["start_s"].as_f64().unwrap(), o[k].start_s, "{l}");
+            assert_eq!(l["success"], false);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     /// Polls that never saw a request running (no metrics endpoint, or a run shorter than the poll
     /// interval) are not a measurement of zero load; a KV usage the server does not export is

@@ -124,8 +124,21 @@ pub fn files(list: &[(&str, &std::path::Path)]) -> RecordFiles {
     RecordFiles(list.iter().map(|(k, p)| ((*k).to_string(), p.display().to_string())).collect())
 }
 
-/// A run record (`*.record.json`): the setup, what was observed around the run, its files,
-/// and its report (`summary`).
+/// The checksum of a file's bytes, named by its algorithm: `fnv1a64:` and 16 hex digits (FNV-1a
+/// 64, as [`workload_hash`]: it tells a file changed or cut short since its record was written,
+/// not a forgery). None where the file cannot be read.
+pub fn file_checksum(path: &std::path::Path) -> Option<String> {
+    std::fs::read(path).ok().map(|b| format!("fnv1a64:{:016x}", fnv(&b, 0xcbf2_9ce4_8422_2325)))
+}
+
+/// The `checksums` section of a record: each of its files' checksum ([`file_checksum`]) by role,
+/// as the file is when the record is written; a file that cannot be read is left out.
+pub fn checksums(files: &RecordFiles) -> BTreeMap<String, String> {
+    files.0.iter().filter_map(|(role, path)| Some((role.clone(), file_checksum(std::path::Path::new(path))?))).collect()
+}
+
+/// A run record (`*.record.json`): the setup, what was observed around the run, its files (and
+/// their checksums), and its report (`summary`).
 #[derive(Clone, Debug, Serialize)]
 pub struct RunRecord<'a, S: Serialize> {
     /// `servesim-run`.
@@ -135,12 +148,16 @@ pub struct RunRecord<'a, S: Serialize> {
     pub setup: RunSetup<'a>,
     pub observed: Observed,
     pub files: &'a RecordFiles,
+    /// The files' checksums by role, as they were when the record was written.
+    pub checksums: BTreeMap<String, String>,
     pub summary: &'a S,
 }
 
-/// Everything that defines the experiment (`servesim diff` compares these).
+/// The server as it described itself, and where the requests went: the part of a setup every
+/// run record shares (`bench`, `check`, `calibrate`), so that `servesim diff` compares them
+/// field by field.
 #[derive(Clone, Debug, Serialize)]
-pub struct RunSetup<'a> {
+pub struct ServerSetup<'a> {
     pub engine: EngineSetup<'a>,
     pub base_url: &'a str,
     pub endpoint: &'a str,
@@ -159,6 +176,39 @@ pub struct RunSetup<'a> {
     pub servesim_hardware: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub servesim_time_scale: Option<f64>,
+}
+
+/// The [`ServerSetup`] of a server's self-description, requests sent to `endpoint`.
+pub fn server_setup<'a>(info: &'a ServerInfo, endpoint: &'a str) -> ServerSetup<'a> {
+    ServerSetup {
+        engine: EngineSetup {
+            kind: info.kind_name(),
+            version: &info.version,
+            info_gauges: &info.info_gauges,
+            server_args: &info.server_args,
+        },
+        base_url: &info.base_url,
+        endpoint,
+        model: &info.model,
+        model_root: &info.model_root,
+        max_model_len: info.max_model_len,
+        kv_capacity_tokens: info.kv_capacity_tokens,
+        num_gpu_blocks: info.num_gpu_blocks,
+        kv_granularity: info.kv_granularity,
+        max_running: info.max_running,
+        token_budget: info.token_budget,
+        prefix_caching: info.prefix_caching,
+        servesim_hardware: info.servesim_hardware.as_deref(),
+        servesim_time_scale: info.servesim_time_scale,
+    }
+}
+
+/// Everything that defines the experiment (`servesim diff` compares these): the server
+/// ([`ServerSetup`], its fields first), then the workload.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunSetup<'a> {
+    #[serde(flatten)]
+    pub server: ServerSetup<'a>,
     /// The workload section as the user gave it.
     pub workload: &'a Value,
     pub workload_hash: String,
@@ -211,25 +261,7 @@ pub fn record<'a, S: Serialize>(
         version: 1,
         created_unix_s: now_unix_s(),
         setup: RunSetup {
-            engine: EngineSetup {
-                kind: info.kind_name(),
-                version: &info.version,
-                info_gauges: &info.info_gauges,
-                server_args: &info.server_args,
-            },
-            base_url: &info.base_url,
-            endpoint,
-            model: &info.model,
-            model_root: &info.model_root,
-            max_model_len: info.max_model_len,
-            kv_capacity_tokens: info.kv_capacity_tokens,
-            num_gpu_blocks: info.num_gpu_blocks,
-            kv_granularity: info.kv_granularity,
-            max_running: info.max_running,
-            token_budget: info.token_budget,
-            prefix_caching: info.prefix_caching,
-            servesim_hardware: info.servesim_hardware.as_deref(),
-            servesim_time_scale: info.servesim_time_scale,
+            server: server_setup(info, endpoint),
             workload: workload_spec,
             workload_hash: workload_hash(workload),
             seed: workload.seed,
@@ -239,7 +271,181 @@ pub fn record<'a, S: Serialize>(
         },
         observed: Observed { metrics_before: before.map(relevant_metrics), metrics_after: after.map(relevant_metrics) },
         files,
+        checksums: checksums(files),
         summary,
+    }
+}
+
+/// The run record of a live `calibrate` (`<profile>.record.json`, beside the profile:
+/// [`calibration_record_path`]): written when the server is known ([`CalibrationRecord::write`],
+/// `summary.status` `"running"`), again after each probe (its per-request file and checksum
+/// added), and at the end (`"completed"` with the profile and its checksum, or `"interrupted"`,
+/// or `"failed: …"`). A run record as `bench`'s and `check`'s are (`format` `servesim-run`,
+/// version 1, the same server fields in `setup`), so that `servesim diff` reads it beside them.
+#[derive(Clone, Debug)]
+pub struct CalibrationRecord {
+    /// Where it is written.
+    pub path: std::path::PathBuf,
+    info: ServerInfo,
+    endpoint: String,
+    created_unix_s: f64,
+    /// The command line, an API key given on it redacted.
+    command: Vec<String>,
+    /// The calibration's own settings (probe plan size, warm-up, repeats, fit budget, how the
+    /// server was described), as `setup.calibrate`.
+    settings: Value,
+    metrics_before: Option<BTreeMap<String, f64>>,
+    metrics_after: Option<BTreeMap<String, f64>>,
+    files: RecordFiles,
+    probes: Vec<Value>,
+    status: String,
+    profile: Option<Value>,
+}
+
+/// The record of a live calibration written beside the profile `out`: `out` without its
+/// `.json`, then `.record.json` (`profile.json` → `profile.record.json`), as a `bench` result's
+/// record is named after the result.
+pub fn calibration_record_path(out: &std::path::Path) -> std::path::PathBuf {
+    let name = out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "profile".into());
+    let base = name.strip_suffix(".json").unwrap_or(&name);
+    out.with_file_name(format!("{base}.record.json"))
+}
+
+/// `args` with the value of `--api-key` (given as `--api-key KEY` or `--api-key=KEY`) replaced:
+/// API keys are written nowhere.
+pub fn redact_command(args: &[String]) -> Vec<String> {
+    let mut out = Vec::with_capacity(args.len());
+    let mut hide_next = false;
+    for a in args {
+        if hide_next {
+            out.push("<redacted>".to_string());
+            hide_next = false;
+        } else if a == "--api-key" {
+            out.push(a.clone());
+            hide_next = true;
+        } else if a.starts_with("--api-key=") {
+            out.push("--api-key=<redacted>".to_string());
+        } else {
+            out.push(a.clone());
+        }
+    }
+    out
+}
+
+#[derive(Serialize)]
+struct CalibrationSetup<'a> {
+    #[serde(flatten)]
+    server: ServerSetup<'a>,
+    calibrate: &'a Value,
+    client: ClientSetup,
+    host: String,
+}
+
+#[derive(Serialize)]
+struct CalibrationView<'a> {
+    format: &'static str,
+    version: u32,
+    created_unix_s: f64,
+    command: &'a [String],
+    setup: CalibrationSetup<'a>,
+    observed: Observed,
+    files: &'a RecordFiles,
+    checksums: BTreeMap<String, String>,
+    summary: Value,
+}
+
+impl CalibrationRecord {
+    /// The record of a calibration against the server `info` (requests to `endpoint`), to be
+    /// written at `path`; `before` is the server's `/metrics` as the calibration starts.
+    pub fn new(
+        path: std::path::PathBuf,
+        info: &ServerInfo,
+        endpoint: &str,
+        command: &[String],
+        settings: Value,
+        before: Option<&Snapshot>,
+    ) -> CalibrationRecord {
+        CalibrationRecord {
+            path,
+            info: info.clone(),
+            endpoint: endpoint.to_string(),
+            created_unix_s: now_unix_s(),
+            command: redact_command(command),
+            settings,
+            metrics_before: before.map(relevant_metrics),
+            metrics_after: None,
+            files: RecordFiles::default(),
+            probes: Vec::new(),
+            status: "running".into(),
+            profile: None,
+        }
+    }
+
+    /// A probe's run: its name, per-request file, workload hash and counts.
+    pub fn add_probe(&mut self, name: &str, requests: &std::path::Path, w: &Workload, sent: usize, completed: usize) {
+        self.files.0.push((format!("probe {name}"), requests.display().to_string()));
+        self.probes.push(serde_json::json!({
+            "name": name,
+            "requests": requests.display().to_string(),
+            "workload_hash": workload_hash(w),
+            "seed": w.seed,
+            "max_concurrency": w.max_concurrency,
+            "num_prompts": w.requests.len(),
+            "sent": sent,
+            "completed": completed,
+        }));
+    }
+
+    /// Another file the calibration read or wrote (`step_log`, `server_log`, `profile`).
+    pub fn add_file(&mut self, role: &str, path: &std::path::Path) {
+        self.files.0.retain(|(r, _)| r != role);
+        self.files.0.push((role.to_string(), path.display().to_string()));
+    }
+
+    /// The server's `/metrics` when the calibration ended.
+    pub fn set_metrics_after(&mut self, after: Option<&Snapshot>) {
+        self.metrics_after = after.map(relevant_metrics);
+    }
+
+    /// How it ended: `completed` (with what the profile says: `profile`, its coefficients and
+    /// their sources), `interrupted`, or `failed: why`.
+    pub fn finish(&mut self, status: &str, profile: Option<Value>) {
+        self.status = status.to_string();
+        self.profile = profile;
+    }
+
+    /// Writes the record as it stands (its folder made where missing); the error names the file.
+    pub fn write(&self) -> Result<(), String> {
+        let mut summary = serde_json::Map::new();
+        summary.insert("status".into(), self.status.clone().into());
+        summary.insert("probes".into(), Value::Array(self.probes.clone()));
+        if let Some(p) = &self.profile {
+            summary.insert("profile".into(), p.clone());
+        }
+        let view = CalibrationView {
+            format: "servesim-run",
+            version: 1,
+            created_unix_s: self.created_unix_s,
+            command: &self.command,
+            setup: CalibrationSetup {
+                server: server_setup(&self.info, &self.endpoint),
+                calibrate: &self.settings,
+                client: ClientSetup { name: "servesim", version: env!("CARGO_PKG_VERSION") },
+                host: host(),
+            },
+            observed: Observed {
+                metrics_before: self.metrics_before.clone(),
+                metrics_after: self.metrics_after.clone(),
+            },
+            files: &self.files,
+            checksums: checksums(&self.files),
+            summary: Value::Object(summary),
+        };
+        if let Some(d) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", self.path.display()))?;
+        }
+        std::fs::write(&self.path, serde_json::to_string_pretty(&view).expect("json"))
+            .map_err(|e| format!("{}: {e}", self.path.display()))
     }
 }
 
@@ -412,6 +618,77 @@ pub fn diff(a: &Value, b: &Value) -> Result<Vec<(String, String, String)>, Strin
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A calibration's record is named after its profile, holds no API key, and is a run record
+    /// `diff` reads: the server's fields where a bench record has them, and what the run wrote,
+    /// each file with the checksum of its bytes.
+    #[test]
+    fn a_calibration_record_is_a_run_record_beside_its_profile() {
+        use std::path::Path;
+        assert_eq!(calibration_record_path(Path::new("out/p.json")), Path::new("out/p.record.json"));
+        assert_eq!(calibration_record_path(Path::new("prof")), Path::new("prof.record.json"));
+        let args: Vec<String> = ["servesim", "calibrate", "--api-key", "k1", "--api-key=k2", "--out", "p.json"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(
+            redact_command(&args),
+            ["servesim", "calibrate", "--api-key", "<redacted>", "--api-key=<redacted>", "--out", "p.json"]
+        );
+        let dir = std::env::temp_dir().join(format!("servesim-calib-record-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let probe = dir.join("calibrate-x-prefill-16.requests.jsonl");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(&probe, "{}\n").unwrap();
+        let info = ServerInfo { base_url: "http://h".into(), max_running: Some(4), ..Default::default() };
+        let mut rec = CalibrationRecord::new(
+            dir.join("p.record.json"),
+            &info,
+            "/v1/completions",
+            &args,
+            json!({"repeat": 1}),
+            None,
+        );
+        rec.write().unwrap();
+        let early: Value = serde_json::from_str(&std::fs::read_to_string(&rec.path).unwrap()).unwrap();
+        check_record(&early).unwrap();
+        assert_eq!(early["summary"]["status"], "running");
+        let w = Workload {
+            initial_test: None,
+            warmups: vec![],
+            requests: vec![],
+            max_concurrency: Some(1),
+            request_rate: None,
+            burstiness: 1.0,
+            trace_arrivals: false,
+            seed: 7,
+            chat: false,
+            role_chunk: false,
+            tokenize_prompt: false,
+            requested_prompts: None,
+            clamped_requests: 0,
+        };
+        rec.add_probe("prefill-16", &probe, &w, 0, 0);
+        rec.finish("completed", Some(json!({"path": "p.json"})));
+        rec.write().unwrap();
+        let text = std::fs::read_to_string(&rec.path).unwrap();
+        assert!(!text.contains("k1") && !text.contains("k2"), "{text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["summary"]["status"], "completed");
+        assert_eq!(v["summary"]["probes"][0]["seed"], 7);
+        // FNV-1a 64 of "{}\n", as `fnv` computes it.
+        let want = format!("fnv1a64:{:016x}", fnv(b"{}\n", 0xcbf2_9ce4_8422_2325));
+        assert_eq!(v["checksums"]["probe prefill-16"].as_str(), Some(want.as_str()));
+        assert_eq!(v["setup"]["max_running"], 4);
+        assert_eq!(v["setup"]["calibrate"]["repeat"], 1);
+        // `diff` against a bench-like record: the server's fields compare by name.
+        let bench =
+            json!({"format": "servesim-run", "version": 1, "setup": {"max_running": 8, "base_url": "http://h"}});
+        let d = diff(&v, &bench).unwrap();
+        assert!(d.contains(&("max_running".into(), "4".into(), "8".into())), "{d:?}");
+        assert!(!d.iter().any(|(k, _, _)| k == "base_url"), "{d:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn stamps_are_utc_calendar_dates() {

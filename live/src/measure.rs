@@ -30,6 +30,9 @@ pub struct LiveMeasure {
     /// first probe), so that a later calibration in the same directory writes files of its own
     /// (every run's `prefill-16.requests.jsonl` overwrote the last one's until 2026-12-06).
     pub probe_prefix: Option<String>,
+    /// A live calibration's run record: each probe's file is added to it, and it is written
+    /// again, as the probe ends (an interrupted calibration's record lists what it ran).
+    pub record: Option<crate::manifest::CalibrationRecord>,
 }
 
 /// `opts` for a run whose requests are not recorded: a warm-up or a speed reference.
@@ -186,6 +189,15 @@ pub fn run_files(
 }
 
 impl LiveMeasure {
+    /// The server's `/metrics` now (None where it cannot be read).
+    pub fn metrics_now(&self) -> Option<crate::prom::Snapshot> {
+        self.rt.block_on(async {
+            crate::server::metrics(&reqwest::Client::new(), &self.opts.base_url, self.opts.api_key.as_deref())
+                .await
+                .ok()
+        })
+    }
+
     /// Warms the engine up at `w`'s shape: SGLang (and, less, vLLM) is slow on the first
     /// batches of a new shape. Fresh prompts, sent at once, not recorded.
     async fn warm_at_shape(&self, w: &Workload) {
@@ -269,6 +281,12 @@ impl Measure for LiveMeasure {
                     self.warm_at_shape(w).await;
                     self.recorded(w, file.clone()).await
                 });
+                if let Some(rec) = &mut self.record {
+                    let sent = r.outcomes.iter().filter(|o| o.sent).count();
+                    let completed = r.outcomes.iter().filter(|o| o.success).count();
+                    rec.add_probe(name, &file, w, sent, completed);
+                    rec.write().map_err(|e| io(&rec.path, e))?;
+                }
                 if r.interrupted {
                     return Err(MeasureError::Interrupted);
                 }
@@ -317,11 +335,13 @@ impl Measure for LiveMeasure {
         while t0.elapsed().as_secs_f64() < seconds {
             let run = self.rt.block_on(bench::run(&o, &next(k)));
             k += 1;
-            if run.outcomes.iter().all(|r| !r.success) {
-                return Err(MeasureError::ServerNotAnswering);
-            }
+            // Interrupted first: Ctrl-C before any request of the run finished is not a server
+            // that does not answer (it was said so, exit 2, until 2026-12-06).
             if run.interrupted {
                 return Err(MeasureError::Interrupted);
+            }
+            if run.outcomes.iter().all(|r| !r.success) {
+                return Err(MeasureError::ServerNotAnswering);
             }
         }
         Ok(())
