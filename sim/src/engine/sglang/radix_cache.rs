@@ -16,6 +16,33 @@
 //! evicted are kept in a `BTreeSet<(last_access, NodeId)>`, so eviction order
 //! is deterministic. The child map is only looked up, never iterated.
 //!
+//! **Access times, kept at the ends of paths.** SGLang's `_match_prefix_helper`
+//! and `_insert_helper` (`srt/mem_cache/radix_cache.py`, 0.5.23) give every node
+//! on the walked path the walk's `access_time`, and `evict` pops leaves by
+//! `last_access_time`. Here one match or insert is one tick of the logical clock
+//! (`now`), and every walk starts at the root, so a node's access time is never
+//! older than a descendant's: it is the **maximum over its subtree**. The tree
+//! therefore stores `now` only where a walk ends (the matched node, the new
+//! leaf, and the node that a split cut in two, which the walk touched below its
+//! end), and when a leaf is evicted its time is carried up to its parent. A
+//! leaf's stored time is then exactly the time SGLang's walk would have written
+//! (its subtree is itself), and only leaves are ever ordered; a split's upper
+//! half takes the lower half's stored time, as `_split_node`'s new node sits
+//! above the same subtree. Touching a path costs O(1) instead of O(depth).
+//!
+//! **Chains.** A prompt prefilled in chunks of `c` tokens is inserted chunk by
+//! chunk (`cache_unfinished_req`), a chain of `P / c` nodes. A node whose key is
+//! one run of a segment, `(key, off, len)`, whose child continues the same run
+//! at `off + len`, is linked to it in a *chain*: `chains` maps (chain, end
+//! offset) to the node. A walk standing at the end of a chain member, its key
+//! continuing the same run, goes at once to the deepest member the key's run
+//! covers (every member in between matches whole, by the names of its tokens,
+//! and no walk touches or splits a node it passes through): O(log n) for what
+//! took one lookup and one comparison per node. Links are made only where a new
+//! leaf continues its parent's run (joining the parent's chain, or starting one
+//! with it) or a member is split (both halves stay in the chain); a missed link
+//! only costs the plain walk.
+//!
 //! **Keys as runs.** A key is not stored token by token but as [`Run`]s, the
 //! way the workload names a request's tokens: a run of `len` tokens whose
 //! `i`-th is `token_of(key, off + i)` (a prompt segment, the output), or a
@@ -27,7 +54,7 @@
 //! different runs' tokens matches as it would token by token. A private
 //! prompt then costs one comparison and one run, not one per token.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::request::token_of;
 use crate::rng::mix64;
@@ -210,8 +237,13 @@ struct Node {
     parent: NodeId,
     num_children: u32,
     lock_ref: u32,
+    /// The last walk that ended here (or, carried up, at an evicted child); the node's
+    /// access time is the maximum over its subtree, equal to this on a leaf.
     last_access: u64,
     live: bool,
+    /// The node's chain (0: none): its key is one run of a segment, continued by the
+    /// next member.
+    chain: u64,
 }
 
 /// The radix tree.
@@ -225,6 +257,20 @@ pub struct RadixCache {
     protected: u64,
     page_size: u32,
     clock: u64,
+    /// Chain members by (chain, end offset of the member's run).
+    chains: BTreeMap<(u64, u32), NodeId>,
+    /// The last chain id handed out.
+    chains_made: u64,
+}
+
+/// One node as SGLang would hold it ([`RadixCache::snapshot`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeView {
+    pub parent: NodeId,
+    pub tokens: Vec<u64>,
+    pub lock_ref: u32,
+    /// The time the last walk through the node wrote (the root: 0).
+    pub last_access: u64,
 }
 
 /// A prefix match: how many tokens, ending at which node.
@@ -237,8 +283,16 @@ pub struct Match {
 impl RadixCache {
     pub fn new(page_size: u32) -> RadixCache {
         assert!(page_size >= 1);
-        let root =
-            Node { key: Vec::new(), len: 0, parent: ROOT, num_children: 0, lock_ref: 1, last_access: 0, live: true };
+        let root = Node {
+            key: Vec::new(),
+            len: 0,
+            parent: ROOT,
+            num_children: 0,
+            lock_ref: 1,
+            last_access: 0,
+            live: true,
+            chain: 0,
+        };
         RadixCache {
             nodes: vec![root],
             free_ids: Vec::new(),
@@ -248,6 +302,8 @@ impl RadixCache {
             protected: 0,
             page_size,
             clock: 0,
+            chains: BTreeMap::new(),
+            chains_made: 0,
         }
     }
 
@@ -292,6 +348,9 @@ impl RadixCache {
         id != ROOT && self.nodes[id as usize].num_children == 0
     }
 
+    /// Stores `now` as `id`'s access time (and moves it in the leaf set if it is an
+    /// evictable leaf). The walks call it on the node where they end and on a node they
+    /// cut; the ancestors' times follow as maxima over their subtrees.
     fn touch(&mut self, id: NodeId, now: u64) {
         let evictable_leaf = self.is_leaf(id) && self.nodes[id as usize].lock_ref == 0;
         let old = self.nodes[id as usize].last_access;
@@ -309,9 +368,9 @@ impl RadixCache {
 
     /// Splits `child` after `at` tokens; returns the new upper node.
     fn split(&mut self, child: NodeId, at: usize) -> NodeId {
-        let (parent, lock_ref, last_access) = {
+        let (parent, lock_ref, last_access, chain) = {
             let c = &self.nodes[child as usize];
-            (c.parent, c.lock_ref, c.last_access)
+            (c.parent, c.lock_ref, c.last_access, c.chain)
         };
         let len = self.nodes[child as usize].len;
         let (upper_key, lower_key) = split_runs(&self.nodes[child as usize].key, at);
@@ -325,7 +384,14 @@ impl RadixCache {
             lock_ref,
             last_access,
             live: true,
+            chain,
         });
+        if chain != 0 {
+            // Both halves of a member stay in its chain: the lower keeps its end offset,
+            // the upper ends where the lower now starts.
+            let r = self.nodes[mid as usize].key[0];
+            self.chains.insert((chain, r.off + r.len), mid);
+        }
         self.children.insert((parent, ck_upper), mid);
         self.children.insert((mid, ck_lower), child);
         let c = &mut self.nodes[child as usize];
@@ -367,10 +433,12 @@ impl RadixCache {
         while page <= cur.left {
             let ck = self.child_key(cur);
             let Some(&child) = self.children.get(&(node, ck)) else { break };
-            self.touch(child, now);
             let common = self.common_prefix(child, cur);
             let clen = self.nodes[child as usize].len as usize;
             if common < clen {
+                // The walk touched `child` below where it ends (its time carries over to
+                // the upper half of a split).
+                self.touch(child, now);
                 if common > 0 {
                     node = self.split(child, common);
                     i += common;
@@ -380,8 +448,39 @@ impl RadixCache {
             node = child;
             i += clen;
             cur.advance(clen);
+            if let Some((z, d)) = self.chain_jump(node, &cur) {
+                node = z;
+                i += d;
+                cur.advance(d);
+            }
+        }
+        if node != ROOT {
+            self.touch(node, now);
         }
         Match { len: i as u32, last_node: node }
+    }
+
+    /// From `node`, matched whole, with the key at `cur`: when `node` is a chain member and
+    /// the key continues its run, the deepest later member of the chain that the key's
+    /// current run covers entirely, and how many tokens past `node` it ends. The plain walk
+    /// would reach it node by node, each found by its first token (or page) and matched
+    /// whole by the names of its tokens; the key is page-floored and every node holds
+    /// whole pages, so each such step stays within `cur.left`.
+    #[inline]
+    fn chain_jump(&self, node: NodeId, cur: &Cursor) -> Option<(NodeId, usize)> {
+        let n = &self.nodes[node as usize];
+        if n.chain == 0 || cur.left == 0 {
+            return None;
+        }
+        let run = n.key[0];
+        let end = run.off + run.len;
+        // A literal's offset is LITERAL, never a member's end.
+        if cur.name() != (run.key, end) {
+            return None;
+        }
+        let r = cur.run_left() as u32;
+        let (&(_, z_end), &z) = self.chains.range((n.chain, end + 1)..=(n.chain, end + r)).next_back()?;
+        Some((z, (z_end - end) as usize))
     }
 
     /// The length [`RadixCache::match_prefix`] would return for `key`, read only: no access
@@ -407,6 +506,11 @@ impl RadixCache {
             }
             cur.advance(common);
             node = child;
+            if let Some((z, d)) = self.chain_jump(node, &cur) {
+                node = z;
+                i += d;
+                cur.advance(d);
+            }
         }
         i as u32
     }
@@ -429,20 +533,16 @@ impl RadixCache {
     /// [`RadixCache::insert`] of `key` when its first `depth` tokens are the path from the
     /// root to `node` (a request's locked `last_node`, whose depth is its prefix length):
     /// the walk from the root would pass through `node` without splitting anything above
-    /// it, touching every node on the way, so this touches them (by parent pointers, no
-    /// lookups) and carries on from `node`. Exactly `insert(key)`, without re-walking the
-    /// prefix. A locked node stays the deeper node of any split (`split` gives the new
-    /// node the upper half), so `node` still ends at `depth`.
+    /// it, touching every node on the way, which the time stored where the insert ends
+    /// stands for (the module docs), so this carries on from `node`. Exactly
+    /// `insert(key)`, without re-walking the prefix. A locked node stays the deeper node
+    /// of any split (`split` gives the new node the upper half), so `node` still ends at
+    /// `depth`.
     pub fn insert_from(&mut self, node: NodeId, depth: u32, key: Key) -> (u32, NodeId) {
         debug_assert!(depth as usize <= key.len && (depth as usize).is_multiple_of(self.page_size as usize));
         debug_assert_eq!(self.depth(node), depth, "the node ends at the given depth");
         self.clock += 1;
         let now = self.clock;
-        let mut n = node;
-        while n != ROOT {
-            self.touch(n, now);
-            n = self.nodes[n as usize].parent;
-        }
         self.insert_at(node, depth as usize, key, now)
     }
 
@@ -466,10 +566,11 @@ impl RadixCache {
             let ck = self.child_key(cur);
             match self.children.get(&(node, ck)).copied() {
                 Some(child) => {
-                    self.touch(child, now);
                     let common = self.common_prefix(child, cur);
                     let clen = self.nodes[child as usize].len as usize;
                     if common < clen {
+                        // Touched below where the insert goes on (the upper half inherits).
+                        self.touch(child, now);
                         node = self.split(child, common);
                         i += common;
                         cur.advance(common);
@@ -477,6 +578,11 @@ impl RadixCache {
                         node = child;
                         i += clen;
                         cur.advance(clen);
+                        if let Some((z, d)) = self.chain_jump(node, &cur) {
+                            node = z;
+                            i += d;
+                            cur.advance(d);
+                        }
                     }
                 }
                 None => {
@@ -487,6 +593,7 @@ impl RadixCache {
                         let la = self.nodes[node as usize].last_access;
                         self.leaves.remove(&(la, node));
                     }
+                    let chain = self.chain_for_new_leaf(node, &rest);
                     let leaf = self.alloc_node(Node {
                         key: rest,
                         len: added as u32,
@@ -495,7 +602,12 @@ impl RadixCache {
                         lock_ref: 0,
                         last_access: now,
                         live: true,
+                        chain,
                     });
+                    if chain != 0 {
+                        let r = self.nodes[leaf as usize].key[0];
+                        self.chains.insert((chain, r.off + r.len), leaf);
+                    }
                     self.children.insert((node, ck), leaf);
                     self.nodes[node as usize].num_children += 1;
                     self.leaves.insert((now, leaf));
@@ -504,7 +616,40 @@ impl RadixCache {
                 }
             }
         }
+        if node != ROOT {
+            self.touch(node, now);
+        }
         (i as u32, node)
+    }
+
+    /// The chain of a new leaf of key `rest` under `parent`: none unless the key is one run
+    /// of a segment that continues the parent's run (the parent's key being one run of the
+    /// same segment). Then the parent's chain, the parent being its last member (a later
+    /// member would be a child starting with the same tokens, which the insert would have
+    /// walked into); or, if the parent is in none, a new chain of the two, so that a node
+    /// alone costs no chain entry.
+    fn chain_for_new_leaf(&mut self, parent: NodeId, rest: &[Run]) -> u64 {
+        let [r] = rest else { return 0 };
+        if r.off == LITERAL || parent == ROOT {
+            return 0;
+        }
+        let p = &self.nodes[parent as usize];
+        let [pr] = p.key[..] else { return 0 };
+        if pr.off == LITERAL || pr.key != r.key || pr.off + pr.len != r.off {
+            return 0;
+        }
+        if p.chain != 0 {
+            debug_assert!(
+                self.chains.range((p.chain, r.off + 1)..(p.chain + 1, 0)).next().is_none(),
+                "the parent ends its chain"
+            );
+            return p.chain;
+        }
+        self.chains_made += 1;
+        let chain = self.chains_made;
+        self.nodes[parent as usize].chain = chain;
+        self.chains.insert((chain, r.off), parent);
+        chain
     }
 
     /// `inc_lock_ref`: protects the path from `node` to the root.
@@ -574,26 +719,64 @@ impl RadixCache {
     pub fn evict(&mut self, num_tokens: u64) -> u64 {
         let mut freed = 0;
         while freed < num_tokens {
-            let Some((_, id)) = self.leaves.pop_first() else { break };
+            let Some((la, id)) = self.leaves.pop_first() else { break };
             let (parent, len, ck) = {
                 let n = &self.nodes[id as usize];
                 (n.parent, u64::from(n.len), self.child_key(Cursor::of_runs(&n.key)))
             };
             self.children.remove(&(parent, ck));
-            self.nodes[id as usize].live = false;
-            self.nodes[id as usize].key = Vec::new();
-            self.nodes[id as usize].len = 0;
+            let n = &mut self.nodes[id as usize];
+            if n.chain != 0 {
+                // A leaf is its chain's last member.
+                let r = n.key[0];
+                self.chains.remove(&(n.chain, r.off + r.len));
+            }
+            n.live = false;
+            n.key = Vec::new();
+            n.len = 0;
+            n.chain = 0;
             self.free_ids.push(id);
             self.evictable -= len;
             freed += len;
             let p = &mut self.nodes[parent as usize];
             p.num_children -= 1;
+            // The parent's access time is the maximum over its subtree: it keeps the leaf's.
+            p.last_access = p.last_access.max(la);
             if parent != ROOT && p.num_children == 0 && p.lock_ref == 0 {
                 let la = p.last_access;
                 self.leaves.insert((la, parent));
             }
         }
         freed
+    }
+
+    /// Every node slot, `None` where free: its parent, tokens, lock count and the access time
+    /// SGLang's walks would have written, i.e. the maximum of the stored times over its
+    /// subtree (module docs). O(nodes × depth), for tests against a reference tree.
+    pub fn snapshot(&self) -> Vec<Option<NodeView>> {
+        let mut access = vec![0u64; self.nodes.len()];
+        for (id, n) in self.nodes.iter().enumerate().skip(1) {
+            if !n.live {
+                continue;
+            }
+            let mut a = id as NodeId;
+            while a != ROOT {
+                access[a as usize] = access[a as usize].max(n.last_access);
+                a = self.nodes[a as usize].parent;
+            }
+        }
+        self.nodes
+            .iter()
+            .zip(access)
+            .map(|(n, last_access)| {
+                n.live.then(|| NodeView {
+                    parent: n.parent,
+                    tokens: Key::new(&n.key, n.len as usize).tokens(),
+                    lock_ref: n.lock_ref,
+                    last_access,
+                })
+            })
+            .collect()
     }
 
     /// Checks sizes, locks and the leaf set against the nodes.
@@ -635,6 +818,43 @@ impl RadixCache {
         }
         if ev != self.evictable || pr != self.protected {
             return Err(format!("sizes: evictable {} / {ev}, protected {} / {pr}", self.evictable, self.protected));
+        }
+        self.check_chains()
+    }
+
+    /// Every chain member is a live node of one run of a segment, filed under its chain and
+    /// end offset, and each member is the child of the one before, continuing its run.
+    fn check_chains(&self) -> Result<(), String> {
+        let mut members = 0usize;
+        for (id, n) in self.nodes.iter().enumerate() {
+            if n.chain == 0 {
+                continue;
+            }
+            members += 1;
+            let ok = n.live
+                && matches!(n.key[..], [r] if r.off != LITERAL
+                    && self.chains.get(&(n.chain, r.off + r.len)) == Some(&(id as NodeId)));
+            if !ok {
+                return Err(format!("node {id} in chain {} but not filed there: {:?}", n.chain, n.key));
+            }
+        }
+        if members != self.chains.len() {
+            return Err(format!("{} chain entries for {members} members", self.chains.len()));
+        }
+        let mut prev: Option<(u64, u32, NodeId)> = None;
+        for (&(chain, end), &id) in &self.chains {
+            let n = &self.nodes[id as usize];
+            if n.chain != chain || n.key[0].off + n.key[0].len != end {
+                return Err(format!("chain entry ({chain}, {end}) names node {id}, which disagrees"));
+            }
+            if let Some((pc, pend, pid)) = prev {
+                if pc == chain
+                    && (n.parent != pid || n.key[0].off != pend || n.key[0].key != self.nodes[pid as usize].key[0].key)
+                {
+                    return Err(format!("chain {chain}: node {id} does not continue node {pid}"));
+                }
+            }
+            prev = Some((chain, end, id));
         }
         Ok(())
     }
