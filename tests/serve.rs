@@ -906,7 +906,12 @@ fn bench_without_a_scenario_follows_the_servers_release_on_the_initial_test() {
 /// bench warned and sent the whole run to a model the server does not serve (the live-loop hunt).
 #[test]
 fn a_failed_initial_test_request_stops_the_run() {
-    let s = start_server("scenarios/rtx5090-qwen2.5-7b-sglang.json", &["--time-scale", "20"]);
+    // vLLM checks the model name (SGLang serves any name: the serve audit of 2026-12-06), and
+    // 0.11.0's client sends the initial test request (the scenario's pool pinned again).
+    let s = start_server(
+        "scenarios/serve-small-vllm.json",
+        &["--time-scale", "20", "--set", "engine.version=0.11.0", "--set", "engine.num_gpu_blocks_override=641"],
+    );
     let dir = scratch().join("initial-fails");
     let o = run_cli(&[
         "bench",

@@ -25,9 +25,12 @@ pub(crate) struct TokenEvent {
     pub finished: bool,
     /// The request stopped at EOS (not at max_tokens).
     pub stop: bool,
-    /// Prompt tokens found in the prefix cache: the prompt less what the engine computed
-    /// before the request's first token (SGLang's `meta_info.cached_tokens` on `/generate`).
+    /// The request's cached tokens as SGLang counts them (`Req.cached_tokens`, its
+    /// `meta_info.cached_tokens` on `/generate`): [`Live::cached`].
     pub cached: u32,
+    /// Engine time the token leaves the streaming queue for its client: the tokenizer
+    /// manager's receipt of the output, SGLang's `finished_time` for the last token.
+    pub at_ns: u64,
 }
 
 pub(crate) struct NewRequest {
@@ -95,6 +98,21 @@ struct Live {
     /// Prompt tokens the engine computed (not found in the prefix cache) before the first
     /// token: the prefill chunks scheduled for it until then, at most the prompt.
     computed_before_first: u32,
+    /// SGLang's `Req.cached_tokens`: the prefix found at each admission
+    /// (`ScheduleBatch.prepare_for_extend`, `req.cached_tokens += pre_len - req.already_computed`,
+    /// where a retraction zeroes `already_computed`, `Req.reset_for_retract`). Through 0.5.5 a
+    /// re-admission after a retraction adds its own lookup (which may hit the request's own
+    /// prompt and output: `cached_tokens` can exceed the prompt); from 0.5.6 only the first
+    /// admission counts (`if not req.retracted_stain`; read in the 0.4.10, 0.5.3, 0.5.4,
+    /// 0.5.5, 0.5.6 and 0.5.23 wheels): [`DriverSetup::cached_on_readmission`]. Each admission's
+    /// prefix is what it held less what it computed before its next token: the prompt less
+    /// `computed_before_first` at the first token; after a retraction, the prompt and the
+    /// outputs so far less the recompute ([`Live::readmitted`]). Its later prefill chunks add
+    /// nothing (`pre_len == already_computed`).
+    cached: u32,
+    /// A re-admission after a retraction (SGLang) or a preemption (vLLM) whose next token has
+    /// not come yet: the tokens it held (prompt and outputs) and the prefill scheduled since.
+    readmitted: Option<(u32, u32)>,
 }
 
 /// How vLLM's `vllm:iteration_tokens_total` counts a request's prompt in the output batch
@@ -110,9 +128,15 @@ pub(crate) enum IterationPrompt {
     /// 0.23 on: `prompt_token_stats.computed + num_generation_tokens`, the prompt less the
     /// tokens found cached when it was scheduled (`PrefillStats.set`; read in the 0.23.0,
     /// 0.24.0, 0.26.0, 0.30.0, 0.32.0 and 0.34.0 sources). servesim takes it as the prefill
-    /// tokens scheduled for the request before its first token; a request preempted before
-    /// its first token (rare: mid-prefill) counts its recompute too, up to its prompt, where
-    /// vLLM counts its first admission's (0.26 on) or its last's (0.23–0.25).
+    /// tokens scheduled for the request before its first token, which is exact unless the
+    /// request is preempted before its first token (rare: mid-prefill). Then servesim counts
+    /// its recompute too, up to its prompt, where vLLM counts the prompt less what its first
+    /// admission found cached (0.26 on: `PrefillStats.set` only `if request.num_preemptions
+    /// <= 0`, read in 0.28.0 and 0.34.0) or its last admission's (0.23–0.25: set at every
+    /// admission, read in 0.24.0). The two agree when no admission found a cached prefix.
+    /// What an admission found cached is not visible from here (a plan's chunks do not say
+    /// where in the prompt they start), so the difference is left: it needs the engine to
+    /// report it (`sim::engine::Scheduled` has no such field).
     Computed,
 }
 
@@ -142,6 +166,25 @@ pub(crate) struct DriverSetup {
     pub sglang: bool,
     /// vLLM's rule for `vllm:iteration_tokens_total`.
     pub iteration_prompt: IterationPrompt,
+    /// SGLang before 0.5.6: a re-admission after a retraction adds its prefix to the request's
+    /// cached tokens ([`Live::cached`]; [`cached_on_readmission`]).
+    pub cached_on_readmission: bool,
+    /// `--time-scale`: engine seconds per wall second. The latency histograms are observed in
+    /// the time the client sees (engine time divided by it): a scaled server looks like the
+    /// faster engine it stands for, as a real engine's are measured on the wall clock
+    /// (`time.time()` / `time.perf_counter()` in vLLM's output processor and SGLang's tokenizer
+    /// manager). 1 on a virtual clock.
+    pub time_scale: f64,
+}
+
+/// The first SGLang release whose `Req.cached_tokens` counts the first admission only
+/// (`retracted_stain`, sgl-project/sglang#11900; absent from the 0.5.5 wheel, present in 0.5.6's).
+pub(crate) const SGLANG_CACHED_FIRST_ADMISSION_ONLY: sim::engine::Version = sim::engine::Version::new(0, 5, 6);
+
+/// Whether `spec`'s engine adds a re-admission's prefix to a request's cached tokens
+/// ([`DriverSetup::cached_on_readmission`]).
+pub(crate) fn cached_on_readmission(spec: &sim::config::SimSpec) -> bool {
+    crate::is_sglang(spec) && spec.engine.version() < SGLANG_CACHED_FIRST_ADMISSION_ONLY
 }
 
 /// A request that cleared ingress reaches the engine's waiting queue.
@@ -161,13 +204,28 @@ fn admit(engine: &mut (dyn Engine + Send), live: &mut BTreeMap<ReqId, Live>, nex
             stop,
             generated: 0,
             computed_before_first: 0,
+            cached: 0,
+            readmitted: None,
         },
     );
 }
 
 /// Runs until shutdown or until every sender is gone.
 pub(crate) fn run(setup: DriverSetup, inbox: Inbox) {
-    let DriverSetup { mut engine, cost, mut front, stats, clock, slack_ns, sglang, iteration_prompt } = setup;
+    let DriverSetup {
+        mut engine,
+        cost,
+        mut front,
+        stats,
+        clock,
+        slack_ns,
+        sglang,
+        iteration_prompt,
+        cached_on_readmission,
+        time_scale,
+    } = setup;
+    // Engine ns to the seconds the client sees.
+    let seconds = move |ns: u64| ns as f64 / 1e9 / time_scale;
     let mut live: BTreeMap<ReqId, Live> = BTreeMap::new();
     let mut next: ReqId = 0;
     // Requests in ingress, in the order they were read: (ready_ns, request).
@@ -204,17 +262,18 @@ pub(crate) fn run(setup: DriverSetup, inbox: Inbox) {
                   live: &BTreeMap<ReqId, Live>,
                   at: u64,
                   outs: &[TokenOutput]| {
-        let events: Vec<Delivery> = outs
-            .iter()
-            .filter_map(|o| {
-                live.get(&o.id).map(|l| {
-                    let cached = l.prompt_len.saturating_sub(l.computed_before_first);
-                    (l.tx.clone(), TokenEvent { finished: o.finished, stop: l.stop, cached })
+        let n = outs.iter().filter(|o| live.contains_key(&o.id)).count();
+        if n > 0 {
+            let when = front.stream(at, n).unwrap_or(u64::MAX);
+            let events: Vec<Delivery> = outs
+                .iter()
+                .filter_map(|o| {
+                    live.get(&o.id).map(|l| {
+                        let ev = TokenEvent { finished: o.finished, stop: l.stop, cached: l.cached, at_ns: when };
+                        (l.tx.clone(), ev)
+                    })
                 })
-            })
-            .collect();
-        if !events.is_empty() {
-            let when = front.stream(at, events.len()).unwrap_or(u64::MAX);
+                .collect();
             out_queue.push_back((when, events));
         }
     };
@@ -248,10 +307,16 @@ pub(crate) fn run(setup: DriverSetup, inbox: Inbox) {
                 let mut batch: Option<u64> = None;
                 for o in &outs {
                     let Some(l) = live.get_mut(&o.id) else { continue };
-                    let since = |t: u64| end.saturating_sub(t) as f64 / 1e9;
+                    let since = |t: u64| seconds(end.saturating_sub(t));
                     let mut tokens = 1;
+                    if let Some((held, recomputed)) = l.readmitted.take() {
+                        if cached_on_readmission {
+                            l.cached = l.cached.saturating_add(held.saturating_sub(recomputed));
+                        }
+                    }
                     match l.last_ns {
                         None => {
+                            l.cached = l.prompt_len.saturating_sub(l.computed_before_first);
                             st.ttft.observe(since(l.arrived_ns));
                             tokens += u64::from(match iteration_prompt {
                                 IterationPrompt::Whole => l.prompt_len,
@@ -279,14 +344,14 @@ pub(crate) fn run(setup: DriverSetup, inbox: Inbox) {
                 }
                 for o in outs.iter().filter(|o| o.finished) {
                     if let Some(l) = live.get(&o.id) {
-                        st.e2e.observe(end.saturating_sub(l.arrived_ns) as f64 / 1e9);
+                        st.e2e.observe(seconds(end.saturating_sub(l.arrived_ns)));
                         if l.stop {
                             st.finished_stop += 1;
                         } else {
                             st.finished_length += 1;
                         }
                         if sglang {
-                            st.count_sglang_finished(l.prompt_len, l.generated);
+                            st.count_sglang_finished(l.prompt_len, l.generated, l.cached);
                         }
                     }
                 }
@@ -336,8 +401,8 @@ pub(crate) fn run(setup: DriverSetup, inbox: Inbox) {
                             // any finished request's (`tokenizer_manager.py`,
                             // `collect_metrics`); one in the waiting queue is answered with an
                             // `AbortReq` and counted only as aborted.
-                            st.count_sglang_finished(l.prompt_len, l.generated + 1);
-                            st.e2e.observe(cursor.max(now).saturating_sub(l.arrived_ns) as f64 / 1e9);
+                            st.count_sglang_finished(l.prompt_len, l.generated + 1, l.cached);
+                            st.e2e.observe(seconds(cursor.max(now).saturating_sub(l.arrived_ns)));
                         }
                     }
                     // vLLM counts nothing for a request its client aborted: the output
@@ -348,8 +413,15 @@ pub(crate) fn run(setup: DriverSetup, inbox: Inbox) {
             let (busy, shape) = {
                 let plan = engine.schedule();
                 for s in plan.scheduled.iter().filter(|s| s.prefill) {
-                    if let Some(l) = live.get_mut(&s.id).filter(|l| l.last_ns.is_none()) {
+                    let Some(l) = live.get_mut(&s.id) else { continue };
+                    if l.last_ns.is_none() {
                         l.computed_before_first = l.computed_before_first.saturating_add(s.num_tokens);
+                    } else {
+                        // A prefill after the first token: the request was retracted (preempted)
+                        // and is admitted again, holding its prompt and the outputs so far.
+                        let held = l.prompt_len.saturating_add(l.generated);
+                        let r = l.readmitted.get_or_insert((held, 0));
+                        r.1 = r.1.saturating_add(s.num_tokens);
                     }
                 }
                 (!plan.is_empty(), plan.shape)
@@ -455,17 +527,19 @@ mod tests {
     /// every token; `on_token(i, n, stats)` sees request `i`'s `n`-th token (from 1) as it
     /// comes and may abort it (true). Returns the stats at the end.
     fn serve(spec: &SimSpec, reqs: Vec<RequestSpec>, on_token: impl FnMut(usize, u32, &Stats) -> bool) -> Stats {
-        serve_on(spec, reqs, Arc::new(VirtualClock::new()), 0, true, on_token)
+        serve_on(spec, reqs, Arc::new(VirtualClock::new()), 0, true, 1.0, on_token)
     }
 
     /// [`serve`] on `clock`, with `slack_ns`; the prompts sent as text (`token_ids` false)
-    /// pass SGLang's tokenizer queue.
+    /// pass SGLang's tokenizer queue; `time_scale` as `--time-scale`.
+    #[allow(clippy::too_many_arguments)]
     fn serve_on(
         spec: &SimSpec,
         reqs: Vec<RequestSpec>,
         clock: Arc<dyn Clock>,
         slack_ns: u64,
         token_ids: bool,
+        time_scale: f64,
         mut on_token: impl FnMut(usize, u32, &Stats) -> bool,
     ) -> Stats {
         let stats = Arc::new(Mutex::new(Stats::new(crate::is_sglang(spec))));
@@ -490,6 +564,8 @@ mod tests {
             slack_ns,
             sglang: crate::is_sglang(spec),
             iteration_prompt: IterationPrompt::of(spec),
+            cached_on_readmission: cached_on_readmission(spec),
+            time_scale,
         };
         let driver = std::thread::spawn(move || run(setup, inbox));
         let started = std::time::Instant::now();
@@ -664,9 +740,9 @@ mod tests {
             "output_token_us": 40}});
         let s = spec_costed("kv-starved-qwen2.5-7b-a100-sglang", serde_json::json!({}), Some(cost));
         let reqs = || (0..64).map(|i| request(i + 1, 1024, 512)).collect::<Vec<_>>();
-        let on_time = serve_on(&s, reqs(), Arc::new(VirtualClock::new()), 0, false, |_, _, _| false);
+        let on_time = serve_on(&s, reqs(), Arc::new(VirtualClock::new()), 0, false, 1.0, |_, _, _| false);
         let late = LateClock { inner: VirtualClock::new(), late_ns: 10_000_000 };
-        let late = serve_on(&s, reqs(), Arc::new(late), 1_000_000_000, false, |_, _, _| false);
+        let late = serve_on(&s, reqs(), Arc::new(late), 1_000_000_000, false, 1.0, |_, _, _| false);
         assert_eq!(on_time.ttft.count(), 64);
         assert_eq!((late.ttft.count(), late.e2e.count()), (64, 64));
         assert!(on_time.preemptions > 0);
@@ -674,6 +750,78 @@ mod tests {
         assert_eq!(late.ttft.sum(), on_time.ttft.sum());
         assert_eq!(late.e2e.sum(), on_time.e2e.sum());
         assert_eq!(late.itl.sum(), on_time.itl.sum());
+    }
+
+    /// `n` requests of 512 in / 512 out whose first 256 prompt tokens are the same.
+    fn sharing_a_prefix(n: u64) -> Vec<RequestSpec> {
+        (0..n)
+            .map(|i| {
+                let mut r = request(i + 1, 512, 512);
+                for (k, seg) in r.prompt.iter_mut().take(256).enumerate() {
+                    seg.key = k as u64;
+                }
+                r
+            })
+            .collect()
+    }
+
+    #[test]
+    fn sglang_cached_tokens_are_counted_when_a_request_finishes_by_its_releases_rule() {
+        // 64 requests into a 10,240-token pool: later admissions find the shared 256-token
+        // prefix, and retracted requests are admitted again, finding their own tokens.
+        // Through 0.5.5 a re-admission's prefix adds to the request's `cached_tokens`; from
+        // 0.5.6 only the first admission's does. Both releases schedule alike here (no
+        // behaviour of the scheduler changes between them), so the lookups are the same.
+        let run = |version: &str| {
+            let s = spec("kv-starved-qwen2.5-7b-a100-sglang", serde_json::json!({"version": version}));
+            let mut hits_before_a_finish = 0;
+            let st = serve(&s, sharing_a_prefix(64), |_, _, st| {
+                let text = crate::metrics::render(&s, "m", st);
+                let counted = text
+                    .lines()
+                    .find_map(|l| l.strip_prefix("sglang:cached_tokens_total{model_name=\"m\",tp_rank=\"0\"} "))
+                    .map(|v| v.parse::<f64>().unwrap())
+                    .expect("the counter is rendered");
+                if st.finished_requests == 0 {
+                    // Nothing finished: nothing counted, however many tokens were found cached.
+                    assert_eq!(counted, 0.0, "{version}: counted before any request finished");
+                    hits_before_a_finish = hits_before_a_finish.max(st.prefix_hits);
+                }
+                assert_eq!(counted, st.cached_tokens as f64);
+                false
+            });
+            assert!(hits_before_a_finish > 0, "{version}: no prefix was found before the first finish");
+            assert!(st.preemptions > 0, "{version}: no retraction");
+            assert_eq!(st.finished_requests, 64);
+            st
+        };
+        let old = run("0.5.5");
+        let new = run("0.5.6");
+        assert_eq!(old.prefix_hits, new.prefix_hits, "the releases schedule alike");
+        // Through 0.5.5 every admission's prefix is counted: the engine's lookups, all of them,
+        // attributed request by request (each admission's tokens held less its recompute).
+        assert_eq!(old.cached_tokens, old.prefix_hits);
+        // From 0.5.6 only the first admissions: at most the shared prefix each (the rest of a
+        // prompt is its own), and less than the lookups, which count the re-admissions.
+        assert!(new.cached_tokens > 0 && new.cached_tokens <= 64 * 256, "{}", new.cached_tokens);
+        assert!(new.cached_tokens < new.prefix_hits, "{} vs {}", new.cached_tokens, new.prefix_hits);
+    }
+
+    #[test]
+    fn latency_histograms_are_in_the_time_the_client_sees_under_a_time_scale() {
+        // The same run at --time-scale 1 and 4: engine time is the same, the client's (wall)
+        // time a quarter of it, and the histograms follow the client.
+        let s = spec("serve-small-vllm", serde_json::json!({}));
+        let reqs = || vec![request(1, 600, 16), request(2, 300, 8)];
+        let at = |k: f64| serve_on(&s, reqs(), Arc::new(VirtualClock::new()), 0, true, k, |_, _, _| false);
+        let (one, four) = (at(1.0), at(4.0));
+        for (name, a, b) in
+            [("ttft", &one.ttft, &four.ttft), ("itl", &one.itl, &four.itl), ("e2e", &one.e2e, &four.e2e)]
+        {
+            assert_eq!(a.count(), b.count(), "{name}");
+            assert!(a.sum() > 0.0, "{name}");
+            assert!((b.sum() * 4.0 - a.sum()).abs() <= 1e-9 * a.sum(), "{name}: {} at 4 vs {} at 1", b.sum(), a.sum());
+        }
     }
 
     /// `r` twice on one server, the second sent once the first has finished.
@@ -692,6 +840,8 @@ mod tests {
             slack_ns: 0,
             sglang: crate::is_sglang(spec),
             iteration_prompt: IterationPrompt::of(spec),
+            cached_on_readmission: cached_on_readmission(spec),
+            time_scale: 1.0,
         };
         let driver = std::thread::spawn(move || run(setup, inbox));
         for key in 0..2u64 {

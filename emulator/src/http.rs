@@ -1,7 +1,8 @@
 //! **How `serve` streams.** The HTTP side: hyper (HTTP/1.1 with keep-alive), the routes
 //! the engines have, the request checks with the status codes and error bodies of vLLM's
-//! OpenAI server (SGLang's flat variant when emulating SGLang), the SSE chunks, aborts of
-//! clients that go away, and the error event that ends a stream at shutdown.
+//! OpenAI server, or of SGLang's when emulating SGLang (its flat body, its tokenizer manager's
+//! messages, its stream errors per release: `BadKind`), the SSE chunks, aborts of clients
+//! that go away, and the error event that ends a stream at shutdown.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -142,8 +143,18 @@ fn error(sh: &Shared, status: StatusCode, msg: &str) -> Resp {
 /// reqwest's 90 s): they close an idle pooled connection before the server does.
 const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
 
+/// The routes a connection past `max_connections` is still answered on: a monitoring scrape
+/// (`GET /metrics`) and a health check (`GET /health`). vLLM's and SGLang's servers limit no
+/// connections (uvicorn's `--limit-concurrency` is unset by both), so a scrape of a loaded engine
+/// succeeds; `--max-connections` protects servesim itself from streams it cannot hold, and
+/// these two answers are small and cannot start one.
+fn exempt_from_connection_limit(req: &Request<Incoming>) -> bool {
+    req.method() == Method::GET && matches!(req.uri().path(), "/health" | "/metrics")
+}
+
 /// Serves one connection (keep-alive: any number of requests). Past `max_connections`
-/// the connection is answered 503 and closed.
+/// the connection is answered 503 and closed, except on the monitoring routes
+/// ([`exempt_from_connection_limit`]), answered as usual before the connection closes.
 pub(crate) fn spawn_connection(sock: TcpStream, sh: Arc<Shared>) {
     tokio::spawn(async move {
         let _ = sock.set_nodelay(true);
@@ -153,7 +164,7 @@ pub(crate) fn spawn_connection(sock: TcpStream, sh: Arc<Shared>) {
         let service = hyper::service::service_fn(move |req: Request<Incoming>| {
             let sh = sh.clone();
             async move {
-                if over {
+                if over && !exempt_from_connection_limit(&req) {
                     return Ok::<_, Infallible>(error(&sh, StatusCode::SERVICE_UNAVAILABLE, "too many connections"));
                 }
                 Ok(route(req, sh).await)
@@ -258,7 +269,7 @@ async fn route(req: Request<Incoming>, sh: Arc<Shared>) -> Resp {
             };
             match parse_completion(&body, chat, &sh) {
                 Ok(c) => generate(sh.clone(), c, chat).await,
-                Err((code, msg)) => error(&sh, code, &msg),
+                Err(b) => completion_refusal(&sh, &body, b),
             }
         }
         // SGLang's native route (`http_server.py`, `generate_request`: POST and PUT), which
@@ -314,6 +325,9 @@ pub(crate) struct Completion {
     stream: bool,
     include_usage: bool,
     ignore_eos: bool,
+    /// The `model` a response names when it is not the served one: SGLang writes the request's
+    /// (`model=request.model`, or `"default"` when none was sent); vLLM refuses another.
+    model: Option<String>,
 }
 
 fn text_segments(text: &str) -> Vec<Segment> {
@@ -331,10 +345,73 @@ fn text_segments(text: &str) -> Vec<Segment> {
         .collect()
 }
 
-type Bad = (StatusCode, String);
+/// How SGLang's OpenAI server answers a refusal of each kind (vLLM answers each with its
+/// status and [`error_type`]). Read in the 0.4.10, 0.5.6, 0.5.10 and 0.5.23 wheels
+/// (`entrypoints/http_server.py`, `entrypoints/openai/serving_base.py`,
+/// `serving_completions.py`, `serving_chat.py`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BadKind {
+    /// The body against the request's model (FastAPI's pydantic validation: not JSON, a field
+    /// of the wrong type, a required field missing): `validation_exception_handler` answers 400
+    /// `{"object": "error", message, "type": "Bad Request", "param": null, "code": 400}`.
+    /// servesim's message names the field; pydantic's own text is not reproduced.
+    Schema,
+    /// A `ValueError` of the tokenizer manager (the context, `SamplingParams.verify`): the
+    /// handler's `create_error_response(str(e))`, 400 with type `BadRequestError`. Streamed,
+    /// through 0.5.9 the stream has begun (status 200) and the error is its event
+    /// (`create_streaming_error_response`, `data: {"error": {...}}`, then `data: [DONE]`);
+    /// from 0.5.10 the handler awaits the first chunk before answering (the "kick-start"),
+    /// so the error is a plain 400 ([`SGLANG_STREAM_ERRORS_BEFORE_200`]).
+    Value,
+    /// `_validate_request`'s refusals and servesim's own (what it does not model): 400
+    /// `BadRequestError`, before any stream.
+    Plain,
+}
 
+/// A refused request: its status, its message, and how SGLang's server classes it.
+pub(crate) struct Bad {
+    status: StatusCode,
+    msg: String,
+    kind: BadKind,
+}
+
+/// A body that does not fit the request's schema (wrong type, missing field).
 fn bad(msg: impl Into<String>) -> Bad {
-    (StatusCode::BAD_REQUEST, msg.into())
+    Bad { status: StatusCode::BAD_REQUEST, msg: msg.into(), kind: BadKind::Schema }
+}
+
+/// A refusal of what servesim does not model, or of SGLang's `_validate_request`.
+fn plain(msg: impl Into<String>) -> Bad {
+    Bad { status: StatusCode::BAD_REQUEST, msg: msg.into(), kind: BadKind::Plain }
+}
+
+/// The first SGLang release whose OpenAI handlers await a stream's first chunk before
+/// answering (`_handle_streaming_request`: "Kick-start the generator to trigger validation
+/// before HTTP 200 is sent"; absent from the 0.5.9 wheel, present in 0.5.10's).
+const SGLANG_STREAM_ERRORS_BEFORE_200: sim::engine::Version = sim::engine::Version::new(0, 5, 10);
+
+/// The first SGLang release whose `CompletionRequest` and `ChatCompletionRequest` default
+/// `model` to `"default"` (`DEFAULT_MODEL_NAME`); through 0.5.1 it is required (`model: str`;
+/// read in the 0.5.1 and 0.5.2 wheels).
+const SGLANG_MODEL_OPTIONAL: sim::engine::Version = sim::engine::Version::new(0, 5, 2);
+
+/// The answer to a refused `/v1/completions` or `/v1/chat/completions` request, in the
+/// engine's form ([`BadKind`] for SGLang's).
+fn completion_refusal(sh: &Shared, body: &[u8], b: Bad) -> Resp {
+    if !is_sglang(&sh.spec) {
+        return error(sh, b.status, &b.msg);
+    }
+    let t = match b.kind {
+        BadKind::Schema => "Bad Request",
+        BadKind::Value | BadKind::Plain => error_type(b.status),
+    };
+    let err = json!({"object": "error", "message": b.msg, "type": t, "param": null, "code": b.status.as_u16()});
+    let stream = serde_json::from_slice::<Value>(body).ok().and_then(|v| v.get("stream")?.as_bool()).unwrap_or(false);
+    if b.kind == BadKind::Value && stream && sh.spec.engine.version() < SGLANG_STREAM_ERRORS_BEFORE_200 {
+        let body = format!("data: {}\n\ndata: [DONE]\n\n", json!({ "error": err }));
+        return full(StatusCode::OK, "text/event-stream; charset=utf-8", body);
+    }
+    full(b.status, "application/json", err.to_string())
 }
 
 fn encode(text: &str, sh: &Shared) -> Result<Vec<Segment>, Bad> {
@@ -350,26 +427,37 @@ fn encode(text: &str, sh: &Shared) -> Result<Vec<Segment>, Bad> {
 fn parse_completion(body: &[u8], chat: bool, sh: &Shared) -> Result<Completion, Bad> {
     let v: Value = serde_json::from_slice(body).map_err(|e| bad(format!("the body is not valid JSON: {e}")))?;
     let obj = v.as_object().ok_or_else(|| bad("the body must be a JSON object"))?;
-    match obj.get("model") {
-        Some(Value::String(m)) if *m == sh.opts.model => {}
+    let sglang = is_sglang(&sh.spec);
+    // SGLang checks no model name (`OpenAIServingBase` never compares it; a response names the
+    // request's `model`); vLLM answers 404 for a model it does not serve.
+    let model = match obj.get("model") {
+        Some(Value::String(m)) if *m == sh.opts.model => None,
+        Some(Value::String(m)) if sglang => Some(m.clone()),
         Some(Value::String(m)) => {
-            return Err((
-                StatusCode::NOT_FOUND,
-                format!("The model `{m}` does not exist; this server serves `{}`", sh.opts.model),
-            ))
+            return Err(Bad {
+                status: StatusCode::NOT_FOUND,
+                msg: format!("The model `{m}` does not exist; this server serves `{}`", sh.opts.model),
+                kind: BadKind::Plain,
+            })
         }
-        // Optional in both engines' protocols: vLLM's `model: str | None = None` (the served
-        // model), SGLang's default "default".
-        None | Some(Value::Null) => {}
+        // Optional in vLLM's protocol (`model: str | None = None`: the served model) and in
+        // SGLang's from 0.5.2 (`"default"`); required through 0.5.1.
+        None | Some(Value::Null) if sglang => {
+            if sh.spec.engine.version() < SGLANG_MODEL_OPTIONAL {
+                return Err(bad("model: Field required"));
+            }
+            Some("default".to_string())
+        }
+        None | Some(Value::Null) => None,
         Some(_) => return Err(bad("model: expected a string")),
-    }
+    };
     // `n` > 1 (several choices per prompt) is not modelled: refused, as vLLM refuses what it
     // does not support, rather than answered with one choice.
     match obj.get("n") {
         None | Some(Value::Null) => {}
         Some(n) if n.as_u64() == Some(1) => {}
         Some(n) if n.as_u64().is_some_and(|n| n > 1) => {
-            return Err(bad(format!("n: only n=1 is supported by servesim serve, got {n}")))
+            return Err(plain(format!("n: only n=1 is supported by servesim serve, got {n}")))
         }
         Some(n) => return Err(bad(format!("n: expected a positive integer, got {n}"))),
     }
@@ -379,6 +467,10 @@ fn parse_completion(body: &[u8], chat: bool, sh: &Shared) -> Result<Completion, 
             .get("messages")
             .and_then(Value::as_array)
             .ok_or_else(|| bad("messages: expected an array of {role, content}"))?;
+        if sglang && msgs.is_empty() {
+            // `OpenAIServingChat._validate_request` (0.4.10, 0.5.23).
+            return Err(plain("Messages cannot be empty."));
+        }
         let mut text = String::new();
         for (i, m) in msgs.iter().enumerate() {
             let c = message_text(i, m.get("content")).map_err(bad)?;
@@ -400,7 +492,9 @@ fn parse_completion(body: &[u8], chat: bool, sh: &Shared) -> Result<Completion, 
             }
             Some(Value::Array(a)) if a.len() == 1 && a[0].is_string() => encode(a[0].as_str().expect("string"), sh)?,
             Some(Value::Array(a)) if a.iter().all(|x| x.is_array() || x.is_string()) && a.len() > 1 => {
-                return Err(bad("prompt: a batch of prompts is not supported by servesim serve; send one per request"))
+                return Err(plain(
+                    "prompt: a batch of prompts is not supported by servesim serve; send one per request",
+                ))
             }
             Some(Value::Array(a)) => {
                 token_ids = true;
@@ -411,8 +505,21 @@ fn parse_completion(body: &[u8], chat: bool, sh: &Shared) -> Result<Completion, 
         }
     };
     if prompt.is_empty() {
-        return Err(bad("the prompt is empty"));
+        return Err(plain("the prompt is empty"));
     }
+    // The body's types, before any check of its values (pydantic validates the request first).
+    for k in ["stream", "ignore_eos"] {
+        if obj.get(k).is_some_and(|s| !s.is_boolean() && !s.is_null()) {
+            return Err(bad(format!("{k}: expected a boolean")));
+        }
+    }
+    let num = |k: &str| -> Result<Option<f64>, Bad> {
+        match obj.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v.as_f64().map(Some).ok_or_else(|| bad(format!("{k}: expected a number, got {v}"))),
+        }
+    };
+    let (temperature, top_p, min_tokens) = (num("temperature")?, num("top_p")?, num("min_tokens")?);
     let max_len = max_model_len(&sh.spec);
     let kv = sh.spec.engine.kv_capacity_tokens();
     let prompt_len = u32::try_from(prompt.len()).map_err(|_| bad("the prompt is too long"))?;
@@ -424,13 +531,57 @@ fn parse_completion(body: &[u8], chat: bool, sh: &Shared) -> Result<Completion, 
         Some(v) => ("max_completion_tokens", Some(v)),
         None => ("max_tokens", given("max_tokens")),
     };
+    if let EngineSpec::Sglang(cfg) = &sh.spec.engine {
+        // SGLang's own checks and messages, those of `/generate` ([`sglang_limits`]): a
+        // completion passes `max_tokens` (default 16) as `max_new_tokens`, a chat request its
+        // limit or none (the scheduler's room).
+        let max_new = match limit {
+            None if chat => None,
+            None => Some(16),
+            Some(v) => Some(v.as_i64().ok_or_else(|| bad(format!("{limit_field}: expected an integer, got {v}")))?),
+        };
+        if min_tokens.is_some_and(|m| m.fract() != 0.0) {
+            return Err(bad("min_tokens: expected an integer"));
+        }
+        let ask = SglangAsk {
+            max_new,
+            default_max_new: None,
+            temperature: temperature.map(|t| (t, obj["temperature"].to_string())),
+            top_p: top_p.map(|p| (p, obj["top_p"].to_string())),
+            min_new: min_tokens.map(|m| m as i64),
+            min_field: "min_new_tokens",
+        };
+        let (max_tokens, abort) = sglang_limits(sh, cfg, prompt_len.into(), ask).map_err(|r| match r {
+            SglangRefusal::Value(m) => Bad { status: StatusCode::BAD_REQUEST, msg: m, kind: BadKind::Value },
+            SglangRefusal::Unsupported(m) => plain(m),
+        })?;
+        if let Some(m) = abort {
+            // The scheduler aborts the request (`validate_input_length`); the OpenAI handler
+            // raises it as the `ValueError` of `_wait_one_response`.
+            return Err(Bad { status: StatusCode::BAD_REQUEST, msg: m, kind: BadKind::Value });
+        }
+        let flag = |k: &str| obj.get(k).and_then(Value::as_bool);
+        return Ok(Completion {
+            prompt,
+            token_ids,
+            prompt_len,
+            max_tokens,
+            stream: flag("stream").unwrap_or(false),
+            include_usage: obj
+                .get("stream_options")
+                .and_then(|o| o.get("include_usage"))
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+            ignore_eos: flag("ignore_eos").unwrap_or(false),
+            model,
+        });
+    }
     let max_tokens = match limit {
         None => {
             if chat {
-                // A chat request without a limit may fill the rest of its context: vLLM's
-                // `get_max_tokens` (max_model_len − prompt), SGLang's room up to its
-                // `max_req_len` (the context and the pool, less one). At least one token; a
-                // prompt with no room left is the context error below.
+                // A chat request without a limit may fill the rest of its context (vLLM's
+                // `get_max_tokens`: max_model_len − prompt) and of the pool. At least one token;
+                // a prompt with no room left is the context error below.
                 let room = u64::from(max_len).min(kv.saturating_sub(1));
                 room.saturating_sub(u64::from(prompt_len)).max(1) as u32
             } else {
@@ -453,39 +604,22 @@ fn parse_completion(body: &[u8], chat: bool, sh: &Shared) -> Result<Completion, 
         Some(m) if prompt_len < m => max_tokens.min(m - prompt_len),
         _ => max_tokens,
     };
-    // SGLang through 0.5.10 also refuses a request whose given limit fills the context exactly
-    // (`_validate_one_request`'s `>=`, checked only where `max_new_tokens` is given;
-    // `SGLANG_ACCEPTS_A_FULL_CONTEXT`).
-    let fills = limit.is_some()
-        && crate::is_sglang(&sh.spec)
-        && sh.spec.engine.version() < sim::config::SGLANG_ACCEPTS_A_FULL_CONTEXT;
     let total = u64::from(prompt_len) + u64::from(max_tokens);
-    if total > u64::from(max_len) || (fills && total == u64::from(max_len)) {
-        return Err(bad(format!("This model's maximum context length is {max_len} tokens. However, you requested {} tokens ({prompt_len} in the messages, {max_tokens} in the completion). Please reduce the length of the messages or completion.", u64::from(prompt_len) + u64::from(max_tokens))));
+    if total > u64::from(max_len) {
+        return Err(bad(format!("This model's maximum context length is {max_len} tokens. However, you requested {total} tokens ({prompt_len} in the messages, {max_tokens} in the completion). Please reduce the length of the messages or completion.")));
     }
     if u64::from(prompt_len) + u64::from(max_tokens) >= kv {
         return Err(bad(format!("the request needs {} KV tokens but the pool holds {kv}", prompt_len + max_tokens)));
     }
-    for k in ["stream", "ignore_eos"] {
-        if obj.get(k).is_some_and(|s| !s.is_boolean() && !s.is_null()) {
-            return Err(bad(format!("{k}: expected a boolean")));
-        }
-    }
     // The sampling parameters the engines refuse (vLLM's `SamplingParams._verify_args`, with its
     // messages), though servesim samples nothing: a request vLLM answers 400 is answered 400.
-    let num = |k: &str| -> Result<Option<f64>, Bad> {
-        match obj.get(k) {
-            None | Some(Value::Null) => Ok(None),
-            Some(v) => v.as_f64().map(Some).ok_or_else(|| bad(format!("{k}: expected a number, got {v}"))),
-        }
-    };
-    if let Some(t) = num("temperature")?.filter(|t| *t < 0.0) {
+    if let Some(t) = temperature.filter(|t| *t < 0.0) {
         return Err(bad(format!("temperature must be non-negative, got {t}.")));
     }
-    if let Some(p) = num("top_p")?.filter(|p| !(*p > 0.0 && *p <= 1.0)) {
+    if let Some(p) = top_p.filter(|p| !(*p > 0.0 && *p <= 1.0)) {
         return Err(bad(format!("top_p must be in (0, 1], got {p}.")));
     }
-    if let Some(m) = num("min_tokens")? {
+    if let Some(m) = min_tokens {
         if m < 0.0 || m.fract() != 0.0 {
             return Err(bad(format!("min_tokens must be greater than or equal to 0, got {m}.")));
         }
@@ -506,6 +640,7 @@ fn parse_completion(body: &[u8], chat: bool, sh: &Shared) -> Result<Completion, 
             .and_then(Value::as_bool)
             .unwrap_or(false),
         ignore_eos: flag("ignore_eos").unwrap_or(false),
+        model,
     })
 }
 
@@ -597,7 +732,7 @@ async fn generate(sh: Arc<Shared>, mut c: Completion, chat: bool) -> Resp {
     };
     let id = format!("{}-{n}", if chat { "chatcmpl" } else { "cmpl" });
     let created = unix_now();
-    let model = sh.opts.model.clone();
+    let model = c.model.clone().unwrap_or_else(|| sh.opts.model.clone());
     let object = if chat { "chat.completion.chunk" } else { "text_completion" };
     let piece = |i: u32| format!(" t{i}");
     let reason = |ev: &TokenEvent| if ev.stop { "stop" } else { "length" };
@@ -889,7 +1024,7 @@ fn parse_generate(body: &[u8], sh: &Shared) -> Result<Generate, Refusal> {
         id_segments(a).ok_or_else(|| schema("input_ids", "int_type", "Input should be a valid integer", ids))?
     } else {
         match given("text") {
-            Some(Value::String(s)) => encode(s, sh).map_err(|(_, m)| value(m))?,
+            Some(Value::String(s)) => encode(s, sh).map_err(|b| value(b.msg))?,
             Some(Value::Array(_)) => return Err(batch("text")),
             Some(t) => return Err(schema("text", "string_type", "Input should be a valid string", t)),
             None => return Err(value("Either text, input_ids or input_embeds should be provided.".into())),
@@ -938,10 +1073,65 @@ fn parse_generate(body: &[u8], sh: &Shared) -> Result<Generate, Refusal> {
     let EngineSpec::Sglang(cfg) = &sh.spec.engine else {
         return Err(Refusal::Unsupported("/generate is SGLang's route".into()));
     };
+    let text = |x: Option<(f64, &Value)>| x.map(|(f, v)| (f, v.to_string()));
+    let ask = SglangAsk {
+        max_new: given_max,
+        // `SamplingParams.max_new_tokens` defaults to 128.
+        default_max_new: Some(128),
+        temperature: text(num("temperature")?),
+        top_p: text(num("top_p")?),
+        min_new: int("min_new_tokens")?,
+        min_field: "min_new_tokens",
+    };
+    let input = prompt.len() as u64;
+    let (max_tokens, abort) = sglang_limits(sh, cfg, input, ask).map_err(|r| match r {
+        SglangRefusal::Value(m) => value(m),
+        SglangRefusal::Unsupported(m) => Refusal::Unsupported(m),
+    })?;
+    let prompt_len = input as u32;
+    let c =
+        Completion { prompt, token_ids, prompt_len, max_tokens, stream, include_usage: false, ignore_eos, model: None };
+    Ok(Generate { c, rid, abort })
+}
+
+/// What an SGLang request asks for, as [`sglang_limits`] checks it.
+struct SglangAsk {
+    /// `max_new_tokens` as given (an OpenAI route's `max_tokens`), else none.
+    max_new: Option<i64>,
+    /// The limit when none is given: `/generate`'s `SamplingParams` default (128); none for a
+    /// chat request, which passes `None` and gets the scheduler's room.
+    default_max_new: Option<i64>,
+    /// `temperature` and `top_p`: the value and its JSON text (the message quotes it).
+    temperature: Option<(f64, String)>,
+    top_p: Option<(f64, String)>,
+    min_new: Option<i64>,
+    min_field: &'static str,
+}
+
+/// Why SGLang refuses a request: a `ValueError` (its message), or what servesim does not model.
+enum SglangRefusal {
+    Value(String),
+    Unsupported(String),
+}
+
+/// SGLang's checks of a request's length and sampling parameters, with its messages, shared by
+/// `/generate` and the OpenAI routes (both go through `TokenizerManager.generate_request`):
+/// `_validate_one_request` (the prompt, and the prompt with `max_new_tokens` when given, under
+/// the context), `SamplingParams.verify`, and the scheduler's `validate_input_length` (a prompt
+/// of `max_req_input_len` tokens or more is aborted: returned as the abort's message) and
+/// `init_req_max_new_tokens` (the output cut to what `max_req_len` leaves). Returns the output
+/// limit and the abort, if any.
+fn sglang_limits(
+    sh: &Shared,
+    cfg: &sim::engine::sglang::SglangConfig,
+    input: u64,
+    ask: SglangAsk,
+) -> Result<(u32, Option<String>), SglangRefusal> {
+    let value = SglangRefusal::Value;
+    let given_max = ask.max_new;
     // The tokenizer manager's checks (`_validate_one_request`): the prompt, and the prompt with
     // `max_new_tokens` when it is given, must stay under the context.
     let ctx = u64::from(cfg.context_length);
-    let input = prompt.len() as u64;
     if input >= ctx {
         return Err(value(format!(
             "The input ({input} tokens) is longer than the model's context length ({ctx} tokens)."
@@ -962,26 +1152,30 @@ fn parse_generate(body: &[u8], sh: &Shared) -> Result<Generate, Refusal> {
     }
     // `SamplingParams.verify`, with its messages (servesim samples nothing, but what SGLang
     // refuses is refused).
-    let max_new = given_max.unwrap_or(128); // `SamplingParams.max_new_tokens` defaults to 128
+    // No limit at all (a chat request without one): the scheduler's room below.
+    let max_new = given_max.or(ask.default_max_new).unwrap_or(i64::MAX);
     if max_new < 0 {
         return Err(value(format!("max_new_tokens must be at least 0, got {max_new}.")));
     }
-    if let Some((_, v)) = num("temperature")?.filter(|(t, _)| *t < 0.0) {
+    if let Some((_, v)) = ask.temperature.filter(|(t, _)| *t < 0.0) {
         return Err(value(format!("temperature must be non-negative, got {v}.")));
     }
-    if let Some((_, v)) = num("top_p")?.filter(|(p, _)| !(*p > 0.0 && *p <= 1.0)) {
+    if let Some((_, v)) = ask.top_p.filter(|(p, _)| !(*p > 0.0 && *p <= 1.0)) {
         return Err(value(format!("top_p must be in (0, 1], got {v}.")));
     }
-    if let Some(m) = int("min_new_tokens")? {
+    if let Some(m) = ask.min_new {
+        let f = ask.min_field;
         if m < 0 {
-            return Err(value(format!("min_new_tokens must be in [0, max_new_tokens], got {m}.")));
+            return Err(value(format!("{f} must be in [0, max_new_tokens], got {m}.")));
         }
         if m > max_new {
-            return Err(value(format!("min_new_tokens must be in [0, max_new_tokens({max_new})], got {m}.")));
+            return Err(value(format!("{f} must be in [0, max_new_tokens({max_new})], got {m}.")));
         }
     }
     if max_new == 0 {
-        return Err(unsupported("sampling_params.max_new_tokens of 0 (a prefill with no output)"));
+        return Err(SglangRefusal::Unsupported(
+            "max_new_tokens of 0 (a prefill with no output) is not supported by servesim serve".into(),
+        ));
     }
     // The scheduler's limits (`tp_worker.py`: `max_req_len` is the context and the pool less
     // one, `max_req_input_len` that less 5): a longer prompt is aborted (`validate_input_length`),
@@ -992,17 +1186,15 @@ fn parse_generate(body: &[u8], sh: &Shared) -> Result<Generate, Refusal> {
         format!("Input length ({input} tokens) exceeds the maximum allowed length ({max_req_input_len} tokens). Use a shorter input or enable --allow-auto-truncate.")
     });
     let room = max_req_len.saturating_sub(input + 1).max(1);
-    let max_tokens = (max_new as u64).min(room) as u32;
-    let prompt_len = input as u32;
-    if abort.is_none() && u64::from(prompt_len) + u64::from(max_tokens) >= sh.spec.engine.kv_capacity_tokens() {
+    let max_tokens = (max_new.max(0) as u64).min(room) as u32;
+    if abort.is_none() && input + u64::from(max_tokens) >= sh.spec.engine.kv_capacity_tokens() {
         return Err(value(format!(
             "the request needs {} KV tokens but the pool holds {}",
-            prompt_len + max_tokens,
+            input + u64::from(max_tokens),
             sh.spec.engine.kv_capacity_tokens()
         )));
     }
-    let c = Completion { prompt, token_ids, prompt_len, max_tokens, stream, include_usage: false, ignore_eos };
-    Ok(Generate { c, rid, abort })
+    Ok((max_tokens, abort))
 }
 
 /// The id of output token `i` of request `n` (servesim generates no real tokens: an id in a
@@ -1043,8 +1235,12 @@ async fn generate_native(sh: Arc<Shared>, mut g: Generate) -> Resp {
     let rid = g.rid.unwrap_or_else(|| fresh(n));
     let (prompt_len, max_tokens) = (g.c.prompt_len, g.c.max_tokens);
     let clock = sh.clock.clone();
+    // `e2e_latency` is the tokenizer manager's `finished_time - created_time`, both
+    // `time.time()`: wall time. Under `--time-scale` k the client's wall clock runs k times
+    // slower than engine time, so the field is engine time / k, what the client measures.
+    let time_scale = sh.opts.time_scale;
     // `meta_info` after `k` tokens, `last` the event that carried the k-th.
-    let meta = move |k: u32, last: &TokenEvent, clock: &Arc<dyn Clock>| {
+    let meta = move |k: u32, last: &TokenEvent| {
         let mut m = json!({"id": rid, "finish_reason": null, "prompt_tokens": prompt_len, "completion_tokens": k,
             "cached_tokens": last.cached});
         if last.finished {
@@ -1054,11 +1250,17 @@ async fn generate_native(sh: Arc<Shared>, mut g: Generate) -> Resp {
             } else {
                 json!({"type": "length", "length": max_tokens})
             };
-            m["e2e_latency"] = json!(clock.now_ns().saturating_sub(arrived_ns) as f64 / 1e9);
+            m["e2e_latency"] = json!(last.at_ns.saturating_sub(arrived_ns) as f64 / 1e9 / time_scale);
         }
         m
     };
     let piece = |i: u32| format!(" t{i}");
+    // A request that stops at EOS has the EOS id last in `output_ids` and counted in
+    // `completion_tokens`, but not in `text`: the detokenizer decodes the ids less the matched
+    // stop token (`DetokenizerManager.trim_matched_stop`, `no_stop_trim` false by default), and
+    // `skip_special_tokens` (true by default, `SamplingParams`) would drop it anyway (0.4.10
+    // and 0.5.23 `detokenizer_manager.py`, `sampling_params.py`).
+    let has_text = |ev: &TokenEvent| !(ev.finished && ev.stop);
     if !stream {
         let (i, last) = drain_tokens(&mut rx, &sh).await;
         guard.armed = false;
@@ -1068,9 +1270,10 @@ async fn generate_native(sh: Arc<Shared>, mut g: Generate) -> Resp {
                 "the server is shutting down; the request was aborted",
             );
         };
-        let text: String = (0..i).map(piece).collect();
+        let texts = if has_text(&last) { i } else { i.saturating_sub(1) };
+        let text: String = (0..texts).map(piece).collect();
         let ids: Vec<u64> = (0..i).map(|j| output_id(n, j)).collect();
-        let body = json!({"text": text, "output_ids": ids, "meta_info": meta(i, &last, &clock)});
+        let body = json!({"text": text, "output_ids": ids, "meta_info": meta(i, &last)});
         return full(StatusCode::OK, "application/json", body.to_string());
     }
     let (body_tx, body_rx) = mpsc::channel::<Bytes>(64);
@@ -1098,9 +1301,11 @@ async fn generate_native(sh: Arc<Shared>, mut g: Generate) -> Resp {
                 return;
             };
             let i = ids.len() as u32;
-            text.push_str(&piece(i));
+            if has_text(&ev) {
+                text.push_str(&piece(i));
+            }
             ids.push(output_id(n, i));
-            let chunk = json!({"text": text, "output_ids": ids, "meta_info": meta(i + 1, &ev, &clock)});
+            let chunk = json!({"text": text, "output_ids": ids, "meta_info": meta(i + 1, &ev)});
             if send(format!("data: {chunk}\n\n")).await.is_err() {
                 clock.release(); // nobody will read it
                 return;

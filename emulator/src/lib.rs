@@ -9,9 +9,14 @@
 //!   own, whose sleeps are good to tens of microseconds), a virtual clock in
 //!   tests (exact and instant).
 //! * [`http`] — **how `serve` streams**: hyper (HTTP/1.1, keep-alive), the
-//!   routes, the request checks with vLLM's status codes and error bodies, the
-//!   SSE chunks, aborts of clients that go away, the error event at shutdown.
+//!   routes, the request checks with the emulated engine's status codes, error
+//!   bodies and messages (vLLM's, or SGLang's per release), the SSE chunks, aborts
+//!   of clients that go away, the error event at shutdown.
 //! * `metrics` — `/metrics` in the engine's names, buckets, HELP and TYPE lines.
+//!
+//! Times a client reads from the server (the latency histograms, `/generate`'s
+//! `e2e_latency`) are in the time the client sees: engine time divided by
+//! `--time-scale`, as a real engine measures them on the wall clock.
 //!
 //! Token counts: token-id prompts are exact; text is encoded with the
 //! tokenizer.json given (exact, special tokens included), or else counts one
@@ -19,7 +24,9 @@
 //! pieces, so that identical text prefixes still share KV.
 //!
 //! Bounded and safe: loopback by default, a cap on request bodies (8 MiB)
-//! and on concurrent connections (503 past it), 4xx answers for bad requests,
+//! and on concurrent connections (503 past it, except `GET /metrics` and
+//! `GET /health`: a scrape of a loaded server succeeds, as on the engines, which
+//! limit no connections), 4xx answers for bad requests,
 //! never a panic on input; SIGINT/SIGTERM end the server, active streams with
 //! an error event.
 
@@ -27,6 +34,8 @@ pub mod clock;
 pub mod driver;
 pub mod http;
 mod metrics;
+#[cfg(test)]
+mod serve_fidelity_tests;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -106,6 +115,8 @@ pub async fn serve_with_clock(
         slack_ns: (0.05 * opts.time_scale * 1e9) as u64,
         sglang: is_sglang(&spec),
         iteration_prompt: driver::IterationPrompt::of(&spec),
+        cached_on_readmission: driver::cached_on_readmission(&spec),
+        time_scale: if opts.time_scale > 0.0 { opts.time_scale } else { 1.0 },
     };
     let engine_thread = std::thread::Builder::new()
         .name("servesim-engine".into())

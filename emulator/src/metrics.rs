@@ -19,6 +19,11 @@ pub(crate) struct Stats {
     /// often it was retracted).
     pub prompt_tokens: u64,
     pub generation_tokens: u64,
+    /// SGLang `sglang:cached_tokens_total`: each request's `cached_tokens` added once, when its
+    /// output finishes (`observe_one_finished_request` from the tokenizer manager's
+    /// `collect_metrics`, 0.4.10 to 0.5.23), not at each prefix lookup; what a request counts
+    /// is the driver's `Live::cached` (per release).
+    pub cached_tokens: u64,
     /// Finished requests by reason: stop (EOS), length (max_tokens). A client that went away
     /// is not a finished request in vLLM (`output_processor.py`, `abort_requests`: the state
     /// is dropped, no stats): `finished_reason="abort"` stays 0.
@@ -40,9 +45,10 @@ pub(crate) struct Stats {
 
 impl Stats {
     /// An SGLang request's output finished: its counters move now.
-    pub fn count_sglang_finished(&mut self, prompt_len: u32, generated: u32) {
+    pub fn count_sglang_finished(&mut self, prompt_len: u32, generated: u32, cached: u32) {
         self.prompt_tokens += u64::from(prompt_len);
         self.generation_tokens += u64::from(generated);
+        self.cached_tokens += u64::from(cached);
         self.finished_requests += 1;
     }
 
@@ -258,7 +264,7 @@ pub(crate) fn render(spec: &SimSpec, model: &str, st: &Stats) -> String {
                     "Number of prefill tokens processed.",
                     st.prompt_tokens as f64,
                 ),
-                ("sglang:cached_tokens_total", "counter", "Number of cached prompt tokens.", st.prefix_hits as f64),
+                ("sglang:cached_tokens_total", "counter", "Number of cached prompt tokens.", st.cached_tokens as f64),
                 (
                     "sglang:generation_tokens_total",
                     "counter",
