@@ -915,7 +915,8 @@ fn message_text(i: usize, content: Option<&Value>) -> Result<String, String> {
 /// Why a `/generate` request is refused, in the form SGLang answers each kind.
 pub(crate) enum Refusal {
     /// FastAPI's validation of `GenerateReqInput` (the body is not JSON, a field has the wrong
-    /// type): 422 `{"detail": [{type, loc, msg, input}]}`, before the handler runs.
+    /// type), before the handler runs: SGLang's handler answers it 400 with its flat
+    /// `ErrorResponse` (`type` "Bad Request").
     Schema { field: &'static str, kind: &'static str, msg: String, input: Box<Value> },
     /// A `ValueError` of the tokenizer manager (the prompt's checks, the context, the sampling
     /// parameters): 400 `{"error": {"message"}}` (`_create_error_response`); in a stream,
@@ -942,9 +943,15 @@ fn native_error(status: StatusCode, msg: &str) -> Resp {
 fn native_refusal(r: Refusal) -> Resp {
     match r {
         Refusal::Schema { field, kind, msg, input } => {
-            let loc: Vec<&str> = if field.is_empty() { vec!["body"] } else { vec!["body", field] };
-            let detail = json!({"detail": [{"type": kind, "loc": loc, "msg": msg, "input": input}]});
-            full(StatusCode::UNPROCESSABLE_ENTITY, "application/json", detail.to_string())
+            // SGLang overrides FastAPI's 422 with 400 and its `ErrorResponse` (`http_server.py`,
+            // `validation_exception_handler`, 0.4.10 and 0.5.23: "Override FastAPI's default 422
+            // validation error with 400"), the message `str(exc)` and `str(exc.errors())`: the
+            // errors' Python repr, which servesim approximates (serve answered 422 with FastAPI's
+            // `detail` until 2026-12-06).
+            let loc = if field.is_empty() { "('body',)".to_string() } else { format!("('body', '{field}')") };
+            let message = format!("[{{'type': '{kind}', 'loc': {loc}, 'msg': '{msg}', 'input': {input}}}]");
+            let err = json!({"object": "error", "message": message, "type": "Bad Request", "param": null, "code": 400});
+            full(StatusCode::BAD_REQUEST, "application/json", err.to_string())
         }
         Refusal::Value { msg, stream: true } => {
             // `stream_results`: `except ValueError` writes the error as an event, then `[DONE]`.
