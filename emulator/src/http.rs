@@ -330,6 +330,35 @@ pub(crate) struct Completion {
     model: Option<String>,
 }
 
+impl Completion {
+    /// A request with the body's `stream`, `stream_options.include_usage` and `ignore_eos`
+    /// (each false when absent).
+    fn with_flags(
+        obj: &serde_json::Map<String, Value>,
+        prompt: Vec<Segment>,
+        token_ids: bool,
+        prompt_len: u32,
+        max_tokens: u32,
+        model: Option<String>,
+    ) -> Completion {
+        let flag = |k: &str| obj.get(k).and_then(Value::as_bool);
+        Completion {
+            prompt,
+            token_ids,
+            prompt_len,
+            max_tokens,
+            stream: flag("stream").unwrap_or(false),
+            include_usage: obj
+                .get("stream_options")
+                .and_then(|o| o.get("include_usage"))
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+            ignore_eos: flag("ignore_eos").unwrap_or(false),
+            model,
+        }
+    }
+}
+
 fn text_segments(text: &str) -> Vec<Segment> {
     // One token per 4 bytes; contents = hash of the piece (identical text, identical tokens).
     text.as_bytes()
@@ -560,21 +589,7 @@ fn parse_completion(body: &[u8], chat: bool, sh: &Shared) -> Result<Completion, 
             // raises it as the `ValueError` of `_wait_one_response`.
             return Err(Bad { status: StatusCode::BAD_REQUEST, msg: m, kind: BadKind::Value });
         }
-        let flag = |k: &str| obj.get(k).and_then(Value::as_bool);
-        return Ok(Completion {
-            prompt,
-            token_ids,
-            prompt_len,
-            max_tokens,
-            stream: flag("stream").unwrap_or(false),
-            include_usage: obj
-                .get("stream_options")
-                .and_then(|o| o.get("include_usage"))
-                .and_then(Value::as_bool)
-                .unwrap_or(false),
-            ignore_eos: flag("ignore_eos").unwrap_or(false),
-            model,
-        });
+        return Ok(Completion::with_flags(obj, prompt, token_ids, prompt_len, max_tokens, model));
     }
     let max_tokens = match limit {
         None => {
@@ -627,21 +642,7 @@ fn parse_completion(body: &[u8], chat: bool, sh: &Shared) -> Result<Completion, 
             return Err(bad(format!("min_tokens must be less than or equal to max_tokens={max_tokens}, got {m}.")));
         }
     }
-    let flag = |k: &str| obj.get(k).and_then(Value::as_bool);
-    Ok(Completion {
-        prompt,
-        token_ids,
-        prompt_len,
-        max_tokens,
-        stream: flag("stream").unwrap_or(false),
-        include_usage: obj
-            .get("stream_options")
-            .and_then(|o| o.get("include_usage"))
-            .and_then(Value::as_bool)
-            .unwrap_or(false),
-        ignore_eos: flag("ignore_eos").unwrap_or(false),
-        model,
-    })
+    Ok(Completion::with_flags(obj, prompt, token_ids, prompt_len, max_tokens, model))
 }
 
 fn unix_now() -> u64 {
