@@ -315,7 +315,6 @@ pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode, String> {
             return Err(e.to_string());
         }
     };
-    let profile = with_zero_intervals(profile);
     if let Err(e) = write_profile(&a.out, &profile, Some(&record_path)) {
         end(&mut m, &format!("failed: {e}"), None, None);
         return Err(e);
@@ -330,17 +329,6 @@ pub fn calibrate(a: CalibrateArgs) -> Result<ExitCode, String> {
     print!("{}", profile_summary(&profile));
     println!("Run record: {}", record_path.display());
     Ok(ExitCode::SUCCESS)
-}
-
-/// The profile with an honest interval for each coefficient fitted to exactly 0
-/// (`calib::uncertainty::ProfileUncertainty::bound_zero_coefficients`: its log-space interval is
-/// [0, 0] however weakly the data determine it).
-fn with_zero_intervals(mut profile: Profile) -> Profile {
-    let values = profile.values();
-    if let Some(u) = profile.uncertainty.take() {
-        profile.uncertainty = Some(u.bound_zero_coefficients(&values, &profile.prior));
-    }
-    profile
 }
 
 /// Writes the profile; `record`, the run record of the calibration that fitted it, is named in
@@ -372,12 +360,10 @@ fn write_profile(path: &Path, profile: &Profile, record: Option<&Path>) -> Resul
     if let Some(d) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(d).map_err(|e| format!("--out {}: {e}", path.display()))?;
     }
-    let mut v = serde_json::to_value(profile).expect("json");
-    if let (Some(r), Some(o)) = (record, v.as_object_mut()) {
-        let name = r.file_name().map_or_else(|| r.display().to_string(), |n| n.to_string_lossy().into_owned());
-        o.insert("run_record".into(), name.into());
-    }
-    std::fs::write(path, serde_json::to_string_pretty(&v).expect("json"))
+    let mut profile = profile.clone();
+    profile.run_record =
+        record.map(|r| r.file_name().map_or_else(|| r.display().to_string(), |n| n.to_string_lossy().into_owned()));
+    std::fs::write(path, serde_json::to_string_pretty(&profile).expect("json"))
         .map_err(|e| format!("--out {}: {e}", path.display()))
 }
 
@@ -639,7 +625,6 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
     .map_err(|e| e.to_string())?;
     let mut profile = profile;
     profile.traps.get_or_insert_with(Vec::new).extend(set_aside);
-    let profile = with_zero_intervals(profile);
     write_profile(&a.out, &profile, None)?;
     print!("{}", profile_summary(&profile));
     Ok(ExitCode::SUCCESS)

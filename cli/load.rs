@@ -96,13 +96,25 @@ pub(crate) fn resolve_path(base: &Path, p: &str) -> PathBuf {
 /// Parses and resolves a raw scenario into a runnable spec.
 pub fn resolve(raw: &RawScenario) -> Result<(Scenario, SimSpec), String> {
     let origin = &raw.origin;
-    let scenario: Scenario = config::scenario_from_value(raw.json.clone()).map_err(|e| format!("{origin}: {e}"))?;
+    let mut scenario: Scenario = config::scenario_from_value(raw.json.clone()).map_err(|e| format!("{origin}: {e}"))?;
     let mut res = Resources { models: sim::builtin::models()?, gpus: sim::builtin::gpus()?, ..Default::default() };
     let mut fitted_on = None;
-    if let Some(p) = &scenario.cost.profile {
-        let path = resolve_path(&raw.base_dir, p);
+    if let Some(p) = scenario.cost.profile.clone() {
+        let path = resolve_path(&raw.base_dir, &p);
         let (coefficients, prior, deployment) =
             load_profile(&path).map_err(|e| format!("{origin}: cost.profile: {e}"))?;
+        // A profile's coefficients are the µs of the engine it was fitted on, at its time scale
+        // (`engine.servesim_time_scale`, docs/calibration.md): the scenario runs at that scale.
+        let k = deployment.servesim_time_scale.unwrap_or(1.0);
+        match scenario.cost.time_scale {
+            None if k != 1.0 => scenario.cost.time_scale = Some(k),
+            Some(t) if (t / k - 1.0).abs() > 1e-9 => return Err(format!(
+                "{origin}: cost.time_scale: {t}, and cost.profile {} was fitted at time scale {k} (its coefficients \
+                     are the µs of that engine): leave cost.time_scale out, or give {k}",
+                path.display()
+            )),
+            _ => {}
+        }
         res.profile = Some(coefficients);
         res.profile_prior = prior;
         fitted_on = Some((path.clone(), deployment));

@@ -1,7 +1,8 @@
 //! Describing a live server as a scenario: the engine section from what the
 //! server reports (the flags named by `EngineKind::reported_scheduler_flags`),
 //! the model card from the served model's `config.json` (or the one `servesim
-//! serve` reports), the hardware card the user names.
+//! serve` reports), the hardware card the user names; a `servesim serve --time-scale k`
+//! as an engine k times faster (`cost.time_scale`).
 
 use serde_json::{json, Map, Value};
 use sim::cards::ModelCard;
@@ -427,6 +428,13 @@ pub fn derive_scenario(info: &ServerInfo, d: &DeriveOptions, workload: &Value) -
         "hardware": d.hardware.clone().or_else(|| info.servesim_hardware.clone()).unwrap_or_else(|| "cpu-host".into()),
         "workload": workload,
     });
+    // `servesim serve --time-scale k` runs its engine k times faster than the scenario it
+    // emulates: so does the scenario that describes it (`cost.time_scale`), so that every
+    // coefficient's prior, the composed cost and the front end's fixed costs are that engine's,
+    // and a fit's coefficients come out on the same footing (docs/calibration.md).
+    if let Some(k) = info.servesim_time_scale.filter(|k| *k != 1.0) {
+        json["cost"] = json!({"time_scale": k});
+    }
     for s in &d.sets {
         sim::config::apply_set(&mut json, s).map_err(|e| CalibError::Scenario(format!("--set {s}: {e}")))?;
     }

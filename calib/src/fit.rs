@@ -517,7 +517,8 @@ pub fn nelder_mead(f: &mut impl FnMut(&[f64]) -> f64, d: usize, max_evals: usize
 /// share of the work at the scenario's TP size). The per-token floors count
 /// the linear layers only: the embedding is a lookup and the LM head runs on
 /// sampled positions, so counting them would raise the floor past what is
-/// physical.
+/// physical. An engine the scenario runs `cost.time_scale` k times faster than its cards
+/// (`servesim serve --time-scale k`) has floors k times lower: they are divided by it.
 pub fn roofline_floors(spec: &SimSpec) -> Vec<(&'static str, f64)> {
     let m = &spec.model;
     let g = &spec.gpu;
@@ -529,7 +530,8 @@ pub fn roofline_floors(spec: &SimSpec) -> Vec<(&'static str, f64)> {
     };
     let linear = (m.num_parameters - m.embedding_parameters().min(m.num_parameters)) as f64 / tp;
     let weights = m.weight_bytes_per_gpu(d.tensor_parallel_size, d.linear_weight_bytes) as f64;
-    vec![
+    let k = spec.cost.time_scale;
+    let floors = vec![
         ("prefill_token_us", 2.0 * linear / flops * 1e6),
         ("decode_token_us", 2.0 * linear / flops * 1e6),
         ("step_us", weights / g.memory_bandwidth_bytes_per_s * 1e6),
@@ -546,7 +548,13 @@ pub fn roofline_floors(spec: &SimSpec) -> Vec<(&'static str, f64)> {
                 / g.memory_bandwidth_bytes_per_s
                 * 1e6,
         ),
-    ]
+    ];
+    // At 1 (every scenario but a time-scaled one) the figures as they are, bit for bit.
+    if k == 1.0 {
+        floors
+    } else {
+        floors.into_iter().map(|(n, f)| (n, f / k)).collect()
+    }
 }
 
 #[cfg(test)]

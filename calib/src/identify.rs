@@ -634,6 +634,9 @@ pub fn covariance_at(
 /// (lone prefills of 64–8192 tokens after 0–4096 cached ones, decode batches of 1–256 at
 /// contexts of 256–8192 tokens, mixed steps); `per_seq_us` is the composed cost's CPU time
 /// per sequence. Without a composed cost, the scenario's linear coefficients as they are.
+/// A time-scaled scenario's (`cost.time_scale` k) composed cost gives its times ÷ k
+/// (`ComposedCost::set_time_scale`), so this prior, and the coefficients fitted against it, are
+/// the k-times-faster engine's, as are the linear prior's (`CostModel::scale_time`).
 pub fn linear_prior(base: &CostModel) -> CostModel {
     let Some(c) = base.composed.clone() else { return base.clone() };
     use sim::cost::StepShape;

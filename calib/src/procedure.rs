@@ -254,8 +254,18 @@ pub fn calibrate<M: Measure + ?Sized>(m: &mut M, scenario: &Scenario<'_>, o: &Ca
         kv_cache_dtype: None,
         linear_weight_bytes: None,
         cuda_graphs: None,
-        servesim_time_scale: info.servesim_time_scale.filter(|k| *k != 1.0),
+        // The scale the fit's scenarios ran at (`cost.time_scale`, which the derived scenario
+        // takes from the server's `servesim_time_scale`): the coefficients are that engine's µs.
+        servesim_time_scale: Some(prior.time_scale).filter(|k| *k != 1.0),
     };
+    let server_scale = info.servesim_time_scale.unwrap_or(1.0);
+    if (prior.time_scale / server_scale - 1.0).abs() > 1e-9 {
+        m.say(&format!(
+            "warning: the server runs at time scale {server_scale} and the scenario fitted to it at cost.time_scale {}: \
+             the coefficients the probes do not determine are those of an engine at the scenario's scale",
+            prior.time_scale
+        ));
+    }
     let engine = match points.first() {
         Some(p) => engine.with_deployment(&p.spec),
         None => engine,
@@ -268,8 +278,11 @@ pub fn calibrate<M: Measure + ?Sized>(m: &mut M, scenario: &Scenario<'_>, o: &Ca
         &r.cost,
         crate::identify::PriorKind::of(&prior),
     );
-    profile.uncertainty =
-        Some(crate::uncertainty::ProfileUncertainty::new(crate::identify::INTERVAL_METHOD, &profile.values(), cov, s2));
+    // A coefficient fitted to exactly 0 gets an honest interval (its log-space one is [0, 0]).
+    profile.uncertainty = Some(
+        crate::uncertainty::ProfileUncertainty::new(crate::identify::INTERVAL_METHOD, &profile.values(), cov, s2)
+            .bound_zero_coefficients(&profile.values(), &profile.prior),
+    );
     // A later run lies off the fitted model by what the fit could not explain (its residuals:
     // the model's discrepancy at a probe and the engine's noise then) or by how far the engine's
     // own speed moved while it was calibrated (the speed reference, one request at a fixed shape
@@ -431,7 +444,9 @@ pub fn calibrate_from_results_with(
         kv_cache_dtype: None,
         linear_weight_bytes: None,
         cuda_graphs: None,
-        servesim_time_scale: None,
+        // Results measured against `servesim serve --time-scale k`, fitted with a scenario at
+        // `cost.time_scale` k: the profile's coefficients are that engine's.
+        servesim_time_scale: Some(first.spec.cost.time_scale).filter(|k| *k != 1.0),
     }
     .with_deployment(&first.spec);
     let mut profile = Profile::new(&r, &points, "results", engine, &prior);

@@ -68,6 +68,10 @@ pub struct Profile {
     pub scenario: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// The run record of the live calibration that fitted it (a file name beside the profile;
+    /// `servesim calibrate` writes both).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_record: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -96,8 +100,10 @@ pub struct ProfileEngine {
     pub linear_weight_bytes: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cuda_graphs: Option<bool>,
-    /// Fitted against `servesim serve --time-scale k` (k ≠ 1): the step costs of an engine k
-    /// times faster than the GPU named (a test's shortcut); a scenario applying it is warned.
+    /// Fitted against `servesim serve --time-scale k` (k ≠ 1), with the scenario at
+    /// `cost.time_scale` k: every coefficient, fitted or prior, and `prior` are the µs of an
+    /// engine k times faster than the GPU named (a test's shortcut); a scenario applying it runs
+    /// at that scale (docs/calibration.md) and is warned.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub servesim_time_scale: Option<f64>,
 }
@@ -342,6 +348,7 @@ impl Profile {
             from_results: None,
             scenario: None,
             note: None,
+            run_record: None,
         }
     }
 

@@ -67,7 +67,7 @@ pub struct Trap {
 /// The fastest a cold prefill of `prompt_len` tokens can be on the deployment, ms: the
 /// linear layers (2 FLOPs per parameter per token, embedding excluded) and causal attention
 /// (4 · layers · heads · head_dim FLOPs per (query, key) pair) at 100% of the GPU's peak,
-/// each GPU doing 1/TP of it.
+/// each GPU doing 1/TP of it; divided by the scenario's `cost.time_scale`.
 pub fn ttft_floor_ms(spec: &SimSpec, prompt_len: u32) -> f64 {
     ttft_floor_after_ms(spec, 0, prompt_len)
 }
@@ -89,18 +89,20 @@ pub fn ttft_floor_after_ms(spec: &SimSpec, cached: u32, n: u32) -> f64 {
     let pairs = l * c + l * (l + 1.0) / 2.0;
     let attn_s = 4.0 * f64::from(m.num_layers) * f64::from(m.num_attention_heads) * f64::from(m.head_dim) / tp * pairs
         / g.dense_bf16_flops;
-    (linear_s + attn_s) * 1e3
+    // A time-scaled engine (`cost.time_scale`, servesim serve at `--time-scale k`) is k times faster.
+    (linear_s + attn_s) * 1e3 / spec.cost.time_scale
 }
 
 /// The least time a decode step can take, ms: the linear layers' weights (the embeddings and a
 /// MoE card's experts left out: at batch 1 only a few experts are read) read once per GPU at
-/// the GPU's peak memory bandwidth, at the deployment's TP size and weight bytes.
+/// the GPU's peak memory bandwidth, at the deployment's TP size and weight bytes; divided by the
+/// scenario's `cost.time_scale`.
 pub fn decode_floor_ms(spec: &SimSpec) -> f64 {
     let m = &spec.model;
     let tp = f64::from(spec.deployment.tensor_parallel_size.max(1));
     let linear_bytes = f64::from(spec.deployment.linear_weight_bytes);
     let params = m.num_parameters.saturating_sub(m.embedding_parameters()).saturating_sub(m.expert_parameters());
-    params as f64 * linear_bytes / tp / spec.gpu.memory_bandwidth_bytes_per_s * 1e3
+    params as f64 * linear_bytes / tp / spec.gpu.memory_bandwidth_bytes_per_s * 1e3 / spec.cost.time_scale
 }
 
 /// The load of a point, for ordering among points of one kind of load (`flag`'s key): the

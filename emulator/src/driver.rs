@@ -458,7 +458,7 @@ pub(crate) fn run(setup: DriverSetup, inbox: Inbox) {
                 // (SGLang's `TokenizerManager`; not for a prompt sent as token ids) and its
                 // per-request work on the same loop (vLLM 0.11.0's chat-template parse), as
                 // `simulate` delivers it.
-                front.serial_ns_per_request = engine.front_end_ns_per_request(r.chat);
+                front.serial_ns_per_request = cost.scaled_ns(engine.front_end_ns_per_request(r.chat));
                 let tokens = if r.token_ids { 0 } else { r.spec.prompt_len };
                 let ready = front.arrival_tokenized(r.arrived_ns, tokens).unwrap_or(u64::MAX);
                 ingress.push_back((ready, r));
@@ -546,7 +546,7 @@ mod tests {
         let (tx, inbox) = channel();
         let engine = sim::engine::build(&spec.engine);
         let front = sim::delivery::FrontEnd::new(spec.cost.ingress_ns(), spec.cost.output_token_ns())
-            .with_serial_tokenizer(engine.tokenizer_ns_per_prompt_token());
+            .with_serial_tokenizer(spec.cost.scaled_ns(engine.tokenizer_ns_per_prompt_token()));
         // Each stream, its tokens read, whether it has ended, whether it was aborted.
         let mut rxs: Vec<(UnboundedReceiver<TokenEvent>, u32, bool, bool)> = Vec::new();
         for (i, r) in reqs.into_iter().enumerate() {

@@ -105,7 +105,7 @@ pub async fn serve_with_clock(
     let (tx, inbox) = driver::channel();
     let engine = sim::engine::build(&spec.engine);
     let front = sim::delivery::FrontEnd::new(spec.cost.ingress_ns(), spec.cost.output_token_ns())
-        .with_serial_tokenizer(engine.tokenizer_ns_per_prompt_token());
+        .with_serial_tokenizer(spec.cost.scaled_ns(engine.tokenizer_ns_per_prompt_token()));
     let setup = driver::DriverSetup {
         engine,
         cost: spec.cost.clone(),

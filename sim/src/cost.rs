@@ -31,6 +31,18 @@
 //! adds compute and memory time where a roofline would take their maximum; at
 //! the batch sizes serving runs at one term dominates, and a fit absorbs the
 //! rest. This shortcut is listed in ARCHITECTURE.md.
+//!
+//! **A time-scaled engine** (`cost.time_scale` k, [`CostModel::time_scale`]): an engine k
+//! times faster than the rest of the scenario says, as `servesim serve --time-scale k` runs
+//! one (its wall clock runs k engine seconds a second, `emulator/src/clock.rs`). The prior (the
+//! roofline coefficients, the composed cost from the kernel tables, its CPU terms) and the
+//! scenario's inline coefficients are divided by k; so is each fixed front-end cost of an
+//! engine ([`CostModel::scaled_ns`]). A fitted profile's coefficients are not: a profile is
+//! fitted on the faster engine itself and records its scale (`engine.servesim_time_scale`),
+//! its coefficients that engine's µs. Every time is computed in µs (f64), divided by k, and
+//! rounded to whole ns once ([`us_to_ns`]): at k, a time is within half a nanosecond of the
+//! unscaled one ÷ k, and exactly it where the unscaled time in ns is a multiple of k and k a
+//! power of two. docs/calibration.md says how `calibrate` and `check` use it.
 
 use serde::{Deserialize, Serialize};
 
@@ -250,6 +262,12 @@ pub struct CostModel {
     /// directions its data determine and leaves it exact elsewhere
     /// ([`CostModel::correct`]).
     pub reference: Option<[f64; 6]>,
+    /// The engine runs this many times faster than its cards (and the scenario's inline
+    /// coefficients) say: `cost.time_scale`, 1 by default ([`CostModel::scale_time`]). The
+    /// coefficients above and `composed` are already divided by it; it is kept for the costs
+    /// outside this model that a time-scaled engine also divides ([`CostModel::scaled_ns`]) and
+    /// for the roofline floors a fit is judged against (`calib::fit::roofline_floors`).
+    pub time_scale: f64,
 }
 
 /// At most this many prefill chunks of a step are kept one by one
@@ -390,7 +408,43 @@ impl CostModel {
             sources: [CoefficientSource::Prior; 8],
             composed: None,
             reference: None,
+            time_scale: 1.0,
         }
+    }
+
+    /// An engine `k` times faster than this model says (`cost.time_scale`): every coefficient
+    /// divided by `k` (the prior's, before a profile or inline coefficients overlay them), and
+    /// the composed cost's times too ([`ComposedCost::set_time_scale`]; it must not be shared
+    /// yet: `config::resolve_cost` calls this as it builds the cost). Scales compose; `k` = 1
+    /// changes nothing.
+    pub fn scale_time(&mut self, k: f64) {
+        assert!(k.is_finite() && k > 0.0, "time scale {k}");
+        if k == 1.0 {
+            return;
+        }
+        if let Some(c) = self.composed.as_mut() {
+            let c = std::sync::Arc::get_mut(c).expect("a composed cost is time-scaled before it is shared");
+            c.set_time_scale(c.time_scale() * k);
+        }
+        for name in COEFFICIENT_NAMES {
+            let v = *self.slot(name);
+            *self.slot(name) = v / k;
+        }
+        if let Some(r) = self.reference.as_mut() {
+            r.iter_mut().for_each(|v| *v /= k);
+        }
+        self.time_scale *= k;
+    }
+
+    /// A fixed cost of the engine's that the cost model does not hold (SGLang's serial
+    /// tokenizer per prompt token, vLLM 0.11.0's chat-template parse per request:
+    /// `Engine::tokenizer_ns_per_prompt_token`, `Engine::front_end_ns_per_request`), in ns, as
+    /// this engine runs it: ÷ [`CostModel::time_scale`], rounded to the nearest ns (unchanged at 1).
+    pub fn scaled_ns(&self, ns: u64) -> u64 {
+        if self.time_scale == 1.0 {
+            return ns;
+        }
+        us_to_ns(ns as f64 / 1000.0 / self.time_scale)
     }
 
     /// Replaces the coefficients `overlay` has, marking them `source`.
@@ -448,8 +502,17 @@ impl CostModel {
             + c[5] * s.decode_context_tokens as f64
     }
 
-    /// Which model times the steps, in words (the `cost_source` report key).
+    /// Which model times the steps, in words (the `cost_source` report key); a time-scaled
+    /// engine's says so ([`CostModel::scale_time`]).
     pub fn source(&self) -> String {
+        let s = self.unscaled_source();
+        if self.time_scale == 1.0 {
+            return s;
+        }
+        format!("{s}; time scale {k} (cost.time_scale: an engine {k}x faster than its cards)", k = self.time_scale)
+    }
+
+    fn unscaled_source(&self) -> String {
         if let Some(c) = &self.composed {
             if self.reference.is_some() {
                 return format!("{} corrected by a fitted profile", c.source);

@@ -1030,8 +1030,10 @@ pub fn run_observed<E: Engine>(
     }
     let kv_capacity_tokens = engine.kv_capacity_tokens();
     // Prompts sent as token ids are not tokenized by the server.
-    let tokenizer_ns_per_token = if workload.tokenize_prompt { 0 } else { engine.tokenizer_ns_per_prompt_token() };
-    let front_end_ns_per_request = engine.front_end_ns_per_request(workload.chat);
+    // As a time-scaled engine runs them (`cost.time_scale`; unchanged at 1).
+    let tokenizer_ns_per_token =
+        if workload.tokenize_prompt { 0 } else { cost.scaled_ns(engine.tokenizer_ns_per_prompt_token()) };
+    let front_end_ns_per_request = cost.scaled_ns(engine.front_end_ns_per_request(workload.chat));
     let mut lp = Loop {
         engine,
         cost,

@@ -12,6 +12,11 @@ use crate::cost::{provider_for, ComposedCost, GraphRule, FALLBACK};
 /// ([`crate::cost::ComposedCost`]) from the GPU's measured kernel tables, or
 /// the fallback for a GPU without them; a card with `kernel_tables: "none"`
 /// keeps the linear roofline prior.
+///
+/// `time_scale` k (default 1): an engine k times faster than the rest of the section says
+/// ([`CostModel::scale_time`]): the prior (linear or composed) and the inline coefficients are
+/// divided by k; a profile's coefficients are taken as they are (fitted on the faster engine
+/// itself, at its own scale: docs/calibration.md).
 pub(super) fn resolve_cost(
     c: &CostSection,
     model: &ModelCard,
@@ -24,6 +29,19 @@ pub(super) fn resolve_cost(
     engine_kernels: crate::cost::EngineKernels,
 ) -> Result<CostModel> {
     let prior = c.prior.clone().unwrap_or_default();
+    let scale = c.time_scale.unwrap_or(1.0);
+    if !(TIME_SCALE_RANGE.0..=TIME_SCALE_RANGE.1).contains(&scale) {
+        return Err(ConfigError::new(
+            "cost.time_scale",
+            format!(
+                "the engine's speed against its cards, from {} to {} (the range of servesim serve --time-scale; 1: as \
+                 the cards say), got {k:?}",
+                TIME_SCALE_RANGE.0,
+                TIME_SCALE_RANGE.1,
+                k = scale
+            ),
+        ));
+    }
     for (name, v) in [
         ("prefill_mfu", prior.prefill_mfu),
         ("decode_mfu", prior.decode_mfu),
@@ -108,6 +126,8 @@ pub(super) fn resolve_cost(
             cost.composed = Some(std::sync::Arc::new(composed));
         }
     }
+    // The prior, linear and composed, as the time-scaled engine runs it (nothing at 1).
+    cost.scale_time(scale);
     if model.moe.is_some() && cost.composed.is_none() {
         return Err(ConfigError::new(
             "model.moe",
@@ -153,7 +173,16 @@ pub(super) fn resolve_cost(
                 ));
             }
         }
-        cost.overlay(co, CoefficientSource::Scenario);
+        // The inline coefficients describe the engine at the cards' speed, as the prior does.
+        let mut scaled = co.clone();
+        if scale != 1.0 {
+            for name in COEFFICIENT_NAMES {
+                if let Some(v) = co.get(name) {
+                    scaled.set(name, v / scale);
+                }
+            }
+        }
+        cost.overlay(&scaled, CoefficientSource::Scenario);
     }
     // Where the linear coefficients time the steps (inline ones, a live profile), a decode step
     // and a prefill must cost something: all-zero terms would run the engine in no time and
@@ -173,16 +202,23 @@ pub(super) fn resolve_cost(
         } else {
             "cost.prior"
         };
+        let scaled =
+            if scale != 1.0 { format!(" (after cost.time_scale {scale} divided them)") } else { String::new() };
         return Err(ConfigError::new(
             path,
             format!(
                 "a decode step (step_us + per_seq_us + decode_token_us) and a prefill token (step_us + prefill_token_us) \
-                 must cost at least {MIN_STEP_US} µs: with these coefficients the engine would run in next to no time"
+                 must cost at least {MIN_STEP_US} µs{scaled}: with these coefficients the engine would run in next to no time"
             ),
         ));
     }
     Ok(cost)
 }
+
+/// The bounds of `cost.time_scale`: those of `servesim serve --time-scale`
+/// (`emulator::TIME_SCALE_RANGE`), the engines a time scale stands for (a `serve` at k); a
+/// bound, not a model.
+pub const TIME_SCALE_RANGE: (f64, f64) = (1e-3, 100.0);
 
 /// The least a decode step of one request, and a one-token prefill, may cost under the linear
 /// model, µs. No engine steps faster than a kernel launch (a few µs); below this, every

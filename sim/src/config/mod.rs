@@ -783,6 +783,15 @@ fn moe_backend_given(
 /// Checks a scenario and resolves it against the loaded resources.
 pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
     if s.version == SCENARIO_FORMAT_VERSION && fleet::is_fleet(s) {
+        // A fleet's KV transfers, its prebuilt decode steps and its routers are timed outside the
+        // cost model, and would not be time-scaled with it.
+        if s.cost.time_scale.is_some_and(|k| k != 1.0) {
+            return Err(ConfigError::new(
+                "cost.time_scale",
+                "not modelled for a fleet or data parallelism (its KV transfers and routers are timed outside \
+                 the step cost); servesim serve, which runs at a time scale, serves one engine",
+            ));
+        }
         return fleet::resolve_fleet(s, res);
     }
     if s.version != SCENARIO_FORMAT_VERSION {

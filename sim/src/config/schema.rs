@@ -446,6 +446,12 @@ pub struct CostSection {
     /// Efficiency factors of the roofline prior.
     #[serde(default)]
     pub prior: Option<PriorEfficiencies>,
+    /// The engine runs this many times faster than the rest of the scenario says (default 1):
+    /// the prior, the composed cost and the inline coefficients are divided by it, as
+    /// `servesim serve --time-scale` runs its engine (`cost::CostModel::scale_time`; a profile's
+    /// coefficients are its own scale's, docs/calibration.md). From 0.001 to 100.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_scale: Option<f64>,
 }
 
 /// A section given as `null`: the section left out.

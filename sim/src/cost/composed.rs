@@ -638,6 +638,10 @@ pub struct ComposedCost {
     forgone: Option<GraphRule>,
     /// The CPU time a step without CPU/GPU overlap adds ([`sync_cpu`]).
     sync_cpu: SyncCpu,
+    /// The engine runs this many times faster than the tables and cards say (`cost.time_scale`,
+    /// [`ComposedCost::set_time_scale`]): every time this cost gives out is divided by it; 1
+    /// (the default) leaves every time as computed, bit for bit.
+    time_scale: f64,
     memo_tokens: Box<[AtomicU64]>,
     memo_seqs: Box<[AtomicU64]>,
     memo_decode: StepMemo,
@@ -663,6 +667,7 @@ impl PartialEq for ComposedCost {
             && self.mixed_decode_batch_per_decode == o.mixed_decode_batch_per_decode
             && self.sync_cpu == o.sync_cpu
             && self.forgone == o.forgone
+            && self.time_scale == o.time_scale
     }
 }
 
@@ -1148,6 +1153,7 @@ impl ComposedCost {
             graphs,
             forgone,
             sync_cpu,
+            time_scale: 1.0,
             memo_tokens: (0..MEMO_TOKENS).map(|_| AtomicU64::new(0)).collect(),
             memo_seqs: (0..MEMO_SEQS).map(|_| AtomicU64::new(0)).collect(),
             memo_decode: StepMemo::new(),
@@ -1214,13 +1220,36 @@ impl ComposedCost {
         self.graphs
     }
 
-    /// The CPU time a step without CPU/GPU overlap adds to its GPU time.
-    pub fn sync_cpu(&self) -> SyncCpu {
-        self.sync_cpu
+    /// Runs the engine `k` times faster than its tables and cards say (`cost.time_scale`,
+    /// `config::resolve_cost`): every time this cost gives out (a step's, its GPU time, its
+    /// collectives', its CPU terms) is the time computed from them divided by `k`, in µs before
+    /// the rounding to whole ns ([`ComposedCost::step_ns`]). Set before the first step is timed
+    /// (the step memo holds scaled times; it is cleared here).
+    pub fn set_time_scale(&mut self, k: f64) {
+        assert!(k.is_finite() && k > 0.0, "time scale {k}");
+        self.time_scale = k;
+        // The decode memo holds whole steps' ns (the token and sequence memos hold unscaled parts).
+        self.memo_decode = StepMemo::new();
     }
 
-    /// One all-reduce of the hidden states of `m` tokens, µs (0 without TP).
+    /// The time scale ([`ComposedCost::set_time_scale`]; 1: as the tables say).
+    pub fn time_scale(&self) -> f64 {
+        self.time_scale
+    }
+
+    /// The CPU time a step without CPU/GPU overlap adds to its GPU time (÷ the time scale).
+    pub fn sync_cpu(&self) -> SyncCpu {
+        let k = self.time_scale;
+        SyncCpu { step_us: self.sync_cpu.step_us / k, per_seq_us: self.sync_cpu.per_seq_us / k }
+    }
+
+    /// One all-reduce of the hidden states of `m` tokens, µs (0 without TP; ÷ the time scale).
     pub fn allreduce_us(&self, m: u64) -> f64 {
+        self.allreduce_raw_us(m) / self.time_scale
+    }
+
+    /// [`ComposedCost::allreduce_us`] as the tables give it (not time-scaled).
+    fn allreduce_raw_us(&self, m: u64) -> f64 {
         let x = m as f64;
         match &self.allreduce {
             AllReduce::None => 0.0,
@@ -1232,13 +1261,18 @@ impl ComposedCost {
     }
 
     /// The all-reduces of a step of `m` tokens (two a layer and the embedding's), µs (0 without
-    /// TP).
+    /// TP; ÷ the time scale).
     pub fn step_allreduce_us(&self, m: u64) -> f64 {
         (2.0 * self.layers + 1.0) * self.allreduce_us(m)
     }
 
-    /// The all-gather of the logits of `seqs` sequences, µs (0 without TP).
+    /// The all-gather of the logits of `seqs` sequences, µs (0 without TP; ÷ the time scale).
     pub fn logits_gather_us(&self, seqs: u64) -> f64 {
+        self.logits_gather_raw_us(seqs) / self.time_scale
+    }
+
+    /// [`ComposedCost::logits_gather_us`] as the tables give it (not time-scaled).
+    fn logits_gather_raw_us(&self, seqs: u64) -> f64 {
         let x = seqs as f64 * self.gather_elems_per_seq;
         match &self.gather {
             AllGather::None => 0.0,
@@ -1252,7 +1286,7 @@ impl ComposedCost {
     fn per_token_count_us(&self, m: u64) -> f64 {
         let x = m as f64;
         let gemm_ms: f64 = self.gemms.iter().map(|c| c.at(x)).sum();
-        let ar_us = self.allreduce_us(m);
+        let ar_us = self.allreduce_raw_us(m);
         self.layers * (gemm_ms * 1e3 + 2.0 * ar_us)
             + ar_us
             + self.elementwise_us_per_token * x
@@ -1292,9 +1326,9 @@ impl ComposedCost {
         }
     }
 
-    /// The GPU time of a step, µs (kernels only: no CPU time, no launch floor).
+    /// The GPU time of a step, µs (kernels only: no CPU time, no launch floor; ÷ the time scale).
     pub fn gpu_us(&self, s: &StepShape) -> f64 {
-        self.gpu_us_as(s, self.in_graph(s), self.mixed_decode_batch_per_decode)
+        self.gpu_us_as(s, self.in_graph(s), self.mixed_decode_batch_per_decode) / self.time_scale
     }
 
     /// [`ComposedCost::gpu_us`] of a step that runs as a CUDA graph (`graph`) or eagerly, its
@@ -1315,7 +1349,8 @@ impl ComposedCost {
         if graph && matches!(self.graphs, GraphRule::SglangDecodeBatch { .. }) {
             seqs = self.graphs.padded(seqs);
         }
-        let lm = Self::memo(&self.memo_seqs, seqs, || self.lm_head.at(seqs as f64) * 1e3 + self.logits_gather_us(seqs));
+        let lm =
+            Self::memo(&self.memo_seqs, seqs, || self.lm_head.at(seqs as f64) * 1e3 + self.logits_gather_raw_us(seqs));
         let mut attn_ms = 0.0;
         if s.decode_tokens > 0 {
             let b = s.decode_tokens as f64;
@@ -1420,11 +1455,14 @@ impl ComposedCost {
             }
         }
         let n = f64::from(s.num_seqs);
-        if s.cpu_overlapped {
+        let us = if s.cpu_overlapped {
             gpu.max(STEP_CPU_US + PER_SEQ_CPU_US * n)
         } else {
             gpu + self.sync_cpu.step_us + self.sync_cpu.per_seq_us * n
-        }
+        };
+        // A time-scaled engine (`cost.time_scale`): the whole step, GPU and CPU, k times faster.
+        // At 1 the division is exact: every time as before, bit for bit.
+        us / self.time_scale
     }
 }
 
