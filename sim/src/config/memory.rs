@@ -445,16 +445,16 @@ pub fn resolve_deployment(
 
 /// vLLM's CUDA-graph capture sizes: `[1, 2, 4] + 8..` up to
 /// `min(2 × max_num_seqs, ceiling)` ([`vllm_graph_ceiling`]: 512, or 1,024 on the SM100
-/// family from 0.28), in steps of 8 (0.11) or of 8 to 255 then 16 (from 0.19 at the
-/// latest: the 0.19 corpus logs capture 51 sizes up to 512, `PIECEWISE=51, FULL=51`),
-/// clipped to `max_num_batched_tokens`.
+/// family from 0.28), in steps of 8 (0.11.0) or of 8 to 255 then 16 (from 0.11.1,
+/// [`crate::cost::VLLM_GRAPH_STEP16`]; the 0.19 corpus logs capture 51 sizes up to 512,
+/// `PIECEWISE=51, FULL=51`), clipped to `max_num_batched_tokens`.
 pub fn vllm_capture_sizes(version: Version, gpu: &GpuCard, max_num_seqs: u32, max_batched: u32) -> u32 {
     let max = (2 * max_num_seqs).min(vllm_graph_ceiling(version, gpu)).min(max_batched);
     let mut n = [1u32, 2, 4].iter().filter(|&&s| s <= max).count() as u32;
     let mut s = 8;
     while s <= max {
         n += 1;
-        s += if version >= Version::new(0, 19, 0) && s >= 256 { 16 } else { 8 };
+        s += if version >= crate::cost::VLLM_GRAPH_STEP16 && s >= 256 { 16 } else { 8 };
     }
     // The sizes appended off the grid (the releases that append them step by 16 from 256).
     let appended = crate::cost::vllm_appended_capture_sizes(version, u64::from(max), max_num_seqs, max_batched);

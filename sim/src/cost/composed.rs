@@ -392,7 +392,7 @@ enum AllGather {
 pub enum GraphRule {
     /// vLLM: graphs for steps up to this many tokens.
     VllmTokens(u64),
-    /// vLLM 0.12 and later: as [`GraphRule::VllmTokens`], but the capture sizes step by 16
+    /// vLLM 0.11.1 and later: as [`GraphRule::VllmTokens`], but the capture sizes step by 16
     /// from 256 tokens (vLLM PR #26016) where earlier releases step by 8 throughout.
     VllmTokensStep16Above256(u64),
     /// vLLM with sizes off the grid's stride appended to the capture list (`extra`, 0 where
@@ -418,6 +418,12 @@ pub const VLLM_CAPTURES_BUDGET: crate::engine::Version = crate::engine::Version:
 /// 0.32.0 and 0.33.0).
 pub const VLLM_CAPTURES_MAX_NUM_SEQS: crate::engine::Version = crate::engine::Version::new(0, 31, 0);
 
+/// The first vLLM release whose capture sizes step by 16 from 256 tokens (`_set_cudagraph_sizes`:
+/// `range(8, min(max + 1, 256), 8)` then `range(256, max + 1, 16)`, 0.11.1 `config/vllm.py:880`;
+/// 0.11.0's `[1, 2, 4] + range(8, N + 1, 8)`, `config/__init__.py:596`; PR #26016). servesim
+/// had it from 0.12.0 until the defaults audit of 2026-12-06.
+pub const VLLM_GRAPH_STEP16: crate::engine::Version = crate::engine::Version::new(0, 11, 1);
+
 /// Whether `e` is on vLLM's capture grid: 1, 2, 4, then multiples of 8 (of 16 from 256 with
 /// `step16`).
 fn on_grid(e: u64, step16: bool) -> bool {
@@ -438,7 +444,7 @@ pub fn vllm_appended_capture_sizes(
     max_num_seqs: u32,
     max_num_batched_tokens: u32,
 ) -> [u64; 2] {
-    let step16 = version >= crate::engine::Version::new(0, 12, 0);
+    let step16 = version >= VLLM_GRAPH_STEP16;
     let (budget, seqs) = (u64::from(max_num_batched_tokens), u64::from(max_num_seqs));
     let off = |e: u64| !on_grid(e, step16);
     let b = if version >= VLLM_CAPTURES_BUDGET && budget <= cap && off(budget) { budget } else { 0 };
@@ -479,7 +485,7 @@ impl GraphRule {
     /// `min(2 × max_num_seqs, 512)`, filtered to `max_num_batched_tokens` (0.11 through 0.33,
     /// `VllmConfig`'s capture-size setup); a cap that is not in the list is not captured (the
     /// largest listed size below it is the last graph: vLLM PR #37865 describes the
-    /// truncation). The step of the list from 256 tokens is 16 from 0.12 (PR #26016, merged
+    /// truncation). The step of the list from 256 tokens is 16 from 0.11.1 (PR #26016, merged
     /// 2025-10-01, after 0.11.0's `[1, 2, 4] + range(8, N + 1, 8)`), 8 before. The 1,024-token
     /// cap later releases use on SM100 is not modelled.
     /// `ceiling`: the release's and GPU's largest capture size before the clips
@@ -492,7 +498,7 @@ impl GraphRule {
         max_num_batched_tokens: u32,
     ) -> GraphRule {
         let cap = u64::from(ceiling).min(2 * u64::from(max_num_seqs)).min(u64::from(max_num_batched_tokens)).max(1);
-        let step16 = version >= crate::engine::Version::new(0, 12, 0);
+        let step16 = version >= VLLM_GRAPH_STEP16;
         // The largest captured size not above the cap.
         let largest = if cap < 8 {
             [4, 2, 1].into_iter().find(|&c| c <= cap).unwrap_or(1)
@@ -539,7 +545,7 @@ impl GraphRule {
     /// the smallest captured size at least `m`, capped at the largest one. The engines
     /// capture graphs for a list of sizes and pad a step up to the next one; the padded
     /// rows run through every kernel inside the graph. vLLM 0.9–0.11:
-    /// `[1, 2, 4] + range(8, max + 1, 8)`; vLLM 0.12+: `[1, 2, 4] + range(8, 256, 8) +
+    /// `[1, 2, 4] + range(8, max + 1, 8)`; vLLM 0.11.1+: `[1, 2, 4] + range(8, 256, 8) +
     /// range(256, max + 1, 16)`; SGLang: [`SglangList`]. Every list ends at its largest
     /// captured size, which may lie off the list's steps (SGLang adds the request pool's size,
     /// and from 0.5.10 the `--cuda-graph-max-bs` setting): the cap.
@@ -1611,7 +1617,7 @@ mod tests {
     use crate::cost::{us_to_ns, StepShape};
 
     /// The padded sizes are the engines' capture lists: vLLM 0.9–0.11 `[1, 2, 4] +
-    /// range(8, 513, 8)`, vLLM 0.12+ `[1, 2, 4] + range(8, 256, 8) + range(256, 513, 16)`,
+    /// range(8, 513, 8)`, vLLM 0.11.1+ `[1, 2, 4] + range(8, 256, 8) + range(256, 513, 16)`,
     /// SGLang's lists as each release builds them (`config::sglang_capture_list`), each capped
     /// at its largest captured size (which the list always holds).
     #[test]
@@ -1706,6 +1712,8 @@ mod tests {
         assert_eq!(GraphRule::vllm(v11, 512, 150, 8192), GraphRule::VllmTokens(296));
         assert_eq!(GraphRule::vllm(v12, 512, 150, 8192), GraphRule::VllmTokensStep16Above256(288));
         assert_eq!(GraphRule::vllm(v12, 512, 256, 300), GraphRule::VllmTokensStep16Above256(288));
+        // 0.11.1 already steps by 16 from 256 (the defaults audit of 2026-12-06).
+        assert_eq!(GraphRule::vllm(Version::new(0, 11, 1), 512, 150, 8192), GraphRule::VllmTokensStep16Above256(288));
         // A step of 9 or 10 tokens under max_num_seqs 5 runs eagerly: the last graph is 8.
         assert_eq!(GraphRule::vllm(v11, 512, 5, 8192).padded(7), 8);
         // From 0.21 a budget under the ceiling is captured even off the stride (300, where the
