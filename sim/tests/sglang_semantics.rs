@@ -550,27 +550,32 @@ fn the_default_fraction_reserves_the_piecewise_graphs_from_0_5_10() {
     let res = sim::builtin::resources().unwrap();
     let gpu = |id: &str| res.gpus.iter().find(|g| g.id == id).unwrap().clone();
     let v = |s: &str| Version::parse(s).unwrap();
-    assert_eq!(pw(v("0.5.8"), Some(8192), None, true, true), 0.0, "opt-in before 0.5.10");
-    assert_eq!(pw(v("0.5.10"), Some(8192), None, true, true), 58.0 * 8.0);
-    assert_eq!(pw(v("0.5.23"), Some(16384), None, true, true), 74.0 * 8.0);
-    assert_eq!(pw(v("0.5.23"), Some(2048), None, true, true), 42.0 * 8.0);
-    assert_eq!(pw(v("0.5.23"), None, None, true, true), 0.0, "chunked prefill off: no sizes");
-    assert_eq!(pw(v("0.5.13"), Some(8192), None, false, true), 58.0 * 8.0, "counted with graphs off");
-    assert_eq!(pw(v("0.5.14"), Some(8192), None, false, true), 0.0);
-    assert_eq!(pw(v("0.5.14"), Some(8192), Some(1024), true, true), 38.0 * 8.0, "capped by --context-length");
-    assert_eq!(pw(v("0.5.17"), Some(8192), Some(1024), true, true), 58.0 * 8.0, "not from 0.5.17");
-    assert_eq!(pw(v("0.5.23"), Some(8192), None, true, false), 0.0, "no CUDA graphs on the CPU backend");
+    assert_eq!(pw(v("0.5.8"), Some(8192), None, None, true, true), 0.0, "opt-in before 0.5.10");
+    assert_eq!(pw(v("0.5.10"), Some(8192), None, None, true, true), 58.0 * 8.0);
+    assert_eq!(pw(v("0.5.23"), Some(16384), None, None, true, true), 74.0 * 8.0);
+    assert_eq!(pw(v("0.5.23"), Some(2048), None, None, true, true), 42.0 * 8.0);
+    assert_eq!(pw(v("0.5.23"), None, None, None, true, true), 0.0, "chunked prefill off: no sizes");
+    assert_eq!(pw(v("0.5.13"), Some(8192), None, None, false, true), 58.0 * 8.0, "counted with graphs off");
+    assert_eq!(pw(v("0.5.14"), Some(8192), None, None, false, true), 0.0);
+    assert_eq!(pw(v("0.5.14"), Some(8192), Some(1024), None, true, true), 38.0 * 8.0, "capped by --context-length");
+    assert_eq!(pw(v("0.5.17"), Some(8192), Some(1024), None, true, true), 58.0 * 8.0, "not from 0.5.17");
+    assert_eq!(pw(v("0.5.23"), Some(8192), None, None, true, false), 0.0, "no CUDA graphs on the CPU backend");
+    // A given `--max-total-tokens` caps the sizes too (0.5.10 `server_args.py:1263`, 0.5.23
+    // `memory_hook.py:252`): 2,000 tokens keep the 41 sizes up to 1,792 (servesim counted 58 until
+    // the defaults audit of 2026-12-06).
+    assert_eq!(pw(v("0.5.10"), Some(8192), None, Some(2000), true, true), 41.0 * 8.0);
+    assert_eq!(pw(v("0.5.23"), Some(8192), None, Some(100_000), true, true), 58.0 * 8.0);
     // H100 80 GB at TP 1: 13,440 MiB reserved, 13,904 with the graphs' 464.
     let h100 = gpu("h100-80gb");
     assert_eq!(mfs(&h100, v("0.5.8"), 1, Some(8192), 16384, Some(256), 0.0), 0.835);
     assert_eq!(
-        mfs(&h100, v("0.5.10"), 1, Some(8192), 16384, Some(256), pw(v("0.5.10"), Some(8192), None, true, true)),
+        mfs(&h100, v("0.5.10"), 1, Some(8192), 16384, Some(256), pw(v("0.5.10"), Some(8192), None, None, true, true)),
         0.830
     );
     // B200: 26,240 + 592 MiB of 183,359: SGLang's reference B200 start-up log implies 0.854.
     let b200 = gpu("b200");
     assert_eq!(
-        mfs(&b200, v("0.5.10"), 1, Some(16384), 16384, Some(512), pw(v("0.5.10"), Some(16384), None, true, true)),
+        mfs(&b200, v("0.5.10"), 1, Some(16384), 16384, Some(512), pw(v("0.5.10"), Some(16384), None, None, true, true)),
         0.854
     );
 }

@@ -1104,8 +1104,11 @@ pub const SGLANG_PIECEWISE_GRAPH_RESERVE: Version = Version::new(0, 5, 10);
 /// `arg_groups/memory_hook.py` from 0.5.19), added before the 10 GiB floor. The sizes are
 /// `range(4, 33, 4) + range(48, 257, 16) + range(288, 513, 32) + range(576, 1025, 64) +
 /// range(1280, 4097, 256) + range(4608, max + 1, 512)` up to `max` = the chunked-prefill size
-/// (the same from 0.5.9 to 0.5.23), capped by `--context-length` when given in 0.5.13–0.5.16;
-/// none with chunked prefill off. Counted with `--disable-cuda-graph` through 0.5.13, not from
+/// (the same from 0.5.9 to 0.5.23), capped by `--context-length` when given in 0.5.13–0.5.16
+/// and by `--max-total-tokens` when given (0.5.10 `server_args.py:1263`, "cap pcg tokens to not
+/// exceed max_total_tokens"; 0.5.15 `_handle_gpu_memory_settings`; 0.5.23
+/// `arg_groups/memory_hook.py:252`; servesim left this cap out until 2026-12-06); none with
+/// chunked prefill off. Counted with `--disable-cuda-graph` through 0.5.13, not from
 /// 0.5.14 (its prefill graph backend is then disabled). 0 before 0.5.10 and where the engine
 /// has no CUDA graphs at all (`graphs_possible`: the CPU test bed). Read in every wheel from
 /// 0.5.3 to 0.5.23 (docs/sglang.md §6).
@@ -1113,6 +1116,7 @@ pub fn sglang_piecewise_graph_reserve_mib(
     version: Version,
     chunked_prefill_size: Option<u32>,
     context_length_given: Option<u32>,
+    max_total_tokens_given: Option<u64>,
     cuda_graphs: bool,
     graphs_possible: bool,
 ) -> f64 {
@@ -1127,6 +1131,9 @@ pub fn sglang_piecewise_graph_reserve_mib(
         if let Some(c) = context_length_given {
             max = max.min(c);
         }
+    }
+    if let Some(t) = max_total_tokens_given {
+        max = u64::from(max).min(t) as u32;
     }
     let sizes = (4..=32)
         .step_by(4)

@@ -357,6 +357,7 @@ pub(super) fn resolve_sglang(
                     version,
                     chunked_prefill_size,
                     f.context_length,
+                    f.max_total_tokens,
                     dep.cuda_graphs,
                     !is_cpu_host(gpu),
                 ),
