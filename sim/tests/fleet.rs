@@ -376,3 +376,35 @@ fn the_wait_from_landing_to_the_decode_replicas_first_schedule_is_measured() {
     );
     assert!(t.mean_kv_transfer_wait_ms < t.mean_kv_landed_to_scheduled_ms, "{t:?}");
 }
+
+/// An SGLang decode replica is SGLang's decode server: it admits landed requests as a prebuilt
+/// batch, each whole prompt at once, with no token budget (`disaggregation/decode.py`,
+/// `get_new_prebuilt_batch`), so its own `chunked_prefill_size` changes nothing. Until
+/// 2026-12-06 a landed 2,048-token prompt went through the decode engine's ordinary admission:
+/// under a 256-token chunk, eight prebuilt-only steps instead of one, each the host's time.
+#[test]
+fn an_sglang_decode_replica_admits_landed_prompts_whatever_its_chunk_size() {
+    let run = |decode_chunk: u32| {
+        let mut v = small_vllm(2048, 64, 60, 16);
+        v["engine"] = json!({"kind": "sglang", "version": "0.5.6", "context_length": 8192, "max_total_tokens": 200000,
+                             "max_running_requests": 64});
+        let v = with_fleet(
+            v,
+            json!({"replicas": [{"role": "prefill", "count": 2, "engine": {"chunked_prefill_size": 8192}},
+                                {"role": "decode", "engine": {"chunked_prefill_size": decode_chunk}}],
+                   "kv_transfer_bandwidth_bytes_per_s": 450e9}),
+        );
+        sim::simulate(&spec(v), RunOptions { check_invariants: true, ..Default::default() })
+    };
+    let (small, large) = (run(256), run(16384));
+    for o in [&small, &large] {
+        assert_eq!(o.run.stop, StopReason::Completed);
+    }
+    let (fs, fl) = (small.fleet.as_ref().unwrap(), large.fleet.as_ref().unwrap());
+    assert_eq!(fs.replicas[2].role, sim::config::ReplicaRole::Decode);
+    assert_eq!(fs.replicas[2].num_steps, fl.replicas[2].num_steps);
+    assert_eq!(small.metrics.ttft.mean, large.metrics.ttft.mean);
+    assert_eq!(small.metrics.tpot.mean, large.metrics.tpot.mean);
+    // The prebuilt batch runs no forward: no landed prompt's token is computed there.
+    assert_eq!(fs.replicas[2].counters.prefill_tokens_computed, 0);
+}

@@ -886,3 +886,54 @@ fn the_random_policy_takes_its_seed_from_random_seed_else_the_workloads() {
     assert_ne!(run(Some("engine.random_seed=7")), unset);
     assert_eq!(run(Some("engine.random_seed=7")), run(Some("engine.random_seed=7")));
 }
+
+/// SGLang's decode server (`--disaggregation-mode decode`) admits the requests whose KV has
+/// landed as a prebuilt batch (`disaggregation/decode.py`, `get_new_prebuilt_batch`, 0.4.10 to
+/// 0.5.23): every waiting request up to `max_running_requests`, each whole prompt at once, with no
+/// token budget, no chunking and no `new_token_ratio` reservation (the prealloc queue reserved
+/// their KV before the transfer). Here five 300-token prompts (1,500 tokens against a
+/// `chunked_prefill_size` of 256) with 2,000 outputs each (an ordinary admission reserves prompt
+/// plus output: one at most in the 4,000-token pool) all go in at the first step, and all decode
+/// at the next. An ordinary server takes one chunk of 256 of the first.
+#[test]
+fn a_decode_server_admits_every_landed_request_at_once_without_a_token_budget() {
+    let mut plain = Scheduler::new(cfg());
+    let mut dec = Scheduler::new(cfg()).disaggregation_decode();
+    for s in [&mut plain, &mut dec] {
+        for id in 0..5 {
+            s.add_request(id, &req(10 + u64::from(id), 300, 2000, true));
+        }
+    }
+    assert_eq!(step(&mut plain).0, vec![(0, 256, true)]);
+    let (first, out, _) = step(&mut dec);
+    assert_eq!(first, (0..5).map(|id| (id, 300, true)).collect::<Vec<_>>());
+    assert_eq!(out.len(), 5, "each streams its first token");
+    assert_eq!(dec.num_waiting(), 0);
+    let (next, _, _) = step(&mut dec);
+    assert_eq!(next, (0..5).map(|id| (id, 1, false)).collect::<Vec<_>>());
+}
+
+/// The decode server's prebuilt batch stops at the running cap (`min(req_to_token_pool.size,
+/// max_running_requests) − running batch size`), and takes waiting requests in queue order while
+/// the pool holds their prompts: the first that does not fit waits, and every request behind it
+/// (as `DecodePreallocQueue.pop_preallocated` stops at the first it cannot place), even one that
+/// would fit.
+#[test]
+fn a_decode_servers_prebuilt_batch_stops_at_the_running_cap_and_at_the_first_prompt_that_does_not_fit() {
+    let mut s = Scheduler::new(SglangConfig { max_running_requests: 4, ..cfg() }).disaggregation_decode();
+    for id in 0..6 {
+        s.add_request(id, &req(20 + u64::from(id), 300, 10, true));
+    }
+    assert_eq!(step(&mut s).0, (0..4).map(|id| (id, 300, true)).collect::<Vec<_>>());
+    assert_eq!(s.num_waiting(), 2);
+    // Full: the running batch decodes.
+    assert!(step(&mut s).0.iter().all(|x| !x.2));
+
+    let mut s = Scheduler::new(SglangConfig { max_total_tokens: 1000, ..cfg() }).disaggregation_decode();
+    for (id, len) in [300, 300, 300, 300, 50].into_iter().enumerate() {
+        s.add_request(id as u32, &req(30 + id as u64, len, 10, true));
+    }
+    assert_eq!(step(&mut s).0, (0..3).map(|id| (id, 300, true)).collect::<Vec<_>>());
+    assert_eq!(s.num_waiting(), 2, "the fourth prompt does not fit; the fifth waits behind it");
+    assert!(step(&mut s).0.iter().all(|x| !x.2));
+}

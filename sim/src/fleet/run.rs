@@ -872,7 +872,14 @@ pub fn run_fleet(
             pool.push(i);
             pool.len() - 1
         };
-        let engine = crate::engine::build(&rs.engine);
+        // An SGLang decode replica is a decode server (`--disaggregation-mode decode`): it admits
+        // landed requests as a prebuilt batch (`Scheduler::disaggregation_decode`).
+        let engine: Box<dyn Engine + Send> = match &rs.engine {
+            crate::config::EngineSpec::Sglang(c) if rs.role == ReplicaRole::Decode => {
+                Box::new(crate::engine::sglang::Scheduler::new(c.clone()).disaggregation_decode())
+            }
+            spec => crate::engine::build(spec),
+        };
         let capacity = engine.kv_capacity_tokens();
         reps.push(Rep {
             engine,

@@ -22,6 +22,11 @@
 //!    `new_token_ratio` decays each decode step without retraction, is set
 //!    to an estimate after one, and resets when the scheduler is idle.
 //!
+//! As the decode server of a prefill/decode-disaggregated fleet
+//! ([`Scheduler::disaggregation_decode`]), step 2 is `get_new_prebuilt_batch` instead: the
+//! landed requests, in queue order, up to `max_running_requests`, each whole prompt at once,
+//! while the pool holds their prompts (no token budget, no chunking, no `new_token_ratio`).
+//!
 //! KV accounting: the pool holds `max_total_num_tokens`; tokens in the radix
 //! tree (evictable or locked) plus tokens owned privately by requests
 //! (decoded tokens, the tail of a page) are in use; the rest is available.
@@ -339,6 +344,11 @@ pub struct Scheduler {
     /// Fast-forward: Σ decode contexts of the run's first step.
     ff_ctx0: u64,
     ff_n: u64,
+    /// The decode server of a prefill/decode-disaggregated deployment
+    /// (`--disaggregation-mode decode`; [`Scheduler::disaggregation_decode`]): waiting
+    /// requests are admitted as a prebuilt batch ([`Scheduler::get_new_prebuilt_batch`]), not
+    /// through the `PrefillAdder`.
+    disagg_decode: bool,
 }
 
 impl Scheduler {
@@ -376,7 +386,19 @@ impl Scheduler {
             ff_hist: Vec::new(),
             ff_ctx0: 0,
             ff_n: 0,
+            disagg_decode: false,
         }
+    }
+
+    /// This scheduler as the decode server of a prefill/decode-disaggregated deployment
+    /// (`--disaggregation-mode decode`): a waiting request is one whose KV has been transferred
+    /// (or a retracted one to resume), and the iteration admits them as SGLang's
+    /// `SchedulerDisaggregationDecodeMixin.get_new_prebuilt_batch` does
+    /// ([`Scheduler::get_new_prebuilt_batch`]) instead of `get_new_batch_prefill`. Set by the
+    /// fleet loop (`fleet/run.rs`) for an SGLang decode replica only.
+    pub fn disaggregation_decode(mut self) -> Scheduler {
+        self.disagg_decode = true;
+        self
     }
 
     pub fn config(&self) -> &SglangConfig {
@@ -777,6 +799,67 @@ impl Scheduler {
         true
     }
 
+    /// `get_new_prebuilt_batch` of a decode server ([`Scheduler::disaggregation_decode`];
+    /// `python/sglang/srt/disaggregation/decode.py`, `SchedulerDisaggregationDecodeMixin`,
+    /// read in 0.4.10, 0.5.6, 0.5.9, 0.5.10 and 0.5.23 (`_get_new_prebuilt_batch`), alike in
+    /// what is modelled here). Fills `self.batch`; returns whether a batch formed.
+    ///
+    /// SGLang takes the first `min(req_to_token_pool.size, max_running_requests) − running batch
+    /// size` requests of the waiting queue, in queue order (no `calc_priority`; 0.5.23 sorts only
+    /// under priority scheduling, not modelled), with no token budget, no chunking and no
+    /// `new_token_ratio` reservation: their KV was allocated by `DecodePreallocQueue`
+    /// (`pop_preallocated`) before the transfer, which admits a request only if the pool's free
+    /// tokens less `num_reserved_decode_tokens` per request hold its prompt. servesim's
+    /// reservation is the fleet loop's (`fleet/run.rs`, `try_transfers`: the prompt and a token
+    /// against the replica's free KV less the transfers in flight), released when the transfer
+    /// lands; here each request's prompt pages are allocated, in queue order, while the pool
+    /// holds them (evicting as an allocation does), and the first that does not fit waits with
+    /// every request behind it (`pop_preallocated` stops at the first request it cannot place).
+    /// Each request's whole prompt (with a retracted one's outputs so far) is one chunk that
+    /// completes its prefill: the fleet loop costs a transferred one nothing (the prebuilt batch
+    /// runs no forward) and a reloaded one a token.
+    fn get_new_prebuilt_batch(&mut self) -> bool {
+        self.batch.clear();
+        if self.waiting.is_empty() {
+            return false;
+        }
+        let free_slots = (self.config.max_running_requests as usize).saturating_sub(self.running.len());
+        let mut can_run: Vec<ReqId> = Vec::new();
+        let (mut hit, mut input) = (0u64, 0u64);
+        while can_run.len() < free_slots {
+            let Some(&id) = self.waiting.front() else { break };
+            self.init_next_round_input(id);
+            let (kv_len, extend, again, node) = {
+                let r = self.req(id);
+                let again = r.extend.min(r.computed_before_retraction.saturating_sub(r.kv_len));
+                (u64::from(r.kv_len), u64::from(r.extend), u64::from(again), r.last_node.expect("matched"))
+            };
+            let need = self.ceil_page(kv_len + extend) - self.ceil_page(kv_len);
+            // Locked first, as `add_one_req` does: the matched prefix is not evictable for it.
+            self.tree.inc_lock_ref(node);
+            if !self.alloc(id, need) {
+                self.tree.dec_lock_ref(node);
+                break;
+            }
+            self.waiting.pop_front();
+            self.counters.recomputed_tokens += again;
+            hit += kv_len;
+            input += extend;
+            let r = self.req_mut(id);
+            r.completes_prefill = true;
+            r.status = Status::Prefilling;
+            can_run.push(id);
+        }
+        if can_run.is_empty() {
+            return false;
+        }
+        self.counters.prefix_cache_hits += hit;
+        self.counters.prefix_cache_queries += hit + input;
+        self.last_cache_hit_rate = if hit + input > 0 { hit as f64 / (hit + input) as f64 } else { 0.0 };
+        self.batch = can_run;
+        true
+    }
+
     /// The KV tokens the next decode step of `ids` allocates: a page for each request whose
     /// context fills its last page.
     fn decode_need(&self, ids: &[ReqId]) -> u64 {
@@ -1016,7 +1099,8 @@ impl Scheduler {
         if self.config.behaviour.filter_running_every_step && std::mem::take(&mut self.finished_since_filter) {
             self.batch_is_full = false;
         }
-        if self.get_new_batch_prefill() {
+        let formed = if self.disagg_decode { self.get_new_prebuilt_batch() } else { self.get_new_batch_prefill() };
+        if formed {
             let mut mixed = false;
             let mut shape = self.empty_shape();
             for k in 0..self.batch.len() {
@@ -1447,7 +1531,8 @@ impl Engine for Scheduler {
         let pool = self.config.max_total_tokens;
         self.waiting.iter().find_map(|&id| {
             let r = self.req(id);
-            let (reserved, page) = self.admission_output(r);
+            // A decode server's prebuilt batch needs the prompt's pages only.
+            let (reserved, page) = if self.disagg_decode { (0, 0) } else { self.admission_output(r) };
             let need = u64::from(r.fill_len()) + u64::from(reserved) + u64::from(page);
             (need >= pool).then(|| {
                 let why = if r.num_output > 0 && !self.config.behaviour.admission_reserves_remaining_output {
@@ -1481,7 +1566,8 @@ impl Engine for Scheduler {
         if self.running.len() > self.config.max_running_requests as usize {
             return Err(format!("{} running > max_running_requests", self.running.len()));
         }
-        if let Some(c) = self.config.chunked_prefill_size {
+        // (A decode server's prebuilt batch takes no token budget.)
+        if let Some(c) = self.config.chunked_prefill_size.filter(|_| !self.disagg_decode) {
             if self.last_shape.prefill_tokens > u64::from(c) {
                 return Err(format!(
                     "a prefill batch of {} new tokens > chunked_prefill_size {c}",
