@@ -424,6 +424,13 @@ const SGLANG_STREAM_ERRORS_BEFORE_200: sim::engine::Version = sim::engine::Versi
 /// read in the 0.5.1 and 0.5.2 wheels).
 const SGLANG_MODEL_OPTIONAL: sim::engine::Version = sim::engine::Version::new(0, 5, 2);
 
+/// The first SGLang release whose chat limit is `max_completion_tokens or max_tokens`
+/// (`ChatCompletionRequest.to_sampling_params`, `"max_new_tokens"`); through 0.5.8 it is
+/// `max_tokens or max_completion_tokens` (`protocol.py` of 0.5.6–0.5.8, `serving_chat.py`'s
+/// `_build_sampling_params` in 0.4.10; read in the 0.4.10, 0.5.6, 0.5.7, 0.5.8, 0.5.9, 0.5.10
+/// and 0.5.23 wheels).
+const SGLANG_CHAT_LIMIT_COMPLETION_FIRST: sim::engine::Version = sim::engine::Version::new(0, 5, 9);
+
 /// The answer to a refused `/v1/completions` or `/v1/chat/completions` request, in the
 /// engine's form ([`BadKind`] for SGLang's).
 fn completion_refusal(sh: &Shared, body: &[u8], b: Bad) -> Resp {
@@ -552,12 +559,20 @@ fn parse_completion(body: &[u8], chat: bool, sh: &Shared) -> Result<Completion, 
     let max_len = max_model_len(&sh.spec);
     let kv = sh.spec.engine.kv_capacity_tokens();
     let prompt_len = u32::try_from(prompt.len()).map_err(|_| bad("the prompt is too long"))?;
-    // A chat request's limit is `max_completion_tokens or max_tokens` (vLLM's
-    // `ChatCompletionRequest.to_sampling_params`: the first unless absent, null or 0); a
-    // completion has `max_tokens` only. A null is not given.
+    // A chat request's limit is Python's `first or second` over its two fields: the first
+    // unless absent, null or 0, else the second as given (null: none). vLLM reads
+    // `max_completion_tokens or max_tokens` (`ChatCompletionRequest.to_sampling_params`), as
+    // SGLang does from 0.5.9; SGLang through 0.5.8 reads `max_tokens or max_completion_tokens`
+    // ([`SGLANG_CHAT_LIMIT_COMPLETION_FIRST`]). A completion has `max_tokens` only.
     let given = |k: &str| obj.get(k).filter(|v| !v.is_null());
-    let (limit_field, limit) = match given("max_completion_tokens").filter(|v| chat && v.as_u64() != Some(0)) {
-        Some(v) => ("max_completion_tokens", Some(v)),
+    let (first, second) = if sglang && sh.spec.engine.version() < SGLANG_CHAT_LIMIT_COMPLETION_FIRST {
+        ("max_tokens", "max_completion_tokens")
+    } else {
+        ("max_completion_tokens", "max_tokens")
+    };
+    let (limit_field, limit) = match given(first).filter(|v| chat && v.as_f64() != Some(0.0)) {
+        Some(v) => (first, Some(v)),
+        None if chat => (second, given(second)),
         None => ("max_tokens", given("max_tokens")),
     };
     if let EngineSpec::Sglang(cfg) = &sh.spec.engine {
@@ -737,13 +752,26 @@ async fn generate(sh: Arc<Shared>, mut c: Completion, chat: bool) -> Resp {
     let object = if chat { "chat.completion.chunk" } else { "text_completion" };
     let piece = |i: u32| format!(" t{i}");
     let reason = |ev: &TokenEvent| if ev.stop { "stop" } else { "length" };
+    // An output that stops at EOS has no text for the EOS token, though `completion_tokens`
+    // counts it. vLLM: the output processor tells the detokenizer the request stopped
+    // (`detokenizer.update(new_token_ids, finish_reason == FinishReason.STOP)`) and
+    // `IncrementalDetokenizer.update` leaves the last token out of the text
+    // (`include_stop_str_in_output` false by default; `skip_special_tokens`, true by default,
+    // would drop it anyway); `completion_tokens` is `len(output.token_ids)` summed, the EOS id
+    // included (`vllm/v1/engine/output_processor.py`, `detokenizer.py`,
+    // `serving_completion.py`, `serving_chat.py`; 0.11.0 and 0.34.0). SGLang: the detokenizer
+    // trims the matched stop token (`DetokenizerManager.trim_matched_stop`) and
+    // `meta_info.completion_tokens` counts the output ids, EOS included (0.4.10–0.5.23), as on
+    // `/generate` below.
+    let eos = |ev: &TokenEvent| ev.finished && ev.stop;
     if !c.stream {
         let (i, last) = drain_tokens(&mut rx, &sh).await;
         guard.armed = false;
         let Some(last) = last else {
             return error(&sh, StatusCode::SERVICE_UNAVAILABLE, "the server is shutting down; the request was aborted");
         };
-        let text: String = (0..i).map(piece).collect();
+        let texts = if eos(&last) { i - 1 } else { i };
+        let text: String = (0..texts).map(piece).collect();
         let choice = if chat {
             json!({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": reason(&last)})
         } else {
@@ -757,6 +785,7 @@ async fn generate(sh: Arc<Shared>, mut c: Completion, chat: bool) -> Resp {
     sh.active_streams.fetch_add(1, Ordering::SeqCst);
     let active = ActiveStream(sh.clone());
     let sglang = is_sglang(&sh.spec);
+    let finish_delta = sglang_finish_delta(&sh.spec);
     let clock = sh.clock.clone();
     tokio::spawn(async move {
         let _active = active;
@@ -798,10 +827,26 @@ async fn generate(sh: Arc<Shared>, mut c: Completion, chat: bool) -> Resp {
                 }
             }
             let finish = if ev.finished { Value::from(reason(&ev)) } else { Value::Null };
-            let choice = if chat {
-                json!({"index": 0, "delta": {"content": piece(i)}, "finish_reason": finish})
-            } else {
-                json!({"index": 0, "text": piece(i), "finish_reason": finish})
+            // The EOS step's chunk, with no text (above). vLLM writes it as any other: an
+            // empty `text` or `delta.content` with `finish_reason` (`serving_completion.py`:
+            // a chunk per output, `text=delta_text`; `serving_chat.py`:
+            // `DeltaMessage(content=delta_text)`; 0.11.0, and 0.34.0's
+            // `ChatStreamProcessor.step`), which `vllm bench serve` times as a token (every
+            // chunk with choices before 0.33; `_choice_has_streamed_output` from 0.33: an empty
+            // `content` without `role`). SGLang's completions do the same (`text=delta`, a
+            // chunk per output, `matched_stop` the EOS id); its chat stream writes a content
+            // chunk only for a non-empty delta (`if delta:`) and ends with a separate finish
+            // chunk whose delta is empty ([`sglang_finish_delta`]), so the EOS step is that
+            // chunk alone (0.4.10–0.5.23 `serving_chat.py`).
+            let text = if eos(&ev) { String::new() } else { piece(i) };
+            let choice = match (chat, sglang && eos(&ev)) {
+                (true, true) => json!({"index": 0, "delta": finish_delta, "finish_reason": finish,
+                    "matched_stop": output_id(n, i)}),
+                (true, false) => json!({"index": 0, "delta": {"content": text}, "finish_reason": finish}),
+                (false, true) => {
+                    json!({"index": 0, "text": text, "finish_reason": finish, "matched_stop": output_id(n, i)})
+                }
+                (false, false) => json!({"index": 0, "text": text, "finish_reason": finish}),
             };
             let chunk = json!({"id": id, "object": object, "created": created, "model": model, "choices": [choice]});
             if send(format!("data: {chunk}\n\n")).await.is_err() {
@@ -828,6 +873,25 @@ async fn generate(sh: Arc<Shared>, mut c: Completion, chat: bool) -> Resp {
         .body(ServeBody::Stream(body_rx))
         .expect("a valid response")
 }
+
+/// The delta of SGLang's chat finish chunk: through 0.5.10 `DeltaMessage()` in pydantic's dump,
+/// every field null (`DeltaMessage._serialize` drops only `hidden_states`; 0.4.10, 0.5.6 and
+/// 0.5.10 `protocol.py`, `serving_chat.py`); from 0.5.11 a msgspec `_StreamDelta`
+/// (`omit_defaults`; `serving_chat.py`'s `_fast_sse_content` in 0.5.11 and 0.5.12,
+/// `sse_utils.StreamDelta` from 0.5.13 to 0.5.23), which keeps only the required
+/// `reasoning_content`. `vllm bench serve` from 0.33 and `sglang.bench_serving` time neither
+/// as a token.
+fn sglang_finish_delta(spec: &SimSpec) -> Value {
+    if spec.engine.version() < SGLANG_STREAM_DELTA_OMITS_NULLS {
+        json!({"role": null, "content": null, "reasoning_content": null, "tool_calls": null})
+    } else {
+        json!({"reasoning_content": null})
+    }
+}
+
+/// The first SGLang release that writes chat chunks with msgspec's `_StreamDelta`
+/// ([`sglang_finish_delta`]; read in the 0.5.10 and 0.5.11 wheels).
+const SGLANG_STREAM_DELTA_OMITS_NULLS: sim::engine::Version = sim::engine::Version::new(0, 5, 11);
 
 /// SGLang's `--max-total-tokens` as given (the pool it sets, where it binds, is page-aligned),
 /// else none.

@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use sim::config::SimSpec;
 
-use crate::{serve_with_clock, Clock, ServeOptions, VirtualClock};
+use crate::{serve_with_clock, Clock, ServeOptions, VirtualClock, WallClock};
 
 const MODEL: &str = "qwen2.5-7b-instruct";
 
@@ -44,6 +44,16 @@ struct Server {
 
 impl Server {
     fn start(spec: SimSpec, time_scale: f64, max_connections: usize) -> Server {
+        Server::start_on(spec, time_scale, max_connections, Arc::new(VirtualClock::new()))
+    }
+
+    /// On the wall clock at `time_scale`: for streams, which a client on the virtual clock
+    /// must release token by token (this one reads a response whole).
+    fn start_wall(spec: SimSpec, time_scale: f64) -> Server {
+        Server::start_on(spec, time_scale, 64, Arc::new(WallClock::new(time_scale)))
+    }
+
+    fn start_on(spec: SimSpec, time_scale: f64, max_connections: usize, clock: Arc<dyn Clock>) -> Server {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (tx, rx) = std::sync::mpsc::channel::<SocketAddr>();
         let thread = std::thread::spawn(move || {
@@ -57,7 +67,6 @@ impl Server {
                 tokenizer: None,
                 handle_signals: false,
             };
-            let clock: Arc<dyn Clock> = Arc::new(VirtualClock::new());
             let stop = async move {
                 let _ = stopped.await;
             };
@@ -279,4 +288,121 @@ fn sglangs_openai_routes_answer_with_sglangs_error_texts() {
     let v = json_body(&r);
     assert_eq!(v["error"]["type"], "BadRequestError", "{v}");
     assert!(v["error"]["message"].as_str().unwrap().starts_with("This model's maximum context length is"), "{v}");
+}
+
+/// The JSON events of a streamed response (the `data:` lines, `[DONE]` left out).
+fn events(r: &str) -> Vec<Value> {
+    r.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap_or_else(|e| panic!("{e}: {d}")))
+        .collect()
+}
+
+/// The OpenAI routes send no text for the EOS token and count it in `completion_tokens`, as
+/// vLLM (the detokenizer leaves a stop-terminated output's last token out) and SGLang
+/// (`trim_matched_stop`) do. The EOS step's chunk: vLLM's and SGLang's completions an empty
+/// `text` with `finish_reason` "stop"; vLLM's chat an empty `content`; SGLang's chat its
+/// separate finish chunk with an empty delta (no content chunk for the EOS step). Before,
+/// the EOS token's stand-in text (" t2") was sent as the last token's.
+#[test]
+fn the_openai_routes_send_no_text_for_the_eos_token_and_count_it() {
+    // Every output stops at EOS after 3 tokens unless ignore_eos.
+    let eos3 = json!({"ignore_eos": false, "output_len_dist": {"kind": "uniform", "min": 3, "max": 3}});
+    let cases = [
+        ("vllm 0.11.0", spec("serve-small-vllm", json!({"version": "0.11.0"}), eos3.clone())),
+        ("sglang 0.4.10", spec("kv-starved-qwen2.5-7b-a100-sglang", json!({"version": "0.4.10"}), eos3.clone())),
+        ("sglang 0.5.10", spec("kv-starved-qwen2.5-7b-a100-sglang", json!({"version": "0.5.10"}), eos3.clone())),
+        ("sglang 0.5.11", spec("kv-starved-qwen2.5-7b-a100-sglang", json!({"version": "0.5.11"}), eos3.clone())),
+        ("sglang 0.5.23", spec("kv-starved-qwen2.5-7b-a100-sglang", json!({"version": "0.5.23"}), eos3.clone())),
+    ];
+    for (name, s) in cases {
+        let sglang = name.starts_with("sglang");
+        let server = Server::start_wall(s, 100.0);
+        let completion = json!({"model": MODEL, "prompt": [1, 2, 3, 4, 5, 6, 7, 8], "max_tokens": 8});
+        let chat = json!({"model": MODEL, "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 8});
+        let streamed = |b: &Value| {
+            let mut b = b.clone();
+            b["stream"] = json!(true);
+            b["stream_options"] = json!({"include_usage": true});
+            b
+        };
+
+        // Not streamed: the text of the two tokens before EOS, three tokens counted.
+        let v = json_body(&server.post("/v1/completions", &completion));
+        assert_eq!(v["choices"][0]["text"], " t0 t1", "{name}: {v}");
+        assert_eq!(v["choices"][0]["finish_reason"], "stop", "{name}: {v}");
+        assert_eq!(v["usage"]["completion_tokens"], 3, "{name}: {v}");
+        let v = json_body(&server.post("/v1/chat/completions", &chat));
+        assert_eq!(v["choices"][0]["message"]["content"], " t0 t1", "{name}: {v}");
+        assert_eq!(v["usage"]["completion_tokens"], 3, "{name}: {v}");
+
+        // Streamed completion: a chunk per token, the EOS one with no text.
+        let ev = events(&server.post("/v1/completions", &streamed(&completion)));
+        let texts: Vec<&str> = ev.iter().filter_map(|e| e["choices"][0]["text"].as_str()).collect();
+        assert_eq!(texts, [" t0", " t1", ""], "{name}: {ev:?}");
+        let last = &ev[2]["choices"][0];
+        assert_eq!(last["finish_reason"], "stop", "{name}: {ev:?}");
+        assert_eq!(last.get("matched_stop").is_some(), sglang, "{name}: {ev:?}");
+        assert_eq!(ev[3]["usage"]["completion_tokens"], 3, "{name}: {ev:?}");
+
+        // Streamed chat: the role chunk, the two tokens' text, then the EOS step's chunk.
+        let ev = events(&server.post("/v1/chat/completions", &streamed(&chat)));
+        assert_eq!(ev.len(), 5, "{name}: {ev:?}");
+        let deltas: Vec<&Value> = ev[..4].iter().map(|e| &e["choices"][0]["delta"]).collect();
+        assert_eq!(deltas[0]["role"], "assistant", "{name}: {ev:?}");
+        assert_eq!(deltas[1]["content"], " t0", "{name}: {ev:?}");
+        assert_eq!(deltas[2]["content"], " t1", "{name}: {ev:?}");
+        let want = match name {
+            "vllm 0.11.0" => json!({"content": ""}),
+            "sglang 0.4.10" | "sglang 0.5.10" => {
+                json!({"role": null, "content": null, "reasoning_content": null, "tool_calls": null})
+            }
+            _ => json!({"reasoning_content": null}),
+        };
+        assert_eq!(deltas[3], &want, "{name}: {ev:?}");
+        assert_eq!(ev[3]["choices"][0]["finish_reason"], "stop", "{name}: {ev:?}");
+        assert_eq!(ev[4]["usage"]["completion_tokens"], 3, "{name}: {ev:?}");
+
+        // Run to its length (ignore_eos), the last token has its text.
+        let mut long = streamed(&completion);
+        long["max_tokens"] = json!(2);
+        long["ignore_eos"] = json!(true);
+        let ev = events(&server.post("/v1/completions", &long));
+        let texts: Vec<&str> = ev.iter().filter_map(|e| e["choices"][0]["text"].as_str()).collect();
+        assert_eq!(texts, [" t0", " t1"], "{name}: {ev:?}");
+        assert_eq!(ev[1]["choices"][0]["finish_reason"], "length", "{name}: {ev:?}");
+    }
+}
+
+/// SGLang's chat limit is `max_tokens or max_completion_tokens` through 0.5.8 and
+/// `max_completion_tokens or max_tokens` from 0.5.9 (`ChatCompletionRequest.to_sampling_params`;
+/// 0.4.10's `_build_sampling_params`): Python's `or`, so a 0 or null first field gives way to
+/// the second. vLLM reads `max_completion_tokens` first at every release. Before, serve read
+/// vLLM's order for SGLang too (max_tokens 5 beside max_completion_tokens 3 gave 3 at 0.4.10).
+#[test]
+fn sglangs_chat_limit_follows_its_releases_order() {
+    for (version, old) in [("0.4.10", true), ("0.5.8", true), ("0.5.9", false), ("0.5.23", false)] {
+        let server = Server::start(sglang(version), 1.0, 64);
+        let tokens = |limits: Value| {
+            let mut b = json!({"model": MODEL, "messages": [{"role": "user", "content": "hello"}], "ignore_eos": true});
+            for (k, v) in limits.as_object().unwrap() {
+                b[k] = v.clone();
+            }
+            let r = server.post("/v1/chat/completions", &b);
+            assert_eq!(status(&r), 200, "{version} {limits}: {r}");
+            json_body(&r)["usage"]["completion_tokens"].as_u64().unwrap()
+        };
+        let first = |old_first: u64, new_first: u64| if old { old_first } else { new_first };
+        assert_eq!(tokens(json!({"max_tokens": 5, "max_completion_tokens": 3})), first(5, 3), "{version}");
+        assert_eq!(tokens(json!({"max_tokens": 0, "max_completion_tokens": 3})), 3, "{version}");
+        assert_eq!(tokens(json!({"max_tokens": 5, "max_completion_tokens": 0})), 5, "{version}");
+        assert_eq!(tokens(json!({"max_tokens": null, "max_completion_tokens": 3})), 3, "{version}");
+        assert_eq!(tokens(json!({"max_tokens": 5, "max_completion_tokens": null})), 5, "{version}");
+    }
+    // vLLM's order, at its release.
+    let server = Server::start(spec("serve-small-vllm", json!({}), json!({})), 1.0, 64);
+    let b = json!({"model": MODEL, "messages": [{"role": "user", "content": "hello"}], "ignore_eos": true,
+        "max_tokens": 5, "max_completion_tokens": 3});
+    assert_eq!(json_body(&server.post("/v1/chat/completions", &b))["usage"]["completion_tokens"], 3);
 }
