@@ -248,7 +248,7 @@ async fn read_stream(
                         continue;
                     }
                     // A chat chunk that streams no output (SGLang's separate finish chunk, whose
-                    // delta from 0.5.17 is `{"reasoning_content": null}`): `vllm bench serve`
+                    // delta from 0.5.11 is `{"reasoning_content": null}`): `vllm bench serve`
                     // from 0.33 (`_choice_has_streamed_output`) and `sglang.bench_serving` skip it;
                     // the clients that time the role chunk (vLLM ≤ 0.32) time every chunk.
                     if !time_role_chunk && !streams_output(&choices[0]) {
@@ -289,7 +289,7 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     /// A chat stream as SGLang 0.5.23 writes it for three tokens: the role chunk, three content
-    /// chunks, a separate finish chunk whose delta is `{"reasoning_content": null}` (0.5.17+
+    /// chunks, a separate finish chunk whose delta is `{"reasoning_content": null}` (0.5.11+
     /// leaves `None` fields out), the usage chunk, `[DONE]`.
     async fn sglang_chat_stream() -> (String, tokio::sync::oneshot::Receiver<String>) {
         stream_of(&[
