@@ -108,11 +108,13 @@ pub fn resolve(raw: &RawScenario) -> Result<(Scenario, SimSpec), String> {
         let k = deployment.servesim_time_scale.unwrap_or(1.0);
         match scenario.cost.time_scale {
             None if k != 1.0 => scenario.cost.time_scale = Some(k),
-            Some(t) if (t / k - 1.0).abs() > 1e-9 => return Err(format!(
+            Some(t) if (t / k - 1.0).abs() > 1e-9 => {
+                return Err(format!(
                 "{origin}: cost.time_scale: {t}, and cost.profile {} was fitted at time scale {k} (its coefficients \
                      are the µs of that engine): leave cost.time_scale out, or give {k}",
                 path.display()
-            )),
+            ))
+            }
             _ => {}
         }
         res.profile = Some(coefficients);

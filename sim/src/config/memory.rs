@@ -939,12 +939,7 @@ pub fn vllm_memory_account(
 }
 
 /// SGLang's `profile_max_num_token` for one GPU (see the module docs).
-pub fn sglang_memory_account(
-    model: &ModelCard,
-    gpu: &GpuCard,
-    dep: &Deployment,
-    mfs: f64,
-) -> MemoryAccount {
+pub fn sglang_memory_account(model: &ModelCard, gpu: &GpuCard, dep: &Deployment, mfs: f64) -> MemoryAccount {
     let total = gpu.memory_bytes;
     let ctx = (SGLANG_CONTEXT_MIB * MIB as f64) as u64;
     let weights = model.weight_bytes_per_gpu(dep.tensor_parallel_size, dep.linear_weight_bytes);

@@ -338,11 +338,7 @@ pub(super) fn resolve_sglang(
         }
         check_pinned_pool("engine.max_total_num_tokens", t, cell, model, gpu, dep)?;
         let t = t / u64::from(page_size) * u64::from(page_size);
-        (
-            t,
-            t,
-            KvSizing { source: "max_total_num_tokens", kv_bytes_per_token: cell, memory: None, bound_given: None },
-        )
+        (t, t, KvSizing { source: "max_total_num_tokens", kv_bytes_per_token: cell, memory: None, bound_given: None })
     } else {
         let mfs = match f.mem_fraction_static {
             Some(m) => m,
@@ -423,7 +419,8 @@ pub(super) fn resolve_sglang(
     // `profile_max_num_token`, the bound applied after it; read in the 0.4.10, 0.5.3, 0.5.6–0.5.9
     // wheels), and from 0.5.10 from the bounded pool (`_resolve_memory_pool_config` calls
     // `_resolve_max_num_reqs` after `_resolve_token_capacity`).
-    let estimated_from = if version >= SGLANG_REQUEST_POOL_FROM_BOUNDED_POOL { max_total_tokens } else { profiled_tokens };
+    let estimated_from =
+        if version >= SGLANG_REQUEST_POOL_FROM_BOUNDED_POOL { max_total_tokens } else { profiled_tokens };
     let pool_reqs = ((estimated_from as f64 / f64::from(context_length) * 512.0) as u64).clamp(2048, 4096);
     let default_running = (max_total_tokens / 2).min(pool_reqs).max(1) as u32;
     let given = f.max_running_requests.map(|g| positive("engine.max_running_requests", g)).transpose()?;

@@ -830,9 +830,7 @@ pub(super) fn resolve_vllm(
     if max_num_batched_tokens < max_num_seqs {
         return Err(ConfigError::new(
             "engine.max_num_batched_tokens",
-            format!(
-                "vLLM requires max_num_batched_tokens ({max_num_batched_tokens}) >= max_num_seqs ({max_num_seqs})"
-            ),
+            format!("vLLM requires max_num_batched_tokens ({max_num_batched_tokens}) >= max_num_seqs ({max_num_seqs})"),
         ));
     }
     // A fraction is checked even when another field sizes the pool: an invalid value is never silently ignored.
