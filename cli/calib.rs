@@ -664,7 +664,7 @@ fn stated_deployment_differs(d: &calib::results::StatedDeployment, spec: &sim::c
         ));
     }
     if let Some(served) = d.model_id.as_deref() {
-        if !load::served_as_card(served, &spec.model) {
+        if !spec.model.is_served_as(served) {
             crate::load::warn_once(format!(
                 "a result's model_id is {served:?}, the scenario's model card {} ({}): the fit takes that run's speed for this model's; check that the result measured this model",
                 spec.model.id,

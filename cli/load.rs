@@ -597,14 +597,6 @@ pub fn check_replica_deployment(
     Ok(())
 }
 
-/// Whether a model served (or reported) as `served` is most likely `card`: its last path
-/// component, case aside, is the card's id or its Hugging Face repository's name (a server may
-/// serve a model under any name, so a mismatch warns, never refuses).
-pub fn served_as_card(served: &str, card: &sim::cards::ModelCard) -> bool {
-    let norm = |x: &str| x.trim_end_matches('/').rsplit('/').next().unwrap_or(x).to_ascii_lowercase();
-    [Some(card.id.as_str()), card.hf_repo.as_deref()].into_iter().flatten().any(|n| norm(n) == norm(served))
-}
-
 /// A profile's coefficients hold for the deployment they were fitted on: the same engine, model
 /// card, GPU and TP size. Another deployment is an error (its step costs are another
 /// machine's); another release of the same engine is a warning (a what-if across releases keeps
@@ -617,7 +609,7 @@ pub fn check_profile_deployment(spec: &SimSpec, d: &ProfileDeployment) -> Result
     // neither this card's id nor its Hugging Face repository is most likely another model.
     if d.model_card.is_none() && d.source.as_deref() != Some("results") {
         if let Some(served) = d.model.as_deref() {
-            if !served_as_card(served, &spec.model) {
+            if !spec.model.is_served_as(served) {
                 warn_once(format!(
                     "cost.profile was fitted on a model served as {served:?} and does not name its card; this scenario's \
                      model is {}: its step costs are applied as if they were this model's; calibrate this model to \

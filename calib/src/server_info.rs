@@ -91,12 +91,6 @@ impl std::fmt::Display for SetupDifference {
     }
 }
 
-/// A served model name as a card names it: the last path segment, lower case.
-fn served_name(x: &str) -> String {
-    let x = x.trim_end_matches('/');
-    x.rsplit('/').next().unwrap_or(x).to_ascii_lowercase()
-}
-
 /// Where what the server says of itself contradicts the scenario `spec` that predicts it: each
 /// field the server states (a field it does not state is not compared), in this order. Errors:
 /// another engine; another model card (`servesim serve` says its card) ; another GPU (`servesim
@@ -119,8 +113,7 @@ pub fn differences(info: &ServerInfo, spec: &sim::config::SimSpec) -> Vec<SetupD
         Some(_) => {}
         None => {
             if let Some(served) = info.model.as_deref() {
-                let names = [Some(spec.model.id.as_str()), spec.model.hf_repo.as_deref()];
-                if !names.into_iter().flatten().any(|n| served_name(n) == served_name(served)) {
+                if !spec.model.is_served_as(served) {
                     push(
                         "model".into(),
                         format!("{served:?} (a served name)"),

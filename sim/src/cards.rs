@@ -99,6 +99,14 @@ pub struct MoeSpec {
 }
 
 impl ModelCard {
+    /// Whether a model served (or reported) as `served` is most likely this card: its last path
+    /// component, case aside, is the card's id or its Hugging Face repository's name (a server may
+    /// serve a model under any name, so a mismatch warns, never refuses).
+    pub fn is_served_as(&self, served: &str) -> bool {
+        let norm = |x: &str| x.trim_end_matches('/').rsplit('/').next().unwrap_or(x).to_ascii_lowercase();
+        [Some(self.id.as_str()), self.hf_repo.as_deref()].into_iter().flatten().any(|n| norm(n) == norm(served))
+    }
+
     /// Parameters of the routed experts, all layers (gate, up and down of every expert).
     pub fn expert_parameters(&self) -> u64 {
         self.moe.as_ref().map_or(0, |m| {
