@@ -49,10 +49,9 @@ pub use clock::{Clock, VirtualClock, WallClock};
 /// Largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 8 << 20;
 
-/// The bounds of `--time-scale`: beyond 100, the host's scheduling jitter (tens of
-/// microseconds a sleep) becomes milliseconds of engine time; below 0.001 a 10 ms step
-/// takes 10 s.
-pub const TIME_SCALE_RANGE: (f64, f64) = (1e-3, 100.0);
+/// The bounds of `--time-scale`: those of a scenario's `cost.time_scale`
+/// ([`sim::config::TIME_SCALE_RANGE`], where the reason is given).
+pub const TIME_SCALE_RANGE: (f64, f64) = sim::config::TIME_SCALE_RANGE;
 
 /// The longest `--max-lifetime`, in seconds (a year).
 pub const MAX_LIFETIME_S: f64 = 365.0 * 24.0 * 3600.0;

@@ -215,9 +215,10 @@ pub(super) fn resolve_cost(
     Ok(cost)
 }
 
-/// The bounds of `cost.time_scale`: those of `servesim serve --time-scale`
-/// (`emulator::TIME_SCALE_RANGE`), the engines a time scale stands for (a `serve` at k); a
-/// bound, not a model.
+/// The bounds of `cost.time_scale` and of `servesim serve --time-scale` (which
+/// `emulator::TIME_SCALE_RANGE` names): beyond 100, the host's scheduling jitter (tens of
+/// microseconds a sleep) becomes milliseconds of a served engine's time; below 0.001 a 10 ms
+/// step takes 10 s. A bound, not a model.
 pub const TIME_SCALE_RANGE: (f64, f64) = (1e-3, 100.0);
 
 /// The least a decode step of one request, and a one-token prefill, may cost under the linear
