@@ -970,3 +970,29 @@ fn with_model(model: Value) -> Value {
         "hardware": "h100-80gb", "workload": {"dataset_name": "random", "random_input_len": 512,
         "random_output_len": 64, "num_prompts": 4, "ignore_eos": true}})
 }
+
+/// SGLang's capture list stops at the request pool (`get_batch_sizes_to_capture`:
+/// `req_to_token_pool.size`). Without `--max-running-requests` that pool is the estimate
+/// `clamp(tokens / context × 512, 2048, 4096)`, which from 0.5.10 is also capped at half the
+/// token pool (`_resolve_max_num_reqs`); through 0.5.9 only the running batch is (read in the
+/// 0.5.9 and 0.5.10 wheels). A 400-token pool: 200 requests run in both, graphs to 256 in 0.5.9
+/// and to 200 from 0.5.10.
+#[test]
+fn sglang_captures_decode_graphs_up_to_half_a_small_pool_from_0_5_10() {
+    let captured = |version: &str| {
+        let mut v = scenario(
+            json!({"kind": "sglang", "version": version, "max_total_tokens": 400, "cuda_graph_max_bs": 256}),
+            "llama-3.1-8b-instruct",
+            "h100-80gb",
+            1,
+        );
+        v["workload"]["random_input_len"] = json!(100);
+        v["workload"]["random_output_len"] = json!(16);
+        match resolve(v).unwrap().engine {
+            EngineSpec::Sglang(c) => (c.max_running_requests, c.cuda_graph_max_bs),
+            _ => unreachable!(),
+        }
+    };
+    assert_eq!(captured("0.5.9"), (200, Some(256)));
+    assert_eq!(captured("0.5.10"), (200, Some(200)));
+}

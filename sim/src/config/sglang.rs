@@ -436,8 +436,17 @@ pub(super) fn resolve_sglang(
         Some(g) => g,
     };
     // The largest decode batch captured as a CUDA graph: the last of the release's capture list,
-    // which stops at the request pool (`--max-running-requests` as resolved, else `pool_reqs`).
-    let pool = if given.is_some() { max_running_requests } else { pool_reqs as u32 };
+    // which stops at the request pool (`get_batch_sizes_to_capture`: `req_to_token_pool.size`):
+    // `--max-running-requests` as resolved, else the estimate, which from 0.5.10 is also capped
+    // at half the token pool (`_resolve_max_num_reqs`: `min(estimated, token_capacity // 2)`;
+    // through 0.5.9 `init_memory_pool` sizes the request pool at the estimate alone and the
+    // scheduler applies the half-pool cap to the running batch only; read in the 0.5.9 and
+    // 0.5.10 wheels). The two differ only for pools under 4,096 tokens.
+    let pool = match given {
+        Some(_) => max_running_requests,
+        None if version >= SGLANG_REQUEST_POOL_FROM_BOUNDED_POOL => default_running,
+        None => pool_reqs as u32,
+    };
     let captured = sglang_capture_list(version, sglang_gpu_mem_mib(gpu), graph_setting, pool).last().copied();
     // A `--cuda-graph-max-bs` below the release's default leaves the decode batches between
     // the two eager, as `--disable-cuda-graph` leaves them all: the default's last size is the
