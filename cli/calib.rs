@@ -201,7 +201,15 @@ fn connect(server: &ServerArgs, engine: &Option<String>, dir: PathBuf) -> Result
         );
     }
     std::fs::create_dir_all(&dir).map_err(|e| format!("--result-dir {}: {e}", dir.display()))?;
+    // One listener for the whole command: a Ctrl-C between two runs stops the next (see
+    // `interrupt_watch`); a second one exits at once, as the shell's would have.
+    let stop = live::bench::interrupt_watch(|| {
+        eprintln!("interrupted again (Ctrl-C): exiting now; the requests that completed are in the per-request files");
+        std::process::exit(130);
+    })
+    .map_err(|e| format!("cannot listen for Ctrl-C: {e}"))?;
     Ok(LiveMeasure {
+        stop,
         rt,
         opts,
         info,

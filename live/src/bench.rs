@@ -286,6 +286,40 @@ async fn stopped(stop: &mut tokio::sync::watch::Receiver<bool>) {
     }
 }
 
+/// A Ctrl-C (SIGINT) listener for a command that runs several benches: the receiver turns
+/// true at the first Ctrl-C and stays so, so one pressed between two runs (or while the
+/// command fits or simulates) interrupts the next run before it sends anything, where a
+/// listener of each run's own ([`run`]) missed it: tokio's handler, once installed, keeps
+/// the process alive, and nobody heard it (until 2026-12-06). A second Ctrl-C calls `again`
+/// (the CLI exits there), heard at once: the listener has a thread and a runtime of its own, so
+/// a command busy in a fit, outside its own runtime, still hears it.
+pub fn interrupt_watch(again: fn()) -> std::io::Result<tokio::sync::watch::Receiver<bool>> {
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    // The handler is installed before this returns (a Ctrl-C right after is heard, not the
+    // shell's default).
+    #[cfg(unix)]
+    let mut sigint =
+        rt.block_on(async { tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()) })?;
+    std::thread::Builder::new().name("ctrl-c".into()).spawn(move || {
+        rt.block_on(async move {
+            #[cfg(unix)]
+            let _ = sigint.recv().await;
+            #[cfg(not(unix))]
+            let _ = tokio::signal::ctrl_c().await;
+            let _ = tx.send(true);
+            #[cfg(unix)]
+            let _ = sigint.recv().await;
+            #[cfg(not(unix))]
+            let _ = tokio::signal::ctrl_c().await;
+            again();
+            // `again` is meant not to return; if it does, keep the sender (and the stop) alive.
+            std::future::pending::<()>().await
+        })
+    })?;
+    Ok(rx)
+}
+
 /// Runs the workload's phases against the server; Ctrl-C (SIGINT) interrupts it.
 pub async fn run(opts: &BenchOptions, workload: &Workload) -> BenchRun {
     let (tx, rx) = tokio::sync::watch::channel(false);
@@ -599,6 +633,7 @@ mod tests {
             seed: 0,
             chat: false,
             role_chunk: false,
+            eos_unstreamed: false,
             tokenize_prompt: false,
             requested_prompts: None,
             clamped_requests: 0,
@@ -688,5 +723,106 @@ mod tests {
         assert!((g.kv_usage_peak - 0.22).abs() < 1e-12 && (g.running_mean - 14.0 / 3.0).abs() < 1e-12);
         let no_kv = gauge_stats(&[(1.0, 8.0, 2.0, f64::NAN), (2.0, 6.0, 0.0, f64::NAN)]);
         assert!(!no_kv.unmeasured && no_kv.kv_usage_peak.is_nan() && no_kv.kv_usage_mean.is_nan());
+    }
+
+    /// One listener for a command of several runs ([`super::interrupt_watch`]): a Ctrl-C heard
+    /// while no run is going stays heard, so the next run stops before it sends anything (each
+    /// run's own listener missed it, and tokio's handler kept the process alive); a second
+    /// Ctrl-C calls `again`. The test sends itself SIGINT twice (were the handler not installed,
+    /// the first would kill the test binary).
+    #[cfg(unix)]
+    #[test]
+    fn a_ctrl_c_between_runs_stops_the_next_and_a_second_calls_again() {
+        use sim::request::{RequestSpec, Segment};
+        use sim::workload::Workload;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::time::{Duration, Instant};
+        static AGAIN: AtomicBool = AtomicBool::new(false);
+        let rx = super::interrupt_watch(|| AGAIN.store(true, Ordering::SeqCst)).unwrap();
+        assert!(!*rx.borrow());
+        let sigint = || {
+            let ok = std::process::Command::new("kill")
+                .args(["-INT", &std::process::id().to_string()])
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok, "kill -INT");
+        };
+        let within = |what: &str, f: &dyn Fn() -> bool| {
+            let t = Instant::now();
+            while !f() {
+                assert!(t.elapsed() < Duration::from_secs(30), "{what} not seen within 30 s");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        };
+        sigint();
+        within("the first Ctrl-C", &|| *rx.borrow());
+        assert!(!AGAIN.load(Ordering::SeqCst), "one Ctrl-C is not two");
+        // The next run sends nothing: its requests would fail to connect (sent, failed) if it did.
+        let w = Workload {
+            initial_test: Some(RequestSpec {
+                prompt: vec![Segment { key: 9, len: 4 }],
+                prompt_len: 4,
+                max_tokens: 2,
+                output_len: 2,
+                output_key: 9,
+                arrival_ns: 0,
+                priority: 0,
+                ignore_eos: true,
+                prompt_hashes: None,
+            }),
+            warmups: vec![],
+            requests: (0..3)
+                .map(|k| RequestSpec {
+                    prompt: vec![Segment { key: k, len: 4 }],
+                    prompt_len: 4,
+                    max_tokens: 2,
+                    output_len: 2,
+                    output_key: k,
+                    arrival_ns: 0,
+                    priority: 0,
+                    ignore_eos: true,
+                    prompt_hashes: None,
+                })
+                .collect(),
+            max_concurrency: None,
+            request_rate: None,
+            burstiness: 1.0,
+            trace_arrivals: false,
+            seed: 0,
+            chat: false,
+            role_chunk: false,
+            eos_unstreamed: false,
+            tokenize_prompt: false,
+            requested_prompts: None,
+            clamped_requests: 0,
+        };
+        let opts = super::BenchOptions {
+            base_url: "http://127.0.0.1:9".into(),
+            target: crate::client::Target {
+                url: "http://127.0.0.1:9/v1/completions".into(),
+                model: "m".into(),
+                api_key: None,
+                timeout: Duration::from_secs(5),
+            },
+            api_key: None,
+            vocab_size: 1000,
+            reserved_ids: 256,
+            jsonl: None,
+            poll_interval: None,
+            kind: None,
+            kv_capacity_tokens: None,
+            verbose: false,
+            on_done: None,
+            chat_tokenizer: None,
+            greedy: true,
+        };
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let run = rt.block_on(super::run_until(&opts, &w, rx.clone()));
+        assert!(run.interrupted);
+        assert!(run.initial_test_error.is_none());
+        assert!(run.outcomes.iter().all(|o| !o.sent), "{:?}", run.outcomes);
+        sigint();
+        within("the second Ctrl-C", &|| AGAIN.load(Ordering::SeqCst));
     }
 }

@@ -33,6 +33,10 @@ pub struct LiveMeasure {
     /// A live calibration's run record: each probe's file is added to it, and it is written
     /// again, as the probe ends (an interrupted calibration's record lists what it ran).
     pub record: Option<crate::manifest::CalibrationRecord>,
+    /// Turns true at Ctrl-C and stays so ([`crate::bench::interrupt_watch`]): every run of
+    /// this measure listens to it, so a Ctrl-C between two runs stops the next one before it
+    /// sends anything.
+    pub stop: tokio::sync::watch::Receiver<bool>,
 }
 
 /// `opts` for a run whose requests are not recorded: a warm-up or a speed reference.
@@ -211,7 +215,7 @@ impl LiveMeasure {
         }
         wu.initial_test = None;
         wu.warmups.clear();
-        let run = bench::run(&unrecorded(&self.opts), &wu).await;
+        let run = bench::run_until(&unrecorded(&self.opts), &wu, self.stop.clone()).await;
         // The simulator runs the measured workload on an idle engine; the warm-up's last
         // response can leave a step in flight (SGLang before 0.5.22 with the overlap scheduler
         // decodes a finished request once more), and a request sent at once would wait for it.
@@ -234,7 +238,7 @@ impl LiveMeasure {
             o.on_done = Some(tick);
             finish
         });
-        let run = bench::run(&o, w).await;
+        let run = bench::run_until(&o, w, self.stop.clone()).await;
         if let Some(f) = done {
             f();
         }
@@ -260,7 +264,7 @@ impl Measure for LiveMeasure {
         let io = |p: &Path, e: String| MeasureError::Io { path: p.display().to_string(), message: e };
         match run {
             Run::SpeedReference => {
-                let r = self.rt.block_on(bench::run(&unrecorded(&self.opts), w));
+                let r = self.rt.block_on(bench::run_until(&unrecorded(&self.opts), w, self.stop.clone()));
                 if r.interrupted {
                     return Err(MeasureError::Interrupted);
                 }
@@ -333,7 +337,7 @@ impl Measure for LiveMeasure {
         let t0 = std::time::Instant::now();
         let mut k = 0u64;
         while t0.elapsed().as_secs_f64() < seconds {
-            let run = self.rt.block_on(bench::run(&o, &next(k)));
+            let run = self.rt.block_on(bench::run_until(&o, &next(k), self.stop.clone()));
             k += 1;
             // Interrupted first: Ctrl-C before any request of the run finished is not a server
             // that does not answer (it was said so, exit 2, until 2026-12-06).
@@ -389,6 +393,7 @@ mod run_file_tests {
             seed: 0,
             chat: false,
             role_chunk: false,
+            eos_unstreamed: false,
             tokenize_prompt: false,
             requested_prompts: None,
             clamped_requests: 0,
