@@ -826,7 +826,13 @@ async fn generate(sh: Arc<Shared>, mut c: Completion, chat: bool) -> Resp {
                     return;
                 }
             }
-            let finish = if ev.finished { Value::from(reason(&ev)) } else { Value::Null };
+            // SGLang's chat stream puts `finish_reason` only on a finish chunk of its own, after
+            // the last content chunk, whatever stopped the request (`serving_chat.py`: every
+            // content chunk `finish_reason=None`, then one chunk per finished index with an
+            // empty delta; 0.4.10 and 0.5.10 read): a length stop is the last token's content
+            // chunk, then that chunk ([`sglang_finish_delta`], `matched_stop` null).
+            let finish_apart = chat && sglang && ev.finished && !eos(&ev);
+            let finish = if ev.finished && !finish_apart { Value::from(reason(&ev)) } else { Value::Null };
             // The EOS step's chunk, with no text (above). vLLM writes it as any other: an
             // empty `text` or `delta.content` with `finish_reason` (`serving_completion.py`:
             // a chunk per output, `text=delta_text`; `serving_chat.py`:
@@ -852,6 +858,16 @@ async fn generate(sh: Arc<Shared>, mut c: Completion, chat: bool) -> Resp {
             if send(format!("data: {chunk}\n\n")).await.is_err() {
                 clock.release(); // nobody will read it
                 return;
+            }
+            if finish_apart {
+                let choice =
+                    json!({"index": 0, "delta": finish_delta, "finish_reason": reason(&ev), "matched_stop": null});
+                let chunk =
+                    json!({"id": id, "object": object, "created": created, "model": model, "choices": [choice]});
+                if send(format!("data: {chunk}\n\n")).await.is_err() {
+                    clock.release(); // nobody will read it
+                    return;
+                }
             }
             i += 1;
             if ev.finished {

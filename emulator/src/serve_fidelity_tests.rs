@@ -372,6 +372,27 @@ fn the_openai_routes_send_no_text_for_the_eos_token_and_count_it() {
         let texts: Vec<&str> = ev.iter().filter_map(|e| e["choices"][0]["text"].as_str()).collect();
         assert_eq!(texts, [" t0", " t1"], "{name}: {ev:?}");
         assert_eq!(ev[1]["choices"][0]["finish_reason"], "length", "{name}: {ev:?}");
+
+        // The same on the chat route: vLLM puts `finish_reason` on the last content chunk;
+        // SGLang's every content chunk has none and a finish chunk of its own, with an empty
+        // delta, follows (`serving_chat.py`, 0.4.10 and 0.5.10 read; serve put it on the
+        // content chunk until 2026-12-06).
+        let mut long = streamed(&chat);
+        long["max_tokens"] = json!(2);
+        long["ignore_eos"] = json!(true);
+        let ev = events(&server.post("/v1/chat/completions", &long));
+        let choices: Vec<&Value> = ev.iter().filter_map(|e| e["choices"].get(0)).collect();
+        let contents: Vec<&str> = choices.iter().filter_map(|c| c["delta"]["content"].as_str()).collect();
+        assert_eq!(contents, ["", " t0", " t1"], "{name}: {ev:?}");
+        let reasons: Vec<&Value> = choices.iter().map(|c| &c["finish_reason"]).collect();
+        if sglang {
+            assert_eq!(reasons, [&Value::Null, &Value::Null, &Value::Null, &json!("length")], "{name}: {ev:?}");
+            assert_eq!(choices[3]["delta"].get("content").cloned().unwrap_or(Value::Null), Value::Null, "{name}");
+            assert_eq!(choices[3]["matched_stop"], Value::Null, "{name}: {ev:?}");
+        } else {
+            assert_eq!(reasons, [&Value::Null, &Value::Null, &json!("length")], "{name}: {ev:?}");
+        }
+        assert_eq!(ev.last().unwrap()["usage"]["completion_tokens"], 2, "{name}: {ev:?}");
     }
 }
 
