@@ -365,6 +365,11 @@ pub struct BenchReport {
     pub kv_cache_tokens: Option<u64>,
     pub kv_cache_usage_peak: f64,
     pub kv_cache_usage_mean: f64,
+    /// Time means of the engine's gauges as vLLM's scheduler stats read them: sampled at each
+    /// step's start, after scheduling, and held until the next. A request that arrives during a
+    /// step is counted from the next step, so `mean_running + mean_waiting` falls short of
+    /// Little's `throughput × mean E2EL` by the requests' time outside the engine and before
+    /// their first scheduling (the audit of 2026-12-06: up to 40% on 1-token outputs).
     pub mean_running: f64,
     /// `None` (JSON `null`) where a live run could not measure it ([`crate::simulation::GaugeStats::unmeasured`]).
     pub peak_running: Option<u32>,
