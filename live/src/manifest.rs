@@ -664,6 +664,7 @@ mod tests {
             seed: 7,
             chat: false,
             role_chunk: false,
+            eos_unstreamed: false,
             tokenize_prompt: false,
             requested_prompts: None,
             clamped_requests: 0,

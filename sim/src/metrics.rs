@@ -612,7 +612,36 @@ pub fn bench_metrics(run: &RunResult) -> BenchMetrics {
 /// [`bench_metrics`] with the percentiles `extra` (each in [0, 100]) of TTFT, TPOT, ITL and
 /// E2EL as well ([`Stats::extra`]), as `--metric-percentiles` asks for them.
 pub fn bench_metrics_at(run: &RunResult, extra: &[f64]) -> BenchMetrics {
-    let recs: Vec<&RequestRecord> = run.records.iter().filter(|r| r.completed).collect();
+    // The records as the client saw them. One whose EOS step streamed no chunk the client times
+    // ([`RequestRecord::eos_unstreamed`]: SGLang's chat stream, `vllm bench serve` from 0.33)
+    // ends at its token before EOS: its ITLs lose the last gap, its E2EL ends a step earlier
+    // (`latency` is the last chunk with output), its TPOT divides that by the generated count
+    // less one (`usage.completion_tokens` counts the EOS token), the peak buckets lose the EOS
+    // token; one whose only token was EOS gave the client no chunk with output, and failed
+    // (`config::client_misses_eos_step`).
+    let seen: Vec<RequestRecord> = run
+        .records
+        .iter()
+        .filter(|r| r.eos_unstreamed)
+        .map(|r| {
+            let tokens = r.tokens.without_last();
+            RequestRecord { completed: r.completed && !tokens.is_empty(), tokens, ..r.clone() }
+        })
+        .collect();
+    let mut seen_at = 0;
+    let recs: Vec<&RequestRecord> = run
+        .records
+        .iter()
+        .map(|r| {
+            if r.eos_unstreamed {
+                seen_at += 1;
+                &seen[seen_at - 1]
+            } else {
+                r
+            }
+        })
+        .filter(|r| r.completed)
+        .collect();
     let completed = recs.len() as u64;
     let failed = run.records.len() as u64 - completed;
     let duration_ns = run.bench_end_ns.saturating_sub(run.bench_start_ns);

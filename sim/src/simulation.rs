@@ -184,6 +184,11 @@ pub struct RequestRecord {
     /// ([`RunResult::token_times`]).
     pub tokens: TokenRuns,
     pub completed: bool,
+    /// Its last token is an EOS for which the client received no chunk it times
+    /// ([`crate::workload::Workload::eos_unstreamed`]: SGLang's chat stream): the request stopped
+    /// at EOS (sent without `ignore_eos`, `output_len < max_tokens`), and for the client it ends
+    /// at the token before ([`crate::metrics`]). False where the tokens were measured.
+    pub eos_unstreamed: bool,
 }
 
 /// The instants at which the front end delivered output tokens, one entry per delivery: every
@@ -330,6 +335,19 @@ impl TokenRuns {
     pub fn last_delivery(&self) -> Option<u32> {
         let last = self.more.last().unwrap_or(&self.first);
         (last.1 > 0).then(|| last.0 + last.1 - 1)
+    }
+
+    /// These runs less the last token (empty from one token or none).
+    pub fn without_last(&self) -> TokenRuns {
+        let mut t = self.clone();
+        match t.more.last_mut() {
+            Some(last) if last.1 > 1 => last.1 -= 1,
+            Some(_) => {
+                t.more.pop();
+            }
+            None => t.first.1 = t.first.1.saturating_sub(1),
+        }
+        t
     }
 }
 
@@ -1011,7 +1029,12 @@ pub(crate) fn phase_layout(
     phases.push((Phase::Timed, timed_start..specs.len()));
     let records = specs
         .iter()
-        .map(|s| RequestRecord { prompt_len: s.prompt_len, output_len: s.output_len, ..Default::default() })
+        .map(|s| RequestRecord {
+            prompt_len: s.prompt_len,
+            output_len: s.output_len,
+            eos_unstreamed: workload.eos_unstreamed && !s.ignore_eos && s.output_len < s.max_tokens,
+            ..Default::default()
+        })
         .collect();
     (specs, phase_of, phases, records)
 }
@@ -1239,6 +1262,13 @@ mod token_runs_tests {
             for w in runs.windows(2) {
                 prop_assert!(w[0].0 + w[0].1 != w[1].0);
             }
+            // Less the last token: every token but the last, in order (none from one).
+            let short = one.without_last();
+            let got: Vec<u32> = short.runs().flat_map(|(s, n)| s..s + n).collect();
+            prop_assert_eq!(&got[..], &want[..want.len().saturating_sub(1)]);
+            prop_assert_eq!(short.len(), want.len().saturating_sub(1));
+            prop_assert_eq!(short.is_empty(), want.len() <= 1);
+            prop_assert_eq!(short.last_delivery(), want.len().checked_sub(2).map(|i| want[i]));
         }
     }
 

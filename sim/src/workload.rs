@@ -175,6 +175,13 @@ pub struct WorkloadParams {
     /// 0.11–0.32 does; 0.33's `_choice_has_streamed_output` and `sglang.bench_serving` skip it.
     /// Set by the scenario's resolution ([`crate::config::client_times_role_chunk`]).
     pub role_chunk: bool,
+    /// The client receives no chunk it times for the step that produced an output's EOS token:
+    /// SGLang's chat stream writes no content chunk for it, and the modelled client times only
+    /// chunks with output. A request sent without `ignore_eos` whose output ends at EOS
+    /// (`output_len < max_tokens`) then ends, for the client, at its last token before EOS
+    /// ([`crate::simulation::RequestRecord::eos_unstreamed`]). Set by the scenario's resolution
+    /// ([`crate::config::client_misses_eos_step`]).
+    pub eos_unstreamed: bool,
     /// Prompts are sent as token ids (`workload.tokenize_prompt`): the server does not tokenize
     /// them, so SGLang's serial tokenizer is skipped.
     pub tokenize_prompt: bool,
@@ -201,6 +208,8 @@ pub struct Workload {
     pub chat: bool,
     /// The client times the chat role chunk ([`WorkloadParams::role_chunk`]).
     pub role_chunk: bool,
+    /// The client sees no chunk for an EOS step ([`WorkloadParams::eos_unstreamed`]).
+    pub eos_unstreamed: bool,
     /// Prompts sent as token ids ([`WorkloadParams::tokenize_prompt`]).
     pub tokenize_prompt: bool,
     /// The `--num-prompts` asked for, where the dataset made fewer requests: `prefix_repetition`
@@ -427,6 +436,7 @@ pub fn generate(params: &WorkloadParams) -> Workload {
         seed,
         chat: params.chat,
         role_chunk: params.chat && params.role_chunk,
+        eos_unstreamed: params.chat && params.eos_unstreamed,
         tokenize_prompt: params.tokenize_prompt,
         requested_prompts,
         clamped_requests,
@@ -512,6 +522,7 @@ mod tests {
             seed: 0,
             chat: false,
             role_chunk: false,
+            eos_unstreamed: false,
             tokenize_prompt: false,
             context_clamp: None,
         }

@@ -53,6 +53,7 @@ fn the_largest_request_saturates_instead_of_overflowing() {
         seed: 0,
         chat: false,
         role_chunk: false,
+        eos_unstreamed: false,
         tokenize_prompt: false,
         context_clamp: None,
     };

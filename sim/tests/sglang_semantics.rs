@@ -937,3 +937,171 @@ fn a_decode_servers_prebuilt_batch_stops_at_the_running_cap_and_at_the_first_pro
     assert_eq!(s.num_waiting(), 2, "the fourth prompt does not fit; the fifth waits behind it");
     assert!(step(&mut s).0.iter().all(|x| !x.2));
 }
+
+/// What `vllm bench serve` from 0.33 records of a run, computed by hand from each timed
+/// request's token times: with `eos_unseen`, an output that stopped at EOS (sent without
+/// `ignore_eos`, shorter than its `max_tokens`) loses its last token, for which SGLang's chat
+/// stream writes no chunk with output; a request left with no token failed ("Never received a
+/// valid chunk"). Per request: TTFT to the first token, E2EL to the last, the ITLs between them,
+/// TPOT = (E2EL − TTFT) ÷ (generated tokens − 1), the EOS token counted (`completion_tokens`).
+struct ByHand {
+    completed: u64,
+    failed: u64,
+    output_tokens: u64,
+    ttft_ms: Vec<f64>,
+    tpot_ms: Vec<f64>,
+    itl_ms: Vec<f64>,
+    e2el_ms: Vec<f64>,
+    /// Requests that stopped at EOS, and those whose only token was EOS.
+    eos_stops: usize,
+    eos_only: usize,
+}
+
+fn by_hand(out: &sim::SimOutput, eos_unseen: bool) -> ByHand {
+    let ms = |ns: u64| ns as f64 / 1e6;
+    let mut h = ByHand {
+        completed: 0,
+        failed: 0,
+        output_tokens: 0,
+        ttft_ms: vec![],
+        tpot_ms: vec![],
+        itl_ms: vec![],
+        e2el_ms: vec![],
+        eos_stops: 0,
+        eos_only: 0,
+    };
+    assert_eq!(out.run.records.len(), out.workload.requests.len());
+    for (r, s) in out.run.records.iter().zip(&out.workload.requests) {
+        assert!(r.completed);
+        let mut times = out.run.token_times(r);
+        assert_eq!(times.len() as u32, s.output_len);
+        let eos = !s.ignore_eos && s.output_len < s.max_tokens;
+        h.eos_stops += usize::from(eos);
+        h.eos_only += usize::from(eos && s.output_len == 1);
+        if eos && eos_unseen {
+            times.pop();
+        }
+        let (Some(&first), Some(&last)) = (times.first(), times.last()) else {
+            h.failed += 1;
+            continue;
+        };
+        h.completed += 1;
+        h.output_tokens += u64::from(s.output_len);
+        let (t, e) = (ms(first - r.dispatch_ns), ms(last - r.dispatch_ns));
+        h.ttft_ms.push(t);
+        h.e2el_ms.push(e);
+        if s.output_len > 1 {
+            h.tpot_ms.push((e - t) / f64::from(s.output_len - 1));
+        }
+        h.itl_ms.extend(times.windows(2).map(|w| ms(w[1] - w[0])));
+    }
+    h
+}
+
+/// The metrics agree with the hand computation: counts exactly, means to rounding.
+fn assert_metrics_are(m: &sim::metrics::BenchMetrics, h: &ByHand) {
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let close = |a: f64, b: f64, what: &str| assert!((a - b).abs() <= 1e-9 * b.abs().max(1.0), "{what}: {a} vs {b}");
+    assert_eq!((m.completed, m.failed, m.total_output_tokens), (h.completed, h.failed, h.output_tokens));
+    close(m.ttft.mean, mean(&h.ttft_ms), "mean TTFT");
+    close(m.tpot.mean, mean(&h.tpot_ms), "mean TPOT");
+    close(m.e2el.mean, mean(&h.e2el_ms), "mean E2EL");
+    close(m.itl.mean, mean(&h.itl_ms), "mean ITL");
+    // The number of ITLs: their sum over their mean.
+    let n = h.itl_ms.iter().sum::<f64>() / m.itl.mean;
+    assert!((n - h.itl_ms.len() as f64).abs() < 1e-6, "{n} ITLs vs {}", h.itl_ms.len());
+    close(m.itl.max, h.itl_ms.iter().copied().fold(0.0, f64::max), "max ITL");
+}
+
+/// Short outputs that stop at EOS (a geometric length of mean 6, at most 16 tokens), sent to
+/// `endpoint` of a small SGLang run.
+fn sglang_eos_scenario(endpoint: &str) -> Value {
+    let mut v = scenario("rtx5090-qwen2.5-7b-sglang.json");
+    for a in [
+        format!("workload.endpoint={endpoint}"),
+        "workload.ignore_eos=false".into(),
+        r#"workload.output_len_dist={"kind": "geometric", "mean": 6}"#.into(),
+        "workload.random_input_len=256".into(),
+        "workload.random_output_len=16".into(),
+        "workload.num_prompts=60".into(),
+        "workload.max_concurrency=8".into(),
+    ] {
+        set(&mut v, &a);
+    }
+    v
+}
+
+/// SGLang's chat stream writes a content chunk only for a non-empty delta, and the EOS token
+/// decodes to none: a request that stops at EOS streams no chunk with output for its last step,
+/// only the separate finish chunk (`serving_chat.py`, 0.4.10–0.5.23). `vllm bench serve` from
+/// 0.33 times only chunks with output (`_choice_has_streamed_output`) and ends the request at the
+/// last of them, so such a request has one ITL fewer, an E2EL a step shorter, a TPOT over that
+/// with the EOS token still counted, and a request whose only token was EOS fails
+/// (`config::client_misses_eos_step`).
+#[test]
+fn sglangs_chat_stream_sends_no_chunk_the_client_times_for_the_eos_step() {
+    let spec = spec(sglang_eos_scenario("/v1/chat/completions"));
+    assert!(spec.workload.eos_unstreamed);
+    let out = sim::simulate(&spec, RunOptions { check_invariants: true, ..Default::default() });
+    assert_eq!(out.run.stop, StopReason::Completed, "{}", out.run.stop.as_str());
+    let h = by_hand(&out, true);
+    // Some outputs stop at EOS, some of them at their first token; some run to max_tokens.
+    assert!(h.eos_only > 0 && h.eos_stops > h.eos_only && h.eos_stops < 60, "{} {}", h.eos_stops, h.eos_only);
+    assert_eq!(h.failed as usize, h.eos_only);
+    assert_metrics_are(&out.metrics, &h);
+    // Reading every token instead gives other figures: the rule is what moved them.
+    let every = by_hand(&out, false);
+    assert_eq!(every.failed, 0);
+    assert_eq!(every.itl_ms.len() - h.itl_ms.len(), h.eos_stops - h.eos_only);
+    assert!(out.metrics.e2el.mean < every.e2el_ms.iter().sum::<f64>() / every.e2el_ms.len() as f64);
+
+    // ignore_eos: nothing stops at EOS, nothing is unseen.
+    let mut ignoring = scenario("rtx5090-qwen2.5-7b-sglang.json");
+    set(&mut ignoring, "workload.endpoint=/v1/chat/completions");
+    assert!(!self::spec(ignoring).workload.eos_unstreamed);
+}
+
+/// SGLang's completions stream writes a chunk for every step, the EOS one with empty `text`
+/// and the `finish_reason`, which `vllm bench serve` times as a token: the same outputs on
+/// `/v1/completions` are read in full.
+#[test]
+fn sglangs_completions_stream_times_the_eos_step() {
+    let spec = spec(sglang_eos_scenario("/v1/completions"));
+    assert!(!spec.workload.eos_unstreamed);
+    let out = sim::simulate(&spec, RunOptions { check_invariants: true, ..Default::default() });
+    let h = by_hand(&out, false);
+    assert!(h.eos_only > 0 && h.eos_stops > h.eos_only, "{} {}", h.eos_stops, h.eos_only);
+    assert!(out.run.records.iter().all(|r| !r.eos_unstreamed));
+    assert_metrics_are(&out.metrics, &h);
+}
+
+/// vLLM's chat stream writes the EOS step's chunk as any other (an empty `delta.content`
+/// without `role`, which `_choice_has_streamed_output` counts): a vLLM chat run that stops at
+/// EOS is read in full. (`prefix_repetition`: the random dataset's requests all carry
+/// `ignore_eos` from 0.11.1.)
+#[test]
+fn vllms_chat_stream_times_the_eos_step() {
+    let mut v: Value =
+        serde_json::from_str(&std::fs::read_to_string(root().join("scenarios/serve-small-vllm.json")).unwrap())
+            .unwrap();
+    v["workload"].as_object_mut().unwrap().retain(|k, _| !k.starts_with("random_"));
+    for a in [
+        "workload.endpoint=/v1/chat/completions",
+        "workload.dataset_name=prefix_repetition",
+        "workload.prefix_repetition_prefix_len=128",
+        "workload.prefix_repetition_suffix_len=128",
+        "workload.prefix_repetition_num_prefixes=4",
+        "workload.prefix_repetition_output_len=16",
+        "workload.ignore_eos=false",
+        r#"workload.output_len_dist={"kind": "geometric", "mean": 6}"#,
+    ] {
+        set(&mut v, a);
+    }
+    let spec = spec(v);
+    assert!(spec.workload.chat && !spec.workload.role_chunk && !spec.workload.eos_unstreamed);
+    let out = sim::simulate(&spec, RunOptions { check_invariants: true, ..Default::default() });
+    assert_eq!(out.run.stop, StopReason::Completed, "{}", out.run.stop.as_str());
+    let h = by_hand(&out, false);
+    assert!(h.eos_only > 0 && h.eos_stops > h.eos_only, "{} {}", h.eos_stops, h.eos_only);
+    assert_metrics_are(&out.metrics, &h);
+}

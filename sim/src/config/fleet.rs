@@ -695,6 +695,7 @@ pub(super) fn resolve_fleet(s: &Scenario, res: &Resources) -> Result<SimSpec> {
             w.initial_test_request = default_initial_test_request(&base.engine);
         }
         w.role_chunk = w.chat && client_times_role_chunk(&base.engine);
+        w.eos_unstreamed = !w.ignore_eos && client_misses_eos_step(&base.engine, w.chat);
         base.workload = w;
     }
     // The run has one workload: its outputs are shortened to a context only where every group

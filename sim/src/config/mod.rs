@@ -547,6 +547,44 @@ pub fn client_times_role_chunk(engine: &EngineSpec) -> bool {
     }
 }
 
+/// Whether the modelled benchmark client receives no chunk it times for the engine step that
+/// produced an output's EOS token, on the chat endpoint when `chat`
+/// ([`crate::workload::WorkloadParams::eos_unstreamed`]; the workload's `ignore_eos` aside):
+/// SGLang's chat stream.
+///
+/// - The engines' streams. vLLM writes a chunk for the EOS step as for any other, with an empty
+///   `text` (completions) or `delta.content` (chat) and the `finish_reason`; so do SGLang's
+///   completions (`text=delta`, a chunk per output). SGLang's chat stream writes a content chunk
+///   only for a non-empty delta (`if delta:`), and the EOS token decodes to nothing (the
+///   detokenizer skips special tokens), so its step is answered only by the separate finish
+///   chunk, `delta=DeltaMessage()` (every field null) with the `finish_reason`, after the last
+///   output (`srt/entrypoints/openai/serving_chat.py:_generate_chat_stream`, 0.5.6; 0.4.10–0.5.23
+///   alike). Its `usage.completion_tokens` counts the EOS token (`completion_tokens.append(
+///   len(output_ids_))` with `output_ids_through_stop`, `finished_len = matched_pos + 1`:
+///   `srt/managers/scheduler_output_processor_mixin.py`, `schedule_batch.py`, 0.5.6).
+/// - The client. For SGLang the modelled client times only chunks with output (it skips the role
+///   chunk: [`client_times_role_chunk`]): `vllm bench serve` from 0.33
+///   (`benchmarks/lib/endpoint_request_func.py:async_request_openai_chat_completions`, 0.33.0 and
+///   0.34.0 wheels read): a chunk counts only if `_choice_has_streamed_output` (content,
+///   reasoning, tool calls, or an empty `content` without `role`: the null finish delta fails
+///   it), and only such a chunk moves `most_recent_timestamp`, from which `latency =
+///   most_recent_timestamp - st`. So the request's ITLs lose the gap to the EOS step, its E2EL
+///   ends at its last token before EOS, its TPOT is `(E2EL - TTFT) / (completion_tokens - 1)`
+///   with the EOS token still counted, and its tokens in the peak buckets lose the EOS one. An
+///   output that is EOS alone streams no chunk with output: the client marks the request failed
+///   ("Never received a valid chunk to calculate TTFT"). `vllm bench serve` up to 0.32 times
+///   every chunk with `choices`, the finish chunk among them, at the EOS step's time: nothing
+///   would change, but no SGLang scenario models it. `sglang.bench_serving` (0.5.6
+///   `async_request_openai_chat_completions`) also times only chunks with content but takes the
+///   request's latency at the last line read (`[DONE]`, at the EOS step's time), and an EOS-only
+///   output succeeds with a TTFT of 0: not modelled (`docs/benchmark.md` §2).
+pub fn client_misses_eos_step(engine: &EngineSpec, chat: bool) -> bool {
+    match engine {
+        EngineSpec::Vllm(_) => false,
+        EngineSpec::Sglang(_) => chat && !client_times_role_chunk(engine),
+    }
+}
+
 /// An inline card's figures within what any model or accelerator has (a value outside is a typo
 /// in units, and would give a silent nonsense: a zero-weight model whose KV pool grows, a run of
 /// centuries); the shipped cards are well inside.
@@ -861,6 +899,7 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
         workload.initial_test_request = default_initial_test_request(&engine);
     }
     workload.role_chunk = workload.chat && client_times_role_chunk(&engine);
+    workload.eos_unstreamed = !workload.ignore_eos && client_misses_eos_step(&engine, workload.chat);
     // vLLM from 0.32 shortens a request's output to what its context leaves (`get_max_tokens`);
     // through 0.31 such a request is refused (HTTP 400), and SGLang refuses it too: the run is
     // refused instead (`check_requests_fit`).

@@ -383,6 +383,8 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
         },
         // `resolve` sets it from the modelled benchmark's release (`client_times_role_chunk`).
         role_chunk: false,
+        // `resolve` sets it from the engine and the endpoint (`client_misses_eos_step`).
+        eos_unstreamed: false,
         // `resolve` sets it from the engine's release and context (`VLLM_CLAMPS_MAX_TOKENS`).
         context_clamp: None,
         tokenize_prompt: w.tokenize_prompt.unwrap_or(false),
