@@ -408,3 +408,30 @@ fn an_sglang_decode_replica_admits_landed_prompts_whatever_its_chunk_size() {
     // The prebuilt batch runs no forward: no landed prompt's token is computed there.
     assert_eq!(fs.replicas[2].counters.prefill_tokens_computed, 0);
 }
+
+/// The engines' own data-parallel balancers are not fleet routers: named as `fleet.router` or
+/// `fleet.decode_router` they are refused, naming the field and the engine flag that gives them
+/// (they ran, even SGLang's controller in front of vLLM replicas: the fleet audit of 2026-12-06).
+#[test]
+fn the_engines_data_parallel_balancers_are_not_fleet_routers() {
+    for (field, policy, flag) in [
+        ("router", json!({"policy": "vllm_data_parallel"}), "engine.data_parallel_size"),
+        (
+            "router",
+            json!({"policy": "sglang_data_parallel", "load_balance_method": "shortest_queue"}),
+            "engine.dp_size",
+        ),
+        ("decode_router", json!({"policy": "vllm_data_parallel"}), "engine.data_parallel_size"),
+    ] {
+        let mut fleet = json!({"prefill_count": 1, "decode_count": 1});
+        if field == "router" {
+            fleet = json!({"count": 2});
+        }
+        fleet[field] = policy;
+        let s: sim::config::Scenario =
+            sim::config::from_value(with_fleet(small_vllm(512, 64, 20, 4), fleet), "").unwrap();
+        let e = sim::config::resolve(&s, &common::resources()).unwrap_err();
+        assert_eq!(e.path, format!("fleet.{field}"), "{e}");
+        assert!(e.message.contains("not a fleet router") && e.message.contains(flag), "{e}");
+    }
+}

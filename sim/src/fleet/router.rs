@@ -374,9 +374,23 @@ impl RouterSpec {
             RouterSpec::RoundRobin {}
             | RouterSpec::LeastOutstanding {}
             | RouterSpec::PowerOfTwo {}
-            | RouterSpec::KvUsage {}
-            | RouterSpec::VllmDataParallel {}
-            | RouterSpec::SglangDataParallel { .. } => Ok(()),
+            | RouterSpec::KvUsage {} => Ok(()),
+            // The engines' own balancers sit inside one engine, behind its one front end: not a
+            // router in front of replicas of their own (they were accepted there, even in front
+            // of the other engine's replicas, until 2026-12-06).
+            RouterSpec::VllmDataParallel {} => Err(ConfigError::new(
+                path,
+                "vllm_data_parallel is vLLM's balancer inside one engine, not a fleet router: set \
+                 engine.data_parallel_size on a vLLM scenario for it, or name a router of docs/routers.md"
+                    .to_string(),
+            )),
+            RouterSpec::SglangDataParallel { .. } => Err(ConfigError::new(
+                path,
+                "sglang_data_parallel is SGLang's DataParallelController inside one engine, not a fleet \
+                 router: set engine.dp_size (and engine.load_balance_method) on an SGLang scenario for it, \
+                 or name a router of docs/routers.md"
+                    .to_string(),
+            )),
         }
     }
 }
