@@ -1004,3 +1004,40 @@ fn plan_breaks_a_price_tie_by_latency() {
     }
     assert_eq!(best["plan"]["gpu"], "rtx-5090", "{best}");
 }
+
+/// A fleet whose groups differ in engine and GPU: each replica row names what timed its steps
+/// (`cost_source`; the report's top-level one is the first group's, which the text says), and
+/// the `lockstep_waves` caveat looks at every group's engine, not the first one's (with an
+/// SGLang group first, a vLLM group's waves went unsaid: the fleet audit of 2026-12-06).
+#[test]
+fn a_mixed_fleet_names_each_groups_step_costs_and_its_caveat_does_not_depend_on_group_order() {
+    let sglang = r#"{"count": 1}"#;
+    let vllm = r#"{"count": 1, "engine": {"kind": "vllm", "version": "0.33.0", "max_model_len": 8192}, "hardware": "a100-80gb"}"#;
+    let run = |groups: &str, json: bool| {
+        let fleet = format!(r#"fleet={{"replicas": [{groups}]}}"#);
+        let mut args = vec!["simulate", "scenarios/shared-prefix-lpm-llama3.1-8b-h100-sglang.json", "--set", &fleet];
+        if json {
+            args.push("--json");
+        }
+        let o = run_cli(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        o
+    };
+    let caveats = |r: &Value| -> Vec<String> {
+        r["caveats"].as_array().unwrap().iter().map(|c| c["id"].as_str().unwrap().to_string()).collect()
+    };
+    let a = stdout_json(&run(&format!("{sglang}, {vllm}"), true));
+    let b = stdout_json(&run(&format!("{vllm}, {sglang}"), true));
+    let rows = a["replicas"].as_array().unwrap();
+    let (s, v) = (rows[0]["cost_source"].as_str().unwrap(), rows[1]["cost_source"].as_str().unwrap());
+    assert!(s.contains("h100_sxm sglang") && v.contains("a100_sxm vllm"), "{s} / {v}");
+    assert_eq!(a["cost_source"].as_str(), Some(s));
+    assert!(caveats(&a).contains(&"lockstep_waves".to_string()), "{:?}", caveats(&a));
+    assert_eq!(caveats(&a), caveats(&b));
+    let text = String::from_utf8_lossy(&run(&format!("{sglang}, {vllm}"), false).stdout).into_owned();
+    assert!(text.contains("Fleet (2 replicas, 2 GPUs)"), "{text}");
+    assert!(
+        text.contains("Step cost source, mixed1 (vllm 0.33.0):") && text.contains("are the first group's (mixed0)"),
+        "{text}"
+    );
+}

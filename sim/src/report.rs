@@ -614,7 +614,14 @@ pub const LOCKSTEP_WAVES: &str = "lockstep_waves";
 /// 4,000–4,096 (median +8%) (`servesim validate --only silicon --json`, the vLLM rows). SGLang's measured waves stay in step
 /// (it prefills a wave together), so no caveat there.
 pub fn lockstep_waves(spec: &SimSpec, workload: &crate::workload::Workload) -> Option<Caveat> {
-    if !matches!(spec.engine, crate::config::EngineSpec::Vllm(_)) {
+    // Any vLLM engine of the run: a fleet's groups may differ, and the report's engine is its
+    // first group's (a vLLM group after an SGLang one went unsaid until 2026-12-06).
+    let vllm = |e: &crate::config::EngineSpec| matches!(e, crate::config::EngineSpec::Vllm(_));
+    let any_vllm = match &spec.fleet {
+        Some(f) => f.replicas.iter().any(|r| vllm(&r.engine)),
+        None => vllm(&spec.engine),
+    };
+    if !any_vllm {
         return None;
     }
     let c = workload.max_concurrency.filter(|c| *c >= 2)?; // one wave or more of two or more
@@ -1257,6 +1264,9 @@ pub struct ReplicaReport {
     pub mean_waiting: f64,
     pub peak_waiting: u32,
     pub num_steps: u64,
+    /// What timed its steps: the report's top-level `cost_source` is the first group's, and a
+    /// group of another GPU or engine has its own.
+    pub cost_source: String,
 }
 
 impl ReplicaReport {
@@ -1284,6 +1294,7 @@ impl ReplicaReport {
             mean_waiting: r.gauges.waiting_mean,
             peak_waiting: r.gauges.waiting_peak,
             num_steps: r.num_steps,
+            cost_source: r.cost_source.clone(),
         }
     }
 }
@@ -1291,7 +1302,12 @@ impl ReplicaReport {
 /// The text block of a fleet: one line per replica.
 pub fn fleet_text(f: &FleetReport, replicas: &[ReplicaReport]) -> String {
     let mut s = String::new();
-    header(&mut s, &format!(" Fleet ({} replicas, {} GPUs) ", f.num_replicas, f.num_gpus), '=');
+    let plural = |n: u64, one: &str| if n == 1 { format!("1 {one}") } else { format!("{n} {one}s") };
+    header(
+        &mut s,
+        &format!(" Fleet ({}, {}) ", plural(f.num_replicas as u64, "replica"), plural(f.num_gpus as u64, "GPU")),
+        '=',
+    );
     line(&mut s, "Router:", &f.router);
     if let Some(d) = &f.decode_router {
         line(&mut s, "Decode router:", d);
@@ -1332,6 +1348,30 @@ pub fn fleet_text(f: &FleetReport, replicas: &[ReplicaReport]) -> String {
             r.mean_running,
             r.mean_waiting
         );
+    }
+    // A group of another engine or GPU has its own step costs: the report's engine, GPU and
+    // step cost source above are the first group's.
+    if let Some(first) = replicas.first() {
+        let mut seen = vec![first.group];
+        for r in replicas {
+            if !seen.contains(&r.group) {
+                seen.push(r.group);
+                if r.cost_source != first.cost_source {
+                    line(
+                        &mut s,
+                        &format!("Step cost source, {} ({} {}):", r.name, r.engine, r.engine_version),
+                        &r.cost_source,
+                    );
+                }
+            }
+        }
+        if seen.len() > 1 && replicas.iter().any(|r| r.cost_source != first.cost_source) {
+            let _ = writeln!(
+                s,
+                "The engine, GPU and step cost source above the fleet are the first group's ({}).",
+                first.name
+            );
+        }
     }
     header(&mut s, "", '=');
     s

@@ -86,6 +86,9 @@ pub struct ReplicaRun {
     pub kv_capacity_tokens: u64,
     /// Its steps in the whole run.
     pub num_steps: u64,
+    /// What times its steps ([`crate::cost::CostModel::source`]): a group of another GPU or
+    /// engine has its own.
+    pub cost_source: String,
 }
 
 /// What a fleet run adds to the fleet-wide [`RunResult`].
@@ -1122,6 +1125,7 @@ pub fn run_fleet(
             gauges: rep.acc.finish(timed, bench_start, bench_end),
             kv_capacity_tokens: rep.capacity,
             num_steps: rep.steps,
+            cost_source: rs.cost.source(),
         });
     }
     let kv_capacity_tokens = lp.reps.iter().map(|r| r.capacity).sum();
