@@ -20,6 +20,18 @@ pub fn apply_set(root: &mut Value, assignment: &str) -> Result<()> {
             format!("empty field name in path {path:?} (expected e.g. engine.max_num_seqs)"),
         ));
     }
+    // No scenario field name has brackets: an index into a list (`fleet.replicas[0].count`) is
+    // not a path --set takes; said as such, not as an unknown field `replicas[0]`.
+    if let Some(p) = parts.iter().find(|p| p.contains('[') || p.contains(']')) {
+        let field = p.split('[').next().unwrap_or(p);
+        return Err(ConfigError::new(
+            "--set",
+            format!(
+                "{path:?}: --set does not index into lists ({p:?}); set the whole `{field}` as JSON instead, \
+                 e.g. --set '{field}=[...]' with every element"
+            ),
+        ));
+    }
     // A value that is not JSON is a string (`engine.kind=vllm`), except what was meant as JSON:
     // an object or a list with a typo is an error, not a card or engine named by its text, and
     // a number past f64 (`1e400`) is not read as "inf" by a field that takes strings.
@@ -199,5 +211,16 @@ mod set_value_tests {
         apply_set(&mut v, r#"model={"id": "m"}"#).unwrap();
         assert_eq!(v["engine"]["kind"], "vllm");
         assert_eq!(v["model"]["id"], "m");
+    }
+
+    /// An index into a list is said to be unsupported, naming the list to set whole (it was
+    /// "unknown field `replicas[0]`", as if the field did not exist: the fleet audit).
+    #[test]
+    fn an_index_into_a_list_is_said_to_be_unsupported() {
+        let mut v = serde_json::json!({"fleet": {"replicas": [{"count": 1}]}});
+        let e = apply_set(&mut v, "fleet.replicas[0].count=2").unwrap_err();
+        assert_eq!(e.path, "--set");
+        assert!(e.message.contains("does not index into lists") && e.message.contains("`replicas`"), "{e}");
+        assert_eq!(v["fleet"]["replicas"][0]["count"], 1);
     }
 }
