@@ -435,3 +435,46 @@ fn the_engines_data_parallel_balancers_are_not_fleet_routers() {
         assert!(e.message.contains("not a fleet router") && e.message.contains(flag), "{e}");
     }
 }
+
+/// SGLang's decode server from 0.5.10 merges landed requests into the running batch as it forms
+/// it and streams their first tokens then (`get_next_disagg_decode_batch_to_run` calls
+/// `process_batch_result_prebuilt`); through 0.5.9 the prebuilt batch is an iteration of its own
+/// (read in the 0.5.9 and 0.5.10 wheels). With the overlap scheduler, the merged first token
+/// comes about a decode step earlier: the decode replica runs no prebuilt-only steps, the wait
+/// from landing to the scheduler taking the request is shorter, and so is TTFT; the tokens and
+/// every invariant after every step hold (a one-token output finishes as it is merged).
+#[test]
+fn sglang_decode_servers_merge_the_prebuilt_batch_from_0_5_10() {
+    let run = |version: &str, output: u32| {
+        let mut v = small_vllm(1024, output, 120, 16);
+        v["engine"] = json!({"kind": "sglang", "version": version, "max_running_requests": 64,
+                              "max_total_tokens": 200000, "context_length": 8192});
+        v["hardware"] = json!("h100-80gb");
+        let o = sim::simulate(
+            &spec(with_fleet(v, json!({"prefill_count": 1, "decode_count": 1}))),
+            RunOptions { check_invariants: true, ..Default::default() },
+        );
+        assert_eq!(o.run.stop, StopReason::Completed, "{version}");
+        assert_eq!(o.metrics.completed, 120, "{version}");
+        assert_eq!(o.metrics.total_output_tokens, 120 * u64::from(output), "{version}");
+        o
+    };
+    let (old, new) = (run("0.5.9", 64), run("0.5.10", 64));
+    let (fo, fnew) = (old.fleet.as_ref().unwrap(), new.fleet.as_ref().unwrap());
+    assert!(
+        fnew.replicas[1].num_steps < fo.replicas[1].num_steps,
+        "no prebuilt step of its own: {} vs {}",
+        fnew.replicas[1].num_steps,
+        fo.replicas[1].num_steps
+    );
+    assert!(
+        fnew.mean_kv_landed_to_scheduled_ms < fo.mean_kv_landed_to_scheduled_ms,
+        "{} vs {}",
+        fnew.mean_kv_landed_to_scheduled_ms,
+        fo.mean_kv_landed_to_scheduled_ms
+    );
+    assert!(new.metrics.ttft.mean < old.metrics.ttft.mean, "{} vs {}", new.metrics.ttft.mean, old.metrics.ttft.mean);
+    // One-token outputs: the prefill server's token is the whole output, streamed as merged.
+    let one = run("0.5.23", 1);
+    assert_eq!(one.fleet.as_ref().unwrap().replicas[1].num_steps, 0, "the decode server runs no step");
+}

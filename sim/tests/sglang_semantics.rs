@@ -887,55 +887,111 @@ fn the_random_policy_takes_its_seed_from_random_seed_else_the_workloads() {
     assert_eq!(run(Some("engine.random_seed=7")), run(Some("engine.random_seed=7")));
 }
 
+/// A decode server's configuration at `version`: through 0.5.9 its prebuilt batch is a step of
+/// its own, from 0.5.10 it is merged into the running batch as it is formed.
+fn decode_cfg(version: Version) -> SglangConfig {
+    SglangConfig {
+        version,
+        behaviour: SglangBehaviour { overlap: Overlap::CpuBackend, ..SglangBehaviour::of_release(version) },
+        ..cfg()
+    }
+}
+
+/// [`step`], with the tokens streamed as the batch was formed (`take_formed_outputs`).
+fn step_formed(s: &mut Scheduler) -> (Vec<(u32, u32, bool)>, Vec<TokenOutput>, Vec<TokenOutput>) {
+    let sched = s.schedule().scheduled.iter().map(|x| (x.id, x.num_tokens, x.prefill)).collect();
+    let mut formed = Vec::new();
+    s.take_formed_outputs(&mut formed);
+    let mut out = Vec::new();
+    s.finish_step(&mut out);
+    s.check_invariants().unwrap();
+    (sched, formed, out)
+}
+
 /// SGLang's decode server (`--disaggregation-mode decode`) admits the requests whose KV has
 /// landed as a prebuilt batch (`disaggregation/decode.py`, `get_new_prebuilt_batch`, 0.4.10 to
 /// 0.5.23): every waiting request up to `max_running_requests`, each whole prompt at once, with no
 /// token budget, no chunking and no `new_token_ratio` reservation (the prealloc queue reserved
 /// their KV before the transfer). Here five 300-token prompts (1,500 tokens against a
 /// `chunked_prefill_size` of 256) with 2,000 outputs each (an ordinary admission reserves prompt
-/// plus output: one at most in the 4,000-token pool) all go in at the first step, and all decode
-/// at the next. An ordinary server takes one chunk of 256 of the first.
+/// plus output: one at most in the 4,000-token pool) all go in at once. Through 0.5.9 the
+/// prebuilt batch is a step of its own, which streams their first tokens, and they decode at
+/// the next; from 0.5.10 (`get_next_disagg_decode_batch_to_run`) the first tokens are streamed
+/// as the batch is formed and merged, and the same iteration decodes them (read in the 0.5.9
+/// and 0.5.10 wheels). An ordinary server takes one chunk of 256 of the first.
 #[test]
 fn a_decode_server_admits_every_landed_request_at_once_without_a_token_budget() {
     let mut plain = Scheduler::new(cfg());
-    let mut dec = Scheduler::new(cfg()).disaggregation_decode();
-    for s in [&mut plain, &mut dec] {
+    plain.add_request(0, &req(10, 300, 2000, true));
+    assert_eq!(step(&mut plain).0, vec![(0, 256, true)]);
+    let mut old = Scheduler::new(decode_cfg(Version::new(0, 5, 9))).disaggregation_decode();
+    let mut new = Scheduler::new(decode_cfg(Version::new(0, 5, 10))).disaggregation_decode();
+    for s in [&mut old, &mut new] {
         for id in 0..5 {
             s.add_request(id, &req(10 + u64::from(id), 300, 2000, true));
         }
     }
-    assert_eq!(step(&mut plain).0, vec![(0, 256, true)]);
-    let (first, out, _) = step(&mut dec);
+    let (first, formed, out) = step_formed(&mut old);
     assert_eq!(first, (0..5).map(|id| (id, 300, true)).collect::<Vec<_>>());
-    assert_eq!(out.len(), 5, "each streams its first token");
-    assert_eq!(dec.num_waiting(), 0);
-    let (next, _, _) = step(&mut dec);
+    assert!(formed.is_empty());
+    assert_eq!(out.len(), 5, "each streams its first token at the step's end");
+    assert_eq!(old.num_waiting(), 0);
+    let (next, _, _) = step_formed(&mut old);
     assert_eq!(next, (0..5).map(|id| (id, 1, false)).collect::<Vec<_>>());
+
+    let (first, formed, out) = step_formed(&mut new);
+    assert_eq!(first, (0..5).map(|id| (id, 1, false)).collect::<Vec<_>>(), "merged and decoded at once");
+    assert_eq!(
+        formed.iter().map(|o| (o.id, o.finished)).collect::<Vec<_>>(),
+        (0..5).map(|id| (id, false)).collect::<Vec<_>>()
+    );
+    assert_eq!(out.len(), 5, "the second tokens, at the step's end");
+    assert_eq!(new.num_waiting(), 0);
+    assert_eq!(new.counters().num_steps, 1, "no step of its own");
+}
+
+/// A one-token request merged from 0.5.10 finishes as it is formed (the prefill server's token
+/// was its last: `check_finished` in `process_batch_result_prebuilt`), freeing its KV, and runs
+/// no step; a request retracted and resumed streams nothing new when it is merged again.
+#[test]
+fn a_merged_prebuilt_request_of_one_token_finishes_as_it_is_formed() {
+    let mut s = Scheduler::new(decode_cfg(Version::new(0, 5, 23))).disaggregation_decode();
+    s.add_request(0, &req(40, 300, 1, true));
+    let (sched, formed, out) = step_formed(&mut s);
+    assert!(sched.is_empty() && out.is_empty(), "{sched:?} {out:?}");
+    assert_eq!(formed.iter().map(|o| (o.id, o.finished)).collect::<Vec<_>>(), vec![(0, true)]);
+    assert_eq!(s.num_unfinished(), 0);
+    assert!(s.kv_usage() <= 300.0 / 4000.0 + 1e-9, "its prompt stays only as evictable cache");
 }
 
 /// The decode server's prebuilt batch stops at the running cap (`min(req_to_token_pool.size,
 /// max_running_requests) − running batch size`), and takes waiting requests in queue order while
 /// the pool holds their prompts: the first that does not fit waits, and every request behind it
 /// (as `DecodePreallocQueue.pop_preallocated` stops at the first it cannot place), even one that
-/// would fit.
+/// would fit. The same whether the batch runs as a step (0.5.9) or is merged (0.5.10).
 #[test]
 fn a_decode_servers_prebuilt_batch_stops_at_the_running_cap_and_at_the_first_prompt_that_does_not_fit() {
-    let mut s = Scheduler::new(SglangConfig { max_running_requests: 4, ..cfg() }).disaggregation_decode();
-    for id in 0..6 {
-        s.add_request(id, &req(20 + u64::from(id), 300, 10, true));
-    }
-    assert_eq!(step(&mut s).0, (0..4).map(|id| (id, 300, true)).collect::<Vec<_>>());
-    assert_eq!(s.num_waiting(), 2);
-    // Full: the running batch decodes.
-    assert!(step(&mut s).0.iter().all(|x| !x.2));
+    for (v, merged) in [(Version::new(0, 5, 9), false), (Version::new(0, 5, 10), true)] {
+        let admitted = |ids: std::ops::Range<u32>, len: u32| -> Vec<(u32, u32, bool)> {
+            ids.map(|id| if merged { (id, 1, false) } else { (id, len, true) }).collect()
+        };
+        let mut s = Scheduler::new(SglangConfig { max_running_requests: 4, ..decode_cfg(v) }).disaggregation_decode();
+        for id in 0..6 {
+            s.add_request(id, &req(20 + u64::from(id), 300, 10, true));
+        }
+        assert_eq!(step(&mut s).0, admitted(0..4, 300), "{v}");
+        assert_eq!(s.num_waiting(), 2, "{v}");
+        // Full: the running batch decodes.
+        assert!(step(&mut s).0.iter().all(|x| !x.2), "{v}");
 
-    let mut s = Scheduler::new(SglangConfig { max_total_tokens: 1000, ..cfg() }).disaggregation_decode();
-    for (id, len) in [300, 300, 300, 300, 50].into_iter().enumerate() {
-        s.add_request(id as u32, &req(30 + id as u64, len, 10, true));
+        let mut s = Scheduler::new(SglangConfig { max_total_tokens: 1000, ..decode_cfg(v) }).disaggregation_decode();
+        for (id, len) in [300, 300, 300, 300, 50].into_iter().enumerate() {
+            s.add_request(id as u32, &req(30 + id as u64, len, 10, true));
+        }
+        assert_eq!(step(&mut s).0, admitted(0..3, 300), "{v}");
+        assert_eq!(s.num_waiting(), 2, "{v}: the fourth prompt does not fit; the fifth waits behind it");
+        assert!(step(&mut s).0.iter().all(|x| !x.2), "{v}");
     }
-    assert_eq!(step(&mut s).0, (0..3).map(|id| (id, 300, true)).collect::<Vec<_>>());
-    assert_eq!(s.num_waiting(), 2, "the fourth prompt does not fit; the fifth waits behind it");
-    assert!(step(&mut s).0.iter().all(|x| !x.2));
 }
 
 /// What `vllm bench serve` from 0.33 records of a run, computed by hand from each timed

@@ -669,6 +669,7 @@ impl SglangBehaviour {
             spent_pass_budget_stops: v >= Version::new(0, 5, 23),
             filter_running_every_step: v >= Version::new(0, 5, 23),
             skip_finishing_decode: v >= Version::new(0, 5, 22),
+            prebuilt_merged: v >= Version::new(0, 5, 10),
             refresh_waiting_prefixes: v >= Version::new(0, 5, 22),
             overlap: Overlap::CpuBackend,
             cpu_overlap: SGLANG_CPU_OVERLAP,

@@ -210,6 +210,12 @@ pub trait Engine {
     fn schedule(&mut self) -> &StepPlan;
     /// The planned step has run: appends the tokens it produced to `out`.
     fn finish_step(&mut self, out: &mut Vec<TokenOutput>);
+    /// Tokens streamed while [`Engine::schedule`] formed a batch, with no step run for them:
+    /// moves them to `out` (the caller delivers them at the time it called `schedule`). Only
+    /// an SGLang decode server from 0.5.10 has any: it streams a landed request's first token,
+    /// the prefill server's, as it merges the request into the running batch
+    /// ([`crate::engine::sglang::SglangBehaviour::prebuilt_merged`]).
+    fn take_formed_outputs(&mut self, _out: &mut Vec<TokenOutput>) {}
     /// The client went away: the request leaves the engine now and its KV is freed, as
     /// vLLM's `finish_requests(.., FINISHED_ABORTED)` and SGLang's abort do (SGLang caches
     /// its computed prefix, as for a finished request). Called between steps only (after

@@ -258,6 +258,8 @@ struct FleetLoop<'a> {
     /// Per prefill chunk of the step being planned on a decode replica: its tokens, and whether
     /// it is of transferred (or reloaded) KV.
     chunk_buf: Vec<(u32, ChunkKv)>,
+    /// Tokens a replica streamed as it formed a batch ([`Engine::take_formed_outputs`]).
+    formed_buf: Vec<TokenOutput>,
     heap: BinaryHeap<Reverse<(u64, u64, Event)>>,
     /// The phase's client sends as `(time, sequence, request)`, in `(time, sequence)` order,
     /// and the next one: the `ClientSend` events, kept beside the heap (a phase's sends are
@@ -541,7 +543,33 @@ impl<'a> FleetLoop<'a> {
         }
     }
 
+    /// Starts replica `r`'s next step, if it has one, and delivers the tokens it streamed as it
+    /// formed its batches (an SGLang ≥ 0.5.10 decode server's merged prebuilt requests: the
+    /// prefill server's first token, streamed now, with no step of its own).
     fn start_step(&mut self, r: usize, now: u64) {
+        self.plan_and_start_step(r, now);
+        let mut formed = std::mem::take(&mut self.formed_buf);
+        formed.clear();
+        self.reps[r].engine.take_formed_outputs(&mut formed);
+        if !formed.is_empty() {
+            for o in &formed {
+                let id = o.id as usize;
+                // The request is taken by the scheduler now: its wait after landing ends, and its
+                // transferred KV is resident (no prompt chunk of it will be scheduled).
+                if let DecodeKv::Landed { seen, .. } = self.decode_kv[id] {
+                    if !seen && self.phase_of[id] == Phase::Timed {
+                        self.landed_n += 1;
+                        self.landed_wait_sum += now.saturating_sub(self.landed_at[id]);
+                    }
+                    self.decode_kv[id] = DecodeKv::Resident;
+                }
+            }
+            self.deliver(r, now, &formed);
+        }
+        self.formed_buf = formed;
+    }
+
+    fn plan_and_start_step(&mut self, r: usize, now: u64) {
         let rep = &mut self.reps[r];
         let plan = rep.engine.schedule();
         if plan.is_empty() {
@@ -954,6 +982,7 @@ pub fn run_fleet(
         landed_at: if disagg { vec![0; n] } else { Vec::new() },
         prefill_load_to_stream_end: disagg && f.router.holds_prefill_load_to_stream_end(),
         chunk_buf: Vec::new(),
+        formed_buf: Vec::new(),
         heap: BinaryHeap::new(),
         sends: Default::default(),
         seq: 0,

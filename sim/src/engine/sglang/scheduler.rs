@@ -143,6 +143,15 @@ pub struct SglangBehaviour {
     /// is formed that iteration (no retraction; the finishes free their KV). Read: 0.5.21
     /// without, 0.5.22 and 0.5.23 with.
     pub skip_finishing_decode: bool,
+    /// ≥ 0.5.10, a decode server of a disaggregated deployment
+    /// ([`Scheduler::disaggregation_decode`]): `get_next_disagg_decode_batch_to_run` processes
+    /// a new prebuilt batch as it forms it (`process_batch_result_prebuilt`: the prefill
+    /// server's first token is streamed then) and merges it into the running batch, which
+    /// decodes in the same iteration; no iteration runs the prebuilt batch alone. Through
+    /// 0.5.9 the prebuilt batch is an iteration's batch of its own, processed (its first token
+    /// streamed) with that iteration's result and merged at the next (read: 0.5.9 without,
+    /// 0.5.10 and 0.5.23 with, `disaggregation/decode.py`).
+    pub prebuilt_merged: bool,
     /// ≥ 0.5.22: under a cache-agnostic policy (fcfs, lof, random; lpm past 128 waiting) with
     /// the radix cache on, every 32nd `calc_priority` that finds requests waiting refreshes the
     /// first 128 waiting requests' cached prefixes in the LRU, the queue's head last
@@ -315,6 +324,9 @@ pub struct Scheduler {
     next_kind: Option<StepKind>,
     /// `do_schedule` is forming the next batch while one is in flight.
     forming_next: bool,
+    /// First tokens streamed while a batch was formed ([`SglangBehaviour::prebuilt_merged`]),
+    /// until [`Engine::take_formed_outputs`] takes them.
+    formed: Vec<TokenOutput>,
     batch_is_full: bool,
     /// A running request finished since the last `update_running_batch` (its
     /// `filter_batch` will shrink the decode batch and clear `batch_is_full`).
@@ -370,6 +382,7 @@ impl Scheduler {
             next_batch: Vec::new(),
             next_kind: None,
             forming_next: false,
+            formed: Vec::new(),
             batch_is_full: false,
             finished_since_filter: false,
             last_prefill_shrinks: false,
@@ -860,6 +873,31 @@ impl Scheduler {
         true
     }
 
+    /// A decode server's new prebuilt batch, from 0.5.10 ([`SglangBehaviour::prebuilt_merged`]):
+    /// `process_batch_result_prebuilt` as it is formed (each request that has produced nothing
+    /// yet streams the prefill server's token now, into [`Scheduler::formed`], and finishes if
+    /// that was its last; a resumed, retracted one streams nothing new), `filter_batch`, then
+    /// `merge_batch` into the running batch, which the same iteration decodes. No step runs it.
+    fn merge_prebuilt_batch(&mut self) {
+        let batch = std::mem::take(&mut self.batch);
+        let mut formed = std::mem::take(&mut self.formed);
+        for &id in &batch {
+            let r = self.req_mut(id);
+            r.kv_len += r.extend;
+            r.status = Status::Running;
+            let fresh = r.num_output == 0;
+            if fresh && self.finish(id, &mut formed) {
+                self.requests[id as usize] = None;
+                continue;
+            }
+            self.cache_unfinished_req(id);
+            self.running.push(id);
+        }
+        self.formed = formed;
+        self.batch = batch;
+        self.batch.clear();
+    }
+
     /// The KV tokens the next decode step of `ids` allocates: a page for each request whose
     /// context fills its last page.
     fn decode_need(&self, ids: &[ReqId]) -> u64 {
@@ -1099,7 +1137,14 @@ impl Scheduler {
         if self.config.behaviour.filter_running_every_step && std::mem::take(&mut self.finished_since_filter) {
             self.batch_is_full = false;
         }
-        let formed = if self.disagg_decode { self.get_new_prebuilt_batch() } else { self.get_new_batch_prefill() };
+        if self.disagg_decode && self.config.behaviour.prebuilt_merged && self.get_new_prebuilt_batch() {
+            self.merge_prebuilt_batch();
+        }
+        let formed = if self.disagg_decode {
+            !self.config.behaviour.prebuilt_merged && self.get_new_prebuilt_batch()
+        } else {
+            self.get_new_batch_prefill()
+        };
         if formed {
             let mut mixed = false;
             let mut shape = self.empty_shape();
@@ -1463,6 +1508,10 @@ impl Engine for Scheduler {
             }
         }
         &self.plan
+    }
+
+    fn take_formed_outputs(&mut self, out: &mut Vec<TokenOutput>) {
+        out.append(&mut self.formed);
     }
 
     fn finish_step(&mut self, out: &mut Vec<TokenOutput>) {
