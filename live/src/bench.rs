@@ -622,21 +622,10 @@ mod tests {
             prompt_hashes: None,
         };
         let w = Workload {
-            initial_test: None,
-            warmups: vec![],
             // The fourth is due after the stop: never sent.
             requests: vec![spec(1, 0), spec(2, 150), spec(3, 300), spec(4, 60_000)],
-            max_concurrency: None,
             request_rate: Some(1.0),
-            burstiness: 1.0,
-            trace_arrivals: false,
-            seed: 0,
-            chat: false,
-            role_chunk: false,
-            eos_unstreamed: false,
-            tokenize_prompt: false,
-            requested_prompts: None,
-            clamped_requests: 0,
+            ..Default::default()
         };
         let run = rt.block_on(async {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -771,7 +760,6 @@ mod tests {
                 ignore_eos: true,
                 prompt_hashes: None,
             }),
-            warmups: vec![],
             requests: (0..3)
                 .map(|k| RequestSpec {
                     prompt: vec![Segment { key: k, len: 4 }],
@@ -785,17 +773,7 @@ mod tests {
                     prompt_hashes: None,
                 })
                 .collect(),
-            max_concurrency: None,
-            request_rate: None,
-            burstiness: 1.0,
-            trace_arrivals: false,
-            seed: 0,
-            chat: false,
-            role_chunk: false,
-            eos_unstreamed: false,
-            tokenize_prompt: false,
-            requested_prompts: None,
-            clamped_requests: 0,
+            ..Default::default()
         };
         let opts = super::BenchOptions {
             base_url: "http://127.0.0.1:9".into(),

@@ -653,22 +653,7 @@ mod tests {
         let early: Value = serde_json::from_str(&std::fs::read_to_string(&rec.path).unwrap()).unwrap();
         check_record(&early).unwrap();
         assert_eq!(early["summary"]["status"], "running");
-        let w = Workload {
-            initial_test: None,
-            warmups: vec![],
-            requests: vec![],
-            max_concurrency: Some(1),
-            request_rate: None,
-            burstiness: 1.0,
-            trace_arrivals: false,
-            seed: 7,
-            chat: false,
-            role_chunk: false,
-            eos_unstreamed: false,
-            tokenize_prompt: false,
-            requested_prompts: None,
-            clamped_requests: 0,
-        };
+        let w = Workload { max_concurrency: Some(1), seed: 7, ..Default::default() };
         rec.add_probe("prefill-16", &probe, &w, 0, 0);
         rec.finish("completed", Some(json!({"path": "p.json"})));
         rec.write().unwrap();

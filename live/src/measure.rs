@@ -383,20 +383,9 @@ mod run_file_tests {
     fn result_files_are_named_as_vllm_bench_serve_names_them() {
         let dir = std::env::temp_dir().join(format!("servesim-run-files-{}", std::process::id()));
         let w = |rate: Option<f64>, conc: Option<u32>| Workload {
-            initial_test: None,
-            warmups: vec![],
-            requests: vec![],
             max_concurrency: conc,
             request_rate: rate,
-            burstiness: 1.0,
-            trace_arrivals: false,
-            seed: 0,
-            chat: false,
-            role_chunk: false,
-            eos_unstreamed: false,
-            tokenize_prompt: false,
-            requested_prompts: None,
-            clamped_requests: 0,
+            ..Default::default()
         };
         for (rate, conc, label, want) in [
             (Some(4.0), None, "openai", "openai-4.0qps-model-"),

@@ -221,6 +221,30 @@ pub struct Workload {
     pub clamped_requests: u32,
 }
 
+/// No request, sent at once with no concurrency limit (`vllm bench serve`'s `--request-rate inf`,
+/// burstiness 1), seed 0, the completions endpoint: a base for a workload built by hand
+/// (`Workload { requests, ..Default::default() }`).
+impl Default for Workload {
+    fn default() -> Workload {
+        Workload {
+            initial_test: None,
+            warmups: Vec::new(),
+            requests: Vec::new(),
+            max_concurrency: None,
+            request_rate: None,
+            burstiness: 1.0,
+            trace_arrivals: false,
+            seed: 0,
+            chat: false,
+            role_chunk: false,
+            eos_unstreamed: false,
+            tokenize_prompt: false,
+            requested_prompts: None,
+            clamped_requests: 0,
+        }
+    }
+}
+
 /// The most prompt-block hashes [`Workload::share_prompt_hashes`] keeps (64 MiB).
 pub const MAX_SHARED_PROMPT_HASHES: usize = 1 << 23;
 
