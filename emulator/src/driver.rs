@@ -210,6 +210,10 @@ fn admit(engine: &mut (dyn Engine + Send), live: &mut BTreeMap<ReqId, Live>, nex
     );
 }
 
+/// SGLang's `--decode-log-interval` default (`server_args.py`, 0.4.10–0.5.23): decode batches
+/// between two decode-stats logs.
+const SGLANG_DECODE_LOG_INTERVAL: u64 = 40;
+
 /// Runs until shutdown or until every sender is gone.
 pub(crate) fn run(setup: DriverSetup, inbox: Inbox) {
     let DriverSetup {
@@ -285,7 +289,7 @@ pub(crate) fn run(setup: DriverSetup, inbox: Inbox) {
         }
         // The step that ended this turn, if one did.
         let mut ended = None;
-        if let Some((end, _)) = step.filter(|s| s.0 <= now) {
+        if let Some((end, shape_ran)) = step.filter(|s| s.0 <= now) {
             // Requests that cleared ingress while the step ran reach the engine before its
             // end, as in `simulate`'s event order (time, then sequence), though the clock
             // woke late (the wall clock); those arriving after it are admitted below.
@@ -300,6 +304,14 @@ pub(crate) fn run(setup: DriverSetup, inbox: Inbox) {
             engine.finish_step(&mut outs);
             {
                 let mut st = stats.lock().expect("stats");
+                if sglang && shape_ran.prefill_tokens == 0 && shape_ran.num_seqs > 0 {
+                    // `process_batch_result_decode`: every `decode_log_interval`-th decode batch
+                    // logs its stats, which sets `cache_hit_rate` to 0.
+                    st.decode_batches += 1;
+                    if st.decode_batches % SGLANG_DECODE_LOG_INTERVAL == 0 {
+                        st.cache_hit_rate = 0.0;
+                    }
+                }
                 // vLLM's `vllm:iteration_tokens_total`: one observation per output batch that
                 // has outputs (a step that only runs a prefill chunk has none), its tokens
                 // generated plus the prompts of the requests whose first token it carries
@@ -410,6 +422,7 @@ pub(crate) fn run(setup: DriverSetup, inbox: Inbox) {
                     // 0.11.0 and 0.32.0) and no finished-request stats are recorded.
                 }
             }
+            let before = engine.counters();
             let (busy, shape) = {
                 let plan = engine.schedule();
                 for s in plan.scheduled.iter().filter(|s| s.prefill) {
@@ -426,6 +439,16 @@ pub(crate) fn run(setup: DriverSetup, inbox: Inbox) {
                 }
                 (!plan.is_empty(), plan.shape)
             };
+            if sglang && shape.prefill_tokens > 0 {
+                // A prefill batch formed: `log_prefill_stats` sets `cache_hit_rate` to its rate.
+                let c = engine.counters();
+                let (hits, queries) = (
+                    c.prefix_cache_hits.saturating_sub(before.prefix_cache_hits),
+                    c.prefix_cache_queries.saturating_sub(before.prefix_cache_queries),
+                );
+                stats.lock().expect("stats").cache_hit_rate =
+                    if queries > 0 { hits as f64 / queries as f64 } else { 0.0 };
+            }
             if !busy {
                 if let Some(e) = engine.fatal_error() {
                     // The modelled engine raised (SGLang's decode out of memory; a stopped

@@ -11,6 +11,13 @@ pub(crate) struct Stats {
     pub preemptions: u64,
     pub prefix_queries: u64,
     pub prefix_hits: u64,
+    /// SGLang `sglang:cache_hit_rate`: the last prefill batch's hit rate (`log_prefill_stats`:
+    /// its cached tokens over its cached and new tokens), set as a prefill batch is formed and
+    /// reset to 0 at every `decode_log_interval`-th (40th) decode batch (`log_decode_stats`;
+    /// 0.4.10 and 0.5.10 read); not the run's cumulative rate (until 2026-12-06).
+    pub cache_hit_rate: f64,
+    /// SGLang's `forward_ct_decode`: decode batches processed.
+    pub decode_batches: u64,
     /// The engine's prompt and generation token counters, each moved as its engine moves it:
     /// vLLM the prompt with a request's first token and each token as it comes
     /// (`v1/metrics/stats.py`, `IterationStats.update_from_output`); SGLang both when a
@@ -239,7 +246,7 @@ pub(crate) fn render(spec: &SimSpec, model: &str, st: &Stats) -> String {
         }
         EngineSpec::Sglang(c) => {
             let l = format!("model_name=\"{model}\",tp_rank=\"0\"");
-            let hit = if st.prefix_queries > 0 { st.prefix_hits as f64 / st.prefix_queries as f64 } else { 0.0 };
+            let hit = st.cache_hit_rate;
             for (name, kind, help, v) in [
                 ("sglang:num_running_reqs", "gauge", "The number of running requests.", st.running as f64),
                 ("sglang:num_queue_reqs", "gauge", "The number of requests in the waiting queue.", st.waiting as f64),

@@ -427,3 +427,28 @@ fn sglangs_chat_limit_follows_its_releases_order() {
         "max_tokens": 5, "max_completion_tokens": 3});
     assert_eq!(json_body(&server.post("/v1/chat/completions", &b))["usage"]["completion_tokens"], 3);
 }
+
+/// `sglang:cache_hit_rate` is the last prefill batch's hit rate (`log_prefill_stats`), reset to
+/// 0 by every 40th decode batch's stats log (`log_decode_stats`; 0.4.10 and 0.5.10 read), not
+/// the run's cumulative rate (as it was until 2026-12-06). A 64-token prompt, then the same 64
+/// and 16 more: the second batch hit 64 of 80 (the cumulative rate, 64 of 144, reads 0.44);
+/// then a request whose 44 decode batches pass the 40th.
+#[test]
+fn sglangs_cache_hit_rate_is_the_last_prefill_batchs() {
+    let server = Server::start(sglang("0.5.10"), 1.0, 64);
+    let prompt = |n: u32, extra: u32| -> Vec<u32> { (1..=n).chain(1000..1000 + extra).collect() };
+    let send = |p: Vec<u32>, max_tokens: u32| {
+        let r = server.post(
+            "/v1/completions",
+            &json!({"model": MODEL, "prompt": p, "max_tokens": max_tokens, "ignore_eos": true}),
+        );
+        assert_eq!(status(&r), 200, "{r}");
+    };
+    let rate = || metric(&server.ask("GET", "/metrics", ""), "sglang:cache_hit_rate");
+    send(prompt(64, 0), 2);
+    assert_eq!(rate(), 0.0);
+    send(prompt(64, 16), 2);
+    assert!((rate() - 64.0 / 80.0).abs() < 1e-9, "{}", rate());
+    send(prompt(8, 500), 45);
+    assert_eq!(rate(), 0.0, "the 40th decode batch's log resets it");
+}
