@@ -364,7 +364,8 @@ fn decode_chunk(state: &mut DecodeKv, ctx: Option<u64>, n: u64, samples: bool, r
 /// recomputes to sample), except a transferred chunk on an SGLang decode server (`prebuilt`),
 /// which costs nothing: SGLang streams the token the prefill server sampled from a prebuilt
 /// batch that runs no forward (`get_new_prebuilt_batch`, `process_batch_result_prebuilt`;
-/// 0.4.10–0.5.23). A chunk whose KV is not there (a vLLM request recomputing after a
+/// 0.4.10–0.5.9 as a step's chunks; from 0.5.10 the engine merges them with no chunk, so none
+/// reaches here). A chunk whose KV is not there (a vLLM request recomputing after a
 /// preemption) costs what it costs.
 ///
 /// Chunks past the shape's first [`crate::cost::MAX_CHUNKS`] are known only by their total
@@ -413,7 +414,8 @@ fn decode_side_shape(s: &StepShape, chunks: &[(u32, ChunkKv)], prebuilt: bool) -
 }
 
 /// A step of an SGLang decode server that runs no forward: only a prebuilt batch of transferred
-/// requests, whose first tokens (the prefill server's) it streams. Its time is the host's work
+/// requests, whose first tokens (the prefill server's) it streams (through 0.5.9; from 0.5.10
+/// the batch is merged as it is formed and runs no step: [`Engine::take_formed_outputs`]). Its time is the host's work
 /// for a step and its requests, the figures the model uses for SGLang's synchronous CPU time
 /// ([`crate::cost::BLIS_SYNC_CPU`]), in ns.
 fn prebuilt_step_ns(requests: u32) -> u64 {
