@@ -224,6 +224,13 @@ struct ResolvedScenario<'a> {
     kv_sizing_source: &'static str,
     kv_cache_dtype: &'a str,
     tensor_parallel_size: u32,
+    /// The model's attention and KV heads: the TP sizes the engines accept divide the first,
+    /// and divide or are divided by the second (`sim::config::memory`'s check).
+    num_attention_heads: u32,
+    num_kv_heads: u32,
+    /// Whether the prefix cache is on (vLLM's `enable_prefix_caching`, SGLang's radix cache:
+    /// not `disable_radix_cache`).
+    prefix_caching: bool,
     dataset: DatasetSummary,
     mean_input_len: f64,
     mean_output_len: f64,
@@ -336,6 +343,9 @@ pub fn resolve(request: &str) -> Result<String, String> {
         kv_sizing_source: spec.kv_sizing.source,
         kv_cache_dtype: &spec.deployment.kv_cache_dtype,
         tensor_parallel_size: spec.deployment.tensor_parallel_size,
+        num_attention_heads: spec.model.num_attention_heads,
+        num_kv_heads: spec.model.num_kv_heads,
+        prefix_caching: spec.engine.prefix_caching(),
         dataset,
         mean_input_len: mean_in,
         mean_output_len: mean_out,
