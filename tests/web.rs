@@ -89,6 +89,8 @@ fn selftest(browser: &Path, server: &Server, url: &str) -> Value {
             "--disable-sync",
             "--no-first-run",
             "--disable-dev-shm-usage",
+            // Where the results column once ran past the window (1,100 to 1,570 px).
+            "--window-size=1400,1800",
         ])
         .arg(format!("--user-data-dir={}", profile.display()))
         .arg(&full)
@@ -182,21 +184,40 @@ fn check(v: &Value, how: &str) {
     assert_eq!(native["kv_limited_concurrency"], 42);
     let ttft = |c: &str| v["run_ttft"][c]["report"].as_f64().unwrap();
     assert!(ttft("64") > 3.0 * ttft("42"), "{how}: TTFT at 64 ({}) vs 42 ({})", ttft("64"), ttft("42"));
+    // The run at a concurrency gets the sweep's prompts (8 a slot), so where it is a point of
+    // the sweep the summary's figure is the table's (one "mean TTFT at concurrency C" on screen).
     let o = run_cli(&[
         "simulate",
         SCENARIO,
         "--set",
         "workload.max_concurrency=64",
         "--set",
-        "workload.num_prompts=256",
+        "workload.num_prompts=512",
         "--json",
     ]);
     let at64: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["run_ttft"]["42"]["table"].is_object(), "{how}: 42 is a point of the default sweep: {}", v["run_ttft"]);
+    for c in ["32", "42", "64"] {
+        let t = &v["run_ttft"][c];
+        if let Some(cell) = t["table"].as_object() {
+            let got: f64 = cell["value"].as_str().unwrap().parse().unwrap();
+            assert!(
+                same(got, t["report"].as_f64().unwrap()),
+                "{how}: at {c} the summary's TTFT is not the table's: {t}"
+            );
+            assert_eq!(t["shown"].as_str().unwrap(), format!("{} ms", cell["shown"].as_str().unwrap()), "{how}: {t}");
+        }
+    }
     assert!(same(ttft("64"), at64["mean_ttft_ms"].as_f64().unwrap()), "{how}: the run at 64: {at64}");
     assert_eq!(v["run_ttft"]["64"]["shown"].as_str().unwrap(), format!("{} ms", shown(ttft("64"), 1)));
     assert!(v["url"].as_str().unwrap().contains("c=64"), "{how}: the state is in the URL: {}", v["url"]);
     let why = v["explain"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect::<Vec<_>>().join(" ");
     assert!(why.contains("holds 42 requests") && why.contains("queue wait"), "{how}: explain: {why}");
+
+    // 2a. At 1,400 px nothing is wider than the window (the sweep table scrolls in its box).
+    let l = &v["layout"];
+    assert_eq!(l["inner"], 1400, "{how}: {l}");
+    assert!(l["doc"].as_f64().unwrap() <= 1400.0 && l["results"].as_f64().unwrap() <= 1400.0, "{how}: {l}");
 
     // 2b. Fractions are shown as percentages, as the KV chart shows them.
     for row in rows {
@@ -215,7 +236,13 @@ fn check(v: &Value, how: &str) {
     // long-prefill scenario pins its pool in tokens and gives no fraction: the box is blank
     // and the slider says it has no value; the default scenario gives its fraction (0.85).
     let summary = v["rated_c_summary"].as_str().unwrap_or_default();
-    assert!(summary.contains("At concurrency 4 at 1.5 req/s, 200 prompts:"), "{how}: {summary}");
+    assert!(
+        summary.contains(
+            "At concurrency 4 (a closed loop: the scenario's 1.5 req/s set aside, as in the sweep), 32 prompts:"
+        ),
+        "{how}: {summary}"
+    );
+    check_rated_sweep(v, how);
     let heading = v["rated_rate_explain"].as_str().unwrap_or_default();
     assert!(heading.contains("a request rate of 1.5 requests/s"), "{how}: {heading}");
     assert_eq!(v["mem_default"], serde_json::json!([false, "0.85"]), "{how}");
@@ -239,6 +266,9 @@ fn check(v: &Value, how: &str) {
 
     check_fixes(v, how);
     check_audit(v, how);
+    check_charts(v, how);
+    check_query(v, how);
+    check_ranges(v, how);
 
     // 4. simulate, explain and a side-by-side sweep, byte for byte.
     for (key, args) in [
@@ -364,8 +394,9 @@ fn check_fixes(v: &Value, how: &str) {
     let sp = v["shared_prefix_summary"].as_str().unwrap_or_default();
     assert!(sp.contains("held once") && sp.contains("beyond its shared prefix"), "{how}: {sp}");
 
-    // The summary's run is the explained one (kv-starved vLLM as shipped: 256 prompts at 64),
-    // both as `servesim simulate` / `explain` of the commands the page prints.
+    // The summary's run is the explained one (kv-starved vLLM at its own cap, 64, with the
+    // sweep's 8 prompts a slot: 512), both as `servesim simulate` / `explain` of the commands
+    // the page prints.
     let ks = &v["kv_starved"];
     let sets = strs(&ks["run_sets"]);
     let o = cli_with_sets(&["simulate", "scenarios/kv-starved-qwen2.5-7b-a100-vllm.json", "--json"], &sets);
@@ -441,6 +472,183 @@ fn check_fixes(v: &Value, how: &str) {
     }
 }
 
+/// The sweep of a scenario with its own request rate is a concurrency sweep: a closed loop at each
+/// point (the rate set aside, as explain's knee sweep sets it aside), the same whatever load the
+/// run has, its command printed and the binary's byte for byte; the caption says so; and the run
+/// at one of its concurrencies is its point there.
+fn check_rated_sweep(v: &Value, how: &str) {
+    let rs = &v["rated_sweep"];
+    let own = &rs["own"];
+    assert_eq!(own["sets"], serde_json::json!(["workload.request_rate=null"]), "{how}: {own}");
+    let o = run_cli(&argv(own["cmd"].as_str().unwrap_or_default()).iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(o.status.success(), "{how}: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        own["json"].as_str() == Some(&*String::from_utf8_lossy(&o.stdout)),
+        "{how}: the rated sweep is not its command's"
+    );
+    // explain's knee sweep, run for run, and its knee.
+    assert_eq!(own["knee"], own["explain_knee"], "{how}: {own}");
+    assert!(!own["knee"].is_null(), "{how}: a closed loop searches a knee: {own}");
+    assert_eq!(own["tput"], own["explain_tput"], "{how}: the table is not explain's knee sweep: {own}");
+    let max = own["tput"].as_array().unwrap().iter().filter_map(Value::as_f64).fold(0.0, f64::max);
+    assert!(max > own["run_tput"].as_f64().unwrap(), "{how}: the closed loop outruns 1.5 req/s: {own}");
+    for k in ["caption", "chart_caption"] {
+        let c = own[k].as_str().unwrap_or_default();
+        assert!(c.contains("closed loop") && c.contains("(1.5 req/s) is set aside"), "{how}: {k}: {c}");
+    }
+    assert!(
+        own["grid_note"].as_str().unwrap_or_default().ends_with("the sweep table's runs, so its knee is the table's."),
+        "{how}: {own}"
+    );
+    // A rate typed moves the run, not the sweep; the caption says the run is not its point.
+    let r5 = &rs["rate5"];
+    assert_eq!(r5["json"], own["json"], "{how}: the sweep moved with the run's rate");
+    assert!(
+        r5["caption"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("Your load (5 req/s, no cap) is the summary's run, not a point of this sweep."),
+        "{how}: {r5}"
+    );
+    let p = &v["rated_c_point"];
+    assert!(strs(&p["run_sets"]).contains(&"workload.request_rate=null".to_string()), "{how}: {p}");
+    let cell = p["table"].as_object().unwrap_or_else(|| panic!("{how}: {p}"));
+    let got: f64 = cell["value"].as_str().unwrap().parse().unwrap();
+    assert!(same(got, p["run_ttft"].as_f64().unwrap()), "{how}: the run at {} is not the sweep's point: {p}", p["c"]);
+    assert!(
+        p["caption"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("The summary's run is this sweep's point at its concurrency"),
+        "{how}: {p}"
+    );
+}
+
+/// The charts' marks and ticks: every label inside the chart, above the plot and clear of the
+/// others; side by side, each engine's marks in its series' colour; one tick format an axis;
+/// whole numbers on the request-count and concurrency axes.
+fn check_charts(v: &Value, how: &str) {
+    let ch = &v["charts"];
+    let f = |x: &Value| x.as_f64().unwrap();
+    let all = [&ch["c1_running"], &ch["c1_throughput"], &ch["c300"][0], &ch["c300"][1], &ch["both"][0], &ch["both"][1]];
+    for c in all {
+        let labels = c["labels"].as_array().unwrap();
+        for (i, a) in labels.iter().enumerate() {
+            assert!(
+                f(&a["x0"]) >= 0.0 && f(&a["x1"]) <= f(&c["width"]),
+                "{how}: a label runs out of the chart: {a} in {c}"
+            );
+            assert!(f(&a["y1"]) <= f(&c["plotTop"]), "{how}: a label over the plot: {a} in {c}");
+            for b in &labels[i + 1..] {
+                let apart = f(&a["x1"]) <= f(&b["x0"])
+                    || f(&b["x1"]) <= f(&a["x0"])
+                    || f(&a["y1"]) <= f(&b["y0"])
+                    || f(&b["y1"]) <= f(&a["y0"]);
+                assert!(apart, "{how}: labels overlap: {a} and {b}");
+            }
+        }
+        let y = strs(&c["yticks"]);
+        let k = y.iter().filter(|t| t.ends_with('k')).count();
+        assert!(k == 0 || k == y.iter().filter(|t| *t != "0").count(), "{how}: two tick formats on one axis: {y:?}");
+    }
+    // "your load 300", the largest x: its label is there, inside (checked above).
+    assert!(
+        ch["c300"][0]["labels"].as_array().unwrap().iter().any(|l| l["text"] == "your load 300"),
+        "{how}: {}",
+        ch["c300"][0]
+    );
+    for t in strs(&ch["c1_running"]["yticks"]).iter().chain(&strs(&ch["c1_throughput"]["xticks"])) {
+        assert!(
+            t.replace(',', "").parse::<u64>().is_ok(),
+            "{how}: a fractional tick on a count axis: {t}: {}",
+            ch["c1_running"]
+        );
+    }
+    for l in ch["both"][0]["labels"].as_array().unwrap() {
+        let text = l["text"].as_str().unwrap_or_default();
+        for (name, kind) in [("(vLLM)", "vllm"), ("(SGLang)", "sglang")] {
+            if text.ends_with(name) {
+                assert_eq!(l["fill"], ch["colors"][kind], "{how}: {text} is not in its engine's colour");
+            }
+        }
+    }
+}
+
+/// SGLang's max_total_tokens capping the pool a fraction derives is said as such; a query value
+/// with no state is refused naming the parameter and what it accepts, nothing shown.
+fn check_query(v: &Value, how: &str) {
+    let cp = &v["capped_pool"];
+    assert_eq!(cp["error"], Value::Null, "{how}: {cp}");
+    assert_eq!(cp["pool"], 10240, "{how}: {cp}");
+    let src = cp["source"].as_str().unwrap_or_default();
+    assert!(
+        src.contains("capped by engine.max_total_tokens")
+            && src.contains("the cap binds")
+            && !src.contains("derived from memory"),
+        "{how}: {src}"
+    );
+    for (key, want) in [
+        ("mode", "?mode=foo: unknown load mode \"foo\": give c (fixed concurrency), rate (request rate) or all"),
+        ("kvpool", "?kvpool=foo: unknown KV pool choice \"foo\": give scenario (as the scenario gives it) or memory"),
+        ("scenario", "?s=nonexistent: no shipped scenario is named \"nonexistent\""),
+    ] {
+        let b = &v["bad_query"][key];
+        assert!(b["error"].as_str().unwrap_or_default().contains(want), "{how}: {key}: {b}");
+        for k in ["summary", "tables", "panels", "commands", "charts"] {
+            assert_eq!(b[k], "", "{how}: {key}: {k} is shown: {b}");
+        }
+        // No choice shown for what the link got wrong: no radio of the group checked; an unknown
+        // scenario, none chosen in the list and no engine of its own.
+        let group = if key == "scenario" { "engine" } else { key };
+        assert!(!strs(&b["checked"]).iter().any(|c| c.starts_with(&format!("{group}="))), "{how}: {key}: {b}");
+        if key == "scenario" {
+            assert_eq!(b["select"], "", "{how}: {b}");
+        }
+    }
+}
+
+/// Knob ranges the engines accept, and the labels in the engines' words.
+fn check_ranges(v: &Value, how: &str) {
+    let r = &v["ranges"];
+    // Qwen2.5-7B: 28 attention heads, 4 KV heads (8 divides neither); Llama 3.1 8B: 32 and 8.
+    assert_eq!(r["qwen"]["tp"], serde_json::json!(["1", "2", "4"]), "{how}: {r}");
+    assert_eq!(r["llama_rated"]["tp"], serde_json::json!(["1", "2", "4", "8"]), "{how}: {r}");
+    assert!(
+        r["qwen"]["tp_note"].as_str().unwrap_or_default().contains("28 attention heads and its 4 KV heads"),
+        "{how}: {r}"
+    );
+    // vLLM's budget at least max_num_seqs: 128 on the default (the slider's first step, 256), 1,024 on the H100.
+    assert_eq!(r["qwen"]["budget_min"], "256", "{how}: {r}");
+    assert_eq!(r["llama_rated"]["budget_min"], "1024", "{how}: {r}");
+    assert!(
+        r["qwen"]["budget_label"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("Token budget per step (max_num_batched_tokens)"),
+        "{how}: {r}"
+    );
+    assert_eq!(r["llama_rated"]["prefix_min"], "0", "{how}: {r}");
+    assert_eq!(r["shared"]["prefix_min"], "1", "{how}: {r}");
+    assert_eq!(
+        r["random_prefix"]["in_label"], "Input length (tokens; the prompt is the shared prefix + this)",
+        "{how}: {r}"
+    );
+    assert_eq!(r["shared"]["in_label"], "Suffix length (tokens; the prompt is prefix + suffix)", "{how}: {r}");
+    let e = r["both_minus1"]["error"].as_str().unwrap_or_default();
+    assert!(
+        e.contains("SGLang's \"no chunking\"") && e.contains("vLLM's max_num_batched_tokens has no such value"),
+        "{how}: {e}"
+    );
+    // The prefix cache off: vLLM's enable_prefix_caching=false, SGLang's disable_radix_cache=true; no hits.
+    let c = &v["cache"];
+    assert_eq!(c["shown"], "on", "{how}: {c}");
+    assert!(c["on"].as_f64().unwrap() > 0.5, "{how}: {c}");
+    assert_eq!(c["off"].as_f64(), Some(0.0), "{how}: {c}");
+    assert_eq!(c["sglang_off"].as_f64(), Some(0.0), "{how}: {c}");
+    assert_eq!(c["vllm_sets"], serde_json::json!(["engine.enable_prefix_caching=false"]), "{how}: {c}");
+    assert_eq!(c["sglang_sets"], serde_json::json!(["engine.disable_radix_cache=true"]), "{how}: {c}");
+}
+
 /// `servesim ARGS` in `dir` (a scenario file there is named by its bare name, as the page names it).
 fn cli_in(dir: &Path, args: &[String]) -> std::process::Output {
     let mut c = servesim();
@@ -497,9 +705,10 @@ fn check_audit(v: &Value, how: &str) {
         .unwrap();
     assert!(label.contains(&format!("blank: {c}, ")) && label.contains("explain"), "{how}: {label} / {c}");
 
-    // F3. The lock-step caveat's out-of-step sentence is the CLI's.
+    // F3. The lock-step caveat's out-of-step sentence is the CLI's (the page's run at 64: 8
+    // prompts a slot, the sweep's).
     let o =
-        run_cli(&["simulate", SCENARIO, "--set", "workload.max_concurrency=64", "--set", "workload.num_prompts=256"]);
+        run_cli(&["simulate", SCENARIO, "--set", "workload.max_concurrency=64", "--set", "workload.num_prompts=512"]);
     let text = String::from_utf8_lossy(&o.stdout);
     let line = text
         .lines()

@@ -24,17 +24,21 @@ const NAMES = { vllm: 'vLLM', sglang: 'SGLang' };
 // so the slider never shows another value than the one sent.
 const KNOBS = [
   { key: 'mrun', label: 'Running cap', flags: { vllm: 'max_num_seqs', sglang: 'max_running_requests' }, min: 1, max: 1024, step: 1 },
-  { key: 'budget', label: 'Per-step token cap', flags: { vllm: 'max_num_batched_tokens', sglang: 'chunked_prefill_size' }, min: 256, max: 16384, step: 256, hint: 'SGLang: -1 turns chunking off (the slider then has no position)' },
+  { key: 'budget', label: 'Token budget per step', flags: { vllm: 'max_num_batched_tokens', sglang: 'chunked_prefill_size' }, min: 256, max: 16384, step: 256, hint: 'The alignment table\'s "per-step token cap". vLLM needs at least max_num_seqs (the slider starts there). SGLang alone: -1 turns chunking off (the slider then has no position); vLLM has no such value, so side by side -1 is refused on max_num_batched_tokens' },
   { key: 'mem', label: 'Memory fraction', flags: { vllm: 'gpu_memory_utilization', sglang: 'mem_fraction_static' }, min: 0.05, max: 1, step: 0.01, hint: 'blank: the scenario pins the pool in tokens, and no fraction applies (the KV pool choice above derives it from memory; SGLang\'s max_total_tokens only bounds a derived pool)' },
   // fp8 is vLLM's name for an e4m3 cache; SGLang's --kv-cache-dtype calls it fp8_e4m3.
   { key: 'dtype', label: 'KV cache dtype', flags: { vllm: 'kv_cache_dtype', sglang: 'kv_cache_dtype' }, values: { sglang: { fp8: 'fp8_e4m3' } }, choices: ['auto', 'fp8'] },
+  // Offered: the sizes the model's heads allow (tpChoices); the engines refuse the others.
   { key: 'tp', label: 'Tensor parallel size', flags: { vllm: 'tensor_parallel_size', sglang: 'tp_size' }, choices: ['1', '2', '4', '8'] },
+  // One switch, inverted on SGLang: on is enable_prefix_caching=true / disable_radix_cache=false.
+  { key: 'cache', label: 'Prefix cache', flags: { vllm: 'enable_prefix_caching', sglang: 'disable_radix_cache' }, values: { vllm: { on: 'true', off: 'false' }, sglang: { on: 'false', off: 'true' } }, choices: ['on', 'off'], hint: 'on: vLLM enable_prefix_caching=true, SGLang disable_radix_cache=false (its radix cache on); off: the reverse' },
 ];
 const LOAD = [
   { key: 'c', label: 'Concurrency', min: 1, max: 256, step: 1, mode: 'c' },
   { key: 'rate', label: 'Request rate (req/s)', min: 0.1, max: 50, step: 0.1, mode: 'rate' },
   { key: 'in', label: 'Input length (tokens)', min: 16, max: 32768, step: 16 },
   { key: 'out', label: 'Output length (tokens)', min: 1, max: 8192, step: 1 },
+  // The random dataset's prefix may be 0 (none); prefix_repetition's is at least 1 (knobMin).
   { key: 'prefix', label: 'Shared prefix (tokens)', min: 0, max: 32768, step: 16 },
   { key: 'prompts', label: 'Prompts per run', min: 1, max: 5000, step: 1 },
   { key: 'seed', label: 'Seed', min: 0, max: 1000000, step: 1 },
@@ -182,16 +186,26 @@ function concurrency() {
   return Number(concurrencyText());
 }
 
-// Blank "Prompts per run": fixed concurrency, 4 a slot and at least the scenario's; a rate,
-// the scenario's and at least 200; all at once, the scenario's (the label says which).
+// Blank "Prompts per run": fixed concurrency, the sweep's rule (explain's 8 a slot, sweepPrompts),
+// so the run at concurrency C is the sweep's point at C, the same figure in the summary, the
+// table and the chart; a rate, the scenario's and at least 200; all at once, the scenario's (the
+// label says which). `r`: the scenario resolved with the knobs.
 const RATE_MIN_PROMPTS = 200;
-function defaultPrompts(basePrompts) {
-  if (mode() === 'all') return basePrompts;
-  return mode() === 'rate' ? Math.max(basePrompts, RATE_MIN_PROMPTS) : Math.max(basePrompts, 4 * Math.max(1, Math.ceil(concurrency()) || 1));
+function defaultPrompts(r) {
+  if (mode() === 'all') return r.num_prompts;
+  return mode() === 'rate' ? Math.max(r.num_prompts, RATE_MIN_PROMPTS) : sweepPrompts(Math.max(1, Math.ceil(concurrency()) || 1), r);
 }
 
-function loadSets(basePrompts) {
-  const p = given('prompts') ? String(state.values.prompts).trim() : defaultPrompts(basePrompts);
+// A closed loop (fixed concurrency, and every point of the sweep): the scenario's own request
+// rate set aside, as explain's knee sweep sets it aside and as `servesim sweep` needs told
+// (`--set workload.request_rate=null`; it keeps a scenario's rate otherwise). A trace keeps its
+// arrivals (no set removes them; the sweep then says it is an open loop).
+function closedLoopSets(r) {
+  return r && r.request_rate != null ? ['workload.request_rate=null'] : [];
+}
+
+function loadSets(r) {
+  const p = given('prompts') ? String(state.values.prompts).trim() : defaultPrompts(r);
   if (mode() === 'rate') {
     // Unset, the scenario's own rate (the box shows it), else 1 req/s.
     const r = given('rate') ? String(state.values.rate).trim() : (base && base.request_rate) || 1;
@@ -201,7 +215,7 @@ function loadSets(basePrompts) {
     // No cap and no rate: every prompt sent at once (a trace keeps its own arrivals).
     return [...(base && base.request_rate != null ? ['workload.request_rate=null'] : []), 'workload.max_concurrency=null', `workload.num_prompts=${p}`];
   }
-  return [`workload.max_concurrency=${concurrencyText()}`, `workload.num_prompts=${p}`];
+  return [...closedLoopSets(r), `workload.max_concurrency=${concurrencyText()}`, `workload.num_prompts=${p}`];
 }
 
 // The sweep's concurrencies as typed; null when the box is blank (explain's grid).
@@ -236,38 +250,59 @@ function el(name, attrs, parent) {
   return e;
 }
 
-function niceTicks(lo, hi, n) {
+// Ticks at 1, 2, 2.5 or 5 times a power of ten; `integer`: whole steps only (counts, concurrencies).
+function niceTicks(lo, hi, n, integer) {
   const span = hi - lo || 1;
   const step0 = span / n;
   const mag = Math.pow(10, Math.floor(Math.log10(step0)));
-  const step = [1, 2, 2.5, 5, 10].map((m) => m * mag).find((s) => span / s <= n) || 10 * mag;
+  let step = [1, 2, 2.5, 5, 10].map((m) => m * mag).find((s) => span / s <= n) || 10 * mag;
+  if (integer) step = step < 1 ? 1 : step === 2.5 ? 2 : Math.round(step) === step ? step : Math.ceil(step);
   const out = [];
   for (let t = Math.ceil(lo / step) * step; t <= hi + 1e-9; t += step) out.push(+t.toFixed(10));
   return out;
 }
 
+// One format for an axis's ticks: thousands as "k" on every tick once the largest reaches 10,000
+// (never "5,000" beside "10k").
+function tickFormat(ticks) {
+  const big = ticks.length && Math.max(...ticks.map(Math.abs)) >= 10000;
+  return (v) => (big && v !== 0 ? (v / 1000).toLocaleString('en-US') + 'k' : v.toLocaleString('en-US'));
+}
+
 // A line chart: series [{name, color, dash, points: [[x, y]]}], marks [{x, label, color}].
+// Above the plot, a band of rows: the legend (two series or more), then one row for each mark's
+// label, so no label covers another or the data; a label that would run past the right edge is
+// set to the left of its line. `xInteger` / `yInteger`: whole-number ticks on that axis.
 function lineChart(target, opts) {
-  const W = 760, H = 380, L = 96, R = 24, T = 48, B = 64;
-  const svg = el('svg', { viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': opts.aria, class: 'plot' });
-  el('title', {}, svg).textContent = opts.aria;
+  const W = 760, L = 96, R = 24, B = 64, ROW = 22;
   const xs = opts.series.flatMap((s) => s.points.map((p) => p[0])).concat(opts.marks.map((m) => m.x));
   const ys = opts.series.flatMap((s) => s.points.map((p) => p[1]));
   const xmax = Math.max(1, ...xs) * 1.04;
   const xmin = opts.xmin != null ? opts.xmin : 0;
-  const ymax = (opts.ymax != null ? opts.ymax : Math.max(1e-9, ...ys) * 1.1);
+  const ymax = (opts.ymax != null ? opts.ymax : Math.max(opts.yInteger ? 1 : 1e-9, ...ys) * 1.1);
+  const marks = opts.marks.filter((m) => m.x != null && m.x <= xmax);
+  const legendRows = opts.series.length > 1 ? 1 : 0;
+  const band = (legendRows + marks.length) * ROW;
+  const T = 48 + band + (band ? 8 : 0);
+  const H = T + 268 + B;
+  const svg = el('svg', { viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': opts.aria, class: 'plot' });
+  el('title', {}, svg).textContent = opts.aria;
   const X = (x) => L + ((x - xmin) / (xmax - xmin)) * (W - L - R);
   const Y = (y) => H - B - (y / ymax) * (H - T - B);
   const t = el('text', { x: L, y: 30, class: 'plot-title' }, svg);
   t.textContent = opts.title;
-  for (const v of niceTicks(0, ymax, 5)) {
+  const yt = niceTicks(0, ymax, 5, opts.yInteger);
+  const yf = tickFormat(yt);
+  for (const v of yt) {
     el('line', { x1: L, x2: W - R, y1: Y(v), y2: Y(v), class: 'grid' }, svg);
     const tx = el('text', { x: L - 10, y: Y(v) + 6, class: 'tick', 'text-anchor': 'end' }, svg);
-    tx.textContent = v >= 10000 ? (v / 1000).toLocaleString('en-US') + 'k' : v.toLocaleString('en-US');
+    tx.textContent = yf(v);
   }
-  for (const v of niceTicks(xmin, xmax, 8)) {
+  const xt = niceTicks(xmin, xmax, 8, opts.xInteger);
+  const xf = tickFormat(xt);
+  for (const v of xt) {
     const tx = el('text', { x: X(v), y: H - B + 26, class: 'tick', 'text-anchor': 'middle' }, svg);
-    tx.textContent = v.toLocaleString('en-US');
+    tx.textContent = xf(v);
   }
   el('line', { x1: L, x2: W - R, y1: H - B, y2: H - B, class: 'axis' }, svg);
   el('line', { x1: L, x2: L, y1: T, y2: H - B, class: 'axis' }, svg);
@@ -275,10 +310,23 @@ function lineChart(target, opts) {
   xl.textContent = opts.xLabel;
   const yl = el('text', { x: 20, y: (T + H - B) / 2, class: 'axis-label', 'text-anchor': 'middle', transform: `rotate(-90 20 ${(T + H - B) / 2})` }, svg);
   yl.textContent = opts.yLabel;
-  opts.marks.forEach((m, i) => {
-    if (m.x == null || m.x > xmax) return;
-    el('line', { x1: X(m.x), x2: X(m.x), y1: T, y2: H - B, stroke: m.color, class: 'mark', 'stroke-dasharray': m.dash || '8 5' }, svg);
-    const lx = el('text', { x: X(m.x) + 6, y: T + 18 + 22 * i, class: 'mark-label', fill: m.color }, svg);
+  if (legendRows) {
+    // One row, the series side by side, each its line sample and name.
+    let x = L;
+    const y = 48 + ROW / 2; // its text's baseline 6 below: on the marks' rows' baselines (48 + 17 + ROW * row)
+    for (const s of opts.series) {
+      el('line', { x1: x, x2: x + 32, y1: y, y2: y, stroke: s.color, 'stroke-width': 4, 'stroke-dasharray': s.dash || '' }, svg);
+      const lt = el('text', { x: x + 40, y: y + 6, class: 'legend' }, svg);
+      lt.textContent = s.name;
+      x += 40 + 10.5 * s.name.length + 28;
+    }
+  }
+  marks.forEach((m, i) => {
+    const y = 48 + (legendRows + i) * ROW + 17;
+    el('line', { x1: X(m.x), x2: X(m.x), y1: y - 14, y2: H - B, stroke: m.color, class: 'mark', 'stroke-dasharray': m.dash || '8 5' }, svg);
+    // About 11 px a character at the labels' 18 px bold.
+    const left = X(m.x) + 6 + 11 * m.label.length > W - 4;
+    const lx = el('text', { x: left ? X(m.x) - 6 : X(m.x) + 6, y, class: 'mark-label', fill: m.color, 'text-anchor': left ? 'end' : 'start' }, svg);
     lx.textContent = m.label;
   });
   for (const s of opts.series) {
@@ -286,14 +334,6 @@ function lineChart(target, opts) {
     const d = s.points.map((p, i) => `${i ? 'L' : 'M'}${X(p[0]).toFixed(1)},${Y(p[1]).toFixed(1)}`).join('');
     el('path', { d, fill: 'none', stroke: s.color, 'stroke-width': s.width || 4, 'stroke-dasharray': s.dash || '', class: 'series' }, svg);
     if (s.dots) for (const p of s.points) el(s.shape === 'square' ? 'rect' : 'circle', s.shape === 'square' ? { x: X(p[0]) - 6, y: Y(p[1]) - 6, width: 12, height: 12, fill: s.color } : { cx: X(p[0]), cy: Y(p[1]), r: 6, fill: s.color }, svg);
-  }
-  if (opts.series.length > 1) {
-    opts.series.forEach((s, i) => {
-      const y = T + 4 + 24 * i;
-      el('line', { x1: W - R - 200, x2: W - R - 168, y1: y, y2: y, stroke: s.color, 'stroke-width': 4, 'stroke-dasharray': s.dash || '' }, svg);
-      const lt = el('text', { x: W - R - 160, y: y + 6, class: 'legend' }, svg);
-      lt.textContent = s.name;
-    });
   }
   target.replaceChildren(svg);
 }
@@ -338,6 +378,7 @@ function knobRow(k, parent) {
       <input type="number" id="${id}" min="${k.key === 'budget' ? -1 : k.min}" step="${k.step}" inputmode="decimal"></div>`;
   }
   if (k.hint) row.insertAdjacentHTML('beforeend', `<p class="hint">${esc(k.hint)}</p>`);
+  if (k.key === 'tp') row.insertAdjacentHTML('beforeend', '<p class="hint tp-note" data-testid="tp-note"></p>');
   // How the engines' flags differ in meaning (the core's note), filled in per engine shown.
   if (k.flags) row.insertAdjacentHTML('beforeend', `<p class="hint meaning" data-testid="meaning-${k.key}" hidden></p>`);
   parent.appendChild(row);
@@ -360,6 +401,18 @@ function showKnobValues(list) {
   const kinds = list ? list.map((e) => e.kind) : [state.engine && state.engine !== 'both' ? state.engine : base.engine];
   const ofKind = (kind) => (list ? (list.find((e) => e.kind === kind) || {}).resolved : kind === base.engine ? base : null);
   const firstKind = kinds[0];
+  // The TP sizes the model allows, and the one set or run if it is not one of them (the engine's
+  // error then says why).
+  {
+    const sel = $('k-tp');
+    const cur = given('tp') ? String(state.values.tp) : defaultOf(KNOBS.find((k) => k.key === 'tp'), ofKind(firstKind));
+    const ok = tpChoices(ofKind(firstKind) || base);
+    const opts = ok.includes(cur) || cur === '' ? ok : ok.concat([cur]);
+    if ([...sel.options].map((o) => o.value).join() !== opts.join()) sel.innerHTML = opts.map((c) => `<option value="${esc(c)}">${esc(c)}</option>`).join('');
+    const r = ofKind(firstKind) || base;
+    sel.closest('.knob').querySelector('.tp-note').textContent = r && r.num_attention_heads
+      ? `Offered: the sizes that divide the model's ${r.num_attention_heads} attention heads and its ${r.num_kv_heads} KV heads (or that they divide), as the engines require.` : '';
+  }
   for (const k of [...KNOBS, ...LOAD]) {
     const input = $('k-' + k.key);
     const range = $('k-' + k.key + '-range');
@@ -371,14 +424,16 @@ function showKnobValues(list) {
       // The slider shows the value sent or none: its range widens to a value typed past it (a
       // fraction below 0.05, a concurrency past 256); a value it cannot show (SGLang's -1, no
       // chunking) leaves it with no position, as a blank does.
-      const off = !isFinite(num) || (k.key === 'budget' && num < k.min);
+      const lo = knobMin(k, list);
+      const off = !isFinite(num) || (k.key === 'budget' && num < 0);
       if (!off) {
-        range.min = String(Math.min(k.min, num));
-        range.max = String(Math.max(k.max, num));
+        range.min = String(Math.min(lo, num));
+        range.max = String(Math.max(k.max, lo, num));
         if (range !== document.activeElement) range.value = String(num);
       }
       // A slider has no empty position: without a value it would sit at its middle and read as one.
       range.classList.toggle('unset', off);
+      input.min = String(k.key === 'budget' ? (kinds.includes('vllm') ? lo : -1) : lo);
     }
     const row = input.closest('.knob');
     if (k.flags) {
@@ -413,14 +468,18 @@ function showKnobValues(list) {
   $('k-prompts').closest('.knob').querySelector('label').textContent = mode() === 'rate'
     ? `Prompts per run (blank: the scenario's ${bp}, at least ${RATE_MIN_PROMPTS})`
     : mode() === 'all' ? `Prompts per run (blank: the scenario's ${bp}; all are sent at once)`
-      : `Prompts per run (blank: 4 per slot, at least the scenario's ${bp})`;
+      : `Prompts per run (blank: ${EXPLAIN_PROMPTS_PER_SLOT} per slot, at most ${fmt(MAX_EXPLAIN_PROMPTS, 0)}, as each point of the sweep runs, so the run is the sweep's point at its concurrency)`;
   // Blank concurrency: the scenario's cap, else the one named.
   const dc = defaultConcurrency(base);
   $('k-c').closest('.knob').querySelector('label').textContent = `Concurrency (blank: ${dc.value}, ${dc.why})`;
   const f = datasetFields(base);
   // prefix_repetition's prompt is its shared prefix and a suffix: the box sets the suffix.
+  const pre = ofKind(firstKind) || base;
   $('k-in').closest('.knob').querySelector('label').textContent = base.dataset.name === 'prefix_repetition'
-    ? 'Suffix length (tokens; the prompt is prefix + suffix)' : 'Input length (tokens)';
+    ? 'Suffix length (tokens; the prompt is prefix + suffix)'
+    : base.dataset.name === 'random' && pre.dataset.prefix_len > 0 ? 'Input length (tokens; the prompt is the shared prefix + this)' : 'Input length (tokens)';
+  $('k-prefix').closest('.knob').querySelector('label').textContent = base.dataset.name === 'random'
+    ? 'Shared prefix (tokens; 0: none)' : base.dataset.name === 'prefix_repetition' ? 'Shared prefix (tokens; at least 1)' : 'Shared prefix (tokens)';
   for (const k of ['in', 'out', 'prefix']) {
     const off = !f[k];
     $('k-' + k).disabled = off;
@@ -428,9 +487,7 @@ function showKnobValues(list) {
   }
   $('k-c').closest('.knob').hidden = mode() !== 'c';
   $('k-rate').closest('.knob').hidden = mode() !== 'rate';
-  document.querySelectorAll('input[name=engine]').forEach((r) => (r.checked = r.value === (state.engine || base.engine)));
-  document.querySelectorAll('input[name=kvpool]').forEach((r) => (r.checked = r.value === state.kvpool));
-  document.querySelectorAll('input[name=mode]').forEach((r) => (r.checked = r.value === mode()));
+  syncRadios();
   if ($('grid') !== document.activeElement) $('grid').value = state.grid == null ? '' : state.grid;
   $('grid').placeholder = list
     ? 'blank: explain\'s grid, ' + list.map((e) => (list.length > 1 ? NAMES[e.kind] + ' ' : '') + e.sweepReq.concurrencies.join(',')).join('; ')
@@ -441,13 +498,37 @@ function showKnobValues(list) {
   if (src) {
     src.textContent = list ? list.map((e) => {
       const r = e.resolved;
+      // SGLang's max_total_tokens bounds a pool derived from memory: named as the source only
+      // where it binds (the fraction's pool is larger), and then the fraction does not move it.
       const how = PINNED_SOURCES.includes(r.kv_sizing_source)
         ? `pinned in tokens by engine.${r.kv_sizing_source}`
-        : `derived from memory (engine.${r.kv_sizing_source}${r.memory_fraction_in_use != null ? ', fraction ' + r.memory_fraction_in_use : ''})`;
+        : r.kv_sizing_source === 'max_total_tokens'
+          ? `capped by engine.max_total_tokens: the pool memory fraction ${r.memory_fraction_in_use != null ? r.memory_fraction_in_use + ' ' : ''}derives is larger, so the cap binds and moving the fraction does not move the pool (until it derives fewer tokens than the cap)`
+          : `derived from memory (engine.${r.kv_sizing_source}${r.memory_fraction_in_use != null ? ', fraction ' + r.memory_fraction_in_use : ''})`;
       return `${NAMES[e.kind]}: KV pool ${fmt(r.kv_cache_tokens, 0)} tokens, ${how}` +
         (r.dropped_pins.length ? '; the scenario\'s pinned pool was dropped (warning below)' : '') + '.';
     }).join(' ') : '';
   }
+}
+
+// The TP sizes of KNOBS' list the model's heads allow: dividing its attention heads, and its KV
+// heads dividing or divided by them (sim::config::memory refuses the rest, as the engines do).
+function tpChoices(r) {
+  const all = KNOBS.find((k) => k.key === 'tp').choices;
+  if (!r || !r.num_attention_heads) return all;
+  return all.filter((t) => r.num_attention_heads % t === 0 && (r.num_kv_heads % t === 0 || t % r.num_kv_heads === 0));
+}
+
+// A slider's lowest position, where the engines set one above the handy range's: vLLM's token
+// budget is at least its max_num_seqs (as it runs; rounded up to the slider's step, so the
+// positions stay on whole steps); prefix_repetition's prefix at least 1 token.
+function knobMin(k, list) {
+  if (k.key === 'budget' && list) {
+    const caps = list.filter((e) => e.kind === 'vllm').map((e) => e.resolved.max_running);
+    if (caps.length) return Math.max(k.min, Math.ceil(Math.max(...caps) / k.step) * k.step);
+  }
+  if (k.key === 'prefix' && base && base.dataset.name === 'prefix_repetition') return 1;
+  return k.min;
 }
 
 function defaultOf(k, r) {
@@ -461,6 +542,7 @@ function defaultOf(k, r) {
       return d && d.startsWith('fp8') ? 'fp8' : 'auto';
     }
     case 'tp': return String(r.tensor_parallel_size);
+    case 'cache': return r.prefix_caching ? 'on' : 'off';
     case 'c': return defaultConcurrency(base).value; // the run's, whatever the engine (concurrencyText)
     case 'rate': return r.request_rate || 1;
     case 'in': return r.dataset.input_len != null ? r.dataset.input_len : r.dataset.suffix_len;
@@ -522,10 +604,25 @@ function redraw(opts) {
   return lastTiming;
 }
 
+// The radios show the state: none checked in a group whose value is not one of its own (a bad
+// query value, which the error names).
+function syncRadios() {
+  // A scenario the link names and the list lacks: no scenario chosen, so no engine of its own.
+  const unknown = state.pasted == null && state.scenario != null && !shipped.some((x) => x.name === state.scenario);
+  if (unknown) $('scenario').selectedIndex = -1;
+  const engine = state.engine || (base && !unknown ? base.engine : null);
+  document.querySelectorAll('input[name=engine]').forEach((r) => (r.checked = r.value === engine));
+  document.querySelectorAll('input[name=kvpool]').forEach((r) => (r.checked = r.value === state.kvpool));
+  document.querySelectorAll('input[name=mode]').forEach((r) => (r.checked = r.value === mode()));
+}
+
 // Nothing stale on screen after an error: the results of the last good state are removed.
 function clearResults() {
+  syncRadios();
   clearTimeout(explainTimer);
   for (const id of ['summary', 'alignment', 'chart-throughput', 'chart-ttft', 'panels', 'tables', 'commands']) $(id).replaceChildren();
+  $('cap-throughput').textContent = 'Output throughput against concurrency (the sweep).';
+  $('cap-ttft').textContent = 'Mean TTFT against concurrency (the sweep).';
   for (const id of ['warnings', 'caveats']) {
     $(id).replaceChildren();
     $(id).hidden = true;
@@ -534,11 +631,35 @@ function clearResults() {
   $('kvpool-source').textContent = '';
 }
 
+// A query value the page has no state for (a link mistyped, or a scenario since renamed): refused
+// with what it accepts, as `?engine=foo` is ("unknown engine"), and nothing run, so no result
+// stands for another state than the one the link asked for.
+const MODES = { c: 'fixed concurrency', rate: 'request rate', all: 'all at once' };
+const KVPOOLS = { scenario: 'as the scenario gives it', memory: 'derived from memory' };
+function stateProblem() {
+  const accepted = (o) => {
+    const e = Object.entries(o).map(([k, v]) => `${k} (${v})`);
+    return e.slice(0, -1).join(', ') + ' or ' + e[e.length - 1];
+  };
+  if (state.pasted == null && state.scenario != null && !shipped.some((x) => x.name === state.scenario)) {
+    return `?s=${state.scenario}: no shipped scenario is named ${JSON.stringify(state.scenario)} (renamed or mistyped?); choose one in the list, or give one of: ${shipped.map((x) => x.name).join(', ')}`;
+  }
+  if (state.mode != null && !Object.hasOwn(MODES, state.mode)) return `?mode=${state.mode}: unknown load mode ${JSON.stringify(state.mode)}: give ${accepted(MODES)}`;
+  if (!Object.hasOwn(KVPOOLS, state.kvpool)) return `?kvpool=${state.kvpool}: unknown KV pool choice ${JSON.stringify(state.kvpool)}: give ${accepted(KVPOOLS)}`;
+  return null;
+}
+
 function compute(opts) {
+  const problem = stateProblem();
+  if (problem) throw new ServesimError(problem);
   const req0 = scenarioRequest();
   base = cached('resolve:' + req0.origin + req0.scenario, () => sim.resolve(req0));
   showKnobValues(null);
   const userGrid = gridValues();
+  const kinds = engines().map((e) => e.kind);
+  if (given('budget') && Number(state.values.budget) < 0 && kinds.includes('vllm')) {
+    throw new ServesimError(`engine.max_num_batched_tokens: ${String(state.values.budget).trim()} is SGLang's "no chunking" (chunked_prefill_size=-1) alone: vLLM's max_num_batched_tokens has no such value (it takes a budget of at least max_num_seqs); choose SGLang alone, or a budget both engines run`);
+  }
   const list = engines().map(({ kind, req, notes, from }) => {
     const sets = knobSets(kind);
     const s = seed();
@@ -546,12 +667,14 @@ function compute(opts) {
     const resolved = cached('resolve:' + JSON.stringify(resolveReq), () => sim.resolve(resolveReq));
     // The run: the knobs and the load. Its resolution gives its KV limit (the one explain
     // states, for the same workload) and explain's grid.
-    const runSets = sets.concat(loadSets(resolved.num_prompts));
+    const runSets = sets.concat(loadSets(resolved));
     const runResolveReq = { ...req, sets: runSets, seed: s };
     const runResolved = cached('resolve:' + JSON.stringify(runResolveReq), () => sim.resolve(runResolveReq));
     const grid = userGrid || runResolved.explain_grid || FALLBACK_GRID.split(',').map(Number);
     const np = grid.map((c) => sweepPrompts(c, resolved));
-    const sweepReq = { ...req, sets, seed: s, concurrencies: grid, num_prompts: np };
+    // A concurrency sweep is a closed loop whatever the load chosen for the run: the scenario's
+    // own rate is set aside for it (else every point would be that rate, capped).
+    const sweepReq = { ...req, sets: sets.concat(closedLoopSets(resolved)), seed: s, concurrencies: grid, num_prompts: np };
     const sweepKey = 'sweep:' + JSON.stringify(sweepReq);
     const sweep = opts.nocache ? sim.sweep(sweepReq) : cached(sweepKey, () => sim.sweep(sweepReq));
     if (opts.nocache) cache.set(sweepKey, sweep);
@@ -591,8 +714,12 @@ function explainAll(result) {
       r.explain = ex;
       const kg = ex.value.knee.sweep.map((p) => p.max_concurrency);
       const sameGrid = kg.join(',') === r.sweepReq.concurrencies.join(',');
+      // The table is explain's knee sweep only where it is a closed loop too (a trace's sweep
+      // keeps its arrivals) over the same concurrencies (the prompts a slot are always the same).
+      const closed = r.sweep.value.knee_note == null;
       const gridNote = `Its knee is found over concurrencies ${kg.join(', ')} (a closed loop, ${EXPLAIN_PROMPTS_PER_SLOT} prompts a slot)` +
-        (sameGrid ? ': the sweep table\'s grid.' : `, not the sweep table's (${r.sweepReq.concurrencies.join(', ')}): the two knees can differ.`);
+        (!closed ? `; the sweep table keeps the scenario's own arrivals (an open loop), so it is not these runs and searches no knee.`
+          : sameGrid ? ': the sweep table\'s runs, so its knee is the table\'s.' : `, not the sweep table's concurrencies (${r.sweepReq.concurrencies.join(', ')}): the two knees can differ.`);
       const allNote = mode() === 'all' && r.exReq.concurrency != null
         ? `<p class="hint" data-testid="explain-all">All ${r.exReq.concurrency} prompts sent at once are a closed loop of ${r.exReq.concurrency} slots with ${r.exReq.concurrency} prompts: explain (which needs a concurrency; without one it would explain concurrency ${r.runResolved.explain_concurrency != null ? r.runResolved.explain_concurrency : 'twice the limit'}, not this run) is given that, the same run.</p>` : '';
       target.innerHTML = `<h4>Why (servesim explain, ${esc(ex.value.load)})</h4>${allNote}<p class="hint" data-testid="explain-grid">${esc(gridNote)}</p><ol>${ex.value.explanation.map((s) => `<li>${esc(s)}</li>`).join('')}</ol>`;
@@ -618,10 +745,13 @@ function draw(result) {
   result.forEach((r) => {
     const v = r.sweep.value;
     const tag = result.length > 1 ? ` (${names[r.kind]})` : '';
-    if (v.knee) marks.push({ x: v.knee.max_concurrency, label: `knee ${v.knee.max_concurrency}${tag}`, color: MARKS.knee });
+    // Side by side, each engine's marks in its series' colour (the knee dashed long, the KV
+    // limit dotted); one engine, the knee red and the KV limit purple.
+    const two = result.length > 1;
+    if (v.knee) marks.push({ x: v.knee.max_concurrency, label: `knee ${v.knee.max_concurrency}${tag}`, color: two ? COLORS[r.kind] : MARKS.knee });
     // The run's KV limit (its workload's, as the summary and explain give it).
     const lim = r.runResolved.kv_limited_concurrency;
-    marks.push({ x: lim, label: `KV limit ${lim}${tag}`, color: MARKS.kv, dash: '3 4' });
+    marks.push({ x: lim, label: `KV limit ${lim}${tag}`, color: two ? COLORS[r.kind] : MARKS.kv, dash: '3 4' });
   });
   if (mode() === 'c') marks.push({ x: concurrency(), label: `your load ${concurrency()}`, color: MARKS.you, dash: '1 0' });
   // All at once, N prompts are N in flight at the start: marked where the sweep reaches that far.
@@ -631,17 +761,22 @@ function draw(result) {
   }
   const v0 = first.sweep.value;
   const ariaT = `Output throughput against concurrency. ${result.map((r) => `${names[r.kind]}: ` + r.sweep.value.points.map((p, j) => `${r.sweepReq.concurrencies[j]}: ${fmt(p.output_throughput, 0)} tok/s`).join(', ')).join('. ')}. Knee ${v0.knee ? v0.knee.max_concurrency : v0.knee_note ? 'not searched (an open-loop scenario)' : 'not reached'}; KV-limited concurrency ${first.runResolved.kv_limited_concurrency}.`;
-  lineChart($('chart-throughput'), { title: 'Output throughput (tok/s)', xLabel: 'concurrency', yLabel: 'tok/s', series: series('output_throughput'), marks, aria: ariaT });
+  lineChart($('chart-throughput'), { title: 'Output throughput (tok/s)', xLabel: 'concurrency', yLabel: 'tok/s', series: series('output_throughput'), marks, aria: ariaT, xInteger: true });
   const ariaF = `Mean TTFT against concurrency. ${result.map((r) => `${names[r.kind]}: ` + r.sweep.value.points.map((p, j) => `${r.sweepReq.concurrencies[j]}: ${fmt(p.mean_ttft_ms, 0)} ms`).join(', ')).join('. ')}.`;
-  lineChart($('chart-ttft'), { title: 'Mean TTFT (ms)', xLabel: 'concurrency', yLabel: 'ms', series: series('mean_ttft_ms'), marks, aria: ariaF });
+  lineChart($('chart-ttft'), { title: 'Mean TTFT (ms)', xLabel: 'concurrency', yLabel: 'ms', series: series('mean_ttft_ms'), marks, aria: ariaF, xInteger: true });
+  // The charts are the sweep's: their captions say what load its points are.
+  const loadNote = result.length > 1 && sweepLoad(result[0]) !== sweepLoad(result[1]) ? result.map((r) => `${names[r.kind]}: ${sweepLoad(r)}`).join(' ') : sweepLoad(first);
+  $('cap-throughput').textContent = `Output throughput against concurrency (the sweep, as in the table), the knee, the KV-limited concurrency and your load marked. ${loadNote}`;
+  $('cap-ttft').textContent = `Mean TTFT against concurrency (the sweep). ${loadNote}`;
 
   // The summary sentence.
   const p = first.run.value;
-  // A scenario's own finite rate stays in fixed-concurrency mode (as `sweep --concurrency`
-  // keeps it): the label says so rather than calling a rate-limited run a closed loop. All at
-  // once: no cap and no rate, as `servesim simulate` runs a scenario that gives neither.
+  // Fixed concurrency is a closed loop, as each point of the sweep is: a scenario's own rate is
+  // set aside (closedLoopSets), and the label says so; a trace keeps its arrivals. All at once:
+  // no cap and no rate, as `servesim simulate` runs a scenario that gives neither.
   const load = mode() === 'c'
-    ? `concurrency ${concurrency()}` + (p.request_rate === 'trace' ? ' (the trace\'s arrivals)' : typeof p.request_rate === 'number' ? ` at ${p.request_rate} req/s` : '')
+    ? `concurrency ${concurrency()}` + (p.request_rate === 'trace' ? ' (the trace\'s arrivals)' : typeof p.request_rate === 'number' ? ` at ${p.request_rate} req/s`
+      : base.request_rate != null ? ` (a closed loop: the scenario's ${base.request_rate} req/s set aside, as in the sweep)` : '')
     : mode() === 'all' ? (p.request_rate === 'trace' ? 'the trace\'s arrivals, no cap' : 'all prompts at once (no cap, no rate)')
       : `${p.request_rate} req/s`;
   $('summary').innerHTML = result.map((r) => {
@@ -709,7 +844,7 @@ function draw(result) {
     panels.appendChild(div);
     const pts = (key, scale) => ts.t_s.map((t, i) => [t, ts[key][i] * (scale || 1)]);
     lineChart($('ts-kv-' + r.kind), { title: 'KV cache usage (%; each interval\'s peak)', xLabel: 'seconds', yLabel: '%', ymax: 100, series: [{ name: 'KV usage', color: COLORS[r.kind], points: pts('kv_usage', 100), width: 3 }], marks: [], aria: `KV cache usage over the run, each interval's peak plotted: peak ${fmt(100 * q.kv_cache_usage_peak, 1)}%, mean ${fmt(100 * q.kv_cache_usage_mean, 1)}%.` });
-    lineChart($('ts-q-' + r.kind), { title: 'Requests running and waiting (each interval\'s peak)', xLabel: 'seconds', yLabel: 'requests', series: [{ name: 'running', color: COLORS[r.kind], points: pts('running'), width: 3 }, { name: 'waiting', color: MARKS.kv, dash: '8 5', points: pts('waiting'), width: 3 }], marks: [], aria: `Requests running and waiting, each interval's peak plotted. Running: mean ${fmt(q.mean_running, 1)}, peak ${q.peak_running}; waiting: mean ${fmt(q.mean_waiting, 1)}, peak ${q.peak_waiting}.` });
+    lineChart($('ts-q-' + r.kind), { title: 'Requests running and waiting (each interval\'s peak)', xLabel: 'seconds', yLabel: 'requests', series: [{ name: 'running', color: COLORS[r.kind], points: pts('running'), width: 3 }, { name: 'waiting', color: MARKS.kv, dash: '8 5', points: pts('waiting'), width: 3 }], marks: [], yInteger: true, aria: `Requests running and waiting, each interval's peak plotted. Running: mean ${fmt(q.mean_running, 1)}, peak ${q.peak_running}; waiting: mean ${fmt(q.mean_waiting, 1)}, peak ${q.peak_waiting}.` });
     const b = q.ttft_breakdown;
     ttftBar($('split-' + r.kind), { mean_queue_wait_ms: b.mean_queue_wait_ms, mean_prefill_ms: b.mean_prefill_ms, mean_interleave_ms: b.mean_interleave_ms, mean_overhead_ms: b.mean_overhead_ms }, `TTFT split: queue wait ${fmt(b.mean_queue_wait_ms, 1)} ms, prefill ${fmt(b.mean_prefill_ms, 1)} ms, interleaving ${fmt(b.mean_interleave_ms, 1)} ms, outside the engine ${fmt(b.mean_overhead_ms, 1)} ms.`);
   }
@@ -735,7 +870,7 @@ function draw(result) {
       ? `${esc(rl.kv_limit_explanation)}`
       : `${esc(rl.kv_limit_explanation)} (That is the summary's run, ${fmt(r.run.value.num_prompts, 0)} prompts. This sweep's JSON gives ${fmt(v.kv_limited_concurrency, 0)}, of its largest point's ${fmt(largest, 0)} prompts: another sample, whose mean request differs.)`;
     const src = r.from != null ? ` (${esc(r.from.replace(' (built in)', ''))} translated to ${names[r.kind]}'s flags)` : '';
-    return `<table class="sweep" data-engine="${r.kind}"><caption>${names[r.kind]} sweep: ${esc(v.scenario)}${src}. Knee: ${v.knee ? 'concurrency ' + v.knee.max_concurrency + ' (row marked), ' + grid : v.knee_note ? 'not searched: the scenario sends its own arrivals (a request rate or a trace), so throughput stops where the load is met; the explanation below finds the engine\'s knee with a closed loop' : 'not reached, ' + grid}. <span data-testid="table-kv-${r.kind}">${kvNote}</span></caption>
+    return `<table class="sweep" data-engine="${r.kind}"><caption>${names[r.kind]} sweep: ${esc(v.scenario)}${src}. <span data-testid="table-load-${r.kind}">${esc(sweepLoad(r))}</span> Knee: ${v.knee ? 'concurrency ' + v.knee.max_concurrency + ' (row marked), ' + grid : v.knee_note ? 'not searched: the scenario sends its own arrivals (a trace\'s), so throughput stops where the load is met; the explanation below finds the engine\'s knee with a closed loop' : 'not reached, ' + grid}. <span data-testid="table-kv-${r.kind}">${kvNote}</span></caption>
       <thead><tr>${cols.map(([, h]) => `<th scope="col">${esc(typeof h === 'string' ? h : h[r.kind])}</th>`).join('')}</tr></thead><tbody>${rows}</tbody></table>`;
   }).join('');
 
@@ -745,13 +880,29 @@ function draw(result) {
     // page ran it under (its origin): scenario.json (pasted), scenario-KIND.json (translated).
     const file = r.from == null && state.pasted == null ? r.req.origin.replace(' (built in)', '') : r.req.origin;
     const args = (sets) => sets.map((s) => ` --set '${s}'`).join('') + (r.seed != null ? ` --seed ${r.seed}` : '');
-    const cmd = `servesim sweep ${file} --concurrency ${r.sweepReq.concurrencies.join(',')} --num-prompts ${r.sweepReq.num_prompts.join(',')}${args(r.sets)} --json`;
+    const cmd = `servesim sweep ${file} --concurrency ${r.sweepReq.concurrencies.join(',')} --num-prompts ${r.sweepReq.num_prompts.join(',')}${args(r.sweepReq.sets)} --json`;
     const run = `servesim simulate ${file}${args(r.runSets)} --json`;
     const ex = `servesim explain ${file}${r.exReq.concurrency != null ? ' --concurrency ' + r.exReq.concurrency : ''}${args(r.exReq.sets)} --json`;
     const scen = file === r.req.origin && (r.from != null || state.pasted != null)
       ? `<p>with <code>${esc(file)}</code>${r.from != null ? ` (${esc(r.from.replace(' (built in)', ''))} translated to ${names[r.kind]}'s flags, as <code>sweep --set engine.kind=vllm,sglang</code> translates it)` : ''}:</p><pre data-testid="scenario-file-${r.kind}">${esc(r.req.scenario)}</pre>` : '';
     return `<h4>${names[r.kind]}</h4><p>The summary's run (${esc(load)}), the TTFT split and the time series:</p><pre data-testid="cmd-simulate-${r.kind}">${esc(run)}</pre><p>The explanation${r.exReq.sets !== r.runSets ? ' (the same run: all its prompts at once, given explain as a cap of one slot per prompt)' : ''}:</p><pre data-testid="cmd-explain-${r.kind}">${esc(ex)}</pre><p>The sweep (table and charts):</p><pre data-testid="cmd-sweep-${r.kind}">${esc(cmd)}</pre>${scen}<details><summary>Its output (<code>servesim sweep --json</code>)</summary><pre class="json" data-engine="${r.kind}">${esc(r.sweep.text)}</pre></details>`;
   }).join('');
+}
+
+// What load the sweep's points are, in words (its caption and the charts'): a closed loop at each
+// concurrency (the scenario's rate set aside), or a trace's arrivals under each cap; and where
+// the run the summary gives is not one of its points (a rate, all at once), that it is not.
+function sweepLoad(r) {
+  const open = r.sweep.value.knee_note != null;
+  const per = `${EXPLAIN_PROMPTS_PER_SLOT} prompts a slot`;
+  let s = open
+    ? `Each point caps the requests in flight at its concurrency and keeps the scenario's own arrivals (an open loop, ${per}).`
+    : `Each point is a closed loop at its concurrency (a request sent as soon as one finishes, ${per}).`;
+  if (!open && r.resolved.request_rate != null) s += ` The scenario's own request rate (${r.resolved.request_rate} req/s) is set aside for it (--set workload.request_rate=null).`;
+  if (mode() === 'rate') s += ` Your load (${r.run.value.request_rate} req/s, no cap) is the summary's run, not a point of this sweep.`;
+  else if (mode() === 'all' && r.run.value.request_rate !== 'trace') s += ` Your load (all ${r.run.value.num_prompts} prompts at once) is the summary's run, not a point of this sweep.`;
+  else if (mode() === 'c' && !open) s += ' The summary\'s run is this sweep\'s point at its concurrency (the same prompts).';
+  return s;
 }
 
 // ---------- start ----------
@@ -797,7 +948,7 @@ function describe() {
   const s = state.pasted == null ? shipped.find((x) => x.name === (state.scenario || shipped[0].name)) : null;
   let d = '';
   try {
-    d = s ? JSON.parse(s.text).description || '' : 'A pasted scenario.';
+    d = s ? JSON.parse(s.text).description || '' : state.pasted != null ? 'A pasted scenario.' : '';
   } catch (e) { /* shown by the redraw */ }
   $('scenario-desc').textContent = d;
   if (state.pasted != null) $('paste').value = state.pasted;
@@ -813,7 +964,6 @@ async function main() {
   }
   shipped = sim.scenarios();
   coreKnobs = sim.knobs();
-  if (state.scenario && !shipped.some((s) => s.name === state.scenario)) state.scenario = null;
   bind();
   describe();
   redraw({ sync: true });
@@ -829,6 +979,12 @@ async function main() {
 // posts it there (the test's loopback server).
 function selftest() {
   const out = {};
+  // The sweep table's cell at concurrency c ({value, shown}), null where c is not a point.
+  const tableCell = (kind, c, key) => {
+    const tr = [...document.querySelectorAll(`table.sweep[data-engine=${kind}] tbody tr`)].find((x) => x.querySelector('td[data-key=max_concurrency]').dataset.value === String(c));
+    const td = tr && tr.querySelector(`td[data-key=${key}]`);
+    return td ? { value: td.dataset.value, shown: td.textContent } : null;
+  };
   const fire = (input, value, type) => {
     input.value = value;
     input.dispatchEvent(new Event(type || 'input', { bubbles: true }));
@@ -839,6 +995,9 @@ function selftest() {
     out.sweep_request = compute({})[0].sweepReq;
     out.table = [...document.querySelectorAll('table.sweep[data-engine=vllm] tbody tr')].map((tr) =>
       Object.fromEntries([...tr.querySelectorAll('td')].map((td) => [td.dataset.key, { value: td.dataset.value, shown: td.textContent }])));
+    // 1b. The layout (tests/web.rs opens the page 1,400 px wide, where the 10-column table once
+    // widened the results column past the window): nothing wider than the window.
+    out.layout = { inner: window.innerWidth, doc: document.documentElement.scrollWidth, results: $('results').getBoundingClientRect().right };
     // 2. The redraw time of the default scenario's sweep (simulated again, not cached, and drawn).
     const times = [];
     for (let i = 0; i < 7; i++) times.push(redraw({ nocache: true, sync: false }).total_ms);
@@ -850,7 +1009,7 @@ function selftest() {
     for (const c of [32, 42, 64]) {
       fire($('k-c-range'), String(c));
       redraw({ sync: true });
-      ttft[c] = { shown: document.querySelector('[data-testid=run-mean-ttft-vllm]').textContent, report: compute({})[0].run.value.mean_ttft_ms };
+      ttft[c] = { shown: document.querySelector('[data-testid=run-mean-ttft-vllm]').textContent, report: compute({})[0].run.value.mean_ttft_ms, table: tableCell('vllm', c, 'mean_ttft_ms') };
     }
     out.run_ttft = ttft;
     out.url = location.search;
@@ -879,10 +1038,44 @@ function selftest() {
         sweep_grid: r0.sweepReq.concurrencies, explain_grid: ex.knee.sweep.map((p) => p.max_concurrency),
       };
     }
+    // Its sweep is a closed loop (the scenario's rate set aside), whatever the run's load: explain's
+    // knee sweep, run for run; its command is printed; a rate typed leaves it as it is.
+    const ratedSweep = () => {
+      const r0 = compute({})[0];
+      const ex = sim.explain(r0.exReq).value;
+      return { sets: r0.sweepReq.sets, json: r0.sweep.text, cmd: document.querySelector('[data-testid=cmd-sweep-vllm]').textContent,
+        knee: r0.sweep.value.knee ? r0.sweep.value.knee.max_concurrency : null, explain_knee: ex.knee.max_concurrency,
+        tput: r0.sweep.value.points.map((q) => q.output_throughput), explain_tput: ex.knee.sweep.map((q) => q.output_throughput),
+        grid: r0.sweepReq.concurrencies, caption: document.querySelector('[data-testid=table-load-vllm]').textContent,
+        chart_caption: $('cap-throughput').textContent, grid_note: document.querySelector('#explain-vllm [data-testid=explain-grid]').textContent,
+        run_tput: r0.run.value.output_throughput };
+    };
+    out.rated_sweep = { own: ratedSweep() };
+    fire($('k-rate'), '5');
+    redraw({ sync: true });
+    out.rated_sweep.rate5 = ratedSweep();
+    fire($('k-rate'), '');
     document.querySelector('input[name=mode][value=c]').click();
     fire($('k-c'), '4');
     redraw({ sync: true });
     out.rated_c_summary = $('summary').textContent;
+    // The run at a concurrency of the sweep's grid is the sweep's point there (item 2 of the audit).
+    // (The grid is explain's for the run, whose prompts follow the concurrency: the first of the
+    // grid's that is still a point once the run is set to it.)
+    {
+      let c = null;
+      for (const x of compute({})[0].sweepReq.concurrencies.slice(1)) {
+        fire($('k-c'), String(x));
+        redraw({ sync: true });
+        c = x;
+        if (tableCell('vllm', x, 'mean_ttft_ms')) break;
+      }
+      const r0 = compute({})[0];
+      out.rated_c_point = { c, run_sets: r0.runSets, run_ttft: r0.run.value.mean_ttft_ms, table: tableCell('vllm', c, 'mean_ttft_ms'),
+        shown: document.querySelector('[data-testid=run-mean-ttft-vllm]').textContent, caption: document.querySelector('[data-testid=table-load-vllm]').textContent };
+      fire($('k-c'), '4');
+      redraw({ sync: true });
+    }
     out.rated_mem = [$('k-mem-range').classList.contains('unset'), $('k-mem').value];
     document.querySelector('input[name=mode][value=rate]').click();
     redraw({ sync: true });
@@ -1034,6 +1227,96 @@ function selftest() {
       out.rate_kv = { run: r0.runResolved.kv_limited_concurrency, sweep: r0.sweep.value.kv_limited_concurrency,
         marks: [...document.querySelectorAll('#chart-throughput .mark-label')].map((t) => t.textContent),
         caption: document.querySelector('[data-testid=table-kv-vllm]').textContent };
+    }
+    // 7. The charts' marks and ticks (audit item 4): labels inside the chart, none over another
+    // or over the plot; each engine's marks in its colour side by side; one tick format an
+    // axis; whole-number ticks for request counts and concurrencies.
+    {
+      const layout = (id) => {
+        const svg = document.querySelector(`#${id} svg`);
+        const vb = svg.viewBox.baseVal;
+        const plotTop = Math.min(...[...svg.querySelectorAll('line.axis')].map((l) => Math.min(l.y1.baseVal.value, l.y2.baseVal.value)));
+        const labels = [...svg.querySelectorAll('.mark-label, .legend')].map((t) => {
+          const b = t.getBBox();
+          return { text: t.textContent, fill: t.getAttribute('fill'), x0: b.x, x1: b.x + b.width, y0: b.y, y1: b.y + b.height };
+        });
+        const ticks = [...svg.querySelectorAll('text.tick')];
+        return { width: vb.width, plotTop, labels, yticks: ticks.filter((t) => t.getAttribute('text-anchor') === 'end').map((t) => t.textContent),
+          xticks: ticks.filter((t) => t.getAttribute('text-anchor') === 'middle').map((t) => t.textContent) };
+      };
+      fire($('scenario'), shipped[0].name, 'change');
+      document.querySelector('input[name=mode][value=c]').click();
+      fire($('k-c'), '1');
+      redraw({ sync: true });
+      out.charts = { c1_running: layout('ts-q-vllm'), c1_throughput: layout('chart-throughput') };
+      fire($('k-c'), '300');
+      redraw({ sync: true });
+      out.charts.c300 = [layout('chart-throughput'), layout('chart-ttft')];
+      document.querySelector('input[name=engine][value=both]').click();
+      redraw({ sync: true });
+      out.charts.both = [layout('chart-throughput'), layout('chart-ttft')];
+      out.charts.colors = COLORS;
+      document.querySelector('input[name=engine][value=vllm]').click();
+      fire($('k-c'), '');
+      redraw({ sync: true });
+    }
+    // 8. SGLang's max_total_tokens caps the pool a fraction derives: said where it binds.
+    fire($('scenario'), shipped.find((x) => x.name.startsWith('kv-starved-qwen2.5-7b-a100-sglang')).name, 'change');
+    fire($('k-mem'), '0.5');
+    redraw({ sync: true });
+    out.capped_pool = { source: $('kvpool-source').textContent, pool: compute({})[0].resolved.kv_cache_tokens, error: $('error').hidden ? null : $('error').textContent };
+    fire($('k-mem'), '');
+    // 9. A query value with no state (?mode=foo, ?kvpool=foo, ?s=nonexistent, as readUrl reads
+    // them): the error names the parameter and what it accepts; nothing is run or shown.
+    out.bad_query = {};
+    for (const [key, val] of [['mode', 'foo'], ['kvpool', 'foo'], ['scenario', 'nonexistent']]) {
+      const saved = state[key];
+      state[key] = val;
+      redraw({ sync: true });
+      out.bad_query[key] = { ...shownResults(), checked: [...document.querySelectorAll('input[type=radio]:checked')].map((x) => x.name + '=' + x.value), select: $('scenario').value };
+      state[key] = saved;
+    }
+    fire($('scenario'), shipped[0].name, 'change');
+    redraw({ sync: true });
+    // 10. Knob ranges: only TP sizes the model's heads allow; vLLM's budget slider from its
+    // max_num_seqs; the prefix from 1 where the dataset needs one; -1 side by side refused in
+    // words; the prefix cache switch, inverted on SGLang; the labels (audit items 7 and 8).
+    {
+      const knobState = () => ({ tp: [...$('k-tp').options].map((o) => o.value), tp_note: $('tp-note') ? $('tp-note').textContent : document.querySelector('[data-testid=tp-note]').textContent,
+        budget_min: $('k-budget-range').min, budget_label: $('k-budget').closest('.knob').querySelector('label').textContent,
+        prefix_min: $('k-prefix-range').min, in_label: $('k-in').closest('.knob').querySelector('label').textContent,
+        prefix_label: $('k-prefix').closest('.knob').querySelector('label').textContent, error: $('error').hidden ? null : $('error').textContent });
+      out.ranges = {};
+      fire($('scenario'), shipped[0].name, 'change');
+      redraw({ sync: true });
+      out.ranges.qwen = knobState();
+      fire($('scenario'), rated.name, 'change');
+      redraw({ sync: true });
+      out.ranges.llama_rated = knobState();
+      fire($('k-prefix'), '256');
+      redraw({ sync: true });
+      out.ranges.random_prefix = knobState();
+      fire($('scenario'), shipped.find((x) => x.name.startsWith('shared-prefix-llama3.1')).name, 'change');
+      redraw({ sync: true });
+      out.ranges.shared = knobState();
+      const hit = () => compute({})[0].run.value.prefix_cache_hit_rate;
+      out.cache = { on: hit(), shown: $('k-cache').value };
+      fire($('k-cache'), 'off', 'change');
+      redraw({ sync: true });
+      out.cache.off = hit();
+      out.cache.vllm_sets = compute({})[0].sets;
+      document.querySelector('input[name=engine][value=sglang]').click();
+      redraw({ sync: true });
+      out.cache.sglang_sets = compute({})[0].sets;
+      out.cache.sglang_off = hit();
+      document.querySelector('input[name=engine][value=both]').click();
+      fire($('k-cache'), '', 'change');
+      fire($('k-budget'), '-1');
+      redraw({ sync: true });
+      out.ranges.both_minus1 = knobState();
+      fire($('k-budget'), '');
+      fire($('scenario'), shipped[0].name, 'change');
+      redraw({ sync: true });
     }
     out.loaded_via = Servesim.loadedVia;
   } catch (e) {
