@@ -766,7 +766,8 @@ function draw(result) {
   lineChart($('chart-ttft'), { title: 'Mean TTFT (ms)', xLabel: 'concurrency', yLabel: 'ms', series: series('mean_ttft_ms'), marks, aria: ariaF, xInteger: true });
   // The charts are the sweep's: their captions say what load its points are.
   const loadNote = result.length > 1 && sweepLoad(result[0]) !== sweepLoad(result[1]) ? result.map((r) => `${names[r.kind]}: ${sweepLoad(r)}`).join(' ') : sweepLoad(first);
-  $('cap-throughput').textContent = `Output throughput against concurrency (the sweep, as in the table), the knee, the KV-limited concurrency and your load marked. ${loadNote}`;
+  const marked = marks.some((m) => m.color === MARKS.you) ? 'the knee, the KV-limited concurrency and your load marked' : 'the knee and the KV-limited concurrency marked';
+  $('cap-throughput').textContent = `Output throughput against concurrency (the sweep, as in the table), ${marked}. ${loadNote}`;
   $('cap-ttft').textContent = `Mean TTFT against concurrency (the sweep). ${loadNote}`;
 
   // The summary sentence.
