@@ -88,6 +88,9 @@ fn one() -> Vec<u32> {
 fn parse_candidates(text: &str, file: &str) -> Result<Candidates, String> {
     let v: Value = serde_json::from_str(text).map_err(|e| format!("{file}: not valid JSON: {e}"))?;
     let obj = v.as_object().ok_or_else(|| format!("{file}: expected a JSON object (a candidates file), got {v}"))?;
+    // A key given twice is refused, as a scenario's is: JSON parsers keep the last one, so a second
+    // price for a GPU (or a second `gpus` list) replaced the first without a word.
+    sim::config::no_duplicate_keys(text).map_err(|e| format!("{file}: {e}"))?;
     const WANT: &[(&str, &str)] = &[
         ("prices_per_gpu_hour", "an object of GPU card id to price per GPU-hour (a number), as {\"h100-80gb\": 2.99}"),
         ("gpus", "a list of GPU card ids"),
@@ -145,6 +148,14 @@ pub struct PlanCandidate {
 }
 
 impl PlanCandidate {
+    /// The hourly cost in integer millionths, the figure every comparison of costs uses (the best
+    /// plan, its ties, the Pareto front): a float product is not the price it prints, and 0.7 × 3
+    /// (2.0999999999999996) undercut 2.1 × 1, so that a plan of the same price and three times the
+    /// latency won the tie and sat on the front (the audit of 2026-12-06).
+    fn cost_micros(&self) -> i64 {
+        (self.cost_per_hour * 1e6).round() as i64
+    }
+
     fn label(&self) -> String {
         let shape = match (self.replicas, self.prefill, self.decode) {
             (Some(n), _, _) => format!("{n} x"),
@@ -168,8 +179,8 @@ pub const KEEPS_UP: &str =
 
 /// The capacity run holds this many times what the plan runs at once (its running caps, or its
 /// KV-limited concurrency where smaller), so that a steady state lasts between its run-up and its
-/// drain; its rate is measured between the completions that end the first of those and begin
-/// the last.
+/// drain (its rate is measured after the fill, up to the last arrival: [`sustained_capacity`]);
+/// under a finite rate without `--num-prompts`, the judged run is as long ([`steady_run`]).
 const RUN_PER_IN_FLIGHT: u64 = 6;
 
 /// The fewest requests a capacity run is given: a plan that keeps up completes about its arrivals,
@@ -179,6 +190,11 @@ const MIN_CAPACITY_RUN: u64 = 1_000;
 
 /// The most requests a capacity run is given (a plan running more at once is judged on this many).
 const MAX_CAPACITY_RUN: u64 = 50_000;
+
+/// The fewest completions a capacity run's steady window holds (and at least twice what the plan
+/// runs at once): a run whose window holds fewer is run again twice as long, up to
+/// [`MAX_CAPACITY_RUN`].
+const MIN_WINDOW: usize = 1_000;
 
 /// The capacity run's arrival rate, as a multiple of the offered rate: above it, so that a plan
 /// that cannot complete the offered rate builds a backlog and shows what it sustains, and not far
@@ -205,8 +221,26 @@ const OVERLOAD: f64 = 1.25;
 /// `request_rate`'s arrivals keep the scenario's burstiness; a trace's are Poisson (its pattern
 /// is the latency SLOs' to judge; what a plan sustains is its requests' mix). A plan slower than
 /// that rate builds a backlog and completes what it sustains; a faster one completes the
-/// arrivals. The rate is the completions between the `k`-th and the (n − `k`)-th, over the time
-/// between them: the run-up and the drain are outside.
+/// arrivals. The rate is the completions in a steady window over its span: it opens `k`
+/// completions after the fill (the first arrival at which the plan holds `k` requests, arrived
+/// and not completed; or the `k`-th completion where it never does) and closes at the last
+/// arrival (the drain outside). A window of fewer than [`MIN_WINDOW`] (and 2`k`) completions runs
+/// again twice as long, up to [`MAX_CAPACITY_RUN`]. Under a finite rate the run's length is the
+/// plan's ([`steady_run`]), not the judged run's: `--num-prompts` does not move the verdict.
+///
+/// Why by the fill, not by a count (the audit of 2026-12-06): the window was the `k`-th to the
+/// (n − `k`)-th completion, and the verdict moved with the run's length. One A100 on the
+/// shared-prefix prompts at 16 req/s (run at 20, `k` = 256) completed, per 5 s: 5.4, 12.0, 13.2,
+/// 19.6 req/s while it filled, then 12.0, 10.8, 10.8 from 20 to 35 s (a wave of admissions in
+/// phase, the engine reaching 256 running), then 14 to 19 (waves about 15 s apart) averaging
+/// 16.0 to 16.4 with a backlog. The count window (256th to 1,280th completion of 1,536) opened at
+/// 18 s, took in that dip and measured 15.2: rejected with 400 to 2,000 prompts, passed with
+/// 4,000 to 8,000 (its window diluted the dip), while `simulate` at 16 req/s over 24,000
+/// requests completes 15.97 with no queue. The window by the fill opens at the 622nd completion
+/// (about 46 s) and measures 16.0 on 1,536 and on 3,072 requests (the run doubled for a window of
+/// 1,000). A plan this close to its capacity is within the waves' noise (about 2% over a 1,000-
+/// completion window) of either verdict; its latency SLOs, judged at a steady state, are what
+/// tell it apart.
 ///
 /// Not a burst (every request sent at once, as until 2026-12-06): identical requests admitted
 /// together run in lock-step waves, all prefilling and then all decoding, and pure decode steps
@@ -224,20 +258,87 @@ const OVERLOAD: f64 = 1.25;
 /// (n − 1) ÷ span, the one `trace_rate` sets). `None` also for a closed loop (the client waits
 /// for the engine) and a trace whose requests all arrive at one instant.
 fn sustained_capacity(spec: &sim::config::SimSpec) -> Option<(f64, f64)> {
-    use sim::workload::Dataset;
     let w = &spec.workload;
     if w.max_concurrency.is_some() {
         return None;
     }
     let reqs = sim::workload::generate(w);
     let n = reqs.requests.len() as u64;
-    let in_flight = spec.max_running_total().min(sim::sweep::kv_limited_concurrency(spec, &reqs).concurrency.max(1));
+    let in_flight = in_flight(spec, &reqs);
     // A trace the plan holds at once never queues (it is the workload, not a sample of a
     // steady rate, as a finite `request_rate`'s prompts are).
     if w.dataset.is_trace() && n <= in_flight {
         return None;
     }
-    let want = n.max(RUN_PER_IN_FLIGHT * in_flight).max(MIN_CAPACITY_RUN).min(MAX_CAPACITY_RUN.max(n)) as usize;
+    // A finite rate's run does not depend on the judged run's length (`--num-prompts`): the
+    // verdict was the run's (one A100 at 16 req/s was rejected with 400 to 2,000 prompts and
+    // passed with 4,000). A trace's rows are its mix: all of them, cycled.
+    let own = if w.dataset.is_trace() { n } else { 0 };
+    let mut want = steady_run(in_flight).max(own).min(MAX_CAPACITY_RUN.max(own)) as usize;
+    loop {
+        let (measured, enough) = capacity_run(spec, &reqs, n, in_flight, want)?;
+        if enough || want as u64 >= MAX_CAPACITY_RUN.max(own) {
+            return Some(measured);
+        }
+        want = (want * 2).min(MAX_CAPACITY_RUN.max(own) as usize);
+    }
+}
+
+/// A plan's run against the steady state it needs ([`steady`]).
+struct Steady {
+    /// Requests of the judged run as configured (the scenario's, `--num-prompts`, the trace's).
+    n: u64,
+    in_flight: u64,
+    /// [`steady_run`] of `in_flight`.
+    need: u64,
+    trace: bool,
+}
+
+/// Under an offered rate (a finite `request_rate` or a trace, no concurrency cap): the run's
+/// requests, what the plan runs at once, and the requests a steady state needs.
+fn steady(spec: &sim::config::SimSpec) -> Option<Steady> {
+    let w = &spec.workload;
+    let trace = w.dataset.is_trace();
+    if w.max_concurrency.is_some() || !(trace || w.request_rate.is_some_and(f64::is_finite)) {
+        return None;
+    }
+    let reqs = sim::workload::generate(w);
+    let in_flight = in_flight(spec, &reqs);
+    let n = sim::workload::generate(&sim::workload::WorkloadParams {
+        num_warmups: 0,
+        prior_run_prompts: 0,
+        prior_run_prefixes: 0,
+        ..w.clone()
+    })
+    .requests
+    .len() as u64;
+    Some(Steady { n, in_flight, need: steady_run(in_flight), trace })
+}
+
+/// What a plan runs at once: its running caps, or its KV-limited concurrency where smaller.
+fn in_flight(spec: &sim::config::SimSpec, reqs: &sim::workload::Workload) -> u64 {
+    spec.max_running_total().min(sim::sweep::kv_limited_concurrency(spec, reqs).concurrency.max(1))
+}
+
+/// The requests a run at a steady rate needs to reach a steady state and hold it a while:
+/// [`RUN_PER_IN_FLIGHT`] times what the plan runs at once, at least [`MIN_CAPACITY_RUN`], at most
+/// [`MAX_CAPACITY_RUN`]. The capacity run's length, and the judged run's under a finite rate
+/// when `--num-prompts` is not given.
+fn steady_run(in_flight: u64) -> u64 {
+    (RUN_PER_IN_FLIGHT * in_flight).max(MIN_CAPACITY_RUN).min(MAX_CAPACITY_RUN)
+}
+
+/// One capacity run of `want` requests ([`sustained_capacity`]): the rate it sustains with the
+/// offered rate, and whether its steady window held enough completions ([`MIN_WINDOW`]).
+fn capacity_run(
+    spec: &sim::config::SimSpec,
+    reqs: &sim::workload::Workload,
+    n: u64,
+    in_flight: u64,
+    want: usize,
+) -> Option<((f64, f64), bool)> {
+    use sim::workload::Dataset;
+    let w = &spec.workload;
     let mut run = spec.clone();
     let rate = if w.dataset.is_trace() {
         let first = reqs.requests.iter().map(|r| r.arrival_ns).min()?;
@@ -294,12 +395,27 @@ fn sustained_capacity(spec: &sim::config::SimSpec) -> Option<(f64, f64)> {
     let run = &out.run;
     let mut ends: Vec<u64> = run.records.iter().filter_map(|r| run.last_token_ns(r)).collect();
     ends.sort_unstable();
-    let k = (in_flight as usize).min(ends.len() / RUN_PER_IN_FLIGHT as usize).max(1);
-    let (a, b) = (k - 1, ends.len().checked_sub(k)?);
-    if b <= a || ends[b] <= ends[a] {
-        return None;
+    let mut arrivals: Vec<u64> = run.records.iter().map(|r| r.dispatch_ns).collect();
+    arrivals.sort_unstable();
+    let k = in_flight as usize;
+    // The fill: the first arrival at which the plan holds what it runs at once (arrived, not
+    // completed); the window opens `k` completions later (one turnover of what it runs), so that
+    // no completion of the fill counts, and closes at the last arrival (the drain outside).
+    let full = arrivals.iter().enumerate().find(|&(i, &t)| i + 1 - ends.partition_point(|&e| e <= t) >= k);
+    let first = full.map_or(0, |(_, &t)| ends.partition_point(|&e| e <= t)) + k;
+    let last_arrival = *arrivals.last()?;
+    let last = ends.partition_point(|&e| e <= last_arrival);
+    let enough = last >= first + MIN_WINDOW.max(2 * k);
+    if last < first + 2 || ends[last - 1] <= ends[first] {
+        // No steady window: the whole run between the run-up and the drain, as a last resort.
+        let (a, b) = (k.min(ends.len() / 3).max(1) - 1, ends.len().checked_sub(k.min(ends.len() / 3).max(1))?);
+        if b <= a || ends[b] <= ends[a] {
+            return None;
+        }
+        return Some((((b - a) as f64 / ((ends[b] - ends[a]) as f64 * 1e-9), rate), enough));
     }
-    Some(((b - a) as f64 / ((ends[b] - ends[a]) as f64 * 1e-9), rate))
+    let (a, b) = (first, last - 1);
+    Some((((b - a) as f64 / ((ends[b] - ends[a]) as f64 * 1e-9), rate), enough))
 }
 
 /// What a plan's simulation holds in memory at most, measured (`/usr/bin/time -f %M`, peak RSS)
@@ -602,7 +718,7 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
             }
         }
     }
-    plans.sort_by(|x, y| x.cost_per_hour.total_cmp(&y.cost_per_hour).then_with(|| x.label().cmp(&y.label())));
+    plans.sort_by(|x, y| x.cost_micros().cmp(&y.cost_micros()).then_with(|| x.label().cmp(&y.label())));
     // A size listed twice is one plan.
     plans.dedup_by(|x, y| x.label() == y.label());
     // Inline step coefficients are one deployment's step costs: applied to every candidate GPU
@@ -646,9 +762,8 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
     }
     // Each candidate resolved first (cheap: no run), so that the memory its runs will take can be
     // estimated and a plan too large for it refused before any run starts.
-    let resolved: Vec<Result<sim::config::SimSpec, String>> = plans
-        .par_iter()
-        .map(|c| {
+    let resolve = |c: &PlanCandidate, num_prompts: Option<u64>| -> Result<sim::config::SimSpec, String> {
+        {
             let mut raw: RawScenario = base.clone();
             // The host the GPUs are driven from (WSL2 moves every memory fraction's budget) is
             // the scenario's, whichever GPU the candidate puts in it.
@@ -672,6 +787,9 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
                     e.remove(k);
                 }
             }
+            if let Some(n) = num_prompts {
+                s.push(format!("workload.num_prompts={n}"));
+            }
             load::apply_overrides(&mut raw, &s, None)
                 .map(|_| {
                     if let Some(h) = &host {
@@ -681,8 +799,74 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
                 })
                 .and_then(|_| load::resolve(&raw))
                 .map(|(_, spec)| spec)
-        })
-        .collect();
+        }
+    };
+    let mut resolved: Vec<Result<sim::config::SimSpec, String>> = plans.par_iter().map(|c| resolve(c, None)).collect();
+    // The SLOs are judged at a steady state. Under a finite rate without `--num-prompts`, each plan
+    // is run on as many requests as its capacity run ([`steady_run`]): the scenario's own 200 to
+    // 400 prompts were mostly ramp-up into a half-empty engine (one A100 met mean TPOT <= 50 ms at
+    // 16 req/s on 400 prompts with 48.8 ms and broke it on 4,000 with 53.1; the audit of
+    // 2026-12-06). A shorter `--num-prompts`, and a trace shorter than a steady state (it is the
+    // user's workload, replayed once), are judged as given, with a warning.
+    let sizing: Vec<Option<Steady>> = resolved.par_iter().map(|r| r.as_ref().ok().and_then(steady)).collect();
+    if a.num_prompts.is_none() {
+        let longer: Vec<(usize, u64)> = sizing
+            .iter()
+            .enumerate()
+            .filter_map(|(i, z)| z.as_ref().filter(|z| !z.trace && z.need > z.n).map(|z| (i, z.need)))
+            .collect();
+        let again: Vec<(usize, Result<sim::config::SimSpec, String>)> =
+            longer.par_iter().map(|&(i, need)| (i, resolve(&plans[i], Some(need)))).collect();
+        for (i, r) in again {
+            resolved[i] = r;
+        }
+    }
+    {
+        let short = |trace: bool| -> Option<(&PlanCandidate, &Steady, usize)> {
+            let v: Vec<(usize, &Steady)> = sizing
+                .iter()
+                .enumerate()
+                .filter_map(|(i, z)| z.as_ref().filter(|z| z.trace == trace && z.need > z.n).map(|z| (i, z)))
+                .collect();
+            v.iter().max_by_key(|(_, z)| z.need).map(|&(i, z)| (&plans[i], z, v.len()))
+        };
+        if let (Some(n), Some((c, z, count))) = (a.num_prompts, short(false)) {
+            load::warn_once(format!(
+ "--num-prompts {n}: fewer requests than a steady state needs for {count} of the {} plans ({} needs {}: {RUN_PER_IN_FLIGHT} times the {} it runs at once, at least {MIN_CAPACITY_RUN}); their SLOs are judged on a run that is mostly ramp-up, and a latency SLO met there may break at this rate over a longer run: give --num-prompts {} or more, or leave it out (each plan is then run on its own steady state)",
+                plans.len(),
+                c.label(),
+                z.need,
+                z.in_flight,
+                z.need
+            ));
+        }
+        if let Some((c, z, count)) = short(true) {
+            load::warn_once(format!(
+ "{}: the trace replays {} requests, fewer than a steady state needs for {count} of the {} plans ({} needs {}: {RUN_PER_IN_FLIGHT} times the {} it runs at once, at least {MIN_CAPACITY_RUN}); the SLOs are judged on the trace as given (replayed once; --num-prompts cannot lengthen it), so a plan that meets them here may break them on a longer stretch of this traffic",
+                base.origin,
+                z.n,
+                plans.len(),
+                c.label(),
+                z.need,
+                z.in_flight
+            ));
+        }
+        let held: Vec<&PlanCandidate> = sizing
+            .iter()
+            .zip(&plans)
+            .filter(|(z, _)| z.as_ref().is_some_and(|z| z.trace && z.n <= z.in_flight))
+            .map(|(_, c)| c)
+            .collect();
+        if let Some(c) = held.first() {
+            load::warn_once(format!(
+ "{}: {} of the {} plans hold all of the trace's requests at once ({} among them): they are not checked for keeping up with its rate, and their SLOs are judged on the trace as given",
+                base.origin,
+                held.len(),
+                plans.len(),
+                c.label()
+            ));
+        }
+    }
     // Memory: refuse a plan whose run would not fit, and run no more plans at once than fit.
     let estimates: Vec<u64> = resolved.iter().map(|r| r.as_ref().map_or(0, estimated_run_bytes)).collect();
     if let Some((i, &most)) = estimates.iter().enumerate().max_by_key(|(_, &b)| b).filter(|(_, &b)| b > MEMORY_BUDGET) {
@@ -771,14 +955,14 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
         .iter()
         .filter(|e| {
             !valid.iter().any(|o| {
-                o.plan.cost_per_hour <= e.plan.cost_per_hour
+                o.plan.cost_micros() <= e.plan.cost_micros()
                     && lat(o) <= lat(e)
-                    && (o.plan.cost_per_hour < e.plan.cost_per_hour || lat(o) < lat(e))
+                    && (o.plan.cost_micros() < e.plan.cost_micros() || lat(o) < lat(e))
             })
         })
         .map(|e| (*e).clone())
         .collect();
-    pareto.sort_by(|x, y| x.plan.cost_per_hour.total_cmp(&y.plan.cost_per_hour));
+    pareto.sort_by(|x, y| x.plan.cost_micros().cmp(&y.plan.cost_micros()));
     // The cheapest plan meeting every SLO; among plans of one price, the one with the lowest
     // `--pareto-latency` (then the label): the first by label could be one a plan of the same
     // price beat on latency (2 RTX 5090s against 1 A100 at 1.50/h; the audit of 2026-12-06).
@@ -787,8 +971,8 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
         .filter(|e| e.error.is_none() && e.violations.is_empty())
         .min_by(|x, y| {
             x.plan
-                .cost_per_hour
-                .total_cmp(&y.plan.cost_per_hour)
+                .cost_micros()
+                .cmp(&y.plan.cost_micros())
                 .then_with(|| lat(x).total_cmp(&lat(y)))
                 .then_with(|| x.plan.label().cmp(&y.plan.label()))
         })
@@ -803,6 +987,18 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
         })
         .cloned()
         .collect();
+    // Each plan run on its own steady state: the counts, in words.
+    let judged = (a.num_prompts.is_none() && sizing.iter().flatten().any(|z| !z.trace && z.need > z.n)).then(|| {
+        let counts: Vec<u64> =
+            resolved.iter().filter_map(|r| r.as_ref().ok()).map(|s| u64::from(s.workload.num_prompts)).collect();
+        let (lo, hi) = (counts.iter().min().copied().unwrap_or(0), counts.iter().max().copied().unwrap_or(0));
+        let range = if lo == hi { format!("{lo}") } else { format!("{lo} to {hi}") };
+        format!(
+            "{range} prompts a plan (each plan's steady-state run: {RUN_PER_IN_FLIGHT} times what it runs at once, at \
+             least {MIN_CAPACITY_RUN} and the scenario's own; its report's num_prompts, which `servesim simulate` with \
+             --set workload.num_prompts=N reproduces)"
+        )
+    });
     let result = PlanResult {
         best,
         pareto,
@@ -811,7 +1007,11 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
         invalid: evaluated.iter().filter(|e| e.error.is_some()).cloned().collect(),
         slos: slos.iter().map(|s| s.text.clone()).collect(),
         pareto_latency: a.pareto_latency.clone(),
-        load: resolved.iter().find_map(|r| r.as_ref().ok()).map(load_words).unwrap_or_default(),
+        load: resolved
+            .iter()
+            .find_map(|r| r.as_ref().ok())
+            .map(|s| load_words(s, judged.as_deref()))
+            .unwrap_or_default(),
     };
     if let Some(path) = &a.plot {
         let pts: Vec<(f64, f64, bool, String)> =
@@ -830,7 +1030,7 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
 }
 
 /// The load the plans ran at, in words: what `plan`'s text states first.
-fn load_words(spec: &sim::config::SimSpec) -> String {
+fn load_words(spec: &sim::config::SimSpec, prompts: Option<&str>) -> String {
     let w = &spec.workload;
     let reqs = sim::workload::generate(&sim::workload::WorkloadParams {
         num_warmups: 0,
@@ -851,9 +1051,10 @@ fn load_words(spec: &sim::config::SimSpec) -> String {
             format!("{n} requests of the trace, all at one instant")
         }
     } else {
+        let prompts = prompts.map_or_else(|| format!("{n} prompts"), str::to_string);
         match w.request_rate {
-            Some(r) if w.burstiness == 1.0 => format!("{n} prompts at {r} requests/s (Poisson arrivals)"),
-            Some(r) => format!("{n} prompts at {r} requests/s (burstiness {})", w.burstiness),
+            Some(r) if w.burstiness == 1.0 => format!("{prompts} at {r} requests/s (Poisson arrivals)"),
+            Some(r) => format!("{prompts} at {r} requests/s (burstiness {})", w.burstiness),
             None => format!("{n} prompts sent at once"),
         }
     };
@@ -902,6 +1103,13 @@ fn text(r: &PlanResult) -> String {
                 f(b, "p99_ttft_ms"),
                 f(b, "mean_tpot_ms"),
                 f(b, "p99_itl_ms")
+            );
+            // The count its metrics are of, so that `servesim simulate` of that fleet reproduces them.
+            let _ = writeln!(
+                s,
+                "  judged on a run of {:.0} prompts (--set workload.num_prompts={:.0} reproduces it)",
+                f(b, "num_prompts"),
+                f(b, "num_prompts")
             );
         }
     }

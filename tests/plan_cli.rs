@@ -60,10 +60,21 @@ fn plan_rejects_a_fleet_whose_burst_capacity_exceeds_the_rate_but_whose_sustaine
     assert!(steady["peak_waiting"].as_u64().unwrap() > 100, "{steady:#}");
 
     let cands = two_gpus();
-    let args =
-        ["plan", SP, "--candidates", cands.to_str().unwrap(), "--request-rate", "20", "--slo", "p99_ttft_ms<=1000"];
+    // 400 prompts (a run shorter than a steady state, said with a warning): it meets the latency
+    // SLO on them, and is rejected for falling behind.
+    let args = [
+        "plan",
+        SP,
+        "--candidates",
+        cands.to_str().unwrap(),
+        "--request-rate",
+        "20",
+        "--slo",
+        "p99_ttft_ms<=1000",
+        "--num-prompts",
+        "400",
+    ];
     let r = stdout_json(&run_cli(&[&args[..], &["--json"]].concat()));
-    // It meets the latency SLO on this run's 400 requests, and is rejected for falling behind.
     let one_a100 = r["rejected"]
         .as_array()
         .unwrap()
@@ -189,4 +200,191 @@ fn plan_refuses_a_candidate_too_large_to_simulate() {
     let err = stderr(&o);
     assert!(err.contains("the plan 4096 x TP8 h100-80gb would take about"), "{err}");
     assert!(err.contains("past plan's budget of 16.0 GiB a plan"), "{err}");
+}
+
+/// A key given twice in the candidates file is refused, naming the file and the key: JSON parsers
+/// keep the last one, so a second, lower price for a GPU was planned at without a word (the audit
+/// of 2026-12-06), and a second `gpus` list dropped the first.
+#[test]
+fn plan_refuses_a_key_given_twice_in_the_candidates_file() {
+    for (name, text, key) in [
+        (
+            "plan-cli-dup-price.json",
+            r#"{"prices_per_gpu_hour":{"h100-80gb":2.99,"l40s":0.99,"h100-80gb":0.10},"gpus":["h100-80gb"],"replicas":[1]}"#,
+            "h100-80gb",
+        ),
+        (
+            "plan-cli-dup-gpus.json",
+            r#"{"prices_per_gpu_hour":{"h100-80gb":2.99,"l40s":0.99},"gpus":["h100-80gb"],"gpus":["l40s"],"replicas":[1]}"#,
+            "gpus",
+        ),
+    ] {
+        let cands = write_temp(name, text);
+        let o = run_cli(&["plan", SP, "--candidates", cands.to_str().unwrap(), "--slo", "p99_ttft_ms<=1000"]);
+        assert_eq!(o.status.code(), Some(2), "{name}: {}", stdout(&o));
+        let err = stderr(&o);
+        assert!(err.contains(name), "{err}");
+        assert!(err.contains(key), "{err}");
+        assert!(stdout(&o).is_empty(), "{}", stdout(&o));
+    }
+}
+
+/// One A100 and an L40S P/D pair at 16 req/s of the shared-prefix prompts.
+fn a100_l40s() -> std::path::PathBuf {
+    write_temp(
+        "plan-cli-a100-l40s.json",
+        r#"{"prices_per_gpu_hour":{"a100-80gb":1.79,"l40s":0.99},"gpus":["a100-80gb","l40s"],"replicas":[1],"pd_splits":[[1,1]]}"#,
+    )
+}
+
+fn find<'a>(r: &'a Value, gpu: &str, replicas: Option<u64>) -> &'a Value {
+    [&r["pareto"], &r["rejected"], &r["also_meet"]]
+        .iter()
+        .flat_map(|a| a.as_array().unwrap().iter())
+        .find(|e| e["plan"]["gpu"] == gpu && e["plan"]["replicas"].as_u64() == replicas)
+        .unwrap_or_else(|| panic!("{gpu} {replicas:?}: {r:#}"))
+}
+
+/// The SLOs are judged at a steady state: under a finite rate without `--num-prompts`, each plan
+/// runs as many requests as its capacity run (six times what it runs at once, at least 1,000).
+/// On the scenario's 400 prompts, 1P+1D L40S met mean TPOT <= 50 ms at 16 req/s (48.8) and plan
+/// picked it; over 4,000 it breaks it (53.1; the audit of 2026-12-06). Its metrics are `simulate`
+/// of that fleet with the count it states; a shorter `--num-prompts` is warned of.
+#[test]
+fn plan_judges_slos_on_a_steady_state_run_and_warns_of_a_shorter_one() {
+    let cands = a100_l40s();
+    let args = [
+        "plan",
+        SP,
+        "--candidates",
+        cands.to_str().unwrap(),
+        "--request-rate",
+        "16",
+        "--slo",
+        "p99_ttft_ms<=1000",
+        "--slo",
+        "mean_tpot_ms<=50",
+    ];
+    let o = run_cli(&[&args[..], &["--json"]].concat());
+    assert!(!stderr(&o).contains("fewer requests than a steady state"), "{}", stderr(&o));
+    let r = stdout_json(&o);
+    let pd = find(&r, "l40s", None);
+    assert!(pd["metrics"]["num_prompts"].as_u64().unwrap() >= 1000, "{pd:#}");
+    assert!(pd["metrics"]["mean_tpot_ms"].as_f64().unwrap() > 50.0, "{pd:#}");
+    assert!(pd["violations"].as_array().unwrap().iter().any(|v| v["slo"] == "mean_tpot_ms<=50"), "{pd:#}");
+    assert_ne!(r["best"]["plan"]["gpu"], "l40s", "{:#}", r["best"]);
+    // The best plan's metrics are `simulate` of its fleet at the count plan states.
+    let best = &r["best"];
+    let n = best["metrics"]["num_prompts"].as_u64().unwrap();
+    assert!(n >= 1000, "{best:#}");
+    let sim = stdout_json(&run_cli(&[
+        "simulate",
+        SP,
+        "--set",
+        &format!("hardware={}", best["plan"]["gpu"].as_str().unwrap()),
+        "--set",
+        "fleet.count=1",
+        "--set",
+        "workload.request_rate=16",
+        "--set",
+        "workload.max_concurrency=null",
+        "--set",
+        &format!("workload.num_prompts={n}"),
+        "--json",
+    ]));
+    for k in ["mean_tpot_ms", "p99_ttft_ms", "output_throughput"] {
+        assert_eq!(sim[k], best["metrics"][k], "{k}");
+    }
+    let text = stdout(&run_cli(&args));
+    assert!(text.contains(&format!("judged on a run of {n} prompts")), "{text}");
+    assert!(text.contains("prompts a plan (each plan's steady-state run"), "{text}");
+    // `--num-prompts` below a steady state is run as asked, with a warning naming what it needs.
+    let o = run_cli(&[&args[..], &["--num-prompts", "400", "--json"]].concat());
+    let err = stderr(&o);
+    assert!(err.contains("--num-prompts 400: fewer requests than a steady state needs"), "{err}");
+    assert!(err.contains("give --num-prompts 1536 or more"), "{err}");
+    assert_eq!(find(&stdout_json(&o), "l40s", None)["metrics"]["num_prompts"], 400);
+}
+
+/// A trace is the user's workload, replayed once: one shorter than a steady state, and one every
+/// plan holds at once (not checked for keeping up), is judged as given, with warnings saying so.
+#[test]
+fn plan_warns_that_a_short_trace_is_judged_as_given() {
+    let o = run_cli(&[
+        "plan",
+        "data/plan/mooncake-fleet-llama3.1-8b-h100-vllm.json",
+        "--candidates",
+        "data/plan/example-candidates.json",
+        "--slo",
+        "p99_ttft_ms<=500",
+        "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("the trace replays 40 requests, fewer than a steady state needs"), "{err}");
+    assert!(err.contains("judged on the trace as given"), "{err}");
+    assert!(err.contains("hold all of the trace's requests at once"), "{err}");
+}
+
+/// The keep-up verdict does not depend on `--num-prompts`: one A100 at 16 req/s (which `simulate`
+/// shows keeping up: 15.97 req/s completed over 24,000 requests, no queue) was rejected as falling
+/// behind with 400 to 2,000 prompts and passed with 4,000 to 8,000, because the measured window
+/// began inside the fill (completions at 10 to 12 a second while the engine filled to 256
+/// running). The capacity run's length no longer follows the judged run's, and its window opens
+/// after the fill.
+#[test]
+fn plan_keep_up_verdict_does_not_depend_on_the_prompt_count() {
+    let cands = write_temp(
+        "plan-cli-a100.json",
+        r#"{"prices_per_gpu_hour":{"a100-80gb":1.79},"gpus":["a100-80gb"],"replicas":[1]}"#,
+    );
+    for n in ["400", "2000", "4000"] {
+        let r = stdout_json(&run_cli(&[
+            "plan",
+            SP,
+            "--candidates",
+            cands.to_str().unwrap(),
+            "--request-rate",
+            "16",
+            "--num-prompts",
+            n,
+            "--json",
+        ]));
+        let e = find(&r, "a100-80gb", Some(1));
+        let keeps = e["violations"]
+            .as_array()
+            .is_none_or(|v| v.iter().all(|v| !v["slo"].as_str().unwrap().starts_with("keeps up")));
+        assert!(keeps, "{n}: {e:#}");
+    }
+}
+
+/// Costs are compared as printed: 0.7 × 3 is 2.0999999999999996 in floating point, and three
+/// A100s at 0.70/h (p99 TTFT 61 ms) beat one H100 at 2.10/h (30 ms) for the same printed price,
+/// and sat on the Pareto front though the H100 dominates them.
+#[test]
+fn plan_breaks_a_tie_of_printed_costs_by_latency() {
+    let cands = write_temp(
+        "plan-cli-tie.json",
+        r#"{"prices_per_gpu_hour":{"h100-80gb":2.1,"a100-80gb":0.7},"gpus":["h100-80gb","a100-80gb"],"replicas":[1,3]}"#,
+    );
+    let r = stdout_json(&run_cli(&[
+        "plan",
+        SP,
+        "--candidates",
+        cands.to_str().unwrap(),
+        "--request-rate",
+        "20",
+        "--slo",
+        "p99_ttft_ms<=1000",
+        "--json",
+    ]));
+    assert_eq!(r["best"]["plan"]["gpu"], "h100-80gb", "{:#}", r["best"]);
+    assert_eq!(r["best"]["plan"]["replicas"], 1, "{:#}", r["best"]);
+    let three = find(&r, "a100-80gb", Some(3));
+    assert!(
+        three["metrics"]["p99_ttft_ms"].as_f64().unwrap() > r["best"]["metrics"]["p99_ttft_ms"].as_f64().unwrap(),
+        "{three:#}"
+    );
+    let on_front = r["pareto"].as_array().unwrap().iter().any(|e| label(e) == "\"a100-80gb\" 3 1");
+    assert!(!on_front, "{:#}", r["pareto"]);
 }
