@@ -37,8 +37,43 @@ fn gib(b: u64) -> String {
     format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64)
 }
 
+/// What the text adds from the resolved scenario (not JSON keys: those are a contract).
+pub struct TextExtras {
+    /// The step's token budget or prefill chunk the release chose, in words.
+    pub budget: String,
+    /// The fitted profile's file, where one prices the steps (`cost.profile`).
+    pub profile: Option<String>,
+}
+
+impl TextExtras {
+    pub fn of(raw: &load::RawScenario, base: &sim::config::SimSpec) -> TextExtras {
+        let budget = match &base.engine {
+            sim::config::EngineSpec::Vllm(c) => {
+                format!(
+                    "Token budget per step: max_num_batched_tokens = {}",
+                    sim::explain::thousands(u64::from(c.max_num_batched_tokens))
+                )
+            }
+            sim::config::EngineSpec::Sglang(c) => match c.chunked_prefill_size {
+                Some(n) => {
+                    format!("Prefill chunk: chunked_prefill_size = {} tokens", sim::explain::thousands(u64::from(n)))
+                }
+                None => "Prefill chunk: none (chunked_prefill_size off: prefills unchunked)".to_string(),
+            },
+        };
+        let profile = raw.json.pointer("/cost/profile").and_then(|v| v.as_str()).map(str::to_string);
+        TextExtras { budget, profile }
+    }
+}
+
+/// A memory fraction as the engines' flags write it: 0.92, 0.83, 0.875.
+fn fraction(part: u64, whole: u64) -> String {
+    let t = format!("{:.3}", part as f64 / whole.max(1) as f64);
+    t.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
 /// The text rendering of an explanation.
-pub fn text(e: &Explanation) -> String {
+pub fn text(e: &Explanation, x: &TextExtras) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "Why the metrics are what they are ({} {}, {}):", e.engine, e.engine_version, e.load);
     let _ = writeln!(s, "Scenario: {} ({} on {})", e.scenario, e.model_id, e.hardware);
@@ -77,7 +112,15 @@ pub fn text(e: &Explanation) -> String {
             None => String::new(),
         }
     );
-    let _ = writeln!(s, "Step cost source: {}", e.point.cost_source);
+    match &x.profile {
+        Some(f) if e.point.cost_source.contains("fitted profile") => {
+            let _ = writeln!(s, "Step cost source: {} ({f})", e.point.cost_source);
+        }
+        _ => {
+            let _ = writeln!(s, "Step cost source: {}", e.point.cost_source);
+        }
+    }
+    let _ = writeln!(s, "{}", x.budget);
     if let Some(c) = &e.step_cpu {
         let _ = writeln!(s, "Host CPU per step: {c}");
     }
@@ -91,9 +134,10 @@ pub fn text(e: &Explanation) -> String {
             } else {
                 let _ = writeln!(s, "KV pool derived from {} (per GPU):", e.kv_sizing_source);
             }
+            let requested = format!("requested (the fraction, {})", fraction(m.requested, m.total));
             for (label, v) in [
                 ("total", m.total),
-                ("requested (the fraction)", m.requested),
+                (requested.as_str(), m.requested),
                 ("weights", m.weights),
                 ("activation peak", m.activation_peak),
                 ("non-torch", m.non_torch),
@@ -109,15 +153,42 @@ pub fn text(e: &Explanation) -> String {
                 if matches!(label, "margin" | "sampler state (V2 runner)") && v == 0 {
                     continue;
                 }
-                let _ = writeln!(s, "  {label:<32} {:>12}", gib(v));
+                // A term that is 0 here is not charged to the fraction: it lives in the reserve
+                // outside it (vLLM's CUDA context before 0.34; SGLang's activations and graphs).
+                let shown = match label {
+                    "CUDA graphs" if v == 0 && !e.deployment.cuda_graphs => {
+                        format!("{:>12}  (CUDA graphs off)", "none")
+                    }
+                    _ if v == 0 && !label.starts_with("reserve") => {
+                        format!("{:>12}  (not charged to the fraction: in the reserve outside it)", "-")
+                    }
+                    _ => format!("{:>12}", gib(v)),
+                };
+                let _ = writeln!(s, "  {label:<32} {shown}");
             }
-            let _ = writeln!(s, "  ({}; {} KV bytes per token per GPU)", m.derivation, e.kv_bytes_per_token);
+            if e.kv_sizing_source == "max_total_tokens" {
+                let _ = writeln!(
+                    s,
+                    "  {:<32} {:>12}  ({} tokens: the pool)",
+                    "max_total_tokens bound",
+                    gib(e.kv_cache_tokens.saturating_mul(e.kv_bytes_per_token)),
+                    sim::explain::thousands(e.kv_cache_tokens)
+                );
+            }
+            let _ = writeln!(
+                s,
+                "  ({}; {} KV bytes per token per GPU)",
+                m.derivation,
+                sim::explain::thousands(e.kv_bytes_per_token)
+            );
         }
         None => {
             let _ = writeln!(
                 s,
                 "KV pool: {} tokens, given by {} (no memory account: nothing is derived; {} KV bytes per token per GPU)",
-                e.kv_cache_tokens, e.kv_sizing_source, e.kv_bytes_per_token
+                sim::explain::thousands(e.kv_cache_tokens),
+                e.kv_sizing_source,
+                sim::explain::thousands(e.kv_bytes_per_token)
             );
         }
     }
@@ -142,7 +213,10 @@ pub fn run(a: ExplainArgs) -> Result<ExitCode, String> {
     let sets = a.bench.with_sets(&a.common.sets)?;
     load::apply_overrides(&mut raw, &sets, a.common.seed).map_err(|e| a.bench.name_the_flag(e))?;
     let (_, base) = load::resolve(&raw).map_err(|e| a.bench.name_the_flag(e))?;
-    let plan = sim::explain::plan(&base, a.concurrency)?;
+    let extras = TextExtras::of(&raw, &base);
+    // `--max-concurrency N` asks for the run at N as `--concurrency N` does (its 4 × N prompts):
+    // kept at the scenario's prompt count it could never reach N (20 prompts at 64).
+    let plan = sim::explain::plan(&base, a.concurrency.or(a.bench.max_concurrency))?;
     let pb = crate::plot::progress(plan.grid_specs.len() as u64 + 1, "simulating");
     let all: Vec<&sim::config::SimSpec> = plan.grid_specs.iter().chain(std::iter::once(&plan.point)).collect();
     let mut outs = all
@@ -159,7 +233,7 @@ pub fn run(a: ExplainArgs) -> Result<ExitCode, String> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&e).expect("json"));
     } else {
-        print!("{}", text(&e));
+        print!("{}", text(&e, &extras));
     }
     // As `simulate`: a run that did not complete (the notes say why) exits 1.
     let done = point.run.stop == sim::simulation::StopReason::Completed;

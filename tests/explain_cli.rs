@@ -106,3 +106,201 @@ fn explain_fleet_kv_sentences_match_their_numbers_with_shared_prefixes() {
         s[2]
     );
 }
+
+const V: &str = "scenarios/kv-starved-qwen2.5-7b-a100-vllm.json";
+const G: &str = "scenarios/kv-starved-qwen2.5-7b-a100-sglang.json";
+
+/// The number after `prefix` in `s` (thousands separators allowed).
+fn number_after(s: &str, prefix: &str) -> u64 {
+    let t = s.split(prefix).nth(1).unwrap_or_else(|| panic!("no {prefix:?} in {s}"));
+    let digits: String = t.chars().take_while(|c| c.is_ascii_digit() || *c == ',').filter(|c| *c != ',').collect();
+    digits.parse().unwrap_or_else(|_| panic!("no number after {prefix:?} in {s}"))
+}
+
+/// A pool of 10,240 tokens holds one 9,716-token request, and 1.5 times it still one: the
+/// what-if sweep tested nothing, yet explain said "A larger KV pool does not move the knee (with
+/// 15360 tokens, room for 1 requests ...): the engine is out of compute", and "more than 1 can
+/// run at once" where its runs showed at most 1. The what-if pool now holds at least one request
+/// more than the pool (and the knee moves with it), and "more than 1 can run" needs a peak past 1.
+#[test]
+fn explain_tests_a_larger_pool_only_with_room_for_more_requests() {
+    let e = explain(&[
+        V,
+        "--set",
+        "workload.random_input_len=9700",
+        "--set",
+        "workload.random_output_len=16",
+        "--set",
+        "engine.max_model_len=10240",
+        "--set",
+        "engine.max_num_batched_tokens=16384",
+    ]);
+    assert_eq!(e["kv_limited_concurrency"], 1, "{e:#}");
+    let knob = e["knob"].as_str().unwrap();
+    assert!(!knob.contains("engine is out of compute"), "{knob}");
+    assert!(!knob.contains("1 requests"), "{knob}");
+    let holds = number_after(knob, "(room for ");
+    assert!(holds > 1, "{knob}");
+    let s = &sentences(&e)[1];
+    assert!(!s.contains("more than 1 can run"), "{s}");
+    assert!(s.contains("at most 1 ran at once"), "{s}");
+    assert!(sentences(&e)[0].contains("holds 1 request at once"), "{}", sentences(&e)[0]);
+}
+
+/// `--max-concurrency 64` explained a run of the scenario's 20 prompts, which never has 64 in
+/// flight ("At concurrency 64, mean TTFT is 4002.2 ms ... No request was preempted") while
+/// `--concurrency 64` runs 256 (14,808.3 ms, 20 preemptions). Both are now sized alike, the run
+/// is simulate's of the same load byte for byte, and a changed prompt count is noted; the
+/// scenario's own concurrency keeps its prompts and says it is never reached.
+#[test]
+fn explain_sizes_a_max_concurrency_run_as_a_concurrency_run() {
+    let a = explain(&["--max-concurrency", "64"]);
+    let b = explain(&["--concurrency", "64"]);
+    assert_eq!(a["point"]["num_prompts"], 256, "{}", a["point"]);
+    assert_eq!(a["point"], b["point"]);
+    assert_eq!(a["explanation"], b["explanation"]);
+    let sim = stdout_json(&run_cli(&["simulate", "--max-concurrency", "64", "--num-prompts", "256", "--json"]));
+    assert_eq!(a["point"]["mean_ttft_ms"], sim["mean_ttft_ms"]);
+    assert_eq!(a["point"]["num_preemptions"], sim["num_preemptions"]);
+    let notes =
+        |e: &Value| e["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap().to_string()).collect::<Vec<_>>();
+    assert!(
+        notes(&a).iter().any(|n| n.contains("has 256 prompts") && n.contains("not the scenario's 20")),
+        "{:?}",
+        notes(&a)
+    );
+    // A prompt count set on the command line and raised is noted too.
+    let c = explain(&["--concurrency", "64", "--set", "workload.num_prompts=10"]);
+    assert!(
+        notes(&c).iter().any(|n| n.contains("has 256 prompts") && n.contains("not the scenario's 10")),
+        "{:?}",
+        notes(&c)
+    );
+    // The scenario's own concurrency above its prompt count: its prompts, said to be one wave.
+    let d = explain(&["--set", "workload.max_concurrency=64"]);
+    assert_eq!(d["point"]["num_prompts"], 20);
+    let load = d["load"].as_str().unwrap();
+    assert!(load.contains("never reached") && load.contains("all 20 prompts in flight at once"), "{load}");
+    assert!(notes(&d).iter().any(|n| n.contains("concurrency 64 is never reached")), "{:?}", notes(&d));
+}
+
+/// On the B200 70B, the what-if pool (1,203,760 tokens) is more than the GPU holds (sweep refuses
+/// it: 183.68 GiB of KV per GPU), and explain advised raising gpu_memory_utilization, which at
+/// 0.92 adds at most 8% of the GPU. It now says the pool is beyond the GPU, in the numbers sweep
+/// refuses it with, and ranks the ways to a larger pool by what each can add.
+#[test]
+fn explain_says_when_its_what_if_pool_is_beyond_the_gpu_and_ranks_the_advice() {
+    let b200 = "scenarios/b200-llama3.1-70b-fp8-vllm.json";
+    let e = explain(&[b200]);
+    let knob = e["knob"].as_str().unwrap();
+    let tokens = number_after(knob, "with a pool of ");
+    assert!(knob.contains("That pool is larger than this GPU can hold"), "{knob}");
+    assert!(knob.contains("183.68 GiB per GPU") && knob.contains("178.35 GiB of one b200"), "{knob}");
+    // sweep refuses the same pool, with the same figures.
+    let blocks = (tokens / 16 + 1).to_string();
+    let o =
+        run_cli(&["sweep", b200, "--concurrency", "1", "--set", &format!("engine.num_gpu_blocks_override={blocks}")]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("183.68 GiB per GPU") && err.contains("178.35 GiB of one b200"), "{err}");
+    // Ranked: twice the TP and an fp8 KV cache before the fraction's 8%; no fp8 weights (they
+    // are fp8 already).
+    let at = |w: &str| knob.find(w).unwrap_or_else(|| panic!("no {w:?} in {knob}"));
+    assert!(at("TP 4") < at("an fp8 KV cache"), "{knob}");
+    assert!(at("an fp8 KV cache") < at("a higher gpu_memory_utilization (at 0.92"), "{knob}");
+    assert!(knob.contains("the remaining 8% of the GPU"), "{knob}");
+    assert!(!knob.contains("fp8 weights"), "{knob}");
+    // An fp8 KV cache is not advised where the KV is fp8 already.
+    let e = explain(&[V, "--set", "engine.kv_cache_dtype=fp8"]);
+    let knob = e["knob"].as_str().unwrap();
+    assert!(!knob.contains("an fp8 KV cache"), "{knob}");
+    // vLLM 0.34 at its default already takes what is free: no fraction to raise, no pin to set.
+    let e = explain(&[
+        "--set",
+        "engine.kv_cache_tokens=null",
+        "--set",
+        "engine.version=0.34.0",
+        "--set",
+        "engine.gpu_memory_utilization=null",
+    ]);
+    let knob = e["knob"].as_str().unwrap();
+    assert!(!knob.contains("a higher gpu_memory_utilization"), "{knob}");
+    assert!(!knob.contains("num_gpu_blocks_override") && !knob.contains("kv_cache_tokens"), "{knob}");
+    assert!(knob.contains("already 1.0"), "{knob}");
+}
+
+/// The KV-limited concurrency is that of the prompts the knee's sweep runs, the figure `sweep`
+/// reports over explain's own grid (it was the scenario's 20 prompts': 39 where sweep says 42).
+#[test]
+fn explain_limit_is_sweeps_over_the_same_grid() {
+    let s = "scenarios/rtx5090-qwen2.5-7b-vllm.json";
+    let e = explain(&[s, "--set", "workload.random_range_ratio=0.9"]);
+    let grid: Vec<u64> =
+        e["knee"]["sweep"].as_array().unwrap().iter().map(|p| p["max_concurrency"].as_u64().unwrap()).collect();
+    let conc = grid.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+    let prompts = grid.iter().map(|c| (c * 8).to_string()).collect::<Vec<_>>().join(",");
+    let sw = stdout_json(&run_cli(&[
+        "sweep",
+        s,
+        "--set",
+        "workload.random_range_ratio=0.9",
+        "--concurrency",
+        &conc,
+        "--num-prompts",
+        &prompts,
+        "--json",
+    ]));
+    assert_eq!(e["kv_limited_concurrency"], sw["kv_limited_concurrency"]);
+    assert_eq!(e["kv_request_footprint_tokens"], sw["kv_request_footprint_tokens"]);
+    assert_eq!(e["knee"]["max_concurrency"], sw["knee"]["max_concurrency"]);
+}
+
+/// SGLang admits against new_token_ratio's estimates and can retract at the limit itself: its
+/// limit is "about" N. The knee sentence says "close to the limit above" only where no what-if
+/// cleared the limit (the shared-prefix scenario said it beside "the engine is out of compute").
+/// A trace of 40 requests never reaches a limit of 382, and explain said "Past the KV limit TTFT
+/// grows with the queue and requests are preempted". The TTFT split says which preemptions its
+/// interleaving holds.
+#[test]
+fn explain_words_what_its_runs_show() {
+    let e = explain(&[G]);
+    assert!(
+        sentences(&e)[0].contains("about 10 requests at once (SGLang begins retracting as the pool fills)"),
+        "{}",
+        sentences(&e)[0]
+    );
+    let e = explain(&[SP]);
+    let knee = sentences(&e).into_iter().find(|s| s.contains("throughput knee")).unwrap();
+    assert!(e["knob"].as_str().unwrap().contains("does not move the knee"), "{}", e["knob"]);
+    assert!(!knee.contains("close to the limit above"), "{knee}");
+    // The PCIe hint only for PCIe cards (an H100 SXM is NVLink).
+    let knob = e["knob"].as_str().unwrap();
+    assert!(!knob.contains("on PCIe cards") && knob.contains("try it: --set engine.tensor_parallel_size=2"), "{knob}");
+    let e = explain(&["data/plan/mooncake-fleet-llama3.1-8b-h100-vllm.json"]);
+    let all = sentences(&e).join(" ");
+    assert!(!all.contains("Past the KV limit TTFT grows"), "{all}");
+    assert!(all.contains("at this load it never does: at most 40 requests are ever in flight"), "{all}");
+    let e = explain(&[V]);
+    let ttft = sentences(&e).into_iter().find(|s| s.contains("mean TTFT is")).unwrap();
+    assert!(ttft.contains("recompute after a preemption before the first token"), "{ttft}");
+    assert!(ttft.contains("mean TTFT is 20.65 s"), "{ttft}");
+}
+
+/// The text: thousands separators, the fraction used, the step's token budget, the terms not
+/// charged to the fraction said so (not "0.00 GiB"), SGLang's max_total_tokens bound as a row.
+#[test]
+fn explain_text_shows_the_memory_account_as_the_engines_size_it() {
+    let out = run_cli(&["explain", G]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(text.contains("requested (the fraction, 0.875)"), "{text}");
+    assert!(text.contains("Prefill chunk: chunked_prefill_size = 2,048 tokens"), "{text}");
+    assert!(text.contains("max_total_tokens bound") && text.contains("(10,240 tokens: the pool)"), "{text}");
+    assert!(!text.contains(" 0.00 GiB"), "{text}");
+    assert!(text.contains("not charged to the fraction"), "{text}");
+    let out = run_cli(&["explain", V]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        text.contains("KV pool: 10,240 tokens") && text.contains("Token budget per step: max_num_batched_tokens = "),
+        "{text}"
+    );
+}

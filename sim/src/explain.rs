@@ -36,10 +36,11 @@ pub struct Plan {
     /// The run at each of them; where [`Plan::wider_pool`] is given, followed by the same
     /// sweep with that pool.
     pub grid_specs: Vec<SimSpec>,
-    /// Where the KV pool binds first (a single engine): a pool [`WIDER_POOL`] times as large,
-    /// in tokens, and the KV-limited concurrency it gives. The same sweep is run with it, to
-    /// tell whether the knee moves with the pool or the engine is out of compute first.
-    pub wider_pool: Option<(u64, u64)>,
+    /// Where the KV pool binds first (a single engine): a pool at least [`WIDER_POOL`] times as
+    /// large and holding more requests than the pool, in tokens, and the KV-limited concurrency
+    /// it gives; or why none was tried. The same sweep is run with it, to tell whether the knee
+    /// moves with the pool or the engine is out of compute first.
+    pub wider_pool: Option<WiderPool>,
     /// Where the running cap binds first (`max_num_seqs` / `max_running_requests`): the
     /// requests the engines run at once with every cap raised [`WIDER_CAP`] times. The same
     /// sweep is run with it, after the grid's, to tell whether the knee moves with the cap or the
@@ -50,7 +51,8 @@ pub struct Plan {
     pub trace_requests: Option<u32>,
     /// Notes on how the runs were sized (a capped prompt count).
     pub notes: Vec<String>,
-    /// The KV-limited concurrency of the scenario's workload.
+    /// The KV-limited concurrency of the prompts the knee's sweep runs (its largest point's, as
+    /// `sweep` reports it over the same grid).
     pub limit: KvLimit,
 }
 
@@ -155,67 +157,20 @@ fn with_cap(base: &SimSpec) -> SimSpec {
 /// Prompts a concurrency slot at each point of the knee's sweep.
 pub const EXPLAIN_PROMPTS_PER_SLOT: u32 = 8;
 
-/// The runs to explain `base` at `concurrency` (default: the scenario's, or
-/// twice the concurrency at which the first limit binds).
-pub fn plan(base: &SimSpec, concurrency: Option<u32>) -> Result<Plan, String> {
-    // The workload's mean request (from at most its first 10,000 prompts: bounded work).
-    let w0 = crate::workload::generate(&crate::workload::WorkloadParams {
-        num_prompts: base.workload.num_prompts.min(10_000),
+/// The workload `s` runs (its first `MAX_EXPLAIN_PROMPTS` prompts at most; no warm-ups).
+fn workload_of(s: &SimSpec) -> crate::workload::Workload {
+    crate::workload::generate(&crate::workload::WorkloadParams {
+        num_prompts: s.workload.num_prompts.min(MAX_EXPLAIN_PROMPTS),
         num_warmups: 0,
         prior_run_prompts: 0,
         prior_run_prefixes: 0,
-        ..base.workload.clone()
-    });
-    let limit = kv_limited_concurrency(base, &w0);
-    let (_, binding_at) = binding(base, limit.concurrency);
-    let limit_c = binding_at.clamp(1, u64::from(MAX_EXPLAIN_CONCURRENCY));
-    let open = open_loop(base);
-    // An open-loop scenario is explained at its own load unless a concurrency is asked for.
-    let conc = match concurrency.or(base.workload.max_concurrency) {
-        Some(c) => Some(c),
-        None if open => None,
-        None => Some((2 * limit_c).max(2) as u32),
-    };
-    if let Some(conc) = conc {
-        if conc == 0 || conc > MAX_EXPLAIN_CONCURRENCY {
-            return Err(format!("--concurrency: must be from 1 to {MAX_EXPLAIN_CONCURRENCY}, got {conc}"));
-        }
-    }
-    let mut notes = Vec::new();
-    if open {
-        notes.push(
-            "the scenario's arrivals are its own (a request rate or a trace): the explained run keeps them; \
-             the sweep that finds the knee is a closed loop (each concurrency's requests sent back to back, \
-             the same request mix), as an offered rate would cap throughput before the engine does"
-                .to_string(),
-        );
-    }
-    // Enough requests that the explained run reaches its steady state.
-    let prompts = match conc {
-        _ if conc == base.workload.max_concurrency => None,
-        None => None,
-        Some(conc) => {
-            let want = 4u64 * u64::from(conc);
-            let capped = want.min(u64::from(MAX_EXPLAIN_PROMPTS)) as u32;
-            let n = capped.max(base.workload.num_prompts);
-            if want > u64::from(n) {
-                // Fewer prompts than the concurrency are one wave, all in flight at once.
-                let shows = if n <= conc {
-                    format!("all {n} are in flight at once (one wave), not a steady state")
-                } else {
-                    "it shows the first waves, not a steady state".to_string()
-                };
-                notes.push(format!(
-                    "the run at concurrency {conc} has {n} prompts, not 4 × {conc} (explain runs at most {MAX_EXPLAIN_PROMPTS}): {shows}"
-                ));
-            }
-            Some(base.workload.num_prompts.max(capped))
-        }
-    };
-    let point = match conc {
-        Some(c) => with_load(base, c, prompts),
-        None => base.clone(),
-    };
+        ..s.workload.clone()
+    })
+}
+
+/// The concurrencies of the knee's sweep around `limit_c` (cut at a trace's length).
+fn grid_around(limit_c: u64, trace_len: Option<u32>) -> (Vec<u32>, Option<u32>) {
+    let limit_c = limit_c.clamp(1, u64::from(MAX_EXPLAIN_CONCURRENCY));
     let mut grid: Vec<u32> = [
         1,
         limit_c / 4,
@@ -232,12 +187,6 @@ pub fn plan(base: &SimSpec, concurrency: Option<u32>) -> Result<Plan, String> {
     .collect();
     // A trace (or request list) has as many requests as it has, whatever the prompt count asked:
     // a closed loop over it never has more in flight, and a point past that repeats the last.
-    let trace_len = match &base.workload.dataset {
-        Dataset::Trace { rows } => Some(rows.len()),
-        Dataset::Requests { requests } => Some(requests.len()),
-        _ => None,
-    }
-    .map(|n| u32::try_from(n).unwrap_or(u32::MAX).max(1));
     let trace_requests = trace_len.filter(|&n| grid.iter().any(|&c| c > n));
     if let Some(n) = trace_requests {
         for c in &mut grid {
@@ -246,28 +195,212 @@ pub fn plan(base: &SimSpec, concurrency: Option<u32>) -> Result<Plan, String> {
     }
     grid.sort_unstable();
     grid.dedup();
+    (grid, trace_requests)
+}
+
+/// The run of the knee's sweep at concurrency `c`: eight prompts a slot, a closed loop.
+fn sweep_point(base: &SimSpec, c: u32) -> SimSpec {
+    let mut s = with_load(base, c, Some(c.saturating_mul(EXPLAIN_PROMPTS_PER_SLOT).min(MAX_EXPLAIN_PROMPTS.max(c))));
+    closed_loop(&mut s);
+    s
+}
+
+/// The what-if pool: why it was not run, or what it is.
+#[derive(Clone, Debug)]
+pub enum WiderPool {
+    /// The pool of the what-if sweep, in tokens, the KV-limited concurrency it gives (more than
+    /// the pool's), and, where this GPU cannot hold it, why (the check `simulate` and `sweep`
+    /// make on a pool given in tokens).
+    Run { tokens: u64, holds: u64, beyond_gpu: Option<String> },
+    /// Why no larger pool was tried (one that would hold no more requests tests nothing).
+    NotTested(String),
+}
+
+/// Where a pool of `tokens` does not fit on the GPU beside the weights (the bound `simulate`
+/// and `sweep` enforce on a pool given in tokens, `config::check_pinned_pool`): the GiB it
+/// needs per GPU against what there is.
+fn beyond_gpu(base: &SimSpec, tokens: u64) -> Option<String> {
+    let d = &base.deployment;
+    let per_token = base.kv_sizing.kv_bytes_per_token;
+    let kv = u128::from(tokens) * u128::from(per_token);
+    let weights = base.model.weight_bytes_per_gpu(d.tensor_parallel_size, d.linear_weight_bytes);
+    let total = base.gpu.memory_bytes;
+    (kv + u128::from(weights) > u128::from(total)).then(|| {
+        let g = |b: f64| b / (1u64 << 30) as f64;
+        format!(
+            "{} tokens of KV cache take {:.2} GiB per GPU, and with the weights' {:.2} GiB that is more than the {:.2} GiB of one {} (simulate and sweep refuse such a pool); beside the weights it holds at most about {} tokens",
+            thousands(tokens),
+            g(kv as f64),
+            g(weights as f64),
+            g(total as f64),
+            base.gpu.id,
+            thousands(total.saturating_sub(weights) / per_token.max(1))
+        )
+    })
+}
+
+/// `n` with thousands separators, as the README writes numbers (1,050,912).
+pub fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, ch) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}
+
+/// The runs to explain `base` at `concurrency` (default: the scenario's, or
+/// twice the concurrency at which the first limit binds).
+pub fn plan(base: &SimSpec, concurrency: Option<u32>) -> Result<Plan, String> {
+    let trace_len = match &base.workload.dataset {
+        Dataset::Trace { rows } => Some(rows.len()),
+        Dataset::Requests { requests } => Some(requests.len()),
+        _ => None,
+    }
+    .map(|n| u32::try_from(n).unwrap_or(u32::MAX).max(1));
+    // The KV-limited concurrency is that of the prompts the knee's sweep runs (its largest
+    // point's, as `sweep` reports it over the same grid): the scenario's own prompts (20, say)
+    // are a smaller sample whose mean can differ. The grid is placed around a first estimate
+    // from the scenario's prompts, then around the limit of its own prompts until the two agree.
+    let w0 = crate::workload::generate(&crate::workload::WorkloadParams {
+        num_prompts: base.workload.num_prompts.min(10_000),
+        num_warmups: 0,
+        prior_run_prompts: 0,
+        prior_run_prefixes: 0,
+        ..base.workload.clone()
+    });
+    let mut estimate = kv_limited_concurrency(base, &w0);
+    let mut notes = Vec::new();
+    let (limit, grid, trace_requests, wk) = {
+        let mut tries = 0;
+        loop {
+            let (grid, trace_requests) = grid_around(binding(base, estimate.concurrency).1, trace_len);
+            let top = sweep_point(base, grid.last().copied().unwrap_or(1));
+            let w = workload_of(&top);
+            let l = kv_limited_concurrency(&top, &w);
+            tries += 1;
+            if l.concurrency == estimate.concurrency || tries == 4 {
+                if l.concurrency != estimate.concurrency {
+                    notes.push(format!(
+                        "the sweep's grid is placed around a KV-limited concurrency of {}; the prompts it runs give {} (their mean request differs from the estimate's sample)",
+                        estimate.concurrency, l.concurrency
+                    ));
+                }
+                break (l, grid, trace_requests, w);
+            }
+            estimate = l;
+        }
+    };
+    let (_, binding_at) = binding(base, limit.concurrency);
+    let limit_c = binding_at.clamp(1, u64::from(MAX_EXPLAIN_CONCURRENCY));
+    let open = open_loop(base);
+    // An open-loop scenario is explained at its own load unless a concurrency is asked for.
+    let conc = match concurrency.or(base.workload.max_concurrency) {
+        Some(c) => Some(c),
+        None if open => None,
+        None => Some((2 * limit_c).max(2) as u32),
+    };
+    if let Some(conc) = conc {
+        if conc == 0 || conc > MAX_EXPLAIN_CONCURRENCY {
+            return Err(format!("--concurrency: must be from 1 to {MAX_EXPLAIN_CONCURRENCY}, got {conc}"));
+        }
+    }
+    if open {
+        notes.push(
+            "the scenario's arrivals are its own (a request rate or a trace): the explained run keeps them; \
+             the sweep that finds the knee is a closed loop (each concurrency's requests sent back to back, \
+             the same request mix), as an offered rate would cap throughput before the engine does"
+                .to_string(),
+        );
+    }
+    let own = base.workload.num_prompts;
+    // Enough requests that the explained run reaches its steady state. The scenario's own
+    // concurrency keeps its own prompts (the run is `simulate`'s); a concurrency asked for
+    // (`--concurrency` or `--max-concurrency`) gets 4 × it.
+    let prompts = match conc {
+        Some(c) if concurrency.is_none() && conc == base.workload.max_concurrency => {
+            if own < c && trace_len.is_none() {
+                notes.push(format!(
+                    "the run at the scenario's concurrency {c} has its {own} prompts: all {own} are in flight at once (one wave), so concurrency {c} is never reached; give --concurrency {c} for a run of 4 × {c} prompts"
+                ));
+            }
+            None
+        }
+        None => None,
+        Some(conc) => {
+            let want = 4u64 * u64::from(conc);
+            let capped = want.min(u64::from(MAX_EXPLAIN_PROMPTS)) as u32;
+            let n = capped.max(own);
+            if want > u64::from(n) {
+                // Fewer prompts than the concurrency are one wave, all in flight at once.
+                let shows = if n <= conc {
+                    format!("all {n} are in flight at once (one wave), not a steady state")
+                } else {
+                    "it shows the first waves, not a steady state".to_string()
+                };
+                notes.push(format!(
+                    "the run at concurrency {conc} has {n} prompts, not 4 × {conc} (explain runs at most {MAX_EXPLAIN_PROMPTS}): {shows}"
+                ));
+            } else if n != own && trace_len.is_none() {
+                notes.push(format!(
+                    "the run at concurrency {conc} has {n} prompts (4 × {conc}, enough waves for a steady state), not the scenario's {own}"
+                ));
+            }
+            Some(n)
+        }
+    };
+    let point = match conc {
+        Some(c) => with_load(base, c, prompts),
+        None => base.clone(),
+    };
     // Eight prompts a slot at every point: enough for a steady throughput, and the same
     // whatever the scenario's own max_concurrency (which the knee must not depend on).
-    let per = EXPLAIN_PROMPTS_PER_SLOT;
-    let sweep_of = |base: &SimSpec| -> Vec<SimSpec> {
-        grid.iter()
-            .map(|&c| {
-                let mut s = with_load(base, c, Some(c.saturating_mul(per).min(MAX_EXPLAIN_PROMPTS.max(c))));
-                closed_loop(&mut s);
-                s
-            })
-            .collect()
-    };
+    let sweep_of = |base: &SimSpec| -> Vec<SimSpec> { grid.iter().map(|&c| sweep_point(base, c)).collect() };
     let mut grid_specs = sweep_of(base);
     // Where the pool binds first, the same sweep with a larger pool says whether the knee is the
     // pool's: a knee that stays put is the engine's compute (a fleet's pools are its replicas').
+    // The larger pool must hold more requests than the pool, or it tests nothing: WIDER_POOL
+    // times the pool, grown a request's footprint at a time until it does.
     let mut wider_pool = None;
     let pool = base.engine.kv_capacity_tokens();
-    if base.fleet.is_none() && u64::from(base.max_running_total()) >= limit.concurrency && pool > 0 {
-        let wider = with_pool(base, (pool as f64 * WIDER_POOL) as u64);
-        let wider_limit = kv_limited_concurrency(&wider, &w0).concurrency;
-        wider_pool = Some((wider.engine.kv_capacity_tokens(), wider_limit));
-        grid_specs.extend(sweep_of(&wider));
+    let max_running = u64::from(base.max_running_total());
+    if base.fleet.is_none() && max_running >= limit.concurrency && pool > 0 {
+        if max_running <= limit.concurrency {
+            wider_pool = Some(WiderPool::NotTested(format!(
+                "{} lets no more than {max_running} run at once, as many as the pool holds: a larger pool alone would run no more",
+                base.running_cap_words()
+            )));
+        } else {
+            let step = limit.footprint_tokens.max(1);
+            let mut tokens = (pool as f64 * WIDER_POOL) as u64;
+            let mut found = None;
+            for _ in 0..64 {
+                let wider = with_pool(base, tokens);
+                let holds = kv_limited_concurrency(&wider, &wk).concurrency;
+                if holds > limit.concurrency {
+                    found = Some((wider, holds));
+                    break;
+                }
+                tokens = tokens.saturating_add(step);
+            }
+            match found {
+                Some((wider, holds)) => {
+                    let tokens = wider.engine.kv_capacity_tokens();
+                    wider_pool = Some(WiderPool::Run { tokens, holds, beyond_gpu: beyond_gpu(base, tokens) });
+                    grid_specs.extend(sweep_of(&wider));
+                }
+                None => {
+                    wider_pool = Some(WiderPool::NotTested(format!(
+                        "no pool up to {} tokens held more than {} requests of this workload",
+                        thousands(tokens),
+                        limit.concurrency
+                    )))
+                }
+            }
+        }
     }
     // Where the running cap binds first, the same sweep with the caps raised says whether the
     // knee is the cap's, as the wider pool's does for the pool.
@@ -397,7 +530,12 @@ fn more_gpus_sentence(base: &SimSpec, w: &crate::workload::Workload, disaggregat
     if tp <= 1 {
         return format!(
             "more or faster GPUs do: {replicas}; a higher TP size where its all-reduces cost less than the compute it \
-             splits (on PCIe cards often not past TP 2: try it, --set {}=2)",
+             splits ({}--set {}=2)",
+            if base.gpu.interconnect.as_deref() == Some("pcie") {
+                "on PCIe cards often not past TP 2: try it, "
+            } else {
+                "try it: "
+            },
             tp_field(base)
         ) + ".";
     }
@@ -427,6 +565,31 @@ fn tp_field(base: &SimSpec) -> &'static str {
     }
 }
 
+/// "1 request", "42 requests" (thousands separated).
+fn requests(n: u64) -> String {
+    format!("{} request{}", thousands(n), if n == 1 { "" } else { "s" })
+}
+
+/// An expected number of tokens, rounded to three significant figures (it is an expectation):
+/// 35,900.
+fn about_tokens(n: u64) -> String {
+    if n < 1000 {
+        return n.to_string();
+    }
+    let digits = n.ilog10();
+    let unit = 10u64.pow(digits - 2);
+    thousands((n + unit / 2) / unit * unit)
+}
+
+/// A time of `ms` milliseconds, in a unit fit for `scale` (a sum it is part of): seconds past 10 s.
+fn duration(ms: f64, scale: f64) -> String {
+    if scale >= 10_000.0 && ms >= 1000.0 {
+        format!("{:.2} s", ms / 1000.0)
+    } else {
+        format!("{ms:.1} ms")
+    }
+}
+
 fn pct(part: f64, whole: f64) -> f64 {
     if whole > 0.0 {
         100.0 * part / whole
@@ -439,6 +602,158 @@ fn pct(part: f64, whole: f64) -> f64 {
 /// none was.
 fn peak_running<'a>(runs: impl Iterator<Item = &'a SimOutput>) -> Option<u32> {
     runs.filter(|o| !o.run.gauges.unmeasured).map(|o| o.run.gauges.running_peak).max()
+}
+
+/// What each way of growing the KV pool can add to it, largest first, in words: the advice
+/// where the pool binds. Each gain is an upper bound from the memory account (or, without one,
+/// from the GPU's memory less the weights): the fraction's headroom (none where vLLM 0.34 already
+/// takes all that is free), an fp8 KV cache (not where the KV is fp8 already), twice the TP, fp8
+/// weights (not where they are fp8 already) or a smaller model, and shorter requests.
+fn pool_advice(base: &SimSpec, limit: &KvLimit, running_knob: &str) -> String {
+    let sglang = base.engine.engine_kind() == crate::config::EngineKind::Sglang;
+    let d = &base.deployment;
+    let tp = d.tensor_parallel_size.max(1);
+    let per_token = base.kv_sizing.kv_bytes_per_token.max(1);
+    let pool_tokens = base.engine.kv_capacity_tokens().max(1);
+    let weights = base.model.weight_bytes_per_gpu(tp, d.linear_weight_bytes);
+    let total = base.gpu.memory_bytes;
+    let pinned =
+        matches!(base.kv_sizing.source, "kv_cache_tokens" | "num_gpu_blocks_override" | "max_total_num_tokens");
+    // SGLang's max_total_tokens where it binds caps the profiled pool.
+    let bounded = base.kv_sizing.source == "max_total_tokens";
+    // A pinned (or bounded) pool moves only with its pin: the other ways raise what the pin can
+    // be, so they are weighed against the most this GPU holds beside the weights (the profiled
+    // pool under a bound), not the pinned figure.
+    let (pool_tokens, pool_bytes) = match base.kv_sizing.memory.as_ref() {
+        Some(m) if bounded => ((m.kv / per_token).max(1), m.kv.max(1)),
+        _ if pinned || bounded => {
+            let most = (total.saturating_sub(weights) / per_token).max(1);
+            (most, most * per_token)
+        }
+        _ => (pool_tokens, pool_tokens.saturating_mul(per_token).max(1)),
+    };
+    let gib = |b: u64| format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64);
+    let times = |f: f64| if f >= 1.95 { format!("×{f:.1}") } else { format!("+{:.0}%", 100.0 * (f - 1.0)) };
+    let fraction = if sglang { "mem_fraction_static" } else { "gpu_memory_utilization" };
+    // (what it can multiply the pool by, in words).
+    let mut ways: Vec<(f64, String)> = Vec::new();
+    let mut no_fraction = None;
+    match (base.kv_sizing.source, base.kv_sizing.memory.as_ref()) {
+        (src @ ("kv_cache_tokens" | "num_gpu_blocks_override" | "max_total_num_tokens"), _) => {
+            let most = total.saturating_sub(weights) / per_token;
+            let pin = base.engine.kv_capacity_tokens().max(1);
+            if most > pin {
+                let f = most as f64 / pin as f64;
+                // First: the others move a pinned pool only through it.
+                ways.push((
+                    f64::INFINITY,
+                    format!(
+                        "raise {src} (pinned here: at most about {} tokens fit beside the weights, {}, less what the activations and the runtime need; a {fraction} given with --set replaces it with a derived pool)",
+                        thousands(most),
+                        times(f)
+                    ),
+                ));
+            }
+        }
+        ("max_total_tokens", Some(m)) => {
+            let profiled = m.kv / per_token;
+            let bound = base.engine.kv_capacity_tokens().max(1);
+            if profiled > bound {
+                let f = profiled as f64 / bound as f64;
+                ways.push((
+                    f64::INFINITY,
+                    format!(
+                        "raise or remove max_total_tokens (it bounds the pool here; {fraction} gives {} tokens, {})",
+                        thousands(profiled),
+                        times(f)
+                    ),
+                ));
+            }
+        }
+        // vLLM 0.34's default sizes the pool from the device's headroom after warm-up (the
+        // utilization reads 1.0): no fraction to raise.
+        (_, Some(m)) if !sglang && m.margin > 0 && m.requested >= m.total => {
+            no_fraction = Some(
+                "gpu_memory_utilization is already 1.0 in effect: vLLM 0.34 gives the pool what is free after warm-up",
+            );
+        }
+        (_, Some(m)) if m.total > 0 => {
+            let f0 = m.requested as f64 / m.total as f64;
+            let headroom = m.total.saturating_sub(m.requested);
+            if headroom > 0 {
+                let f = (m.kv.max(1) + headroom) as f64 / m.kv.max(1) as f64;
+                ways.push((
+                    f,
+                    format!(
+                        "a higher {fraction} (at {f0:.3}, raising it to 1.0 adds at most the remaining {:.0}% of the GPU, {}: up to {} the pool, less what must stay outside the fraction{})",
+                        100.0 * (1.0 - f0),
+                        gib(headroom),
+                        times(f),
+                        if sglang { ": the activations and CUDA graphs" } else { ": the CUDA context" }
+                    ),
+                ));
+            } else {
+                no_fraction = Some("the memory fraction is already 1.0");
+            }
+        }
+        _ => {}
+    }
+    if d.kv_dtype_bytes >= 2 {
+        let f = f64::from(d.kv_dtype_bytes);
+        ways.push((
+            f,
+            format!("an fp8 KV cache (--set engine.kv_cache_dtype=fp8: {} the tokens in the same memory)", times(f)),
+        ));
+    }
+    {
+        let tp2 = tp * 2;
+        let per2 = base.model.kv_bytes_per_token_per_gpu(tp2, d.kv_dtype_bytes).max(1);
+        let freed = weights.saturating_sub(base.model.weight_bytes_per_gpu(tp2, d.linear_weight_bytes));
+        let f = (pool_bytes + freed) as f64 / per2 as f64 / pool_tokens as f64;
+        if f > 1.0 {
+            ways.push((
+                f,
+                format!(
+                    "TP {tp2} (--set {}={tp2}: the weights{} split over twice the GPUs, about {} the tokens)",
+                    tp_field(base),
+                    if per2 < per_token { " and KV heads" } else { "" },
+                    times(f)
+                ),
+            ));
+        }
+    }
+    if d.quantization.is_none() && d.linear_weight_bytes >= 2 {
+        let freed = weights.saturating_sub(base.model.weight_bytes_per_gpu(tp, 1));
+        let f = (pool_bytes + freed) as f64 / pool_bytes as f64;
+        ways.push((
+            f,
+            format!(
+                "fp8 weights or a smaller model (fp8 frees about {} a GPU: up to {} the pool)",
+                gib(freed),
+                times(f)
+            ),
+        ));
+    } else {
+        ways.push((1.0, "a smaller model (the weights are fp8 already)".to_string()));
+    }
+    ways.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let mut s = format!(
+        "in order of what each can add to the pool{}: {}; or shorter requests (one holds {} tokens here)",
+        if pinned {
+            " (past the first, each with the pin raised to match: measured against the most this GPU holds)"
+        } else if bounded {
+            " (past the first, each with the bound raised to match: measured against the profiled pool)"
+        } else {
+            ""
+        },
+        ways.into_iter().map(|(_, w)| w).collect::<Vec<_>>().join("; "),
+        thousands(limit.footprint_tokens)
+    );
+    if let Some(n) = no_fraction {
+        s.push_str(&format!("; not a higher memory fraction: {n}"));
+    }
+    s.push_str(&format!("; raising {running_knob} does not help while the pool binds"));
+    s
 }
 
 /// Reads the runs of `plan` (`point`: the explained run; `grid[i]`: the run at `plan.grid[i]`).
@@ -463,7 +778,7 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
         // vLLM 0.34's default sizes the pool from the device's headroom after warm-up (the
         // utilization reads 1.0): no fraction to raise.
         (false, false) if base.kv_sizing.memory.as_ref().is_some_and(|m| m.margin > 0 && m.requested >= m.total) => {
-            "the GPU's memory (the pool already takes what is free after warm-up: a larger GPU or more tensor parallelism; or kv_cache_tokens / num_gpu_blocks_override)".to_string()
+            "the GPU's memory (the pool already takes what is free after warm-up: a larger GPU or more tensor parallelism)".to_string()
         }
         (false, false) => "gpu_memory_utilization (or kv_cache_tokens / num_gpu_blocks_override)".to_string(),
         (true, true) => format!(
@@ -480,7 +795,12 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
     let (binding_limit, binding_at) = binding(base, limit.concurrency);
     let conc = plan.concurrency;
     let open = open_loop(base);
-    let load = load_phrase(spec, open);
+    let mut load = load_phrase(spec, open);
+    // Fewer prompts than the concurrency: all in flight at once, the concurrency never reached.
+    let sent = point.workload.requests.len() as u64;
+    if let Some(c) = conc.filter(|&c| !open && sent < u64::from(c)) {
+        load = format!("concurrency {c}, never reached: all {sent} prompts in flight at once (one wave)");
+    }
     let closed = if open { " of a closed loop (the sweep's requests sent back to back)" } else { "" };
 
     // The wider pool's sweep follows the grid's runs.
@@ -538,20 +858,42 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
     };
 
     let mut why = Vec::new();
+    // SGLang admits against new_token_ratio's estimates of the outputs: in 10 of 37 SGLang
+    // configurations of the audit the sweep point at exactly the limit already retracted.
+    let holds_words = if sglang {
+        format!("about {} at once (SGLang begins retracting as the pool fills)", requests(limit.concurrency))
+    } else {
+        format!("{} at once", requests(limit.concurrency))
+    };
     // A fleet: every replica group's pool and limit, then the fleet's sum.
     let replica_limits = base.fleet.as_ref().map(|_| crate::fleet::replica_limits(base, &point.workload));
     match &replica_limits {
         Some(l) if l.num_replicas > 1 => why.extend(l.sentences()),
         _ if limit.shared_prefix_tokens > 0 => why.push(format!(
-            "The KV pool holds {} tokens; a request of this workload needs {} beyond its shared prefix (mean prompt + output less that prefix and the last token, which is never stored, {:.0} tokens, in whole {}s of {}), and the shared prefixes the requests in flight use are held once each (the prefix cache holds a prefix for every request that shares it): {} requests at once, with about {} tokens of the prompts' {} shared prefix{} they are expected to use, fill it. That is the KV-limited concurrency.",
-            limit.kv_capacity_tokens, limit.footprint_tokens, limit.mean_request_tokens, if sglang { "page" } else { "block" }, base.engine.kv_granularity(), limit.concurrency, limit.shared_prefix_tokens, limit.shared_prefixes, if limit.shared_prefixes == 1 { "" } else { "es" }
+            "The KV pool holds {} tokens; a request of this workload needs {} beyond its shared prefix (mean prompt + output less that prefix and the last token, which is never stored, {:.0} tokens, in whole {}s of {}), and the shared prefixes the requests in flight use are held once each (the prefix cache holds a prefix for every request that shares it): {}, with about {} tokens of the prompts' {} shared prefix{} they are expected to use, fill it. That is the KV-limited concurrency.",
+            thousands(limit.kv_capacity_tokens), thousands(limit.footprint_tokens), limit.mean_request_tokens, if sglang { "page" } else { "block" }, base.engine.kv_granularity(), holds_words, about_tokens(limit.shared_prefix_tokens), limit.shared_prefixes, if limit.shared_prefixes == 1 { "" } else { "es" }
         )),
         _ => why.push(format!(
-            "The KV pool holds {} tokens; a request of this workload needs {} (mean prompt + output less the last token, which is never stored, {:.0} tokens, in whole {}s of {}), so the pool holds {} requests at once: the KV-limited concurrency.",
-            limit.kv_capacity_tokens, limit.footprint_tokens, limit.mean_request_tokens, if sglang { "page" } else { "block" }, base.engine.kv_granularity(), limit.concurrency
+            "The KV pool holds {} tokens; a request of this workload needs {} (mean prompt + output less the last token, which is never stored, {:.0} tokens, in whole {}s of {}), so the pool holds {}: the KV-limited concurrency.",
+            thousands(limit.kv_capacity_tokens), thousands(limit.footprint_tokens), limit.mean_request_tokens, if sglang { "page" } else { "block" }, base.engine.kv_granularity(), holds_words
         )),
     }
-    if binding_limit == "kv_pool" {
+    // Whether any run had more requests in flight than the limit: a closed loop over a trace
+    // shorter than the limit never fills the pool, nor does a run of fewer requests.
+    let in_flight_most = plan
+        .grid
+        .last()
+        .copied()
+        .map_or(0, u64::from)
+        .max((point.workload.requests.len() as u64).min(conc.map_or(u64::MAX, u64::from)));
+    let reaches = in_flight_most > binding_at;
+    if binding_limit == "kv_pool" && !reaches {
+        why.push(format!(
+            "{running_cap} is above that, so the KV pool would bind first; at this load it never does: at most {} requests are ever in flight, where the pool has room for {}.",
+            thousands(in_flight_most),
+            thousands(limit.concurrency)
+        ));
+    } else if binding_limit == "kv_pool" {
         // Admission does not stop at the figure: vLLM admits on the prompt's KV alone, SGLang
         // counts the running requests' remaining outputs at new_token_ratio. The runs' own peak
         // says how far past it they went.
@@ -561,18 +903,22 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
                 " (in explain's runs up to {p} ran at once, {:.0}% past it)",
                 100.0 * (f64::from(p) / limit.concurrency.max(1) as f64 - 1.0)
             ),
-            Some(p) => format!(" (in explain's runs at most {p} ran at once)"),
+            Some(p) => format!(" (in explain's runs at most {p} ran at once: none past it)"),
             None => String::new(),
+        };
+        let past = peak.is_some_and(|p| u64::from(p) > limit.concurrency);
+        let more_than = |can: &str, could: &str| {
+            format!("so more than {} {}{peak_phrase}", limit.concurrency, if past { can } else { could })
         };
         why.push(if sglang {
             format!(
-                "{running_cap} is above that, so the KV pool binds first. SGLang reserves KV for a new request's output at admission, but counts the running requests' remaining outputs at new_token_ratio (which can fall below 1), so more than {} can be admitted{peak_phrase}; when their outputs outgrow the pool, running ones are retracted (to be recomputed) and new ones wait, and TTFT grows with the queue.",
-                limit.concurrency
+                "{running_cap} is above that, so the KV pool binds first. SGLang reserves KV for a new request's output at admission, but counts the running requests' remaining outputs at new_token_ratio (which can fall below 1), {}; when their outputs outgrow the pool, running ones are retracted (to be recomputed) and new ones wait, and TTFT grows with the queue.",
+                more_than("can be admitted", "could be admitted")
             )
         } else {
             format!(
-                "{running_cap} is above that, so the KV pool binds first. vLLM admits a request on its prompt's KV alone, so more than {} can run at once{peak_phrase}; as their outputs grow, running ones are preempted (to be recomputed) when the pool runs out, and new ones wait, and TTFT grows with the queue.",
-                limit.concurrency
+                "{running_cap} is above that, so the KV pool binds first. vLLM admits a request on its prompt's KV alone, {}; as their outputs grow, running ones are preempted (to be recomputed) when the pool runs out, and new ones wait, and TTFT grows with the queue.",
+                more_than("can run at once", "could run at once")
             )
         });
     } else {
@@ -583,33 +929,46 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
     // In a disaggregated fleet the time from the prefill replica to the first token (the KV
     // transfer, the wait for the decode replica's KV and its first step) falls in this part too.
     let interleave_is = if base.fleet.as_ref().is_some_and(|f| f.disaggregated()) {
-        "of interleaving (waiting between chunks, recompute after preemption, and the KV transfer and the decode replica's queue and first step)"
+        "of interleaving (waiting between chunks, recompute after a preemption before the first token, and the KV transfer and the decode replica's queue and first step)"
     } else {
-        "of interleaving (waiting between chunks, and recompute after preemption)"
+        "of interleaving (waiting between chunks, and recompute after a preemption before the first token: later ones add to TPOT and ITL, not here)"
     };
     why.push(format!(
-        "At {load}, mean TTFT is {:.1} ms: {:.1} ms ({:.0}%) queue wait before the first step, {:.1} ms ({:.0}%) of prefill steps, {:.1} ms ({:.0}%) {interleave_is}, {:.1} ms ({:.0}%) outside the engine (HTTP, tokenisation, streaming).",
-        m.ttft.mean,
-        b.queue_wait_ms, pct(b.queue_wait_ms, m.ttft.mean),
-        b.prefill_ms, pct(b.prefill_ms, m.ttft.mean),
-        b.interleave_ms, pct(b.interleave_ms, m.ttft.mean),
-        b.overhead_ms, pct(b.overhead_ms, m.ttft.mean)
+        "At {load}, mean TTFT is {}: {} ({:.0}%) queue wait before the first step, {} ({:.0}%) of prefill steps, {} ({:.0}%) {interleave_is}, {} ({:.0}%) outside the engine (HTTP, tokenisation, streaming).",
+        duration(m.ttft.mean, m.ttft.mean),
+        duration(b.queue_wait_ms, m.ttft.mean), pct(b.queue_wait_ms, m.ttft.mean),
+        duration(b.prefill_ms, m.ttft.mean), pct(b.prefill_ms, m.ttft.mean),
+        duration(b.interleave_ms, m.ttft.mean), pct(b.interleave_ms, m.ttft.mean),
+        duration(b.overhead_ms, m.ttft.mean), pct(b.overhead_ms, m.ttft.mean)
     ));
     if c.num_preemptions > 0 {
         why.push(format!(
             "{} {} recomputed {} prompt and output tokens, about {:.1} s of prefill compute.",
-            c.num_preemptions,
+            thousands(c.num_preemptions),
             if sglang { "retractions" } else { "preemptions" },
-            recomputed,
+            thousands(recomputed),
             recompute_s
         ));
     } else {
         why.push(format!("No request was {} at this load.", if sglang { "retracted" } else { "preempted" }));
     }
+    // A knee well below the limit that binds is not that limit's: the steps themselves slow as
+    // the batch grows (compute, or in a disaggregated fleet its prefill replicas), and neither a
+    // larger pool nor a higher running cap moves it.
+    let below_limits = knee.is_some_and(|k| u64::from(k) * 2 < binding_at);
+    // Where the what-if sweep (a larger pool, or higher running caps that hold more requests)
+    // found the knee moving, that measurement stands over the rule of thumb above; where it found
+    // the knee staying, the limit is cleared of it.
+    let what_if_ran = match (&plan.wider_pool, plan.wider_cap) {
+        (Some(WiderPool::Run { .. }), _) | (_, Some(_)) => true,
+        _ => false,
+    };
+    let what_if_moves_it = what_if_ran && matches!((knee, wider_knee), (Some(k), Some(wk)) if wk.is_none_or(|w| w > k));
+    let what_if_clears_it = what_if_ran && matches!((knee, wider_knee), (Some(k), Some(Some(w))) if w <= k);
     match knee {
         Some(k) => why.push(format!(
             "The throughput knee{closed} is at concurrency {k}: past it, added concurrency no longer comes back as throughput (under a tenth of it does, or less than 2% more) and TTFT keeps rising{}.",
-            if u64::from(k) <= binding_at * 2 && u64::from(k) * 2 >= binding_at { ", close to the limit above" } else { "" }
+            if !below_limits && !what_if_clears_it && u64::from(k) <= binding_at * 2 { ", close to the limit above" } else { "" }
         )),
         // The sweep was cut at the trace's length: no knee because there is no more load to add.
         None if plan.trace_requests.is_some() => {
@@ -623,14 +982,7 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
             plan.grid.last().copied().unwrap_or(1)
         )),
     }
-    // A knee well below the limit that binds is not that limit's: the steps themselves slow as
-    // the batch grows (compute, or in a disaggregated fleet its prefill replicas), and neither a
-    // larger pool nor a higher running cap moves it.
-    let below_limits = knee.is_some_and(|k| u64::from(k) * 2 < binding_at);
     let disaggregated = base.fleet.as_ref().is_some_and(|f| f.disaggregated());
-    // Where the what-if sweep (a larger pool, or higher running caps) found the knee moving, that
-    // measurement stands over the rule of thumb above.
-    let what_if_moves_it = matches!((knee, wider_knee), (Some(k), Some(wk)) if wk.is_none_or(|w| w > k));
     let knob = if below_limits && !what_if_moves_it {
         format!(
             "The knee sits well below the limit that binds ({binding_at} concurrent requests): there the engine is out of \
@@ -640,28 +992,40 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
             more_gpus_sentence(base, &point.workload, disaggregated)
         )
     } else if binding_limit == "kv_pool" {
-        let raise = format!(
-            "raise {memory_knob}, serve a smaller or quantized model, or shorten requests; raising {running_knob} does not help while the pool binds"
-        );
-        match (knee, wider_knee, plan.wider_pool) {
+        let raise = pool_advice(base, limit, running_knob);
+        let preempted = if sglang { "retracted" } else { "preempted" };
+        // A what-if pool this GPU cannot hold answers what the pool does, not what this GPU can do.
+        let cannot_hold = |b: &Option<String>| {
+            b.as_ref().map_or(String::new(), |b| format!(" That pool is larger than this GPU can hold: {b}."))
+        };
+        match (knee, wider_knee, &plan.wider_pool) {
+            _ if !reaches => format!(
+                "The KV pool does not shape these metrics: no run here has more requests in flight than it holds ({}). With more in flight, past that limit TTFT would grow with the queue and requests would be {preempted}.",
+                thousands(limit.concurrency)
+            ),
             // The same sweep with a larger pool: the knee moves with it, or it is the engine's.
-            (Some(k), Some(wk), Some((tokens, holds))) if wk.is_none_or(|w| w > k) => format!(
-                "The knee moves with the KV pool: with a pool of {tokens} tokens (room for {holds} requests) it is {}. To move it, {raise}.",
+            (Some(k), Some(wk), Some(WiderPool::Run { tokens, holds, beyond_gpu })) if wk.is_none_or(|w| w > k) => format!(
+                "The knee moves with the KV pool: with a pool of {tokens} tokens (room for {}) it is {}.{} To move it: {raise}.",
+                requests(*holds),
                 wk.map_or_else(
                     || format!("not reached up to concurrency {}", plan.grid.last().copied().unwrap_or(1)),
                     |w| format!("at concurrency {w}")
-                )
+                ),
+                cannot_hold(beyond_gpu),
             ),
-            (Some(_), Some(Some(w)), Some((tokens, holds))) => format!(
-                "A larger KV pool does not move the knee (with {tokens} tokens, room for {holds} requests, it is at concurrency {w}): \
-                 throughput levels off because the engine is out of compute, its steps growing with the batch; {} \
-                 The pool sets where TTFT takes off and requests are {}: to push that point out, {raise}.",
+            (Some(_), Some(Some(w)), Some(WiderPool::Run { tokens, holds, beyond_gpu })) => format!(
+                "A larger KV pool does not move the knee (with {tokens} tokens, room for {}, it is at concurrency {w}): \
+                 throughput levels off because the engine is out of compute, its steps growing with the batch; {}{} \
+                 The pool sets where TTFT takes off and requests are {preempted}: to push that point out: {raise}.",
+                requests(*holds),
                 more_gpus_sentence(base, &point.workload, disaggregated),
-                if sglang { "retracted" } else { "preempted" }
+                cannot_hold(beyond_gpu),
+            ),
+            (_, _, Some(WiderPool::NotTested(why))) => format!(
+                "Past the KV limit TTFT grows with the queue and requests are {preempted}. Whether a larger pool would move the knee was not tested: {why}. To push that point out: {raise}."
             ),
             _ => format!(
-                "Past the KV limit TTFT grows with the queue and requests are {}: to push that point out, {raise}.",
-                if sglang { "retracted" } else { "preempted" }
+                "Past the KV limit TTFT grows with the queue and requests are {preempted}: to push that point out: {raise}."
             ),
         }
     } else {
@@ -837,7 +1201,7 @@ mod tests {
         let base = shared_prefix(1024);
         let p = plan(&base, None).unwrap();
         assert_eq!(p.wider_cap, Some(2048));
-        assert_eq!(p.wider_pool, None);
+        assert!(p.wider_pool.is_none());
         assert_eq!(p.grid_specs.len(), 2 * p.grid.len());
         let e = explain("shared-prefix", &base, None).unwrap();
         assert_eq!(e.binding_limit, "max_num_seqs");
