@@ -229,6 +229,18 @@ fn explain_says_when_its_what_if_pool_is_beyond_the_gpu_and_ranks_the_advice() {
     assert!(knob.contains("already 1.0"), "{knob}");
 }
 
+/// `cost.time_scale = 10` divides the whole step by 10, its CPU part too: the host-CPU line
+/// printed the unscaled 126 µs + 4 µs (overlapped), or "0.01 ms + 0 µs" (synchronous, SGLang).
+#[test]
+fn explain_prints_the_host_cpu_time_as_the_time_scale_leaves_it() {
+    let e = explain(&[V, "--set", "cost.time_scale=10"]);
+    let c = e["step_cpu"].as_str().unwrap();
+    assert!(c.contains("the CPU part 12.6 µs + 0.4 µs a running request, time scale 10 applied"), "{c}");
+    let e = explain(&[G, "--set", "cost.time_scale=10"]);
+    let c = e["step_cpu"].as_str().unwrap();
+    assert!(c.starts_with("12.6 µs + 0.4 µs a running request"), "{c}");
+}
+
 /// The KV-limited concurrency is that of the prompts the knee's sweep runs, the figure `sweep`
 /// reports over explain's own grid (it was the scenario's 20 prompts': 39 where sweep says 42).
 #[test]

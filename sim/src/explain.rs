@@ -1148,18 +1148,41 @@ fn step_cpu(spec: &SimSpec) -> Option<String> {
             (g.behaviour.cpu_overlapped(), "SGLang's overlap scheduler is modelled off (VALIDATION.md section 5)")
         }
     };
-    let s = c.sync_cpu();
+    // The step cost divides every time by `cost.time_scale` (`ComposedCost::step_us_with`), the
+    // CPU part too: the figures shown are the scaled ones, in µs for both engines.
+    let k = c.time_scale();
+    let (step_us, per_seq_us) = if overlapped {
+        (crate::cost::STEP_CPU_US / k, crate::cost::PER_SEQ_CPU_US / k)
+    } else {
+        let s = c.sync_cpu();
+        (s.step_us, s.per_seq_us)
+    };
+    // Three significant figures, no trailing zeros: 126, 12.6, 0.4.
+    let us = |v: f64| {
+        let decimals = if v > 0.0 { (2 - v.log10().floor() as i32).clamp(0, 6) as usize } else { 0 };
+        let t = format!("{v:.decimals$}");
+        let t = if t.contains('.') { t.trim_end_matches('0').trim_end_matches('.').to_string() } else { t };
+        format!("{t} µs")
+    };
+    let scaled = if k == 1.0 { String::new() } else { format!(", time scale {k} applied") };
+    // In corrected mode a fitted profile scales each step's decode and prefill parts
+    // (`CostModel::corrected_us`), the CPU part with them: these figures are before it.
+    let corrected = if spec.cost.reference.is_some() {
+        "; before the fitted profile's correction, which scales the whole step"
+    } else {
+        ""
+    };
     Some(if overlapped {
         format!(
-            "hidden under the GPU's time, a step lasting the longer of the two (the CPU part {:.0} µs + {:.0} µs a running request): {why}",
-            crate::cost::STEP_CPU_US,
-            crate::cost::PER_SEQ_CPU_US
+            "hidden under the GPU's time, a step lasting the longer of the two (the CPU part {} + {} a running request{scaled}{corrected}): {why}",
+            us(step_us),
+            us(per_seq_us)
         )
     } else {
         format!(
-            "{:.2} ms + {:.0} µs a running request, added to every step's GPU time: {why}",
-            s.step_us / 1000.0,
-            s.per_seq_us
+            "{} + {} a running request{scaled}{corrected}, added to every step's GPU time: {why}",
+            us(step_us),
+            us(per_seq_us)
         )
     })
 }
