@@ -599,8 +599,41 @@ fn check_candidates(c: &Candidates, file: &str) -> Result<(), String> {
 pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
     if let Some(p) = &a.plot {
         crate::plot::check_path(p)?;
+        // The folder it goes in, checked before any plan runs (a missing one failed after every
+        // plan had run, and printed no report).
+        let dir = std::path::Path::new(p).parent().filter(|d| !d.as_os_str().is_empty());
+        if let Some(d) = dir.filter(|d| !d.is_dir()) {
+            return Err(format!("--plot {p}: no folder {} to write it in", d.display()));
+        }
     }
     let slos: Vec<Slo> = a.slo.iter().map(|s| parse_slo(s)).collect::<Result<_, _>>()?;
+    // A key that is not a report number is refused before any plan runs (it was refused after
+    // every one had).
+    if let Some(s) = slos.iter().find(|s| Metric::parse(&s.metric).is_none()) {
+        return Err(format!(
+            "--slo {}: {:?} is not a numeric report key; see `servesim simulate --json`",
+            s.text, s.metric
+        ));
+    }
+    // A bound the wrong way round (a latency bounded below, a throughput above) is almost always
+    // a slip: said, and judged as written.
+    for s in &slos {
+        let lower = Metric::parse(&s.metric).and_then(Metric::lower_is_better);
+        let what = match (lower, s.le) {
+            (Some(true), false) => Some("a latency (lower is better) bounded from below"),
+            (Some(false), true) => Some("a throughput (higher is better) bounded from above"),
+            _ => None,
+        };
+        if let Some(what) = what {
+            load::warn_once(format!(
+                "--slo {}: {what}: a plan meets it by being worse; judged as written (did you mean {}{}{}?)",
+                s.text,
+                s.metric,
+                if s.le { ">=" } else { "<=" },
+                s.text.rsplit(['=', '<', '>']).next().unwrap_or("").trim()
+            ));
+        }
+    }
     match sim::report::Metric::parse(&a.pareto_latency) {
         Some(m) if m.lower_is_better() == Some(true) => {}
         _ => {
@@ -936,11 +969,18 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
     if let Some(first) =
         evaluated.iter().find(|e| e.error.is_some()).filter(|_| evaluated.iter().all(|e| e.error.is_some()))
     {
+        let err = first.error.as_deref().unwrap_or("");
+        // An error on a path the file's `sets` gave is that entry's, named as such.
+        if let Some((i, x)) = cands.sets.iter().enumerate().find(|(_, x)| {
+            let path = x.split('=').next().unwrap_or("").trim();
+            !path.is_empty() && err.contains(path)
+        }) {
+            return Err(format!("{file}: sets[{i}] {x:?}: {err} (every candidate plan is invalid with it)"));
+        }
         return Err(format!(
-            "{file}: none of the {} candidate plans is a valid scenario; {}: {}",
+            "{file}: none of the {} candidate plans is a valid scenario; {}: {err}",
             evaluated.len(),
             first.plan.label(),
-            first.error.as_deref().unwrap_or("")
         ));
     }
     if evaluated.iter().any(|e| e.error.is_none() && e.metric(&a.pareto_latency).is_none()) {
@@ -1142,7 +1182,7 @@ fn text(r: &PlanResult) -> String {
                     if v.slo == KEEPS_UP {
                         format!("{} (got {:.1} req/s of {:.1})", v.slo, v.value, v.bound)
                     } else {
-                        format!("{} (got {:.1})", v.slo, v.value)
+                        format!("{} (got {})", v.slo, broken_value(v.value, v.bound))
                     }
                 })
                 .collect();
@@ -1163,6 +1203,15 @@ fn text(r: &PlanResult) -> String {
         }
     }
     s
+}
+
+/// A broken SLO's value with as many decimals as show it past its bound (one at least): 48.817
+/// against `<=48.8` was "got 48.8".
+fn broken_value(v: f64, bound: f64) -> String {
+    (1..=9)
+        .map(|d| format!("{v:.d$}"))
+        .find(|t| t.parse::<f64>().is_ok_and(|x| x != bound))
+        .unwrap_or_else(|| format!("{v}"))
 }
 
 /// Cost per hour (x) against the latency metric (y): every valid plan (green when it meets

@@ -388,3 +388,51 @@ fn plan_breaks_a_tie_of_printed_costs_by_latency() {
     let on_front = r["pareto"].as_array().unwrap().iter().any(|e| label(e) == "\"a100-80gb\" 3 1");
     assert!(!on_front, "{:#}", r["pareto"]);
 }
+
+/// Checks made before any plan runs, and what a broken SLO prints: a plot's missing folder (it
+/// failed after every plan had run, printing no report), an SLO key that is not a report number
+/// (refused after the runs, and not at all where every candidate was invalid), a bad `sets`
+/// entry named as such (it read "none of the 4 candidate plans is a valid scenario"), and
+/// wrong-way SLOs warned of.
+#[test]
+fn plan_checks_its_flags_and_sets_up_front_and_names_them() {
+    let cands = two_gpus();
+    let c = cands.to_str().unwrap();
+    let o = run_cli(&["plan", SP, "--candidates", c, "--plot", "/nonexistent-servesim/x.svg"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--plot /nonexistent-servesim/x.svg: no folder"), "{}", stderr(&o));
+    let bad_sets = write_temp(
+        "plan-cli-bad-sets.json",
+        r#"{"prices_per_gpu_hour":{"h100-80gb":2.99,"a100-80gb":1.79},"gpus":["h100-80gb","a100-80gb"],"replicas":[1,2],"sets":["engine.nonexistent=3"]}"#,
+    );
+    let b = bad_sets.to_str().unwrap();
+    let o = run_cli(&["plan", SP, "--candidates", b]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(err.contains("plan-cli-bad-sets.json: sets[0] \"engine.nonexistent=3\""), "{err}");
+    assert!(err.contains("unknown field"), "{err}");
+    let o = run_cli(&["plan", SP, "--candidates", b, "--slo", "p99_foo_ms<=3"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--slo p99_foo_ms<=3: \"p99_foo_ms\" is not a numeric report key"), "{}", stderr(&o));
+    let o = run_cli(&["plan", SP, "--candidates", c, "--slo", "p99_ttft_ms>=1000", "--slo", "output_throughput<=100"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("--slo p99_ttft_ms>=1000: a latency (lower is better) bounded from below"), "{err}");
+    assert!(err.contains("--slo output_throughput<=100: a throughput (higher is better) bounded from above"), "{err}");
+}
+
+/// A broken SLO prints enough digits to show the break ("breaks mean_tpot_ms<=48.8 (got 48.8)"
+/// for 48.817).
+#[test]
+fn plan_prints_a_broken_slos_value_past_its_bound() {
+    let cands = two_gpus();
+    let c = cands.to_str().unwrap();
+    let r = stdout_json(&run_cli(&["plan", SP, "--candidates", c, "--json"]));
+    let v = find(&r, "a100-80gb", Some(1))["metrics"]["mean_tpot_ms"].as_f64().unwrap();
+    let bound = format!("{:.3}", v - 0.001);
+    let slo = format!("mean_tpot_ms<={bound}");
+    let text = stdout(&run_cli(&["plan", SP, "--candidates", c, "--slo", &slo]));
+    let line = text.lines().find(|l| l.contains("1 x TP1 a100-80gb: breaks")).unwrap_or_else(|| panic!("{text}"));
+    let got: f64 = line.split(&format!("{slo} (got ")).nth(1).unwrap().split(')').next().unwrap().parse().unwrap();
+    assert!(got > bound.parse::<f64>().unwrap(), "{line}");
+}
