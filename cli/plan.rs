@@ -48,7 +48,9 @@ pub struct PlanArgs {
     /// that mean rate, its pattern kept).
     #[arg(long)]
     pub request_rate: Option<f64>,
-    /// Prompts per simulated plan (`workload.num_prompts`), 1 to 10,000,000.
+    /// Prompts per simulated plan (`workload.num_prompts`), 1 to 10,000,000. Under a finite rate
+    /// without it, each plan is judged on its own steady-state run (six times what it runs at
+    /// once, at least 1,000 and the scenario's own); one below that is run as asked, with a warning.
     #[arg(long)]
     pub num_prompts: Option<u32>,
     /// The latency axis of the Pareto front.
