@@ -113,6 +113,13 @@ pub fn text(e: &Explanation, x: &TextExtras) -> String {
         }
     );
     match &x.profile {
+        Some(f) if e.point.cost_source.contains("fitted profile)") => {
+            let _ = writeln!(
+                s,
+                "Step cost source: {}",
+                e.point.cost_source.replace("fitted profile)", &format!("fitted profile {f})"))
+            );
+        }
         Some(f) if e.point.cost_source.contains("fitted profile") => {
             let _ = writeln!(s, "Step cost source: {} ({f})", e.point.cost_source);
         }

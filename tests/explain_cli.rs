@@ -145,6 +145,12 @@ fn explain_tests_a_larger_pool_only_with_room_for_more_requests() {
     assert!(!s.contains("more than 1 can run"), "{s}");
     assert!(s.contains("at most 1 ran at once"), "{s}");
     assert!(sentences(&e)[0].contains("holds 1 request at once"), "{}", sentences(&e)[0]);
+    // A running cap as high as the limit: a larger pool alone runs no more; not tested, said so.
+    let e = explain(&[V, "--set", "engine.max_num_seqs=10"]);
+    let knob = e["knob"].as_str().unwrap();
+    assert!(knob.contains("Whether a larger pool would move the knee was not tested"), "{knob}");
+    assert!(!knob.contains("out of compute"), "{knob}");
+    assert!(!sentences(&e)[1].contains("more than 10 could run"), "{}", sentences(&e)[1]);
 }
 
 /// `--max-concurrency 64` explained a run of the scenario's 20 prompts, which never has 64 in
@@ -313,6 +319,13 @@ fn explain_text_shows_the_memory_account_as_the_engines_size_it() {
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(
         text.contains("KV pool: 10,240 tokens") && text.contains("Token budget per step: max_num_batched_tokens = "),
+        "{text}"
+    );
+    // The fitted profile's file is named.
+    let out = run_cli(&["explain", V, "--set", "cost.profile=validation/live-20261130/vllm-profile.json"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        text.contains("Step cost source: linear (fitted profile validation/live-20261130/vllm-profile.json)"),
         "{text}"
     );
 }

@@ -889,7 +889,8 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
     let reaches = in_flight_most > binding_at;
     if binding_limit == "kv_pool" && !reaches {
         why.push(format!(
-            "{running_cap} is above that, so the KV pool would bind first; at this load it never does: at most {} requests are ever in flight, where the pool has room for {}.",
+            "{running_cap} is {} that, so the KV pool would bind first; at this load it never does: at most {} requests are ever in flight, where the pool has room for {}.",
+            if max_running > limit.concurrency { "above" } else { "as high as" },
             thousands(in_flight_most),
             thousands(limit.concurrency)
         ));
@@ -907,17 +908,23 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
             None => String::new(),
         };
         let past = peak.is_some_and(|p| u64::from(p) > limit.concurrency);
+        let above = if max_running > limit.concurrency { "above" } else { "as high as" };
         let more_than = |can: &str, could: &str| {
-            format!("so more than {} {}{peak_phrase}", limit.concurrency, if past { can } else { could })
+            if max_running <= limit.concurrency {
+                // The running cap stops admission at the limit itself.
+                format!("though here the running cap lets no more than {max_running} run{peak_phrase}")
+            } else {
+                format!("so more than {} {}{peak_phrase}", limit.concurrency, if past { can } else { could })
+            }
         };
         why.push(if sglang {
             format!(
-                "{running_cap} is above that, so the KV pool binds first. SGLang reserves KV for a new request's output at admission, but counts the running requests' remaining outputs at new_token_ratio (which can fall below 1), {}; when their outputs outgrow the pool, running ones are retracted (to be recomputed) and new ones wait, and TTFT grows with the queue.",
+                "{running_cap} is {above} that, so the KV pool binds first. SGLang reserves KV for a new request's output at admission, but counts the running requests' remaining outputs at new_token_ratio (which can fall below 1), {}; when their outputs outgrow the pool, running ones are retracted (to be recomputed) and new ones wait, and TTFT grows with the queue.",
                 more_than("can be admitted", "could be admitted")
             )
         } else {
             format!(
-                "{running_cap} is above that, so the KV pool binds first. vLLM admits a request on its prompt's KV alone, {}; as their outputs grow, running ones are preempted (to be recomputed) when the pool runs out, and new ones wait, and TTFT grows with the queue.",
+                "{running_cap} is {above} that, so the KV pool binds first. vLLM admits a request on its prompt's KV alone, {}; as their outputs grow, running ones are preempted (to be recomputed) when the pool runs out, and new ones wait, and TTFT grows with the queue.",
                 more_than("can run at once", "could run at once")
             )
         });
@@ -993,7 +1000,14 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
         )
     } else if binding_limit == "kv_pool" {
         let raise = pool_advice(base, limit, running_knob);
-        let preempted = if sglang { "retracted" } else { "preempted" };
+        // Preemptions (retractions) are said to happen where a run here had them.
+        let preempted =
+            match (sglang, grid.iter().chain(std::iter::once(point)).any(|o| o.run.counters.num_preemptions > 0)) {
+                (true, true) => "retracted",
+                (false, true) => "preempted",
+                (true, false) => "retracted (none was in these runs)",
+                (false, false) => "preempted (none was in these runs)",
+            };
         // A what-if pool this GPU cannot hold answers what the pool does, not what this GPU can do.
         let cannot_hold = |b: &Option<String>| {
             b.as_ref().map_or(String::new(), |b| format!(" That pool is larger than this GPU can hold: {b}."))
