@@ -327,7 +327,7 @@ fn in_flight(spec: &sim::config::SimSpec, reqs: &sim::workload::Workload) -> u64
 /// [`MAX_CAPACITY_RUN`]. The capacity run's length, and the judged run's under a finite rate
 /// when `--num-prompts` is not given.
 fn steady_run(in_flight: u64) -> u64 {
-    (RUN_PER_IN_FLIGHT * in_flight).max(MIN_CAPACITY_RUN).min(MAX_CAPACITY_RUN)
+    (RUN_PER_IN_FLIGHT * in_flight).clamp(MIN_CAPACITY_RUN, MAX_CAPACITY_RUN)
 }
 
 /// One capacity run of `want` requests ([`sustained_capacity`]): the rate it sustains with the
@@ -1004,7 +1004,7 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
         })
         .map(|e| (*e).clone())
         .collect();
-    pareto.sort_by(|x, y| x.plan.cost_micros().cmp(&y.plan.cost_micros()));
+    pareto.sort_by_key(|x| x.plan.cost_micros());
     // The cheapest plan meeting every SLO; among plans of one price, the one with the lowest
     // `--pareto-latency` (then the label): the first by label could be one a plan of the same
     // price beat on latency (2 RTX 5090s against 1 A100 at 1.50/h; the audit of 2026-12-06).

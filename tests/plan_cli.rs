@@ -428,9 +428,24 @@ fn plan_prints_a_broken_slos_value_past_its_bound() {
     let cands = two_gpus();
     let c = cands.to_str().unwrap();
     let r = stdout_json(&run_cli(&["plan", SP, "--candidates", c, "--json"]));
-    let v = find(&r, "a100-80gb", Some(1))["metrics"]["mean_tpot_ms"].as_f64().unwrap();
-    let bound = format!("{:.3}", v - 0.001);
-    let slo = format!("mean_tpot_ms<={bound}");
+    // A latency whose one-decimal rounding is below it: bounded there, it printed as its bound.
+    let m = &find(&r, "a100-80gb", Some(1))["metrics"];
+    let (key, v) = [
+        "mean_tpot_ms",
+        "p99_ttft_ms",
+        "mean_ttft_ms",
+        "median_ttft_ms",
+        "mean_itl_ms",
+        "p99_itl_ms",
+        "median_tpot_ms",
+    ]
+    .iter()
+    .filter_map(|k| Some((*k, m[*k].as_f64()?)))
+    .find(|(_, v)| (0.01..0.45).contains(&(v * 10.0).fract()))
+    .unwrap_or_else(|| panic!("{m:#}"));
+    let bound = format!("{:.1}", (v * 10.0).floor() / 10.0);
+    assert_eq!(format!("{v:.1}"), bound);
+    let slo = format!("{key}<={bound}");
     let text = stdout(&run_cli(&["plan", SP, "--candidates", c, "--slo", &slo]));
     let line = text.lines().find(|l| l.contains("1 x TP1 a100-80gb: breaks")).unwrap_or_else(|| panic!("{text}"));
     let got: f64 = line.split(&format!("{slo} (got ")).nth(1).unwrap().split(')').next().unwrap().parse().unwrap();
