@@ -690,7 +690,9 @@ function compute(opts) {
     if (mode() === 'rate' || (mode() === 'all' && runResolved.dataset.name === 'trace')) exReq = { ...req, sets: runSets, seed: s };
     else if (mode() === 'all') {
       const n = runResolved.num_prompts;
-      exReq = { ...req, sets: runSets.map((x) => (x === 'workload.max_concurrency=null' ? `workload.max_concurrency=${n}` : x)), seed: s, concurrency: n };
+      // The cap as the scenario's own (no --concurrency): explain keeps a scenario's own cap's
+      // prompts, where a concurrency asked for runs 4 × it (the explain fixes of 2026-12-06).
+      exReq = { ...req, sets: runSets.map((x) => (x === 'workload.max_concurrency=null' ? `workload.max_concurrency=${n}` : x)), seed: s };
     } else exReq = { ...req, sets: runSets, seed: s, concurrency: concurrency() };
     return { kind, req, from, sets, runSets, seed: s, notes, resolved, runResolved, explainGrid: runResolved.explain_grid, gridIsExplains: !userGrid && !!runResolved.explain_grid, sweep, sweepReq, run, runReq, exReq };
   });
@@ -720,8 +722,9 @@ function explainAll(result) {
       const gridNote = `Its knee is found over concurrencies ${kg.join(', ')} (a closed loop, ${EXPLAIN_PROMPTS_PER_SLOT} prompts a slot)` +
         (!closed ? `; the sweep table keeps the scenario's own arrivals (an open loop), so it is not these runs and searches no knee.`
           : sameGrid ? ': the sweep table\'s runs, so its knee is the table\'s.' : `, not the sweep table's concurrencies (${r.sweepReq.concurrencies.join(', ')}): the two knees can differ.`);
-      const allNote = mode() === 'all' && r.exReq.concurrency != null
-        ? `<p class="hint" data-testid="explain-all">All ${r.exReq.concurrency} prompts sent at once are a closed loop of ${r.exReq.concurrency} slots with ${r.exReq.concurrency} prompts: explain (which needs a concurrency; without one it would explain concurrency ${r.runResolved.explain_concurrency != null ? r.runResolved.explain_concurrency : 'twice the limit'}, not this run) is given that, the same run.</p>` : '';
+      const nAll = r.runResolved.num_prompts;
+      const allNote = mode() === 'all' && r.runResolved.dataset.name !== 'trace'
+        ? `<p class="hint" data-testid="explain-all">All ${nAll} prompts sent at once are a closed loop of ${nAll} slots with ${nAll} prompts: explain (which needs a concurrency; without one it would explain concurrency ${r.runResolved.explain_concurrency != null ? r.runResolved.explain_concurrency : 'twice the limit'}, not this run) is given that as the scenario's cap, the same run.</p>` : '';
       target.innerHTML = `<h4>Why (servesim explain, ${esc(ex.value.load)})</h4>${allNote}<p class="hint" data-testid="explain-grid">${esc(gridNote)}</p><ol>${ex.value.explanation.map((s) => `<li>${esc(s)}</li>`).join('')}</ol>`;
     } catch (e) {
       target.textContent = 'explain: ' + e.message;
