@@ -372,11 +372,11 @@ fn explain_says_why_ttft_explodes_past_the_kv_limited_concurrency() {
 fn explain_tries_a_larger_pool_before_saying_the_knee_moves_with_it() {
     let j = stdout_json(&run_cli(&["explain", "--json"]));
     let knob = j["knob"].as_str().unwrap();
-    assert!(knob.starts_with("A larger KV pool does not move the knee (with 292320 tokens, room for 63 requests, it is at concurrency 42)"), "{knob}");
+    assert!(knob.starts_with("A larger KV pool does not move the knee (with 292,320 tokens, room for 63 requests, it is at concurrency 42)"), "{knob}");
     let starved = stdout_json(&run_cli(&["explain", "scenarios/kv-starved-qwen2.5-7b-a100-vllm.json", "--json"]));
     let knob = starved["knob"].as_str().unwrap();
     assert!(
-        knob.starts_with("The knee moves with the KV pool: with a pool of 15360 tokens (room for 15 requests)"),
+        knob.starts_with("The knee moves with the KV pool: with a pool of 15,360 tokens (room for 15 requests)"),
         "{knob}"
     );
 }

@@ -1019,7 +1019,8 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
             ),
             // The same sweep with a larger pool: the knee moves with it, or it is the engine's.
             (Some(k), Some(wk), Some(WiderPool::Run { tokens, holds, beyond_gpu })) if wk.is_none_or(|w| w > k) => format!(
-                "The knee moves with the KV pool: with a pool of {tokens} tokens (room for {}) it is {}.{} To move it: {raise}.",
+                "The knee moves with the KV pool: with a pool of {} tokens (room for {}) it is {}.{} To move it: {raise}.",
+                thousands(*tokens),
                 requests(*holds),
                 wk.map_or_else(
                     || format!("not reached up to concurrency {}", plan.grid.last().copied().unwrap_or(1)),
@@ -1028,9 +1029,10 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
                 cannot_hold(beyond_gpu),
             ),
             (Some(_), Some(Some(w)), Some(WiderPool::Run { tokens, holds, beyond_gpu })) => format!(
-                "A larger KV pool does not move the knee (with {tokens} tokens, room for {}, it is at concurrency {w}): \
+                "A larger KV pool does not move the knee (with {} tokens, room for {}, it is at concurrency {w}): \
                  throughput levels off because the engine is out of compute, its steps growing with the batch; {}{} \
                  The pool sets where TTFT takes off and requests are {preempted}: to push that point out: {raise}.",
+                thousands(*tokens),
                 requests(*holds),
                 more_gpus_sentence(base, &point.workload, disaggregated),
                 cannot_hold(beyond_gpu),
