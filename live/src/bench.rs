@@ -596,21 +596,12 @@ fn gauge_stats(samples: &[(f64, f64, f64, f64)]) -> GaugeStats {
 #[cfg(test)]
 mod tests {
     use super::gauge_stats;
+    use sim::request::{RequestSpec, Segment};
+    use std::time::Duration;
 
-    /// Requests an interruption catches in flight keep the time they were sent (they were written
-    /// with a start time of 0 until 2026-12-06), in the run's outcomes, its records and the
-    /// per-request lines; those never sent stay unsent. A server that accepts and never answers
-    /// holds three requests sent 150 ms apart until the run is stopped.
-    #[test]
-    fn requests_caught_in_flight_keep_their_send_time() {
-        use sim::request::{RequestSpec, Segment};
-        use sim::workload::Workload;
-        use std::time::Duration;
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let dir = std::env::temp_dir().join(format!("servesim-bench-inflight-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let jsonl = dir.join("run.requests.jsonl");
-        let spec = |k: u64, at_ms: u64| RequestSpec {
+    /// A 4-token prompt keyed `k`, 2 output tokens, sent `at_ms` into its phase.
+    fn small_request(k: u64, at_ms: u64) -> RequestSpec {
+        RequestSpec {
             prompt: vec![Segment { key: k, len: 4 }],
             prompt_len: 4,
             max_tokens: 2,
@@ -620,7 +611,45 @@ mod tests {
             priority: 0,
             ignore_eos: true,
             prompt_hashes: None,
-        };
+        }
+    }
+
+    /// The options of a completions run against `base` (`http://host:port`), lines to `jsonl`.
+    fn completions_options(base: &str, jsonl: Option<std::path::PathBuf>, timeout: Duration) -> super::BenchOptions {
+        super::BenchOptions {
+            base_url: base.to_string(),
+            target: crate::client::Target {
+                url: format!("{base}/v1/completions"),
+                model: "m".into(),
+                api_key: None,
+                timeout,
+            },
+            api_key: None,
+            vocab_size: 1000,
+            reserved_ids: 256,
+            jsonl,
+            poll_interval: None,
+            kind: None,
+            kv_capacity_tokens: None,
+            verbose: false,
+            on_done: None,
+            chat_tokenizer: None,
+            greedy: true,
+        }
+    }
+
+    /// Requests an interruption catches in flight keep the time they were sent (they were written
+    /// with a start time of 0 until 2026-12-06), in the run's outcomes, its records and the
+    /// per-request lines; those never sent stay unsent. A server that accepts and never answers
+    /// holds three requests sent 150 ms apart until the run is stopped.
+    #[test]
+    fn requests_caught_in_flight_keep_their_send_time() {
+        use sim::workload::Workload;
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let dir = std::env::temp_dir().join(format!("servesim-bench-inflight-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let jsonl = dir.join("run.requests.jsonl");
+        let spec = small_request;
         let w = Workload {
             // The fourth is due after the stop: never sent.
             requests: vec![spec(1, 0), spec(2, 150), spec(3, 300), spec(4, 60_000)],
@@ -645,26 +674,7 @@ mod tests {
                     }
                 }
             });
-            let opts = super::BenchOptions {
-                base_url: format!("http://{addr}"),
-                target: crate::client::Target {
-                    url: format!("http://{addr}/v1/completions"),
-                    model: "m".into(),
-                    api_key: None,
-                    timeout: Duration::from_secs(60),
-                },
-                api_key: None,
-                vocab_size: 1000,
-                reserved_ids: 256,
-                jsonl: Some(jsonl.clone()),
-                poll_interval: None,
-                kind: None,
-                kv_capacity_tokens: None,
-                verbose: false,
-                on_done: None,
-                chat_tokenizer: None,
-                greedy: true,
-            };
+            let opts = completions_options(&format!("http://{addr}"), Some(jsonl.clone()), Duration::from_secs(60));
             let (tx, rx) = tokio::sync::watch::channel(false);
             tokio::spawn(async move {
                 tokio::time::sleep(Duration::from_millis(700)).await;
@@ -722,10 +732,9 @@ mod tests {
     #[cfg(unix)]
     #[test]
     fn a_ctrl_c_between_runs_stops_the_next_and_a_second_calls_again() {
-        use sim::request::{RequestSpec, Segment};
         use sim::workload::Workload;
         use std::sync::atomic::{AtomicBool, Ordering};
-        use std::time::{Duration, Instant};
+        use std::time::Instant;
         static AGAIN: AtomicBool = AtomicBool::new(false);
         let rx = super::interrupt_watch(|| AGAIN.store(true, Ordering::SeqCst)).unwrap();
         assert!(!*rx.borrow());
@@ -749,52 +758,11 @@ mod tests {
         assert!(!AGAIN.load(Ordering::SeqCst), "one Ctrl-C is not two");
         // The next run sends nothing: its requests would fail to connect (sent, failed) if it did.
         let w = Workload {
-            initial_test: Some(RequestSpec {
-                prompt: vec![Segment { key: 9, len: 4 }],
-                prompt_len: 4,
-                max_tokens: 2,
-                output_len: 2,
-                output_key: 9,
-                arrival_ns: 0,
-                priority: 0,
-                ignore_eos: true,
-                prompt_hashes: None,
-            }),
-            requests: (0..3)
-                .map(|k| RequestSpec {
-                    prompt: vec![Segment { key: k, len: 4 }],
-                    prompt_len: 4,
-                    max_tokens: 2,
-                    output_len: 2,
-                    output_key: k,
-                    arrival_ns: 0,
-                    priority: 0,
-                    ignore_eos: true,
-                    prompt_hashes: None,
-                })
-                .collect(),
+            initial_test: Some(small_request(9, 0)),
+            requests: (0..3).map(|k| small_request(k, 0)).collect(),
             ..Default::default()
         };
-        let opts = super::BenchOptions {
-            base_url: "http://127.0.0.1:9".into(),
-            target: crate::client::Target {
-                url: "http://127.0.0.1:9/v1/completions".into(),
-                model: "m".into(),
-                api_key: None,
-                timeout: Duration::from_secs(5),
-            },
-            api_key: None,
-            vocab_size: 1000,
-            reserved_ids: 256,
-            jsonl: None,
-            poll_interval: None,
-            kind: None,
-            kv_capacity_tokens: None,
-            verbose: false,
-            on_done: None,
-            chat_tokenizer: None,
-            greedy: true,
-        };
+        let opts = completions_options("http://127.0.0.1:9", None, Duration::from_secs(5));
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let run = rt.block_on(super::run_until(&opts, &w, rx.clone()));
         assert!(run.interrupted);
