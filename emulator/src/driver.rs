@@ -422,7 +422,8 @@ pub(crate) fn run(setup: DriverSetup, inbox: Inbox) {
                     // 0.11.0 and 0.32.0) and no finished-request stats are recorded.
                 }
             }
-            let before = engine.counters();
+            // SGLang's hit-rate gauge needs the prefix counters before the batch is formed.
+            let before = sglang.then(|| engine.counters());
             let (busy, shape) = {
                 let plan = engine.schedule();
                 for s in plan.scheduled.iter().filter(|s| s.prefill) {
@@ -439,7 +440,7 @@ pub(crate) fn run(setup: DriverSetup, inbox: Inbox) {
                 }
                 (!plan.is_empty(), plan.shape)
             };
-            if sglang && shape.prefill_tokens > 0 {
+            if let Some(before) = before.filter(|_| shape.prefill_tokens > 0) {
                 // A prefill batch formed: `log_prefill_stats` sets `cache_hit_rate` to its rate.
                 let c = engine.counters();
                 let (hits, queries) = (

@@ -550,6 +550,10 @@ impl<'a> FleetLoop<'a> {
     /// prefill server's first token, streamed now, with no step of its own).
     fn start_step(&mut self, r: usize, now: u64) {
         self.plan_and_start_step(r, now);
+        // Only a decode replica forms batches of landed requests.
+        if self.reps[r].role != ReplicaRole::Decode {
+            return;
+        }
         let mut formed = std::mem::take(&mut self.formed_buf);
         formed.clear();
         self.reps[r].engine.take_formed_outputs(&mut formed);
