@@ -1218,6 +1218,10 @@ pub struct FleetReport {
     /// wait in the decode engine's queue, where a full decode pool shows), ms.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mean_kv_landed_to_scheduled_ms: Option<f64>,
+    /// SGLang decode servers only: the mean wait in a decode server's pre-allocation queue, from
+    /// the request's arrival to its prefill being let start (the decode side's KV reserved), ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mean_kv_prealloc_wait_ms: Option<f64>,
 }
 
 impl FleetReport {
@@ -1236,6 +1240,7 @@ impl FleetReport {
             mean_kv_transfer_ms: pd.then_some(f.mean_kv_transfer_ms),
             mean_kv_transfer_wait_ms: pd.then_some(f.mean_kv_transfer_wait_ms),
             mean_kv_landed_to_scheduled_ms: pd.then_some(f.mean_kv_landed_to_scheduled_ms),
+            mean_kv_prealloc_wait_ms: f.mean_kv_prealloc_wait_ms,
         }
     }
 }
@@ -1318,6 +1323,9 @@ pub fn fleet_text(f: &FleetReport, replicas: &[ReplicaReport]) -> String {
         // (the first had read near 0 while requests queued on the decode side for seconds).
         linef(&mut s, "Mean wait before KV transfer (ms):", f.mean_kv_transfer_wait_ms.unwrap_or_default());
         linef(&mut s, "Mean wait on the decode replica (ms):", f.mean_kv_landed_to_scheduled_ms.unwrap_or_default());
+        if let Some(w) = f.mean_kv_prealloc_wait_ms {
+            linef(&mut s, "Mean wait for decode pre-allocation (ms):", w);
+        }
     }
     let _ = writeln!(
         s,

@@ -478,3 +478,74 @@ fn sglang_decode_servers_merge_the_prebuilt_batch_from_0_5_10() {
     let one = run("0.5.23", 1);
     assert_eq!(one.fleet.as_ref().unwrap().replicas[1].num_steps, 0, "the decode server runs no step");
 }
+
+/// SGLang's decode server reserves KV for a request before the request's prefill may start
+/// (`DecodePreallocQueue.pop_preallocated`; the prefill server's bootstrap queue holds the request
+/// until the decode side has said where its KV goes), keeping `num_reserved_decode_tokens` (512)
+/// for each request's decode (read in the 0.4.10, 0.5.1, 0.5.6 and 0.5.23 wheels). On a
+/// 4,096-token decode pool, four 1,000-token prompts sent at once: the first pass pre-allocates
+/// two (4,096 → 2,584 → 1,072, and 1,512 more do not fit), and the other two wait, their prefill
+/// not started, until the first two have finished (while they run, 512 are kept for each and
+/// their prompts hold the pool). With the reserve at 0, three go at once. vLLM's decode side
+/// reserves after the prefill, for the transfer, and reports no such wait.
+#[test]
+fn an_sglang_decode_server_preallocates_before_the_prefill_keeping_a_reserve() {
+    let run = |kind: &str, decode: Value| -> (sim::config::SimSpec, sim::SimOutput) {
+        let mut v = small_vllm(1000, 100, 4, 4);
+        if kind == "sglang" {
+            v["engine"] = json!({"kind": "sglang", "version": "0.5.6", "context_length": 8192,
+                                 "max_total_tokens": 200000, "max_running_requests": 64});
+        }
+        v["hardware"] = json!("h100-80gb");
+        let v = with_fleet(v, json!({"replicas": [{"role": "prefill"}, {"role": "decode", "engine": decode}]}));
+        let s = spec(v);
+        let o = sim::simulate(&s, RunOptions { check_invariants: true, ..Default::default() });
+        assert_eq!(o.run.stop, StopReason::Completed, "{kind}");
+        assert_eq!(o.metrics.completed, 4);
+        (s, o)
+    };
+    let (tight_spec, tight) = run("sglang", json!({"max_total_tokens": 4096}));
+    let (_, roomy) = run("sglang", json!({}));
+    let (_, no_reserve) = run("sglang", json!({"max_total_tokens": 4096, "num_reserved_decode_tokens": 0}));
+    let wait = |o: &sim::SimOutput| o.fleet.as_ref().unwrap().mean_kv_prealloc_wait_ms.unwrap();
+    assert_eq!(wait(&roomy), 0.0);
+    // Two of the four waited for the first two's whole lives (about half the last one's E2EL):
+    // the mean wait over four is half of that.
+    let e2el = tight.metrics.e2el.max;
+    assert!(
+        wait(&tight) > 0.2 * e2el && tight.metrics.ttft.max > 0.5 * e2el,
+        "prealloc wait {} ms, TTFT max {} ms, E2EL max {} ms",
+        wait(&tight),
+        tight.metrics.ttft.max,
+        e2el
+    );
+    // One waited without the reserve.
+    assert!(wait(&no_reserve) > 0.0 && wait(&no_reserve) < wait(&tight), "{} vs {}", wait(&no_reserve), wait(&tight));
+    let f = sim::report::FleetReport::of(tight.fleet.as_ref().unwrap());
+    assert_eq!(f.mean_kv_prealloc_wait_ms, Some(wait(&tight)));
+    let text = sim::report::text(&tight_spec, &tight, &Default::default());
+    assert!(text.contains("Mean wait for decode pre-allocation (ms):"), "{text}");
+    let (_, vllm) = run("vllm", json!({"kv_cache_tokens": 4096}));
+    assert_eq!(vllm.fleet.as_ref().unwrap().mean_kv_prealloc_wait_ms, None);
+}
+
+/// A prompt that the SGLang decode server can never pre-allocate (its prompt plus the reserve
+/// exceed the pool) stalls the run with a reason naming the pre-allocation queue, not silently.
+#[test]
+fn a_prompt_an_sglang_decode_server_cannot_preallocate_stalls_with_a_reason() {
+    let mut v = small_vllm(3800, 16, 2, 2);
+    v["engine"] = json!({"kind": "sglang", "version": "0.5.23", "context_length": 8192,
+                         "max_total_tokens": 200000, "max_running_requests": 64});
+    v["hardware"] = json!("h100-80gb");
+    let v = with_fleet(
+        v,
+        json!({"replicas": [{"role": "prefill"}, {"role": "decode", "engine": {"max_total_tokens": 4096}}]}),
+    );
+    let o = sim::simulate(&spec(v), RunOptions::default());
+    match &o.run.stop {
+        StopReason::Stalled { why: Some(why), .. } => {
+            assert!(why.contains("pre-allocation queue") && why.contains("num_reserved_decode_tokens (512)"), "{why}")
+        }
+        other => panic!("{other:?}"),
+    }
+}

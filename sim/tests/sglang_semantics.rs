@@ -123,6 +123,8 @@ fn cfg() -> SglangConfig {
         cuda_graph_max_bs: None,
         forgone_cuda_graph_max_bs: None,
         seed: 0,
+        req_pool_size: 16,
+        num_reserved_decode_tokens: 512,
     }
 }
 

@@ -416,6 +416,7 @@ const SGLANG_COUNTERPARTS: &[(&str, &str)] = &[
     ("cuda_graph_max_bs", "(vLLM derives its capture sizes from max_num_seqs)"),
     ("moe_runner_backend", "moe_backend"),
     ("ep_size", "enable_expert_parallel (expert parallelism: not modelled in either engine)"),
+    ("num_reserved_decode_tokens", "(none: vLLM's decode side reserves the prompt's blocks only)"),
 ];
 
 impl EngineKind {

@@ -75,6 +75,11 @@ engine_flags! {
         /// experts to spread.
         #[serde(skip_serializing_if = "Option::is_none")]
         ep_size: u32,
+        /// SGLang `--num-reserved-decode-tokens` (default 512): on a decode server of a
+        /// disaggregated fleet, the KV its pre-allocation queue keeps for each request's decode
+        /// before it pre-allocates another prompt (`DecodePreallocQueue`; docs/fleets.md).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        num_reserved_decode_tokens: u32,
     }
 }
 
@@ -487,6 +492,8 @@ pub(super) fn resolve_sglang(
         cuda_graph_max_bs,
         forgone_cuda_graph_max_bs,
         seed: f.random_seed.unwrap_or(seed),
+        req_pool_size: pool.max(max_running_requests),
+        num_reserved_decode_tokens: f.num_reserved_decode_tokens.unwrap_or(512),
     };
     Ok((EngineSpec::Sglang(cfg), sizing))
 }
@@ -671,6 +678,7 @@ impl SglangBehaviour {
             skip_finishing_decode: v >= Version::new(0, 5, 22),
             prebuilt_merged: v >= Version::new(0, 5, 10),
             refresh_waiting_prefixes: v >= Version::new(0, 5, 22),
+            prealloc_clips_output: v >= Version::new(0, 5, 1),
             overlap: Overlap::CpuBackend,
             cpu_overlap: SGLANG_CPU_OVERLAP,
         }

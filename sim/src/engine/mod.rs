@@ -196,6 +196,36 @@ impl std::ops::Sub for EngineCounters {
     }
 }
 
+/// An SGLang decode server's state as its pre-allocation queue reads it
+/// (`python/sglang/srt/disaggregation/decode.py`, `DecodePreallocQueue._allocatable_tokens` and
+/// `pop_preallocated`, read in the 0.4.10, 0.4.10.post2, 0.5.1, 0.5.6 and 0.5.23 wheels): the
+/// fleet loop adds what it holds itself (the requests pre-allocated and not landed yet) and
+/// applies the rule (`fleet::run`, `try_prealloc`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PreallocView {
+    /// Free KV tokens (`token_to_kv_pool_allocator.available_size()`), less the pages of landed
+    /// requests the engine has not placed yet: SGLang allocated them at pre-allocation.
+    pub available: u64,
+    /// Requests that each hold `num_reserved_decode_tokens`: the running batch and the waiting
+    /// queue (not the retracted ones, counted in `retracted_tokens`).
+    pub active: u64,
+    /// `retractable_tokens`: Σ prompt + outputs so far over the running batch.
+    pub retractable: u64,
+    /// The largest `prompt + max_new_tokens` of the running batch (`max_new_tokens` clipped at
+    /// `CLIP_MAX_NEW_TOKEN` from 0.5.1); 0 with none running.
+    pub largest_running: u64,
+    /// Retracted requests waiting to be resumed: Σ prompt + outputs + the reserve (subtracted
+    /// under `count_retracted`).
+    pub retracted_tokens: u64,
+    /// Request slots left in `req_to_token_pool` (its size, plus twice that when at most 32,
+    /// less the running and waiting requests); the loop subtracts its pre-allocated ones.
+    pub free_slots: u64,
+    /// `CLIP_MAX_NEW_TOKEN` (4,096) from 0.5.1, none (`u32::MAX`) before.
+    pub clip: u32,
+    /// `num_reserved_decode_tokens` (`--num-reserved-decode-tokens`, 512).
+    pub reserve: u64,
+}
+
 /// The interface the simulation loop drives.
 pub trait Engine {
     /// A request reaches the scheduler's waiting queue.
@@ -255,6 +285,12 @@ pub trait Engine {
     }
     /// Checks every structural invariant; used after each step in tests.
     fn check_invariants(&self) -> Result<(), String>;
+    /// What SGLang's `DecodePreallocQueue.pop_preallocated` reads of a decode server before it
+    /// pre-allocates KV for a request whose prefill has not started ([`PreallocView`]); `None`
+    /// for every engine that is not an SGLang decode server.
+    fn prealloc_view(&self) -> Option<PreallocView> {
+        None
+    }
     /// Whether a step's tokens reach the front end only when the next step has run, except
     /// a request's last token and the tokens of a step after which the engine goes idle
     /// (SGLang's overlap scheduler: the result of batch N is processed after batch N+1 is

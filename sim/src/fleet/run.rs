@@ -109,12 +109,18 @@ pub struct FleetRun {
     /// Mean time from a timed request's KV landing to the decode replica first scheduling it
     /// (its wait in the decode engine's queue), ms.
     pub mean_kv_landed_to_scheduled_ms: f64,
+    /// With SGLang decode servers: the mean wait of a timed request in a decode server's
+    /// pre-allocation queue, from its arrival to its prefill being let start, ms (`None`
+    /// without one).
+    pub mean_kv_prealloc_wait_ms: Option<f64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
     ClientSend(ReqId),
     EngineArrival(ReqId, u32),
+    /// The request reaches an SGLang decode server's pre-allocation queue (its prefill waits).
+    PreallocArrival(ReqId, u32),
     StepEnd(u32),
     ClientDone(ReqId),
     TransferDone(ReqId, u32),
@@ -206,6 +212,13 @@ struct Rep<'a> {
     /// token to sample it.
     prebuilt_first_token: bool,
     reserved: u64,
+    /// SGLang's decode server: its pre-allocation queue (`DecodePreallocQueue`) reserves KV for
+    /// a request before the request's prefill may start (`xfer_queue` is that queue), by
+    /// SGLang's rule ([`FleetLoop::try_prealloc`]); vLLM's decode side reserves after the
+    /// prefill, for the transfer ([`FleetLoop::try_transfers`]).
+    prealloc: bool,
+    /// Requests pre-allocated here whose KV has not landed yet (SGLang's `transfer_queue`).
+    preallocated: u64,
     /// When this replica's KV link is free: a prefill replica's outgoing, a decode replica's
     /// incoming (one transfer at a time on each, in the order they were posted).
     link_free_at: u64,
@@ -305,6 +318,9 @@ struct FleetLoop<'a> {
     /// landing.
     landed_n: u64,
     landed_wait_sum: u64,
+    /// Timed requests pre-allocated by an SGLang decode server, and the sum of their waits.
+    prealloc_n: u64,
+    prealloc_wait_sum: u64,
 }
 
 /// Where the KV of a prompt chunk that a decode replica schedules comes from
@@ -511,7 +527,15 @@ impl<'a> FleetLoop<'a> {
         let rec = &mut self.records[id as usize];
         rec.dispatch_ns = now;
         rec.engine_arrival_ns = arrival;
-        self.push(arrival, Event::EngineArrival(id, r as u32));
+        // An SGLang decode server pre-allocates the request's KV before its prefill may start
+        // (the prefill server's bootstrap queue holds it until the decode side's `kv_receiver`
+        // sends where the KV goes: `KVPoll.WaitingForInput`).
+        let ev = if self.disagg && self.reps[d].prealloc {
+            Event::PreallocArrival(id, d as u32)
+        } else {
+            Event::EngineArrival(id, r as u32)
+        };
+        self.push(arrival, ev);
     }
 
     fn sample_gauges(&mut self, r: usize, now: u64) {
@@ -699,6 +723,11 @@ impl<'a> FleetLoop<'a> {
             self.stop = Some(StopReason::StepLimit { steps: self.steps });
             return;
         }
+        // SGLang's decode server polls its pre-allocation queue before it forms the next batch
+        // (`process_decode_queue` → `get_next_disagg_decode_batch_to_run`).
+        if self.reps[r].prealloc {
+            self.try_prealloc(r, now);
+        }
         let now = if self.opts.fast_forward { self.fast_forward(r, now, &mut later) } else { now };
         if self.stop.is_some() {
             return;
@@ -718,7 +747,7 @@ impl<'a> FleetLoop<'a> {
             }
         }
         self.reps[r].held = later;
-        if self.reps[r].role == ReplicaRole::Decode {
+        if self.reps[r].role == ReplicaRole::Decode && !self.reps[r].prealloc {
             self.try_transfers(r, now);
         }
     }
@@ -736,15 +765,87 @@ impl<'a> FleetLoop<'a> {
         let d = self.placed[id as usize].1 as usize;
         self.xfer_queued_at[id as usize] = now;
         self.prefill_done[id as usize] = true;
-        self.reps[d].xfer_queue.push_back(id);
-        self.try_transfers(d, now);
+        if self.reps[d].prealloc {
+            // Its KV was reserved before the prefill: the transfer waits for the links only.
+            self.start_transfer(id, d, now);
+        } else {
+            self.reps[d].xfer_queue.push_back(id);
+            self.try_transfers(d, now);
+        }
+    }
+
+    /// SGLang's `DecodePreallocQueue.pop_preallocated` on decode replica `d` (0.4.10–0.5.23,
+    /// read in the 0.4.10, 0.4.10.post2, 0.5.1, 0.5.6 and 0.5.23 wheels): in queue order, while
+    /// a request slot is free, a request is pre-allocated if its prompt plus
+    /// `num_reserved_decode_tokens`, and its prompt plus its (clipped) output less the running
+    /// requests' tokens, fit in the allocatable tokens: the free tokens less the larger of the
+    /// reserve for every running, transferring and waiting request and what the largest running
+    /// request could still need beyond the running requests' tokens, less each retracted
+    /// request's tokens and reserve; each takes its prompt plus the reserve from that figure. The
+    /// first that does not fit stops the pass. A pre-allocated request's prefill may start.
+    fn try_prealloc(&mut self, d: usize, now: u64) {
+        if self.reps[d].xfer_queue.is_empty() {
+            return;
+        }
+        let v = self.reps[d].engine.prealloc_view().expect("an SGLang decode server");
+        let rep = &self.reps[d];
+        let active = v.active + rep.preallocated;
+        let need_single = v.largest_running.saturating_sub(v.retractable);
+        let mut allocatable = v.available as i64
+            - rep.reserved as i64
+            - (v.reserve * active).max(need_single) as i64
+            - v.retracted_tokens as i64;
+        let mut slots = v.free_slots.saturating_sub(rep.preallocated);
+        let g = u64::from(rep.granularity.max(1));
+        while let Some(&id) = self.reps[d].xfer_queue.front() {
+            if slots == 0 {
+                break;
+            }
+            let spec = self.specs[id as usize];
+            let prompt = u64::from(spec.prompt_len);
+            let required = (prompt + v.reserve) as i64;
+            let to_finish = (prompt + u64::from(spec.max_tokens.min(v.clip))) as i64 - v.retractable as i64;
+            if required.max(to_finish) > allocatable {
+                break;
+            }
+            allocatable -= required;
+            slots -= 1;
+            self.reps[d].xfer_queue.pop_front();
+            let need = prompt.div_ceil(g) * g;
+            self.reps[d].reserved += need;
+            self.reps[d].preallocated += 1;
+            self.xfer_need[id as usize] = need;
+            if self.phase_of[id as usize] == Phase::Timed {
+                self.prealloc_n += 1;
+                self.prealloc_wait_sum += now - self.xfer_queued_at[id as usize];
+            }
+            let p = self.placed[id as usize].0;
+            self.push(now, Event::EngineArrival(id, p));
+        }
+    }
+
+    /// Why a request waits in an SGLang decode server's pre-allocation queue for good (the run
+    /// has stalled): what the head of the queue asks of the pool.
+    fn prealloc_stall(&self) -> Option<String> {
+        self.reps.iter().enumerate().filter(|(_, r)| r.prealloc).find_map(|(i, rep)| {
+            let &id = rep.xfer_queue.front()?;
+            let v = rep.engine.prealloc_view()?;
+            let spec = self.specs[id as usize];
+            Some(format!(
+                "a request waits in SGLang's pre-allocation queue on decode replica {i}: it needs its {}-token prompt plus \
+                 num_reserved_decode_tokens ({}), and its prompt plus its output of {} tokens, to fit in the {}-token pool",
+                spec.prompt_len,
+                v.reserve,
+                spec.max_tokens.min(v.clip),
+                rep.capacity
+            ))
+        })
     }
 
     /// Starts the decode replica's queued transfers that its free KV can reserve.
     fn try_transfers(&mut self, d: usize, now: u64) {
         while let Some(&id) = self.reps[d].xfer_queue.front() {
             let spec = self.specs[id as usize];
-            let (p, _) = self.placed[id as usize];
             let rep = &self.reps[d];
             let g = u64::from(rep.granularity.max(1));
             let need = (u64::from(spec.prompt_len) + 1).div_ceil(g) * g;
@@ -752,15 +853,29 @@ impl<'a> FleetLoop<'a> {
             if rep.reserved > 0 && need > free.saturating_sub(rep.reserved) {
                 break;
             }
-            let bytes_per_token = rep.kv_bytes_per_token_per_gpu.max(self.reps[p as usize].kv_bytes_per_token_per_gpu);
+            self.reps[d].xfer_queue.pop_front();
+            self.reps[d].reserved += need;
+            self.xfer_need[id as usize] = need;
+            if !self.start_transfer(id, d, now) {
+                return;
+            }
+        }
+    }
+
+    /// Starts request `id`'s KV transfer to decode replica `d`, its KV reserved there: on the
+    /// two links when both are free, then the fixed latency. False if the run stopped (a time
+    /// overflow).
+    fn start_transfer(&mut self, id: ReqId, d: usize, now: u64) -> bool {
+        {
+            let spec = self.specs[id as usize];
+            let p = self.placed[id as usize].0 as usize;
+            let rep = &self.reps[d];
+            let bytes_per_token = rep.kv_bytes_per_token_per_gpu.max(self.reps[p].kv_bytes_per_token_per_gpu);
             // vLLM's NixlConnector reads only the blocks the decode side's own prefix cache
             // lacks: the prompt less its local hit, looked up as the transfer starts.
             let local_hit = if rep.pulls_only_uncached { rep.engine.cached_prefix_tokens(spec) } else { 0 };
             let bytes = bytes_per_token as f64 * f64::from(spec.prompt_len.saturating_sub(local_hit));
             let link_ns = (bytes / self.bw * 1e9).ceil() as u64;
-            let p = p as usize;
-            self.reps[d].xfer_queue.pop_front();
-            self.reps[d].reserved += need;
             // The bytes hold the prefill replica's outgoing link and the decode replica's
             // incoming one together (bandwidth is per GPU at each end), from when both are free;
             // a transfer of no bytes (a whole local hit) holds neither. The fixed latency follows
@@ -769,14 +884,13 @@ impl<'a> FleetLoop<'a> {
                 if link_ns == 0 { now } else { now.max(self.reps[d].link_free_at).max(self.reps[p].link_free_at) };
             let Some(end) = start.checked_add(link_ns).and_then(|t| t.checked_add(self.xfer_latency_ns)) else {
                 self.stop.get_or_insert(StopReason::TimeOverflow { cause: "a KV transfer's time is too large" });
-                return;
+                return false;
             };
             if link_ns > 0 {
                 let link_end = start + link_ns;
                 self.reps[d].link_free_at = link_end;
                 self.reps[p].link_free_at = link_end;
             }
-            self.xfer_need[id as usize] = need;
             if self.phase_of[id as usize] == Phase::Timed {
                 self.xfers += 1;
                 self.xfer_ns_sum += end - start;
@@ -784,11 +898,18 @@ impl<'a> FleetLoop<'a> {
             }
             self.push(end, Event::TransferDone(id, d as u32));
         }
+        true
     }
 
     fn fast_forward(&mut self, r: usize, mut now: u64, later: &mut Vec<TokenOutput>) -> u64 {
         let t_next = self.next_event_time();
         if self.reps.len() > 1 && now.saturating_add(self.reps[r].last_dur) >= t_next {
+            return now;
+        }
+        // A request waiting for an SGLang decode server's pre-allocation is tried after every
+        // step (its allocatable tokens can grow within a page as the running requests' tokens
+        // do), so that server steps one at a time while one waits.
+        if self.reps[r].prealloc && !self.reps[r].xfer_queue.is_empty() {
             return now;
         }
         let mut ids = std::mem::take(&mut self.ff_ids);
@@ -946,6 +1067,8 @@ pub fn run_fleet(
             recomputes_after_preemption: rs.engine.engine_kind() == crate::config::EngineKind::Vllm,
             prebuilt_first_token: rs.engine.engine_kind() == crate::config::EngineKind::Sglang,
             reserved: 0,
+            prealloc: rs.role == ReplicaRole::Decode && rs.engine.engine_kind() == crate::config::EngineKind::Sglang,
+            preallocated: 0,
             link_free_at: 0,
             xfer_queue: VecDeque::new(),
         });
@@ -1021,6 +1144,8 @@ pub fn run_fleet(
         xfer_wait_sum: 0,
         landed_n: 0,
         landed_wait_sum: 0,
+        prealloc_n: 0,
+        prealloc_wait_sum: 0,
     };
 
     let mut phase_idx = 0;
@@ -1047,7 +1172,7 @@ pub fn run_fleet(
     while lp.stop.is_none() {
         let Some((t, ev)) = lp.pop_event() else {
             let unfinished = lp.reps.iter().map(|r| r.engine.num_unfinished() + r.xfer_queue.len()).sum();
-            let why = lp.reps.iter().find_map(|r| r.engine.stall_reason());
+            let why = lp.reps.iter().find_map(|r| r.engine.stall_reason()).or_else(|| lp.prealloc_stall());
             lp.stop = Some(StopReason::Stalled { unfinished, why });
             break;
         };
@@ -1066,10 +1191,19 @@ pub fn run_fleet(
                     lp.start_step(r, now);
                 }
             }
+            Event::PreallocArrival(id, d) => {
+                let d = d as usize;
+                lp.xfer_queued_at[id as usize] = now;
+                lp.reps[d].xfer_queue.push_back(id);
+                lp.try_prealloc(d, now);
+            }
             Event::TransferDone(id, d) => {
                 let d = d as usize;
                 let need = lp.xfer_need[id as usize];
                 lp.reps[d].reserved -= need;
+                if lp.reps[d].prealloc {
+                    lp.reps[d].preallocated -= 1;
+                }
                 lp.decode_kv[id as usize] = DecodeKv::Landed { next: None, seen: false };
                 lp.landed_at[id as usize] = now;
                 let spec = lp.specs[id as usize];
@@ -1077,7 +1211,11 @@ pub fn run_fleet(
                 if !lp.reps[d].step_running {
                     lp.start_step(d, now);
                 }
-                lp.try_transfers(d, now);
+                if lp.reps[d].prealloc {
+                    lp.try_prealloc(d, now);
+                } else {
+                    lp.try_transfers(d, now);
+                }
             }
             Event::StepEnd(r) => lp.on_step_end(r as usize, now),
             Event::ClientDone(id) => {
@@ -1198,6 +1336,13 @@ pub fn run_fleet(
         } else {
             0.0
         },
+        mean_kv_prealloc_wait_ms: (disagg && lp.reps.iter().any(|r| r.prealloc)).then(|| {
+            if lp.prealloc_n > 0 {
+                lp.prealloc_wait_sum as f64 / lp.prealloc_n as f64 / 1e6
+            } else {
+                0.0
+            }
+        }),
     };
     (run, fleet)
 }

@@ -158,6 +158,11 @@ pub struct SglangBehaviour {
     /// (`SchedulePolicy._touch_waiting_prefixes`, `SGLANG_ENABLE_WAITING_PREFIX_REFRESH` on by
     /// default; read: 0.5.21 without, 0.5.22 and 0.5.23 with).
     pub refresh_waiting_prefixes: bool,
+    /// ≥ 0.5.1: a decode server's pre-allocation queue counts a request's output as at most
+    /// `CLIP_MAX_NEW_TOKEN` (4,096, `SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION`) when it checks that
+    /// the largest request can still finish (`_allocatable_tokens`, `pop_preallocated`; read:
+    /// 0.4.10 and 0.4.10.post2 without, 0.5.1, 0.5.6 and 0.5.23 with).
+    pub prealloc_clips_output: bool,
     /// The overlap scheduler, as modelled for the hardware.
     pub overlap: Overlap,
     /// With [`Overlap::Gpu`], every step is [`StepShape::cpu_overlapped`]: its CPU time
@@ -217,6 +222,13 @@ pub struct SglangConfig {
     pub forgone_cuda_graph_max_bs: Option<u32>,
     /// Seed of the `random` policy's stream.
     pub seed: u64,
+    /// `req_to_token_pool.size`: the request pool (`max_num_reqs`), at least
+    /// `max_running_requests`; a decode server's pre-allocation queue takes a slot of it per
+    /// request ([`crate::engine::PreallocView::free_slots`]).
+    pub req_pool_size: u32,
+    /// `--num-reserved-decode-tokens` (512): the KV a decode server's pre-allocation queue keeps
+    /// for each request's decode ([`crate::engine::PreallocView::reserve`]).
+    pub num_reserved_decode_tokens: u32,
 }
 
 impl SglangConfig {
@@ -1557,6 +1569,46 @@ impl Engine for Scheduler {
     }
 
     /// `sglang:token_usage`: evictable cache counts as free.
+    /// A decode server's state as `DecodePreallocQueue.pop_preallocated` reads it. SGLang holds
+    /// a prebuilt batch's requests in no queue until they are merged (its `last_batch` term);
+    /// here they are the formed batches' members still prefilling. A retracted request (one with
+    /// outputs, back in the waiting queue here; SGLang's `retracted_queue`) freed its KV and its
+    /// request slot.
+    fn prealloc_view(&self) -> Option<crate::engine::PreallocView> {
+        if !self.disagg_decode {
+            return None;
+        }
+        let clip = if self.config.behaviour.prealloc_clips_output { 4096 } else { u32::MAX };
+        let reserve = u64::from(self.config.num_reserved_decode_tokens);
+        let mut v =
+            crate::engine::PreallocView { available: self.available_size(), clip, reserve, ..Default::default() };
+        for &id in &self.running {
+            let r = self.req(id);
+            v.retractable += u64::from(r.fill_len());
+            v.largest_running = v.largest_running.max(u64::from(r.spec.prompt_len) + u64::from(r.max_new().min(clip)));
+            v.active += 1;
+        }
+        for &id in self.batch.iter().chain(&self.next_batch) {
+            if self.req(id).status == Status::Prefilling {
+                v.active += 1;
+            }
+        }
+        for &id in &self.waiting {
+            let r = self.req(id);
+            if r.num_output > 0 {
+                v.retracted_tokens += u64::from(r.fill_len()) + reserve;
+            } else {
+                v.active += 1;
+                v.available = v.available.saturating_sub(self.ceil_page(u64::from(r.spec.prompt_len)));
+            }
+        }
+        // `pre_alloc_size = max_num_reqs * 2 if max_num_reqs <= 32 else 0` (`model_runner.py`).
+        let size = u64::from(self.config.req_pool_size);
+        let slots = if size <= 32 { 3 * size } else { size };
+        v.free_slots = slots.saturating_sub(v.active);
+        Some(v)
+    }
+
     fn kv_usage(&self) -> f64 {
         let used = self.config.max_total_tokens - self.available_size() - self.evictable_size();
         used as f64 / self.config.max_total_tokens as f64
@@ -1691,6 +1743,8 @@ mod tests {
             cuda_graph_max_bs: None,
             forgone_cuda_graph_max_bs: None,
             seed: 0,
+            req_pool_size: 16,
+            num_reserved_decode_tokens: 512,
         }
     }
 
