@@ -537,8 +537,8 @@ fn fleet_limits_compare_like_with_like() {
     ]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
-        out.contains("The decode replicas' KV pools of 445536 tokens hold 386 requests of 1152 tokens")
-            && out.contains("the prefill replicas' 445536 tokens hold a prompt only until its KV is transferred"),
+        out.contains("The decode replicas' KV pools of 445,536 tokens hold 386 requests of 1,152 tokens")
+            && out.contains("the prefill replicas' 445,536 tokens hold a prompt only until its KV is transferred"),
         "{out}"
     );
     let o = run_cli(&[
@@ -553,7 +553,7 @@ fn fleet_limits_compare_like_with_like() {
     ]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
-        out.contains("The KV pool of 19984 tokens holds 46 requests at once: the shared prefixes they use take about 8174 of them, each once (of the prompts' 8 shared prefixes), and a request needs 256 tokens beyond its shared prefix"),
+        out.contains("The KV pool of 19,984 tokens holds 46 requests at once: the shared prefixes they use take about 8,174 of them, each once (of the prompts' 8 shared prefixes), and a request needs 256 tokens beyond its shared prefix"),
         "{out}"
     );
 }

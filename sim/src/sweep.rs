@@ -50,6 +50,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::config::SimSpec;
+use crate::explain::thousands;
 use crate::workload::Workload;
 use crate::SimOutput;
 
@@ -491,7 +492,8 @@ pub fn kv_limit_sentence_with_peak(limit: &KvLimit, spec: &SimSpec, peak: Option
     let mut s = kv_limit_sentence_alone(limit, spec, peak);
     if let Some(even) = limit.even_split_concurrency.filter(|&e| e < limit.concurrency.min(spec.max_running_total())) {
         s.push_str(&format!(
-            " The replicas' limits differ: a router that splits requests evenly (round_robin, least_outstanding, power_of_two) fills those with the smallest limit from {even} concurrent requests."
+            " The replicas' limits differ: a router that splits requests evenly (round_robin, least_outstanding, power_of_two) fills those with the smallest limit from {} concurrent requests.",
+            thousands(even)
         ));
     }
     s
@@ -512,10 +514,11 @@ fn past_the_limit(limit: &KvLimit, spec: &SimSpec, peak: Option<u32>) -> String 
     };
     let peak = match peak {
         Some(p) if u64::from(p) > limit.concurrency => format!(
-            " (up to {p} ran at once in these runs, {:.0}% more)",
+            " (up to {} ran at once in these runs, {:.0}% more)",
+            thousands(u64::from(p)),
             100.0 * (f64::from(p) / limit.concurrency.max(1) as f64 - 1.0)
         ),
-        Some(p) => format!(" (at most {p} ran at once in these runs)"),
+        Some(p) => format!(" (at most {} ran at once in these runs)", thousands(u64::from(p))),
         None => String::new(),
     };
     format!(
@@ -531,23 +534,35 @@ fn kv_limit_sentence_alone(limit: &KvLimit, spec: &SimSpec, peak: Option<u32>) -
     let past = past_the_limit(limit, spec, peak);
     if max_running < limit.concurrency {
         format!(
-            "{cap} binds before the KV pool does (the pool holds {} requests of {} tokens): past {max_running} concurrent requests, new ones queue in the engine and TTFT grows with the queue.",
-            limit.concurrency, limit.footprint_tokens
+            "{cap} binds before the KV pool does (the pool holds {} requests of {} tokens): past {} concurrent requests, new ones queue in the engine and TTFT grows with the queue.",
+            thousands(limit.concurrency),
+            thousands(limit.footprint_tokens),
+            thousands(max_running)
         )
     } else if spec.fleet.as_ref().is_some_and(|f| f.disaggregated()) {
         format!(
             "The decode replicas' KV pools of {} tokens hold {} requests of {} tokens (mean prompt + output less the last token, which is never stored, in whole {units}) at once (the prefill replicas' {} tokens hold a prompt only until its KV is transferred): that is the KV-limited concurrency. {past}",
-            spec.holding_kv_tokens(), limit.concurrency, limit.footprint_tokens, limit.kv_capacity_tokens - spec.holding_kv_tokens().min(limit.kv_capacity_tokens)
+            thousands(spec.holding_kv_tokens()),
+            thousands(limit.concurrency),
+            thousands(limit.footprint_tokens),
+            thousands(limit.kv_capacity_tokens - spec.holding_kv_tokens().min(limit.kv_capacity_tokens))
         )
     } else if limit.shared_prefix_tokens > 0 {
         format!(
             "The KV pool of {} tokens holds {} requests at once: the shared prefixes they use take about {} of them, each once (of the prompts' {} shared prefix{}), and a request needs {} tokens beyond its shared prefix (mean prompt + output less that prefix and the last token, which is never stored, in whole {units}): that is the KV-limited concurrency. {past}",
-            limit.kv_capacity_tokens, limit.concurrency, limit.shared_prefix_tokens, limit.shared_prefixes, if limit.shared_prefixes == 1 { "" } else { "es" }, limit.footprint_tokens
+            thousands(limit.kv_capacity_tokens),
+            thousands(limit.concurrency),
+            thousands(limit.shared_prefix_tokens),
+            limit.shared_prefixes,
+            if limit.shared_prefixes == 1 { "" } else { "es" },
+            thousands(limit.footprint_tokens)
         )
     } else {
         format!(
             "The KV pool of {} tokens holds {} requests of {} tokens (mean prompt + output less the last token, which is never stored, in whole {units}) at once: that is the KV-limited concurrency. {past}",
-            limit.kv_capacity_tokens, limit.concurrency, limit.footprint_tokens
+            thousands(limit.kv_capacity_tokens),
+            thousands(limit.concurrency),
+            thousands(limit.footprint_tokens)
         )
     }
 }

@@ -83,11 +83,19 @@ fn each_group_has_its_own_pool_and_limit_and_the_fleet_sums_them() {
     let words = l.sentences();
     assert_eq!(words.len(), 4);
     assert!(words[1].starts_with("Group 1, big-0–big-1 (2 mixed replicas, sglang 0.5.23"), "{}", words[1]);
-    assert!(words[2].contains(&format!("{} requests at once", l.kv_limited_concurrency)), "{}", words[2]);
+    assert!(
+        words[2].contains(&format!("{} requests at once", sim::explain::thousands(l.kv_limited_concurrency))),
+        "{}",
+        words[2]
+    );
     // The groups' limits differ: where an even split fills the smallest (5 × the smaller limit).
     let even = 5 * a.kv_limited_concurrency.min(b.kv_limited_concurrency);
     assert_eq!(l.even_split_concurrency(), Some(even));
-    assert!(words[3].contains(&format!("from {even} concurrent requests (5 replicas")), "{}", words[3]);
+    assert!(
+        words[3].contains(&format!("from {} concurrent requests (5 replicas", sim::explain::thousands(even))),
+        "{}",
+        words[3]
+    );
 }
 
 #[test]

@@ -18,6 +18,7 @@
 use serde::Serialize;
 
 use crate::config::{MemoryAccount, ReplicaRole, SimSpec};
+use crate::explain::thousands;
 use crate::workload::Workload;
 
 /// One replica group's limits.
@@ -210,7 +211,7 @@ impl FleetLimits {
             let prefixes = if shared {
                 format!(
                     ", with about {} tokens of the {} shared prefix{} they use held once",
-                    g.shared_prefix_tokens,
+                    thousands(g.shared_prefix_tokens),
                     g.shared_prefixes,
                     if g.shared_prefixes == 1 { "" } else { "es" }
                 )
@@ -232,23 +233,27 @@ impl FleetLimits {
                 g.num_gpus,
                 g.hardware,
                 g.tensor_parallel_size,
-                g.kv_cache_tokens,
-                g.request_footprint_tokens,
+                thousands(g.kv_cache_tokens),
+                thousands(g.request_footprint_tokens),
                 g.mean_request_tokens,
                 g.kv_block_size,
-                g.kv_limited_concurrency,
-                if n > 1 { format!(", the group {}", g.group_kv_limited_concurrency) } else { String::new() },
+                thousands(g.kv_limited_concurrency),
+                if n > 1 { format!(", the group {}", thousands(g.group_kv_limited_concurrency)) } else { String::new() },
             ));
         }
         let mut total = format!(
             "The fleet ({} replicas, {} GPUs) holds {} KV tokens in all and {} requests at once",
-            self.num_replicas, self.num_gpus, self.kv_cache_tokens, self.kv_limited_concurrency
+            self.num_replicas,
+            self.num_gpus,
+            thousands(self.kv_cache_tokens),
+            thousands(self.kv_limited_concurrency)
         );
         match self.prefill_kv_limited_concurrency {
             Some(p) => {
                 let shared = self.groups.iter().any(|g| g.role == ReplicaRole::Prefill && g.shared_prefix_tokens > 0);
                 total.push_str(&format!(
-                    " on its decode replicas; its prefill replicas hold {p} prompts at once{}.",
+                    " on its decode replicas; its prefill replicas hold {} prompts at once{}.",
+                    thousands(p),
                     if shared { " (their shared prefixes held once)" } else { "" }
                 ))
             }
@@ -257,7 +262,8 @@ impl FleetLimits {
         out.push(total);
         if let Some(even) = self.even_split_concurrency() {
             out.push(format!(
-                "That sum assumes a router that fills each replica to its own limit. One that splits the requests evenly (round_robin, least_outstanding, power_of_two, SGLang's or vLLM's data-parallel balancing) fills the replicas with the smallest limit first: they reach it, and requests wait for KV or are preempted there, from {even} concurrent requests ({} replicas × the smallest limit).",
+                "That sum assumes a router that fills each replica to its own limit. One that splits the requests evenly (round_robin, least_outstanding, power_of_two, SGLang's or vLLM's data-parallel balancing) fills the replicas with the smallest limit first: they reach it, and requests wait for KV or are preempted there, from {} concurrent requests ({} replicas × the smallest limit).",
+                thousands(even),
                 self.holding_replicas()
             ));
         }
