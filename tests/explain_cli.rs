@@ -329,3 +329,23 @@ fn explain_text_shows_the_memory_account_as_the_engines_size_it() {
         "{text}"
     );
 }
+
+/// An SGLang P/D fleet whose decode server's pool binds: the wait for the decode side to
+/// pre-allocate a request's KV (before its prefill may start) is queue wait at the prefill
+/// replica, and explain says where it comes from (docs/fleets.md).
+#[test]
+fn explain_names_the_sglang_decode_servers_pre_allocation_wait() {
+    let s = write_temp(
+        "explain-pd-prealloc.json",
+        r#"{"version": 1, "engine": {"kind": "sglang", "version": "0.5.6", "context_length": 8192},
+            "model": "llama-3.1-8b-instruct", "hardware": "h100-80gb",
+            "fleet": {"replicas": [{"role": "prefill"}, {"role": "decode", "engine": {"max_total_tokens": 12000}}]},
+            "workload": {"dataset_name": "random", "random_input_len": 1000, "random_output_len": 100,
+                         "num_prompts": 64, "max_concurrency": 16, "ignore_eos": true, "seed": 0}}"#,
+    );
+    let e = explain(&[s.to_str().unwrap()]);
+    let all = sentences(&e);
+    let line = all.iter().find(|l| l.starts_with("Of the queue wait, ")).unwrap_or_else(|| panic!("{all:#?}"));
+    assert!(line.contains("pre-allocate the request's KV before its prefill may start"), "{line}");
+    assert!(line.contains("num_reserved_decode_tokens = 512"), "{line}");
+}

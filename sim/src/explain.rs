@@ -948,6 +948,23 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
         duration(b.interleave_ms, m.ttft.mean), pct(b.interleave_ms, m.ttft.mean),
         duration(b.overhead_ms, m.ttft.mean), pct(b.overhead_ms, m.ttft.mean)
     ));
+    // SGLang's decode servers pre-allocate a request's KV before its prefill may start: that wait
+    // is in the queue wait above (docs/fleets.md).
+    if let Some(w) = point.fleet.as_ref().and_then(|f| f.mean_kv_prealloc_wait_ms).filter(|&w| w > 0.0) {
+        why.push(format!(
+            "Of the queue wait, {} on average is the wait for an SGLang decode server to pre-allocate the request's KV before its prefill may start (it keeps num_reserved_decode_tokens = {} for each request it holds): there the decode replicas' KV pools bind, not the prefill replicas.",
+            duration(w, m.ttft.mean),
+            base.fleet
+                .as_ref()
+                .and_then(|f| f.replicas.iter().find_map(|r| match (&r.role, &r.engine) {
+                    (crate::config::ReplicaRole::Decode, crate::config::EngineSpec::Sglang(c)) => {
+                        Some(c.num_reserved_decode_tokens)
+                    }
+                    _ => None,
+                }))
+                .unwrap_or(512)
+        ));
+    }
     if c.num_preemptions > 0 {
         why.push(format!(
             "{} {} recomputed {} prompt and output tokens, about {:.1} s of prefill compute.",
