@@ -549,3 +549,26 @@ fn a_prompt_an_sglang_decode_server_cannot_preallocate_stalls_with_a_reason() {
         other => panic!("{other:?}"),
     }
 }
+
+/// One-token outputs on a decode server through 0.5.9 (the prebuilt batch an iteration of its
+/// own): a request whose only output is the prefill server's token finishes at its prebuilt step
+/// and is freed while the batch is still held; the pre-allocation queue's view skips it (it read
+/// the freed request and panicked: the P/D audit of 2026-12-07). Every request completes and every
+/// invariant holds after every step.
+#[test]
+fn one_token_outputs_on_an_sglang_decode_server_with_a_waiting_pre_allocation_complete() {
+    for version in ["0.4.10", "0.5.6", "0.5.23"] {
+        let mut v = small_vllm(1000, 1, 24, 8);
+        v["engine"] = json!({"kind": "sglang", "version": version, "context_length": 8192,
+                             "max_total_tokens": 200000, "max_running_requests": 64});
+        v["hardware"] = json!("h100-80gb");
+        let v = with_fleet(
+            v,
+            json!({"replicas": [{"role": "prefill"}, {"role": "decode", "engine": {"max_total_tokens": 4096}}]}),
+        );
+        let o = sim::simulate(&spec(v), RunOptions { check_invariants: true, ..Default::default() });
+        assert_eq!(o.run.stop, StopReason::Completed, "{version}");
+        assert_eq!(o.metrics.completed, 24, "{version}");
+        assert!(o.fleet.as_ref().unwrap().mean_kv_prealloc_wait_ms.unwrap() > 0.0, "{version}: some waited");
+    }
+}

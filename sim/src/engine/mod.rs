@@ -207,16 +207,16 @@ pub struct PreallocView {
     /// requests the engine has not placed yet: SGLang allocated them at pre-allocation.
     pub available: u64,
     /// Requests that each hold `num_reserved_decode_tokens`: the running batch and the waiting
-    /// queue (not the retracted ones, counted in `retracted_tokens`).
+    /// queue (not the retracted ones, [`PreallocView::retracted`]).
     pub active: u64,
     /// `retractable_tokens`: Σ prompt + outputs so far over the running batch.
     pub retractable: u64,
     /// The largest `prompt + max_new_tokens` of the running batch (`max_new_tokens` clipped at
     /// `CLIP_MAX_NEW_TOKEN` from 0.5.1); 0 with none running.
     pub largest_running: u64,
-    /// Retracted requests waiting to be resumed: Σ prompt + outputs + the reserve (subtracted
-    /// under `count_retracted`).
-    pub retracted_tokens: u64,
+    /// Retracted requests waiting to be resumed (SGLang's `retracted_queue`): while one waits,
+    /// `process_decode_queue` pre-allocates nothing.
+    pub retracted: u64,
     /// Request slots left in `req_to_token_pool` (its size, plus twice that when at most 32,
     /// less the running and waiting requests); the loop subtracts its pre-allocated ones.
     pub free_slots: u64,
@@ -224,6 +224,9 @@ pub struct PreallocView {
     pub clip: u32,
     /// `num_reserved_decode_tokens` (`--num-reserved-decode-tokens`, 512).
     pub reserve: u64,
+    /// The metadata buffers (`req_to_metadata_buffer_idx_allocator`: twice the request pool),
+    /// one taken by each request from pre-allocation to landing.
+    pub metadata_buffers: u64,
 }
 
 /// The interface the simulation loop drives.
@@ -291,6 +294,10 @@ pub trait Engine {
     fn prealloc_view(&self) -> Option<PreallocView> {
         None
     }
+    /// An SGLang decode server: the KV its pre-allocation queue holds for requests not landed
+    /// yet, which SGLang allocates at pre-allocation (so its running requests cannot grow into
+    /// it, and `sglang:token_usage` counts it). No other engine holds any.
+    fn set_preallocated(&mut self, _tokens: u64) {}
     /// Whether a step's tokens reach the front end only when the next step has run, except
     /// a request's last token and the tokens of a step after which the engine goes idle
     /// (SGLang's overlap scheduler: the result of batch N is processed after batch N+1 is

@@ -788,17 +788,20 @@ impl<'a> FleetLoop<'a> {
             return;
         }
         let v = self.reps[d].engine.prealloc_view().expect("an SGLang decode server");
+        // `process_decode_queue` pre-allocates nothing while a retracted request waits.
+        if v.retracted > 0 {
+            return;
+        }
         let rep = &self.reps[d];
         let active = v.active + rep.preallocated;
         let need_single = v.largest_running.saturating_sub(v.retractable);
-        let mut allocatable = v.available as i64
-            - rep.reserved as i64
-            - (v.reserve * active).max(need_single) as i64
-            - v.retracted_tokens as i64;
+        // `available` is net of the KV pre-allocated already (the engine holds it).
+        let mut allocatable = v.available as i64 - (v.reserve * active).max(need_single) as i64;
         let mut slots = v.free_slots.saturating_sub(rep.preallocated);
+        let mut buffers = v.metadata_buffers.saturating_sub(rep.preallocated);
         let g = u64::from(rep.granularity.max(1));
         while let Some(&id) = self.reps[d].xfer_queue.front() {
-            if slots == 0 {
+            if slots == 0 || buffers == 0 {
                 break;
             }
             let spec = self.specs[id as usize];
@@ -810,10 +813,13 @@ impl<'a> FleetLoop<'a> {
             }
             allocatable -= required;
             slots -= 1;
+            buffers -= 1;
             self.reps[d].xfer_queue.pop_front();
             let need = prompt.div_ceil(g) * g;
             self.reps[d].reserved += need;
             self.reps[d].preallocated += 1;
+            let reserved = self.reps[d].reserved;
+            self.reps[d].engine.set_preallocated(reserved);
             self.xfer_need[id as usize] = need;
             if self.phase_of[id as usize] == Phase::Timed {
                 self.prealloc_n += 1;
@@ -1195,14 +1201,25 @@ pub fn run_fleet(
                 let d = d as usize;
                 lp.xfer_queued_at[id as usize] = now;
                 lp.reps[d].xfer_queue.push_back(id);
-                lp.try_prealloc(d, now);
+                // SGLang's decode server polls its queue at the top of each loop iteration: at
+                // once when idle, else after the step it is running.
+                if !lp.reps[d].step_running {
+                    lp.try_prealloc(d, now);
+                }
             }
             Event::TransferDone(id, d) => {
                 let d = d as usize;
+                // An idle SGLang decode server's iteration pre-allocates before it takes the
+                // landed KV (`pop_preallocated`, then `pop_transferred`).
+                if lp.reps[d].prealloc && !lp.reps[d].step_running {
+                    lp.try_prealloc(d, now);
+                }
                 let need = lp.xfer_need[id as usize];
                 lp.reps[d].reserved -= need;
                 if lp.reps[d].prealloc {
                     lp.reps[d].preallocated -= 1;
+                    let reserved = lp.reps[d].reserved;
+                    lp.reps[d].engine.set_preallocated(reserved);
                 }
                 lp.decode_kv[id as usize] = DecodeKv::Landed { next: None, seen: false };
                 lp.landed_at[id as usize] = now;
@@ -1211,9 +1228,7 @@ pub fn run_fleet(
                 if !lp.reps[d].step_running {
                     lp.start_step(d, now);
                 }
-                if lp.reps[d].prealloc {
-                    lp.try_prealloc(d, now);
-                } else {
+                if !lp.reps[d].prealloc {
                     lp.try_transfers(d, now);
                 }
             }

@@ -352,6 +352,9 @@ pub struct Scheduler {
     new_token_ratio: f64,
     /// Σ private tokens of all requests.
     private_total: u64,
+    /// A decode server's KV pre-allocated for requests whose prefill or transfer is under way
+    /// ([`Engine::set_preallocated`]): allocated in SGLang (`_pre_alloc`), so not free here.
+    preallocated: u64,
     num_unfinished: usize,
     plan: StepPlan,
     counters: EngineCounters,
@@ -401,6 +404,7 @@ impl Scheduler {
             fatal: None,
             new_token_ratio: ratio,
             private_total: 0,
+            preallocated: 0,
             num_unfinished: 0,
             plan: StepPlan::default(),
             counters: EngineCounters::default(),
@@ -461,7 +465,7 @@ impl Scheduler {
 
     /// `token_to_kv_pool.available_size()`.
     pub fn available_size(&self) -> u64 {
-        self.config.max_total_tokens.saturating_sub(self.tree.total_size() + self.private_total)
+        self.config.max_total_tokens.saturating_sub(self.tree.total_size() + self.private_total + self.preallocated)
     }
 
     fn evictable_size(&self) -> u64 {
@@ -1568,7 +1572,6 @@ impl Engine for Scheduler {
         self.waiting.len()
     }
 
-    /// `sglang:token_usage`: evictable cache counts as free.
     /// A decode server's state as `DecodePreallocQueue.pop_preallocated` reads it. SGLang holds
     /// a prebuilt batch's requests in no queue until they are merged (its `last_batch` term);
     /// here they are the formed batches' members still prefilling. A retracted request (one with
@@ -1580,23 +1583,31 @@ impl Engine for Scheduler {
         }
         let clip = if self.config.behaviour.prealloc_clips_output { 4096 } else { u32::MAX };
         let reserve = u64::from(self.config.num_reserved_decode_tokens);
-        let mut v =
-            crate::engine::PreallocView { available: self.available_size(), clip, reserve, ..Default::default() };
+        let mut v = crate::engine::PreallocView {
+            available: self.available_size(),
+            clip,
+            reserve,
+            metadata_buffers: 2 * u64::from(self.config.req_pool_size),
+            ..Default::default()
+        };
         for &id in &self.running {
             let r = self.req(id);
             v.retractable += u64::from(r.fill_len());
             v.largest_running = v.largest_running.max(u64::from(r.spec.prompt_len) + u64::from(r.max_new().min(clip)));
             v.active += 1;
         }
+        // (A prebuilt batch's member whose one output was its last is freed while the batch is
+        // still held: skipped.)
         for &id in self.batch.iter().chain(&self.next_batch) {
-            if self.req(id).status == Status::Prefilling {
+            if self.requests.get(id as usize).and_then(|r| r.as_deref()).is_some_and(|r| r.status == Status::Prefilling)
+            {
                 v.active += 1;
             }
         }
         for &id in &self.waiting {
             let r = self.req(id);
             if r.num_output > 0 {
-                v.retracted_tokens += u64::from(r.fill_len()) + reserve;
+                v.retracted += 1;
             } else {
                 v.active += 1;
                 v.available = v.available.saturating_sub(self.ceil_page(u64::from(r.spec.prompt_len)));
@@ -1609,6 +1620,11 @@ impl Engine for Scheduler {
         Some(v)
     }
 
+    fn set_preallocated(&mut self, tokens: u64) {
+        self.preallocated = tokens;
+    }
+
+    /// `sglang:token_usage`: evictable cache counts as free.
     fn kv_usage(&self) -> f64 {
         let used = self.config.max_total_tokens - self.available_size() - self.evictable_size();
         used as f64 / self.config.max_total_tokens as f64
@@ -1660,7 +1676,7 @@ impl Engine for Scheduler {
 
     fn check_invariants(&self) -> Result<(), String> {
         self.tree.check()?;
-        let used = self.tree.total_size() + self.private_total;
+        let used = self.tree.total_size() + self.private_total + self.preallocated;
         if used > self.config.max_total_tokens {
             return Err(format!("{used} KV tokens in use > pool {}", self.config.max_total_tokens));
         }
