@@ -100,7 +100,8 @@ fn explain_fleet_kv_sentences_match_their_numbers_with_shared_prefixes() {
     assert!(prefill > 3000, "{prefill}");
     assert!(
         s[2].contains(&format!(
-            "its prefill replicas hold {prefill} prompts at once (their shared prefixes held once)"
+            "its prefill replicas hold {} prompts at once (their shared prefixes held once)",
+            sim::explain::thousands(prefill)
         )),
         "{}",
         s[2]

@@ -62,6 +62,11 @@ pub struct ReplicaLimit {
     pub shared_prefixes: u64,
     /// The group's: one replica's × the number of replicas.
     pub group_kv_limited_concurrency: u64,
+    /// An SGLang decode server's `num_reserved_decode_tokens`, in the footprint: its
+    /// pre-allocation queue keeps that much free for each request it holds (docs/fleets.md); 0
+    /// elsewhere. (Not in the JSON: the footprint holds it and the sentences say it.)
+    #[serde(skip)]
+    pub reserved_decode_tokens: u64,
     /// The per-GPU memory account of one of its replicas, when the pool was derived from memory.
     pub memory: Option<MemoryAccount>,
 }
@@ -119,7 +124,20 @@ pub fn replica_limits(spec: &SimSpec, workload: &Workload) -> FleetLimits {
         } else {
             crate::sweep::kv_limit(capacity, engine.kv_granularity(), engine.prefix_caching(), workload)
         };
-        let (footprint, per) = (l.footprint_tokens, l.concurrency);
+        // An SGLang decode server pre-allocates a request only while the reserve stays free for
+        // every request it holds (`DecodePreallocQueue`): a request takes its footprint and that.
+        let reserved = match engine {
+            crate::config::EngineSpec::Sglang(c) if role == ReplicaRole::Decode => {
+                u64::from(c.num_reserved_decode_tokens)
+            }
+            _ => 0,
+        };
+        let footprint = l.footprint_tokens + reserved;
+        let per = if reserved > 0 {
+            capacity.saturating_sub(l.shared_prefix_tokens) / footprint.max(1)
+        } else {
+            l.concurrency
+        };
         groups.push(ReplicaLimit {
             group,
             replicas: vec![name.to_string()],
@@ -138,6 +156,7 @@ pub fn replica_limits(spec: &SimSpec, workload: &Workload) -> FleetLimits {
             group_kv_limited_concurrency: per,
             shared_prefix_tokens: l.shared_prefix_tokens,
             shared_prefixes: l.shared_prefixes,
+            reserved_decode_tokens: reserved,
             memory: memory.clone(),
         });
     };
@@ -223,8 +242,16 @@ impl FleetLimits {
                 [first, .., last] => (format!("{first}–{last}"), "each replica's"),
                 _ => (g.label(), "its"),
             };
+            let reserve = if g.reserved_decode_tokens > 0 {
+                format!(
+                    ", and the {} tokens SGLang's decode server keeps free for each request's decode (num_reserved_decode_tokens)",
+                    thousands(g.reserved_decode_tokens)
+                )
+            } else {
+                String::new()
+            };
             out.push(format!(
-                "Group {}, {names} ({n} {} replica{}, {} {}, {} × {} at TP {}): {each} KV pool holds {} tokens; a request holds {} ({holds}, {:.0} tokens, in whole {unit}s of {}), so a replica holds {} requests at once{prefixes}{}.",
+                "Group {}, {names} ({n} {} replica{}, {} {}, {} × {} at TP {}): {each} KV pool holds {} tokens; a request holds {} ({holds}, {:.0} tokens, in whole {unit}s of {}{reserve}), so a replica holds {} requests at once{prefixes}{}.",
                 g.group,
                 g.role.as_str(),
                 if n == 1 { "" } else { "s" },
