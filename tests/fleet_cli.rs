@@ -426,7 +426,8 @@ fn plan_keeps_the_scenarios_host() {
     let mut s: Value = serde_json::from_str(&std::fs::read_to_string(default).unwrap()).unwrap();
     s["hardware"] = "rtx-5090".into();
     let linux = write_temp("fleet-cli-linux-5090.json", &s.to_string());
-    assert!(pool(linux.to_str().unwrap()) > 1.05 * wsl2);
+    // (The same card on Linux: 205,344 tokens against 196,304 on the WSL2 view, +4.6%.)
+    assert!(pool(linux.to_str().unwrap()) > 1.03 * wsl2);
 }
 
 /// A scenario's inline step coefficients are one deployment's costs: plan applied them to every
@@ -501,7 +502,7 @@ fn fleet_limits_compare_like_with_like() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let j: Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(j["kv_limited_concurrency"], 786);
+    assert_eq!(j["kv_limited_concurrency"], 788);
     assert_eq!(j["binding_limit"], "kv_pool", "{}", j["explanation"]);
     assert_eq!(j["max_running"], 1200);
     let why = j["explanation"].to_string();
@@ -537,8 +538,8 @@ fn fleet_limits_compare_like_with_like() {
     ]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
-        out.contains("The decode replicas' KV pools of 445,536 tokens hold 386 requests of 1,152 tokens")
-            && out.contains("the prefill replicas' 445,536 tokens hold a prompt only until its KV is transferred"),
+        out.contains("The decode replicas' KV pools of 446,352 tokens hold 387 requests of 1,152 tokens")
+            && out.contains("the prefill replicas' 446,352 tokens hold a prompt only until its KV is transferred"),
         "{out}"
     );
     let o = run_cli(&[
@@ -575,7 +576,7 @@ fn a_side_by_side_of_an_engine_and_a_fleet_names_the_fleet() {
     let j: Value = serde_json::from_slice(&o.stdout).unwrap();
     let d = j["setup_differs"].to_string();
     assert!(
-        d.contains("replicas: 1 engine on h100-80gb x1, KV pool 445536 tokens in all / 2 (Fleet, router round_robin) on h100-80gb x2, KV pool 891072 tokens in all"),
+        d.contains("replicas: 1 engine on h100-80gb x1, KV pool 446352 tokens in all / 2 (Fleet, router round_robin) on h100-80gb x2, KV pool 892704 tokens in all"),
         "{d}"
     );
 }
@@ -601,7 +602,7 @@ fn a_heterogeneous_fleet_says_where_an_even_split_fills_the_smallest() {
     let o = run_cli(&["explain", &f, "--concurrency", "16", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let j: Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(j["kv_limited_concurrency"], 558);
+    assert_eq!(j["kv_limited_concurrency"], 559);
     let why = j["explanation"].to_string();
     assert!(
         why.contains("fills the replicas with the smallest limit first")

@@ -103,8 +103,9 @@ fn an_fp8_kv_cache_doubles_the_pool() {
 
 #[test]
 fn fp8_weights_leave_more_room_for_kv() {
-    // bf16 70B at TP 2 on vLLM 0.33 leaves a 4,048-token pool (the V2 runner's 0.52 GiB of
-    // sampler state at 1,024 sequences included): a 2k context.
+    // bf16 70B at TP 2 on vLLM 0.33 leaves a 4,704-token pool (the V2 runner's 0.52 GiB of
+    // sampler state at 1,024 sequences included; 4,048 with the V2 non-torch constant's former
+    // 514 MiB): a 2k context.
     let bf16 = resolve(scenario(
         json!({"kind": "vllm", "tensor_parallel_size": 2, "max_model_len": 2048}),
         "llama-3.3-70b-instruct",
@@ -129,7 +130,7 @@ fn fp8_weights_leave_more_room_for_kv() {
     let (wb, wf) = (bf16.kv_sizing.memory.as_ref().unwrap().weights, fp8.kv_sizing.memory.as_ref().unwrap().weights);
     assert!(wf < wb * 55 / 100 && wf > wb * 45 / 100, "{wb} {wf}");
     assert_eq!(online.kv_sizing.memory.as_ref().unwrap().weights, wf);
-    assert_eq!(pool(&bf16), 4_048);
+    assert_eq!(pool(&bf16), 4_704);
     assert!(pool(&fp8) > 4 * pool(&bf16));
 }
 
@@ -236,8 +237,11 @@ fn vllm_v2_profiling_peak_counts_the_sampler_tensors_each_release_allocates() {
     // 8,388,608, and per logit (1,024 × 128,256 of them) the bf16 logits (2), their fp32 copy (4)
     // and FlashInfer's top-k-masked logits and softmax (4 + 4): 1,838,678,016. In all
     // 1,914,175,488 bytes (1,825.5 MiB), above the forward.
-    let peak =
-        |version: &str, g: &sim::cards::GpuCard| config::vllm_v2_activation_peak(&llama8, g, v(version), 1, 8192, 1024);
+    // The profiled tensors (`vllm_v2_activation_peak_tensors`); the cold-compile transient of
+    // the embedding table's size is checked at the end.
+    let peak = |version: &str, g: &sim::cards::GpuCard| {
+        config::vllm_v2_activation_peak_tensors(&llama8, g, v(version), 1, 8192, 1024)
+    };
     assert_eq!(peak("0.33.0", &h100), 67_108_864 + 8_388_608 + 1024 * 128_256 * 14);
     assert_eq!(peak("0.33.0", &h100), 1_914_175_488);
     assert_eq!(peak("0.34.0", &h100), 1_914_175_488);
@@ -257,6 +261,16 @@ fn vllm_v2_profiling_peak_counts_the_sampler_tensors_each_release_allocates() {
     // makes (525,336,576 both), beside the local shard (1,024 × 32,064 × 2 = 65,667,072), with
     // the hidden states (134,217,728) and the sampled rows (16,777,216): 741,998,592 bytes,
     // above the forward's 8,192 × (2 × 8,192 + 3 × 7,168) × 2 = 620,756,992.
+    assert_eq!(config::vllm_v2_activation_peak_tensors(&llama70, &h100, v("0.31.0"), 4, 8192, 1024), 741_998_592);
+    // The peak servesim charges adds the transient a cold torch.compile leaves in the profiling
+    // run, the size of one GPU's embedding table (`vllm_compile_embedding_transient`: 128,256 ×
+    // 4,096 × 2 = 1,050,673,152 bytes for Llama-3.1-8B), where it is larger: in 0.31 it binds
+    // over the forward's 838,860,800; at TP 4 the 70B's shard (128,256 / 4 × 8,192 × 2 =
+    // 525,336,576) does not.
+    assert_eq!(config::vllm_compile_embedding_transient(&llama8, 1), 1_050_673_152);
+    assert_eq!(config::vllm_v2_activation_peak(&llama8, &h100, v("0.31.0"), 1, 8192, 1024), 1_050_673_152);
+    assert_eq!(config::vllm_v2_activation_peak(&llama8, &h100, v("0.33.0"), 1, 8192, 1024), 1_914_175_488);
+    assert_eq!(config::vllm_compile_embedding_transient(&llama70, 4), 525_336_576);
     assert_eq!(config::vllm_v2_activation_peak(&llama70, &h100, v("0.31.0"), 4, 8192, 1024), 741_998_592);
     // The account charges it: a default Llama-3.1-8B scenario on an H100 at 0.33.0.
     let spec = resolve(scenario(json!({"kind": "vllm", "version": "0.33.0"}), "llama-3.1-8b-instruct", "h100-80gb", 1))
@@ -708,25 +722,25 @@ fn vllm_blocks(spec: &SimSpec) -> (u32, u32) {
 /// bf16 on one H100 (85,045,477,376 bytes), the defaults (1,024 sequences, 8,192 tokens), worked
 /// by hand from servesim's terms:
 ///
-/// * weights 8,030,261,248 × 2 = 16,060,522,496; V2 non-torch 514 MiB = 538,968,064; CUDA graphs
+/// * weights 8,030,261,248 × 2 = 16,060,522,496; V2 non-torch 411 MiB = 430,964,736; CUDA graphs
 ///   0.45 MiB × 32 layers × 51 sizes (1, 2, 4, 8…248, 256…512) = 770,074,214;
 /// * the profiling run's peak: its sampler's second pass (`vllm_v2_sampler_bytes_per_logit`),
 ///   8,192 × 4,096 × 2 + 1,024 × 4,096 × 2 + 1,024 × 128,256 × 14 = 1,914,175,488, above the
 ///   forward's 8,192 × (2 × 4,096 + 3 × 14,336) × 2 = 838,860,800; the sizing step's logits
 ///   phase, 8,192 × 4,096 × 2 + 1,024 × 128,256 × 2 = 329,777,152, is smaller: T =
-///   1,914,175,488;
-/// * 0.33: 0.92 × total = 78,241,839,185, less the four terms: KV 58,958,098,923 bytes, 28,113
-///   blocks of 16 tokens (2,097,152 bytes);
+///   1,914,175,488 (the embedding table's cold-compile transient, 1,050,673,152, is smaller);
+/// * 0.33: 0.92 × total = 78,241,839,185, less the five terms (the sampler state's 558,170,112
+///   too): KV 58,507,932,139 bytes, 27,898 blocks of 16 tokens (2,097,152 bytes);
 /// * 0.34: the margin max(1 GiB, 0.75 × T) = 1,435,631,616; in use at the start-up snapshot 481
-///   MiB = 504,365,056; total − both = 83,105,480,704, less the four terms: KV 63,821,740,442
-///   bytes (+4.86 GB, +8.2%), 7,608 blocks of 64 tokens (8,388,608 bytes): 486,912 tokens
-///   against 449,808.
+///   MiB = 504,365,056; total − both = 83,105,480,704, less the five terms: KV 63,371,573,658
+///   bytes, 7,554 blocks of 64 tokens (8,388,608 bytes).
 ///
-/// Qwen2.5-7B on an A100 80GB (2,048 tokens) at 64 sequences: the sizing step's logits phase,
-/// 2,048 × 3,584 × 2 + 1,024 × 152,064 × 2 = 326,107,136, exceeds the profiling run's forward,
-/// 2,048 × (2 × 3,584 + 3 × 18,944) × 2 = 262,144,000 (its sampler: 2,048 × 3,584 × 2 + 64 ×
-/// 3,584 × 2 + 64 × 152,064 × 14 = 151,388,160), and is the transient kept free. At the A100's
-/// default 256 sequences the sampler's 561,512,448 is.
+/// Qwen2.5-7B on an A100 80GB (2,048 tokens) at 64 sequences: the profiling run's peak is the
+/// embedding table's cold-compile transient, 152,064 × 3,584 × 2 = 1,089,994,752, above its
+/// forward, 2,048 × (2 × 3,584 + 3 × 18,944) × 2 = 262,144,000, its sampler (2,048 × 3,584 × 2 +
+/// 64 × 3,584 × 2 + 64 × 152,064 × 14 = 151,388,160; 561,512,448 at the A100's default 256
+/// sequences) and the sizing step's logits phase, 2,048 × 3,584 × 2 + 1,024 × 152,064 × 2 =
+/// 326,107,136; it is the transient kept free, and its margin, 0.75 × T, is still below 1 GiB.
 #[test]
 fn vllm_0_34_sizes_the_pool_after_warmup_from_the_memory_then_free() {
     let v = |model: &str, gpu: &str, extra: Value| {
@@ -737,7 +751,7 @@ fn vllm_0_34_sizes_the_pool_after_warmup_from_the_memory_then_free() {
     let (a33, a34) = (s33.kv_sizing.memory.clone().unwrap(), s34.kv_sizing.memory.clone().unwrap());
     for a in [&a33, &a34] {
         assert_eq!(a.weights, 16_060_522_496);
-        assert_eq!(a.non_torch, 538_968_064);
+        assert_eq!(a.non_torch, 430_964_736);
         assert_eq!(a.cuda_graphs, 770_074_214);
         assert_eq!(a.activation_peak, 1_914_175_488);
         // The V2 runner's sampler state: 1,024 sequences × (128,256 int32 counts + two
@@ -751,22 +765,22 @@ fn vllm_0_34_sizes_the_pool_after_warmup_from_the_memory_then_free() {
         );
         assert_eq!(a.requested + a.reserve, a.total);
     }
-    assert_eq!((a33.requested, a33.kv, a33.context, a33.margin), (78_241_839_185, 58_399_928_811, 0, 0));
-    assert_eq!(vllm_blocks(&s33), (27_847, 16));
+    assert_eq!((a33.requested, a33.kv, a33.context, a33.margin), (78_241_839_185, 58_507_932_139, 0, 0));
+    assert_eq!(vllm_blocks(&s33), (27_898, 16));
     assert_eq!((a34.requested, a34.reserve), (85_045_477_376, 0));
-    assert_eq!((a34.context, a34.margin, a34.kv), (504_365_056, 1_435_631_616, 63_263_570_330));
-    assert_eq!(vllm_blocks(&s34), (7_541, 64));
+    assert_eq!((a34.context, a34.margin, a34.kv), (504_365_056, 1_435_631_616, 63_371_573_658));
+    assert_eq!(vllm_blocks(&s34), (7_554, 64));
     assert!(a34.derivation.contains("not checked against a 0.34 start-up log"), "{}", a34.derivation);
 
-    // The sizing step's prompt logprobs can be the larger transient.
+    // At 2,048 tokens the cold-compile transient binds over the sizing step's prompt logprobs.
     let qwen = |version: &str| v("qwen2.5-7b-instruct", "a100-80gb", json!({"version": version, "max_num_seqs": 64}));
     let (q33, q34) = (qwen("0.33.0"), qwen("0.34.0"));
-    assert_eq!(q33.kv_sizing.memory.as_ref().unwrap().activation_peak, 262_144_000);
+    assert_eq!(q33.kv_sizing.memory.as_ref().unwrap().activation_peak, 1_089_994_752);
     let q256 = v("qwen2.5-7b-instruct", "a100-80gb", json!({"version": "0.34.0"}));
-    assert_eq!(q256.kv_sizing.memory.as_ref().unwrap().activation_peak, 561_512_448);
+    assert_eq!(q256.kv_sizing.memory.as_ref().unwrap().activation_peak, 1_089_994_752);
     let q = q34.kv_sizing.memory.clone().unwrap();
-    assert_eq!(q.activation_peak, 326_107_136);
-    assert_eq!(q.margin, 1 << 30, "0.75 × 0.30 GiB is below the 1 GiB floor");
+    assert_eq!(q.activation_peak, 1_089_994_752);
+    assert_eq!(q.margin, 1 << 30, "0.75 × 1.02 GiB is below the 1 GiB floor");
     assert!(pool(&q34) > pool(&q33));
 
     // Eager: no graphs, and the sizing still runs.
@@ -795,8 +809,8 @@ fn vllm_0_34_an_explicit_utilization_caps_the_pool() {
     // 0.92 × total less the same non-KV terms as 0.33 (the peak is the profiling run's here):
     // 0.33's bytes, in blocks of 64.
     let capped = acct(json!({"gpu_memory_utilization": 0.92}));
-    assert_eq!((capped.requested, capped.kv, capped.context, capped.margin), (78_241_839_185, 58_399_928_811, 0, 0));
-    assert_eq!(vllm_blocks(&llama(json!({"gpu_memory_utilization": 0.92})).unwrap()), (6_961, 64));
+    assert_eq!((capped.requested, capped.kv, capped.context, capped.margin), (78_241_839_185, 58_507_932_139, 0, 0));
+    assert_eq!(vllm_blocks(&llama(json!({"gpu_memory_utilization": 0.92})).unwrap()), (6_974, 64));
     // 0.99 × total (84.2 GB) is above the headroom cap (83.1 GB): the default's pool.
     assert_eq!(acct(json!({"gpu_memory_utilization": 0.99})).kv, default.kv);
     assert_eq!(acct(json!({"gpu_memory_utilization": 1.0})).kv, default.kv);

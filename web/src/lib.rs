@@ -596,12 +596,12 @@ mod tests {
 
     /// A knob that changes what the pool would be (TP size, memory fraction, KV dtype) drops the
     /// scenario's pinned pool here as in the binary, so the page's numbers are its Reproduce
-    /// command's (it kept the pin: 42 where the command gives 135; the teaching-page hunt).
+    /// command's (it kept the pin: 42 where the command gives 150; the teaching-page hunt).
     #[test]
     fn a_pool_resizing_knob_drops_the_pinned_pool_as_the_binary_does() {
         let v: Value =
             serde_json::from_str(&resolve(r#"{"sets": ["engine.tensor_parallel_size=2"]}"#).unwrap()).unwrap();
-        assert_eq!(v["kv_limited_concurrency"], 135);
+        assert_eq!(v["kv_limited_concurrency"], 150);
         // Set to what the scenario already has: nothing resizes, the pin stands.
         let v: Value = serde_json::from_str(&resolve(r#"{"sets": ["model=qwen2.5-7b-instruct"]}"#).unwrap()).unwrap();
         assert_eq!(v["kv_limited_concurrency"], 42);

@@ -7,7 +7,8 @@
 //! (`gpu_memory_utilization × total`) minus what the profiling run consumed
 //! after the start-up snapshot: the weights, the torch activation peak of a
 //! dummy forward at `max_num_batched_tokens` and of the sampler at
-//! `max_num_seqs`, and memory allocated outside torch (workspaces, NCCL and
+//! `max_num_seqs` (on the V2 runner, or the embedding table's size where larger: the
+//! transient a cold torch.compile leaves in it), and memory allocated outside torch (workspaces, NCCL and
 //! custom all-reduce buffers); from 0.20 it also subtracts its CUDA-graph
 //! memory estimate when the V1 model runner runs (none with `enforce_eager`;
 //! the V2 runner's estimate is 0). Which runner runs, and how 0.27 measures
@@ -51,16 +52,19 @@ pub(crate) const MIB: u64 = 1 << 20;
 /// (cuBLAS/attention workspaces, allocator slack), and what the V1 profile's
 /// torch peak holds beyond the derived activation peak, MiB.
 pub const VLLM_NON_TORCH_MIB: f64 = 960.0;
-/// FITTED (kv-logs corpus, vLLM rows at TP > 1, all on the V1 runner so far):
-/// extra memory outside torch with tensor parallelism (NCCL communicators
-/// and the custom all-reduce's buffers), MiB per GPU; applied to both runners.
+/// FITTED (kv-logs corpus, vLLM rows at TP > 1 on NVLink cards, all H100 SXM on the V1 runner):
+/// extra memory outside torch with tensor parallelism (NCCL's communicators and transports; the
+/// custom all-reduce's and symmetric memory's buffers are at most 64–128 MiB), MiB per GPU;
+/// applied to both runners, on NVLink cards only ([`vllm_tp_non_torch_applies`]: the one PCIe
+/// TP log has no room for it).
 pub const VLLM_NON_TORCH_TP_MIB: f64 = 1919.0;
-/// FITTED (kv-logs corpus, vLLM rows on the V2 model runner, releases
-/// 0.25–0.26): memory outside the derived terms at TP 1 when the V2 model
-/// runner profiles (its non-torch memory, the part of its torch peak above
-/// the forward's activations, and the weights' allocator rounding), MiB.
-/// Replaces [`VLLM_NON_TORCH_MIB`] for that runner; the TP term is shared.
-pub const VLLM_V2_NON_TORCH_MIB: f64 = 514.0;
+/// FITTED (kv-logs corpus, vLLM rows on the V2 model runner at TP 1 on Linux, releases
+/// 0.24–0.31: nine rows): memory outside the derived terms at TP 1 when the V2 model runner
+/// profiles (its non-torch memory, the part of its torch peak above the derived peak, and the
+/// weights' allocator rounding), MiB. Replaces [`VLLM_NON_TORCH_MIB`] for that runner; the TP
+/// term is shared. 514 until 2026-12-06, when the profiled peak gained the cold-compile
+/// transient ([`vllm_compile_embedding_transient`]).
+pub const VLLM_V2_NON_TORCH_MIB: f64 = 411.0;
 /// FITTED (kv-logs corpus, vLLM ≥ 0.27 rows on Windows/WSL2 hosts): what
 /// 0.27's free-memory accounting (`mem_utils.py:memory_profiling`,
 /// `total_consumed` = free memory at the init snapshot − free memory after
@@ -70,8 +74,11 @@ pub const VLLM_V2_NON_TORCH_MIB: f64 = 514.0;
 /// weights torch allocated. On bare-metal Linux 0.27/0.28 logs the consumed
 /// memory is the weights plus the ≤ 0.26 non-torch terms (`docs/vllm.md`),
 /// so nothing is added there. Applied when the GPU card reports the WDDM
-/// view of the device ([`wddm_host`]).
-pub const VLLM_WDDM_CONSUMED_PER_WEIGHT_BYTE: f64 = 0.102;
+/// view of the device ([`wddm_host`]), where it stands in for the cold-compile transient of the
+/// profiled peak too ([`vllm_v2_activation_peak_tensors`]): charged beside it, the four rows
+/// need 0.058, 0.011 and about 0 per byte (`data/published/kv-logs.md`), no one ratio. 0.102
+/// until 2026-12-06 (the V2 non-torch constant then 514 MiB).
+pub const VLLM_WDDM_CONSUMED_PER_WEIGHT_BYTE: f64 = 0.118;
 /// FITTED (the captured-graph memory vLLM 0.19 logs, "Graph capturing
 /// finished ... took X GiB", corpus rows): CUDA-graph memory per layer per
 /// captured batch size, MiB. vLLM ≥ 0.20 subtracts its estimate of this
@@ -479,8 +486,12 @@ pub fn vllm_graph_ceiling(version: Version, gpu: &GpuCard) -> u32 {
 /// The first vLLM release whose V2 model runner subtracts its CUDA-graph memory estimate
 /// from the KV budget (0.28.0's `profile_cudagraph_memory` returns 0; 0.29.0 measures it).
 /// Its size is taken as the V1 runner's ([`VLLM_GRAPH_MIB_PER_LAYER_SIZE`], fitted on V1
-/// logs): the one V2 log read (0.31.0, A100, Llama-3.1-8B, held out) logs about 1.2 GiB
-/// where that gives 0.72, so the pool is still about 0.9% high there (1.9% with none).
+/// logs). The 0.29+ logs put the estimate inside the "peak activation" they print
+/// (`self.peak_activation_memory = transient_peak_headroom + cudagraph_memory_estimate_applied`,
+/// 0.29.0 `gpu_worker.py:601`, 0.31.0 :668): 0.51 GiB on a 0.29.0 L40S Qwen3-14B log (its
+/// "equivalent to 0.9086" line) where this gives 0.90, about 0.45 GiB implied on a 0.31.0 A100
+/// Llama-3.1-8B log where this gives 0.72. Two rows do not make a V2 constant; the pool is low
+/// by that difference there (−4.6% and −0.9%).
 pub const VLLM_V2_CUDAGRAPH_ESTIMATE: Version = Version::new(0, 29, 0);
 
 /// How a vLLM release sizes its KV budget (`docs/vllm.md` "Memory sizing"),
@@ -765,6 +776,22 @@ pub fn vllm_v2_activation_peak(
     max_batched: u32,
     max_seqs: u32,
 ) -> u64 {
+    vllm_v2_activation_peak_tensors(model, gpu, version, tp, max_batched, max_seqs)
+        .max(vllm_compile_embedding_transient(model, tp))
+}
+
+/// [`vllm_v2_activation_peak`] without the compile transient: the profiled tensors alone. Used
+/// where the Windows/WSL2 host term ([`VLLM_WDDM_CONSUMED_PER_WEIGHT_BYTE`]) is charged, which
+/// was fitted on logs that print no peak and absorbs whatever their profiling held (their
+/// excess is smaller than the embedding table on two of the four: `data/published/kv-logs.md`).
+pub fn vllm_v2_activation_peak_tensors(
+    model: &ModelCard,
+    gpu: &GpuCard,
+    version: Version,
+    tp: u32,
+    max_batched: u32,
+    max_seqs: u32,
+) -> u64 {
     let a = u64::from(model.activation_dtype_bytes());
     let h = u64::from(model.hidden_size);
     let v = u64::from(model.vocab_size);
@@ -773,8 +800,43 @@ pub fn vllm_v2_activation_peak(
     let forward = t * (2 * h + mlp_activation_elems_per_token(model, tp)) * a;
     let logits = r * v * vllm_v2_sampler_bytes_per_logit(version, gpu, a);
     let gather = if tp > 1 { 2 * r * v * a + r * v.div_ceil(u64::from(tp)) * a } else { 0 };
-    let sampler = t * h * a + r * h * a + logits.max(gather);
-    forward.max(sampler)
+    forward.max(t * h * a + r * h * a + logits.max(gather))
+}
+
+/// The transient of the size of one GPU's token-embedding table (`vocab / tp × hidden` in the
+/// model's dtype) that the V2 runner's profiling run holds at its peak when torch.compile
+/// compiles the model inside it (a cold compile cache, a fresh server's case: the first compiled
+/// call is `profile_run`'s dummy forward, inside `memory_profiling`, 0.29.0
+/// `gpu_worker.py:553`). Not read in vLLM's source (it is the compiler's, not vLLM's): inferred
+/// from the start-up logs, where the profiled peak at 2,048 batched tokens is the embedding
+/// table's size and not the forward's 0.2 GiB (docs/vllm.md §5 item 2): Qwen3-14B 1.48 GiB
+/// (table 1.45; 0.29.0, L40S, "peak activation" 1.99 less the 0.51 GiB graph estimate it
+/// includes), Qwen3-8B ≤ 1.35 GiB with the non-torch memory (table 1.16; 0.24.0, RTX 5090,
+/// whose next boot with the compile cache warm logged 0.95 GiB more KV cache), and at 8,192
+/// tokens on an H100 (Qwen2.5-7B, 0.26.0) 1.13 GiB cold against 1.06 GiB with the compiled
+/// graph loaded from cache (table 1.09 GiB, forward 0.98). The compiled region holds the
+/// embedding lookup (`embed_input_ids` in the `@support_torch_compile` model's forward), and
+/// vLLM turns on Inductor's `combo_kernels` with `benchmark_combo_kernel` from torch 2.9
+/// (0.24.0 `config/compilation.py:957`–965, 0.29.0 :985–993), whose compile-time benchmarks
+/// run generated kernels on freshly allocated arguments of the real shapes (the likely source;
+/// not established here). A warm compile cache (a restarted server with its cache kept) has no
+/// such transient: servesim assumes the cold start.
+pub fn vllm_compile_embedding_transient(model: &ModelCard, tp: u32) -> u64 {
+    let a = u64::from(model.activation_dtype_bytes());
+    u64::from(model.vocab_size).div_ceil(u64::from(tp.max(1))) * u64::from(model.hidden_size) * a
+}
+
+/// Whether vLLM's extra memory outside torch at TP > 1 ([`VLLM_NON_TORCH_TP_MIB`]) applies on
+/// this card: fitted on H100 SXM rows (NVLink through NVSwitch); on GPUs linked over PCIe the one
+/// TP log (0.27.1, two RTX PRO 6000 over PCIe, Qwen3-32B) leaves 1.66 GiB per GPU for the
+/// profiling peak, the V2 sampler state and all non-torch memory together, where this term alone
+/// is 1.87 GiB. vLLM's own device buffers at TP > 1 are small on any link (custom all-reduce
+/// buffers of at most 64 MiB, `all_reduce_utils.py:CUSTOM_ALL_REDUCE_MAX_SIZES`; torch
+/// symmetric memory only on compute capability 9.0, 10.0 and 10.3 and at most 128 MiB,
+/// `SYMM_MEM_ALL_REDUCE_MAX_SIZES`, read in 0.27.1), so the term is NCCL's, which sets up
+/// NVLink-only transports (NVLS) on NVSwitch systems; on a PCIe card servesim charges none of it.
+pub fn vllm_tp_non_torch_applies(gpu: &GpuCard) -> bool {
+    gpu.interconnect.as_deref() != Some("pcie")
 }
 
 /// The V2 model runner's persistent sampler state (`v1/worker/gpu/model_runner.py:load_model`,
@@ -831,7 +893,10 @@ pub fn vllm_memory_account(
     let tp = dep.tensor_parallel_size;
     let weights = model.weight_bytes_per_gpu(tp, dep.linear_weight_bytes);
     let mb = VllmMemoryBehaviour::for_card(version, model, gpu, dep.quantization.is_some(), dep.cuda_graphs);
-    let profile_peak = if mb.model_runner_v2 {
+    let host = mb.consumed_from_free_memory && wddm_host(gpu);
+    let profile_peak = if mb.model_runner_v2 && host {
+        vllm_v2_activation_peak_tensors(model, gpu, version, tp, max_batched, max_seqs)
+    } else if mb.model_runner_v2 {
         vllm_v2_activation_peak(model, gpu, version, tp, max_batched, max_seqs)
     } else {
         vllm_activation_peak(model, tp, max_batched, max_seqs)
@@ -843,8 +908,7 @@ pub fn vllm_memory_account(
     let activation_peak =
         if extensible { profile_peak.max(vllm_kv_sizing_step_peak(model, tp, max_batched)) } else { profile_peak };
     let non_torch_mib = if mb.model_runner_v2 { VLLM_V2_NON_TORCH_MIB } else { VLLM_NON_TORCH_MIB }
-        + if tp > 1 { VLLM_NON_TORCH_TP_MIB } else { 0.0 };
-    let host = mb.consumed_from_free_memory && wddm_host(gpu);
+        + if tp > 1 && vllm_tp_non_torch_applies(gpu) { VLLM_NON_TORCH_TP_MIB } else { 0.0 };
     let wddm = if host { VLLM_WDDM_CONSUMED_PER_WEIGHT_BYTE * weights as f64 } else { 0.0 };
     let non_torch = (non_torch_mib * MIB as f64 + wddm) as u64;
     let cuda_graphs = if mb.cudagraph_estimate {

@@ -365,7 +365,7 @@ mod tests {
         assert!(
             s[2].contains(&format!(
                 "its prefill replicas hold {} prompts at once (their shared prefixes held once)",
-                p.kv_limited_concurrency
+                thousands(p.kv_limited_concurrency)
             )),
             "{}",
             s[2]
