@@ -963,13 +963,17 @@ pub fn vllm_memory_account(
              (subtracted from 0.20)"
             }
             (true, false) if mb.cudagraph_estimate => {
-                "derived: requested, weights, activation peak (V2 model runner), KV cell; fitted on the start-up log \
-             corpus: V2 non-torch memory (and its extra at TP > 1), and CUDA-graph memory per layer per capture \
-             size (the V1 runner's figure; V2 subtracts its estimate from 0.29)"
+                "derived: requested, weights, activation peak (V2 model runner: the profiled tensors, or a cold \
+             torch.compile's transient the size of the embedding table where larger, inferred from start-up logs), \
+             KV cell; fitted on the start-up log corpus: V2 non-torch memory (and its extra at TP > 1 on NVLink \
+             cards), and CUDA-graph memory per layer per capture size (the V1 runner's figure; V2 subtracts its \
+             estimate from 0.29)"
             }
             (true, false) => {
-                "derived: requested, weights, activation peak (V2 model runner: no CUDA-graph estimate before 0.29), \
-             KV cell; fitted on the start-up log corpus: V2 non-torch memory (and its extra at TP > 1)"
+                "derived: requested, weights, activation peak (V2 model runner: the profiled tensors, or a cold \
+             torch.compile's transient the size of the embedding table where larger, inferred from start-up logs; \
+             no CUDA-graph estimate before 0.29), KV cell; fitted on the start-up log corpus: V2 non-torch memory \
+             (and its extra at TP > 1 on NVLink cards)"
             }
             (true, true) => {
                 "derived: requested, weights, activation peak (V2 model runner; its CUDA-graph estimate from 0.29, \
