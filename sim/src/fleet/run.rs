@@ -775,14 +775,16 @@ impl<'a> FleetLoop<'a> {
     }
 
     /// SGLang's `DecodePreallocQueue.pop_preallocated` on decode replica `d` (0.4.10–0.5.23,
-    /// read in the 0.4.10, 0.4.10.post2, 0.5.1, 0.5.6 and 0.5.23 wheels): in queue order, while
-    /// a request slot is free, a request is pre-allocated if its prompt plus
-    /// `num_reserved_decode_tokens`, and its prompt plus its (clipped) output less the running
-    /// requests' tokens, fit in the allocatable tokens: the free tokens less the larger of the
-    /// reserve for every running, transferring and waiting request and what the largest running
-    /// request could still need beyond the running requests' tokens, less each retracted
-    /// request's tokens and reserve; each takes its prompt plus the reserve from that figure. The
-    /// first that does not fit stops the pass. A pre-allocated request's prefill may start.
+    /// read in the 0.4.10, 0.4.10.post2, 0.5.1, 0.5.6 and 0.5.23 wheels): nothing while a
+    /// retracted request waits (`process_decode_queue` returns first); else in queue order, while
+    /// a request slot and a metadata buffer are free, a request is pre-allocated if its prompt
+    /// plus `num_reserved_decode_tokens`, and its prompt plus its (clipped) output less the
+    /// running requests' tokens, fit in the allocatable tokens: the free tokens (the engine holds
+    /// the KV pre-allocated already) less the larger of the reserve for every running,
+    /// transferring and waiting request and what the largest running request could still need
+    /// beyond the running requests' tokens; each takes its prompt plus the reserve from that
+    /// figure. The first that does not fit stops the pass. A pre-allocated request's prefill may
+    /// start.
     fn try_prealloc(&mut self, d: usize, now: u64) {
         if self.reps[d].xfer_queue.is_empty() {
             return;
