@@ -355,4 +355,12 @@ fn explain_names_the_sglang_decode_servers_pre_allocation_wait() {
     let line = all.iter().find(|l| l.starts_with("Of the queue wait, ")).unwrap_or_else(|| panic!("{all:#?}"));
     assert!(line.contains("pre-allocate the request's KV before its prefill may start"), "{line}");
     assert!(line.contains("num_reserved_decode_tokens = 512"), "{line}");
+    // The admission sentence is the decode server's, not new_token_ratio's; the limit counts the
+    // reserve (12,000 tokens hold 7 requests of 1,099 + 512, as the runs show).
+    let admits = all.iter().find(|l| l.contains("so the KV pool binds first")).unwrap_or_else(|| panic!("{all:#?}"));
+    assert!(
+        admits.contains("pre-allocates a request's prompt before its prefill") && !admits.contains("new_token_ratio"),
+        "{admits}"
+    );
+    assert!(all.iter().any(|l| l.contains("so a replica holds 7 requests at once")), "{all:#?}");
 }

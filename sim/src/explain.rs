@@ -917,7 +917,20 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
                 format!("so more than {} {}{peak_phrase}", limit.concurrency, if past { can } else { could })
             }
         };
-        why.push(if sglang {
+        // An SGLang P/D fleet's decode servers admit what their pre-allocation queue let through
+        // (docs/fleets.md), not by new_token_ratio.
+        let sglang_decode_servers = base.fleet.as_ref().is_some_and(|f| {
+            f.disaggregated()
+                && f.replicas.iter().any(|r| {
+                    r.role == crate::config::ReplicaRole::Decode
+                        && matches!(r.engine, crate::config::EngineSpec::Sglang(_))
+                })
+        });
+        why.push(if sglang_decode_servers {
+            format!(
+                "{running_cap} is {above} that, so the KV pool binds first. SGLang's decode server pre-allocates a request's prompt before its prefill may start, and only while num_reserved_decode_tokens stay free for every request it holds{peak_phrase}; the outputs grow into that reserve, running ones are retracted (to be recomputed) if the pool runs out, and new requests wait for pre-allocation, so TTFT grows with that queue."
+            )
+        } else if sglang {
             format!(
                 "{running_cap} is {above} that, so the KV pool binds first. SGLang reserves KV for a new request's output at admission, but counts the running requests' remaining outputs at new_token_ratio (which can fall below 1), {}; when their outputs outgrow the pool, running ones are retracted (to be recomputed) and new ones wait, and TTFT grows with the queue.",
                 more_than("can be admitted", "could be admitted")
