@@ -919,13 +919,7 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
         };
         // An SGLang P/D fleet's decode servers admit what their pre-allocation queue let through
         // (docs/fleets.md), not by new_token_ratio.
-        let sglang_decode_servers = base.fleet.as_ref().is_some_and(|f| {
-            f.disaggregated()
-                && f.replicas.iter().any(|r| {
-                    r.role == crate::config::ReplicaRole::Decode
-                        && matches!(r.engine, crate::config::EngineSpec::Sglang(_))
-                })
-        });
+        let sglang_decode_servers = base.fleet.as_ref().is_some_and(|f| f.sglang_decode_reserve().is_some());
         why.push(if sglang_decode_servers {
             format!(
                 "{running_cap} is {above} that, so the KV pool binds first. SGLang's decode server pre-allocates a request's prompt before its prefill may start, and only while num_reserved_decode_tokens stay free for every request it holds{peak_phrase}; the outputs grow into that reserve, running ones are retracted (to be recomputed) if the pool runs out, and new requests wait for pre-allocation, so TTFT grows with that queue."
@@ -967,15 +961,7 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
         why.push(format!(
             "Of the queue wait, {} on average is the wait for an SGLang decode server to pre-allocate the request's KV before its prefill may start (it keeps num_reserved_decode_tokens = {} for each request it holds): there the decode replicas' KV pools bind, not the prefill replicas.",
             duration(w, m.ttft.mean),
-            base.fleet
-                .as_ref()
-                .and_then(|f| f.replicas.iter().find_map(|r| match (&r.role, &r.engine) {
-                    (crate::config::ReplicaRole::Decode, crate::config::EngineSpec::Sglang(c)) => {
-                        Some(c.num_reserved_decode_tokens)
-                    }
-                    _ => None,
-                }))
-                .unwrap_or(512)
+            base.fleet.as_ref().and_then(|f| f.sglang_decode_reserve()).unwrap_or_default()
         ));
     }
     if c.num_preemptions > 0 {

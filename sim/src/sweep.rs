@@ -540,14 +540,7 @@ fn kv_limit_sentence_alone(limit: &KvLimit, spec: &SimSpec, peak: Option<u32>) -
             thousands(max_running)
         )
     } else if spec.fleet.as_ref().is_some_and(|f| f.disaggregated()) {
-        let sglang_reserve = spec.fleet.as_ref().and_then(|f| {
-            f.replicas.iter().find_map(|r| match (&r.role, &r.engine) {
-                (crate::config::ReplicaRole::Decode, crate::config::EngineSpec::Sglang(c)) => {
-                    Some(c.num_reserved_decode_tokens)
-                }
-                _ => None,
-            })
-        });
+        let sglang_reserve = spec.fleet.as_ref().and_then(|f| f.sglang_decode_reserve());
         let units = match sglang_reserve {
             Some(r) if r > 0 => format!(
                 "{units}, and the {} tokens SGLang's decode server keeps free for each request's decode",

@@ -167,7 +167,23 @@ pub struct FleetSpec {
     pub num_fronts: usize,
 }
 
+/// A replica that is an SGLang decode server (`--disaggregation-mode decode`): its
+/// `num_reserved_decode_tokens`, which its pre-allocation queue keeps free for each request it
+/// holds (docs/fleets.md); `None` for every other replica.
+pub fn sglang_decode_reserve(role: ReplicaRole, engine: &EngineSpec) -> Option<u32> {
+    match engine {
+        EngineSpec::Sglang(c) if role == ReplicaRole::Decode => Some(c.num_reserved_decode_tokens),
+        _ => None,
+    }
+}
+
 impl FleetSpec {
+    /// The first SGLang decode server's `num_reserved_decode_tokens` ([`sglang_decode_reserve`]);
+    /// `None` without one.
+    pub fn sglang_decode_reserve(&self) -> Option<u32> {
+        self.replicas.iter().find_map(|r| sglang_decode_reserve(r.role, &r.engine))
+    }
+
     /// Whether prefill and decode are disaggregated.
     pub fn disaggregated(&self) -> bool {
         self.replicas.iter().any(|r| r.role != ReplicaRole::Mixed)

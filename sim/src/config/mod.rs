@@ -79,8 +79,8 @@ mod workload;
 pub use cost::{check_coefficients, MAX_COEFFICIENT_US, MIN_STEP_US, TIME_SCALE_RANGE};
 pub use feasibility::{max_request_lengths, SGLANG_ACCEPTS_A_FULL_CONTEXT, VLLM_CLAMPS_MAX_TOKENS};
 pub use fleet::{
-    FleetKind, FleetSection, FleetSpec, ReplicaGroup, ReplicaRole, ReplicaSpec, DEFAULT_KV_TRANSFER_BANDWIDTH,
-    MAX_REPLICAS,
+    sglang_decode_reserve, FleetKind, FleetSection, FleetSpec, ReplicaGroup, ReplicaRole, ReplicaSpec,
+    DEFAULT_KV_TRANSFER_BANDWIDTH, MAX_REPLICAS,
 };
 pub use memory::*;
 pub(crate) use vllm::is_cpu_host;

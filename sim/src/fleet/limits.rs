@@ -126,12 +126,7 @@ pub fn replica_limits(spec: &SimSpec, workload: &Workload) -> FleetLimits {
         };
         // An SGLang decode server pre-allocates a request only while the reserve stays free for
         // every request it holds (`DecodePreallocQueue`): a request takes its footprint and that.
-        let reserved = match engine {
-            crate::config::EngineSpec::Sglang(c) if role == ReplicaRole::Decode => {
-                u64::from(c.num_reserved_decode_tokens)
-            }
-            _ => 0,
-        };
+        let reserved = crate::config::sglang_decode_reserve(role, engine).map_or(0, u64::from);
         let footprint = l.footprint_tokens + reserved;
         let per = if reserved > 0 {
             capacity.saturating_sub(l.shared_prefix_tokens) / footprint.max(1)

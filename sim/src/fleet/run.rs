@@ -1075,7 +1075,7 @@ pub fn run_fleet(
             recomputes_after_preemption: rs.engine.engine_kind() == crate::config::EngineKind::Vllm,
             prebuilt_first_token: rs.engine.engine_kind() == crate::config::EngineKind::Sglang,
             reserved: 0,
-            prealloc: rs.role == ReplicaRole::Decode && rs.engine.engine_kind() == crate::config::EngineKind::Sglang,
+            prealloc: crate::config::sglang_decode_reserve(rs.role, &rs.engine).is_some(),
             preallocated: 0,
             link_free_at: 0,
             xfer_queue: VecDeque::new(),
