@@ -155,8 +155,27 @@ fn model_card(hf: &str) -> Option<(&'static str, bool)> {
         ("qwen3-14b", "qwen3-14b"),
         ("qwen3-32b", "qwen3-32b"),
         ("llama-3.2-3b", "llama-3.2-3b-instruct"),
+        ("qwen3-4b", "qwen3-4b"),
     ];
     table.iter().find(|(k, _)| h.contains(k)).map(|(_, v)| (*v, fp8))
+}
+
+/// Qwen3-30B-A3B-FP8 inline, for SGLang rows only: servesim's `qwen3-30b-a3b` card (bf16) with
+/// the checkpoint's block-wise fp8 (the log: "Detected fp8 checkpoint.", `quant=fp8, fmt=e4m3`,
+/// `Fp8` block kernels with `block_shape=[128, 128]`), as the `qwen3-235b-a22b-fp8` card carries
+/// Qwen's block-fp8 MoE checkpoints (embeddings and LM head in bf16). SGLang's pool is the fraction less the weights and the
+/// context (no profiled activation term), so a MoE model enters it through its weights alone;
+/// vLLM's profiled peak of a fused-MoE forward is not derived, and its MoE rows stay out.
+fn qwen3_30b_a3b_fp8() -> Value {
+    let res = sim::builtin::resources().unwrap();
+    let card = res.models.iter().find(|m| m.id == "qwen3-30b-a3b").expect("card qwen3-30b-a3b");
+    let mut v = serde_json::to_value(card).unwrap();
+    v["id"] = json!("qwen3-30b-a3b-fp8 (test only)");
+    v["hf_repo"] = json!("Qwen/Qwen3-30B-A3B-FP8");
+    v["quantization"] = json!("fp8");
+    v["quantization_method"] = json!("fp8");
+    v["weight_block_size"] = json!([128, 128]);
+    v
 }
 
 /// Parses the corpus; rows servesim cannot run come back as `Err(reason)`.
@@ -209,7 +228,13 @@ fn corpus() -> Vec<Result<Row, (usize, String, String)>> {
                 continue;
             }
         };
-        let model_inline = get("model").contains("Qwen2.5-0.5B").then(qwen25_05b);
+        let model_inline = if get("model").contains("Qwen2.5-0.5B") {
+            Some(qwen25_05b())
+        } else if engine == "sglang" && get("model").contains("Qwen3-30B-A3B-FP8") {
+            Some(qwen3_30b_a3b_fp8())
+        } else {
+            None
+        };
         let Some((model, fp8_ckpt)) = model_card(get("model")).or(model_inline.as_ref().map(|_| ("", false))) else {
             out.push(skip("no model card (or a MoE model)"));
             continue;
@@ -250,7 +275,8 @@ fn corpus() -> Vec<Result<Row, (usize, String, String)>> {
         if kvd.starts_with("fp8") {
             e.insert("kv_cache_dtype".into(), json!(kvd.split(' ').next().unwrap()));
         }
-        if fp8_ckpt || get("quantization").starts_with("fp8") {
+        // An inline card carries its checkpoint's quantization itself.
+        if model_inline.is_none() && (fp8_ckpt || get("quantization").starts_with("fp8")) {
             e.insert("quantization".into(), json!("fp8"));
         }
         let scenario = json!({

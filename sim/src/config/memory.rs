@@ -107,9 +107,14 @@ pub const VLLM_USED_AT_SNAPSHOT_MIB: f64 = 481.0;
 /// The same at TP > 1 (NCCL's communicators exist by then): one TP worker's log, 94.05/95.01
 /// GiB free, 0.96 GiB in use, MiB.
 pub const VLLM_USED_AT_SNAPSHOT_TP_MIB: f64 = 983.0;
-/// FITTED (kv-logs corpus, SGLang rows): the CUDA context and torch's
-/// start-up allocations on each GPU before SGLang measures free memory, MiB.
-pub const SGLANG_CONTEXT_MIB: f64 = 1455.0;
+/// FITTED (kv-logs corpus, SGLang rows: the median over three judged logs, two H100 0.5.18 on
+/// Linux and one RTX 5090 0.5.21 under WSL2): the CUDA context and torch's start-up allocations
+/// on each GPU before SGLang measures free memory (the card's CUDA total less the free memory
+/// SGLang starts from), MiB. Logs that print that free memory show 0.72–0.74 GiB on an H100
+/// (0.5.18, 0.5.19) and 0.91 GiB per GPU on an RTX 4090 at TP 4 (NCCL's communicators
+/// included). 1,455 until 2026-12-07, fitted on the WSL2 log alone, where the Windows driver
+/// holds more.
+pub const SGLANG_CONTEXT_MIB: f64 = 929.0;
 
 /// The parallel layout and numeric formats of a deployment, resolved.
 #[derive(Clone, Debug, PartialEq, Serialize)]
