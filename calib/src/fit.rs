@@ -526,7 +526,7 @@ pub fn roofline_floors(spec: &SimSpec) -> Vec<(&'static str, f64)> {
     let tp = f64::from(d.tensor_parallel_size.max(1));
     let flops = match (&d.quantization, g.dense_fp8_flops) {
         (Some(_), Some(f8)) => f8,
-        _ => g.dense_bf16_flops,
+        _ => g.bf16_peak_flops(),
     };
     let linear = (m.num_parameters - m.embedding_parameters().min(m.num_parameters)) as f64 / tp;
     let weights = m.weight_bytes_per_gpu(d.tensor_parallel_size, d.linear_weight_bytes) as f64;
@@ -539,7 +539,7 @@ pub fn roofline_floors(spec: &SimSpec) -> Vec<(&'static str, f64)> {
             "prefill_attention_us",
             4.0 * f64::from(m.num_layers) * f64::from(m.num_attention_heads) * f64::from(m.head_dim)
                 / tp
-                / g.dense_bf16_flops
+                / g.bf16_peak_flops()
                 * 1e6,
         ),
         (

@@ -81,14 +81,14 @@ pub fn ttft_floor_after_ms(spec: &SimSpec, cached: u32, n: u32) -> f64 {
     let tp = f64::from(d.tensor_parallel_size.max(1));
     let flops = match (&d.quantization, g.dense_fp8_flops) {
         (Some(_), Some(f8)) => f8,
-        _ => g.dense_bf16_flops,
+        _ => g.bf16_peak_flops(),
     };
     let (c, l) = (f64::from(cached), f64::from(n));
     let linear = (m.num_parameters - m.embedding_parameters().min(m.num_parameters)) as f64 / tp;
     let linear_s = 2.0 * linear * l / flops;
     let pairs = l * c + l * (l + 1.0) / 2.0;
     let attn_s = 4.0 * f64::from(m.num_layers) * f64::from(m.num_attention_heads) * f64::from(m.head_dim) / tp * pairs
-        / g.dense_bf16_flops;
+        / g.bf16_peak_flops();
     // A time-scaled engine (`cost.time_scale`, servesim serve at `--time-scale k`) is k times faster.
     (linear_s + attn_s) * 1e3 / spec.cost.time_scale
 }

@@ -960,7 +960,7 @@ mod tests {
         // One key, or one group per key: nothing to estimate σ² within from.
         assert!(credibility_k(&key("a", &[0.0, 1.0])).is_infinite());
         assert!(credibility_k(&[("a".into(), 0.0), ("b".into(), 1.0)]).is_infinite());
-        // On the committed corpus: the default scenario's GPU (one group) keeps part of the
+        // On the committed corpus: the default scenario's GPU (three groups) keeps part of the
         // corpus' band, and a GPU judged on more groups moves further toward its record (TTFT,
         // whose classes differ: its k is finite).
         let corpus = corpus_errors().iter().find(|f| f.0 == "ttft").unwrap().2;
@@ -970,10 +970,10 @@ mod tests {
             band_parts(&embedded, "rtx-5090", "vllm", Some("ttft")).unwrap(),
             band_parts(&embedded, "h200", "vllm", Some("ttft")).unwrap(),
         );
-        assert_eq!((rtx.groups, rtx.k), (1, h200.k));
+        assert_eq!((rtx.groups, rtx.k), (3, h200.k));
         assert!(h200.groups >= 5 && rtx.k.is_finite());
         let src = uncalibrated_errors("rtx-5090", "vllm").source;
-        assert!(src.contains("on 1 published group(s) of rtx-5090") && src.contains("ttft "), "{src}");
+        assert!(src.contains("on 3 published group(s) of rtx-5090") && src.contains("ttft "), "{src}");
         for (parts, gpu) in [(&rtx, "rtx-5090"), (&h200, "h200")] {
             let own = parts.own / parts.corpus;
             let r = scale(gpu);

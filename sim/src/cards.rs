@@ -233,6 +233,16 @@ pub struct GpuCard {
     /// weight-only quantization at the BF16 rate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dense_fp8_flops: Option<f64>,
+    /// The peak BF16 GEMM throughput measured on the card (FLOP/s) in a public `torch.matmul`
+    /// benchmark (its `sources` name the benchmark, the runs and how they were combined). Where a
+    /// card without kernel tables and the tabled GPU it borrows them from both give one, the
+    /// borrowed tables' BF16 compute moves by the ratio of the two measurements, and this card's
+    /// `dense_bf16_flops` is then not what scales them (`sim::cost::composed::scaling_peaks`;
+    /// the cost source names both figures): a GeForce datasheet's BF16 figure is the
+    /// FP32-accumulate rate at the rated boost clock, which the card's GEMMs exceed. Physical
+    /// floors use the larger of the two ([`GpuCard::bf16_peak_flops`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_bf16_matmul_flops: Option<f64>,
     /// The GPU-to-GPU link tensor parallelism all-reduces over: `nvlink` or `pcie`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interconnect: Option<String>,
@@ -266,6 +276,14 @@ pub struct GpuCard {
 }
 
 impl GpuCard {
+    /// The highest BF16 tensor rate the card is known to reach, FLOP/s: its datasheet's
+    /// `dense_bf16_flops`, or a measured GEMM peak above it (`measured_bf16_matmul_flops`: a
+    /// GeForce card's datasheet gives the FP32-accumulate rate at the rated clock, which its
+    /// GEMMs exceed). What a physical floor on a step's time divides by.
+    pub fn bf16_peak_flops(&self) -> f64 {
+        self.measured_bf16_matmul_flops.map_or(self.dense_bf16_flops, |m| m.max(self.dense_bf16_flops))
+    }
+
     /// Device memory in GiB, as the engines compare it against their thresholds.
     pub fn memory_gib(&self) -> f64 {
         self.memory_bytes as f64 / (1u64 << 30) as f64

@@ -734,6 +734,7 @@ mod tests {
             memory_bandwidth_bytes_per_s: 2e12,
             dense_bf16_flops: 300e12,
             dense_fp8_flops: None,
+            measured_bf16_matmul_flops: None,
             interconnect: None,
             interconnect_bandwidth_bytes_per_s: None,
             nvidia_smi_memory_mib: None,

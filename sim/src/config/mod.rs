@@ -608,6 +608,9 @@ fn check_gpu_card(gpu: &GpuCard) -> Result<()> {
     if let Some(f) = gpu.dense_fp8_flops {
         in_range("hardware.dense_fp8_flops", f, 1e10, 1e17, "10 GFLOP/s to 100 PFLOP/s")?;
     }
+    if let Some(f) = gpu.measured_bf16_matmul_flops {
+        in_range("hardware.measured_bf16_matmul_flops", f, 1e10, 1e17, "10 GFLOP/s to 100 PFLOP/s")?;
+    }
     if let Some(b) = gpu.interconnect_bandwidth_bytes_per_s {
         in_range("hardware.interconnect_bandwidth_bytes_per_s", b, 1e8, 1e14, "100 MB/s to 100 TB/s")?;
     }

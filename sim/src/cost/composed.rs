@@ -696,6 +696,34 @@ fn peaks_of_card(gpu: &GpuCard) -> Peaks {
     Peaks { bf16_flops: gpu.dense_bf16_flops, fp8_flops: gpu.dense_fp8_flops, mem_bw: gpu.memory_bandwidth_bytes_per_s }
 }
 
+/// The built-in card of the tabled system `system` (the card `data/kernels/index.json` maps to it).
+fn card_of_system(system: &str) -> Option<&'static GpuCard> {
+    let gpus = crate::builtin::resources().ok()?.gpus;
+    let id = gpus.iter().map(|g| g.id.clone()).find(|id| kernels::system_for_gpu(id) == Some(system))?;
+    crate::builtin::gpu(&id)
+}
+
+/// The peaks a card without tables is scaled between (`source`, the tabled system's header
+/// figures `header`; `target`, the card's), and the two bf16 matmul measurements where the card
+/// and the system's own card both give one.
+///
+/// Where both give `measured_bf16_matmul_flops`, the target's BF16 rate is the header's times
+/// the ratio of the two measurements: the tables' compute moves by what the two cards' GEMMs
+/// reach in one benchmark, not by their datasheets (the RTX 5090's 209.5 TFLOP/s is GeForce's
+/// FP32-accumulate rate at the rated boost clock; its bf16 `torch.matmul` peaks at 236.5
+/// TFLOP/s, the RTX PRO 6000 Server Edition's at 417.3 against its 467.8: VALIDATION.md §5,
+/// "The RTX 5090 on Linux"). Bandwidth and FP8 stay on the datasheets' ratio (no like-for-like
+/// measurement of both cards).
+fn scaling_peaks(system: &str, header: Peaks, gpu: &GpuCard) -> (Peaks, Peaks, Option<(f64, f64)>) {
+    let mut target = peaks_of_card(gpu);
+    let measured =
+        gpu.measured_bf16_matmul_flops.zip(card_of_system(system).and_then(|c| c.measured_bf16_matmul_flops));
+    if let Some((t, s)) = measured {
+        target.bf16_flops = header.bf16_flops * t / s;
+    }
+    (header, target, measured)
+}
+
 /// How a GPU without tables is timed (chosen by leave-one-GPU-out error; see
 /// `VALIDATION.md`, "Step costs from measured kernels").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -734,10 +762,18 @@ pub fn provider_for(
     let near = kernels::nearest_system(&target, gpu.capability(), exclude);
     let from = kernels::tables(near, engine)?;
     match fallback {
-        Fallback::NearestScaled => Some((
-            Provider::Scaled { from, target },
-            format!("{} scaled by peak FLOP/s and bandwidth to {}", from.label(), gpu.id),
-        )),
+        Fallback::NearestScaled => {
+            let (source, target, measured) = scaling_peaks(near, from.peaks, gpu);
+            let how = match measured {
+                Some((t, s)) => format!(
+                    "measured bf16 matmul FLOP/s ({:.1} against {:.1} TFLOP/s) and bandwidth",
+                    t / 1e12,
+                    s / 1e12
+                ),
+                None => "peak FLOP/s and bandwidth".to_string(),
+            };
+            Some((Provider::Scaled { from, source, target }, format!("{} scaled by {how} to {}", from.label(), gpu.id)))
+        }
         Fallback::FittedRoofline => {
             let fit = fitted_roofline(engine, exclude);
             Some((Provider::Roofline { fit, target, like: from }, "roofline (fitted efficiencies)".into()))
@@ -1531,6 +1567,7 @@ pub fn leave_one_gpu_out() -> Vec<LogoRow> {
                 memory_bandwidth_bytes_per_s: p.mem_bw,
                 dense_bf16_flops: p.bf16_flops,
                 dense_fp8_flops: p.fp8_flops,
+                measured_bf16_matmul_flops: None,
                 interconnect: None,
                 interconnect_bandwidth_bytes_per_s: None,
                 nvidia_smi_memory_mib: None,
