@@ -524,10 +524,7 @@ pub fn roofline_floors(spec: &SimSpec) -> Vec<(&'static str, f64)> {
     let g = &spec.gpu;
     let d = &spec.deployment;
     let tp = f64::from(d.tensor_parallel_size.max(1));
-    let flops = match (&d.quantization, g.dense_fp8_flops) {
-        (Some(_), Some(f8)) => f8,
-        _ => g.bf16_peak_flops(),
-    };
+    let flops = crate::traps::linear_peak_flops(spec);
     let linear = (m.num_parameters - m.embedding_parameters().min(m.num_parameters)) as f64 / tp;
     let weights = m.weight_bytes_per_gpu(d.tensor_parallel_size, d.linear_weight_bytes) as f64;
     let k = spec.cost.time_scale;

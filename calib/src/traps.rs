@@ -79,10 +79,7 @@ pub fn ttft_floor_after_ms(spec: &SimSpec, cached: u32, n: u32) -> f64 {
     let g = &spec.gpu;
     let d = &spec.deployment;
     let tp = f64::from(d.tensor_parallel_size.max(1));
-    let flops = match (&d.quantization, g.dense_fp8_flops) {
-        (Some(_), Some(f8)) => f8,
-        _ => g.bf16_peak_flops(),
-    };
+    let flops = linear_peak_flops(spec);
     let (c, l) = (f64::from(cached), f64::from(n));
     let linear = (m.num_parameters - m.embedding_parameters().min(m.num_parameters)) as f64 / tp;
     let linear_s = 2.0 * linear * l / flops;
@@ -91,6 +88,16 @@ pub fn ttft_floor_after_ms(spec: &SimSpec, cached: u32, n: u32) -> f64 {
         / g.bf16_peak_flops();
     // A time-scaled engine (`cost.time_scale`, servesim serve at `--time-scale k`) is k times faster.
     (linear_s + attn_s) * 1e3 / spec.cost.time_scale
+}
+
+/// The peak FLOP/s the linear layers can run at on the run's GPU: FP8 with quantized weights on a
+/// card with FP8 tensor cores, else BF16 at the card's highest known rate
+/// ([`sim::cards::GpuCard::bf16_peak_flops`]).
+pub fn linear_peak_flops(spec: &SimSpec) -> f64 {
+    match (&spec.deployment.quantization, spec.gpu.dense_fp8_flops) {
+        (Some(_), Some(f8)) => f8,
+        _ => spec.gpu.bf16_peak_flops(),
+    }
 }
 
 /// The least time a decode step can take, ms: the linear layers' weights (the embeddings and a

@@ -70,11 +70,16 @@ pub fn gpus() -> Result<Vec<GpuCard>, String> {
     GPUS.iter().map(|c| parse("models/gpu", c)).collect()
 }
 
+/// Every built-in GPU card, parsed once.
+pub fn gpu_cards() -> &'static [GpuCard] {
+    static GPU_CARDS: std::sync::OnceLock<Vec<GpuCard>> = std::sync::OnceLock::new();
+    GPU_CARDS.get_or_init(|| gpus().unwrap_or_default())
+}
+
 /// The built-in GPU card `id`, parsed once (for the checks that compare a run's card with it
 /// at every report).
 pub fn gpu(id: &str) -> Option<&'static GpuCard> {
-    static GPU_CARDS: std::sync::OnceLock<Vec<GpuCard>> = std::sync::OnceLock::new();
-    GPU_CARDS.get_or_init(|| gpus().unwrap_or_default()).iter().find(|g| g.id == id)
+    gpu_cards().iter().find(|g| g.id == id)
 }
 
 /// Whether `card` is the built-in GPU card of its id (its memory aside: under WSL2 the device

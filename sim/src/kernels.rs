@@ -1093,11 +1093,10 @@ pub struct RooflineFit {
 pub enum Provider {
     /// The GPU's own tables.
     Table(&'static Tables),
-    /// Another GPU's tables moved to `target` by the roofline ratio at each point, `source`
-    /// being the peaks they are moved from (the header's, [`Tables::peaks`], with a BF16 rate
-    /// made comparable with the target's where both cards give a measured one:
-    /// `sim::cost::composed::provider_for`).
-    Scaled { from: &'static Tables, source: Peaks, target: Peaks },
+    /// Another GPU's tables moved to `target` by the roofline ratio at each point (against the
+    /// header's [`Tables::peaks`]; `target`'s BF16 rate made comparable with them where both
+    /// cards give a measured one: `sim::cost::composed::provider_for`).
+    Scaled { from: &'static Tables, target: Peaks },
     /// A roofline with fitted efficiencies on `target`, grids as `like`'s.
     Roofline { fit: RooflineFit, target: Peaks, like: &'static Tables },
 }
@@ -1106,11 +1105,11 @@ impl Provider {
     pub fn gemm(&self, s: GemmShape) -> Curve {
         match self {
             Provider::Table(t) => t.gemm(s),
-            Provider::Scaled { from, source, target } => {
+            Provider::Scaled { from, target } => {
                 let mut c = from.gemm(s);
                 let measured = c.ys.clone();
                 for (y, &m) in c.ys.iter_mut().zip(&c.xs) {
-                    *y *= gemm_sol_ms(m, s, target) / gemm_sol_ms(m, s, source);
+                    *y *= gemm_sol_ms(m, s, target) / gemm_sol_ms(m, s, &from.peaks);
                 }
                 // The ratio of the two rooflines falls from the bandwidths' to the FLOP/s' where
                 // the GEMM turns compute-bound, while the measured curve is still flat there: the
@@ -1145,9 +1144,9 @@ impl Provider {
     pub fn ctx_grid(&self, h: Heads, first: Option<&str>) -> Grid {
         match self {
             Provider::Table(t) => t.ctx_grid(h, first),
-            Provider::Scaled { from, source, target } => from
+            Provider::Scaled { from, target } => from
                 .ctx_grid(h, first)
-                .map_cells(|s, b, y| y * (ctx_sol_ms(s, b, h, target) / ctx_sol_ms(s, b, h, source))),
+                .map_cells(|s, b, y| y * (ctx_sol_ms(s, b, h, target) / ctx_sol_ms(s, b, h, &from.peaks))),
             Provider::Roofline { fit, target, like } => like.ctx_grid(h, first).map_cells(|a, b, _| {
                 let (f, b) = ctx_work(a, b, h);
                 fit.ctx_floor_ms
@@ -1159,9 +1158,9 @@ impl Provider {
     pub fn gen_grid(&self, h: Heads, first: Option<&str>) -> Grid {
         match self {
             Provider::Table(t) => t.gen_grid(h, first),
-            Provider::Scaled { from, source, target } => from
+            Provider::Scaled { from, target } => from
                 .gen_grid(h, first)
-                .map_cells(|b, l, y| y * (gen_sol_ms(b, l, h, target) / gen_sol_ms(b, l, h, source))),
+                .map_cells(|b, l, y| y * (gen_sol_ms(b, l, h, target) / gen_sol_ms(b, l, h, &from.peaks))),
             Provider::Roofline { fit, target, like } => like.gen_grid(h, first).map_cells(|a, b, _| {
                 let (f, b) = gen_work(a, b, h);
                 fit.gen_floor_ms
@@ -1531,7 +1530,7 @@ mod tests {
         let from = tables("a100_sxm", "vllm").expect("the A100's tables");
         let mut target = peaks_of("a100_sxm").expect("its peaks");
         target.mem_bw *= 1555.0 / 2039.0;
-        let scaled = Provider::Scaled { from, source: from.peaks, target };
+        let scaled = Provider::Scaled { from, target };
         let mut lifted = 0;
         for &g in &crate::cost::fit_shapes().gemms {
             let (m, c) = (from.gemm(g), scaled.gemm(g));

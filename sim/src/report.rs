@@ -604,6 +604,16 @@ pub struct Caveat {
 /// [`Caveat::id`] of [`lockstep_waves`].
 pub const LOCKSTEP_WAVES: &str = "lockstep_waves";
 
+/// Whether any engine of the run is vLLM: a fleet's groups may differ, and the report's engine is
+/// its first group's (a vLLM group after an SGLang one went unsaid until 2026-12-06).
+fn any_vllm(spec: &SimSpec) -> bool {
+    let vllm = |e: &crate::config::EngineSpec| matches!(e, crate::config::EngineSpec::Vllm(_));
+    match &spec.fleet {
+        Some(f) => f.replicas.iter().any(|r| vllm(&r.engine)),
+        None => vllm(&spec.engine),
+    }
+}
+
 /// vLLM under a closed loop of identical requests sent at once: in the simulation, the
 /// requests of a wave are admitted together, prefilled together and finish together, so every
 /// wave after the first is sent at one instant again and the waves never drift apart; each
@@ -614,14 +624,7 @@ pub const LOCKSTEP_WAVES: &str = "lockstep_waves";
 /// 4,000–4,096 (median +8%) (`servesim validate --only silicon --json`, the vLLM rows). SGLang's measured waves stay in step
 /// (it prefills a wave together), so no caveat there.
 pub fn lockstep_waves(spec: &SimSpec, workload: &crate::workload::Workload) -> Option<Caveat> {
-    // Any vLLM engine of the run: a fleet's groups may differ, and the report's engine is its
-    // first group's (a vLLM group after an SGLang one went unsaid until 2026-12-06).
-    let vllm = |e: &crate::config::EngineSpec| matches!(e, crate::config::EngineSpec::Vllm(_));
-    let any_vllm = match &spec.fleet {
-        Some(f) => f.replicas.iter().any(|r| vllm(&r.engine)),
-        None => vllm(&spec.engine),
-    };
-    if !any_vllm {
+    if !any_vllm(spec) {
         return None;
     }
     let c = workload.max_concurrency.filter(|c| *c >= 2)?; // one wave or more of two or more
@@ -791,12 +794,7 @@ pub fn wsl2_step_timing(spec: &SimSpec) -> Option<Caveat> {
     if !crate::config::wddm_host(&spec.gpu) {
         return None;
     }
-    let vllm = |e: &crate::config::EngineSpec| matches!(e, crate::config::EngineSpec::Vllm(_));
-    let any_vllm = match &spec.fleet {
-        Some(f) => f.replicas.iter().any(|r| vllm(&r.engine)),
-        None => vllm(&spec.engine),
-    };
-    let pinned = if any_vllm {
+    let pinned = if any_vllm(spec) {
         "; vLLM under WSL2 also runs without pinned host memory by default (its own warning: \"This may \
          slow down the performance\")"
     } else {

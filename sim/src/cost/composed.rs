@@ -698,14 +698,12 @@ fn peaks_of_card(gpu: &GpuCard) -> Peaks {
 
 /// The built-in card of the tabled system `system` (the card `data/kernels/index.json` maps to it).
 fn card_of_system(system: &str) -> Option<&'static GpuCard> {
-    let gpus = crate::builtin::resources().ok()?.gpus;
-    let id = gpus.iter().map(|g| g.id.clone()).find(|id| kernels::system_for_gpu(id) == Some(system))?;
-    crate::builtin::gpu(&id)
+    crate::builtin::gpu_cards().iter().find(|g| kernels::system_for_gpu(&g.id) == Some(system))
 }
 
-/// The peaks a card without tables is scaled between (`source`, the tabled system's header
-/// figures `header`; `target`, the card's), and the two bf16 matmul measurements where the card
-/// and the system's own card both give one.
+/// The card `gpu`'s peaks as the tables of `system` (header figures `header`) are scaled to
+/// them, and the two bf16 matmul measurements where the card and the system's own card both
+/// give one.
 ///
 /// Where both give `measured_bf16_matmul_flops`, the target's BF16 rate is the header's times
 /// the ratio of the two measurements: the tables' compute moves by what the two cards' GEMMs
@@ -714,14 +712,14 @@ fn card_of_system(system: &str) -> Option<&'static GpuCard> {
 /// TFLOP/s, the RTX PRO 6000 Server Edition's at 417.3 against its 467.8: VALIDATION.md §5,
 /// "The RTX 5090 on Linux"). Bandwidth and FP8 stay on the datasheets' ratio (no like-for-like
 /// measurement of both cards).
-fn scaling_peaks(system: &str, header: Peaks, gpu: &GpuCard) -> (Peaks, Peaks, Option<(f64, f64)>) {
+fn scaling_peaks(system: &str, header: Peaks, gpu: &GpuCard) -> (Peaks, Option<(f64, f64)>) {
     let mut target = peaks_of_card(gpu);
     let measured =
-        gpu.measured_bf16_matmul_flops.zip(card_of_system(system).and_then(|c| c.measured_bf16_matmul_flops));
+        gpu.measured_bf16_matmul_flops.and_then(|t| Some((t, card_of_system(system)?.measured_bf16_matmul_flops?)));
     if let Some((t, s)) = measured {
         target.bf16_flops = header.bf16_flops * t / s;
     }
-    (header, target, measured)
+    (target, measured)
 }
 
 /// How a GPU without tables is timed (chosen by leave-one-GPU-out error; see
@@ -763,7 +761,7 @@ pub fn provider_for(
     let from = kernels::tables(near, engine)?;
     match fallback {
         Fallback::NearestScaled => {
-            let (source, target, measured) = scaling_peaks(near, from.peaks, gpu);
+            let (target, measured) = scaling_peaks(near, from.peaks, gpu);
             let how = match measured {
                 Some((t, s)) => format!(
                     "measured bf16 matmul FLOP/s ({:.1} against {:.1} TFLOP/s) and bandwidth",
@@ -772,7 +770,7 @@ pub fn provider_for(
                 ),
                 None => "peak FLOP/s and bandwidth".to_string(),
             };
-            Some((Provider::Scaled { from, source, target }, format!("{} scaled by {how} to {}", from.label(), gpu.id)))
+            Some((Provider::Scaled { from, target }, format!("{} scaled by {how} to {}", from.label(), gpu.id)))
         }
         Fallback::FittedRoofline => {
             let fit = fitted_roofline(engine, exclude);
