@@ -190,6 +190,18 @@ impl WorkloadArgs {
             }
         }
         let mut params = config::resolve_workload(&section, &res).map_err(|e| self.name_the_flag(e.to_string()))?;
+        // The live client sends `vllm bench serve`'s load: no staggered users, no measured window.
+        for (set, field) in [
+            (params.concurrency_ramp_ns > 0, "concurrency_ramp_s"),
+            (params.measure_window_ns.is_some(), "window_start_s"),
+        ] {
+            if set {
+                return Err(format!(
+                    "workload.{field}: bench sends vllm bench serve's load (every user at once, every request measured); \
+                     a staggered closed loop and a measured window are simulate's only"
+                ));
+            }
+        }
         // The chat role chunk, timed as the modelled client times it (`section_and_client`).
         params.role_chunk = params.chat && role_chunk;
         Ok((given, workload::generate(&params)))

@@ -222,6 +222,11 @@ fn simulate(a: SimulateArgs) -> Result<ExitCode, String> {
         &mut |p| pb.set_position(p.completed as u64),
     );
     pb.finish_and_clear();
+    // A window the load did not outlast measured a thinning load: no figures, the error.
+    if let StopReason::WindowOutlastsLoad { .. } = out.run.stop {
+        let file = a.scenario.as_deref().map_or("the built-in default".into(), |p| p.display().to_string());
+        return Err(format!("{file}: {}", out.run.stop.as_str()));
+    }
     if let Some(path) = &a.plot {
         plot::timeseries(path, spec.name.as_deref().unwrap_or("simulation"), &out.run.timeseries)?;
     }

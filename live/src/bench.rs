@@ -512,6 +512,7 @@ pub async fn run_until(
         token_log,
         // The client measured its gaps, a role chunk's included.
         role_chunk_gaps: false,
+        measure_window_ns: None,
     };
     BenchRun { outcomes, result, metrics_before, metrics_after, interrupted, client_cpu_s, wall_s, initial_test_error }
 }

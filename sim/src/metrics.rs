@@ -11,6 +11,11 @@
 //!   default linear interpolation; an empty list gives 0 (`np.mean(x or 0)`).
 //! * Throughputs over the duration from the first dispatch of the timed phase
 //!   to its last completion.
+//! * With a measured window (`workload.window_start_s`, `window_duration_s`; not a
+//!   `vllm bench serve` option, a steady-state client's): every statistic over the
+//!   requests whose last token arrived in the window, the throughputs over its
+//!   length, the output tokens those streamed in it (any request's), the input
+//!   tokens those of the requests completed in it.
 
 #[cfg(test)]
 use crate::simulation::TokenRuns;
@@ -642,13 +647,26 @@ pub fn bench_metrics_at(run: &RunResult, extra: &[f64]) -> BenchMetrics {
         })
         .filter(|r| r.completed)
         .collect();
+    let failed = run.records.len() as u64 - recs.len() as u64;
+    // A measured window: the requests completed in it, the output tokens streamed in it (the
+    // client's count over the window, whoever's they are), over its length.
+    let window_tokens = run.measure_window_ns.map(|(a, b)| {
+        recs.iter().map(|r| run.token_times(r).iter().filter(|&&t| (a..=b).contains(&t)).count() as u64).sum::<u64>()
+    });
+    let recs: Vec<&RequestRecord> = match run.measure_window_ns {
+        Some((a, b)) => recs.into_iter().filter(|r| run.last_token_ns(r).is_some_and(|t| (a..=b).contains(&t))).collect(),
+        None => recs,
+    };
     let completed = recs.len() as u64;
-    let failed = run.records.len() as u64 - completed;
-    let duration_ns = run.bench_end_ns.saturating_sub(run.bench_start_ns);
+    let duration_ns = match run.measure_window_ns {
+        Some((a, b)) => b - a,
+        None => run.bench_end_ns.saturating_sub(run.bench_start_ns),
+    };
     let duration_s = duration_ns as f64 / 1e9;
     let total_input_tokens: u64 = recs.iter().map(|r| u64::from(r.prompt_len)).sum();
     // `usage.completion_tokens` live; the generated count in simulation.
-    let total_output_tokens: u64 = recs.iter().map(|r| u64::from(r.output_len)).sum();
+    let total_output_tokens: u64 =
+        window_tokens.unwrap_or_else(|| recs.iter().map(|r| u64::from(r.output_len)).sum());
     let per_s = |x: f64| if duration_s > 0.0 { x / duration_s } else { 0.0 };
 
     let mut ttft = Vec::with_capacity(recs.len());

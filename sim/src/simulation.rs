@@ -404,6 +404,13 @@ pub enum StopReason {
     StoppedEarly {
         completed: usize,
     },
+    /// The run's last request was sent before its measured window closed
+    /// ([`crate::workload::Workload::measure_window_ns`]): the load thinned inside the window.
+    /// Nanoseconds from the timed phase's start.
+    WindowOutlastsLoad {
+        last_send_ns: u64,
+        window_end_ns: u64,
+    },
 }
 
 impl StopReason {
@@ -433,6 +440,13 @@ impl StopReason {
             StopReason::StoppedEarly { completed } => {
                 format!("stopped early: enough slow first tokens after {completed} requests")
             }
+            StopReason::WindowOutlastsLoad { last_send_ns, window_end_ns } => format!(
+                "the measured window outlasts the load: the last prompt was sent at {:.3} s, before the \
+                 window closes at {:.3} s (workload.window_start_s + window_duration_s), so the load \
+                 thinned inside it; raise workload.num_prompts",
+                *last_send_ns as f64 / 1e9,
+                *window_end_ns as f64 / 1e9
+            ),
         }
     }
 }
@@ -468,6 +482,9 @@ pub struct RunResult {
     /// benchmark client timed the chat role chunk, sent with the first token
     /// ([`crate::workload::Workload::role_chunk`]). False where the gaps were measured.
     pub role_chunk_gaps: bool,
+    /// The measured window, `(start, end)` in the run's time: the metrics cover the records
+    /// completed in it ([`crate::workload::Workload::measure_window_ns`]); `None`: all.
+    pub measure_window_ns: Option<(u64, u64)>,
 }
 
 impl RunResult {
@@ -497,6 +514,8 @@ enum Event {
     StepEnd,
     /// The client has received the request's last token.
     ClientDone(ReqId),
+    /// The closed loop's user `k` (from 1) starts ([`crate::workload::Workload::concurrency_ramp_ns`]).
+    UserStart(u32),
 }
 
 struct Loop<'a, E: Engine> {
@@ -518,6 +537,9 @@ struct Loop<'a, E: Engine> {
     sends: crate::delivery::ClientSends,
     seq: u64,
     max_concurrency: Option<u32>,
+    /// The closed loop's users started so far: the concurrency cap while they ramp up
+    /// ([`crate::workload::Workload::concurrency_ramp_ns`]; `u32::MAX` without a ramp).
+    users: u32,
     in_flight: u32,
     pending: VecDeque<ReqId>,
     remaining_in_phase: usize,
@@ -969,6 +991,12 @@ pub struct Progress {
 }
 
 /// Runs `workload` against `engine` with `cost`.
+/// When user `k` of a closed loop of `n` starts, from the timed phase's start: `k · ramp / n`
+/// whole nanoseconds, rounded down ([`crate::workload::Workload::concurrency_ramp_ns`]).
+fn user_start_ns(ramp_ns: u64, k: u32, n: u32) -> u64 {
+    (u128::from(ramp_ns) * u128::from(k) / u128::from(n.max(1))) as u64
+}
+
 pub fn run<E: Engine>(engine: E, cost: &CostModel, workload: &Workload, opts: RunOptions) -> RunResult {
     run_observed(engine, cost, workload, opts, &mut |_| {})
 }
@@ -1070,6 +1098,7 @@ pub fn run_observed<E: Engine>(
         sends: Default::default(),
         seq: 0,
         max_concurrency: workload.max_concurrency,
+        users: u32::MAX,
         in_flight: 0,
         pending: VecDeque::new(),
         remaining_in_phase: 0,
@@ -1114,6 +1143,11 @@ pub fn run_observed<E: Engine>(
             lp.timed = true;
             lp.bench_start = now;
             lp.counters_at_start = lp.engine.counters();
+            // Users that start one after another: the first now, the next at its share of the ramp.
+            if let Some(n) = lp.max_concurrency.filter(|&n| n > 1 && workload.concurrency_ramp_ns > 0) {
+                lp.users = 1;
+                lp.push(now + user_start_ns(workload.concurrency_ramp_ns, 1, n), Event::UserStart(1));
+            }
         }
         lp.start_phase(now, range);
     };
@@ -1133,9 +1167,22 @@ pub fn run_observed<E: Engine>(
         now = t;
         match ev {
             Event::ClientSend(id) => match lp.max_concurrency {
-                Some(max) if lp.in_flight >= max => lp.pending.push_back(id),
+                Some(max) if lp.in_flight >= max.min(lp.users) => lp.pending.push_back(id),
                 _ => lp.dispatch(id, now),
             },
+            Event::UserStart(k) => {
+                lp.users = k + 1;
+                let n = lp.max_concurrency.expect("a ramp has users");
+                if lp.users < n {
+                    let next = lp.bench_start + user_start_ns(workload.concurrency_ramp_ns, lp.users, n);
+                    lp.push(next, Event::UserStart(lp.users));
+                }
+                if lp.in_flight < lp.users {
+                    if let Some(next) = lp.pending.pop_front() {
+                        lp.dispatch(next, now);
+                    }
+                }
+            }
             Event::EngineArrival(id) => {
                 let spec = lp.specs[id as usize];
                 lp.engine.add_request(id, spec);
@@ -1181,7 +1228,20 @@ pub fn run_observed<E: Engine>(
 
     // The cohort's members, still decoding where the run stopped, get their delivered tokens.
     lp.record_lazy_departures(true);
-    let stop = lp.stop.take().unwrap_or(StopReason::Completed);
+    let mut stop = lp.stop.take().unwrap_or(StopReason::Completed);
+    // A measured window, from the timed phase's start; the run's prompts must keep the load up
+    // until it closes (a thinning load inside it would be measured as the steady state).
+    let window = workload.measure_window_ns.map(|(a, b)| (lp.bench_start.saturating_add(a), lp.bench_start.saturating_add(b)));
+    if let (Some((_, end)), StopReason::Completed) = (window, &stop) {
+        let timed = lp.records.iter().zip(lp.phase_of.iter()).filter(|(_, p)| **p == Phase::Timed);
+        let last_send = timed.map(|(r, _)| r.dispatch_ns).max().unwrap_or(lp.bench_start);
+        if last_send < end {
+            stop = StopReason::WindowOutlastsLoad {
+                last_send_ns: last_send - lp.bench_start,
+                window_end_ns: end - lp.bench_start,
+            };
+        }
+    }
     if stop != StopReason::Completed {
         now = lp.stopped_at.unwrap_or(now);
         bench_end = now;
@@ -1217,6 +1277,7 @@ pub fn run_observed<E: Engine>(
         lazy_decoded_tokens: lp.lazy_tokens,
         token_log: lp.token_log,
         role_chunk_gaps: workload.role_chunk,
+        measure_window_ns: window,
     }
 }
 

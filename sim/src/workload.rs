@@ -36,7 +36,13 @@
 //!
 //! Not modelled: the special tokens a tokenizer adds (`num_special_tokens`),
 //! the decode/re-encode round trip that changes prompt lengths by a token or
-//! two, ShareGPT and other text datasets (replay them as traces), ramp-up.
+//! two, ShareGPT and other text datasets (replay them as traces), `vllm bench
+//! serve`'s rate ramp-up (`--ramp-up-strategy`).
+//!
+//! Not `vllm bench serve`'s, a steady-state client's: `concurrency_ramp_ns`
+//! starts a closed loop's users one after another (the client loop applies
+//! it), and `measure_window_ns` measures only the requests completed in a
+//! window (`crate::metrics`).
 
 use rand::seq::SliceRandom;
 use rand::Rng as _;
@@ -163,6 +169,10 @@ pub struct WorkloadParams {
     pub request_rate: Option<f64>,
     pub burstiness: f64,
     pub max_concurrency: Option<u32>,
+    /// The closed loop's users start one after another over this long ([`Workload::concurrency_ramp_ns`]).
+    pub concurrency_ramp_ns: u64,
+    /// The measured window ([`Workload::measure_window_ns`]).
+    pub measure_window_ns: Option<(u64, u64)>,
     pub ignore_eos: bool,
     pub output_len_dist: Option<OutputLenDist>,
     pub initial_test_request: bool,
@@ -199,6 +209,16 @@ pub struct Workload {
     pub warmups: Vec<RequestSpec>,
     pub requests: Vec<RequestSpec>,
     pub max_concurrency: Option<u32>,
+    /// A closed loop (`max_concurrency` users, an infinite rate) whose users start one after
+    /// another: user k at `k · ramp / max_concurrency` from the timed phase's start, each then
+    /// sending its next request when its last ends. 0: every user at once. The client loop
+    /// applies it as a concurrency cap that rises by one at each user's start
+    /// (`crate::simulation`), the same load as users that each send their own next request.
+    pub concurrency_ramp_ns: u64,
+    /// `(start, end)` from the timed phase's start: the metrics cover the timed requests whose
+    /// last token arrives in `[start, end]`, and the throughputs divide by `end − start`
+    /// (`crate::metrics::bench_metrics`). `None`: the whole timed phase, as `vllm bench serve`.
+    pub measure_window_ns: Option<(u64, u64)>,
     pub request_rate: Option<f64>,
     pub burstiness: f64,
     /// The arrivals are a trace's timestamps (`request_rate` and `burstiness` do not apply).
@@ -231,6 +251,8 @@ impl Default for Workload {
             warmups: Vec::new(),
             requests: Vec::new(),
             max_concurrency: None,
+            concurrency_ramp_ns: 0,
+            measure_window_ns: None,
             request_rate: None,
             burstiness: 1.0,
             trace_arrivals: false,
@@ -454,6 +476,8 @@ pub fn generate(params: &WorkloadParams) -> Workload {
         warmups,
         requests,
         max_concurrency: params.max_concurrency,
+        concurrency_ramp_ns: params.concurrency_ramp_ns,
+        measure_window_ns: params.measure_window_ns,
         request_rate: params.request_rate,
         burstiness: params.burstiness,
         trace_arrivals: params.dataset.is_trace(),
@@ -540,6 +564,8 @@ mod tests {
             request_rate: None,
             burstiness: 1.0,
             max_concurrency: None,
+            concurrency_ramp_ns: 0,
+            measure_window_ns: None,
             ignore_eos: true,
             output_len_dist: None,
             initial_test_request: false,

@@ -190,3 +190,66 @@ fn sglang_overlap_never_delivers_a_first_token_before_the_last_chunk() {
         off.itl.max
     );
 }
+
+/// A staggered closed loop (`workload.concurrency_ramp_s`): user k's first request is sent at
+/// exactly `k · ramp / N`, every later request when one ends, and no more are in flight than
+/// users have started; a ramp of 0 is the plain closed loop, byte for byte.
+#[test]
+fn a_staggered_closed_loop_starts_user_k_at_its_share_of_the_ramp() {
+    const N: u64 = 8;
+    let mut v = small_vllm(600, 200, 64, N as u32);
+    let plain = sim::simulate(&spec(v.clone()), RunOptions::default());
+    set(&mut v, "workload.concurrency_ramp_s=0");
+    let zero = sim::simulate(&spec(v.clone()), RunOptions::default());
+    assert_eq!(format!("{:?}", plain.run.records), format!("{:?}", zero.run.records), "a ramp of 0 changes nothing");
+    // A ramp shorter than one request: each user's first send is its start.
+    set(&mut v, "workload.concurrency_ramp_s=0.7");
+    let out = sim::simulate(&spec(v), RunOptions { check_invariants: true, ..Default::default() });
+    assert_eq!(out.run.stop, sim::simulation::StopReason::Completed);
+    let start = out.run.bench_start_ns;
+    let e2e_min = out.run.records.iter().map(|r| out.run.last_token_ns(r).unwrap() - r.dispatch_ns).min().unwrap();
+    assert!(e2e_min > 700_000_000, "the test needs requests longer than the ramp ({e2e_min} ns)");
+    let mut sends: Vec<u64> = out.run.records.iter().map(|r| r.dispatch_ns - start).collect();
+    sends.sort_unstable();
+    for k in 0..N {
+        assert_eq!(sends[k as usize], 700_000_000 * k / N, "user {k}");
+    }
+    // Users in flight at each send never exceed those started by then.
+    let recs = &out.run.records;
+    for r in recs {
+        let t = r.dispatch_ns;
+        let started = ((t - start) as u128 * u128::from(N) / 700_000_000 + 1).min(u128::from(N)) as usize;
+        let in_flight =
+            recs.iter().filter(|o| o.dispatch_ns <= t && out.run.last_token_ns(o).unwrap() > t).count();
+        assert!(in_flight <= started, "at {t}: {in_flight} in flight, {started} users started");
+    }
+    let first_end = recs.iter().map(|r| out.run.last_token_ns(r).unwrap()).min().unwrap();
+    assert_eq!(sends[N as usize], first_end - start, "the ninth request is sent when the first one ends");
+}
+
+/// A measured window: the statistics cover exactly the requests whose last token arrived in it,
+/// the request throughput is their count over its length, and the output throughput the tokens
+/// streamed inside it over its length.
+#[test]
+fn a_measured_window_counts_what_completed_and_streamed_inside_it() {
+    let mut v = small_vllm(300, 100, 200, 16);
+    set(&mut v, "workload.window_start_s=2");
+    set(&mut v, "workload.window_duration_s=3");
+    let out = sim::simulate(&spec(v), RunOptions::default());
+    assert_eq!(out.run.stop, sim::simulation::StopReason::Completed);
+    let (a, b) = (out.run.bench_start_ns + 2_000_000_000, out.run.bench_start_ns + 5_000_000_000);
+    let inside: Vec<_> =
+        out.run.records.iter().filter(|r| (a..=b).contains(&out.run.last_token_ns(r).unwrap())).collect();
+    assert!(inside.len() > 10 && inside.len() < out.run.records.len(), "{} of {}", inside.len(), out.run.records.len());
+    let m = &out.metrics;
+    assert_eq!(m.completed, inside.len() as u64);
+    assert_eq!(m.duration_s, 3.0);
+    assert!((m.request_throughput - inside.len() as f64 / 3.0).abs() < 1e-9);
+    let streamed: usize =
+        out.run.records.iter().map(|r| out.run.token_times(r).iter().filter(|&&t| (a..=b).contains(&t)).count()).sum();
+    assert_eq!(m.total_output_tokens, streamed as u64);
+    let mut e2e: Vec<f64> =
+        inside.iter().map(|r| (out.run.last_token_ns(r).unwrap() - r.dispatch_ns) as f64 / 1e6).collect();
+    e2e.sort_by(f64::total_cmp);
+    assert!((m.e2el.mean - e2e.iter().sum::<f64>() / e2e.len() as f64).abs() < 1e-6);
+}

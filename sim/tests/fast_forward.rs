@@ -216,6 +216,11 @@ fn random_scenario(
                        "num_warmups": warmups, "initial_test_request": initial, "seed": seed});
     if closed {
         w["max_concurrency"] = json!(load);
+        // Users that start one after another (`workload.concurrency_ramp_s`): a send that waits
+        // for a user's start, not a completion.
+        if knob % 5 == 3 {
+            w["concurrency_ramp_s"] = json!(f64::from(knob % 7) * 0.3);
+        }
     } else {
         w["request_rate"] = json!(f64::from(load) / 4.0);
     }

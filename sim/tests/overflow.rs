@@ -47,6 +47,8 @@ fn the_largest_request_saturates_instead_of_overflowing() {
         request_rate: None,
         burstiness: 1.0,
         max_concurrency: None,
+        concurrency_ramp_ns: 0,
+        measure_window_ns: None,
         ignore_eos: true,
         output_len_dist: None,
         initial_test_request: false,

@@ -365,6 +365,18 @@ pub(super) fn resolve_fleet(s: &Scenario, res: &Resources) -> Result<SimSpec> {
     let kind =
         s.engine.kind.ok_or_else(|| ConfigError::new("engine.kind", "missing; expected \"vllm\" or \"sglang\""))?;
     check_dp_flags(&s.engine, kind, "engine")?;
+    // A fleet's client loop has no staggered users and no measured window (`crate::fleet::run`).
+    for (set, f) in [
+        (s.workload.concurrency_ramp_s.is_some(), "concurrency_ramp_s"),
+        (s.workload.window_start_s.is_some() || s.workload.window_duration_s.is_some(), "window_start_s"),
+    ] {
+        if set {
+            return Err(ConfigError::new(
+                format!("workload.{f}"),
+                "is not modelled for a fleet or data parallelism (one engine's client loop only): remove it",
+            ));
+        }
+    }
     let dp = dp_of(&s.engine);
     let dp_field = match kind {
         EngineKind::Vllm => "data_parallel_size",

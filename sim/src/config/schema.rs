@@ -392,6 +392,24 @@ pub struct WorkloadSection {
     pub prior_run_prefixes: Option<u32>,
     #[serde(default)]
     pub max_concurrency: Option<u32>,
+    /// A closed loop whose `max_concurrency` users start one after another: user k (from 0)
+    /// sends its first request at `k · concurrency_ramp_s / max_concurrency` seconds and each
+    /// next one as soon as its last ends (a steady-state client such as llmbench's `ramp_s`;
+    /// `vllm bench serve`'s `--ramp-up-*` flags ramp a request *rate* instead). Needs
+    /// `max_concurrency` and an infinite `request_rate`; seconds from 0 to one year.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency_ramp_s: Option<f64>,
+    /// Measure only the requests whose last token arrives in a window that opens this many
+    /// seconds after the timed phase starts (a warm-up the statistics skip); with
+    /// `window_duration_s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_start_s: Option<f64>,
+    /// The measured window's length, seconds: the statistics cover the requests completed in
+    /// it, the throughputs divide what it saw (requests completed, output tokens streamed in
+    /// it, input tokens of the completed requests) by its length. The run's prompts must
+    /// outlast it (an error says so where they do not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_duration_s: Option<f64>,
     #[serde(default)]
     pub request_rate: Option<RequestRate>,
     /// A number, or `"inf"` (fixed gaps of 1 / rate: `vllm bench serve --burstiness inf`).

@@ -366,6 +366,8 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
         request_rate,
         burstiness,
         max_concurrency: w.max_concurrency,
+        concurrency_ramp_ns: concurrency_ramp(w, request_rate)?,
+        measure_window_ns: measure_window(w)?,
         ignore_eos,
         output_len_dist: w.output_len_dist,
         // Unset: `resolve` replaces this by the modelled release's default (`default_initial_test_request`).
@@ -410,6 +412,69 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
         }
     }
     Ok(params)
+}
+
+/// `workload.concurrency_ramp_s` in nanoseconds (0 unset): a closed loop's users, started one
+/// after another, so it needs `max_concurrency` and an infinite rate.
+fn concurrency_ramp(w: &WorkloadSection, request_rate: Option<f64>) -> Result<u64> {
+    let Some(ramp) = w.concurrency_ramp_s else { return Ok(0) };
+    const F: &str = "workload.concurrency_ramp_s";
+    if !(ramp.is_finite() && (0.0..=MAX_ARRIVAL_TIME_S).contains(&ramp)) {
+        return Err(ConfigError::new(F, format!("must be seconds from 0 to {MAX_ARRIVAL_TIME_S} (one year), got {ramp:?}")));
+    }
+    if w.max_concurrency.is_none() {
+        return Err(ConfigError::new(
+            F,
+            "starts the users of a closed loop one after another: set workload.max_concurrency (the number of users)",
+        ));
+    }
+    if request_rate.is_some() || w.dataset_name == DatasetName::Trace {
+        return Err(ConfigError::new(
+            F,
+            "is for a closed loop (each user sends its next request when its last ends): the request_rate must be              \"inf\" and the dataset not a trace (whose rows carry their own send times)",
+        ));
+    }
+    Ok(secs_to_ns_checked(ramp))
+}
+
+/// `workload.window_start_s` and `window_duration_s` as `(start, end)` nanoseconds from the timed
+/// phase's start: both or neither.
+fn measure_window(w: &WorkloadSection) -> Result<Option<(u64, u64)>> {
+    let (start, len) = match (w.window_start_s, w.window_duration_s) {
+        (None, None) => return Ok(None),
+        (Some(_), None) => {
+            return Err(ConfigError::new(
+                "workload.window_duration_s",
+                "is missing: window_start_s opens a measured window, which needs its length",
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(ConfigError::new(
+                "workload.window_start_s",
+                "is missing: window_duration_s measures a window, which needs its start (0: from the timed phase's start)",
+            ))
+        }
+        (Some(s), Some(d)) => (s, d),
+    };
+    if !(start.is_finite() && (0.0..=MAX_ARRIVAL_TIME_S).contains(&start)) {
+        return Err(ConfigError::new(
+            "workload.window_start_s",
+            format!("must be seconds from 0 to {MAX_ARRIVAL_TIME_S} (one year), got {start:?}"),
+        ));
+    }
+    if !(len.is_finite() && len > 0.0 && len <= MAX_ARRIVAL_TIME_S) {
+        return Err(ConfigError::new(
+            "workload.window_duration_s",
+            format!("must be seconds above 0 and at most {MAX_ARRIVAL_TIME_S} (one year), got {len:?}"),
+        ));
+    }
+    let s = secs_to_ns_checked(start);
+    Ok(Some((s, s + secs_to_ns_checked(len).max(1))))
+}
+
+/// Seconds (checked finite, from 0, at most a year) as whole nanoseconds.
+fn secs_to_ns_checked(s: f64) -> u64 {
+    (s * 1e9).round() as u64
 }
 
 /// Fields of another dataset are errors: a field the run ignores must not look used.
