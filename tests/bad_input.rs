@@ -590,7 +590,11 @@ fn calibrate_refuses_statistics_that_cannot_hold_together() {
 #[test]
 fn a_staggered_loop_and_a_measured_window_are_checked() {
     let s = |w: &str| base(r#""max_num_seqs": 8"#, &format!(r#""num_prompts": 40, "random_output_len": 16, {w}"#));
-    rejects("ramp_no_users.json", &s(r#""concurrency_ramp_s": 2"#), &["workload.concurrency_ramp_s", "max_concurrency"]);
+    rejects(
+        "ramp_no_users.json",
+        &s(r#""concurrency_ramp_s": 2"#),
+        &["workload.concurrency_ramp_s", "max_concurrency"],
+    );
     rejects(
         "ramp_rate.json",
         &s(r#""concurrency_ramp_s": 2, "max_concurrency": 4, "request_rate": 3"#),
@@ -614,10 +618,18 @@ fn a_staggered_loop_and_a_measured_window_are_checked() {
         &s(r#""max_concurrency": 4, "window_start_s": 1, "window_duration_s": 99"#),
         &["the measured window outlasts the load", "raise workload.num_prompts"],
     );
-    let o = run_cli(&["simulate", write_temp("window_outlasts.json", &s(r#""max_concurrency": 4, "window_start_s": 1, "window_duration_s": 99"#)).to_str().unwrap()]);
+    let o = run_cli(&[
+        "simulate",
+        write_temp("window_outlasts.json", &s(r#""max_concurrency": 4, "window_start_s": 1, "window_duration_s": 99"#))
+            .to_str()
+            .unwrap(),
+    ]);
     assert!(o.stdout.is_empty(), "no figures of a thinning load: {}", String::from_utf8_lossy(&o.stdout));
     // A window inside the load runs.
-    let p = write_temp("window_ok.json", &s(r#""max_concurrency": 4, "concurrency_ramp_s": 0.5, "window_start_s": 0.2, "window_duration_s": 0.3"#));
+    let p = write_temp(
+        "window_ok.json",
+        &s(r#""max_concurrency": 4, "concurrency_ramp_s": 0.5, "window_start_s": 0.2, "window_duration_s": 0.3"#),
+    );
     let o = run_cli(&["simulate", p.to_str().unwrap()]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }

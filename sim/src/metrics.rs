@@ -654,7 +654,9 @@ pub fn bench_metrics_at(run: &RunResult, extra: &[f64]) -> BenchMetrics {
         recs.iter().map(|r| run.token_times(r).iter().filter(|&&t| (a..=b).contains(&t)).count() as u64).sum::<u64>()
     });
     let recs: Vec<&RequestRecord> = match run.measure_window_ns {
-        Some((a, b)) => recs.into_iter().filter(|r| run.last_token_ns(r).is_some_and(|t| (a..=b).contains(&t))).collect(),
+        Some((a, b)) => {
+            recs.into_iter().filter(|r| run.last_token_ns(r).is_some_and(|t| (a..=b).contains(&t))).collect()
+        }
         None => recs,
     };
     let completed = recs.len() as u64;
@@ -665,8 +667,7 @@ pub fn bench_metrics_at(run: &RunResult, extra: &[f64]) -> BenchMetrics {
     let duration_s = duration_ns as f64 / 1e9;
     let total_input_tokens: u64 = recs.iter().map(|r| u64::from(r.prompt_len)).sum();
     // `usage.completion_tokens` live; the generated count in simulation.
-    let total_output_tokens: u64 =
-        window_tokens.unwrap_or_else(|| recs.iter().map(|r| u64::from(r.output_len)).sum());
+    let total_output_tokens: u64 = window_tokens.unwrap_or_else(|| recs.iter().map(|r| u64::from(r.output_len)).sum());
     let per_s = |x: f64| if duration_s > 0.0 { x / duration_s } else { 0.0 };
 
     let mut ttft = Vec::with_capacity(recs.len());

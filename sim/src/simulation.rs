@@ -1231,7 +1231,8 @@ pub fn run_observed<E: Engine>(
     let mut stop = lp.stop.take().unwrap_or(StopReason::Completed);
     // A measured window, from the timed phase's start; the run's prompts must keep the load up
     // until it closes (a thinning load inside it would be measured as the steady state).
-    let window = workload.measure_window_ns.map(|(a, b)| (lp.bench_start.saturating_add(a), lp.bench_start.saturating_add(b)));
+    let window =
+        workload.measure_window_ns.map(|(a, b)| (lp.bench_start.saturating_add(a), lp.bench_start.saturating_add(b)));
     if let (Some((_, end)), StopReason::Completed) = (window, &stop) {
         let timed = lp.records.iter().zip(lp.phase_of.iter()).filter(|(_, p)| **p == Phase::Timed);
         let last_send = timed.map(|(r, _)| r.dispatch_ns).max().unwrap_or(lp.bench_start);

@@ -219,8 +219,7 @@ fn a_staggered_closed_loop_starts_user_k_at_its_share_of_the_ramp() {
     for r in recs {
         let t = r.dispatch_ns;
         let started = ((t - start) as u128 * u128::from(N) / 700_000_000 + 1).min(u128::from(N)) as usize;
-        let in_flight =
-            recs.iter().filter(|o| o.dispatch_ns <= t && out.run.last_token_ns(o).unwrap() > t).count();
+        let in_flight = recs.iter().filter(|o| o.dispatch_ns <= t && out.run.last_token_ns(o).unwrap() > t).count();
         assert!(in_flight <= started, "at {t}: {in_flight} in flight, {started} users started");
     }
     let first_end = recs.iter().map(|r| out.run.last_token_ns(r).unwrap()).min().unwrap();

@@ -420,7 +420,10 @@ fn concurrency_ramp(w: &WorkloadSection, request_rate: Option<f64>) -> Result<u6
     let Some(ramp) = w.concurrency_ramp_s else { return Ok(0) };
     const F: &str = "workload.concurrency_ramp_s";
     if !(ramp.is_finite() && (0.0..=MAX_ARRIVAL_TIME_S).contains(&ramp)) {
-        return Err(ConfigError::new(F, format!("must be seconds from 0 to {MAX_ARRIVAL_TIME_S} (one year), got {ramp:?}")));
+        return Err(ConfigError::new(
+            F,
+            format!("must be seconds from 0 to {MAX_ARRIVAL_TIME_S} (one year), got {ramp:?}"),
+        ));
     }
     if w.max_concurrency.is_none() {
         return Err(ConfigError::new(
@@ -448,12 +451,10 @@ fn measure_window(w: &WorkloadSection) -> Result<Option<(u64, u64)>> {
                 "is missing: window_start_s opens a measured window, which needs its length",
             ))
         }
-        (None, Some(_)) => {
-            return Err(ConfigError::new(
-                "workload.window_start_s",
-                "is missing: window_duration_s measures a window, which needs its start (0: from the timed phase's start)",
-            ))
-        }
+        (None, Some(_)) => return Err(ConfigError::new(
+            "workload.window_start_s",
+            "is missing: window_duration_s measures a window, which needs its start (0: from the timed phase's start)",
+        )),
         (Some(s), Some(d)) => (s, d),
     };
     if !(start.is_finite() && (0.0..=MAX_ARRIVAL_TIME_S).contains(&start)) {
