@@ -366,13 +366,18 @@ fn explain_says_why_ttft_explodes_past_the_kv_limited_concurrency() {
 
 /// Where the KV pool binds first, explain runs its sweep again with a pool half as large again
 /// and says what it found (the notebooks' audit of 2026-12-06): it had said "the knee moves with
-/// the KV pool" of the default scenario, whose knee stays at 42 with room for 63 requests (the
-/// engine is out of compute there); the KV-starved A100's knee does move with its pool.
+/// the KV pool" where the knee stays put with room for more requests (the engine out of compute):
+/// the default's workload on an A100 with the default's pool (its knee at 31 either way); the
+/// default's own knee (RTX 5090) does move, 42 → 52, and so does the KV-starved A100's.
 #[test]
 fn explain_tries_a_larger_pool_before_saying_the_knee_moves_with_it() {
+    let a100 = ["explain", "--json", "--set", "hardware=a100-80gb", "--set", "engine.kv_cache_tokens=194880"];
+    let j = stdout_json(&run_cli(&a100));
+    let knob = j["knob"].as_str().unwrap();
+    assert!(knob.starts_with("A larger KV pool does not move the knee (with 292,288 tokens, room for 63 requests, it is at concurrency 31)"), "{knob}");
     let j = stdout_json(&run_cli(&["explain", "--json"]));
     let knob = j["knob"].as_str().unwrap();
-    assert!(knob.starts_with("A larger KV pool does not move the knee (with 292,320 tokens, room for 63 requests, it is at concurrency 42)"), "{knob}");
+    assert!(knob.starts_with("The knee moves with the KV pool: with a pool of 292,320 tokens (room for 63 requests) it is at concurrency 52"), "{knob}");
     let starved = stdout_json(&run_cli(&["explain", "scenarios/kv-starved-qwen2.5-7b-a100-vllm.json", "--json"]));
     let knob = starved["knob"].as_str().unwrap();
     assert!(

@@ -974,6 +974,7 @@ pub const JUDGED_GPU_ENGINES: &[(&str, EngineKind)] = &[
     ("h100-80gb", EngineKind::Sglang),
     ("h200", EngineKind::Vllm),
     ("h200", EngineKind::Sglang),
+    ("l40s", EngineKind::Vllm),
     ("rtx-5090", EngineKind::Vllm),
 ];
 

@@ -964,12 +964,13 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
                 u64::from(model.hidden_size) * u64::from(model.activation_dtype_bytes()),
             ),
             layer_small_kernels: None,
-            unpacked_mixed_decodes: crate::cost::vllm_fa2_unpacked_mixed_decodes(gpu.capability(), attention_lane),
+            unpacked_mixed_decodes: crate::cost::vllm_fa2_unpacked_mixed_decodes(gpu.capability(), attention_lane)
+                .then(|| crate::cost::vllm_fa2_unpacked_share(gpu.capability())),
         },
         EngineSpec::Sglang(_) => crate::cost::EngineKernels {
             allreduce_rms_fused_up_to: None,
             layer_small_kernels: Some(sglang::sglang_layer_small_kernels(&model)),
-            unpacked_mixed_decodes: false,
+            unpacked_mixed_decodes: None,
         },
     };
     // The engine's fused-MoE kernel (vLLM's `--moe-backend`, SGLang's `--moe-runner-backend`, or

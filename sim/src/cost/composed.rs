@@ -201,8 +201,10 @@ pub struct EngineKernels {
     /// The engine's own element-wise kernels a layer: (every step, more from two tokens).
     pub layer_small_kernels: Option<(f64, f64)>,
     /// vLLM's FlashAttention 2 ([`vllm_fa2_unpacked_mixed_decodes`]): in a step with prefill
-    /// chunks each decode runs one query tile per query head, not per KV head.
-    pub unpacked_mixed_decodes: bool,
+    /// chunks each decode runs one query tile per query head, not per KV head; the share of
+    /// what that adds over the packed kernel the step pays ([`vllm_fa2_unpacked_share`]).
+    /// `None`: packed.
+    pub unpacked_mixed_decodes: Option<f64>,
 }
 
 /// Whether vLLM runs a mixed step's decodes without packing a KV head's query heads together:
@@ -226,6 +228,30 @@ pub struct EngineKernels {
 /// unpacked kernel's work ([`ComposedCost::gpu_us`]).
 pub fn vllm_fa2_unpacked_mixed_decodes(capability: Option<(u32, u32)>, attention_lane: Option<&str>) -> bool {
     capability.is_some_and(|c| matches!(c.0, 8 | 12)) && matches!(attention_lane, None | Some("flash_attn"))
+}
+
+/// The share of the unpacked kernel's extra time over the packed one that a mixed step pays on
+/// Ada (compute capability 8.9) and Blackwell RTX (12.x) cards ([`vllm_fa2_unpacked_share`]).
+/// **Fitted** on one set and judged on another (VALIDATION.md §5, "FlashAttention 2's unpacked
+/// decodes on Ada and Blackwell"): on pegainfer's RTX 5090 Poisson sweep (Qwen3-4B, vLLM
+/// 0.22.1) the group's median |error| over shares 0, 0.1, …, 1 is lowest, 5.2%, from 0.3 to
+/// 0.5 (6.4% at 0, 14.7% at 1): the middle of that flat, 0.4. Judged on TechBroMoho's L40S
+/// closed loop (Qwen3-8B, vLLM 0.10.2, another card, model, release and client): 10.9% at 1,
+/// 4.2% at 0.4. The A100 groups (8.0) are best at 1 (every one of them: 8.0 keeps it). Why the
+/// newer cards pay less is not established: their KV heads' re-reads one query head after
+/// another can stay in a 96–128 MB L2 (the A100's 40 MB is split in two partitions), or their
+/// padded query tiles' tensor work sets the time; a rule by L2 capacity alone did not fit (the
+/// A100 groups' working sets fit 40 MB and still pay the whole surcharge).
+pub const FA2_UNPACKED_SHARE_ADA_BLACKWELL: f64 = 0.4;
+
+/// [`EngineKernels::unpacked_mixed_decodes`]'s share on a card of compute capability
+/// `capability` where the rule applies ([`vllm_fa2_unpacked_mixed_decodes`]): the whole
+/// surcharge on Ampere (8.0, 8.6, 8.7), [`FA2_UNPACKED_SHARE_ADA_BLACKWELL`] on 8.9 and 12.x.
+pub fn vllm_fa2_unpacked_share(capability: Option<(u32, u32)>) -> f64 {
+    match capability {
+        Some((8, 9)) | Some((12, _)) => FA2_UNPACKED_SHARE_ADA_BLACKWELL,
+        _ => 1.0,
+    }
 }
 
 /// Whether `engine` (`"vllm"` / `"sglang"`) fuses fp8 activation quantisations into element-wise
@@ -639,6 +665,9 @@ pub struct ComposedCost {
     mixed_decode_batch_per_decode: u64,
     /// Query heads per KV head, per GPU (1 without grouped KV heads).
     gqa_group: u64,
+    /// The share of the unpacked decodes' extra time a mixed step pays
+    /// ([`vllm_fa2_unpacked_share`]; 1 where nothing is unpacked).
+    unpacked_share: f64,
     graphs: GraphRule,
     /// The graph rule the engine would have used, where the deployment turned graphs off.
     forgone: Option<GraphRule>,
@@ -671,6 +700,7 @@ impl PartialEq for ComposedCost {
             && self.layer_small_kernels == o.layer_small_kernels
             && self.skew_us == o.skew_us
             && self.mixed_decode_batch_per_decode == o.mixed_decode_batch_per_decode
+            && self.unpacked_share == o.unpacked_share
             && self.sync_cpu == o.sync_cpu
             && self.forgone == o.forgone
             && self.time_scale == o.time_scale
@@ -1190,6 +1220,7 @@ impl ComposedCost {
             skew_us: collective_skew_us(tp),
             mixed_decode_batch_per_decode: 1,
             gqa_group: if heads.kv_heads > 0 { u64::from((heads.heads / heads.kv_heads).max(1)) } else { 1 },
+            unpacked_share: 1.0,
             graphs,
             forgone,
             sync_cpu,
@@ -1228,8 +1259,8 @@ impl ComposedCost {
         if let Some(n) = k.allreduce_rms_fused_up_to {
             self.fuse_allreduce_rms(n);
         }
-        if k.unpacked_mixed_decodes {
-            self.unpack_mixed_decodes();
+        if let Some(share) = k.unpacked_mixed_decodes {
+            self.unpack_mixed_decodes(share);
         }
     }
 
@@ -1237,14 +1268,21 @@ impl ComposedCost {
     /// (`max_seqlen_q > 1`) times its `d` decodes as
     /// the packed decode kernel's batch of `d × heads / kv_heads` (per GPU), which runs the same
     /// tiles; the cost source says so. Nothing changes without grouped KV heads.
-    fn unpack_mixed_decodes(&mut self) {
+    fn unpack_mixed_decodes(&mut self, share: f64) {
         if self.gqa_group <= 1 {
             return;
         }
         self.mixed_decode_batch_per_decode = self.gqa_group;
+        self.unpacked_share = share;
         self.source = format!(
-            "{}; decodes beside prefill chunks unpacked (FlashAttention 2: {} query heads per KV head)",
-            self.source, self.mixed_decode_batch_per_decode
+            "{}; decodes beside prefill chunks unpacked (FlashAttention 2: {} query heads per KV head{})",
+            self.source,
+            self.mixed_decode_batch_per_decode,
+            if share < 1.0 {
+                format!(", {:.0}% of the unpacked kernel's extra time", share * 100.0)
+            } else {
+                String::new()
+            }
         );
     }
 
@@ -1397,8 +1435,20 @@ impl ComposedCost {
             // FlashAttention 2 packs them wherever the step's longest query is one token
             // (`max_seqlen_q == 1`): a chunk of two tokens or more unpacks them, chunks of one
             // token each do not ([`vllm_fa2_unpacked_mixed_decodes`]).
-            let batch = if s.has_multi_token_chunk() { s.decode_tokens * unpack } else { s.decode_tokens };
-            attn_ms += self.gen_flat.at_whole_a(batch, s.decode_context_tokens as f64 / b);
+            let ctx = s.decode_context_tokens as f64 / b;
+            let packed = self.gen_flat.at_whole_a(s.decode_tokens, ctx);
+            attn_ms += if unpack > 1 && s.has_multi_token_chunk() {
+                // The unpacked kernel is the packed one's at `unpack` times the batch; the card
+                // pays a share of what that adds ([`vllm_fa2_unpacked_share`]).
+                let unpacked = self.gen_flat.at_whole_a(s.decode_tokens * unpack, ctx);
+                if self.unpacked_share == 1.0 {
+                    unpacked
+                } else {
+                    packed + self.unpacked_share * (unpacked - packed).max(0.0)
+                }
+            } else {
+                packed
+            };
         }
         if s.num_chunks > 0 {
             let b = f64::from(s.num_chunks);
@@ -1935,7 +1985,7 @@ mod tests {
         let dep = Deployment::single(&model);
         let plain = build_on(&model, &a100, "vllm", &dep, 1);
         let mut fa2 = build_on(&model, &a100, "vllm", &dep, 1);
-        fa2.apply_engine_kernels(EngineKernels { unpacked_mixed_decodes: true, ..Default::default() });
+        fa2.apply_engine_kernels(EngineKernels { unpacked_mixed_decodes: Some(1.0), ..Default::default() });
         (model, a100, plain, fa2)
     }
 
@@ -1971,8 +2021,35 @@ mod tests {
         let mut mha = model.clone();
         mha.num_kv_heads = mha.num_attention_heads;
         let mut c = build_on(&mha, &a100, "vllm", &Deployment::single(&mha), 1);
-        c.apply_engine_kernels(EngineKernels { unpacked_mixed_decodes: true, ..Default::default() });
+        c.apply_engine_kernels(EngineKernels { unpacked_mixed_decodes: Some(1.0), ..Default::default() });
         assert_eq!(c.mixed_decode_batch_per_decode, 1);
+    }
+
+    /// Ada (8.9) and Blackwell RTX (12.x) cards pay [`FA2_UNPACKED_SHARE_ADA_BLACKWELL`] of the
+    /// unpacked kernel's extra time, Ampere all of it; the cost source says which.
+    #[test]
+    fn ada_and_blackwell_pay_a_share_of_the_unpacked_surcharge() {
+        let res = crate::builtin::resources().unwrap();
+        for (id, share) in
+            [("a100-80gb", 1.0), ("a100-40gb", 1.0), ("l40s", 0.4), ("rtx-5090", 0.4), ("rtx-pro-6000", 0.4)]
+        {
+            let g = res.gpus.iter().find(|g| g.id == id).unwrap();
+            assert_eq!(vllm_fa2_unpacked_share(g.capability()), share, "{id}");
+        }
+        assert_eq!(vllm_fa2_unpacked_share(Some((8, 6))), 1.0);
+        let (model, a100, plain, _) = qwen3_14b_a100_plain_and_fa2();
+        let dep = Deployment::single(&model);
+        let mut part = build_on(&model, &a100, "vllm", &dep, 1);
+        part.apply_engine_kernels(EngineKernels { unpacked_mixed_decodes: Some(0.4), ..Default::default() });
+        assert!(part.source.contains("40% of the unpacked kernel's extra time"), "{}", part.source);
+        let (d, ctx) = (64u64, 2048u64);
+        let mut mixed = StepShape::decodes(d, d * ctx);
+        mixed.add_prefill(0, 2048 - d);
+        let layers = f64::from(model.num_layers);
+        let whole = layers * 1e3 * (plain.gen.at((5 * d) as f64, ctx as f64) - plain.gen.at(d as f64, ctx as f64));
+        let got = part.gpu_us(&mixed) - plain.gpu_us(&mixed);
+        assert!((got - 0.4 * whole).abs() < 1e-6 * whole, "{got} vs 0.4 × {whole}");
+        assert!((part.unpacked_decode_surcharge_us(&mixed) - got).abs() < 1e-6 * whole);
     }
 
     /// FlashAttention 2 packs a KV head's query heads whenever the step's longest query is one
@@ -2047,7 +2124,7 @@ mod tests {
         sg.apply_engine_kernels(EngineKernels {
             allreduce_rms_fused_up_to: None,
             layer_small_kernels: Some((5.0, 1.0)),
-            unpacked_mixed_decodes: false,
+            unpacked_mixed_decodes: None,
         });
         for (m, more) in [(1u64, 1.0), (2, 2.0), (512, 2.0)] {
             let d = sg.per_token_count_us(m) - plain.per_token_count_us(m);
