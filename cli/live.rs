@@ -90,6 +90,17 @@ impl WorkloadArgs {
         for (k, v) in self.values() {
             o.insert(k.into(), v);
         }
+        // The live client sends `vllm bench serve`'s load (every user at once, every request
+        // measured): a staggered closed loop or a measured window would be simulated and not sent,
+        // and a prediction of it compared with a run without it (bench, check, calibrate alike).
+        for field in ["concurrency_ramp_s", "window_start_s", "window_duration_s"] {
+            if o.get(field).is_some_and(|v| !v.is_null()) {
+                return Err(format!(
+                    "workload.{field}: the live client sends vllm bench serve's load (every user at once, every request \
+                     measured); a staggered closed loop and a measured window are simulate's only: remove it"
+                ));
+            }
+        }
         // `vllm bench serve` sets ignore_eos for the random dataset on OpenAI-compatible backends
         // ("when using random datasets, default to ignoring EOS so generation runs to the requested
         // length", vllm/benchmarks/serve.py, vLLM PR #28227, merged November 2025, after 0.11.0):
@@ -190,18 +201,6 @@ impl WorkloadArgs {
             }
         }
         let mut params = config::resolve_workload(&section, &res).map_err(|e| self.name_the_flag(e.to_string()))?;
-        // The live client sends `vllm bench serve`'s load: no staggered users, no measured window.
-        for (set, field) in [
-            (params.concurrency_ramp_ns > 0, "concurrency_ramp_s"),
-            (params.measure_window_ns.is_some(), "window_start_s"),
-        ] {
-            if set {
-                return Err(format!(
-                    "workload.{field}: bench sends vllm bench serve's load (every user at once, every request measured); \
-                     a staggered closed loop and a measured window are simulate's only"
-                ));
-            }
-        }
         // The chat role chunk, timed as the modelled client times it (`section_and_client`).
         params.role_chunk = params.chat && role_chunk;
         Ok((given, workload::generate(&params)))

@@ -222,8 +222,9 @@ fn simulate(a: SimulateArgs) -> Result<ExitCode, String> {
         &mut |p| pb.set_position(p.completed as u64),
     );
     pb.finish_and_clear();
-    // A window the load did not outlast measured a thinning load: no figures, the error.
-    if let StopReason::WindowOutlastsLoad { .. } = out.run.stop {
+    // A window the load did not outlast measured a thinning load, and one nothing completed in
+    // measured nothing: no figures, the error.
+    if let StopReason::WindowOutlastsLoad { .. } | StopReason::WindowEmpty { .. } = out.run.stop {
         let file = a.scenario.as_deref().map_or("the built-in default".into(), |p| p.display().to_string());
         return Err(format!("{file}: {}", out.run.stop.as_str()));
     }

@@ -330,7 +330,9 @@ fn simulate_config(
                 workload.share_prompt_hashes(c.block_size);
             }
         }
-        let rule = early.map(|e| (e, e.need(workload.requests.len())));
+        // A measured window judges only the requests completed in it, which the early stop's
+        // count over every request cannot know: such a run is run to its end.
+        let rule = early.filter(|_| workload.measure_window_ns.is_none()).map(|e| (e, e.need(workload.requests.len())));
         let opts = RunOptions { stop_after_slow_ttft: rule.map(|(e, n)| (e.above_ns, n)), ..Default::default() };
         // `sim::simulate` for one engine: the workload, the run, the metrics.
         let run = sim::run_workload(&spec.engine, &spec.cost, &workload, opts);

@@ -625,11 +625,50 @@ fn a_staggered_loop_and_a_measured_window_are_checked() {
             .unwrap(),
     ]);
     assert!(o.stdout.is_empty(), "no figures of a thinning load: {}", String::from_utf8_lossy(&o.stdout));
+    // A window nothing completes in (every request here takes longer than its 0.05 s): an error.
+    rejects(
+        "window_empty.json",
+        &s(r#""max_concurrency": 4, "window_start_s": 0, "window_duration_s": 0.05"#),
+        &["no request completed in the measured window", "workload.window_start_s"],
+    );
+    // The live client sends neither: bench and check refuse them before any connection.
+    let live =
+        write_temp("window_live.json", &s(r#""max_concurrency": 4, "window_start_s": 0.2, "window_duration_s": 0.3"#));
+    for cmd in [
+        vec!["bench", "--base-url", "http://127.0.0.1:9", "--scenario", live.to_str().unwrap()],
+        vec![
+            "check",
+            "--base-url",
+            "http://127.0.0.1:9",
+            "--scenario",
+            live.to_str().unwrap(),
+            "--concurrency",
+            "2,4",
+            "--fit-on",
+            "2",
+        ],
+    ] {
+        let o = run_cli(&cmd);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && err.contains("workload.window_start_s") && err.contains("simulate's only"),
+            "{cmd:?}: {err}"
+        );
+    }
     // A window inside the load runs.
     let p = write_temp(
         "window_ok.json",
         &s(r#""max_concurrency": 4, "concurrency_ramp_s": 0.5, "window_start_s": 0.2, "window_duration_s": 0.3"#),
     );
-    let o = run_cli(&["simulate", p.to_str().unwrap()]);
+    let o = run_cli(&["simulate", p.to_str().unwrap(), "--json"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Its figures say what they cover, and a staggered loop is not the lock-step burst.
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let ids: Vec<&str> = j["caveats"].as_array().unwrap().iter().map(|c| c["id"].as_str().unwrap()).collect();
+    assert!(ids.contains(&"measured_window") && !ids.contains(&"lockstep_waves"), "{ids:?}");
+    // A sweep with a point whose window outlasts its prompts searches no knee and says why.
+    let later = ["--set", "workload.window_start_s=2", "--set", "workload.window_duration_s=3"];
+    let o = run_cli(&[&["sweep", p.to_str().unwrap(), "--concurrency", "1,4", "--json"][..], &later[..]].concat());
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(j["knee"].is_null() && j["knee_note"].as_str().unwrap().contains("did not complete"), "{j}");
 }

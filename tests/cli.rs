@@ -962,3 +962,27 @@ fn an_infinite_burstiness_is_fixed_gaps() {
     ]);
     assert!(c.status.success(), "{}", String::from_utf8_lossy(&c.stderr));
 }
+
+/// `tune`'s early stop counts slow first tokens over every request, which a measured window's
+/// statistics do not cover: with a window every configuration runs to its end (the audit of
+/// 2026-12-07: both configurations "stopped early" where the window's median met the SLO).
+#[test]
+fn tune_runs_a_windowed_configuration_to_its_end() {
+    let p = write_temp(
+        "tune_window.json",
+        r#"{"version": 1, "engine": {"kind": "vllm", "max_num_seqs": 8}, "model": "qwen2.5-7b-instruct", "hardware": "a100-80gb",
+            "workload": {"dataset_name": "random", "ignore_eos": true, "num_prompts": 40, "random_output_len": 16,
+                         "max_concurrency": 4, "window_start_s": 0.2, "window_duration_s": 0.3}}"#,
+    );
+    let args = ["tune", p.to_str().unwrap(), "--vary", "engine.max_num_seqs=2,8", "--slo", "median_ttft_ms<=1"];
+    let with_window = run_cli(&args);
+    let text = String::from_utf8_lossy(&with_window.stdout).to_string() + &String::from_utf8_lossy(&with_window.stderr);
+    assert!(!text.contains("stopped early"), "{text}");
+    // Without the window the same SLO is broken early, as designed.
+    let plain =
+        std::fs::read_to_string(&p).unwrap().replace(r#", "window_start_s": 0.2, "window_duration_s": 0.3"#, "");
+    let q = write_temp("tune_no_window.json", &plain);
+    let o = run_cli(&["tune", q.to_str().unwrap(), "--vary", "engine.max_num_seqs=2,8", "--slo", "median_ttft_ms<=1"]);
+    let text = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
+    assert!(text.contains("stopped early"), "{text}");
+}

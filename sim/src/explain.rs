@@ -815,8 +815,9 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
     notes.extend(crate::sweep::sweep_warnings(&plan.grid, grid).into_iter().map(|w| format!("the sweep's run at {w}")));
     if point.run.stop != crate::simulation::StopReason::Completed {
         notes.push(format!(
-            "the explained run did not complete ({}): its metrics cover only the requests that finished",
-            point.run.stop.as_str()
+            "the explained run did not complete ({}): {}",
+            point.run.stop.as_str(),
+            point.run.stop.figures_cover()
         ));
     }
     // Where the explained run's shape is one the published data show the model far off on.
@@ -1000,6 +1001,10 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
                 "No knee{closed} up to concurrency {n}: the trace has {n} requests, so a closed loop over it never has more in flight and the sweep stops there, below the limit that binds ({binding_at} concurrent requests). To find where throughput levels off, replay a trace of more requests (--set workload.trace=FILE) or a synthetic workload of like lengths (--dataset-name random, --random-input-len, --random-output-len)."
             ))
         }
+        // A run of the grid that did not complete: no knee was searched (the notes say which).
+        None if grid.iter().any(|o| o.run.stop != crate::simulation::StopReason::Completed) => why.push(format!(
+            "No knee{closed} was searched: a run of the sweep did not complete (the notes say which and why)."
+        )),
         None => why.push(format!(
             "No knee{closed} up to concurrency {}: throughput still grows.",
             plan.grid.last().copied().unwrap_or(1)

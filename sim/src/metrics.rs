@@ -14,8 +14,9 @@
 //! * With a measured window (`workload.window_start_s`, `window_duration_s`; not a
 //!   `vllm bench serve` option, a steady-state client's): every statistic over the
 //!   requests whose last token arrived in the window, the throughputs over its
-//!   length, the output tokens those streamed in it (any request's), the input
-//!   tokens those of the requests completed in it.
+//!   length, the output tokens those streamed in it (any request's; the client's
+//!   count, so an EOS token no chunk carried is not one), the input tokens those
+//!   of the requests completed in it.
 
 #[cfg(test)]
 use crate::simulation::TokenRuns;

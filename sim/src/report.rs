@@ -628,6 +628,11 @@ pub fn lockstep_waves(spec: &SimSpec, workload: &crate::workload::Workload) -> O
         return None;
     }
     let c = workload.max_concurrency.filter(|c| *c >= 2)?; // one wave or more of two or more
+                                                           // Users started one after another (`workload.concurrency_ramp_s`) are out of step from the
+                                                           // start: not the burst this caveat is about.
+    if workload.concurrency_ramp_ns > 0 {
+        return None;
+    }
     let r = &workload.requests;
     let at_once = r.iter().all(|q| q.arrival_ns == 0);
     let first = r.first()?;
@@ -775,6 +780,35 @@ pub fn max_tokens_clamped(spec: &SimSpec, workload: &crate::workload::Workload) 
              (get_max_tokens), as this run does, so their outputs are shorter than asked (through 0.31 the \
              server answers such a request with HTTP 400).",
             workload.requests.len()
+        ),
+        desynchronised_mean_ttft_ms: None,
+    })
+}
+
+/// [`Caveat::id`] of [`measured_window`].
+pub const MEASURED_WINDOW: &str = "measured_window";
+
+/// A run measured over a window (`workload.window_start_s`, `window_duration_s`), and its users
+/// started one after another (`workload.concurrency_ramp_s`): what its figures cover, which the
+/// keys alone do not say (`duration` is the window's length).
+pub fn measured_window(workload: &crate::workload::Workload) -> Option<Caveat> {
+    let (a, b) = workload.measure_window_ns?;
+    let s = |ns: u64| ns as f64 / 1e9;
+    let ramp = match (workload.concurrency_ramp_ns, workload.max_concurrency) {
+        (0, _) | (_, None) => String::new(),
+        (r, Some(n)) => format!(
+            " Its {n} users started one after another over {:.3} s{}.",
+            s(r),
+            if r > a { ", some of them after the window opened: it measures a rising load" } else { "" }
+        ),
+    };
+    Some(Caveat {
+        id: MEASURED_WINDOW,
+        message: format!(
+            "measured over a window, not the whole run: the latency statistics and completed requests are those completed from {:.3} s to {:.3} s of the timed phase, the throughputs per second of the window ({:.3} s, the duration reported), the output tokens those streamed in it; the peak buckets count the requests completed in it, the KV and running/waiting gauges the whole timed phase.{ramp}",
+            s(a),
+            s(b),
+            s(b - a)
         ),
         desynchronised_mean_ttft_ms: None,
     })
@@ -1163,6 +1197,7 @@ pub fn sglang_overlap_off(spec: &SimSpec) -> Option<Caveat> {
 pub fn caveats(spec: &SimSpec, workload: &crate::workload::Workload) -> Vec<Caveat> {
     lockstep_waves(spec, workload)
         .into_iter()
+        .chain(measured_window(workload))
         .chain(chat_front_end(spec, workload))
         .chain(chat_template_tokens(workload))
         .chain(prefix_repetition_rounded(spec))
@@ -1873,18 +1908,21 @@ mod tests {
         let sglang = unjudged(&spec_with("rtx5090-qwen2.5-7b-sglang", &[])).expect("SGLang on an RTX 5090 is not");
         assert!(sglang.contains("no published run on rtx-5090 with SGLang"), "{sglang}");
         assert!(sglang.contains("Judged: SGLang on a100-40gb, a100-80gb, h100-80gb, h200."), "{sglang}");
-        let l40s = spec_with("rtx5090-qwen2.5-7b-vllm", &[("hardware", "gpu", "l40s".into())]);
-        let m = unjudged(&l40s).expect("nothing measured on an L40S is in the corpus");
-        assert!(m.contains("no published run on l40s with vLLM") && m.contains("vLLM on a100-80gb, b200"), "{m}");
+        let pro = spec_with("rtx5090-qwen2.5-7b-vllm", &[("hardware", "gpu", "rtx-pro-6000".into())]);
+        let m = unjudged(&pro).expect("nothing measured on an RTX PRO 6000 is in the corpus");
+        assert!(
+            m.contains("no published run on rtx-pro-6000 with vLLM") && m.contains("vLLM on a100-80gb, b200"),
+            "{m}"
+        );
         let mut h100 = spec_with("rtx5090-qwen2.5-7b-vllm", &[("hardware", "gpu", "h100-80gb".into())]);
         assert_eq!(unjudged(&h100), None);
         // Another GPU under a judged card's id.
         h100.gpu.memory_bandwidth_bytes_per_s *= 1.5;
         assert!(unjudged(&h100).unwrap().contains("no published run on h100-80gb with vLLM"));
         // A calibrated cost is not what the message describes.
-        let mut l40s = l40s;
-        l40s.cost.reference = Some([1.0; 6]);
-        assert_eq!(unjudged(&l40s), None);
+        let mut pro = pro;
+        pro.cost.reference = Some([1.0; 6]);
+        assert_eq!(unjudged(&pro), None);
         // Both lists hold pairs once, in order.
         assert!(JUDGED_GPU_ENGINES.windows(2).all(|w| (w[0].0, w[0].1.as_str()) != (w[1].0, w[1].1.as_str())));
     }

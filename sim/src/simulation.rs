@@ -411,6 +411,12 @@ pub enum StopReason {
         last_send_ns: u64,
         window_end_ns: u64,
     },
+    /// No timed request completed in the measured window: nothing to measure (its statistics
+    /// would be zeros). Nanoseconds from the timed phase's start.
+    WindowEmpty {
+        window_start_ns: u64,
+        window_end_ns: u64,
+    },
 }
 
 impl StopReason {
@@ -420,6 +426,18 @@ impl StopReason {
         match self {
             StopReason::Completed => Ok(()),
             other => Err(format!("the run did not complete: {}", other.as_str())),
+        }
+    }
+
+    /// What the figures of a run stopped this way cover, for a warning beside them.
+    pub fn figures_cover(&self) -> &'static str {
+        match self {
+            StopReason::Completed => "its figures cover every timed request",
+            StopReason::WindowOutlastsLoad { .. } => {
+                "every request finished, but its figures measure a load that thinned inside the measured window"
+            }
+            StopReason::WindowEmpty { .. } => "no request completed in the measured window: its figures are empty",
+            _ => "its metrics cover only the requests that finished",
         }
     }
 
@@ -443,8 +461,14 @@ impl StopReason {
             StopReason::WindowOutlastsLoad { last_send_ns, window_end_ns } => format!(
                 "the measured window outlasts the load: the last prompt was sent at {:.3} s, before the \
                  window closes at {:.3} s (workload.window_start_s + window_duration_s), so the load \
-                 thinned inside it; raise workload.num_prompts",
+                 thinned inside it; raise workload.num_prompts (a trace: close the window before its last send)",
                 *last_send_ns as f64 / 1e9,
+                *window_end_ns as f64 / 1e9
+            ),
+            StopReason::WindowEmpty { window_start_ns, window_end_ns } => format!(
+                "no request completed in the measured window ({:.3} s to {:.3} s of the timed phase: \
+                 workload.window_start_s, window_duration_s): nothing to measure; lengthen the window or move it",
+                *window_start_ns as f64 / 1e9,
                 *window_end_ns as f64 / 1e9
             ),
         }
@@ -1239,6 +1263,18 @@ pub fn run_observed<E: Engine>(
         if last_send < end {
             stop = StopReason::WindowOutlastsLoad {
                 last_send_ns: last_send - lp.bench_start,
+                window_end_ns: end - lp.bench_start,
+            };
+        }
+    }
+    if let (Some((start, end)), StopReason::Completed) = (window, &stop) {
+        let in_window = |r: &RequestRecord| {
+            r.completed && r.tokens.last_delivery().is_some_and(|d| (start..=end).contains(&lp.token_log.time(d)))
+        };
+        let timed = lp.records.iter().zip(lp.phase_of.iter()).filter(|(_, p)| **p == Phase::Timed);
+        if !timed.map(|(r, _)| r).any(in_window) {
+            stop = StopReason::WindowEmpty {
+                window_start_ns: start - lp.bench_start,
                 window_end_ns: end - lp.bench_start,
             };
         }

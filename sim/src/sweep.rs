@@ -276,8 +276,8 @@ pub struct SweepSeries {
     /// Each point's report.
     pub points: Vec<crate::report::PointReport>,
     pub knee: Option<Knee>,
-    /// Why no knee was searched (an open-loop scenario, [`OPEN_LOOP_KNEE_NOTE`]); absent when
-    /// it was.
+    /// Why no knee was searched (an open-loop scenario, [`OPEN_LOOP_KNEE_NOTE`]; a point that did
+    /// not complete, [`INCOMPLETE_KNEE_NOTE`]); absent when it was.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub knee_note: Option<String>,
     /// The KV-limited concurrency and request footprint of the point with the largest request
@@ -301,8 +301,9 @@ pub fn sweep_warnings(concurrency: &[u32], outs: &[SimOutput]) -> Vec<String> {
     for (&c, o) in concurrency.iter().zip(outs) {
         if o.run.stop != crate::simulation::StopReason::Completed {
             w.push(format!(
-                "concurrency {c} did not complete ({}): its metrics cover only the requests that finished, and the knee is not searched",
-                o.run.stop.as_str()
+                "concurrency {c} did not complete ({}): {}, and the knee is not searched",
+                o.run.stop.as_str(),
+                o.run.stop.figures_cover()
             ));
         }
         let n = o.workload.requests.len() as u64;
@@ -330,6 +331,10 @@ pub const OPEN_LOOP_KNEE_NOTE: &str = "the scenario's arrivals are its own (a re
     load's, not the engine's; no knee is searched. `servesim explain` finds the engine's (a closed loop with the same \
     request mix), or sweep with workload.request_rate unset (vllm bench serve's --request-rate inf)";
 
+/// [`SweepSeries::knee_note`] of a sweep a point of which did not complete.
+pub const INCOMPLETE_KNEE_NOTE: &str =
+    "a point of the sweep did not complete (the warnings say which and why): no knee is searched over it";
+
 /// Assembles a sweep's result: every point's report, the knee, the KV limit.
 /// `specs[i]` ran at `concurrency[i]` and gave `outs[i]`.
 pub fn sweep_series(
@@ -355,7 +360,13 @@ pub fn sweep_series(
             .map(|(sp, o)| crate::report::PointReport::of(sp, o).with_caveat_runs(sp, o))
             .collect(),
         knee: if open { None } else { sweep_knee(concurrency, outs) },
-        knee_note: open.then(|| OPEN_LOOP_KNEE_NOTE.to_string()),
+        knee_note: if open {
+            Some(OPEN_LOOP_KNEE_NOTE.to_string())
+        } else if outs.iter().any(|o| o.run.stop != crate::simulation::StopReason::Completed) {
+            Some(INCOMPLETE_KNEE_NOTE.to_string())
+        } else {
+            None
+        },
         kv_limited_concurrency: limit.concurrency,
         kv_request_footprint_tokens: limit.footprint_tokens,
         kv_cache_tokens: limit.kv_capacity_tokens,

@@ -368,7 +368,8 @@ pub(super) fn resolve_fleet(s: &Scenario, res: &Resources) -> Result<SimSpec> {
     // A fleet's client loop has no staggered users and no measured window (`crate::fleet::run`).
     for (set, f) in [
         (s.workload.concurrency_ramp_s.is_some(), "concurrency_ramp_s"),
-        (s.workload.window_start_s.is_some() || s.workload.window_duration_s.is_some(), "window_start_s"),
+        (s.workload.window_start_s.is_some(), "window_start_s"),
+        (s.workload.window_duration_s.is_some(), "window_duration_s"),
     ] {
         if set {
             return Err(ConfigError::new(

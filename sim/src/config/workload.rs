@@ -434,7 +434,7 @@ fn concurrency_ramp(w: &WorkloadSection, request_rate: Option<f64>) -> Result<u6
     if request_rate.is_some() || w.dataset_name == DatasetName::Trace {
         return Err(ConfigError::new(
             F,
-            "is for a closed loop (each user sends its next request when its last ends): the request_rate must be              \"inf\" and the dataset not a trace (whose rows carry their own send times)",
+            "is for a closed loop (each user sends its next request when its last ends): the request_rate must be \"inf\" and the dataset not a trace (whose rows carry their own send times)",
         ));
     }
     Ok(secs_to_ns_checked(ramp))

@@ -234,8 +234,8 @@ pub fn vllm_fa2_unpacked_mixed_decodes(capability: Option<(u32, u32)>, attention
 /// Ada (compute capability 8.9) and Blackwell RTX (12.x) cards ([`vllm_fa2_unpacked_share`]).
 /// **Fitted** on one set and judged on another (VALIDATION.md §5, "FlashAttention 2's unpacked
 /// decodes on Ada and Blackwell"): on pegainfer's RTX 5090 Poisson sweep (Qwen3-4B, vLLM
-/// 0.22.1) the group's median |error| over shares 0, 0.1, …, 1 is lowest, 5.2%, from 0.3 to
-/// 0.5 (6.4% at 0, 14.7% at 1): the middle of that flat, 0.4. Judged on TechBroMoho's L40S
+/// 0.22.1) the group's median |error| over shares 0, 0.1, …, 0.7 and 0.75, 1 is lowest, 5.2%,
+/// from 0.3 to 0.5 (6.5% at 0, 14.7% at 1): the middle of that flat, 0.4. Judged on TechBroMoho's L40S
 /// closed loop (Qwen3-8B, vLLM 0.10.2, another card, model, release and client): 10.9% at 1,
 /// 4.2% at 0.4. The A100 groups (8.0) are best at 1 (every one of them: 8.0 keeps it). Why the
 /// newer cards pay less is not established: their KV heads' re-reads one query head after
