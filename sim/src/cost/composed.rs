@@ -1989,6 +1989,17 @@ mod tests {
         (model, a100, plain, fa2)
     }
 
+    /// Qwen3-14B's mixed step of 64 decodes at a 2,048-token context beside a 1,984-token chunk,
+    /// and what unpacking its decodes adds in full, µs: the decode table at five times the batch
+    /// (40 query heads over 8 KV heads) less at the batch, over the layers.
+    fn mixed_step_and_unpacked_surcharge(model: &ModelCard, plain: &ComposedCost) -> (StepShape, f64) {
+        let (d, ctx) = (64u64, 2048u64);
+        let mut mixed = StepShape::decodes(d, d * ctx);
+        mixed.add_prefill(0, 2048 - d);
+        let layers = f64::from(model.num_layers);
+        (mixed, layers * 1e3 * (plain.gen.at((5 * d) as f64, ctx as f64) - plain.gen.at(d as f64, ctx as f64)))
+    }
+
     #[test]
     fn fa2_mixed_steps_time_their_decodes_unpacked() {
         let res = crate::builtin::resources().unwrap();
@@ -2005,13 +2016,10 @@ mod tests {
         assert!(fa2.source.contains("unpacked") && !plain.source.contains("unpacked"), "{}", fa2.source);
         // Qwen3-14B: 40 query heads over 8 KV heads.
         assert_eq!(fa2.mixed_decode_batch_per_decode, 5);
-        let (d, ctx) = (64u64, 2048u64);
-        let mut mixed = StepShape::decodes(d, d * ctx);
-        mixed.add_prefill(0, 2048 - d);
-        let layers = f64::from(model.num_layers);
-        let want = layers * 1e3 * (plain.gen.at((5 * d) as f64, ctx as f64) - plain.gen.at(d as f64, ctx as f64));
+        let (mixed, want) = mixed_step_and_unpacked_surcharge(&model, &plain);
         let got = fa2.gpu_us(&mixed) - plain.gpu_us(&mixed);
         assert!(want > 0.0 && (got - want).abs() < 1e-6 * want, "{got} vs {want}");
+        let (d, ctx) = (64u64, 2048u64);
         let decodes = StepShape::decodes(d, d * ctx);
         assert_eq!(fa2.gpu_us(&decodes), plain.gpu_us(&decodes));
         let mut prefill = StepShape::default();
@@ -2042,11 +2050,7 @@ mod tests {
         let mut part = build_on(&model, &a100, "vllm", &dep, 1);
         part.apply_engine_kernels(EngineKernels { unpacked_mixed_decodes: Some(0.4), ..Default::default() });
         assert!(part.source.contains("40% of the unpacked kernel's extra time"), "{}", part.source);
-        let (d, ctx) = (64u64, 2048u64);
-        let mut mixed = StepShape::decodes(d, d * ctx);
-        mixed.add_prefill(0, 2048 - d);
-        let layers = f64::from(model.num_layers);
-        let whole = layers * 1e3 * (plain.gen.at((5 * d) as f64, ctx as f64) - plain.gen.at(d as f64, ctx as f64));
+        let (mixed, whole) = mixed_step_and_unpacked_surcharge(&model, &plain);
         let got = part.gpu_us(&mixed) - plain.gpu_us(&mixed);
         assert!((got - 0.4 * whole).abs() < 1e-6 * whole, "{got} vs 0.4 × {whole}");
         assert!((part.unpacked_decode_surcharge_us(&mixed) - got).abs() < 1e-6 * whole);
