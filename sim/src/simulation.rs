@@ -1014,13 +1014,13 @@ pub struct Progress {
     pub now_ns: u64,
 }
 
-/// Runs `workload` against `engine` with `cost`.
 /// When user `k` of a closed loop of `n` starts, from the timed phase's start: `k · ramp / n`
 /// whole nanoseconds, rounded down ([`crate::workload::Workload::concurrency_ramp_ns`]).
 fn user_start_ns(ramp_ns: u64, k: u32, n: u32) -> u64 {
     (u128::from(ramp_ns) * u128::from(k) / u128::from(n.max(1))) as u64
 }
 
+/// Runs `workload` against `engine` with `cost`.
 pub fn run<E: Engine>(engine: E, cost: &CostModel, workload: &Workload, opts: RunOptions) -> RunResult {
     run_observed(engine, cost, workload, opts, &mut |_| {})
 }
