@@ -746,6 +746,7 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
     };
     let mut knee_not_searched = false;
     let mut knee_cut_short: Vec<String> = Vec::new();
+    let mut knee_incomplete: Vec<String> = Vec::new();
     let knee = knobs.iter().position(|(p, _)| p == "workload.max_concurrency").and_then(|k| {
         let anchor = best.map(|(_, e)| e).or_else(|| valid.first().map(|v| v.0))?;
         if anchor_open(anchor) {
@@ -761,6 +762,16 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
             .map(|e| knobs[k].1[e.config[k]].to_string())
             .collect();
         if !knee_cut_short.is_empty() {
+            return None;
+        }
+        // So has one that did not run to completion or was refused (listed as invalid).
+        knee_incomplete = evaluated
+            .iter()
+            .filter(|e| e.stopped.is_none() && e.result.is_err())
+            .filter(|e| e.config.iter().enumerate().all(|(j, &v)| j == k || v == anchor.config[j]))
+            .map(|e| knobs[k].1[e.config[k]].to_string())
+            .collect();
+        if !knee_incomplete.is_empty() {
             return None;
         }
         let mut line: Vec<(f64, &PointReport)> = valid
@@ -829,6 +840,13 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
             "knee along workload.max_concurrency: not searched: early stopping cut concurrency {} of its line short \
              (the other knobs as in the best configuration); rerun with --no-early-stop for the knee",
             knee_cut_short.join(", ")
+        ));
+    }
+    if !knee_incomplete.is_empty() {
+        notes.push(format!(
+            "knee along workload.max_concurrency: not searched: concurrency {} of its line did not run to completion \
+             or was refused (listed as invalid; the other knobs as in the best configuration)",
+            knee_incomplete.join(", ")
         ));
     }
     if knee_not_searched {

@@ -666,6 +666,12 @@ fn a_staggered_loop_and_a_measured_window_are_checked() {
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let ids: Vec<&str> = j["caveats"].as_array().unwrap().iter().map(|c| c["id"].as_str().unwrap()).collect();
     assert!(ids.contains(&"measured_window") && !ids.contains(&"lockstep_waves"), "{ids:?}");
+    // A ramp without a window says that its start-up is in every figure.
+    let no_window = ["--set", "workload.window_start_s=null", "--set", "workload.window_duration_s=null", "--json"];
+    let o = run_cli(&[&["simulate", p.to_str().unwrap()][..], &no_window[..]].concat());
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let ids: Vec<&str> = j["caveats"].as_array().unwrap().iter().map(|c| c["id"].as_str().unwrap()).collect();
+    assert!(ids.contains(&"staggered_start") && !ids.contains(&"measured_window"), "{ids:?}");
     // A sweep with a point whose window outlasts its prompts searches no knee and says why.
     let later = ["--set", "workload.window_start_s=2", "--set", "workload.window_duration_s=3"];
     let o = run_cli(&[&["sweep", p.to_str().unwrap(), "--concurrency", "1,4", "--json"][..], &later[..]].concat());

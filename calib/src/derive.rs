@@ -438,12 +438,46 @@ pub fn derive_scenario(info: &ServerInfo, d: &DeriveOptions, workload: &Value) -
     for s in &d.sets {
         sim::config::apply_set(&mut json, s).map_err(|e| CalibError::Scenario(format!("--set {s}: {e}")))?;
     }
+    // The live client sends `vllm bench serve`'s load: a staggered closed loop or a measured
+    // window given here would shape the prediction and not the run it is judged against.
+    for field in ["concurrency_ramp_s", "window_start_s", "window_duration_s"] {
+        if json["workload"].get(field).is_some_and(|v| !v.is_null()) {
+            return Err(CalibError::Scenario(format!(
+                "--set workload.{field}: the live client sends vllm bench serve's load (every user at once, every \
+                 request measured); a staggered closed loop and a measured window are simulate's only: remove it"
+            )));
+        }
+    }
     Ok(json)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `check` and `calibrate` apply `--set` to the scenario they predict with: a ramp or a
+    /// measured window there would shape the prediction and not the live run (the second audit of
+    /// 2026-12-07: a windowed prediction was judged against an unwindowed run, without a word).
+    #[test]
+    fn a_ramp_or_window_set_on_a_live_scenario_is_refused() {
+        let info = ServerInfo { kind: Some(EngineKind::Vllm), ..Default::default() };
+        let opts = |set: &str| DeriveOptions {
+            hardware: Some("a100-80gb".into()),
+            model: ModelChoice::Card("qwen2.5-7b-instruct".into()),
+            log_args: Map::new(),
+            sets: vec![set.to_string()],
+        };
+        let w = json!({"dataset_name": "random", "ignore_eos": true});
+        for f in ["concurrency_ramp_s=1", "window_start_s=0", "window_duration_s=1"] {
+            let e = derive_scenario(&info, &opts(&format!("workload.{f}")), &w).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("--set workload.{}", f.split('=').next().unwrap()))
+                    && e.contains("simulate's only"),
+                "{e}"
+            );
+        }
+        assert!(derive_scenario(&info, &opts("workload.seed=3"), &w).is_ok());
+    }
 
     /// A mixture-of-experts config is refused by name, not read as a dense model.
     #[test]

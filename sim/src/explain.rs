@@ -807,12 +807,20 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
     let (grid, wider_grid) = grid.split_at(plan.grid.len().min(grid.len()));
     // No knee through a run that did not complete (`crate::sweep::sweep_knee`); the notes say which.
     let knee = crate::sweep::sweep_knee(&plan.grid, grid).map(|k| plan.grid[k.index]);
-    let wider_knee = (wider_grid.len() == plan.grid.len())
+    // A what-if run that did not complete answers nothing: no knee of it is read (the note says so).
+    let wider_incomplete = wider_grid.iter().any(|o| o.run.stop != crate::simulation::StopReason::Completed);
+    let wider_knee = (wider_grid.len() == plan.grid.len() && !wider_incomplete)
         .then(|| crate::sweep::sweep_knee(&plan.grid, wider_grid).map(|k| plan.grid[k.index]));
     let mut notes = plan.notes.clone();
     notes.extend(base.kv_sizing.bound_note(base.engine.kv_capacity_tokens()));
     notes.extend(base.engine.running_cap_note());
     notes.extend(crate::sweep::sweep_warnings(&plan.grid, grid).into_iter().map(|w| format!("the sweep's run at {w}")));
+    notes.extend(
+        crate::sweep::sweep_warnings(&plan.grid, wider_grid)
+            .into_iter()
+            .filter(|_| wider_incomplete)
+            .map(|w| format!("the what-if sweep's run at {w}; what the what-if would change is not said")),
+    );
     if point.run.stop != crate::simulation::StopReason::Completed {
         notes.push(format!(
             "the explained run did not complete ({}): {}",

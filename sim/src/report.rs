@@ -787,25 +787,56 @@ pub fn max_tokens_clamped(spec: &SimSpec, workload: &crate::workload::Workload) 
 
 /// [`Caveat::id`] of [`measured_window`].
 pub const MEASURED_WINDOW: &str = "measured_window";
+/// [`Caveat::id`] of [`measured_window`] for a ramp without a window.
+pub const STAGGERED_START: &str = "staggered_start";
 
-/// A run measured over a window (`workload.window_start_s`, `window_duration_s`), and its users
+/// A run measured over a window (`workload.window_start_s`, `window_duration_s`), or whose users
 /// started one after another (`workload.concurrency_ramp_s`): what its figures cover, which the
-/// keys alone do not say (`duration` is the window's length).
+/// keys alone do not say (`duration` is the window's length; without a window the ramp's
+/// start-up is in every figure).
 pub fn measured_window(workload: &crate::workload::Workload) -> Option<Caveat> {
-    let (a, b) = workload.measure_window_ns?;
     let s = |ns: u64| ns as f64 / 1e9;
-    let ramp = match (workload.concurrency_ramp_ns, workload.max_concurrency) {
-        (0, _) | (_, None) => String::new(),
-        (r, Some(n)) => format!(
+    // The users that start after the first (the loop runs no ramp for one user).
+    let ramp = match workload.max_concurrency {
+        Some(n) if n > 1 && workload.concurrency_ramp_ns > 0 => Some((
+            n,
+            workload.concurrency_ramp_ns,
+            (u128::from(workload.concurrency_ramp_ns) * u128::from(n - 1) / u128::from(n)) as u64,
+        )),
+        _ => None,
+    };
+    let Some((a, b)) = workload.measure_window_ns else {
+        let (n, r, last) = ramp?;
+        return Some(Caveat {
+            id: STAGGERED_START,
+            message: format!(
+                "the {n} users started one after another over {:.3} s (the last at {:.3} s) and every figure covers \
+                 the whole run, that start-up included: set workload.window_start_s and window_duration_s to measure \
+                 the loop once every user runs",
+                s(r),
+                s(last)
+            ),
+            desynchronised_mean_ttft_ms: None,
+        });
+    };
+    let ramp = ramp.map_or(String::new(), |(n, r, last)| {
+        format!(
             " Its {n} users started one after another over {:.3} s{}.",
             s(r),
-            if r > a { ", some of them after the window opened: it measures a rising load" } else { "" }
-        ),
-    };
+            if last > a {
+                format!(", the last at {:.3} s, after the window opened: it measures a rising load", s(last))
+            } else {
+                String::new()
+            }
+        )
+    });
     Some(Caveat {
         id: MEASURED_WINDOW,
         message: format!(
-            "measured over a window, not the whole run: the latency statistics and completed requests are those completed from {:.3} s to {:.3} s of the timed phase, the throughputs per second of the window ({:.3} s, the duration reported), the output tokens those streamed in it; the peak buckets count the requests completed in it, the KV and running/waiting gauges the whole timed phase.{ramp}",
+            "measured over a window, not the whole run: the latency statistics and completed requests are those \
+             completed from {:.3} s to {:.3} s of the timed phase, the throughputs per second of the window ({:.3} s, \
+             the duration reported), the output tokens those streamed in it; the peak buckets count the requests \
+             completed in it, the failed requests and the KV and running/waiting gauges the whole timed phase.{ramp}",
             s(a),
             s(b),
             s(b - a)
