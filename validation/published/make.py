@@ -734,4 +734,33 @@ w("techbromoho_qwen3-8b_l40s_vllm0102", {
              "at c = 1 and 128 agree with it within 2% on the p50 TPOT, ITL and E2E, not on TTFT: at c = 128 the first run's "
              "p50 TTFT is 166 ms, the repeats' (a ramp of 17 s, not 23) 131, the measurement's own spread. No initial test request (the client sends none).",
     "scenario": tb, "rows": tb_rows})
+
+# 18. pegainfer's RTX 5090 runs (Qwen3-4B, Linux; data/published/README.md): the vLLM 0.22.1 Poisson sweep and the vLLM
+# 0.19.1 concurrency-1 point. Written by hand in the forty-third session, here since the forty-fourth (the same bytes).
+PG_ABOUT = ("pegainfer's 2026-06-10 run (data/published/README.md): vllm bench serve 0.22.1, Poisson at 1-16 req/s with 60 x "
+            "rate prompts, random 1024 in / 128 out, ignore_eos, seed 42, prefix caching off, gpu_memory_utilization 0.9, "
+            "max_model_len 8192, other flags default (max_num_seqs 256, max_num_batched_tokens 2048). Linux host. KV pool not "
+            "logged: derived from the memory fraction. Only p50/p99 (and p99 ITL) published, compared with servesim's same "
+            "percentiles; the 8-request warm-up (other prompts, caching off) leaves nothing the simulator keeps. No kernel "
+            "table for the RTX 5090: the RTX PRO 6000's, scaled.")
+pg = vllm("0.22.1", "qwen3-4b", "rtx-5090", gpu_memory_utilization=0.9, max_model_len=8192, enable_prefix_caching=False)
+pg["workload"] = {"dataset_name": "random", "random_input_len": 1024, "random_output_len": 128, "ignore_eos": True,
+                  "burstiness": 1.0, "seed": 42}
+w("pegainfer_qwen3-4b_rtx5090_vllm0221", {
+    "csv": "data/published/pegainfer_qwen3-4b_rtx5090_vllm0221_poisson.csv", "gpu": "1x rtx-5090", "about": PG_ABOUT,
+    "scenario": pg,
+    "rows": [{"engine": "vllm-0.22.1", "load": str(r), "set": [f"workload.request_rate={float(r)}", f"workload.num_prompts={60 * r}"]}
+             for r in [1, 2, 4, 8, 10, 12, 16]]})
+pg1 = vllm("0.19.1", "qwen3-4b", "rtx-5090", gpu_memory_utilization=0.9, max_model_len=8192, max_num_seqs=1,
+           enable_prefix_caching=False)
+pg1["workload"] = {"dataset_name": "random", "random_input_len": 4096, "random_output_len": 64, "ignore_eos": True,
+                   "num_prompts": 20, "seed": 0}
+w("pegainfer_qwen3-4b_rtx5090_vllm0191_c1", {
+    "csv": "data/published/pegainfer_qwen3-4b_rtx5090_vllm0191_c1.csv", "gpu": "1x rtx-5090",
+    "about": "pegainfer's batch-1 comparison (docs/benchmarks/bs1-4k64-vllm-pegainfer.md): vllm bench serve at max_concurrency 1, "
+             "20 prompts of random 4096 in / 64 out, ignore_eos, prefix caching off (the author's rerun; the first run, with caching "
+             "on, hit the cache), max_num_seqs 1, gpu_memory_utilization 0.9, max_model_len 8192, vLLM 0.19.1. Linux host. Medians "
+             "and p99s only. The 3-request warm-up leaves nothing the simulator keeps (caching off). No kernel table for the RTX "
+             "5090: the RTX PRO 6000's, scaled.",
+    "scenario": pg1, "rows": [{"engine": "vllm-0.19.1", "load": "1", "set": ["workload.max_concurrency=1"]}]})
 print("written")
