@@ -93,13 +93,8 @@ impl WorkloadArgs {
         // The live client sends `vllm bench serve`'s load (every user at once, every request
         // measured): a staggered closed loop or a measured window would be simulated and not sent,
         // and a prediction of it compared with a run without it (bench, check, calibrate alike).
-        for field in ["concurrency_ramp_s", "window_start_s", "window_duration_s"] {
-            if o.get(field).is_some_and(|v| !v.is_null()) {
-                return Err(format!(
-                    "workload.{field}: the live client sends vllm bench serve's load (every user at once, every request \
-                     measured); a staggered closed loop and a measured window are simulate's only: remove it"
-                ));
-            }
+        if let Some(field) = config::simulate_only_field(o) {
+            return Err(format!("workload.{field}: {}", config::LIVE_REFUSES_SIMULATE_ONLY));
         }
         // `vllm bench serve` sets ignore_eos for the random dataset on OpenAI-compatible backends
         // ("when using random datasets, default to ignoring EOS so generation runs to the requested

@@ -440,13 +440,11 @@ pub fn derive_scenario(info: &ServerInfo, d: &DeriveOptions, workload: &Value) -
     }
     // The live client sends `vllm bench serve`'s load: a staggered closed loop or a measured
     // window given here would shape the prediction and not the run it is judged against.
-    for field in ["concurrency_ramp_s", "window_start_s", "window_duration_s"] {
-        if json["workload"].get(field).is_some_and(|v| !v.is_null()) {
-            return Err(CalibError::Scenario(format!(
-                "--set workload.{field}: the live client sends vllm bench serve's load (every user at once, every \
-                 request measured); a staggered closed loop and a measured window are simulate's only: remove it"
-            )));
-        }
+    if let Some(field) = json["workload"].as_object().and_then(sim::config::simulate_only_field) {
+        return Err(CalibError::Scenario(format!(
+            "--set workload.{field}: {}",
+            sim::config::LIVE_REFUSES_SIMULATE_ONLY
+        )));
     }
     Ok(json)
 }

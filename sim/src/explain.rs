@@ -808,7 +808,7 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
     // No knee through a run that did not complete (`crate::sweep::sweep_knee`); the notes say which.
     let knee = crate::sweep::sweep_knee(&plan.grid, grid).map(|k| plan.grid[k.index]);
     // A what-if run that did not complete answers nothing: no knee of it is read (the note says so).
-    let wider_incomplete = wider_grid.iter().any(|o| o.run.stop != crate::simulation::StopReason::Completed);
+    let wider_incomplete = crate::sweep::any_incomplete(wider_grid);
     let wider_knee = (wider_grid.len() == plan.grid.len() && !wider_incomplete)
         .then(|| crate::sweep::sweep_knee(&plan.grid, wider_grid).map(|k| plan.grid[k.index]));
     let mut notes = plan.notes.clone();
@@ -1010,7 +1010,7 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
             ))
         }
         // A run of the grid that did not complete: no knee was searched (the notes say which).
-        None if grid.iter().any(|o| o.run.stop != crate::simulation::StopReason::Completed) => why.push(format!(
+        None if crate::sweep::any_incomplete(grid) => why.push(format!(
             "No knee{closed} was searched: a run of the sweep did not complete (the notes say which and why)."
         )),
         None => why.push(format!(

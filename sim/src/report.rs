@@ -801,7 +801,7 @@ pub fn measured_window(workload: &crate::workload::Workload) -> Option<Caveat> {
         Some(n) if n > 1 && workload.concurrency_ramp_ns > 0 => Some((
             n,
             workload.concurrency_ramp_ns,
-            (u128::from(workload.concurrency_ramp_ns) * u128::from(n - 1) / u128::from(n)) as u64,
+            crate::simulation::user_start_ns(workload.concurrency_ramp_ns, n - 1, n),
         )),
         _ => None,
     };

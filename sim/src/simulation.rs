@@ -1016,7 +1016,7 @@ pub struct Progress {
 
 /// When user `k` of a closed loop of `n` starts, from the timed phase's start: `k · ramp / n`
 /// whole nanoseconds, rounded down ([`crate::workload::Workload::concurrency_ramp_ns`]).
-fn user_start_ns(ramp_ns: u64, k: u32, n: u32) -> u64 {
+pub(crate) fn user_start_ns(ramp_ns: u64, k: u32, n: u32) -> u64 {
     (u128::from(ramp_ns) * u128::from(k) / u128::from(n.max(1))) as u64
 }
 
@@ -1254,29 +1254,21 @@ pub fn run_observed<E: Engine>(
     lp.record_lazy_departures(true);
     let mut stop = lp.stop.take().unwrap_or(StopReason::Completed);
     // A measured window, from the timed phase's start; the run's prompts must keep the load up
-    // until it closes (a thinning load inside it would be measured as the steady state).
+    // until it closes (a thinning load inside it would be measured as the steady state), and
+    // something must complete in it.
     let window =
         workload.measure_window_ns.map(|(a, b)| (lp.bench_start.saturating_add(a), lp.bench_start.saturating_add(b)));
-    if let (Some((_, end)), StopReason::Completed) = (window, &stop) {
-        let timed = lp.records.iter().zip(lp.phase_of.iter()).filter(|(_, p)| **p == Phase::Timed);
-        let last_send = timed.map(|(r, _)| r.dispatch_ns).max().unwrap_or(lp.bench_start);
-        if last_send < end {
-            stop = StopReason::WindowOutlastsLoad {
-                last_send_ns: last_send - lp.bench_start,
-                window_end_ns: end - lp.bench_start,
-            };
-        }
-    }
     if let (Some((start, end)), StopReason::Completed) = (window, &stop) {
+        let timed = || lp.records.iter().zip(lp.phase_of.iter()).filter(|(_, p)| **p == Phase::Timed).map(|(r, _)| r);
+        let last_send = timed().map(|r| r.dispatch_ns).max().unwrap_or(lp.bench_start);
         let in_window = |r: &RequestRecord| {
             r.completed && r.tokens.last_delivery().is_some_and(|d| (start..=end).contains(&lp.token_log.time(d)))
         };
-        let timed = lp.records.iter().zip(lp.phase_of.iter()).filter(|(_, p)| **p == Phase::Timed);
-        if !timed.map(|(r, _)| r).any(in_window) {
-            stop = StopReason::WindowEmpty {
-                window_start_ns: start - lp.bench_start,
-                window_end_ns: end - lp.bench_start,
-            };
+        let (from, to) = (start - lp.bench_start, end - lp.bench_start);
+        if last_send < end {
+            stop = StopReason::WindowOutlastsLoad { last_send_ns: last_send - lp.bench_start, window_end_ns: to };
+        } else if !timed().any(in_window) {
+            stop = StopReason::WindowEmpty { window_start_ns: from, window_end_ns: to };
         }
     }
     if stop != StopReason::Completed {

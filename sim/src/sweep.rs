@@ -262,7 +262,7 @@ pub fn knee_points(concurrency: &[u32], outs: &[SimOutput]) -> Vec<KneePoint> {
 /// complete (its metrics cover only the requests that finished before it stopped, so no
 /// knee drawn through it would mean anything; [`sweep_warnings`] says which).
 pub fn sweep_knee(concurrency: &[u32], outs: &[SimOutput]) -> Option<Knee> {
-    if outs.iter().any(|o| o.run.stop != crate::simulation::StopReason::Completed) {
+    if any_incomplete(outs) {
         return None;
     }
     knee(&knee_points(concurrency, outs))
@@ -331,6 +331,11 @@ pub const OPEN_LOOP_KNEE_NOTE: &str = "the scenario's arrivals are its own (a re
     load's, not the engine's; no knee is searched. `servesim explain` finds the engine's (a closed loop with the same \
     request mix), or sweep with workload.request_rate unset (vllm bench serve's --request-rate inf)";
 
+/// Whether a run of `outs` did not complete: no knee is searched over them ([`sweep_knee`]).
+pub fn any_incomplete(outs: &[SimOutput]) -> bool {
+    outs.iter().any(|o| o.run.stop != crate::simulation::StopReason::Completed)
+}
+
 /// [`SweepSeries::knee_note`] of a sweep a point of which did not complete.
 pub const INCOMPLETE_KNEE_NOTE: &str =
     "a point of the sweep did not complete (the warnings say which and why): no knee is searched over it";
@@ -362,7 +367,7 @@ pub fn sweep_series(
         knee: if open { None } else { sweep_knee(concurrency, outs) },
         knee_note: if open {
             Some(OPEN_LOOP_KNEE_NOTE.to_string())
-        } else if outs.iter().any(|o| o.run.stop != crate::simulation::StopReason::Completed) {
+        } else if any_incomplete(outs) {
             Some(INCOMPLETE_KNEE_NOTE.to_string())
         } else {
             None

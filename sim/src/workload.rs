@@ -505,7 +505,8 @@ pub fn eos_len(dist: Option<OutputLenDist>, max_tokens: u32, rng: &mut Rng) -> u
     drawn.clamp(1, max_tokens.max(1))
 }
 
-fn secs_to_ns(s: f64) -> u64 {
+/// Seconds as whole nanoseconds, rounded.
+pub(crate) fn secs_to_ns(s: f64) -> u64 {
     // Past u64 nanoseconds (or infinite) saturates, so that a range check after it refuses the
     // time (a far arrival read as 0 was sent at once); NaN and negatives are 0.
     let ns = (s * 1e9).round();

@@ -366,17 +366,12 @@ pub(super) fn resolve_fleet(s: &Scenario, res: &Resources) -> Result<SimSpec> {
         s.engine.kind.ok_or_else(|| ConfigError::new("engine.kind", "missing; expected \"vllm\" or \"sglang\""))?;
     check_dp_flags(&s.engine, kind, "engine")?;
     // A fleet's client loop has no staggered users and no measured window (`crate::fleet::run`).
-    for (set, f) in [
-        (s.workload.concurrency_ramp_s.is_some(), "concurrency_ramp_s"),
-        (s.workload.window_start_s.is_some(), "window_start_s"),
-        (s.workload.window_duration_s.is_some(), "window_duration_s"),
-    ] {
-        if set {
-            return Err(ConfigError::new(
-                format!("workload.{f}"),
-                "is not modelled for a fleet or data parallelism (one engine's client loop only): remove it",
-            ));
-        }
+    let given = serde_json::to_value(&s.workload).unwrap_or_default();
+    if let Some(f) = given.as_object().and_then(simulate_only_field) {
+        return Err(ConfigError::new(
+            format!("workload.{f}"),
+            "is not modelled for a fleet or data parallelism (one engine's client loop only): remove it",
+        ));
     }
     let dp = dp_of(&s.engine);
     let dp_field = match kind {

@@ -93,7 +93,10 @@ pub mod memory_constants {
 pub use flags::{translate_engine, Knob, KNOBS};
 pub use overrides::{apply_set, apply_sets, resizes_pool, PINNED_POOL};
 pub use schema::*;
-pub use workload::{priced_endpoint, resolve_workload, CHAT_ENDPOINT, COMPLETIONS_ENDPOINT};
+pub use workload::{
+    priced_endpoint, resolve_workload, simulate_only_field, CHAT_ENDPOINT, COMPLETIONS_ENDPOINT,
+    LIVE_REFUSES_SIMULATE_ONLY, SIMULATE_ONLY_WORKLOAD_FIELDS,
+};
 
 use cost::resolve_cost;
 use feasibility::check_requests_fit;

@@ -8,6 +8,20 @@ pub const COMPLETIONS_ENDPOINT: &str = "/v1/completions";
 /// See [`COMPLETIONS_ENDPOINT`].
 pub const CHAT_ENDPOINT: &str = "/v1/chat/completions";
 
+/// The `workload` fields only the simulated client has (a staggered closed loop, a measured
+/// window): fleets and the live commands refuse them ([`simulate_only_field`]).
+pub const SIMULATE_ONLY_WORKLOAD_FIELDS: [&str; 3] = ["concurrency_ramp_s", "window_start_s", "window_duration_s"];
+
+/// The first [`SIMULATE_ONLY_WORKLOAD_FIELDS`] field a `workload` section (a JSON object) gives
+/// a value.
+pub fn simulate_only_field(workload: &serde_json::Map<String, Value>) -> Option<&'static str> {
+    SIMULATE_ONLY_WORKLOAD_FIELDS.into_iter().find(|f| workload.get(*f).is_some_and(|v| !v.is_null()))
+}
+
+/// Why the live client refuses a [`SIMULATE_ONLY_WORKLOAD_FIELDS`] field, after its name.
+pub const LIVE_REFUSES_SIMULATE_ONLY: &str = "the live client sends vllm bench serve's load (every user at once, \
+     every request measured); a staggered closed loop and a measured window are simulate's only: remove it";
+
 /// Whether `endpoint` is one `workload.endpoint` names.
 pub fn priced_endpoint(endpoint: &str) -> bool {
     endpoint == COMPLETIONS_ENDPOINT || endpoint == CHAT_ENDPOINT
@@ -437,7 +451,7 @@ fn concurrency_ramp(w: &WorkloadSection, request_rate: Option<f64>) -> Result<u6
             "is for a closed loop (each user sends its next request when its last ends): the request_rate must be \"inf\" and the dataset not a trace (whose rows carry their own send times)",
         ));
     }
-    Ok(secs_to_ns_checked(ramp))
+    Ok(crate::workload::secs_to_ns(ramp))
 }
 
 /// `workload.window_start_s` and `window_duration_s` as `(start, end)` nanoseconds from the timed
@@ -469,13 +483,8 @@ fn measure_window(w: &WorkloadSection) -> Result<Option<(u64, u64)>> {
             format!("must be seconds above 0 and at most {MAX_ARRIVAL_TIME_S} (one year), got {len:?}"),
         ));
     }
-    let s = secs_to_ns_checked(start);
-    Ok(Some((s, s + secs_to_ns_checked(len).max(1))))
-}
-
-/// Seconds (checked finite, from 0, at most a year) as whole nanoseconds.
-fn secs_to_ns_checked(s: f64) -> u64 {
-    (s * 1e9).round() as u64
+    let s = crate::workload::secs_to_ns(start);
+    Ok(Some((s, s + crate::workload::secs_to_ns(len).max(1))))
 }
 
 /// Fields of another dataset are errors: a field the run ignores must not look used.

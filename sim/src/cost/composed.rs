@@ -1436,7 +1436,7 @@ impl ComposedCost {
             // (`max_seqlen_q == 1`): a chunk of two tokens or more unpacks them, chunks of one
             // token each do not ([`vllm_fa2_unpacked_mixed_decodes`]).
             let ctx = s.decode_context_tokens as f64 / b;
-            let packed = self.gen_flat.at_whole_a(s.decode_tokens, ctx);
+            let packed = || self.gen_flat.at_whole_a(s.decode_tokens, ctx);
             attn_ms += if unpack > 1 && s.has_multi_token_chunk() {
                 // The unpacked kernel is the packed one's at `unpack` times the batch; the card
                 // pays a share of what that adds ([`vllm_fa2_unpacked_share`]).
@@ -1444,10 +1444,11 @@ impl ComposedCost {
                 if self.unpacked_share == 1.0 {
                     unpacked
                 } else {
+                    let packed = packed();
                     packed + self.unpacked_share * (unpacked - packed).max(0.0)
                 }
             } else {
-                packed
+                packed()
             };
         }
         if s.num_chunks > 0 {
