@@ -26,7 +26,10 @@
 //!   (both grids are powers of two), staircase cells filled from the largest
 //!   measured batch at that `kv_len` in proportion to the batch; beyond the
 //!   last `kv_len` or batch, linear in it. A step's decodes are one batch at
-//!   their mean context (aiconfigurator's reading).
+//!   their mean context (aiconfigurator's reading). Each cell is floored at
+//!   its KV read at the entry's own DRAM rate ([`gen_dram_rate`]: the
+//!   collector re-reads one layer's KV, which the L40S's and RTX PRO 6000's
+//!   L2 holds up to 96–128 MB; a model's step does not).
 //! * **MoE experts** `t(tokens)` for one `(dtype, hidden, moe_intermediate, top-k, experts,
 //!   moe_tp)` curve of `moe.json` at `moe_ep` 1 (one MoE layer's fused experts on one GPU, the
 //!   router, top-k and collectives not included): linear in log–log between the two grid
@@ -853,10 +856,18 @@ impl Tables {
         Grid { a: e.seq_len.clone(), b: e.batch.clone(), v, sqrt_a: true }
     }
 
-    /// Decode attention: `t(batch, kv_len)` per layer; `first`: the lane preferred first.
+    /// Decode attention: `t(batch, kv_len)` per layer; `first`: the lane preferred first. Each
+    /// cell is floored at its KV read at the entry's own DRAM rate ([`gen_dram_rate`]).
     pub fn gen_grid(&self, h: Heads, first: Option<&str>) -> Grid {
         let (e, scale) = Self::attn_entry(&self.gen.entries, h, &Self::lanes(first, "decode"));
         let mut v = fill_grid(&e.batch, &e.kv_len, &e.latency_ms, true);
+        if let Some(rate) = gen_dram_rate(e) {
+            for (row, &b) in v.iter_mut().zip(&e.batch) {
+                for (y, &l) in row.iter_mut().zip(&e.kv_len) {
+                    *y = y.max(gen_kv_bytes(e, b, l) / rate);
+                }
+            }
+        }
         v.iter_mut().flatten().for_each(|x| *x *= scale);
         Grid { a: e.batch.clone(), b: e.kv_len.clone(), v, sqrt_a: false }
     }
@@ -966,6 +977,45 @@ pub fn moe_weight_floor_ms(tokens: f64, s: &MoeShape, distribution: &str, mem_bw
     };
     let per_expert = 3.0 * f64::from(s.hidden) * f64::from(s.inter) / f64::from(s.moe_tp.max(1)) * weight_bytes;
     moe_experts_touched(tokens, s.num_experts, s.topk, distribution) * per_expert / mem_bw * 1e3
+}
+
+/// A decode call whose KV working set is at least this many bytes reads it from DRAM on every
+/// tabled GPU: four times the largest L2 among them (the RTX PRO 6000's 128 MB).
+pub const GEN_DRAM_BYTES: f64 = 512e6;
+
+/// The KV cache a decode-attention call of `batch` sequences at `kv_len` tokens reads under the
+/// table entry `e`'s heads and KV dtype, bytes (K and V; the queries and output, under 0.1% of
+/// it past a few tokens, left out).
+fn gen_kv_bytes(e: &AttnEntry, batch: f64, kv_len: f64) -> f64 {
+    let kv_heads = if e.kv_heads == 0 { e.heads } else { e.kv_heads };
+    let elem = if e.kv_cache_dtype == "fp8" { 1.0 } else { 2.0 };
+    batch * kv_len * 2.0 * f64::from(kv_heads) * f64::from(e.head_dim) * elem
+}
+
+/// The fastest KV read of a decode-attention table entry over its measured cells of
+/// [`GEN_DRAM_BYTES`] or more, bytes/ms: the kernel's own DRAM rate (`None` under three such
+/// cells). aiconfigurator's collector replays one layer's call on the same KV cache with no L2
+/// flush (as for the MoE experts, [`moe_weight_floor_ms`]), so where a GPU's L2 holds that one
+/// layer's KV the table reads it from the L2: on the L40S (96 MB) and the RTX PRO 6000 (128 MB)
+/// cells of 34–134 MB run at 0.86 and 1.79 TB/s, the cards' whole DRAM bandwidth, and at 0.61–0.72
+/// and 1.37–1.52 TB/s past their L2. A model's decode step reads every layer's KV and weights
+/// between two reads of one layer's, so nothing of it is still in the L2: [`Tables::gen_grid`]
+/// floors each cell at its bytes over this rate. On the A100, H100, H200 and B200 tables no
+/// measured cell reads faster than the rate but 18 of 51,742, none by more than 5% (VALIDATION.md
+/// §5, "The decode tables' L2").
+fn gen_dram_rate(e: &AttnEntry) -> Option<f64> {
+    let mut n = 0;
+    let mut best: f64 = 0.0;
+    for (row, &b) in e.latency_ms.iter().zip(&e.batch) {
+        for (cell, &l) in row.iter().zip(&e.kv_len) {
+            let bytes = gen_kv_bytes(e, b, l);
+            if let Some(ms) = cell.filter(|&ms| ms > 0.0 && bytes >= GEN_DRAM_BYTES) {
+                n += 1;
+                best = best.max(bytes / ms);
+            }
+        }
+    }
+    (n >= 3).then_some(best)
 }
 
 /// Trials averaged for [`moe_experts_touched`] under a power law.
@@ -1467,6 +1517,54 @@ mod tests {
             }
         }
         assert!(floored > 20, "{floored} points floored");
+    }
+
+    /// The decode tables' cells are floored at their KV read at the entry's own DRAM rate: on the
+    /// L40S (Qwen3-8B's heads, batch 16 at 4,096 tokens: 537 MB, past the L2, as measured; batch
+    /// 16 at 512, 67 MB, read from the L2 at 0.86 TB/s, raised to the rate), the cells past
+    /// 512 MB standing as measured; the A100, H100, H200 and B200 vLLM tables unchanged but for
+    /// a few cells by under 5%.
+    #[test]
+    fn decode_cells_are_floored_at_their_kv_read_at_the_tables_dram_rate() {
+        let h = Heads { heads: 32, kv_heads: 8, head_dim: 128, kv_bytes: 2 };
+        let raw_cell = |t: &Tables, b: f64, l: f64| {
+            let (e, _) = Tables::attn_entry(&t.gen.entries, h, &Tables::lanes(None, "decode"));
+            let i = e.batch.iter().position(|&x| x == b).unwrap();
+            let j = e.kv_len.iter().position(|&x| x == l).unwrap();
+            (e.latency_ms[i][j].unwrap(), gen_dram_rate(e).unwrap(), gen_kv_bytes(e, b, l))
+        };
+        let l40s = tables("l40s", "vllm").unwrap();
+        let g = l40s.gen_grid(h, None);
+        // Past the L2: the measured cell.
+        let (raw, rate, bytes) = raw_cell(l40s, 16.0, 4096.0);
+        assert_eq!(bytes, 16.0 * 4096.0 * 2.0 * 8.0 * 128.0 * 2.0);
+        assert_eq!(g.at(16.0, 4096.0), raw);
+        // The rate is a DRAM rate: 0.6-0.75 TB/s on a card of 0.864.
+        assert!(rate > 0.6e9 && rate < 0.75e9, "{rate} bytes/ms");
+        // In the L2: raised to bytes / rate, 1.15-1.35x the measured cell.
+        let (raw, rate, bytes) = raw_cell(l40s, 16.0, 512.0);
+        assert!(bytes / raw > 0.84e9, "{} bytes/ms measured", bytes / raw);
+        assert_eq!(g.at(16.0, 512.0), bytes / rate);
+        assert!(g.at(16.0, 512.0) / raw > 1.15 && g.at(16.0, 512.0) / raw < 1.35, "{}", g.at(16.0, 512.0) / raw);
+        // Short contexts stay latency-bound, as measured.
+        let (raw, _, _) = raw_cell(l40s, 1.0, 64.0);
+        assert_eq!(g.at(1.0, 64.0), raw);
+        // Cards whose L2 the tables do not show: at most a few cells move, by under 5%.
+        for sys in ["a100_sxm", "h100_sxm", "h200_sxm", "b200_sxm"] {
+            let t = tables(sys, "vllm").unwrap();
+            let (e, _) = Tables::attn_entry(&t.gen.entries, h, &Tables::lanes(None, "decode"));
+            let filled = fill_grid(&e.batch, &e.kv_len, &e.latency_ms, true);
+            let g = t.gen_grid(h, None);
+            let mut moved = 0;
+            for (i, row) in filled.iter().enumerate() {
+                for (j, &y) in row.iter().enumerate() {
+                    let r = g.v[i][j] / y;
+                    assert!((1.0..1.05).contains(&r), "{sys} {i} {j} {r}");
+                    moved += usize::from(r > 1.0);
+                }
+            }
+            assert!(moved <= 3, "{sys}: {moved} cells moved");
+        }
     }
 
     /// aiconfigurator's vLLM MoE collectors' kernel names, as vLLM's `--moe-backend` names them.
