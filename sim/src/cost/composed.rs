@@ -237,7 +237,9 @@ pub fn vllm_fa2_unpacked_mixed_decodes(capability: Option<(u32, u32)>, attention
 /// 0.22.1) the group's median |error| over shares 0, 0.1, …, 0.7 and 0.75, 1 is lowest, 5.2%,
 /// from 0.3 to 0.5 (6.5% at 0, 14.7% at 1): the middle of that flat, 0.4. Judged on TechBroMoho's L40S
 /// closed loop (Qwen3-8B, vLLM 0.10.2, another card, model, release and client): 10.9% at 1,
-/// 4.2% at 0.4. The A100 groups (8.0) are best at 1 (every one of them: 8.0 keeps it). Why the
+/// 4.2% at 0.4. Rechecked with the decode tables' L2 floor (`kernels::gen_dram_rate`): the 5090
+/// sweep lowest from 0.3 to 0.5 again (5.4%, 15.7% at 1), the L40S loop 4.5% at 0.4, 11.1% at 1.
+/// The A100 groups (8.0) are best at 1 (every one of them: 8.0 keeps it). Why the
 /// newer cards pay less is not established: their KV heads' re-reads one query head after
 /// another can stay in a 96–128 MB L2 (the A100's 40 MB is split in two partitions), or their
 /// padded query tiles' tensor work sets the time; a rule by L2 capacity alone did not fit (the
