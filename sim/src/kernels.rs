@@ -860,18 +860,28 @@ impl Tables {
     /// cell is floored at the model's KV read (`h`'s KV heads, head dim and KV bytes) at the
     /// table's own DRAM rate ([`Tables::gen_rate`]).
     pub fn gen_grid(&self, h: Heads, first: Option<&str>) -> Grid {
+        self.gen_grid_floored(h, first).0
+    }
+
+    /// [`Tables::gen_grid`], and how many of its cells the floor raised (out of all of them).
+    pub fn gen_grid_floored(&self, h: Heads, first: Option<&str>) -> (Grid, usize, usize) {
         let (e, scale) = Self::attn_entry(&self.gen.entries, h, &Self::lanes(first, "decode"));
         let mut v = fill_grid(&e.batch, &e.kv_len, &e.latency_ms, true);
         v.iter_mut().flatten().for_each(|x| *x *= scale);
+        let mut raised = 0;
         if let Some(rate) = self.gen_rate(e) {
             let kv_token = 2.0 * f64::from(h.kv_heads) * f64::from(h.head_dim) * f64::from(h.kv_bytes);
             for (row, &b) in v.iter_mut().zip(&e.batch) {
                 for (y, &l) in row.iter_mut().zip(&e.kv_len) {
-                    *y = y.max(b * l * kv_token / rate);
+                    let floor = b * l * kv_token / rate;
+                    // Beyond rounding: the cell that sets the rate reads exactly at it.
+                    raised += usize::from(floor > *y * (1.0 + 1e-9));
+                    *y = y.max(floor);
                 }
             }
         }
-        Grid { a: e.batch.clone(), b: e.kv_len.clone(), v, sqrt_a: false }
+        let cells = v.iter().map(Vec::len).sum();
+        (Grid { a: e.batch.clone(), b: e.kv_len.clone(), v, sqrt_a: false }, raised, cells)
     }
 
     /// The DRAM rate a decode-attention entry's cells are floored at, bytes/ms: its own
@@ -1238,6 +1248,19 @@ impl Provider {
                 fit.gen_floor_ms
                     + (f / (target.bf16_flops * fit.ctx_compute)).max(b / (target.mem_bw * fit.gen_memory)) * 1e3
             }),
+        }
+    }
+
+    /// How many cells of the decode-attention grid [`Provider::gen_grid`] starts from the DRAM-rate
+    /// floor raised, out of how many ([`Tables::gen_grid_floored`]); none for the fitted roofline,
+    /// which takes only the grid's axes.
+    pub fn gen_floored_cells(&self, h: Heads, first: Option<&str>) -> (usize, usize) {
+        match self {
+            Provider::Table(t) | Provider::Scaled { from: t, .. } => {
+                let (_, raised, cells) = t.gen_grid_floored(h, first);
+                (raised, cells)
+            }
+            Provider::Roofline { .. } => (0, 0),
         }
     }
 

@@ -1186,6 +1186,13 @@ impl ComposedCost {
         let forgone = (!dep.cuda_graphs).then_some(graphs).filter(|g| *g != GraphRule::Eager);
         let graphs = if dep.cuda_graphs { graphs } else { GraphRule::Eager };
         let (ctx, gen) = (provider.ctx_grid(heads, attention_lane), provider.gen_grid(heads, attention_lane));
+        let (raised, cells) = provider.gen_floored_cells(heads, attention_lane);
+        if raised > 0 {
+            source = format!(
+                "{source}; decode attention: {raised} of the table's {cells} cells read the KV faster than the table's \
+                 own DRAM rate (the collector re-reads one layer's KV from the L2), floored there"
+            );
+        }
         // A backend the tables did not measure is timed by the kernels they did: say so.
         if let Some(l) = attention_lane.filter(|l| !provider.tables().has_lane(l)) {
             source =
