@@ -27,9 +27,10 @@
 //!   measured batch at that `kv_len` in proportion to the batch; beyond the
 //!   last `kv_len` or batch, linear in it. A step's decodes are one batch at
 //!   their mean context (aiconfigurator's reading). Each cell is floored at
-//!   its KV read at the entry's own DRAM rate ([`gen_dram_rate`]: the
-//!   collector re-reads one layer's KV, which the L40S's and RTX PRO 6000's
-//!   L2 holds up to 96–128 MB; a model's step does not).
+//!   the model's KV read at the table's own DRAM rate ([`Tables::gen_rate`],
+//!   [`gen_dram_rate`]: the collector re-reads one layer's KV, which the
+//!   L40S's and RTX PRO 6000's L2 holds up to 96–128 MB; a model's step does
+//!   not).
 //! * **MoE experts** `t(tokens)` for one `(dtype, hidden, moe_intermediate, top-k, experts,
 //!   moe_tp)` curve of `moe.json` at `moe_ep` 1 (one MoE layer's fused experts on one GPU, the
 //!   router, top-k and collectives not included): linear in log–log between the two grid
