@@ -51,6 +51,8 @@ pub struct PlanArgs {
     /// Prompts per simulated plan (`workload.num_prompts`), 1 to 10,000,000. Under a finite rate
     /// without it, each plan is judged on its own steady-state run (six times what it runs at
     /// once, at least 1,000 and the scenario's own); one below that is run as asked, with a warning.
+    /// A closed loop runs the scenario's own (or this many), with a warning under six times its
+    /// `max_concurrency`.
     #[arg(long)]
     pub num_prompts: Option<u32>,
     /// The latency axis of the Pareto front.
@@ -900,6 +902,21 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
                 plans.len(),
                 c.label()
             ));
+        }
+    }
+    // A closed loop is the client's, the same for every plan, and is judged on its own prompts:
+    // its first wave (max_concurrency requests sent at once) is part of every figure, and fewer
+    // than a steady state's worth of prompts leave the SLOs judged mostly on it.
+    if let Some(w) = resolved.iter().find_map(|r| r.as_ref().ok()).map(|s| &s.workload) {
+        if let Some(c) = w.max_concurrency.filter(|_| w.request_rate.is_none() && !w.dataset.is_trace()) {
+            let need = RUN_PER_IN_FLIGHT * u64::from(c);
+            if u64::from(w.num_prompts) < need {
+                load::warn_once(format!(
+ "{}: the closed loop runs {} prompts at max_concurrency {c}, fewer than a steady state needs ({RUN_PER_IN_FLIGHT} times the {c} in flight, {need}); every plan's SLOs are judged on a run whose first wave of {c} requests sent at once is a large part of it: give --num-prompts {need} or more",
+                    base.origin,
+                    w.num_prompts
+                ));
+            }
         }
     }
     // Memory: refuse a plan whose run would not fit, and run no more plans at once than fit.

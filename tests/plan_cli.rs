@@ -136,6 +136,36 @@ fn plan_states_a_closed_loop_and_exits_0_when_nothing_meets_the_slos() {
     assert!(r["load"].as_str().unwrap().starts_with("the scenario's closed loop"), "{r:#}");
 }
 
+/// A closed loop is judged on its own prompts (the client's, the same for every plan): fewer than
+/// six times its concurrency is warned about, naming the count a steady state needs; as many is not.
+#[test]
+fn plan_warns_of_a_closed_loop_shorter_than_a_steady_state() {
+    let cands = write_temp(
+        "plan-cli-closed.json",
+        r#"{"prices_per_gpu_hour":{"h100-80gb":2.99},"gpus":["h100-80gb"],"replicas":[1]}"#,
+    );
+    let args = |extra: &[&'static str]| {
+        let mut v = vec!["plan", SP, "--candidates", cands.to_str().unwrap(), "--slo", "p99_ttft_ms<=100000"];
+        v.extend(["--set", "workload.max_concurrency=128"]);
+        v.extend(extra);
+        run_cli(&v)
+    };
+    let o = args(&[]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(
+            "the closed loop runs 400 prompts at max_concurrency 128, fewer than a steady state needs (6 times the 128 \
+             in flight, 768)"
+        ),
+        "{}",
+        stderr(&o)
+    );
+    assert!(stderr(&o).contains("give --num-prompts 768 or more"), "{}", stderr(&o));
+    let o = args(&["--num-prompts", "768"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("steady state"), "{}", stderr(&o));
+}
+
 /// A prompt count past the run limit is the flag's error (it was "none of the 4 candidate plans
 /// is a valid scenario", naming a workload field).
 #[test]
