@@ -848,7 +848,7 @@ pub fn measured_window(workload: &crate::workload::Workload) -> Option<Caveat> {
 /// [`Caveat::id`] of [`wsl2_step_timing`].
 pub const WSL2_STEP_TIMING: &str = "wsl2_step_timing";
 
-/// A run on a Windows/WSL2 host (`hardware.host: "wsl2"`; a fleet: its first group's card):
+/// A run on a Windows/WSL2 host (`hardware.host: "wsl2"`; a fleet: any replica's card):
 /// servesim times every step as on Linux. The corpus' one WSL2 run (the default scenario's RTX
 /// 5090 point) measured TTFT 15% and TPOT 6% above servesim's timing, where Linux runs of an
 /// RTX 5090 (Qwen3-4B, vLLM 0.19.1 and 0.22.1) come out at most 3% above it on medians and p99s
@@ -856,7 +856,11 @@ pub const WSL2_STEP_TIMING: &str = "wsl2_step_timing";
 /// from that card's (GeForce boards' sustained clocks differ), so nothing is charged for it:
 /// said, not modelled.
 pub fn wsl2_step_timing(spec: &SimSpec) -> Option<Caveat> {
-    if !crate::config::wddm_host(&spec.gpu) {
+    let wsl2 = match &spec.fleet {
+        Some(f) => f.replicas.iter().any(|r| r.wddm_host),
+        None => crate::config::wddm_host(&spec.gpu),
+    };
+    if !wsl2 {
         return None;
     }
     let pinned = if any_vllm(spec) {

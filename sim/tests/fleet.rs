@@ -572,3 +572,27 @@ fn one_token_outputs_on_an_sglang_decode_server_with_a_waiting_pre_allocation_co
         assert!(o.fleet.as_ref().unwrap().mean_kv_prealloc_wait_ms.unwrap() > 0.0, "{version}: some waited");
     }
 }
+
+/// A fleet's WSL2 caveat reads every replica's host: a group of RTX 5090s under WSL2 behind a
+/// Linux H100 group carries it (it read only the first group's card), a fleet of Linux hosts
+/// does not.
+#[test]
+fn a_fleet_with_a_wsl2_group_anywhere_carries_the_wsl2_caveat() {
+    let fleet = |second: Value| {
+        json!({"version": 1, "engine": {"kind": "vllm", "version": "0.28.0", "max_num_seqs": 16, "max_model_len": 4096},
+               "model": "qwen2.5-7b-instruct", "hardware": "h100-80gb",
+               "workload": {"dataset_name": "random", "random_input_len": 256, "random_output_len": 8, "num_prompts": 4,
+                            "max_concurrency": 2, "ignore_eos": true, "seed": 0},
+               "fleet": {"replicas": [{"count": 1}, {"count": 1, "hardware": second}]}})
+    };
+    let ids = |v: Value| {
+        let s = spec(v);
+        let w = sim::workload::generate(&s.workload);
+        sim::report::caveats(&s, &w).into_iter().map(|c| c.id).collect::<Vec<_>>()
+    };
+    let wsl2 = fleet(json!({"gpu": "rtx-5090", "host": "wsl2"}));
+    assert!(!spec(wsl2.clone()).fleet.as_ref().unwrap().replicas[0].wddm_host);
+    assert!(spec(wsl2.clone()).fleet.as_ref().unwrap().replicas[1].wddm_host);
+    assert!(ids(wsl2).contains(&sim::report::WSL2_STEP_TIMING));
+    assert!(!ids(fleet(json!("rtx-5090"))).contains(&sim::report::WSL2_STEP_TIMING));
+}

@@ -153,6 +153,8 @@ pub struct ReplicaSpec {
     pub kv_sizing: KvSizing,
     /// Index of its front end (API server): its own, or the one its DP group shares.
     pub front: usize,
+    /// Its GPU card is the Windows/WSL2 view (`hardware.host: "wsl2"`, [`super::wddm_host`]).
+    pub wddm_host: bool,
 }
 
 /// A fleet, resolved.
@@ -356,6 +358,7 @@ fn replica_of(spec: &SimSpec, group: usize, name: String, role: ReplicaRole, fro
         kv_bytes_per_token_per_gpu: spec.kv_sizing.kv_bytes_per_token,
         kv_sizing: spec.kv_sizing.clone(),
         front,
+        wddm_host: super::wddm_host(&spec.gpu),
     }
 }
 
