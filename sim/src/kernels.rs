@@ -27,8 +27,8 @@
 //!   measured batch at that `kv_len` in proportion to the batch; beyond the
 //!   last `kv_len` or batch, linear in it. A step's decodes are one batch at
 //!   their mean context (aiconfigurator's reading). Each cell is floored at
-//!   the model's KV read at the table's own DRAM rate ([`Tables::gen_rate`],
-//!   [`gen_dram_rate`]: the collector re-reads one layer's KV, which the
+//!   the model's KV read at the table's own DRAM rate (`Tables::gen_rate`,
+//!   `gen_dram_rate`: the collector re-reads one layer's KV, which the
 //!   L40S's and RTX PRO 6000's L2 holds up to 96–128 MB; a model's step does
 //!   not).
 //! * **MoE experts** `t(tokens)` for one `(dtype, hidden, moe_intermediate, top-k, experts,
@@ -859,7 +859,7 @@ impl Tables {
 
     /// Decode attention: `t(batch, kv_len)` per layer; `first`: the lane preferred first. Each
     /// cell is floored at the model's KV read (`h`'s KV heads, head dim and KV bytes) at the
-    /// table's own DRAM rate ([`Tables::gen_rate`]).
+    /// table's own DRAM rate (`Tables::gen_rate`).
     pub fn gen_grid(&self, h: Heads, first: Option<&str>) -> Grid {
         self.gen_grid_floored(h, first).0
     }
