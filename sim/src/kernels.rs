@@ -1239,29 +1239,28 @@ impl Provider {
     }
 
     pub fn gen_grid(&self, h: Heads, first: Option<&str>) -> Grid {
-        match self {
-            Provider::Table(t) => t.gen_grid(h, first),
-            Provider::Scaled { from, target } => from
-                .gen_grid(h, first)
-                .map_cells(|b, l, y| y * (gen_sol_ms(b, l, h, target) / gen_sol_ms(b, l, h, &from.peaks))),
-            Provider::Roofline { fit, target, like } => like.gen_grid(h, first).map_cells(|a, b, _| {
-                let (f, b) = gen_work(a, b, h);
-                fit.gen_floor_ms
-                    + (f / (target.bf16_flops * fit.ctx_compute)).max(b / (target.mem_bw * fit.gen_memory)) * 1e3
-            }),
-        }
+        self.gen_grid_floored(h, first).0
     }
 
-    /// How many cells of the decode-attention grid [`Provider::gen_grid`] starts from the DRAM-rate
+    /// [`Provider::gen_grid`], and how many cells of the table grid it starts from the DRAM-rate
     /// floor raised, out of how many ([`Tables::gen_grid_floored`]); none for the fitted roofline,
     /// which takes only the grid's axes.
-    pub fn gen_floored_cells(&self, h: Heads, first: Option<&str>) -> (usize, usize) {
+    pub fn gen_grid_floored(&self, h: Heads, first: Option<&str>) -> (Grid, usize, usize) {
         match self {
-            Provider::Table(t) | Provider::Scaled { from: t, .. } => {
-                let (_, raised, cells) = t.gen_grid_floored(h, first);
-                (raised, cells)
+            Provider::Table(t) => t.gen_grid_floored(h, first),
+            Provider::Scaled { from, target } => {
+                let (g, raised, cells) = from.gen_grid_floored(h, first);
+                let g = g.map_cells(|b, l, y| y * (gen_sol_ms(b, l, h, target) / gen_sol_ms(b, l, h, &from.peaks)));
+                (g, raised, cells)
             }
-            Provider::Roofline { .. } => (0, 0),
+            Provider::Roofline { fit, target, like } => {
+                let g = like.gen_grid(h, first).map_cells(|a, b, _| {
+                    let (f, b) = gen_work(a, b, h);
+                    fit.gen_floor_ms
+                        + (f / (target.bf16_flops * fit.ctx_compute)).max(b / (target.mem_bw * fit.gen_memory)) * 1e3
+                });
+                (g, 0, 0)
+            }
         }
     }
 

@@ -1185,8 +1185,8 @@ impl ComposedCost {
         // would have replayed as graphs run eagerly, launched kernel by kernel.
         let forgone = (!dep.cuda_graphs).then_some(graphs).filter(|g| *g != GraphRule::Eager);
         let graphs = if dep.cuda_graphs { graphs } else { GraphRule::Eager };
-        let (ctx, gen) = (provider.ctx_grid(heads, attention_lane), provider.gen_grid(heads, attention_lane));
-        let (raised, cells) = provider.gen_floored_cells(heads, attention_lane);
+        let ctx = provider.ctx_grid(heads, attention_lane);
+        let (gen, raised, cells) = provider.gen_grid_floored(heads, attention_lane);
         if raised > 0 {
             source = format!(
                 "{source}; decode attention: {raised} of the table's {cells} cells read the KV faster than the table's \
