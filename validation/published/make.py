@@ -763,4 +763,30 @@ w("pegainfer_qwen3-4b_rtx5090_vllm0191_c1", {
              "and p99s only. The 3-request warm-up leaves nothing the simulator keeps (caching off). No kernel table for the RTX "
              "5090: the RTX PRO 6000's, scaled.",
     "scenario": pg1, "rows": [{"engine": "vllm-0.19.1", "load": "1", "set": ["workload.max_concurrency=1"]}]})
+# 19. LLMServingSim's reference runs on RTX PRO 6000 Blackwell Server Edition (data/published/README.md): vLLM 0.19.0's
+# AsyncLLM in-process, 300 ShareGPT prompts as token ids at Poisson offsets of 10 a second, fixed output lengths. The
+# figures are vLLM's own per-request stats (engine-core clock, from the queue entry): no HTTP server, tokenizer or
+# streaming, so the replay charges no ingress and no streaming (cost.coefficients request_ingress_us and output_token_us
+# 0; the step clock stays the composed cost) and takes each request at its queue time. Both traces and CSV rows come
+# from scripts/published/llmservingsim.py.
+LS_ABOUT = ("LLMServingSim's real-vLLM reference run (github.com/casys-kaist/LLMServingSim at 5daddb2, bench/examples/RTXPRO6000/"
+            "{model}; data/published/README.md): vLLM 0.19.0's AsyncLLM in-process on {gpus} RTX PRO 6000 Blackwell Server Edition, "
+            "max_num_seqs 128, max_num_batched_tokens 2048, other flags default (KV pool derived: not recorded), 300 ShareGPT "
+            "prompts as token ids at Poisson offsets of 10 a second, output lengths fixed (min_tokens = max_tokens, ignore_eos). "
+            "The figures are vLLM's RequestStateStats, from each request's queue entry to its first and last token in the "
+            "engine core: the replay sends each request at its queue time (the trace) with no ingress and no streaming cost "
+            "(cost.coefficients request_ingress_us and output_token_us 0; the steps keep the composed cost). The 32 prompts "
+            "that begin with an earlier prompt (multi-turn sessions) share those starts as prefix groups, block-exact. ITL "
+            "not recorded.")
+for key, model, card, tp, bundle in [("llama31-8b_rtxpro6000", "llama-3.1-8b-instruct", "Llama-3.1-8B", 1, "1x"),
+                                     ("qwen3-32b_2xrtxpro6000", "qwen3-32b", "Qwen3-32B", 2, "2x")]:
+    name = f"llmservingsim_{key}_vllm0190"
+    trace = f"validation/published/{name}.trace.csv"
+    ls = vllm("0.19.0", model, "rtx-pro-6000", count=tp, max_num_seqs=128, max_num_batched_tokens=2048)
+    ls["workload"] = {"dataset_name": "trace", "trace": trace, "num_prompts": 300, "ignore_eos": True,
+                      "initial_test_request": False, "seed": 0}
+    ls["cost"] = {"coefficients": {"request_ingress_us": 0, "output_token_us": 0}}
+    w(name, {"csv": f"data/published/{name}.csv", "gpu": f"{bundle} rtx-pro-6000",
+             "about": LS_ABOUT.format(model=card, gpus="one" if tp == 1 else "two (TP 2, PCIe)"),
+             "scenario": ls, "rows": [{"engine": "vllm-0.19.0", "load": "10", "knee": False}]})
 print("written")
