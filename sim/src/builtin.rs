@@ -36,7 +36,7 @@ pub const MODELS: &[(&str, &str)] = files!("models/model":
 );
 
 /// Every GPU card, as `(id, JSON text)`.
-pub const GPUS: &[(&str, &str)] = files!("models/gpu": "rtx-5090", "a100-80gb", "a100-40gb", "h100-80gb", "h100-pcie", "h100-nvl", "h200", "b200", "rtx-pro-6000", "l40s", "cpu-host");
+pub const GPUS: &[(&str, &str)] = files!("models/gpu": "rtx-5090", "a100-80gb", "a100-40gb", "h100-80gb", "h100-pcie", "h100-nvl", "h200", "b200", "rtx-pro-6000", "l40s", "rtx-4090", "cpu-host");
 
 /// The shipped scenarios, as `(file name, JSON text)`; the first is the built-in default.
 pub const SCENARIOS: &[(&str, &str)] = files!("scenarios":

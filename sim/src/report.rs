@@ -1085,6 +1085,7 @@ pub const JUDGED_GPU_ENGINES: &[(&str, EngineKind)] = &[
     ("h200", EngineKind::Vllm),
     ("h200", EngineKind::Sglang),
     ("l40s", EngineKind::Vllm),
+    ("rtx-4090", EngineKind::Vllm),
     ("rtx-5090", EngineKind::Vllm),
     ("rtx-pro-6000", EngineKind::Vllm),
 ];

@@ -789,4 +789,22 @@ for key, model, card, tp, bundle in [("llama31-8b_rtxpro6000", "llama-3.1-8b-ins
     w(name, {"csv": f"data/published/{name}.csv", "gpu": f"{bundle} rtx-pro-6000",
              "about": LS_ABOUT.format(model=card, gpus="one" if tp == 1 else "two (TP 2, PCIe)"),
              "scenario": ls, "rows": [{"engine": "vllm-0.19.0", "load": "10", "knee": False}]})
+# The same workload on one RTX 4090 (the lab's PR #59, 2026-08-20): max_num_seqs 256, max_model_len 32768 and the pool
+# meta.json records (2,588 blocks: 41,408 tokens, which binds). No kernel tables for the card: the L40S's, scaled.
+name = "llmservingsim_llama31-8b_rtx4090_vllm0190"
+trace = f"validation/published/{name}.trace.csv"
+ls = vllm("0.19.0", "llama-3.1-8b-instruct", "rtx-4090", max_num_seqs=256, max_num_batched_tokens=2048, max_model_len=32768,
+          kv_cache_tokens=41408)
+ls["workload"] = {"dataset_name": "trace", "trace": trace, "num_prompts": 300, "ignore_eos": True, "initial_test_request": False,
+                  "seed": 0}
+ls["cost"] = {"coefficients": {"request_ingress_us": 0, "output_token_us": 0}}
+w(name, {"csv": f"data/published/{name}.csv", "gpu": "1x rtx-4090",
+         "about": LS_ABOUT.replace("bench/examples/RTXPRO6000/", "bench/examples/RTX4090/").replace(
+             "vLLM 0.19.0's AsyncLLM in-process on {gpus} RTX PRO 6000 Blackwell Server Edition, max_num_seqs 128, max_num_batched_tokens "
+             "2048, other flags default (KV pool derived: not recorded)",
+             "vLLM 0.19.0's AsyncLLM in-process on one GeForce RTX 4090, max_num_seqs 256, max_num_batched_tokens 2048, "
+             "max_model_len 32768, the KV pool meta.json records (2,588 blocks, 41,408 tokens: it binds, vLLM's ticks "
+             "showing it 93-100% full), other flags default").format(model="Llama-3.1-8B") + " No kernel tables for the card: the L40S's, "
+             "scaled by the two cards' measured bf16 matmul peaks and their bandwidths.",
+         "scenario": ls, "rows": [{"engine": "vllm-0.19.0", "load": "10", "knee": False}]})
 print("written")
