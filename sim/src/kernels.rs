@@ -911,6 +911,14 @@ impl Tables {
         Some(Curve { xs: c.message_elems.clone(), ys: c.latency_ms.clone(), sol_last: None })
     }
 
+    /// NCCL's all-reduce over `tp` GPUs (nccl-tests, half): `t(elements per rank)`, as the
+    /// custom all-reduce table's x ([`Tables::allreduce`]). vLLM runs it where the custom kernel
+    /// is off (`--disable-custom-all-reduce`).
+    pub fn nccl_all_reduce(&self, tp: u32) -> Option<Curve> {
+        let c = self.nccl.curves.iter().find(|c| c.op_name == "all_reduce" && c.num_gpus == tp)?;
+        Some(Curve { xs: c.message_elems.clone(), ys: c.latency_ms.clone(), sol_last: None })
+    }
+
     /// NCCL's all-gather over `tp` GPUs (nccl-tests, half): `t(elements of the gathered
     /// output)`, nccl-tests' buffer size for all-gather being the whole output.
     pub fn all_gather(&self, tp: u32) -> Option<Curve> {
@@ -1280,6 +1288,14 @@ impl Provider {
         }
     }
 
+    /// NCCL's all-reduce from the GPU's own table, where it has one.
+    pub fn nccl_all_reduce(&self, tp: u32) -> Option<Curve> {
+        match self {
+            Provider::Table(t) => t.nccl_all_reduce(tp),
+            _ => None,
+        }
+    }
+
     /// The table NCCL's all-gather comes from, where the GPU has its own.
     pub fn all_gather(&self, tp: u32) -> Option<Curve> {
         match self {
@@ -1338,6 +1354,23 @@ pub fn allreduce_by_link(kind: &str, bandwidth: f64, engine: &str, tp: u32) -> O
         .iter()
         .filter(|(_, k, _)| *k == kind)
         .filter_map(|&(s, _, bw)| Some((s, bw, tables(s, engine)?.allreduce(tp)?)))
+        .min_by(|a, b| distance(a.1).total_cmp(&distance(b.1)))?;
+    let scale = bw / bandwidth;
+    for y in c.ys.iter_mut() {
+        *y *= scale;
+    }
+    Some((c, system))
+}
+
+/// [`allreduce_by_link`] for NCCL's all-reduce ([`Tables::nccl_all_reduce`]): the nccl-tests table
+/// of the tabled system on the same kind of link nearest in bandwidth, scaled by the bandwidth
+/// ratio. `None` where no such system has one at `tp`.
+pub fn nccl_all_reduce_by_link(kind: &str, bandwidth: f64, engine: &str, tp: u32) -> Option<(Curve, &'static str)> {
+    let distance = |bw: f64| (bw / bandwidth).ln().abs();
+    let (system, bw, mut c) = SYSTEM_LINK
+        .iter()
+        .filter(|(_, k, _)| *k == kind)
+        .filter_map(|&(s, _, bw)| Some((s, bw, tables(s, engine)?.nccl_all_reduce(tp)?)))
         .min_by(|a, b| distance(a.1).total_cmp(&distance(b.1)))?;
     let scale = bw / bandwidth;
     for y in c.ys.iter_mut() {

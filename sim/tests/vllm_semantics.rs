@@ -490,3 +490,56 @@ fn the_benchmark_asks_for_greedy_sampling_before_0_15() {
     assert!(!greedy("scenarios/serve-small-vllm.json", Some("0.33.0")));
     assert!(greedy("scenarios/rtx5090-qwen2.5-7b-sglang.json", None));
 }
+
+/// `--disable-custom-all-reduce`: TP's all-reduces are timed from the GPU's nccl-tests
+/// `all_reduce` table instead of the custom kernel's (the RTX PRO 6000's own; the RTX 5090,
+/// untabled, the same-link system's scaled by link bandwidth), the cost source says so, and
+/// nothing changes at TP 1; an SGLang scenario with it is refused (a vLLM flag).
+#[test]
+fn disable_custom_all_reduce_times_tp_all_reduces_on_nccl() {
+    let spec = |hw: &str, tp: u32, off: Option<bool>| {
+        let mut engine = serde_json::json!({"kind": "vllm", "version": "0.19.0", "tensor_parallel_size": tp});
+        if let Some(o) = off {
+            engine["disable_custom_all_reduce"] = o.into();
+        }
+        crate::common::spec(serde_json::json!({
+            "version": 1, "engine": engine, "model": "qwen3-8b", "hardware": {"gpu": hw, "count": tp},
+            "workload": {"dataset_name": "random", "random_input_len": 512, "random_output_len": 64, "num_prompts": 8, "ignore_eos": true}
+        }))
+    };
+    let ar = |s: &sim::config::SimSpec, m: u64| s.cost.composed.as_ref().expect("kernel-timed").allreduce_us(m);
+    let tables = sim::kernels::tables("rtx_pro_6000_server", "vllm").expect("tabled");
+    let hidden = 4096.0;
+    let (custom, nccl) = (spec("rtx-pro-6000", 2, None), spec("rtx-pro-6000", 2, Some(true)));
+    let default_off = spec("rtx-pro-6000", 2, Some(false));
+    for m in [1u64, 128, 2048] {
+        let c = tables.allreduce(2).unwrap().at(m as f64 * hidden) * 1e3;
+        let n = tables.nccl_all_reduce(2).unwrap().at(m as f64 * hidden) * 1e3;
+        let skew = ar(&custom, m) - c;
+        assert!(skew > 0.0 && skew < 10.0, "the collective skew on top: {skew}");
+        assert!((ar(&nccl, m) - (n + skew)).abs() < 1e-9, "m {m}: {} against {}", ar(&nccl, m), n + skew);
+        assert_eq!(ar(&default_off, m), ar(&custom, m), "false is the default");
+    }
+    assert!(nccl
+        .cost
+        .source()
+        .contains("TP all-reduces on NCCL (disable_custom_all_reduce), rtx_pro_6000_server nccl-tests"));
+    assert!(!custom.cost.source().contains("NCCL"));
+    // TP 1: nothing to reduce.
+    assert_eq!(spec("rtx-pro-6000", 1, Some(true)).cost.source(), spec("rtx-pro-6000", 1, None).cost.source());
+    // An untabled PCIe card: the same-link system's NCCL table, scaled by the link bandwidth.
+    // (Both links 64 GB/s each way: a scale of 1.)
+    let g = spec("rtx-5090", 2, Some(true));
+    let n = tables.nccl_all_reduce(2).unwrap().at(128.0 * hidden) * 1e3;
+    let skew = ar(&custom, 128) - tables.allreduce(2).unwrap().at(128.0 * hidden) * 1e3;
+    assert!(g.cost.source().contains("rtx_pro_6000_server's, scaled by pcie link bandwidth"), "{}", g.cost.source());
+    assert!((ar(&g, 128) - (n + skew)).abs() < 1e-9, "{} against {}", ar(&g, 128), n + skew);
+    // An SGLang scenario with the vLLM flag is refused.
+    let s = sim::config::from_value(
+        serde_json::json!({"version": 1, "engine": {"kind": "sglang", "version": "0.5.5", "disable_custom_all_reduce": true},
+            "model": "qwen3-8b", "hardware": "h100-80gb", "workload": {"num_prompts": 2}}),
+        "",
+    )
+    .and_then(|s| sim::config::resolve(&s, &sim::builtin::resources().unwrap()).map(|_| ()));
+    assert!(s.is_err(), "a vLLM flag in an SGLang scenario");
+}

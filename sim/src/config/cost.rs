@@ -122,7 +122,13 @@ pub(super) fn resolve_cost(
                 attention_lane,
             )
             .map_err(|e| ConfigError::new("model.moe", e))?;
+            let nccl = engine_kernels.nccl_all_reduce;
             composed.apply_engine_kernels(engine_kernels);
+            if nccl {
+                composed
+                    .use_nccl_all_reduce(gpu, &provider, dep.tensor_parallel_size)
+                    .map_err(|e| ConfigError::new("engine.disable_custom_all_reduce", e))?;
+            }
             cost.composed = Some(std::sync::Arc::new(composed));
         }
     }

@@ -969,11 +969,13 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
             layer_small_kernels: None,
             unpacked_mixed_decodes: crate::cost::vllm_fa2_unpacked_mixed_decodes(gpu.capability(), attention_lane)
                 .then(|| crate::cost::vllm_fa2_unpacked_share(gpu.capability())),
+            nccl_all_reduce: s.engine.vllm.disable_custom_all_reduce.unwrap_or(false),
         },
         EngineSpec::Sglang(_) => crate::cost::EngineKernels {
             allreduce_rms_fused_up_to: None,
             layer_small_kernels: Some(sglang::sglang_layer_small_kernels(&model)),
             unpacked_mixed_decodes: None,
+            nccl_all_reduce: false,
         },
     };
     // The engine's fused-MoE kernel (vLLM's `--moe-backend`, SGLang's `--moe-runner-backend`, or

@@ -54,6 +54,12 @@ engine_flags! {
         /// vLLM `--enforce-eager`: no CUDA graphs (none captured, none subtracted from the KV budget).
         #[serde(skip_serializing_if = "Option::is_none")]
         enforce_eager: bool,
+        /// vLLM `--disable-custom-all-reduce` (default off): tensor parallelism's all-reduces run
+        /// on NCCL (its `pynccl` communicator) instead of vLLM's custom all-reduce kernel, timed
+        /// from the GPU's nccl-tests `all_reduce` table (`cost::ComposedCost::use_nccl_all_reduce`).
+        /// Nothing changes at TP 1.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        disable_custom_all_reduce: bool,
         /// vLLM `--moe-backend` (from 0.17.0; `auto` by default): the fused-MoE kernel a
         /// mixture-of-experts model runs. Before 0.17.0 it says what the server's environment
         /// chose: `triton` where the `deep_gemm` package is not installed or

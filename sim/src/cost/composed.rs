@@ -205,6 +205,9 @@ pub struct EngineKernels {
     /// what that adds over the packed kernel the step pays ([`vllm_fa2_unpacked_share`]).
     /// `None`: packed.
     pub unpacked_mixed_decodes: Option<f64>,
+    /// vLLM's `--disable-custom-all-reduce`: TP's all-reduces on NCCL
+    /// ([`ComposedCost::use_nccl_all_reduce`], applied where the provider is at hand).
+    pub nccl_all_reduce: bool,
 }
 
 /// Whether vLLM runs a mixed step's decodes without packing a KV head's query heads together:
@@ -1273,6 +1276,42 @@ impl ComposedCost {
         }
     }
 
+    /// vLLM with `--disable-custom-all-reduce`: TP's all-reduces (the layers' and the
+    /// embedding's) on NCCL, timed from `provider`'s nccl-tests `all_reduce` table, or, for a
+    /// GPU without tables, the same-link system's scaled by link bandwidth (as
+    /// [`kernels::allreduce_by_link`] does for the custom kernel); the collective skew stays. An
+    /// error where no such table exists at this TP size. Nothing at TP 1. vLLM's all-reduce +
+    /// RMSNorm fusion (FlashInfer's own kernel) is left as the release and GPU decide it.
+    pub fn use_nccl_all_reduce(&mut self, gpu: &GpuCard, provider: &Provider, tp: u32) -> Result<(), String> {
+        if tp <= 1 || matches!(self.allreduce, AllReduce::None) {
+            return Ok(());
+        }
+        let (curve, from) = match provider.nccl_all_reduce(tp) {
+            Some(c) => (c, provider.tables().system.to_string()),
+            None => {
+                let kind = gpu.interconnect.as_deref().unwrap_or("?");
+                let bw = gpu.interconnect_bandwidth_bytes_per_s.unwrap_or(0.0);
+                match (bw > 0.0)
+                    .then(|| kernels::nccl_all_reduce_by_link(kind, bw, provider.tables().engine, tp))
+                    .flatten()
+                {
+                    Some((c, system)) => (c, format!("{system}'s, scaled by {kind} link bandwidth")),
+                    None => {
+                        return Err(format!(
+                            "no measured NCCL all-reduce table over {tp} GPUs for {} ({kind} link): \
+                             disable_custom_all_reduce cannot be timed",
+                            gpu.id
+                        ))
+                    }
+                }
+            }
+        };
+        self.allreduce = AllReduce::Table(curve);
+        self.source =
+            format!("{}; TP all-reduces on NCCL (disable_custom_all_reduce), {from} nccl-tests table", self.source);
+        Ok(())
+    }
+
     /// [`vllm_fa2_unpacked_mixed_decodes`]: a step with a prefill chunk of two tokens or more
     /// (`max_seqlen_q > 1`) times its `d` decodes as
     /// the packed decode kernel's batch of `d × heads / kv_heads` (per GPU), which runs the same
@@ -2139,6 +2178,7 @@ mod tests {
             allreduce_rms_fused_up_to: None,
             layer_small_kernels: Some((5.0, 1.0)),
             unpacked_mixed_decodes: None,
+            nccl_all_reduce: false,
         });
         for (m, more) in [(1u64, 1.0), (2, 2.0), (512, 2.0)] {
             let d = sg.per_token_count_us(m) - plain.per_token_count_us(m);
