@@ -60,6 +60,7 @@ def main():
     wl_path = root / workload
     for p in (req_path, wl_path, root / bundle / "vllm" / "meta.json"):
         print(f"sha256 {hashlib.sha256(p.read_bytes()).hexdigest()}  {p.relative_to(root)}", file=sys.stderr)
+    req_sha = hashlib.sha256(req_path.read_bytes()).hexdigest()
     R = [json.loads(l) for l in open(req_path)]
     W = [json.loads(l) for l in open(wl_path)]
     if len(R) != len(W):
@@ -103,7 +104,7 @@ def main():
     q0 = min(r["queued_ts"] for r in R)
     gid = {g: k for k, g in enumerate(sorted(members))}
     with open(trace_out, "w") as f:
-        f.write(f"# LLMServingSim {bundle} (vLLM's own per-request stats, requests.jsonl) and {workload}: each request at its\n"
+        f.write(f"# LLMServingSim {bundle} (vLLM's own per-request stats, requests.jsonl sha256 {req_sha[:16]}...) and {workload}: each request at its\n"
                 f"# queued_ts from the first's, its lengths, ShareGPT sessions' shared prompt starts as prefix groups\n"
                 f"# ({len([i for i in range(n) if parent[i] is not None])} prompts begin with an earlier one). "
                 f"Written by scripts/published/llmservingsim.py.\n")

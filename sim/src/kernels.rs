@@ -1349,11 +1349,22 @@ pub const SYSTEM_LINK: &[(&str, &str, f64)] = &[
 /// PCIe, which the PCIe systems' tables measured. `None` where no such system has a table
 /// at `tp`. Returns the curve and the system it came from.
 pub fn allreduce_by_link(kind: &str, bandwidth: f64, engine: &str, tp: u32) -> Option<(Curve, &'static str)> {
+    curve_by_link(kind, bandwidth, engine, |t| t.allreduce(tp))
+}
+
+/// The curve `of` a tabled system's tables, of the system on a link of `kind` nearest in
+/// bandwidth, its times scaled by the bandwidth ratio ([`allreduce_by_link`]).
+fn curve_by_link(
+    kind: &str,
+    bandwidth: f64,
+    engine: &str,
+    of: impl Fn(&Tables) -> Option<Curve>,
+) -> Option<(Curve, &'static str)> {
     let distance = |bw: f64| (bw / bandwidth).ln().abs();
     let (system, bw, mut c) = SYSTEM_LINK
         .iter()
         .filter(|(_, k, _)| *k == kind)
-        .filter_map(|&(s, _, bw)| Some((s, bw, tables(s, engine)?.allreduce(tp)?)))
+        .filter_map(|&(s, _, bw)| Some((s, bw, of(tables(s, engine)?)?)))
         .min_by(|a, b| distance(a.1).total_cmp(&distance(b.1)))?;
     let scale = bw / bandwidth;
     for y in c.ys.iter_mut() {
@@ -1366,17 +1377,7 @@ pub fn allreduce_by_link(kind: &str, bandwidth: f64, engine: &str, tp: u32) -> O
 /// of the tabled system on the same kind of link nearest in bandwidth, scaled by the bandwidth
 /// ratio. `None` where no such system has one at `tp`.
 pub fn nccl_all_reduce_by_link(kind: &str, bandwidth: f64, engine: &str, tp: u32) -> Option<(Curve, &'static str)> {
-    let distance = |bw: f64| (bw / bandwidth).ln().abs();
-    let (system, bw, mut c) = SYSTEM_LINK
-        .iter()
-        .filter(|(_, k, _)| *k == kind)
-        .filter_map(|&(s, _, bw)| Some((s, bw, tables(s, engine)?.nccl_all_reduce(tp)?)))
-        .min_by(|a, b| distance(a.1).total_cmp(&distance(b.1)))?;
-    let scale = bw / bandwidth;
-    for y in c.ys.iter_mut() {
-        *y *= scale;
-    }
-    Some((c, system))
+    curve_by_link(kind, bandwidth, engine, |t| t.nccl_all_reduce(tp))
 }
 
 /// [`SYSTEM_CAPABILITY`] of `system`.

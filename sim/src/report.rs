@@ -886,39 +886,55 @@ pub fn wsl2_step_timing(spec: &SimSpec) -> Option<Caveat> {
 /// [`Caveat::id`] of [`pcie_tensor_parallel`].
 pub const PCIE_TENSOR_PARALLEL: &str = "pcie_tensor_parallel";
 
-/// An uncalibrated run with tensor parallelism over PCIe (a GPU card whose `interconnect` is
-/// `pcie`, TP > 1; a fleet: any such replica): its all-reduces are timed from one machine's
-/// measured table (aiconfigurator's collector, vLLM's custom all-reduce over peer-to-peer PCIe),
-/// and how a host links its PCIe GPUs (a switch, the CPU's root complex, or host memory where
-/// peer-to-peer is off, as in many virtual machines) is not in the scenario. The corpus' one
-/// PCIe TP run (LLMServingSim's Qwen3-32B on two RTX PRO 6000, vLLM 0.19.0) measured TPOT 26%
-/// and TTFT 41% above servesim (servesim 20.5% and 29% low), where the same machine's TP 1 run
-/// is within 5%, and an all-reduce three times the table's brings all three metric families
-/// within 7% (VALIDATION.md §5, "The RTX PRO 6000 with vLLM"): one run, so nothing is charged.
+/// An uncalibrated run with tensor parallelism over PCIe on the custom all-reduce kernel (a GPU
+/// card whose `interconnect` is `pcie`, TP > 1, not vLLM's `disable_custom_all_reduce`; a fleet:
+/// any such replica): its all-reduces are timed from aiconfigurator's table of that kernel,
+/// measured on one machine, and the corpus' PCIe TP runs (one machine, two RTX PRO 6000,
+/// Qwen3-32B) ran 26% slower than that timing with the custom kernel (vLLM 0.19.0, its default)
+/// and within 3.4% of servesim on NCCL (vLLM 0.28.0 with `--disable-custom-all-reduce`):
+/// VALIDATION.md §5, "The RTX PRO 6000 with vLLM". Which of the two runs' differences made it,
+/// one pair of runs cannot say, so nothing is charged; a vLLM host that falls back to NCCL
+/// itself (no peer-to-peer) is told to say so.
 pub fn pcie_tensor_parallel(spec: &SimSpec) -> Option<Caveat> {
-    let uncalibrated = |c: &crate::cost::CostModel| c.composed.is_some() && c.reference.is_none();
-    let pcie = |g: &crate::cards::GpuCard| g.interconnect.as_deref() == Some("pcie");
-    let hit = match &spec.fleet {
-        Some(f) => f.replicas.iter().any(|r| {
-            let card = if r.gpu == spec.gpu.id { Some(&spec.gpu) } else { crate::builtin::gpu(&r.gpu) };
-            r.deployment.tensor_parallel_size > 1 && uncalibrated(&r.cost) && card.is_some_and(pcie)
-        }),
-        None => spec.deployment.tensor_parallel_size > 1 && uncalibrated(&spec.cost) && pcie(&spec.gpu),
+    let custom = |c: &crate::cost::CostModel| {
+        c.reference.is_none() && c.composed.as_ref().is_some_and(|k| !k.all_reduce_on_nccl())
     };
-    if !hit {
+    let pcie = |g: &crate::cards::GpuCard| g.interconnect.as_deref() == Some("pcie");
+    let kinds: Vec<EngineKind> = match &spec.fleet {
+        Some(f) => f
+            .replicas
+            .iter()
+            .filter(|r| {
+                let card = if r.gpu == spec.gpu.id { Some(&spec.gpu) } else { crate::builtin::gpu(&r.gpu) };
+                r.deployment.tensor_parallel_size > 1 && custom(&r.cost) && card.is_some_and(pcie)
+            })
+            .map(|r| r.engine.engine_kind())
+            .collect(),
+        None if spec.deployment.tensor_parallel_size > 1 && custom(&spec.cost) && pcie(&spec.gpu) => {
+            vec![spec.engine.engine_kind()]
+        }
+        None => Vec::new(),
+    };
+    if kinds.is_empty() {
         return None;
     }
+    let flag = if kinds.contains(&EngineKind::Vllm) {
+        " Where this host's vLLM runs NCCL instead (it turns the custom kernel off itself where GPUs cannot \
+         reach each other peer to peer, as GeForce cards and many virtual machines cannot), set \
+         engine.disable_custom_all_reduce: true."
+    } else {
+        ""
+    };
     Some(Caveat {
         id: PCIE_TENSOR_PARALLEL,
-        message: "tensor parallelism over PCIe: the all-reduces are timed from one machine's measured table \
-                  (peer-to-peer custom all-reduce), and how this host links its GPUs (a PCIe switch, the CPU's \
-                  root complex, or host memory where peer-to-peer is off, as in many virtual machines) is not in \
-                  the scenario. The one PCIe TP run in servesim's validation corpus (Qwen3-32B on two RTX PRO 6000, \
-                  vLLM 0.19.0) stepped about 25% slower than this timing, where the same machine's TP 1 run came \
-                  within 5%; all-reduces three times the table's account for it (VALIDATION.md section 5, \"The RTX \
-                  PRO 6000 with vLLM\"). Nothing is charged for it: expect a PCIe host's TP latencies at or above \
-                  these, and calibrate on a run of this host before the figures decide hardware."
-            .to_string(),
+        message: format!(
+            "tensor parallelism over PCIe on the custom all-reduce kernel: the all-reduces are timed from one \
+             machine's measured table of that kernel. The PCIe TP runs in servesim's validation corpus (one \
+             machine, two RTX PRO 6000, Qwen3-32B) stepped about 26% slower than this timing with the custom \
+             kernel (vLLM 0.19.0, its default) and came within 3.4% on NCCL (vLLM 0.28.0 with \
+             --disable-custom-all-reduce): VALIDATION.md section 5, \"The RTX PRO 6000 with vLLM\". Nothing \
+             is charged for it: calibrate on a run of this host before the figures decide hardware.{flag}"
+        ),
         desynchronised_mean_ttft_ms: None,
     })
 }
@@ -2005,9 +2021,9 @@ mod tests {
         assert!(JUDGED_GPU_ENGINES.windows(2).all(|w| (w[0].0, w[0].1.as_str()) != (w[1].0, w[1].1.as_str())));
     }
 
-    /// Tensor parallelism over PCIe says that its all-reduces are one machine's table: TP 2 on
-    /// an RTX PRO 6000 (PCIe), not TP 1 there, not TP 2 on an H100 SXM (NVLink), not a calibrated
-    /// run.
+    /// Tensor parallelism over PCIe on the custom all-reduce says that its all-reduces are one
+    /// machine's table: TP 2 on an RTX PRO 6000 (PCIe), not TP 1 there, not on NCCL, not TP 2 on
+    /// an H100 SXM (NVLink), not a calibrated run.
     #[test]
     fn tensor_parallelism_over_pcie_is_said() {
         let said = |spec: &SimSpec| pcie_tensor_parallel(spec).map(|c| c.message);
@@ -2023,7 +2039,18 @@ mod tests {
             )
         };
         let m = said(&tp("rtx-pro-6000", 2)).expect("TP 2 over PCIe");
-        assert!(m.contains("tensor parallelism over PCIe") && m.contains("three times the table's"), "{m}");
+        assert!(m.contains("tensor parallelism over PCIe") && m.contains("disable_custom_all_reduce: true"), "{m}");
+        let nccl = spec_with(
+            "rtx5090-qwen2.5-7b-vllm",
+            &[
+                ("hardware", "gpu", "rtx-pro-6000".into()),
+                ("hardware", "count", 2.into()),
+                ("engine", "tensor_parallel_size", 2.into()),
+                ("engine", "kv_cache_tokens", serde_json::Value::Null),
+                ("engine", "disable_custom_all_reduce", true.into()),
+            ],
+        );
+        assert_eq!(said(&nccl), None, "NCCL's all-reduce: the kernel the caveat is about is not run");
         assert_eq!(said(&tp("rtx-pro-6000", 1)), None);
         assert_eq!(said(&tp("h100-80gb", 2)), None);
         let mut calibrated = tp("rtx-pro-6000", 2);

@@ -778,33 +778,39 @@ LS_ABOUT = ("LLMServingSim's real-vLLM reference run (github.com/casys-kaist/LLM
             "(cost.coefficients request_ingress_us and output_token_us 0; the steps keep the composed cost). The 32 prompts "
             "that begin with an earlier prompt (multi-turn sessions) share those starts as prefix groups, block-exact. ITL "
             "not recorded.")
-for key, model, card, tp, bundle in [("llama31-8b_rtxpro6000", "llama-3.1-8b-instruct", "Llama-3.1-8B", 1, "1x"),
-                                     ("qwen3-32b_2xrtxpro6000", "qwen3-32b", "Qwen3-32B", 2, "2x")]:
-    name = f"llmservingsim_{key}_vllm0190"
+def ls_set(name, version, model, gpu, count, about, **engine):
+    """One LLMServingSim run: its trace at the engine's queue times, no ingress or streaming cost."""
     trace = f"validation/published/{name}.trace.csv"
-    ls = vllm("0.19.0", model, "rtx-pro-6000", count=tp, max_num_seqs=128, max_num_batched_tokens=2048)
+    ls = vllm(version, model, gpu, count=count, max_num_batched_tokens=2048, **engine)
     ls["workload"] = {"dataset_name": "trace", "trace": trace, "num_prompts": 300, "ignore_eos": True,
                       "initial_test_request": False, "seed": 0}
     ls["cost"] = {"coefficients": {"request_ingress_us": 0, "output_token_us": 0}}
-    w(name, {"csv": f"data/published/{name}.csv", "gpu": f"{bundle} rtx-pro-6000",
-             "about": LS_ABOUT.format(model=card, gpus="one" if tp == 1 else "two (TP 2, PCIe)"),
-             "scenario": ls, "rows": [{"engine": "vllm-0.19.0", "load": "10", "knee": False}]})
+    w(name, {"csv": f"data/published/{name}.csv", "gpu": f"{count}x {gpu}", "about": about, "scenario": ls,
+             "rows": [{"engine": f"vllm-{version}", "load": "10", "knee": False}]})
+
+
+LS_SETUP = ("vLLM 0.19.0's AsyncLLM in-process on {gpus} RTX PRO 6000 Blackwell Server Edition, max_num_seqs 128, "
+            "max_num_batched_tokens 2048, other flags default (KV pool derived: not recorded)")
+for key, model, card, tp in [("llama31-8b_rtxpro6000", "llama-3.1-8b-instruct", "Llama-3.1-8B", 1),
+                             ("qwen3-32b_2xrtxpro6000", "qwen3-32b", "Qwen3-32B", 2)]:
+    ls_set(f"llmservingsim_{key}_vllm0190", "0.19.0", model, "rtx-pro-6000", tp,
+           LS_ABOUT.format(model=card, gpus="one" if tp == 1 else "two (TP 2, PCIe)"), max_num_seqs=128)
+# The lab's later run of the Qwen3-32B bundle (2026-09-26, commit 0d3de68, read through the code index): vLLM 0.28.0,
+# --disable-custom-all-reduce (NCCL all-reduces), gpu_memory_utilization 0.92 and the pool meta.json records.
+ls_set("llmservingsim_qwen3-32b_2xrtxpro6000_vllm0280_nccl", "0.28.0", "qwen3-32b", "rtx-pro-6000", 2,
+       LS_ABOUT.replace("at 5daddb2", "at 0d3de68 (read through the code index)").replace(
+           LS_SETUP, "vLLM 0.28.0's AsyncLLM in-process on two RTX PRO 6000 Blackwell Server Edition (TP 2, PCIe) with "
+                     "--disable-custom-all-reduce (NCCL all-reduces), max_num_seqs 128, max_num_batched_tokens 2048, "
+                     "gpu_memory_utilization 0.92 and the pool meta.json records (462,144 tokens), other flags default").format(
+           model="Qwen3-32B") + " The lab's later run of the same workload as the vLLM 0.19.0 set.",
+       max_num_seqs=128, gpu_memory_utilization=0.92, kv_cache_tokens=462144, disable_custom_all_reduce=True)
 # The same workload on one RTX 4090 (the lab's PR #59, 2026-08-20): max_num_seqs 256, max_model_len 32768 and the pool
 # meta.json records (2,588 blocks: 41,408 tokens, which binds). No kernel tables for the card: the L40S's, scaled.
-name = "llmservingsim_llama31-8b_rtx4090_vllm0190"
-trace = f"validation/published/{name}.trace.csv"
-ls = vllm("0.19.0", "llama-3.1-8b-instruct", "rtx-4090", max_num_seqs=256, max_num_batched_tokens=2048, max_model_len=32768,
-          kv_cache_tokens=41408)
-ls["workload"] = {"dataset_name": "trace", "trace": trace, "num_prompts": 300, "ignore_eos": True, "initial_test_request": False,
-                  "seed": 0}
-ls["cost"] = {"coefficients": {"request_ingress_us": 0, "output_token_us": 0}}
-w(name, {"csv": f"data/published/{name}.csv", "gpu": "1x rtx-4090",
-         "about": LS_ABOUT.replace("bench/examples/RTXPRO6000/", "bench/examples/RTX4090/").replace(
-             "vLLM 0.19.0's AsyncLLM in-process on {gpus} RTX PRO 6000 Blackwell Server Edition, max_num_seqs 128, max_num_batched_tokens "
-             "2048, other flags default (KV pool derived: not recorded)",
-             "vLLM 0.19.0's AsyncLLM in-process on one GeForce RTX 4090, max_num_seqs 256, max_num_batched_tokens 2048, "
-             "max_model_len 32768, the KV pool meta.json records (2,588 blocks, 41,408 tokens: it binds, vLLM's ticks "
-             "showing it 93-100% full), other flags default").format(model="Llama-3.1-8B") + " No kernel tables for the card: the L40S's, "
-             "scaled by the two cards' measured bf16 matmul peaks and their bandwidths.",
-         "scenario": ls, "rows": [{"engine": "vllm-0.19.0", "load": "10", "knee": False}]})
+ls_set("llmservingsim_llama31-8b_rtx4090_vllm0190", "0.19.0", "llama-3.1-8b-instruct", "rtx-4090", 1,
+       LS_ABOUT.replace("bench/examples/RTXPRO6000/", "bench/examples/RTX4090/").replace(
+           LS_SETUP, "vLLM 0.19.0's AsyncLLM in-process on one GeForce RTX 4090, max_num_seqs 256, max_num_batched_tokens 2048, "
+                     "max_model_len 32768, the KV pool meta.json records (2,588 blocks, 41,408 tokens: it binds, vLLM's ticks "
+                     "showing it 93-100% full), other flags default").format(model="Llama-3.1-8B")
+       + " No kernel tables for the card: the L40S's, scaled by the two cards' measured bf16 matmul peaks and their bandwidths.",
+       max_num_seqs=256, max_model_len=32768, kv_cache_tokens=41408)
 print("written")

@@ -662,6 +662,8 @@ pub struct ComposedCost {
     /// Steps of up to this many tokens fuse each all-reduce with the add + RMSNorm after it
     /// ([`ComposedCost::fuse_allreduce_rms`]); 0: none do.
     allreduce_rms_fused_up_to: u64,
+    /// TP's all-reduces on NCCL ([`ComposedCost::use_nccl_all_reduce`]), not the custom kernel.
+    nccl_all_reduce: bool,
     /// The expected wait for the slowest rank at each collective, µs (0 without TP).
     skew_us: f64,
     /// The decode batch a step's decodes are timed at, per decode, in a step with prefill
@@ -1228,6 +1230,7 @@ impl ComposedCost {
             fused_quant_us_per_token,
             norm_us_per_token: norm_elems * act_bytes * us_per_byte,
             allreduce_rms_fused_up_to: 0,
+            nccl_all_reduce: false,
             layer_small_kernels: (ELEMENTWISE_OPS_PER_LAYER, 0.0),
             skew_us: collective_skew_us(tp),
             mixed_decode_batch_per_decode: 1,
@@ -1307,9 +1310,15 @@ impl ComposedCost {
             }
         };
         self.allreduce = AllReduce::Table(curve);
+        self.nccl_all_reduce = true;
         self.source =
             format!("{}; TP all-reduces on NCCL (disable_custom_all_reduce), {from} nccl-tests table", self.source);
         Ok(())
+    }
+
+    /// Whether TP's all-reduces are timed as NCCL's ([`ComposedCost::use_nccl_all_reduce`]).
+    pub fn all_reduce_on_nccl(&self) -> bool {
+        self.nccl_all_reduce
     }
 
     /// [`vllm_fa2_unpacked_mixed_decodes`]: a step with a prefill chunk of two tokens or more
