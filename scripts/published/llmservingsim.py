@@ -25,11 +25,13 @@ This script reads one bundle and its workload from a checkout of that repository
   percentiles (p50, p90, p99) over the 300 requests, and the throughputs over the run (first
   queue entry to last token).
 
-    python3 scripts/published/llmservingsim.py CHECKOUT BUNDLE WORKLOAD TRACE_OUT ENGINE_LABEL
+    python3 scripts/published/llmservingsim.py CHECKOUT BUNDLE WORKLOAD TRACE_OUT ENGINE_LABEL [LOAD_KIND LOAD]
 
 e.g. `... /path/LLMServingSim bench/examples/RTXPRO6000/Llama-3.1-8B
 workloads/sharegpt-llama-3.1-8b-300-sps10.jsonl validation/published/x.trace.csv vllm-0.19.0`;
-the CSV row goes to stdout with the raw files' sha256 on stderr.
+the CSV row goes to stdout with the raw files' sha256 on stderr. LOAD_KIND and LOAD fill the
+row's `load_kind` and `concurrency_or_rate` (default `trace`); the committed rows were written
+with `'poisson_trace(10 req/s offered)' 10`.
 """
 import hashlib, json, statistics, sys
 from pathlib import Path
@@ -55,6 +57,7 @@ def lcp(a, b):
 
 def main():
     root, bundle, workload, trace_out, label = sys.argv[1:6]
+    load_kind, load = (sys.argv[6], sys.argv[7]) if len(sys.argv) > 7 else ("trace", "trace")
     root = Path(root)
     req_path = root / bundle / "vllm" / "requests.jsonl"
     wl_path = root / workload
@@ -113,13 +116,13 @@ def main():
             g = f"{gid[group[i]]},{plen[i]}" if plen[i] > 0 else ","
             f.write(f"{r['queued_ts'] - q0:.6f},{r['input_toks']},{r['output_toks']},{g}\n")
     ttft = [(r["first_token_ts"] - r["queued_ts"]) * 1e3 for r in R]
-    tpot = [(r["last_token_ts"] - r["first_token_ts"]) / (r["output_toks"] - 1) * 1e3 for r in R]
+    tpot = [(r["last_token_ts"] - r["first_token_ts"]) / max(1, r["output_toks"] - 1) * 1e3 for r in R]
     e2el = [(r["last_token_ts"] - r["queued_ts"]) * 1e3 for r in R]
     dur = max(r["last_token_ts"] for r in R) - q0
     tin = sum(r["input_toks"] for r in R)
     tout = sum(r["output_toks"] for r in R)
     f3 = lambda x: f"{x:.3f}"
-    row = [label, "trace", "trace", str(n), "sharegpt", "trace", f3(dur), str(n), str(tin), str(tout), f3(n / dur),
+    row = [label, load_kind, load, str(n), "sharegpt", "trace", f3(dur), str(n), str(tin), str(tout), f3(n / dur),
            f3(tout / dur), f3((tin + tout) / dur)]
     for xs in (ttft, tpot):
         row += [f3(statistics.mean(xs)), f3(pct(xs, 50)), f3(pct(xs, 99))]

@@ -886,15 +886,16 @@ pub fn wsl2_step_timing(spec: &SimSpec) -> Option<Caveat> {
 /// [`Caveat::id`] of [`pcie_tensor_parallel`].
 pub const PCIE_TENSOR_PARALLEL: &str = "pcie_tensor_parallel";
 
-/// An uncalibrated run with tensor parallelism over PCIe on the custom all-reduce kernel (a GPU
-/// card whose `interconnect` is `pcie`, TP > 1, not vLLM's `disable_custom_all_reduce`; a fleet:
-/// any such replica): its all-reduces are timed from aiconfigurator's table of that kernel,
-/// measured on one machine, and the corpus' PCIe TP runs (one machine, two RTX PRO 6000,
-/// Qwen3-32B) ran 26% slower than that timing with the custom kernel (vLLM 0.19.0, its default)
-/// and within 3.4% of servesim on NCCL (vLLM 0.28.0 with `--disable-custom-all-reduce`):
-/// VALIDATION.md §5, "The RTX PRO 6000 with vLLM". Which of the two runs' differences made it,
-/// one pair of runs cannot say, so nothing is charged; a vLLM host that falls back to NCCL
-/// itself (no peer-to-peer) is told to say so.
+/// An uncalibrated run with tensor parallelism over two PCIe GPUs on the custom all-reduce
+/// kernel (a GPU card whose `interconnect` is `pcie`, TP 2: past two PCIe GPUs vLLM never runs
+/// the kernel; not vLLM's `disable_custom_all_reduce`; a fleet: any such replica): its
+/// all-reduces are timed from aiconfigurator's table of that kernel, measured on one machine,
+/// and the corpus' PCIe TP runs (one machine, two RTX PRO 6000, Qwen3-32B) ran 26% slower than
+/// that timing with the custom kernel (vLLM 0.19.0, its default) and within 3.8% of servesim on
+/// NCCL (vLLM 0.28.0 with `--disable-custom-all-reduce`): VALIDATION.md §5, "The RTX PRO 6000
+/// with vLLM". The two runs also differ in release, and one pair of runs cannot say which
+/// difference made it, so nothing is charged; a vLLM host that falls back to NCCL itself (no
+/// peer-to-peer) is told to say so.
 pub fn pcie_tensor_parallel(spec: &SimSpec) -> Option<Caveat> {
     let custom = |c: &crate::cost::CostModel| {
         c.reference.is_none() && c.composed.as_ref().is_some_and(|k| !k.all_reduce_on_nccl())
@@ -906,11 +907,11 @@ pub fn pcie_tensor_parallel(spec: &SimSpec) -> Option<Caveat> {
             .iter()
             .filter(|r| {
                 let card = if r.gpu == spec.gpu.id { Some(&spec.gpu) } else { crate::builtin::gpu(&r.gpu) };
-                r.deployment.tensor_parallel_size > 1 && custom(&r.cost) && card.is_some_and(pcie)
+                r.deployment.tensor_parallel_size == 2 && custom(&r.cost) && card.is_some_and(pcie)
             })
             .map(|r| r.engine.engine_kind())
             .collect(),
-        None if spec.deployment.tensor_parallel_size > 1 && custom(&spec.cost) && pcie(&spec.gpu) => {
+        None if spec.deployment.tensor_parallel_size == 2 && custom(&spec.cost) && pcie(&spec.gpu) => {
             vec![spec.engine.engine_kind()]
         }
         None => Vec::new(),
@@ -928,12 +929,13 @@ pub fn pcie_tensor_parallel(spec: &SimSpec) -> Option<Caveat> {
     Some(Caveat {
         id: PCIE_TENSOR_PARALLEL,
         message: format!(
-            "tensor parallelism over PCIe on the custom all-reduce kernel: the all-reduces are timed from one \
-             machine's measured table of that kernel. The PCIe TP runs in servesim's validation corpus (one \
-             machine, two RTX PRO 6000, Qwen3-32B) stepped about 26% slower than this timing with the custom \
-             kernel (vLLM 0.19.0, its default) and came within 3.4% on NCCL (vLLM 0.28.0 with \
-             --disable-custom-all-reduce): VALIDATION.md section 5, \"The RTX PRO 6000 with vLLM\". Nothing \
-             is charged for it: calibrate on a run of this host before the figures decide hardware.{flag}"
+            "tensor parallelism over two PCIe GPUs on the custom all-reduce kernel: the all-reduces are timed \
+             from one machine's measured table of that kernel. The PCIe TP runs in servesim's validation corpus \
+             (one machine, two RTX PRO 6000, Qwen3-32B) stepped about 26% slower than this timing with the \
+             custom kernel (vLLM 0.19.0, its default) and came within 3.8% on NCCL (vLLM 0.28.0 with \
+             --disable-custom-all-reduce); the two runs also differ in release, so which difference made it is \
+             not known (VALIDATION.md section 5, \"The RTX PRO 6000 with vLLM\"). Nothing is charged for it: \
+             calibrate on a run of this host before the figures decide hardware.{flag}"
         ),
         desynchronised_mean_ttft_ms: None,
     })
@@ -2022,8 +2024,8 @@ mod tests {
     }
 
     /// Tensor parallelism over PCIe on the custom all-reduce says that its all-reduces are one
-    /// machine's table: TP 2 on an RTX PRO 6000 (PCIe), not TP 1 there, not on NCCL, not TP 2 on
-    /// an H100 SXM (NVLink), not a calibrated run.
+    /// machine's table: TP 2 on an RTX PRO 6000 (PCIe), not TP 1 or 4 there, not on NCCL, not TP 2
+    /// on an H100 SXM (NVLink), not a calibrated run.
     #[test]
     fn tensor_parallelism_over_pcie_is_said() {
         let said = |spec: &SimSpec| pcie_tensor_parallel(spec).map(|c| c.message);
@@ -2039,7 +2041,10 @@ mod tests {
             )
         };
         let m = said(&tp("rtx-pro-6000", 2)).expect("TP 2 over PCIe");
-        assert!(m.contains("tensor parallelism over PCIe") && m.contains("disable_custom_all_reduce: true"), "{m}");
+        assert!(
+            m.contains("tensor parallelism over two PCIe GPUs") && m.contains("disable_custom_all_reduce: true"),
+            "{m}"
+        );
         let nccl = spec_with(
             "rtx5090-qwen2.5-7b-vllm",
             &[
@@ -2052,6 +2057,7 @@ mod tests {
         );
         assert_eq!(said(&nccl), None, "NCCL's all-reduce: the kernel the caveat is about is not run");
         assert_eq!(said(&tp("rtx-pro-6000", 1)), None);
+        assert_eq!(said(&tp("rtx-pro-6000", 4)), None, "past two PCIe GPUs vLLM runs NCCL anyway");
         assert_eq!(said(&tp("h100-80gb", 2)), None);
         let mut calibrated = tp("rtx-pro-6000", 2);
         calibrated.cost.reference = Some([1.0; 6]);

@@ -534,12 +534,55 @@ fn disable_custom_all_reduce_times_tp_all_reduces_on_nccl() {
     let skew = ar(&custom, 128) - tables.allreduce(2).unwrap().at(128.0 * hidden) * 1e3;
     assert!(g.cost.source().contains("rtx_pro_6000_server's, scaled by pcie link bandwidth"), "{}", g.cost.source());
     assert!((ar(&g, 128) - (n + skew)).abs() < 1e-9, "{} against {}", ar(&g, 128), n + skew);
-    // An SGLang scenario with the vLLM flag is refused.
-    let s = sim::config::from_value(
-        serde_json::json!({"version": 1, "engine": {"kind": "sglang", "version": "0.5.5", "disable_custom_all_reduce": true},
-            "model": "qwen3-8b", "hardware": "h100-80gb", "workload": {"num_prompts": 2}}),
+    // Past two PCIe GPUs vLLM runs NCCL without the flag: nothing changes.
+    let (c4, n4) = (spec("rtx-pro-6000", 4, None), spec("rtx-pro-6000", 4, Some(true)));
+    assert_eq!(ar(&c4, 128), ar(&n4, 128));
+    assert!(n4.cost.source().contains("changes nothing over PCIe past two GPUs"), "{}", n4.cost.source());
+    // The steps of vLLM's all-reduce + RMSNorm fusion (H100, TP 2, 0.28: up to 64 MiB ÷ the
+    // hidden state's bytes) keep the table they had; the larger ones go to NCCL.
+    let h100 = |off: Option<bool>| {
+        let mut engine = serde_json::json!({"kind": "vllm", "version": "0.28.0", "tensor_parallel_size": 2});
+        if let Some(o) = off {
+            engine["disable_custom_all_reduce"] = o.into();
+        }
+        crate::common::spec(serde_json::json!({
+            "version": 1, "engine": engine, "model": "qwen3-8b", "hardware": {"gpu": "h100-80gb", "count": 2},
+            "workload": {"dataset_name": "random", "random_input_len": 512, "random_output_len": 64, "num_prompts": 8, "ignore_eos": true}
+        }))
+    };
+    let (hc, hn) = (h100(None), h100(Some(true)));
+    let fused = sim::config::vllm_allreduce_rms_fusion_max_tokens(
+        sim::engine::Version::new(0, 28, 0),
+        &hc.gpu,
+        2,
+        true,
+        4096 * 2,
+    )
+    .expect("the fusion runs on an H100 at TP 2");
+    assert_eq!(ar(&hn, fused), ar(&hc, fused), "a fused step keeps FlashInfer's timing");
+    let h = sim::kernels::tables("h100_sxm", "vllm").unwrap();
+    let big = fused + 1;
+    let skew = ar(&hc, big) - h.allreduce(2).unwrap().at(big as f64 * 4096.0) * 1e3;
+    assert!((ar(&hn, big) - (h.nccl_all_reduce(2).unwrap().at(big as f64 * 4096.0) * 1e3 + skew)).abs() < 1e-9);
+    // The linear prior has no table to switch: the flag is refused there, naming itself.
+    let prior = sim::config::from_value(
+        serde_json::json!({"version": 1, "engine": {"kind": "vllm", "version": "0.19.0", "tensor_parallel_size": 2,
+            "disable_custom_all_reduce": true}, "model": "qwen3-8b", "hardware": {"gpu": "h100-80gb", "count": 2},
+            "workload": {"dataset_name": "random", "random_input_len": 64, "random_output_len": 8, "num_prompts": 2},
+            "cost": {"prior": {}}}),
         "",
     )
     .and_then(|s| sim::config::resolve(&s, &sim::builtin::resources().unwrap()).map(|_| ()));
-    assert!(s.is_err(), "a vLLM flag in an SGLang scenario");
+    let e = prior.expect_err("the linear prior ignores the kernel").to_string();
+    assert!(e.contains("engine.disable_custom_all_reduce") && e.contains("linear roofline prior"), "{e}");
+    // An SGLang scenario with the vLLM flag is refused.
+    let s = sim::config::from_value(
+        serde_json::json!({"version": 1, "engine": {"kind": "sglang", "version": "0.5.5", "disable_custom_all_reduce": true},
+            "model": "qwen3-8b", "hardware": "h100-80gb",
+            "workload": {"dataset_name": "random", "random_input_len": 64, "random_output_len": 8, "num_prompts": 2}}),
+        "",
+    )
+    .and_then(|s| sim::config::resolve(&s, &sim::builtin::resources().unwrap()).map(|_| ()));
+    let e = s.expect_err("a vLLM flag in an SGLang scenario").to_string();
+    assert!(e.contains("disable_custom_all_reduce") && e.contains("does not model it"), "{e}");
 }

@@ -106,6 +106,7 @@ pub(super) fn resolve_cost(
             ));
         }
     }
+    let engine_kernels_nccl = engine_kernels.nccl_all_reduce;
     let mut cost = CostModel::roofline(model, gpu, dep, &prior);
     if c.prior.is_none() {
         if let Some((provider, source)) = provider_for(gpu, engine, FALLBACK, None) {
@@ -131,6 +132,17 @@ pub(super) fn resolve_cost(
             }
             cost.composed = Some(std::sync::Arc::new(composed));
         }
+    }
+    // vLLM's --disable-custom-all-reduce switches a measured table; the linear prior times every
+    // all-reduce by one roofline of the link, the same for either kernel, so the flag would be
+    // dropped without a word.
+    if engine_kernels_nccl && dep.tensor_parallel_size > 1 && cost.composed.is_none() {
+        return Err(ConfigError::new(
+            "engine.disable_custom_all_reduce",
+            "the linear roofline prior (cost.prior, or a card with kernel_tables \"none\") times every all-reduce \
+             by one roofline of the link, whichever kernel runs: the flag would change nothing. Drop cost.prior for \
+             the composed cost from measured tables, or drop the flag",
+        ));
     }
     // The prior, linear and composed, as the time-scaled engine runs it (nothing at 1).
     cost.scale_time(scale);

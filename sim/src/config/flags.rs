@@ -391,6 +391,10 @@ const VLLM_COUNTERPARTS: &[(&str, &str)] = &[
     ("tensor_parallel_size", "tp_size"),
     ("pipeline_parallel_size", "pp_size"),
     ("enforce_eager", "disable_cuda_graph"),
+    (
+        "disable_custom_all_reduce",
+        "disable_custom_all_reduce (SGLang has a flag of that name; servesim does not model it)",
+    ),
     ("moe_backend", "moe_runner_backend"),
     ("enable_expert_parallel", "ep_size (expert parallelism: not modelled in either engine)"),
 ];

@@ -664,6 +664,9 @@ pub struct ComposedCost {
     allreduce_rms_fused_up_to: u64,
     /// TP's all-reduces on NCCL ([`ComposedCost::use_nccl_all_reduce`]), not the custom kernel.
     nccl_all_reduce: bool,
+    /// With NCCL's all-reduces, the table the steps of vLLM's all-reduce + RMSNorm fusion keep
+    /// (FlashInfer's fused kernel, which the flag does not turn off; timed as before).
+    fused_allreduce: Option<Curve>,
     /// The expected wait for the slowest rank at each collective, µs (0 without TP).
     skew_us: f64,
     /// The decode batch a step's decodes are timed at, per decode, in a step with prefill
@@ -1231,6 +1234,7 @@ impl ComposedCost {
             norm_us_per_token: norm_elems * act_bytes * us_per_byte,
             allreduce_rms_fused_up_to: 0,
             nccl_all_reduce: false,
+            fused_allreduce: None,
             layer_small_kernels: (ELEMENTWISE_OPS_PER_LAYER, 0.0),
             skew_us: collective_skew_us(tp),
             mixed_decode_batch_per_decode: 1,
@@ -1283,10 +1287,23 @@ impl ComposedCost {
     /// embedding's) on NCCL, timed from `provider`'s nccl-tests `all_reduce` table, or, for a
     /// GPU without tables, the same-link system's scaled by link bandwidth (as
     /// [`kernels::allreduce_by_link`] does for the custom kernel); the collective skew stays. An
-    /// error where no such table exists at this TP size. Nothing at TP 1. vLLM's all-reduce +
-    /// RMSNorm fusion (FlashInfer's own kernel) is left as the release and GPU decide it.
+    /// error where no such table exists at this TP size. Nothing at TP 1, nor over PCIe past two
+    /// GPUs, where vLLM runs NCCL without the flag. vLLM's all-reduce + RMSNorm fusion
+    /// (FlashInfer's own kernel) is left as the release and GPU decide it: its steps keep the
+    /// table they had.
     pub fn use_nccl_all_reduce(&mut self, gpu: &GpuCard, provider: &Provider, tp: u32) -> Result<(), String> {
         if tp <= 1 || matches!(self.allreduce, AllReduce::None) {
+            return Ok(());
+        }
+        // Past two GPUs without NVLink between every pair vLLM never starts the custom kernel
+        // (`CustomAllreduce.__init__`: "not supported on more than two PCIe-only GPUs"), so the
+        // table, measured through vLLM's own all-reduce, already timed NCCL there.
+        if tp > 2 && gpu.interconnect.as_deref() == Some("pcie") {
+            self.nccl_all_reduce = true;
+            self.source = format!(
+                "{}; disable_custom_all_reduce changes nothing over PCIe past two GPUs (vLLM runs NCCL there anyway)",
+                self.source
+            );
             return Ok(());
         }
         let (curve, from) = match provider.nccl_all_reduce(tp) {
@@ -1309,6 +1326,11 @@ impl ComposedCost {
                 }
             }
         };
+        if self.allreduce_rms_fused_up_to > 0 {
+            if let AllReduce::Table(c) = &self.allreduce {
+                self.fused_allreduce = Some(c.clone());
+            }
+        }
         self.allreduce = AllReduce::Table(curve);
         self.nccl_all_reduce = true;
         self.source =
@@ -1388,7 +1410,13 @@ impl ComposedCost {
         let x = m as f64;
         match &self.allreduce {
             AllReduce::None => 0.0,
-            AllReduce::Table(c) => c.at(x * self.hidden) * 1e3 + self.skew_us,
+            AllReduce::Table(c) => {
+                let c = match &self.fused_allreduce {
+                    Some(f) if m <= self.allreduce_rms_fused_up_to => f,
+                    _ => c,
+                };
+                c.at(x * self.hidden) * 1e3 + self.skew_us
+            }
             AllReduce::Roofline { latency_us, us_per_elem } => {
                 latency_us + us_per_elem * x * self.hidden + self.skew_us
             }
