@@ -1272,12 +1272,17 @@ impl Provider {
         }
     }
 
-    /// The table the all-reduce comes from, where the GPU has its own.
-    pub fn allreduce(&self, tp: u32) -> Option<Curve> {
+    /// The GPU's own tables, where it has them (not another GPU's, scaled or taken by a roofline).
+    fn own(&self) -> Option<&'static Tables> {
         match self {
-            Provider::Table(t) => t.allreduce(tp),
+            Provider::Table(t) => Some(t),
             _ => None,
         }
+    }
+
+    /// The table the all-reduce comes from, where the GPU has its own.
+    pub fn allreduce(&self, tp: u32) -> Option<Curve> {
+        self.own()?.allreduce(tp)
     }
 
     /// The tables behind this provider: its own, the ones it scales, or the ones whose grids
@@ -1290,18 +1295,12 @@ impl Provider {
 
     /// NCCL's all-reduce from the GPU's own table, where it has one.
     pub fn nccl_all_reduce(&self, tp: u32) -> Option<Curve> {
-        match self {
-            Provider::Table(t) => t.nccl_all_reduce(tp),
-            _ => None,
-        }
+        self.own()?.nccl_all_reduce(tp)
     }
 
     /// The table NCCL's all-gather comes from, where the GPU has its own.
     pub fn all_gather(&self, tp: u32) -> Option<Curve> {
-        match self {
-            Provider::Table(t) => t.all_gather(tp),
-            _ => None,
-        }
+        self.own()?.all_gather(tp)
     }
 }
 

@@ -106,7 +106,6 @@ pub(super) fn resolve_cost(
             ));
         }
     }
-    let engine_kernels_nccl = engine_kernels.nccl_all_reduce;
     let mut cost = CostModel::roofline(model, gpu, dep, &prior);
     if c.prior.is_none() {
         if let Some((provider, source)) = provider_for(gpu, engine, FALLBACK, None) {
@@ -123,9 +122,8 @@ pub(super) fn resolve_cost(
                 attention_lane,
             )
             .map_err(|e| ConfigError::new("model.moe", e))?;
-            let nccl = engine_kernels.nccl_all_reduce;
             composed.apply_engine_kernels(engine_kernels);
-            if nccl {
+            if engine_kernels.nccl_all_reduce {
                 composed
                     .use_nccl_all_reduce(gpu, &provider, dep.tensor_parallel_size)
                     .map_err(|e| ConfigError::new("engine.disable_custom_all_reduce", e))?;
@@ -136,7 +134,7 @@ pub(super) fn resolve_cost(
     // vLLM's --disable-custom-all-reduce switches a measured table; the linear prior times every
     // all-reduce by one roofline of the link, the same for either kernel, so the flag would be
     // dropped without a word.
-    if engine_kernels_nccl && dep.tensor_parallel_size > 1 && cost.composed.is_none() {
+    if engine_kernels.nccl_all_reduce && dep.tensor_parallel_size > 1 && cost.composed.is_none() {
         return Err(ConfigError::new(
             "engine.disable_custom_all_reduce",
             "the linear roofline prior (cost.prior, or a card with kernel_tables \"none\") times every all-reduce \
