@@ -71,26 +71,6 @@ struct Row {
     complete: bool,
 }
 
-/// An RTX 4090 as WSL2 sees it, inline (servesim has no RTX 4090 card):
-/// only the memory enters the KV sizing. The total is the one the 0.27.1
-/// RTX 4090 / WSL2 log of the corpus prints, `Free memory on device
-/// (22.45/23.99 GiB)`: 24,564 MiB, the card's `nvidia-smi` total (a Windows
-/// deviceQuery shows the same 25,756,696,576 bytes, code-index file id
-/// 21212517407).
-fn rtx_4090_wsl2() -> Value {
-    json!({
-        "id": "rtx-4090-wsl2 (test only)",
-        "name": "NVIDIA GeForce RTX 4090",
-        "memory_bytes": 24_564u64 << 20,
-        "nvidia_smi_memory_mib": 24_564,
-        "memory_bandwidth_bytes_per_s": 1.008e12,
-        "dense_bf16_flops": 165.2e12,
-        "interconnect": "pcie",
-        "interconnect_bandwidth_bytes_per_s": 32.0e9,
-        "sources": ["kv_corpus.rs: memory only"]
-    })
-}
-
 /// A card as the Windows (WDDM) driver shows it under WSL2: CUDA's total is
 /// the `nvidia-smi` total (inferred for the RTX 5090 from the RTX 4090's
 /// WSL2 log, where the two are the same).
@@ -135,6 +115,7 @@ fn gpu_card(s: &str) -> Option<&'static str> {
         ("RTX 5090", "rtx-5090"),
         ("L40S", "l40s"),
         ("RTX PRO 6000", "rtx-pro-6000"),
+        ("RTX 4090", "rtx-4090"),
     ]
     .iter()
     .find(|(k, _)| s.contains(k))
@@ -146,6 +127,8 @@ fn model_card(hf: &str) -> Option<(&'static str, bool)> {
     let fp8 = h.contains("fp8");
     let table = [
         ("llama-3.1-8b-instruct", "llama-3.1-8b-instruct"),
+        // The base checkpoint: the same architecture and weights' shapes as the Instruct card.
+        ("llama-3.1-8b", "llama-3.1-8b-instruct"),
         ("llama-3.1-70b", "llama-3.1-70b-instruct"),
         ("llama-3.3-70b", "llama-3.3-70b-instruct"),
         ("qwen2.5-7b-instruct", "qwen2.5-7b-instruct"),
@@ -222,7 +205,6 @@ fn corpus() -> Vec<Result<Row, (usize, String, String)>> {
         let gpu = match gpu_card(get("gpu")) {
             Some(id) if wsl2 && engine == "vllm" => wddm_view(id),
             Some(id) => json!(id),
-            None if get("gpu").contains("RTX 4090") && wsl2 => rtx_4090_wsl2(),
             None => {
                 out.push(skip("no GPU card"));
                 continue;
