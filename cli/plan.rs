@@ -980,6 +980,13 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
     pb.finish_and_clear();
     if let Some(s) = slos.iter().find(|s| evaluated.iter().any(|e| e.error.is_none() && e.metric(&s.metric).is_none()))
     {
+        if Metric::parse(&s.metric).is_some() {
+            return Err(format!(
+                "--slo {}: {:?} has no value in some candidate plan's report: TPOT and ITL have none where every \
+                 output is one token (the one_token_outputs caveat), so the SLO judges nothing there",
+                s.text, s.metric
+            ));
+        }
         return Err(format!(
             "--slo {}: {:?} is not a numeric report key; see `servesim simulate --json`",
             s.text, s.metric

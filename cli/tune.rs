@@ -431,8 +431,9 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
             } else {
                 notes.push(format!(
                     "engine.{k} (the scenario's KV pool) holds in the configurations that leave {} as the scenario has \
-                     it; in the others the pool is derived from the memory fraction and the model and GPU cards \
-                     (an estimate; see README), as simulate --set does",
+                     it (or, for an engine flag, where the pool derived from memory comes out the same); in the others \
+                     the pool is derived from the memory fraction and the model and GPU cards (an estimate; see \
+                     README), as simulate --set does",
                     resized.join(", ")
                 ));
             }
@@ -508,10 +509,11 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
             RunOptions::default(),
         ),
     );
-    // Each metric named, typed: a report key whose value is a number.
+    // Each metric named, typed: a report key whose value is a number (as written: a TPOT of
+    // one-token outputs is a number the run cannot judge, `one_token_outputs`, not a wrong key).
     let numeric = |m: &String| -> Result<Metric, String> {
         Metric::parse(m)
-            .filter(|k| probe.metric(*k).is_some())
+            .filter(|k| probe.bench.num(*k).as_f64().is_some())
             .ok_or_else(|| format!("{m:?} is not a numeric report key; see `servesim simulate --json` for the keys"))
     };
     let slo_metrics: Vec<Metric> = slos

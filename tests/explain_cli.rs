@@ -135,6 +135,10 @@ fn explain_tests_a_larger_pool_only_with_room_for_more_requests() {
         "engine.max_model_len=10240",
         "--set",
         "engine.max_num_batched_tokens=16384",
+        // The scenario's pool (a larger token budget alone drops its pin: vLLM's profiled peak
+        // grows with it).
+        "--set",
+        "engine.num_gpu_blocks_override=641",
     ]);
     assert_eq!(e["kv_limited_concurrency"], 1, "{e:#}");
     let knob = e["knob"].as_str().unwrap();
@@ -147,7 +151,7 @@ fn explain_tests_a_larger_pool_only_with_room_for_more_requests() {
     assert!(s.contains("at most 1 ran at once"), "{s}");
     assert!(sentences(&e)[0].contains("holds 1 request at once"), "{}", sentences(&e)[0]);
     // A running cap as high as the limit: a larger pool alone runs no more; not tested, said so.
-    let e = explain(&[V, "--set", "engine.max_num_seqs=10"]);
+    let e = explain(&[V, "--set", "engine.max_num_seqs=10", "--set", "engine.num_gpu_blocks_override=641"]);
     let knob = e["knob"].as_str().unwrap();
     assert!(knob.contains("Whether a larger pool would move the knee was not tested"), "{knob}");
     assert!(!knob.contains("out of compute"), "{knob}");

@@ -640,8 +640,13 @@ fn a_pinned_pool_does_not_follow_the_setup_it_was_logged_for() {
             "{err}"
         );
     }
-    // Other knobs keep the pin.
-    let (_, same, err) = run(&["simulate", "--set", "engine.max_num_seqs=8", "--json"]);
+    // An engine flag the derived pool depends on drops the pin where it changes that pool (the
+    // running cap sizes vLLM's sampler peak and CUDA graphs: the audit of 2026-12-07), and keeps
+    // it where it does not (max_model_len, with chunked prefill on).
+    let (_, other, err) = run(&["simulate", "--set", "engine.max_num_seqs=8", "--json"]);
+    assert_ne!(kv(&other), kv(&pinned));
+    assert!(err.contains("engine.kv_cache_tokens was dropped") && err.contains("engine.max_num_seqs"), "{err}");
+    let (_, same, err) = run(&["simulate", "--set", "engine.max_model_len=8192", "--json"]);
     assert_eq!(kv(&same), kv(&pinned));
     assert!(!err.contains("was dropped"), "{err}");
     let (c, out, err) = run(&[
@@ -2163,4 +2168,67 @@ fn sglang_before_0_5_11_refuses_a_request_that_fills_the_context() {
     let (c, _, err) = run_at("0.5.23", "4607");
     assert_eq!(c, 2, "{err}");
     assert!(err.contains("exceeds engine.context_length 4607"), "{err}");
+}
+
+/// One-token outputs have no time between tokens: the keys read 0, as `vllm bench serve` prints
+/// them, but the run says why (the `one_token_outputs` caveat), and `tune` does not count a TPOT
+/// SLO met at "0.00 ms" (an audit, 2026-12-07: it picked a best configuration on it).
+#[test]
+fn one_token_outputs_have_no_tpot_to_judge() {
+    let (c, out, err) = run(&["simulate", "--random-output-len", "1", "--num-prompts", "4", "--json"]);
+    assert_eq!(c, 0, "{err}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(j["mean_tpot_ms"], 0.0, "vllm bench serve's key as it prints it");
+    assert!(j["caveats"].to_string().contains("one_token_outputs"), "{}", j["caveats"]);
+    let (_, out, _) = run(&["simulate", "--random-output-len", "2", "--num-prompts", "4", "--json"]);
+    let j: Value = serde_json::from_str(&out).unwrap();
+    assert!(!j["caveats"].to_string().contains("one_token_outputs"), "{}", j["caveats"]);
+    let (c, out, err) = run(&[
+        "tune",
+        "--vary",
+        "engine.max_num_seqs=8,16",
+        "--slo",
+        "mean_tpot_ms<=5",
+        "--set",
+        "workload.random_output_len=1",
+        "--set",
+        "workload.num_prompts=8",
+        "--set",
+        "workload.max_concurrency=4",
+        "--json",
+    ]);
+    assert_ne!(c, 0, "no configuration meets an SLO it cannot judge: {out}");
+    assert!(!out.contains("\"best\":{"), "{out}");
+    assert!(err.contains("none of the configurations"), "{err}");
+}
+
+/// A RoPE scaling type servesim does not know is refused, naming the field (an audit,
+/// 2026-12-07: `"bogus"` with factor 4 extended an inline card's context fourfold).
+#[test]
+fn an_unknown_rope_scaling_type_is_refused() {
+    let card = |rope: &str| {
+        format!(
+            r#"model={{"id": "m", "hf_repo": "x/y", "num_parameters": 8030261248, "num_layers": 32, "hidden_size": 4096,
+            "intermediate_size": 14336, "num_attention_heads": 32, "num_kv_heads": 8, "head_dim": 128,
+            "vocab_size": 128256, "dtype": "bfloat16", "max_position_embeddings": 8192, "rope_scaling": {rope}}}"#
+        )
+    };
+    let (c, _, err) = run(&["simulate", "--set", &card(r#"{"rope_type": "bogus", "factor": 4}"#)]);
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("model.rope_scaling.rope_type") && err.contains("\"bogus\""), "{err}");
+    let (c, _, err) = run(&["simulate", "--set", &card(r#"{"rope_type": "linear", "factor": 0.5}"#)]);
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("model.rope_scaling.factor"), "{err}");
+    let (c, _, err) = run(&[
+        "simulate",
+        "--set",
+        &card(r#"{"rope_type": "llama3", "factor": 8}"#),
+        "--set",
+        "engine.max_model_len=8192",
+        "--random-input-len",
+        "1024",
+        "--num-prompts",
+        "2",
+    ]);
+    assert_eq!(c, 0, "{err}");
 }

@@ -490,8 +490,39 @@ impl BenchReport {
     }
 }
 
+impl BenchReport {
+    /// Whether some completed request had more than one output token, so that TPOT and ITL
+    /// have values (`vllm bench serve` prints 0 for both where none has: [`one_token_outputs`]).
+    pub fn has_inter_token_times(&self) -> bool {
+        self.total_output_tokens > self.completed
+    }
+}
+
 impl Metrics for BenchReport {
     fn metric(&self, m: Metric) -> Option<f64> {
+        use Metric::*;
+        let inter_token = matches!(
+            m,
+            MeanTpotMs
+                | MedianTpotMs
+                | StdTpotMs
+                | P50TpotMs
+                | P90TpotMs
+                | P95TpotMs
+                | P99TpotMs
+                | MaxTpotMs
+                | MeanItlMs
+                | MedianItlMs
+                | StdItlMs
+                | P50ItlMs
+                | P90ItlMs
+                | P95ItlMs
+                | P99ItlMs
+                | MaxItlMs
+        );
+        if inter_token && !self.has_inter_token_times() {
+            return None;
+        }
         self.num(m).as_f64()
     }
     fn completed(&self) -> bool {
@@ -782,6 +813,28 @@ pub fn max_tokens_clamped(spec: &SimSpec, workload: &crate::workload::Workload) 
              server answers such a request with HTTP 400).",
             workload.requests.len()
         ),
+        desynchronised_mean_ttft_ms: None,
+    })
+}
+
+/// [`Caveat::id`] of [`one_token_outputs`].
+pub const ONE_TOKEN_OUTPUTS: &str = "one_token_outputs";
+
+/// Every timed request generates one output token: no request has a time between tokens, so
+/// TPOT and ITL are undefined. The report's keys read 0, as `vllm bench serve` prints them (its
+/// `np.mean(tpots or 0)`); said here, and an SLO or objective on them judges nothing
+/// ([`BenchReport::has_inter_token_times`]: `tune` counts such an SLO as not met). (Until
+/// 2026-12-07 a run of one-token outputs met any TPOT SLO at "0.00 ms", silently: an audit.)
+pub fn one_token_outputs(workload: &crate::workload::Workload) -> Option<Caveat> {
+    let all_one =
+        !workload.requests.is_empty() && workload.requests.iter().all(|r| r.output_len.min(r.max_tokens) <= 1);
+    all_one.then(|| Caveat {
+        id: ONE_TOKEN_OUTPUTS,
+        message: "every request generates one output token, so no request has a time between tokens: TPOT and ITL \
+                  are undefined here. Their keys read 0, as vllm bench serve prints them, and an SLO or objective on \
+                  them judges nothing (tune counts such an SLO as not met); time the first token with the TTFT \
+                  metrics."
+            .to_string(),
         desynchronised_mean_ttft_ms: None,
     })
 }
@@ -1298,6 +1351,7 @@ pub fn caveats(spec: &SimSpec, workload: &crate::workload::Workload) -> Vec<Cave
         .chain(chat_template_tokens(workload))
         .chain(prefix_repetition_rounded(spec))
         .chain(max_tokens_clamped(spec, workload))
+        .chain(one_token_outputs(workload))
         .chain(wsl2_pinned_memory(spec))
         .chain(wsl2_step_timing(spec))
         .chain(pcie_tensor_parallel(spec))

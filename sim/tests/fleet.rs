@@ -289,7 +289,8 @@ fn a_disaggregated_fleets_ttft_split_adds_up() {
 
 /// A pool pinned in tokens at the top level is that setup's: a group on another GPU, or with
 /// another TP size, derives its own from memory (it kept the RTX 5090's figure on H100s); a
-/// group changing nothing that sizes the pool keeps the pin, and a group's own pin wins.
+/// group changing a flag that sizes the pool (its running cap) derives its own too, and a group's
+/// own pin wins.
 #[test]
 fn a_group_on_other_hardware_does_not_inherit_a_pinned_pool() {
     let v = json!({"version": 1, "engine": {"kind": "vllm", "version": "0.28.0", "max_num_seqs": 128, "max_model_len": 32768,
@@ -304,19 +305,24 @@ fn a_group_on_other_hardware_does_not_inherit_a_pinned_pool() {
     let pools: Vec<u64> =
         spec(v.clone()).fleet.as_ref().unwrap().replicas.iter().map(|r| r.engine.kv_capacity_tokens()).collect();
     // The single engine's pools for the same setups, as --set hardware=… derives them.
-    let one = |hw: serde_json::Value, tp: u32| {
+    let one_with = |hw: serde_json::Value, tp: u32, seqs: u32| {
         let mut w = v.clone();
         w.as_object_mut().unwrap().remove("fleet");
         w["hardware"] = hw;
         w["engine"]["tensor_parallel_size"] = json!(tp);
+        w["engine"]["max_num_seqs"] = json!(seqs);
         w["engine"].as_object_mut().unwrap().remove("kv_cache_tokens");
         spec(w).engine.kv_capacity_tokens()
     };
+    let one = |hw: serde_json::Value, tp: u32| one_with(hw, tp, 128);
     assert_eq!(pools[0], 194880);
     assert_eq!(pools[1], one(json!("h100-80gb"), 1));
     assert_eq!(pools[2], one(json!({"gpu": "h100-80gb", "count": 2}), 2));
     assert!(pools[1] > 4 * pools[0] && pools[2] > 2 * pools[1], "{pools:?}");
-    assert_eq!(pools[3], 194880);
+    // A running cap sizes vLLM's sampler peak and CUDA graphs, so the group derives its pool
+    // (`config::POOL_FLAGS`; it kept the pin until 2026-12-07).
+    assert_eq!(pools[3], one_with(json!({"gpu": "rtx-5090", "host": "wsl2"}), 1, 64));
+    assert_ne!(pools[3], 194880);
     assert_eq!(pools[4], 99984); // 100,000 in whole 16-token blocks, less the null block
                                  // The text report's header names every card and how each pool was sized (it said
                                  // "6 x rtx-5090" for two RTX 5090s and four H100s).

@@ -78,7 +78,8 @@ pub const PINNED_POOL: [&str; 3] = ["kv_cache_tokens", "num_gpu_blocks_override"
 /// fraction, the model, the GPU (or its host), the TP size, the KV cache's or the weights'
 /// format, the engine or its release (each release sizes its pool by its own rules: vLLM 0.29's
 /// CUDA-graph estimate, 0.34's post-warmup sizing and 64-token blocks, SGLang's per-release
-/// reserves). A pinned pool (a start-up log's figure) is then another setup's.
+/// reserves), and the flags the memory account reads ([`POOL_FLAGS`]). A pinned pool (a
+/// start-up log's figure) is then another setup's.
 pub fn resizes_pool(path: &str) -> bool {
     let under = |root: &str| path == root || path.starts_with(&format!("{root}."));
     under("model")
@@ -94,7 +95,36 @@ pub fn resizes_pool(path: &str) -> bool {
             "engine.version",
         ]
         .contains(&path)
+        || path.strip_prefix("engine.").is_some_and(|f| POOL_FLAGS.contains(&f))
 }
+
+/// The engine flags (besides the memory fraction, TP size and formats) that the pool derived
+/// from memory depends on (`memory.rs`): vLLM's profiled activation peak at the token budget
+/// and its sampler's rows at `max_num_seqs` (the budget's default follows chunked prefill and
+/// `max_model_len` when it is off), its CUDA graphs' memory (`enforce_eager`, the capture sizes
+/// from `max_num_seqs` and the budget) and the pool rounded to whole blocks; SGLang's default
+/// `mem_fraction_static`, whose reserve grows with the prefill chunk, the CUDA-graph batch size
+/// (its default capped by `max_running_requests` from 0.5.22) and the piecewise graphs' token
+/// sizes, and the pool rounded to whole pages. Until 2026-12-07 a pinned pool held when these
+/// changed: `--set engine.max_num_batched_tokens=16384` kept the default scenario's 194,880
+/// tokens where the model derives 164,304 (a report-only audit).
+pub const POOL_FLAGS: [&str; 15] = [
+    "max_num_batched_tokens",
+    "max_num_seqs",
+    "enable_chunked_prefill",
+    "max_model_len",
+    "enforce_eager",
+    "block_size",
+    "chunked_prefill_size",
+    "max_prefill_tokens",
+    "cuda_graph_max_bs",
+    "max_running_requests",
+    "disable_cuda_graph",
+    "context_length",
+    "max_total_tokens",
+    "page_size",
+    "attention_backend",
+];
 
 /// Applies `--set` assignments as the command line does (the binary and the browser page alike):
 /// each with [`apply_set`]; one pool pin set replaces the scenario's other pins; a path that
@@ -145,8 +175,21 @@ pub fn apply_sets(json: &mut Value, sets: &[String]) -> std::result::Result<Vec<
         }
         got
     };
-    let resized: Vec<String> =
+    let mut resized: Vec<String> =
         sets.iter().map(path_of).filter(|p| resizes_pool(p) && at(&before, p) != at(json, p)).collect();
+    // A flag the pool depends on only in some setups (`POOL_FLAGS`: `max_model_len` only with
+    // chunked prefill off, SGLang's `max_running_requests` only from 0.5.22, a prefill chunk only
+    // under SGLang's default fraction): where every such change leaves the derived pool as it
+    // was, the pin (that pool as a log printed it) holds. Where the comparison cannot be made
+    // (a setup that does not resolve), the pin is dropped and the run says why.
+    let only_flags = resized.iter().all(|p| p.strip_prefix("engine.").is_some_and(|f| POOL_FLAGS.contains(&f)));
+    if !resized.is_empty() && only_flags {
+        if let (Some(a), Some(b)) = (derived_pool(&before), derived_pool(json)) {
+            if a == b {
+                resized.clear();
+            }
+        }
+    }
     // A memory fraction, model, GPU, TP size or KV format set is a what-if on the pool: the
     // scenario's pinned pool (a start-up log's figure for its own setup) would otherwise
     // override it silently. Unless the same assignments pin the pool too, the pin is dropped.
@@ -163,6 +206,34 @@ pub fn apply_sets(json: &mut Value, sets: &[String]) -> std::result::Result<Vec<
         }
     }
     Ok(dropped)
+}
+
+/// The KV pool in tokens that `json`'s setup derives from memory (its pinned pools removed,
+/// its workload and cost profile replaced by stand-ins the pool does not depend on), for
+/// [`apply_sets`]' comparison; `None` where that setup does not resolve.
+fn derived_pool(json: &Value) -> Option<u64> {
+    let mut v = json.clone();
+    let o = v.as_object_mut()?;
+    if let Some(e) = o.get_mut("engine").and_then(Value::as_object_mut) {
+        for k in PINNED_POOL {
+            e.remove(k);
+        }
+    }
+    o.insert(
+        "workload".into(),
+        serde_json::json!({"dataset_name": "random", "random_input_len": 1, "random_output_len": 1, "num_prompts": 1,
+                           "ignore_eos": true}),
+    );
+    o.remove("fleet");
+    if let Some(c) = o.get_mut("cost").and_then(Value::as_object_mut) {
+        c.remove("profile");
+    }
+    // The built-in cards, parsed once (`tune` compares two setups per configuration).
+    static BUILTIN: std::sync::OnceLock<Option<super::Resources>> = std::sync::OnceLock::new();
+    let res = BUILTIN.get_or_init(|| crate::builtin::resources().ok()).as_ref()?;
+    let scenario = super::scenario_from_value(v).ok()?;
+    let spec = super::resolve(&scenario, res).ok()?;
+    Some(spec.engine.kv_capacity_tokens())
 }
 
 #[cfg(test)]
@@ -189,6 +260,39 @@ mod set_value_tests {
         // Under the other name of the TP size, the same value is no change.
         let mut v = serde_json::json!({"engine": {"kind": "sglang", "tp_size": 2, "max_total_num_tokens": 5000}});
         assert_eq!(apply_sets(&mut v, &["engine.tensor_parallel_size=2".to_string()]).unwrap(), vec![]);
+    }
+
+    /// An engine flag the derived pool depends on drops a pinned pool where its new value
+    /// changes that pool (the report-only audit of 2026-12-07: `max_num_batched_tokens=16384`
+    /// kept the default scenario's pinned pool (194,880 tokens) where the model derives 164,304), and keeps
+    /// it where it does not (`max_model_len` with chunked prefill on; SGLang's prefill chunk
+    /// under a given `mem_fraction_static`).
+    #[test]
+    fn an_engine_flag_drops_the_pin_only_where_it_resizes_the_derived_pool() {
+        let scenario = |i: usize| -> Value { serde_json::from_str(crate::builtin::SCENARIOS[i].1).unwrap() };
+        let run = |i: usize, set: &str| {
+            let mut v = scenario(i);
+            let dropped = apply_sets(&mut v, &[set.to_string()]).unwrap();
+            (dropped, v)
+        };
+        // vLLM 0.28 on the RTX 5090 (the default scenario, pinned at 194,880 tokens).
+        let (dropped, v) = run(0, "engine.max_num_batched_tokens=16384");
+        assert_eq!(dropped, vec![("kv_cache_tokens".to_string(), "engine.max_num_batched_tokens".to_string())]);
+        assert!(v["engine"].get("kv_cache_tokens").is_none());
+        let (dropped, _) = run(0, "engine.max_num_seqs=512");
+        assert_eq!(dropped.len(), 1);
+        let (dropped, v) = run(0, "engine.max_model_len=8192");
+        assert_eq!(dropped, vec![], "max_model_len leaves vLLM's derived pool as it was");
+        assert_eq!(v["engine"]["kv_cache_tokens"], scenario(0)["engine"]["kv_cache_tokens"]);
+        // SGLang with its fraction given: the prefill chunk sizes no reserve.
+        let (dropped, v) = run(1, "engine.chunked_prefill_size=4096");
+        assert_eq!(dropped, vec![]);
+        assert_eq!(v["engine"]["max_total_num_tokens"], 210714);
+        // The same flag under SGLang's default fraction resizes the pool.
+        let mut v = scenario(1);
+        v["engine"].as_object_mut().unwrap().remove("mem_fraction_static");
+        let dropped = apply_sets(&mut v, &["engine.chunked_prefill_size=16384".to_string()]).unwrap();
+        assert_eq!(dropped.len(), 1, "{dropped:?}");
     }
 
     /// What was meant as JSON and is not (an object or list with a typo, a number past f64) is an
