@@ -548,6 +548,23 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
             let generated = sim::workload::generate(&spec.workload);
             let (scenario_in, scenario_out) = generated.mean_lengths();
             let [measured_in, measured_out] = r.mean_lengths(generated.requests.len() as u64);
+            // A result without the totals cannot be checked, and a run of other lengths would be
+            // fitted as the scenario's (an audit, 2026-12-07: a 1,024-token run fitted silently
+            // against 4,096-token prompts once its totals were deleted): said, not refused, since
+            // tables from blogs often publish no totals.
+            for (total, measured, scenario_mean) in [
+                ("total_input_tokens", &measured_in, scenario_in),
+                ("total_output_tokens", &measured_out, scenario_out),
+            ] {
+                if measured.is_none() {
+                    crate::load::warn_once(format!(
+                        "{}#{k}: no {total} (or no request count): the run's mean lengths cannot be checked against \
+                         the scenario's ({scenario_mean:.0} tokens on average); the fit takes them to be the scenario's, \
+                         so a run of other lengths would be read as the engine's speed",
+                        f.display()
+                    ));
+                }
+            }
             // The totals are exact: the room is for the two runs' length draws and a few tokens a
             // request (`calib::traps::mean_length_tolerance`; 25% until 2026-12-06).
             let lens =

@@ -338,6 +338,14 @@ fn jobs_of(path: &Path, root: &Path) -> Result<Vec<Job>, String> {
         }
         let engine = str_of(spec, "engine").ok_or_else(|| format!("{}: rows[{i}].engine: missing", path.display()))?;
         let load = str_of(spec, "load").ok_or_else(|| format!("{}: rows[{i}].load: missing", path.display()))?;
+        // A load is a concurrency or rate ("4", "inf") or a label; one that reads as a number
+        // must be one ("NaN" panicked the knee's sort: an audit, 2026-12-07).
+        if load.trim().parse::<f64>().is_ok_and(f64::is_nan) {
+            return Err(format!(
+                "{}: rows[{i}].load: {load:?} is not a number; expected a concurrency or rate (e.g. \"4\", \"inf\") or a label",
+                path.display()
+            ));
+        }
         let extra = spec.get("match").and_then(Value::as_object).cloned().unwrap_or_default();
         let row = rows
             .iter()
@@ -404,7 +412,7 @@ fn quantile(v: &[f64], q: f64) -> f64 {
         return f64::NAN;
     }
     let mut s = v.to_vec();
-    s.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    s.sort_by(f64::total_cmp);
     let x = (s.len() - 1) as f64 * q;
     let (lo, hi) = (x.floor() as usize, x.ceil() as usize);
     s[lo] + (x - lo as f64) * (s[hi] - s[lo])
@@ -915,13 +923,13 @@ pub fn run(a: ValidateArgs) -> Result<ExitCode, String> {
     for (g, pts) in &knee_series {
         // A knee needs a sweep: three loads at least (repeats of one load, a set's seeds, count once).
         let mut loads: Vec<f64> = pts.iter().map(|p| p.0).collect();
-        loads.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        loads.sort_by(f64::total_cmp);
         loads.dedup();
         if loads.len() < 3 {
             continue;
         }
         let mut pts = pts.clone();
-        pts.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap());
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
         let kp = |thr: fn(&KneeRow) -> (f64, f64)| {
             let v: Vec<sim::sweep::KneePoint> = pts
                 .iter()

@@ -535,6 +535,25 @@ fn offline_calibration_refuses_what_it_cannot_use() {
     assert!(o.status.success(), "{}", err(&o));
     let p: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     assert!(!p["traps"].to_string().contains("ordering"), "{}", p["traps"]);
+    // A point without its token totals cannot be checked against the scenario's lengths: it is
+    // fitted, and the run says so (an audit, 2026-12-07: a 1,024-token run was fitted silently
+    // as the scenario's 4,096 once its totals were deleted).
+    let bare = dir.join("bare.jsonl");
+    let no_totals = |j: &serde_json::Value| {
+        serde_json::Value::Object(
+            keys.iter().filter(|k| !k.starts_with("total_")).map(|k| (k.to_string(), j[*k].clone())).collect(),
+        )
+        .to_string()
+    };
+    std::fs::write(&bare, format!("{}\n{}\n", no_totals(&j), line(&at_rate))).unwrap();
+    let o = calibrate_from_results(&bare, scen, &out, &[]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(
+        err(&o).contains("#0: no total_input_tokens") && err(&o).contains("#0: no total_output_tokens"),
+        "{}",
+        err(&o)
+    );
+    assert!(!err(&o).contains("#1: no total_"), "{}", err(&o));
     // A profile whose prior was edited a thousandfold away from its fit is refused where used.
     let o = calibrate_from_results(&good, scen, &out, &[]);
     assert!(o.status.success(), "{}", err(&o));

@@ -118,7 +118,18 @@ pub fn model_card_from_config(c: &Value, source: &str, id: &str) -> std::result:
                 .or_else(|| o.get("type"))
                 .and_then(Value::as_str)
                 .ok_or_else(|| format!("{source}: rope_scaling: no rope_type (or type) string"))?;
+            if !sim::cards::ROPE_TYPES.contains(&kind) {
+                return Err(format!(
+                    "{source}: rope_scaling.rope_type: {kind:?} is not a RoPE scaling type servesim knows; expected one of {}",
+                    sim::cards::ROPE_TYPES.join(", ")
+                ));
+            }
             let factor = match o.get("factor").filter(|v| !v.is_null()) {
+                None if sim::cards::ROPE_TYPES_WITH_FACTOR.contains(&kind) => {
+                    return Err(format!(
+                        "{source}: rope_scaling.factor: missing; a {kind:?} scaling needs its factor (a number of at least 1)"
+                    ))
+                }
                 None => 1.0,
                 Some(v) => v.as_f64().filter(|f| f.is_finite() && *f >= 1.0).ok_or_else(|| {
                     format!("{source}: rope_scaling.factor: expected a number of at least 1, got {v}")

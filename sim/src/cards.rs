@@ -70,6 +70,17 @@ pub struct ModelCard {
     pub notes: Option<String>,
 }
 
+/// The `rope_scaling` types a card may carry: Hugging Face transformers' (`default`, `linear`,
+/// `dynamic`, `yarn`, `longrope`, `llama3`; `ROPE_INIT_FUNCTIONS`) and two older names configs
+/// still use (`su`, Phi-3's name of `longrope`; `mrope`, Qwen2-VL's, read as `default`). Another
+/// name is refused (`config::check_model_card`): vLLM's rule for the default context would not be
+/// known for it (an audit, 2026-12-07: `"bogus"` extended a context fourfold).
+pub const ROPE_TYPES: [&str; 8] = ["default", "linear", "dynamic", "yarn", "longrope", "llama3", "su", "mrope"];
+
+/// The `rope_scaling` types whose `factor` Hugging Face requires (`_validate_linear_scaling_rope_parameters`
+/// and its siblings: a float of at least 1).
+pub const ROPE_TYPES_WITH_FACTOR: [&str; 4] = ["linear", "dynamic", "yarn", "llama3"];
+
 /// A checkpoint's `rope_scaling` (Hugging Face `rope_type`, or the older `type`; `factor`;
 /// `original_max_position_embeddings`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

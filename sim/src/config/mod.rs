@@ -682,6 +682,24 @@ pub fn check_model_card(model: &ModelCard) -> Result<()> {
         }
         Some(_) => {}
     }
+    if let Some(r) = &model.rope_scaling {
+        if !crate::cards::ROPE_TYPES.contains(&r.rope_type.as_str()) {
+            return Err(ConfigError::new(
+                "model.rope_scaling.rope_type",
+                format!(
+                    "{:?} is not a RoPE scaling type servesim knows; expected one of {}",
+                    r.rope_type,
+                    crate::cards::ROPE_TYPES.join(", ")
+                ),
+            ));
+        }
+        if !(r.factor.is_finite() && r.factor >= 1.0) {
+            return Err(ConfigError::new(
+                "model.rope_scaling.factor",
+                format!("expected a number of at least 1, got {}", r.factor),
+            ));
+        }
+    }
     for (f, v) in [
         ("model.num_layers", model.num_layers),
         ("model.num_kv_heads", model.num_kv_heads),
