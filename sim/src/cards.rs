@@ -261,6 +261,14 @@ pub struct GpuCard {
     /// 450e9 of its 900 GB/s; PCIe 4.0 x16: 32e9).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interconnect_bandwidth_bytes_per_s: Option<f64>,
+    /// Whether two of these cards can reach each other's memory peer to peer (CUDA's
+    /// `cudaDeviceCanAccessPeer`). `false` for GeForce cards under NVIDIA's stock driver: vLLM
+    /// (`_can_p2p`, every modelled release) and SGLang (its IPC copy test) then turn their custom
+    /// all-reduce off and run NCCL, which moves the data through host memory
+    /// (`cost::ComposedCost::use_nccl_all_reduce`; the `no_peer_to_peer` caveat). Absent: peer
+    /// access, as on data-centre and workstation cards.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_to_peer: Option<bool>,
     /// Device memory as `nvidia-smi` reports it (MiB), which SGLang's defaults
     /// compare against; it counts memory the driver reserves, so it exceeds
     /// `memory_bytes`.

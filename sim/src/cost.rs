@@ -737,6 +737,7 @@ mod tests {
             measured_bf16_matmul_flops: None,
             interconnect: None,
             interconnect_bandwidth_bytes_per_s: None,
+            peer_to_peer: None,
             nvidia_smi_memory_mib: None,
             compute_capability: None,
             kernel_tables: None,

@@ -974,8 +974,8 @@ pub fn pcie_tensor_parallel(spec: &SimSpec) -> Option<Caveat> {
     }
     let flag = if kinds.contains(&EngineKind::Vllm) {
         " Where this host's vLLM runs NCCL instead (it turns the custom kernel off itself where GPUs cannot \
-         reach each other peer to peer, as GeForce cards and many virtual machines cannot), set \
-         engine.disable_custom_all_reduce: true."
+         reach each other peer to peer, as many virtual machines cannot; servesim's GeForce cards say so \
+         themselves, peer_to_peer false), set engine.disable_custom_all_reduce: true."
     } else {
         ""
     };
@@ -989,6 +989,44 @@ pub fn pcie_tensor_parallel(spec: &SimSpec) -> Option<Caveat> {
              --disable-custom-all-reduce); the two runs also differ in release, so which difference made it is \
              not known (VALIDATION.md section 5, \"The RTX PRO 6000 with vLLM\"). Nothing is charged for it: \
              calibrate on a run of this host before the figures decide hardware.{flag}"
+        ),
+        desynchronised_mean_ttft_ms: None,
+    })
+}
+
+/// [`Caveat::id`] of [`no_peer_to_peer`].
+pub const NO_PEER_TO_PEER: &str = "no_peer_to_peer";
+
+/// Tensor parallelism on a card without peer-to-peer access (`GpuCard::peer_to_peer` false: a
+/// GeForce card under NVIDIA's stock driver; a fleet: any such replica with TP > 1). vLLM and
+/// SGLang then turn their custom all-reduce off and run NCCL, as servesim does
+/// (`cost::NcclWhy::NoPeerToPeer`), but NCCL without peer access moves the data through host
+/// memory, and every NCCL table servesim has was measured with it: the card's sources put a
+/// copy without it at about 0.75-0.8 of the bandwidth and 14 µs of latency instead of under
+/// 2 µs. No NCCL all-reduce measured without peer access on two or four such cards was found
+/// (an 8-GPU RTX 4090 run across two sockets: 1.43 times slower at 128 MiB than the same
+/// machine with tinygrad's patched driver), so nothing is charged and the direction is said.
+pub fn no_peer_to_peer(spec: &SimSpec) -> Option<Caveat> {
+    let no_p2p = |g: &crate::cards::GpuCard| g.peer_to_peer == Some(false);
+    let hit: Option<&crate::cards::GpuCard> = match &spec.fleet {
+        Some(f) => f.replicas.iter().find_map(|r| {
+            let card = if r.gpu == spec.gpu.id { Some(&spec.gpu) } else { crate::builtin::gpu(&r.gpu) };
+            card.filter(|c| r.deployment.tensor_parallel_size > 1 && no_p2p(c))
+        }),
+        None => Some(&spec.gpu).filter(|g| spec.deployment.tensor_parallel_size > 1 && no_p2p(g)),
+    };
+    let g = hit?;
+    Some(Caveat {
+        id: NO_PEER_TO_PEER,
+        message: format!(
+            "tensor parallelism on {}, which has no peer-to-peer access under NVIDIA's stock driver: vLLM and SGLang \
+             turn their custom all-reduce off and run NCCL, and so does this run, but its NCCL timings were measured \
+             with peer-to-peer. Without it NCCL copies through host memory, which the card's sources put at about \
+             three quarters of the bandwidth and 14 µs of latency instead of under 2 µs; no all-reduce measured that \
+             way on two or four such cards was found, so nothing is charged: expect the all-reduces, and the steps at \
+             TP > 1, to be slower than these. With a driver patched for peer access, give an inline card with \
+             \"peer_to_peer\": true.",
+            g.id
         ),
         desynchronised_mean_ttft_ms: None,
     })
@@ -1355,6 +1393,7 @@ pub fn caveats(spec: &SimSpec, workload: &crate::workload::Workload) -> Vec<Cave
         .chain(wsl2_pinned_memory(spec))
         .chain(wsl2_step_timing(spec))
         .chain(pcie_tensor_parallel(spec))
+        .chain(no_peer_to_peer(spec))
         .chain(moe_timing(spec))
         .chain(moe_default_config(spec))
         .chain(unjudged_model(spec))
@@ -2116,6 +2155,53 @@ mod tests {
         let mut calibrated = tp("rtx-pro-6000", 2);
         calibrated.cost.reference = Some([1.0; 6]);
         assert_eq!(said(&calibrated), None);
+    }
+
+    /// TP on a card without peer access (the RTX 5090 and RTX 4090 under the stock driver): the
+    /// engines' NCCL fallback is what the run times (the cost source says why), the caveat says
+    /// its tables had peer access, and the custom kernel's caveat does not fire; an inline card
+    /// patched for peer access runs the custom kernel again; TP 1 says nothing.
+    #[test]
+    fn tensor_parallelism_without_peer_access_runs_nccl_and_says_so() {
+        let tp = |gpu: serde_json::Value, n: u32, kind: &str| {
+            let (id, tp_key) = if kind == "vllm" {
+                ("rtx5090-qwen2.5-7b-vllm", "tensor_parallel_size")
+            } else {
+                ("rtx5090-qwen2.5-7b-sglang", "tp_size")
+            };
+            let pin = if kind == "vllm" { "kv_cache_tokens" } else { "max_total_num_tokens" };
+            spec_with(
+                id,
+                &[
+                    ("hardware", "gpu", gpu),
+                    ("hardware", "count", n.into()),
+                    ("engine", tp_key, n.into()),
+                    ("engine", pin, serde_json::Value::Null),
+                ],
+            )
+        };
+        let on_nccl = |s: &SimSpec| s.cost.composed.as_ref().is_some_and(|k| k.all_reduce_on_nccl());
+        for kind in ["vllm", "sglang"] {
+            for gpu in ["rtx-5090", "rtx-4090"] {
+                let s = tp(gpu.into(), 2, kind);
+                assert!(on_nccl(&s), "{kind} {gpu}");
+                let source = &s.cost.composed.as_ref().unwrap().source;
+                assert!(source.contains("has no peer-to-peer access"), "{source}");
+                let m = no_peer_to_peer(&s).expect("said").message;
+                assert!(m.contains(gpu) && m.contains("measured with peer-to-peer"), "{m}");
+                assert_eq!(pcie_tensor_parallel(&s), None, "{kind} {gpu}: the custom kernel does not run");
+                assert_eq!(no_peer_to_peer(&tp(gpu.into(), 1, kind)), None);
+            }
+        }
+        // The same card with a driver patched for peer access.
+        let mut card = serde_json::to_value(crate::builtin::gpu("rtx-5090").unwrap()).unwrap();
+        card["peer_to_peer"] = true.into();
+        let s = tp(card, 2, "vllm");
+        assert!(!on_nccl(&s));
+        assert_eq!(no_peer_to_peer(&s), None);
+        assert!(pcie_tensor_parallel(&s).is_some());
+        // A data-centre PCIe card has peer access: the custom kernel, as before.
+        assert_eq!(no_peer_to_peer(&tp("rtx-pro-6000".into(), 2, "vllm")), None);
     }
 
     /// Every metric is written under its key, in [`Metric::ALL`]'s order, with the value

@@ -125,8 +125,14 @@ pub(super) fn resolve_cost(
             composed.apply_engine_kernels(engine_kernels);
             if engine_kernels.nccl_all_reduce {
                 composed
-                    .use_nccl_all_reduce(gpu, &provider, dep.tensor_parallel_size)
+                    .use_nccl_all_reduce(gpu, &provider, dep.tensor_parallel_size, crate::cost::NcclWhy::Flag)
                     .map_err(|e| ConfigError::new("engine.disable_custom_all_reduce", e))?;
+            } else if gpu.peer_to_peer == Some(false) {
+                // vLLM (`_can_p2p`) and SGLang (its IPC copy test) find no peer access and run
+                // NCCL: the card says so, no flag does.
+                composed
+                    .use_nccl_all_reduce(gpu, &provider, dep.tensor_parallel_size, crate::cost::NcclWhy::NoPeerToPeer)
+                    .map_err(|e| ConfigError::new("hardware.gpu.peer_to_peer", e))?;
             }
             cost.composed = Some(std::sync::Arc::new(composed));
         }

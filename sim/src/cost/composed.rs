@@ -622,6 +622,16 @@ impl GraphRule {
     }
 }
 
+/// Why TP's all-reduces run on NCCL ([`ComposedCost::use_nccl_all_reduce`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NcclWhy {
+    /// vLLM's `--disable-custom-all-reduce`.
+    Flag,
+    /// A card without peer-to-peer access (`GpuCard::peer_to_peer` false): the engines turn their
+    /// custom all-reduce off themselves.
+    NoPeerToPeer,
+}
+
 /// The kernel-composed step cost of one deployment.
 #[derive(Debug)]
 pub struct ComposedCost {
@@ -1283,27 +1293,48 @@ impl ComposedCost {
         }
     }
 
-    /// vLLM with `--disable-custom-all-reduce`: TP's all-reduces (the layers' and the
-    /// embedding's) on NCCL, timed from `provider`'s nccl-tests `all_reduce` table, or, for a
-    /// GPU without tables, the same-link system's scaled by link bandwidth (as
-    /// [`kernels::allreduce_by_link`] does for the custom kernel); the collective skew stays. An
-    /// error where no such table exists at this TP size. Nothing at TP 1, nor over PCIe past two
-    /// GPUs, where vLLM runs NCCL without the flag. vLLM's all-reduce + RMSNorm fusion
-    /// (FlashInfer's own kernel) is left as the release and GPU decide it: its steps keep the
-    /// table they had.
-    pub fn use_nccl_all_reduce(&mut self, gpu: &GpuCard, provider: &Provider, tp: u32) -> Result<(), String> {
+    /// TP's all-reduces (the layers' and the embedding's) on NCCL instead of the engine's custom
+    /// kernel, for `why` (vLLM's `--disable-custom-all-reduce`, or a card without peer-to-peer
+    /// access, where vLLM and SGLang turn the custom kernel off themselves): timed from
+    /// `provider`'s nccl-tests `all_reduce` table, or, for a GPU without tables, the same-link
+    /// system's scaled by link bandwidth (as [`kernels::allreduce_by_link`] does for the custom
+    /// kernel); the collective skew stays. An error where no such table exists at this TP size.
+    /// Nothing at TP 1, nor over PCIe past two GPUs, where the engines run NCCL anyway (the table,
+    /// measured through vLLM's own all-reduce, timed NCCL there). vLLM's all-reduce + RMSNorm
+    /// fusion (FlashInfer's own kernel) is left as the release and GPU decide it: its steps keep
+    /// the table they had.
+    pub fn use_nccl_all_reduce(
+        &mut self,
+        gpu: &GpuCard,
+        provider: &Provider,
+        tp: u32,
+        why: NcclWhy,
+    ) -> Result<(), String> {
         if tp <= 1 || matches!(self.allreduce, AllReduce::None) {
             return Ok(());
         }
+        let reason = match why {
+            NcclWhy::Flag => "disable_custom_all_reduce".to_string(),
+            NcclWhy::NoPeerToPeer => format!(
+                "{} has no peer-to-peer access, so the engine turns its custom all-reduce off; the NCCL tables were measured \
+                 with peer-to-peer",
+                gpu.id
+            ),
+        };
         // Past two GPUs without NVLink between every pair vLLM never starts the custom kernel
         // (`CustomAllreduce.__init__`: "not supported on more than two PCIe-only GPUs"), so the
         // table, measured through vLLM's own all-reduce, already timed NCCL there.
         if tp > 2 && gpu.interconnect.as_deref() == Some("pcie") {
             self.nccl_all_reduce = true;
-            self.source = format!(
-                "{}; disable_custom_all_reduce changes nothing over PCIe past two GPUs (vLLM runs NCCL there anyway)",
-                self.source
-            );
+            self.source = match why {
+                NcclWhy::Flag => format!(
+                    "{}; disable_custom_all_reduce changes nothing over PCIe past two GPUs (vLLM runs NCCL there anyway)",
+                    self.source
+                ),
+                NcclWhy::NoPeerToPeer => {
+                    format!("{}; TP all-reduces on NCCL, as over PCIe past two GPUs anyway ({reason})", self.source)
+                }
+            };
             return Ok(());
         }
         let (curve, from) = match provider.nccl_all_reduce(tp) {
@@ -1319,7 +1350,7 @@ impl ComposedCost {
                     None => {
                         return Err(format!(
                             "no measured NCCL all-reduce table over {tp} GPUs for {} ({kind} link): \
-                             disable_custom_all_reduce cannot be timed",
+                             TP all-reduces on NCCL ({reason}) cannot be timed",
                             gpu.id
                         ))
                     }
@@ -1333,8 +1364,7 @@ impl ComposedCost {
         }
         self.allreduce = AllReduce::Table(curve);
         self.nccl_all_reduce = true;
-        self.source =
-            format!("{}; TP all-reduces on NCCL (disable_custom_all_reduce), {from} nccl-tests table", self.source);
+        self.source = format!("{}; TP all-reduces on NCCL ({reason}), {from} nccl-tests table", self.source);
         Ok(())
     }
 
@@ -1704,6 +1734,7 @@ pub fn leave_one_gpu_out() -> Vec<LogoRow> {
                 measured_bf16_matmul_flops: None,
                 interconnect: None,
                 interconnect_bandwidth_bytes_per_s: None,
+                peer_to_peer: None,
                 nvidia_smi_memory_mib: None,
                 compute_capability: kernels::system_capability(system).map(|(a, b)| format!("{a}.{b}")),
                 kernel_tables: None,
