@@ -558,7 +558,7 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
             ] {
                 if measured.is_none() {
                     crate::load::warn_once(format!(
-                        "{}#{k}: no {total} (or no request count): the run's mean lengths cannot be checked against \
+                        "{}#{k}: no {total} (or a request count of 0): the run's mean lengths cannot be checked against \
                          the scenario's ({scenario_mean:.0} tokens on average); the fit takes them to be the scenario's, \
                          so a run of other lengths would be read as the engine's speed",
                         f.display()

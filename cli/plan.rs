@@ -981,9 +981,15 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
     if let Some(s) = slos.iter().find(|s| evaluated.iter().any(|e| e.error.is_none() && e.metric(&s.metric).is_none()))
     {
         if Metric::parse(&s.metric).is_some() {
+            // TPOT and ITL have none where every output is one token; other keys where the engine
+            // has no such figure (num_retractions is SGLang's).
+            let why = if s.metric.contains("tpot") || s.metric.contains("itl") {
+                "TPOT and ITL have none where every output is one token (the one_token_outputs caveat)"
+            } else {
+                "the key is not reported for every engine or run (num_retractions is SGLang's)"
+            };
             return Err(format!(
-                "--slo {}: {:?} has no value in some candidate plan's report: TPOT and ITL have none where every \
-                 output is one token (the one_token_outputs caveat), so the SLO judges nothing there",
+                "--slo {}: {:?} has no value in some candidate plan's report: {why}, so the SLO judges nothing there",
                 s.text, s.metric
             ));
         }

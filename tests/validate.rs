@@ -219,6 +219,13 @@ fn a_malformed_validation_set_is_refused_naming_the_field() {
     // An empty cell is a metric the source does not give: the row runs on the rest.
     let (c, err) = validate("cell_empty", &rows(r#"["workload.max_concurrency=4"]"#), &csv(""));
     assert_eq!(c, 0, "{err}");
+    // A load that reads as a number must be one ("NaN" panicked the knee's sort: an audit,
+    // 2026-12-07).
+    let nan = r#"{"csv": "CSV", "gpu": "a100-80gb", "scenario": "scenarios/serve-small-vllm.json",
+        "rows": [{"engine": "vllm", "load": "NaN", "set": ["workload.max_concurrency=4"]}]}"#;
+    let (c, err) = validate("load_nan", nan, "engine,concurrency_or_rate,mean_ttft_ms\nvllm,NaN,100\n");
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("rows[0].load: \"NaN\" is not a number") && !err.contains("panicked"), "{err}");
 }
 
 /// `sim::report::JUDGED_DENSE_MODELS` (which dense runs carry no `unjudged_model` caveat) is the

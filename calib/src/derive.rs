@@ -553,6 +553,17 @@ mod tests {
         bad["rope_scaling"] = json!({"type": "yarn", "factor": "four"});
         let e = model_card_from_config(&bad, "config.json", "m").unwrap_err();
         assert!(e.contains("rope_scaling.factor"), "{e}");
+        // A type neither Hugging Face nor vLLM knows, and a linear scaling without its factor,
+        // are refused (an audit, 2026-12-07: "bogus" with factor 4 extended the context fourfold,
+        // and a missing factor was read as 1).
+        bad["rope_scaling"] = json!({"rope_type": "bogus", "factor": 4.0});
+        let e = model_card_from_config(&bad, "config.json", "m").unwrap_err();
+        assert!(e.contains("rope_scaling.rope_type") && e.contains("\"bogus\""), "{e}");
+        bad["rope_scaling"] = json!({"rope_type": "linear"});
+        let e = model_card_from_config(&bad, "config.json", "m").unwrap_err();
+        assert!(e.contains("rope_scaling.factor: missing"), "{e}");
+        bad["rope_scaling"] = json!({"type": "mrope", "mrope_section": [16, 24, 24]});
+        assert!(model_card_from_config(&bad, "config.json", "m").is_ok());
     }
 
     /// What a dense card cannot describe is refused naming the config key; what only looks like it

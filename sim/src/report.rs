@@ -1001,32 +1001,33 @@ pub const NO_PEER_TO_PEER: &str = "no_peer_to_peer";
 /// GeForce card under NVIDIA's stock driver; a fleet: any such replica with TP > 1). vLLM and
 /// SGLang then turn their custom all-reduce off and run NCCL, as servesim does
 /// (`cost::NcclWhy::NoPeerToPeer`), but NCCL without peer access moves the data through host
-/// memory, and every NCCL table servesim has was measured with it: the card's sources put a
-/// copy without it at about 0.75-0.8 of the bandwidth and 14 µs of latency instead of under
+/// memory, and every NCCL table servesim has was measured with it: the cards' sources put a
+/// copy without it at about 0.7-0.8 of the bandwidth and 11-20 µs of latency instead of under
 /// 2 µs. No NCCL all-reduce measured without peer access on two or four such cards was found
 /// (an 8-GPU RTX 4090 run across two sockets: 1.43 times slower at 128 MiB than the same
 /// machine with tinygrad's patched driver), so nothing is charged and the direction is said.
 pub fn no_peer_to_peer(spec: &SimSpec) -> Option<Caveat> {
-    let no_p2p = |g: &crate::cards::GpuCard| g.peer_to_peer == Some(false);
-    let hit: Option<&crate::cards::GpuCard> = match &spec.fleet {
-        Some(f) => f.replicas.iter().find_map(|r| {
-            let card = if r.gpu == spec.gpu.id { Some(&spec.gpu) } else { crate::builtin::gpu(&r.gpu) };
-            card.filter(|c| r.deployment.tensor_parallel_size > 1 && no_p2p(c))
-        }),
-        None => Some(&spec.gpu).filter(|g| spec.deployment.tensor_parallel_size > 1 && no_p2p(g)),
+    // What the run's own cost did (each replica's, inline cards included), not a card looked up
+    // by id: a review of 2026-12-07 found an inline card patched for peer access said and one
+    // without it missed; and nothing under the linear prior, whose all-reduce is the link's
+    // roofline, not NCCL's table.
+    let why = |c: &crate::cost::CostModel| c.composed.as_ref().and_then(|k| k.nccl_why());
+    let no_p2p = |c: &crate::cost::CostModel| why(c) == Some(crate::cost::NcclWhy::NoPeerToPeer);
+    let gpu: &str = match &spec.fleet {
+        Some(f) => f.replicas.iter().find(|r| no_p2p(&r.cost)).map(|r| r.gpu.as_str())?,
+        None => Some(spec.gpu.id.as_str()).filter(|_| no_p2p(&spec.cost))?,
     };
-    let g = hit?;
     Some(Caveat {
         id: NO_PEER_TO_PEER,
         message: format!(
             "tensor parallelism on {}, which has no peer-to-peer access under NVIDIA's stock driver: vLLM and SGLang \
              turn their custom all-reduce off and run NCCL, and so does this run, but its NCCL timings were measured \
              with peer-to-peer. Without it NCCL copies through host memory, which the card's sources put at about \
-             three quarters of the bandwidth and 14 µs of latency instead of under 2 µs; no all-reduce measured that \
+             0.7-0.8 of the bandwidth and 11-20 µs of latency instead of under 2 µs; no all-reduce measured that \
              way on two or four such cards was found, so nothing is charged: expect the all-reduces, and the steps at \
              TP > 1, to be slower than these. With a driver patched for peer access, give an inline card with \
              \"peer_to_peer\": true.",
-            g.id
+            gpu
         ),
         desynchronised_mean_ttft_ms: None,
     })
@@ -2202,6 +2203,33 @@ mod tests {
         assert!(pcie_tensor_parallel(&s).is_some());
         // A data-centre PCIe card has peer access: the custom kernel, as before.
         assert_eq!(no_peer_to_peer(&tp("rtx-pro-6000".into(), 2, "vllm")), None);
+        // An inline card of its own id without peer access is said by its id; vLLM's flag on such a
+        // card changes nothing of it (NCCL copies through host memory either way).
+        let mut mine = serde_json::to_value(crate::builtin::gpu("rtx-5090").unwrap()).unwrap();
+        mine["id"] = "my-5090".into();
+        let m = no_peer_to_peer(&tp(mine.clone(), 2, "vllm")).expect("said").message;
+        assert!(m.contains("my-5090"), "{m}");
+        let flagged = spec_with(
+            "rtx5090-qwen2.5-7b-vllm",
+            &[
+                ("hardware", "count", 2.into()),
+                ("engine", "tensor_parallel_size", 2.into()),
+                ("engine", "kv_cache_tokens", serde_json::Value::Null),
+                ("engine", "disable_custom_all_reduce", true.into()),
+            ],
+        );
+        assert!(no_peer_to_peer(&flagged).is_some());
+        // The linear prior times the all-reduce by the link's roofline, not NCCL's table: nothing said.
+        let prior = spec_with(
+            "rtx5090-qwen2.5-7b-vllm",
+            &[
+                ("hardware", "count", 2.into()),
+                ("engine", "tensor_parallel_size", 2.into()),
+                ("engine", "kv_cache_tokens", serde_json::Value::Null),
+                ("cost", "prior", serde_json::json!({})),
+            ],
+        );
+        assert_eq!(no_peer_to_peer(&prior), None);
     }
 
     /// Every metric is written under its key, in [`Metric::ALL`]'s order, with the value

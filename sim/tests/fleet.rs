@@ -301,7 +301,8 @@ fn a_group_on_other_hardware_does_not_inherit_a_pinned_pool() {
                    "fleet": {"replicas": [{"count": 1}, {"count": 1, "hardware": "h100-80gb"},
                                           {"count": 1, "hardware": {"gpu": "h100-80gb", "count": 2}, "engine": {"tensor_parallel_size": 2}},
                                           {"count": 1, "engine": {"max_num_seqs": 64}},
-                                          {"count": 1, "hardware": "h100-80gb", "engine": {"kv_cache_tokens": 100000}}]}});
+                                          {"count": 1, "hardware": "h100-80gb", "engine": {"kv_cache_tokens": 100000}},
+                                          {"count": 1, "engine": {"max_model_len": 8192, "enforce_eager": false}}]}});
     let pools: Vec<u64> =
         spec(v.clone()).fleet.as_ref().unwrap().replicas.iter().map(|r| r.engine.kv_capacity_tokens()).collect();
     // The single engine's pools for the same setups, as --set hardware=… derives them.
@@ -324,15 +325,18 @@ fn a_group_on_other_hardware_does_not_inherit_a_pinned_pool() {
     assert_eq!(pools[3], one_with(json!({"gpu": "rtx-5090", "host": "wsl2"}), 1, 64));
     assert_ne!(pools[3], 194880);
     assert_eq!(pools[4], 99984); // 100,000 in whole 16-token blocks, less the null block
-                                 // The text report's header names every card and how each pool was sized (it said
-                                 // "6 x rtx-5090" for two RTX 5090s and four H100s).
+                                 // Flags that leave the derived pool as it is (max_model_len with chunked prefill on, eager
+                                 // mode at its default) keep the pin, as `--set` does on one engine.
+    assert_eq!(pools[5], 194880);
+    // The text report's header names every card and how each pool was sized (it said
+    // "6 x rtx-5090" for two RTX 5090s and four H100s, before the test's third RTX 5090 group).
     let s = spec(v);
     let out = sim::simulate(&s, RunOptions::default());
     let text = sim::report::text(&s, &out, &Default::default());
     let header = text.lines().next().unwrap();
     assert!(
         header.contains(
-            "| 2 x rtx-5090 + 4 x h100-80gb | vllm 0.28.0 | KV pool from kv_cache_tokens or gpu_memory_utilization"
+            "| 3 x rtx-5090 + 4 x h100-80gb | vllm 0.28.0 | KV pool from kv_cache_tokens or gpu_memory_utilization"
         ),
         "{header}"
     );

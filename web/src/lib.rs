@@ -134,7 +134,8 @@ pub(crate) fn read_raw(req: &Request) -> Result<RawScenario, String> {
 }
 
 /// The binary's `load::apply_overrides`: the same `config::apply_sets` (a memory fraction, TP
-/// size or KV format drops a pinned pool, as the command the page prints does).
+/// size, KV format or an engine flag that changes the derived pool drops a pinned pool, as the
+/// command the page prints does).
 /// Returns the warnings the binary prints for the pinned pools it dropped (`cli/load.rs`).
 pub(crate) fn apply_overrides(
     raw: &mut RawScenario,

@@ -123,16 +123,35 @@ pub(super) fn resolve_cost(
             )
             .map_err(|e| ConfigError::new("model.moe", e))?;
             composed.apply_engine_kernels(engine_kernels);
-            if engine_kernels.nccl_all_reduce {
-                composed
-                    .use_nccl_all_reduce(gpu, &provider, dep.tensor_parallel_size, crate::cost::NcclWhy::Flag)
-                    .map_err(|e| ConfigError::new("engine.disable_custom_all_reduce", e))?;
-            } else if gpu.peer_to_peer == Some(false) {
-                // vLLM (`_can_p2p`) and SGLang (its IPC copy test) find no peer access and run
-                // NCCL: the card says so, no flag does.
-                composed
-                    .use_nccl_all_reduce(gpu, &provider, dep.tensor_parallel_size, crate::cost::NcclWhy::NoPeerToPeer)
-                    .map_err(|e| ConfigError::new("hardware.gpu.peer_to_peer", e))?;
+            // vLLM (`_can_p2p`) and SGLang (their IPC copy test) find no peer access on such a card
+            // and run NCCL, with or without vLLM's flag: the card says so, and that NCCL copies
+            // through host memory (the `no_peer_to_peer` caveat).
+            let why = if gpu.peer_to_peer == Some(false) {
+                Some(crate::cost::NcclWhy::NoPeerToPeer)
+            } else if engine_kernels.nccl_all_reduce {
+                Some(crate::cost::NcclWhy::Flag)
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                composed.use_nccl_all_reduce(gpu, &provider, dep.tensor_parallel_size, why).map_err(|e| {
+                    // The field to fix: the card's link where it gives none, else the flag or the card.
+                    let field = if gpu.interconnect.is_none() || gpu.interconnect_bandwidth_bytes_per_s.is_none() {
+                        "hardware.gpu.interconnect"
+                    } else if why == crate::cost::NcclWhy::Flag {
+                        "engine.disable_custom_all_reduce"
+                    } else {
+                        "hardware.gpu"
+                    };
+                    if field == "hardware.gpu.interconnect" {
+                        ConfigError::new(
+                            field,
+                            format!("{e}; give the card's interconnect (pcie or nvlink) and interconnect_bandwidth_bytes_per_s"),
+                        )
+                    } else {
+                        ConfigError::new(field, e)
+                    }
+                })?;
             }
             cost.composed = Some(std::sync::Arc::new(composed));
         }

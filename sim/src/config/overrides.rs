@@ -179,16 +179,13 @@ pub fn apply_sets(json: &mut Value, sets: &[String]) -> std::result::Result<Vec<
         sets.iter().map(path_of).filter(|p| resizes_pool(p) && at(&before, p) != at(json, p)).collect();
     // A flag the pool depends on only in some setups (`POOL_FLAGS`: `max_model_len` only with
     // chunked prefill off, SGLang's `max_running_requests` only from 0.5.22, a prefill chunk only
-    // under SGLang's default fraction): where every such change leaves the derived pool as it
-    // was, the pin (that pool as a log printed it) holds. Where the comparison cannot be made
-    // (a setup that does not resolve), the pin is dropped and the run says why.
+    // under SGLang's default fraction): the pin (that pool as a log printed it) is dropped only
+    // where the new setup derives another pool from memory, or none (its error then says why).
+    // Where the scenario's own setup derives none (a card vLLM 0.33's sizing refuses, whose error
+    // asks for a pin), the pin is what lets the run start, and it holds (a review, 2026-12-07).
     let only_flags = resized.iter().all(|p| p.strip_prefix("engine.").is_some_and(|f| POOL_FLAGS.contains(&f)));
-    if !resized.is_empty() && only_flags {
-        if let (Some(a), Some(b)) = (derived_pool(&before), derived_pool(json)) {
-            if a == b {
-                resized.clear();
-            }
-        }
+    if !resized.is_empty() && only_flags && !derived_pools_differ(&before, json) {
+        resized.clear();
     }
     // A memory fraction, model, GPU, TP size or KV format set is a what-if on the pool: the
     // scenario's pinned pool (a start-up log's figure for its own setup) would otherwise
@@ -206,6 +203,17 @@ pub fn apply_sets(json: &mut Value, sets: &[String]) -> std::result::Result<Vec<
         }
     }
     Ok(dropped)
+}
+
+/// Whether the setup of scenario `after` (JSON) derives another KV pool from memory than that of
+/// `before` ([`derived_pool`]): false where `before` derives none (its pin is what lets it run),
+/// true where only `before` does (the new setup's own error then says why it cannot run).
+pub(crate) fn derived_pools_differ(before: &Value, after: &Value) -> bool {
+    match (derived_pool(before), derived_pool(after)) {
+        (None, _) => false,
+        (Some(x), Some(y)) => x != y,
+        (Some(_), None) => true,
+    }
 }
 
 /// The KV pool in tokens that `json`'s setup derives from memory (its pinned pools removed,
@@ -293,6 +301,21 @@ mod set_value_tests {
         v["engine"].as_object_mut().unwrap().remove("mem_fraction_static");
         let dropped = apply_sets(&mut v, &["engine.chunked_prefill_size=16384".to_string()]).unwrap();
         assert_eq!(dropped.len(), 1, "{dropped:?}");
+        // A setup that derives no pool of its own (vLLM 0.33 sizes none on a card without a
+        // compute capability, and its error asks for a pin): the pin is what lets it run, and a
+        // flag set beside it keeps it.
+        let mut card = serde_json::to_value(crate::builtin::gpu("h100-80gb").unwrap()).unwrap();
+        card.as_object_mut().unwrap().remove("compute_capability");
+        card["id"] = "h100-no-capability".into();
+        let mut v = scenario(0);
+        v["engine"]["version"] = "0.33.0".into();
+        v["engine"]["max_num_seqs"] = 1024.into();
+        v["engine"]["kv_cache_tokens"] = 400000.into();
+        v["hardware"] = serde_json::json!({"gpu": card});
+        assert_eq!(derived_pool(&v), None);
+        let dropped = apply_sets(&mut v, &["engine.max_num_seqs=512".to_string()]).unwrap();
+        assert_eq!(dropped, vec![]);
+        assert_eq!(v["engine"]["kv_cache_tokens"], 400000);
     }
 
     /// What was meant as JSON and is not (an object or list with a typo, a number past f64) is an

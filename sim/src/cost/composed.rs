@@ -672,8 +672,9 @@ pub struct ComposedCost {
     /// Steps of up to this many tokens fuse each all-reduce with the add + RMSNorm after it
     /// ([`ComposedCost::fuse_allreduce_rms`]); 0: none do.
     allreduce_rms_fused_up_to: u64,
-    /// TP's all-reduces on NCCL ([`ComposedCost::use_nccl_all_reduce`]), not the custom kernel.
-    nccl_all_reduce: bool,
+    /// TP's all-reduces on NCCL ([`ComposedCost::use_nccl_all_reduce`]), not the custom kernel,
+    /// and why.
+    nccl_all_reduce: Option<NcclWhy>,
     /// With NCCL's all-reduces, the table the steps of vLLM's all-reduce + RMSNorm fusion keep
     /// (FlashInfer's fused kernel, which the flag does not turn off; timed as before).
     fused_allreduce: Option<Curve>,
@@ -1243,7 +1244,7 @@ impl ComposedCost {
             fused_quant_us_per_token,
             norm_us_per_token: norm_elems * act_bytes * us_per_byte,
             allreduce_rms_fused_up_to: 0,
-            nccl_all_reduce: false,
+            nccl_all_reduce: None,
             fused_allreduce: None,
             layer_small_kernels: (ELEMENTWISE_OPS_PER_LAYER, 0.0),
             skew_us: collective_skew_us(tp),
@@ -1325,7 +1326,7 @@ impl ComposedCost {
         // (`CustomAllreduce.__init__`: "not supported on more than two PCIe-only GPUs"), so the
         // table, measured through vLLM's own all-reduce, already timed NCCL there.
         if tp > 2 && gpu.interconnect.as_deref() == Some("pcie") {
-            self.nccl_all_reduce = true;
+            self.nccl_all_reduce = Some(why);
             self.source = match why {
                 NcclWhy::Flag => format!(
                     "{}; disable_custom_all_reduce changes nothing over PCIe past two GPUs (vLLM runs NCCL there anyway)",
@@ -1363,13 +1364,18 @@ impl ComposedCost {
             }
         }
         self.allreduce = AllReduce::Table(curve);
-        self.nccl_all_reduce = true;
+        self.nccl_all_reduce = Some(why);
         self.source = format!("{}; TP all-reduces on NCCL ({reason}), {from} nccl-tests table", self.source);
         Ok(())
     }
 
     /// Whether TP's all-reduces are timed as NCCL's ([`ComposedCost::use_nccl_all_reduce`]).
     pub fn all_reduce_on_nccl(&self) -> bool {
+        self.nccl_all_reduce.is_some()
+    }
+
+    /// Why TP's all-reduces are timed as NCCL's, where they are.
+    pub fn nccl_why(&self) -> Option<NcclWhy> {
         self.nccl_all_reduce
     }
 
