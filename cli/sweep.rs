@@ -746,8 +746,11 @@ fn intervals_text(r: &SweepSeries, i: &SeriesIntervals, conc: &[u32]) -> String 
             cols.iter()
                 .map(|(_, k, prec)| {
                     use sim::report::Metrics as _;
-                    let v = p.metric(*k).unwrap_or(f64::NAN);
-                    with_interval(v, iv.intervals.get(k.key()), *prec)
+                    // A figure the run has none of (TPOT where every output is one token).
+                    match p.metric(*k) {
+                        Some(v) => with_interval(v, iv.intervals.get(k.key()), *prec),
+                        None => "n/a".to_string(),
+                    }
                 })
                 .collect()
         })
