@@ -518,7 +518,7 @@ fn parse_completion(body: &[u8], chat: bool, sh: &Shared) -> Result<Completion, 
         encode(&text, sh)?
     } else {
         let ids = |a: &Vec<Value>| -> Result<Vec<Segment>, Bad> {
-            id_segments(a).ok_or_else(|| bad("prompt: token ids must be non-negative integers"))
+            id_segments(a).ok_or_else(|| bad("prompt: token ids must be integers from 0 to 4294967295"))
         };
         match obj.get("prompt") {
             Some(Value::String(s)) => encode(s, sh)?,

@@ -15,6 +15,9 @@ pub const SGLANG_ACCEPTS_A_FULL_CONTEXT: Version = Version::new(0, 5, 11);
 /// never finish (vLLM would reject it, or preempt it forever).
 pub(super) fn check_requests_fit(spec: &SimSpec) -> Result<()> {
     let (max_prompt, max_total) = max_request_lengths(&spec.workload);
+    // The lengths saturate at u32::MAX: a total there is past it, not equal to it (an audit,
+    // 2026-12-07: a 4,294,967,295-token prompt was said to total 4,294,967,295).
+    let total_words = if max_total == u32::MAX { format!("over {}", u32::MAX) } else { max_total.to_string() };
     let field = match spec.workload.dataset {
         // The shared prefix named where it is the larger part of the prompt.
         Dataset::Random { input_len, prefix_len, .. } if prefix_len > input_len => "workload.random_prefix_len",
@@ -45,7 +48,7 @@ pub(super) fn check_requests_fit(spec: &SimSpec) -> Result<()> {
                     field,
                     format!(
                         "a request of up to {max_prompt} prompt tokens and {} total exceeds engine.max_model_len {} ({what}); shorten the requests or raise engine.max_model_len",
-                        max_total, c.max_model_len
+                        total_words, c.max_model_len
                     ),
                 ));
             }
@@ -73,7 +76,7 @@ pub(super) fn check_requests_fit(spec: &SimSpec) -> Result<()> {
                 return Err(ConfigError::new(
                     field,
                     format!(
-                        "a request of up to {max_prompt} prompt tokens and {max_total} total {how} engine.context_length {} (SGLang {} answers such a request with HTTP 400, which servesim does not model); shorten the requests or raise engine.context_length",
+                        "a request of up to {max_prompt} prompt tokens and {total_words} total {how} engine.context_length {} (SGLang {} answers such a request with HTTP 400, which servesim does not model); shorten the requests or raise engine.context_length",
                         c.context_length, c.version
                     ),
                 ));

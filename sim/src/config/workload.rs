@@ -176,7 +176,7 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
                         None => ConfigError::new(
                             format!("workload.trace[{i}].arrival_time"),
                             format!(
-                                "must be a time in seconds from 0 to {MAX_ARRIVAL_TIME_S} (one year), got {}",
+                                "must be a time in seconds from 0 to {MAX_ARRIVAL_TIME_S} (one year), got {:.3e}",
                                 r.arrival_time
                             ),
                         ),
