@@ -980,10 +980,10 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
     pb.finish_and_clear();
     if let Some(s) = slos.iter().find(|s| evaluated.iter().any(|e| e.error.is_none() && e.metric(&s.metric).is_none()))
     {
-        if Metric::parse(&s.metric).is_some() {
+        if let Some(m) = Metric::parse(&s.metric) {
             // TPOT and ITL have none where every output is one token; other keys where the engine
             // has no such figure (num_retractions is SGLang's).
-            let why = if s.metric.contains("tpot") || s.metric.contains("itl") {
+            let why = if m.is_inter_token() {
                 "TPOT and ITL have none where every output is one token (the one_token_outputs caveat)"
             } else {
                 "the key is not reported for every engine or run (num_retractions is SGLang's)"

@@ -235,6 +235,31 @@ impl Metric {
         Metric::ALL.iter().copied().find(|m| m.key() == key)
     }
 
+    /// A statistic of the times between a request's tokens (TPOT, ITL): none where every output
+    /// is one token ([`one_token_outputs`]).
+    pub fn is_inter_token(self) -> bool {
+        use Metric::*;
+        matches!(
+            self,
+            MeanTpotMs
+                | MedianTpotMs
+                | StdTpotMs
+                | P50TpotMs
+                | P90TpotMs
+                | P95TpotMs
+                | P99TpotMs
+                | MaxTpotMs
+                | MeanItlMs
+                | MedianItlMs
+                | StdItlMs
+                | P50ItlMs
+                | P90ItlMs
+                | P95ItlMs
+                | P99ItlMs
+                | MaxItlMs
+        )
+    }
+
     /// A setting of the run the report echoes (the load and the seed), not a result of it.
     pub fn is_setting(self) -> bool {
         use Metric::*;
@@ -500,27 +525,7 @@ impl BenchReport {
 
 impl Metrics for BenchReport {
     fn metric(&self, m: Metric) -> Option<f64> {
-        use Metric::*;
-        let inter_token = matches!(
-            m,
-            MeanTpotMs
-                | MedianTpotMs
-                | StdTpotMs
-                | P50TpotMs
-                | P90TpotMs
-                | P95TpotMs
-                | P99TpotMs
-                | MaxTpotMs
-                | MeanItlMs
-                | MedianItlMs
-                | StdItlMs
-                | P50ItlMs
-                | P90ItlMs
-                | P95ItlMs
-                | P99ItlMs
-                | MaxItlMs
-        );
-        if inter_token && !self.has_inter_token_times() {
+        if m.is_inter_token() && !self.has_inter_token_times() {
             return None;
         }
         self.num(m).as_f64()

@@ -136,20 +136,14 @@ pub(super) fn resolve_cost(
             if let Some(why) = why {
                 composed.use_nccl_all_reduce(gpu, &provider, dep.tensor_parallel_size, why).map_err(|e| {
                     // The field to fix: the card's link where it gives none, else the flag or the card.
-                    let field = if gpu.interconnect.is_none() || gpu.interconnect_bandwidth_bytes_per_s.is_none() {
-                        "hardware.gpu.interconnect"
+                    if gpu.interconnect.is_none() || gpu.interconnect_bandwidth_bytes_per_s.is_none() {
+                        let hint =
+                            "give the card's interconnect (pcie or nvlink) and interconnect_bandwidth_bytes_per_s";
+                        ConfigError::new("hardware.gpu.interconnect", format!("{e}; {hint}"))
                     } else if why == crate::cost::NcclWhy::Flag {
-                        "engine.disable_custom_all_reduce"
+                        ConfigError::new("engine.disable_custom_all_reduce", e)
                     } else {
-                        "hardware.gpu"
-                    };
-                    if field == "hardware.gpu.interconnect" {
-                        ConfigError::new(
-                            field,
-                            format!("{e}; give the card's interconnect (pcie or nvlink) and interconnect_bandwidth_bytes_per_s"),
-                        )
-                    } else {
-                        ConfigError::new(field, e)
+                        ConfigError::new("hardware.gpu", e)
                     }
                 })?;
             }

@@ -316,31 +316,28 @@ fn group_scenario(base: &Scenario, g: &ReplicaGroup, path: &str) -> Result<Scena
         if other_kind {
             merged = over.clone();
         } else {
-            let changed: Vec<&String> = over
+            let changed: Vec<String> = over
                 .iter()
                 .filter(|(k, v)| {
                     crate::config::resizes_pool(&format!("engine.{k}")) && merged.get(*k).unwrap_or(&Value::Null) != *v
                 })
-                .map(|(k, _)| k)
+                .map(|(k, _)| format!("engine.{k}"))
                 .collect();
-            let mut resized = other_hardware || !changed.is_empty();
-            // Engine flags the pool depends on only in some setups (`POOL_FLAGS`): as `--set` on
-            // one engine, the pin is dropped only where the group's setup derives another pool
-            // from memory (a group giving `max_model_len`, or `enforce_eager` at its default,
-            // dropped it; a review, 2026-12-07).
-            if resized
-                && !other_hardware
-                && changed.iter().all(|k| crate::config::overrides::POOL_FLAGS.contains(&k.as_str()))
-            {
-                let top = serde_json::to_value(&b).expect("serializable");
-                let mut group = top.clone();
-                if let Some(e) = group.get_mut("engine").and_then(Value::as_object_mut) {
-                    for (k, v) in &over {
-                        e.insert(k.clone(), v.clone());
+            // As `--set` on one engine (`overrides::paths_resize_pool`): an engine flag the pool
+            // depends on only in some setups drops the pin only where the group's setup derives
+            // another pool from memory (a group giving `max_model_len`, or `enforce_eager` at its
+            // default, dropped it; a review, 2026-12-07).
+            let resized = other_hardware
+                || (!changed.is_empty() && {
+                    let top = serde_json::to_value(&b).expect("serializable");
+                    let mut group = top.clone();
+                    if let Some(e) = group.get_mut("engine").and_then(Value::as_object_mut) {
+                        for (k, v) in &over {
+                            e.insert(k.clone(), v.clone());
+                        }
                     }
-                }
-                resized = crate::config::overrides::derived_pools_differ(&top, &group);
-            }
+                    crate::config::overrides::paths_resize_pool(&changed, &top, &group)
+                });
             if resized && !PINNED_POOL.iter().any(|k| over.get(*k).is_some_and(|v| !v.is_null())) {
                 for k in PINNED_POOL {
                     merged.remove(k);

@@ -183,8 +183,7 @@ pub fn apply_sets(json: &mut Value, sets: &[String]) -> std::result::Result<Vec<
     // where the new setup derives another pool from memory, or none (its error then says why).
     // Where the scenario's own setup derives none (a card vLLM 0.33's sizing refuses, whose error
     // asks for a pin), the pin is what lets the run start, and it holds (a review, 2026-12-07).
-    let only_flags = resized.iter().all(|p| p.strip_prefix("engine.").is_some_and(|f| POOL_FLAGS.contains(&f)));
-    if !resized.is_empty() && only_flags && !derived_pools_differ(&before, json) {
+    if !paths_resize_pool(&resized, &before, json) {
         resized.clear();
     }
     // A memory fraction, model, GPU, TP size or KV format set is a what-if on the pool: the
@@ -205,10 +204,19 @@ pub fn apply_sets(json: &mut Value, sets: &[String]) -> std::result::Result<Vec<
     Ok(dropped)
 }
 
+/// Whether changing `paths` (each a field [`resizes_pool`] names, set to another value) takes the
+/// setup `before` (scenario JSON) to one, `after`, with another KV pool: any path but an engine
+/// flag of [`POOL_FLAGS`] does; flags alone only where the derived pool differs
+/// ([`derived_pools_differ`]). `--set` ([`apply_sets`]) and a fleet's groups decide by it alike.
+pub(crate) fn paths_resize_pool<S: AsRef<str>>(paths: &[S], before: &Value, after: &Value) -> bool {
+    let flags_only = paths.iter().all(|p| p.as_ref().strip_prefix("engine.").is_some_and(|f| POOL_FLAGS.contains(&f)));
+    !paths.is_empty() && (!flags_only || derived_pools_differ(before, after))
+}
+
 /// Whether the setup of scenario `after` (JSON) derives another KV pool from memory than that of
 /// `before` ([`derived_pool`]): false where `before` derives none (its pin is what lets it run),
 /// true where only `before` does (the new setup's own error then says why it cannot run).
-pub(crate) fn derived_pools_differ(before: &Value, after: &Value) -> bool {
+fn derived_pools_differ(before: &Value, after: &Value) -> bool {
     match (derived_pool(before), derived_pool(after)) {
         (None, _) => false,
         (Some(x), Some(y)) => x != y,
