@@ -151,21 +151,15 @@ pub fn resolve(raw: &RawScenario) -> Result<(Scenario, SimSpec), String> {
         // The corrected composed cost against the card's roofline: what it takes per unit of
         // each term's work (`calib::profile::implied_per_unit_us`), below the floor only where
         // the correction takes the steps faster than the card can run them.
-        // The floor is the uncorrected composed cost's own figure where that is lower: a measured
-        // kernel's marginal time per unit can lie under the roofline while its whole time does not
-        // (decode attention's fixed latency at one token of context is hidden under the transfer at
-        // 32k: the RTX 5090's table reads 1.5 TB/s on average and 1.85 at the margin, on a
-        // 1.79 TB/s card), so a profile that reproduces the uncalibrated model exactly warned
-        // (an audit, 2026-12-07). Only a correction that takes a term below both is said.
-        let mut uncorrected = spec.cost.clone();
-        uncorrected.reference = None;
+        // Judged against the uncorrected measured-kernel cost's own figure where that is under
+        // the roofline (`calib::profile::roofline_bound`).
         for (name, floor) in ::calib::fit::roofline_floors(&spec) {
-            let (bound, what) = match (spec.cost.reference.is_some(), ::calib::profile::implied_per_unit_us(&uncorrected, name)) {
-                (true, Some(own)) if own < floor => (
-                    own * (1.0 - 1e-9),
-                    format!("the uncorrected measured-kernel cost's own ({own:.4e} µs, itself under the card's roofline floor of {floor:.4e} µs at the margin)"),
+            let (bound, own) = ::calib::profile::roofline_bound(&spec.cost, name, floor);
+            let what = match own {
+                Some(own) => format!(
+                    "the uncorrected measured-kernel cost's own ({own:.4e} µs, itself under the card's roofline floor of {floor:.4e} µs at the margin)"
                 ),
-                _ => (floor, format!("the hardware card's roofline floor ({floor:.4e} µs)")),
+                None => format!("the hardware card's roofline floor ({floor:.4e} µs)"),
             };
             if let Some(i) = ::calib::profile::implied_per_unit_us(&spec.cost, name).filter(|i| *i < bound) {
                 warn_once(format!(
