@@ -17,7 +17,10 @@ SIZES_MIB = [2, 4, 8, 16, 32, 64]
 
 
 def main(systems):
+    known = sorted(p.name for p in KERNELS.iterdir() if (p / "vllm" / "custom_allreduce.json").exists())
     for system in systems:
+        if system not in known:
+            sys.exit(f"allreduce_dispatch.py: no tables for system {system!r}; expected one of {', '.join(known)}")
         custom = json.loads((KERNELS / system / "vllm" / "custom_allreduce.json").read_text())
         nccl = json.loads((KERNELS / system / "nccl.json").read_text())
         print(f"{system}: vLLM {custom['release']} table (graph) / nccl-tests {nccl['release']}, us")
