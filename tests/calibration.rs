@@ -723,3 +723,48 @@ fn a_fleet_is_calibrated_as_its_replicas_deployment() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("hardware: a100-80gb (the scenario: h100-80gb)"), "{err}");
 }
+
+/// A finite-rate point whose throughput the rate cannot give is another load's run: every
+/// figure is excluded, and a fit left with nothing is an error that says why (the robustness
+/// audit of 2026-12-08: a concurrency-8 burst labelled 5 req/s, 19.2 req/s over 100 prompts, was
+/// fitted with no flag into a prefill cost 2.9× the true one, TTFT predictions +133%). Labelled
+/// with a rate that can give it, the point is used.
+#[test]
+fn a_rate_the_throughput_exceeds_is_flagged_and_excluded() {
+    let dir = scratch().join("rate-inconsistent");
+    std::fs::create_dir_all(&dir).unwrap();
+    let scen = "scenarios/serve-small-vllm.json";
+    let o = run_cli(&["simulate", scen, "--set", "workload.num_prompts=100", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let keys = ["mean_ttft_ms", "mean_tpot_ms", "mean_e2el_ms", "output_throughput", "max_concurrency", "num_prompts"];
+    let fit = |rate: f64| {
+        let mut r: serde_json::Map<String, serde_json::Value> =
+            keys.iter().map(|k| (k.to_string(), j[*k].clone())).collect();
+        r.insert("request_rate".into(), rate.into());
+        let path = dir.join(format!("r{rate}.json"));
+        std::fs::write(&path, serde_json::Value::Object(r).to_string()).unwrap();
+        let out = dir.join(format!("p{rate}.json"));
+        run_cli(&[
+            "calibrate",
+            "--from-results",
+            path.to_str().unwrap(),
+            "--scenario",
+            scen,
+            "--out",
+            out.to_str().unwrap(),
+        ])
+    };
+    let o = fit(5.0);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("no value left to fit")
+            && err.contains("above what a client sending 100 prompts at 5 req/s (burstiness 1) can complete"),
+        "{err}"
+    );
+    // 19.2 requests/s is what 100 prompts at 40 req/s can give: used.
+    let o = fit(40.0);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("can complete"));
+}
