@@ -36,11 +36,17 @@ const COLORS: [RGBColor; 6] = [
 
 /// Plots are SVG: a path that does not end in `.svg` is an error (before any run).
 pub fn check_path(path: &str) -> Result<(), String> {
-    if path.to_ascii_lowercase().ends_with(".svg") && path.len() > 4 {
-        Ok(())
-    } else {
-        Err(format!("--plot {path}: plots are written as SVG; give a file name ending in .svg"))
+    if !(path.to_ascii_lowercase().ends_with(".svg") && path.len() > 4) {
+        return Err(format!("--plot {path}: plots are written as SVG; give a file name ending in .svg"));
     }
+    // The folder it goes in, checked before anything runs (a missing one failed after the whole
+    // run, with the drawing library's "No such file or directory" and no report printed: the
+    // robustness audit of 2026-12-08, for simulate, sweep and tune; plan's own check until then).
+    let dir = std::path::Path::new(path).parent().filter(|d| !d.as_os_str().is_empty());
+    if let Some(d) = dir.filter(|d| !d.is_dir()) {
+        return Err(format!("--plot {path}: no folder {} to write it in", d.display()));
+    }
+    Ok(())
 }
 
 /// The KV-limited concurrency's line: a colour of its own (not the grid's grey).

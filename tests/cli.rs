@@ -524,10 +524,17 @@ fn plots_are_written_as_svg_with_the_knee_and_the_kv_limit_marked() {
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(std::fs::read_to_string(&tune).unwrap().contains("Pareto front"));
-    // An unwritable path is an error naming the flag.
-    let o = run_cli(&["simulate", "--plot", "/nonexistent-dir/x.svg"]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("--plot"));
+    // A path in no folder is an error naming the flag and the folder, before anything runs (it
+    // came after the whole run, in the drawing library's words, with no report printed).
+    for cmd in [&["simulate"][..], &["sweep", "--concurrency", "1,2"], &["tune", "--vary", "engine.max_num_seqs=8"]] {
+        let mut args = cmd.to_vec();
+        args.extend(["--plot", "/nonexistent-dir/x.svg"]);
+        let o = run_cli(&args);
+        assert_eq!(o.status.code(), Some(2), "{cmd:?}");
+        assert!(o.stdout.is_empty(), "{cmd:?}: nothing ran");
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(err.contains("--plot /nonexistent-dir/x.svg: no folder /nonexistent-dir to write it in"), "{err}");
+    }
 }
 
 /// The published RTX 5090 setup with SGLang 0.5.21 runs beside the vLLM one.
