@@ -48,36 +48,33 @@ pub fn read_raw(path: Option<&Path>) -> Result<RawScenario, String> {
 
 pub use sim::config::{resizes_pool, PINNED_POOL};
 
-/// Applies `--set` overrides (`config::apply_sets`: a memory fraction, model, GPU, TP size or KV
-/// format set drops the scenario's pinned pool, said here) and `--seed`.
+/// Applies `--set` overrides (`config::apply_sets`: a memory fraction or an engine flag the pool
+/// depends on moves a start-up log's pinned pool by what the derived pool moves; a model, GPU,
+/// TP size or KV format drops it; vLLM's `num_gpu_blocks_override` holds; each said here) and
+/// `--seed`.
 pub fn apply_overrides(raw: &mut RawScenario, sets: &[String], seed: Option<u64>) -> Result<(), String> {
-    for (k, resized) in apply_overrides_quietly(raw, sets, seed)? {
-        warn_once(format!(
-            "{}: engine.{k} was dropped: --set {resized} changes what the KV pool would be, so the pool is derived \
-             from the memory fraction and the model and GPU cards (an estimate; see README \"KV capacity from \
-             a memory fraction\"); pin it again with --set engine.{k}=N if you know it",
-            raw.origin
-        ));
+    for change in apply_overrides_quietly(raw, sets, seed)? {
+        warn_once(change.message(&raw.origin));
     }
     Ok(())
 }
 
-/// [`apply_overrides`] without its warning: the pins it dropped (`config::apply_sets`), for a
-/// caller that says so itself (`tune`, once for its grid).
+/// [`apply_overrides`] without its warning: what became of the pins (`config::apply_sets`), for
+/// a caller that says so itself (`tune`, once for its grid).
 pub fn apply_overrides_quietly(
     raw: &mut RawScenario,
     sets: &[String],
     seed: Option<u64>,
-) -> Result<Vec<(String, String)>, String> {
+) -> Result<Vec<config::PinChange>, String> {
     let path_of = |s: &String| s.split('=').next().unwrap_or("").trim().to_string();
     if seed.is_some() && sets.iter().any(|s| path_of(s) == "workload.seed") {
         return Err("--seed and --set workload.seed both give the workload's seed: give one".into());
     }
-    let dropped = config::apply_sets(&mut raw.json, sets)?;
+    let changes = config::apply_sets(&mut raw.json, sets)?;
     if let Some(seed) = seed {
         config::apply_set(&mut raw.json, &format!("workload.seed={seed}")).map_err(|e| format!("--seed: {e}"))?;
     }
-    Ok(dropped)
+    Ok(changes)
 }
 
 pub(crate) fn resolve_path(base: &Path, p: &str) -> PathBuf {
@@ -147,6 +144,10 @@ pub fn resolve(raw: &RawScenario) -> Result<(Scenario, SimSpec), String> {
         }
     }
     let spec = config::resolve(&scenario, &res).map_err(|e| format!("{origin}: {e}"))?;
+    // A fleet group that changes what the top level's pinned pool would be (as `--set` does).
+    for change in spec.fleet.iter().flat_map(|f| &f.pin_changes) {
+        warn_once(change.message(origin));
+    }
     if let (Some((path, _)), Some(_)) = (&fitted_on, &res.profile_prior) {
         // The corrected composed cost against the card's roofline: what it takes per unit of
         // each term's work (`calib::profile::implied_per_unit_us`), below the floor only where

@@ -398,10 +398,12 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
     let mut base = load::read_raw(a.scenario.as_deref())?;
     load::apply_overrides(&mut base, &a.common.sets, a.common.seed)?;
     let mut notes = Vec::new();
-    // Varying the memory fraction, the model, the GPU, the TP size or the KV format means
-    // deriving the pool (`load::resizes_pool`), configuration by configuration as `simulate
-    // --set` does (`config::apply_sets`): a pool the scenario pins holds where those knobs keep
-    // the scenario's values and is derived elsewhere; a pool pinned on the command line (`--set
+    // Varying the memory fraction, an engine flag the pool depends on, the model, the GPU, the TP
+    // size or the KV format resizes the pool (`load::resizes_pool`), configuration by
+    // configuration as `simulate --set` does (`config::apply_sets`): a pool the scenario pins
+    // holds where those knobs keep the scenario's values, moves with the derived pool where only
+    // flags and the fraction differ, and is derived elsewhere (vLLM's `num_gpu_blocks_override`
+    // holds everywhere, as vLLM holds it); a pool pinned on the command line (`--set
     // engine.kv_cache_tokens=N`) holds in every configuration, as `simulate` with the same `--set`s
     // keeps it. (Until 2026-12-06 the pins were dropped once for the whole grid: the scenario's own
     // configuration ran on a derived pool, 10,240 tokens read as 1,080,608.)
@@ -428,14 +430,42 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
                      does not resize it (as simulate with the same --set's)",
                     resized.join(", ")
                 ));
-            } else {
+            } else if k == "num_gpu_blocks_override" {
                 notes.push(format!(
-                    "engine.{k} (the scenario's KV pool) holds in the configurations that leave {} as the scenario has \
-                     it (or, for an engine flag, where the pool derived from memory comes out the same); in the others \
-                     the pool is derived from the memory fraction and the model and GPU cards (an estimate; see \
-                     README), as simulate --set does",
+                    "engine.{k} holds in every configuration: vLLM uses it in place of its memory profile, so varying \
+                     {} does not resize the KV pool (--set engine.{k}=null derives the pool from memory)",
                     resized.join(", ")
                 ));
+            } else {
+                // An engine flag or the memory fraction moves the log's pool by what the derived
+                // pool moves; the rest take another setup's pool (`config::PinChange`).
+                let (moving, dropping): (Vec<&str>, Vec<&str>) = resized.iter().partition(|p| {
+                    p.strip_prefix("engine.").is_some_and(|f| sim::config::POOL_FLAGS.contains(&f))
+                        || ["engine.gpu_memory_utilization", "engine.mem_fraction_static"].contains(p)
+                });
+                let mut parts = vec![format!(
+                    "engine.{k} (the scenario's KV pool, a start-up log's figure) holds in the configurations that leave \
+                     {} as the scenario has it (or where the pool derived from memory comes out the same)",
+                    resized.join(", ")
+                )];
+                if !moving.is_empty() {
+                    parts.push(format!(
+                        "where {} {}{}, it moves by what the pool derived from memory moves, keeping the log's \
+                         offset from servesim's memory account",
+                        moving.join(", "),
+                        if moving.len() == 1 { "differs" } else { "differ" },
+                        if dropping.is_empty() { "" } else { " alone" }
+                    ));
+                }
+                if !dropping.is_empty() {
+                    parts.push(format!(
+                        "where {} {}, the pool is derived from the memory fraction and the model and GPU cards \
+                         (an estimate; see README)",
+                        dropping.join(", "),
+                        if dropping.len() == 1 { "differs" } else { "differ" }
+                    ));
+                }
+                notes.push(format!("{}, as simulate --set does", parts.join("; ")));
             }
         }
     }

@@ -593,16 +593,29 @@ fn an_engine_error_is_an_error_in_simulate_sweep_and_tune() {
 }
 
 /// A memory fraction given on the command line sizes the KV pool: the scenario's pinned pool (a
-/// start-up log's figure) is dropped and the run says so, instead of the fraction being silently
-/// ignored; pinned on the same command line, the pin stays.
+/// start-up log's figure) moves by what the pool derived from memory moves (the log's offset from
+/// servesim's memory account kept; until 2026-12-08 it was dropped and derived) and the run says
+/// so, instead of the fraction being silently ignored; pinned on the same command line, the pin
+/// stays.
 #[test]
-fn a_memory_fraction_set_on_the_command_line_replaces_a_pinned_pool() {
+fn a_memory_fraction_set_on_the_command_line_moves_a_pinned_pool() {
     let kv = |out: &str| serde_json::from_str::<Value>(out).unwrap()["kv_cache_tokens"].as_u64().unwrap();
     let (c0, pinned, _) = run(&["simulate", "--json"]);
-    let (c1, derived, err) = run(&["simulate", "--set", "engine.gpu_memory_utilization=0.95", "--json"]);
+    let (c1, moved, err) = run(&["simulate", "--set", "engine.gpu_memory_utilization=0.95", "--json"]);
     assert_eq!((c0, c1), (0, 0), "{err}");
-    assert_ne!(kv(&pinned), kv(&derived), "the fraction moves the pool");
-    assert!(err.contains("engine.kv_cache_tokens was dropped"), "{err}");
+    assert!(kv(&moved) > kv(&pinned), "the fraction moves the pool");
+    assert!(err.contains("engine.kv_cache_tokens moved from 194,896 to"), "{err}");
+    // The move is the derived pools' difference: the same fraction on the unpinned scenario.
+    let (_, derived_at, _) = run(&[
+        "simulate",
+        "--set",
+        "engine.kv_cache_tokens=null",
+        "--set",
+        "engine.gpu_memory_utilization=0.95",
+        "--json",
+    ]);
+    let (_, derived_base, _) = run(&["simulate", "--set", "engine.kv_cache_tokens=null", "--json"]);
+    assert_eq!(kv(&moved) - kv(&pinned), kv(&derived_at) - kv(&derived_base));
     let (c2, both, err2) = run(&[
         "simulate",
         "--set",
@@ -612,7 +625,7 @@ fn a_memory_fraction_set_on_the_command_line_replaces_a_pinned_pool() {
         "--json",
     ]);
     assert_eq!(c2, 0, "{err2}");
-    assert!(kv(&both) < 100_000 && !err2.contains("was dropped"), "{err2}");
+    assert!(kv(&both) < 100_000 && !err2.contains("moved from") && !err2.contains("was dropped"), "{err2}");
     let (c3, sg, err3) = run(&[
         "simulate",
         "scenarios/rtx5090-qwen2.5-7b-sglang.json",
@@ -621,7 +634,7 @@ fn a_memory_fraction_set_on_the_command_line_replaces_a_pinned_pool() {
         "--json",
     ]);
     assert_eq!(c3, 0, "{err3}");
-    assert!(kv(&sg) < 150_000 && err3.contains("engine.max_total_num_tokens was dropped"), "{err3}");
+    assert!(kv(&sg) < 150_000 && err3.contains("engine.max_total_num_tokens moved from 210,714 to"), "{err3}");
 }
 
 /// A model, GPU, TP size or KV format set on the command line (or varied by `tune`) makes the
@@ -640,12 +653,12 @@ fn a_pinned_pool_does_not_follow_the_setup_it_was_logged_for() {
             "{err}"
         );
     }
-    // An engine flag the derived pool depends on drops the pin where it changes that pool (the
-    // running cap sizes vLLM's sampler peak and CUDA graphs: the audit of 2026-12-07), and keeps
-    // it where it does not (max_model_len, with chunked prefill on).
+    // An engine flag the derived pool depends on moves the pin where it changes that pool (the
+    // running cap sizes vLLM's sampler peak and CUDA graphs: the audit of 2026-12-07) by what the
+    // derived pool moves, and keeps it where it does not (max_model_len, with chunked prefill on).
     let (_, other, err) = run(&["simulate", "--set", "engine.max_num_seqs=8", "--json"]);
     assert_ne!(kv(&other), kv(&pinned));
-    assert!(err.contains("engine.kv_cache_tokens was dropped") && err.contains("engine.max_num_seqs"), "{err}");
+    assert!(err.contains("engine.kv_cache_tokens moved from") && err.contains("--set engine.max_num_seqs"), "{err}");
     let (_, same, err) = run(&["simulate", "--set", "engine.max_model_len=8192", "--json"]);
     assert_eq!(kv(&same), kv(&pinned));
     assert!(!err.contains("was dropped"), "{err}");
@@ -664,7 +677,7 @@ fn a_pinned_pool_does_not_follow_the_setup_it_was_logged_for() {
     // Per configuration, as simulate --set: the default's own GPU keeps its logged pool, the H100
     // derives one, and the note says so.
     assert!(
-        j["notes"].to_string().contains("engine.kv_cache_tokens (the scenario's KV pool) holds in the configurations that leave hardware as the scenario has it"),
+        j["notes"].to_string().contains("engine.kv_cache_tokens (the scenario's KV pool, a start-up log's figure) holds in the configurations that leave hardware as the scenario has it"),
         "{j}"
     );
     let pool = |gpu: &str| {
@@ -1246,10 +1259,12 @@ fn pool_pins_are_one_and_kept_unless_changed() {
         assert_eq!(out, base.1, "{set}");
         assert!(!err.contains("was dropped"), "{set}: {err}");
     }
-    // Another GPU: dropped, and said.
-    let (c, _, err) = run(&["simulate", s, "--json", "--set", "hardware=h100-80gb"]);
+    // Another GPU: vLLM's override holds there too (vLLM uses it in place of its memory
+    // profile), and the run says so; a start-up log's figure is dropped (another setup's).
+    let (c, out, err) = run(&["simulate", s, "--json", "--set", "hardware=h100-80gb"]);
     assert_eq!(c, 0, "{err}");
-    assert!(err.contains("engine.num_gpu_blocks_override was dropped"), "{err}");
+    assert!(err.contains("engine.num_gpu_blocks_override holds"), "{err}");
+    assert_eq!(serde_json::from_str::<Value>(&out).unwrap()["kv_cache_tokens"], 640 * 16);
     // 513 + 512 tokens compute 1,024: 64 blocks of 16, which 65 blocks (64 usable) hold. (vLLM
     // 0.20: from 0.21 a pinned pool must also hold one max_model_len request, 1,025 tokens here,
     // and 65 blocks do not, so vLLM would refuse to start.)
@@ -2272,4 +2287,82 @@ fn a_profile_that_reproduces_the_uncalibrated_model_is_not_below_the_roofline() 
     let (code, _, err) = use_it(&fast);
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("per unit of decode_kv_us's work, below the uncorrected measured-kernel cost's own"), "{err}");
+}
+
+/// Fixed step coefficients (`cost.coefficients`) are one deployment's costs: `--set` or `tune
+/// --vary` of the GPU, TP size, weight format or engine is refused, naming them, unless the
+/// same assignments give the cost (the robustness audit of 2026-12-08: `tune --vary
+/// hardware=a100-80gb,h100-80gb,rtx-4090,l40s` on `serve-small-vllm` drew four identical rows,
+/// all on the Pareto front); an engine flag still runs on them.
+#[test]
+fn fixed_step_coefficients_are_not_carried_to_another_deployment() {
+    let s = "scenarios/serve-small-vllm.json";
+    for set in ["hardware=h100-80gb", "engine.tensor_parallel_size=2", "engine.quantization=fp8"] {
+        let (c, _, err) = run(&["simulate", s, "--set", set]);
+        assert_eq!(c, 2, "{set}: {err}");
+        let path = set.split('=').next().unwrap();
+        assert!(err.contains(&format!("--set {path}: the scenario's step costs are fixed coefficients")), "{err}");
+    }
+    let (c, _, err) = run(&["simulate", s, "--set", "hardware=h100-80gb", "--set", "cost.coefficients=null"]);
+    assert_eq!(c, 0, "{err}");
+    let (c, _, err) = run(&["simulate", s, "--set", "engine.max_num_seqs=16"]);
+    assert_eq!(c, 0, "{err}");
+    let (c, out, err) = run(&["tune", s, "--vary", "hardware=a100-80gb,h100-80gb", "--json"]);
+    assert_eq!(c, 0, "{err}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    let inv = j["invalid"].as_array().unwrap();
+    assert_eq!(inv.len(), 1, "{j}");
+    assert_eq!(inv[0]["config"]["hardware"], "h100-80gb");
+    assert!(inv[0]["error"].as_str().unwrap().contains("fixed coefficients"), "{inv:?}");
+}
+
+/// `tune` sizes each configuration's pool as `simulate --set` does: vLLM's
+/// `num_gpu_blocks_override` holds in every configuration (it was dropped, so varying the running
+/// cap on the KV-starved scenario compared 10,240 tokens with 1,070,256), and a start-up log's
+/// pool moves with a flag by what the derived pool moves. (`tune --json` lists the Pareto front,
+/// the rejected and the invalid configurations; each listed one is checked against `simulate`.)
+#[test]
+fn tune_holds_vllms_override_and_moves_a_logs_pool() {
+    let check = |scenario: &str, values: &str, want_note: &str| {
+        let (c, out, err) = run(&[
+            "tune",
+            scenario,
+            "--vary",
+            &format!("engine.max_num_seqs={values}"),
+            "--set",
+            "workload.num_prompts=8",
+            "--slo",
+            "p99_ttft_ms<=1e9",
+            "--json",
+        ]);
+        assert_eq!(c, 0, "{err}");
+        let j: Value = serde_json::from_str(&out).unwrap();
+        assert!(j["notes"].to_string().contains(want_note), "{j}");
+        let listed: Vec<&Value> =
+            j["pareto"].as_array().unwrap().iter().chain(j["rejected"].as_array().unwrap()).collect();
+        assert!(!listed.is_empty(), "{j}");
+        let mut pools = Vec::new();
+        for e in listed {
+            let seqs = e["config"]["engine.max_num_seqs"].to_string();
+            let (_, own, _) = run(&[
+                "simulate",
+                scenario,
+                "--set",
+                &format!("engine.max_num_seqs={seqs}"),
+                "--set",
+                "workload.num_prompts=8",
+                "--json",
+            ]);
+            let own = serde_json::from_str::<Value>(&own).unwrap()["kv_cache_tokens"].as_u64().unwrap();
+            assert_eq!(e["metrics"]["kv_cache_tokens"].as_u64(), Some(own), "max_num_seqs {seqs}");
+            pools.push((seqs, own));
+        }
+        pools
+    };
+    let starved = "scenarios/kv-starved-qwen2.5-7b-a100-vllm.json";
+    let pools = check(starved, "16,64", "engine.num_gpu_blocks_override holds in every configuration");
+    assert!(pools.iter().all(|(_, kv)| *kv == 10240), "{pools:?}");
+    let default = "scenarios/rtx5090-qwen2.5-7b-vllm.json";
+    let pools = check(default, "64,128", "it moves by what the pool derived from memory moves");
+    assert!(pools.iter().all(|(s, kv)| (s == "128") == (*kv == 194880)), "{pools:?}");
 }

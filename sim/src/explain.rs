@@ -645,10 +645,17 @@ fn pool_advice(base: &SimSpec, limit: &KvLimit, running_knob: &str) -> String {
             if most > pin {
                 let f = most as f64 / pin as f64;
                 // First: the others move a pinned pool only through it.
+                // vLLM's override holds whatever the fraction (as vLLM holds it); a log's figure
+                // moves with the fraction by what the derived pool moves (`config::PinChange`).
+                let fraction_does = if src == "num_gpu_blocks_override" {
+                    format!("vLLM holds it whatever the {fraction}; set it to null to derive the pool")
+                } else {
+                    format!("a {fraction} given with --set moves it by what the derived pool moves")
+                };
                 ways.push((
                     f64::INFINITY,
                     format!(
-                        "raise {src} (pinned here: at most about {} tokens fit beside the weights, {}, less what the activations and the runtime need; a {fraction} given with --set replaces it with a derived pool)",
+                        "raise {src} (pinned here: at most about {} tokens fit beside the weights, {}, less what the activations and the runtime need; {fraction_does})",
                         thousands(most),
                         times(f)
                     ),
@@ -763,8 +770,9 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
     let engine = base.engine.kind();
     let sglang = base.engine.engine_kind() == crate::config::EngineKind::Sglang;
     let running_knob = running_knob(base);
-    // A pool pinned to a figure (a start-up log's) moves only with that figure; a memory
-    // fraction given on the command line replaces the pin (the CLI drops it and says so).
+    // A pool pinned to a figure (a start-up log's) moves only with that figure or with a memory
+    // fraction given on the command line (by what the derived pool moves: the CLI says so);
+    // vLLM's `num_gpu_blocks_override` holds whatever the fraction, as vLLM holds it.
     let pinned =
         matches!(base.kv_sizing.source, "kv_cache_tokens" | "num_gpu_blocks_override" | "max_total_num_tokens");
     // The pinning field by name: raising another one (kv_cache_tokens where
@@ -782,11 +790,14 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
         }
         (false, false) => "gpu_memory_utilization (or kv_cache_tokens / num_gpu_blocks_override)".to_string(),
         (true, true) => format!(
-            "{} (pinned here; a mem_fraction_static given with --set replaces it with a derived pool)",
+            "{} (pinned here; a mem_fraction_static given with --set moves it by what the derived pool moves)",
             base.kv_sizing.source
         ),
+        (false, true) if base.kv_sizing.source == "num_gpu_blocks_override" => {
+            "num_gpu_blocks_override (pinned here: vLLM holds it whatever gpu_memory_utilization is; set it to null to derive the pool)".to_string()
+        }
         (false, true) => format!(
-            "{} (pinned here; a gpu_memory_utilization given with --set replaces it with a derived pool)",
+            "{} (pinned here; a gpu_memory_utilization given with --set moves it by what the derived pool moves)",
             base.kv_sizing.source
         ),
     };

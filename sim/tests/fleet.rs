@@ -289,8 +289,8 @@ fn a_disaggregated_fleets_ttft_split_adds_up() {
 
 /// A pool pinned in tokens at the top level is that setup's: a group on another GPU, or with
 /// another TP size, derives its own from memory (it kept the RTX 5090's figure on H100s); a
-/// group changing a flag that sizes the pool (its running cap) derives its own too, and a group's
-/// own pin wins.
+/// group changing a flag that sizes the pool (its running cap) moves it by what the derived pool
+/// moves, and a group's own pin wins.
 #[test]
 fn a_group_on_other_hardware_does_not_inherit_a_pinned_pool() {
     let v = json!({"version": 1, "engine": {"kind": "vllm", "version": "0.28.0", "max_num_seqs": 128, "max_model_len": 32768,
@@ -320,10 +320,22 @@ fn a_group_on_other_hardware_does_not_inherit_a_pinned_pool() {
     assert_eq!(pools[1], one(json!("h100-80gb"), 1));
     assert_eq!(pools[2], one(json!({"gpu": "h100-80gb", "count": 2}), 2));
     assert!(pools[1] > 4 * pools[0] && pools[2] > 2 * pools[1], "{pools:?}");
-    // A running cap sizes vLLM's sampler peak and CUDA graphs, so the group derives its pool
-    // (`config::POOL_FLAGS`; it kept the pin until 2026-12-07).
-    assert_eq!(pools[3], one_with(json!({"gpu": "rtx-5090", "host": "wsl2"}), 1, 64));
+    // A running cap sizes vLLM's sampler peak and CUDA graphs, so the group's pool moves by what
+    // the derived pool moves, the log's offset from the account kept (`config::POOL_FLAGS`; it
+    // kept the pin until 2026-12-07, and was derived until 2026-12-08).
+    let wsl2 = json!({"gpu": "rtx-5090", "host": "wsl2"});
+    assert_eq!(pools[3] as i64 - 194880, one_with(wsl2.clone(), 1, 64) as i64 - one_with(wsl2, 1, 128) as i64);
     assert_ne!(pools[3], 194880);
+    // Each change is said (the binary warns with it), naming the group.
+    let resolved = spec(v.clone());
+    let said: Vec<String> = resolved.fleet.as_ref().unwrap().pin_changes.iter().map(|c| c.message("s.json")).collect();
+    assert_eq!(said.len(), 3, "{said:?}");
+    assert!(said[0].contains("engine.kv_cache_tokens was dropped: fleet.replicas[1]'s hardware"), "{said:?}");
+    assert!(
+        said[2].contains("engine.kv_cache_tokens moved from 194,896 to")
+            && said[2].contains("fleet.replicas[3]'s engine.max_num_seqs"),
+        "{said:?}"
+    );
     assert_eq!(pools[4], 99984); // 100,000 in whole 16-token blocks, less the null block
                                  // Flags that leave the derived pool as it is (max_model_len with chunked prefill on, eager
                                  // mode at its default) keep the pin, as `--set` does on one engine.
@@ -340,6 +352,33 @@ fn a_group_on_other_hardware_does_not_inherit_a_pinned_pool() {
         ),
         "{header}"
     );
+}
+
+/// Fixed step coefficients are the top level's deployment's costs: a group on another GPU or TP
+/// size is refused, naming its field (the robustness audit of 2026-12-08: an RTX 4090 replica
+/// beside an A100 ran the A100's steps, step for step); a group changing only an engine flag runs.
+#[test]
+fn a_group_on_other_hardware_is_not_timed_by_the_top_levels_fixed_coefficients() {
+    let mut v = small_vllm(512, 64, 100, 16);
+    v["cost"] = json!({"coefficients": {"step_us": 8000, "prefill_token_us": 30}});
+    for (group, field) in [
+        (json!({"count": 1, "hardware": "rtx-4090"}), "fleet.replicas[1].hardware"),
+        (
+            json!({"count": 1, "hardware": {"gpu": "h100-80gb", "count": 2}, "engine": {"tensor_parallel_size": 2}}),
+            "fleet.replicas[1].hardware",
+        ),
+    ] {
+        let mut w = v.clone();
+        w["fleet"] = json!({"replicas": [{"count": 1}, group]});
+        let s: sim::config::Scenario = sim::config::from_value(w, "").unwrap();
+        let e = sim::config::resolve(&s, &common::resources()).unwrap_err();
+        assert_eq!(e.path, field, "{e}");
+        assert!(e.message.contains("fixed coefficients (cost.coefficients: step_us, prefill_token_us)"), "{e}");
+    }
+    let mut w = v.clone();
+    w["fleet"] = json!({"replicas": [{"count": 1}, {"count": 1, "engine": {"max_num_seqs": 8}}]});
+    let s: sim::config::Scenario = sim::config::from_value(w, "").unwrap();
+    assert!(sim::config::resolve(&s, &common::resources()).is_ok());
 }
 
 /// A disaggregated shorthand with one count names the one that is missing (it named

@@ -133,26 +133,16 @@ pub(crate) fn read_raw(req: &Request) -> Result<RawScenario, String> {
     Ok(RawScenario { origin, json })
 }
 
-/// The binary's `load::apply_overrides`: the same `config::apply_sets` (a memory fraction, TP
-/// size, KV format or an engine flag that changes the derived pool drops a pinned pool, as the
-/// command the page prints does).
-/// Returns the warnings the binary prints for the pinned pools it dropped (`cli/load.rs`).
+/// The binary's `load::apply_overrides`: the same `config::apply_sets` (a memory fraction or an
+/// engine flag that changes the derived pool moves a start-up log's pinned pool by as much; a TP
+/// size or KV format drops it; vLLM's `num_gpu_blocks_override` holds; as the command the page
+/// prints does). Returns the warnings the binary prints for them (`config::PinChange::message`).
 pub(crate) fn apply_overrides(
     raw: &mut RawScenario,
     sets: &[String],
     seed: Option<u64>,
 ) -> Result<Vec<String>, String> {
-    let dropped = config::apply_sets(&mut raw.json, sets)?
-        .into_iter()
-        .map(|(k, resized)| {
-            format!(
-                "{}: engine.{k} was dropped: --set {resized} changes what the KV pool would be, so the pool is derived \
-                 from the memory fraction and the model and GPU cards (an estimate; see README \"KV capacity from \
-                 a memory fraction\"); pin it again with --set engine.{k}=N if you know it",
-                raw.origin
-            )
-        })
-        .collect();
+    let dropped = config::apply_sets(&mut raw.json, sets)?.into_iter().map(|c| c.message(&raw.origin)).collect();
     if let Some(seed) = seed {
         config::apply_set(&mut raw.json, &format!("workload.seed={seed}")).map_err(|e| format!("--seed: {e}"))?;
     }

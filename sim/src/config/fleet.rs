@@ -167,6 +167,9 @@ pub struct FleetSpec {
     pub kv_transfer_bandwidth_bytes_per_s: f64,
     pub kv_transfer_latency_ns: u64,
     pub num_fronts: usize,
+    /// What became of a pool the top level pins in each replica group that changes a field the
+    /// pool depends on (`overrides::carry_pins`), for the caller to say, as `--set` does.
+    pub pin_changes: Vec<crate::config::PinChange>,
 }
 
 /// A replica that is an SGLang decode server (`--disaggregation-mode decode`): its
@@ -295,14 +298,18 @@ fn prefix_err(prefix: &str, e: ConfigError) -> ConfigError {
     }
 }
 
-/// A replica group's scenario: the top-level one with the group's engine and hardware.
+/// A replica group's scenario: the top-level one with the group's engine and hardware, and what
+/// became of a pool the top level pins.
 ///
-/// A pool the top level pins in tokens (`kv_cache_tokens`, `num_gpu_blocks_override`,
-/// `max_total_tokens`: a start-up log's figure) is that setup's: a group on another GPU, TP
-/// size, memory fraction, KV or weight format does not inherit it (its pool is derived from
-/// memory, as `--set hardware=…` on one engine drops the pin), unless the group pins its own.
-fn group_scenario(base: &Scenario, g: &ReplicaGroup, path: &str) -> Result<Scenario> {
+/// A pool the top level pins (`kv_cache_tokens`, `max_total_num_tokens`: a start-up log's figure)
+/// is that setup's: a group with another engine flag the pool depends on or another memory
+/// fraction moves it by what the pool derived from memory moves; a group on another GPU, TP
+/// size, KV or weight format or release does not inherit it (its pool is derived from memory);
+/// vLLM's `num_gpu_blocks_override` holds, as vLLM holds it; all as `--set` on one engine does
+/// (`overrides::carry_pins`), unless the group pins its own.
+fn group_scenario(base: &Scenario, g: &ReplicaGroup, path: &str) -> Result<(Scenario, Vec<crate::config::PinChange>)> {
     let mut b = single(base);
+    let mut pin_changes = Vec::new();
     let other_hardware = g.hardware.as_ref().is_some_and(|h| *h != base.hardware);
     if g.engine.is_some() || other_hardware {
         let over = match &g.engine {
@@ -313,34 +320,80 @@ fn group_scenario(base: &Scenario, g: &ReplicaGroup, path: &str) -> Result<Scena
         let top = serde_json::to_value(&b.engine).expect("serializable");
         let Value::Object(mut merged) = top else { unreachable!() };
         let other_kind = over.get("kind").is_some_and(|k| Some(k) != merged.get("kind"));
+        // Fixed step coefficients are the top level's deployment's costs: a group on another
+        // GPU, TP size, weight format or engine would be timed as that one (the robustness
+        // audit of 2026-12-08: an RTX 4090 replica beside an A100 ran the A100's steps), as
+        // `--set` refuses them (`overrides::apply_sets`).
+        let top_json = serde_json::to_value(&b).expect("serializable");
+        if let Some(names) = crate::config::overrides::fixed_step_coefficients(&top_json) {
+            let mut group = top_json.clone();
+            if let Some(e) = group.get_mut("engine").and_then(Value::as_object_mut) {
+                for (k, v) in &over {
+                    e.insert(k.clone(), v.clone());
+                }
+            }
+            if let Some(h) = &g.hardware {
+                group["hardware"] = h.clone();
+            }
+            let step = crate::config::overrides::step_deployment;
+            let (top_step, group_step) = (step(&top_json), step(&group));
+            // The field that differs, as the group wrote it.
+            let field = if top_step["gpu"] != group_step["gpu"] || top_step["host"] != group_step["host"] {
+                Some(format!("{path}.hardware"))
+            } else {
+                over.keys()
+                    .find(|k| crate::config::overrides::times_steps(&format!("engine.{k}")) && top_step != group_step)
+                    .map(|k| format!("{path}.engine.{k}"))
+            };
+            if let Some(field) = field {
+                return Err(ConfigError::new(
+                    field,
+                    format!(
+                        "the scenario's step costs are fixed coefficients (cost.coefficients: {}), one deployment's, \
+                         which would time this group's steps as the top level's; drop them to time each group from its \
+                         own GPU's kernels",
+                        names.join(", ")
+                    ),
+                ));
+            }
+        }
         if other_kind {
             merged = over.clone();
         } else {
-            let changed: Vec<String> = over
+            let mut changed: Vec<String> = over
                 .iter()
                 .filter(|(k, v)| {
                     crate::config::resizes_pool(&format!("engine.{k}")) && merged.get(*k).unwrap_or(&Value::Null) != *v
                 })
                 .map(|(k, _)| format!("engine.{k}"))
                 .collect();
-            // As `--set` on one engine (`overrides::paths_resize_pool`): an engine flag the pool
-            // depends on only in some setups drops the pin only where the group's setup derives
-            // another pool from memory (a group giving `max_model_len`, or `enforce_eager` at its
-            // default, dropped it; a review, 2026-12-07).
-            let resized = other_hardware
-                || (!changed.is_empty() && {
-                    let top = serde_json::to_value(&b).expect("serializable");
-                    let mut group = top.clone();
-                    if let Some(e) = group.get_mut("engine").and_then(Value::as_object_mut) {
-                        for (k, v) in &over {
-                            e.insert(k.clone(), v.clone());
-                        }
-                    }
-                    crate::config::overrides::paths_resize_pool(&changed, &top, &group)
-                });
-            if resized && !PINNED_POOL.iter().any(|k| over.get(*k).is_some_and(|v| !v.is_null())) {
+            if other_hardware {
+                changed.push("hardware".to_string());
+            }
+            let given = |k: &str| over.get(k).is_some_and(|v| !v.is_null());
+            // One pin the group gives replaces the top level's others, as on the command line.
+            if PINNED_POOL.iter().any(|k| given(k)) {
                 for k in PINNED_POOL {
                     merged.remove(k);
+                }
+            } else if !changed.is_empty() {
+                let top = serde_json::to_value(&b).expect("serializable");
+                let mut group = top.clone();
+                if let Some(e) = group.get_mut("engine").and_then(Value::as_object_mut) {
+                    for (k, v) in &over {
+                        e.insert(k.clone(), v.clone());
+                    }
+                }
+                if let Some(h) = &g.hardware {
+                    group["hardware"] = h.clone();
+                }
+                let cause = format!("{path}'s {}", changed.join(", "));
+                pin_changes = crate::config::overrides::carry_pins(&changed, &cause, &top, &mut group, given);
+                for k in PINNED_POOL {
+                    match group["engine"].get(k) {
+                        Some(v) if !v.is_null() => merged.insert(k.to_string(), v.clone()),
+                        _ => merged.remove(k),
+                    };
                 }
             }
             for (k, v) in over {
@@ -361,7 +414,7 @@ fn group_scenario(base: &Scenario, g: &ReplicaGroup, path: &str) -> Result<Scena
     if let Some(h) = &g.hardware {
         b.hardware = h.clone();
     }
-    Ok(b)
+    Ok((b, pin_changes))
 }
 
 fn replica_of(spec: &SimSpec, group: usize, name: String, role: ReplicaRole, front: usize) -> ReplicaSpec {
@@ -468,6 +521,7 @@ pub(super) fn resolve_fleet(s: &Scenario, res: &Resources) -> Result<SimSpec> {
             kv_transfer_bandwidth_bytes_per_s: DEFAULT_KV_TRANSFER_BANDWIDTH,
             kv_transfer_latency_ns: 0,
             num_fronts: 1,
+            pin_changes: Vec::new(),
         };
         return Ok(SimSpec { fleet: Some(Box::new(fleet)), ..base });
     }
@@ -516,6 +570,7 @@ pub(super) fn resolve_fleet(s: &Scenario, res: &Resources) -> Result<SimSpec> {
         return Err(ConfigError::new("fleet.replicas", "no replicas: give at least one group (or fleet.count)"));
     }
     let mut replicas = Vec::new();
+    let mut pin_changes = Vec::new();
     let mut first: Option<SimSpec> = None;
     // The first group was resolved with a stand-in workload (a vLLM prefill group whose requests
     // fit only with one output token); the run's workload, from the first group resolved with it.
@@ -541,7 +596,8 @@ pub(super) fn resolve_fleet(s: &Scenario, res: &Resources) -> Result<SimSpec> {
                 format!("the fleet's groups hold more than {MAX_REPLICAS} replicas in all"),
             ));
         }
-        let mut sc = group_scenario(s, g, &path)?;
+        let (mut sc, group_pins) = group_scenario(s, g, &path)?;
+        pin_changes.extend(group_pins);
         // SGLang's decode servers run a chunk cache, not a radix cache, whatever
         // disable_radix_cache says (server_args `_handle_pd_disaggregation`: "KV cache is
         // forced as chunk cache for decode server"; only the experimental
@@ -730,6 +786,7 @@ pub(super) fn resolve_fleet(s: &Scenario, res: &Resources) -> Result<SimSpec> {
         kv_transfer_bandwidth_bytes_per_s: bw,
         kv_transfer_latency_ns: (lat * 1e3).round() as u64,
         num_fronts,
+        pin_changes,
     };
     let mut base = first.expect("at least one group");
     if first_fitted_alone {

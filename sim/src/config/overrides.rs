@@ -126,12 +126,78 @@ pub const POOL_FLAGS: [&str; 15] = [
     "attention_backend",
 ];
 
+/// The memory fractions: a what-if on the same GPU, model and release whose effect on the pool
+/// servesim's memory account gives exactly (the requested share of the GPU), so a pinned log's
+/// pool moves with it ([`carry_pins`]).
+const FRACTIONS: [&str; 2] = ["engine.gpu_memory_utilization", "engine.mem_fraction_static"];
+
+/// What became of a pool the scenario pins when assignments (`--set`, `tune --vary`) or a fleet's
+/// replica group change a field the pool depends on ([`carry_pins`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PinChange {
+    /// The pin (`kv_cache_tokens`, `max_total_num_tokens`: a start-up log's figure) belongs to
+    /// another setup now (another GPU, model, TP size, KV or weight format, engine release; or
+    /// one servesim cannot size both ways): dropped, the pool derived from memory.
+    Dropped { field: String, cause: String },
+    /// An engine flag ([`POOL_FLAGS`]) or the memory fraction changed on the same GPU, model,
+    /// TP size, formats and release: the log's pool moved by what the pool derived from memory
+    /// moves (`to = from + derived_to − derived_from`), so the log's measured offset from
+    /// servesim's memory account (what the account misses on that host) is kept and only the
+    /// change is the model's. Until 2026-12-08 the pin was dropped, replacing the measured pool
+    /// by the account's own error (`max_num_seqs=120` on the default scenario: the account moves
+    /// +80 tokens, the dropped pin +1,504).
+    Moved { field: String, cause: String, from: u64, to: u64, derived_from: u64, derived_to: u64 },
+    /// vLLM's `num_gpu_blocks_override` holds: vLLM uses it in place of its memory profile
+    /// whatever else is set (`may_override_num_blocks`), so the change does not resize the
+    /// pool. Said, because the change would otherwise have. Until 2026-12-08 servesim dropped it
+    /// as it drops a log's figure (`--set engine.max_num_seqs=32` on the KV-starved scenario
+    /// ran on a derived 1,070,256 tokens where vLLM keeps its 10,240).
+    Held { field: String, cause: String },
+}
+
+impl PinChange {
+    /// The warning a caller prints (the binary, the browser page); `origin`: the scenario's
+    /// file or name.
+    pub fn message(&self, origin: &str) -> String {
+        let n = crate::explain::thousands;
+        match self {
+            PinChange::Dropped { field, cause } => format!(
+                "{origin}: engine.{field} was dropped: {cause} changes what the KV pool would be, so the pool is \
+                 derived from the memory fraction and the model and GPU cards (an estimate; see README \"KV capacity \
+                 from a memory fraction\"); pin it again with --set engine.{field}=N if you know it"
+            ),
+            PinChange::Moved { field, cause, from, to, derived_from, derived_to } => {
+                let d = *derived_to as i128 - *derived_from as i128;
+                let offset = *from as i128 - *derived_from as i128;
+                format!(
+                    "{origin}: engine.{field} moved from {} to {} tokens: {cause} moves the pool servesim derives from \
+                     memory from {} to {} tokens ({}{}), and the pinned figure moves by as much, keeping its measured \
+                     offset from that account ({}{} tokens; the change is an estimate, see README \"KV capacity from \
+                     a memory fraction\"); pin it with --set engine.{field}=N if you know the new pool",
+                    n(*from),
+                    n(*to),
+                    n(*derived_from),
+                    n(*derived_to),
+                    if d >= 0 { "+" } else { "−" },
+                    n(d.unsigned_abs() as u64),
+                    if offset >= 0 { "+" } else { "−" },
+                    n(offset.unsigned_abs() as u64),
+                )
+            }
+            PinChange::Held { field, cause } => format!(
+                "{origin}: engine.{field} holds: vLLM uses it in place of its memory profile, so {cause} does not \
+                 change the KV pool; set engine.{field}=null to derive the pool from memory"
+            ),
+        }
+    }
+}
+
 /// Applies `--set` assignments as the command line does (the binary and the browser page alike):
 /// each with [`apply_set`]; one pool pin set replaces the scenario's other pins; a path that
 /// changes what the pool would be (and is set to a value the scenario does not already have)
-/// drops the scenario's pins the same assignments do not give. Returns the pins dropped that
-/// way, each with the `--set` paths that caused it (`"a, --set b"`), for the caller to say.
-pub fn apply_sets(json: &mut Value, sets: &[String]) -> std::result::Result<Vec<(String, String)>, String> {
+/// moves, drops or holds the scenario's pins the same assignments do not give ([`carry_pins`]).
+/// Returns what became of each such pin, for the caller to say ([`PinChange::message`]).
+pub fn apply_sets(json: &mut Value, sets: &[String]) -> std::result::Result<Vec<PinChange>, String> {
     let path_of = |s: &String| s.split('=').next().unwrap_or("").trim().to_string();
     let before = json.clone();
     for s in sets {
@@ -175,64 +241,182 @@ pub fn apply_sets(json: &mut Value, sets: &[String]) -> std::result::Result<Vec<
         }
         got
     };
-    let mut resized: Vec<String> =
-        sets.iter().map(path_of).filter(|p| resizes_pool(p) && at(&before, p) != at(json, p)).collect();
-    // A flag the pool depends on only in some setups (`POOL_FLAGS`: `max_model_len` only with
-    // chunked prefill off, SGLang's `max_running_requests` only from 0.5.22, a prefill chunk only
-    // under SGLang's default fraction): the pin (that pool as a log printed it) is dropped only
-    // where the new setup derives another pool from memory, or none (its error then says why).
-    // Where the scenario's own setup derives none (a card vLLM 0.33's sizing refuses, whose error
-    // asks for a pin), the pin is what lets the run start, and it holds (a review, 2026-12-07).
-    if !paths_resize_pool(&resized, &before, json) {
-        resized.clear();
+    // Fixed step coefficients are one deployment's costs: another GPU, model, TP size, weight
+    // format or engine would be timed as the scenario's own (the robustness audit of
+    // 2026-12-08: `tune --vary hardware=a100-80gb,h100-80gb,rtx-4090,l40s` on `serve-small-vllm`
+    // drew four equal rows). Refused, as `plan` refuses them and as a profile fitted on another
+    // deployment is refused, unless the same assignments give the cost.
+    let retimed: Vec<String> = sets.iter().map(path_of).filter(|p| times_steps(p)).collect();
+    if !retimed.is_empty()
+        && step_deployment(&before) != step_deployment(json)
+        && !sets.iter().any(|s| path_of(s) == "cost" || path_of(s).starts_with("cost."))
+    {
+        if let Some(names) = fixed_step_coefficients(json) {
+            return Err(format!(
+                "--set {}: the scenario's step costs are fixed coefficients (cost.coefficients: {}), one deployment's, \
+                 which would time the new setup's steps as the scenario's own; drop them (--set cost.coefficients=null) \
+                 to time each setup from its own GPU's kernels, or give the new setup's with --set cost.coefficients.NAME=...",
+                retimed.join(", --set "),
+                names.join(", ")
+            ));
+        }
     }
-    // A memory fraction, model, GPU, TP size or KV format set is a what-if on the pool: the
-    // scenario's pinned pool (a start-up log's figure for its own setup) would otherwise
-    // override it silently. Unless the same assignments pin the pool too, the pin is dropped.
-    let mut dropped = Vec::new();
-    if !resized.is_empty() {
-        let pinned_here = |k: &str| sets.iter().any(|s| path_of(s) == format!("engine.{k}"));
-        if let Some(e) = json.get_mut("engine").and_then(Value::as_object_mut) {
-            for k in PINNED_POOL {
-                if !pinned_here(k) && e.get(k).is_some_and(|v| !v.is_null()) {
-                    e.remove(k);
-                    dropped.push((k.to_string(), resized.join(", --set ")));
+    let resized: Vec<String> =
+        sets.iter().map(path_of).filter(|p| resizes_pool(p) && at(&before, p) != at(json, p)).collect();
+    let cause = resized.iter().map(|p| format!("--set {p}")).collect::<Vec<_>>().join(", ");
+    let given = |k: &str| sets.iter().any(|s| path_of(s) == format!("engine.{k}"));
+    Ok(carry_pins(&resized, &cause, &before, json, given))
+}
+
+/// Whether a `--set` path changes what a step costs on the hardware: the GPU (or its host), the
+/// model, the TP size, the weights' format, the engine ([`apply_sets`] refuses fixed step
+/// coefficients under such a change).
+pub(crate) fn times_steps(path: &str) -> bool {
+    let under = |root: &str| path == root || path.starts_with(&format!("{root}."));
+    under("model")
+        || under("hardware")
+        || ["engine.tensor_parallel_size", "engine.tp_size", "engine.quantization", "engine.kind"].contains(&path)
+}
+
+/// What a step's cost depends on in scenario JSON `v`, beside the engine's flags: the GPU card
+/// (by id or inline) and its host, the model, the TP size under either name, the weights'
+/// format, the engine. A GPU given as an id or as `{"gpu": id, "count": n}` is one card (the
+/// count is the TP size's, or data parallelism's, which the step does not see).
+pub(crate) fn step_deployment(v: &Value) -> Value {
+    let e = |k: &str| v.get("engine").and_then(|e| e.get(k)).cloned().filter(|x| !x.is_null());
+    let (gpu, host) = match v.get("hardware") {
+        Some(Value::Object(h)) => (h.get("gpu").cloned(), h.get("host").cloned()),
+        h => (h.cloned(), None),
+    };
+    serde_json::json!({
+        "gpu": gpu, "host": host, "model": v.get("model"),
+        "tp": e("tensor_parallel_size").or_else(|| e("tp_size")).unwrap_or(Value::from(1)),
+        "quantization": e("quantization"), "kind": e("kind"),
+    })
+}
+
+/// The step coefficients (the six of the GPU's step cost; ingress and streaming are the
+/// front end's) that scenario `json` fixes inline in `cost.coefficients`, by name; `None` where
+/// it fixes none.
+pub(crate) fn fixed_step_coefficients(json: &Value) -> Option<Vec<&'static str>> {
+    let co = json.pointer("/cost/coefficients").and_then(Value::as_object)?;
+    let names: Vec<&str> = crate::cost::COEFFICIENT_NAMES[..6]
+        .iter()
+        .copied()
+        .filter(|k| co.get(*k).is_some_and(|v| !v.is_null()))
+        .collect();
+    (!names.is_empty()).then_some(names)
+}
+
+/// What becomes of the pools `before` (scenario JSON) pins when `paths` (fields
+/// [`resizes_pool`] names, each set to another value) take it to `after` (the same scenario
+/// with those values, its pins still in place); `given(k)`: pin `k` is set by the same change and
+/// stays as given. Edits `after`'s engine and returns what to say. `--set` ([`apply_sets`]) and a
+/// fleet's replica groups decide by it alike:
+/// - vLLM's `num_gpu_blocks_override` holds, as vLLM holds it ([`PinChange::Held`], said where
+///   the change would have resized a derived pool).
+/// - A start-up log's figure (`kv_cache_tokens`, `max_total_num_tokens`) holds where the pool
+///   derived from memory comes out the same (an engine flag the pool depends on only in some
+///   setups: `max_model_len` with chunked prefill on, SGLang's chunk under a given fraction), and
+///   where the scenario's own setup derives none (the pin is what lets it run) while only engine
+///   flags change. It moves ([`PinChange::Moved`]) where only engine flags ([`POOL_FLAGS`]) and
+///   the memory fraction change and both setups derive a pool; under an SGLang bound
+///   (`max_total_tokens`) the move is of the profiled pools and the result is bounded, and a
+///   log whose pool the bound had cut (the log at the bound) is dropped, its profiled pool
+///   unknown. It is dropped otherwise ([`PinChange::Dropped`]): another GPU, model, TP size,
+///   format or release, or a new setup that derives no pool (its own error then says why).
+pub(crate) fn carry_pins<S: AsRef<str>>(
+    paths: &[S],
+    cause: &str,
+    before: &Value,
+    after: &mut Value,
+    given: impl Fn(&str) -> bool,
+) -> Vec<PinChange> {
+    let pins: Vec<&str> = PINNED_POOL
+        .into_iter()
+        .filter(|k| !given(k) && after["engine"].get(*k).is_some_and(|v| !v.is_null()))
+        .collect();
+    if paths.is_empty() || pins.is_empty() {
+        return Vec::new();
+    }
+    let is_flag = |p: &str| p.strip_prefix("engine.").is_some_and(|f| POOL_FLAGS.contains(&f));
+    let flags_only = paths.iter().all(|p| is_flag(p.as_ref()));
+    let movable = paths.iter().all(|p| is_flag(p.as_ref()) || FRACTIONS.contains(&p.as_ref()));
+    let bound = |v: &Value| v.pointer("/engine/max_total_tokens").and_then(Value::as_u64);
+    let (d_before, d_after) = (derived_pool(before, false), derived_pool(after, false));
+    let resizes = !flags_only || derived_pools_differ(d_before, d_after);
+    let mut out = Vec::new();
+    for k in pins {
+        let field = k.to_string();
+        let cause = cause.to_string();
+        if k == "num_gpu_blocks_override" {
+            if resizes {
+                out.push(PinChange::Held { field, cause });
+            }
+            continue;
+        }
+        if !resizes {
+            continue;
+        }
+        let pin = after["engine"][k].as_u64();
+        let cut_by_bound = matches!((pin, bound(before)), (Some(p), Some(b)) if p >= b);
+        // The profiled pools (an SGLang bound lifted) where a bound is given; else the same.
+        let lifted = |v: &Value, d: Option<u64>| if bound(v).is_some() { derived_pool(v, true) } else { d };
+        let moved = match (pin, movable && !cut_by_bound) {
+            (Some(pin), true) => match (lifted(before, d_before), lifted(after, d_after)) {
+                (Some(from), Some(to)) => {
+                    let to_pin = (pin as i128 + to as i128 - from as i128).max(0) as u64;
+                    let to_pin = bound(after).map_or(to_pin, |b| to_pin.min(b));
+                    Some((pin, to_pin, from, to))
                 }
+                _ => None,
+            },
+            _ => None,
+        };
+        let e = after.get_mut("engine").and_then(Value::as_object_mut).expect("the pin is in the engine");
+        match moved {
+            // A move past zero (a setup whose account loses more than the log held) leaves no
+            // figure to keep: derive it. A small one is the engine config's to judge, after
+            // the warning that says where it came from.
+            Some((from, to, derived_from, derived_to)) if to > 0 => {
+                e.insert(k.to_string(), Value::from(to));
+                out.push(PinChange::Moved { field, cause, from, to, derived_from, derived_to });
+            }
+            _ => {
+                e.remove(k);
+                out.push(PinChange::Dropped { field, cause });
             }
         }
     }
-    Ok(dropped)
+    out
 }
 
-/// Whether changing `paths` (each a field [`resizes_pool`] names, set to another value) takes the
-/// setup `before` (scenario JSON) to one, `after`, with another KV pool: any path but an engine
-/// flag of [`POOL_FLAGS`] does; flags alone only where the derived pool differs
-/// ([`derived_pools_differ`]). `--set` ([`apply_sets`]) and a fleet's groups decide by it alike.
-pub(crate) fn paths_resize_pool<S: AsRef<str>>(paths: &[S], before: &Value, after: &Value) -> bool {
-    let flags_only = paths.iter().all(|p| p.as_ref().strip_prefix("engine.").is_some_and(|f| POOL_FLAGS.contains(&f)));
-    !paths.is_empty() && (!flags_only || derived_pools_differ(before, after))
-}
-
-/// Whether the setup of scenario `after` (JSON) derives another KV pool from memory than that of
-/// `before` ([`derived_pool`]): false where `before` derives none (its pin is what lets it run),
-/// true where only `before` does (the new setup's own error then says why it cannot run).
-fn derived_pools_differ(before: &Value, after: &Value) -> bool {
-    match (derived_pool(before), derived_pool(after)) {
+/// Whether a setup derives another KV pool from memory ([`derived_pool`]) than the scenario's
+/// own did: false where the scenario's derives none (its pin is what lets it run), true where
+/// only the scenario's does (the new setup's own error then says why it cannot run).
+fn derived_pools_differ(before: Option<u64>, after: Option<u64>) -> bool {
+    match (before, after) {
         (None, _) => false,
         (Some(x), Some(y)) => x != y,
         (Some(_), None) => true,
     }
 }
 
-/// The KV pool in tokens that `json`'s setup derives from memory (its pinned pools removed,
-/// its workload and cost profile replaced by stand-ins the pool does not depend on), for
-/// [`apply_sets`]' comparison; `None` where that setup does not resolve.
-fn derived_pool(json: &Value) -> Option<u64> {
+/// The KV pool in tokens that `json`'s setup derives from memory, as its start-up log prints it
+/// (vLLM's with the null block, as `kv_cache_tokens` has it): its pinned pools removed (and
+/// with `lift_bound` SGLang's `max_total_tokens` bound too: the profiled pool), its workload and
+/// cost profile replaced by stand-ins the pool does not depend on; for [`carry_pins`]; `None`
+/// where that setup does not resolve. Memoised per thread on the setup (`tune` asks for its
+/// base setup's pool once for every configuration).
+fn derived_pool(json: &Value, lift_bound: bool) -> Option<u64> {
     let mut v = json.clone();
     let o = v.as_object_mut()?;
     if let Some(e) = o.get_mut("engine").and_then(Value::as_object_mut) {
         for k in PINNED_POOL {
             e.remove(k);
+        }
+        if lift_bound {
+            e.remove("max_total_tokens");
         }
     }
     o.insert(
@@ -244,12 +428,32 @@ fn derived_pool(json: &Value) -> Option<u64> {
     if let Some(c) = o.get_mut("cost").and_then(Value::as_object_mut) {
         c.remove("profile");
     }
-    // The built-in cards, parsed once (`tune` compares two setups per configuration).
+    thread_local! {
+        static MEMO: std::cell::RefCell<Vec<(String, Option<u64>)>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    let key = v.to_string();
+    if let Some(hit) = MEMO.with(|m| m.borrow().iter().find(|(k, _)| *k == key).map(|(_, d)| *d)) {
+        return hit;
+    }
+    // The built-in cards, parsed once.
     static BUILTIN: std::sync::OnceLock<Option<super::Resources>> = std::sync::OnceLock::new();
-    let res = BUILTIN.get_or_init(|| crate::builtin::resources().ok()).as_ref()?;
-    let scenario = super::scenario_from_value(v).ok()?;
-    let spec = super::resolve(&scenario, res).ok()?;
-    Some(spec.engine.kv_capacity_tokens())
+    let got = BUILTIN.get_or_init(|| crate::builtin::resources().ok()).as_ref().and_then(|res| {
+        let scenario = super::scenario_from_value(v).ok()?;
+        let spec = super::resolve(&scenario, res).ok()?;
+        // In the pin's own terms: vLLM's log counts the null block (`kv_cache_tokens`).
+        Some(match &spec.engine {
+            super::EngineSpec::Vllm(c) => u64::from(c.num_gpu_blocks) * u64::from(c.block_size),
+            e => e.kv_capacity_tokens(),
+        })
+    });
+    MEMO.with(|m| {
+        let mut m = m.borrow_mut();
+        if m.len() >= 8 {
+            m.remove(0);
+        }
+        m.push((key, got));
+    });
+    got
 }
 
 #[cfg(test)]
@@ -278,37 +482,98 @@ mod set_value_tests {
         assert_eq!(apply_sets(&mut v, &["engine.tensor_parallel_size=2".to_string()]).unwrap(), vec![]);
     }
 
-    /// An engine flag the derived pool depends on drops a pinned pool where its new value
-    /// changes that pool (the report-only audit of 2026-12-07: `max_num_batched_tokens=16384`
-    /// kept the default scenario's pinned pool (194,880 tokens) where the model derives 164,304), and keeps
-    /// it where it does not (`max_model_len` with chunked prefill on; SGLang's prefill chunk
-    /// under a given `mem_fraction_static`).
+    /// An engine flag the derived pool depends on moves a start-up log's pinned pool by what the
+    /// derived pool moves where its new value changes that pool (the report-only audit of
+    /// 2026-12-07: `max_num_batched_tokens=16384` kept the default scenario's pinned pool
+    /// (194,896 tokens with the null block) where the model derives 164,320; until 2026-12-08 the
+    /// pin was then dropped, replacing the log by the account's own error), and keeps it where it
+    /// does not (`max_model_len` with chunked prefill on; SGLang's prefill chunk under a given
+    /// `mem_fraction_static`).
     #[test]
-    fn an_engine_flag_drops_the_pin_only_where_it_resizes_the_derived_pool() {
+    fn an_engine_flag_moves_the_pin_only_where_it_resizes_the_derived_pool() {
         let scenario = |i: usize| -> Value { serde_json::from_str(crate::builtin::SCENARIOS[i].1).unwrap() };
         let run = |i: usize, set: &str| {
             let mut v = scenario(i);
-            let dropped = apply_sets(&mut v, &[set.to_string()]).unwrap();
-            (dropped, v)
+            let changes = apply_sets(&mut v, &[set.to_string()]).unwrap();
+            (changes, v)
         };
-        // vLLM 0.28 on the RTX 5090 (the default scenario, pinned at 194,880 tokens).
-        let (dropped, v) = run(0, "engine.max_num_batched_tokens=16384");
-        assert_eq!(dropped, vec![("kv_cache_tokens".to_string(), "engine.max_num_batched_tokens".to_string())]);
-        assert!(v["engine"].get("kv_cache_tokens").is_none());
-        let (dropped, _) = run(0, "engine.max_num_seqs=512");
-        assert_eq!(dropped.len(), 1);
-        let (dropped, v) = run(0, "engine.max_model_len=8192");
-        assert_eq!(dropped, vec![], "max_model_len leaves vLLM's derived pool as it was");
-        assert_eq!(v["engine"]["kv_cache_tokens"], scenario(0)["engine"]["kv_cache_tokens"]);
+        let log = scenario(0)["engine"]["kv_cache_tokens"].as_u64().unwrap();
+        let derived = |v: &Value| derived_pool(v, false).unwrap();
+        let offset = log as i64 - derived(&scenario(0)) as i64;
+        // vLLM 0.28 on the RTX 5090 (the default scenario, pinned at 194,896 tokens).
+        for set in
+            ["engine.max_num_batched_tokens=16384", "engine.max_num_seqs=512", "engine.gpu_memory_utilization=0.9"]
+        {
+            let (changes, v) = run(0, set);
+            let path = set.split('=').next().unwrap();
+            let to = v["engine"]["kv_cache_tokens"].as_u64().unwrap();
+            let mut unpinned = v.clone();
+            unpinned["engine"].as_object_mut().unwrap().remove("kv_cache_tokens");
+            // The log's offset from the account is kept at the new setup.
+            assert_eq!(to as i64 - derived(&unpinned) as i64, offset, "{set}");
+            assert_ne!(to, log, "{set}");
+            assert_eq!(
+                changes,
+                vec![PinChange::Moved {
+                    field: "kv_cache_tokens".into(),
+                    cause: format!("--set {path}"),
+                    from: log,
+                    to,
+                    derived_from: derived(&scenario(0)),
+                    derived_to: derived(&unpinned),
+                }],
+                "{set}"
+            );
+        }
+        let (changes, v) = run(0, "engine.max_model_len=8192");
+        assert_eq!(changes, vec![], "max_model_len leaves vLLM's derived pool as it was");
+        assert_eq!(v["engine"]["kv_cache_tokens"], log);
+        // Another GPU or release: another setup's pool, derived.
+        for set in ["hardware=h100-80gb", "engine.version=0.33.0", "engine.kv_cache_dtype=fp8"] {
+            let (changes, v) = run(0, set);
+            assert!(matches!(&changes[..], [PinChange::Dropped { .. }]), "{set}: {changes:?}");
+            assert!(v["engine"].get("kv_cache_tokens").is_none(), "{set}");
+        }
+        // A flag beside another GPU: dropped, not moved.
+        let mut v = scenario(0);
+        let changes =
+            apply_sets(&mut v, &["engine.max_num_seqs=512".to_string(), "hardware=h100-80gb".to_string()]).unwrap();
+        assert!(matches!(&changes[..], [PinChange::Dropped { .. }]), "{changes:?}");
         // SGLang with its fraction given: the prefill chunk sizes no reserve.
-        let (dropped, v) = run(1, "engine.chunked_prefill_size=4096");
-        assert_eq!(dropped, vec![]);
+        let (changes, v) = run(1, "engine.chunked_prefill_size=4096");
+        assert_eq!(changes, vec![]);
         assert_eq!(v["engine"]["max_total_num_tokens"], 210714);
-        // The same flag under SGLang's default fraction resizes the pool.
+        // The same flag under SGLang's default fraction resizes the pool: the log moves (by
+        // 73,831 − 184,469 derived tokens at a chunk of 8,192); at 16,384 the default fraction
+        // leaves no pool (its error says so): dropped.
         let mut v = scenario(1);
         v["engine"].as_object_mut().unwrap().remove("mem_fraction_static");
-        let dropped = apply_sets(&mut v, &["engine.chunked_prefill_size=16384".to_string()]).unwrap();
-        assert_eq!(dropped.len(), 1, "{dropped:?}");
+        let before = v.clone();
+        let changes = apply_sets(&mut v, &["engine.chunked_prefill_size=8192".to_string()]).unwrap();
+        assert!(
+            matches!(
+                &changes[..],
+                [PinChange::Moved { from: 210714, to: 100076, derived_from: 184469, derived_to: 73831, .. }]
+            ),
+            "{changes:?}"
+        );
+        let mut v = before;
+        let changes = apply_sets(&mut v, &["engine.chunked_prefill_size=16384".to_string()]).unwrap();
+        assert!(matches!(&changes[..], [PinChange::Dropped { .. }]), "{changes:?}");
+        // A bound below the moved pool caps it, as SGLang's min(profiled, max_total_tokens) does.
+        let mut v = scenario(1);
+        let changes = apply_sets(
+            &mut v,
+            &["engine.mem_fraction_static=0.9".to_string(), "engine.max_total_tokens=100000".to_string()],
+        )
+        .unwrap();
+        assert!(matches!(&changes[..], [PinChange::Moved { to: 100000, .. }]), "{changes:?}");
+        assert_eq!(v["engine"]["max_total_num_tokens"], 100000);
+        // A log the bound had cut tells nothing of the profiled pool: a new bound drops it.
+        let mut v = scenario(1);
+        v["engine"]["max_total_tokens"] = 210714.into();
+        let changes = apply_sets(&mut v, &["engine.max_total_tokens=300000".to_string()]).unwrap();
+        assert!(matches!(&changes[..], [PinChange::Dropped { .. }]), "{changes:?}");
         // A setup that derives no pool of its own (vLLM 0.33 sizes none on a card without a
         // compute capability, and its error asks for a pin): the pin is what lets it run, and a
         // flag set beside it keeps it.
@@ -320,10 +585,31 @@ mod set_value_tests {
         v["engine"]["max_num_seqs"] = 1024.into();
         v["engine"]["kv_cache_tokens"] = 400000.into();
         v["hardware"] = serde_json::json!({"gpu": card});
-        assert_eq!(derived_pool(&v), None);
-        let dropped = apply_sets(&mut v, &["engine.max_num_seqs=512".to_string()]).unwrap();
-        assert_eq!(dropped, vec![]);
+        assert_eq!(derived_pool(&v, false), None);
+        let changes = apply_sets(&mut v, &["engine.max_num_seqs=512".to_string()]).unwrap();
+        assert_eq!(changes, vec![]);
         assert_eq!(v["engine"]["kv_cache_tokens"], 400000);
+    }
+
+    /// vLLM's `num_gpu_blocks_override` holds whatever else is set, as vLLM holds it (it was
+    /// dropped as a log's figure is: `--set engine.max_num_seqs=32` on the KV-starved scenario
+    /// ran on 1,070,256 derived tokens where vLLM keeps 10,240), and the change is said where
+    /// it would have resized a derived pool.
+    #[test]
+    fn vllms_block_override_holds_as_vllm_holds_it() {
+        let scenario = serde_json::json!({"version": 1, "engine": {"kind": "vllm", "version": "0.33.0", "num_gpu_blocks_override": 641},
+                                          "model": "qwen2.5-7b-instruct", "hardware": "a100-80gb"});
+        for set in ["engine.max_num_seqs=32", "engine.gpu_memory_utilization=0.5", "hardware=h100-80gb"] {
+            let mut v = scenario.clone();
+            let changes = apply_sets(&mut v, &[set.to_string()]).unwrap();
+            assert_eq!(v["engine"]["num_gpu_blocks_override"], 641, "{set}");
+            assert!(matches!(&changes[..], [PinChange::Held { .. }]), "{set}: {changes:?}");
+            assert!(changes[0].message("s.json").contains("does not change the KV pool"), "{set}");
+        }
+        // A log's figure set beside it replaces it, as before.
+        let mut v = scenario.clone();
+        apply_sets(&mut v, &["engine.kv_cache_tokens=20000".to_string()]).unwrap();
+        assert!(v["engine"].get("num_gpu_blocks_override").is_none());
     }
 
     /// What was meant as JSON and is not (an object or list with a typo, a number past f64) is an
