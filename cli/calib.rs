@@ -769,6 +769,11 @@ pub struct CheckArgs {
 }
 
 pub fn check(a: CheckArgs) -> Result<ExitCode, String> {
+    // The plot's name and folder before any point is measured (a missing folder failed after
+    // both points had run, no report printed: a review, 2026-12-08).
+    if let Some(p) = &a.plot {
+        crate::plot::check_path(p)?;
+    }
     let conc: Vec<u32> = crate::parse_list("--concurrency", &a.concurrency)?;
     if conc.is_empty() || conc.contains(&0) || conc.windows(2).any(|w| w[0] >= w[1]) {
         return Err(format!("--concurrency: give increasing values >= 1, got {}", a.concurrency));

@@ -189,15 +189,34 @@ pub fn text(e: &Explanation, x: &TextExtras) -> String {
                 sim::explain::thousands(e.kv_bytes_per_token)
             );
         }
-        None => {
-            let _ = writeln!(
-                s,
-                "KV pool: {} tokens, given by {} (no memory account: nothing is derived; {} KV bytes per token per GPU)",
-                sim::explain::thousands(e.kv_cache_tokens),
-                e.kv_sizing_source,
-                sim::explain::thousands(e.kv_bytes_per_token)
-            );
-        }
+        // A fleet of several groups: the source is group 0's, and other groups may derive theirs
+        // (the robustness audit of 2026-12-08: an A100 group pinned, an RTX 4090 group derived,
+        // and the line said the fleet's 120,288 tokens were all "given by" the pin, "nothing
+        // derived").
+        None => match &e.replica_limits {
+            Some(f) if f.groups.len() > 1 => {
+                let g0 = &f.groups[0];
+                let _ = writeln!(
+                    s,
+                    "KV pool: {} tokens over the fleet's replicas; group 0's {} tokens a replica given by {} (no memory \
+                     account for it; {} KV bytes per token per GPU); each group's own pool (its pin, or derived from \
+                     memory) in its line below",
+                    sim::explain::thousands(e.kv_cache_tokens),
+                    sim::explain::thousands(g0.kv_cache_tokens),
+                    e.kv_sizing_source,
+                    sim::explain::thousands(e.kv_bytes_per_token)
+                );
+            }
+            _ => {
+                let _ = writeln!(
+                    s,
+                    "KV pool: {} tokens, given by {} (no memory account: nothing is derived; {} KV bytes per token per GPU)",
+                    sim::explain::thousands(e.kv_cache_tokens),
+                    e.kv_sizing_source,
+                    sim::explain::thousands(e.kv_bytes_per_token)
+                );
+            }
+        },
     }
     for (i, w) in e.explanation.iter().enumerate() {
         let _ = writeln!(s, "{}. {w}", i + 1);

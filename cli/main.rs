@@ -169,7 +169,9 @@ fn parse_list<T: std::str::FromStr>(flag: &str, s: &str) -> Result<Vec<T>, Strin
             x.trim().parse::<T>().map_err(|_| {
                 // What was expected, in words (a negative count read "cannot read \"-1\" in \"-1\"").
                 let what = match std::any::type_name::<T>() {
-                    "u32" | "u64" | "usize" => "a whole number, 0 or more",
+                    // Each flag says its own least value ("--concurrency: values must be at
+                    // least 1"): "0 or more" here was then contradicted.
+                    "u32" | "u64" | "usize" => "a whole number",
                     "f64" | "f32" => "a number",
                     _ => "a value of this flag",
                 };

@@ -755,21 +755,30 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
     plans.dedup_by(|x, y| x.label() == y.label());
     // Inline step coefficients are one deployment's step costs: applied to every candidate GPU
     // and TP size they price every plan's steps alike, and the cheapest GPU always wins.
-    if let Some(co) = base.json.pointer("/cost/coefficients").and_then(Value::as_object) {
-        // The six step coefficients (the last two, ingress and streaming, are not the GPU's).
-        if sim::cost::COEFFICIENT_NAMES[..6].iter().any(|k| co.get(*k).is_some_and(|v| !v.is_null())) {
-            return Err(format!(
-                "{}: cost.coefficients: the scenario's step costs are fixed coefficients (one deployment's), which \
-                 plan would apply to every candidate GPU and TP size alike; drop them (--set cost.coefficients=null) \
-                 so each plan is timed from its own GPU's kernels",
-                base.origin
-            ));
-        }
+    // The six step coefficients (the last two, ingress and streaming, are not the GPU's).
+    if sim::config::fixed_step_coefficients(&base.json).is_some() {
+        return Err(format!(
+            "{}: cost.coefficients: the scenario's step costs are fixed coefficients (one deployment's), which \
+             plan would apply to every candidate GPU and TP size alike; drop them (--set cost.coefficients=null) \
+             so each plan is timed from its own GPU's kernels",
+            base.origin
+        ));
     }
-    // Each plan's KV pool follows from its GPU's memory: a pool the scenario pins (a start-up
-    // log's figure for its own setup) is dropped, and the run says so, as `tune` does.
+    // Each plan's KV pool follows from its GPU's memory: a pool the scenario pins as a start-up
+    // log's figure (for its own setup) is dropped, and the run says so. vLLM's
+    // `num_gpu_blocks_override` is vLLM's own flag, which it holds on any GPU (as `--set` and
+    // `tune` hold it): kept on every plan, said with how to drop it, as SGLang's bound is below.
+    // (Until 2026-12-08 plan dropped it too.)
+    if let Some(n) = base.json.pointer("/engine/num_gpu_blocks_override").filter(|v| !v.is_null()) {
+        load::warn_once(format!(
+            "{}: engine.num_gpu_blocks_override = {n} is kept on every plan: vLLM uses it in place of its memory \
+             profile whatever the GPU and TP size, so every replica holds {n} blocks; drop it (--set \
+             engine.num_gpu_blocks_override=null) to size each plan's pool from its GPU's memory",
+            base.origin
+        ));
+    }
     if let Some(e) = base.json.get("engine").and_then(Value::as_object) {
-        for k in load::PINNED_POOL {
+        for k in load::PINNED_POOL.into_iter().filter(|k| *k != "num_gpu_blocks_override") {
             if e.get(k).is_some_and(|v| !v.is_null()) {
                 load::warn_once(format!(
                     "{}: engine.{k} was dropped: each plan's KV pool is derived from the memory fraction and its model \
@@ -813,16 +822,18 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
             if sglang {
                 s = s.into_iter().map(|x| x.replace("engine.tensor_parallel_size", "engine.tp_size")).collect();
             }
-            // The KV pool follows from each GPU's memory: drop a pool size given for another setup.
+            // The KV pool follows from each GPU's memory: drop a pool size a log gave for another
+            // setup (vLLM's own override holds, as vLLM holds it: said above).
             if let Some(e) = raw.json.get_mut("engine").and_then(Value::as_object_mut) {
-                for k in load::PINNED_POOL {
+                for k in load::PINNED_POOL.into_iter().filter(|k| *k != "num_gpu_blocks_override") {
                     e.remove(k);
                 }
             }
             if let Some(n) = num_prompts {
                 s.push(format!("workload.num_prompts={n}"));
             }
-            load::apply_overrides(&mut raw, &s, None)
+            // Quietly: the pins were said once above (a held override would be said per plan).
+            load::apply_overrides_quietly(&mut raw, &s, None)
                 .map(|_| {
                     if let Some(h) = &host {
                         let gpu = raw.json["hardware"].clone();

@@ -46,6 +46,9 @@ pub fn check_path(path: &str) -> Result<(), String> {
     if let Some(d) = dir.filter(|d| !d.is_dir()) {
         return Err(format!("--plot {path}: no folder {} to write it in", d.display()));
     }
+    if std::path::Path::new(path).is_dir() {
+        return Err(format!("--plot {path}: a folder of that name is in the way; give a file name"));
+    }
     Ok(())
 }
 

@@ -129,6 +129,13 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, String> {
     let prompts: Option<Vec<u32>> =
         a.num_prompts.as_deref().map(|s| crate::parse_list("--num-prompts", s)).transpose()?;
     if let Some(p) = &prompts {
+        // Named as the flag the user typed (it was `workload.num_prompts`, the field it sets).
+        if p.contains(&0) {
+            return Err(format!(
+                "--num-prompts: values must be at least 1, got {:?}",
+                a.num_prompts.as_deref().unwrap_or("")
+            ));
+        }
         if p.len() != 1 && p.len() != conc.len() {
             return Err(format!(
                 "--num-prompts: give one value or {} (one per concurrency), got {}",

@@ -432,17 +432,15 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
                 ));
             } else if k == "num_gpu_blocks_override" {
                 notes.push(format!(
-                    "engine.{k} holds in every configuration: vLLM uses it in place of its memory profile, so varying \
-                     {} does not resize the KV pool (--set engine.{k}=null derives the pool from memory)",
+                    "engine.{k} holds its block count in every configuration: vLLM uses it in place of its memory \
+                     profile, so varying {} does not resize the pool from memory (--set engine.{k}=null derives it)",
                     resized.join(", ")
                 ));
             } else {
                 // An engine flag or the memory fraction moves the log's pool by what the derived
                 // pool moves; the rest take another setup's pool (`config::PinChange`).
-                let (moving, dropping): (Vec<&str>, Vec<&str>) = resized.iter().partition(|p| {
-                    p.strip_prefix("engine.").is_some_and(|f| sim::config::POOL_FLAGS.contains(&f))
-                        || ["engine.gpu_memory_utilization", "engine.mem_fraction_static"].contains(p)
-                });
+                let (moving, dropping): (Vec<&str>, Vec<&str>) =
+                    resized.iter().partition(|p| sim::config::moves_pin(p));
                 let mut parts = vec![format!(
                     "engine.{k} (the scenario's KV pool, a start-up log's figure) holds in the configurations that leave \
                      {} as the scenario has it (or where the pool derived from memory comes out the same)",
@@ -522,9 +520,13 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
     }
     // Every path must name a scenario field: each knob at its first value must resolve
     // (a value the scenario rejects later in the grid is listed as invalid, not an error).
+    // (With the command line's pins beside it, as every configuration has them: a knob alone
+    // would move a pool the command line pinned as if a log had printed it.)
     for (p, v) in &knobs {
         let mut r = base.clone();
-        load::apply_overrides_quietly(&mut r, &[format!("{p}={}", v[0])], None)
+        let mut sets = user_pins.clone();
+        sets.push(format!("{p}={}", v[0]));
+        load::apply_overrides_quietly(&mut r, &sets, None)
             .and_then(|_| load::resolve(&r))
             .map_err(|e| format!("--vary {p}: {e}"))?;
     }

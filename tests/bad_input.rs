@@ -59,16 +59,26 @@ fn a_prompt_longer_than_max_model_len_or_the_pool_is_rejected() {
         &base(r#""max_model_len": 2048"#, r#""random_input_len": 4000, "random_output_len": 10"#),
         &["workload.random_input_len", "max_model_len 2048"],
     );
-    // vLLM 0.20 takes a pinned pool without checking it against max_model_len: the request is
-    // the error; from 0.21 vLLM refuses to start with such an override (a logged pool is not
-    // checked: the engine that logged it started).
+    // vLLM 0.20 takes a pinned override without checking it against max_model_len: the request
+    // is the error; from 0.21 vLLM refuses to start with such an override.
     rejects(
         "too_big_for_pool.json",
+        &base(
+            r#""version": "0.20.0", "max_model_len": 32768, "num_gpu_blocks_override": 100"#,
+            r#""random_input_len": 4000, "random_output_len": 10"#,
+        ),
+        &["workload.random_input_len", "could never finish"],
+    );
+    // A logged pool is an engine's that started, so it held one max_model_len request (a block's
+    // slack: the check saw the memory before it was cut into blocks): one that cannot is another
+    // setup's, which vLLM refuses at start-up (since 2026-12-08: a pool `--set` moved there ran).
+    rejects(
+        "log_below_max_model_len.json",
         &base(
             r#""version": "0.20.0", "max_model_len": 32768, "kv_cache_tokens": 1600"#,
             r#""random_input_len": 4000, "random_output_len": 10"#,
         ),
-        &["workload.random_input_len", "could never finish"],
+        &["engine.max_model_len", "refuses to start"],
     );
     rejects(
         "pool_below_max_model_len.json",

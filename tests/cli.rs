@@ -537,6 +537,25 @@ fn plots_are_written_as_svg_with_the_knee_and_the_kv_limit_marked() {
     }
 }
 
+/// `sweep`'s list flags name themselves in their errors, with the least value they take (a
+/// fractional concurrency read "a whole number, 0 or more", then 0 was refused; a prompt count of
+/// 0 named `workload.num_prompts`, the field it sets: the robustness audit of 2026-12-08).
+#[test]
+fn sweep_list_errors_name_the_flag() {
+    let err = |args: &[&str]| {
+        let o = run_cli(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let e = err(&["sweep", "--concurrency", "4.5"]);
+    assert!(
+        e.contains("--concurrency: cannot read \"4.5\" in \"4.5\" as a whole number") && !e.contains("0 or more"),
+        "{e}"
+    );
+    let e = err(&["sweep", "--concurrency", "1,2", "--num-prompts", "40,0"]);
+    assert!(e.contains("--num-prompts: values must be at least 1"), "{e}");
+}
+
 /// The published RTX 5090 setup with SGLang 0.5.21 runs beside the vLLM one.
 #[test]
 fn published_rtx5090_sglang_setup_runs_beside_vllm() {

@@ -368,3 +368,31 @@ fn explain_names_the_sglang_decode_servers_pre_allocation_wait() {
     );
     assert!(all.iter().any(|l| l.contains("so a replica holds 7 requests at once")), "{all:#?}");
 }
+
+/// A fleet whose group 0 pins its pool and whose other group derives its own: the text's pool
+/// line says the fleet's total is over its groups, group 0's given by the pin (it said the whole
+/// fleet's pool was "given by num_gpu_blocks_override", "nothing is derived": the robustness
+/// audit of 2026-12-08), and each group's line gives its own.
+#[test]
+fn a_mixed_fleets_pool_line_does_not_call_every_pool_pinned() {
+    let f = write_temp(
+        "explain-mixed-fleet.json",
+        r#"{"version": 1, "engine": {"kind": "vllm", "version": "0.33.0", "max_num_seqs": 64, "max_num_batched_tokens": 2048,
+            "num_gpu_blocks_override": 641, "max_model_len": 4096}, "model": "qwen2.5-7b-instruct", "hardware": "a100-80gb",
+            "workload": {"dataset_name": "random", "random_input_len": 512, "random_output_len": 64, "num_prompts": 40,
+                         "max_concurrency": 16, "ignore_eos": true, "seed": 0},
+            "fleet": {"replicas": [{"count": 1}, {"count": 1, "hardware": "rtx-4090", "engine": {"num_gpu_blocks_override": null}}]}}"#,
+    );
+    let o = run_cli(&["explain", f.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let line = text.lines().find(|l| l.starts_with("KV pool")).unwrap();
+    assert!(
+        line.contains(
+            "tokens over the fleet's replicas; group 0's 10,240 tokens a replica given by num_gpu_blocks_override"
+        ),
+        "{line}"
+    );
+    assert!(!line.contains("nothing is derived"), "{line}");
+    assert!(text.contains("Group 1, mixed1") && text.contains("its KV pool holds 107,856 tokens"), "{text}");
+}

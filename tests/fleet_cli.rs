@@ -33,30 +33,41 @@ fn label(e: &Value) -> String {
     format!("{} {} {} {} {}", p["gpu"], p["tensor_parallel_size"], p["replicas"], p["prefill"], p["decode"])
 }
 
-/// A pool the scenario pins (a start-up log's, or a test flag's) is one setup's: every plan
-/// derives its own from its GPU, and `plan` says it dropped the pin.
+/// A pool the scenario pins as a start-up log's figure is one setup's: every plan derives its own
+/// from its GPU, and `plan` says it dropped the pin. vLLM's own `num_gpu_blocks_override` is held
+/// on every plan, as vLLM holds it on any GPU (and as `--set` and `tune` hold it), and said with
+/// how to drop it (until 2026-12-08 plan dropped it too).
 #[test]
-fn plan_says_it_dropped_a_pinned_kv_pool() {
+fn plan_drops_a_logs_pool_and_holds_vllms_override() {
     let cands = write_temp(
         "fleet-cli-cands-pinned.json",
         r#"{"prices_per_gpu_hour": {"a100-80gb": 1.79}, "gpus": ["a100-80gb"], "replicas": [1]}"#,
     );
-    let o = run_cli(&[
-        "plan",
-        "scenarios/kv-starved-qwen2.5-7b-a100-vllm.json",
-        "--candidates",
-        cands.to_str().unwrap(),
-        "--request-rate",
-        "2",
-        "--slo",
-        "p99_ttft_ms<=3000",
-        "--json",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stderr(&o).contains("engine.num_gpu_blocks_override was dropped"), "{}", stderr(&o));
-    // The plan's pool is the derived one, far above the pinned 640 blocks.
-    let r = stdout_json(&o);
-    let e = r["best"].as_object().map(|_| &r["best"]).unwrap_or(&r["rejected"][0]);
+    let plan = |extra: &[&str]| {
+        let mut a = vec![
+            "plan",
+            "scenarios/kv-starved-qwen2.5-7b-a100-vllm.json",
+            "--candidates",
+            cands.to_str().unwrap(),
+            "--request-rate",
+            "2",
+            "--slo",
+            "p99_ttft_ms<=3000",
+            "--json",
+        ];
+        a.extend(extra);
+        let o = run_cli(&a);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let r = stdout_json(&o);
+        let e = r["best"].as_object().map(|_| r["best"].clone()).unwrap_or(r["rejected"][0].clone());
+        (stderr(&o), e)
+    };
+    let (err, e) = plan(&[]);
+    assert!(err.contains("engine.num_gpu_blocks_override = 641 is kept on every plan"), "{err}");
+    assert_eq!(e["metrics"]["kv_cache_tokens"], 10240, "{e:#}");
+    // A log's figure in its place: dropped, the pool derived from the GPU's memory.
+    let (err, e) = plan(&["--set", "engine.num_gpu_blocks_override=null", "--set", "engine.kv_cache_tokens=10256"]);
+    assert!(err.contains("engine.kv_cache_tokens was dropped"), "{err}");
     assert!(e["metrics"]["kv_cache_tokens"].as_u64().unwrap() > 100_000, "{e:#}");
     assert_eq!(e["metrics"]["num_preemptions"], 0, "the derived pool does not starve: {e:#}");
 }

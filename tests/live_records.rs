@@ -189,8 +189,8 @@ fn an_interrupted_calibration_leaves_a_record_that_says_so() {
 /// word and blamed the mismatch on the speed reference).
 #[test]
 fn check_says_where_the_server_differs_from_the_scenario() {
-    // The pool pinned again beside the cap (the cap alone drops the scenario's pin: a running cap
-    // moves the pool vLLM derives), so that the cap is the one difference.
+    // The pool pinned again beside the cap (vLLM's override holds under a new cap anyway; given
+    // here so that the cap is the one difference whatever the pin rule).
     let s = start_server(
         SCENARIO,
         &["--time-scale", "20", "--set", "engine.max_num_seqs=4", "--set", "engine.num_gpu_blocks_override=641"],

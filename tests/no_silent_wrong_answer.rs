@@ -2360,7 +2360,7 @@ fn tune_holds_vllms_override_and_moves_a_logs_pool() {
         pools
     };
     let starved = "scenarios/kv-starved-qwen2.5-7b-a100-vllm.json";
-    let pools = check(starved, "16,64", "engine.num_gpu_blocks_override holds in every configuration");
+    let pools = check(starved, "16,64", "engine.num_gpu_blocks_override holds its block count in every configuration");
     assert!(pools.iter().all(|(_, kv)| *kv == 10240), "{pools:?}");
     let default = "scenarios/rtx5090-qwen2.5-7b-vllm.json";
     let pools = check(default, "64,128", "it moves by what the pool derived from memory moves");

@@ -506,7 +506,7 @@ function showKnobValues(list) {
           ? `capped by engine.max_total_tokens: the pool memory fraction ${r.memory_fraction_in_use != null ? r.memory_fraction_in_use + ' ' : ''}derives is larger, so the cap binds and moving the fraction does not move the pool (until it derives fewer tokens than the cap)`
           : `derived from memory (engine.${r.kv_sizing_source}${r.memory_fraction_in_use != null ? ', fraction ' + r.memory_fraction_in_use : ''})`;
       return `${NAMES[e.kind]}: KV pool ${fmt(r.kv_cache_tokens, 0)} tokens, ${how}` +
-        (r.dropped_pins.length ? '; the scenario\'s pinned pool was dropped (warning below)' : '') + '.';
+        (r.dropped_pins.length ? '; the scenario\'s pinned pool moved, was dropped or held (warning below)' : '') + '.';
     }).join(' ') : '';
   }
 }

@@ -476,7 +476,7 @@ pub fn flag_inconsistent(points: &mut [FitPoint]) -> Vec<Trap> {
                         "output throughput {x:.1} tok/s is {req:.2} requests/s at the scenario's {out:.0}-token outputs, above \
                          what a client sending {} prompts at {r} req/s (burstiness {}) can complete, at most {most:.2} requests/s \
                          (their arrivals span at least {shortest:.1} s): the run was not at this rate (another rate, a burst, a \
-                         concurrency-limited run), or its lengths are not the scenario's. Every figure of the point is excluded",
+                         closed loop at a concurrency), or its lengths are not the scenario's. Every figure of the point is excluded",
                         w.num_prompts, w.burstiness
                     ),
                 });

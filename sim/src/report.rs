@@ -963,9 +963,10 @@ pub fn pcie_tensor_parallel(spec: &SimSpec) -> Option<Caveat> {
         Some(f) => f
             .replicas
             .iter()
+            // Each replica's own card's link (an inline replica card's, which a lookup of its id
+            // among the built-in cards missed or mistook until 2026-12-08).
             .filter(|r| {
-                let card = if r.gpu == spec.gpu.id { Some(&spec.gpu) } else { crate::builtin::gpu(&r.gpu) };
-                r.deployment.tensor_parallel_size == 2 && custom(&r.cost) && card.is_some_and(pcie)
+                r.deployment.tensor_parallel_size == 2 && custom(&r.cost) && r.interconnect.as_deref() == Some("pcie")
             })
             .map(|r| r.engine.engine_kind())
             .collect(),
@@ -2161,6 +2162,24 @@ mod tests {
         let mut calibrated = tp("rtx-pro-6000", 2);
         calibrated.cost.reference = Some([1.0; 6]);
         assert_eq!(said(&calibrated), None);
+        // A fleet's replica on an inline card of its own id: its own card's link (the lookup by id
+        // among the built-in cards missed it until 2026-12-08), and an inline card of a built-in
+        // id patched to NVLink is that card, not the built-in one.
+        let fleet = |card: serde_json::Value| {
+            let mut v: serde_json::Value = serde_json::from_str(crate::builtin::SCENARIOS[0].1).unwrap();
+            v["engine"]["kv_cache_tokens"] = serde_json::Value::Null;
+            v["fleet"] = serde_json::json!({"replicas": [{"count": 1},
+                {"count": 1, "hardware": {"gpu": card, "count": 2}, "engine": {"tensor_parallel_size": 2}}]});
+            let s = crate::config::scenario_from_value(v).unwrap();
+            crate::config::resolve(&s, &crate::builtin::resources().unwrap()).unwrap()
+        };
+        let mut mine = serde_json::to_value(crate::builtin::gpu("rtx-pro-6000").unwrap()).unwrap();
+        mine["id"] = "my-pro-6000".into();
+        assert!(said(&fleet(mine)).is_some(), "an inline PCIe card of its own id");
+        let mut bridged = serde_json::to_value(crate::builtin::gpu("rtx-pro-6000").unwrap()).unwrap();
+        bridged["interconnect"] = "nvlink".into();
+        assert_eq!(said(&fleet(bridged)), None, "the inline card's own link");
+        assert!(said(&fleet("rtx-pro-6000".into())).is_some());
     }
 
     /// TP on a card without peer access (the RTX 5090 and RTX 4090 under the stock driver): the

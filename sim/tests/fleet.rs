@@ -354,6 +354,30 @@ fn a_group_on_other_hardware_does_not_inherit_a_pinned_pool() {
     );
 }
 
+/// A group that spells out what the top level has by default (a TP size of 1, an "auto" KV dtype,
+/// its card as `{"gpu": id}`) is the same setup: the pinned pool holds, as `--set` of the same
+/// values keeps it (the review of 2026-12-08: each dropped a 400,000-token log for a derived
+/// 446,352).
+#[test]
+fn a_group_spelling_out_a_default_keeps_the_pin() {
+    let mut v: serde_json::Value = serde_json::from_str(
+        sim::builtin::SCENARIOS.iter().find(|(n, _)| *n == "long-prefill-itl-llama3.1-8b-h100-vllm").unwrap().1,
+    )
+    .unwrap();
+    v["workload"]["num_prompts"] = json!(4);
+    v["fleet"] = json!({"replicas": [{"count": 1}, {"count": 1, "engine": {"tensor_parallel_size": 1}},
+                                     {"count": 1, "engine": {"kv_cache_dtype": "auto"}},
+                                     {"count": 1, "hardware": {"gpu": "h100-80gb"}}]});
+    let s = spec(v);
+    let f = s.fleet.as_ref().unwrap();
+    assert!(
+        f.replicas.iter().all(|r| r.engine.kv_capacity_tokens() == 400000 - 16),
+        "{:?}",
+        f.replicas.iter().map(|r| r.engine.kv_capacity_tokens()).collect::<Vec<_>>()
+    );
+    assert!(f.pin_changes.is_empty(), "{:?}", f.pin_changes);
+}
+
 /// Fixed step coefficients are the top level's deployment's costs: a group on another GPU or TP
 /// size is refused, naming its field (the robustness audit of 2026-12-08: an RTX 4090 replica
 /// beside an A100 ran the A100's steps, step for step); a group changing only an engine flag runs.
@@ -574,7 +598,8 @@ fn an_sglang_decode_server_preallocates_before_the_prefill_keeping_a_reserve() {
     assert_eq!(f.mean_kv_prealloc_wait_ms, Some(wait(&tight)));
     let text = sim::report::text(&tight_spec, &tight, &Default::default());
     assert!(text.contains("Mean wait for decode pre-allocation (ms):"), "{text}");
-    let (_, vllm) = run("vllm", json!({"kv_cache_tokens": 4096}));
+    // (A max_model_len the 4,096-token pool holds: vLLM refuses one it cannot.)
+    let (_, vllm) = run("vllm", json!({"kv_cache_tokens": 4096, "max_model_len": 4080}));
     assert_eq!(vllm.fleet.as_ref().unwrap().mean_kv_prealloc_wait_ms, None);
 }
 

@@ -685,9 +685,13 @@ fn vllm_start_up_rules_of_recent_releases() {
     let exact = |version: &str| v(json!({"num_gpu_blocks_override": 100, "max_model_len": 1600, "version": version}));
     assert!(exact("0.28.0").is_ok());
     assert!(exact("0.29.0").is_err());
-    // A logged pool is the pool of an engine that started: not checked (its figure can be a
-    // block short of what vLLM's check saw).
+    // A logged pool is the pool of an engine that started: checked with a block's slack (its
+    // figure can be a block short of what vLLM's check saw); one that cannot hold a
+    // max_model_len request by more is another setup's (a pool `--set` moved there, since
+    // 2026-12-08).
     assert!(v(json!({"kv_cache_tokens": 1600, "max_model_len": 1600})).is_ok());
+    let e = v(json!({"kv_cache_tokens": 1600, "max_model_len": 1632})).unwrap_err();
+    assert!(e.path == "engine.max_model_len" && e.message.contains("refuses to start"), "{e}");
     // All the memory asked for: refused; 0.99 of an 80 GB card runs.
     assert!(v(json!({"gpu_memory_utilization": 1.0})).unwrap_err().to_string().contains("Free memory on device"));
     assert!(v(json!({"gpu_memory_utilization": 0.99})).is_ok());
@@ -893,7 +897,8 @@ fn a_card_without_a_compute_capability_cannot_size_a_vllm_0_33_pool() {
     assert!(e.message.contains("my-h100") && e.message.contains("kv_cache_tokens"), "{}", e.message);
     // 1,024 rows × 128,256 entries × the 8 bytes between the two samplers.
     assert!(e.message.contains("0.98 GiB apart at max_num_seqs 1024"), "{}", e.message);
-    run(json!({"kind": "vllm", "version": "0.33.0", "kv_cache_tokens": 100_000}), &card).unwrap();
+    run(json!({"kind": "vllm", "version": "0.33.0", "kv_cache_tokens": 100_000, "max_model_len": 65536}), &card)
+        .unwrap();
     // At 8 sequences the forward's peak (8,192 tokens) dominates both samplers: one answer, so it
     // runs, and it is the shipped card's.
     let few = json!({"kind": "vllm", "version": "0.33.0", "max_num_seqs": 8});

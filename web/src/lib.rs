@@ -239,8 +239,8 @@ struct ResolvedScenario<'a> {
     /// once (0 without a shared prefix or a prefix cache; `sim::sweep::kv_limit`).
     shared_prefix_tokens: u64,
     kv_limit_explanation: String,
-    /// The binary's warnings for a pinned pool the sets dropped (`engine.kv_cache_tokens was
-    /// dropped: ...`): the pool is then derived from memory.
+    /// The binary's warnings for what the sets did to a pinned pool (`config::PinChange`: a
+    /// log's figure moved with the derived pool or dropped, vLLM's override held).
     dropped_pins: Vec<String>,
     /// The concurrencies `explain` sweeps to find its knee for this scenario as set
     /// (`sim::explain::plan`); `None` when it would refuse the scenario.

@@ -9,6 +9,7 @@
 //! single engine applies to each replica, and every request must fit every
 //! replica.
 
+use super::overrides;
 use super::*;
 use crate::fleet::RouterSpec;
 
@@ -155,6 +156,9 @@ pub struct ReplicaSpec {
     pub front: usize,
     /// Its GPU card is the Windows/WSL2 view (`hardware.host: "wsl2"`, [`super::wddm_host`]).
     pub wddm_host: bool,
+    /// Its GPU card's link between GPUs (`interconnect`: "nvlink", "pcie"), from the card the
+    /// replica resolved (an inline card's own, not a built-in card's of the same id).
+    pub interconnect: Option<String>,
 }
 
 /// A fleet, resolved.
@@ -317,78 +321,63 @@ fn group_scenario(base: &Scenario, g: &ReplicaGroup, path: &str) -> Result<(Scen
             Some(_) => return Err(ConfigError::new(format!("{path}.engine"), "expected an object of engine fields")),
             None => serde_json::Map::new(),
         };
-        let top = serde_json::to_value(&b.engine).expect("serializable");
-        let Value::Object(mut merged) = top else { unreachable!() };
+        let Value::Object(mut merged) = serde_json::to_value(&b.engine).expect("serializable") else { unreachable!() };
         let other_kind = over.get("kind").is_some_and(|k| Some(k) != merged.get("kind"));
+        // The group's setup as scenario JSON beside the top level's: the group's engine fields
+        // laid over the top level's (or replacing them, for another kind), its hardware.
+        let top = serde_json::to_value(&b).expect("serializable");
+        let mut group = top.clone();
+        if other_kind {
+            group["engine"] = Value::Object(over.clone());
+        } else if let Some(e) = group.get_mut("engine").and_then(Value::as_object_mut) {
+            for (k, v) in &over {
+                e.insert(k.clone(), v.clone());
+            }
+        }
+        if let Some(h) = &g.hardware {
+            group["hardware"] = h.clone();
+        }
+        // The fields the group changes, as `--set` reads a change (`overrides::value_at`: a
+        // default spelled out, or the same card as `{"gpu": id}`, is no change).
+        // (The hardware first: a refusal names the card before the TP size that goes with it.)
+        let changed: Vec<String> = g
+            .hardware
+            .is_some()
+            .then(|| "hardware".to_string())
+            .into_iter()
+            .chain(over.keys().map(|k| format!("engine.{k}")))
+            .filter(|p| overrides::value_at(&top, p) != overrides::value_at(&group, p))
+            .collect();
         // Fixed step coefficients are the top level's deployment's costs: a group on another
         // GPU, TP size, weight format or engine would be timed as that one (the robustness
         // audit of 2026-12-08: an RTX 4090 replica beside an A100 ran the A100's steps), as
-        // `--set` refuses them (`overrides::apply_sets`).
-        let top_json = serde_json::to_value(&b).expect("serializable");
-        if let Some(names) = crate::config::overrides::fixed_step_coefficients(&top_json) {
-            let mut group = top_json.clone();
-            if let Some(e) = group.get_mut("engine").and_then(Value::as_object_mut) {
-                for (k, v) in &over {
-                    e.insert(k.clone(), v.clone());
-                }
-            }
-            if let Some(h) = &g.hardware {
-                group["hardware"] = h.clone();
-            }
-            let step = crate::config::overrides::step_deployment;
-            let (top_step, group_step) = (step(&top_json), step(&group));
-            // The field that differs, as the group wrote it.
-            let field = if top_step["gpu"] != group_step["gpu"] || top_step["host"] != group_step["host"] {
-                Some(format!("{path}.hardware"))
-            } else {
-                over.keys()
-                    .find(|k| crate::config::overrides::times_steps(&format!("engine.{k}")) && top_step != group_step)
-                    .map(|k| format!("{path}.engine.{k}"))
-            };
-            if let Some(field) = field {
-                return Err(ConfigError::new(
-                    field,
-                    format!(
-                        "the scenario's step costs are fixed coefficients (cost.coefficients: {}), one deployment's, \
-                         which would time this group's steps as the top level's; drop them to time each group from its \
-                         own GPU's kernels",
-                        names.join(", ")
-                    ),
-                ));
-            }
-        }
+        // `--set` refuses them (`overrides::refuse_fixed_coefficients_elsewhere`; a group cannot
+        // give its own cost).
+        overrides::refuse_fixed_coefficients_elsewhere(&changed, &top, &group).map_err(|(field, _)| {
+            let names = overrides::fixed_step_coefficients(&top).unwrap_or_default().join(", ");
+            let field = if field == "hardware" { format!("{path}.hardware") } else { format!("{path}.{field}") };
+            ConfigError::new(
+                field,
+                format!(
+                    "the scenario's step costs are fixed coefficients (cost.coefficients: {names}), one deployment's, \
+                     which would time this group's steps as the top level's; drop them to time each group from its own \
+                     GPU's kernels"
+                ),
+            )
+        })?;
         if other_kind {
             merged = over.clone();
         } else {
-            let mut changed: Vec<String> = over
-                .iter()
-                .filter(|(k, v)| {
-                    crate::config::resizes_pool(&format!("engine.{k}")) && merged.get(*k).unwrap_or(&Value::Null) != *v
-                })
-                .map(|(k, _)| format!("engine.{k}"))
-                .collect();
-            if other_hardware {
-                changed.push("hardware".to_string());
-            }
             let given = |k: &str| over.get(k).is_some_and(|v| !v.is_null());
             // One pin the group gives replaces the top level's others, as on the command line.
             if PINNED_POOL.iter().any(|k| given(k)) {
                 for k in PINNED_POOL {
                     merged.remove(k);
                 }
-            } else if !changed.is_empty() {
-                let top = serde_json::to_value(&b).expect("serializable");
-                let mut group = top.clone();
-                if let Some(e) = group.get_mut("engine").and_then(Value::as_object_mut) {
-                    for (k, v) in &over {
-                        e.insert(k.clone(), v.clone());
-                    }
-                }
-                if let Some(h) = &g.hardware {
-                    group["hardware"] = h.clone();
-                }
-                let cause = format!("{path}'s {}", changed.join(", "));
-                pin_changes = crate::config::overrides::carry_pins(&changed, &cause, &top, &mut group, given);
+            } else {
+                let resized: Vec<&String> = changed.iter().filter(|p| crate::config::resizes_pool(p)).collect();
+                let cause = format!("{path}'s {}", resized.iter().map(|p| p.as_str()).collect::<Vec<_>>().join(", "));
+                pin_changes = overrides::carry_pins(&resized, &cause, &top, &mut group, given);
                 for k in PINNED_POOL {
                     match group["engine"].get(k) {
                         Some(v) if !v.is_null() => merged.insert(k.to_string(), v.clone()),
@@ -430,6 +419,7 @@ fn replica_of(spec: &SimSpec, group: usize, name: String, role: ReplicaRole, fro
         kv_sizing: spec.kv_sizing.clone(),
         front,
         wddm_host: super::wddm_host(&spec.gpu),
+        interconnect: spec.gpu.interconnect.clone(),
     }
 }
 

@@ -91,7 +91,9 @@ pub mod memory_constants {
     };
 }
 pub use flags::{translate_engine, Knob, KNOBS};
-pub use overrides::{apply_set, apply_sets, resizes_pool, PinChange, PINNED_POOL, POOL_FLAGS};
+pub use overrides::{
+    apply_set, apply_sets, fixed_step_coefficients, moves_pin, resizes_pool, PinChange, PINNED_POOL, POOL_FLAGS,
+};
 pub use schema::*;
 pub use workload::{
     priced_endpoint, resolve_workload, simulate_only_field, CHAT_ENDPOINT, COMPLETIONS_ENDPOINT,

@@ -141,15 +141,16 @@ pub enum PinChange {
     Dropped { field: String, cause: String },
     /// An engine flag ([`POOL_FLAGS`]) or the memory fraction changed on the same GPU, model,
     /// TP size, formats and release: the log's pool moved by what the pool derived from memory
-    /// moves (`to = from + derived_to − derived_from`), so the log's measured offset from
+    /// moves (`to = from + derived_to − derived_from` in whole blocks or pages, at most an SGLang
+    /// `bound` where one caps it, at least 0), so the log's measured offset from
     /// servesim's memory account (what the account misses on that host) is kept and only the
     /// change is the model's. Until 2026-12-08 the pin was dropped, replacing the measured pool
     /// by the account's own error (`max_num_seqs=120` on the default scenario: the account moves
     /// +80 tokens, the dropped pin +1,504).
-    Moved { field: String, cause: String, from: u64, to: u64, derived_from: u64, derived_to: u64 },
-    /// vLLM's `num_gpu_blocks_override` holds: vLLM uses it in place of its memory profile
-    /// whatever else is set (`may_override_num_blocks`), so the change does not resize the
-    /// pool. Said, because the change would otherwise have. Until 2026-12-08 servesim dropped it
+    Moved { field: String, cause: String, from: u64, to: u64, derived_from: u64, derived_to: u64, bound: Option<u64> },
+    /// vLLM's `num_gpu_blocks_override` holds its block count: vLLM uses it in place of its
+    /// memory profile whatever else is set (`may_override_num_blocks`), so the change does not
+    /// resize the pool from memory. Said, because the change would otherwise have. Until 2026-12-08 servesim dropped it
     /// as it drops a log's figure (`--set engine.max_num_seqs=32` on the KV-starved scenario
     /// ran on a derived 1,070,256 tokens where vLLM keeps its 10,240).
     Held { field: String, cause: String },
@@ -162,31 +163,38 @@ impl PinChange {
         let n = crate::explain::thousands;
         match self {
             PinChange::Dropped { field, cause } => format!(
-                "{origin}: engine.{field} was dropped: {cause} changes what the KV pool would be, so the pool is \
+                "{origin}: engine.{field} was dropped: {cause} {} what the KV pool would be, so the pool is \
                  derived from the memory fraction and the model and GPU cards (an estimate; see README \"KV capacity \
-                 from a memory fraction\"); pin it again with --set engine.{field}=N if you know it"
+                 from a memory fraction\"); pin it again with --set engine.{field}=N if you know it",
+                if cause.contains(", ") { "change" } else { "changes" }
             ),
-            PinChange::Moved { field, cause, from, to, derived_from, derived_to } => {
+            PinChange::Moved { field, cause, from, to, derived_from, derived_to, bound } => {
                 let d = *derived_to as i128 - *derived_from as i128;
                 let offset = *from as i128 - *derived_from as i128;
+                let sign = |x: i128| if x >= 0 { "+" } else { "−" };
                 format!(
-                    "{origin}: engine.{field} moved from {} to {} tokens: {cause} moves the pool servesim derives from \
-                     memory from {} to {} tokens ({}{}), and the pinned figure moves by as much, keeping its measured \
-                     offset from that account ({}{} tokens; the change is an estimate, see README \"KV capacity from \
-                     a memory fraction\"); pin it with --set engine.{field}=N if you know the new pool",
+                    "{origin}: engine.{field} moved from {} to {} tokens: {cause} {} the pool servesim derives from \
+                     memory from {} to {} tokens ({}{}), and the pinned figure moves by as much (in whole blocks), \
+                     keeping its measured offset from that account ({}{} tokens){}; the new figure is an estimate (README \
+                     \"KV capacity from a memory fraction\"): pin it with --set engine.{field}=N if you know the new pool",
                     n(*from),
                     n(*to),
+                    if cause.contains(", ") { "move" } else { "moves" },
                     n(*derived_from),
                     n(*derived_to),
-                    if d >= 0 { "+" } else { "−" },
+                    sign(d),
                     n(d.unsigned_abs() as u64),
-                    if offset >= 0 { "+" } else { "−" },
+                    sign(offset),
                     n(offset.unsigned_abs() as u64),
+                    match bound {
+                        Some(b) => format!(", then SGLang's max_total_tokens bound of {} caps it", n(*b)),
+                        None => String::new(),
+                    }
                 )
             }
             PinChange::Held { field, cause } => format!(
-                "{origin}: engine.{field} holds: vLLM uses it in place of its memory profile, so {cause} does not \
-                 change the KV pool; set engine.{field}=null to derive the pool from memory"
+                "{origin}: engine.{field} holds its block count: vLLM uses it in place of its memory profile, so {cause} \
+                 does not resize the pool from memory; set engine.{field}=null to derive the pool"
             ),
         }
     }
@@ -194,9 +202,10 @@ impl PinChange {
 
 /// Applies `--set` assignments as the command line does (the binary and the browser page alike):
 /// each with [`apply_set`]; one pool pin set replaces the scenario's other pins; a path that
-/// changes what the pool would be (and is set to a value the scenario does not already have)
-/// moves, drops or holds the scenario's pins the same assignments do not give ([`carry_pins`]).
-/// Returns what became of each such pin, for the caller to say ([`PinChange::message`]).
+/// changes what the pool would be (and is set to a value the scenario does not already have,
+/// [`value_at`]) moves, drops or holds the scenario's pins the same assignments do not give
+/// ([`carry_pins`]). Returns what became of each such pin, for the caller to say
+/// ([`PinChange::message`]).
 pub fn apply_sets(json: &mut Value, sets: &[String]) -> std::result::Result<Vec<PinChange>, String> {
     let path_of = |s: &String| s.split('=').next().unwrap_or("").trim().to_string();
     let before = json.clone();
@@ -219,53 +228,86 @@ pub fn apply_sets(json: &mut Value, sets: &[String]) -> std::result::Result<Vec<
             }
         }
     }
-    // A path set to the value the scenario already has changes no pool; a field left out is
-    // read as its default: an engine release the kind's default one (`VLLM_DEFAULT`,
-    // `SGLANG_DEFAULT`), a TP size 1 under either name (`tp_size` is SGLang's name of
-    // `tensor_parallel_size`), a KV cache dtype "auto". (Setting a TP size of 1 or an "auto"
-    // dtype on a scenario that gives none had dropped its pinned pool, a start-up log's figure
-    // for that very setup: the browser page does so when a box is set back to what it shows.)
-    let at = |v: &Value, p: &str| {
-        let field = |k: &str| v.get("engine").and_then(|e| e.get(k)).cloned().filter(|x| !x.is_null());
-        match p {
-            "engine.tensor_parallel_size" | "engine.tp_size" => {
-                return Some(field("tensor_parallel_size").or_else(|| field("tp_size")).unwrap_or(Value::from(1)));
-            }
-            "engine.kv_cache_dtype" => return Some(field("kv_cache_dtype").unwrap_or(Value::from("auto"))),
-            _ => {}
-        }
-        let got = p.split('.').try_fold(v, |v, k| v.get(k)).cloned().filter(|x| !x.is_null());
-        if p == "engine.version" && got.is_none() {
-            let sglang = v.pointer("/engine/kind").and_then(Value::as_str) == Some("sglang");
-            return Some(Value::from(if sglang { super::SGLANG_DEFAULT } else { super::VLLM_DEFAULT }));
-        }
-        got
-    };
-    // Fixed step coefficients are one deployment's costs: another GPU, model, TP size, weight
-    // format or engine would be timed as the scenario's own (the robustness audit of
-    // 2026-12-08: `tune --vary hardware=a100-80gb,h100-80gb,rtx-4090,l40s` on `serve-small-vllm`
-    // drew four equal rows). Refused, as `plan` refuses them and as a profile fitted on another
-    // deployment is refused, unless the same assignments give the cost.
-    let retimed: Vec<String> = sets.iter().map(path_of).filter(|p| times_steps(p)).collect();
-    if !retimed.is_empty()
-        && step_deployment(&before) != step_deployment(json)
-        && !sets.iter().any(|s| path_of(s) == "cost" || path_of(s).starts_with("cost."))
-    {
-        if let Some(names) = fixed_step_coefficients(json) {
-            return Err(format!(
-                "--set {}: the scenario's step costs are fixed coefficients (cost.coefficients: {}), one deployment's, \
-                 which would time the new setup's steps as the scenario's own; drop them (--set cost.coefficients=null) \
-                 to time each setup from its own GPU's kernels, or give the new setup's with --set cost.coefficients.NAME=...",
-                retimed.join(", --set "),
-                names.join(", ")
-            ));
-        }
-    }
+    let paths: Vec<String> = sets.iter().map(path_of).collect();
+    refuse_fixed_coefficients_elsewhere(&paths, &before, json).map_err(|(_, m)| m)?;
     let resized: Vec<String> =
-        sets.iter().map(path_of).filter(|p| resizes_pool(p) && at(&before, p) != at(json, p)).collect();
+        paths.iter().filter(|p| resizes_pool(p) && value_at(&before, p) != value_at(json, p)).cloned().collect();
     let cause = resized.iter().map(|p| format!("--set {p}")).collect::<Vec<_>>().join(", ");
-    let given = |k: &str| sets.iter().any(|s| path_of(s) == format!("engine.{k}"));
+    let given = |k: &str| paths.iter().any(|p| *p == format!("engine.{k}"));
     Ok(carry_pins(&resized, &cause, &before, json, given))
+}
+
+/// The value at `path` of scenario JSON `v` as the setup reads it: a field left out as its
+/// default (an engine release the kind's default one, `VLLM_DEFAULT` or `SGLANG_DEFAULT`; a TP
+/// size 1 under either name, `tp_size` being SGLang's name of `tensor_parallel_size`; a KV cache
+/// dtype "auto"), and the hardware by its card and host (a card id and `{"gpu": id}` are one
+/// GPU; its `count` is the TP size's). A path set to the value the scenario already has changes
+/// no pool (setting a TP size of 1 or an "auto" dtype on a scenario that gives none had dropped
+/// its pinned pool, a start-up log's figure for that very setup: the browser page does so when
+/// a box is set back to what it shows). `--set` and fleet groups read it alike.
+pub(crate) fn value_at(v: &Value, path: &str) -> Option<Value> {
+    let field = |k: &str| v.get("engine").and_then(|e| e.get(k)).cloned().filter(|x| !x.is_null());
+    match path {
+        "engine.tensor_parallel_size" | "engine.tp_size" => {
+            return Some(field("tensor_parallel_size").or_else(|| field("tp_size")).unwrap_or(Value::from(1)));
+        }
+        "engine.kv_cache_dtype" => return Some(field("kv_cache_dtype").unwrap_or(Value::from("auto"))),
+        p if p == "hardware" || p.starts_with("hardware.") => {
+            let d = step_deployment(v);
+            return Some(serde_json::json!({"gpu": d["gpu"], "host": d["host"]}));
+        }
+        _ => {}
+    }
+    let got = path.split('.').try_fold(v, |v, k| v.get(k)).cloned().filter(|x| !x.is_null());
+    if path == "engine.version" && got.is_none() {
+        let sglang = v.pointer("/engine/kind").and_then(Value::as_str) == Some("sglang");
+        return Some(Value::from(if sglang { super::SGLANG_DEFAULT } else { super::VLLM_DEFAULT }));
+    }
+    got
+}
+
+/// Fixed step coefficients are one deployment's costs: another GPU, model, TP size, weight
+/// format or engine (`before` → `after`, scenario JSON, through `paths`) would be timed as the
+/// scenario's own (the robustness audit of 2026-12-08: `tune --vary
+/// hardware=a100-80gb,h100-80gb,rtx-4090,l40s` on `serve-small-vllm` drew four equal rows).
+/// Refused, as `plan` refuses them and as a profile fitted on another deployment is refused,
+/// unless the same assignments give every step coefficient `after` fixes (the whole
+/// `cost.coefficients`, or each by name: another `cost.*` field leaves them the old setup's); a
+/// card, model or engine that does not exist is left to the scenario's own error. The error is
+/// `(the path to name, the message)`.
+pub(crate) fn refuse_fixed_coefficients_elsewhere(
+    paths: &[String],
+    before: &Value,
+    after: &Value,
+) -> std::result::Result<(), (String, String)> {
+    let retimed: Vec<&String> = paths.iter().filter(|p| times_steps(p)).collect();
+    let Some(names) = fixed_step_coefficients(after) else { return Ok(()) };
+    if retimed.is_empty() || step_deployment(before) == step_deployment(after) {
+        return Ok(());
+    }
+    let whole = paths.iter().any(|p| p == "cost" || p == "cost.coefficients");
+    if whole || names.iter().all(|n| paths.iter().any(|p| *p == format!("cost.coefficients.{n}"))) {
+        return Ok(());
+    }
+    // A card, model or engine kind no one knows: the scenario's own error names it.
+    let d = step_deployment(after);
+    let unknown_gpu = d["gpu"].as_str().is_some_and(|g| crate::builtin::gpu(g).is_none());
+    let unknown_model = d["model"].as_str().is_some_and(|m| crate::builtin::model(m).is_none());
+    let unknown_kind = d["kind"].as_str().is_some_and(|k| !["vllm", "sglang"].contains(&k));
+    if unknown_gpu || unknown_model || unknown_kind {
+        return Ok(());
+    }
+    Err((
+        retimed[0].clone(),
+        format!(
+            "--set {}: the scenario's step costs are fixed coefficients (cost.coefficients: {}), one deployment's, \
+             which would time the new setup's steps as the scenario's own; drop them (--set cost.coefficients=null) \
+             to time the new setup from its own GPU's kernels, or give all of them for it (--set \
+             cost.coefficients='{{...}}')",
+            retimed.iter().map(|p| p.as_str()).collect::<Vec<_>>().join(", --set "),
+            names.join(", ")
+        ),
+    ))
 }
 
 /// Whether a `--set` path changes what a step costs on the hardware: the GPU (or its host), the
@@ -291,14 +333,14 @@ pub(crate) fn step_deployment(v: &Value) -> Value {
     serde_json::json!({
         "gpu": gpu, "host": host, "model": v.get("model"),
         "tp": e("tensor_parallel_size").or_else(|| e("tp_size")).unwrap_or(Value::from(1)),
-        "quantization": e("quantization"), "kind": e("kind"),
+        "quantization": e("quantization"), "kind": e("kind").unwrap_or(Value::from("vllm")),
     })
 }
 
 /// The step coefficients (the six of the GPU's step cost; ingress and streaming are the
 /// front end's) that scenario `json` fixes inline in `cost.coefficients`, by name; `None` where
-/// it fixes none.
-pub(crate) fn fixed_step_coefficients(json: &Value) -> Option<Vec<&'static str>> {
+/// it fixes none. `plan` refuses them too.
+pub fn fixed_step_coefficients(json: &Value) -> Option<Vec<&'static str>> {
     let co = json.pointer("/cost/coefficients").and_then(Value::as_object)?;
     let names: Vec<&str> = crate::cost::COEFFICIENT_NAMES[..6]
         .iter()
@@ -308,23 +350,33 @@ pub(crate) fn fixed_step_coefficients(json: &Value) -> Option<Vec<&'static str>>
     (!names.is_empty()).then_some(names)
 }
 
+/// Whether changing `path` (one [`resizes_pool`] names) moves a start-up log's pinned pool with
+/// the pool derived from memory rather than dropping it: an engine flag of [`POOL_FLAGS`] or a
+/// memory fraction (vLLM from 0.34, where the fraction only caps the pool, aside:
+/// [`carry_pins`]).
+pub fn moves_pin(path: &str) -> bool {
+    path.strip_prefix("engine.").is_some_and(|f| POOL_FLAGS.contains(&f)) || FRACTIONS.contains(&path)
+}
+
 /// What becomes of the pools `before` (scenario JSON) pins when `paths` (fields
 /// [`resizes_pool`] names, each set to another value) take it to `after` (the same scenario
 /// with those values, its pins still in place); `given(k)`: pin `k` is set by the same change and
 /// stays as given. Edits `after`'s engine and returns what to say. `--set` ([`apply_sets`]) and a
 /// fleet's replica groups decide by it alike:
-/// - vLLM's `num_gpu_blocks_override` holds, as vLLM holds it ([`PinChange::Held`], said where
-///   the change would have resized a derived pool).
-/// - A start-up log's figure (`kv_cache_tokens`, `max_total_num_tokens`) holds where the pool
-///   derived from memory comes out the same (an engine flag the pool depends on only in some
-///   setups: `max_model_len` with chunked prefill on, SGLang's chunk under a given fraction), and
-///   where the scenario's own setup derives none (the pin is what lets it run) while only engine
-///   flags change. It moves ([`PinChange::Moved`]) where only engine flags ([`POOL_FLAGS`]) and
-///   the memory fraction change and both setups derive a pool; under an SGLang bound
-///   (`max_total_tokens`) the move is of the profiled pools and the result is bounded, and a
-///   log whose pool the bound had cut (the log at the bound) is dropped, its profiled pool
-///   unknown. It is dropped otherwise ([`PinChange::Dropped`]): another GPU, model, TP size,
-///   format or release, or a new setup that derives no pool (its own error then says why).
+/// - vLLM's `num_gpu_blocks_override` holds its block count, as vLLM holds it
+///   ([`PinChange::Held`], said where the change would have resized a derived pool); on an
+///   engine that is no longer vLLM it is dropped.
+/// - A start-up log's figure (`kv_cache_tokens`, `max_total_num_tokens`) moves
+///   ([`PinChange::Moved`]) where every path [`moves_pin`] and both setups derive a pool: by the
+///   difference of the derived pools (the profiled ones, SGLang's `max_total_tokens` bound
+///   lifted, where a bound is given; the result then bounded), rounded down to the new setup's
+///   block or page, and past zero to zero (the engine's own error then says the setup has no
+///   pool). It holds where the derived pools come out the same, and where the scenario's own
+///   setup derives none (the pin is what lets it run). It is dropped otherwise
+///   ([`PinChange::Dropped`]): another GPU, model, TP size, format or release; vLLM from 0.34 with
+///   another memory fraction (there the fraction only caps a pool sized after warm-up, so the
+///   log's offset does not carry); a log the SGLang bound had cut (its profiled pool unknown);
+///   a new setup that derives no pool (its own error then says why).
 pub(crate) fn carry_pins<S: AsRef<str>>(
     paths: &[S],
     cause: &str,
@@ -339,50 +391,60 @@ pub(crate) fn carry_pins<S: AsRef<str>>(
     if paths.is_empty() || pins.is_empty() {
         return Vec::new();
     }
-    let is_flag = |p: &str| p.strip_prefix("engine.").is_some_and(|f| POOL_FLAGS.contains(&f));
-    let flags_only = paths.iter().all(|p| is_flag(p.as_ref()));
-    let movable = paths.iter().all(|p| is_flag(p.as_ref()) || FRACTIONS.contains(&p.as_ref()));
-    let bound = |v: &Value| v.pointer("/engine/max_total_tokens").and_then(Value::as_u64);
-    let (d_before, d_after) = (derived_pool(before, false), derived_pool(after, false));
-    let resizes = !flags_only || derived_pools_differ(d_before, d_after);
+    let bounded = |v: &Value| v.pointer("/engine/max_total_tokens").and_then(Value::as_u64);
+    let lift = bounded(before).is_some() || bounded(after).is_some();
+    let (d_before, d_after) = (derived_pool(before, lift), derived_pool(after, lift));
+    let caps_only = |d: &Option<Derived>| d.as_ref().is_some_and(|d| d.fraction_caps);
+    let movable = paths.iter().all(|p| {
+        moves_pin(p.as_ref()) && !(FRACTIONS.contains(&p.as_ref()) && (caps_only(&d_before) || caps_only(&d_after)))
+    });
+    let tokens = |d: &Option<Derived>| d.as_ref().map(|d| d.tokens);
+    // Whether the change resizes the pool from memory: a path that moves a pin only where the
+    // derived pool differs (or the new setup derives none); any other path always.
+    let resizes = !movable || derived_pools_differ(tokens(&d_before), tokens(&d_after));
+    let vllm_after = after.pointer("/engine/kind").and_then(Value::as_str).unwrap_or("vllm") == "vllm";
+    let bound_after = bounded(after);
     let mut out = Vec::new();
     for k in pins {
         let field = k.to_string();
         let cause = cause.to_string();
+        let e = after.get_mut("engine").and_then(Value::as_object_mut).expect("the pin is in the engine");
         if k == "num_gpu_blocks_override" {
-            if resizes {
+            if !vllm_after {
+                e.remove(k);
+                out.push(PinChange::Dropped { field, cause });
+            } else if resizes && d_after.is_some() {
+                // (Where the new setup does not resolve without it, its run or its error speaks.)
                 out.push(PinChange::Held { field, cause });
             }
             continue;
         }
-        if !resizes {
-            continue;
-        }
-        let pin = after["engine"][k].as_u64();
-        let cut_by_bound = matches!((pin, bound(before)), (Some(p), Some(b)) if p >= b);
-        // The profiled pools (an SGLang bound lifted) where a bound is given; else the same.
-        let lifted = |v: &Value, d: Option<u64>| if bound(v).is_some() { derived_pool(v, true) } else { d };
-        let moved = match (pin, movable && !cut_by_bound) {
-            (Some(pin), true) => match (lifted(before, d_before), lifted(after, d_after)) {
-                (Some(from), Some(to)) => {
-                    let to_pin = (pin as i128 + to as i128 - from as i128).max(0) as u64;
-                    let to_pin = bound(after).map_or(to_pin, |b| to_pin.min(b));
-                    Some((pin, to_pin, from, to))
-                }
-                _ => None,
-            },
+        let pin = e.get(k).and_then(Value::as_u64);
+        let cut_by_bound = matches!((pin, bounded(before)), (Some(p), Some(b)) if p >= b);
+        // The moved figure: by the derived pools' difference in whole blocks (pages), past zero
+        // to zero, then under the new setup's SGLang bound where it cuts.
+        let moved = match (pin, movable && !cut_by_bound, &d_before, &d_after) {
+            (Some(pin), true, Some(from), Some(to)) => {
+                let unit = u64::from(to.unit.max(1));
+                let moved = (pin as i128 + to.tokens as i128 - from.tokens as i128).max(0) as u64 / unit * unit;
+                let bound = bound_after.filter(|b| *b < moved);
+                Some((pin, bound.map_or(moved, |b| b / unit * unit), from.tokens, to.tokens, bound))
+            }
             _ => None,
         };
-        let e = after.get_mut("engine").and_then(Value::as_object_mut).expect("the pin is in the engine");
         match moved {
-            // A move past zero (a setup whose account loses more than the log held) leaves no
-            // figure to keep: derive it. A small one is the engine config's to judge, after
-            // the warning that says where it came from.
-            Some((from, to, derived_from, derived_to)) if to > 0 => {
+            // The same pool: nothing to say (a flag or fraction the derived pool does not see).
+            Some((from, to, ..)) if to == from => {}
+            Some((from, to, derived_from, derived_to, bound)) => {
                 e.insert(k.to_string(), Value::from(to));
-                out.push(PinChange::Moved { field, cause, from, to, derived_from, derived_to });
+                out.push(PinChange::Moved { field, cause, from, to, derived_from, derived_to, bound });
             }
-            _ => {
+            // A movable change the derived pool does not see, where no figure could be moved
+            // (the scenario's own setup derives none: the pin is what lets it run).
+            // (A log the SGLang bound had cut is dropped where the bound changes: its profiled
+            // pool is unknown.)
+            None if !resizes && !(cut_by_bound && bounded(before) != bound_after) => {}
+            None => {
                 e.remove(k);
                 out.push(PinChange::Dropped { field, cause });
             }
@@ -402,13 +464,24 @@ fn derived_pools_differ(before: Option<u64>, after: Option<u64>) -> bool {
     }
 }
 
-/// The KV pool in tokens that `json`'s setup derives from memory, as its start-up log prints it
-/// (vLLM's with the null block, as `kv_cache_tokens` has it): its pinned pools removed (and
-/// with `lift_bound` SGLang's `max_total_tokens` bound too: the profiled pool), its workload and
-/// cost profile replaced by stand-ins the pool does not depend on; for [`carry_pins`]; `None`
-/// where that setup does not resolve. Memoised per thread on the setup (`tune` asks for its
-/// base setup's pool once for every configuration).
-fn derived_pool(json: &Value, lift_bound: bool) -> Option<u64> {
+/// A pool a setup derives from memory ([`derived_pool`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Derived {
+    /// Tokens, as the setup's start-up log prints them (vLLM's with the null block, as
+    /// `kv_cache_tokens` has it).
+    tokens: u64,
+    /// Its block (vLLM) or page (SGLang) size, tokens.
+    unit: u32,
+    /// vLLM from 0.34 on a GPU: the memory fraction only caps a pool sized after warm-up.
+    fraction_caps: bool,
+}
+
+/// The KV pool `json`'s setup derives from memory: its pinned pools removed (and with
+/// `lift_bound` SGLang's `max_total_tokens` bound too: the profiled pool), its workload and cost
+/// profile replaced by stand-ins the pool does not depend on; for [`carry_pins`]; `None` where
+/// that setup does not resolve. Memoised per thread on the setup (`tune` asks for its base
+/// setup's pool once for every configuration).
+fn derived_pool(json: &Value, lift_bound: bool) -> Option<Derived> {
     let mut v = json.clone();
     let o = v.as_object_mut()?;
     if let Some(e) = o.get_mut("engine").and_then(Value::as_object_mut) {
@@ -429,7 +502,7 @@ fn derived_pool(json: &Value, lift_bound: bool) -> Option<u64> {
         c.remove("profile");
     }
     thread_local! {
-        static MEMO: std::cell::RefCell<Vec<(String, Option<u64>)>> = const { std::cell::RefCell::new(Vec::new()) };
+        static MEMO: std::cell::RefCell<Vec<(String, Option<Derived>)>> = const { std::cell::RefCell::new(Vec::new()) };
     }
     let key = v.to_string();
     if let Some(hit) = MEMO.with(|m| m.borrow().iter().find(|(k, _)| *k == key).map(|(_, d)| *d)) {
@@ -440,10 +513,16 @@ fn derived_pool(json: &Value, lift_bound: bool) -> Option<u64> {
     let got = BUILTIN.get_or_init(|| crate::builtin::resources().ok()).as_ref().and_then(|res| {
         let scenario = super::scenario_from_value(v).ok()?;
         let spec = super::resolve(&scenario, res).ok()?;
-        // In the pin's own terms: vLLM's log counts the null block (`kv_cache_tokens`).
         Some(match &spec.engine {
-            super::EngineSpec::Vllm(c) => u64::from(c.num_gpu_blocks) * u64::from(c.block_size),
-            e => e.kv_capacity_tokens(),
+            super::EngineSpec::Vllm(c) => Derived {
+                tokens: u64::from(c.num_gpu_blocks) * u64::from(c.block_size),
+                unit: c.block_size,
+                fraction_caps: spec.engine.version() >= super::memory::VLLM_EXTENSIBLE_KV_CACHE
+                    && spec.gpu.id != "cpu-host",
+            },
+            super::EngineSpec::Sglang(c) => {
+                Derived { tokens: c.max_total_tokens, unit: c.page_size, fraction_caps: false }
+            }
         })
     });
     MEMO.with(|m| {
@@ -498,7 +577,7 @@ mod set_value_tests {
             (changes, v)
         };
         let log = scenario(0)["engine"]["kv_cache_tokens"].as_u64().unwrap();
-        let derived = |v: &Value| derived_pool(v, false).unwrap();
+        let derived = |v: &Value| derived_pool(v, false).unwrap().tokens;
         let offset = log as i64 - derived(&scenario(0)) as i64;
         // vLLM 0.28 on the RTX 5090 (the default scenario, pinned at 194,896 tokens).
         for set in
@@ -521,6 +600,7 @@ mod set_value_tests {
                     to,
                     derived_from: derived(&scenario(0)),
                     derived_to: derived(&unpinned),
+                    bound: None,
                 }],
                 "{set}"
             );
@@ -604,12 +684,67 @@ mod set_value_tests {
             let changes = apply_sets(&mut v, &[set.to_string()]).unwrap();
             assert_eq!(v["engine"]["num_gpu_blocks_override"], 641, "{set}");
             assert!(matches!(&changes[..], [PinChange::Held { .. }]), "{set}: {changes:?}");
-            assert!(changes[0].message("s.json").contains("does not change the KV pool"), "{set}");
+            assert!(changes[0].message("s.json").contains("holds its block count"), "{set}");
         }
+        // On an engine that is no longer vLLM, vLLM's flag is dropped.
+        let mut v = scenario.clone();
+        let changes = apply_sets(&mut v, &["engine.kind=sglang".to_string()]).unwrap();
+        assert!(matches!(&changes[..], [PinChange::Dropped { .. }]), "{changes:?}");
+        assert!(v["engine"].get("num_gpu_blocks_override").is_none());
         // A log's figure set beside it replaces it, as before.
         let mut v = scenario.clone();
         apply_sets(&mut v, &["engine.kv_cache_tokens=20000".to_string()]).unwrap();
         assert!(v["engine"].get("num_gpu_blocks_override").is_none());
+    }
+
+    /// The review of 2026-12-08's edge cases of the move: a fraction set to the default the
+    /// scenario leaves unwritten is no change (it said "moved +0"); vLLM 0.34's fraction only caps
+    /// a pool sized after warm-up, so a log's offset does not carry (dropped); an SGLang bound set
+    /// below the log caps it (the bound alone: the derived pool does not move); a move past zero
+    /// is zero (the engine's error then says there is no pool); the fixed step coefficients of
+    /// another deployment are refused unless every one is given again.
+    #[test]
+    fn the_moves_edge_cases() {
+        let scenario = |i: usize| -> Value { serde_json::from_str(crate::builtin::SCENARIOS[i].1).unwrap() };
+        let long =
+            crate::builtin::SCENARIOS.iter().position(|(n, _)| *n == "long-prefill-itl-llama3.1-8b-h100-vllm").unwrap();
+        let mut v = scenario(long);
+        assert!(v["engine"].get("gpu_memory_utilization").is_none());
+        assert_eq!(apply_sets(&mut v, &["engine.gpu_memory_utilization=0.92".to_string()]).unwrap(), vec![]);
+        let mut v = scenario(long);
+        let sets = ["engine.version=0.34.0".to_string(), "engine.gpu_memory_utilization=0.9".to_string()];
+        assert!(matches!(&apply_sets(&mut v, &sets).unwrap()[..], [PinChange::Dropped { .. }]));
+        let mut v = scenario(1);
+        let changes = apply_sets(&mut v, &["engine.max_total_tokens=100000".to_string()]).unwrap();
+        assert!(matches!(&changes[..], [PinChange::Moved { to: 100000, bound: Some(100000), .. }]), "{changes:?}");
+        let mut v = scenario(0);
+        let sets = ["engine.gpu_memory_utilization=0.5231".to_string(), "engine.max_model_len=256".to_string()];
+        let changes = apply_sets(&mut v, &sets).unwrap();
+        assert!(matches!(&changes[..], [PinChange::Moved { to: 0, .. }]), "{changes:?}");
+        // Fixed coefficients.
+        let mut base = scenario(0);
+        base["cost"] = serde_json::json!({"coefficients": {"step_us": 900, "decode_token_us": 20}});
+        for sets in [
+            vec!["hardware=h100-80gb"],
+            vec!["cost.time_scale=1", "hardware=h100-80gb"],
+            vec!["cost.coefficients.step_us=800", "hardware=h100-80gb"],
+        ] {
+            let mut v = base.clone();
+            let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+            let e = apply_sets(&mut v, &sets).unwrap_err();
+            assert!(e.contains("--set hardware: the scenario's step costs are fixed coefficients"), "{e}");
+        }
+        for sets in [
+            vec!["cost.coefficients=null", "hardware=h100-80gb"],
+            vec!["cost.coefficients.step_us=800", "cost.coefficients.decode_token_us=15", "hardware=h100-80gb"],
+            vec!["engine.max_num_seqs=64"],
+            vec!["hardware={\"gpu\": \"rtx-5090\", \"host\": \"wsl2\", \"count\": 1}"],
+            vec!["hardware=no-such-card"],
+        ] {
+            let mut v = base.clone();
+            let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+            assert!(apply_sets(&mut v, &sets).is_ok(), "{sets:?}");
+        }
     }
 
     /// What was meant as JSON and is not (an object or list with a typo, a number past f64) is an

@@ -897,6 +897,27 @@ pub(super) fn resolve_vllm(
             gpu,
             dep,
         )?;
+        // A log's pool was sized from memory by an engine that started, so it held one request of
+        // max_model_len (`check_enough_kv_cache_memory`, every release), give or take the block
+        // its check saw before the memory was cut into blocks: a max_model_len it cannot hold
+        // by more, or a pool `--set` moved there (`config::PinChange::Moved`, an estimate), is a
+        // setup vLLM refuses (a moved pin ran where the derived pool beside it was refused: a
+        // review, 2026-12-08).
+        let needed = u64::from(max_model_len).div_ceil(u64::from(block_size));
+        let checked = blocks_max_model_len_check_sees(version, u64::from(blocks));
+        if needed > checked + 1 {
+            return Err(ConfigError::new(
+                if f.max_model_len.is_some() { "engine.max_model_len" } else { "engine.kv_cache_tokens" },
+                format!(
+                    "max_model_len {max_model_len} needs {needed} blocks of {block_size} tokens and the pool \
+                     (engine.kv_cache_tokens, {t} tokens) holds {checked}{}: vLLM {version} refuses to start (\"To serve at \
+                     least one request with the models's max seq len\"); set engine.max_model_len at most {}, or give a \
+                     larger pool",
+                    if version >= VLLM_CHECK_WITHOUT_NULL_BLOCK { " besides the null block" } else { "" },
+                    checked * u64::from(block_size)
+                ),
+            ));
+        }
         (blocks, KvSizing { source: "kv_cache_tokens", kv_bytes_per_token, memory: None, bound_given: None })
     } else {
         // 0.34 sizes a pool it derives after warmup (the extensible KV cache, on by default on
