@@ -430,6 +430,12 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
                      does not resize it (as simulate with the same --set's)",
                     resized.join(", ")
                 ));
+            } else if k == "num_gpu_blocks_override" && resized.contains(&"engine.kind") {
+                notes.push(format!(
+                    "engine.{k} holds its block count in the vLLM configurations (vLLM uses it in place of its memory \
+                     profile) and is dropped in the SGLang ones, whose pool is derived from memory ({} varied)",
+                    resized.join(", ")
+                ));
             } else if k == "num_gpu_blocks_override" {
                 notes.push(format!(
                     "engine.{k} holds its block count in every configuration: vLLM uses it in place of its memory \

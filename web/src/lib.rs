@@ -282,8 +282,10 @@ enum DatasetSummary {
 pub fn resolve(request: &str) -> Result<String, String> {
     let req = parse_request(request)?;
     let mut raw = read_raw(&req)?;
-    let dropped_pins = apply_overrides(&mut raw, &req.sets, req.seed)?;
+    let mut dropped_pins = apply_overrides(&mut raw, &req.sets, req.seed)?;
     let spec = resolve_raw(&raw)?;
+    // A fleet group's pin changes, as the binary warns of them (`cli/load.rs`).
+    dropped_pins.extend(spec.fleet.iter().flat_map(|f| &f.pin_changes).map(|c| c.message(&raw.origin)));
     let workload = sim::workload::generate(&spec.workload);
     let plan0 = sim::explain::plan(&spec, None).ok();
     let explain_concurrency = plan0.as_ref().and_then(|p| p.concurrency);

@@ -165,8 +165,9 @@ impl PinChange {
             PinChange::Dropped { field, cause } => format!(
                 "{origin}: engine.{field} was dropped: {cause} {} what the KV pool would be, so the pool is \
                  derived from the memory fraction and the model and GPU cards (an estimate; see README \"KV capacity \
-                 from a memory fraction\"); pin it again with --set engine.{field}=N if you know it",
-                if cause.contains(", ") { "change" } else { "changes" }
+                 from a memory fraction\"); {}",
+                if cause.contains(", ") { "change" } else { "changes" },
+                pin_again(field, cause)
             ),
             PinChange::Moved { field, cause, from, to, derived_from, derived_to, bound } => {
                 let d = *derived_to as i128 - *derived_from as i128;
@@ -174,9 +175,9 @@ impl PinChange {
                 let sign = |x: i128| if x >= 0 { "+" } else { "−" };
                 format!(
                     "{origin}: engine.{field} moved from {} to {} tokens: {cause} {} the pool servesim derives from \
-                     memory from {} to {} tokens ({}{}), and the pinned figure moves by as much (in whole blocks), \
+                     memory from {} to {} tokens ({}{}), and the pinned figure moves by as much (in whole blocks or pages), \
                      keeping its measured offset from that account ({}{} tokens){}; the new figure is an estimate (README \
-                     \"KV capacity from a memory fraction\"): pin it with --set engine.{field}=N if you know the new pool",
+                     \"KV capacity from a memory fraction\"): {}",
                     n(*from),
                     n(*to),
                     if cause.contains(", ") { "move" } else { "moves" },
@@ -188,15 +189,33 @@ impl PinChange {
                     n(offset.unsigned_abs() as u64),
                     match bound {
                         Some(b) => format!(", then SGLang's max_total_tokens bound of {} caps it", n(*b)),
+                        None if *to == 0 => ", and past zero it is none".to_string(),
                         None => String::new(),
-                    }
+                    },
+                    pin_again(field, cause)
                 )
             }
             PinChange::Held { field, cause } => format!(
                 "{origin}: engine.{field} holds its block count: vLLM uses it in place of its memory profile, so {cause} \
-                 does not resize the pool from memory; set engine.{field}=null to derive the pool"
+                 {} not resize the pool from memory; set engine.{field}=null to derive the pool",
+                if cause.contains(", ") { "do" } else { "does" }
             ),
         }
+    }
+}
+
+/// How to pin a pool again after [`PinChange`] `cause` dropped or moved the pin `field`: in a
+/// fleet's group, in the group's engine (a top-level pin would be moved again); on an engine
+/// changed to SGLang, SGLang's own field (vLLM's override is refused there).
+fn pin_again(field: &str, cause: &str) -> String {
+    match cause.split_once("'s ") {
+        Some((group, _)) if group.starts_with("fleet") => {
+            format!("pin the group's own pool with {group}.engine.{field}=N if you know it")
+        }
+        _ if field == "num_gpu_blocks_override" => {
+            "pin it again with --set engine.max_total_num_tokens=N (SGLang's log figure) if you know it".to_string()
+        }
+        _ => format!("pin it again with --set engine.{field}=N if you know it"),
     }
 }
 
@@ -401,7 +420,10 @@ pub(crate) fn carry_pins<S: AsRef<str>>(
     let tokens = |d: &Option<Derived>| d.as_ref().map(|d| d.tokens);
     // Whether the change resizes the pool from memory: a path that moves a pin only where the
     // derived pool differs (or the new setup derives none); any other path always.
-    let resizes = !movable || derived_pools_differ(tokens(&d_before), tokens(&d_after));
+    // (vLLM 0.34's capping fraction drops a log's pin, but only where the derived pool moves: a
+    // fraction set to the one in effect is no change.)
+    let only_flags_and_fractions = paths.iter().all(|p| moves_pin(p.as_ref()));
+    let resizes = !only_flags_and_fractions || derived_pools_differ(tokens(&d_before), tokens(&d_after));
     let vllm_after = after.pointer("/engine/kind").and_then(Value::as_str).unwrap_or("vllm") == "vllm";
     let bound_after = bounded(after);
     let mut out = Vec::new();
@@ -714,6 +736,10 @@ mod set_value_tests {
         let mut v = scenario(long);
         let sets = ["engine.version=0.34.0".to_string(), "engine.gpu_memory_utilization=0.9".to_string()];
         assert!(matches!(&apply_sets(&mut v, &sets).unwrap()[..], [PinChange::Dropped { .. }]));
+        // ... but not a fraction the derived pool does not see (0.34's own 1.0).
+        let mut v = scenario(long);
+        v["engine"]["version"] = "0.34.0".into();
+        assert_eq!(apply_sets(&mut v, &["engine.gpu_memory_utilization=1.0".to_string()]).unwrap(), vec![]);
         let mut v = scenario(1);
         let changes = apply_sets(&mut v, &["engine.max_total_tokens=100000".to_string()]).unwrap();
         assert!(matches!(&changes[..], [PinChange::Moved { to: 100000, bound: Some(100000), .. }]), "{changes:?}");

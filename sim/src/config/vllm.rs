@@ -370,9 +370,9 @@ pub const VLLM_BLOCK_SIZES: [u32; 7] = [1, 8, 16, 32, 64, 128, 256];
 /// blocks (the null block included) as against a derived one (`_check_enough_kv_cache_memory`
 /// on the override's budget): one request of `max_model_len` must fit, the null block left out
 /// from 0.29. Before 0.21 the override replaces a derived pool after the check, which servesim
-/// does not repeat (its derived pool is an estimate). A logged `kv_cache_tokens` is not checked:
-/// the engine that logged it started, and the log's figure may be rounded a block short of the
-/// pool the check saw.
+/// does not repeat (its derived pool is an estimate). A logged `kv_cache_tokens` is checked apart,
+/// with one block of slack (the engine that logged it started, and the log's figure may be
+/// rounded a block short of the pool the check saw).
 fn check_pinned_max_model_len(
     version: Version,
     field: &str,
