@@ -415,6 +415,8 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
         .filter(|s| load::PINNED_POOL.iter().any(|k| path_of(s) == format!("engine.{k}")))
         .cloned()
         .collect();
+    // The base scenario resolved (its metrics are checked below; its release read by the notes).
+    let (_, base_spec) = load::resolve(&base)?;
     let resized: Vec<&str> = knobs.iter().map(|(p, _)| p.as_str()).filter(|p| load::resizes_pool(p)).collect();
     if !resized.is_empty() {
         let pinned_by_knob = |k: &str| knobs.iter().any(|(p, _)| *p == format!("engine.{k}"));
@@ -445,8 +447,13 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
             } else {
                 // An engine flag or the memory fraction moves the log's pool by what the derived
                 // pool moves; the rest take another setup's pool (`config::PinChange`).
-                let (moving, dropping): (Vec<&str>, Vec<&str>) =
-                    resized.iter().partition(|p| sim::config::moves_pin(p));
+                // (vLLM 0.34's fraction only caps a pool sized after warm-up: it drops the pin.)
+                let caps_only = base_spec.engine.engine_kind() == sim::config::EngineKind::Vllm
+                    && base_spec.engine.version() >= sim::config::VLLM_EXTENSIBLE_KV_CACHE;
+                let (moving, dropping): (Vec<&str>, Vec<&str>) = resized.iter().partition(|p| {
+                    sim::config::moves_pin(p)
+                        && !(caps_only && ["engine.gpu_memory_utilization", "engine.mem_fraction_static"].contains(p))
+                });
                 let mut parts = vec![format!(
                     "engine.{k} (the scenario's KV pool, a start-up log's figure) holds in the configurations that leave \
                      {} as the scenario has it (or where the pool derived from memory comes out the same)",
@@ -480,8 +487,6 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
         sets.extend(c.iter().zip(&knobs).map(|(&i, (p, v))| format!("{p}={}", v[i])));
         sets
     };
-    // Check the metrics named exist, on the base scenario.
-    let (_, base_spec) = load::resolve(&base)?;
     // The caveats of the base scenario's shape and of each value of a varied workload knob
     // (`sim::report::caveats`; each entry carries its own): varying the concurrency is where the
     // lock-step caveat applies, which the base, often at concurrency 1, does not show.
