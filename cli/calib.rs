@@ -770,7 +770,7 @@ pub struct CheckArgs {
 
 pub fn check(a: CheckArgs) -> Result<ExitCode, String> {
     // The plot's name and folder before any point is measured (a missing folder failed after
-    // both points had run, no report printed: a review, 2026-12-08).
+    // both points had run, no report printed: a review, 2026-12-07).
     if let Some(p) = &a.plot {
         crate::plot::check_path(p)?;
     }

@@ -190,7 +190,7 @@ pub fn text(e: &Explanation, x: &TextExtras) -> String {
             );
         }
         // A fleet of several groups: the source is group 0's, and other groups may derive theirs
-        // (the robustness audit of 2026-12-08: an A100 group pinned, an RTX 4090 group derived,
+        // (the robustness audit of 2026-12-07: an A100 group pinned, an RTX 4090 group derived,
         // and the line said the fleet's 120,288 tokens were all "given by" the pin, "nothing
         // derived").
         None => match &e.replica_limits {

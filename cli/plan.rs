@@ -768,7 +768,7 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
     // log's figure (for its own setup) is dropped, and the run says so. vLLM's
     // `num_gpu_blocks_override` is vLLM's own flag, which it holds on any GPU (as `--set` and
     // `tune` hold it): kept on every plan, said with how to drop it, as SGLang's bound is below.
-    // (Until 2026-12-08 plan dropped it too.)
+    // (Until 2026-12-07 plan dropped it too.)
     if let Some(n) = base.json.pointer("/engine/num_gpu_blocks_override").filter(|v| !v.is_null()) {
         load::warn_once(format!(
             "{}: engine.num_gpu_blocks_override = {n} is kept on every plan: vLLM uses it in place of its memory \

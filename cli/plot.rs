@@ -41,7 +41,7 @@ pub fn check_path(path: &str) -> Result<(), String> {
     }
     // The folder it goes in, checked before anything runs (a missing one failed after the whole
     // run, with the drawing library's "No such file or directory" and no report printed: the
-    // robustness audit of 2026-12-08, for simulate, sweep and tune; plan's own check until then).
+    // robustness audit of 2026-12-07, for simulate, sweep and tune; plan's own check until then).
     let dir = std::path::Path::new(path).parent().filter(|d| !d.as_os_str().is_empty());
     if let Some(d) = dir.filter(|d| !d.is_dir()) {
         return Err(format!("--plot {path}: no folder {} to write it in", d.display()));

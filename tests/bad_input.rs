@@ -71,7 +71,7 @@ fn a_prompt_longer_than_max_model_len_or_the_pool_is_rejected() {
     );
     // A logged pool is an engine's that started, so it held one max_model_len request (a block's
     // slack: the check saw the memory before it was cut into blocks): one that cannot is another
-    // setup's, which vLLM refuses at start-up (since 2026-12-08: a pool `--set` moved there ran).
+    // setup's, which vLLM refuses at start-up (since 2026-12-07: a pool `--set` moved there ran).
     rejects(
         "log_below_max_model_len.json",
         &base(

@@ -726,7 +726,7 @@ fn a_fleet_is_calibrated_as_its_replicas_deployment() {
 
 /// A finite-rate point whose throughput the rate cannot give is another load's run: every
 /// figure is excluded, and a fit left with nothing is an error that says why (the robustness
-/// audit of 2026-12-08: a concurrency-8 burst labelled 5 req/s, 19.2 req/s over 100 prompts, was
+/// audit of 2026-12-07: a concurrency-8 burst labelled 5 req/s, 19.2 req/s over 100 prompts, was
 /// fitted with no flag into a prefill cost 2.9× the true one, TTFT predictions +133%). Labelled
 /// with a rate that can give it, the point is used.
 #[test]

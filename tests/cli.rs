@@ -539,7 +539,7 @@ fn plots_are_written_as_svg_with_the_knee_and_the_kv_limit_marked() {
 
 /// `sweep`'s list flags name themselves in their errors, with the least value they take (a
 /// fractional concurrency read "a whole number, 0 or more", then 0 was refused; a prompt count of
-/// 0 named `workload.num_prompts`, the field it sets: the robustness audit of 2026-12-08).
+/// 0 named `workload.num_prompts`, the field it sets: the robustness audit of 2026-12-07).
 #[test]
 fn sweep_list_errors_name_the_flag() {
     let err = |args: &[&str]| {

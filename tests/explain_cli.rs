@@ -372,7 +372,7 @@ fn explain_names_the_sglang_decode_servers_pre_allocation_wait() {
 /// A fleet whose group 0 pins its pool and whose other group derives its own: the text's pool
 /// line says the fleet's total is over its groups, group 0's given by the pin (it said the whole
 /// fleet's pool was "given by num_gpu_blocks_override", "nothing is derived": the robustness
-/// audit of 2026-12-08), and each group's line gives its own.
+/// audit of 2026-12-07), and each group's line gives its own.
 #[test]
 fn a_mixed_fleets_pool_line_does_not_call_every_pool_pinned() {
     let f = write_temp(

@@ -36,7 +36,7 @@ fn label(e: &Value) -> String {
 /// A pool the scenario pins as a start-up log's figure is one setup's: every plan derives its own
 /// from its GPU, and `plan` says it dropped the pin. vLLM's own `num_gpu_blocks_override` is held
 /// on every plan, as vLLM holds it on any GPU (and as `--set` and `tune` hold it), and said with
-/// how to drop it (until 2026-12-08 plan dropped it too).
+/// how to drop it (until 2026-12-07 plan dropped it too).
 #[test]
 fn plan_drops_a_logs_pool_and_holds_vllms_override() {
     let cands = write_temp(

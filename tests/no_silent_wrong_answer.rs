@@ -594,7 +594,7 @@ fn an_engine_error_is_an_error_in_simulate_sweep_and_tune() {
 
 /// A memory fraction given on the command line sizes the KV pool: the scenario's pinned pool (a
 /// start-up log's figure) moves by what the pool derived from memory moves (the log's offset from
-/// servesim's memory account kept; until 2026-12-08 it was dropped and derived) and the run says
+/// servesim's memory account kept; until 2026-12-07 it was dropped and derived) and the run says
 /// so, instead of the fraction being silently ignored; pinned on the same command line, the pin
 /// stays.
 #[test]
@@ -2291,7 +2291,7 @@ fn a_profile_that_reproduces_the_uncalibrated_model_is_not_below_the_roofline() 
 
 /// Fixed step coefficients (`cost.coefficients`) are one deployment's costs: `--set` or `tune
 /// --vary` of the GPU, TP size, weight format or engine is refused, naming them, unless the
-/// same assignments give the cost (the robustness audit of 2026-12-08: `tune --vary
+/// same assignments give the cost (the robustness audit of 2026-12-07: `tune --vary
 /// hardware=a100-80gb,h100-80gb,rtx-4090,l40s` on `serve-small-vllm` drew four identical rows,
 /// all on the Pareto front); an engine flag still runs on them.
 #[test]

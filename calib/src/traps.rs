@@ -452,7 +452,7 @@ pub fn flag_inconsistent(points: &mut [FitPoint]) -> Vec<Trap> {
         // (N − 1) gaps of mean 1/rate (gamma with shape `burstiness`), and the run at least that.
         // A request throughput (the output throughput ÷ the mean output) above N over the
         // shortest span [`RATE_Z`] standard deviations allow is another load's run (the
-        // robustness audit of 2026-12-08: a concurrency-8 burst labelled 5 req/s, 19.2 req/s
+        // robustness audit of 2026-12-07: a concurrency-8 burst labelled 5 req/s, 19.2 req/s
         // over 100 prompts, fitted a prefill cost 2.9× the true one without a word). Every
         // figure of the point is that other run's: all are excluded.
         if let (Some(r), Some(x), None) = (w.request_rate, p.measured[thr], w.measure_window_ns) {

@@ -964,7 +964,7 @@ pub fn pcie_tensor_parallel(spec: &SimSpec) -> Option<Caveat> {
             .replicas
             .iter()
             // Each replica's own card's link (an inline replica card's, which a lookup of its id
-            // among the built-in cards missed or mistook until 2026-12-08).
+            // among the built-in cards missed or mistook until 2026-12-07).
             .filter(|r| {
                 r.deployment.tensor_parallel_size == 2 && custom(&r.cost) && r.interconnect.as_deref() == Some("pcie")
             })
@@ -2163,7 +2163,7 @@ mod tests {
         calibrated.cost.reference = Some([1.0; 6]);
         assert_eq!(said(&calibrated), None);
         // A fleet's replica on an inline card of its own id: its own card's link (the lookup by id
-        // among the built-in cards missed it until 2026-12-08), and an inline card of a built-in
+        // among the built-in cards missed it until 2026-12-07), and an inline card of a built-in
         // id patched to NVLink is that card, not the built-in one.
         let fleet = |card: serde_json::Value| {
             let mut v: serde_json::Value = serde_json::from_str(crate::builtin::SCENARIOS[0].1).unwrap();

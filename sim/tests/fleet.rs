@@ -322,7 +322,7 @@ fn a_group_on_other_hardware_does_not_inherit_a_pinned_pool() {
     assert!(pools[1] > 4 * pools[0] && pools[2] > 2 * pools[1], "{pools:?}");
     // A running cap sizes vLLM's sampler peak and CUDA graphs, so the group's pool moves by what
     // the derived pool moves, the log's offset from the account kept (`config::POOL_FLAGS`; it
-    // kept the pin until 2026-12-07, and was derived until 2026-12-08).
+    // kept the pin until 2026-12-07, and was derived until 2026-12-07).
     let wsl2 = json!({"gpu": "rtx-5090", "host": "wsl2"});
     assert_eq!(pools[3] as i64 - 194880, one_with(wsl2.clone(), 1, 64) as i64 - one_with(wsl2, 1, 128) as i64);
     assert_ne!(pools[3], 194880);
@@ -356,7 +356,7 @@ fn a_group_on_other_hardware_does_not_inherit_a_pinned_pool() {
 
 /// A group that spells out what the top level has by default (a TP size of 1, an "auto" KV dtype,
 /// its card as `{"gpu": id}`) is the same setup: the pinned pool holds, as `--set` of the same
-/// values keeps it (the review of 2026-12-08: each dropped a 400,000-token log for a derived
+/// values keeps it (the review of 2026-12-07: each dropped a 400,000-token log for a derived
 /// 446,352).
 #[test]
 fn a_group_spelling_out_a_default_keeps_the_pin() {
@@ -379,7 +379,7 @@ fn a_group_spelling_out_a_default_keeps_the_pin() {
 }
 
 /// Fixed step coefficients are the top level's deployment's costs: a group on another GPU or TP
-/// size is refused, naming its field (the robustness audit of 2026-12-08: an RTX 4090 replica
+/// size is refused, naming its field (the robustness audit of 2026-12-07: an RTX 4090 replica
 /// beside an A100 ran the A100's steps, step for step); a group changing only an engine flag runs.
 #[test]
 fn a_group_on_other_hardware_is_not_timed_by_the_top_levels_fixed_coefficients() {

@@ -688,7 +688,7 @@ fn vllm_start_up_rules_of_recent_releases() {
     // A logged pool is the pool of an engine that started: checked with a block's slack (its
     // figure can be a block short of what vLLM's check saw); one that cannot hold a
     // max_model_len request by more is another setup's (a pool `--set` moved there, since
-    // 2026-12-08).
+    // 2026-12-07).
     assert!(v(json!({"kv_cache_tokens": 1600, "max_model_len": 1600})).is_ok());
     let e = v(json!({"kv_cache_tokens": 1600, "max_model_len": 1632})).unwrap_err();
     assert!(e.path == "engine.max_model_len" && e.message.contains("refuses to start"), "{e}");

@@ -350,7 +350,7 @@ fn group_scenario(base: &Scenario, g: &ReplicaGroup, path: &str) -> Result<(Scen
             .collect();
         // Fixed step coefficients are the top level's deployment's costs: a group on another
         // GPU, TP size, weight format or engine would be timed as that one (the robustness
-        // audit of 2026-12-08: an RTX 4090 replica beside an A100 ran the A100's steps), as
+        // audit of 2026-12-07: an RTX 4090 replica beside an A100 ran the A100's steps), as
         // `--set` refuses them (`overrides::refuse_fixed_coefficients_elsewhere`; a group cannot
         // give its own cost).
         overrides::refuse_fixed_coefficients_elsewhere(&changed, &top, &group).map_err(|(field, _)| {

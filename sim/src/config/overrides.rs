@@ -144,13 +144,13 @@ pub enum PinChange {
     /// moves (`to = from + derived_to − derived_from` in whole blocks or pages, at most an SGLang
     /// `bound` where one caps it, at least 0), so the log's measured offset from
     /// servesim's memory account (what the account misses on that host) is kept and only the
-    /// change is the model's. Until 2026-12-08 the pin was dropped, replacing the measured pool
+    /// change is the model's. Until 2026-12-07 the pin was dropped, replacing the measured pool
     /// by the account's own error (`max_num_seqs=120` on the default scenario: the account moves
     /// +80 tokens, the dropped pin +1,504).
     Moved { field: String, cause: String, from: u64, to: u64, derived_from: u64, derived_to: u64, bound: Option<u64> },
     /// vLLM's `num_gpu_blocks_override` holds its block count: vLLM uses it in place of its
     /// memory profile whatever else is set (`may_override_num_blocks`), so the change does not
-    /// resize the pool from memory. Said, because the change would otherwise have. Until 2026-12-08 servesim dropped it
+    /// resize the pool from memory. Said, because the change would otherwise have. Until 2026-12-07 servesim dropped it
     /// as it drops a log's figure (`--set engine.max_num_seqs=32` on the KV-starved scenario
     /// ran on a derived 1,070,256 tokens where vLLM keeps its 10,240).
     Held { field: String, cause: String },
@@ -287,7 +287,7 @@ pub(crate) fn value_at(v: &Value, path: &str) -> Option<Value> {
 
 /// Fixed step coefficients are one deployment's costs: another GPU, model, TP size, weight
 /// format or engine (`before` → `after`, scenario JSON, through `paths`) would be timed as the
-/// scenario's own (the robustness audit of 2026-12-08: `tune --vary
+/// scenario's own (the robustness audit of 2026-12-07: `tune --vary
 /// hardware=a100-80gb,h100-80gb,rtx-4090,l40s` on `serve-small-vllm` drew four equal rows).
 /// Refused, as `plan` refuses them and as a profile fitted on another deployment is refused,
 /// unless the same assignments give every step coefficient `after` fixes (the whole
@@ -586,7 +586,7 @@ mod set_value_tests {
     /// An engine flag the derived pool depends on moves a start-up log's pinned pool by what the
     /// derived pool moves where its new value changes that pool (the report-only audit of
     /// 2026-12-07: `max_num_batched_tokens=16384` kept the default scenario's pinned pool
-    /// (194,896 tokens with the null block) where the model derives 164,320; until 2026-12-08 the
+    /// (194,896 tokens with the null block) where the model derives 164,320; until 2026-12-07 the
     /// pin was then dropped, replacing the log by the account's own error), and keeps it where it
     /// does not (`max_model_len` with chunked prefill on; SGLang's prefill chunk under a given
     /// `mem_fraction_static`).
@@ -719,7 +719,7 @@ mod set_value_tests {
         assert!(v["engine"].get("num_gpu_blocks_override").is_none());
     }
 
-    /// The review of 2026-12-08's edge cases of the move: a fraction set to the default the
+    /// The review of 2026-12-07's edge cases of the move: a fraction set to the default the
     /// scenario leaves unwritten is no change (it said "moved +0"); vLLM 0.34's fraction only caps
     /// a pool sized after warm-up, so a log's offset does not carry (dropped); an SGLang bound set
     /// below the log caps it (the bound alone: the derived pool does not move); a move past zero

@@ -902,7 +902,7 @@ pub(super) fn resolve_vllm(
         // its check saw before the memory was cut into blocks: a max_model_len it cannot hold
         // by more, or a pool `--set` moved there (`config::PinChange::Moved`, an estimate), is a
         // setup vLLM refuses (a moved pin ran where the derived pool beside it was refused: a
-        // review, 2026-12-08).
+        // review, 2026-12-07).
         let needed = u64::from(max_model_len).div_ceil(u64::from(block_size));
         let checked = blocks_max_model_len_check_sees(version, u64::from(blocks));
         if needed > checked + 1 {
