@@ -448,12 +448,9 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
                 // An engine flag or the memory fraction moves the log's pool by what the derived
                 // pool moves; the rest take another setup's pool (`config::PinChange`).
                 // (vLLM 0.34's fraction only caps a pool sized after warm-up: it drops the pin.)
-                let caps_only = base_spec.engine.engine_kind() == sim::config::EngineKind::Vllm
-                    && base_spec.engine.version() >= sim::config::VLLM_EXTENSIBLE_KV_CACHE;
-                let (moving, dropping): (Vec<&str>, Vec<&str>) = resized.iter().partition(|p| {
-                    sim::config::moves_pin(p)
-                        && !(caps_only && ["engine.gpu_memory_utilization", "engine.mem_fraction_static"].contains(p))
-                });
+                let caps_only = base_spec.memory_fraction_only_caps();
+                let (moving, dropping): (Vec<&str>, Vec<&str>) =
+                    resized.iter().partition(|p| sim::config::moves_pin(p, caps_only));
                 let mut parts = vec![format!(
                     "engine.{k} (the scenario's KV pool, a start-up log's figure) holds in the configurations that leave \
                      {} as the scenario has it (or where the pool derived from memory comes out the same)",

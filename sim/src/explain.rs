@@ -604,14 +604,6 @@ fn peak_running<'a>(runs: impl Iterator<Item = &'a SimOutput>) -> Option<u32> {
     runs.filter(|o| !o.run.gauges.unmeasured).map(|o| o.run.gauges.running_peak).max()
 }
 
-/// Whether the engine is vLLM from 0.34 on a GPU, whose memory fraction only caps a pool sized
-/// after warm-up: a fraction set there drops a log's pin (`config::overrides::carry_pins`).
-fn caps_only(base: &SimSpec) -> bool {
-    base.engine.engine_kind() == crate::config::EngineKind::Vllm
-        && base.engine.version() >= crate::config::VLLM_EXTENSIBLE_KV_CACHE
-        && base.gpu.id != "cpu-host"
-}
-
 /// What each way of growing the KV pool can add to it, largest first, in words: the advice
 /// where the pool binds. Each gain is an upper bound from the memory account (or, without one,
 /// from the GPU's memory less the weights): the fraction's headroom (none where vLLM 0.34 already
@@ -657,7 +649,7 @@ fn pool_advice(base: &SimSpec, limit: &KvLimit, running_knob: &str) -> String {
                 // moves with the fraction by what the derived pool moves (`config::PinChange`).
                 let fraction_does = if src == "num_gpu_blocks_override" {
                     format!("vLLM holds it whatever the {fraction}; set it to null to derive the pool")
-                } else if caps_only(base) {
+                } else if base.memory_fraction_only_caps() {
                     format!("a {fraction} given with --set replaces it with a derived pool: vLLM 0.34's fraction only caps a pool sized after warm-up")
                 } else {
                     format!("a {fraction} given with --set moves it by what the derived pool moves")
@@ -806,7 +798,7 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
         (false, true) if base.kv_sizing.source == "num_gpu_blocks_override" => {
             "num_gpu_blocks_override (pinned here: vLLM holds it whatever gpu_memory_utilization is; set it to null to derive the pool)".to_string()
         }
-        (false, true) if caps_only(base) => format!(
+        (false, true) if base.memory_fraction_only_caps() => format!(
             "{} (pinned here; a gpu_memory_utilization given with --set replaces it with a derived pool: vLLM 0.34's fraction only caps a pool sized after warm-up)",
             base.kv_sizing.source
         ),

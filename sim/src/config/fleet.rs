@@ -353,15 +353,14 @@ fn group_scenario(base: &Scenario, g: &ReplicaGroup, path: &str) -> Result<(Scen
         // audit of 2026-12-07: an RTX 4090 replica beside an A100 ran the A100's steps), as
         // `--set` refuses them (`overrides::refuse_fixed_coefficients_elsewhere`; a group cannot
         // give its own cost).
-        overrides::refuse_fixed_coefficients_elsewhere(&changed, &top, &group).map_err(|(field, _)| {
-            let names = overrides::fixed_step_coefficients(&top).unwrap_or_default().join(", ");
-            let field = if field == "hardware" { format!("{path}.hardware") } else { format!("{path}.{field}") };
+        overrides::refuse_fixed_coefficients_elsewhere(&changed, &top, &group).map_err(|(field, names)| {
             ConfigError::new(
-                field,
+                format!("{path}.{field}"),
                 format!(
-                    "the scenario's step costs are fixed coefficients (cost.coefficients: {names}), one deployment's, \
+                    "the scenario's step costs are fixed coefficients (cost.coefficients: {}), one deployment's, \
                      which would time this group's steps as the top level's; drop them to time each group from its own \
-                     GPU's kernels"
+                     GPU's kernels",
+                    names.join(", ")
                 ),
             )
         })?;

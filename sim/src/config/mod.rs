@@ -260,6 +260,13 @@ pub struct SimSpec {
 }
 
 impl SimSpec {
+    /// The engine's memory fraction only caps the pool it derives (vLLM from 0.34 on a GPU,
+    /// [`vllm::vllm_fraction_only_caps`]): a fraction set there does not move a logged pool with
+    /// the derived one (`overrides::carry_pins`).
+    pub fn memory_fraction_only_caps(&self) -> bool {
+        self.engine.engine_kind() == EngineKind::Vllm && vllm::vllm_fraction_only_caps(self.engine.version(), &self.gpu)
+    }
+
     /// Whether every replica of a fleet (or data-parallel engine) runs the first one's step
     /// cost (`cost`): then one deployment's fitted costs stand for all of them. A single engine
     /// does.

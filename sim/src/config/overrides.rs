@@ -248,7 +248,17 @@ pub fn apply_sets(json: &mut Value, sets: &[String]) -> std::result::Result<Vec<
         }
     }
     let paths: Vec<String> = sets.iter().map(path_of).collect();
-    refuse_fixed_coefficients_elsewhere(&paths, &before, json).map_err(|(_, m)| m)?;
+    refuse_fixed_coefficients_elsewhere(&paths, &before, json).map_err(|(_, names)| {
+        let retimed: Vec<&str> = paths.iter().map(String::as_str).filter(|p| times_steps(p)).collect();
+        format!(
+            "--set {}: the scenario's step costs are fixed coefficients (cost.coefficients: {}), one deployment's, \
+             which would time the new setup's steps as the scenario's own; drop them (--set cost.coefficients=null) \
+             to time the new setup from its own GPU's kernels, or give all of them for it (--set \
+             cost.coefficients='{{...}}')",
+            retimed.join(", --set "),
+            names.join(", ")
+        )
+    })?;
     let resized: Vec<String> =
         paths.iter().filter(|p| resizes_pool(p) && value_at(&before, p) != value_at(json, p)).cloned().collect();
     let cause = resized.iter().map(|p| format!("--set {p}")).collect::<Vec<_>>().join(", ");
@@ -293,15 +303,15 @@ pub(crate) fn value_at(v: &Value, path: &str) -> Option<Value> {
 /// unless the same assignments give every step coefficient `after` fixes (the whole
 /// `cost.coefficients`, or each by name: another `cost.*` field leaves them the old setup's); a
 /// card, model or engine that does not exist is left to the scenario's own error. The error is
-/// `(the path to name, the message)`.
+/// `(the first path that retimes the steps, the coefficients fixed)`, for the caller to word.
 pub(crate) fn refuse_fixed_coefficients_elsewhere(
     paths: &[String],
     before: &Value,
     after: &Value,
-) -> std::result::Result<(), (String, String)> {
-    let retimed: Vec<&String> = paths.iter().filter(|p| times_steps(p)).collect();
+) -> std::result::Result<(), (String, Vec<&'static str>)> {
+    let Some(retimed) = paths.iter().find(|p| times_steps(p)) else { return Ok(()) };
     let Some(names) = fixed_step_coefficients(after) else { return Ok(()) };
-    if retimed.is_empty() || step_deployment(before) == step_deployment(after) {
+    if step_deployment(before) == step_deployment(after) {
         return Ok(());
     }
     let whole = paths.iter().any(|p| p == "cost" || p == "cost.coefficients");
@@ -316,17 +326,7 @@ pub(crate) fn refuse_fixed_coefficients_elsewhere(
     if unknown_gpu || unknown_model || unknown_kind {
         return Ok(());
     }
-    Err((
-        retimed[0].clone(),
-        format!(
-            "--set {}: the scenario's step costs are fixed coefficients (cost.coefficients: {}), one deployment's, \
-             which would time the new setup's steps as the scenario's own; drop them (--set cost.coefficients=null) \
-             to time the new setup from its own GPU's kernels, or give all of them for it (--set \
-             cost.coefficients='{{...}}')",
-            retimed.iter().map(|p| p.as_str()).collect::<Vec<_>>().join(", --set "),
-            names.join(", ")
-        ),
-    ))
+    Err((retimed.clone(), names))
 }
 
 /// Whether a `--set` path changes what a step costs on the hardware: the GPU (or its host), the
@@ -371,10 +371,12 @@ pub fn fixed_step_coefficients(json: &Value) -> Option<Vec<&'static str>> {
 
 /// Whether changing `path` (one [`resizes_pool`] names) moves a start-up log's pinned pool with
 /// the pool derived from memory rather than dropping it: an engine flag of [`POOL_FLAGS`] or a
-/// memory fraction (vLLM from 0.34, where the fraction only caps the pool, aside:
-/// [`carry_pins`]).
-pub fn moves_pin(path: &str) -> bool {
-    path.strip_prefix("engine.").is_some_and(|f| POOL_FLAGS.contains(&f)) || FRACTIONS.contains(&path)
+/// memory fraction, unless the fraction only caps the pool (`fraction_only_caps`: vLLM from
+/// 0.34, [`super::SimSpec::memory_fraction_only_caps`]). [`carry_pins`] and `tune`'s notes
+/// decide by it.
+pub fn moves_pin(path: &str, fraction_only_caps: bool) -> bool {
+    path.strip_prefix("engine.").is_some_and(|f| POOL_FLAGS.contains(&f))
+        || (FRACTIONS.contains(&path) && !fraction_only_caps)
 }
 
 /// What becomes of the pools `before` (scenario JSON) pins when `paths` (fields
@@ -413,16 +415,14 @@ pub(crate) fn carry_pins<S: AsRef<str>>(
     let bounded = |v: &Value| v.pointer("/engine/max_total_tokens").and_then(Value::as_u64);
     let lift = bounded(before).is_some() || bounded(after).is_some();
     let (d_before, d_after) = (derived_pool(before, lift), derived_pool(after, lift));
-    let caps_only = |d: &Option<Derived>| d.as_ref().is_some_and(|d| d.fraction_caps);
-    let movable = paths.iter().all(|p| {
-        moves_pin(p.as_ref()) && !(FRACTIONS.contains(&p.as_ref()) && (caps_only(&d_before) || caps_only(&d_after)))
-    });
+    let caps_only = [&d_before, &d_after].iter().any(|d| d.as_ref().is_some_and(|d| d.fraction_caps));
+    let movable = paths.iter().all(|p| moves_pin(p.as_ref(), caps_only));
     let tokens = |d: &Option<Derived>| d.as_ref().map(|d| d.tokens);
     // Whether the change resizes the pool from memory: a path that moves a pin only where the
     // derived pool differs (or the new setup derives none); any other path always.
     // (vLLM 0.34's capping fraction drops a log's pin, but only where the derived pool moves: a
     // fraction set to the one in effect is no change.)
-    let only_flags_and_fractions = paths.iter().all(|p| moves_pin(p.as_ref()));
+    let only_flags_and_fractions = paths.iter().all(|p| moves_pin(p.as_ref(), false));
     let resizes = !only_flags_and_fractions || derived_pools_differ(tokens(&d_before), tokens(&d_after));
     let vllm_after = after.pointer("/engine/kind").and_then(Value::as_str).unwrap_or("vllm") == "vllm";
     let bound_after = bounded(after);
@@ -535,17 +535,12 @@ fn derived_pool(json: &Value, lift_bound: bool) -> Option<Derived> {
     let got = BUILTIN.get_or_init(|| crate::builtin::resources().ok()).as_ref().and_then(|res| {
         let scenario = super::scenario_from_value(v).ok()?;
         let spec = super::resolve(&scenario, res).ok()?;
-        Some(match &spec.engine {
-            super::EngineSpec::Vllm(c) => Derived {
-                tokens: u64::from(c.num_gpu_blocks) * u64::from(c.block_size),
-                unit: c.block_size,
-                fraction_caps: spec.engine.version() >= super::memory::VLLM_EXTENSIBLE_KV_CACHE
-                    && spec.gpu.id != "cpu-host",
-            },
-            super::EngineSpec::Sglang(c) => {
-                Derived { tokens: c.max_total_tokens, unit: c.page_size, fraction_caps: false }
-            }
-        })
+        // In the pin's own terms: vLLM's log counts the null block (`kv_cache_tokens`).
+        let (tokens, unit) = match &spec.engine {
+            super::EngineSpec::Vllm(c) => (u64::from(c.num_gpu_blocks) * u64::from(c.block_size), c.block_size),
+            super::EngineSpec::Sglang(c) => (c.max_total_tokens, c.page_size),
+        };
+        Some(Derived { tokens, unit, fraction_caps: spec.memory_fraction_only_caps() })
     });
     MEMO.with(|m| {
         let mut m = m.borrow_mut();

@@ -384,9 +384,26 @@ fn check_pinned_max_model_len(
     if version < VLLM_OVERRIDE_CHECKED {
         return Ok(());
     }
+    check_pool_holds_max_model_len(version, field, max_model_len_given, blocks, block_size, max_model_len, 0)
+}
+
+/// vLLM's start-up check that a pool of `blocks` blocks (the null block included) holds one
+/// request of `max_model_len` (`check_enough_kv_cache_memory`; the null block left out from
+/// 0.29), with `slack_blocks` of room (a logged pool's figure may be rounded a block short of
+/// what the check saw). The error names `engine.max_model_len` where the scenario gives it, else
+/// `field`, the pool's.
+fn check_pool_holds_max_model_len(
+    version: Version,
+    field: &str,
+    max_model_len_given: bool,
+    blocks: u64,
+    block_size: u32,
+    max_model_len: u32,
+    slack_blocks: u64,
+) -> Result<()> {
     let needed = u64::from(max_model_len).div_ceil(u64::from(block_size));
     let checked = blocks_max_model_len_check_sees(version, blocks);
-    if needed > checked {
+    if needed > checked + slack_blocks {
         return Err(ConfigError::new(
             if max_model_len_given { "engine.max_model_len" } else { field },
             format!(
@@ -465,6 +482,12 @@ fn blocks_max_model_len_check_sees(version: Version, blocks: u64) -> u64 {
     } else {
         blocks
     }
+}
+
+/// vLLM `version` sizes a derived pool after warm-up on `gpu` (0.34's extensible KV cache, on
+/// by default on CUDA): its `gpu_memory_utilization` then only caps the pool.
+pub fn vllm_fraction_only_caps(version: Version, gpu: &GpuCard) -> bool {
+    version >= VLLM_EXTENSIBLE_KV_CACHE && !is_cpu_host(gpu)
 }
 
 /// The CPU test bed's card (`models/gpu/cpu-host.json`): the live calibrations ran
@@ -903,28 +926,22 @@ pub(super) fn resolve_vllm(
         // by more, or a pool `--set` moved there (`config::PinChange::Moved`, an estimate), is a
         // setup vLLM refuses (a moved pin ran where the derived pool beside it was refused: a
         // review, 2026-12-07).
-        let needed = u64::from(max_model_len).div_ceil(u64::from(block_size));
-        let checked = blocks_max_model_len_check_sees(version, u64::from(blocks));
-        if needed > checked + 1 {
-            return Err(ConfigError::new(
-                if f.max_model_len.is_some() { "engine.max_model_len" } else { "engine.kv_cache_tokens" },
-                format!(
-                    "max_model_len {max_model_len} needs {needed} blocks of {block_size} tokens and the pool \
-                     (engine.kv_cache_tokens, {t} tokens) holds {checked}{}: vLLM {version} refuses to start (\"To serve at \
-                     least one request with the models's max seq len\"); set engine.max_model_len at most {}, or give a \
-                     larger pool",
-                    if version >= VLLM_CHECK_WITHOUT_NULL_BLOCK { " besides the null block" } else { "" },
-                    checked * u64::from(block_size)
-                ),
-            ));
-        }
+        check_pool_holds_max_model_len(
+            version,
+            "engine.kv_cache_tokens",
+            f.max_model_len.is_some(),
+            u64::from(blocks),
+            block_size,
+            max_model_len,
+            1,
+        )?;
         (blocks, KvSizing { source: "kv_cache_tokens", kv_bytes_per_token, memory: None, bound_given: None })
     } else {
         // 0.34 sizes a pool it derives after warmup (the extensible KV cache, on by default on
         // CUDA unless the pool is pinned): `gpu_memory_utilization` defaults to None, which
         // `CacheConfig.resolved_gpu_memory_utilization` reads as 1.0 in that mode (0.34.0
         // `config/cache.py:495`), and an explicit value only caps the pool.
-        let extensible = version >= VLLM_EXTENSIBLE_KV_CACHE && !is_cpu_host(gpu);
+        let extensible = vllm_fraction_only_caps(version, gpu);
         let util = f.gpu_memory_utilization.unwrap_or(if extensible {
             1.0
         } else if version >= Version::new(0, 20, 0) {
