@@ -279,6 +279,18 @@ pub fn resolve(raw: &RawScenario) -> Result<(Scenario, SimSpec), String> {
             "{origin}: workload.request_rate is ignored: the trace's arrival times say when requests are sent"
         ));
     }
+    // As in `vllm bench serve`, the burstiness shapes the gaps of a finite rate only; with none
+    // (inf, or not given) every request is sent at once (or as the concurrency cap frees a slot).
+    // A trace refuses the field outright (its own arrivals).
+    if let Some(b) = scenario.workload.burstiness.filter(|&b| b != 1.0) {
+        if scenario.workload.trace.is_none() && !scenario.workload.request_rate.is_some_and(|r| r.0.is_some()) {
+            warn_once(format!(
+                "{origin}: workload.burstiness {b} has no effect: the request rate is infinite, so every request is \
+                 sent at once (up to the concurrency cap), as vllm bench serve sends them; give a finite \
+                 request_rate (--request-rate) for the burstiness to shape the gaps"
+            ));
+        }
+    }
     Ok((scenario, spec))
 }
 

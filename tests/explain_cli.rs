@@ -176,14 +176,14 @@ fn explain_sizes_a_max_concurrency_run_as_a_concurrency_run() {
     let notes =
         |e: &Value| e["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap().to_string()).collect::<Vec<_>>();
     assert!(
-        notes(&a).iter().any(|n| n.contains("has 256 prompts") && n.contains("not the scenario's 20")),
+        notes(&a).iter().any(|n| n.contains("has 256 prompts") && n.contains("not the 20 that workload.num_prompts")),
         "{:?}",
         notes(&a)
     );
     // A prompt count set on the command line and raised is noted too.
     let c = explain(&["--concurrency", "64", "--set", "workload.num_prompts=10"]);
     assert!(
-        notes(&c).iter().any(|n| n.contains("has 256 prompts") && n.contains("not the scenario's 10")),
+        notes(&c).iter().any(|n| n.contains("has 256 prompts") && n.contains("not the 10 that workload.num_prompts")),
         "{:?}",
         notes(&c)
     );

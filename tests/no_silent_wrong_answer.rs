@@ -2366,3 +2366,33 @@ fn tune_holds_vllms_override_and_moves_a_logs_pool() {
     let pools = check(default, "64,128", "it moves by what the pool derived from memory moves");
     assert!(pools.iter().all(|(s, kv)| (s == "128") == (*kv == 194880)), "{pools:?}");
 }
+
+/// A burstiness with no finite rate to shape is said (vllm bench serve ignores it there too: its
+/// gaps are drawn only for a finite rate), and the run is the one without it; with a rate it is
+/// used and not said. (`--set` of a path twice is refused, naming both: it kept the last unsaid.)
+#[test]
+fn a_burstiness_without_a_rate_is_said_and_a_path_set_twice_is_refused() {
+    let (c, out, err) = run(&["simulate", "--burstiness", "0.5", "--num-prompts", "4", "--json"]);
+    assert_eq!(c, 0, "{err}");
+    assert!(err.contains("workload.burstiness 0.5 has no effect: the request rate is infinite"), "{err}");
+    let (_, plain, _) = run(&["simulate", "--num-prompts", "4", "--json"]);
+    let strip = |s: &str| {
+        let mut v: serde_json::Value = serde_json::from_str(s).unwrap();
+        v.as_object_mut().unwrap().remove("burstiness");
+        v
+    };
+    assert_eq!(strip(&out), strip(&plain), "the burstiness changed a run it has no effect on");
+    let (c, _, err) = run(&["simulate", "--burstiness", "0.5", "--request-rate", "2", "--num-prompts", "4", "--json"]);
+    assert_eq!(c, 0, "{err}");
+    assert!(!err.contains("burstiness"), "{err}");
+
+    let (c, _, err) =
+        run(&["simulate", "--set", "engine.max_num_seqs=8", "--set", "engine.max_num_seqs=16", "--num-prompts", "2"]);
+    assert_eq!(c, 2, "{err}");
+    assert!(
+        err.contains(
+            "engine.max_num_seqs: the path is given twice (engine.max_num_seqs=8, then engine.max_num_seqs=16)"
+        ),
+        "{err}"
+    );
+}

@@ -346,7 +346,7 @@ pub fn plan(base: &SimSpec, concurrency: Option<u32>) -> Result<Plan, String> {
                 ));
             } else if n != own && trace_len.is_none() {
                 notes.push(format!(
-                    "the run at concurrency {conc} has {n} prompts (4 × {conc}, enough waves for a steady state), not the scenario's {own}"
+                    "the run at concurrency {conc} has {n} prompts (4 × {conc}, enough waves for a steady state), not the {own} that workload.num_prompts (--num-prompts) gives"
                 ));
             }
             Some(n)

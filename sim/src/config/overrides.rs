@@ -173,18 +173,32 @@ impl PinChange {
                 let d = *derived_to as i128 - *derived_from as i128;
                 let offset = *from as i128 - *derived_from as i128;
                 let sign = |x: i128| if x >= 0 { "+" } else { "−" };
+                let plural = cause.contains(", ");
+                // The derived pool unmoved (only a bound or the block rounding changed the figure)
+                // is said as such, not as a move of "+0".
+                let account = if d == 0 {
+                    format!(
+                        "{cause} {} the pool servesim derives from memory at {} tokens, and the pinned figure keeps",
+                        if plural { "leave" } else { "leaves" },
+                        n(*derived_from)
+                    )
+                } else {
+                    format!(
+                        "{cause} {} the pool servesim derives from memory from {} to {} tokens ({}{}), and the pinned \
+                         figure moves by as much (in whole blocks or pages), keeping",
+                        if plural { "move" } else { "moves" },
+                        n(*derived_from),
+                        n(*derived_to),
+                        sign(d),
+                        n(d.unsigned_abs() as u64)
+                    )
+                };
                 format!(
-                    "{origin}: engine.{field} moved from {} to {} tokens: {cause} {} the pool servesim derives from \
-                     memory from {} to {} tokens ({}{}), and the pinned figure moves by as much (in whole blocks or pages), \
-                     keeping its measured offset from that account ({}{} tokens){}; the new figure is an estimate (README \
-                     \"KV capacity from a memory fraction\"): {}",
+                    "{origin}: engine.{field} moved from {} to {} tokens: {account} its measured offset from that \
+                     account ({}{} tokens){}; the new figure is an estimate (README \"KV capacity from a memory \
+                     fraction\"): {}",
                     n(*from),
                     n(*to),
-                    if cause.contains(", ") { "move" } else { "moves" },
-                    n(*derived_from),
-                    n(*derived_to),
-                    sign(d),
-                    n(d.unsigned_abs() as u64),
                     sign(offset),
                     n(offset.unsigned_abs() as u64),
                     match bound {
@@ -227,6 +241,13 @@ fn pin_again(field: &str, cause: &str) -> String {
 /// ([`PinChange::message`]).
 pub fn apply_sets(json: &mut Value, sets: &[String]) -> std::result::Result<Vec<PinChange>, String> {
     let path_of = |s: &String| s.split('=').next().unwrap_or("").trim().to_string();
+    // A path given twice would keep the last value unsaid (a key twice in a file and a path twice
+    // to `--vary` are refused alike).
+    for (i, s) in sets.iter().enumerate() {
+        if let Some(first) = sets[..i].iter().find(|t| path_of(t) == path_of(s)) {
+            return Err(format!("--set {}: the path is given twice ({first}, then {s}); give it once", path_of(s)));
+        }
+    }
     let before = json.clone();
     for s in sets {
         apply_set(json, s).map_err(|e| format!("--set {s}: {e}"))?;
@@ -555,6 +576,21 @@ fn derived_pool(json: &Value, lift_bound: bool) -> Option<Derived> {
 #[cfg(test)]
 mod set_value_tests {
     use super::*;
+
+    /// A path given twice is refused, naming both (it kept the last value unsaid).
+    #[test]
+    fn a_path_given_twice_is_refused() {
+        let mut v = serde_json::json!({"engine": {"kind": "vllm"}});
+        let sets = ["engine.max_num_seqs=8".to_string(), " engine.max_num_seqs =16".to_string()];
+        let e = apply_sets(&mut v, &sets).unwrap_err();
+        assert!(e.contains("engine.max_num_seqs: the path is given twice"), "{e}");
+        assert!(e.contains("engine.max_num_seqs=8, then  engine.max_num_seqs =16"), "{e}");
+        assert!(v["engine"].get("max_num_seqs").is_none(), "nothing applied: {v}");
+        // Two different paths are not one given twice.
+        apply_sets(&mut v, &["engine.max_num_seqs=8".to_string(), "engine.max_num_batched_tokens=4096".to_string()])
+            .unwrap();
+        assert_eq!(v["engine"]["max_num_seqs"], 8);
+    }
 
     /// Setting a field that sizes the pool to the value it already has, given or by default,
     /// keeps a pinned pool; another value drops it (the audit of 2026-12-06: the page's TP box
