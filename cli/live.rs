@@ -221,8 +221,10 @@ pub struct ServerArgs {
     /// Bearer token; also read from OPENAI_API_KEY. Never written anywhere.
     #[arg(long, env = "OPENAI_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
-    /// Per-request time limit, seconds.
-    #[arg(long, default_value_t = 600.0)]
+    /// Per-request time limit, seconds (vllm bench serve's client allows 6 hours:
+    /// `aiohttp.ClientTimeout(total=6 * 60 * 60)`; a shorter limit would count a saturated
+    /// run's slowest requests as failed where vLLM's client waits for them).
+    #[arg(long, default_value_t = 21600.0)]
     pub request_timeout: f64,
 }
 

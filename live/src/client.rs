@@ -23,7 +23,7 @@ pub enum Failure {
     #[error("connection failed: {0}")]
     Connect(String),
     /// The request's time limit passed.
-    #[error("timeout after {0:.1} s")]
+    #[error("timeout after {0} s")]
     Timeout(f64),
     /// The transport failed otherwise.
     #[error("request failed: {0}")]
