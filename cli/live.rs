@@ -375,14 +375,8 @@ impl Serialize for SaveResult<'_> {
         m.serialize_entry("engine", &r.engine)?;
         m.serialize_entry("engine_version", &r.engine_version)?;
         m.serialize_entry("hardware", &r.hardware)?;
+        // With the percentiles asked for beyond the report's own (`--metric-percentiles`).
         r.write_run_entries(&mut m, &|k| r.num(k))?;
-        // Percentiles asked for beyond the report's own (`--metric-percentiles`), under the keys
-        // `vllm bench serve` writes them with: `p{p}_{metric}_ms`, `p` without a trailing `.0`.
-        for (name, st) in [("ttft", &r.ttft), ("tpot", &r.tpot), ("itl", &r.itl), ("e2el", &r.e2el)] {
-            for &(p, v) in &st.extra {
-                m.serialize_entry(&format!("p{p}_{name}_ms"), &v)?;
-            }
-        }
         if let Some(c) = &self.point.client_cpu {
             m.serialize_entry("client_cpu_s", &c.seconds)?;
             m.serialize_entry("client_cpu_fraction", &c.fraction)?;
@@ -481,7 +475,10 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode, String> {
         }
         if a.save_result {
             let result = SaveResult {
-                date: live::manifest::stamp(live::manifest::now_unix_s()),
+                // The file name's stamp: one clock for both, as in vLLM (the audit found them a
+                // second or more apart). vLLM stamps after the run; the per-request lines are
+                // written as requests complete, so the name, and with it the date, is taken before.
+                date: files.stamp.clone(),
                 backend,
                 label: a.label.as_deref(),
                 model: &opts.target.model,

@@ -233,7 +233,10 @@ fn simulate(a: SimulateArgs) -> Result<ExitCode, String> {
     if let Some(path) = &a.plot {
         plot::timeseries(path, spec.name.as_deref().unwrap_or("simulation"), &out.run.timeseries)?;
     }
-    let point = sim::report::PointReport::of(&spec, &out);
+    let mut point = sim::report::PointReport::of(&spec, &out);
+    // The percentiles asked for beyond the report's own go into `--json` too, under
+    // `vllm bench serve`'s keys (`p99.9_ttft_ms`): they had been dropped from it unsaid.
+    sim::report::with_percentiles(&mut point.bench, &out.run, &text_opts.percentiles);
     let model_error = calib::parse_model_error(a.model_error.as_deref())?;
     let intervals = calib::intervals(&raw, &spec, &point, a.uncertainty, &model_error)?;
     if a.json {

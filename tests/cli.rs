@@ -65,6 +65,17 @@ fn any_metric_percentiles_are_reported_as_vllm_bench_serve_does() {
         assert!((p50 - j[format!("p50_{key}_ms")].as_f64().unwrap()).abs() < 0.01, "{name}");
     }
     assert!(!text.contains("P25 TPOT"), "only the metrics asked for");
+    // `--json` carries the percentiles asked for beyond its own, under vLLM's keys and equal to
+    // the text's (they had been dropped from it unsaid); none unless asked for.
+    let jx = stdout_json(&run_cli(&["simulate", s, "--json", "--metric-percentiles", "25,99.9,0.00001"]));
+    for (name, key) in [("TTFT", "ttft"), ("E2EL", "e2el")] {
+        for (p, word) in [("25", "25"), ("99.9", "99.9")] {
+            let v = jx[format!("p{word}_{key}_ms")].as_f64().unwrap_or_else(|| panic!("no p{word}_{key}_ms in {jx}"));
+            assert!((v - value(&format!("P{p} {name} (ms):"))).abs() < 0.006, "{name} p{p}");
+        }
+        assert!(jx[format!("p1e-05_{key}_ms")].is_f64(), "Python's str(1e-05) names the key");
+    }
+    assert!(j.as_object().unwrap().keys().all(|k| !k.starts_with("p25_") && !k.starts_with("p99.9_")), "{j}");
 }
 
 /// An earlier run's prompts (`prior_run_prompts`): the default scenario's 20 prompts sent
@@ -1011,4 +1022,16 @@ fn tune_runs_a_windowed_configuration_to_its_end() {
     let o = run_cli(&["tune", q.to_str().unwrap(), "--vary", "engine.max_num_seqs=2,8", "--slo", "median_ttft_ms<=1"]);
     let text = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
     assert!(text.contains("stopped early"), "{text}");
+}
+
+/// Warm-ups resend the first prompt as the initial test request does: the cache hit they leave is
+/// said alike (it was said for the test request alone).
+#[test]
+fn warm_ups_that_leave_the_first_prompt_cached_are_said() {
+    let o = run_cli(&["simulate", "--num-prompts", "3", "--num-warmups", "2"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(text.contains("the benchmark client's 2 warm-up request(s) (--num-warmups"), "{text}");
+    let o = run_cli(&["simulate", "--num-prompts", "3"]);
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("Note: prefix cache hits include"), "no hit, no note");
 }

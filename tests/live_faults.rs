@@ -247,6 +247,9 @@ fn server_faults_are_recorded_per_request_and_the_run_completes() {
     assert_eq!((&saved["backend"], &saved["endpoint_type"]), (&"openai".into(), &"openai".into()));
     assert!(saved["label"].is_null(), "{}", saved["label"]);
     assert!(result.starts_with("openai-infqps-"), "{result}");
+    // The name's stamp is the file's `date`: one clock, as vLLM's (they were a second apart).
+    let date = saved["date"].as_str().unwrap();
+    assert!(result.ends_with(&format!("-{date}.json")), "{result} against date {date}");
     // The text streamed back, per request: the fake server sends " t0", " t1", ... per token.
     let texts = saved["generated_texts"].as_array().unwrap();
     assert_eq!(texts.len(), 30);

@@ -129,6 +129,9 @@ pub fn measured_point(info: &ServerInfo, w: &Workload, run: &BenchRun) -> Point 
 
 /// Where a run's files go.
 pub struct RunFiles {
+    /// When the files were named (`YYYYMMDD-HHMMSS`, UTC): the default name's stamp and the
+    /// result's `date`, one clock for both (`vllm bench serve` stamps both from one `now()`).
+    pub stamp: String,
     pub result: PathBuf,
     pub requests: PathBuf,
     pub record: PathBuf,
@@ -143,6 +146,7 @@ pub fn run_files(
     model: &str,
 ) -> Result<RunFiles, String> {
     let dir = dir.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+    let stamp = crate::manifest::stamp(crate::manifest::now_unix_s());
     std::fs::create_dir_all(&dir).map_err(|e| format!("--result-dir {}: {e}", dir.display()))?;
     match filename {
         // The result is written under the name given, as `vllm bench serve` writes it; the
@@ -157,6 +161,7 @@ pub fn run_files(
             }
             let base = f.strip_suffix(".json").unwrap_or(f);
             Ok(RunFiles {
+                stamp,
                 result,
                 requests: dir.join(format!("{base}.requests.jsonl")),
                 record: dir.join(format!("{base}.record.json")),
@@ -171,11 +176,11 @@ pub fn run_files(
             };
             let conc = w.max_concurrency.map(|c| format!("-concurrency{c}")).unwrap_or_default();
             let model = model.rsplit('/').next().unwrap_or(model);
-            let stem =
-                format!("{label}-{rate}qps{conc}-{model}-{}", crate::manifest::stamp(crate::manifest::now_unix_s()));
+            let stem = format!("{label}-{rate}qps{conc}-{model}-{stamp}");
             // Two runs stamped in the same second (a check's repeats, quick benches) get names
             // of their own: neither overwrites the other's record nor adds to its requests.
             let files = |base: &str| RunFiles {
+                stamp: stamp.clone(),
                 result: dir.join(format!("{base}.json")),
                 requests: dir.join(format!("{base}.requests.jsonl")),
                 record: dir.join(format!("{base}.record.json")),

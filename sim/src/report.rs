@@ -511,8 +511,36 @@ impl BenchReport {
                 _ => {}
             }
         }
+        // Percentiles asked for beyond the report's own (`--metric-percentiles`,
+        // [`with_percentiles`]), under the keys `vllm bench serve` writes them with:
+        // `p{p}_{metric}_ms`, `p` as Python's `str` writes it ([`percentile_word`]). None unless
+        // asked for.
+        for (name, st) in [("ttft", &self.ttft), ("tpot", &self.tpot), ("itl", &self.itl), ("e2el", &self.e2el)] {
+            for &(p, v) in &st.extra {
+                map.serialize_entry(&format!("p{}_{name}_ms", percentile_word(p)), &v)?;
+            }
+        }
         Ok(())
     }
+}
+
+/// A percentile as `vllm bench serve` names it in its report and keys: `str(int(p))` where `p`
+/// is whole, else Python's `str(p)` (the shortest digits that read back as `p`, in scientific
+/// notation below 1e-4: `1e-05`, `2.5e-05`).
+pub fn percentile_word(p: f64) -> String {
+    if p.fract() == 0.0 && p.abs() < 1e15 {
+        return format!("{}", p as i64);
+    }
+    if p != 0.0 && (p.abs() < 1e-4 || p.abs() >= 1e16) {
+        // Rust's `{:e}` gives the shortest digits as `1.5e-5`; Python pads the exponent to two
+        // digits and signs it.
+        let e = format!("{p:e}");
+        if let Some((mantissa, exp)) = e.split_once('e') {
+            let x: i32 = exp.parse().unwrap_or(0);
+            return format!("{mantissa}e{}{:02}", if x < 0 { '-' } else { '+' }, x.unsigned_abs());
+        }
+    }
+    format!("{p}")
 }
 
 impl BenchReport {
@@ -1821,10 +1849,19 @@ pub fn text(spec: &SimSpec, out: &SimOutput, opts: &TextOptions) -> String {
             "Note: peak concurrent requests counts, as vllm bench serve does, the requests in flight at any time within one 1-second bucket: a request that ends and the next, sent in the same second, both count."
         );
     }
-    if out.workload.initial_test.is_some() && r.prefix_cache_hits.is_some_and(|h| h > 0) {
+    // The warm-ups (`--num-warmups`) send the first prompt again, as the test request does: the
+    // same cache hit, said alike (it was said for the test request alone).
+    let sent_first = match (out.workload.initial_test.is_some(), out.workload.warmups.len()) {
+        (_, 0) => "initial test request (the same prompt, sent first: vllm bench serve before 0.14, sglang.bench_serving's warm-up)".to_string(),
+        (true, n) => format!("initial test request and its {n} warm-up request(s) (--num-warmups: the same prompt, sent first)"),
+        (false, n) => format!("{n} warm-up request(s) (--num-warmups: the same prompt, sent first)"),
+    };
+    if (out.workload.initial_test.is_some() || !out.workload.warmups.is_empty())
+        && r.prefix_cache_hits.is_some_and(|h| h > 0)
+    {
         let _ = writeln!(
             s,
-            "Note: prefix cache hits include the first timed prompt, which the benchmark client's initial test request (the same prompt, sent first: vllm bench serve before 0.14, sglang.bench_serving's warm-up) left cached."
+            "Note: prefix cache hits include the first timed prompt, which the benchmark client's {sent_first} left cached."
         );
     }
     if spec.workload.prior_run_prompts > 0 {
@@ -1916,8 +1953,7 @@ fn report_text(r: &BenchReport, opts: &TextOptions, what: &str, rate_label: Opti
         linef(&mut s, &format!("Mean {name} (ms):"), st.mean);
         linef(&mut s, &format!("Median {name} (ms):"), st.median);
         for &p in &opts.percentiles {
-            let label = if p.fract() == 0.0 { format!("{}", p as u32) } else { format!("{p}") };
-            linef(&mut s, &format!("P{label} {name} (ms):"), st.at(p).unwrap_or(f64::NAN));
+            linef(&mut s, &format!("P{} {name} (ms):", percentile_word(p)), st.at(p).unwrap_or(f64::NAN));
         }
     }
     header(&mut s, "", '=');
@@ -1971,6 +2007,25 @@ fn report_text(r: &BenchReport, opts: &TextOptions, what: &str, rate_label: Opti
 
 #[cfg(test)]
 mod tests {
+    /// Percentiles are named as `vllm bench serve` names them (`str(int(p))` where whole, else
+    /// Python's `str(p)`).
+    #[test]
+    fn percentiles_are_named_as_python_writes_them() {
+        for (p, want) in [
+            (99.0, "99"),
+            (0.0, "0"),
+            (100.0, "100"),
+            (99.9, "99.9"),
+            (0.5, "0.5"),
+            (33.333333333333336, "33.333333333333336"),
+            (0.0001, "0.0001"),
+            (0.00001, "1e-05"),
+            (0.000025, "2.5e-05"),
+        ] {
+            assert_eq!(super::percentile_word(p), want, "{p}");
+        }
+    }
+
     use super::*;
 
     /// The text block follows the modelled `vllm bench serve` (helper audit of the client,
