@@ -46,7 +46,7 @@ pub fn read_raw(path: Option<&Path>) -> Result<RawScenario, String> {
     Ok(RawScenario { origin, base_dir, json })
 }
 
-pub use sim::config::{resizes_pool, PINNED_POOL};
+pub use sim::config::{resizes_pool, LOGGED_POOL, PINNED_POOL};
 
 /// Applies `--set` overrides (`config::apply_sets`: a memory fraction or an engine flag the pool
 /// depends on moves a start-up log's pinned pool by what the derived pool moves; a model, GPU,

@@ -778,7 +778,7 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
         ));
     }
     if let Some(e) = base.json.get("engine").and_then(Value::as_object) {
-        for k in load::PINNED_POOL.into_iter().filter(|k| *k != "num_gpu_blocks_override") {
+        for k in load::LOGGED_POOL {
             if e.get(k).is_some_and(|v| !v.is_null()) {
                 load::warn_once(format!(
                     "{}: engine.{k} was dropped: each plan's KV pool is derived from the memory fraction and its model \
@@ -825,7 +825,7 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
             // The KV pool follows from each GPU's memory: drop a pool size a log gave for another
             // setup (vLLM's own override holds, as vLLM holds it: said above).
             if let Some(e) = raw.json.get_mut("engine").and_then(Value::as_object_mut) {
-                for k in load::PINNED_POOL.into_iter().filter(|k| *k != "num_gpu_blocks_override") {
+                for k in load::LOGGED_POOL {
                     e.remove(k);
                 }
             }

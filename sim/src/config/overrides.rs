@@ -74,6 +74,11 @@ pub fn apply_set(root: &mut Value, assignment: &str) -> Result<()> {
 /// `max_total_tokens` only bounds the pool the fraction gives, as SGLang does: it stays.)
 pub const PINNED_POOL: [&str; 3] = ["kv_cache_tokens", "num_gpu_blocks_override", "max_total_num_tokens"];
 
+/// The pins of [`PINNED_POOL`] that are a start-up log's figure of one setup (vLLM's
+/// `kv_cache_tokens`, SGLang's `max_total_num_tokens`); vLLM's `num_gpu_blocks_override` is the
+/// engine's own flag, which vLLM holds whatever the setup.
+pub const LOGGED_POOL: [&str; 2] = ["kv_cache_tokens", "max_total_num_tokens"];
+
 /// Whether a `--set` (or `tune --vary`) path changes what the KV pool would be: the memory
 /// fraction, the model, the GPU (or its host), the TP size, the KV cache's or the weights'
 /// format, the engine or its release (each release sizes its pool by its own rules: vLLM 0.29's
