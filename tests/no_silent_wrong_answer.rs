@@ -2396,3 +2396,40 @@ fn a_burstiness_without_a_rate_is_said_and_a_path_set_twice_is_refused() {
         "{err}"
     );
 }
+
+/// Some step coefficients without the rest, where measured kernels would time the steps, are
+/// refused naming both lists (the docs audit: `{"step_us": 900}` on the default scenario ran the
+/// linear roofline prior's other terms, a TPOT of 1.28 ms under the weights' read time); all six,
+/// the two front-end terms alone, or a partial set over a scenario's full one still run.
+#[test]
+fn some_step_coefficients_do_not_silently_take_the_roofline_priors_others() {
+    let (c, _, err) = run(&["simulate", "--set", r#"cost.coefficients={"step_us":900}"#, "--num-prompts", "2"]);
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("cost.coefficients: gives step_us but not per_seq_us, prefill_token_us"), "{err}");
+    assert!(err.contains("cost.coefficients=null"), "{err}");
+    let all = r#"cost.coefficients={"step_us":9000,"per_seq_us":4,"prefill_token_us":60,"decode_token_us":100,"prefill_attention_us":0.001,"decode_kv_us":0.5}"#;
+    let (c, _, err) = run(&["simulate", "--set", all, "--num-prompts", "2"]);
+    assert_eq!(c, 0, "{err}");
+    let (c, _, err) = run(&[
+        "simulate",
+        "--set",
+        r#"cost.coefficients={"request_ingress_us":0,"output_token_us":0}"#,
+        "--num-prompts",
+        "2",
+    ]);
+    assert_eq!(c, 0, "{err}");
+    // A scenario that gives all of them, adjusted by one: still all six.
+    let (c, _, err) = run(&[
+        "simulate",
+        "scenarios/serve-small-vllm.json",
+        "--set",
+        "cost.coefficients.step_us=900",
+        "--num-prompts",
+        "2",
+    ]);
+    assert_eq!(c, 0, "{err}");
+    // A roofline prior given on purpose: the linear model is what was asked for.
+    let (c, _, err) =
+        run(&["simulate", "--set", "cost.prior={}", "--set", "cost.coefficients.step_us=900", "--num-prompts", "2"]);
+    assert_eq!(c, 0, "{err}");
+}

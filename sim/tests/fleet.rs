@@ -384,7 +384,8 @@ fn a_group_spelling_out_a_default_keeps_the_pin() {
 #[test]
 fn a_group_on_other_hardware_is_not_timed_by_the_top_levels_fixed_coefficients() {
     let mut v = small_vllm(512, 64, 100, 16);
-    v["cost"] = json!({"coefficients": {"step_us": 8000, "prefill_token_us": 30}});
+    v["cost"] = json!({"coefficients": {"step_us": 8000, "per_seq_us": 4, "prefill_token_us": 30,
+        "decode_token_us": 150, "prefill_attention_us": 0.001, "decode_kv_us": 0.5}});
     for (group, field) in [
         (json!({"count": 1, "hardware": "rtx-4090"}), "fleet.replicas[1].hardware"),
         (
@@ -397,7 +398,7 @@ fn a_group_on_other_hardware_is_not_timed_by_the_top_levels_fixed_coefficients()
         let s: sim::config::Scenario = sim::config::from_value(w, "").unwrap();
         let e = sim::config::resolve(&s, &common::resources()).unwrap_err();
         assert_eq!(e.path, field, "{e}");
-        assert!(e.message.contains("fixed coefficients (cost.coefficients: step_us, prefill_token_us)"), "{e}");
+        assert!(e.message.contains("fixed coefficients (cost.coefficients: step_us, per_seq_us, prefill_token_us,"), "{e}");
     }
     let mut w = v.clone();
     w["fleet"] = json!({"replicas": [{"count": 1}, {"count": 1, "engine": {"max_num_seqs": 8}}]});

@@ -4,8 +4,9 @@ use super::*;
 use crate::cost::{provider_for, ComposedCost, GraphRule, FALLBACK};
 
 /// Resolves the `cost` section. The step clock is, in order: inline step
-/// coefficients (the linear model: they replace the prior as a whole, see
-/// [`CostModel::overlay`]); a profile (on a GPU with measured kernels, the
+/// coefficients (the linear model, [`CostModel::overlay`]: each one named replaces the
+/// profile's or the prior's; where measured kernels would time the steps and no profile is
+/// given, all six step coefficients or none); a profile (on a GPU with measured kernels, the
 /// composed cost corrected by the profile's change from its prior,
 /// [`CostModel::correct`]; else the linear model); `prior` given (the linear roofline
 /// prior with those efficiencies); else the kernel-composed cost
@@ -207,6 +208,29 @@ pub(super) fn resolve_cost(
                      with the profile, or drop the profile",
                 ));
             }
+        }
+        // Naming a step coefficient (the first six) times the steps by the linear model in place of
+        // the measured kernels; the step coefficients left out would then be the linear roofline
+        // prior's, unsaid (the docs audit of 2026-12-07: `{"step_us": 900}` on the default
+        // scenario gave a TPOT of 1.28 ms, under the time to read the weights once). A partial set
+        // is a deliberate adjustment of a profile's or of a prior given, not of the kernels.
+        let step_terms = &COEFFICIENT_NAMES[..6];
+        let missing: Vec<&str> = step_terms.iter().copied().filter(|n| co.get(n).is_none()).collect();
+        if cost.composed.is_some() && c.profile.is_none() && missing.len() < step_terms.len() && !missing.is_empty() {
+            let given: Vec<&str> = step_terms.iter().copied().filter(|n| co.get(n).is_some()).collect();
+            return Err(ConfigError::new(
+                "cost.coefficients",
+                format!(
+                    "gives {} but not {}: a step coefficient replaces the step cost composed from measured kernel \
+                     tables (on {}) with the linear step model, whose other step terms would be the linear roofline \
+                     prior's (far from measured ones: README \"Accuracy\"); give all six step coefficients (by \
+                     hand, or a profile's: cost.profile, which inline ones then adjust), or drop them \
+                     (--set cost.coefficients=null) to keep the measured-kernel cost",
+                    given.join(", "),
+                    missing.join(", "),
+                    gpu.id
+                ),
+            ));
         }
         // The inline coefficients describe the engine at the cards' speed, as the prior does.
         let mut scaled = co.clone();

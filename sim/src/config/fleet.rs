@@ -100,10 +100,19 @@ fn router_naming_the_field<'de, D: serde::Deserializer<'de>>(
     let Some(v) = Option::<Value>::deserialize(d)? else { return Ok(None) };
     match serde_json::from_value::<RouterSpec>(v.clone()) {
         Ok(r) => Ok(Some(r)),
-        Err(e) => Err(D::Error::custom(match router_field_at_fault(&v) {
-            Some(field) => format!("{field}: {e}"),
-            None => e.to_string(),
-        })),
+        Err(e) => {
+            // serde's words for a policy that takes no parameter ("there are no fields") say
+            // nothing a user can act on: say that the policy takes none.
+            let e = e.to_string();
+            let e = match (e.split_once(", there are no fields"), v.get("policy").and_then(Value::as_str)) {
+                (Some((head, _)), Some(policy)) => format!("{head}: the {policy} policy takes no parameters"),
+                _ => e,
+            };
+            Err(D::Error::custom(match router_field_at_fault(&v) {
+                Some(field) => format!("{field}: {e}"),
+                None => e,
+            }))
+        }
     }
 }
 
