@@ -28,7 +28,7 @@ pub struct ExplainArgs {
     pub common: ScenarioArgs,
     #[command(flatten)]
     pub bench: crate::bench_flags::BenchFlags,
-    /// The explanation as JSON (the keys of README "servesim explain").
+    /// The explanation as JSON (its keys: README, the `servesim explain` row of "Commands").
     #[arg(long)]
     pub json: bool,
 }

@@ -575,7 +575,7 @@ pub fn some_failed(run: &BenchRun) -> Option<String> {
 
 #[derive(Args, Debug)]
 pub struct DiffArgs {
-    /// Two run records (`*.record.json`, written by `bench --save-result` and `check`).
+    /// Two run records (`*.record.json`, written by `bench --save-result`, `check` and `calibrate`).
     pub run_a: PathBuf,
     pub run_b: PathBuf,
 }

@@ -138,7 +138,8 @@ struct SimulateArgs {
     /// Print the report as JSON (`vllm bench serve --save-result` keys plus the engine's).
     #[arg(long)]
     json: bool,
-    /// Percentiles shown in the text report, as in `vllm bench serve`.
+    /// Percentiles shown in the text report, as in `vllm bench serve`; those beyond p50, p90,
+    /// p95 and p99 also add `p{p}_{metric}_ms` keys to `--json`.
     #[arg(long, default_value = "99", value_name = "P,P,...")]
     metric_percentiles: String,
     /// Metrics whose percentiles the text report shows.

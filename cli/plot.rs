@@ -166,7 +166,13 @@ pub fn sweep(path: &str, title: &str, series: &[Series], marks: &[(f64, String)]
     }
     {
         let mut c = ChartBuilder::on(&bottom)
-            .caption(format!("TTFT in {unit} (thick: mean, thin: p99{shaded} of the mean)"), ("sans-serif", 18))
+            .caption(
+                format!(
+                    "TTFT in {unit} (thick: mean, thin: p99{}",
+                    if shaded.is_empty() { ")" } else { "; shaded: 90% interval of the mean)" }
+                ),
+                ("sans-serif", 18),
+            )
             .margin(10)
             .x_label_area_size(35)
             .y_label_area_size(60)

@@ -38,8 +38,9 @@ pub struct SweepArgs {
     pub num_prompts: Option<String>,
     #[command(flatten)]
     pub common: ScenarioArgs,
-    /// Print `{"points": [...], "knee": {...}, "kv_limited_concurrency": N}` (one scenario),
-    /// or `{"scenarios": [...], "alignment": [...]}` (several).
+    /// Print `{"points": [...], "knee": {...}, "kv_limited_concurrency": N, ...}` (one scenario),
+    /// or `{"scenarios": [...], "alignment": [...], "knobs_moved": [...], ...}` (several); README
+    /// lists every key.
     #[arg(long)]
     pub json: bool,
     /// Worker threads (default: one per core; at most one per run). Results do not depend on it.

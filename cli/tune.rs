@@ -551,9 +551,14 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
     );
     // Each metric named, typed: a report key whose value is a number (as written: a TPOT of
     // one-token outputs is a number the run cannot judge, `one_token_outputs`, not a wrong key).
+    // SGLang's own key (`num_retractions`) is one where the grid runs SGLang, whichever engine the
+    // base scenario has: a vLLM configuration then lacks it and is listed as invalid (the docs
+    // audit of 2026-12-07: from a vLLM base the SLO was refused outright).
+    let grid_runs_sglang =
+        knobs.iter().any(|(p, v)| p == "engine.kind" && v.iter().any(|x| x.as_str() == Some("sglang")));
     let numeric = |m: &String| -> Result<Metric, String> {
         Metric::parse(m)
-            .filter(|k| probe.bench.num(*k).as_f64().is_some())
+            .filter(|k| probe.bench.num(*k).as_f64().is_some() || (*k == Metric::NumRetractions && grid_runs_sglang))
             .ok_or_else(|| format!("{m:?} is not a numeric report key; see `servesim simulate --json` for the keys"))
     };
     let slo_metrics: Vec<Metric> = slos

@@ -1035,3 +1035,34 @@ fn warm_ups_that_leave_the_first_prompt_cached_are_said() {
     let o = run_cli(&["simulate", "--num-prompts", "3"]);
     assert!(!String::from_utf8_lossy(&o.stdout).contains("Note: prefix cache hits include"), "no hit, no note");
 }
+
+/// SGLang's own key is an SLO of a grid that runs SGLang from a vLLM base scenario too: the
+/// vLLM configuration lacks it and is listed as invalid, as from an SGLang base (it was refused
+/// outright: the docs audit of 2026-12-07).
+#[test]
+fn an_sglang_key_is_an_slo_of_a_grid_that_runs_sglang_from_a_vllm_base() {
+    let s = write_temp(
+        "tune-vllm-base.json",
+        r#"{"version": 1, "engine": {"kind": "vllm"}, "model": "llama-3.1-8b-instruct", "hardware": "h100-80gb",
+            "workload": {"dataset_name": "random", "random_input_len": 512, "random_output_len": 64,
+                         "num_prompts": 16, "max_concurrency": 4, "ignore_eos": true}}"#,
+    );
+    let o = run_cli(&[
+        "tune",
+        s.to_str().unwrap(),
+        "--vary",
+        "engine.kind=vllm,sglang",
+        "--slo",
+        "num_retractions<=5",
+        "--json",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let j = stdout_json(&o);
+    assert_eq!(j["best"]["config"]["engine.kind"], "sglang", "{j}");
+    let invalid = j["invalid"].to_string();
+    assert!(invalid.contains("vllm") && invalid.contains("no num_retractions"), "{invalid}");
+    // Without SGLang in the grid, the key is no key of it.
+    let o = run_cli(&["tune", s.to_str().unwrap(), "--vary", "engine.max_num_seqs=2,4", "--slo", "num_retractions<=5"]);
+    assert_eq!(o.status.code(), Some(2));
+}

@@ -160,7 +160,8 @@ fn a_time_scale_out_of_range_is_refused_naming_the_field() {
     }
     // The least a decode step may cost applies to the scaled engine, and says the scale did it.
     let mut v = linear(Some(100.0));
-    v["cost"]["coefficients"] = json!({"step_us": 50, "per_seq_us": 0, "decode_token_us": 0, "prefill_token_us": 0});
+    v["cost"]["coefficients"] = json!({"step_us": 50, "per_seq_us": 0, "decode_token_us": 0, "prefill_token_us": 0,
+        "prefill_attention_us": 0, "decode_kv_us": 0});
     let err = sim::config::resolve(&sim::config::from_value(v, "").unwrap(), &resources()).expect_err("refused");
     assert!(err.path == "cost.coefficients" && err.message.contains("cost.time_scale 100"), "{err}");
 }
