@@ -1066,3 +1066,34 @@ fn an_sglang_key_is_an_slo_of_a_grid_that_runs_sglang_from_a_vllm_base() {
     let o = run_cli(&["tune", s.to_str().unwrap(), "--vary", "engine.max_num_seqs=2,4", "--slo", "num_retractions<=5"]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+/// SGLang's pool derived on a WSL2 host's view carries the `wsl2_sglang_pool` caveat, whose two
+/// figures are today's derivations against the log (210,714 tokens); a pinned pool or a Linux
+/// host carries none.
+#[test]
+fn an_sglang_pool_derived_on_a_wsl2_host_says_no_log_judges_it() {
+    let s = "scenarios/rtx5090-qwen2.5-7b-sglang.json";
+    let run = |extra: &[&str]| {
+        let mut a = vec!["simulate", s, "--num-prompts", "2", "--json"];
+        a.extend_from_slice(extra);
+        let o = run_cli(&a);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        stdout_json(&o)
+    };
+    let has = |j: &serde_json::Value| {
+        j["caveats"].as_array().is_some_and(|c| c.iter().any(|c| c["id"] == "wsl2_sglang_pool"))
+    };
+    let wsl2 = run(&["--set", "engine.max_total_num_tokens=null"]);
+    let linux = run(&["--set", "engine.max_total_num_tokens=null", "--set", "hardware=rtx-5090"]);
+    assert!(has(&wsl2), "{wsl2}");
+    assert!(!has(&linux) && !has(&run(&[])), "only a derived pool on the WSL2 view");
+    let pct = |j: &serde_json::Value| (j["kv_cache_tokens"].as_f64().unwrap() / 210_714.0 - 1.0) * 100.0;
+    let msg = wsl2["caveats"].as_array().unwrap().iter().find(|c| c["id"] == "wsl2_sglang_pool").unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for (p, j) in [("Linux", &linux), ("WSL2", &wsl2)] {
+        let quoted = format!("+{:.1}% on the {p}", pct(j));
+        assert!(msg.contains(&quoted), "the caveat quotes {quoted:?} no more: {msg}");
+    }
+}

@@ -655,7 +655,7 @@ pub struct PointReport {
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Caveat {
     /// A stable name (`lockstep_waves`, `chat_front_end`, `wsl2_pinned_memory`, `wsl2_step_timing`,
-    /// `pcie_tensor_parallel`).
+    /// `wsl2_sglang_pool`, `pcie_tensor_parallel`, ...).
     pub id: &'static str,
     /// What the simulation does, what was measured, and what to do about it.
     pub message: String,
@@ -965,6 +965,39 @@ pub fn wsl2_step_timing(spec: &SimSpec) -> Option<Caveat> {
              5, \"The RTX 5090 on Linux\"){pinned}. One run cannot separate the host's share from that card's, so nothing is \
              charged for it: expect a WSL2 host's latencies above these."
         ),
+        desynchronised_mean_ttft_ms: None,
+    })
+}
+
+/// [`Caveat::id`] of [`wsl2_sglang_pool`].
+pub const WSL2_SGLANG_POOL: &str = "wsl2_sglang_pool";
+
+/// SGLang's KV pool derived from `mem_fraction_static` on a Windows/WSL2 host's view of the card
+/// (a fleet: any such replica): no start-up log judges it. The corpus' SGLang logs are read on
+/// the cards' Linux totals; the one WSL2 SGLang log (RTX 5090, Qwen2.5-7B, 0.5.21, 210,714 tokens)
+/// derives +3.9% there (218,893) and +7.6% on the WSL2 view (226,755:
+/// `scenarios/rtx5090-qwen2.5-7b-sglang.json --set engine.max_total_num_tokens=null`, with and
+/// without `--set hardware=rtx-5090`). Said, not modelled (a docs audit of 2026-12-07 found the
+/// README claiming the log matched).
+pub fn wsl2_sglang_pool(spec: &SimSpec) -> Option<Caveat> {
+    let derived_sglang_on_wsl2 = match &spec.fleet {
+        Some(f) => f.replicas.iter().any(|r| {
+            r.wddm_host && r.kv_sizing.memory.is_some() && matches!(r.engine, crate::config::EngineSpec::Sglang(_))
+        }),
+        None => {
+            crate::config::wddm_host(&spec.gpu)
+                && spec.kv_sizing.memory.is_some()
+                && matches!(spec.engine, crate::config::EngineSpec::Sglang(_))
+        }
+    };
+    derived_sglang_on_wsl2.then(|| Caveat {
+        id: WSL2_SGLANG_POOL,
+        message: "SGLang's KV pool derived from mem_fraction_static on a Windows/WSL2 host's view of the card is \
+                  judged by no start-up log: servesim's SGLang memory account is judged on the cards' Linux totals, \
+                  and on the one WSL2 SGLang log it has (RTX 5090, Qwen2.5-7B, SGLang 0.5.21: 210,714 tokens) it \
+                  derives +3.9% on the Linux total and +7.6% on the WSL2 view (README \"KV capacity from a memory \
+                  fraction\"); pin the logged pool (engine.max_total_num_tokens) where you have it."
+            .to_string(),
         desynchronised_mean_ttft_ms: None,
     })
 }
@@ -1427,6 +1460,7 @@ pub fn caveats(spec: &SimSpec, workload: &crate::workload::Workload) -> Vec<Cave
         .chain(one_token_outputs(workload))
         .chain(wsl2_pinned_memory(spec))
         .chain(wsl2_step_timing(spec))
+        .chain(wsl2_sglang_pool(spec))
         .chain(pcie_tensor_parallel(spec))
         .chain(no_peer_to_peer(spec))
         .chain(moe_timing(spec))
