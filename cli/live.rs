@@ -72,7 +72,13 @@ impl WorkloadArgs {
             Some(p) => {
                 let raw = load::read_raw(Some(p))?;
                 let mut w = raw.json.get("workload").cloned().unwrap_or_else(|| json!({}));
-                let (_, spec) = load::resolve(&raw)?;
+                // The engine is what this reads; the workload's burstiness is said once the
+                // command line's flags are laid over it (below, `workload`), not here.
+                let mut probe = raw.clone();
+                if let Some(o) = probe.json.get_mut("workload").and_then(Value::as_object_mut) {
+                    o.remove("burstiness");
+                }
+                let (_, spec) = load::resolve(&probe)?;
                 // Unset, the initial test request follows the scenario's modelled release, as
                 // `simulate` of the same scenario has it (`config::default_initial_test_request`).
                 if let Some(o) = w.as_object_mut().filter(|o| !o.contains_key("initial_test_request")) {
@@ -158,6 +164,7 @@ impl WorkloadArgs {
         let section: WorkloadSection =
             config::from_value(json, "workload").map_err(|e| self.name_the_flag(e.to_string()))?;
         let mut res = Resources::default();
+        load::warn_burstiness_without_rate("the workload", &section);
         // As simulate says it (`load::resolve`): a trace times its own requests.
         if section.trace.is_some() && section.request_rate.is_some_and(|r| r.0.is_some()) {
             crate::load::warn_once(
@@ -231,8 +238,12 @@ pub struct ServerArgs {
 /// Probes the server and prepares the options of a run.
 pub async fn connect(s: &ServerArgs) -> Result<(ServerInfo, BenchOptions), String> {
     // A limit of 0 (or less) would fail every request as a timeout: bad input, said so.
-    if !(s.request_timeout.is_finite() && s.request_timeout > 0.0) {
-        return Err(format!("--request-timeout: expected a number of seconds above 0, got {}", s.request_timeout));
+    // At most a year, the bound of the other times (a larger one overflowed the timer: a panic).
+    if !(s.request_timeout.is_finite() && s.request_timeout >= 0.001 && s.request_timeout <= 31_536_000.0) {
+        return Err(format!(
+            "--request-timeout: expected a number of seconds from 0.001 to 31536000 (a year), got {}",
+            s.request_timeout
+        ));
     }
     if !(s.base_url.starts_with("http://") || s.base_url.starts_with("https://")) {
         return Err(format!("--base-url: expected a URL starting with http:// or https://, got {:?}", s.base_url));
@@ -285,7 +296,7 @@ pub async fn connect(s: &ServerArgs) -> Result<(ServerInfo, BenchOptions), Strin
             url: format!("{}{}", s.base_url.trim_end_matches('/'), s.endpoint),
             model,
             api_key: s.api_key.clone(),
-            timeout: Duration::from_secs_f64(s.request_timeout.max(0.001)),
+            timeout: Duration::from_secs_f64(s.request_timeout),
         },
         api_key: s.api_key.clone(),
         vocab_size: vocab,

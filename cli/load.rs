@@ -279,11 +279,17 @@ pub fn resolve(raw: &RawScenario) -> Result<(Scenario, SimSpec), String> {
             "{origin}: workload.request_rate is ignored: the trace's arrival times say when requests are sent"
         ));
     }
-    // As in `vllm bench serve`, the burstiness shapes the gaps of a finite rate only; with none
-    // (inf, or not given) every request is sent at once (or as the concurrency cap frees a slot).
-    // A trace refuses the field outright (its own arrivals).
-    if let Some(b) = scenario.workload.burstiness.filter(|&b| b != 1.0) {
-        if scenario.workload.trace.is_none() && !scenario.workload.request_rate.is_some_and(|r| r.0.is_some()) {
+    warn_burstiness_without_rate(origin, &scenario.workload);
+    Ok((scenario, spec))
+}
+
+/// As in `vllm bench serve`, the burstiness shapes the gaps of a finite rate only; with none
+/// (inf, or not given) every request is sent at once (or as the concurrency cap frees a slot):
+/// said where given. (A trace refuses the field outright: its own arrivals.) The live commands
+/// call it on the section their flags made.
+pub fn warn_burstiness_without_rate(origin: &str, w: &config::WorkloadSection) {
+    if let Some(b) = w.burstiness.filter(|&b| b != 1.0) {
+        if w.trace.is_none() && !w.request_rate.is_some_and(|r| r.0.is_some()) {
             warn_once(format!(
                 "{origin}: workload.burstiness {b} has no effect: the request rate is infinite, so every request is \
                  sent at once (up to the concurrency cap), as vllm bench serve sends them; give a finite \
@@ -291,7 +297,6 @@ pub fn resolve(raw: &RawScenario) -> Result<(Scenario, SimSpec), String> {
             ));
         }
     }
-    Ok((scenario, spec))
 }
 
 /// Whether a profile that corrects the composed cost was fitted against the cost servesim
@@ -782,7 +787,42 @@ pub fn load_production_trace(
         F::Csv | F::Jsonl => unreachable!("servesim's own rows are read by load_trace"),
     };
     let salt = splitmix64(seed ^ 0x7472_6163_6573_616c);
-    let mut reqs = sim::traces::parse_requests(f, &text, salt).map_err(|e| format!("{}: {e}", path.display()))?;
+    let at = |e: sim::traces::TraceError| format!("{}: {e}", path.display());
+    // The rows the replay changes are said (they were changed unsaid): a Mooncake row whose
+    // hash_ids name more 512-token blocks than its input_length holds is cut to input_length
+    // (the length the trace measured), and BurstGPT's failed requests (no response tokens)
+    // are left out, as they generated nothing.
+    let mut reqs = match f {
+        TraceFormat::Mooncake => {
+            let rows = sim::traces::parse_mooncake(&text).map_err(at)?;
+            let block = sim::traces::MOONCAKE_BLOCK_TOKENS;
+            let cut =
+                rows.iter().filter(|r| r.hash_ids.len() as u64 > u64::from(r.input_length.div_ceil(block))).count();
+            if cut > 0 {
+                warn_once(format!(
+                    "{}: {cut} of {} rows name more hash_ids ({block}-token blocks) than their input_length holds: \
+                     each prompt is cut to its input_length, its last blocks left out",
+                    path.display(),
+                    rows.len()
+                ));
+            }
+            sim::traces::mooncake_requests(&rows, salt)
+        }
+        TraceFormat::Burstgpt => {
+            let rows = sim::traces::parse_burstgpt(&text).map_err(at)?;
+            let failed = rows.iter().filter(|r| r.is_failure()).count();
+            if failed > 0 {
+                warn_once(format!(
+                    "{}: {failed} of {} rows are failed requests (no response tokens) and are left out, as they \
+                     generated nothing (data/traces/README.md)",
+                    path.display(),
+                    rows.len()
+                ));
+            }
+            sim::traces::burstgpt_requests(&rows, salt)
+        }
+        TraceFormat::Azure => sim::traces::parse_requests(f, &text, salt).map_err(at)?,
+    };
     if let Some(k) = time_scale {
         sim::traces::time_scale(&mut reqs, k).map_err(|e| format!("workload.trace_time_scale: {e}"))?;
     }

@@ -683,6 +683,11 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
     }
     let mut base = load::read_raw(a.scenario.as_deref())?;
     load::apply_overrides(&mut base, &a.common.sets, a.common.seed)?;
+    // The candidates' sets after the command line's: a path in both, or twice in the file, would
+    // keep the last unsaid.
+    let both: Vec<String> = a.common.sets.iter().chain(&cands.sets).cloned().collect();
+    sim::config::refuse_repeated_paths(&both)
+        .map_err(|e| format!("{file}: sets (after the command line's --set): {e}"))?;
     for (i, x) in cands.sets.iter().enumerate() {
         sim::config::apply_set(&mut base.json, x).map_err(|e| format!("{file}: sets[{i}] {x:?}: {e}"))?;
     }

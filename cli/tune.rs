@@ -554,11 +554,17 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
     // SGLang's own key (`num_retractions`) is one where the grid runs SGLang, whichever engine the
     // base scenario has: a vLLM configuration then lacks it and is listed as invalid (the docs
     // audit of 2026-12-07: from a vLLM base the SLO was refused outright).
-    let grid_runs_sglang =
-        knobs.iter().any(|(p, v)| p == "engine.kind" && v.iter().any(|x| x.as_str() == Some("sglang")));
+    // Which engines the grid runs: the engine.kind knob's values, else the base scenario's.
+    let grid_runs_sglang = match knobs.iter().find(|(p, _)| p == "engine.kind") {
+        Some((_, v)) => v.iter().any(|x| x.as_str() == Some("sglang")),
+        None => matches!(base_spec.engine, sim::config::EngineSpec::Sglang(_)),
+    };
     let numeric = |m: &String| -> Result<Metric, String> {
         Metric::parse(m)
-            .filter(|k| probe.bench.num(*k).as_f64().is_some() || (*k == Metric::NumRetractions && grid_runs_sglang))
+            .filter(|k| match k {
+                Metric::NumRetractions => grid_runs_sglang,
+                _ => probe.bench.num(*k).as_f64().is_some(),
+            })
             .ok_or_else(|| format!("{m:?} is not a numeric report key; see `servesim simulate --json` for the keys"))
     };
     let slo_metrics: Vec<Metric> = slos

@@ -76,6 +76,9 @@ fn any_metric_percentiles_are_reported_as_vllm_bench_serve_does() {
         assert!(jx[format!("p1e-05_{key}_ms")].is_f64(), "Python's str(1e-05) names the key");
     }
     assert!(j.as_object().unwrap().keys().all(|k| !k.starts_with("p25_") && !k.starts_with("p99.9_")), "{j}");
+    // A percentile given twice is one key (a key twice is a file servesim's readers refuse).
+    let o = run_cli(&["simulate", s, "--json", "--metric-percentiles", "99.9,99.9"]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout).matches("\"p99.9_ttft_ms\"").count(), 1);
 }
 
 /// An earlier run's prompts (`prior_run_prompts`): the default scenario's 20 prompts sent
@@ -1034,6 +1037,12 @@ fn warm_ups_that_leave_the_first_prompt_cached_are_said() {
     assert!(text.contains("the benchmark client's 2 warm-up request(s) (--num-warmups"), "{text}");
     let o = run_cli(&["simulate", "--num-prompts", "3"]);
     assert!(!String::from_utf8_lossy(&o.stdout).contains("Note: prefix cache hits include"), "no hit, no note");
+    // An earlier run's prompts are no warm-ups (their own note says them).
+    let o = run_cli(&["simulate", "--num-prompts", "3", "--num-warmups", "2", "--set", "workload.prior_run_prompts=3"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("the benchmark client's 2 warm-up request(s)"), "{text}");
+    let o = run_cli(&["simulate", "--num-prompts", "3", "--set", "workload.prior_run_prompts=3"]);
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("warm-up request(s)"), "no warm-ups were sent");
 }
 
 /// SGLang's own key is an SLO of a grid that runs SGLang from a vLLM base scenario too: the
@@ -1096,4 +1105,35 @@ fn an_sglang_pool_derived_on_a_wsl2_host_says_no_log_judges_it() {
         let quoted = format!("+{:.1}% on the {p}", pct(j));
         assert!(msg.contains(&quoted), "the caveat quotes {quoted:?} no more: {msg}");
     }
+}
+
+/// Trace rows the replay changes are said: BurstGPT's failed requests left out, a Mooncake row
+/// whose hash_ids name more blocks than its input_length holds cut to it (both were unsaid).
+#[test]
+fn trace_rows_the_replay_changes_are_said() {
+    let trace = |path: &str, format: &str| {
+        let scenario = write_temp(
+            &format!("trace-{format}.json"),
+            &serde_json::json!({"version": 1, "engine": {"kind": "vllm"}, "model": "qwen2.5-7b-instruct",
+                "hardware": "a100-80gb",
+                "workload": {"dataset_name": "trace", "trace": path, "trace_format": format, "ignore_eos": true}})
+            .to_string(),
+        );
+        let o = run_cli(&["simulate", scenario.to_str().unwrap(), "--json"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        (stdout_json(&o), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let (j, err) = trace(root().join("data/traces/burstgpt_sample.csv").to_str().unwrap(), "burstgpt");
+    assert!(err.contains("2 of 40 rows are failed requests (no response tokens) and are left out"), "{err}");
+    assert_eq!(j["completed"], 38, "{j}");
+    let long = write_temp(
+        "mooncake-cut.jsonl",
+        "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 4, \"hash_ids\": [0, 1, 2]}\n\
+         {\"timestamp\": 10, \"input_length\": 600, \"output_length\": 4, \"hash_ids\": [0, 1]}\n",
+    );
+    let (j, err) = trace(long.to_str().unwrap(), "mooncake");
+    assert!(err.contains("1 of 2 rows name more hash_ids (512-token blocks) than their input_length holds"), "{err}");
+    assert_eq!(j["total_input_tokens"], 1200, "each prompt its input_length: {j}");
+    let (_, err) = trace(root().join("data/traces/mooncake_sample.jsonl").to_str().unwrap(), "mooncake");
+    assert!(!err.contains("hash_ids"), "{err}");
 }

@@ -2390,6 +2390,20 @@ fn a_burstiness_without_a_rate_is_said_and_a_path_set_twice_is_refused() {
     let (c, _, err) = run(&["simulate", "--burstiness", "0.5", "--request-rate", "2", "--num-prompts", "4", "--json"]);
     assert_eq!(c, 0, "{err}");
     assert!(!err.contains("burstiness"), "{err}");
+    // The live client says it of the workload its flags make: a scenario's burstiness with the
+    // command line's rate is used, the flag without a rate is said.
+    let burst = write_temp(
+        "burst.json",
+        r#"{"version": 1, "engine": {"kind": "vllm"}, "model": "llama-3.1-8b-instruct", "hardware": "h100-80gb",
+            "workload": {"dataset_name": "random", "random_input_len": 64, "random_output_len": 8, "num_prompts": 4,
+                         "burstiness": 0.5}}"#,
+    );
+    let dead = ["--base-url", "http://127.0.0.1:9", "--model", "x"];
+    let (_, _, err) =
+        run(&[&["bench", "--scenario", burst.to_str().unwrap(), "--request-rate", "2"][..], &dead].concat());
+    assert!(!err.contains("has no effect"), "{err}");
+    let (_, _, err) = run(&[&["bench", "--burstiness", "0.5"][..], &dead].concat());
+    assert!(err.contains("workload.burstiness 0.5 has no effect"), "{err}");
 
     let (c, _, err) =
         run(&["simulate", "--set", "engine.max_num_seqs=8", "--set", "engine.max_num_seqs=16", "--num-prompts", "2"]);

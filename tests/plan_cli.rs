@@ -441,6 +441,14 @@ fn plan_checks_its_flags_and_sets_up_front_and_names_them() {
     let err = stderr(&o);
     assert!(err.contains("plan-cli-bad-sets.json: sets[0] \"engine.nonexistent=3\""), "{err}");
     assert!(err.contains("unknown field"), "{err}");
+    // A path the command line and the file both give (or the file twice) would keep the last unsaid.
+    let twice = write_temp(
+        "plan-cli-sets-twice.json",
+        r#"{"prices_per_gpu_hour":{"h100-80gb":2.99},"gpus":["h100-80gb"],"replicas":[1],"sets":["engine.max_num_seqs=3"]}"#,
+    );
+    let o = run_cli(&["plan", SP, "--candidates", twice.to_str().unwrap(), "--set", "engine.max_num_seqs=1"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("engine.max_num_seqs: the path is given twice"), "{}", stderr(&o));
     let o = run_cli(&["plan", SP, "--candidates", b, "--slo", "p99_foo_ms<=3"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("--slo p99_foo_ms<=3: \"p99_foo_ms\" is not a numeric report key"), "{}", stderr(&o));

@@ -49,7 +49,9 @@ def run(job, tmp):
     if out.returncode == 2:
         # Refused with a reason, as `servesim validate` lists it (e.g. vLLM 0.12.0's Qwen3-235B
         # rows, which ran DeepGEMM's experts): not judged, counted apart.
-        return name, None, None, None, None
+        # The reason, past the temporary file's name: the field and the first words of why.
+        why = out.stderr.strip().splitlines()[-1].split(".json: ", 1)[-1][:80] if out.stderr.strip() else "?"
+        return name, None, why, None, None
     out.check_returncode()
     d = json.loads(out.stdout)
     cv = [c for c in d.get("caveats", []) if c["id"] == "lockstep_waves"]
@@ -62,7 +64,10 @@ def run(job, tmp):
 with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(os.cpu_count() or 2) as ex:
     res = list(ex.map(lambda j: run(j, tmp), list(jobs())))
 groups, total = {}, {"inside": 0, "below": 0, "above": 0, "no figure": 0}
-refused = sum(1 for r in res if r[1] is None)
+refused = {}
+for r in res:
+    if r[1] is None:
+        refused[(r[0], r[2])] = refused.get((r[0], r[2]), 0) + 1
 res = [r for r in res if r[1] is not None]
 for name, band, pub, lo, hi in res:
     if lo is None:
@@ -82,4 +87,6 @@ for (name, band), g in sorted(groups.items()):
     print(f"| {name} | {band} | {n} | {g['inside']} | {g['below']} | {g['above']} | {statistics.median(g['pos']):.2f} |")
 n = sum(total.values())
 print(f"inside {total['inside']} of {n} values ({100 * total['inside'] / n:.0f}%), below {total['below']}, above {total['above']}, without the figure {total['no figure']}")
-print(f"refused by simulate (not judged, as validate lists them): {refused} rows")
+print(f"refused by simulate (not judged, as validate lists them): {sum(refused.values())} rows")
+for (name, why), n in sorted(refused.items()):
+    print(f"  {n} of {name}: {why}")

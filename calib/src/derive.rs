@@ -446,6 +446,7 @@ pub fn derive_scenario(info: &ServerInfo, d: &DeriveOptions, workload: &Value) -
     if let Some(k) = info.servesim_time_scale.filter(|k| *k != 1.0) {
         json["cost"] = json!({"time_scale": k});
     }
+    sim::config::refuse_repeated_paths(&d.sets).map_err(CalibError::Scenario)?;
     for s in &d.sets {
         sim::config::apply_set(&mut json, s).map_err(|e| CalibError::Scenario(format!("--set {s}: {e}")))?;
     }

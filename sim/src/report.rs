@@ -1764,7 +1764,14 @@ fn linef(out: &mut String, label: &str, v: f64) {
 /// run the report is of, for the text report (`--metric-percentiles`); the report's keys do not
 /// change.
 pub fn with_percentiles(r: &mut BenchReport, run: &crate::simulation::RunResult, ps: &[f64]) {
-    let extra: Vec<f64> = ps.iter().copied().filter(|p| !crate::metrics::PERCENTILES.contains(p)).collect();
+    // Each once (`--metric-percentiles 99.9,99.9`): vLLM's result is a dict, one key a
+    // percentile, and a key written twice is a file servesim's own readers refuse.
+    let mut extra: Vec<f64> = Vec::new();
+    for &p in ps.iter().filter(|p| !crate::metrics::PERCENTILES.contains(p)) {
+        if !extra.contains(&p) {
+            extra.push(p);
+        }
+    }
     if extra.is_empty() {
         return;
     }
@@ -1885,14 +1892,14 @@ pub fn text(spec: &SimSpec, out: &SimOutput, opts: &TextOptions) -> String {
     }
     // The warm-ups (`--num-warmups`) send the first prompt again, as the test request does: the
     // same cache hit, said alike (it was said for the test request alone).
-    let sent_first = match (out.workload.initial_test.is_some(), out.workload.warmups.len()) {
+    // The warm-ups asked for (`warmups` also holds a `prior_run_*` phase's requests, said below).
+    let num_warmups = spec.workload.num_warmups as usize;
+    let sent_first = match (out.workload.initial_test.is_some(), num_warmups) {
         (_, 0) => "initial test request (the same prompt, sent first: vllm bench serve before 0.14, sglang.bench_serving's warm-up)".to_string(),
         (true, n) => format!("initial test request and its {n} warm-up request(s) (--num-warmups: the same prompt, sent first)"),
         (false, n) => format!("{n} warm-up request(s) (--num-warmups: the same prompt, sent first)"),
     };
-    if (out.workload.initial_test.is_some() || !out.workload.warmups.is_empty())
-        && r.prefix_cache_hits.is_some_and(|h| h > 0)
-    {
+    if (out.workload.initial_test.is_some() || num_warmups > 0) && r.prefix_cache_hits.is_some_and(|h| h > 0) {
         let _ = writeln!(
             s,
             "Note: prefix cache hits include the first timed prompt, which the benchmark client's {sent_first} left cached."

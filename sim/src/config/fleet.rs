@@ -105,7 +105,12 @@ fn router_naming_the_field<'de, D: serde::Deserializer<'de>>(
             // nothing a user can act on: say that the policy takes none.
             let e = e.to_string();
             let e = match (e.split_once(", there are no fields"), v.get("policy").and_then(Value::as_str)) {
-                (Some((head, _)), Some(policy)) => format!("{head}: the {policy} policy takes no parameters"),
+                (Some((head, _)), Some(policy)) => match v.get("routing_logic").and_then(Value::as_str) {
+                    Some(logic) => {
+                        format!("{head}: the {policy} policy's {logic} routing logic takes no further parameters")
+                    }
+                    None => format!("{head}: the {policy} policy takes no parameters"),
+                },
                 _ => e,
             };
             Err(D::Error::custom(match router_field_at_fault(&v) {

@@ -183,9 +183,11 @@ impl PinChange {
                 // is said as such, not as a move of "+0".
                 let account = if d == 0 {
                     format!(
-                        "{cause} {} the pool servesim derives from memory at {} tokens, and the pinned figure keeps",
+                        "{cause} {} the pool servesim derives from memory at {} tokens, and the pinned figure{} keeps",
                         if plural { "leave" } else { "leaves" },
-                        n(*derived_from)
+                        n(*derived_from),
+                        // Only the rounding to the new setup's blocks (or a bound, said below) moved it.
+                        if bound.is_none() && to != from { ", in whole blocks or pages of the new setup," } else { "" }
                     )
                 } else {
                     format!(
@@ -238,6 +240,27 @@ fn pin_again(field: &str, cause: &str) -> String {
     }
 }
 
+/// A `--set` list that would keep a value unsaid is refused, naming both assignments: a path
+/// given twice (the last would win; a key twice in a file and a path twice to `--vary` are
+/// refused alike), or a path after one of its own fields (the whole object replaces the field
+/// set before it; the other order, an object then one of its fields, refines it and is kept).
+pub fn refuse_repeated_paths(sets: &[String]) -> std::result::Result<(), String> {
+    let path_of = |s: &String| s.split('=').next().unwrap_or("").trim().to_string();
+    for (i, s) in sets.iter().enumerate() {
+        let p = path_of(s);
+        if let Some(first) = sets[..i].iter().find(|t| path_of(t) == p) {
+            return Err(format!("--set {p}: the path is given twice ({first}, then {s}); give it once"));
+        }
+        if let Some(field) = sets[..i].iter().find(|t| path_of(t).starts_with(&format!("{p}."))) {
+            return Err(format!(
+                "--set {p}: replaces the whole of {p}, whose field an earlier --set gave ({field}, then {s}), which \
+                 would be lost; give {p} first, then its fields"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Applies `--set` assignments as the command line does (the binary and the browser page alike):
 /// each with [`apply_set`]; one pool pin set replaces the scenario's other pins; a path that
 /// changes what the pool would be (and is set to a value the scenario does not already have,
@@ -246,13 +269,7 @@ fn pin_again(field: &str, cause: &str) -> String {
 /// ([`PinChange::message`]).
 pub fn apply_sets(json: &mut Value, sets: &[String]) -> std::result::Result<Vec<PinChange>, String> {
     let path_of = |s: &String| s.split('=').next().unwrap_or("").trim().to_string();
-    // A path given twice would keep the last value unsaid (a key twice in a file and a path twice
-    // to `--vary` are refused alike).
-    for (i, s) in sets.iter().enumerate() {
-        if let Some(first) = sets[..i].iter().find(|t| path_of(t) == path_of(s)) {
-            return Err(format!("--set {}: the path is given twice ({first}, then {s}); give it once", path_of(s)));
-        }
-    }
+    refuse_repeated_paths(sets)?;
     let before = json.clone();
     for s in sets {
         apply_set(json, s).map_err(|e| format!("--set {s}: {e}"))?;
@@ -582,11 +599,19 @@ fn derived_pool(json: &Value, lift_bound: bool) -> Option<Derived> {
 mod set_value_tests {
     use super::*;
 
-    /// A path given twice is refused, naming both (it kept the last value unsaid).
+    /// A path given twice is refused, naming both (it kept the last value unsaid); so is an object
+    /// after one of its own fields (the field would be lost), not the other order.
     #[test]
     fn a_path_given_twice_is_refused() {
         let mut v = serde_json::json!({"engine": {"kind": "vllm"}});
+        let e = apply_sets(&mut v, &["engine.max_num_seqs=8".to_string(), r#"engine={"kind":"vllm"}"#.to_string()])
+            .unwrap_err();
+        assert!(e.contains("--set engine: replaces the whole of engine, whose field an earlier --set gave"), "{e}");
+        apply_sets(&mut v, &[r#"engine={"kind":"vllm"}"#.to_string(), "engine.max_num_seqs=8".to_string()]).unwrap();
+        assert_eq!(v["engine"]["max_num_seqs"], 8);
+        let mut v = serde_json::json!({"engine": {"kind": "vllm"}});
         let sets = ["engine.max_num_seqs=8".to_string(), " engine.max_num_seqs =16".to_string()];
+        assert!(refuse_repeated_paths(&sets).is_err());
         let e = apply_sets(&mut v, &sets).unwrap_err();
         assert!(e.contains("engine.max_num_seqs: the path is given twice"), "{e}");
         assert!(e.contains("engine.max_num_seqs=8, then  engine.max_num_seqs =16"), "{e}");
