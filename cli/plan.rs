@@ -721,6 +721,12 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
         }
     }
     if let Some(n) = a.num_prompts {
+        // Beside a --set of the count it would overwrite it unsaid.
+        if let Some(s) =
+            a.common.sets.iter().find(|s| s.split('=').next().is_some_and(|p| p.trim() == "workload.num_prompts"))
+        {
+            return Err(format!("--set {s} and --num-prompts both give workload.num_prompts: give one"));
+        }
         sets.push(format!("workload.num_prompts={n}"));
     }
     load::apply_overrides(&mut base, &sets, None)?;

@@ -60,3 +60,17 @@ fn sweep_plot_marks_the_kv_limit_the_text_states() {
     let marked: Vec<&str> = drawn.lines().filter(|l| l.trim().starts_with("KV-limited concurrency")).collect();
     assert_eq!(marked, vec![format!("KV-limited concurrency {kv}")], "text {kv}");
 }
+
+/// A `--set` of a field the sweep sets at every point is refused (it was overwritten unsaid):
+/// the concurrency, and the prompt count beside `--num-prompts` (`plan` likewise).
+#[test]
+fn a_set_of_what_each_point_sets_is_refused() {
+    let o = run_cli(&["sweep", "--concurrency", "1,2", "--num-prompts", "4", "--set", "workload.num_prompts=10"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--set workload.num_prompts=10 and --num-prompts both give workload.num_prompts"), "{err}");
+    let o = run_cli(&["sweep", "--concurrency", "1,2", "--set", "workload.max_concurrency=4"]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = run_cli(&["sweep", "--concurrency", "1,2", "--set", "workload.num_prompts=4", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
