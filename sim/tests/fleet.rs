@@ -398,7 +398,10 @@ fn a_group_on_other_hardware_is_not_timed_by_the_top_levels_fixed_coefficients()
         let s: sim::config::Scenario = sim::config::from_value(w, "").unwrap();
         let e = sim::config::resolve(&s, &common::resources()).unwrap_err();
         assert_eq!(e.path, field, "{e}");
-        assert!(e.message.contains("fixed coefficients (cost.coefficients: step_us, per_seq_us, prefill_token_us,"), "{e}");
+        assert!(
+            e.message.contains("fixed coefficients (cost.coefficients: step_us, per_seq_us, prefill_token_us,"),
+            "{e}"
+        );
     }
     let mut w = v.clone();
     w["fleet"] = json!({"replicas": [{"count": 1}, {"count": 1, "engine": {"max_num_seqs": 8}}]});
