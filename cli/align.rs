@@ -94,8 +94,11 @@ pub fn translate_engine(engine: &Map<String, Value>, to: &str) -> Result<(Map<St
 }
 
 /// `--set engine.kind=vllm,sglang` (a comma list: run each scenario once per engine): the
-/// kinds it lists, and the other `--set`s in order.
-pub fn split_engine_kinds(sets: &[String]) -> (Option<Vec<String>>, Vec<String>) {
+/// kinds it lists, and the other `--set`s in order. Beside a list, another `engine.kind` (a
+/// second list, or one kind that would turn every variant into it) is refused: it kept the last
+/// unsaid.
+pub fn split_engine_kinds(sets: &[String]) -> Result<(Option<Vec<String>>, Vec<String>), String> {
+    let is_kind = |s: &String| s.split('=').next().is_some_and(|p| p.trim() == "engine.kind");
     let mut kinds = None;
     let mut rest = Vec::new();
     for s in sets {
@@ -104,7 +107,11 @@ pub fn split_engine_kinds(sets: &[String]) -> (Option<Vec<String>>, Vec<String>)
             _ => rest.push(s.clone()),
         }
     }
-    (kinds, rest)
+    if kinds.is_some() && sets.iter().filter(|s| is_kind(s)).count() > 1 {
+        let given: Vec<&str> = sets.iter().filter(|s| is_kind(s)).map(String::as_str).collect();
+        return Err(format!("--set engine.kind: given more than once ({}); give one list", given.join(", then ")));
+    }
+    Ok((kinds, rest))
 }
 
 /// A scenario's engine section as each of `kinds`: per kind, the label (`origin [kind]`),

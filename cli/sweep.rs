@@ -69,7 +69,7 @@ fn expand_scenarios(a: &SweepArgs) -> Result<Vec<(String, RawScenario, Vec<Strin
     let paths: Vec<Option<&std::path::Path>> =
         if a.scenarios.is_empty() { vec![None] } else { a.scenarios.iter().map(|p| Some(p.as_path())).collect() };
     // `--set engine.kind=vllm,sglang` runs each scenario once per engine.
-    let (kinds, sets) = align::split_engine_kinds(&a.common.sets);
+    let (kinds, sets) = align::split_engine_kinds(&a.common.sets)?;
     if let Some(ks) = &kinds {
         if let Some(k) = ks.iter().enumerate().find_map(|(i, k)| ks[..i].contains(k).then_some(k)) {
             return Err(format!("--set engine.kind={}: {k:?} is listed twice", ks.join(",")));

@@ -73,4 +73,11 @@ fn a_set_of_what_each_point_sets_is_refused() {
     assert_eq!(o.status.code(), Some(2));
     let o = run_cli(&["sweep", "--concurrency", "1,2", "--set", "workload.num_prompts=4", "--json"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // An engine list beside another engine.kind kept the last unsaid.
+    for other in ["engine.kind=sglang,vllm", "engine.kind=sglang"] {
+        let o = run_cli(&["sweep", "--concurrency", "1", "--set", "engine.kind=vllm,sglang", "--set", other]);
+        assert_eq!(o.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("--set engine.kind: given more than once (engine.kind=vllm,sglang, then"), "{err}");
+    }
 }

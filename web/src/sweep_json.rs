@@ -19,7 +19,7 @@ struct Series {
 }
 
 fn expand(req: &Request) -> Result<Vec<(String, RawScenario, Vec<String>)>, String> {
-    let (kinds, sets) = align::split_engine_kinds(&req.sets);
+    let (kinds, sets) = align::split_engine_kinds(&req.sets)?;
     let mut out = Vec::new();
     let mut raw = read_raw(req)?;
     apply_overrides(&mut raw, &sets, req.seed)?;
