@@ -98,7 +98,7 @@ pub fn translate_engine(engine: &Map<String, Value>, to: &str) -> Result<(Map<St
 /// second list, or one kind that would turn every variant into it) is refused: it kept the last
 /// unsaid.
 pub fn split_engine_kinds(sets: &[String]) -> Result<(Option<Vec<String>>, Vec<String>), String> {
-    let is_kind = |s: &String| s.split('=').next().is_some_and(|p| p.trim() == "engine.kind");
+    let is_kind = |s: &String| sim::config::set_path(s) == "engine.kind";
     let mut kinds = None;
     let mut rest = Vec::new();
     for s in sets {

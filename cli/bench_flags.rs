@@ -127,7 +127,7 @@ impl BenchFlags {
         let mut out = Vec::new();
         for (field, value) in self.given() {
             let path = format!("workload.{field}");
-            if let Some(s) = sets.iter().find(|s| s.split('=').next().unwrap_or("").trim() == path) {
+            if let Some(s) = sets.iter().find(|s| sim::config::set_path(s) == path) {
                 return Err(format!("{} and --set {s} both give {path}: give one", Self::flag(field)));
             }
             // A text value is a JSON string where it is not a number or a keyword; the field's

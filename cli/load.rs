@@ -66,7 +66,7 @@ pub fn apply_overrides_quietly(
     sets: &[String],
     seed: Option<u64>,
 ) -> Result<Vec<config::PinChange>, String> {
-    let path_of = |s: &String| s.split('=').next().unwrap_or("").trim().to_string();
+    let path_of = |s: &String| config::set_path(s).to_string();
     if seed.is_some() && sets.iter().any(|s| path_of(s) == "workload.seed") {
         return Err("--seed and --set workload.seed both give the workload's seed: give one".into());
     }

@@ -711,8 +711,7 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
         sets.push(if trace { format!("workload.trace_rate={r}") } else { format!("workload.request_rate={r}") });
         // The scenario's own concurrency cap is lifted (the rate is the load); one the user gave
         // on the command line is kept (it was dropped too, silently).
-        let capped_here =
-            a.common.sets.iter().any(|s| s.split('=').next().is_some_and(|p| p.trim() == "workload.max_concurrency"));
+        let capped_here = a.common.sets.iter().any(|s| sim::config::set_path(s) == "workload.max_concurrency");
         if let Some(w) = base.json.get_mut("workload").and_then(Value::as_object_mut).filter(|_| !capped_here) {
             w.remove("max_concurrency");
             if trace {
@@ -722,9 +721,7 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
     }
     if let Some(n) = a.num_prompts {
         // Beside a --set of the count it would overwrite it unsaid.
-        if let Some(s) =
-            a.common.sets.iter().find(|s| s.split('=').next().is_some_and(|p| p.trim() == "workload.num_prompts"))
-        {
+        if let Some(s) = a.common.sets.iter().find(|s| sim::config::set_path(s) == "workload.num_prompts") {
             return Err(format!("--set {s} and --num-prompts both give workload.num_prompts: give one"));
         }
         sets.push(format!("workload.num_prompts={n}"));
@@ -1021,7 +1018,7 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
         let err = first.error.as_deref().unwrap_or("");
         // An error on a path the file's `sets` gave is that entry's, named as such.
         if let Some((i, x)) = cands.sets.iter().enumerate().find(|(_, x)| {
-            let path = x.split('=').next().unwrap_or("").trim();
+            let path = sim::config::set_path(x);
             !path.is_empty() && err.contains(path)
         }) {
             return Err(format!("{file}: sets[{i}] {x:?}: {err} (every candidate plan is invalid with it)"));

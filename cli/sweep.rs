@@ -115,9 +115,11 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, String> {
         ));
     }
     // Likewise --num-prompts: a --set of the count beside it was overwritten at every point.
-    if let Some(s) = a.num_prompts.as_ref().and_then(|_| {
-        a.common.sets.iter().find(|s| s.split('=').next().is_some_and(|p| p.trim() == "workload.num_prompts"))
-    }) {
+    if let Some(s) = a
+        .num_prompts
+        .as_ref()
+        .and_then(|_| a.common.sets.iter().find(|s| sim::config::set_path(s) == "workload.num_prompts"))
+    {
         return Err(format!("--set {s} and --num-prompts both give workload.num_prompts: give one"));
     }
     let conc: Vec<u32> = crate::parse_list("--concurrency", &a.concurrency)?;

@@ -387,7 +387,7 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
     }
     // A --set on a varied path would be overwritten by every configuration's value, unsaid.
     for s in &a.common.sets {
-        let path = s.split('=').next().unwrap_or("").trim();
+        let path = sim::config::set_path(s);
         if knobs.iter().any(|(p, _)| p == path) {
             return Err(format!(
                 "--set {s}: {path} is also varied (--vary {path}=...): give its values in --vary only"
@@ -407,7 +407,7 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
     // engine.kv_cache_tokens=N`) holds in every configuration, as `simulate` with the same `--set`s
     // keeps it. (Until 2026-12-06 the pins were dropped once for the whole grid: the scenario's own
     // configuration ran on a derived pool, 10,240 tokens read as 1,080,608.)
-    let path_of = |s: &String| s.split('=').next().unwrap_or("").trim().to_string();
+    let path_of = |s: &String| sim::config::set_path(s).to_string();
     let user_pins: Vec<String> = a
         .common
         .sets

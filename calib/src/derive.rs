@@ -334,7 +334,7 @@ pub fn unknown_scheduler_flags(info: &ServerInfo, d: &DeriveOptions) -> Vec<&'st
     let known = |k: &str| {
         d.log_args.contains_key(k)
             || info.servesim_engine_args.as_ref().is_some_and(|a| a.get(k).is_some_and(|v| !v.is_null()))
-            || d.sets.iter().any(|s| s.split('=').next().is_some_and(|p| p.trim() == format!("engine.{k}")))
+            || d.sets.iter().any(|s| sim::config::set_path(s) == format!("engine.{k}"))
     };
     ["max_num_seqs", "max_num_batched_tokens"].into_iter().filter(|k| !known(k)).collect()
 }

@@ -92,8 +92,8 @@ pub mod memory_constants {
 }
 pub use flags::{translate_engine, Knob, KNOBS};
 pub use overrides::{
-    apply_set, apply_sets, fixed_step_coefficients, moves_pin, refuse_repeated_paths, resizes_pool, PinChange,
-    LOGGED_POOL, PINNED_POOL, POOL_FLAGS,
+    apply_set, apply_sets, fixed_step_coefficients, moves_pin, refuse_repeated_paths, resizes_pool, set_path,
+    PinChange, LOGGED_POOL, PINNED_POOL, POOL_FLAGS,
 };
 pub use schema::*;
 pub use workload::{

@@ -240,12 +240,17 @@ fn pin_again(field: &str, cause: &str) -> String {
     }
 }
 
+/// The path of a `--set PATH=VALUE` assignment, trimmed (`""` where there is none).
+pub fn set_path(s: &str) -> &str {
+    s.split('=').next().unwrap_or("").trim()
+}
+
 /// A `--set` list that would keep a value unsaid is refused, naming both assignments: a path
 /// given twice (the last would win; a key twice in a file and a path twice to `--vary` are
 /// refused alike), or a path after one of its own fields (the whole object replaces the field
 /// set before it; the other order, an object then one of its fields, refines it and is kept).
 pub fn refuse_repeated_paths(sets: &[String]) -> std::result::Result<(), String> {
-    let path_of = |s: &String| s.split('=').next().unwrap_or("").trim().to_string();
+    let path_of = |s: &String| set_path(s).to_string();
     for (i, s) in sets.iter().enumerate() {
         let p = path_of(s);
         if let Some(first) = sets[..i].iter().find(|t| path_of(t) == p) {
@@ -268,7 +273,7 @@ pub fn refuse_repeated_paths(sets: &[String]) -> std::result::Result<(), String>
 /// ([`carry_pins`]). Returns what became of each such pin, for the caller to say
 /// ([`PinChange::message`]).
 pub fn apply_sets(json: &mut Value, sets: &[String]) -> std::result::Result<Vec<PinChange>, String> {
-    let path_of = |s: &String| s.split('=').next().unwrap_or("").trim().to_string();
+    let path_of = |s: &String| set_path(s).to_string();
     refuse_repeated_paths(sets)?;
     let before = json.clone();
     for s in sets {

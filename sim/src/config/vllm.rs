@@ -366,27 +366,6 @@ pub fn vllm_moe_kernel(
 /// The block sizes vLLM accepts (`vllm/config/cache.py`: `BlockSize`).
 pub const VLLM_BLOCK_SIZES: [u32; 7] = [1, 8, 16, 32, 64, 128, 256];
 
-/// From 0.21 vLLM checks `max_model_len` against a `num_gpu_blocks_override` pool of `blocks`
-/// blocks (the null block included) as against a derived one (`_check_enough_kv_cache_memory`
-/// on the override's budget): one request of `max_model_len` must fit, the null block left out
-/// from 0.29. Before 0.21 the override replaces a derived pool after the check, which servesim
-/// does not repeat (its derived pool is an estimate). A logged `kv_cache_tokens` is checked apart,
-/// with one block of slack (the engine that logged it started, and the log's figure may be
-/// rounded a block short of the pool the check saw).
-fn check_pinned_max_model_len(
-    version: Version,
-    field: &str,
-    max_model_len_given: bool,
-    blocks: u64,
-    block_size: u32,
-    max_model_len: u32,
-) -> Result<()> {
-    if version < VLLM_OVERRIDE_CHECKED {
-        return Ok(());
-    }
-    check_pool_holds_max_model_len(version, field, max_model_len_given, blocks, block_size, max_model_len, 0)
-}
-
 /// vLLM's start-up check that a pool of `blocks` blocks (the null block included) holds one
 /// request of `max_model_len` (`check_enough_kv_cache_memory`; the null block left out from
 /// 0.29), with `slack_blocks` of room (a logged pool's figure may be rounded a block short of
@@ -876,6 +855,29 @@ pub(super) fn resolve_vllm(
             "and engine.num_gpu_blocks_override both pin the KV pool: give one (set the other to null)",
         ));
     }
+    // A pinned pool of `blocks` blocks (the null block included) is checked as the engine checks
+    // it: within the GPU's memory, and holding one request of max_model_len where `max_model_len`
+    // is checked (`checked`), with `slack` blocks to spare. From 0.21 vLLM checks an override's
+    // pool as a derived one (`_check_enough_kv_cache_memory` on the override's budget; the null
+    // block left out from 0.29); before 0.21 the override replaces a derived pool after the
+    // check, which servesim does not repeat. A logged `kv_cache_tokens` was sized by an engine
+    // that started, so it held such a request (every release), give or take the block its check
+    // saw before the memory was cut into blocks: one block of slack.
+    let check_pin = |field: &str, blocks: u64, checked: bool, slack: u64| -> Result<()> {
+        check_pinned_pool(field, blocks * u64::from(block_size), kv_bytes_per_token, model, gpu, dep)?;
+        if !checked {
+            return Ok(());
+        }
+        check_pool_holds_max_model_len(
+            version,
+            field,
+            f.max_model_len.is_some(),
+            blocks,
+            block_size,
+            max_model_len,
+            slack,
+        )
+    };
     let (num_gpu_blocks, sizing) = if let Some(n) = f.num_gpu_blocks_override {
         if n < 2 {
             return Err(ConfigError::new(
@@ -883,22 +885,7 @@ pub(super) fn resolve_vllm(
                 format!("must be at least 2 (block 0 is the null block), got {n}"),
             ));
         }
-        check_pinned_pool(
-            "engine.num_gpu_blocks_override",
-            u64::from(n) * u64::from(block_size),
-            kv_bytes_per_token,
-            model,
-            gpu,
-            dep,
-        )?;
-        check_pinned_max_model_len(
-            version,
-            "engine.num_gpu_blocks_override",
-            f.max_model_len.is_some(),
-            u64::from(n),
-            block_size,
-            max_model_len,
-        )?;
+        check_pin("engine.num_gpu_blocks_override", u64::from(n), version >= VLLM_OVERRIDE_CHECKED, 0)?;
         (n, KvSizing { source: "num_gpu_blocks_override", kv_bytes_per_token, memory: None, bound_given: None })
     } else if let Some(t) = f.kv_cache_tokens {
         let blocks = t / u64::from(block_size);
@@ -912,29 +899,10 @@ pub(super) fn resolve_vllm(
         }
         // The log prints num_blocks × block_size; block 0 is then the null block.
         let blocks = u32::try_from(blocks).map_err(|_| ConfigError::new("engine.kv_cache_tokens", "too large"))?;
-        check_pinned_pool(
-            "engine.kv_cache_tokens",
-            u64::from(blocks) * u64::from(block_size),
-            kv_bytes_per_token,
-            model,
-            gpu,
-            dep,
-        )?;
-        // A log's pool was sized from memory by an engine that started, so it held one request of
-        // max_model_len (`check_enough_kv_cache_memory`, every release), give or take the block
-        // its check saw before the memory was cut into blocks: a max_model_len it cannot hold
-        // by more, or a pool `--set` moved there (`config::PinChange::Moved`, an estimate), is a
-        // setup vLLM refuses (a moved pin ran where the derived pool beside it was refused: a
-        // review, 2026-12-07).
-        check_pool_holds_max_model_len(
-            version,
-            "engine.kv_cache_tokens",
-            f.max_model_len.is_some(),
-            u64::from(blocks),
-            block_size,
-            max_model_len,
-            1,
-        )?;
+        // A max_model_len the log's pool cannot hold, or a pool `--set` moved there
+        // (`config::PinChange::Moved`, an estimate), is a setup vLLM refuses (a moved pin ran where
+        // the derived pool beside it was refused: a review, 2026-12-07).
+        check_pin("engine.kv_cache_tokens", u64::from(blocks), true, 1)?;
         (blocks, KvSizing { source: "kv_cache_tokens", kv_bytes_per_token, memory: None, bound_given: None })
     } else {
         // 0.34 sizes a pool it derives after warmup (the extensible KV cache, on by default on
