@@ -280,6 +280,9 @@ pub fn resolve(raw: &RawScenario) -> Result<(Scenario, SimSpec), String> {
         ));
     }
     warn_burstiness_without_rate(origin, &scenario.workload);
+    for msg in config::flags_without_effect(&scenario, &spec) {
+        warn_once(format!("{origin}: {msg}"));
+    }
     Ok((scenario, spec))
 }
 

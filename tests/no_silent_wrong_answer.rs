@@ -2452,3 +2452,58 @@ fn some_step_coefficients_do_not_silently_take_the_roofline_priors_others() {
         run(&["simulate", "--set", "cost.prior={}", "--set", "cost.coefficients.step_us=900", "--num-prompts", "2"]);
     assert_eq!(c, 0, "{err}");
 }
+
+/// Engine flags that change nothing in the run are said, and the run is the one without them:
+/// SGLang's `num_reserved_decode_tokens` outside a disaggregated decode server,
+/// `load_balance_method` without data parallelism, the expert-parallel and MoE-kernel flags on a
+/// dense model. Where they act (an SGLang decode replica, dp_size 2, a MoE card) nothing is said.
+/// Until 2026-12-07 every one of them was taken silently.
+#[test]
+fn engine_flags_without_effect_are_said() {
+    let sgl = "scenarios/rtx5090-qwen2.5-7b-sglang.json";
+    let sim = |s: &str, sets: &[&str]| {
+        let mut a = vec!["simulate", s, "--num-prompts", "4", "--json"];
+        for x in sets {
+            a.extend(["--set", x]);
+        }
+        let (c, out, err) = run(&a);
+        assert_eq!(c, 0, "{err}");
+        (out, err)
+    };
+    let strip = |s: &str| {
+        let mut v: serde_json::Value = serde_json::from_str(s).unwrap();
+        v.as_object_mut().unwrap().remove("engine");
+        v
+    };
+    let (plain, err) = sim(sgl, &[]);
+    assert!(!err.contains("has no effect"), "{err}");
+    for (set, said) in [
+        ("engine.num_reserved_decode_tokens=100", "engine.num_reserved_decode_tokens has no effect"),
+        ("engine.load_balance_method=shortest_queue", "engine.load_balance_method has no effect"),
+        ("engine.ep_size=2", "engine.ep_size has no effect: the model has no mixture-of-experts layers"),
+        ("engine.moe_runner_backend=triton", "engine.moe_runner_backend has no effect"),
+    ] {
+        let (out, err) = sim(sgl, &[set]);
+        assert!(err.contains(said), "{set}: {err}");
+        assert_eq!(strip(&out), strip(&plain), "{set} changed a run it has no effect on");
+    }
+    let (_, err) = sim("scenarios/rtx5090-qwen2.5-7b-vllm.json", &["engine.enable_expert_parallel=true"]);
+    assert!(err.contains("engine.enable_expert_parallel has no effect"), "{err}");
+    // Where they act: not said.
+    let (_, err) = sim(sgl, &["engine.dp_size=2", "engine.load_balance_method=shortest_queue"]);
+    assert!(!err.contains("has no effect"), "{err}");
+    let (_, err) = sim(sgl, &["model=qwen3-30b-a3b", "hardware=h100-80gb", "engine.moe_runner_backend=triton"]);
+    assert!(!err.contains("has no effect"), "{err}");
+    let pd = write_temp(
+        "pd-reserve.json",
+        r#"{"version": 1, "engine": {"kind": "sglang", "num_reserved_decode_tokens": 256},
+            "model": "llama-3.1-8b-instruct", "hardware": "h100-80gb", "fleet": {"prefill_count": 1, "decode_count": 1},
+            "workload": {"dataset_name": "random", "random_input_len": 256, "random_output_len": 8, "num_prompts": 4,
+                         "ignore_eos": true}}"#,
+    );
+    let (_, err) = sim(&pd.display().to_string(), &[]);
+    assert!(!err.contains("has no effect"), "{err}");
+    // A fleet of mixed replicas: the router picks, and the flag is said.
+    let (_, err) = sim(sgl, &["fleet={\"count\": 2}", "engine.load_balance_method=shortest_queue"]);
+    assert!(err.contains("the fleet's router (fleet.router) picks"), "{err}");
+}

@@ -858,3 +858,68 @@ fn vllm_prefill_fit(sc: &Scenario, res: &Resources) -> std::result::Result<SimSp
         Ok(()) => Err(None),
     }
 }
+
+/// Engine flags the scenario gives that change nothing in this run, each with why: SGLang's
+/// `num_reserved_decode_tokens` without an SGLang decode server, `load_balance_method` without
+/// data parallelism, and the expert-parallel and MoE-kernel flags on a dense model. The engines
+/// take these flags and ignore them as servesim does; a user who set one to see its effect
+/// should hear that there is none (the caller says each once, as `--set` notes are).
+pub fn flags_without_effect(s: &Scenario, spec: &SimSpec) -> Vec<String> {
+    // Whether the flag is given at the top level or in any replica group's engine.
+    let in_groups_as = |key: &str, set: fn(&Value) -> bool| {
+        s.fleet
+            .as_ref()
+            .is_some_and(|f| f.replicas.iter().any(|g| g.engine.as_ref().and_then(|e| e.get(key)).is_some_and(set)))
+    };
+    let in_groups = |key: &str| in_groups_as(key, |v| !v.is_null());
+    let fleet = spec.fleet.as_deref();
+    let mut out = Vec::new();
+    if s.engine.sglang.num_reserved_decode_tokens.is_some() || in_groups("num_reserved_decode_tokens") {
+        if fleet.and_then(FleetSpec::sglang_decode_reserve).is_none() {
+            out.push(
+                "engine.num_reserved_decode_tokens has no effect: SGLang reads it on a decode server of a \
+                 prefill/decode-disaggregated deployment (--disaggregation-mode decode) only, and this run has none \
+                 (docs/fleets.md)"
+                    .to_string(),
+            );
+        }
+    }
+    if s.engine.load_balance_method.is_some() || in_groups("load_balance_method") {
+        if fleet.is_none_or(|f| f.kind != FleetKind::DataParallel) {
+            let why = if fleet.is_some() {
+                "the fleet's router (fleet.router) picks each request's replica"
+            } else {
+                "this run has one engine (dp_size 1)"
+            };
+            out.push(format!(
+                "engine.load_balance_method has no effect: SGLang's data-parallel controller uses it to spread \
+                 requests over dp_size > 1 engines, and {why}"
+            ));
+        }
+    }
+    if spec.model.moe.is_none() {
+        let given = [
+            (
+                "enable_expert_parallel",
+                s.engine.vllm.enable_expert_parallel == Some(true)
+                    || in_groups_as("enable_expert_parallel", |v| v == true),
+            ),
+            (
+                "ep_size",
+                s.engine.sglang.ep_size.is_some_and(|n| n > 1)
+                    || in_groups_as("ep_size", |v| v.as_u64().is_some_and(|n| n > 1)),
+            ),
+            ("moe_backend", s.engine.vllm.moe_backend.is_some() || in_groups("moe_backend")),
+            ("moe_runner_backend", s.engine.sglang.moe_runner_backend.is_some() || in_groups("moe_runner_backend")),
+        ];
+        for (field, given) in given {
+            if given {
+                out.push(format!(
+                    "engine.{field} has no effect: the model has no mixture-of-experts layers, which are all the \
+                     flag acts on"
+                ));
+            }
+        }
+    }
+    out
+}

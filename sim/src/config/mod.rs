@@ -79,7 +79,7 @@ mod workload;
 pub use cost::{check_coefficients, MAX_COEFFICIENT_US, MIN_STEP_US, TIME_SCALE_RANGE};
 pub use feasibility::{max_request_lengths, SGLANG_ACCEPTS_A_FULL_CONTEXT, VLLM_CLAMPS_MAX_TOKENS};
 pub use fleet::{
-    sglang_decode_reserve, FleetKind, FleetSection, FleetSpec, ReplicaGroup, ReplicaRole, ReplicaSpec,
+    flags_without_effect, sglang_decode_reserve, FleetKind, FleetSection, FleetSpec, ReplicaGroup, ReplicaRole, ReplicaSpec,
     DEFAULT_KV_TRANSFER_BANDWIDTH, MAX_REPLICAS,
 };
 pub use memory::*;
