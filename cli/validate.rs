@@ -39,7 +39,8 @@ pub struct ValidateArgs {
     /// Only the sets whose file name contains this.
     #[arg(long)]
     pub only: Option<String>,
-    /// Override a field of every run (e.g. `--set 'cost.prior={}'`: the linear roofline prior).
+    /// Override a field of every run (e.g. `--set 'cost.prior={}'`: the linear roofline prior);
+    /// a field that a row sets itself (its load, its prompt count) is refused.
     #[arg(long = "set", value_name = "PATH=VALUE")]
     pub sets: Vec<String>,
     /// Print JSON (rows, groups, summary, knees).
@@ -729,6 +730,24 @@ pub fn run(a: ValidateArgs) -> Result<ExitCode, String> {
     let mut jobs = Vec::new();
     for f in &files {
         jobs.extend(jobs_of(f, &root)?);
+    }
+    // A --set on a field that a row sets itself (its load, its prompt count, its own lengths)
+    // would replace the row's setup in every row that sets it, and each would still be compared
+    // with the published value of its own setup: refused, naming the row.
+    let overlaps = |a: &str, b: &str| a == b || a.starts_with(&format!("{b}.")) || b.starts_with(&format!("{a}."));
+    for s in &a.sets {
+        let p = sim::config::set_path(s);
+        if let Some((j, own)) = jobs
+            .iter()
+            .find_map(|j| j.sets.iter().map(|x| sim::config::set_path(x)).find(|o| overlaps(p, o)).map(|o| (j, o)))
+        {
+            return Err(format!(
+                "--set {p}: the row {} at load {} of {} sets {own} itself (the setup its published values were measured at), so \
+                 every row that sets it would run another setup and still be compared with its own published \
+                 values; --set may change only what no row sets",
+                j.engine, j.load, j.set
+            ));
+        }
     }
     // Run every row (in parallel; results in corpus order).
     let results: Vec<Result<PointReport, String>> = jobs

@@ -88,6 +88,18 @@ fn a_gate_that_cannot_judge_is_an_error() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("nothing was judged") && err.contains("engine.max_num_seqs"), "{err}");
+    // A --set of what a row sets itself (its load) would run every such row at one setup and
+    // still compare it with its own published values: refused, naming the row (until 2026-12-07
+    // the --set won, silently).
+    for set in ["workload.max_concurrency=8", "workload={}"] {
+        let out = servesim().args(["validate", "--only", "evalscope", "--set", set]).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{set}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("sets workload.max_concurrency itself") && err.contains("evalscope_llama31-8b_h100"),
+            "{err}"
+        );
+    }
 }
 
 /// The baseline judges every group it holds and every group measured (the audit of
