@@ -101,6 +101,20 @@ fn card(a: CardArgs) -> Result<ExitCode, String> {
     if a.id.trim().is_empty() || a.id.chars().any(char::is_control) {
         return Err(format!("--id: {:?}: expected the card's name (as \"acme-chat-8b\")", a.id));
     }
+    if a.hf_repo.as_deref().is_some_and(|r| r.trim().is_empty() || r.chars().any(char::is_control)) {
+        return Err(format!(
+            "--hf-repo: {:?}: expected the Hugging Face repository (as \"acme/chat-8b\")",
+            a.hf_repo.unwrap_or_default()
+        ));
+    }
+    // Card ids are matched as given, but one that differs from a built-in id by case alone
+    // reads as that model's.
+    if let Some(m) = sim::builtin::models()?.iter().find(|m| m.id.eq_ignore_ascii_case(&a.id) && m.id != a.id) {
+        return Err(format!(
+            "--id: {:?} differs from the built-in card {:?} by case alone: give the derived card an id of its own",
+            a.id, m.id
+        ));
+    }
     if sim::builtin::models()?.iter().any(|m| m.id == a.id) {
         return Err(format!(
             "--id: {:?} is a built-in card's id: a card derived from {path} is another model's unless it is that one; \

@@ -11,6 +11,9 @@ use sim::config::EngineKind;
 use crate::error::{CalibError, Result};
 use crate::server_info::ServerInfo;
 
+/// The most parameters a derived card may count: ten trillion, past any dense model served.
+const MAX_DERIVED_PARAMETERS: u64 = 10_000_000_000_000;
+
 /// A model card from a Hugging Face `config.json` (`source` names it in errors and in the card).
 ///
 /// Every key it reads is read strictly: a key present with the wrong type, out of range (a
@@ -73,10 +76,14 @@ pub fn model_card_from_config(c: &Value, source: &str, id: &str) -> std::result:
     }
     // What else a dense card cannot describe is refused by the key that says it, not read as a
     // full-attention bf16 model (its KV pool, weights and step times would all be another model's).
-    if let Some(q) = present("quantization_config") {
+    // compressed-tensors checkpoints may give it as `compression_config` (vLLM's
+    // `_parse_quant_hf_config` and SGLang's loader fall back to that key).
+    if let Some((qk, q)) =
+        ["quantization_config", "compression_config"].into_iter().find_map(|k| present(k).map(|q| (k, q)))
+    {
         let method = q.get("quant_method").and_then(Value::as_str).unwrap_or("not given");
         return Err(format!(
-            "{source}: quantization_config: a quantized checkpoint (quant_method {method:?}), whose weights are \
+            "{source}: {qk}: a quantized checkpoint (quant_method {method:?}), whose weights are \
              not its torch_dtype; a card is not derived from its config.json (give a model card with its \
              `quantization` and `quantization_method`, as models/model/llama-3.1-70b-instruct-fp8.json has)"
         ));
@@ -84,6 +91,12 @@ pub fn model_card_from_config(c: &Value, source: &str, id: &str) -> std::result:
     if let Some(k) = ["kv_lora_rank", "q_lora_rank"].into_iter().find(|k| present(k).is_some()) {
         return Err(format!(
             "{source}: {k}: multi-head latent attention (MLA), not modelled: servesim's cards have standard attention"
+        ));
+    }
+    if boolean("is_encoder_decoder")? == Some(true) {
+        return Err(format!(
+            "{source}: is_encoder_decoder: an encoder-decoder model, not modelled: servesim's cards describe \
+             decoder-only text generation"
         ));
     }
     if let Some(t) = present("layer_types") {
@@ -97,10 +110,18 @@ pub fn model_card_from_config(c: &Value, source: &str, id: &str) -> std::result:
             ));
         }
     }
-    if let Some(k) =
-        ["hybrid_override_pattern", "attn_layer_period", "sliding_window_pattern", "layers_block_type", "block_configs"]
-            .into_iter()
-            .find(|k| present(k).is_some())
+    if let Some(k) = [
+        "hybrid_override_pattern",
+        "attn_layer_period",
+        "attn_layer_indices",
+        "sliding_window_pattern",
+        "layers_block_type",
+        "block_configs",
+        "attention_chunk_size",
+        "no_rope_layers",
+    ]
+    .into_iter()
+    .find(|k| present(k).is_some())
     {
         return Err(format!(
             "{source}: {k}: layers that differ from one another (other than full attention, or of other sizes), not \
@@ -110,29 +131,41 @@ pub fn model_card_from_config(c: &Value, source: &str, id: &str) -> std::result:
     let max_positions = whole("max_position_embeddings")?;
     // `rope_scaling` (Llama 3.1's `llama3`, a `yarn` or `linear` extension): kept, for each
     // engine derives its default context from it by its own rule (`sim::config::context_positions`).
-    let rope_scaling = match present("rope_scaling") {
+    // transformers 5 writes it as `rope_parameters` (with `rope_theta` inside; `rope_type`
+    // "default" for none), which vLLM reads too.
+    let rope_key = if present("rope_scaling").is_none() && present("rope_parameters").is_some() {
+        "rope_parameters"
+    } else {
+        "rope_scaling"
+    };
+    let rope_scaling = match present(rope_key) {
         None => None,
+        Some(Value::Object(o))
+            if rope_key == "rope_parameters" && o.get("rope_type").and_then(Value::as_str) == Some("default") =>
+        {
+            None
+        }
         Some(Value::Object(o)) => {
             let kind = o
                 .get("rope_type")
                 .or_else(|| o.get("type"))
                 .and_then(Value::as_str)
-                .ok_or_else(|| format!("{source}: rope_scaling: no rope_type (or type) string"))?;
+                .ok_or_else(|| format!("{source}: {rope_key}: no rope_type (or type) string"))?;
             if !sim::cards::ROPE_TYPES.contains(&kind) {
                 return Err(format!(
-                    "{source}: rope_scaling.rope_type: {kind:?} is not a RoPE scaling type servesim knows; expected one of {}",
+                    "{source}: {rope_key}.rope_type: {kind:?} is not a RoPE scaling type servesim knows; expected one of {}",
                     sim::cards::ROPE_TYPES.join(", ")
                 ));
             }
             let factor = match o.get("factor").filter(|v| !v.is_null()) {
                 None if sim::cards::ROPE_TYPES_WITH_FACTOR.contains(&kind) => {
                     return Err(format!(
-                        "{source}: rope_scaling.factor: missing; a {kind:?} scaling needs its factor (a number of at least 1)"
+                        "{source}: {rope_key}.factor: missing; a {kind:?} scaling needs its factor (a number of at least 1)"
                     ))
                 }
                 None => 1.0,
                 Some(v) => v.as_f64().filter(|f| f.is_finite() && *f >= 1.0).ok_or_else(|| {
-                    format!("{source}: rope_scaling.factor: expected a number of at least 1, got {v}")
+                    format!("{source}: {rope_key}.factor: expected a number of at least 1, got {v}")
                 })?,
             };
             let original = match o.get("original_max_position_embeddings").filter(|v| !v.is_null()) {
@@ -140,7 +173,7 @@ pub fn model_card_from_config(c: &Value, source: &str, id: &str) -> std::result:
                 Some(v) => {
                     Some(v.as_u64().filter(|&n| n >= 1).and_then(|n| u32::try_from(n).ok()).ok_or_else(|| {
                         format!(
-                            "{source}: rope_scaling.original_max_position_embeddings: expected a whole number, got {v}"
+                            "{source}: {rope_key}.original_max_position_embeddings: expected a whole number, got {v}"
                         )
                     })?)
                 }
@@ -151,7 +184,7 @@ pub fn model_card_from_config(c: &Value, source: &str, id: &str) -> std::result:
                 original_max_position_embeddings: original,
             })
         }
-        Some(v) => return Err(format!("{source}: rope_scaling: expected an object, got {v}")),
+        Some(v) => return Err(format!("{source}: {rope_key}: expected an object, got {v}")),
     };
     // A window as long as the model's context is full attention (Qwen2.5's configs give 131072
     // with `use_sliding_window` false); a shorter one in use keeps less KV than a card would.
@@ -167,9 +200,16 @@ pub fn model_card_from_config(c: &Value, source: &str, id: &str) -> std::result:
     // The card's MLP is the gated SiLU of Llama and Qwen (gate, up and down projections): another
     // activation means another MLP (GPT-NeoX's and Phi-2's two-matrix GELU), whose weights and GEMMs
     // the card would misstate.
-    if let Some(act) = string("hidden_act")?.filter(|a| !["silu", "swish"].contains(a)) {
+    if let Some((act_key, act)) = ["hidden_act", "hidden_activation"]
+        .into_iter()
+        .map(|k| Ok(string(k)?.map(|a| (k, a))))
+        .collect::<std::result::Result<Vec<_>, String>>()?
+        .into_iter()
+        .flatten()
+        .find(|(_, a)| !["silu", "swish"].contains(a))
+    {
         return Err(format!(
-            "{source}: hidden_act: {act:?}: an MLP other than the gated SiLU (SwiGLU) servesim's cards describe, \
+            "{source}: {act_key}: {act:?}: an MLP other than the gated SiLU (SwiGLU) servesim's cards describe, \
              not modelled"
         ));
     }
@@ -195,6 +235,11 @@ pub fn model_card_from_config(c: &Value, source: &str, id: &str) -> std::result:
     };
     let hidden = required("hidden_size")?;
     let layers = required("num_hidden_layers")?;
+    if let Some(n) = present("layer_types").and_then(Value::as_array).map(Vec::len).filter(|&n| n != layers as usize) {
+        return Err(format!(
+            "{source}: layer_types: {n} layer kinds for num_hidden_layers {layers}: expected one per layer"
+        ));
+    }
     let heads = required("num_attention_heads")?;
     let kv = whole("num_key_value_heads")?.unwrap_or(heads);
     if kv > heads || heads % kv != 0 {
@@ -216,8 +261,35 @@ pub fn model_card_from_config(c: &Value, source: &str, id: &str) -> std::result:
     // The gated MLP's width: no default (a guess of 4 x hidden would time another model).
     let inter = required("intermediate_size")?;
     let vocab = required("vocab_size")?;
-    // LlamaConfig's, Qwen2Config's, Qwen3Config's and MistralConfig's default.
-    let tied = boolean("tie_word_embeddings")?.unwrap_or(false);
+    // Absent, transformers takes the config class's default: false for LlamaConfig, MistralConfig,
+    // Qwen2Config, Qwen3Config and Phi3Config, true for PretrainedConfig and, among others, Gemma's and
+    // Cohere's. (A config.json that transformers saved keeps the key wherever it differs from
+    // those defaults.) A model type servesim does not know the default of is asked for the key:
+    // the LM head's vocab × hidden weights hang on it.
+    let tied = match boolean("tie_word_embeddings")? {
+        Some(t) => t,
+        None => {
+            let kind = string("model_type")?;
+            let arch = architecture.as_deref();
+            const UNTIED: [(&str, &str); 5] = [
+                ("llama", "LlamaForCausalLM"),
+                ("mistral", "MistralForCausalLM"),
+                ("qwen2", "Qwen2ForCausalLM"),
+                ("qwen3", "Qwen3ForCausalLM"),
+                ("phi3", "Phi3ForCausalLM"),
+            ];
+            if UNTIED.iter().any(|(t, a)| kind == Some(*t) || (kind.is_none() && arch == Some(*a))) {
+                false
+            } else {
+                return Err(format!(
+                    "{source}: tie_word_embeddings: not given, and the default of model_type {} is not one servesim \
+                     knows (false for llama, mistral, qwen2, qwen3 and phi3; transformers' PretrainedConfig default is \
+                     true): give it, as the checkpoint has it",
+                    kind.map_or("(not given)".to_string(), |k| format!("{k:?}"))
+                ));
+            }
+        }
+    };
     // transformers writes `torch_dtype` (before 4.56) or `dtype`. A float32 checkpoint is served
     // in 16 bits: vLLM's `--dtype auto` downcasts it to bfloat16 (`_resolve_auto_dtype`), SGLang's
     // to float16, the same bytes and tensor-core rate; a missing one reads as float32 there too.
@@ -239,6 +311,7 @@ pub fn model_card_from_config(c: &Value, source: &str, id: &str) -> std::result:
     let (h, l, hd, kvh, hh, i, v) =
         (hidden as u64, layers as u64, head_dim as u64, kv as u64, heads as u64, inter as u64, vocab as u64);
     let bias = boolean("attention_bias")?.unwrap_or(false);
+    let mlp_bias = boolean("mlp_bias")?.unwrap_or(false);
     let params = (|| {
         let per_layer = h
             .checked_mul(hh)?
@@ -250,13 +323,21 @@ pub fn model_card_from_config(c: &Value, source: &str, id: &str) -> std::result:
         // Qwen2's q/k/v projections carry biases (always; other Llama-shaped models where the
         // config says `attention_bias`), Qwen3 a q and a k RMSNorm of one head each.
         let arch = architecture.as_deref().unwrap_or("");
+        // `attention_bias` (Llama, Mistral, Qwen3) also gives o_proj its bias; `mlp_bias` the gate,
+        // up and down projections theirs.
         let qkv_bias = if arch == "Qwen2ForCausalLM" || bias { hh * hd + 2 * kvh * hd } else { 0 };
+        let o_bias = if bias { h } else { 0 };
+        let mlp_bias = if mlp_bias { 2 * i + h } else { 0 };
         let qk_norm = if arch == "Qwen3ForCausalLM" { 2 * hd } else { 0 };
-        let per_layer = per_layer.checked_add(qkv_bias + qk_norm)?;
+        let per_layer = per_layer.checked_add(qkv_bias + o_bias + mlp_bias + qk_norm)?;
         v.checked_mul(h)?.checked_mul(if tied { 1 } else { 2 })?.checked_add(l.checked_mul(per_layer)?)?.checked_add(h)
     })()
+    .filter(|&p| p <= MAX_DERIVED_PARAMETERS)
     .ok_or_else(|| {
-        format!("{source}: hidden_size {hidden}, num_hidden_layers {layers}, intermediate_size {inter}: more parameters than any model")
+        format!(
+            "{source}: hidden_size {hidden}, num_hidden_layers {layers}, intermediate_size {inter}, head_dim {head_dim}, \
+             vocab_size {vocab}: more parameters than any model (over {MAX_DERIVED_PARAMETERS})"
+        )
     })?;
     let card = ModelCard {
         id: id.to_string(),
@@ -281,7 +362,7 @@ pub fn model_card_from_config(c: &Value, source: &str, id: &str) -> std::result:
         sources: vec![source.to_string()],
         notes: Some(format!(
             "derived from the checkpoint's config.json (calibrate, servesim card); parameters counted with the Llama \
-             formula, with Qwen2's q/k/v biases and Qwen3's q/k norms){}",
+             formula, with Qwen2's q/k/v biases, the attention and MLP biases a config gives and Qwen3's q/k norms{}",
             if downcast {
                 if given.is_some() {
                     "; a float32 checkpoint, served in 16 bits (vLLM's --dtype auto: bfloat16; SGLang's: float16)"
@@ -494,7 +575,7 @@ mod tests {
     fn a_moe_config_is_refused_naming_its_field() {
         let c = json!({"hidden_size": 2048, "num_hidden_layers": 48, "num_attention_heads": 32,
             "num_key_value_heads": 4, "head_dim": 128, "intermediate_size": 6144, "vocab_size": 151936,
-            "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768});
+            "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768, "tie_word_embeddings": false});
         let err = model_card_from_config(&c, "config.json", "m").unwrap_err();
         assert!(err.contains("num_experts") && err.contains("mixture-of-experts"), "{err}");
         let mut dense = c.clone();
@@ -531,7 +612,7 @@ mod tests {
         use sim::config::{context_positions, EngineKind};
         let qwen = json!({"hidden_size": 3584, "num_hidden_layers": 28, "num_attention_heads": 28,
             "num_key_value_heads": 4, "intermediate_size": 18944, "vocab_size": 152064, "max_position_embeddings": 32768,
-            "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}});
+            "model_type": "qwen2", "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}});
         let card = model_card_from_config(&qwen, "config.json", "m").unwrap();
         assert_eq!(context_positions(&card, EngineKind::Vllm), Some(131_072));
         assert_eq!(context_positions(&card, EngineKind::Sglang), Some(32_768));
@@ -572,7 +653,8 @@ mod tests {
     #[test]
     fn configs_a_card_cannot_describe_are_refused_naming_the_key() {
         let base = json!({"hidden_size": 3584, "num_hidden_layers": 28, "num_attention_heads": 28,
-            "num_key_value_heads": 4, "intermediate_size": 18944, "vocab_size": 152064, "max_position_embeddings": 32768});
+            "num_key_value_heads": 4, "intermediate_size": 18944, "vocab_size": 152064, "max_position_embeddings": 32768,
+            "model_type": "qwen2"});
         let with = |k: &str, v: Value| {
             let mut c = base.clone();
             c[k] = v;
@@ -586,12 +668,9 @@ mod tests {
         assert!(model_card_from_config(&qwen25, "config.json", "m").is_ok());
         assert!(model_card_from_config(&with("sliding_window", json!(null)), "config.json", "m").is_ok());
         assert!(model_card_from_config(&with("hidden_act", json!("silu")), "config.json", "m").is_ok());
-        assert!(model_card_from_config(
-            &with("layer_types", json!(["full_attention", "full_attention"])),
-            "config.json",
-            "m"
-        )
-        .is_ok());
+        assert!(
+            model_card_from_config(&with("layer_types", json!(vec!["full_attention"; 28])), "config.json", "m").is_ok()
+        );
         for (c, key) in [
             (with("quantization_config", json!({"quant_method": "fp8"})), "quantization_config"),
             (with("kv_lora_rank", json!(512)), "kv_lora_rank"),
@@ -599,10 +678,20 @@ mod tests {
             (with("sliding_window_pattern", json!(6)), "sliding_window_pattern"),
             (with("sliding_window", json!(4096)), "sliding_window"),
             (with("hidden_act", json!("gelu")), "hidden_act"),
+            // The audit of 2026-12-07: each of these was read as the dense bf16 Llama it is not.
+            (with("compression_config", json!({"quant_method": "compressed-tensors"})), "compression_config"),
+            (with("hidden_activation", json!("gelu_pytorch_tanh")), "hidden_activation"),
+            (with("attention_chunk_size", json!(8192)), "attention_chunk_size"),
+            (with("attn_layer_indices", json!([3, 7])), "attn_layer_indices"),
+            (with("is_encoder_decoder", json!(true)), "is_encoder_decoder"),
+            (with("layer_types", json!(["full_attention", "full_attention"])), "layer_types"),
+            (with("model_type", json!("cohere")), "tie_word_embeddings"),
         ] {
             let e = model_card_from_config(&c, "config.json", "m").unwrap_err();
             assert!(e.starts_with(&format!("config.json: {key}:")), "{key}: {e}");
         }
+        let e = model_card_from_config(&with("head_dim", json!(u32::MAX)), "config.json", "m").unwrap_err();
+        assert!(e.contains("head_dim 4294967295") && e.contains("more parameters than any model"), "{e}");
         let mut no_mlp = base.clone();
         no_mlp.as_object_mut().unwrap().remove("intermediate_size");
         assert_eq!(
@@ -615,13 +704,54 @@ mod tests {
         );
     }
 
+    /// transformers 5's `rope_parameters` is read as `rope_scaling` is (until 2026-12-07 it was
+    /// not read, and a YaRN-extended model ran at its unscaled context); `rope_type` "default"
+    /// is none. An absent `tie_word_embeddings` is the config class's default where servesim
+    /// knows it, and the attention and MLP biases a config gives are counted (o_proj's and the
+    /// MLP's were not).
+    #[test]
+    fn rope_parameters_ties_and_biases_are_read() {
+        use sim::config::{context_positions, EngineKind};
+        let base = json!({"model_type": "qwen2", "hidden_size": 3584, "num_hidden_layers": 28,
+            "num_attention_heads": 28, "num_key_value_heads": 4, "intermediate_size": 18944, "vocab_size": 152064,
+            "max_position_embeddings": 32768});
+        let card = |c: &Value| model_card_from_config(c, "config.json", "m");
+        let mut v5 = base.clone();
+        v5["rope_parameters"] = json!({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768,
+            "rope_theta": 1000000.0});
+        assert_eq!(context_positions(&card(&v5).unwrap(), EngineKind::Vllm), Some(131_072));
+        v5["rope_parameters"] = json!({"rope_type": "default", "rope_theta": 1000000.0});
+        assert_eq!(card(&v5).unwrap().rope_scaling, None);
+        v5["rope_parameters"] = json!({"rope_type": "yarn", "factor": "four"});
+        assert!(card(&v5).unwrap_err().contains("rope_parameters.factor"));
+        // Ties: llama-family types untied by default, others asked for, a given value kept.
+        let plain = card(&base).unwrap();
+        assert_eq!(plain.tie_word_embeddings, Some(false));
+        let mut gemma = base.clone();
+        gemma["model_type"] = json!("gemma");
+        assert!(card(&gemma).unwrap_err().starts_with("config.json: tie_word_embeddings: not given"));
+        gemma["tie_word_embeddings"] = json!(true);
+        assert_eq!(plain.num_parameters - card(&gemma).unwrap().num_parameters, 152_064 * 3584);
+        // Biases: o_proj's with attention_bias, the MLP's with mlp_bias.
+        let (h, i, l) = (3584u64, 18944u64, 28u64);
+        let mut b = base.clone();
+        b["model_type"] = json!("llama");
+        let llama = card(&b).unwrap().num_parameters;
+        b["attention_bias"] = json!(true);
+        assert_eq!(card(&b).unwrap().num_parameters - llama, l * (28 * 128 + 2 * 4 * 128 + h));
+        b["attention_bias"] = json!(false);
+        b["mlp_bias"] = json!(true);
+        assert_eq!(card(&b).unwrap().num_parameters - llama, l * (2 * i + h));
+    }
+
     /// The config's architecture goes into the card where it names a causal LM: the engines pick
     /// code paths by it, which the served name ("m") cannot tell.
     #[test]
     fn the_configs_architecture_is_kept_for_a_causal_lm() {
         let c = |a: &str| {
             json!({"architectures": [a], "hidden_size": 4096, "num_hidden_layers": 36, "num_attention_heads": 32,
-                "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 12288, "vocab_size": 151936})
+                "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 12288, "vocab_size": 151936,
+                "tie_word_embeddings": false})
         };
         let card = model_card_from_config(&c("Qwen3ForCausalLM"), "config.json", "m").unwrap();
         assert_eq!(card.architecture.as_deref(), Some("Qwen3ForCausalLM"));
