@@ -265,3 +265,40 @@ fn an_sglang_decode_server_forwards_nothing_before_the_first_token() {
     let requests = num(replica(&vllm, "decode1"), "requests");
     assert_eq!(computed(&vllm), requests, "vLLM recomputes one token a request: {:#}", replica(&vllm, "decode1"));
 }
+
+/// A disaggregated fleet's KV-limited concurrency is its decode replicas': the report's
+/// `fleet.peak_running_decode` counts them alone (between the largest decode replica's peak and
+/// their sum), and explain weighs that against the limit. Until 2026-12-07 explain set the
+/// fleet's peak, prefill replicas' requests included, against the decode limit (an audit: "up to
+/// 44 ran at once, 120% past it" where the two decode replicas never held more than 36).
+#[test]
+fn a_disaggregated_fleets_peak_against_its_decode_limit_counts_decode_replicas() {
+    let s = "scenarios/kv-starved-qwen2.5-7b-a100-vllm.json";
+    let sets = ["fleet.prefill_count=1", "fleet.decode_count=2"];
+    let v = simulate(s, &sets);
+    let peak = v["fleet"]["peak_running_decode"].as_u64().unwrap_or_else(|| panic!("{v:#}"));
+    let decode: Vec<u64> = v["replicas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["role"] == "decode")
+        .map(|r| r["peak_running"].as_u64().unwrap())
+        .collect();
+    assert_eq!(decode.len(), 2);
+    assert!(peak >= *decode.iter().max().unwrap() && peak <= decode.iter().sum::<u64>(), "{peak} {decode:?}");
+    let prefill = replica(&v, "prefill0")["peak_running"].as_u64().unwrap();
+    assert!(prefill > 0 && v["peak_running"].as_u64().unwrap() > peak, "{v:#}");
+    // Explain's figure is a decode-side one: never above the two decode replicas' own peaks
+    // together at any of its runs (its runs are a grid up to the scenario's concurrency, whose
+    // decode pools are the same).
+    let o = run_cli(&["explain", s, "--set", sets[0], "--set", sets[1]]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    let n: u64 = text
+        .split("in explain's runs up to ")
+        .nth(1)
+        .and_then(|t| t.split(" ran at once").next())
+        .and_then(|t| t.replace(',', "").parse().ok())
+        .unwrap_or_else(|| panic!("{text}"));
+    let decode_seqs: u64 = 2 * 64; // two decode replicas of the scenario's max_num_seqs 64
+    assert!(n <= decode_seqs && n < prefill + peak, "explain says {n} ran at once: {text}");
+}

@@ -600,9 +600,6 @@ fn pct(part: f64, whole: f64) -> f64 {
 
 /// The most requests running at once over `runs` (those whose gauges were measured); `None` if
 /// none was.
-fn peak_running<'a>(runs: impl Iterator<Item = &'a SimOutput>) -> Option<u32> {
-    runs.filter(|o| !o.run.gauges.unmeasured).map(|o| o.run.gauges.running_peak).max()
-}
 
 /// What each way of growing the KV pool can add to it, largest first, in words: the advice
 /// where the pool binds. Each gain is an upper bound from the memory account (or, without one,
@@ -924,7 +921,7 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
         // Admission does not stop at the figure: vLLM admits on the prompt's KV alone, SGLang
         // counts the running requests' remaining outputs at new_token_ratio. The runs' own peak
         // says how far past it they went.
-        let peak = peak_running(std::iter::once(point).chain(grid.iter()));
+        let peak = crate::sweep::peak_running(std::iter::once(point).chain(grid.iter()));
         let peak_phrase = match peak {
             Some(p) if u64::from(p) > limit.concurrency => format!(
                 " (in explain's runs up to {p} ran at once, {:.0}% past it)",

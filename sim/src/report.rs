@@ -1555,6 +1555,11 @@ pub struct FleetReport {
     /// the request's arrival to its prefill being let start (the decode side's KV reserved), ms.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mean_kv_prealloc_wait_ms: Option<f64>,
+    /// Disaggregated prefill/decode only: the most requests running at once on the decode
+    /// replicas together (the KV-limited concurrency is theirs; `peak_running` adds the prefill
+    /// replicas' requests).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peak_running_decode: Option<u32>,
 }
 
 impl FleetReport {
@@ -1574,6 +1579,7 @@ impl FleetReport {
             mean_kv_transfer_wait_ms: pd.then_some(f.mean_kv_transfer_wait_ms),
             mean_kv_landed_to_scheduled_ms: pd.then_some(f.mean_kv_landed_to_scheduled_ms),
             mean_kv_prealloc_wait_ms: f.mean_kv_prealloc_wait_ms,
+            peak_running_decode: f.decode_running_peak,
         }
     }
 }

@@ -353,8 +353,7 @@ pub fn sweep_series(
     // points' `--num-prompts` may differ, and each point's own limit is in its report.
     let at = (0..outs.len()).rev().max_by_key(|&i| outs[i].workload.requests.len()).unwrap_or(0);
     let limit = kv_limited_concurrency(&specs[at], &outs[at].workload);
-    let peak = outs.iter().filter(|o| !o.run.gauges.unmeasured).map(|o| o.run.gauges.running_peak).max();
-    let sentence = kv_limit_sentence_with_peak(&limit, &specs[at], peak);
+    let sentence = kv_limit_sentence_with_peak(&limit, &specs[at], peak_running(outs.iter()));
     let open = specs.iter().any(open_loop);
     SweepSeries {
         scenario: label.to_string(),
@@ -500,6 +499,16 @@ pub struct TuneShared {
 /// caps and pools summed over the replicas that hold requests to their end).
 pub fn kv_limit_sentence(limit: &KvLimit, spec: &SimSpec) -> String {
     kv_limit_sentence_with_peak(limit, spec, None)
+}
+
+/// The most requests any of the runs had running at once where the KV limit applies: a
+/// disaggregated fleet's decode replicas together (its limit is theirs; the fleet's own peak
+/// adds the prefill replicas' requests; until 2026-12-07 that sum was set against the decode
+/// limit), every replica otherwise. `None` where no run measured it.
+pub fn peak_running<'a>(runs: impl Iterator<Item = &'a SimOutput>) -> Option<u32> {
+    runs.filter(|o| !o.run.gauges.unmeasured)
+        .map(|o| o.fleet.as_ref().and_then(|f| f.decode_running_peak).unwrap_or(o.run.gauges.running_peak))
+        .max()
 }
 
 /// [`kv_limit_sentence`], saying how far past the limit admission went where the runs' peak of

@@ -113,6 +113,10 @@ pub struct FleetRun {
     /// pre-allocation queue, from its arrival to its prefill being let start, ms (`None`
     /// without one).
     pub mean_kv_prealloc_wait_ms: Option<f64>,
+    /// A disaggregated fleet: the most requests running at once on its decode replicas
+    /// together, in the timed window (the fleet's peak counts the prefill replicas' too, where
+    /// the decode replicas' KV pools are what binds); `None` otherwise.
+    pub decode_running_peak: Option<u32>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -293,6 +297,9 @@ struct FleetLoop<'a> {
     bench_start: u64,
     fleet_acc: GaugeAcc,
     tot_running: u64,
+    /// The decode replicas' running requests together, and their peak in the timed window.
+    tot_running_decode: u64,
+    decode_running_peak: u32,
     tot_waiting: u64,
     tot_kv_used: f64,
     tot_capacity: f64,
@@ -549,6 +556,13 @@ impl<'a> FleetLoop<'a> {
         };
         rep.acc.sample(s, self.timed, self.bench_start);
         let old = std::mem::replace(&mut rep.cur, s);
+        if rep.role == ReplicaRole::Decode {
+            self.tot_running_decode = self.tot_running_decode + u64::from(s.running) - u64::from(old.running);
+            if self.timed {
+                self.decode_running_peak =
+                    self.decode_running_peak.max(self.tot_running_decode.min(u64::from(u32::MAX)) as u32);
+            }
+        }
         let fleet = if single {
             s
         } else {
@@ -1134,6 +1148,8 @@ pub fn run_fleet(
         bench_start: 0,
         fleet_acc: GaugeAcc::default(),
         tot_running: 0,
+        tot_running_decode: 0,
+        decode_running_peak: 0,
         tot_waiting: 0,
         tot_kv_used: 0.0,
         tot_capacity,
@@ -1361,6 +1377,7 @@ pub fn run_fleet(
                 0.0
             }
         }),
+        decode_running_peak: disagg.then_some(lp.decode_running_peak),
     };
     (run, fleet)
 }
