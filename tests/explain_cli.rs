@@ -396,3 +396,21 @@ fn a_mixed_fleets_pool_line_does_not_call_every_pool_pinned() {
     assert!(!line.contains("nothing is derived"), "{line}");
     assert!(text.contains("Group 1, mixed1") && text.contains("its KV pool holds 107,856 tokens"), "{text}");
 }
+
+/// A fleet whose replicas' running caps differ says where an even split fills the smallest one
+/// (2 H100s at max_num_seqs 1,024 and an A100 at 256 behind round-robin: from 768, not the sum
+/// 2,304, which explain gave alone until 2026-12-07), and engines of both kinds name each cap by
+/// its own flag (SGLang's 2,048 read as "max_num_seqs = 1024 or 2048").
+#[test]
+fn explain_fleet_running_caps_say_the_even_split_and_each_engines_flag() {
+    let het = r#"{"replicas": [{"count": 2, "hardware": "h100-80gb"},
+        {"count": 1, "hardware": "a100-80gb", "engine": {"max_num_seqs": 256}}], "router": {"policy": "round_robin"}}"#;
+    let e = explain(&[SP, "--set", &format!("fleet={het}"), "--concurrency", "1200"]);
+    let all = sentences(&e).join(" ");
+    assert!(all.contains("max_num_seqs = 1024 or 256 by group (2304 across 3 replicas)"), "{all}");
+    assert!(all.contains("fills the one with the smallest cap from 768 concurrent requests"), "{all}");
+    let mixed = r#"{"replicas": [{"count": 1}, {"count": 1, "engine": {"kind": "sglang", "version": "0.5.10"}}]}"#;
+    let e = explain(&[SP, "--set", &format!("fleet={mixed}")]);
+    let all = sentences(&e).join(" ");
+    assert!(all.contains("max_num_seqs = 1024 or max_running_requests = "), "{all}");
+}

@@ -959,8 +959,14 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
             )
         });
     } else {
+        let even = base.even_split_running().map_or(String::new(), |e| {
+            format!(
+                " The replicas' caps differ: a router that splits requests evenly (round_robin, least_outstanding, power_of_two) fills the one with the smallest cap from {} concurrent requests, and requests queue there.",
+                thousands(e)
+            )
+        });
         why.push(format!(
-            "{running_cap} binds before the KV pool does: past {max_running} concurrent requests, new ones queue in the engine."
+            "{running_cap} binds before the KV pool does: past {max_running} concurrent requests, new ones queue in the engine.{even}"
         ));
     }
     // In a disaggregated fleet the time from the prefill replica to the first token (the KV

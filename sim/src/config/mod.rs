@@ -79,8 +79,8 @@ mod workload;
 pub use cost::{check_coefficients, MAX_COEFFICIENT_US, MIN_STEP_US, TIME_SCALE_RANGE};
 pub use feasibility::{max_request_lengths, SGLANG_ACCEPTS_A_FULL_CONTEXT, VLLM_CLAMPS_MAX_TOKENS};
 pub use fleet::{
-    flags_without_effect, sglang_decode_reserve, FleetKind, FleetSection, FleetSpec, ReplicaGroup, ReplicaRole, ReplicaSpec,
-    DEFAULT_KV_TRANSFER_BANDWIDTH, MAX_REPLICAS,
+    flags_without_effect, sglang_decode_reserve, FleetKind, FleetSection, FleetSpec, ReplicaGroup, ReplicaRole,
+    ReplicaSpec, DEFAULT_KV_TRANSFER_BANDWIDTH, MAX_REPLICAS,
 };
 pub use memory::*;
 pub(crate) use vllm::is_cpu_host;
@@ -321,23 +321,38 @@ impl SimSpec {
         if self.fleet.is_none() {
             return format!("{knob} = {}", self.engine.max_running());
         }
-        // Each cap once, in group order (groups 128, 64, 128 say "128 or 64").
-        let mut caps: Vec<u32> = Vec::new();
-        for c in engines.iter().map(|e| e.max_running()) {
+        // Each cap once, in group order (groups 128, 64, 128 say "128 or 64"); with engines of
+        // both kinds, each under its own flag's name (SGLang's is max_running_requests).
+        let mut caps: Vec<(EngineKind, u32)> = Vec::new();
+        for c in engines.iter().map(|e| (e.engine_kind(), e.max_running())) {
             if !caps.contains(&c) {
                 caps.push(c);
             }
         }
+        let kinds_differ = caps.iter().any(|(k, _)| *k != caps[0].0);
         let total = self.max_running_total();
         let n = engines.len();
         let s = if n == 1 { "" } else { "s" };
         let which = if self.fleet.as_ref().is_some_and(|f| f.disaggregated()) { "decode " } else { "" };
         if caps.len() == 1 {
-            format!("{knob} = {} a replica ({total} across {n} {which}replica{s})", caps[0])
+            format!("{knob} = {} a replica ({total} across {n} {which}replica{s})", caps[0].1)
+        } else if kinds_differ {
+            let list: Vec<String> = caps.iter().map(|(k, c)| format!("{} = {c}", k.running_cap_flag())).collect();
+            format!("{} by group ({total} across {n} {which}replica{s})", list.join(" or "))
         } else {
-            let list: Vec<String> = caps.iter().map(u32::to_string).collect();
+            let list: Vec<String> = caps.iter().map(|(_, c)| c.to_string()).collect();
             format!("{knob} = {} by group ({total} across {n} {which}replica{s})", list.join(" or "))
         }
+    }
+
+    /// A fleet whose holding replicas' running caps differ: the concurrency from which a router
+    /// that splits requests evenly fills the smallest cap (replicas × that cap); `None` where
+    /// the caps are equal or there is one engine.
+    pub fn even_split_running(&self) -> Option<u64> {
+        self.fleet.as_ref()?;
+        let caps: Vec<u64> = self.holding_engines().iter().map(|e| u64::from(e.max_running())).collect();
+        let least = *caps.iter().min()?;
+        (caps.iter().any(|&c| c != least)).then(|| least * caps.len() as u64)
     }
 
     /// KV tokens of the pools that hold requests to their end (a disaggregated fleet's decode
