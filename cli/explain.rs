@@ -89,6 +89,9 @@ pub fn text(e: &Explanation, x: &TextExtras) -> String {
                 f.num_gpus
             )
         }
+        Some(f) if f.num_replicas == 1 => {
+            format!(" of the fleet's one replica ({} GPU{} in all)", f.num_gpus, if f.num_gpus == 1 { "" } else { "s" })
+        }
         Some(f) => format!(" of each replica ({} replicas, {} GPUs in all)", f.num_replicas, f.num_gpus),
         None => String::new(),
     };

@@ -414,3 +414,17 @@ fn explain_fleet_running_caps_say_the_even_split_and_each_engines_flag() {
     let all = sentences(&e).join(" ");
     assert!(all.contains("max_num_seqs = 1024 or max_running_requests = "), "{all}");
 }
+
+/// A fleet's knee advice says that the larger-pool test was not run (explain grows a single
+/// engine's pool only), where the single engine it was runs it: until 2026-12-07 the sentence
+/// was dropped without a word.
+#[test]
+fn explain_says_a_fleets_larger_pool_was_not_tested() {
+    let kv = "scenarios/kv-starved-qwen2.5-7b-a100-vllm.json";
+    let one = sentences(&explain(&[kv])).join(" ");
+    assert!(one.contains("The knee moves with the KV pool") || one.contains("with a pool of"), "{one}");
+    let o = run_cli(&["explain", kv, "--set", "fleet.count=1"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("was not tested: explain grows a single engine's pool only, and this is a fleet"), "{text}");
+    assert!(text.contains("of the fleet's one replica (1 GPU in all)"), "{text}");
+}

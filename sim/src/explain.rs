@@ -367,7 +367,15 @@ pub fn plan(base: &SimSpec, concurrency: Option<u32>) -> Result<Plan, String> {
     let mut wider_pool = None;
     let pool = base.engine.kv_capacity_tokens();
     let max_running = u64::from(base.max_running_total());
-    if base.fleet.is_none() && max_running >= limit.concurrency && pool > 0 {
+    if base.fleet.is_some() && max_running > limit.concurrency && pool > 0 {
+        // Said, not skipped in silence (until 2026-12-07 a fleet's knee advice dropped the test
+        // without a word, where the single engine it was ran it).
+        wider_pool = Some(WiderPool::NotTested(
+            "explain grows a single engine's pool only, and this is a fleet (each replica's pool is its own: sweep the \
+             fleet with larger pools to see)"
+                .to_string(),
+        ));
+    } else if base.fleet.is_none() && max_running >= limit.concurrency && pool > 0 {
         if max_running <= limit.concurrency {
             wider_pool = Some(WiderPool::NotTested(format!(
                 "{} lets no more than {max_running} run at once, as many as the pool holds: a larger pool alone would run no more",
