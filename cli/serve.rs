@@ -62,6 +62,12 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, String> {
             ))
         }
     };
+    if a.model.as_deref().is_some_and(|m| m.trim().is_empty()) {
+        return Err(format!(
+            "--model: the served model name is empty ({:?}); give a name, or leave --model out to serve the scenario's model card id",
+            a.model.as_deref().unwrap_or_default()
+        ));
+    }
     if a.max_connections == 0 {
         return Err("--max-connections: must be at least 1".into());
     }

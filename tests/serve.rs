@@ -1293,3 +1293,15 @@ fn check_refuses_a_profile_fitted_at_another_time_scale() {
     assert!(err.contains("fitted against servesim serve at --time-scale 4") && err.contains("factor 4.000"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--model ''` (or blanks) is refused at start-up naming the flag; it had served a model
+/// named "".
+#[test]
+fn serve_refuses_an_empty_model_name() {
+    for name in ["", "  "] {
+        let o = run_cli(&["serve", "--port", "0", "--max-lifetime", "5", "--model", name]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{name:?}: {err}");
+        assert!(err.contains("--model") && !err.contains("panicked"), "{name:?}: {err}");
+    }
+}
