@@ -1294,6 +1294,186 @@ fn check_refuses_a_profile_fitted_at_another_time_scale() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `stream_options` is checked as `stream` is: an object whose `include_usage` and
+/// `continuous_usage_stats` are booleans, else a 400 naming the field (`"include_usage": 1` had
+/// been ignored: 200 and no usage chunk); given with `stream` not true it is vLLM's 400; an
+/// `include_usage` left out is vLLM's default, true; `continuous_usage_stats` (not modelled) is
+/// refused when true.
+#[test]
+fn stream_options_are_checked_as_strictly_as_stream() {
+    let s = start_server("scenarios/serve-small-vllm.json", &["--time-scale", "20"]);
+    let req = |extra: &str| post(&s.url, "/v1/completions", &format!(r#"{{"prompt": "Hi", "max_tokens": 1{extra}}}"#));
+    for (extra, says) in [
+        (r#", "stream": true, "stream_options": {"include_usage": 1}"#, "stream_options.include_usage"),
+        (r#", "stream": true, "stream_options": {"include_usage": "yes"}"#, "stream_options.include_usage"),
+        (r#", "stream": true, "stream_options": "x""#, "stream_options"),
+        (
+            r#", "stream": true, "stream_options": {"continuous_usage_stats": 1}"#,
+            "stream_options.continuous_usage_stats",
+        ),
+        (r#", "stream": true, "stream_options": {"continuous_usage_stats": true}"#, "continuous_usage_stats"),
+        (r#", "stream_options": {"include_usage": true}"#, "Stream options can only be defined when `stream=True`."),
+        (
+            r#", "stream": false, "stream_options": {"include_usage": true}"#,
+            "Stream options can only be defined when `stream=True`.",
+        ),
+    ] {
+        let r = req(extra);
+        assert!(r.starts_with("HTTP/1.1 400") && r.contains("\"code\":400") && r.contains(says), "{extra}: {r}");
+    }
+    // What vLLM accepts: null, and options Python reads as false, without a stream.
+    for extra in [r#", "stream_options": null"#, r#", "stream": false, "stream_options": {}"#] {
+        let r = req(extra);
+        assert!(r.starts_with("HTTP/1.1 200"), "{extra}: {r}");
+    }
+    let usage_chunks = |r: &str| sse_data(r).iter().filter(|d| d.contains("\"usage\":{")).count();
+    for (extra, chunks) in [
+        (r#", "stream": true, "stream_options": {"include_usage": true}"#, 1),
+        (r#", "stream": true, "stream_options": {}"#, 1),
+        (r#", "stream": true, "stream_options": {"include_usage": false, "continuous_usage_stats": false}"#, 0),
+        (r#", "stream": true"#, 0),
+    ] {
+        let r = req(extra);
+        assert!(r.starts_with("HTTP/1.1 200"), "{extra}: {r}");
+        assert_eq!(usage_chunks(&r), chunks, "{extra}: {r}");
+    }
+}
+
+/// Fields that change vLLM's answer and that servesim does not model are refused, naming the
+/// field (a `stop` of "t1" had been answered with "t1" in the text, finish_reason "length");
+/// at their defaults, as clients send them unasked, they are accepted.
+#[test]
+fn request_fields_servesim_does_not_model_are_refused_unless_at_their_defaults() {
+    let s = start_server("scenarios/serve-small-vllm.json", &["--time-scale", "20"]);
+    let cmpl = |extra: &str| post(&s.url, "/v1/completions", &format!(r#"{{"prompt": "Hi", "max_tokens": 2{extra}}}"#));
+    let chat = |extra: &str| {
+        post(
+            &s.url,
+            "/v1/chat/completions",
+            &format!(r#"{{"messages": [{{"role": "user", "content": "Hi"}}], "max_tokens": 2{extra}}}"#),
+        )
+    };
+    let refused = |r: &str, field: &str, extra: &str| {
+        assert!(
+            r.starts_with("HTTP/1.1 400")
+                && r.contains("\"code\":400")
+                && r.contains(&format!("\"message\":\"{field}:"))
+                && r.contains("not modelled by servesim serve"),
+            "{extra}: {r}"
+        );
+    };
+    for (extra, field) in [
+        (r#", "stop": ["t1"]"#, "stop"),
+        (r#", "stop": "t1""#, "stop"),
+        (r#", "stop_token_ids": [5]"#, "stop_token_ids"),
+        (r#", "echo": true"#, "echo"),
+        (r#", "logprobs": 5"#, "logprobs"),
+        (r#", "logprobs": 0"#, "logprobs"),
+        (r#", "prompt_logprobs": 1"#, "prompt_logprobs"),
+        (r#", "best_of": 2"#, "best_of"),
+        (r#", "suffix": "end""#, "suffix"),
+    ] {
+        refused(&cmpl(extra), field, extra);
+    }
+    for (extra, field) in [
+        (r#", "logprobs": true"#, "logprobs"),
+        (r#", "logprobs": true, "top_logprobs": 3"#, "logprobs"),
+        (r#", "top_logprobs": 3"#, "top_logprobs"),
+        (r#", "stop": ["t1"]"#, "stop"),
+        (r#", "response_format": {"type": "json_object"}"#, "response_format"),
+    ] {
+        refused(&chat(extra), field, extra);
+    }
+    // A field of the wrong type is a 400 too, not ignored.
+    for extra in [r#", "echo": "yes""#, r#", "stop": 5"#, r#", "logprobs": "x""#] {
+        let r = cmpl(extra);
+        assert!(r.starts_with("HTTP/1.1 400") && r.contains("expected"), "{extra}: {r}");
+    }
+    for extra in [
+        r#", "stop": null"#,
+        r#", "stop": []"#,
+        r#", "stop_token_ids": []"#,
+        r#", "echo": false"#,
+        r#", "logprobs": null"#,
+        r#", "logprobs": false"#,
+        r#", "best_of": 1"#,
+        r#", "suffix": null"#,
+    ] {
+        let r = cmpl(extra);
+        assert!(r.starts_with("HTTP/1.1 200"), "{extra}: {r}");
+    }
+    for extra in [r#", "logprobs": false"#, r#", "top_logprobs": 0"#, r#", "response_format": {"type": "text"}"#] {
+        let r = chat(extra);
+        assert!(r.starts_with("HTTP/1.1 200"), "{extra}: {r}");
+    }
+    // SGLang's native route: a stop string or token in sampling_params alike.
+    let g = start_server("scenarios/kv-starved-qwen2.5-7b-a100-sglang.json", &["--time-scale", "20"]);
+    for sp in [r#""stop": ["t1"]"#, r#""stop_token_ids": [5]"#] {
+        let r = post(
+            &g.url,
+            "/generate",
+            &format!(r#"{{"input_ids": [1, 2, 3], "sampling_params": {{"max_new_tokens": 2, {sp}}}}}"#),
+        );
+        assert!(r.starts_with("HTTP/1.1 400") && r.contains("not modelled by servesim serve"), "{sp}: {r}");
+    }
+    let r =
+        post(&g.url, "/generate", r#"{"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2, "stop": []}}"#);
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+}
+
+/// `min_tokens` holds EOS back as vLLM's does: a request that may stop at EOS (the scenario's
+/// output lengths, geometric with mean 2) has at least `min_tokens` tokens (it had been
+/// validated and then ignored).
+#[test]
+fn min_tokens_holds_eos_back() {
+    let s = start_server(
+        "scenarios/serve-small-vllm.json",
+        &[
+            "--time-scale",
+            "20",
+            "--set",
+            r#"workload={"dataset_name": "prefix_repetition", "ignore_eos": false, "output_len_dist": {"kind": "geometric", "mean": 2}}"#,
+        ],
+    );
+    let tokens = |extra: &str| -> Vec<u64> {
+        (0..12)
+            .map(|_| {
+                let r =
+                    post(&s.url, "/v1/completions", &format!(r#"{{"prompt": [1, 2, 3], "max_tokens": 16{extra}}}"#));
+                assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+                let v: serde_json::Value = serde_json::from_str(body_of(&r)).unwrap();
+                v["usage"]["completion_tokens"].as_u64().unwrap()
+            })
+            .collect()
+    };
+    assert!(tokens("").iter().any(|&n| n < 12), "the scenario's EOS never came early");
+    let held = tokens(r#", "min_tokens": 12"#);
+    assert!(held.iter().all(|&n| (12..=16).contains(&n)), "{held:?}");
+}
+
+/// A token id past the model's vocabulary (qwen2.5-7b-instruct: 152064 ids) is refused naming
+/// the id and the vocabulary, as vLLM refuses it (it had been served as a token).
+#[test]
+fn token_ids_past_the_vocabulary_are_refused() {
+    let s = start_server("scenarios/serve-small-vllm.json", &["--time-scale", "20"]);
+    let r = post(&s.url, "/v1/completions", r#"{"prompt": [152064, 5], "max_tokens": 2}"#);
+    assert!(
+        r.starts_with("HTTP/1.1 400")
+            && r.contains("Token id 152064 is out of vocabulary")
+            && r.contains("vocab_size is 152064"),
+        "{r}"
+    );
+    let r = post(&s.url, "/v1/completions", r#"{"prompt": [[5, 999999]], "max_tokens": 2}"#);
+    assert!(r.starts_with("HTTP/1.1 400") && r.contains("Token id 999999"), "{r}");
+    let r = post(&s.url, "/v1/completions", r#"{"prompt": [152063, 5], "max_tokens": 2}"#);
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+    let g = start_server("scenarios/kv-starved-qwen2.5-7b-a100-sglang.json", &["--time-scale", "20"]);
+    let r = post(&g.url, "/generate", r#"{"input_ids": [1, 152064], "sampling_params": {"max_new_tokens": 2}}"#);
+    assert!(r.starts_with("HTTP/1.1 400") && r.contains("152064"), "{r}");
+    let r = post(&g.url, "/v1/completions", r#"{"model": "m", "prompt": [1, 152064], "max_tokens": 2}"#);
+    assert!(r.starts_with("HTTP/1.1 400") && r.contains("152064"), "{r}");
+}
+
 /// `--model ''` (or blanks) is refused at start-up naming the flag; it had served a model
 /// named "".
 #[test]

@@ -325,14 +325,16 @@ pub(crate) struct Completion {
     stream: bool,
     include_usage: bool,
     ignore_eos: bool,
+    /// `min_tokens` (vLLM) or `min_new_tokens` (SGLang): no EOS before this many output tokens.
+    min_tokens: u32,
     /// The `model` a response names when it is not the served one: SGLang writes the request's
     /// (`model=request.model`, or `"default"` when none was sent); vLLM refuses another.
     model: Option<String>,
 }
 
 impl Completion {
-    /// A request with the body's `stream`, `stream_options.include_usage` and `ignore_eos`
-    /// (each false when absent).
+    /// A request with the body's `stream` and `ignore_eos` (each false when absent); no usage
+    /// chunk and no `min_tokens` (the caller sets those it has checked).
     fn with_flags(
         obj: &serde_json::Map<String, Value>,
         prompt: Vec<Segment>,
@@ -348,12 +350,9 @@ impl Completion {
             prompt_len,
             max_tokens,
             stream: flag("stream").unwrap_or(false),
-            include_usage: obj
-                .get("stream_options")
-                .and_then(|o| o.get("include_usage"))
-                .and_then(Value::as_bool)
-                .unwrap_or(false),
+            include_usage: false,
             ignore_eos: flag("ignore_eos").unwrap_or(false),
+            min_tokens: 0,
             model,
         }
     }
@@ -518,7 +517,12 @@ fn parse_completion(body: &[u8], chat: bool, sh: &Shared) -> Result<Completion, 
         encode(&text, sh)?
     } else {
         let ids = |a: &Vec<Value>| -> Result<Vec<Segment>, Bad> {
-            id_segments(a).ok_or_else(|| bad("prompt: token ids must be integers from 0 to 4294967295"))
+            let segs = id_segments(a).ok_or_else(|| bad("prompt: token ids must be integers from 0 to 4294967295"))?;
+            match out_of_vocab(a, sh.spec.model.vocab_size) {
+                None => Ok(segs),
+                Some(m) if sglang => Err(Bad { status: StatusCode::BAD_REQUEST, msg: m, kind: BadKind::Value }),
+                Some(m) => Err(bad(m)),
+            }
         };
         match obj.get("prompt") {
             Some(Value::String(s)) => encode(s, sh)?,
@@ -549,6 +553,8 @@ fn parse_completion(body: &[u8], chat: bool, sh: &Shared) -> Result<Completion, 
             return Err(bad(format!("{k}: expected a boolean")));
         }
     }
+    let include_usage = stream_options(obj, sglang)?;
+    refuse_unmodelled(obj, chat)?;
     let num = |k: &str| -> Result<Option<f64>, Bad> {
         match obj.get(k) {
             None | Some(Value::Null) => Ok(None),
@@ -604,7 +610,12 @@ fn parse_completion(body: &[u8], chat: bool, sh: &Shared) -> Result<Completion, 
             // raises it as the `ValueError` of `_wait_one_response`.
             return Err(Bad { status: StatusCode::BAD_REQUEST, msg: m, kind: BadKind::Value });
         }
-        return Ok(Completion::with_flags(obj, prompt, token_ids, prompt_len, max_tokens, model));
+        let mut c = Completion::with_flags(obj, prompt, token_ids, prompt_len, max_tokens, model);
+        c.include_usage = include_usage;
+        // `min_new_tokens` is checked above (an integer from 0 to `max_new_tokens`); the
+        // scheduler's cut of the output may leave less.
+        c.min_tokens = min_tokens.map_or(0, |m| m as u32).min(max_tokens);
+        return Ok(c);
     }
     let max_tokens = match limit {
         None => {
@@ -657,7 +668,139 @@ fn parse_completion(body: &[u8], chat: bool, sh: &Shared) -> Result<Completion, 
             return Err(bad(format!("min_tokens must be less than or equal to max_tokens={max_tokens}, got {m}.")));
         }
     }
-    Ok(Completion::with_flags(obj, prompt, token_ids, prompt_len, max_tokens, model))
+    let mut c = Completion::with_flags(obj, prompt, token_ids, prompt_len, max_tokens, model);
+    c.include_usage = include_usage;
+    c.min_tokens = min_tokens.map_or(0, |m| m as u32);
+    Ok(c)
+}
+
+/// The largest token id of a prompt given as ids when it is past the model's vocabulary: its
+/// refusal, naming the id and the vocabulary (vLLM's processor: "Token id {id} is out of
+/// vocabulary"; SGLang's tokenizer manager: "The input_ids ... contains values greater than
+/// the vocab size"). An id no embedding row holds would be served as if it were a token.
+fn out_of_vocab(ids: &[Value], vocab_size: u32) -> Option<String> {
+    let max = ids.iter().filter_map(Value::as_u64).max()?;
+    (max >= u64::from(vocab_size)).then(|| {
+        format!(
+            "Token id {max} is out of vocabulary: the model's vocab_size is {vocab_size} (ids 0 to {})",
+            vocab_size.saturating_sub(1)
+        )
+    })
+}
+
+/// `stream_options`: whether a stream ends with a usage chunk. An object whose
+/// `include_usage` is a boolean (absent: true in vLLM's `StreamOptions`, false in SGLang's;
+/// null: none); `continuous_usage_stats` (usage in every chunk) is not modelled and refused
+/// when true. vLLM refuses options given without `stream` true (`validate_stream_options`,
+/// which tests them as Python does: null, `{}` and `false` pass). Any other type is a 400
+/// naming the field, as `stream`'s is.
+fn stream_options(obj: &serde_json::Map<String, Value>, sglang: bool) -> Result<bool, Bad> {
+    let so = match obj.get("stream_options") {
+        None | Some(Value::Null) => return Ok(false),
+        Some(v) => v,
+    };
+    let truthy = match so {
+        Value::Bool(b) => *b,
+        Value::Object(m) => !m.is_empty(),
+        Value::String(t) => !t.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Number(n) => n.as_f64() != Some(0.0),
+        Value::Null => false,
+    };
+    let stream = obj.get("stream") == Some(&Value::Bool(true));
+    if !sglang && truthy && !stream {
+        return Err(bad("Stream options can only be defined when `stream=True`."));
+    }
+    let Value::Object(m) = so else {
+        return Err(bad(format!("stream_options: expected an object such as {{\"include_usage\": true}}, got {so}")));
+    };
+    match m.get("continuous_usage_stats") {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => {}
+        Some(Value::Bool(true)) => {
+            return Err(plain(
+                "stream_options.continuous_usage_stats (usage in every chunk) is not supported by servesim serve; use include_usage (one usage chunk at the end)",
+            ))
+        }
+        Some(v) => return Err(bad(format!("stream_options.continuous_usage_stats: expected a boolean, got {v}"))),
+    }
+    match m.get("include_usage") {
+        None => Ok(!sglang),
+        Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b && stream),
+        Some(v) => Err(bad(format!("stream_options.include_usage: expected a boolean, got {v}"))),
+    }
+}
+
+/// The request fields that would change the answer in the engines and that servesim serve does
+/// not model: refused (400) when they ask for something, accepted at their defaults (what
+/// clients send unasked): `stop` null or `[]`, `echo` false, `logprobs` null or false, and so on.
+/// servesim's output is no text a stop string could end; it has no log probabilities.
+fn refuse_unmodelled(obj: &serde_json::Map<String, Value>, chat: bool) -> Result<(), Bad> {
+    let unsupported = |k: &str, what: &str, v: &Value| {
+        Err(plain(format!("{k}: {what} is not modelled by servesim serve (got {v}); leave it out or null")))
+    };
+    let empty_list = |v: &Value| v.as_array().is_some_and(Vec::is_empty);
+    if let Some(v) = obj.get("stop") {
+        match v {
+            Value::Null => {}
+            v if empty_list(v) => {}
+            Value::String(_) | Value::Array(_) => return unsupported("stop", "a stop string", v),
+            _ => return Err(bad(format!("stop: expected a string or a list of strings, got {v}"))),
+        }
+    }
+    if let Some(v) = obj.get("stop_token_ids") {
+        match v {
+            Value::Null => {}
+            v if empty_list(v) => {}
+            Value::Array(_) => return unsupported("stop_token_ids", "a stop token", v),
+            _ => return Err(bad(format!("stop_token_ids: expected a list of token ids, got {v}"))),
+        }
+    }
+    match obj.get("echo") {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => {}
+        Some(v @ Value::Bool(true)) => return unsupported("echo", "echoing the prompt in the output", v),
+        Some(v) => return Err(bad(format!("echo: expected a boolean, got {v}"))),
+    }
+    match obj.get("logprobs") {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => {}
+        Some(v @ Value::Bool(true)) if chat => return unsupported("logprobs", "log probabilities", v),
+        // A completion's `logprobs` is a count; 0 still returns the sampled tokens' own.
+        Some(v @ Value::Number(_)) if !chat && v.as_u64().is_some() => {
+            return unsupported("logprobs", "log probabilities (0 too: the sampled tokens' own)", v)
+        }
+        Some(v) if chat => return Err(bad(format!("logprobs: expected a boolean, got {v}"))),
+        Some(v) => return Err(bad(format!("logprobs: expected a non-negative integer, got {v}"))),
+    }
+    match obj.get("top_logprobs") {
+        None | Some(Value::Null) => {}
+        Some(v) if v.as_u64() == Some(0) => {}
+        Some(v) if v.as_u64().is_some() => return unsupported("top_logprobs", "log probabilities", v),
+        Some(v) => return Err(bad(format!("top_logprobs: expected a non-negative integer, got {v}"))),
+    }
+    match obj.get("prompt_logprobs") {
+        None | Some(Value::Null) => {}
+        Some(v) => return unsupported("prompt_logprobs", "the prompt's log probabilities", v),
+    }
+    match obj.get("best_of") {
+        None | Some(Value::Null) => {}
+        Some(v) if v.as_u64() == Some(1) => {}
+        Some(v) => return unsupported("best_of", "best_of other than 1 (several samples, the best returned)", v),
+    }
+    match obj.get("suffix") {
+        None | Some(Value::Null) => {}
+        Some(v) => return unsupported("suffix", "a suffix", v),
+    }
+    match obj.get("response_format") {
+        None | Some(Value::Null) => {}
+        Some(v) if v.get("type").and_then(Value::as_str) == Some("text") => {}
+        Some(v) => return unsupported("response_format", "structured output (a JSON or schema format)", v),
+    }
+    for k in ["guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs"] {
+        if let Some(v) = obj.get(k).filter(|v| !v.is_null()) {
+            return unsupported(k, "structured output", v);
+        }
+    }
+    Ok(())
 }
 
 fn unix_now() -> u64 {
@@ -720,7 +863,11 @@ fn admit(sh: &Arc<Shared>, c: &mut Completion, chat: bool) -> Option<Admitted> {
     let output_len = if c.ignore_eos {
         c.max_tokens
     } else {
+        // No EOS before `min_tokens` (vLLM's `MinTokensLogitsProcessor`, SGLang's
+        // `min_new_tokens` penalizer).
         sim::workload::eos_len(sh.spec.workload.output_len_dist, c.max_tokens, &mut sim::rng::stream(n, "serve.eos"))
+            .max(c.min_tokens)
+            .min(c.max_tokens)
     };
     let spec = RequestSpec {
         prompt: std::mem::take(&mut c.prompt),
@@ -1109,7 +1256,12 @@ fn parse_generate(body: &[u8], sh: &Shared) -> Result<Generate, Refusal> {
             return Err(batch("input_ids"));
         }
         token_ids = true;
-        id_segments(a).ok_or_else(|| schema("input_ids", "int_type", "Input should be a valid integer", ids))?
+        let segs =
+            id_segments(a).ok_or_else(|| schema("input_ids", "int_type", "Input should be a valid integer", ids))?;
+        if let Some(m) = out_of_vocab(a, sh.spec.model.vocab_size) {
+            return Err(value(m));
+        }
+        segs
     } else {
         match given("text") {
             Some(Value::String(s)) => encode(s, sh).map_err(|b| value(b.msg))?,
@@ -1157,6 +1309,15 @@ fn parse_generate(body: &[u8], sh: &Shared) -> Result<Generate, Refusal> {
             return Err(Refusal::Unsupported(format!("sampling_params.ignore_eos: expected a boolean, got {v}")))
         }
     };
+    // What would end the output early: not modelled (servesim's output is no text), refused
+    // unless empty.
+    for k in ["stop", "stop_token_ids"] {
+        if let Some(v) = sget(k).filter(|v| !v.as_array().is_some_and(Vec::is_empty)) {
+            return Err(Refusal::Unsupported(format!(
+                "sampling_params.{k}: a stop string or token is not modelled by servesim serve (got {v}); leave it out or null"
+            )));
+        }
+    }
     let given_max = int("max_new_tokens")?;
     let EngineSpec::Sglang(cfg) = &sh.spec.engine else {
         return Err(Refusal::Unsupported("/generate is SGLang's route".into()));
@@ -1171,14 +1332,26 @@ fn parse_generate(body: &[u8], sh: &Shared) -> Result<Generate, Refusal> {
         min_new: int("min_new_tokens")?,
         min_field: "min_new_tokens",
     };
+    let min_new = ask.min_new;
     let input = prompt.len() as u64;
     let (max_tokens, abort) = sglang_limits(sh, cfg, input, ask).map_err(|r| match r {
         SglangRefusal::Value(m) => value(m),
         SglangRefusal::Unsupported(m) => Refusal::Unsupported(m),
     })?;
     let prompt_len = input as u32;
-    let c =
-        Completion { prompt, token_ids, prompt_len, max_tokens, stream, include_usage: false, ignore_eos, model: None };
+    // Checked by `sglang_limits`: from 0 to `max_new_tokens`.
+    let min_tokens = min_new.map_or(0, |m| m.max(0) as u64).min(u64::from(max_tokens)) as u32;
+    let c = Completion {
+        prompt,
+        token_ids,
+        prompt_len,
+        max_tokens,
+        stream,
+        include_usage: false,
+        ignore_eos,
+        min_tokens,
+        model: None,
+    };
     Ok(Generate { c, rid, abort })
 }
 
