@@ -602,7 +602,8 @@ pub fn diff(a: DiffArgs) -> Result<ExitCode, String> {
     if d.is_empty() {
         println!("The two runs have the same setup.");
     } else {
-        println!("{} setup fields differ between {} (A) and {} (B):", d.len(), a.run_a.display(), a.run_b.display());
+        let fields = if d.len() == 1 { "setup field differs" } else { "setup fields differ" };
+        println!("{} {fields} between {} (A) and {} (B):", d.len(), a.run_a.display(), a.run_b.display());
         for (k, va, vb) in &d {
             println!("  {k}: A = {va}, B = {vb}");
         }

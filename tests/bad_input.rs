@@ -444,7 +444,7 @@ fn a_trace_header_names_each_column_once() {
 fn diff_refuses_files_that_are_not_run_records_and_names_the_file() {
     let null_setup = write_temp("diff-null-setup.json", r#"{"setup":null}"#);
     let null_copy = write_temp("diff-null-setup-2.json", r#"{"setup":null}"#);
-    let good = r#"{"format":"servesim-run","version":1,"setup":{"seed":0}}"#;
+    let good = r#"{"format":"servesim-run","version":1,"setup":{"engine":{"kind":"vllm"},"seed":0}}"#;
     let ok = write_temp("diff-ok.json", good);
     let ok2 = write_temp("diff-ok-2.json", good);
     let o = run_cli(&["diff", ok.to_str().unwrap(), ok2.to_str().unwrap()]);
@@ -452,7 +452,7 @@ fn diff_refuses_files_that_are_not_run_records_and_names_the_file() {
     let cases: [(&std::path::Path, &str); 4] = [
         (&null_setup, "format"),
         (&write_temp("diff-v7.json", &good.replace(r#""version":1"#, r#""version":7"#)), "version"),
-        (&write_temp("diff-setup-null.json", &good.replace(r#"{"seed":0}"#, "null")), "setup"),
+        (&write_temp("diff-setup-null.json", &good.replace(r#"{"engine":{"kind":"vllm"},"seed":0}"#, "null")), "setup"),
         (&write_temp("diff-empty.json", "{}"), "format"),
     ];
     for (bad, field) in cases {
@@ -542,6 +542,7 @@ fn prior_run_prefixes_without_a_prefix_in_the_first_rows_is_refused() {
 #[test]
 fn diff_reads_spellings_of_one_value_as_one_and_refuses_a_key_given_twice() {
     let rec = |name: &str, setup: &str| {
+        let setup = setup.replacen('{', r#"{"engine":{"kind":"vllm"},"#, 1);
         write_temp(name, &format!(r#"{{"format":"servesim-run","version":1,"setup":{setup}}}"#))
     };
     let diff = |a: &std::path::Path, b: &std::path::Path| run_cli(&["diff", a.to_str().unwrap(), b.to_str().unwrap()]);
@@ -688,4 +689,62 @@ fn a_staggered_loop_and_a_measured_window_are_checked() {
     let o = run_cli(&[&["sweep", p.to_str().unwrap(), "--concurrency", "1,4", "--json"][..], &later[..]].concat());
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(j["knee"].is_null() && j["knee_note"].as_str().unwrap().contains("did not complete"), "{j}");
+}
+
+/// `diff` refuses a record without `setup.engine` (it had compared one: 9 "differences", exit 0)
+/// and a setup field of the wrong type (`random_input_len: "64"` had been shown as a
+/// difference), naming the file and the field.
+#[test]
+fn diff_refuses_a_record_without_an_engine_or_with_a_field_of_the_wrong_type() {
+    let rec = |name: &str, setup: &str| {
+        write_temp(name, &format!(r#"{{"format":"servesim-run","version":1,"setup":{setup}}}"#))
+    };
+    let ok = rec("diff-engine-ok.json", r#"{"engine":{"kind":"vllm"},"workload":{"random_input_len":64}}"#);
+    for (bad, field) in [
+        (rec("diff-no-engine.json", r#"{"workload":{"random_input_len":64}}"#), "setup.engine"),
+        (
+            rec("diff-typed.json", r#"{"engine":{"kind":"vllm"},"workload":{"random_input_len":"64"}}"#),
+            "setup.workload.random_input_len: expected a number, got \"64\"",
+        ),
+    ] {
+        for (a, b) in [(&bad, &ok), (&ok, &bad)] {
+            let o = run_cli(&["diff", a.to_str().unwrap(), b.to_str().unwrap()]);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{err}");
+            assert!(err.contains(&format!("{}: ", bad.display())) && err.contains(field), "{err}");
+            assert!(o.stdout.is_empty(), "{}", String::from_utf8_lossy(&o.stdout));
+        }
+    }
+}
+
+/// `diff` shows a value a record does not hold as what it is (a default, or a field its dataset
+/// does not use), not as the run's value, and says "1 setup field differs".
+#[test]
+fn diff_shows_a_default_as_a_default_and_counts_in_good_grammar() {
+    let rec = |name: &str, w: &str| {
+        write_temp(
+            name,
+            &format!(
+                r#"{{"format":"servesim-run","version":1,"setup":{{"engine":{{"kind":"vllm"}},"workload":{w}}}}}"#
+            ),
+        )
+    };
+    let random = rec("diff-random.json", r#"{"dataset_name":"random","random_input_len":64}"#);
+    let prefix = rec("diff-prefix.json", r#"{"dataset_name":"prefix_repetition","prefix_repetition_prefix_len":100}"#);
+    let o = run_cli(&["diff", random.to_str().unwrap(), prefix.to_str().unwrap()]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        out.contains(
+            "workload.random_input_len: A = 64, B = (not in the record: its dataset prefix_repetition does not use it)"
+        ),
+        "{out}"
+    );
+    assert!(!out.contains("B = 1024"), "{out}");
+    let bare = rec("diff-bare.json", "{}");
+    let o =
+        run_cli(&["diff", bare.to_str().unwrap(), rec("diff-64.json", r#"{"random_input_len":64}"#).to_str().unwrap()]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("1 setup field differs between"), "{out}");
+    assert!(out.contains("workload.random_input_len: A = 1024 (not in the record: the default), B = 64"), "{out}");
 }

@@ -524,12 +524,21 @@ fn normalise_rate(v: &str) -> Option<String> {
 /// given, and one not given is its default ([`WORKLOAD_DEFAULTS`]); a rate's and a burstiness's
 /// infinities and a rate's number written as text by value ([`normalise_rate`]); numbers by
 /// value.
-fn normalise(m: &mut BTreeMap<String, String>, workloads: &std::collections::BTreeSet<String>) {
+/// Returns the keys it filled in with their defaults (not in the record, or null there).
+fn normalise(
+    m: &mut BTreeMap<String, String>,
+    workloads: &std::collections::BTreeSet<String>,
+) -> std::collections::BTreeSet<String> {
+    let mut defaulted = std::collections::BTreeSet::new();
     for w in workloads {
         let prefix = format!("{w}.");
         m.retain(|k, v| !(v == "null" && k.strip_prefix(&prefix).is_some_and(|f| !f.contains('.'))));
         for (k, v) in WORKLOAD_DEFAULTS {
-            m.entry(format!("{w}.{k}")).or_insert_with(|| v.to_string());
+            let key = format!("{w}.{k}");
+            if !m.contains_key(&key) {
+                m.insert(key.clone(), v.to_string());
+                defaulted.insert(key);
+            }
         }
     }
     let is = |k: &str, f: &str| k == f || k.strip_suffix(f).is_some_and(|p| p.ends_with('.'));
@@ -546,6 +555,108 @@ fn normalise(m: &mut BTreeMap<String, String>, workloads: &std::collections::BTr
             *v = format!("{x}");
         }
     }
+    defaulted
+}
+
+/// The dataset a workload field belongs to (`random_input_len`: `random`), if it is one
+/// dataset's own.
+fn dataset_of(field: &str) -> Option<&'static str> {
+    if field.starts_with("random_") && field != "random_range_ratio" {
+        Some("random")
+    } else if field.starts_with("prefix_repetition_") {
+        Some("prefix_repetition")
+    } else {
+        None
+    }
+}
+
+/// How `diff` shows a value the record does not hold (a workload field it leaves out, or gives
+/// as null), which it compares at its default: the default, said to be one; or, for a field of
+/// another dataset than the run's, that the run's dataset does not use it (its default would
+/// read as a length the run had).
+fn shown_default(key: &str, value: &str, flat: &BTreeMap<String, String>) -> String {
+    let (section, field) = key.rsplit_once('.').unwrap_or(("", key));
+    let dataset_key = if section.is_empty() { "dataset_name".to_string() } else { format!("{section}.dataset_name") };
+    let dataset = flat.get(&dataset_key).and_then(|d| serde_json::from_str::<String>(d).ok());
+    match (dataset_of(field), dataset) {
+        (Some(own), Some(d)) if own != d => format!("(not in the record: its dataset {d} does not use it)"),
+        _ => format!("{value} (not in the record: the default)"),
+    }
+}
+
+/// The types of the setup fields `diff` compares: a value of another type (`"64"` for a length)
+/// would be shown as a difference, or hide one. The error names the field (the caller, the
+/// file).
+fn check_setup_types(setup: &serde_json::Map<String, Value>) -> Result<(), String> {
+    fn want(path: &str, v: &Value, what: &str, ok: bool) -> Result<(), String> {
+        if ok || v.is_null() {
+            Ok(())
+        } else {
+            Err(format!("{path}: expected {what}, got {v}"))
+        }
+    }
+    let integer = |p: &str, v: &Value| want(p, v, "a non-negative integer", v.as_u64().is_some());
+    let number = |p: &str, v: &Value| want(p, v, "a number", v.is_number());
+    let string = |p: &str, v: &Value| want(p, v, "a string", v.is_string());
+    for k in [
+        "max_model_len",
+        "kv_capacity_tokens",
+        "num_gpu_blocks",
+        "kv_granularity",
+        "max_running",
+        "seed",
+        "prompt_salt",
+    ] {
+        if let Some(v) = setup.get(k) {
+            integer(&format!("setup.{k}"), v)?;
+        }
+    }
+    if let Some(v) = setup.get("token_budget") {
+        want("setup.token_budget", v, "an integer", v.as_i64().is_some())?;
+    }
+    if let Some(v) = setup.get("prefix_caching") {
+        want("setup.prefix_caching", v, "a boolean", v.is_boolean())?;
+    }
+    if let Some(v) = setup.get("servesim_time_scale") {
+        number("setup.servesim_time_scale", v)?;
+    }
+    for k in ["base_url", "endpoint", "model", "model_root", "workload_hash", "host", "servesim_hardware"] {
+        if let Some(v) = setup.get(k) {
+            string(&format!("setup.{k}"), v)?;
+        }
+    }
+    if let Some(v) = setup.get("engine").and_then(|e| e.get("version")) {
+        string("setup.engine.version", v)?;
+    }
+    let mut workloads = std::collections::BTreeSet::new();
+    let whole = Value::Object(setup.clone());
+    workload_paths("", &whole, &mut workloads);
+    for w in workloads {
+        let Some(Value::Object(m)) = w.split('.').try_fold(&whole, |v, k| v.get(k)) else { continue };
+        for (k, v) in m {
+            let p = format!("setup.{w}.{k}");
+            match k.as_str() {
+                "num_prompts"
+                | "max_concurrency"
+                | "random_input_len"
+                | "random_output_len"
+                | "random_prefix_len"
+                | "prefix_repetition_num_prefixes"
+                | "prefix_repetition_prefix_len"
+                | "prefix_repetition_suffix_len"
+                | "prefix_repetition_output_len"
+                | "prior_run_prompts"
+                | "num_warmups"
+                | "seed" => number(&p, v)?,
+                "random_range_ratio" => number(&p, v)?,
+                "burstiness" | "request_rate" => want(&p, v, "a number or \"inf\"", v.is_number() || v.is_string())?,
+                "dataset_name" => string(&p, v)?,
+                "ignore_eos" => want(&p, v, "a boolean", v.is_boolean())?,
+                _ => {}
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A run record from its text: JSON, with no key given twice in one object (JSON keeps the
@@ -572,11 +683,26 @@ pub fn check_record(v: &Value) -> Result<(), String> {
         Some(n) => return not(format!("\"version\" is {n}, expected 1 (the only version this build reads)")),
         None => return not("no \"version\" (expected 1)".into()),
     }
-    match v.get("setup") {
-        Some(Value::Object(_)) => Ok(()),
-        Some(s) => not(format!("\"setup\" is {s}, expected an object")),
-        None => not("no \"setup\" (expected an object)".into()),
+    let setup = match v.get("setup") {
+        Some(Value::Object(s)) => s,
+        Some(s) => return not(format!("\"setup\" is {s}, expected an object")),
+        None => return not("no \"setup\" (expected an object)".into()),
+    };
+    // The engine the run was against: every record `bench`, `check` and `calibrate` write has
+    // one; without it two runs against different engines would compare as one setup.
+    match setup.get("engine") {
+        Some(Value::Object(e)) => match e.get("kind") {
+            Some(Value::String(_)) => {}
+            Some(k) => return Err(format!("setup.engine.kind: expected a string (\"vllm\", \"sglang\"), got {k}")),
+            None => return not("no \"setup.engine.kind\" (the engine the run was against)".into()),
+        },
+        Some(Value::Null) | None => return not(
+            "no \"setup.engine\" (the engine the run was against, which every bench, check and calibrate record holds)"
+                .into(),
+        ),
+        Some(e) => return Err(format!("setup.engine: expected an object, got {e}")),
     }
+    check_setup_types(setup)
 }
 
 /// The setup fields that differ between two records: `(field, a, b)`. Both must pass
@@ -593,8 +719,8 @@ pub fn diff(a: &Value, b: &Value) -> Result<Vec<(String, String, String)>, Strin
     let (mut wa, mut wb) = Default::default();
     workload_paths("", sa, &mut wa);
     workload_paths("", sb, &mut wb);
-    normalise(&mut fa, &wa);
-    normalise(&mut fb, &wb);
+    let da = normalise(&mut fa, &wa);
+    let db = normalise(&mut fb, &wb);
     let keys: std::collections::BTreeSet<&String> = fa.keys().chain(fb.keys()).collect();
     // A key one record holds as a value and the other as an object (`workload: null` against a
     // workload with fields) is said to be an object there, not absent.
@@ -605,11 +731,20 @@ pub fn diff(a: &Value, b: &Value) -> Result<Vec<(String, String, String)>, Strin
             None => "(absent)".to_string(),
         }
     };
+    // A value compared at its default is shown as one ([`shown_default`]).
+    let shown =
+        |f: &BTreeMap<String, String>, defaulted: &std::collections::BTreeSet<String>, k: &String, v: String| {
+            if defaulted.contains(k) {
+                shown_default(k, &v, f)
+            } else {
+                v
+            }
+        };
     Ok(keys
         .into_iter()
         .filter_map(|k| {
             let (x, y) = (side(&fa, k), side(&fb, k));
-            (x != y).then(|| (k.clone(), x, y))
+            (x != y).then(|| (k.clone(), shown(&fa, &da, k, x), shown(&fb, &db, k, y)))
         })
         .collect())
 }
@@ -668,8 +803,7 @@ mod tests {
         assert_eq!(v["setup"]["max_running"], 4);
         assert_eq!(v["setup"]["calibrate"]["repeat"], 1);
         // `diff` against a bench-like record: the server's fields compare by name.
-        let bench =
-            json!({"format": "servesim-run", "version": 1, "setup": {"max_running": 8, "base_url": "http://h"}});
+        let bench = json!({"format": "servesim-run", "version": 1, "setup": {"engine": {"kind": "unknown"}, "max_running": 8, "base_url": "http://h"}});
         let d = diff(&v, &bench).unwrap();
         assert!(d.contains(&("max_running".into(), "4".into(), "8".into())), "{d:?}");
         assert!(!d.iter().any(|(k, _, _)| k == "base_url"), "{d:?}");
@@ -687,24 +821,31 @@ mod tests {
     /// same setup (the second invariant hunt of 2026-12-04); a real change still shows.
     #[test]
     fn diff_reads_defaults_and_numbers_by_value() {
-        let a = json!({"format": "servesim-run", "version": 1, "setup": {"workload": {"num_prompts": 16, "max_concurrency": 4}}});
-        let b = json!({"format": "servesim-run", "version": 1, "setup": {"workload": {"num_prompts": 16.0, "max_concurrency": 4,
+        let a = json!({"format": "servesim-run", "version": 1, "setup": {"engine": {"kind": "vllm"}, "workload": {"num_prompts": 16, "max_concurrency": 4}}});
+        let b = json!({"format": "servesim-run", "version": 1, "setup": {"engine": {"kind": "vllm"}, "workload": {"num_prompts": 16.0, "max_concurrency": 4,
             "burstiness": 1.0, "num_warmups": 0, "random_range_ratio": 0.0, "request_rate": null}}});
         assert_eq!(diff(&a, &b).unwrap(), vec![]);
-        let c = json!({"format": "servesim-run", "version": 1, "setup": {"workload": {"num_prompts": 16, "max_concurrency": 4, "request_rate": "inf"}}});
+        let c = json!({"format": "servesim-run", "version": 1, "setup": {"engine": {"kind": "vllm"}, "workload": {"num_prompts": 16, "max_concurrency": 4, "request_rate": "inf"}}});
         assert_eq!(diff(&a, &c).unwrap(), vec![]);
-        let d = json!({"format": "servesim-run", "version": 1, "setup": {"workload": {"num_prompts": 16, "max_concurrency": 4, "burstiness": 0.5}}});
+        let d = json!({"format": "servesim-run", "version": 1, "setup": {"engine": {"kind": "vllm"}, "workload": {"num_prompts": 16, "max_concurrency": 4, "burstiness": 0.5}}});
         assert_eq!(
             diff(&a, &d).unwrap(),
-            vec![("workload.burstiness".to_string(), "1".to_string(), "0.5".to_string())]
+            vec![(
+                "workload.burstiness".to_string(),
+                "1 (not in the record: the default)".to_string(),
+                "0.5".to_string()
+            )]
         );
         // The seed, the dataset and its lengths at their defaults, written out or not (the
         // audit of 2026-12-06: `--seed 0` against no `--seed` differed).
-        let e = json!({"format": "servesim-run", "version": 1, "setup": {"workload": {"num_prompts": 16, "max_concurrency": 4,
+        let e = json!({"format": "servesim-run", "version": 1, "setup": {"engine": {"kind": "vllm"}, "workload": {"num_prompts": 16, "max_concurrency": 4,
             "seed": 0, "dataset_name": "random", "random_input_len": 1024, "random_output_len": 128, "random_prefix_len": 0}}});
         assert_eq!(diff(&a, &e).unwrap(), vec![]);
-        let f = json!({"format": "servesim-run", "version": 1, "setup": {"workload": {"num_prompts": 16, "max_concurrency": 4, "seed": 1}}});
-        assert_eq!(diff(&a, &f).unwrap(), vec![("workload.seed".to_string(), "0".to_string(), "1".to_string())]);
+        let f = json!({"format": "servesim-run", "version": 1, "setup": {"engine": {"kind": "vllm"}, "workload": {"num_prompts": 16, "max_concurrency": 4, "seed": 1}}});
+        assert_eq!(
+            diff(&a, &f).unwrap(),
+            vec![("workload.seed".to_string(), "0 (not in the record: the default)".to_string(), "1".to_string())]
+        );
     }
 
     /// Two spellings the scenario reader takes as one value are one setup (the audit of
@@ -712,7 +853,7 @@ mod tests {
     /// one with a default written out, 14 fields, had all been reported as differing).
     #[test]
     fn diff_reads_rates_and_burstiness_as_the_scenario_reader_does() {
-        let r = |w: Value| json!({"format": "servesim-run", "version": 1, "setup": {"workload": w}});
+        let r = |w: Value| json!({"format": "servesim-run", "version": 1, "setup": {"engine": {"kind": "vllm"}, "workload": w}});
         let same = |a: Value, b: Value| {
             assert_eq!(diff(&r(a.clone()), &r(b.clone())).unwrap(), vec![], "{a} against {b}");
             assert_eq!(diff(&r(b.clone()), &r(a.clone())).unwrap(), vec![], "{b} against {a}");
@@ -732,11 +873,17 @@ mod tests {
         same(json!({}), json!({}));
         // A real difference still shows, and a value the reader refuses stays as written.
         let d = diff(&r(json!({})), &r(json!({"request_rate": "5"}))).unwrap();
-        assert_eq!(d, vec![("workload.request_rate".into(), "inf".into(), "5".into())]);
+        assert_eq!(
+            d,
+            vec![("workload.request_rate".into(), "inf (not in the record: the default)".into(), "5".into())]
+        );
         let d = diff(&r(json!({"burstiness": "inf"})), &r(json!({"burstiness": 1}))).unwrap();
         assert_eq!(d, vec![("workload.burstiness".into(), "inf".into(), "1".into())]);
         let d = diff(&r(json!({"request_rate": "fast"})), &r(json!({}))).unwrap();
-        assert_eq!(d, vec![("workload.request_rate".into(), "\"fast\"".into(), "inf".into())]);
+        assert_eq!(
+            d,
+            vec![("workload.request_rate".into(), "\"fast\"".into(), "inf (not in the record: the default)".into())]
+        );
         let d = diff(&r(json!({})), &r(json!({"max_concurrency": 4}))).unwrap();
         assert_eq!(d, vec![("workload.max_concurrency".into(), "(absent)".into(), "4".into())]);
     }
@@ -745,10 +892,11 @@ mod tests {
     /// been read silently as the second value), as the scenario loader refuses one.
     #[test]
     fn a_record_with_a_key_given_twice_is_refused() {
-        let t = r#"{"format":"servesim-run","version":1,"setup":{"workload":{"num_prompts":40,"num_prompts":41}}}"#;
+        let t = r#"{"format":"servesim-run","version":1,"setup":{"engine":{"kind":"vllm"},"workload":{"num_prompts":40,"num_prompts":41}}}"#;
         let e = read_record(t).unwrap_err();
         assert!(e.contains("setup.workload.num_prompts: given twice"), "{e}");
-        let ok = r#"{"format":"servesim-run","version":1,"setup":{"workload":{"num_prompts":40}}}"#;
+        let ok =
+            r#"{"format":"servesim-run","version":1,"setup":{"engine":{"kind":"vllm"},"workload":{"num_prompts":40}}}"#;
         assert_eq!(read_record(ok).unwrap()["setup"]["workload"]["num_prompts"], 40);
         assert!(read_record("{").unwrap_err().starts_with("not JSON"));
         assert!(read_record(r#"{"format":"x"}"#).unwrap_err().starts_with("not a servesim run record"));
@@ -756,16 +904,16 @@ mod tests {
 
     #[test]
     fn diff_lists_setup_fields_only() {
-        let a = json!({"format": "servesim-run", "version": 1, "setup": {"engine": {"kind": "vllm", "version": "0.32.0"}, "seed": 0}, "summary": {"x": 1}});
-        let b = json!({"format": "servesim-run", "version": 1, "setup": {"engine": {"kind": "vllm", "version": "0.33.0"}, "seed": 0, "host": "h"}, "summary": {"x": 2}});
+        let a = json!({"format": "servesim-run", "version": 1, "setup": {"engine": {"kind": "vllm", "version": "0.32.0"}, "client": {"name": "servesim"}, "seed": 0}, "summary": {"x": 1}});
+        let b = json!({"format": "servesim-run", "version": 1, "setup": {"engine": {"kind": "vllm", "version": "0.33.0"}, "client": {"name": "servesim"}, "seed": 0, "host": "h"}, "summary": {"x": 2}});
         let d = diff(&a, &b).unwrap();
         assert_eq!(d.len(), 2);
         assert_eq!(d[0].0, "engine.version");
         assert_eq!(d[1], ("host".into(), "(absent)".into(), "\"h\"".into()));
         // An object on one side and a value on the other is not "absent".
-        let n = json!({"format": "servesim-run", "version": 1, "setup": {"engine": null, "seed": 0}});
+        let n = json!({"format": "servesim-run", "version": 1, "setup": {"engine": {"kind": "vllm", "version": "0.32.0"}, "client": null, "seed": 0}});
         let d = diff(&a, &n).unwrap();
-        assert!(d.contains(&("engine".into(), "(an object)".into(), "null".into())), "{d:?}");
+        assert!(d.contains(&("client".into(), "(an object)".into(), "null".into())), "{d:?}");
         assert!(diff(&json!({}), &b).is_err());
         // Not a run record: another format, another version, a setup that is not an object.
         for bad in [
@@ -773,9 +921,61 @@ mod tests {
             json!({"format": "x", "version": 1, "setup": {}}),
             json!({"format": "servesim-run", "version": 2, "setup": {}}),
             json!({"format": "servesim-run", "version": 1, "setup": null}),
+            json!({"format": "servesim-run", "version": 1, "setup": {}}),
+            json!({"format": "servesim-run", "version": 1, "setup": {"engine": null, "seed": 0}}),
+            json!({"format": "servesim-run", "version": 1, "setup": {"engine": {"version": "0.33.0"}}}),
         ] {
             let e = diff(&bad, &b).unwrap_err();
             assert!(e.starts_with("not a servesim run record"), "{e}");
         }
+    }
+
+    /// A record without the engine it ran against, or with a setup field of the wrong type, is
+    /// refused naming the field (the audit of 2026-12-07: a record with no `setup.engine` was
+    /// compared, and `random_input_len: "64"` shown as a difference).
+    #[test]
+    fn diff_refuses_a_record_without_an_engine_or_with_a_field_of_the_wrong_type() {
+        let rec = |setup: Value| json!({"format": "servesim-run", "version": 1, "setup": setup});
+        let ok = rec(json!({"engine": {"kind": "vllm"}, "workload": {"random_input_len": 64}}));
+        diff(&ok, &ok).unwrap();
+        let e = diff(&rec(json!({"workload": {"random_input_len": 64}})), &ok).unwrap_err();
+        assert!(e.contains("setup.engine"), "{e}");
+        for (setup, field) in [
+            (
+                json!({"engine": {"kind": "vllm"}, "workload": {"random_input_len": "64"}}),
+                "setup.workload.random_input_len",
+            ),
+            (json!({"engine": {"kind": "vllm"}, "workload": {"ignore_eos": "yes"}}), "setup.workload.ignore_eos"),
+            (json!({"engine": {"kind": "vllm"}, "max_running": "8"}), "setup.max_running"),
+            (json!({"engine": {"kind": 1}}), "setup.engine.kind"),
+            (json!({"engine": "vllm"}), "setup.engine"),
+        ] {
+            let e = diff(&rec(setup.clone()), &ok).unwrap_err();
+            assert!(e.starts_with(field) && e.contains("expected"), "{setup}: {e}");
+        }
+    }
+
+    /// A value the record does not hold is shown as the default it is compared at, and a field
+    /// of another dataset than the run's as unused by it (a random run against a
+    /// prefix_repetition one showed `random_input_len: A = 64, B = 1024`, B holding none).
+    #[test]
+    fn diff_shows_a_default_as_a_default_and_not_as_the_runs_value() {
+        let rec = |w: Value| json!({"format": "servesim-run", "version": 1, "setup": {"engine": {"kind": "vllm"}, "workload": w}});
+        let random = rec(json!({"dataset_name": "random", "random_input_len": 64}));
+        let prefix = rec(json!({"dataset_name": "prefix_repetition", "prefix_repetition_prefix_len": 100}));
+        let d = diff(&random, &prefix).unwrap();
+        let get = |k: &str| d.iter().find(|(f, _, _)| f == k).cloned().unwrap_or_else(|| panic!("{k}: {d:?}"));
+        let (_, a, b) = get("workload.random_input_len");
+        assert_eq!(
+            (a.as_str(), b.as_str()),
+            ("64", "(not in the record: its dataset prefix_repetition does not use it)")
+        );
+        let (_, a, b) = get("workload.prefix_repetition_prefix_len");
+        assert_eq!((a.as_str(), b.as_str()), ("(not in the record: its dataset random does not use it)", "100"));
+        let d = diff(&rec(json!({})), &rec(json!({"random_input_len": 64}))).unwrap();
+        assert_eq!(
+            d,
+            vec![("workload.random_input_len".into(), "1024 (not in the record: the default)".into(), "64".into())]
+        );
     }
 }
