@@ -584,6 +584,23 @@ pub fn some_failed(run: &BenchRun) -> Option<String> {
     ))
 }
 
+/// For a file that is not a run record but a `bench --save-result` result (JSON with no
+/// `format`), where its record is: `<name>.record.json` beside `<name>.json`.
+fn record_hint(p: &Path, text: &str) -> String {
+    let Ok(Value::Object(m)) = serde_json::from_str::<Value>(text) else { return String::new() };
+    if m.contains_key("format") {
+        return String::new();
+    }
+    let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let base = name.strip_suffix(".json").unwrap_or(&name);
+    let record = p.with_file_name(format!("{base}.record.json"));
+    let there = if record.exists() { "" } else { " (not found there)" };
+    format!(
+        "; if it is a `bench --save-result` result, give the run record written beside it instead: {}{there}",
+        record.display()
+    )
+}
+
 #[derive(Args, Debug)]
 pub struct DiffArgs {
     /// Two run records (`*.record.json`, written by `bench --save-result`, `check` and `calibrate`).
@@ -595,7 +612,7 @@ pub fn diff(a: DiffArgs) -> Result<ExitCode, String> {
     let read = |p: &Path| -> Result<Value, String> {
         let t = std::fs::read_to_string(p).map_err(|e| format!("{}: cannot read: {e}", p.display()))?;
         // JSON with no key given twice (JSON keeps the last, silently), and a run record.
-        live::manifest::read_record(&t).map_err(|e| format!("{}: {e}", p.display()))
+        live::manifest::read_record(&t).map_err(|e| format!("{}: {e}{}", p.display(), record_hint(p, &t)))
     };
     let (x, y) = (read(&a.run_a)?, read(&a.run_b)?);
     let d = live::manifest::diff(&x, &y).map_err(|e| format!("{} / {}: {e}", a.run_a.display(), a.run_b.display()))?;

@@ -748,3 +748,16 @@ fn diff_shows_a_default_as_a_default_and_counts_in_good_grammar() {
     assert!(out.contains("1 setup field differs between"), "{out}");
     assert!(out.contains("workload.random_input_len: A = 1024 (not in the record: the default), B = 64"), "{out}");
 }
+
+/// A `bench --save-result` result given to `diff` in place of its record is refused with where
+/// the record is (`<name>.record.json` beside it).
+#[test]
+fn diff_of_a_bench_result_points_to_its_record() {
+    let result = write_temp("diff-result.json", r#"{"completed": 4, "backend": "vllm"}"#);
+    let record = result.with_file_name("diff-result.record.json");
+    std::fs::write(&record, r#"{"format":"servesim-run","version":1,"setup":{"engine":{"kind":"vllm"}}}"#).unwrap();
+    let o = run_cli(&["diff", result.to_str().unwrap(), record.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("no \"format\"") && err.contains(&format!("instead: {}", record.display())), "{err}");
+}
