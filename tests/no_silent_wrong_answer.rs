@@ -2507,3 +2507,34 @@ fn engine_flags_without_effect_are_said() {
     let (_, err) = sim(sgl, &["fleet={\"count\": 2}", "engine.load_balance_method=shortest_queue"]);
     assert!(err.contains("the fleet's router (fleet.router) picks"), "{err}");
 }
+
+/// SGLang before 0.5.8 defaults to fa3 on Hopper only for the architectures of its
+/// `is_fa3_default_architecture` (Llama, Qwen2, Qwen3, ...): Mistral ran flashinfer there. Until
+/// 2026-12-07 servesim gave every model fa3, and refused Mistral with an fp8_e5m2 KV cache under
+/// 0.5.3 as "fp8_e5m2 with SGLang's fa3 attention (its default on Hopper)", which SGLang runs.
+#[test]
+fn sglang_defaults_to_fa3_on_hopper_only_for_its_listed_architectures_before_0_5_8() {
+    let scenario = |model: &str, version: &str| {
+        write_temp(
+            &format!("attn-default-{model}-{version}.json"),
+            &format!(
+                r#"{{"version": 1, "engine": {{"kind": "sglang", "version": "{version}", "kv_cache_dtype": "fp8_e5m2"}},
+                    "model": "{model}", "hardware": "h100-80gb",
+                    "workload": {{"dataset_name": "random", "random_input_len": 256, "random_output_len": 8,
+                                 "num_prompts": 4, "ignore_eos": true}}}}"#
+            ),
+        )
+        .display()
+        .to_string()
+    };
+    let (c, _, err) = run(&["simulate", &scenario("mistral-7b-instruct-v0.3", "0.5.3")]);
+    assert_eq!(c, 0, "{err}");
+    let (c, _, err) = run(&["simulate", &scenario("llama-3.1-8b-instruct", "0.5.3")]);
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("fp8_e5m2 with SGLang's fa3 attention"), "{err}");
+    // From 0.5.8 Mistral gets fa3 too, and fp8_e5m2 falls back to triton (0.5.5 on).
+    let (_, out, err) = run(&["explain", &scenario("mistral-7b-instruct-v0.3", "0.5.8")]);
+    assert!(out.contains("triton"), "{out}{err}");
+    let (_, out, err) = run(&["explain", &scenario("mistral-7b-instruct-v0.3", "0.5.3")]);
+    assert!(out.contains("flashinfer") && !out.contains("fa3"), "{out}{err}");
+}

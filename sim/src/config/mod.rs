@@ -986,6 +986,7 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
         EngineSpec::Sglang(c) => sglang::sglang_run_backend(
             c.version,
             &gpu,
+            model.architecture.as_deref(),
             s.engine.attention_backend.as_deref(),
             &deployment.kv_cache_dtype,
         )?,

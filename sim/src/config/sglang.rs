@@ -256,7 +256,13 @@ pub(super) fn resolve_sglang(
             ))
         }
     };
-    let attention_backend = sglang_run_backend(version, gpu, e.attention_backend.as_deref(), &dep.kv_cache_dtype)?;
+    let attention_backend = sglang_run_backend(
+        version,
+        gpu,
+        model.architecture.as_deref(),
+        e.attention_backend.as_deref(),
+        &dep.kv_cache_dtype,
+    )?;
     let page_size = sglang_page_size(version, attention_backend.as_deref(), f.page_size)?;
     if let Some(c) = chunked_prefill_size {
         if c < page_size {
@@ -538,21 +544,47 @@ pub const SGLANG_TRTLLM_MHA_PAGE_128: Version = Version::new(0, 5, 17);
 /// The first SGLang release with `trtllm_mha` among `--attention-backend`'s choices.
 pub const SGLANG_TRTLLM_MHA_CHOICE: Version = Version::new(0, 5, 1);
 
+/// The first SGLang release that defaults to fa3 on Hopper for every MHA model (0.5.8's
+/// `server_args.py`: "we choose fa3 as the default backend on Hopper MHA"); before it only for
+/// [`SGLANG_FA3_DEFAULT_ARCHITECTURES`] (read in the 0.4.10, 0.5.6 and 0.5.7 wheels).
+pub const SGLANG_FA3_EVERY_MHA_MODEL: Version = Version::new(0, 5, 8);
+
+/// The dense causal-LM architectures of SGLang's `is_fa3_default_architecture` (0.4.10 through
+/// 0.5.7; the list's multimodal and MoE entries aside): the models that default to fa3 on
+/// Hopper before [`SGLANG_FA3_EVERY_MHA_MODEL`]. `Olmo2ForCausalLM` joined after 0.4.10.
+pub const SGLANG_FA3_DEFAULT_ARCHITECTURES: &[&str] = &[
+    "LlamaForCausalLM",
+    "Qwen2ForCausalLM",
+    "Qwen3ForCausalLM",
+    "Qwen3MoeForCausalLM",
+    "Gemma2ForCausalLM",
+    "Olmo2ForCausalLM",
+];
+
 /// The `--attention-backend` values servesim models for SGLang (dense MHA/GQA attention).
 pub const SGLANG_ATTENTION_BACKENDS: &[&str] = &["fa3", "flashinfer", "triton", "trtllm_mha"];
 
 /// SGLang's `--attention-backend` as it runs: `given` checked against what SGLang accepts on
 /// `gpu` at `version` (its messages quoted), or the default for a dense model (released
 /// wheels 0.4.10–0.5.23, docs/sglang.md §5): `trtllm_mha` on the SM100 family from 0.5.7,
-/// `fa3` on Hopper (for Llama, Qwen2 and Qwen3 architectures until 0.5.6, every MHA model from
-/// 0.5.8; servesim's cards are all of those), `flashinfer` elsewhere. `None` for a card that
-/// states no compute capability and no backend given.
-pub fn sglang_attention_backend(version: Version, gpu: &GpuCard, given: Option<&str>) -> Result<Option<String>> {
+/// `fa3` on Hopper (through 0.5.7 only for the architectures of `is_fa3_default_architecture`,
+/// [`SGLANG_FA3_DEFAULT_ARCHITECTURES`], so Mistral ran flashinfer; every MHA model from 0.5.8),
+/// `flashinfer` elsewhere. `architecture` is the model card's (a card without one is taken for
+/// a Llama, as servesim reads such cards everywhere). `None` for a card that states no compute
+/// capability and no backend given.
+pub fn sglang_attention_backend(
+    version: Version,
+    gpu: &GpuCard,
+    architecture: Option<&str>,
+    given: Option<&str>,
+) -> Result<Option<String>> {
     let cc = gpu.capability();
     let Some(b) = given else {
+        let fa3_default = version >= SGLANG_FA3_EVERY_MHA_MODEL
+            || architecture.is_none_or(|a| SGLANG_FA3_DEFAULT_ARCHITECTURES.contains(&a));
         return Ok(match cc {
             _ if sglang_default_trtllm_mha(version, gpu) => Some("trtllm_mha".into()),
-            Some((9, _)) => Some("fa3".into()),
+            Some((9, _)) if fa3_default => Some("fa3".into()),
             Some(_) => Some("flashinfer".into()),
             None => None,
         });
@@ -614,10 +646,11 @@ pub const SGLANG_FA3_E5M2_TRITON: Version = Version::new(0, 5, 5);
 pub fn sglang_run_backend(
     version: Version,
     gpu: &GpuCard,
+    architecture: Option<&str>,
     given: Option<&str>,
     kv_cache_dtype: &str,
 ) -> Result<Option<String>> {
-    let backend = sglang_attention_backend(version, gpu, given)?;
+    let backend = sglang_attention_backend(version, gpu, architecture, given)?;
     if backend.as_deref() != Some("fa3") || kv_cache_dtype != "fp8_e5m2" {
         return Ok(backend);
     }
