@@ -151,6 +151,20 @@ pub struct PlanCandidate {
     pub cost_per_hour: f64,
 }
 
+/// An hourly cost as the text prints it: two decimals, more (to the millionth, the grain costs
+/// are compared at) where the cost has them, so that two plans the comparison tells apart never
+/// print alike ("0.00/hour" for a plan at 3e-6).
+fn cost_text(c: f64) -> String {
+    let t = format!("{c:.6}");
+    let t = t.trim_end_matches('0');
+    let decimals = t.split('.').nth(1).map_or(0, str::len);
+    if decimals < 2 {
+        format!("{c:.2}")
+    } else {
+        t.to_string()
+    }
+}
+
 impl PlanCandidate {
     /// The hourly cost in integer millionths, the figure every comparison of costs uses (the best
     /// plan, its ties, the Pareto front): a float product is not the price it prints, and 0.7 × 3
@@ -568,6 +582,15 @@ fn check_candidates(c: &Candidates, file: &str) -> Result<(), String> {
             Some(p) if !(p.is_finite() && (0.0..=1e6).contains(p)) => {
                 return Err(format!(
                     "{file}: prices_per_gpu_hour.{g}: must be a price from 0 to 1e6 a GPU-hour, got {p}"
+                ))
+            }
+            // Costs are compared in millionths (`cost_micros`): a price finer than that would tie
+            // plans whose costs differ (1e-7 and 3e-7 a GPU-hour both compared as 0, and the dearer
+            // plan was called the cheapest; an audit, 2026-12-07).
+            Some(p) if ((p * 1e6) - (p * 1e6).round()).abs() > 1e-6 * (p * 1e6).max(1.0) => {
+                return Err(format!(
+                    "{file}: prices_per_gpu_hour.{g}: {p} has more than six decimal places; plans are compared to \
+                     the millionth of a price unit: give the price to six decimals at most (or in a smaller unit)"
                 ))
             }
             Some(_) => {}
@@ -1176,11 +1199,11 @@ fn text(r: &PlanResult) -> String {
         Some(b) => {
             let _ = writeln!(
                 s,
-                "Cheapest plan meeting every SLO: {} ({} GPU{}, {:.2}/hour)",
+                "Cheapest plan meeting every SLO: {} ({} GPU{}, {}/hour)",
                 b.plan.label(),
                 b.plan.num_gpus,
                 if b.plan.num_gpus == 1 { "" } else { "s" },
-                b.plan.cost_per_hour
+                cost_text(b.plan.cost_per_hour)
             );
             let _ = writeln!(
                 s,
@@ -1212,8 +1235,8 @@ fn text(r: &PlanResult) -> String {
             if broken.is_empty() { String::new() } else { format!("  [rejected, breaks {}]", broken.join("; ")) };
         let _ = writeln!(
             s,
-            "  {:>9.2}/h  {:>12.1}  {}{note}",
-            e.plan.cost_per_hour,
+            "  {:>9}/h  {:>12.1}  {}{note}",
+            cost_text(e.plan.cost_per_hour),
             f(e, &r.pareto_latency),
             e.plan.label()
         );
@@ -1232,14 +1255,20 @@ fn text(r: &PlanResult) -> String {
                     }
                 })
                 .collect();
-            let _ = writeln!(s, "  {:>9.2}/h  {}: breaks {}", e.plan.cost_per_hour, e.plan.label(), v.join("; "));
+            let _ =
+                writeln!(s, "  {:>9}/h  {}: breaks {}", cost_text(e.plan.cost_per_hour), e.plan.label(), v.join("; "));
         }
     }
     if !r.also_meet.is_empty() {
         let _ = writeln!(s, "\nAlso meet every SLO, dearer or slower than the front ({}):", r.also_meet.len());
         for e in &r.also_meet {
-            let _ =
-                writeln!(s, "  {:>9.2}/h  {:>12.1}  {}", e.plan.cost_per_hour, f(e, &r.pareto_latency), e.plan.label());
+            let _ = writeln!(
+                s,
+                "  {:>9}/h  {:>12.1}  {}",
+                cost_text(e.plan.cost_per_hour),
+                f(e, &r.pareto_latency),
+                e.plan.label()
+            );
         }
     }
     if !r.invalid.is_empty() {

@@ -489,3 +489,32 @@ fn plan_prints_a_broken_slos_value_past_its_bound() {
     let got: f64 = line.split(&format!("{slo} (got ")).nth(1).unwrap().split(')').next().unwrap().parse().unwrap();
     assert!(got > bound.parse::<f64>().unwrap(), "{line}");
 }
+
+/// Plans are compared in millionths of the price unit: a price finer than that is refused naming
+/// it. Until 2026-12-07 prices of 1e-7 and 0.1234567891 a GPU-hour were taken, both A100 plans'
+/// costs compared as 0, and 3 A100s were called the cheapest beside 1 at a third of the price.
+#[test]
+fn plan_refuses_a_price_finer_than_it_compares() {
+    for (price, ok) in [("0.0000001", false), ("0.1234567891", false), ("2.99", true), ("0.000001", true), ("0", true)]
+    {
+        let cands = write_temp(
+            "plan-cli-fine-price.json",
+            &format!(r#"{{"prices_per_gpu_hour":{{"h100-80gb":{price}}},"gpus":["h100-80gb"],"replicas":[1]}}"#),
+        );
+        let o = run_cli(&["plan", SP, "--candidates", cands.to_str().unwrap(), "--slo", "p99_ttft_ms<=100000"]);
+        if ok {
+            assert_eq!(o.status.code(), Some(0), "{price}: {}", stderr(&o));
+            // Printed to the grain it is compared at (it printed "0.00/hour").
+            if price == "0.000001" {
+                assert!(stdout(&o).contains("1 GPU, 0.000001/hour)"), "{}", stdout(&o));
+            }
+        } else {
+            assert_eq!(o.status.code(), Some(2), "{price}");
+            let err = stderr(&o);
+            assert!(
+                err.contains("prices_per_gpu_hour.h100-80gb") && err.contains("more than six decimal places"),
+                "{err}"
+            );
+        }
+    }
+}
