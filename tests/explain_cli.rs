@@ -428,3 +428,26 @@ fn explain_says_a_fleets_larger_pool_was_not_tested() {
     assert!(text.contains("was not tested: explain grows a single engine's pool only, and this is a fleet"), "{text}");
     assert!(text.contains("of the fleet's one replica (1 GPU in all)"), "{text}");
 }
+
+/// explain's knee comes from its own sweep of eight prompts a concurrency slot; it says so and
+/// gives the sweep command that reproduces it (an audit of 2026-12-07: the same grid swept with
+/// the scenario's prompt count put the knee at 15 where explain said 12, and nothing said why).
+#[test]
+fn explain_gives_the_sweep_that_reproduces_its_knee() {
+    let s = "scenarios/kv-starved-qwen2.5-7b-a100-sglang.json";
+    let e = explain(&[s]);
+    let knee = e["knee"]["max_concurrency"].as_u64().unwrap_or_else(|| panic!("{e:#}"));
+    let all = sentences(&e).join(" ");
+    let cmd = all
+        .split("servesim sweep ")
+        .nth(1)
+        .and_then(|t| t.split(" reproduces it").next())
+        .unwrap_or_else(|| panic!("{all}"));
+    let mut args = vec!["sweep", s];
+    args.extend(cmd.split_whitespace());
+    args.push("--json");
+    let v = stdout_json(&run_cli(&args));
+    assert_eq!(v["knee"]["max_concurrency"].as_u64(), Some(knee), "{cmd}: {v:#}");
+    // Every point says its prompt count.
+    assert!(e["knee"]["sweep"].as_array().unwrap().iter().all(|p| p["num_prompts"].as_u64().unwrap() >= 8), "{e:#}");
+}

@@ -437,6 +437,9 @@ pub struct TtftSplit {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct GridPoint {
     pub max_concurrency: u32,
+    /// The requests the point ran (eight a concurrency slot, [`EXPLAIN_PROMPTS_PER_SLOT`]; a
+    /// trace's length at most): `servesim sweep --num-prompts` with these reproduces the knee.
+    pub num_prompts: u64,
     pub output_throughput: f64,
     pub mean_ttft_ms: f64,
     pub num_preemptions: u64,
@@ -864,6 +867,7 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
         .zip(grid)
         .map(|(&c, o)| GridPoint {
             max_concurrency: c,
+            num_prompts: o.workload.requests.len() as u64,
             output_throughput: o.metrics.output_throughput,
             mean_ttft_ms: o.metrics.ttft.mean,
             num_preemptions: o.run.counters.num_preemptions,
@@ -1027,8 +1031,11 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
     let what_if_clears_it = what_if_ran && matches!((knee, wider_knee), (Some(k), Some(Some(w))) if w <= k);
     match knee {
         Some(k) => why.push(format!(
-            "The throughput knee{closed} is at concurrency {k}: past it, added concurrency no longer comes back as throughput (under a tenth of it does, or less than 2% more) and TTFT keeps rising{}.",
-            if !below_limits && !what_if_clears_it && u64::from(k) <= binding_at * 2 { ", close to the limit above" } else { "" }
+            "The throughput knee{closed} is at concurrency {k}: past it, added concurrency no longer comes back as throughput (under a tenth of it does, or less than 2% more) and TTFT keeps rising{}. (Its sweep ran {} prompts a concurrency slot at each point, whatever the scenario's prompt count: servesim sweep --concurrency {} --num-prompts {} reproduces it.)",
+            if !below_limits && !what_if_clears_it && u64::from(k) <= binding_at * 2 { ", close to the limit above" } else { "" },
+            EXPLAIN_PROMPTS_PER_SLOT,
+            sweep.iter().map(|p| p.max_concurrency.to_string()).collect::<Vec<_>>().join(","),
+            sweep.iter().map(|p| p.num_prompts.to_string()).collect::<Vec<_>>().join(",")
         )),
         // The sweep was cut at the trace's length: no knee because there is no more load to add.
         None if plan.trace_requests.is_some() => {
