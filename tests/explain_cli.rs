@@ -436,6 +436,8 @@ fn explain_says_a_fleets_larger_pool_was_not_tested() {
 fn explain_gives_the_sweep_that_reproduces_its_knee() {
     let s = "scenarios/kv-starved-qwen2.5-7b-a100-sglang.json";
     let e = explain(&[s]);
+    // SGLang's words: a retraction, not a preemption.
+    assert!(sentences(&e).join(" ").contains("recompute after a retraction"), "{e:#}");
     let knee = e["knee"]["max_concurrency"].as_u64().unwrap_or_else(|| panic!("{e:#}"));
     let all = sentences(&e).join(" ");
     let cmd = all

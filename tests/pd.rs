@@ -301,4 +301,10 @@ fn a_disaggregated_fleets_peak_against_its_decode_limit_counts_decode_replicas()
         .unwrap_or_else(|| panic!("{text}"));
     let decode_seqs: u64 = 2 * 64; // two decode replicas of the scenario's max_num_seqs 64
     assert!(n <= decode_seqs && n < prefill + peak, "explain says {n} ran at once: {text}");
+    // Most of this TTFT is the wait on the decode side after the KV landed: said by name (it was
+    // in "interleaving" alone).
+    assert!(
+        text.contains("Of the interleaving, ") && text.contains("the decode replicas' KV pools or running caps bind"),
+        "{text}"
+    );
 }

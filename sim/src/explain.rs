@@ -983,10 +983,11 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
     }
     // In a disaggregated fleet the time from the prefill replica to the first token (the KV
     // transfer, the wait for the decode replica's KV and its first step) falls in this part too.
+    let preemption = if sglang { "a retraction" } else { "a preemption" };
     let interleave_is = if base.fleet.as_ref().is_some_and(|f| f.disaggregated()) {
-        "of interleaving (waiting between chunks, recompute after a preemption before the first token, and the KV transfer and the decode replica's queue and first step)"
+        format!("of interleaving (waiting between chunks, recompute after {preemption} before the first token, and the KV transfer and the decode replica's queue and first step)")
     } else {
-        "of interleaving (waiting between chunks, and recompute after a preemption before the first token: later ones add to TPOT and ITL, not here)"
+        format!("of interleaving (waiting between chunks, and recompute after {preemption} before the first token: later ones add to TPOT and ITL, not here)")
     };
     why.push(format!(
         "At {load}, mean TTFT is {}: {} ({:.0}%) queue wait before the first step, {} ({:.0}%) of prefill steps, {} ({:.0}%) {interleave_is}, {} ({:.0}%) outside the engine (HTTP, tokenisation, streaming).",
@@ -996,6 +997,20 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
         duration(b.interleave_ms, m.ttft.mean), pct(b.interleave_ms, m.ttft.mean),
         duration(b.overhead_ms, m.ttft.mean), pct(b.overhead_ms, m.ttft.mean)
     ));
+    // In a disaggregated fleet, the wait from the KV's landing to the decode replica first
+    // scheduling the request (its decode engine's queue, where a full decode pool or running cap
+    // shows) is in the interleaving above: said where it is most of the TTFT.
+    if let Some(w) =
+        point.fleet.as_ref().filter(|f| f.decode_router.is_some()).map(|f| f.mean_kv_landed_to_scheduled_ms)
+    {
+        if w > 0.25 * m.ttft.mean && w > 0.0 {
+            why.push(format!(
+                "Of the interleaving, {} ({:.0}% of the TTFT) on average is the wait on a decode replica after the request's KV landed, before it is first scheduled there: the decode replicas' KV pools or running caps bind, not the prefill replicas.",
+                duration(w, m.ttft.mean),
+                pct(w, m.ttft.mean)
+            ));
+        }
+    }
     // SGLang's decode servers pre-allocate a request's KV before its prefill may start: that wait
     // is in the queue wait above (docs/fleets.md).
     if let Some(w) = point.fleet.as_ref().and_then(|f| f.mean_kv_prealloc_wait_ms).filter(|&w| w > 0.0) {
