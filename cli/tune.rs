@@ -310,7 +310,9 @@ fn simulate_config(
             return (r.clone(), st.clone());
         }
     }
-    if spec.fleet.is_none() {
+    // Every configuration's workload counts, a fleet's too (it generates its own; until
+    // 2026-12-07 a grid of fleet knobs reported "0 distinct workloads" after running).
+    {
         let mut key = spec.workload.clone();
         key.max_concurrency = None;
         let mut keys = shared.workload_keys.lock().expect("not poisoned");

@@ -2538,3 +2538,19 @@ fn sglang_defaults_to_fa3_on_hopper_only_for_its_listed_architectures_before_0_5
     let (_, out, err) = run(&["explain", &scenario("mistral-7b-instruct-v0.3", "0.5.3")]);
     assert!(out.contains("flashinfer") && !out.contains("fa3"), "{out}{err}");
 }
+
+/// A tune grid over fleet knobs counts its workloads (it reported "0 distinct workloads" after
+/// running every configuration until 2026-12-07).
+#[test]
+fn a_tune_grid_of_fleets_counts_its_workloads() {
+    let (c, out, err) = run(&[
+        "tune",
+        "scenarios/shared-prefix-llama3.1-8b-h100-vllm.json",
+        "--vary",
+        "fleet.count=1,2",
+        "--set",
+        "workload.num_prompts=40",
+    ]);
+    assert_eq!(c, 0, "{err}");
+    assert!(out.contains("(2 simulated, 0 answered by an identical configuration; 1 distinct workloads;"), "{out}");
+}
