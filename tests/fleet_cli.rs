@@ -1053,3 +1053,20 @@ fn a_mixed_fleet_names_each_groups_step_costs_and_its_caveat_does_not_depend_on_
         "{text}"
     );
 }
+
+/// An unknown router policy's error lists the policies a scenario can name, not the two
+/// data-parallel balancers that `data_parallel_size` / `dp_size` set (listed, then refused as
+/// routers, until 2026-12-07).
+#[test]
+fn an_unknown_router_lists_only_the_policies_a_scenario_can_name() {
+    let o = run_cli(&[
+        "simulate",
+        "scenarios/shared-prefix-llama3.1-8b-h100-vllm.json",
+        "--set",
+        r#"fleet={"count": 2, "router": {"policy": "bogus"}}"#,
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("unknown variant `bogus`") && err.contains("`production_stack`"), "{err}");
+    assert!(!err.contains("data_parallel"), "{err}");
+}

@@ -113,6 +113,11 @@ fn router_naming_the_field<'de, D: serde::Deserializer<'de>>(
                 },
                 _ => e,
             };
+            // The two data-parallel balancers are RouterSpec variants a scenario cannot name
+            // (`data_parallel_size` / `dp_size` set them): not offered as choices.
+            let e = e
+                .replace(", `vllm_data_parallel`, `sglang_data_parallel`", "")
+                .replace("`vllm_data_parallel`, `sglang_data_parallel`, ", "");
             Err(D::Error::custom(match router_field_at_fault(&v) {
                 Some(field) => format!("{field}: {e}"),
                 None => e,
