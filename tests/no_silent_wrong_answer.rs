@@ -2554,3 +2554,25 @@ fn a_tune_grid_of_fleets_counts_its_workloads() {
     assert_eq!(c, 0, "{err}");
     assert!(out.contains("(2 simulated, 0 answered by an identical configuration; 1 distinct workloads;"), "{out}");
 }
+
+/// vLLM on the `cpu-host` card runs vLLM's CPU-platform defaults: the API server's 128
+/// sequences and 2,048 tokens a rank, and KV blocks of 128 tokens (until 2026-12-07 the GPU
+/// defaults: 256 sequences, blocks of 16); a block size given is kept.
+#[test]
+fn vllm_on_the_cpu_host_takes_the_cpu_platforms_defaults() {
+    let s = write_temp(
+        "cpu-host-defaults.json",
+        r#"{"version": 1, "engine": {"kind": "vllm", "version": "0.32.0", "max_model_len": 2048},
+            "model": "qwen2.5-3b-instruct", "hardware": "cpu-host",
+            "workload": {"dataset_name": "random", "random_input_len": 64, "random_output_len": 4, "num_prompts": 2,
+                         "ignore_eos": true}}"#,
+    )
+    .display()
+    .to_string();
+    let (c, out, err) = run(&["explain", &s]);
+    assert_eq!(c, 0, "{err}");
+    assert!(out.contains("max_num_seqs = 128 ") && out.contains("blocks of 128"), "{out}");
+    let (c, out, err) = run(&["explain", &s, "--set", "engine.block_size=32"]);
+    assert_eq!(c, 0, "{err}");
+    assert!(out.contains("blocks of 32") && !out.contains("blocks of 128"), "{out}");
+}

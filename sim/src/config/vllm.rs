@@ -748,10 +748,29 @@ pub(super) fn resolve_vllm(
         2048
     };
     let default_seqs = if big { 1024 } else { 256 };
+    // vLLM's CPU platform (the `cpu-host` card): `get_batch_defaults`' `is_cpu()` branch, the API
+    // server's 2,048 tokens and 128 sequences per rank (0.11.0 `engine/arg_utils.py:1643`, 0.33.0
+    // `:3029`), and a KV block of 128 tokens unless one is given (`CpuPlatform`'s
+    // `check_and_update_config` from 0.11.1, `update_block_size_for_backend` by 0.33; 0.11.0 took
+    // 128 where IPEX is installed, as in vLLM's CPU builds, else 16). Until 2026-12-07 the card
+    // ran the GPU defaults (256 sequences, blocks of 16).
+    let cpu = is_cpu_host(gpu);
+    let world = dep.tensor_parallel_size.max(1);
+    let (default_batched, default_seqs) = if cpu {
+        (2048u32.saturating_mul(world), 128u32.saturating_mul(world))
+    } else {
+        (default_batched, default_seqs)
+    };
     let mut max_num_seqs = positive("engine.max_num_seqs", f.max_num_seqs.unwrap_or(default_seqs))?;
     let mut max_num_batched_tokens =
         positive("engine.max_num_batched_tokens", f.max_num_batched_tokens.unwrap_or(default_batched))?;
-    let block_size = f.block_size.unwrap_or(if version >= VLLM_DEFAULT_BLOCK_64 { 64 } else { 16 });
+    let block_size = f.block_size.unwrap_or(if cpu {
+        128
+    } else if version >= VLLM_DEFAULT_BLOCK_64 {
+        64
+    } else {
+        16
+    });
     // vLLM's `CacheConfig.block_size: BlockSize = Literal[1, 8, 16, 32, 64, 128, 256]`
     // (`--block-size` takes its choices from it): any other size is refused at start-up.
     if version < VLLM_ANY_BLOCK_SIZE && !VLLM_BLOCK_SIZES.contains(&block_size) {
