@@ -2576,3 +2576,27 @@ fn vllm_on_the_cpu_host_takes_the_cpu_platforms_defaults() {
     assert_eq!(c, 0, "{err}");
     assert!(out.contains("blocks of 32") && !out.contains("blocks of 128"), "{out}");
 }
+
+/// SGLang's chunk tier reads the device memory its other tiers read (nvidia-smi's MiB figure):
+/// a card of 59 GiB CUDA total and 61,500 MiB in nvidia-smi is past the 60 GB tier (8,192
+/// tokens under 0.5.10); until 2026-12-07 the chunk tier read the CUDA total (4,096) while the
+/// cuda-graph tier read nvidia-smi's.
+#[test]
+fn sglangs_chunk_tier_reads_nvidia_smis_memory_figure() {
+    let mut card: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string("models/gpu/h100-80gb.json").unwrap()).unwrap();
+    card["id"] = "odd-gpu".into();
+    card["memory_bytes"] = (59u64 << 30).into();
+    card["nvidia_smi_memory_mib"] = 61500.into();
+    let s = write_temp(
+        "odd-gpu.json",
+        &format!(
+            r#"{{"version": 1, "engine": {{"kind": "sglang", "version": "0.5.10"}}, "model": "llama-3.1-8b-instruct",
+                "hardware": {card}, "workload": {{"dataset_name": "random", "random_input_len": 64,
+                "random_output_len": 4, "num_prompts": 2, "ignore_eos": true}}}}"#
+        ),
+    );
+    let (c, out, err) = run(&["explain", &s.display().to_string()]);
+    assert_eq!(c, 0, "{err}");
+    assert!(out.contains("chunked_prefill_size = 8,192 tokens"), "{out}");
+}

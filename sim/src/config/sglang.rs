@@ -222,7 +222,10 @@ pub(super) fn resolve_sglang(
             ),
         ));
     }
-    let mem_gib = gpu.memory_gib();
+    // The device memory SGLang's tiers compare (`get_device_memory_capacity`: nvidia-smi's MiB
+    // figure), as the cuda-graph and memory-fraction tiers read it (`memory.rs`); the chunk tier
+    // read CUDA's total until 2026-12-07 (no shipped card falls between the two at a boundary).
+    let mem_gib = super::memory::sglang_gpu_mem_mib(gpu) / 1024.0;
     // 0.5.3's `_handle_gpu_memory_settings` moved 35–60 GB cards to 4,096 (0.4.10–0.5.2: 8,192).
     let new_defaults = version >= SGLANG_GPU_MEMORY_SETTINGS;
     // `chunked_prefill_size` by GPU memory (server_args).
