@@ -532,13 +532,21 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
     // (a value the scenario rejects later in the grid is listed as invalid, not an error).
     // (With the command line's pins beside it, as every configuration has them: a knob alone
     // would move a pool the command line pinned as if a log had printed it.)
-    for (p, v) in &knobs {
+    // The knobs' first values are tried together first: linked knobs (a GPU count with its TP
+    // size, ignore_eos with an output_len_dist) resolve only together, and each alone was
+    // refused with advice to set the other, which the command line did (an audit, 2026-12-07).
+    // Where together they fail, a knob that resolves alone names a field and its value is
+    // judged with the grid's (listed as invalid); one that fails alone too is the error.
+    let resolves = |knob_sets: Vec<String>| {
         let mut r = base.clone();
         let mut sets = user_pins.clone();
-        sets.push(format!("{p}={}", v[0]));
-        load::apply_overrides_quietly(&mut r, &sets, None)
-            .and_then(|_| load::resolve(&r))
-            .map_err(|e| format!("--vary {p}: {e}"))?;
+        sets.extend(knob_sets);
+        load::apply_overrides_quietly(&mut r, &sets, None).and_then(|_| load::resolve(&r)).map(|_| ())
+    };
+    if resolves(knobs.iter().map(|(p, v)| format!("{p}={}", v[0])).collect()).is_err() {
+        for (p, v) in &knobs {
+            resolves(vec![format!("{p}={}", v[0])]).map_err(|e| format!("--vary {p}: {e}"))?;
+        }
     }
     let probe = PointReport::of(
         &base_spec,

@@ -2600,3 +2600,28 @@ fn sglangs_chunk_tier_reads_nvidia_smis_memory_figure() {
     assert_eq!(c, 0, "{err}");
     assert!(out.contains("chunked_prefill_size = 8,192 tokens"), "{out}");
 }
+
+/// Linked knobs varied together are tried together: a GPU count of 2 with a TP size of 2
+/// resolves only as a pair, and tune refused it, advising to set the TP size the other --vary
+/// set (an audit, 2026-12-07). An unknown path is still an error.
+#[test]
+fn tune_tries_linked_knobs_first_values_together() {
+    let s = "scenarios/kv-starved-qwen2.5-7b-a100-vllm.json";
+    let (c, out, err) = run(&[
+        "tune",
+        s,
+        "--vary",
+        r#"hardware={"gpu":"a100-80gb","count":2}"#,
+        "--vary",
+        "engine.tensor_parallel_size=2",
+        "--slo",
+        "p99_ttft_ms<=100000",
+        "--set",
+        "workload.num_prompts=20",
+    ]);
+    assert_eq!(c, 0, "{err}");
+    assert!(out.contains("(1 simulated"), "{out}");
+    let (c, _, err) = run(&["tune", s, "--vary", "engine.no_such_field=1,2", "--slo", "p99_ttft_ms<=100000"]);
+    assert_eq!(c, 2);
+    assert!(err.contains("--vary engine.no_such_field"), "{err}");
+}
