@@ -587,7 +587,9 @@ fn check_candidates(c: &Candidates, file: &str) -> Result<(), String> {
             // Costs are compared in millionths (`cost_micros`): a price finer than that would tie
             // plans whose costs differ (1e-7 and 3e-7 a GPU-hour both compared as 0, and the dearer
             // plan was called the cheapest; an audit, 2026-12-07).
-            Some(p) if ((p * 1e6) - (p * 1e6).round()).abs() > 1e-6 * (p * 1e6).max(1.0) => {
+            // (A 7th decimal moves p × 1e6 by 0.1 at least; the float product of a price given to
+            // six decimals is within 2.3e-4 of its integer up to 1e6 a GPU-hour.)
+            Some(p) if ((p * 1e6) - (p * 1e6).round()).abs() > 1e-3 => {
                 return Err(format!(
                     "{file}: prices_per_gpu_hour.{g}: {p} has more than six decimal places; plans are compared to \
                      the millionth of a price unit: give the price to six decimals at most (or in a smaller unit)"

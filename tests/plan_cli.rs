@@ -495,8 +495,16 @@ fn plan_prints_a_broken_slos_value_past_its_bound() {
 /// costs compared as 0, and 3 A100s were called the cheapest beside 1 at a third of the price.
 #[test]
 fn plan_refuses_a_price_finer_than_it_compares() {
-    for (price, ok) in [("0.0000001", false), ("0.1234567891", false), ("2.99", true), ("0.000001", true), ("0", true)]
-    {
+    for (price, ok) in [
+        ("0.0000001", false),
+        ("0.1234567891", false),
+        ("2.12345678", false),
+        ("1.00000049", false),
+        ("2.99", true),
+        ("999999.123456", true),
+        ("0.000001", true),
+        ("0", true),
+    ] {
         let cands = write_temp(
             "plan-cli-fine-price.json",
             &format!(r#"{{"prices_per_gpu_hour":{{"h100-80gb":{price}}},"gpus":["h100-80gb"],"replicas":[1]}}"#),
