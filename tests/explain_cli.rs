@@ -440,16 +440,29 @@ fn explain_gives_the_sweep_that_reproduces_its_knee() {
     assert!(sentences(&e).join(" ").contains("recompute after a retraction"), "{e:#}");
     let knee = e["knee"]["max_concurrency"].as_u64().unwrap_or_else(|| panic!("{e:#}"));
     let all = sentences(&e).join(" ");
-    let cmd = all
-        .split("servesim sweep ")
-        .nth(1)
-        .and_then(|t| t.split(" reproduces it").next())
-        .unwrap_or_else(|| panic!("{all}"));
-    let mut args = vec!["sweep", s];
-    args.extend(cmd.split_whitespace());
-    args.push("--json");
-    let v = stdout_json(&run_cli(&args));
-    assert_eq!(v["knee"]["max_concurrency"].as_u64(), Some(knee), "{cmd}: {v:#}");
+    // The command after "the same scenario and --set flags" (and, for an open loop, the rate
+    // lifted), run with the scenario.
+    let reproduce = |s: &str, all: &str, knee: u64| {
+        let cmd = all
+            .split("--set flags")
+            .nth(1)
+            .and_then(|t| t.split(" reproduces it").next())
+            .map(|t| t.trim_start_matches(" and").trim())
+            .unwrap_or_else(|| panic!("{all}"));
+        let mut args = vec!["sweep", s];
+        args.extend(cmd.split_whitespace());
+        args.push("--json");
+        let v = stdout_json(&run_cli(&args));
+        assert_eq!(v["knee"]["max_concurrency"].as_u64(), Some(knee), "{cmd}: {v:#}");
+    };
+    reproduce(s, &all, knee);
+    // An open-loop scenario's knee is a closed loop's: the command lifts the rate (a review,
+    // 2026-12-07: without it the sweep searched no knee).
+    let open = "scenarios/long-prefill-itl-llama3.1-8b-h100-vllm.json";
+    let o = explain(&[open]);
+    let all = sentences(&o).join(" ");
+    assert!(all.contains("--set workload.request_rate=inf --concurrency"), "{all}");
+    reproduce(open, &all, o["knee"]["max_concurrency"].as_u64().unwrap_or_else(|| panic!("{o:#}")));
     // Every point says its prompt count.
     assert!(e["knee"]["sweep"].as_array().unwrap().iter().all(|p| p["num_prompts"].as_u64().unwrap() >= 8), "{e:#}");
 }

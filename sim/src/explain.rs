@@ -609,9 +609,6 @@ fn pct(part: f64, whole: f64) -> f64 {
     }
 }
 
-/// The most requests running at once over `runs` (those whose gauges were measured); `None` if
-/// none was.
-
 /// What each way of growing the KV pool can add to it, largest first, in words: the advice
 /// where the pool binds. Each gain is an upper bound from the memory account (or, without one,
 /// from the GPU's memory less the weights): the fraction's headroom (none where vLLM 0.34 already
@@ -1000,8 +997,16 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
     // In a disaggregated fleet, the wait from the KV's landing to the decode replica first
     // scheduling the request (its decode engine's queue, where a full decode pool or running cap
     // shows) is in the interleaving above: said where it is most of the TTFT.
-    if let Some(w) =
-        point.fleet.as_ref().filter(|f| f.decode_router.is_some()).map(|f| f.mean_kv_landed_to_scheduled_ms)
+    // Only where a decode replica had requests waiting: at light load the same wait is the decode
+    // step already in flight, and nothing binds (a review, 2026-12-07).
+    let decode_queued = point.fleet.as_ref().is_some_and(|f| {
+        f.replicas.iter().any(|r| r.role == crate::config::ReplicaRole::Decode && r.gauges.waiting_peak > 0)
+    });
+    if let Some(w) = point
+        .fleet
+        .as_ref()
+        .filter(|f| f.decode_router.is_some() && decode_queued)
+        .map(|f| f.mean_kv_landed_to_scheduled_ms)
     {
         if w > 0.25 * m.ttft.mean && w > 0.0 {
             why.push(format!(
@@ -1046,9 +1051,15 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
     let what_if_clears_it = what_if_ran && matches!((knee, wider_knee), (Some(k), Some(Some(w))) if w <= k);
     match knee {
         Some(k) => why.push(format!(
-            "The throughput knee{closed} is at concurrency {k}: past it, added concurrency no longer comes back as throughput (under a tenth of it does, or less than 2% more) and TTFT keeps rising{}. (Its sweep ran {} prompts a concurrency slot at each point, whatever the scenario's prompt count: servesim sweep --concurrency {} --num-prompts {} reproduces it.)",
+            "The throughput knee{closed} is at concurrency {k}: past it, added concurrency no longer comes back as throughput (under a tenth of it does, or less than 2% more) and TTFT keeps rising{}. (Its sweep ran {} prompts a concurrency slot at each point{}, whatever the scenario's prompt count, as a closed loop: servesim sweep with the same scenario and --set flags{} --concurrency {} --num-prompts {} reproduces it.)",
             if !below_limits && !what_if_clears_it && u64::from(k) <= binding_at * 2 { ", close to the limit above" } else { "" },
             EXPLAIN_PROMPTS_PER_SLOT,
+            if sweep.iter().any(|p| p.num_prompts < u64::from(p.max_concurrency) * u64::from(EXPLAIN_PROMPTS_PER_SLOT)) {
+                format!(" (at most {}, or the trace's length)", thousands(u64::from(MAX_EXPLAIN_PROMPTS)))
+            } else {
+                String::new()
+            },
+            if crate::sweep::open_loop(base) { " and --set workload.request_rate=inf" } else { "" },
             sweep.iter().map(|p| p.max_concurrency.to_string()).collect::<Vec<_>>().join(","),
             sweep.iter().map(|p| p.num_prompts.to_string()).collect::<Vec<_>>().join(",")
         )),
