@@ -2503,6 +2503,27 @@ fn engine_flags_without_effect_are_said() {
     );
     let (_, err) = sim(&pd.display().to_string(), &[]);
     assert!(!err.contains("has no effect"), "{err}");
+    // The engines' defaults change nothing wherever given: not said (a review, 2026-12-07).
+    let (_, err) = sim(
+        sgl,
+        &[
+            "engine.num_reserved_decode_tokens=512",
+            "engine.load_balance_method=round_robin",
+            "engine.moe_runner_backend=auto",
+        ],
+    );
+    assert!(!err.contains("has no effect"), "{err}");
+    // Given on a P/D fleet's prefill group only: no decode server reads it.
+    let groups = write_temp(
+        "pd-reserve-groups.json",
+        r#"{"version": 1, "engine": {"kind": "sglang"}, "model": "llama-3.1-8b-instruct", "hardware": "h100-80gb",
+            "fleet": {"replicas": [{"role": "prefill", "engine": {"num_reserved_decode_tokens": 200000}},
+                                   {"role": "decode"}]},
+            "workload": {"dataset_name": "random", "random_input_len": 256, "random_output_len": 8, "num_prompts": 4,
+                         "ignore_eos": true}}"#,
+    );
+    let (_, err) = sim(&groups.display().to_string(), &[]);
+    assert!(err.contains("fleet.replicas[0].engine.num_reserved_decode_tokens has no effect"), "{err}");
     // A fleet of mixed replicas: the router picks, and the flag is said.
     let (_, err) = sim(sgl, &["fleet={\"count\": 2}", "engine.load_balance_method=shortest_queue"]);
     assert!(err.contains("the fleet's router (fleet.router) picks"), "{err}");

@@ -876,20 +876,34 @@ pub fn flags_without_effect(s: &Scenario, spec: &SimSpec) -> Vec<String> {
             .as_ref()
             .is_some_and(|f| f.replicas.iter().any(|g| g.engine.as_ref().and_then(|e| e.get(key)).is_some_and(set)))
     };
-    let in_groups = |key: &str| in_groups_as(key, |v| !v.is_null());
     let fleet = spec.fleet.as_deref();
     let mut out = Vec::new();
-    if s.engine.sglang.num_reserved_decode_tokens.is_some() || in_groups("num_reserved_decode_tokens") {
-        if fleet.and_then(FleetSpec::sglang_decode_reserve).is_none() {
-            out.push(
-                "engine.num_reserved_decode_tokens has no effect: SGLang reads it on a decode server of a \
-                 prefill/decode-disaggregated deployment (--disaggregation-mode decode) only, and this run has none \
-                 (docs/fleets.md)"
-                    .to_string(),
-            );
+    // A value at the engine's own default changes nothing wherever it is given: not said.
+    let reserve_given = |v: &Value| v.as_u64().is_some_and(|n| n != 512);
+    let top_reserve = s.engine.sglang.num_reserved_decode_tokens.is_some_and(|n| n != 512);
+    let reserve_said =
+        "has no effect: SGLang reads it on a decode server of a prefill/decode-disaggregated deployment \
+                        (--disaggregation-mode decode) only";
+    if (top_reserve || in_groups_as("num_reserved_decode_tokens", reserve_given))
+        && fleet.and_then(FleetSpec::sglang_decode_reserve).is_none()
+    {
+        out.push(format!("engine.num_reserved_decode_tokens {reserve_said}, and this run has none (docs/fleets.md)"));
+    } else if let Some(f) = &s.fleet {
+        // A group that is not a decode group: its value is read by no decode server.
+        for (i, g) in f.replicas.iter().enumerate() {
+            let here = g.engine.as_ref().and_then(|e| e.get("num_reserved_decode_tokens")).is_some_and(reserve_given);
+            if here && g.role != Some(ReplicaRole::Decode) {
+                out.push(format!(
+                    "fleet.replicas[{i}].engine.num_reserved_decode_tokens {reserve_said}, and this group's replicas \
+                     are {}",
+                    g.role.map_or("mixed", ReplicaRole::as_str)
+                ));
+            }
         }
     }
-    if s.engine.load_balance_method.is_some() || in_groups("load_balance_method") {
+    if s.engine.load_balance_method.as_deref().is_some_and(|m| m != "round_robin")
+        || in_groups_as("load_balance_method", |v| v.as_str().is_some_and(|m| m != "round_robin"))
+    {
         if fleet.is_none_or(|f| f.kind != FleetKind::DataParallel) {
             let why = if fleet.is_some() {
                 "the fleet's router (fleet.router) picks each request's replica"
@@ -914,8 +928,16 @@ pub fn flags_without_effect(s: &Scenario, spec: &SimSpec) -> Vec<String> {
                 s.engine.sglang.ep_size.is_some_and(|n| n > 1)
                     || in_groups_as("ep_size", |v| v.as_u64().is_some_and(|n| n > 1)),
             ),
-            ("moe_backend", s.engine.vllm.moe_backend.is_some() || in_groups("moe_backend")),
-            ("moe_runner_backend", s.engine.sglang.moe_runner_backend.is_some() || in_groups("moe_runner_backend")),
+            (
+                "moe_backend",
+                s.engine.vllm.moe_backend.as_deref().is_some_and(|b| b != "auto")
+                    || in_groups_as("moe_backend", |v| v.as_str().is_some_and(|b| b != "auto")),
+            ),
+            (
+                "moe_runner_backend",
+                s.engine.sglang.moe_runner_backend.as_deref().is_some_and(|b| b != "auto")
+                    || in_groups_as("moe_runner_backend", |v| v.as_str().is_some_and(|b| b != "auto")),
+            ),
         ];
         for (field, given) in given {
             if given {
