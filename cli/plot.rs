@@ -49,7 +49,19 @@ pub fn check_path(path: &str) -> Result<(), String> {
     if std::path::Path::new(path).is_dir() {
         return Err(format!("--plot {path}: a folder of that name is in the way; give a file name"));
     }
-    Ok(())
+    // That the file can be written there: opened for writing now (a read-only file or folder,
+    // or /proc, failed after the whole run with no report printed; an audit, 2026-12-07). A file
+    // this check creates is removed again; the plot writes it after the run.
+    let existed = std::path::Path::new(path).exists();
+    match std::fs::OpenOptions::new().write(true).create(true).truncate(false).open(path) {
+        Ok(_) => {
+            if !existed {
+                let _ = std::fs::remove_file(path);
+            }
+            Ok(())
+        }
+        Err(e) => Err(format!("--plot {path}: cannot write it: {e}")),
+    }
 }
 
 /// The KV-limited concurrency's line: a colour of its own (not the grid's grey).

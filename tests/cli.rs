@@ -549,6 +549,18 @@ fn plots_are_written_as_svg_with_the_knee_and_the_kv_limit_marked() {
         let err = String::from_utf8_lossy(&o.stderr).into_owned();
         assert!(err.contains("--plot /nonexistent-dir/x.svg: no folder /nonexistent-dir to write it in"), "{err}");
     }
+    // A folder that exists but cannot hold the file (/proc: no new files there) is said before
+    // anything runs too (it failed after the whole run, with no report printed, until 2026-12-07).
+    let o = run_cli(&["sweep", "--concurrency", "1,2", "--plot", "/proc/x.svg"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(o.stdout.is_empty(), "nothing ran");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--plot /proc/x.svg: cannot write it"));
+    // The check leaves no file behind where it made one.
+    let fresh = scratch().join("plot-check-fresh.svg");
+    let _ = std::fs::remove_file(&fresh);
+    let o = run_cli(&["simulate", "--num-prompts", "2", "--plot", fresh.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(std::fs::read_to_string(&fresh).unwrap().contains("<svg"));
 }
 
 /// `sweep`'s list flags name themselves in their errors, with the least value they take (a
