@@ -684,7 +684,9 @@ pub fn check_profile_deployment(spec: &SimSpec, d: &ProfileDeployment) -> Result
 /// per line with the same keys): as `format` says (`workload.trace_format` `csv` or `jsonl`),
 /// else by the file's extension (`.jsonl`, `.json`) or a first `{`.
 pub fn load_trace(path: &Path, format: Option<config::TraceFileFormat>) -> Result<Vec<TraceRow>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    // Without a byte-order mark (a JSONL trace so saved read "not valid JSON" at line 1; the CSV
+    // reader skipped it already).
+    let text = read_text(path)?;
     let name = path.display().to_string();
     let is_jsonl = match format {
         Some(config::TraceFileFormat::Jsonl) => true,

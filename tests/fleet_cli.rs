@@ -1070,3 +1070,23 @@ fn an_unknown_router_lists_only_the_policies_a_scenario_can_name() {
     assert!(err.contains("unknown variant `bogus`") && err.contains("`production_stack`"), "{err}");
     assert!(!err.contains("data_parallel"), "{err}");
 }
+
+/// A JSONL trace saved with a UTF-8 byte-order mark reads as without one, as CSV traces do
+/// (Mooncake's and servesim's own JSONL read "not valid JSON" at line 1 until 2026-12-07).
+#[test]
+fn jsonl_traces_with_a_byte_order_mark_read_as_without() {
+    let sample = std::fs::read_to_string(root().join("data/traces/mooncake_sample.jsonl")).unwrap();
+    let bom = write_temp("mooncake-bom.jsonl", &format!("\u{feff}{sample}"));
+    let s = trace_scenario("fleet-cli-mooncake-bom.json", bom.to_str().unwrap(), "mooncake", "");
+    let r = stdout_json(&run_cli(&["simulate", &s, "--json"]));
+    assert_eq!(r["completed"].as_u64(), Some(40), "{r:#}");
+    let own = write_temp("own-bom.jsonl", "\u{feff}{\"arrival_time\": 0, \"input_len\": 100, \"output_len\": 10}\n");
+    let text = format!(
+        r#"{{"version": 1, "engine": {{"kind": "vllm", "version": "0.33.0"}}, "model": "llama-3.1-8b-instruct",
+            "hardware": "h100-80gb", "workload": {{"dataset_name": "trace", "trace": {:?}, "ignore_eos": true}}}}"#,
+        own.display().to_string()
+    );
+    let s = write_temp("own-bom.json", &text);
+    let r = stdout_json(&run_cli(&["simulate", s.to_str().unwrap(), "--json"]));
+    assert_eq!(r["completed"].as_u64(), Some(1), "{r:#}");
+}

@@ -137,6 +137,8 @@ impl TraceRequest {
 
 /// Parses a Mooncake JSONL trace. Blank lines are skipped.
 pub fn parse_mooncake(text: &str) -> Result<Vec<MooncakeRow>, TraceError> {
+    // A UTF-8 byte-order mark first is not part of the first row (the CSV readers skip it too).
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut rows = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
