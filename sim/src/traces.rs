@@ -399,11 +399,33 @@ fn parse_secs(field: &(String, usize), line: usize, name: &str) -> Result<f64, T
 /// Parses an Azure LLM inference trace (2023 or 2024).
 pub fn parse_azure(text: &str) -> Result<Vec<AzureRow>, TraceError> {
     let csv = Csv { text };
+    // Times without a UTC offset read as UTC: a file that mixes them with offset ones would
+    // place rows hours apart (an audit, 2026-12-07: a +01:00 row landed 3,599 s early), so
+    // every row must be as the first is.
+    let first_zoned: std::cell::Cell<Option<(bool, usize)>> = std::cell::Cell::new(None);
     csv.rows(&["TIMESTAMP", "ContextTokens", "GeneratedTokens"])?
         .into_iter()
         .map(|(line, f)| {
-            let timestamp_ns = parse_datetime(f[0].0.trim())
-                .map_err(|m| err(line, f[0].1, format!("`TIMESTAMP` {:?}: {m}", f[0].0)))?;
+            let t = f[0].0.trim();
+            let timestamp_ns =
+                parse_datetime(t).map_err(|m| err(line, f[0].1, format!("`TIMESTAMP` {:?}: {m}", f[0].0)))?;
+            let zoned = has_utc_offset(t);
+            match first_zoned.get() {
+                None => first_zoned.set(Some((zoned, line))),
+                Some((z, first)) if z != zoned => {
+                    let (this, that) = if zoned { ("gives a", "gives none") } else { ("gives no", "gives one") };
+                    return Err(err(
+                        line,
+                        f[0].1,
+                        format!(
+                            "`TIMESTAMP` {t:?} {this} UTC offset where line {first}'s {that}: a file mixing the two \
+                             is read as UTC where none is given, which places its rows hours apart; give every time \
+                             an offset (or none)"
+                        ),
+                    ));
+                }
+                Some(_) => {}
+            }
             let row = AzureRow {
                 timestamp_ns,
                 context_tokens: parse_u32(&f[1], line, "ContextTokens")?,
@@ -418,6 +440,12 @@ pub fn parse_azure(text: &str) -> Result<Vec<AzureRow>, TraceError> {
             Ok(row)
         })
         .collect()
+}
+
+/// Whether a [`parse_datetime`] time names its zone (`Z` or `±HH:MM` last).
+fn has_utc_offset(s: &str) -> bool {
+    let b = s.as_bytes();
+    s.ends_with('Z') || (b.len() >= 6 && matches!(b[b.len() - 6], b'+' | b'-') && b[b.len() - 3] == b':')
 }
 
 /// `YYYY-MM-DD[ T]HH:MM:SS[.fraction][Z|±HH:MM]` as nanoseconds since the Unix epoch.
@@ -638,6 +666,22 @@ pub fn rate_scale_over(reqs: &mut [TraceRequest], rate: f64, kept: usize) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An Azure trace whose times mix UTC offsets with none is refused at the first row that
+    /// differs from the first (its rows read hours apart until 2026-12-07); all with or all
+    /// without one read.
+    #[test]
+    fn azure_times_with_and_without_an_offset_do_not_mix() {
+        let h = "TIMESTAMP,ContextTokens,GeneratedTokens\n";
+        let e = parse_azure(&format!("{h}2023-11-16 18:15:47,10,2\n2023-11-16 18:15:48+01:00,10,2\n")).unwrap_err();
+        assert!(e.to_string().contains("gives a UTC offset where line 2's gives none"), "{e}");
+        let e = parse_azure(&format!("{h}2023-11-16 18:15:47Z,10,2\n2023-11-16 18:15:48,10,2\n")).unwrap_err();
+        assert!(e.to_string().contains("gives no UTC offset where line 2's gives one"), "{e}");
+        let rows =
+            parse_azure(&format!("{h}2023-11-16 18:15:47+01:00,10,2\n2023-11-16 18:15:48-02:00,10,2\n")).unwrap();
+        assert_eq!(rows[1].timestamp_ns - rows[0].timestamp_ns, 10_801_000_000_000);
+        assert!(parse_azure(&format!("{h}2023-11-16 18:15:47.1,10,2\n2023-11-16 18:15:48,10,2\n")).is_ok());
+    }
 
     #[test]
     fn mooncake_rows_parse_and_share_block_keys() {
