@@ -1408,7 +1408,14 @@ fn request_fields_servesim_does_not_model_are_refused_unless_at_their_defaults()
     }
     // SGLang's native route: a stop string or token in sampling_params alike.
     let g = start_server("scenarios/kv-starved-qwen2.5-7b-a100-sglang.json", &["--time-scale", "20"]);
-    for sp in [r#""stop": ["t1"]"#, r#""stop_token_ids": [5]"#] {
+    // And structured output (a review, 2026-12-07: taken and ignored on /generate).
+    for sp in [
+        r#""stop": ["t1"]"#,
+        r#""stop_token_ids": [5]"#,
+        r#""json_schema": "{\"type\": \"object\"}""#,
+        r#""regex": "[a-z]+""#,
+        r#""ebnf": "root ::= \"a\"""#,
+    ] {
         let r = post(
             &g.url,
             "/generate",

@@ -1318,6 +1318,15 @@ fn parse_generate(body: &[u8], sh: &Shared) -> Result<Generate, Refusal> {
             )));
         }
     }
+    // Structured output (SGLang's grammar backends) constrains which tokens come out and where the
+    // output ends: not modelled, refused unless null (a review, 2026-12-07: taken and ignored).
+    for k in ["json_schema", "regex", "ebnf", "structural_tag"] {
+        if let Some(v) = sget(k) {
+            return Err(Refusal::Unsupported(format!(
+                "sampling_params.{k}: structured output is not modelled by servesim serve (got {v}); leave it out or null"
+            )));
+        }
+    }
     let given_max = int("max_new_tokens")?;
     let EngineSpec::Sglang(cfg) = &sh.spec.engine else {
         return Err(Refusal::Unsupported("/generate is SGLang's route".into()));
