@@ -288,7 +288,8 @@ pub fn resolve(raw: &RawScenario) -> Result<(Scenario, SimSpec), String> {
     }
     if scenario.workload.trace.is_some() && scenario.workload.request_rate.is_some_and(|r| r.0.is_some()) {
         warn_once(format!(
-            "{origin}: workload.request_rate is ignored: the trace's arrival times say when requests are sent"
+            "{origin}: workload.request_rate (--request-rate) is ignored: the trace's arrival times say when requests \
+             are sent; to replay them at another mean rate, set workload.trace_rate (as plan's --request-rate does)"
         ));
     }
     warn_burstiness_without_rate(origin, &scenario.workload);

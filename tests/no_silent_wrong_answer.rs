@@ -241,7 +241,11 @@ fn overflows_stop_with_a_reason_and_ignored_fields_are_not_reported_as_used() {
     let (c, out, err) =
         run(&["simulate", "validation/llmd-exp0/scenario-1.json", "--set", "workload.request_rate=1000"]);
     assert_eq!(c, 0, "{err}");
-    assert!(err.contains("request_rate is ignored"), "{err}");
+    // Naming the flag, and the field that does rescale a trace (it named neither until 2026-12-07).
+    assert!(
+        err.contains("workload.request_rate (--request-rate) is ignored") && err.contains("workload.trace_rate"),
+        "{err}"
+    );
     assert!(!out.contains("1000.00"), "{out}");
     assert!(out.contains("Request rate configured (RPS):           trace"), "{out}");
 
