@@ -300,10 +300,13 @@ pub(super) fn check_dp_flags(e: &EngineSection, kind: EngineKind, path: &str) ->
 /// any deployment a what-if is about.
 pub const MAX_REPLICAS: u32 = 4096;
 
+/// SGLang's default `--load-balance-method`.
+const SGLANG_DEFAULT_LOAD_BALANCE_METHOD: &str = "round_robin";
+
 /// SGLang's `--load-balance-method` of `e` (round-robin when unset); `path` names the section.
 fn load_balance_method(e: &EngineSection, path: &str) -> Result<crate::fleet::dp::LoadBalanceMethod> {
     use crate::fleet::dp::LoadBalanceMethod as M;
-    match e.load_balance_method.as_deref().unwrap_or("round_robin") {
+    match e.load_balance_method.as_deref().unwrap_or(SGLANG_DEFAULT_LOAD_BALANCE_METHOD) {
         "round_robin" => Ok(M::RoundRobin),
         "shortest_queue" => Ok(M::ShortestQueue),
         other => Err(ConfigError::new(
@@ -879,8 +882,9 @@ pub fn flags_without_effect(s: &Scenario, spec: &SimSpec) -> Vec<String> {
     let fleet = spec.fleet.as_deref();
     let mut out = Vec::new();
     // A value at the engine's own default changes nothing wherever it is given: not said.
-    let reserve_given = |v: &Value| v.as_u64().is_some_and(|n| n != 512);
-    let top_reserve = s.engine.sglang.num_reserved_decode_tokens.is_some_and(|n| n != 512);
+    use super::sglang::SGLANG_NUM_RESERVED_DECODE_TOKENS as RESERVE;
+    let reserve_given = |v: &Value| v.as_u64().is_some_and(|n| n != u64::from(RESERVE));
+    let top_reserve = s.engine.sglang.num_reserved_decode_tokens.is_some_and(|n| n != RESERVE);
     let reserve_said =
         "has no effect: SGLang reads it on a decode server of a prefill/decode-disaggregated deployment \
                         (--disaggregation-mode decode) only";
@@ -901,8 +905,9 @@ pub fn flags_without_effect(s: &Scenario, spec: &SimSpec) -> Vec<String> {
             }
         }
     }
-    if s.engine.load_balance_method.as_deref().is_some_and(|m| m != "round_robin")
-        || in_groups_as("load_balance_method", |v| v.as_str().is_some_and(|m| m != "round_robin"))
+    const LB: &str = SGLANG_DEFAULT_LOAD_BALANCE_METHOD;
+    if s.engine.load_balance_method.as_deref().is_some_and(|m| m != LB)
+        || in_groups_as("load_balance_method", |v| v.as_str().is_some_and(|m| m != LB))
     {
         if fleet.is_none_or(|f| f.kind != FleetKind::DataParallel) {
             let why = if fleet.is_some() {

@@ -83,6 +83,9 @@ engine_flags! {
     }
 }
 
+/// SGLang's default `--num-reserved-decode-tokens` (`ServerArgs`, 0.4.10–0.5.23).
+pub const SGLANG_NUM_RESERVED_DECODE_TOKENS: u32 = 512;
+
 /// The values of SGLang's `--moe-runner-backend` (0.5.23's list, `lora_*` aside).
 pub const SGLANG_MOE_RUNNER_BACKENDS: [&str; 19] = [
     "auto",
@@ -502,7 +505,7 @@ pub(super) fn resolve_sglang(
         forgone_cuda_graph_max_bs,
         seed: f.random_seed.unwrap_or(seed),
         req_pool_size: pool.max(max_running_requests),
-        num_reserved_decode_tokens: f.num_reserved_decode_tokens.unwrap_or(512),
+        num_reserved_decode_tokens: f.num_reserved_decode_tokens.unwrap_or(SGLANG_NUM_RESERVED_DECODE_TOKENS),
     };
     Ok((EngineSpec::Sglang(cfg), sizing))
 }
