@@ -1324,6 +1324,54 @@ pub fn unjudged_gpu(spec: &SimSpec) -> Option<Caveat> {
     })
 }
 
+/// [`Caveat::id`] of [`linear_prior`].
+pub const LINEAR_PRIOR: &str = "linear_prior";
+
+/// A run whose steps the linear roofline prior times with nothing fitted: a card that opts out
+/// of measured kernels (`kernel_tables: "none"`, the `cpu-host` card of the CPU test bed) or a
+/// scenario's `cost.prior`, with no profile and no inline step coefficient. That prior puts fixed
+/// efficiencies against the card's peak figures; on the validation corpus's GPUs it misses by
+/// more than the measured kernels (VALIDATION.md §5, "Every group now, against the linear
+/// roofline prior": `servesim validate --set 'cost.prior={}'`), and on the `cpu-host` card,
+/// whose figures are orders of magnitude rather than a datasheet's (its `notes`: "Do not use it
+/// for predictions without a fitted profile"), nothing bounds it. Until 2026-12-07 such a run
+/// printed its figures with no word (the cpu-host audit). A fleet: each replica so timed.
+pub fn linear_prior(spec: &SimSpec) -> Option<Caveat> {
+    let linear = |c: &crate::cost::CostModel| {
+        c.composed.is_none() && c.sources[..6].iter().all(|s| *s == crate::cost::CoefficientSource::Prior)
+    };
+    let mut gpus: Vec<&str> = match &spec.fleet {
+        Some(f) => f.replicas.iter().filter(|r| linear(&r.cost)).map(|r| r.gpu.as_str()).collect(),
+        None if linear(&spec.cost) => vec![spec.gpu.id.as_str()],
+        None => Vec::new(),
+    };
+    gpus.sort_unstable();
+    gpus.dedup();
+    if gpus.is_empty() {
+        return None;
+    }
+    let cpu = gpus.iter().any(|g| *g == "cpu-host");
+    let cpu_note = if cpu {
+        " The cpu-host card's figures are orders of magnitude for the CPU test bed, not a datasheet's: nothing \
+         bounds how far its steps are from a real CPU engine's. Its card says to use it only with a fitted profile \
+         (servesim calibrate against the live server, then --profile)."
+    } else {
+        ""
+    };
+    Some(Caveat {
+        id: LINEAR_PRIOR,
+        message: format!(
+            "the steps on {} are timed by the linear roofline prior (fixed efficiencies against the card's peak \
+             FLOPs and bandwidth: the card's kernel_tables \"none\", or the scenario's cost.prior), with nothing \
+             fitted: on the validation corpus's GPUs that prior misses by more than the measured kernels do \
+             (VALIDATION.md section 5, servesim validate --set 'cost.prior={{}}').{cpu_note} Read the figures as \
+             a starting point for calibration, not a prediction.",
+            gpus.join(", ")
+        ),
+        desynchronised_mean_ttft_ms: None,
+    })
+}
+
 /// [`Caveat::id`] of [`moe_timing`].
 pub const MOE_TIMING: &str = "moe_timing";
 
@@ -1467,6 +1515,7 @@ pub fn caveats(spec: &SimSpec, workload: &crate::workload::Workload) -> Vec<Cave
         .chain(moe_default_config(spec))
         .chain(unjudged_model(spec))
         .chain(unjudged_gpu(spec))
+        .chain(linear_prior(spec))
         .chain(sglang_overlap_off(spec))
         .collect()
 }
@@ -2223,6 +2272,42 @@ mod tests {
         assert_eq!(unjudged(&pro), None);
         // Both lists hold pairs once, in order.
         assert!(JUDGED_GPU_ENGINES.windows(2).all(|w| (w[0].0, w[0].1.as_str()) != (w[1].0, w[1].1.as_str())));
+    }
+
+    /// The linear roofline prior timing every step with nothing fitted is said: the `cpu-host`
+    /// card (its figures orders of magnitude) and a scenario's `cost.prior`; not the measured
+    /// kernels, not a run whose step coefficients are given inline or fitted.
+    #[test]
+    fn the_linear_prior_is_said_where_it_times_the_steps_unfitted() {
+        let said = |spec: &SimSpec| linear_prior(spec).map(|c| c.message);
+        assert_eq!(said(&spec_with("rtx5090-qwen2.5-7b-vllm", &[])), None, "measured kernels time the default");
+        let cpu = spec_with(
+            "rtx5090-qwen2.5-7b-vllm",
+            &[
+                ("hardware", "gpu", "cpu-host".into()),
+                ("hardware", "host", "linux".into()),
+                ("engine", "kv_cache_tokens", 65536.into()),
+            ],
+        );
+        let m = said(&cpu).expect("the cpu-host card's steps are the linear prior's");
+        assert!(m.contains("the steps on cpu-host are timed by the linear roofline prior"), "{m}");
+        assert!(m.contains("orders of magnitude") && m.contains("servesim calibrate"), "{m}");
+        let prior = spec_with("rtx5090-qwen2.5-7b-vllm", &[("cost", "prior", serde_json::json!({}))]);
+        let m = said(&prior).expect("cost.prior selects the linear prior");
+        assert!(m.contains("on rtx-5090") && !m.contains("orders of magnitude"), "{m}");
+        // Every step coefficient given inline: the scenario's model, not the prior's.
+        let coefficients = serde_json::json!({"step_us": 1000, "per_seq_us": 4, "prefill_token_us": 30,
+            "decode_token_us": 100, "prefill_attention_us": 0.001, "decode_kv_us": 0.5});
+        let inline = spec_with(
+            "rtx5090-qwen2.5-7b-vllm",
+            &[
+                ("hardware", "gpu", "cpu-host".into()),
+                ("hardware", "host", "linux".into()),
+                ("engine", "kv_cache_tokens", 65536.into()),
+                ("cost", "coefficients", coefficients),
+            ],
+        );
+        assert_eq!(said(&inline), None);
     }
 
     /// Tensor parallelism over PCIe on the custom all-reduce says that its all-reduces are one
