@@ -2594,12 +2594,87 @@ fn vllm_on_the_cpu_host_takes_the_cpu_platforms_defaults() {
     )
     .display()
     .to_string();
-    let (c, out, err) = run(&["explain", &s]);
+    let pin = ["--set", "engine.kv_cache_tokens=116480"];
+    let (c, out, err) = run(&[&["explain", &s][..], &pin].concat());
     assert_eq!(c, 0, "{err}");
     assert!(out.contains("max_num_seqs = 128 ") && out.contains("blocks of 128"), "{out}");
-    let (c, out, err) = run(&["explain", &s, "--set", "engine.block_size=32"]);
+    let (c, out, err) = run(&[&["explain", &s, "--set", "engine.block_size=32"][..], &pin].concat());
     assert_eq!(c, 0, "{err}");
     assert!(out.contains("blocks of 32") && !out.contains("blocks of 128"), "{out}");
+}
+
+/// The CPU backends on the `cpu-host` card size their KV pools from the host's state (vLLM:
+/// `VLLM_CPU_KVCACHE_SPACE`, else 4 GiB in 0.11, half the host's memory in 0.14–0.19, the
+/// memory fraction less the worker's resident memory from 0.20; SGLang: its fraction of the
+/// memory free at start), not from a GPU's memory account: an unpinned pool is refused naming
+/// the pin and, for vLLM, giving the 4 GiB pool (910 blocks of 128 for Qwen2.5-3B: 4 GiB over
+/// 36 layers × 2 × 2 KV heads × 128 × 2 bytes × 128 tokens). Also refused there: TP 2 (one
+/// NUMA node), an fp8 KV cache before vLLM 0.21. `explain` runs with no CUDA graphs and
+/// advises neither TP nor fp8 KV where the backend cannot run it. Until 2026-12-07 the pool
+/// was derived as on a 24 GiB GPU (CUDA graphs, a CUDA context) and TP 2 as two such GPUs.
+#[test]
+fn the_cpu_hosts_pools_are_pinned_not_derived_as_a_gpus() {
+    let s = write_temp(
+        "cpu-host-pools.json",
+        r#"{"version": 1, "engine": {"kind": "vllm", "version": "0.11.0", "max_model_len": 2048},
+            "model": "qwen2.5-3b-instruct", "hardware": "cpu-host",
+            "workload": {"dataset_name": "random", "random_input_len": 1500, "random_output_len": 400, "num_prompts": 2,
+                         "ignore_eos": true}}"#,
+    )
+    .display()
+    .to_string();
+    let (c, _, err) = run(&["simulate", &s]);
+    assert_eq!(c, 2, "{err}");
+    assert!(
+        err.contains("engine.kv_cache_tokens: not given on the cpu-host card")
+            && err.contains("a fixed 4 GiB")
+            && err.contains("910 blocks of 128 tokens")
+            && err.contains("engine.kv_cache_tokens=116480"),
+        "{err}"
+    );
+    for (v, rule) in [("0.14.1", "half the host's memory"), ("0.32.0", "resident memory")] {
+        let (c, _, err) = run(&["simulate", &s, "--set", &format!("engine.version={v}")]);
+        assert!(c == 2 && err.contains(rule), "{v}: {err}");
+    }
+    let pin = "engine.kv_cache_tokens=116480";
+    let (c, out, err) = run(&["explain", &s, "--set", pin]);
+    assert_eq!(c, 0, "{err}");
+    assert!(out.contains("CUDA graphs off"), "{out}");
+    assert!(!out.contains("TP 2") && !out.contains("kv_cache_dtype=fp8"), "{out}");
+    let (c, _, err) = run(&["simulate", &s, "--set", pin, "--set", "engine.tensor_parallel_size=2"]);
+    assert!(c == 2 && err.contains("engine.tensor_parallel_size: 2 on the cpu-host card"), "{err}");
+    let (c, _, err) = run(&["simulate", &s, "--set", pin, "--set", "engine.kv_cache_dtype=fp8"]);
+    assert!(c == 2 && err.contains("engine.kv_cache_dtype: an fp8 KV cache on vLLM 0.11.0's CPU backend"), "{err}");
+    let (c, _, err) =
+        run(&["simulate", &s, "--set", pin, "--set", "engine.kv_cache_dtype=fp8", "--set", "engine.version=0.21.0"]);
+    assert_eq!(c, 0, "from 0.21 the CPU attention runs fp8: {err}");
+    // SGLang: its fraction of the host's free memory at start.
+    let sgl = ["--set", "engine={\"kind\": \"sglang\", \"version\": \"0.5.6\", \"context_length\": 2048}"];
+    let (c, _, err) = run(&[&["simulate", &s][..], &sgl].concat());
+    assert!(
+        c == 2
+            && err.contains("engine.max_total_num_tokens: not given on the cpu-host card")
+            && err.contains("free memory"),
+        "{err}"
+    );
+    let (c, _, err) = run(&[&["simulate", &s][..], &sgl, &["--set", "engine.max_total_tokens=65536"]].concat());
+    assert_eq!(c, 0, "the test bed's bound binds: {err}");
+    let (c, out, err) = run(&[&["explain", &s][..], &sgl, &["--set", "engine.max_total_num_tokens=65536"]].concat());
+    assert_eq!(c, 0, "{err}");
+    assert!(!out.contains("TP 2") && !out.contains("kv_cache_dtype=fp8"), "{out}");
+}
+
+/// `explain`'s advice names each engine's own fp8 KV cache value: SGLang's `fp8_e4m3`, which
+/// its run takes, not vLLM's `fp8`, which SGLang refuses (until 2026-12-07 the advice named a
+/// value its own run refused).
+#[test]
+fn explains_fp8_kv_advice_names_the_engines_own_value() {
+    let (c, out, err) = run(&["explain", "scenarios/rtx5090-qwen2.5-7b-sglang.json"]);
+    assert_eq!(c, 0, "{err}");
+    assert!(out.contains("--set engine.kv_cache_dtype=fp8_e4m3") && !out.contains("kv_cache_dtype=fp8:"), "{out}");
+    let (c, _, err) =
+        run(&["simulate", "scenarios/rtx5090-qwen2.5-7b-sglang.json", "--set", "engine.kv_cache_dtype=fp8_e4m3"]);
+    assert_eq!(c, 0, "the advised value runs: {err}");
 }
 
 /// SGLang's chunk tier reads the device memory its other tiers read (nvidia-smi's MiB figure):

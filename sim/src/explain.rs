@@ -712,11 +712,26 @@ fn pool_advice(base: &SimSpec, limit: &KvLimit, running_knob: &str) -> String {
         }
         _ => {}
     }
-    if d.kv_dtype_bytes >= 2 {
+    // On the CPU test bed's card: vLLM's CPU attention runs an fp8 KV cache from 0.21 (refused
+    // before); SGLang's CPU backends were not read for it; TP is refused there
+    // (`config::cpu_host_deployment`).
+    let cpu = crate::config::is_cpu_host(&base.gpu);
+    let fp8_kv_runs = !cpu
+        || match &base.engine {
+            crate::config::EngineSpec::Vllm(v) => v.version >= crate::config::VLLM_CPU_FP8_KV_CACHE,
+            crate::config::EngineSpec::Sglang(_) => false,
+        };
+    if d.kv_dtype_bytes >= 2 && fp8_kv_runs {
         let f = f64::from(d.kv_dtype_bytes);
         ways.push((
             f,
-            format!("an fp8 KV cache (--set engine.kv_cache_dtype=fp8: {} the tokens in the same memory)", times(f)),
+            // Each engine's own name: SGLang refuses vLLM's `fp8` (the SGLang audit of 2026-12-07:
+            // the advice named a value its own run refused).
+            format!(
+                "an fp8 KV cache (--set engine.kv_cache_dtype={}: {} the tokens in the same memory)",
+                if sglang { "fp8_e4m3" } else { "fp8" },
+                times(f)
+            ),
         ));
     }
     {
@@ -724,7 +739,7 @@ fn pool_advice(base: &SimSpec, limit: &KvLimit, running_knob: &str) -> String {
         let per2 = base.model.kv_bytes_per_token_per_gpu(tp2, d.kv_dtype_bytes).max(1);
         let freed = weights.saturating_sub(base.model.weight_bytes_per_gpu(tp2, d.linear_weight_bytes));
         let f = (pool_bytes + freed) as f64 / per2 as f64 / pool_tokens as f64;
-        if f > 1.0 {
+        if f > 1.0 && !cpu {
             ways.push((
                 f,
                 format!(

@@ -84,6 +84,32 @@ pub use fleet::{
 };
 pub use memory::*;
 pub(crate) use vllm::is_cpu_host;
+
+/// A deployment on the `cpu-host` card (the CPU test bed) as the engines' CPU backends run it:
+/// no CUDA graphs (vLLM's `CpuPlatform` empties the capture sizes in every release read,
+/// 0.11.0–0.34.0; SGLang's CPU backends, `torch_native` with `--disable-cuda-graph` on the test
+/// bed, capture none), and one tensor-parallel rank: both backends bind a rank to a NUMA node
+/// (vLLM's `CPUWorker`, SGLang's `numa_utils` refusing more ranks than nodes), and the card is one
+/// host of one node, whose memory the ranks would share: TP on it is refused, not modelled as
+/// two GPUs of the card's memory each (until 2026-12-07 it was, and `explain` advised it).
+pub(crate) fn cpu_host_deployment(mut d: Deployment, gpu: &GpuCard, kind: EngineKind) -> Result<Deployment> {
+    if !is_cpu_host(gpu) {
+        return Ok(d);
+    }
+    if d.tensor_parallel_size > 1 {
+        let field = if kind == EngineKind::Sglang { "engine.tp_size" } else { "engine.tensor_parallel_size" };
+        return Err(ConfigError::new(
+            field,
+            format!(
+                "{} on the cpu-host card: the engines' CPU backends run one rank per NUMA node and the card is one host of \
+                 one node, whose memory ranks would share: not modelled (use 1)",
+                d.tensor_parallel_size
+            ),
+        ));
+    }
+    d.cuda_graphs = false;
+    Ok(d)
+}
 /// The fitted memory constants, by name.
 pub mod memory_constants {
     pub use super::memory::{
@@ -109,7 +135,7 @@ pub use sglang::{sglang_layer_small_kernels, SglangFlags};
 use vllm::resolve_vllm;
 pub use vllm::{
     vllm_allreduce_rms_fusion_max_tokens, vllm_moe_config_at, vllm_moe_tuned_config, TunedMoeConfig, VllmFlags,
-    VLLM_MOE_NEW_DEFAULT_CONFIG,
+    VLLM_CPU_FP8_KV_CACHE, VLLM_MOE_NEW_DEFAULT_CONFIG,
 };
 
 /// The largest KV pool a scenario may give, tokens (2^28). A bound, not a model: the block
@@ -898,7 +924,7 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
         s.engine.kind.ok_or_else(|| ConfigError::new("engine.kind", "missing; expected \"vllm\" or \"sglang\""))?;
     s.engine.check_flags_of(kind)?;
     fleet::check_dp_flags(&s.engine, kind, "engine")?;
-    let deployment = resolve_deployment(&s.engine, kind, &model, hardware_count)?;
+    let deployment = cpu_host_deployment(resolve_deployment(&s.engine, kind, &model, hardware_count)?, &gpu, kind)?;
     // `vllm bench serve` from 0.11.1 sends ignore_eos with every request of the random
     // dataset, whatever its flag says (vLLM PR #28227): unset, it is true; false cannot be
     // what that client ran.

