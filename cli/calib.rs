@@ -543,6 +543,11 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
                 ));
             }
             stated_deployment_differs(&r.stated, &spec).map_err(|e| format!("{}#{k}: {e}", f.display()))?;
+            for w in
+                calib::results::check_against_scenario(&r, &spec).map_err(|e| format!("{}#{k}: {e}", f.display()))?
+            {
+                crate::load::warn_once(format!("{}#{k}: {w}", f.display()));
+            }
             // The prompts the result measured must be the scenario's: every metric moves with
             // their length, and a fit would take the difference for the engine's speed.
             let generated = sim::workload::generate(&spec.workload);

@@ -7,6 +7,7 @@ mod common;
 
 mod bad_input;
 mod calibration;
+mod calibration_results_checks;
 mod cli;
 mod determinism;
 mod explain_cli;

@@ -24,6 +24,23 @@ pub struct ResultPoint {
     pub replayed_trace: bool,
     /// What the file says it ran on, where it says.
     pub stated: StatedDeployment,
+    /// The file has no `max_concurrency` key at all (not `null`, which says no limit): the point
+    /// runs at the scenario's, said by [`check_against_scenario`].
+    pub max_concurrency_absent: bool,
+    /// The client's `backend` (`vllm bench serve --backend`, `sglang.bench_serving --backend`),
+    /// where the file says it.
+    pub backend: Option<String>,
+    /// The prompt and output lengths the client was set to (`random_input_len`,
+    /// `random_output_len`, which `sglang.bench_serving` writes), with its `dataset_name`.
+    pub stated_lengths: StatedLengths,
+}
+
+/// The random dataset's settings a result file states (`sglang.bench_serving` writes them).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StatedLengths {
+    pub dataset_name: Option<String>,
+    pub random_input_len: Option<u64>,
+    pub random_output_len: Option<u64>,
 }
 
 /// The deployment a results file states: `vllm bench serve` writes the served `model_id`;
@@ -42,7 +59,9 @@ impl StatedDeployment {
     fn of(m: &Map<String, Value>) -> StatedDeployment {
         let s = |k: &str| m.get(k).and_then(Value::as_str).map(str::to_string);
         StatedDeployment {
-            engine: s("engine"),
+            // `vllm bench serve --metadata engine=vLLM` writes the name as typed: an engine's
+            // name is one word whatever its case (it was refused as another engine than vllm).
+            engine: s("engine").map(|e| e.to_ascii_lowercase()),
             engine_version: s("engine_version"),
             model_id: s("model_id"),
             hardware: s("hardware"),
@@ -80,6 +99,8 @@ impl Metrics for ResultPoint {
 /// The load points of a results file's text (`name` names it in errors).
 pub fn parse_results(text: &str, name: &str) -> Result<Vec<ResultPoint>, String> {
     let mut out = Vec::new();
+    // Where each point of `out` is (its file, or file and line).
+    let mut places: Vec<String> = Vec::new();
     // Python's json.dump writes NaN and ±Infinity (a statistic over no values, e.g. the ITL of
     // one-token outputs), which JSON has no word for: read each as null, a metric not given.
     let sanitised = python_non_finite_as_null(text);
@@ -132,7 +153,11 @@ pub fn parse_results(text: &str, name: &str) -> Result<Vec<ResultPoint>, String>
         let failed = match m.get("failed") {
             None | Some(Value::Null) => None,
             Some(Value::Number(n)) if n.as_f64().is_some_and(|v| v >= 0.0 && v.fract() == 0.0) => n.as_f64(),
-            Some(v) => return Err(format!("{at}: failed: expected a whole number of requests, got {v}")),
+            Some(v) => {
+                return Err(format!(
+                    "{at}: failed: expected a whole number of requests of at least 0 (or null), got {v}"
+                ))
+            }
         };
         // vLLM writes `failed` only from 0.11.1: an older file says it by `completed` short of
         // `num_prompts`.
@@ -188,6 +213,13 @@ pub fn parse_results(text: &str, name: &str) -> Result<Vec<ResultPoint>, String>
             requests,
             replayed_trace: m.get("request_rate").and_then(Value::as_str) == Some("trace"),
             stated: StatedDeployment::of(&m),
+            max_concurrency_absent: !m.contains_key("max_concurrency"),
+            backend: m.get("backend").and_then(Value::as_str).map(str::to_string),
+            stated_lengths: StatedLengths {
+                dataset_name: m.get("dataset_name").and_then(Value::as_str).map(str::to_string),
+                random_input_len: m.get("random_input_len").and_then(Value::as_u64),
+                random_output_len: m.get("random_output_len").and_then(Value::as_u64),
+            },
         };
         if !crate::fit::TARGETS.iter().any(|&t| point.metric(t).is_some_and(|v| v.is_finite() && v > 0.0)) {
             return Err(format!(
@@ -195,9 +227,184 @@ pub fn parse_results(text: &str, name: &str) -> Result<Vec<ResultPoint>, String>
                 crate::fit::TARGETS.map(Metric::key).join(", ")
             ));
         }
+        check_throughputs(&m, &at)?;
+        // The peak in flight is a count of this run's requests: more than it sent is another run's.
+        if let (Some(peak), Some((n, k))) = (point.metric(Metric::MaxConcurrentRequests), requests) {
+            if peak > n {
+                return Err(format!(
+                    "{at}: max_concurrent_requests {peak} is above {k} {n}: no more requests can be in flight than \
+                     the run sent; the file mixes runs or mislabels a field"
+                ));
+            }
+        }
+        // The same point twice (a JSONL appended to twice, two runs' lines pasted together) would
+        // weigh it twice and narrow the fit's intervals as if it were two measurements: refused,
+        // as a results file given twice is (`calibrate --from-results`), naming both places. Two
+        // runs at one load whose figures differ are two measurements, and both are fitted.
+        if let Some((first, _)) = out.iter().zip(&places).map(|(p, a)| (a, p)).find(|(_, p)| **p == point) {
+            return Err(format!(
+                "{at}: the same point as {first} (the same load and the same values): a point given twice would be \
+                 fitted as two measurements; give each run once"
+            ));
+        }
+        places.push(at.clone());
         out.push(point);
     }
     Ok(out)
+}
+
+/// A throughput a file gives beside the counts it is computed from must be their quotient:
+/// `vllm bench serve` and `sglang.bench_serving` both write `request_throughput` as
+/// `completed ÷ duration`, `output_throughput` as `total_output_tokens ÷ duration` and (vLLM)
+/// `total_token_throughput` as `(total_input_tokens + total_output_tokens) ÷ duration`, as
+/// servesim does. The room is the three values' printed rounding (half a unit of each one's last
+/// decimal, [`crate::fit::rounding_half_unit`]) and 1e-6 relative; a throughput outside it
+/// belongs to another run or another field (a total token throughput written as the output
+/// throughput, a duration in other units had been fitted): an error naming the point, the keys and
+/// their values.
+fn check_throughputs(m: &Map<String, Value>, at: &str) -> Result<(), String> {
+    let num = |k: &str| m.get(k).and_then(Value::as_f64).filter(|v| v.is_finite() && *v > 0.0);
+    let Some(duration) = num("duration") else { return Ok(()) };
+    let half = crate::fit::rounding_half_unit;
+    let sum = |ks: &[&'static str]| -> Option<(f64, f64)> {
+        ks.iter().try_fold((0.0, 0.0), |(v, h), k| num(k).map(|x| (v + x, h + half(x))))
+    };
+    for (key, counts, what) in [
+        ("request_throughput", &["completed"][..], "completed"),
+        ("output_throughput", &["total_output_tokens"][..], "total_output_tokens"),
+        (
+            "total_token_throughput",
+            &["total_input_tokens", "total_output_tokens"][..],
+            "(total_input_tokens + total_output_tokens)",
+        ),
+    ] {
+        let (Some(given), Some((count, count_half))) = (num(key), sum(counts)) else { continue };
+        let expected = count / duration;
+        let room = half(given) + expected * (count_half / count + half(duration) / duration) + 1e-6 * expected;
+        if (given - expected).abs() > room {
+            let values = counts.iter().map(|k| format!("{k} {}", m[*k])).collect::<Vec<_>>().join(", ");
+            return Err(format!(
+                "{at}: {key} {} is not {what} ÷ duration ({values}, duration {}: {expected:.4}): the file's \
+                 figures are not of one run, or a field is mislabelled (a total token throughput given as the output \
+                 throughput, a duration in other units)",
+                m[key], m["duration"]
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `vllm bench serve --backend` and `sglang.bench_serving --backend` values that name the engine
+/// the client spoke to (each tool's request function for that server), and the engine: a value
+/// not listed (`openai`, `openai-chat`, `openai-audio`, `truss`: an OpenAI-compatible or wrapped
+/// endpoint any engine may serve) says nothing. `sglang` and `sglang-native` are SGLang's own
+/// `/generate`; `sglang-oai` and `sglang-oai-chat` its OpenAI API; `vllm` and `vllm-chat` a vLLM
+/// server (vLLM's `--backend sglang` is the OpenAI API of an SGLang server). The others are
+/// engines servesim does not model.
+const BACKEND_ENGINES: [(&str, &str); 15] = [
+    ("vllm", "vllm"),
+    ("vllm-chat", "vllm"),
+    ("sglang", "sglang"),
+    ("sglang-native", "sglang"),
+    ("sglang-oai", "sglang"),
+    ("sglang-oai-chat", "sglang"),
+    ("lmdeploy", "lmdeploy"),
+    ("lmdeploy-chat", "lmdeploy"),
+    ("trt", "tensorrt-llm"),
+    ("tensorrt-llm", "tensorrt-llm"),
+    ("tgi", "tgi"),
+    ("scalellm", "scalellm"),
+    ("deepspeed-mii", "deepspeed-mii"),
+    ("llama.cpp", "llama.cpp"),
+    ("gserver", "a custom server"),
+];
+
+/// The checks of a point that need the scenario it is fitted with (`spec`: the scenario with the
+/// point's load applied); the warnings to print, or an error naming the field:
+/// * `backend` naming another engine than the scenario's ([`BACKEND_ENGINES`]): refused, as a
+///   stated `engine` is;
+/// * `random_input_len` or `random_output_len` (which `sglang.bench_serving` writes, with
+///   `dataset_name` `random`) other than a random scenario's: refused, as token totals of other
+///   lengths are (the file may give no totals: its lengths had been "cannot be checked");
+/// * no `max_concurrency` key (`vllm bench serve` before its `--max-concurrency`, a hand-made
+///   file): the scenario's limit is assumed, and said (a `null` says no limit and is read so);
+/// * a `max_concurrent_requests` the concurrency limit cannot give: `vllm bench serve` (and
+///   servesim) count the requests in flight at any time within a 1-second bucket, so one slot of
+///   the limit holds in one bucket the request it ends, the one it starts, and every request
+///   wholly inside the second between them: at most 2 + ⌊1000 ÷ shortest E2EL in ms⌋ a slot. The
+///   shortest E2EL is taken at its physical floor (`crate::traps::ttft_floor_ms` of the
+///   scenario's shortest prompt plus its shortest output's decode steps at
+///   `crate::traps::decode_floor_ms`, both at [`crate::traps::FLOOR_MARGIN`] and the lengths
+///   ÷ [`crate::traps::LENGTH_TOLERANCE`], for another draw of the run's lengths), so a peak
+///   above the bound is no measurement of this load: refused naming both keys (a peak of 40 at a
+///   limit of 4 had been fitted).
+pub fn check_against_scenario(r: &ResultPoint, spec: &sim::config::SimSpec) -> Result<Vec<String>, String> {
+    let mut warnings = Vec::new();
+    let engine = spec.engine.kind();
+    if let Some(b) = r.backend.as_deref() {
+        let lower = b.to_ascii_lowercase();
+        if let Some((_, e)) = BACKEND_ENGINES.iter().find(|(k, _)| *k == lower).filter(|(_, e)| *e != engine) {
+            return Err(format!(
+                "backend: {b:?}: the benchmark client spoke to {e}'s endpoint, and the scenario's engine is {engine}: a fit \
+                 would take that engine's speed for this one's; give the scenario of the measured engine"
+            ));
+        }
+    }
+    let w = &spec.workload;
+    if let sim::workload::Dataset::Random { input_len, output_len, .. } = w.dataset {
+        let l = &r.stated_lengths;
+        if l.dataset_name.as_deref().is_none_or(|d| d == "random") {
+            for (k, stated, scenario) in [
+                ("random_input_len", l.random_input_len, input_len),
+                ("random_output_len", l.random_output_len, output_len),
+            ] {
+                if let Some(n) = stated.filter(|n| *n != u64::from(scenario)) {
+                    return Err(format!(
+                        "{k}: the run was set to {n} tokens, the scenario to {scenario}: the scenario is not the measured \
+                         run, and a fit would take the difference for the engine's speed; give its lengths (--set \
+                         workload.{k}={n})"
+                    ));
+                }
+            }
+        }
+    }
+    if r.max_concurrency_absent {
+        let assumed = match w.max_concurrency {
+            Some(c) => format!("the scenario's max_concurrency {c}"),
+            None => "no concurrency limit (the scenario has none)".to_string(),
+        };
+        warnings.push(format!(
+            "max_concurrency: not in the file: {assumed} is assumed (vllm bench serve before --max-concurrency wrote \
+             none and ran without a limit: if this run had none, --set workload.max_concurrency=null)"
+        ));
+    }
+    if let (Some(peak), Some(c)) = (r.metric(Metric::MaxConcurrentRequests), w.max_concurrency) {
+        let reqs = sim::workload::generate(w);
+        let tol = crate::traps::LENGTH_TOLERANCE;
+        let shortest = reqs
+            .requests
+            .iter()
+            .map(|q| {
+                let prompt = (f64::from(q.prompt_len) / tol).floor().max(1.0) as u32;
+                let steps = (f64::from(q.output_len) / tol - 1.0).floor().max(0.0);
+                crate::traps::ttft_floor_ms(spec, prompt) + steps * crate::traps::decode_floor_ms(spec)
+            })
+            .fold(f64::INFINITY, f64::min)
+            * crate::traps::FLOOR_MARGIN;
+        if shortest.is_finite() && shortest > 0.0 {
+            let per_slot = 2.0 + (1000.0 / shortest).floor();
+            let bound = f64::from(c) * per_slot;
+            if peak > bound {
+                return Err(format!(
+                    "max_concurrent_requests {peak} is above what max_concurrency {c} allows, {bound:.0}: a peak counted \
+                     over 1-second buckets holds at most {per_slot:.0} requests a slot where no request can take under \
+                     {shortest:.0} ms (the physical floor of the scenario's shortest request); the file mixes runs or \
+                     the run had another limit (give it: --set workload.max_concurrency=N)"
+                ));
+            }
+        }
+    }
+    Ok(warnings)
 }
 
 /// A published value that is there must be usable: a metric a finite number (or `null`: not
@@ -210,8 +417,24 @@ fn check_fields(m: &Map<String, Value>, at: &str) -> Result<(), String> {
     // as ours (a negative median had been fitted).
     let keys = Metric::ALL.iter().map(|k| (k.key(), k.key())).chain(SGLANG_E2E);
     for (k, ours) in keys {
-        if matches!(k, "request_rate" | "max_concurrency" | "num_prompts" | "completed" | "burstiness") {
+        // `failed` has its own check (a whole number of requests) in `parse_results`.
+        if matches!(k, "request_rate" | "max_concurrency" | "num_prompts" | "completed" | "burstiness" | "failed") {
             continue; // below
+        }
+        // A seed is a label, not a measurement: any that servesim's own `--seed` takes (a u64;
+        // a report of `servesim simulate --seed 4000000000` had been refused as "at most 10^9 a
+        // second").
+        if k == "seed" {
+            match m.get(k) {
+                None | Some(Value::Null) => continue,
+                Some(Value::Number(n)) if n.as_u64().is_some() => continue,
+                Some(v) => {
+                    return Err(format!(
+                        "{at}: seed: expected a whole number from 0 to {} (a seed, as --seed takes), got {v}",
+                        u64::MAX
+                    ))
+                }
+            }
         }
         // A run that completed requests lasted some time and sent and generated tokens (each
         // request at least one of each): a 0 there is no measurement, and a token total of 0
@@ -221,11 +444,14 @@ fn check_fields(m: &Map<String, Value>, at: &str) -> Result<(), String> {
             || matches!(k, "duration" | "total_input_tokens" | "total_output_tokens");
         // No benchmark point lasts a year, nor serves a billion tokens a second: a value past
         // those is a unit slip, and a fit would take it as a measurement.
+        // Each bound in the field's own unit: a time, a token count, a rate, or another count or
+        // ratio of the report (a peak in flight, preemptions, a cache's hit rate).
         let (ceiling, what) = match k {
             "duration" => (3.156e7, "a year (in seconds)"),
             "total_input_tokens" | "total_output_tokens" => (1e15, "10^15 tokens"),
             _ if k.ends_with("_ms") => (3.156e10, "a year"),
-            _ => (1e9, "10^9 a second"),
+            _ if k.ends_with("throughput") || k.ends_with("_per_s") => (1e9, "10^9 a second"),
+            _ => (1e15, "10^15"),
         };
         match m.get(k) {
             None | Some(Value::Null) => {}
@@ -522,7 +748,7 @@ mod tests {
             assert!(!e.contains("a second"), "{e}");
         }
         let p = parse_results(
-            r#"{"output_throughput": 812.5, "completed": 40, "duration": 12.5, "total_input_tokens": 10240, "total_output_tokens": 1280}"#,
+            r#"{"output_throughput": 102.4, "completed": 40, "duration": 12.5, "total_input_tokens": 10240, "total_output_tokens": 1280}"#,
             "r.json",
         )
         .unwrap();
@@ -534,6 +760,120 @@ mod tests {
                 Some((32.0, "total_output_tokens ÷ completed".into()))
             ]
         );
+    }
+}
+
+#[cfg(test)]
+mod consistency_tests {
+    use super::*;
+
+    /// A vLLM-0.11-style point at concurrency 4 (`/tmp/h-calres/base_c4.json`'s figures).
+    fn c4() -> Map<String, Value> {
+        serde_json::from_str(
+            r#"{"backend": "vllm", "duration": 67.22880608, "completed": 40, "num_prompts": 40, "max_concurrency": 4,
+                "total_input_tokens": 163840, "total_output_tokens": 20480, "request_throughput": 0.5949830486711508,
+                "output_throughput": 304.6313209196292, "total_token_throughput": 2741.681888276663,
+                "max_concurrent_requests": 8, "mean_ttft_ms": 569.73411615, "mean_tpot_ms": 12.03448523214286}"#,
+        )
+        .unwrap()
+    }
+
+    fn parse(m: &Map<String, Value>) -> Result<Vec<ResultPoint>, String> {
+        parse_results(&Value::Object(m.clone()).to_string(), "r.json")
+    }
+
+    /// A throughput beside the counts and duration it is computed from must be their quotient
+    /// (a total token throughput written as the output throughput, and a duration ×10, had been
+    /// fitted); the file's own rounding is allowed.
+    #[test]
+    fn a_throughput_that_is_not_its_counts_over_the_duration_is_refused() {
+        parse(&c4()).unwrap();
+        let mut m = c4();
+        m.insert("output_throughput".into(), 2741.681888276663.into());
+        let e = parse(&m).unwrap_err();
+        assert!(
+            e.starts_with("r.json: output_throughput 2741.681888276663 is not total_output_tokens ÷ duration")
+                && e.contains("total_output_tokens 20480")
+                && e.contains("duration 67.22880608"),
+            "{e}"
+        );
+        let mut m = c4();
+        m.insert("duration".into(), 672.2880608.into());
+        let e = parse(&m).unwrap_err();
+        assert!(e.starts_with("r.json: request_throughput 0.5949830486711508 is not completed ÷ duration"), "{e}");
+        let mut m = c4();
+        m.insert("total_token_throughput".into(), 304.6313209196292.into());
+        let e = parse(&m).unwrap_err();
+        assert!(e.starts_with("r.json: total_token_throughput 304.6313209196292 is not (total_input_tokens"), "{e}");
+        // Rounded as a table prints them: within the roundings.
+        let mut m = c4();
+        m.insert("duration".into(), 67.23.into());
+        m.insert("output_throughput".into(), 304.6.into());
+        m.insert("request_throughput".into(), 0.59.into());
+        m.insert("total_token_throughput".into(), 2742.into());
+        parse(&m).unwrap();
+        // Without the duration, or the counts, nothing to check against.
+        let mut m = c4();
+        m.remove("duration");
+        m.insert("output_throughput".into(), 2741.681888276663.into());
+        parse(&m).unwrap();
+    }
+
+    /// The peak in flight cannot exceed the requests sent.
+    #[test]
+    fn a_peak_in_flight_above_the_requests_sent_is_refused() {
+        let mut m = c4();
+        m.insert("max_concurrent_requests".into(), 41.into());
+        let e = parse(&m).unwrap_err();
+        assert!(e.starts_with("r.json: max_concurrent_requests 41 is above completed 40"), "{e}");
+    }
+
+    /// One point twice in a JSONL is refused naming both lines (it had been fitted as two
+    /// measurements, narrowing the intervals); two runs at one load with other figures are read.
+    #[test]
+    fn the_same_point_twice_is_refused_naming_both_lines() {
+        let line = Value::Object(c4()).to_string();
+        let e = parse_results(&format!("{line}\n\n{line}\n"), "s.jsonl").unwrap_err();
+        assert!(e.starts_with("s.jsonl:3: the same point as s.jsonl:1"), "{e}");
+        let mut other = c4();
+        other.insert("mean_ttft_ms".into(), 570.1.into());
+        let two = format!("{line}\n{}\n", Value::Object(other));
+        assert_eq!(parse_results(&two, "s.jsonl").unwrap().len(), 2);
+    }
+
+    /// Each field's bound is said in its own unit: a seed is any that `--seed` takes, a count of
+    /// failed requests is a whole number of requests (both had been "10^9 a second").
+    #[test]
+    fn each_fields_error_says_its_own_unit() {
+        let mut m = c4();
+        m.insert("seed".into(), 4_000_000_000u64.into());
+        parse(&m).unwrap();
+        m.insert("seed".into(), u64::MAX.into());
+        parse(&m).unwrap();
+        for bad in [Value::from(-1), Value::from(1.5), Value::from("7")] {
+            m.insert("seed".into(), bad.clone());
+            let e = parse(&m).unwrap_err();
+            assert!(e.starts_with("r.json: seed: expected a whole number from 0 to") && !e.contains("second"), "{e}");
+        }
+        let mut m = c4();
+        m.insert("failed".into(), "0".into());
+        let e = parse(&m).unwrap_err();
+        assert!(e.starts_with("r.json: failed: expected a whole number of requests") && !e.contains("second"), "{e}");
+        let mut m = c4();
+        m.insert("num_preemptions".into(), 1e16.into());
+        let e = parse(&m).unwrap_err();
+        assert!(e.starts_with("r.json: num_preemptions: expected") && !e.contains("second"), "{e}");
+        let mut m = c4();
+        m.insert("max_output_tokens_per_s".into(), 2e9.into());
+        assert!(parse(&m).unwrap_err().contains("10^9 a second"));
+    }
+
+    /// `--metadata engine=vLLM` states the engine in any case.
+    #[test]
+    fn a_stated_engine_is_read_in_any_case() {
+        let mut m = c4();
+        m.insert("engine".into(), "vLLM".into());
+        assert_eq!(parse(&m).unwrap()[0].stated.engine.as_deref(), Some("vllm"));
     }
 }
 
