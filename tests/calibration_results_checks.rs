@@ -2,6 +2,7 @@
 //! with (`calib::results::check_against_scenario`) and the traps of points whose figures
 //! contradict each other (`calib::traps`).
 
+use calib::fit::{FitPoint, TARGETS};
 use calib::results::parse_results;
 use serde_json::{json, Value};
 
@@ -91,6 +92,61 @@ fn a_peak_in_flight_the_limit_cannot_give_is_refused() {
     let e = calib::results::check_against_scenario(&p(40), &s).unwrap_err();
     assert!(e.starts_with("max_concurrent_requests 40 is above what max_concurrency 4 allows, 8"), "{e}");
     calib::results::check_against_scenario(&p(8), &s).unwrap();
+}
+
+fn fit_point(name: &str, c: u32, values: &[(&str, f64)]) -> FitPoint {
+    let mut measured = vec![None; TARGETS.len()];
+    for (k, v) in values {
+        measured[TARGETS.iter().position(|t| t.key() == *k).unwrap()] = Some(*v);
+    }
+    FitPoint { name: name.into(), spec: scenario("vllm", Some(c), 40), measured, replay: None }
+}
+
+/// A throughput above what the requests in flight can emit at the point's own mean TPOT (a TPOT
+/// in µs at concurrency 4 beside 304.6 tok/s had fitted a step cost 11.6x the prior with no
+/// word): flagged, its decode figures and throughput excluded, its TTFT kept. A physical point
+/// (the same throughput at TPOT 12.03 ms) is not.
+#[test]
+fn a_throughput_beyond_the_points_own_tpot_is_flagged() {
+    let at = |k: &str| TARGETS.iter().position(|t| t.key() == k).unwrap();
+    let mut pts = vec![fit_point(
+        "us",
+        4,
+        &[
+            ("mean_ttft_ms", 569.7),
+            ("mean_tpot_ms", 12034.485),
+            ("mean_itl_ms", 12034.485),
+            ("output_throughput", 304.63),
+        ],
+    )];
+    let traps = calib::traps::flag_throughput_beyond_tpot(&mut pts);
+    assert_eq!(traps.len(), 1, "{traps:?}");
+    assert_eq!(traps[0].kind, "throughput_beyond_tpot");
+    assert!(traps[0].why.starts_with("output throughput 304.6 tok/s is above what 4 request(s)"), "{}", traps[0].why);
+    assert!(pts[0].measured[at("mean_tpot_ms")].is_none() && pts[0].measured[at("output_throughput")].is_none());
+    assert!(pts[0].measured[at("mean_itl_ms")].is_none() && pts[0].measured[at("mean_ttft_ms")].is_some());
+    let mut ok =
+        vec![fit_point("ms", 4, &[("mean_ttft_ms", 569.7), ("mean_tpot_ms", 12.034), ("output_throughput", 304.63)])];
+    assert!(calib::traps::flag_throughput_beyond_tpot(&mut ok).is_empty());
+    // At the exact bound of fixed 512-token outputs (4 × 1000 ÷ 12.034 × 512/511): not flagged.
+    let mut edge = vec![fit_point("edge", 4, &[("mean_tpot_ms", 12.034), ("output_throughput", 333.0)])];
+    assert!(calib::traps::flag_throughput_beyond_tpot(&mut edge).is_empty());
+}
+
+/// A TPOT that falls with load is flagged against the nearest lower-load point that has one,
+/// not only a neighbour: c1, c4 without TPOT, c16 at 0.8 × c1's (it had passed).
+#[test]
+fn an_ordering_skips_a_point_without_the_metric() {
+    let mut pts = vec![
+        fit_point("c1", 1, &[("mean_tpot_ms", 10.73), ("output_throughput", 88.8)]),
+        fit_point("c4", 4, &[("output_throughput", 304.6)]),
+        fit_point("c16", 16, &[("mean_tpot_ms", 8.58), ("output_throughput", 673.5)]),
+    ];
+    let traps = calib::traps::flag(&mut pts);
+    let o: Vec<_> = traps.iter().filter(|t| t.kind == "ordering").collect();
+    assert_eq!(o.len(), 1, "{traps:?}");
+    assert_eq!(o[0].point, "c16");
+    assert!(o[0].why.starts_with("mean_tpot_ms falls from 10.73 at c1 to 8.58"), "{}", o[0].why);
 }
 
 /// Through the command: a SGLang-native result fitted to a vLLM scenario is refused naming

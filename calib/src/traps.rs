@@ -15,7 +15,14 @@
 //!   point's TPOT and ITL are excluded, and its E2EL and throughput, which contain them.
 //! * **Orderings that cannot be physical**: among points of one workload at increasing
 //!   load, a TPOT that falls, or an output throughput that falls, by more than
-//!   [`ORDER_TOLERANCE`]: the higher-load point's value of that family is excluded.
+//!   [`ORDER_TOLERANCE`]: the higher-load point's value of that family is excluded. Each point
+//!   is compared with the nearest lower-load point that has a value of the family (a point
+//!   between them that publishes none, or had it excluded, is passed over).
+//! * **A throughput its own TPOT cannot give** ([`flag_throughput_beyond_tpot`]): an output
+//!   throughput above what the point's requests in flight can emit at its mean TPOT. The
+//!   point's decode figures and throughput contradict each other and the point cannot say
+//!   which is wrong (a TPOT in µs, a throughput of another run): its TPOT, ITL, E2EL and
+//!   throughput are excluded, as for a decode below its floor; its TTFT stays.
 //! * **Percentiles offered for means**: where a point has no mean of a family, its median
 //!   or p99 is fitted against the simulated median or p99 (`procedure::measured_targets`);
 //!   reported, not excluded.
@@ -55,7 +62,7 @@ pub struct Trap {
     /// The report keys concerned.
     pub metrics: Vec<String>,
     /// `below_physical_floor`, `below_decode_floor`, `cold_server`, `ordering`, `percentile_for_mean`, `missing`, `tail`,
-    /// `output_lengths`, `inconsistent`, `statistic_set_aside`
+    /// `output_lengths`, `inconsistent`, `throughput_beyond_tpot`, `statistic_set_aside`
     /// (`crate::procedure::set_aside_statistics`); a live
     /// calibration's `unsteady_engine` (`crate::procedure::UNSTEADY_SPEED_RATIO`).
     pub kind: &'static str,
@@ -273,6 +280,7 @@ pub fn flag(points: &mut [FitPoint]) -> Vec<Trap> {
     }
     traps.extend(flag_cold_server(points));
     traps.extend(flag_inconsistent(points));
+    traps.extend(flag_throughput_beyond_tpot(points));
     // Orderings across load points of one workload and one kind of load: a concurrency and a
     // request rate are not one scale (a rate of 0.9 is not "more" than concurrency 1), nor is a
     // rate capped by a concurrency either.
@@ -292,15 +300,21 @@ pub fn flag(points: &mut [FitPoint]) -> Vec<Trap> {
     order.sort_by(|&a, &b| {
         key(&points[a]).cmp(&key(&points[b])).then(load_of(&points[a]).total_cmp(&load_of(&points[b])))
     });
-    for pair in order.windows(2) {
-        let (a, b) = (pair[0], pair[1]);
-        if key(&points[a]) != key(&points[b]) || load_of(&points[a]) >= load_of(&points[b]) {
-            continue;
-        }
+    for (j, &b) in order.iter().enumerate() {
         for (fam, wrong_way) in [("tpot", -1.0), ("throughput", -1.0)] {
-            // The first target of the family both points measured.
-            let Some(t) = (0..TARGETS.len()).find(|&t| {
-                family(TARGETS[t]) == fam && points[a].measured[t].is_some() && points[b].measured[t].is_some()
+            // The nearest lower-load point of the same workload that measured a target of the
+            // family this point measured (a point between them without it, or with it excluded,
+            // is passed over: the fall from c1 to c16 across a c4 without TPOT had gone unflagged),
+            // and the first such target.
+            let shared = |a: usize| {
+                (0..TARGETS.len()).find(|&t| {
+                    family(TARGETS[t]) == fam && points[a].measured[t].is_some() && points[b].measured[t].is_some()
+                })
+            };
+            let Some((a, t)) = order[..j].iter().rev().find_map(|&a| {
+                (key(&points[a]) == key(&points[b]) && load_of(&points[a]) < load_of(&points[b]))
+                    .then(|| shared(a).map(|t| (a, t)))
+                    .flatten()
             }) else {
                 continue;
             };
@@ -482,6 +496,77 @@ pub fn flag_inconsistent(points: &mut [FitPoint]) -> Vec<Trap> {
                 });
             }
         }
+    }
+    traps
+}
+
+/// An output throughput above what the point's own mean TPOT allows: flagged `throughput_beyond_tpot`,
+/// its TPOT, ITL, E2EL and throughput excluded (the decode figures and the throughput contradict
+/// each other, and one point cannot say which is wrong: a TPOT written in µs, a throughput of
+/// another run; the TTFT stays).
+///
+/// The bound, from what a run is. Every request's E2EL lies within the run's duration D (from
+/// the first dispatch to the last completion) and at most C requests are in flight at once (the
+/// concurrency limit, or all N requests where there is none): Σ E2EL_i ≤ C·D. A request of n_i > 1
+/// tokens has E2EL_i ≥ (n_i − 1)·TPOT_i (TPOT is (E2EL − TTFT) ÷ (n − 1)), and with m the fewest
+/// tokens of such a request, Σ (n_i − 1)·TPOT_i ≥ (m − 1)·N′·mean TPOT over the N′ requests the
+/// mean is taken over. So the output throughput Σ n_i ÷ D ≤ C · (Σ n_i ÷ N′) ÷ ((m − 1) · mean
+/// TPOT): for fixed lengths n, C × 1000 ÷ mean TPOT (ms) × n ÷ (n − 1). It holds whatever the
+/// spread of the requests' TPOTs (only the mean enters, weighted by m, the least length) and
+/// however the tokens were chunked (TPOT counts tokens, not chunks; the mean ITL, over chunks,
+/// gives no such bound and is not used). The lengths are the scenario's, which the file's token
+/// totals were checked against: where they are all one length, m is it ÷ [`LENGTH_TOLERANCE`];
+/// where they vary (the run drew its own), m is 2, the least a multi-token output can be; the
+/// mean length is taken × [`LENGTH_TOLERANCE`], and the TPOT at its rounding's lower end. A
+/// steady closed loop of fixed lengths runs at about 0.9 of the exact bound; the margins put it
+/// near 0.6 (and far lower where lengths vary), so a physical run is not flagged, while a TPOT
+/// in the wrong unit is 1,000 times over. A measured
+/// window (`measure_window_ns`: requests cut at its edges) is not checked.
+pub fn flag_throughput_beyond_tpot(points: &mut [FitPoint]) -> Vec<Trap> {
+    let at = |k: &str| TARGETS.iter().position(|t| t.key() == k).expect("a target");
+    let (tpot, thr) = (at("mean_tpot_ms"), at("output_throughput"));
+    let mut traps = Vec::new();
+    for p in points.iter_mut() {
+        let w = &p.spec.workload;
+        let (Some(t), Some(x), None) = (p.measured[tpot], p.measured[thr], w.measure_window_ns) else { continue };
+        let reqs = sim::workload::generate(w);
+        let multi: Vec<f64> = reqs.requests.iter().map(|r| f64::from(r.output_len)).filter(|&n| n > 1.0).collect();
+        let Some(least) = multi.iter().copied().reduce(f64::min) else { continue };
+        // Lengths that vary (a random range, EOS, a trace) were the run's own draw: its shortest
+        // may be any, so the least a multi-token output can be, 2.
+        let least = if multi.iter().all(|&n| n == least) { least } else { 2.0 * LENGTH_TOLERANCE };
+        let mean_len = multi.iter().sum::<f64>() / multi.len() as f64 * LENGTH_TOLERANCE;
+        let steps = least / LENGTH_TOLERANCE - 1.0;
+        let t_low = t - crate::fit::rounding_half_unit(t);
+        let n = reqs.requests.len() as u32;
+        let c = w.max_concurrency.map_or(n, |c| c.min(n)).max(1);
+        if steps <= 0.0 || t_low <= 0.0 {
+            continue;
+        }
+        let bound = f64::from(c) * 1000.0 * mean_len / (steps * t_low);
+        if x <= bound {
+            continue;
+        }
+        let mut excluded = Vec::new();
+        for u in 0..TARGETS.len() {
+            if matches!(family(TARGETS[u]), "tpot" | "itl" | "e2el" | "throughput") && p.measured[u].take().is_some() {
+                excluded.push(TARGETS[u].to_string());
+            }
+        }
+        traps.push(Trap {
+            point: p.name.clone(),
+            metrics: excluded.clone(),
+            kind: "throughput_beyond_tpot",
+            action: "excluded",
+            why: format!(
+                "output throughput {x:.1} tok/s is above what {c} request(s) in flight can emit at the mean TPOT of \
+                 {t} ms, at most {bound:.1} tok/s (concurrency × 1000 ÷ TPOT × the outputs' length over their decode \
+                 steps, with room for the lengths and the rounding): the decode figures and the throughput are not of \
+                 one run (a TPOT in µs, another run's throughput). Excluded: {} (the point cannot say which is wrong); \
+                 the TTFT is kept",
+                excluded.join(", ")
+            ),
+        });
     }
     traps
 }
