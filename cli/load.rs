@@ -501,7 +501,7 @@ pub fn load_profile(path: &Path) -> Result<(CostCoefficients, Option<CostCoeffic
             ));
         }
     }
-    Ok((coefficients, prior, ProfileDeployment::of(&v)))
+    Ok((coefficients, prior, ProfileDeployment::of(&v, path)?))
 }
 
 /// What a profile says it was fitted on (its `engine` object): the engine kind and release,
@@ -530,25 +530,102 @@ pub struct ProfileDeployment {
 }
 
 impl ProfileDeployment {
-    /// From a profile's JSON.
-    fn of(v: &Value) -> ProfileDeployment {
-        let e = &v["engine"];
-        let s = |x: &Value| x.as_str().map(str::to_string);
-        ProfileDeployment {
-            source: s(&v["source"]),
-            kind: s(&e["kind"]),
-            version: s(&e["version"]),
-            model: s(&e["model"]),
-            model_card: s(&e["model_card"]),
-            gpu: s(&e["gpu"]),
-            tensor_parallel_size: e["tensor_parallel_size"].as_u64().map(|t| t as u32),
-            kv_cache_dtype: s(&e["kv_cache_dtype"]),
-            linear_weight_bytes: e["linear_weight_bytes"].as_u64().map(|b| b as u32),
-            cuda_graphs: e["cuda_graphs"].as_bool(),
-            servesim_time_scale: e["servesim_time_scale"].as_f64().filter(|k| *k != 1.0),
-            composed_cost_source: s(&v["composed_cost_source"]),
-            corrects: v["cost_mode"].as_str() == Some("corrects_composed"),
+    /// From a profile's JSON (`path` names it in errors). A key that is there must have its
+    /// type: a wrong one (`engine.kind: 1`, `engine.tensor_parallel_size: "2"`) was read as
+    /// absent, and the profile then skipped the check that key makes (applied to another engine,
+    /// GPU or TP size, or at time scale 1) or was warned about as a profile too old to have it
+    /// (an audit, 2026-12-07). `null` reads as absent, as `calibrate` writes an unknown
+    /// `version` or served `model`. `engine.kind` and the `engine.model` key are in every profile
+    /// `calibrate` has written (`engine.model` null where a live server named none): a profile
+    /// that has neither `engine.model` nor `engine.model_card` was edited and names no model, so
+    /// it is refused rather than applied to any model unchecked.
+    fn of(v: &Value, path: &Path) -> Result<ProfileDeployment, String> {
+        let p = path.display();
+        let null = Value::Null;
+        let e = v.get("engine").unwrap_or(&null);
+        let at = |o: &Value, k: &str| o.get(k).filter(|x| !x.is_null()).cloned();
+        let string = |o: &Value, field: &str, k: &str, what: &str| -> Result<Option<String>, String> {
+            match at(o, k) {
+                None => Ok(None),
+                Some(Value::String(s)) => Ok(Some(s)),
+                Some(other) => Err(format!("{p}: {field}: expected a string ({what}), got {other}")),
+            }
+        };
+        let count = |k: &str, what: &str| -> Result<Option<u32>, String> {
+            match at(e, k) {
+                None => Ok(None),
+                Some(x) => x
+                    .as_u64()
+                    .filter(|n| *n >= 1 && *n <= u64::from(u32::MAX))
+                    .map(|n| Some(n as u32))
+                    .ok_or_else(|| format!("{p}: engine.{k}: expected a whole number ≥ 1 ({what}), got {x}")),
+            }
+        };
+        let kind = string(e, "engine.kind", "kind", "the engine kind, \"vllm\" or \"sglang\"")?;
+        if let Some(k) = kind.as_deref().filter(|k| !["vllm", "sglang"].contains(k)) {
+            return Err(format!("{p}: engine.kind: expected \"vllm\" or \"sglang\", got {k:?}"));
         }
+        let model_card = string(
+            e,
+            "engine.model_card",
+            "model_card",
+            "the model card the profile was fitted with, such as \"qwen2.5-7b-instruct\"",
+        )?;
+        let model = string(e, "engine.model", "model", "the model as the engine served it, or from results the card")?;
+        if e.is_object() {
+            if kind.is_none() {
+                return Err(format!(
+                    "{p}: engine.kind: missing; every profile calibrate writes says the engine it was fitted on (\"vllm\" or \"sglang\"): the file was edited"
+                ));
+            }
+            if model_card.is_none() && e.get("model").is_none() {
+                return Err(format!(
+                    "{p}: engine.model: missing, and no engine.model_card: the profile names no model it was fitted on, which every profile calibrate writes does (engine.model since the first, engine.model_card from 2026-12-03): the file was edited; give the card (engine.model_card) or calibrate again"
+                ));
+            }
+        }
+        let cuda_graphs = match at(e, "cuda_graphs") {
+            None => None,
+            Some(Value::Bool(b)) => Some(b),
+            Some(other) => {
+                return Err(format!(
+                    "{p}: engine.cuda_graphs: expected true or false (whether CUDA graphs ran), got {other}"
+                ))
+            }
+        };
+        let servesim_time_scale = match at(e, "servesim_time_scale") {
+            None => None,
+            Some(x) => Some(x.as_f64().filter(|k| k.is_finite() && *k > 0.0).ok_or_else(|| {
+                format!(
+                    "{p}: engine.servesim_time_scale: expected a finite number > 0 (the --time-scale of the servesim serve it was fitted against), got {x}"
+                )
+            })?),
+        };
+        Ok(ProfileDeployment {
+            source: string(v, "source", "source", "\"live\" or \"results\"")?,
+            kind,
+            version: string(e, "engine.version", "version", "the engine's release, such as \"0.28.0\"")?,
+            model,
+            model_card,
+            gpu: string(e, "engine.gpu", "gpu", "the GPU card the profile was fitted on, such as \"rtx-5090\"")?,
+            tensor_parallel_size: count("tensor_parallel_size", "the TP size the profile was fitted at")?,
+            kv_cache_dtype: string(
+                e,
+                "engine.kv_cache_dtype",
+                "kv_cache_dtype",
+                "the KV cache's element type, such as \"bfloat16\"",
+            )?,
+            linear_weight_bytes: count("linear_weight_bytes", "the linear layers' bytes per weight")?,
+            cuda_graphs,
+            servesim_time_scale: servesim_time_scale.filter(|k| *k != 1.0),
+            composed_cost_source: string(
+                v,
+                "composed_cost_source",
+                "composed_cost_source",
+                "the cost_source of the composed cost the fit corrected",
+            )?,
+            corrects: v["cost_mode"].as_str() == Some("corrects_composed"),
+        })
     }
 }
 
@@ -664,16 +741,27 @@ pub fn check_profile_deployment(spec: &SimSpec, d: &ProfileDeployment) -> Result
     }
     // An older profile that does not say its GPU (or TP size) cannot be checked there: said,
     // not applied as if it had been fitted here.
-    let unsaid: Vec<&str> = [("GPU", d.gpu.is_none()), ("tensor parallel size", d.tensor_parallel_size.is_none())]
-        .into_iter()
-        .filter_map(|(w, missing)| missing.then_some(w))
-        .collect();
+    let unsaid: Vec<(&str, &str)> = [
+        ("GPU", "engine.gpu", d.gpu.is_none()),
+        ("tensor parallel size", "engine.tensor_parallel_size", d.tensor_parallel_size.is_none()),
+    ]
+    .into_iter()
+    .filter_map(|(w, field, missing)| missing.then_some((w, field)))
+    .collect();
     if !unsaid.is_empty() {
         warn_once(format!(
-            "cost.profile does not say its {} (a profile from before 2026-12-03): it is applied to this scenario's {} at TP {} as if fitted there; calibrate again to have it checked",
-            unsaid.join(" or "),
+            "cost.profile does not say its {} ({} missing: a profile from before 2026-12-03): it is applied to this scenario's {} at TP {} as if fitted there; calibrate again to have it checked",
+            unsaid.iter().map(|u| u.0).collect::<Vec<_>>().join(" or "),
+            unsaid.iter().map(|u| u.1).collect::<Vec<_>>().join(", "),
             spec.gpu.id,
             spec.deployment.tensor_parallel_size
+        ));
+    }
+    // Nor its model: no card (before 2026-12-03), and a live server that named none.
+    if d.model_card.is_none() && d.model.is_none() {
+        warn_once(format!(
+            "cost.profile does not say its model (engine.model_card missing: a profile from before 2026-12-03; engine.model null: the server named none): it is applied to this scenario's {} as if fitted on it; calibrate again to have it checked",
+            spec.model.id
         ));
     }
     if let Some(k) = d.servesim_time_scale {

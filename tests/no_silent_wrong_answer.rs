@@ -990,7 +990,7 @@ fn a_profile_every_inline_coefficient_overrides_is_an_error() {
     let profile = write_temp(
         "overridden-profile.json",
         &format!(
-            r#"{{"format": "servesim-profile", "version": 1, "source": "results", "engine": {{"kind": "vllm"}}, "coefficients": {coefficients}}}"#
+            r#"{{"format": "servesim-profile", "version": 1, "source": "results", "engine": {{"kind": "vllm", "model": "qwen2.5-7b-instruct"}}, "coefficients": {coefficients}}}"#
         ),
     );
     let set = format!("cost.profile={}", profile.display());
@@ -1041,7 +1041,7 @@ fn a_malformed_profile_is_refused_naming_the_field() {
             &set,
         ])
     };
-    let engine = r#"{"kind": "vllm"}"#;
+    let engine = r#"{"kind": "vllm", "model": "qwen2.5-7b-instruct"}"#;
     let prior = format!(r#", "prior": {coefficients}"#);
     let cases = [
         (
@@ -1104,6 +1104,108 @@ fn a_malformed_profile_is_refused_naming_the_field() {
     assert_eq!(c, 0, "{err}");
     let (c, _, err) = profile("no-mode.json", engine, "", coefficients, "");
     assert_eq!(c, 0, "{err}");
+}
+
+/// A hand-edited profile's deployment field of the wrong type is an error naming the file, the
+/// field and what was expected: each was read as absent, and the profile then skipped the check
+/// the field makes (`engine.kind: 1` applied to SGLang, `engine.gpu: 5` to another GPU with a
+/// warning that it was too old to say; `servesim_time_scale: "fast"` ignored). A profile that
+/// names no model (neither `engine.model_card` nor the `engine.model` every profile has had)
+/// was edited, and is refused; one without the card alone (before 2026-12-03) is warned about
+/// where nothing else names its model (an audit, 2026-12-07).
+#[test]
+fn a_profile_field_of_the_wrong_type_is_refused_naming_it() {
+    let coefficients = r#"{"step_us": 9900, "per_seq_us": 4, "prefill_token_us": 28, "decode_token_us": 150,
+        "prefill_attention_us": 0.001, "decode_kv_us": 0.5, "request_ingress_us": 1500, "output_token_us": 40}"#;
+    let profile = |name: &str, source: &str, engine: &str| {
+        let p = write_temp(
+            name,
+            &format!(
+                r#"{{"format": "servesim-profile", "version": 1, "source": {source}, "engine": {engine}, "coefficients": {coefficients}}}"#
+            ),
+        );
+        let set = format!("cost.profile={}", p.display());
+        run(&["simulate", "scenarios/serve-small-vllm.json", "--set", "cost.coefficients=null", "--set", &set])
+    };
+    let full =
+        r#""kind": "vllm", "version": "0.33.0", "model": "qwen2.5-7b-instruct", "model_card": "qwen2.5-7b-instruct""#;
+    let cases = [
+        (
+            "kind-int.json",
+            r#""results""#,
+            r#"{"kind": 1, "model": "qwen2.5-7b-instruct"}"#.to_string(),
+            "engine.kind: expected a string",
+        ),
+        (
+            "kind-other.json",
+            r#""results""#,
+            r#"{"kind": "trt", "model": "qwen2.5-7b-instruct"}"#.to_string(),
+            "engine.kind: expected \"vllm\" or \"sglang\"",
+        ),
+        ("gpu-int.json", r#""results""#, format!(r#"{{{full}, "gpu": 5}}"#), "engine.gpu: expected a string"),
+        (
+            "tp-str.json",
+            r#""results""#,
+            format!(r#"{{{full}, "tensor_parallel_size": "2"}}"#),
+            "engine.tensor_parallel_size: expected a whole number",
+        ),
+        (
+            "tp-zero.json",
+            r#""results""#,
+            format!(r#"{{{full}, "tensor_parallel_size": 0}}"#),
+            "engine.tensor_parallel_size: expected a whole number",
+        ),
+        (
+            "ts-str.json",
+            r#""results""#,
+            format!(r#"{{{full}, "servesim_time_scale": "fast"}}"#),
+            "engine.servesim_time_scale: expected a finite number > 0",
+        ),
+        (
+            "graphs-str.json",
+            r#""results""#,
+            format!(r#"{{{full}, "cuda_graphs": "yes"}}"#),
+            "engine.cuda_graphs: expected true or false",
+        ),
+        (
+            "card-int.json",
+            r#""results""#,
+            r#"{"kind": "vllm", "model_card": 7}"#.to_string(),
+            "engine.model_card: expected a string",
+        ),
+        (
+            "version-int.json",
+            r#""results""#,
+            format!(r#"{{{full}, "version": 28}}"#).replace(r#""version": "0.33.0", "#, ""),
+            "engine.version: expected a string",
+        ),
+        ("source-int.json", "5", format!(r#"{{{full}}}"#), "source: expected a string"),
+        ("no-kind.json", r#""results""#, r#"{"model": "qwen2.5-7b-instruct"}"#.to_string(), "engine.kind: missing"),
+        (
+            "no-model.json",
+            r#""results""#,
+            r#"{"kind": "vllm", "version": "0.28.0", "gpu": "rtx-5090"}"#.to_string(),
+            "engine.model: missing, and no engine.model_card",
+        ),
+    ];
+    for (name, source, engine, want) in cases {
+        let (c, _, err) = profile(name, source, &engine);
+        assert_eq!(c, 2, "{name}: {err}");
+        assert!(err.contains(name) && err.contains(want), "{name}: want {want:?} in: {err}");
+    }
+    // Before 2026-12-03 a live profile named no card; one whose server named no model says so.
+    let (c, _, err) = profile("old-live.json", r#""live""#, r#"{"kind": "vllm", "version": "0.28.0", "model": null}"#);
+    assert_eq!(c, 0, "{err}");
+    assert!(err.contains("does not say its model (engine.model_card missing"), "{err}");
+    assert!(err.contains("(engine.gpu, engine.tensor_parallel_size missing"), "{err}");
+    // Complete, it runs without either warning.
+    let (c, _, err) = profile(
+        "complete.json",
+        r#""results""#,
+        &format!(r#"{{{full}, "gpu": "a100-80gb", "tensor_parallel_size": 1}}"#),
+    );
+    assert_eq!(c, 0, "{err}");
+    assert!(!err.contains("does not say its"), "{err}");
 }
 
 /// `trace_rate` is the rate of the rows the run replays: with `num_prompts` keeping the first
