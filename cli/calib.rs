@@ -458,7 +458,33 @@ pub fn profile_summary(p: &Profile) -> String {
             num(Some(r.roofline_floor_us))
         );
     }
+    if let Some(w) = misfit_warning(&p.fit.misfit) {
+        let _ = writeln!(s, "WARNING: {w}");
+    }
     s
+}
+
+/// The words for a fit's values off by more than its own noise allows
+/// (`calib::profile::misfits`), or None: `calibrate` prints them, and every run with the
+/// profile says them again (`load::load_profile`, from the profile's `fit.misfit`).
+pub fn misfit_warning(m: &[calib::profile::Misfit]) -> Option<String> {
+    if m.is_empty() {
+        return None;
+    }
+    let mut worst: Vec<&calib::profile::Misfit> = m.iter().collect();
+    worst.sort_by(|a, b| b.sigmas.total_cmp(&a.sigmas));
+    let shown: Vec<String> = worst
+        .iter()
+        .take(8)
+        .map(|x| format!("{} at {} {:+.0}% ({:.1}σ)", x.metric, x.point, 100.0 * x.relative_residual, x.sigmas))
+        .collect();
+    Some(format!(
+        "the fit does not describe its data: {} fitted value(s) lie more than {} times their noise from the measurement (the fit's own noise model, fit.points[].target_noise; the profile's fit.misfit lists them): {}{}. Its coefficients and intervals stand for a model these points contradict: check the results (another deployment or workload than the scenario's, a warm prefix cache, a failed run) or the scenario before using it",
+        m.len(),
+        calib::profile::MISFIT_SIGMAS,
+        shown.join(", "),
+        if m.len() > shown.len() { format!(", and {} more", m.len() - shown.len()) } else { String::new() }
+    ))
 }
 
 fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
@@ -654,6 +680,8 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
     )
     .map_err(|e| e.to_string())?;
     let mut profile = profile;
+    // Every scenario, not the first alone (`scenario` keeps the first for older readers).
+    profile.scenarios = Some(a.scenario.iter().map(|p| p.display().to_string()).collect());
     profile.traps.get_or_insert_with(Vec::new).extend(set_aside);
     write_profile(&a.out, &profile, None)?;
     print!("{}", profile_summary(&profile));
@@ -880,6 +908,7 @@ pub fn check(a: CheckArgs) -> Result<ExitCode, String> {
         concurrency: conc.clone(),
         num_prompts_per_point: per_point,
         fit_on,
+        profile_fitted_loads: profile.as_ref().map(ProfileFile::fitted_loads).unwrap_or_default(),
         workload: wl_json,
         repeat: a.repeat,
         max_evals: a.max_evals,
@@ -1039,7 +1068,11 @@ pub fn check_text(r: &CheckReport) -> String {
             opt_json(&r.knee.measured_per_repeat)
         );
     }
-    let _ = writeln!(s, "Verdict on the {} points not used for fitting (* = used):", r.verdict.points_judged);
+    let _ = writeln!(
+        s,
+        "Verdict on the {} points not used for fitting (* = used: fitted on with --fit-on, or at a load the profile was fitted on):",
+        r.verdict.points_judged
+    );
     for (k, x) in r.verdict.per_metric.iter() {
         let t = x
             .target

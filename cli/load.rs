@@ -419,6 +419,15 @@ pub fn load_profile(path: &Path) -> Result<(CostCoefficients, Option<CostCoeffic
     // Each coefficient in its range first: a negative or huge one was reported as an edited prior
     // by the ratio check below (printed to 300 digits).
     config::check_coefficients(&coefficients, "coefficients").map_err(|e| format!("{}: {e}", path.display()))?;
+    // A fit's 90% interval holds its own estimate (`calib::uncertainty::ProfileUncertainty`):
+    // a coefficient outside it was edited after the fit (×3 on step_us ran with its old
+    // interval, a band lopsided round the new value: TPOT 32.33 in 10.99–39.79; an audit,
+    // 2026-12-07), and every interval drawn from the block is about another profile.
+    let u = ::calib::uncertainty::ProfileUncertainty::from_profile_json(&v)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if let Some(u) = &u {
+        u.holds(&coefficients).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
     // What the profile says it was fitted on: an `engine` that is there must be an object (any
     // other value read as a profile that says nothing, and skipped the deployment checks).
     if let Some(e) = v.get("engine").filter(|e| !e.is_null() && !e.is_object()) {
@@ -482,6 +491,15 @@ pub fn load_profile(path: &Path) -> Result<(CostCoefficients, Option<CostCoeffic
                     ));
                 }
             }
+        }
+    }
+    // A fit whose values lie further off than its own noise allows (`calibrate` said so when it
+    // wrote the profile, `fit.misfit`) is said again wherever the profile is used.
+    if let Some(m) = v.get("fit").and_then(|f| f.get("misfit")).filter(|m| !m.is_null()) {
+        let m: Vec<::calib::profile::Misfit> =
+            config::from_value(m.clone(), "fit.misfit").map_err(|e| format!("{}: {e}", path.display()))?;
+        if let Some(w) = crate::calib::misfit_warning(&m) {
+            warn_once(format!("{}: {w}", path.display()));
         }
     }
     // A fit that implies more than the card's peak (`calibrate` said so when it wrote the

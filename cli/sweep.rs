@@ -787,22 +787,9 @@ fn intervals_text(r: &SweepSeries, i: &SeriesIntervals, conc: &[u32]) -> String 
         let _ = writeln!(t, "{line}");
     }
     match &i.knee_range {
-        Some(kr) => match (kr.min, kr.max) {
-            (Some(lo), Some(hi)) => {
-                let _ = writeln!(
-                    t,
-                    "Knee over the {} coefficient sets: {} (each set's own sweep, the same rule; {} of {} reach a knee in this sweep).",
-                    kr.members,
-                    if lo == hi { format!("concurrency {lo}") } else { format!("concurrency {lo}–{hi}") },
-                    kr.reached,
-                    kr.members
-                );
-            }
-            _ => {
-                let _ =
-                    writeln!(t, "Knee over the {} coefficient sets: none reaches a knee in this sweep.", kr.members);
-            }
-        },
+        Some(kr) => {
+            let _ = writeln!(t, "{}", kr.words(conc.last().copied().unwrap_or(0)));
+        }
         None => {
             let _ = writeln!(
                 t,

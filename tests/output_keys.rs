@@ -126,6 +126,7 @@ fn profile_and_check() -> (Value, Value) {
         concurrency: vec![1, 4, 16],
         num_prompts_per_point: Some(vec![4, 12, 32]),
         fit_on: vec![],
+        profile_fitted_loads: Vec::new(),
         workload: json!({"dataset_name": "random", "random_input_len": 256, "random_output_len": 32, "ignore_eos": true, "initial_test_request": false}),
         repeat: 2,
         max_evals: 20,

@@ -393,7 +393,7 @@ pub struct PriorFit {
 pub const ENSEMBLE: usize = 32;
 
 /// How the ensemble is made.
-pub const ENSEMBLE_METHOD: &str = "randomised maximum likelihood (Kitanidis 1995, Oliver 1996): each of 32 members (seeded) draws its prior centre from N(0, σ_prior²) in log-coefficient and each measured target from its noise (× s), then refits the determined directions by Gauss-Newton with the Jacobian at the fit; the members are the coefficient sets sampled through the simulator. A linear covariance alone misses the ridge of a nonlinear model (one TTFT explained by a large per-request overhead with a smaller prefill, or the reverse); the members follow it";
+pub const ENSEMBLE_METHOD: &str = "randomised maximum likelihood (Kitanidis 1995, Oliver 1996): each of 32 members (seeded) draws its prior centre from N(0, σ_prior²) in log-coefficient and each measured target from its noise (× s), then refits the determined directions by Gauss-Newton with the Jacobian at the fit, starting at the fit; each coefficient's interval is the members' 5th–95th percentile widened to hold the fitted value (as a prediction's interval is widened to hold the central prediction: with 32 members the percentiles are themselves noisy, and a nonlinear model's members need not straddle the fit); the members are the coefficient sets sampled through the simulator. A linear covariance alone misses the ridge of a nonlinear model (one TTFT explained by a large per-request overhead with a smaller prefill, or the reverse); the members follow it";
 
 impl PriorFit {
     /// As a [`crate::fit::FitResult`] for the profile: one free parameter per determined direction's coefficients.
@@ -526,14 +526,30 @@ pub fn fit_with_prior_noise(points: &[FitPoint], noise: &[Vec<f64>], prior: &Cos
     let s = s2.sqrt();
     let mut ensemble = Vec::with_capacity(ENSEMBLE);
     for _ in 0..ENSEMBLE {
-        let delta: Vec<f64> = (0..n).map(|k| x[k] + sigma[k] * crate::uncertainty::normal(&mut rng)).collect();
+        // The member's prior centre δ is drawn from the prior, N(0, σ²) in log-factor (until
+        // 2026-12-07 from N(x_fit, σ²): centred on the fit, the prior term pulled every member
+        // past the fit, away from the prior, by (JᵀJ + I)⁻¹ a_fit in whitened terms, most along a
+        // weakly determined direction, and the members' percentiles could leave the fit out).
+        let delta: Vec<f64> = (0..n).map(|k| sigma[k] * crate::uncertainty::normal(&mut rng)).collect();
         let eps = DVector::from_fn(rows.len(), |_, _| s * crate::uncertainty::normal(&mut rng));
         let member = |b: &[f64]| -> Vec<f64> {
             (0..n).map(|k| delta[k] + dirs.iter().zip(b).map(|(v, bi)| v[k] * bi).sum::<f64>()).collect()
         };
-        // The member's prior term is ‖b + a_fit‖² ... measured from its own centre: with x = δ + D b,
-        // (x − δ)/σ = V b, so the term is ‖b‖².
-        let mut b = vec![0.0; d];
+        // The member's prior term is measured from its own centre: with x = δ + D b,
+        // (x − δ)/σ = V b, so the term is ‖b‖². Its refit starts at the fit along the determined
+        // directions (b = a_fit − Vᵀ δ/σ, the directions orthonormal in whitened space), not at δ:
+        // Gauss-Newton with the Jacobian at the fit is exact there for a linear model, and a
+        // member started at its prior draw, a whole σ away, stopped short of the data after its
+        // few steps.
+        let mut b: Vec<f64> = dirs
+            .iter()
+            .zip(&a)
+            .map(|(v, ai)| {
+                let along: f64 =
+                    (0..n).filter(|&k| sigma[k] > 0.0).map(|k| v[k] / sigma[k] * delta[k] / sigma[k]).sum();
+                ai - along
+            })
+            .collect();
         let obj = |b: &[f64], evals: &mut usize| -> Option<(f64, DVector<f64>)> {
             let r = residuals(points, &rows, &cost_at(prior, &member(b)), evals)? - &eps;
             Some((r.norm_squared() + b.iter().map(|v| v * v).sum::<f64>(), r))

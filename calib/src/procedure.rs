@@ -471,6 +471,8 @@ pub fn calibrate_from_results_with(
         }
         summary.target_noise = Some(used);
     }
+    // Values the fit leaves further off than its own noise allows: said, and kept in the profile.
+    profile.fit.misfit = crate::profile::misfits(&profile.fit.points);
     for id in &pf.identifiability {
         if let Some(s) = profile.coefficient_sources.0.iter_mut().find(|(n, _)| n == id.coefficient) {
             s.1 = id.source();
@@ -491,6 +493,7 @@ pub fn calibrate_from_results_with(
                 .map(|c| sim::cost::COEFFICIENT_NAMES.iter().map(|n| c.get(n).unwrap_or(0.0)).collect())
                 .collect(),
             crate::identify::ENSEMBLE_METHOD,
+            &values,
         ),
     );
     // Published results' setups are partly unstated: the model's own error at other points
@@ -571,6 +574,9 @@ pub struct CheckOptions {
     pub num_prompts_per_point: Option<Vec<u32>>,
     /// Fit on the points at these concurrencies (the verdict is on the others).
     pub fit_on: Vec<u32>,
+    /// The loads the profile was fitted at (`ProfileFile::fitted_loads`): a point at one of
+    /// them was used for fitting, and is marked so rather than judged as held out.
+    pub profile_fitted_loads: Vec<Value>,
     /// The workload section of every point (concurrency, seed and prompt count are set per point).
     pub workload: Value,
     pub repeat: u32,
@@ -645,6 +651,29 @@ pub fn check<M: Measure + ?Sized>(
         specs.push(resolve(point_scenario, &w)?);
         sections.push(w);
     }
+    // A point at a load the profile was fitted on is no held-out point (the same measurement
+    // but for its seed): marked as used. A load recorded by concurrency alone (profiles from
+    // results before 2026-12-07) is matched on it.
+    let by_profile: Vec<bool> = specs
+        .iter()
+        .map(|s| {
+            let load = crate::profile::fit_load(s);
+            o.profile_fitted_loads.iter().any(|l| match l.get("requests") {
+                Some(_) => *l == load,
+                None => l.get("max_concurrency") == load.get("max_concurrency"),
+            })
+        })
+        .collect();
+    if conc.iter().zip(&by_profile).all(|(c, b)| *b || o.fit_on.contains(c)) {
+        return Err(CalibError::Input {
+            flag: "--concurrency",
+            message: format!(
+                "every point ({}) is at a load the profile was fitted on{}: none is held out, so the verdict would judge nothing; add a point at another concurrency",
+                conc.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(","),
+                if o.fit_on.is_empty() { "" } else { " or is fitted on (--fit-on)" }
+            ),
+        });
+    }
     // Measure every point `repeat` times with fresh prompts each time; the point's value is
     // the mean of the repeats. Repeats go round the sweep (all points, then all points
     // again), not point by point: a host whose speed drifts over tens of seconds then spreads
@@ -685,12 +714,13 @@ pub fn check<M: Measure + ?Sized>(
         spreads.push(spread);
     }
     // Fit on the chosen points, if asked.
-    let used: Vec<bool> = conc.iter().map(|c| o.fit_on.contains(c)).collect();
+    let refit: Vec<bool> = conc.iter().map(|c| o.fit_on.contains(c)).collect();
+    let used: Vec<bool> = refit.iter().zip(&by_profile).map(|(a, b)| *a || *b).collect();
     if !o.fit_on.is_empty() {
         let points: Vec<FitPoint> = specs
             .iter()
             .zip(&measured)
-            .zip(&used)
+            .zip(&refit)
             .filter(|(_, u)| **u)
             .map(|((s, mp), _)| FitPoint {
                 name: format!("c{}", s.workload.max_concurrency.unwrap_or(0)),

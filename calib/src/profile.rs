@@ -63,9 +63,16 @@ pub struct Profile {
     pub fit_workloads: Option<Vec<FitWorkload>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub from_results: Option<Vec<String>>,
-    /// The scenario the results were measured with.
+    /// The scenario the results were measured with: the first, where `calibrate` was given
+    /// several (`--scenario A.json B.json`, one per results file); `scenarios` lists them all.
+    /// Kept as it was so that a reader of profiles before 2026-12-07 still finds it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scenario: Option<String>,
+    /// Every scenario the results were measured with, in the order given (one for all the
+    /// `from_results` files, or one per file, paired in order). Profiles before 2026-12-07
+    /// recorded only the first, as `scenario`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scenarios: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
     /// The run record of the live calibration that fitted it (a file name beside the profile;
@@ -133,6 +140,48 @@ pub struct FitSummary {
     /// R² of predicted against measured, per target (null with fewer than 2 points).
     pub r2: Named<Option<f64>>,
     pub points: Vec<FitPointSummary>,
+    /// The fitted values the fit leaves further from their measurement than its own noise
+    /// model allows ([`misfits`]): a fit on result files that does not describe its data.
+    /// `calibrate` prints them as a WARNING, and every run with the profile says so again.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub misfit: Vec<Misfit>,
+}
+
+/// A fitted value whose residual exceeds [`MISFIT_SIGMAS`] times its noise.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Misfit {
+    pub point: String,
+    pub metric: String,
+    /// (predicted − measured) / measured.
+    pub relative_residual: f64,
+    /// |ln(predicted / measured)| ÷ the value's noise (`fit.points[].target_noise`).
+    pub sigmas: f64,
+}
+
+/// How many of its own noise's σ a fitted value's log residual may lie off before the fit is
+/// said not to describe the data: the fit's noise model (`fit.points[].target_noise`: the
+/// measurement's, the printed rounding and the model's discrepancy at one point, in quadrature)
+/// takes each log residual as Gaussian with that σ, and past 3σ lies 0.27% of such residuals,
+/// about one in 8 fits of 13 targets at 3 points (39 values) even where the model holds; a fit
+/// with several, or with one far past, does not describe its data.
+pub const MISFIT_SIGMAS: f64 = 3.0;
+
+/// The values of `points` whose log residual exceeds [`MISFIT_SIGMAS`] times the noise the fit
+/// gave them (points without their own noise, live ones, are not judged: their `fit.target_noise`
+/// has no model discrepancy in it).
+pub fn misfits(points: &[FitPointSummary]) -> Vec<Misfit> {
+    let mut out = Vec::new();
+    for p in points {
+        let Some(noise) = &p.target_noise else { continue };
+        for (k, &r) in p.relative_residual.iter() {
+            let Some(&n) = noise.get(k).filter(|n| **n > 0.0) else { continue };
+            let z = (1.0 + r).ln().abs() / n;
+            if (1.0 + r) > 0.0 && z > MISFIT_SIGMAS {
+                out.push(Misfit { point: p.name.clone(), metric: k.to_string(), relative_residual: r, sigmas: z });
+            }
+        }
+    }
+    out
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -156,6 +205,34 @@ pub struct FitPointSummary {
     /// `fit.target_noise` as it is.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub target_noise: Option<Named<f64>>,
+    /// The point's load and request shape ([`fit_load`]; profiles from 2026-12-07 on): `check`
+    /// marks a point at the same one as used for fitting, not held out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub load: Option<Value>,
+}
+
+/// A point's load and request shape, as `check` compares it with a profile's fit points: the
+/// concurrency cap, the request rate (none where infinite), and the dataset's lengths (a trace
+/// as its name alone). Two runs with the same are the same measurement but for their seed.
+pub fn fit_load(spec: &sim::config::SimSpec) -> Value {
+    use sim::workload::Dataset;
+    let w = &spec.workload;
+    let dataset = match &w.dataset {
+        Dataset::Random { input_len, output_len, range_ratio, prefix_len } => serde_json::json!({
+            "dataset": "random", "input_len": input_len, "output_len": output_len,
+            "range_ratio": range_ratio, "prefix_len": prefix_len,
+        }),
+        Dataset::PrefixRepetition { prefix_len, suffix_len, num_prefixes, output_len } => serde_json::json!({
+            "dataset": "prefix_repetition", "prefix_len": prefix_len, "suffix_len": suffix_len,
+            "num_prefixes": num_prefixes, "output_len": output_len,
+        }),
+        Dataset::Trace { .. } | Dataset::Requests { .. } => serde_json::json!({"dataset": "trace"}),
+    };
+    serde_json::json!({
+        "max_concurrency": w.max_concurrency,
+        "request_rate": w.request_rate.filter(|r| r.is_finite()),
+        "requests": dataset,
+    })
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -333,6 +410,7 @@ impl Profile {
                     predicted,
                     relative_residual,
                     target_noise: None,
+                    load: Some(fit_load(&p.spec)),
                 }
             })
             .collect();
@@ -357,6 +435,7 @@ impl Profile {
                 evaluations: r.evaluations,
                 r2: Named(TARGETS.iter().zip(&r.r2).map(|(t, v)| (t.to_string(), *v)).collect()),
                 points: pts,
+                misfit: Vec::new(),
             },
             roofline_check,
             identifiability: None,
@@ -368,6 +447,7 @@ impl Profile {
             fit_workloads: None,
             from_results: None,
             scenario: None,
+            scenarios: None,
             note: None,
             run_record: None,
         }
@@ -397,6 +477,28 @@ pub struct ProfileFile {
     /// What it was fitted on: `check` reads the emulator's time scale from it.
     #[serde(default)]
     pub engine: Option<ProfileFileEngine>,
+    /// `live` or `results`.
+    #[serde(default)]
+    pub source: Option<String>,
+    /// The fit's points: `check` marks its points at their loads as used for fitting.
+    #[serde(default)]
+    pub fit: Option<ProfileFileFit>,
+}
+
+/// The part of a profile's `fit` object `check` reads.
+#[derive(Clone, Debug, Deserialize)]
+pub struct ProfileFileFit {
+    #[serde(default)]
+    pub points: Vec<ProfileFilePoint>,
+}
+
+/// A fit point as `check` reads it: its concurrency and, from 2026-12-07, its load ([`fit_load`]).
+#[derive(Clone, Debug, Deserialize)]
+pub struct ProfileFilePoint {
+    #[serde(default)]
+    pub max_concurrency: Option<u32>,
+    #[serde(default)]
+    pub load: Option<Value>,
 }
 
 /// The part of a profile's `engine` object `check` reads.
@@ -423,6 +525,24 @@ impl ProfileFile {
     /// speed).
     pub fn servesim_time_scale(&self) -> f64 {
         self.engine.as_ref().and_then(|e| e.servesim_time_scale).unwrap_or(1.0)
+    }
+
+    /// The fit points `check` must not judge as held out: for each, the load it was fitted at
+    /// ([`fit_load`]), or for a profile from results before 2026-12-07, which recorded the
+    /// concurrency alone, `{"max_concurrency": c}` (compared on the concurrency alone). A live
+    /// profile's probes without a recorded load are left out (their workloads are the probe
+    /// plan's, not a check's).
+    pub fn fitted_loads(&self) -> Vec<Value> {
+        let results = self.source.as_deref() == Some("results");
+        self.fit
+            .iter()
+            .flat_map(|f| &f.points)
+            .filter_map(|p| match (&p.load, p.max_concurrency) {
+                (Some(l), _) => Some(l.clone()),
+                (None, Some(c)) if results => Some(serde_json::json!({ "max_concurrency": c })),
+                _ => None,
+            })
+            .collect()
     }
 
     /// The calibration's speed reference (median mean ITL, ms), if it measured one.

@@ -161,11 +161,21 @@ impl ProfileUncertainty {
         self
     }
 
-    /// With an ensemble (µs per member): the coefficient intervals become the members' 5th–95th percentiles.
-    pub fn with_ensemble(mut self, members: Vec<Vec<f64>>, method: &str) -> ProfileUncertainty {
+    /// With an ensemble (µs per member): the coefficient intervals become the members' 5th–95th
+    /// percentiles, widened to hold the fitted value `values[k]` ([`COEFFICIENT_NAMES`] order, as
+    /// for [`ProfileUncertainty::new`]), as [`intervals_from_samples`] widens a prediction's
+    /// to hold the central prediction: 32 members' percentiles are themselves noisy, and a
+    /// nonlinear model's members need not straddle its fit. A profile's interval then always
+    /// holds its coefficient (one that printed `step_us 3985.2` beside `784.7 – 3897.8` did not;
+    /// an audit, 2026-12-07), which [`ProfileUncertainty::holds`] checks where it is used.
+    pub fn with_ensemble(mut self, members: Vec<Vec<f64>>, method: &str, values: &[f64]) -> ProfileUncertainty {
         for (k, n) in self.coefficients.iter().enumerate() {
             let xs: Vec<f64> = members.iter().map(|m| m[k]).collect();
-            self.intervals.insert(n.clone(), Interval { p05: quantile(&xs, 0.05), p95: quantile(&xs, 0.95) });
+            let mut i = Interval { p05: quantile(&xs, 0.05), p95: quantile(&xs, 0.95) };
+            if let Some(&v) = COEFFICIENT_NAMES.iter().position(|c| c == n).and_then(|c| values.get(c)) {
+                i = Interval { p05: i.p05.min(v), p95: i.p95.max(v) };
+            }
+            self.intervals.insert(n.clone(), i);
         }
         self.ensemble = members;
         self.ensemble_method = Some(method.to_string());
@@ -305,6 +315,30 @@ impl ProfileUncertainty {
             if !(e.is_finite() && (0.0..=MAX_MODEL_ERROR).contains(&e)) {
                 return Err(format!(
                     "uncertainty.model_error_p90.{key}: expected a finite 90% |error| from 0 to {MAX_MODEL_ERROR} (a fraction), got {e}"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether each coefficient `values` sets lies inside its own interval in the block (to a
+    /// relative 1e-9, JSON's round trip): a fit's interval always holds its estimate
+    /// ([`ProfileUncertainty::with_ensemble`] widens the members' percentiles to it), so one
+    /// outside was edited after the fit, or written by a calibrate before 2026-12-07, whose
+    /// ensemble's percentiles could leave it out. An error names the coefficient, its value and
+    /// its interval.
+    pub fn holds(&self, values: &CostCoefficients) -> Result<(), String> {
+        for (n, i) in &self.intervals {
+            let Some(c) = values.get(n) else { continue };
+            let slack = 1e-9 * c.abs().max(i.p95.abs()) + 1e-12;
+            if c < i.p05 - slack || c > i.p95 + slack {
+                return Err(format!(
+                    "coefficients.{n}: {c} lies outside its own 90% interval, uncertainty.intervals.{n} {}–{}: a fit's \
+                     interval holds its estimate, so the profile was edited after its fit (or written by a calibrate \
+                     before 2026-12-07, whose ensemble could leave it out), and the intervals drawn from the block are \
+                     another profile's; refit it (servesim calibrate), or drop its uncertainty block to run the \
+                     coefficients without intervals",
+                    i.p05, i.p95
                 ));
             }
         }
@@ -1288,6 +1322,37 @@ pub struct KneeRange {
     pub method: String,
 }
 
+impl KneeRange {
+    /// The range in words, for a sweep whose last concurrency is `last`. Where only some sets
+    /// reach a knee, their range is not the knee's range: it says how many did and that the
+    /// others reached none up to `last` (1 of 32 at 16 read "Knee over the 32 coefficient sets:
+    /// concurrency 16" beside a central sweep with no knee; an audit, 2026-12-07).
+    pub fn words(&self, last: u32) -> String {
+        let at =
+            |lo: u64, hi: u64| if lo == hi { format!("concurrency {lo}") } else { format!("concurrency {lo}–{hi}") };
+        match (self.min, self.max) {
+            (Some(lo), Some(hi)) if self.reached == self.members => format!(
+                "Knee over the {} coefficient sets: {} (each set's own sweep, the same rule; every set reaches a knee in this sweep).",
+                self.members,
+                at(lo, hi)
+            ),
+            (Some(lo), Some(hi)) => format!(
+                "Knee over the {} coefficient sets: {} of them reach a knee in this sweep, at {}; the other {} reach none up to concurrency {last} (each set's own sweep, the same rule): {}; extend --concurrency to place it.",
+                self.members,
+                self.reached,
+                at(lo, hi),
+                self.members - self.reached,
+                if 2 * self.reached < self.members {
+                    "most sets put the knee past this sweep"
+                } else {
+                    "the knee may lie past this sweep"
+                }
+            ),
+            _ => format!("Knee over the {} coefficient sets: none reaches a knee in this sweep.", self.members),
+        }
+    }
+}
+
 /// [`KneeRange`] of `members[m][i]`, member `m`'s report at `concurrency[i]`: the knee of
 /// each member's series by the one rule (`sim::sweep::find_knee`), then its min and max.
 pub fn knee_range<P: Metrics>(concurrency: &[u32], members: &[Vec<P>]) -> KneeRange {
@@ -1398,6 +1463,91 @@ pub struct SloCheck {
 #[cfg(test)]
 mod interval_tests {
     use super::*;
+
+    /// A coefficient interval from an ensemble holds the fitted value even where the members'
+    /// percentiles do not (`step_us 3985.2` printed beside `784.7 – 3897.8`; an audit,
+    /// 2026-12-07), and a profile whose coefficient lies outside its own interval (edited after
+    /// its fit: step_us ×3) is refused naming the coefficient, its value and its interval.
+    #[test]
+    fn a_coefficient_interval_holds_its_estimate_and_an_edited_one_is_refused() {
+        let n = COEFFICIENT_NAMES.len();
+        let values: Vec<f64> = (0..n).map(|k| 100.0 * (k + 1) as f64).collect();
+        // Every member below the fit on step_us.
+        let members: Vec<Vec<f64>> =
+            (0..32).map(|m| values.iter().map(|v| v * (0.2 + 0.02 * m as f64)).collect()).collect();
+        let plain = ProfileUncertainty::new("t", &values, vec![vec![0.01; n]; n], 1.0);
+        let u = plain.clone().with_ensemble(members.clone(), "m", &values);
+        let i = u.intervals["step_us"];
+        assert!(quantile(&members.iter().map(|m| m[0]).collect::<Vec<_>>(), 0.95) < values[0], "the gap this closes");
+        assert_eq!(i.p95, values[0], "{i:?}");
+        let mut c = CostCoefficients::default();
+        for (k, name) in COEFFICIENT_NAMES.iter().enumerate() {
+            c.set(name, values[k]);
+        }
+        u.holds(&c).unwrap();
+        c.set("step_us", 3.0 * values[0]);
+        let err = u.holds(&c).unwrap_err();
+        assert!(
+            err.starts_with(
+                "coefficients.step_us: 300 lies outside its own 90% interval, uncertainty.intervals.step_us"
+            ),
+            "{err}"
+        );
+        assert!(err.contains("refit it") && err.contains("drop its uncertainty block"), "{err}");
+    }
+
+    /// A fitted value further from its measurement than 3 times the noise the fit gave it is a
+    /// misfit; a point without its own noise (a live fit's) is not judged.
+    #[test]
+    fn values_off_by_more_than_their_noise_are_misfits() {
+        let point =
+            |name: &str, resid: &[(&str, f64)], noise: Option<&[(&str, f64)]>| crate::profile::FitPointSummary {
+                name: name.into(),
+                max_concurrency: Some(1),
+                measured: Named::new(),
+                predicted: Named::new(),
+                relative_residual: Named(resid.iter().map(|(k, v)| (k.to_string(), *v)).collect()),
+                target_noise: noise.map(|n| Named(n.iter().map(|(k, v)| (k.to_string(), *v)).collect())),
+                load: None,
+            };
+        let pts = [
+            point(
+                "a",
+                &[("mean_ttft_ms", 54.28), ("mean_tpot_ms", 0.02)],
+                Some(&[("mean_ttft_ms", 0.3), ("mean_tpot_ms", 0.05)]),
+            ),
+            point("b", &[("output_throughput", 0.2)], Some(&[("output_throughput", 0.05)])),
+            point("live", &[("mean_ttft_ms", 5.0)], None),
+        ];
+        let m = crate::profile::misfits(&pts);
+        let got: Vec<(&str, &str)> = m.iter().map(|x| (x.point.as_str(), x.metric.as_str())).collect();
+        assert_eq!(got, [("a", "mean_ttft_ms"), ("b", "output_throughput")]);
+        assert!((m[0].sigmas - (55.28f64).ln() / 0.3).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_knee_only_some_sets_reach_is_said_so_not_given_as_the_range() {
+        let kr = |min: Option<u64>, max: Option<u64>, reached: usize| KneeRange {
+            min,
+            max,
+            members: 32,
+            reached,
+            method: String::new(),
+        };
+        let one = kr(Some(16), Some(16), 1).words(64);
+        assert!(one.contains("1 of them reach a knee in this sweep, at concurrency 16"), "{one}");
+        assert!(one.contains("the other 31 reach none up to concurrency 64"), "{one}");
+        assert!(one.contains("most sets put the knee past this sweep"), "{one}");
+        let most = kr(Some(16), Some(64), 20).words(64);
+        assert!(
+            most.contains("20 of them") && most.contains("concurrency 16–64") && most.contains("may lie past"),
+            "{most}"
+        );
+        let all = kr(Some(16), Some(64), 32).words(64);
+        assert!(all.starts_with("Knee over the 32 coefficient sets: concurrency 16–64"), "{all}");
+        assert!(all.contains("every set reaches a knee"), "{all}");
+        assert!(kr(None, None, 0).words(64).contains("none reaches a knee"));
+    }
 
     #[test]
     fn slo_verdicts_read_the_unfavourable_edge() {
