@@ -1121,6 +1121,7 @@ mod tests {
                 n
             },
             target_noise: None,
+            load: None,
         };
         let r = residual_sd_ln(&[pt(0.1, 0.2), pt(-0.1, 0.2)], 2);
         let get = |f: &str| r.iter().find(|(k, _)| *k == f).unwrap().1;
