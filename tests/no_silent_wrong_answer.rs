@@ -1852,6 +1852,9 @@ fn a_corrected_profile_is_judged_by_its_corrected_cost() {
     // Prefill corrected to a fifth: faster than the card's peak.
     let k = v["coefficients"]["prefill_token_us"].as_f64().unwrap();
     v["coefficients"]["prefill_token_us"] = (k / 5.0).into();
+    // (An edited coefficient outside the fit's own interval is refused since 2026-12-07: the
+    // edit drops the intervals, as that error says to.)
+    v["uncertainty"] = Value::Null;
     let (c, _, err) = simulate(&v, "corrected-too-fast.json");
     assert_eq!(c, 0, "{err}");
     assert!(err.contains("per unit of prefill_token_us's work, below the hardware card's roofline floor"), "{err}");
@@ -2394,6 +2397,7 @@ fn a_profile_that_reproduces_the_uncalibrated_model_is_not_below_the_roofline() 
     let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&profile).unwrap()).unwrap();
     let k = v["coefficients"]["decode_kv_us"].as_f64().unwrap();
     v["coefficients"]["decode_kv_us"] = (k / 5.0).into();
+    v["uncertainty"] = Value::Null;
     let fast = write_temp("roofline-identity-fast.json", &v.to_string());
     let (code, _, err) = use_it(&fast);
     assert_eq!(code, 0, "{err}");
@@ -2764,6 +2768,20 @@ fn the_cpu_hosts_pools_are_pinned_not_derived_as_a_gpus() {
     let (c, out, err) = run(&[&["explain", &s][..], &sgl, &["--set", "engine.max_total_num_tokens=65536"]].concat());
     assert_eq!(c, 0, "{err}");
     assert!(!out.contains("TP 2") && !out.contains("kv_cache_dtype=fp8"), "{out}");
+    // SGLang's CPU attention backends run there (the test bed's torch_native was refused), a
+    // GPU kernel does not (fa3 was accepted).
+    let pinned = [&["simulate", &s][..], &sgl, &["--set", "engine.max_total_num_tokens=65536"]].concat();
+    for b in ["torch_native", "intel_amx"] {
+        let set = format!("engine.attention_backend={b}");
+        let (c, _, err) = run(&[&pinned[..], &["--set", &set]].concat());
+        assert_eq!(c, 0, "{b}: {err}");
+    }
+    let (c, _, err) = run(&[&pinned[..], &["--set", "engine.attention_backend=fa3"]].concat());
+    assert!(c == 2 && err.contains("\"fa3\" on the cpu-host card") && err.contains("torch_native"), "{err}");
+    // vLLM's CPU platform turns async scheduling off whatever the flag from 0.14.
+    let (c, _, err) =
+        run(&["simulate", &s, "--set", pin, "--set", "engine.version=0.14.1", "--set", "engine.async_scheduling=true"]);
+    assert!(c == 2 && err.contains("engine.async_scheduling: true on the cpu-host card"), "{err}");
 }
 
 /// `explain`'s advice names each engine's own fp8 KV cache value: SGLang's `fp8_e4m3`, which

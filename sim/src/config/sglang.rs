@@ -620,6 +620,23 @@ pub fn sglang_attention_backend(
         });
     };
     let field = "engine.attention_backend";
+    // The CPU test bed's card: SGLang's CPU backends are `intel_amx` (its default where the CPU
+    // has AMX) and `torch_native` (the test bed's, and the fallback without AMX:
+    // `server_args.py`, 0.4.10 `:364`; 0.5.23 `platform_hook.py:158`); the GPU kernels do not run
+    // there. Until 2026-12-07 the test bed's own backend was refused on it and fa3 accepted (the
+    // SGLang CPU audit). Its steps are timed by a profile or the linear prior, which no backend moves.
+    if is_cpu_host(gpu) {
+        return match b {
+            "torch_native" | "intel_amx" => Ok(Some(b.to_string())),
+            _ => Err(ConfigError::new(
+                field,
+                format!(
+                    "{b:?} on the cpu-host card: SGLang's CPU backends are intel_amx (its default on a CPU with AMX) \
+                     and torch_native; {b} is a GPU kernel"
+                ),
+            )),
+        };
+    }
     if !SGLANG_ATTENTION_BACKENDS.contains(&b) {
         return Err(ConfigError::new(
             field,

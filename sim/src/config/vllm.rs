@@ -1121,6 +1121,18 @@ pub(super) fn resolve_vllm(
     // `async_scheduling` left unset: vLLM's resolution (`config/vllm.py`) turns it on
     // unless the model pools, speculative decoding is on or the executor cannot; the
     // `cpu-host` card keeps the synchronous loop its live calibration was fitted with.
+    // vLLM's CPU platform turns it off whatever the flag from 0.14 (`CpuPlatform.check_and_update_config`:
+    // `scheduler_config.async_scheduling = False`, read in the 0.14.1–0.34.0 wheels; 0.11.0 only
+    // defaults it off; 0.12–0.13 not read): a run with it on would be no run vLLM makes.
+    if is_cpu_host(gpu) && version >= Version::new(0, 14, 0) && f.async_scheduling == Some(true) {
+        return Err(ConfigError::new(
+            "engine.async_scheduling",
+            format!(
+                "true on the cpu-host card: vLLM {version}'s CPU platform turns async scheduling off whatever the flag \
+                 (\"async scheduling is not required on CPU\"); leave it out"
+            ),
+        ));
+    }
     behaviour.async_scheduling = f.async_scheduling.unwrap_or(behaviour.async_scheduling && !is_cpu_host(gpu));
     behaviour.chunked_prefill = chunked_prefill;
     // 0.34 drops the threshold with chunked prefill off; before, it still caps (chunks) a prompt.
