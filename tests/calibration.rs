@@ -499,7 +499,7 @@ fn offline_calibration_refuses_what_it_cannot_use() {
     let gone = dir.join("not-written.json");
     let o = calibrate_from_results(&huge, scen, &gone, &[]);
     assert_eq!(o.status.code(), Some(2), "{}", err(&o));
-    assert!(err(&o).contains("uncertainty.ensemble") && !gone.exists(), "{}", err(&o));
+    assert!(err(&o).contains("no coefficient set fits it") && !gone.exists(), "{}", err(&o));
     // A concurrency and a request rate are not one scale: concurrency 1 and 0.9 req/s, both
     // the scenario's own predictions, raised two false `ordering` traps (0.9 "above" 1).
     let at_rate = stdout_json(&run_cli(&[

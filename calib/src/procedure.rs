@@ -473,6 +473,27 @@ pub fn calibrate_from_results_with(
     }
     // Values the fit leaves further off than its own noise allows: said, and kept in the profile.
     profile.fit.misfit = crate::profile::misfits(&profile.fit.points);
+    if let Some(m) = profile
+        .fit
+        .misfit
+        .iter()
+        .filter(|m| m.sigmas > crate::profile::MISFIT_REFUSE_SIGMAS)
+        .max_by(|a, b| a.sigmas.total_cmp(&b.sigmas))
+    {
+        return Err(CalibError::Input {
+            flag: "--from-results",
+            message: format!(
+                "{} at {}: no coefficient set fits it (the fit leaves it {:+.0}% off, {:.0} times its noise, past the {} \
+                 at which no noise or model error explains it): the result cannot be this scenario's engine and \
+                 workload (another deployment or workload, a unit or key mixed up, a failed run); no profile written",
+                m.metric,
+                m.point,
+                100.0 * m.relative_residual,
+                m.sigmas,
+                crate::profile::MISFIT_REFUSE_SIGMAS
+            ),
+        });
+    }
     for id in &pf.identifiability {
         if let Some(s) = profile.coefficient_sources.0.iter_mut().find(|(n, _)| n == id.coefficient) {
             s.1 = id.source();

@@ -166,6 +166,15 @@ pub struct Misfit {
 /// with several, or with one far past, does not describe its data.
 pub const MISFIT_SIGMAS: f64 = 3.0;
 
+/// Past this many σ a misfit is no chance of the noise (a Gaussian log residual lies there with
+/// probability about 1.5e-23, never in any fit): the data contradict every coefficient set the
+/// model allows, and `calibrate --from-results` writes no profile (an output throughput of 10^8
+/// tokens a second at concurrency 1, 143σ off, was written with a warning: a profile whose
+/// figures stand for nothing measured). The model's discrepancy is already in the noise
+/// (`fit.points[].target_noise`), so 10σ is a factor e^(10 × 0.07) ≈ 2 on a throughput, e^4 on a
+/// TTFT: a miss no deployment or model error of the corpus comes near.
+pub const MISFIT_REFUSE_SIGMAS: f64 = 10.0;
+
 /// The values of `points` whose log residual exceeds [`MISFIT_SIGMAS`] times the noise the fit
 /// gave them (points without their own noise, live ones, are not judged: their `fit.target_noise`
 /// has no model discrepancy in it).

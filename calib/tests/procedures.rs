@@ -281,7 +281,7 @@ fn profile_keys() {
     );
     assert_eq!(p["engine"]["kind"], "vllm");
     assert_eq!(keys(&p["fit"]), "method,target_noise,targets,free,factors,objective,evaluations,r2,points");
-    assert_eq!(keys(&p["fit"]["points"][0]), "name,max_concurrency,measured,predicted,relative_residual");
+    assert_eq!(keys(&p["fit"]["points"][0]), "name,max_concurrency,measured,predicted,relative_residual,load");
     assert_eq!(keys(&p["fit"]["r2"]), calib::fit::TARGETS.map(sim::report::Metric::key).join(","));
     assert_eq!(
         keys(&p["uncertainty"]),
