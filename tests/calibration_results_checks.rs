@@ -48,19 +48,78 @@ fn a_backend_of_another_engine_is_refused() {
 }
 
 /// `sglang.bench_serving`'s stated lengths other than the scenario's are refused naming the key
-/// (without token totals they had been "cannot be checked"); the scenario's pass.
+/// (without token totals they had been "cannot be checked"); the scenario's pass. A line at
+/// `random_range_ratio` 1 has fixed lengths.
 #[test]
 fn stated_random_lengths_other_than_the_scenarios_are_refused() {
     let s = scenario("sglang", Some(4), 40);
     let p = |i: u64, o: u64| {
         point(json!({"backend": "sglang", "dataset_name": "random", "random_input_len": i, "random_output_len": o,
-                     "max_concurrency": 4, "mean_ttft_ms": 500.0}))
+                     "random_range_ratio": 1.0, "max_concurrency": 4, "mean_ttft_ms": 500.0}))
     };
     let e = calib::results::check_against_scenario(&p(1024, 512), &s).unwrap_err();
-    assert!(e.starts_with("random_input_len: the run was set to 1024 tokens, the scenario to 4096"), "{e}");
+    assert!(e.starts_with("random_input_len: the run was set to random_input_len 1024, random_output_len 512"), "{e}");
+    assert!(e.contains("--set workload.random_input_len=1024 --set workload.random_output_len=512"), "{e}");
     let e = calib::results::check_against_scenario(&p(4096, 128), &s).unwrap_err();
-    assert!(e.starts_with("random_output_len: the run was set to 128 tokens, the scenario to 512"), "{e}");
+    assert!(e.starts_with("random_output_len: the run was set to random_input_len 4096, random_output_len 128"), "{e}");
     calib::results::check_against_scenario(&p(4096, 512), &s).unwrap();
+}
+
+/// SGLang's `random_range_ratio` r draws lengths on [max(⌊L·r⌋, 1), L], not servesim's (vLLM's)
+/// [L(1−r), L(1+r)]: a line at r is compared as servesim's L(1+r)/2 at ratio (1−r)/(1+r) (it was
+/// never read: a line at r = 0.5, mean input 3,072, passed against a scenario of fixed 4,096);
+/// r = 0, SGLang's default (and a line without the key), cannot be expressed and is refused.
+#[test]
+fn sglangs_range_ratio_is_mapped_to_servesims() {
+    let line = |ds: &str, r: Option<f64>| {
+        let mut m = json!({"backend": "sglang", "dataset_name": ds, "random_input_len": 4096,
+                           "random_output_len": 512, "max_concurrency": 4, "mean_ttft_ms": 500.0});
+        if let Some(r) = r {
+            m["random_range_ratio"] = r.into();
+        }
+        point(m)
+    };
+    let fixed = scenario("sglang", Some(4), 40);
+    for ds in ["random", "random-ids"] {
+        let e = calib::results::check_against_scenario(&line(ds, Some(0.5)), &fixed).unwrap_err();
+        assert!(e.starts_with("random_input_len: the run was set to random_input_len 4096"), "{e}");
+        assert!(
+            e.contains(
+                "--set workload.random_input_len=3072 --set workload.random_output_len=384 --set \
+                 workload.random_range_ratio=0.3333"
+            ),
+            "{e}"
+        );
+        for r in [Some(0.0), None] {
+            let e = calib::results::check_against_scenario(&line(ds, r), &fixed).unwrap_err();
+            assert!(e.starts_with("random_range_ratio: the line has"), "{e}");
+            assert!(e.contains("--random-range-ratio 1"), "{e}");
+        }
+        assert!(e_of(&line(ds, None), &fixed).contains("default 0.0"));
+        calib::results::check_against_scenario(&line(ds, Some(1.0)), &fixed).unwrap();
+    }
+    // The mapped workload passes (within a token and 0.001 of the ratio); the same lengths at
+    // another ratio are refused naming it.
+    let mapped = spec(json!({
+        "version": 1, "engine": {"kind": "sglang"}, "model": "qwen2.5-7b-instruct", "hardware": "rtx-5090",
+        "workload": {"dataset_name": "random", "random_input_len": 3072, "random_output_len": 384,
+                     "random_range_ratio": 0.3333, "num_prompts": 40, "max_concurrency": 4, "ignore_eos": true}
+    }));
+    calib::results::check_against_scenario(&line("random", Some(0.5)), &mapped).unwrap();
+    calib::results::check_against_scenario(&line("random-ids", Some(0.5)), &mapped).unwrap();
+    let e = calib::results::check_against_scenario(&line("random", Some(0.6)), &mapped).unwrap_err();
+    assert!(e.starts_with("random_input_len"), "{e}");
+    let off = spec(json!({
+        "version": 1, "engine": {"kind": "sglang"}, "model": "qwen2.5-7b-instruct", "hardware": "rtx-5090",
+        "workload": {"dataset_name": "random", "random_input_len": 3072, "random_output_len": 384,
+                     "random_range_ratio": 0.2, "num_prompts": 40, "max_concurrency": 4, "ignore_eos": true}
+    }));
+    let e = calib::results::check_against_scenario(&line("random", Some(0.5)), &off).unwrap_err();
+    assert!(e.starts_with("random_range_ratio: the run was set to"), "{e}");
+}
+
+fn e_of(p: &calib::results::ResultPoint, s: &sim::config::SimSpec) -> String {
+    calib::results::check_against_scenario(p, s).unwrap_err()
 }
 
 /// No `max_concurrency` key: the scenario's limit is assumed, and said naming the key (a `null`

@@ -41,6 +41,35 @@ pub struct StatedLengths {
     pub dataset_name: Option<String>,
     pub random_input_len: Option<u64>,
     pub random_output_len: Option<u64>,
+    /// `random_range_ratio` as the line gives it (`sglang.bench_serving` writes it in every
+    /// release from 0.4.10 on; its meaning is SGLang's, not servesim's: see
+    /// [`sglang_random_equivalent`]).
+    pub random_range_ratio: Option<f64>,
+}
+
+/// The datasets of `sglang.bench_serving` whose lengths its `--random-input-len`,
+/// `--random-output-len` and `--random-range-ratio` set (0.4.10 bench_serving.py:659; 0.5.23
+/// datasets/__init__.py:26).
+pub const SGLANG_RANDOM_DATASETS: [&str; 2] = ["random", "random-ids"];
+
+/// The servesim random workload (`random_input_len`, `random_output_len`, `random_range_ratio`)
+/// whose lengths are those `sglang.bench_serving` drew at `input_len`, `output_len` and range
+/// ratio `r`, or `None` where servesim cannot express them. SGLang draws each prompt's length
+/// uniformly among the integers `max(⌊L·r⌋, 1) ..= L` and each output's among
+/// `⌊O·r⌋ ..= O` (`max(…, 1)` from 0.5.7) (0.4.10 bench_serving.py:1023-1032, 0.5.23
+/// datasets/common.py:56-64): a mean of about L(1+r)/2. servesim (vLLM's rule) draws on
+/// `L'(1−r') ..= L'(1+r')`: the same spread is L' = L(1+r)/2 (the bounds' midpoint, rounded),
+/// r' = (1−r)/(1+r), which is below 1 (servesim's range) only for r > 0. At r = 1 the lengths
+/// are fixed: (L, O, 0).
+pub fn sglang_random_equivalent(input_len: u64, output_len: u64, r: f64) -> Option<(u64, u64, f64)> {
+    if !(r > 0.0 && r <= 1.0) {
+        return None;
+    }
+    let mid = |l: u64| {
+        let lo = ((l as f64 * r).floor() as u64).max(1).min(l);
+        ((lo + l) as f64 / 2.0).round() as u64
+    };
+    Some((mid(input_len), mid(output_len), (1.0 - r) / (1.0 + r)))
 }
 
 /// The deployment a results file states: `vllm bench serve` writes the served `model_id`;
@@ -219,6 +248,7 @@ pub fn parse_results(text: &str, name: &str) -> Result<Vec<ResultPoint>, String>
                 dataset_name: m.get("dataset_name").and_then(Value::as_str).map(str::to_string),
                 random_input_len: m.get("random_input_len").and_then(Value::as_u64),
                 random_output_len: m.get("random_output_len").and_then(Value::as_u64),
+                random_range_ratio: m.get("random_range_ratio").and_then(Value::as_f64),
             },
         };
         if !crate::fit::TARGETS.iter().any(|&t| point.metric(t).is_some_and(|v| v.is_finite() && v > 0.0)) {
@@ -323,9 +353,13 @@ const BACKEND_ENGINES: [(&str, &str); 15] = [
 /// point's load applied); the warnings to print, or an error naming the field:
 /// * `backend` naming another engine than the scenario's ([`BACKEND_ENGINES`]): refused, as a
 ///   stated `engine` is;
-/// * `random_input_len` or `random_output_len` (which `sglang.bench_serving` writes, with
-///   `dataset_name` `random`) other than a random scenario's: refused, as token totals of other
-///   lengths are (the file may give no totals: its lengths had been "cannot be checked");
+/// * `random_input_len`, `random_output_len` and `random_range_ratio` (which
+///   `sglang.bench_serving` writes, with `dataset_name` `random` or `random-ids`): mapped to the
+///   servesim workload of the same lengths ([`sglang_random_equivalent`]) and refused, naming the
+///   first key that differs and the `--set`s that give it, where that is not a random scenario's
+///   (lengths ±1 token, ratio ±0.001), as token totals of other lengths are (the file may give no
+///   totals: its lengths had been "cannot be checked"); a ratio of 0 (SGLang's default: lengths
+///   from 1 up), which servesim cannot express, is refused naming `random_range_ratio`;
 /// * no `max_concurrency` key (`vllm bench serve` before its `--max-concurrency`, a hand-made
 ///   file): the scenario's limit is assumed, and said (a `null` says no limit and is read so);
 /// * a `max_concurrent_requests` the concurrency limit cannot give: `vllm bench serve` (and
@@ -351,20 +385,62 @@ pub fn check_against_scenario(r: &ResultPoint, spec: &sim::config::SimSpec) -> R
         }
     }
     let w = &spec.workload;
-    if let sim::workload::Dataset::Random { input_len, output_len, .. } = w.dataset {
+    if let sim::workload::Dataset::Random { input_len, output_len, range_ratio, .. } = w.dataset {
         let l = &r.stated_lengths;
-        if l.dataset_name.as_deref().is_none_or(|d| d == "random") {
-            for (k, stated, scenario) in [
-                ("random_input_len", l.random_input_len, input_len),
-                ("random_output_len", l.random_output_len, output_len),
-            ] {
-                if let Some(n) = stated.filter(|n| *n != u64::from(scenario)) {
-                    return Err(format!(
-                        "{k}: the run was set to {n} tokens, the scenario to {scenario}: the scenario is not the measured \
-                         run, and a fit would take the difference for the engine's speed; give its lengths (--set \
-                         workload.{k}={n})"
-                    ));
-                }
+        let random = l.dataset_name.as_deref().is_none_or(|d| SGLANG_RANDOM_DATASETS.contains(&d));
+        if random && (l.random_input_len.is_some() || l.random_output_len.is_some()) {
+            // Every sglang.bench_serving release writes random_range_ratio; a line without it
+            // (hand-made) is read at SGLang's default, 0.0.
+            let (ratio, said) = match l.random_range_ratio {
+                Some(v) => (v, format!("random_range_ratio {v}")),
+                None => (0.0, "no random_range_ratio (sglang.bench_serving's default 0.0 applies)".to_string()),
+            };
+            if !(0.0..=1.0).contains(&ratio) {
+                return Err(format!(
+                    "random_range_ratio: {ratio}: sglang.bench_serving's ratio lies in [0, 1] (lengths from ⌊L·r⌋ to \
+                     L): the line is not one of its runs, or the field is mislabelled"
+                ));
+            }
+            let li = l.random_input_len.unwrap_or(u64::from(input_len));
+            let lo = l.random_output_len.unwrap_or(u64::from(output_len));
+            let Some((ei, eo, er)) = sglang_random_equivalent(li, lo, ratio) else {
+                return Err(format!(
+                    "random_range_ratio: the line has {said}: sglang.bench_serving drew each prompt's length \
+                     uniformly from {} to {li} tokens and each output's from {} to {lo} (SGLang's rule: ⌊L·r⌋ to L), \
+                     which servesim's random dataset (vLLM's rule: L(1−r) to L(1+r), r below 1) cannot express: its \
+                     lengths never reach down to 1 token; rerun with --random-range-ratio 1 (fixed lengths), or \
+                     replay the run's lengths (--output-details input_lens, output_lens) as a trace",
+                    if ratio == 0.0 { "1".to_string() } else { format!("max(⌊{li}·{ratio}⌋, 1)") },
+                    if ratio == 0.0 { "0 (1 from 0.5.7)".to_string() } else { format!("⌊{lo}·{ratio}⌋") },
+                ));
+            };
+            let differs = [
+                ("random_input_len", l.random_input_len.is_some() && ei.abs_diff(u64::from(input_len)) > 1),
+                ("random_output_len", l.random_output_len.is_some() && eo.abs_diff(u64::from(output_len)) > 1),
+                ("random_range_ratio", (er - range_ratio).abs() > 0.001),
+            ]
+            .into_iter()
+            .find(|(_, d)| *d);
+            if let Some((k, _)) = differs {
+                let set = format!(
+                    "--set workload.random_input_len={ei} --set workload.random_output_len={eo} --set \
+                     workload.random_range_ratio={}",
+                    (er * 1e4).round() / 1e4
+                );
+                let how = if ratio == 1.0 {
+                    format!("fixed lengths, {li} and {lo} tokens")
+                } else {
+                    format!(
+                        "{said}: SGLang draws lengths from ⌊L·r⌋ to L, servesim's equivalent is random_input_len {ei}, \
+                         random_output_len {eo}, random_range_ratio {er:.4}"
+                    )
+                };
+                return Err(format!(
+                    "{k}: the run was set to random_input_len {li}, random_output_len {lo} ({how}), the scenario to \
+                     random_input_len {input_len}, random_output_len {output_len}, random_range_ratio {range_ratio}: the \
+                     scenario is not the measured run, and a fit would take the difference for the engine's speed; give \
+                     its workload ({set})"
+                ));
             }
         }
     }
