@@ -213,6 +213,37 @@ pub fn parse_results(text: &str, name: &str) -> Result<Vec<ResultPoint>, String>
                 "{at}: {field}: {lost} requests{sent} failed (or were never sent: an interrupted run): its metrics cover only those that completed, under a load that was not the one set; fit on a run where every request completed"
             ));
         }
+        // sglang.bench_serving writes no `failed` or `num_prompts`: a request that failed drops
+        // out of `completed`. Its `--output-details` arrays say it: an `errors` entry that is not
+        // empty, or more `input_lens` (one per request sent) than `completed`.
+        let failed_detail =
+            match (m.get("errors").and_then(Value::as_array), m.get("input_lens").and_then(Value::as_array)) {
+                (Some(errors), _) if errors.iter().any(|e| !e.is_null() && e.as_str() != Some("")) => {
+                    let n = errors.iter().filter(|e| !e.is_null() && e.as_str() != Some("")).count();
+                    Some(("errors", format!("{n} of the {} requests sent have an error", errors.len())))
+                }
+                (_, Some(lens)) => m
+                    .get("completed")
+                    .and_then(Value::as_u64)
+                    .filter(|&c| (lens.len() as u64) > c)
+                    .map(|c| ("input_lens", format!("{} requests sent, {c} completed", lens.len()))),
+                _ => None,
+            };
+        if let Some((k, what)) = failed_detail {
+            return Err(format!(
+                "{at}: {k}: {what} (sglang.bench_serving --output-details): its metrics cover only those that \
+                 completed, under a load that was not the one set; fit on a run where every request completed"
+            ));
+        }
+        // Speculative decoding (SGLang's `accept_length`, the mean tokens accepted a step) emits
+        // several tokens a step, which servesim does not model: its TPOT would go into the step
+        // costs.
+        if let Some(a) = m.get("accept_length").and_then(Value::as_f64).filter(|a| *a > 1.0) {
+            return Err(format!(
+                "{at}: accept_length: {a}: the server ran speculative decoding (more than one token accepted a step), \
+                 which servesim does not model; fit on a run without it"
+            ));
+        }
         // vLLM's ramp-up (`--ramp-up-strategy`) raises the rate through the run, which servesim
         // does not model: read as a constant rate, its queueing would go into the step costs.
         if let Some(k) = ["ramp_up_strategy", "ramp_up_start_rps", "ramp_up_end_rps"]
@@ -286,7 +317,7 @@ pub fn parse_results(text: &str, name: &str) -> Result<Vec<ResultPoint>, String>
 /// A throughput a file gives beside the counts it is computed from must be their quotient:
 /// `vllm bench serve` and `sglang.bench_serving` both write `request_throughput` as
 /// `completed ÷ duration`, `output_throughput` as `total_output_tokens ÷ duration` and (vLLM)
-/// `total_token_throughput` as `(total_input_tokens + total_output_tokens) ÷ duration`, as
+/// `total_token_throughput` (SGLang from 0.5.6: `total_throughput`) as `(total_input_tokens + total_output_tokens) ÷ duration`, as
 /// servesim does. The room is the three values' printed rounding (half a unit of each one's last
 /// decimal, [`crate::fit::rounding_half_unit`]) and 1e-6 relative; a throughput outside it
 /// belongs to another run or another field (a total token throughput written as the output
@@ -304,6 +335,12 @@ fn check_throughputs(m: &Map<String, Value>, at: &str) -> Result<(), String> {
         ("output_throughput", &["total_output_tokens"][..], "total_output_tokens"),
         (
             "total_token_throughput",
+            &["total_input_tokens", "total_output_tokens"][..],
+            "(total_input_tokens + total_output_tokens)",
+        ),
+        // sglang.bench_serving's name of it from 0.5.6.
+        (
+            "total_throughput",
             &["total_input_tokens", "total_output_tokens"][..],
             "(total_input_tokens + total_output_tokens)",
         ),
@@ -892,6 +929,53 @@ mod consistency_tests {
         let mut m = c4();
         m.remove("duration");
         m.insert("output_throughput".into(), 2741.681888276663.into());
+        parse(&m).unwrap();
+    }
+
+    /// SGLang 0.5.6+'s `total_throughput` is checked as `total_token_throughput` is (it was not
+    /// cross-checked at all).
+    #[test]
+    fn sglangs_total_throughput_is_its_counts_over_the_duration() {
+        let mut m = c4();
+        m.remove("total_token_throughput");
+        m.insert("total_throughput".into(), 2741.681888276663.into());
+        parse(&m).unwrap();
+        m.insert("total_throughput".into(), 304.6313209196292.into());
+        let e = parse(&m).unwrap_err();
+        assert!(e.starts_with("r.json: total_throughput 304.6313209196292 is not (total_input_tokens"), "{e}");
+    }
+
+    /// An SGLang line says failed requests only in its `--output-details` arrays: an error, or
+    /// more `input_lens` than `completed`, is refused naming the key (both had been fitted).
+    #[test]
+    fn an_sglang_lines_failed_requests_in_its_details_are_refused() {
+        let mut m = c4();
+        m.remove("num_prompts");
+        let mut ok = vec![Value::from(""); 40];
+        m.insert("errors".into(), ok.clone().into());
+        m.insert("input_lens".into(), vec![Value::from(4096); 40].into());
+        parse(&m).unwrap();
+        ok[3] = "Timeout".into();
+        m.insert("errors".into(), ok.into());
+        let e = parse(&m).unwrap_err();
+        assert!(e.starts_with("r.json: errors: 1 of the 40 requests sent have an error"), "{e}");
+        m.remove("errors");
+        m.insert("input_lens".into(), vec![Value::from(4096); 42].into());
+        let e = parse(&m).unwrap_err();
+        assert!(e.starts_with("r.json: input_lens: 42 requests sent, 40 completed"), "{e}");
+    }
+
+    /// Speculative decoding (`accept_length` above 1) is refused naming the key; null, absent or
+    /// 1 passes.
+    #[test]
+    fn speculative_decodings_accept_length_is_refused() {
+        let mut m = c4();
+        m.insert("accept_length".into(), 2.7.into());
+        let e = parse(&m).unwrap_err();
+        assert!(e.starts_with("r.json: accept_length: 2.7: the server ran speculative decoding"), "{e}");
+        m.insert("accept_length".into(), Value::Null);
+        parse(&m).unwrap();
+        m.insert("accept_length".into(), 1.0.into());
         parse(&m).unwrap();
     }
 
