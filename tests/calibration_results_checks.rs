@@ -230,3 +230,34 @@ fn the_command_refuses_a_sglang_result_on_a_vllm_scenario() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("#0: backend: \"sglang\""), "{err}");
 }
+
+/// An SGLang line's `server_info` (0.5.6+) is compared as a top-level `engine_version` and
+/// `model_id` are (it was never read: a TP-2 run of another release was fitted as the scenario's):
+/// another `version` or `tp_size` is refused naming it, another model path warned about.
+#[test]
+fn an_sglang_lines_server_info_is_compared_with_the_scenario() {
+    let s = scenario("sglang", Some(4), 40);
+    let version = s.engine.version().to_string();
+    let p = |info: Value| {
+        point(json!({"backend": "sglang", "max_concurrency": 4, "mean_ttft_ms": 500.0, "server_info": info}))
+    };
+    let same = json!({"version": version, "tp_size": 1, "model_path": "Qwen/Qwen2.5-7B-Instruct"});
+    assert!(calib::results::check_against_scenario(&p(same.clone()), &s).unwrap().is_empty());
+    let mut other = same.clone();
+    other["version"] = "0.0.1".into();
+    let e = calib::results::check_against_scenario(&p(other), &s).unwrap_err();
+    assert!(e.starts_with("server_info.version: the server was SGLang 0.0.1"), "{e}");
+    let mut other = same.clone();
+    other["tp_size"] = 2.into();
+    let e = calib::results::check_against_scenario(&p(other.clone()), &s).unwrap_err();
+    assert!(e.starts_with("server_info.tp_size: the server ran on 2 GPUs"), "{e}");
+    // A disaggregated server's first decode entry is read.
+    let e = calib::results::check_against_scenario(&p(json!({"decode": [other]})), &s).unwrap_err();
+    assert!(e.starts_with("server_info.tp_size"), "{e}");
+    let mut other = same;
+    other["model_path"] = "/models/Llama-3.1-8B".into();
+    let w = calib::results::check_against_scenario(&p(other), &s).unwrap();
+    assert!(w.len() == 1 && w[0].starts_with("server_info.model_path is \"/models/Llama-3.1-8B\""), "{w:?}");
+    // A line whose server did not answer (null) says nothing.
+    calib::results::check_against_scenario(&p(Value::Null), &s).unwrap();
+}

@@ -82,6 +82,18 @@ pub struct StatedDeployment {
     pub model_id: Option<String>,
     pub hardware: Option<String>,
     pub num_replicas: Option<u64>,
+    /// What `sglang.bench_serving` (from 0.5.6) copied from the server's `/get_server_info`
+    /// into `server_info` (a disaggregated server's first `decode` entry): its `version`,
+    /// `model_path` and `tp_size`.
+    pub server_info: StatedServerInfo,
+}
+
+/// The fields of an SGLang line's `server_info` that say what it ran on.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StatedServerInfo {
+    pub version: Option<String>,
+    pub model_path: Option<String>,
+    pub tp_size: Option<u64>,
 }
 
 impl StatedDeployment {
@@ -95,6 +107,14 @@ impl StatedDeployment {
             model_id: s("model_id"),
             hardware: s("hardware"),
             num_replicas: m.get("fleet").and_then(|f| f.get("num_replicas")).and_then(Value::as_u64),
+            server_info: m.get("server_info").map_or_else(StatedServerInfo::default, |i| {
+                let i = i.get("decode").and_then(|d| d.get(0)).unwrap_or(i);
+                StatedServerInfo {
+                    version: i.get("version").and_then(Value::as_str).map(str::to_string),
+                    model_path: i.get("model_path").and_then(Value::as_str).map(str::to_string),
+                    tp_size: i.get("tp_size").and_then(Value::as_u64),
+                }
+            }),
         }
     }
 }
@@ -390,6 +410,9 @@ const BACKEND_ENGINES: [(&str, &str); 15] = [
 /// point's load applied); the warnings to print, or an error naming the field:
 /// * `backend` naming another engine than the scenario's ([`BACKEND_ENGINES`]): refused, as a
 ///   stated `engine` is;
+/// * `server_info` (SGLang 0.5.6+): a `version` or `tp_size` other than the scenario's refused
+///   naming `server_info.<field>`, a `model_path` that is neither the card's id nor its repository
+///   warned about, as a top-level `engine_version` and `model_id` are;
 /// * `random_input_len`, `random_output_len` and `random_range_ratio` (which
 ///   `sglang.bench_serving` writes, with `dataset_name` `random` or `random-ids`): mapped to the
 ///   servesim workload of the same lengths ([`sglang_random_equivalent`]) and refused, naming the
@@ -420,6 +443,33 @@ pub fn check_against_scenario(r: &ResultPoint, spec: &sim::config::SimSpec) -> R
                  would take that engine's speed for this one's; give the scenario of the measured engine"
             ));
         }
+    }
+    // An SGLang line's server_info (0.5.6+) says the server's release, TP size and model as a
+    // top-level engine_version and model_id do (`calibrate --from-results`): another release or
+    // TP size is another deployment's speed; a model path that is neither the card's id nor its
+    // repository warns (a server may load a model from any folder).
+    let info = &r.stated.server_info;
+    let version = spec.engine.version().to_string();
+    if let Some(v) = info.version.as_deref().filter(|v| *v != version) {
+        return Err(format!(
+            "server_info.version: the server was SGLang {v}, the scenario's engine {engine} {version}: a fit would take \
+             that release's speed for this one's; set engine.version (--set engine.version={v})"
+        ));
+    }
+    let tp = spec.deployment.tensor_parallel_size;
+    if let Some(t) = info.tp_size.filter(|t| *t != u64::from(tp)) {
+        return Err(format!(
+            "server_info.tp_size: the server ran on {t} GPUs (tensor parallel), the scenario on {tp}: a fit would take \
+             that deployment's speed for this one's; give the scenario of the measured deployment"
+        ));
+    }
+    if let Some(p) = info.model_path.as_deref().filter(|p| !spec.model.is_served_as(p)) {
+        warnings.push(format!(
+            "server_info.model_path is {p:?}, the scenario's model card {} ({}): the fit takes that run's speed for this \
+             model's; check that the result measured this model",
+            spec.model.id,
+            spec.model.hf_repo.as_deref().unwrap_or("no hf_repo")
+        ));
     }
     let w = &spec.workload;
     if let sim::workload::Dataset::Random { input_len, output_len, range_ratio, .. } = w.dataset {
