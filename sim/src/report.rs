@@ -1183,7 +1183,7 @@ pub const JUDGED_DENSE_MODELS: &[(&str, u64)] = &[
 /// A run of a dense model no published run has judged (a card without a validation set, or a
 /// user's inline card): its step costs come from the same measured kernels and engine rules as the
 /// judged models', and its uncalibrated intervals from their record on the GPU and engine, not
-/// its own. Outside the judged sizes (7.6–70.6 billion parameters) the message says which way:
+/// its own. Outside the judged sizes (4.0–70.6 billion parameters, `JUDGED_DENSE_MODELS`) the message says which way:
 /// a smaller model's steps hold more per-step CPU time and kernel launch floors than any judged
 /// step did. Mixture-of-experts cards have [`moe_timing`] instead.
 pub fn unjudged_model(spec: &SimSpec) -> Option<Caveat> {
