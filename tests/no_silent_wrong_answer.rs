@@ -2782,6 +2782,18 @@ fn the_cpu_hosts_pools_are_pinned_not_derived_as_a_gpus() {
     let (c, _, err) =
         run(&["simulate", &s, "--set", pin, "--set", "engine.version=0.14.1", "--set", "engine.async_scheduling=true"]);
     assert!(c == 2 && err.contains("engine.async_scheduling: true on the cpu-host card"), "{err}");
+    // An engine out of compute there: more engines or a faster host, not more GPUs or TP.
+    let (c, out, err) = run(&[
+        "explain",
+        "--set",
+        "hardware=cpu-host",
+        "--set",
+        "model=qwen2.5-3b-instruct",
+        "--set",
+        "engine.kv_cache_tokens=500000",
+    ]);
+    assert_eq!(c, 0, "{err}");
+    assert!(out.contains("more engines (more replicas) or a faster host do") && !out.contains("GPUs do"), "{out}");
 }
 
 /// `explain`'s advice names each engine's own fp8 KV cache value: SGLang's `fp8_e4m3`, which

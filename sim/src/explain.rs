@@ -529,6 +529,11 @@ pub struct Explanation {
 fn more_gpus_sentence(base: &SimSpec, w: &crate::workload::Workload, disaggregated: bool) -> String {
     let replicas = if disaggregated { "more replicas, more prefill replicas" } else { "more replicas" };
     let tp = base.deployment.tensor_parallel_size;
+    // The CPU test bed's card runs one rank (`config::cpu_host_deployment`): more engines or a
+    // faster host, never TP.
+    if crate::config::is_cpu_host(&base.gpu) {
+        return format!("more engines ({replicas}) or a faster host do; TP is not modelled on the cpu-host card.");
+    }
     let Some(c) = base.cost.composed.as_ref() else {
         return format!("more or faster GPUs ({replicas}, or a higher TP size where its all-reduces cost less than the compute it splits) do.");
     };

@@ -209,14 +209,20 @@ pub fn check_pinned_pool(
             format!(
                 "{tokens} tokens of KV cache take {:.2} GiB per GPU ({kv_bytes_per_token} bytes a token, {} KV cache, TP {}); \
                  with {} weights ({:.2} GiB per GPU) that is more than the {:.2} GiB of one {}: a pool that cannot exist \
-                 (a pool logged for another setup?). Give this setup's pool, or leave it unset to derive it from the memory fraction",
+                 (a pool logged for another setup?). Give this setup's pool{}",
                 kv as f64 / (1u64 << 30) as f64,
                 dep.kv_cache_dtype,
                 dep.tensor_parallel_size,
                 model.id,
                 gib(weights),
                 gib(gpu.memory_bytes),
-                gpu.id
+                gpu.id,
+                // The CPU test bed's card derives no pool (`vllm::cpu_host_pool_not_derived`).
+                if super::vllm::is_cpu_host(gpu) {
+                    " (the cpu-host card derives none: the server's start-up log gives it)"
+                } else {
+                    ", or leave it unset to derive it from the memory fraction"
+                }
             ),
         ));
     }
