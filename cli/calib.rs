@@ -699,11 +699,10 @@ fn stated_deployment_differs(d: &calib::results::StatedDeployment, spec: &sim::c
         differ.push(format!("engine: {e} (the scenario: {})", spec.engine.kind()));
     }
     let version = spec.engine.version().to_string();
-    if let Some(v) = d
-        .engine_version
-        .as_deref()
-        .filter(|v| d.engine.as_deref().is_none_or(|e| e == spec.engine.kind()) && **v != version)
-    {
+    if let Some(v) = d.engine_version.as_deref().filter(|v| {
+        d.engine.as_deref().is_none_or(|e| e == spec.engine.kind())
+            && !calib::results::same_release(v, spec.engine.version())
+    }) {
         differ.push(format!("engine_version: {v} (the scenario: {version}; set engine.version)"));
     }
     // "live": `servesim bench` against a server that does not say its GPU (a real engine): no

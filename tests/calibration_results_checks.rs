@@ -243,6 +243,10 @@ fn an_sglang_lines_server_info_is_compared_with_the_scenario() {
     };
     let same = json!({"version": version, "tp_size": 1, "model_path": "Qwen/Qwen2.5-7B-Instruct"});
     assert!(calib::results::check_against_scenario(&p(same.clone()), &s).unwrap().is_empty());
+    // A post-release of the scenario's release is that release (SGLang reports `0.5.6.post2`).
+    let mut post = same.clone();
+    post["version"] = format!("{version}.post2").into();
+    assert!(calib::results::check_against_scenario(&p(post), &s).unwrap().is_empty());
     let mut other = same.clone();
     other["version"] = "0.0.1".into();
     let e = calib::results::check_against_scenario(&p(other), &s).unwrap_err();

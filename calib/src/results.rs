@@ -88,6 +88,14 @@ pub struct StatedDeployment {
     pub server_info: StatedServerInfo,
 }
 
+/// Whether a release a result states (`engine_version`, `server_info.version`) is the
+/// scenario's: compared as releases, so that a post-release or a fourth number (SGLang's
+/// `0.5.6.post2`, vLLM's `0.10.1.1`), which servesim models as its release, is not read as
+/// another one (their strings had been compared, and such a file refused).
+pub fn same_release(stated: &str, scenario: sim::engine::Version) -> bool {
+    sim::engine::Version::parse(stated) == Some(scenario)
+}
+
 /// The fields of an SGLang line's `server_info` that say what it ran on.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct StatedServerInfo {
@@ -449,8 +457,8 @@ pub fn check_against_scenario(r: &ResultPoint, spec: &sim::config::SimSpec) -> R
     // TP size is another deployment's speed; a model path that is neither the card's id nor its
     // repository warns (a server may load a model from any folder).
     let info = &r.stated.server_info;
-    let version = spec.engine.version().to_string();
-    if let Some(v) = info.version.as_deref().filter(|v| *v != version) {
+    let version = spec.engine.version();
+    if let Some(v) = info.version.as_deref().filter(|v| !same_release(v, version)) {
         return Err(format!(
             "server_info.version: the server was SGLang {v}, the scenario's engine {engine} {version}: a fit would take \
              that release's speed for this one's; set engine.version (--set engine.version={v})"
