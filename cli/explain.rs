@@ -95,12 +95,17 @@ pub fn text(e: &Explanation, x: &TextExtras) -> String {
         Some(f) => format!(" of each replica ({} replicas, {} GPUs in all)", f.num_replicas, f.num_gpus),
         None => String::new(),
     };
+    // The CPU test bed's card runs on the host's CPU (the engines' CPU backends), not a GPU.
+    let cpu_host = e.hardware == "cpu-host";
     let _ = writeln!(
         s,
-        "Deployment{whose}: tensor parallel {} on {} GPU{}, KV cache {} ({} B/element), weights {}, CUDA graphs {}{}",
+        "Deployment{whose}: tensor parallel {} on {}, KV cache {} ({} B/element), weights {}, CUDA graphs {}{}",
         d.tensor_parallel_size,
-        d.num_gpus,
-        if d.num_gpus == 1 { "" } else { "s" },
+        if cpu_host {
+            "the host's CPU (the engine's CPU backend)".to_string()
+        } else {
+            format!("{} GPU{}", d.num_gpus, if d.num_gpus == 1 { "" } else { "s" })
+        },
         d.kv_cache_dtype,
         d.kv_dtype_bytes,
         d.quantization
@@ -230,7 +235,11 @@ pub fn text(e: &Explanation, x: &TextExtras) -> String {
     let _ = writeln!(s);
     let _ = writeln!(s, "Knobs (you set them): {}", e.metric_kinds.knobs.join(", "));
     let _ = writeln!(s, "Results (the engine produces them): {}", e.metric_kinds.results.join(", "));
-    let _ = writeln!(s, "Outside the engine: GPU utilisation, SM occupancy and power are not modelled; measure them with nvidia-smi dmon, DCGM or Nsight Systems.");
+    if cpu_host {
+        let _ = writeln!(s, "Outside the engine: CPU utilisation, memory bandwidth and power are not modelled; measure them with perf, top or the engine's own logs.");
+    } else {
+        let _ = writeln!(s, "Outside the engine: GPU utilisation, SM occupancy and power are not modelled; measure them with nvidia-smi dmon, DCGM or Nsight Systems.");
+    }
     s
 }
 

@@ -2747,6 +2747,17 @@ fn the_cpu_hosts_pools_are_pinned_not_derived_as_a_gpus() {
     assert_eq!(c, 0, "{err}");
     assert!(out.contains("CUDA graphs off"), "{out}");
     assert!(!out.contains("TP 2") && !out.contains("kv_cache_dtype=fp8"), "{out}");
+    // It runs on the host's CPU: no "1 GPU", no nvidia-smi (until 2026-12-08 it said both).
+    assert!(
+        out.contains("tensor parallel 1 on the host's CPU (the engine's CPU backend)")
+            && !out.contains("on 1 GPU")
+            && !out.contains("nvidia-smi")
+            && out.contains("measure them with perf"),
+        "{out}"
+    );
+    let (c, out, err) = run(&["explain", &s, "--set", pin, "--json"]);
+    assert_eq!(c, 0, "{err}");
+    assert!(out.contains("measure CPU utilisation with perf") && !out.contains("nvidia-smi"), "{out}");
     let (c, _, err) = run(&["simulate", &s, "--set", pin, "--set", "engine.tensor_parallel_size=2"]);
     assert!(c == 2 && err.contains("engine.tensor_parallel_size: 2 on the cpu-host card"), "{err}");
     let (c, _, err) = run(&["simulate", &s, "--set", pin, "--set", "engine.kv_cache_dtype=fp8"]);

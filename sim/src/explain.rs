@@ -1189,7 +1189,11 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
 
     let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     let outside = OutsideTheEngine {
-        gpu_counters: "measure with nvidia-smi dmon, DCGM (dcgm-exporter) or Nsight Systems; servesim models time, not hardware counters",
+        gpu_counters: if crate::config::is_cpu_host(&base.gpu) {
+            "the cpu-host card runs on the host's CPU: measure CPU utilisation with perf or top; servesim models time, not hardware counters"
+        } else {
+            "measure with nvidia-smi dmon, DCGM (dcgm-exporter) or Nsight Systems; servesim models time, not hardware counters"
+        },
         network_and_client: "measured by the client (servesim bench reports its own CPU time)",
     };
     let metric_kinds = MetricKinds {
