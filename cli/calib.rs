@@ -534,6 +534,9 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
     // The medians and p99s given beside a mean of their family, which the fit leaves out.
     let mut set_aside = Vec::new();
     let mut given: Vec<Vec<Option<f64>>> = Vec::new();
+    // Every point read so far with where it was, to refuse one given in two files as
+    // `parse_results` refuses one given twice in a file.
+    let mut seen: Vec<(calib::results::ResultPoint, String)> = Vec::new();
     for (fi, f) in a.from_results.iter().enumerate() {
         let mut base = load::read_raw(Some(&a.scenario[if a.scenario.len() == 1 { 0 } else { fi }]))?;
         // The user's --set first, then each point's load (its concurrency or rate, its count):
@@ -548,6 +551,16 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
             ));
         }
         for (k, r) in results.into_iter().enumerate() {
+            // The same point in two files (one run's line copied into another run's file)
+            // would be fitted as two measurements and narrow the intervals.
+            if let Some((_, first)) = seen.iter().find(|(p, _)| *p == r) {
+                return Err(format!(
+                    "{}#{k}: the same point as {first} (the same load and the same values): a point given twice would \
+                     be fitted as two measurements; give each run once",
+                    f.display()
+                ));
+            }
+            seen.push((r.clone(), format!("{}#{k}", f.display())));
             let mut raw = base.clone();
             let o = &r.load;
             if o.unlimited_concurrency {

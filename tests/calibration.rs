@@ -376,6 +376,13 @@ fn offline_calibration_refuses_what_it_cannot_use() {
     let o = files(&[&good, &again]);
     assert_eq!(o.status.code(), Some(2), "{}", err(&o));
     assert!(err(&o).contains("given twice"), "{}", err(&o));
+    // The same point copied into a second file (until 2026-12-08 fitted twice across files,
+    // refused only within one).
+    let copy = dir.join("copy.json");
+    std::fs::copy(&good, &copy).unwrap();
+    let o = files(&[&good, &copy]);
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    assert!(err(&o).contains("copy.json#0: the same point as") && err(&o).contains("r.json#0"), "{}", err(&o));
     // A point measured on another deployment (here TP 2) cannot share the first one's fit: it
     // was simulated with the first's step costs and the profile named the first's deployment.
     let tp2 = dir.join("tp2.json");
