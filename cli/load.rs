@@ -456,6 +456,20 @@ pub fn load_profile(path: &Path) -> Result<(CostCoefficients, Option<CostCoeffic
             ))
         }
     };
+    // A profile fitted as a correction of the composed cost names the composed cost it
+    // corrected; one that says `linear` beside that name was edited, and would run its
+    // coefficients as the linear model's, moving every prediction with no word.
+    if !corrects {
+        if let Some(c) = v.get("composed_cost_source").and_then(|c| c.as_str()) {
+            return Err(format!(
+                "{}: cost_mode: {} beside a composed_cost_source ({c}): the profile was fitted as a correction of that \
+                 composed cost (cost_mode \"corrects_composed\"), and its coefficients mean something else in the \
+                 linear model; refit rather than edit the mode",
+                path.display(),
+                v.get("cost_mode").map(|m| m.to_string()).unwrap_or_else(|| "not given (linear)".into())
+            ));
+        }
+    }
     let prior: Option<CostCoefficients> = match v.get("prior") {
         Some(p) if corrects && !p.is_null() => {
             complete("prior")?;

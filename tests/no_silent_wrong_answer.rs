@@ -1094,6 +1094,18 @@ fn a_malformed_profile_is_refused_naming_the_field() {
             ),
             "coefficients.step_us: must be a finite number from 0",
         ),
+        // A corrects_composed profile whose mode was edited to linear (it ran its coefficients
+        // as the linear model's, every prediction moved, with no word until 2026-12-08).
+        (
+            profile(
+                "mode-edited.json",
+                engine,
+                r#", "cost_mode": "linear", "composed_cost_source": "measured kernels (a100-80gb, vllm 0.11)""#,
+                coefficients,
+                &prior,
+            ),
+            "cost_mode: \"linear\" beside a composed_cost_source",
+        ),
     ];
     for ((c, _, err), want) in cases {
         assert_eq!(c, 2, "{err}");
