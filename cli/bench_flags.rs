@@ -4,6 +4,8 @@
 //! workload.num_prompts=200`. Each flag is the `workload` field of its name (`-` for `_`), as
 //! on `servesim bench`; the seed is the scenario flags' `--seed`. The live commands (`bench`,
 //! `check`, `calibrate`) take the same flags (`live::WorkloadArgs` flattens them).
+//! `--goodput` is the one flag of the set that is no workload field: the objectives of the
+//! report's `request_goodput` ([`BenchFlags::goodput_slos`]).
 
 use clap::Args;
 use serde_json::Value;
@@ -48,6 +50,11 @@ pub struct BenchFlags {
     /// false; recent releases skip it by default, `--ready-check-timeout-sec 0`).
     #[arg(long, help_heading = "vllm bench serve flags")]
     pub no_initial_test: bool,
+    /// Service-level objectives of `request_goodput`, as `vllm bench serve --goodput`: KEY:VALUE
+    /// pairs in milliseconds, KEY one of ttft, tpot, e2el (`--goodput ttft:500 tpot:50`); a
+    /// request is good when it completed and meets every one. Not a workload field.
+    #[arg(long, num_args = 1.., value_name = "KEY:VALUE", help_heading = "vllm bench serve flags")]
+    pub goodput: Vec<String>,
 }
 
 impl BenchFlags {
@@ -71,7 +78,17 @@ impl BenchFlags {
         if let Some(r) = self.random_range_ratio.filter(|r| !r.is_finite()) {
             return Err(format!("--random-range-ratio: expected a number in [0, 1), got {r}"));
         }
+        self.goodput_slos()?;
         Ok(())
+    }
+
+    /// `--goodput`'s objectives (`sim::metrics::GoodputSlos::parse`: vLLM's checks, the error
+    /// naming the flag); `None` without the flag.
+    pub fn goodput_slos(&self) -> Result<Option<sim::metrics::GoodputSlos>, String> {
+        if self.goodput.is_empty() {
+            return Ok(None);
+        }
+        sim::metrics::GoodputSlos::parse(&self.goodput).map(Some).map_err(|e| format!("--goodput: {e}"))
     }
 
     /// `(workload field, value)` for each flag given, in the order above. `--request-rate`

@@ -814,6 +814,14 @@ pub struct CheckArgs {
 }
 
 pub fn check(a: CheckArgs) -> Result<ExitCode, String> {
+    // `--goodput` comes with the workload flags `check` shares with `bench`; the check judges
+    // the metrics a profile predicts (`calib::check::CHECK_METRICS`), and its report carries no
+    // goodput: refused, not ignored.
+    if !a.workload.bench.goodput.is_empty() {
+        return Err(
+            "--goodput: check judges predicted metrics against measured ones and computes no goodput; give --goodput to `servesim bench` (measured) or `servesim simulate` (predicted) of the same workload".into(),
+        );
+    }
     // The plot's name and folder before any point is measured (a missing folder failed after
     // both points had run, no report printed: a review, 2026-12-07).
     if let Some(p) = &a.plot {

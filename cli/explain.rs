@@ -232,6 +232,13 @@ pub fn text(e: &Explanation, x: &TextExtras) -> String {
     for n in &e.notes {
         let _ = writeln!(s, "note: {n}");
     }
+    if let Some(g) = e.point.bench.request_goodput {
+        let _ = writeln!(
+            s,
+            "Request goodput (req/s): {g:.2} of the explained run's {:.2} completed requests per second met every --goodput objective.",
+            e.point.bench.request_throughput
+        );
+    }
     let _ = writeln!(s);
     let _ = writeln!(s, "Knobs (you set them): {}", e.metric_kinds.knobs.join(", "));
     let _ = writeln!(s, "Results (the engine produces them): {}", e.metric_kinds.results.join(", "));
@@ -249,6 +256,7 @@ pub fn run(a: ExplainArgs) -> Result<ExitCode, String> {
     }
     let mut raw = load::read_raw(a.scenario.as_deref())?;
     let sets = a.bench.with_sets(&a.common.sets)?;
+    let goodput = a.bench.goodput_slos()?;
     load::apply_overrides(&mut raw, &sets, a.common.seed).map_err(|e| a.bench.name_the_flag(e))?;
     let (_, base) = load::resolve(&raw).map_err(|e| a.bench.name_the_flag(e))?;
     let extras = TextExtras::of(&raw, &base);
@@ -267,7 +275,11 @@ pub fn run(a: ExplainArgs) -> Result<ExitCode, String> {
         .collect::<Vec<_>>();
     pb.finish_and_clear();
     let point = outs.pop().expect("the explained run");
-    let e = sim::explain::assemble(&raw.origin, &base, &plan, &point, &outs);
+    let mut e = sim::explain::assemble(&raw.origin, &base, &plan, &point, &outs);
+    // `--goodput`: the explained run's `request_goodput` (`point.request_goodput`; `null` without).
+    if let Some(g) = &goodput {
+        sim::report::with_goodput(&mut e.point.bench, &point.run, g);
+    }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&e).expect("json"));
     } else {

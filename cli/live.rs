@@ -392,8 +392,6 @@ impl Serialize for SaveResult<'_> {
             m.serialize_entry("client_cpu_s", &c.seconds)?;
             m.serialize_entry("client_cpu_fraction", &c.fraction)?;
         }
-        // vLLM writes `request_goodput` always, `null` without `--goodput` (bench has no SLOs).
-        m.serialize_entry("request_goodput", &Option::<f64>::None)?;
         let o = &self.run.outcomes;
         m.serialize_entry("input_lens", &self.w.requests.iter().map(|r| r.prompt_len).collect::<Vec<_>>())?;
         m.serialize_entry("output_lens", &o.iter().map(|o| o.output_tokens).collect::<Vec<_>>())?;
@@ -419,7 +417,8 @@ impl Serialize for SaveResult<'_> {
 }
 
 pub fn bench(a: BenchArgs) -> Result<ExitCode, String> {
-    let text_opts = crate::text_options(&a.metric_percentiles, &a.percentile_metrics)?;
+    let mut text_opts = crate::text_options(&a.metric_percentiles, &a.percentile_metrics)?;
+    text_opts.goodput = a.workload.bench.goodput_slos()?;
     let (mut wl_json, mut w) = a.workload.workload(&a.server.endpoint)?;
     let rt = rt()?;
     rt.block_on(async {
@@ -470,6 +469,10 @@ pub fn bench(a: BenchArgs) -> Result<ExitCode, String> {
         }
         let mut point = measured_point(&info, &w, &run);
         sim::report::with_percentiles(&mut point.report, &run.result, &text_opts.percentiles);
+        // `--goodput`, from the run's own requests as the client timed them (`null` without).
+        if let Some(g) = &text_opts.goodput {
+            sim::report::with_goodput(&mut point.report, &run.result, g);
+        }
         // The text shows the run as the client measured it (before a failure's reason below).
         let mut text = sim::report::text_report(&point.report, &text_opts, "measured");
         // The engine's gauges are sampled, not traced: a peak between two polls is missed.

@@ -210,7 +210,7 @@ fn text_options(percentiles: &str, metrics: &str) -> Result<TextOptions, String>
             return Err(format!("--percentile-metrics: unknown metric {m:?}; expected ttft, tpot, itl, e2el"));
         }
     }
-    Ok(TextOptions { percentiles, metrics })
+    Ok(TextOptions { percentiles, metrics, goodput: None })
 }
 
 /// What `servesim simulate --json` prints: the run's report, then its 90% intervals when
@@ -224,7 +224,8 @@ struct SimulateReport {
 }
 
 fn simulate(a: SimulateArgs) -> Result<ExitCode, String> {
-    let text_opts = text_options(&a.metric_percentiles, &a.percentile_metrics)?;
+    let mut text_opts = text_options(&a.metric_percentiles, &a.percentile_metrics)?;
+    text_opts.goodput = a.bench.goodput_slos()?;
     if let Some(p) = &a.plot {
         plot::check_path(p)?;
     }
@@ -252,6 +253,10 @@ fn simulate(a: SimulateArgs) -> Result<ExitCode, String> {
     // The percentiles asked for beyond the report's own go into `--json` too, under
     // `vllm bench serve`'s keys (`p99.9_ttft_ms`): they had been dropped from it unsaid.
     sim::report::with_percentiles(&mut point.bench, &out.run, &text_opts.percentiles);
+    // `--goodput`: the report's `request_goodput` (`null` without, as vLLM writes it).
+    if let Some(g) = &text_opts.goodput {
+        sim::report::with_goodput(&mut point.bench, &out.run, g);
+    }
     let model_error = calib::parse_model_error(a.model_error.as_deref())?;
     let intervals = calib::intervals(&raw, &spec, &point, a.uncertainty, &model_error)?;
     if a.json {

@@ -17,6 +17,9 @@
 //!   length, the output tokens those streamed in it (any request's; the client's
 //!   count, so an EOS token no chunk carried is not one), the input tokens those
 //!   of the requests completed in it.
+//! * Goodput (`--goodput`, [`GoodputSlos`]): the completed requests that meet every objective
+//!   given, over the duration; decided per request in seconds as `calculate_metrics` decides it
+//!   ([`GoodputSlos::met_by`]).
 
 #[cfg(test)]
 use crate::simulation::TokenRuns;
@@ -590,6 +593,109 @@ pub struct TtftBreakdown {
     pub overhead_ms: f64,
 }
 
+/// `MILLISECONDS_TO_SECONDS_CONVERSION` of `vllm/benchmarks/serve.py`: an objective in
+/// milliseconds is divided by it and compared with a request's times in seconds.
+pub const MILLISECONDS_TO_SECONDS_CONVERSION: f64 = 1000.0;
+
+/// The metrics an objective may name, in `check_goodput_args`' order (its `VALID_NAMES`).
+pub const GOODPUT_METRICS: [&str; 3] = ["ttft", "tpot", "e2el"];
+
+/// `vllm bench serve --goodput KEY:VALUE ...`: service-level objectives in milliseconds, each
+/// on one request's TTFT, TPOT or E2EL (`parse_goodput` and `check_goodput_args` in
+/// `vllm/benchmarks/serve.py`, the same from 0.11.0 to 0.34.0). A request is good when it
+/// completed and meets every objective given ([`GoodputSlos::met_by`]); the run's
+/// `request_goodput` is the good requests over the duration ([`bench_metrics_with`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GoodputSlos {
+    pub ttft_ms: Option<f64>,
+    pub tpot_ms: Option<f64>,
+    pub e2el_ms: Option<f64>,
+}
+
+impl GoodputSlos {
+    /// The objectives of `KEY:VALUE` pairs, checked as vLLM checks them: every pair split at
+    /// its one `:` with a number after it (`parse_goodput`: "Invalid format found for service
+    /// level objectives"), then each name one of [`GOODPUT_METRICS`] ("Invalid metric name
+    /// found") and each value at least 0 ("Invalid value found"). Stricter than vLLM where it
+    /// would go on silently: a metric given twice (vLLM's dict keeps the last value) and a NaN
+    /// (which meets no objective, so vLLM counts no request good) are refused. The messages
+    /// name no flag: the caller says which one it read.
+    pub fn parse<S: AsRef<str>>(pairs: &[S]) -> Result<GoodputSlos, String> {
+        const FORMAT: &str = "expected service level objectives as KEY:VALUE pairs, where the key is a metric \
+             name (ttft, tpot or e2el) and the value a number in milliseconds, as in `ttft:500 tpot:50`";
+        if pairs.is_empty() {
+            return Err(format!("no objective given: {FORMAT}"));
+        }
+        let mut parsed: Vec<(&str, f64)> = Vec::with_capacity(pairs.len());
+        for pair in pairs {
+            let pair = pair.as_ref();
+            let mut parts = pair.split(':');
+            let (Some(name), Some(value), None) = (parts.next(), parts.next(), parts.next()) else {
+                // A value after the flag that is no pair (a scenario file given after it is read
+                // as one, as vLLM's `nargs="+"` reads it).
+                let hint = if pair.contains(':') {
+                    ""
+                } else {
+                    " (the flag takes every value after it: give other arguments before it or after another flag)"
+                };
+                return Err(format!("invalid format found for service level objectives, {pair:?}: {FORMAT}{hint}"));
+            };
+            // Python's `float` allows blanks around the number.
+            let v: f64 = value.trim().parse().map_err(|_| {
+                format!(
+                    "invalid format found for service level objectives, {pair:?}: {value:?} is not a number; {FORMAT}"
+                )
+            })?;
+            parsed.push((name, v));
+        }
+        let mut slos = GoodputSlos::default();
+        for &(name, v) in &parsed {
+            let slot = match name {
+                "ttft" => &mut slos.ttft_ms,
+                "tpot" => &mut slos.tpot_ms,
+                "e2el" => &mut slos.e2el_ms,
+                _ => return Err(format!(
+                    "invalid metric name found, {name:?}: {v}: the service level objective name should be one of {}",
+                    GOODPUT_METRICS.join(", ")
+                )),
+            };
+            if v.is_nan() {
+                return Err(format!(
+                    "invalid value found, {name}: NaN: expected a number of milliseconds, 0 or more (no request meets NaN)"
+                ));
+            }
+            if v < 0.0 {
+                return Err(format!(
+                    "invalid value found, {name}: {v}: the service level objective value should be non-negative (milliseconds)"
+                ));
+            }
+            if let Some(before) = *slot {
+                return Err(format!("{name} given twice ({name}:{before} and {name}:{v}): give each metric once"));
+            }
+            *slot = Some(v);
+        }
+        Ok(slos)
+    }
+
+    /// Whether one completed request (first token `ttft_ns` and last `e2el_ns` after its send,
+    /// `output_tokens` generated) meets every objective given, as `calculate_metrics` decides it
+    /// (`vllm/benchmarks/serve.py`, 0.11.0 to 0.34.0): in seconds, each time a float of seconds,
+    /// the TPOT `(latency − ttft) / (output − 1)` computed from those floats, and 0 for an
+    /// output of one token ("if output_len <= 1, we regard tpot as 0 for goodput"); a request
+    /// meets an objective when `slo_ms / MILLISECONDS_TO_SECONDS_CONVERSION >= value`, so a time
+    /// equal to the objective meets it. The floats decide the ties as vLLM's do: a TPOT of
+    /// exactly 13 ms in whole nanoseconds (1 ms to the first token, 14 ms to the second) is
+    /// 0.014 − 0.001 = 0.013000000000000001 s, which misses `tpot:13`.
+    pub fn met_by(&self, ttft_ns: u64, e2el_ns: u64, output_tokens: u32) -> bool {
+        let ttft = ttft_ns as f64 / 1e9;
+        let latency = e2el_ns as f64 / 1e9;
+        let tpot = if output_tokens > 1 { (latency - ttft) / f64::from(output_tokens - 1) } else { 0.0 };
+        [(self.ttft_ms, ttft), (self.tpot_ms, tpot), (self.e2el_ms, latency)]
+            .into_iter()
+            .all(|(slo, value)| slo.is_none_or(|s| s / MILLISECONDS_TO_SECONDS_CONVERSION >= value))
+    }
+}
+
 /// The benchmark-level metrics of a run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BenchMetrics {
@@ -599,6 +705,9 @@ pub struct BenchMetrics {
     pub total_input_tokens: u64,
     pub total_output_tokens: u64,
     pub request_throughput: f64,
+    /// Requests per second that met every objective of [`GoodputSlos`]; `None` without
+    /// objectives (`vllm bench serve` writes `null` without `--goodput`).
+    pub request_goodput: Option<f64>,
     pub output_throughput: f64,
     pub total_token_throughput: f64,
     pub max_output_tokens_per_s: f64,
@@ -618,6 +727,14 @@ pub fn bench_metrics(run: &RunResult) -> BenchMetrics {
 /// [`bench_metrics`] with the percentiles `extra` (each in [0, 100]) of TTFT, TPOT, ITL and
 /// E2EL as well ([`Stats::extra`]), as `--metric-percentiles` asks for them.
 pub fn bench_metrics_at(run: &RunResult, extra: &[f64]) -> BenchMetrics {
+    bench_metrics_with(run, extra, None)
+}
+
+/// [`bench_metrics_at`] with the goodput of `goodput`'s objectives
+/// ([`BenchMetrics::request_goodput`]): the requests the statistics cover (completed, in the
+/// measured window if any) that meet them ([`GoodputSlos::met_by`], with the TTFT, E2EL and
+/// output length the TPOT statistics read), over the same duration as the throughputs.
+pub fn bench_metrics_with(run: &RunResult, extra: &[f64], goodput: Option<&GoodputSlos>) -> BenchMetrics {
     // The records as the client saw them. One whose EOS step streamed no chunk the client times
     // ([`RequestRecord::eos_unstreamed`]: SGLang's chat stream, `vllm bench serve` from 0.33)
     // ends at its token before EOS: its ITLs lose the last gap, its E2EL ends a step earlier
@@ -675,6 +792,7 @@ pub fn bench_metrics_at(run: &RunResult, extra: &[f64]) -> BenchMetrics {
     let mut tpot = Vec::with_capacity(recs.len());
     let mut e2el = Vec::with_capacity(recs.len());
     let mut bd = TtftBreakdown::default();
+    let mut good = 0u64;
     for r in &recs {
         let first = run.first_token_ns(r).expect("completed requests have tokens");
         let last = run.last_token_ns(r).expect("completed requests have tokens");
@@ -685,6 +803,9 @@ pub fn bench_metrics_at(run: &RunResult, extra: &[f64]) -> BenchMetrics {
         let n = r.output_len as usize;
         if n > 1 {
             tpot.push((e - t) / (n - 1) as f64);
+        }
+        if goodput.is_some_and(|g| g.met_by(first - r.dispatch_ns, last - r.dispatch_ns, r.output_len)) {
+            good += 1;
         }
         let sched = r.first_scheduled_ns.unwrap_or(r.engine_arrival_ns);
         let step_end = r.first_token_step_end_ns.unwrap_or(first);
@@ -727,6 +848,7 @@ pub fn bench_metrics_at(run: &RunResult, extra: &[f64]) -> BenchMetrics {
         total_input_tokens,
         total_output_tokens,
         request_throughput: per_s(completed as f64),
+        request_goodput: goodput.map(|_| per_s(good as f64)),
         output_throughput: per_s(total_output_tokens as f64),
         total_token_throughput: per_s((total_input_tokens + total_output_tokens) as f64),
         max_output_tokens_per_s: max_output_tokens_per_s as f64,
@@ -1165,5 +1287,149 @@ mod select_tests {
                 prop_assert_eq!(s.at(p), Some(percentile(&sorted, p)));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod goodput_tests {
+    use super::*;
+    use crate::engine::EngineCounters;
+    use crate::simulation::{GaugeStats, StopReason};
+
+    fn slos(ttft: Option<f64>, tpot: Option<f64>, e2el: Option<f64>) -> GoodputSlos {
+        GoodputSlos { ttft_ms: ttft, tpot_ms: tpot, e2el_ms: e2el }
+    }
+
+    /// Each verdict as Python gives it for vLLM's `calculate_metrics` on the same times in seconds
+    /// (`slo / 1000 >= value`, TPOT `(latency - ttft) / (output_len - 1)`).
+    #[test]
+    fn an_objective_is_met_at_equality_as_vllm_compares_floats_of_seconds() {
+        let ttft100 = slos(Some(100.0), None, None);
+        // 0.1 s against 100 / 1000 = 0.1: equal, met; a nanosecond more is not.
+        assert!(ttft100.met_by(100_000_000, 500_000_000, 10));
+        assert!(!ttft100.met_by(100_000_001, 500_000_000, 10));
+        // E2EL likewise: 0.2 s against 200 ms.
+        let e2el200 = slos(None, None, Some(200.0));
+        assert!(e2el200.met_by(50_000_000, 200_000_000, 7));
+        assert!(!e2el200.met_by(50_000_000, 200_000_001, 7));
+        // TPOT (0.11 - 0.01) / 10 = 0.009999999999999998 s: met by tpot:10.
+        assert!(slos(None, Some(10.0), None).met_by(10_000_000, 110_000_000, 11));
+        // TPOT of exactly 13 ms in whole nanoseconds (first token at 1 ms, the second at 14 ms):
+        // vLLM's floats make it 0.014 - 0.001 = 0.013000000000000001 s, above 13 / 1000 = 0.013,
+        // so tpot:13 is missed (a computation in milliseconds, 14 - 1 = 13, would meet it), and
+        // the next float of milliseconds up meets it.
+        assert!(!slos(None, Some(13.0), None).met_by(1_000_000, 14_000_000, 2));
+        assert!(slos(None, Some(13.000000000000002), None).met_by(1_000_000, 14_000_000, 2));
+    }
+
+    #[test]
+    fn a_one_token_output_has_a_tpot_of_zero_for_goodput() {
+        // "if output_len <= 1, we regard tpot as 0 for goodput": tpot:0 is met by one token
+        // whatever its latency, and missed by two tokens a nanosecond apart.
+        let tpot0 = slos(None, Some(0.0), None);
+        assert!(tpot0.met_by(5_000_000_000, 9_000_000_000, 1));
+        assert!(!tpot0.met_by(5_000_000, 5_000_001, 2));
+        // Its other objectives still apply: E2EL 9 s against e2el:9000, then a nanosecond over.
+        assert!(slos(None, Some(0.0), Some(9000.0)).met_by(5_000_000_000, 9_000_000_000, 1));
+        assert!(!slos(None, Some(0.0), Some(9000.0)).met_by(5_000_000_000, 9_000_000_001, 1));
+    }
+
+    #[test]
+    fn a_request_is_good_only_when_it_meets_every_objective_given() {
+        // TTFT 50 ms, E2EL 150 ms, 11 tokens: TPOT 10 ms.
+        let (t, e, n) = (50_000_000, 150_000_000, 11);
+        assert!(slos(Some(50.0), Some(10.0), Some(150.0)).met_by(t, e, n));
+        assert!(!slos(Some(49.0), Some(10.0), Some(150.0)).met_by(t, e, n));
+        assert!(!slos(Some(50.0), Some(9.0), Some(150.0)).met_by(t, e, n));
+        assert!(!slos(Some(50.0), Some(10.0), Some(149.0)).met_by(t, e, n));
+        assert!(slos(None, None, None).met_by(t, e, n), "no objective: nothing to miss");
+    }
+
+    #[test]
+    fn objectives_are_parsed_and_refused_as_vllm_checks_them() {
+        assert_eq!(GoodputSlos::parse(&["ttft:500", "tpot:50"]), Ok(slos(Some(500.0), Some(50.0), None)));
+        assert_eq!(GoodputSlos::parse(&["e2el:1e3", "ttft: 0 "]), Ok(slos(Some(0.0), None, Some(1000.0))));
+        assert_eq!(GoodputSlos::parse(&["tpot:inf"]), Ok(slos(None, Some(f64::INFINITY), None)));
+        let err = |pairs: &[&str]| GoodputSlos::parse(pairs).unwrap_err();
+        // vLLM's messages: "Invalid format found for service level objectives", "Invalid metric
+        // name found, {name}: {value}. The service level objective name should be one of
+        // ['ttft', 'tpot', 'e2el']", "Invalid value found ... should be non-negative".
+        for bad in ["ttft", "ttft:1:2", "ttft:", "ttft:fast"] {
+            assert!(
+                err(&[bad]).starts_with("invalid format found for service level objectives"),
+                "{bad}: {}",
+                err(&[bad])
+            );
+        }
+        assert!(err(&["scenario.json"]).contains("the flag takes every value after it"));
+        let e = err(&["ttft:5", "itl:5"]);
+        assert!(e.contains("invalid metric name found, \"itl\": 5") && e.contains("one of ttft, tpot, e2el"), "{e}");
+        assert!(err(&["TTFT:5"]).contains("invalid metric name found, \"TTFT\""));
+        let e = err(&["tpot:-1"]);
+        assert!(e.contains("invalid value found, tpot: -1") && e.contains("non-negative"), "{e}");
+        // Stricter than vLLM where it goes on silently.
+        assert!(err(&["ttft:nan"]).contains("ttft: NaN"));
+        assert!(err(&["ttft:100", "ttft:200"]).contains("ttft given twice"));
+        assert!(err(&[]).starts_with("no objective given"));
+        // A format error is found before a name or a value, as `parse_goodput` runs first.
+        assert!(err(&["itl:-1", "ttft"]).starts_with("invalid format found"));
+    }
+
+    /// A run of records dispatched at 0 whose tokens arrive at the given times (ns), `completed`
+    /// as given, over a benchmark of `duration_ns`.
+    fn run_of(reqs: &[(&[u64], bool)], duration_ns: u64) -> RunResult {
+        let mut log = TokenLog::default();
+        let records = reqs
+            .iter()
+            .map(|&(times, completed)| RequestRecord {
+                output_len: times.len() as u32,
+                tokens: log.append(times),
+                completed,
+                ..Default::default()
+            })
+            .collect();
+        RunResult {
+            records,
+            bench_start_ns: 0,
+            bench_end_ns: duration_ns,
+            counters: EngineCounters::default(),
+            gauges: GaugeStats::default(),
+            timeseries: Vec::new(),
+            kv_capacity_tokens: 0,
+            stop: StopReason::Completed,
+            num_steps: 0,
+            end_ns: duration_ns,
+            ingress_ns: 0,
+            fast_forwarded_steps: 0,
+            lazy_decoded_tokens: 0,
+            token_log: log,
+            role_chunk_gaps: false,
+            measure_window_ns: None,
+        }
+    }
+
+    #[test]
+    fn request_goodput_is_the_good_completed_requests_over_the_duration() {
+        let run = run_of(
+            &[
+                (&[100_000_000, 110_000_000, 120_000_000], true), // TTFT 100 ms, TPOT 10 ms: good
+                (&[100_000_000, 130_000_000], true),              // TPOT 30 ms: misses tpot:20
+                (&[150_000_000], true),                           // TTFT 150 ms: misses ttft:100
+                (&[40_000_000], true),                            // one token, TPOT 0: good
+                (&[10_000_000, 20_000_000], false),               // failed: never good
+            ],
+            4_000_000_000,
+        );
+        let m = bench_metrics_with(&run, &[], Some(&slos(Some(100.0), Some(20.0), None)));
+        assert_eq!(m.completed, 4);
+        assert_eq!(m.request_goodput, Some(2.0 / 4.0));
+        // No objective met by anyone, and every one met.
+        assert_eq!(bench_metrics_with(&run, &[], Some(&slos(Some(0.0), None, None))).request_goodput, Some(0.0));
+        let all = bench_metrics_with(&run, &[], Some(&slos(None, None, Some(1e9)))).request_goodput;
+        assert_eq!(all, Some(m.request_throughput));
+        // Without objectives, none (`null`), and nothing else moves.
+        let plain = bench_metrics_at(&run, &[]);
+        assert_eq!(plain.request_goodput, None);
+        assert_eq!(BenchMetrics { request_goodput: None, ..m }, plain);
     }
 }

@@ -369,6 +369,13 @@ pub struct BenchReport {
     pub total_input_tokens: u64,
     pub total_output_tokens: u64,
     pub request_throughput: f64,
+    /// `request_goodput`: the requests per second that met every `--goodput` objective
+    /// ([`crate::metrics::GoodputSlos`], [`with_goodput`]); `None` (JSON `null`, and no text
+    /// line) without objectives, as `vllm bench serve` writes it without `--goodput`. Not a
+    /// [`Metric`]: it is a figure of the run and of the objectives the command was given, so
+    /// what reads metrics by name (`tune`'s objectives, `plan`'s SLOs, `check`, a fit on
+    /// published results, whose objectives are unknown) never reads one without them.
+    pub request_goodput: Option<f64>,
     pub output_throughput: f64,
     pub total_token_throughput: f64,
     pub max_output_tokens_per_s: f64,
@@ -445,6 +452,7 @@ impl BenchReport {
             total_input_tokens: m.total_input_tokens,
             total_output_tokens: m.total_output_tokens,
             request_throughput: m.request_throughput,
+            request_goodput: m.request_goodput,
             output_throughput: m.output_throughput,
             total_token_throughput: m.total_token_throughput,
             max_output_tokens_per_s: m.max_output_tokens_per_s,
@@ -506,6 +514,9 @@ impl BenchReport {
                 _ => map.serialize_entry(m.key(), &num(m))?,
             }
             match m {
+                // Where `vllm bench serve` writes it: after `request_throughput` (`null` without
+                // `--goodput`).
+                Metric::RequestThroughput => map.serialize_entry("request_goodput", &self.request_goodput)?,
                 Metric::KvRequestFootprintTokens => map.serialize_entry("ttft_breakdown", &self.ttft_breakdown)?,
                 Metric::NumSteps => map.serialize_entry("stop_reason", &self.stop_reason)?,
                 _ => {}
@@ -596,6 +607,7 @@ impl<'de> Deserialize<'de> for BenchReport {
                         "hardware" => r.hardware = a.next_value()?,
                         "ttft_breakdown" => r.ttft_breakdown = a.next_value()?,
                         "stop_reason" => r.stop_reason = a.next_value()?,
+                        "request_goodput" => r.request_goodput = a.next_value()?,
                         "burstiness" => {
                             r.burstiness = match a.next_value::<Option<Rate>>()? {
                                 Some(Rate::Rate(x)) => x,
@@ -1837,17 +1849,29 @@ pub fn with_percentiles(r: &mut BenchReport, run: &crate::simulation::RunResult,
     r.e2el.extra = m.e2el.extra;
 }
 
+/// Computes `r`'s `request_goodput` under the objectives `slos` from the run the report is of
+/// ([`crate::metrics::bench_metrics_with`]): `vllm bench serve --goodput`.
+pub fn with_goodput(r: &mut BenchReport, run: &crate::simulation::RunResult, slos: &crate::metrics::GoodputSlos) {
+    r.request_goodput = crate::metrics::bench_metrics_with(run, &[], Some(slos)).request_goodput;
+}
+
 /// Which percentiles and metrics the text report shows (`--metric-percentiles`,
-/// `--percentile-metrics`).
+/// `--percentile-metrics`), and the objectives of its goodput line (`--goodput`).
 #[derive(Clone, Debug)]
 pub struct TextOptions {
     pub percentiles: Vec<f64>,
     pub metrics: Vec<String>,
+    /// `--goodput`'s objectives: the report's `request_goodput` and its text line; none without.
+    pub goodput: Option<crate::metrics::GoodputSlos>,
 }
 
 impl Default for TextOptions {
     fn default() -> Self {
-        TextOptions { percentiles: vec![99.0], metrics: vec!["ttft".into(), "tpot".into(), "itl".into()] }
+        TextOptions {
+            percentiles: vec![99.0],
+            metrics: vec!["ttft".into(), "tpot".into(), "itl".into()],
+            goodput: None,
+        }
     }
 }
 
@@ -1857,6 +1881,9 @@ impl Default for TextOptions {
 pub fn text(spec: &SimSpec, out: &SimOutput, opts: &TextOptions) -> String {
     let mut report = PointReport::of(spec, out).with_caveat_runs(spec, out);
     with_percentiles(&mut report.bench, &out.run, &opts.percentiles);
+    if let Some(g) = &opts.goodput {
+        with_goodput(&mut report.bench, &out.run, g);
+    }
     let r = &report.bench;
     let trace = spec.workload.dataset.is_trace();
     let d = &spec.deployment;
@@ -2031,6 +2058,10 @@ fn report_text(r: &BenchReport, opts: &TextOptions, what: &str, rate_label: Opti
     line(&mut s, "Total input tokens:", r.total_input_tokens);
     line(&mut s, "Total generated tokens:", r.total_output_tokens);
     linef(&mut s, "Request throughput (req/s):", r.request_throughput);
+    // Only with objectives (`if goodput_config_dict:`, 0.11.0-0.34.0), right after the throughput.
+    if let Some(g) = r.request_goodput {
+        linef(&mut s, "Request goodput (req/s):", g);
+    }
     linef(&mut s, "Output token throughput (tok/s):", r.output_throughput);
     linef(&mut s, "Peak output token throughput (tok/s):", r.max_output_tokens_per_s);
     linef(&mut s, "Peak concurrent requests:", r.max_concurrent_requests as f64);
@@ -2132,7 +2163,7 @@ mod tests {
         let (spec, out) = run("rtx5090-qwen2.5-7b-vllm");
         let mut r = PointReport::of(&spec, &out).bench;
         r.request_rate = None;
-        let opts = TextOptions { percentiles: vec![99.0], metrics: vec!["e2el".into(), "ttft".into()] };
+        let opts = TextOptions { percentiles: vec![99.0], metrics: vec!["e2el".into(), "ttft".into()], goodput: None };
         let t = text_report(&r, &opts, "simulated");
         assert!(!t.contains("Request rate configured"), "{t}");
         let (ttft, e2el) = (t.find("Mean TTFT").unwrap(), t.find("Mean E2EL").unwrap());
@@ -2144,6 +2175,33 @@ mod tests {
         assert!(t.contains("Total Token throughput (tok/s):"), "{t}");
         r.engine_version = "0.13.0".into();
         assert!(text_report(&r, &opts, "simulated").contains("Total token throughput (tok/s):"));
+    }
+
+    /// `Request goodput (req/s):` comes right after the request throughput where objectives were
+    /// given (`if goodput_config_dict:`, vLLM 0.11.0-0.34.0), and not at all without; the JSON
+    /// key `request_goodput` follows `request_throughput` either way, `null` without.
+    #[test]
+    fn the_goodput_line_and_key_follow_vllm() {
+        let (spec, out) = run("rtx5090-qwen2.5-7b-vllm");
+        let plain = text(&spec, &out, &TextOptions::default());
+        assert!(!plain.contains("goodput"), "{plain}");
+        let mut r = PointReport::of(&spec, &out).bench;
+        let json = serde_json::to_string(&r).unwrap();
+        assert!(
+            json.contains(r#""request_throughput":"#) && json.contains(r#""request_goodput":null,"output_throughput""#)
+        );
+        let slos = crate::metrics::GoodputSlos { e2el_ms: Some(1e12), ..Default::default() };
+        let opts = TextOptions { goodput: Some(slos.clone()), ..TextOptions::default() };
+        let t = text(&spec, &out, &opts);
+        let thr = format!("Request throughput (req/s):              {:<10.2}\n", r.request_throughput);
+        let good = format!("Request goodput (req/s):                 {:<10.2}\n", r.request_throughput);
+        assert!(t.contains(&format!("{thr}{good}Output token throughput")), "{t}");
+        with_goodput(&mut r, &out.run, &slos);
+        assert_eq!(r.request_goodput, Some(r.request_throughput));
+        let json = serde_json::to_string(&r).unwrap();
+        assert!(json.contains(&format!(r#""request_goodput":{},"output_throughput""#, r.request_throughput)), "{json}");
+        // Read back as written.
+        assert_eq!(serde_json::from_str::<BenchReport>(&json).unwrap().request_goodput, r.request_goodput);
     }
 
     /// A built-in scenario, at a few prompts, simulated.
