@@ -531,3 +531,72 @@ fn a_vocabulary_with_no_room_for_distinct_prompts_is_refused() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("--vocab-size: expected more than 257"), "{err}");
 }
+
+/// `bench --goodput`: the measured run's `request_goodput` (stdout and `--save-result` alike) is
+/// its completed requests meeting every objective over its duration, from the requests as the
+/// client timed them: a failed request is never good, and a one-token output's TPOT counts as 0
+/// (vLLM's `calculate_metrics`), checked against the saved per-request lists.
+#[test]
+fn bench_goodput_counts_the_completed_requests_meeting_every_objective() {
+    let saved_result = |dir: &std::path::Path| -> serde_json::Value {
+        let p = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| {
+                let n = p.to_string_lossy();
+                n.ends_with(".json") && !n.ends_with(".record.json")
+            })
+            .expect("a --save-result file");
+        serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+    };
+    let bench = |faults: bool, name: &str, lengths: [&str; 3], goodput: &[&str]| {
+        let url = format!("http://{}", start(faults, 1, None));
+        let dir = scratch().join(name);
+        let mut args = vec![
+            "bench",
+            "--base-url",
+            &url,
+            "--random-input-len",
+            "8",
+            "--random-output-len",
+            lengths[0],
+            "--random-range-ratio",
+            lengths[1],
+            "--num-prompts",
+            lengths[2],
+            "--max-concurrency",
+            "6",
+            "--ignore-eos",
+            "--request-timeout",
+            "1.5",
+            "--no-initial-test",
+            "--vocab-size",
+            "1000",
+            "--save-result",
+            "--result-dir",
+            dir.to_str().unwrap(),
+            "--json",
+            "--goodput",
+        ];
+        args.extend_from_slice(goodput);
+        let o = run_cli(&args);
+        let j: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stdout is JSON");
+        (j, saved_result(&dir))
+    };
+    // Failures injected: every request that completed meets the objectives, none that failed.
+    let (j, saved) = bench(true, "goodput-faults", ["8", "0.9", "30"], &["e2el:1e9", "tpot:1e9"]);
+    let ok = saved["errors"].as_array().unwrap().iter().filter(|e| e == &"").count() as u64;
+    assert!(ok > 0 && ok < 30, "{ok} of 30 succeeded");
+    assert_eq!(j["completed"].as_u64(), Some(ok));
+    crate::goodput::assert_goodput(&j, ok, "e2el:1e9 tpot:1e9 with failures");
+    assert_eq!(saved["request_goodput"], j["request_goodput"]);
+    // No failures, outputs of 1 to 3 tokens 1 ms apart: tpot:0 is met by the one-token outputs
+    // alone.
+    let (j, saved) = bench(false, "goodput-tpot0", ["2", "0.5", "30"], &["tpot:0"]);
+    let lens = saved["output_lens"].as_array().unwrap();
+    let ones = lens.iter().filter(|n| n.as_u64() == Some(1)).count() as u64;
+    assert!(ones > 0 && ones < 30, "{ones} one-token outputs");
+    assert_eq!(j["completed"].as_u64(), Some(30));
+    crate::goodput::assert_goodput(&j, ones, "tpot:0");
+    assert_eq!(saved["request_goodput"], j["request_goodput"]);
+}

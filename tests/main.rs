@@ -13,6 +13,7 @@ mod determinism;
 mod explain_cli;
 mod fleet_cli;
 mod golden;
+mod goodput;
 mod held_out;
 mod intervals;
 mod live_faults;
