@@ -240,7 +240,7 @@ pub const KNOBS: &[Knob] = &[
         name: "KV pool (tokens)",
         vllm: "usable KV",
         sglang: "max_total_num_tokens",
-        note: "vLLM's from num_gpu_blocks_override, kv_cache_tokens or gpu_memory_utilization, less the null block",
+        note: "vLLM's from num_gpu_blocks_override, kv_cache_tokens, kv_cache_memory_bytes or gpu_memory_utilization, less the null block",
     },
     Knob { name: "context length", vllm: "max_model_len", sglang: "context_length", note: "" },
     Knob { name: "scheduling policy", vllm: "policy", sglang: "schedule_policy", note: "" },
@@ -308,6 +308,15 @@ pub fn translate_engine(
             (EngineKind::Vllm, "num_gpu_blocks_override") => {
                 let n = v.as_u64().unwrap_or(2);
                 Some(("max_total_num_tokens", Value::from(n.saturating_sub(1) * block)))
+            }
+            // Bytes per GPU: the tokens they hold depend on the model and TP size, which the
+            // engine section does not say; SGLang has no flag in bytes.
+            (EngineKind::Vllm, "kv_cache_memory_bytes") => {
+                notes.push(format!(
+                    "engine.kv_cache_memory_bytes {v} (vLLM's KV cache in bytes per GPU) has no {to} counterpart and is \
+                     dropped: the {to} side's pool is derived from mem_fraction_static (pin it with max_total_num_tokens)"
+                ));
+                None
             }
             (EngineKind::Vllm, "max_model_len") => Some(("context_length", v.clone())),
             (EngineKind::Vllm, "policy") => match v.as_str() {
@@ -385,6 +394,10 @@ const VLLM_COUNTERPARTS: &[(&str, &str)] = &[
     ("gpu_memory_utilization", "mem_fraction_static"),
     ("num_gpu_blocks_override", "max_total_num_tokens (the start-up log's pool; max_total_tokens only bounds it)"),
     ("kv_cache_tokens", "max_total_num_tokens (the start-up log's pool; max_total_tokens only bounds it)"),
+    (
+        "kv_cache_memory_bytes",
+        "(none in bytes: SGLang sizes its pool from mem_fraction_static; max_total_num_tokens pins it in tokens)",
+    ),
     ("max_model_len", "context_length"),
     ("policy", "schedule_policy"),
     ("async_scheduling", "disable_overlap_schedule (the overlap scheduler, on by default)"),
@@ -537,6 +550,15 @@ mod tests {
         assert_eq!(sg["max_total_num_tokens"], 19984);
         let sg = tr(r#"{"kind": "vllm", "kv_cache_tokens": null, "gpu_memory_utilization": 0.8}"#, EngineKind::Sglang);
         assert!(!sg.contains_key("max_total_num_tokens") && sg["mem_fraction_static"] == 0.8, "{sg:?}");
+        // vLLM's pool in bytes per GPU has no SGLang flag (its tokens depend on the model and TP
+        // size): dropped, and said.
+        let (sg, notes) = translate_engine(
+            &serde_json::from_str(r#"{"kind": "vllm", "kv_cache_memory_bytes": 1073741824}"#).unwrap(),
+            EngineKind::Sglang,
+        )
+        .unwrap();
+        assert!(!sg.contains_key("kv_cache_memory_bytes") && !sg.contains_key("max_total_num_tokens"), "{sg:?}");
+        assert!(notes.iter().any(|n| n.contains("kv_cache_memory_bytes 1073741824")), "{notes:?}");
         // vLLM's usable pool is kv_cache_tokens less one block of the block size it runs with.
         for (page, usable, field) in [
             (None, 10240, "max_total_num_tokens"),

@@ -37,6 +37,13 @@ engine_flags! {
         num_gpu_blocks_override: u32,
         /// KV capacity in tokens as the start-up log prints it (`GPU KV cache size: N tokens`).
         kv_cache_tokens: u64,
+        /// `--kv-cache-memory-bytes` (from vLLM 0.10.2): the KV cache's bytes per GPU (per TP
+        /// rank), used in place of the memory profile and `gpu_memory_utilization`: the pool is
+        /// these bytes in whole blocks of every layer, the null block among them. 0 reads as
+        /// unset, as vLLM reads it (refused on 0.34, where it also turns the extensible KV cache
+        /// off); `num_gpu_blocks_override` wins where both are given, as in vLLM.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        kv_cache_memory_bytes: u64,
         /// `--max-model-len` (default: the model card's `max_position_embeddings`).
         max_model_len: u32,
         /// `--scheduling-policy`: `fcfs` or `priority`.
@@ -459,6 +466,88 @@ pub const VLLM_OVERRIDE_CHECKED: Version = Version::new(0, 21, 0);
 /// `check_enough_kv_cache_memory`: "Reserve the null block BlockPool permanently holds back").
 pub const VLLM_CHECK_WITHOUT_NULL_BLOCK: Version = Version::new(0, 29, 0);
 
+/// The first vLLM release with `--kv-cache-memory-bytes` (`CacheConfig.kv_cache_memory_bytes`,
+/// 0.10.2 `config/cache.py:116`; 0.10.1.1 has no such field). Every modelled release has it
+/// ([`VLLM_MIN`] is later); the gate stands for a range that would reach below it.
+pub const VLLM_KV_CACHE_MEMORY_BYTES: Version = Version::new(0, 10, 2);
+
+/// The first vLLM release whose CPU backend sizes its KV cache from `kv_cache_memory_bytes`
+/// (0.20.0 `v1/worker/cpu_worker.py:determine_available_memory`: "Explicitly set ... GiB for KV
+/// cache", `VLLM_CPU_KVCACHE_SPACE` now copied into the field by `platforms/cpu.py:132`); through
+/// 0.19.1 its `determine_available_memory` returns `cpu_kvcache_space_bytes`, the variable's, and
+/// the flag is ignored there (read in the 0.11.0, 0.14.1 and 0.19.1 wheels).
+pub const VLLM_CPU_KV_CACHE_MEMORY_BYTES: Version = Version::new(0, 20, 0);
+
+/// `engine.kv_cache_memory_bytes` as vLLM `version` reads it on `gpu`: the KV cache's bytes per
+/// GPU where they size the pool, `None` where the flag is unset or reads as unset. On CUDA
+/// `Worker.determine_available_memory` tests it for truth (`if kv_cache_memory_bytes :=
+/// self.cache_config.kv_cache_memory_bytes:`, 0.10.2, 0.11.0, 0.14.1, 0.20.0, 0.28.0 and 0.34.0
+/// alike), so 0 is unset there; but 0.34's `VllmConfig._resolve_extensible_kv_cache` tests it
+/// against `None` (`config/vllm.py:3203`), so a 0 turns the extensible KV cache off and the pool
+/// is then profiled at 0.92, a mode servesim does not model: refused unless
+/// `num_gpu_blocks_override` (`override_given`) sizes the pool anyway. The CPU backend tests it
+/// against `None` (0.20.0 `cpu_worker.py:165`): 0 is 0 bytes there, which vLLM refuses ("No
+/// available memory for the cache blocks").
+fn vllm_kv_cache_memory_bytes(
+    version: Version,
+    given: Option<u64>,
+    gpu: &GpuCard,
+    override_given: bool,
+) -> Result<Option<u64>> {
+    let field = "engine.kv_cache_memory_bytes";
+    let Some(bytes) = given else { return Ok(None) };
+    if version < VLLM_KV_CACHE_MEMORY_BYTES {
+        return Err(ConfigError::new(
+            field,
+            format!(
+                "vLLM {version} has no --kv-cache-memory-bytes: it was added in vLLM {VLLM_KV_CACHE_MEMORY_BYTES} \
+                 (CacheConfig.kv_cache_memory_bytes); pin the pool with engine.num_gpu_blocks_override or \
+                 engine.kv_cache_tokens"
+            ),
+        ));
+    }
+    if is_cpu_host(gpu) {
+        if version < VLLM_CPU_KV_CACHE_MEMORY_BYTES {
+            return Err(ConfigError::new(
+                field,
+                format!(
+                    "vLLM {version}'s CPU backend ignores --kv-cache-memory-bytes (until \
+                     {VLLM_CPU_KV_CACHE_MEMORY_BYTES} CPUWorker.determine_available_memory returns the bytes of \
+                     VLLM_CPU_KVCACHE_SPACE, or of its default), so it does not size the pool on the cpu-host card; pin \
+                     the pool the server logs with engine.kv_cache_tokens (\"CPU KV cache size: N tokens\")"
+                ),
+            ));
+        }
+        if bytes == 0 {
+            return Err(ConfigError::new(
+                field,
+                format!(
+                    "0 on the cpu-host card: vLLM {version}'s CPU backend reads it as 0 bytes, not as unset \
+                     (CPUWorker.determine_available_memory: `kv_cache_memory_bytes is not None`), and refuses to \
+                     start (\"No available memory for the cache blocks\"); give the KV cache's bytes, or leave it out"
+                ),
+            ));
+        }
+        return Ok(Some(bytes));
+    }
+    if bytes > 0 {
+        return Ok(Some(bytes));
+    }
+    if version >= VLLM_EXTENSIBLE_KV_CACHE && !override_given {
+        return Err(ConfigError::new(
+            field,
+            format!(
+                "0 on vLLM {version}: the worker reads 0 as unset and profiles the pool, but \
+                 VllmConfig._resolve_extensible_kv_cache reads it as set (`is not None`) and turns the extensible \
+                 KV cache off, so the pool is profiled before warm-up at gpu_memory_utilization 0.92, a sizing \
+                 servesim does not model for {VLLM_EXTENSIBLE_KV_CACHE}; leave it out (the pool sized after \
+                 warm-up), or give the KV cache's bytes"
+            ),
+        ));
+    }
+    Ok(None)
+}
+
 /// The blocks of a pool of `blocks` (the null block included) that vLLM's `max_model_len`
 /// check counts: all of them until 0.28, all but the null block from
 /// [`VLLM_CHECK_WITHOUT_NULL_BLOCK`].
@@ -493,7 +582,9 @@ pub const VLLM_CPU_FP8_KV_CACHE: Version = Version::new(0, 21, 0);
 /// these is the GPU's memory account servesim derived until then (CUDA graphs, the CUDA
 /// context), and the later two depend on the host's state: the pool is pinned instead, and the
 /// message gives the pin for a `VLLM_CPU_KVCACHE_SPACE` of 4 GiB (bytes over the block's bytes,
-/// as `get_kv_cache_config` cuts them; the null block among them).
+/// as `get_kv_cache_config` cuts them; the null block among them), and from
+/// [`VLLM_CPU_KV_CACHE_MEMORY_BYTES`], where the CPU backend sizes its cache from
+/// `--kv-cache-memory-bytes` (the variable is copied into it), that field as the other way to pin it.
 pub(crate) fn cpu_host_pool_not_derived(version: Version, kv_bytes_per_token: u64, block_size: u32) -> ConfigError {
     let page = kv_bytes_per_token.max(1) * u64::from(block_size);
     let blocks_4g = (4u64 << 30) / page;
@@ -517,8 +608,18 @@ pub(crate) fn cpu_host_pool_not_derived(version: Version, kv_bytes_per_token: u6
              Pin it with the server's start-up log (\"CPU KV cache size: N tokens\", or /metrics' \
              vllm:cache_config_info num_gpu_blocks × block_size): --set engine.kv_cache_tokens=N. With \
              VLLM_CPU_KVCACHE_SPACE=4 this model's pool is {blocks_4g} blocks of {block_size} tokens \
-             ({page} bytes each): engine.kv_cache_tokens={}",
-            blocks_4g * u64::from(block_size)
+             ({page} bytes each): engine.kv_cache_tokens={}{}",
+            blocks_4g * u64::from(block_size),
+            if version >= VLLM_CPU_KV_CACHE_MEMORY_BYTES {
+                format!(
+                    ". vLLM {version}'s CPU backend also takes the bytes (--kv-cache-memory-bytes, which \
+                     VLLM_CPU_KVCACHE_SPACE × 2^30 replaces where set): --set engine.kv_cache_memory_bytes=N \
+                     ({} for 4 GiB)",
+                    4u64 << 30
+                )
+            } else {
+                String::new()
+            }
         ),
     )
 }
@@ -968,6 +1069,39 @@ pub(super) fn resolve_vllm(
             "and engine.num_gpu_blocks_override both pin the KV pool: give one (set the other to null)",
         ));
     }
+    // `--kv-cache-memory-bytes`: the pool's bytes per GPU where they size it (0 reads as unset).
+    let kv_memory_bytes =
+        vllm_kv_cache_memory_bytes(version, f.kv_cache_memory_bytes, gpu, f.num_gpu_blocks_override.is_some())?;
+    if kv_memory_bytes.is_some() && f.kv_cache_tokens.is_some() {
+        // `kv_cache_tokens` is servesim's (a start-up log's figure), not vLLM's: which one the
+        // run should have is not for servesim to guess.
+        return Err(ConfigError::new(
+            "engine.kv_cache_tokens",
+            "and engine.kv_cache_memory_bytes both pin the KV pool: give one (set the other to null); \
+             kv_cache_memory_bytes is vLLM's --kv-cache-memory-bytes, kv_cache_tokens the pool its start-up log prints",
+        ));
+    }
+    // `Worker.init_device` still asks for `gpu_memory_utilization` of the device at start-up
+    // when the bytes size the pool (`request_memory`; 0.34 too, its extensible KV cache off with
+    // the bytes, `config/vllm.py:3203`): a fraction leaving less than the CUDA context is refused
+    // as for a derived pool (below). Not on the CPU backend, which has no such check.
+    if let (Some(_), Some(u), false) = (kv_memory_bytes, f.gpu_memory_utilization, is_cpu_host(gpu)) {
+        let left = gpu.memory_bytes as f64 * (1.0 - u);
+        if left < VLLM_MIN_USED_AT_START_MIB * MIB as f64 {
+            return Err(ConfigError::new(
+                "engine.gpu_memory_utilization",
+                format!(
+                    "{u} asks for all but {:.0} MiB of the {}'s {:.2} GiB, and a GPU has at least \
+                     {VLLM_MIN_USED_AT_START_MIB:.0} MiB in use before vLLM measures it: vLLM refuses to start (\"Free \
+                     memory on device ... is less than desired GPU memory utilization\"), kv_cache_memory_bytes or not \
+                     (the check runs before the bytes are read); leave gpu_memory_utilization out",
+                    left / MIB as f64,
+                    gpu.id,
+                    gib(gpu.memory_bytes)
+                ),
+            ));
+        }
+    }
     // A pinned pool of `blocks` blocks (the null block included) is checked as the engine checks
     // it: within the GPU's memory, and holding one request of max_model_len where `max_model_len`
     // is checked (`checked`), with `slack` blocks to spare. From 0.21 vLLM checks an override's
@@ -998,6 +1132,22 @@ pub(super) fn resolve_vllm(
                 format!("must be at least 2 (block 0 is the null block), got {n}"),
             ));
         }
+        // Until 0.20 vLLM checks the budget the override then replaces (`get_kv_cache_config`,
+        // then `may_override_num_blocks`); with `kv_cache_memory_bytes` that budget is the bytes,
+        // given, not an estimate: their pool is checked as vLLM checks it. From 0.21 the
+        // override's own pool is checked instead and the bytes size nothing.
+        if let Some(bytes) = kv_memory_bytes.filter(|_| version < VLLM_OVERRIDE_CHECKED) {
+            let blocks = bytes / (kv_bytes_per_token * u64::from(block_size));
+            check_pool_holds_max_model_len(
+                version,
+                "engine.kv_cache_memory_bytes",
+                f.max_model_len.is_some(),
+                blocks,
+                block_size,
+                max_model_len,
+                0,
+            )?;
+        }
         check_pin("engine.num_gpu_blocks_override", u64::from(n), version >= VLLM_OVERRIDE_CHECKED, 0)?;
         (n, KvSizing { source: "num_gpu_blocks_override", kv_bytes_per_token, memory: None, bound_given: None })
     } else if let Some(t) = f.kv_cache_tokens {
@@ -1017,6 +1167,30 @@ pub(super) fn resolve_vllm(
         // the derived pool beside it was refused: a review, 2026-12-07).
         check_pin("engine.kv_cache_tokens", u64::from(blocks), true, 1)?;
         (blocks, KvSizing { source: "kv_cache_tokens", kv_bytes_per_token, memory: None, bound_given: None })
+    } else if let Some(bytes) = kv_memory_bytes {
+        // `determine_available_memory` returns the bytes as they are (no profile, no CUDA-graph
+        // estimate, no fraction), and `get_num_blocks` cuts them into blocks of every layer of
+        // this rank: `bytes // page_size // num_layers`, the null block among them (0.10.2–0.34.0;
+        // one page of all layers here, the same floor). Each TP rank holds its own bytes.
+        let page = kv_bytes_per_token * u64::from(block_size);
+        let blocks = bytes / page;
+        if blocks < 2 {
+            return Err(ConfigError::new(
+                "engine.kv_cache_memory_bytes",
+                format!(
+                    "{bytes} bytes is {blocks} block(s) of {block_size} tokens ({page} bytes a block per GPU: \
+                     {kv_bytes_per_token} bytes a token, {} KV cache, TP {}), the null block among them: no usable \
+                     block; give at least {}",
+                    dep.kv_cache_dtype,
+                    dep.tensor_parallel_size,
+                    2 * page
+                ),
+            ));
+        }
+        check_pin("engine.kv_cache_memory_bytes", blocks, true, 0)?;
+        let blocks =
+            u32::try_from(blocks).map_err(|_| ConfigError::new("engine.kv_cache_memory_bytes", "too large"))?;
+        (blocks, KvSizing { source: "kv_cache_memory_bytes", kv_bytes_per_token, memory: None, bound_given: None })
     } else if is_cpu_host(gpu) {
         return Err(cpu_host_pool_not_derived(version, kv_bytes_per_token, block_size));
     } else {
@@ -1340,6 +1514,166 @@ mod tests {
         assert_eq!(at((0, 33, 0), &h100, 1, true), None, "nothing to fuse at TP 1");
         assert_eq!(at((0, 33, 0), &h100, 8, false), None, "enforce_eager compiles nothing");
         assert_eq!(at((0, 33, 0), &rtx, 2, true), None, "not on compute capability 12.0");
+    }
+
+    /// A vLLM scenario resolved: Llama-3.1-8B (131,072 KV bytes a token at TP 1 in bf16, 32
+    /// layers × 8 KV heads × 128 × 2 × 2) on `hardware` at `version`, with `engine` fields added
+    /// (`max_model_len` 4,096 unless they give it; `null` for the card's 131,072).
+    fn resolve_llama(version: &str, hardware: &str, engine: &str) -> Result<(EngineSpec, KvSizing)> {
+        let res = crate::builtin::resources().unwrap();
+        let len = if engine.contains("max_model_len") { "" } else { r#","max_model_len":4096"# };
+        let engine = format!("{len}{engine}");
+        let text = format!(
+            r#"{{"version":1,"engine":{{"kind":"vllm","version":"{version}"{engine}}},
+                "model":"llama-3.1-8b-instruct","hardware":"{hardware}","workload":{{"dataset_name":"random","random_input_len":100,"random_output_len":10,"ignore_eos":true}}}}"#
+        );
+        let spec = crate::config::resolve(&crate::config::parse_scenario(&text)?, &res)?;
+        Ok((spec.engine, spec.kv_sizing))
+    }
+
+    fn blocks_of(r: &(EngineSpec, KvSizing)) -> u32 {
+        match &r.0 {
+            EngineSpec::Vllm(c) => c.num_gpu_blocks,
+            _ => unreachable!(),
+        }
+    }
+
+    /// `--kv-cache-memory-bytes`: the bytes of one GPU in whole blocks of every layer of its TP
+    /// rank, the null block among them (`get_num_blocks`: `bytes // page_size // num_layers`),
+    /// with no memory account; by hand for Llama-3.1-8B on an H100.
+    #[test]
+    fn kv_cache_memory_bytes_is_the_pool_in_whole_blocks_of_one_gpu() {
+        let bytes = 10u64 * (1 << 30) + 12_345;
+        let field = format!(r#","kv_cache_memory_bytes":{bytes}"#);
+        // TP 1: 131,072 bytes a token × 16 = 2 MiB a block: 10 GiB + 12,345 bytes is 5,120 blocks.
+        let tp1 = resolve_llama("0.33.0", "h100-80gb", &field).unwrap();
+        assert_eq!(blocks_of(&tp1), 5120);
+        assert_eq!(tp1.1.source, "kv_cache_memory_bytes");
+        assert_eq!(tp1.1.kv_bytes_per_token, 131_072);
+        assert!(tp1.1.memory.is_none(), "no memory account: the bytes replace the profile");
+        assert_eq!(tp1.0.kv_capacity_tokens(), 5119 * 16, "the null block is among the blocks");
+        // TP 2: each rank holds 4 KV heads (65,536 bytes a token, 1 MiB a block) in its own
+        // bytes: twice the blocks.
+        let tp2 = resolve_llama("0.33.0", "h100-80gb", &format!(r#"{field},"tensor_parallel_size":2"#)).unwrap();
+        assert_eq!(blocks_of(&tp2), 10_240);
+        assert_eq!(tp2.1.kv_bytes_per_token, 65_536);
+        // 0.34: 64-token blocks (8 MiB); the extensible KV cache is off with the bytes.
+        let v34 = resolve_llama("0.34.0", "h100-80gb", &field).unwrap();
+        assert_eq!(blocks_of(&v34), 1280);
+        assert_eq!(v34.1.source, "kv_cache_memory_bytes");
+        // The first modelled release has the flag (0.10.2 added it).
+        let first = resolve_llama(&VLLM_MIN.to_string(), "h100-80gb", &field).unwrap();
+        assert_eq!(blocks_of(&first), 5120);
+    }
+
+    /// The flag arrived in vLLM 0.10.2 (`CacheConfig.kv_cache_memory_bytes`; 0.10.1.1 has none):
+    /// an earlier release is refused naming it.
+    #[test]
+    fn kv_cache_memory_bytes_before_0_10_2_is_refused_naming_the_release() {
+        let h100 = gpu("h100-80gb");
+        let e =
+            vllm_kv_cache_memory_bytes(Version::parse("0.10.1.1").unwrap(), Some(1 << 30), &h100, false).unwrap_err();
+        assert_eq!(e.path, "engine.kv_cache_memory_bytes");
+        assert!(e.message.contains("added in vLLM 0.10.2"), "{e}");
+        assert_eq!(VLLM_KV_CACHE_MEMORY_BYTES, Version::new(0, 10, 2));
+        assert!(VLLM_MIN >= VLLM_KV_CACHE_MEMORY_BYTES, "every modelled release has the flag");
+        assert_eq!(vllm_kv_cache_memory_bytes(Version::new(0, 10, 2), Some(1 << 30), &h100, false), Ok(Some(1 << 30)));
+        assert_eq!(vllm_kv_cache_memory_bytes(Version::new(0, 10, 1), None, &h100, false), Ok(None));
+    }
+
+    /// 0 reads as unset on CUDA (`if kv_cache_memory_bytes := ...`): the pool is derived from
+    /// the memory fraction, as without the field. On 0.34 it also turns the extensible KV cache
+    /// off (`is not None`), which servesim does not model: refused, unless the override sizes the
+    /// pool. The CPU backend reads it as 0 bytes (refused).
+    #[test]
+    fn kv_cache_memory_bytes_zero_reads_as_unset() {
+        for v in ["0.11.0", "0.20.0", "0.33.0"] {
+            let unset = resolve_llama(v, "h100-80gb", "").unwrap();
+            let zero = resolve_llama(v, "h100-80gb", r#","kv_cache_memory_bytes":0"#).unwrap();
+            assert_eq!(blocks_of(&zero), blocks_of(&unset), "{v}");
+            assert_eq!(zero.1.source, "gpu_memory_utilization", "{v}");
+            assert_eq!(zero.1.memory, unset.1.memory, "{v}");
+        }
+        let e = resolve_llama("0.34.0", "h100-80gb", r#","kv_cache_memory_bytes":0"#).unwrap_err();
+        assert_eq!(e.path, "engine.kv_cache_memory_bytes");
+        assert!(e.message.contains("extensible KV cache off"), "{e}");
+        let o = resolve_llama("0.34.0", "h100-80gb", r#","kv_cache_memory_bytes":0,"num_gpu_blocks_override":500"#)
+            .unwrap();
+        assert_eq!((blocks_of(&o), o.1.source), (500, "num_gpu_blocks_override"));
+        let e = resolve_llama("0.20.0", "cpu-host", r#","kv_cache_memory_bytes":0,"max_model_len":2048"#).unwrap_err();
+        assert_eq!(e.path, "engine.kv_cache_memory_bytes");
+        assert!(e.message.contains("No available memory for the cache blocks"), "{e}");
+    }
+
+    /// Beside the other pins, as vLLM has it: `num_gpu_blocks_override` wins (both allowed), and
+    /// until 0.20 vLLM checks the bytes' pool against `max_model_len` before the override
+    /// replaces it (from 0.21 the override's pool instead); beside servesim's own
+    /// `kv_cache_tokens` it is an error naming both. A fraction that leaves less than the CUDA
+    /// context is refused (the start-up check runs before the bytes are read).
+    #[test]
+    fn kv_cache_memory_bytes_beside_the_other_pins() {
+        let two_gib = r#","kv_cache_memory_bytes":2147483648"#; // 1,024 blocks of 2 MiB
+        let both =
+            resolve_llama("0.33.0", "h100-80gb", &format!(r#"{two_gib},"num_gpu_blocks_override":700"#)).unwrap();
+        assert_eq!((blocks_of(&both), both.1.source), (700, "num_gpu_blocks_override"));
+        let e = resolve_llama("0.33.0", "h100-80gb", &format!(r#"{two_gib},"kv_cache_tokens":20000"#)).unwrap_err();
+        assert_eq!(e.path, "engine.kv_cache_tokens");
+        assert!(e.message.contains("engine.kv_cache_memory_bytes both pin the KV pool"), "{e}");
+        // 64 MiB is 32 blocks, 512 tokens: too few for max_model_len 1024 (64 blocks).
+        let small = r#","kv_cache_memory_bytes":67108864,"max_model_len":1024,"num_gpu_blocks_override":700"#;
+        let e = resolve_llama("0.20.0", "h100-80gb", small).unwrap_err();
+        assert_eq!(e.path, "engine.max_model_len");
+        assert!(e.message.contains("(engine.kv_cache_memory_bytes) holds 32"), "{e}");
+        assert_eq!(blocks_of(&resolve_llama("0.21.0", "h100-80gb", small).unwrap()), 700);
+        let e =
+            resolve_llama("0.33.0", "h100-80gb", &format!(r#"{two_gib},"gpu_memory_utilization":0.999"#)).unwrap_err();
+        assert_eq!(e.path, "engine.gpu_memory_utilization");
+        assert!(e.message.contains("less than desired GPU memory utilization"), "{e}");
+        assert_eq!(
+            blocks_of(
+                &resolve_llama("0.33.0", "h100-80gb", &format!(r#"{two_gib},"gpu_memory_utilization":0.5"#)).unwrap()
+            ),
+            1024
+        );
+    }
+
+    /// A pool of bytes too small for one request of `max_model_len` is refused as vLLM refuses it
+    /// (`check_enough_kv_cache_memory` on the bytes), from 0.29 without the null block; fewer
+    /// than two blocks is no usable block.
+    #[test]
+    fn kv_cache_memory_bytes_too_small_for_max_model_len() {
+        // max_model_len 4,096 needs 256 blocks of 16; 512 MiB is exactly 256 blocks of 2 MiB.
+        let exact = r#","kv_cache_memory_bytes":536870912,"max_model_len":4096"#;
+        assert_eq!(blocks_of(&resolve_llama("0.28.0", "h100-80gb", exact).unwrap()), 256);
+        let e = resolve_llama("0.29.0", "h100-80gb", exact).unwrap_err();
+        assert_eq!(e.path, "engine.max_model_len");
+        assert!(e.message.contains("holds 255 besides the null block"), "{e}");
+        assert!(e.message.contains("the estimated maximum model length is 4080"), "{e}");
+        // max_model_len left to its default (131,072): the error names the bytes.
+        let e = resolve_llama("0.33.0", "h100-80gb", r#","kv_cache_memory_bytes":536870912,"max_model_len":null"#)
+            .unwrap_err();
+        assert_eq!(e.path, "engine.kv_cache_memory_bytes");
+        let e =
+            resolve_llama("0.33.0", "h100-80gb", r#","kv_cache_memory_bytes":4194303,"max_model_len":16"#).unwrap_err();
+        assert_eq!(e.path, "engine.kv_cache_memory_bytes");
+        assert!(e.message.contains("is 1 block(s)") && e.message.contains("give at least 4194304"), "{e}");
+    }
+
+    /// The CPU backend sizes its KV cache from the flag from 0.20.0 (it ignores it through
+    /// 0.19.1): refused before, honoured after, and the cpu-host card's error for an unpinned
+    /// pool names the flag only where vLLM reads it.
+    #[test]
+    fn kv_cache_memory_bytes_on_the_cpu_host_card_from_0_20() {
+        let field = r#","kv_cache_memory_bytes":1073741824,"max_model_len":2048"#;
+        let e = resolve_llama("0.19.1", "cpu-host", field).unwrap_err();
+        assert_eq!(e.path, "engine.kv_cache_memory_bytes");
+        assert!(e.message.contains("ignores --kv-cache-memory-bytes"), "{e}");
+        // 128-token blocks on the CPU backend: 16 MiB each, 64 of them.
+        let cpu = resolve_llama("0.20.0", "cpu-host", field).unwrap();
+        assert_eq!((blocks_of(&cpu), cpu.1.source), (64, "kv_cache_memory_bytes"));
+        let unpinned = |v: &str| resolve_llama(v, "cpu-host", r#","max_model_len":2048"#).unwrap_err().message;
+        assert!(!unpinned("0.19.1").contains("kv_cache_memory_bytes"));
+        assert!(unpinned("0.20.0").contains("--set engine.kv_cache_memory_bytes=N (4294967296 for 4 GiB)"));
     }
 
     /// `enable_chunked_prefill: false` (docs/vllm.md): a defaulted budget is at least
