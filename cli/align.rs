@@ -30,7 +30,7 @@ fn value(knob: &str, spec: &SimSpec, raw_engine: &Map<String, Value>) -> (String
             spec.engine.kv_capacity_tokens().to_string(),
             // Given: pinned, or bounded where the bound binds (a bound above the profiled pool
             // changes nothing).
-            ["kv_cache_tokens", "num_gpu_blocks_override", "max_total_num_tokens"].iter().any(|f| set(f))
+            sim::config::PINNED_POOL.iter().any(|f| set(f))
                 || (set("max_total_tokens") && spec.kv_sizing.source == "max_total_tokens"),
         ),
         (EngineSpec::Vllm(c), "context length") => (c.max_model_len.to_string(), set("max_model_len")),

@@ -810,6 +810,16 @@ pub fn run(a: PlanArgs) -> Result<ExitCode, String> {
             base.origin
         ));
     }
+    // `kv_cache_memory_bytes` likewise: vLLM's own flag, the KV cache's bytes on each GPU, which
+    // each plan cuts into its own blocks.
+    if let Some(b) = base.json.pointer("/engine/kv_cache_memory_bytes").filter(|v| !v.is_null()) {
+        load::warn_once(format!(
+            "{}: engine.kv_cache_memory_bytes = {b} is kept on every plan: vLLM uses it in place of its memory \
+             profile whatever the GPU and TP size, so every GPU holds {b} bytes of KV cache (in each plan's own \
+             blocks); drop it (--set engine.kv_cache_memory_bytes=null) to size each plan's pool from its GPU's memory",
+            base.origin
+        ));
+    }
     if let Some(e) = base.json.get("engine").and_then(Value::as_object) {
         for k in load::LOGGED_POOL {
             if e.get(k).is_some_and(|v| !v.is_null()) {

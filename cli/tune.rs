@@ -434,16 +434,18 @@ pub fn run(a: TuneArgs) -> Result<ExitCode, String> {
                      does not resize it (as simulate with the same --set's)",
                     resized.join(", ")
                 ));
-            } else if k == "num_gpu_blocks_override" && resized.contains(&"engine.kind") {
+            } else if sim::config::HELD_POOL.contains(&k) && resized.contains(&"engine.kind") {
                 notes.push(format!(
-                    "engine.{k} holds its block count in the vLLM configurations (vLLM uses it in place of its memory \
+                    "engine.{k} holds {} in the vLLM configurations (vLLM uses it in place of its memory \
                      profile) and is dropped in the SGLang ones, whose pool is derived from memory ({} varied)",
+                    sim::config::held_what(k),
                     resized.join(", ")
                 ));
-            } else if k == "num_gpu_blocks_override" {
+            } else if sim::config::HELD_POOL.contains(&k) {
                 notes.push(format!(
-                    "engine.{k} holds its block count in every configuration: vLLM uses it in place of its memory \
+                    "engine.{k} holds {} in every configuration: vLLM uses it in place of its memory \
                      profile, so varying {} does not resize the pool from memory (--set engine.{k}=null derives it)",
+                    sim::config::held_what(k),
                     resized.join(", ")
                 ));
             } else {

@@ -15,7 +15,7 @@ const FALLBACK_GRID = '1,16,32,42,64,128';
 const EXPLAIN_PROMPTS_PER_SLOT = 8;
 const MAX_EXPLAIN_PROMPTS = 50000;
 // A pool pinned in tokens (the other sizing sources derive it from a memory fraction).
-const PINNED_SOURCES = ['kv_cache_tokens', 'num_gpu_blocks_override', 'max_total_num_tokens'];
+const PINNED_SOURCES = ['kv_cache_tokens', 'num_gpu_blocks_override', 'kv_cache_memory_bytes', 'max_total_num_tokens'];
 const NAMES = { vllm: 'vLLM', sglang: 'SGLang' };
 
 // Engine-neutral knobs and each engine's flag for them. How the two engines' flags differ in
@@ -139,7 +139,7 @@ function knobSets(kind) {
   const sets = [];
   const v = state.values;
   if (state.kvpool === 'memory') {
-    if (kind === 'vllm') sets.push('engine.kv_cache_tokens=null', 'engine.num_gpu_blocks_override=null');
+    if (kind === 'vllm') sets.push('engine.kv_cache_tokens=null', 'engine.num_gpu_blocks_override=null', 'engine.kv_cache_memory_bytes=null');
     else sets.push('engine.max_total_num_tokens=null', 'engine.max_total_tokens=null');
   }
   for (const k of KNOBS) {
@@ -501,7 +501,7 @@ function showKnobValues(list) {
       // SGLang's max_total_tokens bounds a pool derived from memory: named as the source only
       // where it binds (the fraction's pool is larger), and then the fraction does not move it.
       const how = PINNED_SOURCES.includes(r.kv_sizing_source)
-        ? `pinned in tokens by engine.${r.kv_sizing_source}`
+        ? `pinned in ${r.kv_sizing_source === 'kv_cache_memory_bytes' ? 'bytes per GPU' : 'tokens'} by engine.${r.kv_sizing_source}`
         : r.kv_sizing_source === 'max_total_tokens'
           ? `capped by engine.max_total_tokens: the pool memory fraction ${r.memory_fraction_in_use != null ? r.memory_fraction_in_use + ' ' : ''}derives is larger, so the cap binds and moving the fraction does not move the pool (until it derives fewer tokens than the cap)`
           : `derived from memory (engine.${r.kv_sizing_source}${r.memory_fraction_in_use != null ? ', fraction ' + r.memory_fraction_in_use : ''})`;

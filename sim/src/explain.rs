@@ -627,8 +627,7 @@ fn pool_advice(base: &SimSpec, limit: &KvLimit, running_knob: &str) -> String {
     let pool_tokens = base.engine.kv_capacity_tokens().max(1);
     let weights = base.model.weight_bytes_per_gpu(tp, d.linear_weight_bytes);
     let total = base.gpu.memory_bytes;
-    let pinned =
-        matches!(base.kv_sizing.source, "kv_cache_tokens" | "num_gpu_blocks_override" | "max_total_num_tokens");
+    let pinned = crate::config::PINNED_POOL.contains(&base.kv_sizing.source);
     // SGLang's max_total_tokens where it binds caps the profiled pool.
     let bounded = base.kv_sizing.source == "max_total_tokens";
     // A pinned (or bounded) pool moves only with its pin: the other ways raise what the pin can
@@ -649,7 +648,7 @@ fn pool_advice(base: &SimSpec, limit: &KvLimit, running_knob: &str) -> String {
     let mut ways: Vec<(f64, String)> = Vec::new();
     let mut no_fraction = None;
     match (base.kv_sizing.source, base.kv_sizing.memory.as_ref()) {
-        (src @ ("kv_cache_tokens" | "num_gpu_blocks_override" | "max_total_num_tokens"), _) => {
+        (src, _) if crate::config::PINNED_POOL.contains(&src) => {
             let most = total.saturating_sub(weights) / per_token;
             let pin = base.engine.kv_capacity_tokens().max(1);
             if most > pin {
@@ -657,7 +656,7 @@ fn pool_advice(base: &SimSpec, limit: &KvLimit, running_knob: &str) -> String {
                 // First: the others move a pinned pool only through it.
                 // vLLM's override holds whatever the fraction (as vLLM holds it); a log's figure
                 // moves with the fraction by what the derived pool moves (`config::PinChange`).
-                let fraction_does = if src == "num_gpu_blocks_override" {
+                let fraction_does = if crate::config::HELD_POOL.contains(&src) {
                     format!("vLLM holds it whatever the {fraction}; set it to null to derive the pool")
                 } else if base.memory_fraction_only_caps() {
                     format!("a {fraction} given with --set replaces it with a derived pool: vLLM 0.34's fraction only caps a pool sized after warm-up")
@@ -800,8 +799,7 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
     // A pool pinned to a figure (a start-up log's) moves only with that figure or with a memory
     // fraction given on the command line (by what the derived pool moves: the CLI says so);
     // vLLM's `num_gpu_blocks_override` holds whatever the fraction, as vLLM holds it.
-    let pinned =
-        matches!(base.kv_sizing.source, "kv_cache_tokens" | "num_gpu_blocks_override" | "max_total_num_tokens");
+    let pinned = crate::config::PINNED_POOL.contains(&base.kv_sizing.source);
     // The pinning field by name: raising another one (kv_cache_tokens where
     // num_gpu_blocks_override wins) would change nothing.
     let memory_knob = match (sglang, pinned) {
@@ -820,9 +818,10 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
             "{} (pinned here; a mem_fraction_static given with --set moves it by what the derived pool moves)",
             base.kv_sizing.source
         ),
-        (false, true) if base.kv_sizing.source == "num_gpu_blocks_override" => {
-            "num_gpu_blocks_override (pinned here: vLLM holds it whatever gpu_memory_utilization is; set it to null to derive the pool)".to_string()
-        }
+        (false, true) if crate::config::HELD_POOL.contains(&base.kv_sizing.source) => format!(
+            "{} (pinned here: vLLM holds it whatever gpu_memory_utilization is; set it to null to derive the pool)",
+            base.kv_sizing.source
+        ),
         (false, true) if base.memory_fraction_only_caps() => format!(
             "{} (pinned here; a gpu_memory_utilization given with --set replaces it with a derived pool: vLLM 0.34's fraction only caps a pool sized after warm-up)",
             base.kv_sizing.source

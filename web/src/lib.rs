@@ -135,7 +135,7 @@ pub(crate) fn read_raw(req: &Request) -> Result<RawScenario, String> {
 
 /// The binary's `load::apply_overrides`: the same `config::apply_sets` (a memory fraction or an
 /// engine flag that changes the derived pool moves a start-up log's pinned pool by as much; a TP
-/// size or KV format drops it; vLLM's `num_gpu_blocks_override` holds; as the command the page
+/// size or KV format drops it; vLLM's `num_gpu_blocks_override` and `kv_cache_memory_bytes` hold; as the command the page
 /// prints does). Returns the warnings the binary prints for them (`config::PinChange::message`).
 pub(crate) fn apply_overrides(
     raw: &mut RawScenario,

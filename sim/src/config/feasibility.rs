@@ -59,7 +59,7 @@ pub(super) fn check_requests_fit(spec: &SimSpec) -> Result<()> {
                 return Err(ConfigError::new(
                     field,
                     format!(
-                        "a request of {max_total} tokens needs {need} KV blocks (for its {} computed tokens: the last one sampled takes none) but the whole pool has {usable} usable blocks ({} tokens): it could never finish; shorten the requests or give a larger pool (engine.num_gpu_blocks_override, kv_cache_tokens or gpu_memory_utilization)",
+                        "a request of {max_total} tokens needs {need} KV blocks (for its {} computed tokens: the last one sampled takes none) but the whole pool has {usable} usable blocks ({} tokens): it could never finish; shorten the requests or give a larger pool (engine.num_gpu_blocks_override, kv_cache_tokens, kv_cache_memory_bytes or gpu_memory_utilization)",
                         max_total.saturating_sub(1),
                         c.kv_capacity_tokens()
                     ),

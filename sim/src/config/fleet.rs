@@ -953,5 +953,27 @@ pub fn flags_without_effect(s: &Scenario, spec: &SimSpec) -> Vec<String> {
             }
         }
     }
+    // vLLM's `--kv-cache-memory-bytes` where it sizes nothing (the top level's; a group's is
+    // resolved as its own engine): 0, which vLLM's worker reads as unset (`if kv_cache_memory_bytes
+    // := ...`), and the bytes beside `num_gpu_blocks_override`, whose block count vLLM uses
+    // (until 0.20 after checking the bytes' pool against max_model_len, which `resolve_vllm` repeats).
+    if let EngineSpec::Vllm(c) = &spec.engine {
+        match (s.engine.vllm.kv_cache_memory_bytes, s.engine.vllm.num_gpu_blocks_override) {
+            (Some(0), _) => out.push(
+                "engine.kv_cache_memory_bytes 0 has no effect: vLLM reads 0 as unset (the pool is sized as without it)"
+                    .to_string(),
+            ),
+            (Some(_), Some(n)) => out.push(format!(
+                "engine.kv_cache_memory_bytes has no effect on the pool: vLLM uses num_gpu_blocks_override's {n} blocks \
+                 in its place{}",
+                if c.version < super::vllm::VLLM_OVERRIDE_CHECKED {
+                    format!(" (vLLM {} checks the bytes' pool against max_model_len first)", c.version)
+                } else {
+                    String::new()
+                }
+            )),
+            _ => {}
+        }
+    }
     out
 }

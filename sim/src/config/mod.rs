@@ -118,8 +118,8 @@ pub mod memory_constants {
 }
 pub use flags::{translate_engine, Knob, KNOBS};
 pub use overrides::{
-    apply_set, apply_sets, fixed_step_coefficients, moves_pin, refuse_repeated_paths, resizes_pool, set_path,
-    PinChange, LOGGED_POOL, PINNED_POOL, POOL_FLAGS,
+    apply_set, apply_sets, fixed_step_coefficients, held_what, moves_pin, refuse_repeated_paths, resizes_pool,
+    set_path, PinChange, HELD_POOL, LOGGED_POOL, PINNED_POOL, POOL_FLAGS,
 };
 pub use schema::*;
 pub use workload::{
@@ -164,8 +164,9 @@ pub struct Resources {
 /// How the KV pool's size was found.
 #[derive(Clone, Debug, PartialEq)]
 pub struct KvSizing {
-    /// `num_gpu_blocks_override`, `kv_cache_tokens`, `gpu_memory_utilization`,
-    /// `max_total_tokens` or `mem_fraction_static`.
+    /// `num_gpu_blocks_override`, `kv_cache_tokens`, `kv_cache_memory_bytes`,
+    /// `gpu_memory_utilization`, `max_total_tokens` or `mem_fraction_static`: the field that
+    /// sized the pool, by its name (`explain`'s `kv_sizing_source`).
     pub source: &'static str,
     /// KV bytes one token occupies on one GPU (all layers, K and V).
     pub kv_bytes_per_token: u64,

@@ -72,12 +72,27 @@ pub fn apply_set(root: &mut Value, assignment: &str) -> Result<()> {
 
 /// The engine fields that pin the KV pool, overriding a memory fraction. (SGLang's
 /// `max_total_tokens` only bounds the pool the fraction gives, as SGLang does: it stays.)
-pub const PINNED_POOL: [&str; 3] = ["kv_cache_tokens", "num_gpu_blocks_override", "max_total_num_tokens"];
+pub const PINNED_POOL: [&str; 4] =
+    ["kv_cache_tokens", "num_gpu_blocks_override", "kv_cache_memory_bytes", "max_total_num_tokens"];
 
 /// The pins of [`PINNED_POOL`] that are a start-up log's figure of one setup (vLLM's
-/// `kv_cache_tokens`, SGLang's `max_total_num_tokens`); vLLM's `num_gpu_blocks_override` is the
-/// engine's own flag, which vLLM holds whatever the setup.
+/// `kv_cache_tokens`, SGLang's `max_total_num_tokens`); the others ([`HELD_POOL`]) are the
+/// engine's own flags, which vLLM holds whatever the setup.
 pub const LOGGED_POOL: [&str; 2] = ["kv_cache_tokens", "max_total_num_tokens"];
+
+/// The pins of [`PINNED_POOL`] that are vLLM's own flags, used in place of its memory profile
+/// whatever the setup: `num_gpu_blocks_override` (a block count) and `kv_cache_memory_bytes`
+/// (bytes per GPU, which vLLM cuts into the setup's own blocks).
+pub const HELD_POOL: [&str; 2] = ["num_gpu_blocks_override", "kv_cache_memory_bytes"];
+
+/// What a pin of [`HELD_POOL`] holds, in words.
+pub fn held_what(field: &str) -> &'static str {
+    if field == "kv_cache_memory_bytes" {
+        "its bytes per GPU (cut into the setup's own blocks)"
+    } else {
+        "its block count"
+    }
+}
 
 /// Whether a `--set` (or `tune --vary`) path changes what the KV pool would be: the memory
 /// fraction, the model, the GPU (or its host), the TP size, the KV cache's or the weights'
@@ -153,9 +168,10 @@ pub enum PinChange {
     /// by the account's own error (`max_num_seqs=120` on the default scenario: the account moves
     /// +80 tokens, the dropped pin +1,504).
     Moved { field: String, cause: String, from: u64, to: u64, derived_from: u64, derived_to: u64, bound: Option<u64> },
-    /// vLLM's `num_gpu_blocks_override` holds its block count: vLLM uses it in place of its
-    /// memory profile whatever else is set (`may_override_num_blocks`), so the change does not
-    /// resize the pool from memory. Said, because the change would otherwise have. Until 2026-12-07 servesim dropped it
+    /// vLLM's `num_gpu_blocks_override` holds its block count, and its `kv_cache_memory_bytes`
+    /// its bytes (cut into the new setup's blocks): vLLM uses them in place of its memory profile
+    /// whatever else is set (`may_override_num_blocks`; `determine_available_memory` returns the
+    /// bytes), so the change does not resize the pool from memory. Said, because the change would otherwise have. Until 2026-12-07 servesim dropped it
     /// as it drops a log's figure (`--set engine.max_num_seqs=32` on the KV-starved scenario
     /// ran on a derived 1,070,256 tokens where vLLM keeps its 10,240).
     Held { field: String, cause: String },
@@ -217,8 +233,9 @@ impl PinChange {
                 )
             }
             PinChange::Held { field, cause } => format!(
-                "{origin}: engine.{field} holds its block count: vLLM uses it in place of its memory profile, so {cause} \
+                "{origin}: engine.{field} holds {}: vLLM uses it in place of its memory profile, so {cause} \
                  {} not resize the pool from memory; set engine.{field}=null to derive the pool",
+                held_what(field),
                 if cause.contains(", ") { "do" } else { "does" }
             ),
         }
@@ -233,7 +250,7 @@ fn pin_again(field: &str, cause: &str) -> String {
         Some((group, _)) if group.starts_with("fleet") => {
             format!("pin the group's own pool with {group}.engine.{field}=N if you know it")
         }
-        _ if field == "num_gpu_blocks_override" => {
+        _ if HELD_POOL.contains(&field) => {
             "pin it again with --set engine.max_total_num_tokens=N (SGLang's log figure) if you know it".to_string()
         }
         _ => format!("pin it again with --set engine.{field}=N if you know it"),
@@ -432,9 +449,10 @@ pub fn moves_pin(path: &str, fraction_only_caps: bool) -> bool {
 /// with those values, its pins still in place); `given(k)`: pin `k` is set by the same change and
 /// stays as given. Edits `after`'s engine and returns what to say. `--set` ([`apply_sets`]) and a
 /// fleet's replica groups decide by it alike:
-/// - vLLM's `num_gpu_blocks_override` holds its block count, as vLLM holds it
+/// - vLLM's own flags ([`HELD_POOL`]) hold, as vLLM holds them: `num_gpu_blocks_override` its
+///   block count, `kv_cache_memory_bytes` its bytes, cut into the new setup's blocks
 ///   ([`PinChange::Held`], said where the change would have resized a derived pool); on an
-///   engine that is no longer vLLM it is dropped.
+///   engine that is no longer vLLM they are dropped.
 /// - A start-up log's figure (`kv_cache_tokens`, `max_total_num_tokens`) moves
 ///   ([`PinChange::Moved`]) where every path [`moves_pin`] and both setups derive a pool: by the
 ///   difference of the derived pools (the profiled ones, SGLang's `max_total_tokens` bound
@@ -479,7 +497,7 @@ pub(crate) fn carry_pins<S: AsRef<str>>(
         let field = k.to_string();
         let cause = cause.to_string();
         let e = after.get_mut("engine").and_then(Value::as_object_mut).expect("the pin is in the engine");
-        if k == "num_gpu_blocks_override" {
+        if HELD_POOL.contains(&k) {
             if !vllm_after {
                 e.remove(k);
                 out.push(PinChange::Dropped { field, cause });
@@ -757,6 +775,33 @@ mod set_value_tests {
         let changes = apply_sets(&mut v, &["engine.max_num_seqs=512".to_string()]).unwrap();
         assert_eq!(changes, vec![]);
         assert_eq!(v["engine"]["kv_cache_tokens"], 400000);
+    }
+
+    /// vLLM's `kv_cache_memory_bytes` holds its bytes whatever else is set, as vLLM holds them
+    /// (cut into the new setup's blocks), said as the override is; it is dropped on SGLang, and
+    /// one set on the command line replaces the scenario's other pins (a start-up log's figure).
+    #[test]
+    fn vllms_kv_cache_bytes_hold_as_vllm_holds_them() {
+        let scenario = serde_json::json!({"version": 1, "engine": {"kind": "vllm", "version": "0.33.0",
+                                          "kv_cache_memory_bytes": 1073741824, "max_model_len": 4096},
+                                          "model": "qwen2.5-7b-instruct", "hardware": "a100-80gb"});
+        for set in ["engine.max_num_seqs=32", "engine.gpu_memory_utilization=0.5", "engine.tensor_parallel_size=2"] {
+            let mut v = scenario.clone();
+            let changes = apply_sets(&mut v, &[set.to_string()]).unwrap();
+            assert_eq!(v["engine"]["kv_cache_memory_bytes"], 1073741824u64, "{set}");
+            assert!(matches!(&changes[..], [PinChange::Held { .. }]), "{set}: {changes:?}");
+            assert!(changes[0].message("s.json").contains("holds its bytes per GPU"), "{set}");
+        }
+        let mut v = scenario.clone();
+        let changes = apply_sets(&mut v, &["engine.kind=sglang".to_string()]).unwrap();
+        assert!(matches!(&changes[..], [PinChange::Dropped { .. }]), "{changes:?}");
+        assert!(v["engine"].get("kv_cache_memory_bytes").is_none());
+        assert!(changes[0].message("s.json").contains("engine.max_total_num_tokens=N"));
+        // Set on the command line, the bytes replace a log's figure (two pins are an error).
+        let mut v = serde_json::json!({"engine": {"kind": "vllm", "kv_cache_tokens": 10240}});
+        apply_sets(&mut v, &["engine.kv_cache_memory_bytes=1073741824".to_string()]).unwrap();
+        assert!(v["engine"].get("kv_cache_tokens").is_none());
+        assert_eq!(v["engine"]["kv_cache_memory_bytes"], 1073741824u64);
     }
 
     /// vLLM's `num_gpu_blocks_override` holds whatever else is set, as vLLM holds it (it was
