@@ -1149,3 +1149,27 @@ fn trace_rows_the_replay_changes_are_said() {
     let (_, err) = trace(root().join("data/traces/mooncake_sample.jsonl").to_str().unwrap(), "mooncake");
     assert!(!err.contains("hash_ids"), "{err}");
 }
+
+/// `--set engine.kv_cache_memory_bytes=N` (vLLM's `--kv-cache-memory-bytes`) sizes the pool of a
+/// vLLM scenario as vLLM does: N bytes per GPU in whole blocks of every layer of the rank, the
+/// null block among them, replacing the scenario's own pin (`num_gpu_blocks_override` 641 here);
+/// `explain --json` names it as the pool's source. By hand for Qwen2.5-7B (28 layers × 4 KV heads
+/// × 128 × 2 (K and V) × 2 bytes = 57,344 bytes a token; blocks of 16 tokens, 917,504 bytes):
+/// 1 GiB is 1,170 blocks at TP 1, 1,169 usable, 18,704 tokens; at TP 2 each GPU holds 2 KV heads
+/// (458,752 bytes a block) in its own GiB: 2,340 blocks, 37,424 usable tokens.
+#[test]
+fn kv_cache_memory_bytes_sizes_the_pool_in_whole_blocks_per_gpu() {
+    let s = "scenarios/kv-starved-qwen2.5-7b-a100-vllm.json";
+    let gib = "engine.kv_cache_memory_bytes=1073741824";
+    let bytes: u64 = 1 << 30;
+    for (tp, per_token, tokens) in [(1u64, 57_344u64, 18_704u64), (2, 28_672, 37_424)] {
+        let tp_set = format!("engine.tensor_parallel_size={tp}");
+        let j = stdout_json(&run_cli(&["simulate", s, "--set", gib, "--set", &tp_set, "--json"]));
+        let blocks = bytes / (per_token * 16);
+        assert_eq!(tokens, (blocks - 1) * 16, "the hand arithmetic");
+        assert_eq!(j["kv_cache_tokens"], tokens, "TP {tp}");
+        let x = stdout_json(&run_cli(&["explain", s, "--set", gib, "--set", &tp_set, "--json"]));
+        assert_eq!(x["kv_sizing_source"], "kv_cache_memory_bytes", "TP {tp}");
+        assert_eq!(x["kv_bytes_per_token"], per_token, "TP {tp}");
+    }
+}
