@@ -84,8 +84,13 @@ impl WorkloadArgs {
                 if let Some(o) = w.as_object_mut().filter(|o| !o.contains_key("initial_test_request")) {
                     o.insert("initial_test_request".into(), config::default_initial_test_request(&spec.engine).into());
                 }
+                // Only where the modelled client is `vllm bench serve` (`sglang.bench_serving` can
+                // send ignore_eos false), as `simulate` resolves it.
                 let forces = match &spec.engine {
-                    config::EngineSpec::Vllm(c) => c.version >= config::VLLM_FORCES_IGNORE_EOS_ON_RANDOM,
+                    config::EngineSpec::Vllm(c) => {
+                        c.version >= config::VLLM_FORCES_IGNORE_EOS_ON_RANDOM
+                            && spec.workload.client == sim::workload::BenchClient::VllmBenchServe
+                    }
                     config::EngineSpec::Sglang(_) => false,
                 };
                 (w, raw.base_dir, forces, config::client_times_role_chunk(&spec.engine))

@@ -1743,6 +1743,68 @@ fn the_random_datasets_ignore_eos_follows_the_modelled_client() {
     assert!(err.contains("workload.ignore_eos: is false"), "{err}");
 }
 
+/// The client a scenario models decides its send times at a finite rate, not its engine:
+/// `sglang.bench_serving` (`workload.client`) sends its first request at once and sleeps an
+/// unscaled exponential gap after each (`get_request`, 0.4.10–0.5.23), where `vllm bench serve`
+/// (the default, an SGLang server's too) delays even the first and rescales the gaps so the last
+/// is due at N / rate. One request at 0.1 per second: vLLM's client sends it 10 s in, and the
+/// benchmark's duration counts the wait; SGLang's sends it at once.
+#[test]
+fn an_sglang_bench_serving_scenario_sends_its_first_request_at_once() {
+    let s = write_temp(
+        "sglang-client.json",
+        r#"{"version":1,"engine":{"kind":"sglang","version":"0.5.6"},"model":"qwen2.5-7b-instruct",
+  "hardware":"h100-80gb","workload":{"dataset_name":"random","random_input_len":64,"random_output_len":8,"num_prompts":1,
+  "request_rate":0.1,"ignore_eos":true,"initial_test_request":false,"seed":0}}"#,
+    );
+    let s = s.to_str().unwrap();
+    let duration = |sets: &[&str]| {
+        let mut args = vec!["simulate", s, "--json"];
+        for set in sets {
+            args.extend(["--set", set]);
+        }
+        let (c, out, err) = run(&args);
+        assert_eq!(c, 0, "{sets:?}: {err}");
+        serde_json::from_str::<Value>(&out).unwrap()["duration"].as_f64().unwrap()
+    };
+    let vllm_client = duration(&[]);
+    assert!(vllm_client >= 10.0, "vllm bench serve sends the one request at N / rate = 10 s: {vllm_client}");
+    assert_eq!(duration(&["workload.client=vllm_bench_serve"]), vllm_client);
+    let sglang_client = duration(&["workload.client=sglang_bench_serving"]);
+    assert!(sglang_client < 1.0, "sglang.bench_serving sends it at once: {sglang_client}");
+    assert!((vllm_client - sglang_client - 10.0).abs() < 1e-6, "{vllm_client} vs {sglang_client}");
+    // That client has no burstiness, and no other client is known.
+    let (c, _, err) =
+        run(&["simulate", s, "--set", "workload.client=sglang_bench_serving", "--set", "workload.burstiness=2"]);
+    assert_eq!(c, 2);
+    assert!(err.contains("workload.burstiness: 2.0 with workload.client \"sglang_bench_serving\""), "{err}");
+    let (c, _, err) = run(&["simulate", s, "--set", "workload.client=sglang"]);
+    assert_eq!(c, 2);
+    assert!(err.contains("workload.client") && err.contains("sglang_bench_serving"), "{err}");
+}
+
+/// `vllm bench serve` 0.11.0 has no fixed gaps: `--burstiness inf` draws NaN gaps
+/// (`np.random.gamma(inf, 0)`) and sends every request at once. A 0.11.0 scenario asking for it
+/// is refused naming the field; from 0.11.1 it runs with gaps of 1 / rate.
+#[test]
+fn fixed_gaps_are_refused_for_vllm_0_11_0s_client() {
+    let s = write_temp(
+        "fixed-gaps.json",
+        r#"{"version":1,"engine":{"kind":"vllm","version":"0.11.0"},"model":"qwen2.5-7b-instruct",
+  "hardware":"h100-80gb","workload":{"dataset_name":"random","random_input_len":64,"random_output_len":8,"num_prompts":4,
+  "request_rate":4,"burstiness":"inf","ignore_eos":true,"initial_test_request":false,"seed":0}}"#,
+    );
+    let s = s.to_str().unwrap();
+    let (c, _, err) = run(&["simulate", s]);
+    assert_eq!(c, 2);
+    assert!(err.contains("workload.burstiness: \"inf\" with vLLM 0.11.0"), "{err}");
+    let (c, _, err) = run(&["simulate", s, "--set", "engine.version=0.11.1"]);
+    assert_eq!(c, 0, "{err}");
+    // At an infinite rate the burstiness says nothing: not refused.
+    let (c, _, err) = run(&["simulate", s, "--set", "workload.request_rate=inf"]);
+    assert_eq!(c, 0, "{err}");
+}
+
 /// SGLang 0.4.10 and 0.5.1 evict the radix tree after each retraction (`retract_decode`: "use
 /// the newly evictable memory instantly", `len(sorted) × retract_decode_steps` when less is
 /// free), so the loop's test sees the freed cache and retracts fewer requests; servesim evicted

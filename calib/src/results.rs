@@ -813,6 +813,26 @@ mod tests {
         assert!(!p[0].load.sets.iter().any(|s| s.contains("burstiness")), "{:?}", p[0].load.sets);
     }
 
+    /// A line of `sglang.bench_serving` at a finite rate was sent with that client's arrivals
+    /// (`workload.client`); at an infinite rate they say nothing, and `vllm bench serve`'s files
+    /// keep the scenario's client.
+    #[test]
+    fn an_sglang_lines_finite_rate_is_sent_by_its_client() {
+        let client = "workload.client=sglang_bench_serving".to_string();
+        let sets = |text: &str| parse_results(text, "s.jsonl").unwrap()[0].load.sets.clone();
+        let s = sets(r#"{"mean_ttft_ms": 40, "median_e2e_latency_ms": 900, "request_rate": 4.0, "completed": 80}"#);
+        assert!(s.contains(&client), "{s:?}");
+        let s =
+            sets(r#"{"mean_ttft_ms": 40, "total_output_tokens_retokenized": 9, "request_rate": 4, "completed": 8}"#);
+        assert!(s.contains(&client), "{s:?}");
+        let s = sets(r#"{"mean_ttft_ms": 40, "median_e2e_latency_ms": 900, "request_rate": Infinity, "completed": 8}"#);
+        assert!(!s.contains(&client), "{s:?}");
+        let s = sets(
+            r#"{"mean_ttft_ms": 40, "mean_e2el_ms": 900, "request_rate": 4.0, "burstiness": 1.0, "num_prompts": 8}"#,
+        );
+        assert!(!s.iter().any(|x| x.starts_with("workload.client")), "{s:?}");
+    }
+
     #[test]
     fn a_wrong_value_is_an_error_naming_the_point_and_the_field() {
         let err = |text: &str, name: &str| parse_results(text, name).unwrap_err();
@@ -1125,10 +1145,29 @@ fn load_overrides(r: &Map<String, Value>) -> LoadOverrides {
         (Some(Value::Number(_)), Some(Value::String(b))) if b == "inf" => o.sets.push("workload.burstiness=inf".into()),
         _ => {}
     }
+    // A line `sglang.bench_serving` wrote (its names of the E2E statistics, or
+    // `total_output_tokens_retokenized`: in every release from 0.4.10, never in `vllm bench
+    // serve`'s or servesim's files) at a finite rate was sent with that client's arrivals: the
+    // first request at once, unscaled exponential gaps (`get_request`; docs/benchmark.md §2).
+    let finite_rate = match r.get("request_rate") {
+        Some(Value::Number(n)) => n.as_f64().is_some_and(f64::is_finite),
+        Some(Value::String(s)) => s.parse::<f64>().is_ok_and(f64::is_finite),
+        _ => false,
+    };
+    if finite_rate && is_sglang_bench_serving_line(r) {
+        o.sets.push("workload.client=sglang_bench_serving".into());
+    }
     if let Some(n) = r.get("num_prompts").or(r.get("completed")).and_then(Value::as_u64) {
         o.sets.push(format!("workload.num_prompts={n}"));
     }
     o
+}
+
+/// Whether a result object is a line of `sglang.bench_serving --output-file`: it names an E2E
+/// statistic as that client does ([`SGLANG_E2E`]) or gives `total_output_tokens_retokenized`
+/// (0.4.10 `bench_serving.py` and 0.5.23 `benchmark/serving.py`, `benchmark`'s `result`).
+pub fn is_sglang_bench_serving_line(r: &Map<String, Value>) -> bool {
+    SGLANG_E2E.iter().any(|(theirs, _)| r.contains_key(*theirs)) || r.contains_key("total_output_tokens_retokenized")
 }
 
 /// `text` with Python's non-JSON number words outside strings made JSON: `NaN` (a statistic

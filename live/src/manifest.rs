@@ -470,8 +470,9 @@ fn flatten(prefix: &str, v: &Value, out: &mut BTreeMap<String, String>) {
 /// (`sim::config::resolve_workload`), which are `vllm bench serve`'s; a field of another
 /// dataset than the run's is absent on both sides, or its default on both. Not `num_prompts`:
 /// a trace's default is its rows.
-const WORKLOAD_DEFAULTS: [(&str, &str); 14] = [
+const WORKLOAD_DEFAULTS: [(&str, &str); 15] = [
     ("burstiness", "1"),
+    ("client", "\"vllm_bench_serve\""),
     ("num_warmups", "0"),
     ("random_range_ratio", "0"),
     ("request_rate", "inf"),

@@ -9,10 +9,15 @@
 //! * `trace`: rows of (arrival time, input length, output length, optional
 //!   prefix group and length) replayed as given.
 //!
-//! Arrivals: an infinite rate sends everything at t = 0; a finite rate draws
-//! gamma intervals (shape `burstiness`, scale `1/(rate·burstiness)`; 1 is
-//! Poisson), sums them, and rescales so the last request goes at exactly
-//! `N/rate`, as vLLM does. `max_concurrency` is applied by the client loop.
+//! Arrivals: an infinite rate sends everything at t = 0; a finite rate follows the
+//! modelled client ([`BenchClient`], `workload.client`). `vllm bench serve` (the
+//! default) draws gamma intervals (shape `burstiness`, scale `1/(rate·burstiness)`;
+//! 1 is Poisson), sums them, and rescales so the last request goes at exactly
+//! `N/rate` ([`arrival_offsets`]); `sglang.bench_serving` sends the first request
+//! at 0 and each next one an unscaled exponential gap of mean `1/rate` after the
+//! last ([`sglang_arrival_offsets`]). Both draw from the `arrivals` stream: the
+//! same distribution as the clients' numpy draws, never numpy's values.
+//! `max_concurrency` is applied by the client loop.
 //!
 //! Before the benchmark, `vllm bench serve` sends one initial test request
 //! built from the first prompt, and `num_warmups` warm-up requests (the same
@@ -46,7 +51,7 @@
 
 use rand::seq::SliceRandom;
 use rand::Rng as _;
-use rand_distr::{Distribution, Gamma, Geometric};
+use rand_distr::{Distribution, Exp, Gamma, Geometric};
 
 use crate::request::{RequestSpec, Segment};
 use crate::rng::{mix64, stream, Rng};
@@ -152,6 +157,41 @@ pub enum OutputLenDist {
     Uniform { min: u32, max: u32 },
 }
 
+/// The benchmark client a scenario models (`workload.client`): whose rule its send times
+/// follow at a finite rate (docs/benchmark.md §1.1, §2). Not read from the engine: a client
+/// measures any server, and a run of `vllm bench serve` against SGLang keeps vLLM's rule.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BenchClient {
+    /// `vllm bench serve` (`benchmarks/serve.py:get_request`, every release from 0.10.0, so all
+    /// of 0.11–0.34): gamma gaps summed and rescaled so the last request is due at `N/rate`
+    /// ([`arrival_offsets`]).
+    #[default]
+    VllmBenchServe,
+    /// `python -m sglang.bench_serving` (`get_request`, 0.4.10–0.5.23): the first request at
+    /// once, then one exponential gap of mean `1/rate` after each, never rescaled; no
+    /// burstiness ([`sglang_arrival_offsets`]).
+    SglangBenchServing,
+}
+
+impl BenchClient {
+    /// The client's name as a scenario spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            BenchClient::VllmBenchServe => "vllm_bench_serve",
+            BenchClient::SglangBenchServing => "sglang_bench_serving",
+        }
+    }
+
+    /// Send-time offsets of `n` requests at `rate` (`None`: infinite) under this client's rule.
+    pub fn arrival_offsets(self, n: usize, rate: Option<f64>, burstiness: f64, seed: u64) -> Vec<u64> {
+        match self {
+            BenchClient::VllmBenchServe => arrival_offsets(n, rate, burstiness, seed),
+            BenchClient::SglangBenchServing => sglang_arrival_offsets(n, rate, seed),
+        }
+    }
+}
+
 /// Everything the generator needs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct WorkloadParams {
@@ -168,6 +208,8 @@ pub struct WorkloadParams {
     /// None = infinite.
     pub request_rate: Option<f64>,
     pub burstiness: f64,
+    /// Whose rule the send times at a finite rate follow ([`BenchClient`]).
+    pub client: BenchClient,
     pub max_concurrency: Option<u32>,
     /// The closed loop's users start one after another over this long ([`Workload::concurrency_ramp_ns`]).
     pub concurrency_ramp_ns: u64,
@@ -388,7 +430,7 @@ pub fn generate(params: &WorkloadParams) -> Workload {
         let t0 = items.iter().filter_map(|it| it.2).fold(f64::INFINITY, f64::min);
         items.iter().map(|it| secs_to_ns(it.2.unwrap_or(0.0) - if t0.is_finite() { t0 } else { 0.0 })).collect()
     } else {
-        arrival_offsets(items.len(), params.request_rate, params.burstiness, seed)
+        params.client.arrival_offsets(items.len(), params.request_rate, params.burstiness, seed)
     };
 
     // Output lengths: exact under ignore_eos, else cut where EOS falls.
@@ -517,7 +559,9 @@ pub(crate) fn secs_to_ns(s: f64) -> u64 {
     }
 }
 
-/// Send-time offsets of `n` requests, as `get_request` computes them.
+/// Send-time offsets of `n` requests, as `vllm bench serve`'s `get_request` computes them
+/// (`benchmarks/serve.py`, 0.10.0 to 0.34.0 read: vLLM PR #21108; 0.9.2 still slept an unscaled
+/// gap after each request, as [`sglang_arrival_offsets`] does).
 pub fn arrival_offsets(n: usize, rate: Option<f64>, burstiness: f64, seed: u64) -> Vec<u64> {
     let Some(rate) = rate else { return vec![0; n] };
     let mut rng = stream(seed, "arrivals");
@@ -544,6 +588,31 @@ pub fn arrival_offsets(n: usize, rate: Option<f64>, burstiness: f64, seed: u64) 
     delays.into_iter().map(secs_to_ns).collect()
 }
 
+/// Send-time offsets of `n` requests, as `sglang.bench_serving`'s `get_request` sends them
+/// (`bench_serving.py`, 0.4.10 to 0.5.6; `benchmark/serving.py` from 0.5.17 to 0.5.23, read
+/// in each): it yields a request, and only then sleeps `np.random.exponential(1.0 /
+/// request_rate)` before the next. So the first request goes at once, request `i` after the
+/// sum of `i` gaps, and the last, `N − 1` gaps in, is due at `(N − 1)/rate` on average, not
+/// rescaled to `N/rate` as `vllm bench serve` does ([`arrival_offsets`]); the client has no
+/// burstiness. An infinite rate sends everything at once. The gaps come from the `arrivals`
+/// stream: numpy's global generator (seeded with `--seed`, and drawn from by the dataset's
+/// sampler first) cannot be replayed, so the distribution and the structure are SGLang's, the
+/// values are not. The asyncio loop's own delay between a request and the next sleep is not
+/// modelled (each sleep starts after the request is handed out, so the real gaps are a little
+/// longer).
+pub fn sglang_arrival_offsets(n: usize, rate: Option<f64>, seed: u64) -> Vec<u64> {
+    let Some(rate) = rate else { return vec![0; n] };
+    let mut rng = stream(seed, "arrivals");
+    let exp = Exp::new(rate).expect("validated rate");
+    let mut t = 0.0f64;
+    let mut offsets = Vec::with_capacity(n);
+    for _ in 0..n {
+        offsets.push(secs_to_ns(t));
+        t += exp.sample(&mut rng);
+    }
+    offsets
+}
+
 /// The parameters of `dataset` with 100 prompts, all at once, `ignore_eos`, seed 0 and nothing
 /// else: for the crate's tests.
 #[cfg(test)]
@@ -564,6 +633,7 @@ mod tests {
             prior_run_prefixes: 0,
             request_rate: None,
             burstiness: 1.0,
+            client: BenchClient::VllmBenchServe,
             max_concurrency: None,
             concurrency_ramp_ns: 0,
             measure_window_ns: None,
@@ -713,6 +783,64 @@ mod tests {
         assert_eq!(a, arrival_offsets(40, Some(4.0), f64::INFINITY, 9));
         assert_eq!((a[0], a[1], *a.last().unwrap()), (250_000_000, 500_000_000, 10_000_000_000));
         assert!(a.windows(2).all(|w| w[1] - w[0] == 250_000_000), "{a:?}");
+    }
+
+    /// `sglang.bench_serving`'s `get_request` yields a request and then sleeps
+    /// `np.random.exponential(1 / rate)`: the first request at 0, each gap exponential of mean
+    /// 1 / rate, never rescaled. Over 10,000 gaps the sample mean's sd is (1 / rate) / √9,999, 1%
+    /// of the mean: 5 sd (5%) bounds it, and rules out the 1/N shift of vLLM's rescaling only in
+    /// the structural check below, which is exact.
+    #[test]
+    fn sglang_arrivals_start_at_once_with_unscaled_exponential_gaps() {
+        let (n, rate) = (10_000usize, 4.0);
+        let b = sglang_arrival_offsets(n, Some(rate), 3);
+        assert_eq!(b, BenchClient::SglangBenchServing.arrival_offsets(n, Some(rate), 1.0, 3), "the client's rule");
+        assert_eq!(b, sglang_arrival_offsets(n, Some(rate), 3), "same seed, same offsets");
+        assert_ne!(b, sglang_arrival_offsets(n, Some(rate), 4), "the seed draws the gaps");
+        assert_eq!(b[0], 0, "the first request goes at once");
+        assert!(b.windows(2).all(|w| w[0] <= w[1]));
+        let mean_gap_s = *b.last().unwrap() as f64 * 1e-9 / (n - 1) as f64;
+        let sd = (1.0 / rate) / ((n - 1) as f64).sqrt();
+        assert!(
+            (mean_gap_s - 1.0 / rate).abs() < 5.0 * sd,
+            "mean gap {mean_gap_s} s, expected {} ± {}",
+            1.0 / rate,
+            5.0 * sd
+        );
+        // Not rescaled: vLLM's offsets of the same seed are the same exponential draws summed
+        // from the first (burstiness 1: rand_distr's gamma of shape 1 is its exponential), then
+        // multiplied by N / rate over their sum. So vLLM's request i is SGLang's request i + 1
+        // times one factor, which is not 1, and vLLM's last request is due at N / rate exactly.
+        let a = arrival_offsets(n, Some(rate), 1.0, 3);
+        assert_eq!(*a.last().unwrap(), 2_500_000_000_000);
+        let factor = a[n - 2] as f64 / b[n - 1] as f64;
+        assert!((factor - 1.0).abs() > 1e-4, "a rescale factor of {factor}");
+        for i in 0..n - 1 {
+            let want = b[i + 1] as f64 * factor;
+            assert!((a[i] as f64 - want).abs() <= 2.0 + want * 1e-9, "request {i}: {} vs {want}", a[i]);
+        }
+        assert_ne!(*b.last().unwrap(), 2_500_000_000_000);
+    }
+
+    /// An infinite rate is every request at once, for either client.
+    #[test]
+    fn an_infinite_rate_sends_everything_at_once_for_either_client() {
+        for c in [BenchClient::VllmBenchServe, BenchClient::SglangBenchServing] {
+            assert_eq!(c.arrival_offsets(5, None, 1.0, 0), vec![0; 5]);
+        }
+    }
+
+    /// The generator takes the client's rule: the default is vLLM's, unchanged.
+    #[test]
+    fn the_generator_follows_the_workloads_client() {
+        let mut p = params(Dataset::Random { input_len: 10, output_len: 10, range_ratio: 0.0, prefix_len: 0 });
+        p.request_rate = Some(2.0);
+        let at = |p: &WorkloadParams| generate(p).requests.iter().map(|r| r.arrival_ns).collect::<Vec<_>>();
+        assert_eq!(at(&p), arrival_offsets(100, Some(2.0), 1.0, 0));
+        assert_eq!(*at(&p).last().unwrap(), 50_000_000_000);
+        p.client = BenchClient::SglangBenchServing;
+        assert_eq!(at(&p), sglang_arrival_offsets(100, Some(2.0), 0));
+        assert_eq!(at(&p)[0], 0);
     }
 
     #[test]

@@ -46,6 +46,7 @@ fn the_largest_request_saturates_instead_of_overflowing() {
         prior_run_prefixes: 0,
         request_rate: None,
         burstiness: 1.0,
+        client: sim::workload::BenchClient::VllmBenchServe,
         max_concurrency: None,
         concurrency_ramp_ns: 0,
         measure_window_ns: None,

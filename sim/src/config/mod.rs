@@ -19,7 +19,7 @@ use crate::cost::{CoefficientSource, CostCoefficients, CostModel, PriorEfficienc
 use crate::engine::sglang::{SchedulePolicy, SglangConfig};
 use crate::engine::vllm::{Policy, VllmConfig};
 use crate::engine::Version;
-use crate::workload::{Dataset, OutputLenDist, TraceRow, WorkloadParams};
+use crate::workload::{BenchClient, Dataset, OutputLenDist, TraceRow, WorkloadParams};
 
 /// The scenario format this build reads.
 pub const SCENARIO_FORMAT_VERSION: u32 = 1;
@@ -556,6 +556,43 @@ pub const VLLM_SKIPS_INITIAL_TEST: Version = Version::new(0, 14, 0);
 /// (vLLM PR #28227, in 0.11.1's `benchmarks/serve.py`; 0.11.0 honours the flag).
 pub const VLLM_FORCES_IGNORE_EOS_ON_RANDOM: Version = Version::new(0, 11, 1);
 
+/// The first `vllm bench serve` with fixed gaps (`--burstiness inf`: `get_request`'s
+/// `elif burstiness == float("inf"): delay_ts.append(1.0 / current_request_rate)`, in the 0.11.1
+/// wheel's `benchmarks/serve.py`, not in 0.11.0's).
+pub const VLLM_BENCH_FIXED_GAPS: Version = Version::new(0, 11, 1);
+
+/// `workload.burstiness` `"inf"` at a finite rate, where the modelled client is `vllm bench
+/// serve` of a release without fixed gaps ([`VLLM_BENCH_FIXED_GAPS`]; `vllm`: the scenario's
+/// vLLM release, `None` for SGLang, whose `vllm bench serve` is the current one): refused. 0.11.0
+/// takes the value (`--burstiness` is a float) and draws every gap as `np.random.gamma(shape=inf,
+/// scale=1 / (rate · inf) = 0)`, which is NaN (numpy's legacy gamma gives inf · 0); every
+/// cumulative delay is then NaN, `if delay_ts[i] > 0` never holds and no request sleeps: the run
+/// is a burst at the start, reported at the rate asked. Neither fixed gaps nor that burst is what
+/// the flag asks for, so the scenario must say which (read in the 0.11.0 wheel).
+pub fn check_vllm_bench_burstiness(vllm: Option<Version>, w: &WorkloadSection) -> Result<()> {
+    let finite_rate = w.request_rate.is_some_and(|r| r.0.is_some_and(f64::is_finite));
+    let fixed_gaps = w.burstiness.is_some_and(|b| b == f64::INFINITY);
+    match vllm {
+        Some(v)
+            if v < VLLM_BENCH_FIXED_GAPS
+                && fixed_gaps
+                && finite_rate
+                && w.client.unwrap_or_default() == BenchClient::VllmBenchServe =>
+        {
+            Err(ConfigError::new(
+                "workload.burstiness",
+                format!(
+                    "\"inf\" with vLLM {v}: vllm bench serve has fixed gaps only from {VLLM_BENCH_FIXED_GAPS}; {v}'s \
+                     get_request draws each gap as np.random.gamma(inf, 0), NaN, and then sends every request at once. \
+                     Model {VLLM_BENCH_FIXED_GAPS} or later (engine.version) for fixed gaps, or request_rate \"inf\" \
+                     for the burst"
+                ),
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// `workload.initial_test_request` when the scenario leaves it unset: the
 /// modelled benchmark is the engine's own release of `vllm bench serve`
 /// (before 0.14.0: the test request is sent; from 0.14.0: skipped). For
@@ -926,14 +963,19 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
     s.engine.check_flags_of(kind)?;
     fleet::check_dp_flags(&s.engine, kind, "engine")?;
     let deployment = cpu_host_deployment(resolve_deployment(&s.engine, kind, &model, hardware_count)?, &gpu, kind)?;
+    let client = s.workload.client.unwrap_or_default();
+    let vllm_version = (kind == EngineKind::Vllm)
+        .then(|| Version::parse(s.engine.version.as_deref().unwrap_or(VLLM_DEFAULT)))
+        .flatten();
+    check_vllm_bench_burstiness(vllm_version, &s.workload)?;
     // `vllm bench serve` from 0.11.1 sends ignore_eos with every request of the random
     // dataset, whatever its flag says (vLLM PR #28227): unset, it is true; false cannot be
-    // what that client ran.
+    // what that client ran (`sglang.bench_serving` can send it: `--disable-ignore-eos`).
     let forced;
     let section = match (kind, &s.workload.dataset_name) {
         (EngineKind::Vllm, schema::DatasetName::Random)
-            if Version::parse(s.engine.version.as_deref().unwrap_or(VLLM_DEFAULT))
-                .is_some_and(|v| v >= VLLM_FORCES_IGNORE_EOS_ON_RANDOM) =>
+            if client == BenchClient::VllmBenchServe
+                && vllm_version.is_some_and(|v| v >= VLLM_FORCES_IGNORE_EOS_ON_RANDOM) =>
         {
             if s.workload.ignore_eos == Some(false) {
                 return Err(ConfigError::new(

@@ -415,6 +415,12 @@ pub struct WorkloadSection {
     /// A number, or `"inf"` (fixed gaps of 1 / rate: `vllm bench serve --burstiness inf`).
     #[serde(default, deserialize_with = "burstiness")]
     pub burstiness: Option<f64>,
+    /// The benchmark client the scenario models, whose rule its send times at a finite rate
+    /// follow: `vllm_bench_serve` (the default, whatever the engine: gaps rescaled so the last
+    /// request is due at `num_prompts / request_rate`) or `sglang_bench_serving` (the first
+    /// request at once, then unscaled exponential gaps; no `burstiness`). docs/benchmark.md §2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<crate::workload::BenchClient>,
     #[serde(default)]
     pub ignore_eos: Option<bool>,
     /// Where EOS ends outputs when `ignore_eos` is false.

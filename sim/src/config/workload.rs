@@ -334,6 +334,18 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
             ));
         }
     }
+    // `sglang.bench_serving` has no `--burstiness`: its gaps are exponential (`get_request`).
+    let client = w.client.unwrap_or_default();
+    if client == BenchClient::SglangBenchServing && burstiness != 1.0 {
+        return Err(ConfigError::new(
+            "workload.burstiness",
+            format!(
+                "{burstiness:?} with workload.client \"sglang_bench_serving\": that client has no burstiness (its gaps \
+                 between requests are exponential, as burstiness 1 gives); drop the field, or model vllm bench serve \
+                 (workload.client \"vllm_bench_serve\", the default)"
+            ),
+        ));
+    }
     if let Some(c) = w.max_concurrency {
         positive("workload.max_concurrency", c)?;
         if c > MAX_CONCURRENCY {
@@ -379,6 +391,7 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
         prior_run_prefixes,
         request_rate,
         burstiness,
+        client,
         max_concurrency: w.max_concurrency,
         concurrency_ramp_ns: concurrency_ramp(w, request_rate)?,
         measure_window_ns: measure_window(w)?,
