@@ -324,3 +324,49 @@ fn the_judged_gpu_engines_list_is_the_baseline() {
         assert!(gpus.iter().any(|c| c.id == *g), "no built-in card {g}");
     }
 }
+
+/// The published sets measured at a finite rate with `python -m sglang.bench_serving` (their
+/// CSV's `#` header names it) model that client's arrivals (`workload.client`: the first request
+/// at once, unscaled exponential gaps; docs/benchmark.md §2), both engines' scenarios alike (the
+/// client, not the engine, decides); every other set keeps `vllm bench serve`'s (the default),
+/// an SGLang server measured with it included.
+#[test]
+fn the_sets_measured_with_sglang_bench_serving_model_its_arrivals() {
+    let mut stated = Vec::new();
+    for entry in std::fs::read_dir(root().join("validation/published")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
+        let s: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let csv = std::fs::read_to_string(root().join(s["csv"].as_str().unwrap())).unwrap();
+        let header: String = csv.lines().filter(|l| l.starts_with('#')).collect();
+        let finite_rate =
+            s["rows"].as_array().into_iter().flatten().any(|r| {
+                r["set"].as_array().into_iter().flatten().any(|x| {
+                    x.as_str().and_then(|x| x.strip_prefix("workload.request_rate=")).is_some_and(|v| v != "inf")
+                })
+            });
+        let sglang_client = finite_rate && header.contains("sglang.bench_serving");
+        let scenarios =
+            s.get("scenario").into_iter().chain(s["scenarios"].as_object().into_iter().flat_map(|m| m.values()));
+        for sc in scenarios.filter(|sc| sc.is_object()) {
+            let client = sc["workload"]["client"].as_str();
+            let want = sglang_client.then_some("sglang_bench_serving");
+            assert_eq!(client, want, "{}: workload.client", path.display());
+            if client.is_some() {
+                stated.push(path.file_name().unwrap().to_string_lossy().into_owned());
+            }
+        }
+    }
+    stated.sort();
+    stated.dedup();
+    assert_eq!(
+        stated,
+        [
+            "datacrunch_llama33-70b_4xh200_sglang.json",
+            "sglang_vs_vllm060_llama31-70b_4xh100.json",
+            "sglang_vs_vllm060_llama31-8b_a100.json"
+        ]
+    );
+}

@@ -39,6 +39,10 @@ def sglang(version, model, gpu, count=1, **engine):
     return s
 
 
+# The client of the sets measured with `python -m sglang.bench_serving` (workload.client): its arrivals at a finite
+# rate, the first request at once and unscaled exponential gaps (docs/benchmark.md §2). The default is vllm bench serve's.
+SGLANG_CLIENT = "sglang_bench_serving"
+
 # `vllm bench serve --endpoint` (`--backend openai-chat`): recorded where the source ran on the chat endpoint; only vLLM
 # 0.11.0's front end prices it (a chat-template parse on every chat request, docs/front-end.md).
 CHAT = "/v1/chat/completions"
@@ -93,13 +97,15 @@ def vs060(name, model, gpu, count, sgl_frac, offline_frac=None):
     # vLLM 0.6.0's own scheduler defaults, not 0.11's usage-context ones (1024 sequences and 8192 tokens on
     # an H100): EngineArgs.max_num_seqs 256, and with chunked prefill off (its default below a 32K context)
     # max_num_batched_tokens = max(max_model_len, 2048) = 4096.
+    # Both engines were measured with sglang.bench_serving: its arrivals (the first request at once, unscaled
+    # exponential gaps; docs/benchmark.md §2), workload.client.
     v = wl(vllm("0.11.0", model, gpu, count, max_model_len=4096, max_num_seqs=256, max_num_batched_tokens=4096),
-           num_prompts=1200, ignore_eos=True, seed=0, **SHAREGPT)
+           num_prompts=1200, ignore_eos=True, seed=0, client=SGLANG_CLIENT, **SHAREGPT)
     # SGLang 0.3.0 had no overlap scheduler (it came with 0.4's "zero-overhead batch scheduler"; the 0.3.0
     # wheel's srt/ has no overlap code): each step's CPU work is on the critical path, as with the flag set.
     s = wl(sglang("0.4.10", model, gpu, count, disable_radix_cache=True, mem_fraction_static=sgl_frac,
                   disable_overlap_schedule=True),
-           num_prompts=1200, ignore_eos=True, initial_test_request=False, seed=0, **SHAREGPT)
+           num_prompts=1200, ignore_eos=True, initial_test_request=False, seed=0, client=SGLANG_CLIENT, **SHAREGPT)
     # vLLM 0.6.0 is the V0 engine (V1 came with 0.8) and ran multi-step scheduling: outside what servesim
     # models, as the evalscope set's V0 rows. Listed, not judged, with the figure of running them as V1.
     v060_skip = {
@@ -126,7 +132,7 @@ def vs060(name, model, gpu, count, sgl_frac, offline_frac=None):
                       "KV pools derived from the default memory fractions"
                       + (f", but {offline_frac} for SGLang's offline (rate inf) run, which the source launched with --mem-frac {offline_frac}" if offline_frac is not None else "")
                       + ". ShareGPT is approximated by random lengths uniform in [0.1, 1.9] x the mean lengths of sglang.bench_serving's sharegpt sample (seed 1), which measured both engines: 224 in / 189 out for 1,200 prompts, 225 / 192 for 2,400 (the DataCrunch run of the same client at its default seed, three months later: assumed to draw the same sample; the 5,000-prompt run is given the first 2,400's); servesim has no text datasets; the real length tails are heavier. "
-                      "Arrivals as vllm bench serve draws them (gaps rescaled so that the last is due at N / rate); sglang.bench_serving sends the first at 0 and does not rescale (docs/benchmark.md §2): over 1,200 and 2,400 gaps the total differs by a few per cent."
+                      "Arrivals as sglang.bench_serving sends them (workload.client: the first request at once, then unscaled exponential gaps of mean 1 / rate; docs/benchmark.md §2), from servesim's own seeded stream, not numpy's draws."
                       + (" SGLang ran --enable-torch-compile, which servesim does not model (it speeds small decode batches)." if "8b" in name else ""),
              "scenarios": {"vllm-0.6.0": v, "sglang-0.3.0": s}, "rows": rows})
 
@@ -140,7 +146,7 @@ dc_eng = "sglang(lmsysorg/sglang:latest, Dec 2024)"
 # 0.4.10's default would be the GPU-memory rule's 0.90 on an H200.
 dc = wl(sglang("0.4.10", "llama-3.3-70b-instruct", "h200", 4, disable_radix_cache=True, mem_fraction_static=0.85),
         dataset_name="random", random_input_len=512, random_output_len=512, random_range_ratio=0.998,
-        ignore_eos=True, initial_test_request=False, seed=0)
+        ignore_eos=True, initial_test_request=False, seed=0, client=SGLANG_CLIENT)
 rows = []
 for rate, n in [("1", 300), ("2", 600), ("4", 1200), ("8", 2400), ("16", 3200)]:
     rows.append({"engine": dc_eng, "load": rate, "match": {"input_len": "random U[1,1024]"},
@@ -158,7 +164,7 @@ w("datacrunch_llama33-70b_4xh200_sglang", {
     "about": "SGLang of December 2024 modelled as 0.4.10 (the oldest modelled), TP 4, radix cache off; torch.compile not modelled; "
              "KV pool from that period's default memory fraction, 0.85 at TP 4 (0.4.0 to 0.4.1.post3's server_args; 0.4.10 would default to 0.90 on an H200). sglang.bench_serving's random_range_ratio 0 draws lengths uniform in [1, L]: "
              "modelled as random 512 with range ratio 0.998. ShareGPT is approximated by random lengths uniform in [0.1, 1.9] x the run's own mean lengths "
-             "(its totals over completed requests: 224 in / 189 out at 4 RPS, 225 / 192 at 8 RPS): servesim has no text datasets; the real length tails are heavier. Only the first random 1024/1024 burst is run (the other burst shapes are the same kind of check).",
+             "(its totals over completed requests: 224 in / 189 out at 4 RPS, 225 / 192 at 8 RPS): servesim has no text datasets; the real length tails are heavier. Arrivals as sglang.bench_serving sends them (workload.client: the first request at once, unscaled exponential gaps; docs/benchmark.md §2). Only the first random 1024/1024 burst is run (the other burst shapes are the same kind of check).",
     "rows": rows, "scenario": dc})
 
 # 7. evalscope: 1x H100, Llama-3.1-8B; vLLM 0.9.0 V1 and SGLang 0.4.9; N <= 30 only.
