@@ -92,6 +92,12 @@ pub struct CardArgs {
     /// The card's `hf_repo` (the Hugging Face repository), recorded in the card.
     #[arg(long)]
     pub hf_repo: Option<String>,
+    /// Whether the model's tokenizer puts a BOS token before a text prompt (the card's
+    /// `add_bos_token`). Read from the `tokenizer_config.json` (`add_bos_token`) or else the
+    /// `tokenizer.json` (`post_processor`) beside the config where they are; required where
+    /// neither is, and refused where it contradicts them.
+    #[arg(long)]
+    pub add_bos_token: Option<bool>,
 }
 
 fn card(a: CardArgs) -> Result<ExitCode, String> {
@@ -122,7 +128,22 @@ fn card(a: CardArgs) -> Result<ExitCode, String> {
             a.id, a.id
         ));
     }
-    let mut card = ::calib::derive::model_card_from_config(&c, &path, &a.id)?;
+    // Whether the tokenizer adds a BOS: its files beside the config, or the flag.
+    let dir = a.config.parent().map(std::path::Path::to_path_buf).unwrap_or_default();
+    let dir = if dir.as_os_str().is_empty() { std::path::PathBuf::from(".") } else { dir };
+    let read = ::live::tokenizer::tokenizer_adds_bos_in(&dir)?;
+    let add_bos_token = match (a.add_bos_token, read) {
+        (Some(given), Some(read)) if given != read => {
+            return Err(format!(
+                "--add-bos-token {given}: the tokenizer files in {} say {read} (tokenizer_config.json's add_bos_token, \
+                 or else tokenizer.json's post_processor); drop the flag, or give the card for the tokenizer the \
+                 server runs",
+                dir.display()
+            ))
+        }
+        (given, read) => given.or(read),
+    };
+    let mut card = ::calib::derive::model_card_from_config(&c, &path, &a.id, add_bos_token)?;
     card.hf_repo = a.hf_repo;
     card.sources = vec![path];
     println!("{}", serde_json::to_string_pretty(&card).map_err(|e| e.to_string())?);

@@ -785,7 +785,16 @@ fn card_derives_an_inline_card_from_a_config_json() {
             "sliding_window": null, "use_sliding_window": false, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
             "vocab_size": 151936}"#,
     );
-    let o = run_cli(&["card", cfg.to_str().unwrap(), "--id", "acme-chat-8b", "--hf-repo", "acme/chat-8b"]);
+    let o = run_cli(&[
+        "card",
+        cfg.to_str().unwrap(),
+        "--id",
+        "acme-chat-8b",
+        "--hf-repo",
+        "acme/chat-8b",
+        "--add-bos-token",
+        "false",
+    ]);
     let card = stdout_json(&o);
     assert_eq!(card["architecture"], "Qwen3ForCausalLM");
     assert_eq!(card["hf_repo"], "acme/chat-8b");

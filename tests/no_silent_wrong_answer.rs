@@ -774,7 +774,7 @@ fn the_priors_time_terms_are_bounded_and_named() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
-    let tiny = r#"model={"id":"tiny","num_parameters":1000,"num_layers":1,"hidden_size":8,"intermediate_size":8,"num_attention_heads":1,"num_kv_heads":1,"head_dim":8,"vocab_size":16,"tie_word_embeddings":true,"dtype":"bfloat16","max_position_embeddings":4096}"#;
+    let tiny = r#"model={"id":"tiny","num_parameters":1000,"num_layers":1,"hidden_size":8,"intermediate_size":8,"num_attention_heads":1,"num_kv_heads":1,"head_dim":8,"vocab_size":16,"tie_word_embeddings":true,"dtype":"bfloat16","max_position_embeddings":4096,"add_bos_token":false}"#;
     let (c, _, err) = run(&[
         "simulate",
         s,
@@ -2413,7 +2413,7 @@ fn an_unknown_rope_scaling_type_is_refused() {
         format!(
             r#"model={{"id": "m", "hf_repo": "x/y", "num_parameters": 8030261248, "num_layers": 32, "hidden_size": 4096,
             "intermediate_size": 14336, "num_attention_heads": 32, "num_kv_heads": 8, "head_dim": 128,
-            "vocab_size": 128256, "dtype": "bfloat16", "max_position_embeddings": 8192, "rope_scaling": {rope}}}"#
+            "vocab_size": 128256, "dtype": "bfloat16", "max_position_embeddings": 8192, "add_bos_token": true, "rope_scaling": {rope}}}"#
         )
     };
     let (c, _, err) = run(&["simulate", "--set", &card(r#"{"rope_type": "bogus", "factor": 4}"#)]);

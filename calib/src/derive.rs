@@ -22,7 +22,12 @@ const MAX_DERIVED_PARAMETERS: u64 = 10_000_000_000_000;
 /// was expected, never taken as absent or wrapped; and the card it makes passes the checks a
 /// scenario's card passes ([`sim::config::check_model_card`]), so what `servesim card` prints
 /// is a card `simulate` accepts.
-pub fn model_card_from_config(c: &Value, source: &str, id: &str) -> std::result::Result<ModelCard, String> {
+pub fn model_card_from_config(
+    c: &Value,
+    source: &str,
+    id: &str,
+    add_bos_token: Option<bool>,
+) -> std::result::Result<ModelCard, String> {
     if !c.is_object() {
         return Err(format!("{source}: expected a JSON object (a Hugging Face config.json), got {c}"));
     }
@@ -359,6 +364,7 @@ pub fn model_card_from_config(c: &Value, source: &str, id: &str) -> std::result:
         max_position_embeddings: max_positions,
         rope_scaling,
         moe: None,
+        add_bos_token,
         sources: vec![source.to_string()],
         notes: Some(format!(
             "derived from the checkpoint's config.json (calibrate, servesim card); parameters counted with the Llama \
@@ -374,6 +380,14 @@ pub fn model_card_from_config(c: &Value, source: &str, id: &str) -> std::result:
             }
         )),
     };
+    if add_bos_token.is_none() {
+        return Err(format!(
+            "{source}: add_bos_token: not known: whether the model's tokenizer puts a BOS token before a text prompt is \
+             not in config.json; give the checkpoint's tokenizer_config.json (its add_bos_token) or tokenizer.json (its \
+             post_processor) beside it, or state it (servesim card --add-bos-token true|false): true for Llama 3.x and \
+             Mistral, false for Qwen2, Qwen2.5 and Qwen3"
+        ));
+    }
     sim::config::check_model_card(&card).map_err(|e| {
         // Named by the config key the card field came from.
         let key = match e.path.as_str() {
@@ -386,6 +400,91 @@ pub fn model_card_from_config(c: &Value, source: &str, id: &str) -> std::result:
         format!("{source}: {key}: {} (as the card's {})", e.message, e.path)
     })?;
     Ok(card)
+}
+
+/// Whether a checkpoint's tokenizer puts a BOS token before a text prompt, as transformers decides
+/// it (`tokenizer.num_special_tokens_to_add()` of 1 or 0), from its `tokenizer_config.json` and
+/// `tokenizer.json` (each `(value, where it was read)`, `None` where the file is not there):
+///
+/// 1. `tokenizer_config.json`'s `add_bos_token` where it gives one: the Llama, Mistral and Gemma
+///    tokenizer classes rebuild their post-processor from it (`LlamaTokenizerFast.update_post_processor`);
+///    Qwen's says false.
+/// 2. Else `tokenizer.json`'s `post_processor`: a `TemplateProcessing` (alone or in a `Sequence`)
+///    whose `single` template begins with a `SpecialToken` before `$A` adds it (Llama 3's
+///    `<|begin_of_text|> $A`); none, `ByteLevel` or a template of `$A` alone adds nothing. A
+///    template that adds a token after the prompt (an EOS), or more than one before it, or another
+///    processor (`BertProcessing`, `RobertaProcessing`), is refused: a card says only whether one
+///    BOS comes first.
+///
+/// `Ok(None)`: neither file says (the caller asks for the field). A key of the wrong type is an
+/// error naming the file and the key.
+pub fn tokenizer_adds_bos(
+    tokenizer_config: Option<(&Value, &str)>,
+    tokenizer_json: Option<(&Value, &str)>,
+) -> std::result::Result<Option<bool>, String> {
+    if let Some((c, file)) = tokenizer_config {
+        match c.get("add_bos_token") {
+            None | Some(Value::Null) => {}
+            Some(Value::Bool(b)) => return Ok(Some(*b)),
+            Some(v) => return Err(format!("{file}: add_bos_token: expected true or false, got {v}")),
+        }
+    }
+    let Some((t, file)) = tokenizer_json else { return Ok(None) };
+    let Some(pp) = t.get("post_processor") else {
+        return Err(format!(
+            "{file}: no post_processor key: not a tokenizers tokenizer.json (it writes the key, null where there is none)"
+        ));
+    };
+    // The templates of the post-processor: itself, or those of a `Sequence`.
+    let mut templates = Vec::new();
+    let mut visit = |p: &Value| -> std::result::Result<(), String> {
+        match p.get("type").and_then(Value::as_str) {
+            Some("TemplateProcessing") => {
+                templates.push(p.get("single").cloned().unwrap_or(Value::Null));
+                Ok(())
+            }
+            Some("ByteLevel") => Ok(()),
+            Some(other) => Err(format!(
+                "{file}: post_processor: a {other} processor, which servesim does not read: state whether the \
+                 tokenizer puts a BOS before a prompt (servesim card --add-bos-token true|false)"
+            )),
+            None => Err(format!("{file}: post_processor: expected an object with a \"type\", got {p}")),
+        }
+    };
+    match pp {
+        Value::Null => {}
+        Value::Object(o) if o.get("type").and_then(Value::as_str) == Some("Sequence") => {
+            let Some(ps) = o.get("processors").and_then(Value::as_array) else {
+                return Err(format!("{file}: post_processor.processors: expected a list of processors"));
+            };
+            for p in ps {
+                visit(p)?;
+            }
+        }
+        p => visit(p)?,
+    }
+    let mut adds = false;
+    for single in templates {
+        let Some(items) = single.as_array() else {
+            return Err(format!("{file}: post_processor.single: expected a list of template pieces, got {single}"));
+        };
+        let is_a = |v: &Value| v.get("Sequence").and_then(|s| s.get("id")).and_then(Value::as_str) == Some("A");
+        let Some(at) = items.iter().position(is_a) else {
+            return Err(format!("{file}: post_processor.single: no $A (the prompt) in the template {single}"));
+        };
+        let specials = |vs: &[Value]| vs.iter().filter(|v| v.get("SpecialToken").is_some()).count();
+        match (specials(&items[..at]), specials(&items[at + 1..])) {
+            (0, 0) => {}
+            (1, 0) => adds = true,
+            (b, e) => {
+                return Err(format!(
+                    "{file}: post_processor.single: the template adds {b} special token(s) before the prompt and {e} \
+                     after it; a card says only whether one BOS comes first"
+                ))
+            }
+        }
+    }
+    Ok(Some(adds))
 }
 
 /// vLLM prints its non-default arguments at start-up; the scheduler's, from a log's text.
@@ -546,6 +645,67 @@ pub fn derive_scenario(info: &ServerInfo, d: &DeriveOptions, workload: &Value) -
 mod tests {
     use super::*;
 
+    /// Whether a tokenizer adds a BOS, as transformers decides it: `tokenizer_config.json`'s
+    /// `add_bos_token` first (Mistral's true, Qwen's false), else `tokenizer.json`'s
+    /// post-processor (Llama 3's `TemplateProcessing` of `<|begin_of_text|> $A` inside a
+    /// `Sequence`); what a card cannot say (an EOS after the prompt, another processor) and a
+    /// key of the wrong type are refused naming the file; neither file saying leaves it unknown,
+    /// and a card derived without it is refused naming `add_bos_token`.
+    #[test]
+    fn whether_the_tokenizer_adds_a_bos_is_read_from_its_files() {
+        let cfg = |v: Value| v;
+        fn tc(v: &Value) -> Option<(&Value, &str)> {
+            Some((v, "tokenizer_config.json"))
+        }
+        fn tj(v: &Value) -> Option<(&Value, &str)> {
+            Some((v, "tokenizer.json"))
+        }
+        let bos = json!({"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}});
+        let eos = json!({"SpecialToken": {"id": "<|end_of_text|>", "type_id": 0}});
+        let a = json!({"Sequence": {"id": "A", "type_id": 0}});
+        let template =
+            |single: Value| json!({"type": "TemplateProcessing", "single": single, "pair": [], "special_tokens": {}});
+        let llama3 = json!({"post_processor": {"type": "Sequence", "processors": [
+            {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": false, "use_regex": true},
+            template(json!([bos.clone(), a.clone()]))]}});
+        let llama3_config =
+            cfg(json!({"bos_token": "<|begin_of_text|>", "tokenizer_class": "PreTrainedTokenizerFast"}));
+        assert_eq!(tokenizer_adds_bos(tc(&llama3_config), tj(&llama3)), Ok(Some(true)));
+        let mistral = cfg(json!({"add_bos_token": true, "add_eos_token": false, "tokenizer_class": "LlamaTokenizer"}));
+        assert_eq!(tokenizer_adds_bos(tc(&mistral), None), Ok(Some(true)));
+        let qwen = cfg(json!({"add_bos_token": false, "bos_token": null, "tokenizer_class": "Qwen2Tokenizer"}));
+        // The config's flag wins over a post-processor (the Llama tokenizer classes rebuild it).
+        assert_eq!(tokenizer_adds_bos(tc(&qwen), tj(&llama3)), Ok(Some(false)));
+        assert_eq!(tokenizer_adds_bos(None, tj(&json!({"post_processor": null}))), Ok(Some(false)));
+        assert_eq!(tokenizer_adds_bos(None, tj(&json!({"post_processor": {"type": "ByteLevel"}}))), Ok(Some(false)));
+        assert_eq!(
+            tokenizer_adds_bos(None, tj(&json!({"post_processor": template(json!([a.clone()]))}))),
+            Ok(Some(false))
+        );
+        assert_eq!(tokenizer_adds_bos(tc(&json!({})), None), Ok(None));
+        assert_eq!(tokenizer_adds_bos(None, None), Ok(None));
+        let e = tokenizer_adds_bos(None, tj(&json!({"post_processor": template(json!([bos, a.clone(), eos]))})))
+            .unwrap_err();
+        assert!(
+            e.starts_with("tokenizer.json: post_processor.single:")
+                && e.contains("1 special token(s) before the prompt and 1"),
+            "{e}"
+        );
+        let e = tokenizer_adds_bos(None, tj(&json!({"post_processor": {"type": "BertProcessing"}}))).unwrap_err();
+        assert!(e.starts_with("tokenizer.json: post_processor: a BertProcessing processor"), "{e}");
+        let e = tokenizer_adds_bos(tc(&json!({"add_bos_token": "yes"})), None).unwrap_err();
+        assert_eq!(e, "tokenizer_config.json: add_bos_token: expected true or false, got \"yes\"");
+        let e = tokenizer_adds_bos(None, tj(&json!({"model": {}}))).unwrap_err();
+        assert!(e.starts_with("tokenizer.json: no post_processor key"), "{e}");
+        // A card is derived with what the files say, and refused without it.
+        let config = json!({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+            "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
+            "vocab_size": 128256, "torch_dtype": "bfloat16", "max_position_embeddings": 8192});
+        assert_eq!(model_card_from_config(&config, "config.json", "m", Some(true)).unwrap().add_bos_token, Some(true));
+        let e = model_card_from_config(&config, "config.json", "m", None).unwrap_err();
+        assert!(e.starts_with("config.json: add_bos_token: not known"), "{e}");
+    }
+
     /// `check` and `calibrate` apply `--set` to the scenario they predict with: a ramp or a
     /// measured window there would shape the prediction and not the live run (the second audit of
     /// 2026-12-07: a windowed prediction was judged against an unwindowed run, without a word).
@@ -576,13 +736,13 @@ mod tests {
         let c = json!({"hidden_size": 2048, "num_hidden_layers": 48, "num_attention_heads": 32,
             "num_key_value_heads": 4, "head_dim": 128, "intermediate_size": 6144, "vocab_size": 151936,
             "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768, "tie_word_embeddings": false});
-        let err = model_card_from_config(&c, "config.json", "m").unwrap_err();
+        let err = model_card_from_config(&c, "config.json", "m", Some(false)).unwrap_err();
         assert!(err.contains("num_experts") && err.contains("mixture-of-experts"), "{err}");
         let mut dense = c.clone();
         for k in ["num_experts", "num_experts_per_tok", "moe_intermediate_size"] {
             dense.as_object_mut().unwrap().remove(k);
         }
-        assert!(model_card_from_config(&dense, "config.json", "m").is_ok());
+        assert!(model_card_from_config(&dense, "config.json", "m", Some(false)).is_ok());
     }
 
     /// The parameter count of a derived card is the built-in card's for the same model: Qwen2's
@@ -595,12 +755,15 @@ mod tests {
         let qwen25 = json!({"architectures": ["Qwen2ForCausalLM"], "hidden_size": 3584, "num_hidden_layers": 28,
             "num_attention_heads": 28, "num_key_value_heads": 4, "intermediate_size": 18944, "vocab_size": 152064,
             "max_position_embeddings": 32768, "torch_dtype": "bfloat16", "tie_word_embeddings": false});
-        assert_eq!(model_card_from_config(&qwen25, "c", "m").unwrap().num_parameters, builtin("qwen2.5-7b-instruct"));
+        assert_eq!(
+            model_card_from_config(&qwen25, "c", "m", Some(false)).unwrap().num_parameters,
+            builtin("qwen2.5-7b-instruct")
+        );
         let qwen3 = json!({"architectures": ["Qwen3ForCausalLM"], "hidden_size": 4096, "head_dim": 128,
             "intermediate_size": 12288, "max_position_embeddings": 40960, "num_attention_heads": 32,
             "num_hidden_layers": 36, "num_key_value_heads": 8, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
             "vocab_size": 151936});
-        assert_eq!(model_card_from_config(&qwen3, "c", "m").unwrap().num_parameters, builtin("qwen3-8b"));
+        assert_eq!(model_card_from_config(&qwen3, "c", "m", Some(false)).unwrap().num_parameters, builtin("qwen3-8b"));
     }
 
     /// A config's `rope_scaling` is kept, and each engine derives its default context from it by
@@ -613,13 +776,13 @@ mod tests {
         let qwen = json!({"hidden_size": 3584, "num_hidden_layers": 28, "num_attention_heads": 28,
             "num_key_value_heads": 4, "intermediate_size": 18944, "vocab_size": 152064, "max_position_embeddings": 32768,
             "model_type": "qwen2", "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}});
-        let card = model_card_from_config(&qwen, "config.json", "m").unwrap();
+        let card = model_card_from_config(&qwen, "config.json", "m", Some(false)).unwrap();
         assert_eq!(context_positions(&card, EngineKind::Vllm), Some(131_072));
         assert_eq!(context_positions(&card, EngineKind::Sglang), Some(32_768));
         let mut linear = qwen.clone();
         linear["max_position_embeddings"] = json!(4096);
         linear["rope_scaling"] = json!({"type": "linear", "factor": 4.0});
-        let card = model_card_from_config(&linear, "config.json", "m").unwrap();
+        let card = model_card_from_config(&linear, "config.json", "m", Some(false)).unwrap();
         assert_eq!(context_positions(&card, EngineKind::Vllm), Some(16_384));
         assert_eq!(context_positions(&card, EngineKind::Sglang), Some(16_384));
         // Llama 3.1's own scaling leaves its 131,072 positions as they are on both engines.
@@ -627,25 +790,25 @@ mod tests {
         llama["max_position_embeddings"] = json!(131_072);
         llama["rope_scaling"] = json!({"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192,
             "low_freq_factor": 1.0, "high_freq_factor": 4.0});
-        let card = model_card_from_config(&llama, "config.json", "m").unwrap();
+        let card = model_card_from_config(&llama, "config.json", "m", Some(false)).unwrap();
         assert_eq!(context_positions(&card, EngineKind::Vllm), Some(131_072));
         assert_eq!(context_positions(&card, EngineKind::Sglang), Some(131_072));
         // A malformed one is an error naming the key.
         let mut bad = qwen.clone();
         bad["rope_scaling"] = json!({"type": "yarn", "factor": "four"});
-        let e = model_card_from_config(&bad, "config.json", "m").unwrap_err();
+        let e = model_card_from_config(&bad, "config.json", "m", Some(false)).unwrap_err();
         assert!(e.contains("rope_scaling.factor"), "{e}");
         // A type neither Hugging Face nor vLLM knows, and a linear scaling without its factor,
         // are refused (an audit, 2026-12-07: "bogus" with factor 4 extended the context fourfold,
         // and a missing factor was read as 1).
         bad["rope_scaling"] = json!({"rope_type": "bogus", "factor": 4.0});
-        let e = model_card_from_config(&bad, "config.json", "m").unwrap_err();
+        let e = model_card_from_config(&bad, "config.json", "m", Some(false)).unwrap_err();
         assert!(e.contains("rope_scaling.rope_type") && e.contains("\"bogus\""), "{e}");
         bad["rope_scaling"] = json!({"rope_type": "linear"});
-        let e = model_card_from_config(&bad, "config.json", "m").unwrap_err();
+        let e = model_card_from_config(&bad, "config.json", "m", Some(false)).unwrap_err();
         assert!(e.contains("rope_scaling.factor: missing"), "{e}");
         bad["rope_scaling"] = json!({"type": "mrope", "mrope_section": [16, 24, 24]});
-        assert!(model_card_from_config(&bad, "config.json", "m").is_ok());
+        assert!(model_card_from_config(&bad, "config.json", "m", Some(false)).is_ok());
     }
 
     /// What a dense card cannot describe is refused naming the config key; what only looks like it
@@ -665,12 +828,16 @@ mod tests {
             c["use_sliding_window"] = json!(false);
             c
         };
-        assert!(model_card_from_config(&qwen25, "config.json", "m").is_ok());
-        assert!(model_card_from_config(&with("sliding_window", json!(null)), "config.json", "m").is_ok());
-        assert!(model_card_from_config(&with("hidden_act", json!("silu")), "config.json", "m").is_ok());
-        assert!(
-            model_card_from_config(&with("layer_types", json!(vec!["full_attention"; 28])), "config.json", "m").is_ok()
-        );
+        assert!(model_card_from_config(&qwen25, "config.json", "m", Some(false)).is_ok());
+        assert!(model_card_from_config(&with("sliding_window", json!(null)), "config.json", "m", Some(false)).is_ok());
+        assert!(model_card_from_config(&with("hidden_act", json!("silu")), "config.json", "m", Some(false)).is_ok());
+        assert!(model_card_from_config(
+            &with("layer_types", json!(vec!["full_attention"; 28])),
+            "config.json",
+            "m",
+            Some(false)
+        )
+        .is_ok());
         for (c, key) in [
             (with("quantization_config", json!({"quant_method": "fp8"})), "quantization_config"),
             (with("kv_lora_rank", json!(512)), "kv_lora_rank"),
@@ -687,19 +854,20 @@ mod tests {
             (with("layer_types", json!(["full_attention", "full_attention"])), "layer_types"),
             (with("model_type", json!("cohere")), "tie_word_embeddings"),
         ] {
-            let e = model_card_from_config(&c, "config.json", "m").unwrap_err();
+            let e = model_card_from_config(&c, "config.json", "m", Some(false)).unwrap_err();
             assert!(e.starts_with(&format!("config.json: {key}:")), "{key}: {e}");
         }
-        let e = model_card_from_config(&with("head_dim", json!(u32::MAX)), "config.json", "m").unwrap_err();
+        let e =
+            model_card_from_config(&with("head_dim", json!(u32::MAX)), "config.json", "m", Some(false)).unwrap_err();
         assert!(e.contains("head_dim 4294967295") && e.contains("more parameters than any model"), "{e}");
         let mut no_mlp = base.clone();
         no_mlp.as_object_mut().unwrap().remove("intermediate_size");
         assert_eq!(
-            model_card_from_config(&no_mlp, "config.json", "m").unwrap_err(),
+            model_card_from_config(&no_mlp, "config.json", "m", Some(false)).unwrap_err(),
             "config.json: no intermediate_size"
         );
         assert_eq!(
-            model_card_from_config(&with("hidden_size", json!("x")), "config.json", "m").unwrap_err(),
+            model_card_from_config(&with("hidden_size", json!("x")), "config.json", "m", Some(false)).unwrap_err(),
             "config.json: hidden_size: expected a whole number from 1 to 4294967295, got \"x\""
         );
     }
@@ -715,7 +883,7 @@ mod tests {
         let base = json!({"model_type": "qwen2", "hidden_size": 3584, "num_hidden_layers": 28,
             "num_attention_heads": 28, "num_key_value_heads": 4, "intermediate_size": 18944, "vocab_size": 152064,
             "max_position_embeddings": 32768});
-        let card = |c: &Value| model_card_from_config(c, "config.json", "m");
+        let card = |c: &Value| model_card_from_config(c, "config.json", "m", Some(false));
         let mut v5 = base.clone();
         v5["rope_parameters"] = json!({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768,
             "rope_theta": 1000000.0});
@@ -753,15 +921,15 @@ mod tests {
                 "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 12288, "vocab_size": 151936,
                 "tie_word_embeddings": false})
         };
-        let card = model_card_from_config(&c("Qwen3ForCausalLM"), "config.json", "m").unwrap();
+        let card = model_card_from_config(&c("Qwen3ForCausalLM"), "config.json", "m", Some(false)).unwrap();
         assert_eq!(card.architecture.as_deref(), Some("Qwen3ForCausalLM"));
         // Another kind of model, or no name before ForCausalLM, is refused naming the key.
         for a in ["LlavaForConditionalGeneration", "MistralForSequenceClassification"] {
-            let e = model_card_from_config(&c(a), "config.json", "m").unwrap_err();
+            let e = model_card_from_config(&c(a), "config.json", "m", Some(false)).unwrap_err();
             assert!(e.starts_with("config.json: architectures: ") && e.contains("not a causal language model"), "{e}");
         }
         for a in ["ForCausalLM", "llamaforcausallm", "MixtralForCausalLM"] {
-            let e = model_card_from_config(&c(a), "config.json", "m").unwrap_err();
+            let e = model_card_from_config(&c(a), "config.json", "m", Some(false)).unwrap_err();
             assert!(
                 e.starts_with("config.json: architectures: ") && e.ends_with("(as the card's model.architecture)"),
                 "{a}: {e}"
@@ -779,7 +947,7 @@ mod tests {
         let base = json!({"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 32,
             "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256,
             "torch_dtype": "bfloat16", "max_position_embeddings": 131072, "tie_word_embeddings": false});
-        let card = |c: &Value| model_card_from_config(c, "config.json", "m");
+        let card = |c: &Value| model_card_from_config(c, "config.json", "m", Some(false));
         let good = card(&base).unwrap();
         assert_eq!(
             (good.num_layers, good.num_kv_heads, good.head_dim, good.num_parameters),

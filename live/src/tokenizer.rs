@@ -52,13 +52,33 @@ pub fn text_prompt(tok: &tokenizers::Tokenizer, ids: &[u32]) -> String {
     text
 }
 
-/// The served model's card from its folder's `config.json`, when the folder is readable here.
+/// The served model's card from its folder's `config.json`, when the folder is readable here;
+/// whether its tokenizer adds a BOS from the `tokenizer_config.json` and `tokenizer.json` beside it
+/// (`calib::derive::tokenizer_adds_bos`).
 pub fn model_card_from_dir(dir: &Path, id: &str) -> Result<Option<sim::cards::ModelCard>, String> {
     let p = dir.join("config.json");
     if !p.exists() {
         return Ok(None);
     }
-    let text = std::fs::read_to_string(&p).map_err(|e| format!("{}: cannot read: {e}", p.display()))?;
-    let c: Value = serde_json::from_str(&text).map_err(|e| format!("{}: not JSON: {e}", p.display()))?;
-    calib::derive::model_card_from_config(&c, &p.display().to_string(), id).map(Some)
+    let c = read_json(&p)?.expect("it exists");
+    let add_bos_token = tokenizer_adds_bos_in(dir)?;
+    calib::derive::model_card_from_config(&c, &p.display().to_string(), id, add_bos_token).map(Some)
+}
+
+/// A JSON file, `None` where it is not there; an unreadable or malformed one is an error naming it.
+pub fn read_json(p: &Path) -> Result<Option<Value>, String> {
+    if !p.exists() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(p).map_err(|e| format!("{}: cannot read: {e}", p.display()))?;
+    serde_json::from_str(&text).map(Some).map_err(|e| format!("{}: not JSON: {e}", p.display()))
+}
+
+/// Whether the tokenizer in `dir` puts a BOS before a text prompt, from its `tokenizer_config.json`
+/// and `tokenizer.json` (`calib::derive::tokenizer_adds_bos`); `None` where neither says.
+pub fn tokenizer_adds_bos_in(dir: &Path) -> Result<Option<bool>, String> {
+    let (cp, tp) = (dir.join("tokenizer_config.json"), dir.join("tokenizer.json"));
+    let (c, t) = (read_json(&cp)?, read_json(&tp)?);
+    let (cn, tn) = (cp.display().to_string(), tp.display().to_string());
+    calib::derive::tokenizer_adds_bos(c.as_ref().map(|v| (v, cn.as_str())), t.as_ref().map(|v| (v, tn.as_str())))
 }

@@ -64,6 +64,16 @@ pub struct ModelCard {
     /// beside the MoE ones, standard attention (Qwen3-MoE).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moe: Option<MoeSpec>,
+    /// Whether the model's tokenizer puts a BOS token before a text prompt
+    /// (`tokenizer.num_special_tokens_to_add()` is 1): Llama 3.x (`<|begin_of_text|>`, from
+    /// `tokenizer.json`'s `TemplateProcessing` post-processor) and Mistral (`add_bos_token` in
+    /// `tokenizer_config.json`) do, Qwen2, Qwen2.5 and Qwen3 do not. A server that tokenizes a text
+    /// prompt prefills that token too, and `vllm bench serve`'s `random` dataset takes it off the
+    /// input length it draws ([`crate::workload::WorkloadParams::special_tokens`],
+    /// docs/benchmark.md §1.5). Required of every card ([`crate::config::check_model_card`]
+    /// refuses a card without it): read as absent it would silently be a tokenizer without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub add_bos_token: Option<bool>,
     #[serde(default)]
     pub sources: Vec<String>,
     #[serde(default)]

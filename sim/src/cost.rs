@@ -724,6 +724,7 @@ mod tests {
             max_position_embeddings: None,
             rope_scaling: None,
             moe: None,
+            add_bos_token: Some(false),
             sources: vec![],
             notes: None,
         };

@@ -101,6 +101,7 @@ fn qwen25_05b() -> Value {
         "tie_word_embeddings": true,
         "dtype": "bfloat16",
         "max_position_embeddings": 32768,
+        "add_bos_token": false,
         "sources": ["https://huggingface.co/Qwen/Qwen2.5-0.5B-Instruct/blob/main/config.json"]
     })
 }

@@ -622,6 +622,41 @@ pub fn client_sends_greedy(engine: &EngineSpec) -> bool {
     }
 }
 
+/// The first `vllm bench serve` whose `total_input_tokens` is the server's count of each prompt:
+/// 0.20.0's request functions (`benchmarks/lib/endpoint_request_func.py`,
+/// `async_request_openai_completions` and `async_request_openai_chat_completions`) take
+/// `usage.prompt_tokens` into `output.prompt_len`, and `calculate_metrics` (`benchmarks/serve.py`)
+/// sums `outputs[i].prompt_len`; 0.19.0 and 0.19.1 sum the dataset's `input_requests[i].prompt_len`
+/// (read in the 0.11.0, 0.14.0, 0.19.0, 0.19.1, 0.20.0, 0.28.0 and 0.34.0 wheels). The server's
+/// count has the BOS its tokenizer adds to a text prompt (`CompletionRequest.add_special_tokens`,
+/// true by default; `num_prompt_tokens = len(prompt_token_ids)` in `serving_completion.py`).
+pub const VLLM_BENCH_COUNTS_SERVER_PROMPT_TOKENS: Version = Version::new(0, 20, 0);
+
+/// Whether the modelled benchmark client's `total_input_tokens` is the server's count of each
+/// prompt, BOS included ([`crate::workload::WorkloadParams::counts_server_prompt_tokens`]):
+/// `vllm bench serve` from 0.20 ([`VLLM_BENCH_COUNTS_SERVER_PROMPT_TOKENS`]); before, the
+/// dataset's own `prompt_len`, which for `random` and `prefix_repetition` leaves the BOS out.
+/// SGLang scenarios are measured as the current `vllm bench serve` measures them (docs/benchmark.md
+/// §2): the server's count (`sglang.bench_serving`, whose random dataset differs anyway, sums
+/// its own `prompt_len`: from 0.5.9 the length less the special tokens).
+pub fn client_counts_server_prompt_tokens(engine: &EngineSpec) -> bool {
+    match engine {
+        EngineSpec::Vllm(c) => c.version >= VLLM_BENCH_COUNTS_SERVER_PROMPT_TOKENS,
+        EngineSpec::Sglang(_) => true,
+    }
+}
+
+/// The tokens the server puts before each generated prompt
+/// ([`crate::workload::WorkloadParams::special_tokens`]): the model's BOS
+/// ([`ModelCard::add_bos_token`]) where the prompt is text, which both engines tokenize with
+/// special tokens (vLLM's `CompletionRequest.add_special_tokens` true by default; on the chat
+/// endpoint the Llama 3 and Mistral chat templates write the BOS; SGLang's tokenizer manager
+/// `tokenizer.encode(text)`), none for prompts sent as token ids (`tokenize_prompt`), which no
+/// server adds to.
+pub fn prompt_special_tokens(model: &ModelCard, workload: &WorkloadParams) -> u32 {
+    u32::from(model.add_bos_token == Some(true) && !workload.tokenize_prompt)
+}
+
 /// The first `vllm bench serve` that skips the chat stream's opening role chunk (0.33.0's
 /// `_choice_has_streamed_output` in `benchmarks/lib/endpoint_request_func.py`: a chunk whose
 /// delta carries `role` and an empty `content` is not a token; absent in 0.32.0's, read in
@@ -858,6 +893,17 @@ pub fn check_model_card(model: &ModelCard) -> Result<()> {
                  (num_attention_heads must be a multiple of num_kv_heads)",
                 model.num_kv_heads, model.num_attention_heads
             ),
+        ));
+    }
+    // Whether a text prompt gains a BOS token moves what the server prefills and what `vllm
+    // bench serve` counts (`WorkloadParams::special_tokens`): never assumed.
+    if model.add_bos_token.is_none() {
+        return Err(ConfigError::new(
+            "model.add_bos_token",
+            "missing: expected true or false, whether the model's tokenizer puts a BOS token before a text prompt \
+             (its tokenizer_config.json's add_bos_token, or else a TemplateProcessing post_processor in its \
+             tokenizer.json that begins with a special token; servesim card reads them): true for Llama 3.x and \
+             Mistral, false for Qwen2, Qwen2.5 and Qwen3",
         ));
     }
     Ok(())
