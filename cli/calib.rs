@@ -590,7 +590,11 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
             // The prompts the result measured must be the scenario's: every metric moves with
             // their length, and a fit would take the difference for the engine's speed.
             let generated = sim::workload::generate(&spec.workload);
-            let (scenario_in, scenario_out) = generated.mean_lengths();
+            // The prompts as the modelled client counts them in total_input_tokens: without the
+            // BOS the server adds to a generated prompt for `vllm bench serve` before 0.20
+            // (`Workload::counted_prompt_len`), with it from 0.20 (the server's usage).
+            let (_, scenario_out) = generated.mean_lengths();
+            let scenario_in = generated.mean_counted_prompt_len();
             let [measured_in, measured_out] = r.mean_lengths(generated.requests.len() as u64);
             // A result without the totals cannot be checked, and a run of other lengths would be
             // fitted as the scenario's (an audit, 2026-12-07: a 1,024-token run fitted silently
@@ -617,7 +621,8 @@ fn calibrate_offline(a: &CalibrateArgs) -> Result<ExitCode, String> {
                 format!("{:.1}% allowed for the two runs' length draws and a few tokens a request", (t - 1.0) * 100.0)
             };
             if let Some((measured, by)) = measured_in {
-                let tol = calib::traps::mean_length_tolerance(&lens(|r| r.prompt_len));
+                let counted: Vec<u32> = generated.requests.iter().map(|r| generated.counted_prompt_len(r)).collect();
+                let tol = calib::traps::mean_length_tolerance(&counted);
                 if scenario_in > 0.0 && (measured / scenario_in).ln().abs() > tol.ln() {
                     return Err(format!(
                         "{}#{k}: total_input_tokens: the result's prompts average {measured:.0} tokens ({by}), the scenario's {scenario_in:.0} ({}): the scenario is not the measured run, and a fit would take the difference for the engine's speed; give its prompt lengths (--set workload.random_input_len=N, or a trace of the run's requests)",

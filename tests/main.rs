@@ -15,6 +15,7 @@ mod fleet_cli;
 mod golden;
 mod goodput;
 mod held_out;
+mod input_tokens;
 mod intervals;
 mod live_faults;
 mod live_records;

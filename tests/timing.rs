@@ -263,6 +263,7 @@ async fn run_workload(spec: &SimSpec, w: &Workload) -> Result<RunResult, String>
         lazy_decoded_tokens: 0,
         token_log,
         role_chunk_gaps: false,
+        uncounted_prompt_tokens: 0,
         measure_window_ns: None,
     })
 }

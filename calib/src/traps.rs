@@ -179,13 +179,14 @@ pub fn flag(points: &mut [FitPoint]) -> Vec<Trap> {
         let w = sim::workload::generate(&p.spec.workload);
         let shareable = p.spec.engine.prefix_caching();
         let mut firsts: std::collections::BTreeMap<u64, u32> = std::collections::BTreeMap::new();
+        // Leading segments with a BOS before them counted in (`RequestSpec::lead_segment`).
         for r in &w.requests {
-            if let Some(seg) = r.prompt.first() {
+            if let Some(seg) = r.lead_segment() {
                 *firsts.entry(seg.key).or_insert(0) += 1;
             }
         }
         let split = |r: &sim::request::RequestSpec| -> (u32, u32) {
-            let shared = match r.prompt.first() {
+            let shared = match r.lead_segment() {
                 Some(seg) if shareable && firsts.get(&seg.key).is_some_and(|&n| n >= 2) => {
                     seg.len.min(r.prompt_len.saturating_sub(1))
                 }

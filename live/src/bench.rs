@@ -82,9 +82,12 @@ pub struct BenchRun {
     pub initial_test_error: Option<String>,
 }
 
-/// Token ids of a request's prompt.
+/// Token ids of a request's prompt, less its leading BOS segment (`RequestSpec::bos_len`): that
+/// stands for the BOS the server's tokenizer puts before a text prompt, which it adds itself (a
+/// workload has one only for text prompts: `WorkloadParams::special_tokens` is 0 with
+/// `tokenize_prompt`).
 pub fn prompt_ids(spec: &RequestSpec, vocab: u32, reserved: u32) -> Vec<u32> {
-    (0..spec.prompt_len).map(|p| spec.token_id(p, vocab, reserved)).collect()
+    (spec.bos_len()..spec.prompt_len).map(|p| spec.token_id(p, vocab, reserved)).collect()
 }
 
 /// CPU seconds used by this process so far (user + system, all threads).
@@ -512,6 +515,8 @@ pub async fn run_until(
         token_log,
         // The client measured its gaps, a role chunk's included.
         role_chunk_gaps: false,
+        // Its records' `prompt_len` are the workload's, counted as the modelled client counts them.
+        uncounted_prompt_tokens: workload.uncounted_prompt_tokens,
         measure_window_ns: None,
     };
     BenchRun { outcomes, result, metrics_before, metrics_after, interrupted, client_cpu_s, wall_s, initial_test_error }

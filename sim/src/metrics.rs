@@ -783,7 +783,10 @@ pub fn bench_metrics_with(run: &RunResult, extra: &[f64], goodput: Option<&Goodp
         None => run.bench_end_ns.saturating_sub(run.bench_start_ns),
     };
     let duration_s = duration_ns as f64 / 1e9;
-    let total_input_tokens: u64 = recs.iter().map(|r| u64::from(r.prompt_len)).sum();
+    // As the client counts them: `vllm bench serve` before 0.20 sums its dataset's lengths, which
+    // leave out the BOS the server adds to a generated prompt (`RunResult::uncounted_prompt_tokens`).
+    let total_input_tokens: u64 =
+        recs.iter().map(|r| u64::from(r.prompt_len.saturating_sub(run.uncounted_prompt_tokens))).sum();
     // `usage.completion_tokens` live; the generated count in simulation.
     let total_output_tokens: u64 = window_tokens.unwrap_or_else(|| recs.iter().map(|r| u64::from(r.output_len)).sum());
     let per_s = |x: f64| if duration_s > 0.0 { x / duration_s } else { 0.0 };

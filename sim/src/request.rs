@@ -10,6 +10,12 @@
 
 use crate::rng::mix64;
 
+/// The key of the BOS segment: the token a model's tokenizer puts before a text prompt
+/// (`ModelCard::add_bos_token`), one segment of that length at the front of every generated
+/// prompt of a model whose tokenizer adds one, the same token in every prompt (so SGLang's radix
+/// tree shares it, as it shares the real BOS id). [`crate::workload::generate`] puts it there.
+pub const BOS_KEY: u64 = 0x424f_535f_544f_4b4e;
+
 /// A run of `len` tokens whose contents are determined by `key`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Segment {
@@ -105,6 +111,27 @@ impl PromptBlockHashes {
 }
 
 impl RequestSpec {
+    /// Tokens of the leading BOS segment ([`BOS_KEY`]): what the server's tokenizer put before
+    /// the prompt's text, 0 where it put nothing (a tokenizer without a BOS, prompts sent as ids,
+    /// a trace's counts).
+    pub fn bos_len(&self) -> u32 {
+        match self.prompt.first() {
+            Some(s) if s.key == BOS_KEY && self.prompt.len() > 1 => s.len,
+            _ => 0,
+        }
+    }
+
+    /// The prompt's leading segment as sharing goes: its first segment, or, behind a BOS
+    /// segment, the next one with the BOS counted in its length (two prompts that share it share
+    /// the BOS and that segment). What the KV-limit and the TTFT floor read to find a shared
+    /// prefix (`random_prefix_len`, a `prefix_repetition` prefix, a trace's `prefix_group`); the
+    /// BOS alone, which every prompt shares, is not one.
+    pub fn lead_segment(&self) -> Option<Segment> {
+        let b = self.bos_len();
+        let i = usize::from(b > 0);
+        self.prompt.get(i).map(|s| Segment { key: s.key, len: s.len + b })
+    }
+
     /// Total tokens the request holds once finished.
     pub fn total_len(&self) -> u32 {
         self.prompt_len + self.output_len

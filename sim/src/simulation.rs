@@ -506,6 +506,10 @@ pub struct RunResult {
     /// benchmark client timed the chat role chunk, sent with the first token
     /// ([`crate::workload::Workload::role_chunk`]). False where the gaps were measured.
     pub role_chunk_gaps: bool,
+    /// Tokens of each record's `prompt_len` the client's `total_input_tokens` leaves out
+    /// ([`crate::workload::Workload::uncounted_prompt_tokens`]: the BOS of a generated prompt,
+    /// for `vllm bench serve` before 0.20). 0 where the counts were measured.
+    pub uncounted_prompt_tokens: u32,
     /// The measured window, `(start, end)` in the run's time: the metrics cover the records
     /// completed in it ([`crate::workload::Workload::measure_window_ns`]); `None`: all.
     pub measure_window_ns: Option<(u64, u64)>,
@@ -1306,6 +1310,7 @@ pub fn run_observed<E: Engine>(
         lazy_decoded_tokens: lp.lazy_tokens,
         token_log: lp.token_log,
         role_chunk_gaps: workload.role_chunk,
+        uncounted_prompt_tokens: workload.uncounted_prompt_tokens,
         measure_window_ns: window,
     }
 }

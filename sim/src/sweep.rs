@@ -132,14 +132,16 @@ pub fn kv_limit(capacity_tokens: u64, granularity: u32, prefix_caching: bool, wo
     if prefix_caching && !workload.requests.is_empty() {
         let g = u64::from(granularity.max(1));
         let mut firsts: std::collections::BTreeMap<u64, (u32, u64)> = std::collections::BTreeMap::new();
+        // A prompt's leading segment, with the BOS before it counted in (the BOS alone, which
+        // every prompt of a BOS tokenizer shares, is no shared prefix: `RequestSpec::lead_segment`).
         for r in &workload.requests {
-            if let Some(s) = r.prompt.first() {
+            if let Some(s) = r.lead_segment() {
                 let e = firsts.entry(s.key).or_insert((0, u64::from(s.len)));
                 e.0 += 1;
             }
         }
         let held = |r: &crate::request::RequestSpec| -> u64 {
-            match r.prompt.first().and_then(|s| firsts.get(&s.key).filter(|e| e.0 >= 2).map(|_| s.len)) {
+            match r.lead_segment().and_then(|s| firsts.get(&s.key).filter(|e| e.0 >= 2).map(|_| s.len)) {
                 Some(len) => u64::from(len.min(r.prompt_len.saturating_sub(1))) / g * g,
                 None => 0,
             }

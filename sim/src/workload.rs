@@ -39,8 +39,13 @@
 //! with a run at 1000's. Each of the first N rows' prefix is sent alone (one
 //! output token), before the prior run's prompts.
 //!
-//! Not modelled: the special tokens a tokenizer adds (`num_special_tokens`),
-//! the decode/re-encode round trip that changes prompt lengths by a token or
+//! The BOS a model's tokenizer puts before a text prompt (`WorkloadParams::special_tokens`, from
+//! the card's `add_bos_token`): `random` draws around `random_input_len` less it
+//! (`num_special_tokens_to_add`), and every `random` and `prefix_repetition` prompt begins with
+//! one shared BOS segment, which the server prefills; `vllm bench serve` before 0.20 leaves it
+//! out of `total_input_tokens` (`Workload::uncounted_prompt_tokens`).
+//!
+//! Not modelled: the decode/re-encode round trip that changes prompt lengths by a token or
 //! two, ShareGPT and other text datasets (replay them as traces), `vllm bench
 //! serve`'s rate ramp-up (`--ramp-up-strategy`).
 //!
@@ -237,6 +242,23 @@ pub struct WorkloadParams {
     /// Prompts are sent as token ids (`workload.tokenize_prompt`): the server does not tokenize
     /// them, so SGLang's serial tokenizer is skipped.
     pub tokenize_prompt: bool,
+    /// Tokens the server's tokenizer puts before a text prompt: the model's BOS
+    /// (`ModelCard::add_bos_token`), 0 for prompts sent as token ids. Every `random` and
+    /// `prefix_repetition` prompt begins with them (one [`crate::request::BOS_KEY`] segment, the
+    /// same token in every prompt), and `random` draws its sampled part around
+    /// `random_input_len` less them, as `vllm bench serve` does (`RandomDataset`:
+    /// `real_input_len = input_len - tokenizer.num_special_tokens_to_add()`, 0.11.0 to 0.34.0),
+    /// so that the server prefills about `random_input_len`; `prefix_repetition` subtracts
+    /// nothing, and the server prefills `prefix_len + suffix_len` and them. A trace's
+    /// `input_len` is already the server's count (ShareGPT's `prompt_len` is the tokenizer's,
+    /// BOS included): nothing is added. Set by the scenario's resolution
+    /// ([`crate::config::prompt_special_tokens`]).
+    pub special_tokens: u32,
+    /// The modelled client's `total_input_tokens` counts each prompt as the server's usage does
+    /// (`usage.prompt_tokens`, the BOS included: `vllm bench serve` from 0.20), not as its
+    /// dataset made it (before 0.20: `random` and `prefix_repetition` without `special_tokens`).
+    /// Set by the scenario's resolution ([`crate::config::client_counts_server_prompt_tokens`]).
+    pub counts_server_prompt_tokens: bool,
     /// The context a request's output is shortened to fit: vLLM from 0.32 caps `max_tokens` at
     /// `max_model_len − prompt` (`get_max_tokens`, where through 0.31 the server answers 400: see
     /// [`crate::config::VLLM_CLAMPS_MAX_TOKENS`]). Set by the scenario's resolution; `None` keeps
@@ -281,6 +303,11 @@ pub struct Workload {
     pub requested_prompts: Option<u32>,
     /// Timed requests whose `max_tokens` [`WorkloadParams::context_clamp`] shortened.
     pub clamped_requests: u32,
+    /// Tokens of every timed prompt that the client's `total_input_tokens` leaves out: the BOS
+    /// of a `random` or `prefix_repetition` prompt where the client counts its dataset's lengths
+    /// ([`WorkloadParams::counts_server_prompt_tokens`] false; `vllm bench serve` before 0.20).
+    /// The engine prefills them all the same.
+    pub uncounted_prompt_tokens: u32,
 }
 
 /// No request, sent at once with no concurrency limit (`vllm bench serve`'s `--request-rate inf`,
@@ -305,6 +332,7 @@ impl Default for Workload {
             tokenize_prompt: false,
             requested_prompts: None,
             clamped_requests: 0,
+            uncounted_prompt_tokens: 0,
         }
     }
 }
@@ -335,7 +363,20 @@ impl Workload {
         self.initial_test.iter_mut().chain(&mut self.warmups).chain(&mut self.requests).for_each(memo);
     }
 
-    /// Mean prompt and output lengths of the timed requests.
+    /// The prompt length of `r`, one of this workload's timed requests, as the modelled client
+    /// counts it in `total_input_tokens` ([`Workload::uncounted_prompt_tokens`] off).
+    pub fn counted_prompt_len(&self, r: &RequestSpec) -> u32 {
+        r.prompt_len.saturating_sub(self.uncounted_prompt_tokens)
+    }
+
+    /// Mean prompt length of the timed requests as the modelled client counts them
+    /// ([`Workload::counted_prompt_len`]): what a result's `total_input_tokens ÷ completed` is.
+    pub fn mean_counted_prompt_len(&self) -> f64 {
+        let n = self.requests.len().max(1) as f64;
+        self.requests.iter().map(|r| u64::from(self.counted_prompt_len(r))).sum::<u64>() as f64 / n
+    }
+
+    /// Mean prompt (as the server prefills it) and output lengths of the timed requests.
     pub fn mean_lengths(&self) -> (f64, f64) {
         let n = self.requests.len().max(1) as f64;
         let i: u64 = self.requests.iter().map(|r| u64::from(r.prompt_len)).sum();
@@ -348,6 +389,18 @@ fn key(rng: &mut Rng) -> u64 {
     rng.random::<u64>()
 }
 
+/// The bounds `[lo, hi]` of a `random` prompt's sampled part, for `random_input_len`
+/// `input_len`, `random_range_ratio` `r` and `special` tokens the server adds
+/// ([`WorkloadParams::special_tokens`]): `vllm bench serve` draws around `input_len − special`
+/// (`get_sampling_params`: `real_input_len = max(0, input_len − num_special_tokens)`, then
+/// `[⌊real·(1−r)⌋, ⌈real·(1+r)⌉]`); servesim raises a lower bound of 0 to 1.
+pub fn random_input_bounds(input_len: u32, r: f64, special: u32) -> (u32, u32) {
+    let real = f64::from(input_len.saturating_sub(special));
+    let lo = ((real * (1.0 - r)).floor() as u32).max(1);
+    let hi = ((real * (1.0 + r)).ceil() as u32).max(lo);
+    (lo, hi)
+}
+
 /// Generates the workload. Deterministic in `params` (seed included).
 pub fn generate(params: &WorkloadParams) -> Workload {
     let seed = params.seed;
@@ -358,18 +411,26 @@ pub fn generate(params: &WorkloadParams) -> Workload {
 
     // (prompt segments, max_tokens, trace arrival, priority)
     let mut items: Vec<(Vec<Segment>, u32, Option<f64>, i32)> = Vec::with_capacity(n);
+    // The server's BOS before a generated prompt's text (`special_tokens`), one token shared by
+    // every prompt.
+    let special = params.special_tokens;
+    let bos = |segs: &mut Vec<Segment>| {
+        if special > 0 {
+            segs.push(Segment { key: crate::request::BOS_KEY, len: special });
+        }
+    };
     match &params.dataset {
         Dataset::Random { input_len, output_len, range_ratio, prefix_len } => {
             let r = *range_ratio;
-            let in_lo = ((f64::from(*input_len) * (1.0 - r)).floor() as u32).max(1);
-            let in_hi = ((f64::from(*input_len) * (1.0 + r)).ceil() as u32).max(in_lo);
+            let (in_lo, in_hi) = random_input_bounds(*input_len, r, special);
             let out_lo = ((f64::from(*output_len) * (1.0 - r)).floor() as u32).max(1);
             let out_hi = ((f64::from(*output_len) * (1.0 + r)).ceil() as u32).max(out_lo);
             let ins: Vec<u32> = (0..n).map(|_| len_rng.random_range(in_lo..=in_hi)).collect();
             let outs: Vec<u32> = (0..n).map(|_| len_rng.random_range(out_lo..=out_hi)).collect();
             let prefix_key = key(&mut key_rng);
             for i in 0..n {
-                let mut segs = Vec::with_capacity(if *prefix_len > 0 { 2 } else { 1 });
+                let mut segs = Vec::with_capacity(3);
+                bos(&mut segs);
                 if *prefix_len > 0 {
                     segs.push(Segment { key: prefix_key, len: *prefix_len });
                 }
@@ -382,10 +443,10 @@ pub fn generate(params: &WorkloadParams) -> Workload {
             for _ in 0..*num_prefixes {
                 let pk = key(&mut key_rng);
                 for _ in 0..per {
-                    let segs = vec![
-                        Segment { key: pk, len: *prefix_len },
-                        Segment { key: key(&mut key_rng), len: *suffix_len },
-                    ];
+                    let mut segs = Vec::with_capacity(3);
+                    bos(&mut segs);
+                    segs.push(Segment { key: pk, len: *prefix_len });
+                    segs.push(Segment { key: key(&mut key_rng), len: *suffix_len });
                     items.push((segs, *output_len, None, 0));
                 }
             }
@@ -530,6 +591,10 @@ pub fn generate(params: &WorkloadParams) -> Workload {
         tokenize_prompt: params.tokenize_prompt,
         requested_prompts,
         clamped_requests,
+        uncounted_prompt_tokens: match params.dataset {
+            Dataset::Random { .. } | Dataset::PrefixRepetition { .. } if !params.counts_server_prompt_tokens => special,
+            _ => 0,
+        },
     }
 }
 
@@ -645,6 +710,8 @@ mod tests {
             role_chunk: false,
             eos_unstreamed: false,
             tokenize_prompt: false,
+            special_tokens: 0,
+            counts_server_prompt_tokens: true,
             context_clamp: None,
         }
     }

@@ -58,6 +58,8 @@ fn the_largest_request_saturates_instead_of_overflowing() {
         role_chunk: false,
         eos_unstreamed: false,
         tokenize_prompt: false,
+        special_tokens: 0,
+        counts_server_prompt_tokens: true,
         context_clamp: None,
     };
     let big = u32::MAX / 2 + 1;

@@ -130,12 +130,15 @@ fn max_request_lengths_asked(w: &WorkloadParams) -> (u32, u32) {
     match &w.dataset {
         Dataset::Random { input_len, output_len, range_ratio, prefix_len } => {
             // Saturating: a length past u32 is past any context, and the check then says so.
-            let i = ((f64::from(*input_len) * (1.0 + range_ratio)).ceil() as u32).saturating_add(*prefix_len);
+            // The server's BOS (`special_tokens`) and the prefix before the sampled part, which
+            // is drawn around `input_len` less the BOS.
+            let sampled = crate::workload::random_input_bounds(*input_len, *range_ratio, w.special_tokens).1;
+            let i = sampled.saturating_add(*prefix_len).saturating_add(w.special_tokens);
             let o = (f64::from(*output_len) * (1.0 + range_ratio)).ceil() as u32;
             (i, i.saturating_add(o))
         }
         Dataset::PrefixRepetition { prefix_len, suffix_len, output_len, .. } => {
-            let p = prefix_len.saturating_add(*suffix_len);
+            let p = prefix_len.saturating_add(*suffix_len).saturating_add(w.special_tokens);
             (p, p.saturating_add(*output_len))
         }
         Dataset::Trace { rows } => rows

@@ -1064,6 +1064,8 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
     }
     workload.role_chunk = workload.chat && client_times_role_chunk(&engine);
     workload.eos_unstreamed = !workload.ignore_eos && client_misses_eos_step(&engine, workload.chat);
+    workload.special_tokens = prompt_special_tokens(&model, &workload);
+    workload.counts_server_prompt_tokens = client_counts_server_prompt_tokens(&engine);
     // vLLM from 0.32 shortens a request's output to what its context leaves (`get_max_tokens`);
     // through 0.31 such a request is refused (HTTP 400), and SGLang refuses it too: the run is
     // refused instead (`check_requests_fit`).

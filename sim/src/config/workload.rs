@@ -417,6 +417,11 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
         // `resolve` sets it from the engine's release and context (`VLLM_CLAMPS_MAX_TOKENS`).
         context_clamp: None,
         tokenize_prompt: w.tokenize_prompt.unwrap_or(false),
+        // `resolve` sets them from the model card and the modelled client (`prompt_special_tokens`,
+        // `client_counts_server_prompt_tokens`); a workload resolved without a card (`servesim
+        // bench`'s) adds no BOS and counts what it sends.
+        special_tokens: 0,
+        counts_server_prompt_tokens: true,
     };
     if params.tokenize_prompt && params.chat {
         return Err(ConfigError::new(

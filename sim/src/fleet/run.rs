@@ -1353,6 +1353,7 @@ pub fn run_fleet(
         lazy_decoded_tokens: 0,
         token_log: lp.token_log,
         role_chunk_gaps: workload.role_chunk,
+        uncounted_prompt_tokens: workload.uncounted_prompt_tokens,
         measure_window_ns: None,
     };
     let per = |x: u64| if lp.xfers > 0 { x as f64 / lp.xfers as f64 / 1e6 } else { 0.0 };
