@@ -654,10 +654,12 @@ impl GoodputSlos {
                 "ttft" => &mut slos.ttft_ms,
                 "tpot" => &mut slos.tpot_ms,
                 "e2el" => &mut slos.e2el_ms,
-                _ => return Err(format!(
+                _ => {
+                    return Err(format!(
                     "invalid metric name found, {name:?}: {v}: the service level objective name should be one of {}",
                     GOODPUT_METRICS.join(", ")
-                )),
+                ))
+                }
             };
             if v.is_nan() {
                 return Err(format!(
@@ -1407,6 +1409,7 @@ mod goodput_tests {
             lazy_decoded_tokens: 0,
             token_log: log,
             role_chunk_gaps: false,
+            uncounted_prompt_tokens: 0,
             measure_window_ns: None,
         }
     }
