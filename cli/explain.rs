@@ -218,10 +218,11 @@ pub fn text(e: &Explanation, x: &TextExtras) -> String {
             _ => {
                 let _ = writeln!(
                     s,
-                    "KV pool: {} tokens, given by {} (no memory account: nothing is derived; {} KV bytes per token per GPU)",
+                    "KV pool: {} tokens, given by {} (no memory account: nothing is derived; {} KV bytes per token{})",
                     sim::explain::thousands(e.kv_cache_tokens),
                     e.kv_sizing_source,
-                    sim::explain::thousands(e.kv_bytes_per_token)
+                    sim::explain::thousands(e.kv_bytes_per_token),
+                    if e.hardware == "cpu-host" { " in the host's memory" } else { " per GPU" }
                 );
             }
         },

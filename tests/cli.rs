@@ -1181,4 +1181,10 @@ fn kv_cache_memory_bytes_sizes_the_pool_in_whole_blocks_per_gpu() {
         assert_eq!(x["kv_sizing_source"], "kv_cache_memory_bytes", "TP {tp}");
         assert_eq!(x["kv_bytes_per_token"], per_token, "TP {tp}");
     }
+    // Advice to raise a pin in bytes says the bytes too (it gave tokens alone, which read as a
+    // value to set: the review of 2026-12-08).
+    let o = run_cli(&["explain", s, "--set", gib]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    let at = out.find("raise kv_cache_memory_bytes (pinned here: at most about").expect(&out);
+    assert!(out[at..].split(')').next().unwrap().contains(" bytes a GPU"), "{out}");
 }

@@ -2829,6 +2829,15 @@ fn the_cpu_hosts_pools_are_pinned_not_derived_as_a_gpus() {
             && out.contains("measure them with perf"),
         "{out}"
     );
+    // Its pin is the pool (no fraction moves it, null derives nothing), TP is no knob there,
+    // and the KV bytes are the host's (the review of 2026-12-08).
+    assert!(
+        out.contains("kv_cache_tokens (pinned here: the cpu-host card derives no pool, the pin is the pool)")
+            && !out.contains("gpu_memory_utilization given with --set")
+            && !out.contains("tensor_parallel_size")
+            && out.contains("KV bytes per token in the host's memory"),
+        "{out}"
+    );
     let (c, out, err) = run(&["explain", &s, "--set", pin, "--json"]);
     assert_eq!(c, 0, "{err}");
     assert!(out.contains("measure CPU utilisation with perf") && !out.contains("nvidia-smi"), "{out}");

@@ -656,17 +656,25 @@ fn pool_advice(base: &SimSpec, limit: &KvLimit, running_knob: &str) -> String {
                 // First: the others move a pinned pool only through it.
                 // vLLM's override holds whatever the fraction (as vLLM holds it); a log's figure
                 // moves with the fraction by what the derived pool moves (`config::PinChange`).
-                let fraction_does = if crate::config::HELD_POOL.contains(&src) {
+                let fraction_does = if crate::config::is_cpu_host(&base.gpu) {
+                    "the cpu-host card derives no pool: the pin is the pool".to_string()
+                } else if crate::config::HELD_POOL.contains(&src) {
                     format!("vLLM holds it whatever the {fraction}; set it to null to derive the pool")
                 } else if base.memory_fraction_only_caps() {
                     format!("a {fraction} given with --set replaces it with a derived pool: vLLM 0.34's fraction only caps a pool sized after warm-up")
                 } else {
                     format!("a {fraction} given with --set moves it by what the derived pool moves")
                 };
+                // A pin in bytes is said in bytes too (the tokens alone read as a value to set).
+                let bytes = if src == "kv_cache_memory_bytes" {
+                    format!(" ({} bytes a GPU)", thousands(most.saturating_mul(per_token)))
+                } else {
+                    String::new()
+                };
                 ways.push((
                     f64::INFINITY,
                     format!(
-                        "raise {src} (pinned here: at most about {} tokens fit beside the weights, {}, less what the activations and the runtime need; {fraction_does})",
+                        "raise {src} (pinned here: at most about {} tokens{bytes} fit beside the weights, {}, less what the activations and the runtime need; {fraction_does})",
                         thousands(most),
                         times(f)
                     ),
@@ -814,6 +822,9 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
             "the GPU's memory (the pool already takes what is free after warm-up: a larger GPU or more tensor parallelism)".to_string()
         }
         (false, false) => "gpu_memory_utilization (or kv_cache_tokens / num_gpu_blocks_override)".to_string(),
+        (_, true) if crate::config::is_cpu_host(&base.gpu) => {
+            format!("{} (pinned here: the cpu-host card derives no pool, the pin is the pool)", base.kv_sizing.source)
+        }
         (true, true) => format!(
             "{} (pinned here; a mem_fraction_static given with --set moves it by what the derived pool moves)",
             base.kv_sizing.source
@@ -1195,20 +1206,31 @@ pub fn assemble(scenario: &str, base: &SimSpec, plan: &Plan, point: &SimOutput, 
         },
         network_and_client: "measured by the client (servesim bench reports its own CPU time)",
     };
+    // The cpu-host card runs one engine on one NUMA node: its TP is refused, not a knob.
+    let tp_knob = if crate::config::is_cpu_host(&base.gpu) {
+        None
+    } else {
+        Some(if sglang { "tp_size" } else { "tensor_parallel_size" })
+    };
     let metric_kinds = MetricKinds {
-        knobs: strings(&[
-            running_knob,
-            if sglang { "chunked_prefill_size" } else { "max_num_batched_tokens" },
-            &memory_knob,
-            if sglang { "page_size" } else { "block_size" },
-            if sglang { "disable_radix_cache" } else { "enable_prefix_caching" },
-            if sglang { "schedule_policy" } else { "policy" },
-            if sglang { "tp_size" } else { "tensor_parallel_size" },
-            "kv_cache_dtype",
-            "attention_backend",
-            if sglang { "disable_overlap_schedule" } else { "async_scheduling" },
-            "max_concurrency / request_rate (the load)",
-        ]),
+        knobs: strings(
+            &[
+                Some(running_knob),
+                Some(if sglang { "chunked_prefill_size" } else { "max_num_batched_tokens" }),
+                Some(memory_knob.as_str()),
+                Some(if sglang { "page_size" } else { "block_size" }),
+                Some(if sglang { "disable_radix_cache" } else { "enable_prefix_caching" }),
+                Some(if sglang { "schedule_policy" } else { "policy" }),
+                tp_knob,
+                Some("kv_cache_dtype"),
+                Some("attention_backend"),
+                Some(if sglang { "disable_overlap_schedule" } else { "async_scheduling" }),
+                Some("max_concurrency / request_rate (the load)"),
+            ]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>(),
+        ),
         results: strings(&[
             "TTFT",
             "TPOT",
