@@ -56,19 +56,23 @@ impl WorkloadArgs {
     /// `endpoint` (`--endpoint`): the section says the endpoint the requests go to, so that a
     /// prediction of it (`check`) and the run record describe what was sent.
     pub fn section_json(&self, endpoint: &str) -> Result<(Value, PathBuf), String> {
-        self.section_and_client(endpoint).map(|(w, base, _)| (w, base))
+        self.section_and_client(endpoint).map(|(w, base, _, _)| (w, base))
     }
 
     /// [`WorkloadArgs::section_json`], and whether the modelled client times the chat role
     /// chunk as its first token (`config::client_times_role_chunk`: the scenario's release, as
     /// `simulate` of it has it; without a scenario, the current client, 0.33 and later: not).
-    fn section_and_client(&self, endpoint: &str) -> Result<(Value, PathBuf, bool), String> {
+    #[allow(clippy::type_complexity)]
+    fn section_and_client(
+        &self,
+        endpoint: &str,
+    ) -> Result<(Value, PathBuf, bool, Option<(sim::cards::ModelCard, config::EngineSpec)>), String> {
         self.bench.check()?;
         // Whether the modelled `vllm bench serve` sends ignore_eos with every random request
         // (from 0.11.1, `config::VLLM_FORCES_IGNORE_EOS_ON_RANDOM`): the scenario's vLLM release;
         // an SGLang scenario's field is as given, as `simulate` has it; without a scenario, the
         // current client.
-        let (mut w, base, forces_random_eos, role_chunk) = match &self.scenario {
+        let (mut w, base, forces_random_eos, role_chunk, card) = match &self.scenario {
             Some(p) => {
                 let raw = load::read_raw(Some(p))?;
                 let mut w = raw.json.get("workload").cloned().unwrap_or_else(|| json!({}));
@@ -93,9 +97,10 @@ impl WorkloadArgs {
                     }
                     config::EngineSpec::Sglang(_) => false,
                 };
-                (w, raw.base_dir, forces, config::client_times_role_chunk(&spec.engine))
+                let card = Some((spec.model.clone(), spec.engine.clone()));
+                (w, raw.base_dir, forces, config::client_times_role_chunk(&spec.engine), card)
             }
-            None => (json!({"dataset_name": "random"}), std::env::current_dir().unwrap_or_default(), true, false),
+            None => (json!({"dataset_name": "random"}), std::env::current_dir().unwrap_or_default(), true, false, None),
         };
         let o = w.as_object_mut().ok_or("the scenario's workload is not an object")?;
         for (k, v) in self.values() {
@@ -118,9 +123,11 @@ impl WorkloadArgs {
         if forces_random_eos && random && !o.contains_key("ignore_eos") {
             o.insert("ignore_eos".into(), true.into());
         }
-        // Said, not left to a default: what the requests are sent with.
+        // Said, not left to a default: what the requests are sent with (`sglang.bench_serving`'s
+        // default is true, `--disable-ignore-eos` turns it off; `vllm bench serve`'s false).
         if !o.contains_key("ignore_eos") {
-            o.insert("ignore_eos".into(), false.into());
+            let sglang_client = o.get("client").and_then(Value::as_str) == Some("sglang_bench_serving");
+            o.insert("ignore_eos".into(), sglang_client.into());
         }
         // The endpoint the requests go to is `--endpoint`'s, whatever the scenario says; a path
         // servesim does not know (a proxy's) leaves the section's as it is.
@@ -133,7 +140,7 @@ impl WorkloadArgs {
             }
             o.insert("endpoint".into(), endpoint.into());
         }
-        Ok((w, base, role_chunk))
+        Ok((w, base, role_chunk, card))
     }
 
     /// Whether the modelled client asks for greedy sampling (`config::client_sends_greedy`: the
@@ -153,7 +160,7 @@ impl WorkloadArgs {
     /// The workload: the same request list the simulator generates for it, and its section as
     /// given (what the run record keeps).
     pub fn workload(&self, endpoint: &str) -> Result<(Value, Workload), String> {
-        let (given, base, role_chunk) = self.section_and_client(endpoint)?;
+        let (given, base, role_chunk, card) = self.section_and_client(endpoint)?;
         // Live, the server decides where EOS falls; the generator still wants a distribution to
         // build its request list. It is a stand-in that sizes nothing (the report's KV footprint
         // is the requested length, `live::measure::measured_point`) and stays out of the section
@@ -210,6 +217,14 @@ impl WorkloadArgs {
         let mut params = config::resolve_workload(&section, &res).map_err(|e| self.name_the_flag(e.to_string()))?;
         // The chat role chunk, timed as the modelled client times it (`section_and_client`).
         params.role_chunk = params.chat && role_chunk;
+        // The BOS the server's tokenizer adds to a text prompt and how the modelled client counts
+        // it, from the scenario's card and release, as `simulate` resolves them (the prompts are
+        // then drawn around the length less it, and it is not sent: the server adds it). Without
+        // a scenario no card says it: none, and what is sent is counted.
+        if let Some((model, engine)) = &card {
+            params.special_tokens = config::prompt_special_tokens(model, &params);
+            params.counts_server_prompt_tokens = config::client_counts_server_prompt_tokens(engine);
+        }
         Ok((given, workload::generate(&params)))
     }
 }

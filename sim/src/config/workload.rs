@@ -418,8 +418,9 @@ pub fn resolve_workload(w: &WorkloadSection, res: &Resources) -> Result<Workload
         context_clamp: None,
         tokenize_prompt: w.tokenize_prompt.unwrap_or(false),
         // `resolve` sets them from the model card and the modelled client (`prompt_special_tokens`,
-        // `client_counts_server_prompt_tokens`); a workload resolved without a card (`servesim
-        // bench`'s) adds no BOS and counts what it sends.
+        // `client_counts_server_prompt_tokens`), and so does `servesim bench` from its
+        // `--scenario`'s card; a workload resolved without a card (bench without a scenario)
+        // adds no BOS and counts what it sends.
         special_tokens: 0,
         counts_server_prompt_tokens: true,
     };
