@@ -56,7 +56,8 @@ enum Cmd {
     #[command(allow_negative_numbers = true)]
     Calibrate(calib::CalibrateArgs),
     /// Run a sweep live and simulated with the same requests; error per metric.
-    #[command(allow_negative_numbers = true)]
+    // `--goodput` comes with the workload flags check shares with bench, and is refused: hidden.
+    #[command(allow_negative_numbers = true, mut_arg("goodput", |a| a.hide(true)))]
     Check(calib::CheckArgs),
     /// Explain why the metrics are what they are: KV limit, TTFT split, preemptions, the knee.
     #[command(allow_negative_numbers = true)]

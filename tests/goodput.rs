@@ -148,6 +148,9 @@ fn goodput_objectives_are_checked_as_vllm_checks_them() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("--goodput: check judges predicted metrics") && !err.contains("--base-url"), "{err}");
+    // ...and its help does not offer it, while bench's does.
+    let help = |cmd: &str| String::from_utf8_lossy(&run_cli(&[cmd, "--help"]).stdout).to_string();
+    assert!(!help("check").contains("--goodput") && help("bench").contains("--goodput"));
 }
 
 #[test]
