@@ -83,19 +83,21 @@ fn explain_cuts_the_sweep_at_a_traces_length_and_says_why_there_is_no_knee() {
 /// A fleet's KV sentences with shared prefixes say what the figures count: the mean request less
 /// its shared prefix (the sentence said "mean prompt + output less the last token, 255 tokens",
 /// a sum of 1,279), and a prefill replica's prompts with their shared prefixes held once (it
-/// counted each prompt whole: 386 where the pool holds 3,416).
+/// counted each prompt whole: 386 where the pool holds 3,416). Llama's BOS before each prompt
+/// (shared, the prompt 1 + 1,024 + 128 tokens) leaves the shared whole blocks at 1,024 tokens
+/// and one more token each request holds alone: 256, not 255, in the same 16 blocks.
 #[test]
 fn explain_fleet_kv_sentences_match_their_numbers_with_shared_prefixes() {
     let e = explain(&[SP, "--set", "fleet.count=2"]);
     let s = &sentences(&e)[0];
     assert!(
-        s.contains("a request holds 256 (mean prompt + output less its shared prefix and the last token, 255 tokens"),
+        s.contains("a request holds 256 (mean prompt + output less its shared prefix and the last token, 256 tokens"),
         "{s}"
     );
     assert!(s.contains("shared prefixes they use held once"), "{s}");
     let e = explain(&[SP, "--set", "fleet.prefill_count=1", "--set", "fleet.decode_count=1"]);
     let s = sentences(&e);
-    assert!(s[0].contains("a request holds 128 (mean prompt less its shared prefix, 128 tokens"), "{}", s[0]);
+    assert!(s[0].contains("a request holds 144 (mean prompt less its shared prefix, 129 tokens"), "{}", s[0]);
     let prefill = e["replica_limits"]["prefill_kv_limited_concurrency"].as_u64().unwrap();
     assert!(prefill > 3000, "{prefill}");
     assert!(

@@ -1809,7 +1809,9 @@ fn fixed_gaps_are_refused_for_vllm_0_11_0s_client() {
 /// the newly evictable memory instantly", `len(sorted) × retract_decode_steps` when less is
 /// free), so the loop's test sees the freed cache and retracts fewer requests; servesim evicted
 /// only from 0.5.3 (the SGLang source read of 2026-12-05): this run retracted 53 times, 45
-/// with the eviction, and its prefix cache keeps more (hit rate 0.50 → 0.53).
+/// with the eviction, and its prefix cache keeps more (hit rate 0.50 → 0.53). Since Llama's BOS
+/// is prefilled before each prompt (2026-12-08: one more token a prompt, its prefix shifted by
+/// one) the run with the eviction retracts 49 times, hit rate 0.521.
 #[test]
 fn old_sglang_evicts_the_tree_after_each_retraction() {
     let (c, out, err) = run(&[
@@ -1827,7 +1829,7 @@ fn old_sglang_evicts_the_tree_after_each_retraction() {
     ]);
     assert_eq!(c, 0, "{err}");
     let j: Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(j["num_preemptions"], 45, "{}", j["num_preemptions"]);
+    assert_eq!(j["num_preemptions"], 49, "{}", j["num_preemptions"]);
     assert!(j["prefix_cache_hit_rate"].as_f64().unwrap() > 0.52, "{}", j["prefix_cache_hit_rate"]);
 }
 

@@ -267,10 +267,14 @@ fn a100_l40s() -> std::path::PathBuf {
     )
 }
 
+/// The plan of `gpu` and `replicas` (None: a prefill:decode split) in the report: the best, on
+/// the Pareto front (which a cheaper and faster plan that breaks an SLO can leave the best off),
+/// rejected, or also meeting the SLOs.
 fn find<'a>(r: &'a Value, gpu: &str, replicas: Option<u64>) -> &'a Value {
     [&r["pareto"], &r["rejected"], &r["also_meet"]]
         .iter()
         .flat_map(|a| a.as_array().unwrap().iter())
+        .chain(std::iter::once(&r["best"]).filter(|b| b.is_object()))
         .find(|e| e["plan"]["gpu"] == gpu && e["plan"]["replicas"].as_u64() == replicas)
         .unwrap_or_else(|| panic!("{gpu} {replicas:?}: {r:#}"))
 }
@@ -307,21 +311,32 @@ fn plan_judges_slos_on_a_steady_state_run_and_warns_of_a_shorter_one() {
     let best = &r["best"];
     let n = best["metrics"]["num_prompts"].as_u64().unwrap();
     assert!(n >= 1000, "{best:#}");
-    let sim = stdout_json(&run_cli(&[
-        "simulate",
-        SP,
-        "--set",
-        &format!("hardware={}", best["plan"]["gpu"].as_str().unwrap()),
-        "--set",
-        "fleet.count=1",
-        "--set",
-        "workload.request_rate=16",
-        "--set",
-        "workload.max_concurrency=null",
-        "--set",
-        &format!("workload.num_prompts={n}"),
-        "--json",
-    ]));
+    // (Whichever shape it is: A100 × 1 kept up at 16 req/s by a hair, 15.8 since each prompt's
+    // BOS is prefilled, and then 1P+1D A100 is the best.)
+    let shape = match best["plan"]["replicas"].as_u64() {
+        Some(n) => vec![format!("fleet.count={n}")],
+        None => vec![
+            format!("fleet.prefill_count={}", best["plan"]["prefill"]),
+            format!("fleet.decode_count={}", best["plan"]["decode"]),
+        ],
+    };
+    let shape: Vec<&str> = shape.iter().flat_map(|s| ["--set", s.as_str()]).collect();
+    let sim = stdout_json(&run_cli(
+        &[
+            &["simulate", SP, "--set", &format!("hardware={}", best["plan"]["gpu"].as_str().unwrap())][..],
+            &shape,
+            &[
+                "--set",
+                "workload.request_rate=16",
+                "--set",
+                "workload.max_concurrency=null",
+                "--set",
+                &format!("workload.num_prompts={n}"),
+                "--json",
+            ][..],
+        ]
+        .concat(),
+    ));
     for k in ["mean_tpot_ms", "p99_ttft_ms", "output_throughput"] {
         assert_eq!(sim[k], best["metrics"][k], "{k}");
     }
@@ -361,7 +376,9 @@ fn plan_warns_that_a_short_trace_is_judged_as_given() {
 /// behind with 400 to 2,000 prompts and passed with 4,000 to 8,000, because the measured window
 /// began inside the fill (completions at 10 to 12 a second while the engine filled to 256
 /// running). The capacity run's length no longer follows the judged run's, and its window opens
-/// after the fill.
+/// after the fill. Since each prompt's BOS is prefilled (2026-12-08) the A100's capacity here is
+/// 15.8 req/s, below 16 by a hair: the verdict is judged at 15 req/s, where it keeps up with a
+/// margin the fill's 10 to 12 a second would still have broken.
 #[test]
 fn plan_keep_up_verdict_does_not_depend_on_the_prompt_count() {
     let cands = write_temp(
@@ -375,7 +392,7 @@ fn plan_keep_up_verdict_does_not_depend_on_the_prompt_count() {
             "--candidates",
             cands.to_str().unwrap(),
             "--request-rate",
-            "16",
+            "15",
             "--num-prompts",
             n,
             "--json",

@@ -91,7 +91,10 @@ fn past_the_kv_limit_running_is_capped_and_ttft_grows_linearly() {
 
 /// prefix_repetition at concurrency 1 with a pool that never evicts: every
 /// prompt after the first of its prefix hits the whole prefix, so the hit
-/// rate is (N − P)·prefix / (N·(prefix + suffix)) exactly.
+/// rate is (N − P)·prefix / (N·(prefix + suffix)) exactly. Llama's tokenizer puts a BOS before
+/// every prompt (one token, the same in all): the engine sees 1 + prefix + suffix tokens, and
+/// reuses the whole blocks of the BOS and the prefix, ⌊(1 + prefix) / 16⌋ · 16 tokens (the
+/// prefix itself for these, multiples of 16).
 #[test]
 fn prefix_repetition_hit_rate_matches_its_analytic_expectation() {
     for (prefix, suffix, p, n) in [(512u32, 64u32, 4u32, 40u32), (256, 256, 10, 100), (1024, 16, 3, 30)] {
@@ -107,7 +110,9 @@ fn prefix_repetition_hit_rate_matches_its_analytic_expectation() {
         });
         let out = sim::simulate(&spec(v), RunOptions::default());
         let c = out.run.counters;
-        assert_eq!(c.prefix_cache_queries, u64::from(n * (prefix + suffix)));
+        let bos = 1;
+        assert_eq!(c.prefix_cache_queries, u64::from(n * (bos + prefix + suffix)));
+        assert_eq!((bos + prefix) / 16 * 16, prefix);
         assert_eq!(c.prefix_cache_hits, u64::from((n - p) * prefix), "prefix {prefix} suffix {suffix}");
     }
 }

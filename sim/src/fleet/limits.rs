@@ -331,7 +331,9 @@ mod tests {
     /// With the prefix cache on, a request holds its prompt and output less its shared prefix (held
     /// once), and the words say so (they said "mean prompt + output less the last token, 255
     /// tokens", a sum of 1,279); a prefill replica holds its prompts' shared prefixes once too (it
-    /// counted every prompt whole: 386 prompts where the pool holds 3,416).
+    /// counted every prompt whole: 386 prompts where the pool holds 3,416). Llama's BOS before
+    /// each prompt (shared; 1 + 1,024 + 128 tokens) leaves 1,024 tokens in shared whole blocks
+    /// and one more token to each request: 256 tokens decoding, 129 (in 144) prefilling.
     #[test]
     fn shared_prefixes_are_held_once_and_the_sentences_say_so() {
         let (spec, w) = shared_prefix_fleet(serde_json::json!({"count": 2}));
@@ -342,7 +344,7 @@ mod tests {
         let s = &l.sentences()[0];
         assert!(
             s.contains(
-                "a request holds 256 (mean prompt + output less its shared prefix and the last token, 255 tokens"
+                "a request holds 256 (mean prompt + output less its shared prefix and the last token, 256 tokens"
             ),
             "{s}"
         );
@@ -352,11 +354,11 @@ mod tests {
         let l = replica_limits(&spec, &w);
         let p = &l.groups[0];
         assert_eq!(p.role, ReplicaRole::Prefill);
-        assert_eq!(p.request_footprint_tokens, 128, "the 128-token question, the prefix held once");
-        // The pool less the 8 prefixes, over 128 tokens a prompt (not 1,152 each).
+        assert_eq!(p.request_footprint_tokens, 144, "the 128-token question and a token, the prefix held once");
+        // The pool less the 8 prefixes, over 144 tokens a prompt (not 1,153 each).
         assert!(p.kv_limited_concurrency > 3000, "{}", p.kv_limited_concurrency);
         let s = l.sentences();
-        assert!(s[0].contains("a request holds 128 (mean prompt less its shared prefix, 128 tokens"), "{}", s[0]);
+        assert!(s[0].contains("a request holds 144 (mean prompt less its shared prefix, 129 tokens"), "{}", s[0]);
         assert!(
             s[2].contains(&format!(
                 "its prefill replicas hold {} prompts at once (their shared prefixes held once)",
@@ -365,7 +367,7 @@ mod tests {
             "{}",
             s[2]
         );
-        // Without the prefix cache, each prompt whole.
+        // Without the prefix cache, each prompt whole (1,153 tokens, BOS included, in 73 blocks).
         let (mut spec, w) = shared_prefix_fleet(serde_json::json!({"prefill_count": 1, "decode_count": 1}));
         for r in &mut spec.fleet.as_mut().unwrap().replicas {
             if let crate::config::EngineSpec::Vllm(c) = &mut r.engine {
@@ -373,7 +375,7 @@ mod tests {
             }
         }
         let l = replica_limits(&spec, &w);
-        assert_eq!(l.groups[0].request_footprint_tokens, 1152);
-        assert!(l.sentences()[0].contains("(mean prompt, 1152 tokens"), "{}", l.sentences()[0]);
+        assert_eq!(l.groups[0].request_footprint_tokens, 1168);
+        assert!(l.sentences()[0].contains("(mean prompt, 1153 tokens"), "{}", l.sentences()[0]);
     }
 }
