@@ -1187,4 +1187,30 @@ fn kv_cache_memory_bytes_sizes_the_pool_in_whole_blocks_per_gpu() {
     let out = String::from_utf8_lossy(&o.stdout);
     let at = out.find("raise kv_cache_memory_bytes (pinned here: at most about").expect(&out);
     assert!(out[at..].split(')').next().unwrap().contains(" bytes a GPU"), "{out}");
+    // vLLM reads the flag with human_readable_int: `1G` is 1024³ bytes, `1.5G` is refused as
+    // vLLM refuses it, and a suffix it does not know is an error saying what it takes.
+    let j = stdout_json(&run_cli(&["simulate", s, "--set", "engine.kv_cache_memory_bytes=1G", "--json"]));
+    assert_eq!(j["kv_cache_tokens"], 18_704);
+    for (v, want) in [("1.5G", "decimals are not allowed with binary suffixes like G"), ("1GB", "is not an integer")] {
+        let o = run_cli(&["simulate", s, "--set", &format!("engine.kv_cache_memory_bytes={v}")]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            o.status.code() == Some(2) && err.contains("engine.kv_cache_memory_bytes") && err.contains(want),
+            "{err}"
+        );
+    }
+    // max_num_batched_tokens and max_model_len too: 1k is 1000 and 2K is 2048, as vLLM reads
+    // them (seen in the refusal of a budget below the length without chunked prefill).
+    let o = run_cli(&[
+        "simulate",
+        s,
+        "--set",
+        "engine.max_num_batched_tokens=1k",
+        "--set",
+        "engine.max_model_len=2K",
+        "--set",
+        "engine.enable_chunked_prefill=false",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("max_num_batched_tokens (1000) is smaller than max_model_len (2048)"), "{err}");
 }

@@ -52,7 +52,13 @@ macro_rules! engine_flags {
                 map: &mut A,
             ) -> std::result::Result<bool, A::Error> {
                 match flag {
-                    $(stringify!($field) => self.$field = map.next_value()?,)+
+                    $(stringify!($field) => {
+                        self.$field = if $crate::config::schema::HUMAN_READABLE_INT_FLAGS.contains(&flag) {
+                            map.next_value::<$crate::config::schema::HumanReadable<$ty>>()?.0
+                        } else {
+                            map.next_value()?
+                        }
+                    })+
                     _ => return Ok(false),
                 }
                 Ok(true)
@@ -76,6 +82,83 @@ macro_rules! engine_flags {
     };
 }
 pub(super) use engine_flags;
+
+/// The vLLM flags `vllm serve` parses with `human_readable_int` (`vllm/engine/arg_utils.py`):
+/// `--max-num-batched-tokens`, `--max-model-len` and `--kv-cache-memory-bytes` take `8k` or
+/// `8G` as well as a number, and so do these fields, as a string.
+pub const HUMAN_READABLE_INT_FLAGS: &[&str] = &["max_num_batched_tokens", "max_model_len", "kv_cache_memory_bytes"];
+
+/// A flag of [`HUMAN_READABLE_INT_FLAGS`] as the section reads it: a string goes through
+/// [`human_readable_int`], then the value is the flag's type (errors raised inside the value,
+/// so they carry the field's path).
+pub struct HumanReadable<T>(pub Option<T>);
+
+impl<'de, T: serde::de::DeserializeOwned> Deserialize<'de> for HumanReadable<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let v = human_readable_int(serde_json::Value::deserialize(d)?).map_err(D::Error::custom)?;
+        serde_json::from_value::<Option<T>>(v).map(HumanReadable).map_err(D::Error::custom)
+    }
+}
+
+/// vLLM's `human_readable_int` on a string value (any other value is returned as it is, for
+/// the field's own type to judge): after trimming, a number and one suffix, `k m g t`
+/// decimal (×10³ⁿ, decimals allowed: `int(float(number) * mult)`, which truncates) or
+/// `K M G T` binary (×2¹⁰ⁿ, whole numbers only, as vLLM refuses `1.5G`); otherwise a plain
+/// integer as Python's `int` reads one (a sign, `_` between digits). Releases before the
+/// `t`/`T` entries refused those two suffixes; servesim takes them. A string that is none of
+/// these is an error saying what vLLM accepts.
+pub fn human_readable_int(v: serde_json::Value) -> std::result::Result<serde_json::Value, String> {
+    let serde_json::Value::String(raw) = &v else { return Ok(v) };
+    let s = raw.trim();
+    let expected = || {
+        format!(
+            "{raw:?} is not an integer as vLLM reads this flag (human_readable_int): a whole number, or a \
+             number with one suffix, k m g t (×1000, ×1000², …; decimals allowed: 25.6k) or K M G T \
+             (×1024, ×1024², …; whole numbers only: 8G)"
+        )
+    };
+    let too_big = || format!("{raw:?} is past the largest integer this flag takes");
+    let number = |n: u128| u64::try_from(n).map(serde_json::Value::from).map_err(|_| too_big());
+    let digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+    if let Some(suffix) = s.chars().last().filter(|c| "kmgtKMGT".contains(*c)) {
+        let num = &s[..s.len() - 1];
+        let (whole, frac) = num.split_once('.').unwrap_or((num, ""));
+        if digits(whole) && (frac.is_empty() || digits(frac)) && !num.ends_with('.') {
+            let pos = "kmgt".find(suffix.to_ascii_lowercase()).expect("one of kmgt") as i32 + 1;
+            if suffix.is_ascii_lowercase() {
+                let f: f64 = num.parse().map_err(|_| expected())?;
+                let x = (f * [1e3, 1e6, 1e9, 1e12][pos as usize - 1]).trunc();
+                return if x < 2f64.powi(64) { number(x as u128) } else { Err(too_big()) };
+            }
+            if !frac.is_empty() {
+                return Err(format!(
+                    "{raw:?}: decimals are not allowed with binary suffixes like {suffix} (vLLM's \
+                     human_readable_int); did you mean {num}{}?",
+                    suffix.to_ascii_lowercase()
+                ));
+            }
+            let n: u128 = whole.parse().map_err(|_| expected())?;
+            return n.checked_mul(1u128 << (10 * pos)).map_or_else(|| Err(too_big()), number);
+        }
+        return Err(expected());
+    }
+    // Python's int(): an optional sign, digits with single underscores between them.
+    let (neg, body) = match s.as_bytes().first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    };
+    if body.split('_').all(digits) {
+        let n: u128 = body.replace('_', "").parse().map_err(|_| too_big())?;
+        return if neg {
+            i64::try_from(n).map(|n| serde_json::Value::from(-n)).map_err(|_| expected())
+        } else {
+            number(n)
+        };
+    }
+    Err(expected())
+}
 
 /// The `engine` section: the engine's flags in snake case. Strict: an unknown field is an
 /// error listing [`ENGINE_FIELDS`]. Each engine's own flags are declared in its file
@@ -632,4 +715,42 @@ pub fn scenario_from_value(v: Value) -> Result<Scenario> {
 pub fn parse_scenario(text: &str) -> Result<Scenario> {
     let v: Value = serde_json::from_str(text).map_err(|e| ConfigError::new("", format!("not valid JSON: {e}")))?;
     scenario_from_value(v)
+}
+
+#[cfg(test)]
+mod human_readable_int_tests {
+    use super::human_readable_int;
+    use serde_json::{json, Value};
+
+    fn read(s: &str) -> Result<Value, String> {
+        human_readable_int(Value::from(s))
+    }
+
+    /// vLLM's docstring examples and its rules: decimal suffixes in lower case (decimals
+    /// truncated as `int(float(n) * m)` truncates), binary in upper case (whole numbers only),
+    /// otherwise Python's `int`.
+    #[test]
+    fn reads_what_vllms_human_readable_int_reads() {
+        assert_eq!(read("1k"), Ok(json!(1000)));
+        assert_eq!(read("1K"), Ok(json!(1024)));
+        assert_eq!(read("25.6k"), Ok(json!(25600)));
+        assert_eq!(read(" 8G "), Ok(json!(8u64 << 30)));
+        assert_eq!(read("2m"), Ok(json!(2_000_000)));
+        assert_eq!(read("1.0000005k"), Ok(json!(1000)));
+        assert_eq!(read("1t"), Ok(json!(1_000_000_000_000u64)));
+        assert_eq!(read("8192"), Ok(json!(8192)));
+        assert_eq!(read("8_192"), Ok(json!(8192)));
+        assert_eq!(read("-1"), Ok(json!(-1)));
+        let err = read("1.5G").unwrap_err();
+        assert!(err.contains("decimals are not allowed with binary suffixes like G") && err.contains("1.5g"), "{err}");
+        for bad in ["8x", "k", "8 k", "1.k", ".5k", "8kk", "8__192", "_8", "", "8.5"] {
+            let err = read(bad).unwrap_err();
+            assert!(err.contains("is not an integer as vLLM reads this flag"), "{bad:?}: {err}");
+        }
+        assert!(read("99999999999999999999").unwrap_err().contains("past the largest integer"));
+        assert!(read("20000000T").unwrap_err().contains("past the largest integer"));
+        // Numbers and other values are the field's own type's to judge.
+        assert_eq!(human_readable_int(json!(4096)), Ok(json!(4096)));
+        assert_eq!(human_readable_int(json!(null)), Ok(json!(null)));
+    }
 }
