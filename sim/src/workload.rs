@@ -396,9 +396,16 @@ fn key(rng: &mut Rng) -> u64 {
 /// `[⌊real·(1−r)⌋, ⌈real·(1+r)⌉]`); servesim raises a lower bound of 0 to 1.
 pub fn random_input_bounds(input_len: u32, r: f64, special: u32) -> (u32, u32) {
     let real = f64::from(input_len.saturating_sub(special));
-    let lo = ((real * (1.0 - r)).floor() as u32).max(1);
+    let lo = random_input_floor(input_len, r, special).max(1);
     let hi = ((real * (1.0 + r)).ceil() as u32).max(lo);
     (lo, hi)
+}
+
+/// The sampled part's lower bound as `vllm bench serve` computes it, before the bound of one
+/// token: `⌊(input_len − special) × (1 − r)⌋` in floating point (`5 × (1 − 0.8)` is 0 there as
+/// here). `config::check_random_min_prompt` refuses where it and the prefix are 0.
+pub fn random_input_floor(input_len: u32, r: f64, special: u32) -> u32 {
+    (f64::from(input_len.saturating_sub(special)) * (1.0 - r)).floor() as u32
 }
 
 /// Generates the workload. Deterministic in `params` (seed included).

@@ -804,14 +804,7 @@ pub(super) fn resolve_fleet(s: &Scenario, res: &Resources) -> Result<SimSpec> {
         // The run's workload as the other groups resolved it, with what the first group's engine
         // decides of it (as `resolve` would have for that group).
         let mut w = real_workload.expect("a disaggregated fleet has a decode group, resolved with the workload");
-        if s.workload.initial_test_request.is_none() {
-            w.initial_test_request = default_initial_test_request(&base.engine);
-        }
-        w.role_chunk = w.chat && client_times_role_chunk(&base.engine);
-        w.eos_unstreamed = !w.ignore_eos && client_misses_eos_step(&base.engine, w.chat);
-        w.special_tokens = prompt_special_tokens(&base.model, &w);
-        w.counts_server_prompt_tokens = client_counts_server_prompt_tokens(&base.engine);
-        check_random_min_prompt(&base.engine, &w)?;
+        apply_client_rules(s.workload.initial_test_request.is_none(), &base.engine, &base.model, &mut w)?;
         base.workload = w;
     }
     // The run has one workload: its outputs are shortened to a context only where every group

@@ -657,6 +657,31 @@ pub fn prompt_special_tokens(model: &ModelCard, workload: &WorkloadParams) -> u3
     u32::from(model.add_bos_token == Some(true) && !workload.tokenize_prompt)
 }
 
+/// What the modelled client and the engine decide of a resolved workload: the initial test
+/// request where the scenario leaves it unset (`initial_test_unset`), the chat role chunk, the
+/// unstreamed EOS step, the server's BOS and which prompt count `total_input_tokens` sums; then
+/// the client's refusal of an empty shortest `random` prompt. `resolve` applies it, and a
+/// fleet whose first group was resolved alone (`fleet.rs`).
+pub(crate) fn apply_client_rules(
+    initial_test_unset: bool,
+    engine: &EngineSpec,
+    model: &ModelCard,
+    w: &mut WorkloadParams,
+) -> Result<()> {
+    if initial_test_unset {
+        w.initial_test_request = default_initial_test_request(engine);
+    }
+    w.role_chunk = w.chat && client_times_role_chunk(engine);
+    w.eos_unstreamed = !w.ignore_eos && client_misses_eos_step(engine, w.chat);
+    w.special_tokens = prompt_special_tokens(model, w);
+    w.counts_server_prompt_tokens = client_counts_server_prompt_tokens(engine);
+    check_random_min_prompt(engine, w)
+}
+
+/// The first `vllm bench serve` that refuses a `random` range whose shortest prompt is empty
+/// ([`check_random_min_prompt`]).
+pub const VLLM_BENCH_REFUSES_EMPTY_RANDOM: Version = Version::new(0, 11, 1);
+
 /// A `random` workload whose shortest prompt would be empty, refused where the modelled client
 /// is a `vllm bench serve` that refuses it: `RandomDataset.sample` from 0.11.1 ("--random-input-len
 /// is too small": `prefix_len + ⌊max(0, random_input_len − num_special_tokens_to_add()) ×
@@ -670,18 +695,18 @@ pub fn check_random_min_prompt(engine: &EngineSpec, w: &crate::workload::Workloa
     };
     let refuses = w.client == BenchClient::VllmBenchServe
         && match engine {
-            EngineSpec::Vllm(c) => c.version >= VLLM_FORCES_IGNORE_EOS_ON_RANDOM,
+            EngineSpec::Vllm(c) => c.version >= VLLM_BENCH_REFUSES_EMPTY_RANDOM,
             EngineSpec::Sglang(_) => true,
         };
-    let real = input_len.saturating_sub(w.special_tokens);
-    let min_total = u64::from(*prefix_len) + (f64::from(real) * (1.0 - range_ratio)).floor() as u64;
+    let min_total = u64::from(*prefix_len)
+        + u64::from(crate::workload::random_input_floor(*input_len, *range_ratio, w.special_tokens));
     if refuses && min_total < 1 {
         return Err(ConfigError::new(
             "workload.random_input_len",
             format!(
                 "{input_len} is too small: with the tokenizer's {} special token(s) and random_range_ratio {range_ratio}, \
                  the shortest prompt vllm bench serve could draw (prefix + sampled) is {min_total} tokens, and from \
-                 {VLLM_FORCES_IGNORE_EOS_ON_RANDOM} it refuses to run (\"--random-input-len is too small\"); raise \
+                 {VLLM_BENCH_REFUSES_EMPTY_RANDOM} it refuses to run (\"--random-input-len is too small\"); raise \
                  random_input_len or random_prefix_len, or lower random_range_ratio, so that prefix_len + \
                  floor((random_input_len - special tokens) * (1 - range_ratio)) >= 1",
                 w.special_tokens
@@ -1100,14 +1125,7 @@ pub fn resolve(s: &Scenario, res: &Resources) -> Result<SimSpec> {
             ),
         ));
     }
-    if s.workload.initial_test_request.is_none() {
-        workload.initial_test_request = default_initial_test_request(&engine);
-    }
-    workload.role_chunk = workload.chat && client_times_role_chunk(&engine);
-    workload.eos_unstreamed = !workload.ignore_eos && client_misses_eos_step(&engine, workload.chat);
-    workload.special_tokens = prompt_special_tokens(&model, &workload);
-    workload.counts_server_prompt_tokens = client_counts_server_prompt_tokens(&engine);
-    check_random_min_prompt(&engine, &workload)?;
+    apply_client_rules(s.workload.initial_test_request.is_none(), &engine, &model, &mut workload)?;
     // vLLM from 0.32 shortens a request's output to what its context leaves (`get_max_tokens`);
     // through 0.31 such a request is refused (HTTP 400), and SGLang refuses it too: the run is
     // refused instead (`check_requests_fit`).
